@@ -1,0 +1,74 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Callers test with errors.Is; the typed errors below carry
+// the data a caller needs and match their sentinel.
+var (
+	ErrTaskNotFound    = errors.New("lease: task not found")
+	ErrTaskExists      = errors.New("lease: task already exists")
+	ErrAgentNotFound   = errors.New("lease: agent not found")
+	ErrAgentExists     = errors.New("lease: agent already exists")
+	ErrCheckedOut      = errors.New("lease: task is checked out")
+	ErrStatusMismatch  = errors.New("lease: task status not expected")
+	ErrNotHolder       = errors.New("lease: caller does not hold the lease")
+	ErrNotCheckedOut   = errors.New("lease: task is not checked out")
+	ErrNoTaskAvailable = errors.New("lease: no task available")
+	ErrMessageNotFound = errors.New("lease: message not found")
+	ErrUnauthorized    = errors.New("lease: unknown or revoked api key")
+	ErrInvalid         = errors.New("lease: invalid input")
+)
+
+// ConflictError is returned when another live lease holds the task.
+type ConflictError struct {
+	Holder Checkout
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("task %s is already checked out", e.Holder.TaskID)
+}
+
+func (e *ConflictError) Unwrap() error { return ErrCheckedOut }
+
+// StatusMismatchError is returned when the task's status is not one the
+// caller expected.
+type StatusMismatchError struct {
+	TaskID string
+	Status Status
+}
+
+func (e *StatusMismatchError) Error() string {
+	return fmt.Sprintf("task %s has status %s", e.TaskID, e.Status)
+}
+
+func (e *StatusMismatchError) Unwrap() error { return ErrStatusMismatch }
+
+// NotHolderError is returned when a holder-only operation comes from someone
+// other than the live lease's holder.
+type NotHolderError struct {
+	Holder Checkout
+}
+
+func (e *NotHolderError) Error() string {
+	return fmt.Sprintf("task %s is held by %s", e.Holder.TaskID, e.Holder.AgentID)
+}
+
+func (e *NotHolderError) Unwrap() error { return ErrNotHolder }
+
+// ValidationError is bad input. Code is the API's machine code
+// (invalid_id, invalid_timeout, invalid_request, ...).
+type ValidationError struct {
+	Code    string
+	Message string
+}
+
+func (e *ValidationError) Error() string { return "lease: " + e.Message }
+
+func (e *ValidationError) Unwrap() error { return ErrInvalid }
+
+func invalid(code, format string, args ...any) error {
+	return &ValidationError{Code: code, Message: fmt.Sprintf(format, args...)}
+}

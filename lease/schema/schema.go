@@ -1,0 +1,164 @@
+// Package schema is the single definition of the checkout service's DynamoDB
+// tables: their names, keys, sparse global secondary indexes and TTL
+// attributes. The lease store creates tables from it locally (EnsureTables)
+// and the CDK app in infra/ builds the deployed tables from it, so the two can
+// never drift apart.
+//
+// The package has no dependencies so that the CDK module can import it
+// without pulling in the AWS SDK.
+package schema
+
+// KeyType is the DynamoDB scalar type of a key attribute.
+type KeyType string
+
+const (
+	String KeyType = "S"
+	Number KeyType = "N"
+)
+
+// Key names one key attribute and its type.
+type Key struct {
+	Name string
+	Type KeyType
+}
+
+// Index is a global secondary index. Every index projects ALL attributes so
+// that a Query answers without a follow-up GetItem. Indexes marked Sparse hold
+// only the items that carry their partition key attribute.
+type Index struct {
+	Name         string
+	PartitionKey Key
+	SortKey      *Key
+	Sparse       bool
+	// Purpose says which access pattern the index serves.
+	Purpose string
+}
+
+// Table describes one table.
+type Table struct {
+	// Name is the logical name; the deployed name is Prefix + Name.
+	Name         string
+	PartitionKey Key
+	SortKey      *Key
+	Indexes      []Index
+	// TTLAttribute, when set, holds an epoch-seconds number after which
+	// DynamoDB may delete the item. TTL is garbage collection only: no
+	// decision ever depends on whether an item has been deleted yet.
+	TTLAttribute string
+}
+
+// Logical table names.
+const (
+	TasksTable      = "tasks"
+	AgentsTable     = "agents"
+	HeartbeatsTable = "heartbeats"
+	EventsTable     = "events"
+	InboxTable      = "inbox"
+)
+
+// Index names.
+const (
+	TasksByStatus      = "by_status"
+	TasksByLeaseExpiry = "by_lease_expiry"
+	TasksByHolder      = "by_holder"
+	AgentsAll          = "all_agents"
+	HeartbeatsByExpiry = "by_expiry"
+)
+
+// Shards is the number of partitions that the sweep indexes
+// (TasksByLeaseExpiry, HeartbeatsByExpiry) spread their items over, so that no
+// single index partition takes every lease write. The sweep queries each.
+const Shards = 8
+
+// DefaultPrefix is prepended to logical table names unless configured.
+const DefaultPrefix = "checkout-"
+
+// Tables returns every table of the service.
+func Tables() []Table {
+	return []Table{
+		{
+			Name:         TasksTable,
+			PartitionKey: Key{"task_id", String},
+			Indexes: []Index{
+				{
+					Name:         TasksByStatus,
+					PartitionKey: Key{"status", String},
+					SortKey:      &Key{"created_key", String},
+					Purpose:      "list tasks by status in creation order; claim the oldest todo task",
+				},
+				{
+					Name:         TasksByLeaseExpiry,
+					PartitionKey: Key{"lease_shard", String},
+					SortKey:      &Key{"lease_expires", Number},
+					Sparse:       true,
+					Purpose:      "live leases by expiry: list every checkout; the sweep finds expired leases",
+				},
+				{
+					Name:         TasksByHolder,
+					PartitionKey: Key{"holder", String},
+					SortKey:      &Key{"lease_expires", Number},
+					Sparse:       true,
+					Purpose:      "live leases of one agent: list its checkouts; end them when it dies or is removed",
+				},
+			},
+		},
+		{
+			Name:         AgentsTable,
+			PartitionKey: Key{"agent_id", String},
+			Indexes: []Index{
+				{
+					Name:         AgentsAll,
+					PartitionKey: Key{"kind", String},
+					SortKey:      &Key{"agent_id", String},
+					Purpose:      "list every agent",
+				},
+			},
+		},
+		{
+			Name:         HeartbeatsTable,
+			PartitionKey: Key{"agent_id", String},
+			TTLAttribute: "ttl",
+			Indexes: []Index{
+				{
+					Name:         HeartbeatsByExpiry,
+					PartitionKey: Key{"hb_shard", String},
+					SortKey:      &Key{"hb_expires", Number},
+					Sparse:       true,
+					Purpose:      "the sweep finds agents whose latest heartbeat has expired",
+				},
+			},
+		},
+		{
+			Name:         EventsTable,
+			PartitionKey: Key{"task_id", String},
+			SortKey:      &Key{"seq", Number},
+			TTLAttribute: "ttl",
+		},
+		{
+			Name:         InboxTable,
+			PartitionKey: Key{"agent_id", String},
+			SortKey:      &Key{"message_id", String},
+			TTLAttribute: "ttl",
+		},
+	}
+}
+
+// Names maps logical table names to deployed names.
+type Names struct {
+	Prefix string
+}
+
+// Table returns the deployed name of a logical table.
+func (n Names) Table(logical string) string {
+	p := n.Prefix
+	if p == "" {
+		p = DefaultPrefix
+	}
+	return p + logical
+}
+
+// Env variables through which functions learn their table names. The CDK app
+// sets them; the local server and tests leave them unset and use a prefix.
+const (
+	EnvTablePrefix = "CHECKOUT_TABLE_PREFIX"
+)

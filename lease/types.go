@@ -1,0 +1,264 @@
+package lease
+
+import (
+	"time"
+)
+
+// Status is a task's state.
+type Status string
+
+// Task statuses.
+const (
+	StatusTodo       Status = "todo"
+	StatusInProgress Status = "in_progress"
+	StatusDone       Status = "done"
+	StatusCancelled  Status = "cancelled"
+)
+
+// Valid reports whether s is one of the four statuses.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusTodo, StatusInProgress, StatusDone, StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// Statuses lists every status in the order that listings walk them.
+var Statuses = []Status{StatusTodo, StatusInProgress, StatusDone, StatusCancelled}
+
+// Checkout is a live lease on a task.
+type Checkout struct {
+	TaskID    string
+	AgentID   string
+	AgentName string
+	RunID     string
+	Fence     int64
+	LockedAt  time.Time
+	Timeout   time.Duration
+	ExpiresAt time.Time
+	Reason    string
+}
+
+// Remaining is how long the lease has left at now, never negative.
+func (c Checkout) Remaining(now time.Time) time.Duration {
+	if d := c.ExpiresAt.Sub(now); d > 0 {
+		return d
+	}
+	return 0
+}
+
+// Task is a unit of work that agents check out.
+type Task struct {
+	TaskID      string
+	Title       string
+	Status      Status
+	CreatedAt   time.Time
+	StartedAt   *time.Time
+	CompletedAt *time.Time
+	// Checkout is the live lease, or nil. A lease that has expired or whose
+	// holder is dead is never reported here, whether or not the sweep has run.
+	Checkout *Checkout
+}
+
+// Duration is CompletedAt - StartedAt for a completed task.
+func (t Task) Duration() (time.Duration, bool) {
+	if t.StartedAt == nil || t.CompletedAt == nil {
+		return 0, false
+	}
+	return t.CompletedAt.Sub(*t.StartedAt), true
+}
+
+// TaskPage is one page of a task listing.
+type TaskPage struct {
+	Tasks []Task
+	// NextCursor is empty on the last page.
+	NextCursor string
+}
+
+// EventType names a lease transition.
+type EventType string
+
+// Event types. Release, Complete, Timeout, AgentDeath and ForceRelease end a
+// lease and carry Held.
+const (
+	EventCheckout     EventType = "checkout"
+	EventRenew        EventType = "renew"
+	EventRelease      EventType = "release"
+	EventComplete     EventType = "complete"
+	EventTimeout      EventType = "timeout"
+	EventAgentDeath   EventType = "agent_death"
+	EventForceRelease EventType = "force_release"
+)
+
+// EndsLease reports whether an event of this type ends a lease.
+func (t EventType) EndsLease() bool {
+	switch t {
+	case EventRelease, EventComplete, EventTimeout, EventAgentDeath, EventForceRelease:
+		return true
+	}
+	return false
+}
+
+// Event is one entry of a task's audit trail.
+type Event struct {
+	Seq     int64
+	Type    EventType
+	TaskID  string
+	AgentID string
+	RunID   string
+	Fence   int64
+	At      time.Time
+	// Held is how long the lease was held; set on every event that ends one.
+	Held *time.Duration
+	// By is who caused the transition: an agent id, or "system" for the sweep
+	// and for takeovers.
+	By     string
+	Reason string
+}
+
+// BySystem is the Event.By of transitions made by the service itself.
+const BySystem = "system"
+
+// Agent is a registered agent.
+type Agent struct {
+	AgentID   string
+	Name      string
+	Admin     bool
+	CreatedAt time.Time
+	// LastHeartbeatAt and Alive are nil for an agent that never sent a
+	// heartbeat: it is not watched, and its leases end only by time.
+	LastHeartbeatAt *time.Time
+	Alive           *bool
+}
+
+// Registration is a newly registered agent with its API key, which is shown
+// once and stored only as a hash.
+type Registration struct {
+	Agent
+	APIKey string
+}
+
+// Principal is an authenticated caller.
+type Principal struct {
+	AgentID string
+	Name    string
+	Admin   bool
+}
+
+// Heartbeat is the answer to a heartbeat.
+type Heartbeat struct {
+	AgentID   string
+	ExpiresAt time.Time
+}
+
+// Message is an inbox message telling a watcher that a task became available.
+type Message struct {
+	MessageID string
+	Type      string // always "task_available"
+	TaskID    string
+	Reason    string
+	At        time.Time
+}
+
+// MessageTaskAvailable is the type of every inbox message.
+const MessageTaskAvailable = "task_available"
+
+// Released is the answer to a release.
+type Released struct {
+	TaskID     string
+	ReleasedBy string
+	Held       time.Duration
+}
+
+// SweepResult counts what one sweep did.
+type SweepResult struct {
+	Timeouts    int // leases ended by expiry
+	AgentDeaths int // leases ended because their holder died
+	Notified    int // inbox messages written
+}
+
+// Params of the operations. Zero values mean "the default" where the
+// operation has one.
+
+type RegisterParams struct {
+	AgentID string // generated when empty
+	Name    string
+	Admin   bool
+}
+
+type CreateTaskParams struct {
+	TaskID string // generated when empty
+	Title  string
+}
+
+type ListTasksParams struct {
+	Status Status // empty: every status
+	Limit  int    // 1..1000, default 100
+	Cursor string // opaque, from TaskPage.NextCursor
+}
+
+type CheckoutParams struct {
+	TaskID    string
+	AgentID   string
+	AgentName string
+	RunID     string        // generated when empty
+	Timeout   time.Duration // default 30m, 1s..24h
+	Reason    string
+	// ExpectedStatuses defaults to todo and in_progress.
+	ExpectedStatuses []Status
+	// Watch puts the caller on the task's watch list when the task is held
+	// by someone else.
+	Watch bool
+	// CreateIfMissing creates an unknown task instead of failing.
+	CreateIfMissing bool
+}
+
+type RenewParams struct {
+	TaskID  string
+	AgentID string
+	RunID   string        // optional: must match when given
+	Fence   int64         // optional: must match when non-zero
+	Timeout time.Duration // default: the lease's own timeout
+}
+
+type ReleaseParams struct {
+	TaskID  string
+	AgentID string // the caller
+	RunID   string // optional
+	Fence   int64  // optional
+	// Force ends whoever's lease it is (admins only; the caller checks the
+	// role). It is audited as force_release.
+	Force  bool
+	Reason string
+}
+
+type CompleteParams struct {
+	TaskID  string
+	AgentID string
+	RunID   string
+	Fence   int64
+}
+
+type ClaimParams struct {
+	AgentID   string
+	AgentName string
+	RunID     string
+	Timeout   time.Duration
+	Reason    string
+}
+
+// Limits.
+const (
+	DefaultTimeout      = 30 * time.Minute
+	MinTimeout          = time.Second
+	MaxTimeout          = 24 * time.Hour
+	DefaultHeartbeatTTL = 90 * time.Second
+	MinHeartbeatTTL     = time.Second
+	MaxHeartbeatTTL     = time.Hour
+	DefaultListLimit    = 100
+	MaxListLimit        = 1000
+	MaxTitleLen         = 1024
+	MaxReasonLen        = 1024
+	MaxNameLen          = 256
+)
