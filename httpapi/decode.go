@@ -1,0 +1,163 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// decode reads a JSON object into v strictly: unknown fields, wrong types,
+// anything but an object and trailing data are 400 invalid_json; a body over
+// MaxBodyBytes is 413. An empty body is the empty object.
+func decode(r *http.Request, v any) error {
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return err
+		}
+		return errorf(http.StatusBadRequest, codeInvalidJSON, "the request body could not be read")
+	}
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return nil
+	}
+	if data[0] != '{' {
+		return errorf(http.StatusBadRequest, codeInvalidJSON, "the request body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errorf(http.StatusBadRequest, codeInvalidJSON, "the request body has data after the JSON object")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			return errorf(http.StatusBadRequest, codeInvalidJSON, "the request body has a value of the wrong type")
+		}
+		return errorf(http.StatusBadRequest, codeInvalidJSON, "field %s must be %s", field, typeName(typeErr.Type.Kind().String()))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
+		if len(name) > 64 || !utf8.ValidString(name) {
+			return errorf(http.StatusBadRequest, codeInvalidJSON, "the request body has an unknown field")
+		}
+		return errorf(http.StatusBadRequest, codeInvalidJSON, "unknown field %q", name)
+	}
+	return errorf(http.StatusBadRequest, codeInvalidJSON, "the request body is not valid JSON")
+}
+
+func typeName(kind string) string {
+	switch kind {
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "int64", "int", "int32":
+		return "an integer"
+	case "slice":
+		return "an array"
+	case "ptr":
+		return "a string"
+	}
+	return "of another type"
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+// validID is lease.ValidID's rule.
+func validID(id string) bool { return idPattern.MatchString(id) }
+
+func checkID(field, id string) error {
+	if !validID(id) {
+		return errorf(http.StatusBadRequest, codeInvalidID, "%s must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", field)
+	}
+	return nil
+}
+
+// optionalID checks an optional id field; absent or null is "".
+func optionalID(field string, id *string) (string, error) {
+	if id == nil {
+		return "", nil
+	}
+	return *id, checkID(field, *id)
+}
+
+// pathID is a path parameter that must be an id.
+func pathID(r *http.Request, name string) (string, error) {
+	id := r.PathValue(name)
+	return id, checkID(name, id)
+}
+
+// duration parses an optional Go duration within [min, max]; absent or null
+// is def.
+func duration(field string, v *string, def, min, max time.Duration) (time.Duration, error) {
+	if v == nil {
+		return def, nil
+	}
+	d, err := time.ParseDuration(*v)
+	if err != nil || d < min || d > max {
+		return 0, errorf(http.StatusBadRequest, codeInvalidTimeout, "%s must be a duration such as \"90s\" or \"30m\" from %s to %s", field, fmtDur(min), fmtDur(max))
+	}
+	return d, nil
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0:
+		return strconv.Itoa(int(d/time.Hour)) + "h"
+	case d%time.Minute == 0:
+		return strconv.Itoa(int(d/time.Minute)) + "m"
+	}
+	return d.String()
+}
+
+// text checks an optional free-text field's length.
+func text(field, v string, max int, required bool) error {
+	if required && strings.TrimSpace(v) == "" {
+		return errorf(http.StatusBadRequest, codeInvalidRequest, "%s is required", field)
+	}
+	if len(v) > max {
+		return errorf(http.StatusBadRequest, codeInvalidRequest, "%s must be at most %d bytes", field, max)
+	}
+	return nil
+}
+
+func fence(v int64) error {
+	if v < 0 {
+		return errorf(http.StatusBadRequest, codeInvalidRequest, "fence must be a positive integer")
+	}
+	return nil
+}
+
+func statuses(v []lease.Status) ([]lease.Status, error) {
+	if v == nil {
+		return nil, nil
+	}
+	if len(v) == 0 {
+		return nil, errorf(http.StatusBadRequest, codeInvalidRequest, "expected_statuses must not be empty")
+	}
+	for _, s := range v {
+		if !s.Valid() {
+			return nil, errorf(http.StatusBadRequest, codeInvalidRequest, "expected_statuses may hold only todo, in_progress, done and cancelled")
+		}
+	}
+	return v, nil
+}

@@ -1,0 +1,130 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// Error codes of the API.
+const (
+	codeNotFound         = "not_found"
+	codeMethodNotAllowed = "method_not_allowed"
+	codeUnauthorized     = "unauthorized"
+	codeForbidden        = "forbidden"
+	codeInvalidID        = "invalid_id"
+	codeInvalidTimeout   = "invalid_timeout"
+	codeInvalidRequest   = "invalid_request"
+	codeInvalidJSON      = "invalid_json"
+	codeTooLarge         = "payload_too_large"
+	codeTaskNotFound     = "task_not_found"
+	codeAgentNotFound    = "agent_not_found"
+	codeNotCheckedOut    = "not_checked_out"
+	codeNoTaskAvailable  = "no_task_available"
+	codeCheckedOut       = "checked_out"
+	codeStatusMismatch   = "status_mismatch"
+	codeTaskExists       = "task_exists"
+	codeAgentExists      = "agent_exists"
+	codeNotHolder        = "not_holder"
+	codeInternal         = "internal"
+)
+
+// apiError is an error the HTTP layer itself decided on.
+type apiError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *apiError) Error() string { return e.message }
+
+func errorf(status int, code, format string, args ...any) error {
+	return &apiError{status: status, code: code, message: fmt.Sprintf(format, args...)}
+}
+
+// errorBody is the body of every error answer. Holder and Status are set for
+// checked_out / not_holder and status_mismatch.
+type errorBody struct {
+	Error  string        `json:"error"`
+	Code   string        `json:"code"`
+	Holder *checkoutJSON `json:"holder,omitempty"`
+	Status lease.Status  `json:"status,omitempty"`
+}
+
+// validationCodes are the ValidationError codes passed through as they are.
+var validationCodes = map[string]bool{
+	codeInvalidID: true, codeInvalidTimeout: true, codeInvalidRequest: true,
+}
+
+// errorResponse maps any error to its status and body. It is the only place
+// where domain errors become HTTP answers. taskID names the task of the
+// request, if any, for the sentence. internal reports that err was not
+// expected: the caller logs it, and its text is never sent.
+func errorResponse(err error, taskID string, now time.Time) (status int, body errorBody, internal bool) {
+	var (
+		ae       *apiError
+		ve       *lease.ValidationError
+		conflict *lease.ConflictError
+		mismatch *lease.StatusMismatchError
+		notHold  *lease.NotHolderError
+		tooLarge *http.MaxBytesError
+	)
+	task := "the task"
+	if taskID != "" {
+		task = "task " + taskID
+	}
+	switch {
+	case errors.As(err, &ae):
+		return ae.status, errorBody{Error: ae.message, Code: ae.code}, false
+	case errors.As(err, &tooLarge):
+		return http.StatusRequestEntityTooLarge, errorBody{Error: "the request body is larger than 64 KiB", Code: codeTooLarge}, false
+	case errors.As(err, &ve):
+		code := ve.Code
+		if !validationCodes[code] {
+			code = codeInvalidRequest
+		}
+		return http.StatusBadRequest, errorBody{Error: ve.Message, Code: code}, false
+	case errors.As(err, &conflict):
+		h := toCheckout(conflict.Holder, now)
+		id := conflict.Holder.TaskID
+		if id == "" {
+			id = taskID
+		}
+		return http.StatusConflict, errorBody{Error: fmt.Sprintf("task %s is already checked out", id), Code: codeCheckedOut, Holder: &h}, false
+	case errors.As(err, &mismatch):
+		return http.StatusConflict, errorBody{Error: fmt.Sprintf("%s has status %s, which the request did not expect", task, mismatch.Status), Code: codeStatusMismatch, Status: mismatch.Status}, false
+	case errors.As(err, &notHold):
+		h := toCheckout(notHold.Holder, now)
+		return http.StatusForbidden, errorBody{Error: fmt.Sprintf("%s is held by %s, not by the caller", task, notHold.Holder.AgentID), Code: codeNotHolder, Holder: &h}, false
+	case errors.Is(err, lease.ErrTaskNotFound):
+		return http.StatusNotFound, errorBody{Error: task + " does not exist", Code: codeTaskNotFound}, false
+	case errors.Is(err, lease.ErrAgentNotFound):
+		return http.StatusNotFound, errorBody{Error: "the agent does not exist", Code: codeAgentNotFound}, false
+	case errors.Is(err, lease.ErrNotCheckedOut):
+		return http.StatusNotFound, errorBody{Error: task + " has no live lease", Code: codeNotCheckedOut}, false
+	case errors.Is(err, lease.ErrNoTaskAvailable):
+		return http.StatusNotFound, errorBody{Error: "no task is available to claim", Code: codeNoTaskAvailable}, false
+	case errors.Is(err, lease.ErrMessageNotFound):
+		return http.StatusNotFound, errorBody{Error: "the message does not exist", Code: codeNotFound}, false
+	case errors.Is(err, lease.ErrCheckedOut):
+		return http.StatusConflict, errorBody{Error: task + " is already checked out", Code: codeCheckedOut}, false
+	case errors.Is(err, lease.ErrStatusMismatch):
+		return http.StatusConflict, errorBody{Error: task + " does not have an expected status", Code: codeStatusMismatch}, false
+	case errors.Is(err, lease.ErrNotHolder):
+		return http.StatusForbidden, errorBody{Error: "the caller does not hold the lease on " + task, Code: codeNotHolder}, false
+	case errors.Is(err, lease.ErrTaskExists):
+		return http.StatusConflict, errorBody{Error: task + " already exists", Code: codeTaskExists}, false
+	case errors.Is(err, lease.ErrAgentExists):
+		return http.StatusConflict, errorBody{Error: "an agent with this id already exists", Code: codeAgentExists}, false
+	case errors.Is(err, lease.ErrUnauthorized):
+		return http.StatusUnauthorized, errUnauthorizedBody, false
+	case errors.Is(err, lease.ErrInvalid):
+		return http.StatusBadRequest, errorBody{Error: "the request is not valid", Code: codeInvalidRequest}, false
+	}
+	return http.StatusInternalServerError, errorBody{Error: "the server failed to handle the request; it has been logged", Code: codeInternal}, true
+}
+
+var errUnauthorizedBody = errorBody{Error: "a valid API key is required: Authorization: Bearer <api_key>", Code: codeUnauthorized}

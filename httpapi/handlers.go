@@ -1,0 +1,481 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/checkout-dev/checkout/lease"
+)
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
+	s.writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	return nil
+}
+
+func (s *server) registerAgent(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
+	var body struct {
+		Name    string  `json:"name"`
+		Admin   bool    `json:"admin"`
+		AgentID *string `json:"agent_id"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	id, err := optionalID("agent_id", body.AgentID)
+	if err != nil {
+		return err
+	}
+	if err := text("name", body.Name, lease.MaxNameLen, true); err != nil {
+		return err
+	}
+	reg, err := s.svc.RegisterAgent(r.Context(), lease.RegisterParams{AgentID: id, Name: body.Name, Admin: body.Admin})
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusCreated, registrationJSON{
+		AgentID:   reg.AgentID,
+		Name:      reg.Name,
+		Admin:     reg.Admin,
+		CreatedAt: stamp(reg.CreatedAt),
+		APIKey:    reg.APIKey,
+	})
+	return nil
+}
+
+func (s *server) listAgents(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
+	agents, err := s.svc.ListAgents(r.Context())
+	if err != nil {
+		return err
+	}
+	out := make([]agentJSON, 0, len(agents))
+	for _, a := range agents {
+		out = append(out, agentJSON{
+			AgentID:         a.AgentID,
+			Name:            a.Name,
+			Admin:           a.Admin,
+			LastHeartbeatAt: stampPtr(a.LastHeartbeatAt),
+			Alive:           a.Alive,
+		})
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"agents": out})
+	return nil
+}
+
+func (s *server) removeAgent(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
+	id, err := pathID(r, "agent_id")
+	if err != nil {
+		return err
+	}
+	if err := s.svc.RemoveAgent(r.Context(), id); err != nil {
+		return err
+	}
+	if s.opts.OnAgentRemoved != nil {
+		s.opts.OnAgentRemoved(id)
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"agent_id": id, "removed": true})
+	return nil
+}
+
+func (s *server) heartbeat(w http.ResponseWriter, r *http.Request, p lease.Principal) error {
+	var body struct {
+		TTL *string `json:"ttl"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	ttl, err := duration("ttl", body.TTL, lease.DefaultHeartbeatTTL, lease.MinHeartbeatTTL, lease.MaxHeartbeatTTL)
+	if err != nil {
+		return err
+	}
+	hb, err := s.svc.Heartbeat(r.Context(), p.AgentID, ttl)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, map[string]string{"agent_id": hb.AgentID, "expires_at": stamp(hb.ExpiresAt)})
+	return nil
+}
+
+func (s *server) createTask(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
+	var body struct {
+		TaskID *string `json:"task_id"`
+		Title  string  `json:"title"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	id, err := optionalID("task_id", body.TaskID)
+	if err != nil {
+		return err
+	}
+	if err := text("title", body.Title, lease.MaxTitleLen, false); err != nil {
+		return err
+	}
+	t, err := s.svc.CreateTask(r.Context(), lease.CreateTaskParams{TaskID: id, Title: body.Title})
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusCreated, toTask(t, s.now()))
+	return nil
+}
+
+func (s *server) listTasks(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
+	q := r.URL.Query()
+	params := lease.ListTasksParams{Limit: lease.DefaultListLimit, Cursor: q.Get("cursor")}
+	if v := q.Get("status"); v != "" {
+		params.Status = lease.Status(v)
+		if !params.Status.Valid() {
+			return errorf(http.StatusBadRequest, codeInvalidRequest, "status must be todo, in_progress, done or cancelled")
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > lease.MaxListLimit {
+			return errorf(http.StatusBadRequest, codeInvalidRequest, "limit must be an integer from 1 to %d", lease.MaxListLimit)
+		}
+		params.Limit = n
+	}
+	if len(params.Cursor) > 4096 {
+		return errorf(http.StatusBadRequest, codeInvalidRequest, "cursor is not valid")
+	}
+	page, err := s.svc.ListTasks(r.Context(), params)
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	tasks := make([]taskJSON, 0, len(page.Tasks))
+	for _, t := range page.Tasks {
+		tasks = append(tasks, toTask(t, now))
+	}
+	var next *string
+	if page.NextCursor != "" {
+		next = &page.NextCursor
+	}
+	s.writeJSON(w, http.StatusOK, struct {
+		Tasks      []taskJSON `json:"tasks"`
+		NextCursor *string    `json:"next_cursor"`
+	}{tasks, next})
+	return nil
+}
+
+func (s *server) getTask(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
+	id, err := pathID(r, "task_id")
+	if err != nil {
+		return err
+	}
+	t, err := s.svc.GetTask(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, toTask(t, s.now()))
+	return nil
+}
+
+// actor is who a checkout or claim is for: the caller, or for an admin the
+// agent named in the body. The agent's name is looked up so that its lease
+// shows it; an unknown agent is 404 agent_not_found.
+func (s *server) actor(ctx context.Context, p lease.Principal, agentID *string) (id, name string, err error) {
+	if agentID == nil {
+		return p.AgentID, p.Name, nil
+	}
+	if !p.Admin {
+		return "", "", errForbidden("only an admin may act for another agent (agent_id)")
+	}
+	if err := checkID("agent_id", *agentID); err != nil {
+		return "", "", err
+	}
+	if *agentID == p.AgentID {
+		return p.AgentID, p.Name, nil
+	}
+	agents, err := s.svc.ListAgents(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	for _, a := range agents {
+		if a.AgentID == *agentID {
+			return a.AgentID, a.Name, nil
+		}
+	}
+	return "", "", lease.ErrAgentNotFound
+}
+
+func (s *server) checkout(w http.ResponseWriter, r *http.Request, p lease.Principal) error {
+	taskID, err := pathID(r, "task_id")
+	if err != nil {
+		return err
+	}
+	var body struct {
+		Timeout          *string        `json:"timeout"`
+		Reason           string         `json:"reason"`
+		RunID            *string        `json:"run_id"`
+		ExpectedStatuses []lease.Status `json:"expected_statuses"`
+		Watch            bool           `json:"watch"`
+		AgentID          *string        `json:"agent_id"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	if body.AgentID != nil && !p.Admin {
+		return errForbidden("only an admin may act for another agent (agent_id)")
+	}
+	timeout, err := duration("timeout", body.Timeout, lease.DefaultTimeout, lease.MinTimeout, lease.MaxTimeout)
+	if err != nil {
+		return err
+	}
+	runID, err := optionalID("run_id", body.RunID)
+	if err != nil {
+		return err
+	}
+	expected, err := statuses(body.ExpectedStatuses)
+	if err != nil {
+		return err
+	}
+	if err := text("reason", body.Reason, lease.MaxReasonLen, false); err != nil {
+		return err
+	}
+	agentID, agentName, err := s.actor(r.Context(), p, body.AgentID)
+	if err != nil {
+		return err
+	}
+	c, err := s.svc.Checkout(r.Context(), lease.CheckoutParams{
+		TaskID:           taskID,
+		AgentID:          agentID,
+		AgentName:        agentName,
+		RunID:            runID,
+		Timeout:          timeout,
+		Reason:           body.Reason,
+		ExpectedStatuses: expected,
+		Watch:            body.Watch,
+		CreateIfMissing:  s.opts.AutoCreateTasks,
+	})
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, toCheckout(c, s.now()))
+	return nil
+}
+
+func (s *server) lockStatus(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
+	id, err := pathID(r, "task_id")
+	if err != nil {
+		return err
+	}
+	c, err := s.svc.LockStatus(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, struct {
+		TaskID   string        `json:"task_id"`
+		Locked   bool          `json:"locked"`
+		Checkout *checkoutJSON `json:"checkout"`
+	}{id, c != nil, toCheckoutPtr(c, s.now())})
+	return nil
+}
+
+// holderBody is the body shared by renew, release and complete.
+type holderBody struct {
+	RunID *string `json:"run_id"`
+	Fence int64   `json:"fence"`
+}
+
+func (b holderBody) check() (string, error) {
+	if err := fence(b.Fence); err != nil {
+		return "", err
+	}
+	return optionalID("run_id", b.RunID)
+}
+
+func (s *server) renew(w http.ResponseWriter, r *http.Request, p lease.Principal) error {
+	taskID, err := pathID(r, "task_id")
+	if err != nil {
+		return err
+	}
+	var body struct {
+		holderBody
+		Timeout *string `json:"timeout"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	timeout, err := duration("timeout", body.Timeout, 0, lease.MinTimeout, lease.MaxTimeout)
+	if err != nil {
+		return err
+	}
+	runID, err := body.check()
+	if err != nil {
+		return err
+	}
+	c, err := s.svc.Renew(r.Context(), lease.RenewParams{TaskID: taskID, AgentID: p.AgentID, RunID: runID, Fence: body.Fence, Timeout: timeout})
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, toCheckout(c, s.now()))
+	return nil
+}
+
+func (s *server) release(w http.ResponseWriter, r *http.Request, p lease.Principal) error {
+	taskID, err := pathID(r, "task_id")
+	if err != nil {
+		return err
+	}
+	var body struct {
+		holderBody
+		Force  bool   `json:"force"`
+		Reason string `json:"reason"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	if body.Force && !p.Admin {
+		return errForbidden("only an admin may force a release")
+	}
+	runID, err := body.check()
+	if err != nil {
+		return err
+	}
+	if err := text("reason", body.Reason, lease.MaxReasonLen, false); err != nil {
+		return err
+	}
+	rel, err := s.svc.Release(r.Context(), lease.ReleaseParams{TaskID: taskID, AgentID: p.AgentID, RunID: runID, Fence: body.Fence, Force: body.Force, Reason: body.Reason})
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, releasedJSON{TaskID: rel.TaskID, ReleasedBy: rel.ReleasedBy, HeldSeconds: seconds(rel.Held)})
+	return nil
+}
+
+func (s *server) complete(w http.ResponseWriter, r *http.Request, p lease.Principal) error {
+	taskID, err := pathID(r, "task_id")
+	if err != nil {
+		return err
+	}
+	var body holderBody
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	runID, err := body.check()
+	if err != nil {
+		return err
+	}
+	t, err := s.svc.Complete(r.Context(), lease.CompleteParams{TaskID: taskID, AgentID: p.AgentID, RunID: runID, Fence: body.Fence})
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, toTask(t, s.now()))
+	return nil
+}
+
+func (s *server) events(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
+	id, err := pathID(r, "task_id")
+	if err != nil {
+		return err
+	}
+	evs, err := s.svc.Events(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	out := make([]eventJSON, 0, len(evs))
+	for _, e := range evs {
+		out = append(out, toEvent(e))
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"events": out})
+	return nil
+}
+
+func (s *server) watch(w http.ResponseWriter, r *http.Request, p lease.Principal) error {
+	id, err := pathID(r, "task_id")
+	if err != nil {
+		return err
+	}
+	if err := decode(r, &struct{}{}); err != nil {
+		return err
+	}
+	if err := s.svc.Watch(r.Context(), id, p.AgentID); err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, map[string]bool{"watching": true})
+	return nil
+}
+
+func (s *server) listCheckouts(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
+	agentID := r.URL.Query().Get("agent_id")
+	if agentID != "" {
+		if err := checkID("agent_id", agentID); err != nil {
+			return err
+		}
+	}
+	cs, err := s.svc.ListCheckouts(r.Context(), agentID)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"checkouts": toCheckouts(cs, s.now())})
+	return nil
+}
+
+func (s *server) inbox(w http.ResponseWriter, r *http.Request, p lease.Principal) error {
+	msgs, err := s.svc.Inbox(r.Context(), p.AgentID)
+	if err != nil {
+		return err
+	}
+	out := make([]messageJSON, 0, len(msgs))
+	for _, m := range msgs {
+		typ := m.Type
+		if typ == "" {
+			typ = lease.MessageTaskAvailable
+		}
+		out = append(out, messageJSON{MessageID: m.MessageID, Type: typ, TaskID: m.TaskID, Reason: m.Reason, At: stamp(m.At)})
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"messages": out})
+	return nil
+}
+
+// maxMessageIDLen bounds the opaque message id; longer ones name no message.
+const maxMessageIDLen = 512
+
+func (s *server) deleteMessage(w http.ResponseWriter, r *http.Request, p lease.Principal) error {
+	id := r.PathValue("message_id")
+	if id == "" || len(id) > maxMessageIDLen {
+		return lease.ErrMessageNotFound
+	}
+	if err := s.svc.DeleteMessage(r.Context(), p.AgentID, id); err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"message_id": id, "deleted": true})
+	return nil
+}
+
+func (s *server) claim(w http.ResponseWriter, r *http.Request, p lease.Principal) error {
+	var body struct {
+		Timeout *string `json:"timeout"`
+		Reason  string  `json:"reason"`
+		RunID   *string `json:"run_id"`
+		AgentID *string `json:"agent_id"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	if body.AgentID != nil && !p.Admin {
+		return errForbidden("only an admin may act for another agent (agent_id)")
+	}
+	timeout, err := duration("timeout", body.Timeout, lease.DefaultTimeout, lease.MinTimeout, lease.MaxTimeout)
+	if err != nil {
+		return err
+	}
+	runID, err := optionalID("run_id", body.RunID)
+	if err != nil {
+		return err
+	}
+	if err := text("reason", body.Reason, lease.MaxReasonLen, false); err != nil {
+		return err
+	}
+	agentID, agentName, err := s.actor(r.Context(), p, body.AgentID)
+	if err != nil {
+		return err
+	}
+	c, err := s.svc.Claim(r.Context(), lease.ClaimParams{AgentID: agentID, AgentName: agentName, RunID: runID, Timeout: timeout, Reason: body.Reason})
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, toCheckout(c, s.now()))
+	return nil
+}

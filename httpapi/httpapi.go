@@ -1,0 +1,363 @@
+// Package httpapi serves the checkout HTTP API (see api/openapi.yaml) on
+// net/http. The same handler runs in the local server, where it
+// authenticates bearer keys itself (Options.Auth), and behind API Gateway,
+// where the Lambda authorizer has already done so and the adapter puts the
+// principal in the request context (ContextWithPrincipal).
+//
+// Domain errors become status codes and the {"error","code"} body in one
+// function, errorResponse. Unknown paths are 404 not_found, known paths with
+// another method 405 method_not_allowed, both with that body.
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/checkout-dev/checkout/auth"
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// MaxBodyBytes is the largest request body accepted; larger ones are 413.
+const MaxBodyBytes = 64 << 10
+
+// RequestIDHeader carries the request id, echoed from the request when it is
+// a plausible id, generated otherwise.
+const RequestIDHeader = "X-Request-Id"
+
+// Options configure New.
+type Options struct {
+	// Auth authenticates the bearer key of every request but GET /healthz.
+	// When nil, the principal must already be in the request context (put
+	// there with ContextWithPrincipal); a request without one is 401.
+	Auth auth.Authenticator
+	// OnAgentRemoved is called after an agent is removed, so that a cache of
+	// its key can forget it at once.
+	OnAgentRemoved func(agentID string)
+	// AutoCreateTasks makes a checkout of an unknown task create it.
+	AutoCreateTasks bool
+	// Logger receives one structured line per request (nil: no logs).
+	Logger *slog.Logger
+	// Now is the clock used for remaining_seconds (nil: time.Now).
+	Now func() time.Time
+}
+
+// Route is one method and path pattern that the handler serves.
+type Route struct {
+	Method  string
+	Pattern string
+}
+
+type access int
+
+const (
+	agentOnly access = iota // any authenticated caller
+	adminOnly               // admins only
+	public                  // no authentication
+)
+
+type handlerFunc func(s *server, w http.ResponseWriter, r *http.Request, p lease.Principal) error
+
+type route struct {
+	Route
+	access  access
+	handler handlerFunc
+}
+
+var routes = []route{
+	{Route{"GET", "/healthz"}, public, (*server).healthz},
+	{Route{"POST", "/api/agents"}, adminOnly, (*server).registerAgent},
+	{Route{"GET", "/api/agents"}, adminOnly, (*server).listAgents},
+	{Route{"DELETE", "/api/agents/{agent_id}"}, adminOnly, (*server).removeAgent},
+	{Route{"POST", "/api/heartbeat"}, agentOnly, (*server).heartbeat},
+	{Route{"POST", "/api/tasks"}, agentOnly, (*server).createTask},
+	{Route{"GET", "/api/tasks"}, agentOnly, (*server).listTasks},
+	{Route{"GET", "/api/tasks/{task_id}"}, agentOnly, (*server).getTask},
+	{Route{"POST", "/api/tasks/{task_id}/checkout"}, agentOnly, (*server).checkout},
+	{Route{"GET", "/api/tasks/{task_id}/checkout"}, agentOnly, (*server).lockStatus},
+	{Route{"POST", "/api/tasks/{task_id}/renew"}, agentOnly, (*server).renew},
+	{Route{"POST", "/api/tasks/{task_id}/release"}, agentOnly, (*server).release},
+	{Route{"POST", "/api/tasks/{task_id}/complete"}, agentOnly, (*server).complete},
+	{Route{"GET", "/api/tasks/{task_id}/events"}, agentOnly, (*server).events},
+	{Route{"POST", "/api/tasks/{task_id}/watch"}, agentOnly, (*server).watch},
+	{Route{"GET", "/api/checkouts"}, agentOnly, (*server).listCheckouts},
+	{Route{"GET", "/api/inbox"}, agentOnly, (*server).inbox},
+	{Route{"DELETE", "/api/inbox/{message_id}"}, agentOnly, (*server).deleteMessage},
+	{Route{"POST", "/api/claim"}, agentOnly, (*server).claim},
+}
+
+// Routes lists every method and pattern served, in a stable order.
+func Routes() []Route {
+	out := make([]Route, len(routes))
+	for i, rt := range routes {
+		out[i] = rt.Route
+	}
+	return out
+}
+
+type server struct {
+	svc  Service
+	opts Options
+	log  *slog.Logger
+	now  func() time.Time
+	mux  *http.ServeMux
+}
+
+// New returns the handler of every route of the API.
+func New(svc Service, opts Options) http.Handler {
+	s := &server{svc: svc, opts: opts, log: opts.Logger, now: opts.Now, mux: http.NewServeMux()}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	methods := map[string][]string{}
+	for _, rt := range routes {
+		s.mux.Handle(rt.Method+" "+rt.Pattern, s.serveRoute(rt))
+		methods[rt.Pattern] = append(methods[rt.Pattern], rt.Method)
+	}
+	for pattern, ms := range methods {
+		// A pattern without a method matches only what the ones with a
+		// method did not: the same path with another method.
+		sort.Strings(ms)
+		allow := strings.Join(ms, ", ")
+		s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			s.fail(w, r, errorf(http.StatusMethodNotAllowed, codeMethodNotAllowed, "method %s is not allowed on %s; allowed: %s", r.Method, pattern, allow))
+		})
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, r, errNotFound)
+	})
+	return s
+}
+
+var errNotFound = errorf(http.StatusNotFound, codeNotFound, "no such path")
+
+type principalKey struct{}
+
+// ContextWithPrincipal returns ctx carrying the authenticated caller; the
+// handler uses it when Options.Auth is nil.
+func ContextWithPrincipal(ctx context.Context, p lease.Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+func principalFrom(ctx context.Context) (lease.Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(lease.Principal)
+	return p, ok && p.AgentID != ""
+}
+
+// reqState is what the log line of a request needs to learn from deeper
+// down.
+type reqState struct {
+	route   string
+	agentID string
+	err     error
+}
+
+type stateKey struct{}
+
+func stateFrom(ctx context.Context) *reqState {
+	if st, ok := ctx.Value(stateKey{}).(*reqState); ok {
+		return st
+	}
+	return &reqState{}
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// ServeHTTP assigns the request id, recovers from panics, refuses unclean
+// paths (which ServeMux would redirect) and logs one line per request.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	id := r.Header.Get(RequestIDHeader)
+	if !validRequestID(id) {
+		id = newRequestID()
+	}
+	w.Header().Set(RequestIDHeader, id)
+	st := &reqState{}
+	r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
+	sw := &statusWriter{ResponseWriter: w}
+
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			st.err = fmt.Errorf("panic: %v\n%s", v, debug.Stack())
+			if sw.status == 0 {
+				s.writeJSON(sw, http.StatusInternalServerError, internalBody)
+			}
+		}
+		s.logRequest(r, id, st, sw.status, time.Since(start))
+	}()
+
+	if !cleanPath(r.URL.Path) {
+		s.fail(sw, r, errNotFound)
+		return
+	}
+	s.mux.ServeHTTP(sw, r)
+}
+
+func (s *server) logRequest(r *http.Request, id string, st *reqState, status int, latency time.Duration) {
+	level := slog.LevelInfo
+	attrs := []slog.Attr{
+		slog.String("request_id", id),
+		slog.String("method", r.Method),
+		slog.String("route", st.route),
+		slog.String("path", r.URL.Path),
+		slog.Int("status", status),
+		slog.Float64("latency_ms", float64(latency.Microseconds())/1000),
+		slog.String("agent_id", st.agentID),
+	}
+	if st.err != nil {
+		level = slog.LevelError
+		attrs = append(attrs, slog.String("error", st.err.Error()))
+	}
+	s.log.LogAttrs(r.Context(), level, "request", attrs...)
+}
+
+// cleanPath reports whether p is a path ServeMux would serve as it is,
+// without redirecting to a cleaned form.
+func cleanPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
+}
+
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// serveRoute authenticates, checks the role, bounds the body and runs the
+// route's handler.
+func (s *server) serveRoute(rt route) http.Handler {
+	name := rt.Method + " " + rt.Pattern
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := stateFrom(r.Context())
+		st.route = name
+		var p lease.Principal
+		if rt.access != public {
+			var err error
+			p, err = s.authenticate(r)
+			if err != nil {
+				s.fail(w, r, err)
+				return
+			}
+			st.agentID = p.AgentID
+			if rt.access == adminOnly && !p.Admin {
+				s.fail(w, r, errForbidden("this route is for admins only"))
+				return
+			}
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		if err := rt.handler(s, w, r, p); err != nil {
+			s.fail(w, r, err)
+		}
+	})
+}
+
+func errForbidden(msg string) error { return errorf(http.StatusForbidden, codeForbidden, "%s", msg) }
+
+var errUnauthorized = &apiError{status: http.StatusUnauthorized, code: codeUnauthorized, message: errUnauthorizedBody.Error}
+
+func (s *server) authenticate(r *http.Request) (lease.Principal, error) {
+	if s.opts.Auth == nil {
+		p, ok := principalFrom(r.Context())
+		if !ok {
+			return lease.Principal{}, errUnauthorized
+		}
+		return p, nil
+	}
+	key, ok := auth.BearerKey(r.Header.Get("Authorization"))
+	if !ok {
+		return lease.Principal{}, errUnauthorized
+	}
+	p, err := s.opts.Auth.Authenticate(r.Context(), key)
+	if errors.Is(err, lease.ErrUnauthorized) {
+		return lease.Principal{}, errUnauthorized
+	}
+	if err != nil {
+		return lease.Principal{}, fmt.Errorf("authenticate: %w", err)
+	}
+	if p.AgentID == "" {
+		return lease.Principal{}, errUnauthorized
+	}
+	return p, nil
+}
+
+var internalBody = errorBody{Error: "the server failed to handle the request; it has been logged", Code: codeInternal}
+
+// fail answers with the error's status and body; unexpected errors are
+// logged with the request and answered with a generic 500.
+func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, body, internal := errorResponse(err, r.PathValue("task_id"), s.now())
+	if internal {
+		stateFrom(r.Context()).err = err
+		body = internalBody
+	}
+	s.writeJSON(w, status, body)
+}
+
+func (s *server) writeJSON(w http.ResponseWriter, status int, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		// Only our own types are encoded; this cannot happen.
+		status, data = http.StatusInternalServerError, []byte(`{"error":"the server failed to encode its answer","code":"internal"}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(data, '\n'))
+}

@@ -1,0 +1,31 @@
+package httpapi
+
+import (
+	"context"
+	"time"
+
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// Service is the part of the lease store that the handlers call.
+// *lease.Store satisfies it.
+type Service interface {
+	RegisterAgent(ctx context.Context, p lease.RegisterParams) (lease.Registration, error)
+	ListAgents(ctx context.Context) ([]lease.Agent, error)
+	RemoveAgent(ctx context.Context, agentID string) error
+	Heartbeat(ctx context.Context, agentID string, ttl time.Duration) (lease.Heartbeat, error)
+	CreateTask(ctx context.Context, p lease.CreateTaskParams) (lease.Task, error)
+	GetTask(ctx context.Context, taskID string) (lease.Task, error)
+	ListTasks(ctx context.Context, p lease.ListTasksParams) (lease.TaskPage, error)
+	Checkout(ctx context.Context, p lease.CheckoutParams) (lease.Checkout, error)
+	Renew(ctx context.Context, p lease.RenewParams) (lease.Checkout, error)
+	Release(ctx context.Context, p lease.ReleaseParams) (lease.Released, error)
+	Complete(ctx context.Context, p lease.CompleteParams) (lease.Task, error)
+	LockStatus(ctx context.Context, taskID string) (*lease.Checkout, error)
+	ListCheckouts(ctx context.Context, agentID string) ([]lease.Checkout, error)
+	Claim(ctx context.Context, p lease.ClaimParams) (lease.Checkout, error)
+	Watch(ctx context.Context, taskID, agentID string) error
+	Inbox(ctx context.Context, agentID string) ([]lease.Message, error)
+	DeleteMessage(ctx context.Context, agentID, messageID string) error
+	Events(ctx context.Context, taskID string) ([]lease.Event, error)
+}

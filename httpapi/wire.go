@@ -1,0 +1,167 @@
+package httpapi
+
+import (
+	"time"
+
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// The JSON shapes of API.md. Every field is always present; absent values
+// are null, never omitted, except held_seconds, which only events that end a
+// lease carry.
+
+const timeFormat = "2006-01-02T15:04:05.000Z"
+
+// stamp formats t as RFC 3339 UTC with milliseconds (truncated).
+func stamp(t time.Time) string { return t.UTC().Format(timeFormat) }
+
+func stampPtr(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := stamp(*t)
+	return &s
+}
+
+// seconds is d in whole seconds, rounded down and never negative.
+func seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(d / time.Second)
+}
+
+type checkoutJSON struct {
+	TaskID           string `json:"task_id"`
+	AgentID          string `json:"agent_id"`
+	AgentName        string `json:"agent_name"`
+	RunID            string `json:"run_id"`
+	Fence            int64  `json:"fence"`
+	LockedAt         string `json:"locked_at"`
+	TimeoutSeconds   int64  `json:"timeout_seconds"`
+	ExpiresAt        string `json:"expires_at"`
+	RemainingSeconds int64  `json:"remaining_seconds"`
+	Reason           string `json:"reason"`
+}
+
+func toCheckout(c lease.Checkout, now time.Time) checkoutJSON {
+	return checkoutJSON{
+		TaskID:           c.TaskID,
+		AgentID:          c.AgentID,
+		AgentName:        c.AgentName,
+		RunID:            c.RunID,
+		Fence:            c.Fence,
+		LockedAt:         stamp(c.LockedAt),
+		TimeoutSeconds:   seconds(c.Timeout),
+		ExpiresAt:        stamp(c.ExpiresAt),
+		RemainingSeconds: seconds(c.Remaining(now)),
+		Reason:           c.Reason,
+	}
+}
+
+func toCheckoutPtr(c *lease.Checkout, now time.Time) *checkoutJSON {
+	if c == nil {
+		return nil
+	}
+	j := toCheckout(*c, now)
+	return &j
+}
+
+func toCheckouts(cs []lease.Checkout, now time.Time) []checkoutJSON {
+	out := make([]checkoutJSON, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, toCheckout(c, now))
+	}
+	return out
+}
+
+type taskJSON struct {
+	TaskID          string        `json:"task_id"`
+	Title           string        `json:"title"`
+	Status          lease.Status  `json:"status"`
+	CreatedAt       string        `json:"created_at"`
+	StartedAt       *string       `json:"started_at"`
+	CompletedAt     *string       `json:"completed_at"`
+	DurationSeconds *int64        `json:"duration_seconds"`
+	Checkout        *checkoutJSON `json:"checkout"`
+}
+
+func toTask(t lease.Task, now time.Time) taskJSON {
+	j := taskJSON{
+		TaskID:      t.TaskID,
+		Title:       t.Title,
+		Status:      t.Status,
+		CreatedAt:   stamp(t.CreatedAt),
+		StartedAt:   stampPtr(t.StartedAt),
+		CompletedAt: stampPtr(t.CompletedAt),
+		Checkout:    toCheckoutPtr(t.Checkout, now),
+	}
+	if d, ok := t.Duration(); ok {
+		s := seconds(d)
+		j.DurationSeconds = &s
+	}
+	return j
+}
+
+type eventJSON struct {
+	Type        lease.EventType `json:"type"`
+	TaskID      string          `json:"task_id"`
+	AgentID     string          `json:"agent_id"`
+	RunID       string          `json:"run_id"`
+	Fence       int64           `json:"fence"`
+	At          string          `json:"at"`
+	HeldSeconds *int64          `json:"held_seconds,omitempty"`
+	By          string          `json:"by"`
+	Reason      string          `json:"reason"`
+}
+
+func toEvent(e lease.Event) eventJSON {
+	j := eventJSON{
+		Type:    e.Type,
+		TaskID:  e.TaskID,
+		AgentID: e.AgentID,
+		RunID:   e.RunID,
+		Fence:   e.Fence,
+		At:      stamp(e.At),
+		By:      e.By,
+		Reason:  e.Reason,
+	}
+	if e.Held != nil {
+		s := seconds(*e.Held)
+		j.HeldSeconds = &s
+	} else if e.Type.EndsLease() {
+		var zero int64
+		j.HeldSeconds = &zero
+	}
+	return j
+}
+
+type agentJSON struct {
+	AgentID         string  `json:"agent_id"`
+	Name            string  `json:"name"`
+	Admin           bool    `json:"admin"`
+	LastHeartbeatAt *string `json:"last_heartbeat_at"`
+	Alive           *bool   `json:"alive"`
+}
+
+type registrationJSON struct {
+	AgentID   string `json:"agent_id"`
+	Name      string `json:"name"`
+	Admin     bool   `json:"admin"`
+	CreatedAt string `json:"created_at"`
+	APIKey    string `json:"api_key"`
+}
+
+type messageJSON struct {
+	MessageID string `json:"message_id"`
+	Type      string `json:"type"`
+	TaskID    string `json:"task_id"`
+	Reason    string `json:"reason"`
+	At        string `json:"at"`
+}
+
+type releasedJSON struct {
+	TaskID      string `json:"task_id"`
+	ReleasedBy  string `json:"released_by"`
+	HeldSeconds int64  `json:"held_seconds"`
+}
