@@ -1,0 +1,120 @@
+// Package notify tells an orchestrator about ended leases and freed tasks by
+// putting events on an Amazon EventBridge bus.
+//
+// Every notice becomes one event with source "checkout", detail-type
+// "TaskAvailable" or "LeaseEnded" (the lease.Notice kind) and, as detail, the
+// lease event in the API's JSON shape:
+//
+//	{"type":"timeout","task_id":"task-d4e5","agent_id":"agent-a1b2","run_id":"run-7f3c",
+//	 "fence":12,"at":"2026-03-20T14:35:00.000Z","held_seconds":1800,"by":"system","reason":""}
+//
+// A rule on the bus can then start work the moment a task becomes free.
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// Source is the source of every event the service puts.
+const Source = "checkout"
+
+// EnvEventBus names the bus, in the functions' environment.
+const EnvEventBus = "CHECKOUT_EVENT_BUS"
+
+// PutEventsAPI is the one EventBridge call the notifier makes;
+// *eventbridge.Client satisfies it.
+type PutEventsAPI interface {
+	PutEvents(ctx context.Context, in *eventbridge.PutEventsInput, optFns ...func(*eventbridge.Options)) (*eventbridge.PutEventsOutput, error)
+}
+
+// EventBridge is a lease.Notifier that puts each notice on a bus.
+type EventBridge struct {
+	client PutEventsAPI
+	bus    string
+}
+
+var _ lease.Notifier = (*EventBridge)(nil)
+
+// NewEventBridge returns a notifier that puts events on the named bus ("" is
+// the account's default bus).
+func NewEventBridge(client PutEventsAPI, bus string) *EventBridge {
+	return &EventBridge{client: client, bus: bus}
+}
+
+// Notify puts one event for n. An entry that EventBridge refuses is an
+// error, as is a failed call.
+func (e *EventBridge) Notify(ctx context.Context, n lease.Notice) error {
+	detail, err := json.Marshal(Detail(n.Event))
+	if err != nil {
+		return fmt.Errorf("notify %s: %w", n.Kind, err)
+	}
+	entry := types.PutEventsRequestEntry{
+		Source:     aws.String(Source),
+		DetailType: aws.String(n.Kind),
+		Detail:     aws.String(string(detail)),
+		Resources:  []string{},
+	}
+	if e.bus != "" {
+		entry.EventBusName = aws.String(e.bus)
+	}
+	if !n.Event.At.IsZero() {
+		entry.Time = aws.Time(n.Event.At)
+	}
+	out, err := e.client.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []types.PutEventsRequestEntry{entry}})
+	if err != nil {
+		return fmt.Errorf("notify %s for task %s: %w", n.Kind, n.Event.TaskID, err)
+	}
+	if out != nil && out.FailedEntryCount > 0 {
+		msg := "entry refused"
+		if len(out.Entries) > 0 && out.Entries[0].ErrorCode != nil {
+			msg = aws.ToString(out.Entries[0].ErrorCode) + ": " + aws.ToString(out.Entries[0].ErrorMessage)
+		}
+		return fmt.Errorf("notify %s for task %s: %w", n.Kind, n.Event.TaskID, errors.New(msg))
+	}
+	return nil
+}
+
+// EventDetail is the detail of an event: a lease event as the API shows it.
+type EventDetail struct {
+	Type        lease.EventType `json:"type"`
+	TaskID      string          `json:"task_id"`
+	AgentID     string          `json:"agent_id"`
+	RunID       string          `json:"run_id"`
+	Fence       int64           `json:"fence"`
+	At          string          `json:"at"`
+	HeldSeconds *int64          `json:"held_seconds,omitempty"`
+	By          string          `json:"by"`
+	Reason      string          `json:"reason"`
+}
+
+// Detail converts a lease event to its detail.
+func Detail(ev lease.Event) EventDetail {
+	d := EventDetail{
+		Type:    ev.Type,
+		TaskID:  ev.TaskID,
+		AgentID: ev.AgentID,
+		RunID:   ev.RunID,
+		Fence:   ev.Fence,
+		At:      ev.At.UTC().Format("2006-01-02T15:04:05.000Z"),
+		By:      ev.By,
+		Reason:  ev.Reason,
+	}
+	if ev.Held != nil || ev.Type.EndsLease() {
+		var s int64
+		if ev.Held != nil && *ev.Held > 0 {
+			s = int64(*ev.Held / time.Second)
+		}
+		d.HeldSeconds = &s
+	}
+	return d
+}
