@@ -1,0 +1,39 @@
+package httpapi
+
+import (
+	"sort"
+	"testing"
+
+	"github.com/checkout-dev/checkout/httpapi/openapitest"
+)
+
+// Every route served is in the document, and every operation of the
+// document is served.
+func TestOpenAPICoversRoutes(t *testing.T) {
+	openapitest.Validator(t)
+	ops, err := openapitest.Operations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inDoc := map[string]bool{}
+	for _, op := range ops {
+		inDoc[op] = true
+	}
+	served := map[string]bool{}
+	for _, r := range Routes() {
+		key := r.Method + " " + r.Pattern
+		served[key] = true
+		if !inDoc[key] {
+			t.Errorf("%s is served but not in api/openapi.yaml", key)
+		}
+	}
+	sort.Strings(ops)
+	for _, op := range ops {
+		if !served[op] {
+			t.Errorf("%s is in api/openapi.yaml but not served", op)
+		}
+	}
+	if len(served) != len(Routes()) {
+		t.Errorf("Routes() has duplicates")
+	}
+}
