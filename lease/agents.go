@@ -1,0 +1,348 @@
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// heartbeatRetention is how long a heartbeat item outlives its expiry before
+// TTL may delete it. An agent silent for longer is treated as one that never
+// sent a heartbeat: its leases then end by time alone (24h at most).
+const heartbeatRetention = 7 * 24 * time.Hour
+
+// NewAPIKey returns a fresh random API key.
+func NewAPIKey() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return "ck_" + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// HashKey is the stored form of an API key. Keys carry 256 random bits, so a
+// plain SHA-256 is enough: there is nothing to brute-force.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+func keyItemID(hash string) string { return "#key#" + hash }
+
+// RegisterAgent creates an agent and returns its API key, which is stored
+// only as a hash.
+func (s *Store) RegisterAgent(ctx context.Context, p RegisterParams) (Registration, error) {
+	if p.AgentID == "" {
+		p.AgentID = newID("agent-")
+	}
+	if err := checkID("agent_id", p.AgentID); err != nil {
+		return Registration{}, err
+	}
+	if p.Name == "" {
+		return Registration{}, invalid("invalid_request", "name is required")
+	}
+	if err := checkText("name", p.Name, MaxNameLen); err != nil {
+		return Registration{}, err
+	}
+	key := NewAPIKey()
+	a := agentItem{AgentID: p.AgentID, Kind: "agent", Name: p.Name, Admin: p.Admin, KeyHash: HashKey(key), CreatedAt: ms(s.clock())}
+	item, err := attributevalue.MarshalMap(a)
+	if err != nil {
+		return Registration{}, err
+	}
+	cond := expression.AttributeNotExists(expression.Name("agent_id"))
+	expr, _ := expression.NewBuilder().WithCondition(cond).Build()
+	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: &s.agents, Item: item,
+		ConditionExpression:      expr.Condition(),
+		ExpressionAttributeNames: expr.Names(),
+	})
+	if _, failed := conditionFailed(err); failed {
+		return Registration{}, ErrAgentExists
+	}
+	if err != nil {
+		return Registration{}, fmt.Errorf("register agent %s: %w", p.AgentID, err)
+	}
+	if err := s.putKey(ctx, a); err != nil {
+		return Registration{}, err
+	}
+	return Registration{Agent: a.agent(), APIKey: key}, nil
+}
+
+func (a agentItem) agent() Agent {
+	return Agent{AgentID: a.AgentID, Name: a.Name, Admin: a.Admin, CreatedAt: fromMS(a.CreatedAt)}
+}
+
+func (s *Store) putKey(ctx context.Context, a agentItem) error {
+	k := keyItem{ID: keyItemID(a.KeyHash), Owner: a.AgentID, Name: a.Name, Admin: a.Admin, KeyHash: a.KeyHash}
+	item, err := attributevalue.MarshalMap(k)
+	if err != nil {
+		return err
+	}
+	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.agents, Item: item}); err != nil {
+		return fmt.Errorf("store key of %s: %w", a.AgentID, err)
+	}
+	return nil
+}
+
+// EnsureAgent makes agentID exist with exactly this API key, replacing any
+// key it had. It is idempotent: the local server runs it at every start for
+// the admin key, and mint-admin runs it to create the first admin in AWS.
+func (s *Store) EnsureAgent(ctx context.Context, agentID, name string, admin bool, apiKey string) error {
+	if err := checkID("agent_id", agentID); err != nil {
+		return err
+	}
+	if len(apiKey) < 16 {
+		return invalid("invalid_request", "api key must be at least 16 characters")
+	}
+	a := agentItem{AgentID: agentID, Kind: "agent", Name: name, Admin: admin, KeyHash: HashKey(apiKey), CreatedAt: ms(s.clock())}
+	item, err := attributevalue.MarshalMap(a)
+	if err != nil {
+		return err
+	}
+	out, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.agents, Item: item, ReturnValues: types.ReturnValueAllOld})
+	if err != nil {
+		return fmt.Errorf("ensure agent %s: %w", agentID, err)
+	}
+	if err := s.putKey(ctx, a); err != nil {
+		return err
+	}
+	var old agentItem
+	if len(out.Attributes) > 0 && attributevalue.UnmarshalMap(out.Attributes, &old) == nil && old.KeyHash != "" && old.KeyHash != a.KeyHash {
+		if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.agents, Key: agentKey(keyItemID(old.KeyHash))}); err != nil {
+			return fmt.Errorf("drop old key of %s: %w", agentID, err)
+		}
+	}
+	return nil
+}
+
+// Authenticate returns the agent that owns apiKey with one GetItem. Callers
+// cache the answer (the API Gateway authorizer cache, or auth.Cache locally).
+func (s *Store) Authenticate(ctx context.Context, apiKey string) (Principal, error) {
+	if apiKey == "" || len(apiKey) > 512 {
+		return Principal{}, ErrUnauthorized
+	}
+	hash := HashKey(apiKey)
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: &s.agents, Key: agentKey(keyItemID(hash)), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return Principal{}, fmt.Errorf("authenticate: %w", err)
+	}
+	var k keyItem
+	if len(out.Item) == 0 || attributevalue.UnmarshalMap(out.Item, &k) != nil ||
+		subtle.ConstantTimeCompare([]byte(k.KeyHash), []byte(hash)) != 1 {
+		return Principal{}, ErrUnauthorized
+	}
+	return Principal{AgentID: k.Owner, Name: k.Name, Admin: k.Admin}, nil
+}
+
+// ListAgents returns every agent with its liveness.
+func (s *Store) ListAgents(ctx context.Context) ([]Agent, error) {
+	var items []agentItem
+	keyCond := expression.Key("kind").Equal(expression.Value("agent"))
+	expr, _ := expression.NewBuilder().WithKeyCondition(keyCond).Build()
+	p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
+		TableName: &s.agents, IndexName: aws.String(schema.AgentsAll),
+		KeyConditionExpression:    expr.KeyCondition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list agents: %w", err)
+		}
+		var batch []agentItem
+		if err := attributevalue.UnmarshalListOfMaps(page.Items, &batch); err != nil {
+			return nil, err
+		}
+		items = append(items, batch...)
+	}
+	ids := make([]string, len(items))
+	for i, a := range items {
+		ids[i] = a.AgentID
+	}
+	hbs, err := s.heartbeatsOf(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	now := s.clock()
+	out := make([]Agent, len(items))
+	for i, a := range items {
+		out[i] = a.agent()
+		if hb := hbs[a.AgentID]; hb != nil {
+			last := fromMS(hb.LastAt)
+			alive := hb.ExpiresAt > ms(now)
+			out[i].LastHeartbeatAt, out[i].Alive = &last, &alive
+		}
+	}
+	return out, nil
+}
+
+// RemoveAgent deletes an agent and its key, and ends every lease it holds
+// (agent_death, reason "agent removed").
+func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
+	if err := checkID("agent_id", agentID); err != nil {
+		return err
+	}
+	cond := expression.AttributeExists(expression.Name("agent_id"))
+	expr, _ := expression.NewBuilder().WithCondition(cond).Build()
+	out, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: &s.agents, Key: agentKey(agentID),
+		ConditionExpression:      expr.Condition(),
+		ExpressionAttributeNames: expr.Names(),
+		ReturnValues:             types.ReturnValueAllOld,
+	})
+	if _, failed := conditionFailed(err); failed {
+		return ErrAgentNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("remove agent %s: %w", agentID, err)
+	}
+	var old agentItem
+	if err := attributevalue.UnmarshalMap(out.Attributes, &old); err == nil && old.KeyHash != "" {
+		if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.agents, Key: agentKey(keyItemID(old.KeyHash))}); err != nil {
+			return fmt.Errorf("remove key of %s: %w", agentID, err)
+		}
+	}
+	if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.heartbeats, Key: agentKey(agentID)}); err != nil {
+		return fmt.Errorf("remove heartbeat of %s: %w", agentID, err)
+	}
+	_, _, err = s.endLeasesOf(ctx, agentID, s.clock(), "agent removed", 0)
+	return err
+}
+
+// Heartbeat records that agentID is alive until now+ttl. The first heartbeat
+// makes the agent watched. One UpdateItem; two when the agent comes back from
+// the dead, which moves alive_since so that the leases it held stay ended.
+func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration) (Heartbeat, error) {
+	if ttl == 0 {
+		ttl = DefaultHeartbeatTTL
+	}
+	if ttl < MinHeartbeatTTL || ttl > MaxHeartbeatTTL {
+		return Heartbeat{}, invalid("invalid_timeout", "ttl must be between 1s and 1h")
+	}
+	if err := checkID("agent_id", agentID); err != nil {
+		return Heartbeat{}, err
+	}
+	now := s.clock()
+	exp := now.Add(ttl)
+	set := func(aliveSince expression.OperandBuilder) expression.UpdateBuilder {
+		return expression.Set(expression.Name("expires_at"), expression.Value(ms(exp))).
+			Set(expression.Name("last_at"), expression.Value(ms(now))).
+			Set(expression.Name("alive_since"), aliveSince).
+			Set(expression.Name("hb_shard"), expression.Value(shardOf(agentID))).
+			Set(expression.Name("hb_expires"), expression.Value(ms(exp))).
+			Set(expression.Name("ttl"), expression.Value(exp.Add(heartbeatRetention).Unix()))
+	}
+	// Still alive (or first heartbeat): keep alive_since.
+	cond := expression.AttributeNotExists(expression.Name("agent_id")).
+		Or(expression.Name("expires_at").GreaterThan(expression.Value(ms(now))))
+	expr, _ := expression.NewBuilder().
+		WithCondition(cond).
+		WithUpdate(set(expression.IfNotExists(expression.Name("alive_since"), expression.Value(0)))).
+		Build()
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.heartbeats, Key: agentKey(agentID),
+		ConditionExpression:       expr.Condition(),
+		UpdateExpression:          expr.Update(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	if _, failed := conditionFailed(err); failed {
+		// Back from the dead: leases taken before now stay ended.
+		expr, _ = expression.NewBuilder().WithUpdate(set(expression.Value(ms(now)))).Build()
+		_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: &s.heartbeats, Key: agentKey(agentID),
+			UpdateExpression:          expr.Update(),
+			ExpressionAttributeNames:  expr.Names(),
+			ExpressionAttributeValues: expr.Values(),
+		})
+	}
+	if err != nil {
+		return Heartbeat{}, fmt.Errorf("heartbeat %s: %w", agentID, err)
+	}
+	return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
+}
+
+// heartbeat reads one agent's heartbeat; nil when it never sent one.
+func (s *Store) heartbeat(ctx context.Context, agentID string) (*heartbeatItem, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: &s.heartbeats, Key: agentKey(agentID), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read heartbeat of %s: %w", agentID, err)
+	}
+	if len(out.Item) == 0 {
+		return nil, nil
+	}
+	var hb heartbeatItem
+	if err := attributevalue.UnmarshalMap(out.Item, &hb); err != nil {
+		return nil, err
+	}
+	return &hb, nil
+}
+
+// heartbeatsOf reads many agents' heartbeats with BatchGetItem.
+func (s *Store) heartbeatsOf(ctx context.Context, agentIDs []string) (map[string]*heartbeatItem, error) {
+	out := make(map[string]*heartbeatItem)
+	seen := make(map[string]bool)
+	var keys []map[string]types.AttributeValue
+	for _, id := range agentIDs {
+		if !seen[id] {
+			seen[id] = true
+			keys = append(keys, agentKey(id))
+		}
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 100)
+		req := map[string]types.KeysAndAttributes{s.heartbeats: {Keys: keys[:n], ConsistentRead: aws.Bool(true)}}
+		keys = keys[n:]
+		for attempt := 0; len(req) > 0; attempt++ {
+			if attempt > 0 {
+				if err := backoff(ctx, attempt); err != nil {
+					return nil, err
+				}
+			}
+			res, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, fmt.Errorf("read heartbeats: %w", err)
+			}
+			for _, item := range res.Responses[s.heartbeats] {
+				var hb heartbeatItem
+				if err := attributevalue.UnmarshalMap(item, &hb); err != nil {
+					return nil, err
+				}
+				out[hb.AgentID] = &hb
+			}
+			req = res.UnprocessedKeys
+		}
+	}
+	return out, nil
+}
+
+// backoff waits before retrying unprocessed batch items.
+func backoff(ctx context.Context, attempt int) error {
+	d := time.Duration(1<<min(attempt, 6)) * 10 * time.Millisecond
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+

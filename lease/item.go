@@ -1,0 +1,168 @@
+package lease
+
+import (
+	"time"
+)
+
+// taskItem is a task as stored. The lease lives on the task item itself, so
+// that one conditional write decides every transition. Times are Unix
+// milliseconds.
+type taskItem struct {
+	TaskID      string `dynamodbav:"task_id"`
+	Title       string `dynamodbav:"title,omitempty"`
+	Status      Status `dynamodbav:"status"`
+	CreatedAt   int64  `dynamodbav:"created_at"`
+	CreatedKey  string `dynamodbav:"created_key"`
+	StartedAt   int64  `dynamodbav:"started_at,omitempty"`
+	CompletedAt int64  `dynamodbav:"completed_at,omitempty"`
+	// Fence is the fence of the latest grant. It only ever grows, and the
+	// task item is never deleted, so it survives every lease.
+	Fence int64 `dynamodbav:"fence"`
+	// ESeq is the number of audit events recorded for the task.
+	ESeq int64 `dynamodbav:"eseq"`
+
+	// The lease, present only while the task is held (or held by a lease
+	// that has expired and not been swept yet).
+	Holder       string `dynamodbav:"holder,omitempty"`
+	HolderName   string `dynamodbav:"holder_name,omitempty"`
+	RunID        string `dynamodbav:"run_id,omitempty"`
+	LockedAt     int64  `dynamodbav:"locked_at,omitempty"`
+	LeaseExpires int64  `dynamodbav:"lease_expires,omitempty"`
+	TimeoutMS    int64  `dynamodbav:"timeout_ms,omitempty"`
+	Reason       string `dynamodbav:"reason,omitempty"`
+	LeaseShard   string `dynamodbav:"lease_shard,omitempty"`
+
+	Watchers []string `dynamodbav:"watchers,stringset,omitempty"`
+}
+
+// hasLease reports whether a lease record is present, live or not.
+func (t *taskItem) hasLease() bool { return t.Holder != "" }
+
+// leaseTimeValid reports whether the lease record has not expired at now.
+func (t *taskItem) leaseTimeValid(now time.Time) bool {
+	return t.hasLease() && t.LeaseExpires > ms(now)
+}
+
+func (t *taskItem) checkout() Checkout {
+	return Checkout{
+		TaskID:    t.TaskID,
+		AgentID:   t.Holder,
+		AgentName: t.HolderName,
+		RunID:     t.RunID,
+		Fence:     t.Fence,
+		LockedAt:  fromMS(t.LockedAt),
+		Timeout:   time.Duration(t.TimeoutMS) * time.Millisecond,
+		ExpiresAt: fromMS(t.LeaseExpires),
+		Reason:    t.Reason,
+	}
+}
+
+// task converts the item to the domain view. live says whether its lease is
+// live (the caller has judged expiry and the holder's heartbeat). A task
+// whose lease has ended but not yet been swept is shown as it will be once
+// swept: todo and free.
+func (t *taskItem) task(live bool) Task {
+	out := Task{
+		TaskID:    t.TaskID,
+		Title:     t.Title,
+		Status:    t.Status,
+		CreatedAt: fromMS(t.CreatedAt),
+	}
+	if t.StartedAt != 0 {
+		v := fromMS(t.StartedAt)
+		out.StartedAt = &v
+	}
+	if t.CompletedAt != 0 {
+		v := fromMS(t.CompletedAt)
+		out.CompletedAt = &v
+	}
+	if t.hasLease() {
+		if live {
+			c := t.checkout()
+			out.Checkout = &c
+		} else if t.Status == StatusInProgress {
+			out.Status = StatusTodo
+		}
+	}
+	return out
+}
+
+// heartbeatItem is an agent's latest heartbeat.
+type heartbeatItem struct {
+	AgentID   string `dynamodbav:"agent_id"`
+	ExpiresAt int64  `dynamodbav:"expires_at"`
+	LastAt    int64  `dynamodbav:"last_at"`
+	// AliveSince is when the agent last came back from the dead (0 if it
+	// never died). A lease taken before it ended when the agent died.
+	AliveSince int64 `dynamodbav:"alive_since"`
+}
+
+// holderAlive reports whether the holder of a lease locked at lockedAt is
+// alive by its heartbeat. hb is nil for an agent that never sent one: it is
+// not watched and counts as alive.
+func holderAlive(hb *heartbeatItem, lockedAt int64, now time.Time) bool {
+	if hb == nil {
+		return true
+	}
+	return hb.ExpiresAt > ms(now) && lockedAt >= hb.AliveSince
+}
+
+// agentItem is a registered agent. Its API key is stored as a separate key
+// item (see keyItem) so that authentication is one GetItem by key hash.
+type agentItem struct {
+	AgentID   string `dynamodbav:"agent_id"`
+	Kind      string `dynamodbav:"kind"` // "agent": puts it in the all_agents index
+	Name      string `dynamodbav:"name"`
+	Admin     bool   `dynamodbav:"admin"`
+	KeyHash   string `dynamodbav:"key_hash"`
+	CreatedAt int64  `dynamodbav:"created_at"`
+}
+
+// keyItem maps an API key's hash to its agent. It lives in the agents table
+// under a partition key that no agent id can take ("#key#" + hash: '#' is not
+// allowed in ids) and has no "kind", so it stays out of the agent listing.
+type keyItem struct {
+	ID      string `dynamodbav:"agent_id"`
+	Owner   string `dynamodbav:"owner"`
+	Name    string `dynamodbav:"name"`
+	Admin   bool   `dynamodbav:"admin"`
+	KeyHash string `dynamodbav:"key_hash"`
+}
+
+// eventItem is one audit event in the events table.
+type eventItem struct {
+	TaskID  string    `dynamodbav:"task_id"`
+	Seq     int64     `dynamodbav:"seq"`
+	Type    EventType `dynamodbav:"type"`
+	AgentID string    `dynamodbav:"agent_id,omitempty"`
+	RunID   string    `dynamodbav:"run_id,omitempty"`
+	Fence   int64     `dynamodbav:"fence"`
+	At      int64     `dynamodbav:"at"`
+	HeldMS  *int64    `dynamodbav:"held_ms,omitempty"`
+	By      string    `dynamodbav:"by,omitempty"`
+	Reason  string    `dynamodbav:"reason,omitempty"`
+	TTL     int64     `dynamodbav:"ttl,omitempty"`
+}
+
+func (e eventItem) event() Event {
+	ev := Event{
+		Seq: e.Seq, Type: e.Type, TaskID: e.TaskID, AgentID: e.AgentID, RunID: e.RunID,
+		Fence: e.Fence, At: fromMS(e.At), By: e.By, Reason: e.Reason,
+	}
+	if e.HeldMS != nil {
+		d := time.Duration(*e.HeldMS) * time.Millisecond
+		ev.Held = &d
+	}
+	return ev
+}
+
+// messageItem is an inbox message.
+type messageItem struct {
+	AgentID   string `dynamodbav:"agent_id"`
+	MessageID string `dynamodbav:"message_id"`
+	Type      string `dynamodbav:"type"`
+	TaskID    string `dynamodbav:"task_id"`
+	Reason    string `dynamodbav:"reason"`
+	At        int64  `dynamodbav:"at"`
+	TTL       int64  `dynamodbav:"ttl"`
+}

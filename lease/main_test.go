@@ -1,0 +1,195 @@
+package lease_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/localstack"
+)
+
+var endpoint string
+
+func TestMain(m *testing.M) {
+	ep, stop := localstack.MustEndpoint()
+	endpoint = ep
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+// clock is a test clock that only moves when told to.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock {
+	return &clock{t: time.Date(2026, 3, 20, 14, 35, 0, 0, time.UTC)}
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// counter counts DynamoDB requests by operation name, through an SDK
+// middleware, so a test can hold an operation to its request budget.
+type counter struct {
+	mu  sync.Mutex
+	ops map[string]int
+}
+
+func (c *counter) middleware(stack *middleware.Stack) error {
+	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("countRequests",
+		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			c.mu.Lock()
+			c.ops[middleware.GetOperationName(ctx)]++
+			c.mu.Unlock()
+			return next.HandleInitialize(ctx, in)
+		}), middleware.After)
+}
+
+// take returns the counts since the last take and resets them.
+func (c *counter) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.ops
+	c.ops = map[string]int{}
+	return out
+}
+
+func total(ops map[string]int) int {
+	n := 0
+	for _, v := range ops {
+		n += v
+	}
+	return n
+}
+
+// recorder is a Notifier that keeps every notice.
+type recorder struct {
+	mu      sync.Mutex
+	notices []lease.Notice
+}
+
+func (r *recorder) Notify(_ context.Context, n lease.Notice) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.notices = append(r.notices, n)
+	return nil
+}
+
+func (r *recorder) count(kind, taskID string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, x := range r.notices {
+		if x.Kind == kind && x.Event.TaskID == taskID {
+			n++
+		}
+	}
+	return n
+}
+
+type env struct {
+	store    *lease.Store
+	clock    *clock
+	count    *counter
+	notes    *recorder
+	db       *dynamodb.Client
+	names    schema.Names
+}
+
+var prefixSeq atomic.Int64
+
+// newEnv gives a test its own tables on the shared DynamoDB-compatible
+// server, a test clock, a request counter and a notice recorder. Every test
+// also checks, when it ends, that no request was a Scan.
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	e := &env{clock: newClock(), count: &counter{ops: map[string]int{}}, notes: &recorder{}}
+	e.names = schema.Names{Prefix: "t" + time.Now().Format("150405") + "-" + strconv.FormatInt(prefixSeq.Add(1), 10) + "-"}
+	e.db = lease.NewLocalClient(endpoint, func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, e.count.middleware)
+	})
+	ctx := context.Background()
+	if err := lease.EnsureTables(ctx, e.db, e.names); err != nil {
+		t.Fatalf("ensure tables: %v", err)
+	}
+	e.count.take()
+	e.store = lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	t.Cleanup(func() {
+		e.count.mu.Lock()
+		defer e.count.mu.Unlock()
+		if n := e.count.ops["Scan"]; n > 0 {
+			t.Errorf("%d Scan requests: no operation may scan", n)
+		}
+	})
+	return e
+}
+
+func ctx(t testing.TB) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func must[T any](t testing.TB) func(T, error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		return v
+	}
+}
+
+func (e *env) task(t testing.TB, id string) {
+	t.Helper()
+	if _, err := e.store.CreateTask(ctx(t), lease.CreateTaskParams{TaskID: id, Title: "title of " + id}); err != nil {
+		t.Fatalf("create %s: %v", id, err)
+	}
+}
+
+func (e *env) checkout(t testing.TB, taskID, agentID string, timeout time.Duration) lease.Checkout {
+	t.Helper()
+	c, err := e.store.Checkout(ctx(t), lease.CheckoutParams{TaskID: taskID, AgentID: agentID, AgentName: "name-" + agentID, Timeout: timeout})
+	if err != nil {
+		t.Fatalf("checkout %s by %s: %v", taskID, agentID, err)
+	}
+	return c
+}
+
+func (e *env) events(t testing.TB, taskID string) []lease.Event {
+	t.Helper()
+	evs, err := e.store.Events(ctx(t), taskID)
+	if err != nil {
+		t.Fatalf("events %s: %v", taskID, err)
+	}
+	return evs
+}
+
+func types(evs []lease.Event) []lease.EventType {
+	out := make([]lease.EventType, len(evs))
+	for i, e := range evs {
+		out[i] = e.Type
+	}
+	return out
+}

@@ -1,0 +1,198 @@
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// DB lists the DynamoDB calls the store makes. *dynamodb.Client satisfies it.
+// There is deliberately no Scan.
+type DB interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+	Query(ctx context.Context, in *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
+	BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error)
+}
+
+var _ DB = (*dynamodb.Client)(nil)
+
+// Config wires a Store.
+type Config struct {
+	DB     DB
+	Tables schema.Names
+	// Now is the clock. Every lease decision compares expiry times with it.
+	Now func() time.Time
+	// Notifier hears about ended leases and freed tasks. Default: logs.
+	Notifier Notifier
+	Logger   *slog.Logger
+	// EventRetention sets the TTL of audit events and inbox messages
+	// (default 30 days for events, 7 days for messages).
+	EventRetention time.Duration
+}
+
+// Store is the lease engine on DynamoDB. It is safe for concurrent use.
+type Store struct {
+	db        DB
+	now       func() time.Time
+	notifier  Notifier
+	log       *slog.Logger
+	retention time.Duration
+
+	tasks, agents, heartbeats, events, inbox string
+
+	// fallbackReads counts reads made because the server did not return the
+	// item with a failed condition (ReturnValuesOnConditionCheckFailure is
+	// ignored by some emulators). DynamoDB itself never needs them.
+	fallbackReads atomic.Int64
+}
+
+// New returns a Store.
+func New(cfg Config) *Store {
+	s := &Store{
+		db:         cfg.DB,
+		now:        cfg.Now,
+		notifier:   cfg.Notifier,
+		log:        cfg.Logger,
+		retention:  cfg.EventRetention,
+		tasks:      cfg.Tables.Table(schema.TasksTable),
+		agents:     cfg.Tables.Table(schema.AgentsTable),
+		heartbeats: cfg.Tables.Table(schema.HeartbeatsTable),
+		events:     cfg.Tables.Table(schema.EventsTable),
+		inbox:      cfg.Tables.Table(schema.InboxTable),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.notifier == nil {
+		s.notifier = LogNotifier(s.log)
+	}
+	if s.retention <= 0 {
+		s.retention = 30 * 24 * time.Hour
+	}
+	return s
+}
+
+// FallbackReads reports how many reads were made only because the server
+// ignored ReturnValuesOnConditionCheckFailure.
+func (s *Store) FallbackReads() int64 { return s.fallbackReads.Load() }
+
+// clock returns the current time truncated to milliseconds, the precision
+// items store.
+func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Millisecond) }
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+// ValidID reports whether id is a valid task or agent id.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+func checkID(kind, id string) error {
+	if !ValidID(id) {
+		return invalid("invalid_id", "%s must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", kind)
+	}
+	return nil
+}
+
+func checkTimeout(d time.Duration) error {
+	if d < MinTimeout || d > MaxTimeout {
+		return invalid("invalid_timeout", "timeout must be between 1s and 24h")
+	}
+	return nil
+}
+
+func checkText(field, v string, max int) error {
+	if len(v) > max {
+		return invalid("invalid_request", "%s is longer than %d bytes", field, max)
+	}
+	return nil
+}
+
+// newID returns prefix + 16 random hex digits.
+func newID(prefix string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+func shardOf(id string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return strconv.Itoa(int(h.Sum32() % schema.Shards))
+}
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+// conditionFailed is the one place that recognises a failed condition. It
+// returns the item as it was when the condition failed, when the server sent
+// it (ReturnValuesOnConditionCheckFailure: ALL_OLD).
+func conditionFailed(err error) (item map[string]types.AttributeValue, ok bool) {
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return ccf.Item, true
+	}
+	return nil, false
+}
+
+// currentTask returns the task item after a failed condition: the one the
+// server returned, or else a strongly consistent read. nil means no task.
+func (s *Store) currentTask(ctx context.Context, returned map[string]types.AttributeValue, taskID string) (*taskItem, error) {
+	if len(returned) == 0 {
+		s.fallbackReads.Add(1)
+		return s.getTask(ctx, taskID)
+	}
+	var it taskItem
+	if err := attributevalue.UnmarshalMap(returned, &it); err != nil {
+		return nil, fmt.Errorf("decode task %s: %w", taskID, err)
+	}
+	return &it, nil
+}
+
+func (s *Store) getTask(ctx context.Context, taskID string) (*taskItem, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      &s.tasks,
+		Key:            taskKey(taskID),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get task %s: %w", taskID, err)
+	}
+	if len(out.Item) == 0 {
+		return nil, nil
+	}
+	var it taskItem
+	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
+		return nil, fmt.Errorf("decode task %s: %w", taskID, err)
+	}
+	return &it, nil
+}
+
+func taskKey(id string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: id}}
+}
+
+func agentKey(id string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"agent_id": &types.AttributeValueMemberS{Value: id}}
+}

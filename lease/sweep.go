@@ -1,0 +1,146 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// Sweep ends the leases that have expired and the leases whose holder is dead
+// by heartbeat, and that nobody has taken over yet. Each lease is ended by a
+// conditional write on its exact holder and fence, so however many sweeps
+// run at once, each lease ends once, with one event, and each watcher gets
+// one message. Both passes Query sparse indexes; nothing is scanned.
+func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
+	var res SweepResult
+	now := s.clock()
+	for shard := range schema.Shards {
+		keyCond := expression.Key("lease_shard").Equal(expression.Value(strconv.Itoa(shard))).
+			And(expression.Key("lease_expires").LessThanEqual(expression.Value(ms(now))))
+		items, err := s.queryTasks(ctx, schema.TasksByLeaseExpiry, keyCond)
+		if err != nil {
+			return res, err
+		}
+		for i := range items {
+			it := &items[i]
+			cond := nameHolder.Equal(expression.Value(it.Holder)).
+				And(nameFence.Equal(expression.Value(it.Fence)),
+					nameExpires.LessThanEqual(expression.Value(ms(now))))
+			n, err := s.sweepEnd(ctx, it, cond, EventTimeout, "lease expired", now)
+			if err != nil {
+				return res, err
+			}
+			if n >= 0 {
+				res.Timeouts++
+				res.Notified += n
+			}
+		}
+	}
+	for shard := range schema.Shards {
+		keyCond := expression.Key("hb_shard").Equal(expression.Value(strconv.Itoa(shard))).
+			And(expression.Key("hb_expires").LessThanEqual(expression.Value(ms(now))))
+		expr, _ := expression.NewBuilder().WithKeyCondition(keyCond).Build()
+		p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
+			TableName: &s.heartbeats, IndexName: aws.String(schema.HeartbeatsByExpiry),
+			KeyConditionExpression:    expr.KeyCondition(),
+			ExpressionAttributeNames:  expr.Names(),
+			ExpressionAttributeValues: expr.Values(),
+		})
+		for p.HasMorePages() {
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				return res, fmt.Errorf("sweep heartbeats: %w", err)
+			}
+			var dead []heartbeatItem
+			if err := attributevalue.UnmarshalListOfMaps(page.Items, &dead); err != nil {
+				return res, err
+			}
+			for _, hb := range dead {
+				ended, notified, err := s.endLeasesOf(ctx, hb.AgentID, now, "holder's heartbeat expired", hb.ExpiresAt)
+				if err != nil {
+					return res, err
+				}
+				res.AgentDeaths += ended
+				res.Notified += notified
+				if err := s.forgetDead(ctx, hb); err != nil {
+					return res, err
+				}
+			}
+		}
+	}
+	return res, nil
+}
+
+// sweepEnd ends one lease found by the sweep and frees its task. It returns
+// the number of watchers told, or -1 when another writer got there first.
+func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond expression.ConditionBuilder, typ EventType, reason string, now time.Time) (int, error) {
+	upd := clearLease(expression.Set(nameStatus, expression.Value(string(StatusTodo))).
+		Set(nameESeq, nameESeq.Plus(expression.Value(1)))).
+		Remove(expression.Name("watchers"))
+	old, applied, err := s.update(ctx, it.TaskID, cond, upd, types.ReturnValueAllOld)
+	if err != nil || !applied {
+		return -1, err
+	}
+	ev := endingEvent(old, now, typ, BySystem, reason)
+	ev.Seq = old.ESeq + 1
+	s.freed(ctx, ev, old.Watchers)
+	return len(old.Watchers), nil
+}
+
+// endLeasesOf ends every lease agentID holds that was taken at or before
+// diedAt (0: every lease, for a removed agent), recording agent_death. A lease
+// the agent took after coming back to life is left alone by the condition on
+// locked_at.
+func (s *Store) endLeasesOf(ctx context.Context, agentID string, now time.Time, reason string, diedAt int64) (ended, notified int, err error) {
+	items, err := s.queryTasks(ctx, schema.TasksByHolder, expression.Key("holder").Equal(expression.Value(agentID)))
+	if err != nil {
+		return 0, 0, err
+	}
+	for i := range items {
+		it := &items[i]
+		cond := nameHolder.Equal(expression.Value(agentID)).And(nameFence.Equal(expression.Value(it.Fence)))
+		if diedAt > 0 {
+			cond = cond.And(expression.Name("locked_at").LessThanEqual(expression.Value(ms(now))))
+		}
+		n, err := s.sweepEnd(ctx, it, cond, EventAgentDeath, reason, now)
+		if err != nil {
+			return ended, notified, err
+		}
+		if n >= 0 {
+			ended++
+			notified += n
+		}
+	}
+	return ended, notified, nil
+}
+
+// forgetDead takes a dead agent out of the sweep's index once its leases are
+// ended, unless it has sent a heartbeat since (which puts it back in).
+func (s *Store) forgetDead(ctx context.Context, hb heartbeatItem) error {
+	cond := expression.Name("expires_at").Equal(expression.Value(hb.ExpiresAt))
+	upd := expression.Remove(expression.Name("hb_shard")).Remove(expression.Name("hb_expires"))
+	expr, _ := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.heartbeats, Key: agentKey(hb.AgentID),
+		ConditionExpression:       expr.Condition(),
+		UpdateExpression:          expr.Update(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	if _, failed := conditionFailed(err); failed {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sweep heartbeat of %s: %w", hb.AgentID, err)
+	}
+	return nil
+}

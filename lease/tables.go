@@ -1,0 +1,121 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// NewLocalClient returns a DynamoDB client for a local DynamoDB-compatible
+// endpoint (dynalite, LocalStack, DynamoDB Local), with dummy credentials.
+func NewLocalClient(endpoint string, optFns ...func(*dynamodb.Options)) *dynamodb.Client {
+	cfg := aws.Config{
+		Region:      "us-east-1",
+		Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""),
+	}
+	return dynamodb.NewFromConfig(cfg, append([]func(*dynamodb.Options){func(o *dynamodb.Options) {
+		o.BaseEndpoint = aws.String(endpoint)
+	}}, optFns...)...)
+}
+
+// TableAdmin lists the calls EnsureTables makes.
+type TableAdmin interface {
+	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
+	CreateTable(ctx context.Context, in *dynamodb.CreateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
+	UpdateTimeToLive(ctx context.Context, in *dynamodb.UpdateTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error)
+}
+
+// EnsureTables creates every table of schema.Tables that does not exist yet,
+// waits until each is active, and turns on TTL where the server supports it
+// (dynalite does not; TTL only collects garbage, so nothing depends on it).
+// It is idempotent. In AWS the CDK app creates the tables instead.
+func EnsureTables(ctx context.Context, db TableAdmin, names schema.Names) error {
+	for _, t := range schema.Tables() {
+		name := names.Table(t.Name)
+		_, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &name})
+		var notFound *types.ResourceNotFoundException
+		switch {
+		case err == nil:
+			continue
+		case !errors.As(err, &notFound):
+			return fmt.Errorf("describe %s: %w", name, err)
+		}
+		if _, err := db.CreateTable(ctx, CreateTableInput(t, name)); err != nil {
+			var inUse *types.ResourceInUseException
+			if !errors.As(err, &inUse) {
+				return fmt.Errorf("create %s: %w", name, err)
+			}
+		}
+		if err := waitActive(ctx, db, name); err != nil {
+			return err
+		}
+		if t.TTLAttribute != "" {
+			_, _ = db.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+				TableName: &name,
+				TimeToLiveSpecification: &types.TimeToLiveSpecification{
+					AttributeName: aws.String(t.TTLAttribute), Enabled: aws.Bool(true),
+				},
+			})
+		}
+	}
+	return nil
+}
+
+func waitActive(ctx context.Context, db TableAdmin, name string) error {
+	for attempt := 1; ; attempt++ {
+		out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &name})
+		if err == nil && out.Table.TableStatus == types.TableStatusActive {
+			active := true
+			for _, g := range out.Table.GlobalSecondaryIndexes {
+				active = active && g.IndexStatus == types.IndexStatusActive
+			}
+			if active {
+				return nil
+			}
+		}
+		if attempt > 100 {
+			return fmt.Errorf("table %s did not become active", name)
+		}
+		if err := backoff(ctx, min(attempt, 3)); err != nil {
+			return err
+		}
+	}
+}
+
+// CreateTableInput is the CreateTable request for one table of the schema,
+// on-demand.
+func CreateTableInput(t schema.Table, name string) *dynamodb.CreateTableInput {
+	attrs := map[string]types.ScalarAttributeType{}
+	keySchema := func(pk schema.Key, sk *schema.Key) []types.KeySchemaElement {
+		attrs[pk.Name] = types.ScalarAttributeType(pk.Type)
+		ks := []types.KeySchemaElement{{AttributeName: aws.String(pk.Name), KeyType: types.KeyTypeHash}}
+		if sk != nil {
+			attrs[sk.Name] = types.ScalarAttributeType(sk.Type)
+			ks = append(ks, types.KeySchemaElement{AttributeName: aws.String(sk.Name), KeyType: types.KeyTypeRange})
+		}
+		return ks
+	}
+	in := &dynamodb.CreateTableInput{
+		TableName:   &name,
+		BillingMode: types.BillingModePayPerRequest,
+		KeySchema:   keySchema(t.PartitionKey, t.SortKey),
+	}
+	for _, ix := range t.Indexes {
+		in.GlobalSecondaryIndexes = append(in.GlobalSecondaryIndexes, types.GlobalSecondaryIndex{
+			IndexName:  aws.String(ix.Name),
+			KeySchema:  keySchema(ix.PartitionKey, ix.SortKey),
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
+		})
+	}
+	for n, typ := range attrs {
+		in.AttributeDefinitions = append(in.AttributeDefinitions, types.AttributeDefinition{AttributeName: aws.String(n), AttributeType: typ})
+	}
+	return in
+}

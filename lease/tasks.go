@@ -1,0 +1,313 @@
+package lease
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// CreateTask creates a task in status todo.
+func (s *Store) CreateTask(ctx context.Context, p CreateTaskParams) (Task, error) {
+	if p.TaskID == "" {
+		p.TaskID = newID("task-")
+	}
+	if err := checkID("task_id", p.TaskID); err != nil {
+		return Task{}, err
+	}
+	if err := checkText("title", p.Title, MaxTitleLen); err != nil {
+		return Task{}, err
+	}
+	now := s.clock()
+	it := taskItem{
+		TaskID: p.TaskID, Title: p.Title, Status: StatusTodo,
+		CreatedAt: ms(now), CreatedKey: fmt.Sprintf("%013d#%s", ms(now), p.TaskID),
+	}
+	item, err := attributevalue.MarshalMap(it)
+	if err != nil {
+		return Task{}, err
+	}
+	expr, _ := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("task_id"))).Build()
+	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: &s.tasks, Item: item,
+		ConditionExpression:      expr.Condition(),
+		ExpressionAttributeNames: expr.Names(),
+	})
+	if _, failed := conditionFailed(err); failed {
+		return Task{}, ErrTaskExists
+	}
+	if err != nil {
+		return Task{}, fmt.Errorf("create task %s: %w", p.TaskID, err)
+	}
+	return it.task(false), nil
+}
+
+// GetTask returns a task with its live lease, if any.
+func (s *Store) GetTask(ctx context.Context, taskID string) (Task, error) {
+	it, live, err := s.readTask(ctx, taskID)
+	if err != nil {
+		return Task{}, err
+	}
+	return it.task(live), nil
+}
+
+// LockStatus returns the task's live lease, or nil when it is free.
+func (s *Store) LockStatus(ctx context.Context, taskID string) (*Checkout, error) {
+	it, live, err := s.readTask(ctx, taskID)
+	if err != nil {
+		return nil, err
+	}
+	if !live {
+		return nil, nil
+	}
+	c := it.checkout()
+	return &c, nil
+}
+
+// readTask reads a task and judges its lease: live when it has not expired
+// and its holder is alive by heartbeat. Two GetItems at most.
+func (s *Store) readTask(ctx context.Context, taskID string) (*taskItem, bool, error) {
+	if err := checkID("task_id", taskID); err != nil {
+		return nil, false, err
+	}
+	it, err := s.getTask(ctx, taskID)
+	if err != nil {
+		return nil, false, err
+	}
+	if it == nil {
+		return nil, false, ErrTaskNotFound
+	}
+	live, err := s.leaseLive(ctx, it, s.clock())
+	return it, live, err
+}
+
+// leaseLive judges a lease record: unexpired at now and its holder alive.
+func (s *Store) leaseLive(ctx context.Context, it *taskItem, now time.Time) (bool, error) {
+	if !it.leaseTimeValid(now) {
+		return false, nil
+	}
+	hb, err := s.heartbeat(ctx, it.Holder)
+	if err != nil {
+		return false, err
+	}
+	return holderAlive(hb, it.LockedAt, now), nil
+}
+
+// liveLeases filters items to those whose lease is live, reading every
+// holder's heartbeat in one batch.
+func (s *Store) liveLeases(ctx context.Context, items []taskItem, now time.Time) (map[string]bool, error) {
+	var holders []string
+	for _, it := range items {
+		if it.leaseTimeValid(now) {
+			holders = append(holders, it.Holder)
+		}
+	}
+	hbs, err := s.heartbeatsOf(ctx, holders)
+	if err != nil {
+		return nil, err
+	}
+	live := make(map[string]bool)
+	for _, it := range items {
+		if it.leaseTimeValid(now) && holderAlive(hbs[it.Holder], it.LockedAt, now) {
+			live[it.TaskID] = true
+		}
+	}
+	return live, nil
+}
+
+// cursor is the decoded form of TaskPage.NextCursor.
+type cursor struct {
+	Status int               `json:"s"`
+	Key    map[string]string `json:"k,omitempty"`
+}
+
+func encodeCursor(c cursor) string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string) (cursor, error) {
+	var c cursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(s) > 2048 || json.Unmarshal(b, &c) != nil || c.Status < 0 || c.Status >= len(Statuses) {
+		return cursor{}, invalid("invalid_request", "cursor is not one this server issued")
+	}
+	for k := range c.Key {
+		if k != "task_id" && k != "status" && k != "created_key" {
+			return cursor{}, invalid("invalid_request", "cursor is not one this server issued")
+		}
+	}
+	return c, nil
+}
+
+// ListTasks lists tasks by status in creation order, a page at a time. With
+// no status it walks todo, in_progress, done and cancelled in turn. Listings
+// come from an index and so reflect the sweep: a task whose lease expired is
+// listed as in_progress until the sweep moves it back to todo, but it is
+// never shown with a live checkout.
+func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, error) {
+	if p.Limit == 0 {
+		p.Limit = DefaultListLimit
+	}
+	if p.Limit < 1 || p.Limit > MaxListLimit {
+		return TaskPage{}, invalid("invalid_request", "limit must be between 1 and %d", MaxListLimit)
+	}
+	statuses := Statuses
+	if p.Status != "" {
+		if !p.Status.Valid() {
+			return TaskPage{}, invalid("invalid_request", "status must be one of todo, in_progress, done, cancelled")
+		}
+		statuses = []Status{p.Status}
+	}
+	c := cursor{}
+	if p.Cursor != "" {
+		var err error
+		if c, err = decodeCursor(p.Cursor); err != nil {
+			return TaskPage{}, err
+		}
+		if c.Status >= len(statuses) {
+			return TaskPage{}, invalid("invalid_request", "cursor is not one this server issued")
+		}
+	}
+	var items []taskItem
+	next := ""
+	for i := c.Status; i < len(statuses) && len(items) < p.Limit; i++ {
+		keyCond := expression.Key("status").Equal(expression.Value(string(statuses[i])))
+		expr, _ := expression.NewBuilder().WithKeyCondition(keyCond).Build()
+		in := &dynamodb.QueryInput{
+			TableName: &s.tasks, IndexName: aws.String(schema.TasksByStatus),
+			KeyConditionExpression:    expr.KeyCondition(),
+			ExpressionAttributeNames:  expr.Names(),
+			ExpressionAttributeValues: expr.Values(),
+			Limit:                     aws.Int32(int32(p.Limit - len(items))),
+		}
+		if i == c.Status && len(c.Key) > 0 {
+			in.ExclusiveStartKey = stringKey(c.Key)
+		}
+		out, err := s.db.Query(ctx, in)
+		if err != nil {
+			return TaskPage{}, fmt.Errorf("list tasks: %w", err)
+		}
+		var batch []taskItem
+		if err := attributevalue.UnmarshalListOfMaps(out.Items, &batch); err != nil {
+			return TaskPage{}, err
+		}
+		items = append(items, batch...)
+		switch {
+		case len(out.LastEvaluatedKey) > 0:
+			next = encodeCursor(cursor{Status: i, Key: plainKey(out.LastEvaluatedKey)})
+			i = len(statuses) // stop: resume inside this status
+		case len(items) >= p.Limit && i+1 < len(statuses):
+			next = encodeCursor(cursor{Status: i + 1})
+		}
+	}
+	live, err := s.liveLeases(ctx, items, s.clock())
+	if err != nil {
+		return TaskPage{}, err
+	}
+	page := TaskPage{Tasks: make([]Task, 0, len(items)), NextCursor: next}
+	for _, it := range items {
+		page.Tasks = append(page.Tasks, it.task(live[it.TaskID]))
+	}
+	return page, nil
+}
+
+func stringKey(m map[string]string) map[string]types.AttributeValue {
+	out := make(map[string]types.AttributeValue, len(m))
+	for k, v := range m {
+		out[k] = &types.AttributeValueMemberS{Value: v}
+	}
+	return out
+}
+
+func plainKey(m map[string]types.AttributeValue) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		if s, ok := v.(*types.AttributeValueMemberS); ok {
+			out[k] = s.Value
+		}
+	}
+	return out
+}
+
+// ListCheckouts returns every live lease, or one agent's, oldest first.
+func (s *Store) ListCheckouts(ctx context.Context, agentID string) ([]Checkout, error) {
+	now := s.clock()
+	var items []taskItem
+	if agentID != "" {
+		if err := checkID("agent_id", agentID); err != nil {
+			return nil, err
+		}
+		keyCond := expression.Key("holder").Equal(expression.Value(agentID)).
+			And(expression.Key("lease_expires").GreaterThan(expression.Value(ms(now))))
+		var err error
+		if items, err = s.queryTasks(ctx, schema.TasksByHolder, keyCond); err != nil {
+			return nil, err
+		}
+	} else {
+		for shard := range schema.Shards {
+			keyCond := expression.Key("lease_shard").Equal(expression.Value(strconv.Itoa(shard))).
+				And(expression.Key("lease_expires").GreaterThan(expression.Value(ms(now))))
+			batch, err := s.queryTasks(ctx, schema.TasksByLeaseExpiry, keyCond)
+			if err != nil {
+				return nil, err
+			}
+			items = append(items, batch...)
+		}
+	}
+	live, err := s.liveLeases(ctx, items, now)
+	if err != nil {
+		return nil, err
+	}
+	out := []Checkout{}
+	for _, it := range items {
+		if live[it.TaskID] {
+			out = append(out, it.checkout())
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].LockedAt.Equal(out[j].LockedAt) {
+			return out[i].LockedAt.Before(out[j].LockedAt)
+		}
+		return out[i].TaskID < out[j].TaskID
+	})
+	return out, nil
+}
+
+// queryTasks runs a Query on a tasks index and returns every page.
+func (s *Store) queryTasks(ctx context.Context, index string, keyCond expression.KeyConditionBuilder) ([]taskItem, error) {
+	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
+	if err != nil {
+		return nil, err
+	}
+	p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
+		TableName: &s.tasks, IndexName: aws.String(index),
+		KeyConditionExpression:    expr.KeyCondition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	var items []taskItem
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("query %s: %w", index, err)
+		}
+		var batch []taskItem
+		if err := attributevalue.UnmarshalListOfMaps(page.Items, &batch); err != nil {
+			return nil, err
+		}
+		items = append(items, batch...)
+	}
+	return items, nil
+}
