@@ -1,0 +1,41 @@
+# `make help` lists the targets: every target with a `## ` comment shows up.
+# Targets that need DynamoDB run their command through $(DYNAMO), which
+# starts one local dynalite unless DYNAMODB_ENDPOINT is already set, and
+# always stops it again.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+GO            ?= go
+GO_PACKAGES   ?= ./...
+GO_TEST_FLAGS ?= -race -count=1
+DYNAMO        := scripts/with-dynamodb.sh
+LOCALSTACK    := localstack
+# npm writes this file at the end of every install: it is the install stamp.
+NODE_DEPS     := $(LOCALSTACK)/node_modules/.package-lock.json
+
+.PHONY: help deps test lint clean
+
+help: ## List the targets
+	@awk 'BEGIN { FS = ":.*## " } /^[A-Za-z0-9_.-]+:.*## / { printf "  %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+deps: $(NODE_DEPS) ## Install what tests need: dynalite (npm ci) and Go modules
+	$(GO) mod download
+
+$(NODE_DEPS): $(LOCALSTACK)/package.json $(LOCALSTACK)/package-lock.json
+	cd $(LOCALSTACK) && npm ci --no-audit --no-fund
+	@touch $@
+
+test: deps ## Vet, then run all tests with the race detector against one local DynamoDB
+	$(GO) vet $(GO_PACKAGES)
+	$(DYNAMO) $(GO) test $(GO_TEST_FLAGS) $(GO_PACKAGES)
+
+lint: ## Check gofmt and go vet (and staticcheck when it is installed)
+	@unformatted=$$(find . \( -name node_modules -o -name cdk.out -o -name .git \) -prune -o -name '*.go' -print | xargs gofmt -l); \
+	if [ -n "$$unformatted" ]; then echo "gofmt -w needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet $(GO_PACKAGES)
+	@if command -v staticcheck >/dev/null; then staticcheck $(GO_PACKAGES); else echo "staticcheck not installed: skipped"; fi
+
+clean: ## Remove build output and installed node modules (local data in .dynalite/ is kept)
+	rm -rf bin $(LOCALSTACK)/node_modules

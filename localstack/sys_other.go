@@ -1,0 +1,20 @@
+//go:build !unix
+
+package localstack
+
+import (
+	"context"
+	"os/exec"
+	"syscall"
+)
+
+func sysProcAttr() *syscall.SysProcAttr { return nil }
+
+func terminate(cmd *exec.Cmd, _ bool) {
+	if cmd.Process != nil {
+		_ = cmd.Process.Kill()
+	}
+}
+
+// lockDir does not serialise installs outside Unix.
+func lockDir(context.Context, string) (func(), error) { return func() {}, nil }
