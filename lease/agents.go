@@ -345,4 +345,3 @@ func backoff(ctx context.Context, attempt int) error {
 		return nil
 	}
 }
-

@@ -109,12 +109,12 @@ func (r *recorder) count(kind, taskID string) int {
 }
 
 type env struct {
-	store    *lease.Store
-	clock    *clock
-	count    *counter
-	notes    *recorder
-	db       *dynamodb.Client
-	names    schema.Names
+	store *lease.Store
+	clock *clock
+	count *counter
+	notes *recorder
+	db    *dynamodb.Client
+	names schema.Names
 }
 
 var prefixSeq atomic.Int64
@@ -186,7 +186,7 @@ func (e *env) events(t testing.TB, taskID string) []lease.Event {
 	return evs
 }
 
-func types(evs []lease.Event) []lease.EventType {
+func kinds(evs []lease.Event) []lease.EventType {
 	out := make([]lease.EventType, len(evs))
 	for i, e := range evs {
 		out[i] = e.Type

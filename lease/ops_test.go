@@ -328,7 +328,7 @@ func TestHolderOperations(t *testing.T) {
 		t.Fatalf("force release %+v", rel)
 	}
 	evs := e.events(t, "t")
-	if got := types(evs); !slices.Equal(got, []lease.EventType{"checkout", "renew", "renew", "force_release"}) {
+	if got := kinds(evs); !slices.Equal(got, []lease.EventType{"checkout", "renew", "renew", "force_release"}) {
 		t.Fatalf("events %v", got)
 	}
 	last := evs[len(evs)-1]
