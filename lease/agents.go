@@ -345,3 +345,19 @@ func backoff(ctx context.Context, attempt int) error {
 		return nil
 	}
 }
+
+// GetAgent returns one agent, without its liveness. One GetItem.
+func (s *Store) GetAgent(ctx context.Context, agentID string) (Agent, error) {
+	if err := checkID("agent_id", agentID); err != nil {
+		return Agent{}, err
+	}
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.agents, Key: agentKey(agentID)})
+	if err != nil {
+		return Agent{}, fmt.Errorf("get agent %s: %w", agentID, err)
+	}
+	var a agentItem
+	if len(out.Item) == 0 || attributevalue.UnmarshalMap(out.Item, &a) != nil || a.Kind != "agent" {
+		return Agent{}, ErrAgentNotFound
+	}
+	return a.agent(), nil
+}

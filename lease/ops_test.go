@@ -77,12 +77,18 @@ func TestAgents(t *testing.T) {
 		}
 	}
 
+	if a := must[lease.Agent](t)(e.store.GetAgent(c, "agent-a1b2")); a.Name != "researcher" || a.Admin {
+		t.Fatalf("get agent %+v", a)
+	}
 	// Revocation: the key stops working, the agent is gone.
 	if err := e.store.RemoveAgent(c, "agent-a1b2"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.store.Authenticate(c, reg.APIKey); !errors.Is(err, lease.ErrUnauthorized) {
 		t.Fatalf("revoked key authenticates: %v", err)
+	}
+	if _, err := e.store.GetAgent(c, "agent-a1b2"); !errors.Is(err, lease.ErrAgentNotFound) {
+		t.Fatalf("get removed agent: %v", err)
 	}
 	if err := e.store.RemoveAgent(c, "agent-a1b2"); !errors.Is(err, lease.ErrAgentNotFound) {
 		t.Fatalf("remove twice: %v", err)
