@@ -1,0 +1,238 @@
+// Package localserver runs the whole checkout service as one process: the
+// HTTP API of every Lambda function, authentication as middleware with an
+// in-process key cache, and the sweep on a ticker, all against a
+// DynamoDB-compatible endpoint (dynalite by default).
+//
+// cmd/checkout-server is its command; tests of the CLI, the client and the
+// MCP server start it in-process:
+//
+//	srv, err := localserver.Start(ctx, localserver.Config{Addr: "127.0.0.1:0", DynamoEndpoint: endpoint})
+//	...
+//	defer srv.Close()
+//	resp, err := http.Get(srv.URL() + "/healthz")
+package localserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/checkout-dev/checkout/auth"
+	"github.com/checkout-dev/checkout/httpapi"
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/localstack"
+)
+
+// Defaults.
+const (
+	DefaultAddr          = "127.0.0.1:3100"
+	DefaultSweepInterval = 15 * time.Second
+	// AuthCacheTTL is how long a key that worked is trusted without a
+	// look-up. Removing an agent clears its entries at once.
+	AuthCacheTTL = 30 * time.Second
+	// AdminID is the agent id of the admin that exists from the start.
+	AdminID = "admin"
+	// shutdownTimeout bounds how long Close waits for requests in flight.
+	shutdownTimeout = 10 * time.Second
+)
+
+// Config configures Start. The zero value serves on DefaultAddr against a
+// fresh in-memory dynalite (or DYNAMODB_ENDPOINT).
+type Config struct {
+	// Addr is the listen address; "127.0.0.1:0" or ":0" picks a free port
+	// (see URL). Default DefaultAddr.
+	Addr string
+	// DynamoEndpoint is the DynamoDB-compatible endpoint. Empty: the
+	// server asks localstack.Endpoint for one (DYNAMODB_ENDPOINT, or an
+	// in-memory dynalite that Close stops).
+	DynamoEndpoint string
+	// TablePrefix is prepended to table names (default "checkout-").
+	TablePrefix string
+	// AdminKey is the admin agent's API key. Empty: one is generated and
+	// logged once at start-up (see AdminKey).
+	AdminKey string
+	// SweepInterval is how often the sweep runs (default 15s; negative
+	// disables the ticker, leaving Sweep to the caller).
+	SweepInterval time.Duration
+	// AutoCreateTasks makes a checkout of an unknown task create it.
+	AutoCreateTasks bool
+	// Logger receives request and sweep logs (nil: discarded).
+	Logger *slog.Logger
+	// Now is the clock of every lease decision and of the key cache (nil:
+	// time.Now). Tests move it instead of sleeping.
+	Now func() time.Time
+}
+
+// Server is a running local server.
+type Server struct {
+	url      string
+	adminKey string
+	store    *lease.Store
+	log      *slog.Logger
+	http     *http.Server
+	served   chan struct{}
+
+	stopSweep  context.CancelFunc
+	sweepDone  chan struct{}
+	stopDynamo func()
+	closeOnce  sync.Once
+	closeErr   error
+}
+
+// Start creates the tables if missing, makes sure the admin agent has the
+// admin key, and serves the API until Close.
+func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = DefaultSweepInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Server{log: cfg.Logger, stopDynamo: func() {}}
+	defer func() {
+		if err != nil {
+			s.stopDynamo()
+		}
+	}()
+
+	if cfg.DynamoEndpoint == "" {
+		endpoint, stop, err := localstack.Endpoint(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("localserver: dynamodb: %w", err)
+		}
+		cfg.DynamoEndpoint, s.stopDynamo = endpoint, stop
+	}
+	client := lease.NewLocalClient(cfg.DynamoEndpoint)
+	names := schema.Names{Prefix: cfg.TablePrefix}
+	if err := lease.EnsureTables(ctx, client, names); err != nil {
+		return nil, fmt.Errorf("localserver: create tables at %s: %w", cfg.DynamoEndpoint, err)
+	}
+	s.store = lease.New(lease.Config{DB: client, Tables: names, Now: cfg.Now, Logger: cfg.Logger})
+
+	s.adminKey = cfg.AdminKey
+	generated := s.adminKey == ""
+	if generated {
+		s.adminKey = lease.NewAPIKey()
+	}
+	if err := s.store.EnsureAgent(ctx, AdminID, AdminID, true, s.adminKey); err != nil {
+		return nil, fmt.Errorf("localserver: admin agent: %w", err)
+	}
+
+	cache := auth.NewCache(s.store, AuthCacheTTL, cfg.Now)
+	handler := httpapi.New(s.store, httpapi.Options{
+		Auth:            cache,
+		OnAgentRemoved:  cache.Forget,
+		AutoCreateTasks: cfg.AutoCreateTasks,
+		Logger:          cfg.Logger,
+		Now:             cfg.Now,
+	})
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("localserver: %w", err)
+	}
+	s.url = "http://" + hostPort(ln.Addr().(*net.TCPAddr))
+	s.http = &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	s.served = make(chan struct{})
+	go func() {
+		defer close(s.served)
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("serve", "error", err)
+		}
+	}()
+
+	sweepCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopSweep, s.sweepDone = cancel, make(chan struct{})
+	go s.sweepLoop(sweepCtx, cfg.SweepInterval)
+
+	attrs := []any{"url", s.url, "dynamodb", cfg.DynamoEndpoint, "table_prefix", names.Table(""),
+		"sweep_interval", cfg.SweepInterval.String(), "auto_create_tasks", cfg.AutoCreateTasks}
+	if generated {
+		// Printed once: it is not stored anywhere in plaintext.
+		attrs = append(attrs, "admin_key", s.adminKey, "admin_key_generated", true)
+	}
+	s.log.Info("checkout server listening", attrs...)
+	return s, nil
+}
+
+func hostPort(a *net.TCPAddr) string {
+	ip := a.IP
+	if ip == nil || ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return net.JoinHostPort(ip.String(), fmt.Sprint(a.Port))
+}
+
+// URL is the server's base URL, "http://127.0.0.1:N".
+func (s *Server) URL() string { return s.url }
+
+// AdminKey is the admin agent's API key.
+func (s *Server) AdminKey() string { return s.adminKey }
+
+// Store is the lease store the server serves.
+func (s *Server) Store() *lease.Store { return s.store }
+
+// Sweep runs one sweep now, as the ticker does.
+func (s *Server) Sweep(ctx context.Context) (lease.SweepResult, error) {
+	res, err := s.store.Sweep(ctx)
+	if err != nil {
+		s.log.ErrorContext(ctx, "sweep", "error", err)
+		return res, err
+	}
+	if res != (lease.SweepResult{}) {
+		s.log.InfoContext(ctx, "sweep", "timeouts", res.Timeouts, "agent_deaths", res.AgentDeaths, "notified", res.Notified)
+	}
+	return res, nil
+}
+
+func (s *Server) sweepLoop(ctx context.Context, every time.Duration) {
+	defer close(s.sweepDone)
+	if every < 0 {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_, _ = s.Sweep(ctx)
+		}
+	}
+}
+
+// Close stops accepting requests, waits (up to 10 s) for those in flight,
+// stops the sweep and, if Start started it, the local DynamoDB.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		s.closeErr = s.http.Shutdown(ctx)
+		<-s.served
+		s.stopSweep()
+		<-s.sweepDone
+		s.stopDynamo()
+		s.log.Info("checkout server stopped")
+	})
+	return s.closeErr
+}

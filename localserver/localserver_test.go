@@ -1,0 +1,216 @@
+package localserver
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/localstack"
+)
+
+var endpoint string
+
+func TestMain(m *testing.M) {
+	var stop func()
+	endpoint, stop = localstack.MustEndpoint()
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+func prefix() string { return "t" + strings.ToLower(rand.Text()[:10]) + "-" }
+
+// syncBuffer is a log destination safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func call(t *testing.T, method, url, key, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%s %s: %d %q: %v", method, url, resp.StatusCode, b, err)
+	}
+	return resp.StatusCode, m
+}
+
+func TestGeneratedAdminKeyIsLoggedOnceAndWorks(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	ctx := context.Background()
+	srv, err := Start(ctx, Config{
+		Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: prefix(),
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	key := srv.AdminKey()
+	if !strings.HasPrefix(key, "ck_") {
+		t.Fatalf("admin key %q", key)
+	}
+	if n := strings.Count(logs.String(), key); n != 1 {
+		t.Fatalf("generated key appears %d times in the logs:\n%s", n, logs.String())
+	}
+	if !strings.HasPrefix(srv.URL(), "http://127.0.0.1:") || strings.HasSuffix(srv.URL(), ":0") {
+		t.Fatalf("url %q", srv.URL())
+	}
+
+	if st, body := call(t, "GET", srv.URL()+"/healthz", "", ""); st != 200 || body["ok"] != true {
+		t.Fatalf("healthz %d %v", st, body)
+	}
+	st, body := call(t, "POST", srv.URL()+"/api/agents", key, `{"name":"worker"}`)
+	if st != 201 {
+		t.Fatalf("register %d %v", st, body)
+	}
+	agentKey := body["api_key"].(string)
+	if st, body := call(t, "POST", srv.URL()+"/api/agents", agentKey, `{"name":"x"}`); st != 403 || body["code"] != "forbidden" {
+		t.Fatalf("non-admin register %d %v", st, body)
+	}
+	// The request log carries the route, status and agent.
+	if !strings.Contains(logs.String(), `"route":"POST /api/agents"`) || !strings.Contains(logs.String(), `"status":201`) {
+		t.Fatalf("no request log line:\n%s", logs.String())
+	}
+
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.Get(srv.URL() + "/healthz"); err == nil {
+		t.Fatal("server still answers after Close")
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// A restart with another CHECKOUT_ADMIN_KEY on the same tables replaces the
+// admin's key: the old one stops working.
+func TestAdminKeyFromConfigReplacesTheOldOne(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := prefix()
+	first, err := Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: p, AdminKey: "ck_first-admin-key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := call(t, "GET", first.URL()+"/api/agents", "ck_first-admin-key", ""); st != 200 {
+		t.Fatalf("configured key: %d", st)
+	}
+	first.Close()
+
+	second, err := Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: p, AdminKey: "ck_second-admin-key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if second.AdminKey() != "ck_second-admin-key" {
+		t.Fatalf("AdminKey %q", second.AdminKey())
+	}
+	if st, _ := call(t, "GET", second.URL()+"/api/agents", "ck_second-admin-key", ""); st != 200 {
+		t.Fatalf("new key: %d", st)
+	}
+	if st, body := call(t, "GET", second.URL()+"/api/agents", "ck_first-admin-key", ""); st != 401 || body["code"] != "unauthorized" {
+		t.Fatalf("old key: %d %v", st, body)
+	}
+}
+
+// The ticker sweeps on its own: an expired lease ends without anyone
+// calling Sweep.
+func TestTickerSweeps(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	srv, err := Start(ctx, Config{
+		Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: prefix(),
+		SweepInterval: 20 * time.Millisecond, Now: clock,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	key := srv.AdminKey()
+	if st, b := call(t, "POST", srv.URL()+"/api/tasks", key, `{"task_id":"t1"}`); st != 201 {
+		t.Fatalf("create %d %v", st, b)
+	}
+	if st, b := call(t, "POST", srv.URL()+"/api/tasks/t1/checkout", key, `{"timeout":"1s"}`); st != 200 {
+		t.Fatalf("checkout %d %v", st, b)
+	}
+	mu.Lock()
+	now = now.Add(2 * time.Second)
+	mu.Unlock()
+	// Wait for the ticker (real time) to notice; bounded.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, b := call(t, "GET", srv.URL()+"/api/tasks/t1/events", key, "")
+		evs, _ := b["events"].([]any)
+		if len(evs) == 2 && evs[1].(map[string]any)["type"] == "timeout" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no timeout event from the ticker: %v", b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, b := call(t, "GET", srv.URL()+"/api/tasks/t1", key, ""); b["status"] != "todo" {
+		t.Fatalf("task after sweep: %v", b)
+	}
+}
+
+func TestStartFailsCleanly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// An address in use.
+	srv, err := Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: prefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL(), "http://")
+	if _, err := Start(ctx, Config{Addr: addr, DynamoEndpoint: endpoint, TablePrefix: prefix()}); err == nil {
+		t.Fatal("second server on the same address started")
+	}
+	// No DynamoDB there.
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: "http://127.0.0.1:1", TablePrefix: prefix()}); err == nil {
+		t.Fatal("started without a database")
+	}
+}
