@@ -389,3 +389,31 @@ func TestWatchAndClaim(t *testing.T) {
 		t.Fatalf("a's checkouts %+v", mine)
 	}
 }
+
+func TestRemoveAgentEndsItsLeases(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	reg := must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "doomed", Name: "doomed"}))
+	e.task(t, "t")
+	e.checkout(t, "t", reg.AgentID, time.Hour)
+	if err := e.store.Watch(c, "t", "w"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Minute)
+	if err := e.store.RemoveAgent(c, reg.AgentID); err != nil {
+		t.Fatal(err)
+	}
+	task := must[lease.Task](t)(e.store.GetTask(c, "t"))
+	if task.Checkout != nil || task.Status != lease.StatusTodo {
+		t.Fatalf("removed agent's task %+v", task)
+	}
+	evs := e.events(t, "t")
+	last := evs[len(evs)-1]
+	if last.Type != lease.EventAgentDeath || last.Reason != "agent removed" || last.Held == nil || *last.Held != time.Minute {
+		t.Fatalf("ending event %+v", last)
+	}
+	if msgs := must[[]lease.Message](t)(e.store.Inbox(c, "w")); len(msgs) != 1 {
+		t.Fatalf("watcher inbox %+v", msgs)
+	}
+}
