@@ -3,7 +3,6 @@ package auth
 import (
 	"context"
 	"errors"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -71,7 +70,7 @@ func authorizationHeader(req events.APIGatewayV2CustomAuthorizerV2Request) strin
 // context without a valid agent id.
 func PrincipalFromAuthorizerContext(m map[string]interface{}) (lease.Principal, bool) {
 	id, _ := m[ContextAgentID].(string)
-	if !validID(id) {
+	if !lease.ValidID(id) {
 		return lease.Principal{}, false
 	}
 	name, _ := m[ContextAgentName].(string)
@@ -91,6 +90,3 @@ func PrincipalFromAuthorizerContext(m map[string]interface{}) (lease.Principal, 
 	}
 	return lease.Principal{AgentID: id, Name: name, Admin: admin}, true
 }
-
-// validID is lease.ValidID's rule: ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$.
-var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`).MatchString

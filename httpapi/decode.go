@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -80,13 +79,8 @@ func typeName(kind string) string {
 	return "of another type"
 }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
-
-// validID is lease.ValidID's rule.
-func validID(id string) bool { return idPattern.MatchString(id) }
-
 func checkID(field, id string) error {
-	if !validID(id) {
+	if !lease.ValidID(id) {
 		return errorf(http.StatusBadRequest, codeInvalidID, "%s must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", field)
 	}
 	return nil

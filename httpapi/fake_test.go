@@ -57,7 +57,21 @@ func (f *fakeService) ListAgents(context.Context) ([]lease.Agent, error) {
 	return f.agents, nil
 }
 
-func (f *fakeService) RemoveAgent(_ context.Context, id string) error { return f.rec("RemoveAgent", id) }
+func (f *fakeService) GetAgent(_ context.Context, id string) (lease.Agent, error) {
+	if err := f.rec("GetAgent", id); err != nil {
+		return lease.Agent{}, err
+	}
+	for _, a := range f.agents {
+		if a.AgentID == id {
+			return a, nil
+		}
+	}
+	return lease.Agent{}, lease.ErrAgentNotFound
+}
+
+func (f *fakeService) RemoveAgent(_ context.Context, id string) error {
+	return f.rec("RemoveAgent", id)
+}
 
 func (f *fakeService) Heartbeat(_ context.Context, id string, ttl time.Duration) (lease.Heartbeat, error) {
 	if err := f.rec("Heartbeat", ttl); err != nil {

@@ -73,7 +73,10 @@ func (s *server) removeAgent(w http.ResponseWriter, r *http.Request, _ lease.Pri
 	if s.opts.OnAgentRemoved != nil {
 		s.opts.OnAgentRemoved(id)
 	}
-	s.writeJSON(w, http.StatusOK, map[string]any{"agent_id": id, "removed": true})
+	s.writeJSON(w, http.StatusOK, struct {
+		AgentID string `json:"agent_id"`
+		Removed bool   `json:"removed"`
+	}{id, true})
 	return nil
 }
 
@@ -92,7 +95,10 @@ func (s *server) heartbeat(w http.ResponseWriter, r *http.Request, p lease.Princ
 	if err != nil {
 		return err
 	}
-	s.writeJSON(w, http.StatusOK, map[string]string{"agent_id": hb.AgentID, "expires_at": stamp(hb.ExpiresAt)})
+	s.writeJSON(w, http.StatusOK, struct {
+		AgentID   string `json:"agent_id"`
+		ExpiresAt string `json:"expires_at"`
+	}{hb.AgentID, stamp(hb.ExpiresAt)})
 	return nil
 }
 
@@ -187,16 +193,11 @@ func (s *server) actor(ctx context.Context, p lease.Principal, agentID *string) 
 	if *agentID == p.AgentID {
 		return p.AgentID, p.Name, nil
 	}
-	agents, err := s.svc.ListAgents(ctx)
+	a, err := s.svc.GetAgent(ctx, *agentID)
 	if err != nil {
 		return "", "", err
 	}
-	for _, a := range agents {
-		if a.AgentID == *agentID {
-			return a.AgentID, a.Name, nil
-		}
-	}
-	return "", "", lease.ErrAgentNotFound
+	return a.AgentID, a.Name, nil
 }
 
 func (s *server) checkout(w http.ResponseWriter, r *http.Request, p lease.Principal) error {
@@ -440,7 +441,10 @@ func (s *server) deleteMessage(w http.ResponseWriter, r *http.Request, p lease.P
 	if err := s.svc.DeleteMessage(r.Context(), p.AgentID, id); err != nil {
 		return err
 	}
-	s.writeJSON(w, http.StatusOK, map[string]any{"message_id": id, "deleted": true})
+	s.writeJSON(w, http.StatusOK, struct {
+		MessageID string `json:"message_id"`
+		Deleted   bool   `json:"deleted"`
+	}{id, true})
 	return nil
 }
 

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -93,3 +94,7 @@ func (r result) expect(t *testing.T, status int, code string) result {
 	}
 	return r
 }
+
+type context_ = context.Context
+
+func newTestLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }

@@ -12,6 +12,7 @@ import (
 type Service interface {
 	RegisterAgent(ctx context.Context, p lease.RegisterParams) (lease.Registration, error)
 	ListAgents(ctx context.Context) ([]lease.Agent, error)
+	GetAgent(ctx context.Context, agentID string) (lease.Agent, error)
 	RemoveAgent(ctx context.Context, agentID string) error
 	Heartbeat(ctx context.Context, agentID string, ttl time.Duration) (lease.Heartbeat, error)
 	CreateTask(ctx context.Context, p lease.CreateTaskParams) (lease.Task, error)
@@ -29,3 +30,5 @@ type Service interface {
 	DeleteMessage(ctx context.Context, agentID, messageID string) error
 	Events(ctx context.Context, taskID string) ([]lease.Event, error)
 }
+
+var _ Service = (*lease.Store)(nil)

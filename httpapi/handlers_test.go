@@ -1,0 +1,410 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/lease"
+)
+
+func TestRoutesSucceed(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		method, path, key, body string
+		status                  int
+		want                    string // a substring of the body
+	}{
+		{"GET", "/healthz", "", "", 200, `{"ok":true}`},
+		{"POST", "/api/agents", "ck_admin", `{"name":"researcher","agent_id":"agent-9"}`, 201, `"api_key":"ck_secret"`},
+		{"POST", "/api/agents", "ck_admin", `{"name":"boss","admin":true}`, 201, `"admin":true`},
+		{"GET", "/api/agents", "ck_admin", "", 200, `{"agents":[]}`},
+		{"DELETE", "/api/agents/agent-9", "ck_admin", "", 200, `{"agent_id":"agent-9","removed":true}`},
+		{"POST", "/api/heartbeat", "ck_agent", "", 200, `"expires_at":"2026-03-20T14:36:30.123Z"`},
+		{"POST", "/api/heartbeat", "ck_agent", `{"ttl":"1h"}`, 200, `"agent_id":"agent-1"`},
+		{"POST", "/api/tasks", "ck_agent", `{"task_id":"task-d4e5","title":"Fix login bug"}`, 201, `"status":"todo","created_at":"2026-03-20T14:35:00.123Z","started_at":null,"completed_at":null,"duration_seconds":null,"checkout":null`},
+		{"POST", "/api/tasks", "ck_agent", "", 201, `"task_id":"task-gen","title":""`},
+		{"GET", "/api/tasks", "ck_agent", "", 200, `"next_cursor":"abc"`},
+		{"GET", "/api/tasks?status=todo&limit=1000&cursor=abc", "ck_agent", "", 200, `"tasks":[`},
+		{"GET", "/api/tasks/task-1", "ck_agent", "", 200, `"checkout":{"task_id":"task-1"`},
+		{"POST", "/api/tasks/task-1/checkout", "ck_agent", "", 200, `"timeout_seconds":1800,"expires_at":"2026-03-20T15:05:00.123Z","remaining_seconds":1199,"reason":""`},
+		{"POST", "/api/tasks/task-1/checkout", "ck_agent", `{"timeout":"90s","reason":"why","run_id":"run-7f3c","expected_statuses":["todo"],"watch":true}`, 200, `"reason":"why"`},
+		{"GET", "/api/tasks/task-1/checkout", "ck_agent", "", 200, `"locked":true`},
+		{"GET", "/api/tasks/free/checkout", "ck_agent", "", 200, `{"task_id":"free","locked":false,"checkout":null}`},
+		{"POST", "/api/tasks/task-1/renew", "ck_agent", `{"timeout":"1h","run_id":"run-1","fence":3}`, 200, `"fence":3`},
+		{"POST", "/api/tasks/task-1/release", "ck_agent", `{"run_id":"run-1","reason":"later"}`, 200, `{"task_id":"task-1","released_by":"agent-1","held_seconds":310}`},
+		{"POST", "/api/tasks/task-1/release", "ck_admin", `{"force":true}`, 200, `"released_by":"admin"`},
+		{"POST", "/api/tasks/task-1/complete", "ck_agent", `{"fence":3}`, 200, `"status":"done","created_at":"2026-03-20T13:35:00.123Z","started_at":"2026-03-20T14:35:00.123Z","completed_at":"2026-03-20T14:36:30.623Z","duration_seconds":90`},
+		{"GET", "/api/tasks/task-1/events", "ck_agent", "", 200, `"held_seconds":310,"by":"agent-1","reason":"done for now"`},
+		{"POST", "/api/tasks/task-1/watch", "ck_agent", "", 200, `{"watching":true}`},
+		{"POST", "/api/tasks/task-1/watch", "ck_agent", `{}`, 200, `{"watching":true}`},
+		{"GET", "/api/checkouts", "ck_agent", "", 200, `{"checkouts":[{"task_id":"task-1"`},
+		{"GET", "/api/checkouts?agent_id=agent-1", "ck_agent", "", 200, `"agent_name":"researcher"`},
+		{"GET", "/api/inbox", "ck_agent", "", 200, `{"messages":[{"message_id":"m-1","type":"task_available","task_id":"task-1","reason":"released","at":"2026-03-20T14:35:00.123Z"}]}`},
+		{"DELETE", "/api/inbox/m-1", "ck_agent", "", 200, `{"message_id":"m-1","deleted":true}`},
+		{"POST", "/api/claim", "ck_agent", `{"timeout":"10m","run_id":"r1"}`, 200, `"task_id":"task-old"`},
+	}
+	for _, c := range cases {
+		t.Run(c.method+" "+c.path, func(t *testing.T) {
+			t.Parallel()
+			hs := newHarness(t)
+			res := hs.do(c.method, c.path, c.key, c.body).expect(t, c.status, "")
+			if !strings.Contains(string(res.body), c.want) {
+				t.Fatalf("body %s\nwant it to contain %s", res.body, c.want)
+			}
+			if res.header.Get(RequestIDHeader) == "" {
+				t.Fatal("no request id")
+			}
+		})
+	}
+}
+
+// The events without an end carry no held_seconds.
+func TestEventHeldSecondsOnlyOnEndingEvents(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t)
+	res := hs.do("GET", "/api/tasks/task-1/events", "ck_agent", "").expect(t, 200, "")
+	evs := res.json["events"].([]any)
+	if _, ok := evs[0].(map[string]any)["held_seconds"]; ok {
+		t.Fatalf("checkout event has held_seconds: %s", res.body)
+	}
+	if evs[1].(map[string]any)["held_seconds"] != float64(310) {
+		t.Fatalf("release event: %s", res.body)
+	}
+}
+
+func TestParamsReachTheService(t *testing.T) {
+	t.Parallel()
+	t.Run("checkout defaults", func(t *testing.T) {
+		hs := newHarness(t)
+		hs.do("POST", "/api/tasks/task-1/checkout", "ck_agent", "").expect(t, 200, "")
+		got := hs.svc.last.(lease.CheckoutParams)
+		want := lease.CheckoutParams{TaskID: "task-1", AgentID: "agent-1", AgentName: "researcher", Timeout: 30 * time.Minute}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("got %+v, want %+v", got, want)
+		}
+	})
+	t.Run("checkout auto-create and watch", func(t *testing.T) {
+		hs := newHarness(t, func(o *Options) { o.AutoCreateTasks = true })
+		hs.do("POST", "/api/tasks/task-1/checkout", "ck_agent", `{"watch":true,"expected_statuses":["done","cancelled"],"run_id":"r"}`).expect(t, 200, "")
+		got := hs.svc.last.(lease.CheckoutParams)
+		if !got.CreateIfMissing || !got.Watch || got.RunID != "r" || fmt.Sprint(got.ExpectedStatuses) != "[done cancelled]" {
+			t.Fatalf("got %+v", got)
+		}
+	})
+	t.Run("admin on behalf", func(t *testing.T) {
+		hs := newHarness(t)
+		hs.svc.agents = []lease.Agent{{AgentID: "agent-7", Name: "writer"}}
+		res := hs.do("POST", "/api/tasks/task-1/checkout", "ck_admin", `{"agent_id":"agent-7"}`).expect(t, 200, "")
+		got := hs.svc.last.(lease.CheckoutParams)
+		if got.AgentID != "agent-7" || got.AgentName != "writer" || res.json["agent_name"] != "writer" {
+			t.Fatalf("got %+v: %s", got, res.body)
+		}
+		hs.do("POST", "/api/tasks/task-1/checkout", "ck_admin", `{"agent_id":"ghost"}`).expect(t, 404, "agent_not_found")
+		hs.do("POST", "/api/claim", "ck_admin", `{"agent_id":"agent-7"}`).expect(t, 200, "")
+		if c := hs.svc.last.(lease.ClaimParams); c.AgentID != "agent-7" || c.AgentName != "writer" || c.Timeout != 30*time.Minute {
+			t.Fatalf("claim got %+v", c)
+		}
+	})
+	t.Run("renew without timeout keeps the lease's own", func(t *testing.T) {
+		hs := newHarness(t)
+		hs.do("POST", "/api/tasks/task-1/renew", "ck_agent", `{}`).expect(t, 200, "")
+		if got := hs.svc.last.(lease.RenewParams); got.Timeout != 0 || got.AgentID != "agent-1" {
+			t.Fatalf("got %+v", got)
+		}
+	})
+	t.Run("heartbeat default ttl", func(t *testing.T) {
+		hs := newHarness(t)
+		hs.do("POST", "/api/heartbeat", "ck_agent", ``).expect(t, 200, "")
+		if got := hs.svc.last.(time.Duration); got != 90*time.Second {
+			t.Fatalf("ttl %v", got)
+		}
+	})
+	t.Run("list defaults", func(t *testing.T) {
+		hs := newHarness(t)
+		hs.do("GET", "/api/tasks", "ck_agent", ``).expect(t, 200, "")
+		if got := hs.svc.last.(lease.ListTasksParams); got.Limit != 100 || got.Status != "" {
+			t.Fatalf("got %+v", got)
+		}
+	})
+	t.Run("remove forgets the key", func(t *testing.T) {
+		hs := newHarness(t)
+		hs.do("DELETE", "/api/agents/agent-3", "ck_admin", ``).expect(t, 200, "")
+		if fmt.Sprint(hs.removed) != "[agent-3]" {
+			t.Fatalf("removed %v", hs.removed)
+		}
+		hs.svc.err = lease.ErrAgentNotFound
+		hs.do("DELETE", "/api/agents/agent-4", "ck_admin", ``).expect(t, 404, "agent_not_found")
+		if fmt.Sprint(hs.removed) != "[agent-3]" {
+			t.Fatalf("a failed removal was reported: %v", hs.removed)
+		}
+	})
+}
+
+func TestDomainErrors(t *testing.T) {
+	t.Parallel()
+	holder := sampleCheckout("task-1", "agent-2")
+	cases := []struct {
+		name, method, path, body string
+		err                      error
+		status                   int
+		code                     string
+		want                     string
+	}{
+		{"unknown task", "GET", "/api/tasks/task-1", "", fmt.Errorf("get: %w", lease.ErrTaskNotFound), 404, "task_not_found", "task task-1"},
+		{"conflict", "POST", "/api/tasks/task-1/checkout", "", &lease.ConflictError{Holder: holder}, 409, "checked_out", `"error":"task task-1 is already checked out","code":"checked_out","holder":{"task_id":"task-1","agent_id":"agent-2"`},
+		{"status mismatch", "POST", "/api/tasks/task-1/checkout", "", &lease.StatusMismatchError{TaskID: "task-1", Status: lease.StatusDone}, 409, "status_mismatch", `"status":"done"`},
+		{"checkout unknown", "POST", "/api/tasks/task-1/checkout", "", lease.ErrTaskNotFound, 404, "task_not_found", ""},
+		{"not holder", "POST", "/api/tasks/task-1/renew", "", &lease.NotHolderError{Holder: holder}, 403, "not_holder", `"holder":{`},
+		{"not checked out", "POST", "/api/tasks/task-1/release", "", lease.ErrNotCheckedOut, 404, "not_checked_out", ""},
+		{"complete not holder", "POST", "/api/tasks/task-1/complete", "", &lease.NotHolderError{Holder: holder}, 403, "not_holder", ""},
+		{"complete not checked out", "POST", "/api/tasks/task-1/complete", "", lease.ErrNotCheckedOut, 404, "not_checked_out", ""},
+		{"no task", "POST", "/api/claim", "", lease.ErrNoTaskAvailable, 404, "no_task_available", ""},
+		{"task exists", "POST", "/api/tasks", `{"task_id":"t"}`, lease.ErrTaskExists, 409, "task_exists", ""},
+		{"agent exists", "POST", "/api/agents", `{"name":"x","agent_id":"a"}`, lease.ErrAgentExists, 409, "agent_exists", ""},
+		{"message", "DELETE", "/api/inbox/m-9", "", lease.ErrMessageNotFound, 404, "not_found", ""},
+		{"events", "GET", "/api/tasks/task-1/events", "", lease.ErrTaskNotFound, 404, "task_not_found", ""},
+		{"watch", "POST", "/api/tasks/task-1/watch", "", lease.ErrTaskNotFound, 404, "task_not_found", ""},
+		{"lock status", "GET", "/api/tasks/task-1/checkout", "", lease.ErrTaskNotFound, 404, "task_not_found", ""},
+		{"validation", "GET", "/api/tasks?cursor=zzz", "", &lease.ValidationError{Code: "invalid_request", Message: "cursor is not valid"}, 400, "invalid_request", `"error":"cursor is not valid"`},
+		{"validation code kept", "POST", "/api/heartbeat", "", &lease.ValidationError{Code: "invalid_timeout", Message: "ttl out of range"}, 400, "invalid_timeout", ""},
+		{"unknown validation code", "POST", "/api/heartbeat", "", &lease.ValidationError{Code: "weird", Message: "bad"}, 400, "invalid_request", ""},
+		{"internal", "GET", "/api/tasks/task-1", "", errBoom, 500, "internal", ""},
+		{"internal list", "GET", "/api/inbox", "", errBoom, 500, "internal", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			hs := newHarness(t)
+			hs.svc.err = c.err
+			key := "ck_agent"
+			if strings.HasPrefix(c.path, "/api/agents") {
+				key = "ck_admin"
+			}
+			res := hs.do(c.method, c.path, key, c.body).expect(t, c.status, c.code)
+			if c.want != "" && !strings.Contains(string(res.body), c.want) {
+				t.Fatalf("body %s\nwant it to contain %s", res.body, c.want)
+			}
+			if strings.Contains(string(res.body), "dynamodb") || strings.Contains(string(res.body), "lease:") {
+				t.Fatalf("internal text leaked: %s", res.body)
+			}
+			if c.status == 500 && !strings.Contains(hs.logs.String(), "connection reset") {
+				t.Fatalf("the internal error was not logged: %s", hs.logs)
+			}
+		})
+	}
+}
+
+func TestAuthentication(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t)
+	for _, hdr := range []string{"", "Bearer", "Bearer ", "Basic ck_agent", "Bearer ck_unknown", "Bearer ck agent", "bearer"} {
+		req := httptest.NewRequest("GET", "/api/tasks", nil)
+		if hdr != "" {
+			req.Header.Set("Authorization", hdr)
+		}
+		hs.send(req).expect(t, 401, "unauthorized")
+	}
+	// Authentication comes before validation and before the role.
+	hs.do("GET", "/api/tasks/bad%20id", "", "").expect(t, 401, "unauthorized")
+	hs.do("POST", "/api/agents", "", `{`).expect(t, 401, "unauthorized")
+	// A scheme in any case works.
+	req := httptest.NewRequest("GET", "/api/inbox", nil)
+	req.Header.Set("Authorization", "bearer ck_agent")
+	hs.send(req).expect(t, 200, "")
+	if len(hs.svc.calls) != 1 {
+		t.Fatalf("service called on refused requests: %v", hs.svc.calls)
+	}
+
+	// The store failing is a 500, never a pass.
+	broken := newHarness(t, func(o *Options) { o.Auth = fakeAuth{err: errBoom} })
+	broken.do("GET", "/api/tasks", "ck_agent", "").expect(t, 500, "internal")
+	if len(broken.svc.calls) != 0 {
+		t.Fatal("the service was called without authentication")
+	}
+}
+
+func TestPrincipalFromContext(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t, func(o *Options) { o.Auth = nil })
+	hs.do("GET", "/api/inbox", "ck_agent", "").expect(t, 401, "unauthorized")
+	req := httptest.NewRequest("GET", "/api/inbox", nil)
+	req = req.WithContext(ContextWithPrincipal(req.Context(), agentP))
+	hs.send(req).expect(t, 200, "")
+	if hs.svc.last != "agent-1" {
+		t.Fatalf("inbox of %v", hs.svc.last)
+	}
+	req = httptest.NewRequest("GET", "/api/agents", nil)
+	req = req.WithContext(ContextWithPrincipal(req.Context(), agentP))
+	hs.send(req).expect(t, 403, "forbidden")
+	hs.do("GET", "/healthz", "", "").expect(t, 200, "")
+}
+
+func TestForbidden(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ method, path, body string }{
+		{"POST", "/api/agents", `{"name":"x"}`},
+		{"GET", "/api/agents", ""},
+		{"DELETE", "/api/agents/agent-1", ""},
+		{"POST", "/api/tasks/task-1/checkout", `{"agent_id":"agent-1"}`},
+		{"POST", "/api/tasks/task-1/checkout", `{"agent_id":"agent-2"}`},
+		{"POST", "/api/claim", `{"agent_id":"agent-2"}`},
+		{"POST", "/api/tasks/task-1/release", `{"force":true}`},
+	}
+	for _, c := range cases {
+		hs := newHarness(t)
+		hs.do(c.method, c.path, "ck_agent", c.body).expect(t, 403, "forbidden")
+		if len(hs.svc.calls) != 0 {
+			t.Fatalf("%s %s: service called: %v", c.method, c.path, hs.svc.calls)
+		}
+	}
+	// force: false is not an admin field in use.
+	newHarness(t).do("POST", "/api/tasks/task-1/release", "ck_agent", `{"force":false}`).expect(t, 200, "")
+}
+
+func TestNotFoundAndMethodNotAllowed(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t)
+	for _, p := range []string{"/", "/nope", "/api", "/api/tasks/", "/api/tasks/t/x", "/api/tasks/t/checkout/x", "/api//tasks", "/api/tasks/../agents", "/healthz/"} {
+		hs.do("GET", p, "ck_agent", "").expect(t, 404, "not_found")
+	}
+	hs.do("GET", "/nope", "", "").expect(t, 404, "not_found")
+	for _, c := range []struct{ method, path, allow string }{
+		{"POST", "/healthz", "GET"},
+		{"PUT", "/api/tasks", "GET, POST"},
+		{"DELETE", "/api/tasks/t1", "GET"},
+		{"PATCH", "/api/tasks/t1/checkout", "GET, POST"},
+		{"GET", "/api/claim", "POST"},
+		{"POST", "/api/inbox/m-1", "DELETE"},
+		{"GET", "/api/tasks/t1/renew", "POST"},
+	} {
+		res := hs.do(c.method, c.path, "", "").expect(t, 405, "method_not_allowed")
+		if got := res.header.Get("Allow"); got != c.allow {
+			t.Errorf("%s %s: Allow %q, want %q", c.method, c.path, got, c.allow)
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	big := `{"reason":"` + strings.Repeat("x", MaxBodyBytes) + `"}`
+	cases := []struct {
+		name, method, path, key, body string
+		status                        int
+		code                          string
+	}{
+		{"too large", "POST", "/api/tasks/task-1/checkout", "ck_agent", big, 413, "payload_too_large"},
+		{"too large claim", "POST", "/api/claim", "ck_agent", big, 413, "payload_too_large"},
+		{"unknown field", "POST", "/api/tasks/task-1/checkout", "ck_agent", `{"timeout":"1m","ttl":"1m"}`, 400, "invalid_json"},
+		{"wrong type", "POST", "/api/tasks/task-1/checkout", "ck_agent", `{"timeout":30}`, 400, "invalid_json"},
+		{"wrong type bool", "POST", "/api/tasks/task-1/checkout", "ck_agent", `{"watch":"yes"}`, 400, "invalid_json"},
+		{"wrong type statuses", "POST", "/api/tasks/task-1/checkout", "ck_agent", `{"expected_statuses":"todo"}`, 400, "invalid_json"},
+		{"trailing data", "POST", "/api/tasks/task-1/checkout", "ck_agent", `{} {}`, 400, "invalid_json"},
+		{"trailing garbage", "POST", "/api/tasks/task-1/checkout", "ck_agent", `{}x`, 400, "invalid_json"},
+		{"not an object", "POST", "/api/tasks/task-1/checkout", "ck_agent", `[]`, 400, "invalid_json"},
+		{"null body", "POST", "/api/tasks/task-1/checkout", "ck_agent", `null`, 400, "invalid_json"},
+		{"malformed", "POST", "/api/tasks", "ck_agent", `{"task_id":`, 400, "invalid_json"},
+		{"watch body field", "POST", "/api/tasks/task-1/watch", "ck_agent", `{"x":1}`, 400, "invalid_json"},
+		{"fence float", "POST", "/api/tasks/task-1/renew", "ck_agent", `{"fence":1.5}`, 400, "invalid_json"},
+		{"fence huge", "POST", "/api/tasks/task-1/renew", "ck_agent", `{"fence":99999999999999999999}`, 400, "invalid_json"},
+		{"fence negative", "POST", "/api/tasks/task-1/complete", "ck_agent", `{"fence":-1}`, 400, "invalid_request"},
+		{"bad task id", "GET", "/api/tasks/-bad", "ck_agent", "", 400, "invalid_id"},
+		{"bad task id escaped slash", "GET", "/api/tasks/a%2Fb", "ck_agent", "", 400, "invalid_id"},
+		{"bad task id long", "POST", "/api/tasks/" + strings.Repeat("a", 129) + "/checkout", "ck_agent", "", 400, "invalid_id"},
+		{"bad body task id", "POST", "/api/tasks", "ck_agent", `{"task_id":"a b"}`, 400, "invalid_id"},
+		{"empty body task id", "POST", "/api/tasks", "ck_agent", `{"task_id":""}`, 400, "invalid_id"},
+		{"bad run id", "POST", "/api/tasks/task-1/checkout", "ck_agent", `{"run_id":"é"}`, 400, "invalid_id"},
+		{"bad agent id admin", "POST", "/api/tasks/task-1/checkout", "ck_admin", `{"agent_id":"_x"}`, 400, "invalid_id"},
+		{"bad agent id register", "POST", "/api/agents", "ck_admin", `{"name":"x","agent_id":"a/b"}`, 400, "invalid_id"},
+		{"bad agent id delete", "DELETE", "/api/agents/.x", "ck_admin", "", 400, "invalid_id"},
+		{"bad agent id query", "GET", "/api/checkouts?agent_id=%20", "ck_agent", "", 400, "invalid_id"},
+		{"name missing", "POST", "/api/agents", "ck_admin", `{}`, 400, "invalid_request"},
+		{"name blank", "POST", "/api/agents", "ck_admin", `{"name":"  "}`, 400, "invalid_request"},
+		{"name too long", "POST", "/api/agents", "ck_admin", `{"name":"` + strings.Repeat("n", 257) + `"}`, 400, "invalid_request"},
+		{"title too long", "POST", "/api/tasks", "ck_agent", `{"title":"` + strings.Repeat("t", 1025) + `"}`, 400, "invalid_request"},
+		{"timeout unparsable", "POST", "/api/tasks/task-1/checkout", "ck_agent", `{"timeout":"soon"}`, 400, "invalid_timeout"},
+		{"timeout empty", "POST", "/api/tasks/task-1/checkout", "ck_agent", `{"timeout":""}`, 400, "invalid_timeout"},
+		{"timeout too short", "POST", "/api/tasks/task-1/checkout", "ck_agent", `{"timeout":"999ms"}`, 400, "invalid_timeout"},
+		{"timeout too long", "POST", "/api/tasks/task-1/checkout", "ck_agent", `{"timeout":"24h0m1s"}`, 400, "invalid_timeout"},
+		{"timeout negative", "POST", "/api/tasks/task-1/renew", "ck_agent", `{"timeout":"-1m"}`, 400, "invalid_timeout"},
+		{"claim timeout", "POST", "/api/claim", "ck_agent", `{"timeout":"0s"}`, 400, "invalid_timeout"},
+		{"ttl too long", "POST", "/api/heartbeat", "ck_agent", `{"ttl":"61m"}`, 400, "invalid_timeout"},
+		{"ttl too short", "POST", "/api/heartbeat", "ck_agent", `{"ttl":"500ms"}`, 400, "invalid_timeout"},
+		{"statuses empty", "POST", "/api/tasks/task-1/checkout", "ck_agent", `{"expected_statuses":[]}`, 400, "invalid_request"},
+		{"statuses bad", "POST", "/api/tasks/task-1/checkout", "ck_agent", `{"expected_statuses":["open"]}`, 400, "invalid_request"},
+		{"reason too long", "POST", "/api/tasks/task-1/release", "ck_agent", `{"reason":"` + strings.Repeat("r", 1025) + `"}`, 400, "invalid_request"},
+		{"bad status", "GET", "/api/tasks?status=open", "ck_agent", "", 400, "invalid_request"},
+		{"limit zero", "GET", "/api/tasks?limit=0", "ck_agent", "", 400, "invalid_request"},
+		{"limit big", "GET", "/api/tasks?limit=1001", "ck_agent", "", 400, "invalid_request"},
+		{"limit text", "GET", "/api/tasks?limit=ten", "ck_agent", "", 400, "invalid_request"},
+		{"message id long", "DELETE", "/api/inbox/" + strings.Repeat("m", 513), "ck_agent", "", 404, "not_found"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			hs := newHarness(t)
+			hs.do(c.method, c.path, c.key, c.body).expect(t, c.status, c.code)
+			for _, call := range hs.svc.calls {
+				if call != "GetAgent" {
+					t.Fatalf("service changed on bad input: %v", hs.svc.calls)
+				}
+			}
+		})
+	}
+}
+
+func TestNullFieldsAreAbsent(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t)
+	hs.do("POST", "/api/tasks/task-1/checkout", "ck_agent", `{"timeout":null,"run_id":null,"expected_statuses":null,"agent_id":null,"watch":null,"reason":null}`).expect(t, 200, "")
+	if got := hs.svc.last.(lease.CheckoutParams); got.Timeout != lease.DefaultTimeout || got.ExpectedStatuses != nil {
+		t.Fatalf("got %+v", got)
+	}
+}
+
+func TestRequestIDAndLogs(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t)
+	req := httptest.NewRequest("GET", "/api/tasks/task-1", nil)
+	req.Header.Set("Authorization", "Bearer ck_agent")
+	req.Header.Set(RequestIDHeader, "req-123")
+	res := hs.send(req).expect(t, 200, "")
+	if got := res.header.Get(RequestIDHeader); got != "req-123" {
+		t.Fatalf("request id %q", got)
+	}
+	log := hs.logs.String()
+	for _, want := range []string{`"request_id":"req-123"`, `"method":"GET"`, `"route":"GET /api/tasks/{task_id}"`, `"status":200`, `"latency_ms":`, `"agent_id":"agent-1"`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log %s lacks %s", log, want)
+		}
+	}
+	req = httptest.NewRequest("GET", "/healthz", nil)
+	req.Header.Set(RequestIDHeader, "bad id\n")
+	res = hs.send(req)
+	if got := res.header.Get(RequestIDHeader); got == "" || strings.ContainsAny(got, " \n") {
+		t.Fatalf("request id %q", got)
+	}
+}
+
+type panicService struct{ *fakeService }
+
+func (panicService) GetTask(ctx context_, id string) (lease.Task, error) { panic("boom") }
+
+func TestPanicIsInternal(t *testing.T) {
+	t.Parallel()
+	var logs strings.Builder
+	h := New(panicService{&fakeService{}}, Options{Auth: fakeAuth{}, Logger: newTestLogger(&logs)})
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/api/tasks/t1", nil)
+	req.Header.Set("Authorization", "Bearer ck_agent")
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), `"code":"internal"`) || strings.Contains(rec.Body.String(), "boom") {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	if !strings.Contains(logs.String(), "panic: boom") {
+		t.Fatalf("panic not logged: %s", logs.String())
+	}
+}
