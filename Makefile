@@ -30,6 +30,7 @@ $(NODE_DEPS): $(LOCALSTACK)/package.json $(LOCALSTACK)/package-lock.json
 test: deps ## Vet, then run all tests with the race detector against one local DynamoDB
 	$(GO) vet $(GO_PACKAGES)
 	$(DYNAMO) $(GO) test $(GO_TEST_FLAGS) $(GO_PACKAGES)
+	cd infra && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 lint: ## Check gofmt and go vet (and staticcheck when it is installed)
 	@unformatted=$$(find . \( -name node_modules -o -name cdk.out -o -name .git \) -prune -o -name '*.go' -print | xargs gofmt -l); \
@@ -39,3 +40,27 @@ lint: ## Check gofmt and go vet (and staticcheck when it is installed)
 
 clean: ## Remove build output and installed node modules (local data in .dynalite/ is kept)
 	rm -rf bin $(LOCALSTACK)/node_modules
+
+# The CDK app (infra/, its own Go module) and the pinned CDK CLI (infra/_cdk;
+# the leading underscore keeps the CLI's node_modules out of `go ./...`).
+CDK_DIR   := infra/_cdk
+CDK       := $(CDK_DIR)/node_modules/.bin/cdk
+CDK_DEPS  := $(CDK_DIR)/node_modules/.package-lock.json
+CDK_ENV   := CDK_DISABLE_CLI_TELEMETRY=true CDK_DISABLE_VERSION_CHECK=1 JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20
+# Extra CDK arguments, for example CDK_FLAGS="-c tablePrefix=dev- -c deletionProtection=false".
+CDK_FLAGS ?=
+
+.PHONY: synth deploy destroy
+
+$(CDK_DEPS): $(CDK_DIR)/package.json $(CDK_DIR)/package-lock.json
+	cd $(CDK_DIR) && npm ci --no-audit --no-fund
+	@touch $@
+
+synth: $(CDK_DEPS) ## Synthesize the CloudFormation template into cdk.out/ (offline; no AWS account needed)
+	$(CDK_ENV) $(CDK) synth --no-notices --quiet $(CDK_FLAGS)
+
+deploy: build $(CDK_DEPS) ## Build the functions and deploy the stack to AWS (CDK_FLAGS="-c key=value ...")
+	$(CDK_ENV) $(CDK) deploy --no-notices -c requireBuild=true $(CDK_FLAGS)
+
+destroy: $(CDK_DEPS) ## Delete the stack (tables under deletion protection are kept)
+	$(CDK_ENV) $(CDK) destroy --no-notices $(CDK_FLAGS)

@@ -1,0 +1,59 @@
+package main
+
+import "github.com/checkout-dev/checkout/lease/schema"
+
+// Grant is what one function may do to one table. Actions apply to the table
+// itself (its ARN); QueryIndexes lists the global secondary indexes the
+// function may Query (their ARNs are <table-arn>/index/<name>).
+type Grant struct {
+	Table        string
+	Actions      []string
+	QueryIndexes []string
+}
+
+// Access is the single least-privilege map of the stack: for each function,
+// exactly the DynamoDB actions, tables and indexes it uses. The stack writes
+// one IAM statement per entry and the template tests check the policies
+// against this map, so nothing else can slip in. Scan is never granted.
+var Access = map[string][]Grant{
+	FnAuthorizer: {
+		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
+	},
+	FnAgents: {
+		{Table: schema.AgentsTable, Actions: []string{"PutItem", "GetItem", "DeleteItem", "UpdateItem"}, QueryIndexes: []string{schema.AgentsAll}},
+		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem", "DeleteItem", "BatchGetItem"}},
+		{Table: schema.TasksTable, Actions: []string{"UpdateItem"}, QueryIndexes: []string{schema.TasksByHolder}},
+		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
+		{Table: schema.InboxTable, Actions: []string{"BatchWriteItem"}},
+	},
+	FnTasks: {
+		{Table: schema.TasksTable, Actions: []string{"PutItem", "GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByHolder}},
+		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem"}},
+		{Table: schema.EventsTable, Actions: []string{"Query", "BatchWriteItem"}},
+		{Table: schema.InboxTable, Actions: []string{"BatchWriteItem"}},
+	},
+	FnCheckouts: {
+		{Table: schema.TasksTable, Actions: []string{"GetItem", "PutItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByStatus}},
+		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem"}},
+		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
+		{Table: schema.InboxTable, Actions: []string{"BatchWriteItem"}},
+	},
+	FnInbox: {
+		{Table: schema.InboxTable, Actions: []string{"Query", "DeleteItem"}},
+	},
+	FnSweeper: {
+		{Table: schema.TasksTable, Actions: []string{"UpdateItem"}, QueryIndexes: []string{schema.TasksByLeaseExpiry, schema.TasksByHolder}},
+		{Table: schema.HeartbeatsTable, Actions: []string{"UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
+		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
+		{Table: schema.InboxTable, Actions: []string{"BatchWriteItem"}},
+	},
+}
+
+// PublishesEvents lists the functions that may put events on the service's
+// event bus (events:PutEvents on that bus only): those that end leases or make
+// tasks available.
+var PublishesEvents = map[string]bool{
+	FnAgents:    true,
+	FnCheckouts: true,
+	FnSweeper:   true,
+}

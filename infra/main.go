@@ -1,0 +1,29 @@
+// Command infra is the CDK app that deploys the checkout service: DynamoDB
+// tables from lease/schema, one Lambda per route group plus the authorizer and
+// the sweeper, the HTTP API, the EventBridge bus and schedule, least-privilege
+// IAM and CloudWatch alarms. Run it through the CDK CLI (`make synth`,
+// `make deploy`); cdk.json at the repository root points here.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/jsii-runtime-go"
+)
+
+func main() {
+	defer jsii.Close()
+	app := awscdk.NewApp(nil)
+	cfg, err := ConfigFromContext(app.Node())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "checkout infra:", err)
+		os.Exit(1)
+	}
+	if _, err := NewCheckoutStack(app, cfg.StackName, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "checkout infra:", err)
+		os.Exit(1)
+	}
+	app.Synth(nil)
+}

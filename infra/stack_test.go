@@ -1,0 +1,753 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/jsii-runtime-go"
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// synthesized is one synthesized stack: the assertions template, its JSON,
+// and the logical ids of the stack's constructs.
+type synthesized struct {
+	template  assertions.Template
+	json      map[string]any
+	stack     *CheckoutStack
+	fnID      map[string]string // function name -> logical id
+	tableID   map[string]string // logical table name -> logical id
+	resources map[string]map[string]any
+}
+
+func synth(t *testing.T, ctx map[string]any) *synthesized {
+	t.Helper()
+	app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx})
+	cfg, err := ConfigFromContext(app.Node())
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	cs, err := NewCheckoutStack(app, "Test", cfg)
+	if err != nil {
+		t.Fatalf("stack: %v", err)
+	}
+	tmpl := assertions.Template_FromStack(cs.Stack, nil)
+	raw, err := json.Marshal(tmpl.ToJSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	s := &synthesized{template: tmpl, json: doc, stack: cs, fnID: map[string]string{}, tableID: map[string]string{},
+		resources: map[string]map[string]any{}}
+	for id, r := range doc["Resources"].(map[string]any) {
+		s.resources[id] = r.(map[string]any)
+	}
+	for name, fn := range cs.Functions {
+		s.fnID[name] = *cs.Stack.GetLogicalId(fn.Node().DefaultChild().(awscdk.CfnElement))
+	}
+	for name, tb := range cs.Tables {
+		s.tableID[name] = *cs.Stack.GetLogicalId(tb.Node().DefaultChild().(awscdk.CfnElement))
+	}
+	return s
+}
+
+var (
+	defaultOnce  sync.Once
+	defaultSynth *synthesized
+)
+
+// defaultStack synthesizes the stack with no context once per test binary
+// (the jsii runtime makes each synthesis take seconds).
+func defaultStack(t *testing.T) *synthesized {
+	t.Helper()
+	defaultOnce.Do(func() { defaultSynth = synth(t, map[string]any{}) })
+	if defaultSynth == nil {
+		t.Fatal("default synthesis failed")
+	}
+	return defaultSynth
+}
+
+func (s *synthesized) ofType(typ string) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for id, r := range s.resources {
+		if r["Type"] == typ {
+			out[id] = r
+		}
+	}
+	return out
+}
+
+func props(r map[string]any) map[string]any {
+	p, _ := r["Properties"].(map[string]any)
+	return p
+}
+
+// getAtt returns the logical id of {"Fn::GetAtt": [id, attr]}.
+func getAtt(v any, attr string) string {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return ""
+	}
+	ga, ok := m["Fn::GetAtt"].([]any)
+	if !ok || len(ga) != 2 || ga[1] != attr {
+		return ""
+	}
+	id, _ := ga[0].(string)
+	return id
+}
+
+func ref(v any) string {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return ""
+	}
+	id, _ := m["Ref"].(string)
+	return id
+}
+
+// render turns an IAM resource into a readable string: a table's ARN becomes
+// "table:<name>", and Fn::Join parts are concatenated, so that an index ARN
+// reads "table:tasks/index/by_status".
+func (s *synthesized) render(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case map[string]any:
+		if id := getAtt(x, "Arn"); id != "" {
+			for name, tid := range s.tableID {
+				if tid == id {
+					return "table:" + name
+				}
+			}
+			return "arn:" + id
+		}
+		if id := ref(x); id != "" {
+			return "ref:" + id
+		}
+		if j, ok := x["Fn::Join"].([]any); ok && len(j) == 2 {
+			sep, _ := j[0].(string)
+			parts, _ := j[1].([]any)
+			var out []string
+			for _, p := range parts {
+				out = append(out, s.render(p))
+			}
+			return strings.Join(out, sep)
+		}
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func asList(v any) []any {
+	if l, ok := v.([]any); ok {
+		return l
+	}
+	return []any{v}
+}
+
+func TestEveryRouteExistsAndPointsAtItsFunction(t *testing.T) {
+	s := defaultStack(t)
+	routes := s.ofType("AWS::ApiGatewayV2::Route")
+	if len(routes) != len(Routes) {
+		t.Errorf("template has %d routes, route table has %d", len(routes), len(Routes))
+	}
+	authorizers := s.ofType("AWS::ApiGatewayV2::Authorizer")
+	if len(authorizers) != 1 {
+		t.Fatalf("want 1 authorizer, got %d", len(authorizers))
+	}
+	var authorizerID string
+	for id := range authorizers {
+		authorizerID = id
+	}
+	byKey := map[string]map[string]any{}
+	for _, r := range routes {
+		p := props(r)
+		byKey[p["RouteKey"].(string)] = p
+	}
+	seen := map[string]bool{}
+	for _, rt := range Routes {
+		if seen[rt.Key()] {
+			t.Errorf("route %s listed twice", rt.Key())
+		}
+		seen[rt.Key()] = true
+		p, ok := byKey[rt.Key()]
+		if !ok {
+			t.Errorf("route %s missing from the template", rt.Key())
+			continue
+		}
+		target := s.render(p["Target"])
+		integrationID := strings.TrimPrefix(target, "integrations/ref:")
+		integ, ok := s.resources[integrationID]
+		if !ok || integ["Type"] != "AWS::ApiGatewayV2::Integration" {
+			t.Errorf("route %s: target %q is not an integration", rt.Key(), target)
+			continue
+		}
+		ip := props(integ)
+		if got := getAtt(ip["IntegrationUri"], "Arn"); got != s.fnID[rt.Function] {
+			t.Errorf("route %s integrates %q, want function %s (%s)", rt.Key(), got, rt.Function, s.fnID[rt.Function])
+		}
+		if ip["PayloadFormatVersion"] != "2.0" || ip["IntegrationType"] != "AWS_PROXY" {
+			t.Errorf("route %s: integration %v/%v, want AWS_PROXY 2.0", rt.Key(), ip["IntegrationType"], ip["PayloadFormatVersion"])
+		}
+		if rt.Public {
+			if p["AuthorizationType"] != "NONE" || p["AuthorizerId"] != nil {
+				t.Errorf("public route %s has authorization %v %v", rt.Key(), p["AuthorizationType"], p["AuthorizerId"])
+			}
+		} else if p["AuthorizationType"] != "CUSTOM" || ref(p["AuthorizerId"]) != authorizerID {
+			t.Errorf("route %s: authorization %v %v, want CUSTOM with %s", rt.Key(), p["AuthorizationType"], p["AuthorizerId"], authorizerID)
+		}
+	}
+	// Only /healthz is public.
+	for _, rt := range Routes {
+		if rt.Public != (rt.Key() == "GET /healthz") {
+			t.Errorf("route %s: public=%v", rt.Key(), rt.Public)
+		}
+	}
+	// Every HTTP function serves at least one route.
+	for _, fn := range Functions {
+		if fn == FnAuthorizer || fn == FnSweeper {
+			continue
+		}
+		found := false
+		for _, rt := range Routes {
+			found = found || rt.Function == fn
+		}
+		if !found {
+			t.Errorf("function %s serves no route", fn)
+		}
+	}
+}
+
+func TestAuthorizerUsesSimpleResponsesAndShortCache(t *testing.T) {
+	s := defaultStack(t)
+	for id, r := range s.ofType("AWS::ApiGatewayV2::Authorizer") {
+		p := props(r)
+		want := map[string]any{
+			"AuthorizerType":                 "REQUEST",
+			"EnableSimpleResponses":          true,
+			"AuthorizerResultTtlInSeconds":   float64(30),
+			"AuthorizerPayloadFormatVersion": "2.0",
+			"IdentitySource":                 []any{"$request.header.Authorization"},
+		}
+		for k, v := range want {
+			if !reflect.DeepEqual(p[k], v) {
+				t.Errorf("authorizer %s: %s = %v, want %v", id, k, p[k], v)
+			}
+		}
+		if uri := s.render(p["AuthorizerUri"]); !strings.Contains(uri, s.fnID[FnAuthorizer]) {
+			t.Errorf("authorizer %s invokes %s, want function %s", id, uri, s.fnID[FnAuthorizer])
+		}
+	}
+}
+
+func TestTablesFollowTheSchema(t *testing.T) {
+	s := defaultStack(t)
+	tables := s.ofType("AWS::DynamoDB::Table")
+	if len(tables) != len(schema.Tables()) {
+		t.Fatalf("template has %d tables, schema %d", len(tables), len(schema.Tables()))
+	}
+	if n := len(s.ofType("AWS::DynamoDB::GlobalTable")); n != 0 {
+		t.Errorf("template has %d global tables", n)
+	}
+	keySchema := func(pk schema.Key, sk *schema.Key) []any {
+		ks := []any{map[string]any{"AttributeName": pk.Name, "KeyType": "HASH"}}
+		if sk != nil {
+			ks = append(ks, map[string]any{"AttributeName": sk.Name, "KeyType": "RANGE"})
+		}
+		return ks
+	}
+	for _, tb := range schema.Tables() {
+		r := s.resources[s.tableID[tb.Name]]
+		p := props(r)
+		if p["TableName"] != "checkout-"+tb.Name {
+			t.Errorf("table %s named %v", tb.Name, p["TableName"])
+		}
+		if p["BillingMode"] != "PAY_PER_REQUEST" {
+			t.Errorf("table %s billing %v", tb.Name, p["BillingMode"])
+		}
+		if p["DeletionProtectionEnabled"] != true || r["DeletionPolicy"] != "Retain" {
+			t.Errorf("table %s: deletion protection %v, policy %v", tb.Name, p["DeletionProtectionEnabled"], r["DeletionPolicy"])
+		}
+		pitr, _ := p["PointInTimeRecoverySpecification"].(map[string]any)
+		if pitr["PointInTimeRecoveryEnabled"] != true {
+			t.Errorf("table %s: point-in-time recovery %v", tb.Name, pitr)
+		}
+		if !reflect.DeepEqual(p["KeySchema"], keySchema(tb.PartitionKey, tb.SortKey)) {
+			t.Errorf("table %s key schema %v", tb.Name, p["KeySchema"])
+		}
+		ttl, _ := p["TimeToLiveSpecification"].(map[string]any)
+		if tb.TTLAttribute == "" {
+			if ttl != nil {
+				t.Errorf("table %s has TTL %v, schema has none", tb.Name, ttl)
+			}
+		} else if ttl["AttributeName"] != tb.TTLAttribute || ttl["Enabled"] != true {
+			t.Errorf("table %s TTL %v, want %s", tb.Name, ttl, tb.TTLAttribute)
+		}
+		// Attribute definitions: every key attribute of the table and its
+		// indexes, with its type, exactly once.
+		wantAttrs := map[string]string{}
+		addKey := func(k *schema.Key) {
+			if k != nil {
+				wantAttrs[k.Name] = string(k.Type)
+			}
+		}
+		addKey(&tb.PartitionKey)
+		addKey(tb.SortKey)
+		for _, ix := range tb.Indexes {
+			addKey(&ix.PartitionKey)
+			addKey(ix.SortKey)
+		}
+		gotAttrs := map[string]string{}
+		for _, a := range p["AttributeDefinitions"].([]any) {
+			m := a.(map[string]any)
+			gotAttrs[m["AttributeName"].(string)] = m["AttributeType"].(string)
+		}
+		if !reflect.DeepEqual(gotAttrs, wantAttrs) {
+			t.Errorf("table %s attributes %v, want %v", tb.Name, gotAttrs, wantAttrs)
+		}
+		gsis, _ := p["GlobalSecondaryIndexes"].([]any)
+		if len(gsis) != len(tb.Indexes) {
+			t.Errorf("table %s has %d GSIs, schema %d", tb.Name, len(gsis), len(tb.Indexes))
+		}
+		for _, ix := range tb.Indexes {
+			var found map[string]any
+			for _, g := range gsis {
+				if g.(map[string]any)["IndexName"] == ix.Name {
+					found = g.(map[string]any)
+				}
+			}
+			if found == nil {
+				t.Errorf("table %s: index %s missing", tb.Name, ix.Name)
+				continue
+			}
+			if !reflect.DeepEqual(found["KeySchema"], keySchema(ix.PartitionKey, ix.SortKey)) {
+				t.Errorf("index %s key schema %v", ix.Name, found["KeySchema"])
+			}
+			if !reflect.DeepEqual(found["Projection"], map[string]any{"ProjectionType": "ALL"}) {
+				t.Errorf("index %s projection %v", ix.Name, found["Projection"])
+			}
+		}
+	}
+}
+
+func TestDevelopmentContextTurnsDeletionProtectionOff(t *testing.T) {
+	s := synth(t, map[string]any{"deletionProtection": "false", "tablePrefix": "dev-"})
+	for _, tb := range schema.Tables() {
+		r := s.resources[s.tableID[tb.Name]]
+		p := props(r)
+		if p["DeletionProtectionEnabled"] != false || r["DeletionPolicy"] != "Delete" {
+			t.Errorf("table %s: deletion protection %v, policy %v", tb.Name, p["DeletionProtectionEnabled"], r["DeletionPolicy"])
+		}
+		if p["TableName"] != "dev-"+tb.Name {
+			t.Errorf("table %s named %v", tb.Name, p["TableName"])
+		}
+	}
+	for name, id := range s.fnID {
+		env := props(s.resources[id])["Environment"].(map[string]any)["Variables"].(map[string]any)
+		if env["CHECKOUT_TABLE_PREFIX"] != "dev-" {
+			t.Errorf("function %s prefix %v", name, env["CHECKOUT_TABLE_PREFIX"])
+		}
+	}
+}
+
+func TestFunctionsAreArmAL2023WithLimitsEnvAndLogs(t *testing.T) {
+	s := defaultStack(t)
+	fns := s.ofType("AWS::Lambda::Function")
+	if len(fns) != len(Functions) {
+		t.Errorf("template has %d functions, want %d", len(fns), len(Functions))
+	}
+	busID := *s.stack.Stack.GetLogicalId(s.stack.EventBus.Node().DefaultChild().(awscdk.CfnElement))
+	for _, name := range Functions {
+		p := props(s.resources[s.fnID[name]])
+		if !reflect.DeepEqual(p["Architectures"], []any{"arm64"}) {
+			t.Errorf("%s architectures %v", name, p["Architectures"])
+		}
+		if p["Runtime"] != "provided.al2023" || p["Handler"] != "bootstrap" {
+			t.Errorf("%s runtime %v handler %v", name, p["Runtime"], p["Handler"])
+		}
+		if p["MemorySize"] != float64(256) {
+			t.Errorf("%s memory %v", name, p["MemorySize"])
+		}
+		wantTimeout := float64(10)
+		if name == FnSweeper {
+			wantTimeout = 60
+		}
+		if p["Timeout"] != wantTimeout {
+			t.Errorf("%s timeout %v, want %v", name, p["Timeout"], wantTimeout)
+		}
+		env := p["Environment"].(map[string]any)["Variables"].(map[string]any)
+		if env["CHECKOUT_TABLE_PREFIX"] != "checkout-" || ref(env["CHECKOUT_EVENT_BUS"]) != busID || env["LOG_LEVEL"] != "info" {
+			t.Errorf("%s environment %v", name, env)
+		}
+		lc, _ := p["LoggingConfig"].(map[string]any)
+		lg := s.resources[ref(lc["LogGroup"])]
+		if lg == nil || lg["Type"] != "AWS::Logs::LogGroup" || props(lg)["RetentionInDays"] != float64(30) {
+			t.Errorf("%s log group %v", name, lg)
+		}
+	}
+}
+
+// TestIAMIsExactlyTheAccessMap compares every function's inline policy with
+// Access: the same actions on the same tables and indexes, nothing more.
+func TestIAMIsExactlyTheAccessMap(t *testing.T) {
+	s := defaultStack(t)
+	busID := *s.stack.Stack.GetLogicalId(s.stack.EventBus.Node().DefaultChild().(awscdk.CfnElement))
+	roleOf := map[string]string{}
+	for name, id := range s.fnID {
+		roleOf[name] = getAtt(props(s.resources[id])["Role"], "Arn")
+	}
+	got := map[string][]string{}
+	for id, r := range s.ofType("AWS::IAM::Policy") {
+		p := props(r)
+		var fn string
+		for _, role := range asList(p["Roles"]) {
+			for name, rid := range roleOf {
+				if ref(role) == rid {
+					fn = name
+				}
+			}
+		}
+		if fn == "" {
+			t.Errorf("policy %s is attached to no function's role", id)
+			continue
+		}
+		for _, st := range p["PolicyDocument"].(map[string]any)["Statement"].([]any) {
+			m := st.(map[string]any)
+			if m["Effect"] != "Allow" {
+				t.Errorf("%s: statement effect %v", fn, m["Effect"])
+			}
+			for _, a := range asList(m["Action"]) {
+				for _, res := range asList(m["Resource"]) {
+					got[fn] = append(got[fn], a.(string)+" "+s.render(res))
+				}
+			}
+		}
+	}
+	for _, name := range Functions {
+		var want []string
+		for _, g := range Access[name] {
+			for _, a := range g.Actions {
+				want = append(want, "dynamodb:"+a+" table:"+g.Table)
+			}
+			for _, ix := range g.QueryIndexes {
+				want = append(want, "dynamodb:Query table:"+g.Table+"/index/"+ix)
+			}
+		}
+		if PublishesEvents[name] {
+			want = append(want, "events:PutEvents arn:"+busID)
+		}
+		sort.Strings(want)
+		sort.Strings(got[name])
+		if !reflect.DeepEqual(got[name], want) {
+			t.Errorf("%s permissions:\n got  %q\n want %q", name, got[name], want)
+		}
+	}
+	// Roles carry no managed policy beyond basic logging.
+	for name, rid := range roleOf {
+		for _, mp := range asList(props(s.resources[rid])["ManagedPolicyArns"]) {
+			if !strings.HasSuffix(s.render(mp), ":iam::aws:policy/service-role/AWSLambdaBasicExecutionRole") {
+				t.Errorf("%s role has managed policy %s", name, s.render(mp))
+			}
+		}
+	}
+}
+
+func TestAccessMapNamesRealTablesAndIndexes(t *testing.T) {
+	indexes := map[string]map[string]bool{}
+	for _, tb := range schema.Tables() {
+		indexes[tb.Name] = map[string]bool{}
+		for _, ix := range tb.Indexes {
+			indexes[tb.Name][ix.Name] = true
+		}
+	}
+	allowed := map[string]bool{"GetItem": true, "PutItem": true, "UpdateItem": true, "DeleteItem": true,
+		"Query": true, "BatchGetItem": true, "BatchWriteItem": true}
+	for fn, grants := range Access {
+		seen := map[string]bool{}
+		for _, g := range grants {
+			if indexes[g.Table] == nil {
+				t.Errorf("%s: unknown table %q", fn, g.Table)
+			}
+			if seen[g.Table] {
+				t.Errorf("%s: table %s granted twice", fn, g.Table)
+			}
+			seen[g.Table] = true
+			for _, a := range g.Actions {
+				if !allowed[a] {
+					t.Errorf("%s: action %q on %s is not one the store uses", fn, a, g.Table)
+				}
+			}
+			for _, ix := range g.QueryIndexes {
+				if !indexes[g.Table][ix] {
+					t.Errorf("%s: table %s has no index %q", fn, g.Table, ix)
+				}
+			}
+		}
+	}
+}
+
+// TestNoScanOrWildcardAnywhere walks every string of the template.
+func TestNoScanOrWildcardAnywhere(t *testing.T) {
+	s := defaultStack(t)
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case string:
+			l := strings.ToLower(x)
+			if strings.Contains(l, "dynamodb:scan") || strings.Contains(l, "dynamodb:*") || strings.Contains(l, "dynamodbfullaccess") {
+				t.Errorf("%s = %q", path, x)
+			}
+			if strings.HasSuffix(path, ".Action") && x == "*" {
+				t.Errorf("%s = %q", path, x)
+			}
+		case map[string]any:
+			for k, e := range x {
+				walk(path+"."+k, e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(path, e)
+			}
+		}
+	}
+	walk("", s.json)
+}
+
+func TestSweeperRunsEveryMinute(t *testing.T) {
+	s := defaultStack(t)
+	rules := s.ofType("AWS::Events::Rule")
+	if len(rules) != 1 {
+		t.Fatalf("want 1 rule, got %d", len(rules))
+	}
+	for _, r := range rules {
+		p := props(r)
+		if p["ScheduleExpression"] != "rate(1 minute)" || p["State"] != "ENABLED" {
+			t.Errorf("schedule %v state %v", p["ScheduleExpression"], p["State"])
+		}
+		targets := p["Targets"].([]any)
+		if len(targets) != 1 || getAtt(targets[0].(map[string]any)["Arn"], "Arn") != s.fnID[FnSweeper] {
+			t.Errorf("schedule targets %v, want the sweeper", targets)
+		}
+	}
+	invokable := false
+	for _, r := range s.ofType("AWS::Lambda::Permission") {
+		p := props(r)
+		if p["Principal"] == "events.amazonaws.com" && getAtt(p["FunctionName"], "Arn") == s.fnID[FnSweeper] {
+			invokable = true
+		}
+	}
+	if !invokable {
+		t.Error("EventBridge may not invoke the sweeper")
+	}
+}
+
+func TestStageThrottlingFromContext(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		ctx         map[string]any
+		rate, burst float64
+	}{
+		{"defaults", nil, 100, 200},
+		{"context", map[string]any{"throttleRate": "7", "throttleBurst": float64(9)}, 7, 9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s *synthesized
+			if tc.ctx == nil {
+				s = defaultStack(t)
+			} else {
+				s = synth(t, tc.ctx)
+			}
+			stages := s.ofType("AWS::ApiGatewayV2::Stage")
+			if len(stages) != 1 {
+				t.Fatalf("want 1 stage, got %d", len(stages))
+			}
+			for _, r := range stages {
+				p := props(r)
+				if p["StageName"] != "$default" || p["AutoDeploy"] != true {
+					t.Errorf("stage %v autodeploy %v", p["StageName"], p["AutoDeploy"])
+				}
+				rs, _ := p["DefaultRouteSettings"].(map[string]any)
+				if rs["ThrottlingRateLimit"] != tc.rate || rs["ThrottlingBurstLimit"] != tc.burst {
+					t.Errorf("throttling %v, want rate %v burst %v", rs, tc.rate, tc.burst)
+				}
+				al, _ := p["AccessLogSettings"].(map[string]any)
+				format, _ := al["Format"].(string)
+				if !json.Valid([]byte(strings.ReplaceAll(format, "$context.status", "200"))) ||
+					strings.Contains(strings.ToLower(format), "authorization") {
+					t.Errorf("access log format %q", format)
+				}
+			}
+		})
+	}
+}
+
+func TestAlarms(t *testing.T) {
+	s := defaultStack(t)
+	alarms := s.ofType("AWS::CloudWatch::Alarm")
+	if len(alarms) != 4 {
+		t.Errorf("want 4 alarms, got %d", len(alarms))
+	}
+	apiID := *s.stack.Stack.GetLogicalId(s.stack.API.Node().DefaultChild().(awscdk.CfnElement))
+	find := func(match func(p map[string]any) bool) map[string]any {
+		for _, r := range alarms {
+			if p := props(r); match(p) {
+				return p
+			}
+		}
+		return nil
+	}
+	check := func(what string, p map[string]any) {
+		t.Helper()
+		if p == nil {
+			t.Errorf("no %s alarm", what)
+			return
+		}
+		if p["Threshold"] != float64(1) || p["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" || p["TreatMissingData"] != "notBreaching" {
+			t.Errorf("%s alarm: threshold %v %v missing %v", what, p["Threshold"], p["ComparisonOperator"], p["TreatMissingData"])
+		}
+	}
+	dim := func(p map[string]any, name, id string) bool {
+		for _, d := range asList(p["Dimensions"]) {
+			m, _ := d.(map[string]any)
+			if m["Name"] == name && ref(m["Value"]) == id {
+				return true
+			}
+		}
+		return false
+	}
+	check("5xx", find(func(p map[string]any) bool {
+		return p["Namespace"] == "AWS/ApiGateway" && p["MetricName"] == "5xx" && dim(p, "ApiId", apiID)
+	}))
+	check("sweeper errors", find(func(p map[string]any) bool {
+		return p["Namespace"] == "AWS/Lambda" && p["MetricName"] == "Errors" && dim(p, "FunctionName", s.fnID[FnSweeper])
+	}))
+	check("API throttled", find(func(p map[string]any) bool {
+		return p["Namespace"] == MetricNamespace && p["MetricName"] == MetricThrottled
+	}))
+	lambdaThrottles := find(func(p map[string]any) bool { return p["Metrics"] != nil })
+	check("Lambda throttles", lambdaThrottles)
+	if lambdaThrottles != nil {
+		covered := map[string]bool{}
+		for _, m := range lambdaThrottles["Metrics"].([]any) {
+			ms, _ := m.(map[string]any)["MetricStat"].(map[string]any)
+			if ms == nil {
+				continue
+			}
+			metric := ms["Metric"].(map[string]any)
+			if metric["MetricName"] == "Throttles" {
+				for _, d := range metric["Dimensions"].([]any) {
+					covered[ref(d.(map[string]any)["Value"])] = true
+				}
+			}
+		}
+		for _, name := range Functions {
+			if !covered[s.fnID[name]] {
+				t.Errorf("Lambda throttles alarm misses %s", name)
+			}
+		}
+	}
+	filters := s.ofType("AWS::Logs::MetricFilter")
+	if len(filters) != 1 {
+		t.Fatalf("want 1 metric filter, got %d", len(filters))
+	}
+	for _, r := range filters {
+		p := props(r)
+		if p["FilterPattern"] != "{ $.status = 429 }" {
+			t.Errorf("filter pattern %q", p["FilterPattern"])
+		}
+	}
+}
+
+func TestOutputs(t *testing.T) {
+	s := defaultStack(t)
+	outputs := s.json["Outputs"].(map[string]any)
+	want := []string{"ApiUrl", "TablePrefix", "EventBusName", "MintAdminCommand"}
+	for _, tb := range schema.Tables() {
+		want = append(want, title(tb.Name)+"TableName")
+	}
+	for _, k := range want {
+		if outputs[k] == nil {
+			t.Errorf("output %s missing", k)
+		}
+	}
+	mint := s.render(outputs["MintAdminCommand"].(map[string]any)["Value"])
+	if mint != "go run ./cmd/mint-admin --table-prefix checkout- --region ref:AWS::Region" {
+		t.Errorf("MintAdminCommand = %q", mint)
+	}
+	if url := s.render(outputs["ApiUrl"].(map[string]any)["Value"]); !strings.HasPrefix(url, "https://ref:Api") {
+		t.Errorf("ApiUrl = %q", url)
+	}
+	// No API key, hashed or not, is in the template.
+	raw, _ := json.Marshal(s.json)
+	if strings.Contains(string(raw), "ck_") {
+		t.Error("template contains an API key")
+	}
+}
+
+func TestBadContextIsRefused(t *testing.T) {
+	for _, ctx := range []map[string]any{
+		{"throttleRate": "fast"},
+		{"throttleBurst": "-1"},
+		{"deletionProtection": "maybe"},
+		{"tablePrefix": ""},
+		{"tablePrefix": float64(3)},
+	} {
+		app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx})
+		if _, err := ConfigFromContext(app.Node()); err == nil {
+			t.Errorf("context %v accepted", ctx)
+		}
+	}
+}
+
+func TestBuiltFunctionsAreUsedAndRequireBuildRefusesMissingOnes(t *testing.T) {
+	dist := t.TempDir()
+	app := awscdk.NewApp(&awscdk.AppProps{Context: &map[string]any{"distDir": dist, "requireBuild": "true"}})
+	cfg, err := ConfigFromContext(app.Node())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewCheckoutStack(app, "Missing", cfg); err == nil || !strings.Contains(err.Error(), "make build") {
+		t.Fatalf("missing build: err = %v", err)
+	}
+	for _, name := range Functions {
+		if err := os.MkdirAll(filepath.Join(dist, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dist, name, "bootstrap"), []byte("built "+name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app = awscdk.NewApp(&awscdk.AppProps{Context: &map[string]any{"distDir": dist, "requireBuild": "true"}})
+	cfg, err = ConfigFromContext(app.Node())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := NewCheckoutStack(app, "Built", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs.Placeholders) != 0 {
+		t.Errorf("placeholders %v with a full build", cs.Placeholders)
+	}
+	// Each function has its own asset (distinct contents, distinct hashes).
+	tmpl := assertions.Template_FromStack(cs.Stack, nil)
+	keys := map[string]bool{}
+	for _, r := range *tmpl.FindResources(jsii.String("AWS::Lambda::Function"), nil) {
+		code := (*r)["Properties"].(map[string]any)["Code"].(map[string]any)
+		keys[fmt.Sprint(code["S3Key"])] = true
+	}
+	if len(keys) != len(Functions) {
+		t.Errorf("%d distinct code assets, want %d", len(keys), len(Functions))
+	}
+}
