@@ -20,23 +20,30 @@ const (
 )
 
 // Authorizer is the Lambda authorizer of the HTTP API (payload format 2.0,
-// simple responses). A missing, malformed, unknown or revoked key is denied
-// (IsAuthorized false). When the key cannot be checked at all the handler
-// returns ErrInternal: API Gateway answers 500 and caches nothing, where a
-// denial would lock a good key out for the cache time.
+// simple responses). A valid key is authorized with the agent's id, name and
+// role in the context. A malformed, unknown or revoked key is also let
+// through, with an empty context: API Gateway would otherwise answer a denial
+// with its own 403 {"message":"Forbidden"}, where the contract is 401
+// unauthorized with the error body, which the route function then gives
+// because it finds no agent in the context. (A request with no Authorization
+// header at all never reaches the authorizer: API Gateway refuses it with 401
+// {"message":"Unauthorized"}.) When the key cannot be checked at all the
+// handler returns ErrInternal: API Gateway answers 500 and caches nothing,
+// where an answer would lock a good key out for the cache time.
 func Authorizer(a Authenticator) func(ctx context.Context, req events.APIGatewayV2CustomAuthorizerV2Request) (events.APIGatewayV2CustomAuthorizerSimpleResponse, error) {
 	return func(ctx context.Context, req events.APIGatewayV2CustomAuthorizerV2Request) (events.APIGatewayV2CustomAuthorizerSimpleResponse, error) {
-		deny := events.APIGatewayV2CustomAuthorizerSimpleResponse{IsAuthorized: false}
+		// Let through without an agent: the route function answers 401.
+		anonymous := events.APIGatewayV2CustomAuthorizerSimpleResponse{IsAuthorized: true}
 		key, ok := BearerKey(authorizationHeader(req))
 		if !ok {
-			return deny, nil
+			return anonymous, nil
 		}
 		p, err := a.Authenticate(ctx, key)
 		switch {
 		case errors.Is(err, lease.ErrUnauthorized):
-			return deny, nil
+			return anonymous, nil
 		case err != nil:
-			return deny, ErrInternal
+			return events.APIGatewayV2CustomAuthorizerSimpleResponse{}, ErrInternal
 		}
 		return events.APIGatewayV2CustomAuthorizerSimpleResponse{
 			IsAuthorized: true,
