@@ -1,0 +1,16 @@
+// Command agents is the Lambda function that serves the API's agents routes
+// (see functions/internal/wire.Routes) behind the Lambda authorizer.
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/checkout-dev/checkout/functions/internal/wire"
+)
+
+func main() {
+	env := wire.FromEnv()
+	log := env.Logger()
+	store := wire.MustStore(env, log)
+	lambda.Start(wire.HTTP(wire.Agents, store, env, log))
+}

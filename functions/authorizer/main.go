@@ -1,0 +1,17 @@
+// Command authorizer is the HTTP API's Lambda authorizer: it turns the
+// bearer API key into the caller's agent id, name and role, which API Gateway
+// caches and passes to the route functions.
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/checkout-dev/checkout/auth"
+	"github.com/checkout-dev/checkout/functions/internal/wire"
+)
+
+func main() {
+	env := wire.FromEnv()
+	store := wire.MustStore(env, env.Logger())
+	lambda.Start(auth.Authorizer(store))
+}

@@ -1,0 +1,521 @@
+package wire
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/checkout-dev/checkout/auth"
+	"github.com/checkout-dev/checkout/httpapi"
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/localserver"
+	"github.com/checkout-dev/checkout/localstack"
+)
+
+var endpoint string
+
+func TestMain(m *testing.M) {
+	var stop func()
+	endpoint, stop = localstack.MustEndpoint()
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+func prefix() string { return "t" + strings.ToLower(rand.Text()[:10]) + "-" }
+
+// clock is a test clock that only moves when told to.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *clock) Advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+
+const adminKey = "ck_lambda-path-admin-key"
+
+// backend is one deployment of the service that the same requests run
+// against: the local server over HTTP, or the Lambda functions behind a
+// simulated API Gateway.
+type backend interface {
+	do(t *testing.T, method, target, authorization, body string) (int, []byte)
+	sweep(t *testing.T) lease.SweepResult
+}
+
+type local struct{ srv *localserver.Server }
+
+func (l local) do(t *testing.T, method, target, authorization, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, l.srv.URL()+target, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func (l local) sweep(t *testing.T) lease.SweepResult {
+	res, err := l.srv.Sweep(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+type lambdaHandler = func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
+
+// gateway plays API Gateway's part: it matches the route key, runs the
+// authorizer (on every route but the public one, when the identity source is
+// present), serializes the event as JSON the way the service does, and
+// invokes the route's function.
+type gateway struct {
+	authorizer func(context.Context, events.APIGatewayV2CustomAuthorizerV2Request) (events.APIGatewayV2CustomAuthorizerSimpleResponse, error)
+	functions  map[string]lambdaHandler
+	sweeper    func(context.Context) (lease.SweepResult, error)
+	routes     *http.ServeMux
+	seq        int
+}
+
+func newGateway(store *lease.Store, env Env, log *slog.Logger) *gateway {
+	g := &gateway{
+		authorizer: auth.Authorizer(store),
+		functions:  map[string]lambdaHandler{},
+		sweeper:    Sweep(store),
+		routes:     http.NewServeMux(),
+	}
+	for _, fn := range []string{Health, Agents, Tasks, Checkouts, Inbox} {
+		var svc httpapi.Service = store
+		if fn == Health {
+			svc = nil // as in functions/health
+		}
+		g.functions[fn] = HTTP(fn, svc, env, log)
+	}
+	for _, r := range Routes {
+		g.routes.Handle(r.Method+" "+r.Path, http.NotFoundHandler())
+	}
+	return g
+}
+
+// roundTrip passes v through JSON into out, as the Lambda runtime does.
+func roundTrip(t *testing.T, v, out any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (g *gateway) do(t *testing.T, method, target, authorization, body string) (int, []byte) {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, _ := http.NewRequest(method, target, nil)
+	_, pattern := g.routes.Handler(probe)
+	if pattern == "" {
+		return http.StatusNotFound, []byte(`{"message":"Not Found"}`)
+	}
+	var route Route
+	for _, r := range Routes {
+		if r.Method+" "+r.Path == pattern {
+			route = r
+		}
+	}
+	g.seq++
+	headers := map[string]string{"host": "abcdef1234.execute-api.us-east-1.amazonaws.com", "user-agent": "test"}
+	if authorization != "" {
+		headers["authorization"] = authorization
+	}
+	if body != "" {
+		headers["content-type"] = "application/json"
+	}
+	rc := events.APIGatewayV2HTTPRequestContext{
+		RouteKey: pattern, AccountID: "123456789012", Stage: "$default", APIID: "abcdef1234",
+		RequestID:  fmt.Sprintf("req-%06d", g.seq),
+		DomainName: "abcdef1234.execute-api.us-east-1.amazonaws.com",
+		HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{
+			Method: method, Path: u.Path, Protocol: "HTTP/1.1", SourceIP: "192.0.2.10", UserAgent: "test",
+		},
+	}
+	if route.Function != Health {
+		if authorization == "" {
+			// The identity source is missing: API Gateway refuses the
+			// request itself, without calling the authorizer.
+			return http.StatusUnauthorized, []byte(`{"message":"Unauthorized"}`)
+		}
+		var areq events.APIGatewayV2CustomAuthorizerV2Request
+		roundTrip(t, events.APIGatewayV2CustomAuthorizerV2Request{
+			Version: "2.0", Type: "REQUEST",
+			RouteArn:       "arn:aws:execute-api:us-east-1:123456789012:abcdef1234/$default/" + method + u.Path,
+			IdentitySource: []string{authorization}, RouteKey: pattern, RawPath: u.Path,
+			RawQueryString: u.RawQuery, Headers: headers, RequestContext: rc,
+		}, &areq)
+		aresp, err := g.authorizer(context.Background(), areq)
+		if err != nil {
+			return http.StatusInternalServerError, []byte(`{"message":"Internal Server Error"}`)
+		}
+		if !aresp.IsAuthorized {
+			return http.StatusForbidden, []byte(`{"message":"Forbidden"}`)
+		}
+		var ctx map[string]any
+		roundTrip(t, aresp.Context, &ctx)
+		rc.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{Lambda: ctx}
+	}
+	var ev events.APIGatewayV2HTTPRequest
+	roundTrip(t, events.APIGatewayV2HTTPRequest{
+		Version: "2.0", RouteKey: pattern, RawPath: u.EscapedPath(), RawQueryString: u.RawQuery,
+		Headers: headers, RequestContext: rc, Body: body,
+	}, &ev)
+	resp, err := g.functions[route.Function](context.Background(), ev)
+	if err != nil {
+		t.Fatalf("%s %s: the function failed the invocation: %v", method, target, err)
+	}
+	var out events.APIGatewayV2HTTPResponse
+	roundTrip(t, resp, &out)
+	if out.IsBase64Encoded {
+		t.Fatalf("%s %s: a JSON answer came back base64 encoded", method, target)
+	}
+	return out.StatusCode, []byte(out.Body)
+}
+
+func (g *gateway) sweep(t *testing.T) lease.SweepResult {
+	res, err := g.sweeper(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// step is one request of the script; who names the caller's key.
+type step struct {
+	who    string // "admin", an agent registered earlier, "" for none, or a raw Authorization value after "raw:"
+	method string
+	target string // "{msg}" is replaced by the caller's first inbox message id
+	body   string
+	status int
+	// sameBody false: only the status must match (API Gateway answers a
+	// request without an Authorization header with its own body).
+	statusOnly bool
+	advance    time.Duration // moved before the request
+	sweep      bool          // run a sweep instead of a request
+	swept      lease.SweepResult
+}
+
+// session remembers, per backend, what the script needs to refer back to.
+type session struct {
+	keys map[string]string
+	msg  map[string]string
+}
+
+func (s *session) authorization(who string) string {
+	switch {
+	case who == "":
+		return ""
+	case strings.HasPrefix(who, "raw:"):
+		return strings.TrimPrefix(who, "raw:")
+	}
+	return "Bearer " + s.keys[who]
+}
+
+// normalize replaces what legitimately differs between two deployments
+// (secrets and random ids) so the rest can be compared exactly.
+func normalize(t *testing.T, b []byte) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("not JSON: %q", b)
+	}
+	var walk func(v any) any
+	walk = func(v any) any {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				switch k {
+				case "api_key", "message_id":
+					x[k] = "<" + k + ">"
+				default:
+					x[k] = walk(e)
+				}
+			}
+		case []any:
+			for i := range x {
+				x[i] = walk(x[i])
+			}
+		}
+		return v
+	}
+	return walk(v)
+}
+
+// The Lambda functions, invoked with API Gateway v2 events that carry the
+// authorizer's context, give the same answers as the local server for the
+// same requests, from registering agents to the sweep.
+func TestLambdaPathMatchesLocalServer(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 3, 20, 14, 0, 0, 0, time.UTC)
+	quiet := slog.New(slog.DiscardHandler)
+
+	localClock := &clock{now: t0}
+	srv, err := localserver.Start(ctx, localserver.Config{
+		Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: prefix(), AdminKey: adminKey,
+		SweepInterval: -1, Now: localClock.Now, Logger: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+
+	lambdaClock := &clock{now: t0}
+	client := lease.NewLocalClient(endpoint)
+	env := Env{TablePrefix: prefix(), Now: lambdaClock.Now}
+	if err := lease.EnsureTables(ctx, client, schema.Names{Prefix: env.TablePrefix}); err != nil {
+		t.Fatal(err)
+	}
+	store := NewStore(client, nil, env, quiet)
+	if err := store.EnsureAgent(ctx, "admin", "admin", true, adminKey); err != nil {
+		t.Fatal(err)
+	}
+
+	backends := []struct {
+		name  string
+		b     backend
+		clock *clock
+		s     *session
+	}{
+		{"local", local{srv}, localClock, &session{keys: map[string]string{"admin": adminKey}, msg: map[string]string{}}},
+		{"lambda", newGateway(store, env, quiet), lambdaClock, &session{keys: map[string]string{"admin": adminKey}, msg: map[string]string{}}},
+	}
+
+	big := `{"title":"` + strings.Repeat("x", 70<<10) + `"}`
+	script := []step{
+		{who: "", method: "GET", target: "/healthz", status: 200},
+		{who: "admin", method: "POST", target: "/api/agents", body: `{"name":"alice","agent_id":"alice"}`, status: 201},
+		{who: "admin", method: "POST", target: "/api/agents", body: `{"name":"bob","agent_id":"bob"}`, status: 201},
+		{who: "admin", method: "POST", target: "/api/agents", body: `{"name":"again","agent_id":"alice"}`, status: 409},
+		{who: "admin", method: "POST", target: "/api/agents", body: `{"name":"x","agent_id":"no way"}`, status: 400},
+		{who: "alice", method: "POST", target: "/api/agents", body: `{"name":"eve"}`, status: 403},
+		{who: "alice", method: "GET", target: "/api/agents", status: 403},
+		{who: "alice", method: "POST", target: "/api/heartbeat", body: `{"ttl":"10m"}`, status: 200},
+		{who: "alice", method: "POST", target: "/api/heartbeat", body: `{"ttl":"2h"}`, status: 400},
+		{who: "admin", method: "GET", target: "/api/agents", status: 200},
+		{who: "alice", method: "POST", target: "/api/tasks", body: `{"task_id":"t1","title":"first"}`, status: 201},
+		{who: "alice", method: "POST", target: "/api/tasks", body: `{"task_id":"t1"}`, status: 409},
+		{who: "alice", method: "POST", target: "/api/tasks", body: `{"task_id":"bad id"}`, status: 400},
+		{who: "alice", method: "POST", target: "/api/tasks", body: `{"task_id":"t3","colour":"red"}`, status: 400},
+		{who: "alice", method: "POST", target: "/api/tasks", body: big, status: 413},
+		{who: "bob", method: "POST", target: "/api/tasks", body: `{"task_id":"t2","title":"second"}`, status: 201, advance: time.Second},
+		{who: "bob", method: "GET", target: "/api/tasks?status=todo&limit=1", status: 200},
+		{who: "bob", method: "GET", target: "/api/tasks?limit=0", status: 400},
+		{who: "bob", method: "GET", target: "/api/tasks?status=nope", status: 400},
+		{who: "bob", method: "GET", target: "/api/tasks/t1", status: 200},
+		{who: "bob", method: "GET", target: "/api/tasks/t9", status: 404},
+		{who: "alice", method: "POST", target: "/api/tasks/t1/checkout", body: `{"run_id":"r1","timeout":"10m","reason":"work"}`, status: 200},
+		{who: "alice", method: "POST", target: "/api/tasks/t1/checkout", body: `{"run_id":"r1","timeout":"10m","reason":"work"}`, status: 200},
+		{who: "alice", method: "POST", target: "/api/tasks/t1/checkout", body: `{"run_id":"r2"}`, status: 409},
+		{who: "bob", method: "POST", target: "/api/tasks/t1/checkout", body: `{"run_id":"rb","watch":true}`, status: 409, advance: 30 * time.Second},
+		{who: "bob", method: "POST", target: "/api/tasks/t1/checkout", body: `{"timeout":"25h"}`, status: 400},
+		{who: "bob", method: "POST", target: "/api/tasks/t9/checkout", body: `{}`, status: 404},
+		{who: "bob", method: "GET", target: "/api/tasks/t1/checkout", status: 200},
+		{who: "bob", method: "GET", target: "/api/checkouts?agent_id=alice", status: 200},
+		{who: "bob", method: "GET", target: "/api/checkouts", status: 200},
+		{who: "bob", method: "POST", target: "/api/tasks/t1/renew", body: `{}`, status: 403},
+		{who: "alice", method: "POST", target: "/api/tasks/t1/renew", body: `{"timeout":"20m","run_id":"r1","fence":1}`, status: 200, advance: time.Minute},
+		{who: "alice", method: "POST", target: "/api/tasks/t1/renew", body: `{"fence":99}`, status: 403},
+		{who: "bob", method: "POST", target: "/api/tasks/t1/release", body: `{"force":true}`, status: 403},
+		{who: "alice", method: "POST", target: "/api/tasks/t1/release", body: `{"reason":"lunch"}`, status: 200, advance: 90 * time.Second},
+		{who: "alice", method: "POST", target: "/api/tasks/t1/release", body: `{}`, status: 404},
+		{who: "bob", method: "GET", target: "/api/inbox", status: 200},
+		{who: "bob", method: "DELETE", target: "/api/inbox/{msg}", status: 200},
+		{who: "bob", method: "DELETE", target: "/api/inbox/{msg}", status: 404},
+		{who: "bob", method: "GET", target: "/api/inbox", status: 200},
+		{who: "bob", method: "POST", target: "/api/claim", body: `{"run_id":"rc","timeout":"5m"}`, status: 200},
+		{who: "bob", method: "POST", target: "/api/claim", body: `{"agent_id":"alice"}`, status: 403},
+		{who: "alice", method: "POST", target: "/api/tasks/t1/complete", body: `{}`, status: 403},
+		{who: "bob", method: "POST", target: "/api/tasks/t1/complete", body: `{"run_id":"rc"}`, status: 200, advance: 10 * time.Second},
+		{who: "bob", method: "POST", target: "/api/tasks/t1/complete", body: `{"run_id":"rc"}`, status: 404},
+		{who: "bob", method: "GET", target: "/api/tasks/t1", status: 200},
+		{who: "bob", method: "GET", target: "/api/tasks/t1/events", status: 200},
+		{who: "bob", method: "POST", target: "/api/tasks/t2/watch", status: 200},
+		{who: "bob", method: "POST", target: "/api/tasks/t9/watch", status: 404},
+		{who: "admin", method: "POST", target: "/api/tasks/t2/checkout", body: `{"agent_id":"alice","run_id":"ra","timeout":"1m"}`, status: 200},
+		{who: "bob", method: "POST", target: "/api/tasks/t2/checkout", body: `{"agent_id":"bob"}`, status: 403},
+		{who: "admin", method: "POST", target: "/api/claim", body: `{}`, status: 404},
+		// The lease expires; the sweep ends it and tells the watcher.
+		{sweep: true, advance: 2 * time.Minute, swept: lease.SweepResult{Timeouts: 1, Notified: 1}},
+		{who: "bob", method: "GET", target: "/api/tasks/t2/events", status: 200},
+		{who: "bob", method: "GET", target: "/api/inbox", status: 200},
+		{sweep: true},
+		{who: "alice", method: "POST", target: "/api/tasks/t2/checkout", body: `{"run_id":"rd","timeout":"1h"}`, status: 200},
+		{who: "admin", method: "POST", target: "/api/tasks/t2/release", body: `{"force":true,"reason":"stuck"}`, status: 200},
+		{who: "alice", method: "POST", target: "/api/tasks/t2/checkout", body: `{"run_id":"re","timeout":"1h"}`, status: 200},
+		// Holder death: alice's heartbeat (10m) expires long before her lease.
+		{who: "bob", method: "GET", target: "/api/tasks/t2", status: 200, advance: 10 * time.Minute},
+		{sweep: true, swept: lease.SweepResult{AgentDeaths: 1}},
+		{who: "bob", method: "GET", target: "/api/tasks/t2/events", status: 200},
+		{who: "admin", method: "POST", target: "/api/tasks/t2/release", body: `{"force":true}`, status: 404},
+		{who: "admin", method: "DELETE", target: "/api/agents/nobody", status: 404},
+		{who: "admin", method: "DELETE", target: "/api/agents/bob", status: 200},
+		{who: "bob", method: "GET", target: "/api/inbox", status: 401},
+		{who: "raw:Bearer ck_unknown", method: "GET", target: "/api/tasks", status: 401},
+		{who: "raw:Basic YWxpY2U6eA==", method: "GET", target: "/api/tasks", status: 401},
+		{who: "raw:Bearer", method: "GET", target: "/api/tasks", status: 401},
+		{who: "", method: "GET", target: "/api/tasks", status: 401, statusOnly: true},
+		{who: "admin", method: "GET", target: "/api/agents", status: 200},
+	}
+
+	for i, st := range script {
+		var answers []any
+		for _, be := range backends {
+			be.clock.Advance(st.advance)
+			if st.sweep {
+				res := be.b.sweep(t)
+				if res != st.swept {
+					t.Fatalf("step %d sweep on %s: %+v, want %+v", i, be.name, res, st.swept)
+				}
+				answers = append(answers, res)
+				continue
+			}
+			target := strings.ReplaceAll(st.target, "{msg}", be.s.msg[st.who])
+			status, body := be.b.do(t, st.method, target, be.s.authorization(st.who), st.body)
+			if status != st.status {
+				t.Fatalf("step %d %s %s as %q on %s: status %d, want %d: %s", i, st.method, st.target, st.who, be.name, status, st.status, body)
+			}
+			if status >= 500 {
+				t.Fatalf("step %d on %s: %d", i, be.name, status)
+			}
+			var m map[string]any
+			_ = json.Unmarshal(body, &m)
+			if k, ok := m["api_key"].(string); ok {
+				be.s.keys[m["agent_id"].(string)] = k
+			}
+			if msgs, ok := m["messages"].([]any); ok && len(msgs) > 0 {
+				be.s.msg[st.who] = msgs[0].(map[string]any)["message_id"].(string)
+			}
+			if st.statusOnly {
+				answers = append(answers, status)
+				continue
+			}
+			answers = append(answers, normalize(t, body))
+		}
+		if !reflect.DeepEqual(answers[0], answers[1]) {
+			l, _ := json.Marshal(answers[0])
+			a, _ := json.Marshal(answers[1])
+			t.Fatalf("step %d %s %s as %q: the answers differ\n local: %s\nlambda: %s", i, st.method, st.target, st.who, l, a)
+		}
+	}
+}
+
+// Every route the handler serves belongs to exactly one function, and each
+// function answers only its own routes.
+func TestRoutesCoverTheAPI(t *testing.T) {
+	t.Parallel()
+	var served, mapped []string
+	for _, r := range httpapi.Routes() {
+		served = append(served, r.Method+" "+r.Pattern)
+	}
+	seen := map[string]bool{}
+	for _, r := range Routes {
+		key := r.Method + " " + r.Path
+		if seen[key] {
+			t.Fatalf("%s mapped twice", key)
+		}
+		seen[key] = true
+		mapped = append(mapped, key)
+	}
+	sort.Strings(served)
+	sort.Strings(mapped)
+	if !reflect.DeepEqual(served, mapped) {
+		t.Fatalf("served routes %v\nmapped routes %v", served, mapped)
+	}
+
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(299) })
+	for _, fn := range []string{Health, Agents, Tasks, Checkouts, Inbox} {
+		only := Only(fn, h)
+		for _, r := range Routes {
+			path := strings.NewReplacer("{task_id}", "t1", "{agent_id}", "a1", "{message_id}", "m1").Replace(r.Path)
+			req, _ := http.NewRequest(r.Method, path, nil)
+			rec := &recorder{header: http.Header{}}
+			only.ServeHTTP(rec, req)
+			want := http.StatusNotFound
+			if r.Function == fn {
+				want = 299
+			}
+			if rec.status != want {
+				t.Fatalf("function %s, %s %s: %d, want %d", fn, r.Method, path, rec.status, want)
+			}
+		}
+	}
+}
+
+type recorder struct {
+	header http.Header
+	status int
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = 200
+	}
+	return len(b), nil
+}
+func (r *recorder) WriteHeader(s int) { r.status = s }
+
+func TestFromEnv(t *testing.T) {
+	t.Setenv(EnvTablePrefix, "prod-")
+	t.Setenv(EnvEventBus, "prod-bus")
+	t.Setenv(EnvAutoCreateTasks, "true")
+	t.Setenv(EnvLogLevel, "debug")
+	e := FromEnv()
+	if e.TablePrefix != "prod-" || e.EventBus != "prod-bus" || !e.AutoCreateTasks || e.LogLevel != slog.LevelDebug {
+		t.Fatalf("%+v", e)
+	}
+	t.Setenv("AWS_REGION", "eu-west-1")
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	t.Setenv("AWS_SESSION_TOKEN", "token")
+	cfg, err := AWSConfig()
+	if err != nil || cfg.Region != "eu-west-1" {
+		t.Fatalf("%v %v", cfg.Region, err)
+	}
+	creds, err := cfg.Credentials.Retrieve(context.Background())
+	if err != nil || creds.AccessKeyID != "AKIDEXAMPLE" || creds.SessionToken != "token" {
+		t.Fatalf("%+v %v", creds, err)
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", "")
+	if _, err := AWSConfig(); err == nil {
+		t.Fatal("no error without credentials")
+	}
+}

@@ -1,0 +1,143 @@
+// Package wire builds what every Lambda function of the service shares: the
+// settings from the environment, the DynamoDB store with its EventBridge
+// notifier, and the handler of one route group. Each functions/<name>/main.go
+// is then environment -> store -> handler -> lambda.Start.
+package wire
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+
+	"github.com/checkout-dev/checkout/apigw"
+	"github.com/checkout-dev/checkout/httpapi"
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/notify"
+)
+
+// Environment variables the functions read. The stack sets the first two.
+const (
+	EnvTablePrefix     = schema.EnvTablePrefix // CHECKOUT_TABLE_PREFIX
+	EnvEventBus        = notify.EnvEventBus    // CHECKOUT_EVENT_BUS
+	EnvAutoCreateTasks = "CHECKOUT_AUTO_CREATE_TASKS"
+	EnvLogLevel        = "LOG_LEVEL"
+)
+
+// Env is a function's configuration.
+type Env struct {
+	TablePrefix     string
+	EventBus        string // "" logs notices instead of publishing them
+	AutoCreateTasks bool
+	LogLevel        slog.Level
+	// Now is the clock (nil: time.Now); tests set it, the environment never
+	// does.
+	Now func() time.Time
+}
+
+// FromEnv reads Env from the process environment.
+func FromEnv() Env {
+	e := Env{
+		TablePrefix: os.Getenv(EnvTablePrefix),
+		EventBus:    os.Getenv(EnvEventBus),
+	}
+	e.AutoCreateTasks, _ = strconv.ParseBool(os.Getenv(EnvAutoCreateTasks))
+	_ = e.LogLevel.UnmarshalText([]byte(strings.TrimSpace(os.Getenv(EnvLogLevel))))
+	return e
+}
+
+// Logger writes JSON lines to stdout, which Lambda sends to CloudWatch Logs.
+func (e Env) Logger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: e.LogLevel}))
+}
+
+// MustStore builds the store from the function's AWS configuration, or exits:
+// a function without credentials has nothing to serve. It runs once per
+// container, outside the handler.
+func MustStore(e Env, log *slog.Logger) *lease.Store {
+	cfg, err := AWSConfig()
+	if err != nil {
+		log.Error("aws configuration", "error", err)
+		os.Exit(1)
+	}
+	var n lease.Notifier
+	if e.EventBus != "" {
+		n = notify.NewEventBridge(eventbridge.NewFromConfig(cfg), e.EventBus)
+	}
+	return NewStore(dynamodb.NewFromConfig(cfg), n, e, log)
+}
+
+// AWSConfig is the configuration Lambda gives a function: region and the
+// execution role's credentials, both in the environment. It is what
+// config.LoadDefaultConfig resolves to inside Lambda, without linking its
+// whole provider chain (shared files, SSO, STS, IMDS), which would add about
+// 1.4 MB to every bootstrap and nothing a function uses.
+func AWSConfig() (aws.Config, error) {
+	region := os.Getenv("AWS_REGION")
+	if region == "" {
+		region = os.Getenv("AWS_DEFAULT_REGION")
+	}
+	id, secret := os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
+	if region == "" || id == "" || secret == "" {
+		return aws.Config{}, errors.New("AWS_REGION, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set (Lambda sets them)")
+	}
+	return aws.Config{
+		Region:      region,
+		Credentials: credentials.NewStaticCredentialsProvider(id, secret, os.Getenv("AWS_SESSION_TOKEN")),
+	}, nil
+}
+
+// NewStore is the store of the functions over db (nil notifier: log notices).
+func NewStore(db lease.DB, n lease.Notifier, e Env, log *slog.Logger) *lease.Store {
+	return lease.New(lease.Config{
+		DB:       db,
+		Tables:   schema.Names{Prefix: e.TablePrefix},
+		Notifier: n,
+		Logger:   log,
+		Now:      e.Now,
+	})
+}
+
+// HTTP is the Lambda handler of the route-group function fn: the API's
+// handler restricted to fn's routes, without an authenticator of its own (the
+// Lambda authorizer has authenticated the caller, and the adapter passes the
+// principal on). svc may be nil for the health function.
+func HTTP(fn string, svc httpapi.Service, e Env, log *slog.Logger) func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	h := httpapi.New(svc, httpapi.Options{AutoCreateTasks: e.AutoCreateTasks, Logger: log, Now: e.Now})
+	return apigw.Handler(Only(fn, h))
+}
+
+// Only serves the routes of function fn with h and answers anything else
+// with 404 not_found. API Gateway sends each function only its own routes;
+// this keeps a misrouted request from reaching another group's handlers.
+func Only(fn string, h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	for _, r := range Routes {
+		if r.Function == fn {
+			mux.Handle(r.Method+" "+r.Path, h)
+		}
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"error":"no such path","code":"not_found"}` + "\n"))
+	})
+	return mux
+}
+
+// Sweep is the sweeper function's handler.
+func Sweep(store *lease.Store) func(context.Context) (lease.SweepResult, error) {
+	return func(ctx context.Context) (lease.SweepResult, error) { return store.Sweep(ctx) }
+}

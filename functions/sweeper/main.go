@@ -1,0 +1,15 @@
+// Command sweeper runs on a schedule and ends the leases that expired or
+// whose holder died and that nobody has taken over yet.
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/checkout-dev/checkout/functions/internal/wire"
+)
+
+func main() {
+	env := wire.FromEnv()
+	store := wire.MustStore(env, env.Logger())
+	lambda.Start(wire.Sweep(store))
+}
