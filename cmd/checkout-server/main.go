@@ -1,0 +1,125 @@
+// Command checkout-server runs the checkout service on this machine: every
+// route of the HTTP API, the sweep on a ticker, and (unless DYNAMODB_ENDPOINT
+// names one) its own dynalite, in memory or on disk. `make run` starts it.
+//
+// Environment:
+//
+//	CHECKOUT_ADDR               listen address (default 127.0.0.1:3100)
+//	DYNAMODB_ENDPOINT           use this DynamoDB-compatible endpoint instead of starting dynalite
+//	CHECKOUT_DATA_DIR           keep dynalite's data in this directory (default: in memory)
+//	CHECKOUT_TABLE_PREFIX       table name prefix (default checkout-)
+//	CHECKOUT_ADMIN_KEY          the admin's API key (default: generated and logged once)
+//	CHECKOUT_SWEEP_INTERVAL     how often the sweep runs (default 15s)
+//	CHECKOUT_AUTO_CREATE_TASKS  true: checking out an unknown task creates it
+//	LOG_LEVEL                   debug, info (default), warn or error
+//
+// Logs are JSON lines on standard error. SIGINT or SIGTERM stops the server
+// gracefully, then dynalite.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/checkout-dev/checkout/localserver"
+	"github.com/checkout-dev/checkout/localstack"
+)
+
+func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel(os.Getenv("LOG_LEVEL"))}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Getenv, log)
+	stop()
+	if err != nil {
+		log.Error("checkout-server", "error", err.Error())
+		os.Exit(1)
+	}
+}
+
+// run serves until ctx ends.
+func run(ctx context.Context, getenv func(string) string, log *slog.Logger) error {
+	cfg, err := configFrom(getenv)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+
+	var dynaliteDone <-chan struct{} // nil: not ours, never closes
+	if cfg.DynamoEndpoint == "" {
+		opts := localstack.Options{Path: getenv("CHECKOUT_DATA_DIR")}
+		d, err := localstack.Start(ctx, opts)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := d.Stop(); err != nil {
+				log.Warn("stop dynalite", "error", err.Error())
+			}
+			log.Info("dynalite stopped")
+		}()
+		storage := "memory"
+		if opts.Path != "" {
+			storage = opts.Path
+		}
+		log.Info("dynalite started", "endpoint", d.Endpoint, "storage", storage)
+		cfg.DynamoEndpoint = d.Endpoint
+		dynaliteDone = d.Done()
+	}
+
+	srv, err := localserver.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	var cause error
+	select {
+	case <-ctx.Done():
+	case <-dynaliteDone:
+		// Without its database the server can only fail: stop it.
+		cause = errors.New("dynalite exited unexpectedly")
+	}
+	log.Info("shutting down")
+	if err := srv.Close(); err != nil {
+		return err
+	}
+	return cause
+}
+
+// configFrom reads the server's settings from the environment.
+func configFrom(getenv func(string) string) (localserver.Config, error) {
+	cfg := localserver.Config{
+		Addr:           getenv("CHECKOUT_ADDR"),
+		DynamoEndpoint: getenv(localstack.EnvEndpoint),
+		TablePrefix:    getenv("CHECKOUT_TABLE_PREFIX"),
+		AdminKey:       getenv("CHECKOUT_ADMIN_KEY"),
+	}
+	if v := getenv("CHECKOUT_SWEEP_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return cfg, fmt.Errorf("CHECKOUT_SWEEP_INTERVAL=%q: want a positive duration such as 15s", v)
+		}
+		cfg.SweepInterval = d
+	}
+	if v := getenv("CHECKOUT_AUTO_CREATE_TASKS"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("CHECKOUT_AUTO_CREATE_TASKS=%q: want true or false", v)
+		}
+		cfg.AutoCreateTasks = b
+	}
+	return cfg, nil
+}
+
+func logLevel(s string) slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return slog.LevelInfo
+	}
+	return l
+}

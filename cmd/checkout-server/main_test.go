@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestConfigFrom(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"CHECKOUT_ADDR": "127.0.0.1:4000", "DYNAMODB_ENDPOINT": "http://127.0.0.1:8000",
+		"CHECKOUT_TABLE_PREFIX": "dev-", "CHECKOUT_ADMIN_KEY": "ck_admin",
+		"CHECKOUT_SWEEP_INTERVAL": "2s", "CHECKOUT_AUTO_CREATE_TASKS": "true",
+	}
+	cfg, err := configFrom(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Addr != "127.0.0.1:4000" || cfg.DynamoEndpoint != "http://127.0.0.1:8000" || cfg.TablePrefix != "dev-" ||
+		cfg.AdminKey != "ck_admin" || cfg.SweepInterval != 2*time.Second || !cfg.AutoCreateTasks {
+		t.Fatalf("%+v", cfg)
+	}
+	for k, v := range map[string]string{
+		"CHECKOUT_SWEEP_INTERVAL": "soon", "CHECKOUT_AUTO_CREATE_TASKS": "maybe",
+	} {
+		bad := map[string]string{k: v}
+		if _, err := configFrom(func(k string) string { return bad[k] }); err == nil || !strings.Contains(err.Error(), k) {
+			t.Fatalf("%s=%s: %v", k, v, err)
+		}
+	}
+	if _, err := configFrom(func(k string) string { return map[string]string{"CHECKOUT_SWEEP_INTERVAL": "-1s"}[k] }); err == nil {
+		t.Fatal("negative interval accepted")
+	}
+}
+
+// The built command starts its own dynalite, serves, and on SIGINT stops
+// both and exits 0.
+func TestServeAndShutDown(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "checkout-server")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "CHECKOUT_ADDR=127.0.0.1:0", "DYNAMODB_ENDPOINT=", "CHECKOUT_ADMIN_KEY=",
+		"CHECKOUT_DATA_DIR="+filepath.Join(t.TempDir(), "data"))
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+
+	lines := make(chan map[string]any, 100)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) != nil {
+				t.Errorf("log line is not JSON: %q", sc.Text())
+				continue
+			}
+			lines <- m
+		}
+	}()
+	var url, dynamo, key string
+	timeout := time.After(2 * time.Minute)
+	for url == "" {
+		select {
+		case m, ok := <-lines:
+			if !ok {
+				t.Fatal("the server exited before listening")
+			}
+			switch m["msg"] {
+			case "dynalite started":
+				dynamo = m["endpoint"].(string)
+			case "checkout server listening":
+				url = m["url"].(string)
+				key, _ = m["admin_key"].(string)
+			}
+		case <-timeout:
+			t.Fatal("the server did not start")
+		}
+	}
+	if dynamo == "" || !strings.HasPrefix(key, "ck_") {
+		t.Fatalf("dynalite %q, generated admin key %q", dynamo, key)
+	}
+	req, _ := http.NewRequest("GET", url+"/api/agents", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /api/agents with the logged admin key: %d", resp.StatusCode)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	for range lines {
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+	addr := strings.TrimPrefix(dynamo, "http://")
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Fatalf("dynalite still listening on %s after shutdown", addr)
+	}
+	if c, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "http://"), time.Second); err == nil {
+		c.Close()
+		t.Fatal("server still listening after shutdown")
+	}
+}
