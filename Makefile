@@ -39,7 +39,26 @@ lint: ## Check gofmt and go vet (and staticcheck when it is installed)
 	@if command -v staticcheck >/dev/null; then staticcheck $(GO_PACKAGES); else echo "staticcheck not installed: skipped"; fi
 
 clean: ## Remove build output and installed node modules (local data in .dynalite/ is kept)
-	rm -rf bin $(LOCALSTACK)/node_modules
+	rm -rf bin dist $(LOCALSTACK)/node_modules
+
+# The local service and the Lambda functions. Each function is a
+# dist/<name>/bootstrap for the provided.al2023 runtime on arm64.
+FUNCTIONS    := health agents tasks checkouts inbox authorizer sweeper
+DIST         := dist
+LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags="-s -w"
+
+.PHONY: run build
+
+run: $(NODE_DEPS) ## Run the service on CHECKOUT_ADDR (default 127.0.0.1:3100), with its own dynalite unless DYNAMODB_ENDPOINT is set
+	$(GO) build -o bin/checkout-server ./cmd/checkout-server
+	exec bin/checkout-server
+
+build: ## Build every Lambda as dist/<name>/bootstrap (linux/arm64, stripped) and print the sizes
+	@for fn in $(FUNCTIONS); do \
+		GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build $(LAMBDA_FLAGS) -o $(DIST)/$$fn/bootstrap ./functions/$$fn; \
+		size=$$(wc -c < $(DIST)/$$fn/bootstrap); \
+		awk -v f="$(DIST)/$$fn/bootstrap" -v s="$$size" 'BEGIN { printf "  %-28s %9d bytes  %5.1f MiB\n", f, s, s / 1048576 }'; \
+	done
 
 # The CDK app (infra/, its own Go module) and the pinned CDK CLI (infra/_cdk;
 # the leading underscore keeps the CLI's node_modules out of `go ./...`).
