@@ -31,6 +31,7 @@ test: deps ## Vet, then run all tests with the race detector against one local D
 	$(GO) vet $(GO_PACKAGES)
 	$(DYNAMO) $(GO) test $(GO_TEST_FLAGS) $(GO_PACKAGES)
 	cd infra && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd bench && $(GO) vet ./... && ../$(DYNAMO) $(GO) test -count=1 ./...
 
 lint: ## Check gofmt and go vet (and staticcheck when it is installed)
 	@unformatted=$$(find . \( -name node_modules -o -name cdk.out -o -name .git \) -prune -o -name '*.go' -print | xargs gofmt -l); \
@@ -83,3 +84,29 @@ deploy: build $(CDK_DEPS) ## Build the functions and deploy the stack to AWS (CD
 
 destroy: $(CDK_DEPS) ## Delete the stack (tables under deletion protection are kept)
 	$(CDK_ENV) $(CDK) destroy --no-notices $(CDK_FLAGS)
+
+# Proof of the claims: benchmarks against cirello.io/dynamolock/v2 (bench/ is
+# its own module, so the peer stays out of the product's go.mod), the long
+# linearizability and fault runs, and fuzzing.
+FUZZTIME ?= 30s
+BENCH_OUT ?=
+
+.PHONY: bench bench-quick chaos fuzz
+
+bench: $(NODE_DEPS) ## Benchmark against dynamolock on one dynalite, full counts (a few minutes; BENCH_OUT=FILE keeps the report)
+	cd bench && ../$(DYNAMO) $(GO) run ./cmd/bench $(if $(BENCH_OUT),-out $(abspath $(BENCH_OUT)))
+
+bench-quick: $(NODE_DEPS) ## The same benchmark with small counts (well under a minute)
+	cd bench && ../$(DYNAMO) $(GO) run ./cmd/bench -quick
+
+chaos: $(NODE_DEPS) ## Long linearizability and fault-injection runs (CHECKOUT_CHAOS=1)
+	CHECKOUT_CHAOS=1 $(DYNAMO) $(GO) test -race -count=1 -timeout 30m -run 'Linearizab|Fault|Chaos' ./lease/ ./faults/
+
+fuzz: $(NODE_DEPS) ## Run every fuzz target for FUZZTIME each (default 30s); crashers land in testdata/fuzz
+	@targets=$$(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v node_modules | xargs -n1 dirname | sort -u); \
+	for dir in $$targets; do \
+		for fn in $$(grep -h '^func Fuzz' $$dir/*_test.go | sed 's/^func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+			echo "fuzz $$dir $$fn ($(FUZZTIME))"; \
+			$(DYNAMO) $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$dir || exit 1; \
+		done; \
+	done

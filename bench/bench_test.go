@@ -1,0 +1,91 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/localstack"
+)
+
+var endpoint string
+
+func TestMain(m *testing.M) {
+	ep, stop := localstack.MustEndpoint()
+	endpoint = ep
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+func TestQuantile(t *testing.T) {
+	ds := []time.Duration{5, 1, 4, 2, 3, 10, 9, 8, 7, 6}
+	if q := quantile(ds, 0.5); q != 5 {
+		t.Errorf("p50 = %v, want 5", q)
+	}
+	if q := quantile(ds, 0.99); q != 10 {
+		t.Errorf("p99 = %v, want 10", q)
+	}
+	if q := quantile(nil, 0.5); q != 0 {
+		t.Errorf("p50 of nothing = %v", q)
+	}
+}
+
+// A tiny run of every scenario: both systems must run, each operation must
+// be counted, and this project must stay within its request budget on the
+// wire (DynamoDB's figures, without the emulator's fallback reads).
+func TestTinyRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := Config{Endpoint: endpoint, Throughput: 100 * time.Millisecond, Workers: []int{1, 4}, Contended: 4,
+		TTL: time.Second, PeerLease: time.Second, SweepLeases: 20}
+	r, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := map[string][2]int{ // operation -> {ours on DynamoDB, dynamolock}
+		"successful checkout / acquire": {2, 2},
+		"conflict (task held)":          {2, 1},
+		"release":                       {2, 1},
+		"heartbeat (agent alive)":       {1, 1},
+	}
+	for _, c := range r.Requests {
+		want, ok := budget[c.Op]
+		if !ok {
+			continue
+		}
+		delete(budget, c.Op)
+		if c.OursOnDynamoDB > want[0] || c.OursOnDynamoDB < 1 {
+			t.Errorf("%s: checkout made %d requests (%v), budget %d", c.Op, c.OursOnDynamoDB, c.OursOps, want[0])
+		}
+		if c.Peer != want[1] {
+			t.Errorf("%s: dynamolock made %d requests (%v), documented %d", c.Op, c.Peer, c.PeerOps, want[1])
+		}
+	}
+	if len(budget) > 0 {
+		t.Errorf("operations not measured: %v", budget)
+	}
+	if len(r.Throughput) != 6 {
+		t.Fatalf("%d throughput results, want 6", len(r.Throughput))
+	}
+	for _, x := range r.Throughput {
+		if x.Cycles == 0 {
+			t.Errorf("%s %s x%d: no cycle completed", x.System, x.Scenario, x.Workers)
+		}
+	}
+	if len(r.Takeover) != 2 {
+		t.Fatalf("takeovers: %+v", r.Takeover)
+	}
+	if r.Sweep == nil || r.Sweep.Ended != 20 {
+		t.Fatalf("sweep: %+v", r.Sweep)
+	}
+	var b strings.Builder
+	r.Markdown(&b)
+	for _, want := range []string{"dynamolock v2.0.2", "checkout (lease.Store)", "### Sweep", "Not measured (skipped)"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}

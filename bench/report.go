@@ -1,0 +1,101 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+func opsString(o Ops) string {
+	if o == nil {
+		return ""
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(o)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, o[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
+
+// Markdown writes the results as Markdown tables.
+func (r *Results) Markdown(w io.Writer) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p("### DynamoDB requests per operation\n\n")
+	p("Counted by an SDK middleware on each client. \"On DynamoDB\" leaves out the read the store makes only because dynalite ignores `ReturnValuesOnConditionCheckFailure`.\n\n")
+	p("| operation | checkout (on dynalite) | checkout (on DynamoDB) | dynamolock | checkout requests | dynamolock requests | note |\n|---|---|---|---|---|---|---|\n")
+	for _, c := range r.Requests {
+		o, d, pe := "n/a", "n/a", "n/a"
+		if c.Ours >= 0 {
+			o, d = fmt.Sprint(c.Ours), fmt.Sprint(c.OursOnDynamoDB)
+		}
+		if c.Peer >= 0 {
+			pe = fmt.Sprint(c.Peer)
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s |\n", c.Op, o, d, pe, opsString(c.OursOps), opsString(c.PeerOps), c.Note)
+	}
+	if r.Sweep != nil {
+		s := r.Sweep
+		per := float64(s.Requests.Total()) / float64(max(s.Leases, 1))
+		p("| per expired lease in a sweep | %.2f | %.2f | n/a | %s (for %d leases) | | dynamolock has no sweep: an expired lock stays until the next acquirer waits a lease |\n",
+			per, per, opsString(s.Requests), s.Leases)
+	}
+
+	p("\n### Acquire-then-release throughput\n\n")
+	p("Each worker acquires its key (distinct keys, or one shared key when contended), releases it and repeats for %v. Latency is of a whole cycle (acquire + release); contended, \"attempt\" is one acquire try, won or lost.\n\n", r.Config.Throughput)
+	p("| system | scenario | workers | cycles/s | cycle p50 | cycle p99 | attempt p50 | attempt p99 | conflicts | requests/cycle |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, t := range r.Throughput {
+		rpc := "-"
+		if t.Cycles > 0 {
+			rpc = fmt.Sprintf("%.2f", float64(t.Requests)/float64(t.Cycles))
+		}
+		p("| %s | %s | %d | %.0f | %s | %s | %s | %s | %d | %s |\n", t.System, t.Scenario, t.Workers, t.CyclesPerSec(),
+			ms(t.CycleP50), ms(t.CycleP99), ms(t.AttemptP50), ms(t.AttemptP99), t.Conflicts, rpc)
+	}
+	p("\nRatio checkout / dynamolock (cycles/s; above 1 means this project is faster):\n\n")
+	for i := 0; i+1 < len(r.Throughput); i += 2 {
+		a, b := r.Throughput[i], r.Throughput[i+1]
+		p("- %s, %d workers: %s (cycle p50 %s vs %s)\n", a.Scenario, a.Workers, ratio(a.CyclesPerSec(), b.CyclesPerSec()), ms(a.CycleP50), ms(b.CycleP50))
+	}
+
+	p("\n### Taking over the task of a dead holder\n\n")
+	p("The holder takes the task and dies at once; a new agent arrives at that moment and tries every %v.\n\n", pollEvery)
+	p("| system | setup | waited | expected |\n|---|---|---|---|\n")
+	for _, t := range r.Takeover {
+		p("| %s | %s | %s | %s |\n", t.System, t.Setup, ms(t.Waited), t.Expect)
+	}
+
+	if r.Sweep != nil {
+		s := r.Sweep
+		p("\n### Sweep\n\n")
+		p("| expired leases | ended | time | leases/s | requests | requests per lease |\n|---|---|---|---|---|---|\n")
+		p("| %d | %d | %s | %.0f | %d (%s) | %.2f |\n", s.Leases, s.Ended, ms(s.Elapsed),
+			float64(s.Ended)/s.Elapsed.Seconds(), s.Requests.Total(), opsString(s.Requests), float64(s.Requests.Total())/float64(max(s.Leases, 1)))
+		p("\n(Setting up the %d leases took %s.)\n", s.Leases, ms(s.Setup))
+	}
+
+	p("\n### Lambda packages\n\n")
+	if r.LambdaErr != "" {
+		p("Not measured: %s\n", r.LambdaErr)
+	} else if len(r.Lambdas) == 0 {
+		p("Not measured (skipped).\n")
+	} else {
+		p("`bootstrap` built for linux/arm64 with `-tags lambda.norpc -trimpath -ldflags \"-s -w\"`, CGO off; zip as deployed. Start-up: the same code built for this host, run against an emulated Lambda Runtime API; median of %d starts.\n\n", r.Lambdas[0].Runs)
+		p("| function | bootstrap | zip | start -> first /next | start -> first event answered | first answer |\n|---|---|---|---|---|---|\n")
+		for _, l := range r.Lambdas {
+			p("| %s | %.2f MB | %.2f MB | %s | %s | %s |\n", l.Name, float64(l.Bootstrap)/1e6, float64(l.Zipped)/1e6, ms(l.Init), ms(l.FirstEvent), l.Outcome)
+		}
+	}
+	p("\nWhole run: %s.\n", r.Took.Round(time.Second))
+}

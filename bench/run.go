@@ -1,0 +1,134 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Config sizes a run.
+type Config struct {
+	Endpoint string
+	Root     string // the product's repository root (for functions/)
+	// Throughput runs each scenario for this long.
+	Throughput time.Duration
+	Workers    []int // uncontended worker counts
+	Contended  int   // workers on one key
+	// Takeover: this project's heartbeat ttl and dynamolock's lease.
+	TTL, PeerLease time.Duration
+	SweepLeases    int
+	LambdaRuns     int // start-ups per function; 0 skips the Lambdas
+	Log            func(format string, args ...any)
+}
+
+// Full is the configuration of `make bench`.
+func Full() Config {
+	return Config{Throughput: 5 * time.Second, Workers: []int{1, 8, 32}, Contended: 32,
+		TTL: 2 * time.Second, PeerLease: 6 * time.Second, SweepLeases: 10000, LambdaRuns: 5}
+}
+
+// Quick is the configuration of `make bench-quick`.
+func Quick() Config {
+	return Config{Throughput: 500 * time.Millisecond, Workers: []int{1, 8, 32}, Contended: 32,
+		TTL: time.Second, PeerLease: 2 * time.Second, SweepLeases: 200, LambdaRuns: 1}
+}
+
+// Results is everything a run measured.
+type Results struct {
+	Config     Config
+	Requests   []OpCost
+	Throughput []Throughput
+	Takeover   []Takeover
+	Sweep      *Sweep
+	Lambdas    []Lambda
+	LambdaErr  string
+	Started    time.Time
+	Took       time.Duration
+}
+
+// Run measures both systems. An error means a system failed to run; the
+// figures themselves are never judged.
+func Run(ctx context.Context, cfg Config) (*Results, error) {
+	logf := cfg.Log
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	r := &Results{Config: cfg, Started: time.Now()}
+	var err error
+	logf("requests per operation")
+	if r.Requests, err = Requests(ctx, cfg.Endpoint); err != nil {
+		return nil, err
+	}
+
+	ours, err := NewOurs(ctx, cfg.Endpoint, nil)
+	if err != nil {
+		return nil, err
+	}
+	peer, err := NewPeer(ctx, cfg.Endpoint, time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	defer peer.Close()
+	type sc struct {
+		workers   int
+		contended bool
+	}
+	var scs []sc
+	for _, w := range cfg.Workers {
+		scs = append(scs, sc{w, false})
+	}
+	if cfg.Contended > 0 {
+		scs = append(scs, sc{cfg.Contended, true})
+	}
+	for _, s := range scs {
+		for _, sys := range []struct {
+			System
+			count *Counter
+		}{{ours, ours.Count}, {peer, peer.Count}} {
+			logf("throughput: %s, %d workers, contended=%v", sys.Name(), s.workers, s.contended)
+			t, err := RunThroughput(ctx, sys.System, sys.count, s.workers, s.contended, cfg.Throughput)
+			if err != nil {
+				return nil, err
+			}
+			r.Throughput = append(r.Throughput, t)
+		}
+	}
+
+	logf("takeover after the holder dies")
+	t1, err := OursTakeover(ctx, cfg.Endpoint, cfg.TTL)
+	if err != nil {
+		return nil, err
+	}
+	t2, err := PeerTakeover(ctx, cfg.Endpoint, cfg.PeerLease)
+	if err != nil {
+		return nil, err
+	}
+	r.Takeover = append(r.Takeover, t1, t2)
+	if cfg.PeerLease != cfg.TTL {
+		t3, err := PeerTakeover(ctx, cfg.Endpoint, cfg.TTL)
+		if err != nil {
+			return nil, err
+		}
+		r.Takeover = append(r.Takeover, t3)
+	}
+
+	logf("sweep of %d expired leases", cfg.SweepLeases)
+	sw, err := RunSweep(ctx, cfg.Endpoint, cfg.SweepLeases)
+	if err != nil {
+		return nil, err
+	}
+	r.Sweep = &sw
+
+	if cfg.LambdaRuns > 0 {
+		logf("lambda packages and start-up")
+		if r.Lambdas, err = MeasureLambdas(ctx, cfg.Root, cfg.LambdaRuns); err != nil {
+			// The Lambdas are the product's, not a system under comparison:
+			// report what failed and carry on.
+			r.LambdaErr = err.Error()
+		}
+	}
+	r.Took = time.Since(r.Started)
+	return r, nil
+}
+
+func (r *Results) String() string { return fmt.Sprintf("bench results (%v)", r.Took) }

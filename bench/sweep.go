@@ -1,0 +1,57 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// Sweep is the cost of ending n expired leases in one sweep.
+type Sweep struct {
+	Leases   int
+	Ended    int
+	Elapsed  time.Duration
+	Requests Ops
+	Setup    time.Duration
+}
+
+// RunSweep checks out n tasks with a 1m lease, moves the store's clock past
+// their expiry and times one Sweep.
+func RunSweep(ctx context.Context, endpoint string, n int) (Sweep, error) {
+	clk := NewClock()
+	o, err := NewOurs(ctx, endpoint, clk.Now)
+	if err != nil {
+		return Sweep{}, err
+	}
+	t0 := time.Now()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("task-%05d", i)
+	}
+	if err := o.Prepare(ctx, keys); err != nil {
+		return Sweep{}, err
+	}
+	if err := parallel(ctx, 16, n, func(i int) error {
+		_, err := o.Store.Checkout(ctx, lease.CheckoutParams{TaskID: keys[i], AgentID: fmt.Sprintf("agent-%d", i%50), Timeout: time.Minute})
+		return err
+	}); err != nil {
+		return Sweep{}, err
+	}
+	res := Sweep{Leases: n, Setup: time.Since(t0)}
+	clk.Advance(2 * time.Minute)
+	o.Count.Take()
+	start := time.Now()
+	r, err := o.Store.Sweep(ctx)
+	res.Elapsed = time.Since(start)
+	res.Requests = o.Count.Take()
+	if err != nil {
+		return res, err
+	}
+	res.Ended = r.Timeouts
+	if res.Ended != n {
+		return res, fmt.Errorf("sweep ended %d of %d expired leases", res.Ended, n)
+	}
+	return res, nil
+}
