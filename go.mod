@@ -12,6 +12,7 @@ require (
 )
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/aws/aws-sdk-go-v2/config v1.33.18 // indirect
 	github.com/aws/aws-sdk-go-v2/feature/ec2/imds v1.20.9 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.12 // indirect

@@ -20,8 +20,8 @@ import (
 // Lambda is one function's package size and start-up time.
 type Lambda struct {
 	Name       string
-	Bootstrap  int64 // linux/arm64 binary, bytes
-	Zipped     int64 // the deployment zip, bytes
+	Bootstrap  int64         // linux/arm64 binary, bytes
+	Zipped     int64         // the deployment zip, bytes
 	Init       time.Duration // process start -> first call to /invocation/next (p50)
 	FirstEvent time.Duration // process start -> first /response or /error (p50)
 	Outcome    string        // "response" or "error" for the first event

@@ -18,9 +18,9 @@ type OpCost struct {
 	Ours, Peer int
 	// OursOnDynamoDB is Ours without the reads the store makes only because
 	// the emulator ignores ReturnValuesOnConditionCheckFailure.
-	OursOnDynamoDB  int
+	OursOnDynamoDB   int
 	OursOps, PeerOps Ops
-	Note            string
+	Note             string
 }
 
 // Requests measures the requests per operation of both systems.
