@@ -190,6 +190,17 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		}
 		s.API.AddRoutes(opts)
 	}
+	// Everything no route matches (an unknown path, or a known path with
+	// another method) goes to the health function, which answers with the
+	// contract's 404 not_found or 405 method_not_allowed body instead of
+	// API Gateway's own {"message":"Not Found"}. It carries no authorizer and
+	// serves no API route: with no agent in the context, it can only answer
+	// 404, 405 or 401.
+	awsapigatewayv2.NewHttpRoute(stack, jsii.String("DefaultRoute"), &awsapigatewayv2.HttpRouteProps{
+		HttpApi:     s.API,
+		RouteKey:    awsapigatewayv2.HttpRouteKey_DEFAULT(),
+		Integration: integrations[FnHealth],
+	})
 	accessLogs := awslogs.NewLogGroup(stack, jsii.String("ApiAccessLogs"), &awslogs.LogGroupProps{
 		Retention:     awslogs.RetentionDays_ONE_MONTH,
 		RemovalPolicy: awscdk.RemovalPolicy_DESTROY,

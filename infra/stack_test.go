@@ -214,6 +214,22 @@ func TestEveryRouteExistsAndPointsAtItsFunction(t *testing.T) {
 			t.Errorf("route %s: public=%v", rt.Key(), rt.Public)
 		}
 	}
+	// Whatever no route matches goes, without the authorizer, to the health
+	// function, which answers with the contract's 404 and 405 bodies.
+	def, ok := byKey["$default"]
+	if !ok {
+		t.Fatal("no $default route")
+	}
+	if def["AuthorizationType"] != "NONE" || def["AuthorizerId"] != nil {
+		t.Errorf("$default route has authorization %v %v", def["AuthorizationType"], def["AuthorizerId"])
+	}
+	integ := s.resources[strings.TrimPrefix(s.render(def["Target"]), "integrations/ref:")]
+	if got := getAtt(props(integ)["IntegrationUri"], "Arn"); got != s.fnID[FnHealth] {
+		t.Errorf("$default integrates %q, want the health function", got)
+	}
+	if len(routes) != len(Routes)+1 {
+		t.Errorf("%d routes in the template, want the %d of Routes and $default", len(routes), len(Routes))
+	}
 	// Every HTTP function serves at least one route.
 	for _, fn := range Functions {
 		if fn == FnAuthorizer || fn == FnSweeper {

@@ -121,7 +121,14 @@ func HTTP(fn string, svc httpapi.Service, e Env, log *slog.Logger) func(context.
 // Only serves the routes of function fn with h and answers anything else
 // with 404 not_found. API Gateway sends each function only its own routes;
 // this keeps a misrouted request from reaching another group's handlers.
+// The health function is the exception: it also takes API Gateway's $default
+// route (every request no route matches, with no authorizer), so it hands
+// everything to h, which answers 404 not_found or 405 method_not_allowed for
+// those, and 401 for an API route, since no agent comes with them.
 func Only(fn string, h http.Handler) http.Handler {
+	if fn == Health {
+		return h
+	}
 	mux := http.NewServeMux()
 	for _, r := range Routes {
 		if r.Function == fn {
