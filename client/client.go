@@ -1,0 +1,250 @@
+// Package client is the Go client of the checkout HTTP API (version 1).
+//
+// A Client has a method per route, returns typed values and typed errors
+// (a *ConflictError carries the holder of a task; sentinels such as
+// ErrNoTaskAvailable match with errors.Is), and retries what is safe to
+// retry with exponential backoff and full jitter. Checkouts and claims are
+// made idempotent by a run id that the client generates when the caller
+// gives none, so a retried checkout whose first answer was lost gets the same
+// lease back instead of a conflict with itself.
+//
+// Most agents need one of two helpers: WorkOn, which holds a lease on one
+// task for as long as a function runs, and ClaimLoop, which works through
+// the pool of open tasks one at a time.
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Client talks to one checkout server with one API key. It is safe for
+// concurrent use.
+type Client struct {
+	baseURL   string
+	apiKey    string
+	http      *http.Client
+	retry     RetryPolicy
+	userAgent string
+	now       func() time.Time
+	sleep     func(ctx context.Context, d time.Duration) error
+	jitter    func(n int64) int64
+}
+
+// RetryPolicy bounds the retries of a request. The delay before retry n
+// (1-based) is a random duration in [0, min(MaxDelay, BaseDelay*2^(n-1))).
+type RetryPolicy struct {
+	// MaxAttempts counts the first try; 1 disables retries.
+	MaxAttempts int
+	BaseDelay   time.Duration
+	MaxDelay    time.Duration
+}
+
+// DefaultRetryPolicy makes up to 4 attempts, waiting at most 0.1s, 0.2s and
+// 0.4s (randomised) between them.
+var DefaultRetryPolicy = RetryPolicy{MaxAttempts: 4, BaseDelay: 100 * time.Millisecond, MaxDelay: 2 * time.Second}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient sets the HTTP client (default: one with a 30s timeout).
+func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+
+// WithRetryPolicy sets the retry policy.
+func WithRetryPolicy(p RetryPolicy) Option { return func(c *Client) { c.retry = p } }
+
+// WithUserAgent sets the User-Agent header.
+func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
+
+// WithClock sets the clock used to judge whether a lease has run out while
+// its renewals fail (default time.Now).
+func WithClock(now func() time.Time) Option { return func(c *Client) { c.now = now } }
+
+// WithSleeper replaces how the client waits: between retries, between
+// renewals and heartbeats, and while the pool is empty. sleep must return
+// ctx.Err() when ctx is done first. Tests use it to control time.
+func WithSleeper(sleep func(ctx context.Context, d time.Duration) error) Option {
+	return func(c *Client) { c.sleep = sleep }
+}
+
+// New returns a client of the server at baseURL (for example
+// "http://127.0.0.1:3100") using apiKey.
+func New(baseURL, apiKey string, opts ...Option) *Client {
+	c := &Client{
+		baseURL:   strings.TrimRight(baseURL, "/"),
+		apiKey:    apiKey,
+		http:      &http.Client{Timeout: 30 * time.Second},
+		retry:     DefaultRetryPolicy,
+		userAgent: "checkout-go-client/1",
+		now:       time.Now,
+		sleep:     sleepCtx,
+		jitter:    func(n int64) int64 { return mrand.Int64N(n) },
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.retry.MaxAttempts < 1 {
+		c.retry.MaxAttempts = 1
+	}
+	return c
+}
+
+// BaseURL is the server's URL as given to New.
+func (c *Client) BaseURL() string { return c.baseURL }
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// NewRunID returns a fresh random run id ("run-" and 16 hex digits).
+func NewRunID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "run-" + hex.EncodeToString(b[:])
+}
+
+// Response is the raw answer of a request, recorded by RecordResponse.
+type Response struct {
+	Status int
+	Body   []byte
+}
+
+type recorderKey struct{}
+
+// RecordResponse returns a context under which the client stores the last
+// answer's status and raw JSON body (success or error) in r. Command-line
+// tools use it to print the server's JSON unchanged.
+func RecordResponse(ctx context.Context, r *Response) context.Context {
+	return context.WithValue(ctx, recorderKey{}, r)
+}
+
+// retryMode says which failures a request may be retried on.
+type retryMode int
+
+const (
+	// idempotent requests are retried on network errors, 5xx and 429.
+	idempotent retryMode = iota
+	// once requests (whose repetition would answer differently, like a
+	// release whose first answer was lost) are retried only when the server
+	// cannot have acted: the connection was refused, or 429.
+	once
+)
+
+// do sends one request, with retries, and decodes a 2xx answer into out
+// (which may be nil).
+func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in, out any) error {
+	var body []byte
+	if in != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
+			return fmt.Errorf("checkout: encode request: %w", err)
+		}
+	}
+	var lastErr error
+	for attempt := 1; ; attempt++ {
+		status, respBody, err := c.send(ctx, method, path, body)
+		if err == nil && status < 300 {
+			record(ctx, status, respBody)
+			if out == nil || len(respBody) == 0 {
+				return nil
+			}
+			if err := json.Unmarshal(respBody, out); err != nil {
+				return fmt.Errorf("checkout: %s %s: decode answer: %w", method, path, err)
+			}
+			return nil
+		}
+		retryable := false
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			lastErr = &UnreachableError{URL: c.baseURL, Err: err}
+			retryable = mode == idempotent || isConnRefused(err)
+		} else {
+			record(ctx, status, respBody)
+			lastErr = decodeError(status, respBody)
+			retryable = status == http.StatusTooManyRequests || (status >= 500 && mode == idempotent)
+		}
+		if !retryable || attempt >= c.retry.MaxAttempts {
+			return lastErr
+		}
+		if err := c.sleep(ctx, c.backoff(attempt)); err != nil {
+			return lastErr
+		}
+	}
+}
+
+// backoff is the full-jitter delay before retry number attempt.
+func (c *Client) backoff(attempt int) time.Duration {
+	d := c.retry.BaseDelay
+	for i := 1; i < attempt && d < c.retry.MaxDelay; i++ {
+		d *= 2
+	}
+	if c.retry.MaxDelay > 0 && d > c.retry.MaxDelay {
+		d = c.retry.MaxDelay
+	}
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(c.jitter(int64(d)))
+}
+
+func record(ctx context.Context, status int, body []byte) {
+	if r, ok := ctx.Value(recorderKey{}).(*Response); ok {
+		r.Status, r.Body = status, body
+	}
+}
+
+func (c *Client) send(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.baseURL+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	req.Header.Set("User-Agent", c.userAgent)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return 0, nil, err
+	}
+	return resp.StatusCode, b, nil
+}
+
+func isConnRefused(err error) bool {
+	var ue *UnreachableError
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return strings.Contains(reason(err), "connection refused")
+}

@@ -1,0 +1,212 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+func taskPath(taskID, rest string) string {
+	return "/api/tasks/" + url.PathEscape(taskID) + rest
+}
+
+// Health calls GET /healthz (no key needed).
+func (c *Client) Health(ctx context.Context) error {
+	return c.do(ctx, idempotent, http.MethodGet, "/healthz", nil, nil)
+}
+
+// Checkout takes a lease on a task. When another live lease holds it, the
+// error is a *ConflictError naming the holder (errors.Is ErrCheckedOut).
+// An empty req.RunID is replaced by a generated one, which retries reuse.
+func (c *Client) Checkout(ctx context.Context, taskID string, req CheckoutRequest) (Checkout, error) {
+	if req.RunID == "" {
+		req.RunID = NewRunID()
+	}
+	var co Checkout
+	err := c.do(ctx, idempotent, http.MethodPost, taskPath(taskID, "/checkout"), req, &co)
+	return co, wrap("checkout", taskID, err)
+}
+
+// Claim takes a lease on the oldest open task. With none available the error
+// matches ErrNoTaskAvailable. An empty req.RunID is generated as for Checkout.
+func (c *Client) Claim(ctx context.Context, req ClaimRequest) (Checkout, error) {
+	if req.RunID == "" {
+		req.RunID = NewRunID()
+	}
+	var co Checkout
+	err := c.do(ctx, idempotent, http.MethodPost, "/api/claim", req, &co)
+	if err != nil {
+		return co, fmt.Errorf("claim: %w", err)
+	}
+	return co, nil
+}
+
+// Renew extends the caller's lease.
+func (c *Client) Renew(ctx context.Context, taskID string, req RenewRequest) (Checkout, error) {
+	var co Checkout
+	err := c.do(ctx, idempotent, http.MethodPost, taskPath(taskID, "/renew"), req, &co)
+	return co, wrap("renew", taskID, err)
+}
+
+// Release ends the caller's lease (or, with Force, anyone's: admins only).
+func (c *Client) Release(ctx context.Context, taskID string, req ReleaseRequest) (Released, error) {
+	var r Released
+	err := c.do(ctx, once, http.MethodPost, taskPath(taskID, "/release"), req, &r)
+	return r, wrap("release", taskID, err)
+}
+
+// Complete ends the caller's lease and marks the task done.
+func (c *Client) Complete(ctx context.Context, taskID string, req CompleteRequest) (Task, error) {
+	var t Task
+	err := c.do(ctx, once, http.MethodPost, taskPath(taskID, "/complete"), req, &t)
+	return t, wrap("complete", taskID, err)
+}
+
+// Status reports whether a task is locked, and by whom.
+func (c *Client) Status(ctx context.Context, taskID string) (LockStatus, error) {
+	var s LockStatus
+	err := c.do(ctx, idempotent, http.MethodGet, taskPath(taskID, "/checkout"), nil, &s)
+	return s, wrap("status", taskID, err)
+}
+
+// ListCheckouts lists every live lease, or agentID's when it is not empty.
+func (c *Client) ListCheckouts(ctx context.Context, agentID string) ([]Checkout, error) {
+	path := "/api/checkouts"
+	if agentID != "" {
+		path += "?agent_id=" + url.QueryEscape(agentID)
+	}
+	var r struct {
+		Checkouts []Checkout `json:"checkouts"`
+	}
+	if err := c.do(ctx, idempotent, http.MethodGet, path, nil, &r); err != nil {
+		return nil, fmt.Errorf("list checkouts: %w", err)
+	}
+	return r.Checkouts, nil
+}
+
+// Events returns a task's audit trail, oldest first.
+func (c *Client) Events(ctx context.Context, taskID string) ([]Event, error) {
+	var r struct {
+		Events []Event `json:"events"`
+	}
+	err := c.do(ctx, idempotent, http.MethodGet, taskPath(taskID, "/events"), nil, &r)
+	return r.Events, wrap("events", taskID, err)
+}
+
+// Watch asks for an inbox message when the task becomes available.
+func (c *Client) Watch(ctx context.Context, taskID string) error {
+	return wrap("watch", taskID, c.do(ctx, idempotent, http.MethodPost, taskPath(taskID, "/watch"), nil, nil))
+}
+
+// Inbox lists the caller's messages, oldest first.
+func (c *Client) Inbox(ctx context.Context) ([]Message, error) {
+	var r struct {
+		Messages []Message `json:"messages"`
+	}
+	if err := c.do(ctx, idempotent, http.MethodGet, "/api/inbox", nil, &r); err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
+	return r.Messages, nil
+}
+
+// DeleteMessage removes one inbox message.
+func (c *Client) DeleteMessage(ctx context.Context, messageID string) error {
+	err := c.do(ctx, once, http.MethodDelete, "/api/inbox/"+url.PathEscape(messageID), nil, nil)
+	if err != nil {
+		return fmt.Errorf("delete message %s: %w", messageID, err)
+	}
+	return nil
+}
+
+// Heartbeat tells the server the caller is alive for ttl (0: the server's
+// default, 90s). After its first heartbeat an agent whose heartbeats stop is
+// declared dead and loses its leases.
+func (c *Client) Heartbeat(ctx context.Context, ttl time.Duration) (Heartbeat, error) {
+	var h Heartbeat
+	body := struct {
+		TTL string `json:"ttl,omitempty"`
+	}{durationString(ttl)}
+	if err := c.do(ctx, idempotent, http.MethodPost, "/api/heartbeat", body, &h); err != nil {
+		return h, fmt.Errorf("heartbeat: %w", err)
+	}
+	return h, nil
+}
+
+// CreateTask creates a task in status todo.
+func (c *Client) CreateTask(ctx context.Context, req CreateTaskRequest) (Task, error) {
+	var t Task
+	if err := c.do(ctx, once, http.MethodPost, "/api/tasks", req, &t); err != nil {
+		return t, fmt.Errorf("create task: %w", err)
+	}
+	return t, nil
+}
+
+// GetTask returns one task.
+func (c *Client) GetTask(ctx context.Context, taskID string) (Task, error) {
+	var t Task
+	err := c.do(ctx, idempotent, http.MethodGet, taskPath(taskID, ""), nil, &t)
+	return t, wrap("get task", taskID, err)
+}
+
+// ListTasks returns one page of tasks.
+func (c *Client) ListTasks(ctx context.Context, req ListTasksRequest) (TaskPage, error) {
+	q := url.Values{}
+	if req.Status != "" {
+		q.Set("status", req.Status)
+	}
+	if req.Limit != 0 {
+		q.Set("limit", strconv.Itoa(req.Limit))
+	}
+	if req.Cursor != "" {
+		q.Set("cursor", req.Cursor)
+	}
+	path := "/api/tasks"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var p TaskPage
+	if err := c.do(ctx, idempotent, http.MethodGet, path, nil, &p); err != nil {
+		return p, fmt.Errorf("list tasks: %w", err)
+	}
+	return p, nil
+}
+
+// CreateAgent registers an agent (admins only). The answer holds its API
+// key, which the server never shows again.
+func (c *Client) CreateAgent(ctx context.Context, req CreateAgentRequest) (Registration, error) {
+	var r Registration
+	if err := c.do(ctx, once, http.MethodPost, "/api/agents", req, &r); err != nil {
+		return r, fmt.Errorf("create agent: %w", err)
+	}
+	return r, nil
+}
+
+// ListAgents lists the registered agents (admins only).
+func (c *Client) ListAgents(ctx context.Context) ([]Agent, error) {
+	var r struct {
+		Agents []Agent `json:"agents"`
+	}
+	if err := c.do(ctx, idempotent, http.MethodGet, "/api/agents", nil, &r); err != nil {
+		return nil, fmt.Errorf("list agents: %w", err)
+	}
+	return r.Agents, nil
+}
+
+// RemoveAgent deletes an agent (admins only); its leases end at once.
+func (c *Client) RemoveAgent(ctx context.Context, agentID string) error {
+	err := c.do(ctx, once, http.MethodDelete, "/api/agents/"+url.PathEscape(agentID), nil, nil)
+	if err != nil {
+		return fmt.Errorf("remove agent %s: %w", agentID, err)
+	}
+	return nil
+}
+
+func wrap(op, taskID string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s %s: %w", op, taskID, err)
+}

@@ -1,0 +1,223 @@
+package client
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Task statuses.
+const (
+	StatusTodo       = "todo"
+	StatusInProgress = "in_progress"
+	StatusDone       = "done"
+	StatusCancelled  = "cancelled"
+)
+
+// Checkout is a lease on a task, as the API returns it.
+type Checkout struct {
+	TaskID           string    `json:"task_id"`
+	AgentID          string    `json:"agent_id"`
+	AgentName        string    `json:"agent_name"`
+	RunID            string    `json:"run_id"`
+	Fence            int64     `json:"fence"`
+	LockedAt         time.Time `json:"locked_at"`
+	TimeoutSeconds   int64     `json:"timeout_seconds"`
+	ExpiresAt        time.Time `json:"expires_at"`
+	RemainingSeconds int64     `json:"remaining_seconds"`
+	Reason           string    `json:"reason,omitempty"`
+}
+
+// Timeout is the lease's length.
+func (c Checkout) Timeout() time.Duration { return time.Duration(c.TimeoutSeconds) * time.Second }
+
+// Remaining is how long the lease had left when the server answered.
+func (c Checkout) Remaining() time.Duration {
+	return time.Duration(c.RemainingSeconds) * time.Second
+}
+
+// Task is a unit of work.
+type Task struct {
+	TaskID          string     `json:"task_id"`
+	Title           string     `json:"title"`
+	Status          string     `json:"status"`
+	CreatedAt       time.Time  `json:"created_at"`
+	StartedAt       *time.Time `json:"started_at"`
+	CompletedAt     *time.Time `json:"completed_at"`
+	DurationSeconds *int64     `json:"duration_seconds"`
+	// Checkout is the live lease, or nil.
+	Checkout *Checkout `json:"checkout"`
+}
+
+// TaskPage is one page of a task listing.
+type TaskPage struct {
+	Tasks []Task `json:"tasks"`
+	// NextCursor is nil on the last page.
+	NextCursor *string `json:"next_cursor"`
+}
+
+// LockStatus answers GET /api/tasks/{id}/checkout.
+type LockStatus struct {
+	TaskID   string    `json:"task_id"`
+	Locked   bool      `json:"locked"`
+	Checkout *Checkout `json:"checkout"`
+}
+
+// Released answers a release.
+type Released struct {
+	TaskID      string `json:"task_id"`
+	ReleasedBy  string `json:"released_by"`
+	HeldSeconds int64  `json:"held_seconds"`
+}
+
+// Event is one entry of a task's audit trail.
+type Event struct {
+	Type    string    `json:"type"`
+	TaskID  string    `json:"task_id"`
+	AgentID string    `json:"agent_id"`
+	RunID   string    `json:"run_id"`
+	Fence   int64     `json:"fence"`
+	At      time.Time `json:"at"`
+	// HeldSeconds is set on every event that ends a lease.
+	HeldSeconds *int64 `json:"held_seconds,omitempty"`
+	By          string `json:"by,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+// Agent is a registered agent.
+type Agent struct {
+	AgentID         string     `json:"agent_id"`
+	Name            string     `json:"name"`
+	Admin           bool       `json:"admin"`
+	LastHeartbeatAt *time.Time `json:"last_heartbeat_at"`
+	// Alive is nil for an agent that never sent a heartbeat.
+	Alive *bool `json:"alive"`
+}
+
+// Registration is a new agent with its API key, which is shown only once.
+type Registration struct {
+	AgentID string `json:"agent_id"`
+	Name    string `json:"name"`
+	Admin   bool   `json:"admin"`
+	APIKey  string `json:"api_key"`
+}
+
+// Heartbeat answers a heartbeat.
+type Heartbeat struct {
+	AgentID   string    `json:"agent_id"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Message is an inbox message: a watched task became available.
+type Message struct {
+	MessageID string    `json:"message_id"`
+	Type      string    `json:"type"`
+	TaskID    string    `json:"task_id"`
+	Reason    string    `json:"reason,omitempty"`
+	At        time.Time `json:"at"`
+}
+
+// CheckoutRequest is the body of a checkout. Every field is optional.
+type CheckoutRequest struct {
+	// Timeout is the lease length; zero means the server's default (30m).
+	Timeout time.Duration
+	Reason  string
+	// RunID is the lease token. When empty the client generates one, so that
+	// a retried request is recognised by the server as the same attempt.
+	RunID            string
+	ExpectedStatuses []string
+	// Watch puts the caller on the task's watch list when it is held.
+	Watch bool
+	// AgentID checks out on behalf of another agent (admins only).
+	AgentID string
+}
+
+// MarshalJSON writes the API's body, with Timeout as a Go duration string.
+func (r CheckoutRequest) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Timeout          string   `json:"timeout,omitempty"`
+		Reason           string   `json:"reason,omitempty"`
+		RunID            string   `json:"run_id,omitempty"`
+		ExpectedStatuses []string `json:"expected_statuses,omitempty"`
+		Watch            bool     `json:"watch,omitempty"`
+		AgentID          string   `json:"agent_id,omitempty"`
+	}{durationString(r.Timeout), r.Reason, r.RunID, r.ExpectedStatuses, r.Watch, r.AgentID})
+}
+
+// ClaimRequest is the body of a claim. Every field is optional.
+type ClaimRequest struct {
+	Timeout time.Duration
+	Reason  string
+	// RunID is generated by the client when empty (see CheckoutRequest).
+	RunID   string
+	AgentID string // admins only
+}
+
+// MarshalJSON writes the API's body.
+func (r ClaimRequest) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Timeout string `json:"timeout,omitempty"`
+		Reason  string `json:"reason,omitempty"`
+		RunID   string `json:"run_id,omitempty"`
+		AgentID string `json:"agent_id,omitempty"`
+	}{durationString(r.Timeout), r.Reason, r.RunID, r.AgentID})
+}
+
+// RenewRequest is the body of a renew. RunID and Fence, when set, must
+// match the live lease.
+type RenewRequest struct {
+	// Timeout is the new lease length; zero keeps the lease's own.
+	Timeout time.Duration
+	RunID   string
+	Fence   int64
+}
+
+// MarshalJSON writes the API's body.
+func (r RenewRequest) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Timeout string `json:"timeout,omitempty"`
+		RunID   string `json:"run_id,omitempty"`
+		Fence   int64  `json:"fence,omitempty"`
+	}{durationString(r.Timeout), r.RunID, r.Fence})
+}
+
+// ReleaseRequest is the body of a release.
+type ReleaseRequest struct {
+	RunID string `json:"run_id,omitempty"`
+	Fence int64  `json:"fence,omitempty"`
+	// Force ends whoever holds the task (admins only).
+	Force  bool   `json:"force,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// CompleteRequest is the body of a completion.
+type CompleteRequest struct {
+	RunID string `json:"run_id,omitempty"`
+	Fence int64  `json:"fence,omitempty"`
+}
+
+// CreateTaskRequest is the body of a task creation.
+type CreateTaskRequest struct {
+	TaskID string `json:"task_id,omitempty"` // generated by the server when empty
+	Title  string `json:"title,omitempty"`
+}
+
+// ListTasksRequest filters a task listing.
+type ListTasksRequest struct {
+	Status string // empty: every status
+	Limit  int    // 0: the server's default (100)
+	Cursor string
+}
+
+// CreateAgentRequest is the body of an agent registration (admins only).
+type CreateAgentRequest struct {
+	Name    string `json:"name"`
+	Admin   bool   `json:"admin,omitempty"`
+	AgentID string `json:"agent_id,omitempty"`
+}
+
+func durationString(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}
