@@ -20,7 +20,7 @@ import (
 
 type recorded struct {
 	Method, Path, Auth, UA string
-	Body               map[string]any
+	Body                   map[string]any
 }
 
 // scripted is an httptest server answering with handler, recording every
