@@ -159,9 +159,6 @@ func asList(v any) []any {
 func TestEveryRouteExistsAndPointsAtItsFunction(t *testing.T) {
 	s := defaultStack(t)
 	routes := s.ofType("AWS::ApiGatewayV2::Route")
-	if len(routes) != len(Routes) {
-		t.Errorf("template has %d routes, route table has %d", len(routes), len(Routes))
-	}
 	authorizers := s.ofType("AWS::ApiGatewayV2::Authorizer")
 	if len(authorizers) != 1 {
 		t.Fatalf("want 1 authorizer, got %d", len(authorizers))
