@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -436,6 +438,19 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 		ExpressionAttributeValues: expr.Values(),
 		Limit:                     aws.Int32(25),
 	})
+	try := func(items []taskItem) (Checkout, bool, error) {
+		for _, it := range items {
+			if it.leaseTimeValid(now) {
+				continue
+			}
+			cp.TaskID = it.TaskID
+			c, cur, err := s.grant(ctx, cp, now, nil)
+			if err != nil || cur == nil && c.Fence != 0 {
+				return c, err == nil, err
+			}
+		}
+		return Checkout{}, false, nil
+	}
 	for tried := 0; pager.HasMorePages() && tried < 200; {
 		page, err := pager.NextPage(ctx)
 		if err != nil {
@@ -445,20 +460,26 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 		if err := attributevalue.UnmarshalListOfMaps(page.Items, &items); err != nil {
 			return Checkout{}, err
 		}
-		for _, it := range items {
-			tried++
-			if it.leaseTimeValid(now) {
-				continue
-			}
-			cp.TaskID = it.TaskID
-			c, cur, err := s.grant(ctx, cp, now, nil)
-			if err != nil {
-				return Checkout{}, err
-			}
-			if cur == nil && c.Fence != 0 {
-				return c, nil
-			}
+		tried += len(items)
+		if c, ok, err := try(items); ok || err != nil {
+			return c, err
 		}
+	}
+	// No free todo task. A task whose lease expired is free too, even
+	// before the sweep moves it back to todo: try those, oldest first.
+	var expired []taskItem
+	for shard := range schema.Shards {
+		keyCond := expression.Key("lease_shard").Equal(expression.Value(strconv.Itoa(shard))).
+			And(expression.Key("lease_expires").LessThanEqual(expression.Value(ms(now))))
+		items, err := s.queryTasks(ctx, schema.TasksByLeaseExpiry, keyCond)
+		if err != nil {
+			return Checkout{}, err
+		}
+		expired = append(expired, items...)
+	}
+	sort.Slice(expired, func(i, j int) bool { return expired[i].CreatedKey < expired[j].CreatedKey })
+	if c, ok, err := try(expired); ok || err != nil {
+		return c, err
 	}
 	return Checkout{}, ErrNoTaskAvailable
 }

@@ -40,7 +40,8 @@
 //	task, lock status   GetItem task + GetItem holder's heartbeat
 //	list tasks          Query by_status (+ BatchGetItem of holders' heartbeats)
 //	list checkouts      Query by_lease_expiry per shard, or by_holder (+ BatchGetItem)
-//	claim candidates    Query by_status for todo, oldest first
+//	claim candidates    Query by_status for todo, oldest first; when none is
+//	                    free, Query by_lease_expiry for expired leases
 //	heartbeat           UpdateItem (a second one when the agent returns from the dead)
 //	authenticate        GetItem of the key item "#key#<sha256(key)>"
 //	events, inbox       Query on the table's own key

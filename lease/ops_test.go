@@ -380,9 +380,17 @@ func TestWatchAndClaim(t *testing.T) {
 	if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "c"}); !errors.Is(err, lease.ErrNoTaskAvailable) {
 		t.Fatalf("claim when all taken: %v", err)
 	}
+	// An expired lease frees its task for claims before any sweep runs.
+	e.clock.Advance(time.Minute)
+	if got := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "c", Timeout: time.Minute})); got.TaskID != "old" {
+		t.Fatalf("claim after expiry got %s, want old", got.TaskID)
+	}
+	if got := kinds(e.events(t, "old")); !slices.Equal(got, []lease.EventType{"checkout", "timeout", "checkout"}) {
+		t.Fatalf("old's events %v", got)
+	}
 	// Live checkouts, all and by agent.
 	all := must[[]lease.Checkout](t)(e.store.ListCheckouts(c, ""))
-	if len(all) != 3 || all[0].TaskID != "old" {
+	if len(all) != 3 || all[0].TaskID != "mid" || all[2].TaskID != "old" {
 		t.Fatalf("checkouts %+v", all)
 	}
 	if mine := must[[]lease.Checkout](t)(e.store.ListCheckouts(c, "a")); len(mine) != 1 || mine[0].TaskID != "mid" {
