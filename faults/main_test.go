@@ -1,0 +1,108 @@
+package faults_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/localstack"
+)
+
+var endpoint string
+
+func TestMain(m *testing.M) {
+	ep, stop := localstack.MustEndpoint()
+	endpoint = ep
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+func chaos() bool { return os.Getenv("CHECKOUT_CHAOS") != "" }
+
+func prefix() schema.Names {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return schema.Names{Prefix: "f" + hex.EncodeToString(b[:]) + "-"}
+}
+
+// faultyClient is a DynamoDB client for endpoint with one request per
+// connection (so each fault hits one request), a short timeout, and the
+// SDK's standard retries without the retry quota (which would otherwise
+// run dry under deliberate faults).
+func faultyClient(endpoint string) *dynamodb.Client {
+	hc := awshttp.NewBuildableClient().
+		WithTimeout(2 * time.Second).
+		WithTransportOptions(func(tr *http.Transport) { tr.DisableKeepAlives = true })
+	return lease.NewLocalClient(endpoint, func(o *dynamodb.Options) {
+		o.HTTPClient = hc
+		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
+			so.MaxAttempts = 5
+			so.MaxBackoff = 100 * time.Millisecond
+			so.RateLimiter = ratelimit.None
+		})
+	})
+}
+
+// notices records every notice.
+type notices struct {
+	mu  sync.Mutex
+	all []lease.Notice
+}
+
+func (n *notices) Notify(_ context.Context, x lease.Notice) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.all = append(n.all, x)
+	return nil
+}
+
+// auditLog counts the store's "audit write failed" reports.
+type auditLog struct {
+	mu     sync.Mutex
+	failed int
+}
+
+func (a *auditLog) Enabled(context.Context, slog.Level) bool { return true }
+func (a *auditLog) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "audit write failed") {
+		a.mu.Lock()
+		a.failed++
+		a.mu.Unlock()
+	}
+	return nil
+}
+func (a *auditLog) WithAttrs([]slog.Attr) slog.Handler { return a }
+func (a *auditLog) WithGroup(string) slog.Handler      { return a }
+
+func (a *auditLog) failures() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.failed
+}
+
+func mustTables(t *testing.T, names schema.Names) *dynamodb.Client {
+	t.Helper()
+	db := lease.NewLocalClient(endpoint)
+	if err := lease.EnsureTables(context.Background(), db, names); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+
+func slogger(h slog.Handler) *slog.Logger { return slog.New(h) }

@@ -1,0 +1,319 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/faults"
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// grant is a checkout the client saw acknowledged, and when it stopped
+// relying on it (the moment it asked to release).
+type grant struct {
+	task, agent, run string
+	fence            int64
+	acked, released  time.Time
+}
+
+// retrying runs op until it returns an answer the lease domain defines, up to
+// attempts times; the last error is returned when none came. attempted
+// reports whether more than one try was made (an earlier one may have
+// been applied with its answer lost).
+func retrying(attempts int, op func() error) (err error, retried bool) {
+	for i := range attempts {
+		err = op()
+		if err == nil || domainErr(err) {
+			return err, i > 0
+		}
+		time.Sleep(time.Duration(10*(i+1)) * time.Millisecond)
+	}
+	return err, true
+}
+
+func domainErr(err error) bool {
+	for _, e := range []error{lease.ErrCheckedOut, lease.ErrNotHolder, lease.ErrNotCheckedOut, lease.ErrStatusMismatch, lease.ErrTaskNotFound, lease.ErrInvalid} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+type workload struct {
+	agents, tasks, rounds int
+}
+
+// runWorkload has agents race to check out tasks (watching them when held),
+// hold them briefly and release them, retrying under the same run id
+// whenever the network fails. It returns the acknowledged grants.
+//
+// strict says no answer can be lost (faults happen only before the server):
+// a release must then succeed. Otherwise the SDK may have retried a release
+// that was applied, whose retry finds the lease gone or someone else's, so
+// those answers are accepted; double grants are still caught by the audit's
+// interval check, which does not rely on release answers.
+func runWorkload(t *testing.T, s *lease.Store, w workload, tasks []string, strict bool) []grant {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	var grants []grant
+	var failures []string
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		failures = append(failures, fmt.Sprintf(format, args...))
+	}
+	var wg sync.WaitGroup
+	for a := range w.agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(a), 7))
+			agent := fmt.Sprintf("agent-%02d", a)
+			for round := range w.rounds {
+				task := tasks[r.IntN(len(tasks))]
+				run := fmt.Sprintf("%s-run-%d", agent, round)
+				var c lease.Checkout
+				err, _ := retrying(12, func() error {
+					var err error
+					c, err = s.Checkout(ctx, lease.CheckoutParams{TaskID: task, AgentID: agent, RunID: run, Timeout: 5 * time.Minute, Watch: true})
+					return err
+				})
+				if err != nil {
+					if !domainErr(err) {
+						t.Logf("%s: checkout %s gave up: %v", agent, task, err)
+					}
+					continue
+				}
+				g := grant{task: task, agent: agent, run: run, fence: c.Fence, acked: time.Now()}
+				time.Sleep(time.Duration(r.IntN(5)) * time.Millisecond)
+				g.released = time.Now()
+				err, retried := retrying(12, func() error {
+					_, err := s.Release(ctx, lease.ReleaseParams{TaskID: task, AgentID: agent, RunID: run, Fence: c.Fence})
+					return err
+				})
+				switch {
+				case err == nil:
+				case (errors.Is(err, lease.ErrNotCheckedOut) || errors.Is(err, lease.ErrNotHolder)) && (retried || !strict):
+					// An earlier try (ours or the SDK's) was applied and its
+					// answer lost.
+				case errors.Is(err, lease.ErrNotHolder):
+					fail("%s: release of %s fence %d: someone else holds it: %v", agent, task, c.Fence, err)
+				case domainErr(err):
+					fail("%s: release of %s fence %d on the first try: %v", agent, task, c.Fence, err)
+				default:
+					t.Logf("%s: release %s gave up: %v", agent, task, err)
+				}
+				mu.Lock()
+				grants = append(grants, g)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, f := range failures {
+		t.Error(f)
+	}
+	return grants
+}
+
+// audit holds the invariants that no network fault may break, and returns
+// how many ended leases have no ending event and how many grants have no
+// checkout event.
+func audit(t *testing.T, s *lease.Store, tasks []string, grants []grant, ns *notices) (missingEnds, missingCheckouts int) {
+	t.Helper()
+	ctx := context.Background()
+	// 1. No double grant: one (agent, run) per fence, and the intervals in
+	// which clients relied on their leases never overlap.
+	byFence := map[string]grant{}
+	byTask := map[string][]grant{}
+	for _, g := range grants {
+		k := fmt.Sprintf("%s/%d", g.task, g.fence)
+		if o, ok := byFence[k]; ok && (o.agent != g.agent || o.run != g.run) {
+			t.Errorf("fence %s granted to %s/%s and %s/%s", k, o.agent, o.run, g.agent, g.run)
+		}
+		byFence[k] = g
+		byTask[g.task] = append(byTask[g.task], g)
+	}
+	for task, gs := range byTask {
+		sort.Slice(gs, func(i, j int) bool { return gs[i].acked.Before(gs[j].acked) })
+		for i := 1; i < len(gs); i++ {
+			if gs[i].acked.Before(gs[i-1].released) && gs[i].fence != gs[i-1].fence {
+				t.Errorf("%s: fence %d (%s) acknowledged at %v while fence %d (%s) was held until %v",
+					task, gs[i].fence, gs[i].agent, gs[i].acked, gs[i-1].fence, gs[i-1].agent, gs[i-1].released)
+			}
+		}
+	}
+	// 2. The audit trail: at most one checkout and one ending per fence;
+	// count what is missing.
+	for _, task := range tasks {
+		tk, err := s.GetTask(ctx, task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := s.Events(ctx, task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		co, end := map[int64]int{}, map[int64]int{}
+		var top int64
+		for _, e := range evs {
+			switch {
+			case e.Type == lease.EventCheckout:
+				co[e.Fence]++
+			case e.Type.EndsLease():
+				end[e.Fence]++
+			}
+			top = max(top, e.Fence)
+		}
+		for _, g := range byTask[task] {
+			top = max(top, g.fence)
+		}
+		for f := int64(1); f <= top; f++ {
+			if co[f] > 1 || end[f] > 1 {
+				t.Errorf("%s fence %d: %d checkout events, %d ending events", task, f, co[f], end[f])
+			}
+			if co[f] == 0 {
+				missingCheckouts++
+			}
+			live := tk.Checkout != nil && tk.Checkout.Fence == f
+			if end[f] == 0 && !live {
+				missingEnds++
+			}
+		}
+	}
+	// 3. Watchers are told at most once per ended lease, in the inbox and
+	// by the notifier.
+	for a := range 64 {
+		msgs, err := s.Inbox(ctx, fmt.Sprintf("agent-%02d", a))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]int{}
+		for _, m := range msgs {
+			var at, fence int64
+			var task string
+			if _, err := fmt.Sscanf(m.MessageID, "%d.%d.%s", &at, &fence, &task); err != nil {
+				t.Fatalf("message id %q: %v", m.MessageID, err)
+			}
+			k := fmt.Sprintf("%s/%d", m.TaskID, fence)
+			if seen[k]++; seen[k] > 1 {
+				t.Errorf("agent-%02d told twice that %s ended", a, k)
+			}
+		}
+	}
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	told := map[string]int{}
+	for _, n := range ns.all {
+		k := fmt.Sprintf("%s %s/%d", n.Kind, n.Event.TaskID, n.Event.Fence)
+		if told[k]++; told[k] > 1 {
+			t.Errorf("notice %s sent twice", k)
+		}
+	}
+	return missingEnds, missingCheckouts
+}
+
+func faultEnv(t *testing.T, pol faults.Policy) (*lease.Store, *faults.Proxy, *notices, *auditLog, []string) {
+	t.Helper()
+	names := prefix()
+	mustTables(t, names)
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faults.Listen(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	ns, al := &notices{}, &auditLog{}
+	s := lease.New(lease.Config{DB: faultyClient(p.URL()), Tables: names, Notifier: ns, Logger: slogger(al)})
+	w := faultWorkload()
+	tasks := make([]string, w.tasks)
+	for i := range tasks {
+		tasks[i] = fmt.Sprintf("task-%d", i)
+		if err, _ := retrying(10, func() error {
+			_, err := s.CreateTask(context.Background(), lease.CreateTaskParams{TaskID: tasks[i]})
+			if errors.Is(err, lease.ErrTaskExists) {
+				return nil
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.SetPolicy(pol)
+	return s, p, ns, al, tasks
+}
+
+func faultWorkload() workload {
+	if chaos() {
+		return workload{agents: 16, tasks: 4, rounds: 60}
+	}
+	return workload{agents: 8, tasks: 3, rounds: 10}
+}
+
+func logCounts(t *testing.T, p *faults.Proxy) {
+	t.Logf("connections %d: pass %d, refuse %d, cut-request %d, cut-response %d, blackhole %d",
+		p.Connections(), p.Count(faults.Pass), p.Count(faults.Refuse), p.Count(faults.CutRequest), p.Count(faults.CutResponse), p.Count(faults.Blackhole))
+}
+
+// Faults that keep a request from reaching the server (refused, truncated,
+// blackholed, delayed connections): every guarantee holds, including a
+// complete audit trail, because the store sees the outcome of every write it
+// makes.
+func TestFaultsBeforeTheServer(t *testing.T) {
+	t.Parallel()
+	pol := faults.Random(11, []faults.Kind{faults.Refuse, faults.CutRequest, faults.Blackhole}, []float64{0.12, 0.12, 0.03}, 100*time.Millisecond, 200)
+	s, p, ns, al, tasks := faultEnv(t, pol)
+	grants := runWorkload(t, s, faultWorkload(), tasks, true)
+	p.SetPolicy(faults.None)
+	logCounts(t, p)
+	if len(grants) == 0 {
+		t.Fatal("no checkout succeeded")
+	}
+	if p.Count(faults.Refuse)+p.Count(faults.CutRequest) == 0 {
+		t.Fatal("no fault was injected")
+	}
+	ends, checkouts := audit(t, s, tasks, grants, ns)
+	if ends > al.failures() || checkouts > al.failures() {
+		t.Errorf("%d ended leases and %d grants have no event, with %d audit writes reported failed", ends, checkouts, al.failures())
+	}
+	t.Logf("%d grants; %d audit writes failed", len(grants), al.failures())
+}
+
+// Faults after the server has acted (the answer is cut): still no double
+// grant, no duplicate event, no watcher told twice. The audit trail can
+// miss the events of a transition whose answer was lost: the SDK's retry
+// of the deciding write fails its condition (the write was applied), so no
+// writer records the transition. The test counts those gaps; it fails if
+// a gap appears without a lost answer to explain it.
+func TestFaultsAfterTheServer(t *testing.T) {
+	t.Parallel()
+	pol := faults.Random(23, []faults.Kind{faults.CutResponse, faults.Refuse}, []float64{0.15, 0.05}, 50*time.Millisecond, 300)
+	s, p, ns, al, tasks := faultEnv(t, pol)
+	grants := runWorkload(t, s, faultWorkload(), tasks, false)
+	p.SetPolicy(faults.None)
+	logCounts(t, p)
+	if len(grants) == 0 {
+		t.Fatal("no checkout succeeded")
+	}
+	if p.Count(faults.CutResponse) == 0 {
+		t.Fatal("no answer was cut")
+	}
+	ends, checkouts := audit(t, s, tasks, grants, ns)
+	if int64(ends+checkouts) > p.Count(faults.CutResponse)+int64(al.failures()) {
+		t.Errorf("%d missing ending events and %d missing checkout events; only %d answers were cut", ends, checkouts, p.Count(faults.CutResponse))
+	}
+	t.Logf("%d grants; KNOWN GAP: %d ended leases and %d grants without their event after %d cut answers", len(grants), ends, checkouts, p.Count(faults.CutResponse))
+}
