@@ -104,5 +104,4 @@ func mustTables(t *testing.T, names schema.Names) *dynamodb.Client {
 	return db
 }
 
-
 func slogger(h slog.Handler) *slog.Logger { return slog.New(h) }
