@@ -1,5 +1,5 @@
 // Command agents is the Lambda function that serves the API's agents routes
-// (see functions/internal/wire.Routes) behind the Lambda authorizer.
+// (see deploy.Routes) behind the Lambda authorizer.
 package main
 
 import (

@@ -1,5 +1,5 @@
 // Command checkouts is the Lambda function that serves the API's checkouts routes
-// (see functions/internal/wire.Routes) behind the Lambda authorizer.
+// (see deploy.Routes) behind the Lambda authorizer.
 package main
 
 import (

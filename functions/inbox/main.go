@@ -1,5 +1,5 @@
 // Command inbox is the Lambda function that serves the API's inbox routes
-// (see functions/internal/wire.Routes) behind the Lambda authorizer.
+// (see deploy.Routes) behind the Lambda authorizer.
 package main
 
 import (

@@ -104,15 +104,17 @@ type gateway struct {
 	seq        int
 }
 
-func newGateway(store *lease.Store, env Env, log *slog.Logger) *gateway {
+// newGateway wires each function to the store storeFor gives it, as each
+// Lambda has its own.
+func newGateway(storeFor func(fn string) *lease.Store, env Env, log *slog.Logger) *gateway {
 	g := &gateway{
-		authorizer: auth.Authorizer(store),
+		authorizer: auth.Authorizer(storeFor(Authorizer)),
 		functions:  map[string]lambdaHandler{},
-		sweeper:    Sweep(store),
+		sweeper:    Sweep(storeFor(Sweeper)),
 		routes:     http.NewServeMux(),
 	}
 	for _, fn := range []string{Health, Agents, Tasks, Checkouts, Inbox} {
-		var svc httpapi.Service = store
+		var svc httpapi.Service = storeFor(fn)
 		if fn == Health {
 			svc = nil // as in functions/health
 		}
@@ -305,6 +307,7 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 	if err := lease.EnsureTables(ctx, client, schema.Names{Prefix: env.TablePrefix}); err != nil {
 		t.Fatal(err)
 	}
+	used := &usage{prefix: env.TablePrefix}
 	store := NewStore(client, nil, env, quiet)
 	if err := store.EnsureAgent(ctx, "admin", "admin", true, adminKey); err != nil {
 		t.Fatal(err)
@@ -317,7 +320,9 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 		s     *session
 	}{
 		{"local", local{srv}, localClock, &session{keys: map[string]string{"admin": adminKey}, msg: map[string]string{}}},
-		{"lambda", newGateway(store, env, quiet), lambdaClock, &session{keys: map[string]string{"admin": adminKey}, msg: map[string]string{}}},
+		{"lambda", newGateway(func(fn string) *lease.Store {
+			return NewStore(used.client(fn), nil, env, quiet)
+		}, env, quiet), lambdaClock, &session{keys: map[string]string{"admin": adminKey}, msg: map[string]string{}}},
 	}
 
 	big := `{"title":"` + strings.Repeat("x", 70<<10) + `"}`
@@ -442,6 +447,7 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 			t.Fatalf("step %d %s %s as %q: the answers differ\n local: %s\nlambda: %s", i, st.method, st.target, st.who, l, a)
 		}
 	}
+	used.check(t)
 }
 
 // Every route the handler serves belongs to exactly one function, and each

@@ -1,4 +1,4 @@
-package main
+package deploy
 
 import "github.com/checkout-dev/checkout/lease/schema"
 
@@ -19,32 +19,32 @@ type Grant struct {
 // read that follows a failed condition when the server did not return the
 // item with it.
 var Access = map[string][]Grant{
-	FnAuthorizer: {
+	Authorizer: {
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
 	},
-	FnAgents: {
+	Agents: {
 		{Table: schema.AgentsTable, Actions: []string{"PutItem", "DeleteItem"}, QueryIndexes: []string{schema.AgentsAll}},
 		{Table: schema.HeartbeatsTable, Actions: []string{"UpdateItem", "DeleteItem", "BatchGetItem"}},
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByHolder}},
 		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
 		{Table: schema.InboxTable, Actions: []string{"BatchWriteItem"}},
 	},
-	FnTasks: {
+	Tasks: {
 		{Table: schema.TasksTable, Actions: []string{"PutItem", "GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByHolder}},
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem"}},
 		{Table: schema.EventsTable, Actions: []string{"Query"}},
 	},
-	FnCheckouts: {
-		{Table: schema.TasksTable, Actions: []string{"GetItem", "PutItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByHolder}},
+	Checkouts: {
+		{Table: schema.TasksTable, Actions: []string{"GetItem", "PutItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByHolder}},
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem"}},
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
 		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
 		{Table: schema.InboxTable, Actions: []string{"BatchWriteItem"}},
 	},
-	FnInbox: {
+	Inbox: {
 		{Table: schema.InboxTable, Actions: []string{"Query", "DeleteItem"}},
 	},
-	FnSweeper: {
+	Sweeper: {
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByLeaseExpiry, schema.TasksByHolder}},
 		{Table: schema.HeartbeatsTable, Actions: []string{"UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
 		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
@@ -56,7 +56,7 @@ var Access = map[string][]Grant{
 // event bus (events:PutEvents on that bus only): those that end leases or make
 // tasks available.
 var PublishesEvents = map[string]bool{
-	FnAgents:    true,
-	FnCheckouts: true,
-	FnSweeper:   true,
+	Agents:    true,
+	Checkouts: true,
+	Sweeper:   true,
 }
