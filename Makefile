@@ -100,7 +100,8 @@ bench-quick: $(NODE_DEPS) ## The same benchmark with small counts (well under a 
 	cd bench && ../$(DYNAMO) $(GO) run ./cmd/bench -quick
 
 chaos: $(NODE_DEPS) ## Long linearizability and fault-injection runs (CHECKOUT_CHAOS=1)
-	CHECKOUT_CHAOS=1 $(DYNAMO) $(GO) test -race -count=1 -timeout 30m -run 'Linearizab|Fault|Chaos' ./lease/ ./faults/
+	CHECKOUT_CHAOS=1 $(DYNAMO) $(GO) test -race -count=1 -timeout 30m -v -run 'Linearizab' ./lease/
+	CHECKOUT_CHAOS=1 $(DYNAMO) $(GO) test -race -count=1 -timeout 30m -v ./faults/
 
 fuzz: $(NODE_DEPS) ## Run every fuzz target for FUZZTIME each (default 30s); crashers land in testdata/fuzz
 	@targets=$$(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v node_modules | xargs -n1 dirname | sort -u); \
