@@ -1,0 +1,331 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/client"
+	"github.com/checkout-dev/checkout/localserver"
+	"github.com/checkout-dev/checkout/localstack"
+)
+
+// The CLI is tested as a built binary against an in-process local server
+// whose clock the test holds, so the printed times are exact.
+
+var (
+	update   = flag.Bool("update", false, "rewrite testdata/*.golden")
+	binary   string
+	endpoint string
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "checkout-cli")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "checkout")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	var stop func()
+	endpoint, stop = localstack.MustEndpoint()
+	code := m.Run()
+	stop()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *testClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+type env struct {
+	srv   *localserver.Server
+	clock *testClock
+	admin *client.Client
+	keys  map[string]string // agent id -> key; "admin" too
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	clock := &testClock{now: time.Date(2026, 3, 20, 14, 30, 0, 0, time.UTC)}
+	srv, err := localserver.Start(context.Background(), localserver.Config{
+		Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: "t" + strings.ToLower(rand.Text()[:10]) + "-",
+		AdminKey: "ck_admin" + strings.ToLower(rand.Text()), Now: clock.Now, SweepInterval: -1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	e := &env{srv: srv, clock: clock, admin: client.New(srv.URL(), srv.AdminKey()), keys: map[string]string{"admin": srv.AdminKey()}}
+	for id, name := range map[string]string{"agent-a1b2": "researcher", "agent-c3d4": "writer"} {
+		reg, err := e.admin.CreateAgent(context.Background(), client.CreateAgentRequest{AgentID: id, Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.keys[id] = reg.APIKey
+	}
+	return e
+}
+
+func (e *env) task(t *testing.T, id, title string) {
+	t.Helper()
+	if _, err := e.admin.CreateTask(context.Background(), client.CreateTaskRequest{TaskID: id, Title: title}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func runCLI(t *testing.T, url, key string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), "CHECKOUT_URL="+url, "CHECKOUT_API_KEY="+key)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+var normalizers = []struct {
+	re   *regexp.Regexp
+	with string
+}{
+	{regexp.MustCompile(`run-[0-9a-f]{16}`), "run-RANDOM"},
+	{regexp.MustCompile(`ck_[A-Za-z0-9_\-]+`), "ck_KEY"},
+	{regexp.MustCompile(`127\.0\.0\.1:\d+`), "127.0.0.1:PORT"},
+}
+
+func normalize(s string) string {
+	for _, n := range normalizers {
+		s = n.re.ReplaceAllString(s, n.with)
+	}
+	return s
+}
+
+// transcript runs commands and records them as a shell session would show
+// them, with the exit status of each.
+type transcript struct {
+	t *testing.T
+	e *env
+	b strings.Builder
+}
+
+func (tr *transcript) run(as string, wantCode int, args ...string) result {
+	tr.t.Helper()
+	r := runCLI(tr.t, tr.e.srv.URL(), tr.e.keys[as], args...)
+	fmt.Fprintf(&tr.b, "$ checkout %s    # as %s\n%s", strings.Join(args, " "), as, r.stdout)
+	if r.stderr != "" {
+		fmt.Fprintf(&tr.b, "[stderr] %s", r.stderr)
+	}
+	fmt.Fprintf(&tr.b, "[exit %d]\n\n", r.code)
+	if r.code != wantCode {
+		tr.t.Errorf("checkout %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, wantCode, r.stdout, r.stderr)
+	}
+	return r
+}
+
+func (tr *transcript) note(format string, args ...any) {
+	fmt.Fprintf(&tr.b, "# "+format+"\n\n", args...)
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	got = normalize(got)
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s (go test -update rewrites it)\n--- got:\n%s\n--- want:\n%s", path, got, want)
+	}
+}
+
+func TestCheckoutSession(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.task(t, "task-d4e5", "Fix login bug")
+	e.task(t, "task-f6a7", "Write release notes")
+	tr := &transcript{t: t, e: e}
+
+	tr.note("14:30: the writer takes task-d4e5 for 15 minutes")
+	tr.run("agent-c3d4", 0, "task-d4e5", "--timeout", "15m", "--reason", "draft the fix")
+	e.clock.Add(5 * time.Minute)
+	tr.note("14:35: the researcher is denied it, and takes another task")
+	tr.run("agent-a1b2", 3, "task-d4e5", "--timeout", "30m")
+	tr.run("agent-a1b2", 0, "task-f6a7", "--timeout", "30m")
+	tr.run("agent-a1b2", 0, "list")
+	tr.run("agent-a1b2", 0, "list", "--agent", "agent-a1b2")
+	tr.run("agent-a1b2", 0, "status", "task-d4e5")
+	tr.run("agent-a1b2", 0, "watch", "task-d4e5")
+	tr.run("agent-a1b2", 3, "renew", "task-d4e5")
+	e.clock.Add(3 * time.Minute)
+	tr.note("14:38")
+	tr.run("agent-c3d4", 0, "renew", "task-d4e5", "--timeout", "1h30m")
+	tr.run("agent-c3d4", 0, "release", "task-d4e5", "--reason", "blocked on review")
+	tr.run("agent-a1b2", 0, "inbox")
+	tr.run("agent-a1b2", 0, "status", "task-d4e5")
+	e.clock.Add(90 * time.Second)
+	tr.note("14:39:30")
+	tr.run("agent-a1b2", 0, "complete", "task-f6a7")
+	tr.run("agent-a1b2", 0, "events", "task-f6a7")
+	tr.run("agent-a1b2", 0, "tasks", "show", "task-f6a7")
+	tr.run("agent-a1b2", 0, "list")
+	tr.run("agent-a1b2", 3, "task-f6a7")
+	golden(t, "session", tr.b.String())
+}
+
+func TestCommandsSession(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tr := &transcript{t: t, e: e}
+	tr.run("agent-a1b2", 0, "tasks", "add", "task-1", "--title", "First | with a pipe")
+	tr.run("agent-a1b2", 0, "tasks", "add", "task-2")
+	tr.run("agent-a1b2", 3, "tasks", "add", "task-2")
+	tr.run("agent-a1b2", 0, "tasks", "list")
+	tr.run("agent-a1b2", 0, "tasks", "list", "--status", "done")
+	tr.run("agent-a1b2", 0, "heartbeat", "--ttl", "2m")
+	tr.run("agent-a1b2", 0, "claim", "--timeout", "10m")
+	tr.run("agent-c3d4", 0, "claim")
+	tr.run("agent-c3d4", 4, "claim")
+	tr.run("admin", 0, "agents", "list")
+	tr.run("admin", 0, "agents", "add", "tester", "--id", "agent-t1")
+	tr.run("admin", 0, "release", "task-1", "--force", "--reason", "stuck")
+	tr.run("admin", 0, "agents", "remove", "agent-t1")
+	tr.run("admin", 4, "agents", "remove", "agent-t1")
+	tr.run("agent-a1b2", 1, "agents", "list")
+	tr.note("a task named like a command")
+	tr.run("agent-a1b2", 0, "tasks", "add", "release")
+	tr.run("agent-a1b2", 0, "checkout", "release", "--timeout", "90s")
+	tr.run("agent-a1b2", 0, "release", "release")
+	tr.run("agent-a1b2", 0, "--", "release")
+	tr.note("--json prints the server's answer")
+	tr.run("agent-c3d4", 0, "status", "task-2", "--json")
+	tr.run("agent-a1b2", 3, "task-2", "--json")
+	tr.run("agent-a1b2", 4, "status", "nope", "--json")
+	golden(t, "commands", tr.b.String())
+}
+
+func TestErrorsAreOneLineWithExitCodes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.task(t, "task-1", "")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "http://" + ln.Addr().String()
+	ln.Close()
+	key := e.keys["agent-a1b2"]
+	cases := []struct {
+		name, url, key string
+		args           []string
+		code           int
+		stderr         string
+	}{
+		{"server down", down, key, []string{"task-1"}, 1, "checkout: cannot reach the server at " + down + ": connection refused\n"},
+		{"bad key", "", "ck_wrong", []string{"list"}, 1, "checkout: unauthorized: check CHECKOUT_API_KEY\n"},
+		{"no key", "", "", []string{"list"}, 2, "checkout: no API key: set CHECKOUT_API_KEY or pass --api-key\n"},
+		{"bad duration", "", key, []string{"task-1", "--timeout", "abc"}, 2, `checkout: invalid duration "abc" for --timeout` + "\n"},
+		{"bad ttl", "", key, []string{"heartbeat", "--ttl", "-5s"}, 2, `checkout: invalid duration "-5s" for --ttl` + "\n"},
+		{"timeout out of range", "", key, []string{"task-1", "--timeout", "48h"}, 2, ""},
+		{"unknown task", "", key, []string{"task-nope"}, 4, ""},
+		{"not checked out", "", key, []string{"release", "task-1"}, 4, ""},
+		{"bad id", "", key, []string{"status", "bad id!"}, 2, ""},
+		{"unknown flag", "", key, []string{"list", "--nope"}, 2, "checkout: unknown flag: --nope (see checkout --help)\n"},
+		{"missing arg", "", key, []string{"release"}, 2, "checkout: checkout release needs a task id (see checkout release --help)\n"},
+		{"too many args", "", key, []string{"a", "b"}, 2, ""},
+		{"force by non-admin", "", key, []string{"release", "task-1", "--force"}, 1, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			url := tc.url
+			if url == "" {
+				url = e.srv.URL()
+			}
+			r := runCLI(t, url, tc.key, tc.args...)
+			if r.code != tc.code {
+				t.Errorf("exit %d, want %d (stderr %q)", r.code, tc.code, r.stderr)
+			}
+			if tc.stderr != "" && r.stderr != tc.stderr {
+				t.Errorf("stderr %q, want %q", r.stderr, tc.stderr)
+			}
+			if !strings.HasPrefix(r.stderr, "checkout: ") || strings.Count(r.stderr, "\n") != 1 {
+				t.Errorf("stderr is not one line: %q", r.stderr)
+			}
+			if strings.Contains(r.stderr, "goroutine") || strings.Contains(r.stderr, "panic") {
+				t.Errorf("stack trace: %q", r.stderr)
+			}
+		})
+	}
+}
+
+func TestHelpDocumentsExitCodes(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, "", "", "--help")
+	if r.code != 0 {
+		t.Fatalf("exit %d", r.code)
+	}
+	for _, want := range []string{"CHECKOUT_URL", "CHECKOUT_API_KEY", "3  denied", "4  not found", "release", "mcp"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("--help does not mention %q", want)
+		}
+	}
+}
+
+func TestCompact(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		30 * time.Minute: "30m", 90 * time.Minute: "1h30m", 90 * time.Second: "90s", 2 * time.Hour: "2h",
+		0: "0s", 45 * time.Second: "45s", time.Hour + 30*time.Second: "1h30s", 24 * time.Hour: "24h",
+		1500 * time.Millisecond: "1s", -time.Second: "0s", 270 * time.Second: "4m30s", time.Minute: "1m",
+	} {
+		if got := compact(d); got != want {
+			t.Errorf("compact(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
