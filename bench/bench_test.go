@@ -75,7 +75,7 @@ func TestTinyRun(t *testing.T) {
 			t.Errorf("%s %s x%d: no cycle completed", x.System, x.Scenario, x.Workers)
 		}
 	}
-	if len(r.Takeover) != 2 {
+	if len(r.Takeover) != 4 {
 		t.Fatalf("takeovers: %+v", r.Takeover)
 	}
 	if r.Sweep == nil || r.Sweep.Ended != 20 {

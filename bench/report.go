@@ -70,7 +70,7 @@ func (r *Results) Markdown(w io.Writer) {
 	}
 
 	p("\n### Taking over the task of a dead holder\n\n")
-	p("The holder takes the task and dies at once; a new agent arrives at that moment and tries every %v.\n\n", pollEvery)
+	p("The holder takes the task and dies at once; a new agent arrives at that moment or later and tries every %v. \"Waited\" runs from the death.\n\n", pollEvery)
 	p("| system | setup | waited | expected |\n|---|---|---|---|\n")
 	for _, t := range r.Takeover {
 		p("| %s | %s | %s | %s |\n", t.System, t.Setup, ms(t.Waited), t.Expect)

@@ -95,21 +95,25 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}
 
 	logf("takeover after the holder dies")
-	t1, err := OursTakeover(ctx, cfg.Endpoint, cfg.TTL)
-	if err != nil {
-		return nil, err
-	}
-	t2, err := PeerTakeover(ctx, cfg.Endpoint, cfg.PeerLease)
-	if err != nil {
-		return nil, err
-	}
-	r.Takeover = append(r.Takeover, t1, t2)
-	if cfg.PeerLease != cfg.TTL {
-		t3, err := PeerTakeover(ctx, cfg.Endpoint, cfg.TTL)
+	// The waiter arrives at the death, then half a ttl later; dynamolock
+	// runs with the brief's lease and with a lease equal to the ttl.
+	for _, arrive := range []time.Duration{0, cfg.TTL / 2} {
+		t1, err := OursTakeover(ctx, cfg.Endpoint, cfg.TTL, arrive)
 		if err != nil {
 			return nil, err
 		}
-		r.Takeover = append(r.Takeover, t3)
+		r.Takeover = append(r.Takeover, t1)
+		leases := []time.Duration{cfg.PeerLease}
+		if cfg.PeerLease != cfg.TTL {
+			leases = append(leases, cfg.TTL)
+		}
+		for _, l := range leases {
+			t2, err := PeerTakeover(ctx, cfg.Endpoint, l, arrive)
+			if err != nil {
+				return nil, err
+			}
+			r.Takeover = append(r.Takeover, t2)
+		}
 	}
 
 	logf("sweep of %d expired leases", cfg.SweepLeases)

@@ -25,7 +25,9 @@ const pollEvery = 50 * time.Millisecond
 // OursTakeover: the holder sends a heartbeat with ttl, checks out with a long
 // timeout and dies at once. The waiter, arriving at the death, tries to check
 // out every pollEvery; it gets the task at the first try after the ttl.
-func OursTakeover(ctx context.Context, endpoint string, ttl time.Duration) (Takeover, error) {
+//
+// arrive is how long after the death the waiter first tries.
+func OursTakeover(ctx context.Context, endpoint string, ttl, arrive time.Duration) (Takeover, error) {
 	o, err := NewOurs(ctx, endpoint, nil)
 	if err != nil {
 		return Takeover{}, err
@@ -40,6 +42,7 @@ func OursTakeover(ctx context.Context, endpoint string, ttl time.Duration) (Take
 	if _, err := o.Store.Checkout(ctx, lease.CheckoutParams{TaskID: "job", AgentID: "holder", Timeout: time.Hour}); err != nil {
 		return Takeover{}, err
 	}
+	time.Sleep(time.Until(died.Add(arrive)))
 	for {
 		_, err := o.Store.Checkout(ctx, lease.CheckoutParams{TaskID: "job", AgentID: "successor", Timeout: time.Hour})
 		if err == nil {
@@ -64,16 +67,16 @@ func OursTakeover(ctx context.Context, endpoint string, ttl time.Duration) (Take
 	}
 	return Takeover{
 		System: "checkout (lease.Store)",
-		Setup:  fmt.Sprintf("heartbeat ttl %v, lease timeout 1h", ttl),
+		Setup:  fmt.Sprintf("heartbeat ttl %v, lease timeout 1h; waiter arrives %v after the death", ttl, arrive),
 		Waited: waited,
-		Expect: fmt.Sprintf("ttl (%v) + up to one poll (%v)", ttl, pollEvery),
+		Expect: fmt.Sprintf("max(ttl, arrival) + up to one poll (%v)", pollEvery),
 	}, nil
 }
 
 // PeerTakeover: the holder acquires with leaseDuration and dies at once (no
 // heartbeat after the acquire). The waiter calls AcquireLock, which reads
 // the lock, then waits a whole lease for its version to stay unchanged.
-func PeerTakeover(ctx context.Context, endpoint string, leaseDuration time.Duration) (Takeover, error) {
+func PeerTakeover(ctx context.Context, endpoint string, leaseDuration, arrive time.Duration) (Takeover, error) {
 	p, err := NewPeer(ctx, endpoint, leaseDuration)
 	if err != nil {
 		return Takeover{}, err
@@ -92,6 +95,7 @@ func PeerTakeover(ctx context.Context, endpoint string, leaseDuration time.Durat
 		return Takeover{}, err
 	}
 	defer successor.Close()
+	time.Sleep(time.Until(died.Add(arrive)))
 	if _, err := successor.AcquireLockWithContext(ctx, "job",
 		dynamolock.WithRefreshPeriod(pollEvery),
 		dynamolock.WithAdditionalTimeToWaitForLock(leaseDuration)); err != nil {
@@ -99,8 +103,8 @@ func PeerTakeover(ctx context.Context, endpoint string, leaseDuration time.Durat
 	}
 	return Takeover{
 		System: "dynamolock v2.0.2",
-		Setup:  fmt.Sprintf("lease duration %v", leaseDuration),
+		Setup:  fmt.Sprintf("lease duration %v; waiter arrives %v after the death", leaseDuration, arrive),
 		Waited: time.Since(died),
-		Expect: fmt.Sprintf("one whole lease (%v) from the waiter's first read + up to one poll", leaseDuration),
+		Expect: "arrival + one whole lease from the waiter's first read + up to one poll",
 	}, nil
 }
