@@ -63,12 +63,11 @@ func New(c *client.Client) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "checkout", Title: "Task checkout", Version: Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 	})
-	yes, no := true, false
+	no := false
 	write := func(idem bool) *mcp.ToolAnnotations {
 		return &mcp.ToolAnnotations{DestructiveHint: &no, IdempotentHint: idem, OpenWorldHint: &no}
 	}
 	read := &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}
-	_ = yes
 	mcp.AddTool(s, &mcp.Tool{Name: "checkout_task", Title: "Check a task out", Description: descCheckout, Annotations: write(true)}, t.checkout)
 	mcp.AddTool(s, &mcp.Tool{Name: "claim_task", Title: "Claim the next open task", Description: descClaim, Annotations: write(false)}, t.claim)
 	mcp.AddTool(s, &mcp.Tool{Name: "renew_task", Title: "Renew your lease", Description: descRenew, Annotations: write(true)}, t.renew)

@@ -1,0 +1,127 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/checkout-dev/checkout/client"
+)
+
+// These tests check how the tools turn the API's answers into results, with
+// the server's answers scripted; cmd/checkout's tests run the real binary
+// against the real local server over stdio.
+
+const holder = `{"task_id":"task-d4e5","agent_id":"agent-c3d4","agent_name":"writer","run_id":"run-w","fence":7,` +
+	`"locked_at":"2026-03-20T14:30:00.000Z","timeout_seconds":900,"expires_at":"2026-03-20T14:45:00.000Z","remaining_seconds":600,"reason":"drafting"}`
+
+func session(t *testing.T, answer func(r *http.Request, body map[string]any) (int, string)) *mcp.ClientSession {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		b, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(b, &body)
+		status, out := answer(r, body)
+		w.WriteHeader(status)
+		io.WriteString(w, out)
+	}))
+	t.Cleanup(srv.Close)
+	st, ct := mcp.NewInMemoryTransports()
+	ctx := context.Background()
+	ss, err := New(client.New(srv.URL, "ck_test")).Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func callTool(t *testing.T, cs *mcp.ClientSession, name string, args any) (*mcp.CallToolResult, string, map[string]any) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var txt strings.Builder
+	for _, c := range res.Content {
+		txt.WriteString(c.(*mcp.TextContent).Text)
+	}
+	var out map[string]any
+	b, _ := json.Marshal(res.StructuredContent)
+	_ = json.Unmarshal(b, &out)
+	return res, txt.String(), out
+}
+
+func TestConflictIsAResultNamingTheHolder(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var runIDs []any
+	cs := session(t, func(r *http.Request, body map[string]any) (int, string) {
+		mu.Lock()
+		runIDs = append(runIDs, body["run_id"])
+		mu.Unlock()
+		if body["watch"] != true {
+			t.Errorf("watch not passed: %v", body)
+		}
+		return 409, `{"error":"task task-d4e5 is already checked out","code":"checked_out","holder":` + holder + `}`
+	})
+	res, txt, out := callTool(t, cs, "checkout_task", map[string]any{"task_id": "task-d4e5", "watch": true})
+	if res.IsError {
+		t.Fatalf("a conflict is not an error: %s", txt)
+	}
+	if out["acquired"] != false || out["watching"] != true || out["holder"].(map[string]any)["agent_name"] != "writer" {
+		t.Fatalf("structured %v", out)
+	}
+	for _, want := range []string{"DENIED", "writer (agent-c3d4)", "2026-03-20T14:45:00Z", "drafting", "inbox"} {
+		if !strings.Contains(txt, want) {
+			t.Errorf("text %q lacks %q", txt, want)
+		}
+	}
+	callTool(t, cs, "checkout_task", map[string]any{"task_id": "task-x", "watch": true})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(runIDs) != 2 || runIDs[0] == nil || runIDs[0] != runIDs[1] {
+		t.Fatalf("one session should use one run id: %v", runIDs)
+	}
+}
+
+func TestFailuresAreToolErrors(t *testing.T) {
+	t.Parallel()
+	cs := session(t, func(r *http.Request, body map[string]any) (int, string) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/complete"):
+			return 403, `{"error":"held by another","code":"not_holder","holder":` + holder + `}`
+		case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/checkout"):
+			return 409, `{"error":"task is done","code":"status_mismatch","status":"done"}`
+		}
+		return 401, `{"error":"bad key","code":"unauthorized"}`
+	})
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"complete_task", map[string]any{"task_id": "task-d4e5"}, "you do not hold this task's lease"},
+		{"checkout_task", map[string]any{"task_id": "task-d4e5"}, "status done"},
+		{"task_status", map[string]any{"task_id": "task-d4e5"}, "CHECKOUT_API_KEY"},
+		{"renew_task", map[string]any{"task_id": "task-d4e5", "timeout": "x"}, "Go duration"},
+		{"checkout_task", map[string]any{}, "task_id"},
+	} {
+		res, txt, _ := callTool(t, cs, tc.tool, tc.args)
+		if !res.IsError || !strings.Contains(txt, tc.want) {
+			t.Errorf("%s %v: isError %v, text %q, want it to mention %q", tc.tool, tc.args, res.IsError, txt, tc.want)
+		}
+	}
+}
