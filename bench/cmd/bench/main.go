@@ -10,11 +10,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -66,12 +68,29 @@ func main() {
 	}
 	fmt.Fprintf(w, "## Run: %s mode, %s\n\n", mode, res.Started.UTC().Format(time.RFC3339))
 	fmt.Fprintf(w, "Machine: %s\n\n", machine(endpoint))
+	fmt.Fprintf(w, "DynamoDB-compatible server: %s\n\n", server(cfg.Root))
 	res.Markdown(w)
 	if f != nil {
 		if err := f.Close(); err != nil {
 			log.Fatal(err)
 		}
 	}
+}
+
+// server names the node and dynalite versions.
+func server(root string) string {
+	node := "node ?"
+	if out, err := exec.Command("node", "--version").Output(); err == nil {
+		node = "node " + strings.TrimSpace(string(out))
+	}
+	dyn := "dynalite ?"
+	if b, err := os.ReadFile(filepath.Join(root, "localstack", "node_modules", "dynalite", "package.json")); err == nil {
+		var pkg struct{ Version string }
+		if json.Unmarshal(b, &pkg) == nil {
+			dyn = "dynalite " + pkg.Version
+		}
+	}
+	return dyn + " on " + node + " (in memory)"
 }
 
 // machine describes where the figures were taken.
