@@ -67,8 +67,8 @@ func TestTinyRun(t *testing.T) {
 	if len(budget) > 0 {
 		t.Errorf("operations not measured: %v", budget)
 	}
-	if len(r.Throughput) != 6 {
-		t.Fatalf("%d throughput results, want 6", len(r.Throughput))
+	if len(r.Throughput) != 8 {
+		t.Fatalf("%d throughput results, want 8", len(r.Throughput))
 	}
 	for _, x := range r.Throughput {
 		if x.Cycles == 0 {

@@ -66,7 +66,7 @@ func (r *Results) Markdown(w io.Writer) {
 	p("\nRatio checkout / dynamolock (cycles/s; above 1 means this project is faster):\n\n")
 	for i := 0; i+1 < len(r.Throughput); i += 2 {
 		a, b := r.Throughput[i], r.Throughput[i+1]
-		p("- %s, %d workers: %s (cycle p50 %s vs %s)\n", a.Scenario, a.Workers, ratio(a.CyclesPerSec(), b.CyclesPerSec()), ms(a.CycleP50), ms(b.CycleP50))
+		p("- %s, workers %d: %s (cycle p50 %s vs %s)\n", a.Scenario, a.Workers, ratio(a.CyclesPerSec(), b.CyclesPerSec()), ms(a.CycleP50), ms(b.CycleP50))
 	}
 
 	p("\n### Taking over the task of a dead holder\n\n")

@@ -72,13 +72,16 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	type sc struct {
 		workers   int
 		contended bool
+		backoff   time.Duration
 	}
 	var scs []sc
 	for _, w := range cfg.Workers {
-		scs = append(scs, sc{w, false})
+		scs = append(scs, sc{w, false, 0})
 	}
 	if cfg.Contended > 0 {
-		scs = append(scs, sc{cfg.Contended, true})
+		// Losers retry at once (a retry storm on one key), then after a
+		// short pause, as a polite client would.
+		scs = append(scs, sc{cfg.Contended, true, 0}, sc{cfg.Contended, true, 50 * time.Millisecond})
 	}
 	for _, s := range scs {
 		for _, sys := range []struct {
@@ -86,7 +89,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			count *Counter
 		}{{ours, ours.Count}, {peer, peer.Count}} {
 			logf("throughput: %s, %d workers, contended=%v", sys.Name(), s.workers, s.contended)
-			t, err := RunThroughput(ctx, sys.System, sys.count, s.workers, s.contended, cfg.Throughput)
+			t, err := RunThroughput(ctx, sys.System, sys.count, s.workers, s.contended, s.backoff, cfg.Throughput)
 			if err != nil {
 				return nil, err
 			}

@@ -33,7 +33,10 @@ func (t Throughput) CyclesPerSec() float64 {
 
 // RunThroughput runs workers for d: each acquires its key (distinct keys, or
 // one shared key when contended), releases it, and repeats.
-func RunThroughput(ctx context.Context, sys System, count *Counter, workers int, contended bool, d time.Duration) (Throughput, error) {
+//
+// backoff is how long a worker waits after a conflict before trying again
+// (0: at once).
+func RunThroughput(ctx context.Context, sys System, count *Counter, workers int, contended bool, backoff, d time.Duration) (Throughput, error) {
 	scenario := "uncontended"
 	keys := make([]string, workers)
 	for i := range keys {
@@ -44,6 +47,9 @@ func RunThroughput(ctx context.Context, sys System, count *Counter, workers int,
 	}
 	if contended {
 		scenario = "contended (one key)"
+		if backoff > 0 {
+			scenario = fmt.Sprintf("contended (one key), %v back-off", backoff)
+		}
 	}
 	if err := sys.Prepare(ctx, slices.Compact(slices.Clone(keys))); err != nil {
 		return Throughput{}, err
@@ -73,6 +79,9 @@ func RunThroughput(ctx context.Context, sys System, count *Counter, workers int,
 				}
 				if !held {
 					conflicts++
+					if backoff > 0 {
+						time.Sleep(backoff)
+					}
 					continue
 				}
 				if rerr := release(ctx); rerr != nil {
