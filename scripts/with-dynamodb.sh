@@ -29,13 +29,21 @@ bin="$root/bin/dynalite"
 (cd "$root" && go build -o "$bin" ./cmd/dynalite)
 
 tmp=$(mktemp -d)
-args=(--endpoint-file "$tmp/endpoint")
+args=(-v --endpoint-file "$tmp/endpoint")
 [ -n "${DYNALITE_PATH:-}" ] && args+=(--path "$DYNALITE_PATH")
 [ -n "${DYNALITE_PORT:-}" ] && args+=(--port "$DYNALITE_PORT")
 "$bin" "${args[@]}" >"$tmp/log" 2>&1 &
 pid=$!
 
 stop() {
+	status=$?
+	if ! kill -0 "$pid" 2>/dev/null; then
+		echo "with-dynamodb: dynalite exited before the command finished; its log:" >&2
+		tail -n 50 "$tmp/log" >&2 || true
+	elif [ "$status" -ne 0 ] && [ -s "$tmp/log" ]; then
+		echo "with-dynamodb: the command failed; the last lines of dynalite's log:" >&2
+		tail -n 20 "$tmp/log" >&2 || true
+	fi
 	kill -TERM "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
 	rm -rf "$tmp"
