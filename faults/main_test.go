@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
@@ -40,15 +45,38 @@ func prefix() schema.Names {
 	return schema.Names{Prefix: "f" + hex.EncodeToString(b[:]) + "-"}
 }
 
+// lost counts request attempts whose answer never arrived: timeouts (the
+// request may have been applied) and every other transport failure.
+type lost struct {
+	timeouts, transport atomic.Int64
+}
+
+func (l *lost) middleware(stack *middleware.Stack) error {
+	return stack.Deserialize.Add(middleware.DeserializeMiddlewareFunc("countLostAnswers",
+		func(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
+			out, md, err := next.HandleDeserialize(ctx, in)
+			var api smithy.APIError
+			if err != nil && !errors.As(err, &api) {
+				l.transport.Add(1)
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+					l.timeouts.Add(1)
+				}
+			}
+			return out, md, err
+		}), middleware.After)
+}
+
 // faultyClient is a DynamoDB client for endpoint with one request per
-// connection (so each fault hits one request), a short timeout, and the
-// SDK's standard retries without the retry quota (which would otherwise
-// run dry under deliberate faults).
-func faultyClient(endpoint string) *dynamodb.Client {
+// connection (so each fault hits one request), a timeout, and the SDK's
+// standard retries without the retry quota (which would otherwise run dry
+// under deliberate faults). It counts lost answers into l.
+func faultyClient(endpoint string, l *lost) *dynamodb.Client {
 	hc := awshttp.NewBuildableClient().
-		WithTimeout(2 * time.Second).
+		WithTimeout(5 * time.Second).
 		WithTransportOptions(func(tr *http.Transport) { tr.DisableKeepAlives = true })
 	return lease.NewLocalClient(endpoint, func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, l.middleware)
 		o.HTTPClient = hc
 		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
 			so.MaxAttempts = 5

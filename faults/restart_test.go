@@ -37,8 +37,8 @@ func TestDynaliteRestart(t *testing.T) {
 	if err := lease.EnsureTables(ctx, lease.NewLocalClient(d.Endpoint), names); err != nil {
 		t.Fatal(err)
 	}
-	al := &auditLog{}
-	s := lease.New(lease.Config{DB: faultyClient(d.Endpoint), Tables: names, Notifier: &notices{}, Logger: slogger(al)})
+	al, ls := &auditLog{}, &lost{}
+	s := lease.New(lease.Config{DB: faultyClient(d.Endpoint, ls), Tables: names, Notifier: &notices{}, Logger: slogger(al)})
 
 	agents, rounds := 6, 12
 	if chaos() {
@@ -172,8 +172,12 @@ func TestDynaliteRestart(t *testing.T) {
 			}
 		}
 	}
-	if missingEvents > al.failures() {
-		t.Errorf("%d acknowledged grants lost their checkout event; the store reported %d failed audit writes", missingEvents, al.failures())
+	// A checkout event can be missing only where its batch failed (the
+	// store logs it) or where the answer to the deciding write was lost
+	// when the server went away mid-request (see TestFaultsAfterTheServer).
+	if missingEvents > al.failures()+int(ls.transport.Load()) {
+		t.Errorf("%d acknowledged grants lost their checkout event; the store reported %d failed audit writes, %d answers were lost",
+			missingEvents, al.failures(), ls.transport.Load())
 	}
 	t.Logf("%d tasks, %d acknowledged transitions; %d audit writes failed during the outage", len(created), len(acks), al.failures())
 }

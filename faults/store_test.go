@@ -55,17 +55,16 @@ type workload struct {
 // hold them briefly and release them, retrying under the same run id
 // whenever the network fails. It returns the acknowledged grants.
 //
-// strict says no answer can be lost (faults happen only before the server):
-// a release must then succeed. Otherwise the SDK may have retried a release
-// that was applied, whose retry finds the lease gone or someone else's, so
-// those answers are accepted; double grants are still caught by the audit's
-// interval check, which does not rely on release answers.
-func runWorkload(t *testing.T, s *lease.Store, w workload, tasks []string, strict bool) []grant {
+// A release the SDK retried after its answer was lost may find the lease
+// gone or someone else's: such answers are returned as anomalies, for the
+// caller to judge against the answers it knows were lost. Double grants are
+// caught by the audit's interval check, which does not rely on release
+// answers.
+func runWorkload(t *testing.T, s *lease.Store, w workload, tasks []string) (grants []grant, anomalies []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var mu sync.Mutex
-	var grants []grant
 	var failures []string
 	fail := func(format string, args ...any) {
 		mu.Lock()
@@ -103,13 +102,14 @@ func runWorkload(t *testing.T, s *lease.Store, w workload, tasks []string, stric
 				})
 				switch {
 				case err == nil:
-				case (errors.Is(err, lease.ErrNotCheckedOut) || errors.Is(err, lease.ErrNotHolder)) && (retried || !strict):
-					// An earlier try (ours or the SDK's) was applied and its
-					// answer lost.
-				case errors.Is(err, lease.ErrNotHolder):
-					fail("%s: release of %s fence %d: someone else holds it: %v", agent, task, c.Fence, err)
+				case (errors.Is(err, lease.ErrNotCheckedOut) || errors.Is(err, lease.ErrNotHolder)) && retried:
+					// An earlier try of ours was applied and its answer lost.
+				case errors.Is(err, lease.ErrNotCheckedOut) || errors.Is(err, lease.ErrNotHolder):
+					mu.Lock()
+					anomalies = append(anomalies, fmt.Sprintf("%s: release of %s fence %d: %v", agent, task, c.Fence, err))
+					mu.Unlock()
 				case domainErr(err):
-					fail("%s: release of %s fence %d on the first try: %v", agent, task, c.Fence, err)
+					fail("%s: release of %s fence %d: %v", agent, task, c.Fence, err)
 				default:
 					t.Logf("%s: release %s gave up: %v", agent, task, err)
 				}
@@ -123,7 +123,7 @@ func runWorkload(t *testing.T, s *lease.Store, w workload, tasks []string, stric
 	for _, f := range failures {
 		t.Error(f)
 	}
-	return grants
+	return grants, anomalies
 }
 
 // audit holds the invariants that no network fault may break, and returns
@@ -223,7 +223,7 @@ func audit(t *testing.T, s *lease.Store, tasks []string, grants []grant, ns *not
 	return missingEnds, missingCheckouts
 }
 
-func faultEnv(t *testing.T, pol faults.Policy) (*lease.Store, *faults.Proxy, *notices, *auditLog, []string) {
+func faultEnv(t *testing.T, pol faults.Policy) (*lease.Store, *faults.Proxy, *notices, *auditLog, *lost, []string) {
 	t.Helper()
 	names := prefix()
 	mustTables(t, names)
@@ -236,8 +236,8 @@ func faultEnv(t *testing.T, pol faults.Policy) (*lease.Store, *faults.Proxy, *no
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	ns, al := &notices{}, &auditLog{}
-	s := lease.New(lease.Config{DB: faultyClient(p.URL()), Tables: names, Notifier: ns, Logger: slogger(al)})
+	ns, al, ls := &notices{}, &auditLog{}, &lost{}
+	s := lease.New(lease.Config{DB: faultyClient(p.URL(), ls), Tables: names, Notifier: ns, Logger: slogger(al)})
 	w := faultWorkload()
 	tasks := make([]string, w.tasks)
 	for i := range tasks {
@@ -253,7 +253,7 @@ func faultEnv(t *testing.T, pol faults.Policy) (*lease.Store, *faults.Proxy, *no
 		}
 	}
 	p.SetPolicy(pol)
-	return s, p, ns, al, tasks
+	return s, p, ns, al, ls, tasks
 }
 
 func faultWorkload() workload {
@@ -274,22 +274,37 @@ func logCounts(t *testing.T, p *faults.Proxy) {
 // makes.
 func TestFaultsBeforeTheServer(t *testing.T) {
 	t.Parallel()
-	pol := faults.Random(11, []faults.Kind{faults.Refuse, faults.CutRequest, faults.Blackhole}, []float64{0.12, 0.12, 0.03}, 100*time.Millisecond, 200)
-	s, p, ns, al, tasks := faultEnv(t, pol)
-	grants := runWorkload(t, s, faultWorkload(), tasks, true)
+	blackhole := 0.005
+	if chaos() {
+		blackhole = 0.01
+	}
+	random := faults.Random(11, []faults.Kind{faults.Refuse, faults.CutRequest, faults.Blackhole}, []float64{0.12, 0.12, blackhole}, 100*time.Millisecond, 200)
+	pol := func(n int64) faults.Fault {
+		if n == 40 { // at least one request that times out
+			return faults.Fault{Kind: faults.Blackhole}
+		}
+		return random(n)
+	}
+	s, p, ns, al, ls, tasks := faultEnv(t, pol)
+	grants, anomalies := runWorkload(t, s, faultWorkload(), tasks)
 	p.SetPolicy(faults.None)
 	logCounts(t, p)
 	if len(grants) == 0 {
 		t.Fatal("no checkout succeeded")
 	}
-	if p.Count(faults.Refuse)+p.Count(faults.CutRequest) == 0 {
-		t.Fatal("no fault was injected")
+	if p.Count(faults.Refuse) == 0 || p.Count(faults.CutRequest) == 0 || p.Count(faults.Blackhole) == 0 {
+		t.Fatal("a kind of fault was never injected")
 	}
 	ends, checkouts := audit(t, s, tasks, grants, ns)
-	if ends > al.failures() || checkouts > al.failures() {
-		t.Errorf("%d ended leases and %d grants have no event, with %d audit writes reported failed", ends, checkouts, al.failures())
+	// Only a timed-out request can have been applied without its answer
+	// (a blackholed one never reaches the server; a slow server can time
+	// out a passed one): each explains at most one gap or odd answer.
+	ambiguous := int(ls.timeouts.Load())
+	if ends+checkouts > al.failures()+ambiguous || len(anomalies) > ambiguous {
+		t.Errorf("%d ended leases and %d grants have no event, %d odd release answers %v, with %d audit writes failed and %d timeouts",
+			ends, checkouts, len(anomalies), anomalies, al.failures(), ambiguous)
 	}
-	t.Logf("%d grants; %d audit writes failed", len(grants), al.failures())
+	t.Logf("%d grants; %d audit writes failed; %d timeouts; %d gaps", len(grants), al.failures(), ambiguous, ends+checkouts)
 }
 
 // Faults after the server has acted (the answer is cut): still no double
@@ -301,8 +316,8 @@ func TestFaultsBeforeTheServer(t *testing.T) {
 func TestFaultsAfterTheServer(t *testing.T) {
 	t.Parallel()
 	pol := faults.Random(23, []faults.Kind{faults.CutResponse, faults.Refuse}, []float64{0.15, 0.05}, 50*time.Millisecond, 300)
-	s, p, ns, al, tasks := faultEnv(t, pol)
-	grants := runWorkload(t, s, faultWorkload(), tasks, false)
+	s, p, ns, al, ls, tasks := faultEnv(t, pol)
+	grants, anomalies := runWorkload(t, s, faultWorkload(), tasks)
 	p.SetPolicy(faults.None)
 	logCounts(t, p)
 	if len(grants) == 0 {
@@ -312,8 +327,11 @@ func TestFaultsAfterTheServer(t *testing.T) {
 		t.Fatal("no answer was cut")
 	}
 	ends, checkouts := audit(t, s, tasks, grants, ns)
-	if int64(ends+checkouts) > p.Count(faults.CutResponse)+int64(al.failures()) {
-		t.Errorf("%d missing ending events and %d missing checkout events; only %d answers were cut", ends, checkouts, p.Count(faults.CutResponse))
+	lostAnswers := p.Count(faults.CutResponse) + ls.timeouts.Load()
+	if int64(ends+checkouts) > lostAnswers+int64(al.failures()) || int64(len(anomalies)) > lostAnswers {
+		t.Errorf("%d missing ending events, %d missing checkout events, %d odd release answers; only %d answers were lost",
+			ends, checkouts, len(anomalies), lostAnswers)
 	}
-	t.Logf("%d grants; KNOWN GAP: %d ended leases and %d grants without their event after %d cut answers", len(grants), ends, checkouts, p.Count(faults.CutResponse))
+	t.Logf("%d grants; KNOWN GAP: %d ended leases and %d grants without their event, %d releases answered as if not made, after %d lost answers",
+		len(grants), ends, checkouts, len(anomalies), lostAnswers)
 }
