@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -105,5 +106,33 @@ func FuzzCheckoutParams(f *testing.F) {
 			_, err = e.store.Release(c, lease.ReleaseParams{TaskID: task, AgentID: agent})
 			domainOnly(t, "release", err)
 		}
+	})
+}
+
+// The same, with the fuzzer building the cursor's resume key part by part:
+// a key with missing or empty parts is what a forged cursor looks like.
+func FuzzListTasksCursorKey(f *testing.F) {
+	f.Add(0, "a", "todo", "0000000000001#a", true, true, true)
+	f.Add(1, "b", "in_progress", "0000000000002#b", true, true, true)
+	f.Fuzz(func(t *testing.T, status int, taskID, st, createdKey string, hasTask, hasStatus, hasCreated bool) {
+		key := map[string]string{}
+		if hasTask {
+			key["task_id"] = taskID
+		}
+		if hasStatus {
+			key["status"] = st
+		}
+		if hasCreated {
+			key["created_key"] = createdKey
+		}
+		b, err := json.Marshal(map[string]any{"s": status, "k": key})
+		if err != nil {
+			return
+		}
+		e := sharedEnv(t)
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = e.store.ListTasks(c, lease.ListTasksParams{Cursor: base64.RawURLEncoding.EncodeToString(b)})
+		domainOnly(t, "list tasks", err)
 	})
 }
