@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,6 +22,8 @@ type Throughput struct {
 	CycleP50, CycleP99     time.Duration
 	AttemptP50, AttemptP99 time.Duration
 	Requests               int
+	// Abandoned counts attempts cut off a second after the run's end.
+	Abandoned int
 }
 
 // CyclesPerSec is the rate of completed cycles.
@@ -61,6 +64,11 @@ func RunThroughput(ctx context.Context, sys System, count *Counter, workers int,
 	count.Take()
 	start := time.Now()
 	deadline := start.Add(d)
+	// An attempt still running a second after the deadline is abandoned
+	// (dynamolock can sleep inside AcquireLock for seconds under contention).
+	runCtx, cancel := context.WithDeadline(ctx, deadline.Add(time.Second))
+	defer cancel()
+	var abandoned atomic.Int64
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
@@ -71,7 +79,11 @@ func RunThroughput(ctx context.Context, sys System, count *Counter, workers int,
 			var err error
 			for time.Now().Before(deadline) && ctx.Err() == nil {
 				t0 := time.Now()
-				release, held, aerr := sys.Acquire(ctx, w, keys[w])
+				release, held, aerr := sys.Acquire(runCtx, w, keys[w])
+				if aerr != nil && runCtx.Err() != nil && ctx.Err() == nil {
+					abandoned.Add(1)
+					break
+				}
 				myAttempts = append(myAttempts, time.Since(t0))
 				if aerr != nil {
 					err = aerr
@@ -102,6 +114,7 @@ func RunThroughput(ctx context.Context, sys System, count *Counter, workers int,
 	}
 	wg.Wait()
 	res.Elapsed = time.Since(start)
+	res.Abandoned = int(abandoned.Load())
 	res.Requests = count.Take().Total()
 	if firstErr != nil {
 		return res, fmt.Errorf("%s %s x%d: %w", sys.Name(), scenario, workers, firstErr)
