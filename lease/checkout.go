@@ -197,12 +197,17 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		}
 		cond = expression.AttributeExists(expression.Name("task_id")).And(free, statusOK)
 	} else {
-		// Exactly the dead holder's lease, as we read it.
+		// Exactly the dead holder's lease, as we read it: the same grant
+		// (holder and fence) not renewed since (expiry). A holder that came
+		// back and renewed in between has shown it is alive; the write then
+		// fails and the lease is judged again.
 		if slices.Contains(p.ExpectedStatuses, StatusTodo) {
 			statusOK = statusOK.Or(nameStatus.Equal(expression.Value(string(StatusInProgress))))
 		}
 		cond = nameHolder.Equal(expression.Value(over.Holder)).
-			And(nameFence.Equal(expression.Value(over.Fence)), statusOK)
+			And(nameFence.Equal(expression.Value(over.Fence)),
+				nameExpires.Equal(expression.Value(over.LeaseExpires)),
+				statusOK)
 	}
 	exp := now.Add(p.Timeout)
 	upd := expression.Set(nameStatus, expression.Value(string(StatusInProgress))).
@@ -289,7 +294,7 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 	}
 	cond := holderCond(p.AgentID, p.RunID, p.Fence, now)
 	if hb != nil && hb.AliveSince > 0 {
-		cond = cond.And(expression.Name("locked_at").GreaterThanEqual(expression.Value(hb.AliveSince)))
+		cond = cond.And(expression.Name("locked_at").GreaterThan(expression.Value(hb.AliveSince)))
 	}
 	upd := expression.Set(nameESeq, nameESeq.Plus(expression.Value(1)))
 	if p.Timeout != 0 {

@@ -144,6 +144,14 @@ func TestHeartbeatDeath(t *testing.T) {
 	if lock := must[*lease.Checkout](t)(e.store.LockStatus(c, "v")); lock == nil || lock.AgentID != "b" {
 		t.Fatalf("v after a's return: %+v (a's lease was %d)", lock, a2.Fence)
 	}
+	// A lease locked in the very millisecond of the return counts as taken
+	// while dead: a checkout that read a as dead may be taking it over.
+	e.task(t, "w0")
+	e.checkout(t, "w0", "a", time.Hour)
+	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "w0", AgentID: "b"}); err != nil {
+		t.Fatalf("lease locked in the millisecond of the return: %v, want a takeover", err)
+	}
+	e.clock.Advance(time.Millisecond)
 	e.task(t, "w1")
 	e.checkout(t, "w1", "a", time.Hour)
 	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "w1", AgentID: "b"}); !errors.As(err, &ce) {

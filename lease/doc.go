@@ -93,12 +93,21 @@
 // A heartbeat item holds expires_at, last_at and alive_since. An agent with
 // no heartbeat item is not watched: its leases end by time alone. An agent is
 // dead once expires_at <= now; a lease is ended by death when its holder is
-// dead or when it was locked before the holder's alive_since, the moment the
-// agent last came back from the dead. So a lease held when its holder died
+// dead or when it was locked at or before the holder's alive_since, the
+// moment the agent last came back from the dead. So a lease held when its holder died
 // stays ended after the holder returns, and a lease an agent took while dead
 // can be taken over at once. A heartbeat is one conditional UpdateItem that
 // keeps alive_since while the agent is alive; if the condition fails the
 // agent was dead, and a second write moves alive_since to now.
+//
+// "At or before" matters when a dead agent takes a lease and comes back in
+// the same millisecond: another checkout may have read it dead and be taking
+// that lease over, so the lease must stay ended rather than come back to
+// life under it. The takeover's condition also pins the lease's expiry as it
+// was read: a holder that came back and renewed in between makes the
+// takeover fail and the lease be judged again. The price is that an agent
+// returning from the dead and checking out within that same millisecond gets
+// a lease that is already ended; its first renewal tells it so.
 //
 // Renew reads the caller's heartbeat, so a dead holder cannot extend a lease
 // that has ended; release and complete do not (a dead holder releasing or

@@ -93,7 +93,10 @@ type heartbeatItem struct {
 	ExpiresAt int64  `dynamodbav:"expires_at"`
 	LastAt    int64  `dynamodbav:"last_at"`
 	// AliveSince is when the agent last came back from the dead (0 if it
-	// never died). A lease taken before it ended when the agent died.
+	// never died). A lease locked at or before it ended when the agent died:
+	// that includes a lease the dead agent took in the very millisecond it
+	// came back, which a checkout that read the agent as dead may already be
+	// taking over.
 	AliveSince int64 `dynamodbav:"alive_since"`
 }
 
@@ -104,7 +107,7 @@ func holderAlive(hb *heartbeatItem, lockedAt int64, now time.Time) bool {
 	if hb == nil {
 		return true
 	}
-	return hb.ExpiresAt > ms(now) && lockedAt >= hb.AliveSince
+	return hb.ExpiresAt > ms(now) && lockedAt > hb.AliveSince
 }
 
 // agentItem is a registered agent. Its API key is stored as a separate key

@@ -86,7 +86,7 @@ type linState struct {
 // since it last came back from the dead.
 func (s linState) alive(agent int, locked int64) bool {
 	hb := s.HB[agent]
-	return !hb.Has || hb.Exp > s.Now && locked >= hb.Since
+	return !hb.Has || hb.Exp > s.Now && locked > hb.Since
 }
 
 func (s linState) timeValid() bool { return s.Holder != "" && s.Expires > s.Now }
@@ -340,13 +340,12 @@ func TestLinearizability(t *testing.T) {
 // holders' leases, renewals refused to the dead, releases by the dead.
 //
 // An agent sends its heartbeat as its first operation of a phase, before
-// any checkout of its own at that instant. Heartbeats anywhere in a phase
-// (CHECKOUT_LIN_SAME_MS=1) reproduce a known race: a dead agent checks a
-// task out and comes back in the same millisecond, which makes that lease
-// live again (locked_at >= alive_since), while a concurrent checkout that
-// read the agent as dead takes the lease over with a write conditioned
-// only on holder and fence; in between, the resurrected lease is renewed
-// and reported as held.
+// any checkout of its own at that instant. CHECKOUT_LIN_SAME_MS=1 lets
+// heartbeats fall anywhere in a phase, so a dead agent can check a task out
+// and come back in the same millisecond while another checkout, which read
+// it as dead, takes that lease over. That race once made two agents hold one
+// task; a lease locked at or before the holder's alive_since now stays ended
+// (lease/doc.go), and the takeover pins the expiry it read.
 func TestLinearizabilityWithHeartbeats(t *testing.T) {
 	t.Parallel()
 	linearizability(t, true)
