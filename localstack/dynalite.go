@@ -152,7 +152,7 @@ var errExited = errors.New("dynalite exited during startup")
 
 func launch(ctx context.Context, node, dir string, port int, opts Options) (*Dynalite, error) {
 	args := []string{
-		filepath.Join("node_modules", "dynalite", "cli.js"),
+		"server.js", // dynalite's cli.js, made to survive clients that hang up mid-request
 		"--host", "127.0.0.1",
 		"--port", strconv.Itoa(port),
 		"--createTableMs", "0",

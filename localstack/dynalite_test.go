@@ -355,3 +355,33 @@ func alive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
+
+// A client that hangs up in the middle of a request must not take the
+// server down: dynalite on its own exits with "aborted" (ECONNRESET), which
+// ends every test sharing it.
+func TestServerSurvivesRequestsCutShort(t *testing.T) {
+	t.Parallel()
+	d := start(t, Options{})
+	for range 5 {
+		conn, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(d.Port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = conn.Write([]byte("POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-amz-json-1.0\r\n" +
+			"X-Amz-Target: DynamoDB_20120810.ListTables\r\nContent-Length: 1000\r\n\r\n{\"Lim"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // let the server start reading the body
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // reset, as a cut connection does
+		}
+		_ = conn.Close()
+	}
+	select {
+	case <-d.Done():
+		t.Fatal("dynalite exited after a client hung up mid-request")
+	case <-time.After(200 * time.Millisecond):
+	}
+	listTables(t, d.Endpoint)
+}
