@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -176,7 +177,7 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 		if c, err = decodeCursor(p.Cursor); err != nil {
 			return TaskPage{}, err
 		}
-		if c.Status >= len(statuses) {
+		if c.Status >= len(statuses) || !validResumeKey(c.Key, statuses[c.Status]) {
 			return TaskPage{}, invalid("invalid_request", "cursor is not one this server issued")
 		}
 	}
@@ -221,6 +222,17 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 		page.Tasks = append(page.Tasks, it.task(live[it.TaskID]))
 	}
 	return page, nil
+}
+
+// validResumeKey reports whether k could be a by_status position of status:
+// empty (the start of that status), or all three key parts, consistent.
+func validResumeKey(k map[string]string, status Status) bool {
+	if len(k) == 0 {
+		return true
+	}
+	id := k["task_id"]
+	return len(k) == 3 && k["status"] == string(status) && ValidID(id) &&
+		len(k["created_key"]) == 14+len(id) && strings.HasSuffix(k["created_key"], "#"+id)
 }
 
 func stringKey(m map[string]string) map[string]types.AttributeValue {
