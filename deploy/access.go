@@ -38,7 +38,7 @@ var Access = map[string][]Grant{
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "PutItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByHolder}},
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem"}},
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
-		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
+		{Table: schema.EventsTable, Actions: []string{"GetItem", "BatchWriteItem"}},
 		{Table: schema.InboxTable, Actions: []string{"BatchWriteItem"}},
 	},
 	Inbox: {

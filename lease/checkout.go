@@ -220,7 +220,8 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(expression.Name("lease_shard"), expression.Value(shardOf(p.TaskID))).
 		Set(nameFence, nameFence.Plus(expression.Value(1))).
 		Set(expression.Name("started_at"), expression.IfNotExists(expression.Name("started_at"), expression.Value(ms(now)))).
-		Set(nameESeq, nameESeq.Plus(expression.Value(2)))
+		Set(nameESeq, nameESeq.Plus(expression.Value(2))).
+		Set(expression.Name("lease_seq"), nameESeq.Plus(expression.Value(2)))
 	if p.Reason != "" {
 		upd = upd.Set(expression.Name("reason"), expression.Value(p.Reason))
 	} else {
@@ -238,12 +239,20 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	var notices []Notice
 	if old.hasLease() {
 		// A takeover: the old lease ends here, and nobody is told the task
-		// is available, because it never was.
-		end := endingEvent(old, now, EventTimeout, BySystem, "lease expired")
+		// is available, because it never was. Its checkout event is
+		// archived again, since no ending write will see that lease.
+		typ, reason := EventTimeout, "lease expired"
 		if old.leaseTimeValid(now) {
-			end = endingEvent(old, now, EventAgentDeath, BySystem, "holder's heartbeat expired")
+			typ, reason = EventAgentDeath, "holder's heartbeat expired"
 		}
-		end.Seq = old.ESeq + 1
+		held := heldMS(typ, old.LockedAt, old.LeaseExpires, ms(now))
+		end := eventItem{
+			TaskID: old.TaskID, Seq: old.ESeq + 1, Type: typ, AgentID: old.Holder, RunID: old.RunID,
+			Fence: old.Fence, At: ms(now), HeldMS: &held, By: BySystem, Reason: reason,
+		}
+		if co, ok := old.leaseCheckoutEvent(); ok {
+			evs = append(evs, co)
+		}
 		evs = append(evs, end)
 		notices = append(notices, Notice{Kind: NoticeLeaseEnded, Event: end.event()})
 	}
@@ -253,19 +262,6 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	})
 	s.record(ctx, evs, nil, notices)
 	return c, nil, nil
-}
-
-// endingEvent is the event that ends old's lease at now.
-func endingEvent(old *taskItem, now time.Time, typ EventType, by, reason string) eventItem {
-	end := ms(now)
-	if typ == EventTimeout && old.LeaseExpires < end {
-		end = old.LeaseExpires // it ended when it expired, not when we noticed
-	}
-	held := max(end-old.LockedAt, 0)
-	return eventItem{
-		TaskID: old.TaskID, Type: typ, AgentID: old.Holder, RunID: old.RunID, Fence: old.Fence,
-		At: ms(now), HeldMS: &held, By: by, Reason: reason,
-	}
 }
 
 // Renew extends the caller's live lease to now + timeout (default: the
@@ -360,26 +356,29 @@ func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) 
 		cond = expression.AttributeExists(nameHolder).And(nameExpires.GreaterThan(expression.Value(ms(now))))
 		typ = EventForceRelease
 	}
-	upd := clearLease(expression.Set(nameStatus, expression.Value(string(StatusTodo))).
-		Set(nameESeq, nameESeq.Plus(expression.Value(1)))).
-		Remove(expression.Name("watchers"))
-	old, applied, err := s.update(ctx, p.TaskID, cond, upd, types.ReturnValueAllOld)
+	it, applied, err := s.endLease(ctx, p.TaskID, cond, ending{typ: typ, by: p.AgentID, reason: p.Reason, status: StatusTodo}, now)
 	if err != nil {
 		return Released{}, err
 	}
 	if !applied {
+		if replayed, err := s.replayEnd(ctx, it, typ, p.AgentID, p.RunID, p.Fence); replayed || err != nil {
+			return released(it), err
+		}
 		if p.Force {
-			if old == nil {
+			if it == nil {
 				return Released{}, ErrTaskNotFound
 			}
 			return Released{}, ErrNotCheckedOut
 		}
-		return Released{}, s.notHolder(ctx, old, p.AgentID, p.RunID, p.Fence, now, nil)
+		return Released{}, s.notHolder(ctx, it, p.AgentID, p.RunID, p.Fence, now, nil)
 	}
-	ev := endingEvent(old, now, typ, p.AgentID, p.Reason)
-	ev.Seq = old.ESeq + 1
-	s.freed(ctx, ev, old.Watchers)
-	return Released{TaskID: p.TaskID, ReleasedBy: p.AgentID, Held: time.Duration(*ev.HeldMS) * time.Millisecond}, nil
+	return released(it), nil
+}
+
+// released is the answer to a release that ended the lease recorded on it.
+func released(it *taskItem) Released {
+	end, _ := it.endEvent()
+	return Released{TaskID: it.TaskID, ReleasedBy: end.By, Held: time.Duration(*end.HeldMS) * time.Millisecond}
 }
 
 // Complete ends the caller's lease and marks the task done. Nobody is told:
@@ -389,23 +388,18 @@ func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
 		return Task{}, err
 	}
 	now := s.clock()
-	upd := clearLease(expression.Set(nameStatus, expression.Value(string(StatusDone))).
-		Set(expression.Name("completed_at"), expression.Value(ms(now))).
-		Set(nameESeq, nameESeq.Plus(expression.Value(1)))).
-		Remove(expression.Name("watchers"))
-	old, applied, err := s.update(ctx, p.TaskID, holderCond(p.AgentID, p.RunID, p.Fence, now), upd, types.ReturnValueAllOld)
+	e := ending{typ: EventComplete, by: p.AgentID, status: StatusDone}
+	it, applied, err := s.endLease(ctx, p.TaskID, holderCond(p.AgentID, p.RunID, p.Fence, now), e, now)
 	if err != nil {
 		return Task{}, err
 	}
 	if !applied {
-		return Task{}, s.notHolder(ctx, old, p.AgentID, p.RunID, p.Fence, now, nil)
+		if replayed, err := s.replayEnd(ctx, it, EventComplete, p.AgentID, p.RunID, p.Fence); replayed || err != nil {
+			return it.task(false), err
+		}
+		return Task{}, s.notHolder(ctx, it, p.AgentID, p.RunID, p.Fence, now, nil)
 	}
-	ev := endingEvent(old, now, EventComplete, p.AgentID, "")
-	ev.Seq = old.ESeq + 1
-	s.record(ctx, []eventItem{ev}, nil, []Notice{{Kind: NoticeLeaseEnded, Event: ev.event()}})
-	done := *old
-	done.Status, done.CompletedAt, done.Holder = StatusDone, ms(now), ""
-	return done.task(false), nil
+	return it.task(false), nil
 }
 
 // Claim checks out the oldest todo task that nobody holds. Candidates come

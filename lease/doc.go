@@ -36,7 +36,8 @@
 //	checkout, claim     UpdateItem on tasks (the decision) + BatchWriteItem (events)
 //	  conflict          the failed UpdateItem returns the holder (ALL_OLD) + GetItem heartbeat
 //	renew               GetItem own heartbeat + UpdateItem + BatchWriteItem
-//	release, complete   UpdateItem + BatchWriteItem (event and watchers' messages)
+//	release, complete   UpdateItem + BatchWriteItem (events and watchers' messages)
+//	  retried           the failed UpdateItem + GetItem of the ending's event
 //	task, lock status   GetItem task + GetItem holder's heartbeat
 //	list tasks          Query by_status (+ BatchGetItem of holders' heartbeats)
 //	list checkouts      Query by_lease_expiry per shard, or by_holder (+ BatchGetItem)
@@ -136,15 +137,33 @@
 // Each transition's events go to the events table in the second request,
 // one BatchWriteItem, under keys (task_id, seq) where seq comes from the
 // task's eseq counter advanced by the deciding write. Only the deciding
-// writer records, so each ended lease has exactly one ending event; retries of
-// the batch rewrite the same keys. The decision does not wait on the record:
-// if the batch fails after its retries, the failure is logged and the
-// caller still gets its answer. A process that dies between the two requests
-// loses that transition's events and messages (the lease itself is right).
-// Carrying the events inside the deciding write (a bounded list on the task
-// item, archived later) would close that window at the price of larger
-// items, and so more write units, on every transition; it is the next step if
-// audit completeness must survive crashes.
+// writer records, so each ended lease has exactly one ending event, and a
+// rewrite of the same key is harmless.
+//
+// The deciding write does not wait on that batch, and the batch can be lost
+// (the process dies, or the network loses the write's answer and the SDK's
+// retry finds its own condition failed). So the task item carries what it
+// needs to rebuild the events that matter: lease_seq, the seq of the live
+// lease's checkout event, and the end_* attributes, which every ending write
+// fills by moving the lease out of the lease attributes (SET end_agent =
+// holder ... REMOVE holder) and recording how it ended. From the item,
+// Events rebuilds the live lease's checkout and the last lease's checkout
+// and ending, so the trail never misses them; and every ending write
+// archives the previous ending and its own lease's checkout again in its
+// batch, so the archive catches up before the item forgets. What is not
+// rebuilt: a renew event whose batch was lost, and the timeout or
+// agent_death event of a lease taken over at checkout (the takeover's ALL_OLD
+// is its only witness).
+//
+// end_* also makes release and complete idempotent. A holder whose answer
+// was lost retries; the retry's condition fails because the lease has ended,
+// and when the item's last ending is that same holder's release (or
+// completion) of the lease the retry names by run id or fence, the retry is
+// answered as the first attempt was. If that ending's event is not in the
+// archive, the first attempt's batch was lost, and the retry records it and
+// tells the watchers (end_watchers); otherwise nothing is written again, so
+// no watcher is told twice. A request that names no lease is never taken for
+// a retry.
 //
 // # What the clock is trusted for
 //

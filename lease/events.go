@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"sort"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -19,24 +20,10 @@ const messageRetention = 7 * 24 * time.Hour
 // recordAttempts bounds the retries of the audit write.
 const recordAttempts = 6
 
-// freed records the event that ended a lease and freed its task, messages
-// each watcher once, and tells the notifier the task is available.
-func (s *Store) freed(ctx context.Context, ev eventItem, watchers []string) {
-	at := fromMS(ev.At)
-	msgs := make([]messageItem, 0, len(watchers))
-	for _, w := range watchers {
-		msgs = append(msgs, messageItem{
-			AgentID: w, Type: MessageTaskAvailable, TaskID: ev.TaskID, Reason: string(ev.Type), At: ev.At,
-			// Deterministic: a retried write lands on the same message.
-			MessageID: fmt.Sprintf("%013d.%d.%s", ev.At, ev.Fence, ev.TaskID),
-			TTL:       at.Add(messageRetention).Unix(),
-		})
-	}
-	e := ev.event()
-	s.record(ctx, []eventItem{ev}, msgs, []Notice{
-		{Kind: NoticeLeaseEnded, Event: e},
-		{Kind: NoticeTaskAvailable, Event: e},
-	})
+// messageID is the id of the message that tells a watcher about the ending
+// ev: one per ending and watcher, so a retried write lands on the same one.
+func messageID(ev eventItem) string {
+	return fmt.Sprintf("%013d.%d.%s", ev.At, ev.Fence, ev.TaskID)
 }
 
 // record is the second and last request of a transition: one BatchWriteItem
@@ -143,6 +130,7 @@ func (s *Store) Events(ctx context.Context, taskID string) ([]Event, error) {
 		ConsistentRead:            aws.Bool(true),
 	})
 	out := []Event{}
+	seen := map[int64]bool{}
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
@@ -154,7 +142,20 @@ func (s *Store) Events(ctx context.Context, taskID string) ([]Event, error) {
 		}
 		for _, e := range items {
 			out = append(out, e.event())
+			seen[e.Seq] = true
 		}
+	}
+	// The item itself holds the latest lease's checkout and the last ending:
+	// shown even if their audit batch never arrived.
+	added := false
+	for _, e := range it.itemEvents() {
+		if !seen[e.Seq] {
+			out = append(out, e.event())
+			added = true
+		}
+	}
+	if added {
+		sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
 	}
 	return out, nil
 }

@@ -32,7 +32,13 @@ type taskItem struct {
 	Reason       string `dynamodbav:"reason,omitempty"`
 	LeaseShard   string `dynamodbav:"lease_shard,omitempty"`
 
+	// LeaseSeq is the seq of the lease's checkout event.
+	LeaseSeq int64 `dynamodbav:"lease_seq,omitempty"`
+
 	Watchers []string `dynamodbav:"watchers,stringset,omitempty"`
+
+	// The last lease that ended, kept by the write that ended it.
+	endRecord
 }
 
 // hasLease reports whether a lease record is present, live or not.

@@ -79,6 +79,11 @@ type linState struct {
 	Expires   int64
 	TimeoutMS int64
 	HB        [maxAgents]hbState
+	// The last lease ended by release or completion, which the task item
+	// keeps: a holder naming that lease (run id or fence) again is answered
+	// as the first time (its answer may have been lost).
+	EndOp, EndAgent, EndRun string
+	EndFence, EndHeld       int64
 }
 
 // alive is the rule of lease/doc.go: an agent with no heartbeat is not
@@ -143,6 +148,13 @@ func (s linState) step(in linIn) (linOut, linState) {
 		mine = false
 	}
 	if !mine {
+		if (in.Op == "release" || in.Op == "complete") && (in.Run != "" || in.Fence != 0) &&
+			s.EndOp == in.Op && s.EndAgent == in.Agent && (in.Run == "" || in.Run == s.EndRun) && (in.Fence == 0 || in.Fence == s.EndFence) {
+			if in.Op == "release" {
+				return linOut{Kind: "ok", Held: s.EndHeld}, s
+			}
+			return linOut{Kind: "ok", Status: lease.StatusDone}, s
+		}
 		if !s.live() {
 			return linOut{Kind: "not_checked_out"}, s
 		}
@@ -157,10 +169,12 @@ func (s linState) step(in linIn) (linOut, linState) {
 		return linOut{Kind: "ok", Holder: s.Holder, Run: s.Run, Fence: s.Fence, Expires: s.Expires}, s
 	case "release":
 		held := s.Now - s.Locked
+		s.EndOp, s.EndAgent, s.EndRun, s.EndFence, s.EndHeld = in.Op, s.Holder, s.Run, s.Fence, held
 		s.clear()
 		s.Status = lease.StatusTodo
 		return linOut{Kind: "ok", Held: held}, s
 	case "complete":
+		s.EndOp, s.EndAgent, s.EndRun, s.EndFence, s.EndHeld = in.Op, s.Holder, s.Run, s.Fence, s.Now-s.Locked
 		s.clear()
 		s.Status = lease.StatusDone
 		return linOut{Kind: "ok", Status: lease.StatusDone}, s

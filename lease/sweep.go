@@ -10,7 +10,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -83,17 +82,11 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 // sweepEnd ends one lease found by the sweep and frees its task. It returns
 // the number of watchers told, or -1 when another writer got there first.
 func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond expression.ConditionBuilder, typ EventType, reason string, now time.Time) (int, error) {
-	upd := clearLease(expression.Set(nameStatus, expression.Value(string(StatusTodo))).
-		Set(nameESeq, nameESeq.Plus(expression.Value(1)))).
-		Remove(expression.Name("watchers"))
-	old, applied, err := s.update(ctx, it.TaskID, cond, upd, types.ReturnValueAllOld)
+	after, applied, err := s.endLease(ctx, it.TaskID, cond, ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo}, now)
 	if err != nil || !applied {
 		return -1, err
 	}
-	ev := endingEvent(old, now, typ, BySystem, reason)
-	ev.Seq = old.ESeq + 1
-	s.freed(ctx, ev, old.Watchers)
-	return len(old.Watchers), nil
+	return len(after.EndWatchers), nil
 }
 
 // endLeasesOf ends every lease agentID holds that was taken at or before
