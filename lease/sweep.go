@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -14,6 +17,9 @@ import (
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
+// sweepWorkers bounds the leases one sweep ends at once.
+const sweepWorkers = 16
+
 // Sweep ends the leases that have expired and the leases whose holder is dead
 // by heartbeat, and that nobody has taken over yet. Each lease is ended by a
 // conditional write on its exact holder and fence, so however many sweeps
@@ -22,27 +28,39 @@ import (
 func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	now := s.clock()
+	// Expired leases are independent of one another: end them sweepWorkers
+	// at a time, so that a backlog fits in one run.
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(sweepWorkers)
 	for shard := range schema.Shards {
 		keyCond := expression.Key("lease_shard").Equal(expression.Value(strconv.Itoa(shard))).
 			And(expression.Key("lease_expires").LessThanEqual(expression.Value(ms(now))))
-		items, err := s.queryTasks(ctx, schema.TasksByLeaseExpiry, keyCond)
+		items, err := s.queryTasks(gctx, schema.TasksByLeaseExpiry, keyCond)
 		if err != nil {
+			_ = g.Wait()
 			return res, err
 		}
 		for i := range items {
 			it := &items[i]
-			cond := nameHolder.Equal(expression.Value(it.Holder)).
-				And(nameFence.Equal(expression.Value(it.Fence)),
-					nameExpires.LessThanEqual(expression.Value(ms(now))))
-			n, err := s.sweepEnd(ctx, it, cond, EventTimeout, "lease expired", now)
-			if err != nil {
-				return res, err
-			}
-			if n >= 0 {
+			g.Go(func() error {
+				cond := nameHolder.Equal(expression.Value(it.Holder)).
+					And(nameFence.Equal(expression.Value(it.Fence)),
+						nameExpires.LessThanEqual(expression.Value(ms(now))))
+				n, err := s.sweepEnd(gctx, it, cond, EventTimeout, "lease expired", now)
+				if err != nil || n < 0 {
+					return err
+				}
+				mu.Lock()
 				res.Timeouts++
 				res.Notified += n
-			}
+				mu.Unlock()
+				return nil
+			})
 		}
+	}
+	if err := g.Wait(); err != nil {
+		return res, err
 	}
 	for shard := range schema.Shards {
 		keyCond := expression.Key("hb_shard").Equal(expression.Value(strconv.Itoa(shard))).
