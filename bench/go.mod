@@ -21,4 +21,5 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/dynamodbstreams v1.47.0 // indirect
 	github.com/aws/aws-sdk-go-v2/service/internal/accept-encoding v1.13.25 // indirect
 	github.com/aws/aws-sdk-go-v2/service/internal/endpoint-discovery v1.13.12 // indirect
+	golang.org/x/sync v0.20.0 // indirect
 )
