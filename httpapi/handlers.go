@@ -375,9 +375,9 @@ func (s *server) events(w http.ResponseWriter, r *http.Request, _ lease.Principa
 	if err != nil {
 		return err
 	}
-	out := make([]eventJSON, 0, len(evs))
+	out := make([]EventJSON, 0, len(evs))
 	for _, e := range evs {
-		out = append(out, toEvent(e))
+		out = append(out, ToEventJSON(e))
 	}
 	s.writeJSON(w, http.StatusOK, map[string]any{"events": out})
 	return nil

@@ -103,7 +103,9 @@ func toTask(t lease.Task, now time.Time) taskJSON {
 	return j
 }
 
-type eventJSON struct {
+// EventJSON is an audit event as the API shows it; the EventBridge notifier
+// sends the same form as its events' detail.
+type EventJSON struct {
 	Type        lease.EventType `json:"type"`
 	TaskID      string          `json:"task_id"`
 	AgentID     string          `json:"agent_id"`
@@ -115,8 +117,9 @@ type eventJSON struct {
 	Reason      string          `json:"reason"`
 }
 
-func toEvent(e lease.Event) eventJSON {
-	j := eventJSON{
+// ToEventJSON converts a lease event to its API form.
+func ToEventJSON(e lease.Event) EventJSON {
+	j := EventJSON{
 		Type:    e.Type,
 		TaskID:  e.TaskID,
 		AgentID: e.AgentID,

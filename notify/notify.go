@@ -16,12 +16,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 
+	"github.com/checkout-dev/checkout/httpapi"
 	"github.com/checkout-dev/checkout/lease"
 )
 
@@ -54,7 +54,7 @@ func NewEventBridge(client PutEventsAPI, bus string) *EventBridge {
 // Notify puts one event for n. An entry that EventBridge refuses is an
 // error, as is a failed call.
 func (e *EventBridge) Notify(ctx context.Context, n lease.Notice) error {
-	detail, err := json.Marshal(Detail(n.Event))
+	detail, err := json.Marshal(httpapi.ToEventJSON(n.Event))
 	if err != nil {
 		return fmt.Errorf("notify %s: %w", n.Kind, err)
 	}
@@ -84,37 +84,3 @@ func (e *EventBridge) Notify(ctx context.Context, n lease.Notice) error {
 	return nil
 }
 
-// EventDetail is the detail of an event: a lease event as the API shows it.
-type EventDetail struct {
-	Type        lease.EventType `json:"type"`
-	TaskID      string          `json:"task_id"`
-	AgentID     string          `json:"agent_id"`
-	RunID       string          `json:"run_id"`
-	Fence       int64           `json:"fence"`
-	At          string          `json:"at"`
-	HeldSeconds *int64          `json:"held_seconds,omitempty"`
-	By          string          `json:"by"`
-	Reason      string          `json:"reason"`
-}
-
-// Detail converts a lease event to its detail.
-func Detail(ev lease.Event) EventDetail {
-	d := EventDetail{
-		Type:    ev.Type,
-		TaskID:  ev.TaskID,
-		AgentID: ev.AgentID,
-		RunID:   ev.RunID,
-		Fence:   ev.Fence,
-		At:      ev.At.UTC().Format("2006-01-02T15:04:05.000Z"),
-		By:      ev.By,
-		Reason:  ev.Reason,
-	}
-	if ev.Held != nil || ev.Type.EndsLease() {
-		var s int64
-		if ev.Held != nil && *ev.Held > 0 {
-			s = int64(*ev.Held / time.Second)
-		}
-		d.HeldSeconds = &s
-	}
-	return d
-}
