@@ -150,25 +150,9 @@ func (s *Store) Authenticate(ctx context.Context, apiKey string) (Principal, err
 
 // ListAgents returns every agent with its liveness.
 func (s *Store) ListAgents(ctx context.Context) ([]Agent, error) {
-	var items []agentItem
-	keyCond := expression.Key("kind").Equal(expression.Value("agent"))
-	expr, _ := expression.NewBuilder().WithKeyCondition(keyCond).Build()
-	p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
-		TableName: &s.agents, IndexName: aws.String(schema.AgentsAll),
-		KeyConditionExpression:    expr.KeyCondition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-	})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("list agents: %w", err)
-		}
-		var batch []agentItem
-		if err := attributevalue.UnmarshalListOfMaps(page.Items, &batch); err != nil {
-			return nil, err
-		}
-		items = append(items, batch...)
+	items, err := queryAll[agentItem](ctx, s.db, s.agents, schema.AgentsAll, expression.Key("kind").Equal(expression.Value("agent")))
+	if err != nil {
+		return nil, fmt.Errorf("list agents: %w", err)
 	}
 	ids := make([]string, len(items))
 	for i, a := range items {

@@ -7,7 +7,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -120,30 +119,15 @@ func (s *Store) Events(ctx context.Context, taskID string) ([]Event, error) {
 	if it == nil {
 		return nil, ErrTaskNotFound
 	}
-	keyCond := expression.Key("task_id").Equal(expression.Value(taskID))
-	expr, _ := expression.NewBuilder().WithKeyCondition(keyCond).Build()
-	p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
-		TableName:                 &s.events,
-		KeyConditionExpression:    expr.KeyCondition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-		ConsistentRead:            aws.Bool(true),
-	})
-	out := []Event{}
+	items, err := queryAll[eventItem](ctx, s.db, s.events, "", expression.Key("task_id").Equal(expression.Value(taskID)))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Event, 0, len(items)+3)
 	seen := map[int64]bool{}
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("events of %s: %w", taskID, err)
-		}
-		var items []eventItem
-		if err := attributevalue.UnmarshalListOfMaps(page.Items, &items); err != nil {
-			return nil, err
-		}
-		for _, e := range items {
-			out = append(out, e.event())
-			seen[e.Seq] = true
-		}
+	for _, e := range items {
+		out = append(out, e.event())
+		seen[e.Seq] = true
 	}
 	// The item itself holds the latest lease's checkout and the last ending:
 	// shown even if their audit batch never arrived.
@@ -162,28 +146,13 @@ func (s *Store) Events(ctx context.Context, taskID string) ([]Event, error) {
 
 // Inbox returns an agent's messages, oldest first.
 func (s *Store) Inbox(ctx context.Context, agentID string) ([]Message, error) {
-	keyCond := expression.Key("agent_id").Equal(expression.Value(agentID))
-	expr, _ := expression.NewBuilder().WithKeyCondition(keyCond).Build()
-	p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
-		TableName:                 &s.inbox,
-		KeyConditionExpression:    expr.KeyCondition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-		ConsistentRead:            aws.Bool(true),
-	})
-	out := []Message{}
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("inbox of %s: %w", agentID, err)
-		}
-		var items []messageItem
-		if err := attributevalue.UnmarshalListOfMaps(page.Items, &items); err != nil {
-			return nil, err
-		}
-		for _, m := range items {
-			out = append(out, Message{MessageID: m.MessageID, Type: m.Type, TaskID: m.TaskID, Reason: m.Reason, At: fromMS(m.At)})
-		}
+	items, err := queryAll[messageItem](ctx, s.db, s.inbox, "", expression.Key("agent_id").Equal(expression.Value(agentID)))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Message, 0, len(items))
+	for _, m := range items {
+		out = append(out, Message{MessageID: m.MessageID, Type: m.Type, TaskID: m.TaskID, Reason: m.Reason, At: fromMS(m.At)})
 	}
 	return out, nil
 }

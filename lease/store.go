@@ -15,6 +15,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -195,4 +196,38 @@ func taskKey(id string) map[string]types.AttributeValue {
 
 func agentKey(id string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{"agent_id": &types.AttributeValueMemberS{Value: id}}
+}
+
+// queryAll runs a Query on table (and index, when not empty) and decodes
+// every page into T. Reads of a table's own key are strongly consistent;
+// index reads cannot be.
+func queryAll[T any](ctx context.Context, db DB, table, index string, keyCond expression.KeyConditionBuilder) ([]T, error) {
+	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
+	if err != nil {
+		return nil, err
+	}
+	in := &dynamodb.QueryInput{
+		TableName:                 &table,
+		KeyConditionExpression:    expr.KeyCondition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	}
+	if index != "" {
+		in.IndexName = &index
+	} else {
+		in.ConsistentRead = aws.Bool(true)
+	}
+	var out []T
+	for p := dynamodb.NewQueryPaginator(db, in); p.HasMorePages(); {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("query %s %s: %w", table, index, err)
+		}
+		var batch []T
+		if err := attributevalue.UnmarshalListOfMaps(page.Items, &batch); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", table, err)
+		}
+		out = append(out, batch...)
+	}
+	return out, nil
 }

@@ -9,8 +9,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -65,32 +63,19 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 	for shard := range schema.Shards {
 		keyCond := expression.Key("hb_shard").Equal(expression.Value(strconv.Itoa(shard))).
 			And(expression.Key("hb_expires").LessThanEqual(expression.Value(ms(now))))
-		expr, _ := expression.NewBuilder().WithKeyCondition(keyCond).Build()
-		p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
-			TableName: &s.heartbeats, IndexName: aws.String(schema.HeartbeatsByExpiry),
-			KeyConditionExpression:    expr.KeyCondition(),
-			ExpressionAttributeNames:  expr.Names(),
-			ExpressionAttributeValues: expr.Values(),
-		})
-		for p.HasMorePages() {
-			page, err := p.NextPage(ctx)
+		dead, err := queryAll[heartbeatItem](ctx, s.db, s.heartbeats, schema.HeartbeatsByExpiry, keyCond)
+		if err != nil {
+			return res, fmt.Errorf("sweep heartbeats: %w", err)
+		}
+		for _, hb := range dead {
+			ended, notified, err := s.endLeasesOf(ctx, hb.AgentID, now, "holder's heartbeat expired", hb.ExpiresAt)
 			if err != nil {
-				return res, fmt.Errorf("sweep heartbeats: %w", err)
-			}
-			var dead []heartbeatItem
-			if err := attributevalue.UnmarshalListOfMaps(page.Items, &dead); err != nil {
 				return res, err
 			}
-			for _, hb := range dead {
-				ended, notified, err := s.endLeasesOf(ctx, hb.AgentID, now, "holder's heartbeat expired", hb.ExpiresAt)
-				if err != nil {
-					return res, err
-				}
-				res.AgentDeaths += ended
-				res.Notified += notified
-				if err := s.forgetDead(ctx, hb); err != nil {
-					return res, err
-				}
+			res.AgentDeaths += ended
+			res.Notified += notified
+			if err := s.forgetDead(ctx, hb); err != nil {
+				return res, err
 			}
 		}
 	}

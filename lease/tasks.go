@@ -299,27 +299,5 @@ func (s *Store) ListCheckouts(ctx context.Context, agentID string) ([]Checkout, 
 
 // queryTasks runs a Query on a tasks index and returns every page.
 func (s *Store) queryTasks(ctx context.Context, index string, keyCond expression.KeyConditionBuilder) ([]taskItem, error) {
-	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
-	if err != nil {
-		return nil, err
-	}
-	p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
-		TableName: &s.tasks, IndexName: aws.String(index),
-		KeyConditionExpression:    expr.KeyCondition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-	})
-	var items []taskItem
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("query %s: %w", index, err)
-		}
-		var batch []taskItem
-		if err := attributevalue.UnmarshalListOfMaps(page.Items, &batch); err != nil {
-			return nil, err
-		}
-		items = append(items, batch...)
-	}
-	return items, nil
+	return queryAll[taskItem](ctx, s.db, s.tasks, index, keyCond)
 }
