@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/checkout-dev/checkout/lease"
 )
@@ -200,50 +201,74 @@ func (s *server) actor(ctx context.Context, p lease.Principal, agentID *string) 
 	return a.AgentID, a.Name, nil
 }
 
+// grantBody is what the bodies of a checkout and a claim share.
+type grantBody struct {
+	Timeout *string `json:"timeout"`
+	Reason  string  `json:"reason"`
+	RunID   *string `json:"run_id"`
+	AgentID *string `json:"agent_id"`
+}
+
+// grant is a checked grantBody: whom the lease is for, and on what terms.
+type grant struct {
+	agentID, agentName, runID string
+	timeout                   time.Duration
+}
+
+// check validates b (the admin-only agent_id first, then the timeout, the
+// run id, whatever extra checks, and the reason) and resolves whom the grant
+// is for.
+func (s *server) check(ctx context.Context, p lease.Principal, b grantBody, extra func() error) (grant, error) {
+	var g grant
+	if b.AgentID != nil && !p.Admin {
+		return g, errForbidden("only an admin may act for another agent (agent_id)")
+	}
+	var err error
+	if g.timeout, err = duration("timeout", b.Timeout, lease.DefaultTimeout, lease.MinTimeout, lease.MaxTimeout); err != nil {
+		return g, err
+	}
+	if g.runID, err = optionalID("run_id", b.RunID); err != nil {
+		return g, err
+	}
+	if extra != nil {
+		if err := extra(); err != nil {
+			return g, err
+		}
+	}
+	if err := text("reason", b.Reason, lease.MaxReasonLen, false); err != nil {
+		return g, err
+	}
+	g.agentID, g.agentName, err = s.actor(ctx, p, b.AgentID)
+	return g, err
+}
+
 func (s *server) checkout(w http.ResponseWriter, r *http.Request, p lease.Principal) error {
 	taskID, err := pathID(r, "task_id")
 	if err != nil {
 		return err
 	}
 	var body struct {
-		Timeout          *string        `json:"timeout"`
-		Reason           string         `json:"reason"`
-		RunID            *string        `json:"run_id"`
+		grantBody
 		ExpectedStatuses []lease.Status `json:"expected_statuses"`
 		Watch            bool           `json:"watch"`
-		AgentID          *string        `json:"agent_id"`
 	}
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	if body.AgentID != nil && !p.Admin {
-		return errForbidden("only an admin may act for another agent (agent_id)")
-	}
-	timeout, err := duration("timeout", body.Timeout, lease.DefaultTimeout, lease.MinTimeout, lease.MaxTimeout)
-	if err != nil {
+	var expected []lease.Status
+	g, err := s.check(r.Context(), p, body.grantBody, func() (err error) {
+		expected, err = statuses(body.ExpectedStatuses)
 		return err
-	}
-	runID, err := optionalID("run_id", body.RunID)
-	if err != nil {
-		return err
-	}
-	expected, err := statuses(body.ExpectedStatuses)
-	if err != nil {
-		return err
-	}
-	if err := text("reason", body.Reason, lease.MaxReasonLen, false); err != nil {
-		return err
-	}
-	agentID, agentName, err := s.actor(r.Context(), p, body.AgentID)
+	})
 	if err != nil {
 		return err
 	}
 	c, err := s.svc.Checkout(r.Context(), lease.CheckoutParams{
 		TaskID:           taskID,
-		AgentID:          agentID,
-		AgentName:        agentName,
-		RunID:            runID,
-		Timeout:          timeout,
+		AgentID:          g.agentID,
+		AgentName:        g.agentName,
+		RunID:            g.runID,
+		Timeout:          g.timeout,
 		Reason:           body.Reason,
 		ExpectedStatuses: expected,
 		Watch:            body.Watch,
@@ -449,34 +474,15 @@ func (s *server) deleteMessage(w http.ResponseWriter, r *http.Request, p lease.P
 }
 
 func (s *server) claim(w http.ResponseWriter, r *http.Request, p lease.Principal) error {
-	var body struct {
-		Timeout *string `json:"timeout"`
-		Reason  string  `json:"reason"`
-		RunID   *string `json:"run_id"`
-		AgentID *string `json:"agent_id"`
-	}
+	var body grantBody
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	if body.AgentID != nil && !p.Admin {
-		return errForbidden("only an admin may act for another agent (agent_id)")
-	}
-	timeout, err := duration("timeout", body.Timeout, lease.DefaultTimeout, lease.MinTimeout, lease.MaxTimeout)
+	g, err := s.check(r.Context(), p, body, nil)
 	if err != nil {
 		return err
 	}
-	runID, err := optionalID("run_id", body.RunID)
-	if err != nil {
-		return err
-	}
-	if err := text("reason", body.Reason, lease.MaxReasonLen, false); err != nil {
-		return err
-	}
-	agentID, agentName, err := s.actor(r.Context(), p, body.AgentID)
-	if err != nil {
-		return err
-	}
-	c, err := s.svc.Claim(r.Context(), lease.ClaimParams{AgentID: agentID, AgentName: agentName, RunID: runID, Timeout: timeout, Reason: body.Reason})
+	c, err := s.svc.Claim(r.Context(), lease.ClaimParams{AgentID: g.agentID, AgentName: g.agentName, RunID: g.runID, Timeout: g.timeout, Reason: body.Reason})
 	if err != nil {
 		return err
 	}
