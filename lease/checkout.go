@@ -93,16 +93,18 @@ func statusValues(ss []Status) (expression.OperandBuilder, []expression.OperandB
 }
 
 // Checkout grants the caller a lease on a task. The grant is one conditional
-// write: the task exists, its status is expected, and no unexpired lease is
-// on it. An expired lease is taken over in the same write; a lease whose
-// holder is dead by heartbeat is taken over by a second write conditioned on
-// that exact lease (its holder and fence).
+// write: the task exists, no lease is on it, and its status is expected.
+// When a lease is there, the failed write returns it: a live one is the
+// caller's own (the same run retrying) or a conflict; an expired one, or one
+// whose holder is dead by heartbeat, is taken over by a second write
+// conditioned on that exact lease (holder, fence and expiry), which also
+// records how it ended.
 func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error) {
 	if err := s.checkCheckout(&p); err != nil {
 		return Checkout{}, err
 	}
 	now := s.clock()
-	var over *taskItem // a time-valid lease whose holder is dead
+	var over *taskItem // an ended lease to take over: expired, or its holder dead
 	for range maxAttempts {
 		c, cur, err := s.grant(ctx, p, now, over)
 		if err != nil || cur == nil && c.Fence != 0 {
@@ -117,6 +119,9 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 			continue
 		case cur == nil:
 			return Checkout{}, ErrTaskNotFound
+		case cur.hasLease() && !cur.leaseTimeValid(now):
+			over = cur // expired: never blocks
+			continue
 		case cur.leaseTimeValid(now):
 			hb, err := s.heartbeat(ctx, cur.Holder)
 			if err != nil {
@@ -188,25 +193,20 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	statusOK := nameStatus.In(first, rest...)
 	var cond expression.ConditionBuilder
 	if over == nil {
-		// Free: no lease, or one that has expired.
-		free := expression.AttributeNotExists(nameHolder).Or(nameExpires.LessThanEqual(expression.Value(ms(now))))
-		if slices.Contains(p.ExpectedStatuses, StatusTodo) && !slices.Contains(p.ExpectedStatuses, StatusInProgress) {
-			// An expired, unswept lease leaves in_progress behind; the task
-			// is todo in all but name.
-			statusOK = statusOK.Or(nameStatus.Equal(expression.Value(string(StatusInProgress))))
-		}
-		cond = expression.AttributeExists(expression.Name("task_id")).And(free, statusOK)
+		cond = expression.AttributeExists(expression.Name("task_id")).
+			And(expression.AttributeNotExists(nameHolder), statusOK)
 	} else {
-		// Exactly the dead holder's lease, as we read it: the same grant
-		// (holder and fence) not renewed since (expiry). A holder that came
-		// back and renewed in between has shown it is alive; the write then
-		// fails and the lease is judged again.
+		// Exactly the ended lease, as we read it: the same grant (holder and
+		// fence), with no transition since (eseq: not even a renewal that
+		// left the expiry where it was). A holder that came back and renewed
+		// in between has shown it is alive; the write then fails and the
+		// lease is judged again. Its task is todo in all but name.
 		if slices.Contains(p.ExpectedStatuses, StatusTodo) {
 			statusOK = statusOK.Or(nameStatus.Equal(expression.Value(string(StatusInProgress))))
 		}
 		cond = nameHolder.Equal(expression.Value(over.Holder)).
 			And(nameFence.Equal(expression.Value(over.Fence)),
-				nameExpires.Equal(expression.Value(over.LeaseExpires)),
+				nameESeq.Equal(expression.Value(over.ESeq)),
 				statusOK)
 	}
 	exp := now.Add(p.Timeout)
@@ -227,6 +227,16 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	} else {
 		upd = upd.Remove(expression.Name("reason"))
 	}
+	var end ending
+	if over != nil {
+		// The lease taken over ends here. Nobody is told the task is
+		// available: it never was.
+		end = ending{typ: EventTimeout, by: BySystem, reason: "lease expired", status: StatusInProgress}
+		if over.leaseTimeValid(now) {
+			end.typ, end.reason = EventAgentDeath, "holder's heartbeat expired"
+		}
+		upd = takeoverUpdate(upd, over, end, now)
+	}
 	old, applied, err := s.update(ctx, p.TaskID, cond, upd, types.ReturnValueAllOld)
 	if err != nil || !applied {
 		return Checkout{}, old, err
@@ -237,24 +247,12 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	}
 	var evs []eventItem
 	var notices []Notice
-	if old.hasLease() {
-		// A takeover: the old lease ends here, and nobody is told the task
-		// is available, because it never was. Its checkout event is
-		// archived again, since no ending write will see that lease.
-		typ, reason := EventTimeout, "lease expired"
-		if old.leaseTimeValid(now) {
-			typ, reason = EventAgentDeath, "holder's heartbeat expired"
-		}
-		held := heldMS(typ, old.LockedAt, old.LeaseExpires, ms(now))
-		end := eventItem{
-			TaskID: old.TaskID, Seq: old.ESeq + 1, Type: typ, AgentID: old.Holder, RunID: old.RunID,
-			Fence: old.Fence, At: ms(now), HeldMS: &held, By: BySystem, Reason: reason,
-		}
-		if co, ok := old.leaseCheckoutEvent(); ok {
-			evs = append(evs, co)
-		}
-		evs = append(evs, end)
-		notices = append(notices, Notice{Kind: NoticeLeaseEnded, Event: end.event()})
+	if over != nil {
+		// Like any ending write: archive again the previous ending and the
+		// ended lease's checkout, then this ending.
+		ev, _ := old.afterEnd(end, now).endEvent()
+		evs = append(old.itemEvents(), ev)
+		notices = append(notices, Notice{Kind: NoticeLeaseEnded, Event: ev.event()})
 	}
 	evs = append(evs, eventItem{
 		TaskID: p.TaskID, Seq: old.ESeq + 2, Type: EventCheckout, AgentID: p.AgentID, RunID: p.RunID,
@@ -443,7 +441,11 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 				continue
 			}
 			cp.TaskID = it.TaskID
-			c, cur, err := s.grant(ctx, cp, now, nil)
+			var over *taskItem
+			if it.hasLease() {
+				over = &it // expired: taken over like any ended lease
+			}
+			c, cur, err := s.grant(ctx, cp, now, over)
 			if err != nil || cur == nil && c.Fence != 0 {
 				return c, err == nil, err
 			}

@@ -33,7 +33,8 @@
 //
 // # Access patterns: GetItem, conditional write or Query, never Scan
 //
-//	checkout, claim     UpdateItem on tasks (the decision) + BatchWriteItem (events)
+//	checkout, claim     UpdateItem on tasks (the decision) + BatchWriteItem (events);
+//	  takeover          one more UpdateItem, pinned to the ended lease
 //	  conflict          the failed UpdateItem returns the holder (ALL_OLD) + GetItem heartbeat
 //	renew               GetItem own heartbeat + UpdateItem + BatchWriteItem
 //	release, complete   UpdateItem + BatchWriteItem (events and watchers' messages)
@@ -60,20 +61,22 @@
 // The grant is an UpdateItem whose condition reads like the rule:
 //
 //	the task exists
-//	AND (no lease OR lease_expires <= now)
+//	AND no lease is on it
 //	AND status IN expected_statuses
 //
-// and which sets the lease, status in_progress, fence = fence + 1 and
-// started_at if it is not set yet. ReturnValues ALL_OLD tells the winner
-// what it replaced: when an expired lease was there, its timeout event is
-// recorded with the checkout. When the condition fails, the returned item
-// decides the answer, in API order: no item is task_not_found; an unexpired
-// lease whose holder is alive is the caller's own (same agent and run id:
-// the same checkout is returned, idempotently) or a conflict naming the
-// holder; an unexpired lease whose holder is dead is taken over by a second
-// UpdateItem conditioned on that exact lease (holder and fence), ending it
-// with agent_death; otherwise the status was not expected. If the lease
-// vanished between the write and the read, the write is simply tried again.
+// and which sets the lease, status in_progress, fence = fence + 1,
+// lease_seq and started_at if it is not set yet. When the condition fails,
+// the item returned with the failure decides the answer, in API order: no
+// item is task_not_found; an unexpired lease whose holder is alive is the
+// caller's own (same agent and run id: the same checkout is returned,
+// idempotently) or a conflict naming the holder; an expired lease, or one
+// whose holder is dead, has ended whatever the sweep has done, and is taken
+// over by a second UpdateItem conditioned on that exact lease (holder,
+// fence, and eseq, so that not even a renewal can slip in between), which
+// sets the new lease and records the old one's end (end_*, timeout or
+// agent_death) in the same write; otherwise the status was not expected.
+// If the lease vanished between the write and the read, the write is simply
+// tried again. A free task costs one write; taking over an ended lease, two.
 //
 // Renew, release and complete condition on holder = caller, lease_expires >
 // now, and the run id and fence when the caller gives them. Release and the
@@ -151,9 +154,7 @@
 // and ending, so the trail never misses them; and every ending write
 // archives the previous ending and its own lease's checkout again in its
 // batch, so the archive catches up before the item forgets. What is not
-// rebuilt: a renew event whose batch was lost, and the timeout or
-// agent_death event of a lease taken over at checkout (the takeover's ALL_OLD
-// is its only witness).
+// rebuilt: a renew event whose batch was lost.
 //
 // end_* also makes release and complete idempotent. A holder whose answer
 // was lost retries; the retry's condition fails because the lease has ended,

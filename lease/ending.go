@@ -78,6 +78,39 @@ func endUpdate(e ending, now time.Time) expression.UpdateBuilder {
 	return clearLease(u).Remove(expression.Name("watchers")).Remove(expression.Name("lease_seq"))
 }
 
+// takeoverUpdate adds to a grant's update the ending of the lease it takes
+// over, old, which the grant's condition pins (holder, fence and expiry):
+// the same end_* attributes as endUpdate, from old's known values, while the
+// grant's own SETs replace the lease. The watch list stays: the task never
+// became free.
+func takeoverUpdate(u expression.UpdateBuilder, old *taskItem, e ending, now time.Time) expression.UpdateBuilder {
+	r := old.afterEnd(e, now).endRecord
+	set := func(name string, v any) { u = u.Set(expression.Name(name), expression.Value(v)) }
+	set("end_seq", r.EndSeq)
+	set("end_type", string(r.EndType))
+	set("end_agent", r.EndAgent)
+	set("end_run", r.EndRun)
+	set("end_fence", r.EndFence)
+	set("end_locked", r.EndLocked)
+	set("end_expires", r.EndExpires)
+	set("end_at", r.EndAt)
+	set("end_by", r.EndBy)
+	set("end_reason", r.EndReason)
+	for name, v := range map[string]int64{"end_lease_seq": r.EndLeaseSeq} {
+		if v != 0 {
+			set(name, v)
+		} else {
+			u = u.Remove(expression.Name(name))
+		}
+	}
+	if r.EndLeaseReason != "" {
+		set("end_lease_reason", r.EndLeaseReason)
+	} else {
+		u = u.Remove(expression.Name("end_lease_reason"))
+	}
+	return u.Remove(expression.Name("end_watchers"))
+}
+
 // afterEnd is the item as endUpdate leaves old.
 func (old *taskItem) afterEnd(e ending, now time.Time) *taskItem {
 	t := *old
