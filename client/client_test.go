@@ -221,6 +221,30 @@ func TestReleaseIsNotRetriedOn5xxButOn429(t *testing.T) {
 	}
 }
 
+func TestReleaseNamingItsLeaseIsRetriedOn5xx(t *testing.T) {
+	t.Parallel()
+	s := newScripted(t, func(n int, r recorded) (int, string) {
+		if n < 3 {
+			return 502, `{"error":"gateway","code":"bad_gateway"}`
+		}
+		if strings.HasSuffix(r.Path, "/complete") {
+			return 200, `{"task_id":"a","title":"","status":"done","created_at":"2026-03-20T14:35:00.000Z","started_at":null,"completed_at":null,"duration_seconds":null,"checkout":null}`
+		}
+		return 200, `{"task_id":"a","released_by":"me","held_seconds":5}`
+	})
+	c := New(s.URL, "k", WithSleeper((&instant{}).sleep))
+	if r, err := c.Release(context.Background(), "a", ReleaseRequest{RunID: "run-1", Fence: 3}); err != nil || r.HeldSeconds != 5 {
+		t.Fatalf("release: %+v %v", r, err)
+	}
+	reqs := s.requests()
+	if len(reqs) != 3 || reqs[2].Body["run_id"] != "run-1" || reqs[2].Body["fence"] != float64(3) {
+		t.Fatalf("requests %+v", reqs)
+	}
+	if _, err := c.Complete(context.Background(), "a", CompleteRequest{Fence: 3}); err != nil {
+		t.Fatalf("complete: %v", err)
+	}
+}
+
 func TestUnreachableServer(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

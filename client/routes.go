@@ -52,17 +52,31 @@ func (c *Client) Renew(ctx context.Context, taskID string, req RenewRequest) (Ch
 }
 
 // Release ends the caller's lease (or, with Force, anyone's: admins only).
+// A release that names its lease (RunID or Fence) is idempotent, so it is
+// retried like a checkout: the server answers a repeat of a release it has
+// made as released. One that names no lease is retried only when the server
+// cannot have acted on it.
 func (c *Client) Release(ctx context.Context, taskID string, req ReleaseRequest) (Released, error) {
 	var r Released
-	err := c.do(ctx, once, http.MethodPost, taskPath(taskID, "/release"), req, &r)
+	err := c.do(ctx, retryNaming(req.RunID, req.Fence), http.MethodPost, taskPath(taskID, "/release"), req, &r)
 	return r, wrap("release", taskID, err)
 }
 
-// Complete ends the caller's lease and marks the task done.
+// Complete ends the caller's lease and marks the task done. Like Release, it
+// is retried freely when it names its lease.
 func (c *Client) Complete(ctx context.Context, taskID string, req CompleteRequest) (Task, error) {
 	var t Task
-	err := c.do(ctx, once, http.MethodPost, taskPath(taskID, "/complete"), req, &t)
+	err := c.do(ctx, retryNaming(req.RunID, req.Fence), http.MethodPost, taskPath(taskID, "/complete"), req, &t)
 	return t, wrap("complete", taskID, err)
+}
+
+// retryNaming is the retry mode of a release or completion: idempotent when
+// it names its lease.
+func retryNaming(runID string, fence int64) retryMode {
+	if runID != "" || fence != 0 {
+		return idempotent
+	}
+	return once
 }
 
 // Status reports whether a task is locked, and by whom.
