@@ -83,4 +83,3 @@ func (e *EventBridge) Notify(ctx context.Context, n lease.Notice) error {
 	}
 	return nil
 }
-
