@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/checkout-dev/checkout/internal/testclock"
 	"github.com/checkout-dev/checkout/localserver"
 	"github.com/checkout-dev/checkout/localstack"
 )
@@ -26,24 +27,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	stop()
 	os.Exit(code)
-}
-
-// testClock is a clock the test moves.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
 }
 
 // StartServer starts a local server with its own tables and returns it with
@@ -146,7 +129,7 @@ func TestAgainstServerWorkOnLosesItsLease(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			clock := &testClock{now: time.Date(2026, 3, 20, 14, 35, 0, 0, time.UTC)}
+			clock := testclock.New(time.Date(2026, 3, 20, 14, 35, 0, 0, time.UTC))
 			_, admin := startServer(t, clock.Now)
 			g := newGate()
 			a := agent(t, admin, "agent-a", "researcher", WithSleeper(g.sleep), WithClock(clock.Now))
@@ -166,7 +149,7 @@ func TestAgainstServerWorkOnLosesItsLease(t *testing.T) {
 			g.next(t, 20*time.Second) // the first renewal, at a third of the lease, keeps it
 			g.await(t, 20*time.Second)
 			if how == "expiry" {
-				clock.Add(2 * time.Minute) // the renewals stalled: the lease has run out
+				clock.Advance(2 * time.Minute) // the renewals stalled: the lease has run out
 			} else if _, err := admin.Release(ctx, "task-1", ReleaseRequest{Force: true, Reason: "stuck"}); err != nil {
 				t.Fatal(err)
 			}

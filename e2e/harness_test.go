@@ -18,6 +18,7 @@ import (
 
 	"github.com/checkout-dev/checkout/httpapi"
 	"github.com/checkout-dev/checkout/httpapi/openapitest"
+	"github.com/checkout-dev/checkout/internal/testclock"
 	"github.com/checkout-dev/checkout/localserver"
 	"github.com/checkout-dev/checkout/localstack"
 )
@@ -105,21 +106,11 @@ func routeOf(method, target string) string {
 	return p
 }
 
-// clock is a test clock shared by the server and the test.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-
-func (c *clock) Advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
-
 // env is one server on its own tables, with its own clock.
 type env struct {
 	t     *testing.T
 	srv   *localserver.Server
-	clock *clock
+	clock *testclock.Clock
 	admin string
 }
 
@@ -131,7 +122,7 @@ var t0 = time.Date(2026, 3, 20, 14, 0, 0, 0, time.UTC)
 
 func newEnv(t *testing.T, opts ...option) *env {
 	t.Helper()
-	c := &clock{now: t0}
+	c := testclock.New(t0)
 	cfg := localserver.Config{
 		Addr:           "127.0.0.1:0",
 		DynamoEndpoint: endpoint,

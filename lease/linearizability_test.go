@@ -443,7 +443,7 @@ func linearizability(t *testing.T, heartbeats bool) {
 	}
 	t.Logf("%d operations recorded in %v", len(history), time.Since(start).Round(time.Millisecond))
 
-	model := leaseModel(newClock().Now().UnixMilli())
+	model := leaseModel(epoch.UnixMilli())
 	res, info := porcupine.CheckOperationsVerbose(model, history, 2*time.Minute)
 	if res != porcupine.Ok {
 		path := filepath.Join(t.TempDir(), "history.html")
@@ -467,7 +467,7 @@ func linearizability(t *testing.T, heartbeats bool) {
 // the task at once, or a renewal past its expiry, is rejected.
 func TestLinearizabilityModelRejects(t *testing.T) {
 	t.Parallel()
-	start := newClock().Now().UnixMilli()
+	start := epoch.UnixMilli()
 	m := leaseModel(start)
 	op := func(client int, in linIn, out linOut, call, ret int64) porcupine.Operation {
 		in.Task = "t"

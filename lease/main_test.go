@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/checkout-dev/checkout/internal/testclock"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/localstack"
@@ -19,34 +20,15 @@ import (
 
 var endpoint string
 
+// epoch is where every test clock starts.
+var epoch = time.Date(2026, 3, 20, 14, 35, 0, 0, time.UTC)
+
 func TestMain(m *testing.M) {
 	ep, stop := localstack.MustEndpoint()
 	endpoint = ep
 	code := m.Run()
 	stop()
 	os.Exit(code)
-}
-
-// clock is a test clock that only moves when told to.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock {
-	return &clock{t: time.Date(2026, 3, 20, 14, 35, 0, 0, time.UTC)}
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
 }
 
 // counter counts DynamoDB requests by operation name, through an SDK
@@ -110,7 +92,7 @@ func (r *recorder) count(kind, taskID string) int {
 
 type env struct {
 	store *lease.Store
-	clock *clock
+	clock *testclock.Clock
 	count *counter
 	notes *recorder
 	db    *dynamodb.Client
@@ -124,7 +106,7 @@ var prefixSeq atomic.Int64
 // also checks, when it ends, that no request was a Scan.
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{clock: newClock(), count: &counter{ops: map[string]int{}}, notes: &recorder{}}
+	e := &env{clock: testclock.New(epoch), count: &counter{ops: map[string]int{}}, notes: &recorder{}}
 	e.names = schema.Names{Prefix: "t" + time.Now().Format("150405") + "-" + strconv.FormatInt(prefixSeq.Add(1), 10) + "-"}
 	e.db = lease.NewLocalClient(endpoint, func(o *dynamodb.Options) {
 		o.APIOptions = append(o.APIOptions, e.count.middleware)

@@ -13,11 +13,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/checkout-dev/checkout/client"
+	"github.com/checkout-dev/checkout/internal/testclock"
 	"github.com/checkout-dev/checkout/localserver"
 	"github.com/checkout-dev/checkout/localstack"
 )
@@ -50,28 +50,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 type env struct {
 	srv   *localserver.Server
-	clock *testClock
+	clock *testclock.Clock
 	admin *client.Client
 	keys  map[string]string // agent id -> key; "admin" too
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	clock := &testClock{now: time.Date(2026, 3, 20, 14, 30, 0, 0, time.UTC)}
+	clock := testclock.New(time.Date(2026, 3, 20, 14, 30, 0, 0, time.UTC))
 	srv, err := localserver.Start(context.Background(), localserver.Config{
 		Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: "t" + strings.ToLower(rand.Text()[:10]) + "-",
 		AdminKey: "ck_admin" + strings.ToLower(rand.Text()), Now: clock.Now, SweepInterval: -1,
@@ -193,7 +181,7 @@ func TestCheckoutSession(t *testing.T) {
 
 	tr.note("14:30: the writer takes task-d4e5 for 15 minutes")
 	tr.run("agent-c3d4", 0, "task-d4e5", "--timeout", "15m", "--reason", "draft the fix")
-	e.clock.Add(5 * time.Minute)
+	e.clock.Advance(5 * time.Minute)
 	tr.note("14:35: the researcher is denied it, and takes another task")
 	tr.run("agent-a1b2", 3, "task-d4e5", "--timeout", "30m")
 	tr.run("agent-a1b2", 0, "task-f6a7", "--timeout", "30m")
@@ -202,13 +190,13 @@ func TestCheckoutSession(t *testing.T) {
 	tr.run("agent-a1b2", 0, "status", "task-d4e5")
 	tr.run("agent-a1b2", 0, "watch", "task-d4e5")
 	tr.run("agent-a1b2", 3, "renew", "task-d4e5")
-	e.clock.Add(3 * time.Minute)
+	e.clock.Advance(3 * time.Minute)
 	tr.note("14:38")
 	tr.run("agent-c3d4", 0, "renew", "task-d4e5", "--timeout", "1h30m")
 	tr.run("agent-c3d4", 0, "release", "task-d4e5", "--reason", "blocked on review")
 	tr.run("agent-a1b2", 0, "inbox")
 	tr.run("agent-a1b2", 0, "status", "task-d4e5")
-	e.clock.Add(90 * time.Second)
+	e.clock.Advance(90 * time.Second)
 	tr.note("14:39:30")
 	tr.run("agent-a1b2", 0, "complete", "task-f6a7")
 	tr.run("agent-a1b2", 0, "events", "task-f6a7")

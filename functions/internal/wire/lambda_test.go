@@ -13,7 +13,6 @@ import (
 	"reflect"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	"github.com/checkout-dev/checkout/auth"
 	"github.com/checkout-dev/checkout/httpapi"
+	"github.com/checkout-dev/checkout/internal/testclock"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/localserver"
@@ -38,16 +38,6 @@ func TestMain(m *testing.M) {
 }
 
 func prefix() string { return "t" + strings.ToLower(rand.Text()[:10]) + "-" }
-
-// clock is a test clock that only moves when told to.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-
-func (c *clock) Advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
 
 const adminKey = "ck_lambda-path-admin-key"
 
@@ -291,7 +281,7 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 	t0 := time.Date(2026, 3, 20, 14, 0, 0, 0, time.UTC)
 	quiet := slog.New(slog.DiscardHandler)
 
-	localClock := &clock{now: t0}
+	localClock := testclock.New(t0)
 	srv, err := localserver.Start(ctx, localserver.Config{
 		Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: prefix(), AdminKey: adminKey,
 		SweepInterval: -1, Now: localClock.Now, Logger: quiet,
@@ -301,7 +291,7 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 	}
 	defer srv.Close()
 
-	lambdaClock := &clock{now: t0}
+	lambdaClock := testclock.New(t0)
 	client := lease.NewLocalClient(endpoint)
 	env := Env{TablePrefix: prefix(), Now: lambdaClock.Now}
 	if err := lease.EnsureTables(ctx, client, schema.Names{Prefix: env.TablePrefix}); err != nil {
@@ -316,7 +306,7 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 	backends := []struct {
 		name  string
 		b     backend
-		clock *clock
+		clock *testclock.Clock
 		s     *session
 	}{
 		{"local", local{srv}, localClock, &session{keys: map[string]string{"admin": adminKey}, msg: map[string]string{}}},
