@@ -97,7 +97,7 @@ func statusValues(ss []Status) (expression.OperandBuilder, []expression.OperandB
 // When a lease is there, the failed write returns it: a live one is the
 // caller's own (the same run retrying) or a conflict; an expired one, or one
 // whose holder is dead by heartbeat, is taken over by a second write
-// conditioned on that exact lease (holder, fence and expiry), which also
+// conditioned on that exact lease (holder, fence and eseq), which also
 // records how it ended.
 func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error) {
 	if err := s.checkCheckout(&p); err != nil {
@@ -105,6 +105,14 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 	}
 	now := s.clock()
 	var over *taskItem // an ended lease to take over: expired, or its holder dead
+	// mismatch is the answer when the task, its ended lease aside, is not
+	// in an expected status.
+	mismatch := func(cur *taskItem) error {
+		if st := cur.task(false).Status; !slices.Contains(p.ExpectedStatuses, st) {
+			return &StatusMismatchError{TaskID: p.TaskID, Status: st}
+		}
+		return nil
+	}
 	for range maxAttempts {
 		c, cur, err := s.grant(ctx, p, now, over)
 		if err != nil || cur == nil && c.Fence != 0 {
@@ -120,6 +128,9 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 		case cur == nil:
 			return Checkout{}, ErrTaskNotFound
 		case cur.hasLease() && !cur.leaseTimeValid(now):
+			if err := mismatch(cur); err != nil {
+				return Checkout{}, err
+			}
 			over = cur // expired: never blocks
 			continue
 		case cur.leaseTimeValid(now):
@@ -128,6 +139,9 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 				return Checkout{}, err
 			}
 			if !holderAlive(hb, cur.LockedAt, now) {
+				if err := mismatch(cur); err != nil {
+					return Checkout{}, err
+				}
 				over = cur
 				continue
 			}
@@ -141,8 +155,8 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 			}
 			return Checkout{}, &ConflictError{Holder: cur.checkout()}
 		default:
-			if st := cur.task(false).Status; !slices.Contains(p.ExpectedStatuses, st) {
-				return Checkout{}, &StatusMismatchError{TaskID: p.TaskID, Status: st}
+			if err := mismatch(cur); err != nil {
+				return Checkout{}, err
 			}
 			// The lease ended between the write and the read: try again.
 		}

@@ -49,6 +49,14 @@ func TestExpiryIsExact(t *testing.T) {
 	if _, err := e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a"}); !errors.Is(err, lease.ErrNotCheckedOut) {
 		t.Fatalf("release after expiry: %v", err)
 	}
+	// An ended lease leaves its task todo in all but name: expecting only
+	// in_progress or done is a status mismatch, not a takeover.
+	for _, want := range [][]lease.Status{{lease.StatusDone}, {lease.StatusInProgress}} {
+		var sm *lease.StatusMismatchError
+		if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", ExpectedStatuses: want}); !errors.As(err, &sm) || sm.Status != lease.StatusTodo {
+			t.Fatalf("expired lease, expecting %v: %v", want, err)
+		}
+	}
 	// Takeover at once, with a timeout event for the old lease.
 	b := e.checkout(t, "t", "b", time.Minute)
 	if b.Fence != held.Fence+1 {
