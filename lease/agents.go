@@ -201,6 +201,7 @@ func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
 			return fmt.Errorf("remove key of %s: %w", agentID, err)
 		}
 	}
+	s.alive.forget(agentID)
 	if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.heartbeats, Key: agentKey(agentID)}); err != nil {
 		return fmt.Errorf("remove heartbeat of %s: %w", agentID, err)
 	}
@@ -255,14 +256,29 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 			ExpressionAttributeValues: expr.Values(),
 		})
 	}
+	s.alive.forget(agentID)
 	if err != nil {
 		return Heartbeat{}, fmt.Errorf("heartbeat %s: %w", agentID, err)
 	}
 	return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
 }
 
-// heartbeat reads one agent's heartbeat; nil when it never sent one.
+// heartbeat reads one agent's heartbeat; nil when it never sent one. A
+// recent read that found the agent alive answers without a request (see
+// aliveCache).
 func (s *Store) heartbeat(ctx context.Context, agentID string) (*heartbeatItem, error) {
+	now := ms(s.clock())
+	if hb, ok := s.alive.get(agentID, now); ok {
+		return hb, nil
+	}
+	hb, err := s.readHeartbeat(ctx, agentID)
+	if err == nil {
+		s.alive.put(agentID, hb, now)
+	}
+	return hb, err
+}
+
+func (s *Store) readHeartbeat(ctx context.Context, agentID string) (*heartbeatItem, error) {
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: &s.heartbeats, Key: agentKey(agentID), ConsistentRead: aws.Bool(true),
 	})

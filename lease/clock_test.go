@@ -254,3 +254,26 @@ func deleteAll(t *testing.T, e *env, table, pk string) {
 		t.Fatal("nothing to delete")
 	}
 }
+
+// A holder read alive is remembered only while no fresh read could say
+// otherwise: a later heartbeat that shortens the ttl still ends the lease on
+// time.
+func TestAliveHolderIsNotRememberedPastItsDeath(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Hour))
+	e.checkout(t, "t", "a", time.Hour)
+	var ce *lease.ConflictError
+	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b"}); !errors.As(err, &ce) {
+		t.Fatalf("holder alive for an hour: %v", err)
+	}
+	// Another process shortens a's ttl to one second.
+	other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	must[lease.Heartbeat](t)(other.Heartbeat(c, "a", time.Second))
+	e.clock.Advance(time.Second)
+	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b"}); err != nil {
+		t.Fatalf("holder dead by its latest heartbeat: %v, want a takeover", err)
+	}
+}

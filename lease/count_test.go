@@ -44,6 +44,14 @@ func TestRequestBudget(t *testing.T) {
 	}
 	spent("conflict", 2, fb)
 
+	// The holder was read alive a moment ago: the next loser pays only its
+	// failed write.
+	fb = e.store.FallbackReads()
+	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "third"}); !errors.Is(err, lease.ErrCheckedOut) {
+		t.Fatalf("conflict: %v", err)
+	}
+	spent("conflict, holder read alive just now", 1, fb)
+
 	fb = e.store.FallbackReads()
 	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "holder", RunID: held.RunID}))
 	spent("same-run retry", 2, fb)

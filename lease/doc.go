@@ -113,6 +113,13 @@
 // returning from the dead and checking out within that same millisecond gets
 // a lease that is already ended; its first renewal tells it so.
 //
+// A read that finds an agent alive is remembered for at most
+// MinHeartbeatTTL and never past the heartbeat's expiry (aliveCache), which
+// is exact: no heartbeat sent after the read can make the agent dead sooner.
+// So a storm of conflicts over one task costs each loser its failed write
+// alone, after the first has read the holder's heartbeat. Deaths are never
+// remembered.
+//
 // Renew reads the caller's heartbeat, so a dead holder cannot extend a lease
 // that has ended; release and complete do not (a dead holder releasing or
 // completing only ends what would end anyway, and the conditional write

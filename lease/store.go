@@ -60,6 +60,8 @@ type Store struct {
 
 	tasks, agents, heartbeats, events, inbox string
 
+	alive aliveCache
+
 	// fallbackReads counts reads made because the server did not return the
 	// item with a failed condition (ReturnValuesOnConditionCheckFailure is
 	// ignored by some emulators). DynamoDB itself never needs them.

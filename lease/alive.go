@@ -1,0 +1,64 @@
+package lease
+
+import (
+	"sync"
+)
+
+// aliveCache remembers, for a moment, that an agent is alive, so that a
+// storm of conflicts over one task reads its holder's heartbeat once rather
+// than once per loser.
+//
+// It is exact, not a guess. An entry says "alive" (or "never sent a
+// heartbeat", which also counts as alive), read by a consistent GetItem at
+// fetched, and is used only before min(fetched + MinHeartbeatTTL, the
+// heartbeat's expires_at). Within that window no fresh read could say
+// otherwise: the agent cannot die before the heartbeat read expires, nor
+// before fetched + MinHeartbeatTTL, because any heartbeat sent after the
+// read expires at least MinHeartbeatTTL after it was sent, even one that
+// shortens the ttl; and alive_since only moves when a dead agent returns.
+// Deaths are never cached: a dead agent may come back at any moment.
+type aliveCache struct {
+	mu sync.Mutex
+	m  map[string]aliveEntry
+}
+
+type aliveEntry struct {
+	hb    *heartbeatItem // nil: never sent a heartbeat
+	until int64          // ms: usable while now < until
+}
+
+// aliveCacheMax bounds the entries; the cache is emptied when it is full.
+const aliveCacheMax = 10_000
+
+func (c *aliveCache) get(agentID string, now int64) (*heartbeatItem, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[agentID]
+	if !ok || now >= e.until {
+		return nil, false
+	}
+	return e.hb, true
+}
+
+// put remembers hb, read at now, if it says the agent is alive.
+func (c *aliveCache) put(agentID string, hb *heartbeatItem, now int64) {
+	until := now + MinHeartbeatTTL.Milliseconds()
+	if hb != nil {
+		if hb.ExpiresAt <= now {
+			return // dead: it may come back at any moment
+		}
+		until = min(until, hb.ExpiresAt)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= aliveCacheMax {
+		c.m = make(map[string]aliveEntry)
+	}
+	c.m[agentID] = aliveEntry{hb: hb, until: until}
+}
+
+func (c *aliveCache) forget(agentID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, agentID)
+}
