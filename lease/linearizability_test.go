@@ -19,7 +19,8 @@ import (
 )
 
 // Linearizability: many agents run checkout, renew, release, complete and
-// status against the real store on a DynamoDB-compatible server, and the
+// status, and a sweeper sweeps in about half the phases, against the real
+// store on a DynamoDB-compatible server, and the
 // recorded history is checked with porcupine against a sequential model of
 // one lease per task.
 //
@@ -187,15 +188,33 @@ func (s linState) step(in linIn) (linOut, linState) {
 	panic("unknown op " + in.Op)
 }
 
+// sweep is the sweep's effect on one task: it ends a lease that has
+// expired; one whose holder is dead it may end or not (an agent already dead
+// and already swept is no longer in the sweep's index), so both states
+// follow.
+func (s linState) sweep() []any {
+	if s.Holder == "" || s.live() {
+		return []any{s}
+	}
+	ended := s
+	ended.EndOp = "sweep"
+	ended.clear()
+	ended.Status = lease.StatusTodo
+	if !s.timeValid() {
+		return []any{ended}
+	}
+	return []any{ended, s}
+}
+
 func leaseModel(start int64) porcupine.Model {
-	return porcupine.Model{
+	m := porcupine.NondeterministicModel{
 		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
 			var ticks []porcupine.Operation
 			byTask := map[string][]porcupine.Operation{}
 			var order []string
 			for _, op := range h {
 				in := op.Input.(linIn)
-				if in.Op == "tick" || in.Op == "heartbeat" {
+				if in.Op == "tick" || in.Op == "heartbeat" || in.Op == "sweep" {
 					ticks = append(ticks, op) // agent-wide: in every partition
 					continue
 				}
@@ -213,16 +232,22 @@ func leaseModel(start int64) porcupine.Model {
 			}
 			return out
 		},
-		Init: func() any { return linState{Now: start, Status: lease.StatusTodo} },
-		Step: func(state, input, output any) (bool, any) {
-			want, next := state.(linState).step(input.(linIn))
-			return want == output.(linOut), next
+		Init: func() []any { return []any{linState{Now: start, Status: lease.StatusTodo}} },
+		Step: func(state, input, output any) []any {
+			s, in := state.(linState), input.(linIn)
+			if in.Op == "sweep" {
+				return s.sweep()
+			}
+			if want, next := s.step(in); want == output.(linOut) {
+				return []any{next}
+			}
+			return nil
 		},
 		DescribeOperation: func(input, output any) string {
 			return fmt.Sprintf("%+v -> %+v", input, output)
 		},
-		DescribeState: func(state any) string { return fmt.Sprintf("%+v", state) },
 	}
+	return m.ToModel()
 }
 
 // outcome turns a store answer into the model's terms. ok=false is an
@@ -430,6 +455,21 @@ func linearizability(t *testing.T, heartbeats bool) {
 				}
 			}()
 		}
+		if tickRand.IntN(2) == 0 {
+			// A sweep, concurrent with the agents.
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				call := stamp()
+				if _, err := e.store.Sweep(c); err != nil {
+					mu.Lock()
+					failed = fmt.Errorf("sweep: %v", err)
+					mu.Unlock()
+					return
+				}
+				record(cfg.clients+1, linIn{Op: "sweep"}, call, linOut{Kind: "ok"}, stamp())
+			}()
+		}
 		wg.Wait()
 		if failed != nil {
 			t.Fatalf("phase %d: unexpected error: %v", phase, failed)
@@ -489,6 +529,34 @@ func TestLinearizabilityModelRejects(t *testing.T) {
 	}
 	if porcupine.CheckOperations(m, late) {
 		t.Error("a renewal at the expiry instant was accepted")
+	}
+	sweptLive := []porcupine.Operation{
+		op(0, linIn{Op: "checkout", Agent: "a", Run: "ra", Timeout: 10_000}, okA, 0, 10),
+		{ClientId: 2, Input: linIn{Op: "sweep"}, Output: linOut{Kind: "ok"}, Call: 11, Return: 12},
+		op(1, linIn{Op: "status"}, linOut{Kind: "ok", Status: lease.StatusTodo}, 13, 14),
+	}
+	if porcupine.CheckOperations(m, sweptLive) {
+		t.Error("a sweep that ended a live lease was accepted")
+	}
+	// a releases; b's lease then expires and is swept, which replaces the
+	// task's last ending: a's release repeated is no longer a retry.
+	rel := linOut{Kind: "ok", Held: 1_000}
+	sweptExpired := func(replay linOut) []porcupine.Operation {
+		return []porcupine.Operation{
+			op(0, linIn{Op: "checkout", Agent: "a", Run: "ra", Timeout: 10_000}, okA, 0, 10),
+			{ClientId: 2, Input: linIn{Op: "tick", Now: start + 1_000}, Output: linOut{Kind: "ok"}, Call: 11, Return: 12},
+			op(0, linIn{Op: "release", Agent: "a", Run: "ra"}, rel, 13, 14),
+			op(1, linIn{Op: "checkout", Agent: "b", Run: "rb", Timeout: 10_000}, linOut{Kind: "ok", Holder: "b", Run: "rb", Fence: 2, Expires: start + 11_000}, 15, 16),
+			{ClientId: 2, Input: linIn{Op: "tick", Now: start + 11_000}, Output: linOut{Kind: "ok"}, Call: 17, Return: 18},
+			{ClientId: 2, Input: linIn{Op: "sweep"}, Output: linOut{Kind: "ok"}, Call: 19, Return: 20},
+			op(0, linIn{Op: "release", Agent: "a", Run: "ra"}, replay, 21, 22),
+		}
+	}
+	if porcupine.CheckOperations(m, sweptExpired(rel)) {
+		t.Error("a sweep that left an expired lease in place was accepted")
+	}
+	if !porcupine.CheckOperations(m, sweptExpired(linOut{Kind: "not_checked_out"})) {
+		t.Error("a correct history with a sweep was rejected")
 	}
 	good := []porcupine.Operation{
 		op(0, linIn{Op: "checkout", Agent: "a", Run: "ra", Timeout: 10_000}, okA, 0, 10),
