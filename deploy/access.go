@@ -24,10 +24,10 @@ var Access = map[string][]Grant{
 	},
 	Agents: {
 		{Table: schema.AgentsTable, Actions: []string{"PutItem", "DeleteItem"}, QueryIndexes: []string{schema.AgentsAll}},
-		{Table: schema.HeartbeatsTable, Actions: []string{"UpdateItem", "DeleteItem", "BatchGetItem"}},
+		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "PutItem", "UpdateItem", "BatchGetItem"}},
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByHolder}},
 		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
-		{Table: schema.InboxTable, Actions: []string{"BatchWriteItem"}},
+		{Table: schema.InboxTable, Actions: []string{"Query", "BatchWriteItem"}},
 	},
 	Tasks: {
 		{Table: schema.TasksTable, Actions: []string{"PutItem", "GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByHolder}},
@@ -36,7 +36,8 @@ var Access = map[string][]Grant{
 	},
 	Checkouts: {
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "PutItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByHolder}},
-		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem"}},
+		// UpdateItem: the receipts of claims that name their run id.
+		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem", "UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
 		{Table: schema.EventsTable, Actions: []string{"GetItem", "BatchWriteItem"}},
 		{Table: schema.InboxTable, Actions: []string{"BatchWriteItem"}},
@@ -46,7 +47,7 @@ var Access = map[string][]Grant{
 	},
 	Sweeper: {
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByLeaseExpiry, schema.TasksByHolder}},
-		{Table: schema.HeartbeatsTable, Actions: []string{"UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
+		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem", "UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
 		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
 		{Table: schema.InboxTable, Actions: []string{"BatchWriteItem"}},
 	},

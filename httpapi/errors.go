@@ -29,6 +29,7 @@ const (
 	codeTaskExists       = "task_exists"
 	codeAgentExists      = "agent_exists"
 	codeNotHolder        = "not_holder"
+	codeTooManyWatchers  = "too_many_watchers"
 	codeInternal         = "internal"
 )
 
@@ -119,6 +120,8 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 		return http.StatusConflict, errorBody{Error: task + " already exists", Code: codeTaskExists}, false
 	case errors.Is(err, lease.ErrAgentExists):
 		return http.StatusConflict, errorBody{Error: "an agent with this id already exists", Code: codeAgentExists}, false
+	case errors.Is(err, lease.ErrTooManyWatchers):
+		return http.StatusConflict, errorBody{Error: fmt.Sprintf("%s already has %d watchers, the most it can have", task, lease.MaxWatchers), Code: codeTooManyWatchers}, false
 	case errors.Is(err, lease.ErrUnauthorized):
 		return http.StatusUnauthorized, errUnauthorizedBody, false
 	case errors.Is(err, lease.ErrInvalid):

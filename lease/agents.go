@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -75,6 +76,9 @@ func (s *Store) RegisterAgent(ctx context.Context, p RegisterParams) (Registrati
 		return Registration{}, fmt.Errorf("register agent %s: %w", p.AgentID, err)
 	}
 	if err := s.putKey(ctx, a); err != nil {
+		return Registration{}, err
+	}
+	if err := s.restart(ctx, a.AgentID, fromMS(a.CreatedAt)); err != nil {
 		return Registration{}, err
 	}
 	return Registration{Agent: a.agent(), APIKey: key}, nil
@@ -166,7 +170,7 @@ func (s *Store) ListAgents(ctx context.Context) ([]Agent, error) {
 	out := make([]Agent, len(items))
 	for i, a := range items {
 		out[i] = a.agent()
-		if hb := hbs[a.AgentID]; hb != nil {
+		if hb := hbs[a.AgentID]; hb != nil && !hb.Fresh {
 			last := fromMS(hb.LastAt)
 			alive := hb.ExpiresAt > ms(now)
 			out[i].LastHeartbeatAt, out[i].Alive = &last, &alive
@@ -175,8 +179,11 @@ func (s *Store) ListAgents(ctx context.Context) ([]Agent, error) {
 	return out, nil
 }
 
-// RemoveAgent deletes an agent and its key, and ends every lease it holds
-// (agent_death, reason "agent removed").
+// RemoveAgent deletes an agent and its key, and makes it dead for ever: a
+// tombstone replaces its heartbeat, so that none of its leases blocks anyone
+// from the answer on, including one granted while the removal runs (or, in
+// AWS, while the authorizer still caches its key); the sweep ends them all.
+// Its inbox is emptied, so that an id registered again starts clean.
 func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
 	if err := checkID("agent_id", agentID); err != nil {
 		return err
@@ -201,17 +208,70 @@ func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
 			return fmt.Errorf("remove key of %s: %w", agentID, err)
 		}
 	}
-	s.alive.forget(agentID)
-	if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.heartbeats, Key: agentKey(agentID)}); err != nil {
-		return fmt.Errorf("remove heartbeat of %s: %w", agentID, err)
+	now := s.clock()
+	tomb := heartbeatItem{
+		AgentID: agentID, ExpiresAt: ms(now), AliveSince: ms(now), DeadAt: ms(now), Removed: true,
+		Shard: shardOf(agentID), IndexAt: ms(now), TTL: now.Add(heartbeatRetention + MaxTimeout).Unix(),
 	}
-	_, _, err = s.endLeasesOf(ctx, agentID, s.clock(), "agent removed", 0)
+	item, err := attributevalue.MarshalMap(tomb)
+	if err != nil {
+		return err
+	}
+	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.heartbeats, Item: item}); err != nil {
+		return fmt.Errorf("mark %s removed: %w", agentID, err)
+	}
+	s.alive.forget(agentID)
+	if err := s.clearInbox(ctx, agentID); err != nil {
+		return err
+	}
+	// End what the index already shows; the sweep ends the rest.
+	_, _, err = s.endLeasesOf(ctx, agentID, ms(now), "agent removed")
 	return err
+}
+
+// restart gives an id that was removed before a clean start: its tombstone
+// becomes a heartbeat item of an agent that has not sent one yet (so it is
+// not watched), alive since now, so that every lease of the removed agent
+// stays ended and watches placed before now are not this agent's. The
+// tombstone's pending death stays, for the sweep to end those leases.
+func (s *Store) restart(ctx context.Context, agentID string, now time.Time) error {
+	cond := expression.AttributeExists(expression.Name("agent_id"))
+	upd := expression.Set(expression.Name("expires_at"), expression.Value(int64(math.MaxInt64))).
+		Set(expression.Name("alive_since"), expression.Value(ms(now))).
+		Set(expression.Name("registered_at"), expression.Value(ms(now))).
+		Set(expression.Name("fresh"), expression.Value(true)).
+		Remove(expression.Name("removed"))
+	_, _, err := s.updateHeartbeat(ctx, agentID, cond, upd)
+	return err
+}
+
+// clearInbox deletes every message of agentID.
+func (s *Store) clearInbox(ctx context.Context, agentID string) error {
+	msgs, err := queryAll[messageItem](ctx, s.db, s.inbox, "", expression.Key("agent_id").Equal(expression.Value(agentID)))
+	if err != nil {
+		return err
+	}
+	var dels []types.WriteRequest
+	for _, m := range msgs {
+		dels = append(dels, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: map[string]types.AttributeValue{
+			"agent_id":   &types.AttributeValueMemberS{Value: m.AgentID},
+			"message_id": &types.AttributeValueMemberS{Value: m.MessageID},
+		}}})
+	}
+	if len(dels) == 0 {
+		return nil
+	}
+	if err := s.batchWrite(ctx, map[string][]types.WriteRequest{s.inbox: dels}); err != nil {
+		return fmt.Errorf("clear inbox of %s: %w", agentID, err)
+	}
+	return nil
 }
 
 // Heartbeat records that agentID is alive until now+ttl. The first heartbeat
 // makes the agent watched. One UpdateItem; two when the agent comes back from
-// the dead, which moves alive_since so that the leases it held stay ended.
+// the dead, which moves alive_since so that the leases it held stay ended,
+// and keeps the agent in the sweep's index at the moment it died until a
+// sweep has ended those leases.
 func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration) (Heartbeat, error) {
 	if ttl == 0 {
 		ttl = DefaultHeartbeatTTL
@@ -222,45 +282,85 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 	if err := checkID("agent_id", agentID); err != nil {
 		return Heartbeat{}, err
 	}
-	now := s.clock()
-	exp := now.Add(ttl)
-	set := func(aliveSince expression.OperandBuilder) expression.UpdateBuilder {
-		return expression.Set(expression.Name("expires_at"), expression.Value(ms(exp))).
-			Set(expression.Name("last_at"), expression.Value(ms(now))).
-			Set(expression.Name("alive_since"), aliveSince).
-			Set(expression.Name("hb_shard"), expression.Value(shardOf(agentID))).
-			Set(expression.Name("hb_expires"), expression.Value(ms(exp))).
-			Set(expression.Name("ttl"), expression.Value(exp.Add(heartbeatRetention).Unix()))
+	defer s.alive.forget(agentID)
+	notRemoved := expression.AttributeNotExists(expression.Name("removed"))
+	for range maxAttempts {
+		now := s.clock()
+		exp := now.Add(ttl)
+		// A fresh builder each time: the builder's Set adds to shared state.
+		beat := func() expression.UpdateBuilder {
+			return expression.Set(expression.Name("expires_at"), expression.Value(ms(exp))).
+				Set(expression.Name("last_at"), expression.Value(ms(now))).
+				Set(expression.Name("hb_shard"), expression.Value(shardOf(agentID))).
+				Set(expression.Name("ttl"), expression.Value(exp.Add(heartbeatRetention).Unix())).
+				Remove(expression.Name("fresh"))
+		}
+		deadAt := expression.Name("dead_at")
+		// Still alive (or first heartbeat): keep alive_since, and stay
+		// indexed at a death not swept yet.
+		cond := expression.Or(expression.AttributeNotExists(expression.Name("agent_id")),
+			expression.Name("expires_at").GreaterThan(expression.Value(ms(now)))).And(notRemoved)
+		upd := beat().Set(expression.Name("alive_since"), expression.IfNotExists(expression.Name("alive_since"), expression.Value(0))).
+			Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(ms(exp))))
+		old, applied, err := s.updateHeartbeat(ctx, agentID, cond, upd)
+		if err != nil {
+			return Heartbeat{}, err
+		}
+		if applied {
+			return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
+		}
+		if old == nil {
+			continue // it vanished in between
+		}
+		if old.Removed {
+			return Heartbeat{}, ErrUnauthorized
+		}
+		// Back from the dead: leases taken up to now stay ended, and the
+		// sweep must still see the death. Pinned to the expiry read, so two
+		// returns at once move alive_since once.
+		cond = expression.Name("expires_at").Equal(expression.Value(old.ExpiresAt)).And(notRemoved)
+		upd = beat().Set(expression.Name("alive_since"), expression.Value(ms(now))).
+			Set(deadAt, expression.IfNotExists(deadAt, expression.Value(old.ExpiresAt))).
+			Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(old.ExpiresAt)))
+		if _, applied, err = s.updateHeartbeat(ctx, agentID, cond, upd); err != nil || applied {
+			return Heartbeat{AgentID: agentID, ExpiresAt: exp}, err
+		}
 	}
-	// Still alive (or first heartbeat): keep alive_since.
-	cond := expression.AttributeNotExists(expression.Name("agent_id")).
-		Or(expression.Name("expires_at").GreaterThan(expression.Value(ms(now))))
-	expr, _ := expression.NewBuilder().
-		WithCondition(cond).
-		WithUpdate(set(expression.IfNotExists(expression.Name("alive_since"), expression.Value(0)))).
-		Build()
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &s.heartbeats, Key: agentKey(agentID),
-		ConditionExpression:       expr.Condition(),
-		UpdateExpression:          expr.Update(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-	})
-	if _, failed := conditionFailed(err); failed {
-		// Back from the dead: leases taken before now stay ended.
-		expr, _ = expression.NewBuilder().WithUpdate(set(expression.Value(ms(now)))).Build()
-		_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: &s.heartbeats, Key: agentKey(agentID),
-			UpdateExpression:          expr.Update(),
-			ExpressionAttributeNames:  expr.Names(),
-			ExpressionAttributeValues: expr.Values(),
-		})
-	}
-	s.alive.forget(agentID)
+	return Heartbeat{}, fmt.Errorf("heartbeat %s: too much contention", agentID)
+}
+
+// updateHeartbeat makes one conditional UpdateItem on a heartbeat item. When
+// the condition fails it returns the item as it is (nil if there is none).
+func (s *Store) updateHeartbeat(ctx context.Context, agentID string, cond expression.ConditionBuilder, upd expression.UpdateBuilder) (*heartbeatItem, bool, error) {
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
 	if err != nil {
-		return Heartbeat{}, fmt.Errorf("heartbeat %s: %w", agentID, err)
+		return nil, false, fmt.Errorf("build heartbeat update of %s: %w", agentID, err)
 	}
-	return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.heartbeats, Key: agentKey(agentID),
+		ConditionExpression:                 expr.Condition(),
+		UpdateExpression:                    expr.Update(),
+		ExpressionAttributeNames:            expr.Names(),
+		ExpressionAttributeValues:           expr.Values(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	returned, failed := conditionFailed(err)
+	if !failed {
+		if err != nil {
+			return nil, false, fmt.Errorf("heartbeat %s: %w", agentID, err)
+		}
+		return nil, true, nil
+	}
+	if len(returned) == 0 {
+		s.fallbackReads.Add(1)
+		hb, err := s.readHeartbeat(ctx, agentID)
+		return hb, false, err
+	}
+	var hb heartbeatItem
+	if err := attributevalue.UnmarshalMap(returned, &hb); err != nil {
+		return nil, false, err
+	}
+	return &hb, false, nil
 }
 
 // heartbeat reads one agent's heartbeat; nil when it never sent one. A

@@ -5,17 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
-	"strconv"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
-	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 // maxAttempts bounds the retries of a transition whose condition failed for a
@@ -103,7 +98,6 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 	if err := s.checkCheckout(&p); err != nil {
 		return Checkout{}, err
 	}
-	now := s.clock()
 	var over *taskItem // an ended lease to take over: expired, or its holder dead
 	// mismatch is the answer when the task, its ended lease aside, is not
 	// in an expected status.
@@ -114,6 +108,7 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 		return nil
 	}
 	for range maxAttempts {
+		now := s.clock() // each attempt's own: its write decides
 		c, cur, err := s.grant(ctx, p, now, over)
 		if err != nil || cur == nil && c.Fence != 0 {
 			return c, err
@@ -235,7 +230,8 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(nameFence, nameFence.Plus(expression.Value(1))).
 		Set(expression.Name("started_at"), expression.IfNotExists(expression.Name("started_at"), expression.Value(ms(now)))).
 		Set(nameESeq, nameESeq.Plus(expression.Value(2))).
-		Set(expression.Name("lease_seq"), nameESeq.Plus(expression.Value(2)))
+		Set(expression.Name("lease_seq"), nameESeq.Plus(expression.Value(2))).
+		Remove(expression.Name("completed_at")) // a task reopened is not done
 	if p.Reason != "" {
 		upd = upd.Set(expression.Name("reason"), expression.Value(p.Reason))
 	} else {
@@ -288,21 +284,16 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 			return Checkout{}, err
 		}
 	}
-	now := s.clock()
-	hb, err := s.heartbeat(ctx, p.AgentID)
-	if err != nil {
-		return Checkout{}, err
-	}
-	if hb != nil && hb.ExpiresAt <= ms(now) {
+	cond, hb, now, err := s.holderGuard(ctx, p.AgentID, p.RunID, p.Fence)
+	if errors.Is(err, errDeadCaller) {
 		cur, err := s.getTask(ctx, p.TaskID)
 		if err != nil {
 			return Checkout{}, err
 		}
 		return Checkout{}, s.notHolder(ctx, cur, p.AgentID, p.RunID, p.Fence, now, hb)
 	}
-	cond := holderCond(p.AgentID, p.RunID, p.Fence, now)
-	if hb != nil && hb.AliveSince > 0 {
-		cond = cond.And(expression.Name("locked_at").GreaterThan(expression.Value(hb.AliveSince)))
+	if err != nil {
+		return Checkout{}, err
 	}
 	upd := expression.Set(nameESeq, nameESeq.Plus(expression.Value(1)))
 	if p.Timeout != 0 {
@@ -351,6 +342,32 @@ func (s *Store) notHolder(ctx context.Context, cur *taskItem, agentID, runID str
 	return &NotHolderError{Holder: cur.checkout()}
 }
 
+// errDeadCaller says the caller of a holder operation is dead by heartbeat:
+// whatever lease it held has ended, and it cannot finish it.
+var errDeadCaller = errors.New("lease: caller is dead by heartbeat")
+
+// holderGuard reads the caller's heartbeat (the alive cache makes this free
+// on the common path) and returns the condition a holder operation writes
+// under: the caller holds this unexpired lease, locked after it last came
+// back from the dead. A dead caller gets errDeadCaller and writes nothing,
+// since a lease ended by death is ended whether or not a sweep has run. now
+// is read after the heartbeat, for the write.
+func (s *Store) holderGuard(ctx context.Context, agentID, runID string, fence int64) (expression.ConditionBuilder, *heartbeatItem, time.Time, error) {
+	hb, err := s.heartbeat(ctx, agentID)
+	now := s.clock()
+	if err != nil {
+		return expression.ConditionBuilder{}, nil, now, err
+	}
+	if hb.dead(now) {
+		return expression.ConditionBuilder{}, hb, now, errDeadCaller
+	}
+	cond := holderCond(agentID, runID, fence, now)
+	if hb != nil && hb.AliveSince > 0 {
+		cond = cond.And(expression.Name("locked_at").GreaterThan(expression.Value(hb.AliveSince)))
+	}
+	return cond, hb, now, nil
+}
+
 // Release ends the caller's lease and frees the task: it goes back to todo,
 // each watcher gets one message, and the notifier hears TaskAvailable. With
 // Force it ends whoever's lease is live (the caller must be an admin).
@@ -361,28 +378,71 @@ func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) 
 	if err := checkText("reason", p.Reason, MaxReasonLen); err != nil {
 		return Released{}, err
 	}
-	now := s.clock()
-	cond := holderCond(p.AgentID, p.RunID, p.Fence, now)
-	typ := EventRelease
 	if p.Force {
-		cond = expression.AttributeExists(nameHolder).And(nameExpires.GreaterThan(expression.Value(ms(now))))
-		typ = EventForceRelease
+		return s.forceRelease(ctx, p)
 	}
-	it, applied, err := s.endLease(ctx, p.TaskID, cond, ending{typ: typ, by: p.AgentID, reason: p.Reason, status: StatusTodo}, now)
+	e := ending{typ: EventRelease, by: p.AgentID, reason: p.Reason, status: StatusTodo}
+	it, err := s.finish(ctx, p.TaskID, p.AgentID, p.RunID, p.Fence, e)
+	if err != nil {
+		return Released{}, err
+	}
+	return released(it), nil
+}
+
+// finish ends the caller's own lease by e (release or complete): one
+// conditional write under holderGuard. When it does not apply, a retry of an
+// earlier attempt that did is answered as that attempt was; otherwise the
+// error says why (not_checked_out, or not_holder with the live holder).
+func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence int64, e ending) (*taskItem, error) {
+	cond, hb, now, err := s.holderGuard(ctx, agentID, runID, fence)
+	var it *taskItem
+	applied := false
+	switch {
+	case errors.Is(err, errDeadCaller):
+		if it, err = s.getTask(ctx, taskID); err != nil {
+			return nil, err
+		}
+	case err != nil:
+		return nil, err
+	default:
+		if it, applied, err = s.endLease(ctx, taskID, cond, e, now); err != nil {
+			return nil, err
+		}
+	}
+	if applied {
+		return it, nil
+	}
+	if replayed, err := s.replayEnd(ctx, it, e.typ, agentID, runID, fence); replayed || err != nil {
+		return it, err
+	}
+	return nil, s.notHolder(ctx, it, agentID, runID, fence, now, hb)
+}
+
+// forceRelease ends whoever's live lease is on the task (an admin's call).
+// The lease is read and judged first, holder's heartbeat included, so that
+// a lease already ended by its holder's death is not_checked_out; the write
+// is pinned to that lease.
+func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, error) {
+	cur, live, err := s.readTask(ctx, p.TaskID)
+	if err != nil {
+		return Released{}, err
+	}
+	if !live {
+		if replayed, err := s.replayEnd(ctx, cur, EventForceRelease, p.AgentID, p.RunID, p.Fence); replayed || err != nil {
+			return released(cur), err
+		}
+		return Released{}, ErrNotCheckedOut
+	}
+	now := s.clock()
+	cond := nameHolder.Equal(expression.Value(cur.Holder)).
+		And(nameFence.Equal(expression.Value(cur.Fence)), nameExpires.GreaterThan(expression.Value(ms(now))))
+	e := ending{typ: EventForceRelease, by: p.AgentID, reason: p.Reason, status: StatusTodo}
+	it, applied, err := s.endLease(ctx, p.TaskID, cond, e, now)
 	if err != nil {
 		return Released{}, err
 	}
 	if !applied {
-		if replayed, err := s.replayEnd(ctx, it, typ, p.AgentID, p.RunID, p.Fence); replayed || err != nil {
-			return released(it), err
-		}
-		if p.Force {
-			if it == nil {
-				return Released{}, ErrTaskNotFound
-			}
-			return Released{}, ErrNotCheckedOut
-		}
-		return Released{}, s.notHolder(ctx, it, p.AgentID, p.RunID, p.Fence, now, nil)
+		return Released{}, ErrNotCheckedOut // it ended in between
 	}
 	return released(it), nil
 }
@@ -399,120 +459,47 @@ func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
 	if err := checkID("task_id", p.TaskID); err != nil {
 		return Task{}, err
 	}
-	now := s.clock()
-	e := ending{typ: EventComplete, by: p.AgentID, status: StatusDone}
-	it, applied, err := s.endLease(ctx, p.TaskID, holderCond(p.AgentID, p.RunID, p.Fence, now), e, now)
+	it, err := s.finish(ctx, p.TaskID, p.AgentID, p.RunID, p.Fence, ending{typ: EventComplete, by: p.AgentID, status: StatusDone})
 	if err != nil {
 		return Task{}, err
-	}
-	if !applied {
-		if replayed, err := s.replayEnd(ctx, it, EventComplete, p.AgentID, p.RunID, p.Fence); replayed || err != nil {
-			return it.task(false), err
-		}
-		return Task{}, s.notHolder(ctx, it, p.AgentID, p.RunID, p.Fence, now, nil)
 	}
 	return it.task(false), nil
 }
 
-// Claim checks out the oldest todo task that nobody holds. Candidates come
-// from the by_status index, oldest first; each is taken with the same
-// conditional write as Checkout, so a candidate someone else took in the
-// meantime is skipped, never double-granted. A caller that retries with the
-// same run id gets the lease that run already holds.
-func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
-	cp := CheckoutParams{
-		AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID, Timeout: p.Timeout, Reason: p.Reason,
-		ExpectedStatuses: []Status{StatusTodo}, TaskID: "claim",
-	}
-	retry := p.RunID != ""
-	if err := s.checkCheckout(&cp); err != nil {
-		return Checkout{}, err
-	}
-	if retry {
-		held, err := s.ListCheckouts(ctx, p.AgentID)
-		if err != nil {
-			return Checkout{}, err
-		}
-		for _, c := range held {
-			if c.RunID == cp.RunID {
-				return c, nil
-			}
-		}
-	}
-	now := s.clock()
-	keyCond := expression.Key("status").Equal(expression.Value(string(StatusTodo)))
-	expr, _ := expression.NewBuilder().WithKeyCondition(keyCond).Build()
-	pager := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
-		TableName: &s.tasks, IndexName: aws.String(schema.TasksByStatus),
-		KeyConditionExpression:    expr.KeyCondition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-		Limit:                     aws.Int32(25),
-	})
-	try := func(items []taskItem) (Checkout, bool, error) {
-		for _, it := range items {
-			if it.leaseTimeValid(now) {
-				continue
-			}
-			cp.TaskID = it.TaskID
-			var over *taskItem
-			if it.hasLease() {
-				over = &it // expired: taken over like any ended lease
-			}
-			c, cur, err := s.grant(ctx, cp, now, over)
-			if err != nil || cur == nil && c.Fence != 0 {
-				return c, err == nil, err
-			}
-		}
-		return Checkout{}, false, nil
-	}
-	for tried := 0; pager.HasMorePages() && tried < 200; {
-		page, err := pager.NextPage(ctx)
-		if err != nil {
-			return Checkout{}, fmt.Errorf("claim: %w", err)
-		}
-		var items []taskItem
-		if err := attributevalue.UnmarshalListOfMaps(page.Items, &items); err != nil {
-			return Checkout{}, err
-		}
-		tried += len(items)
-		if c, ok, err := try(items); ok || err != nil {
-			return c, err
-		}
-	}
-	// No free todo task. A task whose lease expired is free too, even
-	// before the sweep moves it back to todo: try those, oldest first.
-	var expired []taskItem
-	for shard := range schema.Shards {
-		keyCond := expression.Key("lease_shard").Equal(expression.Value(strconv.Itoa(shard))).
-			And(expression.Key("lease_expires").LessThanEqual(expression.Value(ms(now))))
-		items, err := s.queryTasks(ctx, schema.TasksByLeaseExpiry, keyCond)
-		if err != nil {
-			return Checkout{}, err
-		}
-		expired = append(expired, items...)
-	}
-	sort.Slice(expired, func(i, j int) bool { return expired[i].CreatedKey < expired[j].CreatedKey })
-	if c, ok, err := try(expired); ok || err != nil {
-		return c, err
-	}
-	return Checkout{}, ErrNoTaskAvailable
-}
-
 // Watch puts agentID on the task's watch list: it gets one task_available
-// message the next time the task is freed.
+// message the next time the task is freed. The list is a map on the task
+// item, from agent to when it asked, bounded by MaxWatchers; an agent
+// already on it only refreshes its entry.
 func (s *Store) Watch(ctx context.Context, taskID, agentID string) error {
 	if err := checkID("task_id", taskID); err != nil {
 		return err
 	}
-	cond := expression.AttributeExists(expression.Name("task_id"))
-	upd := expression.Add(expression.Name("watchers"), expression.Value(&types.AttributeValueMemberSS{Value: []string{agentID}}))
-	_, applied, err := s.update(ctx, taskID, cond, upd, types.ReturnValueNone)
-	if err != nil {
-		return err
+	watchers := expression.Name("watchers")
+	entry := watchers.AppendName(expression.NameNoDotSplit(agentID))
+	for range maxAttempts {
+		now := ms(s.clock())
+		// The common case: the list exists and has room, or has the agent.
+		cond := expression.AttributeExists(expression.Name("task_id")).
+			And(expression.AttributeExists(watchers),
+				expression.Or(watchers.Size().LessThan(expression.Value(MaxWatchers)), expression.AttributeExists(entry)))
+		cur, applied, err := s.update(ctx, taskID, cond, expression.Set(entry, expression.Value(now)), types.ReturnValueNone)
+		if err != nil || applied {
+			return err
+		}
+		if cur == nil {
+			return ErrTaskNotFound
+		}
+		switch _, on := cur.Watchers[agentID]; {
+		case cur.Watchers == nil:
+			// No list yet: start one, unless another watcher just did.
+			cond := expression.AttributeExists(expression.Name("task_id")).And(expression.AttributeNotExists(watchers))
+			first := expression.Value(map[string]int64{agentID: now})
+			if _, applied, err := s.update(ctx, taskID, cond, expression.Set(watchers, first), types.ReturnValueNone); err != nil || applied {
+				return err
+			}
+		case len(cur.Watchers) >= MaxWatchers && !on:
+			return ErrTooManyWatchers
+		}
 	}
-	if !applied {
-		return ErrTaskNotFound
-	}
-	return nil
+	return fmt.Errorf("watch %s: too much contention", taskID)
 }

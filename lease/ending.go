@@ -2,6 +2,8 @@ package lease
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -20,19 +22,19 @@ import (
 // archives them again, and a holder retrying its release or completion is
 // answered as the first attempt would have been.
 type endRecord struct {
-	EndSeq         int64     `dynamodbav:"end_seq,omitempty"`
-	EndType        EventType `dynamodbav:"end_type,omitempty"`
-	EndAgent       string    `dynamodbav:"end_agent,omitempty"`
-	EndRun         string    `dynamodbav:"end_run,omitempty"`
-	EndFence       int64     `dynamodbav:"end_fence,omitempty"`
-	EndLocked      int64     `dynamodbav:"end_locked,omitempty"`
-	EndExpires     int64     `dynamodbav:"end_expires,omitempty"`
-	EndAt          int64     `dynamodbav:"end_at,omitempty"`
-	EndBy          string    `dynamodbav:"end_by,omitempty"`
-	EndReason      string    `dynamodbav:"end_reason,omitempty"`
-	EndLeaseSeq    int64     `dynamodbav:"end_lease_seq,omitempty"`
-	EndLeaseReason string    `dynamodbav:"end_lease_reason,omitempty"`
-	EndWatchers    []string  `dynamodbav:"end_watchers,stringset,omitempty"`
+	EndSeq         int64            `dynamodbav:"end_seq,omitempty"`
+	EndType        EventType        `dynamodbav:"end_type,omitempty"`
+	EndAgent       string           `dynamodbav:"end_agent,omitempty"`
+	EndRun         string           `dynamodbav:"end_run,omitempty"`
+	EndFence       int64            `dynamodbav:"end_fence,omitempty"`
+	EndLocked      int64            `dynamodbav:"end_locked,omitempty"`
+	EndExpires     int64            `dynamodbav:"end_expires,omitempty"`
+	EndAt          int64            `dynamodbav:"end_at,omitempty"`
+	EndBy          string           `dynamodbav:"end_by,omitempty"`
+	EndReason      string           `dynamodbav:"end_reason,omitempty"`
+	EndLeaseSeq    int64            `dynamodbav:"end_lease_seq,omitempty"`
+	EndLeaseReason string           `dynamodbav:"end_lease_reason,omitempty"`
+	EndWatchers    map[string]int64 `dynamodbav:"end_watchers,omitempty"`
 }
 
 // ending says how a lease ends.
@@ -153,6 +155,16 @@ func (t *taskItem) endEvent() (eventItem, bool) {
 	}, true
 }
 
+// endedCheckout is the last ended lease, as it was.
+func (t *taskItem) endedCheckout() Checkout {
+	r := t.endRecord
+	return Checkout{
+		TaskID: t.TaskID, AgentID: r.EndAgent, AgentName: r.EndAgent, RunID: r.EndRun, Fence: r.EndFence,
+		LockedAt: fromMS(r.EndLocked), ExpiresAt: fromMS(r.EndExpires),
+		Timeout: fromMS(r.EndExpires).Sub(fromMS(r.EndLocked)), Reason: r.EndLeaseReason,
+	}
+}
+
 // endCheckoutEvent is the checkout event of the last ended lease.
 func (t *taskItem) endCheckoutEvent() (eventItem, bool) {
 	r := t.endRecord
@@ -214,7 +226,7 @@ func (s *Store) announce(ctx context.Context, after *taskItem, extra []eventItem
 	var msgs []messageItem
 	if end.Type != EventComplete { // every other ending frees the task
 		notices = append(notices, Notice{Kind: NoticeTaskAvailable, Event: e})
-		for _, w := range after.EndWatchers {
+		for _, w := range s.currentWatchers(ctx, after.EndWatchers) {
 			msgs = append(msgs, messageItem{
 				AgentID: w, Type: MessageTaskAvailable, TaskID: end.TaskID, Reason: string(end.Type), At: end.At,
 				// Deterministic: a retried write lands on the same message.
@@ -224,6 +236,27 @@ func (s *Store) announce(ctx context.Context, after *taskItem, extra []eventItem
 		}
 	}
 	s.record(ctx, evs, msgs, notices)
+}
+
+// currentWatchers returns the watchers that are still the agents who asked:
+// not removed since, and not an id removed and registered again after the
+// watch was placed (the new agent starts clean). It reads their heartbeat
+// items in one batch; if that read fails it tells them all, since a message
+// too many is better than one lost.
+func (s *Store) currentWatchers(ctx context.Context, watchers map[string]int64) []string {
+	ids := slices.Sorted(maps.Keys(watchers))
+	if len(ids) == 0 {
+		return nil
+	}
+	hbs, err := s.heartbeatsOf(ctx, ids)
+	if err != nil {
+		s.log.WarnContext(ctx, "read watchers' heartbeats; telling them all", "err", err)
+		return ids
+	}
+	return slices.DeleteFunc(ids, func(id string) bool {
+		hb := hbs[id]
+		return hb != nil && (hb.Removed || hb.RegisteredAt > watchers[id])
+	})
 }
 
 // replayEnd answers a holder's release or completion that finds its lease

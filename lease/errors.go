@@ -20,6 +20,8 @@ var (
 	ErrMessageNotFound = errors.New("lease: message not found")
 	ErrUnauthorized    = errors.New("lease: unknown or revoked api key")
 	ErrInvalid         = errors.New("lease: invalid input")
+	// ErrTooManyWatchers: the task already has MaxWatchers watchers.
+	ErrTooManyWatchers = errors.New("lease: task has too many watchers")
 )
 
 // ConflictError is returned when another live lease holds the task.

@@ -35,7 +35,9 @@ type taskItem struct {
 	// LeaseSeq is the seq of the lease's checkout event.
 	LeaseSeq int64 `dynamodbav:"lease_seq,omitempty"`
 
-	Watchers []string `dynamodbav:"watchers,stringset,omitempty"`
+	// Watchers maps each watching agent to when it asked (Unix ms). It is
+	// bounded by MaxWatchers.
+	Watchers map[string]int64 `dynamodbav:"watchers,omitempty"`
 
 	// The last lease that ended, kept by the write that ended it.
 	endRecord
@@ -104,6 +106,28 @@ type heartbeatItem struct {
 	// came back, which a checkout that read the agent as dead may already be
 	// taking over.
 	AliveSince int64 `dynamodbav:"alive_since"`
+	// DeadAt is set while a death has not been swept: the expiry at which the
+	// agent died, kept when it comes back so that the sweep still finds it
+	// (the by_expiry index keys it at DeadAt rather than at the new expiry).
+	DeadAt int64 `dynamodbav:"dead_at,omitempty"`
+	// Removed marks the tombstone an agent's removal leaves: dead for ever.
+	Removed bool `dynamodbav:"removed,omitempty"`
+	// RegisteredAt is when an id removed before was registered again; watches
+	// placed before it belong to the removed agent. Fresh says the new agent
+	// has not sent a heartbeat yet (it is not watched).
+	RegisteredAt int64 `dynamodbav:"registered_at,omitempty"`
+	Fresh        bool  `dynamodbav:"fresh,omitempty"`
+
+	// The sweep's index keys: hb_expires is when the sweep must next look
+	// at the agent (its expiry, or a death not swept yet).
+	Shard   string `dynamodbav:"hb_shard,omitempty"`
+	IndexAt int64  `dynamodbav:"hb_expires,omitempty"`
+	TTL     int64  `dynamodbav:"ttl,omitempty"`
+}
+
+// dead reports whether the agent is dead by heartbeat at now.
+func (hb *heartbeatItem) dead(now time.Time) bool {
+	return hb != nil && hb.ExpiresAt <= ms(now)
 }
 
 // holderAlive reports whether the holder of a lease locked at lockedAt is

@@ -60,7 +60,8 @@ type Store struct {
 
 	tasks, agents, heartbeats, events, inbox string
 
-	alive aliveCache
+	alive  aliveCache
+	claims claimSpread
 
 	// fallbackReads counts reads made because the server did not return the
 	// item with a failed condition (ReturnValuesOnConditionCheckFailure is

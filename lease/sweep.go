@@ -10,7 +10,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -63,20 +62,17 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 	for shard := range schema.Shards {
 		keyCond := expression.Key("hb_shard").Equal(expression.Value(strconv.Itoa(shard))).
 			And(expression.Key("hb_expires").LessThanEqual(expression.Value(ms(now))))
-		dead, err := queryAll[heartbeatItem](ctx, s.db, s.heartbeats, schema.HeartbeatsByExpiry, keyCond)
+		due, err := queryAll[heartbeatItem](ctx, s.db, s.heartbeats, schema.HeartbeatsByExpiry, keyCond)
 		if err != nil {
 			return res, fmt.Errorf("sweep heartbeats: %w", err)
 		}
-		for _, hb := range dead {
-			ended, notified, err := s.endLeasesOf(ctx, hb.AgentID, now, "holder's heartbeat expired", hb.ExpiresAt)
+		for _, cand := range due {
+			ended, notified, err := s.sweepDeath(ctx, cand.AgentID)
 			if err != nil {
 				return res, err
 			}
 			res.AgentDeaths += ended
 			res.Notified += notified
-			if err := s.forgetDead(ctx, hb); err != nil {
-				return res, err
-			}
 		}
 	}
 	return res, nil
@@ -92,22 +88,61 @@ func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond expression.Cond
 	return len(after.EndWatchers), nil
 }
 
-// endLeasesOf ends every lease agentID holds that was taken at or before
-// diedAt (0: every lease, for a removed agent), recording agent_death. A lease
-// the agent took after coming back to life is left alone by the condition on
-// locked_at.
-func (s *Store) endLeasesOf(ctx context.Context, agentID string, now time.Time, reason string, diedAt int64) (ended, notified int, err error) {
+// settleAfter is how long after an agent's return from the dead the sweep
+// keeps looking for leases it held when it died. The by_holder index it
+// reads lags the table; this is far beyond DynamoDB's usual sub-second lag.
+const settleAfter = 30 * time.Second
+
+// sweepDeath ends the leases that agentID's death ended, for a candidate
+// that the heartbeats index says is due. The index is only a candidate: a
+// consistent read decides. If the agent is dead, every lease locked up to
+// the moment of that read has ended; if it has come back since it died (a
+// death not swept yet), the leases locked up to its return have. A dead
+// agent stays in the index while it is dead, so that a lease it takes while
+// dead is swept too; a returned one leaves it once its death is settled.
+func (s *Store) sweepDeath(ctx context.Context, agentID string) (ended, notified int, err error) {
+	readAt := s.clock() // before the read: the agent was dead at least until the read
+	hb, err := s.readHeartbeat(ctx, agentID)
+	if err != nil || hb == nil {
+		return 0, 0, err
+	}
+	var upTo int64
+	switch {
+	case hb.dead(readAt):
+		upTo = ms(readAt)
+	case hb.DeadAt > 0:
+		upTo = hb.AliveSince
+	default:
+		return 0, 0, nil // the index was behind: alive, nothing to end
+	}
+	reason := "holder's heartbeat expired"
+	if hb.Removed {
+		reason = "agent removed"
+	}
+	if ended, notified, err = s.endLeasesOf(ctx, agentID, upTo, reason); err != nil {
+		return ended, notified, err
+	}
+	if !hb.dead(readAt) && ms(readAt) > hb.AliveSince+settleAfter.Milliseconds() {
+		err = s.settleDeath(ctx, hb)
+	}
+	return ended, notified, err
+}
+
+// endLeasesOf ends every lease agentID holds that was locked at or before
+// upTo (Unix ms), recording agent_death. The by_holder index only proposes:
+// each ending write is conditioned on that exact lease and on locked_at, so
+// a lease the agent took after coming back to life is left alone.
+func (s *Store) endLeasesOf(ctx context.Context, agentID string, upTo int64, reason string) (ended, notified int, err error) {
 	items, err := s.queryTasks(ctx, schema.TasksByHolder, expression.Key("holder").Equal(expression.Value(agentID)))
 	if err != nil {
 		return 0, 0, err
 	}
 	for i := range items {
 		it := &items[i]
-		cond := nameHolder.Equal(expression.Value(agentID)).And(nameFence.Equal(expression.Value(it.Fence)))
-		if diedAt > 0 {
-			cond = cond.And(expression.Name("locked_at").LessThanEqual(expression.Value(ms(now))))
-		}
-		n, err := s.sweepEnd(ctx, it, cond, EventAgentDeath, reason, now)
+		cond := nameHolder.Equal(expression.Value(agentID)).
+			And(nameFence.Equal(expression.Value(it.Fence)),
+				expression.Name("locked_at").LessThanEqual(expression.Value(upTo)))
+		n, err := s.sweepEnd(ctx, it, cond, EventAgentDeath, reason, s.clock())
 		if err != nil {
 			return ended, notified, err
 		}
@@ -119,24 +154,13 @@ func (s *Store) endLeasesOf(ctx context.Context, agentID string, now time.Time, 
 	return ended, notified, nil
 }
 
-// forgetDead takes a dead agent out of the sweep's index once its leases are
-// ended, unless it has sent a heartbeat since (which puts it back in).
-func (s *Store) forgetDead(ctx context.Context, hb heartbeatItem) error {
-	cond := expression.Name("expires_at").Equal(expression.Value(hb.ExpiresAt))
-	upd := expression.Remove(expression.Name("hb_shard")).Remove(expression.Name("hb_expires"))
-	expr, _ := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &s.heartbeats, Key: agentKey(hb.AgentID),
-		ConditionExpression:       expr.Condition(),
-		UpdateExpression:          expr.Update(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-	})
-	if _, failed := conditionFailed(err); failed {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("sweep heartbeat of %s: %w", hb.AgentID, err)
-	}
-	return nil
+// settleDeath ends the sweep's interest in a death the agent came back
+// from: the agent is indexed at its expiry again. It is conditioned on the
+// return that was read, so a later death is not forgotten.
+func (s *Store) settleDeath(ctx context.Context, hb *heartbeatItem) error {
+	cond := expression.Name("alive_since").Equal(expression.Value(hb.AliveSince)).
+		And(expression.AttributeExists(expression.Name("dead_at")))
+	upd := expression.Set(expression.Name("hb_expires"), expression.Name("expires_at")).Remove(expression.Name("dead_at"))
+	_, _, err := s.updateHeartbeat(ctx, hb.AgentID, cond, upd)
+	return err
 }

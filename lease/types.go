@@ -261,4 +261,7 @@ const (
 	MaxTitleLen         = 1024
 	MaxReasonLen        = 1024
 	MaxNameLen          = 256
+	// MaxWatchers bounds a task's watch list, so that no number of
+	// watchers can grow its item towards DynamoDB's 400 KB limit.
+	MaxWatchers = 100
 )

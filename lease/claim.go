@@ -1,0 +1,272 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// claimPage is how many todo tasks one claim considers at the head of the
+// queue.
+const claimPage = 100
+
+// Claim checks out the oldest available task: one that is todo with no
+// lease, one whose lease expired, or one whose holder is dead, by creation
+// time. Candidates come from indexes and are only candidates: each is taken
+// with the same conditional write as Checkout, so one that someone else took
+// in the meantime is skipped, never double-granted.
+//
+// Concurrent claimers spread over the head of the queue instead of all
+// writing for its first task: a claimer picks at random among the oldest w
+// candidates, where w grows with the claims running in this process and
+// with the writes claims have recently lost. A lone claimer (w = 1) always
+// takes the oldest.
+//
+// A claim that names its run id is retried safely: a receipt keyed by agent
+// and run id lists every task the run has tried, before each try, so a
+// retry finds the run's lease with consistent reads, never through an index
+// that may lag.
+func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
+	cp := CheckoutParams{
+		AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID, Timeout: p.Timeout, Reason: p.Reason,
+		ExpectedStatuses: []Status{StatusTodo}, TaskID: "claim",
+	}
+	named := p.RunID != ""
+	if err := s.checkCheckout(&cp); err != nil {
+		return Checkout{}, err
+	}
+	if named {
+		if c, ok, err := s.claimedBefore(ctx, cp.AgentID, cp.RunID); ok || err != nil {
+			return c, err
+		}
+	}
+	s.claims.inflight.Add(1)
+	defer s.claims.inflight.Add(-1)
+	for range maxAttempts {
+		cands, err := s.claimCandidates(ctx)
+		if err != nil {
+			return Checkout{}, err
+		}
+		if len(cands) == 0 {
+			return Checkout{}, ErrNoTaskAvailable
+		}
+		for _, it := range s.claims.order(cands) {
+			cp.TaskID = it.TaskID
+			var over *taskItem
+			if it.hasLease() {
+				over = it // ended: taken over like any ended lease
+			}
+			if named {
+				if err := s.noteClaim(ctx, cp.AgentID, cp.RunID, it.TaskID); err != nil {
+					return Checkout{}, err
+				}
+			}
+			c, cur, err := s.grant(ctx, cp, s.clock(), over)
+			if err != nil {
+				return Checkout{}, err
+			}
+			if cur == nil && c.Fence != 0 {
+				s.claims.won()
+				return c, nil
+			}
+			s.claims.lost()
+		}
+	}
+	return Checkout{}, ErrNoTaskAvailable
+}
+
+// claimCandidates returns the tasks that look available, oldest first: the
+// head of the todo index, leases past their expiry, and leases of holders
+// a consistent read finds dead (or back from a death not swept yet). The
+// three sources are read at once.
+func (s *Store) claimCandidates(ctx context.Context) ([]*taskItem, error) {
+	now := s.clock()
+	var mu sync.Mutex
+	var out []*taskItem
+	add := func(items []taskItem, keep func(*taskItem) bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range items {
+			if keep(&items[i]) {
+				out = append(out, &items[i])
+			}
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		keyCond := expression.Key("status").Equal(expression.Value(string(StatusTodo)))
+		expr, _ := expression.NewBuilder().WithKeyCondition(keyCond).Build()
+		page, err := s.db.Query(gctx, &dynamodb.QueryInput{
+			TableName: &s.tasks, IndexName: aws.String(schema.TasksByStatus),
+			KeyConditionExpression:    expr.KeyCondition(),
+			ExpressionAttributeNames:  expr.Names(),
+			ExpressionAttributeValues: expr.Values(),
+			Limit:                     aws.Int32(claimPage),
+		})
+		if err != nil {
+			return fmt.Errorf("claim: %w", err)
+		}
+		var items []taskItem
+		if err := attributevalue.UnmarshalListOfMaps(page.Items, &items); err != nil {
+			return err
+		}
+		add(items, func(it *taskItem) bool { return !it.leaseTimeValid(now) })
+		return nil
+	})
+	for shard := range schema.Shards {
+		g.Go(func() error {
+			keyCond := expression.Key("lease_shard").Equal(expression.Value(strconv.Itoa(shard))).
+				And(expression.Key("lease_expires").LessThanEqual(expression.Value(ms(now))))
+			items, err := s.queryTasks(gctx, schema.TasksByLeaseExpiry, keyCond)
+			if err != nil {
+				return err
+			}
+			add(items, func(it *taskItem) bool { return it.hasLease() })
+			return nil
+		})
+		g.Go(func() error {
+			keyCond := expression.Key("hb_shard").Equal(expression.Value(strconv.Itoa(shard))).
+				And(expression.Key("hb_expires").LessThanEqual(expression.Value(ms(now))))
+			due, err := queryAll[heartbeatItem](gctx, s.db, s.heartbeats, schema.HeartbeatsByExpiry, keyCond)
+			if err != nil {
+				return err
+			}
+			for _, cand := range due {
+				upTo, ok, err := s.endedUpTo(gctx, cand.AgentID)
+				if err != nil || !ok {
+					return err
+				}
+				items, err := s.queryTasks(gctx, schema.TasksByHolder, expression.Key("holder").Equal(expression.Value(cand.AgentID)))
+				if err != nil {
+					return err
+				}
+				add(items, func(it *taskItem) bool { return it.leaseTimeValid(now) && it.LockedAt <= upTo })
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b *taskItem) int { return strings.Compare(a.CreatedKey, b.CreatedKey) })
+	return slices.CompactFunc(out, func(a, b *taskItem) bool { return a.TaskID == b.TaskID }), nil
+}
+
+// endedUpTo reads agentID's heartbeat consistently and says up to which
+// lock time its leases have ended by death: every one, up to the read, if it
+// is dead; those up to its return, if it came back from a death not swept
+// yet. ok is false when none has.
+func (s *Store) endedUpTo(ctx context.Context, agentID string) (upTo int64, ok bool, err error) {
+	readAt := s.clock()
+	hb, err := s.readHeartbeat(ctx, agentID)
+	switch {
+	case err != nil || hb == nil:
+		return 0, false, err
+	case hb.dead(readAt):
+		return ms(readAt), true, nil
+	case hb.DeadAt > 0:
+		return hb.AliveSince, true, nil
+	}
+	return 0, false, nil
+}
+
+// claimSpread is the state that spreads concurrent claimers.
+type claimSpread struct {
+	mu       sync.Mutex
+	inflight atomic.Int64
+	recent   int // writes lost lately; halved by every win
+}
+
+func (c *claimSpread) lost() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.recent = min(c.recent+1, claimPage)
+}
+
+func (c *claimSpread) won() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.recent /= 2
+}
+
+// order returns the candidates in the order to try them: a random one of
+// the oldest w first, then the rest of those w, then the others, oldest
+// first.
+func (c *claimSpread) order(cands []*taskItem) []*taskItem {
+	c.mu.Lock()
+	w := int(c.inflight.Load()) + c.recent
+	c.mu.Unlock()
+	w = max(1, min(w, len(cands)))
+	r := rand.IntN(w)
+	out := make([]*taskItem, 0, len(cands))
+	out = append(out, cands[r:w]...)
+	out = append(out, cands[:r]...)
+	return append(out, cands[w:]...)
+}
+
+// receiptID is the heartbeats-table key of a named claim's receipt; '#'
+// cannot start an agent id, so it never meets a real heartbeat.
+func receiptID(agentID, runID string) string { return "#claim#" + agentID + "#" + runID }
+
+// noteClaim adds taskID to the receipt of the agent's named claim, before
+// the claim tries it.
+func (s *Store) noteClaim(ctx context.Context, agentID, runID, taskID string) error {
+	upd := expression.Add(expression.Name("tried"), expression.Value(&types.AttributeValueMemberSS{Value: []string{taskID}})).
+		Set(expression.Name("ttl"), expression.Value(s.clock().Add(2*MaxTimeout).Unix()))
+	expr, _ := expression.NewBuilder().WithUpdate(upd).Build()
+	if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)),
+		UpdateExpression:          expr.Update(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	}); err != nil {
+		return fmt.Errorf("claim receipt of %s: %w", agentID, err)
+	}
+	return nil
+}
+
+// claimedBefore finds the lease an earlier attempt of this named claim got:
+// it reads the receipt and the tasks it lists, all consistently. The lease
+// is returned as it was granted, live or, if it has ended since, as it was.
+func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (Checkout, bool, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return Checkout{}, false, fmt.Errorf("claim receipt of %s: %w", agentID, err)
+	}
+	var rec struct {
+		Tried []string `dynamodbav:"tried,stringset"`
+	}
+	if len(out.Item) == 0 || attributevalue.UnmarshalMap(out.Item, &rec) != nil {
+		return Checkout{}, false, nil
+	}
+	for _, taskID := range rec.Tried {
+		it, err := s.getTask(ctx, taskID)
+		if err != nil {
+			return Checkout{}, false, err
+		}
+		switch {
+		case it == nil:
+		case it.Holder == agentID && it.RunID == runID:
+			return it.checkout(), true, nil
+		case it.EndAgent == agentID && it.EndRun == runID:
+			return it.endedCheckout(), true, nil
+		}
+	}
+	return Checkout{}, false, nil
+}

@@ -1,0 +1,312 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// Each test in this file reproduces something a hostile or unlucky client
+// could do to a lease, and holds the engine to the answer API.md gives.
+
+// A lease whose holder died by heartbeat has ended, whether or not a sweep
+// has run: its holder can no longer complete, release or renew it, even
+// after it comes back to life, and an admin's force release finds nothing
+// to release.
+func TestDeadHolderCannotFinishItsEndedLease(t *testing.T) {
+	t.Parallel()
+	for _, op := range []string{"complete", "release", "renew", "force"} {
+		t.Run("the dead holder's "+op+" is not_checked_out", func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "t1")
+			must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Second))
+			co := e.checkout(t, "t1", "a", time.Hour)
+			e.clock.Advance(2 * time.Second)
+
+			finish := func() error {
+				var err error
+				switch op {
+				case "complete":
+					_, err = e.store.Complete(c, lease.CompleteParams{TaskID: "t1", AgentID: "a", Fence: co.Fence})
+				case "release":
+					_, err = e.store.Release(c, lease.ReleaseParams{TaskID: "t1", AgentID: "a", Fence: co.Fence})
+				case "renew":
+					_, err = e.store.Renew(c, lease.RenewParams{TaskID: "t1", AgentID: "a", Fence: co.Fence})
+				case "force":
+					_, err = e.store.Release(c, lease.ReleaseParams{TaskID: "t1", AgentID: "admin", Force: true})
+				}
+				return err
+			}
+			if err := finish(); !errors.Is(err, lease.ErrNotCheckedOut) {
+				t.Fatalf("%s by a dead holder: %v, want not_checked_out", op, err)
+			}
+			must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Minute))
+			if err := finish(); !errors.Is(err, lease.ErrNotCheckedOut) {
+				t.Fatalf("%s after the holder came back: %v, want not_checked_out", op, err)
+			}
+			task := must[lease.Task](t)(e.store.GetTask(c, "t1"))
+			if task.Status != lease.StatusTodo || task.Checkout != nil || task.CompletedAt != nil {
+				t.Fatalf("task after the refused %s = %+v, want todo and free", op, task)
+			}
+		})
+	}
+}
+
+// A holder that died and came back before any sweep ran still had its
+// lease ended by death: the sweep records agent_death and tells the
+// watchers, rather than leaving the task blocked until the lease times out.
+func TestSweepRecordsADeathTheHolderCameBackFrom(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t1")
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Second))
+	e.checkout(t, "t1", "a", time.Hour)
+	if err := e.store.Watch(c, "t1", "w"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(2 * time.Second)
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Minute)) // back, before any sweep
+
+	res := must[lease.SweepResult](t)(e.store.Sweep(c))
+	if res.AgentDeaths != 1 || res.Notified != 1 {
+		t.Fatalf("sweep = %+v, want one death and one watcher told", res)
+	}
+	evs := e.events(t, "t1")
+	if got := kinds(evs); len(got) != 2 || got[1] != lease.EventAgentDeath {
+		t.Fatalf("events = %v, want checkout, agent_death", got)
+	}
+	if n := e.notes.count(lease.NoticeTaskAvailable, "t1"); n != 1 {
+		t.Fatalf("%d TaskAvailable notices, want 1", n)
+	}
+	// Idempotent: a second sweep finds nothing more to do.
+	if res := must[lease.SweepResult](t)(e.store.Sweep(c)); res != (lease.SweepResult{}) {
+		t.Fatalf("second sweep = %+v, want nothing", res)
+	}
+	// The agent is alive: a lease it takes after its return is live and not
+	// swept (one taken in the very millisecond of the return is not; see
+	// lease/doc.go).
+	e.clock.Advance(time.Millisecond)
+	co := e.checkout(t, "t1", "a", time.Hour)
+	if res := must[lease.SweepResult](t)(e.store.Sweep(c)); res != (lease.SweepResult{}) {
+		t.Fatalf("sweep after a fresh lease = %+v, want nothing", res)
+	}
+	if got := must[*lease.Checkout](t)(e.store.LockStatus(c, "t1")); got == nil || got.Fence != co.Fence {
+		t.Fatalf("lock status = %+v, want the fresh lease", got)
+	}
+}
+
+// An agent that is dead and has already been swept can still take a lease
+// (it is dead by heartbeat but its key works). That lease is ended at once
+// for everyone, and the next sweep records it.
+func TestSweepEndsALeaseTakenWhileDead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t1")
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Second))
+	e.clock.Advance(2 * time.Second)
+	must[lease.SweepResult](t)(e.store.Sweep(c)) // sees a dead agent with nothing
+	e.checkout(t, "t1", "a", time.Hour)          // taken while dead
+	e.clock.Advance(time.Millisecond)
+
+	res := must[lease.SweepResult](t)(e.store.Sweep(c))
+	if res.AgentDeaths != 1 {
+		t.Fatalf("sweep = %+v, want the lease taken while dead ended", res)
+	}
+	page := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo}))
+	if len(page.Tasks) != 1 || page.Tasks[0].TaskID != "t1" {
+		t.Fatalf("todo listing = %+v, want t1", page.Tasks)
+	}
+}
+
+// Removing an agent ends its leases for everyone at once, including one
+// granted after the removal (in AWS the authorizer may still let the key in
+// for a while), and an id registered again starts clean: no leases, no
+// inbox, no watches of the agent that was removed.
+func TestRemovedAgentBlocksNobodyAndItsIDStartsClean(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	for _, id := range []string{"t1", "t2", "t3"} {
+		e.task(t, id)
+	}
+	must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "gone", Name: "gone"}))
+	e.checkout(t, "t1", "gone", time.Hour)
+	e.checkout(t, "t3", "b", time.Hour)
+	if err := e.store.Watch(c, "t3", "gone"); err != nil {
+		t.Fatal(err)
+	}
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t3", AgentID: "b"})) // a message for "gone"
+	e.checkout(t, "t3", "b", time.Hour)
+	if err := e.store.Watch(c, "t3", "gone"); err != nil { // a watch of the old "gone"
+		t.Fatal(err)
+	}
+	if err := e.store.RemoveAgent(c, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	// A lease granted after the removal answered, as a cached key would allow.
+	e.clock.Advance(time.Millisecond)
+	late := e.checkout(t, "t2", "gone", time.Hour)
+	for _, id := range []string{"t1", "t2"} {
+		if got := must[*lease.Checkout](t)(e.store.LockStatus(c, id)); got != nil {
+			t.Fatalf("%s still held by the removed agent: %+v", id, got)
+		}
+		if co := e.checkout(t, id, "b", time.Hour); co.AgentID != "b" {
+			t.Fatalf("checkout of %s after removal = %+v", id, co)
+		}
+	}
+	_ = late
+
+	must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "gone", Name: "new"}))
+	if held := must[[]lease.Checkout](t)(e.store.ListCheckouts(c, "gone")); len(held) != 0 {
+		t.Fatalf("the new agent inherited leases: %+v", held)
+	}
+	if msgs := must[[]lease.Message](t)(e.store.Inbox(c, "gone")); len(msgs) != 0 {
+		t.Fatalf("the new agent inherited messages: %+v", msgs)
+	}
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t3", AgentID: "b"}))
+	if msgs := must[[]lease.Message](t)(e.store.Inbox(c, "gone")); len(msgs) != 0 {
+		t.Fatalf("the new agent was told about the old agent's watch: %+v", msgs)
+	}
+	// The new agent's own leases are live.
+	e.clock.Advance(time.Millisecond)
+	co := e.checkout(t, "t3", "gone", time.Hour)
+	if got := must[*lease.Checkout](t)(e.store.LockStatus(c, "t3")); got == nil || got.Fence != co.Fence {
+		t.Fatalf("the new agent's lease = %+v, want live", got)
+	}
+	if res := must[lease.SweepResult](t)(e.store.Sweep(c)); res.AgentDeaths != 0 {
+		t.Fatalf("sweep ended %d leases of the new agent", res.AgentDeaths)
+	}
+}
+
+// Watchers are bounded: one agent cannot grow a task's item past
+// DynamoDB's 400 KB limit by watching it under many long ids, and the task
+// keeps working.
+func TestWatchersAreBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t1")
+	e.checkout(t, "t1", "holder", time.Hour)
+	long := strings.Repeat("w", 120)
+	var refused error
+	for i := range lease.MaxWatchers + 5 {
+		if err := e.store.Watch(c, "t1", fmt.Sprintf("%s%05d", long, i)); err != nil {
+			refused = err
+			if i < lease.MaxWatchers {
+				t.Fatalf("watch %d refused below the bound: %v", i, err)
+			}
+		}
+	}
+	if !errors.Is(refused, lease.ErrTooManyWatchers) {
+		t.Fatalf("watch past the bound: %v, want ErrTooManyWatchers", refused)
+	}
+	// Watching again is not a new watcher.
+	if err := e.store.Watch(c, "t1", fmt.Sprintf("%s%05d", long, 0)); err != nil {
+		t.Fatalf("a watcher watching again: %v", err)
+	}
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t1", AgentID: "holder"}))
+	e.checkout(t, "t1", "next", time.Hour)
+}
+
+// Reopening a done task by checking it out clears its completion.
+func TestReopenedTaskForgetsItsCompletion(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t1")
+	e.checkout(t, "t1", "a", time.Hour)
+	must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "t1", AgentID: "a"}))
+	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "b", ExpectedStatuses: []lease.Status{lease.StatusDone}}))
+	task := must[lease.Task](t)(e.store.GetTask(c, "t1"))
+	if _, ok := task.Duration(); task.Status != lease.StatusInProgress || task.CompletedAt != nil || ok {
+		t.Fatalf("reopened task = %+v, want in_progress with no completion", task)
+	}
+}
+
+// slowDB moves the test clock on every write, as a loaded server's
+// requests take time.
+type slowDB struct {
+	lease.DB
+	advance func()
+}
+
+func (d slowDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := d.DB.UpdateItem(ctx, in, opt...)
+	d.advance()
+	return out, err
+}
+
+// A grant's locked_at and expires_at are read from the clock at the write
+// that decided it, not when the operation started: a checkout that first
+// meets an expired lease and then takes it over is locked at the takeover.
+func TestGrantTimesBelongToTheDecidingWrite(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t1")
+	e.checkout(t, "t1", "a", time.Second)
+	e.clock.Advance(2 * time.Second)
+	var mu sync.Mutex
+	slow := lease.New(lease.Config{DB: slowDB{DB: e.db, advance: func() {
+		mu.Lock()
+		defer mu.Unlock()
+		e.clock.Advance(500 * time.Millisecond)
+	}}, Tables: e.names, Now: e.clock.Now})
+	start := e.clock.Now()
+	co := must[lease.Checkout](t)(slow.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "b", Timeout: time.Second}))
+	if !co.LockedAt.After(start) {
+		t.Fatalf("locked at %v, the operation's start; want the takeover's own time", co.LockedAt)
+	}
+	if got := co.ExpiresAt.Sub(co.LockedAt); got != time.Second {
+		t.Fatalf("expires %v after locked_at, want 1s", got)
+	}
+}
+
+// Claim takes the oldest available task: a todo task, one whose lease
+// expired, or one whose holder is dead, whichever was created first.
+func TestClaimTakesTheOldestAvailable(t *testing.T) {
+	t.Parallel()
+	t.Run("an expired lease before a newer todo task", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		c := ctx(t)
+		e.task(t, "old")
+		e.clock.Advance(time.Millisecond)
+		e.task(t, "new")
+		e.checkout(t, "old", "a", time.Second)
+		e.clock.Advance(2 * time.Second)
+		co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "b"}))
+		if co.TaskID != "old" {
+			t.Fatalf("claimed %s, want old", co.TaskID)
+		}
+	})
+	t.Run("a dead holder's task is available", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		c := ctx(t)
+		e.task(t, "held")
+		must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Second))
+		e.checkout(t, "held", "a", time.Hour)
+		e.clock.Advance(2 * time.Second)
+		co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "b"}))
+		if co.TaskID != "held" {
+			t.Fatalf("claimed %s, want the dead holder's task", co.TaskID)
+		}
+		evs := e.events(t, "held")
+		if got := kinds(evs); len(got) != 3 || got[1] != lease.EventAgentDeath {
+			t.Fatalf("events = %v, want checkout, agent_death, checkout", got)
+		}
+	})
+}
