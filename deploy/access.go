@@ -30,7 +30,8 @@ var Access = map[string][]Grant{
 		{Table: schema.InboxTable, Actions: []string{"Query", "BatchWriteItem"}},
 	},
 	Tasks: {
-		{Table: schema.TasksTable, Actions: []string{"PutItem", "GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByHolder}},
+		// BatchGetItem: listings confirm what the indexes propose.
+		{Table: schema.TasksTable, Actions: []string{"PutItem", "GetItem", "UpdateItem", "BatchGetItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByHolder}},
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem"}},
 		{Table: schema.EventsTable, Actions: []string{"Query"}},
 	},

@@ -146,13 +146,10 @@ func (s linState) step(in linIn) (linOut, linState) {
 		s.Status = lease.StatusInProgress
 		return linOut{Kind: "ok", Holder: s.Holder, Run: s.Run, Fence: s.Fence, Expires: s.Expires}, s
 	}
-	// renew, release, complete: the holder, with the run id and fence when
-	// given. Renew also needs the holder alive by heartbeat; release and
-	// complete do not (a dead holder ends only what has ended anyway).
-	mine := s.timeValid() && s.Holder == in.Agent && (in.Run == "" || in.Run == s.Run) && (in.Fence == 0 || in.Fence == s.Fence)
-	if in.Op == "renew" && !s.alive(in.AgentN, s.Locked) {
-		mine = false
-	}
+	// renew, release, complete: the holder of the live lease, with the run
+	// id and fence when given. A lease whose holder is dead by heartbeat has
+	// ended, so its holder can no longer renew, release or complete it.
+	mine := s.live() && s.Holder == in.Agent && (in.Run == "" || in.Run == s.Run) && (in.Fence == 0 || in.Fence == s.Fence)
 	if !mine {
 		if (in.Op == "release" || in.Op == "complete") && (in.Run != "" || in.Fence != 0) &&
 			s.EndOp == in.Op && s.EndAgent == in.Agent && (in.Run == "" || in.Run == s.EndRun) && (in.Fence == 0 || in.Fence == s.EndFence) {

@@ -182,6 +182,7 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 		}
 	}
 	var items []taskItem
+	listed := map[string]Status{} // the status each task was listed under
 	next := ""
 	for i := c.Status; i < len(statuses) && len(items) < p.Limit; i++ {
 		keyCond := expression.Key("status").Equal(expression.Value(string(statuses[i])))
@@ -204,6 +205,9 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 		if err := attributevalue.UnmarshalListOfMaps(out.Items, &batch); err != nil {
 			return TaskPage{}, err
 		}
+		for _, it := range batch {
+			listed[it.TaskID] = statuses[i]
+		}
 		items = append(items, batch...)
 		switch {
 		case len(out.LastEvaluatedKey) > 0:
@@ -213,13 +217,21 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 			next = encodeCursor(cursor{Status: i + 1})
 		}
 	}
+	// The index only proposes: the page shows each task as its item is now,
+	// and only under the status it has now.
+	items, err := s.confirm(ctx, items)
+	if err != nil {
+		return TaskPage{}, err
+	}
 	live, err := s.liveLeases(ctx, items, s.clock())
 	if err != nil {
 		return TaskPage{}, err
 	}
 	page := TaskPage{Tasks: make([]Task, 0, len(items)), NextCursor: next}
 	for _, it := range items {
-		page.Tasks = append(page.Tasks, it.task(live[it.TaskID]))
+		if t := it.task(live[it.TaskID]); t.Status == listed[it.TaskID] {
+			page.Tasks = append(page.Tasks, t)
+		}
 	}
 	return page, nil
 }
@@ -278,13 +290,18 @@ func (s *Store) ListCheckouts(ctx context.Context, agentID string) ([]Checkout, 
 			items = append(items, batch...)
 		}
 	}
+	// The index only proposes: each lease is judged on the task as it is.
+	items, err := s.confirm(ctx, items)
+	if err != nil {
+		return nil, err
+	}
 	live, err := s.liveLeases(ctx, items, now)
 	if err != nil {
 		return nil, err
 	}
 	out := []Checkout{}
 	for _, it := range items {
-		if live[it.TaskID] {
+		if live[it.TaskID] && (agentID == "" || it.Holder == agentID) {
 			out = append(out, it.checkout())
 		}
 	}
@@ -294,6 +311,46 @@ func (s *Store) ListCheckouts(ctx context.Context, agentID string) ([]Checkout, 
 		}
 		return out[i].TaskID < out[j].TaskID
 	})
+	return out, nil
+}
+
+// confirm replaces task items read from an index, which may lag the table,
+// with the items as they are, read consistently with BatchGetItem (100 keys
+// a request), in the same order. A task that no longer exists is dropped.
+func (s *Store) confirm(ctx context.Context, items []taskItem) ([]taskItem, error) {
+	fresh := make(map[string]taskItem, len(items))
+	for start := 0; start < len(items); start += 100 {
+		var keys []map[string]types.AttributeValue
+		for _, it := range items[start:min(start+100, len(items))] {
+			keys = append(keys, taskKey(it.TaskID))
+		}
+		req := map[string]types.KeysAndAttributes{s.tasks: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+		for attempt := 0; len(req) > 0; attempt++ {
+			if attempt > 0 {
+				if err := backoff(ctx, attempt); err != nil {
+					return nil, err
+				}
+			}
+			res, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, fmt.Errorf("read tasks: %w", err)
+			}
+			var got []taskItem
+			if err := attributevalue.UnmarshalListOfMaps(res.Responses[s.tasks], &got); err != nil {
+				return nil, err
+			}
+			for _, it := range got {
+				fresh[it.TaskID] = it
+			}
+			req = res.UnprocessedKeys
+		}
+	}
+	out := make([]taskItem, 0, len(items))
+	for _, it := range items {
+		if f, ok := fresh[it.TaskID]; ok {
+			out = append(out, f)
+		}
+	}
 	return out, nil
 }
 
