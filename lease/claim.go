@@ -203,19 +203,22 @@ func (c *claimSpread) won() {
 	c.recent /= 2
 }
 
-// order returns the candidates in the order to try them: a random one of
-// the oldest w first, then the rest of those w, then the others, oldest
-// first.
+// order returns the candidates in the order to try them: the oldest w in a
+// random order, then the others, oldest first. A lone claimer with no
+// recent losses has w = 1 and takes the oldest; n claimers at once spread
+// over three times as many, so that most of them win with their first write.
 func (c *claimSpread) order(cands []*taskItem) []*taskItem {
 	c.mu.Lock()
-	w := int(c.inflight.Load()) + c.recent
+	n := int(c.inflight.Load())
+	w := 1 + c.recent
+	if n > 1 {
+		w = 3*n + c.recent
+	}
 	c.mu.Unlock()
-	w = max(1, min(w, len(cands)))
-	r := rand.IntN(w)
-	out := make([]*taskItem, 0, len(cands))
-	out = append(out, cands[r:w]...)
-	out = append(out, cands[:r]...)
-	return append(out, cands[w:]...)
+	w = min(w, len(cands))
+	out := slices.Clone(cands)
+	rand.Shuffle(w, func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
 }
 
 // receiptID is the heartbeats-table key of a named claim's receipt; '#'

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/checkout-dev/checkout/lease"
 )
@@ -309,4 +310,72 @@ func TestClaimTakesTheOldestAvailable(t *testing.T) {
 			t.Fatalf("events = %v, want checkout, agent_death, checkout", got)
 		}
 	})
+}
+
+// claimTally is one claim's conditional task writes, in order: true for a
+// write that won.
+type claimTally struct{ writes []bool }
+
+type tallyKey struct{}
+
+// countingDB records each claim's conditional task writes in the claim's
+// tally, carried by its context.
+type countingDB struct{ lease.DB }
+
+func (d countingDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := d.DB.UpdateItem(ctx, in, opt...)
+	tally, _ := ctx.Value(tallyKey{}).(*claimTally)
+	if tally != nil && in.ConditionExpression != nil && strings.HasSuffix(*in.TableName, "tasks") {
+		var ccf *types.ConditionalCheckFailedException
+		if errors.As(err, &ccf) || err == nil {
+			tally.writes = append(tally.writes, err == nil)
+		}
+	}
+	return out, err
+}
+
+// Forty agents claiming from 150 tasks at once spread over the head of the
+// queue: most claims win with their first write, and no task is claimed
+// twice.
+func TestConcurrentClaimersSpreadOverTheQueue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	const tasks, claimers = 150, 40
+	for i := range tasks {
+		e.task(t, fmt.Sprintf("job-%03d", i))
+		e.clock.Advance(time.Millisecond)
+	}
+	store := lease.New(lease.Config{DB: countingDB{DB: e.db}, Tables: e.names, Now: e.clock.Now})
+	var mu sync.Mutex
+	owner := map[string]string{}
+	tallies := make([]claimTally, claimers)
+	race(claimers, func(i int) {
+		agent := fmt.Sprintf("agent-%02d", i)
+		got, err := store.Claim(context.WithValue(c, tallyKey{}, &tallies[i]), lease.ClaimParams{AgentID: agent, Timeout: time.Hour})
+		if err != nil {
+			t.Errorf("claim by %s: %v", agent, err)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if prev, dup := owner[got.TaskID]; dup {
+			t.Errorf("%s claimed by %s and %s", got.TaskID, prev, agent)
+		}
+		owner[got.TaskID] = agent
+	})
+	if len(owner) != claimers {
+		t.Fatalf("%d claims granted, want %d", len(owner), claimers)
+	}
+	first, writes := 0, 0
+	for _, tl := range tallies {
+		writes += len(tl.writes)
+		if len(tl.writes) > 0 && tl.writes[0] {
+			first++
+		}
+	}
+	t.Logf("%d of %d claims won with their first write; %d conditional writes in all", first, claimers, writes)
+	if first*2 <= claimers {
+		t.Fatalf("only %d of %d claims won with their first write", first, claimers)
+	}
 }
