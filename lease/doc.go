@@ -36,19 +36,54 @@
 //	checkout, claim     UpdateItem on tasks (the decision) + BatchWriteItem (events);
 //	  takeover          one more UpdateItem, pinned to the ended lease
 //	  conflict          the failed UpdateItem returns the holder (ALL_OLD) + GetItem heartbeat
-//	renew               GetItem own heartbeat + UpdateItem + BatchWriteItem
-//	release, complete   UpdateItem + BatchWriteItem (events and watchers' messages)
+//	renew, release,     GetItem own heartbeat (free while the alive cache holds it)
+//	  complete          + UpdateItem + BatchWriteItem (events, watchers' messages)
 //	  retried           the failed UpdateItem + GetItem of the ending's event
+//	force release       GetItem task + GetItem holder's heartbeat + UpdateItem + BatchWriteItem
 //	task, lock status   GetItem task + GetItem holder's heartbeat
-//	list tasks          Query by_status (+ BatchGetItem of holders' heartbeats)
-//	list checkouts      Query by_lease_expiry per shard, or by_holder (+ BatchGetItem)
-//	claim candidates    Query by_status for todo, oldest first; when none is
-//	                    free, Query by_lease_expiry for expired leases
+//	list tasks          Query by_status + BatchGetItem of the tasks (+ holders' heartbeats)
+//	list checkouts      Query by_lease_expiry per shard, or by_holder, + BatchGetItem
+//	                    of the tasks (+ holders' heartbeats)
+//	claim candidates    at once: Query by_status for todo (the oldest 100),
+//	                    by_lease_expiry per shard for expired leases, and
+//	                    heartbeats by_expiry per shard, each due agent
+//	                    confirmed by GetItem, then by_holder for its leases
+//	claim with run_id   + GetItem of its receipt, UpdateItem of it per try
 //	heartbeat           UpdateItem (a second one when the agent returns from the dead)
+//	watch               UpdateItem (a second one to start a task's watch list)
 //	authenticate        GetItem of the key item "#key#<sha256(key)>"
 //	events, inbox       Query on the table's own key
 //	sweep               Query by_lease_expiry and heartbeats by_expiry per shard,
 //	                    then UpdateItem + BatchWriteItem per lease it ends
+//
+// # No decision trusts an index read
+//
+// DynamoDB's global secondary indexes are eventually consistent: an item
+// written now may reach its index later, and an index may still show what
+// the item no longer is. So an index result is only ever a candidate; a
+// consistent read of the base item, or the conditional write itself,
+// decides. What each index read is trusted for:
+//
+//	by_status        listing and claim candidates; a listing page is
+//	                 confirmed by one consistent BatchGetItem and shows each
+//	                 task as it is, under its current status only (a task
+//	                 whose index entry lags is missing from that page, never
+//	                 shown wrongly); a claim's grant is a conditional write
+//	by_lease_expiry  candidates for the sweep's timeout pass and for claim:
+//	                 each ending or takeover is conditioned on the lease
+//	                 (holder, fence, and expiry or eseq) as read
+//	by_holder        an agent's leases, for the death pass, removal, claim
+//	                 and listing; the ending write pins holder, fence and
+//	                 locked_at, and a listing confirms with BatchGetItem. It
+//	                 is never used to find a claim's earlier grant: a named
+//	                 claim keeps a receipt instead (see Claim)
+//	hb by_expiry     agents the sweep (and claim) must judge; each is
+//	                 confirmed by a consistent GetItem of its heartbeat
+//	all_agents       the agent listing only
+//
+// A lag can make the sweep miss a lease for one run (the next run finds it)
+// and a listing omit a task for a moment; it can never make a decision
+// wrong. The tests run with the local DynamoDB's index lag on.
 //
 // DynamoDB's ReturnValuesOnConditionCheckFailure is what keeps a conflict at
 // two requests: the failed write itself says who holds the task. Emulators
@@ -120,27 +155,80 @@
 // alone, after the first has read the holder's heartbeat. Deaths are never
 // remembered.
 //
-// Renew reads the caller's heartbeat, so a dead holder cannot extend a lease
-// that has ended; release and complete do not (a dead holder releasing or
-// completing only ends what would end anyway, and the conditional write
-// still decides against any takeover).
+// Renew, release and complete read the caller's heartbeat (through the
+// alive cache) and condition their write on locked_at > alive_since: a lease
+// ended by its holder's death is ended exactly like an expired one, whether
+// or not a sweep has run and whether or not the holder has come back, so
+// its holder gets not_checked_out (or not_holder when another lease is
+// live). A force release judges the lease, holder's heartbeat included,
+// before its write, which is pinned to that lease.
+//
+// # Removed agents
+//
+// Removing an agent replaces its heartbeat with a tombstone (removed, dead
+// since the removal), so that from the answer on none of its leases is live
+// for anyone, including a lease granted while the removal ran or, in AWS,
+// while the authorizer still caches the key; the sweep ends them all. Its
+// inbox is emptied. Registering the id again turns the tombstone into the
+// heartbeat item of an agent not watched yet, alive since the registration,
+// so the removed agent's leases stay ended, and watches placed before the
+// registration are not delivered to the new agent. A lease the new agent
+// takes in the very millisecond of its registration counts as ended, as
+// with any return from the dead.
 //
 // # The sweep
 //
 // The sweep finds expired leases by querying by_lease_expiry for
-// lease_expires <= now in each shard, and dead agents by querying heartbeats
-// by_expiry for hb_expires <= now; for each dead agent it queries by_holder
-// for its leases. Each lease is ended by an UpdateItem conditioned on its
-// exact holder and fence (and, for timeouts, lease_expires <= now), so of any
-// number of concurrent sweeps and checkouts exactly one ends it and records
-// its event. A dead agent is then taken out of the by_expiry index (REMOVE
-// hb_shard, hb_expires, conditioned on the same expires_at); its next
-// heartbeat puts it back. Nothing is ever scanned, and the cost of a sweep
-// grows with the leases that need ending, not with the table.
+// lease_expires <= now in each shard, and agents to judge by querying
+// heartbeats by_expiry for hb_expires <= now. hb_expires is when the sweep
+// must next look at an agent: its expiry while it is alive, and the moment
+// it died (dead_at) from its death until a sweep has ended that death's
+// leases, even if it has come back meanwhile. Each candidate is confirmed
+// by a consistent GetItem, the clock read before it: a dead agent's leases
+// locked up to that instant have ended; a returned agent's leases locked up
+// to its return (alive_since) have; an agent found alive with no death
+// pending was a stale index entry and is left alone. For each, by_holder
+// lists its leases, and each is ended by an UpdateItem conditioned on its
+// exact holder, fence and locked_at (for timeouts, on lease_expires <=
+// now), so of any number of concurrent sweeps and checkouts exactly one ends
+// it and records its event.
 //
-// A lease taken by an agent that is already dead and already swept is not
-// found by the sweep's death pass: it is never reported live and any
-// checkout takes it over at once, and the sweep ends it when it expires.
+// A dead agent stays in the index while it is dead, so a lease it takes
+// while dead (its key still works) is ended by the next sweep; this costs
+// one GetItem and one Query per dead agent per sweep, until its heartbeat
+// item's TTL removes it (7 days). A returned agent's death is settled (the
+// index moves to its expiry) once the sweep has looked at it more than
+// settleAfter (30 s) after the return, since by_holder may lag that long.
+// Nothing is ever scanned, and the cost of a sweep grows with the leases
+// that need ending and the agents that are dead, not with the table.
+//
+// # Watchers
+//
+// A task's watchers are a map on its item, from agent id to when it asked,
+// bounded by MaxWatchers (100), so that no number of watchers can push the
+// item towards DynamoDB's 400 KB limit (at most about 14 KB, twice: the
+// live list and the last ending's). Past the bound a watch is 409
+// too_many_watchers; watching again only refreshes the entry. The writer
+// that frees the task takes the list in its write and reads the watchers'
+// heartbeat items in one batch, so that a removed agent, or an id
+// registered again after the watch, is not told.
+//
+// # Claim
+//
+// Claim takes the oldest available task by creation: todo with no lease,
+// a lease past its expiry, or a lease whose holder a consistent read finds
+// dead. It reads the three sources at once and grants with Checkout's
+// conditional write, so a candidate taken meanwhile is skipped. Concurrent
+// claimers shuffle the oldest 3n candidates (n the claims in flight in this
+// process, plus writes lost lately, which is what widens the window for
+// Lambda containers that each run one claim): most win with their first
+// write, and a lone claimer takes the oldest. A claim that names its run id
+// keeps a receipt (a heartbeats-table item keyed "#claim#agent#run", TTL
+// 48 h) listing every task it tries, written before each try; a retry reads
+// the receipt and those tasks consistently and returns the lease the run
+// got, so the same run id always gets the same lease. The one window left
+// is a first attempt whose write is still in flight when its retry
+// arrives; a client retries only after its first attempt's answer is lost.
 //
 // # Audit events
 //
