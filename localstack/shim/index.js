@@ -58,7 +58,7 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
   const Big = dep('big.js')
   const crc32 = dep('buffer-crc32')
 
-  // 1. ReturnValuesOnConditionCheckFailure.
+  // 1. ReturnValuesOnConditionCheckFailure: keep the field, attach the item.
   for (const action of [ 'putItem', 'updateItem', 'deleteItem' ]) {
     dynalite('validations/' + action).types.ReturnValuesOnConditionCheckFailure = { type: 'String', enum: [ 'ALL_OLD', 'NONE' ] }
   }
@@ -69,7 +69,7 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
     return err
   }
 
-  // StreamSpecification on CreateTable and UpdateTable.
+  // 3. StreamSpecification on CreateTable and UpdateTable.
   const streamSpec = {
     type: 'FieldStruct<StreamSpecification>',
     children: {
@@ -91,7 +91,8 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
     return updateCustom.apply(this, arguments) || checkSpec(data.StreamSpecification)
   }
 
-  // The store: each gets its lag queues and streams.
+  // 2 and 3. Each store gets its lag queues and its streams; every index
+  // update goes through the lag, and a per-request store notes the change.
   const create = db.create, updateIndexes = db.updateIndexes
   let store
   db.create = function (options) {
@@ -111,9 +112,9 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
     s[SHIM].lag.update(s, table, oldItem, newItem, cb)
   }
 
-  // Writes: a per-request store whose item puts and deletes carry the
-  // stream record. putItem and deleteItem are replaced before
-  // batchWriteItem requires them.
+  // 3. Writes run on a per-request store whose item put or delete carries
+  // the stream record. putItem and deleteItem are replaced before
+  // batchWriteItem requires them, so batches are recorded too.
   for (const action of [ 'putItem', 'updateItem', 'deleteItem' ]) {
     replace('actions/' + action, run => function (s, data, cb) {
       return run(tracked(s), data, cb)
