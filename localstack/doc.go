@@ -13,9 +13,53 @@
 // started by `make test`, or a user's own) can be used instead.
 // CHECKOUT_LOCALSTACK_DIR overrides where this directory is found.
 //
-// dynalite has no transactions, no UpdateTimeToLive and ignores
-// ReturnValuesOnConditionCheckFailure; code that must run against it avoids
-// them on the hot path.
+// # What the shim adds
+//
+// dynalite runs behind a shim (server.js loads shim/*.js before dynalite's
+// CLI; the header of shim/index.js says how it patches dynalite) that makes
+// it behave like DynamoDB where this project's correctness depends on it:
+//
+//   - ReturnValuesOnConditionCheckFailure (ALL_OLD or NONE) on PutItem,
+//     UpdateItem and DeleteItem: a failed condition with ALL_OLD returns the
+//     existing item in ConditionalCheckFailedException.Item (nil when there
+//     is none). Other values are a ValidationException, as on AWS.
+//
+//   - Index lag. DynamoDB's global secondary indexes are eventually
+//     consistent; dynalite's are not, unless a lag is set. Each write's GSI
+//     update is then applied that much later, in write order per table
+//     (never reordered, even when the lag changes); the table itself, its
+//     local secondary indexes, GetItem and base-table Query see the write at
+//     once. The lag of a table is its most specific rule set at run time with
+//     SetIndexLag (a table-name prefix; the raw action is X-Amz-Target
+//     DynamoDBShim.SetIndexLag with {"TablePrefix": "p-", "LagMs": 250} or
+//     {"TableName": "t", "LagMs": 250}), else the server's default:
+//     Options.IndexLag, `cmd/dynalite --index-lag 500ms`, or
+//     $DYNALITE_INDEX_LAG (which scripts/with-dynamodb.sh passes on), else
+//     none. DeleteTable discards a table's queued entries, so a recreated
+//     table never gets stale ones. Queued entries live in memory: a graceful
+//     stop applies them first, a kill -9 of a --path server loses them (its
+//     GSIs then miss those writes).
+//
+//   - DynamoDB Streams. CreateTable and UpdateTable accept
+//     StreamSpecification; DescribeTable reports it with LatestStreamArn and
+//     LatestStreamLabel (StreamARN reads it). Every successful write to such
+//     a table (PutItem, UpdateItem, DeleteItem, BatchWriteItem) adds a record
+//     with AWS's shape (eventName INSERT, MODIFY or REMOVE; Keys, NewImage
+//     and OldImage as the StreamViewType says; increasing fixed-width
+//     SequenceNumber); a put or update that leaves the item as it was adds
+//     none, as on AWS. The same endpoint serves ListStreams, DescribeStream,
+//     GetShardIterator (TRIM_HORIZON, LATEST, AT_SEQUENCE_NUMBER,
+//     AFTER_SEQUENCE_NUMBER) and GetRecords (Limit, NextShardIterator) to
+//     github.com/aws/aws-sdk-go-v2/service/dynamodbstreams pointed at it. A
+//     stream has one shard, open until the stream is disabled or its table
+//     deleted; records are kept 24 hours (at most 100,000 per stream). The
+//     stream records the images as written, whatever the index lag. With
+//     Options.Path a record is stored in the same LevelDB batch as its item
+//     and before the write is answered, so a kill -9 and a restart on the
+//     same directory lose no acknowledged write's record and keep the order.
+//
+// dynalite still has no transactions and no UpdateTimeToLive; code that must
+// run against it avoids them on the hot path.
 //
 // A test package that needs DynamoDB shares one server per test binary and
 // isolates each test with its own table prefix:
@@ -31,5 +75,10 @@
 //	}
 //
 // Each test then creates its tables under a random prefix, for example
-// schema.Names{Prefix: "t" + rand.Text()[:8] + "-"} with lease.EnsureTables.
+// schema.Names{Prefix: "t" + rand.Text()[:8] + "-"} with lease.EnsureTables,
+// and can make that prefix's indexes lag to prove it trusts no index read:
+//
+//	if err := localstack.SetIndexLag(ctx, endpoint, prefix, 300*time.Millisecond); err != nil {
+//		t.Skipf("no index lag at %s: %v", endpoint, err) // not this package's dynalite
+//	}
 package localstack

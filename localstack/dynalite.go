@@ -26,6 +26,10 @@ const EnvEndpoint = "DYNAMODB_ENDPOINT"
 // (the one holding package.json for dynalite) is found.
 const EnvDir = "CHECKOUT_LOCALSTACK_DIR"
 
+// EnvIndexLag names the variable that gives every dynalite started without
+// an explicit Options.IndexLag its default index lag ("500ms", "2s").
+const EnvIndexLag = "DYNALITE_INDEX_LAG"
+
 // Module is the module path whose go.mod marks the repository root.
 const Module = "github.com/checkout-dev/checkout"
 
@@ -46,6 +50,12 @@ type Options struct {
 	// Log receives the server's stdout and stderr; nil discards them. The
 	// last few kilobytes are kept either way and quoted when startup fails.
 	Log io.Writer
+	// IndexLag is how far every table's global secondary indexes trail its
+	// writes unless SetIndexLag says otherwise for that table. Zero leaves
+	// the server's default, $DYNALITE_INDEX_LAG or else none; a negative
+	// value means none even when that variable is set. It is rounded to
+	// whole milliseconds.
+	IndexLag time.Duration
 }
 
 // Dynalite is a running dynalite server.
@@ -152,7 +162,7 @@ var errExited = errors.New("dynalite exited during startup")
 
 func launch(ctx context.Context, node, dir string, port int, opts Options) (*Dynalite, error) {
 	args := []string{
-		"server.js", // dynalite's cli.js, made to survive clients that hang up mid-request
+		"server.js", // dynalite's cli.js with the shim, made to survive clients that hang up mid-request
 		"--host", "127.0.0.1",
 		"--port", strconv.Itoa(port),
 		"--createTableMs", "0",
@@ -161,6 +171,9 @@ func launch(ctx context.Context, node, dir string, port int, opts Options) (*Dyn
 	}
 	if opts.Path != "" {
 		args = append(args, "--path", opts.Path)
+	}
+	if opts.IndexLag != 0 {
+		args = append(args, "--index-lag", strconv.FormatInt(max(opts.IndexLag, 0).Milliseconds(), 10)+"ms")
 	}
 	d := &Dynalite{
 		Endpoint: "http://127.0.0.1:" + strconv.Itoa(port),

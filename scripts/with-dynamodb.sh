@@ -13,6 +13,8 @@
 #
 # DYNALITE_PATH=DIR keeps the data on disk in DIR (default: in memory).
 # DYNALITE_PORT=N   listens on port N (default: a free port).
+# DYNALITE_INDEX_LAG=D makes global secondary indexes trail writes by D
+#                   ("500ms"; default: none), as DynamoDB's may.
 set -euo pipefail
 
 if [ $# -eq 0 ]; then
@@ -32,6 +34,7 @@ tmp=$(mktemp -d)
 args=(-v --endpoint-file "$tmp/endpoint")
 [ -n "${DYNALITE_PATH:-}" ] && args+=(--path "$DYNALITE_PATH")
 [ -n "${DYNALITE_PORT:-}" ] && args+=(--port "$DYNALITE_PORT")
+[ -n "${DYNALITE_INDEX_LAG:-}" ] && args+=(--index-lag "$DYNALITE_INDEX_LAG")
 "$bin" "${args[@]}" >"$tmp/log" 2>&1 &
 pid=$!
 

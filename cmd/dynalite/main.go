@@ -1,11 +1,14 @@
 // Command dynalite runs the local DynamoDB-compatible server in the
 // foreground until SIGINT or SIGTERM:
 //
-//	go run ./cmd/dynalite [--path DIR] [--port N] [--endpoint-file FILE]
+//	go run ./cmd/dynalite [--path DIR] [--port N] [--index-lag D] [--endpoint-file FILE]
 //
 // It prints the endpoint on stdout once the server answers, and writes it to
 // FILE as well when asked (scripts/with-dynamodb.sh waits for that file).
 // Without --path the data lives in memory and is gone when it stops.
+// --index-lag (default $DYNALITE_INDEX_LAG) makes every table's global
+// secondary indexes trail its writes by D, as DynamoDB's may; tests refine
+// it per table prefix with localstack.SetIndexLag.
 package main
 
 import (
@@ -16,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/checkout-dev/checkout/localstack"
 )
@@ -32,9 +36,25 @@ func run() error {
 	port := flag.Int("port", 0, "listen on this `port` at 127.0.0.1 (default: a free one)")
 	endpointFile := flag.String("endpoint-file", "", "also write the endpoint to this `file` once ready")
 	verbose := flag.Bool("v", false, "copy the server's own output to stderr")
+	lagDefault := time.Duration(0)
+	if v := os.Getenv(localstack.EnvIndexLag); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return fmt.Errorf("%s=%q: not a duration", localstack.EnvIndexLag, v)
+		}
+		lagDefault = d
+	}
+	indexLag := flag.Duration("index-lag", lagDefault, "global secondary indexes trail writes by this `duration` (default $"+localstack.EnvIndexLag+", else none)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	if *indexLag < 0 {
+		return fmt.Errorf("negative --index-lag %v", *indexLag)
+	}
+	lag := *indexLag
+	if lag == 0 {
+		lag = -1 // none, even if the server would read a default from the environment
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -44,7 +64,7 @@ func run() error {
 	if *verbose {
 		log = os.Stderr
 	}
-	d, err := localstack.Start(ctx, localstack.Options{Path: *path, Port: *port, Log: log})
+	d, err := localstack.Start(ctx, localstack.Options{Path: *path, Port: *port, Log: log, IndexLag: lag})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,79 @@
+package localstack
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+)
+
+// ShimTarget is the X-Amz-Target prefix of the shim's own actions, which
+// only the dynalite started by this package understands.
+const ShimTarget = "DynamoDBShim."
+
+// SetIndexLag makes the global secondary indexes of every table whose name
+// starts with tablePrefix (existing tables and ones created later) trail
+// their writes by lag, on the dynalite at endpoint. Zero turns the lag off
+// for those tables. The longest matching prefix wins; it overrides the
+// server's default (Options.IndexLag, $DYNALITE_INDEX_LAG). Writes already
+// queued keep their place: index entries are applied in write order.
+//
+// It fails on any other DynamoDB-compatible server.
+func SetIndexLag(ctx context.Context, endpoint, tablePrefix string, lag time.Duration) error {
+	if lag < 0 {
+		return fmt.Errorf("localstack: negative index lag %v", lag)
+	}
+	body, err := json.Marshal(struct {
+		TablePrefix string
+		LagMs       int64
+	}{tablePrefix, lag.Milliseconds()})
+	if err != nil {
+		return err
+	}
+	return shimCall(ctx, endpoint, "SetIndexLag", body)
+}
+
+func shimCall(ctx context.Context, endpoint, action string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(endpoint, "/")+"/", bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("localstack: %s: %w", action, err)
+	}
+	req.Header.Set("Content-Type", "application/x-amz-json-1.0")
+	req.Header.Set("X-Amz-Target", ShimTarget+action)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("localstack: %s: %w", action, err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("localstack: %s at %s (is it this package's dynalite?): %s: %s", action, endpoint, resp.Status, out)
+	}
+	return nil
+}
+
+// ErrNoStream is returned by StreamARN for a table without an enabled stream.
+var ErrNoStream = errors.New("table has no enabled stream")
+
+// StreamARN returns the ARN of table's enabled DynamoDB stream (its
+// LatestStreamArn), for the Streams API (service/dynamodbstreams) on the
+// same endpoint. It works against AWS as well.
+func StreamARN(ctx context.Context, db *dynamodb.Client, table string) (string, error) {
+	out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
+	if err != nil {
+		return "", err
+	}
+	t := out.Table
+	if t.StreamSpecification == nil || !aws.ToBool(t.StreamSpecification.StreamEnabled) || t.LatestStreamArn == nil {
+		return "", fmt.Errorf("localstack: %s: %w", table, ErrNoStream)
+	}
+	return *t.LatestStreamArn, nil
+}

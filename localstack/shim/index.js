@@ -1,0 +1,291 @@
+// A shim that makes dynalite 4.0.0 behave like DynamoDB where this project's
+// correctness depends on it. server.js calls install() before dynalite's CLI
+// loads; install patches dynalite's modules in place (and in the require
+// cache), so the pinned package itself stays untouched. What changes:
+//
+//  1. ReturnValuesOnConditionCheckFailure. dynalite drops the field in its
+//     validation tables; it is accepted again on PutItem, UpdateItem and
+//     DeleteItem (ALL_OLD or NONE; anything else is a ValidationException, as
+//     on AWS), and a failed condition with ALL_OLD carries the existing item
+//     in the error body ("Item"), which the SDK exposes as
+//     ConditionalCheckFailedException.Item. BatchWriteItem has no conditions.
+//
+//  2. Index lag (indexlag.js): GSIs can trail the table by a configurable
+//     delay, per table at run time, so tests see the eventual consistency
+//     that DynamoDB has and dynalite lacks.
+//
+//  3. DynamoDB Streams (streams.js): StreamSpecification on CreateTable and
+//     UpdateTable, LatestStreamArn/LatestStreamLabel in the table
+//     description, a record for every write, and the Streams API.
+//
+// How: every write in dynalite passes the item's old and new image through
+// db.updateIndexes and then stores the item with one itemDb.put or del.
+// PutItem, UpdateItem and DeleteItem (which BatchWriteItem reuses) are run
+// with a per-request view of the store that notes what updateIndexes saw and
+// turns the item's put/del into one LevelDB batch with its stream record.
+//
+// Requests whose X-Amz-Target is DynamoDBStreams_20120810.* or DynamoDBShim.*
+// are answered here; everything else goes to dynalite unchanged.
+'use strict'
+
+const path = require('path')
+const crypto = require('crypto')
+const { IndexLag, parseDuration } = require('./indexlag')
+const { Streams } = require('./streams')
+
+const DIR = path.dirname(require.resolve('dynalite/package.json'))
+const dep = name => require(require.resolve(name, { paths: [ DIR ] }))
+const SHIM = Symbol('shim') // store[SHIM] = { lag, streams }
+const CHANGE = Symbol('change') // on a per-request store: what updateIndexes saw
+const STREAMS_API = 'DynamoDBStreams_20120810', SHIM_API = 'DynamoDBShim'
+
+function dynalite (rel) {
+  return require(path.join(DIR, rel))
+}
+
+// replace swaps a dynalite module's exports before anything else requires it.
+function replace (rel, wrap) {
+  const file = require.resolve(path.join(DIR, rel)), orig = require(file)
+  require.cache[file].exports = wrap(orig)
+}
+
+// install patches dynalite; argv is the command line as dynalite's CLI reads it.
+exports.install = function install (argv = dep('minimist')(process.argv.slice(2))) {
+  const defaultLag = parseDuration(argv['index-lag'] != null ? argv['index-lag'] : process.env.DYNALITE_INDEX_LAG)
+  if (!(defaultLag >= 0)) throw new Error('--index-lag / DYNALITE_INDEX_LAG: not a duration: ' + (argv['index-lag'] || process.env.DYNALITE_INDEX_LAG))
+
+  const db = dynalite('db')
+  const Big = dep('big.js')
+  const crc32 = dep('buffer-crc32')
+
+  // 1. ReturnValuesOnConditionCheckFailure: keep the field, attach the item.
+  for (const action of [ 'putItem', 'updateItem', 'deleteItem' ]) {
+    dynalite('validations/' + action).types.ReturnValuesOnConditionCheckFailure = { type: 'String', enum: [ 'ALL_OLD', 'NONE' ] }
+  }
+  const checkConditional = db.checkConditional
+  db.checkConditional = function (data, existingItem) {
+    const err = checkConditional.apply(this, arguments)
+    if (err && err.body && existingItem && data.ReturnValuesOnConditionCheckFailure === 'ALL_OLD') err.body.Item = existingItem
+    return err
+  }
+
+  // 3. StreamSpecification on CreateTable and UpdateTable.
+  const streamSpec = {
+    type: 'FieldStruct<StreamSpecification>',
+    children: {
+      StreamEnabled: { type: 'Boolean', notNull: true },
+      StreamViewType: { type: 'String', enum: Streams.VIEW_TYPES },
+    },
+  }
+  const checkSpec = spec => spec && spec.StreamEnabled && !spec.StreamViewType ?
+    'One or more parameter values were invalid: StreamViewType is required when StreamEnabled is true' : undefined
+  const createV = dynalite('validations/createTable'), createCustom = createV.custom
+  createV.types.StreamSpecification = streamSpec
+  createV.custom = function (data) {
+    return createCustom.apply(this, arguments) || checkSpec(data.StreamSpecification)
+  }
+  const updateV = dynalite('validations/updateTable'), updateCustom = updateV.custom
+  updateV.types.StreamSpecification = streamSpec
+  updateV.custom = function (data) {
+    if (data.StreamSpecification && !otherTableUpdates(data)) return checkSpec(data.StreamSpecification)
+    return updateCustom.apply(this, arguments) || checkSpec(data.StreamSpecification)
+  }
+
+  // 2 and 3. Each store gets its lag queues and its streams; every index
+  // update goes through the lag, and a per-request store notes the change.
+  const create = db.create, updateIndexes = db.updateIndexes
+  let store
+  db.create = function (options) {
+    store = create.apply(this, arguments)
+    const deps = { db, Big, updateIndexes }
+    store[SHIM] = { lag: new IndexLag(store, defaultLag, deps), streams: new Streams(store, deps) }
+    const deleteItemDb = store.deleteItemDb
+    store.deleteItemDb = function (name) { // DeleteTable, before it deletes anything
+      store[SHIM].lag.dropTable(name)
+      return deleteItemDb.apply(this, arguments)
+    }
+    return store
+  }
+  db.updateIndexes = function (s, table, oldItem, newItem, cb) {
+    if (Object.prototype.hasOwnProperty.call(s, CHANGE)) s[CHANGE] = { table, oldItem, newItem }
+    if (!s[SHIM]) return updateIndexes.apply(this, arguments)
+    s[SHIM].lag.update(s, table, oldItem, newItem, cb)
+  }
+
+  // 3. Writes run on a per-request store whose item put or delete carries
+  // the stream record. putItem and deleteItem are replaced before
+  // batchWriteItem requires them, so batches are recorded too.
+  for (const action of [ 'putItem', 'updateItem', 'deleteItem' ]) {
+    replace('actions/' + action, run => function (s, data, cb) {
+      return run(tracked(s), data, cb)
+    })
+  }
+
+  replace('actions/createTable', run => function (s, data, cb) {
+    const spec = data.StreamSpecification
+    if (!spec || !spec.StreamEnabled) {
+      delete data.StreamSpecification
+      return run(s, data, cb)
+    }
+    s[SHIM].streams.enable(data, spec.StreamViewType)
+    run(s, data, (err, res) => {
+      if (err) return cb(err)
+      s[SHIM].streams.register(res.TableDescription, err => cb(err, res))
+    })
+  })
+
+  replace('actions/deleteTable', run => function (s, data, cb) {
+    run(s, data, (err, res) => {
+      if (err) return cb(err)
+      s[SHIM].streams.disable(data.TableName, err => cb(err, res))
+    })
+  })
+
+  replace('actions/updateTable', run => function (s, data, cb) {
+    const spec = data.StreamSpecification
+    if (!spec) return run(s, data, cb)
+    delete data.StreamSpecification
+    updateStream(s, data.TableName, spec, (err, res) => {
+      if (err || !otherTableUpdates(data)) return cb(err, res)
+      run(s, data, cb)
+    })
+  })
+
+  function updateStream (s, name, spec, cb) {
+    s.tableDb.lock(name, release => {
+      cb = release(cb)
+      s.getTable(name, false, (err, table) => {
+        if (err) return cb(err)
+        if (table.TableStatus !== 'ACTIVE') {
+          return cb(inUse('Attempt to change a resource which is still in use: Table is being ' + table.TableStatus.toLowerCase() + ': ' + name))
+        }
+        const invalid = s[SHIM].streams.updateTable(table, spec)
+        if (invalid) return cb(invalid)
+        s.tableDb.put(name, table, err => {
+          if (err) return cb(err)
+          const done = err => cb(err, { TableDescription: table })
+          if (spec.StreamEnabled) s[SHIM].streams.register(table, done)
+          else s[SHIM].streams.disable(name, done)
+        })
+      })
+    })
+  }
+
+  // The HTTP server: answer the Streams API and the shim's own actions, and
+  // hold every request until the streams kept on disk are loaded.
+  replace('index.js', make => function (options) {
+    const server = make.apply(this, arguments)
+    const s = store
+    const dynaliteHandler = server.listeners('request')[0]
+    server.removeAllListeners('request')
+    let loaded = false
+    const ready = s[SHIM].streams.load().then(() => { loaded = true }, err => {
+      console.error('shim: cannot load streams:', err)
+      process.exit(1)
+    })
+    server.on('request', (req, res) => {
+      const [ api, op ] = String(req.headers['x-amz-target'] || '').split('.')
+      if (api !== STREAMS_API && api !== SHIM_API) {
+        if (loaded) return dynaliteHandler(req, res)
+        return ready.then(() => dynaliteHandler(req, res))
+      }
+      readJson(req, (err, data) => ready.then(() => {
+        if (!err) {
+          const target = api === SHIM_API ? s[SHIM].lag : s[SHIM].streams
+          const fn = (api === SHIM_API ? [ 'SetIndexLag' ] :
+            [ 'ListStreams', 'DescribeStream', 'GetShardIterator', 'GetRecords' ]).includes(op) && target[op]
+          try {
+            if (!fn) throw coralError('UnknownOperationException')
+            return send(res, 200, fn.call(target, data))
+          }
+          catch (e) {
+            err = e
+          }
+        }
+        if (!err.statusCode) console.error('shim:', err)
+        send(res, err.statusCode || 500, err.body ||
+          { __type: 'com.amazonaws.dynamodb.v20120810#InternalServerError', message: 'Internal server error' })
+      }))
+    })
+    if (s.options.path) {
+      // Apply queued index entries before a graceful stop; the data outlives us.
+      for (const sig of [ 'SIGTERM', 'SIGINT' ]) {
+        process.once(sig, () => s[SHIM].lag.flush(2000, () => process.kill(process.pid, sig)))
+      }
+    }
+    return server
+  })
+
+  function send (res, status, data) {
+    const body = JSON.stringify(data)
+    res.statusCode = status
+    res.setHeader('x-amzn-RequestId', crypto.randomBytes(39).toString('base64').toUpperCase().replace(/\+|\//g, '0'))
+    res.setHeader('x-amz-crc32', crc32.unsigned(body))
+    res.setHeader('Content-Type', 'application/x-amz-json-1.0')
+    res.setHeader('Content-Length', Buffer.byteLength(body))
+    res.end(body)
+  }
+}
+
+// tracked returns a view of store for one write: updateIndexes notes the
+// old and new item on it, and the item's put or del becomes one batch with
+// its stream record (plain put/del when there is no record to write).
+function tracked (store) {
+  const s = Object.create(store)
+  s[CHANGE] = null
+  s.getItemDb = function (name) {
+    const itemDb = store.getItemDb(name), view = Object.create(itemDb)
+    const commit = (key, item, cb) => {
+      const streams = store[SHIM].streams
+      const rec = s[CHANGE] && streams.recordFor(s[CHANGE])
+      if (!rec) return item ? itemDb.put(key, item, cb) : itemDb.del(key, cb)
+      // dynalite keeps a table's items under the prefix 'item-<table>~'.
+      const op = item ? { type: 'put', key: 'item-' + name + '~' + key, value: item } : { type: 'del', key: 'item-' + name + '~' + key }
+      streams.commit(op, rec, cb)
+    }
+    view.put = (key, item, cb) => commit(key, item, cb)
+    view.del = (key, cb) => commit(key, null, cb)
+    return view
+  }
+  return s
+}
+
+function otherTableUpdates (data) {
+  return !!(data.ProvisionedThroughput || data.BillingMode || data.SSESpecification ||
+    (data.GlobalSecondaryIndexUpdates && data.GlobalSecondaryIndexUpdates.length))
+}
+
+function readJson (req, cb) {
+  const chunks = []
+  let size = 0
+  req.on('error', () => {}) // a client gone mid-request has nobody to answer
+  req.on('data', c => {
+    size += c.length
+    if (size <= 16 << 20) chunks.push(c)
+  })
+  req.on('end', () => {
+    let data
+    try {
+      data = JSON.parse(Buffer.concat(chunks).toString() || '{}')
+    }
+    catch {
+      return cb(coralError('SerializationException'))
+    }
+    if (size > 16 << 20 || !data || typeof data !== 'object' || Array.isArray(data)) return cb(coralError('SerializationException'))
+    cb(null, data)
+  })
+}
+
+function coralError (type) {
+  const err = new Error(type)
+  err.statusCode = 400
+  err.body = { __type: 'com.amazon.coral.service#' + type }
+  return err
+}
+
+function inUse (message) {
+  const err = new Error(message)
+  err.statusCode = 400
+  err.body = { __type: 'com.amazonaws.dynamodb.v20120810#ResourceInUseException', message }
+  return err
+}
