@@ -352,6 +352,9 @@ func (s *Store) updateHeartbeat(ctx context.Context, agentID string, cond expres
 		return nil, true, nil
 	}
 	if len(returned) == 0 {
+		if !s.readAfterFailed {
+			return nil, false, nil
+		}
 		s.fallbackReads.Add(1)
 		hb, err := s.readHeartbeat(ctx, agentID)
 		return hb, false, err

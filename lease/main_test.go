@@ -123,8 +123,25 @@ func newEnv(t testing.TB) *env {
 		if n := e.count.ops["Scan"]; n > 0 {
 			t.Errorf("%d Scan requests: no operation may scan", n)
 		}
+		if n := e.store.FallbackReads(); n > 0 {
+			t.Errorf("%d reads after failed conditions: the local DynamoDB must return the item (ALL_OLD), as DynamoDB does", n)
+		}
 	})
 	return e
+}
+
+// The project's local DynamoDB returns the item with a failed condition, as
+// DynamoDB does, so the tests run the path AWS takes.
+func TestLocalDynamoDBReturnsItemOnConditionFailure(t *testing.T) {
+	e := newEnv(t)
+	c := ctx(t)
+	must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "probe", Name: "probe"}))
+	if ok := must[bool](t)(lease.ReturnsItemOnConditionFailure(c, e.db, e.names.Table(schema.AgentsTable), lease.AgentKey("probe"))); !ok {
+		t.Fatal("the local DynamoDB ignores ReturnValuesOnConditionCheckFailure")
+	}
+	if _, err := e.store.GetAgent(c, "probe"); err != nil {
+		t.Fatalf("the probe changed the item: %v", err)
+	}
 }
 
 func ctx(t testing.TB) context.Context {

@@ -159,9 +159,11 @@ func TestRaceReleaseAndTakeover(t *testing.T) {
 		grants := 0
 		race(8, func(i int) {
 			if i == 0 {
+				// Its lease ended with its heartbeat: not_checked_out, or
+				// not_holder once a takeover has landed.
 				_, err := e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "holder"})
-				if err != nil && !errors.Is(err, lease.ErrNotCheckedOut) {
-					t.Errorf("release: %v", err)
+				if !errors.Is(err, lease.ErrNotCheckedOut) && !errors.Is(err, lease.ErrNotHolder) {
+					t.Errorf("release by the dead holder: %v", err)
 				}
 				return
 			}

@@ -45,6 +45,12 @@ type Config struct {
 	// Notifier hears about ended leases and freed tasks. Default: logs.
 	Notifier Notifier
 	Logger   *slog.Logger
+	// ReadAfterFailedCondition is for DynamoDB-compatible servers that ignore
+	// ReturnValuesOnConditionCheckFailure: a failed condition that comes back
+	// without the item is followed by a consistent read. DynamoDB, and the
+	// project's own local server, return the item (none means there is
+	// none), so the default is false. See ReturnsItemOnConditionFailure.
+	ReadAfterFailedCondition bool
 	// EventRetention sets the TTL of audit events and inbox messages
 	// (default 30 days for events, 7 days for messages).
 	EventRetention time.Duration
@@ -66,22 +72,25 @@ type Store struct {
 	// fallbackReads counts reads made because the server did not return the
 	// item with a failed condition (ReturnValuesOnConditionCheckFailure is
 	// ignored by some emulators). DynamoDB itself never needs them.
-	fallbackReads atomic.Int64
+	readAfterFailed bool
+	fallbackReads   atomic.Int64
 }
 
 // New returns a Store.
 func New(cfg Config) *Store {
 	s := &Store{
-		db:         cfg.DB,
-		now:        cfg.Now,
-		notifier:   cfg.Notifier,
-		log:        cfg.Logger,
-		retention:  cfg.EventRetention,
-		tasks:      cfg.Tables.Table(schema.TasksTable),
-		agents:     cfg.Tables.Table(schema.AgentsTable),
-		heartbeats: cfg.Tables.Table(schema.HeartbeatsTable),
-		events:     cfg.Tables.Table(schema.EventsTable),
-		inbox:      cfg.Tables.Table(schema.InboxTable),
+		db:        cfg.DB,
+		now:       cfg.Now,
+		notifier:  cfg.Notifier,
+		log:       cfg.Logger,
+		retention: cfg.EventRetention,
+
+		readAfterFailed: cfg.ReadAfterFailedCondition,
+		tasks:           cfg.Tables.Table(schema.TasksTable),
+		agents:          cfg.Tables.Table(schema.AgentsTable),
+		heartbeats:      cfg.Tables.Table(schema.HeartbeatsTable),
+		events:          cfg.Tables.Table(schema.EventsTable),
+		inbox:           cfg.Tables.Table(schema.InboxTable),
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -164,6 +173,9 @@ func conditionFailed(err error) (item map[string]types.AttributeValue, ok bool) 
 // server returned, or else a strongly consistent read. nil means no task.
 func (s *Store) currentTask(ctx context.Context, returned map[string]types.AttributeValue, taskID string) (*taskItem, error) {
 	if len(returned) == 0 {
+		if !s.readAfterFailed {
+			return nil, nil // ALL_OLD with no item: there is none
+		}
 		s.fallbackReads.Add(1)
 		return s.getTask(ctx, taskID)
 	}
@@ -234,3 +246,36 @@ func queryAll[T any](ctx context.Context, db DB, table, index string, keyCond ex
 	}
 	return out, nil
 }
+
+// ReturnsItemOnConditionFailure reports whether the server at db honours
+// ReturnValuesOnConditionCheckFailure: ALL_OLD. It makes a write that cannot
+// succeed (delete the item key from table on condition that it does not
+// exist), so it changes nothing; the item must exist. Servers that answer
+// false need Config.ReadAfterFailedCondition.
+func ReturnsItemOnConditionFailure(ctx context.Context, db DB, table string, key map[string]types.AttributeValue) (bool, error) {
+	var keyName string
+	for k := range key {
+		keyName = k
+	}
+	expr, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(keyName))).Build()
+	if err != nil {
+		return false, err
+	}
+	_, err = db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: &table, Key: key,
+		ConditionExpression:                 expr.Condition(),
+		ExpressionAttributeNames:            expr.Names(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	returned, failed := conditionFailed(err)
+	if !failed {
+		if err == nil {
+			return false, fmt.Errorf("probe %s: the item to probe with does not exist", table)
+		}
+		return false, fmt.Errorf("probe %s: %w", table, err)
+	}
+	return len(returned) > 0, nil
+}
+
+// AgentKey is the agents-table key of an agent, for ReturnsItemOnConditionFailure.
+func AgentKey(agentID string) map[string]types.AttributeValue { return agentKey(agentID) }

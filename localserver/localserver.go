@@ -129,6 +129,17 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := s.store.EnsureAgent(ctx, AdminID, AdminID, true, s.adminKey); err != nil {
 		return nil, fmt.Errorf("localserver: admin agent: %w", err)
 	}
+	// The project's own dynalite, like DynamoDB, returns the item with a
+	// failed condition; another server named by DYNAMODB_ENDPOINT may not,
+	// and then the store reads the item back.
+	honours, err := lease.ReturnsItemOnConditionFailure(ctx, client, names.Table(schema.AgentsTable), lease.AgentKey(AdminID))
+	if err != nil {
+		return nil, fmt.Errorf("localserver: probe %s: %w", cfg.DynamoEndpoint, err)
+	}
+	if !honours {
+		cfg.Logger.Warn("the DynamoDB endpoint ignores ReturnValuesOnConditionCheckFailure; failed conditions cost one read more", "endpoint", cfg.DynamoEndpoint)
+		s.store = lease.New(lease.Config{DB: client, Tables: names, Now: cfg.Now, Logger: cfg.Logger, ReadAfterFailedCondition: true})
+	}
 
 	cache := auth.NewCache(s.store, AuthCacheTTL, cfg.Now)
 	handler := httpapi.New(s.store, httpapi.Options{
