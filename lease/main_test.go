@@ -130,6 +130,27 @@ func newEnv(t testing.TB) *env {
 	return e
 }
 
+// lag puts index lag on tables of this env whose name starts with
+// e.names.Prefix+table ("" for all of them), on the project's own dynalite.
+func (e *env) lag(t testing.TB, table string, d time.Duration) {
+	t.Helper()
+	if err := localstack.SetIndexLag(ctx(t), endpoint, e.names.Prefix+table, d); err != nil {
+		t.Fatalf("index lag: %v", err)
+	}
+}
+
+// eventually polls cond until it holds, for up to 10 s of real time: index
+// lag is the local DynamoDB's real time, not the test clock's.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // The project's local DynamoDB returns the item with a failed condition, as
 // DynamoDB does, so the tests run the path AWS takes.
 func TestLocalDynamoDBReturnsItemOnConditionFailure(t *testing.T) {
