@@ -99,8 +99,13 @@ bench: $(NODE_DEPS) ## Benchmark against dynamolock on one dynalite, full counts
 bench-quick: $(NODE_DEPS) ## The same benchmark with small counts (well under a minute)
 	cd bench && ../$(DYNAMO) $(GO) run ./cmd/bench -quick
 
-chaos: $(NODE_DEPS) ## Long linearizability and fault-injection runs (CHECKOUT_CHAOS=1)
-	CHECKOUT_CHAOS=1 $(DYNAMO) $(GO) test -race -count=1 -timeout 30m -v -run 'Linearizab' ./lease/
+CHAOS_LAGS ?= 0s 50ms 500ms
+
+chaos: $(NODE_DEPS) ## Long linearizability and fault-injection runs (CHECKOUT_CHAOS=1), under each index lag of CHAOS_LAGS
+	for lag in $(CHAOS_LAGS); do \
+		echo "index lag $$lag"; \
+		CHECKOUT_CHAOS=1 CHECKOUT_TEST_INDEX_LAG=$$lag $(DYNAMO) $(GO) test -race -count=1 -timeout 30m -v -run 'Linearizab|TestRace|TestConcurrent' ./lease/ || exit 1; \
+	done
 	CHECKOUT_CHAOS=1 $(DYNAMO) $(GO) test -race -count=1 -timeout 30m -v ./faults/
 
 fuzz: $(NODE_DEPS) ## Run every fuzz target for FUZZTIME each (default 30s); crashers land in testdata/fuzz

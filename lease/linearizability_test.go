@@ -186,9 +186,9 @@ func (s linState) step(in linIn) (linOut, linState) {
 }
 
 // sweep is the sweep's effect on one task: it ends a lease that has
-// expired; one whose holder is dead it may end or not (an agent already dead
-// and already swept is no longer in the sweep's index), so both states
-// follow.
+// expired or whose holder is dead, or it may not, since the indexes it reads
+// lag the table (the tests run with index lag): a lease granted a moment
+// ago may not be in them yet. Either way it never ends a live lease.
 func (s linState) sweep() []any {
 	if s.Holder == "" || s.live() {
 		return []any{s}
@@ -197,9 +197,6 @@ func (s linState) sweep() []any {
 	ended.EndOp = "sweep"
 	ended.clear()
 	ended.Status = lease.StatusTodo
-	if !s.timeValid() {
-		return []any{ended}
-	}
 	return []any{ended, s}
 }
 
@@ -393,6 +390,7 @@ func TestLinearizabilityWithHeartbeats(t *testing.T) {
 func linearizability(t *testing.T, heartbeats bool) {
 	cfg := linSize()
 	e := newEnv(t)
+	e.lag(t, "", raceLag)
 	c := ctx(t)
 	if os.Getenv("CHECKOUT_CHAOS") != "" {
 		var cancel context.CancelFunc
@@ -549,8 +547,10 @@ func TestLinearizabilityModelRejects(t *testing.T) {
 			op(0, linIn{Op: "release", Agent: "a", Run: "ra"}, replay, 21, 22),
 		}
 	}
-	if porcupine.CheckOperations(m, sweptExpired(rel)) {
-		t.Error("a sweep that left an expired lease in place was accepted")
+	// A sweep may leave an expired lease in place (its index may not show it
+	// yet), so a's release is still a retry then; both answers are legal.
+	if !porcupine.CheckOperations(m, sweptExpired(rel)) {
+		t.Error("a sweep whose index lagged behind an expired lease was rejected")
 	}
 	if !porcupine.CheckOperations(m, sweptExpired(linOut{Kind: "not_checked_out"})) {
 		t.Error("a correct history with a sweep was rejected")

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,16 @@ import (
 const racers = 32
 
 // race runs fn on n goroutines released at the same instant.
+// raceLag is the index lag the race and linearizability tests run under:
+// the decisions must hold while the indexes trail the table, as DynamoDB's
+// do. CHECKOUT_TEST_INDEX_LAG sets another (make chaos runs several).
+var raceLag = func() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("CHECKOUT_TEST_INDEX_LAG")); err == nil {
+		return d
+	}
+	return 150 * time.Millisecond
+}()
+
 func race(n int, fn func(i int)) {
 	var start, done sync.WaitGroup
 	start.Add(1)
@@ -33,6 +44,7 @@ func race(n int, fn func(i int)) {
 func TestRaceCheckout(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.lag(t, "", raceLag)
 	c := ctx(t)
 	e.task(t, "hot")
 	var lastFence int64
@@ -113,6 +125,7 @@ func assertOneEndPerLease(t *testing.T, e *env, taskID string) {
 func TestRaceCheckoutAndSweep(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.lag(t, "", raceLag)
 	c := ctx(t)
 	e.task(t, "t")
 	for round := range 10 {
@@ -149,6 +162,7 @@ func TestRaceCheckoutAndSweep(t *testing.T) {
 func TestRaceReleaseAndTakeover(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.lag(t, "", raceLag)
 	c := ctx(t)
 	e.task(t, "t")
 	for round := range 10 {
@@ -193,6 +207,7 @@ func TestRaceReleaseAndTakeover(t *testing.T) {
 func TestRaceRenewAndExpiry(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.lag(t, "", raceLag)
 	c := ctx(t)
 	e.task(t, "t")
 	for round := range 10 {
@@ -243,6 +258,7 @@ func TestRaceRenewAndExpiry(t *testing.T) {
 func TestRaceClaims(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.lag(t, "", raceLag)
 	c := ctx(t)
 	const tasks = 40
 	for i := range tasks {
@@ -280,6 +296,7 @@ func TestRaceClaims(t *testing.T) {
 func TestConcurrentSweeps(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.lag(t, "", raceLag)
 	c := ctx(t)
 	const leases = 20
 	for i := range leases {
