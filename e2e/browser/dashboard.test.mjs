@@ -400,6 +400,10 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await page.locator('#signin').waitFor();
     assert.equal(await page.evaluate(() => sessionStorage.getItem('checkout.apiKey')), null);
     await page.locator('#signin-error').filter({ hasText: 'Signed out' }).waitFor();
+    // And back in, in the same tab.
+    await page.fill('#key', keys.carol);
+    await page.press('#key', 'Enter');
+    await row(page, 't-takeover').waitFor();
     await page.close();
   });
 

@@ -75,6 +75,10 @@ function showSignIn(message) {
   signedIn = false;
   clearTimeout(timer);
   generation++;
+  current = null;
+  lastOK = null;
+  failing = false;
+  document.title = 'Sign in · checkout';
   for (const v of Object.values(views)) v.reset?.();
   for (const el of document.querySelectorAll('.view')) el.hidden = true;
   $('nav').hidden = true;
