@@ -14,24 +14,53 @@ DYNAMO        := scripts/with-dynamodb.sh
 LOCALSTACK    := localstack
 # npm writes this file at the end of every install: it is the install stamp.
 NODE_DEPS     := $(LOCALSTACK)/node_modules/.package-lock.json
+# The dashboard's browser test: playwright-core (npm, pinned) drives Debian's
+# chromium headless. CHROMIUM=PATH points it at another build.
+BROWSER_DIR   := e2e/browser
+BROWSER_DEPS  := $(BROWSER_DIR)/node_modules/.package-lock.json
+BROWSER_TEST  := node --test $(BROWSER_DIR)/dashboard.test.mjs
+CHROMIUM      ?= /usr/bin/chromium
+export CHROMIUM
 
-.PHONY: help deps test lint clean
+.PHONY: help deps test test-browser screenshot chromium lint clean
 
 help: ## List the targets
-	@awk 'BEGIN { FS = ":.*## " } /^[A-Za-z0-9_.-]+:.*## / { printf "  %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@awk 'BEGIN { FS = ":.*## " } /^[A-Za-z0-9_.-]+:.*## / { printf "  %-13s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-deps: $(NODE_DEPS) ## Install what tests need: dynalite (npm ci) and Go modules
+deps: $(NODE_DEPS) $(BROWSER_DEPS) chromium ## Install what tests need: dynalite and playwright-core (npm ci), chromium, Go modules
 	$(GO) mod download
 
 $(NODE_DEPS): $(LOCALSTACK)/package.json $(LOCALSTACK)/package-lock.json
 	cd $(LOCALSTACK) && npm ci --no-audit --no-fund
 	@touch $@
 
-test: deps ## Vet, then run all tests with the race detector against one local DynamoDB
+$(BROWSER_DEPS): $(BROWSER_DIR)/package.json $(BROWSER_DIR)/package-lock.json
+	cd $(BROWSER_DIR) && npm ci --no-audit --no-fund
+	@touch $@
+
+# Debian's chromium, installed with apt-get when it is missing and we are
+# root; otherwise the browser test says how to get it (and fails under CI=true).
+chromium:
+	@if [ -x "$(CHROMIUM)" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's chromium for the dashboard's browser test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	else \
+		echo "no browser at $(CHROMIUM): install Debian's chromium (apt-get install chromium) for the browser test"; \
+	fi
+
+test: deps ## Vet, then run all tests (Go with the race detector, then the dashboard in headless chromium) against one local DynamoDB
 	$(GO) vet $(GO_PACKAGES)
 	$(DYNAMO) $(GO) test $(GO_TEST_FLAGS) $(GO_PACKAGES)
 	cd infra && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd bench && $(GO) vet ./... && ../$(DYNAMO) $(GO) test -count=1 ./...
+	$(DYNAMO) $(BROWSER_TEST)
+
+test-browser: $(NODE_DEPS) $(BROWSER_DEPS) chromium ## Run only the dashboard's browser test (screenshots in e2e/browser/out/)
+	$(DYNAMO) $(BROWSER_TEST)
+
+screenshot: $(NODE_DEPS) $(BROWSER_DEPS) chromium ## Run the browser test and refresh the README's docs/dashboard.png
+	CHECKOUT_UPDATE_SCREENSHOT=1 $(DYNAMO) $(BROWSER_TEST)
 
 lint: ## Check gofmt and go vet (and staticcheck when it is installed)
 	@unformatted=$$(find . \( -name node_modules -o -name cdk.out -o -name .git \) -prune -o -name '*.go' -print | xargs gofmt -l); \
@@ -40,7 +69,7 @@ lint: ## Check gofmt and go vet (and staticcheck when it is installed)
 	@if command -v staticcheck >/dev/null; then staticcheck $(GO_PACKAGES); else echo "staticcheck not installed: skipped"; fi
 
 clean: ## Remove build output and installed node modules (local data in .dynalite/ is kept)
-	rm -rf bin dist $(LOCALSTACK)/node_modules
+	rm -rf bin dist $(LOCALSTACK)/node_modules $(BROWSER_DIR)/node_modules $(BROWSER_DIR)/out
 
 # The local service and the Lambda functions. Each function is a
 # dist/<name>/bootstrap for the provided.al2023 runtime on arm64.

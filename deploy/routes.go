@@ -8,6 +8,8 @@
 // The package depends only on lease/schema, so the CDK module can import it.
 package deploy
 
+import "strings"
+
 // Function names. Each is built by `make build` as dist/<name>/bootstrap.
 const (
 	Health     = "health"
@@ -60,4 +62,29 @@ var Routes = []Route{
 
 	{"GET", "/api/inbox", Inbox, false},
 	{"DELETE", "/api/inbox/{message_id}", Inbox, false},
+
+	// The dashboard's static files (package ui), public: the page signs in
+	// with an API key of its own and calls the routes above.
+	{"GET", "/", Health, true},
+	{"GET", "/ui/{proxy+}", Health, true},
+}
+
+// Dashboard reports whether r serves the dashboard's static files rather
+// than the JSON API.
+func (r Route) Dashboard() bool {
+	return r.Function == Health && (r.Path == "/" || strings.HasPrefix(r.Path, "/ui/"))
+}
+
+// Pattern is the route as a net/http ServeMux pattern: "GET /" matches
+// the root alone ("GET /{$}"), and API Gateway's greedy {name+} is
+// ServeMux's {name...}.
+func (r Route) Pattern() string {
+	p := r.Path
+	if p == "/" {
+		p = "/{$}"
+	}
+	if i := strings.LastIndex(p, "+}"); i >= 0 && i == len(p)-2 {
+		p = p[:i] + "...}"
+	}
+	return r.Method + " " + p
 }

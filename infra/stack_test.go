@@ -205,9 +205,9 @@ func TestEveryRouteExistsAndPointsAtItsFunction(t *testing.T) {
 			t.Errorf("route %s: authorization %v %v, want CUSTOM with %s", rt.Key(), p["AuthorizationType"], p["AuthorizerId"], authorizerID)
 		}
 	}
-	// Only /healthz is public.
+	// Only /healthz and the dashboard's static files are public.
 	for _, rt := range Routes {
-		if rt.Public != (rt.Key() == "GET /healthz") {
+		if rt.Public != (rt.Key() == "GET /healthz" || rt.Dashboard()) {
 			t.Errorf("route %s: public=%v", rt.Key(), rt.Public)
 		}
 	}

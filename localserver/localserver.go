@@ -1,7 +1,8 @@
 // Package localserver runs the whole checkout service as one process: the
-// HTTP API of every Lambda function, authentication as middleware with an
-// in-process key cache, and the sweep on a ticker, all against a
-// DynamoDB-compatible endpoint (dynalite by default).
+// HTTP API of every Lambda function, the dashboard (package ui) at / and
+// /ui/, authentication as middleware with an in-process key cache, and the
+// sweep on a ticker, all against a DynamoDB-compatible endpoint (dynalite by
+// default).
 //
 // cmd/checkout-server is its command; tests of the CLI, the client and the
 // MCP server start it in-process:
@@ -27,6 +28,7 @@ import (
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/localstack"
+	"github.com/checkout-dev/checkout/ui"
 )
 
 // Defaults.
@@ -156,7 +158,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	s.url = "http://" + hostPort(ln.Addr().(*net.TCPAddr))
 	s.http = &http.Server{
-		Handler:           handler,
+		Handler:           ui.With(handler),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,

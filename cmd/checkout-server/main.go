@@ -1,6 +1,7 @@
 // Command checkout-server runs the checkout service on this machine: every
-// route of the HTTP API, the sweep on a ticker, and (unless DYNAMODB_ENDPOINT
-// names one) its own dynalite, in memory or on disk. `make run` starts it.
+// route of the HTTP API, the dashboard at / (package ui), the sweep on a
+// ticker, and (unless DYNAMODB_ENDPOINT names one) its own dynalite, in
+// memory or on disk. `make run` starts it.
 //
 // Environment:
 //

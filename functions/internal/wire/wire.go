@@ -25,6 +25,7 @@ import (
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/notify"
+	"github.com/checkout-dev/checkout/ui"
 )
 
 // Environment variables the functions read. The stack sets the first two.
@@ -112,9 +113,13 @@ func NewStore(db lease.DB, n lease.Notifier, e Env, log *slog.Logger) *lease.Sto
 // HTTP is the Lambda handler of the route-group function fn: the API's
 // handler restricted to fn's routes, without an authenticator of its own (the
 // Lambda authorizer has authenticated the caller, and the adapter passes the
-// principal on). svc may be nil for the health function.
+// principal on). svc may be nil for the health function, which also serves
+// the dashboard's static files (GET / and GET /ui/{proxy+}, public routes).
 func HTTP(fn string, svc httpapi.Service, e Env, log *slog.Logger) func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	h := httpapi.New(svc, httpapi.Options{AutoCreateTasks: e.AutoCreateTasks, Logger: log, Now: e.Now})
+	if fn == Health {
+		h = ui.With(h)
+	}
 	return apigw.Handler(Only(fn, h))
 }
 
@@ -132,7 +137,7 @@ func Only(fn string, h http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	for _, r := range Routes {
 		if r.Function == fn {
-			mux.Handle(r.Method+" "+r.Path, h)
+			mux.Handle(r.Pattern(), h)
 		}
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,118 @@
+// Agents (admin keys only: GET /api/agents is an admin route): liveness by
+// heartbeat, the last heartbeat, the leases each holds, and remove.
+
+import { get, del, seg } from './api.js';
+import { $, h, text, reconcile, taskLink, replace, td } from './dom.js';
+import { setTime, ago, ms } from './format.js';
+
+let agents = [];
+let held = new Map(); // agent_id -> [task_id]
+
+const STATUS = {
+  alive: 'Alive',
+  dead: 'Dead',
+  never: 'Never heard from',
+};
+
+const status = (a) => (a.alive === true ? 'alive' : a.alive === false ? 'dead' : 'never');
+
+const view = {
+  title: () => 'Agents',
+
+  async load(ctx) {
+    const [list, live] = await Promise.all([get('/api/agents'), get('/api/checkouts')]);
+    agents = (list.agents || []).slice().sort((a, b) => (a.name || a.agent_id).localeCompare(b.name || b.agent_id) || a.agent_id.localeCompare(b.agent_id));
+    held = new Map();
+    for (const c of live.checkouts || []) {
+      if (!held.has(c.agent_id)) held.set(c.agent_id, []);
+      held.get(c.agent_id).push(c.task_id);
+    }
+    for (const a of agents) ctx.names.set(a.agent_id, a.name || a.agent_id);
+    reconcile($('agents-body'), agents, (a) => a.agent_id, (a) => makeRow(ctx, a), updateRow);
+    text($('agents-count'), `(${agents.length})`);
+    $('agents-empty').hidden = agents.length > 0;
+  },
+
+  tick() {
+    for (const row of $('agents-body').children) updateAgo(row);
+  },
+
+  reset() {
+    agents = [];
+    held = new Map();
+    $('agents-body').replaceChildren();
+    text($('agents-count'), '');
+  },
+};
+
+function makeRow(ctx, a) {
+  const remove = h('button', { type: 'button', class: 'danger small remove', 'aria-label': `Remove agent ${a.agent_id}` }, 'Remove…');
+  remove.addEventListener('click', () => removeAgent(ctx, remove.closest('tr').agent));
+  return h('tr', {},
+    td('Agent', h('span', { class: 'agent-name' }), h('span', { class: 'badge admin-badge', hidden: true }, 'admin'), h('span', { class: 'sub mono agent-id' })),
+    td('Status', h('span', { class: 'state' })),
+    td('Last heartbeat', h('time', { class: 'heartbeat' }), h('span', { class: 'sub heartbeat-ago' })),
+    td('Leases held', h('span', { class: 'held' })),
+    td('Actions', remove),
+  );
+}
+
+function updateRow(row, a) {
+  row.agent = a;
+  text(row.querySelector('.agent-name'), a.name || a.agent_id);
+  row.querySelector('.admin-badge').hidden = !a.admin;
+  text(row.querySelector('.agent-id'), a.agent_id);
+  const st = status(a);
+  const state = row.querySelector('.state');
+  state.className = 'state state-' + st;
+  text(state, STATUS[st]);
+  const hb = row.querySelector('.heartbeat');
+  if (a.last_heartbeat_at) setTime(hb, a.last_heartbeat_at);
+  else text(hb, '—');
+  updateAgo(row);
+  const tasks = held.get(a.agent_id) || [];
+  const cell = row.querySelector('.held');
+  const key = tasks.join('\n');
+  if (cell.dataset.tasks !== key || cell.childNodes.length === 0) {
+    cell.dataset.tasks = key;
+    const shown = tasks.slice(0, 5);
+    replace(cell,
+      h('span', { class: 'count-n' }, String(tasks.length)),
+      shown.length ? h('span', { class: 'sub' }, ...shown.flatMap((t, i) => [i ? ', ' : '', taskLink(t)]), tasks.length > shown.length ? ` and ${tasks.length - shown.length} more` : '') : null,
+    );
+  }
+}
+
+function updateAgo(row) {
+  const a = row.agent;
+  if (!a) return;
+  const t = ms(a.last_heartbeat_at);
+  text(row.querySelector('.heartbeat-ago'), t ? ago((Date.now() - t) / 1000) : '');
+}
+
+function removeAgent(ctx, a) {
+  if (!a) return;
+  const tasks = held.get(a.agent_id) || [];
+  const who = a.name && a.name !== a.agent_id ? `${a.name} (${a.agent_id})` : a.agent_id;
+  const body = [
+    `Its API key stops working at once${a.admin ? ', and it loses its admin rights' : ''}.`,
+    tasks.length
+      ? h('p', {}, `Its ${tasks.length === 1 ? 'live lease ends' : tasks.length + ' live leases end'} at once, recorded as “holder died” (agent_death, reason “agent removed”): `,
+        ...tasks.flatMap((t, i) => [i ? ', ' : '', h('strong', { class: 'mono' }, t)]),
+        `. ${tasks.length === 1 ? 'That task goes' : 'Those tasks go'} back to “to do”, free for other agents to check out, and ${tasks.length === 1 ? 'its' : 'their'} watchers are told.`)
+      : 'It holds no live lease, so no task is affected.',
+    'Its past events stay in the audit trail. The same id can be registered again later and starts clean.',
+  ];
+  ctx.confirm({
+    title: `Remove agent ${who}?`,
+    body,
+    action: 'Remove agent',
+    run: async () => {
+      await del('/api/agents/' + seg(a.agent_id));
+      ctx.notice(`Removed agent ${who}${tasks.length ? `; ${tasks.length} ${tasks.length === 1 ? 'lease' : 'leases'} ended` : ''}.`);
+      ctx.refresh();
+    },
+  });
+}
+
+export default view;

@@ -1,0 +1,124 @@
+// The JSON API as the dashboard uses it: one fetch wrapper that adds the
+// bearer key and turns every failure into an ApiError whose message is a
+// sentence for a person. Nothing here ever shows a stack trace or a raw body.
+
+const KEY = 'checkout.apiKey';
+const TIMEOUT_MS = 10000;
+
+// The key lives in sessionStorage only: gone when the tab closes, never in a
+// cookie, a URL or local storage.
+export const session = {
+  get key() { return sessionStorage.getItem(KEY) || ''; },
+  set key(v) { sessionStorage.setItem(KEY, v); },
+  clear() { sessionStorage.removeItem(KEY); },
+};
+
+export class ApiError extends Error {
+  // status is the HTTP status (0: no answer); code the API's error code.
+  constructor(status, code, message) {
+    super(message);
+    this.name = 'ApiError';
+    this.status = status;
+    this.code = code;
+  }
+}
+
+// The server's own sentence, when the answer is the API's error body: the
+// contract says it is written for a person and never carries internals.
+function serverSentence(body) {
+  if (body && typeof body.error === 'string' && body.error.length > 0 && body.error.length <= 300) {
+    return body.error;
+  }
+  return '';
+}
+
+// describe turns a status (and the API's error body, if any) into words.
+export function describe(status, body) {
+  const said = serverSentence(body);
+  switch (true) {
+    case status === 0:
+      return 'Cannot reach the server: it may be down or restarting. The dashboard keeps trying.';
+    case status === 401:
+      return 'The server did not accept this API key: it is unknown, revoked or mistyped.';
+    case status === 403:
+      return 'This key is not allowed to do that (403)' + (said ? ': ' + said : '.');
+    case status === 503:
+      return 'The server cannot reach its database right now (503). The dashboard keeps trying.';
+    case status >= 500:
+      return `The server failed to answer (HTTP ${status}). It has logged the problem; try again shortly.`;
+    case status === 404 && !said:
+      return 'Not found (404).';
+    default:
+      return said || `The server refused the request (HTTP ${status}).`;
+  }
+}
+
+// request calls the API and returns the decoded JSON body, or throws an
+// ApiError.
+export async function request(method, path, body) {
+  const headers = { Authorization: 'Bearer ' + session.key, Accept: 'application/json' };
+  const init = { method, headers, cache: 'no-store', credentials: 'omit', redirect: 'error' };
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), TIMEOUT_MS);
+  init.signal = abort.signal;
+  let resp;
+  try {
+    resp = await fetch(path, init);
+  } catch {
+    if (abort.signal.aborted) {
+      throw new ApiError(0, 'timeout', `The server did not answer within ${TIMEOUT_MS / 1000} seconds. The dashboard keeps trying.`);
+    }
+    throw new ApiError(0, 'network', describe(0));
+  } finally {
+    clearTimeout(timer);
+  }
+  let data = null;
+  const type = resp.headers.get('Content-Type') || '';
+  if (type.startsWith('application/json')) {
+    try { data = await resp.json(); } catch { data = null; }
+  }
+  if (!resp.ok) {
+    throw new ApiError(resp.status, (data && typeof data.code === 'string') ? data.code : '', describe(resp.status, data));
+  }
+  if (data === null) {
+    throw new ApiError(resp.status, 'bad_answer', 'The server answered with something that is not the API’s JSON. Is this the checkout service?');
+  }
+  return data;
+}
+
+export const get = (path) => request('GET', path);
+export const post = (path, body) => request('POST', path, body ?? {});
+export const del = (path) => request('DELETE', path);
+
+// id encodes an identifier for a path segment.
+export const seg = (id) => encodeURIComponent(id);
+
+// pages follows next_cursor for up to max pages and returns every item.
+export async function pages(path, field, max = 10) {
+  const out = [];
+  let cursor = null;
+  for (let i = 0; i < max; i++) {
+    const sep = path.includes('?') ? '&' : '?';
+    const page = await get(cursor ? `${path}${sep}cursor=${encodeURIComponent(cursor)}` : path);
+    out.push(...(page[field] || []));
+    cursor = page.next_cursor;
+    if (!cursor) break;
+  }
+  return out;
+}
+
+// probe reports whether the API serves a route: false when it answers 404
+// not_found (a route this deployment does not have yet).
+export async function probe(path) {
+  try {
+    await get(path);
+    return true;
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 404) return false;
+    throw err;
+  }
+}

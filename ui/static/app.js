@@ -1,0 +1,355 @@
+// The dashboard's shell: sign-in, the views and their hash routes, the
+// refresh loop ("updated N s ago"), errors in words, and the confirm dialog.
+
+import { ApiError, session, get, probe } from './api.js';
+import { $, text, attr } from './dom.js';
+import { ago } from './format.js';
+import checkouts from './checkouts.js';
+import agents from './agents.js';
+import queues from './queues.js';
+import events from './events.js';
+import task from './task.js';
+
+const REFRESH_MS = 3000;
+
+const views = { checkouts, agents, queues, events, task };
+
+// ctx is what every view shares.
+const ctx = {
+  admin: false,
+  features: { queues: false, events: false },
+  // names maps agent ids to names, from leases and (for admins) the agents
+  // list, so that events, which carry ids only, can show names.
+  names: new Map(),
+  confirm,
+  notice,
+  refresh: () => refresh(),
+  signOut: (message) => signOut(message),
+};
+
+let signedIn = false;
+let current = null; // { view, arg }
+let timer = null;
+let generation = 0;
+let lastOK = null; // performance.now() of the last successful load
+let failing = false;
+
+// --- errors --------------------------------------------------------------
+
+// words is what a person is told about err: the API's errors are already
+// sentences; anything else is a bug in the page, reported without details.
+function words(err) {
+  if (err instanceof ApiError) return err.message;
+  console.error(err);
+  return 'The dashboard hit an unexpected problem showing this view. Reload the page; if it happens again, the browser console has the details for a bug report.';
+}
+
+function showBanner(message) {
+  const b = $('banner');
+  text(b, message);
+  b.hidden = !message;
+}
+
+function notice(message) {
+  const n = $('notice');
+  text(n, '');
+  // A fresh text node, so that screen readers announce a repeated notice.
+  requestAnimationFrame(() => text(n, message));
+  clearTimeout(notice.timer);
+  notice.timer = setTimeout(() => text(n, ''), 8000);
+}
+
+window.addEventListener('error', (e) => {
+  e.preventDefault();
+  console.error(e.error || e.message);
+  showBanner(words(new Error('uncaught')));
+});
+window.addEventListener('unhandledrejection', (e) => {
+  e.preventDefault();
+  showBanner(words(e.reason));
+});
+
+// --- sign-in -------------------------------------------------------------
+
+function showSignIn(message) {
+  signedIn = false;
+  clearTimeout(timer);
+  generation++;
+  current = null;
+  lastOK = null;
+  failing = false;
+  document.title = 'Sign in · checkout';
+  for (const v of Object.values(views)) v.reset?.();
+  for (const el of document.querySelectorAll('.view')) el.hidden = true;
+  $('nav').hidden = true;
+  $('session').hidden = true;
+  $('status-line').hidden = true;
+  showBanner('');
+  $('signin').hidden = false;
+  text($('signin-error'), message || '');
+  attr($('key'), 'aria-invalid', message ? 'true' : null);
+  $('signin-retry').hidden = !session.key;
+  $('key').focus();
+}
+
+// signIn checks key: GET /api/agents answers 200 to an admin key, 403 to an
+// agent's and 401 to anything else. Then it asks which optional routes this
+// deployment serves.
+async function signIn(key) {
+  session.key = key;
+  let admin;
+  try {
+    await get('/api/agents');
+    admin = true;
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 403) {
+      admin = false;
+    } else {
+      if (err instanceof ApiError && err.status === 401) session.clear();
+      throw err;
+    }
+  }
+  const optional = (path) => probe(path).catch(() => false);
+  const [hasQueues, hasEvents] = await Promise.all([optional('/api/queues'), optional('/api/events?limit=1')]);
+  ctx.admin = admin;
+  ctx.features = { queues: hasQueues, events: hasEvents };
+  signedIn = true;
+  document.body.classList.toggle('is-admin', admin);
+  for (const a of document.querySelectorAll('#nav a')) {
+    const need = a.dataset.feature;
+    a.hidden = (a.hasAttribute('data-admin') && !admin) || (need !== undefined && !ctx.features[need]);
+  }
+  text($('role'), admin ? 'Admin key' : 'Agent key');
+  $('signin').hidden = true;
+  $('nav').hidden = false;
+  $('session').hidden = false;
+  $('status-line').hidden = false;
+  route(true);
+}
+
+async function trySignIn(key) {
+  const button = $('signin-submit');
+  button.disabled = true;
+  text($('signin-error'), '');
+  try {
+    await signIn(key);
+    $('key').value = '';
+  } catch (err) {
+    showSignIn(words(err));
+  } finally {
+    button.disabled = false;
+  }
+}
+
+function signOut(message) {
+  session.clear();
+  ctx.admin = false;
+  ctx.names.clear();
+  document.body.classList.remove('is-admin');
+  showSignIn(message);
+  if (location.hash && location.hash !== '#/checkouts') history.replaceState(null, '', location.pathname);
+}
+
+// --- routing -------------------------------------------------------------
+
+function parse(hash) {
+  const m = /^#\/([a-z]+)(?:\/(.*))?$/.exec(hash);
+  if (!m) return null;
+  const [, name, rest] = m;
+  if (name === 'task' && rest) {
+    try { return { view: 'task', arg: decodeURIComponent(rest) }; } catch { return null; }
+  }
+  if (views[name] && name !== 'task') return { view: name, arg: null };
+  return null;
+}
+
+function allowed(name) {
+  if (name === 'agents') return ctx.admin;
+  if (name === 'queues' || name === 'events') return ctx.features[name];
+  return true;
+}
+
+function route(initial = false) {
+  if (!signedIn) return;
+  let next = parse(location.hash);
+  if (!next || !allowed(next.view)) {
+    next = { view: 'checkouts', arg: null };
+    if (location.hash && location.hash !== '#/checkouts') history.replaceState(null, '', '#/checkouts');
+  }
+  const changed = !current || current.view !== next.view || current.arg !== next.arg;
+  current = next;
+  for (const [name, v] of Object.entries(views)) {
+    $('view-' + name).hidden = name !== next.view;
+    if (name !== next.view) v.leave?.();
+  }
+  for (const a of document.querySelectorAll('#nav a')) {
+    attr(a, 'aria-current', a.dataset.view === next.view ? 'page' : null);
+  }
+  if (changed) {
+    lastOK = null;
+    failing = false;
+    showBanner('');
+    views[next.view].enter?.(ctx, next.arg);
+    document.title = `${views[next.view].title(next.arg)} · checkout`;
+    if (!initial) $(next.view + '-h').focus({ preventScroll: false });
+  }
+  refresh();
+}
+
+window.addEventListener('hashchange', () => route());
+
+// --- refresh -------------------------------------------------------------
+
+async function refresh() {
+  clearTimeout(timer);
+  if (!signedIn || !current) return;
+  const gen = ++generation;
+  const { view, arg } = current;
+  try {
+    await views[view].load(ctx, arg);
+    if (gen !== generation) return;
+    lastOK = performance.now();
+    failing = false;
+    showBanner('');
+  } catch (err) {
+    if (gen !== generation) return;
+    if (err instanceof ApiError && err.status === 401) {
+      signOut('The server no longer accepts this key (it may have been revoked). Sign in again.');
+      return;
+    }
+    failing = true;
+    showBanner(words(err));
+  } finally {
+    if (gen === generation && signedIn) {
+      tick();
+      timer = setTimeout(refresh, REFRESH_MS);
+    }
+  }
+}
+
+// tick runs every second: the "updated" line and the views' clocks (the
+// remaining bars run down between refreshes).
+function tick() {
+  if (!signedIn || !current) return;
+  const now = performance.now();
+  const el = $('updated');
+  if (lastOK === null) {
+    text(el, failing ? 'Not updated yet' : 'Loading…');
+  } else {
+    const s = (now - lastOK) / 1000;
+    text(el, `Updated ${ago(s)}${failing ? ' (showing older data)' : ''}`);
+  }
+  el.dataset.stale = failing ? 'true' : 'false';
+  views[current.view].tick?.(ctx, now);
+}
+setInterval(tick, 1000);
+
+document.addEventListener('visibilitychange', () => {
+  if (!document.hidden && signedIn) refresh();
+});
+
+// --- confirm dialog ------------------------------------------------------
+
+// confirm asks before a destructive action. opts: title, body (nodes or
+// strings), action (the button's words), reason (ask for one: its label),
+// run (async, given the reason; an ApiError it throws is shown in the
+// dialog, which stays open). Resolves true when run succeeded.
+function confirm(opts) {
+  const dialog = $('confirm');
+  const form = $('confirm-form');
+  const reasonRow = $('confirm-reason-row');
+  const reason = $('confirm-reason');
+  const ok = $('confirm-ok');
+  const cancel = $('confirm-cancel');
+  const error = $('confirm-error');
+  text($('confirm-title'), opts.title);
+  $('confirm-body').replaceChildren(...[].concat(opts.body).map((b) => (b instanceof Node ? b : Object.assign(document.createElement('p'), { textContent: b }))));
+  text(ok, opts.action);
+  text(error, '');
+  reason.value = '';
+  reasonRow.hidden = !opts.reason;
+  reason.required = Boolean(opts.reason);
+  const returnFocus = document.activeElement;
+
+  return new Promise((resolve) => {
+    let busy = false;
+    const done = (result) => {
+      form.removeEventListener('submit', onSubmit);
+      cancel.removeEventListener('click', onCancel);
+      dialog.removeEventListener('cancel', onEscape);
+      if (dialog.open) dialog.close();
+      if (returnFocus && returnFocus.isConnected) returnFocus.focus();
+      resolve(result);
+    };
+    const onCancel = () => { if (!busy) done(false); };
+    const onEscape = (e) => { e.preventDefault(); onCancel(); };
+    const onSubmit = async (e) => {
+      e.preventDefault();
+      if (busy) return;
+      const why = reason.value.trim();
+      if (opts.reason && !why) {
+        text(error, 'Give a reason: it goes into the task’s audit trail.');
+        attr(reason, 'aria-invalid', 'true');
+        reason.focus();
+        return;
+      }
+      attr(reason, 'aria-invalid', null);
+      busy = true;
+      ok.disabled = true;
+      text(error, '');
+      try {
+        await opts.run(why);
+        done(true);
+      } catch (err) {
+        text(error, words(err));
+      } finally {
+        busy = false;
+        ok.disabled = false;
+      }
+    };
+    form.addEventListener('submit', onSubmit);
+    cancel.addEventListener('click', onCancel);
+    dialog.addEventListener('cancel', onEscape);
+    dialog.showModal();
+    (opts.reason ? reason : cancel).focus();
+  });
+}
+
+// --- start ---------------------------------------------------------------
+
+function start() {
+  $('signin-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const key = $('key').value.trim();
+    if (!key) {
+      showSignIn('Paste an API key first.');
+      return;
+    }
+    trySignIn(key);
+  });
+  $('signin-retry').addEventListener('click', () => {
+    if (session.key) trySignIn(session.key);
+  });
+  $('signout').addEventListener('click', () => signOut('Signed out. The key was removed from this tab.'));
+  $('refresh').addEventListener('click', () => refresh());
+  $('skip').addEventListener('click', (e) => {
+    e.preventDefault();
+    $('main').focus();
+  });
+  $('goto').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const id = $('goto-id').value.trim();
+    if (!id) return;
+    $('goto-id').value = '';
+    location.hash = '#/task/' + encodeURIComponent(id);
+  });
+  for (const v of Object.values(views)) v.setup?.(ctx);
+  if (session.key) {
+    $('signin').hidden = true;
+    trySignIn(session.key);
+  } else {
+    showSignIn('');
+  }
+}
+
+start();

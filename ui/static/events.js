@@ -1,0 +1,77 @@
+// Events (shown only when the API serves GET /api/events): the latest
+// transitions across the fleet, newest first.
+
+import { get } from './api.js';
+import { $, h, text, reconcile, taskLink, td } from './dom.js';
+import { setTime, duration, eventWords } from './format.js';
+
+const WINDOW_MS = 15 * 60 * 1000;
+const MAX_PAGES = 5;
+const SHOWN = 200;
+
+const view = {
+  title: () => 'Events',
+
+  async load(ctx) {
+    // The API lists oldest first from `since`: read the window, keep the
+    // newest.
+    const since = new Date(Date.now() - WINDOW_MS).toISOString();
+    let path = `/api/events?since=${encodeURIComponent(since)}&limit=1000`;
+    let all = [];
+    for (let i = 0; i < MAX_PAGES; i++) {
+      const page = await get(path);
+      all = all.concat(page.events || []);
+      if (!page.next_cursor || !(page.events || []).length) break;
+      path = `/api/events?cursor=${encodeURIComponent(page.next_cursor)}&limit=1000`;
+    }
+    // Events are never changed once written: a key of their fields (and a
+    // counter for exact repeats) keeps each row in place across refreshes.
+    const seen = new Map();
+    const rows = all.slice(-SHOWN).reverse().map((e) => {
+      const base = `${e.task_id}:${e.type}:${e.fence}:${e.at}`;
+      const n = (seen.get(base) || 0) + 1;
+      seen.set(base, n);
+      return { ...e, key: `${base}:${n}` };
+    });
+    reconcile($('events-body'), rows, (e) => e.key, makeRow, (row, e) => updateRow(ctx, row, e));
+    $('events-empty').hidden = rows.length > 0;
+  },
+
+  reset() {
+    $('events-body').replaceChildren();
+  },
+};
+
+function name(ctx, id) {
+  const n = ctx.names.get(id);
+  return n && n !== id ? `${n} (${id})` : id;
+}
+
+function makeRow() {
+  return h('tr', {},
+    td('At', h('time', { class: 'ev-at' })),
+    td('Event', h('span', { class: 'ev-type badge' })),
+    td('Task', h('span', { class: 'ev-task' })),
+    td('Agent', h('span', { class: 'ev-agent' })),
+    td('Fence', h('span', { class: 'ev-fence mono' })),
+    td('Held', h('span', { class: 'ev-held' })),
+    td('By', h('span', { class: 'ev-by' })),
+    td('Reason', h('span', { class: 'ev-reason' })),
+  );
+}
+
+function updateRow(ctx, row, e) {
+  setTime(row.querySelector('.ev-at'), e.at);
+  const type = row.querySelector('.ev-type');
+  text(type, eventWords(e.type));
+  type.className = 'ev-type badge ev-' + e.type;
+  const task = row.querySelector('.ev-task');
+  if (task.textContent !== e.task_id) task.replaceChildren(taskLink(e.task_id));
+  text(row.querySelector('.ev-agent'), e.agent_id ? name(ctx, e.agent_id) : '—');
+  text(row.querySelector('.ev-fence'), e.fence ? '#' + e.fence : '—');
+  text(row.querySelector('.ev-held'), typeof e.held_seconds === 'number' ? duration(e.held_seconds) : '—');
+  text(row.querySelector('.ev-by'), e.by ? name(ctx, e.by) : '—');
+  text(row.querySelector('.ev-reason'), e.reason || '—');
+}
+
+export default view;

@@ -1,0 +1,65 @@
+// Formatting of times and durations for people.
+
+// ms parses an RFC 3339 time (null stays null).
+export const ms = (iso) => (iso ? Date.parse(iso) : null);
+
+const pad = (n) => String(n).padStart(2, '0');
+
+// duration is whole seconds as "2h 05m", "4m 07s" or "12s".
+export function duration(seconds) {
+  if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return '—';
+  let s = Math.max(0, Math.floor(seconds));
+  const d = Math.floor(s / 86400); s -= d * 86400;
+  const h = Math.floor(s / 3600); s -= h * 3600;
+  const m = Math.floor(s / 60); s -= m * 60;
+  if (d > 0) return `${d}d ${pad(h)}h`;
+  if (h > 0) return `${h}h ${pad(m)}m`;
+  if (m > 0) return `${m}m ${pad(s)}s`;
+  return `${s}s`;
+}
+
+// ago is how long ago a moment was, as "12 s ago" or "3 min ago".
+export function ago(seconds) {
+  const s = Math.max(0, Math.floor(seconds));
+  if (s < 60) return `${s} s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
+  return `${Math.floor(s / 86400)} d ago`;
+}
+
+const timeOnly = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+const dateTime = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit' });
+
+// clock is a local time, with the date when it is not today.
+export function clock(iso) {
+  const t = ms(iso);
+  if (t === null || Number.isNaN(t)) return '—';
+  const d = new Date(t);
+  const today = new Date();
+  return d.toDateString() === today.toDateString() ? timeOnly.format(d) : dateTime.format(d);
+}
+
+// time is a <time> element for an RFC 3339 stamp, with the exact UTC stamp
+// as its title.
+export function setTime(el, iso) {
+  const label = clock(iso);
+  if (el.textContent !== label) el.textContent = label;
+  if (iso) {
+    if (el.getAttribute('datetime') !== iso) el.setAttribute('datetime', iso);
+    if (el.title !== iso) el.title = iso;
+  }
+}
+
+// The words for each event type, and for how a lease ended.
+export const EVENT_WORDS = {
+  checkout: 'checked out',
+  renew: 'renewed',
+  release: 'released',
+  complete: 'completed',
+  timeout: 'timed out',
+  agent_death: 'holder died',
+  force_release: 'force released',
+  cancel: 'cancelled',
+};
+
+export const eventWords = (type) => EVENT_WORDS[type] || String(type);

@@ -1,0 +1,305 @@
+// A task's page: its fields, its live lease (admins: force release), and its
+// audit trail (GET /api/tasks/{id}/events) drawn as a timeline of leases,
+// with the events listed below.
+
+import { ApiError, get, post, seg } from './api.js';
+import { $, h, text, attr, reconcile, replace, td } from './dom.js';
+import { setTime, clock, duration, ms, eventWords } from './format.js';
+import { makeBar, updateBar, remaining } from './bar.js';
+
+let taskID = null;
+let task = null;
+let events = [];
+let seenAt = 0;
+
+const view = {
+  title: (id) => `Task ${id}`,
+
+  setup(ctx) {
+    $('force-release').addEventListener('click', () => forceRelease(ctx));
+  },
+
+  enter(_ctx, id) {
+    if (id !== taskID) view.reset();
+    taskID = id;
+    text($('task-id'), id);
+  },
+
+  async load(ctx, id) {
+    let t, ev;
+    try {
+      [t, ev] = await Promise.all([get('/api/tasks/' + seg(id)), get('/api/tasks/' + seg(id) + '/events')]);
+    } catch (err) {
+      if (err instanceof ApiError && (err.status === 404 || err.code === 'invalid_id')) {
+        missing(err.message);
+        return;
+      }
+      throw err;
+    }
+    if (id !== taskID) return;
+    task = t;
+    events = ev.events || [];
+    seenAt = performance.now();
+    if (t.checkout?.agent_name) ctx.names.set(t.checkout.agent_id, t.checkout.agent_name);
+    render(ctx);
+  },
+
+  tick(ctx, now) {
+    if (!task) return;
+    const bar = $('task-lease').querySelector('.bar');
+    if (bar && task.checkout) updateBar(bar, { ...task.checkout, seenAt }, now);
+    drawTimeline(ctx, now);
+  },
+
+  reset() {
+    taskID = null;
+    task = null;
+    events = [];
+    $('task-fields').replaceChildren();
+    $('task-lease').replaceChildren();
+    $('timeline').replaceChildren();
+    $('task-events-body').replaceChildren();
+    text($('task-title'), '');
+    $('task-missing').hidden = true;
+    $('task-content').hidden = false;
+  },
+};
+
+function missing(message) {
+  task = null;
+  $('task-content').hidden = true;
+  text($('task-title'), '');
+  const p = $('task-missing');
+  text(p, message);
+  p.hidden = false;
+}
+
+// --- fields and lease ----------------------------------------------------
+
+const FIELDS = [
+  ['status', 'Status', (v) => statusWords(v)],
+  ['queue', 'Queue'],
+  ['priority', 'Priority'],
+  ['version', 'Version'],
+  ['created_at', 'Created', 'time'],
+  ['started_at', 'Started', 'time'],
+  ['completed_at', 'Completed', 'time'],
+  ['duration_seconds', 'Duration', (v) => duration(v)],
+  ['description', 'Description', 'pre'],
+  ['metadata', 'Metadata', 'json'],
+];
+
+const statusWords = (s) => ({ todo: 'to do', in_progress: 'in progress', done: 'done', cancelled: 'cancelled' }[s] || s);
+
+function fieldValue(v, kind) {
+  if (v === null || v === undefined || v === '') return h('span', { class: 'muted' }, '—');
+  if (kind === 'time') {
+    const el = h('time');
+    setTime(el, v);
+    return el;
+  }
+  if (kind === 'pre') return h('pre', { class: 'pre' }, String(v));
+  if (kind === 'json') return h('pre', { class: 'pre mono' }, JSON.stringify(v, null, 2));
+  if (typeof kind === 'function') return kind(v);
+  return String(v);
+}
+
+// dl fills a <dl> with [label, node] pairs, rebuilding it only when the
+// words change.
+function dl(el, pairs) {
+  const sig = JSON.stringify(pairs.map(([k, v]) => [k, v instanceof Node ? v.textContent : String(v)]));
+  if (el.dataset.sig === sig) return false;
+  el.dataset.sig = sig;
+  replace(el, ...pairs.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
+  return true;
+}
+
+function render(ctx) {
+  $('task-missing').hidden = true;
+  $('task-content').hidden = false;
+  text($('task-title'), task.title || '(no title)');
+  dl($('task-fields'), FIELDS.filter(([k]) => k in task).map(([k, label, kind]) => [label, fieldValue(task[k], kind)]));
+
+  const c = task.checkout;
+  $('task-free').hidden = Boolean(c);
+  $('task-lease').hidden = !c;
+  $('task-admin').hidden = !(c && ctx.admin);
+  if (c) {
+    const holder = c.agent_name && c.agent_name !== c.agent_id ? `${c.agent_name} (${c.agent_id})` : c.agent_id;
+    const expires = h('time');
+    setTime(expires, c.expires_at);
+    const locked = h('time');
+    setTime(locked, c.locked_at);
+    dl($('task-lease'), [
+      ['Holder', holder],
+      ['Fence', '#' + c.fence],
+      ['Run id', h('span', { class: 'mono' }, c.run_id)],
+      ['Locked at', locked],
+      ['Expires at', expires],
+      ['Remaining', makeBar()],
+      ['Timeout', duration(c.timeout_seconds)],
+      ['Reason', c.reason || '—'],
+    ]);
+    const bar = $('task-lease').querySelector('.bar');
+    updateBar(bar, { ...c, seenAt }, performance.now());
+  } else {
+    delete $('task-lease').dataset.sig;
+    $('task-lease').replaceChildren();
+  }
+  drawTimeline(ctx, performance.now());
+  drawEvents(ctx);
+}
+
+function forceRelease(ctx) {
+  const c = task?.checkout;
+  if (!c || !ctx.admin) return;
+  const id = task.task_id;
+  const holder = c.agent_name && c.agent_name !== c.agent_id ? `${c.agent_name} (${c.agent_id})` : c.agent_id;
+  ctx.confirm({
+    title: `Force release task ${id}?`,
+    body: [
+      `${holder} holds it (fence #${c.fence}, run ${c.run_id}) since ${clock(c.locked_at)}.`,
+      'Its lease ends now and is recorded as a force release with your reason. The holder’s next renew, release or complete is refused, so it learns it lost the task.',
+      'The task goes back to “to do” at once and its watchers are told it is available.',
+    ],
+    reason: true,
+    action: 'Force release',
+    run: async (reason) => {
+      const r = await post('/api/tasks/' + seg(id) + '/release', { force: true, reason, fence: c.fence });
+      ctx.notice(`Force released task ${id}; ${holder} had held it for ${duration(r.held_seconds)}.`);
+      ctx.refresh();
+    },
+  });
+}
+
+// --- timeline ------------------------------------------------------------
+
+const ENDS = new Set(['release', 'complete', 'timeout', 'agent_death', 'force_release', 'cancel']);
+
+// leasesOf reads the audit trail (oldest first) into one entry per lease,
+// by fence: who took it and when, and the event that ended it, if any.
+export function leasesOf(evs) {
+  const byFence = new Map();
+  const out = [];
+  for (const e of evs) {
+    if (!e.fence) continue; // a task-level event (a cancel with no lease)
+    let l = byFence.get(e.fence);
+    if (!l) {
+      const at = ms(e.at);
+      const held = typeof e.held_seconds === 'number' ? e.held_seconds : 0;
+      l = { fence: e.fence, agent_id: e.agent_id, run_id: e.run_id, start: e.type === 'checkout' ? at : at - held * 1000, reason: '', renewals: 0, end: null };
+      byFence.set(e.fence, l);
+      out.push(l);
+    }
+    if (e.type === 'checkout') l.reason = e.reason || '';
+    else if (e.type === 'renew') l.renewals++;
+    else if (ENDS.has(e.type) && !l.end) {
+      l.end = { type: e.type, at: ms(e.at), by: e.by, reason: e.reason || '', held: e.held_seconds };
+    }
+  }
+  return out;
+}
+
+function name(ctx, id) {
+  const n = ctx.names.get(id);
+  return n && n !== id ? `${n} (${id})` : id;
+}
+
+// how says how a lease ended, in words.
+function how(ctx, l, live) {
+  if (live) return `live · ${duration(remaining(live, performance.now()))} left`;
+  if (!l.end) return 'expired; the sweeper has not recorded its end yet';
+  const by = l.end.by && l.end.by !== 'system' ? ` by ${name(ctx, l.end.by)}` : '';
+  switch (l.end.type) {
+    case 'release': return `released${by}`;
+    case 'complete': return `completed${by}`;
+    case 'timeout': return 'timed out: not renewed before it expired';
+    case 'agent_death': return l.end.reason === 'agent removed' ? 'ended: its holder was removed' : 'ended: its holder died (missed heartbeats)';
+    case 'force_release': return `force released${by}`;
+    case 'cancel': return `ended: the task was cancelled${by}`;
+    default: return eventWords(l.end.type);
+  }
+}
+
+function drawTimeline(ctx, now) {
+  if (!task) return;
+  const leases = leasesOf(events);
+  const c = task.checkout;
+  const live = c ? { ...c, seenAt } : null;
+  const nowMs = Date.now();
+  const liveEnd = live ? nowMs + remaining(live, now) * 1000 : nowMs;
+  const t0 = leases.length ? Math.min(...leases.map((l) => l.start)) : nowMs;
+  const t1 = Math.max(nowMs, liveEnd, ...leases.map((l) => l.end?.at ?? 0));
+  const span = Math.max(1, t1 - t0);
+  const pct = (t) => (((t - t0) / span) * 100).toFixed(2) + '%';
+
+  $('timeline-empty').hidden = leases.length > 0;
+  reconcile($('timeline'), leases.slice().reverse(), (l) => l.fence, makeLease, (el, l) => {
+    const isLive = live && live.fence === l.fence && !l.end ? live : null;
+    const state = isLive ? 'live' : l.end ? l.end.type : 'expired';
+    if (el.dataset.end !== state) el.dataset.end = state;
+    text(el.querySelector('.lease-fence'), '#' + l.fence);
+    text(el.querySelector('.lease-holder'), name(ctx, l.agent_id));
+    text(el.querySelector('.lease-how'), how(ctx, l, isLive));
+    const endAt = l.end ? l.end.at : isLive ? nowMs : null;
+    const held = l.end?.held ?? (endAt !== null ? (endAt - l.start) / 1000 : null);
+    const parts = [`${clock(new Date(l.start).toISOString())} → ${endAt !== null && !isLive ? clock(new Date(endAt).toISOString()) : isLive ? 'now' : '?'}`];
+    if (held !== null) parts.push(`held ${duration(held)}`);
+    if (l.renewals) parts.push(`renewed ${l.renewals}×`);
+    if (l.reason) parts.push(`reason: ${l.reason}`);
+    if (l.end?.reason && l.end.type !== 'agent_death') parts.push(`${eventWords(l.end.type)} because: ${l.end.reason}`);
+    text(el.querySelector('.lease-when'), parts.join(' · '));
+    const seg1 = el.querySelector('.lease-span');
+    const rest = el.querySelector('.lease-rest');
+    const until = l.end ? l.end.at : isLive ? nowMs : l.start;
+    seg1.style.left = pct(l.start);
+    seg1.style.width = (((until - l.start) / span) * 100).toFixed(2) + '%';
+    if (isLive) {
+      rest.hidden = false;
+      rest.style.left = pct(nowMs);
+      rest.style.width = (((liveEnd - nowMs) / span) * 100).toFixed(2) + '%';
+    } else {
+      rest.hidden = true;
+    }
+    attr(el.querySelector('.lease-track'), 'aria-hidden', 'true');
+  });
+}
+
+function makeLease() {
+  return h('li', { class: 'lease' },
+    h('p', { class: 'lease-head' },
+      h('span', { class: 'lease-fence mono' }), ' ',
+      h('strong', { class: 'lease-holder' }), ' — ',
+      h('span', { class: 'lease-how' })),
+    h('div', { class: 'lease-track' }, h('span', { class: 'lease-span' }), h('span', { class: 'lease-rest', hidden: true })),
+    h('p', { class: 'lease-when sub' }),
+  );
+}
+
+// --- events --------------------------------------------------------------
+
+function drawEvents(ctx) {
+  const rows = events.map((e, i) => ({ ...e, i }));
+  reconcile($('task-events-body'), rows, (e) => `${e.i}:${e.type}:${e.fence}:${e.at}`, () =>
+    h('tr', {},
+      td('At', h('time', { class: 'ev-at' })),
+      td('Event', h('span', { class: 'ev-type' })),
+      td('Agent', h('span', { class: 'ev-agent' })),
+      td('Fence', h('span', { class: 'ev-fence mono' })),
+      td('Held', h('span', { class: 'ev-held' })),
+      td('By', h('span', { class: 'ev-by' })),
+      td('Reason', h('span', { class: 'ev-reason' })),
+    ), (row, e) => {
+    setTime(row.querySelector('.ev-at'), e.at);
+    const type = row.querySelector('.ev-type');
+    text(type, eventWords(e.type));
+    type.className = 'ev-type badge ev-' + e.type;
+    text(row.querySelector('.ev-agent'), e.agent_id ? name(ctx, e.agent_id) : '—');
+    text(row.querySelector('.ev-fence'), e.fence ? '#' + e.fence : '—');
+    text(row.querySelector('.ev-held'), typeof e.held_seconds === 'number' ? duration(e.held_seconds) : '—');
+    text(row.querySelector('.ev-by'), e.by ? name(ctx, e.by) : '—');
+    text(row.querySelector('.ev-reason'), e.reason || '—');
+  });
+}
+
+export default view;
