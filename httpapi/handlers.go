@@ -68,6 +68,9 @@ func (s *server) removeAgent(w http.ResponseWriter, r *http.Request, _ lease.Pri
 	if err != nil {
 		return err
 	}
+	if id == s.opts.AdminID {
+		return errorf(http.StatusConflict, codeCannotRemoveAdmin, "agent %s is the built-in admin and cannot be removed", id)
+	}
 	if err := s.svc.RemoveAgent(r.Context(), id); err != nil {
 		return err
 	}

@@ -31,6 +31,13 @@ import (
 // MaxBodyBytes is the largest request body accepted; larger ones are 413.
 const MaxBodyBytes = 64 << 10
 
+// DefaultAdminID is the agent id of the built-in admin when Options.AdminID
+// is empty: the local server's admin (CHECKOUT_ADMIN_KEY) and the one that
+// cmd/mint-admin creates by default in AWS. DELETE /api/agents/{agent_id}
+// refuses it with 409 cannot_remove_admin, since removing it would lock
+// every admin out (locally until a restart re-creates it).
+const DefaultAdminID = "admin"
+
 // RequestIDHeader carries the request id, echoed from the request when it is
 // a plausible id, generated otherwise.
 const RequestIDHeader = "X-Request-Id"
@@ -44,6 +51,9 @@ type Options struct {
 	// OnAgentRemoved is called after an agent is removed, so that a cache of
 	// its key can forget it at once.
 	OnAgentRemoved func(agentID string)
+	// AdminID is the agent id of the built-in admin, which cannot be
+	// removed (default DefaultAdminID). Other admins are ordinary agents.
+	AdminID string
 	// AutoCreateTasks makes a checkout of an unknown task create it.
 	AutoCreateTasks bool
 	// Logger receives one structured line per request (nil: no logs).
@@ -121,6 +131,9 @@ func New(svc Service, opts Options) http.Handler {
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if s.opts.AdminID == "" {
+		s.opts.AdminID = DefaultAdminID
 	}
 	methods := map[string][]string{}
 	for _, rt := range routes {

@@ -36,8 +36,9 @@ const (
 	// AuthCacheTTL is how long a key that worked is trusted without a
 	// look-up. Removing an agent clears its entries at once.
 	AuthCacheTTL = 30 * time.Second
-	// AdminID is the agent id of the admin that exists from the start.
-	AdminID = "admin"
+	// AdminID is the agent id of the admin that exists from the start. It
+	// cannot be removed (409 cannot_remove_admin).
+	AdminID = httpapi.DefaultAdminID
 	// shutdownTimeout bounds how long Close waits for requests in flight.
 	shutdownTimeout = 10 * time.Second
 )
@@ -134,6 +135,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	handler := httpapi.New(s.store, httpapi.Options{
 		Auth:            cache,
 		OnAgentRemoved:  cache.Forget,
+		AdminID:         AdminID,
 		AutoCreateTasks: cfg.AutoCreateTasks,
 		Logger:          cfg.Logger,
 		Now:             cfg.Now,

@@ -214,3 +214,34 @@ func TestStartFailsCleanly(t *testing.T) {
 		t.Fatal("started without a database")
 	}
 }
+
+// The built-in admin cannot remove itself (nor be removed by another admin):
+// DELETE answers 409 cannot_remove_admin, and the admin key keeps working.
+func TestBuiltinAdminCannotBeRemoved(t *testing.T) {
+	t.Parallel()
+	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: prefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	key := srv.AdminKey()
+	if st, body := call(t, "DELETE", srv.URL()+"/api/agents/"+AdminID, key, ""); st != 409 || body["code"] != "cannot_remove_admin" {
+		t.Fatalf("DELETE the built-in admin: %d %v", st, body)
+	}
+	// Another admin cannot remove it either.
+	st, body := call(t, "POST", srv.URL()+"/api/agents", key, `{"name":"deputy","admin":true,"agent_id":"deputy"}`)
+	if st != 201 {
+		t.Fatalf("register deputy: %d %v", st, body)
+	}
+	deputy := body["api_key"].(string)
+	if st, body := call(t, "DELETE", srv.URL()+"/api/agents/"+AdminID, deputy, ""); st != 409 || body["code"] != "cannot_remove_admin" {
+		t.Fatalf("deputy deletes the built-in admin: %d %v", st, body)
+	}
+	if st, body := call(t, "GET", srv.URL()+"/api/agents", key, ""); st != 200 {
+		t.Fatalf("the admin key stopped working: %d %v", st, body)
+	}
+	// Other admins are ordinary agents: they can be removed.
+	if st, body := call(t, "DELETE", srv.URL()+"/api/agents/deputy", key, ""); st != 200 {
+		t.Fatalf("DELETE deputy: %d %v", st, body)
+	}
+}
