@@ -221,6 +221,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st := &reqState{}
 	r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
 	sw := &statusWriter{ResponseWriter: w}
+	if r.ContentLength > MaxBodyBytes && r.Context().Value(http.ServerContextKey) != nil {
+		// Whatever the answer (413, or 401 before it), the body is not
+		// read. Without this, net/http reads a declared body of up to 256
+		// KiB before it sends any answer, and a client that waits for the
+		// answer before sending hangs until the read timeout. Behind API
+		// Gateway there is no connection to close.
+		w.Header().Set("Connection", "close")
+	}
 
 	defer func() {
 		if v := recover(); v != nil {
@@ -313,12 +321,20 @@ func (s *server) serveRoute(rt route) http.Handler {
 				return
 			}
 		}
+		if r.ContentLength > MaxBodyBytes {
+			// Refused on its declared length alone, before it is read.
+			s.fail(w, r, errTooLarge)
+			return
+		}
+		// A body without a declared length is cut at the limit as it is read.
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 		if err := rt.handler(s, w, r, p); err != nil {
 			s.fail(w, r, err)
 		}
 	})
 }
+
+var errTooLarge = &http.MaxBytesError{Limit: MaxBodyBytes}
 
 func errForbidden(msg string) error { return errorf(http.StatusForbidden, codeForbidden, "%s", msg) }
 

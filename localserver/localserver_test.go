@@ -1,12 +1,15 @@
 package localserver
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -243,5 +246,55 @@ func TestBuiltinAdminCannotBeRemoved(t *testing.T) {
 	// Other admins are ordinary agents: they can be removed.
 	if st, body := call(t, "DELETE", srv.URL()+"/api/agents/deputy", key, ""); st != 200 {
 		t.Fatalf("DELETE deputy: %d %v", st, body)
+	}
+}
+
+// Strict input on the real server: a field name in another case is 400, and
+// a declared body over 64 KiB is 413 at once, before the client has sent it
+// (not after the server's 30 s read timeout).
+func TestStrictInput(t *testing.T) {
+	t.Parallel()
+	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: prefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	key := srv.AdminKey()
+	for _, c := range []struct{ path, body string }{
+		{"/api/tasks", `{"Task_ID":"t1"}`},
+		{"/api/tasks", `{"task_id":"t1","TITLE":"x"}`},
+		{"/api/tasks/t1/checkout", `{"TIMEOUT":"1s"}`},
+		{"/api/claim", `{"Timeout":"1s"}`},
+		{"/api/heartbeat", `{"TTL":"1s"}`},
+	} {
+		if st, body := call(t, "POST", srv.URL()+c.path, key, c.body); st != 400 || body["code"] != "invalid_json" {
+			t.Errorf("POST %s %s: %d %v", c.path, c.body, st, body)
+		}
+	}
+	if st, body := call(t, "GET", srv.URL()+"/api/tasks/t1", key, ""); st != 404 {
+		t.Fatalf("a refused body created the task: %d %v", st, body)
+	}
+
+	for _, path := range []string{"/api/tasks", "/api/tasks/t1/checkout", "/api/claim"} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(srv.URL(), "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n", path, key, 64<<10+1)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		start := time.Now()
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("POST %s with a declared 64 KiB + 1 body: no answer: %v", path, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		c.Close()
+		if resp.StatusCode != 413 || !strings.Contains(string(b), `"code":"payload_too_large"`) {
+			t.Fatalf("POST %s: %d %s", path, resp.StatusCode, b)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("POST %s: 413 after %v", path, d)
+		}
 	}
 }
