@@ -11,6 +11,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -296,5 +299,67 @@ func TestStrictInput(t *testing.T) {
 		if d := time.Since(start); d > 2*time.Second {
 			t.Errorf("POST %s: 413 after %v", path, d)
 		}
+	}
+}
+
+// countingProxy forwards to the DynamoDB endpoint and counts requests by
+// operation (X-Amz-Target).
+type countingProxy struct {
+	mu  sync.Mutex
+	ops map[string]int
+	url string
+}
+
+func newCountingProxy(t *testing.T, target string) *countingProxy {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &countingProxy{ops: map[string]int{}}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "DynamoDB_20120810.")
+		p.mu.Lock()
+		p.ops[op]++
+		p.mu.Unlock()
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	p.url = srv.URL
+	return p
+}
+
+func (p *countingProxy) count(op string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ops[op]
+}
+
+// An unknown key costs one look-up, not one per request: failures are
+// cached briefly too. A key registered just now works at once all the same.
+func TestUnknownKeysAreCached(t *testing.T) {
+	t.Parallel()
+	proxy := newCountingProxy(t, endpoint)
+	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: proxy.url, TablePrefix: prefix(), SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	before := proxy.count("GetItem")
+	for range 50 {
+		if st, body := call(t, "GET", srv.URL()+"/api/tasks", "ck_no-such-key-at-all", ""); st != 401 || body["code"] != "unauthorized" {
+			t.Fatalf("unknown key: %d %v", st, body)
+		}
+	}
+	if n := proxy.count("GetItem") - before; n > 1 {
+		t.Fatalf("50 requests with one unknown key made %d GetItem requests, want at most 1", n)
+	}
+	st, body := call(t, "POST", srv.URL()+"/api/agents", srv.AdminKey(), `{"name":"new"}`)
+	if st != 201 {
+		t.Fatalf("register: %d %v", st, body)
+	}
+	if st, body := call(t, "GET", srv.URL()+"/api/inbox", body["api_key"].(string), ""); st != 200 {
+		t.Fatalf("a key registered just now: %d %v", st, body)
 	}
 }
