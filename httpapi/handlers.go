@@ -10,6 +10,14 @@ import (
 )
 
 func (s *server) healthz(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
+	if s.opts.Health != nil {
+		if err := s.opts.Health(r.Context()); err != nil {
+			stateFrom(r.Context()).err = err
+			w.Header().Set("Retry-After", RetryAfter)
+			s.writeJSON(w, http.StatusServiceUnavailable, map[string]bool{"ok": false})
+			return nil
+		}
+	}
 	s.writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 	return nil
 }

@@ -54,6 +54,12 @@ type Options struct {
 	// AdminID is the agent id of the built-in admin, which cannot be
 	// removed (default DefaultAdminID). Other admins are ordinary agents.
 	AdminID string
+	// Health reports whether the database can be reached; GET /healthz
+	// answers 503 {"ok": false} (with Retry-After) while it returns an
+	// error. Nil: /healthz always answers 200, as the Lambda health
+	// function, which has no database client, does. Every other route finds
+	// out for itself: an unreachable database is 503 unavailable there.
+	Health func(ctx context.Context) error
 	// AutoCreateTasks makes a checkout of an unknown task create it.
 	AutoCreateTasks bool
 	// Logger receives one structured line per request (nil: no logs).
@@ -374,6 +380,10 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if internal {
 		stateFrom(r.Context()).err = err
 		body = internalBody
+	}
+	if status == http.StatusServiceUnavailable {
+		stateFrom(r.Context()).err = err // why, for the log line
+		w.Header().Set("Retry-After", RetryAfter)
 	}
 	s.writeJSON(w, status, body)
 }
