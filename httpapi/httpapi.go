@@ -5,8 +5,10 @@
 // principal in the request context (ContextWithPrincipal).
 //
 // Domain errors become status codes and the {"error","code"} body in one
-// function, errorResponse. Unknown paths are 404 not_found, known paths with
-// another method 405 method_not_allowed, both with that body.
+// function, errorResponse; a database that cannot be reached (see
+// Unavailable) is 503 unavailable with Retry-After there, on Lambda as
+// locally. Unknown paths are 404 not_found, known paths with another method
+// 405 method_not_allowed, both with that body.
 package httpapi
 
 import (

@@ -278,7 +278,7 @@ func (d *Dynalite) Done() <-chan struct{} { return d.done }
 // Pid is the server process's id (it leads its own process group).
 func (d *Dynalite) Pid() int { return d.cmd.Process.Pid }
 
-// Err is why the process exited; valid once Done is closed.
+// Err waits for the process to exit and reports why (nil for a clean exit).
 func (d *Dynalite) Err() error {
 	<-d.done
 	return d.waitErr
