@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -70,14 +71,14 @@ func TestCacheHitsAndExpiry(t *testing.T) {
 	if a.count() != 2 {
 		t.Fatalf("expired entry served: %d lookups", a.count())
 	}
-	// Failures are not cached.
+	// Refusals are cached for NegativeTTL.
 	for range 2 {
 		if _, err := c.Authenticate(ctx, "ck_bad"); !errors.Is(err, lease.ErrUnauthorized) {
 			t.Fatal(err)
 		}
 	}
-	if a.count() != 4 {
-		t.Fatalf("%d lookups, want 4", a.count())
+	if a.count() != 3 {
+		t.Fatalf("%d lookups, want 3", a.count())
 	}
 	// Empty and oversized keys are refused without a lookup.
 	for _, k := range []string{"", strings.Repeat("k", MaxKeyLen+1)} {
@@ -85,13 +86,110 @@ func TestCacheHitsAndExpiry(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if a.count() != 4 {
-		t.Fatalf("%d lookups, want 4", a.count())
+	if a.count() != 3 {
+		t.Fatalf("%d lookups, want 3", a.count())
 	}
 	// Internal errors pass through and are not cached.
 	a.err = errors.New("store down")
 	if _, err := c.Authenticate(ctx, "ck_new"); err == nil || errors.Is(err, lease.ErrUnauthorized) {
 		t.Fatalf("err %v", err)
+	}
+	a.err = nil
+	a.keys["ck_new"] = agent
+	if _, err := c.Authenticate(ctx, "ck_new"); err != nil {
+		t.Fatalf("a store error was cached as a refusal: %v", err)
+	}
+}
+
+// A refused key is refused again without a look-up for NegativeTTL, then
+// looked up again: a key that starts working (the local admin's, written
+// again) works once that short time has passed, or at once after Reset.
+func TestRefusalsAreCachedBriefly(t *testing.T) {
+	a := &countingAuth{keys: map[string]lease.Principal{}}
+	clk := &clock{t: time.Unix(1000, 0)}
+	c := NewCache(a, 30*time.Second, clk.now)
+	ctx := context.Background()
+	for range 50 {
+		if _, err := c.Authenticate(ctx, "ck_unknown"); !errors.Is(err, lease.ErrUnauthorized) {
+			t.Fatal(err)
+		}
+	}
+	if a.count() != 1 {
+		t.Fatalf("50 refusals of one key made %d look-ups, want 1", a.count())
+	}
+	// Other keys are not affected.
+	a.mu.Lock()
+	a.keys["ck_1"] = agent
+	a.mu.Unlock()
+	if p, err := c.Authenticate(ctx, "ck_1"); err != nil || p != agent {
+		t.Fatalf("%v %v", p, err)
+	}
+	// The refusal expires.
+	a.mu.Lock()
+	a.keys["ck_unknown"] = agent
+	a.mu.Unlock()
+	clk.t = clk.t.Add(NegativeTTL - time.Millisecond)
+	if _, err := c.Authenticate(ctx, "ck_unknown"); !errors.Is(err, lease.ErrUnauthorized) {
+		t.Fatalf("refusal forgotten early: %v", err)
+	}
+	clk.t = clk.t.Add(time.Millisecond)
+	if _, err := c.Authenticate(ctx, "ck_unknown"); err != nil {
+		t.Fatalf("refusal outlived NegativeTTL: %v", err)
+	}
+	// Reset forgets refusals (and successes) at once.
+	if _, err := c.Authenticate(ctx, "ck_other"); !errors.Is(err, lease.ErrUnauthorized) {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	a.keys["ck_other"] = agent
+	a.mu.Unlock()
+	c.Reset()
+	if _, err := c.Authenticate(ctx, "ck_other"); err != nil {
+		t.Fatalf("refusal survived Reset: %v", err)
+	}
+	before := a.count()
+	c.Reset()
+	if _, err := c.Authenticate(ctx, "ck_1"); err != nil || a.count() != before+1 {
+		t.Fatalf("success survived Reset: %v, %d look-ups", err, a.count()-before)
+	}
+}
+
+// Random keys cannot grow the cache: at most MaxNegative refusals are held,
+// the oldest forgotten first, and the newest still answer without a look-up.
+func TestRefusalsAreBounded(t *testing.T) {
+	a := &countingAuth{keys: map[string]lease.Principal{}}
+	c := NewCache(a, time.Minute, nil)
+	ctx := context.Background()
+	n := 3*MaxNegative + 17
+	for i := range n {
+		_, _ = c.Authenticate(ctx, fmt.Sprintf("ck_random-%d", i))
+		if len(c.refused) > MaxNegative || len(c.ring) > MaxNegative {
+			t.Fatalf("after %d keys: %d refusals held, %d in the ring", i+1, len(c.refused), len(c.ring))
+		}
+	}
+	if len(c.refused) != MaxNegative {
+		t.Fatalf("%d refusals held, want %d", len(c.refused), MaxNegative)
+	}
+	before := a.count()
+	_, _ = c.Authenticate(ctx, fmt.Sprintf("ck_random-%d", n-1)) // newest: cached
+	if a.count() != before {
+		t.Fatal("the newest refusal was evicted")
+	}
+	_, _ = c.Authenticate(ctx, "ck_random-0") // oldest: evicted, looked up
+	if a.count() != before+1 {
+		t.Fatal("the oldest refusal was kept")
+	}
+}
+
+// A look-up in flight during Reset does not put its refusal back.
+func TestResetDuringRefusedLookup(t *testing.T) {
+	a := &countingAuth{keys: map[string]lease.Principal{}}
+	c := NewCache(a, time.Hour, nil)
+	a.during = func() { c.Reset() }
+	_, _ = c.Authenticate(context.Background(), "ck_x")
+	a.during = nil
+	if len(c.refused) != 0 {
+		t.Fatalf("stale refusal cached: %v", c.refused)
 	}
 }
 

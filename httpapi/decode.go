@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -16,7 +18,9 @@ import (
 
 // decode reads a JSON object into v strictly: unknown fields, wrong types,
 // anything but an object and trailing data are 400 invalid_json; a body over
-// MaxBodyBytes is 413. An empty body is the empty object.
+// MaxBodyBytes is 413. An empty body is the empty object. Field names match
+// exactly, case included, at every depth (encoding/json alone would take
+// "TIMEOUT" for "timeout"): anything else is an unknown field.
 func decode(r *http.Request, v any) error {
 	data, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -41,7 +45,112 @@ func decode(r *http.Request, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return errorf(http.StatusBadRequest, codeInvalidJSON, "the request body has data after the JSON object")
 	}
+	return exactFields(data, reflect.TypeOf(v))
+}
+
+// exactFields checks that every object key in data names a field of t (or
+// of what t holds, at any depth) exactly as its json tag spells it. data has
+// already been decoded into t without error, so it is valid JSON of the
+// right shape; only the spelling of names is left to check.
+func exactFields(data []byte, t reflect.Type) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Implements(unmarshalerType) || reflect.PointerTo(t).Implements(unmarshalerType) {
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(data, &obj) != nil || obj == nil { // null
+			return nil
+		}
+		fields := jsonFields(t)
+		names := make([]string, 0, len(obj))
+		for name := range obj {
+			names = append(names, name)
+		}
+		sort.Strings(names) // the same answer every time when several are wrong
+		for _, name := range names {
+			ft, ok := fields[name]
+			if !ok {
+				return unknownField(name)
+			}
+			if err := exactFields(obj[name], ft); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() == reflect.Uint8 { // []byte is a base64 string
+			return nil
+		}
+		var elems []json.RawMessage
+		if json.Unmarshal(data, &elems) != nil {
+			return nil
+		}
+		for _, e := range elems {
+			if err := exactFields(e, t.Elem()); err != nil {
+				return err
+			}
+		}
+	case reflect.Map:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(data, &obj) != nil {
+			return nil
+		}
+		for _, e := range obj {
+			if err := exactFields(e, t.Elem()); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+
+// jsonFields maps the JSON names of struct t's fields, with those of its
+// embedded structs promoted as encoding/json does, to their types.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		ft := f.Type
+		if f.Anonymous && name == "" {
+			et := ft
+			if et.Kind() == reflect.Pointer {
+				et = et.Elem()
+			}
+			if et.Kind() == reflect.Struct {
+				for n, typ := range jsonFields(et) {
+					if _, shadowed := out[n]; !shadowed {
+						out[n] = typ
+					}
+				}
+				continue
+			}
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out[name] = ft
+	}
+	return out
+}
+
+func unknownField(name string) error {
+	if len(name) > 64 || !utf8.ValidString(name) || strings.ContainsRune(name, utf8.RuneError) {
+		return errorf(http.StatusBadRequest, codeInvalidJSON, "the request body has an unknown field")
+	}
+	return errorf(http.StatusBadRequest, codeInvalidJSON, "unknown field %q", name)
 }
 
 func jsonError(err error) error {
@@ -55,10 +164,7 @@ func jsonError(err error) error {
 		return errorf(http.StatusBadRequest, codeInvalidJSON, "field %s must be %s", field, typeName(typeErr.Type.Kind().String()))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
-		if len(name) > 64 || !utf8.ValidString(name) {
-			return errorf(http.StatusBadRequest, codeInvalidJSON, "the request body has an unknown field")
-		}
-		return errorf(http.StatusBadRequest, codeInvalidJSON, "unknown field %q", name)
+		return unknownField(name)
 	}
 	return errorf(http.StatusBadRequest, codeInvalidJSON, "the request body is not valid JSON")
 }

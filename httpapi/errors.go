@@ -1,36 +1,45 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"syscall"
 	"time"
+
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/checkout-dev/checkout/lease"
 )
 
 // Error codes of the API.
 const (
-	codeNotFound         = "not_found"
-	codeMethodNotAllowed = "method_not_allowed"
-	codeUnauthorized     = "unauthorized"
-	codeForbidden        = "forbidden"
-	codeInvalidID        = "invalid_id"
-	codeInvalidTimeout   = "invalid_timeout"
-	codeInvalidRequest   = "invalid_request"
-	codeInvalidJSON      = "invalid_json"
-	codeTooLarge         = "payload_too_large"
-	codeTaskNotFound     = "task_not_found"
-	codeAgentNotFound    = "agent_not_found"
-	codeNotCheckedOut    = "not_checked_out"
-	codeNoTaskAvailable  = "no_task_available"
-	codeCheckedOut       = "checked_out"
-	codeStatusMismatch   = "status_mismatch"
-	codeTaskExists       = "task_exists"
-	codeAgentExists      = "agent_exists"
-	codeNotHolder        = "not_holder"
-	codeTooManyWatchers  = "too_many_watchers"
-	codeInternal         = "internal"
+	codeNotFound          = "not_found"
+	codeMethodNotAllowed  = "method_not_allowed"
+	codeUnauthorized      = "unauthorized"
+	codeForbidden         = "forbidden"
+	codeInvalidID         = "invalid_id"
+	codeInvalidTimeout    = "invalid_timeout"
+	codeInvalidRequest    = "invalid_request"
+	codeInvalidJSON       = "invalid_json"
+	codeTooLarge          = "payload_too_large"
+	codeTaskNotFound      = "task_not_found"
+	codeAgentNotFound     = "agent_not_found"
+	codeNotCheckedOut     = "not_checked_out"
+	codeNoTaskAvailable   = "no_task_available"
+	codeCheckedOut        = "checked_out"
+	codeStatusMismatch    = "status_mismatch"
+	codeTaskExists        = "task_exists"
+	codeAgentExists       = "agent_exists"
+	codeNotHolder         = "not_holder"
+	codeTooManyWatchers   = "too_many_watchers"
+	codeCannotRemoveAdmin = "cannot_remove_admin"
+	codeUnavailable       = "unavailable"
+	codeInternal          = "internal"
 )
 
 // apiError is an error the HTTP layer itself decided on.
@@ -126,8 +135,51 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 		return http.StatusUnauthorized, errUnauthorizedBody, false
 	case errors.Is(err, lease.ErrInvalid):
 		return http.StatusBadRequest, errorBody{Error: "the request is not valid", Code: codeInvalidRequest}, false
+	case Unavailable(err):
+		return http.StatusServiceUnavailable, errUnavailableBody, false
 	}
 	return http.StatusInternalServerError, errorBody{Error: "the server failed to handle the request; it has been logged", Code: codeInternal}, true
 }
 
 var errUnauthorizedBody = errorBody{Error: "a valid API key is required: Authorization: Bearer <api_key>", Code: codeUnauthorized}
+
+var errUnavailableBody = errorBody{Error: "the database cannot be reached; retry shortly", Code: codeUnavailable}
+
+// RetryAfter is the Retry-After of every 503 unavailable answer, in seconds.
+const RetryAfter = "1"
+
+// Unavailable reports whether err means that the database could not be
+// reached, rather than that it refused the request: the connection was
+// refused or reset, the request or its answer was cut off, it timed out, or
+// DynamoDB itself said it is overloaded or failing (after the SDK's own
+// retries). Those are 503 unavailable, which the client may retry; the same
+// errors arise on Lambda and on the local server, so the one mapping serves
+// both.
+func Unavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var (
+		send  *smithyhttp.RequestSendError
+		opErr *net.OpError
+		dns   *net.DNSError
+		netE  net.Error
+		api   smithy.APIError
+	)
+	switch {
+	case errors.As(err, &send), errors.As(err, &opErr), errors.As(err, &dns):
+		return true
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, context.DeadlineExceeded):
+		return true
+	case errors.As(err, &netE) && netE.Timeout():
+		return true
+	case errors.As(err, &api):
+		switch api.ErrorCode() {
+		case "ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded",
+			"InternalServerError", "ServiceUnavailable":
+			return true
+		}
+	}
+	return false
+}

@@ -10,6 +10,14 @@ import (
 )
 
 func (s *server) healthz(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
+	if s.opts.Health != nil {
+		if err := s.opts.Health(r.Context()); err != nil {
+			stateFrom(r.Context()).err = err
+			w.Header().Set("Retry-After", RetryAfter)
+			s.writeJSON(w, http.StatusServiceUnavailable, map[string]bool{"ok": false})
+			return nil
+		}
+	}
 	s.writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 	return nil
 }
@@ -67,6 +75,9 @@ func (s *server) removeAgent(w http.ResponseWriter, r *http.Request, _ lease.Pri
 	id, err := pathID(r, "agent_id")
 	if err != nil {
 		return err
+	}
+	if id == s.opts.AdminID {
+		return errorf(http.StatusConflict, codeCannotRemoveAdmin, "agent %s is the built-in admin and cannot be removed", id)
 	}
 	if err := s.svc.RemoveAgent(r.Context(), id); err != nil {
 		return err

@@ -408,3 +408,20 @@ func TestPanicIsInternal(t *testing.T) {
 		t.Fatalf("panic not logged: %s", logs.String())
 	}
 }
+
+// The built-in admin (Options.AdminID, default "admin") cannot be removed:
+// 409 cannot_remove_admin, without a call to the store or to OnAgentRemoved.
+func TestBuiltinAdminCannotBeRemoved(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t)
+	hs.do("DELETE", "/api/agents/admin", "ck_admin", "").expect(t, 409, "cannot_remove_admin")
+	if len(hs.svc.calls) != 0 || len(hs.removed) != 0 {
+		t.Fatalf("store called %v, removed %v", hs.svc.calls, hs.removed)
+	}
+	// A deployment whose admin has another id protects that one.
+	hs = newHarness(t, func(o *Options) { o.AdminID = "root" })
+	hs.do("DELETE", "/api/agents/root", "ck_admin", "").expect(t, 409, "cannot_remove_admin")
+	hs.do("DELETE", "/api/agents/admin", "ck_admin", "").expect(t, 200, "")
+	// Refused only to admins: a non-admin is 403 first.
+	newHarness(t).do("DELETE", "/api/agents/admin", "ck_agent", "").expect(t, 403, "forbidden")
+}

@@ -5,8 +5,10 @@
 // principal in the request context (ContextWithPrincipal).
 //
 // Domain errors become status codes and the {"error","code"} body in one
-// function, errorResponse. Unknown paths are 404 not_found, known paths with
-// another method 405 method_not_allowed, both with that body.
+// function, errorResponse; a database that cannot be reached (see
+// Unavailable) is 503 unavailable with Retry-After there, on Lambda as
+// locally. Unknown paths are 404 not_found, known paths with another method
+// 405 method_not_allowed, both with that body.
 package httpapi
 
 import (
@@ -31,6 +33,13 @@ import (
 // MaxBodyBytes is the largest request body accepted; larger ones are 413.
 const MaxBodyBytes = 64 << 10
 
+// DefaultAdminID is the agent id of the built-in admin when Options.AdminID
+// is empty: the local server's admin (CHECKOUT_ADMIN_KEY) and the one that
+// cmd/mint-admin creates by default in AWS. DELETE /api/agents/{agent_id}
+// refuses it with 409 cannot_remove_admin, since removing it would lock
+// every admin out (locally until a restart re-creates it).
+const DefaultAdminID = "admin"
+
 // RequestIDHeader carries the request id, echoed from the request when it is
 // a plausible id, generated otherwise.
 const RequestIDHeader = "X-Request-Id"
@@ -44,6 +53,15 @@ type Options struct {
 	// OnAgentRemoved is called after an agent is removed, so that a cache of
 	// its key can forget it at once.
 	OnAgentRemoved func(agentID string)
+	// AdminID is the agent id of the built-in admin, which cannot be
+	// removed (default DefaultAdminID). Other admins are ordinary agents.
+	AdminID string
+	// Health reports whether the database can be reached; GET /healthz
+	// answers 503 {"ok": false} (with Retry-After) while it returns an
+	// error. Nil: /healthz always answers 200, as the Lambda health
+	// function, which has no database client, does. Every other route finds
+	// out for itself: an unreachable database is 503 unavailable there.
+	Health func(ctx context.Context) error
 	// AutoCreateTasks makes a checkout of an unknown task create it.
 	AutoCreateTasks bool
 	// Logger receives one structured line per request (nil: no logs).
@@ -121,6 +139,9 @@ func New(svc Service, opts Options) http.Handler {
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if s.opts.AdminID == "" {
+		s.opts.AdminID = DefaultAdminID
 	}
 	methods := map[string][]string{}
 	for _, rt := range routes {
@@ -208,6 +229,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st := &reqState{}
 	r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
 	sw := &statusWriter{ResponseWriter: w}
+	if r.ContentLength > MaxBodyBytes && r.Context().Value(http.ServerContextKey) != nil {
+		// Whatever the answer (413, or 401 before it), the body is not
+		// read. Without this, net/http reads a declared body of up to 256
+		// KiB before it sends any answer, and a client that waits for the
+		// answer before sending hangs until the read timeout. Behind API
+		// Gateway there is no connection to close.
+		w.Header().Set("Connection", "close")
+	}
 
 	defer func() {
 		if v := recover(); v != nil {
@@ -300,12 +329,20 @@ func (s *server) serveRoute(rt route) http.Handler {
 				return
 			}
 		}
+		if r.ContentLength > MaxBodyBytes {
+			// Refused on its declared length alone, before it is read.
+			s.fail(w, r, errTooLarge)
+			return
+		}
+		// A body without a declared length is cut at the limit as it is read.
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 		if err := rt.handler(s, w, r, p); err != nil {
 			s.fail(w, r, err)
 		}
 	})
 }
+
+var errTooLarge = &http.MaxBytesError{Limit: MaxBodyBytes}
 
 func errForbidden(msg string) error { return errorf(http.StatusForbidden, codeForbidden, "%s", msg) }
 
@@ -345,6 +382,10 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if internal {
 		stateFrom(r.Context()).err = err
 		body = internalBody
+	}
+	if status == http.StatusServiceUnavailable {
+		stateFrom(r.Context()).err = err // why, for the log line
+		w.Header().Set("Retry-After", RetryAfter)
 	}
 	s.writeJSON(w, status, body)
 }

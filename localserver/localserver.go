@@ -4,6 +4,13 @@
 // sweep on a ticker, all against a DynamoDB-compatible endpoint (dynalite by
 // default).
 //
+// Without an endpoint the server runs its own dynalite and supervises it: if
+// the process dies, every route answers 503 unavailable (with Retry-After)
+// and /healthz 503 {"ok": false} until a new one is up, which is started at
+// once on the same data directory (Config.DataDir), or empty in memory, where
+// the tables and the admin agent are created again. The server itself never
+// exits for it. See database.go.
+//
 // cmd/checkout-server is its command; tests of the CLI, the client and the
 // MCP server start it in-process:
 //
@@ -38,8 +45,9 @@ const (
 	// AuthCacheTTL is how long a key that worked is trusted without a
 	// look-up. Removing an agent clears its entries at once.
 	AuthCacheTTL = 30 * time.Second
-	// AdminID is the agent id of the admin that exists from the start.
-	AdminID = "admin"
+	// AdminID is the agent id of the admin that exists from the start. It
+	// cannot be removed (409 cannot_remove_admin).
+	AdminID = httpapi.DefaultAdminID
 	// shutdownTimeout bounds how long Close waits for requests in flight.
 	shutdownTimeout = 10 * time.Second
 )
@@ -51,9 +59,19 @@ type Config struct {
 	// (see URL). Default DefaultAddr.
 	Addr string
 	// DynamoEndpoint is the DynamoDB-compatible endpoint. Empty: the
-	// server asks localstack.Endpoint for one (DYNAMODB_ENDPOINT, or an
-	// in-memory dynalite that Close stops).
+	// server starts its own dynalite, supervises it (restarting it when it
+	// dies) and stops it on Close. (cmd/checkout-server fills this from
+	// DYNAMODB_ENDPOINT.)
 	DynamoEndpoint string
+	// DataDir keeps the own dynalite's data on disk in this directory, so
+	// that it survives a restart of dynalite or of the server. Empty: in
+	// memory; a dynalite restarted after a crash is then empty, and the
+	// server creates its tables and the admin agent again.
+	DataDir string
+	// RestartDelay is how long the server waits before restarting a dead
+	// dynalite (default DefaultRestartDelay); it doubles, up to 5 s, while
+	// the new one keeps dying.
+	RestartDelay time.Duration
 	// TablePrefix is prepended to table names (default "checkout-").
 	TablePrefix string
 	// AdminKey is the admin agent's API key. Empty: one is generated and
@@ -80,11 +98,11 @@ type Server struct {
 	http     *http.Server
 	served   chan struct{}
 
-	stopSweep  context.CancelFunc
-	sweepDone  chan struct{}
-	stopDynamo func()
-	closeOnce  sync.Once
-	closeErr   error
+	db        *database
+	stopSweep context.CancelFunc
+	sweepDone chan struct{}
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Start creates the tables if missing, makes sure the admin agent has the
@@ -102,51 +120,70 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Server{log: cfg.Logger, stopDynamo: func() {}}
-	defer func() {
-		if err != nil {
-			s.stopDynamo()
-		}
-	}()
-
-	if cfg.DynamoEndpoint == "" {
-		endpoint, stop, err := localstack.Endpoint(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("localserver: dynamodb: %w", err)
-		}
-		cfg.DynamoEndpoint, s.stopDynamo = endpoint, stop
+	if cfg.RestartDelay <= 0 {
+		cfg.RestartDelay = DefaultRestartDelay
 	}
-	client := lease.NewLocalClient(cfg.DynamoEndpoint)
 	names := schema.Names{Prefix: cfg.TablePrefix}
-	if err := lease.EnsureTables(ctx, client, names); err != nil {
-		return nil, fmt.Errorf("localserver: create tables at %s: %w", cfg.DynamoEndpoint, err)
-	}
-	s.store = lease.New(lease.Config{DB: client, Tables: names, Now: cfg.Now, Logger: cfg.Logger})
-
+	s := &Server{log: cfg.Logger}
 	s.adminKey = cfg.AdminKey
 	generated := s.adminKey == ""
 	if generated {
 		s.adminKey = lease.NewAPIKey()
 	}
-	if err := s.store.EnsureAgent(ctx, AdminID, AdminID, true, s.adminKey); err != nil {
-		return nil, fmt.Errorf("localserver: admin agent: %w", err)
+	// prepare makes sure of the tables and the admin agent at endpoint: at
+	// start, and on a restarted dynalite before the store uses it.
+	prepare := func(ctx context.Context, endpoint string) error {
+		client := lease.NewLocalClient(endpoint)
+		if err := lease.EnsureTables(ctx, client, names); err != nil {
+			return fmt.Errorf("create tables at %s: %w", endpoint, err)
+		}
+		store := lease.New(lease.Config{DB: client, Tables: names, Now: cfg.Now, Logger: cfg.Logger})
+		if err := store.EnsureAgent(ctx, AdminID, AdminID, true, s.adminKey); err != nil {
+			return fmt.Errorf("admin agent: %w", err)
+		}
+		return nil
+	}
+	s.db = &database{log: cfg.Logger, opts: localstack.Options{Path: cfg.DataDir}, delay: cfg.RestartDelay, prepare: prepare}
+	defer func() {
+		if err != nil {
+			s.db.close()
+		}
+	}()
+	if cfg.DynamoEndpoint == "" {
+		if err := s.db.startOwn(ctx); err != nil {
+			return nil, fmt.Errorf("localserver: dynalite: %w", err)
+		}
+	} else {
+		s.db.newClient(cfg.DynamoEndpoint)
+	}
+	endpoint := *s.db.endpoint.Load()
+	if err := prepare(ctx, endpoint); err != nil {
+		return nil, fmt.Errorf("localserver: %w", err)
 	}
 	// The project's own dynalite, like DynamoDB, returns the item with a
 	// failed condition; another server named by DYNAMODB_ENDPOINT may not,
 	// and then the store reads the item back.
-	honours, err := lease.ReturnsItemOnConditionFailure(ctx, client, names.Table(schema.AgentsTable), lease.AgentKey(AdminID))
+	honours, err := lease.ReturnsItemOnConditionFailure(ctx, lease.NewLocalClient(endpoint), names.Table(schema.AgentsTable), lease.AgentKey(AdminID))
 	if err != nil {
-		return nil, fmt.Errorf("localserver: probe %s: %w", cfg.DynamoEndpoint, err)
+		return nil, fmt.Errorf("localserver: probe %s: %w", endpoint, err)
 	}
 	if !honours {
-		cfg.Logger.Warn("the DynamoDB endpoint ignores ReturnValuesOnConditionCheckFailure; failed conditions cost one read more", "endpoint", cfg.DynamoEndpoint)
-		s.store = lease.New(lease.Config{DB: client, Tables: names, Now: cfg.Now, Logger: cfg.Logger, ReadAfterFailedCondition: true})
+		cfg.Logger.Warn("the DynamoDB endpoint ignores ReturnValuesOnConditionCheckFailure; failed conditions cost one read more", "endpoint", endpoint)
 	}
+	s.store = lease.New(lease.Config{DB: s.db.client, Tables: names, Now: cfg.Now, Logger: cfg.Logger, ReadAfterFailedCondition: !honours})
 
 	cache := auth.NewCache(s.store, AuthCacheTTL, cfg.Now)
+	// A restarted dynalite may be another database (in memory: empty but
+	// for the admin): nothing the cache remembers about keys holds.
+	s.db.replaced = cache.Reset
+	if s.db.supervised {
+		s.db.supervise()
+	}
 	handler := httpapi.New(s.store, httpapi.Options{
 		Auth:            cache,
 		OnAgentRemoved:  cache.Forget,
+		AdminID:         AdminID,
+		Health:          s.db.health,
 		AutoCreateTasks: cfg.AutoCreateTasks,
 		Logger:          cfg.Logger,
 		Now:             cfg.Now,
@@ -177,7 +214,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.stopSweep, s.sweepDone = cancel, make(chan struct{})
 	go s.sweepLoop(sweepCtx, cfg.SweepInterval)
 
-	attrs := []any{"url", s.url, "dynamodb", cfg.DynamoEndpoint, "table_prefix", names.Table(""),
+	attrs := []any{"url", s.url, "dynamodb", endpoint, "table_prefix", names.Table(""),
 		"sweep_interval", cfg.SweepInterval.String(), "auto_create_tasks", cfg.AutoCreateTasks}
 	if generated {
 		// Printed once: it is not stored anywhere in plaintext.
@@ -204,11 +241,20 @@ func (s *Server) AdminKey() string { return s.adminKey }
 // Store is the lease store the server serves.
 func (s *Server) Store() *lease.Store { return s.store }
 
-// Sweep runs one sweep now, as the ticker does.
+// Dynalite is the server's own dynalite as it runs now (a new one after a
+// restart), or nil when the server was given an endpoint.
+func (s *Server) Dynalite() *localstack.Dynalite { return s.db.current() }
+
+// Sweep runs one sweep now, as the ticker does. A database that cannot be
+// reached is logged as a warning; the next sweep tries again.
 func (s *Server) Sweep(ctx context.Context) (lease.SweepResult, error) {
 	res, err := s.store.Sweep(ctx)
 	if err != nil {
-		s.log.ErrorContext(ctx, "sweep", "error", err)
+		if httpapi.Unavailable(err) {
+			s.log.WarnContext(ctx, "sweep skipped: the database cannot be reached", "error", err.Error())
+		} else {
+			s.log.ErrorContext(ctx, "sweep", "error", err)
+		}
 		return res, err
 	}
 	if res != (lease.SweepResult{}) {
@@ -229,13 +275,18 @@ func (s *Server) sweepLoop(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if s.db.supervised && !s.db.up.Load() {
+				continue // dynalite is being restarted; no need to log that each tick
+			}
+			// Errors are logged and never end the loop: the next tick
+			// tries again.
 			_, _ = s.Sweep(ctx)
 		}
 	}
 }
 
 // Close stops accepting requests, waits (up to 10 s) for those in flight,
-// stops the sweep and, if Start started it, the local DynamoDB.
+// stops the sweep and, if Start started it, the server's own dynalite.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
@@ -244,7 +295,7 @@ func (s *Server) Close() error {
 		<-s.served
 		s.stopSweep()
 		<-s.sweepDone
-		s.stopDynamo()
+		s.db.close()
 		s.log.Info("checkout server stopped")
 	})
 	return s.closeErr

@@ -1,13 +1,19 @@
 package localserver
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -212,5 +218,148 @@ func TestStartFailsCleanly(t *testing.T) {
 	defer cancel()
 	if _, err := Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: "http://127.0.0.1:1", TablePrefix: prefix()}); err == nil {
 		t.Fatal("started without a database")
+	}
+}
+
+// The built-in admin cannot remove itself (nor be removed by another admin):
+// DELETE answers 409 cannot_remove_admin, and the admin key keeps working.
+func TestBuiltinAdminCannotBeRemoved(t *testing.T) {
+	t.Parallel()
+	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: prefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	key := srv.AdminKey()
+	if st, body := call(t, "DELETE", srv.URL()+"/api/agents/"+AdminID, key, ""); st != 409 || body["code"] != "cannot_remove_admin" {
+		t.Fatalf("DELETE the built-in admin: %d %v", st, body)
+	}
+	// Another admin cannot remove it either.
+	st, body := call(t, "POST", srv.URL()+"/api/agents", key, `{"name":"deputy","admin":true,"agent_id":"deputy"}`)
+	if st != 201 {
+		t.Fatalf("register deputy: %d %v", st, body)
+	}
+	deputy := body["api_key"].(string)
+	if st, body := call(t, "DELETE", srv.URL()+"/api/agents/"+AdminID, deputy, ""); st != 409 || body["code"] != "cannot_remove_admin" {
+		t.Fatalf("deputy deletes the built-in admin: %d %v", st, body)
+	}
+	if st, body := call(t, "GET", srv.URL()+"/api/agents", key, ""); st != 200 {
+		t.Fatalf("the admin key stopped working: %d %v", st, body)
+	}
+	// Other admins are ordinary agents: they can be removed.
+	if st, body := call(t, "DELETE", srv.URL()+"/api/agents/deputy", key, ""); st != 200 {
+		t.Fatalf("DELETE deputy: %d %v", st, body)
+	}
+}
+
+// Strict input on the real server: a field name in another case is 400, and
+// a declared body over 64 KiB is 413 at once, before the client has sent it
+// (not after the server's 30 s read timeout).
+func TestStrictInput(t *testing.T) {
+	t.Parallel()
+	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: prefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	key := srv.AdminKey()
+	for _, c := range []struct{ path, body string }{
+		{"/api/tasks", `{"Task_ID":"t1"}`},
+		{"/api/tasks", `{"task_id":"t1","TITLE":"x"}`},
+		{"/api/tasks/t1/checkout", `{"TIMEOUT":"1s"}`},
+		{"/api/claim", `{"Timeout":"1s"}`},
+		{"/api/heartbeat", `{"TTL":"1s"}`},
+	} {
+		if st, body := call(t, "POST", srv.URL()+c.path, key, c.body); st != 400 || body["code"] != "invalid_json" {
+			t.Errorf("POST %s %s: %d %v", c.path, c.body, st, body)
+		}
+	}
+	if st, body := call(t, "GET", srv.URL()+"/api/tasks/t1", key, ""); st != 404 {
+		t.Fatalf("a refused body created the task: %d %v", st, body)
+	}
+
+	for _, path := range []string{"/api/tasks", "/api/tasks/t1/checkout", "/api/claim"} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(srv.URL(), "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n", path, key, 64<<10+1)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		start := time.Now()
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("POST %s with a declared 64 KiB + 1 body: no answer: %v", path, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		c.Close()
+		if resp.StatusCode != 413 || !strings.Contains(string(b), `"code":"payload_too_large"`) {
+			t.Fatalf("POST %s: %d %s", path, resp.StatusCode, b)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("POST %s: 413 after %v", path, d)
+		}
+	}
+}
+
+// countingProxy forwards to the DynamoDB endpoint and counts requests by
+// operation (X-Amz-Target).
+type countingProxy struct {
+	mu  sync.Mutex
+	ops map[string]int
+	url string
+}
+
+func newCountingProxy(t *testing.T, target string) *countingProxy {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &countingProxy{ops: map[string]int{}}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "DynamoDB_20120810.")
+		p.mu.Lock()
+		p.ops[op]++
+		p.mu.Unlock()
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	p.url = srv.URL
+	return p
+}
+
+func (p *countingProxy) count(op string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ops[op]
+}
+
+// An unknown key costs one look-up, not one per request: failures are
+// cached briefly too. A key registered just now works at once all the same.
+func TestUnknownKeysAreCached(t *testing.T) {
+	t.Parallel()
+	proxy := newCountingProxy(t, endpoint)
+	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: proxy.url, TablePrefix: prefix(), SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	before := proxy.count("GetItem")
+	for range 50 {
+		if st, body := call(t, "GET", srv.URL()+"/api/tasks", "ck_no-such-key-at-all", ""); st != 401 || body["code"] != "unauthorized" {
+			t.Fatalf("unknown key: %d %v", st, body)
+		}
+	}
+	if n := proxy.count("GetItem") - before; n > 1 {
+		t.Fatalf("50 requests with one unknown key made %d GetItem requests, want at most 1", n)
+	}
+	st, body := call(t, "POST", srv.URL()+"/api/agents", srv.AdminKey(), `{"name":"new"}`)
+	if st != 201 {
+		t.Fatalf("register: %d %v", st, body)
+	}
+	if st, body := call(t, "GET", srv.URL()+"/api/inbox", body["api_key"].(string), ""); st != 200 {
+		t.Fatalf("a key registered just now: %d %v", st, body)
 	}
 }

@@ -288,6 +288,15 @@ func probe(ctx context.Context, client *http.Client, endpoint string) error {
 // Done is closed when the server process has exited.
 func (d *Dynalite) Done() <-chan struct{} { return d.done }
 
+// Pid is the server process's id (it leads its own process group).
+func (d *Dynalite) Pid() int { return d.cmd.Process.Pid }
+
+// Err waits for the process to exit and reports why (nil for a clean exit).
+func (d *Dynalite) Err() error {
+	<-d.done
+	return d.waitErr
+}
+
 // Stop ends the server's process group and waits for it to exit. It is safe
 // to call more than once and from several goroutines.
 func (d *Dynalite) Stop() error {

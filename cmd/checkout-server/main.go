@@ -16,11 +16,15 @@
 //
 // Logs are JSON lines on standard error. SIGINT or SIGTERM stops the server
 // gracefully, then dynalite.
+//
+// If its dynalite dies, the server does not: it answers 503 unavailable (and
+// /healthz 503) until it has started a new one, on the same CHECKOUT_DATA_DIR
+// with the data intact, or empty in memory with the tables and the admin
+// agent created again.
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -52,44 +56,15 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 	}
 	cfg.Logger = log
 
-	var dynaliteDone <-chan struct{} // nil: not ours, never closes
-	if cfg.DynamoEndpoint == "" {
-		opts := localstack.Options{Path: getenv("CHECKOUT_DATA_DIR")}
-		d, err := localstack.Start(ctx, opts)
-		if err != nil {
-			return err
-		}
-		defer func() {
-			if err := d.Stop(); err != nil {
-				log.Warn("stop dynalite", "error", err.Error())
-			}
-			log.Info("dynalite stopped")
-		}()
-		storage := "memory"
-		if opts.Path != "" {
-			storage = opts.Path
-		}
-		log.Info("dynalite started", "endpoint", d.Endpoint, "storage", storage)
-		cfg.DynamoEndpoint = d.Endpoint
-		dynaliteDone = d.Done()
-	}
-
+	// Without DYNAMODB_ENDPOINT the server starts and supervises its own
+	// dynalite.
 	srv, err := localserver.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	var cause error
-	select {
-	case <-ctx.Done():
-	case <-dynaliteDone:
-		// Without its database the server can only fail: stop it.
-		cause = errors.New("dynalite exited unexpectedly")
-	}
+	<-ctx.Done()
 	log.Info("shutting down")
-	if err := srv.Close(); err != nil {
-		return err
-	}
-	return cause
+	return srv.Close()
 }
 
 // configFrom reads the server's settings from the environment.
@@ -99,6 +74,7 @@ func configFrom(getenv func(string) string) (localserver.Config, error) {
 		DynamoEndpoint: getenv(localstack.EnvEndpoint),
 		TablePrefix:    getenv("CHECKOUT_TABLE_PREFIX"),
 		AdminKey:       getenv("CHECKOUT_ADMIN_KEY"),
+		DataDir:        getenv("CHECKOUT_DATA_DIR"),
 	}
 	if v := getenv("CHECKOUT_SWEEP_INTERVAL"); v != "" {
 		d, err := time.ParseDuration(v)

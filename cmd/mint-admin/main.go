@@ -9,7 +9,9 @@
 //
 // Running it again for the same agent replaces that agent's key (the old key
 // stops working once the authorizer's cache expires, 30 s at most), so it
-// also rotates a lost admin key. --endpoint points it at a local
+// also rotates a lost admin key. The default agent, "admin", is the built-in
+// admin that the API refuses to remove (409 cannot_remove_admin); an admin
+// minted under another --agent-id is an ordinary, removable agent. --endpoint points it at a local
 // DynamoDB-compatible server instead of AWS.
 package main
 
@@ -26,6 +28,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/checkout-dev/checkout/httpapi"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -81,7 +84,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, connect n
 	fs.SetOutput(stderr)
 	var o options
 	fs.StringVar(&o.TablePrefix, "table-prefix", schema.DefaultPrefix, "prefix of the deployed table names (the stack's TablePrefix output)")
-	fs.StringVar(&o.AgentID, "agent-id", "admin", "agent id of the admin")
+	fs.StringVar(&o.AgentID, "agent-id", httpapi.DefaultAdminID, "agent id of the admin (the default is the built-in admin, which cannot be removed)")
 	fs.StringVar(&o.Name, "name", "admin", "display name of the admin")
 	fs.StringVar(&o.Region, "region", "", "AWS region (default: from the AWS configuration)")
 	fs.StringVar(&o.Endpoint, "endpoint", "", "DynamoDB endpoint URL (default: the region's; set for LocalStack or another local server)")

@@ -1,0 +1,91 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+)
+
+// What the AWS SDK returns when DynamoDB cannot be reached, as the store
+// wraps it.
+var unreachable = []error{
+	fmt.Errorf("get task t: operation error DynamoDB: GetItem, exceeded maximum number of attempts, 3: %w",
+		&smithyhttp.RequestSendError{Err: &url.Error{Op: "Post", URL: "http://127.0.0.1:8000/", Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}}),
+	fmt.Errorf("checkout: %w", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}),
+	fmt.Errorf("release: deserialization failed: %w", io.ErrUnexpectedEOF),
+	fmt.Errorf("claim: %w", context.DeadlineExceeded),
+	fmt.Errorf("renew: %w", &smithy.GenericAPIError{Code: "ThrottlingException", Message: "Rate of requests exceeds the allowed throughput."}),
+	fmt.Errorf("renew: %w", &smithy.GenericAPIError{Code: "InternalServerError", Message: "Internal server error"}),
+}
+
+// An unreachable database is 503 unavailable with Retry-After on every
+// route that uses it, with the contract's body and nothing of the cause;
+// the cause is logged.
+func TestUnreachableDatabaseIs503(t *testing.T) {
+	t.Parallel()
+	for i, cause := range unreachable {
+		for _, rt := range Routes() {
+			if rt.Pattern == "/healthz" {
+				continue
+			}
+			path := strings.NewReplacer("{task_id}", "task-1", "{agent_id}", "agent-3", "{message_id}", "m-1").Replace(rt.Pattern)
+			body := ""
+			for _, c := range bodyRouteCases {
+				if c.method == rt.Method && c.pattern == rt.Pattern {
+					body = c.valid
+				}
+			}
+			hs := newHarness(t)
+			hs.svc.err = cause
+			res := hs.do(rt.Method, path, "ck_admin", body).expect(t, 503, "unavailable")
+			if res.header.Get("Retry-After") == "" {
+				t.Errorf("%d %s %s: no Retry-After", i, rt.Method, path)
+			}
+			if strings.Contains(string(res.body), "127.0.0.1") || strings.Contains(string(res.body), "DynamoDB") {
+				t.Errorf("%s %s: the cause leaked: %s", rt.Method, path, res.body)
+			}
+			if !strings.Contains(hs.logs.String(), `"status":503`) || !strings.Contains(hs.logs.String(), `"error":`) {
+				t.Errorf("%s %s: the cause was not logged: %s", rt.Method, path, hs.logs)
+			}
+		}
+	}
+	// Authentication needs the database too.
+	hs := newHarness(t, func(o *Options) { o.Auth = fakeAuth{err: fmt.Errorf("authenticate: %w", unreachable[0])} })
+	hs.do("GET", "/api/tasks", "ck_agent", "").expect(t, 503, "unavailable")
+	// Anything else is still a bug.
+	for _, err := range []error{errBoom, &smithy.GenericAPIError{Code: "ValidationException"}, context.Canceled} {
+		if Unavailable(err) {
+			t.Errorf("%v is not unavailability", err)
+		}
+	}
+	if !Unavailable(errors.Join(errors.New("retry quota exceeded"), unreachable[0])) {
+		t.Error("the SDK's quota error hides the cause")
+	}
+}
+
+// /healthz says what Options.Health says: 503 {"ok":false} with Retry-After
+// while it fails, 200 {"ok":true} otherwise, and 200 without one.
+func TestHealthzReportsTheDatabase(t *testing.T) {
+	t.Parallel()
+	var down error
+	hs := newHarness(t, func(o *Options) { o.Health = func(context.Context) error { return down } })
+	hs.do("GET", "/healthz", "", "").expect(t, 200, "")
+	down = errors.New("dynalite exited")
+	res := hs.do("GET", "/healthz", "", "").expect(t, 503, "")
+	if string(res.body) != "{\"ok\":false}\n" || res.header.Get("Retry-After") == "" {
+		t.Fatalf("%s %v", res.body, res.header)
+	}
+	down = nil
+	hs.do("GET", "/healthz", "", "").expect(t, 200, "")
+	newHarness(t).do("GET", "/healthz", "", "").expect(t, 200, "")
+}

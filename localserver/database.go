@@ -1,0 +1,245 @@
+package localserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	smithyendpoints "github.com/aws/smithy-go/endpoints"
+
+	"github.com/checkout-dev/checkout/httpapi"
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/localstack"
+)
+
+// Timeouts of the server's DynamoDB client. Without them a database that
+// stopped answering (a stopped process, a dead peer) would hold requests
+// until the HTTP server's write timeout; with them it is 503 unavailable.
+const (
+	dialTimeout    = 2 * time.Second
+	requestTimeout = 10 * time.Second
+	// probeTimeout and probeEvery bound what GET /healthz costs: at most
+	// one ListTables a second, answered within 2 s.
+	probeTimeout = 2 * time.Second
+	probeEvery   = time.Second
+	// Restarts of a dynalite that keeps dying back off up to this; one that
+	// ran for stableAfter restarts at once again when it next dies.
+	maxRestartDelay = 5 * time.Second
+	stableAfter     = 30 * time.Second
+)
+
+// DefaultRestartDelay is how long the server waits before it restarts a
+// dynalite that died (Config.RestartDelay).
+const DefaultRestartDelay = 100 * time.Millisecond
+
+// errDatabaseDown is what /healthz reports while the server's own dynalite
+// is dead and not yet restarted.
+var errDatabaseDown = errors.New("dynalite exited; restarting it")
+
+// database is the DynamoDB the server talks to. Given an endpoint, it is that
+// endpoint, which the server can only probe. Otherwise it is the server's own
+// dynalite, supervised: when the process dies, requests are answered 503
+// unavailable (the connection is refused) and /healthz 503 at once, and a new
+// dynalite is started on the same data directory (or empty, in memory), on a
+// free port. The tables and the admin agent are made sure of (in memory they
+// are created again) before the store's client is pointed at it, so no
+// request ever sees a database without its tables.
+type database struct {
+	log      *slog.Logger
+	opts     localstack.Options // Path; the port is picked at every start
+	delay    time.Duration
+	prepare  func(ctx context.Context, endpoint string) error
+	replaced func() // after a restart, once the client points at the new server
+
+	endpoint atomic.Pointer[string]
+	client   *dynamodb.Client
+
+	supervised bool
+	up         atomic.Bool
+	mu         sync.Mutex
+	cur        *localstack.Dynalite
+	stop       context.CancelFunc
+	done       chan struct{}
+
+	probeMu  sync.Mutex
+	probedAt time.Time
+	probeErr error
+}
+
+// newClient is the store's DynamoDB client: its endpoint is whatever
+// db.endpoint holds at each request, so a restarted dynalite on another
+// port is used without a new store.
+func (db *database) newClient(endpoint string) {
+	db.endpoint.Store(&endpoint)
+	httpClient := awshttp.NewBuildableClient().
+		WithTimeout(requestTimeout).
+		WithDialerOptions(func(d *net.Dialer) { d.Timeout = dialTimeout })
+	db.client = lease.NewLocalClient(endpoint, func(o *dynamodb.Options) {
+		o.HTTPClient = httpClient
+		o.EndpointResolverV2 = currentEndpoint{&db.endpoint}
+	})
+}
+
+type currentEndpoint struct{ p *atomic.Pointer[string] }
+
+func (c currentEndpoint) ResolveEndpoint(context.Context, dynamodb.EndpointParameters) (smithyendpoints.Endpoint, error) {
+	u, err := url.Parse(*c.p.Load())
+	if err != nil {
+		return smithyendpoints.Endpoint{}, err
+	}
+	return smithyendpoints.Endpoint{URI: *u}, nil
+}
+
+func (db *database) storage() string {
+	if db.opts.Path == "" {
+		return "memory"
+	}
+	return db.opts.Path
+}
+
+// startOwn starts the server's own dynalite and the supervisor that
+// restarts it. prepare must then be run on it by the caller.
+func (db *database) startOwn(ctx context.Context) error {
+	d, err := localstack.Start(ctx, db.opts)
+	if err != nil {
+		return err
+	}
+	db.supervised = true
+	db.cur = d
+	db.newClient(d.Endpoint)
+	db.up.Store(true)
+	db.log.Info("dynalite started", "endpoint", d.Endpoint, "storage", db.storage(), "pid", d.Pid())
+	return nil
+}
+
+// supervise restarts the dynalite whenever it dies, until close.
+func (db *database) supervise() {
+	ctx, cancel := context.WithCancel(context.Background())
+	db.stop, db.done = cancel, make(chan struct{})
+	go func() {
+		defer close(db.done)
+		delay := db.delay
+		for {
+			db.mu.Lock()
+			d := db.cur
+			db.mu.Unlock()
+			started := time.Now()
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.Done():
+			}
+			db.up.Store(false)
+			died := time.Now()
+			db.log.Error("dynalite exited; restarting it", "pid", d.Pid(), "error", fmt.Sprint(d.Err()),
+				"storage", db.storage(), "ran_for", died.Sub(started).Round(time.Millisecond).String())
+			if died.Sub(started) > stableAfter {
+				delay = db.delay
+			}
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(delay):
+				}
+				delay = min(max(2*delay, db.delay), maxRestartDelay)
+				nd, err := db.restart(ctx)
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					db.log.Error("restart dynalite", "error", err.Error(), "retry_in", delay.String())
+					continue
+				}
+				db.log.Info("dynalite restarted", "endpoint", nd.Endpoint, "storage", db.storage(), "pid", nd.Pid(),
+					"down_for", time.Since(died).Round(time.Millisecond).String())
+				break
+			}
+		}
+	}()
+}
+
+// restart starts a new dynalite, prepares it, and only then points the
+// store's client at it.
+func (db *database) restart(ctx context.Context) (*localstack.Dynalite, error) {
+	d, err := localstack.Start(ctx, db.opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.prepare(ctx, d.Endpoint); err != nil {
+		_ = d.Stop()
+		return nil, fmt.Errorf("prepare the restarted dynalite: %w", err)
+	}
+	db.mu.Lock()
+	db.cur = d
+	db.mu.Unlock()
+	db.endpoint.Store(&d.Endpoint)
+	db.probeMu.Lock()
+	db.probedAt = time.Time{}
+	db.probeMu.Unlock()
+	if db.replaced != nil {
+		db.replaced()
+	}
+	db.up.Store(true)
+	return d, nil
+}
+
+// current is the running dynalite, or nil when the endpoint is not ours.
+func (db *database) current() *localstack.Dynalite {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.cur
+}
+
+// health is nil when the database answers: the own dynalite is running and
+// (for any endpoint) a ListTables at most a second old succeeded.
+func (db *database) health(ctx context.Context) error {
+	if db.supervised && !db.up.Load() {
+		return errDatabaseDown
+	}
+	db.probeMu.Lock()
+	defer db.probeMu.Unlock()
+	if time.Since(db.probedAt) < probeEvery {
+		return db.probeErr
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	_, err := db.client.ListTables(pctx, &dynamodb.ListTablesInput{Limit: aws.Int32(1)}, func(o *dynamodb.Options) {
+		o.RetryMaxAttempts = 1
+	})
+	if err != nil && ctx.Err() != nil {
+		return err // the caller went away: say so, remember nothing
+	}
+	if err != nil && !httpapi.Unavailable(err) {
+		err = fmt.Errorf("probe %s: %w", *db.endpoint.Load(), err)
+	}
+	db.probedAt, db.probeErr = time.Now(), err
+	return err
+}
+
+// close stops the supervisor, then the own dynalite.
+func (db *database) close() {
+	if db.stop != nil {
+		db.stop()
+		<-db.done
+	}
+	if d := db.current(); d != nil {
+		select {
+		case <-d.Done(): // died and was not restarted
+		default:
+			if err := d.Stop(); err != nil {
+				db.log.Warn("stop dynalite", "error", err.Error())
+			}
+		}
+		db.log.Info("dynalite stopped")
+	}
+}

@@ -1,0 +1,252 @@
+package localserver
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// get sends a request and returns the status, the Retry-After header and
+// the body.
+func get(t *testing.T, method, url, key, body string) (int, string, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		t.Fatalf("%s %s: %d: %v", method, url, resp.StatusCode, err)
+	}
+	return resp.StatusCode, resp.Header.Get("Retry-After"), m
+}
+
+// waitHealthy polls /healthz until it is 200, or fails the test.
+func waitHealthy(t *testing.T, srv *Server, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if st, _ := call(t, "GET", srv.URL()+"/healthz", "", ""); st == 200 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not healthy again within %v", within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kill ends the server's dynalite with SIGKILL and waits until it is gone.
+func kill(t *testing.T, srv *Server) int {
+	t.Helper()
+	d := srv.Dynalite()
+	if d == nil {
+		t.Fatal("the server runs no dynalite of its own")
+	}
+	if err := syscall.Kill(d.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("dynalite did not die")
+	}
+	return d.Pid()
+}
+
+// The server's own dynalite, on disk, is killed for real. Until the
+// supervisor has restarted it, every route answers 503 unavailable with
+// Retry-After (never 500, authentication included) and /healthz 503
+// {"ok":false}; the sweep ticker keeps ticking. Then the server recovers by
+// itself, with everything on disk intact: the task, its live lease and its
+// fence, the agent and its key, and the sweep ends the lease when it
+// expires.
+func TestDynaliteDeathOnDisk(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	srv, err := Start(context.Background(), Config{
+		Addr: "127.0.0.1:0", DataDir: t.TempDir(), RestartDelay: 2 * time.Second,
+		SweepInterval: 20 * time.Millisecond, Now: clock,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	admin, base := srv.AdminKey(), srv.URL()
+	st, body := call(t, "POST", base+"/api/agents", admin, `{"name":"worker","agent_id":"worker"}`)
+	if st != 201 {
+		t.Fatalf("register: %d %v", st, body)
+	}
+	worker := body["api_key"].(string)
+	if st, body := call(t, "POST", base+"/api/tasks", worker, `{"task_id":"t1","title":"kept"}`); st != 201 {
+		t.Fatalf("create: %d %v", st, body)
+	}
+	st, body = call(t, "POST", base+"/api/tasks/t1/checkout", worker, `{"timeout":"1m","run_id":"run-1"}`)
+	if st != 200 {
+		t.Fatalf("checkout: %d %v", st, body)
+	}
+	fence := body["fence"]
+
+	old := kill(t, srv)
+	for _, c := range []struct{ method, path, key, body string }{
+		{"GET", "/api/tasks/t1", worker, ""},
+		{"POST", "/api/tasks/t1/checkout", admin, `{"run_id":"run-2"}`},
+		{"POST", "/api/tasks", worker, `{"task_id":"t2"}`},
+		{"GET", "/api/agents", admin, ""},
+		{"GET", "/api/tasks", "ck_a-key-nobody-has-seen-before", ""}, // the look-up itself fails
+	} {
+		st, retry, body := get(t, c.method, base+c.path, c.key, c.body)
+		if st != 503 || body["code"] != "unavailable" || retry == "" {
+			t.Fatalf("%s %s while dynalite is dead: %d Retry-After %q %v", c.method, c.path, st, retry, body)
+		}
+	}
+	if st, retry, body := get(t, "GET", base+"/healthz", "", ""); st != 503 || body["ok"] != false || retry == "" {
+		t.Fatalf("healthz while dynalite is dead: %d %q %v", st, retry, body)
+	}
+	time.Sleep(100 * time.Millisecond) // a few sweep ticks into the outage
+
+	waitHealthy(t, srv, 30*time.Second)
+	if d := srv.Dynalite(); d.Pid() == old {
+		t.Fatalf("the same dynalite (pid %d) after the restart", old)
+	}
+	st, body = call(t, "GET", base+"/api/tasks/t1", worker, "")
+	co, _ := body["checkout"].(map[string]any)
+	if st != 200 || body["title"] != "kept" || co == nil || co["run_id"] != "run-1" || co["fence"] != fence {
+		t.Fatalf("the task after the restart: %d %v", st, body)
+	}
+	if st, body := call(t, "POST", base+"/api/tasks/t1/checkout", worker, `{"run_id":"run-1"}`); st != 200 || body["fence"] != fence {
+		t.Fatalf("the same run's retry after the restart: %d %v", st, body)
+	}
+	if st, _ := call(t, "GET", base+"/api/tasks/t2", worker, ""); st != 404 {
+		t.Fatalf("a create answered 503 took effect: %d", st)
+	}
+	// The ticker still sweeps: the lease ends once it has expired.
+	mu.Lock()
+	now = now.Add(2 * time.Minute)
+	mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, b := call(t, "GET", base+"/api/tasks/t1/events", worker, "")
+		evs, _ := b["events"].([]any)
+		if len(evs) == 2 && evs[1].(map[string]any)["type"] == "timeout" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no sweep after the restart: %v", b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, want := range []string{`"msg":"dynalite exited; restarting it"`, `"msg":"dynalite restarted"`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log lacks %s:\n%s", want, logs.String())
+		}
+	}
+	if strings.Contains(logs.String(), `"status":500`) {
+		t.Errorf("a 500 was answered:\n%s", logs.String())
+	}
+}
+
+// An in-memory dynalite restarts empty: the server creates the tables and
+// the admin agent again, so the admin key works at once; the old agent's key
+// is refused (its agent is gone, and the key cache was cleared) and its task
+// is gone, as the README says.
+func TestDynaliteDeathInMemory(t *testing.T) {
+	t.Parallel()
+	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", AdminKey: "ck_in-memory-admin-key", RestartDelay: 200 * time.Millisecond, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	base := srv.URL()
+	st, body := call(t, "POST", base+"/api/agents", srv.AdminKey(), `{"name":"worker"}`)
+	if st != 201 {
+		t.Fatalf("register: %d %v", st, body)
+	}
+	worker := body["api_key"].(string)
+	if st, body := call(t, "POST", base+"/api/tasks", worker, `{"task_id":"t1"}`); st != 201 {
+		t.Fatalf("create: %d %v", st, body)
+	}
+	// Cache the worker's key, so that only a cleared cache refuses it.
+	if st, _ := call(t, "GET", base+"/api/inbox", worker, ""); st != 200 {
+		t.Fatal(st)
+	}
+
+	kill(t, srv)
+	waitHealthy(t, srv, 30*time.Second)
+	st, body = call(t, "GET", base+"/api/agents", srv.AdminKey(), "")
+	if agents, _ := body["agents"].([]any); st != 200 || len(agents) != 1 {
+		t.Fatalf("agents after an in-memory restart: %d %v", st, body)
+	}
+	if st, body := call(t, "GET", base+"/api/inbox", worker, ""); st != 401 {
+		t.Fatalf("a key of the lost database: %d %v", st, body)
+	}
+	if st, _ := call(t, "GET", base+"/api/tasks/t1", srv.AdminKey(), ""); st != 404 {
+		t.Fatalf("task after an in-memory restart: %d", st)
+	}
+	if st, body := call(t, "POST", base+"/api/tasks", srv.AdminKey(), `{"task_id":"t1"}`); st != 201 {
+		t.Fatalf("the tables were not created again: %d %v", st, body)
+	}
+}
+
+// Close stops the supervisor and the dynalite: nothing is restarted after.
+func TestCloseStopsTheSupervisedDynalite(t *testing.T) {
+	t.Parallel()
+	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := srv.Dynalite()
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.Done():
+	default:
+		t.Fatal("dynalite still running after Close")
+	}
+	time.Sleep(2 * DefaultRestartDelay)
+	if srv.Dynalite() != d {
+		t.Fatal("a dynalite was started after Close")
+	}
+}
+
+// With an endpoint that is not its own, /healthz probes it: 503 when
+// nothing answers there.
+func TestHealthzProbesAGivenEndpoint(t *testing.T) {
+	t.Parallel()
+	proxy := newCountingProxy(t, endpoint)
+	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: proxy.url, TablePrefix: prefix(), SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if srv.Dynalite() != nil {
+		t.Fatal("Dynalite() for a given endpoint")
+	}
+	for range 5 {
+		if st, body := call(t, "GET", srv.URL()+"/healthz", "", ""); st != 200 || body["ok"] != true {
+			t.Fatalf("healthz: %d %v", st, body)
+		}
+	}
+	if n := proxy.count("ListTables"); n > 1 {
+		t.Fatalf("5 health checks within a second made %d probes", n)
+	}
+}
