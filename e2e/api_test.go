@@ -277,6 +277,7 @@ func TestCheckoutLifecycle(t *testing.T) {
 	e.fail(t, 400, "invalid_id", "POST", "/api/tasks/t%3F9/checkout", alice, nil)
 
 	// The audit trail, oldest first; every ending event has held_seconds.
+	e.drain(t)
 	evs := e.must(t, 200, "GET", "/api/tasks/t1/events", alice, nil).List("events")
 	var types []string
 	for _, ev := range evs {

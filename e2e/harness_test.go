@@ -128,7 +128,9 @@ func newEnv(t *testing.T, opts ...option) *env {
 		DynamoEndpoint: endpoint,
 		TablePrefix:    "e" + strings.ToLower(rand.Text()[:10]) + "-",
 		SweepInterval:  -1, // the tests sweep when they mean to
-		Now:            c.Now,
+		// and apply the change stream when they read its consequences
+		StreamPollInterval: -1,
+		Now:                c.Now,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -280,8 +282,18 @@ func (e *env) sweep(t testing.TB) (timeouts, deaths, notified int) {
 	return res.Timeouts, res.AgentDeaths, res.Notified
 }
 
+// drain applies the change stream's pending changes: every transition so
+// far has its archived event, its messages and its notices.
+func (e *env) drain(t testing.TB) {
+	t.Helper()
+	if err := e.srv.Drain(context.Background()); err != nil {
+		t.Fatalf("drain the change stream: %v", err)
+	}
+}
+
 func (e *env) events(t testing.TB, key, task string) []string {
 	t.Helper()
+	e.drain(t)
 	var types []string
 	for _, ev := range e.must(t, 200, "GET", "/api/tasks/"+task+"/events", key, nil).List("events") {
 		types = append(types, ev["type"].(string))
@@ -291,6 +303,7 @@ func (e *env) events(t testing.TB, key, task string) []string {
 
 func (e *env) inbox(t testing.TB, key string) []map[string]any {
 	t.Helper()
+	e.drain(t)
 	return e.must(t, 200, "GET", "/api/inbox", key, nil).List("messages")
 }
 

@@ -48,6 +48,7 @@ func TestExpiryThroughTheSweep(t *testing.T) {
 	equal(t, "messages over all sweeps", notified, 1)
 	equal(t, "sweep after", fmtSweep(e.sweep(t)), "0 0 0")
 
+	e.drain(t)
 	evs := e.must(t, 200, "GET", "/api/tasks/t1/events", holder, nil).List("events")
 	equal(t, "events", len(evs), 2)
 	last := evs[1]
@@ -136,6 +137,7 @@ func TestRemovingAnAgentEndsItsLeases(t *testing.T) {
 	e.must(t, 200, "POST", "/api/tasks/t1/watch", watcher, nil)
 	e.clock.Advance(5 * time.Second)
 	e.must(t, 200, "DELETE", "/api/agents/gone", e.admin, nil)
+	e.drain(t)
 	evs := e.must(t, 200, "GET", "/api/tasks/t1/events", watcher, nil).List("events")
 	equal(t, "events", len(evs), 2)
 	equal(t, "type", evs[1]["type"], "agent_death")

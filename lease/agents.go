@@ -282,7 +282,6 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 	if err := checkID("agent_id", agentID); err != nil {
 		return Heartbeat{}, err
 	}
-	defer s.alive.forget(agentID)
 	notRemoved := expression.AttributeNotExists(expression.Name("removed"))
 	for range maxAttempts {
 		now := s.clock()
@@ -307,6 +306,8 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 			return Heartbeat{}, err
 		}
 		if applied {
+			// The write's own answer is a consistent read of the heartbeat.
+			s.alive.put(agentID, old, ms(now))
 			return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
 		}
 		if old == nil {
@@ -322,26 +323,33 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 		upd = beat().Set(expression.Name("alive_since"), expression.Value(ms(now))).
 			Set(deadAt, expression.IfNotExists(deadAt, expression.Value(old.ExpiresAt))).
 			Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(old.ExpiresAt)))
-		if _, applied, err = s.updateHeartbeat(ctx, agentID, cond, upd); err != nil || applied {
-			return Heartbeat{AgentID: agentID, ExpiresAt: exp}, err
+		cur, applied, err := s.updateHeartbeat(ctx, agentID, cond, upd)
+		if err != nil {
+			return Heartbeat{}, err
+		}
+		if applied {
+			s.alive.put(agentID, cur, ms(now))
+			return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
 		}
 	}
 	return Heartbeat{}, fmt.Errorf("heartbeat %s: too much contention", agentID)
 }
 
-// updateHeartbeat makes one conditional UpdateItem on a heartbeat item. When
-// the condition fails it returns the item as it is (nil if there is none).
+// updateHeartbeat makes one conditional UpdateItem on a heartbeat item. It
+// returns the item as the write left it, or, when the condition fails, the
+// item as it is (nil if there is none).
 func (s *Store) updateHeartbeat(ctx context.Context, agentID string, cond expression.ConditionBuilder, upd expression.UpdateBuilder) (*heartbeatItem, bool, error) {
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
 	if err != nil {
 		return nil, false, fmt.Errorf("build heartbeat update of %s: %w", agentID, err)
 	}
-	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.heartbeats, Key: agentKey(agentID),
 		ConditionExpression:                 expr.Condition(),
 		UpdateExpression:                    expr.Update(),
 		ExpressionAttributeNames:            expr.Names(),
 		ExpressionAttributeValues:           expr.Values(),
+		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	returned, failed := conditionFailed(err)
@@ -349,7 +357,11 @@ func (s *Store) updateHeartbeat(ctx context.Context, agentID string, cond expres
 		if err != nil {
 			return nil, false, fmt.Errorf("heartbeat %s: %w", agentID, err)
 		}
-		return nil, true, nil
+		var hb heartbeatItem
+		if err := attributevalue.UnmarshalMap(out.Attributes, &hb); err != nil {
+			return nil, false, err
+		}
+		return &hb, true, nil
 	}
 	if len(returned) == 0 {
 		if !s.readAfterFailed {

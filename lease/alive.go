@@ -62,3 +62,28 @@ func (c *aliveCache) forget(agentID string) {
 	defer c.mu.Unlock()
 	delete(c.m, agentID)
 }
+
+// deathCache remembers, per agent, the latest moment it was read dead. That
+// is exact for ever: an agent dead at r has ended every lease locked at or
+// before r, and those stay ended whether or not it comes back (its return
+// moves alive_since past r). So a storm of checkouts over a dead agent's
+// leases reads its heartbeat once. Leases locked after r are judged afresh.
+type deathCache struct {
+	mu sync.Mutex
+	m  map[string]int64 // agent -> ms at or before which its leases have ended
+}
+
+func (c *deathCache) endedUpTo(agentID string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[agentID]
+}
+
+func (c *deathCache) put(agentID string, upTo int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= aliveCacheMax {
+		c.m = make(map[string]int64)
+	}
+	c.m[agentID] = max(c.m[agentID], upTo)
+}

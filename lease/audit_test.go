@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -15,24 +16,17 @@ import (
 
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/stream"
 )
 
-// lossyDB loses what a network can lose: the audit batch (the request never
-// arrives) and the answer to an update that was applied.
+// lossyDB loses what a network can lose: the answer to an update that was
+// applied.
 type lossyDB struct {
 	lease.DB
-	dropBatches atomic.Int32 // BatchWriteItem calls to fail before sending
 	loseAnswers atomic.Int32 // applied UpdateItem calls whose answer is lost
 }
 
 var errLost = errors.New("connection reset by peer")
-
-func (d *lossyDB) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error) {
-	if d.dropBatches.Add(-1) >= 0 {
-		return nil, errLost
-	}
-	return d.DB.BatchWriteItem(ctx, in, opts...)
-}
 
 func (d *lossyDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	out, err := d.DB.UpdateItem(ctx, in, opts...)
@@ -45,44 +39,6 @@ func (d *lossyDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, 
 func lossyStore(e *env) (*lease.Store, *lossyDB) {
 	db := &lossyDB{DB: e.db}
 	return lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes}), db
-}
-
-// The task item keeps the last ended lease, so its events survive a lost
-// audit batch: they are shown at once and archived by the next ending.
-func TestEventsSurviveALostAuditBatch(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	c := ctx(t)
-	store, db := lossyStore(e)
-	e.task(t, "t")
-	want := []lease.EventType{"checkout", "release"}
-
-	db.dropBatches.Store(100) // every audit batch of the next two transitions is lost
-	must[lease.Checkout](t)(store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a"}))
-	e.clock.Advance(time.Second)
-	must[lease.Released](t)(store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a"}))
-	db.dropBatches.Store(0)
-	evs := e.events(t, "t")
-	if got := kinds(evs); !slices.Equal(got, want) {
-		t.Fatalf("events after lost batches %v, want %v", got, want)
-	}
-	if evs[1].Held == nil || *evs[1].Held != time.Second {
-		t.Fatalf("release event %+v", evs[1])
-	}
-
-	// The next lease's ending archives them again; then nothing is left to
-	// the item alone.
-	e.checkout(t, "t", "b", time.Minute)
-	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "b"}))
-	e.checkout(t, "t", "c", time.Minute)
-	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "c"}))
-	got := kinds(e.events(t, "t"))
-	if !slices.Equal(got, []lease.EventType{"checkout", "release", "checkout", "release", "checkout", "release"}) {
-		t.Fatalf("events %v", got)
-	}
-	if n := len(archived(t, e, "t")); n != 6 {
-		t.Fatalf("%d events archived, want all 6", n)
-	}
 }
 
 // archived returns the event types in the events table itself.
@@ -104,57 +60,158 @@ func archived(t *testing.T, e *env, taskID string) []string {
 	return got
 }
 
-// A release whose answer was lost, retried under the same run id, is
-// answered as released; its event is recorded once and each watcher is told
-// once, whether or not the first attempt's audit batch made it.
-func TestRetriedReleaseIsIdempotent(t *testing.T) {
+// Every transition's events ride in its one write: the answers to all of
+// them can be lost and the change stream still archives every event, in
+// order, and tells each watcher once.
+func TestLostAnswersLoseNoEvent(t *testing.T) {
 	t.Parallel()
-	for _, batchLost := range []bool{false, true} {
-		e := newEnv(t)
-		c := ctx(t)
-		store, db := lossyStore(e)
-		e.task(t, "t")
-		held := e.checkout(t, "t", "a", time.Minute)
-		if err := e.store.Watch(c, "t", "w"); err != nil {
+	e := newEnv(t)
+	c := ctx(t)
+	store, db := lossyStore(e)
+	e.task(t, "t")
+	if err := e.store.Watch(c, "t", "w"); err != nil {
+		t.Fatal(err)
+	}
+	db.loseAnswers.Store(100)
+	if _, err := store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "run-a"}); !errors.Is(err, errLost) {
+		t.Fatalf("checkout with a lost answer: %v", err)
+	}
+	e.clock.Advance(time.Second)
+	if _, err := store.Renew(c, lease.RenewParams{TaskID: "t", AgentID: "a"}); !errors.Is(err, errLost) {
+		t.Fatalf("renew with a lost answer: %v", err)
+	}
+	e.clock.Advance(time.Second)
+	if _, err := store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a"}); !errors.Is(err, errLost) {
+		t.Fatalf("release with a lost answer: %v", err)
+	}
+	want := []string{"checkout", "renew", "release"}
+	// Before the stream is drained, the item's own latest event is shown.
+	if got, _ := e.store.Events(c, "t"); len(got) != 1 || got[0].Type != lease.EventRelease {
+		t.Fatalf("events before the stream ran = %+v, want the release from the item", got)
+	}
+	if got := kinds(e.events(t, "t")); !slices.Equal(stringsOf(got), want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+	if got := archived(t, e, "t"); !slices.Equal(got, want) {
+		t.Fatalf("archived %v, want %v", got, want)
+	}
+	if msgs := e.inbox(t, "w"); len(msgs) != 1 {
+		t.Fatalf("watcher told %d times, want once", len(msgs))
+	}
+}
+
+func stringsOf(ts []lease.EventType) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = string(t)
+	}
+	return out
+}
+
+// The stream delivers a change at least once: a batch handed to the
+// handler again, whole, writes nothing new; a message its agent deleted
+// does not come back, and the notices carry the same ids.
+func TestReplayedChangesWriteNothingNew(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	e.checkout(t, "t", "a", time.Minute)
+	if err := e.store.Watch(c, "t", "w"); err != nil {
+		t.Fatal(err)
+	}
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a"}))
+
+	// Capture the batch the handler gets, then hand it over twice more.
+	var batches []events.DynamoDBEvent
+	handle := stream.Handler(lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes}))
+	p := *e.poller
+	p.Handle = func(ctx context.Context, ev events.DynamoDBEvent) error {
+		batches = append(batches, ev)
+		return handle(ctx, ev)
+	}
+	if _, err := p.Poll(c); err != nil {
+		t.Fatal(err)
+	}
+	msgs := e.inbox(t, "w")
+	if len(msgs) != 1 {
+		t.Fatalf("watcher told %d times", len(msgs))
+	}
+	if err := e.store.DeleteMessage(c, "w", msgs[0].MessageID); err != nil {
+		t.Fatal(err)
+	}
+	ids := func() []string {
+		e.notes.mu.Lock()
+		defer e.notes.mu.Unlock()
+		var out []string
+		for _, n := range e.notes.notices {
+			out = append(out, n.ID)
+		}
+		return out
+	}
+	first := slices.Clone(ids())
+	for _, b := range batches {
+		if err := handle(c, b); err != nil {
 			t.Fatal(err)
 		}
-		e.clock.Advance(3 * time.Second)
-		db.loseAnswers.Store(1)
-		p := lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: held.RunID, Fence: held.Fence}
-		if _, err := store.Release(c, p); !errors.Is(err, errLost) {
-			t.Fatalf("release with a lost answer: %v", err)
+	}
+	if got := archived(t, e, "t"); !slices.Equal(got, []string{"checkout", "release"}) {
+		t.Fatalf("archived after a replay %v", got)
+	}
+	if msgs := e.inbox(t, "w"); len(msgs) != 0 {
+		t.Fatalf("a replay brought back a deleted message: %+v", msgs)
+	}
+	again := ids()[len(first):]
+	slices.Sort(first)
+	slices.Sort(again)
+	first, again = slices.Compact(first), slices.Compact(again)
+	if len(first) != 2 || !slices.Equal(first, again) {
+		t.Fatalf("replayed notice ids %v, want the same as %v", again, first)
+	}
+}
+
+// A release whose answer was lost, retried under the same run id, is
+// answered as released; its event is recorded once and each watcher is told
+// once.
+func TestRetriedReleaseIsIdempotent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	store, db := lossyStore(e)
+	e.task(t, "t")
+	held := e.checkout(t, "t", "a", time.Minute)
+	if err := e.store.Watch(c, "t", "w"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(3 * time.Second)
+	db.loseAnswers.Store(1)
+	p := lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: held.RunID, Fence: held.Fence}
+	if _, err := store.Release(c, p); !errors.Is(err, errLost) {
+		t.Fatalf("release with a lost answer: %v", err)
+	}
+	for range 2 {
+		got, err := store.Release(c, p)
+		if err != nil || got.Held != 3*time.Second || got.ReleasedBy != "a" {
+			t.Fatalf("retried release: %+v %v", got, err)
 		}
-		// The lost answer means the store never recorded: with batchLost the
-		// event exists only on the item; without it, pretend the first
-		// attempt recorded by replaying through a store that did.
-		if !batchLost {
-			if _, err := store.Release(c, p); err != nil {
-				t.Fatalf("first retry: %v", err)
-			}
-		}
-		for range 2 {
-			got, err := store.Release(c, p)
-			if err != nil || got.Held != 3*time.Second || got.ReleasedBy != "a" {
-				t.Fatalf("retried release (batch lost %v): %+v %v", batchLost, got, err)
-			}
-		}
-		if got := archived(t, e, "t"); !slices.Equal(got, []string{"checkout", "release"}) {
-			t.Fatalf("archived %v", got)
-		}
-		if msgs := must[[]lease.Message](t)(e.store.Inbox(c, "w")); len(msgs) != 1 {
-			t.Fatalf("watcher told %d times", len(msgs))
-		}
-		// A release that does not name the lease is not taken for a retry.
-		if _, err := store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a"}); !errors.Is(err, lease.ErrNotCheckedOut) {
-			t.Fatalf("unnamed second release: %v", err)
-		}
-		// Nor is another agent's, or another lease's.
-		if _, err := store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "b", RunID: held.RunID}); !errors.Is(err, lease.ErrNotCheckedOut) {
-			t.Fatalf("other agent's release: %v", err)
-		}
-		if _, err := store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", Fence: held.Fence + 1}); !errors.Is(err, lease.ErrNotCheckedOut) {
-			t.Fatalf("other lease's release: %v", err)
-		}
+	}
+	e.drain(t)
+	if got := archived(t, e, "t"); !slices.Equal(got, []string{"checkout", "release"}) {
+		t.Fatalf("archived %v", got)
+	}
+	if msgs := e.inbox(t, "w"); len(msgs) != 1 {
+		t.Fatalf("watcher told %d times", len(msgs))
+	}
+	// A release that does not name the lease is not taken for a retry.
+	if _, err := store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a"}); !errors.Is(err, lease.ErrNotCheckedOut) {
+		t.Fatalf("unnamed second release: %v", err)
+	}
+	// Nor is another agent's, or another lease's.
+	if _, err := store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "b", RunID: held.RunID}); !errors.Is(err, lease.ErrNotCheckedOut) {
+		t.Fatalf("other agent's release: %v", err)
+	}
+	if _, err := store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", Fence: held.Fence + 1}); !errors.Is(err, lease.ErrNotCheckedOut) {
+		t.Fatalf("other lease's release: %v", err)
 	}
 }
 
@@ -166,16 +223,15 @@ func TestRetriedCompleteIsIdempotent(t *testing.T) {
 	e.task(t, "t")
 	held := e.checkout(t, "t", "a", time.Minute)
 	db.loseAnswers.Store(1)
-	db.dropBatches.Store(100)
 	p := lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: held.RunID}
 	if _, err := store.Complete(c, p); !errors.Is(err, errLost) {
 		t.Fatalf("complete with a lost answer: %v", err)
 	}
-	db.dropBatches.Store(0)
 	done := must[lease.Task](t)(store.Complete(c, p))
 	if done.Status != lease.StatusDone || done.CompletedAt == nil {
 		t.Fatalf("retried completion %+v", done)
 	}
+	e.drain(t)
 	if got := archived(t, e, "t"); !slices.Equal(got, []string{"checkout", "complete"}) {
 		t.Fatalf("archived %v", got)
 	}

@@ -88,17 +88,17 @@ func statusValues(ss []Status) (expression.OperandBuilder, []expression.OperandB
 }
 
 // Checkout grants the caller a lease on a task. The grant is one conditional
-// write: the task exists, no lease is on it, and its status is expected.
-// When a lease is there, the failed write returns it: a live one is the
-// caller's own (the same run retrying) or a conflict; an expired one, or one
-// whose holder is dead by heartbeat, is taken over by a second write
-// conditioned on that exact lease (holder, fence and eseq), which also
-// records how it ended.
+// write: the task exists, no live-by-time lease is on it (an expired one is
+// taken over in the same write), and its status is expected. When a lease
+// is there, the failed write returns it: a live one is the caller's own
+// (the same run retrying) or a conflict; one whose holder is dead by
+// heartbeat is taken over by a second write conditioned on that exact lease
+// (holder, fence and eseq).
 func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error) {
 	if err := s.checkCheckout(&p); err != nil {
 		return Checkout{}, err
 	}
-	var over *taskItem // an ended lease to take over: expired, or its holder dead
+	var over *taskItem // a lease whose holder is dead, to take over
 	// mismatch is the answer when the task, its ended lease aside, is not
 	// in an expected status.
 	mismatch := func(cur *taskItem) error {
@@ -122,18 +122,12 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 			continue
 		case cur == nil:
 			return Checkout{}, ErrTaskNotFound
-		case cur.hasLease() && !cur.leaseTimeValid(now):
-			if err := mismatch(cur); err != nil {
-				return Checkout{}, err
-			}
-			over = cur // expired: never blocks
-			continue
 		case cur.leaseTimeValid(now):
-			hb, err := s.heartbeat(ctx, cur.Holder)
+			ended, err := s.endedByDeath(ctx, cur.Holder, cur.LockedAt)
 			if err != nil {
 				return Checkout{}, err
 			}
-			if !holderAlive(hb, cur.LockedAt, now) {
+			if ended {
 				if err := mismatch(cur); err != nil {
 					return Checkout{}, err
 				}
@@ -194,32 +188,49 @@ func (s *Store) checkCheckout(p *CheckoutParams) error {
 	return nil
 }
 
-// grant makes the checkout write. On success it records the events and
-// returns the checkout (cur nil). When the condition fails it returns the
-// task as it is (cur nil and a zero checkout when there is no task).
+// grant makes the checkout write. With over nil it is the plain grant: the
+// task is free, or its lease has expired (then taken over in this very
+// write). With over it takes over exactly that lease, whose holder was found
+// dead. Either way the write copies the lease it replaces into prev_* (NULL
+// when there was none) and records the transition, so that it carries both
+// of its events. On success it returns the checkout (cur nil); when the
+// condition fails, the task as it is (cur nil and a zero checkout when there
+// is no task).
 func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over *taskItem) (Checkout, *taskItem, error) {
 	first, rest := statusValues(p.ExpectedStatuses)
 	statusOK := nameStatus.In(first, rest...)
+	todo := slices.Contains(p.ExpectedStatuses, StatusTodo)
 	var cond expression.ConditionBuilder
+	prevEnd := EventTimeout
 	if over == nil {
-		cond = expression.AttributeExists(expression.Name("task_id")).
-			And(expression.AttributeNotExists(nameHolder), statusOK)
+		// Free in an expected status, or held by an expired lease, which
+		// makes the task todo in all but name.
+		cond = expression.AttributeNotExists(nameHolder).And(statusOK)
+		if todo {
+			cond = cond.Or(nameExpires.LessThanEqual(expression.Value(ms(now))))
+		}
+		cond = expression.AttributeExists(expression.Name("task_id")).And(cond)
 	} else {
 		// Exactly the ended lease, as we read it: the same grant (holder and
 		// fence), with no transition since (eseq: not even a renewal that
 		// left the expiry where it was). A holder that came back and renewed
 		// in between has shown it is alive; the write then fails and the
-		// lease is judged again. Its task is todo in all but name.
-		if slices.Contains(p.ExpectedStatuses, StatusTodo) {
-			statusOK = statusOK.Or(nameStatus.Equal(expression.Value(string(StatusInProgress))))
-		}
+		// lease is judged again. Checkout takes it only for a todo checkout.
 		cond = nameHolder.Equal(expression.Value(over.Holder)).
 			And(nameFence.Equal(expression.Value(over.Fence)),
-				nameESeq.Equal(expression.Value(over.ESeq)),
-				statusOK)
+				nameESeq.Equal(expression.Value(over.ESeq)))
+		if over.leaseTimeValid(now) {
+			prevEnd = EventAgentDeath
+		}
 	}
 	exp := now.Add(p.Timeout)
-	upd := expression.Set(nameStatus, expression.Value(string(StatusInProgress))).
+	upd := expression.Set(expression.Name("prev_agent"), copyOf("holder")).
+		Set(expression.Name("prev_run"), copyOf("run_id")).
+		Set(expression.Name("prev_fence"), nameFence).
+		Set(expression.Name("prev_locked"), copyOf("locked_at")).
+		Set(expression.Name("prev_expires"), copyOf("lease_expires")).
+		Set(expression.Name("prev_end"), expression.Value(string(prevEnd))).
+		Set(nameStatus, expression.Value(string(StatusInProgress))).
 		Set(nameHolder, expression.Value(p.AgentID)).
 		Set(expression.Name("holder_name"), expression.Value(p.AgentName)).
 		Set(expression.Name("run_id"), expression.Value(p.RunID)).
@@ -231,45 +242,22 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(expression.Name("started_at"), expression.IfNotExists(expression.Name("started_at"), expression.Value(ms(now)))).
 		Set(nameESeq, nameESeq.Plus(expression.Value(2))).
 		Set(expression.Name("lease_seq"), nameESeq.Plus(expression.Value(2))).
+		Set(expression.Name("last_op"), expression.Value(string(EventCheckout))).
+		Set(expression.Name("last_at"), expression.Value(ms(now))).
 		Remove(expression.Name("completed_at")) // a task reopened is not done
 	if p.Reason != "" {
 		upd = upd.Set(expression.Name("reason"), expression.Value(p.Reason))
 	} else {
 		upd = upd.Remove(expression.Name("reason"))
 	}
-	var end ending
-	if over != nil {
-		// The lease taken over ends here. Nobody is told the task is
-		// available: it never was.
-		end = ending{typ: EventTimeout, by: BySystem, reason: "lease expired", status: StatusInProgress}
-		if over.leaseTimeValid(now) {
-			end.typ, end.reason = EventAgentDeath, "holder's heartbeat expired"
-		}
-		upd = takeoverUpdate(upd, over, end, now)
-	}
 	old, applied, err := s.update(ctx, p.TaskID, cond, upd, types.ReturnValueAllOld)
 	if err != nil || !applied {
 		return Checkout{}, old, err
 	}
-	c := Checkout{
+	return Checkout{
 		TaskID: p.TaskID, AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID,
 		Fence: old.Fence + 1, LockedAt: now, Timeout: p.Timeout, ExpiresAt: exp, Reason: p.Reason,
-	}
-	var evs []eventItem
-	var notices []Notice
-	if over != nil {
-		// Like any ending write: archive again the previous ending and the
-		// ended lease's checkout, then this ending.
-		ev, _ := old.afterEnd(end, now).endEvent()
-		evs = append(old.itemEvents(), ev)
-		notices = append(notices, Notice{Kind: NoticeLeaseEnded, Event: ev.event()})
-	}
-	evs = append(evs, eventItem{
-		TaskID: p.TaskID, Seq: old.ESeq + 2, Type: EventCheckout, AgentID: p.AgentID, RunID: p.RunID,
-		Fence: c.Fence, At: ms(now), By: p.AgentID, Reason: p.Reason,
-	})
-	s.record(ctx, evs, nil, notices)
-	return c, nil, nil
+	}, nil, nil
 }
 
 // Renew extends the caller's live lease to now + timeout (default: the
@@ -295,7 +283,9 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 	if err != nil {
 		return Checkout{}, err
 	}
-	upd := expression.Set(nameESeq, nameESeq.Plus(expression.Value(1)))
+	upd := expression.Set(nameESeq, nameESeq.Plus(expression.Value(1))).
+		Set(expression.Name("last_op"), expression.Value(string(EventRenew))).
+		Set(expression.Name("last_at"), expression.Value(ms(now)))
 	if p.Timeout != 0 {
 		upd = upd.Set(expression.Name("timeout_ms"), expression.Value(p.Timeout.Milliseconds())).
 			Set(nameExpires, expression.Value(ms(now.Add(p.Timeout))))
@@ -309,10 +299,6 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 	if !applied {
 		return Checkout{}, s.notHolder(ctx, it, p.AgentID, p.RunID, p.Fence, now, hb)
 	}
-	s.record(ctx, []eventItem{{
-		TaskID: p.TaskID, Seq: it.ESeq, Type: EventRenew, AgentID: p.AgentID, RunID: it.RunID,
-		Fence: it.Fence, At: ms(now), By: p.AgentID,
-	}}, nil, nil)
 	return it.checkout(), nil
 }
 
@@ -389,13 +375,25 @@ func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) 
 	return released(it), nil
 }
 
+// endLease makes an ending write on taskID under cond. Its consequences (the
+// event's archive, the watchers' messages, the notices) follow from the
+// change stream. It returns the item as it was (old) and as the write left
+// it, or applied=false and the item as it is when cond failed.
+func (s *Store) endLease(ctx context.Context, taskID string, cond expression.ConditionBuilder, e ending, now time.Time) (old, after *taskItem, applied bool, err error) {
+	old, applied, err = s.update(ctx, taskID, cond, endUpdate(e, now), types.ReturnValueAllOld)
+	if err != nil || !applied {
+		return old, nil, false, err
+	}
+	return old, old.afterEnd(e, now), true, nil
+}
+
 // finish ends the caller's own lease by e (release or complete): one
 // conditional write under holderGuard. When it does not apply, a retry of an
 // earlier attempt that did is answered as that attempt was; otherwise the
 // error says why (not_checked_out, or not_holder with the live holder).
 func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence int64, e ending) (*taskItem, error) {
 	cond, hb, now, err := s.holderGuard(ctx, agentID, runID, fence)
-	var it *taskItem
+	var it, after *taskItem
 	applied := false
 	switch {
 	case errors.Is(err, errDeadCaller):
@@ -405,15 +403,15 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 	case err != nil:
 		return nil, err
 	default:
-		if it, applied, err = s.endLease(ctx, taskID, cond, e, now); err != nil {
+		if it, after, applied, err = s.endLease(ctx, taskID, cond, e, now); err != nil {
 			return nil, err
 		}
 	}
 	if applied {
-		return it, nil
+		return after, nil
 	}
-	if replayed, err := s.replayEnd(ctx, it, e.typ, agentID, runID, fence); replayed || err != nil {
-		return it, err
+	if replayEnd(it, e.typ, agentID, runID, fence) {
+		return it, nil
 	}
 	return nil, s.notHolder(ctx, it, agentID, runID, fence, now, hb)
 }
@@ -428,8 +426,8 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 		return Released{}, err
 	}
 	if !live {
-		if replayed, err := s.replayEnd(ctx, cur, EventForceRelease, p.AgentID, p.RunID, p.Fence); replayed || err != nil {
-			return released(cur), err
+		if replayEnd(cur, EventForceRelease, p.AgentID, p.RunID, p.Fence) {
+			return released(cur), nil
 		}
 		return Released{}, ErrNotCheckedOut
 	}
@@ -437,14 +435,29 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 	cond := nameHolder.Equal(expression.Value(cur.Holder)).
 		And(nameFence.Equal(expression.Value(cur.Fence)), nameExpires.GreaterThan(expression.Value(ms(now))))
 	e := ending{typ: EventForceRelease, by: p.AgentID, reason: p.Reason, status: StatusTodo}
-	it, applied, err := s.endLease(ctx, p.TaskID, cond, e, now)
+	_, after, applied, err := s.endLease(ctx, p.TaskID, cond, e, now)
 	if err != nil {
 		return Released{}, err
 	}
 	if !applied {
 		return Released{}, ErrNotCheckedOut // it ended in between
 	}
-	return released(it), nil
+	return released(after), nil
+}
+
+// replayEnd reports whether a holder's release or completion that found no
+// lease of its own repeats one that already took effect: the item's last
+// ending is this caller's ending of the very lease the request names (by
+// run id or fence), so the answer to that first attempt was lost and this
+// is the retry. A request that names no lease is never taken for a retry.
+func replayEnd(cur *taskItem, typ EventType, agentID, runID string, fence int64) bool {
+	if cur == nil || runID == "" && fence == 0 {
+		return false
+	}
+	r := cur.endRecord
+	return r.EndSeq != 0 && r.EndType == typ && r.EndBy == agentID &&
+		(typ == EventForceRelease || r.EndAgent == agentID) &&
+		(runID == "" || r.EndRun == runID) && (fence == 0 || r.EndFence == fence)
 }
 
 // released is the answer to a release that ended the lease recorded on it.

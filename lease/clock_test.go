@@ -69,7 +69,7 @@ func TestExpiryIsExact(t *testing.T) {
 	if to := evs[1]; to.AgentID != "a" || to.Fence != held.Fence || to.Held == nil || *to.Held != time.Minute || to.By != lease.BySystem {
 		t.Fatalf("timeout event %+v", to)
 	}
-	if e.notes.count(lease.NoticeTaskAvailable, "t") != 0 {
+	if e.noticeCount(t, lease.NoticeTaskAvailable, "t") != 0 {
 		t.Fatal("a takeover must not announce the task")
 	}
 }
@@ -137,7 +137,7 @@ func TestHeartbeatDeath(t *testing.T) {
 	if task := must[lease.Task](t)(e.store.GetTask(c, "u")); task.Status != lease.StatusTodo || task.Checkout != nil {
 		t.Fatalf("swept task %+v", task)
 	}
-	if msgs := must[[]lease.Message](t)(e.store.Inbox(c, "w")); len(msgs) != 1 || msgs[0].Reason != "agent_death" {
+	if msgs := e.inbox(t, "w"); len(msgs) != 1 || msgs[0].Reason != "agent_death" {
 		t.Fatalf("watcher inbox %+v", msgs)
 	}
 
@@ -214,6 +214,7 @@ func TestFenceStrictlyIncreases(t *testing.T) {
 	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "admin", Force: true}))
 
 	// TTL deletes old records: every event, every heartbeat, every message.
+	e.drain(t)
 	deleteAll(t, e, schema.EventsTable, "t")
 	if _, err := e.db.DeleteItem(c, &dynamodb.DeleteItemInput{
 		TableName: aws.String(e.names.Table(schema.HeartbeatsTable)),

@@ -7,7 +7,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -23,47 +22,6 @@ const recordAttempts = 6
 // ev: one per ending and watcher, so a retried write lands on the same one.
 func messageID(ev eventItem) string {
 	return fmt.Sprintf("%013d.%d.%s", ev.At, ev.Fence, ev.TaskID)
-}
-
-// record is the second and last request of a transition: one BatchWriteItem
-// with its audit events and inbox messages. Only the writer whose conditional
-// write decided the transition gets here, so each event and each message is
-// written once; the keys are deterministic, so a retry of the batch rewrites
-// the same items. The decision already stands, so a failure here is logged,
-// not returned: the caller's lease must not be reported lost because its
-// audit record was slow.
-func (s *Store) record(ctx context.Context, evs []eventItem, msgs []messageItem, notices []Notice) {
-	ttl := s.clock().Add(s.retention).Unix()
-	var writes []types.WriteRequest
-	for _, ev := range evs {
-		ev.TTL = ttl
-		item, err := attributevalue.MarshalMap(ev)
-		if err != nil {
-			s.log.ErrorContext(ctx, "encode audit event", "task_id", ev.TaskID, "err", err)
-			continue
-		}
-		writes = append(writes, types.WriteRequest{PutRequest: &types.PutRequest{Item: item}})
-	}
-	byTable := map[string][]types.WriteRequest{}
-	if len(writes) > 0 {
-		byTable[s.events] = writes
-	}
-	for _, m := range msgs {
-		item, err := attributevalue.MarshalMap(m)
-		if err != nil {
-			continue
-		}
-		byTable[s.inbox] = append(byTable[s.inbox], types.WriteRequest{PutRequest: &types.PutRequest{Item: item}})
-	}
-	if err := s.batchWrite(ctx, byTable); err != nil {
-		s.log.ErrorContext(ctx, "audit write failed after the transition was decided",
-			"task_id", evs[0].TaskID, "events", len(evs), "messages", len(msgs), "err", err)
-	}
-	for _, n := range notices {
-		if err := s.notifier.Notify(ctx, n); err != nil {
-			s.log.WarnContext(ctx, "notify", "kind", n.Kind, "task_id", n.Event.TaskID, "err", err)
-		}
-	}
 }
 
 // batchWrite writes every request, 25 at a time, retrying unprocessed items
@@ -129,10 +87,10 @@ func (s *Store) Events(ctx context.Context, taskID string) ([]Event, error) {
 		out = append(out, e.event())
 		seen[e.Seq] = true
 	}
-	// The item itself holds the latest lease's checkout and the last ending:
-	// shown even if their audit batch never arrived.
+	// The item holds its latest transition's events: shown while the change
+	// stream's archive write is still in flight.
 	added := false
-	for _, e := range it.itemEvents() {
+	for _, e := range it.latestEvents() {
 		if !seen[e.Seq] {
 			out = append(out, e.event())
 			added = true
@@ -152,6 +110,9 @@ func (s *Store) Inbox(ctx context.Context, agentID string) ([]Message, error) {
 	}
 	out := make([]Message, 0, len(items))
 	for _, m := range items {
+		if m.Acked {
+			continue // deleted: kept so that a replayed change cannot bring it back
+		}
 		out = append(out, Message{MessageID: m.MessageID, Type: m.Type, TaskID: m.TaskID, Reason: m.Reason, At: fromMS(m.At)})
 	}
 	return out, nil
@@ -166,11 +127,17 @@ func (s *Store) DeleteMessage(ctx context.Context, agentID, messageID string) er
 	}
 	key := agentKey(agentID)
 	key["message_id"] = &types.AttributeValueMemberS{Value: messageID}
-	expr, _ := expression.NewBuilder().WithCondition(expression.AttributeExists(expression.Name("message_id"))).Build()
-	_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+	// Marked, not deleted: the change stream may replay the freeing that
+	// made the message, and its write must find the message already there.
+	// TTL deletes it with the rest.
+	cond := expression.AttributeExists(expression.Name("message_id")).And(expression.AttributeNotExists(expression.Name("acked")))
+	expr, _ := expression.NewBuilder().WithCondition(cond).WithUpdate(expression.Set(expression.Name("acked"), expression.Value(true))).Build()
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.inbox, Key: key,
-		ConditionExpression:      expr.Condition(),
-		ExpressionAttributeNames: expr.Names(),
+		ConditionExpression:       expr.Condition(),
+		UpdateExpression:          expr.Update(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
 	})
 	if _, failed := conditionFailed(err); failed {
 		return ErrMessageNotFound

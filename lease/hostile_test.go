@@ -87,7 +87,7 @@ func TestSweepRecordsADeathTheHolderCameBackFrom(t *testing.T) {
 	if got := kinds(evs); len(got) != 2 || got[1] != lease.EventAgentDeath {
 		t.Fatalf("events = %v, want checkout, agent_death", got)
 	}
-	if n := e.notes.count(lease.NoticeTaskAvailable, "t1"); n != 1 {
+	if n := e.noticeCount(t, lease.NoticeTaskAvailable, "t1"); n != 1 {
 		t.Fatalf("%d TaskAvailable notices, want 1", n)
 	}
 	// Idempotent: a second sweep finds nothing more to do.
@@ -173,11 +173,11 @@ func TestRemovedAgentBlocksNobodyAndItsIDStartsClean(t *testing.T) {
 	if held := must[[]lease.Checkout](t)(e.store.ListCheckouts(c, "gone")); len(held) != 0 {
 		t.Fatalf("the new agent inherited leases: %+v", held)
 	}
-	if msgs := must[[]lease.Message](t)(e.store.Inbox(c, "gone")); len(msgs) != 0 {
+	if msgs := e.inbox(t, "gone"); len(msgs) != 0 {
 		t.Fatalf("the new agent inherited messages: %+v", msgs)
 	}
 	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t3", AgentID: "b"}))
-	if msgs := must[[]lease.Message](t)(e.store.Inbox(c, "gone")); len(msgs) != 0 {
+	if msgs := e.inbox(t, "gone"); len(msgs) != 0 {
 		t.Fatalf("the new agent was told about the old agent's watch: %+v", msgs)
 	}
 	// The new agent's own leases are live.
@@ -251,13 +251,15 @@ func (d slowDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, op
 
 // A grant's locked_at and expires_at are read from the clock at the write
 // that decided it, not when the operation started: a checkout that first
-// meets an expired lease and then takes it over is locked at the takeover.
+// meets a dead holder's lease and then takes it over is locked at the
+// takeover.
 func TestGrantTimesBelongToTheDecidingWrite(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	c := ctx(t)
 	e.task(t, "t1")
-	e.checkout(t, "t1", "a", time.Second)
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Second))
+	e.checkout(t, "t1", "a", time.Hour)
 	e.clock.Advance(2 * time.Second)
 	var mu sync.Mutex
 	slow := lease.New(lease.Config{DB: slowDB{DB: e.db, advance: func() {

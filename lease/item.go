@@ -18,7 +18,7 @@ type taskItem struct {
 	// Fence is the fence of the latest grant. It only ever grows, and the
 	// task item is never deleted, so it survives every lease.
 	Fence int64 `dynamodbav:"fence"`
-	// ESeq is the number of audit events recorded for the task.
+	// ESeq is the seq of the task's latest audit event.
 	ESeq int64 `dynamodbav:"eseq"`
 
 	// The lease, present only while the task is held (or held by a lease
@@ -39,8 +39,15 @@ type taskItem struct {
 	// bounded by MaxWatchers.
 	Watchers map[string]int64 `dynamodbav:"watchers,omitempty"`
 
-	// The last lease that ended, kept by the write that ended it.
+	// The latest transition: its type (an event type) and time. Every write
+	// that moves a lease sets them, and eseq, in the same write.
+	LastOp EventType `dynamodbav:"last_op,omitempty"`
+	LastAt int64     `dynamodbav:"last_at,omitempty"`
+
+	// The last lease that an ending write ended, and the lease the latest
+	// checkout took over.
 	endRecord
+	prevRecord
 }
 
 // hasLease reports whether a lease record is present, live or not.
@@ -198,4 +205,5 @@ type messageItem struct {
 	Reason    string `dynamodbav:"reason"`
 	At        int64  `dynamodbav:"at"`
 	TTL       int64  `dynamodbav:"ttl"`
+	Acked     bool   `dynamodbav:"acked,omitempty"`
 }

@@ -136,11 +136,8 @@ func (s linState) step(in linIn) (linOut, linState) {
 		if s.Status != lease.StatusTodo && s.Status != lease.StatusInProgress {
 			return linOut{Kind: "status_mismatch", Status: s.Status}, s
 		}
-		if s.Holder != "" {
-			// A takeover ends the old lease and becomes the task's last
-			// ending: a release of an earlier lease is no longer a retry.
-			s.EndOp = "takeover"
-		}
+		// A takeover ends the old lease in the checkout's own write; the
+		// task's last ending (release, completion or sweep) stays what it was.
 		s.Fence++
 		s.Holder, s.HolderN, s.Run, s.Locked, s.Expires, s.TimeoutMS = in.Agent, in.AgentN, in.Run, s.Now, s.Now+in.Timeout, in.Timeout
 		s.Status = lease.StatusInProgress

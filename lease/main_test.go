@@ -16,6 +16,7 @@ import (
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/localstack"
+	"github.com/checkout-dev/checkout/stream"
 )
 
 var endpoint string
@@ -91,7 +92,8 @@ func (r *recorder) count(kind, taskID string) int {
 }
 
 type env struct {
-	store *lease.Store
+	store  *lease.Store
+	poller *stream.Poller
 	clock *testclock.Clock
 	count *counter
 	notes *recorder
@@ -117,6 +119,18 @@ func newEnv(t testing.TB) *env {
 	}
 	e.count.take()
 	e.store = lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	// The change stream's consumer, as the local server runs it: the stream
+	// function's handler over the store's own stream.
+	arn, err := localstack.StreamARN(ctx, e.db, e.names.Table(schema.TasksTable))
+	if err != nil {
+		t.Fatalf("stream of the tasks table: %v", err)
+	}
+	e.poller = &stream.Poller{
+		Streams:   stream.NewLocalClient(endpoint),
+		StreamARN: arn,
+		Handle:    stream.Handler(lease.New(lease.Config{DB: lease.NewLocalClient(endpoint), Tables: e.names, Now: e.clock.Now, Notifier: e.notes})),
+		Saved:     stream.MemoryCheckpoints{},
+	}
 	t.Cleanup(func() {
 		e.count.mu.Lock()
 		defer e.count.mu.Unlock()
@@ -197,8 +211,38 @@ func (e *env) checkout(t testing.TB, taskID, agentID string, timeout time.Durati
 	return c
 }
 
+// drain hands every change the tasks table's stream holds to the stream
+// function's handler: after it, every transition so far has its
+// consequences (archived events, messages, notices).
+func (e *env) drain(t testing.TB) {
+	t.Helper()
+	if _, err := e.poller.Poll(ctx(t)); err != nil {
+		t.Fatalf("drain the change stream: %v", err)
+	}
+}
+
+// inbox is agentID's inbox once the stream has been drained.
+func (e *env) inbox(t testing.TB, agentID string) []lease.Message {
+	t.Helper()
+	e.drain(t)
+	msgs, err := e.store.Inbox(ctx(t), agentID)
+	if err != nil {
+		t.Fatalf("inbox of %s: %v", agentID, err)
+	}
+	return msgs
+}
+
+// noticeCount is the number of notices of kind about taskID once the stream
+// has been drained.
+func (e *env) noticeCount(t testing.TB, kind, taskID string) int {
+	t.Helper()
+	e.drain(t)
+	return e.notes.count(kind, taskID)
+}
+
 func (e *env) events(t testing.TB, taskID string) []lease.Event {
 	t.Helper()
+	e.drain(t)
 	evs, err := e.store.Events(ctx(t), taskID)
 	if err != nil {
 		t.Fatalf("events %s: %v", taskID, err)

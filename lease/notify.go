@@ -15,12 +15,16 @@ const (
 
 // Notice is something an orchestrator may want to hear about.
 type Notice struct {
+	// ID is the same for every delivery of the same notice: the task, the
+	// event's seq and the kind. Consumers drop duplicates by it.
+	ID    string
 	Kind  string
 	Event Event
 }
 
-// Notifier hears about ended leases and freed tasks, after the transition is
-// recorded. In AWS it puts EventBridge events; locally it logs.
+// Notifier hears about ended leases and freed tasks, from the change stream
+// (Store.ApplyChanges), at least once each. In AWS it puts EventBridge
+// events; locally it logs. An error makes the batch be delivered again.
 type Notifier interface {
 	Notify(ctx context.Context, n Notice) error
 }
@@ -31,7 +35,7 @@ type logNotifier struct{ log *slog.Logger }
 func LogNotifier(l *slog.Logger) Notifier { return logNotifier{l} }
 
 func (n logNotifier) Notify(ctx context.Context, nt Notice) error {
-	n.log.InfoContext(ctx, "notice", "kind", nt.Kind, "type", string(nt.Event.Type),
+	n.log.InfoContext(ctx, "notice", "id", nt.ID, "kind", nt.Kind, "type", string(nt.Event.Type),
 		"task_id", nt.Event.TaskID, "agent_id", nt.Event.AgentID, "fence", nt.Event.Fence)
 	return nil
 }

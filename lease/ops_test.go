@@ -237,7 +237,7 @@ func TestCheckoutCases(t *testing.T) {
 	if rel.ReleasedBy != "a" || rel.Held != time.Second {
 		t.Fatalf("released %+v", rel)
 	}
-	msgs := must[[]lease.Message](t)(e.store.Inbox(c, "b"))
+	msgs := e.inbox(t, "b")
 	if len(msgs) != 1 || msgs[0].TaskID != "t1" || msgs[0].Type != lease.MessageTaskAvailable || msgs[0].Reason != "release" {
 		t.Fatalf("inbox %+v", msgs)
 	}
@@ -252,7 +252,7 @@ func TestCheckoutCases(t *testing.T) {
 	if lock := must[*lease.Checkout](t)(e.store.LockStatus(c, "t1")); lock != nil {
 		t.Fatalf("released task still locked: %+v", lock)
 	}
-	if e.notes.count(lease.NoticeTaskAvailable, "t1") != 1 {
+	if e.noticeCount(t, lease.NoticeTaskAvailable, "t1") != 1 {
 		t.Fatalf("notices %+v", e.notes.notices)
 	}
 
@@ -274,7 +274,7 @@ func TestCheckoutCases(t *testing.T) {
 	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "t2", AgentID: "b"}); !errors.As(err, &sm) || sm.Status != lease.StatusDone {
 		t.Fatalf("checkout of done task: %v", err)
 	}
-	if e.notes.count(lease.NoticeTaskAvailable, "t2") != 0 {
+	if e.noticeCount(t, lease.NoticeTaskAvailable, "t2") != 0 {
 		t.Fatal("completion must not announce the task")
 	}
 }
@@ -421,7 +421,7 @@ func TestRemoveAgentEndsItsLeases(t *testing.T) {
 	if last.Type != lease.EventAgentDeath || last.Reason != "agent removed" || last.Held == nil || *last.Held != time.Minute {
 		t.Fatalf("ending event %+v", last)
 	}
-	if msgs := must[[]lease.Message](t)(e.store.Inbox(c, "w")); len(msgs) != 1 {
+	if msgs := e.inbox(t, "w"); len(msgs) != 1 {
 		t.Fatalf("watcher inbox %+v", msgs)
 	}
 }

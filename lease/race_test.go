@@ -327,12 +327,12 @@ func TestConcurrentSweeps(t *testing.T) {
 		if got := kinds(e.events(t, id)); len(got) != 2 || got[1] != lease.EventTimeout {
 			t.Fatalf("%s events %v", id, got)
 		}
-		if n := e.notes.count(lease.NoticeTaskAvailable, id); n != 1 {
+		if n := e.noticeCount(t, lease.NoticeTaskAvailable, id); n != 1 {
 			t.Fatalf("%s announced %d times", id, n)
 		}
 	}
 	for _, w := range []string{"w1", "w2"} {
-		if msgs := must[[]lease.Message](t)(e.store.Inbox(c, w)); len(msgs) != leases {
+		if msgs := e.inbox(t, w); len(msgs) != leases {
 			t.Fatalf("%s has %d messages, want %d", w, len(msgs), leases)
 		}
 	}

@@ -67,6 +67,7 @@ type Store struct {
 	tasks, agents, heartbeats, events, inbox string
 
 	alive  aliveCache
+	deaths deathCache
 	claims claimSpread
 
 	// fallbackReads counts reads made because the server did not return the

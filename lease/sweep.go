@@ -79,13 +79,14 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 }
 
 // sweepEnd ends one lease found by the sweep and frees its task. It returns
-// the number of watchers told, or -1 when another writer got there first.
+// the number of watchers the change stream is to tell, or -1 when another
+// writer got there first.
 func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond expression.ConditionBuilder, typ EventType, reason string, now time.Time) (int, error) {
-	after, applied, err := s.endLease(ctx, it.TaskID, cond, ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo}, now)
+	old, _, applied, err := s.endLease(ctx, it.TaskID, cond, ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo}, now)
 	if err != nil || !applied {
 		return -1, err
 	}
-	return len(after.EndWatchers), nil
+	return len(old.Watchers), nil
 }
 
 // settleAfter is how long after an agent's return from the dead the sweep

@@ -30,7 +30,11 @@ type TableAdmin interface {
 	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
 	CreateTable(ctx context.Context, in *dynamodb.CreateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
 	UpdateTimeToLive(ctx context.Context, in *dynamodb.UpdateTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error)
+	UpdateTable(ctx context.Context, in *dynamodb.UpdateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateTableOutput, error)
 }
+
+// streamSpec is the change stream of a table with schema.Table.Stream.
+var streamSpec = &types.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: types.StreamViewTypeNewAndOldImages}
 
 // EnsureTables creates every table of schema.Tables that does not exist yet,
 // waits until each is active, and turns on TTL where the server supports it
@@ -39,10 +43,16 @@ type TableAdmin interface {
 func EnsureTables(ctx context.Context, db TableAdmin, names schema.Names) error {
 	for _, t := range schema.Tables() {
 		name := names.Table(t.Name)
-		_, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &name})
+		out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &name})
 		var notFound *types.ResourceNotFoundException
 		switch {
 		case err == nil:
+			if spec := out.Table.StreamSpecification; t.Stream && (spec == nil || !aws.ToBool(spec.StreamEnabled)) {
+				// A table made before it had a stream.
+				if _, err := db.UpdateTable(ctx, &dynamodb.UpdateTableInput{TableName: &name, StreamSpecification: streamSpec}); err != nil {
+					return fmt.Errorf("turn on the stream of %s: %w", name, err)
+				}
+			}
 			continue
 		case !errors.As(err, &notFound):
 			return fmt.Errorf("describe %s: %w", name, err)
@@ -106,6 +116,9 @@ func CreateTableInput(t schema.Table, name string) *dynamodb.CreateTableInput {
 		TableName:   &name,
 		BillingMode: types.BillingModePayPerRequest,
 		KeySchema:   keySchema(t.PartitionKey, t.SortKey),
+	}
+	if t.Stream {
+		in.StreamSpecification = streamSpec
 	}
 	for _, ix := range t.Indexes {
 		in.GlobalSecondaryIndexes = append(in.GlobalSecondaryIndexes, types.GlobalSecondaryIndex{

@@ -98,11 +98,27 @@ func (s *Store) leaseLive(ctx context.Context, it *taskItem, now time.Time) (boo
 	if !it.leaseTimeValid(now) {
 		return false, nil
 	}
-	hb, err := s.heartbeat(ctx, it.Holder)
+	ended, err := s.endedByDeath(ctx, it.Holder, it.LockedAt)
+	return !ended, err
+}
+
+// endedByDeath reports whether a lease agentID locked at lockedAt has ended
+// because its holder died: from the death cache when it knows, otherwise by
+// the holder's heartbeat (the alive cache, or a consistent read, whose death
+// is then remembered).
+func (s *Store) endedByDeath(ctx context.Context, agentID string, lockedAt int64) (bool, error) {
+	if lockedAt <= s.deaths.endedUpTo(agentID) {
+		return true, nil
+	}
+	readAt := s.clock() // before the read: dead at least until the read
+	hb, err := s.heartbeat(ctx, agentID)
 	if err != nil {
 		return false, err
 	}
-	return holderAlive(hb, it.LockedAt, now), nil
+	if hb.dead(readAt) {
+		s.deaths.put(agentID, ms(readAt))
+	}
+	return !holderAlive(hb, lockedAt, s.clock()), nil
 }
 
 // liveLeases filters items to those whose lease is live, reading every

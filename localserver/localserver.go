@@ -80,6 +80,12 @@ type Config struct {
 	// SweepInterval is how often the sweep runs (default 15s; negative
 	// disables the ticker, leaving Sweep to the caller).
 	SweepInterval time.Duration
+	// StreamPollInterval is how often the tasks table's change stream is
+	// read and its changes applied (default DefaultStreamPollInterval;
+	// negative disables the poller, leaving Drain to the caller).
+	StreamPollInterval time.Duration
+	// Notifier hears the notices the change stream produces (nil: logged).
+	Notifier lease.Notifier
 	// AutoCreateTasks makes a checkout of an unknown task create it.
 	AutoCreateTasks bool
 	// Logger receives request and sweep logs (nil: discarded).
@@ -99,6 +105,7 @@ type Server struct {
 	served   chan struct{}
 
 	db        *database
+	changes   *changes
 	stopSweep context.CancelFunc
 	sweepDone chan struct{}
 	closeOnce sync.Once
@@ -122,6 +129,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if cfg.RestartDelay <= 0 {
 		cfg.RestartDelay = DefaultRestartDelay
+	}
+	if cfg.StreamPollInterval == 0 {
+		cfg.StreamPollInterval = DefaultStreamPollInterval
 	}
 	names := schema.Names{Prefix: cfg.TablePrefix}
 	s := &Server{log: cfg.Logger}
@@ -170,7 +180,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if !honours {
 		cfg.Logger.Warn("the DynamoDB endpoint ignores ReturnValuesOnConditionCheckFailure; failed conditions cost one read more", "endpoint", endpoint)
 	}
-	s.store = lease.New(lease.Config{DB: s.db.client, Tables: names, Now: cfg.Now, Logger: cfg.Logger, ReadAfterFailedCondition: !honours})
+	s.store = lease.New(lease.Config{DB: s.db.client, Tables: names, Now: cfg.Now, Logger: cfg.Logger, Notifier: cfg.Notifier, ReadAfterFailedCondition: !honours})
+	s.changes = newChanges(s.db, names, s.store)
 
 	cache := auth.NewCache(s.store, AuthCacheTTL, cfg.Now)
 	// A restarted dynalite may be another database (in memory: empty but
@@ -212,7 +223,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 
 	sweepCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopSweep, s.sweepDone = cancel, make(chan struct{})
-	go s.sweepLoop(sweepCtx, cfg.SweepInterval)
+	var loops sync.WaitGroup
+	loops.Add(2)
+	go func() { defer loops.Done(); s.sweepLoop(sweepCtx, cfg.SweepInterval) }()
+	go func() { defer loops.Done(); s.streamLoop(sweepCtx, cfg.StreamPollInterval) }()
+	go func() { loops.Wait(); close(s.sweepDone) }()
 
 	attrs := []any{"url", s.url, "dynamodb", endpoint, "table_prefix", names.Table(""),
 		"sweep_interval", cfg.SweepInterval.String(), "auto_create_tasks", cfg.AutoCreateTasks}
@@ -263,8 +278,38 @@ func (s *Server) Sweep(ctx context.Context) (lease.SweepResult, error) {
 	return res, nil
 }
 
+// Drain applies every change the tasks table's stream holds now (archived
+// events, watchers' messages, notices), as the poller does every
+// StreamPollInterval. Tests call it to wait for a transition's consequences.
+func (s *Server) Drain(ctx context.Context) error {
+	_, err := s.changes.poll(ctx)
+	return err
+}
+
+func (s *Server) streamLoop(ctx context.Context, every time.Duration) {
+	if every < 0 {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if s.db.supervised && !s.db.up.Load() {
+				continue
+			}
+			// A failed poll keeps its place: the next tick hands the same
+			// changes to the handler again.
+			if _, err := s.changes.poll(ctx); err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "change stream", "error", err.Error())
+			}
+		}
+	}
+}
+
 func (s *Server) sweepLoop(ctx context.Context, every time.Duration) {
-	defer close(s.sweepDone)
 	if every < 0 {
 		return
 	}

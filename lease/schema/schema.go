@@ -45,6 +45,9 @@ type Table struct {
 	// DynamoDB may delete the item. TTL is garbage collection only: no
 	// decision ever depends on whether an item has been deleted yet.
 	TTLAttribute string
+	// Stream turns on the table's change stream (NEW_AND_OLD_IMAGES), which
+	// carries each transition's consequences to the stream function.
+	Stream bool
 }
 
 // Logical table names.
@@ -79,6 +82,7 @@ func Tables() []Table {
 		{
 			Name:         TasksTable,
 			PartitionKey: Key{"task_id", String},
+			Stream:       true,
 			Indexes: []Index{
 				{
 					Name:         TasksByStatus,

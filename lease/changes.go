@@ -1,0 +1,150 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Change is one change of a task item, as the table's change stream carries
+// it (NEW_AND_OLD_IMAGES): the item before and after one write. Old is nil
+// for a new item, New nil for a deleted one.
+type Change struct {
+	Old, New map[string]types.AttributeValue
+}
+
+// ApplyChanges carries out the consequences of a batch of task changes, in
+// order: it archives every event the writes recorded, writes each watcher's
+// task_available message for every freeing, and then gives the notices to
+// the notifier. It is what the stream function runs, in AWS and locally.
+//
+// It is idempotent, so a batch delivered again (the stream delivers each
+// change at least once) writes nothing new: events are keyed by (task_id,
+// seq), a message's id derives from its freeing and is written only if
+// absent (a message its agent deleted stays marked, not gone), and every
+// notice carries a deterministic id for consumers to drop duplicates. An
+// error means the batch must be delivered again; nothing is lost by that.
+func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
+	var evs []types.WriteRequest
+	var msgs []messageItem
+	var notices []Notice
+	ttl := s.clock().Add(s.retention).Unix()
+	for _, ch := range changes {
+		if ch.New == nil {
+			continue // task items are never deleted
+		}
+		var old, cur taskItem
+		if err := attributevalue.UnmarshalMap(ch.New, &cur); err != nil {
+			return fmt.Errorf("decode change: %w", err)
+		}
+		if ch.Old != nil {
+			if err := attributevalue.UnmarshalMap(ch.Old, &old); err != nil {
+				return fmt.Errorf("decode change of %s: %w", cur.TaskID, err)
+			}
+		}
+		if cur.TaskID == "" || cur.ESeq <= old.ESeq {
+			continue // no transition: a watch, a new task
+		}
+		for _, ev := range cur.latestEvents() {
+			if ev.Seq <= old.ESeq {
+				continue
+			}
+			ev.TTL = ttl
+			item, err := attributevalue.MarshalMap(ev.eventItem)
+			if err != nil {
+				return err
+			}
+			evs = append(evs, types.WriteRequest{PutRequest: &types.PutRequest{Item: item}})
+			if !ev.Type.EndsLease() {
+				continue
+			}
+			e := ev.event()
+			notices = append(notices, Notice{ID: noticeID(NoticeLeaseEnded, e), Kind: NoticeLeaseEnded, Event: e})
+			if !ev.frees {
+				continue
+			}
+			notices = append(notices, Notice{ID: noticeID(NoticeTaskAvailable, e), Kind: NoticeTaskAvailable, Event: e})
+			watchers, err := s.currentWatchers(ctx, old.Watchers)
+			if err != nil {
+				return err
+			}
+			for _, w := range watchers {
+				msgs = append(msgs, messageItem{
+					AgentID: w, MessageID: messageID(ev.eventItem), Type: MessageTaskAvailable,
+					TaskID: ev.TaskID, Reason: string(ev.Type), At: ev.At,
+					TTL: fromMS(ev.At).Add(messageRetention).Unix(),
+				})
+			}
+		}
+	}
+	if len(evs) > 0 {
+		if err := s.batchWrite(ctx, map[string][]types.WriteRequest{s.events: evs}); err != nil {
+			return fmt.Errorf("archive events: %w", err)
+		}
+	}
+	for _, m := range msgs {
+		if err := s.putMessage(ctx, m); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	for _, n := range notices {
+		if err := s.notifier.Notify(ctx, n); err != nil {
+			errs = append(errs, fmt.Errorf("notify %s %s: %w", n.Kind, n.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// currentWatchers returns the watchers that are still the agents who asked:
+// not removed since, and not an id removed and registered again after the
+// watch was placed (the new agent starts clean). It reads their heartbeat
+// items in one batch.
+func (s *Store) currentWatchers(ctx context.Context, watchers map[string]int64) ([]string, error) {
+	ids := slices.Sorted(maps.Keys(watchers))
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	hbs, err := s.heartbeatsOf(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(ids, func(id string) bool {
+		hb := hbs[id]
+		return hb != nil && (hb.Removed || hb.RegisteredAt > watchers[id])
+	}), nil
+}
+
+// noticeID is the deterministic id of a notice: one per kind and event.
+func noticeID(kind string, e Event) string {
+	return fmt.Sprintf("%s:%d:%s", e.TaskID, e.Seq, kind)
+}
+
+// putMessage writes m unless a message with its id is there already (sent
+// before, or sent and deleted).
+func (s *Store) putMessage(ctx context.Context, m messageItem) error {
+	item, err := attributevalue.MarshalMap(m)
+	if err != nil {
+		return err
+	}
+	expr, _ := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("message_id"))).Build()
+	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: &s.inbox, Item: item,
+		ConditionExpression:      expr.Condition(),
+		ExpressionAttributeNames: expr.Names(),
+	})
+	if _, failed := conditionFailed(err); failed {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("message %s for %s: %w", m.MessageID, m.AgentID, err)
+	}
+	return nil
+}

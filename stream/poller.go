@@ -1,0 +1,241 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+)
+
+// StreamsAPI lists the DynamoDB Streams calls the poller makes;
+// *dynamodbstreams.Client satisfies it.
+type StreamsAPI interface {
+	DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, optFns ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error)
+	GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, optFns ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error)
+	GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, optFns ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error)
+}
+
+// Checkpoints keep, per shard, the sequence number of the last record the
+// handler applied, so a restarted poller resumes after it.
+type Checkpoints interface {
+	Load(ctx context.Context) (map[string]string, error)
+	Save(ctx context.Context, shard, seq string) error
+}
+
+// BatchSize is the most records one handler call gets, as an event source
+// mapping's BatchSize.
+const BatchSize = 100
+
+// Poller reads a table's change stream and hands the records to Handle in
+// order, a batch at a time, as Lambda's event source mapping does. A batch
+// that fails is handed again, whole, on the next poll.
+type Poller struct {
+	Streams   StreamsAPI
+	StreamARN string
+	Handle    func(context.Context, events.DynamoDBEvent) error
+	Saved     Checkpoints
+	Log       *slog.Logger
+
+	pos map[string]string // shard -> last applied sequence number
+}
+
+// Poll applies every record the stream holds now, and returns how many.
+func (p *Poller) Poll(ctx context.Context) (int, error) {
+	if p.pos == nil {
+		pos, err := p.Saved.Load(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("load stream checkpoints: %w", err)
+		}
+		p.pos = pos
+	}
+	var shards []streamtypes.Shard
+	var start *string
+	for {
+		out, err := p.Streams.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: &p.StreamARN, ExclusiveStartShardId: start})
+		if err != nil {
+			return 0, fmt.Errorf("describe stream: %w", err)
+		}
+		shards = append(shards, out.StreamDescription.Shards...)
+		if start = out.StreamDescription.LastEvaluatedShardId; start == nil {
+			break
+		}
+	}
+	n := 0
+	for _, sh := range shards { // parents are listed before their children
+		m, err := p.pollShard(ctx, aws.ToString(sh.ShardId))
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func (p *Poller) pollShard(ctx context.Context, shard string) (int, error) {
+	in := &dynamodbstreams.GetShardIteratorInput{StreamArn: &p.StreamARN, ShardId: &shard, ShardIteratorType: streamtypes.ShardIteratorTypeTrimHorizon}
+	if seq := p.pos[shard]; seq != "" {
+		in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeAfterSequenceNumber, &seq
+	}
+	it, err := p.Streams.GetShardIterator(ctx, in)
+	if err != nil {
+		return 0, fmt.Errorf("shard iterator of %s: %w", shard, err)
+	}
+	n := 0
+	for iter := it.ShardIterator; iter != nil; {
+		out, err := p.Streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(BatchSize)})
+		if err != nil {
+			return n, fmt.Errorf("records of %s: %w", shard, err)
+		}
+		if len(out.Records) == 0 {
+			return n, nil // caught up (an open shard always has a next iterator)
+		}
+		batch := events.DynamoDBEvent{Records: make([]events.DynamoDBEventRecord, len(out.Records))}
+		for i, r := range out.Records {
+			batch.Records[i] = eventRecord(r, p.StreamARN)
+		}
+		if err := p.Handle(ctx, batch); err != nil {
+			return n, fmt.Errorf("handle %d records of %s: %w", len(batch.Records), shard, err)
+		}
+		last := aws.ToString(out.Records[len(out.Records)-1].Dynamodb.SequenceNumber)
+		if err := p.Saved.Save(ctx, shard, last); err != nil {
+			return n, fmt.Errorf("save stream checkpoint: %w", err)
+		}
+		p.pos[shard] = last
+		n += len(out.Records)
+		iter = out.NextShardIterator
+	}
+	return n, nil
+}
+
+// Run polls every interval until ctx ends. A failed poll is logged and
+// retried on the next tick; nothing is skipped.
+func (p *Poller) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if _, err := p.Poll(ctx); err != nil && ctx.Err() == nil {
+			p.log().WarnContext(ctx, "stream poll failed; retrying", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (p *Poller) log() *slog.Logger {
+	if p.Log == nil {
+		return slog.Default()
+	}
+	return p.Log
+}
+
+func eventRecord(r streamtypes.Record, arn string) events.DynamoDBEventRecord {
+	out := events.DynamoDBEventRecord{
+		AWSRegion: aws.ToString(r.AwsRegion), EventID: aws.ToString(r.EventID), EventName: string(r.EventName),
+		EventSource: aws.ToString(r.EventSource), EventVersion: aws.ToString(r.EventVersion), EventSourceArn: arn,
+	}
+	if d := r.Dynamodb; d != nil {
+		out.Change = events.DynamoDBStreamRecord{
+			Keys: eventImage(d.Keys), NewImage: eventImage(d.NewImage), OldImage: eventImage(d.OldImage),
+			SequenceNumber: aws.ToString(d.SequenceNumber), SizeBytes: aws.ToInt64(d.SizeBytes), StreamViewType: string(d.StreamViewType),
+		}
+		if d.ApproximateCreationDateTime != nil {
+			out.Change.ApproximateCreationDateTime = events.SecondsEpochTime{Time: *d.ApproximateCreationDateTime}
+		}
+	}
+	return out
+}
+
+// NewLocalClient returns a DynamoDB Streams client for a local endpoint
+// (the project's dynalite serves the Streams API on its own port), with
+// dummy credentials.
+func NewLocalClient(endpoint string) *dynamodbstreams.Client {
+	return dynamodbstreams.New(dynamodbstreams.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(endpoint),
+		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
+	})
+}
+
+// MemoryCheckpoints keep positions in memory: a new poller starts from the
+// oldest record the stream holds.
+type MemoryCheckpoints struct{}
+
+func (MemoryCheckpoints) Load(context.Context) (map[string]string, error) { return map[string]string{}, nil }
+func (MemoryCheckpoints) Save(context.Context, string, string) error      { return nil }
+
+// TableCheckpoints keep positions in one item of a DynamoDB table (key
+// attribute KeyName = Key), so that a poller restarted over the same data
+// resumes where it stopped. The local server keeps them in its agents table,
+// under a key no agent id can take.
+type TableCheckpoints struct {
+	DB      ItemAPI
+	Table   string
+	KeyName string
+	Key     string
+}
+
+// ItemAPI lists the DynamoDB calls TableCheckpoints makes.
+type ItemAPI interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+}
+
+func (c TableCheckpoints) key() map[string]ddb.AttributeValue {
+	return map[string]ddb.AttributeValue{c.KeyName: &ddb.AttributeValueMemberS{Value: c.Key}}
+}
+
+func (c TableCheckpoints) Load(ctx context.Context) (map[string]string, error) {
+	out, err := c.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: &c.Table, Key: c.key(), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, err
+	}
+	var item struct {
+		Shards map[string]string `dynamodbav:"shards"`
+	}
+	if err := attributevalue.UnmarshalMap(out.Item, &item); err != nil {
+		return nil, err
+	}
+	if item.Shards == nil {
+		item.Shards = map[string]string{}
+	}
+	return item.Shards, nil
+}
+
+func (c TableCheckpoints) Save(ctx context.Context, shard, seq string) error {
+	shards := expression.Name("shards")
+	// One map attribute: set per shard once it exists, whole before that.
+	try := func(cond expression.ConditionBuilder, upd expression.UpdateBuilder) error {
+		expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
+		if err != nil {
+			return err
+		}
+		_, err = c.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: &c.Table, Key: c.key(),
+			ConditionExpression:       expr.Condition(),
+			UpdateExpression:          expr.Update(),
+			ExpressionAttributeNames:  expr.Names(),
+			ExpressionAttributeValues: expr.Values(),
+		})
+		return err
+	}
+	err := try(expression.AttributeExists(shards), expression.Set(shards.AppendName(expression.NameNoDotSplit(shard)), expression.Value(seq)))
+	var ccf *ddb.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		return err
+	}
+	return try(expression.AttributeNotExists(shards), expression.Set(shards, expression.Value(map[string]string{shard: seq})))
+}

@@ -1,0 +1,48 @@
+// Package stream carries each transition's consequences from the tasks
+// table's change stream: the stream function's handler, shared by the
+// Lambda function (functions/stream) and the local server, and, locally, a
+// poller that reads the local DynamoDB's Streams API and hands the handler
+// batches shaped as Lambda's event source mapping hands them.
+//
+// Every write that moves a lease records its events on the task item (see
+// lease/doc.go); the handler archives them, writes the watchers' messages
+// and publishes the notices. The stream delivers every change at least
+// once, in order per item, and the handler is idempotent, so a replayed
+// batch writes nothing new.
+package stream
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// Applier is what the handler needs of the lease store.
+type Applier interface {
+	ApplyChanges(ctx context.Context, changes []lease.Change) error
+}
+
+// Handler returns the stream function's handler: it applies a batch of
+// task-table changes in order. An error fails the whole batch, which the
+// event source mapping retries (bisecting it) and, after its retries,
+// sends to the dead-letter queue.
+func Handler(store Applier) func(context.Context, events.DynamoDBEvent) error {
+	return func(ctx context.Context, ev events.DynamoDBEvent) error {
+		changes := make([]lease.Change, 0, len(ev.Records))
+		for _, r := range ev.Records {
+			old, err := image(r.Change.OldImage)
+			if err != nil {
+				return fmt.Errorf("record %s: %w", r.EventID, err)
+			}
+			cur, err := image(r.Change.NewImage)
+			if err != nil {
+				return fmt.Errorf("record %s: %w", r.EventID, err)
+			}
+			changes = append(changes, lease.Change{Old: old, New: cur})
+		}
+		return store.ApplyChanges(ctx, changes)
+	}
+}
