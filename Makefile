@@ -77,7 +77,18 @@ FUNCTIONS    := health agents tasks checkouts inbox authorizer sweeper
 DIST         := dist
 LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags="-s -w"
 
-.PHONY: run build
+.PHONY: run build install
+
+# The version checkout --version prints: the commit, stamped at install
+# (Go's own build information fills in the rest, and the version when this
+# is not a git checkout).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+
+install: ## Install checkout and checkout-server into GOBIN (default: GOPATH/bin) and say whether it is on PATH
+	$(GO) install $(if $(VERSION),-ldflags "-X main.version=$(VERSION)") ./cmd/checkout ./cmd/checkout-server
+	@bin=$$($(GO) env GOBIN); [ -n "$$bin" ] || bin=$$($(GO) env GOPATH | cut -d: -f1)/bin; \
+	echo "installed $$bin/checkout and $$bin/checkout-server"; \
+	case ":$$PATH:" in *":$$bin:"*) ;; *) echo "$$bin is not on PATH: add   export PATH=\"$$bin:\$$PATH\"   to your shell's profile";; esac
 
 run: $(NODE_DEPS) ## Run the service on CHECKOUT_ADDR (default 127.0.0.1:3100), with its own dynalite unless DYNAMODB_ENDPOINT is set
 	$(GO) build -o bin/checkout-server ./cmd/checkout-server
