@@ -12,7 +12,8 @@ import (
 // repository root, with the cloud assembly directory and the files the CLI
 // asks the app to write given relative to that root. This is `make synth`:
 // the CLI names its performance counters file relative to its own working
-// directory, and the app, which runs in infra/, must still find it.
+// directory, and the app, which runs in infra/, must still find it. The app
+// runs cdk-nag and writes its reports.
 func TestCdkJSONAppSynthesizes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole app")
@@ -51,7 +52,7 @@ func TestCdkJSONAppSynthesizes(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("cdk.json's app: %v\n%s", err, out)
 	}
-	for _, f := range []string{"Checkout.template.json", "manifest.json"} {
+	for _, f := range []string{"Checkout.template.json", "manifest.json", "AwsSolutions--Checkout-NagReport.csv", "Serverless--Checkout-NagReport.csv"} {
 		if _, err := os.Stat(filepath.Join(tmp, f)); err != nil {
 			t.Errorf("the app did not write %s: %v", f, err)
 		}
