@@ -52,9 +52,24 @@ func TestCdkJSONAppSynthesizes(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("cdk.json's app: %v\n%s", err, out)
 	}
-	for _, f := range []string{"Checkout.template.json", "manifest.json", "AwsSolutions--Checkout-NagReport.csv", "Serverless--Checkout-NagReport.csv"} {
+	for _, f := range []string{"Checkout.template.json", "manifest.json", "AwsSolutions--Checkout-NagReport.csv", "Serverless--Checkout-NagReport.csv", TableImportFile} {
 		if _, err := os.Stat(filepath.Join(tmp, f)); err != nil {
 			t.Errorf("the app did not write %s: %v", f, err)
+		}
+	}
+}
+
+// The mapping make adopt-tables hands to cdk import names every table by
+// its logical id in the template and its name in the deployment.
+func TestTableImportNamesEveryTable(t *testing.T) {
+	s := synth(t, map[string]any{"tablePrefix": "prod-"})
+	got := TableImport(s.stack)
+	if len(got) != len(s.tableID) {
+		t.Fatalf("%d tables in the mapping, %d in the stack", len(got), len(s.tableID))
+	}
+	for name, id := range s.tableID {
+		if got[id]["TableName"] != "prod-"+name || s.resources[id]["Type"] != "AWS::DynamoDB::Table" {
+			t.Errorf("%s: mapping %v for %s", name, got[id], id)
 		}
 	}
 }

@@ -7,11 +7,14 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/jsii-runtime-go"
+	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 func main() {
@@ -22,7 +25,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "checkout infra:", err)
 		os.Exit(1)
 	}
-	if _, err := NewCheckoutStack(app, cfg.StackName, cfg); err != nil {
+	cs, err := NewCheckoutStack(app, cfg.StackName, cfg)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "checkout infra:", err)
 		os.Exit(1)
 	}
@@ -30,4 +34,33 @@ func main() {
 	// its reports land in the cloud assembly (cdk.out/).
 	Checks(app, true, false)
 	app.Synth(nil)
+	if err := writeTableImport(filepath.Join(*app.Outdir(), TableImportFile), cs); err != nil {
+		fmt.Fprintln(os.Stderr, "checkout infra:", err)
+		os.Exit(1)
+	}
+}
+
+// TableImportFile is written into the cloud assembly at every synthesis:
+// the resource mapping with which `cdk import` (make adopt-tables) takes
+// tables retained by a destroyed stack into a new one.
+const TableImportFile = "tables-import.json"
+
+// TableImport maps each table's logical id to its physical name, in the form
+// of cdk import's --resource-mapping.
+func TableImport(cs *CheckoutStack) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	names := schema.Names{Prefix: cs.Config.TablePrefix}
+	for name, t := range cs.Tables {
+		id, _ := cs.Stack.Resolve(cs.Stack.GetLogicalId(t.Node().DefaultChild().(awscdk.CfnElement))).(string)
+		out[id] = map[string]string{"TableName": names.Table(name)}
+	}
+	return out
+}
+
+func writeTableImport(path string, cs *CheckoutStack) error {
+	b, err := json.MarshalIndent(TableImport(cs), "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
