@@ -47,9 +47,10 @@ type Config struct {
 	// ReservedConcurrency is each API function's reserved concurrency: at
 	// once a guarantee and a cap, so that a flood on one route cannot take
 	// the concurrency another needs (context "reservedConcurrency", for
-	// example "checkouts=80,health=5", merged over the defaults; "off" reserves
-	// none, for accounts whose concurrency limit is too low to reserve any).
-	// The sweeper always has exactly 1.
+	// example "checkouts=80,health=5", merged over the defaults). The
+	// sweeper has exactly 1, one sweep at a time. "off" (a nil map) reserves
+	// nothing, the sweeper's 1 included, for accounts whose concurrency
+	// limit is too low to reserve any (new accounts start at 10).
 	ReservedConcurrency map[string]int
 	// Tracing turns on X-Ray active tracing of every function (context
 	// "tracing", default true).
@@ -203,7 +204,7 @@ func ConfigFromContext(node constructs.Node) (Config, error) {
 }
 
 // reservedConcurrency reads the context value v over base: "off" (or false)
-// for none, "name=N,name=N" from the command line, or an object
+// for none (nil), "name=N,name=N" from the command line, or an object
 // {"name": N} in cdk.json. Only API functions can be named; N is at least 1
 // (0 would stop the function altogether).
 func reservedConcurrency(v any, base map[string]int) (map[string]int, error) {
@@ -223,11 +224,11 @@ func reservedConcurrency(v any, base map[string]int) (map[string]int, error) {
 		if x {
 			return out, nil
 		}
-		return map[string]int{}, nil
+		return nil, nil
 	case string:
 		x = strings.TrimSpace(x)
 		if x == "off" || x == "false" || x == "none" {
-			return map[string]int{}, nil
+			return nil, nil
 		}
 		for _, part := range strings.Split(x, ",") {
 			name, num, ok := strings.Cut(strings.TrimSpace(part), "=")

@@ -205,7 +205,9 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 			// One sweep at a time; overlapping sweeps are safe (every ending
 			// is a conditional write) but only cost. A run that fails or
 			// cannot start within two minutes goes to the dead-letter queue.
-			props.ReservedConcurrentExecutions = jsii.Number(1)
+			if cfg.ReservedConcurrency != nil {
+				props.ReservedConcurrentExecutions = jsii.Number(1)
+			}
 			props.MaxEventAge = awscdk.Duration_Seconds(jsii.Number(sweepMaxEventAgeSecs))
 			props.RetryAttempts = jsii.Number(0)
 			props.OnFailure = awslambdadestinations.NewSqsDestination(s.SweepDeadLetters)
