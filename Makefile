@@ -55,6 +55,7 @@ test: deps ## Vet, then run all tests (Go with the race detector, then the dashb
 	cd infra && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd bench && $(GO) vet ./... && ../$(DYNAMO) $(GO) test -count=1 ./...
 	$(DYNAMO) $(BROWSER_TEST)
+	$(MAKE) --no-print-directory lambda-test
 
 test-browser: $(NODE_DEPS) $(BROWSER_DEPS) chromium ## Run only the dashboard's browser test (screenshots in e2e/browser/out/)
 	$(DYNAMO) $(BROWSER_TEST)
@@ -77,7 +78,18 @@ FUNCTIONS    := health agents tasks checkouts inbox authorizer sweeper
 DIST         := dist
 LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags="-s -w"
 
-.PHONY: run build
+.PHONY: run build install lambda-test
+
+# The version checkout --version prints: the commit, stamped at install
+# (Go's own build information fills in the rest, and the version when this
+# is not a git checkout).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+
+install: ## Install checkout and checkout-server into GOBIN (default: GOPATH/bin) and say whether it is on PATH
+	$(GO) install $(if $(VERSION),-ldflags "-X main.version=$(VERSION)") ./cmd/checkout ./cmd/checkout-server
+	@bin=$$($(GO) env GOBIN); [ -n "$$bin" ] || bin=$$($(GO) env GOPATH | cut -d: -f1)/bin; \
+	echo "installed $$bin/checkout and $$bin/checkout-server"; \
+	case ":$$PATH:" in *":$$bin:"*) ;; *) echo "$$bin is not on PATH: add   export PATH=\"$$bin:\$$PATH\"   to your shell's profile";; esac
 
 run: $(NODE_DEPS) ## Run the service on CHECKOUT_ADDR (default 127.0.0.1:3100), with its own dynalite unless DYNAMODB_ENDPOINT is set
 	$(GO) build -o bin/checkout-server ./cmd/checkout-server
@@ -90,6 +102,23 @@ build: ## Build every Lambda as dist/<name>/bootstrap (linux/arm64, stripped) an
 		awk -v f="$(DIST)/$$fn/bootstrap" -v s="$$size" 'BEGIN { printf "  %-28s %9d bytes  %5.1f MiB\n", f, s, s / 1048576 }'; \
 	done
 
+# The real bootstraps under the AWS Lambda Runtime Interface Emulator: every
+# function built for this machine with the flags of `make build`, the
+# emulator built from the version pinned in its own module (so it stays out
+# of the service's go.mod), both run against one local DynamoDB.
+HOST_DIST  := bin/lambda
+RIE        := bin/aws-lambda-rie
+RIE_MODULE := functions/internal/lambdatest/tools
+
+lambda-test: $(NODE_DEPS) ## Run every Lambda bootstrap (built for this machine) under the Lambda emulator; prints cold starts and memory
+	@for fn in $(FUNCTIONS); do \
+		CGO_ENABLED=0 $(GO) build $(LAMBDA_FLAGS) -o $(HOST_DIST)/$$fn/bootstrap ./functions/$$fn; \
+	done
+	cd $(RIE_MODULE) && CGO_ENABLED=0 $(GO) build -trimpath -o $(abspath $(RIE)) github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie
+	$(GO) vet -tags lambdatest ./functions/internal/lambdatest/
+	CHECKOUT_LAMBDA_BIN=$(abspath $(HOST_DIST)) CHECKOUT_RIE=$(abspath $(RIE)) \
+		$(DYNAMO) $(GO) test -tags lambdatest -count=1 -v ./functions/internal/lambdatest/
+
 # The CDK app (infra/, its own Go module) and the pinned CDK CLI (infra/_cdk;
 # the leading underscore keeps the CLI's node_modules out of `go ./...`).
 CDK_DIR   := infra/_cdk
@@ -99,7 +128,7 @@ CDK_ENV   := CDK_DISABLE_CLI_TELEMETRY=true CDK_DISABLE_VERSION_CHECK=1 JSII_SIL
 # Extra CDK arguments, for example CDK_FLAGS="-c tablePrefix=dev- -c deletionProtection=false".
 CDK_FLAGS ?=
 
-.PHONY: synth deploy destroy
+.PHONY: synth deploy destroy adopt-tables
 
 $(CDK_DEPS): $(CDK_DIR)/package.json $(CDK_DIR)/package-lock.json
 	cd $(CDK_DIR) && npm ci --no-audit --no-fund
@@ -113,6 +142,14 @@ deploy: build $(CDK_DEPS) ## Build the functions and deploy the stack to AWS (CD
 
 destroy: $(CDK_DEPS) ## Delete the stack (tables under deletion protection are kept)
 	$(CDK_ENV) $(CDK) destroy --no-notices $(CDK_FLAGS)
+
+# After a destroy that kept the tables, a new stack with the same tablePrefix
+# would collide with them: this creates the stack with only the kept tables,
+# imported (cdk import, mapping from cdk.out/tables-import.json); `make
+# deploy` then adds everything else. DEPLOY.md, "Destroy and redeploy".
+adopt-tables: $(CDK_DEPS) ## Take tables kept by `make destroy` into a new stack (same CDK_FLAGS), then run `make deploy`
+	$(CDK_ENV) $(CDK) synth --no-notices --quiet $(CDK_FLAGS)
+	$(CDK_ENV) $(CDK) import --no-notices --resource-mapping cdk.out/tables-import.json $(CDK_FLAGS)
 
 # Proof of the claims: benchmarks against cirello.io/dynamolock/v2 (bench/ is
 # its own module, so the peer stays out of the product's go.mod), the long

@@ -166,6 +166,9 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 				return nil
 			}
 			if err := json.Unmarshal(respBody, out); err != nil {
+				if nse := c.notServer(ctx); nse != nil {
+					return nse
+				}
 				return fmt.Errorf("checkout: %s %s: decode answer: %w", method, path, err)
 			}
 			return nil
@@ -180,6 +183,13 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 		} else {
 			record(ctx, status, respBody)
 			lastErr = decodeError(status, respBody)
+			var ae *APIError
+			if errors.As(lastErr, &ae) && ae.Code == "" && path != "/healthz" {
+				// Not the API's error form: is this a checkout server at all?
+				if nse := c.notServer(ctx); nse != nil {
+					return nse
+				}
+			}
 			retryable = status == http.StatusTooManyRequests || (status >= 500 && mode == idempotent)
 		}
 		if !retryable || attempt >= c.retry.MaxAttempts {
@@ -239,6 +249,28 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte) (in
 		return 0, nil, err
 	}
 	return resp.StatusCode, b, nil
+}
+
+// notServer asks GET /healthz whether the base URL is a checkout server, and
+// returns a *NotServerError when it does not answer as one: 200 {"ok": true}
+// or 503 {"ok": false}. It returns nil when it does, or when the question
+// got no answer (the request's own error says more then).
+func (c *Client) notServer(ctx context.Context) error {
+	status, body, err := c.send(ctx, http.MethodGet, "/healthz", nil)
+	if err != nil {
+		return nil
+	}
+	var h struct {
+		OK *bool `json:"ok"`
+	}
+	if json.Unmarshal(body, &h) == nil && h.OK != nil && (status == http.StatusOK && *h.OK || status == http.StatusServiceUnavailable && !*h.OK) {
+		return nil
+	}
+	detail := fmt.Sprintf("%d %s", status, http.StatusText(status))
+	if status == http.StatusOK {
+		detail = "200 without {\"ok\": true}"
+	}
+	return &NotServerError{URL: c.baseURL, Detail: detail}
 }
 
 func isConnRefused(err error) bool {

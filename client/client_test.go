@@ -114,7 +114,13 @@ func TestErrorsAreTyped(t *testing.T) {
 		{"not checked out", 404, `{"error":"not checked out","code":"not_checked_out"}`, []error{ErrNotCheckedOut, ErrNotFound}, nil},
 		{"unauthorized", 401, `{"error":"bad key","code":"unauthorized"}`, []error{ErrUnauthorized}, nil},
 		{"invalid", 400, `{"error":"bad timeout","code":"invalid_timeout"}`, []error{ErrInvalid}, nil},
-		{"not json", 400, `oops`, nil, nil},
+		{"conflict with the same agent", 409, `{"error":"task task-1 is already checked out","code":"checked_out","same_agent":true,"holder":` + holderJSON + `}`,
+			[]error{ErrCheckedOut}, func(t *testing.T, err error) {
+				var ce *ConflictError
+				if !errors.As(err, &ce) || !ce.SameAgent || ce.Holder.Fence != 3 {
+					t.Fatalf("conflict error %#v", err)
+				}
+			}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -446,5 +452,87 @@ func TestClaimLoopBacksOffWhenEmptyAndMovesOnAtOnceOnConflict(t *testing.T) {
 	want := "/api/heartbeat /api/claim /api/claim /api/claim /api/claim /api/tasks/task-1/complete"
 	if got := strings.Join(paths, " "); !strings.HasPrefix(got, want) {
 		t.Fatalf("requests %s\nwant prefix %s", got, want)
+	}
+}
+
+// A URL that answers HTTP but not as a checkout server (a wrong
+// CHECKOUT_URL) is named as such, instead of "404 Not Found".
+func TestNotACheckoutServer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, healthz string
+		status        int
+	}{
+		{"plain 404", "404 page not found", 404},
+		{"other JSON", `{"status":"green"}`, 200},
+		{"html", "<html>hello</html>", 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newScripted(t, func(_ int, r recorded) (int, string) {
+				if r.Path == "/healthz" {
+					return tc.status, tc.healthz
+				}
+				return 404, "404 page not found"
+			})
+			c := New(s.URL, "ck_x")
+			_, err := c.Checkout(context.Background(), "task-1", CheckoutRequest{})
+			var nse *NotServerError
+			if !errors.As(err, &nse) || nse.URL != s.URL || !strings.Contains(err.Error(), "not a checkout server at "+s.URL) {
+				t.Fatalf("checkout: %v, want a *NotServerError", err)
+			}
+			if errors.Is(err, ErrNotFound) {
+				t.Fatalf("%v reads as a 404 of the API", err)
+			}
+			if err := c.Health(context.Background()); !errors.As(err, &nse) {
+				t.Fatalf("health: %v", err)
+			}
+		})
+	}
+	// The API's own answers are not doubted: one request, no probe.
+	s := newScripted(t, func(int, recorded) (int, string) { return 404, `{"error":"no","code":"task_not_found"}` })
+	if _, err := New(s.URL, "ck_x").Checkout(context.Background(), "task-1", CheckoutRequest{}); !errors.Is(err, ErrTaskNotFound) || len(s.requests()) != 1 {
+		t.Fatalf("%v after %d requests", err, len(s.requests()))
+	}
+	// A real server's health is nil; while it is down, the 503 is the error.
+	up := newScripted(t, func(int, recorded) (int, string) { return 200, `{"ok":true}` })
+	if err := New(up.URL, "").Health(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	down := newScripted(t, func(int, recorded) (int, string) { return 503, `{"ok":false}` })
+	var ae *APIError
+	if err := New(down.URL, "", WithRetryPolicy(RetryPolicy{MaxAttempts: 1})).Health(context.Background()); !errors.As(err, &ae) || ae.Status != 503 {
+		t.Fatalf("health of a server without its database: %v", err)
+	}
+}
+
+// Renew, release and complete carry agent_id when the caller names the
+// holder it acts as.
+func TestHolderRequestsNameTheAgent(t *testing.T) {
+	t.Parallel()
+	s := newScripted(t, func(_ int, r recorded) (int, string) {
+		if strings.HasSuffix(r.Path, "/release") {
+			return 200, `{"task_id":"task-1","released_by":"agent-7","held_seconds":1}`
+		}
+		if strings.HasSuffix(r.Path, "/complete") {
+			return 200, `{"task_id":"task-1","status":"done"}`
+		}
+		return 200, holderJSON
+	})
+	c := New(s.URL, "ck_x")
+	ctx := context.Background()
+	if _, err := c.Renew(ctx, "task-1", RenewRequest{Fence: 3, AgentID: "agent-7"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Release(ctx, "task-1", ReleaseRequest{AgentID: "agent-7"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Complete(ctx, "task-1", CompleteRequest{AgentID: "agent-7"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range s.requests() {
+		if r.Body["agent_id"] != "agent-7" {
+			t.Errorf("%s %s: body %v", r.Method, r.Path, r.Body)
+		}
 	}
 }

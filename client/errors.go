@@ -84,6 +84,10 @@ func (e *APIError) Is(target error) bool {
 type ConflictError struct {
 	*APIError
 	Holder Checkout
+	// SameAgent reports that the holder is the agent the checkout was for,
+	// under another run: the lease is the caller's own (adopt it by giving
+	// Holder.Fence to Renew, Release or Complete).
+	SameAgent bool
 }
 
 func (e *ConflictError) Unwrap() error { return e.APIError }
@@ -105,6 +109,19 @@ type StatusMismatchError struct {
 }
 
 func (e *StatusMismatchError) Unwrap() error { return e.APIError }
+
+// NotServerError is an answer that is not the checkout API's: the URL
+// answers HTTP, but GET /healthz there does not answer as a checkout server
+// does (a wrong CHECKOUT_URL, a proxy, another service).
+type NotServerError struct {
+	URL string // the client's base URL
+	// Detail says what GET /healthz answered instead.
+	Detail string
+}
+
+func (e *NotServerError) Error() string {
+	return fmt.Sprintf("not a checkout server at %s (GET /healthz answered %s)", e.URL, e.Detail)
+}
 
 // UnreachableError is a request that got no answer from the server.
 type UnreachableError struct {
@@ -130,16 +147,17 @@ func reason(err error) string {
 // decodeError turns an error answer into the typed error for its code.
 func decodeError(status int, body []byte) error {
 	var b struct {
-		Error  string    `json:"error"`
-		Code   string    `json:"code"`
-		Holder *Checkout `json:"holder"`
-		Status string    `json:"status"`
+		Error     string    `json:"error"`
+		Code      string    `json:"code"`
+		Holder    *Checkout `json:"holder"`
+		SameAgent bool      `json:"same_agent"`
+		Status    string    `json:"status"`
 	}
 	_ = json.Unmarshal(body, &b)
 	apiErr := &APIError{Status: status, Code: b.Code, Message: b.Error, Body: body}
 	switch {
 	case b.Code == "checked_out" && b.Holder != nil:
-		return &ConflictError{APIError: apiErr, Holder: *b.Holder}
+		return &ConflictError{APIError: apiErr, Holder: *b.Holder, SameAgent: b.SameAgent}
 	case b.Code == "not_holder":
 		e := &NotHolderError{APIError: apiErr}
 		if b.Holder != nil {

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -13,9 +15,24 @@ func taskPath(taskID, rest string) string {
 	return "/api/tasks/" + url.PathEscape(taskID) + rest
 }
 
-// Health calls GET /healthz (no key needed).
+// Health calls GET /healthz (no key needed): nil when the server is up,
+// an *APIError (503) while it cannot reach its database, and a
+// *NotServerError when the base URL answers, but not as a checkout server.
 func (c *Client) Health(ctx context.Context) error {
-	return c.do(ctx, idempotent, http.MethodGet, "/healthz", nil, nil)
+	var h struct {
+		OK *bool `json:"ok"`
+	}
+	err := c.do(ctx, idempotent, http.MethodGet, "/healthz", nil, &h)
+	var ae *APIError
+	switch {
+	case err == nil && (h.OK == nil || !*h.OK):
+		return &NotServerError{URL: c.baseURL, Detail: "200 without {\"ok\": true}"}
+	case errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable && json.Unmarshal(ae.Body, &h) == nil && h.OK != nil:
+		return err
+	case errors.As(err, &ae):
+		return &NotServerError{URL: c.baseURL, Detail: fmt.Sprintf("%d %s", ae.Status, http.StatusText(ae.Status))}
+	}
+	return err
 }
 
 // Checkout takes a lease on a task. When another live lease holds it, the

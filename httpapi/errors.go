@@ -61,7 +61,26 @@ type errorBody struct {
 	Error  string        `json:"error"`
 	Code   string        `json:"code"`
 	Holder *checkoutJSON `json:"holder,omitempty"`
-	Status lease.Status  `json:"status,omitempty"`
+	// SameAgent is set on a checkout's checked_out: whether the holder is
+	// the agent the checkout was for, under another run.
+	SameAgent *bool        `json:"same_agent,omitempty"`
+	Status    lease.Status `json:"status,omitempty"`
+}
+
+// checkoutConflict is a checkout's error together with the agent the
+// checkout was for, so that a conflict's answer can say whether the holder
+// is that same agent.
+type checkoutConflict struct {
+	err     error
+	agentID string
+}
+
+func (e *checkoutConflict) Error() string { return e.err.Error() }
+func (e *checkoutConflict) Unwrap() error { return e.err }
+
+// conflictFor wraps a checkout's err with the agent it was for.
+func conflictFor(err error, agentID string) error {
+	return &checkoutConflict{err: err, agentID: agentID}
 }
 
 // validationCodes are the ValidationError codes passed through as they are.
@@ -103,7 +122,12 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 		if id == "" {
 			id = taskID
 		}
-		return http.StatusConflict, errorBody{Error: fmt.Sprintf("task %s is already checked out", id), Code: codeCheckedOut, Holder: &h}, false
+		body := errorBody{Error: fmt.Sprintf("task %s is already checked out", id), Code: codeCheckedOut, Holder: &h}
+		if cc := (*checkoutConflict)(nil); errors.As(err, &cc) {
+			same := conflict.Holder.AgentID == cc.agentID
+			body.SameAgent = &same
+		}
+		return http.StatusConflict, body, false
 	case errors.As(err, &mismatch):
 		return http.StatusConflict, errorBody{Error: fmt.Sprintf("%s has status %s, which the request did not expect", task, mismatch.Status), Code: codeStatusMismatch, Status: mismatch.Status}, false
 	case errors.As(err, &notHold):

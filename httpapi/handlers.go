@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -189,15 +190,16 @@ func (s *server) getTask(w http.ResponseWriter, r *http.Request, _ lease.Princip
 	return nil
 }
 
-// actor is who a checkout or claim is for: the caller, or for an admin the
-// agent named in the body. The agent's name is looked up so that its lease
-// shows it; an unknown agent is 404 agent_not_found.
+// actor is who a lease request is for: the caller, or the agent named in
+// the body. Any caller may name itself; only an admin may name another
+// agent, whose name is looked up so that its lease shows it (an unknown
+// agent is 404 agent_not_found).
 func (s *server) actor(ctx context.Context, p lease.Principal, agentID *string) (id, name string, err error) {
 	if agentID == nil {
 		return p.AgentID, p.Name, nil
 	}
-	if !p.Admin {
-		return "", "", errForbidden("only an admin may act for another agent (agent_id)")
+	if err := mayActFor(p, agentID); err != nil {
+		return "", "", err
 	}
 	if err := checkID("agent_id", *agentID); err != nil {
 		return "", "", err
@@ -210,6 +212,14 @@ func (s *server) actor(ctx context.Context, p lease.Principal, agentID *string) 
 		return "", "", err
 	}
 	return a.AgentID, a.Name, nil
+}
+
+// mayActFor refuses a non-admin naming an agent other than itself.
+func mayActFor(p lease.Principal, agentID *string) error {
+	if agentID == nil || p.Admin || *agentID == p.AgentID {
+		return nil
+	}
+	return errForbidden(fmt.Sprintf("only an admin may act for another agent: agent_id names %s, and the caller is %s", *agentID, p.AgentID))
 }
 
 // grantBody is what the bodies of a checkout and a claim share.
@@ -226,13 +236,13 @@ type grant struct {
 	timeout                   time.Duration
 }
 
-// check validates b (the admin-only agent_id first, then the timeout, the
+// check validates b (an agent_id naming another agent, admins only, first, then the timeout, the
 // run id, whatever extra checks, and the reason) and resolves whom the grant
 // is for.
 func (s *server) check(ctx context.Context, p lease.Principal, b grantBody, extra func() error) (grant, error) {
 	var g grant
-	if b.AgentID != nil && !p.Admin {
-		return g, errForbidden("only an admin may act for another agent (agent_id)")
+	if err := mayActFor(p, b.AgentID); err != nil {
+		return g, err
 	}
 	var err error
 	if g.timeout, err = duration("timeout", b.Timeout, lease.DefaultTimeout, lease.MinTimeout, lease.MaxTimeout); err != nil {
@@ -286,7 +296,7 @@ func (s *server) checkout(w http.ResponseWriter, r *http.Request, p lease.Princi
 		CreateIfMissing:  s.opts.AutoCreateTasks,
 	})
 	if err != nil {
-		return err
+		return conflictFor(err, g.agentID)
 	}
 	s.writeJSON(w, http.StatusOK, toCheckout(c, s.now()))
 	return nil
@@ -309,17 +319,28 @@ func (s *server) lockStatus(w http.ResponseWriter, r *http.Request, _ lease.Prin
 	return nil
 }
 
-// holderBody is the body shared by renew, release and complete.
+// holderBody is the body shared by renew, release and complete. AgentID
+// names the holder the request acts as: the caller itself, or for an admin
+// any agent.
 type holderBody struct {
-	RunID *string `json:"run_id"`
-	Fence int64   `json:"fence"`
+	RunID   *string `json:"run_id"`
+	Fence   int64   `json:"fence"`
+	AgentID *string `json:"agent_id"`
 }
 
-func (b holderBody) check() (string, error) {
-	if err := fence(b.Fence); err != nil {
-		return "", err
+// checkHolder validates b and resolves the agent the request acts as.
+func (s *server) checkHolder(ctx context.Context, p lease.Principal, b holderBody) (agentID, runID string, err error) {
+	if err := mayActFor(p, b.AgentID); err != nil {
+		return "", "", err
 	}
-	return optionalID("run_id", b.RunID)
+	if err := fence(b.Fence); err != nil {
+		return "", "", err
+	}
+	if runID, err = optionalID("run_id", b.RunID); err != nil {
+		return "", "", err
+	}
+	agentID, _, err = s.actor(ctx, p, b.AgentID)
+	return agentID, runID, err
 }
 
 func (s *server) renew(w http.ResponseWriter, r *http.Request, p lease.Principal) error {
@@ -338,11 +359,11 @@ func (s *server) renew(w http.ResponseWriter, r *http.Request, p lease.Principal
 	if err != nil {
 		return err
 	}
-	runID, err := body.check()
+	agentID, runID, err := s.checkHolder(r.Context(), p, body.holderBody)
 	if err != nil {
 		return err
 	}
-	c, err := s.svc.Renew(r.Context(), lease.RenewParams{TaskID: taskID, AgentID: p.AgentID, RunID: runID, Fence: body.Fence, Timeout: timeout})
+	c, err := s.svc.Renew(r.Context(), lease.RenewParams{TaskID: taskID, AgentID: agentID, RunID: runID, Fence: body.Fence, Timeout: timeout})
 	if err != nil {
 		return err
 	}
@@ -366,14 +387,14 @@ func (s *server) release(w http.ResponseWriter, r *http.Request, p lease.Princip
 	if body.Force && !p.Admin {
 		return errForbidden("only an admin may force a release")
 	}
-	runID, err := body.check()
-	if err != nil {
-		return err
-	}
 	if err := text("reason", body.Reason, lease.MaxReasonLen, false); err != nil {
 		return err
 	}
-	rel, err := s.svc.Release(r.Context(), lease.ReleaseParams{TaskID: taskID, AgentID: p.AgentID, RunID: runID, Fence: body.Fence, Force: body.Force, Reason: body.Reason})
+	agentID, runID, err := s.checkHolder(r.Context(), p, body.holderBody)
+	if err != nil {
+		return err
+	}
+	rel, err := s.svc.Release(r.Context(), lease.ReleaseParams{TaskID: taskID, AgentID: agentID, RunID: runID, Fence: body.Fence, Force: body.Force, Reason: body.Reason})
 	if err != nil {
 		return err
 	}
@@ -390,11 +411,11 @@ func (s *server) complete(w http.ResponseWriter, r *http.Request, p lease.Princi
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	runID, err := body.check()
+	agentID, runID, err := s.checkHolder(r.Context(), p, body)
 	if err != nil {
 		return err
 	}
-	t, err := s.svc.Complete(r.Context(), lease.CompleteParams{TaskID: taskID, AgentID: p.AgentID, RunID: runID, Fence: body.Fence})
+	t, err := s.svc.Complete(r.Context(), lease.CompleteParams{TaskID: taskID, AgentID: agentID, RunID: runID, Fence: body.Fence})
 	if err != nil {
 		return err
 	}

@@ -249,9 +249,11 @@ func TestForbidden(t *testing.T) {
 		{"POST", "/api/agents", `{"name":"x"}`},
 		{"GET", "/api/agents", ""},
 		{"DELETE", "/api/agents/agent-1", ""},
-		{"POST", "/api/tasks/task-1/checkout", `{"agent_id":"agent-1"}`},
 		{"POST", "/api/tasks/task-1/checkout", `{"agent_id":"agent-2"}`},
 		{"POST", "/api/claim", `{"agent_id":"agent-2"}`},
+		{"POST", "/api/tasks/task-1/renew", `{"agent_id":"agent-2"}`},
+		{"POST", "/api/tasks/task-1/release", `{"agent_id":"agent-2"}`},
+		{"POST", "/api/tasks/task-1/complete", `{"agent_id":"agent-2"}`},
 		{"POST", "/api/tasks/task-1/release", `{"force":true}`},
 	}
 	for _, c := range cases {
@@ -424,4 +426,61 @@ func TestBuiltinAdminCannotBeRemoved(t *testing.T) {
 	hs.do("DELETE", "/api/agents/admin", "ck_admin", "").expect(t, 200, "")
 	// Refused only to admins: a non-admin is 403 first.
 	newHarness(t).do("DELETE", "/api/agents/admin", "ck_agent", "").expect(t, 403, "forbidden")
+}
+
+// Any caller may name itself in agent_id (the skill's --agent defaults to
+// "self"); only an admin may name another agent, on every lease route.
+func TestAgentIDNamingItselfOrAnother(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"/api/tasks/task-1/checkout", "/api/claim", "/api/tasks/task-1/renew", "/api/tasks/task-1/release", "/api/tasks/task-1/complete"} {
+		hs := newHarness(t)
+		hs.do("POST", path, "ck_agent", `{"agent_id":"agent-1"}`).expect(t, 200, "")
+		res := hs.do("POST", path, "ck_agent", `{"agent_id":"agent-2"}`).expect(t, 403, "forbidden")
+		if msg := res.json["error"].(string); !strings.Contains(msg, "agent-2") || !strings.Contains(msg, "agent-1") {
+			t.Errorf("%s: the refusal should name both agents: %q", path, msg)
+		}
+	}
+	hs := newHarness(t)
+	hs.svc.agents = []lease.Agent{{AgentID: "agent-7", Name: "writer"}}
+	hs.do("POST", "/api/tasks/task-1/renew", "ck_admin", `{"agent_id":"agent-7","fence":3}`).expect(t, 200, "")
+	if got := hs.svc.last.(lease.RenewParams); got.AgentID != "agent-7" || got.Fence != 3 {
+		t.Fatalf("renew for agent-7: %+v", got)
+	}
+	hs.do("POST", "/api/tasks/task-1/release", "ck_admin", `{"agent_id":"agent-7"}`).expect(t, 200, "")
+	if got := hs.svc.last.(lease.ReleaseParams); got.AgentID != "agent-7" {
+		t.Fatalf("release for agent-7: %+v", got)
+	}
+	hs.do("POST", "/api/tasks/task-1/complete", "ck_admin", `{"agent_id":"agent-7"}`).expect(t, 200, "")
+	if got := hs.svc.last.(lease.CompleteParams); got.AgentID != "agent-7" {
+		t.Fatalf("complete for agent-7: %+v", got)
+	}
+	hs.do("POST", "/api/tasks/task-1/renew", "ck_admin", `{"agent_id":"ghost"}`).expect(t, 404, "agent_not_found")
+	hs.do("POST", "/api/tasks/task-1/release", "ck_admin", `{"agent_id":"-bad"}`).expect(t, 400, "invalid_id")
+}
+
+// A conflict says whether the live lease is the same agent's under another
+// run, so that a holder checking out again (a restarted process, a second
+// CLI call) can tell "I already hold it" from "someone else does".
+func TestConflictSaysWhetherTheHolderIsTheSameAgent(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t)
+	hs.svc.err = &lease.ConflictError{Holder: sampleCheckout("task-1", "agent-1")}
+	res := hs.do("POST", "/api/tasks/task-1/checkout", "ck_agent", "").expect(t, 409, "checked_out")
+	if res.json["same_agent"] != true {
+		t.Fatalf("own lease under another run: %s", res.body)
+	}
+	hs.svc.err = &lease.ConflictError{Holder: sampleCheckout("task-1", "agent-2")}
+	res = hs.do("POST", "/api/tasks/task-1/checkout", "ck_agent", "").expect(t, 409, "checked_out")
+	if res.json["same_agent"] != false {
+		t.Fatalf("another agent's lease: %s", res.body)
+	}
+	hs.svc.agents = []lease.Agent{{AgentID: "agent-2", Name: "writer"}}
+	hs.svc.err = nil
+	hs.svc.checkout = func(p lease.CheckoutParams) (lease.Checkout, error) {
+		return lease.Checkout{}, &lease.ConflictError{Holder: sampleCheckout("task-1", "agent-2")}
+	}
+	res = hs.do("POST", "/api/tasks/task-1/checkout", "ck_admin", `{"agent_id":"agent-2"}`).expect(t, 409, "checked_out")
+	if res.json["same_agent"] != true {
+		t.Fatalf("admin for agent-2, held by agent-2: %s", res.body)
+	}
 }

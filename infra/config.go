@@ -2,7 +2,11 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/checkout-dev/checkout/lease/schema"
@@ -29,22 +33,74 @@ type Config struct {
 	// instead of substituting a placeholder (context "requireBuild"; `make
 	// deploy` sets it).
 	RequireBuild bool
+	// PublicThrottleRate and PublicThrottleBurst limit the routes that run
+	// without the authorizer (GET /healthz and $default), so that anonymous
+	// traffic cannot use up the stage's limit (contexts "publicThrottleRate",
+	// "publicThrottleBurst").
+	PublicThrottleRate  float64
+	PublicThrottleBurst float64
+	// ClaimThrottleRate and ClaimThrottleBurst limit POST /api/claim, the
+	// costliest route (a Query per queue before its writes) and the one idle
+	// agents poll (contexts "claimThrottleRate", "claimThrottleBurst").
+	ClaimThrottleRate  float64
+	ClaimThrottleBurst float64
+	// ReservedConcurrency is each API function's reserved concurrency: at
+	// once a guarantee and a cap, so that a flood on one route cannot take
+	// the concurrency another needs (context "reservedConcurrency", for
+	// example "checkouts=80,health=5", merged over the defaults). The
+	// sweeper has exactly 1, one sweep at a time. "off" (a nil map) reserves
+	// nothing, the sweeper's 1 included, for accounts whose concurrency
+	// limit is too low to reserve any (new accounts start at 10).
+	ReservedConcurrency map[string]int
+	// Tracing turns on X-Ray active tracing of every function (context
+	// "tracing", default true).
+	Tracing bool
+	// AlarmEmail, when set, subscribes that address to the alarm topic
+	// (context "alarmEmail"; SNS sends a confirmation mail first).
+	AlarmEmail string
+	// LatencyAlarmMs is the API's p99 latency, in milliseconds, above which
+	// the latency alarm fires after three 5-minute periods (context
+	// "latencyAlarmMs").
+	LatencyAlarmMs float64
 	// LogLevel is passed to every function as LOG_LEVEL (context "logLevel").
 	LogLevel string
 	// StackName is the CloudFormation stack name (context "stackName").
 	StackName string
 }
 
+// DefaultReservedConcurrency is the reserved concurrency of each API
+// function without context. The sum (115, plus the sweeper's 1) leaves
+// Lambda's default account limit of 1000 far above the 100 unreserved that
+// Lambda requires; at the stage's default 100 requests per second and tens
+// of milliseconds per request, each function needs only a few.
+var DefaultReservedConcurrency = map[string]int{
+	FnHealth:     5,
+	FnAuthorizer: 20,
+	FnAgents:     20,
+	FnTasks:      20,
+	FnCheckouts:  40,
+	FnInbox:      10,
+}
+
+var validPrefix = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+
 // DefaultConfig is the configuration without any context value.
 func DefaultConfig() Config {
 	return Config{
-		TablePrefix:        schema.DefaultPrefix,
-		DeletionProtection: true,
-		ThrottleRate:       100,
-		ThrottleBurst:      200,
-		DistDir:            "../dist",
-		LogLevel:           "info",
-		StackName:          "Checkout",
+		TablePrefix:         schema.DefaultPrefix,
+		DeletionProtection:  true,
+		ThrottleRate:        100,
+		ThrottleBurst:       200,
+		PublicThrottleRate:  10,
+		PublicThrottleBurst: 20,
+		ClaimThrottleRate:   50,
+		ClaimThrottleBurst:  100,
+		ReservedConcurrency: maps.Clone(DefaultReservedConcurrency),
+		Tracing:             true,
+		LatencyAlarmMs:      1000,
+		DistDir:             "../dist",
+		LogLevel:            "info",
+		StackName:           "Checkout",
 	}
 }
 
@@ -118,13 +174,84 @@ func ConfigFromContext(node constructs.Node) (Config, error) {
 	number("throttleBurst", &c.ThrottleBurst)
 	str("distDir", &c.DistDir)
 	boolean("requireBuild", &c.RequireBuild)
+	number("publicThrottleRate", &c.PublicThrottleRate)
+	number("publicThrottleBurst", &c.PublicThrottleBurst)
+	number("claimThrottleRate", &c.ClaimThrottleRate)
+	number("claimThrottleBurst", &c.ClaimThrottleBurst)
+	number("latencyAlarmMs", &c.LatencyAlarmMs)
+	boolean("tracing", &c.Tracing)
+	str("alarmEmail", &c.AlarmEmail)
 	str("logLevel", &c.LogLevel)
 	str("stackName", &c.StackName)
+	if v, ok := get("reservedConcurrency"); ok && err == nil {
+		c.ReservedConcurrency, err = reservedConcurrency(v, c.ReservedConcurrency)
+	}
 	if err != nil {
 		return Config{}, err
 	}
 	if c.TablePrefix == "" {
 		return Config{}, fmt.Errorf("context tablePrefix: must not be empty")
 	}
+	// Table names allow only these; the prefix also names the bus, the API,
+	// the alarms and the metrics' Deployment dimension.
+	if !validPrefix.MatchString(c.TablePrefix) {
+		return Config{}, fmt.Errorf("context tablePrefix: %q may hold only letters, digits, '.', '_' and '-'", c.TablePrefix)
+	}
+	if c.AlarmEmail != "" && !strings.Contains(c.AlarmEmail, "@") {
+		return Config{}, fmt.Errorf("context alarmEmail: %q is not an e-mail address", c.AlarmEmail)
+	}
 	return c, nil
+}
+
+// reservedConcurrency reads the context value v over base: "off" (or false)
+// for none (nil), "name=N,name=N" from the command line, or an object
+// {"name": N} in cdk.json. Only API functions can be named; N is at least 1
+// (0 would stop the function altogether).
+func reservedConcurrency(v any, base map[string]int) (map[string]int, error) {
+	out := maps.Clone(base)
+	set := func(name string, n float64) error {
+		if _, ok := DefaultReservedConcurrency[name]; !ok {
+			return fmt.Errorf("context reservedConcurrency: %q is not an API function (%s)", name, strings.Join(slices.Sorted(maps.Keys(DefaultReservedConcurrency)), ", "))
+		}
+		if n < 1 || n != float64(int(n)) {
+			return fmt.Errorf("context reservedConcurrency: %s=%v, want a whole number of at least 1", name, n)
+		}
+		out[name] = int(n)
+		return nil
+	}
+	switch x := v.(type) {
+	case bool:
+		if x {
+			return out, nil
+		}
+		return nil, nil
+	case string:
+		x = strings.TrimSpace(x)
+		if x == "off" || x == "false" || x == "none" {
+			return nil, nil
+		}
+		for _, part := range strings.Split(x, ",") {
+			name, num, ok := strings.Cut(strings.TrimSpace(part), "=")
+			n, perr := strconv.ParseFloat(strings.TrimSpace(num), 64)
+			if !ok || perr != nil {
+				return nil, fmt.Errorf("context reservedConcurrency: %q, want name=N,name=N or off", x)
+			}
+			if err := set(strings.TrimSpace(name), n); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	case map[string]any:
+		for name, n := range x {
+			f, ok := n.(float64)
+			if !ok {
+				return nil, fmt.Errorf("context reservedConcurrency: %s=%v, want a number", name, n)
+			}
+			if err := set(name, f); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("context reservedConcurrency: want name=N,name=N, an object or off, got %v", v)
 }

@@ -17,9 +17,13 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdadestinations"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+	"github.com/checkout-dev/checkout/deploy"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
@@ -29,23 +33,44 @@ const (
 	EnvLogLevel = "LOG_LEVEL"
 )
 
-// Metric namespace and name of the API's throttled (429) answers, counted
-// from the stage's access log.
+// The service's metrics (see deploy/metrics.go), and the authorizer's cache.
 const (
-	MetricNamespace     = "Checkout"
-	MetricThrottled     = "ApiThrottledRequests"
+	MetricNamespace     = deploy.MetricNamespace
+	MetricThrottled     = deploy.MetricApiThrottled
 	authorizerCacheSecs = 30
+)
+
+// Sweeper invocation limits. A sweep that cannot start within
+// sweepMaxEventAge is superseded by the next scheduled one, so it is not
+// kept longer; a failed sweep is not retried by Lambda, because the next
+// run a minute later does the same work.
+const (
+	sweepMaxEventAgeSecs = 120
+	sweepRuleRetries     = 2
 )
 
 // CheckoutStack is the synthesized stack and the constructs that tests and
 // outputs refer to.
 type CheckoutStack struct {
 	Stack     awscdk.Stack
+	Config    Config
 	Tables    map[string]awsdynamodb.Table
 	Functions map[string]awslambda.Function
+	Roles     map[string]awsiam.Role
+	LogGroups map[string]awslogs.LogGroup
 	API       awsapigatewayv2.HttpApi
 	Stage     awsapigatewayv2.HttpStage
 	EventBus  awsevents.EventBus
+	// SweepRule runs the sweeper; SweepDeadLetters holds the sweeps that
+	// could not be delivered (by EventBridge) or failed (in Lambda).
+	SweepRule        awsevents.Rule
+	SweepDeadLetters awssqs.Queue
+	// AlarmTopic receives every alarm's state changes.
+	AlarmTopic awssns.Topic
+	Alarms     map[string]awscloudwatch.Alarm
+	Dashboard  awscloudwatch.Dashboard
+	// Suppressions lists every cdk-nag finding the stack accepts, and why.
+	Suppressions []Suppression
 	// Placeholders lists the functions whose bootstrap was missing and were
 	// given a placeholder asset (synthesis before `make build`).
 	Placeholders []string
@@ -58,12 +83,19 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 	})
 	s := &CheckoutStack{
 		Stack:     stack,
+		Config:    cfg,
 		Tables:    map[string]awsdynamodb.Table{},
 		Functions: map[string]awslambda.Function{},
+		Roles:     map[string]awsiam.Role{},
+		LogGroups: map[string]awslogs.LogGroup{},
+		Alarms:    map[string]awscloudwatch.Alarm{},
 	}
 	names := schema.Names{Prefix: cfg.TablePrefix}
 
-	// Tables, from the single schema definition.
+	// Tables, from the single schema definition. Their names are fixed by
+	// the prefix, so a stack destroyed with its tables retained is deployed
+	// again either with a new prefix or after `make adopt-tables` (see
+	// DEPLOY.md, "Destroy and redeploy").
 	removal := awscdk.RemovalPolicy_DESTROY
 	if cfg.DeletionProtection {
 		removal = awscdk.RemovalPolicy_RETAIN
@@ -105,7 +137,22 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		EventBusName: jsii.String(cfg.TablePrefix + "bus"),
 	})
 
-	// Functions.
+	// Where sweeps that could not run end up: EventBridge puts an event it
+	// could not deliver here, and Lambda the record of a run that failed or
+	// could not start in time.
+	s.SweepDeadLetters = awssqs.NewQueue(stack, jsii.String("SweepDeadLetters"), &awssqs.QueueProps{
+		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL:      jsii.Bool(true),
+		RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
+	})
+	s.suppress(s.SweepDeadLetters, "Serverless-SQSRedrivePolicy",
+		"This queue is itself the dead-letter queue of the sweep rule and of the sweeper's failed runs; a dead-letter queue behind it would only move the same records again. Its depth has an alarm.")
+	s.suppress(s.SweepDeadLetters, "AwsSolutions-SQS3",
+		"This queue is a dead-letter queue: the sweep rule's target DLQ and the sweeper's on-failure destination. cdk-nag recognises a DLQ only through a queue's redrive policy or a function's DeadLetterConfig.")
+
+	// Functions: each with its own role, which carries no managed policy,
+	// only writes to the function's own log group, its DynamoDB grants from
+	// deploy.Access and, where it publishes, PutEvents on the bus.
 	for _, name := range Functions {
 		code, placeholder, err := functionCode(name, cfg)
 		if err != nil {
@@ -114,15 +161,24 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		if placeholder {
 			s.Placeholders = append(s.Placeholders, name)
 		}
+		role := awsiam.NewRole(stack, jsii.String(title(name)+"Role"), &awsiam.RoleProps{
+			AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
+			Description: jsii.String("checkout " + name + ": its log group, its DynamoDB grants from deploy/access.go"),
+		})
 		logs := awslogs.NewLogGroup(stack, jsii.String(title(name)+"Logs"), &awslogs.LogGroupProps{
 			Retention:     awslogs.RetentionDays_ONE_MONTH,
 			RemovalPolicy: awscdk.RemovalPolicy_DESTROY,
 		})
+		logs.GrantWrite(role)
 		timeout := 10.0
 		if name == FnSweeper {
 			timeout = 60
 		}
-		fn := awslambda.NewFunction(stack, jsii.String(title(name)+"Function"), &awslambda.FunctionProps{
+		tracing := awslambda.Tracing_DISABLED
+		if cfg.Tracing {
+			tracing = awslambda.Tracing_ACTIVE
+		}
+		props := &awslambda.FunctionProps{
 			Description:  jsii.String("checkout " + name),
 			Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
 			Architecture: awslambda.Architecture_ARM_64(),
@@ -130,13 +186,35 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 			Code:         code,
 			MemorySize:   jsii.Number(256),
 			Timeout:      awscdk.Duration_Seconds(jsii.Number(timeout)),
+			Role:         role,
 			LogGroup:     logs,
+			// The functions write JSON lines already; JSON makes Lambda's
+			// own START/END/REPORT lines JSON too. The functions filter
+			// their own lines by LOG_LEVEL, so no application log level is
+			// set here (Lambda would drop the metric lines, which have none).
+			LoggingFormat:    awslambda.LoggingFormat_JSON,
+			SystemLogLevelV2: awslambda.SystemLogLevel_INFO,
+			Tracing:          tracing,
 			Environment: &map[string]*string{
 				schema.EnvTablePrefix: jsii.String(cfg.TablePrefix),
 				EnvEventBus:           s.EventBus.EventBusName(),
 				EnvLogLevel:           jsii.String(cfg.LogLevel),
 			},
-		})
+		}
+		if name == FnSweeper {
+			// One sweep at a time; overlapping sweeps are safe (every ending
+			// is a conditional write) but only cost. A run that fails or
+			// cannot start within two minutes goes to the dead-letter queue.
+			if cfg.ReservedConcurrency != nil {
+				props.ReservedConcurrentExecutions = jsii.Number(1)
+			}
+			props.MaxEventAge = awscdk.Duration_Seconds(jsii.Number(sweepMaxEventAgeSecs))
+			props.RetryAttempts = jsii.Number(0)
+			props.OnFailure = awslambdadestinations.NewSqsDestination(s.SweepDeadLetters)
+		} else if n, ok := cfg.ReservedConcurrency[name]; ok {
+			props.ReservedConcurrentExecutions = jsii.Number(float64(n))
+		}
+		fn := awslambda.NewFunction(stack, jsii.String(title(name)+"Function"), props)
 		for _, st := range Statements(name, s.Tables) {
 			fn.AddToRolePolicy(st)
 		}
@@ -147,6 +225,23 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 				Resources: jsii.Strings(*s.EventBus.EventBusArn()),
 			}))
 		}
+		if name == FnSweeper {
+			s.suppress(fn, "Serverless-LambdaDLQ",
+				"The sweeper's failed asynchronous runs go to the SweepDeadLetters queue through its on-failure destination (EventInvokeConfig), which records the error with the event; a DeadLetterConfig as well would deliver each failure twice.")
+		} else {
+			s.suppress(fn, "Serverless-LambdaDLQ",
+				"Invoked only synchronously, by API Gateway (as a route integration or the authorizer): a dead-letter queue applies only to asynchronous invocations. Errors reach the caller and the API 5xx alarm.")
+		}
+		if cfg.Tracing {
+			s.suppress(role, "AwsSolutions-IAM5",
+				"Active tracing needs xray:PutTraceSegments and xray:PutTelemetryRecords, which support no resource-level permissions; every other statement of this role names its resources.",
+				"Resource::*")
+		} else {
+			s.suppress(fn, "Serverless-LambdaTracing",
+				"Tracing is turned off for this deployment with the context flag tracing=false.")
+		}
+		s.Roles[name] = role
+		s.LogGroups[name] = logs
 		s.Functions[name] = fn
 	}
 
@@ -156,9 +251,33 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 				cfg.DistDir, strings.Join(s.Placeholders, ", "))), nil)
 	}
 
-	// HTTP API: one route per entry of Routes, each behind the authorizer
-	// unless public. The stage is created here (not as the API's implicit
-	// default stage) so that it carries throttling and access logging.
+	accessLogs := s.httpAPI(cfg)
+
+	// The sweeper runs every minute on the default bus's schedule. An
+	// invocation EventBridge cannot make is retried and then kept in the
+	// dead-letter queue.
+	s.SweepRule = awsevents.NewRule(stack, jsii.String("SweepSchedule"), &awsevents.RuleProps{
+		Description: jsii.String("run the checkout sweeper"),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(1))),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(s.Functions[FnSweeper], &awseventstargets.LambdaFunctionProps{
+			DeadLetterQueue: s.SweepDeadLetters,
+			MaxEventAge:     awscdk.Duration_Seconds(jsii.Number(sweepMaxEventAgeSecs)),
+			RetryAttempts:   jsii.Number(sweepRuleRetries),
+		})},
+	})
+
+	s.operations(cfg, accessLogs)
+	s.outputs(cfg)
+	return s, nil
+}
+
+// httpAPI builds the HTTP API: one route per entry of Routes, each behind
+// the authorizer unless public, the $default route, and the stage with its
+// limits and access log, which it returns.
+func (s *CheckoutStack) httpAPI(cfg Config) awslogs.LogGroup {
+	stack := s.Stack
+	// The stage is created here (not as the API's implicit default stage)
+	// so that it carries throttling and access logging.
 	s.API = awsapigatewayv2.NewHttpApi(stack, jsii.String("Api"), &awsapigatewayv2.HttpApiProps{
 		ApiName:            jsii.String(cfg.TablePrefix + "api"),
 		CreateDefaultStage: jsii.Bool(false),
@@ -171,6 +290,7 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 			ResultsCacheTtl: awscdk.Duration_Seconds(jsii.Number(authorizerCacheSecs)),
 		})
 	integrations := map[string]awsapigatewayv2integrations.HttpLambdaIntegration{}
+	var routes []constructs.IDependable
 	for _, r := range Routes {
 		in, ok := integrations[r.Function]
 		if !ok {
@@ -188,7 +308,13 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		if !r.Public {
 			opts.Authorizer = authorizer
 		}
-		s.API.AddRoutes(opts)
+		for _, route := range *s.API.AddRoutes(opts) {
+			routes = append(routes, route)
+			if r.Public {
+				s.suppress(route, "AwsSolutions-APIG4",
+					"GET /healthz is public by the API contract: load balancers and uptime checks call it without a key. It reads nothing, and its own route throttle and the health function's reserved concurrency bound what anonymous callers can spend.")
+			}
+		}
 	}
 	// Everything no route matches (an unknown path, or a known path with
 	// another method) goes to the health function, which answers with the
@@ -196,11 +322,15 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 	// API Gateway's own {"message":"Not Found"}. It carries no authorizer and
 	// serves no API route: with no agent in the context, it can only answer
 	// 404, 405 or 401.
-	awsapigatewayv2.NewHttpRoute(stack, jsii.String("DefaultRoute"), &awsapigatewayv2.HttpRouteProps{
+	def := awsapigatewayv2.NewHttpRoute(stack, jsii.String("DefaultRoute"), &awsapigatewayv2.HttpRouteProps{
 		HttpApi:     s.API,
 		RouteKey:    awsapigatewayv2.HttpRouteKey_DEFAULT(),
 		Integration: integrations[FnHealth],
 	})
+	routes = append(routes, def)
+	s.suppress(def, "AwsSolutions-APIG4",
+		"The $default route only answers requests that match no API route, with the contract's 404 or 405 body; it reaches no data. It is throttled like /healthz and served by the health function, whose reserved concurrency caps it.")
+
 	accessLogs := awslogs.NewLogGroup(stack, jsii.String("ApiAccessLogs"), &awslogs.LogGroupProps{
 		Retention:     awslogs.RetentionDays_ONE_MONTH,
 		RemovalPolicy: awscdk.RemovalPolicy_DESTROY,
@@ -214,75 +344,47 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 			BurstLimit: jsii.Number(cfg.ThrottleBurst),
 		},
 	})
+	cfn := s.Stage.Node().DefaultChild().(awsapigatewayv2.CfnStage)
 	// Access log without headers or bodies: never holds an API key.
-	s.Stage.Node().DefaultChild().(awsapigatewayv2.CfnStage).SetAccessLogSettings(&awsapigatewayv2.CfnStage_AccessLogSettingsProperty{
+	cfn.SetAccessLogSettings(&awsapigatewayv2.CfnStage_AccessLogSettingsProperty{
 		DestinationArn: accessLogs.LogGroupArn(),
-		Format:         jsii.String(accessLogFormat),
+		Format:         jsii.String(AccessLogFormat(cfg.TablePrefix)),
 	})
-
-	// The sweeper runs every minute on the default bus's schedule.
-	awsevents.NewRule(stack, jsii.String("SweepSchedule"), &awsevents.RuleProps{
-		Description: jsii.String("run the checkout sweeper"),
-		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(1))),
-		Targets:     &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(s.Functions[FnSweeper], nil)},
-	})
-
-	s.alarms(accessLogs)
-	s.outputs(cfg)
-	return s, nil
+	// Route limits below the stage's: the routes that run without the
+	// authorizer, and claim. API Gateway checks route settings against the
+	// routes that exist, so the stage waits for them.
+	cfn.SetRouteSettings(RouteThrottles(cfg))
+	s.Stage.Node().AddDependency(routes...)
+	return accessLogs
 }
 
-// accessLogFormat is the stage's JSON access log line. status is a bare
-// number so that the metric filter can compare it.
-const accessLogFormat = `{"requestId":"$context.requestId","ip":"$context.identity.sourceIp","requestTime":"$context.requestTime","routeKey":"$context.routeKey","status":$context.status,"responseLength":"$context.responseLength","latencyMs":"$context.responseLatency","integrationError":"$context.integrationErrorMessage","authorizerError":"$context.authorizer.error"}`
-
-func (s *CheckoutStack) alarms(accessLogs awslogs.LogGroup) {
-	period := awscdk.Duration_Minutes(jsii.Number(5))
-	alarm := func(id, desc string, m awscloudwatch.IMetric) {
-		awscloudwatch.NewAlarm(s.Stack, jsii.String(id), &awscloudwatch.AlarmProps{
-			AlarmDescription:   jsii.String(desc),
-			Metric:             m,
-			Threshold:          jsii.Number(1),
-			EvaluationPeriods:  jsii.Number(1),
-			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
-		})
+// RouteThrottles is the stage's per-route throttling: every public route and
+// $default at the public limits, POST /api/claim at the claim limits.
+func RouteThrottles(cfg Config) map[string]any {
+	limit := func(rate, burst float64) map[string]any {
+		return map[string]any{"ThrottlingRateLimit": rate, "ThrottlingBurstLimit": burst}
 	}
-
-	alarm("Api5xxAlarm", "The HTTP API answered 5xx (every 5xx is a bug).",
-		s.API.MetricServerError(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")}))
-
-	// API Gateway has no metric of its own for throttled requests (they are
-	// counted in 4xx with every client error), so 429 answers are counted
-	// from the access log.
-	throttled := awslogs.NewMetricFilter(s.Stack, jsii.String("ApiThrottledFilter"), &awslogs.MetricFilterProps{
-		LogGroup:        accessLogs,
-		FilterPattern:   awslogs.FilterPattern_NumberValue(jsii.String("$.status"), jsii.String("="), jsii.Number(429)),
-		MetricNamespace: jsii.String(MetricNamespace),
-		MetricName:      jsii.String(MetricThrottled),
-		MetricValue:     jsii.String("1"),
-	})
-	alarm("ApiThrottledAlarm", "The HTTP API stage throttled requests (429); raise throttleRate/throttleBurst if this is legitimate load.",
-		throttled.Metric(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")}))
-
-	// Lambda concurrency throttles, summed over every function.
-	using := map[string]awscloudwatch.IMetric{}
-	var terms []string
-	for i, name := range Functions {
-		key := fmt.Sprintf("t%d", i)
-		using[key] = s.Functions[name].MetricThrottles(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")})
-		terms = append(terms, key)
+	out := map[string]any{"$default": limit(cfg.PublicThrottleRate, cfg.PublicThrottleBurst)}
+	for _, r := range Routes {
+		switch {
+		case r.Public:
+			out[r.Key()] = limit(cfg.PublicThrottleRate, cfg.PublicThrottleBurst)
+		case r.Key() == "POST /api/claim":
+			out[r.Key()] = limit(cfg.ClaimThrottleRate, cfg.ClaimThrottleBurst)
+		}
 	}
-	alarm("LambdaThrottlesAlarm", "A checkout function was throttled by Lambda concurrency limits.",
-		awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
-			Expression:   jsii.String(strings.Join(terms, "+")),
-			UsingMetrics: &using,
-			Label:        jsii.String("Throttles"),
-			Period:       period,
-		}))
+	return out
+}
 
-	alarm("SweeperErrorsAlarm", "The sweeper failed; expired leases are still never live, but their events and notices are delayed.",
-		s.Functions[FnSweeper].MetricErrors(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")}))
+// AccessLogFormat is the stage's JSON access log line. Every value is a
+// string, so the line is JSON whatever API Gateway substitutes (a "-" for a
+// missing value included); deployment names the stack's metrics dimension.
+func AccessLogFormat(prefix string) string {
+	return `{"requestId":"$context.requestId","ip":"$context.identity.sourceIp","requestTime":"$context.requestTime",` +
+		`"routeKey":"$context.routeKey","status":"$context.status","responseLength":"$context.responseLength",` +
+		`"latencyMs":"$context.responseLatency","integrationLatencyMs":"$context.integrationLatency",` +
+		`"integrationError":"$context.integrationErrorMessage","authorizerError":"$context.authorizer.error",` +
+		`"deployment":"` + prefix + `"}`
 }
 
 func (s *CheckoutStack) outputs(cfg Config) {
@@ -297,6 +399,9 @@ func (s *CheckoutStack) outputs(cfg Config) {
 	out("EventBusName", "EventBridge bus with TaskAvailable and LeaseEnded events (source checkout)", s.EventBus.EventBusName())
 	out("MintAdminCommand", "Run from a clone of the repository with AWS credentials to create the first admin key (printed once, stored hashed)",
 		jsii.String(MintAdminCommand(cfg.TablePrefix, *s.Stack.Region())))
+	out("AlarmTopicArn", "SNS topic every alarm notifies (subscribe with -c alarmEmail=... or your own subscription)", s.AlarmTopic.TopicArn())
+	out("DashboardName", "CloudWatch dashboard of the service", s.Dashboard.DashboardName())
+	out("SweepDeadLetterQueueUrl", "SQS queue of sweeps that could not be delivered or failed", s.SweepDeadLetters.QueueUrl())
 }
 
 // MintAdminCommand is the command that creates the first admin key.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -30,6 +31,15 @@ type synthesized struct {
 
 func synth(t *testing.T, ctx map[string]any) *synthesized {
 	t.Helper()
+	s, _ := synthesize(t, ctx, false)
+	return s
+}
+
+// synthesize builds the stack from the context; with checks, cdk-nag's
+// packs run on it (suppressed findings recorded as info annotations) and
+// its annotations are returned too.
+func synthesize(t *testing.T, ctx map[string]any, checks bool) (*synthesized, assertions.Annotations) {
+	t.Helper()
 	app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx})
 	cfg, err := ConfigFromContext(app.Node())
 	if err != nil {
@@ -38,6 +48,9 @@ func synth(t *testing.T, ctx map[string]any) *synthesized {
 	cs, err := NewCheckoutStack(app, "Test", cfg)
 	if err != nil {
 		t.Fatalf("stack: %v", err)
+	}
+	if checks {
+		Checks(app, false, true)
 	}
 	tmpl := assertions.Template_FromStack(cs.Stack, nil)
 	raw, err := json.Marshal(tmpl.ToJSON())
@@ -59,7 +72,16 @@ func synth(t *testing.T, ctx map[string]any) *synthesized {
 	for name, tb := range cs.Tables {
 		s.tableID[name] = *cs.Stack.GetLogicalId(tb.Node().DefaultChild().(awscdk.CfnElement))
 	}
-	return s
+	var notes assertions.Annotations
+	if checks {
+		notes = assertions.Annotations_FromStack(cs.Stack)
+	}
+	return s, notes
+}
+
+// id is the logical id of a construct's resource.
+func (s *synthesized) id(c interface{ Node() constructs.Node }) string {
+	return *s.stack.Stack.GetLogicalId(c.Node().DefaultChild().(awscdk.CfnElement))
 }
 
 var (
@@ -408,6 +430,64 @@ func TestFunctionsAreArmAL2023WithLimitsEnvAndLogs(t *testing.T) {
 		if lg == nil || lg["Type"] != "AWS::Logs::LogGroup" || props(lg)["RetentionInDays"] != float64(30) {
 			t.Errorf("%s log group %v", name, lg)
 		}
+		if lc["LogFormat"] != "JSON" || lc["SystemLogLevel"] != "INFO" || lc["ApplicationLogLevel"] != nil {
+			t.Errorf("%s logging config %v, want JSON with system level INFO and no application level", name, lc)
+		}
+		if tc, _ := p["TracingConfig"].(map[string]any); tc["Mode"] != "Active" {
+			t.Errorf("%s tracing %v, want Active", name, p["TracingConfig"])
+		}
+		want := float64(DefaultReservedConcurrency[name])
+		if name == FnSweeper {
+			want = 1
+		}
+		if p["ReservedConcurrentExecutions"] != want {
+			t.Errorf("%s reserved concurrency %v, want %v", name, p["ReservedConcurrentExecutions"], want)
+		}
+	}
+	// Each function has a role of its own.
+	roles := map[string]string{}
+	for _, name := range Functions {
+		role := getAtt(props(s.resources[s.fnID[name]])["Role"], "Arn")
+		if other, ok := roles[role]; ok || s.resources[role]["Type"] != "AWS::IAM::Role" {
+			t.Errorf("%s role %s (shared with %q)", name, role, other)
+		}
+		roles[role] = name
+	}
+}
+
+func TestTracingAndReservedConcurrencyFromContext(t *testing.T) {
+	s := synth(t, map[string]any{"tracing": "false", "reservedConcurrency": "checkouts=7,health=2"})
+	for _, name := range Functions {
+		p := props(s.resources[s.fnID[name]])
+		if tc, _ := p["TracingConfig"].(map[string]any); tc != nil && tc["Mode"] != "PassThrough" {
+			t.Errorf("%s tracing %v with tracing=false", name, tc)
+		}
+		want := any(float64(DefaultReservedConcurrency[name]))
+		switch name {
+		case FnCheckouts:
+			want = float64(7)
+		case FnHealth:
+			want = float64(2)
+		case FnSweeper:
+			want = float64(1)
+		}
+		if p["ReservedConcurrentExecutions"] != want {
+			t.Errorf("%s reserved concurrency %v, want %v", name, p["ReservedConcurrentExecutions"], want)
+		}
+	}
+	// With tracing off no role may write traces.
+	for id, r := range s.ofType("AWS::IAM::Policy") {
+		if b, _ := json.Marshal(r); strings.Contains(string(b), "xray:") {
+			t.Errorf("policy %s grants X-Ray with tracing off", id)
+		}
+	}
+
+	// off: nothing reserved, for accounts whose limit allows none.
+	s = synth(t, map[string]any{"reservedConcurrency": "off"})
+	for _, name := range Functions {
+		if got := props(s.resources[s.fnID[name]])["ReservedConcurrentExecutions"]; got != nil {
+			t.Errorf("%s reserved concurrency %v with reservedConcurrency=off", name, got)
+		}
 	}
 }
 
@@ -447,8 +527,16 @@ func TestIAMIsExactlyTheAccessMap(t *testing.T) {
 			}
 		}
 	}
+	dlqID := s.id(s.stack.SweepDeadLetters)
 	for _, name := range Functions {
-		var want []string
+		// Its own log group, its traces, and for the sweeper its failed
+		// runs' destination; then exactly its grants of Access.
+		logs := "arn:" + s.id(s.stack.LogGroups[name])
+		want := []string{"logs:CreateLogStream " + logs, "logs:PutLogEvents " + logs,
+			"xray:PutTelemetryRecords *", "xray:PutTraceSegments *"}
+		if name == FnSweeper {
+			want = append(want, "sqs:GetQueueAttributes arn:"+dlqID, "sqs:GetQueueUrl arn:"+dlqID, "sqs:SendMessage arn:"+dlqID)
+		}
 		for _, g := range Access[name] {
 			for _, a := range g.Actions {
 				want = append(want, "dynamodb:"+a+" table:"+g.Table)
@@ -466,12 +554,11 @@ func TestIAMIsExactlyTheAccessMap(t *testing.T) {
 			t.Errorf("%s permissions:\n got  %q\n want %q", name, got[name], want)
 		}
 	}
-	// Roles carry no managed policy beyond basic logging.
+	// Roles carry no managed policy at all, not even basic logging (which
+	// would let a function write to any log group).
 	for name, rid := range roleOf {
-		for _, mp := range asList(props(s.resources[rid])["ManagedPolicyArns"]) {
-			if !strings.HasSuffix(s.render(mp), ":iam::aws:policy/service-role/AWSLambdaBasicExecutionRole") {
-				t.Errorf("%s role has managed policy %s", name, s.render(mp))
-			}
+		if mp := props(s.resources[rid])["ManagedPolicyArns"]; mp != nil {
+			t.Errorf("%s role has managed policies %s", name, s.render(mp))
 		}
 	}
 }
@@ -521,7 +608,7 @@ func TestNoScanOrWildcardAnywhere(t *testing.T) {
 			if strings.Contains(l, "dynamodb:scan") || strings.Contains(l, "dynamodb:*") || strings.Contains(l, "dynamodbfullaccess") {
 				t.Errorf("%s = %q", path, x)
 			}
-			if strings.HasSuffix(path, ".Action") && x == "*" {
+			if strings.HasSuffix(path, ".Action") && strings.HasSuffix(x, "*") && !strings.Contains(path, "QueuePolicy") && x != "sqs:*" {
 				t.Errorf("%s = %q", path, x)
 			}
 		case map[string]any:
@@ -550,8 +637,37 @@ func TestSweeperRunsEveryMinute(t *testing.T) {
 		}
 		targets := p["Targets"].([]any)
 		if len(targets) != 1 || getAtt(targets[0].(map[string]any)["Arn"], "Arn") != s.fnID[FnSweeper] {
-			t.Errorf("schedule targets %v, want the sweeper", targets)
+			t.Fatalf("schedule targets %v, want the sweeper", targets)
 		}
+		target := targets[0].(map[string]any)
+		if !reflect.DeepEqual(target["RetryPolicy"], map[string]any{"MaximumEventAgeInSeconds": float64(120), "MaximumRetryAttempts": float64(2)}) {
+			t.Errorf("target retry policy %v", target["RetryPolicy"])
+		}
+		if dlq, _ := target["DeadLetterConfig"].(map[string]any); getAtt(dlq["Arn"], "Arn") != s.id(s.stack.SweepDeadLetters) {
+			t.Errorf("target dead-letter config %v, want the sweep queue", target["DeadLetterConfig"])
+		}
+	}
+	// One sweep at a time; a failed or stale run is not retried by Lambda
+	// and lands in the same queue.
+	if c := props(s.resources[s.fnID[FnSweeper]])["ReservedConcurrentExecutions"]; c != float64(1) {
+		t.Errorf("sweeper reserved concurrency %v", c)
+	}
+	configs := s.ofType("AWS::Lambda::EventInvokeConfig")
+	if len(configs) != 1 {
+		t.Fatalf("%d event invoke configs, want the sweeper's", len(configs))
+	}
+	for _, r := range configs {
+		p := props(r)
+		dest, _ := p["DestinationConfig"].(map[string]any)
+		onFailure, _ := dest["OnFailure"].(map[string]any)
+		if ref(p["FunctionName"]) != s.fnID[FnSweeper] || p["MaximumRetryAttempts"] != float64(0) ||
+			p["MaximumEventAgeInSeconds"] != float64(120) || getAtt(onFailure["Destination"], "Arn") != s.id(s.stack.SweepDeadLetters) {
+			t.Errorf("sweeper invoke config %v", p)
+		}
+	}
+	q := props(s.resources[s.id(s.stack.SweepDeadLetters)])
+	if q["SqsManagedSseEnabled"] != true || q["MessageRetentionPeriod"] != float64(14*24*3600) {
+		t.Errorf("dead-letter queue %v", q)
 	}
 	invokable := false
 	for _, r := range s.ofType("AWS::Lambda::Permission") {
@@ -572,7 +688,7 @@ func TestStageThrottlingFromContext(t *testing.T) {
 		rate, burst float64
 	}{
 		{"defaults", nil, 100, 200},
-		{"context", map[string]any{"throttleRate": "7", "throttleBurst": float64(9)}, 7, 9},
+		{"context", map[string]any{"throttleRate": "7", "throttleBurst": float64(9), "claimThrottleRate": "3", "claimThrottleBurst": "4"}, 7, 9},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var s *synthesized
@@ -596,96 +712,43 @@ func TestStageThrottlingFromContext(t *testing.T) {
 				}
 				al, _ := p["AccessLogSettings"].(map[string]any)
 				format, _ := al["Format"].(string)
-				if !json.Valid([]byte(strings.ReplaceAll(format, "$context.status", "200"))) ||
-					strings.Contains(strings.ToLower(format), "authorization") {
-					t.Errorf("access log format %q", format)
+				// Valid JSON as it stands (every value quoted), and so
+				// whatever API Gateway substitutes.
+				var fields map[string]any
+				if err := json.Unmarshal([]byte(format), &fields); err != nil || fields["status"] != "$context.status" ||
+					fields["deployment"] != "checkout-" || strings.Contains(strings.ToLower(format), "authorization") {
+					t.Errorf("access log format %q (%v)", format, err)
+				}
+				wantRoutes := map[string]any{
+					"GET /healthz":    map[string]any{"ThrottlingRateLimit": float64(10), "ThrottlingBurstLimit": float64(20)},
+					"$default":        map[string]any{"ThrottlingRateLimit": float64(10), "ThrottlingBurstLimit": float64(20)},
+					"POST /api/claim": map[string]any{"ThrottlingRateLimit": float64(50), "ThrottlingBurstLimit": float64(100)},
+				}
+				if tc.ctx != nil {
+					wantRoutes["POST /api/claim"] = map[string]any{"ThrottlingRateLimit": float64(3), "ThrottlingBurstLimit": float64(4)}
+				}
+				if !reflect.DeepEqual(p["RouteSettings"], wantRoutes) {
+					t.Errorf("route settings %v, want %v", p["RouteSettings"], wantRoutes)
+				}
+				// Route settings name routes, which must exist first.
+				deps := map[string]bool{}
+				for _, d := range asList(r["DependsOn"]) {
+					deps[d.(string)] = true
+				}
+				for id, route := range s.ofType("AWS::ApiGatewayV2::Route") {
+					if !deps[id] {
+						t.Errorf("the stage does not wait for route %v", props(route)["RouteKey"])
+					}
 				}
 			}
 		})
 	}
 }
 
-func TestAlarms(t *testing.T) {
-	s := defaultStack(t)
-	alarms := s.ofType("AWS::CloudWatch::Alarm")
-	if len(alarms) != 4 {
-		t.Errorf("want 4 alarms, got %d", len(alarms))
-	}
-	apiID := *s.stack.Stack.GetLogicalId(s.stack.API.Node().DefaultChild().(awscdk.CfnElement))
-	find := func(match func(p map[string]any) bool) map[string]any {
-		for _, r := range alarms {
-			if p := props(r); match(p) {
-				return p
-			}
-		}
-		return nil
-	}
-	check := func(what string, p map[string]any) {
-		t.Helper()
-		if p == nil {
-			t.Errorf("no %s alarm", what)
-			return
-		}
-		if p["Threshold"] != float64(1) || p["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" || p["TreatMissingData"] != "notBreaching" {
-			t.Errorf("%s alarm: threshold %v %v missing %v", what, p["Threshold"], p["ComparisonOperator"], p["TreatMissingData"])
-		}
-	}
-	dim := func(p map[string]any, name, id string) bool {
-		for _, d := range asList(p["Dimensions"]) {
-			m, _ := d.(map[string]any)
-			if m["Name"] == name && ref(m["Value"]) == id {
-				return true
-			}
-		}
-		return false
-	}
-	check("5xx", find(func(p map[string]any) bool {
-		return p["Namespace"] == "AWS/ApiGateway" && p["MetricName"] == "5xx" && dim(p, "ApiId", apiID)
-	}))
-	check("sweeper errors", find(func(p map[string]any) bool {
-		return p["Namespace"] == "AWS/Lambda" && p["MetricName"] == "Errors" && dim(p, "FunctionName", s.fnID[FnSweeper])
-	}))
-	check("API throttled", find(func(p map[string]any) bool {
-		return p["Namespace"] == MetricNamespace && p["MetricName"] == MetricThrottled
-	}))
-	lambdaThrottles := find(func(p map[string]any) bool { return p["Metrics"] != nil })
-	check("Lambda throttles", lambdaThrottles)
-	if lambdaThrottles != nil {
-		covered := map[string]bool{}
-		for _, m := range lambdaThrottles["Metrics"].([]any) {
-			ms, _ := m.(map[string]any)["MetricStat"].(map[string]any)
-			if ms == nil {
-				continue
-			}
-			metric := ms["Metric"].(map[string]any)
-			if metric["MetricName"] == "Throttles" {
-				for _, d := range metric["Dimensions"].([]any) {
-					covered[ref(d.(map[string]any)["Value"])] = true
-				}
-			}
-		}
-		for _, name := range Functions {
-			if !covered[s.fnID[name]] {
-				t.Errorf("Lambda throttles alarm misses %s", name)
-			}
-		}
-	}
-	filters := s.ofType("AWS::Logs::MetricFilter")
-	if len(filters) != 1 {
-		t.Fatalf("want 1 metric filter, got %d", len(filters))
-	}
-	for _, r := range filters {
-		p := props(r)
-		if p["FilterPattern"] != "{ $.status = 429 }" {
-			t.Errorf("filter pattern %q", p["FilterPattern"])
-		}
-	}
-}
-
 func TestOutputs(t *testing.T) {
 	s := defaultStack(t)
 	outputs := s.json["Outputs"].(map[string]any)
-	want := []string{"ApiUrl", "TablePrefix", "EventBusName", "MintAdminCommand"}
+	want := []string{"ApiUrl", "TablePrefix", "EventBusName", "MintAdminCommand", "AlarmTopicArn", "DashboardName", "SweepDeadLetterQueueUrl"}
 	for _, tb := range schema.Tables() {
 		want = append(want, title(tb.Name)+"TableName")
 	}
@@ -715,6 +778,14 @@ func TestBadContextIsRefused(t *testing.T) {
 		{"deletionProtection": "maybe"},
 		{"tablePrefix": ""},
 		{"tablePrefix": float64(3)},
+		{"tablePrefix": "bad prefix/"},
+		{"tracing": "sometimes"},
+		{"alarmEmail": "nobody"},
+		{"latencyAlarmMs": "0"},
+		{"reservedConcurrency": "checkouts=0"},
+		{"reservedConcurrency": "sweeper=2"},
+		{"reservedConcurrency": "checkouts"},
+		{"reservedConcurrency": map[string]any{"tasks": "ten"}},
 	} {
 		app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx})
 		if _, err := ConfigFromContext(app.Node()); err == nil {

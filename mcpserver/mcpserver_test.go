@@ -69,6 +69,9 @@ func TestConflictIsAResultNamingTheHolder(t *testing.T) {
 	var mu sync.Mutex
 	var runIDs []any
 	cs := session(t, func(r *http.Request, body map[string]any) (int, string) {
+		if r.Method == http.MethodGet {
+			return 200, `{"task_id":"task-d4e5","title":"Fix login bug","status":"in_progress"}`
+		}
 		mu.Lock()
 		runIDs = append(runIDs, body["run_id"])
 		mu.Unlock()
@@ -81,7 +84,7 @@ func TestConflictIsAResultNamingTheHolder(t *testing.T) {
 	if res.IsError {
 		t.Fatalf("a conflict is not an error: %s", txt)
 	}
-	if out["acquired"] != false || out["watching"] != true || out["holder"].(map[string]any)["agent_name"] != "writer" {
+	if out["ok"] != true || out["acquired"] != false || out["watching"] != true || out["holder"].(map[string]any)["agent_name"] != "writer" || out["title"] != "Fix login bug" {
 		t.Fatalf("structured %v", out)
 	}
 	for _, want := range []string{"DENIED", "writer (agent-c3d4)", "2026-03-20T14:45:00Z", "drafting", "inbox"} {
@@ -112,16 +115,22 @@ func TestFailuresAreToolErrors(t *testing.T) {
 		tool string
 		args map[string]any
 		want string
+		code string
 	}{
-		{"complete_task", map[string]any{"task_id": "task-d4e5"}, "you do not hold this task's lease"},
-		{"checkout_task", map[string]any{"task_id": "task-d4e5"}, "status done"},
-		{"task_status", map[string]any{"task_id": "task-d4e5"}, "CHECKOUT_API_KEY"},
-		{"renew_task", map[string]any{"task_id": "task-d4e5", "timeout": "x"}, "Go duration"},
-		{"checkout_task", map[string]any{}, "task_id"},
+		{"complete_task", map[string]any{"task_id": "task-d4e5"}, "this session does not hold the lease", "not_holder"},
+		{"checkout_task", map[string]any{"task_id": "task-d4e5"}, "status done", "status_mismatch"},
+		{"task_status", map[string]any{"task_id": "task-d4e5"}, "CHECKOUT_API_KEY", "unauthorized"},
+		{"renew_task", map[string]any{"task_id": "task-d4e5", "timeout": "x"}, "Go duration", "invalid_arguments"},
+		{"checkout_task", map[string]any{}, "task_id", "invalid_arguments"},
+		{"checkout_task", map[string]any{"task_id": 7}, "task_id", "invalid_arguments"},
+		{"list_tasks", map[string]any{"limit": 5000}, "limit", "invalid_arguments"},
 	} {
-		res, txt, _ := callTool(t, cs, tc.tool, tc.args)
+		res, txt, out := callTool(t, cs, tc.tool, tc.args)
 		if !res.IsError || !strings.Contains(txt, tc.want) {
 			t.Errorf("%s %v: isError %v, text %q, want it to mention %q", tc.tool, tc.args, res.IsError, txt, tc.want)
+		}
+		if out["ok"] != false || out["code"] != tc.code || out["message"] != txt {
+			t.Errorf("%s %v: structured content %v, want ok false and code %s", tc.tool, tc.args, out, tc.code)
 		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"time"
 
@@ -19,8 +18,15 @@ import (
 type app struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
-	url, apiKey    string
-	json           bool
+
+	// Global flags; resolve weighs them against profiles and the
+	// environment.
+	flagURL, flagKey, profileName string
+	json                          bool
+	// Per-command flags that resolve weighs too (only one command runs).
+	agentOpt, runIDOpt string
+
+	resolved *settings
 }
 
 const rootLong = `checkout checks tasks out on a checkout server, so that many agents can share
@@ -30,92 +36,153 @@ one pool of tasks without doing the same work twice.
   checkout release <task-id>                           give it back
   checkout list                                        who holds what
 
-A task literally named like a command is checked out with
+Commands come before task ids: a task named like a command (or one slip
+away from a command's name, like "lsit") is checked out with
 "checkout checkout <task-id>" or "checkout -- <task-id>".
 
-Configuration:
+Configuration (each flag beats its variable; see checkout config --help for
+profiles, which name a server, a key file and an agent):
   CHECKOUT_URL       the server (default ` + defaultURL + `), or --url
   CHECKOUT_API_KEY   your API key, or --api-key
+  CHECKOUT_PROFILE   a profile of ~/.config/checkout/config.toml, or --profile
+  CHECKOUT_AGENT     the agent to act as (default: the key's own), or --agent
+  CHECKOUT_RUN_ID    the run's lease token (default: a fresh one per checkout), or --run-id
+  TZ                 show times in this zone (default UTC)
 
 Exit status:
-  0  success
-  1  error: server unreachable, bad key, forbidden, ...
-  2  usage: bad flags, arguments or durations, or input the server refused
+  0  success (also: you already hold the task you checked out)
+  1  error: server unreachable, not a checkout server, bad key, forbidden, ...
+  2  usage: bad flags, arguments or durations, an unknown command, or input the server refused
   3  denied: the task is held by someone else (or not held by you)
   4  not found: no such task, agent or message; nothing checked out; no task available`
+
+const rootExample = `  checkout task-d4e5 --timeout 30m --reason "fix the login bug"
+  checkout release task-d4e5
+  checkout list
+  checkout -- list          # a task literally named "list"
+  checkout --profile writer claim`
 
 func (a *app) rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "checkout <task-id> | checkout <command>",
 		Short:         "Check tasks out and in on a checkout server",
 		Long:          rootLong,
-		Args:          cobra.MaximumNArgs(1),
+		Example:       rootExample,
+		Version:       versionInfo(),
+		Args:          maxArgs(1, "one task id"),
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		CompletionOptions: cobra.CompletionOptions{
-			DisableDefaultCmd: true,
-		},
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err.Error() + " (see checkout --help)"} })
+	root.SetVersionTemplate("{{.Version}}")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &usageError{fmt.Sprintf("%v (see %s --help)", err, cmd.CommandPath())}
+	})
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.url, "url", envOr("CHECKOUT_URL", defaultURL), "server URL (env CHECKOUT_URL)")
-	pf.StringVar(&a.apiKey, "api-key", os.Getenv("CHECKOUT_API_KEY"), "API key (env CHECKOUT_API_KEY)")
+	pf.StringVar(&a.flagURL, "url", "", "server URL (default: $CHECKOUT_URL, the profile's url, or "+defaultURL+")")
+	pf.StringVar(&a.flagKey, "api-key", "", "API key (default: $CHECKOUT_API_KEY, or the profile's key_file)")
+	pf.StringVar(&a.profileName, "profile", "", "use this profile of the profile file (default: $CHECKOUT_PROFILE, or default_profile)")
 	pf.BoolVar(&a.json, "json", false, "print the server's JSON answer")
 
 	co := a.checkoutFlags(root)
+	root.ValidArgsFunction = a.completeOpenTasks
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) == 0 {
 			return cmd.Help()
+		}
+		// A word after "--" is a task id, whatever it looks like.
+		if cmd.ArgsLenAtDash() != 0 && nearCommand(cmd, args[0]) != "" {
+			return &usageError{fmt.Sprintf("unknown command %q: did you mean %s? (a task named %s: checkout -- %s)",
+				args[0], nearCommand(cmd, args[0]), args[0], args[0])}
 		}
 		return a.checkout(cmd, args[0], co)
 	}
 	alias := &cobra.Command{
 		Use:   "checkout <task-id>",
 		Short: "Check a task out (the same as checkout <task-id>; use it for tasks named like a command)",
-		Args:  exactArgs(1, "a task id"),
+		Example: `  checkout checkout task-d4e5 --timeout 2h
+  checkout checkout release       # a task literally named "release"`,
+		Args:              exactArgs(1, "a task id"),
+		ValidArgsFunction: a.completeOpenTasks,
 	}
 	aliasFlags := a.checkoutFlags(alias)
 	alias.RunE = func(cmd *cobra.Command, args []string) error { return a.checkout(cmd, args[0], aliasFlags) }
 
 	root.AddCommand(alias, a.releaseCmd(), a.statusCmd(), a.listCmd(), a.renewCmd(), a.completeCmd(),
 		a.heartbeatCmd(), a.claimCmd(), a.watchCmd(), a.inboxCmd(), a.eventsCmd(), a.tasksCmd(),
-		a.agentsCmd(), a.mcpCmd())
+		a.agentsCmd(), a.mcpCmd(), a.configCmd(), a.versionCmd())
+
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "help":
+			c.Example = "  checkout help\n  checkout help release\n  checkout release --help"
+		case "completion":
+			c.Long = `Prints the script that makes your shell complete checkout's commands and
+flags, and task ids from the server when an API key is set (open tasks for
+checkout and status, live leases for release, renew and complete).`
+			c.Example = `  source <(checkout completion bash)                 # bash, this shell
+  checkout completion zsh > "${fpath[1]}/_checkout"  # zsh, for good
+  checkout completion fish | source                  # fish
+  checkout completion powershell | Out-String | Invoke-Expression`
+			for _, sh := range c.Commands() {
+				sh.Example = "  checkout completion " + sh.Name() + " --help   # how to install it"
+			}
+		}
+	}
 	return root
 }
 
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
+// exactArgs checks the number of positional arguments, naming the command's
+// own help when it is wrong.
 func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
-			return &usageError{fmt.Sprintf("%s needs %s (see checkout %s --help)", cmd.CommandPath(), what, cmd.Name())}
+			return &usageError{fmt.Sprintf("%s needs %s (see %s --help)", cmd.CommandPath(), what, cmd.CommandPath())}
 		}
 		return nil
 	}
 }
 
-func (a *app) client() (*client.Client, error) {
-	if a.apiKey == "" {
-		return nil, &usageError{"no API key: set CHECKOUT_API_KEY or pass --api-key"}
+func maxArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > n {
+			return &usageError{fmt.Sprintf("%s takes at most %s (see %s --help)", cmd.CommandPath(), what, cmd.CommandPath())}
+		}
+		return nil
 	}
-	return client.New(a.url, a.apiKey, client.WithUserAgent("checkout-cli/1")), nil
+}
+
+// groupArgs is the Args of a command that only groups subcommands: a word
+// that is not one of them is an unknown command.
+func groupArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return unknownCommand(cmd, args[0])
+	}
+	return nil
+}
+
+func (a *app) client() (*client.Client, *settings, error) {
+	s, err := a.resolve()
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.key.value == "" {
+		return nil, nil, &usageError{"no API key: set CHECKOUT_API_KEY, pass --api-key, or use a profile (see checkout config --help)"}
+	}
+	return client.New(s.url.value, s.key.value, client.WithUserAgent("checkout-cli/1")), s, nil
 }
 
 // call runs one request and prints its answer: the server's JSON with
 // --json, or what show writes.
-func (a *app) call(cmd *cobra.Command, do func(ctx context.Context, c *client.Client) (show func(w io.Writer), err error)) error {
-	c, err := a.client()
+func (a *app) call(cmd *cobra.Command, do func(ctx context.Context, c *client.Client, s *settings) (show func(w io.Writer), err error)) error {
+	c, s, err := a.client()
 	if err != nil {
 		return err
 	}
 	var rec client.Response
 	ctx := client.RecordResponse(cmd.Context(), &rec)
-	show, err := do(ctx, c)
+	show, err := do(ctx, c, s)
 	if a.json {
 		if rec.Body != nil {
 			fmt.Fprintf(a.stdout, "%s\n", bytes.TrimRight(rec.Body, "\n"))
@@ -144,20 +211,44 @@ func duration(flag, v string) (time.Duration, error) {
 	return d, nil
 }
 
+// identityFlags are the flags of every lease command: whom it acts as, and
+// under which run.
+func (a *app) identityFlags(cmd *cobra.Command, agentHelp string) {
+	cmd.Flags().StringVar(&a.agentOpt, "agent", "", agentHelp+" (default: $CHECKOUT_AGENT, the profile's agent, or the key's own agent; another agent's id: admins only)")
+}
+
+func (a *app) runIDFlag(cmd *cobra.Command, help string) {
+	cmd.Flags().StringVar(&a.runIDOpt, "run-id", "", help+" (default: $CHECKOUT_RUN_ID)")
+}
+
 type checkoutFlags struct {
-	timeout, reason, agent, runID string
-	watch                         bool
+	timeout, reason string
+	watch           bool
 }
 
 func (a *app) checkoutFlags(cmd *cobra.Command) *checkoutFlags {
 	f := &checkoutFlags{}
 	fl := cmd.Flags()
-	fl.StringVar(&f.timeout, "timeout", "", "lease length, e.g. 30m or 2h (server default 30m)")
+	fl.StringVar(&f.timeout, "timeout", "", "lease length, e.g. 30m or 2h, 1s to 24h (server default 30m)")
 	fl.StringVar(&f.reason, "reason", "", "why you take the task")
-	fl.StringVar(&f.agent, "agent", "", "check out on behalf of this agent id (admins only)")
-	fl.StringVar(&f.runID, "run-id", "", "the run's lease token (default: a fresh one)")
+	a.identityFlags(cmd, "the agent the checkout is for")
+	a.runIDFlag(cmd, "the run's lease token; the same run checking out again gets the same lease")
 	fl.BoolVar(&f.watch, "watch", false, "if the task is held, be told in your inbox when it is released")
 	return f
+}
+
+// alreadyHeld reports whether a lease the server answered with 200 was
+// held before this request: a retried checkout of the same run gets its
+// lease back unchanged, so less than its timeout is left. (A grant has its
+// whole timeout left, give or take the second the answer took.)
+func alreadyHeld(co client.Checkout) bool {
+	return co.TimeoutSeconds-co.RemainingSeconds > 1
+}
+
+// ownLease reports whether a conflict's holder is the agent the checkout
+// was for: the server says so, or the agent named is the holder.
+func ownLease(ce *client.ConflictError, s *settings) bool {
+	return ce.SameAgent || s.agent.value != "" && ce.Holder.AgentID == s.agent.value
 }
 
 func (a *app) checkout(cmd *cobra.Command, taskID string, f *checkoutFlags) error {
@@ -165,58 +256,102 @@ func (a *app) checkout(cmd *cobra.Command, taskID string, f *checkoutFlags) erro
 	if err != nil {
 		return err
 	}
-	return a.call(cmd, func(ctx context.Context, c *client.Client) (func(io.Writer), error) {
+	return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
 		co, err := c.Checkout(ctx, taskID, client.CheckoutRequest{
-			Timeout: timeout, Reason: f.reason, RunID: f.runID, Watch: f.watch, AgentID: f.agent,
+			Timeout: timeout, Reason: f.reason, RunID: s.runID.value, Watch: f.watch, AgentID: s.agent.value,
 		})
 		var ce *client.ConflictError
-		if errors.As(err, &ce) {
+		switch {
+		case errors.As(err, &ce) && ownLease(ce, s):
+			return func(w io.Writer) { printHeld(w, ce.Holder) }, nil
+		case errors.As(err, &ce):
 			return func(w io.Writer) { printDenied(w, taskID, ce.Holder, f.watch) }, &exitStatus{exitConflict}
-		}
-		if err != nil {
+		case err != nil:
 			return nil, err
+		case alreadyHeld(co):
+			return func(w io.Writer) { printHeld(w, co) }, nil
 		}
-		return func(w io.Writer) { printAcquired(w, co) }, nil
+		return func(w io.Writer) { printAcquired(w, co, s.runID.value != "") }, nil
 	})
+}
+
+// holderFlags are the flags of renew, release and complete.
+type holderFlags struct {
+	fence int64
+}
+
+func (a *app) holderFlags(cmd *cobra.Command) *holderFlags {
+	f := &holderFlags{}
+	a.identityFlags(cmd, "the holder to act as")
+	a.runIDFlag(cmd, "only if the lease has this run id")
+	cmd.Flags().Int64Var(&f.fence, "fence", 0, "only if the lease has this fence; alone, it adopts your agent's lease of another run")
+	return f
+}
+
+// runID is the run id a holder request names: --run-id, or
+// CHECKOUT_RUN_ID unless --fence names the lease instead (a lease of
+// another run is adopted by its fence alone).
+func (f *holderFlags) runID(s *settings) string {
+	if s.runID.from == "CHECKOUT_RUN_ID" && f.fence != 0 {
+		return ""
+	}
+	return s.runID.value
 }
 
 func (a *app) releaseCmd() *cobra.Command {
 	var force bool
-	var reason, runID string
-	var fence int64
+	var reason string
 	cmd := &cobra.Command{
 		Use:   "release <task-id>",
 		Short: "Release a task you hold (admins: --force releases anyone's)",
-		Args:  exactArgs(1, "a task id"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *client.Client) (func(io.Writer), error) {
-				r, err := c.Release(ctx, args[0], client.ReleaseRequest{Force: force, Reason: reason, RunID: runID, Fence: fence})
-				return func(w io.Writer) {
-					fmt.Fprintf(w, "Checkout released: %s\n  Released by: %s\n  Held: %s\n", r.TaskID, r.ReleasedBy,
-						compact(time.Duration(r.HeldSeconds)*time.Second))
-				}, err
-			})
-		},
+		Long: `Gives a task back without finishing it: it goes back to todo at once and the
+agents watching it get an inbox message. Only the holder may release it;
+an admin may --force anyone's (audited as force_release).`,
+		Example: `  checkout release task-d4e5 --reason "blocked on review"
+  checkout release task-d4e5 --fence 3          # a lease of your agent's earlier run
+  checkout release task-d4e5 --force --reason stuck   # admins`,
+		Args:              exactArgs(1, "a task id"),
+		ValidArgsFunction: a.completeLeases,
+	}
+	hf := a.holderFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
+			req := client.ReleaseRequest{Force: force, Reason: reason, RunID: hf.runID(s), Fence: hf.fence, AgentID: s.agent.value}
+			if force {
+				req.AgentID, req.RunID = "", ""
+			}
+			r, err := c.Release(ctx, args[0], req)
+			return func(w io.Writer) {
+				fmt.Fprintf(w, "Checkout released: %s\n  Released by: %s\n  Held: %s\n", r.TaskID, r.ReleasedBy,
+					compact(time.Duration(r.HeldSeconds)*time.Second))
+			}, err
+		})
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "release whoever holds it (admins only; audited)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why")
-	cmd.Flags().StringVar(&runID, "run-id", "", "only if the lease has this run id")
-	cmd.Flags().Int64Var(&fence, "fence", 0, "only if the lease has this fence")
 	return cmd
 }
 
 func (a *app) statusCmd() *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "status <task-id>",
 		Short: "Show whether a task is checked out, and by whom",
-		Args:  exactArgs(1, "a task id"),
+		Long: `Shows whether a live lease holds the task, whose it is and until when. With
+--agent (or a profile's agent) it also says whether that agent is the holder.`,
+		Example: `  checkout status task-d4e5
+  checkout status task-d4e5 --agent agent-a1b2
+  checkout status task-d4e5 --json`,
+		Args:              exactArgs(1, "a task id"),
+		ValidArgsFunction: a.completeOpenTasks,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *client.Client) (func(io.Writer), error) {
-				s, err := c.Status(ctx, args[0])
-				return func(w io.Writer) { printLock(w, s) }, err
+			return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
+				st, err := c.Status(ctx, args[0])
+				return func(w io.Writer) { printLock(w, st, s.agent.value) }, err
 			})
 		},
 	}
+	a.identityFlags(cmd, "say whether this agent holds it")
+	return cmd
 }
 
 func (a *app) listCmd() *cobra.Command {
@@ -224,9 +359,12 @@ func (a *app) listCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the live checkouts (all, or one agent's)",
-		Args:  exactArgs(0, "no arguments"),
+		Example: `  checkout list
+  checkout list --agent agent-a1b2
+  checkout list --json`,
+		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *client.Client) (func(io.Writer), error) {
+			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				cos, err := c.ListCheckouts(ctx, agent)
 				return func(w io.Writer) { printCheckouts(w, cos) }, err
 			})
@@ -237,53 +375,57 @@ func (a *app) listCmd() *cobra.Command {
 }
 
 func (a *app) renewCmd() *cobra.Command {
-	var timeout, runID string
-	var fence int64
+	var timeout string
 	cmd := &cobra.Command{
 		Use:   "renew <task-id>",
 		Short: "Extend your lease on a task",
-		Args:  exactArgs(1, "a task id"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := duration("timeout", timeout)
-			if err != nil {
-				return err
-			}
-			return a.call(cmd, func(ctx context.Context, c *client.Client) (func(io.Writer), error) {
-				co, err := c.Renew(ctx, args[0], client.RenewRequest{Timeout: d, RunID: runID, Fence: fence})
-				return func(w io.Writer) {
-					fmt.Fprintf(w, "Checkout renewed: %s\n  Timeout: %s (auto-release at %s)\n", co.TaskID,
-						compact(co.Timeout()), clock(co.ExpiresAt))
-				}, err
-			})
-		},
+		Long: `Extends the lease you hold: it now ends --timeout from now (default: the
+lease's own timeout). Renew well before it ends, for example at a third of it.`,
+		Example: `  checkout renew task-d4e5
+  checkout renew task-d4e5 --timeout 1h
+  checkout renew task-d4e5 --fence 3            # a lease of your agent's earlier run`,
+		Args:              exactArgs(1, "a task id"),
+		ValidArgsFunction: a.completeLeases,
 	}
-	cmd.Flags().StringVar(&timeout, "timeout", "", "new lease length (default: the lease's own)")
-	cmd.Flags().StringVar(&runID, "run-id", "", "only if the lease has this run id")
-	cmd.Flags().Int64Var(&fence, "fence", 0, "only if the lease has this fence")
+	hf := a.holderFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		d, err := duration("timeout", timeout)
+		if err != nil {
+			return err
+		}
+		return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
+			co, err := c.Renew(ctx, args[0], client.RenewRequest{Timeout: d, RunID: hf.runID(s), Fence: hf.fence, AgentID: s.agent.value})
+			return func(w io.Writer) {
+				fmt.Fprintf(w, "Checkout renewed: %s\n", co.TaskID)
+				timeoutLine(w, co)
+			}, err
+		})
+	}
+	cmd.Flags().StringVar(&timeout, "timeout", "", "new lease length from now (default: the lease's own)")
 	return cmd
 }
 
 func (a *app) completeCmd() *cobra.Command {
-	var runID string
-	var fence int64
 	cmd := &cobra.Command{
 		Use:   "complete <task-id>",
 		Short: "Mark a task you hold as done (ends the lease)",
-		Args:  exactArgs(1, "a task id"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *client.Client) (func(io.Writer), error) {
-				t, err := c.Complete(ctx, args[0], client.CompleteRequest{RunID: runID, Fence: fence})
-				return func(w io.Writer) {
-					fmt.Fprintf(w, "Task completed: %s\n", t.TaskID)
-					if t.DurationSeconds != nil {
-						fmt.Fprintf(w, "  Duration: %s\n", compact(time.Duration(*t.DurationSeconds)*time.Second))
-					}
-				}, err
-			})
-		},
+		Example: `  checkout complete task-d4e5
+  checkout complete task-d4e5 --fence 3         # a lease of your agent's earlier run`,
+		Args:              exactArgs(1, "a task id"),
+		ValidArgsFunction: a.completeLeases,
 	}
-	cmd.Flags().StringVar(&runID, "run-id", "", "only if the lease has this run id")
-	cmd.Flags().Int64Var(&fence, "fence", 0, "only if the lease has this fence")
+	hf := a.holderFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
+			t, err := c.Complete(ctx, args[0], client.CompleteRequest{RunID: hf.runID(s), Fence: hf.fence, AgentID: s.agent.value})
+			return func(w io.Writer) {
+				fmt.Fprintf(w, "Task completed: %s\n", t.TaskID)
+				if t.DurationSeconds != nil {
+					fmt.Fprintf(w, "  Duration: %s\n", compact(time.Duration(*t.DurationSeconds)*time.Second))
+				}
+			}, err
+		})
+	}
 	return cmd
 }
 
@@ -292,13 +434,15 @@ func (a *app) heartbeatCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "heartbeat",
 		Short: "Tell the server you are alive (after the first one, missing them ends your leases)",
-		Args:  exactArgs(0, "no arguments"),
+		Example: `  checkout heartbeat
+  while sleep 30; do checkout heartbeat --ttl 90s; done`,
+		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, err := duration("ttl", ttl)
 			if err != nil {
 				return err
 			}
-			return a.call(cmd, func(ctx context.Context, c *client.Client) (func(io.Writer), error) {
+			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				h, err := c.Heartbeat(ctx, d)
 				return func(w io.Writer) {
 					fmt.Fprintf(w, "Heartbeat: %s\n  Alive until: %s\n", h.AgentID, stamp(h.ExpiresAt))
@@ -306,31 +450,40 @@ func (a *app) heartbeatCmd() *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVar(&ttl, "ttl", "", "how long this heartbeat keeps you alive (server default 90s)")
+	cmd.Flags().StringVar(&ttl, "ttl", "", "how long this heartbeat keeps you alive, 1s to 1h (server default 90s)")
 	return cmd
 }
 
 func (a *app) claimCmd() *cobra.Command {
-	var timeout, reason, runID, agent string
+	var timeout, reason string
 	cmd := &cobra.Command{
 		Use:   "claim",
 		Short: "Check out the oldest open task",
-		Args:  exactArgs(0, "no arguments"),
+		Long: `Checks out the oldest open task of the pool. With a run id (--run-id or
+CHECKOUT_RUN_ID) that already holds a lease, the claim is that lease again:
+a retried claim is the same claim.`,
+		Example: `  checkout claim
+  checkout claim --timeout 10m --reason "next in line"
+  checkout claim --agent agent-c3d4             # admins: for another agent`,
+		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, err := duration("timeout", timeout)
 			if err != nil {
 				return err
 			}
-			return a.call(cmd, func(ctx context.Context, c *client.Client) (func(io.Writer), error) {
-				co, err := c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: reason, RunID: runID, AgentID: agent})
-				return func(w io.Writer) { printAcquired(w, co) }, err
+			return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
+				co, err := c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: reason, RunID: s.runID.value, AgentID: s.agent.value})
+				if err == nil && alreadyHeld(co) {
+					return func(w io.Writer) { printHeld(w, co) }, nil
+				}
+				return func(w io.Writer) { printAcquired(w, co, s.runID.value != "") }, err
 			})
 		},
 	}
-	cmd.Flags().StringVar(&timeout, "timeout", "", "lease length (server default 30m)")
+	cmd.Flags().StringVar(&timeout, "timeout", "", "lease length, 1s to 24h (server default 30m)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why you take the task")
-	cmd.Flags().StringVar(&runID, "run-id", "", "the run's lease token (default: a fresh one)")
-	cmd.Flags().StringVar(&agent, "agent", "", "claim on behalf of this agent id (admins only)")
+	a.identityFlags(cmd, "the agent the claim is for")
+	a.runIDFlag(cmd, "the run's lease token")
 	return cmd
 }
 
@@ -338,9 +491,12 @@ func (a *app) watchCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "watch <task-id>",
 		Short: "Get an inbox message when a task becomes available",
-		Args:  exactArgs(1, "a task id"),
+		Example: `  checkout watch task-d4e5
+  checkout task-d4e5 --watch     # check out, or watch when it is held`,
+		Args:              exactArgs(1, "a task id"),
+		ValidArgsFunction: a.completeOpenTasks,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *client.Client) (func(io.Writer), error) {
+			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				err := c.Watch(ctx, args[0])
 				return func(w io.Writer) {
 					fmt.Fprintf(w, "Watching: %s\n  Your inbox gets a message when it becomes available (see checkout inbox)\n", args[0])
@@ -354,9 +510,11 @@ func (a *app) inboxCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "inbox",
 		Short: "List your inbox: tasks you watched that became available",
-		Args:  exactArgs(0, "no arguments"),
+		Example: `  checkout inbox
+  checkout inbox delete 1774017480000.1.task-d4e5`,
+		Args: groupArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *client.Client) (func(io.Writer), error) {
+			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				msgs, err := c.Inbox(ctx)
 				return func(w io.Writer) {
 					fmt.Fprintln(w, "## Inbox")
@@ -375,11 +533,12 @@ func (a *app) inboxCmd() *cobra.Command {
 		},
 	}
 	cmd.AddCommand(&cobra.Command{
-		Use:   "delete <message-id>",
-		Short: "Delete an inbox message",
-		Args:  exactArgs(1, "a message id"),
+		Use:     "delete <message-id>",
+		Short:   "Delete an inbox message",
+		Example: `  checkout inbox delete 1774017480000.1.task-d4e5`,
+		Args:    exactArgs(1, "a message id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *client.Client) (func(io.Writer), error) {
+			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				err := c.DeleteMessage(ctx, args[0])
 				return func(w io.Writer) { fmt.Fprintf(w, "Message deleted: %s\n", args[0]) }, err
 			})
@@ -392,9 +551,12 @@ func (a *app) eventsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "events <task-id>",
 		Short: "Show a task's audit trail, oldest first",
-		Args:  exactArgs(1, "a task id"),
+		Example: `  checkout events task-d4e5
+  checkout events task-d4e5 --json`,
+		Args:              exactArgs(1, "a task id"),
+		ValidArgsFunction: a.completeOpenTasks,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *client.Client) (func(io.Writer), error) {
+			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				evs, err := c.Events(ctx, args[0])
 				return func(w io.Writer) {
 					fmt.Fprintf(w, "## Events: %s\n\n", args[0])
@@ -418,19 +580,28 @@ func (a *app) eventsCmd() *cobra.Command {
 }
 
 func (a *app) tasksCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "tasks", Short: "Create, list and show tasks", Args: exactArgs(0, "a subcommand: add, list or show")}
-	cmd.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
+	cmd := &cobra.Command{
+		Use:   "tasks",
+		Short: "Create, list and show tasks",
+		Example: `  checkout tasks add task-d4e5 --title "Fix login bug"
+  checkout tasks list --status todo
+  checkout tasks show task-d4e5`,
+		Args: groupArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
+	}
 	var title string
 	add := &cobra.Command{
 		Use:   "add [task-id]",
 		Short: "Create a task (the server picks the id when none is given)",
-		Args:  cobra.MaximumNArgs(1),
+		Example: `  checkout tasks add task-d4e5 --title "Fix login bug"
+  checkout tasks add --title "Write release notes"   # the server picks the id`,
+		Args: maxArgs(1, "one task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := client.CreateTaskRequest{Title: title}
 			if len(args) == 1 {
 				req.TaskID = args[0]
 			}
-			return a.call(cmd, func(ctx context.Context, c *client.Client) (func(io.Writer), error) {
+			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				t, err := c.CreateTask(ctx, req)
 				return func(w io.Writer) { fmt.Fprintf(w, "Task created: %s\n", t.TaskID) }, err
 			})
@@ -442,9 +613,12 @@ func (a *app) tasksCmd() *cobra.Command {
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List tasks, one page at a time",
-		Args:  exactArgs(0, "no arguments"),
+		Example: `  checkout tasks list
+  checkout tasks list --status todo --limit 20
+  checkout tasks list --cursor <next-cursor>`,
+		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *client.Client) (func(io.Writer), error) {
+			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				p, err := c.ListTasks(ctx, client.ListTasksRequest{Status: status, Limit: limit, Cursor: cursor})
 				return func(w io.Writer) {
 					fmt.Fprintln(w, "## Tasks")
@@ -473,11 +647,13 @@ func (a *app) tasksCmd() *cobra.Command {
 	list.Flags().IntVar(&limit, "limit", 0, "page size, 1 to 1000 (server default 100)")
 	list.Flags().StringVar(&cursor, "cursor", "", "the next page, from a previous listing")
 	show := &cobra.Command{
-		Use:   "show <task-id>",
-		Short: "Show one task",
-		Args:  exactArgs(1, "a task id"),
+		Use:               "show <task-id>",
+		Short:             "Show one task",
+		Example:           `  checkout tasks show task-d4e5`,
+		Args:              exactArgs(1, "a task id"),
+		ValidArgsFunction: a.completeOpenTasks,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *client.Client) (func(io.Writer), error) {
+			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				t, err := c.GetTask(ctx, args[0])
 				return func(w io.Writer) { printTask(w, t) }, err
 			})
@@ -488,16 +664,25 @@ func (a *app) tasksCmd() *cobra.Command {
 }
 
 func (a *app) agentsCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "agents", Short: "Register, list and remove agents (admins only)", Args: exactArgs(0, "a subcommand: add, list or remove")}
-	cmd.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
+	cmd := &cobra.Command{
+		Use:   "agents",
+		Short: "Register, list and remove agents (admins only)",
+		Example: `  checkout agents add researcher --id agent-a1b2
+  checkout agents list
+  checkout agents remove agent-a1b2`,
+		Args: groupArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
+	}
 	var id string
 	var admin bool
 	add := &cobra.Command{
 		Use:   "add <name>",
 		Short: "Register an agent and print its API key (shown once)",
-		Args:  exactArgs(1, "a name"),
+		Example: `  checkout agents add researcher --id agent-a1b2
+  checkout agents add ops --admin`,
+		Args: exactArgs(1, "a name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *client.Client) (func(io.Writer), error) {
+			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				r, err := c.CreateAgent(ctx, client.CreateAgentRequest{Name: args[0], AgentID: id, Admin: admin})
 				return func(w io.Writer) {
 					fmt.Fprintf(w, "Agent created: %s\n  API key: %s\n  The key is shown only once: store it now.\n", who(r.Name, r.AgentID), r.APIKey)
@@ -508,11 +693,12 @@ func (a *app) agentsCmd() *cobra.Command {
 	add.Flags().StringVar(&id, "id", "", "the agent id (default: generated)")
 	add.Flags().BoolVar(&admin, "admin", false, "make it an admin")
 	list := &cobra.Command{
-		Use:   "list",
-		Short: "List the registered agents",
-		Args:  exactArgs(0, "no arguments"),
+		Use:     "list",
+		Short:   "List the registered agents",
+		Example: `  checkout agents list`,
+		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *client.Client) (func(io.Writer), error) {
+			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				agents, err := c.ListAgents(ctx)
 				return func(w io.Writer) {
 					fmt.Fprintln(w, "## Agents")
@@ -534,11 +720,12 @@ func (a *app) agentsCmd() *cobra.Command {
 		},
 	}
 	remove := &cobra.Command{
-		Use:   "remove <agent-id>",
-		Short: "Remove an agent: its key stops working and its leases end",
-		Args:  exactArgs(1, "an agent id"),
+		Use:     "remove <agent-id>",
+		Short:   "Remove an agent: its key stops working and its leases end",
+		Example: `  checkout agents remove agent-a1b2`,
+		Args:    exactArgs(1, "an agent id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *client.Client) (func(io.Writer), error) {
+			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				err := c.RemoveAgent(ctx, args[0])
 				return func(w io.Writer) { fmt.Fprintf(w, "Agent removed: %s\n", args[0]) }, err
 			})
@@ -549,20 +736,31 @@ func (a *app) agentsCmd() *cobra.Command {
 }
 
 func (a *app) mcpCmd() *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "mcp",
 		Short: "Serve the checkout tools to an MCP client over stdio",
-		Long: `Runs a Model Context Protocol server on stdin/stdout with the tools
-checkout_task, release_task, renew_task, complete_task, task_status,
-list_checkouts, claim_task and heartbeat, acting as the agent whose key is in
-CHECKOUT_API_KEY (or --api-key) against CHECKOUT_URL (or --url).`,
+		Long: `Runs a Model Context Protocol server on stdin/stdout, acting as the agent
+whose key the settings give (CHECKOUT_API_KEY, --api-key or a profile)
+against the server they name. Its tools: checkout_task, claim_task,
+renew_task, complete_task, release_task, task_status, list_checkouts,
+list_tasks, get_task, watch_task, read_inbox, ack_message and heartbeat.
+
+One process is one agent run: its checkouts share one run id. A process
+that restarted finds the leases its agent took under the old run; it adopts
+one with checkout_task adopt=true, or by giving the lease's fence to
+renew_task, release_task or complete_task.`,
+		Example: `  checkout mcp
+  checkout mcp --profile researcher
+  CHECKOUT_URL=http://127.0.0.1:3100 CHECKOUT_API_KEY=ck_... checkout mcp`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
+			c, s, err := a.client()
 			if err != nil {
 				return err
 			}
-			return mcpserver.Serve(cmd.Context(), c, a.stdin, a.stdout)
+			return mcpserver.Serve(cmd.Context(), c, a.stdin, a.stdout, mcpserver.Options{AgentID: s.agent.value, Version: versionOnly()})
 		},
 	}
+	a.identityFlags(cmd, "the agent to act as")
+	return cmd
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -33,9 +34,37 @@ func compact(d time.Duration) string {
 	return b.String()
 }
 
-func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05Z") }
+// zone is where times are shown: local time when TZ is set, UTC otherwise
+// (so that a machine's own zone file never changes what an agent reads).
+func zone() *time.Location {
+	if os.Getenv("TZ") != "" {
+		return time.Local
+	}
+	return time.UTC
+}
 
-func clock(t time.Time) string { return t.UTC().Format("15:04") }
+// stamp is an instant to the second: 2026-03-20T14:35:00Z, or with TZ set
+// 2026-03-20T15:35:00+01:00.
+func stamp(t time.Time) string {
+	if loc := zone(); loc != time.UTC {
+		return t.In(loc).Format(time.RFC3339)
+	}
+	return t.UTC().Format("2006-01-02T15:04:05Z")
+}
+
+// when is an instant for people: 2026-03-20 15:05 UTC, or in the TZ zone.
+func when(t time.Time) string { return t.In(zone()).Format("2006-01-02 15:04 MST") }
+
+// autoRelease is the end of a lease, with how long it has left when the
+// server answered: "auto-release at 2026-03-20 15:05 UTC (in 30m)".
+func autoRelease(co client.Checkout) string {
+	return fmt.Sprintf("auto-release at %s (in %s)", when(co.ExpiresAt), compact(co.Remaining()))
+}
+
+// timeoutLine is the skill's Timeout line: "Timeout: 30m, auto-release at ...".
+func timeoutLine(w io.Writer, co client.Checkout) {
+	fmt.Fprintf(w, "  Timeout: %s, %s\n", compact(co.Timeout()), autoRelease(co))
+}
 
 func who(name, id string) string {
 	if name == "" || name == id {
@@ -44,38 +73,70 @@ func who(name, id string) string {
 	return fmt.Sprintf("%s (%s)", name, id)
 }
 
-func printAcquired(w io.Writer, co client.Checkout) {
+// printAcquired reports a new lease. runFromUser says the run id was the
+// caller's (--run-id or CHECKOUT_RUN_ID); otherwise the line says how to
+// keep using the generated one.
+func printAcquired(w io.Writer, co client.Checkout, runFromUser bool) {
 	fmt.Fprintf(w, "Checkout acquired: %s\n", co.TaskID)
+	if co.Title != "" {
+		fmt.Fprintf(w, "  Title: %s\n", co.Title)
+	}
 	fmt.Fprintf(w, "  Agent: %s\n", who(co.AgentName, co.AgentID))
 	fmt.Fprintf(w, "  Locked at: %s\n", stamp(co.LockedAt))
-	fmt.Fprintf(w, "  Timeout: %s (auto-release at %s)\n", compact(co.Timeout()), clock(co.ExpiresAt))
+	timeoutLine(w, co)
 	if co.Reason != "" {
 		fmt.Fprintf(w, "  Reason: %s\n", co.Reason)
 	}
+	if runFromUser {
+		fmt.Fprintf(w, "  Run: %s, fence %d\n", co.RunID, co.Fence)
+	} else {
+		fmt.Fprintf(w, "  Run: %s, fence %d (export CHECKOUT_RUN_ID=%s to act as this run)\n", co.RunID, co.Fence, co.RunID)
+	}
+}
+
+// printHeld reports a lease the caller already holds: its checkout again
+// is not denied.
+func printHeld(w io.Writer, co client.Checkout) {
+	fmt.Fprintf(w, "You already hold %s (run %s, fence %d, until %s)\n", co.TaskID, co.RunID, co.Fence, when(co.ExpiresAt))
+	fmt.Fprintf(w, "  Agent: %s\n", who(co.AgentName, co.AgentID))
+	fmt.Fprintf(w, "  Locked at: %s\n", stamp(co.LockedAt))
+	timeoutLine(w, co)
+	if co.Reason != "" {
+		fmt.Fprintf(w, "  Reason: %s\n", co.Reason)
+	}
+	fmt.Fprintf(w, "  Run: export CHECKOUT_RUN_ID=%s to act as this run, or give --fence %d to renew, release and complete\n", co.RunID, co.Fence)
 }
 
 func printDenied(w io.Writer, taskID string, h client.Checkout, watching bool) {
 	fmt.Fprintf(w, "Checkout DENIED: %s\n", taskID)
 	fmt.Fprintf(w, "  Held by: %s\n", who(h.AgentName, h.AgentID))
 	fmt.Fprintf(w, "  Locked at: %s\n", stamp(h.LockedAt))
-	fmt.Fprintf(w, "  Timeout: %s (auto-release at %s)\n", compact(h.Timeout()), clock(h.ExpiresAt))
+	timeoutLine(w, h)
 	if watching {
 		fmt.Fprintf(w, "  Watching: your inbox gets a message when it is released\n")
 	}
 	fmt.Fprintf(w, "  Suggestion: wait or pick another task\n")
 }
 
-func printLock(w io.Writer, s client.LockStatus) {
+// printLock shows a task's lock; me, when known, is the agent the command
+// acts as, so that its own lease is said to be its own.
+func printLock(w io.Writer, s client.LockStatus, me string) {
 	if !s.Locked || s.Checkout == nil {
 		fmt.Fprintf(w, "Task %s: not checked out\n", s.TaskID)
 		return
 	}
 	co := s.Checkout
 	fmt.Fprintf(w, "Task %s: checked out\n", s.TaskID)
-	fmt.Fprintf(w, "  Agent: %s\n", who(co.AgentName, co.AgentID))
+	agent := who(co.AgentName, co.AgentID)
+	switch {
+	case me != "" && co.AgentID == me:
+		agent += ": you"
+	case me != "":
+		agent += ": not you (" + me + ")"
+	}
+	fmt.Fprintf(w, "  Agent: %s\n", agent)
 	fmt.Fprintf(w, "  Locked at: %s\n", stamp(co.LockedAt))
-	fmt.Fprintf(w, "  Timeout: %s (auto-release at %s)\n", compact(co.Timeout()), clock(co.ExpiresAt))
-	fmt.Fprintf(w, "  Remaining: %s\n", compact(co.Remaining()))
+	timeoutLine(w, *co)
 	fmt.Fprintf(w, "  Run: %s (fence %d)\n", co.RunID, co.Fence)
 	if co.Reason != "" {
 		fmt.Fprintf(w, "  Reason: %s\n", co.Reason)
@@ -132,7 +193,7 @@ func printTask(w io.Writer, t client.Task) {
 		fmt.Fprintf(w, "  Duration: %s\n", compact(time.Duration(*t.DurationSeconds)*time.Second))
 	}
 	if co := t.Checkout; co != nil {
-		fmt.Fprintf(w, "  Checked out by: %s until %s (%s left)\n", who(co.AgentName, co.AgentID), stamp(co.ExpiresAt), compact(co.Remaining()))
+		fmt.Fprintf(w, "  Checked out by: %s, %s\n", who(co.AgentName, co.AgentID), autoRelease(*co))
 	}
 }
 

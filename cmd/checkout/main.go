@@ -3,8 +3,9 @@
 // (checkout mcp) so that LLM agents can do the same through tools.
 //
 // It reads the server's URL from CHECKOUT_URL (default
-// http://127.0.0.1:3100) and the API key from CHECKOUT_API_KEY, or from the
-// --url and --api-key flags.
+// http://127.0.0.1:3100) and the API key from CHECKOUT_API_KEY, from a
+// profile of ~/.config/checkout/config.toml, or from the --url and
+// --api-key flags.
 package main
 
 import (
@@ -16,6 +17,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	// Zone names work under TZ on hosts without a zone database.
+	_ "time/tzdata"
 
 	"github.com/checkout-dev/checkout/client"
 )
@@ -23,8 +26,8 @@ import (
 // Exit statuses.
 const (
 	exitOK       = 0
-	exitError    = 1 // anything else: server unreachable, bad key, forbidden, ...
-	exitUsage    = 2 // bad flags or arguments, or input the server refused (400)
+	exitError    = 1 // anything else: server unreachable, not a checkout server, bad key, forbidden, ...
+	exitUsage    = 2 // bad flags or arguments, an unknown command, or input the server refused (400)
 	exitConflict = 3 // denied: the task is held by another lease, or not by you
 	exitNotFound = 4 // no such task, agent or message; nothing checked out; no task available
 )
@@ -43,7 +46,7 @@ type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
 
-// exitError carries a status for an outcome already printed (a denied
+// exitStatus carries a status for an outcome already printed (a denied
 // checkout prints its own report).
 type exitStatus struct{ code int }
 
@@ -63,13 +66,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if errors.As(err, &es) {
 		return es.code
 	}
-	fmt.Fprintln(stderr, "checkout: "+describe(err, app.url))
+	fmt.Fprintln(stderr, "checkout: "+app.describe(err))
 	return exitCode(err)
 }
 
 // describe is the one line printed for err.
-func describe(err error, url string) string {
+func (a *app) describe(err error) string {
 	var ue *client.UnreachableError
+	var nse *client.NotServerError
 	var ae *client.APIError
 	var use *usageError
 	switch {
@@ -77,8 +81,14 @@ func describe(err error, url string) string {
 		return use.msg
 	case errors.As(err, &ue):
 		return ue.Error()
+	case errors.As(err, &nse):
+		return nse.Error()
 	case errors.Is(err, client.ErrUnauthorized):
-		return "unauthorized: check CHECKOUT_API_KEY"
+		from := "CHECKOUT_API_KEY"
+		if a.resolved != nil && a.resolved.key.from != "" {
+			from = a.resolved.key.from
+		}
+		return "unauthorized: the server refused the API key from " + from
 	case errors.Is(err, client.ErrForbidden) && errors.As(err, &ae):
 		return "forbidden: " + ae.Message
 	case errors.As(err, &ae):

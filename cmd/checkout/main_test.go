@@ -7,7 +7,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +32,7 @@ var (
 	update   = flag.Bool("update", false, "rewrite testdata/*.golden")
 	binary   string
 	endpoint string
+	home     string // an empty home folder: no profile file unless a test writes one elsewhere
 )
 
 func TestMain(m *testing.M) {
@@ -38,6 +42,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "checkout")
+	home = filepath.Join(dir, "home")
 	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
 		os.Exit(1)
@@ -57,13 +62,17 @@ type env struct {
 	keys  map[string]string // agent id -> key; "admin" too
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, mutate ...func(*localserver.Config)) *env {
 	t.Helper()
 	clock := testclock.New(time.Date(2026, 3, 20, 14, 30, 0, 0, time.UTC))
-	srv, err := localserver.Start(context.Background(), localserver.Config{
+	cfg := localserver.Config{
 		Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: "t" + strings.ToLower(rand.Text()[:10]) + "-",
 		AdminKey: "ck_admin" + strings.ToLower(rand.Text()), Now: clock.Now, SweepInterval: -1,
-	})
+	}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	srv, err := localserver.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,8 +102,29 @@ type result struct {
 
 func runCLI(t *testing.T, url, key string, args ...string) result {
 	t.Helper()
+	return runCLIEnv(t, []string{"CHECKOUT_URL=" + url, "CHECKOUT_API_KEY=" + key}, args...)
+}
+
+// cleanEnv is the test process's environment without anything that
+// changes what the CLI does (CHECKOUT_*, TZ, a profile file), with a home
+// and config folder of its own, and env added.
+func cleanEnv(env ...string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "CHECKOUT_") || k == "TZ" || k == "HOME" || k == "XDG_CONFIG_HOME" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(append(out, "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config")), env...)
+}
+
+// runCLIEnv runs the binary with env added to a clean environment.
+func runCLIEnv(t *testing.T, env []string, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "CHECKOUT_URL="+url, "CHECKOUT_API_KEY="+key)
+	cmd.Env = cleanEnv(env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -182,7 +212,9 @@ func TestCheckoutSession(t *testing.T) {
 	tr.note("14:30: the writer takes task-d4e5 for 15 minutes")
 	tr.run("agent-c3d4", 0, "task-d4e5", "--timeout", "15m", "--reason", "draft the fix")
 	e.clock.Advance(5 * time.Minute)
-	tr.note("14:35: the researcher is denied it, and takes another task")
+	tr.note("14:35: the writer checking it out again is told it is already its own")
+	tr.run("agent-c3d4", 0, "task-d4e5")
+	tr.note("the researcher is denied it, and takes another task")
 	tr.run("agent-a1b2", 3, "task-d4e5", "--timeout", "30m")
 	tr.run("agent-a1b2", 0, "task-f6a7", "--timeout", "30m")
 	tr.run("agent-a1b2", 0, "list")
@@ -203,6 +235,9 @@ func TestCheckoutSession(t *testing.T) {
 	tr.run("agent-a1b2", 0, "tasks", "show", "task-f6a7")
 	tr.run("agent-a1b2", 0, "list")
 	tr.run("agent-a1b2", 3, "task-f6a7")
+	tr.note("a 24-hour lease ends on another day, and the date says so")
+	e.task(t, "task-long", "")
+	tr.run("agent-a1b2", 0, "task-long", "--timeout", "24h")
 	golden(t, "session", tr.b.String())
 }
 
@@ -247,6 +282,17 @@ func TestErrorsAreOneLineWithExitCodes(t *testing.T) {
 	}
 	down := "http://" + ln.Addr().String()
 	ln.Close()
+	notServer := httptest.NewServer(http.NotFoundHandler())
+	defer notServer.Close()
+	otherJSON := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, `{"message":"no route"}`)
+			return
+		}
+		io.WriteString(w, `{"status":"green"}`)
+	}))
+	defer otherJSON.Close()
 	key := e.keys["agent-a1b2"]
 	cases := []struct {
 		name, url, key string
@@ -255,22 +301,32 @@ func TestErrorsAreOneLineWithExitCodes(t *testing.T) {
 		stderr         string
 	}{
 		{"server down", down, key, []string{"task-1"}, 1, "checkout: cannot reach the server at " + down + ": connection refused\n"},
-		{"bad key", "", "ck_wrong", []string{"list"}, 1, "checkout: unauthorized: check CHECKOUT_API_KEY\n"},
-		{"no key", "", "", []string{"list"}, 2, "checkout: no API key: set CHECKOUT_API_KEY or pass --api-key\n"},
+		{"not a checkout server", notServer.URL, key, []string{"task-1"}, 1, "checkout: not a checkout server at " + notServer.URL + " (GET /healthz answered 404 Not Found)\n"},
+		{"not a checkout server, other JSON", otherJSON.URL, key, []string{"list"}, 1, "checkout: not a checkout server at " + otherJSON.URL + " (GET /healthz answered 200 without {\"ok\": true})\n"},
+		{"bad key", "", "ck_wrong", []string{"list"}, 1, "checkout: unauthorized: the server refused the API key from CHECKOUT_API_KEY\n"},
+		{"no key", "", "", []string{"list"}, 2, "checkout: no API key: set CHECKOUT_API_KEY, pass --api-key, or use a profile (see checkout config --help)\n"},
 		{"bad duration", "", key, []string{"task-1", "--timeout", "abc"}, 2, `checkout: invalid duration "abc" for --timeout` + "\n"},
 		{"bad ttl", "", key, []string{"heartbeat", "--ttl", "-5s"}, 2, `checkout: invalid duration "-5s" for --ttl` + "\n"},
 		{"timeout out of range", "", key, []string{"task-1", "--timeout", "48h"}, 2, ""},
 		{"unknown task", "", key, []string{"task-nope"}, 4, ""},
 		{"not checked out", "", key, []string{"release", "task-1"}, 4, ""},
 		{"bad id", "", key, []string{"status", "bad id!"}, 2, ""},
-		{"unknown flag", "", key, []string{"list", "--nope"}, 2, "checkout: unknown flag: --nope (see checkout --help)\n"},
+		{"unknown flag", "", key, []string{"list", "--nope"}, 2, "checkout: unknown flag: --nope (see checkout list --help)\n"},
+		{"unknown flag nested", "", key, []string{"tasks", "add", "--nope"}, 2, "checkout: unknown flag: --nope (see checkout tasks add --help)\n"},
 		{"missing arg", "", key, []string{"release"}, 2, "checkout: checkout release needs a task id (see checkout release --help)\n"},
-		{"too many args", "", key, []string{"a", "b"}, 2, ""},
+		{"missing arg nested", "", key, []string{"tasks", "show"}, 2, "checkout: checkout tasks show needs a task id (see checkout tasks show --help)\n"},
+		{"too many args nested", "", key, []string{"tasks", "add", "a", "b"}, 2, "checkout: checkout tasks add takes at most one task id (see checkout tasks add --help)\n"},
+		{"too many args", "", key, []string{"a", "b"}, 2, "checkout: checkout takes at most one task id (see checkout --help)\n"},
+		{"near miss", "", key, []string{"lsit"}, 2, "checkout: unknown command \"lsit\": did you mean list? (a task named lsit: checkout -- lsit)\n"},
+		{"near miss nested", "", key, []string{"tasks", "lsit"}, 2, "checkout: unknown command \"lsit\" for \"checkout tasks\": did you mean list? (see checkout tasks --help)\n"},
+		{"another agent by a non-admin", "", key, []string{"task-1", "--agent", "agent-c3d4"}, 1,
+			"checkout: forbidden: only an admin may act for another agent: agent_id names agent-c3d4, and the caller is agent-a1b2\n"},
+		{"unknown profile", "", key, []string{"list", "--profile", "nope"}, 2, ""},
 		{"force by non-admin", "", key, []string{"release", "task-1", "--force"}, 1, ""},
 	}
+	t.Cleanup(func() {}) // the servers above outlive the parallel subtests
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
 			url := tc.url
 			if url == "" {
 				url = e.srv.URL()

@@ -11,7 +11,12 @@
 // stops working once the authorizer's cache expires, 30 s at most), so it
 // also rotates a lost admin key. The default agent, "admin", is the built-in
 // admin that the API refuses to remove (409 cannot_remove_admin); an admin
-// minted under another --agent-id is an ordinary, removable agent. --endpoint points it at a local
+// minted under another --agent-id is an ordinary, removable agent.
+//
+// Credentials and region come from the SDK's standard chain (environment,
+// AWS_PROFILE and the shared files, SSO, container or instance
+// credentials). AWS_ENDPOINT_URL_DYNAMODB or AWS_ENDPOINT_URL, or the
+// --endpoint flag, which wins over both, point it at a local
 // DynamoDB-compatible server instead of AWS.
 package main
 
@@ -58,7 +63,8 @@ type options struct {
 // newClient builds the DynamoDB client from the options.
 type newClient func(ctx context.Context, o options) (lease.DB, error)
 
-// awsClient uses the default AWS credential chain; --region and --endpoint
+// awsClient uses the default AWS configuration (credential chain, region,
+// AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL); --region and --endpoint
 // override the configured region and endpoint.
 func awsClient(ctx context.Context, o options) (lease.DB, error) {
 	var opts []func(*config.LoadOptions) error
@@ -87,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, connect n
 	fs.StringVar(&o.AgentID, "agent-id", httpapi.DefaultAdminID, "agent id of the admin (the default is the built-in admin, which cannot be removed)")
 	fs.StringVar(&o.Name, "name", "admin", "display name of the admin")
 	fs.StringVar(&o.Region, "region", "", "AWS region (default: from the AWS configuration)")
-	fs.StringVar(&o.Endpoint, "endpoint", "", "DynamoDB endpoint URL (default: the region's; set for LocalStack or another local server)")
+	fs.StringVar(&o.Endpoint, "endpoint", "", "DynamoDB endpoint URL (default: AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL, or the region's; set for LocalStack or another local server)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: mint-admin --table-prefix checkout- [--agent-id admin] [--name admin] [--region R] [--endpoint URL]")
 		fmt.Fprintln(stderr, "Creates (or replaces) an admin's API key and prints it once on standard output.")

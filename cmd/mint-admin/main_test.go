@@ -6,7 +6,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -115,5 +117,59 @@ func TestBadFlags(t *testing.T) {
 	}
 	if _, _, err := mint(t, "-h"); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v", err)
+	}
+}
+
+// profileOnly leaves credentials only in a shared credentials file (a
+// profile, as `aws configure` writes it): no static keys in the environment.
+func profileOnly(t *testing.T) {
+	t.Helper()
+	creds := filepath.Join(t.TempDir(), "credentials")
+	if err := os.WriteFile(creds, []byte("[ops]\naws_access_key_id = AKIDPROFILE\naws_secret_access_key = profile-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", creds)
+	t.Setenv("AWS_CONFIG_FILE", os.DevNull)
+	t.Setenv("AWS_PROFILE", "ops")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+}
+
+// The standard chain and AWS_ENDPOINT_URL_DYNAMODB, without --endpoint: a
+// profile's credentials reach the local server the variable names, and a
+// dead one fails there (naming it) rather than going to AWS, with no key
+// printed.
+func TestEndpointVariableAndProfileCredentials(t *testing.T) {
+	profileOnly(t)
+	prefix := localTables(t)
+	t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", endpoint)
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"--table-prefix", prefix, "--region", "us-east-1"}, &out, &errOut, awsClient); err != nil {
+		t.Fatalf("mint through AWS_ENDPOINT_URL_DYNAMODB: %v (%s)", err, errOut.String())
+	}
+	store := lease.New(lease.Config{DB: lease.NewLocalClient(endpoint), Tables: schema.Names{Prefix: prefix}})
+	if _, err := store.Authenticate(context.Background(), strings.TrimSpace(out.String())); err != nil {
+		t.Fatalf("the minted key: %v", err)
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", "http://"+dead)
+	out.Reset()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = run(ctx, []string{"--table-prefix", prefix, "--region", "us-east-1"}, &out, &errOut, awsClient)
+	if err == nil || !strings.Contains(err.Error(), dead) || strings.Contains(err.Error(), "amazonaws.com") {
+		t.Fatalf("dead AWS_ENDPOINT_URL_DYNAMODB: err = %v, want a failure naming %s", err, dead)
+	}
+	if out.Len() != 0 {
+		t.Errorf("a key was printed after a failure: %q", out.String())
 	}
 }

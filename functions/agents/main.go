@@ -9,7 +9,7 @@ import (
 )
 
 func main() {
-	env := wire.FromEnv()
+	env := wire.FromEnv(wire.Agents)
 	log := env.Logger()
 	store := wire.MustStore(env, log)
 	lambda.Start(wire.HTTP(wire.Agents, store, env, log))

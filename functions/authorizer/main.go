@@ -6,12 +6,12 @@ package main
 import (
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/checkout-dev/checkout/auth"
 	"github.com/checkout-dev/checkout/functions/internal/wire"
 )
 
 func main() {
-	env := wire.FromEnv()
-	store := wire.MustStore(env, env.Logger())
-	lambda.Start(auth.Authorizer(store))
+	env := wire.FromEnv(wire.Authorizer)
+	log := env.Logger()
+	store := wire.MustStore(env, log)
+	lambda.Start(wire.KeyAuthorizer(store, env, log))
 }

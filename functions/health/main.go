@@ -9,6 +9,6 @@ import (
 )
 
 func main() {
-	env := wire.FromEnv()
+	env := wire.FromEnv(wire.Health)
 	lambda.Start(wire.HTTP(wire.Health, nil, env, env.Logger()))
 }

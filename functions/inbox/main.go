@@ -9,7 +9,7 @@ import (
 )
 
 func main() {
-	env := wire.FromEnv()
+	env := wire.FromEnv(wire.Inbox)
 	log := env.Logger()
 	store := wire.MustStore(env, log)
 	lambda.Start(wire.HTTP(wire.Inbox, store, env, log))

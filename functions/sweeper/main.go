@@ -1,5 +1,6 @@
 // Command sweeper runs on a schedule and ends the leases that expired or
-// whose holder died and that nobody has taken over yet.
+// whose holder died and that nobody has taken over yet. Each run writes one
+// line with its counts.
 package main
 
 import (
@@ -9,7 +10,7 @@ import (
 )
 
 func main() {
-	env := wire.FromEnv()
+	env := wire.FromEnv(wire.Sweeper)
 	store := wire.MustStore(env, env.Logger())
-	lambda.Start(wire.Sweep(store))
+	lambda.Start(wire.Sweep(store, env))
 }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/checkout-dev/checkout/auth"
 	"github.com/checkout-dev/checkout/httpapi"
 	"github.com/checkout-dev/checkout/internal/testclock"
 	"github.com/checkout-dev/checkout/lease"
@@ -98,9 +97,9 @@ type gateway struct {
 // Lambda has its own.
 func newGateway(storeFor func(fn string) *lease.Store, env Env, log *slog.Logger) *gateway {
 	g := &gateway{
-		authorizer: auth.Authorizer(storeFor(Authorizer)),
+		authorizer: KeyAuthorizer(storeFor(Authorizer), env, log),
 		functions:  map[string]lambdaHandler{},
-		sweeper:    Sweep(storeFor(Sweeper)),
+		sweeper:    Sweep(storeFor(Sweeper), env),
 		routes:     http.NewServeMux(),
 	}
 	for _, fn := range []string{Health, Agents, Tasks, Checkouts, Inbox} {
@@ -370,7 +369,8 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 		{who: "bob", method: "POST", target: "/api/tasks/t2/watch", status: 200},
 		{who: "bob", method: "POST", target: "/api/tasks/t9/watch", status: 404},
 		{who: "admin", method: "POST", target: "/api/tasks/t2/checkout", body: `{"agent_id":"alice","run_id":"ra","timeout":"1m"}`, status: 200},
-		{who: "bob", method: "POST", target: "/api/tasks/t2/checkout", body: `{"agent_id":"bob"}`, status: 403},
+		{who: "bob", method: "POST", target: "/api/tasks/t2/checkout", body: `{"agent_id":"alice"}`, status: 403},
+		{who: "bob", method: "POST", target: "/api/tasks/t2/checkout", body: `{"agent_id":"bob"}`, status: 409}, // naming itself is allowed
 		{who: "admin", method: "POST", target: "/api/claim", body: `{}`, status: 404},
 		// The lease expires; the sweep ends it and tells the watcher.
 		{sweep: true, advance: 2 * time.Minute, swept: lease.SweepResult{Timeouts: 1, Notified: 1}},
@@ -507,24 +507,9 @@ func TestFromEnv(t *testing.T) {
 	t.Setenv(EnvEventBus, "prod-bus")
 	t.Setenv(EnvAutoCreateTasks, "true")
 	t.Setenv(EnvLogLevel, "debug")
-	e := FromEnv()
-	if e.TablePrefix != "prod-" || e.EventBus != "prod-bus" || !e.AutoCreateTasks || e.LogLevel != slog.LevelDebug {
+	e := FromEnv(Checkouts)
+	if e.Function != Checkouts || e.TablePrefix != "prod-" || e.EventBus != "prod-bus" || !e.AutoCreateTasks ||
+		e.LogLevel != slog.LevelDebug || e.Metrics != os.Stdout {
 		t.Fatalf("%+v", e)
-	}
-	t.Setenv("AWS_REGION", "eu-west-1")
-	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
-	t.Setenv("AWS_SESSION_TOKEN", "token")
-	cfg, err := AWSConfig()
-	if err != nil || cfg.Region != "eu-west-1" {
-		t.Fatalf("%v %v", cfg.Region, err)
-	}
-	creds, err := cfg.Credentials.Retrieve(context.Background())
-	if err != nil || creds.AccessKeyID != "AKIDEXAMPLE" || creds.SessionToken != "token" {
-		t.Fatalf("%+v %v", creds, err)
-	}
-	t.Setenv("AWS_ACCESS_KEY_ID", "")
-	if _, err := AWSConfig(); err == nil {
-		t.Fatal("no error without credentials")
 	}
 }

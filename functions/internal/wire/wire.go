@@ -7,6 +7,8 @@ package wire
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -16,7 +18,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
@@ -38,20 +40,29 @@ const (
 
 // Env is a function's configuration.
 type Env struct {
+	// Function is the function's name (one of Functions).
+	Function        string
 	TablePrefix     string
 	EventBus        string // "" logs notices instead of publishing them
 	AutoCreateTasks bool
 	LogLevel        slog.Level
+	// Metrics receives the embedded metric format lines (nil: none). The
+	// functions write them to standard output, where CloudWatch Logs picks
+	// them up.
+	Metrics io.Writer
 	// Now is the clock (nil: time.Now); tests set it, the environment never
 	// does.
 	Now func() time.Time
 }
 
-// FromEnv reads Env from the process environment.
-func FromEnv() Env {
+// FromEnv reads the configuration of function fn from the process
+// environment.
+func FromEnv(fn string) Env {
 	e := Env{
+		Function:    fn,
 		TablePrefix: os.Getenv(EnvTablePrefix),
 		EventBus:    os.Getenv(EnvEventBus),
+		Metrics:     os.Stdout,
 	}
 	e.AutoCreateTasks, _ = strconv.ParseBool(os.Getenv(EnvAutoCreateTasks))
 	_ = e.LogLevel.UnmarshalText([]byte(strings.TrimSpace(os.Getenv(EnvLogLevel))))
@@ -60,14 +71,25 @@ func FromEnv() Env {
 
 // Logger writes JSON lines to stdout, which Lambda sends to CloudWatch Logs.
 func (e Env) Logger() *slog.Logger {
-	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: e.LogLevel}))
+	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: e.LogLevel})).With("function", e.Function)
+}
+
+func (e Env) metrics() *Metrics { return NewMetrics(e.Metrics, e.TablePrefix, e.Now) }
+
+func (e Env) clock() func() time.Time {
+	if e.Now != nil {
+		return e.Now
+	}
+	return time.Now
 }
 
 // MustStore builds the store from the function's AWS configuration, or exits:
-// a function without credentials has nothing to serve. It runs once per
-// container, outside the handler.
+// a function that cannot configure its clients has nothing to serve. It runs
+// once per container, outside the handler.
 func MustStore(e Env, log *slog.Logger) *lease.Store {
-	cfg, err := AWSConfig()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg, err := AWSConfig(ctx)
 	if err != nil {
 		log.Error("aws configuration", "error", err)
 		os.Exit(1)
@@ -79,28 +101,35 @@ func MustStore(e Env, log *slog.Logger) *lease.Store {
 	return NewStore(dynamodb.NewFromConfig(cfg), n, e, log)
 }
 
-// AWSConfig is the configuration Lambda gives a function: region and the
-// execution role's credentials, both in the environment. It is what
-// config.LoadDefaultConfig resolves to inside Lambda, without linking its
-// whole provider chain (shared files, SSO, STS, IMDS), which would add about
-// 1.4 MB to every bootstrap and nothing a function uses.
-func AWSConfig() (aws.Config, error) {
-	region := os.Getenv("AWS_REGION")
-	if region == "" {
-		region = os.Getenv("AWS_DEFAULT_REGION")
+// AWSConfig is the SDK's standard configuration: the region and credentials
+// from the default provider chain (in Lambda, the execution role's keys in
+// the environment; elsewhere also profiles, SSO, container and instance
+// credentials), and the endpoints from AWS_ENDPOINT_URL_<SERVICE> or
+// AWS_ENDPOINT_URL, so that the very binaries deployed to Lambda can be
+// pointed at a local DynamoDB or EventBridge.
+func AWSConfig(ctx context.Context) (aws.Config, error) {
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("load AWS configuration: %w", err)
 	}
-	id, secret := os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
-	if region == "" || id == "" || secret == "" {
-		return aws.Config{}, errors.New("AWS_REGION, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set (Lambda sets them)")
+	if cfg.Region == "" {
+		return aws.Config{}, errors.New("no AWS region: set AWS_REGION (Lambda sets it)")
 	}
-	return aws.Config{
-		Region:      region,
-		Credentials: credentials.NewStaticCredentialsProvider(id, secret, os.Getenv("AWS_SESSION_TOKEN")),
-	}, nil
+	return cfg, nil
 }
 
 // NewStore is the store of the functions over db (nil notifier: log notices).
+// Every notice is counted in the function's metrics.
 func NewStore(db lease.DB, n lease.Notifier, e Env, log *slog.Logger) *lease.Store {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if n == nil {
+		n = lease.LogNotifier(log)
+	}
+	if m := e.metrics(); m != nil {
+		n = meteredNotifier{next: n, metrics: m, function: e.Function}
+	}
 	return lease.New(lease.Config{
 		DB:       db,
 		Tables:   schema.Names{Prefix: e.TablePrefix},
@@ -120,7 +149,7 @@ func HTTP(fn string, svc httpapi.Service, e Env, log *slog.Logger) func(context.
 	if fn == Health {
 		h = ui.With(h)
 	}
-	return apigw.Handler(Only(fn, h))
+	return meterHTTP(e.metrics(), apigw.Handler(Only(fn, h)))
 }
 
 // Only serves the routes of function fn with h and answers anything else
@@ -147,9 +176,4 @@ func Only(fn string, h http.Handler) http.Handler {
 		_, _ = w.Write([]byte(`{"error":"no such path","code":"not_found"}` + "\n"))
 	})
 	return mux
-}
-
-// Sweep is the sweeper function's handler.
-func Sweep(store *lease.Store) func(context.Context) (lease.SweepResult, error) {
-	return func(ctx context.Context) (lease.SweepResult, error) { return store.Sweep(ctx) }
 }

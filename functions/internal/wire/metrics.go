@@ -1,0 +1,262 @@
+package wire
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/checkout-dev/checkout/auth"
+	"github.com/checkout-dev/checkout/deploy"
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// Metrics writes the service's business metrics in CloudWatch's embedded
+// metric format (EMF): one JSON line on standard output per document, with
+// an "_aws" member naming the metrics it carries. CloudWatch Logs extracts
+// them from the function's log group, so counting costs no API call and no
+// wait. The lines are ordinary structured log lines too (time, level, msg
+// and fields), written whatever LOG_LEVEL says: a sweep's line, for one, is
+// the record of that run.
+//
+// A nil *Metrics writes nothing.
+type Metrics struct {
+	log        *slog.Logger
+	deployment string
+	now        func() time.Time
+}
+
+// NewMetrics writes EMF lines to w (nil: nowhere) for the deployment, the
+// value of every metric's Deployment dimension.
+func NewMetrics(w io.Writer, deployment string, now func() time.Time) *Metrics {
+	if w == nil {
+		return nil
+	}
+	if now == nil {
+		now = time.Now
+	}
+	// Below every level: metrics are never filtered out.
+	h := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug - 4})
+	return &Metrics{log: slog.New(h), deployment: deployment, now: now}
+}
+
+// Metric is one value of a document.
+type Metric struct {
+	Name  string
+	Value float64
+	Unit  string // "" is Count
+}
+
+type emfMetric struct {
+	Name string `json:"Name"`
+	Unit string `json:"Unit"`
+}
+
+type emfDirective struct {
+	Namespace  string      `json:"Namespace"`
+	Dimensions [][]string  `json:"Dimensions"`
+	Metrics    []emfMetric `json:"Metrics"`
+}
+
+type emfMetadata struct {
+	Timestamp         int64          `json:"Timestamp"`
+	CloudWatchMetrics []emfDirective `json:"CloudWatchMetrics"`
+}
+
+// Emit writes one line: msg and attrs as a log line at level, and ms as its
+// metrics. With no metric it is a plain log line.
+func (m *Metrics) Emit(ctx context.Context, level slog.Level, msg string, ms []Metric, attrs ...slog.Attr) {
+	if m == nil {
+		return
+	}
+	if len(ms) > 0 {
+		dir := emfDirective{Namespace: deploy.MetricNamespace, Dimensions: [][]string{{deploy.DimensionDeployment}}}
+		for _, v := range ms {
+			unit := v.Unit
+			if unit == "" {
+				unit = "Count"
+			}
+			dir.Metrics = append(dir.Metrics, emfMetric{Name: v.Name, Unit: unit})
+			attrs = append(attrs, slog.Float64(v.Name, v.Value))
+		}
+		attrs = append(attrs,
+			slog.String(deploy.DimensionDeployment, m.deployment),
+			slog.Any("_aws", emfMetadata{Timestamp: m.now().UnixMilli(), CloudWatchMetrics: []emfDirective{dir}}))
+	}
+	m.log.LogAttrs(ctx, level, msg, attrs...)
+}
+
+// count is a Count metric of value 1.
+func count(name string) Metric { return Metric{Name: name, Value: 1} }
+
+// meteredNotifier counts the notices the store hands to the bus, and the
+// lease endings they report. In the checkouts function an expiry or a death
+// is always a takeover: only a checkout ends leases there without a holder's
+// request.
+type meteredNotifier struct {
+	next     lease.Notifier
+	metrics  *Metrics
+	function string
+}
+
+func (n meteredNotifier) Notify(ctx context.Context, nt lease.Notice) error {
+	err := n.next.Notify(ctx, nt)
+	var ms []Metric
+	if err != nil {
+		ms = append(ms, count(deploy.MetricNoticesFailed))
+	} else {
+		ms = append(ms, count(deploy.MetricNoticesPublished))
+	}
+	if nt.Kind == lease.NoticeLeaseEnded {
+		switch nt.Event.Type {
+		case lease.EventTimeout:
+			ms = append(ms, count(deploy.MetricLeaseTimeouts))
+		case lease.EventAgentDeath:
+			ms = append(ms, count(deploy.MetricAgentDeaths))
+		}
+		if n.function == Checkouts && (nt.Event.Type == lease.EventTimeout || nt.Event.Type == lease.EventAgentDeath) {
+			ms = append(ms, count(deploy.MetricTakeovers))
+		}
+	}
+	level, attrs := slog.LevelInfo, []slog.Attr{
+		slog.String("kind", nt.Kind), slog.String("type", string(nt.Event.Type)),
+		slog.String("task_id", nt.Event.TaskID), slog.Int64("fence", nt.Event.Fence),
+	}
+	if err != nil {
+		level = slog.LevelWarn
+		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	n.metrics.Emit(ctx, level, "notice", ms, attrs...)
+	return err
+}
+
+// Route keys whose answers are counted.
+const (
+	routeCheckout = "POST /api/tasks/{task_id}/checkout"
+	routeClaim    = "POST /api/claim"
+)
+
+// meterHTTP counts what the answers of the business routes say: grants and
+// conflicts. It reads only the answer, never the store.
+func meterHTTP(m *Metrics, next func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)) func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	if m == nil {
+		return next
+	}
+	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		resp, err := next(ctx, ev)
+		route := ev.RouteKey
+		if route == "" {
+			route = ev.RequestContext.RouteKey
+		}
+		var ms []Metric
+		switch {
+		case (route == routeCheckout || route == routeClaim) && resp.StatusCode == 200:
+			ms = append(ms, count(deploy.MetricCheckouts))
+		case route == routeCheckout && resp.StatusCode == 409 && errorCode(resp.Body) == "checked_out":
+			ms = append(ms, count(deploy.MetricConflicts))
+		}
+		if len(ms) > 0 {
+			m.Emit(ctx, slog.LevelInfo, "metrics", ms,
+				slog.String("route", route), slog.Int("status", resp.StatusCode),
+				slog.String("request_id", ev.RequestContext.RequestID))
+		}
+		return resp, err
+	}
+}
+
+func errorCode(body string) string {
+	var e struct {
+		Code string `json:"code"`
+	}
+	_ = json.Unmarshal([]byte(body), &e)
+	return e.Code
+}
+
+// AuthorizerHandler is the Lambda authorizer's handler type.
+type AuthorizerHandler = func(context.Context, events.APIGatewayV2CustomAuthorizerV2Request) (events.APIGatewayV2CustomAuthorizerSimpleResponse, error)
+
+// KeyAuthorizer is auth.Authorizer with one log line per decision (API Gateway
+// caches each decision for its TTL, so this is one line per key per TTL at
+// most) and the count of keys it did not know. The key itself is never
+// logged.
+func KeyAuthorizer(a auth.Authenticator, e Env, log *slog.Logger) AuthorizerHandler {
+	next := auth.Authorizer(a)
+	m := e.metrics()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return func(ctx context.Context, req events.APIGatewayV2CustomAuthorizerV2Request) (events.APIGatewayV2CustomAuthorizerSimpleResponse, error) {
+		resp, err := next(ctx, req)
+		attrs := []slog.Attr{
+			slog.String("route", req.RouteKey),
+			slog.String("request_id", req.RequestContext.RequestID),
+			slog.String("source_ip", req.RequestContext.HTTP.SourceIP),
+		}
+		switch id, _ := resp.Context[auth.ContextAgentID].(string); {
+		case err != nil:
+			log.LogAttrs(ctx, slog.LevelError, "authorizer could not check the key", append(attrs, slog.String("error", err.Error()))...)
+		case id != "":
+			log.LogAttrs(ctx, slog.LevelInfo, "key accepted", append(attrs, slog.String("agent_id", id))...)
+		default:
+			reason := "unknown or revoked key"
+			if _, ok := auth.BearerKey(authorization(req)); !ok {
+				reason = "malformed Authorization header"
+			}
+			m.Emit(ctx, slog.LevelInfo, "key refused", []Metric{count(deploy.MetricUnauthorized)},
+				append(attrs, slog.String("reason", reason))...)
+		}
+		return resp, err
+	}
+}
+
+func authorization(req events.APIGatewayV2CustomAuthorizerV2Request) string {
+	for k, v := range req.Headers {
+		if strings.EqualFold(k, "Authorization") {
+			return v
+		}
+	}
+	if len(req.IdentitySource) > 0 {
+		return req.IdentitySource[0]
+	}
+	return ""
+}
+
+// SweepHandler is the sweeper's handler type.
+type SweepHandler = func(context.Context) (lease.SweepResult, error)
+
+// Sweep is the sweeper function's handler. Every run writes exactly one
+// line, whether it succeeded or failed: its counts, its duration, and as
+// metrics the backlog it ended and the time it took.
+func Sweep(store *lease.Store, e Env) SweepHandler {
+	m := e.metrics()
+	now := e.clock()
+	return func(ctx context.Context) (lease.SweepResult, error) {
+		start := now()
+		res, err := store.Sweep(ctx)
+		took := now().Sub(start)
+		level, msg := slog.LevelInfo, "sweep"
+		attrs := []slog.Attr{
+			slog.Int("timeouts", res.Timeouts),
+			slog.Int("agent_deaths", res.AgentDeaths),
+			slog.Int("notified", res.Notified),
+			slog.Float64("duration_ms", float64(took.Microseconds())/1000),
+		}
+		if err != nil {
+			level, msg = slog.LevelError, "sweep failed"
+			if errors.Is(err, context.DeadlineExceeded) {
+				msg = "sweep ran out of time"
+			}
+			attrs = append(attrs, slog.String("error", err.Error()))
+		}
+		m.Emit(ctx, level, msg, []Metric{
+			{Name: deploy.MetricSweepEnded, Value: float64(res.Timeouts + res.AgentDeaths)},
+			{Name: deploy.MetricSweepDuration, Value: float64(took.Milliseconds()), Unit: "Milliseconds"},
+		}, attrs...)
+		return res, err
+	}
+}

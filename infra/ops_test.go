@@ -1,0 +1,275 @@
+package main
+
+import (
+	"encoding/json"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/checkout-dev/checkout/deploy"
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// alarmIDs is every alarm the stack must have.
+func alarmIDs() []string {
+	ids := []string{AlarmApi5xx, AlarmApiLatency, AlarmApiThrottled, AlarmLambdaThrottles,
+		AlarmSweeperErrors, AlarmSweepRuleFailed, AlarmSweepDeadLetters, AlarmNoticesFailed}
+	for _, t := range schema.Tables() {
+		th, se := DynamoAlarms(t.Name)
+		ids = append(ids, th, se)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// metricStats returns the metrics of a math alarm, by metric name, each as
+// its dimensions rendered "Name=value".
+func (s *synthesized) metricStats(p map[string]any) (expressions []string, metrics map[string][]map[string]string) {
+	metrics = map[string][]map[string]string{}
+	list, _ := p["Metrics"].([]any)
+	for _, m := range list {
+		q := m.(map[string]any)
+		if e, ok := q["Expression"].(string); ok {
+			expressions = append(expressions, e)
+			continue
+		}
+		metric := q["MetricStat"].(map[string]any)["Metric"].(map[string]any)
+		dims := map[string]string{}
+		for _, d := range asList(metric["Dimensions"]) {
+			dm := d.(map[string]any)
+			dims[dm["Name"].(string)] = s.render(dm["Value"])
+		}
+		name := metric["Namespace"].(string) + "/" + metric["MetricName"].(string)
+		metrics[name] = append(metrics[name], dims)
+	}
+	return expressions, metrics
+}
+
+func TestAlarms(t *testing.T) {
+	s := defaultStack(t)
+	topic := s.id(s.stack.AlarmTopic)
+	byName := map[string]map[string]any{}
+	for _, r := range s.ofType("AWS::CloudWatch::Alarm") {
+		p := props(r)
+		byName[p["AlarmName"].(string)] = p
+	}
+	var want []string
+	for _, id := range alarmIDs() {
+		want = append(want, AlarmName("checkout-", id))
+	}
+	var got []string
+	for name := range byName {
+		got = append(got, name)
+	}
+	sort.Strings(got)
+	sort.Strings(want)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("alarms\n got  %v\n want %v", got, want)
+	}
+	alarm := func(id string) map[string]any { return byName[AlarmName("checkout-", id)] }
+
+	for name, p := range byName {
+		// Everyone hears about it, going wrong and coming back.
+		if len(asList(p["AlarmActions"])) != 1 || ref(asList(p["AlarmActions"])[0]) != topic ||
+			len(asList(p["OKActions"])) != 1 || ref(asList(p["OKActions"])[0]) != topic {
+			t.Errorf("%s actions %v / %v, want the alarm topic", name, p["AlarmActions"], p["OKActions"])
+		}
+		if p["TreatMissingData"] != "notBreaching" || !strings.Contains(p["AlarmDescription"].(string), "DEPLOY.md") {
+			t.Errorf("%s: missing data %v, description %q", name, p["TreatMissingData"], p["AlarmDescription"])
+		}
+		// No math alarm adds series that may be missing without filling them.
+		exprs, _ := s.metricStats(p)
+		for _, e := range exprs {
+			if e != sumFilled {
+				t.Errorf("%s: expression %q, want %q", name, e, sumFilled)
+			}
+		}
+	}
+
+	dim := func(p map[string]any, name, value string) bool {
+		for _, d := range asList(p["Dimensions"]) {
+			m, _ := d.(map[string]any)
+			if m["Name"] == name && s.render(m["Value"]) == value {
+				return true
+			}
+		}
+		return false
+	}
+	apiID := s.id(s.stack.API)
+	if p := alarm(AlarmApi5xx); p["Namespace"] != "AWS/ApiGateway" || p["MetricName"] != "5xx" || !dim(p, "ApiId", "ref:"+apiID) ||
+		p["Threshold"] != float64(1) || p["Statistic"] != "Sum" {
+		t.Errorf("5xx alarm %v", p)
+	}
+	if p := alarm(AlarmApiLatency); p["MetricName"] != "Latency" || p["ExtendedStatistic"] != "p99" || p["Threshold"] != float64(1000) ||
+		p["EvaluationPeriods"] != float64(3) || p["DatapointsToAlarm"] != float64(3) || p["ComparisonOperator"] != "GreaterThanThreshold" {
+		t.Errorf("latency alarm %v", p)
+	}
+	for id, metric := range map[string]string{AlarmApiThrottled: deploy.MetricApiThrottled, AlarmNoticesFailed: deploy.MetricNoticesFailed} {
+		if p := alarm(id); p["Namespace"] != deploy.MetricNamespace || p["MetricName"] != metric || !dim(p, deploy.DimensionDeployment, "checkout-") {
+			t.Errorf("%s alarm %v", id, p)
+		}
+	}
+	if p := alarm(AlarmSweeperErrors); p["Namespace"] != "AWS/Lambda" || p["MetricName"] != "Errors" || !dim(p, "FunctionName", "ref:"+s.fnID[FnSweeper]) {
+		t.Errorf("sweeper errors alarm %v", p)
+	}
+	if p := alarm(AlarmSweepRuleFailed); p["Namespace"] != "AWS/Events" || p["MetricName"] != "FailedInvocations" || !dim(p, "RuleName", "ref:"+s.id(s.stack.SweepRule)) {
+		t.Errorf("sweep rule alarm %v", p)
+	}
+	if p := alarm(AlarmSweepDeadLetters); p["Namespace"] != "AWS/SQS" || p["MetricName"] != "ApproximateNumberOfMessagesVisible" ||
+		p["Statistic"] != "Maximum" || !dim(p, "QueueName", `{"Fn::GetAtt":["`+s.id(s.stack.SweepDeadLetters)+`","QueueName"]}`) {
+		t.Errorf("dead-letter alarm %v", p)
+	}
+
+	// Lambda throttles: every function, filled.
+	_, ms := s.metricStats(alarm(AlarmLambdaThrottles))
+	var fns []string
+	for _, d := range ms["AWS/Lambda/Throttles"] {
+		fns = append(fns, d["FunctionName"])
+	}
+	var wantFns []string
+	for _, name := range Functions {
+		wantFns = append(wantFns, "ref:"+s.fnID[name])
+	}
+	sort.Strings(fns)
+	sort.Strings(wantFns)
+	if !reflect.DeepEqual(fns, wantFns) {
+		t.Errorf("Lambda throttles alarm covers %v, want %v", fns, wantFns)
+	}
+
+	// DynamoDB: per table, exactly the operations the functions make on it.
+	ops := TableOperations()
+	for _, tb := range schema.Tables() {
+		th, se := DynamoAlarms(tb.Name)
+		for id, metric := range map[string]string{th: "AWS/DynamoDB/ThrottledRequests", se: "AWS/DynamoDB/SystemErrors"} {
+			_, ms := s.metricStats(alarm(id))
+			var gotOps []string
+			for _, d := range ms[metric] {
+				if d["TableName"] != "ref:"+s.tableID[tb.Name] {
+					t.Errorf("%s: table %s", id, d["TableName"])
+				}
+				gotOps = append(gotOps, d["Operation"])
+			}
+			sort.Strings(gotOps)
+			if len(ms) != 1 || !reflect.DeepEqual(gotOps, ops[tb.Name]) {
+				t.Errorf("%s: %v, want %s for %v", id, ms, metric, ops[tb.Name])
+			}
+			if len(gotOps) > 10 {
+				t.Errorf("%s: %d metrics, CloudWatch allows 10 in an alarm", id, len(gotOps))
+			}
+		}
+	}
+}
+
+func TestTableOperationsCoverEveryGrant(t *testing.T) {
+	ops := TableOperations()
+	for fn, grants := range Access {
+		for _, g := range grants {
+			for _, a := range g.Actions {
+				if !contains(ops[g.Table], a) {
+					t.Errorf("%s's %s on %s has no alarm metric", fn, a, g.Table)
+				}
+			}
+			if len(g.QueryIndexes) > 0 && !contains(ops[g.Table], "Query") {
+				t.Errorf("%s's index queries on %s have no alarm metric", fn, g.Table)
+			}
+		}
+	}
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func TestAlarmTopic(t *testing.T) {
+	s := defaultStack(t)
+	if n := len(s.ofType("AWS::SNS::Subscription")); n != 0 {
+		t.Errorf("%d subscriptions without alarmEmail", n)
+	}
+	topic := s.id(s.stack.AlarmTopic)
+	policies := s.ofType("AWS::SNS::TopicPolicy")
+	if len(policies) != 1 {
+		t.Fatalf("%d topic policies", len(policies))
+	}
+	var sslOnly, cloudwatch bool
+	for _, r := range policies {
+		for _, st := range props(r)["PolicyDocument"].(map[string]any)["Statement"].([]any) {
+			m := st.(map[string]any)
+			b, _ := json.Marshal(m)
+			switch {
+			case m["Effect"] == "Deny" && strings.Contains(string(b), `"aws:SecureTransport":"false"`):
+				sslOnly = true
+			case m["Effect"] == "Allow":
+				principal, _ := m["Principal"].(map[string]any)
+				cloudwatch = principal["Service"] == "cloudwatch.amazonaws.com" && m["Action"] == "sns:Publish" &&
+					strings.Contains(string(b), "aws:SourceAccount") && ref(m["Resource"]) == topic
+			}
+		}
+	}
+	if !sslOnly || !cloudwatch {
+		t.Errorf("topic policy: TLS only %v, CloudWatch may publish %v", sslOnly, cloudwatch)
+	}
+
+	s = synth(t, map[string]any{"alarmEmail": "ops@example.com"})
+	subs := s.ofType("AWS::SNS::Subscription")
+	if len(subs) != 1 {
+		t.Fatalf("%d subscriptions with alarmEmail", len(subs))
+	}
+	for _, r := range subs {
+		p := props(r)
+		if p["Protocol"] != "email" || p["Endpoint"] != "ops@example.com" || ref(p["TopicArn"]) != s.id(s.stack.AlarmTopic) {
+			t.Errorf("subscription %v", p)
+		}
+	}
+}
+
+func TestDashboardShowsAlarmsAndEveryMetric(t *testing.T) {
+	s := defaultStack(t)
+	boards := s.ofType("AWS::CloudWatch::Dashboard")
+	if len(boards) != 1 {
+		t.Fatalf("%d dashboards", len(boards))
+	}
+	for _, r := range boards {
+		p := props(r)
+		if p["DashboardName"] != "checkout-dashboard" {
+			t.Errorf("dashboard name %v", p["DashboardName"])
+		}
+		body := s.render(p["DashboardBody"])
+		for _, m := range append(deploy.Metrics, deploy.MetricApiThrottled) {
+			if !strings.Contains(body, `"`+m+`"`) {
+				t.Errorf("the dashboard does not show %s", m)
+			}
+		}
+		if !strings.Contains(body, `"Deployment","checkout-"`) {
+			t.Error("the dashboard's business metrics lack the Deployment dimension")
+		}
+		for _, id := range alarmIDs() {
+			if !strings.Contains(body, "arn:"+s.id(s.stack.Alarms[id])) {
+				t.Errorf("the dashboard's alarm widget misses %s", id)
+			}
+		}
+		for _, name := range Functions {
+			if !strings.Contains(body, "ref:"+s.fnID[name]) {
+				t.Errorf("the dashboard does not show function %s", name)
+			}
+		}
+	}
+}
+
+func TestNamesOfAlarmsAndDashboard(t *testing.T) {
+	for id, want := range map[string]string{
+		AlarmApi5xx: "p-api5xx", AlarmApiLatency: "p-api-latency-p99", AlarmSweepRuleFailed: "p-sweep-rule-failed-invocations",
+	} {
+		if got := AlarmName("p-", id); got != want {
+			t.Errorf("AlarmName(%s) = %q, want %q", id, got, want)
+		}
+	}
+	if got := DashboardName("dev.checkout-"); got != "dev-checkout-dashboard" {
+		t.Errorf("DashboardName = %q", got)
+	}
+}
