@@ -26,7 +26,7 @@ var Access = map[string][]Grant{
 		{Table: schema.AgentsTable, Actions: []string{"PutItem", "DeleteItem"}, QueryIndexes: []string{schema.AgentsAll}},
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "PutItem", "UpdateItem", "BatchGetItem"}},
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByHolder}},
-		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
+		// Query and BatchWriteItem: a removed agent's inbox is emptied.
 		{Table: schema.InboxTable, Actions: []string{"Query", "BatchWriteItem"}},
 	},
 	Tasks: {
@@ -38,27 +38,35 @@ var Access = map[string][]Grant{
 	Checkouts: {
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "PutItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByHolder}},
 		// UpdateItem: the receipts of claims that name their run id.
-		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem", "UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
+		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
-		{Table: schema.EventsTable, Actions: []string{"GetItem", "BatchWriteItem"}},
-		{Table: schema.InboxTable, Actions: []string{"BatchWriteItem"}},
 	},
 	Inbox: {
-		{Table: schema.InboxTable, Actions: []string{"Query", "DeleteItem"}},
+		// UpdateItem: a deleted message is marked, so that a replayed change
+		// cannot bring it back; TTL removes it.
+		{Table: schema.InboxTable, Actions: []string{"Query", "UpdateItem"}},
+	},
+	// Stream also reads the tasks table's stream (see StreamReaders).
+	Stream: {
+		{Table: schema.HeartbeatsTable, Actions: []string{"BatchGetItem"}},
+		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
+		{Table: schema.InboxTable, Actions: []string{"PutItem"}},
 	},
 	Sweeper: {
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByLeaseExpiry, schema.TasksByHolder}},
-		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem", "UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
-		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
-		{Table: schema.InboxTable, Actions: []string{"BatchWriteItem"}},
+		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
 	},
 }
 
 // PublishesEvents lists the functions that may put events on the service's
-// event bus (events:PutEvents on that bus only): those that end leases or make
-// tasks available.
+// event bus (events:PutEvents on that bus only): the stream function, which
+// publishes every transition's notices.
 var PublishesEvents = map[string]bool{
-	Agents:    true,
-	Checkouts: true,
-	Sweeper:   true,
+	Stream: true,
+}
+
+// StreamReaders lists the functions that read the tasks table's change
+// stream (its event source mapping): the stream function alone.
+var StreamReaders = map[string]bool{
+	Stream: true,
 }

@@ -19,10 +19,13 @@ const (
 	Inbox      = "inbox"
 	Authorizer = "authorizer"
 	Sweeper    = "sweeper"
+	// Stream reads the tasks table's change stream and carries each
+	// transition's consequences: archived events, inbox messages, notices.
+	Stream = "stream"
 )
 
 // Functions lists every Lambda function of the stack, in a stable order.
-var Functions = []string{Health, Agents, Tasks, Checkouts, Inbox, Authorizer, Sweeper}
+var Functions = []string{Health, Agents, Tasks, Checkouts, Inbox, Authorizer, Sweeper, Stream}
 
 // Route is one HTTP API route and the function that serves it.
 type Route struct {

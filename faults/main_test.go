@@ -25,6 +25,7 @@ import (
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/localstack"
+	"github.com/checkout-dev/checkout/stream"
 )
 
 var endpoint string
@@ -87,16 +88,57 @@ func faultyClient(endpoint string, l *lost) *dynamodb.Client {
 }
 
 // notices records every notice.
+// notices is a stand-in for EventBridge: it refuses the first failFirst
+// notices, as a bus that is down for a while, then keeps every notice.
 type notices struct {
-	mu  sync.Mutex
-	all []lease.Notice
+	mu        sync.Mutex
+	all       []lease.Notice
+	failFirst int
+	refused   int
 }
+
+var errBusDown = errors.New("eventbridge: service unavailable")
 
 func (n *notices) Notify(_ context.Context, x lease.Notice) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.refused < n.failFirst {
+		n.refused++
+		return errBusDown
+	}
 	n.all = append(n.all, x)
 	return nil
+}
+
+// drain applies every change of the tasks table's stream with the stream
+// function's handler, over a client without faults, retrying the batch
+// while the notifier refuses (as the event source mapping retries), and
+// returns how many handler calls failed.
+func drain(t *testing.T, ep string, names schema.Names, ns lease.Notifier) int {
+	t.Helper()
+	ctx := context.Background()
+	db := lease.NewLocalClient(ep)
+	arn, err := localstack.StreamARN(ctx, db, names.Table(schema.TasksTable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &stream.Poller{
+		Streams: stream.NewLocalClient(ep), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
+		Handle: stream.Handler(lease.New(lease.Config{DB: db, Tables: names, Notifier: ns})),
+	}
+	failed := 0
+	for attempt := 0; ; attempt++ {
+		n, err := p.Poll(ctx)
+		if err == nil && n == 0 {
+			return failed
+		}
+		if err != nil {
+			if !errors.Is(err, errBusDown) || attempt > 1000 {
+				t.Fatalf("drain the change stream: %v", err)
+			}
+			failed++
+		}
+	}
 }
 
 // auditLog counts the store's "audit write failed" reports.

@@ -69,7 +69,7 @@ type Config struct {
 }
 
 // DefaultReservedConcurrency is the reserved concurrency of each API
-// function without context. The sum (115, plus the sweeper's 1) leaves
+// function without context. The sum (125, plus the sweeper's 1) leaves
 // Lambda's default account limit of 1000 far above the 100 unreserved that
 // Lambda requires; at the stage's default 100 requests per second and tens
 // of milliseconds per request, each function needs only a few.
@@ -80,6 +80,9 @@ var DefaultReservedConcurrency = map[string]int{
 	FnTasks:      20,
 	FnCheckouts:  40,
 	FnInbox:      10,
+	// The stream function runs one batch per shard at a time: a few cover
+	// every shard the tasks table's stream has.
+	FnStream: 10,
 }
 
 var validPrefix = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)

@@ -30,6 +30,9 @@ const (
 	AlarmSweepRuleFailed     = "SweepRuleFailedInvocations"
 	AlarmSweepDeadLetters    = "SweepDeadLetters"
 	AlarmNoticesFailed       = "NoticesFailed"
+	AlarmStreamIteratorAge   = "StreamIteratorAge"
+	AlarmStreamDeadLetters   = "StreamDeadLetters"
+	AlarmStreamErrors        = "StreamErrors"
 	alarmDynamoThrottlesOf   = "DynamoThrottles"    // + title(table)
 	alarmDynamoSystemErrorOf = "DynamoSystemErrors" // + title(table)
 )
@@ -227,6 +230,15 @@ func (s *CheckoutStack) operations(cfg Config, accessLogs awslogs.LogGroup) {
 	// Notices the event bus refused or that could not be sent.
 	add(alarmSpec{id: AlarmNoticesFailed, desc: "Notices (TaskAvailable, LeaseEnded) could not be put on the event bus; the orchestrator missed them.",
 		metric: custom(deploy.MetricNoticesFailed, "Sum"), threshold: 1})
+
+	// The change stream: how far behind the stream function is, its
+	// failures, and the batches it gave up on.
+	add(alarmSpec{id: AlarmStreamIteratorAge, desc: "The stream function is more than a minute behind the tasks table's changes: messages, notices and archived events are late (never lost while the stream keeps them, 24 hours).",
+		metric: s.Functions[FnStream].Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}), threshold: 60_000})
+	add(alarmSpec{id: AlarmStreamErrors, desc: "The stream function failed on a batch of changes; the event source mapping retries it, bisected.",
+		metric: s.Functions[FnStream].MetricErrors(sum), threshold: 1})
+	add(alarmSpec{id: AlarmStreamDeadLetters, desc: "Change batches the stream function gave up on are in the stream dead-letter queue: replay them (DEPLOY.md) before the stream's 24 hours pass.",
+		metric: s.StreamDeadLetters.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}), threshold: 1})
 
 	s.dashboard(cfg, custom)
 }

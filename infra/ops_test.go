@@ -14,7 +14,8 @@ import (
 // alarmIDs is every alarm the stack must have.
 func alarmIDs() []string {
 	ids := []string{AlarmApi5xx, AlarmApiLatency, AlarmApiThrottled, AlarmLambdaThrottles,
-		AlarmSweeperErrors, AlarmSweepRuleFailed, AlarmSweepDeadLetters, AlarmNoticesFailed}
+		AlarmSweeperErrors, AlarmSweepRuleFailed, AlarmSweepDeadLetters, AlarmNoticesFailed,
+		AlarmStreamIteratorAge, AlarmStreamErrors, AlarmStreamDeadLetters}
 	for _, t := range schema.Tables() {
 		th, se := DynamoAlarms(t.Name)
 		ids = append(ids, th, se)

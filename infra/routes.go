@@ -13,6 +13,7 @@ const (
 	FnInbox      = deploy.Inbox
 	FnAuthorizer = deploy.Authorizer
 	FnSweeper    = deploy.Sweeper
+	FnStream     = deploy.Stream
 )
 
 type (
@@ -25,4 +26,5 @@ var (
 	Routes          = deploy.Routes
 	Access          = deploy.Access
 	PublishesEvents = deploy.PublishesEvents
+	StreamReaders   = deploy.StreamReaders
 )

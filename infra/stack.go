@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdadestinations"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
@@ -47,6 +48,13 @@ const (
 const (
 	sweepMaxEventAgeSecs = 120
 	sweepRuleRetries     = 2
+
+	// The stream function's event source mapping: up to 100 changes a
+	// batch, handed over as soon as they are read (no batching window, so
+	// watchers are told within the stream's own delay, about a second),
+	// ten retries of a failing batch, bisected.
+	streamBatchSize = 100
+	streamRetries   = 10
 )
 
 // CheckoutStack is the synthesized stack and the constructs that tests and
@@ -65,6 +73,9 @@ type CheckoutStack struct {
 	// could not be delivered (by EventBridge) or failed (in Lambda).
 	SweepRule        awsevents.Rule
 	SweepDeadLetters awssqs.Queue
+	// StreamDeadLetters holds the change batches the stream function could
+	// not apply.
+	StreamDeadLetters awssqs.Queue
 	// AlarmTopic receives every alarm's state changes.
 	AlarmTopic awssns.Topic
 	Alarms     map[string]awscloudwatch.Alarm
@@ -117,6 +128,9 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		if t.TTLAttribute != "" {
 			props.TimeToLiveAttribute = jsii.String(t.TTLAttribute)
 		}
+		if t.Stream {
+			props.Stream = awsdynamodb.StreamViewType_NEW_AND_OLD_IMAGES
+		}
 		table := awsdynamodb.NewTable(stack, jsii.String(title(t.Name)+"Table"), props)
 		for _, ix := range t.Indexes {
 			gsi := &awsdynamodb.GlobalSecondaryIndexProps{
@@ -150,6 +164,19 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 	s.suppress(s.SweepDeadLetters, "AwsSolutions-SQS3",
 		"This queue is a dead-letter queue: the sweep rule's target DLQ and the sweeper's on-failure destination. cdk-nag recognises a DLQ only through a queue's redrive policy or a function's DeadLetterConfig.")
 
+	// Where changes end up that the stream function could not apply after
+	// its event source mapping's retries: the batch's shard and sequence
+	// numbers, to replay from the stream (kept 24 hours) or the table.
+	s.StreamDeadLetters = awssqs.NewQueue(stack, jsii.String("StreamDeadLetters"), &awssqs.QueueProps{
+		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL:      jsii.Bool(true),
+		RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
+	})
+	s.suppress(s.StreamDeadLetters, "Serverless-SQSRedrivePolicy",
+		"This queue is itself the on-failure destination of the stream function's event source mapping; a dead-letter queue behind it would only move the same records again. Its depth has an alarm.")
+	s.suppress(s.StreamDeadLetters, "AwsSolutions-SQS3",
+		"This queue is a dead-letter queue: the on-failure destination of the stream function's event source mapping, which cdk-nag does not recognise as one.")
+
 	// Functions: each with its own role, which carries no managed policy,
 	// only writes to the function's own log group, its DynamoDB grants from
 	// deploy.Access and, where it publishes, PutEvents on the bus.
@@ -171,8 +198,11 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		})
 		logs.GrantWrite(role)
 		timeout := 10.0
-		if name == FnSweeper {
+		switch name {
+		case FnSweeper:
 			timeout = 60
+		case FnStream:
+			timeout = 30
 		}
 		tracing := awslambda.Tracing_DISABLED
 		if cfg.Tracing {
@@ -218,6 +248,23 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		for _, st := range Statements(name, s.Tables) {
 			fn.AddToRolePolicy(st)
 		}
+		if name == FnStream {
+			// The change stream of the tasks table, in order per item: a
+			// batch that fails is split in two and retried, and after its
+			// retries its position goes to the dead-letter queue. The
+			// mapping grants the role the stream's read actions only.
+			fn.AddEventSource(awslambdaeventsources.NewDynamoEventSource(s.Tables[schema.TasksTable], &awslambdaeventsources.DynamoEventSourceProps{
+				StartingPosition:   awslambda.StartingPosition_TRIM_HORIZON,
+				BatchSize:          jsii.Number(streamBatchSize),
+				BisectBatchOnError: jsii.Bool(true),
+				RetryAttempts:      jsii.Number(streamRetries),
+				MaxRecordAge:       awscdk.Duration_Hours(jsii.Number(24)),
+				OnFailure:          awslambdaeventsources.NewSqsDlq(s.StreamDeadLetters),
+			}))
+			s.suppress(role, "AwsSolutions-IAM5",
+				"dynamodb:ListStreams, which the event source mapping needs, supports no resource-level permission; the stream's own read actions name the tasks table's stream.",
+				"Resource::*")
+		}
 		if PublishesEvents[name] {
 			fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 				Effect:    awsiam.Effect_ALLOW,
@@ -225,10 +272,14 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 				Resources: jsii.Strings(*s.EventBus.EventBusArn()),
 			}))
 		}
-		if name == FnSweeper {
+		switch name {
+		case FnSweeper:
 			s.suppress(fn, "Serverless-LambdaDLQ",
 				"The sweeper's failed asynchronous runs go to the SweepDeadLetters queue through its on-failure destination (EventInvokeConfig), which records the error with the event; a DeadLetterConfig as well would deliver each failure twice.")
-		} else {
+		case FnStream:
+			s.suppress(fn, "Serverless-LambdaDLQ",
+				"Invoked only by its DynamoDB event source mapping, whose on-failure destination is the StreamDeadLetters queue; a function dead-letter queue applies only to asynchronous invocations.")
+		default:
 			s.suppress(fn, "Serverless-LambdaDLQ",
 				"Invoked only synchronously, by API Gateway (as a route integration or the authorizer): a dead-letter queue applies only to asynchronous invocations. Errors reach the caller and the API 5xx alarm.")
 		}

@@ -251,7 +251,7 @@ func TestEveryRouteExistsAndPointsAtItsFunction(t *testing.T) {
 	}
 	// Every HTTP function serves at least one route.
 	for _, fn := range Functions {
-		if fn == FnAuthorizer || fn == FnSweeper {
+		if fn == FnAuthorizer || fn == FnSweeper || fn == FnStream {
 			continue
 		}
 		found := false
@@ -415,8 +415,11 @@ func TestFunctionsAreArmAL2023WithLimitsEnvAndLogs(t *testing.T) {
 			t.Errorf("%s memory %v", name, p["MemorySize"])
 		}
 		wantTimeout := float64(10)
-		if name == FnSweeper {
+		switch name {
+		case FnSweeper:
 			wantTimeout = 60
+		case FnStream:
+			wantTimeout = 30
 		}
 		if p["Timeout"] != wantTimeout {
 			t.Errorf("%s timeout %v, want %v", name, p["Timeout"], wantTimeout)
@@ -536,6 +539,15 @@ func TestIAMIsExactlyTheAccessMap(t *testing.T) {
 			"xray:PutTelemetryRecords *", "xray:PutTraceSegments *"}
 		if name == FnSweeper {
 			want = append(want, "sqs:GetQueueAttributes arn:"+dlqID, "sqs:GetQueueUrl arn:"+dlqID, "sqs:SendMessage arn:"+dlqID)
+		}
+		if StreamReaders[name] {
+			// The tasks table's stream alone (ListStreams has no resource
+			// level), and the batches it gives up on to its dead-letter queue.
+			streamArn := `{"Fn::GetAtt":["` + s.id(s.stack.Tables[schema.TasksTable]) + `","StreamArn"]}`
+			sdlq := s.id(s.stack.StreamDeadLetters)
+			want = append(want, "dynamodb:DescribeStream "+streamArn, "dynamodb:GetRecords "+streamArn,
+				"dynamodb:GetShardIterator "+streamArn, "dynamodb:ListStreams *",
+				"sqs:GetQueueAttributes arn:"+sdlq, "sqs:GetQueueUrl arn:"+sdlq, "sqs:SendMessage arn:"+sdlq)
 		}
 		for _, g := range Access[name] {
 			for _, a := range g.Actions {
@@ -719,10 +731,15 @@ func TestStageThrottlingFromContext(t *testing.T) {
 					fields["deployment"] != "checkout-" || strings.Contains(strings.ToLower(format), "authorization") {
 					t.Errorf("access log format %q (%v)", format, err)
 				}
+				// Every unauthenticated route (health, $default and the
+				// dashboard's files) gets the public limit.
+				public := map[string]any{"ThrottlingRateLimit": float64(10), "ThrottlingBurstLimit": float64(20)}
 				wantRoutes := map[string]any{
-					"GET /healthz":    map[string]any{"ThrottlingRateLimit": float64(10), "ThrottlingBurstLimit": float64(20)},
-					"$default":        map[string]any{"ThrottlingRateLimit": float64(10), "ThrottlingBurstLimit": float64(20)},
-					"POST /api/claim": map[string]any{"ThrottlingRateLimit": float64(50), "ThrottlingBurstLimit": float64(100)},
+					"GET /healthz":     public,
+					"$default":         public,
+					"GET /":            public,
+					"GET /ui/{proxy+}": public,
+					"POST /api/claim":  map[string]any{"ThrottlingRateLimit": float64(50), "ThrottlingBurstLimit": float64(100)},
 				}
 				if tc.ctx != nil {
 					wantRoutes["POST /api/claim"] = map[string]any{"ThrottlingRateLimit": float64(3), "ThrottlingBurstLimit": float64(4)}

@@ -66,7 +66,8 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 				continue
 			}
 			e := ev.event()
-			notices = append(notices, Notice{ID: noticeID(NoticeLeaseEnded, e), Kind: NoticeLeaseEnded, Event: e})
+			takeover := !ev.frees && ev.Type != EventComplete
+			notices = append(notices, Notice{ID: noticeID(NoticeLeaseEnded, e), Kind: NoticeLeaseEnded, Event: e, Takeover: takeover})
 			if !ev.frees {
 				continue
 			}

@@ -20,6 +20,9 @@ type Notice struct {
 	ID    string
 	Kind  string
 	Event Event
+	// Takeover says the lease was ended by a checkout that took it over
+	// (expired, or its holder dead), not by the sweep or its holder.
+	Takeover bool
 }
 
 // Notifier hears about ended leases and freed tasks, from the change stream

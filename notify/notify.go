@@ -2,13 +2,16 @@
 // putting events on an Amazon EventBridge bus.
 //
 // Every notice becomes one event with source "checkout", detail-type
-// "TaskAvailable" or "LeaseEnded" (the lease.Notice kind) and, as detail, the
-// lease event in the API's JSON shape:
+// "TaskAvailable" or "LeaseEnded" (the lease.Notice kind) and, as detail,
+// the notice's stable id and the lease event in the API's JSON shape:
 //
-//	{"type":"timeout","task_id":"task-d4e5","agent_id":"agent-a1b2","run_id":"run-7f3c",
-//	 "fence":12,"at":"2026-03-20T14:35:00.000Z","held_seconds":1800,"by":"system","reason":""}
+//	{"id":"task-d4e5:31:TaskAvailable",
+//	 "event":{"type":"timeout","task_id":"task-d4e5","agent_id":"agent-a1b2","run_id":"run-7f3c",
+//	          "fence":12,"at":"2026-03-20T14:35:00.000Z","held_seconds":1800,"by":"system","reason":""}}
 //
-// A rule on the bus can then start work the moment a task becomes free.
+// The stream function publishes notices at least once: a consumer drops a
+// repeat by its id. A rule on the bus can then start work the moment a task
+// becomes free.
 package notify
 
 import (
@@ -54,7 +57,10 @@ func NewEventBridge(client PutEventsAPI, bus string) *EventBridge {
 // Notify puts one event for n. An entry that EventBridge refuses is an
 // error, as is a failed call.
 func (e *EventBridge) Notify(ctx context.Context, n lease.Notice) error {
-	detail, err := json.Marshal(httpapi.ToEventJSON(n.Event))
+	detail, err := json.Marshal(struct {
+		ID    string `json:"id"`
+		Event any    `json:"event"`
+	}{n.ID, httpapi.ToEventJSON(n.Event)})
 	if err != nil {
 		return fmt.Errorf("notify %s: %w", n.Kind, err)
 	}

@@ -43,18 +43,18 @@ func TestNotifyPutsOneEvent(t *testing.T) {
 		{
 			name: "task available after a timeout",
 			bus:  "checkout-bus",
-			notice: lease.Notice{Kind: lease.NoticeTaskAvailable, Event: lease.Event{
+			notice: lease.Notice{ID: "task-d4e5:31:TaskAvailable", Kind: lease.NoticeTaskAvailable, Event: lease.Event{
 				Type: lease.EventTimeout, TaskID: "task-d4e5", AgentID: "agent-a1b2", RunID: "run-7f3c",
 				Fence: 12, At: at, Held: &held, By: lease.BySystem,
 			}},
-			detail: `{"type":"timeout","task_id":"task-d4e5","agent_id":"agent-a1b2","run_id":"run-7f3c","fence":12,"at":"2026-03-20T14:35:00.123Z","held_seconds":1800,"by":"system","reason":""}`,
+			detail: `{"id":"task-d4e5:31:TaskAvailable","event":{"type":"timeout","task_id":"task-d4e5","agent_id":"agent-a1b2","run_id":"run-7f3c","fence":12,"at":"2026-03-20T14:35:00.123Z","held_seconds":1800,"by":"system","reason":""}}`,
 		},
 		{
 			name: "lease ended by completion, default bus",
-			notice: lease.Notice{Kind: lease.NoticeLeaseEnded, Event: lease.Event{
+			notice: lease.Notice{ID: "t1:2:LeaseEnded", Kind: lease.NoticeLeaseEnded, Event: lease.Event{
 				Type: lease.EventComplete, TaskID: "t1", AgentID: "a1", RunID: "r1", Fence: 1, At: at, By: "a1", Reason: "done",
 			}},
-			detail: `{"type":"complete","task_id":"t1","agent_id":"a1","run_id":"r1","fence":1,"at":"2026-03-20T14:35:00.123Z","held_seconds":0,"by":"a1","reason":"done"}`,
+			detail: `{"id":"t1:2:LeaseEnded","event":{"type":"complete","task_id":"t1","agent_id":"a1","run_id":"r1","fence":1,"at":"2026-03-20T14:35:00.123Z","held_seconds":0,"by":"a1","reason":"done"}}`,
 		},
 	}
 	for _, tt := range tests {

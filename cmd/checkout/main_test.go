@@ -164,6 +164,11 @@ type transcript struct {
 
 func (tr *transcript) run(as string, wantCode int, args ...string) result {
 	tr.t.Helper()
+	// What earlier commands caused (messages, archived events) is there
+	// before the next one runs.
+	if err := tr.e.srv.Drain(context.Background()); err != nil {
+		tr.t.Fatalf("drain the change stream: %v", err)
+	}
 	r := runCLI(tr.t, tr.e.srv.URL(), tr.e.keys[as], args...)
 	fmt.Fprintf(&tr.b, "$ checkout %s    # as %s\n%s", strings.Join(args, " "), as, r.stdout)
 	if r.stderr != "" {

@@ -24,10 +24,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
+
 	"github.com/checkout-dev/checkout/deploy"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/localstack"
+	"github.com/checkout-dev/checkout/stream"
 )
 
 var (
@@ -609,6 +612,23 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 		t.Fatalf("idle sweep %+v", swept)
 	}
 
+	// The stream function, handed the tasks table's changes as its event
+	// source mapping hands them: DynamoDB stream events, in batches.
+	arn, err := localstack.StreamARN(ctx, client, names.Table(schema.TasksTable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batches := 0
+	mapping := &stream.Poller{Streams: stream.NewLocalClient(endpoint), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
+		Handle: func(_ context.Context, ev events.DynamoDBEvent) error {
+			batches++
+			g.fns[deploy.Stream].invoke(t, marshal(t, ev))
+			return nil
+		}}
+	if n, err := mapping.Poll(ctx); err != nil || n == 0 || batches == 0 {
+		t.Fatalf("the stream function applied %d changes in %d batches: %v", n, batches, err)
+	}
+
 	// inbox: the watcher's message, deleted once.
 	inbox := expect(t, "inbox", g.call(t, "inbox.json", reviewer, nil), 200, "")
 	msgs := inbox.body["messages"].([]any)
@@ -624,8 +644,8 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 	expect(t, "delete message", g.call(t, "inbox-delete.json", reviewer, onMessage), 200, "")
 	expect(t, "delete it again", g.call(t, "inbox-delete.json", reviewer, onMessage), 404, "")
 
-	// The sweep's notices went to EventBridge, signed with the function's
-	// keys, through AWS_ENDPOINT_URL.
+	// The stream function's notices of the sweep's ending went to
+	// EventBridge, signed with the function's keys, through AWS_ENDPOINT_URL.
 	bus.mu.Lock()
 	var kinds []string
 	for _, e := range bus.entries {
@@ -643,7 +663,8 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 	// The metric lines of the real binaries.
 	for fn, want := range map[string]map[string]float64{
 		deploy.Checkouts:  {deploy.MetricCheckouts: 1, deploy.MetricConflicts: 1},
-		deploy.Sweeper:    {deploy.MetricSweepEnded: 1, deploy.MetricLeaseTimeouts: 1, deploy.MetricNoticesPublished: 2},
+		deploy.Sweeper:    {deploy.MetricSweepEnded: 1},
+		deploy.Stream:     {deploy.MetricLeaseTimeouts: 1, deploy.MetricNoticesPublished: 2},
 		deploy.Authorizer: {deploy.MetricUnauthorized: 3}, // two asked directly, one on the way to a route
 	} {
 		got := metricSums(g.fns[fn].out)

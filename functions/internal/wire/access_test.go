@@ -98,7 +98,7 @@ func (u *usage) check(t *testing.T) {
 	t.Helper()
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for _, fn := range []string{Agents, Tasks, Checkouts, Inbox, Authorizer, Sweeper} {
+	for _, fn := range []string{Agents, Tasks, Checkouts, Inbox, Authorizer, Sweeper, Stream} {
 		if len(u.calls[fn]) == 0 {
 			t.Errorf("function %s made no DynamoDB call: the script does not exercise it", fn)
 		}
@@ -131,7 +131,8 @@ func TestAccessCheckRefusesUngrantedCalls(t *testing.T) {
 		{Inbox, "Query tasks by_status", false},
 		{Tasks, "Query tasks by_status", true},
 		{Tasks, "Scan tasks", false},
-		{Sweeper, "BatchWriteItem events", true},
+		{Stream, "BatchWriteItem events", true},
+		{Sweeper, "BatchWriteItem events", false},
 	} {
 		if got := allowed(c.fn, c.call); got != c.ok {
 			t.Errorf("allowed(%s, %q) = %v, want %v", c.fn, c.call, got, c.ok)

@@ -119,7 +119,7 @@ func (n meteredNotifier) Notify(ctx context.Context, nt lease.Notice) error {
 		case lease.EventAgentDeath:
 			ms = append(ms, count(deploy.MetricAgentDeaths))
 		}
-		if n.function == Checkouts && (nt.Event.Type == lease.EventTimeout || nt.Event.Type == lease.EventAgentDeath) {
+		if nt.Takeover {
 			ms = append(ms, count(deploy.MetricTakeovers))
 		}
 	}

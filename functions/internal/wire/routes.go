@@ -13,6 +13,7 @@ const (
 	Inbox      = deploy.Inbox
 	Authorizer = deploy.Authorizer
 	Sweeper    = deploy.Sweeper
+	Stream     = deploy.Stream
 )
 
 // Route is one HTTP API route and the function that serves it.
