@@ -94,11 +94,11 @@ func (r *recorder) count(kind, taskID string) int {
 type env struct {
 	store  *lease.Store
 	poller *stream.Poller
-	clock *testclock.Clock
-	count *counter
-	notes *recorder
-	db    *dynamodb.Client
-	names schema.Names
+	clock  *testclock.Clock
+	count  *counter
+	notes  *recorder
+	db     *dynamodb.Client
+	names  schema.Names
 }
 
 var prefixSeq atomic.Int64

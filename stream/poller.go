@@ -174,8 +174,10 @@ func NewLocalClient(endpoint string) *dynamodbstreams.Client {
 // oldest record the stream holds.
 type MemoryCheckpoints struct{}
 
-func (MemoryCheckpoints) Load(context.Context) (map[string]string, error) { return map[string]string{}, nil }
-func (MemoryCheckpoints) Save(context.Context, string, string) error      { return nil }
+func (MemoryCheckpoints) Load(context.Context) (map[string]string, error) {
+	return map[string]string{}, nil
+}
+func (MemoryCheckpoints) Save(context.Context, string, string) error { return nil }
 
 // TableCheckpoints keep positions in one item of a DynamoDB table (key
 // attribute KeyName = Key), so that a poller restarted over the same data
