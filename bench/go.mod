@@ -13,6 +13,7 @@ require (
 )
 
 require (
+	github.com/aws/aws-lambda-go v1.55.1 // indirect
 	github.com/aws/aws-sdk-go-v2/credentials v1.21.0 // indirect
 	github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue v1.21.21 // indirect
 	github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression v1.10.9 // indirect

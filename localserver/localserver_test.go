@@ -341,7 +341,8 @@ func (p *countingProxy) count(op string) int {
 func TestUnknownKeysAreCached(t *testing.T) {
 	t.Parallel()
 	proxy := newCountingProxy(t, endpoint)
-	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: proxy.url, TablePrefix: prefix(), SweepInterval: -1})
+	// No sweep and no stream poller: only the requests' own look-ups count.
+	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: proxy.url, TablePrefix: prefix(), SweepInterval: -1, StreamPollInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
