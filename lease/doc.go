@@ -33,14 +33,21 @@
 //
 // # Access patterns: GetItem, conditional write or Query, never Scan
 //
-//	checkout, claim     UpdateItem on tasks (the decision) + BatchWriteItem (events);
-//	  takeover          one more UpdateItem, pinned to the ended lease
-//	  conflict          the failed UpdateItem returns the holder (ALL_OLD) + GetItem heartbeat
-//	renew, release,     GetItem own heartbeat (free while the alive cache holds it)
-//	  complete          + UpdateItem + BatchWriteItem (events, watchers' messages)
-//	  retried           the failed UpdateItem + GetItem of the ending's event
-//	force release       GetItem task + GetItem holder's heartbeat + UpdateItem + BatchWriteItem
-//	task, lock status   GetItem task + GetItem holder's heartbeat
+// One DynamoDB request per transition on the request path; what a
+// transition causes follows from the tasks table's change stream (see
+// "One write per transition").
+//
+//	checkout, claim     UpdateItem on tasks (the decision; it takes over an
+//	                    expired lease in the same write)
+//	  dead holder       + GetItem of its heartbeat (once: a death is
+//	                    remembered) + UpdateItem pinned to the ended lease
+//	  conflict          the failed UpdateItem, which returns the holder (ALL_OLD);
+//	                    its heartbeat comes from the alive cache once read
+//	renew, release,     UpdateItem, after the caller's heartbeat, which the alive
+//	  complete          cache holds for a second after any read or heartbeat
+//	  retried           the failed UpdateItem, which returns the ending it repeats
+//	force release       GetItem task + holder's heartbeat (cached) + UpdateItem
+//	task, lock status   GetItem task (+ holder's heartbeat, cached)
 //	list tasks          Query by_status + BatchGetItem of the tasks (+ holders' heartbeats)
 //	list checkouts      Query by_lease_expiry per shard, or by_holder, + BatchGetItem
 //	                    of the tasks (+ holders' heartbeats)
@@ -52,9 +59,13 @@
 //	heartbeat           UpdateItem (a second one when the agent returns from the dead)
 //	watch               UpdateItem (a second one to start a task's watch list)
 //	authenticate        GetItem of the key item "#key#<sha256(key)>"
-//	events, inbox       Query on the table's own key
+//	events, inbox       Query on the table's own key (+ GetItem of the task, for
+//	                    its latest events)
 //	sweep               Query by_lease_expiry and heartbeats by_expiry per shard,
-//	                    then UpdateItem + BatchWriteItem per lease it ends
+//	                    then UpdateItem per lease it ends
+//	stream function     per batch of changes: BatchWriteItem of the events (25 a
+//	                    request), a BatchGetItem of the watchers' heartbeats and
+//	                    a conditional PutItem per message, when a task is freed
 //
 // # No decision trusts an index read
 //
@@ -96,28 +107,32 @@
 // The grant is an UpdateItem whose condition reads like the rule:
 //
 //	the task exists
-//	AND no lease is on it
-//	AND status IN expected_statuses
+//	AND (no lease is on it AND status IN expected_statuses
+//	     OR the lease on it has expired, and todo is expected)
 //
-// and which sets the lease, status in_progress, fence = fence + 1,
-// lease_seq and started_at if it is not set yet. When the condition fails,
-// the item returned with the failure decides the answer, in API order: no
-// item is task_not_found; an unexpired lease whose holder is alive is the
-// caller's own (same agent and run id: the same checkout is returned,
-// idempotently) or a conflict naming the holder; an expired lease, or one
-// whose holder is dead, has ended whatever the sweep has done, and is taken
-// over by a second UpdateItem conditioned on that exact lease (holder,
-// fence, and eseq, so that not even a renewal can slip in between), which
-// sets the new lease and records the old one's end (end_*, timeout or
-// agent_death) in the same write; otherwise the status was not expected.
-// If the lease vanished between the write and the read, the write is simply
-// tried again. A free task costs one write; taking over an ended lease, two.
+// and which sets the lease, status in_progress, fence = fence + 1, eseq =
+// eseq + 2, lease_seq, last_op = checkout, started_at if it is not set yet,
+// and copies the lease it replaces, if any, into prev_* (SET prev_agent =
+// if_not_exists(holder, NULL) ...: DynamoDB evaluates every operand on the
+// item as it was). So a takeover of an expired lease is the checkout's own
+// write, and it records both events: the old lease's timeout and the new
+// checkout. When the condition fails, the item returned with the failure
+// decides the answer, in API order: no item is task_not_found; an
+// unexpired lease whose holder is alive is the caller's own (same agent
+// and run id: the same checkout is returned, idempotently) or a conflict
+// naming the holder; one whose holder is dead has ended whatever the sweep
+// has done, and is taken over by a second UpdateItem conditioned on that
+// exact lease (holder, fence, and eseq, so that not even a renewal can
+// slip in between), recorded as agent_death; otherwise the status was not
+// expected. If the lease vanished between the write and the read, the
+// write is simply tried again.
 //
 // Renew, release and complete condition on holder = caller, lease_expires >
-// now, and the run id and fence when the caller gives them. Release and the
-// sweep move the task back to todo and REMOVE its watch list in the same
-// write; ALL_OLD hands the writer that list, and only that writer sends the
-// messages, so each watcher is told once however many sweeps overlap.
+// now, locked_at > the caller's alive_since, and the run id and fence when
+// the caller gives them. Release and the sweep move the task back to todo
+// and REMOVE its watch list in the same write; the change stream's old image
+// hands the stream function that list, so each watcher is told once however
+// many sweeps overlap.
 //
 // # Fencing
 //
@@ -230,36 +245,53 @@
 // is a first attempt whose write is still in flight when its retry
 // arrives; a client retries only after its first attempt's answer is lost.
 //
-// # Audit events
+// # One write per transition
 //
-// Each transition's events go to the events table in the second request,
-// one BatchWriteItem, under keys (task_id, seq) where seq comes from the
-// task's eseq counter advanced by the deciding write. Only the deciding
-// writer records, so each ended lease has exactly one ending event, and a
-// rewrite of the same key is harmless.
+// Every write that moves a lease (checkout, takeover, renew, release,
+// force release, complete, timeout, agent death) is one conditional write
+// on the task item, and it records the transition on the item itself:
+// last_op and last_at say what it was, eseq is the seq of its latest
+// event, an ending moves the lease into end_* (SET end_agent = holder ...
+// REMOVE holder), and a checkout copies the lease it took over into prev_*.
+// From the item alone, latestEvents rebuilds that write's events: a
+// checkout (and the end of the lease it took over), a renewal, or an
+// ending. The item stays small and bounded: one lease, one last ending,
+// one replaced lease and at most MaxWatchers watchers, about 1 KB without
+// watchers, so a transition costs one write unit (two with a long watch
+// list) and a conflict's failed write the same.
 //
-// The deciding write does not wait on that batch, and the batch can be lost
-// (the process dies, or the network loses the write's answer and the SDK's
-// retry finds its own condition failed). So the task item carries what it
-// needs to rebuild the events that matter: lease_seq, the seq of the live
-// lease's checkout event, and the end_* attributes, which every ending write
-// fills by moving the lease out of the lease attributes (SET end_agent =
-// holder ... REMOVE holder) and recording how it ended. From the item,
-// Events rebuilds the live lease's checkout and the last lease's checkout
-// and ending, so the trail never misses them; and every ending write
-// archives the previous ending and its own lease's checkout again in its
-// batch, so the archive catches up before the item forgets. What is not
-// rebuilt: a renew event whose batch was lost.
+// The tasks table's stream (NEW_AND_OLD_IMAGES) carries every change, once
+// or more, in order per item, for 24 hours. The stream function
+// (ApplyChanges; functions/stream in AWS behind an event source mapping,
+// and the local server's poller locally, with the same handler) takes each
+// change whose eseq grew and:
+//
+//   - archives the write's events under (task_id, seq), so a replay rewrites
+//     the same items;
+//   - for an ending that frees the task (not a completion, not a takeover),
+//     writes a task_available message to each watcher in the old image,
+//     with an id derived from the freeing, and only if no message with that
+//     id exists: a message its agent has deleted is kept, marked, until its
+//     TTL, so a replay cannot bring it back;
+//   - publishes LeaseEnded (every ending) and TaskAvailable (every freeing)
+//     with a deterministic id, task:seq:kind, for consumers to drop repeats.
+//
+// A batch that fails (the bus is down, a write throttled) fails whole and is
+// delivered again; nothing it did is done twice in effect. So once a
+// transition's write has succeeded its consequences cannot be lost: not to a
+// lost answer (the SDK's retry fails its condition, but the write stands
+// and so do its events), not to a crash of the writer, not to a bus that is
+// down. Events reads the archive and merges in the item's latestEvents, so
+// a trail read while the archive write is in flight is whole. Watchers are
+// told within about a second: the local server polls every 200 ms; in AWS,
+// the stream's own delay.
 //
 // end_* also makes release and complete idempotent. A holder whose answer
 // was lost retries; the retry's condition fails because the lease has ended,
 // and when the item's last ending is that same holder's release (or
 // completion) of the lease the retry names by run id or fence, the retry is
-// answered as the first attempt was. If that ending's event is not in the
-// archive, the first attempt's batch was lost, and the retry records it and
-// tells the watchers (end_watchers); otherwise nothing is written again, so
-// no watcher is told twice. A request that names no lease is never taken for
-// a retry.
+// answered as the first attempt was, and nothing is written again. A
+// request that names no lease is never taken for a retry.
 //
 // # What the clock is trusted for
 //
