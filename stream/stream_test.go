@@ -1,0 +1,141 @@
+package stream
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/localstack"
+)
+
+var endpoint string
+
+func TestMain(m *testing.M) {
+	ep, stop := localstack.MustEndpoint()
+	endpoint = ep
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+// Every attribute type survives the trip the local poller makes (Streams
+// API record -> Lambda event -> the store's SDK form), and the Lambda
+// event's JSON, as the event source mapping delivers it, decodes the same.
+func TestImagesKeepEveryAttributeType(t *testing.T) {
+	t.Parallel()
+	record := streamtypes.Record{
+		EventID: aws.String("1"), EventName: streamtypes.OperationTypeModify,
+		Dynamodb: &streamtypes.StreamRecord{
+			SequenceNumber: aws.String("000001"),
+			NewImage: map[string]streamtypes.AttributeValue{
+				"s":    &streamtypes.AttributeValueMemberS{Value: "x"},
+				"n":    &streamtypes.AttributeValueMemberN{Value: "12"},
+				"b":    &streamtypes.AttributeValueMemberB{Value: []byte{1, 2}},
+				"bool": &streamtypes.AttributeValueMemberBOOL{Value: true},
+				"null": &streamtypes.AttributeValueMemberNULL{Value: true},
+				"ss":   &streamtypes.AttributeValueMemberSS{Value: []string{"a", "b"}},
+				"ns":   &streamtypes.AttributeValueMemberNS{Value: []string{"1", "2"}},
+				"bs":   &streamtypes.AttributeValueMemberBS{Value: [][]byte{{3}}},
+				"l":    &streamtypes.AttributeValueMemberL{Value: []streamtypes.AttributeValue{&streamtypes.AttributeValueMemberS{Value: "y"}}},
+				"m":    &streamtypes.AttributeValueMemberM{Value: map[string]streamtypes.AttributeValue{"k": &streamtypes.AttributeValueMemberN{Value: "3"}}},
+			},
+		},
+	}
+	want := map[string]ddb.AttributeValue{
+		"s":    &ddb.AttributeValueMemberS{Value: "x"},
+		"n":    &ddb.AttributeValueMemberN{Value: "12"},
+		"b":    &ddb.AttributeValueMemberB{Value: []byte{1, 2}},
+		"bool": &ddb.AttributeValueMemberBOOL{Value: true},
+		"null": &ddb.AttributeValueMemberNULL{Value: true},
+		"ss":   &ddb.AttributeValueMemberSS{Value: []string{"a", "b"}},
+		"ns":   &ddb.AttributeValueMemberNS{Value: []string{"1", "2"}},
+		"bs":   &ddb.AttributeValueMemberBS{Value: [][]byte{{3}}},
+		"l":    &ddb.AttributeValueMemberL{Value: []ddb.AttributeValue{&ddb.AttributeValueMemberS{Value: "y"}}},
+		"m":    &ddb.AttributeValueMemberM{Value: map[string]ddb.AttributeValue{"k": &ddb.AttributeValueMemberN{Value: "3"}}},
+	}
+	ev := eventRecord(record, "arn:stream")
+	got, err := image(ev.Change.NewImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("image after the poller's conversion\n got %#v\nwant %#v", got, want)
+	}
+	// Through JSON, as Lambda hands the function its event.
+	b, err := json.Marshal(events.DynamoDBEvent{Records: []events.DynamoDBEventRecord{ev}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back events.DynamoDBEvent
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := image(back.Records[0].Change.NewImage); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("image after JSON: %v\n got %#v", err, got)
+	}
+}
+
+// A poller restarted over the same checkpoints resumes after the last
+// record its handler applied, and a failed batch is handed over again.
+func TestPollerResumesFromItsCheckpoint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := lease.NewLocalClient(endpoint)
+	names := schema.Names{Prefix: "st" + strings.ToLower(rand.Text()[:10]) + "-"}
+	if err := lease.EnsureTables(ctx, db, names); err != nil {
+		t.Fatal(err)
+	}
+	store := lease.New(lease.Config{DB: db, Tables: names})
+	arn, err := localstack.StreamARN(ctx, db, names.Table(schema.TasksTable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := TableCheckpoints{DB: db, Table: names.Table(schema.AgentsTable), KeyName: "agent_id", Key: "#stream#test"}
+	var seen []string
+	fail := true
+	newPoller := func() *Poller {
+		return &Poller{Streams: NewLocalClient(endpoint), StreamARN: arn, Saved: saved,
+			Handle: func(_ context.Context, ev events.DynamoDBEvent) error {
+				if fail {
+					fail = false
+					return context.DeadlineExceeded
+				}
+				for _, r := range ev.Records {
+					seen = append(seen, r.Change.NewImage["task_id"].String())
+				}
+				return nil
+			}}
+	}
+	for _, id := range []string{"a", "b"} {
+		if _, err := store.CreateTask(ctx, lease.CreateTaskParams{TaskID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := newPoller()
+	if _, err := p.Poll(ctx); err == nil {
+		t.Fatal("a failed batch should fail the poll")
+	}
+	if n, err := p.Poll(ctx); err != nil || n != 2 {
+		t.Fatalf("poll after the failure: %d %v", n, err)
+	}
+	if _, err := store.CreateTask(ctx, lease.CreateTaskParams{TaskID: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := newPoller().Poll(ctx); err != nil || n != 1 {
+		t.Fatalf("a new poller over the same checkpoints: %d %v, want the one new change", n, err)
+	}
+	if !reflect.DeepEqual(seen, []string{"a", "b", "c"}) {
+		t.Fatalf("changes handled %v, want a, b, c once each", seen)
+	}
+}
