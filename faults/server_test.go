@@ -144,9 +144,20 @@ func TestServerKill(t *testing.T) {
 		}
 		clients[i] = &apiClient{base: admin.base, key: reg.APIKey, hc: hc}
 	}
+	// A watcher on every task: each task's first freeing tells it once.
+	var wreg struct {
+		APIKey string `json:"api_key"`
+	}
+	if code, err := admin.call("POST", "/api/agents", map[string]any{"name": "watcher", "agent_id": "watcher"}, &wreg); err != nil || code != 201 {
+		t.Fatalf("register the watcher: %d %v", code, err)
+	}
+	watcher := &apiClient{base: admin.base, key: wreg.APIKey, hc: hc}
 	for i := range tasks {
 		if code, err := admin.call("POST", "/api/tasks", map[string]any{"task_id": fmt.Sprintf("task-%d", i)}, nil); err != nil || code != 201 {
 			t.Fatalf("create task: %d %v", code, err)
+		}
+		if code, err := watcher.call("POST", fmt.Sprintf("/api/tasks/task-%d/watch", i), nil, nil); err != nil || code != 200 {
+			t.Fatalf("watch task: %d %v", code, err)
 		}
 	}
 
@@ -242,5 +253,75 @@ func TestServerKill(t *testing.T) {
 	if len(helds) == 0 {
 		t.Fatal("nobody ever held a task")
 	}
-	t.Logf("%d leases held across the kill; %d releases answered after their answer was lost", len(helds), lostAnswers.Load())
+	// Every transition's consequences survive the kill: the restarted
+	// server's stream poller resumes from its checkpoint, so every grant
+	// has one checkout event, every ended lease one ending event, and the
+	// watcher one message per task.
+	type trail struct {
+		Events []struct {
+			Type  string `json:"type"`
+			Fence int64  `json:"fence"`
+		} `json:"events"`
+	}
+	var problems []string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		problems = nil
+		for i := range tasks {
+			task := fmt.Sprintf("task-%d", i)
+			var tr trail
+			var st struct {
+				Checkout *struct {
+					Fence int64 `json:"fence"`
+				} `json:"checkout"`
+			}
+			if code, err := admin.call("GET", "/api/tasks/"+task+"/events", nil, &tr); err != nil || code != 200 {
+				t.Fatalf("events of %s: %d %v", task, code, err)
+			}
+			if code, err := admin.call("GET", "/api/tasks/"+task, nil, &st); err != nil || code != 200 {
+				t.Fatalf("task %s: %d %v", task, code, err)
+			}
+			checkouts, endings := map[int64]int{}, map[int64]int{}
+			var top int64
+			for _, e := range tr.Events {
+				if e.Type == "checkout" {
+					checkouts[e.Fence]++
+				} else if e.Type != "renew" {
+					endings[e.Fence]++
+				}
+				top = max(top, e.Fence)
+			}
+			for f := int64(1); f <= top; f++ {
+				live := st.Checkout != nil && st.Checkout.Fence == f
+				if checkouts[f] != 1 || endings[f] > 1 || endings[f] == 0 && !live {
+					problems = append(problems, fmt.Sprintf("%s fence %d: %d checkout and %d ending events", task, f, checkouts[f], endings[f]))
+				}
+			}
+		}
+		var inbox struct {
+			Messages []struct {
+				TaskID string `json:"task_id"`
+			} `json:"messages"`
+		}
+		if code, err := watcher.call("GET", "/api/inbox", nil, &inbox); err != nil || code != 200 {
+			t.Fatalf("inbox: %d %v", code, err)
+		}
+		told := map[string]int{}
+		for _, m := range inbox.Messages {
+			told[m.TaskID]++
+		}
+		for i := range tasks {
+			if n := told[fmt.Sprintf("task-%d", i)]; n != 1 {
+				problems = append(problems, fmt.Sprintf("watcher told %d times about task-%d", n, i))
+			}
+		}
+		if len(problems) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+	t.Logf("%d leases held across the kill, every one with its events, the watcher told once per task; %d releases answered after their answer was lost", len(helds), lostAnswers.Load())
 }
