@@ -113,6 +113,12 @@ func (p *Poller) pollShard(ctx context.Context, shard string) (int, error) {
 		}
 		p.pos[shard] = last
 		n += len(out.Records)
+		if len(out.Records) < BatchSize {
+			// Caught up with what the shard held when it was read: what
+			// arrives meanwhile waits for the next poll, in one batch,
+			// rather than being handed over a record at a time.
+			return n, nil
+		}
 		iter = out.NextShardIterator
 	}
 	return n, nil
