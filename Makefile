@@ -49,7 +49,7 @@ chromium:
 		echo "no browser at $(CHROMIUM): install Debian's chromium (apt-get install chromium) for the browser test"; \
 	fi
 
-test: deps ## Vet, then run all tests (Go with the race detector, then the dashboard in headless chromium) against one local DynamoDB
+test: deps lint ## Lint, then run all tests (Go with the race detector, then the dashboard in headless chromium) against one local DynamoDB
 	$(GO) vet $(GO_PACKAGES)
 	$(DYNAMO) $(GO) test $(GO_TEST_FLAGS) $(GO_PACKAGES)
 	cd infra && $(GO) vet ./... && $(GO) test -count=1 ./...
@@ -63,11 +63,18 @@ test-browser: $(NODE_DEPS) $(BROWSER_DEPS) chromium ## Run only the dashboard's 
 screenshot: $(NODE_DEPS) $(BROWSER_DEPS) chromium ## Run the browser test and refresh the README's docs/dashboard.png
 	CHECKOUT_UPDATE_SCREENSHOT=1 $(DYNAMO) $(BROWSER_TEST)
 
-lint: ## Check gofmt and go vet (and staticcheck when it is installed)
+# The linters are pinned in internal/tools (a module of their own, so they
+# stay out of the product's go.mod); .golangci.yaml lists what runs and why.
+LINT_TOOL := $(GO) tool -modfile=$(CURDIR)/internal/tools/go.mod
+
+lint: ## gofmt, go vet, golangci-lint and staticcheck on the product, infra/ and bench/
 	@unformatted=$$(find . \( -name node_modules -o -name cdk.out -o -name .git \) -prune -o -name '*.go' -print | xargs gofmt -l); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -w needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(GO_PACKAGES)
-	@if command -v staticcheck >/dev/null; then staticcheck $(GO_PACKAGES); else echo "staticcheck not installed: skipped"; fi
+	$(LINT_TOOL) golangci-lint run $(GO_PACKAGES)
+	$(LINT_TOOL) staticcheck $(GO_PACKAGES)
+	cd infra && $(LINT_TOOL) golangci-lint run ./...
+	cd bench && $(LINT_TOOL) golangci-lint run ./...
 
 clean: ## Remove build output and installed node modules (local data in .dynalite/ is kept)
 	rm -rf bin dist $(LOCALSTACK)/node_modules $(BROWSER_DIR)/node_modules $(BROWSER_DIR)/out

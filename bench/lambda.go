@@ -55,7 +55,7 @@ func goBuild(ctx context.Context, root, goos, goarch, out, pkg string) error {
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH="+goarch, "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s (%s/%s): %v\n%s", pkg, goos, goarch, err, b)
+		return fmt.Errorf("go build %s (%s/%s): %w\n%s", pkg, goos, goarch, err, b)
 	}
 	return nil
 }
@@ -95,7 +95,7 @@ func MeasureLambdas(ctx context.Context, root string, runs int) ([]Lambda, error
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // a temporary directory
 	var out []Lambda
 	for _, name := range names {
 		pkg := "./functions/" + name
@@ -192,7 +192,7 @@ func startOnce(ctx context.Context, bin string, event []byte) (init, first time.
 	mux.HandleFunc("POST /2018-06-01/runtime/init/error", answer("init error"))
 	srv := &http.Server{Handler: mux}
 	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	defer func() { _ = srv.Close() }()
 
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -214,13 +214,13 @@ func startOnce(ctx context.Context, bin string, event []byte) (init, first time.
 	go func() { exited <- cmd.Wait() }()
 	defer func() {
 		_ = cmd.Process.Kill()
-		<-exited
+		<-exited //nolint:errcheck // the exit status of a process killed on purpose says nothing
 	}()
 	select {
 	case t := <-nextSeen:
 		init = t.Sub(start)
 	case err := <-exited:
-		return 0, 0, "", fmt.Errorf("exited before asking for an event: %v: %s", err, strings.TrimSpace(stderr.String()))
+		return 0, 0, "", fmt.Errorf("exited before asking for an event: %w: %s", err, strings.TrimSpace(stderr.String()))
 	case <-cctx.Done():
 		return 0, 0, "", fmt.Errorf("no /next call within 30s")
 	}
@@ -228,7 +228,7 @@ func startOnce(ctx context.Context, bin string, event []byte) (init, first time.
 	case outcome = <-answered:
 		first = time.Since(start)
 	case err := <-exited:
-		return 0, 0, "", fmt.Errorf("exited before answering: %v: %s", err, strings.TrimSpace(stderr.String()))
+		return 0, 0, "", fmt.Errorf("exited before answering: %w: %s", err, strings.TrimSpace(stderr.String()))
 	case <-cctx.Done():
 		return 0, 0, "", fmt.Errorf("no answer within 30s")
 	}

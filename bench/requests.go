@@ -75,12 +75,12 @@ func Requests(ctx context.Context, endpoint string) ([]OpCost, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer holder.Close()
+	defer func() { _ = holder.Close() }()
 	other, err := p.NewClient(2, time.Minute, 0)
 	if err != nil {
 		return nil, err
 	}
-	defer other.Close()
+	defer func() { _ = other.Close() }()
 
 	var held lease.Checkout
 	coOps, coDDB, err := ours("checkout", func() error {
@@ -107,7 +107,7 @@ func Requests(ctx context.Context, endpoint string) ([]OpCost, error) {
 		if errors.Is(err, lease.ErrCheckedOut) {
 			return nil
 		}
-		return fmt.Errorf("want conflict, got %v", err)
+		return fmt.Errorf("want conflict, got %w", err)
 	})
 	if err != nil {
 		return nil, err
@@ -118,7 +118,7 @@ func Requests(ctx context.Context, endpoint string) ([]OpCost, error) {
 		if errors.As(err, &ng) {
 			return nil
 		}
-		return fmt.Errorf("want not granted, got %v", err)
+		return fmt.Errorf("want not granted, got %w", err)
 	})
 	if err != nil {
 		return nil, err

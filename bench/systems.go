@@ -120,7 +120,7 @@ func NewPeer(ctx context.Context, endpoint string, leaseDuration time.Duration) 
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	if _, err := c.CreateTableWithContext(ctx, p.Table); err != nil {
 		return nil, fmt.Errorf("dynamolock create table: %w", err)
 	}

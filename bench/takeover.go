@@ -22,7 +22,7 @@ type Takeover struct {
 // pollEvery is how often the waiting agent tries again, for both systems.
 const pollEvery = 50 * time.Millisecond
 
-// OursTakeover: the holder sends a heartbeat with ttl, checks out with a long
+// OursTakeover measures this project's takeover: the holder sends a heartbeat with ttl, checks out with a long
 // timeout and dies at once. The waiter, arriving at the death, tries to check
 // out every pollEvery; it gets the task at the first try after the ttl.
 //
@@ -73,7 +73,7 @@ func OursTakeover(ctx context.Context, endpoint string, ttl, arrive time.Duratio
 	}, nil
 }
 
-// PeerTakeover: the holder acquires with leaseDuration and dies at once (no
+// PeerTakeover measures dynamolock's takeover: the holder acquires with leaseDuration and dies at once (no
 // heartbeat after the acquire). The waiter calls AcquireLock, which reads
 // the lock, then waits a whole lease for its version to stay unchanged.
 func PeerTakeover(ctx context.Context, endpoint string, leaseDuration, arrive time.Duration) (Takeover, error) {
@@ -94,7 +94,7 @@ func PeerTakeover(ctx context.Context, endpoint string, leaseDuration, arrive ti
 	if err != nil {
 		return Takeover{}, err
 	}
-	defer successor.Close()
+	defer func() { _ = successor.Close() }()
 	time.Sleep(time.Until(died.Add(arrive)))
 	if _, err := successor.AcquireLockWithContext(ctx, "job",
 		dynamolock.WithRefreshPeriod(pollEvery),

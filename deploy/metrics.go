@@ -39,9 +39,9 @@ const (
 	// milliseconds. Both are written once per run.
 	MetricSweepEnded    = "SweepEnded"
 	MetricSweepDuration = "SweepDuration"
-	// MetricApiThrottled: 429 answers of the API stage, counted from its
+	// MetricAPIThrottled: 429 answers of the API stage, counted from its
 	// access log (API Gateway has no metric of its own for them).
-	MetricApiThrottled = "ApiThrottledRequests"
+	MetricAPIThrottled = "ApiThrottledRequests"
 )
 
 // Metrics lists every metric the functions write, for the dashboard and the

@@ -5,11 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -141,30 +139,6 @@ func drain(t *testing.T, ep string, names schema.Names, ns lease.Notifier) int {
 	}
 }
 
-// auditLog counts the store's "audit write failed" reports.
-type auditLog struct {
-	mu     sync.Mutex
-	failed int
-}
-
-func (a *auditLog) Enabled(context.Context, slog.Level) bool { return true }
-func (a *auditLog) Handle(_ context.Context, r slog.Record) error {
-	if strings.HasPrefix(r.Message, "audit write failed") {
-		a.mu.Lock()
-		a.failed++
-		a.mu.Unlock()
-	}
-	return nil
-}
-func (a *auditLog) WithAttrs([]slog.Attr) slog.Handler { return a }
-func (a *auditLog) WithGroup(string) slog.Handler      { return a }
-
-func (a *auditLog) failures() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.failed
-}
-
 func mustTables(t *testing.T, names schema.Names) *dynamodb.Client {
 	t.Helper()
 	db := lease.NewLocalClient(endpoint)
@@ -173,5 +147,3 @@ func mustTables(t *testing.T, names schema.Names) *dynamodb.Client {
 	}
 	return db
 }
-
-func slogger(h slog.Handler) *slog.Logger { return slog.New(h) }

@@ -2,6 +2,7 @@ package faults_test
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"testing"
@@ -114,7 +115,7 @@ func TestProxyFaults(t *testing.T) {
 	var one [1]byte
 	if _, err := c.Read(one[:]); err == nil {
 		t.Fatal("blackhole answered")
-	} else if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+	} else if ne := net.Error(nil); !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("blackhole: %v, want a timeout", err)
 	}
 	c.Close()

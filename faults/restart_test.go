@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -37,8 +38,8 @@ func TestDynaliteRestart(t *testing.T) {
 	if err := lease.EnsureTables(ctx, lease.NewLocalClient(d.Endpoint), names); err != nil {
 		t.Fatal(err)
 	}
-	al, ls := &auditLog{}, &lost{}
-	s := lease.New(lease.Config{DB: faultyClient(d.Endpoint, ls), Tables: names, Notifier: &notices{}, Logger: slogger(al)})
+	ls := &lost{}
+	s := lease.New(lease.Config{DB: faultyClient(d.Endpoint, ls), Tables: names, Notifier: &notices{}, Logger: slog.New(slog.DiscardHandler)})
 
 	agents, rounds := 6, 12
 	if chaos() {

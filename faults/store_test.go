@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/url"
 	"sort"
@@ -245,7 +246,7 @@ func audit(t *testing.T, s *lease.Store, tasks []string, grants []grant, ns *not
 	return missingEnds, missingCheckouts
 }
 
-func faultEnv(t *testing.T, pol faults.Policy) (*lease.Store, *faults.Proxy, *notices, *auditLog, *lost, []string, schema.Names) {
+func faultEnv(t *testing.T, pol faults.Policy) (*lease.Store, *faults.Proxy, *notices, *lost, []string, schema.Names) {
 	t.Helper()
 	names := prefix()
 	mustTables(t, names)
@@ -258,8 +259,8 @@ func faultEnv(t *testing.T, pol faults.Policy) (*lease.Store, *faults.Proxy, *no
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	ns, al, ls := &notices{}, &auditLog{}, &lost{}
-	s := lease.New(lease.Config{DB: faultyClient(p.URL(), ls), Tables: names, Notifier: ns, Logger: slogger(al)})
+	ns, ls := &notices{}, &lost{}
+	s := lease.New(lease.Config{DB: faultyClient(p.URL(), ls), Tables: names, Notifier: ns, Logger: slog.New(slog.DiscardHandler)})
 	w := faultWorkload()
 	tasks := make([]string, w.tasks)
 	for i := range tasks {
@@ -275,7 +276,7 @@ func faultEnv(t *testing.T, pol faults.Policy) (*lease.Store, *faults.Proxy, *no
 		}
 	}
 	p.SetPolicy(pol)
-	return s, p, ns, al, ls, tasks, names
+	return s, p, ns, ls, tasks, names
 }
 
 func faultWorkload() workload {
@@ -306,7 +307,7 @@ func TestFaultsBeforeTheServer(t *testing.T) {
 		}
 		return random(n)
 	}
-	s, p, ns, _, ls, tasks, names := faultEnv(t, pol)
+	s, p, ns, ls, tasks, names := faultEnv(t, pol)
 	grants, anomalies := runWorkload(t, s, faultWorkload(), tasks)
 	p.SetPolicy(faults.None)
 	logCounts(t, p)
@@ -337,7 +338,7 @@ func TestFaultsBeforeTheServer(t *testing.T) {
 func TestFaultsAfterTheServer(t *testing.T) {
 	t.Parallel()
 	pol := faults.Random(23, []faults.Kind{faults.CutResponse, faults.Refuse}, []float64{0.15, 0.05}, 50*time.Millisecond, 300)
-	s, p, ns, _, ls, tasks, names := faultEnv(t, pol)
+	s, p, ns, ls, tasks, names := faultEnv(t, pol)
 	grants, anomalies := runWorkload(t, s, faultWorkload(), tasks)
 	p.SetPolicy(faults.None)
 	logCounts(t, p)

@@ -240,7 +240,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	defer func() {
 		if v := recover(); v != nil {
-			if v == http.ErrAbortHandler {
+			if err, ok := v.(error); ok && errors.Is(err, http.ErrAbortHandler) {
 				panic(v)
 			}
 			st.err = fmt.Errorf("panic: %v\n%s", v, debug.Stack())

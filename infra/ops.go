@@ -22,9 +22,9 @@ import (
 // Alarm ids. Each alarm is named <tablePrefix><name>, with name the id in
 // kebab case (see AlarmName); DEPLOY.md says what each means and what to do.
 const (
-	AlarmApi5xx              = "Api5xx"
-	AlarmApiLatency          = "ApiLatencyP99"
-	AlarmApiThrottled        = "ApiThrottled"
+	AlarmAPI5xx              = "Api5xx"
+	AlarmAPILatency          = "ApiLatencyP99"
+	AlarmAPIThrottled        = "ApiThrottled"
 	AlarmLambdaThrottles     = "LambdaThrottles"
 	AlarmSweeperErrors       = "SweeperErrors"
 	AlarmSweepRuleFailed     = "SweepRuleFailedInvocations"
@@ -168,9 +168,9 @@ func (s *CheckoutStack) operations(cfg Config, accessLogs awslogs.LogGroup) {
 	}
 
 	// The API.
-	add(alarmSpec{id: AlarmApi5xx, desc: "The HTTP API answered 5xx: every 5xx is a bug, a function that failed, or DynamoDB unreachable (503).",
+	add(alarmSpec{id: AlarmAPI5xx, desc: "The HTTP API answered 5xx: every 5xx is a bug, a function that failed, or DynamoDB unreachable (503).",
 		metric: s.API.MetricServerError(sum), threshold: 1})
-	add(alarmSpec{id: AlarmApiLatency, desc: fmt.Sprintf("The HTTP API's p99 latency stayed above %.0f ms for 15 minutes.", cfg.LatencyAlarmMs),
+	add(alarmSpec{id: AlarmAPILatency, desc: fmt.Sprintf("The HTTP API's p99 latency stayed above %.0f ms for 15 minutes.", cfg.LatencyAlarmMs),
 		metric:    s.API.MetricLatency(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("p99")}),
 		threshold: cfg.LatencyAlarmMs, periods: 3, outOf: 3, compare: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD})
 	// API Gateway has no metric of its own for throttled requests (they are
@@ -184,7 +184,7 @@ func (s *CheckoutStack) operations(cfg Config, accessLogs awslogs.LogGroup) {
 		MetricValue:     jsii.String("1"),
 		Dimensions:      &map[string]*string{deploy.DimensionDeployment: jsii.String("$.deployment")},
 	})
-	add(alarmSpec{id: AlarmApiThrottled, desc: "The HTTP API stage or a route limit throttled requests (429); raise throttleRate/throttleBurst (or the route limits) if this is legitimate load.",
+	add(alarmSpec{id: AlarmAPIThrottled, desc: "The HTTP API stage or a route limit throttled requests (429); raise throttleRate/throttleBurst (or the route limits) if this is legitimate load.",
 		metric: custom(MetricThrottled, "Sum"), threshold: 1})
 
 	// Lambda concurrency throttles of any function (reserved concurrency

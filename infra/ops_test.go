@@ -13,7 +13,7 @@ import (
 
 // alarmIDs is every alarm the stack must have.
 func alarmIDs() []string {
-	ids := []string{AlarmApi5xx, AlarmApiLatency, AlarmApiThrottled, AlarmLambdaThrottles,
+	ids := []string{AlarmAPI5xx, AlarmAPILatency, AlarmAPIThrottled, AlarmLambdaThrottles,
 		AlarmSweeperErrors, AlarmSweepRuleFailed, AlarmSweepDeadLetters, AlarmNoticesFailed,
 		AlarmStreamIteratorAge, AlarmStreamErrors, AlarmStreamDeadLetters}
 	for _, t := range schema.Tables() {
@@ -98,15 +98,15 @@ func TestAlarms(t *testing.T) {
 		return false
 	}
 	apiID := s.id(s.stack.API)
-	if p := alarm(AlarmApi5xx); p["Namespace"] != "AWS/ApiGateway" || p["MetricName"] != "5xx" || !dim(p, "ApiId", "ref:"+apiID) ||
+	if p := alarm(AlarmAPI5xx); p["Namespace"] != "AWS/ApiGateway" || p["MetricName"] != "5xx" || !dim(p, "ApiId", "ref:"+apiID) ||
 		p["Threshold"] != float64(1) || p["Statistic"] != "Sum" {
 		t.Errorf("5xx alarm %v", p)
 	}
-	if p := alarm(AlarmApiLatency); p["MetricName"] != "Latency" || p["ExtendedStatistic"] != "p99" || p["Threshold"] != float64(1000) ||
+	if p := alarm(AlarmAPILatency); p["MetricName"] != "Latency" || p["ExtendedStatistic"] != "p99" || p["Threshold"] != float64(1000) ||
 		p["EvaluationPeriods"] != float64(3) || p["DatapointsToAlarm"] != float64(3) || p["ComparisonOperator"] != "GreaterThanThreshold" {
 		t.Errorf("latency alarm %v", p)
 	}
-	for id, metric := range map[string]string{AlarmApiThrottled: deploy.MetricApiThrottled, AlarmNoticesFailed: deploy.MetricNoticesFailed} {
+	for id, metric := range map[string]string{AlarmAPIThrottled: deploy.MetricAPIThrottled, AlarmNoticesFailed: deploy.MetricNoticesFailed} {
 		if p := alarm(id); p["Namespace"] != deploy.MetricNamespace || p["MetricName"] != metric || !dim(p, deploy.DimensionDeployment, "checkout-") {
 			t.Errorf("%s alarm %v", id, p)
 		}
@@ -241,7 +241,7 @@ func TestDashboardShowsAlarmsAndEveryMetric(t *testing.T) {
 			t.Errorf("dashboard name %v", p["DashboardName"])
 		}
 		body := s.render(p["DashboardBody"])
-		for _, m := range append(deploy.Metrics, deploy.MetricApiThrottled) {
+		for _, m := range append(deploy.Metrics, deploy.MetricAPIThrottled) {
 			if !strings.Contains(body, `"`+m+`"`) {
 				t.Errorf("the dashboard does not show %s", m)
 			}
@@ -264,7 +264,7 @@ func TestDashboardShowsAlarmsAndEveryMetric(t *testing.T) {
 
 func TestNamesOfAlarmsAndDashboard(t *testing.T) {
 	for id, want := range map[string]string{
-		AlarmApi5xx: "p-api5xx", AlarmApiLatency: "p-api-latency-p99", AlarmSweepRuleFailed: "p-sweep-rule-failed-invocations",
+		AlarmAPI5xx: "p-api5xx", AlarmAPILatency: "p-api-latency-p99", AlarmSweepRuleFailed: "p-sweep-rule-failed-invocations",
 	} {
 		if got := AlarmName("p-", id); got != want {
 			t.Errorf("AlarmName(%s) = %q, want %q", id, got, want)

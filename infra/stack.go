@@ -37,7 +37,7 @@ const (
 // The service's metrics (see deploy/metrics.go), and the authorizer's cache.
 const (
 	MetricNamespace     = deploy.MetricNamespace
-	MetricThrottled     = deploy.MetricApiThrottled
+	MetricThrottled     = deploy.MetricAPIThrottled
 	authorizerCacheSecs = 30
 )
 

@@ -88,9 +88,11 @@ func endUpdate(e ending, now time.Time) expression.UpdateBuilder {
 	return clearLease(u).Remove(expression.Name("watchers")).Remove(expression.Name("lease_seq"))
 }
 
-// afterEnd is the item as endUpdate leaves old.
-func (old *taskItem) afterEnd(e ending, now time.Time) *taskItem {
-	t := *old
+// afterEnd is the item as endUpdate leaves this one.
+func (t *taskItem) afterEnd(e ending, now time.Time) *taskItem {
+	old := t
+	after := *old
+	t = &after
 	t.Status = e.status
 	t.ESeq = old.ESeq + 1
 	t.LastOp, t.LastAt = e.typ, ms(now)
@@ -104,7 +106,7 @@ func (old *taskItem) afterEnd(e ending, now time.Time) *taskItem {
 	}
 	t.Holder, t.HolderName, t.RunID, t.LockedAt, t.LeaseExpires, t.TimeoutMS, t.Reason, t.LeaseShard = "", "", "", 0, 0, 0, "", ""
 	t.Watchers, t.LeaseSeq = nil, 0
-	return &t
+	return t
 }
 
 // heldMS is how long a lease locked at locked and ending by typ at `at` was

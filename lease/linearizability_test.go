@@ -436,7 +436,7 @@ func linearizability(t *testing.T, heartbeats bool) {
 					out, ok := outcome(in.Op, res, err)
 					if !ok {
 						mu.Lock()
-						failed = fmt.Errorf("%+v: %v", in, err)
+						failed = fmt.Errorf("%+v: %w", in, err)
 						mu.Unlock()
 						return
 					}
@@ -455,7 +455,7 @@ func linearizability(t *testing.T, heartbeats bool) {
 				call := stamp()
 				if _, err := e.store.Sweep(c); err != nil {
 					mu.Lock()
-					failed = fmt.Errorf("sweep: %v", err)
+					failed = fmt.Errorf("sweep: %w", err)
 					mu.Unlock()
 					return
 				}

@@ -241,14 +241,14 @@ func (d *Dynalite) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-d.done:
-			return fmt.Errorf("localstack: %w (%v): %s", errExited, d.waitErr, d.out.String())
+			return fmt.Errorf("localstack: %w (%w): %s", errExited, d.waitErr, d.out.String())
 		default:
 		}
 		select {
 		case <-d.done: // exit wins over a deadline that fired at the same moment
-			return fmt.Errorf("localstack: %w (%v): %s", errExited, d.waitErr, d.out.String())
+			return fmt.Errorf("localstack: %w (%w): %s", errExited, d.waitErr, d.out.String())
 		case <-ctx.Done():
-			return fmt.Errorf("localstack: dynalite at %s not ready: %w (last: %v): %s", d.Endpoint, ctx.Err(), err, d.out.String())
+			return fmt.Errorf("localstack: dynalite at %s not ready: %w (last: %w): %s", d.Endpoint, ctx.Err(), err, d.out.String())
 		case <-tick.C:
 		}
 	}
@@ -305,7 +305,7 @@ func (d *Dynalite) Stop() error {
 		case <-d.done:
 			// Exited on its own before Stop: report why.
 			if d.waitErr != nil {
-				d.stopErr = fmt.Errorf("localstack: dynalite had exited: %v: %s", d.waitErr, d.out.String())
+				d.stopErr = fmt.Errorf("localstack: dynalite had exited: %w: %s", d.waitErr, d.out.String())
 			}
 			return
 		default:

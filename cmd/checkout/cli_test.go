@@ -121,8 +121,8 @@ func TestReservedAndNearMissWordsAreNeverTasks(t *testing.T) {
 		{[]string{"LIST"}, 2, "did you mean list?"},
 		{[]string{"relase", "task-1"}, 2, ""},
 		{[]string{"statsu"}, 2, "did you mean status?"},
-		{[]string{"verison"}, 2, "did you mean version?"},
-		{[]string{"compleet"}, 2, "did you mean complete?"},
+		{[]string{"verison"}, 2, "did you mean version?"},   //nolint:misspell // the typo is the test
+		{[]string{"compleet"}, 2, "did you mean complete?"}, //nolint:misspell // the typo is the test
 	} {
 		r := runCLI(t, url, key, tc.args...)
 		if r.code != tc.code || !strings.Contains(r.stdout+r.stderr, tc.out) {
@@ -130,7 +130,7 @@ func TestReservedAndNearMissWordsAreNeverTasks(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	for _, id := range []string{"lsit", "LIST", "statsu", "verison", "version", "config", "help", "completion"} {
+	for _, id := range []string{"lsit", "LIST", "statsu", "verison", "version", "config", "help", "completion"} { //nolint:misspell // typos are the test
 		if _, err := e.admin.GetTask(ctx, id); err == nil {
 			t.Errorf("task %q was created", id)
 		}

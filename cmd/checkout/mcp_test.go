@@ -301,14 +301,14 @@ func TestMCPRestartAndAdopt(t *testing.T) {
 	if _, out = second.call("task_status", map[string]any{"task_id": "task-1"}); out["held_by_this_session"] != true {
 		t.Fatalf("status after adopting: %v", out)
 	}
-	if res, out = second.call("renew_task", map[string]any{"task_id": "task-1"}); res.IsError {
+	if res, _ = second.call("renew_task", map[string]any{"task_id": "task-1"}); res.IsError {
 		t.Fatalf("renew the adopted lease: %s", textOf(res))
 	}
 	if res, out = second.call("complete_task", map[string]any{"task_id": "task-1"}); res.IsError || out["task"].(map[string]any)["status"] != "done" {
 		t.Fatalf("complete the adopted lease: %s %v", textOf(res), out)
 	}
 	// The other lease is adopted by its fence alone.
-	res, out = second.call("task_status", map[string]any{"task_id": "task-2"})
+	_, out = second.call("task_status", map[string]any{"task_id": "task-2"})
 	f2 := out["checkout"].(map[string]any)["fence"]
 	if res, out = second.call("release_task", map[string]any{"task_id": "task-2", "fence": f2}); res.IsError {
 		t.Fatalf("release by fence: %s %v", textOf(res), out)
@@ -355,7 +355,7 @@ func TestMCPWatchReleaseReadInbox(t *testing.T) {
 	if len(msgs) != 2 {
 		t.Fatalf("inbox after the releases: %v", msgs)
 	}
-	res, out := researcher.call("read_inbox", map[string]any{"limit": 1})
+	_, out := researcher.call("read_inbox", map[string]any{"limit": 1})
 	if len(out["messages"].([]any)) != 1 || out["truncated"] != true || out["total"] != 2.0 {
 		t.Fatalf("inbox with a limit: %v", out)
 	}
@@ -363,7 +363,8 @@ func TestMCPWatchReleaseReadInbox(t *testing.T) {
 	if m["task_id"] != "task-1" || m["type"] != "task_available" {
 		t.Fatalf("message %v", m)
 	}
-	if res, out = researcher.call("checkout_task", map[string]any{"task_id": "task-1"}); out["acquired"] != true {
+	res, out := researcher.call("checkout_task", map[string]any{"task_id": "task-1"})
+	if out["acquired"] != true {
 		t.Fatalf("checkout after the message: %s", textOf(res))
 	}
 	if res, _ = researcher.call("ack_message", map[string]any{"message_id": m["message_id"]}); res.IsError {

@@ -68,7 +68,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer d.Stop()
+	defer func() { _ = d.Stop() }() // it is going away either way
 
 	fmt.Println(d.Endpoint)
 	if *endpointFile != "" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"time"
 
@@ -155,9 +156,9 @@ func meterHTTP(m *Metrics, next func(context.Context, events.APIGatewayV2HTTPReq
 		}
 		var ms []Metric
 		switch {
-		case (route == routeCheckout || route == routeClaim) && resp.StatusCode == 200:
+		case (route == routeCheckout || route == routeClaim) && resp.StatusCode == http.StatusOK:
 			ms = append(ms, count(deploy.MetricCheckouts))
-		case route == routeCheckout && resp.StatusCode == 409 && errorCode(resp.Body) == "checked_out":
+		case route == routeCheckout && resp.StatusCode == http.StatusConflict && errorCode(resp.Body) == "checked_out":
 			ms = append(ms, count(deploy.MetricConflicts))
 		}
 		if len(ms) > 0 {
