@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -562,6 +566,169 @@ func TestLinearizabilityModelRejects(t *testing.T) {
 	if !porcupine.CheckOperations(m, good) {
 		t.Error("a correct history was rejected")
 	}
+
+	wholeModelRejects(t, start)
+}
+
+// wStep is one operation of a sequential history for the whole model.
+type wStep struct {
+	in  wIn
+	out wOut
+}
+
+// The whole model must reject a claim that skips an older free task when
+// alone, a claim of a held task, a named claim retried into a second task,
+// a lost, doubled or undue message, a removed agent's lease shown live or
+// its heartbeat taken, and a force release that leaves the lease.
+func wholeModelRejects(t *testing.T, start int64) {
+	m := wholeModel(start, 3, 3) // task-0 (oldest) .. task-2, agent-00 .. agent-02
+	seq := func(steps ...wStep) []porcupine.Operation {
+		var h []porcupine.Operation
+		for i, s := range steps {
+			h = append(h, porcupine.Operation{ClientId: i % 3, Input: s.in, Output: s.out, Call: int64(2 * i), Return: int64(2*i + 1)})
+		}
+		return h
+	}
+	granted := func(task, agent int, run string, fence int64) wOut {
+		return wOut{Kind: "ok", Holder: wAgentID(agent), Run: run, Fence: fence, Expires: start + 30_000}
+	}
+	claimed := func(task, agent int, run string, fence int64) wOut {
+		o := granted(task, agent, run, fence)
+		o.Task = wTaskID(task)
+		return o
+	}
+	checkout := func(task, agent int, run string) wIn {
+		return wIn{Op: "checkout", Task: task, Agent: agent, Run: run, Timeout: 30_000}
+	}
+	claim := func(agent int, run string, strict bool) wIn {
+		return wIn{Op: "claim", Agent: agent, Run: run, Timeout: 30_000, Strict: strict}
+	}
+	ok := wOut{Kind: "ok"}
+	for _, c := range []struct {
+		what  string
+		legal bool
+		h     []porcupine.Operation
+	}{
+		{"a lone claim of the oldest task", true, seq(wStep{claim(0, "c", true), claimed(0, 0, "c", 1)})},
+		{"a lone claim that took a newer task while an older was free", false, seq(wStep{claim(0, "c", true), claimed(1, 0, "c", 1)})},
+		{"a claim among others that took a newer task", true, seq(wStep{claim(0, "c", false), claimed(1, 0, "c", 1)})},
+		{"a lone claim that found nothing while a task was free", false, seq(wStep{claim(0, "c", true), wOut{Kind: "no_task_available"}})},
+		{"a lone claim that passed over an expired lease", false, seq(
+			wStep{checkout(0, 1, "r"), granted(0, 1, "r", 1)},
+			wStep{wIn{Op: "tick", Now: start + 30_000}, ok},
+			wStep{wIn{Op: "claim", Agent: 0, Run: "c", Timeout: 30_000, Strict: true}, wOut{Kind: "ok", Task: wTaskID(1), Holder: wAgentID(0), Run: "c", Fence: 1, Expires: start + 60_000}},
+		)},
+		{"a claim of a task held live", false, seq(
+			wStep{checkout(0, 1, "r"), granted(0, 1, "r", 1)},
+			wStep{claim(0, "c", false), claimed(0, 0, "c", 2)},
+		)},
+		{"a named claim retried that got the same lease", true, seq(
+			wStep{claim(0, "c", false), claimed(2, 0, "c", 1)},
+			wStep{claim(0, "c", false), claimed(2, 0, "c", 1)},
+		)},
+		{"a named claim retried that got a second task", false, seq(
+			wStep{claim(0, "c", false), claimed(2, 0, "c", 1)},
+			wStep{claim(0, "c", false), claimed(0, 0, "c", 1)},
+		)},
+	} {
+		if porcupine.CheckOperations(m, c.h) != c.legal {
+			t.Errorf("%s: legal=%v, the model says otherwise", c.what, c.legal)
+		}
+	}
+
+	// Watch and inbox: agent-01 watches task-0, which agent-00 holds and
+	// then releases or completes.
+	freed := func(end string, inbox string) []porcupine.Operation {
+		return seq(
+			wStep{wIn{Op: "watch", Task: 0, Agent: 1}, ok},
+			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			wStep{wIn{Op: end, Task: 0, Agent: 0, Run: "r"}, map[string]wOut{"release": {Kind: "ok"}, "complete": {Kind: "ok", Status: "done"}, "force": {Kind: "ok"}}[end]},
+			wStep{wIn{Op: "inbox", Agent: 1}, wOut{Kind: "ok", Msgs: inbox}},
+			wStep{wIn{Op: "inbox", Agent: 2}, ok},
+		)
+	}
+	for _, c := range []struct {
+		what  string
+		legal bool
+		h     []porcupine.Operation
+	}{
+		{"one message for a release", true, freed("release", "0:1")},
+		{"one message for a force release", true, freed("force", "0:1")},
+		{"two messages for one freeing", false, freed("release", "0:1,0:1")},
+		{"no message for a release", false, freed("release", "")},
+		{"a message for a completion", false, freed("complete", "0:1")},
+		{"no message for a completion", true, freed("complete", "")},
+		{"a message for a freeing that never was", false, seq(
+			wStep{wIn{Op: "watch", Task: 0, Agent: 1}, ok},
+			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			wStep{wIn{Op: "inbox", Agent: 1}, wOut{Kind: "ok", Msgs: "0:1"}},
+		)},
+	} {
+		if porcupine.CheckOperations(m, c.h) != c.legal {
+			t.Errorf("%s: legal=%v, the model says otherwise", c.what, c.legal)
+		}
+	}
+
+	// Removal: agent-00 holds task-0 (it sends no heartbeat, so only time
+	// would end the lease) and is removed.
+	removed := func(after ...wStep) []porcupine.Operation {
+		return seq(append([]wStep{
+			{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			{wIn{Op: "remove", Agent: 0}, ok},
+		}, after...)...)
+	}
+	statusOf := func(holder bool) wOut {
+		if holder {
+			o := granted(0, 0, "r", 1)
+			o.Status = lease.StatusInProgress
+			return o
+		}
+		return wOut{Kind: "ok", Status: lease.StatusTodo}
+	}
+	for _, c := range []struct {
+		what  string
+		legal bool
+		h     []porcupine.Operation
+	}{
+		{"a removed agent's lease shown ended", true, removed(wStep{wIn{Op: "status", Task: 0}, statusOf(false)})},
+		{"a removed agent's lease reported live", false, removed(wStep{wIn{Op: "status", Task: 0}, statusOf(true)})},
+		{"a removed agent's lease blocking a checkout", false, removed(wStep{checkout(0, 1, "s"), wOut{Kind: "conflict", Holder: wAgentID(0), Fence: 1}})},
+		{"a removed agent's lease taken over", true, removed(wStep{checkout(0, 1, "s"), granted(0, 1, "s", 2)})},
+		{"a removed agent's heartbeat taken", false, removed(wStep{wIn{Op: "heartbeat", Agent: 0, Timeout: 10_000}, wOut{Kind: "ok", Expires: start + 10_000}})},
+		{"a removed agent registered again holding its old lease", false, removed(
+			wStep{wIn{Op: "register", Agent: 0}, ok},
+			wStep{wIn{Op: "renew", Task: 0, Agent: 0, Run: "r"}, granted(0, 0, "r", 1)},
+		)},
+		{"an id registered again told of a watch from before its removal", false, seq(
+			wStep{wIn{Op: "watch", Task: 1, Agent: 2}, ok},
+			wStep{wIn{Op: "tick", Now: start + 1_000}, ok},
+			wStep{wIn{Op: "remove", Agent: 2}, ok},
+			wStep{wIn{Op: "register", Agent: 2}, ok},
+			wStep{checkout(1, 0, "r"), wOut{Kind: "ok", Holder: wAgentID(0), Run: "r", Fence: 1, Expires: start + 31_000}},
+			wStep{wIn{Op: "release", Task: 1, Agent: 0, Run: "r"}, ok},
+			wStep{wIn{Op: "inbox", Agent: 2}, wOut{Kind: "ok", Msgs: "1:1"}},
+		)},
+		{"a removed agent's inbox kept", false, seq(
+			wStep{wIn{Op: "watch", Task: 0, Agent: 2}, ok},
+			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			wStep{wIn{Op: "release", Task: 0, Agent: 0, Run: "r"}, ok},
+			wStep{wIn{Op: "remove", Agent: 2}, ok},
+			wStep{wIn{Op: "inbox", Agent: 2}, wOut{Kind: "ok", Msgs: "0:1"}},
+		)},
+		{"a force release that left the lease", false, seq(
+			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			wStep{wIn{Op: "force", Task: 0}, ok},
+			wStep{wIn{Op: "renew", Task: 0, Agent: 0, Run: "r"}, granted(0, 0, "r", 1)},
+		)},
+		{"a force release refused on a live lease", false, seq(
+			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			wStep{wIn{Op: "force", Task: 0}, wOut{Kind: "not_checked_out"}},
+		)},
+	} {
+		if porcupine.CheckOperations(m, c.h) != c.legal {
+			t.Errorf("%s: legal=%v, the model says otherwise", c.what, c.legal)
+		}
+	}
 }
 
 // dumpIllegal writes the operations of each partition that fails the check,
@@ -587,4 +754,791 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 		b.WriteString("----\n")
 	}
 	_ = os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// ---- Claim, force release, watch and inbox, agent removal ----
+//
+// A second model covers the whole store: every task, every agent's
+// heartbeat, registration and inbox. Claim picks a task, so a history with
+// claims is not partitionable by task: TestLinearizabilityClaim checks one
+// such history over a few tasks and a few clients. Without claims the same
+// model is checked task by task (TestLinearizabilityWatchForceRemove), with
+// many more clients.
+//
+// Watch and inbox. A freeing (release, force release, a sweep's ending,
+// removal's ending) sends each watcher still the agent that asked (not
+// removed since, and not an id registered again after the watch) one
+// task_available message, identified by the ended lease (task, fence). The
+// messages are written by the second request of the freeing, after its
+// deciding write, so the inbox is not linearizable with the decision; it is
+// read only between phases, when no operation is in flight and every
+// freeing has returned, and must then hold exactly the messages of the
+// freeings the linearization chose, each once. Completion drops the watch
+// list and tells nobody; a takeover keeps it (the task never became free).
+//
+// Removal. RemoveAgent is recorded as two operations over the same
+// interval: "remove" (the tombstone: the agent is dead for ever from there,
+// its inbox emptied, its heartbeats refused) and "sweepOf" (its own pass
+// over the agent's leases, which may miss some under index lag, like the
+// sweep). Registering the id again gives an agent that sends no heartbeat
+// yet, alive since the registration: the removed agent's leases stay ended.
+//
+// Claim. A claim that names a run id and finds that run's lease (live, or
+// the task's last ended lease) returns it. Otherwise, among concurrent
+// claimers, a claim may take any available task (claimers spread over the
+// oldest candidates), or find none (its candidates come from indexes that
+// lag). Between phases a "strict" claim runs alone, on a store of its own
+// (no claims in flight, no recent losses), after the indexes have caught
+// up: it must take the oldest available task by creation, and may say
+// no_task_available only when none is surely available. Surely available:
+// todo, expired, or held by an agent dead by heartbeat now. A lease ended by
+// a death its holder has come back from is found only while the sweep has
+// not settled that death; the sweep settles it after settleAfter of the
+// store's clock, which the test moves much faster than the index lag, so
+// such a task may be taken before older sure ones, or not found.
+
+const (
+	wTasks  = 8         // tasks a history may create, at most (ids sort in creation order)
+	wAgents = maxAgents // agents of a history
+	adminID = "admin"
+)
+
+type wIn struct {
+	Op      string // tick, create, heartbeat, checkout, claim, renew, release, complete, status, force, watch, inbox, remove, sweepOf, register, sweep
+	Task    int
+	Agent   int
+	Run     string
+	Fence   int64
+	Timeout int64 // ms
+	Now     int64 // ms, tick only
+	Strict  bool  // claim: alone, on its own store, indexes caught up
+}
+
+type wOut struct {
+	Kind    string // ok, conflict, not_holder, not_checked_out, status_mismatch, no_task_available, unauthorized, agent_exists, agent_not_found, task_not_found
+	Task    string // claim only
+	Holder  string
+	Run     string
+	Fence   int64
+	Expires int64
+	Status  lease.Status
+	Held    int64
+	Msgs    string // inbox: "task:fence" sorted, comma-separated, duplicates kept
+}
+
+// wTask is one task as the whole model sees it: the lease fields of
+// linState, the last ending (for every kind of ending, as the task item's
+// end_* attributes), and the watch list.
+type wTask struct {
+	Exists                            bool
+	Status                            lease.Status
+	Holder                            string
+	HolderN                           int
+	Run                               string
+	Fence, Locked, Expires, TimeoutMS int64
+	EndOp, EndAgent, EndRun           string
+	EndFence, EndHeld, EndExpires     int64
+	Watch                             [wAgents]int64 // when each agent asked, plus one; 0: not watching
+}
+
+type wAgent struct {
+	Registered, Removed bool
+	RegisteredAt        int64 // when an id removed before was registered again
+	Msgs                string
+}
+
+type wState struct {
+	Now int64
+	T   [wTasks]wTask
+	HB  [maxAgents]hbState
+	A   [wAgents]wAgent
+}
+
+func wAgentID(i int) string { return fmt.Sprintf("agent-%02d", i) }
+func wTaskID(i int) string  { return fmt.Sprintf("task-%d", i) }
+
+func wTaskN(id string) int {
+	var n int
+	if _, err := fmt.Sscanf(id, "task-%d", &n); err != nil || n < 0 || n >= wTasks || wTaskID(n) != id {
+		return -1
+	}
+	return n
+}
+
+// lin is task t in the terms of the per-task model, whose rules for
+// checkout, renew, release, complete, status and heartbeat it reuses.
+func (w wState) lin(t int) linState {
+	x := w.T[t]
+	return linState{
+		Now: w.Now, Status: x.Status, Holder: x.Holder, HolderN: x.HolderN, Run: x.Run, Fence: x.Fence,
+		Locked: x.Locked, Expires: x.Expires, TimeoutMS: x.TimeoutMS, HB: w.HB,
+		EndOp: x.EndOp, EndAgent: x.EndAgent, EndRun: x.EndRun, EndFence: x.EndFence, EndHeld: x.EndHeld,
+	}
+}
+
+// setLease takes the lease, status and heartbeats of s; the ending fields
+// are the whole model's own (see end).
+func (w *wState) setLease(t int, s linState) {
+	x := &w.T[t]
+	x.Status, x.Holder, x.HolderN, x.Run, x.Fence = s.Status, s.Holder, s.HolderN, s.Run, s.Fence
+	x.Locked, x.Expires, x.TimeoutMS = s.Locked, s.Expires, s.TimeoutMS
+	w.HB = s.HB
+}
+
+// end records the lease on t as the task's last ending.
+func (w *wState) end(t int, op string, held int64) {
+	x := &w.T[t]
+	x.EndOp, x.EndAgent, x.EndRun, x.EndFence, x.EndHeld, x.EndExpires = op, x.Holder, x.Run, x.Fence, held, x.Expires
+}
+
+func (w *wState) clearLease(t int, status lease.Status) {
+	x := &w.T[t]
+	x.Holder, x.HolderN, x.Run, x.Locked, x.Expires, x.TimeoutMS = "", 0, "", 0, 0, 0
+	x.Status = status
+}
+
+// free ends the lease on t by op and frees the task: each watcher that is
+// still the agent who asked gets one message for this lease.
+func (w *wState) free(t int, op string, held int64) {
+	w.end(t, op, held)
+	x := &w.T[t]
+	for a, at := range x.Watch {
+		if at != 0 && !w.A[a].Removed && !(w.A[a].RegisteredAt > at-1) {
+			w.A[a].Msgs = addMsg(w.A[a].Msgs, fmt.Sprintf("%d:%d", t, x.Fence))
+		}
+	}
+	x.Watch = [wAgents]int64{}
+	w.clearLease(t, lease.StatusTodo)
+}
+
+func addMsg(msgs, m string) string {
+	var all []string
+	if msgs != "" {
+		all = strings.Split(msgs, ",")
+	}
+	all = append(all, m)
+	sort.Strings(all)
+	return strings.Join(all, ",")
+}
+
+// available: a claim may take t (todo, or a lease that has ended).
+func (w wState) available(t int) bool {
+	x := w.T[t]
+	return x.Exists && !w.lin(t).live() && (x.Status == lease.StatusTodo || x.Status == lease.StatusInProgress)
+}
+
+// sure: a lone claim with caught-up indexes finds t: todo, expired, or
+// held by an agent dead by heartbeat now.
+func (w wState) sure(t int) bool {
+	x := w.T[t]
+	if !w.available(t) {
+		return false
+	}
+	hb := w.HB[x.HolderN]
+	return x.Holder == "" || x.Expires <= w.Now || hb.Has && hb.Exp <= w.Now
+}
+
+func (w wState) oldestSure() int {
+	for t := range wTasks {
+		if w.sure(t) {
+			return t
+		}
+	}
+	return -1
+}
+
+func linOf(o wOut) linOut {
+	return linOut{Kind: o.Kind, Holder: o.Holder, Run: o.Run, Fence: o.Fence, Expires: o.Expires, Status: o.Status, Held: o.Held}
+}
+
+func wOutOf(o linOut) wOut {
+	return wOut{Kind: o.Kind, Holder: o.Holder, Run: o.Run, Fence: o.Fence, Expires: o.Expires, Status: o.Status, Held: o.Held}
+}
+
+// next is the whole model's specification: every state the operation may
+// leave, given its answer (none: the answer is wrong).
+func (w wState) next(in wIn, out wOut) []wState {
+	ok := wOut{Kind: "ok"}
+	one := func(want wOut) []wState {
+		if out != want {
+			return nil
+		}
+		return []wState{w}
+	}
+	switch in.Op {
+	case "tick":
+		if out != ok {
+			return nil
+		}
+		w.Now = in.Now
+		return []wState{w}
+	case "create":
+		if out != ok || w.T[in.Task].Exists {
+			return nil
+		}
+		w.T[in.Task] = wTask{Exists: true, Status: lease.StatusTodo}
+		return []wState{w}
+	case "heartbeat":
+		if w.A[in.Agent].Removed {
+			return one(wOut{Kind: "unauthorized"})
+		}
+		want, nx := linState{Now: w.Now, HB: w.HB}.step(linIn{Op: "heartbeat", AgentN: in.Agent, Timeout: in.Timeout})
+		if out != wOutOf(want) {
+			return nil
+		}
+		w.HB = nx.HB
+		return []wState{w}
+	case "inbox":
+		return one(wOut{Kind: "ok", Msgs: w.A[in.Agent].Msgs})
+	case "remove":
+		a := &w.A[in.Agent]
+		if !a.Registered {
+			return one(wOut{Kind: "agent_not_found"})
+		}
+		if out != ok {
+			return nil
+		}
+		a.Registered, a.Removed, a.Msgs = false, true, ""
+		w.HB[in.Agent] = hbState{Has: true, Exp: w.Now, Since: w.Now} // dead for ever
+		return []wState{w}
+	case "register":
+		a := &w.A[in.Agent]
+		if a.Registered {
+			return one(wOut{Kind: "agent_exists"})
+		}
+		if out != ok {
+			return nil
+		}
+		a.Registered, a.Removed, a.RegisteredAt = true, false, w.Now
+		if w.HB[in.Agent].Has {
+			// The tombstone becomes an agent not watched yet, alive since now.
+			w.HB[in.Agent] = hbState{Has: true, Exp: math.MaxInt64, Since: w.Now}
+		}
+		return []wState{w}
+	case "sweep", "sweepOf":
+		// Any ended lease may be ended (or missed, under index lag); a live
+		// one never. sweepOf is removal's own pass over the agent's leases.
+		if out != ok {
+			return nil
+		}
+		states := []wState{w}
+		for t := range wTasks {
+			x := w.T[t]
+			if x.Holder == "" || w.lin(t).live() || in.Op == "sweepOf" && x.HolderN != in.Agent {
+				continue
+			}
+			for _, s := range states {
+				s.free(t, "sweep", 0)
+				states = append(states, s)
+			}
+		}
+		return states
+	case "claim":
+		return w.claim(in, out)
+	}
+	t := in.Task
+	if !w.T[t].Exists {
+		return one(wOut{Kind: "task_not_found"})
+	}
+	switch in.Op {
+	case "watch":
+		if out != ok {
+			return nil
+		}
+		w.T[t].Watch[in.Agent] = w.Now + 1
+		return []wState{w}
+	case "force":
+		// An admin ends whoever's live lease it is.
+		s := w.lin(t)
+		if !s.live() {
+			return one(wOut{Kind: "not_checked_out"})
+		}
+		held := w.Now - s.Locked
+		if out != (wOut{Kind: "ok", Held: held}) {
+			return nil
+		}
+		w.free(t, "force", held)
+		return []wState{w}
+	}
+	// checkout, renew, release, complete, status: the per-task rules.
+	s := w.lin(t)
+	want, nx := s.step(linIn{Op: in.Op, Task: wTaskID(t), Agent: wAgentID(in.Agent), AgentN: in.Agent, Run: in.Run, Fence: in.Fence, Timeout: in.Timeout})
+	if out != wOutOf(want) {
+		return nil
+	}
+	if s.Holder != "" && (nx.Holder == "" || nx.Fence != s.Fence) {
+		switch in.Op { // the lease on the task ended here
+		case "release":
+			w.free(t, "release", nx.EndHeld)
+		case "complete":
+			w.end(t, "complete", nx.EndHeld)
+			w.T[t].Watch = [wAgents]int64{} // nobody is told: the task is done
+		case "checkout":
+			w.end(t, "takeover", 0) // the watch list stays: the task never became free
+		}
+	}
+	w.setLease(t, nx)
+	return []wState{w}
+}
+
+func (w wState) claim(in wIn, out wOut) []wState {
+	agent := wAgentID(in.Agent)
+	if in.Run != "" {
+		// A named claim whose run got a lease returns it, live or ended.
+		var again []wOut
+		for t := range wTasks {
+			switch x := w.T[t]; {
+			case !x.Exists:
+			case x.Holder == agent && x.Run == in.Run:
+				again = append(again, wOut{Kind: "ok", Task: wTaskID(t), Holder: x.Holder, Run: x.Run, Fence: x.Fence, Expires: x.Expires})
+			case x.EndAgent == agent && x.EndRun == in.Run:
+				again = append(again, wOut{Kind: "ok", Task: wTaskID(t), Holder: x.EndAgent, Run: x.EndRun, Fence: x.EndFence, Expires: x.EndExpires})
+			}
+		}
+		if len(again) > 0 {
+			if slices.Contains(again, out) {
+				return []wState{w}
+			}
+			return nil
+		}
+	}
+	oldest := w.oldestSure()
+	if out.Kind == "no_task_available" && out == (wOut{Kind: out.Kind}) {
+		if in.Strict && oldest >= 0 {
+			return nil
+		}
+		return []wState{w}
+	}
+	t := wTaskN(out.Task)
+	if out.Kind != "ok" || t < 0 || !w.available(t) {
+		return nil
+	}
+	x := &w.T[t]
+	if out.Holder != agent || out.Run == "" || in.Run != "" && out.Run != in.Run ||
+		out.Fence != x.Fence+1 || out.Expires != w.Now+in.Timeout || out.Status != "" || out.Held != 0 || out.Msgs != "" {
+		return nil
+	}
+	if in.Strict && t != oldest && (w.sure(t) || oldest >= 0 && t > oldest) {
+		return nil // a lone claim takes the oldest
+	}
+	if x.Holder != "" {
+		w.end(t, "takeover", 0)
+	}
+	x.Status, x.Holder, x.HolderN, x.Run = lease.StatusInProgress, agent, in.Agent, out.Run
+	x.Fence, x.Locked, x.Expires, x.TimeoutMS = x.Fence+1, w.Now, w.Now+in.Timeout, in.Timeout
+	return []wState{w}
+}
+
+// wholeModel checks histories of the whole store, starting at start with
+// tasks 0..tasks-1 and agents 0..agents-1 registered. Histories without
+// claims are partitioned by task.
+func wholeModel(start int64, tasks, agents int) porcupine.Model {
+	m := porcupine.NondeterministicModel{
+		Partition: wholePartition,
+		Init: func() []any {
+			s := wState{Now: start}
+			for t := range tasks {
+				s.T[t] = wTask{Exists: true, Status: lease.StatusTodo}
+			}
+			for a := range agents {
+				s.A[a].Registered = true
+			}
+			return []any{s}
+		},
+		Step: func(state, input, output any) []any {
+			var out []any
+			for _, s := range state.(wState).next(input.(wIn), output.(wOut)) {
+				out = append(out, s)
+			}
+			return out
+		},
+		DescribeOperation: func(input, output any) string {
+			return fmt.Sprintf("%+v -> %+v", input, output)
+		},
+	}
+	return m.ToModel()
+}
+
+// wholePartition splits a history without claims by task: agent-wide
+// operations go to every partition, and each inbox read to every partition
+// with only that task's messages.
+func wholePartition(h []porcupine.Operation) [][]porcupine.Operation {
+	var shared, inboxes []porcupine.Operation
+	byTask := map[int][]porcupine.Operation{}
+	for _, op := range h {
+		switch in := op.Input.(wIn); in.Op {
+		case "claim":
+			return [][]porcupine.Operation{h}
+		case "tick", "heartbeat", "sweep", "sweepOf", "remove", "register":
+			shared = append(shared, op)
+		case "inbox":
+			inboxes = append(inboxes, op)
+		default:
+			byTask[in.Task] = append(byTask[in.Task], op)
+		}
+	}
+	var out [][]porcupine.Operation
+	for _, t := range slices.Sorted(maps.Keys(byTask)) {
+		part := append(append([]porcupine.Operation{}, shared...), byTask[t]...)
+		prefix := fmt.Sprintf("%d:", t)
+		for _, op := range inboxes {
+			o := op.Output.(wOut)
+			var mine []string
+			for _, m := range strings.Split(o.Msgs, ",") {
+				if strings.HasPrefix(m, prefix) {
+					mine = append(mine, m)
+				}
+			}
+			o.Msgs = strings.Join(mine, ",")
+			op.Output = o
+			part = append(part, op)
+		}
+		out = append(out, part)
+	}
+	if len(out) == 0 {
+		out = append(out, h)
+	}
+	return out
+}
+
+// wOutcome turns a store answer into the whole model's terms.
+func wOutcome(in wIn, res any, err error) (wOut, bool) {
+	switch {
+	case errors.Is(err, lease.ErrNoTaskAvailable):
+		return wOut{Kind: "no_task_available"}, true
+	case errors.Is(err, lease.ErrUnauthorized):
+		return wOut{Kind: "unauthorized"}, true
+	case errors.Is(err, lease.ErrAgentExists):
+		return wOut{Kind: "agent_exists"}, true
+	case errors.Is(err, lease.ErrAgentNotFound):
+		return wOut{Kind: "agent_not_found"}, true
+	case errors.Is(err, lease.ErrTaskNotFound):
+		return wOut{Kind: "task_not_found"}, true
+	case err != nil:
+		o, ok := outcome(in.Op, res, err)
+		return wOutOf(o), ok
+	}
+	switch v := res.(type) {
+	case nil:
+		return wOut{Kind: "ok"}, true
+	case []lease.Message:
+		var msgs []string
+		for _, m := range v {
+			parts := strings.Split(m.MessageID, ".")
+			t := wTaskN(m.TaskID)
+			if len(parts) != 3 || parts[2] != m.TaskID || t < 0 || m.Type != lease.MessageTaskAvailable {
+				return wOut{}, false
+			}
+			msgs = append(msgs, fmt.Sprintf("%d:%s", t, parts[1]))
+		}
+		sort.Strings(msgs)
+		return wOut{Kind: "ok", Msgs: strings.Join(msgs, ",")}, true
+	case lease.Checkout:
+		o := wOut{Kind: "ok", Holder: v.AgentID, Run: v.RunID, Fence: v.Fence, Expires: v.ExpiresAt.UnixMilli()}
+		if in.Op == "claim" {
+			o.Task = v.TaskID
+		}
+		return o, true
+	}
+	o, ok := outcome(in.Op, res, err)
+	return wOutOf(o), ok
+}
+
+// wApply runs one operation against the store.
+func wApply(c context.Context, s *lease.Store, in wIn) (any, error) {
+	agent, task := wAgentID(in.Agent), wTaskID(in.Task)
+	timeout := time.Duration(in.Timeout) * time.Millisecond
+	switch in.Op {
+	case "claim":
+		return s.Claim(c, lease.ClaimParams{AgentID: agent, RunID: in.Run, Timeout: timeout})
+	case "force":
+		return s.Release(c, lease.ReleaseParams{TaskID: task, AgentID: adminID, Force: true})
+	case "watch":
+		return nil, s.Watch(c, task, agent)
+	case "inbox":
+		return s.Inbox(c, agent)
+	case "remove":
+		return nil, s.RemoveAgent(c, agent)
+	case "register":
+		_, err := s.RegisterAgent(c, lease.RegisterParams{AgentID: agent, Name: "name-" + agent})
+		return nil, err
+	case "create":
+		_, err := s.CreateTask(c, lease.CreateTaskParams{TaskID: task, Title: "title of " + task})
+		return nil, err
+	case "sweep":
+		_, err := s.Sweep(c)
+		return nil, err
+	}
+	return apply(c, s, linIn{Op: in.Op, Task: task, Agent: agent, Run: in.Run, Fence: in.Fence, Timeout: in.Timeout})
+}
+
+// answers counts a history's operations by operation and answer, for the
+// log: what the run exercised.
+func answers(h []porcupine.Operation) string {
+	n := map[string]int{}
+	for _, op := range h {
+		in, out := op.Input.(wIn), op.Output.(wOut)
+		k := in.Op + ":" + out.Kind
+		switch {
+		case in.Strict:
+			k += ":strict"
+		case in.Op == "inbox" && out.Msgs != "":
+			k += ":" + strconv.Itoa(strings.Count(out.Msgs, ",")+1) + "msgs"
+		}
+		n[k]++
+	}
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(n)) {
+		fmt.Fprintf(&b, " %s=%d", k, n[k])
+	}
+	return b.String()
+}
+
+// wMemory is what one agent remembers: its leases by task, and its last
+// named claim.
+type wMemory struct {
+	agentMemory
+	claim string
+}
+
+// nextWholeOp picks an agent's next operation: nextOp's mix, with claims
+// (new named runs, retries of the last one, unnamed) when claims is set,
+// and watches.
+func nextWholeOp(r *rand.Rand, agentN int, heartbeat bool, mem *wMemory, tasks int, claims bool) wIn {
+	if claims && r.IntN(100) < 20 {
+		in := wIn{Op: "claim", Agent: agentN, Timeout: []int64{10_000, 30_000, 60_000}[r.IntN(3)]}
+		switch q := r.IntN(4); {
+		case q == 0 && mem.claim != "":
+			in.Run = mem.claim // a retry of the same run
+		case q == 1: // unnamed: the store names the run
+		default:
+			mem.n++
+			in.Run = fmt.Sprintf("%s-c%d", wAgentID(agentN), mem.n)
+			mem.claim = in.Run
+		}
+		return in
+	}
+	if r.IntN(100) < 10 {
+		return wIn{Op: "watch", Agent: agentN, Task: r.IntN(tasks)}
+	}
+	ids := make([]string, tasks)
+	for i := range ids {
+		ids[i] = wTaskID(i)
+	}
+	op := nextOp(r, wAgentID(agentN), agentN, heartbeat, &mem.agentMemory, ids)
+	return wIn{Op: op.Op, Task: wTaskN(op.Task), Agent: agentN, Run: op.Run, Fence: op.Fence, Timeout: op.Timeout}
+}
+
+type wConfig struct {
+	clients, tasks, phases, opsPerPhase int
+	claims                              bool
+	createEvery                         int // a new task between phases, this often (0: never)
+	strictEvery                         int // a lone claim between phases, this often
+}
+
+func wholeSize(claims bool) wConfig {
+	chaos := os.Getenv("CHECKOUT_CHAOS") != ""
+	switch {
+	case claims && chaos:
+		return wConfig{clients: 6, tasks: 3, phases: 100, opsPerPhase: 4, claims: true, createEvery: 20, strictEvery: 3}
+	case claims:
+		return wConfig{clients: 5, tasks: 3, phases: 20, opsPerPhase: 3, claims: true, createEvery: 7, strictEvery: 4}
+	}
+	cfg := linSize()
+	return wConfig{clients: cfg.clients, tasks: cfg.tasks, phases: cfg.phases, opsPerPhase: cfg.opsPerPhase}
+}
+
+// Claims over all tasks, with checkouts, renewals, releases, rare
+// completions, watches, force releases, agent removals and registrations
+// again, heartbeats from half of the agents, sweeps in about half the
+// phases, new tasks now and then, inbox reads and lone claims between
+// phases. One model over every task.
+func TestLinearizabilityClaim(t *testing.T) {
+	t.Parallel()
+	wholeLinearizability(t, wholeSize(true))
+}
+
+// Force releases, watches and inboxes, agent removals and registrations
+// again, with heartbeats from half of the agents and no claims: checked
+// task by task, with as many clients as TestLinearizability.
+func TestLinearizabilityWatchForceRemove(t *testing.T) {
+	t.Parallel()
+	wholeLinearizability(t, wholeSize(false))
+}
+
+func wholeLinearizability(t *testing.T, cfg wConfig) {
+	e := newEnv(t)
+	e.lag(t, "", raceLag)
+	c := ctx(t)
+	if os.Getenv("CHECKOUT_CHAOS") != "" {
+		var cancel context.CancelFunc
+		c, cancel = context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+	}
+	if cfg.clients > wAgents {
+		t.Fatalf("%d clients, the model holds %d agents", cfg.clients, wAgents)
+	}
+	for i := range cfg.clients {
+		must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: wAgentID(i), Name: "name-" + wAgentID(i)}))
+	}
+	tasks := cfg.tasks
+	for i := range tasks {
+		e.task(t, wTaskID(i))
+		e.clock.Advance(time.Millisecond) // created in id order
+	}
+	startMS := e.clock.Now().UnixMilli()
+	start := time.Now()
+	stamp := func() int64 { return time.Since(start).Nanoseconds() }
+	var mu sync.Mutex
+	var history []porcupine.Operation
+	var failed error
+	record := func(client int, in wIn, call int64, out wOut, ret int64) {
+		mu.Lock()
+		history = append(history, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+		mu.Unlock()
+	}
+	// run applies in on s and records it; false on an answer the model has
+	// no place for.
+	run := func(client int, s *lease.Store, in wIn) (wOut, bool) {
+		call := stamp()
+		res, err := wApply(c, s, in)
+		ret := stamp()
+		out, ok := wOutcome(in, res, err)
+		if !ok {
+			mu.Lock()
+			failed = fmt.Errorf("%+v: %v", in, err)
+			mu.Unlock()
+			return out, false
+		}
+		record(client, in, call, out, ret)
+		if in.Op == "remove" {
+			record(client, wIn{Op: "sweepOf", Agent: in.Agent}, call, wOut{Kind: "ok"}, ret)
+		}
+		return out, true
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d: %d clients, %d tasks, %d phases of %d operations each, claims %v", seed, cfg.clients, cfg.tasks, cfg.phases, cfg.opsPerPhase, cfg.claims)
+	mems := make([]*wMemory, cfg.clients)
+	rngs := make([]*rand.Rand, cfg.clients)
+	for i := range mems {
+		mems[i] = &wMemory{agentMemory: agentMemory{run: map[string]string{}, fence: map[string]int64{}}}
+		rngs[i] = rand.New(rand.NewPCG(seed, uint64(i)))
+	}
+	tickRand := rand.New(rand.NewPCG(seed, 1<<32))
+	adminRand := rand.New(rand.NewPCG(seed, 1<<33))
+	removed := map[int]bool{} // the admin's own knowledge: it alone removes and registers
+	admin, sweeper, between := cfg.clients, cfg.clients+1, cfg.clients+2
+	for phase := range cfg.phases {
+		var wg sync.WaitGroup
+		for i := range cfg.clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range cfg.opsPerPhase {
+					in := nextWholeOp(rngs[i], i, i%2 == 0, mems[i], tasks, cfg.claims)
+					out, ok := run(i, e.store, in)
+					if !ok {
+						return
+					}
+					switch {
+					case in.Op == "checkout" && out.Kind == "ok":
+						mems[i].run[wTaskID(in.Task)], mems[i].fence[wTaskID(in.Task)] = out.Run, out.Fence
+					case in.Op == "claim" && out.Kind == "ok":
+						mems[i].run[out.Task], mems[i].fence[out.Task] = out.Run, out.Fence
+					}
+				}
+			}()
+		}
+		// The admin: a force release, a removal, or a registration again.
+		var adminOp wIn
+		switch q := adminRand.IntN(100); {
+		case q < 40:
+			adminOp = wIn{Op: "force", Task: adminRand.IntN(tasks)}
+		case q < 55 && len(removed) < 2:
+			adminOp = wIn{Op: "remove", Agent: adminRand.IntN(cfg.clients)}
+			if removed[adminOp.Agent] {
+				adminOp.Op = "register"
+			}
+		case q < 75 && len(removed) > 0:
+			adminOp = wIn{Op: "register", Agent: slices.Sorted(maps.Keys(removed))[0]}
+		}
+		if adminOp.Op != "" {
+			switch adminOp.Op {
+			case "remove":
+				removed[adminOp.Agent] = true
+			case "register":
+				delete(removed, adminOp.Agent)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				run(admin, e.store, adminOp)
+			}()
+		}
+		if tickRand.IntN(2) == 0 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				run(sweeper, e.store, wIn{Op: "sweep"})
+			}()
+		}
+		wg.Wait()
+		if failed != nil {
+			t.Fatalf("phase %d: unexpected error: %v", phase, failed)
+		}
+		// Between phases, nothing in flight: every freeing has written its
+		// messages, so each inbox must hold exactly the model's.
+		for i := range cfg.clients {
+			run(between, e.store, wIn{Op: "inbox", Agent: i})
+		}
+		if cfg.createEvery > 0 && (phase+1)%cfg.createEvery == 0 && tasks < wTasks {
+			run(between, e.store, wIn{Op: "create", Task: tasks})
+			tasks++
+		}
+		d := []time.Duration{0, 5 * time.Second, 10 * time.Second, 30 * time.Second, 61 * time.Second}[tickRand.IntN(5)]
+		call := stamp()
+		e.clock.Advance(d)
+		record(between, wIn{Op: "tick", Now: e.clock.Now().UnixMilli()}, call, wOut{Kind: "ok"}, stamp())
+		if cfg.claims && phase%cfg.strictEvery == cfg.strictEvery-1 {
+			// A lone claim, once the indexes have caught up, on a store of
+			// its own (as another process would be): it takes the oldest.
+			time.Sleep(raceLag + 200*time.Millisecond)
+			lone := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+			i := tickRand.IntN(cfg.clients)
+			in := wIn{Op: "claim", Agent: i, Timeout: 30_000, Strict: true}
+			if tickRand.IntN(2) == 0 {
+				mems[i].n++
+				in.Run = fmt.Sprintf("%s-c%d", wAgentID(i), mems[i].n)
+			}
+			if out, ok := run(between, lone, in); ok && out.Kind == "ok" {
+				mems[i].run[out.Task], mems[i].fence[out.Task] = out.Run, out.Fence
+			}
+		}
+		if failed != nil {
+			t.Fatalf("phase %d: unexpected error: %v", phase, failed)
+		}
+	}
+	t.Logf("%d operations recorded in %v", len(history), time.Since(start).Round(time.Millisecond))
+	t.Logf("answers: %s", answers(history))
+
+	model := wholeModel(startMS, cfg.tasks, cfg.clients)
+	checkStart := time.Now()
+	res, info := porcupine.CheckOperationsVerbose(model, history, 2*time.Minute)
+	t.Logf("checked in %v", time.Since(checkStart).Round(time.Millisecond))
+	if res != porcupine.Ok {
+		path := filepath.Join(t.TempDir(), "history.html")
+		if os.Getenv("CHECKOUT_LIN_VIS") != "" {
+			path = os.Getenv("CHECKOUT_LIN_VIS")
+		}
+		if err := porcupine.VisualizePath(model, info, path); err != nil {
+			t.Logf("visualize: %v", err)
+		}
+		if dump := os.Getenv("CHECKOUT_LIN_DUMP"); dump != "" {
+			dumpIllegal(model, history, dump)
+		}
+		t.Fatalf("history is %s (seed %d); visualization at %s", res, seed, path)
+	}
+	for i := range tasks {
+		assertOneEndPerLease(t, e, wTaskID(i))
+	}
 }
