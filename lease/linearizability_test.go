@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -834,8 +835,8 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // such a task may be taken before older sure ones, or not found.
 
 const (
-	wTasks  = 8         // tasks a history may create, at most (ids sort in creation order)
-	wAgents = maxAgents // agents of a history
+	wTasks  = 8  // tasks a history may create, at most (ids sort in creation order)
+	wAgents = 16 // agents of a history (the state is copied at every step: kept small)
 	adminID = "admin"
 )
 
@@ -913,7 +914,7 @@ func wTaskN(id string) int {
 
 // lin is task t in the terms of the per-task model, whose rules for
 // checkout, renew, release, complete, status and heartbeat it reuses.
-func (w wState) lin(t int) linState {
+func (w *wState) lin(t int) linState {
 	x := w.T[t]
 	return linState{
 		Now: w.Now, Status: x.Status, Holder: x.Holder, HolderN: x.HolderN, Run: x.Run, Fence: x.Fence,
@@ -994,14 +995,14 @@ func addMsg(msgs, m string) string {
 }
 
 // available: a claim may take t (todo, or a lease that has ended).
-func (w wState) available(t int) bool {
+func (w *wState) available(t int) bool {
 	x := w.T[t]
 	return x.Exists && !w.lin(t).live() && (x.Status == lease.StatusTodo || x.Status == lease.StatusInProgress)
 }
 
 // sure: a lone claim with caught-up indexes finds t: todo, expired, or
 // held by an agent dead by heartbeat now.
-func (w wState) sure(t int) bool {
+func (w *wState) sure(t int) bool {
 	x := w.T[t]
 	if !w.available(t) {
 		return false
@@ -1010,7 +1011,7 @@ func (w wState) sure(t int) bool {
 	return x.Holder == "" || x.Expires <= w.Now || hb.Has && hb.Exp <= w.Now
 }
 
-func (w wState) oldestSure() int {
+func (w *wState) oldestSure() int {
 	for t := range wTasks {
 		if w.sure(t) {
 			return t
@@ -1151,8 +1152,15 @@ func (w wState) next(in wIn, out wOut) []wState {
 	}
 	// force, checkout, renew, release, complete, status judge the holder
 	// by the alive cache: see cachedHB.
+	hbs := w.cachedHB()
+	if hbs == nil {
+		if s, ok := w.taskOp(in, out, w.HB); ok {
+			return []wState{s}
+		}
+		return nil
+	}
 	var states []wState
-	for _, hb := range w.cachedHB() {
+	for _, hb := range hbs {
 		if s, ok := w.taskOp(in, out, hb); ok {
 			states = append(states, s)
 		}
@@ -1206,11 +1214,14 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 // Checkouts, renewals, releases, completions, status reads and force
 // releases judge by the cache; sweeps, claims and watchers' messages read
 // heartbeats consistently, and see only the tombstone.
-func (w wState) cachedHB() [][maxAgents]hbState {
-	out := [][maxAgents]hbState{w.HB}
+func (w *wState) cachedHB() [][maxAgents]hbState {
+	var out [][maxAgents]hbState // nil: only w.HB
 	for a := range w.A {
 		if w.Now >= w.A[a].StaleUntil {
 			continue
+		}
+		if out == nil {
+			out = [][maxAgents]hbState{w.HB}
 		}
 		for _, hb := range out {
 			hb[a] = w.A[a].Stale
@@ -1283,20 +1294,50 @@ func wholeModel(start int64, tasks, agents int, knownBugs bool) porcupine.Model 
 			for a := range agents {
 				s.A[a].Registered = true
 			}
-			return []any{s}
+			return []any{&s}
 		},
+		// States are pointers: a state is a few kilobytes, and is copied
+		// once per step, not once per interface conversion.
 		Step: func(state, input, output any) []any {
-			var out []any
-			for _, s := range state.(wState).next(input.(wIn), output.(wOut)) {
-				out = append(out, s)
+			next := state.(*wState).next(input.(wIn), output.(wOut))
+			out := make([]any, len(next))
+			for i := range next {
+				out[i] = &next[i]
 			}
 			return out
 		},
+		Equal: func(a, b any) bool { return *a.(*wState) == *b.(*wState) },
+		Hash:  func(state any) uint64 { return state.(*wState).hash() },
 		DescribeOperation: func(input, output any) string {
 			return fmt.Sprintf("%+v -> %+v", input, output)
 		},
 	}
 	return m.ToModel()
+}
+
+// hash is a cheap hash of what most often tells states apart.
+func (w *wState) hash() uint64 {
+	h := uint64(14695981039346656037)
+	mix := func(v int64) { h = (h ^ uint64(v)) * 1099511628211 }
+	mix(w.Now)
+	for _, x := range w.T {
+		mix(x.Fence)
+		mix(x.Expires)
+		mix(x.Locked)
+		mix(int64(x.HolderN))
+		mix(int64(len(x.Holder) + len(x.Status) + len(x.EndOp)))
+		mix(x.EndFence)
+		for _, at := range x.Watch {
+			mix(at)
+		}
+	}
+	for a, x := range w.A {
+		mix(w.HB[a].Exp)
+		mix(w.HB[a].Since)
+		mix(int64(len(x.Msgs) + len(x.MayKeep)<<16))
+		mix(x.StaleUntil)
+	}
+	return h
 }
 
 // wholePartition splits a history without claims by task: agent-wide
@@ -1483,10 +1524,14 @@ func wholeSize(claims bool) wConfig {
 	case claims && chaos:
 		return wConfig{clients: 6, tasks: 3, phases: 100, opsPerPhase: 4, claims: true, createEvery: 20, strictEvery: 3, inboxEvery: 1}
 	case claims:
-		return wConfig{clients: 5, tasks: 3, phases: 10, opsPerPhase: 3, claims: true, createEvery: 3, strictEvery: 2, inboxEvery: 1}
+		return wConfig{clients: 5, tasks: 3, phases: 8, opsPerPhase: 3, claims: true, createEvery: 3, strictEvery: 2, inboxEvery: 1}
 	}
-	cfg := linSize()
-	return wConfig{clients: cfg.clients, tasks: cfg.tasks, phases: cfg.phases * 2 / 3, opsPerPhase: cfg.opsPerPhase, inboxEvery: 3}
+	// Fewer clients than TestLinearizability: the state is larger, and
+	// porcupine's search grows with the operations that overlap.
+	if chaos {
+		return wConfig{clients: 16, tasks: 6, phases: 80, opsPerPhase: 5, inboxEvery: 3}
+	}
+	return wConfig{clients: 12, tasks: 4, phases: 16, opsPerPhase: 3, inboxEvery: 3}
 }
 
 // Claims over all tasks, with checkouts, renewals, releases, rare
@@ -1674,6 +1719,10 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 	checkStart := time.Now()
 	res, info := porcupine.CheckOperationsVerbose(model, history, 2*time.Minute)
 	t.Logf("checked in %v", time.Since(checkStart).Round(time.Millisecond))
+	if save := os.Getenv("CHECKOUT_LIN_SAVE"); save != "" && time.Since(checkStart) > time.Second {
+		b, _ := json.Marshal(history)
+		_ = os.WriteFile(save+"."+t.Name(), b, 0o644)
+	}
 	if res != porcupine.Ok {
 		path := filepath.Join(t.TempDir(), "history.html")
 		if os.Getenv("CHECKOUT_LIN_VIS") != "" {
