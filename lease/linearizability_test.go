@@ -2,7 +2,6 @@ package lease_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -800,7 +799,7 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // claims is not partitionable by task: TestLinearizabilityClaim checks one
 // such history over a few tasks and a few clients. Without claims the same
 // model is checked task by task (TestLinearizabilityWatchForceRemove), with
-// many more clients.
+// more clients.
 //
 // Watch and inbox. A freeing (release, force release, a sweep's ending,
 // removal's ending) sends each watcher still the agent that asked (not
@@ -821,7 +820,10 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // yet, alive since the registration: the removed agent's leases stay ended.
 //
 // Claim. A claim that names a run id and finds that run's lease (live, or
-// the task's last ended lease) returns it. Otherwise, among concurrent
+// the task's last ended lease) returns it; when the task has moved on to
+// another ended lease since, the store grants a new one, and the model
+// follows the store (TestKnownBugClaimRetryAfterTheTaskMovedOn, reported).
+// Otherwise, among concurrent
 // claimers, a claim may take any available task (claimers spread over the
 // oldest candidates), or find none (its candidates come from indexes that
 // lag). Between phases a "strict" claim runs alone, on a store of its own
@@ -833,6 +835,13 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // not settled that death; the sweep settles it after settleAfter of the
 // store's clock, which the test moves much faster than the index lag, so
 // such a task may be taken before older sure ones, or not found.
+//
+// Known bugs. Two reported bugs of removal show in these histories now and
+// then: the alive cache may still hold a removed agent alive (cachedHB),
+// and a freeing in flight may write a message into the inbox the removal
+// emptied (the inbox case of next). The model allows both, narrowly;
+// CHECKOUT_KNOWN_BUGS=1 makes it strict, as lease/doc.go states the rules,
+// and runs the TestKnownBug tests that reproduce them.
 
 const (
 	wTasks  = 8  // tasks a history may create, at most (ids sort in creation order)
@@ -1507,6 +1516,9 @@ func nextWholeOp(r *rand.Rand, agentN int, heartbeat bool, mem *wMemory, tasks i
 		ids[i] = wTaskID(i)
 	}
 	op := nextOp(r, wAgentID(agentN), agentN, heartbeat, &mem.agentMemory, ids)
+	if op.Op == "complete" && claims && r.IntN(3) > 0 {
+		op.Op = "release" // a claim history has few tasks: keep most of them open
+	}
 	return wIn{Op: op.Op, Task: wTaskN(op.Task), Agent: agentN, Run: op.Run, Fence: op.Fence, Timeout: op.Timeout}
 }
 
@@ -1522,7 +1534,7 @@ func wholeSize(claims bool) wConfig {
 	chaos := os.Getenv("CHECKOUT_CHAOS") != ""
 	switch {
 	case claims && chaos:
-		return wConfig{clients: 6, tasks: 3, phases: 100, opsPerPhase: 4, claims: true, createEvery: 20, strictEvery: 3, inboxEvery: 1}
+		return wConfig{clients: 6, tasks: 3, phases: 100, opsPerPhase: 4, claims: true, createEvery: 12, strictEvery: 3, inboxEvery: 1}
 	case claims:
 		return wConfig{clients: 5, tasks: 3, phases: 8, opsPerPhase: 3, claims: true, createEvery: 3, strictEvery: 2, inboxEvery: 1}
 	}
@@ -1531,7 +1543,7 @@ func wholeSize(claims bool) wConfig {
 	if chaos {
 		return wConfig{clients: 16, tasks: 6, phases: 80, opsPerPhase: 5, inboxEvery: 3}
 	}
-	return wConfig{clients: 12, tasks: 4, phases: 16, opsPerPhase: 3, inboxEvery: 3}
+	return wConfig{clients: 12, tasks: 4, phases: 12, opsPerPhase: 3, inboxEvery: 3}
 }
 
 // Claims over all tasks, with checkouts, renewals, releases, rare
@@ -1719,10 +1731,6 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 	checkStart := time.Now()
 	res, info := porcupine.CheckOperationsVerbose(model, history, 2*time.Minute)
 	t.Logf("checked in %v", time.Since(checkStart).Round(time.Millisecond))
-	if save := os.Getenv("CHECKOUT_LIN_SAVE"); save != "" && time.Since(checkStart) > time.Second {
-		b, _ := json.Marshal(history)
-		_ = os.WriteFile(save+"."+t.Name(), b, 0o644)
-	}
 	if res != porcupine.Ok {
 		path := filepath.Join(t.TempDir(), "history.html")
 		if os.Getenv("CHECKOUT_LIN_VIS") != "" {
