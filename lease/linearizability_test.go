@@ -667,6 +667,24 @@ func wholeModelRejects(t *testing.T, start int64) {
 			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
 			wStep{wIn{Op: "inbox", Agent: 1}, wOut{Kind: "ok", Msgs: "0:1"}},
 		)},
+		{"a sweep that freed two tasks at two moments", true, func() []porcupine.Operation {
+			// Both leases expire; during the sweep agent-01 watches task-0,
+			// then task-1, and is told of task-1's freeing only.
+			h := seq(
+				wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+				wStep{checkout(1, 0, "s"), granted(1, 0, "s", 1)},
+				wStep{wIn{Op: "tick", Now: start + 30_000}, ok},
+			)
+			for t := range 2 {
+				h = append(h, porcupine.Operation{ClientId: 2, Input: wIn{Op: "sweep", Task: t}, Output: ok, Call: 10, Return: 100})
+			}
+			h = append(h,
+				porcupine.Operation{ClientId: 1, Input: wIn{Op: "watch", Task: 0, Agent: 1}, Output: ok, Call: 20, Return: 30},
+				porcupine.Operation{ClientId: 1, Input: wIn{Op: "watch", Task: 1, Agent: 1}, Output: ok, Call: 40, Return: 50},
+				porcupine.Operation{ClientId: 1, Input: wIn{Op: "inbox", Agent: 1}, Output: wOut{Kind: "ok", Msgs: "1:1"}, Call: 110, Return: 120},
+			)
+			return h
+		}()},
 	} {
 		if porcupine.CheckOperations(m, c.h) != c.legal {
 			t.Errorf("%s: legal=%v, the model says otherwise", c.what, c.legal)
@@ -812,11 +830,16 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // freeings the linearization chose, each once. Completion drops the watch
 // list and tells nobody; a takeover keeps it (the task never became free).
 //
-// Removal. RemoveAgent is recorded as two operations over the same
-// interval: "remove" (the tombstone: the agent is dead for ever from there,
-// its inbox emptied, its heartbeats refused) and "sweepOf" (its own pass
-// over the agent's leases, which may miss some under index lag, like the
-// sweep). Registering the id again gives an agent that sends no heartbeat
+// Sweeps. A sweep ends each lease by a write of its own, at its own moment
+// within the sweep's interval, so it is recorded as one "sweep" operation
+// per task over that interval: as one atomic operation it would make
+// watchers' messages look impossible (a watch placed during the sweep can
+// be told of one task's freeing and not of another's).
+//
+// Removal. RemoveAgent is recorded as "remove" (the tombstone: the agent is
+// dead for ever from there, its inbox emptied, its heartbeats refused) and,
+// over the same interval, one "sweepOf" per task (its own pass over the
+// agent's leases, which may miss some under index lag, like the sweep). Registering the id again gives an agent that sends no heartbeat
 // yet, alive since the registration: the removed agent's leases stay ended.
 //
 // Claim. A claim that names a run id and finds that run's lease (live, or
@@ -851,7 +874,7 @@ const (
 
 type wIn struct {
 	Op      string // tick, create, heartbeat, checkout, claim, renew, release, complete, status, force, watch, inbox, remove, sweepOf, register, sweep
-	Task    int
+	Task    int    // sweep and sweepOf too: the task whose lease this part of it may end
 	Agent   int
 	Run     string
 	Fence   int64
@@ -1127,23 +1150,20 @@ func (w wState) next(in wIn, out wOut) []wState {
 		}
 		return []wState{w}
 	case "sweep", "sweepOf":
-		// Any ended lease may be ended (or missed, under index lag); a live
-		// one never. sweepOf is removal's own pass over the agent's leases.
+		// One task's part of a sweep (or of removal's own pass over the
+		// agent's leases, sweepOf): the sweep ends each lease by a write of
+		// its own, at its own moment. An ended lease may be ended (or
+		// missed, under index lag); a live one never.
+		t, x := in.Task, w.T[in.Task]
 		if out != ok {
 			return nil
 		}
-		states := []wState{w}
-		for t := range wTasks {
-			x := w.T[t]
-			if x.Holder == "" || w.lin(t).live() || in.Op == "sweepOf" && x.HolderN != in.Agent {
-				continue
-			}
-			for _, s := range states {
-				s.free(t, "sweep", 0)
-				states = append(states, s)
-			}
+		if x.Holder == "" || w.lin(t).live() || in.Op == "sweepOf" && x.HolderN != in.Agent {
+			return []wState{w}
 		}
-		return states
+		ended := w
+		ended.free(t, "sweep", 0)
+		return []wState{w, ended}
 	case "claim":
 		return w.claim(in, out)
 	}
@@ -1359,7 +1379,7 @@ func wholePartition(h []porcupine.Operation) [][]porcupine.Operation {
 		switch in := op.Input.(wIn); in.Op {
 		case "claim":
 			return [][]porcupine.Operation{h}
-		case "tick", "heartbeat", "sweep", "sweepOf", "remove", "register":
+		case "tick", "heartbeat", "remove", "register":
 			shared = append(shared, op)
 		case "inbox":
 			inboxes = append(inboxes, op)
@@ -1608,9 +1628,19 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 			mu.Unlock()
 			return out, false
 		}
-		record(client, in, call, out, ret)
-		if in.Op == "remove" {
-			record(client, wIn{Op: "sweepOf", Agent: in.Agent}, call, wOut{Kind: "ok"}, ret)
+		switch in.Op {
+		case "sweep", "remove":
+			// A sweep, and removal's own pass over the agent's leases, end
+			// each lease by a write of its own: one operation per task,
+			// over the same interval, each linearized on its own.
+			if in.Op == "remove" {
+				record(client, in, call, out, ret)
+			}
+			for t := range tasks {
+				record(client, wIn{Op: map[string]string{"sweep": "sweep", "remove": "sweepOf"}[in.Op], Task: t, Agent: in.Agent}, call, wOut{Kind: "ok"}, ret)
+			}
+		default:
+			record(client, in, call, out, ret)
 		}
 		return out, true
 	}
