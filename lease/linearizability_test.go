@@ -851,10 +851,9 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // the task's last ended lease) returns it; when the task has moved on to
 // another ended lease since, the store grants a new one, and the model
 // follows the store (TestKnownBugClaimRetryAfterTheTaskMovedOn, reported).
-// Otherwise, among concurrent
-// claimers, a claim may take any available task (claimers spread over the
-// oldest candidates), or find none (its candidates come from indexes that
-// lag). Between phases a "strict" claim runs alone, on a store of its own
+// Otherwise, among concurrent claimers, a claim may take any available
+// task (claimers spread over the oldest candidates), or find none (its
+// candidates come from indexes that lag). Between phases a "strict" claim runs alone, on a store of its own
 // (no claims in flight, no recent losses), after the indexes have caught
 // up: it must take the oldest available task by creation, and may say
 // no_task_available only when none is surely available. Surely available:
@@ -865,11 +864,13 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // such a task may be taken before older sure ones, or not found.
 //
 // Known bugs. Two reported bugs of removal show in these histories now and
-// then: the alive cache may still hold a removed agent alive (cachedHB),
-// and a freeing in flight may write a message into the inbox the removal
-// emptied (the inbox case of next). The model allows both, narrowly;
-// CHECKOUT_KNOWN_BUGS=1 makes it strict, as lease/doc.go states the rules,
-// and runs the TestKnownBug tests that reproduce them.
+// then: a judgment from a heartbeat read before the removal (the alive
+// cache, or a read in flight) may still take the removed agent for alive
+// (cachedHB), and a freeing in flight may write a message into the inbox
+// the removal emptied (the inbox case of next; seen in
+// TestLinearizabilityClaim with CHECKOUT_KNOWN_BUGS=1). The model allows
+// both, narrowly; CHECKOUT_KNOWN_BUGS=1 makes it strict, as lease/doc.go
+// states the rules, and runs the TestKnownBug tests that reproduce them.
 
 const (
 	wTasks  = 8  // tasks a history may create, at most (ids sort in creation order)
