@@ -269,6 +269,8 @@ func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (Check
 			return it.checkout(), true, nil
 		case it.EndAgent == agentID && it.EndRun == runID:
 			return it.endedCheckout(), true, nil
+		case it.PrevAgent == agentID && it.PrevRun == runID:
+			return it.replacedCheckout(), true, nil // taken over since
 		}
 	}
 	return Checkout{}, false, nil

@@ -142,6 +142,16 @@ func (t *taskItem) endedCheckout() Checkout {
 	}
 }
 
+// replacedCheckout is the lease the latest checkout took over, as it was.
+func (t *taskItem) replacedCheckout() Checkout {
+	r := t.prevRecord
+	return Checkout{
+		TaskID: t.TaskID, AgentID: r.PrevAgent, AgentName: r.PrevAgent, RunID: r.PrevRun, Fence: r.PrevFence,
+		LockedAt: fromMS(r.PrevLocked), ExpiresAt: fromMS(r.PrevExpires),
+		Timeout: fromMS(r.PrevExpires).Sub(fromMS(r.PrevLocked)),
+	}
+}
+
 // itemEvent is an event that a task item's latest write recorded. frees
 // says the task became available by it, so watchers are told.
 type itemEvent struct {
