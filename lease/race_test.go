@@ -309,6 +309,12 @@ func TestConcurrentSweeps(t *testing.T) {
 			}
 		}
 	}
+	// The sweep reads an index that lags: it may miss a lease granted a
+	// moment ago (the next sweep finds it). Here every lease must be ended
+	// by these sweeps, so wait for the index to show them all first.
+	eventually(t, "every lease in the index", func() bool {
+		return len(must[[]lease.Checkout](t)(e.store.ListCheckouts(c, "holder"))) == leases
+	})
 	e.clock.Advance(time.Minute)
 	var mu sync.Mutex
 	var sum lease.SweepResult
