@@ -386,9 +386,10 @@ func (s *Store) heartbeat(ctx context.Context, agentID string) (*heartbeatItem, 
 	if hb, ok := s.alive.get(agentID, now); ok {
 		return hb, nil
 	}
+	epoch := s.alive.epoch(agentID)
 	hb, err := s.readHeartbeat(ctx, agentID)
 	if err == nil {
-		s.alive.put(agentID, hb, now)
+		s.alive.putRead(agentID, hb, now, epoch)
 	}
 	return hb, err
 }

@@ -20,6 +20,9 @@ import (
 type aliveCache struct {
 	mu sync.Mutex
 	m  map[string]aliveEntry
+	// forgets counts, per agent, the forgets so far: a read that began
+	// before a forget (a heartbeat read racing a removal) is not put back.
+	forgets map[string]uint64
 }
 
 type aliveEntry struct {
@@ -38,6 +41,25 @@ func (c *aliveCache) get(agentID string, now int64) (*heartbeatItem, bool) {
 		return nil, false
 	}
 	return e.hb, true
+}
+
+// epoch is what put needs to know that no forget came in between: take it
+// before the read.
+func (c *aliveCache) epoch(agentID string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.forgets[agentID]
+}
+
+// putRead remembers hb, read at now after epoch was taken, unless the agent
+// was forgotten meanwhile (its read may predate a removal).
+func (c *aliveCache) putRead(agentID string, hb *heartbeatItem, now int64, epoch uint64) {
+	c.mu.Lock()
+	stale := c.forgets[agentID] != epoch
+	c.mu.Unlock()
+	if !stale {
+		c.put(agentID, hb, now)
+	}
 }
 
 // put remembers hb, read at now, if it says the agent is alive.
@@ -61,6 +83,10 @@ func (c *aliveCache) forget(agentID string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, agentID)
+	if c.forgets == nil || len(c.forgets) >= aliveCacheMax {
+		c.forgets = make(map[string]uint64)
+	}
+	c.forgets[agentID]++
 }
 
 // deathCache remembers, per agent, the latest moment it was read dead. That

@@ -1861,9 +1861,6 @@ func (p *pausingDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, optF
 // removal's forget; in another process (another Lambda container), any read
 // in the second before the removal. Run with CHECKOUT_KNOWN_BUGS=1.
 func TestKnownBugRemovedAgentCachedAlive(t *testing.T) {
-	if os.Getenv("CHECKOUT_KNOWN_BUGS") == "" {
-		t.Skip("known bug, reported: a removed agent stays alive in the alive cache; CHECKOUT_KNOWN_BUGS=1 runs it")
-	}
 	t.Parallel()
 	setup := func(t *testing.T) (*env, *pausingDB, *lease.Store) {
 		e := newEnv(t)
@@ -1890,8 +1887,11 @@ func TestKnownBugRemovedAgentCachedAlive(t *testing.T) {
 		}
 	}
 	t.Run("one process, a read racing the removal", func(t *testing.T) {
-		_, p, s := setup(t)
+		e, p, s := setup(t)
 		c := ctx(t)
+		// Past what the alive cache holds from x's own heartbeat: the next
+		// judgment reads x's heartbeat.
+		e.clock.Advance(2 * lease.MinHeartbeatTTL)
 		p.armed.Store(true)
 		done := make(chan struct{})
 		go func() {
@@ -1907,6 +1907,11 @@ func TestKnownBugRemovedAgentCachedAlive(t *testing.T) {
 		blocked(t, s)
 	})
 	t.Run("another process", func(t *testing.T) {
+		// Still open: another process's alive cache may hold the agent for
+		// up to MinHeartbeatTTL after the removal answered (lease/doc.go).
+		if os.Getenv("CHECKOUT_KNOWN_BUGS") == "" {
+			t.Skip("known gap, documented: another process's alive cache; CHECKOUT_KNOWN_BUGS=1 runs it")
+		}
 		e, _, s := setup(t)
 		c := ctx(t)
 		other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
