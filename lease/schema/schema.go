@@ -66,7 +66,16 @@ const (
 	TasksByHolder      = "by_holder"
 	AgentsAll          = "all_agents"
 	HeartbeatsByExpiry = "by_expiry"
+	// EventsByFeed is the fleet feed: every archived event by time, across
+	// tasks (GET /api/events).
+	EventsByFeed = "by_feed"
 )
+
+// FeedShards is the number of partitions each hour of the fleet feed
+// (EventsByFeed) is spread over: an event's feed_shard is its hour bucket
+// and a shard chosen by its task, so no one partition takes every write of
+// the fleet, and a reader Queries each shard of each hour it reads.
+const FeedShards = 4
 
 // Shards is the number of partitions that the sweep indexes
 // (TasksByLeaseExpiry, HeartbeatsByExpiry) spread their items over, so that no
@@ -137,6 +146,15 @@ func Tables() []Table {
 			PartitionKey: Key{"task_id", String},
 			SortKey:      &Key{"seq", Number},
 			TTLAttribute: "ttl",
+			Indexes: []Index{
+				{
+					Name:         EventsByFeed,
+					PartitionKey: Key{"feed_shard", String},
+					SortKey:      &Key{"feed_key", String},
+					Sparse:       true,
+					Purpose:      "the fleet feed: every transition across tasks by time, an hour bucket and shard a partition",
+				},
+			},
 		},
 		{
 			Name:         InboxTable,
