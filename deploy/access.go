@@ -33,7 +33,8 @@ var Access = map[string][]Grant{
 		// BatchGetItem: listings confirm what the indexes propose.
 		{Table: schema.TasksTable, Actions: []string{"PutItem", "GetItem", "UpdateItem", "BatchGetItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByHolder}},
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem"}},
-		{Table: schema.EventsTable, Actions: []string{"Query"}},
+		// by_feed: the fleet feed, GET /api/events.
+		{Table: schema.EventsTable, Actions: []string{"Query"}, QueryIndexes: []string{schema.EventsByFeed}},
 	},
 	Checkouts: {
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "PutItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByHolder}},
