@@ -52,6 +52,8 @@ var Access = map[string][]Grant{
 		{Table: schema.HeartbeatsTable, Actions: []string{"BatchGetItem"}},
 		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
 		{Table: schema.InboxTable, Actions: []string{"PutItem"}},
+		// Webhook deliveries that failed for good.
+		{Table: schema.WebhookDeadLettersTable, Actions: []string{"PutItem"}},
 	},
 	Sweeper: {
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByLeaseExpiry, schema.TasksByHolder}},

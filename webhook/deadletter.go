@@ -9,6 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 )
 
 // DeadLetterFile is the file name the local server keeps dead letters in,
@@ -69,4 +73,42 @@ func ReadDeadLetters(path string) ([]DeadLetter, error) {
 		out = append(out, d)
 	}
 	return out, sc.Err()
+}
+
+// PutItemAPI is the DynamoDB call TableDeadLetters makes.
+type PutItemAPI interface {
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+}
+
+// DeadLetterRetention is how long TableDeadLetters keeps a dead letter.
+const DeadLetterRetention = 14 * 24 * time.Hour
+
+// TableDeadLetters keeps dead letters in a DynamoDB table
+// (schema.WebhookDeadLettersTable: event_id, url), as the stream function
+// does in AWS, where it has no disk that lasts. A dead letter written again
+// (its batch was handed again) replaces itself.
+type TableDeadLetters struct {
+	DB    PutItemAPI
+	Table string
+}
+
+// Put writes d.
+func (t TableDeadLetters) Put(ctx context.Context, d DeadLetter) error {
+	item, err := attributevalue.MarshalMap(struct {
+		EventID  string `dynamodbav:"event_id"`
+		URL      string `dynamodbav:"url"`
+		Type     string `dynamodbav:"type"`
+		Body     string `dynamodbav:"body"`
+		Attempts int    `dynamodbav:"attempts"`
+		Error    string `dynamodbav:"error"`
+		FailedAt string `dynamodbav:"failed_at"`
+		TTL      int64  `dynamodbav:"ttl"`
+	}{d.EventID, d.URL, d.Type, string(d.Body), d.Attempts, d.Error, d.FailedAt.Format(time.RFC3339Nano), d.FailedAt.Add(DeadLetterRetention).Unix()})
+	if err != nil {
+		return err
+	}
+	if _, err := t.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: &t.Table, Item: item}); err != nil {
+		return fmt.Errorf("dead letter %s: %w", d.EventID, err)
+	}
+	return nil
 }

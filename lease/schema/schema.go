@@ -57,6 +57,9 @@ const (
 	HeartbeatsTable = "heartbeats"
 	EventsTable     = "events"
 	InboxTable      = "inbox"
+	// WebhookDeadLettersTable keeps, in AWS, the webhook deliveries that
+	// failed for good (the local server keeps them in a file instead).
+	WebhookDeadLettersTable = "webhook_dead_letters"
 )
 
 // Index names.
@@ -160,6 +163,12 @@ func Tables() []Table {
 			Name:         InboxTable,
 			PartitionKey: Key{"agent_id", String},
 			SortKey:      &Key{"message_id", String},
+			TTLAttribute: "ttl",
+		},
+		{
+			Name:         WebhookDeadLettersTable,
+			PartitionKey: Key{"event_id", String},
+			SortKey:      &Key{"url", String},
 			TTLAttribute: "ttl",
 		},
 	}
