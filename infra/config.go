@@ -68,7 +68,7 @@ type Config struct {
 	StackName string
 	// WebhookURLs (context "webhookUrls", comma-separated https URLs): the
 	// stream function POSTs every notice, signed, to each; what fails for
-	// good goes to the webhook_dead_letters table. WebhookSecretName
+	// good goes to the deadletters table. WebhookSecretName
 	// (context "webhookSecretName") names the Secrets Manager secret that
 	// holds the signing key; CloudFormation resolves it into the stream
 	// function's environment at deploy time, so it is never in the template.

@@ -139,7 +139,8 @@ func (s *Store) Feed(ctx context.Context, p FeedParams) (FeedPage, error) {
 	default:
 		pos = feedEnd(ms(now.Add(-DefaultFeedWindow)))
 	}
-	horizon := feedEnd(ms(now.Add(-s.feedSettle)))
+	// Only whole milliseconds: more events may still be written in this one.
+	horizon := feedEnd(ms(now.Add(-s.feedSettle)) - 1)
 	out := []Event{}
 	examined := 0
 	for calls := 0; len(out) < limit && pos < horizon && calls < 4 && examined < feedRawPerRead; calls++ {

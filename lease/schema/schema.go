@@ -59,7 +59,7 @@ const (
 	InboxTable      = "inbox"
 	// WebhookDeadLettersTable keeps, in AWS, the webhook deliveries that
 	// failed for good (the local server keeps them in a file instead).
-	WebhookDeadLettersTable = "webhook_dead_letters"
+	WebhookDeadLettersTable = "deadletters"
 )
 
 // Index names.
