@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -83,7 +84,9 @@ func EnsureTables(ctx context.Context, db TableAdmin, names schema.Names) error 
 
 // addMissingIndexes creates the indexes of t that a table made before them
 // lacks (a data directory kept from an older version), one at a time as
-// DynamoDB requires, and waits for each.
+// DynamoDB requires, and waits for each. dynalite accepts the request but
+// does not build the index: a dynalite data directory from before the
+// fleet feed has no feed (see README, "Following the fleet").
 func addMissingIndexes(ctx context.Context, db TableAdmin, t schema.Table, name string, desc *types.TableDescription) error {
 	have := map[string]bool{}
 	for _, g := range desc.GlobalSecondaryIndexes {
@@ -102,13 +105,20 @@ func addMissingIndexes(ctx context.Context, db TableAdmin, t schema.Table, name 
 				}
 			}
 		}
-		_, err := db.UpdateTable(ctx, &dynamodb.UpdateTableInput{
-			TableName:            &name,
-			AttributeDefinitions: defs,
-			GlobalSecondaryIndexUpdates: []types.GlobalSecondaryIndexUpdate{{Create: &types.CreateGlobalSecondaryIndexAction{
-				IndexName: g.IndexName, KeySchema: g.KeySchema, Projection: g.Projection,
-			}}},
-		})
+		create := &types.CreateGlobalSecondaryIndexAction{IndexName: g.IndexName, KeySchema: g.KeySchema, Projection: g.Projection}
+		update := func() error {
+			_, err := db.UpdateTable(ctx, &dynamodb.UpdateTableInput{
+				TableName: &name, AttributeDefinitions: defs,
+				GlobalSecondaryIndexUpdates: []types.GlobalSecondaryIndexUpdate{{Create: create}},
+			})
+			return err
+		}
+		err := update()
+		if err != nil && strings.Contains(err.Error(), "provisionedThroughput") {
+			// dynalite wants a throughput even on an on-demand table.
+			create.ProvisionedThroughput = &types.ProvisionedThroughput{ReadCapacityUnits: aws.Int64(1), WriteCapacityUnits: aws.Int64(1)}
+			err = update()
+		}
 		if err != nil {
 			return fmt.Errorf("add index %s to %s: %w", aws.ToString(g.IndexName), name, err)
 		}
