@@ -28,7 +28,9 @@ func (s *server) feed(w http.ResponseWriter, r *http.Request, _ lease.Principal)
 	if len(p.Cursor) > 4096 {
 		return errorf(http.StatusBadRequest, codeInvalidRequest, "cursor is not valid")
 	}
-	if v := q.Get("since"); v != "" && p.Cursor == "" {
+	if v := q.Get("since"); strings.HasPrefix(v, "f1.") && p.Cursor == "" {
+		p.Cursor = v // since may also be a cursor
+	} else if v != "" && p.Cursor == "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
 			return errorf(http.StatusBadRequest, codeInvalidRequest, "since must be an RFC 3339 time such as 2026-03-20T14:35:00Z")

@@ -171,6 +171,9 @@ func TestWebhooksAndFeed(t *testing.T) {
 			break
 		}
 		q = "cursor=" + url.QueryEscape(cur) + "&limit=3"
+		if len(feed)%2 == 0 {
+			q = "since=" + url.QueryEscape(cur) + "&limit=3" // since takes a cursor too
+		}
 	}
 	perTask := map[string][]string{}
 	for _, e := range feed {

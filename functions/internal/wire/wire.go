@@ -116,6 +116,10 @@ func MustStore(e Env, log *slog.Logger) *lease.Store {
 		n = notify.NewEventBridge(eventbridge.NewFromConfig(cfg), e.EventBus)
 	}
 	db := dynamodb.NewFromConfig(cfg)
+	if _, err := webhook.ParseURLs(os.Getenv(EnvWebhookURL)); err != nil {
+		log.Error("webhooks", "error", err)
+		os.Exit(1)
+	}
 	hooks, err := Webhooks(e, db, log)
 	if err != nil {
 		log.Error("webhooks", "error", err)
