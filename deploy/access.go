@@ -33,7 +33,8 @@ var Access = map[string][]Grant{
 		// BatchGetItem: listings confirm what the indexes propose.
 		{Table: schema.TasksTable, Actions: []string{"PutItem", "GetItem", "UpdateItem", "BatchGetItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByHolder}},
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem"}},
-		{Table: schema.EventsTable, Actions: []string{"Query"}},
+		// by_feed: the fleet feed, GET /api/events.
+		{Table: schema.EventsTable, Actions: []string{"Query"}, QueryIndexes: []string{schema.EventsByFeed}},
 	},
 	Checkouts: {
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "PutItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByHolder}},
@@ -51,6 +52,8 @@ var Access = map[string][]Grant{
 		{Table: schema.HeartbeatsTable, Actions: []string{"BatchGetItem"}},
 		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
 		{Table: schema.InboxTable, Actions: []string{"PutItem"}},
+		// Webhook deliveries that failed for good.
+		{Table: schema.WebhookDeadLettersTable, Actions: []string{"PutItem"}},
 	},
 	Sweeper: {
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByLeaseExpiry, schema.TasksByHolder}},

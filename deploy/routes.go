@@ -56,6 +56,7 @@ var Routes = []Route{
 	{"GET", "/api/tasks/{task_id}/events", Tasks, false},
 	{"POST", "/api/tasks/{task_id}/watch", Tasks, false},
 	{"GET", "/api/checkouts", Tasks, false},
+	{"GET", "/api/events", Tasks, false},
 
 	{"POST", "/api/tasks/{task_id}/checkout", Checkouts, false},
 	{"POST", "/api/tasks/{task_id}/renew", Checkouts, false},

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -289,6 +290,27 @@ func TestCheckoutLifecycle(t *testing.T) {
 	equal(t, "events", types, []string{"checkout", "renew", "renew", "release", "checkout", "complete", "checkout"})
 	equal(t, "release held", evs[3]["held_seconds"], 120)
 	equal(t, "release by", evs[3]["by"], "alice")
+
+	// The fleet feed holds the same transitions, once the settle time has
+	// passed; a page at a time, following the cursor.
+	e.clock.Advance(3 * time.Second)
+	var feed []string
+	target := "/api/events?since=" + url.QueryEscape(t0.Add(-time.Minute).Format(time.RFC3339)) + "&limit=2"
+	for range 20 {
+		page := e.must(t, 200, "GET", target, alice, nil)
+		list := page.List("events")
+		for _, ev := range list {
+			if ev["task_id"] == "t1" {
+				feed = append(feed, ev["type"].(string))
+			}
+		}
+		if len(list) == 0 {
+			break
+		}
+		target = "/api/events?limit=2&cursor=" + url.QueryEscape(page.Str("next_cursor"))
+	}
+	equal(t, "feed of t1", feed, types)
+	e.fail(t, 400, "invalid_request", "GET", "/api/events?since=yesterday", alice, nil)
 }
 
 // An admin acts on behalf of an agent; an agent may not.

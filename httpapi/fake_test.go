@@ -187,6 +187,13 @@ func (f *fakeService) DeleteMessage(_ context.Context, agentID, id string) error
 	return f.rec("DeleteMessage", [2]string{agentID, id})
 }
 
+func (f *fakeService) Feed(_ context.Context, p lease.FeedParams) (lease.FeedPage, error) {
+	if err := f.rec("Feed", p.Cursor); err != nil {
+		return lease.FeedPage{}, err
+	}
+	return lease.FeedPage{Events: []lease.Event{{Type: lease.EventCheckout, TaskID: "task-1", AgentID: "agent-1", RunID: "run-1", Fence: 1, At: t0, By: "agent-1"}}, NextCursor: "f1.next"}, nil
+}
+
 func (f *fakeService) Events(_ context.Context, id string) ([]lease.Event, error) {
 	if err := f.rec("Events", id); err != nil {
 		return nil, err

@@ -112,6 +112,7 @@ var routes = []route{
 	{Route{"GET", "/api/inbox"}, agentOnly, (*server).inbox},
 	{Route{"DELETE", "/api/inbox/{message_id}"}, agentOnly, (*server).deleteMessage},
 	{Route{"POST", "/api/claim"}, agentOnly, (*server).claim},
+	{Route{"GET", "/api/events"}, agentOnly, (*server).feed},
 }
 
 // Routes lists every method and pattern served, in a stable order.

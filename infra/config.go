@@ -66,6 +66,14 @@ type Config struct {
 	LogLevel string
 	// StackName is the CloudFormation stack name (context "stackName").
 	StackName string
+	// WebhookURLs (context "webhookUrls", comma-separated https URLs): the
+	// stream function POSTs every notice, signed, to each; what fails for
+	// good goes to the deadletters table. WebhookSecretName
+	// (context "webhookSecretName") names the Secrets Manager secret that
+	// holds the signing key; CloudFormation resolves it into the stream
+	// function's environment at deploy time, so it is never in the template.
+	WebhookURLs       string
+	WebhookSecretName string
 }
 
 // DefaultReservedConcurrency is the reserved concurrency of each API
@@ -186,6 +194,8 @@ func ConfigFromContext(node constructs.Node) (Config, error) {
 	str("alarmEmail", &c.AlarmEmail)
 	str("logLevel", &c.LogLevel)
 	str("stackName", &c.StackName)
+	str("webhookUrls", &c.WebhookURLs)
+	str("webhookSecretName", &c.WebhookSecretName)
 	if v, ok := get("reservedConcurrency"); ok && err == nil {
 		c.ReservedConcurrency, err = reservedConcurrency(v, c.ReservedConcurrency)
 	}
@@ -202,6 +212,20 @@ func ConfigFromContext(node constructs.Node) (Config, error) {
 	}
 	if c.AlarmEmail != "" && !strings.Contains(c.AlarmEmail, "@") {
 		return Config{}, fmt.Errorf("context alarmEmail: %q is not an e-mail address", c.AlarmEmail)
+	}
+	var urls []string
+	for _, u := range strings.Split(c.WebhookURLs, ",") {
+		if u = strings.TrimSpace(u); u == "" {
+			continue
+		}
+		if !strings.HasPrefix(u, "https://") || strings.ContainsAny(u, " \t\n") {
+			return Config{}, fmt.Errorf("context webhookUrls: %q is not an https URL", u)
+		}
+		urls = append(urls, u)
+	}
+	c.WebhookURLs = strings.Join(urls, ",")
+	if c.WebhookURLs != "" && c.WebhookSecretName == "" {
+		return Config{}, fmt.Errorf("context webhookSecretName: required with webhookUrls (the Secrets Manager secret that holds the signing key)")
 	}
 	return c, nil
 }

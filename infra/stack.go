@@ -31,7 +31,10 @@ import (
 // Environment variables every function receives.
 const (
 	EnvEventBus = "CHECKOUT_EVENT_BUS"
-	EnvLogLevel = "LOG_LEVEL"
+	// The stream function's webhooks (package webhook reads them).
+	EnvWebhookURL    = "CHECKOUT_WEBHOOK_URL"
+	EnvWebhookSecret = "CHECKOUT_WEBHOOK_SECRET"
+	EnvLogLevel      = "LOG_LEVEL"
 )
 
 // The service's metrics (see deploy/metrics.go), and the authorizer's cache.
@@ -55,6 +58,10 @@ const (
 	// ten retries of a failing batch, bisected.
 	streamBatchSize = 100
 	streamRetries   = 10
+	// streamWebhookTimeout is the stream function's timeout with webhooks:
+	// a batch may wait out one receiver's retries (10 s) and then one
+	// attempt per notice (5 s at most each) while it stays down.
+	streamWebhookTimeout = 300
 )
 
 // CheckoutStack is the synthesized stack and the constructs that tests and
@@ -243,6 +250,13 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 			props.OnFailure = awslambdadestinations.NewSqsDestination(s.SweepDeadLetters)
 		} else if n, ok := cfg.ReservedConcurrency[name]; ok {
 			props.ReservedConcurrentExecutions = jsii.Number(float64(n))
+		}
+		if name == FnStream && cfg.WebhookURLs != "" {
+			// The same notifier as the local server's signs and retries
+			// each delivery; a batch may wait out a receiver's retries.
+			(*props.Environment)[EnvWebhookURL] = jsii.String(cfg.WebhookURLs)
+			(*props.Environment)[EnvWebhookSecret] = awscdk.SecretValue_SecretsManager(jsii.String(cfg.WebhookSecretName), nil).UnsafeUnwrap()
+			props.Timeout = awscdk.Duration_Seconds(jsii.Number(streamWebhookTimeout))
 		}
 		fn := awslambda.NewFunction(stack, jsii.String(title(name)+"Function"), props)
 		for _, st := range Statements(name, s.Tables) {

@@ -57,6 +57,7 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 				continue
 			}
 			ev.TTL = ttl
+			ev.feedFields(old.LastAt)
 			item, err := attributevalue.MarshalMap(ev.eventItem)
 			if err != nil {
 				return err

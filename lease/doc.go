@@ -22,6 +22,8 @@
 //	heartbeats  agent_id                latest heartbeat; TTL "ttl"
 //	  by_expiry        hb_shard / hb_expires     sparse: agents the sweep must judge
 //	events      task_id / seq           the audit trail; TTL "ttl"
+//	  by_feed          feed_shard / feed_key     sparse: the fleet feed by time (feed.go)
+//	deadletters event_id / url          webhook deliveries that failed for good (AWS); TTL "ttl"
 //	inbox       agent_id / message_id   task_available messages; TTL "ttl"
 //
 // The lease lives on the task item (holder, run_id, locked_at,
@@ -61,6 +63,8 @@
 //	authenticate        GetItem of the key item "#key#<sha256(key)>"
 //	events, inbox       Query on the table's own key (+ GetItem of the task, for
 //	                    its latest events)
+//	fleet feed          Query by_feed per shard of each hour read (schema.FeedShards
+//	                    a bucket, at most 6 hours a call), merged by feed_key
 //	sweep               Query by_lease_expiry and heartbeats by_expiry per shard,
 //	                    then UpdateItem per lease it ends
 //	stream function     per batch of changes: BatchWriteItem of the events (25 a
@@ -267,14 +271,17 @@
 // change whose eseq grew and:
 //
 //   - archives the write's events under (task_id, seq), so a replay rewrites
-//     the same items;
+//     the same items, each keyed into the fleet feed (by_feed) by values
+//     the change record alone determines, so the feed holds it once;
 //   - for an ending that frees the task (not a completion, not a takeover),
 //     writes a task_available message to each watcher in the old image,
 //     with an id derived from the freeing, and only if no message with that
 //     id exists: a message its agent has deleted is kept, marked, until its
 //     TTL, so a replay cannot bring it back;
 //   - publishes LeaseEnded (every ending) and TaskAvailable (every freeing)
-//     with a deterministic id, task:seq:kind, for consumers to drop repeats.
+//     with a deterministic id, task:seq:kind, for consumers to drop repeats:
+//     to EventBridge in AWS, and to the webhooks (package webhook) in both
+//     environments, which retry, then dead-letter, within the call.
 //
 // A batch that fails (the bus is down, a write throttled) fails whole and is
 // delivered again; nothing it did is done twice in effect. So once a

@@ -182,6 +182,10 @@ type eventItem struct {
 	By      string    `dynamodbav:"by,omitempty"`
 	Reason  string    `dynamodbav:"reason,omitempty"`
 	TTL     int64     `dynamodbav:"ttl,omitempty"`
+	// The fleet feed's keys (index by_feed), set by the stream function
+	// when it archives the event; see feed.go.
+	FeedShard string `dynamodbav:"feed_shard,omitempty"`
+	FeedKey   string `dynamodbav:"feed_key,omitempty"`
 }
 
 func (e eventItem) event() Event {

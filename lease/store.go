@@ -54,6 +54,10 @@ type Config struct {
 	// EventRetention sets the TTL of audit events and inbox messages
 	// (default 30 days for events, 7 days for messages).
 	EventRetention time.Duration
+	// FeedSettle is how far behind now the fleet feed is read (default
+	// DefaultFeedSettle; negative: not at all), so that a cursor never
+	// passes an event the change stream has not archived yet. See feed.go.
+	FeedSettle time.Duration
 }
 
 // Store is the lease engine on DynamoDB. It is safe for concurrent use.
@@ -63,6 +67,8 @@ type Store struct {
 	notifier  Notifier
 	log       *slog.Logger
 	retention time.Duration
+	// feedSettle: see Config.FeedSettle.
+	feedSettle time.Duration
 
 	tasks, agents, heartbeats, events, inbox string
 
@@ -86,6 +92,8 @@ func New(cfg Config) *Store {
 		log:       cfg.Logger,
 		retention: cfg.EventRetention,
 
+		feedSettle: cfg.FeedSettle,
+
 		readAfterFailed: cfg.ReadAfterFailedCondition,
 		tasks:           cfg.Tables.Table(schema.TasksTable),
 		agents:          cfg.Tables.Table(schema.AgentsTable),
@@ -101,6 +109,12 @@ func New(cfg Config) *Store {
 	}
 	if s.notifier == nil {
 		s.notifier = LogNotifier(s.log)
+	}
+	switch {
+	case s.feedSettle == 0:
+		s.feedSettle = DefaultFeedSettle
+	case s.feedSettle < 0:
+		s.feedSettle = 0
 	}
 	if s.retention <= 0 {
 		s.retention = 30 * 24 * time.Hour

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -53,6 +54,9 @@ func EnsureTables(ctx context.Context, db TableAdmin, names schema.Names) error 
 					return fmt.Errorf("turn on the stream of %s: %w", name, err)
 				}
 			}
+			if err := addMissingIndexes(ctx, db, t, name, out.Table); err != nil {
+				return err
+			}
 			continue
 		case !errors.As(err, &notFound):
 			return fmt.Errorf("describe %s: %w", name, err)
@@ -73,6 +77,53 @@ func EnsureTables(ctx context.Context, db TableAdmin, names schema.Names) error 
 					AttributeName: aws.String(t.TTLAttribute), Enabled: aws.Bool(true),
 				},
 			})
+		}
+	}
+	return nil
+}
+
+// addMissingIndexes creates the indexes of t that a table made before them
+// lacks (a data directory kept from an older version), one at a time as
+// DynamoDB requires, and waits for each. dynalite accepts the request but
+// does not build the index: a dynalite data directory from before the
+// fleet feed has no feed (see README, "Following the fleet").
+func addMissingIndexes(ctx context.Context, db TableAdmin, t schema.Table, name string, desc *types.TableDescription) error {
+	have := map[string]bool{}
+	for _, g := range desc.GlobalSecondaryIndexes {
+		have[aws.ToString(g.IndexName)] = true
+	}
+	full := CreateTableInput(t, name)
+	for _, g := range full.GlobalSecondaryIndexes {
+		if have[aws.ToString(g.IndexName)] {
+			continue
+		}
+		var defs []types.AttributeDefinition
+		for _, k := range g.KeySchema {
+			for _, d := range full.AttributeDefinitions {
+				if aws.ToString(d.AttributeName) == aws.ToString(k.AttributeName) {
+					defs = append(defs, d)
+				}
+			}
+		}
+		create := &types.CreateGlobalSecondaryIndexAction{IndexName: g.IndexName, KeySchema: g.KeySchema, Projection: g.Projection}
+		update := func() error {
+			_, err := db.UpdateTable(ctx, &dynamodb.UpdateTableInput{
+				TableName: &name, AttributeDefinitions: defs,
+				GlobalSecondaryIndexUpdates: []types.GlobalSecondaryIndexUpdate{{Create: create}},
+			})
+			return err
+		}
+		err := update()
+		if err != nil && strings.Contains(err.Error(), "provisionedThroughput") {
+			// dynalite wants a throughput even on an on-demand table.
+			create.ProvisionedThroughput = &types.ProvisionedThroughput{ReadCapacityUnits: aws.Int64(1), WriteCapacityUnits: aws.Int64(1)}
+			err = update()
+		}
+		if err != nil {
+			return fmt.Errorf("add index %s to %s: %w", aws.ToString(g.IndexName), name, err)
+		}
+		if err := waitActive(ctx, db, name); err != nil {
+			return err
 		}
 	}
 	return nil

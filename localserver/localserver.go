@@ -85,7 +85,11 @@ type Config struct {
 	// negative disables the poller, leaving Drain to the caller).
 	StreamPollInterval time.Duration
 	// Notifier hears the notices the change stream produces (nil: logged).
+	// cmd/checkout-server adds webhooks (package webhook) to the log.
 	Notifier lease.Notifier
+	// FeedSettle is how far behind now the fleet feed (GET /api/events)
+	// is read (default lease.DefaultFeedSettle; negative: not at all).
+	FeedSettle time.Duration
 	// AutoCreateTasks makes a checkout of an unknown task create it.
 	AutoCreateTasks bool
 	// Logger receives request and sweep logs (nil: discarded).
@@ -180,7 +184,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if !honours {
 		cfg.Logger.Warn("the DynamoDB endpoint ignores ReturnValuesOnConditionCheckFailure; failed conditions cost one read more", "endpoint", endpoint)
 	}
-	s.store = lease.New(lease.Config{DB: s.db.client, Tables: names, Now: cfg.Now, Logger: cfg.Logger, Notifier: cfg.Notifier, ReadAfterFailedCondition: !honours})
+	s.store = lease.New(lease.Config{DB: s.db.client, Tables: names, Now: cfg.Now, Logger: cfg.Logger, Notifier: cfg.Notifier, ReadAfterFailedCondition: !honours, FeedSettle: cfg.FeedSettle})
 	s.changes = newChanges(s.db, names, s.store)
 
 	cache := auth.NewCache(s.store, AuthCacheTTL, cfg.Now)

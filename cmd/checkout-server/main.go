@@ -12,6 +12,12 @@
 //	CHECKOUT_ADMIN_KEY          the admin's API key (default: generated and logged once)
 //	CHECKOUT_SWEEP_INTERVAL     how often the sweep runs (default 15s)
 //	CHECKOUT_AUTO_CREATE_TASKS  true: checking out an unknown task creates it
+//	CHECKOUT_WEBHOOK_URL        POST every notice, signed, to these URLs (comma-separated)
+//	CHECKOUT_WEBHOOK_SECRET     the webhooks' HMAC-SHA256 key (required with a URL)
+//	CHECKOUT_WEBHOOK_RETRY_FOR  how long a delivery is retried before it is dead-lettered (default 30s)
+//	CHECKOUT_WEBHOOK_DEAD_LETTERS  the JSON-lines file of deliveries that failed for good
+//	                            (default CHECKOUT_DATA_DIR/webhook-dead-letters.jsonl, or one
+//	                            in the temporary directory without a data directory)
 //	LOG_LEVEL                   debug, info (default), warn or error
 //
 // Logs are JSON lines on standard error. SIGINT or SIGTERM stops the server
@@ -29,12 +35,15 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/localserver"
 	"github.com/checkout-dev/checkout/localstack"
+	"github.com/checkout-dev/checkout/webhook"
 )
 
 func main() {
@@ -55,6 +64,14 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 		return err
 	}
 	cfg.Logger = log
+	hooks, err := webhooksFrom(getenv, cfg.DataDir, log)
+	if err != nil {
+		return err
+	}
+	if hooks != nil {
+		// Every notice is logged, as without webhooks, and delivered.
+		cfg.Notifier = webhook.Multi(lease.LogNotifier(log), hooks)
+	}
 
 	// Without DYNAMODB_ENDPOINT the server starts and supervises its own
 	// dynalite.
@@ -91,6 +108,41 @@ func configFrom(getenv func(string) string) (localserver.Config, error) {
 		cfg.AutoCreateTasks = b
 	}
 	return cfg, nil
+}
+
+// webhooksFrom is the webhook notifier that CHECKOUT_WEBHOOK_URL asks for,
+// or nil without one. What fails for good is appended to a JSON-lines file.
+func webhooksFrom(getenv func(string) string, dataDir string, log *slog.Logger) (*webhook.Notifier, error) {
+	urls, err := webhook.ParseURLs(getenv(webhook.EnvURL))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", webhook.EnvURL, err)
+	}
+	if len(urls) == 0 {
+		return nil, nil
+	}
+	cfg := webhook.Config{URLs: urls, Secret: getenv(webhook.EnvSecret), Logger: log}
+	if v := getenv("CHECKOUT_WEBHOOK_RETRY_FOR"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("CHECKOUT_WEBHOOK_RETRY_FOR=%q: want a positive duration such as 30s", v)
+		}
+		cfg.MaxElapsed = d
+	}
+	path := getenv("CHECKOUT_WEBHOOK_DEAD_LETTERS")
+	switch {
+	case path != "":
+	case dataDir != "":
+		path = filepath.Join(dataDir, webhook.DeadLetterFile)
+	default:
+		path = filepath.Join(os.TempDir(), "checkout-"+webhook.DeadLetterFile)
+	}
+	cfg.DeadLetters = &webhook.FileDeadLetters{Path: path}
+	n, err := webhook.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("webhooks on", "urls", len(urls), "dead_letters", path)
+	return n, nil
 }
 
 func logLevel(s string) slog.Level {

@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -548,35 +550,121 @@ func (a *app) inboxCmd() *cobra.Command {
 }
 
 func (a *app) eventsCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "events <task-id>",
-		Short: "Show a task's audit trail, oldest first",
+	var follow bool
+	var since, types string
+	var interval time.Duration
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "events [task-id]",
+		Short: "Show a task's audit trail, or every transition across the fleet",
+		Long: `With a task id: that task's audit trail, oldest first.
+
+Without one: the fleet feed, every transition of every task, oldest first,
+from --since (default: the last hour). With --follow it keeps going,
+printing each transition once, in order, about two seconds after it
+happened, until interrupted; with --json each event is one JSON line.`,
 		Example: `  checkout events task-d4e5
-  checkout events task-d4e5 --json`,
-		Args:              exactArgs(1, "a task id"),
+  checkout events task-d4e5 --json
+  checkout events --since 2026-03-20T14:00:00Z
+  checkout events --follow --type release,timeout,agent_death,force_release
+  checkout events --follow --json | jq -c .`,
+		Args:              maxArgs(1, "one task id"),
 		ValidArgsFunction: a.completeOpenTasks,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
-				evs, err := c.Events(ctx, args[0])
-				return func(w io.Writer) {
-					fmt.Fprintf(w, "## Events: %s\n\n", args[0])
-					if len(evs) == 0 {
-						fmt.Fprintln(w, "No events.")
-						return
+			if len(args) == 1 {
+				if follow || since != "" || types != "" {
+					return &usageError{"--follow, --since and --type are for the fleet feed: give no task id (see checkout events --help)"}
+				}
+				return a.taskEvents(cmd, args[0])
+			}
+			req := client.FeedRequest{Limit: limit}
+			if since != "" {
+				t, err := time.Parse(time.RFC3339Nano, since)
+				if err != nil {
+					d, derr := time.ParseDuration(since)
+					if derr != nil || d <= 0 {
+						return &usageError{fmt.Sprintf("invalid --since %q: want an RFC 3339 time or a duration such as 30m", since)}
 					}
-					rows := make([][]string, len(evs))
-					for i, e := range evs {
-						held := "-"
-						if e.HeldSeconds != nil {
-							held = compact(time.Duration(*e.HeldSeconds) * time.Second)
+					t = time.Now().Add(-d)
+				}
+				req.Since = t
+			}
+			if types != "" {
+				req.Types = strings.Split(types, ",")
+			}
+			if !follow {
+				return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
+					page, err := c.Feed(ctx, req)
+					return func(w io.Writer) {
+						fmt.Fprintln(w, "## Events: the fleet")
+						fmt.Fprintln(w)
+						if len(page.Events) == 0 {
+							fmt.Fprintln(w, "No events.")
+							return
 						}
-						rows[i] = []string{stamp(e.At), e.Type, e.AgentID, e.RunID, strconv.FormatInt(e.Fence, 10), held, orDash(e.By), orDash(e.Reason)}
+						rows := make([][]string, len(page.Events))
+						for i, e := range page.Events {
+							rows[i] = []string{stamp(e.At), e.Type, e.TaskID, orDash(e.AgentID), strconv.FormatInt(e.Fence, 10), held(e), orDash(e.By), orDash(e.Reason)}
+						}
+						table(w, []string{"At", "Event", "Task", "Agent", "Fence", "Held", "By", "Reason"}, rows)
+						fmt.Fprintf(w, "\nMore: checkout events --follow, or the API with cursor=%s\n", page.NextCursor)
+					}, err
+				})
+			}
+			c, _, err := a.client()
+			if err != nil {
+				return err
+			}
+			err = c.FollowFeed(cmd.Context(), req, interval, func(e client.Event) error {
+				if a.json {
+					b, err := json.Marshal(e)
+					if err != nil {
+						return err
 					}
-					table(w, []string{"At", "Event", "Agent", "Run", "Fence", "Held", "By", "Reason"}, rows)
-				}, err
+					_, err = fmt.Fprintf(a.stdout, "%s\n", b)
+					return err
+				}
+				_, err := fmt.Fprintf(a.stdout, "%s  %-13s %-24s agent %s  fence %d  held %s  by %s  %s\n",
+					stamp(e.At), e.Type, e.TaskID, orDash(e.AgentID), e.Fence, held(e), orDash(e.By), orDash(e.Reason))
+				return err
 			})
+			if errors.Is(err, context.Canceled) {
+				return nil // interrupted: the normal end of a follow
+			}
+			return err
 		},
 	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep following the fleet feed until interrupted")
+	cmd.Flags().StringVar(&since, "since", "", "start of the fleet feed: an RFC 3339 time, or a duration ago such as 30m (default 1h)")
+	cmd.Flags().StringVar(&types, "type", "", "keep only these event types, comma-separated")
+	cmd.Flags().IntVar(&limit, "limit", 0, "events per request, 1 to 1000 (default 100)")
+	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "with --follow: how often to ask once caught up")
+	return cmd
+}
+
+func held(e client.Event) string {
+	if e.HeldSeconds == nil {
+		return "-"
+	}
+	return compact(time.Duration(*e.HeldSeconds) * time.Second)
+}
+
+func (a *app) taskEvents(cmd *cobra.Command, taskID string) error {
+	return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
+		evs, err := c.Events(ctx, taskID)
+		return func(w io.Writer) {
+			fmt.Fprintf(w, "## Events: %s\n\n", taskID)
+			if len(evs) == 0 {
+				fmt.Fprintln(w, "No events.")
+				return
+			}
+			rows := make([][]string, len(evs))
+			for i, e := range evs {
+				rows[i] = []string{stamp(e.At), e.Type, e.AgentID, e.RunID, strconv.FormatInt(e.Fence, 10), held(e), orDash(e.By), orDash(e.Reason)}
+			}
+			table(w, []string{"At", "Event", "Agent", "Run", "Fence", "Held", "By", "Reason"}, rows)
+		}, err
+	})
 }
 
 func (a *app) tasksCmd() *cobra.Command {

@@ -57,6 +57,9 @@ const (
 	HeartbeatsTable = "heartbeats"
 	EventsTable     = "events"
 	InboxTable      = "inbox"
+	// WebhookDeadLettersTable keeps, in AWS, the webhook deliveries that
+	// failed for good (the local server keeps them in a file instead).
+	WebhookDeadLettersTable = "deadletters"
 )
 
 // Index names.
@@ -66,7 +69,16 @@ const (
 	TasksByHolder      = "by_holder"
 	AgentsAll          = "all_agents"
 	HeartbeatsByExpiry = "by_expiry"
+	// EventsByFeed is the fleet feed: every archived event by time, across
+	// tasks (GET /api/events).
+	EventsByFeed = "by_feed"
 )
+
+// FeedShards is the number of partitions each hour of the fleet feed
+// (EventsByFeed) is spread over: an event's feed_shard is its hour bucket
+// and a shard chosen by its task, so no one partition takes every write of
+// the fleet, and a reader Queries each shard of each hour it reads.
+const FeedShards = 4
 
 // Shards is the number of partitions that the sweep indexes
 // (TasksByLeaseExpiry, HeartbeatsByExpiry) spread their items over, so that no
@@ -137,11 +149,26 @@ func Tables() []Table {
 			PartitionKey: Key{"task_id", String},
 			SortKey:      &Key{"seq", Number},
 			TTLAttribute: "ttl",
+			Indexes: []Index{
+				{
+					Name:         EventsByFeed,
+					PartitionKey: Key{"feed_shard", String},
+					SortKey:      &Key{"feed_key", String},
+					Sparse:       true,
+					Purpose:      "the fleet feed: every transition across tasks by time, an hour bucket and shard a partition",
+				},
+			},
 		},
 		{
 			Name:         InboxTable,
 			PartitionKey: Key{"agent_id", String},
 			SortKey:      &Key{"message_id", String},
+			TTLAttribute: "ttl",
+		},
+		{
+			Name:         WebhookDeadLettersTable,
+			PartitionKey: Key{"event_id", String},
+			SortKey:      &Key{"url", String},
 			TTLAttribute: "ttl",
 		},
 	}

@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -25,6 +28,8 @@ import (
 	"github.com/checkout-dev/checkout/localserver"
 	"github.com/checkout-dev/checkout/localstack"
 	"github.com/checkout-dev/checkout/stream"
+	"github.com/checkout-dev/checkout/webhook"
+	"github.com/checkout-dev/checkout/webhook/webhooktest"
 )
 
 var endpoint string
@@ -298,10 +303,23 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 	t0 := time.Date(2026, 3, 20, 14, 0, 0, 0, time.UTC)
 	quiet := slog.New(slog.DiscardHandler)
 
+	// The same webhook receiver for both: the local server's notifier and
+	// the stream function's, each with a second URL whose receiver has
+	// another secret and refuses every delivery, so that each dead-letters.
+	recvLocal, recvLambda, forged := webhooktest.New("whsec"), webhooktest.New("whsec"), webhooktest.New("not-the-secret")
+	defer recvLocal.Close()
+	defer recvLambda.Close()
+	defer forged.Close()
+	deadFile := filepath.Join(t.TempDir(), webhook.DeadLetterFile)
+	localHooks, err := webhook.New(webhook.Config{URLs: []string{recvLocal.URL, forged.URL}, Secret: "whsec", DeadLetters: &webhook.FileDeadLetters{Path: deadFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	localClock := testclock.New(t0)
 	srv, err := localserver.Start(ctx, localserver.Config{
 		Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: prefix(), AdminKey: adminKey,
-		SweepInterval: -1, Now: localClock.Now, Logger: quiet,
+		SweepInterval: -1, Now: localClock.Now, Logger: quiet, Notifier: localHooks,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -327,9 +345,15 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hookEnv := env
+	hookEnv.WebhookURLs, hookEnv.WebhookSecret = []string{recvLambda.URL, forged.URL}, "whsec"
+	lambdaHooks, err := Webhooks(hookEnv, used.client(Stream), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
 	gw.stream = &stream.Poller{
 		Streams: stream.NewLocalClient(endpoint), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
-		Handle: stream.Handler(NewStore(used.client(Stream), nil, env, quiet)),
+		Handle: stream.Handler(NewStore(used.client(Stream), lambdaHooks, env, quiet)),
 	}
 	backends := []struct {
 		name  string
@@ -411,6 +435,10 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 		{sweep: true, swept: lease.SweepResult{AgentDeaths: 1}},
 		{who: "bob", method: "GET", target: "/api/tasks/t2/events", status: 200},
 		{who: "admin", method: "POST", target: "/api/tasks/t2/release", body: `{"force":true}`, status: 404},
+		// The fleet feed, once the settle time has passed.
+		{who: "bob", method: "GET", target: "/api/events?since=2026-03-20T13:00:00Z&limit=1000", status: 200, advance: 3 * time.Second},
+		{who: "bob", method: "GET", target: "/api/events?type=timeout,agent_death&since=2026-03-20T13:00:00Z", status: 200},
+		{who: "bob", method: "GET", target: "/api/events?limit=1001", status: 400},
 		{who: "admin", method: "DELETE", target: "/api/agents/nobody", status: 404},
 		{who: "admin", method: "DELETE", target: "/api/agents/bob", status: 200},
 		{who: "bob", method: "GET", target: "/api/inbox", status: 401},
@@ -430,7 +458,7 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 		var answers []any
 		for _, be := range backends {
 			be.clock.Advance(st.advance)
-			if strings.Contains(st.target, "/inbox") || strings.HasSuffix(st.target, "/events") {
+			if strings.Contains(st.target, "/inbox") || strings.Contains(st.target, "/events") {
 				be.b.drain(t) // what those read comes from the change stream
 			}
 			if st.sweep {
@@ -470,6 +498,19 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 		}
 	}
 	used.check(t)
+
+	// Both paths delivered the same notices, signed, and dead-lettered
+	// what the receiver with the other secret refused.
+	local, lambda := recvLocal.Delivered(), recvLambda.Delivered()
+	if len(local) == 0 || !reflect.DeepEqual(slices.Sorted(maps.Keys(local)), slices.Sorted(maps.Keys(lambda))) {
+		t.Fatalf("webhooks: local delivered %v, lambda %v", local, lambda)
+	}
+	if recvLocal.Rejected()+recvLambda.Rejected() != 0 || forged.Rejected() != 2*len(local) {
+		t.Fatalf("rejected: %d, %d; by the receiver with the other secret %d of %d", recvLocal.Rejected(), recvLambda.Rejected(), forged.Rejected(), 2*len(local))
+	}
+	if dead, err := webhook.ReadDeadLetters(deadFile); err != nil || len(dead) != len(local) {
+		t.Fatalf("local dead letters: %d, %v", len(dead), err)
+	}
 }
 
 // Every route the handler serves belongs to exactly one function, and each

@@ -28,6 +28,7 @@ import (
 	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/notify"
 	"github.com/checkout-dev/checkout/ui"
+	"github.com/checkout-dev/checkout/webhook"
 )
 
 // Environment variables the functions read. The stack sets the first two.
@@ -36,7 +37,17 @@ const (
 	EnvEventBus        = notify.EnvEventBus    // CHECKOUT_EVENT_BUS
 	EnvAutoCreateTasks = "CHECKOUT_AUTO_CREATE_TASKS"
 	EnvLogLevel        = "LOG_LEVEL"
+	// The stream function's webhooks (the stack sets them from the CDK
+	// context webhookUrls and webhookSecretName).
+	EnvWebhookURL    = webhook.EnvURL    // CHECKOUT_WEBHOOK_URL
+	EnvWebhookSecret = webhook.EnvSecret // CHECKOUT_WEBHOOK_SECRET
 )
+
+// WebhookRetryFor is how long the stream function retries a webhook
+// delivery before it writes it to the dead-letter table: well inside its
+// timeout, so that a receiver that is down holds a batch up for this long
+// at most (later notices to it are tried once each until it answers).
+const WebhookRetryFor = 10 * time.Second
 
 // Env is a function's configuration.
 type Env struct {
@@ -45,7 +56,11 @@ type Env struct {
 	TablePrefix     string
 	EventBus        string // "" logs notices instead of publishing them
 	AutoCreateTasks bool
-	LogLevel        slog.Level
+	// WebhookURLs and WebhookSecret: every notice is also POSTed, signed,
+	// to each URL (the stream function only).
+	WebhookURLs   []string
+	WebhookSecret string
+	LogLevel      slog.Level
 	// Metrics receives the embedded metric format lines (nil: none). The
 	// functions write them to standard output, where CloudWatch Logs picks
 	// them up.
@@ -65,6 +80,8 @@ func FromEnv(fn string) Env {
 		Metrics:     os.Stdout,
 	}
 	e.AutoCreateTasks, _ = strconv.ParseBool(os.Getenv(EnvAutoCreateTasks))
+	e.WebhookURLs, _ = webhook.ParseURLs(os.Getenv(EnvWebhookURL))
+	e.WebhookSecret = os.Getenv(EnvWebhookSecret)
 	_ = e.LogLevel.UnmarshalText([]byte(strings.TrimSpace(os.Getenv(EnvLogLevel))))
 	return e
 }
@@ -98,7 +115,36 @@ func MustStore(e Env, log *slog.Logger) *lease.Store {
 	if e.EventBus != "" {
 		n = notify.NewEventBridge(eventbridge.NewFromConfig(cfg), e.EventBus)
 	}
-	return NewStore(dynamodb.NewFromConfig(cfg), n, e, log)
+	db := dynamodb.NewFromConfig(cfg)
+	if _, err := webhook.ParseURLs(os.Getenv(EnvWebhookURL)); err != nil {
+		log.Error("webhooks", "error", err)
+		os.Exit(1)
+	}
+	hooks, err := Webhooks(e, db, log)
+	if err != nil {
+		log.Error("webhooks", "error", err)
+		os.Exit(1)
+	}
+	if hooks != nil {
+		if n == nil {
+			n = lease.LogNotifier(log)
+		}
+		n = webhook.Multi(n, hooks)
+	}
+	return NewStore(db, n, e, log)
+}
+
+// Webhooks is the stream function's webhook notifier (nil without
+// WebhookURLs): deliveries that fail for good go to the dead-letter table.
+func Webhooks(e Env, db webhook.PutItemAPI, log *slog.Logger) (*webhook.Notifier, error) {
+	if len(e.WebhookURLs) == 0 {
+		return nil, nil
+	}
+	return webhook.New(webhook.Config{
+		URLs: e.WebhookURLs, Secret: e.WebhookSecret, MaxElapsed: WebhookRetryFor, AttemptTimeout: 5 * time.Second,
+		DeadLetters: webhook.TableDeadLetters{DB: db, Table: schema.Names{Prefix: e.TablePrefix}.Table(schema.WebhookDeadLettersTable)},
+		Logger:      log, // signed by the wall clock, which receivers check, never a test's
+	})
 }
 
 // AWSConfig is the SDK's standard configuration: the region and credentials

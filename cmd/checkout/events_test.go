@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/client"
+	"github.com/checkout-dev/checkout/localserver"
+)
+
+// checkout events --follow prints every transition across the fleet once,
+// in order, as it happens, and ends cleanly when interrupted; without
+// --follow it shows a page of the feed.
+func TestEventsFollow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *localserver.Config) { c.FeedSettle = -1 })
+	ctx := context.Background()
+	agent := client.New(e.srv.URL(), e.keys["agent-a1b2"])
+	e.task(t, "feed-1", "one")
+	e.task(t, "feed-2", "two")
+	if _, err := agent.Checkout(ctx, "feed-1", client.CheckoutRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Millisecond) // the feed shows whole milliseconds
+	cmd := exec.Command(binary, "events", "--follow", "--json", "--interval", "50ms")
+	cmd.Env = cleanEnv("CHECKOUT_URL="+e.srv.URL(), "CHECKOUT_API_KEY="+e.keys["agent-a1b2"])
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := make(chan client.Event, 10)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var ev client.Event
+			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+				t.Errorf("not a JSON line: %q", sc.Text())
+				return
+			}
+			lines <- ev
+		}
+	}()
+	next := func() client.Event {
+		t.Helper()
+		select {
+		case ev, ok := <-lines:
+			if !ok {
+				t.Fatalf("the follow ended: %s", stderr.String())
+			}
+			return ev
+		case <-time.After(15 * time.Second):
+			t.Fatalf("no event followed: %s", stderr.String())
+		}
+		return client.Event{}
+	}
+	if ev := next(); ev.Type != "checkout" || ev.TaskID != "feed-1" {
+		t.Fatalf("first event %+v", ev)
+	}
+	// What happens while it follows arrives in order.
+	if _, err := agent.Release(ctx, "feed-1", client.ReleaseRequest{Reason: "later"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.Checkout(ctx, "feed-2", client.CheckoutRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Millisecond)
+	if ev := next(); ev.Type != "release" || ev.TaskID != "feed-1" || ev.Reason != "later" {
+		t.Fatalf("second event %+v", ev)
+	}
+	if ev := next(); ev.Type != "checkout" || ev.TaskID != "feed-2" {
+		t.Fatalf("third event %+v", ev)
+	}
+	select {
+	case ev := <-lines:
+		t.Fatalf("an event more: %+v", ev)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	for range lines {
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("interrupted follow: %v: %s", err, stderr.String())
+	}
+
+	r := runCLI(t, e.srv.URL(), e.keys["agent-a1b2"], "events", "--type", "release")
+	if r.code != 0 || !strings.Contains(r.stdout, "feed-1") || strings.Contains(r.stdout, "feed-2") || !strings.Contains(r.stdout, "later") {
+		t.Fatalf("events --type release: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI(t, e.srv.URL(), e.keys["agent-a1b2"], "events", "feed-1", "--follow"); r.code == 0 {
+		t.Fatalf("a task id with --follow: %+v", r)
+	}
+}

@@ -1,0 +1,68 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// FeedService serves the fleet feed, GET /api/events. The lease store
+// implements it; a Service without it answers that route 404 not_found.
+type FeedService interface {
+	Feed(ctx context.Context, p lease.FeedParams) (lease.FeedPage, error)
+}
+
+var _ FeedService = (*lease.Store)(nil)
+
+func (s *server) feed(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
+	fs, ok := s.svc.(FeedService)
+	if !ok {
+		return errorf(http.StatusNotFound, codeNotFound, "no such path")
+	}
+	q := r.URL.Query()
+	p := lease.FeedParams{Limit: lease.DefaultListLimit, Cursor: q.Get("cursor")}
+	if len(p.Cursor) > 4096 {
+		return errorf(http.StatusBadRequest, codeInvalidRequest, "cursor is not valid")
+	}
+	if v := q.Get("since"); strings.HasPrefix(v, "f1.") && p.Cursor == "" {
+		p.Cursor = v // since may also be a cursor
+	} else if v != "" && p.Cursor == "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return errorf(http.StatusBadRequest, codeInvalidRequest, "since must be an RFC 3339 time such as 2026-03-20T14:35:00Z")
+		}
+		p.Since = t
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > lease.MaxListLimit {
+			return errorf(http.StatusBadRequest, codeInvalidRequest, "limit must be an integer from 1 to %d", lease.MaxListLimit)
+		}
+		p.Limit = n
+	}
+	if v := q.Get("type"); v != "" {
+		for _, t := range strings.Split(v, ",") {
+			p.Types = append(p.Types, lease.EventType(strings.TrimSpace(t)))
+		}
+		if len(p.Types) > len(lease.EventTypes) {
+			return errorf(http.StatusBadRequest, codeInvalidRequest, "type lists too many event types")
+		}
+	}
+	page, err := fs.Feed(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	out := make([]EventJSON, 0, len(page.Events))
+	for _, e := range page.Events {
+		out = append(out, ToEventJSON(e))
+	}
+	s.writeJSON(w, http.StatusOK, struct {
+		Events     []EventJSON `json:"events"`
+		NextCursor string      `json:"next_cursor"`
+	}{out, page.NextCursor})
+	return nil
+}

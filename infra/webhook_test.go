@@ -1,0 +1,54 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+)
+
+// With webhookUrls and webhookSecretName the stream function, and only it,
+// gets the webhook settings, the key as a deploy-time reference to Secrets
+// Manager (never the key itself), and a timeout that covers a receiver's
+// retries; without them nothing changes.
+func TestWebhookContext(t *testing.T) {
+	s := synth(t, map[string]any{"webhookUrls": "https://hooks.example.com/checkout, https://b.example.com/x", "webhookSecretName": "checkout/webhook"})
+	for name, id := range s.fnID {
+		props := s.resources[id]["Properties"].(map[string]any)
+		env := props["Environment"].(map[string]any)["Variables"].(map[string]any)
+		url, hasURL := env[EnvWebhookURL]
+		secret, hasSecret := env[EnvWebhookSecret]
+		if name != FnStream {
+			if hasURL || hasSecret {
+				t.Errorf("function %s has the webhook settings", name)
+			}
+			continue
+		}
+		if url != "https://hooks.example.com/checkout,https://b.example.com/x" {
+			t.Errorf("stream function's %s = %v", EnvWebhookURL, url)
+		}
+		if r := s.render(secret); !strings.Contains(r, "{{resolve:secretsmanager:") || !strings.Contains(r, "checkout/webhook") {
+			t.Errorf("stream function's %s = %s, want a Secrets Manager reference", EnvWebhookSecret, r)
+		}
+		if props["Timeout"] != float64(streamWebhookTimeout) {
+			t.Errorf("stream function's timeout %v with webhooks", props["Timeout"])
+		}
+	}
+
+	plain := synth(t, nil)
+	env := plain.resources[plain.fnID[FnStream]]["Properties"].(map[string]any)["Environment"].(map[string]any)["Variables"].(map[string]any)
+	if _, ok := env[EnvWebhookURL]; ok {
+		t.Error("webhook settings without the context")
+	}
+
+	for _, ctx := range []map[string]any{
+		{"webhookUrls": "http://insecure.example.com"},
+		{"webhookUrls": "https://ok.example.com"}, // no secret
+		{"webhookUrls": "ftp://x", "webhookSecretName": "s"},
+	} {
+		app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx})
+		if _, err := ConfigFromContext(app.Node()); err == nil {
+			t.Errorf("context %v accepted", ctx)
+		}
+	}
+}

@@ -1,0 +1,114 @@
+package webhook
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+)
+
+// DeadLetterFile is the file name the local server keeps dead letters in,
+// under its data directory.
+const DeadLetterFile = "webhook-dead-letters.jsonl"
+
+// FileDeadLetters appends each dead letter as one JSON line to a file,
+// synced before Put returns, so that what failed survives a crash and can
+// be read, and sent again, with ordinary tools:
+//
+//	jq -c . webhook-dead-letters.jsonl
+type FileDeadLetters struct {
+	Path string
+	mu   sync.Mutex
+}
+
+// Put appends d to the file.
+func (f *FileDeadLetters) Put(_ context.Context, d DeadLetter) error {
+	line, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := os.MkdirAll(filepath.Dir(f.Path), 0o755); err != nil {
+		return fmt.Errorf("dead letters: %w", err)
+	}
+	file, err := os.OpenFile(f.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("dead letters: %w", err)
+	}
+	_, err = file.Write(append(line, '\n'))
+	if err == nil {
+		err = file.Sync()
+	}
+	return errors.Join(err, file.Close())
+}
+
+// ReadDeadLetters reads every dead letter of a file written by
+// FileDeadLetters (none if the file does not exist).
+func ReadDeadLetters(path string) ([]DeadLetter, error) {
+	file, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	var out []DeadLetter
+	sc := bufio.NewScanner(file)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for sc.Scan() {
+		var d DeadLetter
+		if err := json.Unmarshal(sc.Bytes(), &d); err != nil {
+			return out, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, d)
+	}
+	return out, sc.Err()
+}
+
+// PutItemAPI is the DynamoDB call TableDeadLetters makes.
+type PutItemAPI interface {
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+}
+
+// DeadLetterRetention is how long TableDeadLetters keeps a dead letter.
+const DeadLetterRetention = 14 * 24 * time.Hour
+
+// TableDeadLetters keeps dead letters in a DynamoDB table
+// (schema.WebhookDeadLettersTable: event_id, url), as the stream function
+// does in AWS, where it has no disk that lasts. A dead letter written again
+// (its batch was handed again) replaces itself.
+type TableDeadLetters struct {
+	DB    PutItemAPI
+	Table string
+}
+
+// Put writes d.
+func (t TableDeadLetters) Put(ctx context.Context, d DeadLetter) error {
+	item, err := attributevalue.MarshalMap(struct {
+		EventID  string `dynamodbav:"event_id"`
+		URL      string `dynamodbav:"url"`
+		Type     string `dynamodbav:"type"`
+		Body     string `dynamodbav:"body"`
+		Attempts int    `dynamodbav:"attempts"`
+		Error    string `dynamodbav:"error"`
+		FailedAt string `dynamodbav:"failed_at"`
+		TTL      int64  `dynamodbav:"ttl"`
+	}{d.EventID, d.URL, d.Type, string(d.Body), d.Attempts, d.Error, d.FailedAt.Format(time.RFC3339Nano), d.FailedAt.Add(DeadLetterRetention).Unix()})
+	if err != nil {
+		return err
+	}
+	if _, err := t.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: &t.Table, Item: item}); err != nil {
+		return fmt.Errorf("dead letter %s: %w", d.EventID, err)
+	}
+	return nil
+}
