@@ -1066,10 +1066,6 @@ func (w *wState) oldestSure() int {
 	return -1
 }
 
-func linOf(o wOut) linOut {
-	return linOut{Kind: o.Kind, Holder: o.Holder, Run: o.Run, Fence: o.Fence, Expires: o.Expires, Status: o.Status, Held: o.Held}
-}
-
 func wOutOf(o linOut) wOut {
 	return wOut{Kind: o.Kind, Holder: o.Holder, Run: o.Run, Fence: o.Fence, Expires: o.Expires, Status: o.Status, Held: o.Held}
 }
@@ -1683,7 +1679,7 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 		out, ok := wOutcome(in, res, err)
 		if !ok {
 			mu.Lock()
-			failed = fmt.Errorf("%+v: %v", in, err)
+			failed = fmt.Errorf("%+v: %w", in, err)
 			mu.Unlock()
 			return out, false
 		}

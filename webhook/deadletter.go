@@ -61,7 +61,7 @@ func ReadDeadLetters(path string) ([]DeadLetter, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer file.Close()
+	defer func() { _ = file.Close() }() // only read
 	var out []DeadLetter
 	sc := bufio.NewScanner(file)
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
