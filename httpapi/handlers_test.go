@@ -277,7 +277,8 @@ func TestNotFoundAndMethodNotAllowed(t *testing.T) {
 	for _, c := range []struct{ method, path, allow string }{
 		{"POST", "/healthz", "GET"},
 		{"PUT", "/api/tasks", "GET, POST"},
-		{"DELETE", "/api/tasks/t1", "GET"},
+		{"DELETE", "/api/tasks/t1", "GET, PATCH"},
+		{"DELETE", "/api/tasks/batch", "GET, PATCH"},
 		{"PATCH", "/api/tasks/t1/checkout", "GET, POST"},
 		{"GET", "/api/claim", "POST"},
 		{"POST", "/api/inbox/m-1", "DELETE"},
