@@ -139,6 +139,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named, full bo
 	s.claims.inflight.Add(1)
 	defer s.claims.inflight.Add(-1)
 	for range maxAttempts {
+		readAt := ms(s.clock())
 		cands, err := s.claimCandidates(ctx, cp.queues, full)
 		if err != nil {
 			return Checkout{}, err
@@ -165,7 +166,13 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named, full bo
 				s.claims.won()
 				return c, nil
 			}
-			s.claims.lost()
+			if cur != nil && cur.LockedAt > readAt {
+				// Taken after the indexes were read: another claimer won
+				// the race, so spread wider. A task taken (or finished)
+				// before is an index entry that lagged, which says nothing
+				// of contention.
+				s.claims.lost()
+			}
 		}
 	}
 	return Checkout{}, ErrNoTaskAvailable
@@ -190,17 +197,24 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string, full bool)
 		}
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	// Each shard's head: as many as the claim may spread over, split among
+	// the shards (and one more each), so that the merge holds the best w
+	// of the queues exactly. Only what ordering and the grant need is read.
+	perShard := int32(min(claimPage, (s.claims.window()+claimShards-1)/claimShards+1))
+	proj := expression.NamesList(expression.Name("task_id"), expression.Name("queue"), expression.Name("priority"),
+		expression.Name("created_at"), expression.Name("title"), nameStatus, nameHolder, nameExpires)
 	for _, q := range queues {
 		for shard := range claimShards {
 			g.Go(func() error {
 				keyCond := expression.Key("claim_shard").Equal(expression.Value(q + "#" + strconv.Itoa(shard)))
-				expr, _ := expression.NewBuilder().WithKeyCondition(keyCond).Build()
+				expr, _ := expression.NewBuilder().WithKeyCondition(keyCond).WithProjection(proj).Build()
 				page, err := s.db.Query(gctx, &dynamodb.QueryInput{
 					TableName: &s.tasks, IndexName: aws.String(schema.TasksByClaim),
 					KeyConditionExpression:    expr.KeyCondition(),
+					ProjectionExpression:      expr.Projection(),
 					ExpressionAttributeNames:  expr.Names(),
 					ExpressionAttributeValues: expr.Values(),
-					Limit:                     aws.Int32(claimPage),
+					Limit:                     aws.Int32(perShard),
 				})
 				if err != nil {
 					return fmt.Errorf("claim: %w", err)
@@ -321,19 +335,24 @@ func (c *claimSpread) won() {
 	c.recent /= 2
 }
 
-// order returns the candidates in the order to try them: the oldest w in a
-// random order, then the others, oldest first. A lone claimer with no
-// recent losses has w = 1 and takes the oldest; n claimers at once spread
-// over three times as many, so that most of them win with their first write.
-func (c *claimSpread) order(cands []*taskItem) []*taskItem {
+// window is how many of the best candidates a claim picks among: 1 for a
+// lone claimer with no recent losses; n claimers at once spread over three
+// times as many, so that most of them win with their first write.
+func (c *claimSpread) window() int {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	n := int(c.inflight.Load())
 	w := 1 + c.recent
 	if n > 1 {
 		w = 3*n + c.recent
 	}
-	c.mu.Unlock()
-	w = min(w, len(cands))
+	return w
+}
+
+// order returns the candidates in the order to try them: the best w in a
+// random order, then the others, best first.
+func (c *claimSpread) order(cands []*taskItem) []*taskItem {
+	w := min(c.window(), len(cands))
 	out := slices.Clone(cands)
 	rand.Shuffle(w, func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out

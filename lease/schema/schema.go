@@ -95,7 +95,7 @@ func Tables() []Table {
 					Name:         TasksByStatus,
 					PartitionKey: Key{"status", String},
 					SortKey:      &Key{"created_key", String},
-					Purpose:      "list tasks by status in creation order; claim the oldest todo task",
+					Purpose:      "list tasks by status in creation order (a queue's by a filter)",
 				},
 				{
 					Name:         TasksByLeaseExpiry,

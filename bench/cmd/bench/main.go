@@ -31,6 +31,7 @@ func main() {
 	out := flag.String("out", "", "also write the report to this file")
 	root := flag.String("root", "..", "the repository root (for functions/)")
 	lambdas := flag.Bool("lambdas", true, "measure the Lambda packages")
+	drainOnly := flag.Bool("drain-only", false, "run only the queue-drain benchmark")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
 
@@ -50,6 +51,7 @@ func main() {
 	if !*lambdas {
 		cfg.LambdaRuns = 0
 	}
+	cfg.DrainOnly = *drainOnly
 	cfg.Endpoint = endpoint
 	cfg.Root, _ = filepath.Abs(*root)
 	cfg.Log = func(format string, args ...any) { log.Printf(format, args...) }
