@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -137,7 +138,7 @@ func (b taskBody) params() (lease.CreateTaskParams, error) {
 	if err := text("title", b.Title, lease.MaxTitleLen, false); err != nil {
 		return lease.CreateTaskParams{}, err
 	}
-	p := lease.CreateTaskParams{TaskID: id, Title: b.Title, Description: b.Description, Priority: b.Priority, Metadata: b.Metadata}
+	p := lease.CreateTaskParams{TaskID: id, Title: b.Title, Description: b.Description, Priority: b.Priority, Metadata: nullIsAbsent(b.Metadata)}
 	if b.Queue != nil {
 		if *b.Queue == "" {
 			return p, errorf(http.StatusBadRequest, codeInvalidID, "queue must not be empty")
@@ -145,6 +146,15 @@ func (b taskBody) params() (lease.CreateTaskParams, error) {
 		p.Queue = *b.Queue
 	}
 	return p, nil
+}
+
+// nullIsAbsent treats a JSON null as an absent field, as every other field
+// of a body is treated.
+func nullIsAbsent(m json.RawMessage) json.RawMessage {
+	if string(bytes.TrimSpace(m)) == "null" {
+		return nil
+	}
+	return m
 }
 
 func (s *server) createTask(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
@@ -230,7 +240,7 @@ func (s *server) updateTask(w http.ResponseWriter, r *http.Request, p lease.Prin
 	}
 	params := lease.UpdateTaskParams{
 		TaskID: id, AgentID: p.AgentID, Admin: p.Admin,
-		Title: body.Title, Description: body.Description, Metadata: body.Metadata,
+		Title: body.Title, Description: body.Description, Metadata: nullIsAbsent(body.Metadata),
 		Queue: body.Queue, Priority: body.Priority, Status: body.Status,
 	}
 	if v := r.Header.Get("If-Match"); v != "" {
