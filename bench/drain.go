@@ -29,7 +29,7 @@ type Drain struct {
 	Claims int
 	// Writes counts the claims' conditional grant writes, won or lost.
 	Writes, Lost int
-	Elapsed     time.Duration
+	Elapsed      time.Duration
 	// Requests are the DynamoDB requests of the claims (completions left
 	// out).
 	Requests Ops

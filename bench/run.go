@@ -22,7 +22,7 @@ type Config struct {
 	// empty; 0 skips it. DrainOnly runs nothing else.
 	DrainAgents, DrainTasks int
 	DrainOnly               bool
-	Log            func(format string, args ...any)
+	Log                     func(format string, args ...any)
 }
 
 // Full is the configuration of `make bench`.

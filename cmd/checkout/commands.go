@@ -622,7 +622,9 @@ func (a *app) tasksCmd() *cobra.Command {
 			}
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				t, err := c.CreateTask(ctx, req)
-				return func(w io.Writer) { fmt.Fprintf(w, "Task created: %s (queue %s, priority %d)\n", t.TaskID, t.Queue, t.Priority) }, err
+				return func(w io.Writer) {
+					fmt.Fprintf(w, "Task created: %s (queue %s, priority %d)\n", t.TaskID, t.Queue, t.Priority)
+				}, err
 			})
 		},
 	}
