@@ -53,7 +53,7 @@ type grantCounter struct {
 
 func (g *grantCounter) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	out, err := g.DB.UpdateItem(ctx, in, opt...)
-	if strings.HasSuffix(*in.TableName, "tasks") && in.UpdateExpression != nil && strings.Contains(*in.UpdateExpression, "prev_agent") {
+	if strings.HasSuffix(*in.TableName, "tasks") && isGrant(in) {
 		g.writes.Add(1)
 		var ccf *types.ConditionalCheckFailedException
 		if errors.As(err, &ccf) {
@@ -61,6 +61,17 @@ func (g *grantCounter) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 		}
 	}
 	return out, err
+}
+
+// isGrant reports whether an UpdateItem is a grant: the only write that
+// sets prev_agent.
+func isGrant(in *dynamodb.UpdateItemInput) bool {
+	for _, n := range in.ExpressionAttributeNames {
+		if n == "prev_agent" {
+			return true
+		}
+	}
+	return false
 }
 
 // RunDrain creates tasks tasks in one queue (in batches of 25, with

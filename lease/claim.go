@@ -147,7 +147,10 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named, full bo
 		if len(cands) == 0 {
 			return Checkout{}, ErrNoTaskAvailable
 		}
-		for _, it := range s.claims.order(cands) {
+		cands = s.claims.order(cands, 0)
+		for raced := 0; len(cands) > 0; {
+			it := cands[0]
+			cands = cands[1:]
 			cp.TaskID = it.TaskID
 			var over *taskItem
 			if it.hasLease() {
@@ -168,10 +171,14 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named, full bo
 			}
 			if cur != nil && cur.LockedAt > readAt {
 				// Taken after the indexes were read: another claimer won
-				// the race, so spread wider. A task taken (or finished)
-				// before is an index entry that lagged, which says nothing
-				// of contention.
+				// the race, so spread wider, and this claim at once twice
+				// as wide for each race it lost: claimers that lost the
+				// same task must not all go for the next one. A task taken
+				// (or finished) before is an index entry that lagged,
+				// which says nothing of contention.
 				s.claims.lost()
+				raced++
+				cands = s.claims.order(cands, raced)
 			}
 		}
 	}
@@ -350,9 +357,10 @@ func (c *claimSpread) window() int {
 }
 
 // order returns the candidates in the order to try them: the best w in a
-// random order, then the others, best first.
-func (c *claimSpread) order(cands []*taskItem) []*taskItem {
-	w := min(c.window(), len(cands))
+// random order, then the others, best first, where w is the window doubled
+// for each race this claim has lost.
+func (c *claimSpread) order(cands []*taskItem, raced int) []*taskItem {
+	w := min(c.window()<<min(raced, 10), len(cands))
 	out := slices.Clone(cands)
 	rand.Shuffle(w, func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out
