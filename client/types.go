@@ -42,12 +42,14 @@ func (c Checkout) Remaining() time.Duration {
 
 // Task is a unit of work.
 type Task struct {
-	TaskID      string          `json:"task_id"`
-	Title       string          `json:"title"`
-	Description string          `json:"description"`
-	Queue       string          `json:"queue"`
-	Priority    int             `json:"priority"`
-	Metadata    json.RawMessage `json:"metadata"`
+	TaskID      string `json:"task_id"`
+	Title       string `json:"title"`
+	Description string `json:"description"`
+	Queue       string `json:"queue"`
+	Priority    int    `json:"priority"`
+	// Metadata is the task's JSON object of the orchestrator's own ({}
+	// when none was given).
+	Metadata map[string]any `json:"metadata"`
 	// Version grows with every change of the task; UpdateTask's IfVersion.
 	Version         int64      `json:"version"`
 	Status          string     `json:"status"`

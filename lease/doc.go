@@ -296,7 +296,9 @@
 // lost to a race only when the task was taken after the claim read the
 // indexes; a candidate taken or finished before is an index entry that
 // lagged, and says nothing of contention (else a lone claimer under index
-// lag would stop taking the best). Priority order is
+// lag would stop taking the best). A claim that loses a race reshuffles
+// the candidates left over twice its window before its next write, so
+// that claimers who lost the same task do not all go for the next one. Priority order is
 // exact for a lone claimer and holds across claimers up to that window: n
 // claimers at once take n of the best 3n. A claim that names its run id
 // keeps a receipt (a heartbeats-table item keyed "#claim#agent#run", TTL

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -189,8 +190,9 @@ func printTask(w io.Writer, t client.Task) {
 	if t.Description != "" {
 		fmt.Fprintf(w, "  Description: %s\n", t.Description)
 	}
-	if len(t.Metadata) > 0 && string(t.Metadata) != "{}" {
-		fmt.Fprintf(w, "  Metadata: %s\n", t.Metadata)
+	if len(t.Metadata) > 0 {
+		b, _ := json.Marshal(t.Metadata)
+		fmt.Fprintf(w, "  Metadata: %s\n", b)
 	}
 	fmt.Fprintf(w, "  Created at: %s\n", stamp(t.CreatedAt))
 	if t.StartedAt != nil {
