@@ -69,6 +69,9 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			if err != nil {
 				return nil, err
 			}
+			logf("drain: %s: %d granted, %.3f claims and %.3f grant writes per grant, %v, %.1f claim requests per grant (%s)",
+				d.Mode, d.Granted, d.ClaimsPerGrant(), d.WritesPerGrant(), d.Elapsed.Round(time.Millisecond),
+				float64(d.Requests.Total())/float64(max(d.Granted, 1)), opsString(d.Requests))
 			r.Drains = append(r.Drains, d)
 		}
 	}
