@@ -22,6 +22,7 @@ type Config struct {
 	// empty; 0 skips it. DrainOnly runs nothing else.
 	DrainAgents, DrainTasks int
 	DrainOnly               bool
+	DrainMode               string // "process", "agent", or both when empty or "both"
 	Log                     func(format string, args ...any)
 }
 
@@ -64,6 +65,9 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	var err error
 	if cfg.DrainTasks > 0 {
 		for _, perAgent := range []bool{false, true} {
+			if cfg.DrainMode == "process" && perAgent || cfg.DrainMode == "agent" && !perAgent {
+				continue
+			}
 			logf("drain: %d agents, %d tasks, one store per agent=%v", cfg.DrainAgents, cfg.DrainTasks, perAgent)
 			d, err := RunDrain(ctx, cfg.Endpoint, cfg.DrainAgents, cfg.DrainTasks, perAgent)
 			if err != nil {

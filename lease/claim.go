@@ -103,10 +103,10 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 			return Checkout{}, ctx.Err()
 		case <-woken:
 			// The freed task may reach the index a moment later: if this
-			// look misses it, look again soon.
+			// look misses it, look again soon, then less and less often.
 			next = 100 * time.Millisecond
 		case <-t.C:
-			next = claimPoll
+			next = min(2*next, claimPoll)
 		}
 		t.Stop()
 		full = false

@@ -315,7 +315,8 @@
 // write of that process that makes a task claimable (create, batch,
 // release, force release, a sweep's ending to todo, a PATCH that reopens or
 // moves a task) closes a channel that wakes its waiting claims at once;
-// they look again (and once more 100 ms later, for index lag). Nothing
+// they look again (and, for index lag, 100 ms later, then at doubling
+// intervals up to claimPoll). Nothing
 // else makes a waiting claim read: with no wake it looks again every
 // claimPoll (2 s), which is how a Lambda container learns of tasks freed
 // by another. A look after the first queries by_claim alone: one Query per
