@@ -89,3 +89,20 @@ func TestTinyRun(t *testing.T) {
 		}
 	}
 }
+
+// A small drain: every task is granted once, and the claims' figures add
+// up.
+func TestTinyDrain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, perAgent := range []bool{false, true} {
+		d, err := RunDrain(ctx, endpoint, 8, 60, perAgent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Granted != 60 || len(d.Twice) > 0 || d.Claims < 60+8 || d.Writes < 60 || d.Writes-d.Lost != 60 {
+			t.Fatalf("%s: %+v", d.Mode, d)
+		}
+		t.Logf("%s: %.2f claims and %.2f grant writes per grant", d.Mode, d.ClaimsPerGrant(), d.WritesPerGrant())
+	}
+}

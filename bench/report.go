@@ -32,6 +32,11 @@ func ratio(a, b float64) string {
 // Markdown writes the results as Markdown tables.
 func (r *Results) Markdown(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	if r.Config.DrainOnly {
+		r.drainMarkdown(p)
+		p("\nWhole run: %s.\n", r.Took.Round(time.Second))
+		return
+	}
 	p("### DynamoDB requests per operation\n\n")
 	p("Counted by an SDK middleware on each client. \"On DynamoDB\" leaves out the read the store makes only because dynalite ignores `ReturnValuesOnConditionCheckFailure`.\n\n")
 	p("| operation | checkout (on dynalite) | checkout (on DynamoDB) | dynamolock | checkout requests | dynamolock requests | note |\n|---|---|---|---|---|---|---|\n")
@@ -85,6 +90,7 @@ func (r *Results) Markdown(w io.Writer) {
 		p("\n(Setting up the %d leases took %s.)\n", s.Leases, ms(s.Setup))
 	}
 
+	r.drainMarkdown(p)
 	p("\n### Lambda packages\n\n")
 	if r.LambdaErr != "" {
 		p("Not measured: %s\n", r.LambdaErr)
@@ -98,4 +104,19 @@ func (r *Results) Markdown(w io.Writer) {
 		}
 	}
 	p("\nWhole run: %s.\n", r.Took.Round(time.Second))
+}
+
+// drainMarkdown reports the queue-drain runs.
+func (r *Results) drainMarkdown(p func(format string, args ...any)) {
+	if len(r.Drains) > 0 {
+		p("\n### Draining a queue with claim\n\n")
+		p("Agents claim from one queue (tasks in batches of 25, priorities 0 to 9), complete what they get and claim again until a claim finds nothing. \"claims per grant\" counts every claim request, the agents' final 404s included; \"grant writes per grant\" every conditional write a claim made to take a task, won or lost. Requests are the claims' DynamoDB requests (completions left out).\n\n")
+		p("| agents | tasks | store | granted | claims per grant | grant writes per grant | lost writes | time to drain | grants/s | claim requests per grant | claimed twice |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, d := range r.Drains {
+			p("| %d | %d | %s | %d | %.3f | %.3f | %d | %s | %.0f | %.1f (%s) | %d |\n", d.Agents, d.Tasks, d.Mode, d.Granted,
+				d.ClaimsPerGrant(), d.WritesPerGrant(), d.Lost, ms(d.Elapsed), float64(d.Granted)/d.Elapsed.Seconds(),
+				float64(d.Requests.Total())/float64(max(d.Granted, 1)), opsString(d.Requests), len(d.Twice))
+		}
+		p("\n(Creating the %d tasks took %s.)\n", r.Drains[0].Tasks, ms(r.Drains[0].Setup))
+	}
 }

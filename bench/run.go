@@ -18,19 +18,26 @@ type Config struct {
 	TTL, PeerLease time.Duration
 	SweepLeases    int
 	LambdaRuns     int // start-ups per function; 0 skips the Lambdas
-	Log            func(format string, args ...any)
+	// Drain: agents claiming from one queue of DrainTasks tasks until it is
+	// empty; 0 skips it. DrainOnly runs nothing else.
+	DrainAgents, DrainTasks int
+	DrainOnly               bool
+	DrainMode               string // "process", "agent", or both when empty or "both"
+	Log                     func(format string, args ...any)
 }
 
 // Full is the configuration of `make bench`.
 func Full() Config {
 	return Config{Throughput: 5 * time.Second, Workers: []int{1, 8, 32}, Contended: 32,
-		TTL: 2 * time.Second, PeerLease: 6 * time.Second, SweepLeases: 10000, LambdaRuns: 5}
+		TTL: 2 * time.Second, PeerLease: 6 * time.Second, SweepLeases: 10000, LambdaRuns: 5,
+		DrainAgents: 32, DrainTasks: 2000}
 }
 
 // Quick is the configuration of `make bench-quick`.
 func Quick() Config {
 	return Config{Throughput: 500 * time.Millisecond, Workers: []int{1, 8, 32}, Contended: 32,
-		TTL: time.Second, PeerLease: 2 * time.Second, SweepLeases: 200, LambdaRuns: 1}
+		TTL: time.Second, PeerLease: 2 * time.Second, SweepLeases: 200, LambdaRuns: 1,
+		DrainAgents: 32, DrainTasks: 200}
 }
 
 // Results is everything a run measured.
@@ -40,6 +47,7 @@ type Results struct {
 	Throughput []Throughput
 	Takeover   []Takeover
 	Sweep      *Sweep
+	Drains     []Drain
 	Lambdas    []Lambda
 	LambdaErr  string
 	Started    time.Time
@@ -55,6 +63,26 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}
 	r := &Results{Config: cfg, Started: time.Now()}
 	var err error
+	if cfg.DrainTasks > 0 {
+		for _, perAgent := range []bool{false, true} {
+			if cfg.DrainMode == "process" && perAgent || cfg.DrainMode == "agent" && !perAgent {
+				continue
+			}
+			logf("drain: %d agents, %d tasks, one store per agent=%v", cfg.DrainAgents, cfg.DrainTasks, perAgent)
+			d, err := RunDrain(ctx, cfg.Endpoint, cfg.DrainAgents, cfg.DrainTasks, perAgent)
+			if err != nil {
+				return nil, err
+			}
+			logf("drain: %s: %d granted, %.3f claims and %.3f grant writes per grant, %v, %.1f claim requests per grant (%s)",
+				d.Mode, d.Granted, d.ClaimsPerGrant(), d.WritesPerGrant(), d.Elapsed.Round(time.Millisecond),
+				float64(d.Requests.Total())/float64(max(d.Granted, 1)), opsString(d.Requests))
+			r.Drains = append(r.Drains, d)
+		}
+	}
+	if cfg.DrainOnly {
+		r.Took = time.Since(r.Started)
+		return r, nil
+	}
 	logf("requests per operation")
 	if r.Requests, err = Requests(ctx, cfg.Endpoint); err != nil {
 		return nil, err

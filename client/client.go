@@ -239,6 +239,9 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte) (in
 		req.Header.Set("Authorization", "Bearer "+c.apiKey)
 	}
 	req.Header.Set("User-Agent", c.userAgent)
+	if v, ok := ctx.Value(ifMatchKey{}).(string); ok {
+		req.Header.Set("If-Match", v)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, nil, err

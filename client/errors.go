@@ -28,6 +28,12 @@ var (
 	ErrUnauthorized   = errors.New("checkout: unauthorized")
 	ErrForbidden      = errors.New("checkout: forbidden")
 	ErrInvalid        = errors.New("checkout: invalid request")
+	// ErrVersionMismatch is a 412: the task changed since the version an
+	// UpdateTask gave as IfVersion.
+	ErrVersionMismatch = errors.New("checkout: task version does not match")
+	// ErrInvalidTransition is a 409: the task's status does not allow the
+	// status change asked for.
+	ErrInvalidTransition = errors.New("checkout: invalid status transition")
 
 	// ErrLeaseLost is returned by WorkOn and reported by ClaimLoop when the
 	// lease ended (expired, was force-released, or the agent was declared
@@ -52,6 +58,8 @@ var codeSentinels = map[string]error{
 	"invalid_timeout":    ErrInvalid,
 	"invalid_request":    ErrInvalid,
 	"not_found":          ErrNotFound,
+	"version_mismatch":   ErrVersionMismatch,
+	"invalid_transition": ErrInvalidTransition,
 	"method_not_allowed": nil,
 }
 

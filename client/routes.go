@@ -47,7 +47,8 @@ func (c *Client) Checkout(ctx context.Context, taskID string, req CheckoutReques
 	return co, wrap("checkout", taskID, err)
 }
 
-// Claim takes a lease on the oldest open task. With none available the error
+// Claim takes a lease on the best open task of req.Queues: the highest
+// priority, then the oldest. With none available the error
 // matches ErrNoTaskAvailable. An empty req.RunID is generated as for Checkout.
 func (c *Client) Claim(ctx context.Context, req ClaimRequest) (Checkout, error) {
 	if req.RunID == "" {
@@ -175,6 +176,45 @@ func (c *Client) CreateTask(ctx context.Context, req CreateTaskRequest) (Task, e
 	return t, nil
 }
 
+// CreateTasks creates up to 25 tasks in one request. Each result is
+// "created" or "exists" (with the existing task). A batch whose tasks all
+// have ids is retried safely, since a retry is answered with the same
+// tasks.
+func (c *Client) CreateTasks(ctx context.Context, tasks []CreateTaskRequest) ([]BatchResult, error) {
+	mode := idempotent
+	for _, t := range tasks {
+		if t.TaskID == "" {
+			mode = once
+		}
+	}
+	var out struct {
+		Results []BatchResult `json:"results"`
+	}
+	if err := c.do(ctx, mode, http.MethodPost, "/api/tasks/batch", map[string]any{"tasks": tasks}, &out); err != nil {
+		return nil, fmt.Errorf("create tasks: %w", err)
+	}
+	return out.Results, nil
+}
+
+// UpdateTask changes a task's fields or status (PATCH).
+func (c *Client) UpdateTask(ctx context.Context, taskID string, req UpdateTaskRequest) (Task, error) {
+	var t Task
+	if req.IfVersion != 0 {
+		ctx = context.WithValue(ctx, ifMatchKey{}, strconv.FormatInt(req.IfVersion, 10))
+	}
+	err := c.do(ctx, once, http.MethodPatch, taskPath(taskID, ""), req, &t)
+	return t, wrap("update task", taskID, err)
+}
+
+// CancelTask cancels a task (PATCH status cancelled); a live lease on it
+// must be the caller's, unless the caller is an admin.
+func (c *Client) CancelTask(ctx context.Context, taskID string) (Task, error) {
+	return c.UpdateTask(ctx, taskID, UpdateTaskRequest{Status: "cancelled"})
+}
+
+// ifMatchKey carries an If-Match header value to send.
+type ifMatchKey struct{}
+
 // GetTask returns one task.
 func (c *Client) GetTask(ctx context.Context, taskID string) (Task, error) {
 	var t Task
@@ -187,6 +227,9 @@ func (c *Client) ListTasks(ctx context.Context, req ListTasksRequest) (TaskPage,
 	q := url.Values{}
 	if req.Status != "" {
 		q.Set("status", req.Status)
+	}
+	if req.Queue != "" {
+		q.Set("queue", req.Queue)
 	}
 	if req.Limit != 0 {
 		q.Set("limit", strconv.Itoa(req.Limit))

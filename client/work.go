@@ -52,7 +52,17 @@ type workConfig struct {
 	idleMin      time.Duration
 	idleMax      time.Duration
 	onError      func(taskID string, err error)
+	queues       []string
+	claimWait    time.Duration
 }
+
+// Queues sets the queues ClaimLoop claims from (default: the server's,
+// "default").
+func Queues(qs ...string) WorkOption { return func(c *workConfig) { c.queues = qs } }
+
+// ClaimWait makes each of ClaimLoop's claims wait up to d (at most 20s) on
+// the server for a task to become available, before the loop backs off.
+func ClaimWait(d time.Duration) WorkOption { return func(c *workConfig) { c.claimWait = d } }
 
 // LeaseTimeout sets the lease length (default: the server's, 30m).
 func LeaseTimeout(d time.Duration) WorkOption { return func(c *workConfig) { c.timeout = d } }
@@ -133,8 +143,9 @@ func (c *Client) WorkOn(ctx context.Context, taskID string, fn func(ctx context.
 	return c.hold(ctx, co, fn, cfg)
 }
 
-// ClaimLoop works through the pool: it claims the oldest open task, runs fn
-// under its lease as WorkOn does, and claims the next. On a conflict it
+// ClaimLoop works through the pool: it claims the best open task (of the
+// Queues option's queues; ClaimWait long-polls), runs fn under its lease as
+// WorkOn does, and claims the next. On a conflict it
 // claims again at once; while no task is available it backs off with
 // jitter. Each fn's error goes to the OnError option and the loop goes on.
 // ClaimLoop returns nil when ctx is done, or the first error that retrying
@@ -153,7 +164,7 @@ func (c *Client) ClaimLoop(ctx context.Context, fn func(ctx context.Context, l *
 	cfg.noHeartbeat = true // the loop's own heartbeats cover every task
 	idle := cfg.idleMin
 	for ctx.Err() == nil {
-		co, err := c.Claim(ctx, ClaimRequest{Timeout: cfg.timeout, Reason: cfg.reason})
+		co, err := c.Claim(ctx, ClaimRequest{Timeout: cfg.timeout, Reason: cfg.reason, Queues: cfg.queues, Wait: cfg.claimWait})
 		switch {
 		case err == nil:
 			idle = cfg.idleMin

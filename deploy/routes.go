@@ -51,7 +51,9 @@ var Routes = []Route{
 
 	{"POST", "/api/tasks", Tasks, false},
 	{"GET", "/api/tasks", Tasks, false},
+	{"POST", "/api/tasks/batch", Tasks, false},
 	{"GET", "/api/tasks/{task_id}", Tasks, false},
+	{"PATCH", "/api/tasks/{task_id}", Tasks, false},
 	{"GET", "/api/tasks/{task_id}/checkout", Tasks, false},
 	{"GET", "/api/tasks/{task_id}/events", Tasks, false},
 	{"POST", "/api/tasks/{task_id}/watch", Tasks, false},

@@ -483,3 +483,39 @@ func TestAutoCreateTasks(t *testing.T) {
 	equal(t, "status", e.must(t, 200, "GET", "/api/tasks/new-task", k, nil).Str("status"), "in_progress")
 	e.fail(t, 400, "invalid_id", "POST", "/api/tasks/new%20task/checkout", k, nil)
 }
+
+// Queues end to end: a batch with queues and priorities, claims by queue
+// best first, a PATCH that moves a task, a cancel of a live lease by its
+// holder (watchers told), and a reopen.
+func TestQueues(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	k := e.agent(t, "q1")
+	w := e.agent(t, "q2")
+	res := e.must(t, 200, "POST", "/api/tasks/batch", k, map[string]any{"tasks": []map[string]any{
+		{"task_id": "low", "queue": "backend", "priority": 1},
+		{"task_id": "high", "queue": "backend", "priority": 8, "metadata": map[string]any{"k": "v"}},
+		{"task_id": "other", "queue": "research"},
+	}})
+	equal(t, "batch outcomes", len(res.List("results")), 3)
+	again := e.must(t, 200, "POST", "/api/tasks/batch", k, map[string]any{"tasks": []map[string]any{{"task_id": "low"}}})
+	equal(t, "retried batch", again.List("results")[0]["outcome"], "exists")
+	e.must(t, 200, "PATCH", "/api/tasks/other", k, map[string]any{"queue": "backend", "priority": 9})
+	c := e.must(t, 200, "POST", "/api/claim", k, map[string]any{"queues": []string{"backend"}})
+	equal(t, "first claim", c.Str("task_id"), "other")
+	equal(t, "its queue", c.Str("queue"), "backend")
+	c = e.must(t, 200, "POST", "/api/claim", k, map[string]any{"queues": []string{"backend"}})
+	equal(t, "second claim", c.Str("task_id"), "high")
+	e.must(t, 200, "POST", "/api/tasks/high/watch", w, nil)
+	e.fail(t, 403, "not_holder", "PATCH", "/api/tasks/high", w, map[string]any{"status": "cancelled"})
+	done := e.must(t, 200, "PATCH", "/api/tasks/high", k, map[string]any{"status": "cancelled"})
+	equal(t, "cancelled", done.Str("status"), "cancelled")
+	equal(t, "events", e.events(t, k, "high"), []string{"checkout", "cancel"})
+	msgs := e.inbox(t, w)
+	equal(t, "watcher told", len(msgs), 1)
+	equal(t, "reason", msgs[0]["reason"], "cancel")
+	e.fail(t, 409, "invalid_transition", "PATCH", "/api/tasks/other", k, map[string]any{"status": "todo"})
+	e.must(t, 200, "PATCH", "/api/tasks/high", k, map[string]any{"status": "todo"})
+	list := e.must(t, 200, "GET", "/api/tasks?queue=backend&status=todo", k, nil)
+	equal(t, "todo in backend", len(list.List("tasks")), 2)
+}

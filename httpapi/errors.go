@@ -34,6 +34,8 @@ const (
 	codeCheckedOut        = "checked_out"
 	codeStatusMismatch    = "status_mismatch"
 	codeTaskExists        = "task_exists"
+	codeVersionMismatch   = "version_mismatch"
+	codeInvalidTransition = "invalid_transition"
 	codeAgentExists       = "agent_exists"
 	codeNotHolder         = "not_holder"
 	codeTooManyWatchers   = "too_many_watchers"
@@ -99,6 +101,7 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 		conflict *lease.ConflictError
 		mismatch *lease.StatusMismatchError
 		notHold  *lease.NotHolderError
+		trans    *lease.TransitionError
 		tooLarge *http.MaxBytesError
 	)
 	task := "the task"
@@ -133,6 +136,10 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 	case errors.As(err, &notHold):
 		h := toCheckout(notHold.Holder, now)
 		return http.StatusForbidden, errorBody{Error: fmt.Sprintf("%s is held by %s, not by the caller", task, notHold.Holder.AgentID), Code: codeNotHolder, Holder: &h}, false
+	case errors.As(err, &trans):
+		return http.StatusConflict, errorBody{Error: fmt.Sprintf("%s is %s and cannot become %s", task, trans.From, trans.To), Code: codeInvalidTransition, Status: trans.From}, false
+	case errors.Is(err, lease.ErrVersionMismatch):
+		return http.StatusPreconditionFailed, errorBody{Error: task + " has changed: its version is not the one If-Match gave", Code: codeVersionMismatch}, false
 	case errors.Is(err, lease.ErrTaskNotFound):
 		return http.StatusNotFound, errorBody{Error: task + " does not exist", Code: codeTaskNotFound}, false
 	case errors.Is(err, lease.ErrAgentNotFound):

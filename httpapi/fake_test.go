@@ -31,12 +31,13 @@ func sampleCheckout(taskID, agentID string) lease.Checkout {
 	return lease.Checkout{
 		TaskID: taskID, AgentID: agentID, AgentName: "researcher", RunID: "run-1", Fence: 3,
 		LockedAt: t0, Timeout: 30 * time.Minute, ExpiresAt: t0.Add(30 * time.Minute), Reason: "",
+		Title: "Fix login bug", Queue: "default", Priority: 5,
 	}
 }
 
 func sampleTask(id string) lease.Task {
 	started := t0
-	return lease.Task{TaskID: id, Title: "Fix login bug", Status: lease.StatusInProgress, CreatedAt: t0.Add(-time.Hour), StartedAt: &started}
+	return lease.Task{TaskID: id, Title: "Fix login bug", Queue: "default", Priority: 5, Version: 3, Status: lease.StatusInProgress, CreatedAt: t0.Add(-time.Hour), StartedAt: &started}
 }
 
 func (f *fakeService) RegisterAgent(_ context.Context, p lease.RegisterParams) (lease.Registration, error) {
@@ -88,7 +89,30 @@ func (f *fakeService) CreateTask(_ context.Context, p lease.CreateTaskParams) (l
 	if id == "" {
 		id = "task-gen"
 	}
-	return lease.Task{TaskID: id, Title: p.Title, Status: lease.StatusTodo, CreatedAt: t0}, nil
+	return lease.Task{TaskID: id, Title: p.Title, Queue: "default", Priority: 5, Version: 1, Status: lease.StatusTodo, CreatedAt: t0}, nil
+}
+
+func (f *fakeService) CreateTasks(_ context.Context, ps []lease.CreateTaskParams) ([]lease.BatchResult, error) {
+	if err := f.rec("CreateTasks", ps); err != nil {
+		return nil, err
+	}
+	var out []lease.BatchResult
+	for _, p := range ps {
+		out = append(out, lease.BatchResult{TaskID: p.TaskID, Outcome: lease.BatchCreated,
+			Task: lease.Task{TaskID: p.TaskID, Title: p.Title, Queue: "default", Priority: 5, Version: 1, Status: lease.StatusTodo, CreatedAt: t0}})
+	}
+	return out, nil
+}
+
+func (f *fakeService) UpdateTask(_ context.Context, p lease.UpdateTaskParams) (lease.Task, error) {
+	if err := f.rec("UpdateTask", p); err != nil {
+		return lease.Task{}, err
+	}
+	t := lease.Task{TaskID: p.TaskID, Queue: "default", Priority: 5, Version: 2, Status: lease.StatusTodo, CreatedAt: t0}
+	if p.Title != nil {
+		t.Title = *p.Title
+	}
+	return t, nil
 }
 
 func (f *fakeService) GetTask(_ context.Context, id string) (lease.Task, error) {

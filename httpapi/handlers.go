@@ -1,10 +1,14 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/checkout-dev/checkout/lease"
@@ -115,22 +119,54 @@ func (s *server) heartbeat(w http.ResponseWriter, r *http.Request, p lease.Princ
 	return nil
 }
 
-func (s *server) createTask(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
-	var body struct {
-		TaskID *string `json:"task_id"`
-		Title  string  `json:"title"`
+// taskBody is a task as create and batch take it.
+type taskBody struct {
+	TaskID      *string         `json:"task_id"`
+	Title       string          `json:"title"`
+	Description string          `json:"description"`
+	Queue       *string         `json:"queue"`
+	Priority    *int            `json:"priority"`
+	Metadata    json.RawMessage `json:"metadata"`
+}
+
+// params checks the id and the title (the rest is validated by lease).
+func (b taskBody) params() (lease.CreateTaskParams, error) {
+	id, err := optionalID("task_id", b.TaskID)
+	if err != nil {
+		return lease.CreateTaskParams{}, err
 	}
+	if err := text("title", b.Title, lease.MaxTitleLen, false); err != nil {
+		return lease.CreateTaskParams{}, err
+	}
+	p := lease.CreateTaskParams{TaskID: id, Title: b.Title, Description: b.Description, Priority: b.Priority, Metadata: nullIsAbsent(b.Metadata)}
+	if b.Queue != nil {
+		if *b.Queue == "" {
+			return p, errorf(http.StatusBadRequest, codeInvalidID, "queue must not be empty")
+		}
+		p.Queue = *b.Queue
+	}
+	return p, nil
+}
+
+// nullIsAbsent treats a JSON null as an absent field, as every other field
+// of a body is treated.
+func nullIsAbsent(m json.RawMessage) json.RawMessage {
+	if string(bytes.TrimSpace(m)) == "null" {
+		return nil
+	}
+	return m
+}
+
+func (s *server) createTask(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
+	var body taskBody
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	id, err := optionalID("task_id", body.TaskID)
+	p, err := body.params()
 	if err != nil {
 		return err
 	}
-	if err := text("title", body.Title, lease.MaxTitleLen, false); err != nil {
-		return err
-	}
-	t, err := s.svc.CreateTask(r.Context(), lease.CreateTaskParams{TaskID: id, Title: body.Title})
+	t, err := s.svc.CreateTask(r.Context(), p)
 	if err != nil {
 		return err
 	}
@@ -138,9 +174,93 @@ func (s *server) createTask(w http.ResponseWriter, r *http.Request, _ lease.Prin
 	return nil
 }
 
+func (s *server) createTasks(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
+	var body struct {
+		Tasks []taskBody `json:"tasks"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	if len(body.Tasks) < 1 || len(body.Tasks) > lease.MaxBatch {
+		return errorf(http.StatusBadRequest, codeInvalidRequest, "tasks must hold 1 to %d tasks", lease.MaxBatch)
+	}
+	ps := make([]lease.CreateTaskParams, len(body.Tasks))
+	for i, b := range body.Tasks {
+		p, err := b.params()
+		if err != nil {
+			var ae *apiError
+			if errors.As(err, &ae) {
+				ae.message = fmt.Sprintf("tasks[%d]: %s", i, ae.message)
+			}
+			return err
+		}
+		ps[i] = p
+	}
+	res, err := s.svc.CreateTasks(r.Context(), ps)
+	if err != nil {
+		return err
+	}
+	type resultJSON struct {
+		TaskID  string             `json:"task_id"`
+		Outcome lease.BatchOutcome `json:"outcome"`
+		Task    taskJSON           `json:"task"`
+	}
+	now := s.now()
+	out := make([]resultJSON, 0, len(res))
+	for _, r := range res {
+		out = append(out, resultJSON{TaskID: r.TaskID, Outcome: r.Outcome, Task: toTask(r.Task, now)})
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"results": out})
+	return nil
+}
+
+func (s *server) updateTask(w http.ResponseWriter, r *http.Request, p lease.Principal) error {
+	id, err := pathID(r, "task_id")
+	if err != nil {
+		return err
+	}
+	var body struct {
+		Title       *string         `json:"title"`
+		Description *string         `json:"description"`
+		Metadata    json.RawMessage `json:"metadata"`
+		Queue       *string         `json:"queue"`
+		Priority    *int            `json:"priority"`
+		Status      *lease.Status   `json:"status"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	if body.Title != nil {
+		if err := text("title", *body.Title, lease.MaxTitleLen, false); err != nil {
+			return err
+		}
+	}
+	if body.Queue != nil && *body.Queue == "" {
+		return errorf(http.StatusBadRequest, codeInvalidID, "queue must not be empty")
+	}
+	params := lease.UpdateTaskParams{
+		TaskID: id, AgentID: p.AgentID, Admin: p.Admin,
+		Title: body.Title, Description: body.Description, Metadata: nullIsAbsent(body.Metadata),
+		Queue: body.Queue, Priority: body.Priority, Status: body.Status,
+	}
+	if v := r.Header.Get("If-Match"); v != "" {
+		n, err := strconv.ParseInt(strings.Trim(strings.TrimPrefix(v, "W/"), `"`), 10, 64)
+		if err != nil || n < 1 {
+			return errorf(http.StatusBadRequest, codeInvalidRequest, "If-Match must be a task version, a positive integer")
+		}
+		params.IfVersion = n
+	}
+	t, err := s.svc.UpdateTask(r.Context(), params)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, toTask(t, s.now()))
+	return nil
+}
+
 func (s *server) listTasks(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
 	q := r.URL.Query()
-	params := lease.ListTasksParams{Limit: lease.DefaultListLimit, Cursor: q.Get("cursor")}
+	params := lease.ListTasksParams{Limit: lease.DefaultListLimit, Cursor: q.Get("cursor"), Queue: q.Get("queue")}
 	if v := q.Get("status"); v != "" {
 		params.Status = lease.Status(v)
 		if !params.Status.Valid() {
@@ -506,18 +626,32 @@ func (s *server) deleteMessage(w http.ResponseWriter, r *http.Request, p lease.P
 }
 
 func (s *server) claim(w http.ResponseWriter, r *http.Request, p lease.Principal) error {
-	var body grantBody
+	var body struct {
+		grantBody
+		Queues []string `json:"queues"`
+		Wait   *string  `json:"wait"`
+	}
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	g, err := s.check(r.Context(), p, body, nil)
+	g, err := s.check(r.Context(), p, body.grantBody, nil)
 	if err != nil {
 		return err
 	}
-	c, err := s.svc.Claim(r.Context(), lease.ClaimParams{AgentID: g.agentID, AgentName: g.agentName, RunID: g.runID, Timeout: g.timeout, Reason: body.Reason})
+	wait, err := duration("wait", body.Wait, 0, 0, lease.MaxClaimWait)
 	if err != nil {
 		return err
 	}
-	s.writeJSON(w, http.StatusOK, toCheckout(c, s.now()))
+	if body.Queues != nil && len(body.Queues) == 0 {
+		return errorf(http.StatusBadRequest, codeInvalidRequest, "queues must name at least one queue")
+	}
+	c, err := s.svc.Claim(r.Context(), lease.ClaimParams{
+		AgentID: g.agentID, AgentName: g.agentName, RunID: g.runID, Timeout: g.timeout, Reason: body.Reason,
+		Queues: body.Queues, Wait: wait,
+	})
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, toClaim(c, s.now()))
 	return nil
 }

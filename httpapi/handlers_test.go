@@ -277,7 +277,8 @@ func TestNotFoundAndMethodNotAllowed(t *testing.T) {
 	for _, c := range []struct{ method, path, allow string }{
 		{"POST", "/healthz", "GET"},
 		{"PUT", "/api/tasks", "GET, POST"},
-		{"DELETE", "/api/tasks/t1", "GET"},
+		{"DELETE", "/api/tasks/t1", "GET, PATCH"},
+		{"DELETE", "/api/tasks/batch", "GET, PATCH"},
 		{"PATCH", "/api/tasks/t1/checkout", "GET, POST"},
 		{"GET", "/api/claim", "POST"},
 		{"POST", "/api/inbox/m-1", "DELETE"},
@@ -482,5 +483,36 @@ func TestConflictSaysWhetherTheHolderIsTheSameAgent(t *testing.T) {
 	res = hs.do("POST", "/api/tasks/task-1/checkout", "ck_admin", `{"agent_id":"agent-2"}`).expect(t, 409, "checked_out")
 	if res.json["same_agent"] != true {
 		t.Fatalf("admin for agent-2, held by agent-2: %s", res.body)
+	}
+}
+
+// The new task fields reach the service as given; a null metadata is an
+// absent one, as every null field is.
+func TestTaskFieldsReachTheService(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t)
+	patch := func(body, ifMatch string) result {
+		req := httptest.NewRequest("PATCH", "/api/tasks/t1", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer ck_agent")
+		req.Header.Set("If-Match", ifMatch)
+		return hs.send(req)
+	}
+	hs.do("POST", "/api/tasks", "ck_agent", `{"task_id":"t1","queue":"q","priority":0,"description":"d","metadata":null}`).expect(t, 201, "")
+	p := hs.svc.last.(lease.CreateTaskParams)
+	if p.Queue != "q" || p.Priority == nil || *p.Priority != 0 || p.Description != "d" || p.Metadata != nil {
+		t.Fatalf("create params %+v", p)
+	}
+	patch(`{"status":"cancelled","priority":3}`, `"7"`).expect(t, 200, "")
+	u := hs.svc.last.(lease.UpdateTaskParams)
+	if u.IfVersion != 7 || u.Status == nil || *u.Status != lease.StatusCancelled || *u.Priority != 3 || u.AgentID == "" {
+		t.Fatalf("update params %+v", u)
+	}
+	patch(`{}`, "x").expect(t, 400, "invalid_request")
+	hs.do("POST", "/api/claim", "ck_agent", `{"queues":[]}`).expect(t, 400, "invalid_request")
+	hs.do("POST", "/api/claim", "ck_agent", `{"wait":"21s"}`).expect(t, 400, "invalid_timeout")
+	hs.do("POST", "/api/claim", "ck_agent", `{"queues":["a","b"],"wait":"2s"}`).expect(t, 200, "")
+	c := hs.svc.last.(lease.ClaimParams)
+	if len(c.Queues) != 2 || c.Wait != 2*time.Second {
+		t.Fatalf("claim params %+v", c)
 	}
 }

@@ -100,7 +100,9 @@ var routes = []route{
 	{Route{"POST", "/api/heartbeat"}, agentOnly, (*server).heartbeat},
 	{Route{"POST", "/api/tasks"}, agentOnly, (*server).createTask},
 	{Route{"GET", "/api/tasks"}, agentOnly, (*server).listTasks},
+	{Route{"POST", "/api/tasks/batch"}, agentOnly, (*server).createTasks},
 	{Route{"GET", "/api/tasks/{task_id}"}, agentOnly, (*server).getTask},
+	{Route{"PATCH", "/api/tasks/{task_id}"}, agentOnly, (*server).updateTask},
 	{Route{"POST", "/api/tasks/{task_id}/checkout"}, agentOnly, (*server).checkout},
 	{Route{"GET", "/api/tasks/{task_id}/checkout"}, agentOnly, (*server).lockStatus},
 	{Route{"POST", "/api/tasks/{task_id}/renew"}, agentOnly, (*server).renew},
@@ -114,6 +116,9 @@ var routes = []route{
 	{Route{"POST", "/api/claim"}, agentOnly, (*server).claim},
 	{Route{"GET", "/api/events"}, agentOnly, (*server).feed},
 }
+
+// shadowsTaskID lists the literal paths that are also /api/tasks/{task_id}.
+var shadowsTaskID = map[string]bool{"/api/tasks/batch": true}
 
 // Routes lists every method and pattern served, in a stable order.
 func Routes() []Route {
@@ -150,6 +155,11 @@ func New(svc Service, opts Options) http.Handler {
 		methods[rt.Pattern] = append(methods[rt.Pattern], rt.Method)
 	}
 	for pattern, ms := range methods {
+		if shadowsTaskID[pattern] {
+			// The path is also a task's (a task may be called "batch"):
+			// its other methods go to the task routes.
+			continue
+		}
 		// A pattern without a method matches only what the ones with a
 		// method did not: the same path with another method.
 		sort.Strings(ms)

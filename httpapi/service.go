@@ -16,6 +16,8 @@ type Service interface {
 	RemoveAgent(ctx context.Context, agentID string) error
 	Heartbeat(ctx context.Context, agentID string, ttl time.Duration) (lease.Heartbeat, error)
 	CreateTask(ctx context.Context, p lease.CreateTaskParams) (lease.Task, error)
+	CreateTasks(ctx context.Context, ps []lease.CreateTaskParams) ([]lease.BatchResult, error)
+	UpdateTask(ctx context.Context, p lease.UpdateTaskParams) (lease.Task, error)
 	GetTask(ctx context.Context, taskID string) (lease.Task, error)
 	ListTasks(ctx context.Context, p lease.ListTasksParams) (lease.TaskPage, error)
 	Checkout(ctx context.Context, p lease.CheckoutParams) (lease.Checkout, error)

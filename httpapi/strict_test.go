@@ -44,8 +44,12 @@ var bodyRouteCases = []bodyRouteCase{
 		[]string{`{"Run_ID":"r1"}`, `{"FENCE":3}`}},
 	{"POST", "/api/tasks/{task_id}/watch", "/api/tasks/task-1/watch", "ck_agent", `{}`, 200,
 		[]string{`{"Watch":true}`}},
-	{"POST", "/api/claim", "/api/claim", "ck_agent", `{"timeout":"1s","reason":"r","run_id":"r1"}`, 200,
-		[]string{`{"TIMEOUT":"1s"}`, `{"Reason":"r"}`, `{"Run_ID":"r1"}`, `{"run_id":"r1","timeOut":"1s"}`}},
+	{"POST", "/api/claim", "/api/claim", "ck_agent", `{"timeout":"1s","reason":"r","run_id":"r1","queues":["backend"],"wait":"1s"}`, 200,
+		[]string{`{"TIMEOUT":"1s"}`, `{"Reason":"r"}`, `{"Run_ID":"r1"}`, `{"run_id":"r1","timeOut":"1s"}`, `{"Queues":["a"]}`, `{"WAIT":"1s"}`}},
+	{"POST", "/api/tasks/batch", "/api/tasks/batch", "ck_agent", `{"tasks":[{"task_id":"t1","title":"x","queue":"q","priority":7,"description":"d","metadata":{"Any":1}}]}`, 200,
+		[]string{`{"Tasks":[]}`, `{"tasks":[{"Task_ID":"t1"}]}`, `{"tasks":[{"PRIORITY":1}]}`}},
+	{"PATCH", "/api/tasks/{task_id}", "/api/tasks/task-1", "ck_agent", `{"title":"x","description":"d","metadata":{"K":1},"queue":"q","priority":1,"status":"todo"}`, 200,
+		[]string{`{"Title":"x"}`, `{"STATUS":"todo"}`, `{"Priority":1}`, `{"Queue":"q"}`}},
 }
 
 // Every operation of the document that takes a request body is in

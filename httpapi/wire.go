@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/checkout-dev/checkout/lease"
@@ -59,6 +60,18 @@ func toCheckout(c lease.Checkout, now time.Time) checkoutJSON {
 	}
 }
 
+// claimJSON is a claim's answer: the checkout and what the task is.
+type claimJSON struct {
+	checkoutJSON
+	Title    string `json:"title"`
+	Queue    string `json:"queue"`
+	Priority int    `json:"priority"`
+}
+
+func toClaim(c lease.Checkout, now time.Time) claimJSON {
+	return claimJSON{checkoutJSON: toCheckout(c, now), Title: c.Title, Queue: c.Queue, Priority: c.Priority}
+}
+
 func toCheckoutPtr(c *lease.Checkout, now time.Time) *checkoutJSON {
 	if c == nil {
 		return nil
@@ -76,25 +89,38 @@ func toCheckouts(cs []lease.Checkout, now time.Time) []checkoutJSON {
 }
 
 type taskJSON struct {
-	TaskID          string        `json:"task_id"`
-	Title           string        `json:"title"`
-	Status          lease.Status  `json:"status"`
-	CreatedAt       string        `json:"created_at"`
-	StartedAt       *string       `json:"started_at"`
-	CompletedAt     *string       `json:"completed_at"`
-	DurationSeconds *int64        `json:"duration_seconds"`
-	Checkout        *checkoutJSON `json:"checkout"`
+	TaskID          string          `json:"task_id"`
+	Title           string          `json:"title"`
+	Description     string          `json:"description"`
+	Queue           string          `json:"queue"`
+	Priority        int             `json:"priority"`
+	Metadata        json.RawMessage `json:"metadata"`
+	Version         int64           `json:"version"`
+	Status          lease.Status    `json:"status"`
+	CreatedAt       string          `json:"created_at"`
+	StartedAt       *string         `json:"started_at"`
+	CompletedAt     *string         `json:"completed_at"`
+	DurationSeconds *int64          `json:"duration_seconds"`
+	Checkout        *checkoutJSON   `json:"checkout"`
 }
 
 func toTask(t lease.Task, now time.Time) taskJSON {
 	j := taskJSON{
 		TaskID:      t.TaskID,
 		Title:       t.Title,
+		Description: t.Description,
+		Queue:       t.Queue,
+		Priority:    t.Priority,
+		Metadata:    t.Metadata,
+		Version:     t.Version,
 		Status:      t.Status,
 		CreatedAt:   stamp(t.CreatedAt),
 		StartedAt:   stampPtr(t.StartedAt),
 		CompletedAt: stampPtr(t.CompletedAt),
 		Checkout:    toCheckoutPtr(t.Checkout, now),
+	}
+	if j.Metadata == nil {
+		j.Metadata = json.RawMessage("{}")
 	}
 	if d, ok := t.Duration(); ok {
 		s := seconds(d)

@@ -210,6 +210,10 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 			timeout = 60
 		case FnStream:
 			timeout = 30
+		case FnCheckouts:
+			// A claim may wait up to 20 s (lease.MaxClaimWait) for a task;
+			// API Gateway answers 503 after 30 s in any case.
+			timeout = 28
 		}
 		tracing := awslambda.Tracing_DISABLED
 		if cfg.Tracing {

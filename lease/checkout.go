@@ -23,12 +23,20 @@ var (
 	nameStatus  = expression.Name("status")
 	nameFence   = expression.Name("fence")
 	nameESeq    = expression.Name("eseq")
+	nameVersion = expression.Name("version")
+	// nameClaimShard is the claim index's partition key, present only on
+	// claimable tasks.
+	nameClaimShard = expression.Name("claim_shard")
 )
 
 // update makes one conditional UpdateItem on a task. When the condition
 // holds it returns the item as it was before (ALL_OLD) and applied=true;
 // when it fails it returns the item as it is (nil if there is no task).
+//
+// Every write of a task item goes through it, and it adds one to the item's
+// version in the same write.
 func (s *Store) update(ctx context.Context, taskID string, cond expression.ConditionBuilder, upd expression.UpdateBuilder, rv types.ReturnValue) (*taskItem, bool, error) {
+	upd = upd.Add(nameVersion, expression.Value(1))
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
 	if err != nil {
 		return nil, false, fmt.Errorf("build update of %s: %w", taskID, err)
@@ -223,6 +231,11 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 			prevEnd = EventAgentDeath
 		}
 	}
+	if len(p.queues) > 0 {
+		// A claim's candidate came from an index that may lag a PATCH that
+		// moved the task: the write itself checks the queue.
+		cond = cond.And(queueCond(p.queues))
+	}
 	exp := now.Add(p.Timeout)
 	upd := expression.Set(expression.Name("prev_agent"), copyOf("holder")).
 		Set(expression.Name("prev_run"), copyOf("run_id")).
@@ -244,7 +257,8 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(expression.Name("lease_seq"), nameESeq.Plus(expression.Value(2))).
 		Set(expression.Name("last_op"), expression.Value(string(EventCheckout))).
 		Set(expression.Name("last_at"), expression.Value(ms(now))).
-		Remove(expression.Name("completed_at")) // a task reopened is not done
+		Remove(expression.Name("completed_at")). // a task reopened is not done
+		Remove(nameClaimShard)                   // held: out of the claim index
 	if p.Reason != "" {
 		upd = upd.Set(expression.Name("reason"), expression.Value(p.Reason))
 	} else {
@@ -257,7 +271,23 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	return Checkout{
 		TaskID: p.TaskID, AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID,
 		Fence: old.Fence + 1, LockedAt: now, Timeout: p.Timeout, ExpiresAt: exp, Reason: p.Reason,
+		Title: old.Title, Queue: old.queue(), Priority: old.priority(),
 	}, nil, nil
+}
+
+// queueCond says "the task is in one of queues"; a task written before
+// queues has no queue attribute and is in the default queue.
+func queueCond(queues []string) expression.ConditionBuilder {
+	name := expression.Name("queue")
+	first, rest := expression.Value(queues[0]), []expression.OperandBuilder{}
+	for _, q := range queues[1:] {
+		rest = append(rest, expression.Value(q))
+	}
+	c := name.In(first, rest...)
+	if slices.Contains(queues, DefaultQueue) {
+		c = c.Or(expression.AttributeNotExists(name))
+	}
+	return c
 }
 
 // Renew extends the caller's live lease to now + timeout (default: the
@@ -380,9 +410,12 @@ func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) 
 // change stream. It returns the item as it was (old) and as the write left
 // it, or applied=false and the item as it is when cond failed.
 func (s *Store) endLease(ctx context.Context, taskID string, cond expression.ConditionBuilder, e ending, now time.Time) (old, after *taskItem, applied bool, err error) {
-	old, applied, err = s.update(ctx, taskID, cond, endUpdate(e, now), types.ReturnValueAllOld)
+	old, applied, err = s.update(ctx, taskID, cond, endUpdate(taskID, e, now), types.ReturnValueAllOld)
 	if err != nil || !applied {
 		return old, nil, false, err
+	}
+	if e.status == StatusTodo {
+		s.claims.wake()
 	}
 	return old, old.afterEnd(e, now), true, nil
 }

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -20,26 +22,45 @@ import (
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
-// claimPage is how many todo tasks one claim considers at the head of the
-// queue.
-const claimPage = 100
+// claimPage is how many claimable tasks one claim reads from the head of
+// each shard of each queue.
+const claimPage = 50
 
-// Claim checks out the oldest available task: one that is todo with no
-// lease, one whose lease expired, or one whose holder is dead, by creation
-// time. Candidates come from indexes and are only candidates: each is taken
-// with the same conditional write as Checkout, so one that someone else took
-// in the meantime is skipped, never double-granted.
+// claimShards is how many shards each queue's claim index entries spread
+// over.
+const claimShards = schema.ClaimShards
+
+// claimPoll is how often a waiting claim looks again when nothing in this
+// process has woken it: the only way to learn of a task freed by another
+// process (another Lambda container). Each look is one Query per shard of
+// each queue on the claim index.
+const claimPoll = 2 * time.Second
+
+// Claim checks out the best available task in the given queues (default
+// "default"): the highest priority first, the oldest first within a
+// priority, among tasks that are todo with no lease, tasks whose lease
+// expired, and tasks whose holder is dead. Candidates come from indexes and
+// are only candidates: each is taken with the same conditional write as
+// Checkout (with the queue in its condition too), so one that someone else
+// took, or moved to another queue, in the meantime is skipped, never
+// double-granted.
 //
 // Concurrent claimers spread over the head of the queue instead of all
-// writing for its first task: a claimer picks at random among the oldest w
+// writing for its first task: a claimer picks at random among the best w
 // candidates, where w grows with the claims running in this process and
 // with the writes claims have recently lost. A lone claimer (w = 1) always
-// takes the oldest.
+// takes the best.
 //
 // A claim that names its run id is retried safely: a receipt keyed by agent
 // and run id lists every task the run has tried, before each try, so a
 // retry finds the run's lease with consistent reads, never through an index
 // that may lag.
+//
+// With Wait, a claim that finds nothing waits up to Wait for a task to
+// become available: it is woken at once by any write of this process that
+// makes a task claimable (create, release, a sweep's ending, a reopen), and
+// otherwise looks again every claimPoll, on the claim index alone (expired
+// and dead holders' leases reach it when the sweep ends them).
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 	cp := CheckoutParams{
 		AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID, Timeout: p.Timeout, Reason: p.Reason,
@@ -49,22 +70,87 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 	if err := s.checkCheckout(&cp); err != nil {
 		return Checkout{}, err
 	}
+	queues, err := claimQueues(p.Queues)
+	if err != nil {
+		return Checkout{}, err
+	}
+	if p.Wait < 0 || p.Wait > MaxClaimWait {
+		return Checkout{}, invalid("invalid_timeout", "wait must be between 0s and %s", MaxClaimWait)
+	}
+	cp.queues = queues
 	if named {
 		if c, ok, err := s.claimedBefore(ctx, cp.AgentID, cp.RunID); ok || err != nil {
 			return c, err
 		}
 	}
+	deadline := time.Now().Add(p.Wait)
+	full := true
+	next := claimPoll
+	for {
+		woken := s.claims.waiter() // before the look, so no wake is missed
+		c, err := s.claimOnce(ctx, cp, named, full)
+		if !errors.Is(err, ErrNoTaskAvailable) {
+			return c, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return Checkout{}, err
+		}
+		t := time.NewTimer(min(next, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Checkout{}, ctx.Err()
+		case <-woken:
+			// The freed task may reach the index a moment later: if this
+			// look misses it, look again soon, then less and less often.
+			next = 100 * time.Millisecond
+		case <-t.C:
+			next = min(2*next, claimPoll)
+		}
+		t.Stop()
+		full = false
+	}
+}
+
+// claimQueues validates and defaults a claim's queues, without repeats.
+func claimQueues(qs []string) ([]string, error) {
+	if len(qs) == 0 {
+		return []string{DefaultQueue}, nil
+	}
+	if len(qs) > MaxClaimQueues {
+		return nil, invalid("invalid_request", "a claim names at most %d queues", MaxClaimQueues)
+	}
+	var out []string
+	for _, q := range qs {
+		if err := checkQueue(q); err != nil {
+			return nil, err
+		}
+		if !slices.Contains(out, q) {
+			out = append(out, q)
+		}
+	}
+	return out, nil
+}
+
+// claimOnce is one look and the writes it leads to. full also reads the
+// expired and dead holders' leases; without it only the claim index.
+func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named, full bool) (Checkout, error) {
 	s.claims.inflight.Add(1)
 	defer s.claims.inflight.Add(-1)
 	for range maxAttempts {
-		cands, err := s.claimCandidates(ctx)
+		readAt := ms(s.clock())
+		cands, err := s.claimCandidates(ctx, cp.queues, full)
 		if err != nil {
 			return Checkout{}, err
 		}
 		if len(cands) == 0 {
 			return Checkout{}, ErrNoTaskAvailable
 		}
-		for _, it := range s.claims.order(cands) {
+		cands = s.claims.order(cands, 0)
+		for raced := 0; len(cands) > 0; {
+			it := cands[0]
+			cands = cands[1:]
 			cp.TaskID = it.TaskID
 			var over *taskItem
 			if it.hasLease() {
@@ -83,17 +169,28 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 				s.claims.won()
 				return c, nil
 			}
-			s.claims.lost()
+			if cur != nil && cur.LockedAt > readAt {
+				// Taken after the indexes were read: another claimer won
+				// the race, so spread wider, and this claim at once twice
+				// as wide for each race it lost: claimers that lost the
+				// same task must not all go for the next one. A task taken
+				// (or finished) before is an index entry that lagged,
+				// which says nothing of contention.
+				s.claims.lost()
+				raced++
+				cands = s.claims.order(cands, raced)
+			}
 		}
 	}
 	return Checkout{}, ErrNoTaskAvailable
 }
 
-// claimCandidates returns the tasks that look available, oldest first: the
-// head of the todo index, leases past their expiry, and leases of holders
-// a consistent read finds dead (or back from a death not swept yet). The
-// three sources are read at once.
-func (s *Store) claimCandidates(ctx context.Context) ([]*taskItem, error) {
+// claimCandidates returns the tasks in queues that look available, best
+// first: the head of each shard of each queue in the claim index, and, with
+// full, leases past their expiry and leases of holders a consistent read
+// finds dead (or back from a death not swept yet). The sources are read at
+// once.
+func (s *Store) claimCandidates(ctx context.Context, queues []string, full bool) ([]*taskItem, error) {
 	now := s.clock()
 	var mu sync.Mutex
 	var out []*taskItem
@@ -101,33 +198,47 @@ func (s *Store) claimCandidates(ctx context.Context) ([]*taskItem, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		for i := range items {
-			if keep(&items[i]) {
+			if keep(&items[i]) && slices.Contains(queues, items[i].queue()) {
 				out = append(out, &items[i])
 			}
 		}
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		keyCond := expression.Key("status").Equal(expression.Value(string(StatusTodo)))
-		expr, _ := expression.NewBuilder().WithKeyCondition(keyCond).Build()
-		page, err := s.db.Query(gctx, &dynamodb.QueryInput{
-			TableName: &s.tasks, IndexName: aws.String(schema.TasksByStatus),
-			KeyConditionExpression:    expr.KeyCondition(),
-			ExpressionAttributeNames:  expr.Names(),
-			ExpressionAttributeValues: expr.Values(),
-			Limit:                     aws.Int32(claimPage),
-		})
-		if err != nil {
-			return fmt.Errorf("claim: %w", err)
+	// Each shard's head: as many as the claim may spread over, split among
+	// the shards (and one more each), so that the merge holds the best w
+	// of the queues exactly. Only what ordering and the grant need is read.
+	perShard := int32(min(claimPage, (s.claims.window()+claimShards-1)/claimShards+1))
+	proj := expression.NamesList(expression.Name("task_id"), expression.Name("queue"), expression.Name("priority"),
+		expression.Name("created_at"), expression.Name("title"), nameStatus, nameHolder, nameExpires)
+	for _, q := range queues {
+		for shard := range claimShards {
+			g.Go(func() error {
+				keyCond := expression.Key("claim_shard").Equal(expression.Value(q + "#" + strconv.Itoa(shard)))
+				expr, _ := expression.NewBuilder().WithKeyCondition(keyCond).WithProjection(proj).Build()
+				page, err := s.db.Query(gctx, &dynamodb.QueryInput{
+					TableName: &s.tasks, IndexName: aws.String(schema.TasksByClaim),
+					KeyConditionExpression:    expr.KeyCondition(),
+					ProjectionExpression:      expr.Projection(),
+					ExpressionAttributeNames:  expr.Names(),
+					ExpressionAttributeValues: expr.Values(),
+					Limit:                     aws.Int32(perShard),
+				})
+				if err != nil {
+					return fmt.Errorf("claim: %w", err)
+				}
+				var items []taskItem
+				if err := attributevalue.UnmarshalListOfMaps(page.Items, &items); err != nil {
+					return err
+				}
+				add(items, func(it *taskItem) bool { return !it.leaseTimeValid(now) })
+				return nil
+			})
 		}
-		var items []taskItem
-		if err := attributevalue.UnmarshalListOfMaps(page.Items, &items); err != nil {
-			return err
-		}
-		add(items, func(it *taskItem) bool { return !it.leaseTimeValid(now) })
-		return nil
-	})
+	}
 	for shard := range schema.Shards {
+		if !full {
+			break
+		}
 		g.Go(func() error {
 			keyCond := expression.Key("lease_shard").Equal(expression.Value(strconv.Itoa(shard))).
 				And(expression.Key("lease_expires").LessThanEqual(expression.Value(ms(now))))
@@ -162,7 +273,10 @@ func (s *Store) claimCandidates(ctx context.Context) ([]*taskItem, error) {
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b *taskItem) int { return strings.Compare(a.CreatedKey, b.CreatedKey) })
+	for _, it := range out {
+		it.ClaimKey = claimKey(it.priority(), it.CreatedAt, it.TaskID)
+	}
+	slices.SortFunc(out, func(a, b *taskItem) int { return strings.Compare(a.ClaimKey, b.ClaimKey) })
 	return slices.CompactFunc(out, func(a, b *taskItem) bool { return a.TaskID == b.TaskID }), nil
 }
 
@@ -184,11 +298,36 @@ func (s *Store) endedUpTo(ctx context.Context, agentID string) (upTo int64, ok b
 	return 0, false, nil
 }
 
-// claimSpread is the state that spreads concurrent claimers.
+// claimSpread is the state that spreads concurrent claimers, and wakes
+// waiting ones.
 type claimSpread struct {
 	mu       sync.Mutex
 	inflight atomic.Int64
 	recent   int // writes lost lately; halved by every win
+
+	wmu    sync.Mutex
+	wakeCh chan struct{} // closed by wake; nil while nobody waits
+}
+
+// waiter returns a channel that the next wake closes.
+func (c *claimSpread) waiter() <-chan struct{} {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.wakeCh == nil {
+		c.wakeCh = make(chan struct{})
+	}
+	return c.wakeCh
+}
+
+// wake tells every waiting claim of this process that a task may have
+// become claimable. It costs nothing when nobody waits.
+func (c *claimSpread) wake() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.wakeCh != nil {
+		close(c.wakeCh)
+		c.wakeCh = nil
+	}
 }
 
 func (c *claimSpread) lost() {
@@ -203,19 +342,25 @@ func (c *claimSpread) won() {
 	c.recent /= 2
 }
 
-// order returns the candidates in the order to try them: the oldest w in a
-// random order, then the others, oldest first. A lone claimer with no
-// recent losses has w = 1 and takes the oldest; n claimers at once spread
-// over three times as many, so that most of them win with their first write.
-func (c *claimSpread) order(cands []*taskItem) []*taskItem {
+// window is how many of the best candidates a claim picks among: 1 for a
+// lone claimer with no recent losses; n claimers at once spread over three
+// times as many, so that most of them win with their first write.
+func (c *claimSpread) window() int {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	n := int(c.inflight.Load())
 	w := 1 + c.recent
 	if n > 1 {
 		w = 3*n + c.recent
 	}
-	c.mu.Unlock()
-	w = min(w, len(cands))
+	return w
+}
+
+// order returns the candidates in the order to try them: the best w in a
+// random order, then the others, best first, where w is the window doubled
+// for each race this claim has lost.
+func (c *claimSpread) order(cands []*taskItem, raced int) []*taskItem {
+	w := min(c.window()<<min(raced, 10), len(cands))
 	out := slices.Clone(cands)
 	rand.Shuffle(w, func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out

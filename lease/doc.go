@@ -14,9 +14,10 @@
 // EnsureTables (locally) and by the CDK app (in AWS). All are on-demand.
 //
 //	tasks       task_id                 the task, its lease, fence, watchers
-//	  by_status        status / created_key      list by status; claim the oldest todo
+//	  by_status        status / created_key      list by status (and queue, filtered)
 //	  by_lease_expiry  lease_shard / lease_expires  sparse: live leases by expiry
 //	  by_holder        holder / lease_expires       sparse: one agent's leases
+//	  by_claim         claim_shard / claim_key      sparse: claimable tasks by queue, priority, age
 //	agents      agent_id                agents, and "#key#<sha256>" key items
 //	  all_agents       kind / agent_id           list agents
 //	heartbeats  agent_id                latest heartbeat; TTL "ttl"
@@ -53,10 +54,17 @@
 //	list tasks          Query by_status + BatchGetItem of the tasks (+ holders' heartbeats)
 //	list checkouts      Query by_lease_expiry per shard, or by_holder, + BatchGetItem
 //	                    of the tasks (+ holders' heartbeats)
-//	claim candidates    at once: Query by_status for todo (the oldest 100),
-//	                    by_lease_expiry per shard for expired leases, and
-//	                    heartbeats by_expiry per shard, each due agent
-//	                    confirmed by GetItem, then by_holder for its leases
+//	claim candidates    at once: Query by_claim per shard of each queue (its
+//	                    head), by_lease_expiry per shard for expired
+//	                    leases, and heartbeats by_expiry per shard, each due
+//	                    agent confirmed by GetItem, then by_holder for its
+//	                    leases
+//	claim, waiting      per look after the first: Query by_claim per shard of
+//	                    each queue only
+//	create (batch)      PutItem (one per task, concurrently; the failed
+//	                    condition returns the existing task)
+//	PATCH               GetItem + UpdateItem pinned to the version read
+//	                    (+ holder's heartbeat, cached, when a lease is on it)
 //	claim with run_id   + GetItem of its receipt, UpdateItem of it per try
 //	heartbeat           UpdateItem (a second one when the agent returns from the dead)
 //	watch               UpdateItem (a second one to start a task's watch list)
@@ -79,7 +87,10 @@
 // consistent read of the base item, or the conditional write itself,
 // decides. What each index read is trusted for:
 //
-//	by_status        listing and claim candidates; a listing page is
+//	by_claim         claim candidates only; the grant's write re-checks
+//	                 status, lease and queue, so an entry that lags a grant,
+//	                 an ending or a PATCH that moved the task is skipped
+//	by_status        listing; a listing page is
 //	                 confirmed by one consistent BatchGetItem and shows each
 //	                 task as it is, under its current status only (a task
 //	                 whose index entry lags is missing from that page, never
@@ -232,22 +243,117 @@
 // heartbeat items in one batch, so that a removed agent, or an id
 // registered again after the watch, is not told.
 //
-// # Claim
+// # Queues, priorities and claim
 //
-// Claim takes the oldest available task by creation: todo with no lease,
-// a lease past its expiry, or a lease whose holder a consistent read finds
-// dead. It reads the three sources at once and grants with Checkout's
-// conditional write, so a candidate taken meanwhile is skipped. Concurrent
-// claimers shuffle the oldest 3n candidates (n the claims in flight in this
-// process, plus writes lost lately, which is what widens the window for
-// Lambda containers that each run one claim): most win with their first
-// write, and a lone claimer takes the oldest. A claim that names its run id
+// A task has a queue (an id, default "default") and a priority (0 to 9,
+// higher first, default 5). Claim grants the best available task of the
+// queues it names: the highest priority, then the oldest by creation,
+// among tasks that are todo with no lease, tasks whose lease expired and
+// tasks whose holder is dead.
+//
+// The claimable ones are in one sparse index, by_claim:
+//
+//	partition  claim_shard = "<queue>#<shard>"       shard = hash(task_id) mod schema.ClaimShards
+//	sort       claim_key   = "<9-priority>#<created ms, 13 digits>#<task_id>"
+//
+// so a Query of a shard returns its tasks best first. A hot queue's writes
+// are spread over schema.ClaimShards (4) partitions instead of one; a claim
+// queries the head of every shard of every queue it names at once and
+// merges them. Each head is ceil(w/4)+1 entries (w the claim's spread
+// window, below; 1 for a lone claimer), with only the attributes ordering
+// and the grant need: any task among the best k of the queues is among the
+// best k of its shard, so the merge is exact for a lone claimer, and for
+// concurrent claimers it is the head they spread over anyway (tasks hash
+// evenly over the shards). '#' cannot occur in an id, so no queue's
+// partitions meet another's.
+//
+// The index is sparse by the presence of claim_shard, and the writes that
+// change claimability set or remove it, in the same write:
+//
+//	create                   SET (the item is put with it)
+//	grant (checkout, claim)  REMOVE
+//	ending to todo           SET claim_shard = claim_home (release, force
+//	                         release, timeout, death: a copy of an attribute,
+//	                         so the ending needs no read; claim_home and
+//	                         claim_key are always on the item and kept up to
+//	                         date by create and PATCH)
+//	complete, cancel         REMOVE
+//	PATCH                    SET to the new home when the task is claimable
+//	                         after it (a reopen, a queue or priority change)
+//
+// Expired and dead holders' leases are not in by_claim (the lease is still
+// on the item until a sweep or a takeover ends it); claim finds them as
+// before, in by_lease_expiry and through the heartbeats, keeps those of its
+// queues, and orders them with the claim index's entries by the same key.
+// A task written before queues has no claim_home: it counts as queue
+// "default" at priority 5 everywhere, and enters by_claim at its next
+// ending to todo (or PATCH).
+//
+// The grant is Checkout's conditional write, with the queue added to its
+// condition, so a candidate that someone took, or that a PATCH moved to
+// another queue, since the index was written is skipped, never granted.
+//
+// Concurrent claimers shuffle the best 3n candidates (n the claims in
+// flight in this process, plus writes lost lately, which is what widens
+// the window for Lambda containers that each run one claim): most win with
+// their first write, and a lone claimer takes the best. A write counts as
+// lost to a race only when the task was taken after the claim read the
+// indexes; a candidate taken or finished before is an index entry that
+// lagged, and says nothing of contention (else a lone claimer under index
+// lag would stop taking the best). A claim that loses a race reshuffles
+// the candidates left over twice its window before its next write, so
+// that claimers who lost the same task do not all go for the next one. Priority order is
+// exact for a lone claimer and holds across claimers up to that window: n
+// claimers at once take n of the best 3n. A claim that names its run id
 // keeps a receipt (a heartbeats-table item keyed "#claim#agent#run", TTL
 // 48 h) listing every task it tries, written before each try; a retry reads
 // the receipt and those tasks consistently and returns the lease the run
 // got, so the same run id always gets the same lease. The one window left
 // is a first attempt whose write is still in flight when its retry
 // arrives; a client retries only after its first attempt's answer is lost.
+//
+// # Waiting claims
+//
+// A claim with wait (up to 20 s, inside API Gateway's 30 s) that finds
+// nothing waits. In a process (the local server; a Lambda container), any
+// write of that process that makes a task claimable (create, batch,
+// release, force release, a sweep's ending to todo, a PATCH that reopens or
+// moves a task) closes a channel that wakes its waiting claims at once;
+// they look again (and, for index lag, 100 ms later, then at doubling
+// intervals up to claimPoll). Nothing
+// else makes a waiting claim read: with no wake it looks again every
+// claimPoll (2 s), which is how a Lambda container learns of tasks freed
+// by another. A look after the first queries by_claim alone: one Query per
+// shard per queue, 4 for one queue, so a claim waiting the full 20 s on an
+// idle queue costs about 10 looks, 40 Queries of an empty partition (0.5
+// read units each on demand: 20 read units, a few millionths of a dollar).
+// Expired and dead holders' leases are not looked for while waiting; they
+// reach by_claim when the sweep ends them.
+//
+// # Changing a task
+//
+// PATCH reads the task consistently, decides, and makes one UpdateItem
+// conditioned on the version it read. version is ADDed by every write of
+// the task item (Store.update adds it to each), so the condition fails if
+// anything changed the task in between: a checkout, a renewal, a release,
+// another PATCH. Without If-Match the change is decided again on the task
+// as it now is; with If-Match it is 412 version_mismatch. Fields (title,
+// description, metadata, queue, priority) never touch a lease. Status
+// cancelled ends a live lease, for its holder or an admin only: the write
+// is an ending (endUpdate, type cancel) with the field changes added, so
+// its event rides in it, and it frees the task of its lease: watchers are
+// told (reason cancel) through the stream, like any other freeing. A lease
+// that has ended but is still on the item (expired, or its holder dead)
+// is ended first as the sweep would end it, with its own event, so that
+// every ended lease has exactly one ending event. Status todo reopens a
+// done or cancelled task (completed_at removed) into the claim index.
+// Cancelling a task with no live lease and reopening record no event: they
+// move no lease.
+//
+// A batch create is up to 25 conditional PutItems made concurrently
+// (BatchWriteItem takes no conditions); each one that finds the id taken
+// returns the existing task from its failed condition (ALL_OLD), so a
+// retried batch is answered with the same tasks, now as "exists".
 //
 // # One write per transition
 //

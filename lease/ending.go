@@ -61,7 +61,12 @@ func copyOf(name string) expression.OperandBuilder {
 // holder), records the transition (last_op, last_at, eseq), drops the watch
 // list (the change stream hands the old one to the messages) and sets the
 // task's status. afterEnd mirrors it.
-func endUpdate(e ending, now time.Time) expression.UpdateBuilder {
+//
+// An ending that leaves the task todo puts it back in the claim index (SET
+// claim_shard = claim_home, the task's own queue and shard; a task written
+// before queues has none and goes to the default queue); any other ending
+// leaves it out.
+func endUpdate(taskID string, e ending, now time.Time) expression.UpdateBuilder {
 	u := expression.Set(nameStatus, expression.Value(string(e.status))).
 		Set(nameESeq, nameESeq.Plus(expression.Value(1))).
 		Set(expression.Name("last_op"), expression.Value(string(e.typ))).
@@ -82,8 +87,13 @@ func endUpdate(e ending, now time.Time) expression.UpdateBuilder {
 	} else {
 		u = u.Remove(expression.Name("end_reason"))
 	}
-	if e.status == StatusDone {
+	if e.status == StatusDone || e.status == StatusCancelled {
 		u = u.Set(expression.Name("completed_at"), expression.Value(ms(now)))
+	}
+	if e.status == StatusTodo {
+		u = u.Set(nameClaimShard, expression.IfNotExists(expression.Name("claim_home"), expression.Value(claimHome(DefaultQueue, taskID))))
+	} else {
+		u = u.Remove(nameClaimShard)
 	}
 	return clearLease(u).Remove(expression.Name("watchers")).Remove(expression.Name("lease_seq"))
 }
@@ -96,12 +106,20 @@ func (t *taskItem) afterEnd(e ending, now time.Time) *taskItem {
 	t.Status = e.status
 	t.ESeq = old.ESeq + 1
 	t.LastOp, t.LastAt = e.typ, ms(now)
+	t.Version = old.Version + 1
+	t.ClaimShard = ""
+	if e.status == StatusTodo {
+		t.ClaimShard = old.ClaimHome
+		if t.ClaimShard == "" {
+			t.ClaimShard = claimHome(DefaultQueue, old.TaskID)
+		}
+	}
 	t.endRecord = endRecord{
 		EndSeq: old.ESeq + 1, EndType: e.typ, EndAgent: old.Holder, EndRun: old.RunID,
 		EndFence: old.Fence, EndLocked: old.LockedAt, EndExpires: old.LeaseExpires, EndAt: ms(now),
 		EndBy: e.by, EndReason: e.reason, EndLeaseSeq: old.LeaseSeq, EndLeaseReason: old.Reason,
 	}
-	if e.status == StatusDone {
+	if e.status == StatusDone || e.status == StatusCancelled {
 		t.CompletedAt = ms(now)
 	}
 	t.Holder, t.HolderName, t.RunID, t.LockedAt, t.LeaseExpires, t.TimeoutMS, t.Reason, t.LeaseShard = "", "", "", 0, 0, 0, "", ""
@@ -139,6 +157,7 @@ func (t *taskItem) endedCheckout() Checkout {
 		TaskID: t.TaskID, AgentID: r.EndAgent, AgentName: r.EndAgent, RunID: r.EndRun, Fence: r.EndFence,
 		LockedAt: fromMS(r.EndLocked), ExpiresAt: fromMS(r.EndExpires),
 		Timeout: fromMS(r.EndExpires).Sub(fromMS(r.EndLocked)), Reason: r.EndLeaseReason,
+		Title: t.Title, Queue: t.queue(), Priority: t.priority(),
 	}
 }
 
@@ -197,6 +216,8 @@ func (t *taskItem) latestEvents() []itemEvent {
 		}}}
 	}
 	if ev, ok := t.endEvent(); ok && ev.Seq == t.ESeq {
+		// A cancel frees the task of its lease: watchers are told, with
+		// reason cancel, though the task is not claimable.
 		return []itemEvent{{eventItem: ev, frees: ev.Type != EventComplete}}
 	}
 	return nil

@@ -22,6 +22,25 @@ var (
 	ErrInvalid         = errors.New("lease: invalid input")
 	// ErrTooManyWatchers: the task already has MaxWatchers watchers.
 	ErrTooManyWatchers = errors.New("lease: task has too many watchers")
+	// ErrVersionMismatch: an If-Match version is not the task's.
+	ErrVersionMismatch = errors.New("lease: task version does not match")
+)
+
+// TransitionError is a status change the task's status does not allow
+// (409 invalid_transition).
+type TransitionError struct {
+	TaskID   string
+	From, To Status
+}
+
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("task %s cannot go from %s to %s", e.TaskID, e.From, e.To)
+}
+
+func (e *TransitionError) Unwrap() error { return ErrInvalidTransition }
+
+var (
+	ErrInvalidTransition = errors.New("lease: invalid status transition")
 )
 
 // ConflictError is returned when another live lease holds the task.

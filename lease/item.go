@@ -1,6 +1,9 @@
 package lease
 
 import (
+	"encoding/json"
+	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -15,6 +18,27 @@ type taskItem struct {
 	CreatedKey  string `dynamodbav:"created_key"`
 	StartedAt   int64  `dynamodbav:"started_at,omitempty"`
 	CompletedAt int64  `dynamodbav:"completed_at,omitempty"`
+	Description string `dynamodbav:"description,omitempty"`
+	Queue       string `dynamodbav:"queue,omitempty"`
+	// Priority is stored as given; a missing attribute (a task written
+	// before queues) is DefaultPriority, see priority().
+	Priority *int `dynamodbav:"priority,omitempty"`
+	// Metadata is the JSON object as the caller gave it.
+	Metadata string `dynamodbav:"metadata,omitempty"`
+	// Version grows by one with every write of the item (Store.update and
+	// every other write add to it).
+	Version int64 `dynamodbav:"version"`
+
+	// The claim index's keys. ClaimHome ("<queue>#<shard>") and ClaimKey
+	// ("<9-priority>#<created ms>#<task id>") are always present and kept
+	// up to date by create and PATCH; ClaimShard, the index's partition
+	// key, is a copy of ClaimHome present only while the task is claimable
+	// (todo, no lease): the writes that change claimability set it (SET
+	// claim_shard = claim_home, a copy the write needs no read for) or
+	// REMOVE it.
+	ClaimHome  string `dynamodbav:"claim_home,omitempty"`
+	ClaimKey   string `dynamodbav:"claim_key,omitempty"`
+	ClaimShard string `dynamodbav:"claim_shard,omitempty"`
 	// Fence is the fence of the latest grant. It only ever grows, and the
 	// task item is never deleted, so it survives every lease.
 	Fence int64 `dynamodbav:"fence"`
@@ -50,6 +74,42 @@ type taskItem struct {
 	prevRecord
 }
 
+func (t *taskItem) queue() string {
+	if t.Queue == "" {
+		return DefaultQueue
+	}
+	return t.Queue
+}
+
+func (t *taskItem) priority() int {
+	if t.Priority == nil {
+		return DefaultPriority
+	}
+	return *t.Priority
+}
+
+// claimHome is the claim index partition of a task of queue: the queue and
+// the task's claim shard.
+func claimHome(queue, taskID string) string {
+	return queue + "#" + claimShardOf(taskID)
+}
+
+// claimKey orders a queue's claimable tasks: highest priority first, then
+// oldest, then by id.
+func claimKey(priority int, createdMS int64, taskID string) string {
+	return fmt.Sprintf("%d#%013d#%s", MaxPriority-priority, createdMS, taskID)
+}
+
+// claimShardOf spreads a queue's tasks over schema.ClaimShards partitions.
+func claimShardOf(taskID string) string {
+	n, _ := strconv.Atoi(shardOf(taskID))
+	return strconv.Itoa(n % claimShards)
+}
+
+// claimable reports whether the item is claimable without a takeover:
+// todo with no lease record.
+func (t *taskItem) claimable() bool { return t.Status == StatusTodo && !t.hasLease() }
+
 // hasLease reports whether a lease record is present, live or not.
 func (t *taskItem) hasLease() bool { return t.Holder != "" }
 
@@ -69,6 +129,9 @@ func (t *taskItem) checkout() Checkout {
 		Timeout:   time.Duration(t.TimeoutMS) * time.Millisecond,
 		ExpiresAt: fromMS(t.LeaseExpires),
 		Reason:    t.Reason,
+		Title:     t.Title,
+		Queue:     t.queue(),
+		Priority:  t.priority(),
 	}
 }
 
@@ -78,10 +141,17 @@ func (t *taskItem) checkout() Checkout {
 // swept: todo and free.
 func (t *taskItem) task(live bool) Task {
 	out := Task{
-		TaskID:    t.TaskID,
-		Title:     t.Title,
-		Status:    t.Status,
-		CreatedAt: fromMS(t.CreatedAt),
+		TaskID:      t.TaskID,
+		Title:       t.Title,
+		Description: t.Description,
+		Queue:       t.queue(),
+		Priority:    t.priority(),
+		Version:     t.Version,
+		Status:      t.Status,
+		CreatedAt:   fromMS(t.CreatedAt),
+	}
+	if t.Metadata != "" {
+		out.Metadata = json.RawMessage(t.Metadata)
 	}
 	if t.StartedAt != 0 {
 		v := fromMS(t.StartedAt)

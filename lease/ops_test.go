@@ -208,7 +208,8 @@ func TestCheckoutCases(t *testing.T) {
 
 	got := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "a", AgentName: "researcher", RunID: "run-1", Reason: "fixing"}))
 	want := lease.Checkout{TaskID: "t1", AgentID: "a", AgentName: "researcher", RunID: "run-1", Fence: 1,
-		LockedAt: e.clock.Now(), Timeout: lease.DefaultTimeout, ExpiresAt: e.clock.Now().Add(lease.DefaultTimeout), Reason: "fixing"}
+		LockedAt: e.clock.Now(), Timeout: lease.DefaultTimeout, ExpiresAt: e.clock.Now().Add(lease.DefaultTimeout), Reason: "fixing",
+		Title: "title of t1", Queue: "default", Priority: 5}
 	if got != want {
 		t.Fatalf("checkout\n got %+v\nwant %+v", got, want)
 	}

@@ -1,9 +1,11 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -15,43 +17,190 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
-// CreateTask creates a task in status todo.
+// CreateTask creates a task in status todo, in its queue's claim index.
 func (s *Store) CreateTask(ctx context.Context, p CreateTaskParams) (Task, error) {
+	it, err := s.newTaskItem(&p)
+	if err != nil {
+		return Task{}, err
+	}
+	cur, err := s.putTask(ctx, it)
+	if err != nil {
+		return Task{}, err
+	}
+	if cur != nil {
+		return Task{}, ErrTaskExists
+	}
+	s.claims.wake()
+	return it.task(false), nil
+}
+
+// checkTaskFields validates a task's fields as create and PATCH take them.
+func checkTaskFields(title, description *string, queue *string, priority *int, metadata json.RawMessage) error {
+	if title != nil {
+		if err := checkText("title", *title, MaxTitleLen); err != nil {
+			return err
+		}
+	}
+	if description != nil {
+		if err := checkText("description", *description, MaxDescriptionLen); err != nil {
+			return err
+		}
+	}
+	if queue != nil {
+		if err := checkQueue(*queue); err != nil {
+			return err
+		}
+	}
+	if priority != nil && (*priority < 0 || *priority > MaxPriority) {
+		return invalid("invalid_request", "priority must be an integer from 0 to %d", MaxPriority)
+	}
+	if metadata != nil {
+		if len(metadata) > MaxMetadataLen {
+			return invalid("invalid_request", "metadata is larger than %d bytes", MaxMetadataLen)
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(metadata, &obj); err != nil || obj == nil {
+			return invalid("invalid_request", "metadata must be a JSON object")
+		}
+	}
+	return nil
+}
+
+// checkQueue validates a queue name: an id, like task and agent ids.
+func checkQueue(q string) error {
+	if !ValidID(q) {
+		return invalid("invalid_id", "queue %q must match %s", q, idPattern.String())
+	}
+	return nil
+}
+
+// compactMetadata stores metadata as compact JSON text.
+func compactMetadata(m json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, m) != nil {
+		return string(m)
+	}
+	return b.String()
+}
+
+// newTaskItem validates p, fills in its defaults and returns the item to put.
+func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 	if p.TaskID == "" {
 		p.TaskID = newID("task-")
 	}
 	if err := checkID("task_id", p.TaskID); err != nil {
-		return Task{}, err
+		return taskItem{}, err
 	}
-	if err := checkText("title", p.Title, MaxTitleLen); err != nil {
-		return Task{}, err
+	if p.Queue == "" {
+		p.Queue = DefaultQueue
+	}
+	if p.Priority == nil {
+		d := DefaultPriority
+		p.Priority = &d
+	}
+	if err := checkTaskFields(&p.Title, &p.Description, &p.Queue, p.Priority, p.Metadata); err != nil {
+		return taskItem{}, err
 	}
 	now := s.clock()
+	prio := *p.Priority
 	it := taskItem{
-		TaskID: p.TaskID, Title: p.Title, Status: StatusTodo,
+		TaskID: p.TaskID, Title: p.Title, Description: p.Description, Queue: p.Queue, Priority: &prio,
+		Status: StatusTodo, Version: 1,
 		CreatedAt: ms(now), CreatedKey: fmt.Sprintf("%013d#%s", ms(now), p.TaskID),
+		ClaimHome: claimHome(p.Queue, p.TaskID), ClaimKey: claimKey(prio, ms(now), p.TaskID),
 	}
+	it.ClaimShard = it.ClaimHome
+	if p.Metadata != nil {
+		it.Metadata = compactMetadata(p.Metadata)
+	}
+	return it, nil
+}
+
+// putTask writes a new task item unless the id is taken; then it returns
+// the task that has it (from the failed write itself, ALL_OLD).
+func (s *Store) putTask(ctx context.Context, it taskItem) (*taskItem, error) {
 	item, err := attributevalue.MarshalMap(it)
 	if err != nil {
-		return Task{}, err
+		return nil, err
 	}
 	expr, _ := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("task_id"))).Build()
 	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &s.tasks, Item: item,
-		ConditionExpression:      expr.Condition(),
-		ExpressionAttributeNames: expr.Names(),
+		ConditionExpression:                 expr.Condition(),
+		ExpressionAttributeNames:            expr.Names(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if _, failed := conditionFailed(err); failed {
-		return Task{}, ErrTaskExists
+	if returned, failed := conditionFailed(err); failed {
+		cur, err := s.currentTask(ctx, returned, it.TaskID)
+		if err == nil && cur == nil {
+			err = fmt.Errorf("create task %s: it exists and then does not", it.TaskID)
+		}
+		return cur, err
 	}
 	if err != nil {
-		return Task{}, fmt.Errorf("create task %s: %w", p.TaskID, err)
+		return nil, fmt.Errorf("create task %s: %w", it.TaskID, err)
 	}
-	return it.task(false), nil
+	return nil, nil
+}
+
+// CreateTasks creates up to MaxBatch tasks: each is created, or found to
+// exist already and returned as it is, so a batch retried with the same ids
+// is answered alike. Every task is validated before any is written; each
+// write is its own conditional PutItem (BatchWriteItem has no conditions),
+// made concurrently.
+func (s *Store) CreateTasks(ctx context.Context, ps []CreateTaskParams) ([]BatchResult, error) {
+	if len(ps) < 1 || len(ps) > MaxBatch {
+		return nil, invalid("invalid_request", "a batch holds 1 to %d tasks", MaxBatch)
+	}
+	items := make([]taskItem, len(ps))
+	seen := map[string]bool{}
+	for i := range ps {
+		it, err := s.newTaskItem(&ps[i])
+		if err != nil {
+			var ve *ValidationError
+			if errors.As(err, &ve) {
+				return nil, &ValidationError{Code: ve.Code, Message: fmt.Sprintf("tasks[%d]: %s", i, ve.Message)}
+			}
+			return nil, err
+		}
+		if seen[it.TaskID] {
+			return nil, invalid("invalid_request", "tasks[%d]: task_id %s appears twice in the batch", i, it.TaskID)
+		}
+		seen[it.TaskID] = true
+		items[i] = it
+	}
+	out := make([]BatchResult, len(items))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i := range items {
+		g.Go(func() error {
+			cur, err := s.putTask(gctx, items[i])
+			if err != nil {
+				return err
+			}
+			if cur == nil {
+				out[i] = BatchResult{TaskID: items[i].TaskID, Outcome: BatchCreated, Task: items[i].task(false)}
+				return nil
+			}
+			live, err := s.leaseLive(gctx, cur, s.clock())
+			if err != nil {
+				return err
+			}
+			out[i] = BatchResult{TaskID: cur.TaskID, Outcome: BatchExists, Task: cur.task(live)}
+			return nil
+		})
+	}
+	err := g.Wait()
+	s.claims.wake()
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // GetTask returns a task with its live lease, if any.
@@ -187,6 +336,17 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 		}
 		statuses = []Status{p.Status}
 	}
+	var filter *expression.ConditionBuilder
+	if p.Queue != "" {
+		if err := checkQueue(p.Queue); err != nil {
+			return TaskPage{}, err
+		}
+		f := expression.Name("queue").Equal(expression.Value(p.Queue))
+		if p.Queue == DefaultQueue {
+			f = f.Or(expression.AttributeNotExists(expression.Name("queue")))
+		}
+		filter = &f
+	}
 	c := cursor{}
 	if p.Cursor != "" {
 		var err error
@@ -202,10 +362,17 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 	next := ""
 	for i := c.Status; i < len(statuses) && len(items) < p.Limit; i++ {
 		keyCond := expression.Key("status").Equal(expression.Value(string(statuses[i])))
-		expr, _ := expression.NewBuilder().WithKeyCondition(keyCond).Build()
+		b := expression.NewBuilder().WithKeyCondition(keyCond)
+		if filter != nil {
+			// A queue's tasks are filtered out of the status's pages: a page
+			// may hold fewer than limit tasks and still have a next cursor.
+			b = b.WithFilter(*filter)
+		}
+		expr, _ := b.Build()
 		in := &dynamodb.QueryInput{
 			TableName: &s.tasks, IndexName: aws.String(schema.TasksByStatus),
 			KeyConditionExpression:    expr.KeyCondition(),
+			FilterExpression:          expr.Filter(),
 			ExpressionAttributeNames:  expr.Names(),
 			ExpressionAttributeValues: expr.Values(),
 			Limit:                     aws.Int32(int32(p.Limit - len(items))),
@@ -245,7 +412,7 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 	}
 	page := TaskPage{Tasks: make([]Task, 0, len(items)), NextCursor: next}
 	for _, it := range items {
-		if t := it.task(live[it.TaskID]); t.Status == listed[it.TaskID] {
+		if t := it.task(live[it.TaskID]); t.Status == listed[it.TaskID] && (p.Queue == "" || t.Queue == p.Queue) {
 			page.Tasks = append(page.Tasks, t)
 		}
 	}

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"encoding/json"
 	"time"
 )
 
@@ -38,6 +39,11 @@ type Checkout struct {
 	Timeout   time.Duration
 	ExpiresAt time.Time
 	Reason    string
+	// The task's title, queue and priority when the lease was granted (or,
+	// for a lease read back, as the task is).
+	Title    string
+	Queue    string
+	Priority int
 }
 
 // Remaining is how long the lease has left at now, never negative.
@@ -52,6 +58,15 @@ func (c Checkout) Remaining(now time.Time) time.Duration {
 type Task struct {
 	TaskID      string
 	Title       string
+	Description string
+	// Queue is the queue the task is claimed from; Priority orders it there
+	// (0 to 9, higher first).
+	Queue    string
+	Priority int
+	// Metadata is a JSON object of the orchestrator's own, as given.
+	Metadata json.RawMessage
+	// Version grows with every change of the task item; PATCH's If-Match.
+	Version     int64
 	Status      Status
 	CreatedAt   time.Time
 	StartedAt   *time.Time
@@ -89,12 +104,15 @@ const (
 	EventTimeout      EventType = "timeout"
 	EventAgentDeath   EventType = "agent_death"
 	EventForceRelease EventType = "force_release"
+	// EventCancel ends a live lease by cancelling its task (PATCH status
+	// cancelled, by the holder or an admin).
+	EventCancel EventType = "cancel"
 )
 
 // EndsLease reports whether an event of this type ends a lease.
 func (t EventType) EndsLease() bool {
 	switch t {
-	case EventRelease, EventComplete, EventTimeout, EventAgentDeath, EventForceRelease:
+	case EventRelease, EventComplete, EventTimeout, EventAgentDeath, EventForceRelease, EventCancel:
 		return true
 	}
 	return false
@@ -188,12 +206,52 @@ type RegisterParams struct {
 }
 
 type CreateTaskParams struct {
-	TaskID string // generated when empty
-	Title  string
+	TaskID      string // generated when empty
+	Title       string
+	Description string
+	Queue       string // default DefaultQueue
+	Priority    *int   // 0..9, default DefaultPriority
+	Metadata    json.RawMessage
+}
+
+// BatchOutcome says what a batch create did with one task.
+type BatchOutcome string
+
+const (
+	BatchCreated BatchOutcome = "created"
+	BatchExists  BatchOutcome = "exists"
+)
+
+// BatchResult is one task of a batch create: created now, or there already
+// (Task is then the existing task).
+type BatchResult struct {
+	TaskID  string
+	Outcome BatchOutcome
+	Task    Task
+}
+
+// UpdateTaskParams is a PATCH of a task: nil fields are left as they are.
+type UpdateTaskParams struct {
+	TaskID string
+	// The caller, and whether it is an admin (cancelling a task with a live
+	// lease needs its holder or an admin).
+	AgentID     string
+	Admin       bool
+	Title       *string
+	Description *string
+	Metadata    json.RawMessage // nil: unchanged
+	Queue       *string
+	Priority    *int
+	// Status may be cancelled or todo (reopen a done or cancelled task).
+	Status *Status
+	// IfVersion, when non-zero, makes the change a compare-and-set on the
+	// task's version (ErrVersionMismatch).
+	IfVersion int64
 }
 
 type ListTasksParams struct {
 	Status Status // empty: every status
+	Queue  string // empty: every queue
 	Limit  int    // 1..1000, default 100
 	Cursor string // opaque, from TaskPage.NextCursor
 }
@@ -212,6 +270,9 @@ type CheckoutParams struct {
 	Watch bool
 	// CreateIfMissing creates an unknown task instead of failing.
 	CreateIfMissing bool
+
+	// queues, when set (by claim), confines the grant to tasks in them.
+	queues []string
 }
 
 type RenewParams struct {
@@ -246,6 +307,10 @@ type ClaimParams struct {
 	RunID     string
 	Timeout   time.Duration
 	Reason    string
+	// Queues to claim from; default [DefaultQueue].
+	Queues []string
+	// Wait, up to MaxClaimWait, waits for a task to become available.
+	Wait time.Duration
 }
 
 // Limits.
@@ -264,4 +329,13 @@ const (
 	// MaxWatchers bounds a task's watch list, so that no number of
 	// watchers can grow its item towards DynamoDB's 400 KB limit.
 	MaxWatchers = 100
+
+	DefaultQueue      = "default"
+	DefaultPriority   = 5
+	MaxPriority       = 9
+	MaxDescriptionLen = 8 << 10
+	MaxMetadataLen    = 4 << 10
+	MaxBatch          = 25
+	MaxClaimQueues    = 10
+	MaxClaimWait      = 20 * time.Second
 )

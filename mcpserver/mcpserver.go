@@ -2,7 +2,8 @@
 // Context Protocol server. Its tools act as the agent whose API key the
 // client carries: checkout_task, claim_task, renew_task, complete_task,
 // release_task, task_status, list_checkouts, list_tasks, get_task,
-// watch_task, read_inbox, ack_message and heartbeat.
+// create_task, update_task, watch_task, read_inbox, ack_message and
+// heartbeat.
 //
 // Every result carries structured content whose "ok", "code" and "message"
 // say what happened, failures included: isError is set, ok is false, and
@@ -122,6 +123,8 @@ func New(c *client.Client, opts ...Options) *mcp.Server {
 	addTool(s, &mcp.Tool{Name: "list_checkouts", Title: "List live checkouts", Description: descListCheckouts, Annotations: read}, t.listCheckouts)
 	addTool(s, &mcp.Tool{Name: "list_tasks", Title: "List tasks", Description: descListTasks, Annotations: read}, t.listTasks)
 	addTool(s, &mcp.Tool{Name: "get_task", Title: "Show a task", Description: descGetTask, Annotations: read}, t.getTask)
+	addTool(s, &mcp.Tool{Name: "create_task", Title: "Create a task", Description: descCreateTask, Annotations: write(false)}, t.createTask)
+	addTool(s, &mcp.Tool{Name: "update_task", Title: "Change or cancel a task", Description: descUpdateTask, Annotations: write(false)}, t.updateTask)
 	addTool(s, &mcp.Tool{Name: "watch_task", Title: "Watch a task", Description: descWatch, Annotations: write(true)}, t.watch)
 	addTool(s, &mcp.Tool{Name: "read_inbox", Title: "Read your inbox", Description: descInbox, Annotations: read}, t.inbox)
 	addTool(s, &mcp.Tool{Name: "ack_message", Title: "Acknowledge an inbox message", Description: descAck, Annotations: write(true)}, t.ack)
@@ -144,7 +147,11 @@ Answers acquired=true with your lease and the task's title (expires_at is when t
 held_by_you=true means your own agent holds the task under another run, usually this server before a restart: call checkout_task again with adopt=true to continue that lease in this session, unless another session of yours is still working on it.
 Calling it again for a task you already hold returns the same lease. Fails (ok=false) for an unknown task id or a task already done or cancelled.`
 
-const descClaim = `Take the lease on the oldest open task in the pool when you have no particular task to work on. Answers acquired=true with the lease, its task_id and title (work on that task), or acquired=false when no task is available right now: wait a while before claiming again, watch a task, or stop.`
+const descClaim = `Take the lease on the next open task when you have no particular task to work on: the highest-priority, then oldest, open task of queues (default ["default"]; name the queues of the work you do). wait (up to 20s) waits that long for a task to become available. Answers acquired=true with the lease, its task_id, title, queue and priority (work on that task), or acquired=false when no task is available right now: claim again with wait, watch a task, or stop.`
+
+const descCreateTask = `Create a task for yourself or other agents to work on: a title, optionally a description (up to 8 KiB), a queue (default "default": agents claim from the queues they name), a priority (0 to 9, higher is claimed first; default 5) and metadata (a JSON object of up to 4 KiB). Give task_id to make retrying safe: a task with that id that exists already is reported, not created twice.`
+
+const descUpdateTask = `Change a task's title, description, queue, priority or metadata, or its status: "cancelled" (nobody should work on it; if it is checked out, only its holder or an admin may, and the lease ends) or "todo" (reopen a done or cancelled task). Fields you leave out stay as they are; a checked-out task keeps its lease. Give version (from get_task) to change it only if nobody changed it since (else code version_mismatch: read it again).`
 
 const descRenew = `Extend your lease on a task you hold, before it expires, when your work takes longer than the lease timeout. Renew well before expires_at (for example at a third of the timeout). Optionally give a new timeout. Give fence only to adopt a lease your agent took in an earlier run (the fence checkout_task or task_status showed). Fails (ok=false, code not_holder or not_checked_out) when you no longer hold the task: your lease expired or was released, and another agent may now be working on it; stop working on it and check task_status.`
 
@@ -190,8 +197,32 @@ type CheckoutInput struct {
 
 // ClaimInput is claim_task's input.
 type ClaimInput struct {
-	Timeout string `json:"timeout,omitempty" jsonschema:"lease length as a Go duration such as 30m or 2h (1s to 24h); default 30m"`
-	Reason  string `json:"reason,omitempty" jsonschema:"what you are going to do, shown to other agents"`
+	Timeout string   `json:"timeout,omitempty" jsonschema:"lease length as a Go duration such as 30m or 2h (1s to 24h); default 30m"`
+	Reason  string   `json:"reason,omitempty" jsonschema:"what you are going to do, shown to other agents"`
+	Queues  []string `json:"queues,omitempty" jsonschema:"the queues to claim from; default [\"default\"]"`
+	Wait    string   `json:"wait,omitempty" jsonschema:"wait up to this long for a task (a Go duration, up to 20s); default: answer at once"`
+}
+
+// CreateTaskInput is create_task's input.
+type CreateTaskInput struct {
+	TaskID      string         `json:"task_id,omitempty" jsonschema:"the task's id; generated when empty"`
+	Title       string         `json:"title,omitempty" jsonschema:"what the task is"`
+	Description string         `json:"description,omitempty" jsonschema:"more about it, up to 8 KiB"`
+	Queue       string         `json:"queue,omitempty" jsonschema:"the queue agents claim it from; default \"default\""`
+	Priority    *int           `json:"priority,omitempty" jsonschema:"0 to 9, higher is claimed first; default 5"`
+	Metadata    map[string]any `json:"metadata,omitempty" jsonschema:"a JSON object of your own, up to 4 KiB"`
+}
+
+// UpdateTaskInput is update_task's input.
+type UpdateTaskInput struct {
+	TaskID      string         `json:"task_id" jsonschema:"the task to change"`
+	Title       *string        `json:"title,omitempty" jsonschema:"the new title"`
+	Description *string        `json:"description,omitempty" jsonschema:"the new description"`
+	Queue       *string        `json:"queue,omitempty" jsonschema:"move it to this queue"`
+	Priority    *int           `json:"priority,omitempty" jsonschema:"0 to 9, higher is claimed first"`
+	Metadata    map[string]any `json:"metadata,omitempty" jsonschema:"replaces its metadata: a JSON object"`
+	Status      string         `json:"status,omitempty" jsonschema:"cancelled, or todo to reopen a done or cancelled task"`
+	Version     int64          `json:"version,omitempty" jsonschema:"change it only if its version (from get_task) is still this"`
 }
 
 // LeaseInput names a lease: the task, and optionally the fence of a lease
@@ -227,6 +258,7 @@ type ListCheckoutsInput struct {
 // ListTasksInput is list_tasks' input.
 type ListTasksInput struct {
 	Status string `json:"status,omitempty" jsonschema:"only tasks in this status: todo, in_progress, done or cancelled; empty for all"`
+	Queue  string `json:"queue,omitempty" jsonschema:"only tasks in this queue; empty for all"`
 	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000; default 50"`
 	Cursor string `json:"cursor,omitempty" jsonschema:"next_cursor of the previous page"`
 }
@@ -589,7 +621,11 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 	t.claims++
 	runID := fmt.Sprintf("%s.c%d", t.runID, t.claims)
 	t.mu.Unlock()
-	co, err := t.c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: in.Reason, RunID: runID, AgentID: t.agentID})
+	wait, err := parseDur("wait", in.Wait)
+	if err != nil {
+		return CheckoutResult{}, err
+	}
+	co, err := t.c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: in.Reason, RunID: runID, AgentID: t.agentID, Queues: in.Queues, Wait: wait})
 	if errors.Is(err, client.ErrNoTaskAvailable) || errors.Is(err, client.ErrCheckedOut) {
 		return CheckoutResult{Outcome: Outcome{Message: "No task is available right now: every open task is taken. Wait a while before calling claim_task again, watch a task (watch_task), or stop."}}, nil
 	}
@@ -598,9 +634,45 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 	}
 	t.hold(co)
 	r := CheckoutResult{Acquired: true, TaskID: co.TaskID, Checkout: &co, Title: t.title(ctx, co)}
-	r.Message = fmt.Sprintf("Claimed task %s: it is yours until %s (fence %d). Work on it, renew_task before then if you need longer, and complete_task when done.",
-		named(co.TaskID, r.Title), stamp(co.ExpiresAt), co.Fence)
+	r.Message = fmt.Sprintf("Claimed task %s (queue %s, priority %d): it is yours until %s (fence %d). Work on it, renew_task before then if you need longer, and complete_task when done.",
+		named(co.TaskID, r.Title), co.Queue, co.Priority, stamp(co.ExpiresAt), co.Fence)
 	return r, nil
+}
+
+func (t *tools) createTask(ctx context.Context, in CreateTaskInput) (TaskResult, error) {
+	req := client.CreateTaskRequest{TaskID: in.TaskID, Title: in.Title, Description: in.Description, Queue: in.Queue, Priority: in.Priority, Metadata: rawObject(in.Metadata)}
+	task, err := t.c.CreateTask(ctx, req)
+	if errors.Is(err, client.ErrTaskExists) && in.TaskID != "" {
+		if task, err = t.c.GetTask(ctx, in.TaskID); err == nil {
+			return TaskResult{Task: &task, Outcome: Outcome{Message: fmt.Sprintf("Task %s exists already (status %s); nothing was created.", task.TaskID, task.Status)}}, nil
+		}
+	}
+	if err != nil {
+		return TaskResult{}, err
+	}
+	return TaskResult{Task: &task, Outcome: Outcome{Message: fmt.Sprintf("Task %s created in queue %s at priority %d.", task.TaskID, task.Queue, task.Priority)}}, nil
+}
+
+// rawObject is m as JSON, or nil when absent.
+func rawObject(m map[string]any) json.RawMessage {
+	if m == nil {
+		return nil
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+func (t *tools) updateTask(ctx context.Context, in UpdateTaskInput) (TaskResult, error) {
+	req := client.UpdateTaskRequest{Title: in.Title, Description: in.Description, Queue: in.Queue, Priority: in.Priority,
+		Metadata: rawObject(in.Metadata), Status: in.Status, IfVersion: in.Version}
+	task, err := t.c.UpdateTask(ctx, in.TaskID, req)
+	if err != nil {
+		return TaskResult{}, err
+	}
+	if in.Status == "cancelled" {
+		t.drop(in.TaskID)
+	}
+	return TaskResult{Task: &task, Outcome: Outcome{Message: fmt.Sprintf("Task %s is now %s (queue %s, priority %d, version %d).", task.TaskID, task.Status, task.Queue, task.Priority, task.Version)}}, nil
 }
 
 func (t *tools) renew(ctx context.Context, in RenewInput) (LeaseResult, error) {
@@ -690,7 +762,7 @@ func (t *tools) listTasks(ctx context.Context, in ListTasksInput) (ListTasksResu
 	if err != nil {
 		return ListTasksResult{}, err
 	}
-	p, err := t.c.ListTasks(ctx, client.ListTasksRequest{Status: in.Status, Limit: limit, Cursor: in.Cursor})
+	p, err := t.c.ListTasks(ctx, client.ListTasksRequest{Status: in.Status, Queue: in.Queue, Limit: limit, Cursor: in.Cursor})
 	if err != nil {
 		return ListTasksResult{}, err
 	}
@@ -698,7 +770,7 @@ func (t *tools) listTasks(ctx context.Context, in ListTasksInput) (ListTasksResu
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d task(s) on this page.", len(p.Tasks))
 	for _, task := range p.Tasks {
-		fmt.Fprintf(&b, "\n- %s [%s]", task.TaskID, task.Status)
+		fmt.Fprintf(&b, "\n- %s [%s, %s, priority %d]", task.TaskID, task.Status, task.Queue, task.Priority)
 		if task.Title != "" {
 			fmt.Fprintf(&b, " %q", task.Title)
 		}

@@ -457,15 +457,19 @@ func (a *app) heartbeatCmd() *cobra.Command {
 }
 
 func (a *app) claimCmd() *cobra.Command {
-	var timeout, reason string
+	var timeout, reason, wait string
+	var queues []string
 	cmd := &cobra.Command{
 		Use:   "claim",
-		Short: "Check out the oldest open task",
-		Long: `Checks out the oldest open task of the pool. With a run id (--run-id or
-CHECKOUT_RUN_ID) that already holds a lease, the claim is that lease again:
-a retried claim is the same claim.`,
+		Short: "Check out the best open task of some queues",
+		Long: `Checks out the open task of the given queues (default: the "default" queue)
+with the highest priority, the oldest first within a priority. With --wait it
+waits up to that long (at most 20s) for a task to become available. With a
+run id (--run-id or CHECKOUT_RUN_ID) that already holds a lease, the claim is
+that lease again: a retried claim is the same claim.`,
 		Example: `  checkout claim
-  checkout claim --timeout 10m --reason "next in line"
+  checkout claim --queue backend --wait 20s
+  checkout claim --queue backend --queue research --timeout 10m --reason "next in line"
   checkout claim --agent agent-c3d4             # admins: for another agent`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -473,8 +477,12 @@ a retried claim is the same claim.`,
 			if err != nil {
 				return err
 			}
+			w, err := duration("wait", wait)
+			if err != nil {
+				return err
+			}
 			return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
-				co, err := c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: reason, RunID: s.runID.value, AgentID: s.agent.value})
+				co, err := c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: reason, RunID: s.runID.value, AgentID: s.agent.value, Queues: queues, Wait: w})
 				if err == nil && alreadyHeld(co) {
 					return func(w io.Writer) { printHeld(w, co) }, nil
 				}
@@ -484,6 +492,8 @@ a retried claim is the same claim.`,
 	}
 	cmd.Flags().StringVar(&timeout, "timeout", "", "lease length, 1s to 24h (server default 30m)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why you take the task")
+	cmd.Flags().StringArrayVar(&queues, "queue", nil, "claim from this queue (repeat for several; default: the default queue)")
+	cmd.Flags().StringVar(&wait, "wait", "", "wait up to this long for a task, up to 20s (default: answer at once)")
 	a.identityFlags(cmd, "the agent the claim is for")
 	a.runIDFlag(cmd, "the run's lease token")
 	return cmd
@@ -677,26 +687,68 @@ func (a *app) tasksCmd() *cobra.Command {
 		Args: groupArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
-	var title string
+	var title, description, queue, metadata string
+	var priority int
 	add := &cobra.Command{
 		Use:   "add [task-id]",
 		Short: "Create a task (the server picks the id when none is given)",
 		Example: `  checkout tasks add task-d4e5 --title "Fix login bug"
-  checkout tasks add --title "Write release notes"   # the server picks the id`,
+  checkout tasks add --title "Write release notes"   # the server picks the id
+  checkout tasks add bug-17 --title "Login fails" --queue backend --priority 9 --description "Since 2.3"`,
 		Args: maxArgs(1, "one task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := client.CreateTaskRequest{Title: title}
+			req := client.CreateTaskRequest{Title: title, Description: description, Queue: queue}
 			if len(args) == 1 {
 				req.TaskID = args[0]
 			}
+			if cmd.Flags().Changed("priority") {
+				req.Priority = &priority
+			}
+			if metadata != "" {
+				req.Metadata = json.RawMessage(metadata)
+			}
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				t, err := c.CreateTask(ctx, req)
-				return func(w io.Writer) { fmt.Fprintf(w, "Task created: %s\n", t.TaskID) }, err
+				return func(w io.Writer) {
+					fmt.Fprintf(w, "Task created: %s (queue %s, priority %d)\n", t.TaskID, t.Queue, t.Priority)
+				}, err
 			})
 		},
 	}
 	add.Flags().StringVar(&title, "title", "", "what the task is")
-	var status, cursor string
+	add.Flags().StringVar(&description, "description", "", "more about it, up to 8 KiB")
+	add.Flags().StringVar(&queue, "queue", "", "the queue claims take it from (server default: default)")
+	add.Flags().IntVar(&priority, "priority", 5, "0 to 9, higher is claimed first")
+	add.Flags().StringVar(&metadata, "metadata", "", "a JSON object of your own, up to 4 KiB")
+	edit := a.taskEditCmd()
+	cancel := &cobra.Command{
+		Use:   "cancel <task-id>",
+		Short: "Cancel a task (a live lease on it: its holder or an admin only)",
+		Long: `Cancels a task. If it is checked out, only its holder or an admin may, and
+the lease ends (a cancel event); its watchers are told.`,
+		Example:           `  checkout tasks cancel task-d4e5`,
+		Args:              exactArgs(1, "a task id"),
+		ValidArgsFunction: a.completeOpenTasks,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
+				t, err := c.CancelTask(ctx, args[0])
+				return func(w io.Writer) { fmt.Fprintf(w, "Task cancelled: %s\n", t.TaskID) }, err
+			})
+		},
+	}
+	reopen := &cobra.Command{
+		Use:     "reopen <task-id>",
+		Short:   "Reopen a done or cancelled task (it becomes todo)",
+		Example: `  checkout tasks reopen task-d4e5`,
+		Args:    exactArgs(1, "a task id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
+				t, err := c.UpdateTask(ctx, args[0], client.UpdateTaskRequest{Status: "todo"})
+				return func(w io.Writer) { fmt.Fprintf(w, "Task reopened: %s\n", t.TaskID) }, err
+			})
+		},
+	}
+	var status, cursor, listQueue string
 	var limit int
 	list := &cobra.Command{
 		Use:   "list",
@@ -707,7 +759,7 @@ func (a *app) tasksCmd() *cobra.Command {
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
-				p, err := c.ListTasks(ctx, client.ListTasksRequest{Status: status, Limit: limit, Cursor: cursor})
+				p, err := c.ListTasks(ctx, client.ListTasksRequest{Status: status, Queue: listQueue, Limit: limit, Cursor: cursor})
 				return func(w io.Writer) {
 					fmt.Fprintln(w, "## Tasks")
 					fmt.Fprintln(w)
@@ -720,9 +772,9 @@ func (a *app) tasksCmd() *cobra.Command {
 							if t.Checkout != nil {
 								holder = who(t.Checkout.AgentName, t.Checkout.AgentID)
 							}
-							rows[i] = []string{t.TaskID, t.Status, orDash(t.Title), holder}
+							rows[i] = []string{t.TaskID, t.Status, t.Queue, strconv.Itoa(t.Priority), orDash(t.Title), holder}
 						}
-						table(w, []string{"Task", "Status", "Title", "Held By"}, rows)
+						table(w, []string{"Task", "Status", "Queue", "Priority", "Title", "Held By"}, rows)
 					}
 					if p.NextCursor != nil {
 						fmt.Fprintf(w, "\nMore: checkout tasks list --cursor %s\n", *p.NextCursor)
@@ -732,6 +784,7 @@ func (a *app) tasksCmd() *cobra.Command {
 		},
 	}
 	list.Flags().StringVar(&status, "status", "", "only tasks in this status: todo, in_progress, done or cancelled")
+	list.Flags().StringVar(&listQueue, "queue", "", "only tasks in this queue")
 	list.Flags().IntVar(&limit, "limit", 0, "page size, 1 to 1000 (server default 100)")
 	list.Flags().StringVar(&cursor, "cursor", "", "the next page, from a previous listing")
 	show := &cobra.Command{
@@ -747,7 +800,59 @@ func (a *app) tasksCmd() *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(add, list, show)
+	cmd.AddCommand(add, list, show, edit, cancel, reopen)
+	return cmd
+}
+
+// taskEditCmd is "tasks edit": a PATCH of the fields given as flags.
+func (a *app) taskEditCmd() *cobra.Command {
+	var title, description, queue, metadata string
+	var priority int
+	var ifVersion int64
+	cmd := &cobra.Command{
+		Use:   "edit <task-id>",
+		Short: "Change a task's title, description, queue, priority or metadata",
+		Long: `Changes the fields given and leaves the others; a checked-out task keeps its
+lease. With --if-version the change is made only if the task is still at that
+version (see "tasks show"); otherwise the answer is version_mismatch.`,
+		Example: `  checkout tasks edit task-d4e5 --priority 9
+  checkout tasks edit task-d4e5 --queue research --title "Look into login" --if-version 4`,
+		Args:              exactArgs(1, "a task id"),
+		ValidArgsFunction: a.completeOpenTasks,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var req client.UpdateTaskRequest
+			f := cmd.Flags()
+			if f.Changed("title") {
+				req.Title = &title
+			}
+			if f.Changed("description") {
+				req.Description = &description
+			}
+			if f.Changed("queue") {
+				req.Queue = &queue
+			}
+			if f.Changed("priority") {
+				req.Priority = &priority
+			}
+			if f.Changed("metadata") {
+				req.Metadata = json.RawMessage(metadata)
+			}
+			req.IfVersion = ifVersion
+			if req.Title == nil && req.Description == nil && req.Queue == nil && req.Priority == nil && req.Metadata == nil {
+				return &usageError{"nothing to change: give --title, --description, --queue, --priority or --metadata"}
+			}
+			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
+				t, err := c.UpdateTask(ctx, args[0], req)
+				return func(w io.Writer) { printTask(w, t) }, err
+			})
+		},
+	}
+	cmd.Flags().StringVar(&title, "title", "", "the new title (\"\" clears it)")
+	cmd.Flags().StringVar(&description, "description", "", "the new description (\"\" clears it)")
+	cmd.Flags().StringVar(&queue, "queue", "", "move it to this queue")
+	cmd.Flags().IntVar(&priority, "priority", 5, "0 to 9, higher is claimed first")
+	cmd.Flags().StringVar(&metadata, "metadata", "", "replace its metadata with this JSON object")
+	cmd.Flags().Int64Var(&ifVersion, "if-version", 0, "only if the task is at this version")
 	return cmd
 }
 

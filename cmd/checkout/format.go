@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -80,6 +81,9 @@ func printAcquired(w io.Writer, co client.Checkout, runFromUser bool) {
 	fmt.Fprintf(w, "Checkout acquired: %s\n", co.TaskID)
 	if co.Title != "" {
 		fmt.Fprintf(w, "  Title: %s\n", co.Title)
+	}
+	if co.Queue != "" {
+		fmt.Fprintf(w, "  Queue: %s, priority %d\n", co.Queue, co.Priority)
 	}
 	fmt.Fprintf(w, "  Agent: %s\n", who(co.AgentName, co.AgentID))
 	fmt.Fprintf(w, "  Locked at: %s\n", stamp(co.LockedAt))
@@ -181,6 +185,14 @@ func printTask(w io.Writer, t client.Task) {
 	fmt.Fprintf(w, "Task %s: %s\n", t.TaskID, t.Status)
 	if t.Title != "" {
 		fmt.Fprintf(w, "  Title: %s\n", t.Title)
+	}
+	fmt.Fprintf(w, "  Queue: %s, priority %d (version %d)\n", t.Queue, t.Priority, t.Version)
+	if t.Description != "" {
+		fmt.Fprintf(w, "  Description: %s\n", t.Description)
+	}
+	if len(t.Metadata) > 0 {
+		b, _ := json.Marshal(t.Metadata)
+		fmt.Fprintf(w, "  Metadata: %s\n", b)
 	}
 	fmt.Fprintf(w, "  Created at: %s\n", stamp(t.CreatedAt))
 	if t.StartedAt != nil {

@@ -123,7 +123,8 @@ func exitCode(err error) int {
 	case errors.As(err, &ue), isCobraUsage(err.Error()):
 		return exitUsage
 	case errors.Is(err, client.ErrCheckedOut), errors.Is(err, client.ErrStatusMismatch),
-		errors.Is(err, client.ErrNotHolder), errors.Is(err, client.ErrTaskExists), errors.Is(err, client.ErrAgentExists):
+		errors.Is(err, client.ErrNotHolder), errors.Is(err, client.ErrTaskExists), errors.Is(err, client.ErrAgentExists),
+		errors.Is(err, client.ErrVersionMismatch), errors.Is(err, client.ErrInvalidTransition):
 		return exitConflict
 	case errors.Is(err, client.ErrNotFound):
 		return exitNotFound

@@ -277,6 +277,30 @@ func TestCommandsSession(t *testing.T) {
 	golden(t, "commands", tr.b.String())
 }
 
+// Queues and priorities from the command line: tasks added to queues,
+// claimed best first, edited, cancelled and reopened.
+func TestQueuesSession(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tr := &transcript{t: t, e: e}
+	tr.run("agent-a1b2", 0, "tasks", "add", "tidy", "--queue", "backend", "--priority", "2", "--title", "Tidy logs")
+	tr.run("agent-a1b2", 0, "tasks", "add", "bug", "--queue", "backend", "--priority", "9", "--title", "Login 500",
+		"--description", "Since 2.3", "--metadata", `{"ticket":"OPS-17"}`)
+	tr.run("agent-a1b2", 2, "tasks", "add", "bad", "--priority", "10")
+	tr.run("agent-a1b2", 0, "tasks", "list", "--queue", "backend")
+	tr.run("agent-c3d4", 4, "claim")
+	tr.run("agent-c3d4", 0, "claim", "--queue", "backend", "--wait", "1s")
+	tr.run("agent-a1b2", 0, "tasks", "edit", "tidy", "--priority", "7", "--if-version", "1")
+	tr.run("agent-a1b2", 3, "tasks", "edit", "tidy", "--title", "x", "--if-version", "1")
+	tr.run("agent-a1b2", 2, "tasks", "edit", "tidy")
+	tr.run("agent-a1b2", 3, "tasks", "cancel", "bug")
+	tr.run("agent-c3d4", 0, "tasks", "cancel", "bug")
+	tr.run("agent-a1b2", 0, "tasks", "show", "bug")
+	tr.run("agent-a1b2", 0, "tasks", "reopen", "bug")
+	tr.run("agent-a1b2", 0, "claim", "--queue", "backend", "--queue", "other")
+	golden(t, "queues", tr.b.String())
+}
+
 func TestErrorsAreOneLineWithExitCodes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

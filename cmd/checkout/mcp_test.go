@@ -117,7 +117,7 @@ func TestMCPOverStdio(t *testing.T) {
 		}
 	}
 	sort.Strings(names)
-	if want := "ack_message checkout_task claim_task complete_task get_task heartbeat list_checkouts list_tasks read_inbox release_task renew_task task_status watch_task"; strings.Join(names, " ") != want {
+	if want := "ack_message checkout_task claim_task complete_task create_task get_task heartbeat list_checkouts list_tasks read_inbox release_task renew_task task_status update_task watch_task"; strings.Join(names, " ") != want {
 		t.Fatalf("tools %v, want %s", names, want)
 	}
 
@@ -384,5 +384,40 @@ func TestMCPWithServerDown(t *testing.T) {
 	res, out := s.call("task_status", map[string]any{"task_id": "t"})
 	if !res.IsError || out["code"] != "unreachable" || !strings.Contains(textOf(res), "cannot reach the server") {
 		t.Fatalf("%v %s", res.IsError, textOf(res))
+	}
+}
+
+// Queues through the MCP tools: create_task with a queue, a priority and
+// metadata; claim_task from that queue, best first; update_task to change
+// and cancel.
+func TestMCPQueues(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	agent := connectMCP(t, e.srv.URL(), e.keys["agent-a1b2"])
+	res, out := agent.call("create_task", map[string]any{"task_id": "low", "title": "Tidy", "queue": "backend", "priority": 1})
+	if res.IsError || out["task"].(map[string]any)["queue"] != "backend" {
+		t.Fatalf("create_task: %s %v", textOf(res), out)
+	}
+	res, out = agent.call("create_task", map[string]any{"task_id": "high", "title": "Bug", "queue": "backend", "priority": 9, "metadata": map[string]any{"ticket": "OPS-1"}})
+	if res.IsError || out["task"].(map[string]any)["metadata"].(map[string]any)["ticket"] != "OPS-1" {
+		t.Fatalf("create_task with metadata: %s %v", textOf(res), out)
+	}
+	if res, out = agent.call("create_task", map[string]any{"task_id": "high"}); res.IsError || !strings.Contains(textOf(res), "exists") {
+		t.Fatalf("create_task again: %s %v", textOf(res), out)
+	}
+	if res, out = agent.call("claim_task", nil); res.IsError || out["acquired"] != false {
+		t.Fatalf("claim from the default queue: %s %v", textOf(res), out)
+	}
+	res, out = agent.call("claim_task", map[string]any{"queues": []string{"backend"}, "wait": "1s"})
+	if res.IsError || out["task_id"] != "high" || out["checkout"].(map[string]any)["priority"] != 9.0 {
+		t.Fatalf("claim from backend: %s %v", textOf(res), out)
+	}
+	res, out = agent.call("update_task", map[string]any{"task_id": "low", "priority": 8, "version": 99})
+	if !res.IsError || out["code"] != "version_mismatch" {
+		t.Fatalf("update_task with a stale version: %s %v", textOf(res), out)
+	}
+	res, out = agent.call("update_task", map[string]any{"task_id": "high", "status": "cancelled"})
+	if res.IsError || out["task"].(map[string]any)["status"] != "cancelled" {
+		t.Fatalf("cancel one's own task: %s %v", textOf(res), out)
 	}
 }

@@ -67,6 +67,7 @@ const (
 	TasksByStatus      = "by_status"
 	TasksByLeaseExpiry = "by_lease_expiry"
 	TasksByHolder      = "by_holder"
+	TasksByClaim       = "by_claim"
 	AgentsAll          = "all_agents"
 	HeartbeatsByExpiry = "by_expiry"
 	// EventsByFeed is the fleet feed: every archived event by time, across
@@ -85,6 +86,12 @@ const FeedShards = 4
 // single index partition takes every lease write. The sweep queries each.
 const Shards = 8
 
+// ClaimShards is the number of partitions each queue's entries in
+// TasksByClaim spread over ("<queue>#<shard>"), so that a hot queue does not
+// put every create, grant and release on one index partition. A claim
+// queries the head of each and merges them.
+const ClaimShards = 4
+
 // DefaultPrefix is prepended to logical table names unless configured.
 const DefaultPrefix = "checkout-"
 
@@ -100,7 +107,7 @@ func Tables() []Table {
 					Name:         TasksByStatus,
 					PartitionKey: Key{"status", String},
 					SortKey:      &Key{"created_key", String},
-					Purpose:      "list tasks by status in creation order; claim the oldest todo task",
+					Purpose:      "list tasks by status in creation order (a queue's by a filter)",
 				},
 				{
 					Name:         TasksByLeaseExpiry,
@@ -115,6 +122,13 @@ func Tables() []Table {
 					SortKey:      &Key{"lease_expires", Number},
 					Sparse:       true,
 					Purpose:      "live leases of one agent: list its checkouts; end them when it dies or is removed",
+				},
+				{
+					Name:         TasksByClaim,
+					PartitionKey: Key{"claim_shard", String},
+					SortKey:      &Key{"claim_key", String},
+					Sparse:       true,
+					Purpose:      "claimable tasks (todo, no lease) by queue and shard, highest priority then oldest first: claim's candidates",
 				},
 			},
 		},

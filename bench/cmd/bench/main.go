@@ -31,6 +31,8 @@ func main() {
 	out := flag.String("out", "", "also write the report to this file")
 	root := flag.String("root", "..", "the repository root (for functions/)")
 	lambdas := flag.Bool("lambdas", true, "measure the Lambda packages")
+	drainOnly := flag.Bool("drain-only", false, "run only the queue-drain benchmark")
+	drainMode := flag.String("drain-mode", "both", "with -drain-only: both, process (one store) or agent (one store per agent)")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
 
@@ -50,6 +52,8 @@ func main() {
 	if !*lambdas {
 		cfg.LambdaRuns = 0
 	}
+	cfg.DrainOnly = *drainOnly
+	cfg.DrainMode = *drainMode
 	cfg.Endpoint = endpoint
 	cfg.Root, _ = filepath.Abs(*root)
 	cfg.Log = func(format string, args ...any) { log.Printf(format, args...) }

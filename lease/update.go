@@ -1,0 +1,184 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// UpdateTask changes a task's fields and status (PATCH). It reads the task
+// consistently, decides, and makes one conditional write pinned to the
+// version it read, so nothing that changed the task in between (a checkout,
+// a release, another PATCH) is overwritten: the write fails and, without
+// IfVersion, the change is decided again on the task as it is; with
+// IfVersion it is ErrVersionMismatch.
+//
+// Status cancelled ends a live lease (only its holder or an admin may) with
+// a cancel event, in that same write; watchers are told, as for any ending
+// that frees the task of its lease. Status todo reopens a done or cancelled
+// task. Otherwise a PATCH never touches a lease. A task that is claimable
+// after the write (todo, no lease) is in its queue's claim index at its
+// priority: the write sets the index keys it needs.
+func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error) {
+	if err := checkID("task_id", p.TaskID); err != nil {
+		return Task{}, err
+	}
+	if err := checkTaskFields(p.Title, p.Description, p.Queue, p.Priority, p.Metadata); err != nil {
+		return Task{}, err
+	}
+	if p.Status != nil && *p.Status != StatusCancelled && *p.Status != StatusTodo {
+		return Task{}, invalid("invalid_request", "status may be changed only to cancelled or todo")
+	}
+	want := p.IfVersion
+	for range maxAttempts {
+		cur, err := s.getTask(ctx, p.TaskID)
+		if err != nil {
+			return Task{}, err
+		}
+		if cur == nil {
+			return Task{}, ErrTaskNotFound
+		}
+		if want != 0 && cur.Version != want {
+			return Task{}, ErrVersionMismatch
+		}
+		now := s.clock()
+		live, err := s.leaseLive(ctx, cur, now)
+		if err != nil {
+			return Task{}, err
+		}
+		if cur.hasLease() && !live && p.Status != nil {
+			// A lease that has ended (expired, or its holder dead) and not
+			// been swept: end it as the sweep would, so that it has its
+			// event, then decide the status change on the task freed.
+			if err := s.endEnded(ctx, cur, now); err != nil {
+				return Task{}, err
+			}
+			if want != 0 {
+				want = cur.Version + 1 // that write was ours
+			}
+			continue
+		}
+		upd, changed, err := s.patch(cur, live, p, now)
+		if err != nil {
+			return Task{}, err
+		}
+		if !changed {
+			return cur.task(live), nil
+		}
+		cond := nameVersion.Equal(expression.Value(cur.Version))
+		if cur.Version == 0 {
+			cond = expression.AttributeNotExists(nameVersion)
+		}
+		after, applied, err := s.update(ctx, p.TaskID, cond, upd, types.ReturnValueAllNew)
+		if err != nil {
+			return Task{}, err
+		}
+		if !applied {
+			if after == nil {
+				return Task{}, ErrTaskNotFound
+			}
+			if want != 0 {
+				return Task{}, ErrVersionMismatch
+			}
+			continue
+		}
+		if after.claimable() {
+			s.claims.wake()
+		}
+		live = after.hasLease() && live
+		return after.task(live), nil
+	}
+	return Task{}, fmt.Errorf("update task %s: too much contention", p.TaskID)
+}
+
+// endEnded ends a lease that has ended by time or by its holder's death but
+// is still on the item, with the sweep's event, pinned to that exact lease.
+func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) error {
+	typ, reason := EventAgentDeath, "holder's heartbeat expired"
+	cond := nameHolder.Equal(expression.Value(cur.Holder)).
+		And(nameFence.Equal(expression.Value(cur.Fence)), nameESeq.Equal(expression.Value(cur.ESeq)))
+	if !cur.leaseTimeValid(now) {
+		typ, reason = EventTimeout, "lease expired"
+		cond = cond.And(nameExpires.LessThanEqual(expression.Value(ms(now))))
+	}
+	_, _, _, err := s.endLease(ctx, cur.TaskID, cond, ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo}, now)
+	return err // not applied: someone else moved it; the caller reads again
+}
+
+// patch builds the update of a PATCH on cur (whose lease, if any, is live
+// when live says so), or changed=false when it changes nothing.
+func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, now time.Time) (expression.UpdateBuilder, bool, error) {
+	var upd expression.UpdateBuilder
+	changed := false
+	// The status the task has, an ended lease aside (the caller has ended
+	// any before a status change).
+	status := cur.task(live).Status
+	claimable := status == StatusTodo && !cur.hasLease()
+	if p.Status != nil && *p.Status != status {
+		switch to := *p.Status; {
+		case to == StatusCancelled && status == StatusDone,
+			to == StatusTodo && status == StatusInProgress:
+			return upd, false, &TransitionError{TaskID: cur.TaskID, From: status, To: to}
+		case to == StatusCancelled && live:
+			if cur.Holder != p.AgentID && !p.Admin {
+				return upd, false, &NotHolderError{Holder: cur.checkout()}
+			}
+			// The ending write: the lease moves to end_*, the task to
+			// cancelled and out of the claim index; its event is cancel.
+			upd = endUpdate(cur.TaskID, ending{typ: EventCancel, by: p.AgentID, reason: "cancelled", status: StatusCancelled}, now)
+			claimable = false
+		case to == StatusCancelled:
+			upd = upd.Set(nameStatus, expression.Value(string(StatusCancelled))).
+				Set(expression.Name("completed_at"), expression.Value(ms(now))).
+				Remove(nameClaimShard)
+			claimable = false
+		default: // todo, from done or cancelled: reopen
+			upd = upd.Set(nameStatus, expression.Value(string(StatusTodo))).
+				Remove(expression.Name("completed_at"))
+			claimable = true
+		}
+		changed = true
+	}
+	set := func(name string, v any) {
+		upd = upd.Set(expression.Name(name), expression.Value(v))
+		changed = true
+	}
+	setText := func(name string, v *string, old string) {
+		switch {
+		case v == nil || *v == old:
+		case *v == "":
+			upd = upd.Remove(expression.Name(name))
+			changed = true
+		default:
+			set(name, *v)
+		}
+	}
+	setText("title", p.Title, cur.Title)
+	setText("description", p.Description, cur.Description)
+	if p.Metadata != nil {
+		if m := compactMetadata(p.Metadata); m != cur.Metadata {
+			set("metadata", m)
+		}
+	}
+	queue, prio := cur.queue(), cur.priority()
+	if p.Queue != nil && (*p.Queue != queue || cur.Queue == "") {
+		queue = *p.Queue
+		set("queue", queue)
+	}
+	if p.Priority != nil && (*p.Priority != prio || cur.Priority == nil) {
+		prio = *p.Priority
+		set("priority", prio)
+	}
+	home, key := claimHome(queue, cur.TaskID), claimKey(prio, cur.CreatedAt, cur.TaskID)
+	if home != cur.ClaimHome || key != cur.ClaimKey {
+		set("claim_home", home)
+		set("claim_key", key)
+	}
+	if claimable && changed {
+		set("claim_shard", home)
+	}
+	return upd, changed, nil
+}
