@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -167,6 +168,11 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named, full bo
 			}
 			if cur == nil && c.Fence != 0 {
 				s.claims.won()
+				if named {
+					// Best effort: without it a retry still finds the lease
+					// on the task, while the task remembers it.
+					s.noteGrant(ctx, c)
+				}
 				return c, nil
 			}
 			if cur != nil && cur.LockedAt > readAt {
@@ -387,6 +393,34 @@ func (s *Store) noteClaim(ctx context.Context, agentID, runID, taskID string) er
 	return nil
 }
 
+// grantRecord is a named claim's grant, as its receipt keeps it.
+type grantRecord struct {
+	Task    string `dynamodbav:"task"`
+	Fence   int64  `dynamodbav:"fence"`
+	Locked  int64  `dynamodbav:"locked"`
+	Expires int64  `dynamodbav:"expires"`
+	Name    string `dynamodbav:"name,omitempty"`
+	Reason  string `dynamodbav:"reason,omitempty"`
+}
+
+// noteGrant keeps a named claim's grant in its receipt, so that a retry gets
+// this very lease whatever has happened to the task since (released, taken
+// over, claimed again). A failure is logged: the task itself still answers a
+// retry while it remembers the lease.
+func (s *Store) noteGrant(ctx context.Context, c Checkout) {
+	g := grantRecord{Task: c.TaskID, Fence: c.Fence, Locked: ms(c.LockedAt), Expires: ms(c.ExpiresAt), Name: c.AgentName, Reason: c.Reason}
+	upd := expression.Set(expression.Name("granted"), expression.Value(g))
+	expr, _ := expression.NewBuilder().WithUpdate(upd).Build()
+	if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.heartbeats, Key: agentKey(receiptID(c.AgentID, c.RunID)),
+		UpdateExpression:          expr.Update(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	}); err != nil {
+		s.log.WarnContext(ctx, "claim receipt: the grant was not kept", "agent_id", c.AgentID, "run_id", c.RunID, "err", err)
+	}
+}
+
 // claimedBefore finds the lease an earlier attempt of this named claim got:
 // it reads the receipt and the tasks it lists, all consistently. The lease
 // is returned as it was granted, live or, if it has ended since, as it was.
@@ -398,10 +432,17 @@ func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (Check
 		return Checkout{}, false, fmt.Errorf("claim receipt of %s: %w", agentID, err)
 	}
 	var rec struct {
-		Tried []string `dynamodbav:"tried,stringset"`
+		Tried   []string     `dynamodbav:"tried,stringset"`
+		Granted *grantRecord `dynamodbav:"granted"`
 	}
 	if len(out.Item) == 0 || attributevalue.UnmarshalMap(out.Item, &rec) != nil {
 		return Checkout{}, false, nil
+	}
+	if g := rec.Granted; g != nil {
+		return Checkout{
+			TaskID: g.Task, AgentID: agentID, AgentName: cmp.Or(g.Name, agentID), RunID: runID, Fence: g.Fence,
+			LockedAt: fromMS(g.Locked), ExpiresAt: fromMS(g.Expires), Timeout: fromMS(g.Expires).Sub(fromMS(g.Locked)), Reason: g.Reason,
+		}, true, nil
 	}
 	for _, taskID := range rec.Tried {
 		it, err := s.getTask(ctx, taskID)

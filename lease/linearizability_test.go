@@ -1988,9 +1988,6 @@ func TestKnownBugMessageOutlivesRemoval(t *testing.T) {
 // task item (end_* now describe the other lease) and is granted a second
 // lease under the same run id. Run with CHECKOUT_KNOWN_BUGS=1.
 func TestKnownBugClaimRetryAfterTheTaskMovedOn(t *testing.T) {
-	if os.Getenv("CHECKOUT_KNOWN_BUGS") == "" {
-		t.Skip("known bug, reported: a named claim retried after two endings on its task gets a second lease; CHECKOUT_KNOWN_BUGS=1 runs it")
-	}
 	t.Parallel()
 	e := newEnv(t)
 	c := ctx(t)
