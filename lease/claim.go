@@ -395,12 +395,15 @@ func (s *Store) noteClaim(ctx context.Context, agentID, runID, taskID string) er
 
 // grantRecord is a named claim's grant, as its receipt keeps it.
 type grantRecord struct {
-	Task    string `dynamodbav:"task"`
-	Fence   int64  `dynamodbav:"fence"`
-	Locked  int64  `dynamodbav:"locked"`
-	Expires int64  `dynamodbav:"expires"`
-	Name    string `dynamodbav:"name,omitempty"`
-	Reason  string `dynamodbav:"reason,omitempty"`
+	Task     string `dynamodbav:"task"`
+	Fence    int64  `dynamodbav:"fence"`
+	Locked   int64  `dynamodbav:"locked"`
+	Expires  int64  `dynamodbav:"expires"`
+	Name     string `dynamodbav:"name,omitempty"`
+	Reason   string `dynamodbav:"reason,omitempty"`
+	Title    string `dynamodbav:"title,omitempty"`
+	Queue    string `dynamodbav:"queue,omitempty"`
+	Priority int    `dynamodbav:"priority"`
 }
 
 // noteGrant keeps a named claim's grant in its receipt, so that a retry gets
@@ -408,7 +411,8 @@ type grantRecord struct {
 // over, claimed again). A failure is logged: the task itself still answers a
 // retry while it remembers the lease.
 func (s *Store) noteGrant(ctx context.Context, c Checkout) {
-	g := grantRecord{Task: c.TaskID, Fence: c.Fence, Locked: ms(c.LockedAt), Expires: ms(c.ExpiresAt), Name: c.AgentName, Reason: c.Reason}
+	g := grantRecord{Task: c.TaskID, Fence: c.Fence, Locked: ms(c.LockedAt), Expires: ms(c.ExpiresAt), Name: c.AgentName, Reason: c.Reason,
+		Title: c.Title, Queue: c.Queue, Priority: c.Priority}
 	upd := expression.Set(expression.Name("granted"), expression.Value(g))
 	expr, _ := expression.NewBuilder().WithUpdate(upd).Build()
 	if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -442,6 +446,7 @@ func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (Check
 		return Checkout{
 			TaskID: g.Task, AgentID: agentID, AgentName: cmp.Or(g.Name, agentID), RunID: runID, Fence: g.Fence,
 			LockedAt: fromMS(g.Locked), ExpiresAt: fromMS(g.Expires), Timeout: fromMS(g.Expires).Sub(fromMS(g.Locked)), Reason: g.Reason,
+			Title: g.Title, Queue: g.Queue, Priority: g.Priority,
 		}, true, nil
 	}
 	for _, taskID := range rec.Tried {
