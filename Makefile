@@ -10,7 +10,7 @@ SHELL := bash
 GO            ?= go
 GO_PACKAGES   ?= ./...
 GO_TEST_FLAGS ?= -race -count=1
-DYNAMO        := scripts/with-dynamodb.sh
+DYNAMO        := localstack/with-dynamodb.sh
 LOCALSTACK    := localstack
 # npm writes this file at the end of every install: it is the install stamp.
 NODE_DEPS     := $(LOCALSTACK)/node_modules/.package-lock.json
@@ -60,7 +60,7 @@ test: deps lint ## Lint, then run all tests (Go with the race detector, then the
 test-browser: $(NODE_DEPS) $(BROWSER_DEPS) chromium ## Run only the dashboard's browser test (screenshots in e2e/browser/out/)
 	$(DYNAMO) $(BROWSER_TEST)
 
-screenshot: $(NODE_DEPS) $(BROWSER_DEPS) chromium ## Run the browser test and refresh the README's docs/dashboard.png
+screenshot: $(NODE_DEPS) $(BROWSER_DEPS) chromium ## Run the browser test and refresh the README's ui/dashboard.png
 	CHECKOUT_UPDATE_SCREENSHOT=1 $(DYNAMO) $(BROWSER_TEST)
 
 # The linters are pinned in internal/tools (a module of their own, so they
@@ -182,7 +182,7 @@ chaos: $(NODE_DEPS) ## Long linearizability and fault-injection runs (CHECKOUT_C
 		echo "index lag $$lag"; \
 		CHECKOUT_CHAOS=1 CHECKOUT_TEST_INDEX_LAG=$$lag $(DYNAMO) $(GO) test -race -count=1 -timeout 30m -v -run 'Linearizab|TestRace|TestConcurrent' ./lease/ || exit 1; \
 	done
-	CHECKOUT_CHAOS=1 $(DYNAMO) $(GO) test -race -count=1 -timeout 30m -v ./faults/
+	CHECKOUT_CHAOS=1 $(DYNAMO) $(GO) test -race -count=1 -timeout 30m -v ./internal/faults/
 
 fuzz: $(NODE_DEPS) ## Run every fuzz target for FUZZTIME each (default 30s); crashers land in testdata/fuzz
 	@targets=$$(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v node_modules | xargs -n1 dirname | sort -u); \

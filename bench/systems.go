@@ -16,8 +16,8 @@ import (
 
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/lease/stream"
 	"github.com/checkout-dev/checkout/localstack"
-	"github.com/checkout-dev/checkout/stream"
 )
 
 // System is one lock service under test, seen as acquire-then-release.

@@ -1,7 +1,7 @@
 // Package e2e holds the end-to-end tests of the checkout service: real HTTP
 // against the local server (package localserver) with the real lease store
 // on dynalite, a test clock the tests move instead of sleeping, and every
-// answer validated against api/openapi.yaml.
+// answer validated against httpapi/openapi/openapi.yaml.
 //
 // Run them with `make test`, or alone with
 //

@@ -71,8 +71,8 @@ func init() {
 		defer coverage.mu.Unlock()
 		var missing []string
 		for _, r := range httpapi.Routes() {
-			if !coverage.routes[r.Method+" "+r.Pattern] {
-				missing = append(missing, "route "+r.Method+" "+r.Pattern)
+			if !coverage.routes[r.Pattern()] {
+				missing = append(missing, "route "+r.Pattern())
 			}
 		}
 		for _, c := range errorCodes {
@@ -92,7 +92,7 @@ func init() {
 var routeMux = func() *http.ServeMux {
 	m := http.NewServeMux()
 	for _, r := range httpapi.Routes() {
-		m.Handle(r.Method+" "+r.Pattern, http.NotFoundHandler())
+		m.Handle(r.Pattern(), http.NotFoundHandler())
 	}
 	return m
 }()

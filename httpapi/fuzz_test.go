@@ -90,7 +90,7 @@ func FuzzPathParams(f *testing.F) {
 		seg := url.PathEscape(param)
 		for _, r := range Routes() {
 			for _, raw := range []string{seg, param} {
-				p := strings.NewReplacer("{task_id}", raw, "{agent_id}", raw, "{message_id}", raw).Replace(r.Pattern)
+				p := strings.NewReplacer("{task_id}", raw, "{agent_id}", raw, "{message_id}", raw).Replace(r.Path)
 				u := &url.URL{Path: p, RawQuery: query}
 				if raw == param {
 					u.Opaque = p // send the text as it is, unescaped

@@ -1,4 +1,4 @@
-// Package httpapi serves the checkout HTTP API (see api/openapi.yaml) on
+// Package httpapi serves the checkout HTTP API (see httpapi/openapi/openapi.yaml) on
 // net/http. The same handler runs in the local server, where it
 // authenticates bearer keys itself (Options.Auth), and behind API Gateway,
 // where the Lambda authorizer has already done so and the adapter puts the
@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/checkout-dev/checkout/auth"
+	"github.com/checkout-dev/checkout/functions/deploy"
 	"github.com/checkout-dev/checkout/lease"
 )
 
@@ -68,66 +69,61 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock used for remaining_seconds (nil: time.Now).
 	Now func() time.Time
+	// Function restricts the handler to the routes of one Lambda function
+	// (deploy.Routes' Function); every other path is 404 not_found or 405
+	// method_not_allowed. Empty: every route.
+	Function string
 }
-
-// Route is one method and path pattern that the handler serves.
-type Route struct {
-	Method  string
-	Pattern string
-}
-
-type access int
-
-const (
-	agentOnly access = iota // any authenticated caller
-	adminOnly               // admins only
-	public                  // no authentication
-)
 
 type handlerFunc func(s *server, w http.ResponseWriter, r *http.Request, p lease.Principal) error
 
+// handlers gives each route of deploy.Routes, the one route table, its
+// handler; New refuses a table with a route missing here.
+var handlers = map[string]handlerFunc{
+	"GET /healthz":                       (*server).healthz,
+	"POST /api/agents":                   (*server).registerAgent,
+	"GET /api/agents":                    (*server).listAgents,
+	"DELETE /api/agents/{agent_id}":      (*server).removeAgent,
+	"POST /api/heartbeat":                (*server).heartbeat,
+	"POST /api/tasks":                    (*server).createTask,
+	"GET /api/tasks":                     (*server).listTasks,
+	"POST /api/tasks/batch":              (*server).createTasks,
+	"GET /api/tasks/{task_id}":           (*server).getTask,
+	"PATCH /api/tasks/{task_id}":         (*server).updateTask,
+	"POST /api/tasks/{task_id}/checkout": (*server).checkout,
+	"GET /api/tasks/{task_id}/checkout":  (*server).lockStatus,
+	"POST /api/tasks/{task_id}/renew":    (*server).renew,
+	"POST /api/tasks/{task_id}/release":  (*server).release,
+	"POST /api/tasks/{task_id}/complete": (*server).complete,
+	"GET /api/tasks/{task_id}/events":    (*server).events,
+	"POST /api/tasks/{task_id}/watch":    (*server).watch,
+	"GET /api/checkouts":                 (*server).listCheckouts,
+	"GET /api/inbox":                     (*server).inbox,
+	"DELETE /api/inbox/{message_id}":     (*server).deleteMessage,
+	"POST /api/claim":                    (*server).claim,
+	"GET /api/events":                    (*server).feed,
+}
+
 type route struct {
-	Route
-	access  access
+	deploy.Route
 	handler handlerFunc
 }
 
-var routes = []route{
-	{Route{"GET", "/healthz"}, public, (*server).healthz},
-	{Route{"POST", "/api/agents"}, adminOnly, (*server).registerAgent},
-	{Route{"GET", "/api/agents"}, adminOnly, (*server).listAgents},
-	{Route{"DELETE", "/api/agents/{agent_id}"}, adminOnly, (*server).removeAgent},
-	{Route{"POST", "/api/heartbeat"}, agentOnly, (*server).heartbeat},
-	{Route{"POST", "/api/tasks"}, agentOnly, (*server).createTask},
-	{Route{"GET", "/api/tasks"}, agentOnly, (*server).listTasks},
-	{Route{"POST", "/api/tasks/batch"}, agentOnly, (*server).createTasks},
-	{Route{"GET", "/api/tasks/{task_id}"}, agentOnly, (*server).getTask},
-	{Route{"PATCH", "/api/tasks/{task_id}"}, agentOnly, (*server).updateTask},
-	{Route{"POST", "/api/tasks/{task_id}/checkout"}, agentOnly, (*server).checkout},
-	{Route{"GET", "/api/tasks/{task_id}/checkout"}, agentOnly, (*server).lockStatus},
-	{Route{"POST", "/api/tasks/{task_id}/renew"}, agentOnly, (*server).renew},
-	{Route{"POST", "/api/tasks/{task_id}/release"}, agentOnly, (*server).release},
-	{Route{"POST", "/api/tasks/{task_id}/complete"}, agentOnly, (*server).complete},
-	{Route{"GET", "/api/tasks/{task_id}/events"}, agentOnly, (*server).events},
-	{Route{"POST", "/api/tasks/{task_id}/watch"}, agentOnly, (*server).watch},
-	{Route{"GET", "/api/checkouts"}, agentOnly, (*server).listCheckouts},
-	{Route{"GET", "/api/inbox"}, agentOnly, (*server).inbox},
-	{Route{"DELETE", "/api/inbox/{message_id}"}, agentOnly, (*server).deleteMessage},
-	{Route{"POST", "/api/claim"}, agentOnly, (*server).claim},
-	{Route{"GET", "/api/events"}, agentOnly, (*server).feed},
+// Routes lists the routes of the JSON API that the handler serves, in the
+// table's order: deploy.Routes without the dashboard's static files, which
+// package ui serves.
+func Routes() []deploy.Route {
+	var out []deploy.Route
+	for _, r := range deploy.Routes {
+		if !r.Dashboard() {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // shadowsTaskID lists the literal paths that are also /api/tasks/{task_id}.
 var shadowsTaskID = map[string]bool{"/api/tasks/batch": true}
-
-// Routes lists every method and pattern served, in a stable order.
-func Routes() []Route {
-	out := make([]Route, len(routes))
-	for i, rt := range routes {
-		out[i] = rt.Route
-	}
-	return out
-}
 
 type server struct {
 	svc  Service
@@ -150,9 +146,17 @@ func New(svc Service, opts Options) http.Handler {
 		s.opts.AdminID = DefaultAdminID
 	}
 	methods := map[string][]string{}
-	for _, rt := range routes {
-		s.mux.Handle(rt.Method+" "+rt.Pattern, s.serveRoute(rt))
-		methods[rt.Pattern] = append(methods[rt.Pattern], rt.Method)
+	for _, r := range Routes() {
+		if opts.Function != "" && r.Function != opts.Function {
+			continue
+		}
+		h, ok := handlers[r.Key()]
+		if !ok {
+			panic("httpapi: no handler for route " + r.Key())
+		}
+		pattern := strings.TrimPrefix(r.Pattern(), r.Method+" ")
+		s.mux.Handle(r.Pattern(), s.serveRoute(route{r, h}))
+		methods[pattern] = append(methods[pattern], r.Method)
 	}
 	for pattern, ms := range methods {
 		if shadowsTaskID[pattern] {
@@ -322,12 +326,12 @@ func newRequestID() string {
 // serveRoute authenticates, checks the role, bounds the body and runs the
 // route's handler.
 func (s *server) serveRoute(rt route) http.Handler {
-	name := rt.Method + " " + rt.Pattern
+	name := rt.Key()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := stateFrom(r.Context())
 		st.route = name
 		var p lease.Principal
-		if rt.access != public {
+		if rt.Access != deploy.Public {
 			var err error
 			p, err = s.authenticate(r)
 			if err != nil {
@@ -335,7 +339,7 @@ func (s *server) serveRoute(rt route) http.Handler {
 				return
 			}
 			st.agentID = p.AgentID
-			if rt.access == adminOnly && !p.Admin {
+			if rt.Access == deploy.Admin && !p.Admin {
 				s.fail(w, r, errForbidden("this route is for admins only"))
 				return
 			}

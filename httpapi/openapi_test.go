@@ -21,16 +21,16 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 	}
 	served := map[string]bool{}
 	for _, r := range Routes() {
-		key := r.Method + " " + r.Pattern
+		key := r.Method + " " + r.Path
 		served[key] = true
 		if !inDoc[key] {
-			t.Errorf("%s is served but not in api/openapi.yaml", key)
+			t.Errorf("%s is served but not in httpapi/openapi/openapi.yaml", key)
 		}
 	}
 	sort.Strings(ops)
 	for _, op := range ops {
 		if !served[op] {
-			t.Errorf("%s is in api/openapi.yaml but not served", op)
+			t.Errorf("%s is in httpapi/openapi/openapi.yaml but not served", op)
 		}
 	}
 	if len(served) != len(Routes()) {

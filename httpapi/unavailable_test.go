@@ -35,13 +35,13 @@ func TestUnreachableDatabaseIs503(t *testing.T) {
 	t.Parallel()
 	for i, cause := range unreachable {
 		for _, rt := range Routes() {
-			if rt.Pattern == "/healthz" {
+			if rt.Path == "/healthz" {
 				continue
 			}
-			path := strings.NewReplacer("{task_id}", "task-1", "{agent_id}", "agent-3", "{message_id}", "m-1").Replace(rt.Pattern)
+			path := strings.NewReplacer("{task_id}", "task-1", "{agent_id}", "agent-3", "{message_id}", "m-1").Replace(rt.Path)
 			body := ""
 			for _, c := range bodyRouteCases {
-				if c.method == rt.Method && c.pattern == rt.Pattern {
+				if c.method == rt.Method && c.pattern == rt.Path {
 					body = c.valid
 				}
 			}

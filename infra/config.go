@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/aws/constructs-go/constructs/v10"
+
+	"github.com/checkout-dev/checkout/functions/deploy"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
@@ -82,15 +84,15 @@ type Config struct {
 // Lambda requires; at the stage's default 100 requests per second and tens
 // of milliseconds per request, each function needs only a few.
 var DefaultReservedConcurrency = map[string]int{
-	FnHealth:     5,
-	FnAuthorizer: 20,
-	FnAgents:     20,
-	FnTasks:      20,
-	FnCheckouts:  40,
-	FnInbox:      10,
+	deploy.Health:     5,
+	deploy.Authorizer: 20,
+	deploy.Agents:     20,
+	deploy.Tasks:      20,
+	deploy.Checkouts:  40,
+	deploy.Inbox:      10,
 	// The stream function runs one batch per shard at a time: a few cover
 	// every shard the tasks table's stream has.
-	FnStream: 10,
+	deploy.Stream: 10,
 }
 
 var validPrefix = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/jsii-runtime-go"
+
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 

@@ -15,7 +15,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssnssubscriptions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/interfaces/interfacesawscloudwatch"
 	"github.com/aws/jsii-runtime-go"
-	"github.com/checkout-dev/checkout/deploy"
+
+	"github.com/checkout-dev/checkout/functions/deploy"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
@@ -60,11 +61,11 @@ func kebabCase(id string) string {
 }
 
 // TableOperations returns, per table, the DynamoDB operations the functions
-// make on it, from deploy.Access: the operations its throttle and system
+// make on it, from deploy.Grants: the operations its throttle and system
 // error metrics are published for.
 func TableOperations() map[string][]string {
 	ops := map[string]map[string]bool{}
-	for _, grants := range Access {
+	for _, grants := range deploy.Grants {
 		for _, g := range grants {
 			if ops[g.Table] == nil {
 				ops[g.Table] = map[string]bool{}
@@ -190,7 +191,7 @@ func (s *CheckoutStack) operations(cfg Config, accessLogs awslogs.LogGroup) {
 	// Lambda concurrency throttles of any function (reserved concurrency
 	// reached, or the account's limit).
 	lambdaThrottles := map[string]awscloudwatch.IMetric{}
-	for i, name := range Functions {
+	for i, name := range deploy.Functions {
 		lambdaThrottles[fmt.Sprintf("fn%d", i)] = s.Functions[name].MetricThrottles(sum)
 	}
 	add(alarmSpec{id: AlarmLambdaThrottles, desc: "A checkout function was throttled by its reserved concurrency or the account's limit; the dashboard shows which.",
@@ -218,7 +219,7 @@ func (s *CheckoutStack) operations(cfg Config, accessLogs awslogs.LogGroup) {
 
 	// The sweeper and its schedule.
 	add(alarmSpec{id: AlarmSweeperErrors, desc: "A sweep failed; expired leases are still never live, but their events, messages and notices wait for a sweep that succeeds.",
-		metric: s.Functions[FnSweeper].MetricErrors(sum), threshold: 1})
+		metric: s.Functions[deploy.Sweeper].MetricErrors(sum), threshold: 1})
 	add(alarmSpec{id: AlarmSweepRuleFailed, desc: "EventBridge could not invoke the sweeper (after its retries the event went to the sweep dead-letter queue).",
 		metric: awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
 			Namespace: jsii.String("AWS/Events"), MetricName: jsii.String("FailedInvocations"),
@@ -234,9 +235,9 @@ func (s *CheckoutStack) operations(cfg Config, accessLogs awslogs.LogGroup) {
 	// The change stream: how far behind the stream function is, its
 	// failures, and the batches it gave up on.
 	add(alarmSpec{id: AlarmStreamIteratorAge, desc: "The stream function is more than a minute behind the tasks table's changes: messages, notices and archived events are late (never lost while the stream keeps them, 24 hours).",
-		metric: s.Functions[FnStream].Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}), threshold: 60_000})
+		metric: s.Functions[deploy.Stream].Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}), threshold: 60_000})
 	add(alarmSpec{id: AlarmStreamErrors, desc: "The stream function failed on a batch of changes; the event source mapping retries it, bisected.",
-		metric: s.Functions[FnStream].MetricErrors(sum), threshold: 1})
+		metric: s.Functions[deploy.Stream].MetricErrors(sum), threshold: 1})
 	add(alarmSpec{id: AlarmStreamDeadLetters, desc: "Change batches the stream function gave up on are in the stream dead-letter queue: replay them (DEPLOY.md) before the stream's 24 hours pass.",
 		metric: s.StreamDeadLetters.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}), threshold: 1})
 
@@ -257,7 +258,7 @@ func (s *CheckoutStack) dashboard(cfg Config, custom func(name, stat string) aws
 	}
 	perFunction := func(metric func(name string) awscloudwatch.IMetric) []awscloudwatch.IMetric {
 		var out []awscloudwatch.IMetric
-		for _, name := range Functions {
+		for _, name := range deploy.Functions {
 			out = append(out, metric(name))
 		}
 		return out

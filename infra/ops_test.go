@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/checkout-dev/checkout/deploy"
+	"github.com/checkout-dev/checkout/functions/deploy"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
@@ -111,7 +111,7 @@ func TestAlarms(t *testing.T) {
 			t.Errorf("%s alarm %v", id, p)
 		}
 	}
-	if p := alarm(AlarmSweeperErrors); p["Namespace"] != "AWS/Lambda" || p["MetricName"] != "Errors" || !dim(p, "FunctionName", "ref:"+s.fnID[FnSweeper]) {
+	if p := alarm(AlarmSweeperErrors); p["Namespace"] != "AWS/Lambda" || p["MetricName"] != "Errors" || !dim(p, "FunctionName", "ref:"+s.fnID[deploy.Sweeper]) {
 		t.Errorf("sweeper errors alarm %v", p)
 	}
 	if p := alarm(AlarmSweepRuleFailed); p["Namespace"] != "AWS/Events" || p["MetricName"] != "FailedInvocations" || !dim(p, "RuleName", "ref:"+s.id(s.stack.SweepRule)) {
@@ -129,7 +129,7 @@ func TestAlarms(t *testing.T) {
 		fns = append(fns, d["FunctionName"])
 	}
 	var wantFns []string
-	for _, name := range Functions {
+	for _, name := range deploy.Functions {
 		wantFns = append(wantFns, "ref:"+s.fnID[name])
 	}
 	sort.Strings(fns)
@@ -164,7 +164,7 @@ func TestAlarms(t *testing.T) {
 
 func TestTableOperationsCoverEveryGrant(t *testing.T) {
 	ops := TableOperations()
-	for fn, grants := range Access {
+	for fn, grants := range deploy.Grants {
 		for _, g := range grants {
 			for _, a := range g.Actions {
 				if !contains(ops[g.Table], a) {
@@ -254,7 +254,7 @@ func TestDashboardShowsAlarmsAndEveryMetric(t *testing.T) {
 				t.Errorf("the dashboard's alarm widget misses %s", id)
 			}
 		}
-		for _, name := range Functions {
+		for _, name := range deploy.Functions {
 			if !strings.Contains(body, "ref:"+s.fnID[name]) {
 				t.Errorf("the dashboard does not show function %s", name)
 			}

@@ -24,7 +24,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
-	"github.com/checkout-dev/checkout/deploy"
+
+	"github.com/checkout-dev/checkout/functions/deploy"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
@@ -37,7 +38,7 @@ const (
 	EnvLogLevel      = "LOG_LEVEL"
 )
 
-// The service's metrics (see deploy/metrics.go), and the authorizer's cache.
+// The service's metrics (see functions/deploy/metrics.go), and the authorizer's cache.
 const (
 	MetricNamespace     = deploy.MetricNamespace
 	MetricThrottled     = deploy.MetricAPIThrottled
@@ -186,8 +187,8 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 
 	// Functions: each with its own role, which carries no managed policy,
 	// only writes to the function's own log group, its DynamoDB grants from
-	// deploy.Access and, where it publishes, PutEvents on the bus.
-	for _, name := range Functions {
+	// deploy.Grants and, where it publishes, PutEvents on the bus.
+	for _, name := range deploy.Functions {
 		code, placeholder, err := functionCode(name, cfg)
 		if err != nil {
 			return nil, err
@@ -197,7 +198,7 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		}
 		role := awsiam.NewRole(stack, jsii.String(title(name)+"Role"), &awsiam.RoleProps{
 			AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
-			Description: jsii.String("checkout " + name + ": its log group, its DynamoDB grants from deploy/access.go"),
+			Description: jsii.String("checkout " + name + ": its log group, its DynamoDB grants from functions/deploy/access.go"),
 		})
 		logs := awslogs.NewLogGroup(stack, jsii.String(title(name)+"Logs"), &awslogs.LogGroupProps{
 			Retention:     awslogs.RetentionDays_ONE_MONTH,
@@ -206,11 +207,11 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		logs.GrantWrite(role)
 		timeout := 10.0
 		switch name {
-		case FnSweeper:
+		case deploy.Sweeper:
 			timeout = 60
-		case FnStream:
+		case deploy.Stream:
 			timeout = 30
-		case FnCheckouts:
+		case deploy.Checkouts:
 			// A claim may wait up to 20 s (lease.MaxClaimWait) for a task;
 			// API Gateway answers 503 after 30 s in any case.
 			timeout = 28
@@ -242,7 +243,7 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 				EnvLogLevel:           jsii.String(cfg.LogLevel),
 			},
 		}
-		if name == FnSweeper {
+		if name == deploy.Sweeper {
 			// One sweep at a time; overlapping sweeps are safe (every ending
 			// is a conditional write) but only cost. A run that fails or
 			// cannot start within two minutes goes to the dead-letter queue.
@@ -255,7 +256,7 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		} else if n, ok := cfg.ReservedConcurrency[name]; ok {
 			props.ReservedConcurrentExecutions = jsii.Number(float64(n))
 		}
-		if name == FnStream && cfg.WebhookURLs != "" {
+		if name == deploy.Stream && cfg.WebhookURLs != "" {
 			// The same notifier as the local server's signs and retries
 			// each delivery; a batch may wait out a receiver's retries.
 			(*props.Environment)[EnvWebhookURL] = jsii.String(cfg.WebhookURLs)
@@ -266,7 +267,7 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		for _, st := range Statements(name, s.Tables) {
 			fn.AddToRolePolicy(st)
 		}
-		if name == FnStream {
+		if name == deploy.Stream {
 			// The change stream of the tasks table, in order per item: a
 			// batch that fails is split in two and retried, and after its
 			// retries its position goes to the dead-letter queue. The
@@ -283,7 +284,7 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 				"dynamodb:ListStreams, which the event source mapping needs, supports no resource-level permission; the stream's own read actions name the tasks table's stream.",
 				"Resource::*")
 		}
-		if PublishesEvents[name] {
+		if deploy.PublishesEvents[name] {
 			fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 				Effect:    awsiam.Effect_ALLOW,
 				Actions:   jsii.Strings("events:PutEvents"),
@@ -291,10 +292,10 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 			}))
 		}
 		switch name {
-		case FnSweeper:
+		case deploy.Sweeper:
 			s.suppress(fn, "Serverless-LambdaDLQ",
 				"The sweeper's failed asynchronous runs go to the SweepDeadLetters queue through its on-failure destination (EventInvokeConfig), which records the error with the event; a DeadLetterConfig as well would deliver each failure twice.")
-		case FnStream:
+		case deploy.Stream:
 			s.suppress(fn, "Serverless-LambdaDLQ",
 				"Invoked only by its DynamoDB event source mapping, whose on-failure destination is the StreamDeadLetters queue; a function dead-letter queue applies only to asynchronous invocations.")
 		default:
@@ -328,7 +329,7 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 	s.SweepRule = awsevents.NewRule(stack, jsii.String("SweepSchedule"), &awsevents.RuleProps{
 		Description: jsii.String("run the checkout sweeper"),
 		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(1))),
-		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(s.Functions[FnSweeper], &awseventstargets.LambdaFunctionProps{
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(s.Functions[deploy.Sweeper], &awseventstargets.LambdaFunctionProps{
 			DeadLetterQueue: s.SweepDeadLetters,
 			MaxEventAge:     awscdk.Duration_Seconds(jsii.Number(sweepMaxEventAgeSecs)),
 			RetryAttempts:   jsii.Number(sweepRuleRetries),
@@ -340,7 +341,7 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 	return s, nil
 }
 
-// httpAPI builds the HTTP API: one route per entry of Routes, each behind
+// httpAPI builds the HTTP API: one route per entry of deploy.Routes, each behind
 // the authorizer unless public, the $default route, and the stage with its
 // limits and access log, which it returns.
 func (s *CheckoutStack) httpAPI(cfg Config) awslogs.LogGroup {
@@ -351,7 +352,7 @@ func (s *CheckoutStack) httpAPI(cfg Config) awslogs.LogGroup {
 		ApiName:            jsii.String(cfg.TablePrefix + "api"),
 		CreateDefaultStage: jsii.Bool(false),
 	})
-	authorizer := awsapigatewayv2authorizers.NewHttpLambdaAuthorizer(jsii.String("ApiKeyAuthorizer"), s.Functions[FnAuthorizer],
+	authorizer := awsapigatewayv2authorizers.NewHttpLambdaAuthorizer(jsii.String("ApiKeyAuthorizer"), s.Functions[deploy.Authorizer],
 		&awsapigatewayv2authorizers.HttpLambdaAuthorizerProps{
 			AuthorizerName:  jsii.String("api-key"),
 			IdentitySource:  jsii.Strings("$request.header.Authorization"),
@@ -360,7 +361,7 @@ func (s *CheckoutStack) httpAPI(cfg Config) awslogs.LogGroup {
 		})
 	integrations := map[string]awsapigatewayv2integrations.HttpLambdaIntegration{}
 	var routes []constructs.IDependable
-	for _, r := range Routes {
+	for _, r := range deploy.Routes {
 		in, ok := integrations[r.Function]
 		if !ok {
 			in = awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String(title(r.Function)+"Integration"), s.Functions[r.Function],
@@ -374,12 +375,12 @@ func (s *CheckoutStack) httpAPI(cfg Config) awslogs.LogGroup {
 			Methods:     &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod(r.Method)},
 			Integration: in,
 		}
-		if !r.Public {
+		if !(r.Access == deploy.Public) {
 			opts.Authorizer = authorizer
 		}
 		for _, route := range *s.API.AddRoutes(opts) {
 			routes = append(routes, route)
-			if r.Public {
+			if r.Access == deploy.Public {
 				s.suppress(route, "AwsSolutions-APIG4",
 					"GET /healthz is public by the API contract: load balancers and uptime checks call it without a key. It reads nothing, and its own route throttle and the health function's reserved concurrency bound what anonymous callers can spend.")
 			}
@@ -394,7 +395,7 @@ func (s *CheckoutStack) httpAPI(cfg Config) awslogs.LogGroup {
 	def := awsapigatewayv2.NewHttpRoute(stack, jsii.String("DefaultRoute"), &awsapigatewayv2.HttpRouteProps{
 		HttpApi:     s.API,
 		RouteKey:    awsapigatewayv2.HttpRouteKey_DEFAULT(),
-		Integration: integrations[FnHealth],
+		Integration: integrations[deploy.Health],
 	})
 	routes = append(routes, def)
 	s.suppress(def, "AwsSolutions-APIG4",
@@ -434,9 +435,9 @@ func RouteThrottles(cfg Config) map[string]any {
 		return map[string]any{"ThrottlingRateLimit": rate, "ThrottlingBurstLimit": burst}
 	}
 	out := map[string]any{"$default": limit(cfg.PublicThrottleRate, cfg.PublicThrottleBurst)}
-	for _, r := range Routes {
+	for _, r := range deploy.Routes {
 		switch {
-		case r.Public:
+		case (r.Access == deploy.Public):
 			out[r.Key()] = limit(cfg.PublicThrottleRate, cfg.PublicThrottleBurst)
 		case r.Key() == "POST /api/claim":
 			out[r.Key()] = limit(cfg.ClaimThrottleRate, cfg.ClaimThrottleBurst)
@@ -483,7 +484,7 @@ func MintAdminCommand(prefix, region string) string {
 // indexes.
 func Statements(function string, tables map[string]awsdynamodb.Table) []awsiam.PolicyStatement {
 	var out []awsiam.PolicyStatement
-	for _, g := range Access[function] {
+	for _, g := range deploy.Grants[function] {
 		table := tables[g.Table]
 		if len(g.Actions) > 0 {
 			out = append(out, awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/checkout-dev/checkout/functions/deploy"
+
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,6 +17,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
@@ -195,7 +198,7 @@ func TestEveryRouteExistsAndPointsAtItsFunction(t *testing.T) {
 		byKey[p["RouteKey"].(string)] = p
 	}
 	seen := map[string]bool{}
-	for _, rt := range Routes {
+	for _, rt := range deploy.Routes {
 		if seen[rt.Key()] {
 			t.Errorf("route %s listed twice", rt.Key())
 		}
@@ -219,7 +222,7 @@ func TestEveryRouteExistsAndPointsAtItsFunction(t *testing.T) {
 		if ip["PayloadFormatVersion"] != "2.0" || ip["IntegrationType"] != "AWS_PROXY" {
 			t.Errorf("route %s: integration %v/%v, want AWS_PROXY 2.0", rt.Key(), ip["IntegrationType"], ip["PayloadFormatVersion"])
 		}
-		if rt.Public {
+		if rt.Access == deploy.Public {
 			if p["AuthorizationType"] != "NONE" || p["AuthorizerId"] != nil {
 				t.Errorf("public route %s has authorization %v %v", rt.Key(), p["AuthorizationType"], p["AuthorizerId"])
 			}
@@ -228,9 +231,9 @@ func TestEveryRouteExistsAndPointsAtItsFunction(t *testing.T) {
 		}
 	}
 	// Only /healthz and the dashboard's static files are public.
-	for _, rt := range Routes {
-		if rt.Public != (rt.Key() == "GET /healthz" || rt.Dashboard()) {
-			t.Errorf("route %s: public=%v", rt.Key(), rt.Public)
+	for _, rt := range deploy.Routes {
+		if (rt.Access == deploy.Public) != (rt.Key() == "GET /healthz" || rt.Dashboard()) {
+			t.Errorf("route %s: public=%v", rt.Key(), (rt.Access == deploy.Public))
 		}
 	}
 	// Whatever no route matches goes, without the authorizer, to the health
@@ -243,19 +246,19 @@ func TestEveryRouteExistsAndPointsAtItsFunction(t *testing.T) {
 		t.Errorf("$default route has authorization %v %v", def["AuthorizationType"], def["AuthorizerId"])
 	}
 	integ := s.resources[strings.TrimPrefix(s.render(def["Target"]), "integrations/ref:")]
-	if got := getAtt(props(integ)["IntegrationUri"], "Arn"); got != s.fnID[FnHealth] {
+	if got := getAtt(props(integ)["IntegrationUri"], "Arn"); got != s.fnID[deploy.Health] {
 		t.Errorf("$default integrates %q, want the health function", got)
 	}
-	if len(routes) != len(Routes)+1 {
-		t.Errorf("%d routes in the template, want the %d of Routes and $default", len(routes), len(Routes))
+	if len(routes) != len(deploy.Routes)+1 {
+		t.Errorf("%d routes in the template, want the %d of deploy.Routes and $default", len(routes), len(deploy.Routes))
 	}
 	// Every HTTP function serves at least one route.
-	for _, fn := range Functions {
-		if fn == FnAuthorizer || fn == FnSweeper || fn == FnStream {
+	for _, fn := range deploy.Functions {
+		if fn == deploy.Authorizer || fn == deploy.Sweeper || fn == deploy.Stream {
 			continue
 		}
 		found := false
-		for _, rt := range Routes {
+		for _, rt := range deploy.Routes {
 			found = found || rt.Function == fn
 		}
 		if !found {
@@ -280,8 +283,8 @@ func TestAuthorizerUsesSimpleResponsesAndShortCache(t *testing.T) {
 				t.Errorf("authorizer %s: %s = %v, want %v", id, k, p[k], v)
 			}
 		}
-		if uri := s.render(p["AuthorizerUri"]); !strings.Contains(uri, s.fnID[FnAuthorizer]) {
-			t.Errorf("authorizer %s invokes %s, want function %s", id, uri, s.fnID[FnAuthorizer])
+		if uri := s.render(p["AuthorizerUri"]); !strings.Contains(uri, s.fnID[deploy.Authorizer]) {
+			t.Errorf("authorizer %s invokes %s, want function %s", id, uri, s.fnID[deploy.Authorizer])
 		}
 	}
 }
@@ -399,11 +402,11 @@ func TestDevelopmentContextTurnsDeletionProtectionOff(t *testing.T) {
 func TestFunctionsAreArmAL2023WithLimitsEnvAndLogs(t *testing.T) {
 	s := defaultStack(t)
 	fns := s.ofType("AWS::Lambda::Function")
-	if len(fns) != len(Functions) {
-		t.Errorf("template has %d functions, want %d", len(fns), len(Functions))
+	if len(fns) != len(deploy.Functions) {
+		t.Errorf("template has %d functions, want %d", len(fns), len(deploy.Functions))
 	}
 	busID := *s.stack.Stack.GetLogicalId(s.stack.EventBus.Node().DefaultChild().(awscdk.CfnElement))
-	for _, name := range Functions {
+	for _, name := range deploy.Functions {
 		p := props(s.resources[s.fnID[name]])
 		if !reflect.DeepEqual(p["Architectures"], []any{"arm64"}) {
 			t.Errorf("%s architectures %v", name, p["Architectures"])
@@ -416,11 +419,11 @@ func TestFunctionsAreArmAL2023WithLimitsEnvAndLogs(t *testing.T) {
 		}
 		wantTimeout := float64(10)
 		switch name {
-		case FnSweeper:
+		case deploy.Sweeper:
 			wantTimeout = 60
-		case FnStream:
+		case deploy.Stream:
 			wantTimeout = 30
-		case FnCheckouts:
+		case deploy.Checkouts:
 			wantTimeout = 28 // a claim's wait (20 s) and its work fit, under API Gateway's 30 s
 		}
 		if p["Timeout"] != wantTimeout {
@@ -442,7 +445,7 @@ func TestFunctionsAreArmAL2023WithLimitsEnvAndLogs(t *testing.T) {
 			t.Errorf("%s tracing %v, want Active", name, p["TracingConfig"])
 		}
 		want := float64(DefaultReservedConcurrency[name])
-		if name == FnSweeper {
+		if name == deploy.Sweeper {
 			want = 1
 		}
 		if p["ReservedConcurrentExecutions"] != want {
@@ -451,7 +454,7 @@ func TestFunctionsAreArmAL2023WithLimitsEnvAndLogs(t *testing.T) {
 	}
 	// Each function has a role of its own.
 	roles := map[string]string{}
-	for _, name := range Functions {
+	for _, name := range deploy.Functions {
 		role := getAtt(props(s.resources[s.fnID[name]])["Role"], "Arn")
 		if other, ok := roles[role]; ok || s.resources[role]["Type"] != "AWS::IAM::Role" {
 			t.Errorf("%s role %s (shared with %q)", name, role, other)
@@ -462,18 +465,18 @@ func TestFunctionsAreArmAL2023WithLimitsEnvAndLogs(t *testing.T) {
 
 func TestTracingAndReservedConcurrencyFromContext(t *testing.T) {
 	s := synth(t, map[string]any{"tracing": "false", "reservedConcurrency": "checkouts=7,health=2"})
-	for _, name := range Functions {
+	for _, name := range deploy.Functions {
 		p := props(s.resources[s.fnID[name]])
 		if tc, _ := p["TracingConfig"].(map[string]any); tc != nil && tc["Mode"] != "PassThrough" {
 			t.Errorf("%s tracing %v with tracing=false", name, tc)
 		}
 		want := any(float64(DefaultReservedConcurrency[name]))
 		switch name {
-		case FnCheckouts:
+		case deploy.Checkouts:
 			want = float64(7)
-		case FnHealth:
+		case deploy.Health:
 			want = float64(2)
-		case FnSweeper:
+		case deploy.Sweeper:
 			want = float64(1)
 		}
 		if p["ReservedConcurrentExecutions"] != want {
@@ -489,7 +492,7 @@ func TestTracingAndReservedConcurrencyFromContext(t *testing.T) {
 
 	// off: nothing reserved, for accounts whose limit allows none.
 	s = synth(t, map[string]any{"reservedConcurrency": "off"})
-	for _, name := range Functions {
+	for _, name := range deploy.Functions {
 		if got := props(s.resources[s.fnID[name]])["ReservedConcurrentExecutions"]; got != nil {
 			t.Errorf("%s reserved concurrency %v with reservedConcurrency=off", name, got)
 		}
@@ -533,16 +536,16 @@ func TestIAMIsExactlyTheAccessMap(t *testing.T) {
 		}
 	}
 	dlqID := s.id(s.stack.SweepDeadLetters)
-	for _, name := range Functions {
+	for _, name := range deploy.Functions {
 		// Its own log group, its traces, and for the sweeper its failed
 		// runs' destination; then exactly its grants of Access.
 		logs := "arn:" + s.id(s.stack.LogGroups[name])
 		want := []string{"logs:CreateLogStream " + logs, "logs:PutLogEvents " + logs,
 			"xray:PutTelemetryRecords *", "xray:PutTraceSegments *"}
-		if name == FnSweeper {
+		if name == deploy.Sweeper {
 			want = append(want, "sqs:GetQueueAttributes arn:"+dlqID, "sqs:GetQueueUrl arn:"+dlqID, "sqs:SendMessage arn:"+dlqID)
 		}
-		if StreamReaders[name] {
+		if deploy.StreamReaders[name] {
 			// The tasks table's stream alone (ListStreams has no resource
 			// level), and the batches it gives up on to its dead-letter queue.
 			streamArn := `{"Fn::GetAtt":["` + s.id(s.stack.Tables[schema.TasksTable]) + `","StreamArn"]}`
@@ -551,7 +554,7 @@ func TestIAMIsExactlyTheAccessMap(t *testing.T) {
 				"dynamodb:GetShardIterator "+streamArn, "dynamodb:ListStreams *",
 				"sqs:GetQueueAttributes arn:"+sdlq, "sqs:GetQueueUrl arn:"+sdlq, "sqs:SendMessage arn:"+sdlq)
 		}
-		for _, g := range Access[name] {
+		for _, g := range deploy.Grants[name] {
 			for _, a := range g.Actions {
 				want = append(want, "dynamodb:"+a+" table:"+g.Table)
 			}
@@ -559,7 +562,7 @@ func TestIAMIsExactlyTheAccessMap(t *testing.T) {
 				want = append(want, "dynamodb:Query table:"+g.Table+"/index/"+ix)
 			}
 		}
-		if PublishesEvents[name] {
+		if deploy.PublishesEvents[name] {
 			want = append(want, "events:PutEvents arn:"+busID)
 		}
 		sort.Strings(want)
@@ -587,7 +590,7 @@ func TestAccessMapNamesRealTablesAndIndexes(t *testing.T) {
 	}
 	allowed := map[string]bool{"GetItem": true, "PutItem": true, "UpdateItem": true, "DeleteItem": true,
 		"Query": true, "BatchGetItem": true, "BatchWriteItem": true}
-	for fn, grants := range Access {
+	for fn, grants := range deploy.Grants {
 		seen := map[string]bool{}
 		for _, g := range grants {
 			if indexes[g.Table] == nil {
@@ -650,7 +653,7 @@ func TestSweeperRunsEveryMinute(t *testing.T) {
 			t.Errorf("schedule %v state %v", p["ScheduleExpression"], p["State"])
 		}
 		targets := p["Targets"].([]any)
-		if len(targets) != 1 || getAtt(targets[0].(map[string]any)["Arn"], "Arn") != s.fnID[FnSweeper] {
+		if len(targets) != 1 || getAtt(targets[0].(map[string]any)["Arn"], "Arn") != s.fnID[deploy.Sweeper] {
 			t.Fatalf("schedule targets %v, want the sweeper", targets)
 		}
 		target := targets[0].(map[string]any)
@@ -663,7 +666,7 @@ func TestSweeperRunsEveryMinute(t *testing.T) {
 	}
 	// One sweep at a time; a failed or stale run is not retried by Lambda
 	// and lands in the same queue.
-	if c := props(s.resources[s.fnID[FnSweeper]])["ReservedConcurrentExecutions"]; c != float64(1) {
+	if c := props(s.resources[s.fnID[deploy.Sweeper]])["ReservedConcurrentExecutions"]; c != float64(1) {
 		t.Errorf("sweeper reserved concurrency %v", c)
 	}
 	configs := s.ofType("AWS::Lambda::EventInvokeConfig")
@@ -674,7 +677,7 @@ func TestSweeperRunsEveryMinute(t *testing.T) {
 		p := props(r)
 		dest, _ := p["DestinationConfig"].(map[string]any)
 		onFailure, _ := dest["OnFailure"].(map[string]any)
-		if ref(p["FunctionName"]) != s.fnID[FnSweeper] || p["MaximumRetryAttempts"] != float64(0) ||
+		if ref(p["FunctionName"]) != s.fnID[deploy.Sweeper] || p["MaximumRetryAttempts"] != float64(0) ||
 			p["MaximumEventAgeInSeconds"] != float64(120) || getAtt(onFailure["Destination"], "Arn") != s.id(s.stack.SweepDeadLetters) {
 			t.Errorf("sweeper invoke config %v", p)
 		}
@@ -686,7 +689,7 @@ func TestSweeperRunsEveryMinute(t *testing.T) {
 	invokable := false
 	for _, r := range s.ofType("AWS::Lambda::Permission") {
 		p := props(r)
-		if p["Principal"] == "events.amazonaws.com" && getAtt(p["FunctionName"], "Arn") == s.fnID[FnSweeper] {
+		if p["Principal"] == "events.amazonaws.com" && getAtt(p["FunctionName"], "Arn") == s.fnID[deploy.Sweeper] {
 			invokable = true
 		}
 	}
@@ -823,7 +826,7 @@ func TestBuiltFunctionsAreUsedAndRequireBuildRefusesMissingOnes(t *testing.T) {
 	if _, err := NewCheckoutStack(app, "Missing", cfg); err == nil || !strings.Contains(err.Error(), "make build") {
 		t.Fatalf("missing build: err = %v", err)
 	}
-	for _, name := range Functions {
+	for _, name := range deploy.Functions {
 		if err := os.MkdirAll(filepath.Join(dist, name), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -850,7 +853,7 @@ func TestBuiltFunctionsAreUsedAndRequireBuildRefusesMissingOnes(t *testing.T) {
 		code := (*r)["Properties"].(map[string]any)["Code"].(map[string]any)
 		keys[fmt.Sprint(code["S3Key"])] = true
 	}
-	if len(keys) != len(Functions) {
-		t.Errorf("%d distinct code assets, want %d", len(keys), len(Functions))
+	if len(keys) != len(deploy.Functions) {
+		t.Errorf("%d distinct code assets, want %d", len(keys), len(deploy.Functions))
 	}
 }

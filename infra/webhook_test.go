@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/checkout-dev/checkout/functions/deploy"
+
 	"strings"
 	"testing"
 
@@ -18,7 +20,7 @@ func TestWebhookContext(t *testing.T) {
 		env := props["Environment"].(map[string]any)["Variables"].(map[string]any)
 		url, hasURL := env[EnvWebhookURL]
 		secret, hasSecret := env[EnvWebhookSecret]
-		if name != FnStream {
+		if name != deploy.Stream {
 			if hasURL || hasSecret {
 				t.Errorf("function %s has the webhook settings", name)
 			}
@@ -36,7 +38,7 @@ func TestWebhookContext(t *testing.T) {
 	}
 
 	plain := synth(t, nil)
-	env := plain.resources[plain.fnID[FnStream]]["Properties"].(map[string]any)["Environment"].(map[string]any)["Variables"].(map[string]any)
+	env := plain.resources[plain.fnID[deploy.Stream]]["Properties"].(map[string]any)["Environment"].(map[string]any)["Variables"].(map[string]any)
 	if _, ok := env[EnvWebhookURL]; ok {
 		t.Error("webhook settings without the context")
 	}

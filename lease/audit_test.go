@@ -16,7 +16,7 @@ import (
 
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
-	"github.com/checkout-dev/checkout/stream"
+	"github.com/checkout-dev/checkout/lease/stream"
 )
 
 // lossyDB loses what a network can lose: the answer to an update that was

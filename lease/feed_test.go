@@ -10,8 +10,8 @@ import (
 
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/lease/stream"
 	"github.com/checkout-dev/checkout/localstack"
-	"github.com/checkout-dev/checkout/stream"
 )
 
 // follow reads the whole feed from since, page by page, following the

@@ -24,7 +24,7 @@ import (
 
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
-	"github.com/checkout-dev/checkout/stream"
+	"github.com/checkout-dev/checkout/lease/stream"
 )
 
 // Linearizability: many agents run checkout, renew, release, complete and

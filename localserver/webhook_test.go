@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/checkout-dev/checkout/internal/webhook"
+	"github.com/checkout-dev/checkout/internal/webhook/webhooktest"
 	"github.com/checkout-dev/checkout/lease"
-	"github.com/checkout-dev/checkout/webhook"
-	"github.com/checkout-dev/checkout/webhook/webhooktest"
 )
 
 // recorder remembers every notice the stream hands over, and can fail the

@@ -34,7 +34,7 @@
 //     DynamoDBShim.SetIndexLag with {"TablePrefix": "p-", "LagMs": 250} or
 //     {"TableName": "t", "LagMs": 250}), else the server's default:
 //     Options.IndexLag, `cmd/dynalite --index-lag 500ms`, or
-//     $DYNALITE_INDEX_LAG (which scripts/with-dynamodb.sh passes on), else
+//     $DYNALITE_INDEX_LAG (which localstack/with-dynamodb.sh passes on), else
 //     none. DeleteTable discards a table's queued entries, so a recreated
 //     table never gets stale ones. Queued entries live in memory: a graceful
 //     stop applies them first, a kill -9 of a --path server loses them (its

@@ -40,10 +40,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/checkout-dev/checkout/internal/webhook"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/localserver"
 	"github.com/checkout-dev/checkout/localstack"
-	"github.com/checkout-dev/checkout/webhook"
 )
 
 func main() {

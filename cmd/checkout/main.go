@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
 	// Zone names work under TZ on hosts without a zone database.
 	_ "time/tzdata"
 

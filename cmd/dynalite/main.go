@@ -4,7 +4,7 @@
 //	go run ./cmd/dynalite [--path DIR] [--port N] [--index-lag D] [--endpoint-file FILE]
 //
 // It prints the endpoint on stdout once the server answers, and writes it to
-// FILE as well when asked (scripts/with-dynamodb.sh waits for that file).
+// FILE as well when asked (localstack/with-dynamodb.sh waits for that file).
 // Without --path the data lives in memory and is gone when it stops.
 // --index-lag (default $DYNALITE_INDEX_LAG) makes every table's global
 // secondary indexes trail its writes by D, as DynamoDB's may; tests refine

@@ -5,7 +5,7 @@
 //
 // Screenshots at 360 and 1440 px, light and dark, land in e2e/browser/out/
 // (ignored by git). With CHECKOUT_UPDATE_SCREENSHOT=1 the 1440 px one is also
-// written to docs/dashboard.png, the README's picture (`make screenshot`).
+// written to ui/dashboard.png, the README's picture (`make screenshot`).
 //
 // Without chromium the test fails under CI=true and is skipped elsewhere
 // (`make deps` installs it).

@@ -3,14 +3,16 @@
 package main
 
 import (
+	"github.com/checkout-dev/checkout/functions/deploy"
+
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/checkout-dev/checkout/functions/internal/wire"
 )
 
 func main() {
-	env := wire.FromEnv(wire.Agents)
+	env := wire.FromEnv(deploy.Agents)
 	log := env.Logger()
 	store := wire.MustStore(env, log)
-	lambda.Start(wire.HTTP(wire.Agents, store, env, log))
+	lambda.Start(wire.HTTP(deploy.Agents, store, env, log))
 }

@@ -4,13 +4,15 @@
 package main
 
 import (
+	"github.com/checkout-dev/checkout/functions/deploy"
+
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/checkout-dev/checkout/functions/internal/wire"
 )
 
 func main() {
-	env := wire.FromEnv(wire.Authorizer)
+	env := wire.FromEnv(deploy.Authorizer)
 	log := env.Logger()
 	store := wire.MustStore(env, log)
 	lambda.Start(wire.KeyAuthorizer(store, env, log))

@@ -3,14 +3,16 @@
 package main
 
 import (
+	"github.com/checkout-dev/checkout/functions/deploy"
+
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/checkout-dev/checkout/functions/internal/wire"
 )
 
 func main() {
-	env := wire.FromEnv(wire.Checkouts)
+	env := wire.FromEnv(deploy.Checkouts)
 	log := env.Logger()
 	store := wire.MustStore(env, log)
-	lambda.Start(wire.HTTP(wire.Checkouts, store, env, log))
+	lambda.Start(wire.HTTP(deploy.Checkouts, store, env, log))
 }

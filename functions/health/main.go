@@ -3,12 +3,14 @@
 package main
 
 import (
+	"github.com/checkout-dev/checkout/functions/deploy"
+
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/checkout-dev/checkout/functions/internal/wire"
 )
 
 func main() {
-	env := wire.FromEnv(wire.Health)
-	lambda.Start(wire.HTTP(wire.Health, nil, env, env.Logger()))
+	env := wire.FromEnv(deploy.Health)
+	lambda.Start(wire.HTTP(deploy.Health, nil, env, env.Logger()))
 }

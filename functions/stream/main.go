@@ -6,14 +6,16 @@
 package main
 
 import (
+	"github.com/checkout-dev/checkout/functions/deploy"
+
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/checkout-dev/checkout/functions/internal/wire"
-	"github.com/checkout-dev/checkout/stream"
+	"github.com/checkout-dev/checkout/lease/stream"
 )
 
 func main() {
-	env := wire.FromEnv(wire.Stream)
+	env := wire.FromEnv(deploy.Stream)
 	store := wire.MustStore(env, env.Logger())
 	lambda.Start(stream.Handler(store))
 }

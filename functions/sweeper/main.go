@@ -4,13 +4,15 @@
 package main
 
 import (
+	"github.com/checkout-dev/checkout/functions/deploy"
+
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/checkout-dev/checkout/functions/internal/wire"
 )
 
 func main() {
-	env := wire.FromEnv(wire.Sweeper)
+	env := wire.FromEnv(deploy.Sweeper)
 	store := wire.MustStore(env, env.Logger())
 	lambda.Start(wire.Sweep(store, env))
 }

@@ -1,4 +1,4 @@
-// Package openapitest checks HTTP answers against api/openapi.yaml, so that
+// Package openapitest checks HTTP answers against httpapi/openapi/openapi.yaml, so that
 // handler tests and end-to-end tests prove the document describes what the
 // server does.
 package openapitest
@@ -21,7 +21,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
 
-	"github.com/checkout-dev/checkout/api"
+	"github.com/checkout-dev/checkout/httpapi/openapi"
 )
 
 var (
@@ -35,7 +35,7 @@ var (
 func Load() (*openapi3.T, error) {
 	loadOnce.Do(func() {
 		loader := openapi3.NewLoader()
-		d, err := loader.LoadFromData(api.OpenAPI)
+		d, err := loader.LoadFromData(openapi.YAML)
 		if err != nil {
 			loadErr = fmt.Errorf("load openapi.yaml: %w", err)
 			return

@@ -5,7 +5,7 @@
 // stand-in for EventBridge reached through AWS_ENDPOINT_URL.
 //
 // The functions are invoked with payload format 2.0 events captured from
-// API Gateway (testdata/lambda at the repository root), each carrying the
+// API Gateway (in testdata/), each carrying the
 // authorizer context that the authorizer bootstrap itself answered for the
 // caller's key, the way API Gateway passes it on; the sweeper gets an
 // EventBridge scheduled event. The test checks every route function's

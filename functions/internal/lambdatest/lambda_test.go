@@ -26,11 +26,11 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/checkout-dev/checkout/deploy"
+	"github.com/checkout-dev/checkout/functions/deploy"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/lease/stream"
 	"github.com/checkout-dev/checkout/localstack"
-	"github.com/checkout-dev/checkout/stream"
 )
 
 var (
@@ -376,10 +376,10 @@ func (e *eventBridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(out)
 }
 
-// event loads a captured event from testdata/lambda.
+// event loads a captured event from testdata/.
 func event(t *testing.T, name string) map[string]any {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, "testdata", "lambda", name))
+	b, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,13 +13,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
 
-	"github.com/checkout-dev/checkout/deploy"
+	"github.com/checkout-dev/checkout/functions/deploy"
 	"github.com/checkout-dev/checkout/lease"
 )
 
 // usage records, per function, every DynamoDB call its store makes: the
 // action, the table and the index. check holds the record to the grants of
-// deploy.Access, which the stack turns into each function's IAM policy, so a
+// deploy.Grants, which the stack turns into each function's IAM policy, so a
 // call that AWS would deny fails here first.
 type usage struct {
 	prefix string
@@ -82,7 +82,7 @@ func (u *usage) record(fn, action string, params any) {
 func allowed(fn, call string) bool {
 	f := strings.Fields(call)
 	action, table := f[0], f[1]
-	for _, g := range deploy.Access[fn] {
+	for _, g := range deploy.Grants[fn] {
 		if g.Table != table {
 			continue
 		}
@@ -98,7 +98,7 @@ func (u *usage) check(t *testing.T) {
 	t.Helper()
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for _, fn := range []string{Agents, Tasks, Checkouts, Inbox, Authorizer, Sweeper, Stream} {
+	for _, fn := range []string{deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Inbox, deploy.Authorizer, deploy.Sweeper, deploy.Stream} {
 		if len(u.calls[fn]) == 0 {
 			t.Errorf("function %s made no DynamoDB call: the script does not exercise it", fn)
 		}
@@ -112,7 +112,7 @@ func (u *usage) check(t *testing.T) {
 		t.Logf("%s: %s", fn, strings.Join(list, ", "))
 		for _, c := range list {
 			if !allowed(fn, c) {
-				t.Errorf("function %s calls %q, which deploy.Access does not grant it: AWS would deny it", fn, c)
+				t.Errorf("function %s calls %q, which deploy.Grants does not grant it: AWS would deny it", fn, c)
 			}
 		}
 	}
@@ -125,14 +125,14 @@ func TestAccessCheckRefusesUngrantedCalls(t *testing.T) {
 		fn, call string
 		ok       bool
 	}{
-		{Authorizer, "GetItem agents", true},
-		{Authorizer, "PutItem agents", false},
-		{Inbox, "Query inbox", true},
-		{Inbox, "Query tasks by_status", false},
-		{Tasks, "Query tasks by_status", true},
-		{Tasks, "Scan tasks", false},
-		{Stream, "BatchWriteItem events", true},
-		{Sweeper, "BatchWriteItem events", false},
+		{deploy.Authorizer, "GetItem agents", true},
+		{deploy.Authorizer, "PutItem agents", false},
+		{deploy.Inbox, "Query inbox", true},
+		{deploy.Inbox, "Query tasks by_status", false},
+		{deploy.Tasks, "Query tasks by_status", true},
+		{deploy.Tasks, "Scan tasks", false},
+		{deploy.Stream, "BatchWriteItem events", true},
+		{deploy.Sweeper, "BatchWriteItem events", false},
 	} {
 		if got := allowed(c.fn, c.call); got != c.ok {
 			t.Errorf("allowed(%s, %q) = %v, want %v", c.fn, c.call, got, c.ok)

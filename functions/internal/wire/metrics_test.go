@@ -14,12 +14,12 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/checkout-dev/checkout/deploy"
+	"github.com/checkout-dev/checkout/functions/deploy"
 	"github.com/checkout-dev/checkout/internal/testclock"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/lease/stream"
 	"github.com/checkout-dev/checkout/localstack"
-	"github.com/checkout-dev/checkout/stream"
 )
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a sweep.
@@ -134,23 +134,23 @@ func TestFunctionsWriteBusinessMetrics(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 	store := func(fn string) *lease.Store { return NewStore(client, nil, env(fn), quiet) }
 	for _, a := range []string{"alice", "bob"} {
-		if err := store(Agents).EnsureAgent(ctx, a, a, false, "ck_metrics-key-of-"+a); err != nil {
+		if err := store(deploy.Agents).EnsureAgent(ctx, a, a, false, "ck_metrics-key-of-"+a); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, task := range []string{"t1", "t2"} {
-		if _, err := store(Tasks).CreateTask(ctx, lease.CreateTaskParams{TaskID: task}); err != nil {
+		if _, err := store(deploy.Tasks).CreateTask(ctx, lease.CreateTaskParams{TaskID: task}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	checkouts := HTTP(Checkouts, store(Checkouts), env(Checkouts), quiet)
+	checkouts := HTTP(deploy.Checkouts, store(deploy.Checkouts), env(deploy.Checkouts), quiet)
 	arn, err := localstack.StreamARN(ctx, client, names.Table(schema.TasksTable))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The stream function publishes the notices, and counts them.
 	streamFn := &stream.Poller{Streams: stream.NewLocalClient(endpoint), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
-		Handle: stream.Handler(store(Stream))}
+		Handle: stream.Handler(store(deploy.Stream))}
 	drain := func() {
 		t.Helper()
 		if _, err := streamFn.Poll(ctx); err != nil {
@@ -190,7 +190,7 @@ func TestFunctionsWriteBusinessMetrics(t *testing.T) {
 
 	// Both leases expire; one sweep ends them and writes one line.
 	clock.Advance(2 * time.Minute)
-	sweep := Sweep(store(Sweeper), env(Sweeper))
+	sweep := Sweep(store(deploy.Sweeper), env(deploy.Sweeper))
 	if _, err := sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestFunctionsWriteBusinessMetrics(t *testing.T) {
 	// The authorizer counts the keys it does not know, and logs every
 	// decision without the key.
 	logs := &syncBuffer{}
-	authorize := KeyAuthorizer(store(Authorizer), env(Authorizer), slog.New(slog.NewJSONHandler(logs, nil)))
+	authorize := KeyAuthorizer(store(deploy.Authorizer), env(deploy.Authorizer), slog.New(slog.NewJSONHandler(logs, nil)))
 	for _, header := range []string{"Bearer ck_metrics-key-of-alice", "Bearer ck_nobody", "Basic eA=="} {
 		if _, err := authorize(ctx, events.APIGatewayV2CustomAuthorizerV2Request{
 			Version: "2.0", Type: "REQUEST", RouteKey: "GET /api/tasks", IdentitySource: []string{header},
@@ -241,7 +241,7 @@ func TestFunctionsWriteBusinessMetrics(t *testing.T) {
 // store, which logs it).
 func TestFailedNoticesAreCounted(t *testing.T) {
 	out := &syncBuffer{}
-	n := meteredNotifier{next: failing{}, metrics: NewMetrics(out, "p-", nil), function: Sweeper}
+	n := meteredNotifier{next: failing{}, metrics: NewMetrics(out, "p-", nil), function: deploy.Sweeper}
 	err := n.Notify(context.Background(), lease.Notice{Kind: lease.NoticeTaskAvailable, Event: lease.Event{TaskID: "t1", Type: lease.EventTimeout}})
 	if err == nil {
 		t.Fatal("the failure was swallowed")

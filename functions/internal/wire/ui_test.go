@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"github.com/checkout-dev/checkout/functions/deploy"
+
 	"context"
 	"encoding/base64"
 	"log/slog"
@@ -19,14 +21,14 @@ import (
 // matter, Content-Security-Policy and bytes.
 func TestDashboardOnTheLambdaPath(t *testing.T) {
 	t.Parallel()
-	health := HTTP(Health, nil, Env{}, slog.New(slog.DiscardHandler))
+	health := HTTP(deploy.Health, nil, Env{}, slog.New(slog.DiscardHandler))
 	local := ui.With(httpapi.New(nil, httpapi.Options{}))
 
 	public := map[string]bool{}
-	for _, r := range Routes {
+	for _, r := range deploy.Routes {
 		if r.Dashboard() {
-			if !r.Public || r.Function != Health {
-				t.Errorf("dashboard route %s: function %s, public %v", r.Key(), r.Function, r.Public)
+			if r.Access != deploy.Public || r.Function != deploy.Health {
+				t.Errorf("dashboard route %s: function %s, access %v", r.Key(), r.Function, r.Access)
 			}
 			public[r.Key()] = true
 		}

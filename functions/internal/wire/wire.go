@@ -5,12 +5,13 @@
 package wire
 
 import (
+	"github.com/checkout-dev/checkout/functions/deploy"
+
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -22,13 +23,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
-	"github.com/checkout-dev/checkout/apigw"
+	"github.com/checkout-dev/checkout/functions/internal/apigw"
+	"github.com/checkout-dev/checkout/functions/internal/notify"
 	"github.com/checkout-dev/checkout/httpapi"
+	"github.com/checkout-dev/checkout/internal/webhook"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
-	"github.com/checkout-dev/checkout/notify"
 	"github.com/checkout-dev/checkout/ui"
-	"github.com/checkout-dev/checkout/webhook"
 )
 
 // Environment variables the functions read. The stack sets the first two.
@@ -190,36 +191,21 @@ func NewStore(db lease.DB, n lease.Notifier, e Env, log *slog.Logger) *lease.Sto
 // Lambda authorizer has authenticated the caller, and the adapter passes the
 // principal on). svc may be nil for the health function, which also serves
 // the dashboard's static files (GET / and GET /ui/{proxy+}, public routes).
+//
+// API Gateway sends each function only its own routes; a misrouted request
+// is answered 404 not_found or 405 method_not_allowed, never by another
+// group's handler. The health function also takes API Gateway's $default
+// route (every request no route matches, with no authorizer), so it knows
+// every route: 405 with Allow for a known path with another method, and 401
+// for an API route, since no agent comes with them.
 func HTTP(fn string, svc httpapi.Service, e Env, log *slog.Logger) func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-	h := httpapi.New(svc, httpapi.Options{AutoCreateTasks: e.AutoCreateTasks, Logger: log, Now: e.Now})
-	if fn == Health {
+	opts := httpapi.Options{AutoCreateTasks: e.AutoCreateTasks, Logger: log, Now: e.Now, Function: fn}
+	if fn == deploy.Health {
+		opts.Function = ""
+	}
+	h := httpapi.New(svc, opts)
+	if fn == deploy.Health {
 		h = ui.With(h)
 	}
-	return meterHTTP(e.metrics(), apigw.Handler(Only(fn, h)))
-}
-
-// Only serves the routes of function fn with h and answers anything else
-// with 404 not_found. API Gateway sends each function only its own routes;
-// this keeps a misrouted request from reaching another group's handlers.
-// The health function is the exception: it also takes API Gateway's $default
-// route (every request no route matches, with no authorizer), so it hands
-// everything to h, which answers 404 not_found or 405 method_not_allowed for
-// those, and 401 for an API route, since no agent comes with them.
-func Only(fn string, h http.Handler) http.Handler {
-	if fn == Health {
-		return h
-	}
-	mux := http.NewServeMux()
-	for _, r := range Routes {
-		if r.Function == fn {
-			mux.Handle(r.Pattern(), h)
-		}
-	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		w.WriteHeader(http.StatusNotFound)
-		_, _ = w.Write([]byte(`{"error":"no such path","code":"not_found"}` + "\n"))
-	})
-	return mux
+	return meterHTTP(e.metrics(), apigw.Handler(h))
 }

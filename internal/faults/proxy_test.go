@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/checkout-dev/checkout/faults"
+	"github.com/checkout-dev/checkout/internal/faults"
 )
 
 // echoServer answers each connection with "re:" + everything it read, once

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: scripts/with-dynamodb.sh COMMAND [ARG...]
+# Usage: localstack/with-dynamodb.sh COMMAND [ARG...]
 #
 # Runs COMMAND with DYNAMODB_ENDPOINT set. When the environment already names
 # an endpoint, COMMAND just runs against it. Otherwise one local dynalite is

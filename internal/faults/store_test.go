@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/checkout-dev/checkout/faults"
+	"github.com/checkout-dev/checkout/internal/faults"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 )

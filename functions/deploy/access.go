@@ -11,14 +11,14 @@ type Grant struct {
 	QueryIndexes []string
 }
 
-// Access is the single least-privilege map of the stack: for each function,
+// Grants is the single least-privilege map of the stack: for each function,
 // exactly the DynamoDB actions, tables and indexes it uses. The stack writes
 // one IAM statement per entry and the template tests check the policies
 // against this map, so nothing else can slip in. Scan is never granted.
 // GetItem on tasks, for functions that otherwise only update tasks, is the
 // read that follows a failed condition when the server did not return the
 // item with it.
-var Access = map[string][]Grant{
+var Grants = map[string][]Grant{
 	Authorizer: {
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
 	},

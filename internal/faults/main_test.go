@@ -22,8 +22,8 @@ import (
 
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/lease/stream"
 	"github.com/checkout-dev/checkout/localstack"
-	"github.com/checkout-dev/checkout/stream"
 )
 
 var endpoint string

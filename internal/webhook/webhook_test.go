@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/checkout-dev/checkout/internal/webhook"
+	"github.com/checkout-dev/checkout/internal/webhook/webhooktest"
 	"github.com/checkout-dev/checkout/lease"
-	"github.com/checkout-dev/checkout/webhook"
-	"github.com/checkout-dev/checkout/webhook/webhooktest"
 )
 
 var at = time.Date(2026, 3, 20, 14, 35, 0, 123_000_000, time.UTC)
