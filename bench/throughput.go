@@ -77,9 +77,16 @@ func RunThroughput(ctx context.Context, sys System, count *Counter, workers int,
 			var myCycles, myAttempts []time.Duration
 			conflicts := 0
 			var err error
-			for time.Now().Before(deadline) && ctx.Err() == nil {
+			// Every worker makes one attempt however long it takes, so that
+			// a slow machine still measures something; later attempts end
+			// at the deadline.
+			for (len(myAttempts) == 0 || time.Now().Before(deadline)) && ctx.Err() == nil {
+				actx := runCtx
+				if len(myAttempts) == 0 {
+					actx = ctx
+				}
 				t0 := time.Now()
-				release, held, aerr := sys.Acquire(runCtx, w, keys[w])
+				release, held, aerr := sys.Acquire(actx, w, keys[w])
 				if aerr != nil && runCtx.Err() != nil && ctx.Err() == nil {
 					abandoned.Add(1)
 					break
