@@ -27,6 +27,10 @@ import (
 // each shard of each queue.
 const claimPage = 50
 
+// claimHead is the fewest claimable tasks one claim reads from the head of
+// each shard.
+const claimHead = 8
+
 // claimShards is how many shards each queue's claim index entries spread
 // over.
 const claimShards = schema.ClaimShards
@@ -48,9 +52,12 @@ const claimPoll = 2 * time.Second
 //
 // Concurrent claimers spread over the head of the queue instead of all
 // writing for its first task: a claimer picks at random among the best w
-// candidates, where w grows with the claims running in this process and
-// with the writes claims have recently lost. A lone claimer (w = 1) always
-// takes the best.
+// candidates, where w is three times the claims running in this process,
+// grows fourfold with each race this claim loses, and starts from what this
+// process's recent claims won with (see claimSpread.won), so that claimers
+// in other processes (other Lambda containers), which no process can count,
+// spread too once they have met. A lone claimer with nothing lost lately
+// (w = 1) always takes the best.
 //
 // A claim that names its run id is retried safely: a receipt keyed by agent
 // and run id lists every task the run has tried, before each try, so a
@@ -148,7 +155,8 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named, full bo
 		if len(cands) == 0 {
 			return Checkout{}, ErrNoTaskAvailable
 		}
-		cands = s.claims.order(cands, 0)
+		w := s.claims.width(0)
+		cands = s.claims.order(cands, w)
 		for raced := 0; len(cands) > 0; {
 			it := cands[0]
 			cands = cands[1:]
@@ -167,7 +175,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named, full bo
 				return Checkout{}, err
 			}
 			if cur == nil && c.Fence != 0 {
-				s.claims.won()
+				s.claims.won(w)
 				if named {
 					// Best effort: without it a retry still finds the lease
 					// on the task, while the task remembers it.
@@ -175,16 +183,17 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named, full bo
 				}
 				return c, nil
 			}
-			if cur != nil && cur.LockedAt > readAt {
-				// Taken after the indexes were read: another claimer won
-				// the race, so spread wider, and this claim at once twice
-				// as wide for each race it lost: claimers that lost the
-				// same task must not all go for the next one. A task taken
-				// (or finished) before is an index entry that lagged,
-				// which says nothing of contention.
-				s.claims.lost()
+			if cur != nil && max(cur.LockedAt, cur.LastAt) > readAt {
+				// Changed after the indexes were read (taken, and maybe
+				// already finished): another claimer won the race, so
+				// spread wider, and this claim at once four times as wide
+				// for each race it lost: claimers that lost the same task must
+				// not all go for the next one. A task changed before is an
+				// index entry that lagged, which says nothing of
+				// contention.
 				raced++
-				cands = s.claims.order(cands, raced)
+				w = s.claims.width(raced)
+				cands = s.claims.order(cands, w)
 			}
 		}
 	}
@@ -212,8 +221,11 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string, full bool)
 	g, gctx := errgroup.WithContext(ctx)
 	// Each shard's head: as many as the claim may spread over, split among
 	// the shards (and one more each), so that the merge holds the best w
-	// of the queues exactly. Only what ordering and the grant need is read.
-	perShard := int32(min(claimPage, (s.claims.window()+claimShards-1)/claimShards+1))
+	// of the queues exactly, and at least claimHead, so that a claim that
+	// loses races has candidates to widen to without reading again (a
+	// Query is billed by the 4 KB read, so a longer head costs nothing).
+	// Only what ordering and the grant need is read.
+	perShard := int32(min(claimPage, max(claimHead, (s.claims.window()+claimShards-1)/claimShards+1)))
 	proj := expression.NamesList(expression.Name("task_id"), expression.Name("queue"), expression.Name("priority"),
 		expression.Name("created_at"), expression.Name("title"), nameStatus, nameHolder, nameExpires)
 	for _, q := range queues {
@@ -309,7 +321,11 @@ func (s *Store) endedUpTo(ctx context.Context, agentID string) (upTo int64, ok b
 type claimSpread struct {
 	mu       sync.Mutex
 	inflight atomic.Int64
-	recent   int // writes lost lately; halved by every win
+	// learned is what the lost races of this process say about claimers
+	// elsewhere (other processes, which inflight cannot count): the window
+	// recent claims won with, shrinking while nothing is lost (see won).
+	// It is 1 while nothing is lost.
+	learned float64
 
 	wmu    sync.Mutex
 	wakeCh chan struct{} // closed by wake; nil while nobody waits
@@ -336,37 +352,42 @@ func (c *claimSpread) wake() {
 	}
 }
 
-func (c *claimSpread) lost() {
+// won records the window a claim won with: the next claim starts from
+// three quarters of it, or nine tenths of the window before, whichever is
+// wider, so that claimers that keep meeting each other stay spread, and a
+// claimer left alone is back to the best task within a few dozen claims.
+func (c *claimSpread) won(w int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.recent = min(c.recent+1, claimPage)
+	c.learned = max(1, 0.75*float64(w), 0.9*c.learned)
 }
 
-func (c *claimSpread) won() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.recent /= 2
-}
-
-// window is how many of the best candidates a claim picks among: 1 for a
-// lone claimer with no recent losses; n claimers at once spread over three
-// times as many, so that most of them win with their first write.
+// window is how many of the best candidates a claim picks among at first:
+// 1 for a lone claimer with nothing lost lately; n claimers of this process
+// at once spread over three times as many, so that most of them win with
+// their first write; and never less than what this process's recent lost
+// races have taught it (see learned).
 func (c *claimSpread) window() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := int(c.inflight.Load())
-	w := 1 + c.recent
-	if n > 1 {
-		w = 3*n + c.recent
+	w := max(1, int(c.learned))
+	if n := int(c.inflight.Load()); n > 1 {
+		w = max(w, 3*n)
 	}
 	return w
 }
 
+// width is the window of a claim that has lost raced races: four times
+// wider for each, since claimers that lost the same task must not all go
+// for the next one (doubling left too many of them still meeting).
+func (c *claimSpread) width(raced int) int {
+	return min(c.window()<<min(2*raced, 16), 1<<16)
+}
+
 // order returns the candidates in the order to try them: the best w in a
-// random order, then the others, best first, where w is the window doubled
-// for each race this claim has lost.
-func (c *claimSpread) order(cands []*taskItem, raced int) []*taskItem {
-	w := min(c.window()<<min(raced, 10), len(cands))
+// random order, then the others, best first.
+func (c *claimSpread) order(cands []*taskItem, w int) []*taskItem {
+	w = min(w, len(cands))
 	out := slices.Clone(cands)
 	rand.Shuffle(w, func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out
