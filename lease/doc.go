@@ -259,8 +259,9 @@
 // so a Query of a shard returns its tasks best first. A hot queue's writes
 // are spread over schema.ClaimShards (4) partitions instead of one; a claim
 // queries the head of every shard of every queue it names at once and
-// merges them. Each head is ceil(w/4)+1 entries (w the claim's spread
-// window, below; 1 for a lone claimer), with only the attributes ordering
+// merges them. Each head is ceil(w/4)+1 entries and at least 8 (w the
+// claim's spread window, below; 1 for a lone claimer; a Query is billed by
+// the 4 KB read, so the longer head costs nothing), with only the attributes ordering
 // and the grant need: any task among the best k of the queues is among the
 // best k of its shard, so the merge is exact for a lone claimer, and for
 // concurrent claimers it is the head they spread over anyway (tasks hash
@@ -293,18 +294,23 @@
 // condition, so a candidate that someone took, or that a PATCH moved to
 // another queue, since the index was written is skipped, never granted.
 //
-// Concurrent claimers shuffle the best 3n candidates (n the claims in
-// flight in this process, plus writes lost lately, which is what widens
-// the window for Lambda containers that each run one claim): most win with
-// their first write, and a lone claimer takes the best. A write counts as
-// lost to a race only when the task was taken after the claim read the
-// indexes; a candidate taken or finished before is an index entry that
-// lagged, and says nothing of contention (else a lone claimer under index
-// lag would stop taking the best). A claim that loses a race reshuffles
-// the candidates left over twice its window before its next write, so
-// that claimers who lost the same task do not all go for the next one. Priority order is
-// exact for a lone claimer and holds across claimers up to that window: n
-// claimers at once take n of the best 3n. A claim that names its run id
+// Concurrent claimers shuffle the best w candidates before their first
+// write. w is 3n for n claims in flight in this process; across processes
+// (Lambda containers that each run one claim), which cannot count each
+// other, it is what the process's recent claims learned: the window a
+// claim won with, three quarters of it for the next claim, shrinking by a
+// tenth a claim while nothing is lost. Most claimers win with their first
+// write, and a lone claimer that has lost nothing lately takes the best.
+// A write counts as lost to a
+// race only when the task changed (last_at, or its lock time) after the
+// claim read the indexes; a candidate changed before is an index entry
+// that lagged, and says nothing of contention (else a lone claimer under
+// index lag would stop taking the best). A claim that loses a race
+// reshuffles the candidates left over four times its window before its
+// next write, so that claimers who lost the same task do not all go for
+// the next one. Priority order is exact for a lone claimer and holds
+// across claimers up to that window: n claimers of one process at once
+// take n of the best 3n. A claim that names its run id
 // keeps a receipt (a heartbeats-table item keyed "#claim#agent#run", TTL
 // 48 h) listing every task it tries, written before each try; a retry reads
 // the receipt and those tasks consistently and returns the lease the run
