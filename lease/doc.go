@@ -297,26 +297,25 @@
 // Concurrent claimers shuffle the best w candidates before their first
 // write. w is 3n for n claims in flight in this process; across processes
 // (Lambda containers that each run one claim), which cannot count each
-// other, it is what the process's recent claims learned: the window a
-// claim won with, three quarters of it for the next claim, shrinking by a
-// tenth a claim while nothing is lost. Most claimers win with their first
-// write, and a lone claimer that has lost nothing lately takes the best.
-// A write counts as lost to a
-// race only when the task changed (last_at, or its lock time) after the
-// claim read the indexes; a candidate changed before is an index entry
-// that lagged, and says nothing of contention (else a lone claimer under
-// index lag would stop taking the best). A claim that loses a race
-// reshuffles the candidates left over four times its window before its
-// next write, so that claimers who lost the same task do not all go for
-// the next one. Priority order is exact for a lone claimer and holds
-// across claimers up to that window: n claimers of one process at once
-// take n of the best 3n. A claim that names its run id
-// keeps a receipt (a heartbeats-table item keyed "#claim#agent#run", TTL
-// 48 h) listing every task it tries, written before each try; a retry reads
-// the receipt and those tasks consistently and returns the lease the run
-// got, so the same run id always gets the same lease. The one window left
-// is a first attempt whose write is still in flight when its retry
-// arrives; a client retries only after its first attempt's answer is lost.
+// other, it is what the process's recent claims learned: the window a claim
+// won with, three quarters of it for the next claim, shrinking by a tenth a
+// claim while nothing is lost. Most claimers win with their first write, and
+// a lone claimer that has lost nothing lately takes the best. A write counts
+// as lost to a race only when the task changed (last_at, or its lock time)
+// after the claim read the indexes; a candidate changed before is an index
+// entry that lagged, and says nothing of contention (else a lone claimer
+// under index lag would stop taking the best). A claim that loses a race
+// reshuffles the candidates left over four times its window before its next
+// write, so that claimers who lost the same task do not all go for the next
+// one. Priority order is exact for a lone claimer and holds across claimers
+// up to that window: n claimers of one process at once take n of the best
+// 3n. A claim that names its run id keeps a receipt (a heartbeats-table item
+// keyed "#claim#agent#run", TTL 48 h) listing every task it tries, written
+// before each try; a retry reads the receipt and those tasks consistently
+// and returns the lease the run got, so the same run id always gets the same
+// lease. The one window left is a first attempt whose write is still in
+// flight when its retry arrives; a client retries only after its first
+// attempt's answer is lost.
 //
 // # Waiting claims
 //
