@@ -7,85 +7,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
-
-// maxAttempts bounds the retries of a transition whose condition failed for a
-// reason that vanished by the time it was read (the lease ended in between).
-const maxAttempts = 8
-
-var (
-	nameHolder  = expression.Name("holder")
-	nameExpires = expression.Name("lease_expires")
-	nameStatus  = expression.Name("status")
-	nameFence   = expression.Name("fence")
-	nameESeq    = expression.Name("eseq")
-	nameVersion = expression.Name("version")
-	// nameClaimShard is the claim index's partition key, present only on
-	// claimable tasks.
-	nameClaimShard = expression.Name("claim_shard")
-)
-
-// update makes one conditional UpdateItem on a task. When the condition
-// holds it returns the item as it was before (ALL_OLD) and applied=true;
-// when it fails it returns the item as it is (nil if there is no task).
-//
-// Every write of a task item goes through it, and it adds one to the item's
-// version in the same write.
-func (s *Store) update(ctx context.Context, taskID string, cond expression.ConditionBuilder, upd expression.UpdateBuilder, rv types.ReturnValue) (*taskItem, bool, error) {
-	upd = upd.Add(nameVersion, expression.Value(1))
-	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
-	if err != nil {
-		return nil, false, fmt.Errorf("build update of %s: %w", taskID, err)
-	}
-	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           &s.tasks,
-		Key:                                 taskKey(taskID),
-		ConditionExpression:                 expr.Condition(),
-		UpdateExpression:                    expr.Update(),
-		ExpressionAttributeNames:            expr.Names(),
-		ExpressionAttributeValues:           expr.Values(),
-		ReturnValues:                        rv,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	if returned, failed := conditionFailed(err); failed {
-		cur, err := s.currentTask(ctx, returned, taskID)
-		return cur, false, err
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("update task %s: %w", taskID, err)
-	}
-	var it taskItem
-	if err := attributevalue.UnmarshalMap(out.Attributes, &it); err != nil {
-		return nil, false, fmt.Errorf("decode task %s: %w", taskID, err)
-	}
-	return &it, true, nil
-}
-
-// holderCond says "the caller holds this unexpired lease", with the run id and
-// fence when given.
-func holderCond(agentID, runID string, fence int64, now time.Time) expression.ConditionBuilder {
-	c := nameHolder.Equal(expression.Value(agentID)).
-		And(nameExpires.GreaterThan(expression.Value(ms(now))))
-	if runID != "" {
-		c = c.And(expression.Name("run_id").Equal(expression.Value(runID)))
-	}
-	if fence != 0 {
-		c = c.And(nameFence.Equal(expression.Value(fence)))
-	}
-	return c
-}
-
-// clearLease removes the lease and its index keys from a task item.
-func clearLease(u expression.UpdateBuilder) expression.UpdateBuilder {
-	for _, n := range []string{"holder", "holder_name", "run_id", "locked_at", "lease_expires", "timeout_ms", "reason", "lease_shard"} {
-		u = u.Remove(expression.Name(n))
-	}
-	return u
-}
 
 func statusValues(ss []Status) (expression.OperandBuilder, []expression.OperandBuilder) {
 	rest := make([]expression.OperandBuilder, 0, len(ss)-1)
