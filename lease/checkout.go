@@ -27,7 +27,7 @@ func statusValues(ss []Status) (expression.OperandBuilder, []expression.OperandB
 // heartbeat is taken over by a second write conditioned on that exact lease
 // (holder, fence and eseq).
 func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error) {
-	if err := s.checkCheckout(&p); err != nil {
+	if err := checkCheckout(&p); err != nil {
 		return Checkout{}, err
 	}
 	var over *taskItem // a lease whose holder is dead, to take over
@@ -83,41 +83,6 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 		}
 	}
 	return Checkout{}, fmt.Errorf("checkout %s: too much contention", p.TaskID)
-}
-
-func (s *Store) checkCheckout(p *CheckoutParams) error {
-	if err := checkID("task_id", p.TaskID); err != nil {
-		return err
-	}
-	if err := checkID("agent_id", p.AgentID); err != nil {
-		return err
-	}
-	if p.RunID == "" {
-		p.RunID = newID("run-")
-	} else if err := checkID("run_id", p.RunID); err != nil {
-		return err
-	}
-	if p.Timeout == 0 {
-		p.Timeout = DefaultTimeout
-	}
-	if err := checkTimeout(p.Timeout); err != nil {
-		return err
-	}
-	if err := checkText("reason", p.Reason, MaxReasonLen); err != nil {
-		return err
-	}
-	if p.AgentName == "" {
-		p.AgentName = p.AgentID
-	}
-	if len(p.ExpectedStatuses) == 0 {
-		p.ExpectedStatuses = []Status{StatusTodo, StatusInProgress}
-	}
-	for _, st := range p.ExpectedStatuses {
-		if !st.Valid() {
-			return invalid("invalid_request", "expected_statuses may hold only todo, in_progress, done, cancelled")
-		}
-	}
-	return nil
 }
 
 // grant makes the checkout write. With over nil it is the plain grant: the
@@ -218,11 +183,11 @@ func queueCond(queues []string) expression.ConditionBuilder {
 // lease's own timeout). A holder that is dead by heartbeat has lost its
 // lease and cannot renew it.
 func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
-	if err := checkID("task_id", p.TaskID); err != nil {
+	if err := checkHolder(p.TaskID, p.RunID); err != nil {
 		return Checkout{}, err
 	}
 	if p.Timeout != 0 {
-		if err := checkTimeout(p.Timeout); err != nil {
+		if err := TimeoutRange.Check(p.Timeout); err != nil {
 			return Checkout{}, err
 		}
 	}
@@ -312,10 +277,10 @@ func (s *Store) holderGuard(ctx context.Context, agentID, runID string, fence in
 // each watcher gets one message, and the notifier hears TaskAvailable. With
 // Force it ends whoever's lease is live (the caller must be an admin).
 func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) {
-	if err := checkID("task_id", p.TaskID); err != nil {
+	if err := checkHolder(p.TaskID, p.RunID); err != nil {
 		return Released{}, err
 	}
-	if err := checkText("reason", p.Reason, MaxReasonLen); err != nil {
+	if err := CheckReason(p.Reason); err != nil {
 		return Released{}, err
 	}
 	if p.Force {
@@ -426,7 +391,7 @@ func released(it *taskItem) Released {
 // Complete ends the caller's lease and marks the task done. Nobody is told:
 // the task will not be available again.
 func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
-	if err := checkID("task_id", p.TaskID); err != nil {
+	if err := checkHolder(p.TaskID, p.RunID); err != nil {
 		return Task{}, err
 	}
 	it, err := s.finish(ctx, p.TaskID, p.AgentID, p.RunID, p.Fence, ending{typ: EventComplete, by: p.AgentID, status: StatusDone})
@@ -441,7 +406,7 @@ func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
 // item, from agent to when it asked, bounded by MaxWatchers; an agent
 // already on it only refreshes its entry.
 func (s *Store) Watch(ctx context.Context, taskID, agentID string) error {
-	if err := checkID("task_id", taskID); err != nil {
+	if err := CheckID("task_id", taskID); err != nil {
 		return err
 	}
 	watchers := expression.Name("watchers")

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"regexp"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -296,32 +295,6 @@ func (t *taskItem) afterEnd(e ending, now time.Time) *taskItem {
 	t.Holder, t.HolderName, t.RunID, t.LockedAt, t.LeaseExpires, t.TimeoutMS, t.Reason, t.LeaseShard = "", "", "", 0, 0, 0, "", ""
 	t.Watchers, t.LeaseSeq = nil, 0
 	return t
-}
-
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
-
-// ValidID reports whether id is a valid task or agent id.
-func ValidID(id string) bool { return idPattern.MatchString(id) }
-
-func checkID(kind, id string) error {
-	if !ValidID(id) {
-		return invalid("invalid_id", "%s must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", kind)
-	}
-	return nil
-}
-
-func checkTimeout(d time.Duration) error {
-	if d < MinTimeout || d > MaxTimeout {
-		return invalid("invalid_timeout", "timeout must be between 1s and 24h")
-	}
-	return nil
-}
-
-func checkText(field, v string, max int) error {
-	if len(v) > max {
-		return invalid("invalid_request", "%s is longer than %d bytes", field, max)
-	}
-	return nil
 }
 
 // newID returns prefix + 16 random hex digits.
