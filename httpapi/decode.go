@@ -16,6 +16,11 @@ import (
 	"github.com/checkout-dev/checkout/lease"
 )
 
+// Parsing of requests. The rules on what a request may hold are lease's
+// (lease/validate.go): the helpers here parse a value, then check it with
+// the rule, so that a value that does not parse and one that breaks the
+// rule are answered alike.
+
 // decode reads a JSON object into v strictly: unknown fields, wrong types,
 // anything but an object and trailing data are 400 invalid_json; a body over
 // MaxBodyBytes is 413. An empty body is the empty object. Field names match

@@ -340,9 +340,9 @@ type grant struct {
 	timeout                   time.Duration
 }
 
-// check validates b (an agent_id naming another agent, admins only, first, then the timeout, the
-// run id, whatever extra checks, and the reason) and resolves whom the grant
-// is for.
+// check checks b by lease's rules (an agent_id naming another agent, admins
+// only, first, then the timeout, the run id, whatever extra checks, and the
+// reason) and then resolves whom the grant is for.
 func (s *server) check(ctx context.Context, p lease.Principal, b grantBody, extra func() error) (grant, error) {
 	var g grant
 	if err := mayActFor(p, b.AgentID); err != nil {
@@ -430,7 +430,8 @@ type holderBody struct {
 	AgentID *string `json:"agent_id"`
 }
 
-// checkHolder validates b and resolves the agent the request acts as.
+// checkHolder checks b by lease's rules and resolves the agent the request
+// acts as.
 func (s *server) checkHolder(ctx context.Context, p lease.Principal, b holderBody) (agentID, runID string, err error) {
 	if err := mayActFor(p, b.AgentID); err != nil {
 		return "", "", err
