@@ -16,6 +16,11 @@ import (
 	"github.com/checkout-dev/checkout/lease"
 )
 
+// Parsing of requests. The rules on what a request may hold are lease's
+// (lease/validate.go): the helpers here parse a value, then check it with
+// the rule, so that a value that does not parse and one that breaks the
+// rule are answered alike.
+
 // decode reads a JSON object into v strictly: unknown fields, wrong types,
 // anything but an object and trailing data are 400 invalid_json; a body over
 // MaxBodyBytes is 413. An empty body is the empty object. Field names match
@@ -185,79 +190,39 @@ func typeName(kind string) string {
 	return "of another type"
 }
 
-func checkID(field, id string) error {
-	if !lease.ValidID(id) {
-		return errorf(http.StatusBadRequest, codeInvalidID, "%s must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", field)
-	}
-	return nil
-}
-
-// optionalID checks an optional id field; absent or null is "".
+// optionalID parses an optional id field; absent or null is "".
 func optionalID(field string, id *string) (string, error) {
 	if id == nil {
 		return "", nil
 	}
-	return *id, checkID(field, *id)
+	return *id, lease.CheckID(field, *id)
 }
 
 // pathID is a path parameter that must be an id.
 func pathID(r *http.Request, name string) (string, error) {
 	id := r.PathValue(name)
-	return id, checkID(name, id)
+	return id, lease.CheckID(name, id)
 }
 
-// duration parses an optional Go duration within [min, max]; absent or null
-// is def.
-func duration(field string, v *string, def, min, max time.Duration) (time.Duration, error) {
+// duration parses an optional Go duration and checks it against rng;
+// absent or null is def. A value that does not parse fails as one out of
+// range does.
+func duration(v *string, def time.Duration, rng lease.DurationRange) (time.Duration, error) {
 	if v == nil {
 		return def, nil
 	}
 	d, err := time.ParseDuration(*v)
-	if err != nil || d < min || d > max {
-		return 0, errorf(http.StatusBadRequest, codeInvalidTimeout, "%s must be a duration such as \"90s\" or \"30m\" from %s to %s", field, fmtDur(min), fmtDur(max))
+	if err != nil {
+		return 0, rng.Invalid()
 	}
-	return d, nil
+	return d, rng.Check(d)
 }
 
-func fmtDur(d time.Duration) string {
-	switch {
-	case d%time.Hour == 0:
-		return strconv.Itoa(int(d/time.Hour)) + "h"
-	case d%time.Minute == 0:
-		return strconv.Itoa(int(d/time.Minute)) + "m"
+// limit parses a listing's page size.
+func limit(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, lease.InvalidLimit()
 	}
-	return d.String()
-}
-
-// text checks an optional free-text field's length.
-func text(field, v string, max int, required bool) error {
-	if required && strings.TrimSpace(v) == "" {
-		return errorf(http.StatusBadRequest, codeInvalidRequest, "%s is required", field)
-	}
-	if len(v) > max {
-		return errorf(http.StatusBadRequest, codeInvalidRequest, "%s must be at most %d bytes", field, max)
-	}
-	return nil
-}
-
-func fence(v int64) error {
-	if v < 0 {
-		return errorf(http.StatusBadRequest, codeInvalidRequest, "fence must be a positive integer")
-	}
-	return nil
-}
-
-func statuses(v []lease.Status) ([]lease.Status, error) {
-	if v == nil {
-		return nil, nil
-	}
-	if len(v) == 0 {
-		return nil, errorf(http.StatusBadRequest, codeInvalidRequest, "expected_statuses must not be empty")
-	}
-	for _, s := range v {
-		if !s.Valid() {
-			return nil, errorf(http.StatusBadRequest, codeInvalidRequest, "expected_statuses may hold only todo, in_progress, done and cancelled")
-		}
-	}
-	return v, nil
+	return n, lease.CheckLimit(n)
 }

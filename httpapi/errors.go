@@ -85,9 +85,12 @@ func conflictFor(err error, agentID string) error {
 	return &checkoutConflict{err: err, agentID: agentID}
 }
 
-// validationCodes are the ValidationError codes passed through as they are.
-var validationCodes = map[string]bool{
-	codeInvalidID: true, codeInvalidTimeout: true, codeInvalidRequest: true,
+// validationCodes maps lease's ValidationError codes to the API's 400
+// codes; any other code is invalid_request.
+var validationCodes = map[string]string{
+	lease.CodeInvalidID:      codeInvalidID,
+	lease.CodeInvalidTimeout: codeInvalidTimeout,
+	lease.CodeInvalidRequest: codeInvalidRequest,
 }
 
 // errorResponse maps any error to its status and body. It is the only place
@@ -114,8 +117,8 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 	case errors.As(err, &tooLarge):
 		return http.StatusRequestEntityTooLarge, errorBody{Error: "the request body is larger than 64 KiB", Code: codeTooLarge}, false
 	case errors.As(err, &ve):
-		code := ve.Code
-		if !validationCodes[code] {
+		code, ok := validationCodes[ve.Code]
+		if !ok {
 			code = codeInvalidRequest
 		}
 		return http.StatusBadRequest, errorBody{Error: ve.Message, Code: code}, false

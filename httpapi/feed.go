@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -25,8 +24,8 @@ func (s *server) feed(w http.ResponseWriter, r *http.Request, _ lease.Principal)
 	}
 	q := r.URL.Query()
 	p := lease.FeedParams{Limit: lease.DefaultListLimit, Cursor: q.Get("cursor")}
-	if len(p.Cursor) > 4096 {
-		return errorf(http.StatusBadRequest, codeInvalidRequest, "cursor is not valid")
+	if err := lease.CheckCursor(p.Cursor); err != nil {
+		return err
 	}
 	if v := q.Get("since"); strings.HasPrefix(v, "f1.") && p.Cursor == "" {
 		p.Cursor = v // since may also be a cursor
@@ -38,18 +37,17 @@ func (s *server) feed(w http.ResponseWriter, r *http.Request, _ lease.Principal)
 		p.Since = t
 	}
 	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > lease.MaxListLimit {
-			return errorf(http.StatusBadRequest, codeInvalidRequest, "limit must be an integer from 1 to %d", lease.MaxListLimit)
+		var err error
+		if p.Limit, err = limit(v); err != nil {
+			return err
 		}
-		p.Limit = n
 	}
 	if v := q.Get("type"); v != "" {
 		for _, t := range strings.Split(v, ",") {
 			p.Types = append(p.Types, lease.EventType(strings.TrimSpace(t)))
 		}
-		if len(p.Types) > len(lease.EventTypes) {
-			return errorf(http.StatusBadRequest, codeInvalidRequest, "type lists too many event types")
+		if err := lease.CheckEventTypes(p.Types); err != nil {
+			return err
 		}
 	}
 	page, err := fs.Feed(r.Context(), p)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -40,7 +39,7 @@ func (s *server) registerAgent(w http.ResponseWriter, r *http.Request, _ lease.P
 	if err != nil {
 		return err
 	}
-	if err := text("name", body.Name, lease.MaxNameLen, true); err != nil {
+	if err := lease.CheckName(body.Name); err != nil {
 		return err
 	}
 	reg, err := s.svc.RegisterAgent(r.Context(), lease.RegisterParams{AgentID: id, Name: body.Name, Admin: body.Admin})
@@ -104,7 +103,7 @@ func (s *server) heartbeat(w http.ResponseWriter, r *http.Request, p lease.Princ
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	ttl, err := duration("ttl", body.TTL, lease.DefaultHeartbeatTTL, lease.MinHeartbeatTTL, lease.MaxHeartbeatTTL)
+	ttl, err := duration(body.TTL, lease.DefaultHeartbeatTTL, lease.TTLRange)
 	if err != nil {
 		return err
 	}
@@ -129,23 +128,18 @@ type taskBody struct {
 	Metadata    json.RawMessage `json:"metadata"`
 }
 
-// params checks the id and the title (the rest is validated by lease).
+// params is the task b gives, checked by lease's rules: a task_id or queue
+// that is given must be valid, not just present.
 func (b taskBody) params() (lease.CreateTaskParams, error) {
 	id, err := optionalID("task_id", b.TaskID)
 	if err != nil {
 		return lease.CreateTaskParams{}, err
 	}
-	if err := text("title", b.Title, lease.MaxTitleLen, false); err != nil {
-		return lease.CreateTaskParams{}, err
-	}
 	p := lease.CreateTaskParams{TaskID: id, Title: b.Title, Description: b.Description, Priority: b.Priority, Metadata: nullIsAbsent(b.Metadata)}
 	if b.Queue != nil {
-		if *b.Queue == "" {
-			return p, errorf(http.StatusBadRequest, codeInvalidID, "queue must not be empty")
-		}
 		p.Queue = *b.Queue
 	}
-	return p, nil
+	return p, lease.CheckTaskFields(&b.Title, &b.Description, b.Queue, b.Priority, p.Metadata)
 }
 
 // nullIsAbsent treats a JSON null as an absent field, as every other field
@@ -181,18 +175,14 @@ func (s *server) createTasks(w http.ResponseWriter, r *http.Request, _ lease.Pri
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	if len(body.Tasks) < 1 || len(body.Tasks) > lease.MaxBatch {
-		return errorf(http.StatusBadRequest, codeInvalidRequest, "tasks must hold 1 to %d tasks", lease.MaxBatch)
+	if err := lease.CheckBatchSize(len(body.Tasks)); err != nil {
+		return err
 	}
 	ps := make([]lease.CreateTaskParams, len(body.Tasks))
 	for i, b := range body.Tasks {
 		p, err := b.params()
 		if err != nil {
-			var ae *apiError
-			if errors.As(err, &ae) {
-				ae.message = fmt.Sprintf("tasks[%d]: %s", i, ae.message)
-			}
-			return err
+			return lease.InBatch(i, err)
 		}
 		ps[i] = p
 	}
@@ -230,13 +220,8 @@ func (s *server) updateTask(w http.ResponseWriter, r *http.Request, p lease.Prin
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	if body.Title != nil {
-		if err := text("title", *body.Title, lease.MaxTitleLen, false); err != nil {
-			return err
-		}
-	}
-	if body.Queue != nil && *body.Queue == "" {
-		return errorf(http.StatusBadRequest, codeInvalidID, "queue must not be empty")
+	if err := lease.CheckTaskFields(body.Title, body.Description, body.Queue, body.Priority, nullIsAbsent(body.Metadata)); err != nil {
+		return err
 	}
 	params := lease.UpdateTaskParams{
 		TaskID: id, AgentID: p.AgentID, Admin: p.Admin,
@@ -263,19 +248,18 @@ func (s *server) listTasks(w http.ResponseWriter, r *http.Request, _ lease.Princ
 	params := lease.ListTasksParams{Limit: lease.DefaultListLimit, Cursor: q.Get("cursor"), Queue: q.Get("queue")}
 	if v := q.Get("status"); v != "" {
 		params.Status = lease.Status(v)
-		if !params.Status.Valid() {
-			return errorf(http.StatusBadRequest, codeInvalidRequest, "status must be todo, in_progress, done or cancelled")
+		if err := lease.CheckListStatus(params.Status); err != nil {
+			return err
 		}
 	}
 	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > lease.MaxListLimit {
-			return errorf(http.StatusBadRequest, codeInvalidRequest, "limit must be an integer from 1 to %d", lease.MaxListLimit)
+		var err error
+		if params.Limit, err = limit(v); err != nil {
+			return err
 		}
-		params.Limit = n
 	}
-	if len(params.Cursor) > 4096 {
-		return errorf(http.StatusBadRequest, codeInvalidRequest, "cursor is not valid")
+	if err := lease.CheckCursor(params.Cursor); err != nil {
+		return err
 	}
 	page, err := s.svc.ListTasks(r.Context(), params)
 	if err != nil {
@@ -321,7 +305,7 @@ func (s *server) actor(ctx context.Context, p lease.Principal, agentID *string) 
 	if err := mayActFor(p, agentID); err != nil {
 		return "", "", err
 	}
-	if err := checkID("agent_id", *agentID); err != nil {
+	if err := lease.CheckID("agent_id", *agentID); err != nil {
 		return "", "", err
 	}
 	if *agentID == p.AgentID {
@@ -356,16 +340,16 @@ type grant struct {
 	timeout                   time.Duration
 }
 
-// check validates b (an agent_id naming another agent, admins only, first, then the timeout, the
-// run id, whatever extra checks, and the reason) and resolves whom the grant
-// is for.
+// check checks b by lease's rules (an agent_id naming another agent, admins
+// only, first, then the timeout, the run id, whatever extra checks, and the
+// reason) and then resolves whom the grant is for.
 func (s *server) check(ctx context.Context, p lease.Principal, b grantBody, extra func() error) (grant, error) {
 	var g grant
 	if err := mayActFor(p, b.AgentID); err != nil {
 		return g, err
 	}
 	var err error
-	if g.timeout, err = duration("timeout", b.Timeout, lease.DefaultTimeout, lease.MinTimeout, lease.MaxTimeout); err != nil {
+	if g.timeout, err = duration(b.Timeout, lease.DefaultTimeout, lease.TimeoutRange); err != nil {
 		return g, err
 	}
 	if g.runID, err = optionalID("run_id", b.RunID); err != nil {
@@ -376,7 +360,7 @@ func (s *server) check(ctx context.Context, p lease.Principal, b grantBody, extr
 			return g, err
 		}
 	}
-	if err := text("reason", b.Reason, lease.MaxReasonLen, false); err != nil {
+	if err := lease.CheckReason(b.Reason); err != nil {
 		return g, err
 	}
 	g.agentID, g.agentName, err = s.actor(ctx, p, b.AgentID)
@@ -396,10 +380,8 @@ func (s *server) checkout(w http.ResponseWriter, r *http.Request, p lease.Princi
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	var expected []lease.Status
-	g, err := s.check(r.Context(), p, body.grantBody, func() (err error) {
-		expected, err = statuses(body.ExpectedStatuses)
-		return err
+	g, err := s.check(r.Context(), p, body.grantBody, func() error {
+		return lease.CheckExpectedStatuses(body.ExpectedStatuses)
 	})
 	if err != nil {
 		return err
@@ -411,7 +393,7 @@ func (s *server) checkout(w http.ResponseWriter, r *http.Request, p lease.Princi
 		RunID:            g.runID,
 		Timeout:          g.timeout,
 		Reason:           body.Reason,
-		ExpectedStatuses: expected,
+		ExpectedStatuses: body.ExpectedStatuses,
 		Watch:            body.Watch,
 		CreateIfMissing:  s.opts.AutoCreateTasks,
 	})
@@ -448,12 +430,13 @@ type holderBody struct {
 	AgentID *string `json:"agent_id"`
 }
 
-// checkHolder validates b and resolves the agent the request acts as.
+// checkHolder checks b by lease's rules and resolves the agent the request
+// acts as.
 func (s *server) checkHolder(ctx context.Context, p lease.Principal, b holderBody) (agentID, runID string, err error) {
 	if err := mayActFor(p, b.AgentID); err != nil {
 		return "", "", err
 	}
-	if err := fence(b.Fence); err != nil {
+	if err := lease.CheckFence(b.Fence); err != nil {
 		return "", "", err
 	}
 	if runID, err = optionalID("run_id", b.RunID); err != nil {
@@ -475,7 +458,7 @@ func (s *server) renew(w http.ResponseWriter, r *http.Request, p lease.Principal
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	timeout, err := duration("timeout", body.Timeout, 0, lease.MinTimeout, lease.MaxTimeout)
+	timeout, err := duration(body.Timeout, 0, lease.TimeoutRange)
 	if err != nil {
 		return err
 	}
@@ -507,7 +490,7 @@ func (s *server) release(w http.ResponseWriter, r *http.Request, p lease.Princip
 	if body.Force && !p.Admin {
 		return errForbidden("only an admin may force a release")
 	}
-	if err := text("reason", body.Reason, lease.MaxReasonLen, false); err != nil {
+	if err := lease.CheckReason(body.Reason); err != nil {
 		return err
 	}
 	agentID, runID, err := s.checkHolder(r.Context(), p, body.holderBody)
@@ -578,7 +561,7 @@ func (s *server) watch(w http.ResponseWriter, r *http.Request, p lease.Principal
 func (s *server) listCheckouts(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
 	agentID := r.URL.Query().Get("agent_id")
 	if agentID != "" {
-		if err := checkID("agent_id", agentID); err != nil {
+		if err := lease.CheckID("agent_id", agentID); err != nil {
 			return err
 		}
 	}
@@ -638,12 +621,12 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, p lease.Principal
 	if err != nil {
 		return err
 	}
-	wait, err := duration("wait", body.Wait, 0, 0, lease.MaxClaimWait)
+	wait, err := duration(body.Wait, 0, lease.WaitRange)
 	if err != nil {
 		return err
 	}
-	if body.Queues != nil && len(body.Queues) == 0 {
-		return errorf(http.StatusBadRequest, codeInvalidRequest, "queues must name at least one queue")
+	if err := lease.CheckClaimQueues(body.Queues); err != nil {
+		return err
 	}
 	c, err := s.svc.Claim(r.Context(), lease.ClaimParams{
 		AgentID: g.agentID, AgentName: g.agentName, RunID: g.runID, Timeout: g.timeout, Reason: body.Reason,

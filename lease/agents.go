@@ -47,13 +47,10 @@ func (s *Store) RegisterAgent(ctx context.Context, p RegisterParams) (Registrati
 	if p.AgentID == "" {
 		p.AgentID = newID("agent-")
 	}
-	if err := checkID("agent_id", p.AgentID); err != nil {
+	if err := CheckID("agent_id", p.AgentID); err != nil {
 		return Registration{}, err
 	}
-	if p.Name == "" {
-		return Registration{}, invalid("invalid_request", "name is required")
-	}
-	if err := checkText("name", p.Name, MaxNameLen); err != nil {
+	if err := CheckName(p.Name); err != nil {
 		return Registration{}, err
 	}
 	key := NewAPIKey()
@@ -104,11 +101,11 @@ func (s *Store) putKey(ctx context.Context, a agentItem) error {
 // key it had. It is idempotent: the local server runs it at every start for
 // the admin key, and mint-admin runs it to create the first admin in AWS.
 func (s *Store) EnsureAgent(ctx context.Context, agentID, name string, admin bool, apiKey string) error {
-	if err := checkID("agent_id", agentID); err != nil {
+	if err := CheckID("agent_id", agentID); err != nil {
 		return err
 	}
 	if len(apiKey) < 16 {
-		return invalid("invalid_request", "api key must be at least 16 characters")
+		return invalidField("api_key", CodeInvalidRequest, "api key must be at least 16 characters")
 	}
 	a := agentItem{AgentID: agentID, Kind: "agent", Name: name, Admin: admin, KeyHash: HashKey(apiKey), CreatedAt: ms(s.clock())}
 	item, err := attributevalue.MarshalMap(a)
@@ -185,7 +182,7 @@ func (s *Store) ListAgents(ctx context.Context) ([]Agent, error) {
 // AWS, while the authorizer still caches its key); the sweep ends them all.
 // Its inbox is emptied, so that an id registered again starts clean.
 func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
-	if err := checkID("agent_id", agentID); err != nil {
+	if err := CheckID("agent_id", agentID); err != nil {
 		return err
 	}
 	cond := expression.AttributeExists(expression.Name("agent_id"))
@@ -276,10 +273,10 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 	if ttl == 0 {
 		ttl = DefaultHeartbeatTTL
 	}
-	if ttl < MinHeartbeatTTL || ttl > MaxHeartbeatTTL {
-		return Heartbeat{}, invalid("invalid_timeout", "ttl must be between 1s and 1h")
+	if err := TTLRange.Check(ttl); err != nil {
+		return Heartbeat{}, err
 	}
-	if err := checkID("agent_id", agentID); err != nil {
+	if err := CheckID("agent_id", agentID); err != nil {
 		return Heartbeat{}, err
 	}
 	notRemoved := expression.AttributeNotExists(expression.Name("removed"))
@@ -464,7 +461,7 @@ func backoff(ctx context.Context, attempt int) error {
 
 // GetAgent returns one agent, without its liveness. One GetItem.
 func (s *Store) GetAgent(ctx context.Context, agentID string) (Agent, error) {
-	if err := checkID("agent_id", agentID); err != nil {
+	if err := CheckID("agent_id", agentID); err != nil {
 		return Agent{}, err
 	}
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.agents, Key: agentKey(agentID)})

@@ -7,85 +7,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
-
-// maxAttempts bounds the retries of a transition whose condition failed for a
-// reason that vanished by the time it was read (the lease ended in between).
-const maxAttempts = 8
-
-var (
-	nameHolder  = expression.Name("holder")
-	nameExpires = expression.Name("lease_expires")
-	nameStatus  = expression.Name("status")
-	nameFence   = expression.Name("fence")
-	nameESeq    = expression.Name("eseq")
-	nameVersion = expression.Name("version")
-	// nameClaimShard is the claim index's partition key, present only on
-	// claimable tasks.
-	nameClaimShard = expression.Name("claim_shard")
-)
-
-// update makes one conditional UpdateItem on a task. When the condition
-// holds it returns the item as it was before (ALL_OLD) and applied=true;
-// when it fails it returns the item as it is (nil if there is no task).
-//
-// Every write of a task item goes through it, and it adds one to the item's
-// version in the same write.
-func (s *Store) update(ctx context.Context, taskID string, cond expression.ConditionBuilder, upd expression.UpdateBuilder, rv types.ReturnValue) (*taskItem, bool, error) {
-	upd = upd.Add(nameVersion, expression.Value(1))
-	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
-	if err != nil {
-		return nil, false, fmt.Errorf("build update of %s: %w", taskID, err)
-	}
-	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           &s.tasks,
-		Key:                                 taskKey(taskID),
-		ConditionExpression:                 expr.Condition(),
-		UpdateExpression:                    expr.Update(),
-		ExpressionAttributeNames:            expr.Names(),
-		ExpressionAttributeValues:           expr.Values(),
-		ReturnValues:                        rv,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	if returned, failed := conditionFailed(err); failed {
-		cur, err := s.currentTask(ctx, returned, taskID)
-		return cur, false, err
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("update task %s: %w", taskID, err)
-	}
-	var it taskItem
-	if err := attributevalue.UnmarshalMap(out.Attributes, &it); err != nil {
-		return nil, false, fmt.Errorf("decode task %s: %w", taskID, err)
-	}
-	return &it, true, nil
-}
-
-// holderCond says "the caller holds this unexpired lease", with the run id and
-// fence when given.
-func holderCond(agentID, runID string, fence int64, now time.Time) expression.ConditionBuilder {
-	c := nameHolder.Equal(expression.Value(agentID)).
-		And(nameExpires.GreaterThan(expression.Value(ms(now))))
-	if runID != "" {
-		c = c.And(expression.Name("run_id").Equal(expression.Value(runID)))
-	}
-	if fence != 0 {
-		c = c.And(nameFence.Equal(expression.Value(fence)))
-	}
-	return c
-}
-
-// clearLease removes the lease and its index keys from a task item.
-func clearLease(u expression.UpdateBuilder) expression.UpdateBuilder {
-	for _, n := range []string{"holder", "holder_name", "run_id", "locked_at", "lease_expires", "timeout_ms", "reason", "lease_shard"} {
-		u = u.Remove(expression.Name(n))
-	}
-	return u
-}
 
 func statusValues(ss []Status) (expression.OperandBuilder, []expression.OperandBuilder) {
 	rest := make([]expression.OperandBuilder, 0, len(ss)-1)
@@ -103,7 +27,7 @@ func statusValues(ss []Status) (expression.OperandBuilder, []expression.OperandB
 // heartbeat is taken over by a second write conditioned on that exact lease
 // (holder, fence and eseq).
 func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error) {
-	if err := s.checkCheckout(&p); err != nil {
+	if err := checkCheckout(&p); err != nil {
 		return Checkout{}, err
 	}
 	var over *taskItem // a lease whose holder is dead, to take over
@@ -159,41 +83,6 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 		}
 	}
 	return Checkout{}, fmt.Errorf("checkout %s: too much contention", p.TaskID)
-}
-
-func (s *Store) checkCheckout(p *CheckoutParams) error {
-	if err := checkID("task_id", p.TaskID); err != nil {
-		return err
-	}
-	if err := checkID("agent_id", p.AgentID); err != nil {
-		return err
-	}
-	if p.RunID == "" {
-		p.RunID = newID("run-")
-	} else if err := checkID("run_id", p.RunID); err != nil {
-		return err
-	}
-	if p.Timeout == 0 {
-		p.Timeout = DefaultTimeout
-	}
-	if err := checkTimeout(p.Timeout); err != nil {
-		return err
-	}
-	if err := checkText("reason", p.Reason, MaxReasonLen); err != nil {
-		return err
-	}
-	if p.AgentName == "" {
-		p.AgentName = p.AgentID
-	}
-	if len(p.ExpectedStatuses) == 0 {
-		p.ExpectedStatuses = []Status{StatusTodo, StatusInProgress}
-	}
-	for _, st := range p.ExpectedStatuses {
-		if !st.Valid() {
-			return invalid("invalid_request", "expected_statuses may hold only todo, in_progress, done, cancelled")
-		}
-	}
-	return nil
 }
 
 // grant makes the checkout write. With over nil it is the plain grant: the
@@ -294,11 +183,11 @@ func queueCond(queues []string) expression.ConditionBuilder {
 // lease's own timeout). A holder that is dead by heartbeat has lost its
 // lease and cannot renew it.
 func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
-	if err := checkID("task_id", p.TaskID); err != nil {
+	if err := checkHolder(p.TaskID, p.RunID); err != nil {
 		return Checkout{}, err
 	}
 	if p.Timeout != 0 {
-		if err := checkTimeout(p.Timeout); err != nil {
+		if err := TimeoutRange.Check(p.Timeout); err != nil {
 			return Checkout{}, err
 		}
 	}
@@ -388,10 +277,10 @@ func (s *Store) holderGuard(ctx context.Context, agentID, runID string, fence in
 // each watcher gets one message, and the notifier hears TaskAvailable. With
 // Force it ends whoever's lease is live (the caller must be an admin).
 func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) {
-	if err := checkID("task_id", p.TaskID); err != nil {
+	if err := checkHolder(p.TaskID, p.RunID); err != nil {
 		return Released{}, err
 	}
-	if err := checkText("reason", p.Reason, MaxReasonLen); err != nil {
+	if err := CheckReason(p.Reason); err != nil {
 		return Released{}, err
 	}
 	if p.Force {
@@ -502,7 +391,7 @@ func released(it *taskItem) Released {
 // Complete ends the caller's lease and marks the task done. Nobody is told:
 // the task will not be available again.
 func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
-	if err := checkID("task_id", p.TaskID); err != nil {
+	if err := checkHolder(p.TaskID, p.RunID); err != nil {
 		return Task{}, err
 	}
 	it, err := s.finish(ctx, p.TaskID, p.AgentID, p.RunID, p.Fence, ending{typ: EventComplete, by: p.AgentID, status: StatusDone})
@@ -517,7 +406,7 @@ func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
 // item, from agent to when it asked, bounded by MaxWatchers; an agent
 // already on it only refreshes its entry.
 func (s *Store) Watch(ctx context.Context, taskID, agentID string) error {
-	if err := checkID("task_id", taskID); err != nil {
+	if err := CheckID("task_id", taskID); err != nil {
 		return err
 	}
 	watchers := expression.Name("watchers")

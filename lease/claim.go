@@ -75,17 +75,16 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 		ExpectedStatuses: []Status{StatusTodo}, TaskID: "claim",
 	}
 	named := p.RunID != ""
-	if err := s.checkCheckout(&cp); err != nil {
+	if err := checkCheckout(&cp); err != nil {
 		return Checkout{}, err
 	}
-	queues, err := claimQueues(p.Queues)
-	if err != nil {
+	if err := CheckClaimQueues(p.Queues); err != nil {
 		return Checkout{}, err
 	}
-	if p.Wait < 0 || p.Wait > MaxClaimWait {
-		return Checkout{}, invalid("invalid_timeout", "wait must be between 0s and %s", MaxClaimWait)
+	if err := WaitRange.Check(p.Wait); err != nil {
+		return Checkout{}, err
 	}
-	cp.queues = queues
+	cp.queues = claimQueues(p.Queues)
 	if named {
 		if c, ok, err := s.claimedBefore(ctx, cp.AgentID, cp.RunID); ok || err != nil {
 			return c, err
@@ -121,24 +120,19 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 	}
 }
 
-// claimQueues validates and defaults a claim's queues, without repeats.
-func claimQueues(qs []string) ([]string, error) {
+// claimQueues defaults a claim's queues (checked by CheckClaimQueues) and
+// drops repeats.
+func claimQueues(qs []string) []string {
 	if len(qs) == 0 {
-		return []string{DefaultQueue}, nil
-	}
-	if len(qs) > MaxClaimQueues {
-		return nil, invalid("invalid_request", "a claim names at most %d queues", MaxClaimQueues)
+		return []string{DefaultQueue}
 	}
 	var out []string
 	for _, q := range qs {
-		if err := checkQueue(q); err != nil {
-			return nil, err
-		}
 		if !slices.Contains(out, q) {
 			out = append(out, q)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // claimOnce is one look and the writes it leads to. full also reads the

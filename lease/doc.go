@@ -8,6 +8,18 @@
 // by heartbeat. Every decision that could break the rule is one conditional
 // write on the task item; nothing read before it is trusted.
 //
+// # Where to read
+//
+// A lease's whole state is its task item (item.go: the live lease, the
+// last one an ending ended, the one the latest checkout took over, and
+// what is read from them). The writes that move it are built in store.go
+// (update, holderCond, clearLease, endUpdate); each operation's file
+// (checkout.go, claim.go, update.go for PATCH, sweep.go) decides which
+// condition and which update to send. The rules on input are in
+// validate.go: every operation checks its params with them, and each
+// failure is a *ValidationError with the field, the API's code and its
+// sentence.
+//
 // # Tables
 //
 // The tables are defined once, in package schema, and built from there by

@@ -79,9 +79,12 @@ func (e *NotHolderError) Error() string {
 
 func (e *NotHolderError) Unwrap() error { return ErrNotHolder }
 
-// ValidationError is bad input. Code is the API's machine code
-// (invalid_id, invalid_timeout, invalid_request, ...).
+// ValidationError is bad input (the rules are in validate.go). Field names
+// the input at fault as the API spells it (timeout, tasks[2].title, ...);
+// Code is the API's machine code (CodeInvalidID, CodeInvalidTimeout,
+// CodeInvalidRequest); Message is the sentence the API answers with.
 type ValidationError struct {
+	Field   string
 	Code    string
 	Message string
 }
@@ -90,6 +93,6 @@ func (e *ValidationError) Error() string { return "lease: " + e.Message }
 
 func (e *ValidationError) Unwrap() error { return ErrInvalid }
 
-func invalid(code, format string, args ...any) error {
-	return &ValidationError{Code: code, Message: fmt.Sprintf(format, args...)}
+func invalidField(field, code, format string, args ...any) error {
+	return &ValidationError{Field: field, Code: code, Message: fmt.Sprintf(format, args...)}
 }

@@ -67,7 +67,7 @@ func (s *Store) batchWrite(ctx context.Context, byTable map[string][]types.Write
 
 // Events returns a task's audit trail, oldest first.
 func (s *Store) Events(ctx context.Context, taskID string) ([]Event, error) {
-	if err := checkID("task_id", taskID); err != nil {
+	if err := CheckID("task_id", taskID); err != nil {
 		return nil, err
 	}
 	it, err := s.getTask(ctx, taskID)

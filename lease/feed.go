@@ -95,7 +95,7 @@ func encodeFeedCursor(pos string) string {
 }
 
 func decodeFeedCursor(c string) (string, error) {
-	bad := invalid("invalid_request", "cursor is not one this server issued")
+	bad := notIssued()
 	if len(c) < 3 || c[:3] != "f1." {
 		return "", bad
 	}
@@ -118,13 +118,14 @@ func (s *Store) Feed(ctx context.Context, p FeedParams) (FeedPage, error) {
 	if limit == 0 {
 		limit = DefaultListLimit
 	}
-	if limit < 1 || limit > MaxListLimit {
-		return FeedPage{}, invalid("invalid_request", "limit must be 1 to %d", MaxListLimit)
+	if err := CheckLimit(limit); err != nil {
+		return FeedPage{}, err
 	}
-	for _, t := range p.Types {
-		if !slices.Contains(EventTypes, t) {
-			return FeedPage{}, invalid("invalid_request", "type %q is not an event type", t)
-		}
+	if err := CheckEventTypes(p.Types); err != nil {
+		return FeedPage{}, err
+	}
+	if err := CheckCursor(p.Cursor); err != nil {
+		return FeedPage{}, err
 	}
 	now := s.clock()
 	var pos string

@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// The items as stored. A lease's whole state is on its task item: the live
+// lease, the last one an ending ended (endRecord) and the one the latest
+// checkout took over (prevRecord); the writes that move it are in store.go.
+
 // taskItem is a task as stored. The lease lives on the task item itself, so
 // that one conditional write decides every transition. Times are Unix
 // milliseconds.
@@ -72,6 +76,40 @@ type taskItem struct {
 	// checkout took over.
 	endRecord
 	prevRecord
+}
+
+// endRecord is the last lease that an ending write ended (release,
+// completion, force release, or the sweep's timeout or agent_death): the
+// lease as it was, moved out of the lease attributes by that write, and how
+// it ended. It gives the ending's event, and it lets a holder retrying its
+// release or completion be answered as its first attempt was.
+type endRecord struct {
+	EndSeq         int64     `dynamodbav:"end_seq,omitempty"`
+	EndType        EventType `dynamodbav:"end_type,omitempty"`
+	EndAgent       string    `dynamodbav:"end_agent,omitempty"`
+	EndRun         string    `dynamodbav:"end_run,omitempty"`
+	EndFence       int64     `dynamodbav:"end_fence,omitempty"`
+	EndLocked      int64     `dynamodbav:"end_locked,omitempty"`
+	EndExpires     int64     `dynamodbav:"end_expires,omitempty"`
+	EndAt          int64     `dynamodbav:"end_at,omitempty"`
+	EndBy          string    `dynamodbav:"end_by,omitempty"`
+	EndReason      string    `dynamodbav:"end_reason,omitempty"`
+	EndLeaseSeq    int64     `dynamodbav:"end_lease_seq,omitempty"`
+	EndLeaseReason string    `dynamodbav:"end_lease_reason,omitempty"`
+}
+
+// prevRecord is the lease a checkout took over (expired, or its holder
+// dead), copied by the checkout's own write; prev_agent is NULL when the
+// checkout found the task free. With the lease it replaced on the item, the
+// write carries both of its events: the old lease's end and the new
+// checkout.
+type prevRecord struct {
+	PrevAgent   string    `dynamodbav:"prev_agent,omitempty"`
+	PrevRun     string    `dynamodbav:"prev_run,omitempty"`
+	PrevFence   int64     `dynamodbav:"prev_fence,omitempty"`
+	PrevLocked  int64     `dynamodbav:"prev_locked,omitempty"`
+	PrevExpires int64     `dynamodbav:"prev_expires,omitempty"`
+	PrevEnd     EventType `dynamodbav:"prev_end,omitempty"`
 }
 
 func (t *taskItem) queue() string {
@@ -170,6 +208,102 @@ func (t *taskItem) task(live bool) Task {
 		}
 	}
 	return out
+}
+
+// heldMS is how long a lease locked at locked and ending by typ at `at` was
+// held: a lease that timed out ended when it expired, not when it was noticed.
+func heldMS(typ EventType, locked, expires, at int64) int64 {
+	end := at
+	if typ == EventTimeout && expires > 0 && expires < end {
+		end = expires
+	}
+	return max(end-locked, 0)
+}
+
+// endEvent is the event of the last lease an ending write ended.
+func (t *taskItem) endEvent() (eventItem, bool) {
+	r := t.endRecord
+	if r.EndSeq == 0 {
+		return eventItem{}, false
+	}
+	held := heldMS(r.EndType, r.EndLocked, r.EndExpires, r.EndAt)
+	return eventItem{
+		TaskID: t.TaskID, Seq: r.EndSeq, Type: r.EndType, AgentID: r.EndAgent, RunID: r.EndRun,
+		Fence: r.EndFence, At: r.EndAt, HeldMS: &held, By: r.EndBy, Reason: r.EndReason,
+	}, true
+}
+
+// endedCheckout is the last lease an ending write ended, as it was.
+func (t *taskItem) endedCheckout() Checkout {
+	r := t.endRecord
+	return Checkout{
+		TaskID: t.TaskID, AgentID: r.EndAgent, AgentName: r.EndAgent, RunID: r.EndRun, Fence: r.EndFence,
+		LockedAt: fromMS(r.EndLocked), ExpiresAt: fromMS(r.EndExpires),
+		Timeout: fromMS(r.EndExpires).Sub(fromMS(r.EndLocked)), Reason: r.EndLeaseReason,
+		Title: t.Title, Queue: t.queue(), Priority: t.priority(),
+	}
+}
+
+// replacedCheckout is the lease the latest checkout took over, as it was.
+func (t *taskItem) replacedCheckout() Checkout {
+	r := t.prevRecord
+	return Checkout{
+		TaskID: t.TaskID, AgentID: r.PrevAgent, AgentName: r.PrevAgent, RunID: r.PrevRun, Fence: r.PrevFence,
+		LockedAt: fromMS(r.PrevLocked), ExpiresAt: fromMS(r.PrevExpires),
+		Timeout: fromMS(r.PrevExpires).Sub(fromMS(r.PrevLocked)),
+	}
+}
+
+// itemEvent is an event that a task item's latest write recorded. frees
+// says the task became available by it, so watchers are told.
+type itemEvent struct {
+	eventItem
+	frees bool
+}
+
+// latestEvents are the events of the item's latest transition, which its
+// one write recorded: a checkout (with the end of the lease it took over,
+// if any), a renewal, or an ending. The change stream archives them; Events
+// merges them in while their archive write is in flight.
+func (t *taskItem) latestEvents() []itemEvent {
+	switch t.LastOp {
+	case "":
+		return nil
+	case EventCheckout:
+		var out []itemEvent
+		if t.PrevAgent != "" {
+			typ, reason := t.PrevEnd, "lease expired"
+			if typ == EventAgentDeath {
+				reason = "holder's heartbeat expired"
+			}
+			held := heldMS(typ, t.PrevLocked, t.PrevExpires, t.LockedAt)
+			out = append(out, itemEvent{eventItem: eventItem{
+				TaskID: t.TaskID, Seq: t.ESeq - 1, Type: typ, AgentID: t.PrevAgent, RunID: t.PrevRun,
+				Fence: t.PrevFence, At: t.LockedAt, HeldMS: &held, By: BySystem, Reason: reason,
+			}})
+		}
+		if t.hasLease() {
+			out = append(out, itemEvent{eventItem: eventItem{
+				TaskID: t.TaskID, Seq: t.ESeq, Type: EventCheckout, AgentID: t.Holder, RunID: t.RunID,
+				Fence: t.Fence, At: t.LockedAt, By: t.Holder, Reason: t.Reason,
+			}})
+		}
+		return out
+	case EventRenew:
+		if !t.hasLease() {
+			return nil
+		}
+		return []itemEvent{{eventItem: eventItem{
+			TaskID: t.TaskID, Seq: t.ESeq, Type: EventRenew, AgentID: t.Holder, RunID: t.RunID,
+			Fence: t.Fence, At: t.LastAt, By: t.Holder,
+		}}}
+	}
+	if ev, ok := t.endEvent(); ok && ev.Seq == t.ESeq {
+		// A cancel frees the task of its lease: watchers are told, with
+		// reason cancel, though the task is not claimable.
+		return []itemEvent{{eventItem: ev, frees: ev.Type != EventComplete}}
+	}
+	return nil
 }
 
 // heartbeatItem is an agent's latest heartbeat.

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"regexp"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -130,30 +129,172 @@ func (s *Store) FallbackReads() int64 { return s.fallbackReads.Load() }
 // items store.
 func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Millisecond) }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+// The writes that move a lease. A lease's state is the task item (taskItem,
+// with its endRecord and prevRecord, in item.go); every write of it is
+// update, a conditional UpdateItem built from the pieces below: holderCond
+// for "the caller holds it", clearLease and endUpdate for an ending. The
+// operations (checkout.go, claim.go, update.go, sweep.go) only decide which
+// condition and which update to send.
 
-// ValidID reports whether id is a valid task or agent id.
-func ValidID(id string) bool { return idPattern.MatchString(id) }
+// maxAttempts bounds the retries of a transition whose condition failed for a
+// reason that vanished by the time it was read (the lease ended in between).
+const maxAttempts = 8
 
-func checkID(kind, id string) error {
-	if !ValidID(id) {
-		return invalid("invalid_id", "%s must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", kind)
+// The task item's attributes that conditions and updates name most.
+var (
+	nameHolder  = expression.Name("holder")
+	nameExpires = expression.Name("lease_expires")
+	nameStatus  = expression.Name("status")
+	nameFence   = expression.Name("fence")
+	nameESeq    = expression.Name("eseq")
+	nameVersion = expression.Name("version")
+	// nameClaimShard is the claim index's partition key, present only on
+	// claimable tasks.
+	nameClaimShard = expression.Name("claim_shard")
+)
+
+// update makes one conditional UpdateItem on a task. When the condition
+// holds it returns the item as it was before (ALL_OLD) and applied=true;
+// when it fails it returns the item as it is (nil if there is no task).
+//
+// Every write of a task item goes through it, and it adds one to the item's
+// version in the same write.
+func (s *Store) update(ctx context.Context, taskID string, cond expression.ConditionBuilder, upd expression.UpdateBuilder, rv types.ReturnValue) (*taskItem, bool, error) {
+	upd = upd.Add(nameVersion, expression.Value(1))
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
+	if err != nil {
+		return nil, false, fmt.Errorf("build update of %s: %w", taskID, err)
 	}
-	return nil
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           &s.tasks,
+		Key:                                 taskKey(taskID),
+		ConditionExpression:                 expr.Condition(),
+		UpdateExpression:                    expr.Update(),
+		ExpressionAttributeNames:            expr.Names(),
+		ExpressionAttributeValues:           expr.Values(),
+		ReturnValues:                        rv,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if returned, failed := conditionFailed(err); failed {
+		cur, err := s.currentTask(ctx, returned, taskID)
+		return cur, false, err
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("update task %s: %w", taskID, err)
+	}
+	var it taskItem
+	if err := attributevalue.UnmarshalMap(out.Attributes, &it); err != nil {
+		return nil, false, fmt.Errorf("decode task %s: %w", taskID, err)
+	}
+	return &it, true, nil
 }
 
-func checkTimeout(d time.Duration) error {
-	if d < MinTimeout || d > MaxTimeout {
-		return invalid("invalid_timeout", "timeout must be between 1s and 24h")
+// holderCond says "the caller holds this unexpired lease", with the run id and
+// fence when given.
+func holderCond(agentID, runID string, fence int64, now time.Time) expression.ConditionBuilder {
+	c := nameHolder.Equal(expression.Value(agentID)).
+		And(nameExpires.GreaterThan(expression.Value(ms(now))))
+	if runID != "" {
+		c = c.And(expression.Name("run_id").Equal(expression.Value(runID)))
 	}
-	return nil
+	if fence != 0 {
+		c = c.And(nameFence.Equal(expression.Value(fence)))
+	}
+	return c
 }
 
-func checkText(field, v string, max int) error {
-	if len(v) > max {
-		return invalid("invalid_request", "%s is longer than %d bytes", field, max)
+// clearLease removes the lease and its index keys from a task item.
+func clearLease(u expression.UpdateBuilder) expression.UpdateBuilder {
+	for _, n := range []string{"holder", "holder_name", "run_id", "locked_at", "lease_expires", "timeout_ms", "reason", "lease_shard"} {
+		u = u.Remove(expression.Name(n))
 	}
-	return nil
+	return u
+}
+
+// ending says how a lease ends.
+type ending struct {
+	typ    EventType
+	by     string
+	reason string
+	status Status // todo when the task is freed, done when completed
+}
+
+// null is DynamoDB's NULL, for copies of attributes that may be missing.
+var null = expression.Value(&types.AttributeValueMemberNULL{Value: true})
+
+func copyOf(name string) expression.OperandBuilder {
+	return expression.IfNotExists(expression.Name(name), null)
+}
+
+// endUpdate is the update of a write that ends the lease on a task: it moves
+// the lease into the end_* attributes (SET end_agent = holder ... REMOVE
+// holder), records the transition (last_op, last_at, eseq), drops the watch
+// list (the change stream hands the old one to the messages) and sets the
+// task's status. afterEnd mirrors it.
+//
+// An ending that leaves the task todo puts it back in the claim index (SET
+// claim_shard = claim_home, the task's own queue and shard; a task written
+// before queues has none and goes to the default queue); any other ending
+// leaves it out.
+func endUpdate(taskID string, e ending, now time.Time) expression.UpdateBuilder {
+	u := expression.Set(nameStatus, expression.Value(string(e.status))).
+		Set(nameESeq, nameESeq.Plus(expression.Value(1))).
+		Set(expression.Name("last_op"), expression.Value(string(e.typ))).
+		Set(expression.Name("last_at"), expression.Value(ms(now))).
+		Set(expression.Name("end_seq"), nameESeq.Plus(expression.Value(1))).
+		Set(expression.Name("end_type"), expression.Value(string(e.typ))).
+		Set(expression.Name("end_agent"), nameHolder).
+		Set(expression.Name("end_run"), expression.Name("run_id")).
+		Set(expression.Name("end_fence"), nameFence).
+		Set(expression.Name("end_locked"), expression.Name("locked_at")).
+		Set(expression.Name("end_expires"), nameExpires).
+		Set(expression.Name("end_at"), expression.Value(ms(now))).
+		Set(expression.Name("end_by"), expression.Value(e.by)).
+		Set(expression.Name("end_lease_seq"), copyOf("lease_seq")).
+		Set(expression.Name("end_lease_reason"), copyOf("reason"))
+	if e.reason != "" {
+		u = u.Set(expression.Name("end_reason"), expression.Value(e.reason))
+	} else {
+		u = u.Remove(expression.Name("end_reason"))
+	}
+	if e.status == StatusDone || e.status == StatusCancelled {
+		u = u.Set(expression.Name("completed_at"), expression.Value(ms(now)))
+	}
+	if e.status == StatusTodo {
+		u = u.Set(nameClaimShard, expression.IfNotExists(expression.Name("claim_home"), expression.Value(claimHome(DefaultQueue, taskID))))
+	} else {
+		u = u.Remove(nameClaimShard)
+	}
+	return clearLease(u).Remove(expression.Name("watchers")).Remove(expression.Name("lease_seq"))
+}
+
+// afterEnd is the item as endUpdate leaves this one.
+func (t *taskItem) afterEnd(e ending, now time.Time) *taskItem {
+	old := t
+	after := *old
+	t = &after
+	t.Status = e.status
+	t.ESeq = old.ESeq + 1
+	t.LastOp, t.LastAt = e.typ, ms(now)
+	t.Version = old.Version + 1
+	t.ClaimShard = ""
+	if e.status == StatusTodo {
+		t.ClaimShard = old.ClaimHome
+		if t.ClaimShard == "" {
+			t.ClaimShard = claimHome(DefaultQueue, old.TaskID)
+		}
+	}
+	t.endRecord = endRecord{
+		EndSeq: old.ESeq + 1, EndType: e.typ, EndAgent: old.Holder, EndRun: old.RunID,
+		EndFence: old.Fence, EndLocked: old.LockedAt, EndExpires: old.LeaseExpires, EndAt: ms(now),
+		EndBy: e.by, EndReason: e.reason, EndLeaseSeq: old.LeaseSeq, EndLeaseReason: old.Reason,
+	}
+	if e.status == StatusDone || e.status == StatusCancelled {
+		t.CompletedAt = ms(now)
+	}
+	t.Holder, t.HolderName, t.RunID, t.LockedAt, t.LeaseExpires, t.TimeoutMS, t.Reason, t.LeaseShard = "", "", "", 0, 0, 0, "", ""
+	t.Watchers, t.LeaseSeq = nil, 0
+	return t
 }
 
 // newID returns prefix + 16 random hex digits.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -39,46 +38,6 @@ func (s *Store) CreateTask(ctx context.Context, p CreateTaskParams) (Task, error
 	return it.task(false), nil
 }
 
-// checkTaskFields validates a task's fields as create and PATCH take them.
-func checkTaskFields(title, description *string, queue *string, priority *int, metadata json.RawMessage) error {
-	if title != nil {
-		if err := checkText("title", *title, MaxTitleLen); err != nil {
-			return err
-		}
-	}
-	if description != nil {
-		if err := checkText("description", *description, MaxDescriptionLen); err != nil {
-			return err
-		}
-	}
-	if queue != nil {
-		if err := checkQueue(*queue); err != nil {
-			return err
-		}
-	}
-	if priority != nil && (*priority < 0 || *priority > MaxPriority) {
-		return invalid("invalid_request", "priority must be an integer from 0 to %d", MaxPriority)
-	}
-	if metadata != nil {
-		if len(metadata) > MaxMetadataLen {
-			return invalid("invalid_request", "metadata is larger than %d bytes", MaxMetadataLen)
-		}
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(metadata, &obj); err != nil || obj == nil {
-			return invalid("invalid_request", "metadata must be a JSON object")
-		}
-	}
-	return nil
-}
-
-// checkQueue validates a queue name: an id, like task and agent ids.
-func checkQueue(q string) error {
-	if !ValidID(q) {
-		return invalid("invalid_id", "queue %q must match %s", q, idPattern.String())
-	}
-	return nil
-}
-
 // compactMetadata stores metadata as compact JSON text.
 func compactMetadata(m json.RawMessage) string {
 	var b bytes.Buffer
@@ -93,7 +52,7 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 	if p.TaskID == "" {
 		p.TaskID = newID("task-")
 	}
-	if err := checkID("task_id", p.TaskID); err != nil {
+	if err := CheckID("task_id", p.TaskID); err != nil {
 		return taskItem{}, err
 	}
 	if p.Queue == "" {
@@ -103,7 +62,7 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 		d := DefaultPriority
 		p.Priority = &d
 	}
-	if err := checkTaskFields(&p.Title, &p.Description, &p.Queue, p.Priority, p.Metadata); err != nil {
+	if err := CheckTaskFields(&p.Title, &p.Description, &p.Queue, p.Priority, p.Metadata); err != nil {
 		return taskItem{}, err
 	}
 	now := s.clock()
@@ -154,22 +113,18 @@ func (s *Store) putTask(ctx context.Context, it taskItem) (*taskItem, error) {
 // write is its own conditional PutItem (BatchWriteItem has no conditions),
 // made concurrently.
 func (s *Store) CreateTasks(ctx context.Context, ps []CreateTaskParams) ([]BatchResult, error) {
-	if len(ps) < 1 || len(ps) > MaxBatch {
-		return nil, invalid("invalid_request", "a batch holds 1 to %d tasks", MaxBatch)
+	if err := CheckBatchSize(len(ps)); err != nil {
+		return nil, err
 	}
 	items := make([]taskItem, len(ps))
 	seen := map[string]bool{}
 	for i := range ps {
 		it, err := s.newTaskItem(&ps[i])
 		if err != nil {
-			var ve *ValidationError
-			if errors.As(err, &ve) {
-				return nil, &ValidationError{Code: ve.Code, Message: fmt.Sprintf("tasks[%d]: %s", i, ve.Message)}
-			}
-			return nil, err
+			return nil, InBatch(i, err)
 		}
 		if seen[it.TaskID] {
-			return nil, invalid("invalid_request", "tasks[%d]: task_id %s appears twice in the batch", i, it.TaskID)
+			return nil, invalidField(fmt.Sprintf("tasks[%d].task_id", i), CodeInvalidRequest, "tasks[%d]: task_id %s appears twice in the batch", i, it.TaskID)
 		}
 		seen[it.TaskID] = true
 		items[i] = it
@@ -228,7 +183,7 @@ func (s *Store) LockStatus(ctx context.Context, taskID string) (*Checkout, error
 // readTask reads a task and judges its lease: live when it has not expired
 // and its holder is alive by heartbeat. Two GetItems at most.
 func (s *Store) readTask(ctx context.Context, taskID string) (*taskItem, bool, error) {
-	if err := checkID("task_id", taskID); err != nil {
+	if err := CheckID("task_id", taskID); err != nil {
 		return nil, false, err
 	}
 	it, err := s.getTask(ctx, taskID)
@@ -307,11 +262,11 @@ func decodeCursor(s string) (cursor, error) {
 	var c cursor
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(s) > 2048 || json.Unmarshal(b, &c) != nil || c.Status < 0 || c.Status >= len(Statuses) {
-		return cursor{}, invalid("invalid_request", "cursor is not one this server issued")
+		return cursor{}, notIssued()
 	}
 	for k := range c.Key {
 		if k != "task_id" && k != "status" && k != "created_key" {
-			return cursor{}, invalid("invalid_request", "cursor is not one this server issued")
+			return cursor{}, notIssued()
 		}
 	}
 	return c, nil
@@ -326,19 +281,19 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 	if p.Limit == 0 {
 		p.Limit = DefaultListLimit
 	}
-	if p.Limit < 1 || p.Limit > MaxListLimit {
-		return TaskPage{}, invalid("invalid_request", "limit must be between 1 and %d", MaxListLimit)
+	if err := CheckLimit(p.Limit); err != nil {
+		return TaskPage{}, err
 	}
 	statuses := Statuses
 	if p.Status != "" {
-		if !p.Status.Valid() {
-			return TaskPage{}, invalid("invalid_request", "status must be one of todo, in_progress, done, cancelled")
+		if err := CheckListStatus(p.Status); err != nil {
+			return TaskPage{}, err
 		}
 		statuses = []Status{p.Status}
 	}
 	var filter *expression.ConditionBuilder
 	if p.Queue != "" {
-		if err := checkQueue(p.Queue); err != nil {
+		if err := CheckQueue(p.Queue); err != nil {
 			return TaskPage{}, err
 		}
 		f := expression.Name("queue").Equal(expression.Value(p.Queue))
@@ -347,6 +302,9 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 		}
 		filter = &f
 	}
+	if err := CheckCursor(p.Cursor); err != nil {
+		return TaskPage{}, err
+	}
 	c := cursor{}
 	if p.Cursor != "" {
 		var err error
@@ -354,7 +312,7 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 			return TaskPage{}, err
 		}
 		if c.Status >= len(statuses) || !validResumeKey(c.Key, statuses[c.Status]) {
-			return TaskPage{}, invalid("invalid_request", "cursor is not one this server issued")
+			return TaskPage{}, notIssued()
 		}
 	}
 	var items []taskItem
@@ -453,7 +411,7 @@ func (s *Store) ListCheckouts(ctx context.Context, agentID string) ([]Checkout, 
 	now := s.clock()
 	var items []taskItem
 	if agentID != "" {
-		if err := checkID("agent_id", agentID); err != nil {
+		if err := CheckID("agent_id", agentID); err != nil {
 			return nil, err
 		}
 		keyCond := expression.Key("holder").Equal(expression.Value(agentID)).

@@ -23,14 +23,14 @@ import (
 // after the write (todo, no lease) is in its queue's claim index at its
 // priority: the write sets the index keys it needs.
 func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error) {
-	if err := checkID("task_id", p.TaskID); err != nil {
+	if err := CheckID("task_id", p.TaskID); err != nil {
 		return Task{}, err
 	}
-	if err := checkTaskFields(p.Title, p.Description, p.Queue, p.Priority, p.Metadata); err != nil {
+	if err := CheckTaskFields(p.Title, p.Description, p.Queue, p.Priority, p.Metadata); err != nil {
 		return Task{}, err
 	}
-	if p.Status != nil && *p.Status != StatusCancelled && *p.Status != StatusTodo {
-		return Task{}, invalid("invalid_request", "status may be changed only to cancelled or todo")
+	if err := CheckPatchStatus(p.Status); err != nil {
+		return Task{}, err
 	}
 	want := p.IfVersion
 	for range maxAttempts {

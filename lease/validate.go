@@ -1,0 +1,337 @@
+package lease
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The rules on what a caller may send. Each rule is written here once, and
+// each failure is a *ValidationError naming the field, with the API's 400
+// code and the sentence the API answers with. The store checks every
+// operation's params with them before it reads or writes anything; the
+// HTTP layer, which only parses, calls the same functions as it parses a
+// request, so that an invalid request is answered before the handler
+// resolves anything (the agent an admin names, say) and whatever Service
+// it runs on.
+//
+// A zero value means "the default" in the params of the store's
+// operations (a zero Timeout, Limit or TTL; an empty Queue or RunID); a
+// caller that gives a field explicitly, as an HTTP body does, checks what
+// it gave with the rule, so that an explicit 0s or "" is refused.
+
+// Codes of ValidationError, which the API answers with.
+const (
+	CodeInvalidID      = "invalid_id"
+	CodeInvalidTimeout = "invalid_timeout"
+	CodeInvalidRequest = "invalid_request"
+)
+
+// MaxCursorLen bounds a listing cursor as a caller gives it; the cursors
+// the store issues are far shorter.
+const MaxCursorLen = 4096
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+// ValidID reports whether id is a valid task, agent, run or queue id.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+// CheckID checks an id field (task_id, agent_id, run_id).
+func CheckID(field, id string) error {
+	if !ValidID(id) {
+		return invalidField(field, CodeInvalidID, "%s must match %s", field, idPattern.String())
+	}
+	return nil
+}
+
+// CheckQueue checks a queue given explicitly: a non-empty id.
+func CheckQueue(q string) error {
+	if q == "" {
+		return invalidField("queue", CodeInvalidID, "queue must not be empty")
+	}
+	if !ValidID(q) {
+		return invalidField("queue", CodeInvalidID, "queue %q must match %s", q, idPattern.String())
+	}
+	return nil
+}
+
+// checkText checks a free-text field's length in bytes.
+func checkText(field, v string, max int) error {
+	if len(v) > max {
+		return invalidField(field, CodeInvalidRequest, "%s must be at most %d bytes", field, max)
+	}
+	return nil
+}
+
+// CheckName checks an agent's name: required, not blank, at most
+// MaxNameLen bytes.
+func CheckName(name string) error {
+	if strings.TrimSpace(name) == "" {
+		return invalidField("name", CodeInvalidRequest, "name is required")
+	}
+	return checkText("name", name, MaxNameLen)
+}
+
+// CheckTitle checks a task's title: at most MaxTitleLen bytes.
+func CheckTitle(title string) error { return checkText("title", title, MaxTitleLen) }
+
+// CheckReason checks the reason of a checkout, claim or release: at most
+// MaxReasonLen bytes.
+func CheckReason(reason string) error { return checkText("reason", reason, MaxReasonLen) }
+
+// CheckTaskFields checks a task's fields as create and PATCH take them; nil
+// is a field not given. They are checked in the order the API has always
+// reported them: title, an empty queue, description, the queue's form,
+// priority, metadata.
+func CheckTaskFields(title, description, queue *string, priority *int, metadata json.RawMessage) error {
+	if title != nil {
+		if err := CheckTitle(*title); err != nil {
+			return err
+		}
+	}
+	if queue != nil && *queue == "" {
+		return CheckQueue(*queue)
+	}
+	if description != nil {
+		if err := checkText("description", *description, MaxDescriptionLen); err != nil {
+			return err
+		}
+	}
+	if queue != nil {
+		if err := CheckQueue(*queue); err != nil {
+			return err
+		}
+	}
+	if priority != nil && (*priority < 0 || *priority > MaxPriority) {
+		return invalidField("priority", CodeInvalidRequest, "priority must be an integer from 0 to %d", MaxPriority)
+	}
+	if metadata != nil {
+		if len(metadata) > MaxMetadataLen {
+			return invalidField("metadata", CodeInvalidRequest, "metadata is larger than %d bytes", MaxMetadataLen)
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(metadata, &obj); err != nil || obj == nil {
+			return invalidField("metadata", CodeInvalidRequest, "metadata must be a JSON object")
+		}
+	}
+	return nil
+}
+
+// CheckPatchStatus checks the status a PATCH asks for: only cancelled and
+// todo (a reopen) may be asked for; nil asks for none.
+func CheckPatchStatus(s *Status) error {
+	if s != nil && *s != StatusCancelled && *s != StatusTodo {
+		return invalidField("status", CodeInvalidRequest, "status may be changed only to cancelled or todo")
+	}
+	return nil
+}
+
+// CheckBatchSize checks how many tasks a batch create holds: 1 to MaxBatch.
+func CheckBatchSize(n int) error {
+	if n < 1 || n > MaxBatch {
+		return invalidField("tasks", CodeInvalidRequest, "tasks must hold 1 to %d tasks", MaxBatch)
+	}
+	return nil
+}
+
+// InBatch is err, a task's validation error, as the error of the i-th task
+// of a batch. Other errors are returned as they are.
+func InBatch(i int, err error) error {
+	var ve *ValidationError
+	if !errors.As(err, &ve) {
+		return err
+	}
+	return &ValidationError{
+		Field:   fmt.Sprintf("tasks[%d].%s", i, ve.Field),
+		Code:    ve.Code,
+		Message: fmt.Sprintf("tasks[%d]: %s", i, ve.Message),
+	}
+}
+
+// CheckFence checks a fence a request names: 0 (none) or a grant's fence.
+func CheckFence(fence int64) error {
+	if fence < 0 {
+		return invalidField("fence", CodeInvalidRequest, "fence must be a positive integer")
+	}
+	return nil
+}
+
+// CheckExpectedStatuses checks a checkout's expected statuses: nil for the
+// default, otherwise a non-empty list of statuses.
+func CheckExpectedStatuses(ss []Status) error {
+	if ss == nil {
+		return nil
+	}
+	if len(ss) == 0 {
+		return invalidField("expected_statuses", CodeInvalidRequest, "expected_statuses must not be empty")
+	}
+	for _, s := range ss {
+		if !s.Valid() {
+			return invalidField("expected_statuses", CodeInvalidRequest, "expected_statuses may hold only todo, in_progress, done and cancelled")
+		}
+	}
+	return nil
+}
+
+// CheckClaimQueues checks the queues a claim names: nil for the default
+// queue, otherwise 1 to MaxClaimQueues queues.
+func CheckClaimQueues(qs []string) error {
+	if qs == nil {
+		return nil
+	}
+	if len(qs) == 0 {
+		return invalidField("queues", CodeInvalidRequest, "queues must name at least one queue")
+	}
+	if len(qs) > MaxClaimQueues {
+		return invalidField("queues", CodeInvalidRequest, "a claim names at most %d queues", MaxClaimQueues)
+	}
+	for _, q := range qs {
+		if err := CheckQueue(q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckListStatus checks the status a listing is confined to.
+func CheckListStatus(s Status) error {
+	if !s.Valid() {
+		return invalidField("status", CodeInvalidRequest, "status must be todo, in_progress, done or cancelled")
+	}
+	return nil
+}
+
+// CheckLimit checks a listing's page size: 1 to MaxListLimit.
+func CheckLimit(n int) error {
+	if n < 1 || n > MaxListLimit {
+		return InvalidLimit()
+	}
+	return nil
+}
+
+// InvalidLimit is the error for a limit that is not an integer from 1 to
+// MaxListLimit, one that does not parse included.
+func InvalidLimit() error {
+	return invalidField("limit", CodeInvalidRequest, "limit must be an integer from 1 to %d", MaxListLimit)
+}
+
+// CheckCursor checks the length of a listing cursor as a caller gives it;
+// whether the store issued it is decided when it is decoded.
+func CheckCursor(c string) error {
+	if len(c) > MaxCursorLen {
+		return invalidField("cursor", CodeInvalidRequest, "cursor is not valid")
+	}
+	return nil
+}
+
+// notIssued is the error for a cursor of the right length that the store
+// did not issue.
+func notIssued() error {
+	return invalidField("cursor", CodeInvalidRequest, "cursor is not one this server issued")
+}
+
+// CheckEventTypes checks the event types a feed is confined to.
+func CheckEventTypes(ts []EventType) error {
+	if len(ts) > len(EventTypes) {
+		return invalidField("type", CodeInvalidRequest, "type lists too many event types")
+	}
+	for _, t := range ts {
+		if !slices.Contains(EventTypes, t) {
+			return invalidField("type", CodeInvalidRequest, "type %q is not an event type", t)
+		}
+	}
+	return nil
+}
+
+// A DurationRange is what a duration field may be, from Min to Max
+// inclusive.
+type DurationRange struct {
+	Field    string
+	Min, Max time.Duration
+}
+
+// The duration fields.
+var (
+	TimeoutRange = DurationRange{Field: "timeout", Min: MinTimeout, Max: MaxTimeout}
+	TTLRange     = DurationRange{Field: "ttl", Min: MinHeartbeatTTL, Max: MaxHeartbeatTTL}
+	WaitRange    = DurationRange{Field: "wait", Min: 0, Max: MaxClaimWait}
+)
+
+// Check checks d.
+func (r DurationRange) Check(d time.Duration) error {
+	if d < r.Min || d > r.Max {
+		return r.Invalid()
+	}
+	return nil
+}
+
+// Invalid is the error for a value of the field that is not a duration in
+// the range, one that does not parse included.
+func (r DurationRange) Invalid() error {
+	return invalidField(r.Field, CodeInvalidTimeout, "%s must be a duration such as \"90s\" or \"30m\" from %s to %s", r.Field, fmtDur(r.Min), fmtDur(r.Max))
+}
+
+// fmtDur writes a bound in whole hours or minutes when it is one.
+func fmtDur(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0:
+		return strconv.Itoa(int(d/time.Hour)) + "h"
+	case d%time.Minute == 0:
+		return strconv.Itoa(int(d/time.Minute)) + "m"
+	}
+	return d.String()
+}
+
+// checkCheckout checks a checkout's params (a claim's too) and fills in
+// their defaults.
+func checkCheckout(p *CheckoutParams) error {
+	if err := CheckID("task_id", p.TaskID); err != nil {
+		return err
+	}
+	if err := CheckID("agent_id", p.AgentID); err != nil {
+		return err
+	}
+	if p.RunID == "" {
+		p.RunID = newID("run-")
+	} else if err := CheckID("run_id", p.RunID); err != nil {
+		return err
+	}
+	if p.Timeout == 0 {
+		p.Timeout = DefaultTimeout
+	}
+	if err := TimeoutRange.Check(p.Timeout); err != nil {
+		return err
+	}
+	if err := CheckReason(p.Reason); err != nil {
+		return err
+	}
+	if err := CheckExpectedStatuses(p.ExpectedStatuses); err != nil {
+		return err
+	}
+	if p.AgentName == "" {
+		p.AgentName = p.AgentID
+	}
+	if p.ExpectedStatuses == nil {
+		p.ExpectedStatuses = []Status{StatusTodo, StatusInProgress}
+	}
+	return nil
+}
+
+// checkHolder checks what a holder's renew, release or complete names. The
+// fence is not checked: to the store a negative fence is one that no grant
+// has, and the answer says the caller holds no such lease. CheckFence is
+// the API's rule for the fence a request gives.
+func checkHolder(taskID, runID string) error {
+	if err := CheckID("task_id", taskID); err != nil {
+		return err
+	}
+	if runID != "" {
+		return CheckID("run_id", runID)
+	}
+	return nil
+}
