@@ -279,6 +279,8 @@ func (r DurationRange) Invalid() error {
 // fmtDur writes a bound in whole hours or minutes when it is one.
 func fmtDur(d time.Duration) string {
 	switch {
+	case d == 0:
+		return "0s"
 	case d%time.Hour == 0:
 		return strconv.Itoa(int(d/time.Hour)) + "h"
 	case d%time.Minute == 0:

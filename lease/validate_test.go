@@ -126,7 +126,7 @@ func TestDurationRules(t *testing.T) {
 	t.Parallel()
 	const timeoutMsg = `timeout must be a duration such as "90s" or "30m" from 1s to 24h`
 	const ttlMsg = `ttl must be a duration such as "90s" or "30m" from 1s to 1h`
-	const waitMsg = `wait must be a duration such as "90s" or "30m" from 0h to 20s`
+	const waitMsg = `wait must be a duration such as "90s" or "30m" from 0s to 20s`
 	for _, tc := range []struct {
 		name string
 		rng  lease.DurationRange
@@ -199,4 +199,20 @@ func TestRequestRules(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 	})
+}
+
+func TestDurationRangeMessagesNameTheirBounds(t *testing.T) {
+	for _, c := range []struct {
+		r    lease.DurationRange
+		want string
+	}{
+		{lease.WaitRange, "from 0s to 20s"},
+		{lease.TimeoutRange, "from 1s to 24h"},
+	} {
+		t.Run(c.r.Field, func(t *testing.T) {
+			if err := c.r.Check(-time.Second); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("%v, want a message with %q", err, c.want)
+			}
+		})
+	}
 }
