@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // The rules on what a caller may send. Each rule is written here once, and
@@ -64,6 +65,11 @@ func CheckQueue(q string) error {
 func checkText(field, v string, max int) error {
 	if len(v) > max {
 		return invalidField(field, CodeInvalidRequest, "%s must be at most %d bytes", field, max)
+	}
+	if !utf8.ValidString(v) {
+		// DynamoDB refuses a string that is not UTF-8. JSON decoding
+		// replaces such bytes, so only a Go caller can get here.
+		return invalidField(field, CodeInvalidRequest, "%s must be UTF-8", field)
 	}
 	return nil
 }

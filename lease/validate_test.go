@@ -216,3 +216,20 @@ func TestDurationRangeMessagesNameTheirBounds(t *testing.T) {
 		})
 	}
 }
+
+// DynamoDB refuses strings that are not UTF-8; the store refuses them first.
+func TestTextThatIsNotUTF8IsRefused(t *testing.T) {
+	bad := "caf\xe9"
+	for name, err := range map[string]error{
+		"title":  lease.CheckTitle(bad),
+		"reason": lease.CheckReason(bad),
+		"name":   lease.CheckName(bad),
+	} {
+		t.Run(name, func(t *testing.T) {
+			var v *lease.ValidationError
+			if !errors.As(err, &v) || !strings.Contains(err.Error(), "UTF-8") {
+				t.Fatalf("%v, want a validation error about UTF-8", err)
+			}
+		})
+	}
+}
