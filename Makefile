@@ -71,6 +71,7 @@ lint: ## gofmt, go vet, golangci-lint and staticcheck on the product, infra/ and
 	@unformatted=$$(find . \( -name node_modules -o -name cdk.out -o -name .git \) -prune -o -name '*.go' -print | xargs gofmt -l); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -w needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(GO_PACKAGES)
+	$(GO) vet -tags lambdatest ./functions/internal/lambdatest/
 	$(LINT_TOOL) golangci-lint run $(GO_PACKAGES)
 	$(LINT_TOOL) staticcheck $(GO_PACKAGES)
 	cd infra && $(LINT_TOOL) golangci-lint run ./...

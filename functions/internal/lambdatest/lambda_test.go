@@ -420,7 +420,7 @@ func route(key string) deploy.Route {
 			return r
 		}
 	}
-	return deploy.Route{Function: deploy.Health, Public: true} // $default
+	return deploy.Route{Access: deploy.Public, Function: deploy.Health} // $default
 }
 
 // authorize invokes the authorizer with the captured authorizer request for
@@ -460,7 +460,7 @@ func (g *gateway) call(t *testing.T, name, key string, edit func(ev map[string]a
 	r := route(ev["routeKey"].(string))
 	rc := ev["requestContext"].(map[string]any)
 	delete(rc, "authorizer") // what the capture's authorizer said is not ours
-	if !r.Public {
+	if r.Access != deploy.Public {
 		if key == "" {
 			return answer{status: http.StatusUnauthorized} // API Gateway's own 401: no identity source
 		}
