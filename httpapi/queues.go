@@ -18,17 +18,25 @@ var _ QueueService = (*lease.Store)(nil)
 // QueueJSON is one queue of GET /api/queues.
 type QueueJSON struct {
 	Queue  string           `json:"queue"`
-	Counts map[string]int64 `json:"counts"`
+	Counts QueueCountsJSON `json:"counts"`
 	// OldestTodoAt is RFC 3339, null when the queue has no todo task.
 	OldestTodoAt *string `json:"oldest_todo_at"`
 }
 
+// QueueCountsJSON is a queue's tasks by status, in the statuses' order.
+type QueueCountsJSON struct {
+	Todo       int64 `json:"todo"`
+	InProgress int64 `json:"in_progress"`
+	Done       int64 `json:"done"`
+	Cancelled  int64 `json:"cancelled"`
+}
+
 // ToQueueJSON is the API form of a queue's counts.
 func ToQueueJSON(q lease.QueueStats) QueueJSON {
-	out := QueueJSON{Queue: q.Queue, Counts: make(map[string]int64, len(lease.Statuses))}
-	for _, st := range lease.Statuses {
-		out.Counts[string(st)] = q.Counts[st]
-	}
+	out := QueueJSON{Queue: q.Queue, Counts: QueueCountsJSON{
+		Todo: q.Counts[lease.StatusTodo], InProgress: q.Counts[lease.StatusInProgress],
+		Done: q.Counts[lease.StatusDone], Cancelled: q.Counts[lease.StatusCancelled],
+	}}
 	if !q.OldestTodoAt.IsZero() {
 		at := q.OldestTodoAt.UTC().Format(timeFormat)
 		out.OldestTodoAt = &at
