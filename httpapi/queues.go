@@ -17,7 +17,7 @@ var _ QueueService = (*lease.Store)(nil)
 
 // QueueJSON is one queue of GET /api/queues.
 type QueueJSON struct {
-	Queue  string           `json:"queue"`
+	Queue  string          `json:"queue"`
 	Counts QueueCountsJSON `json:"counts"`
 	// OldestTodoAt is RFC 3339, null when the queue has no todo task.
 	OldestTodoAt *string `json:"oldest_todo_at"`
