@@ -417,8 +417,8 @@
 // shards with that priority's claim_key prefix (Limit 1), the oldest of
 // them. Only claimable tasks are in by_claim, which is every todo task (a
 // todo task has no lease) but one written before queues, until its next
-// ending or PATCH (see "Queues, priorities and claim"); such a task is
-// counted, not seen by oldest_todo_at. The index may lag a write: for a moment it
+// ending or PATCH (see "Queues, priorities and claim"), which is also
+// when it starts to be counted (below). The index may lag a write: for a moment it
 // can still show a task just granted (an older oldest_todo_at) or not yet
 // show one just created or freed. The counts lag the writes by the
 // stream's delay (about a second), and are never read from an index.
