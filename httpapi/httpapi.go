@@ -102,6 +102,7 @@ var handlers = map[string]handlerFunc{
 	"DELETE /api/inbox/{message_id}":     (*server).deleteMessage,
 	"POST /api/claim":                    (*server).claim,
 	"GET /api/events":                    (*server).feed,
+	"GET /api/queues":                    (*server).listQueues,
 }
 
 type route struct {

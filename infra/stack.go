@@ -59,6 +59,13 @@ const (
 	// ten retries of a failing batch, bisected.
 	streamBatchSize = 100
 	streamRetries   = 10
+	// streamWindowMinutes is the mapping's tumbling window. The window's
+	// state is not used: the window is what makes each event name its
+	// shard, which the queue counters key their exactly-once positions
+	// by (lease/doc.go, "Queue counts"). Records are still handed over as
+	// they are read; a window adds one empty invocation per shard when it
+	// closes, so the longest (15 minutes) adds the fewest.
+	streamWindowMinutes = 15
 	// streamWebhookTimeout is the stream function's timeout with webhooks:
 	// a batch may wait out one receiver's retries (10 s) and then one
 	// attempt per notice (5 s at most each) while it stays down.
@@ -278,6 +285,7 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 				BisectBatchOnError: jsii.Bool(true),
 				RetryAttempts:      jsii.Number(streamRetries),
 				MaxRecordAge:       awscdk.Duration_Hours(jsii.Number(24)),
+				TumblingWindow:     awscdk.Duration_Minutes(jsii.Number(streamWindowMinutes)),
 				OnFailure:          awslambdaeventsources.NewSqsDlq(s.StreamDeadLetters),
 			}))
 			s.suppress(role, "AwsSolutions-IAM5",

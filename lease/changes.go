@@ -18,6 +18,10 @@ import (
 // for a new item, New nil for a deleted one.
 type Change struct {
 	Old, New map[string]types.AttributeValue
+	// Shard and Seq are the stream shard the change came from and its
+	// sequence number there, which make the queue counters exact under
+	// redelivery (queuecounts.go). A change without them is not counted.
+	Shard, Seq string
 }
 
 // ApplyChanges carries out the consequences of a batch of task changes, in
@@ -90,6 +94,9 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 		if err := s.batchWrite(ctx, map[string][]types.WriteRequest{s.events: evs}); err != nil {
 			return fmt.Errorf("archive events: %w", err)
 		}
+	}
+	if err := s.countQueues(ctx, changes); err != nil {
+		return err
 	}
 	for _, m := range msgs {
 		if err := s.putMessage(ctx, m); err != nil {

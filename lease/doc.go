@@ -32,7 +32,9 @@
 //	  by_claim         claim_shard / claim_key      sparse: claimable tasks by queue, priority, age
 //	agents      agent_id                agents, and "#key#<sha256>" key items
 //	  all_agents       kind / agent_id           list agents
-//	heartbeats  agent_id                latest heartbeat; TTL "ttl"
+//	heartbeats  agent_id                latest heartbeat; TTL "ttl"; also claim
+//	                                    receipts "#claim#…" and queue counters
+//	                                    "#queue#<queue>", "#queues"
 //	  by_expiry        hb_shard / hb_expires     sparse: agents the sweep must judge
 //	events      task_id / seq           the audit trail; TTL "ttl"
 //	  by_feed          feed_shard / feed_key     sparse: the fleet feed by time (feed.go)
@@ -89,7 +91,17 @@
 //	                    then UpdateItem per lease it ends
 //	stream function     per batch of changes: BatchWriteItem of the events (25 a
 //	                    request), a BatchGetItem of the watchers' heartbeats and
-//	                    a conditional PutItem per message, when a task is freed
+//	                    a conditional PutItem per message, when a task is freed;
+//	                    for the queue counters a BatchGetItem of the counters of
+//	                    the queues the batch touches, an UpdateItem of the
+//	                    registry when a queue is new, and one conditional
+//	                    UpdateItem per queue touched
+//	queues              GetItem of the registry, BatchGetItem of the counters
+//	                    (at most 100 queues), and per queue with todo tasks one
+//	                    Query of by_claim, Limit 1, per claim shard (4) per
+//	                    priority that has todo tasks: 2 + 4·p requests for p
+//	                    such priorities over all queues, 42 for one queue with
+//	                    todo tasks at every priority
 //
 // # No decision trusts an index read
 //
@@ -371,6 +383,69 @@
 // (BatchWriteItem takes no conditions); each one that finds the id taken
 // returns the existing task from its failed condition (ALL_OLD), so a
 // retried batch is answered with the same tasks, now as "exists".
+//
+// # Queue counts
+//
+// GET /api/queues gives each queue's tasks by status and its oldest todo
+// task without a Scan and without a second write on the request path: the
+// stream function keeps the counts. Each queue has a counter item in the
+// heartbeats table, "#queue#<queue>" (a key no agent id can take, as the
+// claim receipts), with n#<status> for each status and p#<priority> for
+// todo tasks by priority; the registry item "#queues" holds the set of
+// queue names, ADDed (idempotently) before a queue's first count. A new
+// table would have cost a schema entry, CDK, grants and nag rules for items
+// this small; the heartbeats table already takes the stream function's
+// reads and is keyed by a string.
+//
+// A change moves its task from (old queue, old status, old priority) to
+// the new ones: a create adds one, a PATCH that moves the task to another
+// queue takes one from the old queue and adds one to the new. A batch's
+// changes are summed per queue and ADDed in one UpdateItem per queue.
+//
+// The stream delivers each change at least once, and a failed batch is
+// delivered again whole, bisected by the event source mapping, or, by the
+// local poller, re-read from its checkpoint with later records behind it.
+// Records of one shard come in order, one batch at a time. So each counter
+// item keeps, per shard, the sequence number of the last record it has
+// applied (seq#<shard>, zero-padded to 40 digits so numbers compare as
+// strings) and when (at#<shard>). A batch reads the counters of the queues
+// it touches (one consistent BatchGetItem), leaves out, per queue, every
+// record at or before that queue's position, and writes the rest with the
+// new position, conditioned on the position being what it read. Any
+// redelivery, in any split, then counts every change once, with no
+// transaction (the local DynamoDB has none): a queue written before a
+// batch failed has moved past those records; one not written has not. A
+// failed condition (only two deliveries of one shard at once could cause
+// it) fails the batch, which is delivered again. Positions not moved for
+// longer than the stream's retention (24 h) are removed by the next write
+// of the item: their shard can deliver nothing again, so the item stays
+// small.
+//
+// This needs each batch's shard. The local poller gives it to the handler
+// (stream.WithShard); a Lambda event names its shard only with a tumbling
+// window, so the stream function's mapping has one (15 minutes, its state
+// unused; stream.WindowHandler). Changes without a shard are not counted,
+// rather than counted twice. The mapping must keep ParallelizationFactor
+// 1: with several batches of one shard at once, positions are no longer
+// in order.
+//
+// oldest_todo_at comes from by_claim: for each priority that has todo
+// tasks (p#<priority> > 0), the first entry of each of the queue's claim
+// shards with that priority's claim_key prefix (Limit 1), the oldest of
+// them. Only claimable tasks are in by_claim, which is every todo task (a
+// todo task has no lease) but one written before queues, until its next
+// ending or PATCH (see "Queues, priorities and claim"), which is also
+// when it starts to be counted (below). The index may lag a write: for a moment it
+// can still show a task just granted (an older oldest_todo_at) or not yet
+// show one just created or freed. The counts lag the writes by the
+// stream's delay (about a second), and are never read from an index.
+//
+// Counting starts when the feature is deployed: a task last written before
+// that is counted from its next change, so a data dir or table from before
+// may show fewer tasks (and a count that would go below zero shows 0)
+// until every old task has changed once. Deleting the "#queue#…" and
+// "#queues" items and replaying is not possible past the stream's 24 h;
+// for exact counts of older data, re-create the tasks.
 //
 // # One write per transition
 //

@@ -122,6 +122,7 @@ func New(c *client.Client, opts ...Options) *mcp.Server {
 	addTool(s, &mcp.Tool{Name: "task_status", Title: "Who holds a task", Description: descStatus, Annotations: read}, t.status)
 	addTool(s, &mcp.Tool{Name: "list_checkouts", Title: "List live checkouts", Description: descListCheckouts, Annotations: read}, t.listCheckouts)
 	addTool(s, &mcp.Tool{Name: "list_tasks", Title: "List tasks", Description: descListTasks, Annotations: read}, t.listTasks)
+	addTool(s, &mcp.Tool{Name: "list_queues", Title: "List queues", Description: descListQueues, Annotations: read}, t.listQueues)
 	addTool(s, &mcp.Tool{Name: "get_task", Title: "Show a task", Description: descGetTask, Annotations: read}, t.getTask)
 	addTool(s, &mcp.Tool{Name: "create_task", Title: "Create a task", Description: descCreateTask, Annotations: write(false)}, t.createTask)
 	addTool(s, &mcp.Tool{Name: "update_task", Title: "Change or cancel a task", Description: descUpdateTask, Annotations: write(false)}, t.updateTask)

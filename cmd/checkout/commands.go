@@ -110,7 +110,7 @@ func (a *app) rootCmd() *cobra.Command {
 	alias.RunE = func(cmd *cobra.Command, args []string) error { return a.checkout(cmd, args[0], aliasFlags) }
 
 	root.AddCommand(alias, a.releaseCmd(), a.statusCmd(), a.listCmd(), a.renewCmd(), a.completeCmd(),
-		a.heartbeatCmd(), a.claimCmd(), a.watchCmd(), a.inboxCmd(), a.eventsCmd(), a.tasksCmd(),
+		a.heartbeatCmd(), a.claimCmd(), a.watchCmd(), a.inboxCmd(), a.eventsCmd(), a.tasksCmd(), a.queuesCmd(),
 		a.agentsCmd(), a.mcpCmd(), a.configCmd(), a.versionCmd())
 
 	root.InitDefaultHelpCmd()

@@ -31,7 +31,9 @@ var Grants = map[string][]Grant{
 	},
 	Tasks: {
 		// BatchGetItem: listings confirm what the indexes propose.
-		{Table: schema.TasksTable, Actions: []string{"PutItem", "GetItem", "UpdateItem", "BatchGetItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByHolder}},
+		// by_claim: the oldest todo task of each queue, GET /api/queues.
+		{Table: schema.TasksTable, Actions: []string{"PutItem", "GetItem", "UpdateItem", "BatchGetItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByHolder, schema.TasksByClaim}},
+		// GetItem and BatchGetItem also read the queue counters.
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem"}},
 		// by_feed: the fleet feed, GET /api/events.
 		{Table: schema.EventsTable, Actions: []string{"Query"}, QueryIndexes: []string{schema.EventsByFeed}},
@@ -49,7 +51,9 @@ var Grants = map[string][]Grant{
 	},
 	// Stream also reads the tasks table's stream (see StreamReaders).
 	Stream: {
-		{Table: schema.HeartbeatsTable, Actions: []string{"BatchGetItem"}},
+		// BatchGetItem: watchers' heartbeats and the queue counters, which
+		// UpdateItem moves.
+		{Table: schema.HeartbeatsTable, Actions: []string{"BatchGetItem", "UpdateItem"}},
 		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
 		{Table: schema.InboxTable, Actions: []string{"PutItem"}},
 		// Webhook deliveries that failed for good.

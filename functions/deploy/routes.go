@@ -75,6 +75,7 @@ var Routes = []Route{
 	{"POST", "/api/tasks/{task_id}/watch", Agent, Tasks},
 	{"GET", "/api/checkouts", Agent, Tasks},
 	{"GET", "/api/events", Agent, Tasks},
+	{"GET", "/api/queues", Agent, Tasks},
 
 	{"POST", "/api/tasks/{task_id}/checkout", Agent, Checkouts},
 	{"POST", "/api/tasks/{task_id}/renew", Agent, Checkouts},

@@ -1,8 +1,11 @@
 // Command stream is the tasks table's stream function. Its event source
 // mapping hands it the table's changes in order, in batches; it archives
 // every event the writes recorded, writes the watchers' messages and
-// publishes the notices to EventBridge. A batch that fails is retried,
-// bisected, and after the mapping's retries sent to the dead-letter queue.
+// publishes the notices to EventBridge, and moves the queue counters. A
+// batch that fails is retried, bisected, and after the mapping's retries
+// sent to the dead-letter queue. The mapping has a tumbling window so that
+// each event names its shard, which the queue counters need to apply each
+// change once (lease/doc.go, "Queue counts").
 package main
 
 import (
@@ -17,5 +20,5 @@ import (
 func main() {
 	env := wire.FromEnv(deploy.Stream)
 	store := wire.MustStore(env, env.Logger())
-	lambda.Start(stream.Handler(store))
+	lambda.Start(stream.WindowHandler(store))
 }

@@ -104,7 +104,7 @@ func (p *Poller) pollShard(ctx context.Context, shard string) (int, error) {
 		for i, r := range out.Records {
 			batch.Records[i] = eventRecord(r, p.StreamARN)
 		}
-		if err := p.Handle(ctx, batch); err != nil {
+		if err := p.Handle(WithShard(ctx, shard), batch); err != nil {
 			return n, fmt.Errorf("handle %d records of %s: %w", len(batch.Records), shard, err)
 		}
 		last := aws.ToString(out.Records[len(out.Records)-1].Dynamodb.SequenceNumber)

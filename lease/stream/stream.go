@@ -13,7 +13,6 @@ package stream
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -31,17 +30,9 @@ type Applier interface {
 // sends to the dead-letter queue.
 func Handler(store Applier) func(context.Context, events.DynamoDBEvent) error {
 	return func(ctx context.Context, ev events.DynamoDBEvent) error {
-		changes := make([]lease.Change, 0, len(ev.Records))
-		for _, r := range ev.Records {
-			old, err := image(r.Change.OldImage)
-			if err != nil {
-				return fmt.Errorf("record %s: %w", r.EventID, err)
-			}
-			cur, err := image(r.Change.NewImage)
-			if err != nil {
-				return fmt.Errorf("record %s: %w", r.EventID, err)
-			}
-			changes = append(changes, lease.Change{Old: old, New: cur})
+		changes, err := changesOf(ev.Records, ShardOf(ctx))
+		if err != nil {
+			return err
 		}
 		return store.ApplyChanges(ctx, changes)
 	}

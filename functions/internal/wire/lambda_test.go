@@ -450,6 +450,7 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 		{who: "bob", method: "GET", target: "/api/events?since=2026-03-20T13:00:00Z&limit=1000", status: 200, advance: 3 * time.Second},
 		{who: "bob", method: "GET", target: "/api/events?type=timeout,agent_death&since=2026-03-20T13:00:00Z", status: 200},
 		{who: "bob", method: "GET", target: "/api/events?limit=1001", status: 400},
+		{who: "bob", method: "GET", target: "/api/queues", status: 200},
 		{who: "admin", method: "DELETE", target: "/api/agents/nobody", status: 404},
 		{who: "admin", method: "DELETE", target: "/api/agents/bob", status: 200},
 		{who: "bob", method: "GET", target: "/api/inbox", status: 401},
@@ -469,7 +470,7 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 		var answers []any
 		for _, be := range backends {
 			be.clock.Advance(st.advance)
-			if strings.Contains(st.target, "/inbox") || strings.Contains(st.target, "/events") {
+			if strings.Contains(st.target, "/inbox") || strings.Contains(st.target, "/events") || strings.Contains(st.target, "/queues") {
 				be.b.drain(t) // what those read comes from the change stream
 			}
 			if st.sweep {

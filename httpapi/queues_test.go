@@ -1,0 +1,43 @@
+package httpapi
+
+import (
+	"context"
+	"testing"
+
+	"github.com/checkout-dev/checkout/lease"
+)
+
+func (f *fakeService) ListQueues(context.Context) ([]lease.QueueStats, error) {
+	if err := f.rec("ListQueues", nil); err != nil {
+		return nil, err
+	}
+	return []lease.QueueStats{
+		{Queue: "backend", Counts: map[lease.Status]int64{lease.StatusTodo: 3, lease.StatusInProgress: 1, lease.StatusDone: 7}, OldestTodoAt: t0},
+		{Queue: "default", Counts: map[lease.Status]int64{lease.StatusDone: 2, lease.StatusCancelled: 1}},
+	}, nil
+}
+
+// GET /api/queues answers every status of every queue, and null for a
+// queue with no todo task, as the contract says (the harness checks the
+// answer against the OpenAPI document).
+func TestListQueues(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t)
+	res := hs.do("GET", "/api/queues", "ck_agent", "").expect(t, 200, "")
+	qs, _ := res.json["queues"].([]any)
+	if len(qs) != 2 {
+		t.Fatalf("queues: %s", res.body)
+	}
+	b := qs[0].(map[string]any)
+	counts := b["counts"].(map[string]any)
+	if b["queue"] != "backend" || counts["todo"] != 3.0 || counts["in_progress"] != 1.0 || counts["done"] != 7.0 || counts["cancelled"] != 0.0 {
+		t.Errorf("backend: %v", b)
+	}
+	if b["oldest_todo_at"] != t0.UTC().Format(timeFormat) {
+		t.Errorf("backend oldest_todo_at %v, want %s", b["oldest_todo_at"], t0.UTC().Format(timeFormat))
+	}
+	if d := qs[1].(map[string]any); d["oldest_todo_at"] != nil {
+		t.Errorf("default has no todo task: oldest_todo_at %v", d["oldest_todo_at"])
+	}
+	hs.do("GET", "/api/queues", "", "").expect(t, 401, "")
+}

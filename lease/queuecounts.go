@@ -1,0 +1,420 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// Queue counters live in the heartbeats table under keys no agent id can
+// take ('#' never occurs in an id), as claim receipts do: one item per
+// queue, "#queue#<queue>", and one registry item listing every queue
+// counted, "#queues". See "Queue counts" in doc.go.
+const (
+	queueCounterPrefix = "#queue#"
+	queueRegistryID    = "#queues"
+	// Counter attributes: n#<status> tasks by status, p#<priority> todo
+	// tasks by priority, seq#<shard> the last stream record applied from a
+	// shard (zero-padded) and at#<shard> when (epoch ms), for pruning.
+	countAttr    = "n#"
+	todoPrioAttr = "p#"
+	seqAttr      = "seq#"
+	seqAtAttr    = "at#"
+	// seqWidth is the width sequence numbers are padded to, so that they
+	// compare as strings: DynamoDB Streams' are decimal, at most 40 digits.
+	seqWidth = 40
+	// streamRetention is how long the stream keeps a record; a shard whose
+	// last applied record is older than this cannot be delivered again.
+	streamRetention = 24 * time.Hour
+)
+
+// QueueStats is one queue's tasks by status and its oldest todo task.
+type QueueStats struct {
+	Queue string
+	// Counts has every status (todo, in_progress, done, cancelled).
+	Counts map[Status]int64
+	// OldestTodoAt is the creation time of the queue's oldest claimable
+	// todo task; zero when it has none.
+	OldestTodoAt time.Time
+}
+
+// queueState is where one task image counts: its queue, status, and
+// priority (which counts for todo tasks only).
+type queueState struct {
+	queue    string
+	status   Status
+	priority int
+}
+
+func stateOf(img map[string]types.AttributeValue) (queueState, bool, error) {
+	if img == nil {
+		return queueState{}, false, nil
+	}
+	var t taskItem
+	if err := attributevalue.UnmarshalMap(img, &t); err != nil {
+		return queueState{}, false, fmt.Errorf("decode change: %w", err)
+	}
+	if t.TaskID == "" || !t.Status.Valid() {
+		return queueState{}, false, nil
+	}
+	return queueState{queue: t.queue(), status: t.Status, priority: t.priority()}, true, nil
+}
+
+// padSeq pads a stream sequence number so that numbers compare as strings.
+func padSeq(seq string) string {
+	if len(seq) >= seqWidth {
+		return seq
+	}
+	return strings.Repeat("0", seqWidth-len(seq)) + seq
+}
+
+// queueDelta is what a batch adds to one queue's counters: per attribute,
+// and per shard the last record (padded) it took into account.
+type queueDelta map[string]int64
+
+// countQueues applies a batch's changes to the queue counters, exactly
+// once per change however often and however split the batch is delivered.
+// Per queue it reads the counter item (one BatchGetItem for the batch),
+// leaves out every change at or before the shard's recorded sequence
+// number, and ADDs the rest in one UpdateItem conditioned on that recorded
+// number being what it read. Changes without a shard are not counted.
+func (s *Store) countQueues(ctx context.Context, changes []Change) error {
+	type pending struct {
+		shard, seq string
+		from, to   queueState
+		hasFrom    bool
+		hasTo      bool
+	}
+	var ps []pending
+	queues := map[string]bool{}
+	for _, ch := range changes {
+		if ch.Shard == "" || ch.Seq == "" {
+			continue
+		}
+		from, hasFrom, err := stateOf(ch.Old)
+		if err != nil {
+			return err
+		}
+		to, hasTo, err := stateOf(ch.New)
+		if err != nil {
+			return err
+		}
+		if hasFrom == hasTo && from == to {
+			continue
+		}
+		ps = append(ps, pending{ch.Shard, padSeq(ch.Seq), from, to, hasFrom, hasTo})
+		if hasFrom {
+			queues[from.queue] = true
+		}
+		if hasTo {
+			queues[to.queue] = true
+		}
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	names := slices.Sorted(maps.Keys(queues))
+	items, err := s.queueItems(ctx, names)
+	if err != nil {
+		return fmt.Errorf("read queue counters: %w", err)
+	}
+	if err := s.registerQueues(ctx, names, items); err != nil {
+		return err
+	}
+	now := s.clock()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, q := range names {
+		item := items[q]
+		delta := queueDelta{}
+		last := map[string]string{} // shard -> last seq of this batch for q
+		for _, p := range ps {
+			if (!p.hasFrom || p.from.queue != q) && (!p.hasTo || p.to.queue != q) {
+				continue
+			}
+			if applied := stringAttr(item, seqAttr+p.shard); applied != "" && p.seq <= applied {
+				continue // applied before: a redelivery
+			}
+			if p.hasFrom && p.from.queue == q {
+				delta[countAttr+string(p.from.status)]--
+				if p.from.status == StatusTodo {
+					delta[todoPrioAttr+strconv.Itoa(p.from.priority)]--
+				}
+			}
+			if p.hasTo && p.to.queue == q {
+				delta[countAttr+string(p.to.status)]++
+				if p.to.status == StatusTodo {
+					delta[todoPrioAttr+strconv.Itoa(p.to.priority)]++
+				}
+			}
+			last[p.shard] = max(last[p.shard], p.seq)
+		}
+		if len(last) == 0 {
+			continue
+		}
+		g.Go(func() error { return s.addQueueDelta(gctx, q, item, delta, last, now) })
+	}
+	return g.Wait()
+}
+
+// addQueueDelta is the one conditional write of a batch to a queue's
+// counter: the ADDs, the shards' new positions, and the removal of shard
+// positions older than the stream's retention.
+func (s *Store) addQueueDelta(ctx context.Context, q string, item map[string]types.AttributeValue, delta queueDelta, last map[string]string, now time.Time) error {
+	var upd expression.UpdateBuilder
+	first := true
+	set := func(u expression.UpdateBuilder) { upd, first = u, false }
+	for _, k := range slices.Sorted(maps.Keys(delta)) {
+		if delta[k] == 0 {
+			continue
+		}
+		if first {
+			set(expression.Add(expression.NameNoDotSplit(k), expression.Value(delta[k])))
+		} else {
+			upd = upd.Add(expression.NameNoDotSplit(k), expression.Value(delta[k]))
+		}
+	}
+	var cond expression.ConditionBuilder
+	shards := slices.Sorted(maps.Keys(last))
+	for i, sh := range shards {
+		name := expression.NameNoDotSplit(seqAttr + sh)
+		if first {
+			set(expression.Set(name, expression.Value(last[sh])))
+		} else {
+			upd = upd.Set(name, expression.Value(last[sh]))
+		}
+		upd = upd.Set(expression.NameNoDotSplit(seqAtAttr+sh), expression.Value(now.UnixMilli()))
+		c := expression.AttributeNotExists(name)
+		if read := stringAttr(item, seqAttr+sh); read != "" {
+			c = name.Equal(expression.Value(read))
+		}
+		if i == 0 {
+			cond = c
+		} else {
+			cond = cond.And(c)
+		}
+	}
+	for k, v := range item {
+		sh, ok := strings.CutPrefix(k, seqAtAttr)
+		if !ok || last[sh] != "" {
+			continue
+		}
+		if n, ok := v.(*types.AttributeValueMemberN); ok {
+			if at, err := strconv.ParseInt(n.Value, 10, 64); err == nil && now.Sub(time.UnixMilli(at)) > streamRetention {
+				upd = upd.Remove(expression.NameNoDotSplit(k)).Remove(expression.NameNoDotSplit(seqAttr + sh))
+			}
+		}
+	}
+	expr, err := expression.NewBuilder().WithUpdate(upd).WithCondition(cond).Build()
+	if err != nil {
+		return err
+	}
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.heartbeats, Key: agentKey(queueCounterPrefix + q),
+		UpdateExpression:          expr.Update(),
+		ConditionExpression:       expr.Condition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	if _, failed := conditionFailed(err); failed {
+		// Another delivery of this shard's records moved it meanwhile
+		// (the stream hands one shard to one reader at a time, so only
+		// after a lost answer): fail the batch, which is delivered again
+		// and leaves out what that delivery applied.
+		return fmt.Errorf("queue %s counter moved under the batch: %w", q, err)
+	}
+	if err != nil {
+		return fmt.Errorf("count queue %s: %w", q, err)
+	}
+	return nil
+}
+
+// registerQueues adds the queues that have no counter item yet to the
+// registry, before their first count: adding to a set is idempotent.
+func (s *Store) registerQueues(ctx context.Context, names []string, items map[string]map[string]types.AttributeValue) error {
+	var fresh []string
+	for _, q := range names {
+		if items[q] == nil {
+			fresh = append(fresh, q)
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	expr, _ := expression.NewBuilder().WithUpdate(expression.Add(expression.Name("queues"),
+		expression.Value(&types.AttributeValueMemberSS{Value: fresh}))).Build()
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.heartbeats, Key: agentKey(queueRegistryID),
+		UpdateExpression:          expr.Update(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	if err != nil {
+		return fmt.Errorf("register queues: %w", err)
+	}
+	return nil
+}
+
+// queueItems reads the counter items of queues consistently, 100 a
+// request; a queue without one is missing from the answer.
+func (s *Store) queueItems(ctx context.Context, queues []string) (map[string]map[string]types.AttributeValue, error) {
+	out := make(map[string]map[string]types.AttributeValue, len(queues))
+	for chunk := range slices.Chunk(queues, 100) {
+		keys := make([]map[string]types.AttributeValue, len(chunk))
+		for i, q := range chunk {
+			keys[i] = agentKey(queueCounterPrefix + q)
+		}
+		req := map[string]types.KeysAndAttributes{s.heartbeats: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+		for attempt := 0; len(req) > 0; attempt++ {
+			if attempt > 0 {
+				if err := backoff(ctx, attempt); err != nil {
+					return nil, err
+				}
+			}
+			res, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, err
+			}
+			for _, item := range res.Responses[s.heartbeats] {
+				if q, ok := strings.CutPrefix(stringAttr(item, "agent_id"), queueCounterPrefix); ok {
+					out[q] = item
+				}
+			}
+			req = res.UnprocessedKeys
+		}
+	}
+	return out, nil
+}
+
+func stringAttr(item map[string]types.AttributeValue, name string) string {
+	if v, ok := item[name].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	return ""
+}
+
+func numberAttr(item map[string]types.AttributeValue, name string) int64 {
+	if v, ok := item[name].(*types.AttributeValueMemberN); ok {
+		n, _ := strconv.ParseInt(v.Value, 10, 64)
+		return n
+	}
+	return 0
+}
+
+// MaxQueuesListed bounds a queue listing: the registry's first queues in
+// name order, so one GET's requests stay bounded.
+const MaxQueuesListed = 100
+
+// ListQueues returns every counted queue (at most MaxQueuesListed, by
+// name) with its tasks by status and its oldest todo task. Requests: a
+// GetItem of the registry, a BatchGetItem of the counters, and for each
+// queue with todo tasks one Query (Limit 1) per claim shard per priority
+// that has todo tasks, all at once. Counts are exact up to the stream's
+// delay; oldest_todo_at comes from the claim index and may lag.
+func (s *Store) ListQueues(ctx context.Context) ([]QueueStats, error) {
+	reg, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: &s.heartbeats, Key: agentKey(queueRegistryID), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read queue registry: %w", err)
+	}
+	var names []string
+	if ss, ok := reg.Item["queues"].(*types.AttributeValueMemberSS); ok {
+		names = slices.Sorted(slices.Values(ss.Value))
+	}
+	if len(names) > MaxQueuesListed {
+		names = names[:MaxQueuesListed]
+	}
+	if len(names) == 0 {
+		return []QueueStats{}, nil
+	}
+	items, err := s.queueItems(ctx, names)
+	if err != nil {
+		return nil, fmt.Errorf("read queue counters: %w", err)
+	}
+	out := make([]QueueStats, len(names))
+	oldest := make([][]int64, len(names))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i, q := range names {
+		item := items[q]
+		out[i] = QueueStats{Queue: q, Counts: make(map[Status]int64, len(Statuses))}
+		for _, st := range Statuses {
+			out[i].Counts[st] = max(0, numberAttr(item, countAttr+string(st)))
+		}
+		if out[i].Counts[StatusTodo] == 0 {
+			continue
+		}
+		oldest[i] = make([]int64, (MaxPriority+1)*claimShards)
+		for p := 0; p <= MaxPriority; p++ {
+			if numberAttr(item, todoPrioAttr+strconv.Itoa(p)) <= 0 {
+				continue
+			}
+			for shard := range claimShards {
+				g.Go(func() error {
+					at, err := s.oldestClaimable(gctx, q, shard, p)
+					oldest[i][p*claimShards+shard] = at
+					return err
+				})
+			}
+		}
+	}
+	if err := g.Wait(); err != nil {
+		return nil, fmt.Errorf("oldest todo tasks: %w", err)
+	}
+	for i := range out {
+		var best int64
+		for _, at := range oldest[i] {
+			if at > 0 && (best == 0 || at < best) {
+				best = at
+			}
+		}
+		if best > 0 {
+			out[i].OldestTodoAt = fromMS(best)
+		}
+	}
+	return out, nil
+}
+
+// oldestClaimable is the creation time (epoch ms) of the oldest claimable
+// task of one priority in one claim shard of queue q, 0 if none: the first
+// entry of the shard with that priority's prefix.
+func (s *Store) oldestClaimable(ctx context.Context, q string, shard, priority int) (int64, error) {
+	keyCond := expression.Key("claim_shard").Equal(expression.Value(q + "#" + strconv.Itoa(shard))).
+		And(expression.Key("claim_key").BeginsWith(strconv.Itoa(MaxPriority-priority) + "#"))
+	expr, _ := expression.NewBuilder().WithKeyCondition(keyCond).
+		WithProjection(expression.NamesList(expression.Name("claim_key"))).Build()
+	page, err := s.db.Query(ctx, &dynamodb.QueryInput{
+		TableName: &s.tasks, IndexName: aws.String(schema.TasksByClaim),
+		KeyConditionExpression:    expr.KeyCondition(),
+		ProjectionExpression:      expr.Projection(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+		Limit:                     aws.Int32(1),
+	})
+	if err != nil {
+		return 0, err
+	}
+	if len(page.Items) == 0 {
+		return 0, nil
+	}
+	parts := strings.SplitN(stringAttr(page.Items[0], "claim_key"), "#", 3)
+	if len(parts) < 2 {
+		return 0, errors.New("malformed claim_key")
+	}
+	return strconv.ParseInt(parts[1], 10, 64)
+}
