@@ -288,6 +288,15 @@ func outcome(op string, res any, err error) (linOut, bool) {
 	return linOut{}, false
 }
 
+// linSeed is a history's seed: CHECKOUT_LIN_SEED, to run one again (the
+// store's own concurrency still varies), or the time.
+func linSeed() uint64 {
+	if v, err := strconv.ParseUint(os.Getenv("CHECKOUT_LIN_SEED"), 10, 64); err == nil {
+		return v
+	}
+	return uint64(time.Now().UnixNano())
+}
+
 type linConfig struct {
 	clients, tasks, phases, opsPerPhase int
 }
@@ -417,7 +426,7 @@ func linearizability(t *testing.T, heartbeats bool) {
 		history = append(history, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
 		mu.Unlock()
 	}
-	seed := uint64(time.Now().UnixNano())
+	seed := linSeed()
 	if cfg.clients > maxAgents {
 		t.Fatalf("%d clients, the model holds %d agents", cfg.clients, maxAgents)
 	}
@@ -2041,7 +2050,7 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 		}
 		return out, true
 	}
-	seed := uint64(time.Now().UnixNano())
+	seed := linSeed()
 	t.Logf("seed %d: %d clients, %d tasks, %d phases of %d operations each, claims %v", seed, cfg.clients, cfg.tasks, cfg.phases, cfg.opsPerPhase, cfg.claims)
 	mems := make([]*wMemory, cfg.clients)
 	rngs := make([]*rand.Rand, cfg.clients)
