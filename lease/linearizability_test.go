@@ -854,6 +854,25 @@ func wholeModelRejects(t *testing.T, start int64) {
 			wStep{patch(0, 1, wIn{Status: lease.StatusTodo}), patched(0, lease.StatusTodo, 3, 5)},
 			wStep{strictIn(""), claimed(1, 0, "c", 1)},
 		)},
+		{"a cancel with If-Match of a task whose lease expired: its own ending, then the cancel", true, seq(
+			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			wStep{wIn{Op: "tick", Now: start + 30_000}, ok},
+			wStep{patch(0, 1, wIn{Status: lease.StatusCancelled, IfVersion: 2}), patched(0, lease.StatusCancelled, 4, 5)},
+			wStep{wIn{Op: "swept", Task: 0, Fence: 1}, ok},
+		)},
+		{"a cancel with If-Match of a task whose lease a sweep ended before", true, seq(
+			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			wStep{wIn{Op: "tick", Now: start + 30_000}, ok},
+			wStep{wIn{Op: "swept", Task: 0, Fence: 1}, ok},
+			wStep{patch(0, 1, wIn{Status: lease.StatusCancelled, IfVersion: 2}), wOut{Kind: "version_mismatch"}},
+		)},
+		{"a cancel that ended an expired lease twice", false, seq(
+			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			wStep{wIn{Op: "tick", Now: start + 30_000}, ok},
+			wStep{patch(0, 1, wIn{Status: lease.StatusCancelled}), patched(0, lease.StatusCancelled, 4, 5)},
+			wStep{wIn{Op: "swept", Task: 0, Fence: 1}, ok},
+			wStep{wIn{Op: "swept", Task: 0, Fence: 1}, ok},
+		)},
 		{"a reopen of a task in progress", false, seq(
 			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
 			wStep{patch(0, 0, wIn{Status: lease.StatusTodo}), patched(0, lease.StatusTodo, 3, 5)},
@@ -1066,6 +1085,9 @@ type wTask struct {
 	Prio    int
 	Title   string
 	Version int64
+	// PatchEnded: the fence of the lease a PATCH ended as the sweep would,
+	// whose "swept" is still to come.
+	PatchEnded int64
 }
 
 type wAgent struct {
@@ -1352,6 +1374,10 @@ func (w wState) next(in wIn, out wOut) []wState {
 		// A sweep, or removal's own pass, ended this lease: it was there,
 		// and had ended (expired, or its holder dead by a consistent read).
 		t, x := in.Task, w.T[in.Task]
+		if out == ok && in.Fence != 0 && x.PatchEnded == in.Fence {
+			w.T[t].PatchEnded = 0 // a PATCH ended it (patchOp)
+			return []wState{w}
+		}
 		if out != ok || x.Holder == "" || x.Fence != in.Fence || w.lin(t).live() {
 			return nil
 		}
@@ -1459,10 +1485,14 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 	s.HB = hb
 	live := s.live()
 	if x.Holder != "" && !live && in.Status != "" {
-		// The store ends a lease that has ended (and is still on the
-		// item) first, as the sweep would: that ending is a "swept" of its
-		// own, which comes before.
-		return w, false
+		// A lease that has ended and is still on the item: the PATCH ends
+		// it first, as the sweep would, in a write of its own (the version
+		// it was given is the one before). That ending's "swept" comes
+		// after, and finds it done (see swept); or a sweep ended it before
+		// the PATCH read the task, and the "swept" came first.
+		x.PatchEnded = x.Fence
+		w.free(t, "sweep", 0)
+		x.Version++
 	}
 	status := x.Status
 	if x.Holder != "" && !live && status == lease.StatusInProgress {
@@ -1661,6 +1691,7 @@ func (w *wState) hash() uint64 {
 		mix(x.EndFence)
 		mix(x.PrevFence)
 		mix(x.Version)
+		mix(x.PatchEnded)
 		mix(int64(x.Prio + len(x.Queue)<<8 + len(x.Title)<<16))
 		for _, at := range x.Watch {
 			mix(at)
