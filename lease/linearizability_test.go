@@ -769,8 +769,8 @@ func wholeModelRejects(t *testing.T, start int64) {
 	patched := func(task int, status lease.Status, version int64, prio int) wOut {
 		return wOut{Kind: "ok", Status: status, Version: version, Queue: wQueue(task), Prio: prio}
 	}
-	heldBy := func(o wOut, lease wOut) wOut {
-		o.Holder, o.Run, o.Fence, o.Expires = lease.Holder, lease.Run, lease.Fence, lease.Expires
+	heldBy := func(o, held wOut) wOut {
+		o.Holder, o.Run, o.Fence, o.Expires = held.Holder, held.Run, held.Fence, held.Expires
 		return o
 	}
 	strictIn := func(queues string) wIn {
@@ -2217,7 +2217,7 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 			t.Logf("visualize: %v", err)
 		}
 		if dump := os.Getenv("CHECKOUT_LIN_DUMP"); dump != "" {
-			dumpIllegal(model, history, dump+"."+t.Name())
+			dumpIllegal(model, history, fmt.Sprintf("%s.%s.%d", dump, t.Name(), seed))
 		}
 		t.Fatalf("history is %s (seed %d); visualization at %s", res, seed, path)
 	}
