@@ -288,6 +288,15 @@ func outcome(op string, res any, err error) (linOut, bool) {
 	return linOut{}, false
 }
 
+// linSeed is a history's seed: CHECKOUT_LIN_SEED, to run one again (the
+// store's own concurrency still varies), or the time.
+func linSeed() uint64 {
+	if v, err := strconv.ParseUint(os.Getenv("CHECKOUT_LIN_SEED"), 10, 64); err == nil {
+		return v
+	}
+	return uint64(time.Now().UnixNano())
+}
+
 type linConfig struct {
 	clients, tasks, phases, opsPerPhase int
 }
@@ -417,7 +426,7 @@ func linearizability(t *testing.T, heartbeats bool) {
 		history = append(history, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
 		mu.Unlock()
 	}
-	seed := uint64(time.Now().UnixNano())
+	seed := linSeed()
 	if cfg.clients > maxAgents {
 		t.Fatalf("%d clients, the model holds %d agents", cfg.clients, maxAgents)
 	}
@@ -596,14 +605,14 @@ func wholeModelRejects(t *testing.T, start int64) {
 	}
 	claimed := func(task, agent int, run string, fence int64) wOut {
 		o := granted(task, agent, run, fence)
-		o.Task = wTaskID(task)
+		o.Task, o.Queue, o.Prio = wTaskID(task), wQueue(task), wPrio(task)
 		return o
 	}
 	checkout := func(task, agent int, run string) wIn {
 		return wIn{Op: "checkout", Task: task, Agent: agent, Run: run, Timeout: 30_000}
 	}
 	claim := func(agent int, run string, strict bool) wIn {
-		return wIn{Op: "claim", Agent: agent, Run: run, Timeout: 30_000, Strict: strict}
+		return wIn{Op: "claim", Agent: agent, Run: run, Timeout: 30_000, Strict: strict, Queues: "default,q1"}
 	}
 	ok := wOut{Kind: "ok"}
 	for _, c := range []struct {
@@ -618,7 +627,7 @@ func wholeModelRejects(t *testing.T, start int64) {
 		{"a lone claim that passed over an expired lease", false, seq(
 			wStep{checkout(0, 1, "r"), granted(0, 1, "r", 1)},
 			wStep{wIn{Op: "tick", Now: start + 30_000}, ok},
-			wStep{wIn{Op: "claim", Agent: 0, Run: "c", Timeout: 30_000, Strict: true}, wOut{Kind: "ok", Task: wTaskID(1), Holder: wAgentID(0), Run: "c", Fence: 1, Expires: start + 60_000}},
+			wStep{wIn{Op: "claim", Agent: 0, Run: "c", Timeout: 30_000, Strict: true, Queues: "default,q1"}, wOut{Kind: "ok", Task: wTaskID(1), Holder: wAgentID(0), Run: "c", Fence: 1, Expires: start + 60_000, Queue: wQueue(1), Prio: wPrio(1)}},
 		)},
 		{"a claim of a task held live", false, seq(
 			wStep{checkout(0, 1, "r"), granted(0, 1, "r", 1)},
@@ -697,13 +706,14 @@ func wholeModelRejects(t *testing.T, start int64) {
 			{wIn{Op: "remove", Agent: 0}, ok},
 		}, after...)...)
 	}
-	statusOf := func(holder bool) wOut {
+	statusOf := func(holder bool) wOut { // task-0, version 2 after its checkout
+		o := wOut{Kind: "ok", Status: lease.StatusTodo}
 		if holder {
-			o := granted(0, 0, "r", 1)
+			o = granted(0, 0, "r", 1)
 			o.Status = lease.StatusInProgress
-			return o
 		}
-		return wOut{Kind: "ok", Status: lease.StatusTodo}
+		o.Version, o.Queue, o.Prio = 2, wQueue(0), wPrio(0)
+		return o
 	}
 	for _, c := range []struct {
 		what  string
@@ -743,6 +753,129 @@ func wholeModelRejects(t *testing.T, start int64) {
 		{"a force release refused on a live lease", false, seq(
 			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
 			wStep{wIn{Op: "force", Task: 0}, wOut{Kind: "not_checked_out"}},
+		)},
+	} {
+		if porcupine.CheckOperations(m, c.h) != c.legal {
+			t.Errorf("%s: legal=%v, the model says otherwise", c.what, c.legal)
+		}
+	}
+
+	// Queues, priorities and PATCH. task-0 and task-1 are in the default
+	// queue, task-2 in q1, all at priority 5, version 1.
+	patch := func(task, agent int, edit wIn) wIn {
+		edit.Op, edit.Task, edit.Agent = "patch", task, agent
+		return edit
+	}
+	patched := func(task int, status lease.Status, version int64, prio int) wOut {
+		return wOut{Kind: "ok", Status: status, Version: version, Queue: wQueue(task), Prio: prio}
+	}
+	heldBy := func(o, held wOut) wOut {
+		o.Holder, o.Run, o.Fence, o.Expires = held.Holder, held.Run, held.Fence, held.Expires
+		return o
+	}
+	strictIn := func(queues string) wIn {
+		return wIn{Op: "claim", Agent: 0, Run: "c", Timeout: 30_000, Strict: true, Queues: queues}
+	}
+	for _, c := range []struct {
+		what  string
+		legal bool
+		h     []porcupine.Operation
+	}{
+		{"a claim of the default queue granted a task of q1", false, seq(
+			wStep{wIn{Op: "claim", Agent: 0, Run: "c", Timeout: 30_000}, claimed(2, 0, "c", 1)},
+		)},
+		{"a claim of q1 granted its task", true, seq(
+			wStep{wIn{Op: "claim", Agent: 0, Run: "c", Timeout: 30_000, Queues: "q1"}, claimed(2, 0, "c", 1)},
+		)},
+		{"a claim that reported the priority the task had before a PATCH", false, seq(
+			wStep{patch(0, 1, wIn{Prio: 1 + 9}), patched(0, lease.StatusTodo, 2, 9)},
+			wStep{wIn{Op: "claim", Agent: 0, Run: "c", Timeout: 30_000}, claimed(0, 0, "c", 1)},
+		)},
+		{"a lone claim of the higher priority", true, seq(
+			wStep{patch(1, 1, wIn{Prio: 1 + 9}), patched(1, lease.StatusTodo, 2, 9)},
+			wStep{strictIn(""), func() wOut { o := claimed(1, 0, "c", 1); o.Prio = 9; return o }()},
+		)},
+		{"a lone claim that took the older task over a higher priority", false, seq(
+			wStep{patch(1, 1, wIn{Prio: 1 + 9}), patched(1, lease.StatusTodo, 2, 9)},
+			wStep{strictIn(""), claimed(0, 0, "c", 1)},
+		)},
+		{"a lone claim that took a task moved out of its queues", false, seq(
+			wStep{patch(0, 1, wIn{Queue: "q1"}), wOut{Kind: "ok", Status: lease.StatusTodo, Version: 2, Queue: "q1", Prio: 5}},
+			wStep{strictIn(""), func() wOut { o := claimed(0, 0, "c", 1); o.Queue = "q1"; return o }()},
+		)},
+		{"a PATCH with a stale If-Match that applied", false, seq(
+			wStep{patch(0, 1, wIn{Title: "a"}), patched(0, lease.StatusTodo, 2, 5)},
+			wStep{patch(0, 1, wIn{Title: "b", IfVersion: 1}), patched(0, lease.StatusTodo, 3, 5)},
+		)},
+		{"a PATCH with a stale If-Match refused", true, seq(
+			wStep{patch(0, 1, wIn{Title: "a"}), patched(0, lease.StatusTodo, 2, 5)},
+			wStep{patch(0, 1, wIn{Title: "b", IfVersion: 1}), wOut{Kind: "version_mismatch"}},
+			wStep{patch(0, 1, wIn{Title: "b", IfVersion: 2}), patched(0, lease.StatusTodo, 3, 5)},
+		)},
+		{"a PATCH that changes nothing and still moved the version", false, seq(
+			wStep{patch(0, 1, wIn{Title: "a"}), patched(0, lease.StatusTodo, 2, 5)},
+			wStep{patch(0, 1, wIn{Title: "a"}), patched(0, lease.StatusTodo, 3, 5)},
+		)},
+		{"a priority change that ended the lease", false, seq(
+			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			wStep{patch(0, 1, wIn{Prio: 1 + 9}), patched(0, lease.StatusTodo, 3, 9)},
+		)},
+		{"a priority change that kept the lease", true, seq(
+			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			wStep{patch(0, 1, wIn{Prio: 1 + 9}), heldBy(patched(0, lease.StatusInProgress, 3, 9), granted(0, 0, "r", 1))},
+			wStep{wIn{Op: "renew", Task: 0, Agent: 0, Run: "r"}, granted(0, 0, "r", 1)},
+		)},
+		{"a cancel of another's live lease", false, seq(
+			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			wStep{patch(0, 1, wIn{Status: lease.StatusCancelled}), patched(0, lease.StatusCancelled, 3, 5)},
+		)},
+		{"a cancel of another's live lease refused", true, seq(
+			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			wStep{patch(0, 1, wIn{Status: lease.StatusCancelled}), wOut{Kind: "not_holder", Holder: wAgentID(0), Fence: 1}},
+		)},
+		{"an admin's cancel that ends the lease and tells the watcher", true, seq(
+			wStep{wIn{Op: "watch", Task: 0, Agent: 2}, ok},
+			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			wStep{patch(0, 1, wIn{Status: lease.StatusCancelled, Admin: true}), patched(0, lease.StatusCancelled, 4, 5)},
+			wStep{wIn{Op: "renew", Task: 0, Agent: 0, Run: "r"}, wOut{Kind: "not_checked_out"}},
+			wStep{wIn{Op: "inbox", Agent: 2}, wOut{Kind: "ok", Msgs: "0:1"}},
+		)},
+		{"a holder's cancel whose lease lives on", false, seq(
+			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			wStep{patch(0, 0, wIn{Status: lease.StatusCancelled}), patched(0, lease.StatusCancelled, 3, 5)},
+			wStep{wIn{Op: "renew", Task: 0, Agent: 0, Run: "r"}, granted(0, 0, "r", 1)},
+		)},
+		{"a claim of a cancelled task", false, seq(
+			wStep{patch(0, 1, wIn{Status: lease.StatusCancelled}), patched(0, lease.StatusCancelled, 2, 5)},
+			wStep{wIn{Op: "claim", Agent: 0, Run: "c", Timeout: 30_000}, claimed(0, 0, "c", 1)},
+		)},
+		{"a lone claim that passed over a reopened task", false, seq(
+			wStep{patch(0, 1, wIn{Status: lease.StatusCancelled}), patched(0, lease.StatusCancelled, 2, 5)},
+			wStep{patch(0, 1, wIn{Status: lease.StatusTodo}), patched(0, lease.StatusTodo, 3, 5)},
+			wStep{strictIn(""), claimed(1, 0, "c", 1)},
+		)},
+		{"a cancel with If-Match of a task whose lease expired: its own ending, then the cancel", true, seq(
+			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			wStep{wIn{Op: "tick", Now: start + 30_000}, ok},
+			wStep{patch(0, 1, wIn{Status: lease.StatusCancelled, IfVersion: 2}), patched(0, lease.StatusCancelled, 4, 5)},
+			wStep{wIn{Op: "swept", Task: 0, Fence: 1}, ok},
+		)},
+		{"a cancel with If-Match of a task whose lease a sweep ended before", true, seq(
+			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			wStep{wIn{Op: "tick", Now: start + 30_000}, ok},
+			wStep{wIn{Op: "swept", Task: 0, Fence: 1}, ok},
+			wStep{patch(0, 1, wIn{Status: lease.StatusCancelled, IfVersion: 2}), wOut{Kind: "version_mismatch"}},
+		)},
+		{"a cancel that ended an expired lease twice", false, seq(
+			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			wStep{wIn{Op: "tick", Now: start + 30_000}, ok},
+			wStep{patch(0, 1, wIn{Status: lease.StatusCancelled}), patched(0, lease.StatusCancelled, 4, 5)},
+			wStep{wIn{Op: "swept", Task: 0, Fence: 1}, ok},
+			wStep{wIn{Op: "swept", Task: 0, Fence: 1}, ok},
+		)},
+		{"a reopen of a task in progress", false, seq(
+			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
+			wStep{patch(0, 0, wIn{Status: lease.StatusTodo}), patched(0, lease.StatusTodo, 3, 5)},
 		)},
 	} {
 		if porcupine.CheckOperations(m, c.h) != c.legal {
@@ -845,21 +978,37 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // no heartbeat yet, alive since the registration: the removed agent's
 // leases stay ended.
 //
-// Claim. A claim that names a run id and finds that run's lease (live, or
-// the task's last ended lease) returns it; when the task has moved on to
-// another ended lease since, the store grants a new one, and the model
-// follows the store (TestKnownBugClaimRetryAfterTheTaskMovedOn, reported).
-// Otherwise, among concurrent claimers, a claim may take any available
-// task (claimers spread over the oldest candidates), or find none (its
-// candidates come from indexes that lag). Between phases a "strict" claim runs alone, on a store of its own
-// (no claims in flight, no recent losses), after the indexes have caught
-// up: it must take the oldest available task by creation, and may say
-// no_task_available only when none is surely available. Surely available:
-// todo, expired, or held by an agent dead by heartbeat now. A lease ended by
-// a death its holder has come back from is found only while the sweep has
-// not settled that death; the sweep settles it after settleAfter of the
-// store's clock, which the test moves much faster than the index lag, so
-// such a task may be taken before older sure ones, or not found.
+// Claim. A claim that names a run id whose earlier attempt was granted a
+// lease answers with that lease exactly as it was granted (task, fence,
+// expiry, queue, priority), from the run's receipt, whatever the task has
+// done since: renewed, released, taken over, claimed again. Otherwise a
+// claim grants only a task that is available (todo with no live lease, or
+// a lease that has ended), in one of the queues it names, reporting the
+// task's queue and priority as they are at the grant; never a held,
+// cancelled or done task. That is all the store promises to concurrent
+// claimers: they shuffle the best 3n candidates (n the claims in flight,
+// lease/doc.go), which in these histories is every task, and their
+// candidates come from indexes that lag, so one may take any available
+// task or find none. Between phases a "strict" claim runs alone, on a
+// store of its own (no claims in flight, no recent losses), after the
+// indexes have caught up: it must take the best available task of its
+// queues, by priority then creation, and may say no_task_available only
+// when none is surely available there. Surely available: todo, expired,
+// or held by an agent dead by heartbeat now. A lease ended by a death its
+// holder has come back from is found only while the sweep has not settled
+// that death; the sweep settles it after settleAfter of the store's clock,
+// which the test moves much faster than the index lag, so such a task may
+// be taken before better sure ones, or not found.
+//
+// PATCH. One write pinned to the version (patchOp), or none when it
+// changes nothing; every write of a task item adds one to its version, and
+// status reads and PATCHes answer with it, so If-Match is checked as a
+// compare-and-set (412) against the version the model counts. Fields
+// never touch a lease; cancel ends a live lease for its holder or an
+// admin only (not_holder otherwise) and tells the watchers; reopen makes
+// a done or cancelled task todo again and claimable. A PATCH of the status
+// of a task whose lease has ended but is still on the item first ends that
+// lease as the sweep would, which the history records as a "swept".
 //
 // Known bugs. Two reported bugs of removal show in these histories now and
 // then: a judgment from a heartbeat read before the removal (the alive
@@ -881,10 +1030,19 @@ type wIn struct {
 	Task    int
 	Agent   int
 	Run     string
-	Fence   int64 // swept: the lease's
-	Timeout int64 // ms
-	Now     int64 // ms, tick only
-	Strict  bool  // claim: alone, on its own store, indexes caught up
+	Fence   int64  // swept: the lease's
+	Timeout int64  // ms
+	Now     int64  // ms, tick only
+	Strict  bool   // claim: alone, on its own store, indexes caught up
+	Queues  string // claim: the queues it names, comma-separated ("": the default)
+	// patch: the caller is an admin; the new title, queue, priority plus
+	// one and status (zero: unchanged); If-Match (0: none).
+	Admin     bool
+	Title     string
+	Queue     string
+	Prio      int
+	Status    lease.Status
+	IfVersion int64
 }
 
 type wOut struct {
@@ -897,6 +1055,11 @@ type wOut struct {
 	Status  lease.Status
 	Held    int64
 	Msgs    string // inbox: "task:fence" sorted, comma-separated, duplicates kept
+	// status and patch: the task's version; claim, status and patch: its
+	// queue and priority.
+	Version int64
+	Queue   string
+	Prio    int
 }
 
 // wTask is one task as the whole model sees it: the lease fields of
@@ -916,6 +1079,15 @@ type wTask struct {
 	PrevAgent, PrevRun     string
 	PrevFence, PrevExpires int64
 	Watch                  [wAgents]int64 // when each agent asked, plus one; 0: not watching
+	// The task's fields that PATCH changes ("" title: the one it was
+	// created with), and its version: one more for every write of the item.
+	Queue   string
+	Prio    int
+	Title   string
+	Version int64
+	// PatchEnded: the fence of the lease a PATCH ended as the sweep would,
+	// whose "swept" is still to come.
+	PatchEnded int64
 }
 
 type wAgent struct {
@@ -939,10 +1111,38 @@ type wState struct {
 	T         [wTasks]wTask
 	HB        [maxAgents]hbState
 	A         [wAgents]wAgent
+	// Receipts: the grant of every named claim, "agent/run=task:fence:expires:queue/priority", sorted, ';'-separated.
+	Receipts string
 }
 
 func wAgentID(i int) string { return fmt.Sprintf("agent-%02d", i) }
-func wTaskID(i int) string  { return fmt.Sprintf("task-%d", i) }
+
+// wQueue and wPrio are the queue and priority task i is created with: the
+// first three (those TestLinearizabilityModelRejects uses) at the default
+// priority, the queue "q1" for one of three, later ones at their own
+// priorities.
+func wQueue(i int) string {
+	if i%3 == 2 {
+		return "q1"
+	}
+	return lease.DefaultQueue
+}
+
+func wPrio(i int) int { return []int{5, 5, 5, 7, 5, 2, 9, 5}[i] }
+
+// newWTask is task i as created.
+func newWTask(i int) wTask {
+	return wTask{Exists: true, Status: lease.StatusTodo, Queue: wQueue(i), Prio: wPrio(i), Version: 1}
+}
+
+// wQueues is a claim's queues.
+func wQueues(qs string) []string {
+	if qs == "" {
+		return []string{lease.DefaultQueue}
+	}
+	return strings.Split(qs, ",")
+}
+func wTaskID(i int) string { return fmt.Sprintf("task-%d", i) }
 
 func wTaskN(id string) int {
 	var n int
@@ -1057,13 +1257,24 @@ func (w *wState) sure(t int) bool {
 	return x.Holder == "" || x.Expires <= w.Now || hb.Has && hb.Exp <= w.Now
 }
 
-func (w *wState) oldestSure() int {
+// before: a is claimed before b, by priority, then age (ids sort in
+// creation order).
+func (w *wState) before(a, b int) bool {
+	if pa, pb := w.T[a].Prio, w.T[b].Prio; pa != pb {
+		return pa > pb
+	}
+	return a < b
+}
+
+// bestSure is the best task of queues that is surely available, or -1.
+func (w *wState) bestSure(queues []string) int {
+	best := -1
 	for t := range wTasks {
-		if w.sure(t) {
-			return t
+		if w.sure(t) && slices.Contains(queues, w.T[t].Queue) && (best < 0 || w.before(t, best)) {
+			best = t
 		}
 	}
-	return -1
+	return best
 }
 
 func wOutOf(o linOut) wOut {
@@ -1091,7 +1302,7 @@ func (w wState) next(in wIn, out wOut) []wState {
 		if out != ok || w.T[in.Task].Exists {
 			return nil
 		}
-		w.T[in.Task] = wTask{Exists: true, Status: lease.StatusTodo}
+		w.T[in.Task] = newWTask(in.Task)
 		return []wState{w}
 	case "heartbeat":
 		if w.A[in.Agent].Removed {
@@ -1163,10 +1374,15 @@ func (w wState) next(in wIn, out wOut) []wState {
 		// A sweep, or removal's own pass, ended this lease: it was there,
 		// and had ended (expired, or its holder dead by a consistent read).
 		t, x := in.Task, w.T[in.Task]
+		if out == ok && in.Fence != 0 && x.PatchEnded == in.Fence {
+			w.T[t].PatchEnded = 0 // a PATCH ended it (patchOp)
+			return []wState{w}
+		}
 		if out != ok || x.Holder == "" || x.Fence != in.Fence || w.lin(t).live() {
 			return nil
 		}
 		w.free(t, "sweep", 0)
+		w.T[t].Version++
 		return []wState{w}
 	case "claim":
 		return w.claim(in, out)
@@ -1181,20 +1397,25 @@ func (w wState) next(in wIn, out wOut) []wState {
 			return nil
 		}
 		w.T[t].Watch[in.Agent] = w.Now + 1
+		w.T[t].Version++
 		return []wState{w}
+	}
+	op := wState.taskOp
+	if in.Op == "patch" {
+		op = wState.patchOp
 	}
 	// force, checkout, renew, release, complete, status judge the holder
 	// by the alive cache: see cachedHB.
 	hbs := w.cachedHB()
 	if hbs == nil {
-		if s, ok := w.taskOp(in, out, w.HB); ok {
+		if s, ok := op(w, in, out, w.HB); ok {
 			return []wState{s}
 		}
 		return nil
 	}
 	var states []wState
 	for _, hb := range hbs {
-		if s, ok := w.taskOp(in, out, hb); ok {
+		if s, ok := op(w, in, out, hb); ok {
 			states = append(states, s)
 		}
 	}
@@ -1217,11 +1438,22 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 			return w, false
 		}
 		w.free(t, "force", held)
+		w.T[t].Version++
 		return w, true
 	}
-	want, nx := s.step(linIn{Op: in.Op, Task: wTaskID(t), Agent: wAgentID(in.Agent), AgentN: in.Agent, Run: in.Run, Fence: in.Fence, Timeout: in.Timeout})
-	if out != wOutOf(want) {
+	lo, nx := s.step(linIn{Op: in.Op, Task: wTaskID(t), Agent: wAgentID(in.Agent), AgentN: in.Agent, Run: in.Run, Fence: in.Fence, Timeout: in.Timeout})
+	want := wOutOf(lo)
+	if in.Op == "status" {
+		want.Version, want.Queue, want.Prio = w.T[t].Version, w.T[t].Queue, w.T[t].Prio
+	}
+	if out != want {
 		return w, false
+	}
+	// Every write of the item adds one to its version: a grant, a renewal
+	// and an ending; a retry answered from the item, a conflict, a refusal
+	// and a read write nothing.
+	if nx.Fence != s.Fence || in.Op == "renew" && want.Kind == "ok" || s.Holder != "" && nx.Holder == "" {
+		w.T[t].Version++
 	}
 	if s.Holder != "" && (nx.Holder == "" || nx.Fence != s.Fence) {
 		switch in.Op { // the lease on the task ended here
@@ -1236,6 +1468,71 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 	}
 	w.setLease(t, nx)
 	return w, true
+}
+
+// patchOp is a PATCH of task in.Task, judging heartbeats by hb. It is one
+// write pinned to the version (or none, when it changes nothing). Status
+// cancelled ends a live lease (its holder's or an admin's call) and frees
+// the task of it: watchers are told; todo reopens a done or cancelled task.
+// Fields never touch a lease.
+func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
+	t := in.Task
+	x := &w.T[t]
+	if in.IfVersion != 0 && in.IfVersion != x.Version {
+		return w, out == wOut{Kind: "version_mismatch"}
+	}
+	s := w.lin(t)
+	s.HB = hb
+	live := s.live()
+	if x.Holder != "" && !live && in.Status != "" {
+		// A lease that has ended and is still on the item: the PATCH ends
+		// it first, as the sweep would, in a write of its own (the version
+		// it was given is the one before). That ending's "swept" comes
+		// after, and finds it done (see swept); or a sweep ended it before
+		// the PATCH read the task, and the "swept" came first.
+		x.PatchEnded = x.Fence
+		w.free(t, "sweep", 0)
+		x.Version++
+	}
+	status := x.Status
+	if x.Holder != "" && !live && status == lease.StatusInProgress {
+		status = lease.StatusTodo
+	}
+	changed := false
+	if in.Status != "" && in.Status != status {
+		switch {
+		case in.Status == lease.StatusCancelled && status == lease.StatusDone,
+			in.Status == lease.StatusTodo && status == lease.StatusInProgress:
+			return w, out == wOut{Kind: "invalid_transition"}
+		case in.Status == lease.StatusCancelled && live:
+			if x.Holder != wAgentID(in.Agent) && !in.Admin {
+				return w, out == wOut{Kind: "not_holder", Holder: x.Holder, Fence: x.Fence}
+			}
+			w.free(t, "cancel", w.Now-x.Locked)
+		}
+		x.Status = in.Status
+		changed = true
+	}
+	if in.Title != "" && in.Title != x.Title {
+		x.Title, changed = in.Title, true
+	}
+	if in.Queue != "" && in.Queue != x.Queue {
+		x.Queue, changed = in.Queue, true
+	}
+	if in.Prio != 0 && in.Prio-1 != x.Prio {
+		x.Prio, changed = in.Prio-1, true
+	}
+	if changed {
+		x.Version++
+	}
+	want := wOut{Kind: "ok", Status: x.Status, Version: x.Version, Queue: x.Queue, Prio: x.Prio}
+	switch {
+	case x.Holder != "" && live:
+		want.Holder, want.Run, want.Fence, want.Expires = x.Holder, x.Run, x.Fence, x.Expires
+	case x.Holder != "" && x.Status == lease.StatusInProgress:
+		want.Status = lease.StatusTodo // ended, not swept
+	}
+	return w, out == want
 }
 
 // cachedHB is every view of the heartbeats that a judgment may use.
@@ -1272,51 +1569,76 @@ func (w *wState) cachedHB() [][maxAgents]hbState {
 func (w wState) claim(in wIn, out wOut) []wState {
 	agent := wAgentID(in.Agent)
 	if in.Run != "" {
-		// A named claim whose run got a lease returns it, live or ended.
-		var again []wOut
-		for t := range wTasks {
-			switch x := w.T[t]; {
-			case !x.Exists:
-			case x.Holder == agent && x.Run == in.Run:
-				again = append(again, wOut{Kind: "ok", Task: wTaskID(t), Holder: x.Holder, Run: x.Run, Fence: x.Fence, Expires: x.Expires})
-			case x.EndAgent == agent && x.EndRun == in.Run:
-				again = append(again, wOut{Kind: "ok", Task: wTaskID(t), Holder: x.EndAgent, Run: x.EndRun, Fence: x.EndFence, Expires: x.EndExpires})
-			case x.PrevAgent == agent && x.PrevRun == in.Run:
-				again = append(again, wOut{Kind: "ok", Task: wTaskID(t), Holder: x.PrevAgent, Run: x.PrevRun, Fence: x.PrevFence, Expires: x.PrevExpires})
+		// A named claim whose run got a lease answers with that lease as it
+		// was granted, from the run's receipt, whatever the task has done
+		// since (renewed, released, taken over, claimed again).
+		if r, ok := w.receipt(in.Agent, in.Run); ok {
+			if out != r {
+				return nil
 			}
-		}
-		if len(again) > 0 {
-			if slices.Contains(again, out) {
-				return []wState{w}
-			}
-			return nil
+			return []wState{w}
 		}
 	}
-	oldest := w.oldestSure()
+	queues := wQueues(in.Queues)
+	best := w.bestSure(queues)
 	if out.Kind == "no_task_available" && out == (wOut{Kind: out.Kind}) {
-		if in.Strict && oldest >= 0 {
+		if in.Strict && best >= 0 {
 			return nil
 		}
 		return []wState{w}
 	}
 	t := wTaskN(out.Task)
-	if out.Kind != "ok" || t < 0 || !w.available(t) {
-		return nil
+	if out.Kind != "ok" || t < 0 || !w.available(t) || !slices.Contains(queues, w.T[t].Queue) {
+		return nil // never a held task, nor one outside the claim's queues
 	}
 	x := &w.T[t]
 	if out.Holder != agent || out.Run == "" || in.Run != "" && out.Run != in.Run ||
-		out.Fence != x.Fence+1 || out.Expires != w.Now+in.Timeout || out.Status != "" || out.Held != 0 || out.Msgs != "" {
+		out.Fence != x.Fence+1 || out.Expires != w.Now+in.Timeout || out.Queue != x.Queue || out.Prio != x.Prio ||
+		out.Status != "" || out.Held != 0 || out.Msgs != "" || out.Version != 0 {
 		return nil
 	}
-	if in.Strict && t != oldest && (w.sure(t) || oldest >= 0 && t > oldest) {
-		return nil // a lone claim takes the oldest
+	if in.Strict && t != best && (w.sure(t) || best >= 0 && !w.before(t, best)) {
+		return nil // a lone claim takes the best
 	}
 	if x.Holder != "" {
 		w.takeover(t)
 	}
 	x.Status, x.Holder, x.HolderN, x.Run = lease.StatusInProgress, agent, in.Agent, out.Run
 	x.Fence, x.Locked, x.Expires, x.TimeoutMS = x.Fence+1, w.Now, w.Now+in.Timeout, in.Timeout
+	x.Version++
+	if in.Run != "" {
+		w.keepReceipt(in.Agent, in.Run, out)
+	}
 	return []wState{w}
+}
+
+// receipt is the grant a named claim's receipt keeps.
+func (w *wState) receipt(agent int, run string) (wOut, bool) {
+	prefix := fmt.Sprintf("%d/%s=", agent, run)
+	for _, r := range strings.Split(w.Receipts, ";") {
+		if rest, ok := strings.CutPrefix(r, prefix); ok {
+			var o wOut
+			var q string
+			var t int
+			if _, err := fmt.Sscanf(rest, "%d:%d:%d:%s", &t, &o.Fence, &o.Expires, &q); err != nil {
+				panic(err)
+			}
+			o.Kind, o.Task, o.Holder, o.Run = "ok", wTaskID(t), wAgentID(agent), run
+			qp := strings.Split(q, "/")
+			o.Queue = qp[0]
+			o.Prio, _ = strconv.Atoi(qp[1])
+			return o, true
+		}
+	}
+	return wOut{}, false
+}
+
+func (w *wState) keepReceipt(agent int, run string, o wOut) {
+	r := fmt.Sprintf("%d/%s=%d:%d:%d:%s/%d", agent, run, wTaskN(o.Task), o.Fence, o.Expires, o.Queue, o.Prio)
+	all := append(strings.Split(w.Receipts, ";"), r)
+	all = slices.DeleteFunc(all, func(s string) bool { return s == "" })
+	sort.Strings(all)
+	w.Receipts = strings.Join(all, ";")
 }
 
 // wholeModel checks histories of the whole store, starting at start with
@@ -1329,7 +1651,7 @@ func wholeModel(start int64, tasks, agents int, knownBugs bool) porcupine.Model 
 		Init: func() []any {
 			s := wState{Now: start, KnownBugs: knownBugs}
 			for t := range tasks {
-				s.T[t] = wTask{Exists: true, Status: lease.StatusTodo}
+				s.T[t] = newWTask(t)
 			}
 			for a := range agents {
 				s.A[a].Registered = true
@@ -1368,6 +1690,9 @@ func (w *wState) hash() uint64 {
 		mix(int64(len(x.Holder) + len(x.Status) + len(x.EndOp) + len(x.PrevRun)))
 		mix(x.EndFence)
 		mix(x.PrevFence)
+		mix(x.Version)
+		mix(x.PatchEnded)
+		mix(int64(x.Prio + len(x.Queue)<<8 + len(x.Title)<<16))
 		for _, at := range x.Watch {
 			mix(at)
 		}
@@ -1378,6 +1703,7 @@ func (w *wState) hash() uint64 {
 		mix(int64(len(x.Msgs) + len(x.MayKeep)<<16))
 		mix(x.StaleUntil)
 	}
+	mix(int64(len(w.Receipts)))
 	return h
 }
 
@@ -1436,6 +1762,10 @@ func wOutcome(in wIn, res any, err error) (wOut, bool) {
 		return wOut{Kind: "agent_not_found"}, true
 	case errors.Is(err, lease.ErrTaskNotFound):
 		return wOut{Kind: "task_not_found"}, true
+	case errors.Is(err, lease.ErrVersionMismatch):
+		return wOut{Kind: "version_mismatch"}, true
+	case errors.Is(err, lease.ErrInvalidTransition):
+		return wOut{Kind: "invalid_transition"}, true
 	case err != nil:
 		o, ok := outcome(in.Op, res, err)
 		return wOutOf(o), ok
@@ -1458,9 +1788,16 @@ func wOutcome(in wIn, res any, err error) (wOut, bool) {
 	case lease.Checkout:
 		o := wOut{Kind: "ok", Holder: v.AgentID, Run: v.RunID, Fence: v.Fence, Expires: v.ExpiresAt.UnixMilli()}
 		if in.Op == "claim" {
-			o.Task = v.TaskID
+			o.Task, o.Queue, o.Prio = v.TaskID, v.Queue, v.Priority
 		}
 		return o, true
+	case lease.Task:
+		lo, ok := outcome(in.Op, res, err)
+		o := wOutOf(lo)
+		if in.Op == "status" || in.Op == "patch" {
+			o.Version, o.Queue, o.Prio = v.Version, v.Queue, v.Priority
+		}
+		return o, ok
 	}
 	o, ok := outcome(in.Op, res, err)
 	return wOutOf(o), ok
@@ -1472,7 +1809,27 @@ func wApply(c context.Context, s *lease.Store, in wIn) (any, error) {
 	timeout := time.Duration(in.Timeout) * time.Millisecond
 	switch in.Op {
 	case "claim":
-		return s.Claim(c, lease.ClaimParams{AgentID: agent, RunID: in.Run, Timeout: timeout})
+		var qs []string
+		if in.Queues != "" {
+			qs = strings.Split(in.Queues, ",")
+		}
+		return s.Claim(c, lease.ClaimParams{AgentID: agent, RunID: in.Run, Timeout: timeout, Queues: qs})
+	case "patch":
+		p := lease.UpdateTaskParams{TaskID: task, AgentID: agent, Admin: in.Admin, IfVersion: in.IfVersion}
+		if in.Title != "" {
+			p.Title = &in.Title
+		}
+		if in.Queue != "" {
+			p.Queue = &in.Queue
+		}
+		if in.Prio != 0 {
+			prio := in.Prio - 1
+			p.Priority = &prio
+		}
+		if in.Status != "" {
+			p.Status = &in.Status
+		}
+		return s.UpdateTask(c, p)
 	case "force":
 		return s.Release(c, lease.ReleaseParams{TaskID: task, AgentID: adminID, Force: true})
 	case "watch":
@@ -1485,7 +1842,8 @@ func wApply(c context.Context, s *lease.Store, in wIn) (any, error) {
 		_, err := s.RegisterAgent(c, lease.RegisterParams{AgentID: agent, Name: "name-" + agent})
 		return nil, err
 	case "create":
-		_, err := s.CreateTask(c, lease.CreateTaskParams{TaskID: task, Title: "title of " + task})
+		prio := wPrio(in.Task)
+		_, err := s.CreateTask(c, lease.CreateTaskParams{TaskID: task, Title: "title of " + task, Queue: wQueue(in.Task), Priority: &prio})
 		return nil, err
 	case "sweep":
 		_, err := s.Sweep(c)
@@ -1548,15 +1906,22 @@ func (n *sweptNotifier) take() []porcupine.Operation {
 // named claim.
 type wMemory struct {
 	agentMemory
-	claim string
+	claim   string
+	version map[int]int64 // each task's version, as last read
 }
+
+// claimQueues are the queue lists claims name.
+var claimQueues = []string{"", "q1", "default,q1", "q1,default"}
 
 // nextWholeOp picks an agent's next operation: nextOp's mix, with claims
 // (new named runs, retries of the last one, unnamed) when claims is set,
 // and watches.
-func nextWholeOp(r *rand.Rand, agentN int, heartbeat bool, mem *wMemory, tasks int, claims bool) wIn {
+func nextWholeOp(r *rand.Rand, agentN int, heartbeat bool, mem *wMemory, tasks int, claims, patches bool) wIn {
+	if patches && r.IntN(100) < 12 {
+		return nextPatch(r, agentN, mem, tasks)
+	}
 	if claims && r.IntN(100) < 20 {
-		in := wIn{Op: "claim", Agent: agentN, Timeout: []int64{10_000, 30_000, 60_000}[r.IntN(3)]}
+		in := wIn{Op: "claim", Agent: agentN, Timeout: []int64{10_000, 30_000, 60_000}[r.IntN(3)], Queues: claimQueues[r.IntN(len(claimQueues))]}
 		switch q := r.IntN(4); {
 		case q == 0 && mem.claim != "":
 			in.Run = mem.claim // a retry of the same run
@@ -1582,9 +1947,38 @@ func nextWholeOp(r *rand.Rand, agentN int, heartbeat bool, mem *wMemory, tasks i
 	return wIn{Op: op.Op, Task: wTaskN(op.Task), Agent: agentN, Run: op.Run, Fence: op.Fence, Timeout: op.Timeout}
 }
 
+// nextPatch picks a PATCH: a priority, queue or title change, a cancel
+// (now and then as an admin) or a reopen, with If-Match a third of the
+// time: the version the agent last read, or now and then one before it.
+func nextPatch(r *rand.Rand, agentN int, mem *wMemory, tasks int) wIn {
+	in := wIn{Op: "patch", Agent: agentN, Task: r.IntN(tasks)}
+	switch q := r.IntN(10); {
+	case q < 3:
+		in.Prio = 1 + []int{0, 5, 9}[r.IntN(3)]
+	case q < 4:
+		in.Queue = []string{lease.DefaultQueue, "q1"}[r.IntN(2)]
+	case q < 5:
+		in.Title = []string{"a", "b"}[r.IntN(2)]
+	case q < 6:
+		in.Status = lease.StatusCancelled
+		in.Admin = r.IntN(3) == 0
+	default:
+		in.Status = lease.StatusTodo
+	}
+	if v := mem.version[in.Task]; v != 0 {
+		switch r.IntN(6) {
+		case 0, 1:
+			in.IfVersion = v
+		case 2:
+			in.IfVersion = v - 1
+		}
+	}
+	return in
+}
+
 type wConfig struct {
 	clients, tasks, phases, opsPerPhase int
-	claims                              bool
+	claims, patches                     bool
 	createEvery                         int // a new task between phases, this often (0: never)
 	strictEvery                         int // a lone claim between phases, this often
 	inboxEvery                          int // inbox reads between phases, this often (and after the last)
@@ -1594,32 +1988,30 @@ func wholeSize(claims bool) wConfig {
 	chaos := os.Getenv("CHECKOUT_CHAOS") != ""
 	switch {
 	case claims && chaos:
-		return wConfig{clients: 6, tasks: 3, phases: 100, opsPerPhase: 4, claims: true, createEvery: 12, strictEvery: 3, inboxEvery: 1}
+		return wConfig{clients: 6, tasks: 3, phases: 100, opsPerPhase: 4, claims: true, patches: true, createEvery: 12, strictEvery: 3, inboxEvery: 1}
 	case claims:
-		return wConfig{clients: 4, tasks: 3, phases: 8, opsPerPhase: 3, claims: true, createEvery: 3, strictEvery: 2, inboxEvery: 1}
+		return wConfig{clients: 4, tasks: 3, phases: 8, opsPerPhase: 3, claims: true, patches: true, createEvery: 3, strictEvery: 2, inboxEvery: 1}
 	}
 	// Fewer clients than TestLinearizability: the state is larger, and
 	// porcupine's search grows with the operations that overlap.
 	if chaos {
-		return wConfig{clients: 16, tasks: 6, phases: 80, opsPerPhase: 5, inboxEvery: 3}
+		return wConfig{clients: 16, tasks: 6, phases: 80, opsPerPhase: 5, patches: true, inboxEvery: 3}
 	}
-	return wConfig{clients: 12, tasks: 4, phases: 12, opsPerPhase: 3, inboxEvery: 3}
+	return wConfig{clients: 12, tasks: 4, phases: 12, opsPerPhase: 3, patches: true, inboxEvery: 3}
 }
 
-// Claims over all tasks, with checkouts, renewals, releases, rare
-// completions, watches, force releases, agent removals and registrations
-// again, heartbeats from half of the agents, sweeps in about half the
-// phases, new tasks now and then, inbox reads and lone claims between
-// phases. One model over every task.
+// Claims over all tasks, in their queues and by priority, with checkouts,
+// renewals, releases, rare completions, watches, PATCHes (priority, queue
+// and title changes, cancels, reopens, with and without If-Match), force
+// releases, agent removals and registrations again, heartbeats from half of
+// the agents, sweeps in about half the phases, new tasks now and then,
+// inbox reads and lone claims between phases. One model over every task.
 //
-// It runs in make chaos only, for now: about one run in ten reports a
-// history the model rejects, around a named claim retried by an agent being
-// removed while the task it first got has moved on by two leases; whether
-// the store or the model is wrong there is not settled yet.
+// It once failed about one run in ten, around a named claim retried after
+// its task had moved on: the model answered a retry from what the task
+// item remembers, while the store answers from the run's receipt
+// (TestLinearizabilityClaimRetrySequential).
 func TestLinearizabilityClaim(t *testing.T) {
-	if os.Getenv("CHECKOUT_CHAOS") == "" {
-		t.Skip("make chaos runs it (CHECKOUT_CHAOS=1)")
-	}
 	t.Parallel()
 	wholeLinearizability(t, wholeSize(true))
 }
@@ -1649,7 +2041,8 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 	}
 	tasks := cfg.tasks
 	for i := range tasks {
-		e.task(t, wTaskID(i))
+		prio := wPrio(i)
+		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: wTaskID(i), Title: "title of " + wTaskID(i), Queue: wQueue(i), Priority: &prio}))
 		e.clock.Advance(time.Millisecond) // created in id order
 	}
 	startMS := e.clock.Now().UnixMilli()
@@ -1688,12 +2081,12 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 		}
 		return out, true
 	}
-	seed := uint64(time.Now().UnixNano())
+	seed := linSeed()
 	t.Logf("seed %d: %d clients, %d tasks, %d phases of %d operations each, claims %v", seed, cfg.clients, cfg.tasks, cfg.phases, cfg.opsPerPhase, cfg.claims)
 	mems := make([]*wMemory, cfg.clients)
 	rngs := make([]*rand.Rand, cfg.clients)
 	for i := range mems {
-		mems[i] = &wMemory{agentMemory: agentMemory{run: map[string]string{}, fence: map[string]int64{}}}
+		mems[i] = &wMemory{agentMemory: agentMemory{run: map[string]string{}, fence: map[string]int64{}}, version: map[int]int64{}}
 		rngs[i] = rand.New(rand.NewPCG(seed, uint64(i)))
 	}
 	tickRand := rand.New(rand.NewPCG(seed, 1<<32))
@@ -1708,7 +2101,7 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 			go func() {
 				defer wg.Done()
 				for range cfg.opsPerPhase {
-					in := nextWholeOp(rngs[i], i, i%2 == 0, mems[i], tasks, cfg.claims)
+					in := nextWholeOp(rngs[i], i, i%2 == 0, mems[i], tasks, cfg.claims, cfg.patches)
 					out, ok := run(i, store, in)
 					if !ok {
 						return
@@ -1718,6 +2111,8 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 						mems[i].run[wTaskID(in.Task)], mems[i].fence[wTaskID(in.Task)] = out.Run, out.Fence
 					case in.Op == "claim" && out.Kind == "ok":
 						mems[i].run[out.Task], mems[i].fence[out.Task] = out.Run, out.Fence
+					case (in.Op == "status" || in.Op == "patch") && out.Kind == "ok":
+						mems[i].version[in.Task] = out.Version
 					}
 				}
 			}()
@@ -1790,7 +2185,7 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 			time.Sleep(raceLag + 200*time.Millisecond)
 			lone := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
 			i := tickRand.IntN(cfg.clients)
-			in := wIn{Op: "claim", Agent: i, Timeout: 30_000, Strict: true}
+			in := wIn{Op: "claim", Agent: i, Timeout: 30_000, Strict: true, Queues: claimQueues[tickRand.IntN(len(claimQueues))]}
 			if tickRand.IntN(2) == 0 {
 				mems[i].n++
 				in.Run = fmt.Sprintf("%s-c%d", wAgentID(i), mems[i].n)
@@ -1822,7 +2217,7 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 			t.Logf("visualize: %v", err)
 		}
 		if dump := os.Getenv("CHECKOUT_LIN_DUMP"); dump != "" {
-			dumpIllegal(model, history, dump+"."+t.Name())
+			dumpIllegal(model, history, fmt.Sprintf("%s.%s.%d", dump, t.Name(), seed))
 		}
 		t.Fatalf("history is %s (seed %d); visualization at %s", res, seed, path)
 	}
@@ -1982,11 +2377,11 @@ func TestKnownBugMessageOutlivesRemoval(t *testing.T) {
 	}
 }
 
-// Known bug (lease/doc.go, Claim: "the same run id always gets the same
-// lease"): a named claim retried after its lease has ended and another
-// lease has ended on the same task since finds nothing of its run on the
-// task item (end_* now describe the other lease) and is granted a second
-// lease under the same run id. Run with CHECKOUT_KNOWN_BUGS=1.
+// Once a known bug (lease/doc.go, Claim: "the same run id always gets the
+// same lease"): a named claim retried after its lease has ended and
+// another lease has ended on the same task since found nothing of its run
+// on the task item (end_* then describe the other lease) and was granted a
+// second lease under the same run id. The receipt now keeps the grant.
 func TestKnownBugClaimRetryAfterTheTaskMovedOn(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

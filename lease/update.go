@@ -53,10 +53,14 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 			// A lease that has ended (expired, or its holder dead) and not
 			// been swept: end it as the sweep would, so that it has its
 			// event, then decide the status change on the task freed.
-			if err := s.endEnded(ctx, cur, now); err != nil {
+			ended, err := s.endEnded(ctx, cur, now)
+			if err != nil {
 				return Task{}, err
 			}
 			if want != 0 {
+				if !ended {
+					return Task{}, ErrVersionMismatch // another write moved the task
+				}
 				want = cur.Version + 1 // that write was ours
 			}
 			continue
@@ -96,7 +100,8 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 
 // endEnded ends a lease that has ended by time or by its holder's death but
 // is still on the item, with the sweep's event, pinned to that exact lease.
-func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) error {
+// ended is false when another write moved the task first.
+func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) (ended bool, err error) {
 	typ, reason := EventAgentDeath, "holder's heartbeat expired"
 	cond := nameHolder.Equal(expression.Value(cur.Holder)).
 		And(nameFence.Equal(expression.Value(cur.Fence)), nameESeq.Equal(expression.Value(cur.ESeq)))
@@ -104,8 +109,8 @@ func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) erro
 		typ, reason = EventTimeout, "lease expired"
 		cond = cond.And(nameExpires.LessThanEqual(expression.Value(ms(now))))
 	}
-	_, _, _, err := s.endLease(ctx, cur.TaskID, cond, ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo}, now)
-	return err // not applied: someone else moved it; the caller reads again
+	_, _, ended, err = s.endLease(ctx, cur.TaskID, cond, ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo}, now)
+	return ended, err // not applied: someone else moved it; the caller reads again
 }
 
 // patch builds the update of a PATCH on cur (whose lease, if any, is live
