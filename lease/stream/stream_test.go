@@ -2,11 +2,8 @@ package stream
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
-	"os"
 	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -14,20 +11,13 @@ import (
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
+	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/localstack"
 )
 
-var endpoint string
-
-func TestMain(m *testing.M) {
-	ep, stop := localstack.MustEndpoint()
-	endpoint = ep
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // Every attribute type survives the trip the local poller makes (Streams
 // API record -> Lambda event -> the store's SDK form), and the Lambda
@@ -91,12 +81,8 @@ func TestImagesKeepEveryAttributeType(t *testing.T) {
 func TestPollerResumesFromItsCheckpoint(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := lease.NewLocalClient(endpoint)
-	names := schema.Names{Prefix: "st" + strings.ToLower(rand.Text()[:10]) + "-"}
-	if err := lease.EnsureTables(ctx, db, names); err != nil {
-		t.Fatal(err)
-	}
-	store := lease.New(lease.Config{DB: db, Tables: names})
+	store := testenv.NewStore(t)
+	db, names := store.DB, store.Names
 	arn, err := localstack.StreamARN(ctx, db, names.Table(schema.TasksTable))
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +91,7 @@ func TestPollerResumesFromItsCheckpoint(t *testing.T) {
 	var seen []string
 	fail := true
 	newPoller := func() *Poller {
-		return &Poller{Streams: NewLocalClient(endpoint), StreamARN: arn, Saved: saved,
+		return &Poller{Streams: NewLocalClient(testenv.Endpoint()), StreamARN: arn, Saved: saved,
 			Handle: func(_ context.Context, ev events.DynamoDBEvent) error {
 				if fail {
 					fail = false
