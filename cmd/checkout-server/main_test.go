@@ -13,10 +13,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/checkout-dev/checkout/internal/testenv"
 )
 
 func TestConfigFrom(t *testing.T) {
@@ -52,10 +53,7 @@ func TestConfigFrom(t *testing.T) {
 // The built command starts its own dynalite, serves, and on SIGINT stops
 // both and exits 0.
 func TestServeAndShutDown(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "checkout-server")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := testenv.Binary(t, "github.com/checkout-dev/checkout/cmd/checkout-server")
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "CHECKOUT_ADDR=127.0.0.1:0", "DYNAMODB_ENDPOINT=", "CHECKOUT_ADMIN_KEY=",
 		"CHECKOUT_DATA_DIR="+filepath.Join(t.TempDir(), "data"))
@@ -161,16 +159,13 @@ func TestSurvivesDynaliteDeath(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("finds the dynalite child through /proc")
 	}
-	bin := filepath.Join(t.TempDir(), "checkout-server")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	addr := freeAddr(t)
+	bin := testenv.Binary(t, "github.com/checkout-dev/checkout/cmd/checkout-server")
+	addr := testenv.FreeAddr(t)
 	key := "ck_admin-key-for-the-death-test"
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "CHECKOUT_ADDR="+addr, "DYNAMODB_ENDPOINT=", "CHECKOUT_ADMIN_KEY="+key,
 		"CHECKOUT_SWEEP_INTERVAL=100ms", "CHECKOUT_DATA_DIR="+filepath.Join(t.TempDir(), "data"))
-	var logs syncBuffer
+	var logs testenv.Buffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -266,30 +261,4 @@ func TestSurvivesDynaliteDeath(t *testing.T) {
 	if st, _, b := do("POST", "/api/tasks/kept/checkout", ""); st != 200 {
 		t.Fatalf("checkout after recovery: %d %v", st, b)
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
