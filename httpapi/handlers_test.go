@@ -267,13 +267,21 @@ func TestForbidden(t *testing.T) {
 	newHarness(t).do("POST", "/api/tasks/task-1/release", "ck_agent", `{"force":false}`).expect(t, 200, "")
 }
 
-func TestNotFoundAndMethodNotAllowed(t *testing.T) {
+// A path that is no route is not found, with a key or without.
+func TestNotFound(t *testing.T) {
 	t.Parallel()
 	hs := newHarness(t)
 	for _, p := range []string{"/", "/nope", "/api", "/api/tasks/", "/api/tasks/t/x", "/api/tasks/t/checkout/x", "/api//tasks", "/api/tasks/../agents", "/healthz/"} {
 		hs.do("GET", p, "ck_agent", "").expect(t, 404, "not_found")
 	}
 	hs.do("GET", "/nope", "", "").expect(t, 404, "not_found")
+}
+
+// A route's path with another method is not allowed, and Allow lists the
+// methods it takes.
+func TestMethodNotAllowed(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t)
 	for _, c := range []struct{ method, path, allow string }{
 		{"POST", "/healthz", "GET"},
 		{"PUT", "/api/tasks", "GET, POST"},
@@ -284,10 +292,12 @@ func TestNotFoundAndMethodNotAllowed(t *testing.T) {
 		{"POST", "/api/inbox/m-1", "DELETE"},
 		{"GET", "/api/tasks/t1/renew", "POST"},
 	} {
-		res := hs.do(c.method, c.path, "", "").expect(t, 405, "method_not_allowed")
-		if got := res.header.Get("Allow"); got != c.allow {
-			t.Errorf("%s %s: Allow %q, want %q", c.method, c.path, got, c.allow)
-		}
+		t.Run(c.method+" "+c.path+" is not allowed, and Allow names "+c.allow, func(t *testing.T) {
+			res := hs.do(c.method, c.path, "", "").expect(t, 405, "method_not_allowed")
+			if got := res.header.Get("Allow"); got != c.allow {
+				t.Errorf("%s %s: Allow %q, want %q", c.method, c.path, got, c.allow)
+			}
+		})
 	}
 }
 
