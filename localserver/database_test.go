@@ -4,11 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/checkout-dev/checkout/internal/testclock"
 	"github.com/checkout-dev/checkout/internal/testenv"
 )
 
@@ -55,12 +55,10 @@ func kill(t *testing.T, srv *Server) int {
 func TestDynaliteDeathOnDisk(t *testing.T) {
 	t.Parallel()
 	var logs testenv.Buffer
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	clock := testclock.New(time.Now())
 	srv, err := Start(context.Background(), Config{
 		Addr: "127.0.0.1:0", DataDir: t.TempDir(), RestartDelay: 2 * time.Second,
-		SweepInterval: 20 * time.Millisecond, Now: clock,
+		SweepInterval: 20 * time.Millisecond, Now: clock.Now,
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
 	})
 	if err != nil {
@@ -116,9 +114,7 @@ func TestDynaliteDeathOnDisk(t *testing.T) {
 		t.Fatalf("a create answered 503 took effect: %d", st)
 	}
 	// The ticker still sweeps: the lease ends once it has expired.
-	mu.Lock()
-	now = now.Add(2 * time.Minute)
-	mu.Unlock()
+	clock.Advance(2 * time.Minute)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, b := call(t, "GET", base+"/api/tasks/t1/events", worker, "")
