@@ -14,13 +14,9 @@ import (
 
 	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
-	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-// localTables creates a fresh set of tables and returns their prefix.
-func localTables(t *testing.T) string { return testenv.Tables(t).Prefix }
 
 func mint(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
@@ -36,7 +32,8 @@ func mint(t *testing.T, args ...string) (stdout, stderr string, err error) {
 }
 
 func TestMintedKeyAuthenticatesAsAdmin(t *testing.T) {
-	prefix := localTables(t)
+	store := testenv.NewStore(t)
+	prefix := store.Names.Prefix
 	out, errOut, err := mint(t, "--table-prefix", prefix, "--region", "us-east-1", "--endpoint", testenv.Endpoint(), "--agent-id", "root", "--name", "Root")
 	if err != nil {
 		t.Fatalf("mint: %v (%s)", err, errOut)
@@ -48,7 +45,6 @@ func TestMintedKeyAuthenticatesAsAdmin(t *testing.T) {
 	if strings.Contains(errOut, key) {
 		t.Error("the key was also written to stderr")
 	}
-	store := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint()), Tables: schema.Names{Prefix: prefix}})
 	p, err := store.Authenticate(context.Background(), key)
 	if err != nil {
 		t.Fatalf("authenticate: %v", err)
@@ -126,13 +122,13 @@ func profileOnly(t *testing.T) {
 // printed.
 func TestEndpointVariableAndProfileCredentials(t *testing.T) {
 	profileOnly(t)
-	prefix := localTables(t)
+	store := testenv.NewStore(t)
+	prefix := store.Names.Prefix
 	t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", testenv.Endpoint())
 	var out, errOut bytes.Buffer
 	if err := run(context.Background(), []string{"--table-prefix", prefix, "--region", "us-east-1"}, &out, &errOut, awsClient); err != nil {
 		t.Fatalf("mint through AWS_ENDPOINT_URL_DYNAMODB: %v (%s)", err, errOut.String())
 	}
-	store := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint()), Tables: schema.Names{Prefix: prefix}})
 	if _, err := store.Authenticate(context.Background(), strings.TrimSpace(out.String())); err != nil {
 		t.Fatalf("the minted key: %v", err)
 	}
