@@ -18,10 +18,7 @@ func TestRequestBudget(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	c := ctx(t)
-	e.task(t, "t")
-	e.task(t, "u")
-	e.task(t, "v")
-	e.task(t, "w")
+	e.task(t, "t", "u", "v", "w")
 	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "holder", time.Hour))
 	e.count.Take()
 

@@ -107,10 +107,13 @@ func must[T any](t testing.TB) func(T, error) T {
 	}
 }
 
-func (e *env) task(t testing.TB, id string) {
+// task creates the tasks ids, each titled "title of <id>".
+func (e *env) task(t testing.TB, ids ...string) {
 	t.Helper()
-	if _, err := e.store.CreateTask(ctx(t), lease.CreateTaskParams{TaskID: id, Title: "title of " + id}); err != nil {
-		t.Fatalf("create %s: %v", id, err)
+	for _, id := range ids {
+		if _, err := e.store.CreateTask(ctx(t), lease.CreateTaskParams{TaskID: id, Title: "title of " + id}); err != nil {
+			t.Fatalf("create %s: %v", id, err)
+		}
 	}
 }
 
