@@ -105,11 +105,17 @@ func moduleRoot(dir string) string {
 
 // runDir is the folder of this `go test` run's binaries. The test binaries
 // of one run share their parent, the go command; its start time tells a
-// later run that reuses its pid apart, where /proc has it.
+// later run that reuses its pid apart, where /proc has it. A test binary
+// that the go command did not start (one run by hand, say) shares nothing,
+// since its parent may start it again after the code has changed.
 func runDir() string {
 	root := filepath.Join(os.TempDir(), "checkout-testbin")
-	run := fmt.Sprint(os.Getppid())
-	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", os.Getppid())); err == nil {
+	parent := os.Getppid()
+	if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", parent)); err == nil && strings.TrimSpace(string(comm)) != "go" {
+		parent = os.Getpid()
+	}
+	run := fmt.Sprint(parent)
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", parent)); err == nil {
 		// The start time is field 22; the command name (field 2) may hold
 		// spaces, so count from its closing parenthesis.
 		if f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:])); len(f) > 19 {
