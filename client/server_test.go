@@ -48,12 +48,12 @@ func agent(t *testing.T, admin *Client, id, name string, opts ...Option) *Client
 }
 
 // heldTask starts a server on which the researcher (agent-a1b2) holds
-// task-d4e5 for run-1, and returns the researcher's client, the writer's
-// (agent-c3d4) and the checkout.
-func heldTask(t *testing.T) (a, b *Client, co Checkout) {
+// task-d4e5 for run-1, and returns it, the researcher's client, the
+// writer's (agent-c3d4) and the checkout.
+func heldTask(t *testing.T) (srv *localserver.Server, a, b *Client, co Checkout) {
 	t.Helper()
 	ctx := context.Background()
-	_, admin := startServer(t, nil)
+	srv, admin := startServer(t, nil)
 	a = agent(t, admin, "agent-a1b2", "researcher")
 	b = agent(t, admin, "agent-c3d4", "writer")
 	if _, err := a.CreateTask(ctx, CreateTaskRequest{TaskID: "task-d4e5", Title: "Fix login bug"}); err != nil {
@@ -63,13 +63,13 @@ func heldTask(t *testing.T) (a, b *Client, co Checkout) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return a, b, co
+	return srv, a, b, co
 }
 
 func TestAgainstServerConflictNamesTheHolder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	a, b, co := heldTask(t)
+	_, a, b, co := heldTask(t)
 	if co.AgentName != "researcher" || co.Timeout() != 30*time.Minute || co.RunID != "run-1" || co.Fence < 1 {
 		t.Fatalf("checkout %+v", co)
 	}
@@ -103,7 +103,7 @@ func TestAgainstServerConflictNamesTheHolder(t *testing.T) {
 func TestAgainstServerCompletedTask(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	a, b, co := heldTask(t)
+	srv, a, b, co := heldTask(t)
 	if _, err := a.Complete(ctx, "task-d4e5", CompleteRequest{RunID: "run-1", Fence: co.Fence}); err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +117,10 @@ func TestAgainstServerCompletedTask(t *testing.T) {
 	}
 	if _, err := a.Claim(ctx, ClaimRequest{}); !errors.Is(err, ErrNoTaskAvailable) {
 		t.Fatalf("claim from an empty pool: %v", err)
+	}
+	// The trail is written from the change stream.
+	if err := srv.Drain(ctx); err != nil {
+		t.Fatal(err)
 	}
 	evs, err := a.Events(ctx, "task-d4e5")
 	if err != nil || len(evs) < 2 || evs[0].Type != "checkout" || evs[len(evs)-1].Type != "complete" || evs[len(evs)-1].HeldSeconds == nil {
