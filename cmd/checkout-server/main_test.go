@@ -37,10 +37,12 @@ func TestConfigFrom(t *testing.T) {
 	for k, v := range map[string]string{
 		"CHECKOUT_SWEEP_INTERVAL": "soon", "CHECKOUT_AUTO_CREATE_TASKS": "maybe",
 	} {
-		bad := map[string]string{k: v}
-		if _, err := configFrom(func(k string) string { return bad[k] }); err == nil || !strings.Contains(err.Error(), k) {
-			t.Fatalf("%s=%s: %v", k, v, err)
-		}
+		t.Run(k+"="+v+" is refused, naming the variable", func(t *testing.T) {
+			bad := map[string]string{k: v}
+			if _, err := configFrom(func(k string) string { return bad[k] }); err == nil || !strings.Contains(err.Error(), k) {
+				t.Fatalf("%s=%s: %v", k, v, err)
+			}
+		})
 	}
 	if _, err := configFrom(func(k string) string { return map[string]string{"CHECKOUT_SWEEP_INTERVAL": "-1s"}[k] }); err == nil {
 		t.Fatal("negative interval accepted")
