@@ -2,23 +2,14 @@ package bench
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/checkout-dev/checkout/localstack"
+	"github.com/checkout-dev/checkout/internal/testenv"
 )
 
-var endpoint string
-
-func TestMain(m *testing.M) {
-	ep, stop := localstack.MustEndpoint()
-	endpoint = ep
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 func TestQuantile(t *testing.T) {
 	ds := []time.Duration{5, 1, 4, 2, 3, 10, 9, 8, 7, 6}
@@ -39,7 +30,7 @@ func TestQuantile(t *testing.T) {
 func TestTinyRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := Config{Endpoint: endpoint, Throughput: 100 * time.Millisecond, Workers: []int{1, 4}, Contended: 4,
+	cfg := Config{Endpoint: testenv.Endpoint(), Throughput: 100 * time.Millisecond, Workers: []int{1, 4}, Contended: 4,
 		TTL: time.Second, PeerLease: time.Second, SweepLeases: 20}
 	r, err := Run(ctx, cfg)
 	if err != nil {
@@ -96,7 +87,7 @@ func TestTinyDrain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, perAgent := range []bool{false, true} {
-		d, err := RunDrain(ctx, endpoint, 8, 60, perAgent)
+		d, err := RunDrain(ctx, testenv.Endpoint(), 8, 60, perAgent)
 		if err != nil {
 			t.Fatal(err)
 		}

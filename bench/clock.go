@@ -1,29 +1,12 @@
 package bench
 
 import (
-	"sync"
 	"time"
+
+	"github.com/checkout-dev/checkout/internal/testclock"
 )
 
-// Clock is a clock that moves only when told to.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// NewClock starts at the current time.
-func NewClock() *Clock { return &Clock{t: time.Now().UTC().Truncate(time.Millisecond)} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock forward.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+// NewClock returns a clock that moves only when told to, starting at the
+// current time: the tests' own clock, so that a run's leases expire when
+// the run says.
+func NewClock() *testclock.Clock { return testclock.New(time.Now().UTC().Truncate(time.Millisecond)) }

@@ -2,55 +2,40 @@ package client
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/checkout-dev/checkout/internal/testclock"
+	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/internal/testenv/testserver"
 	"github.com/checkout-dev/checkout/localserver"
-	"github.com/checkout-dev/checkout/localstack"
 )
 
 // These tests run the client against the real local server, on one dynalite
 // per test binary and a table prefix per server.
 
-var dynamoEndpoint string
-
-func TestMain(m *testing.M) {
-	var stop func()
-	dynamoEndpoint, stop = localstack.MustEndpoint()
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // StartServer starts a local server with its own tables and returns it with
-// an admin client. now may be nil (the real clock).
+// an admin client; the caller closes it. now may be nil (the real clock).
 func StartServer(now func() time.Time) (srv *localserver.Server, admin *Client, err error) {
-	srv, err = localserver.Start(context.Background(), localserver.Config{
-		Addr: "127.0.0.1:0", DynamoEndpoint: dynamoEndpoint,
-		TablePrefix: "t" + strings.ToLower(rand.Text()[:10]) + "-",
-		AdminKey:    "ck_admin" + strings.ToLower(rand.Text()), Now: now, SweepInterval: -1,
-	})
+	srv, err = testserver.StartConfig(testserver.WithClock(now))
 	if err != nil {
 		return nil, nil, err
 	}
 	return srv, New(srv.URL(), srv.AdminKey()), nil
 }
 
+// startServer is StartServer for a test, which closes the server when it
+// ends.
 func startServer(t *testing.T, now func() time.Time) (*localserver.Server, *Client) {
 	t.Helper()
-	srv, admin, err := StartServer(now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	return srv, admin
+	srv := testserver.Start(t, testserver.WithClock(now))
+	return srv, New(srv.URL(), srv.AdminKey())
 }
 
 func agent(t *testing.T, admin *Client, id, name string, opts ...Option) *Client {
@@ -62,12 +47,15 @@ func agent(t *testing.T, admin *Client, id, name string, opts ...Option) *Client
 	return New(admin.BaseURL(), reg.APIKey, opts...)
 }
 
-func TestAgainstServerConflictNamesTheHolder(t *testing.T) {
-	t.Parallel()
+// heldTask starts a server on which the researcher (agent-a1b2) holds
+// task-d4e5 for run-1, and returns it, the researcher's client, the
+// writer's (agent-c3d4) and the checkout.
+func heldTask(t *testing.T) (srv *localserver.Server, a, b *Client, co Checkout) {
+	t.Helper()
 	ctx := context.Background()
-	_, admin := startServer(t, nil)
-	a := agent(t, admin, "agent-a1b2", "researcher")
-	b := agent(t, admin, "agent-c3d4", "writer")
+	srv, admin := startServer(t, nil)
+	a = agent(t, admin, "agent-a1b2", "researcher")
+	b = agent(t, admin, "agent-c3d4", "writer")
 	if _, err := a.CreateTask(ctx, CreateTaskRequest{TaskID: "task-d4e5", Title: "Fix login bug"}); err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +63,13 @@ func TestAgainstServerConflictNamesTheHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv, a, b, co
+}
+
+func TestAgainstServerConflictNamesTheHolder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, a, b, co := heldTask(t)
 	if co.AgentName != "researcher" || co.Timeout() != 30*time.Minute || co.RunID != "run-1" || co.Fence < 1 {
 		t.Fatalf("checkout %+v", co)
 	}
@@ -100,10 +95,19 @@ func TestAgainstServerConflictNamesTheHolder(t *testing.T) {
 	if err != nil || !st.Locked || st.Checkout.AgentID != "agent-a1b2" {
 		t.Fatalf("status %+v %v", st, err)
 	}
+}
+
+// A completed task refuses a checkout with its status, a release says it is
+// not checked out, a claim passes it over, and its trail runs from the
+// checkout to the completion.
+func TestAgainstServerCompletedTask(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, a, b, co := heldTask(t)
 	if _, err := a.Complete(ctx, "task-d4e5", CompleteRequest{RunID: "run-1", Fence: co.Fence}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = b.Checkout(ctx, "task-d4e5", CheckoutRequest{})
+	_, err := b.Checkout(ctx, "task-d4e5", CheckoutRequest{})
 	var se *StatusMismatchError
 	if !errors.As(err, &se) || se.Status != StatusDone {
 		t.Fatalf("checkout of a done task: %v", err)
@@ -114,12 +118,23 @@ func TestAgainstServerConflictNamesTheHolder(t *testing.T) {
 	if _, err := a.Claim(ctx, ClaimRequest{}); !errors.Is(err, ErrNoTaskAvailable) {
 		t.Fatalf("claim from an empty pool: %v", err)
 	}
-	if _, err := New(admin.BaseURL(), "ck_wrong").GetTask(ctx, "task-d4e5"); !errors.Is(err, ErrUnauthorized) {
-		t.Fatalf("bad key: %v", err)
+	// The trail is written from the change stream.
+	if err := srv.Drain(ctx); err != nil {
+		t.Fatal(err)
 	}
 	evs, err := a.Events(ctx, "task-d4e5")
 	if err != nil || len(evs) < 2 || evs[0].Type != "checkout" || evs[len(evs)-1].Type != "complete" || evs[len(evs)-1].HeldSeconds == nil {
 		t.Fatalf("events %+v %v", evs, err)
+	}
+}
+
+// A key the server never issued is unauthorized.
+func TestAgainstServerRefusesAWrongKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, admin := startServer(t, nil)
+	if _, err := New(admin.BaseURL(), "ck_wrong").GetTask(ctx, "task-d4e5"); !errors.Is(err, ErrUnauthorized) {
+		t.Fatalf("bad key: %v", err)
 	}
 }
 

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -19,25 +18,14 @@ import (
 	"github.com/checkout-dev/checkout/httpapi"
 	"github.com/checkout-dev/checkout/httpapi/openapitest"
 	"github.com/checkout-dev/checkout/internal/testclock"
+	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/internal/testenv/testserver"
 	"github.com/checkout-dev/checkout/localserver"
-	"github.com/checkout-dev/checkout/localstack"
 )
-
-var endpoint string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	var stop func()
-	var err error
-	endpoint, stop, err = localstack.Endpoint(ctx)
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: no DynamoDB endpoint:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	stop()
+	code := testenv.Run(m)
 	if code == 0 && flag.Lookup("test.run").Value.String() == "" {
 		if err := coverage.check(); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -114,7 +102,7 @@ type env struct {
 	admin string
 }
 
-type option func(*localserver.Config)
+type option = testserver.Option
 
 func autoCreate(c *localserver.Config) { c.AutoCreateTasks = true }
 
@@ -123,23 +111,12 @@ var t0 = time.Date(2026, 3, 20, 14, 0, 0, 0, time.UTC)
 func newEnv(t *testing.T, opts ...option) *env {
 	t.Helper()
 	c := testclock.New(t0)
-	cfg := localserver.Config{
-		Addr:           "127.0.0.1:0",
-		DynamoEndpoint: endpoint,
-		TablePrefix:    "e" + strings.ToLower(rand.Text()[:10]) + "-",
-		SweepInterval:  -1, // the tests sweep when they mean to
-		// and apply the change stream when they read its consequences
-		StreamPollInterval: -1,
-		Now:                c.Now,
-	}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	srv, err := localserver.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	srv := testserver.Start(t, append([]option{testserver.WithClock(c.Now), func(cfg *localserver.Config) {
+		cfg.AdminKey = "" // generated, as on a first start
+		// The tests apply the change stream when they read its
+		// consequences.
+		cfg.StreamPollInterval = -1
+	}}, opts...)...)
 	return &env{t: t, srv: srv, clock: c, admin: srv.AdminKey()}
 }
 

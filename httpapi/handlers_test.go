@@ -267,27 +267,38 @@ func TestForbidden(t *testing.T) {
 	newHarness(t).do("POST", "/api/tasks/task-1/release", "ck_agent", `{"force":false}`).expect(t, 200, "")
 }
 
-func TestNotFoundAndMethodNotAllowed(t *testing.T) {
+// A path that is no route is not found, with a key or without.
+func TestNotFound(t *testing.T) {
 	t.Parallel()
 	hs := newHarness(t)
 	for _, p := range []string{"/", "/nope", "/api", "/api/tasks/", "/api/tasks/t/x", "/api/tasks/t/checkout/x", "/api//tasks", "/api/tasks/../agents", "/healthz/"} {
 		hs.do("GET", p, "ck_agent", "").expect(t, 404, "not_found")
 	}
 	hs.do("GET", "/nope", "", "").expect(t, 404, "not_found")
-	for _, c := range []struct{ method, path, allow string }{
-		{"POST", "/healthz", "GET"},
-		{"PUT", "/api/tasks", "GET, POST"},
-		{"DELETE", "/api/tasks/t1", "GET, PATCH"},
-		{"DELETE", "/api/tasks/batch", "GET, PATCH"},
-		{"PATCH", "/api/tasks/t1/checkout", "GET, POST"},
-		{"GET", "/api/claim", "POST"},
-		{"POST", "/api/inbox/m-1", "DELETE"},
-		{"GET", "/api/tasks/t1/renew", "POST"},
+}
+
+// A route's path with another method is not allowed, and Allow lists the
+// methods it takes.
+func TestMethodNotAllowed(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t)
+	for request, allow := range map[string]string{ // "METHOD path": the Allow header
+		"POST /healthz":                "GET",
+		"PUT /api/tasks":               "GET, POST",
+		"DELETE /api/tasks/t1":         "GET, PATCH",
+		"DELETE /api/tasks/batch":      "GET, PATCH",
+		"PATCH /api/tasks/t1/checkout": "GET, POST",
+		"GET /api/claim":               "POST",
+		"POST /api/inbox/m-1":          "DELETE",
+		"GET /api/tasks/t1/renew":      "POST",
 	} {
-		res := hs.do(c.method, c.path, "", "").expect(t, 405, "method_not_allowed")
-		if got := res.header.Get("Allow"); got != c.allow {
-			t.Errorf("%s %s: Allow %q, want %q", c.method, c.path, got, c.allow)
-		}
+		t.Run(request+" is not allowed, and Allow names "+allow, func(t *testing.T) {
+			method, path, _ := strings.Cut(request, " ")
+			res := hs.do(method, path, "", "").expect(t, 405, "method_not_allowed")
+			if got := res.header.Get("Allow"); got != allow {
+				t.Errorf("%s %s: Allow %q, want %q", method, path, got, allow)
+			}
+		})
 	}
 }
 

@@ -141,10 +141,8 @@ func TestReplayedChangesWriteNothingNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := func() []string {
-		e.notes.mu.Lock()
-		defer e.notes.mu.Unlock()
 		var out []string
-		for _, n := range e.notes.notices {
+		for _, n := range e.notes.Notices() {
 			out = append(out, n.ID)
 		}
 		return out

@@ -18,17 +18,14 @@ func TestRequestBudget(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	c := ctx(t)
-	e.task(t, "t")
-	e.task(t, "u")
-	e.task(t, "v")
-	e.task(t, "w")
+	e.task(t, "t", "u", "v", "w")
 	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "holder", time.Hour))
-	e.count.take()
+	e.count.Take()
 
 	spent := func(name string, budget int) {
 		t.Helper()
-		ops := e.count.take()
-		n := total(ops)
+		ops := e.count.Take()
+		n := ops.Total()
 		t.Logf("%-34s %d requests %v", name, n, ops)
 		if n > budget {
 			t.Errorf("%s made %d DynamoDB requests %v, budget %d", name, n, ops, budget)
@@ -58,7 +55,7 @@ func TestRequestBudget(t *testing.T) {
 	spent("release", 1)
 
 	e.checkout(t, "t", "holder", time.Minute)
-	e.count.take()
+	e.count.Take()
 	must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "holder"}))
 	spent("complete", 1)
 
@@ -71,7 +68,7 @@ func TestRequestBudget(t *testing.T) {
 	// Taking over an expired lease: the checkout's own write.
 	e.checkout(t, "u", "other", time.Minute)
 	e.clock.Advance(time.Minute)
-	e.count.take()
+	e.count.Take()
 	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "u", AgentID: "third"}))
 	spent("takeover of expired", 1)
 
@@ -80,26 +77,26 @@ func TestRequestBudget(t *testing.T) {
 	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "mortal", time.Second))
 	e.checkout(t, "v", "mortal", time.Hour)
 	e.clock.Advance(2 * time.Second)
-	e.count.take()
+	e.count.Take()
 	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "v", AgentID: "third"}))
 	spent("takeover of a dead holder's lease", 3)
 	// The next lease of the same dead agent: its death is remembered.
 	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "v", AgentID: "third"}))
 	e.checkout(t, "v", "mortal", time.Hour)
-	e.count.take()
+	e.count.Take()
 	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "v", AgentID: "third"}))
 	spent("takeover, holder known dead", 2)
 
 	e.checkout(t, "w", "holder", time.Minute)
 	e.clock.Advance(time.Minute)
-	e.count.take()
+	e.count.Take()
 	res := must[lease.SweepResult](t)(e.store.Sweep(c))
 	if res.Timeouts != 1 {
 		t.Fatalf("sweep %+v", res)
 	}
 	// One Query per shard of each index, then one write per lease it ends
 	// (the dead agent "mortal" costs its GetItem and Query).
-	ops := e.count.take()
+	ops := e.count.Take()
 	if ops["UpdateItem"] != 1 || ops["BatchWriteItem"] != 0 {
 		t.Errorf("sweep of one expired lease: %v", ops)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/lease/stream"
@@ -84,7 +85,7 @@ func TestFeedHoldsEveryTransitionOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	replay := &stream.Poller{Streams: stream.NewLocalClient(endpoint), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
+	replay := &stream.Poller{Streams: stream.NewLocalClient(testenv.Endpoint()), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
 		Handle: stream.Handler(lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes}))}
 	if _, err := replay.Poll(c); err != nil {
 		t.Fatal(err)

@@ -2,139 +2,57 @@ package lease_test
 
 import (
 	"context"
-	"os"
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/smithy-go/middleware"
 
 	"github.com/checkout-dev/checkout/internal/testclock"
+	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/lease/stream"
 	"github.com/checkout-dev/checkout/localstack"
 )
 
-var endpoint string
-
 // epoch is where every test clock starts.
 var epoch = time.Date(2026, 3, 20, 14, 35, 0, 0, time.UTC)
 
-func TestMain(m *testing.M) {
-	ep, stop := localstack.MustEndpoint()
-	endpoint = ep
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
-
-// counter counts DynamoDB requests by operation name, through an SDK
-// middleware, so a test can hold an operation to its request budget.
-type counter struct {
-	mu  sync.Mutex
-	ops map[string]int
-}
-
-func (c *counter) middleware(stack *middleware.Stack) error {
-	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("countRequests",
-		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-			c.mu.Lock()
-			c.ops[middleware.GetOperationName(ctx)]++
-			c.mu.Unlock()
-			return next.HandleInitialize(ctx, in)
-		}), middleware.After)
-}
-
-// take returns the counts since the last take and resets them.
-func (c *counter) take() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.ops
-	c.ops = map[string]int{}
-	return out
-}
-
-func total(ops map[string]int) int {
-	n := 0
-	for _, v := range ops {
-		n += v
-	}
-	return n
-}
-
-// recorder is a Notifier that keeps every notice.
-type recorder struct {
-	mu      sync.Mutex
-	notices []lease.Notice
-}
-
-func (r *recorder) Notify(_ context.Context, n lease.Notice) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.notices = append(r.notices, n)
-	return nil
-}
-
-func (r *recorder) count(kind, taskID string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, x := range r.notices {
-		if x.Kind == kind && x.Event.TaskID == taskID {
-			n++
-		}
-	}
-	return n
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 type env struct {
 	store  *lease.Store
 	poller *stream.Poller
 	clock  *testclock.Clock
-	count  *counter
-	notes  *recorder
+	count  *testenv.Counter
+	notes  *testenv.Recorder
 	db     *dynamodb.Client
 	names  schema.Names
 }
-
-var prefixSeq atomic.Int64
 
 // newEnv gives a test its own tables on the shared DynamoDB-compatible
 // server, a test clock, a request counter and a notice recorder. Every test
 // also checks, when it ends, that no request was a Scan.
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{clock: testclock.New(epoch), count: &counter{ops: map[string]int{}}, notes: &recorder{}}
-	e.names = schema.Names{Prefix: "t" + time.Now().Format("150405") + "-" + strconv.FormatInt(prefixSeq.Add(1), 10) + "-"}
-	e.db = lease.NewLocalClient(endpoint, func(o *dynamodb.Options) {
-		o.APIOptions = append(o.APIOptions, e.count.middleware)
-	})
-	ctx := context.Background()
-	if err := lease.EnsureTables(ctx, e.db, e.names); err != nil {
-		t.Fatalf("ensure tables: %v", err)
-	}
-	e.count.take()
-	e.store = lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	e := &env{clock: testclock.New(epoch), count: testenv.NewCounter(), notes: &testenv.Recorder{}}
+	s := testenv.NewStore(t, testenv.WithClock(e.clock.Now), testenv.WithNotifier(e.notes), testenv.WithCounter(e.count))
+	e.store, e.db, e.names = s.Store, s.DB, s.Names
 	// The change stream's consumer, as the local server runs it: the stream
 	// function's handler over the store's own stream.
-	arn, err := localstack.StreamARN(ctx, e.db, e.names.Table(schema.TasksTable))
+	arn, err := localstack.StreamARN(ctx(t), e.db, e.names.Table(schema.TasksTable))
 	if err != nil {
 		t.Fatalf("stream of the tasks table: %v", err)
 	}
 	e.poller = &stream.Poller{
-		Streams:   stream.NewLocalClient(endpoint),
+		Streams:   stream.NewLocalClient(testenv.Endpoint()),
 		StreamARN: arn,
-		Handle:    stream.Handler(lease.New(lease.Config{DB: lease.NewLocalClient(endpoint), Tables: e.names, Now: e.clock.Now, Notifier: e.notes})),
+		Handle:    stream.Handler(lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint()), Tables: e.names, Now: e.clock.Now, Notifier: e.notes})),
 		Saved:     stream.MemoryCheckpoints{},
 	}
+	e.count.Take()
 	t.Cleanup(func() {
-		e.count.mu.Lock()
-		defer e.count.mu.Unlock()
-		if n := e.count.ops["Scan"]; n > 0 {
+		if n := e.count.Count("Scan"); n > 0 {
 			t.Errorf("%d Scan requests: no operation may scan", n)
 		}
 		if n := e.store.FallbackReads(); n > 0 {
@@ -148,9 +66,7 @@ func newEnv(t testing.TB) *env {
 // e.names.Prefix+table ("" for all of them), on the project's own dynalite.
 func (e *env) lag(t testing.TB, table string, d time.Duration) {
 	t.Helper()
-	if err := localstack.SetIndexLag(ctx(t), endpoint, e.names.Prefix+table, d); err != nil {
-		t.Fatalf("index lag: %v", err)
-	}
+	testenv.IndexLag(t, e.names.Prefix+table, d)
 }
 
 // eventually polls cond until it holds, for up to 10 s of real time: index
@@ -179,11 +95,7 @@ func TestLocalDynamoDBReturnsItemOnConditionFailure(t *testing.T) {
 	}
 }
 
-func ctx(t testing.TB) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
+func ctx(t testing.TB) context.Context { return testenv.Context(t) }
 
 func must[T any](t testing.TB) func(T, error) T {
 	return func(v T, err error) T {
@@ -195,10 +107,13 @@ func must[T any](t testing.TB) func(T, error) T {
 	}
 }
 
-func (e *env) task(t testing.TB, id string) {
+// task creates the tasks ids, each titled "title of <id>".
+func (e *env) task(t testing.TB, ids ...string) {
 	t.Helper()
-	if _, err := e.store.CreateTask(ctx(t), lease.CreateTaskParams{TaskID: id, Title: "title of " + id}); err != nil {
-		t.Fatalf("create %s: %v", id, err)
+	for _, id := range ids {
+		if _, err := e.store.CreateTask(ctx(t), lease.CreateTaskParams{TaskID: id, Title: "title of " + id}); err != nil {
+			t.Fatalf("create %s: %v", id, err)
+		}
 	}
 }
 
@@ -237,7 +152,7 @@ func (e *env) inbox(t testing.TB, agentID string) []lease.Message {
 func (e *env) noticeCount(t testing.TB, kind, taskID string) int {
 	t.Helper()
 	e.drain(t)
-	return e.notes.count(kind, taskID)
+	return e.notes.Count(kind, taskID)
 }
 
 func (e *env) events(t testing.TB, taskID string) []lease.Event {

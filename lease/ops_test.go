@@ -254,7 +254,7 @@ func TestCheckoutCases(t *testing.T) {
 		t.Fatalf("released task still locked: %+v", lock)
 	}
 	if e.noticeCount(t, lease.NoticeTaskAvailable, "t1") != 1 {
-		t.Fatalf("notices %+v", e.notes.notices)
+		t.Fatalf("notices %+v", e.notes.Notices())
 	}
 
 	// Status mismatch, in the order API.md gives: held beats mismatch.

@@ -56,17 +56,19 @@ func TestCreateTaskFieldsAndDefaults(t *testing.T) {
 		t.Fatalf("read back %+v (created %+v)", got, full)
 	}
 	for name, p := range map[string]lease.CreateTaskParams{
-		"priority 10":     {Priority: ptr(10)},
-		"priority -1":     {Priority: ptr(-1)},
-		"queue with #":    {Queue: "a#b"},
-		"metadata array":  {Metadata: json.RawMessage(`[1]`)},
-		"metadata null":   {Metadata: json.RawMessage(`null`)},
-		"metadata > 4KiB": {Metadata: json.RawMessage(`{"a":"` + string(make([]byte, 4096)) + `"}`)},
-		"description":     {Description: string(make([]byte, 8<<10+1))},
+		"a priority of 10 is invalid":          {Priority: ptr(10)},
+		"a priority of -1 is invalid":          {Priority: ptr(-1)},
+		"a queue with # is invalid":            {Queue: "a#b"},
+		"metadata that is an array is invalid": {Metadata: json.RawMessage(`[1]`)},
+		"metadata that is null is invalid":     {Metadata: json.RawMessage(`null`)},
+		"metadata over 4 KiB is invalid":       {Metadata: json.RawMessage(`{"a":"` + string(make([]byte, 4096)) + `"}`)},
+		"a description over 8 KiB is invalid":  {Description: string(make([]byte, 8<<10+1))},
 	} {
-		if _, err := e.store.CreateTask(c, p); !errors.Is(err, lease.ErrInvalid) {
-			t.Errorf("%s: %v, want invalid", name, err)
-		}
+		t.Run(name, func(t *testing.T) {
+			if _, err := e.store.CreateTask(c, p); !errors.Is(err, lease.ErrInvalid) {
+				t.Errorf("%v, want invalid", err)
+			}
+		})
 	}
 }
 

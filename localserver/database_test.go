@@ -2,38 +2,15 @@ package localserver
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
-	"net/http"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
-)
 
-// get sends a request and returns the status, the Retry-After header and
-// the body.
-func get(t *testing.T, method, url, key, body string) (int, string, map[string]any) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var m map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
-		t.Fatalf("%s %s: %d: %v", method, url, resp.StatusCode, err)
-	}
-	return resp.StatusCode, resp.Header.Get("Retry-After"), m
-}
+	"github.com/checkout-dev/checkout/internal/testclock"
+	"github.com/checkout-dev/checkout/internal/testenv"
+)
 
 // waitHealthy polls /healthz until it is 200, or fails the test.
 func waitHealthy(t *testing.T, srv *Server, within time.Duration) {
@@ -77,13 +54,11 @@ func kill(t *testing.T, srv *Server) int {
 // expires.
 func TestDynaliteDeathOnDisk(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	var logs testenv.Buffer
+	clock := testclock.New(time.Now())
 	srv, err := Start(context.Background(), Config{
 		Addr: "127.0.0.1:0", DataDir: t.TempDir(), RestartDelay: 2 * time.Second,
-		SweepInterval: 20 * time.Millisecond, Now: clock,
+		SweepInterval: 20 * time.Millisecond, Now: clock.Now,
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
 	})
 	if err != nil {
@@ -139,9 +114,7 @@ func TestDynaliteDeathOnDisk(t *testing.T) {
 		t.Fatalf("a create answered 503 took effect: %d", st)
 	}
 	// The ticker still sweeps: the lease ends once it has expired.
-	mu.Lock()
-	now = now.Add(2 * time.Minute)
-	mu.Unlock()
+	clock.Advance(2 * time.Minute)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, b := call(t, "GET", base+"/api/tasks/t1/events", worker, "")
@@ -232,8 +205,8 @@ func TestCloseStopsTheSupervisedDynalite(t *testing.T) {
 // nothing answers there.
 func TestHealthzProbesAGivenEndpoint(t *testing.T) {
 	t.Parallel()
-	proxy := newCountingProxy(t, endpoint)
-	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: proxy.url, TablePrefix: prefix(), SweepInterval: -1})
+	proxy := newCountingProxy(t, testenv.Endpoint())
+	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: proxy.url, TablePrefix: testenv.Prefix(), SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

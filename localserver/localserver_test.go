@@ -2,9 +2,7 @@ package localserver
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,46 +12,26 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/checkout-dev/checkout/localstack"
+	"github.com/checkout-dev/checkout/internal/testenv"
 )
 
-var endpoint string
+func TestMain(m *testing.M) { testenv.Main(m) }
 
-func TestMain(m *testing.M) {
-	var stop func()
-	endpoint, stop = localstack.MustEndpoint()
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
-
-func prefix() string { return "t" + strings.ToLower(rand.Text()[:10]) + "-" }
-
-// syncBuffer is a log destination safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
+// call sends a request with the key as a bearer token (none when empty)
+// and returns the status and the JSON body.
 func call(t *testing.T, method, url, key, body string) (int, map[string]any) {
+	t.Helper()
+	st, _, m := get(t, method, url, key, body)
+	return st, m
+}
+
+// get is call that also returns the Retry-After header.
+func get(t *testing.T, method, url, key, body string) (int, string, map[string]any) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
@@ -72,15 +50,15 @@ func call(t *testing.T, method, url, key, body string) (int, map[string]any) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatalf("%s %s: %d %q: %v", method, url, resp.StatusCode, b, err)
 	}
-	return resp.StatusCode, m
+	return resp.StatusCode, resp.Header.Get("Retry-After"), m
 }
 
 func TestGeneratedAdminKeyIsLoggedOnceAndWorks(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs testenv.Buffer
 	ctx := context.Background()
 	srv, err := Start(ctx, Config{
-		Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: prefix(),
+		Addr: "127.0.0.1:0", DynamoEndpoint: testenv.Endpoint(), TablePrefix: testenv.Prefix(),
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
 	})
 	if err != nil {
@@ -113,7 +91,18 @@ func TestGeneratedAdminKeyIsLoggedOnceAndWorks(t *testing.T) {
 	if !strings.Contains(logs.String(), `"route":"POST /api/agents"`) || !strings.Contains(logs.String(), `"status":201`) {
 		t.Fatalf("no request log line:\n%s", logs.String())
 	}
+}
 
+// Close stops the server answering, and a second Close is no error.
+func TestCloseStopsServingAndMayBeRepeated(t *testing.T) {
+	t.Parallel()
+	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: testenv.Endpoint(), TablePrefix: testenv.Prefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, body := call(t, "GET", srv.URL()+"/healthz", "", ""); st != 200 || body["ok"] != true {
+		t.Fatalf("healthz %d %v", st, body)
+	}
 	if err := srv.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -130,8 +119,8 @@ func TestGeneratedAdminKeyIsLoggedOnceAndWorks(t *testing.T) {
 func TestAdminKeyFromConfigReplacesTheOldOne(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	p := prefix()
-	first, err := Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: p, AdminKey: "ck_first-admin-key"})
+	p := testenv.Prefix()
+	first, err := Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: testenv.Endpoint(), TablePrefix: p, AdminKey: "ck_first-admin-key"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +129,7 @@ func TestAdminKeyFromConfigReplacesTheOldOne(t *testing.T) {
 	}
 	first.Close()
 
-	second, err := Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: p, AdminKey: "ck_second-admin-key"})
+	second, err := Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: testenv.Endpoint(), TablePrefix: p, AdminKey: "ck_second-admin-key"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +154,7 @@ func TestTickerSweeps(t *testing.T) {
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	srv, err := Start(ctx, Config{
-		Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: prefix(),
+		Addr: "127.0.0.1:0", DynamoEndpoint: testenv.Endpoint(), TablePrefix: testenv.Prefix(),
 		SweepInterval: 20 * time.Millisecond, Now: clock,
 	})
 	if err != nil {
@@ -204,19 +193,19 @@ func TestStartFailsCleanly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	// An address in use.
-	srv, err := Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: prefix()})
+	srv, err := Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: testenv.Endpoint(), TablePrefix: testenv.Prefix()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL(), "http://")
-	if _, err := Start(ctx, Config{Addr: addr, DynamoEndpoint: endpoint, TablePrefix: prefix()}); err == nil {
+	if _, err := Start(ctx, Config{Addr: addr, DynamoEndpoint: testenv.Endpoint(), TablePrefix: testenv.Prefix()}); err == nil {
 		t.Fatal("second server on the same address started")
 	}
 	// No DynamoDB there.
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: "http://127.0.0.1:1", TablePrefix: prefix()}); err == nil {
+	if _, err := Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: "http://127.0.0.1:1", TablePrefix: testenv.Prefix()}); err == nil {
 		t.Fatal("started without a database")
 	}
 }
@@ -225,7 +214,7 @@ func TestStartFailsCleanly(t *testing.T) {
 // DELETE answers 409 cannot_remove_admin, and the admin key keeps working.
 func TestBuiltinAdminCannotBeRemoved(t *testing.T) {
 	t.Parallel()
-	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: prefix()})
+	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: testenv.Endpoint(), TablePrefix: testenv.Prefix()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,22 +246,24 @@ func TestBuiltinAdminCannotBeRemoved(t *testing.T) {
 // (not after the server's 30 s read timeout).
 func TestStrictInput(t *testing.T) {
 	t.Parallel()
-	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: prefix()})
+	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: testenv.Endpoint(), TablePrefix: testenv.Prefix()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
 	key := srv.AdminKey()
-	for _, c := range []struct{ path, body string }{
-		{"/api/tasks", `{"Task_ID":"t1"}`},
-		{"/api/tasks", `{"task_id":"t1","TITLE":"x"}`},
-		{"/api/tasks/t1/checkout", `{"TIMEOUT":"1s"}`},
-		{"/api/claim", `{"Timeout":"1s"}`},
-		{"/api/heartbeat", `{"TTL":"1s"}`},
+	for _, c := range []struct{ name, path, body string }{
+		{"a task id in other case is refused", "/api/tasks", `{"Task_ID":"t1"}`},
+		{"a title in other case is refused", "/api/tasks", `{"task_id":"t1","TITLE":"x"}`},
+		{"a checkout's timeout in other case is refused", "/api/tasks/t1/checkout", `{"TIMEOUT":"1s"}`},
+		{"a claim's timeout in other case is refused", "/api/claim", `{"Timeout":"1s"}`},
+		{"a heartbeat's ttl in other case is refused", "/api/heartbeat", `{"TTL":"1s"}`},
 	} {
-		if st, body := call(t, "POST", srv.URL()+c.path, key, c.body); st != 400 || body["code"] != "invalid_json" {
-			t.Errorf("POST %s %s: %d %v", c.path, c.body, st, body)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			if st, body := call(t, "POST", srv.URL()+c.path, key, c.body); st != 400 || body["code"] != "invalid_json" {
+				t.Errorf("POST %s %s: %d %v", c.path, c.body, st, body)
+			}
+		})
 	}
 	if st, body := call(t, "GET", srv.URL()+"/api/tasks/t1", key, ""); st != 404 {
 		t.Fatalf("a refused body created the task: %d %v", st, body)
@@ -340,9 +331,9 @@ func (p *countingProxy) count(op string) int {
 // cached briefly too. A key registered just now works at once all the same.
 func TestUnknownKeysAreCached(t *testing.T) {
 	t.Parallel()
-	proxy := newCountingProxy(t, endpoint)
+	proxy := newCountingProxy(t, testenv.Endpoint())
 	// No sweep and no stream poller: only the requests' own look-ups count.
-	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: proxy.url, TablePrefix: prefix(), SweepInterval: -1, StreamPollInterval: -1})
+	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: proxy.url, TablePrefix: testenv.Prefix(), SweepInterval: -1, StreamPollInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/internal/webhook"
 	"github.com/checkout-dev/checkout/internal/webhook/webhooktest"
 	"github.com/checkout-dev/checkout/lease"
@@ -64,7 +65,7 @@ func TestWebhooksAndFeed(t *testing.T) {
 	}
 	rec := &recorder{}
 	srv, err := Start(ctx, Config{
-		Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: prefix(),
+		Addr: "127.0.0.1:0", DynamoEndpoint: testenv.Endpoint(), TablePrefix: testenv.Prefix(),
 		SweepInterval: -1, StreamPollInterval: -1, FeedSettle: -1,
 		Notifier: webhook.Multi(rec, hooks),
 	})

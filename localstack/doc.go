@@ -62,7 +62,8 @@
 // run against it avoids them on the hot path.
 //
 // A test package that needs DynamoDB shares one server per test binary and
-// isolates each test with its own table prefix:
+// isolates each test with its own table prefix (this module's tests do it
+// through internal/testenv):
 //
 //	var endpoint string
 //

@@ -75,6 +75,18 @@ func key(pk string) map[string]types.AttributeValue {
 
 // createTasks creates a table keyed by pk with a GSI "by-status" (all
 // attributes), and a stream when view is not empty.
+// streamTable creates the test table with a stream of the given view and
+// returns the stream's ARN.
+func streamTable(t *testing.T, c *dynamodb.Client, name string, view stypes.StreamViewType) string {
+	t.Helper()
+	createTasks(t, c, name, view)
+	arn, err := StreamARN(ctxT(t), c, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return arn
+}
+
 func createTasks(t *testing.T, c *dynamodb.Client, name string, view stypes.StreamViewType) {
 	t.Helper()
 	in := &dynamodb.CreateTableInput{
@@ -669,11 +681,7 @@ func TestStreamIterators(t *testing.T) {
 	ep := shimServer(t)
 	c, sc := client(ep), streamsClient(ep)
 	table := uniqueName("iter")
-	createTasks(t, c, table, stypes.StreamViewTypeNewImage)
-	arn, err := StreamARN(ctxT(t), c, table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	arn := streamTable(t, c, table, stypes.StreamViewTypeNewImage)
 	for i := range 5 {
 		put(t, c, table, task("i"+strconv.Itoa(i), "open", i))
 	}
@@ -795,11 +803,7 @@ func TestStreamIgnoresIndexLag(t *testing.T) {
 	if err := SetIndexLag(ctxT(t), ep, table, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	createTasks(t, c, table, stypes.StreamViewTypeNewAndOldImages)
-	arn, err := StreamARN(ctxT(t), c, table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	arn := streamTable(t, c, table, stypes.StreamViewTypeNewAndOldImages)
 	put(t, c, table, task("k", "open", 1))
 	put(t, c, table, task("k", "done", 2))
 	recs := readStream(t, sc, arn)
@@ -927,11 +931,7 @@ func TestStreamSurvivesKill(t *testing.T) {
 		Retryer:      aws.NopRetryer{},
 	})
 	table := uniqueName("kill")
-	createTasks(t, c, table, stypes.StreamViewTypeNewAndOldImages)
-	arn, err := StreamARN(ctxT(t), c, table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	arn := streamTable(t, c, table, stypes.StreamViewTypeNewAndOldImages)
 
 	const writers = 4
 	acked := make([]int, writers)

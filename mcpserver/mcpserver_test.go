@@ -112,25 +112,28 @@ func TestFailuresAreToolErrors(t *testing.T) {
 		return 401, `{"error":"bad key","code":"unauthorized"}`
 	})
 	for _, tc := range []struct {
+		name string
 		tool string
 		args map[string]any
 		want string
 		code string
 	}{
-		{"complete_task", map[string]any{"task_id": "task-d4e5"}, "this session does not hold the lease", "not_holder"},
-		{"checkout_task", map[string]any{"task_id": "task-d4e5"}, "status done", "status_mismatch"},
-		{"task_status", map[string]any{"task_id": "task-d4e5"}, "CHECKOUT_API_KEY", "unauthorized"},
-		{"renew_task", map[string]any{"task_id": "task-d4e5", "timeout": "x"}, "Go duration", "invalid_arguments"},
-		{"checkout_task", map[string]any{}, "task_id", "invalid_arguments"},
-		{"checkout_task", map[string]any{"task_id": 7}, "task_id", "invalid_arguments"},
-		{"list_tasks", map[string]any{"limit": 5000}, "limit", "invalid_arguments"},
+		{"completing another's lease says this session does not hold it", "complete_task", map[string]any{"task_id": "task-d4e5"}, "this session does not hold the lease", "not_holder"},
+		{"checking out a done task names its status", "checkout_task", map[string]any{"task_id": "task-d4e5"}, "status done", "status_mismatch"},
+		{"a refused key points at CHECKOUT_API_KEY", "task_status", map[string]any{"task_id": "task-d4e5"}, "CHECKOUT_API_KEY", "unauthorized"},
+		{"a timeout that is no duration asks for a Go duration", "renew_task", map[string]any{"task_id": "task-d4e5", "timeout": "x"}, "Go duration", "invalid_arguments"},
+		{"a checkout without a task id names task_id", "checkout_task", map[string]any{}, "task_id", "invalid_arguments"},
+		{"a task id that is a number names task_id", "checkout_task", map[string]any{"task_id": 7}, "task_id", "invalid_arguments"},
+		{"a limit over the maximum names limit", "list_tasks", map[string]any{"limit": 5000}, "limit", "invalid_arguments"},
 	} {
-		res, txt, out := callTool(t, cs, tc.tool, tc.args)
-		if !res.IsError || !strings.Contains(txt, tc.want) {
-			t.Errorf("%s %v: isError %v, text %q, want it to mention %q", tc.tool, tc.args, res.IsError, txt, tc.want)
-		}
-		if out["ok"] != false || out["code"] != tc.code || out["message"] != txt {
-			t.Errorf("%s %v: structured content %v, want ok false and code %s", tc.tool, tc.args, out, tc.code)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			res, txt, out := callTool(t, cs, tc.tool, tc.args)
+			if !res.IsError || !strings.Contains(txt, tc.want) {
+				t.Errorf("%s %v: isError %v, text %q, want it to mention %q", tc.tool, tc.args, res.IsError, txt, tc.want)
+			}
+			if out["ok"] != false || out["code"] != tc.code || out["message"] != txt {
+				t.Errorf("%s %v: structured content %v, want ok false and code %s", tc.tool, tc.args, out, tc.code)
+			}
+		})
 	}
 }

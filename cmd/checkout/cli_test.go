@@ -109,25 +109,28 @@ func TestReservedAndNearMissWordsAreNeverTasks(t *testing.T) {
 	e := newEnv(t, func(c *localserver.Config) { c.AutoCreateTasks = true })
 	url, key := e.srv.URL(), e.keys["agent-a1b2"]
 	for _, tc := range []struct {
+		name string
 		args []string
 		code int
 		out  string
 	}{
-		{[]string{"version"}, 0, "checkout "},
-		{[]string{"completion", "bash"}, 0, "bash completion"},
-		{[]string{"config"}, 0, "Config file:"},
-		{[]string{"help"}, 0, "Exit status:"},
-		{[]string{"lsit"}, 2, "did you mean list?"},
-		{[]string{"LIST"}, 2, "did you mean list?"},
-		{[]string{"relase", "task-1"}, 2, ""},
-		{[]string{"statsu"}, 2, "did you mean status?"},
-		{[]string{"verison"}, 2, "did you mean version?"},   //nolint:misspell // the typo is the test
-		{[]string{"compleet"}, 2, "did you mean complete?"}, //nolint:misspell // the typo is the test
+		{"version prints the version", []string{"version"}, 0, "checkout "},
+		{"completion bash prints the script", []string{"completion", "bash"}, 0, "bash completion"},
+		{"config prints the config file", []string{"config"}, 0, "Config file:"},
+		{"help prints the exit statuses", []string{"help"}, 0, "Exit status:"},
+		{"lsit is a slip for list", []string{"lsit"}, 2, "did you mean list?"},
+		{"LIST is a slip for list", []string{"LIST"}, 2, "did you mean list?"},
+		{"relase with a task is a usage error", []string{"relase", "task-1"}, 2, ""},
+		{"statsu is a slip for status", []string{"statsu"}, 2, "did you mean status?"},
+		{"verison is a slip for version", []string{"verison"}, 2, "did you mean version?"},     //nolint:misspell // the typo is the test
+		{"compleet is a slip for complete", []string{"compleet"}, 2, "did you mean complete?"}, //nolint:misspell // the typo is the test
 	} {
-		r := runCLI(t, url, key, tc.args...)
-		if r.code != tc.code || !strings.Contains(r.stdout+r.stderr, tc.out) {
-			t.Errorf("checkout %s: exit %d, want %d with %q\nstdout %s\nstderr %s", strings.Join(tc.args, " "), r.code, tc.code, tc.out, r.stdout, r.stderr)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			r := runCLI(t, url, key, tc.args...)
+			if r.code != tc.code || !strings.Contains(r.stdout+r.stderr, tc.out) {
+				t.Errorf("checkout %s: exit %d, want %d with %q\nstdout %s\nstderr %s", strings.Join(tc.args, " "), r.code, tc.code, tc.out, r.stdout, r.stderr)
+			}
+		})
 	}
 	ctx := context.Background()
 	for _, id := range []string{"lsit", "LIST", "statsu", "verison", "version", "config", "help", "completion"} { //nolint:misspell // typos are the test

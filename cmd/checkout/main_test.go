@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,36 +20,33 @@ import (
 
 	"github.com/checkout-dev/checkout/client"
 	"github.com/checkout-dev/checkout/internal/testclock"
+	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/internal/testenv/testserver"
 	"github.com/checkout-dev/checkout/localserver"
-	"github.com/checkout-dev/checkout/localstack"
 )
 
 // The CLI is tested as a built binary against an in-process local server
 // whose clock the test holds, so the printed times are exact.
 
 var (
-	update   = flag.Bool("update", false, "rewrite testdata/*.golden")
-	binary   string
-	endpoint string
-	home     string // an empty home folder: no profile file unless a test writes one elsewhere
+	update = flag.Bool("update", false, "rewrite testdata/*.golden")
+	binary string
+	home   string // an empty home folder: no profile file unless a test writes one elsewhere
 )
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	var err error
+	if binary, err = testenv.Build("", "github.com/checkout-dev/checkout/cmd/checkout"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	dir, err := os.MkdirTemp("", "checkout-cli")
 	if err != nil {
 		panic(err)
 	}
-	binary = filepath.Join(dir, "checkout")
 	home = filepath.Join(dir, "home")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	var stop func()
-	endpoint, stop = localstack.MustEndpoint()
-	code := m.Run()
-	stop()
+	code := testenv.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -62,21 +58,10 @@ type env struct {
 	keys  map[string]string // agent id -> key; "admin" too
 }
 
-func newEnv(t *testing.T, mutate ...func(*localserver.Config)) *env {
+func newEnv(t *testing.T, opts ...testserver.Option) *env {
 	t.Helper()
 	clock := testclock.New(time.Date(2026, 3, 20, 14, 30, 0, 0, time.UTC))
-	cfg := localserver.Config{
-		Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: "t" + strings.ToLower(rand.Text()[:10]) + "-",
-		AdminKey: "ck_admin" + strings.ToLower(rand.Text()), Now: clock.Now, SweepInterval: -1,
-	}
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	srv, err := localserver.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	srv := testserver.Start(t, append([]testserver.Option{testserver.WithClock(clock.Now)}, opts...)...)
 	e := &env{srv: srv, clock: clock, admin: client.New(srv.URL(), srv.AdminKey()), keys: map[string]string{"admin": srv.AdminKey()}}
 	for id, name := range map[string]string{"agent-a1b2": "researcher", "agent-c3d4": "writer"} {
 		reg, err := e.admin.CreateAgent(context.Background(), client.CreateAgentRequest{AgentID: id, Name: name})

@@ -198,20 +198,23 @@ func TestMCPOverStdio(t *testing.T) {
 		t.Fatalf("complete by a non-holder: %v %s", res.IsError, textOf(res))
 	}
 	for _, tc := range []struct {
+		name string
 		args map[string]any
 		code string
 		text string
 	}{
-		{map[string]any{"task_id": "nope"}, "task_not_found", "nope"},
-		{map[string]any{"task_id": "task-f6a7", "timeout": "soon"}, "invalid_arguments", "Go duration"},
-		{map[string]any{"task_id": "task-f6a7", "timeout": "48h"}, "invalid_timeout", "timeout"},
-		{map[string]any{"task_id": "bad id"}, "invalid_id", "task_id"},
-		{map[string]any{}, "invalid_arguments", "task_id"},
-		{map[string]any{"task_id": "x", "extra": 1}, "invalid_arguments", "extra"},
+		{"an unknown task is not found", map[string]any{"task_id": "nope"}, "task_not_found", "nope"},
+		{"a timeout that is no duration is an invalid argument", map[string]any{"task_id": "task-f6a7", "timeout": "soon"}, "invalid_arguments", "Go duration"},
+		{"a timeout of two days is an invalid timeout", map[string]any{"task_id": "task-f6a7", "timeout": "48h"}, "invalid_timeout", "timeout"},
+		{"a task id with a space is an invalid id", map[string]any{"task_id": "bad id"}, "invalid_id", "task_id"},
+		{"no task id is an invalid argument", map[string]any{}, "invalid_arguments", "task_id"},
+		{"an argument the tool does not take is an invalid argument", map[string]any{"task_id": "x", "extra": 1}, "invalid_arguments", "extra"},
 	} {
-		if res, out = writer.call("checkout_task", tc.args); !res.IsError || out["code"] != tc.code || !strings.Contains(textOf(res), tc.text) {
-			t.Errorf("checkout_task %v: %v %v", tc.args, res.IsError, out)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			if res, out := writer.call("checkout_task", tc.args); !res.IsError || out["code"] != tc.code || !strings.Contains(textOf(res), tc.text) {
+				t.Errorf("checkout_task %v: %v %v", tc.args, res.IsError, out)
+			}
+		})
 	}
 
 	if res, out = researcher.call("complete_task", map[string]any{"task_id": "task-d4e5"}); res.IsError || out["task"].(map[string]any)["status"] != "done" {

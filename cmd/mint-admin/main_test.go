@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,32 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
-	"github.com/checkout-dev/checkout/lease/schema"
-	"github.com/checkout-dev/checkout/localstack"
 )
 
-var endpoint string
-
-func TestMain(m *testing.M) {
-	ep, stop := localstack.MustEndpoint()
-	endpoint = ep
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
-
-// localTables creates a fresh set of tables and returns their prefix.
-func localTables(t *testing.T) string {
-	t.Helper()
-	prefix := fmt.Sprintf("t%d-", time.Now().UnixNano())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := lease.EnsureTables(ctx, lease.NewLocalClient(endpoint), schema.Names{Prefix: prefix}); err != nil {
-		t.Fatal(err)
-	}
-	return prefix
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 func mint(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
@@ -54,8 +32,9 @@ func mint(t *testing.T, args ...string) (stdout, stderr string, err error) {
 }
 
 func TestMintedKeyAuthenticatesAsAdmin(t *testing.T) {
-	prefix := localTables(t)
-	out, errOut, err := mint(t, "--table-prefix", prefix, "--region", "us-east-1", "--endpoint", endpoint, "--agent-id", "root", "--name", "Root")
+	store := testenv.NewStore(t)
+	prefix := store.Names.Prefix
+	out, errOut, err := mint(t, "--table-prefix", prefix, "--region", "us-east-1", "--endpoint", testenv.Endpoint(), "--agent-id", "root", "--name", "Root")
 	if err != nil {
 		t.Fatalf("mint: %v (%s)", err, errOut)
 	}
@@ -66,7 +45,6 @@ func TestMintedKeyAuthenticatesAsAdmin(t *testing.T) {
 	if strings.Contains(errOut, key) {
 		t.Error("the key was also written to stderr")
 	}
-	store := lease.New(lease.Config{DB: lease.NewLocalClient(endpoint), Tables: schema.Names{Prefix: prefix}})
 	p, err := store.Authenticate(context.Background(), key)
 	if err != nil {
 		t.Fatalf("authenticate: %v", err)
@@ -76,7 +54,7 @@ func TestMintedKeyAuthenticatesAsAdmin(t *testing.T) {
 	}
 
 	// Minting again replaces the key: the old one stops working.
-	out2, _, err := mint(t, "--table-prefix", prefix, "--region", "us-east-1", "--endpoint", endpoint, "--agent-id", "root", "--name", "Root")
+	out2, _, err := mint(t, "--table-prefix", prefix, "--region", "us-east-1", "--endpoint", testenv.Endpoint(), "--agent-id", "root", "--name", "Root")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +71,7 @@ func TestMintedKeyAuthenticatesAsAdmin(t *testing.T) {
 }
 
 func TestMissingTablesFailWithoutPrintingAKey(t *testing.T) {
-	out, _, err := mint(t, "--table-prefix", "absent-", "--region", "us-east-1", "--endpoint", endpoint)
+	out, _, err := mint(t, "--table-prefix", "absent-", "--region", "us-east-1", "--endpoint", testenv.Endpoint())
 	if err == nil || !strings.Contains(err.Error(), "absent-agents") {
 		t.Errorf("err = %v, want one naming the table", err)
 	}
@@ -110,7 +88,7 @@ func TestBadFlags(t *testing.T) {
 		{"extra"},
 		{"--nope"},
 	} {
-		out, _, err := mint(t, append(args, "--endpoint", endpoint, "--region", "us-east-1")...)
+		out, _, err := mint(t, append(args, "--endpoint", testenv.Endpoint(), "--region", "us-east-1")...)
 		if err == nil || out != "" {
 			t.Errorf("%v: err %v, stdout %q", args, err, out)
 		}
@@ -144,13 +122,13 @@ func profileOnly(t *testing.T) {
 // printed.
 func TestEndpointVariableAndProfileCredentials(t *testing.T) {
 	profileOnly(t)
-	prefix := localTables(t)
-	t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", endpoint)
+	store := testenv.NewStore(t)
+	prefix := store.Names.Prefix
+	t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", testenv.Endpoint())
 	var out, errOut bytes.Buffer
 	if err := run(context.Background(), []string{"--table-prefix", prefix, "--region", "us-east-1"}, &out, &errOut, awsClient); err != nil {
 		t.Fatalf("mint through AWS_ENDPOINT_URL_DYNAMODB: %v (%s)", err, errOut.String())
 	}
-	store := lease.New(lease.Config{DB: lease.NewLocalClient(endpoint), Tables: schema.Names{Prefix: prefix}})
 	if _, err := store.Authenticate(context.Background(), strings.TrimSpace(out.String())); err != nil {
 		t.Fatalf("the minted key: %v", err)
 	}

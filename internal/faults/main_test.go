@@ -2,13 +2,10 @@ package faults_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net"
 	"net/http"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,29 +17,16 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/lease/stream"
 	"github.com/checkout-dev/checkout/localstack"
 )
 
-var endpoint string
-
-func TestMain(m *testing.M) {
-	ep, stop := localstack.MustEndpoint()
-	endpoint = ep
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 func chaos() bool { return os.Getenv("CHECKOUT_CHAOS") != "" }
-
-func prefix() schema.Names {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return schema.Names{Prefix: "f" + hex.EncodeToString(b[:]) + "-"}
-}
 
 // lost counts request attempts whose answer never arrived: timeouts (the
 // request may have been applied) and every other transport failure.
@@ -85,29 +69,6 @@ func faultyClient(endpoint string, l *lost) *dynamodb.Client {
 	})
 }
 
-// notices records every notice.
-// notices is a stand-in for EventBridge: it refuses the first failFirst
-// notices, as a bus that is down for a while, then keeps every notice.
-type notices struct {
-	mu        sync.Mutex
-	all       []lease.Notice
-	failFirst int
-	refused   int
-}
-
-var errBusDown = errors.New("eventbridge: service unavailable")
-
-func (n *notices) Notify(_ context.Context, x lease.Notice) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.refused < n.failFirst {
-		n.refused++
-		return errBusDown
-	}
-	n.all = append(n.all, x)
-	return nil
-}
-
 // drain applies every change of the tasks table's stream with the stream
 // function's handler, over a client without faults, retrying the batch
 // while the notifier refuses (as the event source mapping retries), and
@@ -131,19 +92,10 @@ func drain(t *testing.T, ep string, names schema.Names, ns lease.Notifier) int {
 			return failed
 		}
 		if err != nil {
-			if !errors.Is(err, errBusDown) || attempt > 1000 {
+			if !errors.Is(err, testenv.ErrBusDown) || attempt > 1000 {
 				t.Fatalf("drain the change stream: %v", err)
 			}
 			failed++
 		}
 	}
-}
-
-func mustTables(t *testing.T, names schema.Names) *dynamodb.Client {
-	t.Helper()
-	db := lease.NewLocalClient(endpoint)
-	if err := lease.EnsureTables(context.Background(), db, names); err != nil {
-		t.Fatal(err)
-	}
-	return db
 }

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/localstack"
 )
 
@@ -34,12 +36,12 @@ func TestDynaliteRestart(t *testing.T) {
 	current.Store(d)
 	t.Cleanup(func() { _ = current.Load().Stop() })
 
-	names := prefix()
+	names := schema.Names{Prefix: testenv.Prefix()}
 	if err := lease.EnsureTables(ctx, lease.NewLocalClient(d.Endpoint), names); err != nil {
 		t.Fatal(err)
 	}
 	ls := &lost{}
-	s := lease.New(lease.Config{DB: faultyClient(d.Endpoint, ls), Tables: names, Notifier: &notices{}, Logger: slog.New(slog.DiscardHandler)})
+	s := lease.New(lease.Config{DB: faultyClient(d.Endpoint, ls), Tables: names, Notifier: &testenv.Recorder{}, Logger: slog.New(slog.DiscardHandler)})
 
 	agents, rounds := 6, 12
 	if chaos() {
@@ -139,7 +141,7 @@ func TestDynaliteRestart(t *testing.T) {
 	}
 
 	// The stream function's part, then audit through a fresh client.
-	drain(t, d2.Endpoint, names, &notices{})
+	drain(t, d2.Endpoint, names, &testenv.Recorder{})
 	check := lease.New(lease.Config{DB: lease.NewLocalClient(d2.Endpoint), Tables: names})
 	missingEvents := 0
 	for _, task := range created {

@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -17,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 )
 
@@ -97,31 +96,18 @@ func (c *apiClient) call(method, path string, body any, out any) (int, error) {
 	return 0, lastErr
 }
 
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // The local server is killed (SIGKILL) in the middle of a run and started
 // again; agents retry through the gap with the same run ids and carry on.
 // No task is ever granted twice at once, every agent finishes its rounds,
 // and the restarted server serves the same data.
 func TestServerKill(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "checkout-server")
-	build := exec.Command("go", "build", "-o", bin, "github.com/checkout-dev/checkout/cmd/checkout-server")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build checkout-server: %v\n%s", err, out)
-	}
-	addr := freeAddr(t)
+	bin := testenv.Binary(t, "github.com/checkout-dev/checkout/cmd/checkout-server")
+	addr := testenv.FreeAddr(t)
 	adminKey := lease.NewAPIKey()
 	p := &serverProc{bin: bin, addr: addr, env: []string{
-		"CHECKOUT_ADDR=" + addr, "DYNAMODB_ENDPOINT=" + endpoint,
-		"CHECKOUT_TABLE_PREFIX=" + prefix().Prefix, "CHECKOUT_ADMIN_KEY=" + adminKey,
+		"CHECKOUT_ADDR=" + addr, "DYNAMODB_ENDPOINT=" + testenv.Endpoint(),
+		"CHECKOUT_TABLE_PREFIX=" + testenv.Prefix(), "CHECKOUT_ADMIN_KEY=" + adminKey,
 		"CHECKOUT_SWEEP_INTERVAL=1h", "LOG_LEVEL=ERROR",
 	}}
 	p.start(t)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/checkout-dev/checkout/internal/faults"
+	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -131,13 +132,13 @@ func runWorkload(t *testing.T, s *lease.Store, w workload, tasks []string) (gran
 // audit holds the invariants that no network fault may break, and returns
 // how many ended leases have no ending event and how many grants have no
 // checkout event.
-func audit(t *testing.T, s *lease.Store, tasks []string, grants []grant, ns *notices, names schema.Names) (missingEnds, missingCheckouts int) {
+func audit(t *testing.T, s *lease.Store, tasks []string, grants []grant, ns *testenv.Recorder, names schema.Names) (missingEnds, missingCheckouts int) {
 	t.Helper()
 	ctx := context.Background()
 	// The stream function's part: every change, through a bus that is down
 	// for its first notices.
-	ns.failFirst = 5
-	retried := drain(t, endpoint, names, ns)
+	ns.Refuse = 5
+	retried := drain(t, testenv.Endpoint(), names, ns)
 	t.Logf("change stream drained; %d handler calls failed while the bus was down and were retried", retried)
 	// 1. No double grant: one (agent, run) per fence, and the intervals in
 	// which clients relied on their leases never overlap.
@@ -219,10 +220,8 @@ func audit(t *testing.T, s *lease.Store, tasks []string, grants []grant, ns *not
 		}
 	}
 	// 4. Every notice at least once, and a repeat only with the same id.
-	ns.mu.Lock()
-	defer ns.mu.Unlock()
 	byID := map[string]lease.Notice{}
-	for _, n := range ns.all {
+	for _, n := range ns.Notices() {
 		if prev, ok := byID[n.ID]; ok && (prev.Kind != n.Kind || prev.Event.Fence != n.Event.Fence || prev.Event.TaskID != n.Event.TaskID) {
 			t.Errorf("notice id %s names two notices: %+v and %+v", n.ID, prev, n)
 		}
@@ -242,15 +241,14 @@ func audit(t *testing.T, s *lease.Store, tasks []string, grants []grant, ns *not
 			}
 		}
 	}
-	t.Logf("%d notices delivered (%d distinct), %d refused while the bus was down", len(ns.all), len(byID), ns.refused)
+	t.Logf("%d notices delivered (%d distinct), %d refused while the bus was down", len(ns.Notices()), len(byID), ns.Refused())
 	return missingEnds, missingCheckouts
 }
 
-func faultEnv(t *testing.T, pol faults.Policy) (*lease.Store, *faults.Proxy, *notices, *lost, []string, schema.Names) {
+func faultEnv(t *testing.T, pol faults.Policy) (*lease.Store, *faults.Proxy, *testenv.Recorder, *lost, []string, schema.Names) {
 	t.Helper()
-	names := prefix()
-	mustTables(t, names)
-	u, err := url.Parse(endpoint)
+	names := testenv.Tables(t)
+	u, err := url.Parse(testenv.Endpoint())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +257,7 @@ func faultEnv(t *testing.T, pol faults.Policy) (*lease.Store, *faults.Proxy, *no
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	ns, ls := &notices{}, &lost{}
+	ns, ls := &testenv.Recorder{}, &lost{}
 	s := lease.New(lease.Config{DB: faultyClient(p.URL(), ls), Tables: names, Notifier: ns, Logger: slog.New(slog.DiscardHandler)})
 	w := faultWorkload()
 	tasks := make([]string, w.tasks)

@@ -2,11 +2,8 @@ package stream
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
-	"os"
 	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -14,55 +11,49 @@ import (
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
+	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/localstack"
 )
 
-var endpoint string
-
-func TestMain(m *testing.M) {
-	ep, stop := localstack.MustEndpoint()
-	endpoint = ep
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // Every attribute type survives the trip the local poller makes (Streams
 // API record -> Lambda event -> the store's SDK form), and the Lambda
 // event's JSON, as the event source mapping delivers it, decodes the same.
 func TestImagesKeepEveryAttributeType(t *testing.T) {
 	t.Parallel()
-	record := streamtypes.Record{
-		EventID: aws.String("1"), EventName: streamtypes.OperationTypeModify,
-		Dynamodb: &streamtypes.StreamRecord{
-			SequenceNumber: aws.String("000001"),
-			NewImage: map[string]streamtypes.AttributeValue{
-				"s":    &streamtypes.AttributeValueMemberS{Value: "x"},
-				"n":    &streamtypes.AttributeValueMemberN{Value: "12"},
-				"b":    &streamtypes.AttributeValueMemberB{Value: []byte{1, 2}},
-				"bool": &streamtypes.AttributeValueMemberBOOL{Value: true},
-				"null": &streamtypes.AttributeValueMemberNULL{Value: true},
-				"ss":   &streamtypes.AttributeValueMemberSS{Value: []string{"a", "b"}},
-				"ns":   &streamtypes.AttributeValueMemberNS{Value: []string{"1", "2"}},
-				"bs":   &streamtypes.AttributeValueMemberBS{Value: [][]byte{{3}}},
-				"l":    &streamtypes.AttributeValueMemberL{Value: []streamtypes.AttributeValue{&streamtypes.AttributeValueMemberS{Value: "y"}}},
-				"m":    &streamtypes.AttributeValueMemberM{Value: map[string]streamtypes.AttributeValue{"k": &streamtypes.AttributeValueMemberN{Value: "3"}}},
-			},
+	// Each type as the Streams API gives it and as the store reads it.
+	type pair struct {
+		stream streamtypes.AttributeValue
+		store  ddb.AttributeValue
+	}
+	types := map[string]pair{
+		"s":    {&streamtypes.AttributeValueMemberS{Value: "x"}, &ddb.AttributeValueMemberS{Value: "x"}},
+		"n":    {&streamtypes.AttributeValueMemberN{Value: "12"}, &ddb.AttributeValueMemberN{Value: "12"}},
+		"b":    {&streamtypes.AttributeValueMemberB{Value: []byte{1, 2}}, &ddb.AttributeValueMemberB{Value: []byte{1, 2}}},
+		"bool": {&streamtypes.AttributeValueMemberBOOL{Value: true}, &ddb.AttributeValueMemberBOOL{Value: true}},
+		"null": {&streamtypes.AttributeValueMemberNULL{Value: true}, &ddb.AttributeValueMemberNULL{Value: true}},
+		"ss":   {&streamtypes.AttributeValueMemberSS{Value: []string{"a", "b"}}, &ddb.AttributeValueMemberSS{Value: []string{"a", "b"}}},
+		"ns":   {&streamtypes.AttributeValueMemberNS{Value: []string{"1", "2"}}, &ddb.AttributeValueMemberNS{Value: []string{"1", "2"}}},
+		"bs":   {&streamtypes.AttributeValueMemberBS{Value: [][]byte{{3}}}, &ddb.AttributeValueMemberBS{Value: [][]byte{{3}}}},
+		"l": {
+			&streamtypes.AttributeValueMemberL{Value: []streamtypes.AttributeValue{&streamtypes.AttributeValueMemberS{Value: "y"}}},
+			&ddb.AttributeValueMemberL{Value: []ddb.AttributeValue{&ddb.AttributeValueMemberS{Value: "y"}}},
+		},
+		"m": {
+			&streamtypes.AttributeValueMemberM{Value: map[string]streamtypes.AttributeValue{"k": &streamtypes.AttributeValueMemberN{Value: "3"}}},
+			&ddb.AttributeValueMemberM{Value: map[string]ddb.AttributeValue{"k": &ddb.AttributeValueMemberN{Value: "3"}}},
 		},
 	}
-	want := map[string]ddb.AttributeValue{
-		"s":    &ddb.AttributeValueMemberS{Value: "x"},
-		"n":    &ddb.AttributeValueMemberN{Value: "12"},
-		"b":    &ddb.AttributeValueMemberB{Value: []byte{1, 2}},
-		"bool": &ddb.AttributeValueMemberBOOL{Value: true},
-		"null": &ddb.AttributeValueMemberNULL{Value: true},
-		"ss":   &ddb.AttributeValueMemberSS{Value: []string{"a", "b"}},
-		"ns":   &ddb.AttributeValueMemberNS{Value: []string{"1", "2"}},
-		"bs":   &ddb.AttributeValueMemberBS{Value: [][]byte{{3}}},
-		"l":    &ddb.AttributeValueMemberL{Value: []ddb.AttributeValue{&ddb.AttributeValueMemberS{Value: "y"}}},
-		"m":    &ddb.AttributeValueMemberM{Value: map[string]ddb.AttributeValue{"k": &ddb.AttributeValueMemberN{Value: "3"}}},
+	newImage, want := map[string]streamtypes.AttributeValue{}, map[string]ddb.AttributeValue{}
+	for name, p := range types {
+		newImage[name], want[name] = p.stream, p.store
+	}
+	record := streamtypes.Record{
+		EventID: aws.String("1"), EventName: streamtypes.OperationTypeModify,
+		Dynamodb: &streamtypes.StreamRecord{SequenceNumber: aws.String("000001"), NewImage: newImage},
 	}
 	ev := eventRecord(record, "arn:stream")
 	got, err := image(ev.Change.NewImage)
@@ -91,12 +82,8 @@ func TestImagesKeepEveryAttributeType(t *testing.T) {
 func TestPollerResumesFromItsCheckpoint(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := lease.NewLocalClient(endpoint)
-	names := schema.Names{Prefix: "st" + strings.ToLower(rand.Text()[:10]) + "-"}
-	if err := lease.EnsureTables(ctx, db, names); err != nil {
-		t.Fatal(err)
-	}
-	store := lease.New(lease.Config{DB: db, Tables: names})
+	store := testenv.NewStore(t)
+	db, names := store.DB, store.Names
 	arn, err := localstack.StreamARN(ctx, db, names.Table(schema.TasksTable))
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +92,7 @@ func TestPollerResumesFromItsCheckpoint(t *testing.T) {
 	var seen []string
 	fail := true
 	newPoller := func() *Poller {
-		return &Poller{Streams: NewLocalClient(endpoint), StreamARN: arn, Saved: saved,
+		return &Poller{Streams: NewLocalClient(testenv.Endpoint()), StreamARN: arn, Saved: saved,
 			Handle: func(_ context.Context, ev events.DynamoDBEvent) error {
 				if fail {
 					fail = false

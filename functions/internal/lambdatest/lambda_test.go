@@ -27,6 +27,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/checkout-dev/checkout/functions/deploy"
+	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/lease/stream"
@@ -34,10 +35,9 @@ import (
 )
 
 var (
-	endpoint string // the local DynamoDB
-	binDir   string // <function>/bootstrap for every function
-	rie      string // the emulator
-	root     string // the repository
+	binDir string // <function>/bootstrap for every function
+	rie    string // the emulator
+	root   string // the repository
 )
 
 func TestMain(m *testing.M) {
@@ -56,41 +56,35 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(tmp)
 		os.Exit(1)
 	}
-	var stop func()
-	endpoint, stop = localstack.MustEndpoint()
-	code := m.Run()
-	stop()
+	code := testenv.Run(m)
 	os.RemoveAll(tmp)
 	printReport()
 	os.Exit(code)
 }
 
 // binaries returns the bootstraps and the emulator named by
-// CHECKOUT_LAMBDA_BIN and CHECKOUT_RIE, or builds them into dir the way the
-// Makefile does.
+// CHECKOUT_LAMBDA_BIN and CHECKOUT_RIE, or builds them the way the Makefile
+// does and links each bootstrap into dir/<function>/.
 func binaries(dir string) (bins, emulator string, err error) {
 	bins, emulator = os.Getenv("CHECKOUT_LAMBDA_BIN"), os.Getenv("CHECKOUT_RIE")
-	build := func(wd string, args ...string) error {
-		cmd := exec.Command("go", append([]string{"build"}, args...)...)
-		cmd.Dir = wd
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %v: %v\n%s", args, err, out)
-		}
-		return nil
-	}
 	if bins == "" {
 		bins = filepath.Join(dir, "functions")
 		for _, fn := range deploy.Functions {
-			if err := build(root, "-tags", "lambda.norpc", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(bins, fn, "bootstrap"), "./functions/"+fn); err != nil {
+			bin, err := testenv.Build(root, "github.com/checkout-dev/checkout/functions/"+fn, "-tags", "lambda.norpc", "-trimpath", "-ldflags=-s -w")
+			if err != nil {
+				return "", "", err
+			}
+			if err := os.MkdirAll(filepath.Join(bins, fn), 0o755); err != nil {
+				return "", "", err
+			}
+			if err := os.Symlink(bin, filepath.Join(bins, fn, "bootstrap")); err != nil {
 				return "", "", err
 			}
 		}
 	}
 	if emulator == "" {
-		emulator = filepath.Join(dir, "aws-lambda-rie")
-		if err := build(filepath.Join(root, "functions/internal/lambdatest/tools"), "-trimpath", "-o", emulator,
-			"github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie"); err != nil {
+		if emulator, err = testenv.Build(filepath.Join(root, "functions/internal/lambdatest/tools"),
+			"github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie", "-trimpath"); err != nil {
 			return "", "", err
 		}
 	}
@@ -103,26 +97,8 @@ func binaries(dir string) (bins, emulator string, err error) {
 	return bins, emulator, err
 }
 
-// output collects what a process writes, safely for concurrent writes.
-type output struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (o *output) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.Write(p)
-}
-
-func (o *output) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.String()
-}
-
 // lines returns the JSON objects among the lines written.
-func (o *output) lines() []map[string]any {
+func lines(o *testenv.Buffer) []map[string]any {
 	var out []map[string]any
 	sc := bufio.NewScanner(strings.NewReader(o.String()))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -142,7 +118,7 @@ type function struct {
 	unlisted bool
 	url      string
 	cmd      *exec.Cmd
-	out      *output
+	out      *testenv.Buffer
 	mu       sync.Mutex
 	invokes  []time.Duration
 }
@@ -191,7 +167,7 @@ func env(name, prefix, dynamo, aws string) []string {
 func start(t *testing.T, name string, environ []string) *function {
 	t.Helper()
 	emu, api := freePort(t), freePort(t)
-	f := &function{name: name, url: "http://127.0.0.1:" + emu + "/2015-03-31/functions/function/invocations", out: &output{}}
+	f := &function{name: name, url: "http://127.0.0.1:" + emu + "/2015-03-31/functions/function/invocations", out: &testenv.Buffer{}}
 	dir := filepath.Join(binDir, name)
 	f.cmd = exec.Command(rie, "--log-level", "error",
 		"--runtime-interface-emulator-address", "127.0.0.1:"+emu, "--runtime-api-address", "127.0.0.1:"+api,
@@ -496,9 +472,9 @@ func expect(t *testing.T, what string, a answer, status int, code string) answer
 }
 
 // metricSums adds up the embedded-metric-format values a function wrote.
-func metricSums(o *output) map[string]float64 {
+func metricSums(o *testenv.Buffer) map[string]float64 {
 	sums := map[string]float64{}
-	for _, line := range o.lines() {
+	for _, line := range lines(o) {
 		meta, ok := line["_aws"].(map[string]any)
 		if !ok {
 			continue
@@ -520,13 +496,9 @@ const adminKey = "ck_lambda-test-admin-key-0123456789"
 // registering agents to the sweep, given the events API Gateway sends.
 func TestBootstrapsUnderTheEmulator(t *testing.T) {
 	ctx := context.Background()
-	prefix := "lt" + strings.ToLower(rand.Text()[:8]) + "-"
-	client := lease.NewLocalClient(endpoint)
-	names := schema.Names{Prefix: prefix}
-	if err := lease.EnsureTables(ctx, client, names); err != nil {
-		t.Fatal(err)
-	}
-	if err := lease.New(lease.Config{DB: client, Tables: names}).EnsureAgent(ctx, "admin", "admin", true, adminKey); err != nil {
+	store := testenv.NewStore(t)
+	client, names, prefix := store.DB, store.Names, store.Names.Prefix
+	if err := store.EnsureAgent(ctx, "admin", "admin", true, adminKey); err != nil {
 		t.Fatal(err)
 	}
 	bus := &eventBridge{}
@@ -538,7 +510,7 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, name := range deploy.Functions {
 		wg.Go(func() {
-			f := start(t, name, env(name, prefix, endpoint, fake.URL))
+			f := start(t, name, env(name, prefix, testenv.Endpoint(), fake.URL))
 			mu.Lock()
 			g.fns[name] = f
 			mu.Unlock()
@@ -619,7 +591,7 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 		t.Fatal(err)
 	}
 	batches := 0
-	mapping := &stream.Poller{Streams: stream.NewLocalClient(endpoint), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
+	mapping := &stream.Poller{Streams: stream.NewLocalClient(testenv.Endpoint()), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
 		Handle: func(_ context.Context, ev events.DynamoDBEvent) error {
 			batches++
 			g.fns[deploy.Stream].invoke(t, marshal(t, ev))
@@ -676,7 +648,7 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 	}
 	// One line per run, with its counts, the idle run's too.
 	var runs []float64
-	for _, line := range g.fns[deploy.Sweeper].out.lines() {
+	for _, line := range lines(g.fns[deploy.Sweeper].out) {
 		if line["msg"] == "sweep" {
 			timeouts, _ := line["timeouts"].(float64)
 			runs = append(runs, timeouts)
@@ -687,7 +659,7 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 	}
 }
 
-// The very bootstrap, pointed at a dead DynamoDB endpoint, fails against
+// The very bootstrap, pointed at a dead DynamoDB testenv.Endpoint(), fails against
 // that address instead of reaching AWS.
 func TestDeadEndpointFailsLocally(t *testing.T) {
 	t.Parallel()

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/checkout-dev/checkout/functions/deploy"
+	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 )
 
@@ -29,7 +30,7 @@ type usage struct {
 
 // client is a DynamoDB client whose calls are recorded against fn.
 func (u *usage) client(fn string) *dynamodb.Client {
-	return lease.NewLocalClient(endpoint, func(o *dynamodb.Options) {
+	return lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) {
 		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
 			return st.Initialize.Add(middleware.InitializeMiddlewareFunc("recordAccess",
 				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
@@ -134,8 +135,14 @@ func TestAccessCheckRefusesUngrantedCalls(t *testing.T) {
 		{deploy.Stream, "BatchWriteItem events", true},
 		{deploy.Sweeper, "BatchWriteItem events", false},
 	} {
-		if got := allowed(c.fn, c.call); got != c.ok {
-			t.Errorf("allowed(%s, %q) = %v, want %v", c.fn, c.call, got, c.ok)
+		verb := " may call "
+		if !c.ok {
+			verb = " may not call "
 		}
+		t.Run(c.fn+verb+c.call, func(t *testing.T) {
+			if got := allowed(c.fn, c.call); got != c.ok {
+				t.Errorf("allowed(%s, %q) = %v, want %v", c.fn, c.call, got, c.ok)
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -71,15 +72,15 @@ func TestAWSConfigUsesTheStandardChainAndEndpointVariables(t *testing.T) {
 
 	// AWS_ENDPOINT_URL_DYNAMODB: the very client the functions build reaches
 	// the local server.
-	t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", endpoint)
+	t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", testenv.Endpoint())
 	t.Setenv("AWS_ENDPOINT_URL", deadEndpoint(t)) // the service variable wins
 	cfg, err = AWSConfig(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := schema.Names{Prefix: prefix()}
+	names := schema.Names{Prefix: testenv.Prefix()}
 	if err := lease.EnsureTables(ctx, dynamodb.NewFromConfig(cfg), names); err != nil {
-		t.Fatalf("tables through AWS_ENDPOINT_URL_DYNAMODB=%s: %v", endpoint, err)
+		t.Fatalf("tables through AWS_ENDPOINT_URL_DYNAMODB=%s: %v", testenv.Endpoint(), err)
 	}
 	store := NewStore(dynamodb.NewFromConfig(cfg), nil, Env{TablePrefix: names.Prefix}, nil)
 	if err := store.EnsureAgent(ctx, "admin", "admin", true, adminKey); err != nil {

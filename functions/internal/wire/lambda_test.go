@@ -4,7 +4,6 @@ import (
 	"github.com/checkout-dev/checkout/functions/deploy"
 
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,6 +23,8 @@ import (
 
 	"github.com/checkout-dev/checkout/httpapi"
 	"github.com/checkout-dev/checkout/internal/testclock"
+	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/internal/testenv/testserver"
 	"github.com/checkout-dev/checkout/internal/webhook"
 	"github.com/checkout-dev/checkout/internal/webhook/webhooktest"
 	"github.com/checkout-dev/checkout/lease"
@@ -33,17 +34,7 @@ import (
 	"github.com/checkout-dev/checkout/localstack"
 )
 
-var endpoint string
-
-func TestMain(m *testing.M) {
-	var stop func()
-	endpoint, stop = localstack.MustEndpoint()
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
-
-func prefix() string { return "t" + strings.ToLower(rand.Text()[:10]) + "-" }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 const adminKey = "ck_lambda-path-admin-key"
 
@@ -318,21 +309,13 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 	}
 
 	localClock := testclock.New(t0)
-	srv, err := localserver.Start(ctx, localserver.Config{
-		Addr: "127.0.0.1:0", DynamoEndpoint: endpoint, TablePrefix: prefix(), AdminKey: adminKey,
-		SweepInterval: -1, Now: localClock.Now, Logger: quiet, Notifier: localHooks,
+	srv := testserver.Start(t, testserver.WithClock(localClock.Now), func(c *localserver.Config) {
+		c.AdminKey, c.Logger, c.Notifier = adminKey, quiet, localHooks
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
 
 	lambdaClock := testclock.New(t0)
-	client := lease.NewLocalClient(endpoint)
-	env := Env{TablePrefix: prefix(), Now: lambdaClock.Now}
-	if err := lease.EnsureTables(ctx, client, schema.Names{Prefix: env.TablePrefix}); err != nil {
-		t.Fatal(err)
-	}
+	client := lease.NewLocalClient(testenv.Endpoint())
+	env := Env{TablePrefix: testenv.Tables(t).Prefix, Now: lambdaClock.Now}
 	used := &usage{prefix: env.TablePrefix}
 	store := NewStore(client, nil, env, quiet)
 	if err := store.EnsureAgent(ctx, "admin", "admin", true, adminKey); err != nil {
@@ -353,7 +336,7 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw.stream = &stream.Poller{
-		Streams: stream.NewLocalClient(endpoint), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
+		Streams: stream.NewLocalClient(testenv.Endpoint()), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
 		Handle: stream.Handler(NewStore(used.client(deploy.Stream), lambdaHooks, env, quiet)),
 	}
 	backends := []struct {

@@ -2,13 +2,11 @@ package wire
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,31 +14,12 @@ import (
 
 	"github.com/checkout-dev/checkout/functions/deploy"
 	"github.com/checkout-dev/checkout/internal/testclock"
+	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/lease/stream"
 	"github.com/checkout-dev/checkout/localstack"
 )
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a sweep.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) take() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := s.b.String()
-	s.b.Reset()
-	return out
-}
 
 // emf checks that every line of out is a JSON object and that those with an
 // "_aws" member are valid embedded metric format documents: each metric
@@ -122,12 +101,9 @@ func request(route, path, agentID, body string) events.APIGatewayV2HTTPRequest {
 func TestFunctionsWriteBusinessMetrics(t *testing.T) {
 	ctx := context.Background()
 	clock := testclock.New(time.Date(2026, 3, 20, 14, 0, 0, 0, time.UTC))
-	out := &syncBuffer{}
-	client := lease.NewLocalClient(endpoint)
-	names := schema.Names{Prefix: prefix()}
-	if err := lease.EnsureTables(ctx, client, names); err != nil {
-		t.Fatal(err)
-	}
+	out := &testenv.Buffer{}
+	client := lease.NewLocalClient(testenv.Endpoint())
+	names := testenv.Tables(t)
 	env := func(fn string) Env {
 		return Env{Function: fn, TablePrefix: names.Prefix, Metrics: out, Now: clock.Now}
 	}
@@ -149,7 +125,7 @@ func TestFunctionsWriteBusinessMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The stream function publishes the notices, and counts them.
-	streamFn := &stream.Poller{Streams: stream.NewLocalClient(endpoint), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
+	streamFn := &stream.Poller{Streams: stream.NewLocalClient(testenv.Endpoint()), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
 		Handle: stream.Handler(store(deploy.Stream))}
 	drain := func() {
 		t.Helper()
@@ -166,7 +142,7 @@ func TestFunctionsWriteBusinessMetrics(t *testing.T) {
 	}
 	got := func(want map[string]float64) []map[string]any {
 		t.Helper()
-		lines, sums := emf(t, out.take(), names.Prefix)
+		lines, sums := emf(t, out.Take(), names.Prefix)
 		if !reflect.DeepEqual(sums, want) {
 			t.Errorf("metrics %v, want %v", sums, want)
 		}
@@ -214,7 +190,7 @@ func TestFunctionsWriteBusinessMetrics(t *testing.T) {
 
 	// The authorizer counts the keys it does not know, and logs every
 	// decision without the key.
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	authorize := KeyAuthorizer(store(deploy.Authorizer), env(deploy.Authorizer), slog.New(slog.NewJSONHandler(logs, nil)))
 	for _, header := range []string{"Bearer ck_metrics-key-of-alice", "Bearer ck_nobody", "Basic eA=="} {
 		if _, err := authorize(ctx, events.APIGatewayV2CustomAuthorizerV2Request{
@@ -228,11 +204,11 @@ func TestFunctionsWriteBusinessMetrics(t *testing.T) {
 	if len(refused) != 2 || refused[0]["reason"] != "unknown or revoked key" || refused[1]["reason"] != "malformed Authorization header" {
 		t.Errorf("refusals %v", refused)
 	}
-	accepted, _ := emf(t, logs.take(), names.Prefix)
+	accepted, _ := emf(t, logs.Take(), names.Prefix)
 	if len(accepted) != 1 || accepted[0]["agent_id"] != "alice" || accepted[0]["msg"] != "key accepted" {
 		t.Errorf("accepted %v", accepted)
 	}
-	if all := out.take() + logs.take(); strings.Contains(all, "ck_") {
+	if all := out.Take() + logs.Take(); strings.Contains(all, "ck_") {
 		t.Errorf("a key was logged: %s", all)
 	}
 }
@@ -240,13 +216,13 @@ func TestFunctionsWriteBusinessMetrics(t *testing.T) {
 // A notice the bus refuses is counted as failed (and still returned to the
 // store, which logs it).
 func TestFailedNoticesAreCounted(t *testing.T) {
-	out := &syncBuffer{}
+	out := &testenv.Buffer{}
 	n := meteredNotifier{next: failing{}, metrics: NewMetrics(out, "p-", nil), function: deploy.Sweeper}
 	err := n.Notify(context.Background(), lease.Notice{Kind: lease.NoticeTaskAvailable, Event: lease.Event{TaskID: "t1", Type: lease.EventTimeout}})
 	if err == nil {
 		t.Fatal("the failure was swallowed")
 	}
-	lines, sums := emf(t, out.take(), "p-")
+	lines, sums := emf(t, out.Take(), "p-")
 	if !reflect.DeepEqual(sums, map[string]float64{deploy.MetricNoticesFailed: 1}) || lines[0]["level"] != "WARN" {
 		t.Errorf("%v %v", sums, lines)
 	}

@@ -47,42 +47,44 @@ func TestDashboardOnTheLambdaPath(t *testing.T) {
 		{"GET", "/ui", "$default"},
 		{"POST", "/", "$default"},
 	} {
-		resp, err := health(context.Background(), events.APIGatewayV2HTTPRequest{
-			Version: "2.0", RouteKey: c.routeKey, RawPath: c.path,
-			Headers: map[string]string{"host": "abcdef1234.execute-api.us-east-1.amazonaws.com"},
-			RequestContext: events.APIGatewayV2HTTPRequestContext{
-				RouteKey: c.routeKey, Stage: "$default", RequestID: "req-ui",
-				HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: c.method, Path: c.path},
-			},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec := httptest.NewRecorder()
-		local.ServeHTTP(rec, httptest.NewRequest(c.method, c.path, nil))
-		want := rec.Result()
-
-		got := resp.Body
-		if resp.IsBase64Encoded {
-			b, err := base64.StdEncoding.DecodeString(resp.Body)
+		t.Run(c.method+" "+c.path+" answers on Lambda as the local server does", func(t *testing.T) {
+			resp, err := health(context.Background(), events.APIGatewayV2HTTPRequest{
+				Version: "2.0", RouteKey: c.routeKey, RawPath: c.path,
+				Headers: map[string]string{"host": "abcdef1234.execute-api.us-east-1.amazonaws.com"},
+				RequestContext: events.APIGatewayV2HTTPRequestContext{
+					RouteKey: c.routeKey, Stage: "$default", RequestID: "req-ui",
+					HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: c.method, Path: c.path},
+				},
+			})
 			if err != nil {
 				t.Fatal(err)
 			}
-			got = string(b)
-		}
-		if resp.StatusCode != want.StatusCode || got != rec.Body.String() {
-			t.Errorf("%s %s: lambda %d %.60q, local %d %.60q", c.method, c.path, resp.StatusCode, got, want.StatusCode, rec.Body.String())
-		}
-		for _, k := range []string{"Content-Type", "Content-Security-Policy", "Etag", "Cache-Control", "Allow"} {
-			if resp.Headers[k] != want.Header.Get(k) {
-				t.Errorf("%s %s: %s lambda %q, local %q", c.method, c.path, k, resp.Headers[k], want.Header.Get(k))
+			rec := httptest.NewRecorder()
+			local.ServeHTTP(rec, httptest.NewRequest(c.method, c.path, nil))
+			want := rec.Result()
+
+			got := resp.Body
+			if resp.IsBase64Encoded {
+				b, err := base64.StdEncoding.DecodeString(resp.Body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = string(b)
 			}
-		}
-		if resp.Headers["Content-Security-Policy"] != ui.CSP {
-			t.Errorf("%s %s: no CSP", c.method, c.path)
-		}
-		if resp.StatusCode == http.StatusOK && resp.IsBase64Encoded {
-			t.Errorf("%s %s: text sent base64 encoded", c.method, c.path)
-		}
+			if resp.StatusCode != want.StatusCode || got != rec.Body.String() {
+				t.Errorf("%s %s: lambda %d %.60q, local %d %.60q", c.method, c.path, resp.StatusCode, got, want.StatusCode, rec.Body.String())
+			}
+			for _, k := range []string{"Content-Type", "Content-Security-Policy", "Etag", "Cache-Control", "Allow"} {
+				if resp.Headers[k] != want.Header.Get(k) {
+					t.Errorf("%s %s: %s lambda %q, local %q", c.method, c.path, k, resp.Headers[k], want.Header.Get(k))
+				}
+			}
+			if resp.Headers["Content-Security-Policy"] != ui.CSP {
+				t.Errorf("%s %s: no CSP", c.method, c.path)
+			}
+			if resp.StatusCode == http.StatusOK && resp.IsBase64Encoded {
+				t.Errorf("%s %s: text sent base64 encoded", c.method, c.path)
+			}
+		})
 	}
 }
