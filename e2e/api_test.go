@@ -518,4 +518,25 @@ func TestQueues(t *testing.T) {
 	e.must(t, 200, "PATCH", "/api/tasks/high", k, map[string]any{"status": "todo"})
 	list := e.must(t, 200, "GET", "/api/tasks?queue=backend&status=todo", k, nil)
 	equal(t, "todo in backend", len(list.List("tasks")), 2)
+
+	// The counts follow the change stream: low and high wait, other is
+	// held, and research lost its only task to backend.
+	e.drain(t)
+	byQueue := map[string]map[string]any{}
+	for _, q := range e.must(t, 200, "GET", "/api/queues", w, nil).List("queues") {
+		byQueue[q["queue"].(string)] = q
+	}
+	backend := byQueue["backend"]
+	if backend == nil {
+		t.Fatalf("no backend queue in %v", byQueue)
+	}
+	counts := backend["counts"].(map[string]any)
+	equal(t, "backend todo", counts["todo"], float64(2))
+	equal(t, "backend in progress", counts["in_progress"], float64(1))
+	equal(t, "backend oldest todo", backend["oldest_todo_at"], stamp(t0))
+	if research := byQueue["research"]; research != nil {
+		for status, n := range research["counts"].(map[string]any) {
+			equal(t, "research "+status, n, float64(0))
+		}
+	}
 }
