@@ -38,7 +38,7 @@ func (r *Results) Markdown(w io.Writer) {
 		return
 	}
 	p("### DynamoDB requests per operation\n\n")
-	p("Counted by an SDK middleware on each client. \"On DynamoDB\" leaves out the read the store makes only because dynalite ignores `ReturnValuesOnConditionCheckFailure`.\n\n")
+	p("Counted by an SDK middleware on each client, on the request path: the stream function is held off while an operation runs (its batched share is in the throughput's requests per cycle). \"On DynamoDB\" leaves out the read the store makes only because dynalite ignores `ReturnValuesOnConditionCheckFailure`.\n\n")
 	p("| operation | checkout (on dynalite) | checkout (on DynamoDB) | dynamolock | checkout requests | dynamolock requests | note |\n|---|---|---|---|---|---|---|\n")
 	for _, c := range r.Requests {
 		o, d, pe := "n/a", "n/a", "n/a"
