@@ -290,7 +290,27 @@ func (s *Server) Drain(ctx context.Context) error {
 	return err
 }
 
+// streamLoop hands the change stream to its handler every interval. A
+// failed poll keeps its place: the next tick hands the same changes to the
+// handler again.
 func (s *Server) streamLoop(ctx context.Context, every time.Duration) {
+	s.everyTick(ctx, every, func() {
+		if _, err := s.changes.poll(ctx); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "change stream", "error", err.Error())
+		}
+	})
+}
+
+// sweepLoop sweeps every interval. Errors are logged and never end the
+// loop: the next tick tries again.
+func (s *Server) sweepLoop(ctx context.Context, every time.Duration) {
+	s.everyTick(ctx, every, func() { _, _ = s.Sweep(ctx) })
+}
+
+// everyTick runs fn every interval until ctx ends (never for a negative
+// interval), skipping the ticks while the supervised dynalite is being
+// restarted (no need to log that each tick).
+func (s *Server) everyTick(ctx context.Context, every time.Duration, fn func()) {
 	if every < 0 {
 		return
 	}
@@ -304,32 +324,7 @@ func (s *Server) streamLoop(ctx context.Context, every time.Duration) {
 			if s.db.supervised && !s.db.up.Load() {
 				continue
 			}
-			// A failed poll keeps its place: the next tick hands the same
-			// changes to the handler again.
-			if _, err := s.changes.poll(ctx); err != nil && ctx.Err() == nil {
-				s.log.WarnContext(ctx, "change stream", "error", err.Error())
-			}
-		}
-	}
-}
-
-func (s *Server) sweepLoop(ctx context.Context, every time.Duration) {
-	if every < 0 {
-		return
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if s.db.supervised && !s.db.up.Load() {
-				continue // dynalite is being restarted; no need to log that each tick
-			}
-			// Errors are logged and never end the loop: the next tick
-			// tries again.
-			_, _ = s.Sweep(ctx)
+			fn()
 		}
 	}
 }
