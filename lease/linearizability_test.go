@@ -642,9 +642,11 @@ func wholeModelRejects(t *testing.T, start int64) {
 			wStep{claim(0, "c", false), claimed(0, 0, "c", 1)},
 		)},
 	} {
-		if porcupine.CheckOperations(m, c.h) != c.legal {
-			t.Errorf("%s: legal=%v, the model says otherwise", c.what, c.legal)
-		}
+		t.Run(c.what, func(t *testing.T) {
+			if porcupine.CheckOperations(m, c.h) != c.legal {
+				t.Errorf("legal=%v, the model says otherwise", c.legal)
+			}
+		})
 	}
 
 	// Watch and inbox: agent-01 watches task-0, which agent-00 holds and
@@ -693,9 +695,11 @@ func wholeModelRejects(t *testing.T, start int64) {
 			return h
 		}()},
 	} {
-		if porcupine.CheckOperations(m, c.h) != c.legal {
-			t.Errorf("%s: legal=%v, the model says otherwise", c.what, c.legal)
-		}
+		t.Run(c.what, func(t *testing.T) {
+			if porcupine.CheckOperations(m, c.h) != c.legal {
+				t.Errorf("legal=%v, the model says otherwise", c.legal)
+			}
+		})
 	}
 
 	// Removal: agent-00 holds task-0 (it sends no heartbeat, so only time
@@ -755,9 +759,11 @@ func wholeModelRejects(t *testing.T, start int64) {
 			wStep{wIn{Op: "force", Task: 0}, wOut{Kind: "not_checked_out"}},
 		)},
 	} {
-		if porcupine.CheckOperations(m, c.h) != c.legal {
-			t.Errorf("%s: legal=%v, the model says otherwise", c.what, c.legal)
-		}
+		t.Run(c.what, func(t *testing.T) {
+			if porcupine.CheckOperations(m, c.h) != c.legal {
+				t.Errorf("legal=%v, the model says otherwise", c.legal)
+			}
+		})
 	}
 
 	// Queues, priorities and PATCH. task-0 and task-1 are in the default
@@ -878,9 +884,11 @@ func wholeModelRejects(t *testing.T, start int64) {
 			wStep{patch(0, 0, wIn{Status: lease.StatusTodo}), patched(0, lease.StatusTodo, 3, 5)},
 		)},
 	} {
-		if porcupine.CheckOperations(m, c.h) != c.legal {
-			t.Errorf("%s: legal=%v, the model says otherwise", c.what, c.legal)
-		}
+		t.Run(c.what, func(t *testing.T) {
+			if porcupine.CheckOperations(m, c.h) != c.legal {
+				t.Errorf("legal=%v, the model says otherwise", c.legal)
+			}
+		})
 	}
 
 	// With the known bugs allowed, a judgment at the removal's

@@ -54,23 +54,25 @@ func TestServesThePageAndItsFiles(t *testing.T) {
 		{"POST", "/", 405, "application/json", ""},
 		{"DELETE", "/ui/app.js", 405, "application/json", ""},
 	} {
-		resp := get(t, h, c.method, c.path)
-		got := body(t, resp)
-		if resp.StatusCode != c.status || resp.Header.Get("Content-Type") != c.contentType {
-			t.Errorf("%s %s: %d %q, want %d %q", c.method, c.path, resp.StatusCode, resp.Header.Get("Content-Type"), c.status, c.contentType)
-		}
-		if c.body != "" && got != c.body {
-			t.Errorf("%s %s: body %.80q", c.method, c.path, got)
-		}
-		if resp.Header.Get("Content-Security-Policy") != CSP {
-			t.Errorf("%s %s: CSP %q", c.method, c.path, resp.Header.Get("Content-Security-Policy"))
-		}
-		if resp.Header.Get("X-Content-Type-Options") != "nosniff" || resp.Header.Get("X-Frame-Options") != "DENY" {
-			t.Errorf("%s %s: headers %v", c.method, c.path, resp.Header)
-		}
-		if c.status == 405 && resp.Header.Get("Allow") != "GET, HEAD" {
-			t.Errorf("%s %s: Allow %q", c.method, c.path, resp.Header.Get("Allow"))
-		}
+		t.Run(c.method+" "+c.path, func(t *testing.T) {
+			resp := get(t, h, c.method, c.path)
+			got := body(t, resp)
+			if resp.StatusCode != c.status || resp.Header.Get("Content-Type") != c.contentType {
+				t.Errorf("%s %s: %d %q, want %d %q", c.method, c.path, resp.StatusCode, resp.Header.Get("Content-Type"), c.status, c.contentType)
+			}
+			if c.body != "" && got != c.body {
+				t.Errorf("%s %s: body %.80q", c.method, c.path, got)
+			}
+			if resp.Header.Get("Content-Security-Policy") != CSP {
+				t.Errorf("%s %s: CSP %q", c.method, c.path, resp.Header.Get("Content-Security-Policy"))
+			}
+			if resp.Header.Get("X-Content-Type-Options") != "nosniff" || resp.Header.Get("X-Frame-Options") != "DENY" {
+				t.Errorf("%s %s: headers %v", c.method, c.path, resp.Header)
+			}
+			if c.status == 405 && resp.Header.Get("Allow") != "GET, HEAD" {
+				t.Errorf("%s %s: Allow %q", c.method, c.path, resp.Header.Get("Allow"))
+			}
+		})
 	}
 	// Everything else is the API's.
 	for _, p := range []string{"/healthz", "/api/tasks", "/uix", "/index.html", "/favicon.ico"} {
