@@ -42,7 +42,9 @@ const view = {
   },
 };
 
-function name(ctx, id) {
+// agentName is an agent as the dashboard shows it: its name and id, or the
+// id alone when it has no other name.
+export function agentName(ctx, id) {
   const n = ctx.names.get(id);
   return n && n !== id ? `${n} (${id})` : id;
 }
@@ -61,16 +63,23 @@ function makeRow() {
 }
 
 function updateRow(ctx, row, e) {
+  fillEvent(ctx, row, e);
+  const task = row.querySelector('.ev-task');
+  if (task.textContent !== e.task_id) task.replaceChildren(taskLink(e.task_id));
+}
+
+// fillEvent writes an event into a row's cells (.ev-at, .ev-type, .ev-agent,
+// .ev-fence, .ev-held, .ev-by, .ev-reason): the fleet feed's rows and a
+// task's timeline share them.
+export function fillEvent(ctx, row, e) {
   setTime(row.querySelector('.ev-at'), e.at);
   const type = row.querySelector('.ev-type');
   text(type, eventWords(e.type));
   type.className = 'ev-type badge ev-' + e.type;
-  const task = row.querySelector('.ev-task');
-  if (task.textContent !== e.task_id) task.replaceChildren(taskLink(e.task_id));
-  text(row.querySelector('.ev-agent'), e.agent_id ? name(ctx, e.agent_id) : '—');
+  text(row.querySelector('.ev-agent'), e.agent_id ? agentName(ctx, e.agent_id) : '—');
   text(row.querySelector('.ev-fence'), e.fence ? '#' + e.fence : '—');
   text(row.querySelector('.ev-held'), typeof e.held_seconds === 'number' ? duration(e.held_seconds) : '—');
-  text(row.querySelector('.ev-by'), e.by ? name(ctx, e.by) : '—');
+  text(row.querySelector('.ev-by'), e.by ? agentName(ctx, e.by) : '—');
   text(row.querySelector('.ev-reason'), e.reason || '—');
 }
 

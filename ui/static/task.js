@@ -6,6 +6,7 @@ import { ApiError, get, post, seg } from './api.js';
 import { $, h, text, attr, reconcile, replace, td } from './dom.js';
 import { setTime, clock, duration, ms, eventWords } from './format.js';
 import { makeBar, updateBar, remaining } from './bar.js';
+import { agentName, fillEvent } from './events.js';
 
 let taskID = null;
 let task = null;
@@ -200,16 +201,11 @@ export function leasesOf(evs) {
   return out;
 }
 
-function name(ctx, id) {
-  const n = ctx.names.get(id);
-  return n && n !== id ? `${n} (${id})` : id;
-}
-
 // how says how a lease ended, in words.
 function how(ctx, l, live) {
   if (live) return `live · ${duration(remaining(live, performance.now()))} left`;
   if (!l.end) return 'expired; the sweeper has not recorded its end yet';
-  const by = l.end.by && l.end.by !== 'system' ? ` by ${name(ctx, l.end.by)}` : '';
+  const by = l.end.by && l.end.by !== 'system' ? ` by ${agentName(ctx, l.end.by)}` : '';
   switch (l.end.type) {
     case 'release': return `released${by}`;
     case 'complete': return `completed${by}`;
@@ -239,7 +235,7 @@ function drawTimeline(ctx, now) {
     const state = isLive ? 'live' : l.end ? l.end.type : 'expired';
     if (el.dataset.end !== state) el.dataset.end = state;
     text(el.querySelector('.lease-fence'), '#' + l.fence);
-    text(el.querySelector('.lease-holder'), name(ctx, l.agent_id));
+    text(el.querySelector('.lease-holder'), agentName(ctx, l.agent_id));
     text(el.querySelector('.lease-how'), how(ctx, l, isLive));
     const endAt = l.end ? l.end.at : isLive ? nowMs : null;
     const held = l.end?.held ?? (endAt !== null ? (endAt - l.start) / 1000 : null);
@@ -289,17 +285,7 @@ function drawEvents(ctx) {
       td('Held', h('span', { class: 'ev-held' })),
       td('By', h('span', { class: 'ev-by' })),
       td('Reason', h('span', { class: 'ev-reason' })),
-    ), (row, e) => {
-    setTime(row.querySelector('.ev-at'), e.at);
-    const type = row.querySelector('.ev-type');
-    text(type, eventWords(e.type));
-    type.className = 'ev-type badge ev-' + e.type;
-    text(row.querySelector('.ev-agent'), e.agent_id ? name(ctx, e.agent_id) : '—');
-    text(row.querySelector('.ev-fence'), e.fence ? '#' + e.fence : '—');
-    text(row.querySelector('.ev-held'), typeof e.held_seconds === 'number' ? duration(e.held_seconds) : '—');
-    text(row.querySelector('.ev-by'), e.by ? name(ctx, e.by) : '—');
-    text(row.querySelector('.ev-reason'), e.reason || '—');
-  });
+    ), (row, e) => fillEvent(ctx, row, e));
 }
 
 export default view;
