@@ -277,8 +277,9 @@ func TestGrantTimesBelongToTheDecidingWrite(t *testing.T) {
 	}
 }
 
-// Claim takes the oldest available task: a todo task, one whose lease
-// expired, or one whose holder is dead, whichever was created first.
+// Claim takes the oldest available task: a todo task, or one whose lease
+// expired or whose holder is dead once a sweep has ended that lease,
+// whichever was created first.
 func TestClaimTakesTheOldestAvailable(t *testing.T) {
 	t.Parallel()
 	t.Run("an expired lease before a newer todo task", func(t *testing.T) {
@@ -290,6 +291,7 @@ func TestClaimTakesTheOldestAvailable(t *testing.T) {
 		e.task(t, "new")
 		e.checkout(t, "old", "a", time.Second)
 		e.clock.Advance(2 * time.Second)
+		must[lease.SweepResult](t)(e.store.Sweep(c))
 		co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "b"}))
 		if co.TaskID != "old" {
 			t.Fatalf("claimed %s, want old", co.TaskID)
@@ -303,6 +305,7 @@ func TestClaimTakesTheOldestAvailable(t *testing.T) {
 		must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Second))
 		e.checkout(t, "held", "a", time.Hour)
 		e.clock.Advance(2 * time.Second)
+		must[lease.SweepResult](t)(e.store.Sweep(c))
 		co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "b"}))
 		if co.TaskID != "held" {
 			t.Fatalf("claimed %s, want the dead holder's task", co.TaskID)

@@ -1001,12 +1001,11 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // store of its own (no claims in flight, no recent losses), after the
 // indexes have caught up: it must take the best available task of its
 // queues, by priority then creation, and may say no_task_available only
-// when none is surely available there. Surely available: todo, expired,
-// or held by an agent dead by heartbeat now. A lease ended by a death its
-// holder has come back from is found only while the sweep has not settled
-// that death; the sweep settles it after settleAfter of the store's clock,
-// which the test moves much faster than the index lag, so such a task may
-// be taken before better sure ones, or not found.
+// when none is surely available there. Surely available: todo with no
+// lease on the task. A lease that expired or whose holder died reaches the
+// claim index when the sweep ends it; until then a claim may still take it
+// through an index entry that lags its grant, so such a task may be taken
+// before better sure ones, or not found.
 //
 // PATCH. One write pinned to the version (patchOp), or none when it
 // changes nothing; every write of a task item adds one to its version, and
@@ -1254,15 +1253,12 @@ func (w *wState) available(t int) bool {
 	return x.Exists && !w.lin(t).live() && (x.Status == lease.StatusTodo || x.Status == lease.StatusInProgress)
 }
 
-// sure: a lone claim with caught-up indexes finds t: todo, expired, or
-// held by an agent dead by heartbeat now.
+// sure: a lone claim with caught-up indexes finds t: todo with no lease
+// on it. A lease that expired or whose holder died is found once a sweep
+// has ended it (or by an index entry that lags its grant, which is not
+// sure).
 func (w *wState) sure(t int) bool {
-	x := w.T[t]
-	if !w.available(t) {
-		return false
-	}
-	hb := w.HB[x.HolderN]
-	return x.Holder == "" || x.Expires <= w.Now || hb.Has && hb.Exp <= w.Now
+	return w.available(t) && w.T[t].Holder == ""
 }
 
 // before: a is claimed before b, by priority, then age (ids sort in
