@@ -53,8 +53,8 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 				return fmt.Errorf("decode change of %s: %w", cur.TaskID, err)
 			}
 		}
-		if cur.TaskID == "" || cur.ESeq <= old.ESeq {
-			continue // no transition: a watch, a new task
+		if cur.TaskID == "" || cur.ESeq <= old.ESeq || ch.Old == nil && cur.MigratedAt != 0 {
+			continue // no transition: a watch, a new task, a task copied by Migrate
 		}
 		for _, ev := range cur.latestEvents() {
 			if ev.Seq <= old.ESeq {
@@ -95,7 +95,7 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 			return fmt.Errorf("archive events: %w", err)
 		}
 	}
-	if err := s.countQueues(ctx, changes); err != nil {
+	if err := s.countQueues(ctx, slices.DeleteFunc(slices.Clone(changes), migrated)); err != nil {
 		return err
 	}
 	for _, m := range msgs {
@@ -110,6 +110,13 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// migrated reports whether ch is Migrate's copy of a task into today's
+// table: no transition, and the task was counted where it came from.
+func migrated(ch Change) bool {
+	_, ok := ch.New["migrated_at"]
+	return ch.Old == nil && ok
 }
 
 // currentWatchers returns the watchers that are still the agents who asked:

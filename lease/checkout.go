@@ -132,7 +132,6 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(expression.Name("prev_locked"), copyOf("locked_at")).
 		Set(expression.Name("prev_expires"), copyOf("lease_expires")).
 		Set(expression.Name("prev_end"), expression.Value(string(prevEnd))).
-		Set(nameStatus, expression.Value(string(StatusInProgress))).
 		Set(nameHolder, expression.Value(p.AgentID)).
 		Set(expression.Name("holder_name"), expression.Value(p.AgentName)).
 		Set(expression.Name("run_id"), expression.Value(p.RunID)).
@@ -148,6 +147,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(expression.Name("last_at"), expression.Value(ms(now))).
 		Remove(expression.Name("completed_at")). // a task reopened is not done
 		Remove(nameClaimShard)                   // held: out of the claim index
+	upd = setStatus(upd, p.TaskID, StatusInProgress)
 	if p.Reason != "" {
 		upd = upd.Set(expression.Name("reason"), expression.Value(p.Reason))
 	} else {

@@ -199,14 +199,13 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 // so a claim reads one index partition per shard per queue, whatever else
 // the fleet holds.
 func (s *Store) claimCandidates(ctx context.Context, queues []string) ([]*taskItem, error) {
-	now := s.clock()
 	var mu sync.Mutex
 	var out []*taskItem
-	add := func(items []taskItem, keep func(*taskItem) bool) {
+	add := func(items []taskItem) {
 		mu.Lock()
 		defer mu.Unlock()
 		for i := range items {
-			if keep(&items[i]) && slices.Contains(queues, items[i].queue()) {
+			if slices.Contains(queues, items[i].queue()) {
 				out = append(out, &items[i])
 			}
 		}
@@ -220,7 +219,7 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string) ([]*taskIt
 	// Only what ordering and the grant need is read.
 	perShard := int32(min(claimPage, max(claimHead, (s.claims.window()+claimShards-1)/claimShards+1)))
 	proj := expression.NamesList(expression.Name("task_id"), expression.Name("queue"), expression.Name("priority"),
-		expression.Name("created_at"), expression.Name("title"), nameStatus, nameHolder, nameExpires)
+		expression.Name("created_at"))
 	for _, q := range queues {
 		for shard := range claimShards {
 			g.Go(func() error {
@@ -241,7 +240,7 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string) ([]*taskIt
 				if err := attributevalue.UnmarshalListOfMaps(page.Items, &items); err != nil {
 					return err
 				}
-				add(items, func(it *taskItem) bool { return !it.leaseTimeValid(now) })
+				add(items)
 				return nil
 			})
 		}

@@ -25,10 +25,10 @@
 // The tables are defined once, in package schema, and built from there by
 // EnsureTables (locally) and by the CDK app (in AWS). All are on-demand.
 //
-//	tasks       task_id                 the task, its lease, fence, watchers
-//	  by_status        status / created_key      list by status (and queue, filtered)
+//	tasks-v2    task_id                 the task, its lease, fence, watchers
+//	  by_status        status_shard / created_key   list by status (and queue, filtered)
 //	  by_lease_expiry  lease_shard / lease_expires  sparse: live leases by expiry
-//	  by_holder        holder / lease_expires       sparse: one agent's leases
+//	  by_holder        holder / locked_at           sparse: one agent's leases
 //	  by_claim         claim_shard / claim_key      sparse: claimable tasks by queue, priority, age
 //	agents      agent_id                agents, and "#key#<sha256>" key items
 //	  all_agents       kind / agent_id           list agents
@@ -45,8 +45,21 @@
 // lease_expires, timeout_ms, reason). The sparse indexes hold a task only
 // while those attributes are present: ending a lease REMOVEs them, which takes
 // the task out of both lease indexes in the same write. lease_shard spreads
-// the expiry index over schema.Shards partitions so no one partition takes
-// every lease write; readers Query each shard.
+// the expiry index over schema.Shards partitions, status_shard
+// ("<status>#<shard>") each status over schema.StatusShards, and
+// claim_shard each queue over schema.ClaimShards, so that no one partition
+// takes every transition of the fleet; readers Query each shard.
+//
+// No index projects the whole task. Each projects its keys and the few
+// attributes its readers use (schema.Index.Include): by_status the queue
+// (its filter), by_lease_expiry the holder and fence (the sweep's
+// condition), by_holder the fence, by_claim the queue, priority and
+// creation time (the claim's order). An index is written only when a
+// write changes an entry's keys or those attributes, and an entry costs
+// one write unit whatever the task's description and metadata; a renewal
+// moves only the expiry index (by_holder is sorted by locked_at, which a
+// renewal keeps). Whatever else a reader shows comes from a consistent
+// read of the items.
 //
 // # Access patterns: GetItem, conditional write or Query, never Scan
 //
@@ -65,14 +78,13 @@
 //	  retried           the failed UpdateItem, which returns the ending it repeats
 //	force release       GetItem task + holder's heartbeat (cached) + UpdateItem
 //	task, lock status   GetItem task (+ holder's heartbeat, cached)
-//	list tasks          Query by_status + BatchGetItem of the tasks (+ holders' heartbeats)
+//	list tasks          Query by_status, a shard at a time + BatchGetItem of
+//	                    the tasks (+ holders' heartbeats)
 //	list checkouts      Query by_lease_expiry per shard, or by_holder, + BatchGetItem
 //	                    of the tasks (+ holders' heartbeats)
 //	claim candidates    at once: Query by_claim per shard of each queue (its
-//	                    head), by_lease_expiry per shard for expired
-//	                    leases, and heartbeats by_expiry per shard, each due
-//	                    agent confirmed by GetItem, then by_holder for its
-//	                    leases
+//	                    head); expired and dead holders' leases reach
+//	                    by_claim when the sweep ends them
 //	claim, waiting      per look after the first: Query by_claim per shard of
 //	                    each queue only
 //	create (batch)      PutItem (one per task, concurrently; the failed
@@ -307,9 +319,11 @@
 //	                         after it (a reopen, a queue or priority change)
 //
 // Expired and dead holders' leases are not in by_claim (the lease is still
-// on the item until a sweep or a takeover ends it); claim finds them as
-// before, in by_lease_expiry and through the heartbeats, keeps those of its
-// queues, and orders them with the claim index's entries by the same key.
+// on the item until a sweep or a takeover ends it), and claim does not look
+// for them: the sweep ends them and puts their tasks back in by_claim, so a
+// claim reads one partition per shard of each queue, 4 Queries for one
+// queue however deep, and such a task is claimable within one sweep
+// interval of its expiry (a named checkout takes it at once).
 // A task written before queues has no claim_home: it counts as queue
 // "default" at priority 5 everywhere, and enters by_claim at its next
 // ending to todo (or PATCH).

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 // Each test in this file reproduces something a hostile or unlucky client
@@ -330,7 +331,7 @@ type countingDB struct{ lease.DB }
 func (d countingDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	out, err := d.DB.UpdateItem(ctx, in, opt...)
 	tally, _ := ctx.Value(tallyKey{}).(*claimTally)
-	if tally != nil && in.ConditionExpression != nil && strings.HasSuffix(*in.TableName, "tasks") {
+	if tally != nil && in.ConditionExpression != nil && strings.HasSuffix(*in.TableName, schema.TasksTable) {
 		var ccf *types.ConditionalCheckFailedException
 		if errors.As(err, &ccf) || err == nil {
 			tally.writes = append(tally.writes, err == nil)

@@ -15,9 +15,12 @@ import (
 // that one conditional write decides every transition. Times are Unix
 // milliseconds.
 type taskItem struct {
-	TaskID      string `dynamodbav:"task_id"`
-	Title       string `dynamodbav:"title,omitempty"`
-	Status      Status `dynamodbav:"status"`
+	TaskID string `dynamodbav:"task_id"`
+	Title  string `dynamodbav:"title,omitempty"`
+	Status Status `dynamodbav:"status"`
+	// StatusShard is the status index's partition key: the status and a
+	// shard of the task's (statusShard).
+	StatusShard string `dynamodbav:"status_shard,omitempty"`
 	CreatedAt   int64  `dynamodbav:"created_at"`
 	CreatedKey  string `dynamodbav:"created_key"`
 	StartedAt   int64  `dynamodbav:"started_at,omitempty"`
@@ -66,6 +69,10 @@ type taskItem struct {
 	// Watchers maps each watching agent to when it asked (Unix ms). It is
 	// bounded by MaxWatchers.
 	Watchers map[string]int64 `dynamodbav:"watchers,omitempty"`
+
+	// MigratedAt is set on a task copied from a table of the earlier
+	// schema (migrate.go).
+	MigratedAt int64 `dynamodbav:"migrated_at,omitempty"`
 
 	// The latest transition: its type (an event type) and time. Every write
 	// that moves a lease sets them, and eseq, in the same write.

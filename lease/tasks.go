@@ -69,7 +69,7 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 	prio := *p.Priority
 	it := taskItem{
 		TaskID: p.TaskID, Title: p.Title, Description: p.Description, Queue: p.Queue, Priority: &prio,
-		Status: StatusTodo, Version: 1,
+		Status: StatusTodo, StatusShard: statusShard(StatusTodo, p.TaskID), Version: 1,
 		CreatedAt: ms(now), CreatedKey: fmt.Sprintf("%013d#%s", ms(now), p.TaskID),
 		ClaimHome: claimHome(p.Queue, p.TaskID), ClaimKey: claimKey(prio, ms(now), p.TaskID),
 	}
@@ -250,6 +250,7 @@ func (s *Store) liveLeases(ctx context.Context, items []taskItem, now time.Time)
 // cursor is the decoded form of TaskPage.NextCursor.
 type cursor struct {
 	Status int               `json:"s"`
+	Shard  int               `json:"h,omitempty"`
 	Key    map[string]string `json:"k,omitempty"`
 }
 
@@ -261,19 +262,21 @@ func encodeCursor(c cursor) string {
 func decodeCursor(s string) (cursor, error) {
 	var c cursor
 	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(s) > 2048 || json.Unmarshal(b, &c) != nil || c.Status < 0 || c.Status >= len(Statuses) {
+	if err != nil || len(s) > 2048 || json.Unmarshal(b, &c) != nil || c.Status < 0 || c.Status >= len(Statuses) ||
+		c.Shard < 0 || c.Shard >= schema.StatusShards {
 		return cursor{}, notIssued()
 	}
 	for k := range c.Key {
-		if k != "task_id" && k != "status" && k != "created_key" {
+		if k != "task_id" && k != "status_shard" && k != "created_key" {
 			return cursor{}, notIssued()
 		}
 	}
 	return c, nil
 }
 
-// ListTasks lists tasks by status in creation order, a page at a time. With
-// no status it walks todo, in_progress, done and cancelled in turn. Listings
+// ListTasks lists tasks by status, a page at a time: each status's shards
+// (schema.StatusShards) in turn, each in creation order. With no status it
+// walks todo, in_progress, done and cancelled in turn. Listings
 // come from an index and so reflect the sweep: a task whose lease expired is
 // listed as in_progress until the sweep moves it back to todo, but it is
 // never shown with a live checkout.
@@ -311,15 +314,18 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 		if c, err = decodeCursor(p.Cursor); err != nil {
 			return TaskPage{}, err
 		}
-		if c.Status >= len(statuses) || !validResumeKey(c.Key, statuses[c.Status]) {
+		if c.Status >= len(statuses) || !validResumeKey(c.Key, statuses[c.Status], c.Shard) {
 			return TaskPage{}, notIssued()
 		}
 	}
 	var items []taskItem
 	listed := map[string]Status{} // the status each task was listed under
 	next := ""
-	for i := c.Status; i < len(statuses) && len(items) < p.Limit; i++ {
-		keyCond := expression.Key("status").Equal(expression.Value(string(statuses[i])))
+	// Each status's shards in turn, from the cursor's position; a page
+	// ends at limit tasks, with the cursor where the next one starts.
+	for i, shard := c.Status, c.Shard; i < len(statuses) && len(items) < p.Limit; {
+		part := string(statuses[i]) + "#" + strconv.Itoa(shard)
+		keyCond := expression.Key("status_shard").Equal(expression.Value(part))
 		b := expression.NewBuilder().WithKeyCondition(keyCond)
 		if filter != nil {
 			// A queue's tasks are filtered out of the status's pages: a page
@@ -335,7 +341,7 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 			ExpressionAttributeValues: expr.Values(),
 			Limit:                     aws.Int32(int32(p.Limit - len(items))),
 		}
-		if i == c.Status && len(c.Key) > 0 {
+		if i == c.Status && shard == c.Shard && len(c.Key) > 0 {
 			in.ExclusiveStartKey = stringKey(c.Key)
 		}
 		out, err := s.db.Query(ctx, in)
@@ -350,12 +356,15 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 			listed[it.TaskID] = statuses[i]
 		}
 		items = append(items, batch...)
-		switch {
-		case len(out.LastEvaluatedKey) > 0:
-			next = encodeCursor(cursor{Status: i, Key: plainKey(out.LastEvaluatedKey)})
-			i = len(statuses) // stop: resume inside this status
-		case len(items) >= p.Limit && i+1 < len(statuses):
-			next = encodeCursor(cursor{Status: i + 1})
+		if len(out.LastEvaluatedKey) > 0 {
+			next = encodeCursor(cursor{Status: i, Shard: shard, Key: plainKey(out.LastEvaluatedKey)})
+			break // resume inside this shard
+		}
+		if shard++; shard == schema.StatusShards {
+			i, shard = i+1, 0
+		}
+		if len(items) >= p.Limit && i < len(statuses) {
+			next = encodeCursor(cursor{Status: i, Shard: shard})
 		}
 	}
 	// The index only proposes: the page shows each task as its item is now,
@@ -377,14 +386,15 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 	return page, nil
 }
 
-// validResumeKey reports whether k could be a by_status position of status:
-// empty (the start of that status), or all three key parts, consistent.
-func validResumeKey(k map[string]string, status Status) bool {
+// validResumeKey reports whether k could be a by_status position of status
+// in shard: empty (the start of that shard), or all three key parts,
+// consistent.
+func validResumeKey(k map[string]string, status Status, shard int) bool {
 	if len(k) == 0 {
 		return true
 	}
 	id := k["task_id"]
-	return len(k) == 3 && k["status"] == string(status) && ValidID(id) &&
+	return len(k) == 3 && k["status_shard"] == string(status)+"#"+strconv.Itoa(shard) && ValidID(id) &&
 		len(k["created_key"]) == 14+len(id) && strings.HasSuffix(k["created_key"], "#"+id)
 }
 
@@ -414,8 +424,7 @@ func (s *Store) ListCheckouts(ctx context.Context, agentID string) ([]Checkout, 
 		if err := CheckID("agent_id", agentID); err != nil {
 			return nil, err
 		}
-		keyCond := expression.Key("holder").Equal(expression.Value(agentID)).
-			And(expression.Key("lease_expires").GreaterThan(expression.Value(ms(now))))
+		keyCond := expression.Key("holder").Equal(expression.Value(agentID))
 		var err error
 		if items, err = s.queryTasks(ctx, schema.TasksByHolder, keyCond); err != nil {
 			return nil, err

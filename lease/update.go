@@ -136,12 +136,12 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, now time.Tim
 			upd = endUpdate(cur.TaskID, ending{typ: EventCancel, by: p.AgentID, reason: "cancelled", status: StatusCancelled}, now)
 			claimable = false
 		case to == StatusCancelled:
-			upd = upd.Set(nameStatus, expression.Value(string(StatusCancelled))).
+			upd = setStatus(upd, cur.TaskID, StatusCancelled).
 				Set(expression.Name("completed_at"), expression.Value(ms(now))).
 				Remove(nameClaimShard)
 			claimable = false
 		default: // todo, from done or cancelled: reopen
-			upd = upd.Set(nameStatus, expression.Value(string(StatusTodo))).
+			upd = setStatus(upd, cur.TaskID, StatusTodo).
 				Remove(expression.Name("completed_at"))
 			claimable = true
 		}
