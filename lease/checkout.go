@@ -398,6 +398,9 @@ func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
+	if err := s.fillBodies(ctx, it); err != nil {
+		return Task{}, err
+	}
 	return it.task(false), nil
 }
 

@@ -30,8 +30,11 @@ type taskItem struct {
 	// Priority is stored as given; a missing attribute (a task written
 	// before queues) is DefaultPriority, see priority().
 	Priority *int `dynamodbav:"priority,omitempty"`
-	// Metadata is the JSON object as the caller gave it.
-	Metadata string `dynamodbav:"metadata,omitempty"`
+	// Metadata is the JSON object as the caller gave it. Description and
+	// metadata are kept in the task's body (body.go), whose token is
+	// BodyToken; only a task item from before bodies holds them itself.
+	Metadata  string `dynamodbav:"metadata,omitempty"`
+	BodyToken string `dynamodbav:"body,omitempty"`
 	// Version grows by one with every write of the item (Store.update and
 	// every other write add to it).
 	Version int64 `dynamodbav:"version"`

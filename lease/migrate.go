@@ -19,7 +19,8 @@ import (
 // DynamoDB cannot change an index's projection or keys in place, so the
 // new indexes live on a new table, and Migrate copies every task into it:
 // each item as it was (its lease, fence, eseq, end and takeover records,
-// watchers, version), with the status index's new key added. Tasks are
+// watchers, version), with the status index's new key added and its
+// description and metadata moved into a body of its own (body.go). Tasks are
 // never deleted, so a fence copied is a fence kept. The other tables
 // (agents and keys, heartbeats and queue counts, events, inbox) keep their
 // schema and are not touched.
@@ -127,6 +128,21 @@ func migrateTask(ctx context.Context, db MigrateDB, table string, item map[strin
 	}
 	item["status_shard"] = &types.AttributeValueMemberS{Value: statusShard(st, it.TaskID)}
 	item["migrated_at"] = &types.AttributeValueMemberN{Value: fmt.Sprint(it.LastAt)}
+	if b := splitBody(&it); b != nil {
+		// The body as an item of its own (body.go), written before the
+		// task that names it. A copy cut short leaves it unnamed; the copy
+		// run again writes another.
+		body, err := attributevalue.MarshalMap(b)
+		if err != nil {
+			return false, err
+		}
+		if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: body}); err != nil {
+			return false, fmt.Errorf("migrate: copy the body of %s: %w", it.TaskID, err)
+		}
+		delete(item, "description")
+		delete(item, "metadata")
+		item["body"] = &types.AttributeValueMemberS{Value: it.BodyToken}
+	}
 	expr, _ := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("task_id"))).Build()
 	_, err := db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &table, Item: item,

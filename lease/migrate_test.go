@@ -3,6 +3,7 @@ package lease_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,6 +48,19 @@ func (e *env) oldTasksTable(t *testing.T) {
 	page := must[*dynamodb.ScanOutput](t)(db.Scan(c, &dynamodb.ScanInput{TableName: &cur, ConsistentRead: aws.Bool(true)}))
 	for _, item := range page.Items {
 		delete(item, "status_shard")
+		// The earlier schema kept a task's description and metadata on it.
+		if b, ok := item["body"]; ok {
+			key := item["task_id"].(*types.AttributeValueMemberS).Value + "#body#" + b.(*types.AttributeValueMemberS).Value
+			for _, body := range page.Items {
+				if body["task_id"].(*types.AttributeValueMemberS).Value == key {
+					item["description"], item["metadata"] = body["description"], body["metadata"]
+				}
+			}
+			delete(item, "body")
+		}
+		if id := item["task_id"].(*types.AttributeValueMemberS).Value; strings.Contains(id, "#") {
+			continue // a body
+		}
 		must[*dynamodb.PutItemOutput](t)(db.PutItem(c, &dynamodb.PutItemInput{TableName: &old, Item: item}))
 	}
 	must[*dynamodb.DeleteTableOutput](t)(db.DeleteTable(c, &dynamodb.DeleteTableInput{TableName: &cur}))
@@ -65,6 +79,7 @@ func TestMigrateEarlierTasksTable(t *testing.T) {
 	e := newEnv(t)
 	c := ctx(t)
 	e.task(t, "held", "done", "free")
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "done", Description: new("what to do"), Metadata: []byte(`{"k":1}`)}))
 	held := e.checkout(t, "held", "a", time.Hour)
 	e.checkout(t, "done", "a", time.Hour)
 	must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "done", AgentID: "a"}))
@@ -99,8 +114,8 @@ func TestMigrateEarlierTasksTable(t *testing.T) {
 	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "held", AgentID: "b"}); !errors.Is(err, lease.ErrCheckedOut) {
 		t.Fatalf("checkout of a migrated live lease: %v, want a conflict", err)
 	}
-	if d := must[lease.Task](t)(e.store.GetTask(c, "done")); d.Status != lease.StatusDone {
-		t.Fatalf("done after the migration: %s", d.Status)
+	if d := must[lease.Task](t)(e.store.GetTask(c, "done")); d.Status != lease.StatusDone || d.Description != "what to do" || string(d.Metadata) != `{"k":1}` {
+		t.Fatalf("done after the migration: %+v", d)
 	}
 	next := e.checkout(t, "free", "b", time.Hour)
 	if next.Fence != 3 {

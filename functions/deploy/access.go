@@ -30,16 +30,21 @@ var Grants = map[string][]Grant{
 		{Table: schema.InboxTable, Actions: []string{"Query", "BatchWriteItem"}},
 	},
 	Tasks: {
-		// BatchGetItem: listings confirm what the indexes propose.
+		// BatchGetItem: listings confirm what the indexes propose, and read
+		// the tasks' bodies. DeleteItem: a PATCH of the description or
+		// metadata deletes the body it replaced.
 		// by_claim: the oldest todo task of each queue, GET /api/queues.
-		{Table: schema.TasksTable, Actions: []string{"PutItem", "GetItem", "UpdateItem", "BatchGetItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByHolder, schema.TasksByClaim}},
+		{Table: schema.TasksTable, Actions: []string{"PutItem", "GetItem", "UpdateItem", "BatchGetItem", "DeleteItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByHolder, schema.TasksByClaim}},
 		// GetItem and BatchGetItem also read the queue counters.
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem"}},
 		// by_feed: the fleet feed, GET /api/events.
 		{Table: schema.EventsTable, Actions: []string{"Query"}, QueryIndexes: []string{schema.EventsByFeed}},
 	},
 	Checkouts: {
-		{Table: schema.TasksTable, Actions: []string{"GetItem", "PutItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByClaim, schema.TasksByLeaseExpiry, schema.TasksByHolder}},
+		// BatchGetItem: a completion answers with the task and its body.
+		// DeleteItem: a task created with a checkout whose id turns out
+		// taken deletes the body it wrote.
+		{Table: schema.TasksTable, Actions: []string{"GetItem", "PutItem", "UpdateItem", "BatchGetItem", "DeleteItem"}, QueryIndexes: []string{schema.TasksByClaim, schema.TasksByLeaseExpiry, schema.TasksByHolder}},
 		// UpdateItem: the receipts of claims that name their run id.
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
