@@ -26,9 +26,9 @@
 // EnsureTables (locally) and by the CDK app (in AWS). All are on-demand.
 //
 //	tasks-v2    task_id                 the task, its lease, fence, watchers
-//	  by_status        status_shard / created_key   list by status (and queue, filtered)
+//	  by_status        status_shard / created_key   list by status group (open, done,
+//	                                                cancelled; status and queue filtered)
 //	  by_lease_expiry  lease_shard / lease_expires  sparse: live leases by expiry
-//	  by_holder        holder / locked_at           sparse: one agent's leases
 //	  by_claim         claim_shard / claim_key      sparse: claimable tasks by queue, priority, age
 //	agents      agent_id                agents, and "#key#<sha256>" key items
 //	  all_agents       kind / agent_id           list agents
@@ -46,20 +46,31 @@
 // while those attributes are present: ending a lease REMOVEs them, which takes
 // the task out of both lease indexes in the same write. lease_shard spreads
 // the expiry index over schema.Shards partitions, status_shard
-// ("<status>#<shard>") each status over schema.StatusShards, and
+// ("open#<shard>" for todo and in_progress, "done#<shard>",
+// "cancelled#<shard>") each status group over schema.StatusShards, and
 // claim_shard each queue over schema.ClaimShards, so that no one partition
 // takes every transition of the fleet; readers Query each shard.
 //
 // No index projects the whole task. Each projects its keys and the few
-// attributes its readers use (schema.Index.Include): by_status the queue
-// (its filter), by_lease_expiry the holder and fence (the sweep's
-// condition), by_holder the fence, by_claim the queue, priority and
-// creation time (the claim's order). An index is written only when a
-// write changes an entry's keys or those attributes, and an entry costs
-// one write unit whatever the task's description and metadata; a renewal
-// moves only the expiry index (by_holder is sorted by locked_at, which a
-// renewal keeps). Whatever else a reader shows comes from a consistent
-// read of the items.
+// attributes its readers use (schema.Index.Include): by_status the status
+// and queue (its filters), by_lease_expiry the holder, fence and lock time
+// (the sweep's conditions, and the filter that finds one agent's leases),
+// by_claim the queue, priority and creation time (the claim's order). An
+// index is written only when a write changes an entry's keys or those
+// attributes, and an entry costs one write unit whatever the task's body
+// (its own item, body.go). So a checkout writes the task item, updates
+// its by_status entry's status (the task stays in its open partition),
+// puts its lease's expiry entry and deletes its claim entry: 4 write
+// units; its consequences add the archived event, its feed entry and the
+// queue counter: 7 in all, for any task. A completion: the item, the
+// expiry entry, the status entry moved from open to done (2): 4, and 7 in
+// all; a renewal: the item and the expiry entry moved (2): 3, and 5 with
+// its event. A conflict's failed write bills the item: 1. No index is
+// keyed by holder: one agent's leases are found by a filter on the expiry
+// index (removal, the sweep's deaths, a listing by agent), which reads
+// every live lease of the fleet but keeps each grant and ending to one
+// lease index write. TestUnitBudget holds these figures on the local
+// DynamoDB's meter, which bills as DynamoDB does.
 //
 // # Access patterns: GetItem, conditional write or Query, never Scan
 //
@@ -80,7 +91,7 @@
 //	task, lock status   GetItem task (+ holder's heartbeat, cached)
 //	list tasks          Query by_status, a shard at a time + BatchGetItem of
 //	                    the tasks (+ holders' heartbeats)
-//	list checkouts      Query by_lease_expiry per shard, or by_holder, + BatchGetItem
+//	list checkouts      Query by_lease_expiry per shard (one agent's: filtered) + BatchGetItem
 //	                    of the tasks (+ holders' heartbeats)
 //	claim candidates    at once: Query by_claim per shard of each queue (its
 //	                    head); expired and dead holders' leases reach
@@ -131,14 +142,12 @@
 //	                 task as it is, under its current status only (a task
 //	                 whose index entry lags is missing from that page, never
 //	                 shown wrongly); a claim's grant is a conditional write
-//	by_lease_expiry  candidates for the sweep's timeout pass and for claim:
-//	                 each ending or takeover is conditioned on the lease
-//	                 (holder, fence, and expiry or eseq) as read
-//	by_holder        an agent's leases, for the death pass, removal, claim
-//	                 and listing; the ending write pins holder, fence and
-//	                 locked_at, and a listing confirms with BatchGetItem. It
-//	                 is never used to find a claim's earlier grant: a named
-//	                 claim keeps a receipt instead (see Claim)
+//	by_lease_expiry  candidates for the sweep's timeout and death passes,
+//	                 removal and listing: each ending is conditioned on the
+//	                 lease (holder, fence, and expiry or locked_at) as read,
+//	                 and a listing confirms with BatchGetItem. It is never
+//	                 used to find a claim's earlier grant: a named claim
+//	                 keeps a receipt instead (see Claim)
 //	hb by_expiry     agents the sweep (and claim) must judge; each is
 //	                 confirmed by a consistent GetItem of its heartbeat
 //	all_agents       the agent listing only
@@ -253,18 +262,21 @@
 // by a consistent GetItem, the clock read before it: a dead agent's leases
 // locked up to that instant have ended; a returned agent's leases locked up
 // to its return (alive_since) have; an agent found alive with no death
-// pending was a stale index entry and is left alone. For each, by_holder
-// lists its leases, and each is ended by an UpdateItem conditioned on its
+// pending was a stale index entry and is left alone. If any agent is dead,
+// one read of the whole expiry index (every shard, every live lease) finds
+// the leases of all of them, and each is ended by an UpdateItem conditioned on its
 // exact holder, fence and locked_at (for timeouts, on lease_expires <=
 // now), so of any number of concurrent sweeps and checkouts exactly one ends
 // it and records its event.
 //
 // A dead agent stays in the index while it is dead, so a lease it takes
 // while dead (its key still works) is ended by the next sweep; this costs
-// one GetItem and one Query per dead agent per sweep, until its heartbeat
+// one GetItem per dead agent per sweep, and a read of every live lease per
+// sweep while any agent is dead, until its heartbeat
 // item's TTL removes it (7 days). A returned agent's death is settled (the
 // index moves to its expiry) once the sweep has looked at it more than
-// settleAfter (30 s) after the return, since by_holder may lag that long.
+// settleAfter (30 s) after the return, since the expiry index may lag that
+// long.
 // Nothing is ever scanned, and the cost of a sweep grows with the leases
 // that need ending and the agents that are dead, not with the table.
 //

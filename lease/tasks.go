@@ -414,23 +414,34 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 // It returns them and the positions after them. A shard read with a queue
 // filter may stop before limit tasks without reaching its end; only tasks
 // up to the earliest place such a shard stopped are surely in order, so a
-// page may hold fewer than limit tasks and still have a next cursor.
+// page may hold fewer than limit tasks and still have a next cursor. (The
+// open statuses, todo and in_progress, are always read with a filter.)
 func (s *Store) listStatus(ctx context.Context, st Status, after []string, limit int, filter *expression.ConditionBuilder) ([]taskItem, []string, error) {
 	type read struct {
 		items []taskItem
 		stop  string // the key the Query stopped at; "" at the shard's end
 	}
 	reads := make([]read, len(after))
+	// todo and in_progress share their partitions ("open"): the status is
+	// a filter too.
+	f := filter
+	if statusGroup(st) != string(st) {
+		c := nameStatus.Equal(expression.Value(string(st)))
+		if filter != nil {
+			c = c.And(*filter)
+		}
+		f = &c
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	for shard, pos := range after {
 		if pos == shardDone {
 			continue
 		}
 		g.Go(func() error {
-			part := string(st) + "#" + strconv.Itoa(shard)
+			part := statusGroup(st) + "#" + strconv.Itoa(shard)
 			b := expression.NewBuilder().WithKeyCondition(expression.Key("status_shard").Equal(expression.Value(part)))
-			if filter != nil {
-				b = b.WithFilter(*filter)
+			if f != nil {
+				b = b.WithFilter(*f)
 			}
 			expr, _ := b.Build()
 			in := &dynamodb.QueryInput{
@@ -532,9 +543,8 @@ func (s *Store) ListCheckouts(ctx context.Context, agentID string) ([]Checkout, 
 		if err := CheckID("agent_id", agentID); err != nil {
 			return nil, err
 		}
-		keyCond := expression.Key("holder").Equal(expression.Value(agentID))
 		var err error
-		if items, err = s.queryTasks(ctx, schema.TasksByHolder, keyCond); err != nil {
+		if items, err = s.leasesOf(ctx, agentID); err != nil {
 			return nil, err
 		}
 	} else {

@@ -98,7 +98,6 @@ const (
 const (
 	TasksByStatus      = "by_status"
 	TasksByLeaseExpiry = "by_lease_expiry"
-	TasksByHolder      = "by_holder"
 	TasksByClaim       = "by_claim"
 	AgentsAll          = "all_agents"
 	HeartbeatsByExpiry = "by_expiry"
@@ -128,11 +127,13 @@ const FeedShards = 16
 // to what 8 gave).
 const Shards = 16
 
-// StatusShards is the number of partitions each status of TasksByStatus is
-// spread over ("<status>#<shard>"), so that the fleet's checkouts and
-// completions do not all meet on the partition of one status: a cycle moves
-// a task from todo to in_progress to done, two writes on its in_progress
-// shard, about 0.125 write units a cycle on the busiest with 16.
+// StatusShards is the number of partitions each status group of
+// TasksByStatus is spread over ("open#<shard>" for todo and in_progress,
+// "done#<shard>", "cancelled#<shard>"), so that the fleet's checkouts and
+// completions do not all meet on one partition. A checkout or a release
+// leaves the entry's key where it is (the task stays open) and updates its
+// status; a completion moves it to done: two writes a cycle on the task's
+// open shard, about 0.125 write units a cycle on the busiest with 16.
 const StatusShards = 16
 
 // ClaimShards is the number of partitions each queue's entries in
@@ -156,24 +157,16 @@ func Tables() []Table {
 					Name:         TasksByStatus,
 					PartitionKey: Key{"status_shard", String},
 					SortKey:      &Key{"created_key", String},
-					Include:      []string{"queue"},
-					Purpose:      "list tasks by status (a shard at a time) in creation order (a queue's by a filter)",
+					Include:      []string{"queue", "status"},
+					Purpose:      "list tasks by status in creation order: open (todo and in_progress, told apart by a filter), done and cancelled, each over StatusShards partitions (a queue's by a filter)",
 				},
 				{
 					Name:         TasksByLeaseExpiry,
 					PartitionKey: Key{"lease_shard", String},
 					SortKey:      &Key{"lease_expires", Number},
 					Sparse:       true,
-					Include:      []string{"holder", "fence"},
-					Purpose:      "live leases by expiry: list every checkout; the sweep finds expired leases",
-				},
-				{
-					Name:         TasksByHolder,
-					PartitionKey: Key{"holder", String},
-					SortKey:      &Key{"locked_at", Number},
-					Sparse:       true,
-					Include:      []string{"fence"},
-					Purpose:      "leases of one agent by lock time, which a renewal does not move: list its checkouts; end them when it dies or is removed",
+					Include:      []string{"holder", "fence", "locked_at"},
+					Purpose:      "live leases by expiry: list every checkout (one agent's by a filter); the sweep finds expired leases and dead agents' leases",
 				},
 				{
 					Name:         TasksByClaim,
