@@ -39,6 +39,7 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 	var evs []types.WriteRequest
 	var msgs []messageItem
 	var notices []Notice
+	fw := freeingWatches{s: s}
 	ttl := s.clock().Add(s.retention).Unix()
 	for _, ch := range changes {
 		if ch.New == nil {
@@ -77,7 +78,18 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 				continue
 			}
 			notices = append(notices, Notice{ID: noticeID(NoticeTaskAvailable, e), Kind: NoticeTaskAvailable, Event: e})
-			watchers, err := s.currentWatchers(ctx, old.Watchers)
+			// The watches placed before this freeing, and the watch list a
+			// task item from before watch items may still carry.
+			asked, err := fw.take(ctx, ev.TaskID, ev.Seq)
+			if err != nil {
+				return err
+			}
+			for id, at := range old.Watchers {
+				if _, ok := asked[id]; !ok {
+					asked[id] = at
+				}
+			}
+			watchers, err := s.currentWatchers(ctx, asked)
 			if err != nil {
 				return err
 			}
@@ -102,6 +114,9 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 		if err := s.putMessage(ctx, m); err != nil {
 			return err
 		}
+	}
+	if err := fw.drop(ctx); err != nil {
+		return err
 	}
 	var errs []error
 	for _, n := range notices {

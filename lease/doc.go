@@ -39,7 +39,8 @@
 //	events      task_id / seq           the audit trail; TTL "ttl"
 //	  by_feed          feed_shard / feed_key     sparse: the fleet feed by time (feed.go)
 //	deadletters event_id / url          webhook deliveries that failed for good (AWS); TTL "ttl"
-//	inbox       agent_id / message_id   task_available messages; TTL "ttl"
+//	inbox       agent_id / message_id   task_available messages; watches under
+//	                                    "#watch#<task_id>" / agent; TTL "ttl"
 //
 // The lease lives on the task item (holder, run_id, locked_at,
 // lease_expires, timeout_ms, reason). The sparse indexes hold a task only
@@ -104,7 +105,8 @@
 //	                    (+ holder's heartbeat, cached, when a lease is on it)
 //	claim with run_id   + GetItem of its receipt, UpdateItem of it per try
 //	heartbeat           UpdateItem (a second one when the agent returns from the dead)
-//	watch               UpdateItem (a second one to start a task's watch list)
+//	watch               GetItem of the task (a conflict has it already), a Query
+//	                    of its watches, a PutItem of the watch
 //	authenticate        GetItem of the key item "#key#<sha256(key)>"
 //	events, inbox       Query on the table's own key (+ GetItem of the task, for
 //	                    its latest events)
@@ -282,15 +284,20 @@
 //
 // # Watchers
 //
-// A task's watchers are a map on its item, from agent id to when it asked,
-// bounded by MaxWatchers (100), so that no number of watchers can push the
-// item towards DynamoDB's 400 KB limit (at most about 14 KB, twice: the
-// live list and the last ending's). Past the bound a watch is 409
-// too_many_watchers; watching again only refreshes the entry. The writer
-// that frees the task takes the list in its write and reads the watchers'
+// A watch is an item of its own (watch.go), in the inbox table under the
+// task's watch partition, so that every transition writes the same small
+// task item however many agents watch it. A task has at most MaxWatchers
+// (100) watchers: past the bound a watch is 409 too_many_watchers, checked
+// against a consistent read of the task's watches (concurrent watches can
+// pass it by as many as race, a bounded overshoot); watching again only
+// refreshes the watch. A watch records the task's eseq; the stream function
+// tells, for each freeing, the watches placed before it, then deletes them
+// (each conditioned on being the watch it read), and reads the watchers'
 // heartbeat items in one batch, so that a removed agent, or an id
-// registered again after the watch, is not told.
-//
+// registered again after the watch, is not told. A task item from before
+// watch items may still carry a watch list (watchers); its next freeing
+// tells those too, and the ending write removes the list.
+
 // # Queues, priorities and claim
 //
 // A task has a queue (an id, default "default") and a priority (0 to 9,
@@ -483,10 +490,11 @@
 // REMOVE holder), and a checkout copies the lease it took over into prev_*.
 // From the item alone, latestEvents rebuilds that write's events: a
 // checkout (and the end of the lease it took over), a renewal, or an
-// ending. The item stays small and bounded: one lease, one last ending,
-// one replaced lease and at most MaxWatchers watchers, about 1 KB without
-// watchers, so a transition costs one write unit (two with a long watch
-// list) and a conflict's failed write the same.
+// ending. The item stays small and bounded: one lease, one last ending and
+// one replaced lease, under 1 KB with ids and reasons of usual length (the
+// body and the watches are items of their own), so the write of a
+// transition bills one write unit on the table, and a conflict's failed
+// write the same; see "Tables" for its index entries and consequences.
 //
 // The tasks table's stream (NEW_AND_OLD_IMAGES) carries every change, once
 // or more, in order per item, for 24 hours. The stream function

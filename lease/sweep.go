@@ -48,13 +48,12 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 				cond := nameHolder.Equal(expression.Value(it.Holder)).
 					And(nameFence.Equal(expression.Value(it.Fence)),
 						nameExpires.LessThanEqual(expression.Value(ms(now))))
-				n, err := s.sweepEnd(gctx, it, cond, EventTimeout, "lease expired", now)
-				if err != nil || n < 0 {
+				ended, err := s.sweepEnd(gctx, it, cond, EventTimeout, "lease expired", now)
+				if err != nil || !ended {
 					return err
 				}
 				mu.Lock()
 				res.Timeouts++
-				res.Notified += n
 				mu.Unlock()
 				return nil
 			})
@@ -97,13 +96,12 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 		if !ok || it.LockedAt > d.upTo {
 			continue
 		}
-		n, err := s.endDeadLease(ctx, it, d.upTo, d.reason)
+		ended, err := s.endDeadLease(ctx, it, d.upTo, d.reason)
 		if err != nil {
 			return res, err
 		}
-		if n >= 0 {
+		if ended {
 			res.AgentDeaths++
-			res.Notified += n
 		}
 	}
 	for _, d := range deaths {
@@ -116,15 +114,12 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 	return res, nil
 }
 
-// sweepEnd ends one lease found by the sweep and frees its task. It returns
-// the number of watchers the change stream is to tell, or -1 when another
+// sweepEnd ends one lease found by the sweep and frees its task; its
+// watchers are told through the change stream. ended is false when another
 // writer got there first.
-func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond expression.ConditionBuilder, typ EventType, reason string, now time.Time) (int, error) {
-	old, _, applied, err := s.endLease(ctx, it.TaskID, cond, ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo}, now)
-	if err != nil || !applied {
-		return -1, err
-	}
-	return len(old.Watchers), nil
+func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond expression.ConditionBuilder, typ EventType, reason string, now time.Time) (bool, error) {
+	_, _, applied, err := s.endLease(ctx, it.TaskID, cond, ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo}, now)
+	return applied, err
 }
 
 // settleAfter is how long after an agent's return from the dead the sweep
@@ -228,7 +223,7 @@ func (s *Store) leasesOf(ctx context.Context, agentID string) ([]taskItem, error
 // locked up to upTo, recording agent_death. The index only proposes: the
 // write is conditioned on that exact lease and on locked_at, so a lease the
 // agent took after coming back to life is left alone.
-func (s *Store) endDeadLease(ctx context.Context, it *taskItem, upTo int64, reason string) (int, error) {
+func (s *Store) endDeadLease(ctx context.Context, it *taskItem, upTo int64, reason string) (bool, error) {
 	cond := nameHolder.Equal(expression.Value(it.Holder)).
 		And(nameFence.Equal(expression.Value(it.Fence)),
 			expression.Name("locked_at").LessThanEqual(expression.Value(upTo)))
@@ -237,22 +232,21 @@ func (s *Store) endDeadLease(ctx context.Context, it *taskItem, upTo int64, reas
 
 // endLeasesOf ends every lease agentID holds that was locked at or before
 // upTo (Unix ms), recording agent_death.
-func (s *Store) endLeasesOf(ctx context.Context, agentID string, upTo int64, reason string) (ended, notified int, err error) {
+func (s *Store) endLeasesOf(ctx context.Context, agentID string, upTo int64, reason string) (ended int, err error) {
 	items, err := s.leasesOf(ctx, agentID)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	for i := range items {
-		n, err := s.endDeadLease(ctx, &items[i], upTo, reason)
+		ok, err := s.endDeadLease(ctx, &items[i], upTo, reason)
 		if err != nil {
-			return ended, notified, err
+			return ended, err
 		}
-		if n >= 0 {
+		if ok {
 			ended++
-			notified += n
 		}
 	}
-	return ended, notified, nil
+	return ended, nil
 }
 
 // settleDeath ends the sweep's interest in a death the agent came back

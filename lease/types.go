@@ -193,7 +193,6 @@ type Released struct {
 type SweepResult struct {
 	Timeouts    int // leases ended by expiry
 	AgentDeaths int // leases ended because their holder died
-	Notified    int // inbox messages written
 }
 
 // Params of the operations. Zero values mean "the default" where the

@@ -40,6 +40,8 @@ var Grants = map[string][]Grant{
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem"}},
 		// by_feed: the fleet feed, GET /api/events.
 		{Table: schema.EventsTable, Actions: []string{"Query"}, QueryIndexes: []string{schema.EventsByFeed}},
+		// A watch is an item of its own: read the task's watches, put one.
+		{Table: schema.InboxTable, Actions: []string{"Query", "PutItem"}},
 	},
 	Checkouts: {
 		// BatchGetItem: a completion answers with the task and its body.
@@ -49,6 +51,8 @@ var Grants = map[string][]Grant{
 		// UpdateItem: the receipts of claims that name their run id.
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
+		// A conflict that asks to watch: read the task's watches, put one.
+		{Table: schema.InboxTable, Actions: []string{"Query", "PutItem"}},
 	},
 	Inbox: {
 		// UpdateItem: a deleted message is marked, so that a replayed change
@@ -61,7 +65,9 @@ var Grants = map[string][]Grant{
 		// UpdateItem moves.
 		{Table: schema.HeartbeatsTable, Actions: []string{"BatchGetItem", "UpdateItem"}},
 		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
-		{Table: schema.InboxTable, Actions: []string{"PutItem"}},
+		// Messages; Query and DeleteItem: the watches a freeing tells, read
+		// and then used up.
+		{Table: schema.InboxTable, Actions: []string{"PutItem", "Query", "DeleteItem"}},
 		// Webhook deliveries that failed for good.
 		{Table: schema.WebhookDeadLettersTable, Actions: []string{"PutItem"}},
 	},
