@@ -98,7 +98,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	statusOK := nameStatus.In(first, rest...)
 	todo := slices.Contains(p.ExpectedStatuses, StatusTodo)
 	var cond expression.ConditionBuilder
-	prevEnd := EventTimeout
+	prevEnd, prevReason := EventTimeout, ""
 	if over == nil {
 		// Free in an expected status, or held by an expired lease, which
 		// makes the task todo in all but name.
@@ -118,6 +118,9 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 				nameESeq.Equal(expression.Value(over.ESeq)))
 		if over.leaseTimeValid(now) {
 			prevEnd = EventAgentDeath
+			if over.LockedAt <= s.deaths.removedUpTo(over.Holder) {
+				prevReason = reasonRemoved
+			}
 		}
 	}
 	if len(p.queues) > 0 {
@@ -146,12 +149,18 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(expression.Name("lease_seq"), nameESeq.Plus(expression.Value(2))).
 		Set(expression.Name("last_op"), expression.Value(string(EventCheckout))).
 		Set(expression.Name("last_at"), expression.Value(ms(now))).
+		Set(namePriorAt, priorAt).
 		Remove(expression.Name("completed_at")). // a task reopened is not done
 		Remove(nameClaimShard)                   // held: out of the claim index
 	if p.Reason != "" {
 		upd = upd.Set(expression.Name("reason"), expression.Value(p.Reason))
 	} else {
 		upd = upd.Remove(expression.Name("reason"))
+	}
+	if prevReason != "" {
+		upd = upd.Set(expression.Name("prev_reason"), expression.Value(prevReason))
+	} else {
+		upd = upd.Remove(expression.Name("prev_reason"))
 	}
 	old, applied, err := s.update(ctx, p.TaskID, cond, upd, types.ReturnValueAllOld)
 	if err != nil || !applied {
@@ -204,7 +213,8 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 	}
 	upd := expression.Set(nameESeq, nameESeq.Plus(expression.Value(1))).
 		Set(expression.Name("last_op"), expression.Value(string(EventRenew))).
-		Set(expression.Name("last_at"), expression.Value(ms(now)))
+		Set(expression.Name("last_at"), expression.Value(ms(now))).
+		Set(namePriorAt, priorAt)
 	if p.Timeout != 0 {
 		upd = upd.Set(expression.Name("timeout_ms"), expression.Value(p.Timeout.Milliseconds())).
 			Set(nameExpires, expression.Value(ms(now.Add(p.Timeout))))

@@ -299,6 +299,9 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string, full bool)
 func (s *Store) endedUpTo(ctx context.Context, agentID string) (upTo int64, ok bool, err error) {
 	readAt := s.clock()
 	hb, err := s.readHeartbeat(ctx, agentID)
+	if err == nil {
+		s.deaths.noteRemoval(agentID, hb, ms(readAt))
+	}
 	switch {
 	case err != nil || hb == nil:
 		return 0, false, err

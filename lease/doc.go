@@ -486,8 +486,9 @@
 // transition's write has succeeded its consequences cannot be lost: not to a
 // lost answer (the SDK's retry fails its condition, but the write stands
 // and so do its events), not to a crash of the writer, not to a bus that is
-// down. Events reads the archive and merges in the item's latestEvents, so
-// a trail read while the archive write is in flight is whole. Watchers are
+// down. Events reads the archive and merges in the item's latestEvents, and
+// shows the trail up to its first hole (see "Time only moves forward"), so a
+// reader never sees an event while an older one is missing. Watchers are
 // told within about a second: the local server polls every 200 ms; in AWS,
 // the stream's own delay.
 //

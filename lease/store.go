@@ -219,6 +219,13 @@ type ending struct {
 	status Status // todo when the task is freed, done when completed
 }
 
+// namePriorAt and priorAt record, in every transition's write, the time of
+// the transition before it: SET prior_at = last_at, as the item was.
+var (
+	namePriorAt = expression.Name("prior_at")
+	priorAt     = expression.IfNotExists(expression.Name("last_at"), expression.Value(0))
+)
+
 // null is DynamoDB's NULL, for copies of attributes that may be missing.
 var null = expression.Value(&types.AttributeValueMemberNULL{Value: true})
 
@@ -241,6 +248,7 @@ func endUpdate(taskID string, e ending, now time.Time) expression.UpdateBuilder 
 		Set(nameESeq, nameESeq.Plus(expression.Value(1))).
 		Set(expression.Name("last_op"), expression.Value(string(e.typ))).
 		Set(expression.Name("last_at"), expression.Value(ms(now))).
+		Set(namePriorAt, priorAt).
 		Set(expression.Name("end_seq"), nameESeq.Plus(expression.Value(1))).
 		Set(expression.Name("end_type"), expression.Value(string(e.typ))).
 		Set(expression.Name("end_agent"), nameHolder).
@@ -275,7 +283,7 @@ func (t *taskItem) afterEnd(e ending, now time.Time) *taskItem {
 	t = &after
 	t.Status = e.status
 	t.ESeq = old.ESeq + 1
-	t.LastOp, t.LastAt = e.typ, ms(now)
+	t.LastOp, t.LastAt, t.PriorAt = e.typ, ms(now), old.LastAt
 	t.Version = old.Version + 1
 	t.ClaimShard = ""
 	if e.status == StatusTodo {

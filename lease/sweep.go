@@ -116,12 +116,20 @@ func (s *Store) sweepDeath(ctx context.Context, agentID string) (ended, notified
 	default:
 		return 0, 0, nil // the index was behind: alive, nothing to end
 	}
-	reason := "holder's heartbeat expired"
-	if hb.Removed {
-		reason = "agent removed"
+	// The leases its removal ended (an id registered again keeps the
+	// removed agent's leases pending) first, then those its death ended.
+	removed := min(upTo, hb.removedUpTo(ms(readAt)))
+	if removed > 0 {
+		if ended, notified, err = s.endLeasesOf(ctx, agentID, removed, reasonRemoved); err != nil {
+			return ended, notified, err
+		}
 	}
-	if ended, notified, err = s.endLeasesOf(ctx, agentID, upTo, reason); err != nil {
-		return ended, notified, err
+	if removed < upTo {
+		more, told, err := s.endLeasesOf(ctx, agentID, upTo, reasonHeartbeat)
+		ended, notified = ended+more, notified+told
+		if err != nil {
+			return ended, notified, err
+		}
 	}
 	if !hb.dead(readAt) && ms(readAt) > hb.AliveSince+settleAfter.Milliseconds() {
 		err = s.settleDeath(ctx, hb)
