@@ -164,7 +164,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named, full bo
 					return Checkout{}, err
 				}
 			}
-			c, cur, err := s.grant(ctx, cp, s.clock(), over)
+			c, cur, _, err := s.grantNow(ctx, cp, over, 0)
 			if err != nil {
 				return Checkout{}, err
 			}
@@ -306,6 +306,7 @@ func (s *Store) endedUpTo(ctx context.Context, agentID string) (upTo int64, ok b
 	case err != nil || hb == nil:
 		return 0, false, err
 	case hb.dead(readAt):
+		s.deaths.put(agentID, ms(readAt))
 		return ms(readAt), true, nil
 	case hb.DeadAt > 0:
 		return hb.AliveSince, true, nil

@@ -499,6 +499,57 @@
 // answered as the first attempt was, and nothing is written again. A
 // request that names no lease is never taken for a retry.
 //
+// # Time only moves forward
+//
+// On each item, every transition's time is at least the item's previous
+// transition's: a task's locked_at, lease_expires and events' at, a
+// heartbeat's last_at and expires_at. A request reads its time when it
+// runs, and its write may wait seconds in a saturated server or database
+// while a later one lands first; without the rule a grant could carry a
+// higher fence and an earlier locked_at than the one before it, or a
+// renewal move an expiry back.
+//
+// So each transition's write carries its time in its condition (last_at
+// <= :now, or no last_at yet). A write that fails it lost to a later
+// write: it reads the clock again and is tried again at a time not before
+// that write's (the item's last_at when this process's clock reads earlier,
+// so that clock skew between processes cannot send an item's time back
+// either). That retry is the only second write on the request path the
+// rule adds, and it happens only after losing to a later write.
+//
+// A grant whose write took more than half its timeout is renewed before it
+// is answered: one more write (with its renew event), so that no lease is
+// handed out expired or nearly so. Refusing it with a 503 instead would
+// leave a lease nobody knows of holding the task until it expired (or cost
+// a write to undo it), and the client would retry anyway.
+//
+// A heartbeat's time is the time it was read, but it matters from when its
+// write lands: one that lands after the expiry it replaced may land after
+// the agent was seen dead and its leases ended. The clock is read again
+// after the write; if it is past that expiry, the heartbeat is made a
+// return from the dead at that time (a second write: alive_since and
+// dead_at), so the leases that death ended stay ended and no death seen
+// before falls inside the life the answer states. The price is that a
+// heartbeat landing within its own latency of the expiry ends the agent's
+// leases, as one landing late would; clients heartbeat at a third of the
+// ttl. Until the second write lands (one request's time) a reader may see
+// the agent alive and its unswept leases live.
+//
+// Deaths are stamped when they were seen (the consistent read that found
+// the holder dead), not when their write lands: the sweep's ending and a
+// takeover's agent_death event (prev_end_at) carry that time, raised to
+// the lease's latest transition where needed.
+//
+// A trail read may not be whole yet, since the change stream archives
+// events about a second after their transition, and the task item holds
+// only its latest transition's. Every event names the one before it
+// (prev_seq, and its time, prev_at, from the item's prior_at: seqs have
+// holes, since a checkout that takes nothing over skips one), so Trail
+// shows the trail up to its first hole and counts the events held back
+// (Pending); a reader never sees an event while an older one is missing. A
+// hole older than the events' retention may be TTL's doing and is not
+// waited for.
+//
 // # What the clock is trusted for
 //
 // Each decision compares lease_expires and heartbeat expires_at with the

@@ -117,6 +117,9 @@ type prevRecord struct {
 	// PrevReason is why it ended, when not the usual one for PrevEnd
 	// (an agent_death by the holder's removal).
 	PrevReason string `dynamodbav:"prev_reason,omitempty"`
+	// PrevEndAt is when an agent_death was seen (the holder read dead),
+	// the time of its event; 0: the checkout's own time.
+	PrevEndAt int64 `dynamodbav:"prev_end_at,omitempty"`
 }
 
 func (t *taskItem) queue() string {
@@ -286,10 +289,14 @@ func (t *taskItem) latestEvents() []itemEvent {
 			if t.PrevReason != "" {
 				reason = t.PrevReason
 			}
-			held := heldMS(typ, t.PrevLocked, t.PrevExpires, t.LockedAt)
+			at := t.LockedAt
+			if t.PrevEndAt != 0 {
+				at = t.PrevEndAt
+			}
+			held := heldMS(typ, t.PrevLocked, t.PrevExpires, at)
 			out = append(out, itemEvent{eventItem: eventItem{
 				TaskID: t.TaskID, Seq: t.ESeq - 1, PrevSeq: t.ESeq - 2, PrevAt: t.PriorAt, Type: typ, AgentID: t.PrevAgent, RunID: t.PrevRun,
-				Fence: t.PrevFence, At: t.LockedAt, HeldMS: &held, By: BySystem, Reason: reason,
+				Fence: t.PrevFence, At: at, HeldMS: &held, By: BySystem, Reason: reason,
 			}})
 		}
 		if t.hasLease() {
@@ -298,6 +305,9 @@ func (t *taskItem) latestEvents() []itemEvent {
 			prev, prevAt := t.ESeq-2, t.PriorAt
 			if t.PrevAgent != "" {
 				prev, prevAt = t.ESeq-1, t.LockedAt
+				if t.PrevEndAt != 0 {
+					prevAt = t.PrevEndAt
+				}
 			}
 			out = append(out, itemEvent{eventItem: eventItem{
 				TaskID: t.TaskID, Seq: t.ESeq, PrevSeq: prev, PrevAt: prevAt, Type: EventCheckout, AgentID: t.Holder, RunID: t.RunID,

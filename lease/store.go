@@ -129,6 +129,31 @@ func (s *Store) FallbackReads() int64 { return s.fallbackReads.Load() }
 // items store.
 func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Millisecond) }
 
+// clockAfter is the clock, or floor (Unix ms) when the clock reads earlier:
+// the time of a transition on an item whose latest transition was at floor.
+func (s *Store) clockAfter(floor int64) time.Time {
+	now := s.clock()
+	if ms(now) < floor {
+		return fromMS(floor)
+	}
+	return now
+}
+
+// nameLastAt is the time of a task item's latest transition.
+var nameLastAt = expression.Name("last_at")
+
+// timeCond is the time rule in a transition's condition: the item's latest
+// transition is not later than now. A write whose time was read before a
+// later write landed fails it, and is tried again at a time not before
+// that write's (lostToLater, clockAfter).
+func timeCond(now time.Time) expression.ConditionBuilder {
+	return expression.Or(expression.AttributeNotExists(nameLastAt), nameLastAt.LessThanEqual(expression.Value(ms(now))))
+}
+
+// lostToLater reports whether a transition at now failed on cur because a
+// transition later than now had landed first.
+func lostToLater(cur *taskItem, now time.Time) bool { return cur != nil && cur.LastAt > ms(now) }
+
 // The writes that move a lease. A lease's state is the task item (taskItem,
 // with its endRecord and prevRecord, in item.go); every write of it is
 // update, a conditional UpdateItem built from the pieces below: holderCond

@@ -81,12 +81,24 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 // sweepEnd ends one lease found by the sweep and frees its task. It returns
 // the number of watchers the change stream is to tell, or -1 when another
 // writer got there first.
+//
+// cond must hold at any time after now (it pins the lease, and an expiry at
+// or before now): a write that lost to a later transition of the task is
+// tried again, under the same cond, at a time not before that transition.
 func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond expression.ConditionBuilder, typ EventType, reason string, now time.Time) (int, error) {
-	old, _, applied, err := s.endLease(ctx, it.TaskID, cond, ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo}, now)
-	if err != nil || !applied {
-		return -1, err
+	for range maxAttempts {
+		old, _, applied, err := s.endLease(ctx, it.TaskID, cond, ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo}, now)
+		switch {
+		case err != nil:
+			return -1, err
+		case applied:
+			return len(old.Watchers), nil
+		case !lostToLater(old, now):
+			return -1, nil
+		}
+		now = s.clockAfter(old.LastAt)
 	}
-	return len(old.Watchers), nil
+	return -1, nil
 }
 
 // settleAfter is how long after an agent's return from the dead the sweep
@@ -151,7 +163,9 @@ func (s *Store) endLeasesOf(ctx context.Context, agentID string, upTo int64, rea
 		cond := nameHolder.Equal(expression.Value(agentID)).
 			And(nameFence.Equal(expression.Value(it.Fence)),
 				expression.Name("locked_at").LessThanEqual(expression.Value(upTo)))
-		n, err := s.sweepEnd(ctx, it, cond, EventAgentDeath, reason, s.clock())
+		// Stamped when the death was seen (upTo), or later when the
+		// lease's latest transition is later (sweepEnd keeps the time rule).
+		n, err := s.sweepEnd(ctx, it, cond, EventAgentDeath, reason, fromMS(upTo))
 		if err != nil {
 			return ended, notified, err
 		}

@@ -44,7 +44,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		if want != 0 && cur.Version != want {
 			return Task{}, ErrVersionMismatch
 		}
-		now := s.clock()
+		now := s.clockAfter(cur.LastAt) // not before the task's latest transition
 		live, err := s.leaseLive(ctx, cur, now)
 		if err != nil {
 			return Task{}, err
