@@ -336,21 +336,34 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 			diedAt = old.ExpiresAt
 			pin = expression.Name("expires_at").Equal(expression.Value(old.ExpiresAt))
 		}
-		now = s.clockAfter(floor)
-		exp = now.Add(ttl)
-		forward = expression.Or(expression.AttributeNotExists(lastAt), lastAt.LessThanEqual(expression.Value(ms(now))))
 		// Back from the dead: leases taken up to now stay ended, and the
 		// sweep must still see the death. Pinned to the expiry read, so two
-		// returns at once move alive_since once.
-		cond = pin.And(notRemoved, forward)
-		upd = beat().Set(expression.Name("alive_since"), expression.Value(ms(now))).
-			Set(deadAt, expression.IfNotExists(deadAt, expression.Value(diedAt))).
-			Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(diedAt)))
-		cur, applied, err := s.updateHeartbeat(ctx, agentID, cond, upd)
-		if err != nil {
-			return Heartbeat{}, err
-		}
-		if applied {
+		// returns at once move alive_since once. The agent was dead until
+		// the write landed, and may have been seen dead until then: when
+		// the clock has moved on by then, the return is made once more at
+		// that later time, pinned to the first, so that no death seen in
+		// between falls inside the life the answer states.
+		for again := true; ; again = false {
+			now = s.clockAfter(floor)
+			exp = now.Add(ttl)
+			forward = expression.Or(expression.AttributeNotExists(lastAt), lastAt.LessThanEqual(expression.Value(ms(now))))
+			cond = pin.And(notRemoved, forward)
+			upd = beat().Set(expression.Name("alive_since"), expression.Value(ms(now))).
+				Set(deadAt, expression.IfNotExists(deadAt, expression.Value(diedAt))).
+				Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(diedAt)))
+			cur, applied, err := s.updateHeartbeat(ctx, agentID, cond, upd)
+			if err != nil {
+				return Heartbeat{}, err
+			}
+			if !applied {
+				break // another heartbeat moved it: start again
+			}
+			if after := s.clock(); again && after.After(now) {
+				pin = expression.Name("expires_at").Equal(expression.Value(ms(exp))).
+					And(lastAt.Equal(expression.Value(ms(now))))
+				floor = ms(after)
+				continue
+			}
 			s.alive.put(agentID, cur, ms(now))
 			return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
 		}

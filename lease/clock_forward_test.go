@@ -211,7 +211,7 @@ func TestHeartbeatLandingLateDoesNotMoveTimeBack(t *testing.T) {
 func TestHeartbeatLandingAfterADeathDoesNotContainIt(t *testing.T) {
 	t.Parallel()
 	const ttl = time.Second
-	for _, how := range []string{"sweep", "takeover", "read"} {
+	for _, how := range []string{"sweep", "takeover", "read", "sweep after a lapse"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
@@ -219,12 +219,18 @@ func TestHeartbeatLandingAfterADeathDoesNotContainIt(t *testing.T) {
 			e.task(t, "t")
 			must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", ttl))
 			held := e.checkout(t, "t", "a", time.Hour)
-			e.clock.Advance(900 * time.Millisecond) // the heartbeat reads its time here
+			// The heartbeat reads its time here: 100 ms before a dies, or,
+			// after a lapse, 200 ms after.
+			read := 900 * time.Millisecond
+			if how == "sweep after a lapse" {
+				read = 1200 * time.Millisecond
+			}
+			e.clock.Advance(read)
 			slow, db := delayed(e)
 			db.armBefore(func() {
-				e.clock.Advance(600 * time.Millisecond) // a died 100 ms ago
+				e.clock.Advance(1500*time.Millisecond - read) // a died 500 ms ago
 				switch how {
-				case "sweep":
+				case "sweep", "sweep after a lapse":
 					if res := must[lease.SweepResult](t)(e.store.Sweep(c)); res.AgentDeaths != 1 {
 						t.Fatalf("sweep %+v", res)
 					}
