@@ -80,6 +80,8 @@
 //	PATCH               GetItem + UpdateItem pinned to the version read
 //	                    (+ holder's heartbeat, cached, when a lease is on it)
 //	claim with run_id   + GetItem of its receipt, UpdateItem of it per try
+//	                    (a retry whose receipt lost its grant: + the tried
+//	                    tasks' trails)
 //	heartbeat           UpdateItem (a second one when the agent returns from the dead)
 //	watch               UpdateItem (a second one to start a task's watch list)
 //	authenticate        GetItem of the key item "#key#<sha256(key)>"
@@ -337,9 +339,14 @@
 // keyed "#claim#agent#run", TTL 48 h) listing every task it tries, written
 // before each try; a retry reads the receipt and those tasks consistently
 // and returns the lease the run got, so the same run id always gets the same
-// lease. The one window left is a first attempt whose write is still in
-// flight when its retry arrives; a client retries only after its first
-// attempt's answer is lost.
+// lease. The grant itself is kept in the receipt after the grant's write
+// (tried a few times, even if the caller has gone); should that fail, and
+// the task have moved on past the lease, a retry finds the grant in the
+// tried tasks' trails (waiting up to trailWait for events the change
+// stream has not archived yet), and gets it as it was, ended. The one
+// window left is a first attempt whose write is still in flight when its
+// retry arrives; a client retries only after its first attempt's answer
+// is lost.
 //
 // # Waiting claims
 //
