@@ -86,7 +86,8 @@
 //	watch               UpdateItem (a second one to start a task's watch list)
 //	authenticate        GetItem of the key item "#key#<sha256(key)>"
 //	events, inbox       Query on the table's own key (+ GetItem of the task, for
-//	                    its latest events)
+//	                    its latest events; of the agent's heartbeat, when
+//	                    its inbox has messages, for removals)
 //	fleet feed          Query by_feed per shard of each hour read (schema.FeedShards
 //	                    a bucket, at most 6 hours a call), merged by feed_key
 //	sweep               Query by_lease_expiry and heartbeats by_expiry per shard,
@@ -232,6 +233,16 @@
 // takes in the very millisecond of its registration counts as ended, as
 // with any return from the dead.
 //
+// The removal forgets the agent in its own process's alive cache. Another
+// process (another Lambda container) may have read it alive just before,
+// and trusts that read for up to MinHeartbeatTTL (1 s): there, for at most
+// 1 s after the removal's answer, a checkout of a task the agent holds can
+// still be 409 naming it, and the agent's own renew, release and complete
+// (its key still cached by the authorizer) can still succeed. Closing that
+// would cost a consistent read of the holder's heartbeat on every conflict
+// and holder operation; the local server is one process and has no such
+// window.
+//
 // # The sweep
 //
 // The sweep finds expired leases by querying by_lease_expiry for
@@ -267,7 +278,10 @@
 // too_many_watchers; watching again only refreshes the entry. The writer
 // that frees the task takes the list in its write and reads the watchers'
 // heartbeat items in one batch, so that a removed agent, or an id
-// registered again after the watch, is not told.
+// registered again after the watch, is not told. A removal that lands
+// between that read and the message's write leaves the message behind its
+// emptied inbox; each message keeps when its watch was placed, and Inbox
+// hides those of a removed agent (see Store.Inbox).
 //
 // # Queues, priorities and claim
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"time"
 
@@ -139,15 +140,30 @@ func gapFree(evs []eventItem, trimmedBefore int64) int {
 }
 
 // Inbox returns an agent's messages, oldest first.
+//
+// A message the change stream wrote after it had read the watchers'
+// heartbeats, and the watcher had been removed in between (its inbox
+// emptied), would outlive the removal: the agent's heartbeat item, read
+// when there are messages, says which messages belong to a removed agent
+// (watched before the id was registered again, or the id still removed).
 func (s *Store) Inbox(ctx context.Context, agentID string) ([]Message, error) {
 	items, err := queryAll[messageItem](ctx, s.db, s.inbox, "", expression.Key("agent_id").Equal(expression.Value(agentID)))
 	if err != nil {
 		return nil, err
 	}
+	var hb *heartbeatItem
+	if slices.ContainsFunc(items, func(m messageItem) bool { return !m.Acked && m.WatchedAt != 0 }) {
+		if hb, err = s.readHeartbeat(ctx, agentID); err != nil {
+			return nil, err
+		}
+	}
 	out := make([]Message, 0, len(items))
 	for _, m := range items {
 		if m.Acked {
 			continue // deleted: kept so that a replayed change cannot bring it back
+		}
+		if hb != nil && m.WatchedAt != 0 && (hb.Removed || hb.RegisteredAt > m.WatchedAt) {
+			continue // a removed agent's
 		}
 		out = append(out, Message{MessageID: m.MessageID, Type: m.Type, TaskID: m.TaskID, Reason: m.Reason, At: fromMS(m.At)})
 	}

@@ -468,4 +468,9 @@ type messageItem struct {
 	At        int64  `dynamodbav:"at"`
 	TTL       int64  `dynamodbav:"ttl"`
 	Acked     bool   `dynamodbav:"acked,omitempty"`
+	// WatchedAt is when the watch that earned the message was placed (0 on
+	// messages written before it was kept): a message whose watch predates
+	// its agent id's registration belongs to a removed agent and is not
+	// shown.
+	WatchedAt int64 `dynamodbav:"watched_at,omitempty"`
 }
