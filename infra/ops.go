@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"regexp"
 	"slices"
 	"sort"
@@ -204,11 +205,13 @@ func (s *CheckoutStack) operations(cfg Config, accessLogs awslogs.LogGroup) {
 		throttleID, errorID := DynamoAlarms(t.Name)
 		throttles := map[string]awscloudwatch.IMetric{}
 		errs := map[string]awscloudwatch.IMetric{}
+		// A math expression's metric ids are identifiers: no '-'.
+		metricID := strings.ReplaceAll(t.Name, "-", "_")
 		for i, op := range ops[t.Name] {
 			dims := &map[string]*string{"TableName": s.Tables[t.Name].TableName(), "Operation": jsii.String(op)}
-			throttles[fmt.Sprintf("%s_t%d", t.Name, i)] = awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+			throttles[fmt.Sprintf("%s_t%d", metricID, i)] = awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
 				Namespace: jsii.String("AWS/DynamoDB"), MetricName: jsii.String("ThrottledRequests"), DimensionsMap: dims, Statistic: jsii.String("Sum"), Period: period})
-			errs[fmt.Sprintf("%s_e%d", t.Name, i)] = awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+			errs[fmt.Sprintf("%s_e%d", metricID, i)] = awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
 				Namespace: jsii.String("AWS/DynamoDB"), MetricName: jsii.String("SystemErrors"), DimensionsMap: dims, Statistic: jsii.String("Sum"), Period: period})
 		}
 		add(alarmSpec{id: throttleID, desc: "DynamoDB throttled requests on table " + t.Name + " (the SDK retried them; answers may have been 503).",

@@ -222,7 +222,7 @@ func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
 		return err
 	}
 	// End what the index already shows; the sweep ends the rest.
-	_, err = s.endLeasesOf(ctx, agentID, ms(now), "agent removed")
+	_, err = s.endLeasesOf(ctx, agentID, ms(now), reasonRemoved)
 	return err
 }
 
@@ -280,9 +280,13 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 		return Heartbeat{}, err
 	}
 	notRemoved := expression.AttributeNotExists(expression.Name("removed"))
+	lastAt := expression.Name("last_at")
+	var floor int64 // the heartbeat item's latest time seen
 	for range maxAttempts {
-		now := s.clock()
+		now := s.clockAfter(floor)
 		exp := now.Add(ttl)
+		// The time rule: no heartbeat is stamped before the latest one.
+		forward := expression.Or(expression.AttributeNotExists(lastAt), lastAt.LessThanEqual(expression.Value(ms(now))))
 		// A fresh builder each time: the builder's Set adds to shared state.
 		beat := func() expression.UpdateBuilder {
 			return expression.Set(expression.Name("expires_at"), expression.Value(ms(exp))).
@@ -295,36 +299,71 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 		// Still alive (or first heartbeat): keep alive_since, and stay
 		// indexed at a death not swept yet.
 		cond := expression.Or(expression.AttributeNotExists(expression.Name("agent_id")),
-			expression.Name("expires_at").GreaterThan(expression.Value(ms(now)))).And(notRemoved)
+			expression.Name("expires_at").GreaterThan(expression.Value(ms(now)))).And(notRemoved, forward)
 		upd := beat().Set(expression.Name("alive_since"), expression.IfNotExists(expression.Name("alive_since"), expression.Value(0))).
 			Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(ms(exp))))
-		old, applied, err := s.updateHeartbeat(ctx, agentID, cond, upd)
+		var diedAt int64 // when the agent died, for a return from the dead
+		var pin expression.ConditionBuilder
+		old, applied, err := s.updateHeartbeatRV(ctx, agentID, cond, upd, types.ReturnValueAllOld)
 		if err != nil {
 			return Heartbeat{}, err
 		}
 		if applied {
-			// The write's own answer is a consistent read of the heartbeat.
-			s.alive.put(agentID, old, ms(now))
-			return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
-		}
-		if old == nil {
-			continue // it vanished in between
-		}
-		if old.Removed {
-			return Heartbeat{}, ErrUnauthorized
+			if old == nil || old.Fresh || old.ExpiresAt > ms(s.clock()) {
+				// The write's own answer is a consistent read of the heartbeat.
+				s.alive.put(agentID, old.beaten(agentID, now, exp), ms(now))
+				return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
+			}
+			// The write may have landed after the agent's expiry: it was
+			// dead in between, and anyone may have seen it so. The heartbeat
+			// counts from now, as a return from the dead, so that no death
+			// seen before it falls inside it.
+			diedAt = old.ExpiresAt
+			pin = expression.Name("expires_at").Equal(expression.Value(ms(exp))).
+				And(lastAt.Equal(expression.Value(ms(now))))
+			floor = ms(now)
+		} else {
+			if old == nil {
+				continue // it vanished in between
+			}
+			if old.Removed {
+				return Heartbeat{}, ErrUnauthorized
+			}
+			if old.LastAt > ms(now) {
+				floor = old.LastAt // a later heartbeat landed first: again, after it
+				continue
+			}
+			diedAt = old.ExpiresAt
+			pin = expression.Name("expires_at").Equal(expression.Value(old.ExpiresAt))
 		}
 		// Back from the dead: leases taken up to now stay ended, and the
 		// sweep must still see the death. Pinned to the expiry read, so two
-		// returns at once move alive_since once.
-		cond = expression.Name("expires_at").Equal(expression.Value(old.ExpiresAt)).And(notRemoved)
-		upd = beat().Set(expression.Name("alive_since"), expression.Value(ms(now))).
-			Set(deadAt, expression.IfNotExists(deadAt, expression.Value(old.ExpiresAt))).
-			Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(old.ExpiresAt)))
-		cur, applied, err := s.updateHeartbeat(ctx, agentID, cond, upd)
-		if err != nil {
-			return Heartbeat{}, err
-		}
-		if applied {
+		// returns at once move alive_since once. The agent was dead until
+		// the write landed, and may have been seen dead until then: when
+		// the clock has moved on by then, the return is made once more at
+		// that later time, pinned to the first, so that no death seen in
+		// between falls inside the life the answer states.
+		for again := true; ; again = false {
+			now = s.clockAfter(floor)
+			exp = now.Add(ttl)
+			forward = expression.Or(expression.AttributeNotExists(lastAt), lastAt.LessThanEqual(expression.Value(ms(now))))
+			cond = pin.And(notRemoved, forward)
+			upd = beat().Set(expression.Name("alive_since"), expression.Value(ms(now))).
+				Set(deadAt, expression.IfNotExists(deadAt, expression.Value(diedAt))).
+				Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(diedAt)))
+			cur, applied, err := s.updateHeartbeat(ctx, agentID, cond, upd)
+			if err != nil {
+				return Heartbeat{}, err
+			}
+			if !applied {
+				break // another heartbeat moved it: start again
+			}
+			if after := s.clock(); again && after.After(now) {
+				pin = expression.Name("expires_at").Equal(expression.Value(ms(exp))).
+					And(lastAt.Equal(expression.Value(ms(now))))
+				floor = ms(after)
+				continue
+			}
 			s.alive.put(agentID, cur, ms(now))
 			return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
 		}
@@ -336,6 +375,23 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 // returns the item as the write left it, or, when the condition fails, the
 // item as it is (nil if there is none).
 func (s *Store) updateHeartbeat(ctx context.Context, agentID string, cond expression.ConditionBuilder, upd expression.UpdateBuilder) (*heartbeatItem, bool, error) {
+	return s.updateHeartbeatRV(ctx, agentID, cond, upd, types.ReturnValueAllNew)
+}
+
+// beaten is the heartbeat item hb (nil: none) after a heartbeat at now that
+// keeps the agent alive until exp.
+func (hb *heartbeatItem) beaten(agentID string, now, exp time.Time) *heartbeatItem {
+	out := heartbeatItem{AgentID: agentID}
+	if hb != nil {
+		out = *hb
+	}
+	out.ExpiresAt, out.LastAt, out.Fresh = ms(exp), ms(now), false
+	return &out
+}
+
+// updateHeartbeatRV is updateHeartbeat answering, when the write applies,
+// with rv (ALL_NEW or ALL_OLD; nil for ALL_OLD when there was no item).
+func (s *Store) updateHeartbeatRV(ctx context.Context, agentID string, cond expression.ConditionBuilder, upd expression.UpdateBuilder, rv types.ReturnValue) (*heartbeatItem, bool, error) {
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
 	if err != nil {
 		return nil, false, fmt.Errorf("build heartbeat update of %s: %w", agentID, err)
@@ -346,13 +402,16 @@ func (s *Store) updateHeartbeat(ctx context.Context, agentID string, cond expres
 		UpdateExpression:                    expr.Update(),
 		ExpressionAttributeNames:            expr.Names(),
 		ExpressionAttributeValues:           expr.Values(),
-		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValues:                        rv,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	returned, failed := conditionFailed(err)
 	if !failed {
 		if err != nil {
 			return nil, false, fmt.Errorf("heartbeat %s: %w", agentID, err)
+		}
+		if len(out.Attributes) == 0 {
+			return nil, true, nil
 		}
 		var hb heartbeatItem
 		if err := attributevalue.UnmarshalMap(out.Attributes, &hb); err != nil {

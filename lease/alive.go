@@ -97,6 +97,33 @@ func (c *aliveCache) forget(agentID string) {
 type deathCache struct {
 	mu sync.Mutex
 	m  map[string]int64 // agent -> ms at or before which its leases have ended
+	// removed: agent -> ms at or before which its leases ended by its
+	// removal (the id's tombstone, or its registration again after one), so
+	// that their ending is recorded as "agent removed".
+	removed map[string]int64
+}
+
+// removedUpTo is the lock time up to which agentID's leases are known to
+// have ended by its removal (0: none known).
+func (c *deathCache) removedUpTo(agentID string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.removed[agentID]
+}
+
+// noteRemoval remembers what hb, read at readAt, says of the agent's
+// removal. A removal is for ever: what it ended stays ended by it.
+func (c *deathCache) noteRemoval(agentID string, hb *heartbeatItem, readAt int64) {
+	upTo := hb.removedUpTo(readAt)
+	if upTo == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.removed == nil || len(c.removed) >= aliveCacheMax {
+		c.removed = make(map[string]int64)
+	}
+	c.removed[agentID] = max(c.removed[agentID], upTo)
 }
 
 func (c *deathCache) endedUpTo(agentID string) int64 {

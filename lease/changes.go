@@ -97,7 +97,7 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 				msgs = append(msgs, messageItem{
 					AgentID: w, MessageID: messageID(ev.eventItem), Type: MessageTaskAvailable,
 					TaskID: ev.TaskID, Reason: string(ev.Type), At: ev.At,
-					TTL: fromMS(ev.At).Add(messageRetention).Unix(),
+					TTL: fromMS(ev.At).Add(messageRetention).Unix(), WatchedAt: asked[w],
 				})
 			}
 		}

@@ -39,13 +39,17 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 		}
 		return nil
 	}
+	var floor int64 // the latest transition seen on the task
 	for range maxAttempts {
-		now := s.clock() // each attempt's own: its write decides
-		c, cur, err := s.grant(ctx, p, now, over)
+		// Each attempt's own time: its write decides.
+		c, cur, now, err := s.grantNow(ctx, p, over, floor)
 		if err != nil || cur == nil && c.Fence != 0 {
 			return c, err
 		}
 		over = nil
+		if cur != nil {
+			floor = max(floor, cur.LastAt)
+		}
 		switch {
 		case cur == nil && p.CreateIfMissing:
 			if _, err := s.CreateTask(ctx, CreateTaskParams{TaskID: p.TaskID}); err != nil && !errors.Is(err, ErrTaskExists) {
@@ -85,6 +89,78 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 	return Checkout{}, fmt.Errorf("checkout %s: too much contention", p.TaskID)
 }
 
+// grantNow makes the checkout write (grant) at a time not before floor, and
+// keeps the time rule: a plain grant that lost to a later write of the task
+// is tried again at a time not before that write's (a pinned takeover is
+// judged again by the caller), and a grant whose write took more than a
+// quarter of its lease is extended before it is answered (fresh). It
+// returns what grant does, and the time of the last write.
+func (s *Store) grantNow(ctx context.Context, p CheckoutParams, over *taskItem, floor int64) (Checkout, *taskItem, time.Time, error) {
+	now := s.clockAfter(floor)
+	for range maxAttempts {
+		c, cur, err := s.grant(ctx, p, now, over)
+		switch {
+		case err != nil:
+			return c, cur, now, err
+		case cur == nil && c.Fence != 0:
+			return s.fresh(ctx, c, now)
+		case over == nil && lostToLater(cur, now):
+			now = s.clockAfter(cur.LastAt)
+			continue
+		}
+		return c, cur, now, nil
+	}
+	return Checkout{}, nil, now, fmt.Errorf("checkout %s: too much contention", p.TaskID)
+}
+
+// fresh hands out a grant made at `at` as a lease of its full timeout:
+// when the write took more than half the timeout (a saturated server or
+// database), the lease is renewed, as its holder would, before the answer,
+// so that no grant is answered expired or nearly so. If it expired before
+// it could be renewed, the caller sees the task as it is (cur) and decides
+// again, as for any lease that ended in between.
+func (s *Store) fresh(ctx context.Context, c Checkout, at time.Time) (Checkout, *taskItem, time.Time, error) {
+	for range maxAttempts {
+		now := s.clockAfter(ms(at))
+		if now.Sub(at) <= c.Timeout/2 {
+			return c, nil, at, nil
+		}
+		cond := holderCond(c.AgentID, c.RunID, c.Fence, now).And(timeCond(now))
+		it, applied, err := s.update(ctx, c.TaskID, cond, renewUpdate(now, c.Timeout), types.ReturnValueAllNew)
+		if err != nil {
+			return Checkout{}, nil, now, err
+		}
+		if !applied {
+			if !lostToLater(it, now) || it.Holder != c.AgentID || it.Fence != c.Fence {
+				return Checkout{}, it, now, nil
+			}
+			now = fromMS(it.LastAt) // renewed meanwhile by a later write
+		}
+		fresh := it.checkout()
+		fresh.AgentName, fresh.Title, fresh.Queue, fresh.Priority = c.AgentName, c.Title, c.Queue, c.Priority
+		c, at = fresh, now
+	}
+	if s.clock().Before(c.ExpiresAt) {
+		return c, nil, at, nil // every renewal was slow: what is left of it
+	}
+	cur, err := s.getTask(ctx, c.TaskID)
+	return Checkout{}, cur, at, err
+}
+
+// renewUpdate is a renewal's update at now: the lease expires at now +
+// timeout (timeout 0: the lease's own), with its renew event.
+func renewUpdate(now time.Time, timeout time.Duration) expression.UpdateBuilder {
+	upd := expression.Set(nameESeq, nameESeq.Plus(expression.Value(1))).
+		Set(expression.Name("last_op"), expression.Value(string(EventRenew))).
+		Set(expression.Name("last_at"), expression.Value(ms(now))).
+		Set(namePriorAt, priorAt)
+	if timeout != 0 {
+		return upd.Set(expression.Name("timeout_ms"), expression.Value(timeout.Milliseconds())).
+			Set(nameExpires, expression.Value(ms(now.Add(timeout))))
+	}
+	return upd.Set(nameExpires, expression.Name("timeout_ms").Plus(expression.Value(ms(now))))
+}
+
 // grant makes the checkout write. With over nil it is the plain grant: the
 // task is free, or its lease has expired (then taken over in this very
 // write). With over it takes over exactly that lease, whose holder was found
@@ -98,7 +174,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	statusOK := nameStatus.In(first, rest...)
 	todo := slices.Contains(p.ExpectedStatuses, StatusTodo)
 	var cond expression.ConditionBuilder
-	prevEnd := EventTimeout
+	prevEnd, prevReason, prevEndAt := EventTimeout, "", int64(0)
 	if over == nil {
 		// Free in an expected status, or held by an expired lease, which
 		// makes the task todo in all but name.
@@ -118,6 +194,16 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 				nameESeq.Equal(expression.Value(over.ESeq)))
 		if over.leaseTimeValid(now) {
 			prevEnd = EventAgentDeath
+			if over.LockedAt <= s.deaths.removedUpTo(over.Holder) {
+				prevReason = reasonRemoved
+			}
+			// The death's time is when the holder was seen dead, not this
+			// write's: a heartbeat that lands in between does not make it
+			// fall inside the holder's life. Not before the lease's latest
+			// transition, nor after now.
+			if seen := s.deaths.endedUpTo(over.Holder); seen >= over.LockedAt {
+				prevEndAt = min(max(seen, over.LastAt), ms(now))
+			}
 		}
 	}
 	if len(p.queues) > 0 {
@@ -125,6 +211,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		// moved the task: the write itself checks the queue.
 		cond = cond.And(queueCond(p.queues))
 	}
+	cond = cond.And(timeCond(now))
 	exp := now.Add(p.Timeout)
 	upd := expression.Set(expression.Name("prev_agent"), copyOf("holder")).
 		Set(expression.Name("prev_run"), copyOf("run_id")).
@@ -145,6 +232,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(expression.Name("lease_seq"), nameESeq.Plus(expression.Value(2))).
 		Set(expression.Name("last_op"), expression.Value(string(EventCheckout))).
 		Set(expression.Name("last_at"), expression.Value(ms(now))).
+		Set(namePriorAt, priorAt).
 		Remove(expression.Name("completed_at")). // a task reopened is not done
 		Remove(nameClaimShard)                   // held: out of the claim index
 	upd = setStatus(upd, p.TaskID, StatusInProgress)
@@ -152,6 +240,16 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		upd = upd.Set(expression.Name("reason"), expression.Value(p.Reason))
 	} else {
 		upd = upd.Remove(expression.Name("reason"))
+	}
+	if prevReason != "" {
+		upd = upd.Set(expression.Name("prev_reason"), expression.Value(prevReason))
+	} else {
+		upd = upd.Remove(expression.Name("prev_reason"))
+	}
+	if prevEndAt != 0 {
+		upd = upd.Set(expression.Name("prev_end_at"), expression.Value(prevEndAt))
+	} else {
+		upd = upd.Remove(expression.Name("prev_end_at"))
 	}
 	old, applied, err := s.update(ctx, p.TaskID, cond, upd, types.ReturnValueAllOld)
 	if err != nil || !applied {
@@ -191,34 +289,33 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 			return Checkout{}, err
 		}
 	}
-	cond, hb, now, err := s.holderGuard(ctx, p.AgentID, p.RunID, p.Fence)
-	if errors.Is(err, errDeadCaller) {
-		cur, err := s.getTask(ctx, p.TaskID)
+	var floor int64
+	for range maxAttempts {
+		cond, hb, now, err := s.holderGuard(ctx, p.AgentID, p.RunID, p.Fence, floor)
+		if errors.Is(err, errDeadCaller) {
+			cur, err := s.getTask(ctx, p.TaskID)
+			if err != nil {
+				return Checkout{}, err
+			}
+			return Checkout{}, s.notHolder(ctx, cur, p.AgentID, p.RunID, p.Fence, now, hb)
+		}
 		if err != nil {
 			return Checkout{}, err
 		}
-		return Checkout{}, s.notHolder(ctx, cur, p.AgentID, p.RunID, p.Fence, now, hb)
+		it, applied, err := s.update(ctx, p.TaskID, cond.And(timeCond(now)), renewUpdate(now, p.Timeout), types.ReturnValueAllNew)
+		if err != nil {
+			return Checkout{}, err
+		}
+		if !applied && lostToLater(it, now) {
+			floor = it.LastAt // a later transition landed first: again, after it
+			continue
+		}
+		if !applied {
+			return Checkout{}, s.notHolder(ctx, it, p.AgentID, p.RunID, p.Fence, now, hb)
+		}
+		return it.checkout(), nil
 	}
-	if err != nil {
-		return Checkout{}, err
-	}
-	upd := expression.Set(nameESeq, nameESeq.Plus(expression.Value(1))).
-		Set(expression.Name("last_op"), expression.Value(string(EventRenew))).
-		Set(expression.Name("last_at"), expression.Value(ms(now)))
-	if p.Timeout != 0 {
-		upd = upd.Set(expression.Name("timeout_ms"), expression.Value(p.Timeout.Milliseconds())).
-			Set(nameExpires, expression.Value(ms(now.Add(p.Timeout))))
-	} else {
-		upd = upd.Set(nameExpires, expression.Name("timeout_ms").Plus(expression.Value(ms(now))))
-	}
-	it, applied, err := s.update(ctx, p.TaskID, cond, upd, types.ReturnValueAllNew)
-	if err != nil {
-		return Checkout{}, err
-	}
-	if !applied {
-		return Checkout{}, s.notHolder(ctx, it, p.AgentID, p.RunID, p.Fence, now, hb)
-	}
-	return it.checkout(), nil
+	return Checkout{}, fmt.Errorf("renew %s: too much contention", p.TaskID)
 }
 
 // notHolder explains why a holder-only operation's condition failed: no task,
@@ -256,10 +353,11 @@ var errDeadCaller = errors.New("lease: caller is dead by heartbeat")
 // under: the caller holds this unexpired lease, locked after it last came
 // back from the dead. A dead caller gets errDeadCaller and writes nothing,
 // since a lease ended by death is ended whether or not a sweep has run. now
-// is read after the heartbeat, for the write.
-func (s *Store) holderGuard(ctx context.Context, agentID, runID string, fence int64) (expression.ConditionBuilder, *heartbeatItem, time.Time, error) {
+// is read after the heartbeat, for the write, and is not before floor (the
+// latest transition seen on the task).
+func (s *Store) holderGuard(ctx context.Context, agentID, runID string, fence int64, floor int64) (expression.ConditionBuilder, *heartbeatItem, time.Time, error) {
 	hb, err := s.heartbeat(ctx, agentID)
-	now := s.clock()
+	now := s.clockAfter(floor)
 	if err != nil {
 		return expression.ConditionBuilder{}, nil, now, err
 	}
@@ -297,9 +395,11 @@ func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) 
 // endLease makes an ending write on taskID under cond. Its consequences (the
 // event's archive, the watchers' messages, the notices) follow from the
 // change stream. It returns the item as it was (old) and as the write left
-// it, or applied=false and the item as it is when cond failed.
+// it, or applied=false and the item as it is when cond failed. The write
+// keeps the time rule (timeCond): it fails, too, when the item's latest
+// transition is later than now (lostToLater), and the caller tries again.
 func (s *Store) endLease(ctx context.Context, taskID string, cond expression.ConditionBuilder, e ending, now time.Time) (old, after *taskItem, applied bool, err error) {
-	old, applied, err = s.update(ctx, taskID, cond, endUpdate(taskID, e, now), types.ReturnValueAllOld)
+	old, applied, err = s.update(ctx, taskID, cond.And(timeCond(now)), endUpdate(taskID, e, now), types.ReturnValueAllOld)
 	if err != nil || !applied {
 		return old, nil, false, err
 	}
@@ -314,28 +414,36 @@ func (s *Store) endLease(ctx context.Context, taskID string, cond expression.Con
 // earlier attempt that did is answered as that attempt was; otherwise the
 // error says why (not_checked_out, or not_holder with the live holder).
 func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence int64, e ending) (*taskItem, error) {
-	cond, hb, now, err := s.holderGuard(ctx, agentID, runID, fence)
-	var it, after *taskItem
-	applied := false
-	switch {
-	case errors.Is(err, errDeadCaller):
-		if it, err = s.getTask(ctx, taskID); err != nil {
+	var floor int64
+	for range maxAttempts {
+		cond, hb, now, err := s.holderGuard(ctx, agentID, runID, fence, floor)
+		var it, after *taskItem
+		applied := false
+		switch {
+		case errors.Is(err, errDeadCaller):
+			if it, err = s.getTask(ctx, taskID); err != nil {
+				return nil, err
+			}
+		case err != nil:
 			return nil, err
+		default:
+			if it, after, applied, err = s.endLease(ctx, taskID, cond, e, now); err != nil {
+				return nil, err
+			}
+			if !applied && lostToLater(it, now) {
+				floor = it.LastAt // a later transition landed first: again, after it
+				continue
+			}
 		}
-	case err != nil:
-		return nil, err
-	default:
-		if it, after, applied, err = s.endLease(ctx, taskID, cond, e, now); err != nil {
-			return nil, err
+		if applied {
+			return after, nil
 		}
+		if replayEnd(it, e.typ, agentID, runID, fence) {
+			return it, nil
+		}
+		return nil, s.notHolder(ctx, it, agentID, runID, fence, now, hb)
 	}
-	if applied {
-		return after, nil
-	}
-	if replayEnd(it, e.typ, agentID, runID, fence) {
-		return it, nil
-	}
-	return nil, s.notHolder(ctx, it, agentID, runID, fence, now, hb)
+	return nil, fmt.Errorf("%s %s: too much contention", e.typ, taskID)
 }
 
 // forceRelease ends whoever's live lease is on the task (an admin's call).
@@ -353,18 +461,26 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 		}
 		return Released{}, ErrNotCheckedOut
 	}
-	now := s.clock()
-	cond := nameHolder.Equal(expression.Value(cur.Holder)).
-		And(nameFence.Equal(expression.Value(cur.Fence)), nameExpires.GreaterThan(expression.Value(ms(now))))
-	e := ending{typ: EventForceRelease, by: p.AgentID, reason: p.Reason, status: StatusTodo}
-	_, after, applied, err := s.endLease(ctx, p.TaskID, cond, e, now)
-	if err != nil {
-		return Released{}, err
+	floor := cur.LastAt
+	for range maxAttempts {
+		now := s.clockAfter(floor)
+		cond := nameHolder.Equal(expression.Value(cur.Holder)).
+			And(nameFence.Equal(expression.Value(cur.Fence)), nameExpires.GreaterThan(expression.Value(ms(now))))
+		e := ending{typ: EventForceRelease, by: p.AgentID, reason: p.Reason, status: StatusTodo}
+		it, after, applied, err := s.endLease(ctx, p.TaskID, cond, e, now)
+		if err != nil {
+			return Released{}, err
+		}
+		if !applied && lostToLater(it, now) {
+			floor = it.LastAt // a later transition (a renewal) landed first
+			continue
+		}
+		if !applied {
+			return Released{}, ErrNotCheckedOut // it ended in between
+		}
+		return released(after), nil
 	}
-	if !applied {
-		return Released{}, ErrNotCheckedOut // it ended in between
-	}
-	return released(after), nil
+	return Released{}, fmt.Errorf("force release %s: too much contention", p.TaskID)
 }
 
 // replayEnd reports whether a holder's release or completion that found no
@@ -398,9 +514,16 @@ func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
+	if it.Status != StatusDone {
+		// A completion repeated after the task moved on (reopened, taken
+		// again) is answered as the first one was: the task, done.
+		done := *it
+		done.Status, done.CompletedAt = StatusDone, it.EndAt
+		done.Holder, done.LeaseExpires = "", 0
+		it = &done
+	}
 	if err := s.fillBodies(ctx, it); err != nil {
 		return Task{}, err
 	}
 	return it.task(false), nil
 }
-

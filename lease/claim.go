@@ -162,7 +162,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 					return Checkout{}, err
 				}
 			}
-			c, cur, err := s.grant(ctx, cp, s.clock(), over)
+			c, cur, _, err := s.grantNow(ctx, cp, over, 0)
 			if err != nil {
 				return Checkout{}, err
 			}
@@ -368,20 +368,71 @@ type grantRecord struct {
 
 // noteGrant keeps a named claim's grant in its receipt, so that a retry gets
 // this very lease whatever has happened to the task since (released, taken
-// over, claimed again). A failure is logged: the task itself still answers a
-// retry while it remembers the lease.
+// over, claimed again). It is kept even if the caller has gone, and tried a
+// few times; a failure is logged: a retry then finds the lease on the task,
+// or in its trail (see claimedBefore).
 func (s *Store) noteGrant(ctx context.Context, c Checkout) {
+	ctx = context.WithoutCancel(ctx)
 	g := grantRecord{Task: c.TaskID, Fence: c.Fence, Locked: ms(c.LockedAt), Expires: ms(c.ExpiresAt), Name: c.AgentName, Reason: c.Reason,
 		Title: c.Title, Queue: c.Queue, Priority: c.Priority}
 	upd := expression.Set(expression.Name("granted"), expression.Value(g))
 	expr, _ := expression.NewBuilder().WithUpdate(upd).Build()
-	if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &s.heartbeats, Key: agentKey(receiptID(c.AgentID, c.RunID)),
-		UpdateExpression:          expr.Update(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-	}); err != nil {
-		s.log.WarnContext(ctx, "claim receipt: the grant was not kept", "agent_id", c.AgentID, "run_id", c.RunID, "err", err)
+	var err error
+	for attempt := range recordAttempts {
+		if attempt > 0 && backoff(ctx, attempt) != nil {
+			break
+		}
+		if _, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: &s.heartbeats, Key: agentKey(receiptID(c.AgentID, c.RunID)),
+			UpdateExpression:          expr.Update(),
+			ExpressionAttributeNames:  expr.Names(),
+			ExpressionAttributeValues: expr.Values(),
+		}); err == nil {
+			return
+		}
+	}
+	s.log.WarnContext(ctx, "claim receipt: the grant was not kept", "agent_id", c.AgentID, "run_id", c.RunID, "err", err)
+}
+
+// trailWait bounds how long a named claim's retry waits for its tried
+// tasks' trails to have no events pending (the change stream archives them
+// about a second after their transition).
+const trailWait = 3 * time.Second
+
+// grantInTrail finds the run's grant of taskID in the task's trail, which
+// keeps every grant for the events' retention (far beyond a receipt's),
+// waiting until the deadline for events not archived yet. The lease has
+// ended (else the task itself would have shown it): it is returned
+// expiring at its end.
+func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string, deadline time.Time) (Checkout, bool, error) {
+	for {
+		tr, err := s.Trail(ctx, taskID)
+		if errors.Is(err, ErrTaskNotFound) {
+			return Checkout{}, false, nil
+		}
+		if err != nil {
+			return Checkout{}, false, err
+		}
+		var c *Checkout
+		for _, ev := range tr.Events {
+			switch {
+			case ev.Type == EventCheckout && ev.AgentID == agentID && ev.RunID == runID:
+				c = &Checkout{TaskID: taskID, AgentID: agentID, AgentName: agentID, RunID: runID, Fence: ev.Fence,
+					LockedAt: ev.At, ExpiresAt: ev.At, Reason: ev.Reason}
+			case c != nil && ev.Fence == c.Fence && ev.Type.EndsLease() && ev.Held != nil:
+				c.ExpiresAt = c.LockedAt.Add(*ev.Held)
+				c.Timeout = *ev.Held
+			}
+		}
+		if c != nil {
+			return *c, true, nil
+		}
+		if tr.Pending == 0 || time.Now().After(deadline) {
+			return Checkout{}, false, nil
+		}
+		if err := backoff(ctx, 2); err != nil {
+			return Checkout{}, false, err
+		}
 	}
 }
 
@@ -422,6 +473,14 @@ func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (Check
 			return it.endedCheckout(), true, nil
 		case it.PrevAgent == agentID && it.PrevRun == runID:
 			return it.replacedCheckout(), true, nil // taken over since
+		}
+	}
+	// The task has moved on past the lease, and its grant was not kept in
+	// the receipt: the trail still has it.
+	deadline := time.Now().Add(trailWait)
+	for _, taskID := range rec.Tried {
+		if c, ok, err := s.grantInTrail(ctx, taskID, agentID, runID, deadline); ok || err != nil {
+			return c, ok, err
 		}
 	}
 	return Checkout{}, false, nil

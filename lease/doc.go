@@ -104,12 +104,15 @@
 //	PATCH               GetItem + UpdateItem pinned to the version read
 //	                    (+ holder's heartbeat, cached, when a lease is on it)
 //	claim with run_id   + GetItem of its receipt, UpdateItem of it per try
+//	                    (a retry whose receipt lost its grant: + the tried
+//	                    tasks' trails)
 //	heartbeat           UpdateItem (a second one when the agent returns from the dead)
 //	watch               GetItem of the task (a conflict has it already), a Query
 //	                    of its watches, a PutItem of the watch
 //	authenticate        GetItem of the key item "#key#<sha256(key)>"
 //	events, inbox       Query on the table's own key (+ GetItem of the task, for
-//	                    its latest events)
+//	                    its latest events; of the agent's heartbeat, when
+//	                    its inbox has messages, for removals)
 //	fleet feed          Query by_feed per shard of each hour read (schema.FeedShards
 //	                    a bucket, at most 6 hours a call), merged by feed_key
 //	sweep               Query by_lease_expiry and heartbeats by_expiry per shard,
@@ -253,6 +256,16 @@
 // takes in the very millisecond of its registration counts as ended, as
 // with any return from the dead.
 //
+// The removal forgets the agent in its own process's alive cache. Another
+// process (another Lambda container) may have read it alive just before,
+// and trusts that read for up to MinHeartbeatTTL (1 s): there, for at most
+// 1 s after the removal's answer, a checkout of a task the agent holds can
+// still be 409 naming it, and the agent's own renew, release and complete
+// (its key still cached by the authorizer) can still succeed. Closing that
+// would cost a consistent read of the holder's heartbeat on every conflict
+// and holder operation; the local server is one process and has no such
+// window.
+//
 // # The sweep
 //
 // The sweep finds expired leases by querying by_lease_expiry for
@@ -294,9 +307,12 @@
 // tells, for each freeing, the watches placed before it, then deletes them
 // (each conditioned on being the watch it read), and reads the watchers'
 // heartbeat items in one batch, so that a removed agent, or an id
-// registered again after the watch, is not told. A task item from before
-// watch items may still carry a watch list (watchers); its next freeing
-// tells those too, and the ending write removes the list.
+// registered again after the watch, is not told. A removal that lands
+// between that read and the message's write leaves the message behind its
+// emptied inbox; each message keeps when its watch was placed, and Inbox
+// hides those of a removed agent (see Store.Inbox). A task item from
+// before watch items may still carry a watch list (watchers); its next
+// freeing tells those too, and the ending write removes the list.
 
 // # Queues, priorities and claim
 //
@@ -370,9 +386,14 @@
 // keyed "#claim#agent#run", TTL 48 h) listing every task it tries, written
 // before each try; a retry reads the receipt and those tasks consistently
 // and returns the lease the run got, so the same run id always gets the same
-// lease. The one window left is a first attempt whose write is still in
-// flight when its retry arrives; a client retries only after its first
-// attempt's answer is lost.
+// lease. The grant itself is kept in the receipt after the grant's write
+// (tried a few times, even if the caller has gone); should that fail, and
+// the task have moved on past the lease, a retry finds the grant in the
+// tried tasks' trails (waiting up to trailWait for events the change
+// stream has not archived yet), and gets it as it was, ended. The one
+// window left is a first attempt whose write is still in flight when its
+// retry arrives; a client retries only after its first attempt's answer
+// is lost.
 //
 // # Waiting claims
 //
@@ -520,8 +541,9 @@
 // transition's write has succeeded its consequences cannot be lost: not to a
 // lost answer (the SDK's retry fails its condition, but the write stands
 // and so do its events), not to a crash of the writer, not to a bus that is
-// down. Events reads the archive and merges in the item's latestEvents, so
-// a trail read while the archive write is in flight is whole. Watchers are
+// down. Events reads the archive and merges in the item's latestEvents, and
+// shows the trail up to its first hole (see "Time only moves forward"), so a
+// reader never sees an event while an older one is missing. Watchers are
 // told within about a second: the local server polls every 200 ms; in AWS,
 // the stream's own delay.
 //
@@ -531,6 +553,57 @@
 // completion) of the lease the retry names by run id or fence, the retry is
 // answered as the first attempt was, and nothing is written again. A
 // request that names no lease is never taken for a retry.
+//
+// # Time only moves forward
+//
+// On each item, every transition's time is at least the item's previous
+// transition's: a task's locked_at, lease_expires and events' at, a
+// heartbeat's last_at and expires_at. A request reads its time when it
+// runs, and its write may wait seconds in a saturated server or database
+// while a later one lands first; without the rule a grant could carry a
+// higher fence and an earlier locked_at than the one before it, or a
+// renewal move an expiry back.
+//
+// So each transition's write carries its time in its condition (last_at
+// <= :now, or no last_at yet). A write that fails it lost to a later
+// write: it reads the clock again and is tried again at a time not before
+// that write's (the item's last_at when this process's clock reads earlier,
+// so that clock skew between processes cannot send an item's time back
+// either). That retry is the only second write on the request path the
+// rule adds, and it happens only after losing to a later write.
+//
+// A grant whose write took more than half its timeout is renewed before it
+// is answered: one more write (with its renew event), so that no lease is
+// handed out expired or nearly so. Refusing it with a 503 instead would
+// leave a lease nobody knows of holding the task until it expired (or cost
+// a write to undo it), and the client would retry anyway.
+//
+// A heartbeat's time is the time it was read, but it matters from when its
+// write lands: one that lands after the expiry it replaced may land after
+// the agent was seen dead and its leases ended. The clock is read again
+// after the write; if it is past that expiry, the heartbeat is made a
+// return from the dead at that time (a second write: alive_since and
+// dead_at), so the leases that death ended stay ended and no death seen
+// before falls inside the life the answer states. The price is that a
+// heartbeat landing within its own latency of the expiry ends the agent's
+// leases, as one landing late would; clients heartbeat at a third of the
+// ttl. Until the second write lands (one request's time) a reader may see
+// the agent alive and its unswept leases live.
+//
+// Deaths are stamped when they were seen (the consistent read that found
+// the holder dead), not when their write lands: the sweep's ending and a
+// takeover's agent_death event (prev_end_at) carry that time, raised to
+// the lease's latest transition where needed.
+//
+// A trail read may not be whole yet, since the change stream archives
+// events about a second after their transition, and the task item holds
+// only its latest transition's. Every event names the one before it
+// (prev_seq, and its time, prev_at, from the item's prior_at: seqs have
+// holes, since a checkout that takes nothing over skips one), so Trail
+// shows the trail up to its first hole and counts the events held back
+// (Pending); a reader never sees an event while an older one is missing. A
+// hole older than the events' retention may be TTL's doing and is not
+// waited for.
 //
 // # What the clock is trusted for
 //

@@ -81,6 +81,10 @@ type taskItem struct {
 	// that moves a lease sets them, and eseq, in the same write.
 	LastOp EventType `dynamodbav:"last_op,omitempty"`
 	LastAt int64     `dynamodbav:"last_at,omitempty"`
+	// PriorAt is the last_at of the transition before the latest one (0
+	// for the first): how a reader of the trail tells an event the change
+	// stream has yet to archive from one the events' TTL has removed.
+	PriorAt int64 `dynamodbav:"prior_at,omitempty"`
 
 	// The last lease that an ending write ended, and the lease the latest
 	// checkout took over.
@@ -120,6 +124,12 @@ type prevRecord struct {
 	PrevLocked  int64     `dynamodbav:"prev_locked,omitempty"`
 	PrevExpires int64     `dynamodbav:"prev_expires,omitempty"`
 	PrevEnd     EventType `dynamodbav:"prev_end,omitempty"`
+	// PrevReason is why it ended, when not the usual one for PrevEnd
+	// (an agent_death by the holder's removal).
+	PrevReason string `dynamodbav:"prev_reason,omitempty"`
+	// PrevEndAt is when an agent_death was seen (the holder read dead),
+	// the time of its event; 0: the checkout's own time.
+	PrevEndAt int64 `dynamodbav:"prev_end_at,omitempty"`
 }
 
 func (t *taskItem) queue() string {
@@ -284,17 +294,33 @@ func (t *taskItem) latestEvents() []itemEvent {
 		if t.PrevAgent != "" {
 			typ, reason := t.PrevEnd, "lease expired"
 			if typ == EventAgentDeath {
-				reason = "holder's heartbeat expired"
+				reason = reasonHeartbeat
 			}
-			held := heldMS(typ, t.PrevLocked, t.PrevExpires, t.LockedAt)
+			if t.PrevReason != "" {
+				reason = t.PrevReason
+			}
+			at := t.LockedAt
+			if t.PrevEndAt != 0 {
+				at = t.PrevEndAt
+			}
+			held := heldMS(typ, t.PrevLocked, t.PrevExpires, at)
 			out = append(out, itemEvent{eventItem: eventItem{
-				TaskID: t.TaskID, Seq: t.ESeq - 1, Type: typ, AgentID: t.PrevAgent, RunID: t.PrevRun,
-				Fence: t.PrevFence, At: t.LockedAt, HeldMS: &held, By: BySystem, Reason: reason,
+				TaskID: t.TaskID, Seq: t.ESeq - 1, PrevSeq: t.ESeq - 2, PrevAt: t.PriorAt, Type: typ, AgentID: t.PrevAgent, RunID: t.PrevRun,
+				Fence: t.PrevFence, At: at, HeldMS: &held, By: BySystem, Reason: reason,
 			}})
 		}
 		if t.hasLease() {
+			// A checkout adds two to eseq: its takeover's ending, if any,
+			// comes right before it; else the task's previous event does.
+			prev, prevAt := t.ESeq-2, t.PriorAt
+			if t.PrevAgent != "" {
+				prev, prevAt = t.ESeq-1, t.LockedAt
+				if t.PrevEndAt != 0 {
+					prevAt = t.PrevEndAt
+				}
+			}
 			out = append(out, itemEvent{eventItem: eventItem{
-				TaskID: t.TaskID, Seq: t.ESeq, Type: EventCheckout, AgentID: t.Holder, RunID: t.RunID,
+				TaskID: t.TaskID, Seq: t.ESeq, PrevSeq: prev, PrevAt: prevAt, Type: EventCheckout, AgentID: t.Holder, RunID: t.RunID,
 				Fence: t.Fence, At: t.LockedAt, By: t.Holder, Reason: t.Reason,
 			}})
 		}
@@ -304,13 +330,14 @@ func (t *taskItem) latestEvents() []itemEvent {
 			return nil
 		}
 		return []itemEvent{{eventItem: eventItem{
-			TaskID: t.TaskID, Seq: t.ESeq, Type: EventRenew, AgentID: t.Holder, RunID: t.RunID,
+			TaskID: t.TaskID, Seq: t.ESeq, PrevSeq: t.ESeq - 1, PrevAt: t.PriorAt, Type: EventRenew, AgentID: t.Holder, RunID: t.RunID,
 			Fence: t.Fence, At: t.LastAt, By: t.Holder,
 		}}}
 	}
 	if ev, ok := t.endEvent(); ok && ev.Seq == t.ESeq {
 		// A cancel frees the task of its lease: watchers are told, with
 		// reason cancel, though the task is not claimable.
+		ev.PrevSeq, ev.PrevAt = ev.Seq-1, t.PriorAt
 		return []itemEvent{{eventItem: ev, frees: ev.Type != EventComplete}}
 	}
 	return nil
@@ -351,6 +378,26 @@ func (hb *heartbeatItem) dead(now time.Time) bool {
 	return hb != nil && hb.ExpiresAt <= ms(now)
 }
 
+// Reasons recorded on agent_death events.
+const (
+	reasonHeartbeat = "holder's heartbeat expired"
+	reasonRemoved   = "agent removed"
+)
+
+// removedUpTo is the lock time up to which the agent's leases ended by its
+// removal, by its heartbeat item read at readAt: every lease up to the read
+// for a removed agent; for an id registered again, those up to the
+// registration (the removed agent's); 0 for none.
+func (hb *heartbeatItem) removedUpTo(readAt int64) int64 {
+	switch {
+	case hb == nil:
+		return 0
+	case hb.Removed:
+		return readAt
+	}
+	return hb.RegisteredAt
+}
+
 // holderAlive reports whether the holder of a lease locked at lockedAt is
 // alive by its heartbeat. hb is nil for an agent that never sent one: it is
 // not watched and counts as alive.
@@ -385,8 +432,15 @@ type keyItem struct {
 
 // eventItem is one audit event in the events table.
 type eventItem struct {
-	TaskID  string    `dynamodbav:"task_id"`
-	Seq     int64     `dynamodbav:"seq"`
+	TaskID string `dynamodbav:"task_id"`
+	Seq    int64  `dynamodbav:"seq"`
+	// PrevSeq is the seq of the task's event just before this one (0 for
+	// the first, and on events archived before it was kept). Seqs have
+	// holes (a checkout that took nothing over leaves one), so this link
+	// is what tells a reader that no event is missing in between.
+	PrevSeq int64 `dynamodbav:"prev_seq,omitempty"`
+	// PrevAt is when that event's transition was made (0 when unknown).
+	PrevAt  int64     `dynamodbav:"prev_at,omitempty"`
 	Type    EventType `dynamodbav:"type"`
 	AgentID string    `dynamodbav:"agent_id,omitempty"`
 	RunID   string    `dynamodbav:"run_id,omitempty"`
@@ -424,4 +478,9 @@ type messageItem struct {
 	At        int64  `dynamodbav:"at"`
 	TTL       int64  `dynamodbav:"ttl"`
 	Acked     bool   `dynamodbav:"acked,omitempty"`
+	// WatchedAt is when the watch that earned the message was placed (0 on
+	// messages written before it was kept): a message whose watch predates
+	// its agent id's registration belongs to a removed agent and is not
+	// shown.
+	WatchedAt int64 `dynamodbav:"watched_at,omitempty"`
 }

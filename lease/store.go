@@ -129,6 +129,31 @@ func (s *Store) FallbackReads() int64 { return s.fallbackReads.Load() }
 // items store.
 func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Millisecond) }
 
+// clockAfter is the clock, or floor (Unix ms) when the clock reads earlier:
+// the time of a transition on an item whose latest transition was at floor.
+func (s *Store) clockAfter(floor int64) time.Time {
+	now := s.clock()
+	if ms(now) < floor {
+		return fromMS(floor)
+	}
+	return now
+}
+
+// nameLastAt is the time of a task item's latest transition.
+var nameLastAt = expression.Name("last_at")
+
+// timeCond is the time rule in a transition's condition: the item's latest
+// transition is not later than now. A write whose time was read before a
+// later write landed fails it, and is tried again at a time not before
+// that write's (lostToLater, clockAfter).
+func timeCond(now time.Time) expression.ConditionBuilder {
+	return expression.Or(expression.AttributeNotExists(nameLastAt), nameLastAt.LessThanEqual(expression.Value(ms(now))))
+}
+
+// lostToLater reports whether a transition at now failed on cur because a
+// transition later than now had landed first.
+func lostToLater(cur *taskItem, now time.Time) bool { return cur != nil && cur.LastAt > ms(now) }
+
 // The writes that move a lease. A lease's state is the task item (taskItem,
 // with its endRecord and prevRecord, in item.go); every write of it is
 // update, a conditional UpdateItem built from the pieces below: holderCond
@@ -222,6 +247,13 @@ type ending struct {
 	status Status // todo when the task is freed, done when completed
 }
 
+// namePriorAt and priorAt record, in every transition's write, the time of
+// the transition before it: SET prior_at = last_at, as the item was.
+var (
+	namePriorAt = expression.Name("prior_at")
+	priorAt     = expression.IfNotExists(expression.Name("last_at"), expression.Value(0))
+)
+
 // null is DynamoDB's NULL, for copies of attributes that may be missing.
 var null = expression.Value(&types.AttributeValueMemberNULL{Value: true})
 
@@ -244,6 +276,7 @@ func endUpdate(taskID string, e ending, now time.Time) expression.UpdateBuilder 
 		Set(nameESeq, nameESeq.Plus(expression.Value(1))).
 		Set(expression.Name("last_op"), expression.Value(string(e.typ))).
 		Set(expression.Name("last_at"), expression.Value(ms(now))).
+		Set(namePriorAt, priorAt).
 		Set(expression.Name("end_seq"), nameESeq.Plus(expression.Value(1))).
 		Set(expression.Name("end_type"), expression.Value(string(e.typ))).
 		Set(expression.Name("end_agent"), nameHolder).
@@ -278,7 +311,7 @@ func (t *taskItem) afterEnd(e ending, now time.Time) *taskItem {
 	t = &after
 	t.Status, t.StatusShard = e.status, statusShard(e.status, old.TaskID)
 	t.ESeq = old.ESeq + 1
-	t.LastOp, t.LastAt = e.typ, ms(now)
+	t.LastOp, t.LastAt, t.PriorAt = e.typ, ms(now), old.LastAt
 	t.Version = old.Version + 1
 	t.ClaimShard = ""
 	if e.status == StatusTodo {

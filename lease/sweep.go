@@ -96,7 +96,11 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 		if !ok || it.LockedAt > d.upTo {
 			continue
 		}
-		ended, err := s.endDeadLease(ctx, it, d.upTo, d.reason)
+		upTo, reason := d.upTo, reasonHeartbeat
+		if it.LockedAt <= d.removed {
+			upTo, reason = d.removed, reasonRemoved
+		}
+		ended, err := s.endDeadLease(ctx, it, upTo, reason)
 		if err != nil {
 			return res, err
 		}
@@ -117,9 +121,24 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 // sweepEnd ends one lease found by the sweep and frees its task; its
 // watchers are told through the change stream. ended is false when another
 // writer got there first.
+//
+// cond must hold at any time after now (it pins the lease, and an expiry at
+// or before now): a write that lost to a later transition of the task is
+// tried again, under the same cond, at a time not before that transition.
 func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond expression.ConditionBuilder, typ EventType, reason string, now time.Time) (bool, error) {
-	_, _, applied, err := s.endLease(ctx, it.TaskID, cond, ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo}, now)
-	return applied, err
+	for range maxAttempts {
+		old, _, applied, err := s.endLease(ctx, it.TaskID, cond, ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo}, now)
+		switch {
+		case err != nil:
+			return false, err
+		case applied:
+			return true, nil
+		case !lostToLater(old, now):
+			return false, nil
+		}
+		now = s.clockAfter(old.LastAt)
+	}
+	return false, nil
 }
 
 // settleAfter is how long after an agent's return from the dead the sweep
@@ -128,13 +147,14 @@ func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond expression.Cond
 const settleAfter = 30 * time.Second
 
 // death is what the sweep learned of one agent's death: its leases locked
-// at or before upTo (Unix ms) have ended, for reason; settle, when set, is
-// the heartbeat of an agent whose return is old enough for the sweep to
-// stop looking.
+// at or before upTo (Unix ms) have ended; those locked at or before removed
+// ended by its removal (an id registered again keeps the removed agent's
+// leases pending), the rest by its heartbeat. settle, when set, is the
+// heartbeat of an agent whose return is old enough for the sweep to stop
+// looking.
 type death struct {
-	upTo   int64
-	reason string
-	settle *heartbeatItem
+	upTo, removed int64
+	settle        *heartbeatItem
 }
 
 // judgeDeath reads agentID's heartbeat consistently, for a candidate that
@@ -159,10 +179,7 @@ func (s *Store) judgeDeath(ctx context.Context, agentID string) (death, bool, er
 	default:
 		return death{}, false, nil // the index was behind: alive, nothing to end
 	}
-	d.reason = "holder's heartbeat expired"
-	if hb.Removed {
-		d.reason = "agent removed"
-	}
+	d.removed = min(d.upTo, hb.removedUpTo(ms(readAt)))
 	if !hb.dead(readAt) && ms(readAt) > hb.AliveSince+settleAfter.Milliseconds() {
 		d.settle = hb
 	}
@@ -222,12 +239,14 @@ func (s *Store) leasesOf(ctx context.Context, agentID string) ([]taskItem, error
 // endDeadLease ends one lease of an agent whose death ended its leases
 // locked up to upTo, recording agent_death. The index only proposes: the
 // write is conditioned on that exact lease and on locked_at, so a lease the
-// agent took after coming back to life is left alone.
+// agent took after coming back to life is left alone. It is stamped when
+// the death was seen (upTo), or later when the lease's latest transition is
+// later (sweepEnd keeps the time rule).
 func (s *Store) endDeadLease(ctx context.Context, it *taskItem, upTo int64, reason string) (bool, error) {
 	cond := nameHolder.Equal(expression.Value(it.Holder)).
 		And(nameFence.Equal(expression.Value(it.Fence)),
 			expression.Name("locked_at").LessThanEqual(expression.Value(upTo)))
-	return s.sweepEnd(ctx, it, cond, EventAgentDeath, reason, s.clock())
+	return s.sweepEnd(ctx, it, cond, EventAgentDeath, reason, fromMS(upTo))
 }
 
 // endLeasesOf ends every lease agentID holds that was locked at or before

@@ -241,6 +241,7 @@ func (s *Store) endedByDeath(ctx context.Context, agentID string, lockedAt int64
 	if hb.dead(readAt) {
 		s.deaths.put(agentID, ms(readAt))
 	}
+	s.deaths.noteRemoval(agentID, hb, ms(readAt))
 	return !holderAlive(hb, lockedAt, s.clock()), nil
 }
 

@@ -47,7 +47,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		if want != 0 && cur.Version != want {
 			return Task{}, ErrVersionMismatch
 		}
-		now := s.clock()
+		now := s.clockAfter(cur.LastAt) // not before the task's latest transition
 		live, err := s.leaseLive(ctx, cur, now)
 		if err != nil {
 			return Task{}, err
@@ -137,7 +137,10 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 // is still on the item, with the sweep's event, pinned to that exact lease.
 // ended is false when another write moved the task first.
 func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) (ended bool, err error) {
-	typ, reason := EventAgentDeath, "holder's heartbeat expired"
+	typ, reason := EventAgentDeath, reasonHeartbeat
+	if cur.LockedAt <= s.deaths.removedUpTo(cur.Holder) {
+		reason = reasonRemoved
+	}
 	cond := nameHolder.Equal(expression.Value(cur.Holder)).
 		And(nameFence.Equal(expression.Value(cur.Fence)), nameESeq.Equal(expression.Value(cur.ESeq)))
 	if !cur.leaseTimeValid(now) {

@@ -58,6 +58,9 @@ var Grants = map[string][]Grant{
 		// UpdateItem: a deleted message is marked, so that a replayed change
 		// cannot bring it back; TTL removes it.
 		{Table: schema.InboxTable, Actions: []string{"Query", "UpdateItem"}},
+		// GetItem: the caller's heartbeat item, whose removal and
+		// registration times hide a message that outlived a removal.
+		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem"}},
 	},
 	// Stream also reads the tasks table's stream (see StreamReaders).
 	Stream: {

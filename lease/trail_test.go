@@ -1,0 +1,137 @@
+package lease_test
+
+import (
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// trailKey is what identifies an event in a trail for comparing prefixes.
+type trailKey struct {
+	Seq   int64
+	Type  lease.EventType
+	Fence int64
+}
+
+func trailKeys(evs []lease.Event) []trailKey {
+	out := make([]trailKey, len(evs))
+	for i, e := range evs {
+		out[i] = trailKey{e.Seq, e.Type, e.Fence}
+	}
+	return out
+}
+
+// isPrefix reports whether got is a prefix of whole.
+func isPrefix(got, whole []trailKey) bool {
+	return len(got) <= len(whole) && slices.Equal(got, whole[:len(got)])
+}
+
+// Seven quick transitions, read before the change stream has archived
+// them: the reader sees a prefix of the final trail (here none of it, since
+// nothing is archived), never the latest event with the six before it
+// missing, and is told how many are pending.
+func TestTrailShowsNoHoleBeforeTheArchiveCatchesUp(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	var seen [][]trailKey
+	look := func() {
+		t.Helper()
+		tr, err := e.store.Trail(c, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, trailKeys(tr.Events))
+		if ev := must[[]lease.Event](t)(e.store.Events(c, "t")); !slices.Equal(trailKeys(ev), trailKeys(tr.Events)) {
+			t.Fatalf("Events %v and Trail %v differ", kinds(ev), kinds(tr.Events))
+		}
+	}
+	step := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		e.clock.Advance(time.Millisecond)
+		look()
+	}
+	_, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r1"})
+	step("checkout", err)
+	_, err = e.store.Renew(c, lease.RenewParams{TaskID: "t", AgentID: "a"})
+	step("renew", err)
+	_, err = e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a"})
+	step("release", err)
+	_, err = e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r2"})
+	step("checkout", err)
+	_, err = e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "admin", Force: true})
+	step("force release", err)
+	_, err = e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r3"})
+	step("checkout", err)
+	_, err = e.store.Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "a"})
+	step("complete", err)
+
+	tr := must[lease.Trail](t)(e.store.Trail(c, "t"))
+	if len(tr.Events) != 0 || tr.Pending != 1 {
+		t.Fatalf("before the stream ran: %v with %d pending, want nothing shown and the item's 1 event pending", kinds(tr.Events), tr.Pending)
+	}
+	final := trailKeys(e.events(t, "t"))
+	want := []lease.EventType{"checkout", "renew", "release", "checkout", "force_release", "checkout", "complete"}
+	if got := kinds(e.events(t, "t")); !slices.Equal(got, want) {
+		t.Fatalf("final trail %v, want %v", got, want)
+	}
+	if tr := must[lease.Trail](t)(e.store.Trail(c, "t")); tr.Pending != 0 {
+		t.Fatalf("%d pending after the stream ran", tr.Pending)
+	}
+	for i, got := range seen {
+		if !isPrefix(got, final) {
+			t.Fatalf("read %d saw %v, not a prefix of the final trail %v", i, got, final)
+		}
+	}
+}
+
+// The archive itself can have a hole for a moment (a batch write whose
+// items land out of order, or partly): the trail stops before it, and the
+// events after it are pending until it is filled.
+func TestTrailStopsAtAHoleInTheArchive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	e.checkout(t, "t", "a", time.Minute)
+	e.clock.Advance(time.Second)
+	must[lease.Checkout](t)(e.store.Renew(c, lease.RenewParams{TaskID: "t", AgentID: "a"}))
+	e.clock.Advance(time.Second)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a"}))
+	final := e.events(t, "t")
+	if len(final) != 3 {
+		t.Fatalf("trail %v", kinds(final))
+	}
+	// Take the renewal out of the archive, as if its write had not landed.
+	table := e.names.Table(schema.EventsTable)
+	renew := final[1]
+	key := map[string]types.AttributeValue{
+		"task_id": &types.AttributeValueMemberS{Value: "t"},
+		"seq":     &types.AttributeValueMemberN{Value: strconv.FormatInt(renew.Seq, 10)},
+	}
+	if _, err := e.db.DeleteItem(c, &dynamodb.DeleteItemInput{TableName: &table, Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	tr := must[lease.Trail](t)(e.store.Trail(c, "t"))
+	if got := trailKeys(tr.Events); !slices.Equal(got, trailKeys(final[:1])) || tr.Pending != 1 {
+		t.Fatalf("with the renewal missing: %v and %d pending, want the checkout alone and 1 pending", kinds(tr.Events), tr.Pending)
+	}
+	// Once the hole is older than the events' retention, TTL may have made
+	// it: the trail no longer waits for it.
+	e.clock.Advance(31 * 24 * time.Hour)
+	tr = must[lease.Trail](t)(e.store.Trail(c, "t"))
+	if got := kinds(tr.Events); !slices.Equal(got, []lease.EventType{"checkout", "release"}) || tr.Pending != 0 {
+		t.Fatalf("past retention: %v and %d pending", got, tr.Pending)
+	}
+}

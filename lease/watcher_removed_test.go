@@ -1,0 +1,74 @@
+package lease_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/stream"
+)
+
+// afterBatchGetDB runs a function once, just after the first BatchGetItem
+// (the stream function's read of the watchers' heartbeats) returns.
+type afterBatchGetDB struct {
+	lease.DB
+	once sync.Once
+	then func()
+}
+
+func (d *afterBatchGetDB) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	out, err := d.DB.BatchGetItem(ctx, in, opt...)
+	d.once.Do(d.then)
+	return out, err
+}
+
+// A watcher removed after the stream function read its heartbeat, and
+// before that function wrote its message: the message, written after the
+// removal emptied the inbox, is not shown to the removed agent, nor to an
+// agent registered again under its id.
+func TestWatcherMessageDoesNotOutliveItsRemoval(t *testing.T) {
+	t.Parallel()
+	for _, again := range []bool{false, true} {
+		e := newEnv(t)
+		c := ctx(t)
+		e.task(t, "x")
+		must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "w", Name: "w"}))
+		if err := e.store.Watch(c, "x", "w"); err != nil {
+			t.Fatal(err)
+		}
+		e.clock.Advance(time.Millisecond)
+		e.checkout(t, "x", "a", time.Minute)
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a"}))
+		db := &afterBatchGetDB{DB: e.db, then: func() {
+			if err := e.store.RemoveAgent(c, "w"); err != nil {
+				t.Error(err)
+			}
+			if again {
+				e.clock.Advance(time.Millisecond)
+				if _, err := e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "w", Name: "w"}); err != nil {
+					t.Error(err)
+				}
+			}
+		}}
+		e.poller.Handle = stream.Handler(lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes}))
+		if msgs := e.inbox(t, "w"); len(msgs) != 0 {
+			t.Fatalf("registered again %v: the removed watcher's message is shown: %+v", again, msgs)
+		}
+		// A watch of the agent registered again is told as usual.
+		if again {
+			if err := e.store.Watch(c, "x", "w"); err != nil {
+				t.Fatal(err)
+			}
+			e.clock.Advance(time.Millisecond)
+			e.checkout(t, "x", "a", time.Minute)
+			must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a"}))
+			if msgs := e.inbox(t, "w"); len(msgs) != 1 {
+				t.Fatalf("the new agent's own watch: %d messages, want 1", len(msgs))
+			}
+		}
+	}
+}
