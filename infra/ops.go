@@ -2,10 +2,10 @@ package main
 
 import (
 	"fmt"
-	"strings"
 	"regexp"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
