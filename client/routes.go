@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/checkout-dev/checkout/errcode"
 )
 
 func taskPath(taskID, rest string) string {
@@ -144,9 +146,14 @@ func (c *Client) Inbox(ctx context.Context) ([]Message, error) {
 	return r.Messages, nil
 }
 
-// DeleteMessage removes one inbox message.
+// DeleteMessage removes one inbox message. A message that does not exist
+// (or was deleted already) matches ErrMessageNotFound: the server answers
+// it with a plain 404 not_found.
 func (c *Client) DeleteMessage(ctx context.Context, messageID string) error {
 	err := c.do(ctx, once, http.MethodDelete, "/api/inbox/"+url.PathEscape(messageID), nil, nil)
+	if ae := (*APIError)(nil); errors.As(err, &ae) && ae.Code == errcode.NotFound {
+		ae.also = ErrMessageNotFound
+	}
 	if err != nil {
 		return fmt.Errorf("delete message %s: %w", messageID, err)
 	}

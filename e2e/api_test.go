@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/checkout-dev/checkout/lease"
 )
 
 func TestHealthz(t *testing.T) {
@@ -539,4 +543,30 @@ func TestQueues(t *testing.T) {
 			equal(t, "research "+status, n, float64(0))
 		}
 	}
+}
+
+// The refusals the other scenarios do not reach: a stale If-Match, the
+// built-in admin's removal, and a task whose watch list is full.
+func TestRefusals(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	k := e.agent(t, "r1")
+	e.task(t, k, "t1")
+	t.Run("a stale version is version_mismatch", func(t *testing.T) {
+		r := e.callWith(t, "PATCH", "/api/tasks/t1", k, http.Header{"If-Match": {"99"}}, map[string]any{"priority": 3})
+		if r.Status != 412 || r.Code() != "version_mismatch" {
+			t.Fatalf("PATCH with If-Match 99: %d %s", r.Status, r.Raw)
+		}
+		e.must(t, 200, "PATCH", "/api/tasks/t1", k, map[string]any{"priority": 3})
+	})
+	t.Run("the built-in admin stays", func(t *testing.T) {
+		e.fail(t, 409, "cannot_remove_admin", "DELETE", "/api/agents/admin", e.admin, nil)
+	})
+	t.Run("a full watch list is too_many_watchers", func(t *testing.T) {
+		for i := range lease.MaxWatchers {
+			w := e.agent(t, fmt.Sprintf("w%03d", i))
+			e.must(t, 200, "POST", "/api/tasks/t1/watch", w, nil)
+		}
+		e.fail(t, 409, "too_many_watchers", "POST", "/api/tasks/t1/watch", k, nil)
+	})
 }

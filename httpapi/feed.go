@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/checkout-dev/checkout/errcode"
 	"github.com/checkout-dev/checkout/lease"
 )
 
@@ -20,7 +21,7 @@ var _ FeedService = (*lease.Store)(nil)
 func (s *server) feed(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
 	fs, ok := s.svc.(FeedService)
 	if !ok {
-		return errorf(http.StatusNotFound, codeNotFound, "no such path")
+		return errorf(errcode.NotFound, "no such path")
 	}
 	q := r.URL.Query()
 	p := lease.FeedParams{Limit: lease.DefaultListLimit, Cursor: q.Get("cursor")}
@@ -32,7 +33,7 @@ func (s *server) feed(w http.ResponseWriter, r *http.Request, _ lease.Principal)
 	} else if v != "" && p.Cursor == "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			return errorf(http.StatusBadRequest, codeInvalidRequest, "since must be an RFC 3339 time such as 2026-03-20T14:35:00Z")
+			return errorf(errcode.InvalidRequest, "since must be an RFC 3339 time such as 2026-03-20T14:35:00Z")
 		}
 		p.Since = t
 	}

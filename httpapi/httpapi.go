@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/checkout-dev/checkout/auth"
+	"github.com/checkout-dev/checkout/errcode"
 	"github.com/checkout-dev/checkout/functions/deploy"
 	"github.com/checkout-dev/checkout/lease"
 )
@@ -171,7 +172,7 @@ func New(svc Service, opts Options) http.Handler {
 		allow := strings.Join(ms, ", ")
 		s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
-			s.fail(w, r, errorf(http.StatusMethodNotAllowed, codeMethodNotAllowed, "method %s is not allowed on %s; allowed: %s", r.Method, pattern, allow))
+			s.fail(w, r, errorf(errcode.MethodNotAllowed, "method %s is not allowed on %s; allowed: %s", r.Method, pattern, allow))
 		})
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -180,7 +181,7 @@ func New(svc Service, opts Options) http.Handler {
 	return s
 }
 
-var errNotFound = errorf(http.StatusNotFound, codeNotFound, "no such path")
+var errNotFound = errorf(errcode.NotFound, "no such path")
 
 type principalKey struct{}
 
@@ -360,9 +361,9 @@ func (s *server) serveRoute(rt route) http.Handler {
 
 var errTooLarge = &http.MaxBytesError{Limit: MaxBodyBytes}
 
-func errForbidden(msg string) error { return errorf(http.StatusForbidden, codeForbidden, "%s", msg) }
+func errForbidden(msg string) error { return errorf(errcode.Forbidden, "%s", msg) }
 
-var errUnauthorized = &apiError{status: http.StatusUnauthorized, code: codeUnauthorized, message: errUnauthorizedBody.Error}
+var errUnauthorized = &apiError{status: statusOf(errcode.Unauthorized), code: errcode.Unauthorized, message: errUnauthorizedBody.Error}
 
 func (s *server) authenticate(r *http.Request) (lease.Principal, error) {
 	if s.opts.Auth == nil {
@@ -389,7 +390,7 @@ func (s *server) authenticate(r *http.Request) (lease.Principal, error) {
 	return p, nil
 }
 
-var internalBody = errorBody{Error: "the server failed to handle the request; it has been logged", Code: codeInternal}
+var internalBody = errorBody{Error: "the server failed to handle the request; it has been logged", Code: errcode.Internal}
 
 // fail answers with the error's status and body; unexpected errors are
 // logged with the request and answered with a generic 500.
@@ -410,7 +411,8 @@ func (s *server) writeJSON(w http.ResponseWriter, status int, v any) {
 	data, err := json.Marshal(v)
 	if err != nil {
 		// Only our own types are encoded; this cannot happen.
-		status, data = http.StatusInternalServerError, []byte(`{"error":"the server failed to encode its answer","code":"internal"}`)
+		status = statusOf(errcode.Internal)
+		data, _ = json.Marshal(errorBody{Error: "the server failed to encode its answer", Code: errcode.Internal})
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/checkout-dev/checkout/errcode"
 	"github.com/checkout-dev/checkout/lease"
 )
 
@@ -47,7 +48,7 @@ func ToQueueJSON(q lease.QueueStats) QueueJSON {
 func (s *server) listQueues(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
 	qs, ok := s.svc.(QueueService)
 	if !ok {
-		return errorf(http.StatusNotFound, codeNotFound, "no such path")
+		return errorf(errcode.NotFound, "no such path")
 	}
 	list, err := qs.ListQueues(r.Context())
 	if err != nil {

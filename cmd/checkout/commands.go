@@ -55,7 +55,8 @@ Exit status:
   0  success (also: you already hold the task you checked out)
   1  error: server unreachable, not a checkout server, bad key, forbidden, ...
   2  usage: bad flags, arguments or durations, an unknown command, or input the server refused
-  3  denied: the task is held by someone else (or not held by you)
+  3  denied: the task is held by someone else (or not held by you), or its state
+     refused the request (it exists, its version moved on, too many watchers, ...)
   4  not found: no such task, agent or message; nothing checked out; no task available`
 
 const rootExample = `  checkout task-d4e5 --timeout 30m --reason "fix the login bug"

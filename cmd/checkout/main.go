@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -22,15 +23,16 @@ import (
 	_ "time/tzdata"
 
 	"github.com/checkout-dev/checkout/client"
+	"github.com/checkout-dev/checkout/errcode"
 )
 
 // Exit statuses.
 const (
 	exitOK       = 0
 	exitError    = 1 // anything else: server unreachable, not a checkout server, bad key, forbidden, ...
-	exitUsage    = 2 // bad flags or arguments, an unknown command, or input the server refused (400)
-	exitConflict = 3 // denied: the task is held by another lease, or not by you
-	exitNotFound = 4 // no such task, agent or message; nothing checked out; no task available
+	exitUsage    = 2 // bad flags or arguments, an unknown command, or input the server refused (errcode.Invalid)
+	exitConflict = 3 // denied: the task is held by another lease, or not by you, or its state refused the request (errcode.Denied)
+	exitNotFound = 4 // no such task, agent or message; nothing checked out; no task available (errcode.Missing)
 )
 
 const defaultURL = "http://127.0.0.1:3100"
@@ -117,20 +119,34 @@ func isCobraUsage(msg string) bool {
 	return false
 }
 
+// exitCode is the exit status of err. An error answer's status follows
+// from its code's Kind in errcode's list, so that a code added there has
+// its exit status without a change here.
 func exitCode(err error) int {
 	var ue *usageError
 	var ae *client.APIError
 	switch {
 	case errors.As(err, &ue), isCobraUsage(err.Error()):
 		return exitUsage
-	case errors.Is(err, client.ErrCheckedOut), errors.Is(err, client.ErrStatusMismatch),
-		errors.Is(err, client.ErrNotHolder), errors.Is(err, client.ErrTaskExists), errors.Is(err, client.ErrAgentExists),
-		errors.Is(err, client.ErrVersionMismatch), errors.Is(err, client.ErrInvalidTransition):
-		return exitConflict
-	case errors.Is(err, client.ErrNotFound):
-		return exitNotFound
-	case errors.As(err, &ae) && ae.Status == 400:
+	case errors.As(err, &ae):
+		return exitOfAnswer(ae)
+	}
+	return exitError
+}
+
+// exitOfAnswer is the exit status of an error answer.
+func exitOfAnswer(ae *client.APIError) int {
+	kind := errcode.Kind(0)
+	if c, ok := errcode.Lookup(ae.Code); ok {
+		kind = c.Kind
+	}
+	switch {
+	case kind == errcode.Invalid, kind == 0 && ae.Status == http.StatusBadRequest:
 		return exitUsage
+	case kind == errcode.Denied:
+		return exitConflict
+	case kind == errcode.Missing, kind == 0 && ae.Status == http.StatusNotFound:
+		return exitNotFound
 	}
 	return exitError
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/checkout-dev/checkout/auth"
+	"github.com/checkout-dev/checkout/errcode"
 	"github.com/checkout-dev/checkout/functions/deploy"
 	"github.com/checkout-dev/checkout/lease"
 )
@@ -158,7 +159,7 @@ func meterHTTP(m *Metrics, next func(context.Context, events.APIGatewayV2HTTPReq
 		switch {
 		case (route == routeCheckout || route == routeClaim) && resp.StatusCode == http.StatusOK:
 			ms = append(ms, count(deploy.MetricCheckouts))
-		case route == routeCheckout && resp.StatusCode == http.StatusConflict && errorCode(resp.Body) == "checked_out":
+		case route == routeCheckout && resp.StatusCode == http.StatusConflict && errorCode(resp.Body) == errcode.CheckedOut:
 			ms = append(ms, count(deploy.MetricConflicts))
 		}
 		if len(ms) > 0 {
