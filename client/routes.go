@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/checkout-dev/checkout/deploy"
 	"github.com/checkout-dev/checkout/errcode"
 )
 
@@ -45,7 +46,7 @@ func (c *Client) Checkout(ctx context.Context, taskID string, req CheckoutReques
 		req.RunID = NewRunID()
 	}
 	var co Checkout
-	err := c.do(ctx, idempotent, http.MethodPost, taskPath(taskID, "/checkout"), req, &co)
+	err := c.do(ctx, idempotent, http.MethodPost, deploy.Expand(deploy.TaskCheckoutPath, taskID), req, &co)
 	return co, wrap("checkout", taskID, err)
 }
 
@@ -102,7 +103,7 @@ func retryNaming(runID string, fence int64) retryMode {
 // Status reports whether a task is locked, and by whom.
 func (c *Client) Status(ctx context.Context, taskID string) (LockStatus, error) {
 	var s LockStatus
-	err := c.do(ctx, idempotent, http.MethodGet, taskPath(taskID, "/checkout"), nil, &s)
+	err := c.do(ctx, idempotent, http.MethodGet, deploy.Expand(deploy.TaskCheckoutPath, taskID), nil, &s)
 	return s, wrap("status", taskID, err)
 }
 

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"time"
@@ -10,19 +9,7 @@ import (
 	"github.com/checkout-dev/checkout/lease"
 )
 
-// FeedService serves the fleet feed, GET /api/events. The lease store
-// implements it; a Service without it answers that route 404 not_found.
-type FeedService interface {
-	Feed(ctx context.Context, p lease.FeedParams) (lease.FeedPage, error)
-}
-
-var _ FeedService = (*lease.Store)(nil)
-
 func (s *server) feed(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
-	fs, ok := s.svc.(FeedService)
-	if !ok {
-		return errorf(errcode.NotFound, "no such path")
-	}
 	q := r.URL.Query()
 	p := lease.FeedParams{Limit: lease.DefaultListLimit, Cursor: q.Get("cursor")}
 	if err := lease.CheckCursor(p.Cursor); err != nil {
@@ -51,7 +38,7 @@ func (s *server) feed(w http.ResponseWriter, r *http.Request, _ lease.Principal)
 			return err
 		}
 	}
-	page, err := fs.Feed(r.Context(), p)
+	page, err := s.svc.Feed(r.Context(), p)
 	if err != nil {
 		return err
 	}

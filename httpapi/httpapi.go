@@ -27,8 +27,8 @@ import (
 	"time"
 
 	"github.com/checkout-dev/checkout/auth"
+	"github.com/checkout-dev/checkout/deploy"
 	"github.com/checkout-dev/checkout/errcode"
-	"github.com/checkout-dev/checkout/functions/deploy"
 	"github.com/checkout-dev/checkout/lease"
 )
 
@@ -79,31 +79,32 @@ type Options struct {
 type handlerFunc func(s *server, w http.ResponseWriter, r *http.Request, p lease.Principal) error
 
 // handlers gives each route of deploy.Routes, the one route table, its
-// handler; New refuses a table with a route missing here.
+// handler, by the route's operation (its operationId in the OpenAPI
+// document); New refuses a table with a route missing here.
 var handlers = map[string]handlerFunc{
-	"GET /healthz":                       (*server).healthz,
-	"POST /api/agents":                   (*server).registerAgent,
-	"GET /api/agents":                    (*server).listAgents,
-	"DELETE /api/agents/{agent_id}":      (*server).removeAgent,
-	"POST /api/heartbeat":                (*server).heartbeat,
-	"POST /api/tasks":                    (*server).createTask,
-	"GET /api/tasks":                     (*server).listTasks,
-	"POST /api/tasks/batch":              (*server).createTasks,
-	"GET /api/tasks/{task_id}":           (*server).getTask,
-	"PATCH /api/tasks/{task_id}":         (*server).updateTask,
-	"POST /api/tasks/{task_id}/checkout": (*server).checkout,
-	"GET /api/tasks/{task_id}/checkout":  (*server).lockStatus,
-	"POST /api/tasks/{task_id}/renew":    (*server).renew,
-	"POST /api/tasks/{task_id}/release":  (*server).release,
-	"POST /api/tasks/{task_id}/complete": (*server).complete,
-	"GET /api/tasks/{task_id}/events":    (*server).events,
-	"POST /api/tasks/{task_id}/watch":    (*server).watch,
-	"GET /api/checkouts":                 (*server).listCheckouts,
-	"GET /api/inbox":                     (*server).inbox,
-	"DELETE /api/inbox/{message_id}":     (*server).deleteMessage,
-	"POST /api/claim":                    (*server).claim,
-	"GET /api/events":                    (*server).feed,
-	"GET /api/queues":                    (*server).listQueues,
+	"healthz":       (*server).healthz,
+	"registerAgent": (*server).registerAgent,
+	"listAgents":    (*server).listAgents,
+	"removeAgent":   (*server).removeAgent,
+	"heartbeat":     (*server).heartbeat,
+	"createTask":    (*server).createTask,
+	"listTasks":     (*server).listTasks,
+	"createTasks":   (*server).createTasks,
+	"getTask":       (*server).getTask,
+	"updateTask":    (*server).updateTask,
+	"checkout":      (*server).checkout,
+	"lockStatus":    (*server).lockStatus,
+	"renew":         (*server).renew,
+	"release":       (*server).release,
+	"complete":      (*server).complete,
+	"events":        (*server).events,
+	"watch":         (*server).watch,
+	"listCheckouts": (*server).listCheckouts,
+	"inbox":         (*server).inbox,
+	"deleteMessage": (*server).deleteMessage,
+	"claim":         (*server).claim,
+	"feed":          (*server).feed,
+	"listQueues":    (*server).listQueues,
 }
 
 type route struct {
@@ -152,9 +153,9 @@ func New(svc Service, opts Options) http.Handler {
 		if opts.Function != "" && r.Function != opts.Function {
 			continue
 		}
-		h, ok := handlers[r.Key()]
+		h, ok := handlers[r.Op]
 		if !ok {
-			panic("httpapi: no handler for route " + r.Key())
+			panic("httpapi: no handler for route " + r.Key() + " (operation " + r.Op + ")")
 		}
 		pattern := strings.TrimPrefix(r.Pattern(), r.Method+" ")
 		s.mux.Handle(r.Pattern(), s.serveRoute(route{r, h}))

@@ -9,7 +9,7 @@
 package main
 
 import (
-	"github.com/checkout-dev/checkout/functions/deploy"
+	"github.com/checkout-dev/checkout/deploy"
 
 	"github.com/aws/aws-lambda-go/lambda"
 

@@ -13,8 +13,8 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/checkout-dev/checkout/auth"
+	"github.com/checkout-dev/checkout/deploy"
 	"github.com/checkout-dev/checkout/errcode"
-	"github.com/checkout-dev/checkout/functions/deploy"
 	"github.com/checkout-dev/checkout/lease"
 )
 
@@ -137,10 +137,10 @@ func (n meteredNotifier) Notify(ctx context.Context, nt lease.Notice) error {
 	return err
 }
 
-// Route keys whose answers are counted.
+// The operations whose answers are counted (deploy.Route's Op).
 const (
-	routeCheckout = "POST /api/tasks/{task_id}/checkout"
-	routeClaim    = "POST /api/claim"
+	opCheckout = "checkout"
+	opClaim    = "claim"
 )
 
 // meterHTTP counts what the answers of the business routes say: grants and
@@ -155,11 +155,12 @@ func meterHTTP(m *Metrics, next func(context.Context, events.APIGatewayV2HTTPReq
 		if route == "" {
 			route = ev.RequestContext.RouteKey
 		}
+		rt, _ := deploy.ByKey(route)
 		var ms []Metric
 		switch {
-		case (route == routeCheckout || route == routeClaim) && resp.StatusCode == http.StatusOK:
+		case (rt.Op == opCheckout || rt.Op == opClaim) && resp.StatusCode == http.StatusOK:
 			ms = append(ms, count(deploy.MetricCheckouts))
-		case route == routeCheckout && resp.StatusCode == http.StatusConflict && errorCode(resp.Body) == errcode.CheckedOut:
+		case rt.Op == opCheckout && resp.StatusCode == http.StatusConflict && errorCode(resp.Body) == errcode.CheckedOut:
 			ms = append(ms, count(deploy.MetricConflicts))
 		}
 		if len(ms) > 0 {

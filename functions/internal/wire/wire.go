@@ -5,7 +5,7 @@
 package wire
 
 import (
-	"github.com/checkout-dev/checkout/functions/deploy"
+	"github.com/checkout-dev/checkout/deploy"
 
 	"context"
 	"errors"
