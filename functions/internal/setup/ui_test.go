@@ -1,4 +1,4 @@
-package wire
+package setup
 
 import (
 	"github.com/checkout-dev/checkout/deploy"
