@@ -257,7 +257,7 @@ func TestCheckoutCases(t *testing.T) {
 		t.Fatalf("notices %+v", e.notes.Notices())
 	}
 
-	// Status mismatch, in the order API.md gives: held beats mismatch.
+	// Status mismatch, in the order the API gives (httpapi/openapi/openapi.yaml): held beats mismatch.
 	e.task(t, "t2")
 	var sm *lease.StatusMismatchError
 	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "t2", AgentID: "a", ExpectedStatuses: []lease.Status{lease.StatusDone}}); !errors.As(err, &sm) || sm.Status != lease.StatusTodo {
