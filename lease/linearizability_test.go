@@ -2192,6 +2192,9 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 			// One per wait: a second would run within the index lag of the
 			// first one's grant, which, if its holder is dead, leaves the
 			// task available and not yet in any index.
+			// A sleep, not a settling write: the model knows every task
+			// of the history, and a task written to wait for the indexes
+			// would be one it does not.
 			time.Sleep(raceLag + 200*time.Millisecond)
 			lone := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
 			i := tickRand.IntN(cfg.clients)
