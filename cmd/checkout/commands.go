@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/checkout-dev/checkout/client"
+	"github.com/checkout-dev/checkout/lease"
 )
 
 type app struct {
@@ -405,7 +406,7 @@ func (a *app) heartbeatCmd() *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVar(&ttl, "ttl", "", "how long this heartbeat keeps you alive, 1s to 1h (server default 90s)")
+	cmd.Flags().StringVar(&ttl, "ttl", "", fmt.Sprintf("how long this heartbeat keeps you alive, %s to %s (server default %s)", compact(lease.MinHeartbeatTTL), compact(lease.MaxHeartbeatTTL), compact(lease.DefaultHeartbeatTTL)))
 	return cmd
 }
 
@@ -439,7 +440,7 @@ func (a *app) claimCmd() *cobra.Command {
 	cmd.Flags().StringVar(&timeout, "timeout", "", "lease length, 1s to 24h (server default 30m)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why you take the task")
 	cmd.Flags().StringArrayVar(&queues, "queue", nil, "claim from this queue (repeat for several; default: the default queue)")
-	cmd.Flags().StringVar(&wait, "wait", "", "wait up to this long for a task, up to 20s (default: answer at once)")
+	cmd.Flags().StringVar(&wait, "wait", "", "wait up to this long for a task, up to "+compact(lease.MaxClaimWait)+" (default: answer at once)")
 	a.identityFlags(cmd, "the agent the claim is for")
 	a.runIDFlag(cmd, "the run's lease token")
 	return cmd

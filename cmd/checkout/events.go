@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/checkout-dev/checkout/client"
+	"github.com/checkout-dev/checkout/lease"
 )
 
 func (a *app) eventsCmd() *cobra.Command {
@@ -96,7 +97,7 @@ func (a *app) eventsCmd() *cobra.Command {
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep following the fleet feed until interrupted")
 	cmd.Flags().StringVar(&since, "since", "", "start of the fleet feed: an RFC 3339 time, or a duration ago such as 30m (default 1h)")
 	cmd.Flags().StringVar(&types, "type", "", "keep only these event types, comma-separated")
-	cmd.Flags().IntVar(&limit, "limit", 0, "events per request, 1 to 1000 (default 100)")
+	cmd.Flags().IntVar(&limit, "limit", 0, fmt.Sprintf("events per request, 1 to %d (default %d)", lease.MaxListLimit, lease.DefaultListLimit))
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "with --follow: how often to ask once caught up")
 	return cmd
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/checkout-dev/checkout/client"
+	"github.com/checkout-dev/checkout/lease"
 )
 
 func (a *app) tasksCmd() *cobra.Command {
@@ -115,7 +116,7 @@ func (a *app) tasksCmd() *cobra.Command {
 	}
 	list.Flags().StringVar(&status, "status", "", "only tasks in this status: todo, in_progress, done or cancelled")
 	list.Flags().StringVar(&listQueue, "queue", "", "only tasks in this queue")
-	list.Flags().IntVar(&limit, "limit", 0, "page size, 1 to 1000 (server default 100)")
+	list.Flags().IntVar(&limit, "limit", 0, fmt.Sprintf("page size, 1 to %d (server default %d)", lease.MaxListLimit, lease.DefaultListLimit))
 	list.Flags().StringVar(&cursor, "cursor", "", "the next page, from a previous listing")
 	show := &cobra.Command{
 		Use:               "show <task-id>",
