@@ -25,24 +25,34 @@ var Grants = map[string][]Grant{
 	Agents: {
 		{Table: schema.AgentsTable, Actions: []string{"PutItem", "DeleteItem"}, QueryIndexes: []string{schema.AgentsAll}},
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "PutItem", "UpdateItem", "BatchGetItem"}},
-		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByHolder}},
+		// by_lease_expiry: a removed agent's leases, found by a filter.
+		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByLeaseExpiry}},
 		// Query and BatchWriteItem: a removed agent's inbox is emptied.
 		{Table: schema.InboxTable, Actions: []string{"Query", "BatchWriteItem"}},
 	},
 	Tasks: {
-		// BatchGetItem: listings confirm what the indexes propose.
+		// BatchGetItem: listings confirm what the indexes propose, and read
+		// the tasks' bodies. DeleteItem: a PATCH of the description or
+		// metadata deletes the body it replaced.
 		// by_claim: the oldest todo task of each queue, GET /api/queues.
-		{Table: schema.TasksTable, Actions: []string{"PutItem", "GetItem", "UpdateItem", "BatchGetItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByHolder, schema.TasksByClaim}},
+		{Table: schema.TasksTable, Actions: []string{"PutItem", "GetItem", "UpdateItem", "BatchGetItem", "DeleteItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByClaim}},
 		// GetItem and BatchGetItem also read the queue counters.
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem"}},
 		// by_feed: the fleet feed, GET /api/events.
 		{Table: schema.EventsTable, Actions: []string{"Query"}, QueryIndexes: []string{schema.EventsByFeed}},
+		// A watch is an item of its own: read the task's watches, put one.
+		{Table: schema.InboxTable, Actions: []string{"Query", "PutItem"}},
 	},
 	Checkouts: {
-		{Table: schema.TasksTable, Actions: []string{"GetItem", "PutItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByClaim, schema.TasksByLeaseExpiry, schema.TasksByHolder}},
+		// BatchGetItem: a completion answers with the task and its body.
+		// DeleteItem: a task created with a checkout whose id turns out
+		// taken deletes the body it wrote.
+		{Table: schema.TasksTable, Actions: []string{"GetItem", "PutItem", "UpdateItem", "BatchGetItem", "DeleteItem"}, QueryIndexes: []string{schema.TasksByClaim, schema.TasksByLeaseExpiry}},
 		// UpdateItem: the receipts of claims that name their run id.
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
+		// A conflict that asks to watch: read the task's watches, put one.
+		{Table: schema.InboxTable, Actions: []string{"Query", "PutItem"}},
 	},
 	Inbox: {
 		// UpdateItem: a deleted message is marked, so that a replayed change
@@ -55,12 +65,14 @@ var Grants = map[string][]Grant{
 		// UpdateItem moves.
 		{Table: schema.HeartbeatsTable, Actions: []string{"BatchGetItem", "UpdateItem"}},
 		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
-		{Table: schema.InboxTable, Actions: []string{"PutItem"}},
+		// Messages; Query and DeleteItem: the watches a freeing tells, read
+		// and then used up.
+		{Table: schema.InboxTable, Actions: []string{"PutItem", "Query", "DeleteItem"}},
 		// Webhook deliveries that failed for good.
 		{Table: schema.WebhookDeadLettersTable, Actions: []string{"PutItem"}},
 	},
 	Sweeper: {
-		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByLeaseExpiry, schema.TasksByHolder}},
+		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByLeaseExpiry}},
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
 	},
 }

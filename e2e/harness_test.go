@@ -268,13 +268,13 @@ func (e *env) task(t testing.TB, key, id string) {
 	e.must(t, 201, "POST", "/api/tasks", key, map[string]any{"task_id": id, "title": "task " + id})
 }
 
-func (e *env) sweep(t testing.TB) (timeouts, deaths, notified int) {
+func (e *env) sweep(t testing.TB) (timeouts, deaths int) {
 	t.Helper()
 	res, err := e.srv.Sweep(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return res.Timeouts, res.AgentDeaths, res.Notified
+	return res.Timeouts, res.AgentDeaths
 }
 
 // drain applies the change stream's pending changes: every transition so

@@ -17,7 +17,7 @@ func TestExpiryThroughTheSweep(t *testing.T) {
 	e.must(t, 200, "POST", "/api/tasks/t1/watch", watcher, nil)
 
 	e.clock.Advance(59 * time.Second)
-	equal(t, "sweep before expiry", fmtSweep(e.sweep(t)), "0 0 0")
+	equal(t, "sweep before expiry", fmtSweep(e.sweep(t)), "0 0")
 	equal(t, "remaining", e.must(t, 200, "GET", "/api/tasks/t1", watcher, nil).Obj("checkout")["remaining_seconds"], 1)
 
 	e.clock.Advance(2 * time.Second)
@@ -31,22 +31,20 @@ func TestExpiryThroughTheSweep(t *testing.T) {
 	// Overlapping sweeps end the lease once.
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	var timeouts, notified int
+	var timeouts int
 	for range 6 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			to, _, n := e.sweep(t)
+			to, _ := e.sweep(t)
 			mu.Lock()
 			timeouts += to
-			notified += n
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
 	equal(t, "timeouts over all sweeps", timeouts, 1)
-	equal(t, "messages over all sweeps", notified, 1)
-	equal(t, "sweep after", fmtSweep(e.sweep(t)), "0 0 0")
+	equal(t, "sweep after", fmtSweep(e.sweep(t)), "0 0")
 
 	e.drain(t)
 	evs := e.must(t, 200, "GET", "/api/tasks/t1/events", holder, nil).List("events")
@@ -78,7 +76,7 @@ func TestTakeoverOfAnExpiredLease(t *testing.T) {
 		t.Fatalf("fence %v after %v", second.Num("fence"), first.Num("fence"))
 	}
 	equal(t, "events", e.events(t, a, "t1"), []string{"checkout", "timeout", "checkout"})
-	equal(t, "sweep after the takeover", fmtSweep(e.sweep(t)), "0 0 0")
+	equal(t, "sweep after the takeover", fmtSweep(e.sweep(t)), "0 0")
 	equal(t, "watcher told", len(e.inbox(t, w)), 0)
 	// The old holder is no longer the holder.
 	e.fail(t, 403, "not_holder", "POST", "/api/tasks/t1/release", a, map[string]any{"run_id": first.Str("run_id")})
@@ -101,7 +99,7 @@ func TestHeartbeatDeath(t *testing.T) {
 
 	e.clock.Advance(9 * time.Second)
 	e.fail(t, 409, "checked_out", "POST", "/api/tasks/t1/checkout", other, nil)
-	equal(t, "sweep while alive", fmtSweep(e.sweep(t)), "0 0 0")
+	equal(t, "sweep while alive", fmtSweep(e.sweep(t)), "0 0")
 
 	e.clock.Advance(2 * time.Second)
 	equal(t, "dead holder's lease", e.must(t, 200, "GET", "/api/tasks/t1", other, nil).Body["checkout"], nil)
@@ -111,8 +109,8 @@ func TestHeartbeatDeath(t *testing.T) {
 	// ends t1 (agent_death, watcher told once).
 	e.must(t, 200, "POST", "/api/tasks/t2/checkout", other, nil)
 	equal(t, "t2 events", e.events(t, other, "t2"), []string{"checkout", "agent_death", "checkout"})
-	equal(t, "sweep", fmtSweep(e.sweep(t)), "0 1 1")
-	equal(t, "second sweep", fmtSweep(e.sweep(t)), "0 0 0")
+	equal(t, "sweep", fmtSweep(e.sweep(t)), "0 1")
+	equal(t, "second sweep", fmtSweep(e.sweep(t)), "0 0")
 	equal(t, "t1 events", e.events(t, other, "t1"), []string{"checkout", "agent_death"})
 	equal(t, "t1 status", e.must(t, 200, "GET", "/api/tasks/t1", other, nil).Str("status"), "todo")
 	msgs := e.inbox(t, watcher)
@@ -145,11 +143,11 @@ func TestRemovingAnAgentEndsItsLeases(t *testing.T) {
 	equal(t, "held", evs[1]["held_seconds"], 5)
 	equal(t, "status", e.must(t, 200, "GET", "/api/tasks/t1", watcher, nil).Str("status"), "todo")
 	equal(t, "watcher told", len(e.inbox(t, watcher)), 1)
-	equal(t, "sweep", fmtSweep(e.sweep(t)), "0 0 0")
+	equal(t, "sweep", fmtSweep(e.sweep(t)), "0 0")
 }
 
-func fmtSweep(timeouts, deaths, notified int) string {
-	return itoa(timeouts) + " " + itoa(deaths) + " " + itoa(notified)
+func fmtSweep(timeouts, deaths int) string {
+	return itoa(timeouts) + " " + itoa(deaths)
 }
 
 func itoa(n int) string {

@@ -151,7 +151,10 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 			gsi := &awsdynamodb.GlobalSecondaryIndexProps{
 				IndexName:      jsii.String(ix.Name),
 				PartitionKey:   attr(ix.PartitionKey),
-				ProjectionType: awsdynamodb.ProjectionType_ALL,
+				ProjectionType: awsdynamodb.ProjectionType(ix.ProjectionType()),
+			}
+			if len(ix.Include) > 0 {
+				gsi.NonKeyAttributes = jsii.Strings(ix.Include...)
 			}
 			if ix.SortKey != nil {
 				gsi.SortKey = attr(*ix.SortKey)

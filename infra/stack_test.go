@@ -372,7 +372,15 @@ func TestTablesFollowTheSchema(t *testing.T) {
 			if !reflect.DeepEqual(found["KeySchema"], keySchema(ix.PartitionKey, ix.SortKey)) {
 				t.Errorf("index %s key schema %v", ix.Name, found["KeySchema"])
 			}
-			if !reflect.DeepEqual(found["Projection"], map[string]any{"ProjectionType": "ALL"}) {
+			want := map[string]any{"ProjectionType": ix.ProjectionType()}
+			if len(ix.Include) > 0 {
+				var attrs []any
+				for _, a := range ix.Include {
+					attrs = append(attrs, a)
+				}
+				want["NonKeyAttributes"] = attrs
+			}
+			if !reflect.DeepEqual(found["Projection"], want) {
 				t.Errorf("index %s projection %v", ix.Name, found["Projection"])
 			}
 		}

@@ -222,7 +222,7 @@ func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
 		return err
 	}
 	// End what the index already shows; the sweep ends the rest.
-	_, _, err = s.endLeasesOf(ctx, agentID, ms(now), "agent removed")
+	_, err = s.endLeasesOf(ctx, agentID, ms(now), "agent removed")
 	return err
 }
 

@@ -39,6 +39,7 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 	var evs []types.WriteRequest
 	var msgs []messageItem
 	var notices []Notice
+	fw := freeingWatches{s: s}
 	ttl := s.clock().Add(s.retention).Unix()
 	for _, ch := range changes {
 		if ch.New == nil {
@@ -53,8 +54,8 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 				return fmt.Errorf("decode change of %s: %w", cur.TaskID, err)
 			}
 		}
-		if cur.TaskID == "" || cur.ESeq <= old.ESeq {
-			continue // no transition: a watch, a new task
+		if cur.TaskID == "" || cur.ESeq <= old.ESeq || ch.Old == nil && cur.MigratedAt != 0 {
+			continue // no transition: a watch, a new task, a task copied by Migrate
 		}
 		for _, ev := range cur.latestEvents() {
 			if ev.Seq <= old.ESeq {
@@ -77,7 +78,18 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 				continue
 			}
 			notices = append(notices, Notice{ID: noticeID(NoticeTaskAvailable, e), Kind: NoticeTaskAvailable, Event: e})
-			watchers, err := s.currentWatchers(ctx, old.Watchers)
+			// The watches placed before this freeing, and the watch list a
+			// task item from before watch items may still carry.
+			asked, err := fw.take(ctx, ev.TaskID, ev.Seq)
+			if err != nil {
+				return err
+			}
+			for id, at := range old.Watchers {
+				if _, ok := asked[id]; !ok {
+					asked[id] = at
+				}
+			}
+			watchers, err := s.currentWatchers(ctx, asked)
 			if err != nil {
 				return err
 			}
@@ -95,13 +107,16 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 			return fmt.Errorf("archive events: %w", err)
 		}
 	}
-	if err := s.countQueues(ctx, changes); err != nil {
+	if err := s.countQueues(ctx, slices.DeleteFunc(slices.Clone(changes), migrated)); err != nil {
 		return err
 	}
 	for _, m := range msgs {
 		if err := s.putMessage(ctx, m); err != nil {
 			return err
 		}
+	}
+	if err := fw.drop(ctx); err != nil {
+		return err
 	}
 	var errs []error
 	for _, n := range notices {
@@ -110,6 +125,13 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// migrated reports whether ch is Migrate's copy of a task into today's
+// table: no transition, and the task was counted where it came from.
+func migrated(ch Change) bool {
+	_, ok := ch.New["migrated_at"]
+	return ch.Old == nil && ok
 }
 
 // currentWatchers returns the watchers that are still the agents who asked:

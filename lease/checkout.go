@@ -70,7 +70,7 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 				return cur.checkout(), nil // the same run retrying: same lease, same fence
 			}
 			if p.Watch {
-				if err := s.Watch(ctx, p.TaskID, p.AgentID); err != nil {
+				if err := s.watch(ctx, cur, p.AgentID); err != nil {
 					return Checkout{}, err
 				}
 			}
@@ -132,7 +132,6 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(expression.Name("prev_locked"), copyOf("locked_at")).
 		Set(expression.Name("prev_expires"), copyOf("lease_expires")).
 		Set(expression.Name("prev_end"), expression.Value(string(prevEnd))).
-		Set(nameStatus, expression.Value(string(StatusInProgress))).
 		Set(nameHolder, expression.Value(p.AgentID)).
 		Set(expression.Name("holder_name"), expression.Value(p.AgentName)).
 		Set(expression.Name("run_id"), expression.Value(p.RunID)).
@@ -148,6 +147,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(expression.Name("last_at"), expression.Value(ms(now))).
 		Remove(expression.Name("completed_at")). // a task reopened is not done
 		Remove(nameClaimShard)                   // held: out of the claim index
+	upd = setStatus(upd, p.TaskID, StatusInProgress)
 	if p.Reason != "" {
 		upd = upd.Set(expression.Name("reason"), expression.Value(p.Reason))
 	} else {
@@ -398,43 +398,8 @@ func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
+	if err := s.fillBodies(ctx, it); err != nil {
+		return Task{}, err
+	}
 	return it.task(false), nil
-}
-
-// Watch puts agentID on the task's watch list: it gets one task_available
-// message the next time the task is freed. The list is a map on the task
-// item, from agent to when it asked, bounded by MaxWatchers; an agent
-// already on it only refreshes its entry.
-func (s *Store) Watch(ctx context.Context, taskID, agentID string) error {
-	if err := CheckID("task_id", taskID); err != nil {
-		return err
-	}
-	watchers := expression.Name("watchers")
-	entry := watchers.AppendName(expression.NameNoDotSplit(agentID))
-	for range maxAttempts {
-		now := ms(s.clock())
-		// The common case: the list exists and has room, or has the agent.
-		cond := expression.AttributeExists(expression.Name("task_id")).
-			And(expression.AttributeExists(watchers),
-				expression.Or(watchers.Size().LessThan(expression.Value(MaxWatchers)), expression.AttributeExists(entry)))
-		cur, applied, err := s.update(ctx, taskID, cond, expression.Set(entry, expression.Value(now)), types.ReturnValueNone)
-		if err != nil || applied {
-			return err
-		}
-		if cur == nil {
-			return ErrTaskNotFound
-		}
-		switch _, on := cur.Watchers[agentID]; {
-		case cur.Watchers == nil:
-			// No list yet: start one, unless another watcher just did.
-			cond := expression.AttributeExists(expression.Name("task_id")).And(expression.AttributeNotExists(watchers))
-			first := expression.Value(map[string]int64{agentID: now})
-			if _, applied, err := s.update(ctx, taskID, cond, expression.Set(watchers, first), types.ReturnValueNone); err != nil || applied {
-				return err
-			}
-		case len(cur.Watchers) >= MaxWatchers && !on:
-			return ErrTooManyWatchers
-		}
-	}
-	return fmt.Errorf("watch %s: too much contention", taskID)
 }

@@ -43,8 +43,9 @@ const claimPoll = 2 * time.Second
 
 // Claim checks out the best available task in the given queues (default
 // "default"): the highest priority first, the oldest first within a
-// priority, among tasks that are todo with no lease, tasks whose lease
-// expired, and tasks whose holder is dead. Candidates come from indexes and
+// priority, among tasks that are todo with no lease. A task whose lease
+// expired or whose holder died becomes one when the sweep ends that lease
+// (a named checkout takes it at once). Candidates come from the claim index and
 // are only candidates: each is taken with the same conditional write as
 // Checkout (with the queue in its condition too), so one that someone else
 // took, or moved to another queue, in the meantime is skipped, never
@@ -91,11 +92,10 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 		}
 	}
 	deadline := time.Now().Add(p.Wait)
-	full := true
 	next := claimPoll
 	for {
 		woken := s.claims.waiter() // before the look, so no wake is missed
-		c, err := s.claimOnce(ctx, cp, named, full)
+		c, err := s.claimOnce(ctx, cp, named)
 		if !errors.Is(err, ErrNoTaskAvailable) {
 			return c, err
 		}
@@ -116,7 +116,6 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 			next = min(2*next, claimPoll)
 		}
 		t.Stop()
-		full = false
 	}
 }
 
@@ -135,14 +134,13 @@ func claimQueues(qs []string) []string {
 	return out
 }
 
-// claimOnce is one look and the writes it leads to. full also reads the
-// expired and dead holders' leases; without it only the claim index.
-func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named, full bool) (Checkout, error) {
+// claimOnce is one look at the claim index and the writes it leads to.
+func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (Checkout, error) {
 	s.claims.inflight.Add(1)
 	defer s.claims.inflight.Add(-1)
 	for range maxAttempts {
 		readAt := ms(s.clock())
-		cands, err := s.claimCandidates(ctx, cp.queues, full)
+		cands, err := s.claimCandidates(ctx, cp.queues)
 		if err != nil {
 			return Checkout{}, err
 		}
@@ -195,19 +193,19 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named, full bo
 }
 
 // claimCandidates returns the tasks in queues that look available, best
-// first: the head of each shard of each queue in the claim index, and, with
-// full, leases past their expiry and leases of holders a consistent read
-// finds dead (or back from a death not swept yet). The sources are read at
-// once.
-func (s *Store) claimCandidates(ctx context.Context, queues []string, full bool) ([]*taskItem, error) {
-	now := s.clock()
+// first: the head of each shard of each queue in the claim index, read at
+// once. Leases past their expiry and leases of dead holders are not looked
+// for: the sweep ends them and puts their tasks back in the claim index,
+// so a claim reads one index partition per shard per queue, whatever else
+// the fleet holds.
+func (s *Store) claimCandidates(ctx context.Context, queues []string) ([]*taskItem, error) {
 	var mu sync.Mutex
 	var out []*taskItem
-	add := func(items []taskItem, keep func(*taskItem) bool) {
+	add := func(items []taskItem) {
 		mu.Lock()
 		defer mu.Unlock()
 		for i := range items {
-			if keep(&items[i]) && slices.Contains(queues, items[i].queue()) {
+			if slices.Contains(queues, items[i].queue()) {
 				out = append(out, &items[i])
 			}
 		}
@@ -221,7 +219,7 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string, full bool)
 	// Only what ordering and the grant need is read.
 	perShard := int32(min(claimPage, max(claimHead, (s.claims.window()+claimShards-1)/claimShards+1)))
 	proj := expression.NamesList(expression.Name("task_id"), expression.Name("queue"), expression.Name("priority"),
-		expression.Name("created_at"), expression.Name("title"), nameStatus, nameHolder, nameExpires)
+		expression.Name("created_at"))
 	for _, q := range queues {
 		for shard := range claimShards {
 			g.Go(func() error {
@@ -242,45 +240,10 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string, full bool)
 				if err := attributevalue.UnmarshalListOfMaps(page.Items, &items); err != nil {
 					return err
 				}
-				add(items, func(it *taskItem) bool { return !it.leaseTimeValid(now) })
+				add(items)
 				return nil
 			})
 		}
-	}
-	for shard := range schema.Shards {
-		if !full {
-			break
-		}
-		g.Go(func() error {
-			keyCond := expression.Key("lease_shard").Equal(expression.Value(strconv.Itoa(shard))).
-				And(expression.Key("lease_expires").LessThanEqual(expression.Value(ms(now))))
-			items, err := s.queryTasks(gctx, schema.TasksByLeaseExpiry, keyCond)
-			if err != nil {
-				return err
-			}
-			add(items, func(it *taskItem) bool { return it.hasLease() })
-			return nil
-		})
-		g.Go(func() error {
-			keyCond := expression.Key("hb_shard").Equal(expression.Value(strconv.Itoa(shard))).
-				And(expression.Key("hb_expires").LessThanEqual(expression.Value(ms(now))))
-			due, err := queryAll[heartbeatItem](gctx, s.db, s.heartbeats, schema.HeartbeatsByExpiry, keyCond)
-			if err != nil {
-				return err
-			}
-			for _, cand := range due {
-				upTo, ok, err := s.endedUpTo(gctx, cand.AgentID)
-				if err != nil || !ok {
-					return err
-				}
-				items, err := s.queryTasks(gctx, schema.TasksByHolder, expression.Key("holder").Equal(expression.Value(cand.AgentID)))
-				if err != nil {
-					return err
-				}
-				add(items, func(it *taskItem) bool { return it.leaseTimeValid(now) && it.LockedAt <= upTo })
-			}
-			return nil
-		})
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
@@ -290,24 +253,6 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string, full bool)
 	}
 	slices.SortFunc(out, func(a, b *taskItem) int { return strings.Compare(a.ClaimKey, b.ClaimKey) })
 	return slices.CompactFunc(out, func(a, b *taskItem) bool { return a.TaskID == b.TaskID }), nil
-}
-
-// endedUpTo reads agentID's heartbeat consistently and says up to which
-// lock time its leases have ended by death: every one, up to the read, if it
-// is dead; those up to its return, if it came back from a death not swept
-// yet. ok is false when none has.
-func (s *Store) endedUpTo(ctx context.Context, agentID string) (upTo int64, ok bool, err error) {
-	readAt := s.clock()
-	hb, err := s.readHeartbeat(ctx, agentID)
-	switch {
-	case err != nil || hb == nil:
-		return 0, false, err
-	case hb.dead(readAt):
-		return ms(readAt), true, nil
-	case hb.DeadAt > 0:
-		return hb.AliveSince, true, nil
-	}
-	return 0, false, nil
 }
 
 // claimSpread is the state that spreads concurrent claimers, and wakes

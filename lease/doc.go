@@ -25,10 +25,10 @@
 // The tables are defined once, in package schema, and built from there by
 // EnsureTables (locally) and by the CDK app (in AWS). All are on-demand.
 //
-//	tasks       task_id                 the task, its lease, fence, watchers
-//	  by_status        status / created_key      list by status (and queue, filtered)
+//	tasks-v2    task_id                 the task, its lease, fence, watchers
+//	  by_status        status_shard / created_key   list by status group (open, done,
+//	                                                cancelled; status and queue filtered)
 //	  by_lease_expiry  lease_shard / lease_expires  sparse: live leases by expiry
-//	  by_holder        holder / lease_expires       sparse: one agent's leases
 //	  by_claim         claim_shard / claim_key      sparse: claimable tasks by queue, priority, age
 //	agents      agent_id                agents, and "#key#<sha256>" key items
 //	  all_agents       kind / agent_id           list agents
@@ -39,14 +39,39 @@
 //	events      task_id / seq           the audit trail; TTL "ttl"
 //	  by_feed          feed_shard / feed_key     sparse: the fleet feed by time (feed.go)
 //	deadletters event_id / url          webhook deliveries that failed for good (AWS); TTL "ttl"
-//	inbox       agent_id / message_id   task_available messages; TTL "ttl"
+//	inbox       agent_id / message_id   task_available messages; watches under
+//	                                    "#watch#<task_id>" / agent; TTL "ttl"
 //
 // The lease lives on the task item (holder, run_id, locked_at,
 // lease_expires, timeout_ms, reason). The sparse indexes hold a task only
 // while those attributes are present: ending a lease REMOVEs them, which takes
 // the task out of both lease indexes in the same write. lease_shard spreads
-// the expiry index over schema.Shards partitions so no one partition takes
-// every lease write; readers Query each shard.
+// the expiry index over schema.Shards partitions, status_shard
+// ("open#<shard>" for todo and in_progress, "done#<shard>",
+// "cancelled#<shard>") each status group over schema.StatusShards, and
+// claim_shard each queue over schema.ClaimShards, so that no one partition
+// takes every transition of the fleet; readers Query each shard.
+//
+// No index projects the whole task. Each projects its keys and the few
+// attributes its readers use (schema.Index.Include): by_status the status
+// and queue (its filters), by_lease_expiry the holder, fence and lock time
+// (the sweep's conditions, and the filter that finds one agent's leases),
+// by_claim the queue, priority and creation time (the claim's order). An
+// index is written only when a write changes an entry's keys or those
+// attributes, and an entry costs one write unit whatever the task's body
+// (its own item, body.go). So a checkout writes the task item, updates
+// its by_status entry's status (the task stays in its open partition),
+// puts its lease's expiry entry and deletes its claim entry: 4 write
+// units; its consequences add the archived event, its feed entry and the
+// queue counter: 7 in all, for any task. A completion: the item, the
+// expiry entry, the status entry moved from open to done (2): 4, and 7 in
+// all; a renewal: the item and the expiry entry moved (2): 3, and 5 with
+// its event. A conflict's failed write bills the item: 1. No index is
+// keyed by holder: one agent's leases are found by a filter on the expiry
+// index (removal, the sweep's deaths, a listing by agent), which reads
+// every live lease of the fleet but keeps each grant and ending to one
+// lease index write. TestUnitBudget holds these figures on the local
+// DynamoDB's meter, which bills as DynamoDB does.
 //
 // # Access patterns: GetItem, conditional write or Query, never Scan
 //
@@ -65,14 +90,13 @@
 //	  retried           the failed UpdateItem, which returns the ending it repeats
 //	force release       GetItem task + holder's heartbeat (cached) + UpdateItem
 //	task, lock status   GetItem task (+ holder's heartbeat, cached)
-//	list tasks          Query by_status + BatchGetItem of the tasks (+ holders' heartbeats)
-//	list checkouts      Query by_lease_expiry per shard, or by_holder, + BatchGetItem
+//	list tasks          Query by_status, a shard at a time + BatchGetItem of
+//	                    the tasks (+ holders' heartbeats)
+//	list checkouts      Query by_lease_expiry per shard (one agent's: filtered) + BatchGetItem
 //	                    of the tasks (+ holders' heartbeats)
 //	claim candidates    at once: Query by_claim per shard of each queue (its
-//	                    head), by_lease_expiry per shard for expired
-//	                    leases, and heartbeats by_expiry per shard, each due
-//	                    agent confirmed by GetItem, then by_holder for its
-//	                    leases
+//	                    head); expired and dead holders' leases reach
+//	                    by_claim when the sweep ends them
 //	claim, waiting      per look after the first: Query by_claim per shard of
 //	                    each queue only
 //	create (batch)      PutItem (one per task, concurrently; the failed
@@ -81,7 +105,8 @@
 //	                    (+ holder's heartbeat, cached, when a lease is on it)
 //	claim with run_id   + GetItem of its receipt, UpdateItem of it per try
 //	heartbeat           UpdateItem (a second one when the agent returns from the dead)
-//	watch               UpdateItem (a second one to start a task's watch list)
+//	watch               GetItem of the task (a conflict has it already), a Query
+//	                    of its watches, a PutItem of the watch
 //	authenticate        GetItem of the key item "#key#<sha256(key)>"
 //	events, inbox       Query on the table's own key (+ GetItem of the task, for
 //	                    its latest events)
@@ -119,14 +144,12 @@
 //	                 task as it is, under its current status only (a task
 //	                 whose index entry lags is missing from that page, never
 //	                 shown wrongly); a claim's grant is a conditional write
-//	by_lease_expiry  candidates for the sweep's timeout pass and for claim:
-//	                 each ending or takeover is conditioned on the lease
-//	                 (holder, fence, and expiry or eseq) as read
-//	by_holder        an agent's leases, for the death pass, removal, claim
-//	                 and listing; the ending write pins holder, fence and
-//	                 locked_at, and a listing confirms with BatchGetItem. It
-//	                 is never used to find a claim's earlier grant: a named
-//	                 claim keeps a receipt instead (see Claim)
+//	by_lease_expiry  candidates for the sweep's timeout and death passes,
+//	                 removal and listing: each ending is conditioned on the
+//	                 lease (holder, fence, and expiry or locked_at) as read,
+//	                 and a listing confirms with BatchGetItem. It is never
+//	                 used to find a claim's earlier grant: a named claim
+//	                 keeps a receipt instead (see Claim)
 //	hb by_expiry     agents the sweep (and claim) must judge; each is
 //	                 confirmed by a consistent GetItem of its heartbeat
 //	all_agents       the agent listing only
@@ -241,32 +264,40 @@
 // by a consistent GetItem, the clock read before it: a dead agent's leases
 // locked up to that instant have ended; a returned agent's leases locked up
 // to its return (alive_since) have; an agent found alive with no death
-// pending was a stale index entry and is left alone. For each, by_holder
-// lists its leases, and each is ended by an UpdateItem conditioned on its
+// pending was a stale index entry and is left alone. If any agent is dead,
+// one read of the whole expiry index (every shard, every live lease) finds
+// the leases of all of them, and each is ended by an UpdateItem conditioned on its
 // exact holder, fence and locked_at (for timeouts, on lease_expires <=
 // now), so of any number of concurrent sweeps and checkouts exactly one ends
 // it and records its event.
 //
 // A dead agent stays in the index while it is dead, so a lease it takes
 // while dead (its key still works) is ended by the next sweep; this costs
-// one GetItem and one Query per dead agent per sweep, until its heartbeat
+// one GetItem per dead agent per sweep, and a read of every live lease per
+// sweep while any agent is dead, until its heartbeat
 // item's TTL removes it (7 days). A returned agent's death is settled (the
 // index moves to its expiry) once the sweep has looked at it more than
-// settleAfter (30 s) after the return, since by_holder may lag that long.
+// settleAfter (30 s) after the return, since the expiry index may lag that
+// long.
 // Nothing is ever scanned, and the cost of a sweep grows with the leases
 // that need ending and the agents that are dead, not with the table.
 //
 // # Watchers
 //
-// A task's watchers are a map on its item, from agent id to when it asked,
-// bounded by MaxWatchers (100), so that no number of watchers can push the
-// item towards DynamoDB's 400 KB limit (at most about 14 KB, twice: the
-// live list and the last ending's). Past the bound a watch is 409
-// too_many_watchers; watching again only refreshes the entry. The writer
-// that frees the task takes the list in its write and reads the watchers'
+// A watch is an item of its own (watch.go), in the inbox table under the
+// task's watch partition, so that every transition writes the same small
+// task item however many agents watch it. A task has at most MaxWatchers
+// (100) watchers: past the bound a watch is 409 too_many_watchers, checked
+// against a consistent read of the task's watches (concurrent watches can
+// pass it by as many as race, a bounded overshoot); watching again only
+// refreshes the watch. A watch records the task's eseq; the stream function
+// tells, for each freeing, the watches placed before it, then deletes them
+// (each conditioned on being the watch it read), and reads the watchers'
 // heartbeat items in one batch, so that a removed agent, or an id
-// registered again after the watch, is not told.
-//
+// registered again after the watch, is not told. A task item from before
+// watch items may still carry a watch list (watchers); its next freeing
+// tells those too, and the ending write removes the list.
+
 // # Queues, priorities and claim
 //
 // A task has a queue (an id, default "default") and a priority (0 to 9,
@@ -307,9 +338,11 @@
 //	                         after it (a reopen, a queue or priority change)
 //
 // Expired and dead holders' leases are not in by_claim (the lease is still
-// on the item until a sweep or a takeover ends it); claim finds them as
-// before, in by_lease_expiry and through the heartbeats, keeps those of its
-// queues, and orders them with the claim index's entries by the same key.
+// on the item until a sweep or a takeover ends it), and claim does not look
+// for them: the sweep ends them and puts their tasks back in by_claim, so a
+// claim reads one partition per shard of each queue, 4 Queries for one
+// queue however deep, and such a task is claimable within one sweep
+// interval of its expiry (a named checkout takes it at once).
 // A task written before queues has no claim_home: it counts as queue
 // "default" at priority 5 everywhere, and enters by_claim at its next
 // ending to todo (or PATCH).
@@ -457,10 +490,11 @@
 // REMOVE holder), and a checkout copies the lease it took over into prev_*.
 // From the item alone, latestEvents rebuilds that write's events: a
 // checkout (and the end of the lease it took over), a renewal, or an
-// ending. The item stays small and bounded: one lease, one last ending,
-// one replaced lease and at most MaxWatchers watchers, about 1 KB without
-// watchers, so a transition costs one write unit (two with a long watch
-// list) and a conflict's failed write the same.
+// ending. The item stays small and bounded: one lease, one last ending and
+// one replaced lease, under 1 KB with ids and reasons of usual length (the
+// body and the watches are items of their own), so the write of a
+// transition bills one write unit on the table, and a conflict's failed
+// write the same; see "Tables" for its index entries and consequences.
 //
 // The tasks table's stream (NEW_AND_OLD_IMAGES) carries every change, once
 // or more, in order per item, for 24 hours. The stream function

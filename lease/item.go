@@ -15,9 +15,12 @@ import (
 // that one conditional write decides every transition. Times are Unix
 // milliseconds.
 type taskItem struct {
-	TaskID      string `dynamodbav:"task_id"`
-	Title       string `dynamodbav:"title,omitempty"`
-	Status      Status `dynamodbav:"status"`
+	TaskID string `dynamodbav:"task_id"`
+	Title  string `dynamodbav:"title,omitempty"`
+	Status Status `dynamodbav:"status"`
+	// StatusShard is the status index's partition key: the status and a
+	// shard of the task's (statusShard).
+	StatusShard string `dynamodbav:"status_shard,omitempty"`
 	CreatedAt   int64  `dynamodbav:"created_at"`
 	CreatedKey  string `dynamodbav:"created_key"`
 	StartedAt   int64  `dynamodbav:"started_at,omitempty"`
@@ -27,8 +30,11 @@ type taskItem struct {
 	// Priority is stored as given; a missing attribute (a task written
 	// before queues) is DefaultPriority, see priority().
 	Priority *int `dynamodbav:"priority,omitempty"`
-	// Metadata is the JSON object as the caller gave it.
-	Metadata string `dynamodbav:"metadata,omitempty"`
+	// Metadata is the JSON object as the caller gave it. Description and
+	// metadata are kept in the task's body (body.go), whose token is
+	// BodyToken; only a task item from before bodies holds them itself.
+	Metadata  string `dynamodbav:"metadata,omitempty"`
+	BodyToken string `dynamodbav:"body,omitempty"`
 	// Version grows by one with every write of the item (Store.update and
 	// every other write add to it).
 	Version int64 `dynamodbav:"version"`
@@ -66,6 +72,10 @@ type taskItem struct {
 	// Watchers maps each watching agent to when it asked (Unix ms). It is
 	// bounded by MaxWatchers.
 	Watchers map[string]int64 `dynamodbav:"watchers,omitempty"`
+
+	// MigratedAt is set on a task copied from a table of the earlier
+	// schema (migrate.go).
+	MigratedAt int64 `dynamodbav:"migrated_at,omitempty"`
 
 	// The latest transition: its type (an event type) and time. Every write
 	// that moves a lease sets them, and eseq, in the same write.

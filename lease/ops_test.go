@@ -408,8 +408,13 @@ func TestWatchAndClaim(t *testing.T) {
 	if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "c"}); !errors.Is(err, lease.ErrNoTaskAvailable) {
 		t.Fatalf("claim when all taken: %v", err)
 	}
-	// An expired lease frees its task for claims before any sweep runs.
+	// An expired lease frees its task for claims once a sweep has ended it
+	// (a named checkout would take it at once).
 	e.clock.Advance(time.Minute)
+	if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "c"}); !errors.Is(err, lease.ErrNoTaskAvailable) {
+		t.Fatalf("claim of an expired lease before a sweep: %v", err)
+	}
+	must[lease.SweepResult](t)(e.store.Sweep(c))
 	if got := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "c", Timeout: time.Minute})); got.TaskID != "old" {
 		t.Fatalf("claim after expiry got %s, want old", got.TaskID)
 	}

@@ -160,8 +160,8 @@ func TestClaimByQueueAndPriority(t *testing.T) {
 	}
 }
 
-// An expired lease in a queue is claimable from that queue, in priority
-// order with the todo tasks; not from another queue.
+// An expired lease in a queue is claimable from that queue once a sweep has
+// ended it, in priority order with the todo tasks; not from another queue.
 func TestClaimTakesExpiredLeaseByPriority(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -172,6 +172,7 @@ func TestClaimTakesExpiredLeaseByPriority(t *testing.T) {
 	e.checkout(t, "held-high", "a", time.Second)
 	e.checkout(t, "other", "a", time.Second)
 	e.clock.Advance(2 * time.Second)
+	must[lease.SweepResult](t)(e.store.Sweep(c))
 	co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "b", Queues: []string{"q"}}))
 	if co.TaskID != "held-high" || co.Queue != "q" || co.Priority != 8 || co.Title != "title of held-high" {
 		t.Fatalf("claimed %+v, want held-high with its title, queue and priority", co)

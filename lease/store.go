@@ -151,6 +151,9 @@ var (
 	// nameClaimShard is the claim index's partition key, present only on
 	// claimable tasks.
 	nameClaimShard = expression.Name("claim_shard")
+	// nameStatusShard is the status index's partition key, kept with the
+	// status by setStatus.
+	nameStatusShard = expression.Name("status_shard")
 )
 
 // update makes one conditional UpdateItem on a task. When the condition
@@ -237,7 +240,7 @@ func copyOf(name string) expression.OperandBuilder {
 // before queues has none and goes to the default queue); any other ending
 // leaves it out.
 func endUpdate(taskID string, e ending, now time.Time) expression.UpdateBuilder {
-	u := expression.Set(nameStatus, expression.Value(string(e.status))).
+	u := setStatus(expression.UpdateBuilder{}, taskID, e.status).
 		Set(nameESeq, nameESeq.Plus(expression.Value(1))).
 		Set(expression.Name("last_op"), expression.Value(string(e.typ))).
 		Set(expression.Name("last_at"), expression.Value(ms(now))).
@@ -273,7 +276,7 @@ func (t *taskItem) afterEnd(e ending, now time.Time) *taskItem {
 	old := t
 	after := *old
 	t = &after
-	t.Status = e.status
+	t.Status, t.StatusShard = e.status, statusShard(e.status, old.TaskID)
 	t.ESeq = old.ESeq + 1
 	t.LastOp, t.LastAt = e.typ, ms(now)
 	t.Version = old.Version + 1
@@ -302,6 +305,37 @@ func newID(prefix string) string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return prefix + hex.EncodeToString(b[:])
+}
+
+// setStatus sets a task's status and its status index key in one update:
+// every write that moves a task's status goes through it.
+func setStatus(u expression.UpdateBuilder, taskID string, st Status) expression.UpdateBuilder {
+	return u.Set(nameStatus, expression.Value(string(st))).
+		Set(nameStatusShard, expression.Value(statusShard(st, taskID)))
+}
+
+// statusShard is a task's partition in the status index: its status group
+// and a shard chosen by its id, so that no partition takes every
+// transition of the fleet. todo and in_progress share the group "open", so
+// that a checkout or a release, which move a task between them, leave the
+// entry's key where it is (its projected status is updated, one write
+// unit, where a key moved is two).
+func statusShard(st Status, taskID string) string {
+	return statusGroup(st) + "#" + strconv.Itoa(int(shardHash(taskID)%schema.StatusShards))
+}
+
+// statusGroup is the status index's name for st's partitions.
+func statusGroup(st Status) string {
+	if st == StatusTodo || st == StatusInProgress {
+		return "open"
+	}
+	return string(st)
+}
+
+func shardHash(id string) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return h.Sum32()
 }
 
 func shardOf(id string) string {

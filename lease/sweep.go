@@ -3,13 +3,17 @@ package lease
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -44,13 +48,12 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 				cond := nameHolder.Equal(expression.Value(it.Holder)).
 					And(nameFence.Equal(expression.Value(it.Fence)),
 						nameExpires.LessThanEqual(expression.Value(ms(now))))
-				n, err := s.sweepEnd(gctx, it, cond, EventTimeout, "lease expired", now)
-				if err != nil || n < 0 {
+				ended, err := s.sweepEnd(gctx, it, cond, EventTimeout, "lease expired", now)
+				if err != nil || !ended {
 					return err
 				}
 				mu.Lock()
 				res.Timeouts++
-				res.Notified += n
 				mu.Unlock()
 				return nil
 			})
@@ -59,6 +62,10 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 	if err := g.Wait(); err != nil {
 		return res, err
 	}
+	// The dead: every agent the heartbeats index says is due, judged by a
+	// consistent read of its heartbeat. Their leases are then found in one
+	// pass over the live leases, however many agents died.
+	deaths := map[string]death{}
 	for shard := range schema.Shards {
 		keyCond := expression.Key("hb_shard").Equal(expression.Value(strconv.Itoa(shard))).
 			And(expression.Key("hb_expires").LessThanEqual(expression.Value(ms(now))))
@@ -67,92 +74,179 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 			return res, fmt.Errorf("sweep heartbeats: %w", err)
 		}
 		for _, cand := range due {
-			ended, notified, err := s.sweepDeath(ctx, cand.AgentID)
+			d, ok, err := s.judgeDeath(ctx, cand.AgentID)
 			if err != nil {
 				return res, err
 			}
-			res.AgentDeaths += ended
-			res.Notified += notified
+			if ok {
+				deaths[cand.AgentID] = d
+			}
+		}
+	}
+	if len(deaths) == 0 {
+		return res, nil
+	}
+	leases, err := s.liveLeaseEntries(ctx, nil)
+	if err != nil {
+		return res, err
+	}
+	for i := range leases {
+		it := &leases[i]
+		d, ok := deaths[it.Holder]
+		if !ok || it.LockedAt > d.upTo {
+			continue
+		}
+		ended, err := s.endDeadLease(ctx, it, d.upTo, d.reason)
+		if err != nil {
+			return res, err
+		}
+		if ended {
+			res.AgentDeaths++
+		}
+	}
+	for _, d := range deaths {
+		if d.settle != nil {
+			if err := s.settleDeath(ctx, d.settle); err != nil {
+				return res, err
+			}
 		}
 	}
 	return res, nil
 }
 
-// sweepEnd ends one lease found by the sweep and frees its task. It returns
-// the number of watchers the change stream is to tell, or -1 when another
+// sweepEnd ends one lease found by the sweep and frees its task; its
+// watchers are told through the change stream. ended is false when another
 // writer got there first.
-func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond expression.ConditionBuilder, typ EventType, reason string, now time.Time) (int, error) {
-	old, _, applied, err := s.endLease(ctx, it.TaskID, cond, ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo}, now)
-	if err != nil || !applied {
-		return -1, err
-	}
-	return len(old.Watchers), nil
+func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond expression.ConditionBuilder, typ EventType, reason string, now time.Time) (bool, error) {
+	_, _, applied, err := s.endLease(ctx, it.TaskID, cond, ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo}, now)
+	return applied, err
 }
 
 // settleAfter is how long after an agent's return from the dead the sweep
-// keeps looking for leases it held when it died. The by_holder index it
+// keeps looking for leases it held when it died. The lease-expiry index it
 // reads lags the table; this is far beyond DynamoDB's usual sub-second lag.
 const settleAfter = 30 * time.Second
 
-// sweepDeath ends the leases that agentID's death ended, for a candidate
-// that the heartbeats index says is due. The index is only a candidate: a
-// consistent read decides. If the agent is dead, every lease locked up to
-// the moment of that read has ended; if it has come back since it died (a
-// death not swept yet), the leases locked up to its return have. A dead
-// agent stays in the index while it is dead, so that a lease it takes while
-// dead is swept too; a returned one leaves it once its death is settled.
-func (s *Store) sweepDeath(ctx context.Context, agentID string) (ended, notified int, err error) {
+// death is what the sweep learned of one agent's death: its leases locked
+// at or before upTo (Unix ms) have ended, for reason; settle, when set, is
+// the heartbeat of an agent whose return is old enough for the sweep to
+// stop looking.
+type death struct {
+	upTo   int64
+	reason string
+	settle *heartbeatItem
+}
+
+// judgeDeath reads agentID's heartbeat consistently, for a candidate that
+// the heartbeats index says is due (the index only proposes). If the agent
+// is dead, every lease locked up to the moment of that read has ended; if
+// it has come back since it died (a death not swept yet), the leases locked
+// up to its return have. A dead agent stays in the index while it is dead,
+// so that a lease it takes while dead is swept too; a returned one leaves
+// it once its death is settled.
+func (s *Store) judgeDeath(ctx context.Context, agentID string) (death, bool, error) {
 	readAt := s.clock() // before the read: the agent was dead at least until the read
 	hb, err := s.readHeartbeat(ctx, agentID)
 	if err != nil || hb == nil {
-		return 0, 0, err
+		return death{}, false, err
 	}
-	var upTo int64
+	var d death
 	switch {
 	case hb.dead(readAt):
-		upTo = ms(readAt)
+		d.upTo = ms(readAt)
 	case hb.DeadAt > 0:
-		upTo = hb.AliveSince
+		d.upTo = hb.AliveSince
 	default:
-		return 0, 0, nil // the index was behind: alive, nothing to end
+		return death{}, false, nil // the index was behind: alive, nothing to end
 	}
-	reason := "holder's heartbeat expired"
+	d.reason = "holder's heartbeat expired"
 	if hb.Removed {
-		reason = "agent removed"
-	}
-	if ended, notified, err = s.endLeasesOf(ctx, agentID, upTo, reason); err != nil {
-		return ended, notified, err
+		d.reason = "agent removed"
 	}
 	if !hb.dead(readAt) && ms(readAt) > hb.AliveSince+settleAfter.Milliseconds() {
-		err = s.settleDeath(ctx, hb)
+		d.settle = hb
 	}
-	return ended, notified, err
+	return d, true, nil
+}
+
+// liveLeaseEntries reads the lease-expiry index whole, every shard at once:
+// every lease on a task, live or not swept yet, with its holder, fence and
+// lock time. With holder, only that agent's (a filter). It is how one
+// agent's leases are found: no index is keyed by holder, so that a lease's
+// grant and end write one lease index, not two.
+func (s *Store) liveLeaseEntries(ctx context.Context, holder *string) ([]taskItem, error) {
+	out := make([][]taskItem, schema.Shards)
+	g, gctx := errgroup.WithContext(ctx)
+	for shard := range schema.Shards {
+		g.Go(func() error {
+			b := expression.NewBuilder().WithKeyCondition(expression.Key("lease_shard").Equal(expression.Value(strconv.Itoa(shard))))
+			if holder != nil {
+				b = b.WithFilter(nameHolder.Equal(expression.Value(*holder)))
+			}
+			expr, err := b.Build()
+			if err != nil {
+				return err
+			}
+			in := &dynamodb.QueryInput{
+				TableName: &s.tasks, IndexName: aws.String(schema.TasksByLeaseExpiry),
+				KeyConditionExpression:    expr.KeyCondition(),
+				FilterExpression:          expr.Filter(),
+				ExpressionAttributeNames:  expr.Names(),
+				ExpressionAttributeValues: expr.Values(),
+			}
+			for p := dynamodb.NewQueryPaginator(s.db, in); p.HasMorePages(); {
+				page, err := p.NextPage(gctx)
+				if err != nil {
+					return fmt.Errorf("read leases: %w", err)
+				}
+				var batch []taskItem
+				if err := attributevalue.UnmarshalListOfMaps(page.Items, &batch); err != nil {
+					return err
+				}
+				out[shard] = append(out[shard], batch...)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return slices.Concat(out...), nil
+}
+
+// leasesOf is one agent's leases, as the lease-expiry index proposes them.
+func (s *Store) leasesOf(ctx context.Context, agentID string) ([]taskItem, error) {
+	return s.liveLeaseEntries(ctx, &agentID)
+}
+
+// endDeadLease ends one lease of an agent whose death ended its leases
+// locked up to upTo, recording agent_death. The index only proposes: the
+// write is conditioned on that exact lease and on locked_at, so a lease the
+// agent took after coming back to life is left alone.
+func (s *Store) endDeadLease(ctx context.Context, it *taskItem, upTo int64, reason string) (bool, error) {
+	cond := nameHolder.Equal(expression.Value(it.Holder)).
+		And(nameFence.Equal(expression.Value(it.Fence)),
+			expression.Name("locked_at").LessThanEqual(expression.Value(upTo)))
+	return s.sweepEnd(ctx, it, cond, EventAgentDeath, reason, s.clock())
 }
 
 // endLeasesOf ends every lease agentID holds that was locked at or before
-// upTo (Unix ms), recording agent_death. The by_holder index only proposes:
-// each ending write is conditioned on that exact lease and on locked_at, so
-// a lease the agent took after coming back to life is left alone.
-func (s *Store) endLeasesOf(ctx context.Context, agentID string, upTo int64, reason string) (ended, notified int, err error) {
-	items, err := s.queryTasks(ctx, schema.TasksByHolder, expression.Key("holder").Equal(expression.Value(agentID)))
+// upTo (Unix ms), recording agent_death.
+func (s *Store) endLeasesOf(ctx context.Context, agentID string, upTo int64, reason string) (ended int, err error) {
+	items, err := s.leasesOf(ctx, agentID)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	for i := range items {
-		it := &items[i]
-		cond := nameHolder.Equal(expression.Value(agentID)).
-			And(nameFence.Equal(expression.Value(it.Fence)),
-				expression.Name("locked_at").LessThanEqual(expression.Value(upTo)))
-		n, err := s.sweepEnd(ctx, it, cond, EventAgentDeath, reason, s.clock())
+		ok, err := s.endDeadLease(ctx, &items[i], upTo, reason)
 		if err != nil {
-			return ended, notified, err
+			return ended, err
 		}
-		if n >= 0 {
+		if ok {
 			ended++
-			notified += n
 		}
 	}
-	return ended, notified, nil
+	return ended, nil
 }
 
 // settleDeath ends the sweep's interest in a death the agent came back

@@ -32,6 +32,8 @@ type TableAdmin interface {
 	CreateTable(ctx context.Context, in *dynamodb.CreateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
 	UpdateTimeToLive(ctx context.Context, in *dynamodb.UpdateTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error)
 	UpdateTable(ctx context.Context, in *dynamodb.UpdateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateTableOutput, error)
+	// GetItem reads the marker a finished migration leaves (migrate.go).
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 }
 
 // streamSpec is the change stream of a table with schema.Table.Stream.
@@ -41,7 +43,24 @@ var streamSpec = &types.StreamSpecification{StreamEnabled: aws.Bool(true), Strea
 // waits until each is active, and turns on TTL where the server supports it
 // (dynalite does not; TTL only collects garbage, so nothing depends on it).
 // It is idempotent. In AWS the CDK app creates the tables instead.
+//
+// It refuses (ErrMigrationNeeded) while a tasks table of the earlier schema
+// holds tasks not yet copied into today's: `checkout-server migrate` copies
+// them (Migrate).
 func EnsureTables(ctx context.Context, db TableAdmin, names schema.Names) error {
+	old := names.Table(schema.TasksTableV1)
+	if done, found, err := migrationState(ctx, db, old); err != nil {
+		return err
+	} else if found && !done {
+		return fmt.Errorf("%w: the table %s was written by an earlier version, whose indexes copied whole tasks; "+
+			"run `checkout-server migrate` (with the same CHECKOUT_DATA_DIR or DYNAMODB_ENDPOINT, and CHECKOUT_TABLE_PREFIX) "+
+			"to copy its tasks, leases and fences into %s, then start the server again",
+			ErrMigrationNeeded, old, names.Table(schema.TasksTable))
+	}
+	return ensureTables(ctx, db, names)
+}
+
+func ensureTables(ctx context.Context, db TableAdmin, names schema.Names) error {
 	for _, t := range schema.Tables() {
 		name := names.Table(t.Name)
 		out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &name})
@@ -150,6 +169,15 @@ func waitActive(ctx context.Context, db TableAdmin, name string) error {
 	}
 }
 
+// projection is the index's DynamoDB projection.
+func projection(ix schema.Index) *types.Projection {
+	p := &types.Projection{ProjectionType: types.ProjectionType(ix.ProjectionType())}
+	if len(ix.Include) > 0 {
+		p.NonKeyAttributes = ix.Include
+	}
+	return p
+}
+
 // CreateTableInput is the CreateTable request for one table of the schema,
 // on-demand.
 func CreateTableInput(t schema.Table, name string) *dynamodb.CreateTableInput {
@@ -175,7 +203,7 @@ func CreateTableInput(t schema.Table, name string) *dynamodb.CreateTableInput {
 		in.GlobalSecondaryIndexes = append(in.GlobalSecondaryIndexes, types.GlobalSecondaryIndex{
 			IndexName:  aws.String(ix.Name),
 			KeySchema:  keySchema(ix.PartitionKey, ix.SortKey),
-			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
+			Projection: projection(ix),
 		})
 	}
 	for n, typ := range attrs {

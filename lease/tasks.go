@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -69,7 +70,7 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 	prio := *p.Priority
 	it := taskItem{
 		TaskID: p.TaskID, Title: p.Title, Description: p.Description, Queue: p.Queue, Priority: &prio,
-		Status: StatusTodo, Version: 1,
+		Status: StatusTodo, StatusShard: statusShard(StatusTodo, p.TaskID), Version: 1,
 		CreatedAt: ms(now), CreatedKey: fmt.Sprintf("%013d#%s", ms(now), p.TaskID),
 		ClaimHome: claimHome(p.Queue, p.TaskID), ClaimKey: claimKey(prio, ms(now), p.TaskID),
 	}
@@ -80,9 +81,24 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 	return it, nil
 }
 
-// putTask writes a new task item unless the id is taken; then it returns
-// the task that has it (from the failed write itself, ALL_OLD).
+// putTask writes a new task (its body first, then its item) unless the id
+// is taken; then it returns the task that has it (from the failed write
+// itself, ALL_OLD), with its body.
 func (s *Store) putTask(ctx context.Context, it taskItem) (*taskItem, error) {
+	if b := splitBody(&it); b != nil {
+		if err := s.putBody(ctx, b); err != nil {
+			return nil, err
+		}
+	}
+	cur, err := s.putTaskItem(ctx, it)
+	if err != nil || cur == nil {
+		return cur, err
+	}
+	s.dropBody(ctx, it.TaskID, it.BodyToken) // the id was taken: nobody names this body
+	return cur, s.fillBodies(ctx, cur)
+}
+
+func (s *Store) putTaskItem(ctx context.Context, it taskItem) (*taskItem, error) {
 	item, err := attributevalue.MarshalMap(it)
 	if err != nil {
 		return nil, err
@@ -162,6 +178,9 @@ func (s *Store) CreateTasks(ctx context.Context, ps []CreateTaskParams) ([]Batch
 func (s *Store) GetTask(ctx context.Context, taskID string) (Task, error) {
 	it, live, err := s.readTask(ctx, taskID)
 	if err != nil {
+		return Task{}, err
+	}
+	if err := s.fillBodies(ctx, it); err != nil {
 		return Task{}, err
 	}
 	return it.task(live), nil
@@ -247,11 +266,17 @@ func (s *Store) liveLeases(ctx context.Context, items []taskItem, now time.Time)
 	return live, nil
 }
 
-// cursor is the decoded form of TaskPage.NextCursor.
+// cursor is the decoded form of TaskPage.NextCursor: the status the next
+// page starts in, and where it starts in each of that status's shards.
 type cursor struct {
-	Status int               `json:"s"`
-	Key    map[string]string `json:"k,omitempty"`
+	Status int `json:"s"`
+	// After holds, per shard, the created_key of the last task listed from
+	// it: "" for none yet, shardDone for a shard listed to its end.
+	After []string `json:"a,omitempty"`
 }
+
+// shardDone marks a shard listed to its end in a cursor.
+const shardDone = "~"
 
 func encodeCursor(c cursor) string {
 	b, _ := json.Marshal(c)
@@ -261,22 +286,40 @@ func encodeCursor(c cursor) string {
 func decodeCursor(s string) (cursor, error) {
 	var c cursor
 	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(s) > 2048 || json.Unmarshal(b, &c) != nil || c.Status < 0 || c.Status >= len(Statuses) {
+	if err != nil || len(s) > MaxCursorLen || json.Unmarshal(b, &c) != nil || c.Status < 0 || c.Status >= len(Statuses) ||
+		c.After != nil && len(c.After) != schema.StatusShards {
 		return cursor{}, notIssued()
 	}
-	for k := range c.Key {
-		if k != "task_id" && k != "status" && k != "created_key" {
+	for _, k := range c.After {
+		if k != "" && k != shardDone && !validCreatedKey(k) {
 			return cursor{}, notIssued()
 		}
 	}
 	return c, nil
 }
 
+// validCreatedKey reports whether k could be a task's created_key: 13
+// digits of milliseconds, '#', the task's id.
+func validCreatedKey(k string) bool {
+	ms, id, ok := strings.Cut(k, "#")
+	if !ok || len(ms) != 13 || !ValidID(id) {
+		return false
+	}
+	for _, c := range ms {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // ListTasks lists tasks by status in creation order, a page at a time. With
-// no status it walks todo, in_progress, done and cancelled in turn. Listings
-// come from an index and so reflect the sweep: a task whose lease expired is
-// listed as in_progress until the sweep moves it back to todo, but it is
-// never shown with a live checkout.
+// no status it walks todo, in_progress, done and cancelled in turn. A
+// status's tasks are spread over schema.StatusShards index partitions; a
+// page reads the next tasks of every shard at once and merges them by
+// creation. Listings come from an index and so reflect the sweep: a task
+// whose lease expired is listed as in_progress until the sweep moves it
+// back to todo, but it is never shown with a live checkout.
 func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, error) {
 	if p.Limit == 0 {
 		p.Limit = DefaultListLimit
@@ -311,7 +354,7 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 		if c, err = decodeCursor(p.Cursor); err != nil {
 			return TaskPage{}, err
 		}
-		if c.Status >= len(statuses) || !validResumeKey(c.Key, statuses[c.Status]) {
+		if c.Status >= len(statuses) {
 			return TaskPage{}, notIssued()
 		}
 	}
@@ -319,44 +362,26 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 	listed := map[string]Status{} // the status each task was listed under
 	next := ""
 	for i := c.Status; i < len(statuses) && len(items) < p.Limit; i++ {
-		keyCond := expression.Key("status").Equal(expression.Value(string(statuses[i])))
-		b := expression.NewBuilder().WithKeyCondition(keyCond)
-		if filter != nil {
-			// A queue's tasks are filtered out of the status's pages: a page
-			// may hold fewer than limit tasks and still have a next cursor.
-			b = b.WithFilter(*filter)
+		after := c.After
+		if i != c.Status || after == nil {
+			after = make([]string, schema.StatusShards)
 		}
-		expr, _ := b.Build()
-		in := &dynamodb.QueryInput{
-			TableName: &s.tasks, IndexName: aws.String(schema.TasksByStatus),
-			KeyConditionExpression:    expr.KeyCondition(),
-			FilterExpression:          expr.Filter(),
-			ExpressionAttributeNames:  expr.Names(),
-			ExpressionAttributeValues: expr.Values(),
-			Limit:                     aws.Int32(int32(p.Limit - len(items))),
-		}
-		if i == c.Status && len(c.Key) > 0 {
-			in.ExclusiveStartKey = stringKey(c.Key)
-		}
-		out, err := s.db.Query(ctx, in)
+		batch, pos, err := s.listStatus(ctx, statuses[i], after, p.Limit-len(items), filter)
 		if err != nil {
-			return TaskPage{}, fmt.Errorf("list tasks: %w", err)
-		}
-		var batch []taskItem
-		if err := attributevalue.UnmarshalListOfMaps(out.Items, &batch); err != nil {
 			return TaskPage{}, err
 		}
 		for _, it := range batch {
 			listed[it.TaskID] = statuses[i]
 		}
 		items = append(items, batch...)
-		switch {
-		case len(out.LastEvaluatedKey) > 0:
-			next = encodeCursor(cursor{Status: i, Key: plainKey(out.LastEvaluatedKey)})
-			i = len(statuses) // stop: resume inside this status
-		case len(items) >= p.Limit && i+1 < len(statuses):
-			next = encodeCursor(cursor{Status: i + 1})
+		if !slices.ContainsFunc(pos, func(k string) bool { return k != shardDone }) {
+			if len(items) >= p.Limit && i+1 < len(statuses) {
+				next = encodeCursor(cursor{Status: i + 1})
+			}
+			continue // this status is listed to its end
 		}
+		next = encodeCursor(cursor{Status: i, After: pos})
+		break
 	}
 	// The index only proposes: the page shows each task as its item is now,
 	// and only under the status it has now.
@@ -368,6 +393,13 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 	if err != nil {
 		return TaskPage{}, err
 	}
+	ptrs := make([]*taskItem, len(items))
+	for i := range items {
+		ptrs[i] = &items[i]
+	}
+	if err := s.fillBodies(ctx, ptrs...); err != nil {
+		return TaskPage{}, err
+	}
 	page := TaskPage{Tasks: make([]Task, 0, len(items)), NextCursor: next}
 	for _, it := range items {
 		if t := it.task(live[it.TaskID]); t.Status == listed[it.TaskID] && (p.Queue == "" || t.Queue == p.Queue) {
@@ -377,15 +409,112 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 	return page, nil
 }
 
-// validResumeKey reports whether k could be a by_status position of status:
-// empty (the start of that status), or all three key parts, consistent.
-func validResumeKey(k map[string]string, status Status) bool {
-	if len(k) == 0 {
-		return true
+// listStatus reads up to limit tasks of one status, in creation order,
+// after the positions in after (one per shard), from every shard at once.
+// It returns them and the positions after them. A shard read with a queue
+// filter may stop before limit tasks without reaching its end; only tasks
+// up to the earliest place such a shard stopped are surely in order, so a
+// page may hold fewer than limit tasks and still have a next cursor. (The
+// open statuses, todo and in_progress, are always read with a filter.)
+func (s *Store) listStatus(ctx context.Context, st Status, after []string, limit int, filter *expression.ConditionBuilder) ([]taskItem, []string, error) {
+	type read struct {
+		items []taskItem
+		stop  string // the key the Query stopped at; "" at the shard's end
 	}
-	id := k["task_id"]
-	return len(k) == 3 && k["status"] == string(status) && ValidID(id) &&
-		len(k["created_key"]) == 14+len(id) && strings.HasSuffix(k["created_key"], "#"+id)
+	reads := make([]read, len(after))
+	// todo and in_progress share their partitions ("open"): the status is
+	// a filter too.
+	f := filter
+	if statusGroup(st) != string(st) {
+		c := nameStatus.Equal(expression.Value(string(st)))
+		if filter != nil {
+			c = c.And(*filter)
+		}
+		f = &c
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for shard, pos := range after {
+		if pos == shardDone {
+			continue
+		}
+		g.Go(func() error {
+			part := statusGroup(st) + "#" + strconv.Itoa(shard)
+			b := expression.NewBuilder().WithKeyCondition(expression.Key("status_shard").Equal(expression.Value(part)))
+			if f != nil {
+				b = b.WithFilter(*f)
+			}
+			expr, _ := b.Build()
+			in := &dynamodb.QueryInput{
+				TableName: &s.tasks, IndexName: aws.String(schema.TasksByStatus),
+				KeyConditionExpression:    expr.KeyCondition(),
+				FilterExpression:          expr.Filter(),
+				ExpressionAttributeNames:  expr.Names(),
+				ExpressionAttributeValues: expr.Values(),
+				Limit:                     aws.Int32(int32(limit)),
+			}
+			if pos != "" {
+				_, id, _ := strings.Cut(pos, "#")
+				in.ExclusiveStartKey = stringKey(map[string]string{"task_id": id, "status_shard": part, "created_key": pos})
+			}
+			out, err := s.db.Query(gctx, in)
+			if err != nil {
+				return fmt.Errorf("list tasks: %w", err)
+			}
+			if err := attributevalue.UnmarshalListOfMaps(out.Items, &reads[shard].items); err != nil {
+				return err
+			}
+			if len(out.LastEvaluatedKey) > 0 {
+				reads[shard].stop = plainKey(out.LastEvaluatedKey)["created_key"]
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, nil, err
+	}
+	// Tasks up to the earliest stop are every task of the status there.
+	bound := ""
+	for _, r := range reads {
+		if r.stop != "" && (bound == "" || r.stop < bound) {
+			bound = r.stop
+		}
+	}
+	var all []taskItem
+	for _, r := range reads {
+		for _, it := range r.items {
+			if bound == "" || it.CreatedKey <= bound {
+				all = append(all, it)
+			}
+		}
+	}
+	slices.SortFunc(all, func(a, b taskItem) int { return strings.Compare(a.CreatedKey, b.CreatedKey) })
+	all = all[:min(limit, len(all))]
+	pos := slices.Clone(after)
+	last := ""
+	if len(all) > 0 {
+		last = all[len(all)-1].CreatedKey
+	}
+	for shard, r := range reads {
+		if after[shard] == shardDone {
+			continue
+		}
+		// The shard's position: its last task listed, or, when all of it
+		// up to where the Query stopped is listed, that stop.
+		for _, it := range r.items {
+			if it.CreatedKey <= last && (bound == "" || it.CreatedKey <= bound) {
+				pos[shard] = it.CreatedKey
+			}
+		}
+		switch {
+		case r.stop == "" && (len(r.items) == 0 || r.items[len(r.items)-1].CreatedKey <= last):
+			pos[shard] = shardDone
+		case r.stop != "" && r.stop <= last:
+			pos[shard] = r.stop
+		case r.stop != "" && r.stop == bound && len(all) < limit:
+			pos[shard] = r.stop // filtered out up to there
+		}
+	}
+	return all, pos, nil
 }
 
 func stringKey(m map[string]string) map[string]types.AttributeValue {
@@ -414,10 +543,8 @@ func (s *Store) ListCheckouts(ctx context.Context, agentID string) ([]Checkout, 
 		if err := CheckID("agent_id", agentID); err != nil {
 			return nil, err
 		}
-		keyCond := expression.Key("holder").Equal(expression.Value(agentID)).
-			And(expression.Key("lease_expires").GreaterThan(expression.Value(ms(now))))
 		var err error
-		if items, err = s.queryTasks(ctx, schema.TasksByHolder, keyCond); err != nil {
+		if items, err = s.leasesOf(ctx, agentID); err != nil {
 			return nil, err
 		}
 	} else {

@@ -193,10 +193,6 @@ type Released struct {
 type SweepResult struct {
 	Timeouts    int // leases ended by expiry
 	AgentDeaths int // leases ended because their holder died
-	// Notified counts the watchers the ended leases' tasks had. The sweep
-	// writes no message itself: the change stream then tells each watcher
-	// still registered, with one task_available message.
-	Notified int
 }
 
 // Params of the operations. Zero values mean "the default" where the

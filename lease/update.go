@@ -41,6 +41,9 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		if cur == nil {
 			return Task{}, ErrTaskNotFound
 		}
+		if err := s.fillBodies(ctx, cur); err != nil {
+			return Task{}, err
+		}
 		if want != 0 && cur.Version != want {
 			return Task{}, ErrVersionMismatch
 		}
@@ -69,8 +72,33 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		if err != nil {
 			return Task{}, err
 		}
-		if !changed {
+		// A new description or metadata is a new body, written before the
+		// task item that names it (body.go).
+		body := bodyItem{Description: cur.Description, Metadata: cur.Metadata}
+		if p.Description != nil {
+			body.Description = *p.Description
+		}
+		if p.Metadata != nil {
+			body.Metadata = compactMetadata(p.Metadata)
+		}
+		newBody := body.Description != cur.Description || body.Metadata != cur.Metadata
+		if !changed && !newBody {
 			return cur.task(live), nil
+		}
+		token := cur.BodyToken
+		if newBody {
+			next := taskItem{TaskID: cur.TaskID, Description: body.Description, Metadata: body.Metadata}
+			if b := splitBody(&next); b != nil {
+				if err := s.putBody(ctx, b); err != nil {
+					return Task{}, err
+				}
+				upd = upd.Set(expression.Name("body"), expression.Value(next.BodyToken))
+			} else {
+				upd = upd.Remove(expression.Name("body"))
+			}
+			// A task item from before bodies held them itself.
+			upd = upd.Remove(expression.Name("description")).Remove(expression.Name("metadata"))
+			token = next.BodyToken
 		}
 		cond := nameVersion.Equal(expression.Value(cur.Version))
 		if cur.Version == 0 {
@@ -81,6 +109,9 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 			return Task{}, err
 		}
 		if !applied {
+			if newBody {
+				s.dropBody(ctx, p.TaskID, token)
+			}
 			if after == nil {
 				return Task{}, ErrTaskNotFound
 			}
@@ -89,6 +120,10 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 			}
 			continue
 		}
+		if newBody && cur.BodyToken != token {
+			s.dropBody(ctx, p.TaskID, cur.BodyToken)
+		}
+		after.Description, after.Metadata = body.Description, body.Metadata
 		if after.claimable() {
 			s.claims.wake()
 		}
@@ -136,12 +171,12 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, now time.Tim
 			upd = endUpdate(cur.TaskID, ending{typ: EventCancel, by: p.AgentID, reason: "cancelled", status: StatusCancelled}, now)
 			claimable = false
 		case to == StatusCancelled:
-			upd = upd.Set(nameStatus, expression.Value(string(StatusCancelled))).
+			upd = setStatus(upd, cur.TaskID, StatusCancelled).
 				Set(expression.Name("completed_at"), expression.Value(ms(now))).
 				Remove(nameClaimShard)
 			claimable = false
 		default: // todo, from done or cancelled: reopen
-			upd = upd.Set(nameStatus, expression.Value(string(StatusTodo))).
+			upd = setStatus(upd, cur.TaskID, StatusTodo).
 				Remove(expression.Name("completed_at"))
 			claimable = true
 		}
@@ -161,13 +196,7 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, now time.Tim
 			set(name, *v)
 		}
 	}
-	setText("title", p.Title, cur.Title)
-	setText("description", p.Description, cur.Description)
-	if p.Metadata != nil {
-		if m := compactMetadata(p.Metadata); m != cur.Metadata {
-			set("metadata", m)
-		}
-	}
+	setText("title", p.Title, cur.Title) // description and metadata are the body's: UpdateTask
 	queue, prio := cur.queue(), cur.priority()
 	if p.Queue != nil && (*p.Queue != queue || cur.Queue == "") {
 		queue = *p.Queue

@@ -285,7 +285,7 @@ func (s *Server) Sweep(ctx context.Context) (lease.SweepResult, error) {
 		return res, err
 	}
 	if res != (lease.SweepResult{}) {
-		s.log.InfoContext(ctx, "sweep", "timeouts", res.Timeouts, "agent_deaths", res.AgentDeaths, "notified", res.Notified)
+		s.log.InfoContext(ctx, "sweep", "timeouts", res.Timeouts, "agent_deaths", res.AgentDeaths)
 	}
 	return res, nil
 }

@@ -38,26 +38,34 @@ func SetIndexLag(ctx context.Context, endpoint, tablePrefix string, lag time.Dur
 	if err != nil {
 		return err
 	}
-	return shimCall(ctx, endpoint, "SetIndexLag", body)
+	_, err = shimCall(ctx, endpoint, "SetIndexLag", body)
+	return err
 }
 
-func shimCall(ctx context.Context, endpoint, action string, body []byte) error {
+// shimCall sends one of the shim's own actions and returns its answer.
+func shimCall(ctx context.Context, endpoint, action string, body []byte) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(endpoint, "/")+"/", bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("localstack: %s: %w", action, err)
+		return nil, fmt.Errorf("localstack: %s: %w", action, err)
 	}
 	req.Header.Set("Content-Type", "application/x-amz-json-1.0")
 	req.Header.Set("X-Amz-Target", ShimTarget+action)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("localstack: %s: %w", action, err)
+		return nil, fmt.Errorf("localstack: %s: %w", action, err)
 	}
 	defer resp.Body.Close()
-	out, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("localstack: %s at %s (is it this package's dynalite?): %s: %s", action, endpoint, resp.Status, out)
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("localstack: %s: %w", action, err)
 	}
-	return nil
+	if resp.StatusCode != http.StatusOK {
+		if len(out) > 4<<10 {
+			out = out[:4<<10]
+		}
+		return nil, fmt.Errorf("localstack: %s at %s (is it this package's dynalite?): %s: %s", action, endpoint, resp.Status, out)
+	}
+	return out, nil
 }
 
 // ErrNoStream is returned by StreamARN for a table without an enabled stream.

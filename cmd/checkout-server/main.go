@@ -23,6 +23,11 @@
 // Logs are JSON lines on standard error. SIGINT or SIGTERM stops the server
 // gracefully, then dynalite.
 //
+// `checkout-server migrate` copies the tasks of a data directory or
+// endpoint written by an earlier version, whose tasks table the server
+// refuses to start over, into today's tasks table (-aws: the deployed
+// tables); see README, "Upgrading".
+//
 // If its dynalite dies, the server does not: it answers 503 unavailable (and
 // /healthz 503) until it has started a new one, on the same CHECKOUT_DATA_DIR
 // with the data intact, or empty in memory with the tables and the admin
@@ -49,7 +54,12 @@ import (
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel(os.Getenv("LOG_LEVEL"))}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Getenv, log)
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "migrate" {
+		err = migrate(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
+	} else {
+		err = run(ctx, os.Getenv, log)
+	}
 	stop()
 	if err != nil {
 		log.Error("checkout-server", "error", err.Error())

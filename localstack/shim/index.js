@@ -18,6 +18,12 @@
 //     UpdateTable, LatestStreamArn/LatestStreamLabel in the table
 //     description, a record for every write, and the Streams API.
 //
+//  4. Capacity (meter.js): ReturnConsumedCapacity TOTAL and INDEXES answered
+//     as DynamoDB bills (item sizes by AWS's rules, index writes by
+//     projection, failed conditions, read rounding), and running totals by
+//     table, index and partition-key value, read and reset by table prefix.
+//     Index writes are billed when the table is written, whatever the lag.
+//
 // How: every write in dynalite passes the item's old and new image through
 // db.updateIndexes and then stores the item with one itemDb.put or del.
 // PutItem, UpdateItem and DeleteItem (which BatchWriteItem reuses) are run
@@ -32,11 +38,16 @@ const path = require('path')
 const crypto = require('crypto')
 const { IndexLag, parseDuration } = require('./indexlag')
 const { Streams } = require('./streams')
+const meter = require('./meter')
 
 const DIR = path.dirname(require.resolve('dynalite/package.json'))
 const dep = name => require(require.resolve(name, { paths: [ DIR ] }))
 const SHIM = Symbol('shim') // store[SHIM] = { lag, streams }
 const CHANGE = Symbol('change') // on a per-request store: what updateIndexes saw
+const TABLE = Symbol('table') // on a per-request store: the table it used
+const READ = Symbol('read') // on a per-request read store: the items and entries it read
+// The item a write's condition failed on, by request (null: there was none).
+const failedOn = new WeakMap()
 const STREAMS_API = 'DynamoDBStreams_20120810', SHIM_API = 'DynamoDBShim'
 
 function dynalite (rel) {
@@ -65,6 +76,7 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
   const checkConditional = db.checkConditional
   db.checkConditional = function (data, existingItem) {
     const err = checkConditional.apply(this, arguments)
+    if (err && data && typeof data === 'object') failedOn.set(data, existingItem || null)
     if (err && err.body && existingItem && data.ReturnValuesOnConditionCheckFailure === 'ALL_OLD') err.body.Item = existingItem
     return err
   }
@@ -98,7 +110,7 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
   db.create = function (options) {
     store = create.apply(this, arguments)
     const deps = { db, Big, updateIndexes }
-    store[SHIM] = { lag: new IndexLag(store, defaultLag, deps), streams: new Streams(store, deps) }
+    store[SHIM] = { lag: new IndexLag(store, defaultLag, deps), streams: new Streams(store, deps), meter: new meter.Meter(db) }
     const deleteItemDb = store.deleteItemDb
     store.deleteItemDb = function (name) { // DeleteTable, before it deletes anything
       store[SHIM].lag.dropTable(name)
@@ -112,13 +124,83 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
     s[SHIM].lag.update(s, table, oldItem, newItem, cb)
   }
 
-  // 3. Writes run on a per-request store whose item put or delete carries
-  // the stream record. putItem and deleteItem are replaced before
-  // batchWriteItem requires them, so batches are recorded too.
+  // 3 and 4. Writes run on a per-request store whose item put or delete
+  // carries the stream record, and are metered once they are done. putItem
+  // and deleteItem are replaced before batchWriteItem requires them, so
+  // batches are recorded and metered too; getItem before batchGetItem; all
+  // of them before index.js loads the actions.
   for (const action of [ 'putItem', 'updateItem', 'deleteItem' ]) {
     replace('actions/' + action, run => function (s, data, cb) {
-      return run(tracked(s), data, cb)
+      const t = tracked(s)
+      return run(t, data, (err, res) => {
+        let usage
+        if (!err && t[CHANGE]) usage = meter.writeUsage(t[CHANGE].table, t[CHANGE].oldItem, t[CHANGE].newItem)
+        else if (err && failedOn.has(data) && t[TABLE] && /ConditionalCheckFailed/.test(err.body && err.body.__type)) {
+          usage = meter.failedWriteUsage(t[TABLE], data.Item || data.Key, failedOn.get(data))
+        }
+        report(s, data, usage, false, err, res, cb)
+      })
     })
+  }
+
+  // 4. Reads run on a per-request store that notes what they read.
+  replace('actions/getItem', run => function (s, data, cb) {
+    const t = reading(s)
+    return run(t, data, (err, res) => {
+      const usage = !err && t[TABLE] ? meter.getUsage(t[TABLE], data.Key, t[READ][0], data.ConsistentRead) : undefined
+      report(s, data, usage, true, err, res, cb)
+    })
+  })
+  for (const action of [ 'query', 'scan' ]) {
+    replace('actions/' + action, run => function (s, data, cb) {
+      const t = reading(s)
+      return run(t, data, (err, res) => {
+        let usage
+        if (!err && t[TABLE]) {
+          const table = t[TABLE], gsi = (table.GlobalSecondaryIndexes || []).find(ix => ix.IndexName === data.IndexName)
+          const lsi = (table.LocalSecondaryIndexes || []).find(ix => ix.IndexName === data.IndexName)
+          const ks = (gsi || lsi || table).KeySchema
+          const cond = action === 'query' && data.KeyConditions && data.KeyConditions[ks[0].AttributeName]
+          const key = cond ? { [ks[0].AttributeName]: cond.AttributeValueList[0] } : null
+          // Only the items counted in ScannedCount were read; a stream may
+          // have run ahead of the Limit.
+          const items = t[READ].slice(0, res.ScannedCount != null ? res.ScannedCount : t[READ].length)
+          usage = meter.queryUsage(table, gsi || lsi ? data.IndexName : '', key ? String(Object.values(key[ks[0].AttributeName])[0]) : '', items, data.ConsistentRead)
+        }
+        report(s, data, usage, true, err, res, cb)
+      })
+    })
+  }
+  for (const action of [ 'batchWriteItem', 'batchGetItem' ]) {
+    replace('actions/' + action, run => function (s, data, cb) {
+      // The batch passes ReturnConsumedCapacity on to each put, delete or
+      // get it makes: a Collector there gathers their usage.
+      const mode = data.ReturnConsumedCapacity, col = new meter.Collector()
+      data.ReturnConsumedCapacity = col
+      return run(s, data, (err, res) => {
+        data.ReturnConsumedCapacity = mode
+        if (res) {
+          delete res.ConsumedCapacity
+          const consumed = col.consumed(mode)
+          if (consumed) res.ConsumedCapacity = consumed
+        }
+        cb(err, res)
+      })
+    })
+  }
+
+  // report records usage in the totals and answers ConsumedCapacity as the
+  // request asked for it (a failed request carries none).
+  function report (s, data, usage, isRead, err, res, cb) {
+    if (usage) s[SHIM].meter.record(usage, isRead)
+    const mode = data.ReturnConsumedCapacity
+    if (usage && mode instanceof meter.Collector) mode.add(usage)
+    if (!err && res) {
+      delete res.ConsumedCapacity
+      const consumed = usage && usage.consumed(mode)
+      if (consumed) res.ConsumedCapacity = consumed
+    }
+    cb(err, res)
   }
 
   replace('actions/createTable', run => function (s, data, cb) {
@@ -191,8 +273,8 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
       }
       readJson(req, (err, data) => ready.then(() => {
         if (!err) {
-          const target = api === SHIM_API ? s[SHIM].lag : s[SHIM].streams
-          const fn = (api === SHIM_API ? [ 'SetIndexLag' ] :
+          const target = api === STREAMS_API ? s[SHIM].streams : op === 'SetIndexLag' ? s[SHIM].lag : s[SHIM].meter
+          const fn = (api === SHIM_API ? [ 'SetIndexLag', 'ReadCapacity', 'ResetCapacity' ] :
             [ 'ListStreams', 'DescribeStream', 'GetShardIterator', 'GetRecords' ]).includes(op) && target[op]
           try {
             if (!fn) throw coralError('UnknownOperationException')
@@ -233,6 +315,7 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
 function tracked (store) {
   const s = Object.create(store)
   s[CHANGE] = null
+  noteTable(s, store)
   s.getItemDb = function (name) {
     const itemDb = store.getItemDb(name), view = Object.create(itemDb)
     const commit = (key, item, cb) => {
@@ -247,6 +330,42 @@ function tracked (store) {
     view.del = (key, cb) => commit(key, null, cb)
     return view
   }
+  return s
+}
+
+// noteTable makes s (a view of store) note the table a request uses.
+function noteTable (s, store) {
+  s[TABLE] = null
+  s.getTable = function (...args) {
+    const cb = args.pop()
+    return store.getTable(...args, (err, table) => {
+      if (table) s[TABLE] = table
+      cb(err, table)
+    })
+  }
+}
+
+// reading returns a view of store for one read: every item or index entry
+// it reads, in order, is noted in s[READ].
+function reading (store) {
+  const s = Object.create(store)
+  s[READ] = []
+  noteTable(s, store)
+  const tap = db => {
+    const view = Object.create(db)
+    view.get = (key, cb) => db.get(key, (err, item) => {
+      if (!err && item) s[READ].push(item)
+      cb(err, item)
+    })
+    view.createValueStream = opts => {
+      const st = db.createValueStream(opts)
+      st.on('data', item => s[READ].push(item))
+      return st
+    }
+    return view
+  }
+  s.getItemDb = name => tap(store.getItemDb(name))
+  s.getIndexDb = (...args) => tap(store.getIndexDb(...args))
   return s
 }
 

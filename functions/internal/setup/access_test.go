@@ -16,6 +16,7 @@ import (
 	"github.com/checkout-dev/checkout/deploy"
 	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 // usage records, per function, every DynamoDB call its store makes: the
@@ -129,9 +130,9 @@ func TestAccessCheckRefusesUngrantedCalls(t *testing.T) {
 		{deploy.Authorizer, "GetItem agents", true},
 		{deploy.Authorizer, "PutItem agents", false},
 		{deploy.Inbox, "Query inbox", true},
-		{deploy.Inbox, "Query tasks by_status", false},
-		{deploy.Tasks, "Query tasks by_status", true},
-		{deploy.Tasks, "Scan tasks", false},
+		{deploy.Inbox, "Query " + schema.TasksTable + " by_status", false},
+		{deploy.Tasks, "Query " + schema.TasksTable + " by_status", true},
+		{deploy.Tasks, "Scan " + schema.TasksTable, false},
 		{deploy.Stream, "BatchWriteItem events", true},
 		{deploy.Sweeper, "BatchWriteItem events", false},
 	} {

@@ -29,7 +29,6 @@ func Sweep(store *lease.Store, e Env) SweepHandler {
 		attrs := []slog.Attr{
 			slog.Int("timeouts", res.Timeouts),
 			slog.Int("agent_deaths", res.AgentDeaths),
-			slog.Int("notified", res.Notified),
 			slog.Float64("duration_ms", float64(took.Microseconds())/1000),
 		}
 		if err != nil {

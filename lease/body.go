@@ -1,0 +1,117 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// A task's body, its description and metadata (up to 8 KiB and 4 KiB), is
+// an item of its own, so that the task item every transition writes stays
+// small: DynamoDB bills a write by the larger of the item's images, in 1 KB
+// units, so a body on the task item made every checkout, renewal and
+// ending of a 12 KB task cost twelve times what a small one's did.
+//
+// A body is written once and never changed: its key is the task's id and a
+// token of its own ("<task_id>#body#<token>"; '#' cannot occur in an id),
+// and the task item names the token (body). Creating a task writes the
+// body first, then the task item conditionally; a PATCH of the description
+// or metadata writes a new body, then the task item conditioned on the
+// version it read, and then deletes the body it replaced. So a task item
+// always names a body that is whole, and a write that fails or is cut
+// short leaves at most a body nobody names, never a task without its
+// body. Such a leftover is deleted when the writer sees its write fail;
+// one left by a crash stays, unread (it is in no index).
+//
+// A task with neither a description nor metadata has no body. A task item
+// from before bodies keeps description and metadata on itself until its
+// next PATCH of either (or `checkout-server migrate`).
+
+// bodyItem is a task's description and metadata.
+type bodyItem struct {
+	Key         string `dynamodbav:"task_id"`
+	Description string `dynamodbav:"description,omitempty"`
+	Metadata    string `dynamodbav:"metadata,omitempty"`
+}
+
+func bodyKey(taskID, token string) string { return taskID + "#body#" + token }
+
+// splitBody takes it's description and metadata off the item into a new
+// body, and names that body on the item; nil when there is none.
+func splitBody(it *taskItem) *bodyItem {
+	if it.Description == "" && it.Metadata == "" {
+		it.BodyToken = ""
+		return nil
+	}
+	it.BodyToken = newID("")
+	b := &bodyItem{Key: bodyKey(it.TaskID, it.BodyToken), Description: it.Description, Metadata: it.Metadata}
+	it.Description, it.Metadata = "", ""
+	return b
+}
+
+// putBody writes a new body.
+func (s *Store) putBody(ctx context.Context, b *bodyItem) error {
+	item, err := attributevalue.MarshalMap(b)
+	if err != nil {
+		return err
+	}
+	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.tasks, Item: item}); err != nil {
+		return fmt.Errorf("write the body of %s: %w", b.Key, err)
+	}
+	return nil
+}
+
+// dropBody deletes a body nobody names (any more). It is best effort: a
+// body left behind is never read.
+func (s *Store) dropBody(ctx context.Context, taskID, token string) {
+	if token == "" {
+		return
+	}
+	_, _ = s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.tasks, Key: taskKey(bodyKey(taskID, token))})
+}
+
+// fillBodies reads the bodies that items name, consistently, in batches of
+// 100, and puts their description and metadata on the items.
+func (s *Store) fillBodies(ctx context.Context, items ...*taskItem) error {
+	want := map[string]*taskItem{}
+	var keys []map[string]types.AttributeValue
+	for _, it := range items {
+		if it == nil || it.BodyToken == "" {
+			continue
+		}
+		k := bodyKey(it.TaskID, it.BodyToken)
+		if _, dup := want[k]; !dup {
+			keys = append(keys, taskKey(k))
+		}
+		want[k] = it
+	}
+	for start := 0; start < len(keys); start += 100 {
+		req := map[string]types.KeysAndAttributes{s.tasks: {Keys: keys[start:min(start+100, len(keys))], ConsistentRead: aws.Bool(true)}}
+		for attempt := 0; len(req) > 0; attempt++ {
+			if attempt > 0 {
+				if err := backoff(ctx, attempt); err != nil {
+					return err
+				}
+			}
+			res, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return fmt.Errorf("read task bodies: %w", err)
+			}
+			var got []bodyItem
+			if err := attributevalue.UnmarshalListOfMaps(res.Responses[s.tasks], &got); err != nil {
+				return err
+			}
+			for _, b := range got {
+				if it := want[b.Key]; it != nil {
+					it.Description, it.Metadata = b.Description, b.Metadata
+				}
+			}
+			req = res.UnprocessedKeys
+		}
+	}
+	return nil
+}

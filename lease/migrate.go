@@ -1,0 +1,177 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// Moving a tasks table of the earlier schema (schema.TasksTableV1, whose
+// indexes projected whole tasks) into today's (schema.TasksTable).
+// DynamoDB cannot change an index's projection or keys in place, so the
+// new indexes live on a new table, and Migrate copies every task into it:
+// each item as it was (its lease, fence, eseq, end and takeover records,
+// watchers, version), with the status index's new key added and its
+// description and metadata moved into a body of its own (body.go). Tasks are
+// never deleted, so a fence copied is a fence kept. The other tables
+// (agents and keys, heartbeats and queue counts, events, inbox) keep their
+// schema and are not touched.
+//
+// Each copy is a PutItem conditioned on the task not being in the new table
+// yet, so a migration cut short is run again safely, and a task written to
+// the new table since is never overwritten. When every task is copied,
+// Migrate leaves a marker item in the old table; EnsureTables refuses to
+// start over an old table without that marker, naming the command, so a
+// server cannot come up on an empty new table while the tasks are in the
+// old one. The old table is left in place for the operator to delete.
+//
+// The copies carry migrated_at, and the stream function ignores a new item
+// that has it: the copy is not a transition, so it archives no event again,
+// tells no watcher and counts no task twice in the queue counts (which are
+// kept in the heartbeats table and carry over).
+
+// migratedMarker is the task_id of the marker item a finished migration
+// leaves in the old table. '#' cannot occur in a task id.
+const migratedMarker = "#migrated"
+
+// ErrMigrationNeeded is returned by EnsureTables when a tasks table of the
+// earlier schema holds tasks that have not been copied into today's.
+var ErrMigrationNeeded = errors.New("tasks of an earlier schema need migrating")
+
+// MigrateDB lists the calls Migrate makes.
+type MigrateDB interface {
+	TableAdmin
+	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+}
+
+// MigrateResult says what Migrate did.
+type MigrateResult struct {
+	From, To string
+	// Copied tasks, and tasks already in the new table (a migration run
+	// again after it was cut short).
+	Copied, Present int
+	// Found is false when there is no table of the earlier schema.
+	Found bool
+	// AlreadyDone says a migration had finished before.
+	AlreadyDone bool
+}
+
+// Migrate copies the tasks of a table of the earlier schema into today's
+// tasks table, creating today's tables first if they do not exist. It is
+// safe to run again, and does nothing when there is no earlier table.
+func Migrate(ctx context.Context, db MigrateDB, names schema.Names) (MigrateResult, error) {
+	res := MigrateResult{From: names.Table(schema.TasksTableV1), To: names.Table(schema.TasksTable)}
+	done, found, err := migrationState(ctx, db, res.From)
+	if err != nil || !found {
+		return res, err
+	}
+	res.Found, res.AlreadyDone = true, done
+	if done {
+		return res, nil
+	}
+	if err := ensureTables(ctx, db, names); err != nil {
+		return res, err
+	}
+	in := &dynamodb.ScanInput{TableName: &res.From, ConsistentRead: aws.Bool(true)}
+	for p := dynamodb.NewScanPaginator(db, in); p.HasMorePages(); {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return res, fmt.Errorf("migrate: read %s: %w", res.From, err)
+		}
+		for _, item := range page.Items {
+			copied, err := migrateTask(ctx, db, res.To, item)
+			if err != nil {
+				return res, err
+			}
+			if copied {
+				res.Copied++
+			} else {
+				res.Present++
+			}
+		}
+	}
+	marker, err := attributevalue.MarshalMap(struct {
+		TaskID string `dynamodbav:"task_id"`
+		To     string `dynamodbav:"migrated_to"`
+		Tasks  int    `dynamodbav:"tasks"`
+	}{migratedMarker, res.To, res.Copied + res.Present})
+	if err != nil {
+		return res, err
+	}
+	if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &res.From, Item: marker}); err != nil {
+		return res, fmt.Errorf("migrate: mark %s as copied: %w", res.From, err)
+	}
+	return res, nil
+}
+
+// migrateTask copies one task item into table unless it is there already.
+func migrateTask(ctx context.Context, db MigrateDB, table string, item map[string]types.AttributeValue) (bool, error) {
+	var it taskItem
+	if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+		return false, fmt.Errorf("migrate: decode a task: %w", err)
+	}
+	if it.TaskID == migratedMarker || it.TaskID == "" {
+		return false, nil
+	}
+	st := it.Status
+	if st == "" {
+		st = StatusTodo
+	}
+	item["status_shard"] = &types.AttributeValueMemberS{Value: statusShard(st, it.TaskID)}
+	item["migrated_at"] = &types.AttributeValueMemberN{Value: fmt.Sprint(it.LastAt)}
+	if b := splitBody(&it); b != nil {
+		// The body as an item of its own (body.go), written before the
+		// task that names it. A copy cut short leaves it unnamed; the copy
+		// run again writes another.
+		body, err := attributevalue.MarshalMap(b)
+		if err != nil {
+			return false, err
+		}
+		if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: body}); err != nil {
+			return false, fmt.Errorf("migrate: copy the body of %s: %w", it.TaskID, err)
+		}
+		delete(item, "description")
+		delete(item, "metadata")
+		item["body"] = &types.AttributeValueMemberS{Value: it.BodyToken}
+	}
+	expr, _ := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("task_id"))).Build()
+	_, err := db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: &table, Item: item,
+		ConditionExpression:      expr.Condition(),
+		ExpressionAttributeNames: expr.Names(),
+	})
+	if _, failed := conditionFailed(err); failed {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("migrate: copy task %s: %w", it.TaskID, err)
+	}
+	return true, nil
+}
+
+// migrationState says whether a tasks table of the earlier schema exists
+// (found) and whether a migration has finished copying it (done).
+func migrationState(ctx context.Context, db TableAdmin, old string) (done, found bool, err error) {
+	_, err = db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &old})
+	var notFound *types.ResourceNotFoundException
+	if errors.As(err, &notFound) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, fmt.Errorf("describe %s: %w", old, err)
+	}
+	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &old, Key: taskKey(migratedMarker), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return false, true, fmt.Errorf("read %s: %w", old, err)
+	}
+	return len(out.Item) > 0, true, nil
+}

@@ -1,0 +1,132 @@
+package lease_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// oldTasksTable turns e's tasks into a table of the earlier schema: it
+// creates that table (its whole-task index included), copies every task
+// item into it without the keys the earlier schema did not write, and
+// deletes today's tasks table, as a data directory from before holds them.
+func (e *env) oldTasksTable(t *testing.T) {
+	t.Helper()
+	c, db := ctx(t), uncounted()
+	old, cur := e.names.Table(schema.TasksTableV1), e.names.Table(schema.TasksTable)
+	_, err := db.CreateTable(c, &dynamodb.CreateTableInput{
+		TableName:   &old,
+		BillingMode: types.BillingModePayPerRequest,
+		KeySchema:   []types.KeySchemaElement{{AttributeName: aws.String("task_id"), KeyType: types.KeyTypeHash}},
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: aws.String("task_id"), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String("status"), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String("created_key"), AttributeType: types.ScalarAttributeTypeS},
+		},
+		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{{
+			IndexName: aws.String("by_status"),
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: aws.String("status"), KeyType: types.KeyTypeHash},
+				{AttributeName: aws.String("created_key"), KeyType: types.KeyTypeRange},
+			},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
+		}},
+	})
+	if err != nil {
+		t.Fatalf("create the earlier tasks table: %v", err)
+	}
+	page := must[*dynamodb.ScanOutput](t)(db.Scan(c, &dynamodb.ScanInput{TableName: &cur, ConsistentRead: aws.Bool(true)}))
+	for _, item := range page.Items {
+		delete(item, "status_shard")
+		// The earlier schema kept a task's description and metadata on it.
+		if b, ok := item["body"]; ok {
+			key := item["task_id"].(*types.AttributeValueMemberS).Value + "#body#" + b.(*types.AttributeValueMemberS).Value
+			for _, body := range page.Items {
+				if body["task_id"].(*types.AttributeValueMemberS).Value == key {
+					item["description"], item["metadata"] = body["description"], body["metadata"]
+				}
+			}
+			delete(item, "body")
+		}
+		if id := item["task_id"].(*types.AttributeValueMemberS).Value; strings.Contains(id, "#") {
+			continue // a body
+		}
+		must[*dynamodb.PutItemOutput](t)(db.PutItem(c, &dynamodb.PutItemInput{TableName: &old, Item: item}))
+	}
+	must[*dynamodb.DeleteTableOutput](t)(db.DeleteTable(c, &dynamodb.DeleteTableInput{TableName: &cur}))
+}
+
+// uncounted is a client of the local DynamoDB outside the env's request
+// count: a migration scans, which no operation of the store may.
+func uncounted() *dynamodb.Client { return lease.NewLocalClient(testenv.Endpoint()) }
+
+// A tasks table of the earlier schema is refused until it is migrated, and
+// migrating it keeps every task, lease, fence and event: a migrated lease
+// is still held, its fence goes on from where it was, and the copies
+// record no transition, so the trail holds each event once.
+func TestMigrateEarlierTasksTable(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "held", "done", "free")
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "done", Description: new("what to do"), Metadata: []byte(`{"k":1}`)}))
+	held := e.checkout(t, "held", "a", time.Hour)
+	e.checkout(t, "done", "a", time.Hour)
+	must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "done", AgentID: "a"}))
+	for range 2 {
+		e.checkout(t, "free", "a", time.Hour)
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "free", AgentID: "a"}))
+	}
+	e.drain(t)
+	trail := kinds(e.events(t, "free"))
+	e.oldTasksTable(t)
+
+	db := uncounted()
+	if err := lease.EnsureTables(c, db, e.names); !errors.Is(err, lease.ErrMigrationNeeded) {
+		t.Fatalf("EnsureTables over an earlier tasks table: %v, want ErrMigrationNeeded", err)
+	}
+	res := must[lease.MigrateResult](t)(lease.Migrate(c, db, e.names))
+	if !res.Found || res.AlreadyDone || res.Copied != 3 || res.Present != 0 {
+		t.Fatalf("migrate: %+v, want 3 tasks copied", res)
+	}
+	if again := must[lease.MigrateResult](t)(lease.Migrate(c, db, e.names)); !again.AlreadyDone || again.Copied != 0 {
+		t.Fatalf("migrate again: %+v, want already done", again)
+	}
+	if err := lease.EnsureTables(c, db, e.names); err != nil {
+		t.Fatalf("EnsureTables after the migration: %v", err)
+	}
+	e.drain(t) // the copies are no transitions
+
+	got := must[lease.Task](t)(e.store.GetTask(c, "held"))
+	if got.Checkout == nil || got.Checkout.RunID != held.RunID || got.Checkout.Fence != held.Fence {
+		t.Fatalf("held after the migration: %+v, want the lease %+v", got.Checkout, held)
+	}
+	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "held", AgentID: "b"}); !errors.Is(err, lease.ErrCheckedOut) {
+		t.Fatalf("checkout of a migrated live lease: %v, want a conflict", err)
+	}
+	if d := must[lease.Task](t)(e.store.GetTask(c, "done")); d.Status != lease.StatusDone || d.Description != "what to do" || string(d.Metadata) != `{"k":1}` {
+		t.Fatalf("done after the migration: %+v", d)
+	}
+	next := e.checkout(t, "free", "b", time.Hour)
+	if next.Fence != 3 {
+		t.Fatalf("fence after the migration %d, want 3: fences go on from where they were", next.Fence)
+	}
+	e.drain(t)
+	if got := kinds(e.events(t, "free")); !slices.Equal(got, append(trail, lease.EventCheckout)) {
+		t.Fatalf("free's events %v, want %v and the new checkout", got, trail)
+	}
+	page := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusDone}))
+	if len(page.Tasks) != 1 || page.Tasks[0].TaskID != "done" {
+		t.Fatalf("done tasks listed after the migration: %+v", page.Tasks)
+	}
+}

@@ -1,0 +1,362 @@
+package lease_test
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/localstack"
+)
+
+// The unit budgets: what DynamoDB bills per operation, in write and read
+// units, the request path and the stream function's consequences together,
+// as the local DynamoDB's meter counts them by AWS's rules (localstack's
+// shim/meter.js). A change that adds an index write, widens a projection
+// or grows the item breaks one of these; one that makes an operation
+// cheaper should lower its budget here.
+//
+// The small task has a title only (its item is about half a kilobyte); the
+// large one carries a full description (8 KiB) and 3.5 KiB of metadata.
+//
+// A transition writes the task item (under 1 KB: the body is an item of its
+// own) and each index entry whose keys or projected attributes it changes
+// (1 unit each); its consequences add the archived event and its feed
+// entry and the queue's counter. A large task costs what a small one does,
+// but for reads that show the task whole (complete's answer reads the
+// body) and its creation. Targets: a transition at most 7 write units, a
+// renewal 5, a conflict 1, a claim at most 3 read units.
+var unitBudgets = map[string]struct{ Small, Large localstack.Units }{
+	"create":   {units(5, 1), units(17, 1)},
+	"checkout": {units(7, 1), units(7, 1)},
+	"conflict": {units(1, 0), units(1, 0)},
+	"renew":    {units(3, 0), units(3, 0)},
+	// A freeing reads the task's watches (one consistent Query) to tell them.
+	"release":           {units(7, 2), units(7, 2)},
+	"complete":          {units(7, 1), units(7, 4)},
+	"checkout+complete": {units(13, 1), units(13, 4)},
+	// A watch reads the task and its watches, and puts one item.
+	"watch":              {units(1, 2), units(1, 2)},
+	"heartbeat":          {units(1, 0), units(1, 0)},
+	"claim, queue of 1":  {units(7, 3), units(7, 3)},
+	"claim, queue of 50": {units(7, 3), units(7, 3)},
+	// Six leases ended by one sweep; its Queries (one per shard of the
+	// lease-expiry and heartbeat indexes, 16 read units a run however many
+	// leases it ends) are shared among them.
+	"sweep, per expired lease": {units(39.0/6, 25.0/6), units(39.0/6, 25.0/6)},
+}
+
+// fleetBudget is the write units per checkout+complete cycle on the
+// busiest partition of any index, over a fleet of fleetAgents agents each
+// cycling through tasks of its own: every partition takes about 1,000 write
+// units a second, so the fleet's ceiling is 1,000 / this many cycles a
+// second, whatever the table's capacity.
+var fleetBudget = struct{ Small, Large float64 }{0.25, 0.25}
+
+const (
+	fleetAgents = 16
+	fleetCycles = 3 // per agent
+)
+
+// unitsByTable lists the units of each table and index of c.
+func unitsByTable(c localstack.Capacity) string {
+	var parts []string
+	for _, m := range []map[string]localstack.Units{c.Tables, c.Indexes} {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			parts = append(parts, fmt.Sprintf("%s %gW/%gR", k, m[k].Write, m[k].Read))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func units(w, r float64) localstack.Units { return localstack.Units{Write: w, Read: r} }
+
+// taskSize makes the tasks of one size.
+type taskSize struct {
+	name        string
+	description string
+	metadata    []byte
+}
+
+var taskSizes = []taskSize{
+	{name: "small"},
+	{name: "large", description: strings.Repeat("d", lease.MaxDescriptionLen),
+		metadata: []byte(`{"notes":"` + strings.Repeat("m", 3584-len(`{"notes":""}`)) + `"}`)},
+}
+
+func (z taskSize) params(id, queue string) lease.CreateTaskParams {
+	return lease.CreateTaskParams{TaskID: id, Title: "title of " + id, Queue: queue, Description: z.description, Metadata: z.metadata}
+}
+
+func (z taskSize) budget(op string) localstack.Units {
+	b := unitBudgets[op]
+	if z.name == "small" {
+		return b.Small
+	}
+	return b.Large
+}
+
+// opUnits is what one operation was billed: on the request path, and by
+// the stream function for its consequences.
+type opUnits struct {
+	Request, Stream localstack.Units
+}
+
+func (u opUnits) Total() localstack.Units { return u.Request.Add(u.Stream) }
+
+func (u opUnits) String() string {
+	return fmt.Sprintf("%5g WU %5g RU  (request %g WU %g RU, stream %g WU %g RU)",
+		u.Total().Write, u.Total().Read, u.Request.Write, u.Request.Read, u.Stream.Write, u.Stream.Read)
+}
+
+// measureOps runs every budgeted operation once on tasks of size z, each
+// measured alone: the change stream is drained before it, and after it
+// for its consequences.
+func measureOps(t *testing.T, z taskSize) map[string]opUnits {
+	e := newEnv(t)
+	c := ctx(t)
+	m := testenv.NewMeter(t, e.names.Prefix)
+	out := map[string]opUnits{}
+	op := func(name string, fn func()) {
+		t.Helper()
+		e.drain(t)
+		m.Take()
+		fn()
+		req := m.Take()
+		e.drain(t)
+		str := m.Take()
+		t.Logf("%s: request path %s; stream %s", name, unitsByTable(req), unitsByTable(str))
+		out[name] = opUnits{Request: req.Total(), Stream: str.Total()}
+	}
+	create := func(ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			must[lease.Task](t)(e.store.CreateTask(c, z.params(id, "")))
+		}
+	}
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "holder", time.Hour))
+
+	op("create", func() { create("t") })
+	create("u", "w", "x")
+
+	var held lease.Checkout
+	op("checkout", func() { held = e.checkout(t, "t", "holder", time.Minute) })
+	op("conflict", func() {
+		if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "other"}); !errors.Is(err, lease.ErrCheckedOut) {
+			t.Fatalf("conflict: %v", err)
+		}
+	})
+	op("renew", func() {
+		must[lease.Checkout](t)(e.store.Renew(c, lease.RenewParams{TaskID: "t", AgentID: "holder", RunID: held.RunID, Fence: held.Fence}))
+	})
+	op("release", func() {
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "holder", RunID: held.RunID, Fence: held.Fence}))
+	})
+	e.checkout(t, "u", "holder", time.Minute)
+	op("complete", func() { must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "u", AgentID: "holder"})) })
+	op("checkout+complete", func() {
+		e.checkout(t, "w", "holder", time.Minute)
+		must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "w", AgentID: "holder"}))
+	})
+	x := e.checkout(t, "x", "holder", time.Minute)
+	op("watch", func() {
+		if err := e.store.Watch(c, "x", "watcher"); err != nil {
+			t.Fatalf("watch: %v", err)
+		}
+	})
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "holder", RunID: x.RunID, Fence: x.Fence}))
+	op("heartbeat", func() { must[lease.Heartbeat](t)(e.store.Heartbeat(c, "holder", time.Hour)) })
+
+	// Claims: from a queue holding one task, and from one holding 50.
+	must[lease.Task](t)(e.store.CreateTask(c, z.params("only", "short")))
+	op("claim, queue of 1", func() {
+		must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "claimer", Queues: []string{"short"}, Timeout: time.Minute}))
+	})
+	var batch []lease.CreateTaskParams
+	for i := range 50 {
+		batch = append(batch, z.params(fmt.Sprintf("job-%02d", i), "long"))
+		if len(batch) == lease.MaxBatch || i == 49 {
+			must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch))
+			batch = nil
+		}
+	}
+	op("claim, queue of 50", func() {
+		must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "claimer", Queues: []string{"long"}, Timeout: time.Minute}))
+	})
+
+	// The sweep, per lease it ends: the claims' two leases and four more,
+	// all expired together.
+	create("s0", "s1", "s2", "s3")
+	for _, id := range []string{"s0", "s1", "s2", "s3"} {
+		e.checkout(t, id, "sweepee", time.Minute)
+	}
+	e.clock.Advance(time.Minute + time.Second)
+	var ended int
+	op("sweep, per expired lease", func() {
+		res := must[lease.SweepResult](t)(e.store.Sweep(c))
+		ended = res.Timeouts + res.AgentDeaths
+	})
+	if ended != 6 {
+		t.Fatalf("the sweep ended %d leases, want 6", ended)
+	}
+	s := out["sweep, per expired lease"]
+	per := func(u localstack.Units) localstack.Units {
+		return localstack.Units{Write: u.Write / float64(ended), Read: u.Read / float64(ended)}
+	}
+	out["sweep, per expired lease"] = opUnits{Request: per(s.Request), Stream: per(s.Stream)}
+	return out
+}
+
+// TestUnitBudget holds each operation, on a small and on a large task, to
+// its budget of write and read units, the request path and the stream
+// function's consequences together.
+func TestUnitBudget(t *testing.T) {
+	t.Parallel()
+	for _, z := range taskSizes {
+		t.Run(z.name, func(t *testing.T) {
+			t.Parallel()
+			got := measureOps(t, z)
+			for op := range unitBudgets {
+				u, ok := got[op]
+				if !ok {
+					t.Errorf("%s: not measured", op)
+					continue
+				}
+				b := z.budget(op)
+				t.Logf("%-26s %v  budget %g WU %g RU", op, u, b.Write, b.Read)
+				// A sweep's share of its Queries is a fraction: allow for
+				// its rounding.
+				if u.Total().Write > b.Write+1e-9 || u.Total().Read > b.Read+1e-9 {
+					t.Errorf("%s on a %s task: %g write units and %g read units, budget %g and %g (%v)",
+						op, z.name, u.Total().Write, u.Total().Read, b.Write, b.Read, u)
+				}
+			}
+		})
+	}
+}
+
+// TestUnitBudgetFleet holds the busiest partition of every index to its
+// write units per cycle, over a fleet of agents each running
+// checkout+complete cycles on tasks of its own, the stream function's
+// writes included.
+func TestUnitBudgetFleet(t *testing.T) {
+	t.Parallel()
+	for _, z := range taskSizes {
+		t.Run(z.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			var batch []lease.CreateTaskParams
+			for i := range fleetAgents * fleetCycles {
+				batch = append(batch, z.params(fmt.Sprintf("f-%02d-%d", i%fleetAgents, i/fleetAgents), ""))
+				if len(batch) == lease.MaxBatch {
+					must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch))
+					batch = nil
+				}
+			}
+			if len(batch) > 0 {
+				must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch))
+			}
+			e.drain(t)
+			m := testenv.NewMeter(t, e.names.Prefix)
+			var wg sync.WaitGroup
+			errs := make(chan error, fleetAgents)
+			for a := range fleetAgents {
+				wg.Go(func() {
+					agent := fmt.Sprintf("agent-%02d", a)
+					for j := range fleetCycles {
+						id := fmt.Sprintf("f-%02d-%d", a, j)
+						co, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: id, AgentID: agent, Timeout: time.Minute})
+						if err == nil {
+							_, err = e.store.Complete(c, lease.CompleteParams{TaskID: id, AgentID: agent, RunID: co.RunID, Fence: co.Fence})
+						}
+						if err != nil {
+							errs <- fmt.Errorf("%s on %s: %w", agent, id, err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			e.drain(t)
+			cycles := float64(fleetAgents * fleetCycles)
+			var top localstack.PartitionUnits
+			for _, b := range m.Take().Busiest() {
+				t.Logf("busiest partition of %s/%s: %q, %.3g WU per cycle", b.Table, b.Index, b.Key, b.Write/cycles)
+				if b.Index != "" && b.Write > top.Write {
+					top = b
+				}
+			}
+			perCycle := top.Write / cycles
+			budget := fleetBudget.Small
+			if z.name == "large" {
+				budget = fleetBudget.Large
+			}
+			t.Logf("busiest index partition: %s/%s = %q, %.3g WU per cycle: a ceiling of %.0f cycles/s", top.Table, top.Index, top.Key, perCycle, 1000/perCycle)
+			if perCycle > budget+1e-9 {
+				t.Errorf("the busiest index partition, %s/%s = %q, takes %.3g write units per cycle, budget %g", top.Table, top.Index, top.Key, perCycle, budget)
+			}
+		})
+	}
+}
+
+// A task watched by as many agents as it may have costs what any task does
+// to check out, renew, conflict over and complete: watches are items of
+// their own, and only a freeing reads them (to tell each watcher, one
+// message each).
+func TestUnitBudgetWatchedTask(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	large := taskSizes[1]
+	m := testenv.NewMeter(t, e.names.Prefix)
+	spent := func(name string, budget localstack.Units, fn func()) {
+		t.Helper()
+		e.drain(t)
+		m.Take()
+		fn()
+		e.drain(t)
+		got := m.Take().Total()
+		t.Logf("%s on a watched 12 KB task: %g WU %g RU, budget %g WU %g RU", name, got.Write, got.Read, budget.Write, budget.Read)
+		if got.Write > budget.Write || got.Read > budget.Read {
+			t.Errorf("%s on a task with %d watchers: %g write units and %g read units, budget %g and %g",
+				name, lease.MaxWatchers, got.Write, got.Read, budget.Write, budget.Read)
+		}
+	}
+	must[lease.Task](t)(e.store.CreateTask(c, large.params("t", "")))
+	co := e.checkout(t, "t", "holder", time.Minute)
+	for i := range lease.MaxWatchers {
+		if err := e.store.Watch(c, "t", fmt.Sprintf("watcher-%03d", i)); err != nil {
+			t.Fatalf("watch %d: %v", i, err)
+		}
+	}
+	if err := e.store.Watch(c, "t", "one-too-many"); !errors.Is(err, lease.ErrTooManyWatchers) {
+		t.Fatalf("watch past %d watchers: %v", lease.MaxWatchers, err)
+	}
+	b := func(op string) localstack.Units { return unitBudgets[op].Large }
+	// The holder's heartbeat is read once its alive cache has lapsed (the
+	// watches took longer than that): one read unit.
+	spent("conflict", b("conflict").Add(units(0, 1)), func() {
+		if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "other"}); !errors.Is(err, lease.ErrCheckedOut) {
+			t.Fatalf("conflict: %v", err)
+		}
+	})
+	spent("renew", b("renew"), func() {
+		must[lease.Checkout](t)(e.store.Renew(c, lease.RenewParams{TaskID: "t", AgentID: "holder", RunID: co.RunID}))
+	})
+	spent("complete", b("complete"), func() {
+		must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "holder"}))
+	})
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", Status: new(lease.StatusTodo)}))
+	spent("checkout", b("checkout"), func() { e.checkout(t, "t", "holder", time.Minute) })
+}

@@ -1,0 +1,165 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// A watch is an item of its own in the inbox table, under the task's watch
+// partition ("#watch#<task_id>"; '#' cannot occur in an agent id, so no
+// agent's inbox meets it), one per watching agent. It is kept off the task
+// item so that however many agents watch a task, every transition of that
+// task writes the same small item: a watch list on the task item grew it
+// by up to 100 entries, and every checkout and ending billed them.
+//
+// A watch records the task's eseq when it was placed. A freeing of the
+// task (its event's seq S) tells every watch placed before it (eseq < S),
+// once: the stream function reads the task's watches with a consistent
+// Query, writes each watcher's message (idempotent, as before) and then
+// deletes each watch it told, conditioned on the watch being the one it
+// read, so an agent that watches again meanwhile stays on. A watch placed
+// after the freeing waits for the next one, as a watch written after the
+// freeing's write always has.
+
+// watchRetention is how long a watch that no freeing has used is kept
+// (TTL, garbage collection only).
+const watchRetention = 30 * 24 * time.Hour
+
+// watchItem is one agent's watch of a task.
+type watchItem struct {
+	Partition string `dynamodbav:"agent_id"`   // "#watch#<task_id>"
+	AgentID   string `dynamodbav:"message_id"` // the watcher
+	At        int64  `dynamodbav:"at"`
+	ESeq      int64  `dynamodbav:"eseq"`
+	TTL       int64  `dynamodbav:"ttl"`
+}
+
+func watchPartition(taskID string) string { return "#watch#" + taskID }
+
+// Watch puts agentID on the task's watch list: it gets one task_available
+// message the next time the task is freed. An agent already on it only
+// refreshes its watch; a task has at most MaxWatchers watchers.
+func (s *Store) Watch(ctx context.Context, taskID, agentID string) error {
+	if err := CheckID("task_id", taskID); err != nil {
+		return err
+	}
+	cur, err := s.getTask(ctx, taskID)
+	if err != nil {
+		return err
+	}
+	if cur == nil {
+		return ErrTaskNotFound
+	}
+	return s.watch(ctx, cur, agentID)
+}
+
+// watch places agentID's watch on the task cur was read as.
+func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error {
+	watchers, err := s.watches(ctx, cur.TaskID)
+	if err != nil {
+		return err
+	}
+	on := false
+	for _, w := range watchers {
+		on = on || w.AgentID == agentID
+	}
+	if !on && len(watchers)+len(cur.Watchers) >= MaxWatchers {
+		return ErrTooManyWatchers
+	}
+	now := s.clock()
+	item, err := attributevalue.MarshalMap(watchItem{
+		Partition: watchPartition(cur.TaskID), AgentID: agentID, At: ms(now), ESeq: cur.ESeq,
+		TTL: now.Add(watchRetention).Unix(),
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.inbox, Item: item}); err != nil {
+		return fmt.Errorf("watch %s: %w", cur.TaskID, err)
+	}
+	return nil
+}
+
+// watches reads a task's watches, consistently.
+func (s *Store) watches(ctx context.Context, taskID string) ([]watchItem, error) {
+	out, err := queryAll[watchItem](ctx, s.db, s.inbox, "", expression.Key("agent_id").Equal(expression.Value(watchPartition(taskID))))
+	if err != nil {
+		return nil, fmt.Errorf("watchers of %s: %w", taskID, err)
+	}
+	return out, nil
+}
+
+// dropWatch deletes a watch a freeing has told, unless the agent has
+// watched again since (a later eseq).
+func (s *Store) dropWatch(ctx context.Context, w watchItem) error {
+	expr, _ := expression.NewBuilder().WithCondition(expression.Name("eseq").Equal(expression.Value(w.ESeq))).Build()
+	_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: &s.inbox,
+		Key: map[string]types.AttributeValue{
+			"agent_id":   &types.AttributeValueMemberS{Value: w.Partition},
+			"message_id": &types.AttributeValueMemberS{Value: w.AgentID},
+		},
+		ConditionExpression:       expr.Condition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	if _, failed := conditionFailed(err); failed {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("drop the watch of %s on %s: %w", w.AgentID, w.Partition, err)
+	}
+	return nil
+}
+
+// freeingWatches hands out, to the freeings of one batch of changes in
+// order, the watches each tells: for each task its watches are read once,
+// and a freeing with event seq seq takes every watch placed before it that
+// an earlier freeing of the batch did not take.
+type freeingWatches struct {
+	s     *Store
+	read  map[string][]watchItem
+	taken map[string]bool // "task\x00agent"
+	told  []watchItem
+}
+
+func (f *freeingWatches) take(ctx context.Context, taskID string, seq int64) (map[string]int64, error) {
+	ws, ok := f.read[taskID]
+	if !ok {
+		var err error
+		if ws, err = f.s.watches(ctx, taskID); err != nil {
+			return nil, err
+		}
+		if f.read == nil {
+			f.read, f.taken = map[string][]watchItem{}, map[string]bool{}
+		}
+		f.read[taskID] = ws
+	}
+	out := map[string]int64{}
+	for _, w := range ws {
+		k := taskID + "\x00" + w.AgentID
+		if w.ESeq < seq && !f.taken[k] {
+			f.taken[k] = true
+			out[w.AgentID] = w.At
+			f.told = append(f.told, w)
+		}
+	}
+	return out, nil
+}
+
+// drop deletes the watches the batch's freeings told, once their messages
+// are written.
+func (f *freeingWatches) drop(ctx context.Context) error {
+	for _, w := range f.told {
+		if err := f.s.dropWatch(ctx, w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
