@@ -36,7 +36,7 @@ type app struct {
 func (a *app) rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "checkout <task-id> | checkout <command>",
-		Short:         "Check tasks out and in on a checkout server",
+		Short:         rootShort,
 		Long:          rootLong,
 		Example:       rootExample,
 		Version:       versionInfo(),

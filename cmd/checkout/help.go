@@ -7,6 +7,8 @@ package main
 // commands.go and the files named after them; errors.go maps what fails to
 // a line on stderr and an exit status.
 
+const rootShort = "Check tasks out and in on a checkout server"
+
 const rootLong = `checkout checks tasks out on a checkout server, so that many agents can share
 one pool of tasks without doing the same work twice.
 
