@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"syscall"
+
+	"github.com/checkout-dev/checkout/errcode"
 )
 
 // Sentinel errors. Every error the server answers with is an *APIError (or
@@ -34,6 +36,14 @@ var (
 	// ErrInvalidTransition is a 409: the task's status does not allow the
 	// status change asked for.
 	ErrInvalidTransition = errors.New("checkout: invalid status transition")
+	// ErrTooManyWatchers is a 409: the task has as many watchers as it may
+	// have.
+	ErrTooManyWatchers = errors.New("checkout: task has too many watchers")
+	// ErrCannotRemoveAdmin is a 409: the built-in admin cannot be removed.
+	ErrCannotRemoveAdmin = errors.New("checkout: the built-in admin cannot be removed")
+	// ErrUnavailable is a 503: the server cannot reach its database. The
+	// client has retried it already; try again a little later.
+	ErrUnavailable = errors.New("checkout: service unavailable")
 
 	// ErrLeaseLost is returned by WorkOn and reported by ClaimLoop when the
 	// lease ended (expired, was force-released, or the agent was declared
@@ -41,35 +51,46 @@ var (
 	ErrLeaseLost = errors.New("checkout: lease lost")
 )
 
+// codeSentinels gives each error code of the API (package errcode) the
+// sentinel its answers match. A code without one matches only by status
+// (ErrNotFound for every 404).
 var codeSentinels = map[string]error{
-	"task_not_found":     ErrTaskNotFound,
-	"agent_not_found":    ErrAgentNotFound,
-	"message_not_found":  ErrMessageNotFound,
-	"not_checked_out":    ErrNotCheckedOut,
-	"no_task_available":  ErrNoTaskAvailable,
-	"checked_out":        ErrCheckedOut,
-	"status_mismatch":    ErrStatusMismatch,
-	"not_holder":         ErrNotHolder,
-	"task_exists":        ErrTaskExists,
-	"agent_exists":       ErrAgentExists,
-	"unauthorized":       ErrUnauthorized,
-	"forbidden":          ErrForbidden,
-	"invalid_id":         ErrInvalid,
-	"invalid_timeout":    ErrInvalid,
-	"invalid_request":    ErrInvalid,
-	"not_found":          ErrNotFound,
-	"version_mismatch":   ErrVersionMismatch,
-	"invalid_transition": ErrInvalidTransition,
-	"method_not_allowed": nil,
+	errcode.TaskNotFound:      ErrTaskNotFound,
+	errcode.AgentNotFound:     ErrAgentNotFound,
+	errcode.NotCheckedOut:     ErrNotCheckedOut,
+	errcode.NoTaskAvailable:   ErrNoTaskAvailable,
+	errcode.CheckedOut:        ErrCheckedOut,
+	errcode.StatusMismatch:    ErrStatusMismatch,
+	errcode.NotHolder:         ErrNotHolder,
+	errcode.TaskExists:        ErrTaskExists,
+	errcode.AgentExists:       ErrAgentExists,
+	errcode.Unauthorized:      ErrUnauthorized,
+	errcode.Forbidden:         ErrForbidden,
+	errcode.InvalidID:         ErrInvalid,
+	errcode.InvalidTimeout:    ErrInvalid,
+	errcode.InvalidRequest:    ErrInvalid,
+	errcode.InvalidJSON:       ErrInvalid,
+	errcode.PayloadTooLarge:   ErrInvalid,
+	errcode.NotFound:          ErrNotFound,
+	errcode.VersionMismatch:   ErrVersionMismatch,
+	errcode.InvalidTransition: ErrInvalidTransition,
+	errcode.TooManyWatchers:   ErrTooManyWatchers,
+	errcode.CannotRemoveAdmin: ErrCannotRemoveAdmin,
+	errcode.Unavailable:       ErrUnavailable,
+	errcode.MethodNotAllowed:  nil,
+	errcode.Internal:          nil,
 }
 
 // APIError is an error answer from the server.
 type APIError struct {
 	Status  int    // HTTP status
-	Code    string // machine code, e.g. "task_not_found"
+	Code    string // machine code, one of package errcode's, e.g. errcode.TaskNotFound
 	Message string // the server's sentence for a person
 	// Body is the answer's raw JSON.
 	Body []byte
+	// also is a sentinel the answer matches besides its code's, set by
+	// the route that knows what a plain 404 means there.
+	also error
 }
 
 func (e *APIError) Error() string {
@@ -82,6 +103,9 @@ func (e *APIError) Error() string {
 // Is matches the sentinel of the error's code, and ErrNotFound for any 404.
 func (e *APIError) Is(target error) bool {
 	if target == ErrNotFound && e.Status == http.StatusNotFound {
+		return true
+	}
+	if e.also != nil && e.also == target {
 		return true
 	}
 	s, ok := codeSentinels[e.Code]
@@ -164,15 +188,15 @@ func decodeError(status int, body []byte) error {
 	_ = json.Unmarshal(body, &b)
 	apiErr := &APIError{Status: status, Code: b.Code, Message: b.Error, Body: body}
 	switch {
-	case b.Code == "checked_out" && b.Holder != nil:
+	case b.Code == errcode.CheckedOut && b.Holder != nil:
 		return &ConflictError{APIError: apiErr, Holder: *b.Holder, SameAgent: b.SameAgent}
-	case b.Code == "not_holder":
+	case b.Code == errcode.NotHolder:
 		e := &NotHolderError{APIError: apiErr}
 		if b.Holder != nil {
 			e.Holder = *b.Holder
 		}
 		return e
-	case b.Code == "status_mismatch":
+	case b.Code == errcode.StatusMismatch:
 		return &StatusMismatchError{APIError: apiErr, Status: b.Status}
 	}
 	return apiErr

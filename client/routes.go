@@ -9,6 +9,9 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/checkout-dev/checkout/deploy"
+	"github.com/checkout-dev/checkout/errcode"
 )
 
 func taskPath(taskID, rest string) string {
@@ -43,7 +46,7 @@ func (c *Client) Checkout(ctx context.Context, taskID string, req CheckoutReques
 		req.RunID = NewRunID()
 	}
 	var co Checkout
-	err := c.do(ctx, idempotent, http.MethodPost, taskPath(taskID, "/checkout"), req, &co)
+	err := c.do(ctx, idempotent, http.MethodPost, deploy.Expand(deploy.TaskCheckoutPath, taskID), req, &co)
 	return co, wrap("checkout", taskID, err)
 }
 
@@ -100,7 +103,7 @@ func retryNaming(runID string, fence int64) retryMode {
 // Status reports whether a task is locked, and by whom.
 func (c *Client) Status(ctx context.Context, taskID string) (LockStatus, error) {
 	var s LockStatus
-	err := c.do(ctx, idempotent, http.MethodGet, taskPath(taskID, "/checkout"), nil, &s)
+	err := c.do(ctx, idempotent, http.MethodGet, deploy.Expand(deploy.TaskCheckoutPath, taskID), nil, &s)
 	return s, wrap("status", taskID, err)
 }
 
@@ -144,9 +147,14 @@ func (c *Client) Inbox(ctx context.Context) ([]Message, error) {
 	return r.Messages, nil
 }
 
-// DeleteMessage removes one inbox message.
+// DeleteMessage removes one inbox message. A message that does not exist
+// (or was deleted already) matches ErrMessageNotFound: the server answers
+// it with a plain 404 not_found.
 func (c *Client) DeleteMessage(ctx context.Context, messageID string) error {
 	err := c.do(ctx, once, http.MethodDelete, "/api/inbox/"+url.PathEscape(messageID), nil, nil)
+	if ae := (*APIError)(nil); errors.As(err, &ae) && ae.Code == errcode.NotFound {
+		ae.also = ErrMessageNotFound
+	}
 	if err != nil {
 		return fmt.Errorf("delete message %s: %w", messageID, err)
 	}

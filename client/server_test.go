@@ -277,3 +277,18 @@ func TestAgainstServerClaimLoopDrainsThePool(t *testing.T) {
 		t.Fatalf("worked on %d tasks, want %d", len(seen), n)
 	}
 }
+
+// Deleting a message that does not exist matches ErrMessageNotFound (and
+// ErrNotFound), whatever code the server gives a missing message.
+func TestAgainstServerUnknownMessageIsErrMessageNotFound(t *testing.T) {
+	t.Parallel()
+	_, admin := startServer(t, nil)
+	a := agent(t, admin, "agent-a1b2", "researcher")
+	err := a.DeleteMessage(context.Background(), "m-that-never-was")
+	if !errors.Is(err, ErrMessageNotFound) || !errors.Is(err, ErrNotFound) {
+		t.Fatalf("delete of an unknown message: %v, want ErrMessageNotFound and ErrNotFound", err)
+	}
+	if errors.Is(err, ErrTaskNotFound) {
+		t.Fatalf("delete of an unknown message matches ErrTaskNotFound: %v", err)
+	}
+}

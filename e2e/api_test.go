@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/checkout-dev/checkout/lease"
 )
 
 func TestHealthz(t *testing.T) {
@@ -28,49 +32,51 @@ func TestAgents(t *testing.T) {
 	if !strings.HasPrefix(key, "ck_") || id == "" || r.Str("name") != "researcher" || r.Body["admin"] != false {
 		t.Fatalf("registration %s", r.Raw)
 	}
-	r = e.must(t, 201, "POST", "/api/agents", e.admin, map[string]any{"name": "boss", "admin": true, "agent_id": "boss"})
-	boss := r.Str("api_key")
-	equal(t, "admin", r.Body["admin"], true)
-	e.fail(t, 409, "agent_exists", "POST", "/api/agents", e.admin, map[string]any{"name": "again", "agent_id": "boss"})
-	e.fail(t, 400, "invalid_id", "POST", "/api/agents", e.admin, map[string]any{"name": "x", "agent_id": "-bad"})
-	e.fail(t, 400, "invalid_json", "POST", "/api/agents", e.admin, map[string]any{"name": "x", "role": "admin"})
-	e.fail(t, 400, "invalid_json", "POST", "/api/agents", e.admin, map[string]any{"name": 7})
-
-	// The new admin may administer; the agent may not.
-	e.must(t, 200, "GET", "/api/agents", boss, nil)
-	e.fail(t, 403, "forbidden", "GET", "/api/agents", key, nil)
-	e.fail(t, 403, "forbidden", "POST", "/api/agents", key, map[string]any{"name": "x"})
-	e.fail(t, 403, "forbidden", "DELETE", "/api/agents/boss", key, nil)
-
-	// alive is null until the first heartbeat, then true, then false once
-	// the heartbeat expires.
-	alive := func() any {
-		for _, a := range e.must(t, 200, "GET", "/api/agents", e.admin, nil).List("agents") {
-			if a["agent_id"] == id {
-				return a["alive"]
+	var boss string // an admin registered by the admin
+	t.Run("an admin registers agents and admins", func(t *testing.T) {
+		r := e.must(t, 201, "POST", "/api/agents", e.admin, map[string]any{"name": "boss", "admin": true, "agent_id": "boss"})
+		boss = r.Str("api_key")
+		equal(t, "admin", r.Body["admin"], true)
+		e.fail(t, 409, "agent_exists", "POST", "/api/agents", e.admin, map[string]any{"name": "again", "agent_id": "boss"})
+		e.fail(t, 400, "invalid_id", "POST", "/api/agents", e.admin, map[string]any{"name": "x", "agent_id": "-bad"})
+		e.fail(t, 400, "invalid_json", "POST", "/api/agents", e.admin, map[string]any{"name": "x", "role": "admin"})
+		e.fail(t, 400, "invalid_json", "POST", "/api/agents", e.admin, map[string]any{"name": 7})
+	})
+	t.Run("the new admin may administer; the agent may not", func(t *testing.T) {
+		e.must(t, 200, "GET", "/api/agents", boss, nil)
+		e.fail(t, 403, "forbidden", "GET", "/api/agents", key, nil)
+		e.fail(t, 403, "forbidden", "POST", "/api/agents", key, map[string]any{"name": "x"})
+		e.fail(t, 403, "forbidden", "DELETE", "/api/agents/boss", key, nil)
+	})
+	t.Run("alive is null, then true, then false once the heartbeat expires", func(t *testing.T) {
+		alive := func() any {
+			for _, a := range e.must(t, 200, "GET", "/api/agents", e.admin, nil).List("agents") {
+				if a["agent_id"] == id {
+					return a["alive"]
+				}
 			}
+			t.Fatalf("agent %s not listed", id)
+			return nil
 		}
-		t.Fatalf("agent %s not listed", id)
-		return nil
-	}
-	equal(t, "alive before any heartbeat", alive(), nil)
-	hb := e.must(t, 200, "POST", "/api/heartbeat", key, map[string]any{"ttl": "30s"})
-	equal(t, "heartbeat agent", hb.Str("agent_id"), id)
-	equal(t, "heartbeat expiry", hb.Str("expires_at"), stamp(t0.Add(30*time.Second)))
-	equal(t, "alive after a heartbeat", alive(), true)
-	e.clock.Advance(31 * time.Second)
-	equal(t, "alive after the heartbeat expired", alive(), false)
-	e.must(t, 200, "POST", "/api/heartbeat", key, nil) // default ttl, body optional
-	equal(t, "alive again", alive(), true)
-	e.fail(t, 400, "invalid_timeout", "POST", "/api/heartbeat", key, map[string]any{"ttl": "2h"})
-	e.fail(t, 400, "invalid_timeout", "POST", "/api/heartbeat", key, map[string]any{"ttl": "soon"})
-
-	// Removal revokes the key at once, although it was just cached.
-	e.must(t, 200, "GET", "/api/tasks", key, nil)
-	e.must(t, 200, "DELETE", "/api/agents/"+id, e.admin, nil)
-	e.fail(t, 401, "unauthorized", "GET", "/api/tasks", key, nil)
-	e.fail(t, 404, "agent_not_found", "DELETE", "/api/agents/"+id, e.admin, nil)
-	e.fail(t, 400, "invalid_id", "DELETE", "/api/agents/bad%20id", e.admin, nil)
+		equal(t, "alive before any heartbeat", alive(), nil)
+		hb := e.must(t, 200, "POST", "/api/heartbeat", key, map[string]any{"ttl": "30s"})
+		equal(t, "heartbeat agent", hb.Str("agent_id"), id)
+		equal(t, "heartbeat expiry", hb.Str("expires_at"), stamp(t0.Add(30*time.Second)))
+		equal(t, "alive after a heartbeat", alive(), true)
+		e.clock.Advance(31 * time.Second)
+		equal(t, "alive after the heartbeat expired", alive(), false)
+		e.must(t, 200, "POST", "/api/heartbeat", key, nil) // default ttl, body optional
+		equal(t, "alive again", alive(), true)
+		e.fail(t, 400, "invalid_timeout", "POST", "/api/heartbeat", key, map[string]any{"ttl": "2h"})
+		e.fail(t, 400, "invalid_timeout", "POST", "/api/heartbeat", key, map[string]any{"ttl": "soon"})
+	})
+	t.Run("removal revokes the key at once, although it was just cached", func(t *testing.T) {
+		e.must(t, 200, "GET", "/api/tasks", key, nil)
+		e.must(t, 200, "DELETE", "/api/agents/"+id, e.admin, nil)
+		e.fail(t, 401, "unauthorized", "GET", "/api/tasks", key, nil)
+		e.fail(t, 404, "agent_not_found", "DELETE", "/api/agents/"+id, e.admin, nil)
+		e.fail(t, 400, "invalid_id", "DELETE", "/api/agents/bad%20id", e.admin, nil)
+	})
 }
 
 // Every route but /healthz refuses a missing, malformed, unknown or revoked
@@ -117,28 +123,29 @@ func TestTasks(t *testing.T) {
 	e := newEnv(t)
 	k := e.agent(t, "a1")
 
-	r := e.must(t, 201, "POST", "/api/tasks", k, map[string]any{"task_id": "t1", "title": "Fix login bug"})
-	equal(t, "status", r.Str("status"), "todo")
-	equal(t, "created_at", r.Str("created_at"), stamp(t0))
-	for _, f := range []string{"started_at", "completed_at", "duration_seconds", "checkout"} {
-		if v, ok := r.Body[f]; !ok || v != nil {
-			t.Fatalf("%s = %v (present %v), want null", f, v, ok)
+	t.Run("create, and the refusals of create and get", func(t *testing.T) {
+		r := e.must(t, 201, "POST", "/api/tasks", k, map[string]any{"task_id": "t1", "title": "Fix login bug"})
+		equal(t, "status", r.Str("status"), "todo")
+		equal(t, "created_at", r.Str("created_at"), stamp(t0))
+		for _, f := range []string{"started_at", "completed_at", "duration_seconds", "checkout"} {
+			if v, ok := r.Body[f]; !ok || v != nil {
+				t.Fatalf("%s = %v (present %v), want null", f, v, ok)
+			}
 		}
-	}
-	gen := e.must(t, 201, "POST", "/api/tasks", k, nil).Str("task_id")
-	if gen == "" {
-		t.Fatal("no generated task id")
-	}
-	e.fail(t, 409, "task_exists", "POST", "/api/tasks", k, map[string]any{"task_id": "t1"})
-	e.fail(t, 400, "invalid_id", "POST", "/api/tasks", k, map[string]any{"task_id": "has space"})
-	e.fail(t, 400, "invalid_id", "POST", "/api/tasks", k, map[string]any{"task_id": strings.Repeat("a", 129)})
-	e.fail(t, 400, "invalid_id", "GET", "/api/tasks/bad%20id", k, nil)
-	e.fail(t, 404, "task_not_found", "GET", "/api/tasks/t9", k, nil)
-	e.fail(t, 400, "invalid_json", "POST", "/api/tasks", k, `{"task_id": "t2"`)
-	e.fail(t, 400, "invalid_json", "POST", "/api/tasks", k, `[1,2]`)
-	e.fail(t, 400, "invalid_json", "POST", "/api/tasks", k, `{"task_id":"t2"} {}`)
-	e.fail(t, 413, "payload_too_large", "POST", "/api/tasks", k, `{"title":"`+strings.Repeat("x", 65<<10)+`"}`)
-
+		gen := e.must(t, 201, "POST", "/api/tasks", k, nil).Str("task_id")
+		if gen == "" {
+			t.Fatal("no generated task id")
+		}
+		e.fail(t, 409, "task_exists", "POST", "/api/tasks", k, map[string]any{"task_id": "t1"})
+		e.fail(t, 400, "invalid_id", "POST", "/api/tasks", k, map[string]any{"task_id": "has space"})
+		e.fail(t, 400, "invalid_id", "POST", "/api/tasks", k, map[string]any{"task_id": strings.Repeat("a", 129)})
+		e.fail(t, 400, "invalid_id", "GET", "/api/tasks/bad%20id", k, nil)
+		e.fail(t, 404, "task_not_found", "GET", "/api/tasks/t9", k, nil)
+		e.fail(t, 400, "invalid_json", "POST", "/api/tasks", k, `{"task_id": "t2"`)
+		e.fail(t, 400, "invalid_json", "POST", "/api/tasks", k, `[1,2]`)
+		e.fail(t, 400, "invalid_json", "POST", "/api/tasks", k, `{"task_id":"t2"} {}`)
+		e.fail(t, 413, "payload_too_large", "POST", "/api/tasks", k, `{"title":"`+strings.Repeat("x", 65<<10)+`"}`)
+	})
 	for i := 2; i <= 5; i++ {
 		e.clock.Advance(time.Second)
 		e.task(t, k, "t"+string(rune('0'+i)))
@@ -146,37 +153,38 @@ func TestTasks(t *testing.T) {
 	got := e.must(t, 200, "GET", "/api/tasks/t3", k, nil)
 	equal(t, "task", got.Str("title"), "task t3")
 
-	// Pages of two walk every task once, in creation order.
-	var seen []string
-	cursor := ""
-	for pages := 0; ; pages++ {
-		if pages > 10 {
-			t.Fatal("pagination does not end")
+	t.Run("pages of two walk every task once, in creation order", func(t *testing.T) {
+		var seen []string
+		cursor := ""
+		for pages := 0; ; pages++ {
+			if pages > 10 {
+				t.Fatal("pagination does not end")
+			}
+			target := "/api/tasks?status=todo&limit=2"
+			if cursor != "" {
+				target += "&cursor=" + cursor
+			}
+			p := e.must(t, 200, "GET", target, k, nil)
+			for _, tk := range p.List("tasks") {
+				seen = append(seen, tk["task_id"].(string))
+			}
+			if p.Body["next_cursor"] == nil {
+				break
+			}
+			cursor = p.Str("next_cursor")
 		}
-		target := "/api/tasks?status=todo&limit=2"
-		if cursor != "" {
-			target += "&cursor=" + cursor
+		if len(seen) != 6 || seen[0] != "t1" || seen[len(seen)-1] != "t5" {
+			t.Fatalf("listed %v", seen)
 		}
-		p := e.must(t, 200, "GET", target, k, nil)
-		for _, tk := range p.List("tasks") {
-			seen = append(seen, tk["task_id"].(string))
-		}
-		if p.Body["next_cursor"] == nil {
-			break
-		}
-		cursor = p.Str("next_cursor")
-	}
-	if len(seen) != 6 || seen[0] != "t1" || seen[len(seen)-1] != "t5" {
-		t.Fatalf("listed %v", seen)
-	}
-	e.fail(t, 400, "invalid_request", "GET", "/api/tasks?limit=0", k, nil)
-	e.fail(t, 400, "invalid_request", "GET", "/api/tasks?limit=1001", k, nil)
-	e.fail(t, 400, "invalid_request", "GET", "/api/tasks?limit=ten", k, nil)
-	e.fail(t, 400, "invalid_request", "GET", "/api/tasks?status=doing", k, nil)
-	e.fail(t, 400, "invalid_request", "GET", "/api/tasks?cursor=garbage!", k, nil)
-	all := e.must(t, 200, "GET", "/api/tasks", k, nil)
-	equal(t, "default listing", len(all.List("tasks")), 6)
-	equal(t, "in_progress listing", len(e.must(t, 200, "GET", "/api/tasks?status=in_progress", k, nil).List("tasks")), 0)
+		e.fail(t, 400, "invalid_request", "GET", "/api/tasks?limit=0", k, nil)
+		e.fail(t, 400, "invalid_request", "GET", "/api/tasks?limit=1001", k, nil)
+		e.fail(t, 400, "invalid_request", "GET", "/api/tasks?limit=ten", k, nil)
+		e.fail(t, 400, "invalid_request", "GET", "/api/tasks?status=doing", k, nil)
+		e.fail(t, 400, "invalid_request", "GET", "/api/tasks?cursor=garbage!", k, nil)
+		all := e.must(t, 200, "GET", "/api/tasks", k, nil)
+		equal(t, "default listing", len(all.List("tasks")), 6)
+		equal(t, "in_progress listing", len(e.must(t, 200, "GET", "/api/tasks?status=in_progress", k, nil).List("tasks")), 0)
+	})
 }
 
 func TestCheckoutLifecycle(t *testing.T) {
@@ -539,4 +547,30 @@ func TestQueues(t *testing.T) {
 			equal(t, "research "+status, n, float64(0))
 		}
 	}
+}
+
+// The refusals the other scenarios do not reach: a stale If-Match, the
+// built-in admin's removal, and a task whose watch list is full.
+func TestRefusals(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	k := e.agent(t, "r1")
+	e.task(t, k, "t1")
+	t.Run("a stale version is version_mismatch", func(t *testing.T) {
+		r := e.callWith(t, "PATCH", "/api/tasks/t1", k, http.Header{"If-Match": {"99"}}, map[string]any{"priority": 3})
+		if r.Status != 412 || r.Code() != "version_mismatch" {
+			t.Fatalf("PATCH with If-Match 99: %d %s", r.Status, r.Raw)
+		}
+		e.must(t, 200, "PATCH", "/api/tasks/t1", k, map[string]any{"priority": 3})
+	})
+	t.Run("the built-in admin stays", func(t *testing.T) {
+		e.fail(t, 409, "cannot_remove_admin", "DELETE", "/api/agents/admin", e.admin, nil)
+	})
+	t.Run("a full watch list is too_many_watchers", func(t *testing.T) {
+		for i := range lease.MaxWatchers {
+			w := e.agent(t, fmt.Sprintf("w%03d", i))
+			e.must(t, 200, "POST", "/api/tasks/t1/watch", w, nil)
+		}
+		e.fail(t, 409, "too_many_watchers", "POST", "/api/tasks/t1/watch", k, nil)
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/checkout-dev/checkout/errcode"
 	"github.com/checkout-dev/checkout/lease"
 )
 
@@ -33,14 +34,14 @@ func decode(r *http.Request, v any) error {
 		if errors.As(err, &tooLarge) {
 			return err
 		}
-		return errorf(http.StatusBadRequest, codeInvalidJSON, "the request body could not be read")
+		return errorf(errcode.InvalidJSON, "the request body could not be read")
 	}
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
 		return nil
 	}
 	if data[0] != '{' {
-		return errorf(http.StatusBadRequest, codeInvalidJSON, "the request body must be a JSON object")
+		return errorf(errcode.InvalidJSON, "the request body must be a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -48,7 +49,7 @@ func decode(r *http.Request, v any) error {
 		return jsonError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return errorf(http.StatusBadRequest, codeInvalidJSON, "the request body has data after the JSON object")
+		return errorf(errcode.InvalidJSON, "the request body has data after the JSON object")
 	}
 	return exactFields(data, reflect.TypeOf(v))
 }
@@ -153,9 +154,9 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 
 func unknownField(name string) error {
 	if len(name) > 64 || !utf8.ValidString(name) || strings.ContainsRune(name, utf8.RuneError) {
-		return errorf(http.StatusBadRequest, codeInvalidJSON, "the request body has an unknown field")
+		return errorf(errcode.InvalidJSON, "the request body has an unknown field")
 	}
-	return errorf(http.StatusBadRequest, codeInvalidJSON, "unknown field %q", name)
+	return errorf(errcode.InvalidJSON, "unknown field %q", name)
 }
 
 func jsonError(err error) error {
@@ -164,14 +165,14 @@ func jsonError(err error) error {
 	case errors.As(err, &typeErr):
 		field := typeErr.Field
 		if field == "" {
-			return errorf(http.StatusBadRequest, codeInvalidJSON, "the request body has a value of the wrong type")
+			return errorf(errcode.InvalidJSON, "the request body has a value of the wrong type")
 		}
-		return errorf(http.StatusBadRequest, codeInvalidJSON, "field %s must be %s", field, typeName(typeErr.Type.Kind().String()))
+		return errorf(errcode.InvalidJSON, "field %s must be %s", field, typeName(typeErr.Type.Kind().String()))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
 		return unknownField(name)
 	}
-	return errorf(http.StatusBadRequest, codeInvalidJSON, "the request body is not valid JSON")
+	return errorf(errcode.InvalidJSON, "the request body is not valid JSON")
 }
 
 func typeName(kind string) string {

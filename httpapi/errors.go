@@ -13,35 +13,8 @@ import (
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/checkout-dev/checkout/errcode"
 	"github.com/checkout-dev/checkout/lease"
-)
-
-// Error codes of the API.
-const (
-	codeNotFound          = "not_found"
-	codeMethodNotAllowed  = "method_not_allowed"
-	codeUnauthorized      = "unauthorized"
-	codeForbidden         = "forbidden"
-	codeInvalidID         = "invalid_id"
-	codeInvalidTimeout    = "invalid_timeout"
-	codeInvalidRequest    = "invalid_request"
-	codeInvalidJSON       = "invalid_json"
-	codeTooLarge          = "payload_too_large"
-	codeTaskNotFound      = "task_not_found"
-	codeAgentNotFound     = "agent_not_found"
-	codeNotCheckedOut     = "not_checked_out"
-	codeNoTaskAvailable   = "no_task_available"
-	codeCheckedOut        = "checked_out"
-	codeStatusMismatch    = "status_mismatch"
-	codeTaskExists        = "task_exists"
-	codeVersionMismatch   = "version_mismatch"
-	codeInvalidTransition = "invalid_transition"
-	codeAgentExists       = "agent_exists"
-	codeNotHolder         = "not_holder"
-	codeTooManyWatchers   = "too_many_watchers"
-	codeCannotRemoveAdmin = "cannot_remove_admin"
-	codeUnavailable       = "unavailable"
-	codeInternal          = "internal"
 )
 
 // apiError is an error the HTTP layer itself decided on.
@@ -53,8 +26,24 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.message }
 
-func errorf(status int, code, format string, args ...any) error {
-	return &apiError{status: status, code: code, message: fmt.Sprintf(format, args...)}
+// errorf is an answer with code, and the status errcode gives that code.
+func errorf(code, format string, args ...any) error {
+	return &apiError{status: statusOf(code), code: code, message: fmt.Sprintf(format, args...)}
+}
+
+// statusOf is the HTTP status of an error code, from errcode's list; a
+// code missing from it is a bug, answered as internal.
+func statusOf(code string) int {
+	if c, ok := errcode.Lookup(code); ok {
+		return c.Status
+	}
+	return http.StatusInternalServerError
+}
+
+// answer is errorResponse's result for an expected error: body, with the
+// status of its code.
+func answer(body errorBody) (status int, _ errorBody, internal bool) {
+	return statusOf(body.Code), body, false
 }
 
 // errorBody is the body of every error answer. Holder and Status are set for
@@ -88,9 +77,9 @@ func conflictFor(err error, agentID string) error {
 // validationCodes maps lease's ValidationError codes to the API's 400
 // codes; any other code is invalid_request.
 var validationCodes = map[string]string{
-	lease.CodeInvalidID:      codeInvalidID,
-	lease.CodeInvalidTimeout: codeInvalidTimeout,
-	lease.CodeInvalidRequest: codeInvalidRequest,
+	lease.CodeInvalidID:      errcode.InvalidID,
+	lease.CodeInvalidTimeout: errcode.InvalidTimeout,
+	lease.CodeInvalidRequest: errcode.InvalidRequest,
 }
 
 // errorResponse maps any error to its status and body. It is the only place
@@ -115,69 +104,69 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 	case errors.As(err, &ae):
 		return ae.status, errorBody{Error: ae.message, Code: ae.code}, false
 	case errors.As(err, &tooLarge):
-		return http.StatusRequestEntityTooLarge, errorBody{Error: "the request body is larger than 64 KiB", Code: codeTooLarge}, false
+		return answer(errorBody{Error: "the request body is larger than 64 KiB", Code: errcode.PayloadTooLarge})
 	case errors.As(err, &ve):
 		code, ok := validationCodes[ve.Code]
 		if !ok {
-			code = codeInvalidRequest
+			code = errcode.InvalidRequest
 		}
-		return http.StatusBadRequest, errorBody{Error: ve.Message, Code: code}, false
+		return answer(errorBody{Error: ve.Message, Code: code})
 	case errors.As(err, &conflict):
 		h := toCheckout(conflict.Holder, now)
 		id := conflict.Holder.TaskID
 		if id == "" {
 			id = taskID
 		}
-		body := errorBody{Error: fmt.Sprintf("task %s is already checked out", id), Code: codeCheckedOut, Holder: &h}
+		body := errorBody{Error: fmt.Sprintf("task %s is already checked out", id), Code: errcode.CheckedOut, Holder: &h}
 		if cc := (*checkoutConflict)(nil); errors.As(err, &cc) {
 			same := conflict.Holder.AgentID == cc.agentID
 			body.SameAgent = &same
 		}
-		return http.StatusConflict, body, false
+		return answer(body)
 	case errors.As(err, &mismatch):
-		return http.StatusConflict, errorBody{Error: fmt.Sprintf("%s has status %s, which the request did not expect", task, mismatch.Status), Code: codeStatusMismatch, Status: mismatch.Status}, false
+		return answer(errorBody{Error: fmt.Sprintf("%s has status %s, which the request did not expect", task, mismatch.Status), Code: errcode.StatusMismatch, Status: mismatch.Status})
 	case errors.As(err, &notHold):
 		h := toCheckout(notHold.Holder, now)
-		return http.StatusForbidden, errorBody{Error: fmt.Sprintf("%s is held by %s, not by the caller", task, notHold.Holder.AgentID), Code: codeNotHolder, Holder: &h}, false
+		return answer(errorBody{Error: fmt.Sprintf("%s is held by %s, not by the caller", task, notHold.Holder.AgentID), Code: errcode.NotHolder, Holder: &h})
 	case errors.As(err, &trans):
-		return http.StatusConflict, errorBody{Error: fmt.Sprintf("%s is %s and cannot become %s", task, trans.From, trans.To), Code: codeInvalidTransition, Status: trans.From}, false
+		return answer(errorBody{Error: fmt.Sprintf("%s is %s and cannot become %s", task, trans.From, trans.To), Code: errcode.InvalidTransition, Status: trans.From})
 	case errors.Is(err, lease.ErrVersionMismatch):
-		return http.StatusPreconditionFailed, errorBody{Error: task + " has changed: its version is not the one If-Match gave", Code: codeVersionMismatch}, false
+		return answer(errorBody{Error: task + " has changed: its version is not the one If-Match gave", Code: errcode.VersionMismatch})
 	case errors.Is(err, lease.ErrTaskNotFound):
-		return http.StatusNotFound, errorBody{Error: task + " does not exist", Code: codeTaskNotFound}, false
+		return answer(errorBody{Error: task + " does not exist", Code: errcode.TaskNotFound})
 	case errors.Is(err, lease.ErrAgentNotFound):
-		return http.StatusNotFound, errorBody{Error: "the agent does not exist", Code: codeAgentNotFound}, false
+		return answer(errorBody{Error: "the agent does not exist", Code: errcode.AgentNotFound})
 	case errors.Is(err, lease.ErrNotCheckedOut):
-		return http.StatusNotFound, errorBody{Error: task + " has no live lease", Code: codeNotCheckedOut}, false
+		return answer(errorBody{Error: task + " has no live lease", Code: errcode.NotCheckedOut})
 	case errors.Is(err, lease.ErrNoTaskAvailable):
-		return http.StatusNotFound, errorBody{Error: "no task is available to claim", Code: codeNoTaskAvailable}, false
+		return answer(errorBody{Error: "no task is available to claim", Code: errcode.NoTaskAvailable})
 	case errors.Is(err, lease.ErrMessageNotFound):
-		return http.StatusNotFound, errorBody{Error: "the message does not exist", Code: codeNotFound}, false
+		return answer(errorBody{Error: "the message does not exist", Code: errcode.NotFound})
 	case errors.Is(err, lease.ErrCheckedOut):
-		return http.StatusConflict, errorBody{Error: task + " is already checked out", Code: codeCheckedOut}, false
+		return answer(errorBody{Error: task + " is already checked out", Code: errcode.CheckedOut})
 	case errors.Is(err, lease.ErrStatusMismatch):
-		return http.StatusConflict, errorBody{Error: task + " does not have an expected status", Code: codeStatusMismatch}, false
+		return answer(errorBody{Error: task + " does not have an expected status", Code: errcode.StatusMismatch})
 	case errors.Is(err, lease.ErrNotHolder):
-		return http.StatusForbidden, errorBody{Error: "the caller does not hold the lease on " + task, Code: codeNotHolder}, false
+		return answer(errorBody{Error: "the caller does not hold the lease on " + task, Code: errcode.NotHolder})
 	case errors.Is(err, lease.ErrTaskExists):
-		return http.StatusConflict, errorBody{Error: task + " already exists", Code: codeTaskExists}, false
+		return answer(errorBody{Error: task + " already exists", Code: errcode.TaskExists})
 	case errors.Is(err, lease.ErrAgentExists):
-		return http.StatusConflict, errorBody{Error: "an agent with this id already exists", Code: codeAgentExists}, false
+		return answer(errorBody{Error: "an agent with this id already exists", Code: errcode.AgentExists})
 	case errors.Is(err, lease.ErrTooManyWatchers):
-		return http.StatusConflict, errorBody{Error: fmt.Sprintf("%s already has %d watchers, the most it can have", task, lease.MaxWatchers), Code: codeTooManyWatchers}, false
+		return answer(errorBody{Error: fmt.Sprintf("%s already has %d watchers, the most it can have", task, lease.MaxWatchers), Code: errcode.TooManyWatchers})
 	case errors.Is(err, lease.ErrUnauthorized):
-		return http.StatusUnauthorized, errUnauthorizedBody, false
+		return answer(errUnauthorizedBody)
 	case errors.Is(err, lease.ErrInvalid):
-		return http.StatusBadRequest, errorBody{Error: "the request is not valid", Code: codeInvalidRequest}, false
+		return answer(errorBody{Error: "the request is not valid", Code: errcode.InvalidRequest})
 	case Unavailable(err):
-		return http.StatusServiceUnavailable, errUnavailableBody, false
+		return answer(errUnavailableBody)
 	}
-	return http.StatusInternalServerError, errorBody{Error: "the server failed to handle the request; it has been logged", Code: codeInternal}, true
+	return statusOf(errcode.Internal), internalBody, true
 }
 
-var errUnauthorizedBody = errorBody{Error: "a valid API key is required: Authorization: Bearer <api_key>", Code: codeUnauthorized}
+var errUnauthorizedBody = errorBody{Error: "a valid API key is required: Authorization: Bearer <api_key>", Code: errcode.Unauthorized}
 
-var errUnavailableBody = errorBody{Error: "the database cannot be reached; retry shortly", Code: codeUnavailable}
+var errUnavailableBody = errorBody{Error: "the database cannot be reached; retry shortly", Code: errcode.Unavailable}
 
 // RetryAfter is the Retry-After of every 503 unavailable answer, in seconds.
 const RetryAfter = "1"

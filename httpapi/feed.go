@@ -1,27 +1,15 @@
 package httpapi
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/checkout-dev/checkout/errcode"
 	"github.com/checkout-dev/checkout/lease"
 )
 
-// FeedService serves the fleet feed, GET /api/events. The lease store
-// implements it; a Service without it answers that route 404 not_found.
-type FeedService interface {
-	Feed(ctx context.Context, p lease.FeedParams) (lease.FeedPage, error)
-}
-
-var _ FeedService = (*lease.Store)(nil)
-
 func (s *server) feed(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
-	fs, ok := s.svc.(FeedService)
-	if !ok {
-		return errorf(http.StatusNotFound, codeNotFound, "no such path")
-	}
 	q := r.URL.Query()
 	p := lease.FeedParams{Limit: lease.DefaultListLimit, Cursor: q.Get("cursor")}
 	if err := lease.CheckCursor(p.Cursor); err != nil {
@@ -32,7 +20,7 @@ func (s *server) feed(w http.ResponseWriter, r *http.Request, _ lease.Principal)
 	} else if v != "" && p.Cursor == "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			return errorf(http.StatusBadRequest, codeInvalidRequest, "since must be an RFC 3339 time such as 2026-03-20T14:35:00Z")
+			return errorf(errcode.InvalidRequest, "since must be an RFC 3339 time such as 2026-03-20T14:35:00Z")
 		}
 		p.Since = t
 	}
@@ -50,7 +38,7 @@ func (s *server) feed(w http.ResponseWriter, r *http.Request, _ lease.Principal)
 			return err
 		}
 	}
-	page, err := fs.Feed(r.Context(), p)
+	page, err := s.svc.Feed(r.Context(), p)
 	if err != nil {
 		return err
 	}

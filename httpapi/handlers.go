@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/checkout-dev/checkout/errcode"
 	"github.com/checkout-dev/checkout/lease"
 )
 
@@ -81,7 +82,7 @@ func (s *server) removeAgent(w http.ResponseWriter, r *http.Request, _ lease.Pri
 		return err
 	}
 	if id == s.opts.AdminID {
-		return errorf(http.StatusConflict, codeCannotRemoveAdmin, "agent %s is the built-in admin and cannot be removed", id)
+		return errorf(errcode.CannotRemoveAdmin, "agent %s is the built-in admin and cannot be removed", id)
 	}
 	if err := s.svc.RemoveAgent(r.Context(), id); err != nil {
 		return err
@@ -231,7 +232,7 @@ func (s *server) updateTask(w http.ResponseWriter, r *http.Request, p lease.Prin
 	if v := r.Header.Get("If-Match"); v != "" {
 		n, err := strconv.ParseInt(strings.Trim(strings.TrimPrefix(v, "W/"), `"`), 10, 64)
 		if err != nil || n < 1 {
-			return errorf(http.StatusBadRequest, codeInvalidRequest, "If-Match must be a task version, a positive integer")
+			return errorf(errcode.InvalidRequest, "If-Match must be a task version, a positive integer")
 		}
 		params.IfVersion = n
 	}

@@ -27,7 +27,8 @@ import (
 	"time"
 
 	"github.com/checkout-dev/checkout/auth"
-	"github.com/checkout-dev/checkout/functions/deploy"
+	"github.com/checkout-dev/checkout/deploy"
+	"github.com/checkout-dev/checkout/errcode"
 	"github.com/checkout-dev/checkout/lease"
 )
 
@@ -78,31 +79,32 @@ type Options struct {
 type handlerFunc func(s *server, w http.ResponseWriter, r *http.Request, p lease.Principal) error
 
 // handlers gives each route of deploy.Routes, the one route table, its
-// handler; New refuses a table with a route missing here.
+// handler, by the route's operation (its operationId in the OpenAPI
+// document); New refuses a table with a route missing here.
 var handlers = map[string]handlerFunc{
-	"GET /healthz":                       (*server).healthz,
-	"POST /api/agents":                   (*server).registerAgent,
-	"GET /api/agents":                    (*server).listAgents,
-	"DELETE /api/agents/{agent_id}":      (*server).removeAgent,
-	"POST /api/heartbeat":                (*server).heartbeat,
-	"POST /api/tasks":                    (*server).createTask,
-	"GET /api/tasks":                     (*server).listTasks,
-	"POST /api/tasks/batch":              (*server).createTasks,
-	"GET /api/tasks/{task_id}":           (*server).getTask,
-	"PATCH /api/tasks/{task_id}":         (*server).updateTask,
-	"POST /api/tasks/{task_id}/checkout": (*server).checkout,
-	"GET /api/tasks/{task_id}/checkout":  (*server).lockStatus,
-	"POST /api/tasks/{task_id}/renew":    (*server).renew,
-	"POST /api/tasks/{task_id}/release":  (*server).release,
-	"POST /api/tasks/{task_id}/complete": (*server).complete,
-	"GET /api/tasks/{task_id}/events":    (*server).events,
-	"POST /api/tasks/{task_id}/watch":    (*server).watch,
-	"GET /api/checkouts":                 (*server).listCheckouts,
-	"GET /api/inbox":                     (*server).inbox,
-	"DELETE /api/inbox/{message_id}":     (*server).deleteMessage,
-	"POST /api/claim":                    (*server).claim,
-	"GET /api/events":                    (*server).feed,
-	"GET /api/queues":                    (*server).listQueues,
+	"healthz":       (*server).healthz,
+	"registerAgent": (*server).registerAgent,
+	"listAgents":    (*server).listAgents,
+	"removeAgent":   (*server).removeAgent,
+	"heartbeat":     (*server).heartbeat,
+	"createTask":    (*server).createTask,
+	"listTasks":     (*server).listTasks,
+	"createTasks":   (*server).createTasks,
+	"getTask":       (*server).getTask,
+	"updateTask":    (*server).updateTask,
+	"checkout":      (*server).checkout,
+	"lockStatus":    (*server).lockStatus,
+	"renew":         (*server).renew,
+	"release":       (*server).release,
+	"complete":      (*server).complete,
+	"events":        (*server).events,
+	"watch":         (*server).watch,
+	"listCheckouts": (*server).listCheckouts,
+	"inbox":         (*server).inbox,
+	"deleteMessage": (*server).deleteMessage,
+	"claim":         (*server).claim,
+	"feed":          (*server).feed,
+	"listQueues":    (*server).listQueues,
 }
 
 type route struct {
@@ -151,9 +153,9 @@ func New(svc Service, opts Options) http.Handler {
 		if opts.Function != "" && r.Function != opts.Function {
 			continue
 		}
-		h, ok := handlers[r.Key()]
+		h, ok := handlers[r.Op]
 		if !ok {
-			panic("httpapi: no handler for route " + r.Key())
+			panic("httpapi: no handler for route " + r.Key() + " (operation " + r.Op + ")")
 		}
 		pattern := strings.TrimPrefix(r.Pattern(), r.Method+" ")
 		s.mux.Handle(r.Pattern(), s.serveRoute(route{r, h}))
@@ -171,7 +173,7 @@ func New(svc Service, opts Options) http.Handler {
 		allow := strings.Join(ms, ", ")
 		s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
-			s.fail(w, r, errorf(http.StatusMethodNotAllowed, codeMethodNotAllowed, "method %s is not allowed on %s; allowed: %s", r.Method, pattern, allow))
+			s.fail(w, r, errorf(errcode.MethodNotAllowed, "method %s is not allowed on %s; allowed: %s", r.Method, pattern, allow))
 		})
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -180,7 +182,7 @@ func New(svc Service, opts Options) http.Handler {
 	return s
 }
 
-var errNotFound = errorf(http.StatusNotFound, codeNotFound, "no such path")
+var errNotFound = errorf(errcode.NotFound, "no such path")
 
 type principalKey struct{}
 
@@ -360,9 +362,9 @@ func (s *server) serveRoute(rt route) http.Handler {
 
 var errTooLarge = &http.MaxBytesError{Limit: MaxBodyBytes}
 
-func errForbidden(msg string) error { return errorf(http.StatusForbidden, codeForbidden, "%s", msg) }
+func errForbidden(msg string) error { return errorf(errcode.Forbidden, "%s", msg) }
 
-var errUnauthorized = &apiError{status: http.StatusUnauthorized, code: codeUnauthorized, message: errUnauthorizedBody.Error}
+var errUnauthorized = &apiError{status: statusOf(errcode.Unauthorized), code: errcode.Unauthorized, message: errUnauthorizedBody.Error}
 
 func (s *server) authenticate(r *http.Request) (lease.Principal, error) {
 	if s.opts.Auth == nil {
@@ -389,7 +391,7 @@ func (s *server) authenticate(r *http.Request) (lease.Principal, error) {
 	return p, nil
 }
 
-var internalBody = errorBody{Error: "the server failed to handle the request; it has been logged", Code: codeInternal}
+var internalBody = errorBody{Error: "the server failed to handle the request; it has been logged", Code: errcode.Internal}
 
 // fail answers with the error's status and body; unexpected errors are
 // logged with the request and answered with a generic 500.
@@ -410,7 +412,8 @@ func (s *server) writeJSON(w http.ResponseWriter, status int, v any) {
 	data, err := json.Marshal(v)
 	if err != nil {
 		// Only our own types are encoded; this cannot happen.
-		status, data = http.StatusInternalServerError, []byte(`{"error":"the server failed to encode its answer","code":"internal"}`)
+		status = statusOf(errcode.Internal)
+		data, _ = json.Marshal(errorBody{Error: "the server failed to encode its answer", Code: errcode.Internal})
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")

@@ -33,6 +33,19 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 			t.Errorf("%s is in httpapi/openapi/openapi.yaml but not served", op)
 		}
 	}
+	doc, err := openapitest.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range Routes() {
+		item := doc.Paths.Value(r.Path)
+		if item == nil {
+			continue // reported above
+		}
+		if op := item.GetOperation(r.Method); op != nil && op.OperationID != r.Op {
+			t.Errorf("%s is operation %q in deploy.Routes, %q in openapi.yaml", r.Key(), r.Op, op.OperationID)
+		}
+	}
 	if len(served) != len(Routes()) {
 		t.Errorf("Routes() has duplicates")
 	}

@@ -1,19 +1,10 @@
 package httpapi
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/checkout-dev/checkout/lease"
 )
-
-// QueueService serves GET /api/queues. The lease store implements it; a
-// Service without it answers that route 404 not_found.
-type QueueService interface {
-	ListQueues(ctx context.Context) ([]lease.QueueStats, error)
-}
-
-var _ QueueService = (*lease.Store)(nil)
 
 // QueueJSON is one queue of GET /api/queues.
 type QueueJSON struct {
@@ -45,11 +36,7 @@ func ToQueueJSON(q lease.QueueStats) QueueJSON {
 }
 
 func (s *server) listQueues(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
-	qs, ok := s.svc.(QueueService)
-	if !ok {
-		return errorf(http.StatusNotFound, codeNotFound, "no such path")
-	}
-	list, err := qs.ListQueues(r.Context())
+	list, err := s.svc.ListQueues(r.Context())
 	if err != nil {
 		return err
 	}

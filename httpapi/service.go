@@ -7,7 +7,9 @@ import (
 	"github.com/checkout-dev/checkout/lease"
 )
 
-// Service is the part of the lease store that the handlers call.
+// Service is the part of the lease store that the handlers call: every
+// method a route needs, and no optional extras, so that a Service lacking
+// one fails to compile rather than answering a documented route 404.
 // *lease.Store satisfies it.
 type Service interface {
 	RegisterAgent(ctx context.Context, p lease.RegisterParams) (lease.Registration, error)
@@ -31,6 +33,10 @@ type Service interface {
 	Inbox(ctx context.Context, agentID string) ([]lease.Message, error)
 	DeleteMessage(ctx context.Context, agentID, messageID string) error
 	Events(ctx context.Context, taskID string) ([]lease.Event, error)
+	// Feed serves the fleet feed, GET /api/events.
+	Feed(ctx context.Context, p lease.FeedParams) (lease.FeedPage, error)
+	// ListQueues serves GET /api/queues.
+	ListQueues(ctx context.Context) ([]lease.QueueStats, error)
 }
 
 var _ Service = (*lease.Store)(nil)

@@ -7,7 +7,7 @@ import (
 	"github.com/checkout-dev/checkout/lease"
 )
 
-// The JSON shapes of API.md. Every field is always present; absent values
+// The JSON shapes of the API (httpapi/openapi/openapi.yaml). Every field is always present; absent values
 // are null, never omitted, except held_seconds, which only events that end a
 // lease carry.
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/aws/constructs-go/constructs/v10"
 
-	"github.com/checkout-dev/checkout/functions/deploy"
+	"github.com/checkout-dev/checkout/deploy"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 

@@ -25,7 +25,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/checkout-dev/checkout/functions/deploy"
+	"github.com/checkout-dev/checkout/deploy"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
@@ -38,7 +38,7 @@ const (
 	EnvLogLevel      = "LOG_LEVEL"
 )
 
-// The service's metrics (see functions/deploy/metrics.go), and the authorizer's cache.
+// The service's metrics (see deploy/metrics.go), and the authorizer's cache.
 const (
 	MetricNamespace     = deploy.MetricNamespace
 	MetricThrottled     = deploy.MetricAPIThrottled
@@ -208,7 +208,7 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		}
 		role := awsiam.NewRole(stack, jsii.String(title(name)+"Role"), &awsiam.RoleProps{
 			AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
-			Description: jsii.String("checkout " + name + ": its log group, its DynamoDB grants from functions/deploy/access.go"),
+			Description: jsii.String("checkout " + name + ": its log group, its DynamoDB grants from deploy/access.go"),
 		})
 		logs := awslogs.NewLogGroup(stack, jsii.String(title(name)+"Logs"), &awslogs.LogGroupProps{
 			Retention:     awslogs.RetentionDays_ONE_MONTH,

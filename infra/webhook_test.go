@@ -1,7 +1,7 @@
 package main
 
 import (
-	"github.com/checkout-dev/checkout/functions/deploy"
+	"github.com/checkout-dev/checkout/deploy"
 
 	"strings"
 	"testing"

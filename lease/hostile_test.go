@@ -17,7 +17,8 @@ import (
 )
 
 // Each test in this file reproduces something a hostile or unlucky client
-// could do to a lease, and holds the engine to the answer API.md gives.
+// could do to a lease, and holds the engine to the answer the API gives
+// (httpapi/openapi/openapi.yaml).
 
 // A lease whose holder died by heartbeat has ended, whether or not a sweep
 // has run: its holder can no longer complete, release or renew it, even

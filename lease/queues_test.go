@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,36 @@ func (e *env) queued(t testing.TB, id, queue string, priority int) lease.Task {
 		t.Fatalf("create %s: %v", id, err)
 	}
 	return task
+}
+
+// settles numbers the tasks settle writes, across the tests of the binary.
+var settles atomic.Int64
+
+// settle waits until the tasks table's indexes show every write made so
+// far, rather than sleeping out their lag: the local DynamoDB applies a
+// table's index updates one write at a time, in write order, so once a
+// task written now shows in an index, every earlier write does too. That
+// task is alone in a queue of its own, which no test claims from.
+func (e *env) settle(t testing.TB) {
+	t.Helper()
+	id := fmt.Sprintf("settle-%d", settles.Add(1))
+	e.queued(t, id, id, 0)
+	eventually(t, "the indexes to show "+id, func() bool {
+		p := lease.ListTasksParams{Queue: id, Status: lease.StatusTodo}
+		for {
+			page, err := e.store.ListTasks(ctx(t), p)
+			if err != nil {
+				t.Fatalf("list %s: %v", id, err)
+			}
+			if len(page.Tasks) > 0 {
+				return true
+			}
+			if page.NextCursor == "" {
+				return false
+			}
+			p.Cursor = page.NextCursor
+		}
+	})
 }
 
 // claimAll claims until nothing is left and returns the task ids in order.
@@ -117,7 +148,7 @@ func TestClaimByQueueAndPriority(t *testing.T) {
 	e.queued(t, "mid-new", "default", 5)
 	e.clock.Advance(time.Millisecond)
 	e.queued(t, "research", "research", 9)
-	time.Sleep(300 * time.Millisecond)
+	e.settle(t)
 	if got := e.claimAll(t, "default"); !slices.Equal(got, []string{"urgent", "mid-old", "mid-new", "low-old"}) {
 		t.Fatalf("claim order %v", got)
 	}
@@ -160,13 +191,13 @@ func TestClaimUnderLagSkipsATaskMovedAway(t *testing.T) {
 	e := newEnv(t)
 	c := ctx(t)
 	e.queued(t, "moving", "a", 5)
-	time.Sleep(100 * time.Millisecond)
+	e.settle(t)
 	e.lag(t, "", time.Second)
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "moving", AgentID: "x", Queue: ptr("b")}))
 	if co, err := e.store.Claim(c, lease.ClaimParams{AgentID: "x", Queues: []string{"a"}}); !errors.Is(err, lease.ErrNoTaskAvailable) {
 		t.Fatalf("claim from a: %+v, %v", co, err)
 	}
-	time.Sleep(1200 * time.Millisecond)
+	e.settle(t)
 	if got := e.claimAll(t, "b"); !slices.Equal(got, []string{"moving"}) {
 		t.Fatalf("claim from b: %v", got)
 	}
@@ -187,7 +218,7 @@ func TestClaimIndexFollowsClaimability(t *testing.T) {
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "cancelled", AgentID: "a", Status: ptr(lease.StatusCancelled)}))
 	e.checkout(t, "released", "a", time.Hour)
 	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "released", AgentID: "a"}))
-	time.Sleep(250 * time.Millisecond)
+	e.settle(t)
 	if got := e.claimAll(t, "q"); !slices.Equal(got, []string{"released"}) {
 		t.Fatalf("claimable %v, want released only", got)
 	}
@@ -196,7 +227,7 @@ func TestClaimIndexFollowsClaimability(t *testing.T) {
 		t.Fatalf("reopened %+v", done)
 	}
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "cancelled", AgentID: "a", Status: ptr(lease.StatusTodo), Priority: ptr(9)}))
-	time.Sleep(250 * time.Millisecond)
+	e.settle(t)
 	if got := e.claimAll(t, "q"); !slices.Equal(got, []string{"cancelled", "done"}) {
 		t.Fatalf("claimable after reopening %v", got)
 	}
@@ -207,35 +238,43 @@ func TestUpdateTask(t *testing.T) {
 	e := newEnv(t)
 	c := ctx(t)
 	v1 := e.queued(t, "t", "q", 5)
-	v2 := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{
-		TaskID: "t", AgentID: "a", Title: ptr("new title"), Description: ptr("more"),
-		Metadata: json.RawMessage(`{"k": "v"}`), IfVersion: v1.Version,
-	}))
-	if v2.Title != "new title" || v2.Description != "more" || string(v2.Metadata) != `{"k":"v"}` || v2.Version <= v1.Version {
-		t.Fatalf("patched %+v", v2)
-	}
-	if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "a", Title: ptr("x"), IfVersion: v1.Version}); !errors.Is(err, lease.ErrVersionMismatch) {
-		t.Fatalf("stale If-Match: %v", err)
-	}
-	if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "nope", AgentID: "a", Title: ptr("x")}); !errors.Is(err, lease.ErrTaskNotFound) {
-		t.Fatalf("missing: %v", err)
-	}
-	if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "a", Status: ptr(lease.StatusInProgress)}); !errors.Is(err, lease.ErrInvalid) {
-		t.Fatalf("status in_progress: %v", err)
-	}
-	// A field change never touches a live lease.
-	co := e.checkout(t, "t", "a", time.Hour)
-	held := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "b", Priority: ptr(1)}))
-	if held.Checkout == nil || held.Checkout.Fence != co.Fence || held.Priority != 1 {
-		t.Fatalf("patched held task %+v", held)
-	}
-	if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "a", Status: ptr(lease.StatusTodo)}); !errors.Is(err, lease.ErrInvalidTransition) {
-		t.Fatalf("todo while held: %v", err)
-	}
-	must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "a"}))
-	if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "a", Status: ptr(lease.StatusCancelled)}); !errors.Is(err, lease.ErrInvalidTransition) {
-		t.Fatalf("cancel done: %v", err)
-	}
+	t.Run("fields change, and the version grows", func(t *testing.T) {
+		v2 := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{
+			TaskID: "t", AgentID: "a", Title: ptr("new title"), Description: ptr("more"),
+			Metadata: json.RawMessage(`{"k": "v"}`), IfVersion: v1.Version,
+		}))
+		if v2.Title != "new title" || v2.Description != "more" || string(v2.Metadata) != `{"k":"v"}` || v2.Version <= v1.Version {
+			t.Fatalf("patched %+v", v2)
+		}
+	})
+	t.Run("refusals: a stale version, no task, a status that is not a change", func(t *testing.T) {
+		if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "a", Title: ptr("x"), IfVersion: v1.Version}); !errors.Is(err, lease.ErrVersionMismatch) {
+			t.Fatalf("stale If-Match: %v", err)
+		}
+		if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "nope", AgentID: "a", Title: ptr("x")}); !errors.Is(err, lease.ErrTaskNotFound) {
+			t.Fatalf("missing: %v", err)
+		}
+		if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "a", Status: ptr(lease.StatusInProgress)}); !errors.Is(err, lease.ErrInvalid) {
+			t.Fatalf("status in_progress: %v", err)
+		}
+	})
+	t.Run("a held task keeps its lease, and cannot be reopened", func(t *testing.T) {
+		// A field change never touches a live lease.
+		co := e.checkout(t, "t", "a", time.Hour)
+		held := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "b", Priority: ptr(1)}))
+		if held.Checkout == nil || held.Checkout.Fence != co.Fence || held.Priority != 1 {
+			t.Fatalf("patched held task %+v", held)
+		}
+		if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "a", Status: ptr(lease.StatusTodo)}); !errors.Is(err, lease.ErrInvalidTransition) {
+			t.Fatalf("todo while held: %v", err)
+		}
+	})
+	t.Run("a done task cannot be cancelled", func(t *testing.T) {
+		must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "a"}))
+		if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "a", Status: ptr(lease.StatusCancelled)}); !errors.Is(err, lease.ErrInvalidTransition) {
+			t.Fatalf("cancel done: %v", err)
+		}
+	})
 }
 
 // Cancelling a task with a live lease is for its holder or an admin; it
@@ -358,7 +397,7 @@ func TestRacePatchAgainstRelease(t *testing.T) {
 		}
 	}
 	e.queued(t, "plain", "q", 5)
-	time.Sleep(200 * time.Millisecond)
+	e.settle(t)
 	if got := e.claimAll(t, "q"); len(got) != 7 || got[6] != "plain" {
 		t.Fatalf("claim order %v, want the six patched to priority 9 first", got)
 	}
@@ -386,6 +425,8 @@ func TestClaimWaitIsWokenByARelease(t *testing.T) {
 		}
 		done <- co
 	}()
+	// Wall time, not index lag: the claim above must be waiting before the
+	// release, so that the release is what wakes it.
 	time.Sleep(200 * time.Millisecond)
 	released := time.Now()
 	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a"}))

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/checkout-dev/checkout/errcode"
 )
 
 // The rules on what a caller may send. Each rule is written here once, and
@@ -26,11 +28,12 @@ import (
 // caller that gives a field explicitly, as an HTTP body does, checks what
 // it gave with the rule, so that an explicit 0s or "" is refused.
 
-// Codes of ValidationError, which the API answers with.
+// Codes of ValidationError, which the API answers with (package errcode
+// lists every code of the API).
 const (
-	CodeInvalidID      = "invalid_id"
-	CodeInvalidTimeout = "invalid_timeout"
-	CodeInvalidRequest = "invalid_request"
+	CodeInvalidID      = errcode.InvalidID
+	CodeInvalidTimeout = errcode.InvalidTimeout
+	CodeInvalidRequest = errcode.InvalidRequest
 )
 
 // MaxCursorLen bounds a listing cursor as a caller gives it; the cursors

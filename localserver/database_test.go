@@ -195,6 +195,8 @@ func TestCloseStopsTheSupervisedDynalite(t *testing.T) {
 	default:
 		t.Fatal("dynalite still running after Close")
 	}
+	// Wall time: a supervisor still running would have restarted dynalite
+	// within this.
 	time.Sleep(2 * DefaultRestartDelay)
 	if srv.Dynalite() != d {
 		t.Fatal("a dynalite was started after Close")

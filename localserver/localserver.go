@@ -169,9 +169,17 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	} else {
 		s.db.newClient(cfg.DynamoEndpoint)
+		// Another server may lack the Streams API: refuse it before any
+		// table is made or changed there (the own dynalite has it).
+		if err := checkStreams(ctx, s.db, cfg.DynamoEndpoint); err != nil {
+			return nil, fmt.Errorf("localserver: %w", err)
+		}
 	}
 	endpoint := *s.db.endpoint.Load()
 	if err := prepare(ctx, endpoint); err != nil {
+		return nil, fmt.Errorf("localserver: %w", err)
+	}
+	if err := checkTableStream(ctx, s.db, endpoint, names.Table(schema.TasksTable)); err != nil {
 		return nil, fmt.Errorf("localserver: %w", err)
 	}
 	// The project's own dynalite, like DynamoDB, returns the item with a

@@ -2,14 +2,19 @@ package localserver
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	"github.com/aws/smithy-go"
 	smithyendpoints "github.com/aws/smithy-go/endpoints"
 
+	"github.com/checkout-dev/checkout/httpapi"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/lease/stream"
@@ -66,6 +71,46 @@ func (c *changes) poll(ctx context.Context) (int, error) {
 		c.handle, c.arn = &p, arn
 	}
 	return c.handle.Poll(ctx)
+}
+
+// ErrNoStreams is why Start refuses an endpoint (DYNAMODB_ENDPOINT) that
+// does not serve the DynamoDB Streams API, or does not keep the tasks
+// table's stream: the server reads that stream for every transition's
+// audit event, watcher messages and notices, and would lose them all.
+var ErrNoStreams = errors.New("it does not serve the DynamoDB Streams API, which the server needs for audit events, watcher messages and notices; " +
+	"unset DYNAMODB_ENDPOINT to let the server run its own dynalite (which has Streams), or point DYNAMODB_ENDPOINT at one that serves " +
+	"Streams: go run ./cmd/dynalite, DynamoDB Local, LocalStack or DynamoDB itself")
+
+// checkStreams makes sure that endpoint serves the Streams API, before any
+// table is made or changed there. A server that cannot be reached passes:
+// what follows fails on it with its own error.
+func checkStreams(ctx context.Context, db *database, endpoint string) error {
+	streams := dynamodbstreams.New(dynamodbstreams.Options{
+		Region:             "us-east-1",
+		Credentials:        db.client.Options().Credentials,
+		HTTPClient:         db.client.Options().HTTPClient,
+		EndpointResolverV2: streamEndpoint{&db.endpoint},
+		RetryMaxAttempts:   1,
+	})
+	_, err := streams.ListStreams(ctx, &dynamodbstreams.ListStreamsInput{Limit: aws.Int32(1)})
+	if err == nil || httpapi.Unavailable(err) || ctx.Err() != nil {
+		return nil
+	}
+	why := err.Error()
+	if api := smithy.APIError(nil); errors.As(err, &api) {
+		why = api.ErrorCode()
+	}
+	return fmt.Errorf("the DynamoDB endpoint %s (ListStreams answered %s): %w", endpoint, why, ErrNoStreams)
+}
+
+// checkTableStream makes sure that the tasks table at endpoint has its
+// stream, as a server with the Streams API may still not keep one.
+func checkTableStream(ctx context.Context, db *database, endpoint, table string) error {
+	_, err := localstack.StreamARN(ctx, db.client, table)
+	if errors.Is(err, localstack.ErrNoStream) {
+		return fmt.Errorf("the DynamoDB endpoint %s (table %s has no stream although it was asked for one): %w", endpoint, table, ErrNoStreams)
+	}
+	return err
 }
 
 type streamEndpoint struct{ p *atomic.Pointer[string] }

@@ -107,6 +107,8 @@ func TestWebhooksAndFeed(t *testing.T) {
 	if err := srv.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Wall time: the server runs on the real clock, and the two leases of
+	// 1s must have expired before the sweep.
 	time.Sleep(1100 * time.Millisecond)
 	if res, err := srv.Sweep(ctx); err != nil || res.Timeouts != 2 {
 		t.Fatalf("sweep %+v %v", res, err)

@@ -27,6 +27,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/checkout-dev/checkout/errcode"
 )
 
 // Prefix is the path under which the dashboard's files are served.
@@ -107,12 +109,12 @@ func serve(w http.ResponseWriter, r *http.Request) {
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("X-Frame-Options", "DENY")
 	if !IsPath(r.URL.Path) {
-		fail(w, http.StatusNotFound, `{"error":"no such path","code":"not_found"}`)
+		fail(w, http.StatusNotFound, `{"error":"no such path","code":"`+errcode.NotFound+`"}`)
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		h.Set("Allow", "GET, HEAD")
-		fail(w, http.StatusMethodNotAllowed, `{"error":"the dashboard's files can only be read (GET or HEAD)","code":"method_not_allowed"}`)
+		fail(w, http.StatusMethodNotAllowed, `{"error":"the dashboard's files can only be read (GET or HEAD)","code":"`+errcode.MethodNotAllowed+`"}`)
 		return
 	}
 	name := strings.TrimPrefix(r.URL.Path, Prefix)
@@ -121,7 +123,7 @@ func serve(w http.ResponseWriter, r *http.Request) {
 	}
 	f, ok := files[name]
 	if !ok || name != path.Clean(name) {
-		fail(w, http.StatusNotFound, `{"error":"the dashboard has no such file","code":"not_found"}`)
+		fail(w, http.StatusNotFound, `{"error":"the dashboard has no such file","code":"`+errcode.NotFound+`"}`)
 		return
 	}
 	h.Set("Content-Type", f.contentType)

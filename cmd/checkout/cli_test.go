@@ -280,7 +280,7 @@ func TestAgentFlag(t *testing.T) {
 		{admin, []string{"task-2", "--agent", "agent-c3d4"}, 0, "Agent: writer (agent-c3d4)"},
 		{researcher, []string{"task-2"}, 3, "Held by: writer (agent-c3d4)"},
 		{admin, []string{"task-2", "--agent", "agent-c3d4"}, 0, "You already hold task-2"},
-		{admin, []string{"renew", "task-2", "--agent", "agent-c3d4", "--timeout", "1h"}, 0, "Timeout: 1h,"},
+		{admin, []string{"renew", "task-2", "--agent", "agent-c3d4", "--timeout", "1h"}, 0, "Timeout: 1h ("},
 		{admin, []string{"status", "task-2", "--agent", "agent-c3d4"}, 0, "Agent: writer (agent-c3d4): you"},
 		{admin, []string{"complete", "task-2"}, 3, "not by the caller"},
 		{admin, []string{"complete", "task-2", "--agent", "agent-c3d4"}, 0, "Task completed: task-2"},
@@ -300,7 +300,7 @@ func TestTimesInTZ(t *testing.T) {
 	e.task(t, "task-1", "")
 	env := []string{"CHECKOUT_URL=" + e.srv.URL(), "CHECKOUT_API_KEY=" + e.keys["agent-a1b2"], "TZ=Europe/Berlin"}
 	r := runCLIEnv(t, env, "task-1", "--timeout", "30m")
-	for _, want := range []string{"  Locked at: 2026-03-20T15:30:00+01:00\n", "  Timeout: 30m, auto-release at 2026-03-20 16:00 CET (in 30m)\n"} {
+	for _, want := range []string{"  Locked at: 2026-03-20T15:30:00+01:00\n", "  Timeout: 30m (auto-release at 16:00)\n", "  Expires at: 2026-03-20 16:00 CET (in 30m)\n"} {
 		if r.code != 0 || !strings.Contains(r.stdout, want) {
 			t.Errorf("with TZ: %d, %q lacks %q", r.code, r.stdout, want)
 		}
@@ -387,5 +387,34 @@ key_file = "`+filepath.Join(dir, "secrets", "writer.key")+`"
 	writeFile(t, filepath.Join(dir, "bad.toml"), "[profiles.x]\napi_key = \"ck_inline\"\n")
 	if r := run([]string{"CHECKOUT_CONFIG=" + filepath.Join(dir, "bad.toml")}, "list"); r.code != 2 || !strings.Contains(r.stderr, "unknown setting profiles.x.api_key") || strings.Contains(r.stderr, "ck_inline") {
 		t.Errorf("bad profile file: %d %s", r.code, r.stderr)
+	}
+}
+
+// Checkout answers keep the layout of the checkout skill, which agents
+// are prompted with and which scripts parse: the Timeout line is
+// "Timeout: 30m (auto-release at 15:05)", acquired and denied alike, and
+// the date, zone and time left come on a line of their own.
+func TestCheckoutKeepsTheSkillsLayout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.task(t, "task-1", "")
+	acquired := regexp.MustCompile(`^Checkout acquired: task-1\n` +
+		`  Agent: .*\(agent-a1b2\)\n` +
+		`  Locked at: 2026-03-20T14:30:00Z\n` +
+		`  Timeout: 30m \(auto-release at 15:00\)\n` +
+		`  Expires at: 2026-03-20 15:00 UTC \(in 30m\)\n`)
+	r := runCLI(t, e.srv.URL(), e.keys["agent-a1b2"], "task-1", "--timeout", "30m")
+	if r.code != 0 || !acquired.MatchString(r.stdout) {
+		t.Errorf("checkout: exit %d, want 0 and the skill's layout:\n%s", r.code, r.stdout)
+	}
+	denied := regexp.MustCompile(`^Checkout DENIED: task-1\n` +
+		`  Held by: .*\(agent-a1b2\)\n` +
+		`  Locked at: 2026-03-20T14:30:00Z\n` +
+		`  Timeout: 30m \(auto-release at 15:00\)\n` +
+		`  Expires at: 2026-03-20 15:00 UTC \(in 30m\)\n` +
+		`  Suggestion: wait or pick another task\n$`)
+	r = runCLI(t, e.srv.URL(), e.keys["agent-c3d4"], "task-1")
+	if r.code != exitConflict || !denied.MatchString(r.stdout) {
+		t.Errorf("denied checkout: exit %d, want %d and the skill's layout:\n%s", r.code, exitConflict, r.stdout)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/checkout-dev/checkout/client"
+	"github.com/checkout-dev/checkout/lease"
 )
 
 // Shell completion of task ids asks the server, when a key is set: open
@@ -39,7 +40,7 @@ func (a *app) completeOpenTasks(cmd *cobra.Command, args []string, toComplete st
 	defer cancel()
 	var out []cobra.Completion
 	for _, status := range []string{client.StatusTodo, client.StatusInProgress} {
-		page, err := c.ListTasks(ctx, client.ListTasksRequest{Status: status, Limit: 1000})
+		page, err := c.ListTasks(ctx, client.ListTasksRequest{Status: status, Limit: lease.MaxListLimit})
 		if err != nil {
 			break
 		}

@@ -56,15 +56,19 @@ func stamp(t time.Time) string {
 // when is an instant for people: 2026-03-20 15:05 UTC, or in the TZ zone.
 func when(t time.Time) string { return t.In(zone()).Format("2006-01-02 15:04 MST") }
 
-// autoRelease is the end of a lease, with how long it has left when the
-// server answered: "auto-release at 2026-03-20 15:05 UTC (in 30m)".
-func autoRelease(co client.Checkout) string {
-	return fmt.Sprintf("auto-release at %s (in %s)", when(co.ExpiresAt), compact(co.Remaining()))
+// expiresAt is the end of a lease, dated and zoned, with how long it has
+// left when the server answered: "2026-03-20 15:05 UTC (in 30m)".
+func expiresAt(co client.Checkout) string {
+	return fmt.Sprintf("%s (in %s)", when(co.ExpiresAt), compact(co.Remaining()))
 }
 
-// timeoutLine is the skill's Timeout line: "Timeout: 30m, auto-release at ...".
+// timeoutLine writes the skill's Timeout line, "Timeout: 30m
+// (auto-release at 15:05)", which agents are taught to read and scripts
+// parse, and after it the same end dated and zoned, with the time left,
+// on a line of its own: "Expires at: 2026-03-20 15:05 UTC (in 30m)".
 func timeoutLine(w io.Writer, co client.Checkout) {
-	fmt.Fprintf(w, "  Timeout: %s, %s\n", compact(co.Timeout()), autoRelease(co))
+	fmt.Fprintf(w, "  Timeout: %s (auto-release at %s)\n", compact(co.Timeout()), co.ExpiresAt.In(zone()).Format("15:04"))
+	fmt.Fprintf(w, "  Expires at: %s\n", expiresAt(co))
 }
 
 func who(name, id string) string {
@@ -205,7 +209,7 @@ func printTask(w io.Writer, t client.Task) {
 		fmt.Fprintf(w, "  Duration: %s\n", compact(time.Duration(*t.DurationSeconds)*time.Second))
 	}
 	if co := t.Checkout; co != nil {
-		fmt.Fprintf(w, "  Checked out by: %s, %s\n", who(co.AgentName, co.AgentID), autoRelease(*co))
+		fmt.Fprintf(w, "  Checked out by: %s, auto-release at %s\n", who(co.AgentName, co.AgentID), expiresAt(*co))
 	}
 }
 

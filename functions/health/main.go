@@ -3,14 +3,13 @@
 package main
 
 import (
-	"github.com/checkout-dev/checkout/functions/deploy"
-
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/checkout-dev/checkout/functions/internal/wire"
+	"github.com/checkout-dev/checkout/deploy"
+	"github.com/checkout-dev/checkout/functions/internal/setup"
 )
 
 func main() {
-	env := wire.FromEnv(deploy.Health)
-	lambda.Start(wire.HTTP(deploy.Health, nil, env, env.Logger()))
+	env := setup.FromEnv(deploy.Health)
+	lambda.Start(setup.HTTP(deploy.Health, nil, env, env.Logger()))
 }

@@ -3,16 +3,15 @@
 package main
 
 import (
-	"github.com/checkout-dev/checkout/functions/deploy"
-
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/checkout-dev/checkout/functions/internal/wire"
+	"github.com/checkout-dev/checkout/deploy"
+	"github.com/checkout-dev/checkout/functions/internal/setup"
 )
 
 func main() {
-	env := wire.FromEnv(deploy.Inbox)
+	env := setup.FromEnv(deploy.Inbox)
 	log := env.Logger()
-	store := wire.MustStore(env, log)
-	lambda.Start(wire.HTTP(deploy.Inbox, store, env, log))
+	store := setup.MustStore(env, log)
+	lambda.Start(setup.HTTP(deploy.Inbox, store, env, log))
 }

@@ -9,16 +9,15 @@
 package main
 
 import (
-	"github.com/checkout-dev/checkout/functions/deploy"
-
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/checkout-dev/checkout/functions/internal/wire"
+	"github.com/checkout-dev/checkout/deploy"
+	"github.com/checkout-dev/checkout/functions/internal/setup"
 	"github.com/checkout-dev/checkout/lease/stream"
 )
 
 func main() {
-	env := wire.FromEnv(deploy.Stream)
-	store := wire.MustStore(env, env.Logger())
+	env := setup.FromEnv(deploy.Stream)
+	store := setup.MustStore(env, env.Logger())
 	lambda.Start(stream.WindowHandler(store))
 }

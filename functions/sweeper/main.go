@@ -4,15 +4,14 @@
 package main
 
 import (
-	"github.com/checkout-dev/checkout/functions/deploy"
-
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/checkout-dev/checkout/functions/internal/wire"
+	"github.com/checkout-dev/checkout/deploy"
+	"github.com/checkout-dev/checkout/functions/internal/setup"
 )
 
 func main() {
-	env := wire.FromEnv(deploy.Sweeper)
-	store := wire.MustStore(env, env.Logger())
-	lambda.Start(wire.Sweep(store, env))
+	env := setup.FromEnv(deploy.Sweeper)
+	store := setup.MustStore(env, env.Logger())
+	lambda.Start(setup.Sweep(store, env))
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
 
+	"github.com/checkout-dev/checkout/errcode"
 	"github.com/checkout-dev/checkout/httpapi/openapi"
 )
 
@@ -135,9 +136,9 @@ func otherMethod(u *url.URL) bool {
 // unrouted checks the answer to a method and path the document lacks: 405
 // method_not_allowed when the path is known, else 404 not_found.
 func unrouted(d *openapi3.T, knownPath bool, method, path string, status int, header http.Header, body []byte) error {
-	want, code := http.StatusNotFound, "not_found"
+	want, code := http.StatusNotFound, errcode.NotFound
 	if knownPath {
-		want, code = http.StatusMethodNotAllowed, "method_not_allowed"
+		want, code = http.StatusMethodNotAllowed, errcode.MethodNotAllowed
 	}
 	if status != want {
 		return fmt.Errorf("%s %s is not in the document but answered %d, want %d", method, path, status, want)

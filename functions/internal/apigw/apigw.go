@@ -32,6 +32,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/checkout-dev/checkout/auth"
+	"github.com/checkout-dev/checkout/errcode"
 	"github.com/checkout-dev/checkout/httpapi"
 	"github.com/checkout-dev/checkout/lease"
 )
@@ -261,9 +262,9 @@ func isText(contentType string) bool {
 // errorResponse is an error in the API's format, for events that never reach
 // the handler.
 func errorResponse(status int, msg string) events.APIGatewayV2HTTPResponse {
-	code := "invalid_request"
+	code := errcode.InvalidRequest
 	if status >= 500 {
-		code = "internal"
+		code = errcode.Internal
 	}
 	b, _ := json.Marshal(map[string]string{"error": msg, "code": code})
 	return events.APIGatewayV2HTTPResponse{

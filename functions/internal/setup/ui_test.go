@@ -1,7 +1,7 @@
-package wire
+package setup
 
 import (
-	"github.com/checkout-dev/checkout/functions/deploy"
+	"github.com/checkout-dev/checkout/deploy"
 
 	"context"
 	"encoding/base64"

@@ -1,19 +1,17 @@
-package wire
+package setup
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/checkout-dev/checkout/auth"
-	"github.com/checkout-dev/checkout/functions/deploy"
+	"github.com/checkout-dev/checkout/deploy"
+	"github.com/checkout-dev/checkout/errcode"
 	"github.com/checkout-dev/checkout/lease"
 )
 
@@ -136,10 +134,10 @@ func (n meteredNotifier) Notify(ctx context.Context, nt lease.Notice) error {
 	return err
 }
 
-// Route keys whose answers are counted.
+// The operations whose answers are counted (deploy.Route's Op).
 const (
-	routeCheckout = "POST /api/tasks/{task_id}/checkout"
-	routeClaim    = "POST /api/claim"
+	opCheckout = "checkout"
+	opClaim    = "claim"
 )
 
 // meterHTTP counts what the answers of the business routes say: grants and
@@ -154,11 +152,12 @@ func meterHTTP(m *Metrics, next func(context.Context, events.APIGatewayV2HTTPReq
 		if route == "" {
 			route = ev.RequestContext.RouteKey
 		}
+		rt, _ := deploy.ByKey(route)
 		var ms []Metric
 		switch {
-		case (route == routeCheckout || route == routeClaim) && resp.StatusCode == http.StatusOK:
+		case (rt.Op == opCheckout || rt.Op == opClaim) && resp.StatusCode == http.StatusOK:
 			ms = append(ms, count(deploy.MetricCheckouts))
-		case route == routeCheckout && resp.StatusCode == http.StatusConflict && errorCode(resp.Body) == "checked_out":
+		case rt.Op == opCheckout && resp.StatusCode == http.StatusConflict && errorCode(resp.Body) == errcode.CheckedOut:
 			ms = append(ms, count(deploy.MetricConflicts))
 		}
 		if len(ms) > 0 {
@@ -176,87 +175,4 @@ func errorCode(body string) string {
 	}
 	_ = json.Unmarshal([]byte(body), &e)
 	return e.Code
-}
-
-// AuthorizerHandler is the Lambda authorizer's handler type.
-type AuthorizerHandler = func(context.Context, events.APIGatewayV2CustomAuthorizerV2Request) (events.APIGatewayV2CustomAuthorizerSimpleResponse, error)
-
-// KeyAuthorizer is auth.Authorizer with one log line per decision (API Gateway
-// caches each decision for its TTL, so this is one line per key per TTL at
-// most) and the count of keys it did not know. The key itself is never
-// logged.
-func KeyAuthorizer(a auth.Authenticator, e Env, log *slog.Logger) AuthorizerHandler {
-	next := auth.Authorizer(a)
-	m := e.metrics()
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return func(ctx context.Context, req events.APIGatewayV2CustomAuthorizerV2Request) (events.APIGatewayV2CustomAuthorizerSimpleResponse, error) {
-		resp, err := next(ctx, req)
-		attrs := []slog.Attr{
-			slog.String("route", req.RouteKey),
-			slog.String("request_id", req.RequestContext.RequestID),
-			slog.String("source_ip", req.RequestContext.HTTP.SourceIP),
-		}
-		switch id, _ := resp.Context[auth.ContextAgentID].(string); {
-		case err != nil:
-			log.LogAttrs(ctx, slog.LevelError, "authorizer could not check the key", append(attrs, slog.String("error", err.Error()))...)
-		case id != "":
-			log.LogAttrs(ctx, slog.LevelInfo, "key accepted", append(attrs, slog.String("agent_id", id))...)
-		default:
-			reason := "unknown or revoked key"
-			if _, ok := auth.BearerKey(authorization(req)); !ok {
-				reason = "malformed Authorization header"
-			}
-			m.Emit(ctx, slog.LevelInfo, "key refused", []Metric{count(deploy.MetricUnauthorized)},
-				append(attrs, slog.String("reason", reason))...)
-		}
-		return resp, err
-	}
-}
-
-func authorization(req events.APIGatewayV2CustomAuthorizerV2Request) string {
-	for k, v := range req.Headers {
-		if strings.EqualFold(k, "Authorization") {
-			return v
-		}
-	}
-	if len(req.IdentitySource) > 0 {
-		return req.IdentitySource[0]
-	}
-	return ""
-}
-
-// SweepHandler is the sweeper's handler type.
-type SweepHandler = func(context.Context) (lease.SweepResult, error)
-
-// Sweep is the sweeper function's handler. Every run writes exactly one
-// line, whether it succeeded or failed: its counts, its duration, and as
-// metrics the backlog it ended and the time it took.
-func Sweep(store *lease.Store, e Env) SweepHandler {
-	m := e.metrics()
-	now := e.clock()
-	return func(ctx context.Context) (lease.SweepResult, error) {
-		start := now()
-		res, err := store.Sweep(ctx)
-		took := now().Sub(start)
-		level, msg := slog.LevelInfo, "sweep"
-		attrs := []slog.Attr{
-			slog.Int("timeouts", res.Timeouts),
-			slog.Int("agent_deaths", res.AgentDeaths),
-			slog.Float64("duration_ms", float64(took.Microseconds())/1000),
-		}
-		if err != nil {
-			level, msg = slog.LevelError, "sweep failed"
-			if errors.Is(err, context.DeadlineExceeded) {
-				msg = "sweep ran out of time"
-			}
-			attrs = append(attrs, slog.String("error", err.Error()))
-		}
-		m.Emit(ctx, level, msg, []Metric{
-			{Name: deploy.MetricSweepEnded, Value: float64(res.Timeouts + res.AgentDeaths)},
-			{Name: deploy.MetricSweepDuration, Value: float64(took.Milliseconds()), Unit: "Milliseconds"},
-		}, attrs...)
-		return res, err
-	}
 }

@@ -1,12 +1,10 @@
-// Package wire builds what every Lambda function of the service shares: the
+// Package setup builds what every Lambda function of the service shares: the
 // settings from the environment, the DynamoDB store with its EventBridge
 // notifier, and the handler of one route group. Each functions/<name>/main.go
 // is then environment -> store -> handler -> lambda.Start.
-package wire
+package setup
 
 import (
-	"github.com/checkout-dev/checkout/functions/deploy"
-
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
+	"github.com/checkout-dev/checkout/deploy"
 	"github.com/checkout-dev/checkout/functions/internal/apigw"
 	"github.com/checkout-dev/checkout/functions/internal/notify"
 	"github.com/checkout-dev/checkout/httpapi"

@@ -1,4 +1,4 @@
-package wire
+package setup
 
 import (
 	"bufio"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/checkout-dev/checkout/functions/deploy"
+	"github.com/checkout-dev/checkout/deploy"
 	"github.com/checkout-dev/checkout/internal/testclock"
 	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
@@ -140,6 +140,7 @@ func TestFunctionsWriteBusinessMetrics(t *testing.T) {
 			t.Fatalf("%s as %s: %d %v %s, want %d", path, agent, resp.StatusCode, err, resp.Body, status)
 		}
 	}
+	checkoutKey, claimKey := "POST "+deploy.TaskCheckoutPath, "POST /api/claim"
 	got := func(want map[string]float64) []map[string]any {
 		t.Helper()
 		lines, sums := emf(t, out.Take(), names.Prefix)
@@ -149,19 +150,19 @@ func TestFunctionsWriteBusinessMetrics(t *testing.T) {
 		return lines
 	}
 
-	do(routeCheckout, "/api/tasks/t1/checkout", "alice", `{"timeout":"1m"}`, 200)
-	do(routeCheckout, "/api/tasks/t1/checkout", "bob", `{}`, 409)
+	do(checkoutKey, "/api/tasks/t1/checkout", "alice", `{"timeout":"1m"}`, 200)
+	do(checkoutKey, "/api/tasks/t1/checkout", "bob", `{}`, 409)
 	got(map[string]float64{deploy.MetricCheckouts: 1, deploy.MetricConflicts: 1})
 
 	// alice's lease expires; bob's checkout takes it over in its own write.
 	clock.Advance(2 * time.Minute)
-	do(routeCheckout, "/api/tasks/t1/checkout", "bob", `{"timeout":"1m"}`, 200)
+	do(checkoutKey, "/api/tasks/t1/checkout", "bob", `{"timeout":"1m"}`, 200)
 	got(map[string]float64{deploy.MetricCheckouts: 1})
 	drain()
 	got(map[string]float64{deploy.MetricTakeovers: 1, deploy.MetricLeaseTimeouts: 1, deploy.MetricNoticesPublished: 1})
 
-	do(routeClaim, "/api/claim", "alice", `{"timeout":"1m"}`, 200) // t2
-	do(routeClaim, "/api/claim", "alice", `{}`, 404)
+	do(claimKey, "/api/claim", "alice", `{"timeout":"1m"}`, 200) // t2
+	do(claimKey, "/api/claim", "alice", `{}`, 404)
 	got(map[string]float64{deploy.MetricCheckouts: 1})
 
 	// Both leases expire; one sweep ends them and writes one line.

@@ -1,0 +1,112 @@
+package main
+
+// What fails, as one line on stderr and an exit status.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/checkout-dev/checkout/client"
+	"github.com/checkout-dev/checkout/errcode"
+)
+
+// Exit statuses.
+const (
+	exitOK       = 0
+	exitError    = 1 // anything else: server unreachable, not a checkout server, bad key, forbidden, ...
+	exitUsage    = 2 // bad flags or arguments, an unknown command, or input the server refused (errcode.Invalid)
+	exitConflict = 3 // denied: the task is held by another lease, or not by you, or its state refused the request (errcode.Denied)
+	exitNotFound = 4 // no such task, agent or message; nothing checked out; no task available (errcode.Missing)
+)
+
+// usageError is a mistake in the command line.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+// exitStatus carries a status for an outcome already printed (a denied
+// checkout prints its own report).
+type exitStatus struct{ code int }
+
+func (e *exitStatus) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func isCobraUsage(msg string) bool {
+	for _, p := range []string{"unknown flag", "unknown shorthand flag", "unknown command", "flag needs an argument",
+		"invalid argument", "accepts ", "requires ", "bad flag syntax", "if any flags in the group"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// exitCode is the exit status of err. An error answer's status follows
+// from its code's Kind in errcode's list, so that a code added there has
+// its exit status without a change here.
+func exitCode(err error) int {
+	var ue *usageError
+	var ae *client.APIError
+	switch {
+	case errors.As(err, &ue), isCobraUsage(err.Error()):
+		return exitUsage
+	case errors.As(err, &ae):
+		return exitOfAnswer(ae)
+	}
+	return exitError
+}
+
+// exitOfAnswer is the exit status of an error answer.
+func exitOfAnswer(ae *client.APIError) int {
+	kind := errcode.Kind(0)
+	if c, ok := errcode.Lookup(ae.Code); ok {
+		kind = c.Kind
+	}
+	switch {
+	case kind == errcode.Invalid, kind == 0 && ae.Status == http.StatusBadRequest:
+		return exitUsage
+	case kind == errcode.Denied:
+		return exitConflict
+	case kind == errcode.Missing, kind == 0 && ae.Status == http.StatusNotFound:
+		return exitNotFound
+	}
+	return exitError
+}
+
+// describe is the one line printed for err.
+func (a *app) describe(err error) string {
+	var ue *client.UnreachableError
+	var nse *client.NotServerError
+	var ae *client.APIError
+	var use *usageError
+	switch {
+	case errors.As(err, &use):
+		return use.msg
+	case errors.As(err, &ue):
+		return ue.Error()
+	case errors.As(err, &nse):
+		return nse.Error()
+	case errors.Is(err, client.ErrUnauthorized):
+		from := "CHECKOUT_API_KEY"
+		if a.resolved != nil && a.resolved.key.from != "" {
+			from = a.resolved.key.from
+		}
+		return "unauthorized: the server refused the API key from " + from
+	case errors.Is(err, client.ErrForbidden) && errors.As(err, &ae):
+		return "forbidden: " + ae.Message
+	case errors.As(err, &ae):
+		if ae.Message != "" {
+			return ae.Message
+		}
+		return ae.Error()
+	case errors.Is(err, context.Canceled):
+		return "interrupted"
+	}
+	msg := err.Error()
+	if isCobraUsage(msg) {
+		return msg + " (see checkout --help)"
+	}
+	return msg
+}

@@ -1,0 +1,128 @@
+package main
+
+// The events command: one task's trail, or the fleet feed, followed.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/checkout-dev/checkout/client"
+	"github.com/checkout-dev/checkout/lease"
+)
+
+func (a *app) eventsCmd() *cobra.Command {
+	var follow bool
+	var since, types string
+	var interval time.Duration
+	var limit int
+	cmd := &cobra.Command{
+		Use:               "events [task-id]",
+		Short:             eventsShort,
+		Long:              eventsLong,
+		Example:           eventsExample,
+		Args:              maxArgs(1, "one task id"),
+		ValidArgsFunction: a.completeOpenTasks,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				if follow || since != "" || types != "" {
+					return &usageError{"--follow, --since and --type are for the fleet feed: give no task id (see checkout events --help)"}
+				}
+				return a.taskEvents(cmd, args[0])
+			}
+			req := client.FeedRequest{Limit: limit}
+			if since != "" {
+				t, err := time.Parse(time.RFC3339Nano, since)
+				if err != nil {
+					d, derr := time.ParseDuration(since)
+					if derr != nil || d <= 0 {
+						return &usageError{fmt.Sprintf("invalid --since %q: want an RFC 3339 time or a duration such as 30m", since)}
+					}
+					t = time.Now().Add(-d)
+				}
+				req.Since = t
+			}
+			if types != "" {
+				req.Types = strings.Split(types, ",")
+			}
+			if !follow {
+				return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
+					page, err := c.Feed(ctx, req)
+					return func(w io.Writer) {
+						fmt.Fprintln(w, "## Events: the fleet")
+						fmt.Fprintln(w)
+						if len(page.Events) == 0 {
+							fmt.Fprintln(w, "No events.")
+							return
+						}
+						rows := make([][]string, len(page.Events))
+						for i, e := range page.Events {
+							rows[i] = []string{stamp(e.At), e.Type, e.TaskID, orDash(e.AgentID), strconv.FormatInt(e.Fence, 10), held(e), orDash(e.By), orDash(e.Reason)}
+						}
+						table(w, []string{"At", "Event", "Task", "Agent", "Fence", "Held", "By", "Reason"}, rows)
+						fmt.Fprintf(w, "\nMore: checkout events --follow, or the API with cursor=%s\n", page.NextCursor)
+					}, err
+				})
+			}
+			c, _, err := a.client()
+			if err != nil {
+				return err
+			}
+			err = c.FollowFeed(cmd.Context(), req, interval, func(e client.Event) error {
+				if a.json {
+					b, err := json.Marshal(e)
+					if err != nil {
+						return err
+					}
+					_, err = fmt.Fprintf(a.stdout, "%s\n", b)
+					return err
+				}
+				_, err := fmt.Fprintf(a.stdout, "%s  %-13s %-24s agent %s  fence %d  held %s  by %s  %s\n",
+					stamp(e.At), e.Type, e.TaskID, orDash(e.AgentID), e.Fence, held(e), orDash(e.By), orDash(e.Reason))
+				return err
+			})
+			if errors.Is(err, context.Canceled) {
+				return nil // interrupted: the normal end of a follow
+			}
+			return err
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep following the fleet feed until interrupted")
+	cmd.Flags().StringVar(&since, "since", "", "start of the fleet feed: an RFC 3339 time, or a duration ago such as 30m (default 1h)")
+	cmd.Flags().StringVar(&types, "type", "", "keep only these event types, comma-separated")
+	cmd.Flags().IntVar(&limit, "limit", 0, fmt.Sprintf("events per request, 1 to %d (default %d)", lease.MaxListLimit, lease.DefaultListLimit))
+	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "with --follow: how often to ask once caught up")
+	return cmd
+}
+
+func held(e client.Event) string {
+	if e.HeldSeconds == nil {
+		return "-"
+	}
+	return compact(time.Duration(*e.HeldSeconds) * time.Second)
+}
+
+func (a *app) taskEvents(cmd *cobra.Command, taskID string) error {
+	return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
+		evs, err := c.Events(ctx, taskID)
+		return func(w io.Writer) {
+			fmt.Fprintf(w, "## Events: %s\n\n", taskID)
+			if len(evs) == 0 {
+				fmt.Fprintln(w, "No events.")
+				return
+			}
+			rows := make([][]string, len(evs))
+			for i, e := range evs {
+				rows[i] = []string{stamp(e.At), e.Type, e.AgentID, e.RunID, strconv.FormatInt(e.Fence, 10), held(e), orDash(e.By), orDash(e.Reason)}
+			}
+			table(w, []string{"At", "Event", "Agent", "Run", "Fence", "Held", "By", "Reason"}, rows)
+		}, err
+	})
+}

@@ -1,0 +1,302 @@
+package mcpserver
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/checkout-dev/checkout/client"
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// The tools' descriptions, and their arguments' and results' schemas: what
+// the model reads. A number in them that the service decides (a default, a
+// bound) is written as a placeholder such as {default_list_limit}, which
+// New fills from package lease, where the service's own limits are
+// stated; see limitsText.
+
+const instructions = `These tools coordinate work between many agents sharing one pool of tasks.
+Before working on a task, take it with checkout_task (a task you were given) or claim_task
+(any open task); list_tasks and get_task show what there is. Only work on a task while you hold
+its lease. If checkout_task answers acquired=false, another agent holds the task: do not work on
+it; pick another task, or watch it (watch_task, or checkout_task with watch=true) and look in
+read_inbox later. If it answers held_by_you=true, your agent took the task in an earlier run
+(before a restart): checkout_task with adopt=true continues it here. When done, call
+complete_task; if you give up, call release_task. Long work: call renew_task before the lease
+expires. Every result has ok, message and, on failure, code: read message for what to do next.`
+
+const descCheckout = `Take the lease on one task before you start working on it, so that no other agent works on it at the same time.
+Answers acquired=true with your lease and the task's title (expires_at is when the lease ends unless you renew it with renew_task), or acquired=false with holder: another agent already holds the task. acquired=false is a normal answer, not an error: do NOT work on that task; pick another task (claim_task gives you one), or, if you need this very task, call it again with watch=true so the task's release is announced in read_inbox, and try again later.
+held_by_you=true means your own agent holds the task under another run, usually this server before a restart: call checkout_task again with adopt=true to continue that lease in this session, unless another session of yours is still working on it.
+Calling it again for a task you already hold returns the same lease. Fails (ok=false) for an unknown task id or a task already done or cancelled.`
+
+const descClaim = `Take the lease on the next open task when you have no particular task to work on: the highest-priority, then oldest, open task of queues (default ["{default_queue}"]; name the queues of the work you do). wait (up to {max_claim_wait}) waits that long for a task to become available. Answers acquired=true with the lease, its task_id, title, queue and priority (work on that task), or acquired=false when no task is available right now: claim again with wait, watch a task, or stop.`
+
+const descCreateTask = `Create a task for yourself or other agents to work on: a title, optionally a description (up to {max_description}), a queue (default "{default_queue}": agents claim from the queues they name), a priority (0 to {max_priority}, higher is claimed first; default {default_priority}) and metadata (a JSON object of up to {max_metadata}). Give task_id to make retrying safe: a task with that id that exists already is reported, not created twice.`
+
+const descUpdateTask = `Change a task's title, description, queue, priority or metadata, or its status: "cancelled" (nobody should work on it; if it is checked out, only its holder or an admin may, and the lease ends) or "todo" (reopen a done or cancelled task). Fields you leave out stay as they are; a checked-out task keeps its lease. Give version (from get_task) to change it only if nobody changed it since (else code version_mismatch: read it again).`
+
+const descRenew = `Extend your lease on a task you hold, before it expires, when your work takes longer than the lease timeout. Renew well before expires_at (for example at a third of the timeout). Optionally give a new timeout. Give fence only to adopt a lease your agent took in an earlier run (the fence checkout_task or task_status showed). Fails (ok=false, code not_holder or not_checked_out) when you no longer hold the task: your lease expired or was released, and another agent may now be working on it; stop working on it and check task_status.`
+
+const descComplete = `Mark a task you hold as done when you have finished the work. This ends your lease and the task is never handed out again. Give fence only for a lease of your agent's earlier run. Fails (ok=false) when you no longer hold the task (your lease expired or someone else holds it): check task_status before assuming your work counts.`
+
+const descRelease = `Give a task back without finishing it, for example when you are blocked or stop working. The task becomes open again at once and agents watching it are told. Give a short reason. Give fence only for a lease of your agent's earlier run. Fails (ok=false) when you do not hold the task.`
+
+const descStatus = `Check whether a task is checked out right now, by whom, and how long its lease has left; held_by_this_session says whether it is the lease this session works under. Use it before deciding to wait for a task, or to confirm you still hold one. Read-only.`
+
+const descListCheckouts = `List the live leases, all or one agent's (agent_id), up to limit (default {default_list_limit}). Use it to see which tasks are taken and by whom, or which tasks you still hold. Read-only.`
+
+const descListTasks = `List tasks, optionally only one status (todo = open, in_progress = someone works on it, done, cancelled), up to limit per page (default {default_list_limit}), with each task's title and live lease. Use it to find a task to work on; then take it with checkout_task. Pass next_cursor as cursor for the next page. Read-only.`
+
+const descGetTask = `Show one task: its title, status, times, and its live lease if any. Use it to read what a task is before or after taking it. Read-only.`
+
+const descWatch = `Ask to be told when a task that another agent holds becomes available (released, or its lease ends). One task_available message then arrives in read_inbox; the watch is used up. Meanwhile work on something else.`
+
+const descInbox = `Read your inbox: one task_available message for each watched task that became available, oldest first, up to limit (default {default_list_limit}). For each message: try checkout_task on its task_id (someone may have taken it first), then ack_message its message_id so it is not shown again. Read-only.`
+
+const descAck = `Delete an inbox message you have acted on, by its message_id from read_inbox, so that it is not shown again.`
+
+const descHeartbeat = `Tell the service you are still alive. Once you have sent one heartbeat you are watched: if no heartbeat arrives within its ttl (default {default_ttl}), you are considered dead and all your leases end so other agents can take your tasks. Send one every ttl/3 while you work, or never send any and rely on lease timeouts alone.`
+
+// Outcome is in every tool's result.
+type Outcome struct {
+	OK      bool   `json:"ok" jsonschema:"true when the call did what it was asked; false when it failed: see code and message"`
+	Code    string `json:"code,omitempty" jsonschema:"when ok is false: the API's error code (task_not_found, not_holder, not_checked_out, status_mismatch, forbidden, ...) or invalid_arguments, unreachable, not_a_checkout_server, unauthorized"`
+	Message string `json:"message" jsonschema:"what happened and what to do next"`
+	// Holder is the lease in the way, on a denial or a not_holder failure.
+	Holder *client.Checkout `json:"holder,omitempty" jsonschema:"the lease that holds the task, when it is not yours"`
+}
+
+func (o *Outcome) outcome() *Outcome { return o }
+
+// CheckoutInput is checkout_task's input.
+type CheckoutInput struct {
+	TaskID  string `json:"task_id" jsonschema:"the id of the task to take"`
+	Timeout string `json:"timeout,omitempty" jsonschema:"lease length as a Go duration such as 30m or 2h ({min_timeout} to {max_timeout}); default {default_timeout}"`
+	Reason  string `json:"reason,omitempty" jsonschema:"what you are going to do, shown to other agents"`
+	Watch   bool   `json:"watch,omitempty" jsonschema:"when the task is held by another agent, get an inbox message once it is released"`
+	Adopt   bool   `json:"adopt,omitempty" jsonschema:"when your own agent holds the task under another run (held_by_you), continue that lease in this session"`
+}
+
+// ClaimInput is claim_task's input.
+type ClaimInput struct {
+	Timeout string   `json:"timeout,omitempty" jsonschema:"lease length as a Go duration such as 30m or 2h ({min_timeout} to {max_timeout}); default {default_timeout}"`
+	Reason  string   `json:"reason,omitempty" jsonschema:"what you are going to do, shown to other agents"`
+	Queues  []string `json:"queues,omitempty" jsonschema:"the queues to claim from; default [\"{default_queue}\"]"`
+	Wait    string   `json:"wait,omitempty" jsonschema:"wait up to this long for a task (a Go duration, up to {max_claim_wait}); default: answer at once"`
+}
+
+// CreateTaskInput is create_task's input.
+type CreateTaskInput struct {
+	TaskID      string         `json:"task_id,omitempty" jsonschema:"the task's id; generated when empty"`
+	Title       string         `json:"title,omitempty" jsonschema:"what the task is"`
+	Description string         `json:"description,omitempty" jsonschema:"more about it, up to {max_description}"`
+	Queue       string         `json:"queue,omitempty" jsonschema:"the queue agents claim it from; default \"{default_queue}\""`
+	Priority    *int           `json:"priority,omitempty" jsonschema:"0 to {max_priority}, higher is claimed first; default {default_priority}"`
+	Metadata    map[string]any `json:"metadata,omitempty" jsonschema:"a JSON object of your own, up to {max_metadata}"`
+}
+
+// UpdateTaskInput is update_task's input.
+type UpdateTaskInput struct {
+	TaskID      string         `json:"task_id" jsonschema:"the task to change"`
+	Title       *string        `json:"title,omitempty" jsonschema:"the new title"`
+	Description *string        `json:"description,omitempty" jsonschema:"the new description"`
+	Queue       *string        `json:"queue,omitempty" jsonschema:"move it to this queue"`
+	Priority    *int           `json:"priority,omitempty" jsonschema:"0 to {max_priority}, higher is claimed first"`
+	Metadata    map[string]any `json:"metadata,omitempty" jsonschema:"replaces its metadata: a JSON object"`
+	Status      string         `json:"status,omitempty" jsonschema:"cancelled, or todo to reopen a done or cancelled task"`
+	Version     int64          `json:"version,omitempty" jsonschema:"change it only if its version (from get_task) is still this"`
+}
+
+// LeaseInput names a lease: the task, and optionally the fence of a lease
+// of an earlier run of the agent.
+type LeaseInput struct {
+	TaskID string `json:"task_id" jsonschema:"the task whose lease you hold"`
+	Fence  int64  `json:"fence,omitempty" jsonschema:"only to adopt a lease your agent took in an earlier run: that lease's fence"`
+}
+
+// RenewInput is renew_task's input.
+type RenewInput struct {
+	LeaseInput
+	Timeout string `json:"timeout,omitempty" jsonschema:"new lease length from now, as a Go duration such as 30m; default the lease's own"`
+}
+
+// ReleaseInput is release_task's input.
+type ReleaseInput struct {
+	LeaseInput
+	Reason string `json:"reason,omitempty" jsonschema:"why you give it back"`
+}
+
+// TaskInput names one task.
+type TaskInput struct {
+	TaskID string `json:"task_id" jsonschema:"the task's id"`
+}
+
+// ListCheckoutsInput is list_checkouts' input.
+type ListCheckoutsInput struct {
+	AgentID string `json:"agent_id,omitempty" jsonschema:"only this agent's leases; empty for all"`
+	Limit   int    `json:"limit,omitempty" jsonschema:"at most this many leases, 1 to {max_list_limit}; default {default_list_limit}"`
+}
+
+// ListTasksInput is list_tasks' input.
+type ListTasksInput struct {
+	Status string `json:"status,omitempty" jsonschema:"only tasks in this status: todo, in_progress, done or cancelled; empty for all"`
+	Queue  string `json:"queue,omitempty" jsonschema:"only tasks in this queue; empty for all"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to {max_list_limit}; default {default_list_limit}"`
+	Cursor string `json:"cursor,omitempty" jsonschema:"next_cursor of the previous page"`
+}
+
+// InboxInput is read_inbox's input.
+type InboxInput struct {
+	Limit int `json:"limit,omitempty" jsonschema:"at most this many messages, 1 to {max_list_limit}; default {default_list_limit}"`
+}
+
+// AckInput is ack_message's input.
+type AckInput struct {
+	MessageID string `json:"message_id" jsonschema:"the message_id from read_inbox"`
+}
+
+// HeartbeatInput is heartbeat's input.
+type HeartbeatInput struct {
+	TTL string `json:"ttl,omitempty" jsonschema:"how long this heartbeat keeps you alive, as a Go duration ({min_ttl} to {max_ttl}); default {default_ttl}"`
+}
+
+// CheckoutResult is the answer of checkout_task and claim_task.
+type CheckoutResult struct {
+	Outcome
+	Acquired  bool             `json:"acquired" jsonschema:"true when you now hold the lease and may work on the task"`
+	Adopted   bool             `json:"adopted,omitempty" jsonschema:"true when the lease is one your agent took in an earlier run, now continued in this session"`
+	HeldByYou bool             `json:"held_by_you,omitempty" jsonschema:"true when your own agent holds the task under another run: call checkout_task with adopt=true to continue it"`
+	TaskID    string           `json:"task_id,omitempty" jsonschema:"the task"`
+	Title     string           `json:"title,omitempty" jsonschema:"the task's title"`
+	Checkout  *client.Checkout `json:"checkout,omitempty" jsonschema:"your lease, when acquired"`
+	Watching  bool             `json:"watching,omitempty" jsonschema:"true when you will get an inbox message once the task is released"`
+}
+
+// LeaseResult is the answer of renew_task.
+type LeaseResult struct {
+	Outcome
+	Checkout *client.Checkout `json:"checkout,omitempty" jsonschema:"your renewed lease"`
+}
+
+// CompleteResult is the answer of complete_task.
+type CompleteResult struct {
+	Outcome
+	Task *client.Task `json:"task,omitempty" jsonschema:"the task, now done"`
+}
+
+// ReleaseResult is the answer of release_task.
+type ReleaseResult struct {
+	Outcome
+	Released *client.Released `json:"released,omitempty"`
+}
+
+// StatusResult is the answer of task_status.
+type StatusResult struct {
+	Outcome
+	TaskID            string           `json:"task_id,omitempty"`
+	Locked            bool             `json:"locked,omitempty" jsonschema:"true when a live lease holds the task"`
+	Checkout          *client.Checkout `json:"checkout,omitempty" jsonschema:"the live lease, if any"`
+	HeldByThisSession bool             `json:"held_by_this_session,omitempty" jsonschema:"true when the live lease is the one this session works under"`
+}
+
+// ListCheckoutsResult is the answer of list_checkouts.
+type ListCheckoutsResult struct {
+	Outcome
+	Checkouts []client.Checkout `json:"checkouts,omitempty"`
+	Total     int               `json:"total,omitempty" jsonschema:"how many live leases matched, before the limit"`
+	Truncated bool              `json:"truncated,omitempty" jsonschema:"true when more leases matched than limit"`
+}
+
+// ListTasksResult is the answer of list_tasks.
+type ListTasksResult struct {
+	Outcome
+	Tasks      []client.Task `json:"tasks,omitempty"`
+	NextCursor string        `json:"next_cursor,omitempty" jsonschema:"pass it as cursor for the next page; absent on the last"`
+}
+
+// TaskResult is the answer of get_task.
+type TaskResult struct {
+	Outcome
+	Task *client.Task `json:"task,omitempty"`
+}
+
+// WatchResult is the answer of watch_task.
+type WatchResult struct {
+	Outcome
+	TaskID   string `json:"task_id,omitempty"`
+	Watching bool   `json:"watching,omitempty"`
+}
+
+// InboxResult is the answer of read_inbox.
+type InboxResult struct {
+	Outcome
+	Messages  []client.Message `json:"messages,omitempty"`
+	Total     int              `json:"total,omitempty"`
+	Truncated bool             `json:"truncated,omitempty"`
+}
+
+// AckResult is the answer of ack_message.
+type AckResult struct {
+	Outcome
+	MessageID string `json:"message_id,omitempty"`
+}
+
+// HeartbeatResult is the answer of heartbeat.
+type HeartbeatResult struct {
+	Outcome
+	AgentID   string     `json:"agent_id,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// limitsText fills the placeholders of the descriptions with the service's
+// limits and defaults, as package lease states them.
+var limitsText = strings.NewReplacer(
+	"{min_timeout}", shortDuration(lease.MinTimeout),
+	"{max_timeout}", shortDuration(lease.MaxTimeout),
+	"{default_timeout}", shortDuration(lease.DefaultTimeout),
+	"{max_claim_wait}", shortDuration(lease.MaxClaimWait),
+	"{min_ttl}", shortDuration(lease.MinHeartbeatTTL),
+	"{max_ttl}", shortDuration(lease.MaxHeartbeatTTL),
+	"{default_ttl}", shortDuration(lease.DefaultHeartbeatTTL),
+	"{default_list_limit}", strconv.Itoa(lease.DefaultListLimit),
+	"{max_list_limit}", strconv.Itoa(lease.MaxListLimit),
+	"{max_priority}", strconv.Itoa(lease.MaxPriority),
+	"{default_priority}", strconv.Itoa(lease.DefaultPriority),
+	"{max_description}", kib(lease.MaxDescriptionLen),
+	"{max_metadata}", kib(lease.MaxMetadataLen),
+	"{default_queue}", lease.DefaultQueue,
+)
+
+// describe fills the placeholders of a schema's descriptions, and of its
+// properties', at every depth.
+func describe(s *jsonschema.Schema) {
+	if s == nil {
+		return
+	}
+	s.Description = limitsText.Replace(s.Description)
+	for _, p := range s.Properties {
+		describe(p)
+	}
+	describe(s.Items)
+	for _, d := range s.Defs {
+		describe(d)
+	}
+}
+
+// shortDuration is d as the service's documents write it: 30m, 24h, 90s,
+// rather than time.Duration's 30m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+func kib(n int) string { return strconv.Itoa(n>>10) + " KiB" }

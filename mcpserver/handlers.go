@@ -1,0 +1,368 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/checkout-dev/checkout/client"
+)
+
+// The tools' handlers: each calls the API through the client and says what
+// happened, and what to do next, in its result's message.
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func holderText(h client.Checkout) string {
+	s := fmt.Sprintf("held by %s (%s) under run %s, fence %d, since %s until %s", h.AgentName, h.AgentID, h.RunID, h.Fence, stamp(h.LockedAt), stamp(h.ExpiresAt))
+	if h.Reason != "" {
+		s += fmt.Sprintf(", reason: %q", h.Reason)
+	}
+	return s
+}
+
+func (t *tools) hold(co client.Checkout) {
+	t.mu.Lock()
+	t.leases[co.TaskID] = held{co.RunID, co.Fence}
+	t.mu.Unlock()
+}
+
+func (t *tools) drop(taskID string) {
+	t.mu.Lock()
+	delete(t.leases, taskID)
+	t.mu.Unlock()
+}
+
+// lease is how a renewal, release or completion names its lease: by the
+// fence given (adopting a lease of an earlier run), by the lease this
+// session took, or by the session's run id.
+func (t *tools) lease(in LeaseInput) (runID string, fence int64) {
+	if in.Fence != 0 {
+		return "", in.Fence
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if l, ok := t.leases[in.TaskID]; ok {
+		return l.runID, l.fence
+	}
+	return t.runID, 0
+}
+
+// title is a task's title, best effort (a checkout's answer has none).
+func (t *tools) title(ctx context.Context, co client.Checkout) string {
+	if co.Title != "" {
+		return co.Title
+	}
+	task, err := t.c.GetTask(ctx, co.TaskID)
+	if err != nil {
+		return ""
+	}
+	return task.Title
+}
+
+func named(taskID, title string) string {
+	if title == "" {
+		return taskID
+	}
+	return fmt.Sprintf("%s (%q)", taskID, title)
+}
+
+func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult, error) {
+	d, err := parseDur("timeout", in.Timeout)
+	if err != nil {
+		return CheckoutResult{}, err
+	}
+	co, err := t.c.Checkout(ctx, in.TaskID, client.CheckoutRequest{Timeout: d, Reason: in.Reason, RunID: t.runID, Watch: in.Watch, AgentID: t.agentID})
+	var ce *client.ConflictError
+	switch {
+	case errors.As(err, &ce) && ce.SameAgent && in.Adopt:
+		return t.adopt(ctx, ce.Holder, d)
+	case errors.As(err, &ce) && ce.SameAgent:
+		h := ce.Holder
+		r := CheckoutResult{TaskID: in.TaskID, HeldByYou: true, Outcome: Outcome{Holder: &h}, Title: t.title(ctx, h)}
+		r.Message = fmt.Sprintf("You (agent %s) already hold task %s under another run (run %s, fence %d, until %s), probably from before this session restarted. "+
+			"If you were working on it, call checkout_task again with adopt=true to continue that lease here (or give fence=%d to renew_task, release_task or complete_task). "+
+			"If another session of yours is working on it, leave it and pick another task.",
+			h.AgentID, named(in.TaskID, r.Title), h.RunID, h.Fence, stamp(h.ExpiresAt), h.Fence)
+		return r, nil
+	case errors.As(err, &ce):
+		h := ce.Holder
+		r := CheckoutResult{TaskID: in.TaskID, Outcome: Outcome{Holder: &h}, Watching: in.Watch, Title: t.title(ctx, h)}
+		r.Message = fmt.Sprintf("Checkout DENIED: task %s is %s. Do not work on it. ", named(in.TaskID, r.Title), holderText(h))
+		if in.Watch {
+			r.Message += "You will get a message in read_inbox when it is released; meanwhile pick another task (claim_task)."
+		} else {
+			r.Message += "Pick another task (claim_task), or watch it (watch_task) and try again once read_inbox says it is free."
+		}
+		return r, nil
+	case err != nil:
+		return CheckoutResult{}, err
+	}
+	t.hold(co)
+	r := CheckoutResult{Acquired: true, TaskID: co.TaskID, Checkout: &co, Title: t.title(ctx, co)}
+	r.Message = fmt.Sprintf("Checkout acquired: task %s is yours until %s (fence %d). Work on it, renew_task before then if you need longer, and complete_task when done.",
+		named(co.TaskID, r.Title), stamp(co.ExpiresAt), co.Fence)
+	return r, nil
+}
+
+// adopt continues h, a lease of the agent's earlier run, in this session:
+// a renewal by its fence proves it is the agent's and extends it.
+func (t *tools) adopt(ctx context.Context, h client.Checkout, timeout time.Duration) (CheckoutResult, error) {
+	co, err := t.c.Renew(ctx, h.TaskID, client.RenewRequest{Timeout: timeout, Fence: h.Fence, AgentID: t.agentID})
+	if err != nil {
+		return CheckoutResult{}, err
+	}
+	t.hold(co)
+	r := CheckoutResult{Acquired: true, Adopted: true, TaskID: co.TaskID, Checkout: &co, Title: t.title(ctx, co)}
+	r.Message = fmt.Sprintf("Adopted your earlier run's lease on task %s (run %s, fence %d): it is yours in this session until %s. Go on with the work, renew_task before then if you need longer, and complete_task when done.",
+		named(co.TaskID, r.Title), co.RunID, co.Fence, stamp(co.ExpiresAt))
+	return r, nil
+}
+
+func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error) {
+	d, err := parseDur("timeout", in.Timeout)
+	if err != nil {
+		return CheckoutResult{}, err
+	}
+	// Each claim has its own run id, derived from the session's: the API
+	// answers a claim whose run already holds a lease with that lease.
+	t.mu.Lock()
+	t.claims++
+	runID := fmt.Sprintf("%s.c%d", t.runID, t.claims)
+	t.mu.Unlock()
+	wait, err := parseDur("wait", in.Wait)
+	if err != nil {
+		return CheckoutResult{}, err
+	}
+	co, err := t.c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: in.Reason, RunID: runID, AgentID: t.agentID, Queues: in.Queues, Wait: wait})
+	if errors.Is(err, client.ErrNoTaskAvailable) || errors.Is(err, client.ErrCheckedOut) {
+		return CheckoutResult{Outcome: Outcome{Message: "No task is available right now: every open task is taken. Wait a while before calling claim_task again, watch a task (watch_task), or stop."}}, nil
+	}
+	if err != nil {
+		return CheckoutResult{}, err
+	}
+	t.hold(co)
+	r := CheckoutResult{Acquired: true, TaskID: co.TaskID, Checkout: &co, Title: t.title(ctx, co)}
+	r.Message = fmt.Sprintf("Claimed task %s (queue %s, priority %d): it is yours until %s (fence %d). Work on it, renew_task before then if you need longer, and complete_task when done.",
+		named(co.TaskID, r.Title), co.Queue, co.Priority, stamp(co.ExpiresAt), co.Fence)
+	return r, nil
+}
+
+func (t *tools) createTask(ctx context.Context, in CreateTaskInput) (TaskResult, error) {
+	req := client.CreateTaskRequest{TaskID: in.TaskID, Title: in.Title, Description: in.Description, Queue: in.Queue, Priority: in.Priority, Metadata: rawObject(in.Metadata)}
+	task, err := t.c.CreateTask(ctx, req)
+	if errors.Is(err, client.ErrTaskExists) && in.TaskID != "" {
+		if task, err = t.c.GetTask(ctx, in.TaskID); err == nil {
+			return TaskResult{Task: &task, Outcome: Outcome{Message: fmt.Sprintf("Task %s exists already (status %s); nothing was created.", task.TaskID, task.Status)}}, nil
+		}
+	}
+	if err != nil {
+		return TaskResult{}, err
+	}
+	return TaskResult{Task: &task, Outcome: Outcome{Message: fmt.Sprintf("Task %s created in queue %s at priority %d.", task.TaskID, task.Queue, task.Priority)}}, nil
+}
+
+// rawObject is m as JSON, or nil when absent.
+func rawObject(m map[string]any) json.RawMessage {
+	if m == nil {
+		return nil
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+func (t *tools) updateTask(ctx context.Context, in UpdateTaskInput) (TaskResult, error) {
+	req := client.UpdateTaskRequest{Title: in.Title, Description: in.Description, Queue: in.Queue, Priority: in.Priority,
+		Metadata: rawObject(in.Metadata), Status: in.Status, IfVersion: in.Version}
+	task, err := t.c.UpdateTask(ctx, in.TaskID, req)
+	if err != nil {
+		return TaskResult{}, err
+	}
+	if in.Status == "cancelled" {
+		t.drop(in.TaskID)
+	}
+	return TaskResult{Task: &task, Outcome: Outcome{Message: fmt.Sprintf("Task %s is now %s (queue %s, priority %d, version %d).", task.TaskID, task.Status, task.Queue, task.Priority, task.Version)}}, nil
+}
+
+func (t *tools) renew(ctx context.Context, in RenewInput) (LeaseResult, error) {
+	d, err := parseDur("timeout", in.Timeout)
+	if err != nil {
+		return LeaseResult{}, err
+	}
+	runID, fence := t.lease(in.LeaseInput)
+	co, err := t.c.Renew(ctx, in.TaskID, client.RenewRequest{Timeout: d, RunID: runID, Fence: fence, AgentID: t.agentID})
+	if err != nil {
+		return LeaseResult{}, err
+	}
+	t.hold(co)
+	return LeaseResult{Checkout: &co, Outcome: Outcome{Message: fmt.Sprintf("Lease on task %s renewed until %s (fence %d).", co.TaskID, stamp(co.ExpiresAt), co.Fence)}}, nil
+}
+
+func (t *tools) complete(ctx context.Context, in LeaseInput) (CompleteResult, error) {
+	runID, fence := t.lease(in)
+	task, err := t.c.Complete(ctx, in.TaskID, client.CompleteRequest{RunID: runID, Fence: fence, AgentID: t.agentID})
+	if err != nil {
+		return CompleteResult{}, err
+	}
+	t.drop(in.TaskID)
+	return CompleteResult{Task: &task, Outcome: Outcome{Message: fmt.Sprintf("Task %s is done and your lease has ended. Pick your next task (claim_task).", task.TaskID)}}, nil
+}
+
+func (t *tools) release(ctx context.Context, in ReleaseInput) (ReleaseResult, error) {
+	runID, fence := t.lease(in.LeaseInput)
+	rel, err := t.c.Release(ctx, in.TaskID, client.ReleaseRequest{Reason: in.Reason, RunID: runID, Fence: fence, AgentID: t.agentID})
+	if err != nil {
+		return ReleaseResult{}, err
+	}
+	t.drop(in.TaskID)
+	return ReleaseResult{Released: &rel, Outcome: Outcome{Message: fmt.Sprintf("Task %s released after %ds; it is open for other agents again. Do not work on it any more.", rel.TaskID, rel.HeldSeconds)}}, nil
+}
+
+func (t *tools) status(ctx context.Context, in TaskInput) (StatusResult, error) {
+	s, err := t.c.Status(ctx, in.TaskID)
+	if err != nil {
+		return StatusResult{}, err
+	}
+	r := StatusResult{TaskID: s.TaskID, Locked: s.Locked, Checkout: s.Checkout}
+	r.Message = fmt.Sprintf("Task %s is not checked out: take it with checkout_task.", in.TaskID)
+	if s.Locked && s.Checkout != nil {
+		co := s.Checkout
+		t.mu.Lock()
+		l, ok := t.leases[in.TaskID]
+		t.mu.Unlock()
+		r.HeldByThisSession = ok && l.runID == co.RunID
+		r.Message = fmt.Sprintf("Task %s is %s (%ds left).", in.TaskID, holderText(*co), co.RemainingSeconds)
+		if r.HeldByThisSession {
+			r.Message += " That is your lease in this session."
+		}
+	}
+	return r, nil
+}
+
+func (t *tools) listCheckouts(ctx context.Context, in ListCheckoutsInput) (ListCheckoutsResult, error) {
+	limit, err := limitOf(in.Limit)
+	if err != nil {
+		return ListCheckoutsResult{}, err
+	}
+	cos, err := t.c.ListCheckouts(ctx, in.AgentID)
+	if err != nil {
+		return ListCheckoutsResult{}, err
+	}
+	r := ListCheckoutsResult{Total: len(cos)}
+	if len(cos) > limit {
+		cos, r.Truncated = cos[:limit], true
+	}
+	r.Checkouts = cos
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d live checkout(s)", r.Total)
+	if r.Truncated {
+		fmt.Fprintf(&b, ", the first %d shown", limit)
+	}
+	b.WriteString(".")
+	for _, co := range cos {
+		fmt.Fprintf(&b, "\n- %s: %s", co.TaskID, holderText(co))
+	}
+	r.Message = b.String()
+	return r, nil
+}
+
+func (t *tools) listTasks(ctx context.Context, in ListTasksInput) (ListTasksResult, error) {
+	limit, err := limitOf(in.Limit)
+	if err != nil {
+		return ListTasksResult{}, err
+	}
+	p, err := t.c.ListTasks(ctx, client.ListTasksRequest{Status: in.Status, Queue: in.Queue, Limit: limit, Cursor: in.Cursor})
+	if err != nil {
+		return ListTasksResult{}, err
+	}
+	r := ListTasksResult{Tasks: p.Tasks}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d task(s) on this page.", len(p.Tasks))
+	for _, task := range p.Tasks {
+		fmt.Fprintf(&b, "\n- %s [%s, %s, priority %d]", task.TaskID, task.Status, task.Queue, task.Priority)
+		if task.Title != "" {
+			fmt.Fprintf(&b, " %q", task.Title)
+		}
+		if task.Checkout != nil {
+			fmt.Fprintf(&b, ", held by %s until %s", task.Checkout.AgentID, stamp(task.Checkout.ExpiresAt))
+		}
+	}
+	if p.NextCursor != nil {
+		r.NextCursor = *p.NextCursor
+		b.WriteString("\nMore tasks: call list_tasks with cursor=next_cursor.")
+	}
+	r.Message = b.String()
+	return r, nil
+}
+
+func (t *tools) getTask(ctx context.Context, in TaskInput) (TaskResult, error) {
+	task, err := t.c.GetTask(ctx, in.TaskID)
+	if err != nil {
+		return TaskResult{}, err
+	}
+	msg := fmt.Sprintf("Task %s: %s.", named(task.TaskID, task.Title), task.Status)
+	switch {
+	case task.Checkout != nil:
+		msg += " It is " + holderText(*task.Checkout) + "."
+	case task.Status == client.StatusTodo:
+		msg += " It is open: take it with checkout_task."
+	}
+	return TaskResult{Task: &task, Outcome: Outcome{Message: msg}}, nil
+}
+
+func (t *tools) watch(ctx context.Context, in TaskInput) (WatchResult, error) {
+	if err := t.c.Watch(ctx, in.TaskID); err != nil {
+		return WatchResult{}, err
+	}
+	return WatchResult{TaskID: in.TaskID, Watching: true, Outcome: Outcome{Message: fmt.Sprintf(
+		"Watching task %s: one message will arrive in read_inbox when it becomes available. Work on something else meanwhile, then try checkout_task.", in.TaskID)}}, nil
+}
+
+func (t *tools) inbox(ctx context.Context, in InboxInput) (InboxResult, error) {
+	limit, err := limitOf(in.Limit)
+	if err != nil {
+		return InboxResult{}, err
+	}
+	msgs, err := t.c.Inbox(ctx)
+	if err != nil {
+		return InboxResult{}, err
+	}
+	r := InboxResult{Total: len(msgs)}
+	if len(msgs) > limit {
+		msgs, r.Truncated = msgs[:limit], true
+	}
+	r.Messages = msgs
+	if len(msgs) == 0 {
+		r.Message = "Your inbox is empty: no watched task has become available yet."
+		return r, nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d message(s). For each, try checkout_task on the task (another agent may take it first), then ack_message the message_id.", r.Total)
+	for _, m := range msgs {
+		fmt.Fprintf(&b, "\n- %s: task %s became available (%s) at %s", m.MessageID, m.TaskID, m.Reason, stamp(m.At))
+	}
+	r.Message = b.String()
+	return r, nil
+}
+
+func (t *tools) ack(ctx context.Context, in AckInput) (AckResult, error) {
+	if err := t.c.DeleteMessage(ctx, in.MessageID); err != nil {
+		return AckResult{}, err
+	}
+	return AckResult{MessageID: in.MessageID, Outcome: Outcome{Message: "Message " + in.MessageID + " deleted."}}, nil
+}
+
+func (t *tools) heartbeat(ctx context.Context, in HeartbeatInput) (HeartbeatResult, error) {
+	d, err := parseDur("ttl", in.TTL)
+	if err != nil {
+		return HeartbeatResult{}, err
+	}
+	h, err := t.c.Heartbeat(ctx, d)
+	if err != nil {
+		return HeartbeatResult{}, err
+	}
+	return HeartbeatResult{AgentID: h.AgentID, ExpiresAt: &h.ExpiresAt, Outcome: Outcome{Message: fmt.Sprintf("Alive until %s: send the next heartbeat before then.", stamp(h.ExpiresAt))}}, nil
+}
