@@ -29,7 +29,7 @@ func (d receiptLossDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 // its task has moved on (its lease force-released, the task checked out and
 // released by another), gets the same lease, not a second one under the
 // same run id: the task's trail still has the grant.
-func TestClaimRetryAfterTheTaskMovedOnGetsTheSameLease(t *testing.T) {
+func TestClaimRetryWithItsReceiptLostGetsTheSameLease(t *testing.T) {
 	t.Parallel()
 	for _, archived := range []string{"before the retry", "while the retry waits"} {
 		t.Run(archived, func(t *testing.T) {

@@ -2408,7 +2408,7 @@ func TestKnownBugMessageOutlivesRemoval(t *testing.T) {
 // its run on the task item (end_* then describe the other lease) and be
 // granted a second lease under the same run id. The receipt keeps the
 // grant.
-func TestClaimRetryAfterTheTaskMovedOnGetsTheSameLease(t *testing.T) {
+func TestClaimRetryAfterTheTaskMovedOnKeepsItsReceipt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	c := ctx(t)
