@@ -216,7 +216,15 @@ func TestAgainstServerWorkOnCompletesOrReleases(t *testing.T) {
 			t.Fatalf("task %s: %+v %v, want %s", id, task, err, want)
 		}
 	}
-	evs, _ := a.Events(ctx, "fails")
+	// The trail shows no event before those that precede it are archived
+	// (about a second after the answer): wait for the release.
+	var evs []Event
+	for deadline := time.Now().Add(10 * time.Second); len(evs) < 2 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		evs, _ = a.Events(ctx, "fails")
+	}
+	if len(evs) < 2 {
+		t.Fatalf("events of fails: %+v, want its checkout and release", evs)
+	}
 	if last := evs[len(evs)-1]; last.Type != "release" || last.Reason != "boom" {
 		t.Fatalf("last event %+v", last)
 	}

@@ -25,7 +25,7 @@
 // The tables are defined once, in package schema, and built from there by
 // EnsureTables (locally) and by the CDK app (in AWS). All are on-demand.
 //
-//	tasks-v2    task_id                 the task, its lease, fence, watchers
+//	tasks2      task_id                 the task, its lease and fence; its body "<id>#body#<token>"
 //	  by_status        status_shard / created_key   list by status group (open, done,
 //	                                                cancelled; status and queue filtered)
 //	  by_lease_expiry  lease_shard / lease_expires  sparse: live leases by expiry

@@ -71,7 +71,7 @@ func TestMigrateCommand(t *testing.T) {
 	if err == nil || !strings.Contains(out, "checkout-server migrate") {
 		t.Fatalf("the server over an unmigrated data directory: %v: %s, want a refusal naming the command", err, out)
 	}
-	if out, err := run("migrate"); err != nil || !strings.Contains(out, "copied 1 tasks from checkout-tasks into checkout-tasks-v2") {
+	if out, err := run("migrate"); err != nil || !strings.Contains(out, "copied 1 tasks from checkout-tasks into checkout-tasks2") {
 		t.Fatalf("migrate: %v: %s", err, out)
 	}
 	if out, err := run("migrate"); err != nil || !strings.Contains(out, "nothing to do") {

@@ -77,11 +77,11 @@ type Table struct {
 
 // Logical table names.
 const (
-	// TasksTable is "tasks-v2" since its indexes stopped projecting whole
+	// TasksTable is "tasks2" since its indexes stopped projecting whole
 	// tasks: DynamoDB cannot change an index's projection or keys in place,
 	// so the new indexes came with a new table, and `checkout-server
 	// migrate` copies a table of the earlier schema ("tasks") into it.
-	TasksTable = "tasks-v2"
+	TasksTable = "tasks2"
 	// TasksTableV1 is the tasks table of the earlier schema, which
 	// `checkout-server migrate` copies from.
 	TasksTableV1    = "tasks"
