@@ -394,19 +394,20 @@ func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) 
 
 // endLease makes an ending write on taskID under cond. Its consequences (the
 // event's archive, the watchers' messages, the notices) follow from the
-// change stream. It returns the item as it was (old) and as the write left
-// it, or applied=false and the item as it is when cond failed. The write
+// change stream. It returns the item as the write left it (after, read
+// back with the write: the ending is encoded once, in endUpdate), or
+// applied=false and the item as it is (cur) when cond failed. The write
 // keeps the time rule (timeCond): it fails, too, when the item's latest
 // transition is later than now (lostToLater), and the caller tries again.
-func (s *Store) endLease(ctx context.Context, taskID string, cond expression.ConditionBuilder, e ending, now time.Time) (old, after *taskItem, applied bool, err error) {
-	old, applied, err = s.update(ctx, taskID, cond.And(timeCond(now)), endUpdate(taskID, e, now), types.ReturnValueAllOld)
+func (s *Store) endLease(ctx context.Context, taskID string, cond expression.ConditionBuilder, e ending, now time.Time) (cur, after *taskItem, applied bool, err error) {
+	it, applied, err := s.update(ctx, taskID, cond.And(timeCond(now)), endUpdate(taskID, e, now), types.ReturnValueAllNew)
 	if err != nil || !applied {
-		return old, nil, false, err
+		return it, nil, false, err
 	}
 	if e.status == StatusTodo {
 		s.claims.wake()
 	}
-	return old, old.afterEnd(e, now), true, nil
+	return nil, it, true, nil
 }
 
 // finish ends the caller's own lease by e (release or complete): one

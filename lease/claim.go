@@ -138,12 +138,16 @@ func claimQueues(qs []string) []string {
 func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (Checkout, error) {
 	s.claims.inflight.Add(1)
 	defer s.claims.inflight.Add(-1)
+	// Tasks this claim found taken: an index that lags shows them for a
+	// moment more, and trying them again would only fail again.
+	taken := map[string]bool{}
 	for range maxAttempts {
 		readAt := ms(s.clock())
 		cands, err := s.claimCandidates(ctx, cp.queues)
 		if err != nil {
 			return Checkout{}, err
 		}
+		cands = slices.DeleteFunc(cands, func(it *taskItem) bool { return taken[it.TaskID] })
 		if len(cands) == 0 {
 			return Checkout{}, ErrNoTaskAvailable
 		}
@@ -175,9 +179,13 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 				}
 				return c, nil
 			}
-			if cur != nil && max(cur.LockedAt, cur.LastAt) > readAt {
-				// Changed after the indexes were read (taken, and maybe
-				// already finished): another claimer won the race, so
+			if cur == nil || !cur.claimable() {
+				taken[it.TaskID] = true
+			}
+			if cur != nil && max(cur.LockedAt, cur.LastAt) >= readAt {
+				// Changed after the indexes were read, or in the same
+				// millisecond (taken, and maybe already finished): another
+				// claimer won the race, so
 				// spread wider, and this claim at once four times as wide
 				// for each race it lost: claimers that lost the same task must
 				// not all go for the next one. A task changed before is an

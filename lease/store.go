@@ -182,8 +182,9 @@ var (
 )
 
 // update makes one conditional UpdateItem on a task. When the condition
-// holds it returns the item as it was before (ALL_OLD) and applied=true;
-// when it fails it returns the item as it is (nil if there is no task).
+// holds it returns the item as rv asks (ALL_OLD: as it was; ALL_NEW: as
+// the write left it) and applied=true; when it fails it returns the item
+// as it is (nil if there is no task).
 //
 // Every write of a task item goes through it, and it adds one to the item's
 // version in the same write.
@@ -265,7 +266,7 @@ func copyOf(name string) expression.OperandBuilder {
 // the lease into the end_* attributes (SET end_agent = holder ... REMOVE
 // holder), records the transition (last_op, last_at, eseq), drops the watch
 // list (the change stream hands the old one to the messages) and sets the
-// task's status. afterEnd mirrors it.
+// task's status.
 //
 // An ending that leaves the task todo puts it back in the claim index (SET
 // claim_shard = claim_home, the task's own queue and shard; a task written
@@ -302,35 +303,6 @@ func endUpdate(taskID string, e ending, now time.Time) expression.UpdateBuilder 
 		u = u.Remove(nameClaimShard)
 	}
 	return clearLease(u).Remove(expression.Name("watchers")).Remove(expression.Name("lease_seq"))
-}
-
-// afterEnd is the item as endUpdate leaves this one.
-func (t *taskItem) afterEnd(e ending, now time.Time) *taskItem {
-	old := t
-	after := *old
-	t = &after
-	t.Status, t.StatusShard = e.status, statusShard(e.status, old.TaskID)
-	t.ESeq = old.ESeq + 1
-	t.LastOp, t.LastAt, t.PriorAt = e.typ, ms(now), old.LastAt
-	t.Version = old.Version + 1
-	t.ClaimShard = ""
-	if e.status == StatusTodo {
-		t.ClaimShard = old.ClaimHome
-		if t.ClaimShard == "" {
-			t.ClaimShard = claimHome(DefaultQueue, old.TaskID)
-		}
-	}
-	t.endRecord = endRecord{
-		EndSeq: old.ESeq + 1, EndType: e.typ, EndAgent: old.Holder, EndRun: old.RunID,
-		EndFence: old.Fence, EndLocked: old.LockedAt, EndExpires: old.LeaseExpires, EndAt: ms(now),
-		EndBy: e.by, EndReason: e.reason, EndLeaseSeq: old.LeaseSeq, EndLeaseReason: old.Reason,
-	}
-	if e.status == StatusDone || e.status == StatusCancelled {
-		t.CompletedAt = ms(now)
-	}
-	t.Holder, t.HolderName, t.RunID, t.LockedAt, t.LeaseExpires, t.TimeoutMS, t.Reason, t.LeaseShard = "", "", "", 0, 0, 0, "", ""
-	t.Watchers, t.LeaseSeq = nil, 0
-	return t
 }
 
 // newID returns prefix + 16 random hex digits.
