@@ -51,6 +51,9 @@ var Grants = map[string][]Grant{
 		// UpdateItem: the receipts of claims that name their run id.
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
+		// Query: a named claim's retry whose receipt lost its grant finds it
+		// in the tried tasks' trails.
+		{Table: schema.EventsTable, Actions: []string{"Query"}},
 		// A conflict that asks to watch: read the task's watches, put one.
 		{Table: schema.InboxTable, Actions: []string{"Query", "PutItem"}},
 	},

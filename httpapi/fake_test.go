@@ -218,15 +218,15 @@ func (f *fakeService) Feed(_ context.Context, p lease.FeedParams) (lease.FeedPag
 	return lease.FeedPage{Events: []lease.Event{{Type: lease.EventCheckout, TaskID: "task-1", AgentID: "agent-1", RunID: "run-1", Fence: 1, At: t0, By: "agent-1"}}, NextCursor: "f1.next"}, nil
 }
 
-func (f *fakeService) Events(_ context.Context, id string) ([]lease.Event, error) {
+func (f *fakeService) Trail(_ context.Context, id string) (lease.Trail, error) {
 	if err := f.rec("Events", id); err != nil {
-		return nil, err
+		return lease.Trail{}, err
 	}
 	held := 310 * time.Second
-	return []lease.Event{
+	return lease.Trail{Events: []lease.Event{
 		{Type: lease.EventCheckout, TaskID: id, AgentID: "agent-1", RunID: "run-1", Fence: 1, At: t0, By: "agent-1"},
 		{Type: lease.EventRelease, TaskID: id, AgentID: "agent-1", RunID: "run-1", Fence: 1, At: t0.Add(held), Held: &held, By: "agent-1", Reason: "done for now"},
-	}, nil
+	}}, nil
 }
 
 // fakeAuth knows two keys.

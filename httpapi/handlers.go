@@ -532,15 +532,15 @@ func (s *server) events(w http.ResponseWriter, r *http.Request, _ lease.Principa
 	if err != nil {
 		return err
 	}
-	evs, err := s.svc.Events(r.Context(), id)
+	tr, err := s.svc.Trail(r.Context(), id)
 	if err != nil {
 		return err
 	}
-	out := make([]EventJSON, 0, len(evs))
-	for _, e := range evs {
+	out := make([]EventJSON, 0, len(tr.Events))
+	for _, e := range tr.Events {
 		out = append(out, ToEventJSON(e))
 	}
-	s.writeJSON(w, http.StatusOK, map[string]any{"events": out})
+	s.writeJSON(w, http.StatusOK, map[string]any{"events": out, "pending": tr.Pending})
 	return nil
 }
 

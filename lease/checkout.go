@@ -92,8 +92,8 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 // grantNow makes the checkout write (grant) at a time not before floor, and
 // keeps the time rule: a plain grant that lost to a later write of the task
 // is tried again at a time not before that write's (a pinned takeover is
-// judged again by the caller), and a grant whose write took more than a
-// quarter of its lease is extended before it is answered (fresh). It
+// judged again by the caller), and a grant whose write took more than half
+// of its lease is extended before it is answered (fresh). It
 // returns what grant does, and the time of the last write.
 func (s *Store) grantNow(ctx context.Context, p CheckoutParams, over *taskItem, floor int64) (Checkout, *taskItem, time.Time, error) {
 	now := s.clockAfter(floor)

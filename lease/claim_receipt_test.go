@@ -45,15 +45,19 @@ func TestClaimRetryWithItsReceiptLostGetsTheSameLease(t *testing.T) {
 			e.checkout(t, "x", "b", time.Minute)
 			e.clock.Advance(time.Second)
 			must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "b"}))
+			polled := make(chan struct{})
 			if archived == "before the retry" {
 				e.drain(t)
+				close(polled)
 			} else {
 				go func() {
+					defer close(polled)
 					time.Sleep(300 * time.Millisecond)
 					_, _ = e.poller.Poll(context.Background())
 				}()
 			}
 			again, err := e.store.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute})
+			<-polled // the poller is one process's: one poll at a time
 			if err != nil {
 				t.Fatalf("retry: %v", err)
 			}

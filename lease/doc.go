@@ -588,7 +588,9 @@
 // heartbeat landing within its own latency of the expiry ends the agent's
 // leases, as one landing late would; clients heartbeat at a third of the
 // ttl. Until the second write lands (one request's time) a reader may see
-// the agent alive and its unswept leases live.
+// the agent alive and its unswept leases live. A return from the dead is,
+// for the same reason, made once more at the clock read after its write
+// when the clock has moved on by then (returns only: one more write).
 //
 // Deaths are stamped when they were seen (the consistent read that found
 // the holder dead), not when their write lands: the sweep's ending and a

@@ -419,6 +419,7 @@ func linearizability(t *testing.T, heartbeats bool) {
 		tasks[i] = fmt.Sprintf("task-%d", i)
 		e.task(t, tasks[i])
 	}
+	trails := watchTrails(c, e.store, tasks)
 	start := time.Now()
 	stamp := func() int64 { return time.Since(start).Nanoseconds() }
 	var mu sync.Mutex
@@ -513,6 +514,7 @@ func linearizability(t *testing.T, heartbeats bool) {
 	for _, task := range tasks {
 		assertOneEndPerLease(t, e, task)
 	}
+	trails.check(t, e)
 }
 
 // The checker must be able to fail: a history where two agents both hold
@@ -2052,6 +2054,11 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: wTaskID(i), Title: "title of " + wTaskID(i), Queue: wQueue(i), Priority: &prio}))
 		e.clock.Advance(time.Millisecond) // created in id order
 	}
+	ids := make([]string, tasks)
+	for i := range ids {
+		ids[i] = wTaskID(i)
+	}
+	trails := watchTrails(c, e.store, ids)
 	startMS := e.clock.Now().UnixMilli()
 	start := time.Now()
 	stamp := func() int64 { return time.Since(start).Nanoseconds() }
@@ -2234,6 +2241,7 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 	for i := range tasks {
 		assertOneEndPerLease(t, e, wTaskID(i))
 	}
+	trails.check(t, e)
 }
 
 // pausingDB holds, once armed, the answer to one GetItem of key in table

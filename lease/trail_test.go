@@ -1,8 +1,11 @@
 package lease_test
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,4 +137,62 @@ func TestTrailStopsAtAHoleInTheArchive(t *testing.T) {
 	if got := kinds(tr.Events); !slices.Equal(got, []lease.EventType{"checkout", "release"}) || tr.Pending != 0 {
 		t.Fatalf("past retention: %v and %d pending", got, tr.Pending)
 	}
+}
+
+// trailWatch reads tasks' trails over and over from its own goroutine while
+// a history runs, as an auditor would, so that check can show that every
+// trail a reader saw is a prefix of the final one.
+type trailWatch struct {
+	stop, done chan struct{}
+	mu         sync.Mutex
+	seen       map[string][][]trailKey
+	err        error
+}
+
+func watchTrails(c context.Context, s *lease.Store, tasks []string) *trailWatch {
+	w := &trailWatch{stop: make(chan struct{}), done: make(chan struct{}), seen: map[string][][]trailKey{}}
+	go func() {
+		defer close(w.done)
+		for {
+			for _, id := range tasks {
+				select {
+				case <-w.stop:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+				tr, err := s.Trail(c, id)
+				w.mu.Lock()
+				if err != nil && w.err == nil {
+					w.err = fmt.Errorf("trail of %s: %w", id, err)
+				}
+				if err == nil {
+					w.seen[id] = append(w.seen[id], trailKeys(tr.Events))
+				}
+				w.mu.Unlock()
+			}
+		}
+	}()
+	return w
+}
+
+// check stops the reader and fails the test unless every trail it read is
+// a prefix of the task's final trail (the stream drained).
+func (w *trailWatch) check(t *testing.T, e *env) {
+	t.Helper()
+	close(w.stop)
+	<-w.done
+	if w.err != nil {
+		t.Fatal(w.err)
+	}
+	reads := 0
+	for id, seen := range w.seen {
+		final := trailKeys(e.events(t, id))
+		for i, got := range seen {
+			if !isPrefix(got, final) {
+				t.Fatalf("%s: read %d of the trail saw %v, not a prefix of the final trail %v", id, i, got, final)
+			}
+		}
+		reads += len(seen)
+	}
+	t.Logf("%d trail reads, each a prefix of its final trail", reads)
 }

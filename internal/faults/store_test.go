@@ -172,6 +172,7 @@ func audit(t *testing.T, s *lease.Store, tasks []string, grants []grant, ns *tes
 		if err != nil {
 			t.Fatal(err)
 		}
+		checkTimeForward(t, task, evs)
 		co, end := map[int64]int{}, map[int64]int{}
 		var top int64
 		for _, e := range evs {
