@@ -332,6 +332,18 @@ func TestShardCountsMayGrow(t *testing.T) {
 	if got := must[lease.Checkout](t)(big.Claim(c, lease.ClaimParams{AgentID: "b", Timeout: time.Hour})); got.TaskID != ids[2] {
 		t.Fatalf("claim after growth took %s", got.TaskID)
 	}
+	// A PATCH that leaves the queue alone leaves the claim shard alone,
+	// even where the grown count would put the task elsewhere.
+	moved := ids[4]
+	if fnvMod(moved, 8) == fnvMod(moved, 4) {
+		t.Fatalf("%s has the same claim shard of 4 and of 8: the check below proves nothing", moved)
+	}
+	home := e.rawTask(t, moved)["claim_home"]
+	title := "renamed"
+	must[lease.Task](t)(big.UpdateTask(c, lease.UpdateTaskParams{TaskID: moved, AgentID: "b", Title: &title}))
+	if got := e.rawTask(t, moved); got["claim_home"] != home || got["claim_shard"] != home || got["title"] != title {
+		t.Fatalf("after a PATCH of its title: claim_home %q, claim_shard %q, title %q; want %q, %q, %q", got["claim_home"], got["claim_shard"], got["title"], home, home, title)
+	}
 	e.clock.Advance(31 * time.Second)
 	if res := must[lease.SweepResult](t)(big.Sweep(c)); res.Timeouts != 1 || res.AgentDeaths != 1 {
 		t.Fatalf("sweep after growth %+v", res)
