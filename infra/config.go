@@ -76,6 +76,12 @@ type Config struct {
 	// function's environment at deploy time, so it is never in the template.
 	WebhookURLs       string
 	WebhookSecretName string
+	// Shards are the indexes' shard counts (contexts "leaseShards",
+	// "statusShards", "claimShards", "feedShards"; defaults
+	// schema.DefaultShards: 16, 16, 4, 16), given to every function alike
+	// as CHECKOUT_LEASE_SHARDS and the others. They may grow between
+	// deploys, never shrink (see schema.ShardCounts).
+	Shards schema.ShardCounts
 }
 
 // DefaultReservedConcurrency is the reserved concurrency of each API
@@ -114,6 +120,7 @@ func DefaultConfig() Config {
 		DistDir:             "../dist",
 		LogLevel:            "info",
 		StackName:           "Checkout",
+		Shards:              schema.DefaultShards(),
 	}
 }
 
@@ -198,6 +205,18 @@ func ConfigFromContext(node constructs.Node) (Config, error) {
 	str("stackName", &c.StackName)
 	str("webhookUrls", &c.WebhookURLs)
 	str("webhookSecretName", &c.WebhookSecretName)
+	count := func(key string, dst *int, most int) {
+		f := float64(*dst)
+		number(key, &f)
+		if err == nil && (f != float64(int(f)) || f < 1 || f > float64(most)) {
+			err = fmt.Errorf("context %s: want a whole number from 1 to %d, got %v (shard counts may grow between deploys, never shrink)", key, most, f)
+		}
+		*dst = int(f)
+	}
+	count("leaseShards", &c.Shards.Lease, schema.MaxShards)
+	count("statusShards", &c.Shards.Status, schema.MaxStatusShards)
+	count("claimShards", &c.Shards.Claim, schema.MaxClaimShards)
+	count("feedShards", &c.Shards.Feed, schema.MaxShards)
 	if v, ok := get("reservedConcurrency"); ok && err == nil {
 		c.ReservedConcurrency, err = reservedConcurrency(v, c.ReservedConcurrency)
 	}

@@ -253,6 +253,11 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 				EnvLogLevel:           jsii.String(cfg.LogLevel),
 			},
 		}
+		// Every function shards alike: a writer and a reader that
+		// disagreed would lose items between them.
+		for k, v := range cfg.Shards.Env() {
+			(*props.Environment)[k] = jsii.String(v)
+		}
 		if name == deploy.Sweeper {
 			// One sweep at a time; overlapping sweeps are safe (every ending
 			// is a conditional write) but only cost. A run that fails or

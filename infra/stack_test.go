@@ -441,6 +441,9 @@ func TestFunctionsAreArmAL2023WithLimitsEnvAndLogs(t *testing.T) {
 		if env["CHECKOUT_TABLE_PREFIX"] != "checkout-" || ref(env["CHECKOUT_EVENT_BUS"]) != busID || env["LOG_LEVEL"] != "info" {
 			t.Errorf("%s environment %v", name, env)
 		}
+		if env["CHECKOUT_LEASE_SHARDS"] != "16" || env["CHECKOUT_STATUS_SHARDS"] != "16" || env["CHECKOUT_CLAIM_SHARDS"] != "4" || env["CHECKOUT_FEED_SHARDS"] != "16" {
+			t.Errorf("%s shard counts %v, want the defaults", name, env)
+		}
 		lc, _ := p["LoggingConfig"].(map[string]any)
 		lg := s.resources[ref(lc["LogGroup"])]
 		if lg == nil || lg["Type"] != "AWS::Logs::LogGroup" || props(lg)["RetentionInDays"] != float64(30) {
@@ -801,6 +804,32 @@ func TestOutputs(t *testing.T) {
 	}
 }
 
+// Shard counts come from the context, over the defaults, as numbers from
+// -c (strings) or cdk.json (numbers), and every function gets the same.
+func TestShardCountsFromContext(t *testing.T) {
+	app := awscdk.NewApp(&awscdk.AppProps{Context: &map[string]any{"leaseShards": "32", "claimShards": float64(8)}})
+	cfg, err := ConfigFromContext(app.Node())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := schema.ShardCounts{Lease: 32, Status: schema.StatusShards, Claim: 8, Feed: schema.FeedShards}
+	if cfg.Shards != want {
+		t.Fatalf("shards %+v, want %+v", cfg.Shards, want)
+	}
+	if DefaultConfig().Shards != schema.DefaultShards() {
+		t.Fatalf("default shards %+v", DefaultConfig().Shards)
+	}
+	s := synth(t, map[string]any{"leaseShards": "32", "statusShards": "20", "claimShards": "8", "feedShards": "64"})
+	for _, name := range deploy.Functions {
+		env := props(s.resources[s.fnID[name]])["Environment"].(map[string]any)["Variables"].(map[string]any)
+		for k, v := range map[string]string{"CHECKOUT_LEASE_SHARDS": "32", "CHECKOUT_STATUS_SHARDS": "20", "CHECKOUT_CLAIM_SHARDS": "8", "CHECKOUT_FEED_SHARDS": "64"} {
+			if env[k] != v {
+				t.Errorf("%s: %s=%v, want %s", name, k, env[k], v)
+			}
+		}
+	}
+}
+
 func TestBadContextIsRefused(t *testing.T) {
 	for _, ctx := range []map[string]any{
 		{"throttleRate": "fast"},
@@ -816,6 +845,13 @@ func TestBadContextIsRefused(t *testing.T) {
 		{"reservedConcurrency": "sweeper=2"},
 		{"reservedConcurrency": "checkouts"},
 		{"reservedConcurrency": map[string]any{"tasks": "ten"}},
+		{"leaseShards": "0"},
+		{"leaseShards": "257"},
+		{"statusShards": "21"},
+		{"claimShards": "17"},
+		{"claimShards": "4.5"},
+		{"feedShards": "many"},
+		{"feedShards": true},
 	} {
 		app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx})
 		if _, err := ConfigFromContext(app.Node()); err == nil {

@@ -208,7 +208,7 @@ func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
 	now := s.clock()
 	tomb := heartbeatItem{
 		AgentID: agentID, ExpiresAt: ms(now), AliveSince: ms(now), DeadAt: ms(now), Removed: true,
-		Shard: shardOf(agentID), IndexAt: ms(now), TTL: now.Add(heartbeatRetention + MaxTimeout).Unix(),
+		Shard: shardOf(agentID, s.shards.Lease), IndexAt: ms(now), TTL: now.Add(heartbeatRetention + MaxTimeout).Unix(),
 	}
 	item, err := attributevalue.MarshalMap(tomb)
 	if err != nil {
@@ -291,7 +291,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 		beat := func() expression.UpdateBuilder {
 			return expression.Set(expression.Name("expires_at"), expression.Value(ms(exp))).
 				Set(expression.Name("last_at"), expression.Value(ms(now))).
-				Set(expression.Name("hb_shard"), expression.Value(shardOf(agentID))).
+				Set(expression.Name("hb_shard"), expression.Value(shardOf(agentID, s.shards.Lease))).
 				Set(expression.Name("ttl"), expression.Value(exp.Add(heartbeatRetention).Unix())).
 				Remove(expression.Name("fresh"))
 		}

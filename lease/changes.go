@@ -62,7 +62,7 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 				continue
 			}
 			ev.TTL = ttl
-			ev.feedFields(old.LastAt)
+			ev.feedFields(old.LastAt, s.shards.Feed)
 			item, err := attributevalue.MarshalMap(ev.eventItem)
 			if err != nil {
 				return err

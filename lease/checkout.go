@@ -225,7 +225,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(expression.Name("locked_at"), expression.Value(ms(now))).
 		Set(nameExpires, expression.Value(ms(exp))).
 		Set(expression.Name("timeout_ms"), expression.Value(p.Timeout.Milliseconds())).
-		Set(expression.Name("lease_shard"), expression.Value(shardOf(p.TaskID))).
+		Set(expression.Name("lease_shard"), expression.Value(shardOf(p.TaskID, s.shards.Lease))).
 		Set(nameFence, nameFence.Plus(expression.Value(1))).
 		Set(expression.Name("started_at"), expression.IfNotExists(expression.Name("started_at"), expression.Value(ms(now)))).
 		Set(nameESeq, nameESeq.Plus(expression.Value(2))).
@@ -235,7 +235,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(namePriorAt, priorAt).
 		Remove(expression.Name("completed_at")). // a task reopened is not done
 		Remove(nameClaimShard)                   // held: out of the claim index
-	upd = setStatus(upd, p.TaskID, StatusInProgress)
+	upd = setStatus(upd, p.TaskID, StatusInProgress, s.shards.Status)
 	if p.Reason != "" {
 		upd = upd.Set(expression.Name("reason"), expression.Value(p.Reason))
 	} else {
@@ -400,7 +400,7 @@ func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) 
 // keeps the time rule (timeCond): it fails, too, when the item's latest
 // transition is later than now (lostToLater), and the caller tries again.
 func (s *Store) endLease(ctx context.Context, taskID string, cond expression.ConditionBuilder, e ending, now time.Time) (cur, after *taskItem, applied bool, err error) {
-	it, applied, err := s.update(ctx, taskID, cond.And(timeCond(now)), endUpdate(taskID, e, now), types.ReturnValueAllNew)
+	it, applied, err := s.update(ctx, taskID, cond.And(timeCond(now)), endUpdate(taskID, e, now, s.shards), types.ReturnValueAllNew)
 	if err != nil || !applied {
 		return it, nil, false, err
 	}

@@ -31,10 +31,6 @@ const claimPage = 50
 // each shard.
 const claimHead = 8
 
-// claimShards is how many shards each queue's claim index entries spread
-// over.
-const claimShards = schema.ClaimShards
-
 // claimPoll is how often a waiting claim looks again when nothing in this
 // process has woken it: the only way to learn of a task freed by another
 // process (another Lambda container). Each look is one Query per shard of
@@ -225,11 +221,11 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string) ([]*taskIt
 	// loses races has candidates to widen to without reading again (a
 	// Query is billed by the 4 KB read, so a longer head costs nothing).
 	// Only what ordering and the grant need is read.
-	perShard := int32(min(claimPage, max(claimHead, (s.claims.window()+claimShards-1)/claimShards+1)))
+	perShard := int32(min(claimPage, max(claimHead, (s.claims.window()+s.shards.Claim-1)/s.shards.Claim+1)))
 	proj := expression.NamesList(expression.Name("task_id"), expression.Name("queue"), expression.Name("priority"),
 		expression.Name("created_at"))
 	for _, q := range queues {
-		for shard := range claimShards {
+		for shard := range s.shards.Claim {
 			g.Go(func() error {
 				keyCond := expression.Key("claim_shard").Equal(expression.Value(q + "#" + strconv.Itoa(shard)))
 				expr, _ := expression.NewBuilder().WithKeyCondition(keyCond).WithProjection(proj).Build()

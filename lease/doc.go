@@ -46,11 +46,17 @@
 // lease_expires, timeout_ms, reason). The sparse indexes hold a task only
 // while those attributes are present: ending a lease REMOVEs them, which takes
 // the task out of both lease indexes in the same write. lease_shard spreads
-// the expiry index over schema.Shards partitions, status_shard
-// ("open#<shard>" for todo and in_progress, "done#<shard>",
-// "cancelled#<shard>") each status group over schema.StatusShards, and
-// claim_shard each queue over schema.ClaimShards, so that no one partition
-// takes every transition of the fleet; readers Query each shard.
+// the expiry index over the lease shard count's partitions (hb_shard the
+// heartbeats index likewise), status_shard ("open#<shard>" for todo and
+// in_progress, "done#<shard>", "cancelled#<shard>") each status group over
+// the status count, claim_shard each queue over the claim count and
+// feed_shard each hour of the feed over the feed count, so that no one
+// partition takes every transition of the fleet; readers Query each shard.
+// A shard is FNV-1a of the id modulo the count. The counts are deploy-time
+// settings (Config.Shards, schema.ShardCounts; defaults 16, 16, 4 and 16):
+// an item keeps the shard it was written with and readers query every shard
+// below the count, so a count may grow between deploys but must never
+// shrink, which would hide the items in the shards above it.
 //
 // No index projects the whole task. Each projects its keys and the few
 // attributes its readers use (schema.Index.Include): by_status the status
@@ -113,7 +119,7 @@
 //	events, inbox       Query on the table's own key (+ GetItem of the task, for
 //	                    its latest events; of the agent's heartbeat, when
 //	                    its inbox has messages, for removals)
-//	fleet feed          Query by_feed per shard of each hour read (schema.FeedShards
+//	fleet feed          Query by_feed per shard of each hour read (the feed count,
 //	                    a bucket, at most 6 hours a call), merged by feed_key
 //	sweep               Query by_lease_expiry and heartbeats by_expiry per shard,
 //	                    then UpdateItem per lease it ends
@@ -324,13 +330,15 @@
 //
 // The claimable ones are in one sparse index, by_claim:
 //
-//	partition  claim_shard = "<queue>#<shard>"       shard = hash(task_id) mod schema.ClaimShards
+//	partition  claim_shard = "<queue>#<shard>"       shard = hash(task_id) mod the claim count
 //	sort       claim_key   = "<9-priority>#<created ms, 13 digits>#<task_id>"
 //
 // so a Query of a shard returns its tasks best first. A hot queue's writes
-// are spread over schema.ClaimShards (4) partitions instead of one; a claim
-// queries the head of every shard of every queue it names at once and
-// merges them. Each head is ceil(w/4)+1 entries and at least 8 (w the
+// are spread over the claim shard count's partitions (n, default 4)
+// instead of one; a claim queries the head of every shard of every queue it
+// names at once and merges them, one Query per shard (so the claim's
+// budget of 5 requests and 3 read units for one queue holds for n up to
+// 4). Each head is ceil(w/n)+1 entries and at least 8 (w the
 // claim's spread window, below; 1 for a lone claimer; a Query is billed by
 // the 4 KB read, so the longer head costs nothing), with only the attributes ordering
 // and the grant need: any task among the best k of the queues is among the

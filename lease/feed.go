@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"hash/fnv"
 	"regexp"
 	"slices"
 	"strconv"
@@ -25,7 +24,7 @@ import (
 //	feed_shard  <hour bucket YYYYMMDDHH, UTC>#<shard of its task>
 //	feed_key    <feed time, 13-digit Unix ms>#<task_id>#<seq, 19 digits>
 //
-// so an hour of the fleet's writes is spread over schema.FeedShards
+// so an hour of the fleet's writes is spread over the feed shard count's
 // partitions, and a reader Queries each shard of each hour it reads and
 // merges them. Nothing is scanned.
 //
@@ -74,10 +73,10 @@ type FeedPage struct {
 	NextCursor string
 }
 
-func feedShard(taskID string, atMS int64) string {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(taskID))
-	return time.UnixMilli(atMS).UTC().Format("2006010215") + "#" + strconv.Itoa(int(h.Sum32()%schema.FeedShards))
+// feedShard is the feed partition of an event of taskID at atMS, with n
+// feed shards.
+func feedShard(taskID string, atMS int64, n int) string {
+	return time.UnixMilli(atMS).UTC().Format("2006010215") + "#" + shardOf(taskID, n)
 }
 
 func feedKey(atMS int64, taskID string, seq int64) string {
@@ -178,10 +177,10 @@ func (s *Store) feedRaw(ctx context.Context, pos, horizon string, n int) ([]even
 	last := time.UnixMilli(posMS(horizon)).UTC().Truncate(time.Hour)
 	for b := 0; b < feedBucketsPerRead && !hour.After(last); b, hour = b+1, hour.Add(time.Hour) {
 		bucket := hour.Format("2006010215")
-		got := make([][]eventItem, schema.FeedShards)
-		errs := make([]error, schema.FeedShards)
+		got := make([][]eventItem, s.shards.Feed)
+		errs := make([]error, s.shards.Feed)
 		var wg sync.WaitGroup
-		for sh := range schema.FeedShards {
+		for sh := range s.shards.Feed {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -266,9 +265,9 @@ var EventTypes = []EventType{EventCheckout, EventRenew, EventRelease, EventCompl
 func int32ptr(n int) *int32 { v := int32(n); return &v }
 
 // feedFields sets the feed keys of an event archived from a change whose
-// old image's last transition was at prevAt.
-func (e *eventItem) feedFields(prevAt int64) {
+// old image's last transition was at prevAt, with n feed shards.
+func (e *eventItem) feedFields(prevAt int64, n int) {
 	at := max(e.At, prevAt)
-	e.FeedShard = feedShard(e.TaskID, at)
+	e.FeedShard = feedShard(e.TaskID, at, n)
 	e.FeedKey = feedKey(at, e.TaskID, e.Seq)
 }

@@ -3,7 +3,6 @@ package lease
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
 )
 
@@ -147,21 +146,15 @@ func (t *taskItem) priority() int {
 }
 
 // claimHome is the claim index partition of a task of queue: the queue and
-// the task's claim shard.
-func claimHome(queue, taskID string) string {
-	return queue + "#" + claimShardOf(taskID)
+// the task's claim shard of n (the claim shard count).
+func claimHome(queue, taskID string, n int) string {
+	return queue + "#" + shardOf(taskID, n)
 }
 
 // claimKey orders a queue's claimable tasks: highest priority first, then
 // oldest, then by id.
 func claimKey(priority int, createdMS int64, taskID string) string {
 	return fmt.Sprintf("%d#%013d#%s", MaxPriority-priority, createdMS, taskID)
-}
-
-// claimShardOf spreads a queue's tasks over schema.ClaimShards partitions.
-func claimShardOf(taskID string) string {
-	n, _ := strconv.Atoi(shardOf(taskID))
-	return strconv.Itoa(n % claimShards)
 }
 
 // claimable reports whether the item is claimable without a takeover:

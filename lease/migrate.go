@@ -68,7 +68,13 @@ type MigrateResult struct {
 // Migrate copies the tasks of a table of the earlier schema into today's
 // tasks table, creating today's tables first if they do not exist. It is
 // safe to run again, and does nothing when there is no earlier table.
-func Migrate(ctx context.Context, db MigrateDB, names schema.Names) (MigrateResult, error) {
+// shards are the deployment's shard counts (zero: the defaults): each task
+// is put in its status shard of shards.Status.
+func Migrate(ctx context.Context, db MigrateDB, names schema.Names, shards schema.ShardCounts) (MigrateResult, error) {
+	if err := shards.Validate(); err != nil {
+		return MigrateResult{}, fmt.Errorf("migrate: %w", err)
+	}
+	shards = shards.OrDefault()
 	res := MigrateResult{From: names.Table(schema.TasksTableV1), To: names.Table(schema.TasksTable)}
 	done, found, err := migrationState(ctx, db, res.From)
 	if err != nil || !found {
@@ -88,7 +94,7 @@ func Migrate(ctx context.Context, db MigrateDB, names schema.Names) (MigrateResu
 			return res, fmt.Errorf("migrate: read %s: %w", res.From, err)
 		}
 		for _, item := range page.Items {
-			copied, err := migrateTask(ctx, db, res.To, item)
+			copied, err := migrateTask(ctx, db, res.To, item, shards.Status)
 			if err != nil {
 				return res, err
 			}
@@ -114,7 +120,7 @@ func Migrate(ctx context.Context, db MigrateDB, names schema.Names) (MigrateResu
 }
 
 // migrateTask copies one task item into table unless it is there already.
-func migrateTask(ctx context.Context, db MigrateDB, table string, item map[string]types.AttributeValue) (bool, error) {
+func migrateTask(ctx context.Context, db MigrateDB, table string, item map[string]types.AttributeValue, statusShards int) (bool, error) {
 	var it taskItem
 	if err := attributevalue.UnmarshalMap(item, &it); err != nil {
 		return false, fmt.Errorf("migrate: decode a task: %w", err)
@@ -126,7 +132,7 @@ func migrateTask(ctx context.Context, db MigrateDB, table string, item map[strin
 	if st == "" {
 		st = StatusTodo
 	}
-	item["status_shard"] = &types.AttributeValueMemberS{Value: statusShard(st, it.TaskID)}
+	item["status_shard"] = &types.AttributeValueMemberS{Value: statusShard(st, it.TaskID, statusShards)}
 	item["migrated_at"] = &types.AttributeValueMemberN{Value: fmt.Sprint(it.LastAt)}
 	if b := splitBody(&it); b != nil {
 		// The body as an item of its own (body.go), written before the

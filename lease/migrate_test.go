@@ -95,11 +95,11 @@ func TestMigrateEarlierTasksTable(t *testing.T) {
 	if err := lease.EnsureTables(c, db, e.names); !errors.Is(err, lease.ErrMigrationNeeded) {
 		t.Fatalf("EnsureTables over an earlier tasks table: %v, want ErrMigrationNeeded", err)
 	}
-	res := must[lease.MigrateResult](t)(lease.Migrate(c, db, e.names))
+	res := must[lease.MigrateResult](t)(lease.Migrate(c, db, e.names, schema.ShardCounts{}))
 	if !res.Found || res.AlreadyDone || res.Copied != 3 || res.Present != 0 {
 		t.Fatalf("migrate: %+v, want 3 tasks copied", res)
 	}
-	if again := must[lease.MigrateResult](t)(lease.Migrate(c, db, e.names)); !again.AlreadyDone || again.Copied != 0 {
+	if again := must[lease.MigrateResult](t)(lease.Migrate(c, db, e.names, schema.ShardCounts{})); !again.AlreadyDone || again.Copied != 0 {
 		t.Fatalf("migrate again: %+v, want already done", again)
 	}
 	if err := lease.EnsureTables(c, db, e.names); err != nil {

@@ -359,15 +359,15 @@ func (s *Store) ListQueues(ctx context.Context) ([]QueueStats, error) {
 		if out[i].Counts[StatusTodo] == 0 {
 			continue
 		}
-		oldest[i] = make([]int64, (MaxPriority+1)*claimShards)
+		oldest[i] = make([]int64, (MaxPriority+1)*s.shards.Claim)
 		for p := 0; p <= MaxPriority; p++ {
 			if numberAttr(item, todoPrioAttr+strconv.Itoa(p)) <= 0 {
 				continue
 			}
-			for shard := range claimShards {
+			for shard := range s.shards.Claim {
 				g.Go(func() error {
 					at, err := s.oldestClaimable(gctx, q, shard, p)
-					oldest[i][p*claimShards+shard] = at
+					oldest[i][p*s.shards.Claim+shard] = at
 					return err
 				})
 			}

@@ -57,6 +57,12 @@ type Config struct {
 	// DefaultFeedSettle; negative: not at all), so that a cursor never
 	// passes an event the change stream has not archived yet. See feed.go.
 	FeedSettle time.Duration
+	// Shards are the indexes' shard counts (a zero count: its default,
+	// schema.DefaultShards). Every process of a deployment must use the
+	// same, and they may grow between deploys but never shrink (see
+	// schema.ShardCounts). New panics on a count out of bounds: the
+	// settings are checked where they are read (schema.ShardsFromEnv).
+	Shards schema.ShardCounts
 }
 
 // Store is the lease engine on DynamoDB. It is safe for concurrent use.
@@ -68,6 +74,8 @@ type Store struct {
 	retention time.Duration
 	// feedSettle: see Config.FeedSettle.
 	feedSettle time.Duration
+	// shards: see Config.Shards, defaults filled in.
+	shards schema.ShardCounts
 
 	tasks, agents, heartbeats, events, inbox string
 
@@ -84,7 +92,11 @@ type Store struct {
 
 // New returns a Store.
 func New(cfg Config) *Store {
+	if err := cfg.Shards.Validate(); err != nil {
+		panic("lease.New: " + err.Error())
+	}
 	s := &Store{
+		shards:    cfg.Shards.OrDefault(),
 		db:        cfg.DB,
 		now:       cfg.Now,
 		notifier:  cfg.Notifier,
@@ -272,8 +284,8 @@ func copyOf(name string) expression.OperandBuilder {
 // claim_shard = claim_home, the task's own queue and shard; a task written
 // before queues has none and goes to the default queue); any other ending
 // leaves it out.
-func endUpdate(taskID string, e ending, now time.Time) expression.UpdateBuilder {
-	u := setStatus(expression.UpdateBuilder{}, taskID, e.status).
+func endUpdate(taskID string, e ending, now time.Time, sh schema.ShardCounts) expression.UpdateBuilder {
+	u := setStatus(expression.UpdateBuilder{}, taskID, e.status, sh.Status).
 		Set(nameESeq, nameESeq.Plus(expression.Value(1))).
 		Set(expression.Name("last_op"), expression.Value(string(e.typ))).
 		Set(expression.Name("last_at"), expression.Value(ms(now))).
@@ -298,7 +310,7 @@ func endUpdate(taskID string, e ending, now time.Time) expression.UpdateBuilder 
 		u = u.Set(expression.Name("completed_at"), expression.Value(ms(now)))
 	}
 	if e.status == StatusTodo {
-		u = u.Set(nameClaimShard, expression.IfNotExists(expression.Name("claim_home"), expression.Value(claimHome(DefaultQueue, taskID))))
+		u = u.Set(nameClaimShard, expression.IfNotExists(expression.Name("claim_home"), expression.Value(claimHome(DefaultQueue, taskID, sh.Claim))))
 	} else {
 		u = u.Remove(nameClaimShard)
 	}
@@ -313,10 +325,11 @@ func newID(prefix string) string {
 }
 
 // setStatus sets a task's status and its status index key in one update:
-// every write that moves a task's status goes through it.
-func setStatus(u expression.UpdateBuilder, taskID string, st Status) expression.UpdateBuilder {
+// every write that moves a task's status goes through it. n is the status
+// shard count.
+func setStatus(u expression.UpdateBuilder, taskID string, st Status, n int) expression.UpdateBuilder {
 	return u.Set(nameStatus, expression.Value(string(st))).
-		Set(nameStatusShard, expression.Value(statusShard(st, taskID)))
+		Set(nameStatusShard, expression.Value(statusShard(st, taskID, n)))
 }
 
 // statusShard is a task's partition in the status index: its status group
@@ -324,9 +337,9 @@ func setStatus(u expression.UpdateBuilder, taskID string, st Status) expression.
 // transition of the fleet. todo and in_progress share the group "open", so
 // that a checkout or a release, which move a task between them, leave the
 // entry's key where it is (its projected status is updated, one write
-// unit, where a key moved is two).
-func statusShard(st Status, taskID string) string {
-	return statusGroup(st) + "#" + strconv.Itoa(int(shardHash(taskID)%schema.StatusShards))
+// unit, where a key moved is two). n is the status shard count.
+func statusShard(st Status, taskID string, n int) string {
+	return statusGroup(st) + "#" + shardOf(taskID, n)
 }
 
 // statusGroup is the status index's name for st's partitions.
@@ -337,16 +350,16 @@ func statusGroup(st Status) string {
 	return string(st)
 }
 
-func shardHash(id string) uint32 {
+// shardOf is id's shard of n: its FNV-1a hash modulo n. Every sharded
+// key is this, so an item's shard depends only on its id and the count it
+// was written with, and the default counts give the shards they always
+// have. An item keeps the shard it was written with until its key is
+// written again; readers query every shard below the count, which is why
+// counts may grow but never shrink.
+func shardOf(id string, n int) string {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(id))
-	return h.Sum32()
-}
-
-func shardOf(id string) string {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id))
-	return strconv.Itoa(int(h.Sum32() % schema.Shards))
+	return strconv.Itoa(int(h.Sum32() % uint32(n)))
 }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }

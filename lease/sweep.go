@@ -34,7 +34,7 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(sweepWorkers)
-	for shard := range schema.Shards {
+	for shard := range s.shards.Lease {
 		keyCond := expression.Key("lease_shard").Equal(expression.Value(strconv.Itoa(shard))).
 			And(expression.Key("lease_expires").LessThanEqual(expression.Value(ms(now))))
 		items, err := s.queryTasks(gctx, schema.TasksByLeaseExpiry, keyCond)
@@ -66,7 +66,7 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 	// consistent read of its heartbeat. Their leases are then found in one
 	// pass over the live leases, however many agents died.
 	deaths := map[string]death{}
-	for shard := range schema.Shards {
+	for shard := range s.shards.Lease {
 		keyCond := expression.Key("hb_shard").Equal(expression.Value(strconv.Itoa(shard))).
 			And(expression.Key("hb_expires").LessThanEqual(expression.Value(ms(now))))
 		due, err := queryAll[heartbeatItem](ctx, s.db, s.heartbeats, schema.HeartbeatsByExpiry, keyCond)
@@ -192,9 +192,9 @@ func (s *Store) judgeDeath(ctx context.Context, agentID string) (death, bool, er
 // agent's leases are found: no index is keyed by holder, so that a lease's
 // grant and end write one lease index, not two.
 func (s *Store) liveLeaseEntries(ctx context.Context, holder *string) ([]taskItem, error) {
-	out := make([][]taskItem, schema.Shards)
+	out := make([][]taskItem, s.shards.Lease)
 	g, gctx := errgroup.WithContext(ctx)
-	for shard := range schema.Shards {
+	for shard := range s.shards.Lease {
 		g.Go(func() error {
 			b := expression.NewBuilder().WithKeyCondition(expression.Key("lease_shard").Equal(expression.Value(strconv.Itoa(shard))))
 			if holder != nil {

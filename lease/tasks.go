@@ -70,9 +70,9 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 	prio := *p.Priority
 	it := taskItem{
 		TaskID: p.TaskID, Title: p.Title, Description: p.Description, Queue: p.Queue, Priority: &prio,
-		Status: StatusTodo, StatusShard: statusShard(StatusTodo, p.TaskID), Version: 1,
+		Status: StatusTodo, StatusShard: statusShard(StatusTodo, p.TaskID, s.shards.Status), Version: 1,
 		CreatedAt: ms(now), CreatedKey: fmt.Sprintf("%013d#%s", ms(now), p.TaskID),
-		ClaimHome: claimHome(p.Queue, p.TaskID), ClaimKey: claimKey(prio, ms(now), p.TaskID),
+		ClaimHome: claimHome(p.Queue, p.TaskID, s.shards.Claim), ClaimKey: claimKey(prio, ms(now), p.TaskID),
 	}
 	it.ClaimShard = it.ClaimHome
 	if p.Metadata != nil {
@@ -284,12 +284,19 @@ func encodeCursor(c cursor) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func decodeCursor(s string) (cursor, error) {
+// decodeCursor decodes a cursor of a store with n status shards. A cursor
+// issued with fewer (the count has grown since) reads the shards it does
+// not name from their start; one with more was not issued by this
+// deployment.
+func decodeCursor(s string, n int) (cursor, error) {
 	var c cursor
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(s) > MaxCursorLen || json.Unmarshal(b, &c) != nil || c.Status < 0 || c.Status >= len(Statuses) ||
-		c.After != nil && len(c.After) != schema.StatusShards {
+		c.After != nil && (len(c.After) == 0 || len(c.After) > n) {
 		return cursor{}, notIssued()
+	}
+	if c.After != nil {
+		c.After = append(c.After, make([]string, n-len(c.After))...)
 	}
 	for _, k := range c.After {
 		if k != "" && k != shardDone && !validCreatedKey(k) {
@@ -316,7 +323,7 @@ func validCreatedKey(k string) bool {
 
 // ListTasks lists tasks by status in creation order, a page at a time. With
 // no status it walks todo, in_progress, done and cancelled in turn. A
-// status's tasks are spread over schema.StatusShards index partitions; a
+// status's tasks are spread over the status shard count's index partitions; a
 // page reads the next tasks of every shard at once and merges them by
 // creation. Listings come from an index and so reflect the sweep: a task
 // whose lease expired is listed as in_progress until the sweep moves it
@@ -352,7 +359,7 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 	c := cursor{}
 	if p.Cursor != "" {
 		var err error
-		if c, err = decodeCursor(p.Cursor); err != nil {
+		if c, err = decodeCursor(p.Cursor, s.shards.Status); err != nil {
 			return TaskPage{}, err
 		}
 		if c.Status >= len(statuses) {
@@ -365,7 +372,7 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 	for i := c.Status; i < len(statuses) && len(items) < p.Limit; i++ {
 		after := c.After
 		if i != c.Status || after == nil {
-			after = make([]string, schema.StatusShards)
+			after = make([]string, s.shards.Status)
 		}
 		batch, pos, err := s.listStatus(ctx, statuses[i], after, p.Limit-len(items), filter)
 		if err != nil {
@@ -549,7 +556,7 @@ func (s *Store) ListCheckouts(ctx context.Context, agentID string) ([]Checkout, 
 			return nil, err
 		}
 	} else {
-		for shard := range schema.Shards {
+		for shard := range s.shards.Lease {
 			keyCond := expression.Key("lease_shard").Equal(expression.Value(strconv.Itoa(shard))).
 				And(expression.Key("lease_expires").GreaterThan(expression.Value(ms(now))))
 			batch, err := s.queryTasks(ctx, schema.TasksByLeaseExpiry, keyCond)

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -171,15 +172,15 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, now time.Tim
 			}
 			// The ending write: the lease moves to end_*, the task to
 			// cancelled and out of the claim index; its event is cancel.
-			upd = endUpdate(cur.TaskID, ending{typ: EventCancel, by: p.AgentID, reason: "cancelled", status: StatusCancelled}, now)
+			upd = endUpdate(cur.TaskID, ending{typ: EventCancel, by: p.AgentID, reason: "cancelled", status: StatusCancelled}, now, s.shards)
 			claimable = false
 		case to == StatusCancelled:
-			upd = setStatus(upd, cur.TaskID, StatusCancelled).
+			upd = setStatus(upd, cur.TaskID, StatusCancelled, s.shards.Status).
 				Set(expression.Name("completed_at"), expression.Value(ms(now))).
 				Remove(nameClaimShard)
 			claimable = false
 		default: // todo, from done or cancelled: reopen
-			upd = setStatus(upd, cur.TaskID, StatusTodo).
+			upd = setStatus(upd, cur.TaskID, StatusTodo, s.shards.Status).
 				Remove(expression.Name("completed_at"))
 			claimable = true
 		}
@@ -209,7 +210,12 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, now time.Tim
 		prio = *p.Priority
 		set("priority", prio)
 	}
-	home, key := claimHome(queue, cur.TaskID), claimKey(prio, cur.CreatedAt, cur.TaskID)
+	// A task keeps its claim shard while it stays in its queue, whatever
+	// the claim shard count has become since it was written.
+	home, key := cur.ClaimHome, claimKey(prio, cur.CreatedAt, cur.TaskID)
+	if !strings.HasPrefix(home, queue+"#") {
+		home = claimHome(queue, cur.TaskID, s.shards.Claim)
+	}
 	if home != cur.ClaimHome || key != cur.ClaimKey {
 		set("claim_home", home)
 		set("claim_key", key)

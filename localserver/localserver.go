@@ -92,6 +92,12 @@ type Config struct {
 	FeedSettle time.Duration
 	// AutoCreateTasks makes a checkout of an unknown task create it.
 	AutoCreateTasks bool
+	// Shards are the indexes' shard counts (zero counts: the defaults;
+	// see schema.ShardCounts). They may grow between runs over the same
+	// data, never shrink. cmd/checkout-server reads them from
+	// CHECKOUT_LEASE_SHARDS, CHECKOUT_STATUS_SHARDS, CHECKOUT_CLAIM_SHARDS
+	// and CHECKOUT_FEED_SHARDS.
+	Shards schema.ShardCounts
 	// Logger receives request and sweep logs (nil: discarded).
 	Logger *slog.Logger
 	// Now is the clock of every lease decision and of the key cache (nil:
@@ -137,6 +143,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if cfg.StreamPollInterval == 0 {
 		cfg.StreamPollInterval = DefaultStreamPollInterval
 	}
+	if err := cfg.Shards.Validate(); err != nil {
+		return nil, fmt.Errorf("localserver: %w", err)
+	}
 	names := schema.Names{Prefix: cfg.TablePrefix}
 	s := &Server{log: cfg.Logger}
 	s.adminKey = cfg.AdminKey
@@ -151,7 +160,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		if err := lease.EnsureTables(ctx, client, names); err != nil {
 			return fmt.Errorf("create tables at %s: %w", endpoint, err)
 		}
-		store := lease.New(lease.Config{DB: client, Tables: names, Now: cfg.Now, Logger: cfg.Logger})
+		store := lease.New(lease.Config{DB: client, Tables: names, Now: cfg.Now, Logger: cfg.Logger, Shards: cfg.Shards})
 		if err := store.EnsureAgent(ctx, AdminID, AdminID, true, s.adminKey); err != nil {
 			return fmt.Errorf("admin agent: %w", err)
 		}
@@ -192,7 +201,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if !honours {
 		cfg.Logger.Warn("the DynamoDB endpoint ignores ReturnValuesOnConditionCheckFailure; failed conditions cost one read more", "endpoint", endpoint)
 	}
-	s.store = lease.New(lease.Config{DB: s.db.client, Tables: names, Now: cfg.Now, Logger: cfg.Logger, Notifier: cfg.Notifier, ReadAfterFailedCondition: !honours, FeedSettle: cfg.FeedSettle})
+	s.store = lease.New(lease.Config{DB: s.db.client, Tables: names, Now: cfg.Now, Logger: cfg.Logger, Notifier: cfg.Notifier, ReadAfterFailedCondition: !honours, FeedSettle: cfg.FeedSettle, Shards: cfg.Shards})
 	s.changes = newChanges(s.db, names, s.store)
 
 	cache := auth.NewCache(s.store, AuthCacheTTL, cfg.Now)

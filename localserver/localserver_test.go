@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -353,5 +354,14 @@ func TestUnknownKeysAreCached(t *testing.T) {
 	}
 	if st, body := call(t, "GET", srv.URL()+"/api/inbox", body["api_key"].(string), ""); st != 200 {
 		t.Fatalf("a key registered just now: %d %v", st, body)
+	}
+}
+
+// Shard counts out of bounds are refused before anything starts.
+func TestStartRefusesShardCountsOutOfBounds(t *testing.T) {
+	t.Parallel()
+	_, err := Start(testenv.Context(t), Config{Addr: "127.0.0.1:0", Shards: schema.ShardCounts{Claim: schema.MaxClaimShards + 1}})
+	if err == nil || !strings.Contains(err.Error(), "claim shard count") {
+		t.Fatalf("%v, want the claim count refused", err)
 	}
 }

@@ -12,6 +12,12 @@
 //	CHECKOUT_ADMIN_KEY          the admin's API key (default: generated and logged once)
 //	CHECKOUT_SWEEP_INTERVAL     how often the sweep runs (default 15s)
 //	CHECKOUT_AUTO_CREATE_TASKS  true: checking out an unknown task creates it
+//	CHECKOUT_LEASE_SHARDS       partitions of the lease-expiry and heartbeats indexes (default 16, 1 to 256)
+//	CHECKOUT_STATUS_SHARDS      partitions of each status group of the status index (default 16, 1 to 20)
+//	CHECKOUT_CLAIM_SHARDS       partitions of each queue in the claim index (default 4, 1 to 16)
+//	CHECKOUT_FEED_SHARDS        partitions of each hour of the fleet feed (default 16, 1 to 256)
+//	                            (the shard counts may grow between runs over the same data,
+//	                            never shrink; see lease/schema.ShardCounts)
 //	CHECKOUT_WEBHOOK_URL        POST every notice, signed, to these URLs (comma-separated)
 //	CHECKOUT_WEBHOOK_SECRET     the webhooks' HMAC-SHA256 key (required with a URL)
 //	CHECKOUT_WEBHOOK_RETRY_FOR  how long a delivery is retried before it is dead-lettered (default 30s)
@@ -47,6 +53,7 @@ import (
 
 	"github.com/checkout-dev/checkout/internal/webhook"
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/localserver"
 	"github.com/checkout-dev/checkout/localstack"
 )
@@ -117,6 +124,11 @@ func configFrom(getenv func(string) string) (localserver.Config, error) {
 		}
 		cfg.AutoCreateTasks = b
 	}
+	shards, err := schema.ShardsFromEnv(getenv)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Shards = shards
 	return cfg, nil
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 func TestConfigFrom(t *testing.T) {
@@ -23,7 +25,8 @@ func TestConfigFrom(t *testing.T) {
 		"CHECKOUT_ADDR": "127.0.0.1:4000", "DYNAMODB_ENDPOINT": "http://127.0.0.1:8000",
 		"CHECKOUT_TABLE_PREFIX": "dev-", "CHECKOUT_ADMIN_KEY": "ck_admin",
 		"CHECKOUT_SWEEP_INTERVAL": "2s", "CHECKOUT_AUTO_CREATE_TASKS": "true",
-		"CHECKOUT_DATA_DIR": "/var/lib/checkout",
+		"CHECKOUT_DATA_DIR":     "/var/lib/checkout",
+		"CHECKOUT_LEASE_SHARDS": "32", "CHECKOUT_STATUS_SHARDS": "20", "CHECKOUT_CLAIM_SHARDS": "8", "CHECKOUT_FEED_SHARDS": "64",
 	}
 	cfg, err := configFrom(func(k string) string { return env[k] })
 	if err != nil {
@@ -31,11 +34,15 @@ func TestConfigFrom(t *testing.T) {
 	}
 	if cfg.Addr != "127.0.0.1:4000" || cfg.DynamoEndpoint != "http://127.0.0.1:8000" || cfg.TablePrefix != "dev-" ||
 		cfg.AdminKey != "ck_admin" || cfg.SweepInterval != 2*time.Second || !cfg.AutoCreateTasks ||
-		cfg.DataDir != "/var/lib/checkout" {
+		cfg.DataDir != "/var/lib/checkout" || cfg.Shards != (schema.ShardCounts{Lease: 32, Status: 20, Claim: 8, Feed: 64}) {
 		t.Fatalf("%+v", cfg)
+	}
+	if cfg, err := configFrom(func(string) string { return "" }); err != nil || cfg.Shards != schema.DefaultShards() {
+		t.Fatalf("no shard variables: %+v, %v; want the defaults", cfg.Shards, err)
 	}
 	for k, v := range map[string]string{
 		"CHECKOUT_SWEEP_INTERVAL": "soon", "CHECKOUT_AUTO_CREATE_TASKS": "maybe",
+		"CHECKOUT_LEASE_SHARDS": "0", "CHECKOUT_STATUS_SHARDS": "21", "CHECKOUT_CLAIM_SHARDS": "17", "CHECKOUT_FEED_SHARDS": "lots",
 	} {
 		t.Run(k+"="+v+" is refused, naming the variable", func(t *testing.T) {
 			bad := map[string]string{k: v}
@@ -46,6 +53,23 @@ func TestConfigFrom(t *testing.T) {
 	}
 	if _, err := configFrom(func(k string) string { return map[string]string{"CHECKOUT_SWEEP_INTERVAL": "-1s"}[k] }); err == nil {
 		t.Fatal("negative interval accepted")
+	}
+}
+
+// A shard count out of bounds stops the built server at start, with exit
+// status 1 and a log line that names the variable, before it starts
+// dynalite or serves.
+func TestBadShardCountStopsTheServer(t *testing.T) {
+	bin := testenv.Binary(t, "github.com/checkout-dev/checkout/cmd/checkout-server")
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "CHECKOUT_ADDR=127.0.0.1:0", "DYNAMODB_ENDPOINT=", "CHECKOUT_CLAIM_SHARDS=64")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("%v, want exit status 1; output %s", err, out)
+	}
+	if !strings.Contains(string(out), "CHECKOUT_CLAIM_SHARDS") || strings.Contains(string(out), "dynalite started") {
+		t.Fatalf("output %s: want the refusal, naming the variable, and nothing started", out)
 	}
 }
 

@@ -20,7 +20,8 @@ import (
 // server would use: CHECKOUT_DATA_DIR (a dynalite started for the copy),
 // DYNAMODB_ENDPOINT, or, with -aws, the AWS account and region of the
 // default configuration (for a deployed stack: run it after `cdk deploy`,
-// with the stack's table prefix). Running it again is safe.
+// with the stack's table prefix and status shard count,
+// CHECKOUT_STATUS_SHARDS). Running it again is safe.
 func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("checkout-server migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -32,6 +33,10 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		return fmt.Errorf("checkout-server migrate takes no arguments, got %q", fs.Args())
 	}
 	names := schema.Names{Prefix: getenv("CHECKOUT_TABLE_PREFIX")}
+	shards, err := schema.ShardsFromEnv(getenv)
+	if err != nil {
+		return err
+	}
 	var db lease.MigrateDB
 	switch endpoint, dir := getenv(localstack.EnvEndpoint), getenv("CHECKOUT_DATA_DIR"); {
 	case *useAWS:
@@ -55,7 +60,7 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	default:
 		return errors.New("nothing to migrate: without CHECKOUT_DATA_DIR, DYNAMODB_ENDPOINT or -aws the server keeps its data in memory")
 	}
-	res, err := lease.Migrate(ctx, db, names)
+	res, err := lease.Migrate(ctx, db, names, shards)
 	if err != nil {
 		return err
 	}

@@ -51,6 +51,11 @@ func WithIndexLag(d time.Duration) Option {
 	return func(o *storeOptions) { o.indexLag = d }
 }
 
+// WithShards gives the store these shard counts (zero ones: the defaults).
+func WithShards(c schema.ShardCounts) Option {
+	return func(o *storeOptions) { o.cfg.Shards = c }
+}
+
 // NewStore creates tables under a fresh prefix and returns a store over
 // them.
 func NewStore(t testing.TB, opts ...Option) *Store {

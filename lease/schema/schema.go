@@ -4,9 +4,15 @@
 // and the CDK app in infra/ builds the deployed tables from it, so the two can
 // never drift apart.
 //
-// The package has no dependencies so that the CDK module can import it
+// The package depends on the standard library only, so that the CDK module can import it
 // without pulling in the AWS SDK.
 package schema
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
 
 // KeyType is the DynamoDB scalar type of a key attribute.
 type KeyType string
@@ -106,28 +112,26 @@ const (
 	EventsByFeed = "by_feed"
 )
 
-// FeedShards is the number of partitions each hour of the fleet feed
-// (EventsByFeed) is spread over: an event's feed_shard is its hour bucket
-// and a shard chosen by its task, so no one partition takes every write of
-// the fleet, and a reader Queries each shard of each hour it reads. A cycle
-// (checkout and completion) archives two events: with 16 shards the
-// busiest feed partition takes about 0.125 write units a cycle, so the feed
-// caps a fleet at about 8,000 cycles a second.
+// The shard counts are deploy-time settings (ShardCounts, below); these
+// constants are their defaults.
+
+// FeedShards is the default number of partitions each hour of the fleet
+// feed (EventsByFeed) is spread over: an event's feed_shard is its hour
+// bucket and a shard chosen by its task, so no one partition takes every
+// write of the fleet, and a reader Queries each shard of each hour it
+// reads. A cycle (checkout and completion) archives two events: with 16
+// shards the busiest feed partition takes about 0.125 write units a cycle,
+// so the feed caps a fleet at about 8,000 cycles a second.
 const FeedShards = 16
 
-// Shards is the number of partitions that the sweep indexes
-// (TasksByLeaseExpiry, HeartbeatsByExpiry) spread their items over, so that no
-// single index partition takes every lease write. The sweep queries each. A
-// cycle puts a lease's entry and deletes it: with 16 shards about 0.125
-// write units a cycle on the busiest partition.
-//
-// Shard counts may grow between deploys, never shrink: readers query every
-// shard below the count, and items keep the shard they were written with
-// (a task's claim shard is its hash modulo ClaimShards, which 16 keeps equal
-// to what 8 gave).
+// Shards is the default number of partitions that the sweep indexes
+// (TasksByLeaseExpiry, HeartbeatsByExpiry) spread their items over, so that
+// no single index partition takes every lease write. The sweep queries
+// each. A cycle puts a lease's entry and deletes it: with 16 shards about
+// 0.125 write units a cycle on the busiest partition.
 const Shards = 16
 
-// StatusShards is the number of partitions each status group of
+// StatusShards is the default number of partitions each status group of
 // TasksByStatus is spread over ("open#<shard>" for todo and in_progress,
 // "done#<shard>", "cancelled#<shard>"), so that the fleet's checkouts and
 // completions do not all meet on one partition. A checkout or a release
@@ -136,11 +140,149 @@ const Shards = 16
 // open shard, about 0.125 write units a cycle on the busiest with 16.
 const StatusShards = 16
 
-// ClaimShards is the number of partitions each queue's entries in
-// TasksByClaim spread over ("<queue>#<shard>"), so that a hot queue does not
-// put every create, grant and release on one index partition. A claim
+// ClaimShards is the default number of partitions each queue's entries in
+// TasksByClaim spread over ("<queue>#<shard>"), so that a hot queue does
+// not put every create, grant and release on one index partition. A claim
 // queries the head of each and merges them.
 const ClaimShards = 4
+
+// Bounds of the shard counts.
+const (
+	// MaxShards bounds the lease and feed counts: a sweep, a listing of
+	// every checkout and a feed read make one Query per shard.
+	MaxShards = 256
+	// MaxStatusShards bounds the status count: a task listing's cursor
+	// holds one position per status shard, and the longest it can be must
+	// fit the API's cursor (4096 bytes) with task ids of 128 characters.
+	MaxStatusShards = 20
+	// MaxClaimShards bounds the claim count: a claim makes one Query per
+	// claim shard of each queue it names.
+	MaxClaimShards = 16
+)
+
+// ShardCounts are how many partitions each sharded index key spreads over.
+// They are deploy-time settings (CDK context leaseShards, statusShards,
+// claimShards, feedShards; the environment variables EnvLeaseShards and
+// the others below); every process of a deployment must use the same.
+//
+// An item keeps the shard it was written with, and a reader queries every
+// shard below the count. So a count may grow between deploys (items
+// written before stay found, and new writes spread wider), but must never
+// shrink: items in the shards above a smaller count would no longer be
+// read (leases not swept, tasks not listed or claimed, events not in the
+// feed). Nothing can detect a shrink at run time; do not make one.
+//
+// What each buys and costs:
+//
+//   - Lease (default Shards, 16): lease_shard of the lease-expiry index
+//     and hb_shard of the heartbeats index. The busiest partition takes
+//     about 2/Lease write units per checkout cycle; the sweep (twice per
+//     run) and a listing of every checkout make one Query per shard.
+//   - Status (default StatusShards, 16, at most MaxStatusShards):
+//     status_shard "<group>#<n>". The busiest partition takes about
+//     2/Status write units a cycle; a task listing reads every shard of
+//     each status it walks.
+//   - Claim (default ClaimShards, 4, at most MaxClaimShards):
+//     claim_shard and claim_home "<queue>#<n>". A claim costs one Query
+//     per claim shard of each queue it names, read at once: its budget of
+//     5 requests and 3 read units for one queue holds up to 4; a waiting
+//     claim repeats them every look, and GET /api/queues makes one per
+//     shard per priority that has todo tasks.
+//   - Feed (default FeedShards, 16): feed_shard "<hour>#<n>" of the
+//     fleet feed. The busiest partition takes about 2/Feed write units a
+//     cycle; a feed read makes one Query per shard of each hour it reads.
+type ShardCounts struct {
+	Lease, Status, Claim, Feed int
+}
+
+// DefaultShards are the shard counts without settings.
+func DefaultShards() ShardCounts {
+	return ShardCounts{Lease: Shards, Status: StatusShards, Claim: ClaimShards, Feed: FeedShards}
+}
+
+// OrDefault is c with each zero count replaced by its default.
+func (c ShardCounts) OrDefault() ShardCounts {
+	d := DefaultShards()
+	if c.Lease == 0 {
+		c.Lease = d.Lease
+	}
+	if c.Status == 0 {
+		c.Status = d.Status
+	}
+	if c.Claim == 0 {
+		c.Claim = d.Claim
+	}
+	if c.Feed == 0 {
+		c.Feed = d.Feed
+	}
+	return c
+}
+
+// Validate reports the first count out of its bounds (zero counts are the
+// defaults, and valid).
+func (c ShardCounts) Validate() error {
+	for _, f := range c.fields() {
+		if *f.n != 0 && (*f.n < 1 || *f.n > f.max) {
+			return fmt.Errorf("%s shard count %d: want 1 to %d", f.name, *f.n, f.max)
+		}
+	}
+	return nil
+}
+
+type shardField struct {
+	name, env string
+	n         *int
+	max       int
+}
+
+func (c *ShardCounts) fields() []shardField {
+	return []shardField{
+		{"lease", EnvLeaseShards, &c.Lease, MaxShards},
+		{"status", EnvStatusShards, &c.Status, MaxStatusShards},
+		{"claim", EnvClaimShards, &c.Claim, MaxClaimShards},
+		{"feed", EnvFeedShards, &c.Feed, MaxShards},
+	}
+}
+
+// Environment variables of the shard counts, which the CDK app sets on
+// every function and the local server reads; unset means the default.
+const (
+	EnvLeaseShards  = "CHECKOUT_LEASE_SHARDS"
+	EnvStatusShards = "CHECKOUT_STATUS_SHARDS"
+	EnvClaimShards  = "CHECKOUT_CLAIM_SHARDS"
+	EnvFeedShards   = "CHECKOUT_FEED_SHARDS"
+)
+
+// ShardsFromEnv reads the shard counts from the environment (getenv is
+// os.Getenv, or a test's): each unset variable is its default, and a
+// value that is not a whole number within its bounds is an error that
+// names the variable.
+func ShardsFromEnv(getenv func(string) string) (ShardCounts, error) {
+	c := DefaultShards()
+	for _, f := range c.fields() {
+		v := strings.TrimSpace(getenv(f.env))
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > f.max {
+			return ShardCounts{}, fmt.Errorf("%s=%q: want a whole number from 1 to %d (default %d; counts may grow between deploys, never shrink)", f.env, v, f.max, *f.n)
+		}
+		*f.n = n
+	}
+	return c, nil
+}
+
+// Env is the environment that gives a process these counts (every
+// variable, defaults included, so that all processes agree).
+func (c ShardCounts) Env() map[string]string {
+	c = c.OrDefault()
+	out := map[string]string{}
+	for _, f := range c.fields() {
+		out[f.env] = strconv.Itoa(*f.n)
+	}
+	return out
+}
 
 // DefaultPrefix is prepended to logical table names unless configured.
 const DefaultPrefix = "checkout-"
@@ -158,7 +300,7 @@ func Tables() []Table {
 					PartitionKey: Key{"status_shard", String},
 					SortKey:      &Key{"created_key", String},
 					Include:      []string{"queue", "status"},
-					Purpose:      "list tasks by status in creation order: open (todo and in_progress, told apart by a filter), done and cancelled, each over StatusShards partitions (a queue's by a filter)",
+					Purpose:      "list tasks by status in creation order: open (todo and in_progress, told apart by a filter), done and cancelled, each over the status shard count's partitions (a queue's by a filter)",
 				},
 				{
 					Name:         TasksByLeaseExpiry,

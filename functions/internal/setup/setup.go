@@ -31,7 +31,10 @@ import (
 	"github.com/checkout-dev/checkout/ui"
 )
 
-// Environment variables the functions read. The stack sets the first two.
+// Environment variables the functions read. The stack sets the first two,
+// and the shard counts (schema.EnvLeaseShards, EnvStatusShards,
+// EnvClaimShards, EnvFeedShards: CHECKOUT_LEASE_SHARDS and so on) on every
+// function alike.
 const (
 	EnvTablePrefix     = schema.EnvTablePrefix // CHECKOUT_TABLE_PREFIX
 	EnvEventBus        = notify.EnvEventBus    // CHECKOUT_EVENT_BUS
@@ -61,6 +64,9 @@ type Env struct {
 	WebhookURLs   []string
 	WebhookSecret string
 	LogLevel      slog.Level
+	// Shards are the indexes' shard counts (schema.ShardsFromEnv; zero
+	// counts are the defaults).
+	Shards schema.ShardCounts
 	// Metrics receives the embedded metric format lines (nil: none). The
 	// functions write them to standard output, where CloudWatch Logs picks
 	// them up.
@@ -83,6 +89,7 @@ func FromEnv(fn string) Env {
 	e.WebhookURLs, _ = webhook.ParseURLs(os.Getenv(EnvWebhookURL))
 	e.WebhookSecret = os.Getenv(EnvWebhookSecret)
 	_ = e.LogLevel.UnmarshalText([]byte(strings.TrimSpace(os.Getenv(EnvLogLevel))))
+	e.Shards, _ = schema.ShardsFromEnv(os.Getenv) // MustStore refuses a bad one
 	return e
 }
 
@@ -101,9 +108,14 @@ func (e Env) clock() func() time.Time {
 }
 
 // MustStore builds the store from the function's AWS configuration, or exits:
-// a function that cannot configure its clients has nothing to serve. It runs
-// once per container, outside the handler.
+// a function that cannot configure its clients, or whose shard counts are
+// out of bounds, has nothing to serve. It runs once per container, outside
+// the handler.
 func MustStore(e Env, log *slog.Logger) *lease.Store {
+	if _, err := schema.ShardsFromEnv(os.Getenv); err != nil {
+		log.Error("shard counts", "error", err)
+		os.Exit(1)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cfg, err := AWSConfig(ctx)
@@ -182,6 +194,7 @@ func NewStore(db lease.DB, n lease.Notifier, e Env, log *slog.Logger) *lease.Sto
 		Notifier: n,
 		Logger:   log,
 		Now:      e.Now,
+		Shards:   e.Shards,
 	})
 }
 
