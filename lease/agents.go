@@ -20,6 +20,29 @@ import (
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
+// Removed agents.
+//
+// Removing an agent replaces its heartbeat with a tombstone (removed, dead
+// since the removal), so that from the answer on none of its leases is live
+// for anyone, including a lease granted while the removal ran or, in AWS,
+// while the authorizer still caches the key; the sweep ends them all. Its
+// inbox is emptied. Registering the id again turns the tombstone into the
+// heartbeat item of an agent not watched yet, alive since the registration,
+// so the removed agent's leases stay ended, and watches placed before the
+// registration are not delivered to the new agent. A lease the new agent
+// takes in the very millisecond of its registration counts as ended, as
+// with any return from the dead.
+//
+// The removal forgets the agent in its own process's alive cache. Another
+// process (another Lambda container) may have read it alive just before,
+// and trusts that read for up to MinHeartbeatTTL (1 s): there, for at most
+// 1 s after the removal's answer, a checkout of a task the agent holds can
+// still be 409 naming it, and the agent's own renew, release and complete
+// (its key still cached by the authorizer) can still succeed. Closing that
+// would cost a consistent read of the holder's heartbeat on every conflict
+// and holder operation; the local server is one process and has no such
+// window.
+
 // heartbeatRetention is how long a heartbeat item outlives its expiry before
 // TTL may delete it. An agent silent for longer is treated as one that never
 // sent a heartbeat: its leases then end by time alone (24h at most).

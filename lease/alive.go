@@ -4,6 +4,42 @@ import (
 	"sync"
 )
 
+// Heartbeats and death.
+//
+// A heartbeat item holds expires_at, last_at and alive_since. An agent with
+// no heartbeat item is not watched: its leases end by time alone. An agent is
+// dead once expires_at <= now; a lease is ended by death when its holder is
+// dead or when it was locked at or before the holder's alive_since, the
+// moment the agent last came back from the dead. So a lease held when its holder died
+// stays ended after the holder returns, and a lease an agent took while dead
+// can be taken over at once. A heartbeat is one conditional UpdateItem that
+// keeps alive_since while the agent is alive; if the condition fails the
+// agent was dead, and a second write moves alive_since to now.
+//
+// "At or before" matters when a dead agent takes a lease and comes back in
+// the same millisecond: another checkout may have read it dead and be taking
+// that lease over, so the lease must stay ended rather than come back to
+// life under it. The takeover's condition also pins the lease's expiry as it
+// was read: a holder that came back and renewed in between makes the
+// takeover fail and the lease be judged again. The price is that an agent
+// returning from the dead and checking out within that same millisecond gets
+// a lease that is already ended; its first renewal tells it so.
+//
+// A read that finds an agent alive is remembered for at most
+// MinHeartbeatTTL and never past the heartbeat's expiry (aliveCache), which
+// is exact: no heartbeat sent after the read can make the agent dead sooner.
+// So a storm of conflicts over one task costs each loser its failed write
+// alone, after the first has read the holder's heartbeat. Deaths are never
+// remembered.
+//
+// Renew, release and complete read the caller's heartbeat (through the
+// alive cache) and condition their write on locked_at > alive_since: a lease
+// ended by its holder's death is ended exactly like an expired one, whether
+// or not a sweep has run and whether or not the holder has come back, so
+// its holder gets not_checked_out (or not_holder when another lease is
+// live). A force release judges the lease, holder's heartbeat included,
+// before its write, which is pinned to that lease.
+
 // aliveCache remembers, for a moment, that an agent is alive, so that a
 // storm of conflicts over one task reads its holder's heartbeat once rather
 // than once per loser.

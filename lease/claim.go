@@ -23,6 +23,107 @@ import (
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
+// Queues, priorities and claim.
+//
+// A task has a queue (an id, default "default") and a priority (0 to 9,
+// higher first, default 5). Claim grants the best available task of the
+// queues it names: the highest priority, then the oldest by creation,
+// among tasks that are todo with no lease (a task whose lease expired or
+// whose holder died is one again once the sweep has ended that lease).
+//
+// The claimable ones are in one sparse index, by_claim:
+//
+//	partition  claim_shard = "<queue>#<shard>"       shard = hash(task_id) mod the claim count
+//	sort       claim_key   = "<9-priority>#<created ms, 13 digits>#<task_id>"
+//
+// so a Query of a shard returns its tasks best first. A hot queue's writes
+// are spread over the claim shard count's partitions (n, default 4)
+// instead of one; a claim queries the head of every shard of every queue it
+// names at once and merges them, one Query per shard (so the claim's
+// budget of 5 requests and 3 read units for one queue holds for n up to
+// 4). Each head is ceil(w/n)+1 entries and at least 8 (w the
+// claim's spread window, below; 1 for a lone claimer; a Query is billed by
+// the 4 KB read, so the longer head costs nothing), with only the attributes ordering
+// and the grant need: any task among the best k of the queues is among the
+// best k of its shard, so the merge is exact for a lone claimer, and for
+// concurrent claimers it is the head they spread over anyway (tasks hash
+// evenly over the shards). '#' cannot occur in an id, so no queue's
+// partitions meet another's.
+//
+// The index is sparse by the presence of claim_shard, and the writes that
+// change claimability set or remove it, in the same write:
+//
+//	create                   SET (the item is put with it)
+//	grant (checkout, claim)  REMOVE
+//	ending to todo           SET claim_shard = claim_home (release, force
+//	                         release, timeout, death: a copy of an attribute,
+//	                         so the ending needs no read; claim_home and
+//	                         claim_key are always on the item and kept up to
+//	                         date by create and PATCH)
+//	complete, cancel         REMOVE
+//	PATCH                    SET to the new home when the task is claimable
+//	                         after it (a reopen, a queue or priority change)
+//
+// Expired and dead holders' leases are not in by_claim (the lease is still
+// on the item until a sweep or a takeover ends it), and claim does not look
+// for them: the sweep ends them and puts their tasks back in by_claim, so a
+// claim reads one partition per shard of each queue, 4 Queries for one
+// queue however deep, and such a task is claimable within one sweep
+// interval of its expiry (a named checkout takes it at once).
+// A task written before queues has no claim_home: it counts as queue
+// "default" at priority 5 everywhere, and enters by_claim at its next
+// ending to todo (or PATCH).
+//
+// The grant is Checkout's conditional write, with the queue added to its
+// condition, so a candidate that someone took, or that a PATCH moved to
+// another queue, since the index was written is skipped, never granted.
+//
+// Concurrent claimers shuffle the best w candidates before their first
+// write. w is 3n for n claims in flight in this process; across processes
+// (Lambda containers that each run one claim), which cannot count each
+// other, it is what the process's recent claims learned: the window a claim
+// won with, three quarters of it for the next claim, shrinking by a tenth a
+// claim while nothing is lost. Most claimers win with their first write, and
+// a lone claimer that has lost nothing lately takes the best. A write counts
+// as lost to a race only when the task changed (last_at, or its lock time)
+// after the claim read the indexes; a candidate changed before is an index
+// entry that lagged, and says nothing of contention (else a lone claimer
+// under index lag would stop taking the best). A claim that loses a race
+// reshuffles the candidates left over four times its window before its next
+// write, so that claimers who lost the same task do not all go for the next
+// one. Priority order is exact for a lone claimer and holds across claimers
+// up to that window: n claimers of one process at once take n of the best
+// 3n. A claim that names its run id keeps a receipt (a heartbeats-table item
+// keyed "#claim#agent#run", TTL 48 h) listing every task it tries, written
+// before each try; a retry reads the receipt and those tasks consistently
+// and returns the lease the run got, so the same run id always gets the same
+// lease. The grant itself is kept in the receipt after the grant's write
+// (tried a few times, even if the caller has gone); should that fail, and
+// the task have moved on past the lease, a retry finds the grant in the
+// tried tasks' trails (waiting up to trailWait for events the change
+// stream has not archived yet), and gets it as it was, ended. The one
+// window left is a first attempt whose write is still in flight when its
+// retry arrives; a client retries only after its first attempt's answer
+// is lost.
+
+// Waiting claims.
+//
+// A claim with wait (up to 20 s, inside API Gateway's 30 s) that finds
+// nothing waits. In a process (the local server; a Lambda container), any
+// write of that process that makes a task claimable (create, batch,
+// release, force release, a sweep's ending to todo, a PATCH that reopens or
+// moves a task) closes a channel that wakes its waiting claims at once;
+// they look again (and, for index lag, 100 ms later, then at doubling
+// intervals up to claimPoll). Nothing
+// else makes a waiting claim read: with no wake it looks again every
+// claimPoll (2 s), which is how a Lambda container learns of tasks freed
+// by another. A look after the first queries by_claim alone: one Query per
+// shard per queue, 4 for one queue, so a claim waiting the full 20 s on an
+// idle queue costs about 10 looks, 40 Queries of an empty partition (0.5
+// read units each on demand: 20 read units, a few millionths of a dollar).
+// Expired and dead holders' leases are not looked for while waiting; they
+// reach by_claim when the sweep ends them.
+
 // claimPage is how many claimable tasks one claim reads from the head of
 // each shard of each queue.
 const claimPage = 50

@@ -30,7 +30,7 @@ func (h *hookedWrites) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 	return h.Client.UpdateItem(ctx, in, optFns...)
 }
 
-// If-Match is a compare-and-set (lease/doc.go, Changing a task: "with
+// If-Match is a compare-and-set (lease/update.go, Changing a task: "with
 // If-Match it is 412 version_mismatch" when anything changed the task in
 // between). A status PATCH of a task whose lease has expired first ends
 // that lease as the sweep would; when a checkout takes the lease over

@@ -2262,7 +2262,7 @@ func (p *pausingDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, optF
 	return out, err
 }
 
-// Known bug (lease/doc.go, Removed agents: "from the answer on none of its
+// Known bug (lease/agents.go, Removed agents: "from the answer on none of its
 // leases is live for anyone"): the alive cache can hold a removed agent as
 // alive after RemoveAgent has answered, for up to MinHeartbeatTTL, so its
 // lease blocks others (409 naming it) and shows live. In one process, a
@@ -2349,7 +2349,7 @@ func (p *pausingPuts) PutItem(ctx context.Context, in *dynamodb.PutItemInput, op
 	return p.Client.PutItem(ctx, in, optFns...)
 }
 
-// Known bug (lease/doc.go, Removed agents: "Its inbox is emptied", and an
+// Known bug (lease/agents.go, Removed agents: "Its inbox is emptied", and an
 // id registered again starts clean): the change stream's handler reads a
 // freed task's watchers' heartbeats, then writes their messages; a removal
 // that lands in between has emptied the inbox before the message arrives.
@@ -2410,7 +2410,7 @@ func TestKnownBugMessageOutlivesRemoval(t *testing.T) {
 	}
 }
 
-// A regression test (lease/doc.go, Claim: "the same run id always gets the
+// A regression test (lease/claim.go, Queues, priorities and claim: "the same run id always gets the
 // same lease"): a named claim retried after its lease has ended and
 // another lease has ended on the same task since used to find nothing of
 // its run on the task item (end_* then describe the other lease) and be

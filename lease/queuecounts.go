@@ -20,10 +20,73 @@ import (
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
+// Queue counts.
+//
+// GET /api/queues gives each queue's tasks by status and its oldest todo
+// task without a Scan and without a second write on the request path: the
+// stream function keeps the counts. Each queue has a counter item in the
+// heartbeats table, "#queue#<queue>" (a key no agent id can take, as the
+// claim receipts), with n#<status> for each status and p#<priority> for
+// todo tasks by priority; the registry item "#queues" holds the set of
+// queue names, ADDed (idempotently) before a queue's first count. A new
+// table would have cost a schema entry, CDK, grants and nag rules for items
+// this small; the heartbeats table already takes the stream function's
+// reads and is keyed by a string.
+//
+// A change moves its task from (old queue, old status, old priority) to
+// the new ones: a create adds one, a PATCH that moves the task to another
+// queue takes one from the old queue and adds one to the new. A batch's
+// changes are summed per queue and ADDed in one UpdateItem per queue.
+//
+// The stream delivers each change at least once, and a failed batch is
+// delivered again whole, bisected by the event source mapping, or, by the
+// local poller, re-read from its checkpoint with later records behind it.
+// Records of one shard come in order, one batch at a time. So each counter
+// item keeps, per shard, the sequence number of the last record it has
+// applied (seq#<shard>, zero-padded to 40 digits so numbers compare as
+// strings) and when (at#<shard>). A batch reads the counters of the queues
+// it touches (one consistent BatchGetItem), leaves out, per queue, every
+// record at or before that queue's position, and writes the rest with the
+// new position, conditioned on the position being what it read. Any
+// redelivery, in any split, then counts every change once, with no
+// transaction (the local DynamoDB has none): a queue written before a
+// batch failed has moved past those records; one not written has not. A
+// failed condition (only two deliveries of one shard at once could cause
+// it) fails the batch, which is delivered again. Positions not moved for
+// longer than the stream's retention (24 h) are removed by the next write
+// of the item: their shard can deliver nothing again, so the item stays
+// small.
+//
+// This needs each batch's shard. The local poller gives it to the handler
+// (stream.WithShard); a Lambda event names its shard only with a tumbling
+// window, so the stream function's mapping has one (15 minutes, its state
+// unused; stream.WindowHandler). Changes without a shard are not counted,
+// rather than counted twice. The mapping must keep ParallelizationFactor
+// 1: with several batches of one shard at once, positions are no longer
+// in order.
+//
+// oldest_todo_at comes from by_claim: for each priority that has todo
+// tasks (p#<priority> > 0), the first entry of each of the queue's claim
+// shards with that priority's claim_key prefix (Limit 1), the oldest of
+// them. Only claimable tasks are in by_claim, which is every todo task (a
+// todo task has no lease) but one written before queues, until its next
+// ending or PATCH (see "Queues, priorities and claim" in claim.go), which is also
+// when it starts to be counted (below). The index may lag a write: for a moment it
+// can still show a task just granted (an older oldest_todo_at) or not yet
+// show one just created or freed. The counts lag the writes by the
+// stream's delay (about a second), and are never read from an index.
+//
+// Counting starts when the feature is deployed: a task last written before
+// that is counted from its next change, so a data dir or table from before
+// may show fewer tasks (and a count that would go below zero shows 0)
+// until every old task has changed once. Deleting the "#queue#…" and
+// "#queues" items and replaying is not possible past the stream's 24 h;
+// for exact counts of older data, re-create the tasks.
+
 // Queue counters live in the heartbeats table under keys no agent id can
 // take ('#' never occurs in an id), as claim receipts do: one item per
 // queue, "#queue#<queue>", and one registry item listing every queue
-// counted, "#queues". See "Queue counts" in doc.go.
+// counted, "#queues". See "Queue counts" above.
 const (
 	queueCounterPrefix = "#queue#"
 	queueRegistryID    = "#queues"

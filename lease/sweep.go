@@ -18,6 +18,35 @@ import (
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
+// The sweep.
+//
+// The sweep finds expired leases by querying by_lease_expiry for
+// lease_expires <= now in each shard, and agents to judge by querying
+// heartbeats by_expiry for hb_expires <= now. hb_expires is when the sweep
+// must next look at an agent: its expiry while it is alive, and the moment
+// it died (dead_at) from its death until a sweep has ended that death's
+// leases, even if it has come back meanwhile. Each candidate is confirmed
+// by a consistent GetItem, the clock read before it: a dead agent's leases
+// locked up to that instant have ended; a returned agent's leases locked up
+// to its return (alive_since) have; an agent found alive with no death
+// pending was a stale index entry and is left alone. If any agent is dead,
+// one read of the whole expiry index (every shard, every live lease) finds
+// the leases of all of them, and each is ended by an UpdateItem conditioned on its
+// exact holder, fence and locked_at (for timeouts, on lease_expires <=
+// now), so of any number of concurrent sweeps and checkouts exactly one ends
+// it and records its event.
+//
+// A dead agent stays in the index while it is dead, so a lease it takes
+// while dead (its key still works) is ended by the next sweep; this costs
+// one GetItem per dead agent per sweep, and a read of every live lease per
+// sweep while any agent is dead, until its heartbeat
+// item's TTL removes it (7 days). A returned agent's death is settled (the
+// index moves to its expiry) once the sweep has looked at it more than
+// settleAfter (30 s) after the return, since the expiry index may lag that
+// long.
+// Nothing is ever scanned, and the cost of a sweep grows with the leases
+// that need ending and the agents that are dead, not with the table.
+
 // sweepWorkers bounds the leases one sweep ends at once.
 const sweepWorkers = 16
 

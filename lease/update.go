@@ -10,6 +10,31 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
+// Changing a task.
+//
+// PATCH reads the task consistently, decides, and makes one UpdateItem
+// conditioned on the version it read. version is ADDed by every write of
+// the task item (Store.update adds it to each), so the condition fails if
+// anything changed the task in between: a checkout, a renewal, a release,
+// another PATCH. Without If-Match the change is decided again on the task
+// as it now is; with If-Match it is 412 version_mismatch. Fields (title,
+// description, metadata, queue, priority) never touch a lease. Status
+// cancelled ends a live lease, for its holder or an admin only: the write
+// is an ending (endUpdate, type cancel) with the field changes added, so
+// its event rides in it, and it frees the task of its lease: watchers are
+// told (reason cancel) through the stream, like any other freeing. A lease
+// that has ended but is still on the item (expired, or its holder dead)
+// is ended first as the sweep would end it, with its own event, so that
+// every ended lease has exactly one ending event. Status todo reopens a
+// done or cancelled task (completed_at removed) into the claim index.
+// Cancelling a task with no live lease and reopening record no event: they
+// move no lease.
+//
+// A batch create is up to 25 conditional PutItems made concurrently
+// (BatchWriteItem takes no conditions); each one that finds the id taken
+// returns the existing task from its failed condition (ALL_OLD), so a
+// retried batch is answered with the same tasks, now as "exists".
+
 // UpdateTask changes a task's fields and status (PATCH). It reads the task
 // consistently, decides, and makes one conditional write pinned to the
 // version it read, so nothing that changed the task in between (a checkout,

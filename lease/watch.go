@@ -11,6 +11,25 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
+// Watchers.
+//
+// A watch is an item of its own (watch.go), in the inbox table under the
+// task's watch partition, so that every transition writes the same small
+// task item however many agents watch it. A task has at most MaxWatchers
+// (100) watchers: past the bound a watch is 409 too_many_watchers, checked
+// against a consistent read of the task's watches (concurrent watches can
+// pass it by as many as race, a bounded overshoot); watching again only
+// refreshes the watch. A watch records the task's eseq; the stream function
+// tells, for each freeing, the watches placed before it, then deletes them
+// (each conditioned on being the watch it read), and reads the watchers'
+// heartbeat items in one batch, so that a removed agent, or an id
+// registered again after the watch, is not told. A removal that lands
+// between that read and the message's write leaves the message behind its
+// emptied inbox; each message keeps when its watch was placed, and Inbox
+// hides those of a removed agent (see Store.Inbox). A task item from
+// before watch items may still carry a watch list (watchers); its next
+// freeing tells those too, and the ending write removes the list.
+
 // A watch is an item of its own in the inbox table, under the task's watch
 // partition ("#watch#<task_id>"; '#' cannot occur in an agent id, so no
 // agent's inbox meets it), one per watching agent. It is kept off the task
