@@ -131,6 +131,16 @@ func u(v float64) string {
 	return fmt.Sprintf("%.2f", v)
 }
 
+// peerOp is the dynamolock operation that does what one of ours does.
+var peerOp = map[string]string{
+	"checkout":          "acquire",
+	"conflict (409)":    "conflict",
+	"renew":             "heartbeat (per held lock)",
+	"release":           "release",
+	"checkout+complete": "acquire+release",
+	"heartbeat":         "heartbeat (per held lock)",
+}
+
 // unitsMarkdown reports the write and read units per operation, the fleet's
 // busiest partitions and what a million cycles cost.
 func (r *Results) unitsMarkdown(p func(format string, args ...any)) {
@@ -144,15 +154,19 @@ func (r *Results) unitsMarkdown(p func(format string, args ...any)) {
 	for _, z := range TaskSizes {
 		sizes = append(sizes, z.Name)
 	}
+	peer := map[string]PeerCost{}
+	for _, c := range ur.Peer {
+		peer[c.Op] = c
+	}
 	p("| operation |")
 	for _, z := range sizes {
 		p(" %s: request WU / RU | %s: stream WU / RU | %s: total WU / RU |", z, z, z)
 	}
-	p("\n|---|")
+	p(" dynamolock, same meter: WU / RU |\n|---|")
 	for range sizes {
 		p("---|---|---|")
 	}
-	p("\n")
+	p("---|\n")
 	var ops []string
 	byOp := map[string]map[string]UnitCost{}
 	for _, c := range ur.Ops {
@@ -168,15 +182,13 @@ func (r *Results) unitsMarkdown(p func(format string, args ...any)) {
 			c := byOp[op][z]
 			p(" %s / %s | %s / %s | **%s / %s** |", u(c.Request.Write), u(c.Request.Read), u(c.Stream.Write), u(c.Stream.Read), u(c.Total().Write), u(c.Total().Read))
 		}
-		p("\n")
-	}
-	if len(ur.Peer) > 0 {
-		p("\ndynamolock v2.0.2 on the same meter (its lock item holds no task, so one figure for both sizes):\n\n")
-		p("| dynamolock operation | WU / RU |\n|---|---|\n")
-		for _, c := range ur.Peer {
-			p("| %s | %s / %s |\n", c.Op, u(c.Units.Write), u(c.Units.Read))
+		if pc, ok := peer[peerOp[op]]; ok {
+			p(" %s: %s / %s |\n", pc.Op, u(pc.Units.Write), u(pc.Units.Read))
+		} else {
+			p(" n/a |\n")
 		}
 	}
+	p("\ndynamolock v2.0.2 runs on its own table on the same meter; its lock item holds no task, so its figures are the same for both sizes, and it has no task state, audit trail, queues, watchers or sweep.\n")
 	if len(ur.Fleets) > 0 {
 		f0 := ur.Fleets[0]
 		p("\n### The busiest partition of a fleet\n\n")
