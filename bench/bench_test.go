@@ -72,20 +72,19 @@ func TestTinyRun(t *testing.T) {
 	if r.Sweep == nil || r.Sweep.Ended != 20 {
 		t.Fatalf("sweep: %+v", r.Sweep)
 	}
-	// Units: every operation measured on both sizes, a checkout bills at
-	// least its table write and an index write, the large task more than
-	// the small one; dynamolock's acquire+release is on the same meter.
-	if r.Units == nil || len(r.Units.Ops) == 0 {
+	// Units: every operation measured on both sizes; a checkout bills at
+	// least its table write and an index write, and creating a 12 KB task
+	// more than a small one; dynamolock's acquire+release is on the same
+	// meter.
+	if r.Units == nil || len(r.Units.Ops) != 2*13 {
 		t.Fatalf("units: %+v", r.Units)
 	}
-	checkouts := map[string]float64{}
+	written := map[string]float64{}
 	for _, c := range r.Units.Ops {
-		if c.Op == "checkout" {
-			checkouts[c.Size] = c.Request.Write
-		}
+		written[c.Op+", "+c.Size] = c.Request.Write
 	}
-	if checkouts["small"] < 2 || checkouts["12 KB"] <= checkouts["small"] {
-		t.Errorf("checkout write units by task size: %v", checkouts)
+	if written["checkout, small"] < 2 || written["checkout, 12 KB"] < 2 || written["create, 12 KB"] <= written["create, small"] {
+		t.Errorf("write units on the request path: %v", written)
 	}
 	var peer bool
 	for _, c := range r.Units.Peer {
