@@ -31,7 +31,7 @@ func TestTinyRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := Config{Endpoint: testenv.Endpoint(), Throughput: 100 * time.Millisecond, Workers: []int{1, 4}, Contended: 4,
-		TTL: time.Second, PeerLease: time.Second, SweepLeases: 20}
+		TTL: time.Second, PeerLease: time.Second, SweepLeases: 20, FleetAgents: 4, FleetCycles: 2}
 	r, err := Run(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -72,9 +72,36 @@ func TestTinyRun(t *testing.T) {
 	if r.Sweep == nil || r.Sweep.Ended != 20 {
 		t.Fatalf("sweep: %+v", r.Sweep)
 	}
+	// Units: every operation measured on both sizes; a checkout bills at
+	// least its table write and an index write, and creating a 12 KB task
+	// more than a small one; dynamolock's acquire+release is on the same
+	// meter.
+	if r.Units == nil || len(r.Units.Ops) != 2*13 {
+		t.Fatalf("units: %+v", r.Units)
+	}
+	written := map[string]float64{}
+	for _, c := range r.Units.Ops {
+		written[c.Op+", "+c.Size] = c.Request.Write
+	}
+	if written["checkout, small"] < 2 || written["checkout, 12 KB"] < 2 || written["create, 12 KB"] <= written["create, small"] {
+		t.Errorf("write units on the request path: %v", written)
+	}
+	var peer bool
+	for _, c := range r.Units.Peer {
+		if c.Op == "acquire+release" {
+			peer = c.Units.Write == 2 && c.Units.Read == 1
+		}
+	}
+	if !peer {
+		t.Errorf("dynamolock acquire+release: %+v, want 2 WU and 1 RU (a PutItem each, a GetItem)", r.Units.Peer)
+	}
+	if len(r.Units.Fleets) != 2 || r.Units.Fleets[0].Cycles != 8 || r.Units.Fleets[0].Top().Write == 0 || r.Units.Fleets[0].Ceiling() <= 0 {
+		t.Errorf("fleets: %+v", r.Units.Fleets)
+	}
 	var b strings.Builder
 	r.Markdown(&b)
-	for _, want := range []string{"dynamolock v2.0.2", "checkout (lease.Store)", "### Sweep", "Not measured (skipped)"} {
+	for _, want := range []string{"dynamolock v2.0.2", "checkout (lease.Store)", "### Sweep", "Not measured (skipped)",
+		"### Write and read units per operation", "### The busiest partition of a fleet", "cost per million cycles"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("report lacks %q", want)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 // Drain is one run of agents draining a queue with claim: every agent
@@ -53,7 +54,7 @@ type grantCounter struct {
 
 func (g *grantCounter) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	out, err := g.DB.UpdateItem(ctx, in, opt...)
-	if strings.HasSuffix(*in.TableName, "tasks") && isGrant(in) {
+	if strings.HasSuffix(*in.TableName, schema.TasksTable) && isGrant(in) {
 		g.writes.Add(1)
 		var ccf *types.ConditionalCheckFailedException
 		if errors.As(err, &ccf) {

@@ -57,6 +57,8 @@ func (r *Results) Markdown(w io.Writer) {
 			per, per, opsString(s.Requests), s.Leases)
 	}
 
+	r.unitsMarkdown(p)
+
 	p("\n### Acquire-then-release throughput\n\n")
 	p("Each worker acquires its key (distinct keys, or one shared key when contended), releases it and repeats for %v. Latency is of a whole cycle (acquire + release); contended, \"attempt\" is one acquire try, won or lost. An attempt still running a second after the end is abandoned (not counted).\n\n", r.Config.Throughput)
 	p("| system | scenario | workers | cycles/s | cycle p50 | cycle p99 | attempt p50 | attempt p99 | conflicts | abandoned | requests/cycle |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
@@ -118,5 +120,101 @@ func (r *Results) drainMarkdown(p func(format string, args ...any)) {
 				float64(d.Requests.Total())/float64(max(d.Granted, 1)), opsString(d.Requests), len(d.Twice))
 		}
 		p("\n(Creating the %d tasks took %s.)\n", r.Drains[0].Tasks, ms(r.Drains[0].Setup))
+	}
+}
+
+// u formats units: whole numbers plainly, fractions to two places.
+func u(v float64) string {
+	if v == float64(int64(v)) {
+		return fmt.Sprint(int64(v))
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// peerOp is the dynamolock operation that does what one of ours does.
+var peerOp = map[string]string{
+	"checkout":          "acquire",
+	"conflict (409)":    "conflict",
+	"renew":             "heartbeat (per held lock)",
+	"release":           "release",
+	"checkout+complete": "acquire+release",
+	"heartbeat":         "heartbeat (per held lock)",
+}
+
+// unitsMarkdown reports the write and read units per operation, the fleet's
+// busiest partitions and what a million cycles cost.
+func (r *Results) unitsMarkdown(p func(format string, args ...any)) {
+	if r.Units == nil {
+		return
+	}
+	ur := r.Units
+	p("\n### Write and read units per operation\n\n")
+	p("What DynamoDB bills, as the local DynamoDB's meter counts it by AWS's rules (item size; 1 KB write units of the larger image; each index entry put, deleted or updated, sized by its projection plus 100 bytes; failed conditions by the item; 4 KB read units, half when eventually consistent): `localstack/shim/meter.js`. \"Request\" is the operation's own requests, with the stream function held off; \"stream\" is what the stream function then writes and reads for its consequences (archived events, messages, queue counts). The small task has a title only; the 12 KB task a full 8 KiB description and 3.5 KiB of metadata. The sweep's figures are per lease, for %d expired leases in one sweep.\n\n", unitSweepLeases)
+	var sizes []string
+	for _, z := range TaskSizes {
+		sizes = append(sizes, z.Name)
+	}
+	peer := map[string]PeerCost{}
+	for _, c := range ur.Peer {
+		peer[c.Op] = c
+	}
+	p("| operation |")
+	for _, z := range sizes {
+		p(" %s: request WU / RU | %s: stream WU / RU | %s: total WU / RU |", z, z, z)
+	}
+	p(" dynamolock, same meter: WU / RU |\n|---|")
+	for range sizes {
+		p("---|---|---|")
+	}
+	p("---|\n")
+	var ops []string
+	byOp := map[string]map[string]UnitCost{}
+	for _, c := range ur.Ops {
+		if byOp[c.Op] == nil {
+			byOp[c.Op] = map[string]UnitCost{}
+			ops = append(ops, c.Op)
+		}
+		byOp[c.Op][c.Size] = c
+	}
+	for _, op := range ops {
+		p("| %s |", op)
+		for _, z := range sizes {
+			c := byOp[op][z]
+			p(" %s / %s | %s / %s | **%s / %s** |", u(c.Request.Write), u(c.Request.Read), u(c.Stream.Write), u(c.Stream.Read), u(c.Total().Write), u(c.Total().Read))
+		}
+		if pc, ok := peer[peerOp[op]]; ok {
+			p(" %s: %s / %s |\n", pc.Op, u(pc.Units.Write), u(pc.Units.Read))
+		} else {
+			p(" n/a |\n")
+		}
+	}
+	p("\ndynamolock v2.0.2 runs on its own table on the same meter; its lock item holds no task, so its figures are the same for both sizes, and it has no task state, audit trail, queues, watchers or sweep.\n")
+	if len(ur.Fleets) > 0 {
+		f0 := ur.Fleets[0]
+		p("\n### The busiest partition of a fleet\n\n")
+		p("%d agents each run checkout+complete cycles on tasks of their own (%d cycles in all), the stream function alongside. Every partition of a table or index takes about %d write units a second, so the busiest index partition caps the fleet at %d / (its write units per cycle) cycles a second, however much the table could take.\n\n",
+			f0.Agents, f0.Cycles, PartitionWriteUnits, PartitionWriteUnits)
+		p("| task | table or index | busiest partition key | WU per cycle |\n|---|---|---|---|\n")
+		for _, f := range ur.Fleets {
+			for _, b := range f.Busiest {
+				name := b.Table
+				if b.Index != "" {
+					name += " / " + b.Index
+				}
+				p("| %s | %s | `%s` | %s |\n", f.Size, name, b.Key, u(f.PerCycle(b.Units).Write))
+			}
+		}
+		p("\n| task | cycle WU / RU (fleet average) | busiest index partition | its WU per cycle | fleet ceiling, cycles/s | cost per million cycles |\n|---|---|---|---|---|---|\n")
+		for _, f := range ur.Fleets {
+			top, pc := f.Top(), f.PerCycle(f.Units)
+			p("| %s | %s / %s | %s / %s = `%s` | %s | %.0f | $%.2f |\n", f.Size, u(pc.Write), u(pc.Read), top.Table, top.Index, top.Key,
+				u(f.PerCycle(top.Units).Write), f.Ceiling(), CostPerMillion(pc))
+		}
+		for _, c := range ur.Peer {
+			if c.Op == "acquire+release" {
+				p("| dynamolock acquire+release | %s / %s | (no index) | 0 | (table partitions only) | $%.2f |\n", u(c.Units.Write), u(c.Units.Read), CostPerMillion(c.Units))
+			}
+		}
+		p("\nPrice: %s.\n", PriceNote)
 	}
 }

@@ -6,6 +6,10 @@ import (
 	"time"
 )
 
+// unitSweepLeases is how many expired leases the sweep's units are shared
+// among.
+const unitSweepLeases = 10
+
 // Config sizes a run.
 type Config struct {
 	Endpoint string
@@ -23,27 +27,31 @@ type Config struct {
 	DrainAgents, DrainTasks int
 	DrainOnly               bool
 	DrainMode               string // "process", "agent", or both when empty or "both"
-	Log                     func(format string, args ...any)
+	// Units: the fleet run has FleetAgents agents doing FleetCycles
+	// checkout+complete cycles each; 0 agents skips it.
+	FleetAgents, FleetCycles int
+	Log                      func(format string, args ...any)
 }
 
 // Full is the configuration of `make bench`.
 func Full() Config {
 	return Config{Throughput: 5 * time.Second, Workers: []int{1, 8, 32}, Contended: 32,
 		TTL: 2 * time.Second, PeerLease: 6 * time.Second, SweepLeases: 10000, LambdaRuns: 5,
-		DrainAgents: 32, DrainTasks: 2000}
+		DrainAgents: 32, DrainTasks: 2000, FleetAgents: 16, FleetCycles: 25}
 }
 
 // Quick is the configuration of `make bench-quick`.
 func Quick() Config {
 	return Config{Throughput: 500 * time.Millisecond, Workers: []int{1, 8, 32}, Contended: 32,
 		TTL: time.Second, PeerLease: 2 * time.Second, SweepLeases: 200, LambdaRuns: 1,
-		DrainAgents: 32, DrainTasks: 200}
+		DrainAgents: 32, DrainTasks: 200, FleetAgents: 16, FleetCycles: 4}
 }
 
 // Results is everything a run measured.
 type Results struct {
 	Config     Config
 	Requests   []OpCost
+	Units      *UnitReport
 	Throughput []Throughput
 	Takeover   []Takeover
 	Sweep      *Sweep
@@ -85,6 +93,10 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}
 	logf("requests per operation")
 	if r.Requests, err = Requests(ctx, cfg.Endpoint); err != nil {
+		return nil, err
+	}
+	logf("write and read units per operation; fleet of %d agents x %d cycles", cfg.FleetAgents, cfg.FleetCycles)
+	if r.Units, err = MeasureUnits(ctx, cfg.Endpoint, unitSweepLeases, cfg.FleetAgents, cfg.FleetCycles); err != nil {
 		return nil, err
 	}
 

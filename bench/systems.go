@@ -42,6 +42,8 @@ type Ours struct {
 	Names schema.Names
 	Count *Counter
 	DB    *dynamodb.Client
+	// Endpoint is the DynamoDB endpoint, whose meter Units reads.
+	Endpoint string
 
 	// streamMu is held by each poll of the change stream, so that Quiet
 	// can keep the stream function's requests out of a measurement.
@@ -52,7 +54,7 @@ type Ours struct {
 // NewOurs creates fresh tables under a random prefix. now may be nil
 // (time.Now).
 func NewOurs(ctx context.Context, endpoint string, now func() time.Time) (*Ours, error) {
-	o := &Ours{Names: schema.Names{Prefix: randomPrefix("o")}, Count: NewCounter()}
+	o := &Ours{Names: schema.Names{Prefix: randomPrefix("o")}, Count: NewCounter(), Endpoint: endpoint}
 	o.DB = o.Count.Client(endpoint)
 	if err := lease.EnsureTables(ctx, o.DB, o.Names); err != nil {
 		return nil, err

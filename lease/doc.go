@@ -80,11 +80,13 @@
 // queue counter: 7 in all, for any task. A completion: the item, the
 // expiry entry, the status entry moved from open to done (2): 4, and 7 in
 // all; a renewal: the item and the expiry entry moved (2): 3, and 5 with
-// its event. A conflict's failed write bills the item: 1. No index is
-// keyed by holder: one agent's leases are found by a filter on the expiry
-// index (removal, the sweep's deaths, a listing by agent), which reads
-// every live lease of the fleet but keeps each grant and ending to one
-// lease index write. TestUnitBudget holds these figures on the local
+// its event. A conflict's failed write bills the item: 1. A heartbeat
+// writes its item and moves the agent's by_expiry entry (a delete and a
+// put): 3, however many leases the agent holds. No index is keyed by
+// holder: one agent's leases are found by a filter on the expiry index
+// (removal, the sweep's deaths, a listing by agent), which reads every
+// live lease of the fleet but keeps each grant and ending to one lease
+// index write. TestUnitBudget holds these figures on the local
 // DynamoDB's meter, which bills as DynamoDB does.
 //
 // # Access patterns: GetItem, conditional write or Query, never Scan

@@ -36,14 +36,18 @@ var unitBudgets = map[string]struct{ Small, Large localstack.Units }{
 	"create":   {units(5, 1), units(17, 1)},
 	"checkout": {units(7, 1), units(7, 1)},
 	"conflict": {units(1, 0), units(1, 0)},
-	"renew":    {units(3, 0), units(3, 0)},
+	// A renewal moves the lease's expiry entry (a delete and a put) and
+	// reads the holder's heartbeat once its alive cache has lapsed.
+	"renew": {units(5, 1), units(5, 1)},
 	// A freeing reads the task's watches (one consistent Query) to tell them.
 	"release":           {units(7, 2), units(7, 2)},
 	"complete":          {units(7, 1), units(7, 4)},
 	"checkout+complete": {units(13, 1), units(13, 4)},
 	// A watch reads the task and its watches, and puts one item.
-	"watch":              {units(1, 2), units(1, 2)},
-	"heartbeat":          {units(1, 0), units(1, 0)},
+	"watch": {units(1, 2), units(1, 2)},
+	// A heartbeat sent later than the last one moves the agent's entry in
+	// the heartbeats' by_expiry index (a delete and a put).
+	"heartbeat":          {units(3, 0), units(3, 0)},
 	"claim, queue of 1":  {units(7, 3), units(7, 3)},
 	"claim, queue of 50": {units(7, 3), units(7, 3)},
 	// Six leases ended by one sweep; its Queries (one per shard of the
@@ -152,6 +156,9 @@ func measureOps(t *testing.T, z taskSize) map[string]opUnits {
 			t.Fatalf("conflict: %v", err)
 		}
 	})
+	// A renewal comes later than the grant, so its new expiry moves the
+	// lease's index entry.
+	e.clock.Advance(time.Second)
 	op("renew", func() {
 		must[lease.Checkout](t)(e.store.Renew(c, lease.RenewParams{TaskID: "t", AgentID: "holder", RunID: held.RunID, Fence: held.Fence}))
 	})
@@ -351,6 +358,7 @@ func TestUnitBudgetWatchedTask(t *testing.T) {
 			t.Fatalf("conflict: %v", err)
 		}
 	})
+	e.clock.Advance(time.Second)
 	spent("renew", b("renew"), func() {
 		must[lease.Checkout](t)(e.store.Renew(c, lease.RenewParams{TaskID: "t", AgentID: "holder", RunID: co.RunID}))
 	})

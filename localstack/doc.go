@@ -58,6 +58,26 @@
 //     and before the write is answered, so a kill -9 and a restart on the
 //     same directory lose no acknowledged write's record and keep the order.
 //
+//   - Capacity, as DynamoDB bills it. dynalite reports the table's units only,
+//     sizes items by JavaScript string length and bills nothing for index
+//     writes or failed conditions. With the shim, ReturnConsumedCapacity
+//     TOTAL and INDEXES (PutItem, UpdateItem, DeleteItem, BatchWriteItem,
+//     GetItem, BatchGetItem, Query, Scan) answer what DynamoDB would: item
+//     sizes by AWS's rules, 1 KB write units of the larger image, each
+//     global secondary index entry put, deleted or updated sized by its
+//     projection plus 100 bytes, 4 KB read units (half when eventually
+//     consistent, at least one), Query and Scan by what they read before
+//     filters and projections. The rules are cited in shim/meter.js. The
+//     meter also keeps running totals by table, index and partition-key
+//     value, failed conditional writes included (DynamoDB bills them but
+//     reports nothing in the error): ReadCapacity and ResetCapacity read and
+//     reset them by table-name prefix (X-Amz-Target
+//     DynamoDBShim.ReadCapacity and DynamoDBShim.ResetCapacity with
+//     {"TablePrefix": "p-"}). Index writes are billed when the table is
+//     written, whatever the index lag. Capacity.Busiest names each index's
+//     busiest partition, the one that caps a fleet at about 1,000 write
+//     units a second.
+//
 // dynalite still has no transactions and no UpdateTimeToLive; code that must
 // run against it avoids them on the hot path.
 //

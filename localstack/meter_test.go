@@ -264,6 +264,9 @@ func TestMeterWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(t, "delete of nothing", del.ConsumedCapacity, consumed{Total: 1})
+	if got := capacityOf(t, endpoint, table).Sub(before).Partitions[Partition{table, "", "w"}]; got != (Units{Write: 3 + 3 + 1}) {
+		t.Errorf("partition w after a failed put, a delete and a delete of nothing: %+v, want 7 write units", got)
+	}
 	// NONE (or no field) answers no ConsumedCapacity.
 	del, err = c.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(table), Key: key("w")})
 	if err != nil {
@@ -343,6 +346,19 @@ func TestMeterIndexWrites(t *testing.T) {
 	}
 	check(t, "item in no index", out.ConsumedCapacity, want(1, 1))
 
+	// The 100 bytes of an entry's overhead: pk "eN" (4) + owner (5+n) + at
+	// 1700 (4) is a 13+n byte item, a 113+n byte KEYS_ONLY entry.
+	for _, n := range []int{911, 912} {
+		out, err = c.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table),
+			Item:                   av("pk", "e"+strconv.Itoa(n%10), "owner", strings.Repeat("o", n), "at", 1700),
+			ReturnConsumedCapacity: types.ReturnConsumedCapacityIndexes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		entry := n - 911 + 1 // 1,024 bytes: 1 unit; 1,025: 2
+		check(t, "entry of "+strconv.Itoa(113+n)+" bytes", out.ConsumedCapacity, want(float64(1+entry), 1, "keys", entry))
+	}
+
 	// The partitions: every status entry of the item landed on "todo" (put,
 	// two updates, the delete of the key change) or "done" (the put of the
 	// key change, three updates, the delete).
@@ -366,7 +382,7 @@ func TestMeterIndexWrites(t *testing.T) {
 	if w := got.Indexes[IndexKey(table, "all")].Write; w != 3+3+3+6+3+3+3 {
 		t.Errorf("index all: %v write units", w)
 	}
-	if total := got.Total().Write; total != 7+6+7+9+7+7+3+8+1 {
+	if total := got.Total().Write; total != 7+6+7+9+7+7+3+8+1+2+3 {
 		t.Errorf("total %v write units", total)
 	}
 }

@@ -134,7 +134,7 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
       const t = tracked(s)
       return run(t, data, (err, res) => {
         let usage
-        if (!err && t[CHANGE]) usage = meter.writeUsage(t[CHANGE].table, t[CHANGE].oldItem, t[CHANGE].newItem)
+        if (!err && t[CHANGE]) usage = meter.writeUsage(t[CHANGE].table, t[CHANGE].oldItem, t[CHANGE].newItem, data.Item || data.Key)
         else if (err && failedOn.has(data) && t[TABLE] && /ConditionalCheckFailed/.test(err.body && err.body.__type)) {
           usage = meter.failedWriteUsage(t[TABLE], data.Item || data.Key, failedOn.get(data))
         }

@@ -193,10 +193,10 @@ class Usage {
 }
 
 // writeUsage bills a successful write of table from oldItem to newItem
-// (either may be missing).
-function writeUsage (table, oldItem, newItem) {
+// (either may be missing) at key (the request's Item or Key).
+function writeUsage (table, oldItem, newItem, key) {
   const u = new Usage(table.TableName)
-  const item = newItem || oldItem
+  const item = newItem || oldItem || key
   u.add('', keyValue(item, table.KeySchema), writeUnits(Math.max(itemSize(oldItem), itemSize(newItem))))
   for (const index of table.GlobalSecondaryIndexes || []) {
     const before = indexEntry(table, index, oldItem), after = indexEntry(table, index, newItem)
