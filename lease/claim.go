@@ -279,10 +279,9 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 			if cur == nil || !cur.claimable() {
 				taken[it.TaskID] = true
 			}
-			if cur != nil && max(cur.LockedAt, cur.LastAt) >= readAt {
-				// Changed after the indexes were read, or in the same
-				// millisecond (taken, and maybe already finished): another
-				// claimer won the race, so
+			if cur != nil && max(cur.LockedAt, cur.LastAt) > readAt {
+				// Changed after the indexes were read (taken, and maybe
+				// already finished): another claimer won the race, so
 				// spread wider, and this claim at once four times as wide
 				// for each race it lost: claimers that lost the same task must
 				// not all go for the next one. A task changed before is an
