@@ -238,8 +238,15 @@ func (s *Store) endedByDeath(ctx context.Context, agentID string, lockedAt int64
 	if err != nil {
 		return false, err
 	}
-	if hb.dead(readAt) {
+	switch {
+	case hb.dead(readAt):
 		s.deaths.put(agentID, ms(readAt))
+	case hb != nil && hb.AliveSince > 0:
+		// Back from the dead: its leases locked up to its return ended
+		// with that death, which was over by the return. A takeover
+		// stamps the death then, not when it is written, which may fall
+		// inside the life the agent's heartbeats have stated since.
+		s.deaths.put(agentID, hb.AliveSince)
 	}
 	s.deaths.noteRemoval(agentID, hb, ms(readAt))
 	return !holderAlive(hb, lockedAt, s.clock()), nil
