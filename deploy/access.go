@@ -40,8 +40,8 @@ var Grants = map[string][]Grant{
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem"}},
 		// by_feed: the fleet feed, GET /api/events.
 		{Table: schema.EventsTable, Actions: []string{"Query"}, QueryIndexes: []string{schema.EventsByFeed}},
-		// A watch is an item of its own: read the task's watches, put one.
-		{Table: schema.InboxTable, Actions: []string{"Query", "PutItem"}},
+		// A watch is an item of its own: read the task's watches, place one.
+		{Table: schema.InboxTable, Actions: []string{"Query", "UpdateItem"}},
 	},
 	Checkouts: {
 		// BatchGetItem: a completion answers with the task and its body.
@@ -54,8 +54,8 @@ var Grants = map[string][]Grant{
 		// Query: a named claim's retry whose receipt lost its grant finds it
 		// in the tried tasks' trails.
 		{Table: schema.EventsTable, Actions: []string{"Query"}},
-		// A conflict that asks to watch: read the task's watches, put one.
-		{Table: schema.InboxTable, Actions: []string{"Query", "PutItem"}},
+		// A conflict that asks to watch: read the task's watches, place one.
+		{Table: schema.InboxTable, Actions: []string{"Query", "UpdateItem"}},
 	},
 	Inbox: {
 		// UpdateItem: a deleted message is marked, so that a replayed change

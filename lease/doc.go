@@ -124,7 +124,7 @@
 //	                    tasks' trails)
 //	heartbeat           UpdateItem (a second one when the agent returns from the dead)
 //	watch               GetItem of the task (a conflict has it already), a Query
-//	                    of its watches, a PutItem of the watch
+//	                    of its watches, an UpdateItem of the watch
 //	authenticate        GetItem of the key item "#key#<sha256(key)>"
 //	events, inbox       Query on the table's own key (+ GetItem of the task, for
 //	                    its latest events; of the agent's heartbeat, when

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -63,7 +62,8 @@ func watchPartition(taskID string) string { return "#watch#" + taskID }
 
 // Watch puts agentID on the task's watch list: it gets one task_available
 // message the next time the task is freed. An agent already on it only
-// refreshes its watch; a task has at most MaxWatchers watchers.
+// refreshes its watch (it keeps its place: a freeing since it was first
+// placed tells it); a task has at most MaxWatchers watchers.
 func (s *Store) Watch(ctx context.Context, taskID, agentID string) error {
 	if err := CheckID("task_id", taskID); err != nil {
 		return err
@@ -91,15 +91,27 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 	if !on && len(watchers)+len(cur.Watchers) >= MaxWatchers {
 		return ErrTooManyWatchers
 	}
+	// Watching again refreshes the watch's time but keeps its place: the
+	// eseq it was first placed at, so that a freeing since then still
+	// tells it, as a watch list on the task item did.
 	now := s.clock()
-	item, err := attributevalue.MarshalMap(watchItem{
-		Partition: watchPartition(cur.TaskID), AgentID: agentID, At: ms(now), ESeq: cur.ESeq,
-		TTL: now.Add(watchRetention).Unix(),
-	})
+	upd := expression.Set(expression.Name("at"), expression.Value(ms(now))).
+		Set(expression.Name("ttl"), expression.Value(now.Add(watchRetention).Unix())).
+		Set(expression.Name("eseq"), expression.IfNotExists(expression.Name("eseq"), expression.Value(cur.ESeq)))
+	expr, err := expression.NewBuilder().WithUpdate(upd).Build()
 	if err != nil {
 		return err
 	}
-	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.inbox, Item: item}); err != nil {
+	if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.inbox,
+		Key: map[string]types.AttributeValue{
+			"agent_id":   &types.AttributeValueMemberS{Value: watchPartition(cur.TaskID)},
+			"message_id": &types.AttributeValueMemberS{Value: agentID},
+		},
+		UpdateExpression:          expr.Update(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	}); err != nil {
 		return fmt.Errorf("watch %s: %w", cur.TaskID, err)
 	}
 	return nil

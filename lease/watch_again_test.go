@@ -1,0 +1,31 @@
+package lease_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// An agent that watches a task again keeps its watch's place: a freeing
+// written after its first watch, but not yet handled by the stream
+// function when it watched again, still tells it. Found by
+// TestLinearizabilityWatchForceRemove.
+func TestWatchingAgainKeepsTheWatchsPlace(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	co := e.checkout(t, "t", "a", time.Hour)
+	if err := e.store.Watch(c, "t", "w"); err != nil {
+		t.Fatal(err)
+	}
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID}))
+	if err := e.store.Watch(c, "t", "w"); err != nil { // again, before the stream has told it
+		t.Fatal(err)
+	}
+	msgs := e.inbox(t, "w")
+	if len(msgs) != 1 || msgs[0].TaskID != "t" || msgs[0].Reason != string(lease.EventRelease) {
+		t.Fatalf("w's inbox %+v, want the release that followed its first watch", msgs)
+	}
+}
