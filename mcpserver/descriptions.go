@@ -173,6 +173,9 @@ type CheckoutResult struct {
 	Title     string           `json:"title,omitempty" jsonschema:"the task's title"`
 	Checkout  *client.Checkout `json:"checkout,omitempty" jsonschema:"your lease, when acquired"`
 	Watching  bool             `json:"watching,omitempty" jsonschema:"true when you will get an inbox message once the task is released"`
+	// RetryAfterSeconds and HolderHeartbeatExpiresAt are set on a denial.
+	RetryAfterSeconds        *int64     `json:"retry_after_seconds,omitempty" jsonschema:"on a denial: whole seconds until the lease can end without its holder (its expiry, or its holder's heartbeat running out); checking out again after that may succeed"`
+	HolderHeartbeatExpiresAt *time.Time `json:"holder_heartbeat_expires_at,omitempty" jsonschema:"on a denial: when the holder's heartbeat runs out unless it sends another (absent when the holder sends none)"`
 }
 
 // LeaseResult is the answer of renew_task.

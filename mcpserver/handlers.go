@@ -90,8 +90,11 @@ func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult,
 		return r, nil
 	case errors.As(err, &ce):
 		h := ce.Holder
-		r := CheckoutResult{TaskID: in.TaskID, Outcome: Outcome{Holder: &h}, Watching: in.Watch, Title: t.title(ctx, h)}
-		r.Message = fmt.Sprintf("Checkout DENIED: task %s is %s. Do not work on it. ", named(in.TaskID, r.Title), holderText(h))
+		retry := int64(ce.RetryAfter / time.Second)
+		r := CheckoutResult{TaskID: in.TaskID, Outcome: Outcome{Holder: &h}, Watching: in.Watch, Title: t.title(ctx, h),
+			RetryAfterSeconds: &retry, HolderHeartbeatExpiresAt: ce.HeartbeatExpiresAt}
+		r.Message = fmt.Sprintf("Checkout DENIED: task %s is %s; it cannot end without its holder for another %ds. Do not work on it. ",
+			named(in.TaskID, r.Title), holderText(h), retry)
 		if in.Watch {
 			r.Message += "You will get a message in read_inbox when it is released; meanwhile pick another task (claim_task)."
 		} else {
