@@ -39,7 +39,7 @@
 //	events      task_id / seq           the audit trail; TTL "ttl"
 //	  by_feed          feed_shard / feed_key     sparse: the fleet feed by time (feed.go)
 //	deadletters event_id / url          webhook deliveries that failed for good (AWS); TTL "ttl"
-//	inbox       agent_id / message_id   task_available messages; watches under
+//	inbox       agent_id / message_id   task_available and lease_lost messages; watches under
 //	                                    "#watch#<task_id>" / agent; TTL "ttl"
 //
 // The lease lives on the task item (holder, run_id, locked_at,
@@ -531,7 +531,18 @@
 //     with an id derived from the freeing, and only if no message with that
 //     id exists: a message its agent has deleted is kept, marked, until its
 //     TTL, so a replay cannot bring it back;
-//   - publishes LeaseEnded (every ending) and TaskAvailable (every freeing)
+//   - for an ending that took the lease from its holder without its consent
+//     (lost in changes.go: a timeout, the death of a holder that still
+//     exists, a force release or a cancel by someone else, including the
+//     timeout or death a takeover records in prev_*), writes the former
+//     holder one lease_lost message, "lost."+ the ending's message id, only
+//     if absent, as for task_available; it keeps the lease's locked_at (less
+//     one) as the message's watched_at, so that Inbox hides it from an id
+//     removed, or registered again after the lease, as it hides a removed
+//     watcher's messages. The holder's own release, completion or cancel,
+//     and the ending of a removed agent's lease, tell it nothing;
+//   - publishes LeaseEnded (every ending), TaskAvailable (every freeing) and
+//     LeaseLost (every lease_lost message's ending)
 //     with a deterministic id, task:seq:kind, for consumers to drop repeats:
 //     to EventBridge in AWS, and to the webhooks (package webhook) in both
 //     environments, which retry, then dead-letter, within the call.

@@ -343,8 +343,13 @@ func (t *tools) inbox(ctx context.Context, in InboxInput) (InboxResult, error) {
 		return r, nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d message(s). For each, try checkout_task on the task (another agent may take it first), then ack_message the message_id.", r.Total)
+	fmt.Fprintf(&b, "%d message(s). For each task_available, try checkout_task on the task (another agent may take it first); "+
+		"for each lease_lost, stop working on that task (your lease on it ended). Then ack_message the message_id.", r.Total)
 	for _, m := range msgs {
+		if m.Type == client.MessageLeaseLost {
+			fmt.Fprintf(&b, "\n- %s: you lost your lease on task %s (fence %d, %s) at %s: stop working on it", m.MessageID, m.TaskID, m.Fence, m.Reason, stamp(m.At))
+			continue
+		}
 		fmt.Fprintf(&b, "\n- %s: task %s became available (%s) at %s", m.MessageID, m.TaskID, m.Reason, stamp(m.At))
 	}
 	r.Message = b.String()
