@@ -185,7 +185,10 @@
 // decides the answer, in API order: no item is task_not_found; an
 // unexpired lease whose holder is alive is the caller's own (same agent
 // and run id: the same checkout is returned, idempotently) or a conflict
-// naming the holder; one whose holder is dead has ended whatever the sweep
+// naming the holder, with the heartbeat the holder was judged alive by (the
+// alive cache's or the one GetItem's; no further read) and so when the
+// lease can end without it (ConflictError.EndsBy, the API's Retry-After);
+// one whose holder is dead has ended whatever the sweep
 // has done, and is taken over by a second UpdateItem conditioned on that
 // exact lease (holder, fence, and eseq, so that not even a renewal can
 // slip in between), recorded as agent_death; otherwise the status was not
