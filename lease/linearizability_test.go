@@ -970,6 +970,10 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // freeing has returned, and must then hold exactly the messages of the
 // freeings the linearization chose, each once. Completion drops the watch
 // list and tells nobody; a takeover keeps it (the task never became free).
+// A lease that ends without its holder (a sweep's ending, a force release,
+// a cancel by an admin, a takeover) also gives its holder one lease_lost
+// message, "task:fence:lost" (lost), shown unless the holder was removed
+// since or its id registered again at or after the lease was locked.
 //
 // Sweeps. A sweep ends each lease by a write of its own, at its own moment,
 // and may miss some under index lag. So the sweep itself is not an
