@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"syscall"
+	"time"
 
 	"github.com/checkout-dev/checkout/errcode"
 )
@@ -120,6 +121,15 @@ type ConflictError struct {
 	// under another run: the lease is the caller's own (adopt it by giving
 	// Holder.Fence to Renew, Release or Complete).
 	SameAgent bool
+	// LastHeartbeatAt and HeartbeatExpiresAt are the holder's latest
+	// heartbeat and when it runs out; nil when the holder never sent one.
+	LastHeartbeatAt    *time.Time
+	HeartbeatExpiresAt *time.Time
+	// RetryAfter is how long until the lease can end without its holder
+	// (the earlier of its expiry and the holder's heartbeat expiry), in
+	// whole seconds rounded up, as the server saw it: a checkout tried
+	// again after it may succeed.
+	RetryAfter time.Duration
 }
 
 func (e *ConflictError) Unwrap() error { return e.APIError }
@@ -179,17 +189,29 @@ func reason(err error) string {
 // decodeError turns an error answer into the typed error for its code.
 func decodeError(status int, body []byte) error {
 	var b struct {
-		Error     string    `json:"error"`
-		Code      string    `json:"code"`
-		Holder    *Checkout `json:"holder"`
-		SameAgent bool      `json:"same_agent"`
-		Status    string    `json:"status"`
+		Error             string    `json:"error"`
+		Code              string    `json:"code"`
+		Holder            *Checkout `json:"holder"`
+		SameAgent         bool      `json:"same_agent"`
+		Status            string    `json:"status"`
+		RetryAfterSeconds int64     `json:"retry_after_seconds"`
 	}
 	_ = json.Unmarshal(body, &b)
 	apiErr := &APIError{Status: status, Code: b.Code, Message: b.Error, Body: body}
 	switch {
 	case b.Code == errcode.CheckedOut && b.Holder != nil:
-		return &ConflictError{APIError: apiErr, Holder: *b.Holder, SameAgent: b.SameAgent}
+		ce := &ConflictError{APIError: apiErr, Holder: *b.Holder, SameAgent: b.SameAgent,
+			RetryAfter: time.Duration(b.RetryAfterSeconds) * time.Second}
+		var hb struct {
+			Holder struct {
+				LastHeartbeatAt    *time.Time `json:"last_heartbeat_at"`
+				HeartbeatExpiresAt *time.Time `json:"heartbeat_expires_at"`
+			} `json:"holder"`
+		}
+		if json.Unmarshal(body, &hb) == nil {
+			ce.LastHeartbeatAt, ce.HeartbeatExpiresAt = hb.Holder.LastHeartbeatAt, hb.Holder.HeartbeatExpiresAt
+		}
+		return ce
 	case b.Code == errcode.NotHolder:
 		e := &NotHolderError{APIError: apiErr}
 		if b.Holder != nil {

@@ -120,14 +120,27 @@ type Heartbeat struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
-// Message is an inbox message: a watched task became available.
+// Message is an inbox message: a watched task became available
+// (MessageTaskAvailable), or a lease of the caller's ended without its
+// consent (MessageLeaseLost, with Reason timeout, agent_death,
+// force_release or cancel).
 type Message struct {
 	MessageID string    `json:"message_id"`
 	Type      string    `json:"type"`
 	TaskID    string    `json:"task_id"`
 	Reason    string    `json:"reason,omitempty"`
 	At        time.Time `json:"at"`
+	// Fence and RunID name the lease whose ending the message is about
+	// (0 and "" on messages from before the server kept them).
+	Fence int64  `json:"fence,omitempty"`
+	RunID string `json:"run_id,omitempty"`
 }
+
+// Inbox message types.
+const (
+	MessageTaskAvailable = "task_available"
+	MessageLeaseLost     = "lease_lost"
+)
 
 // CheckoutRequest is the body of a checkout. Every field is optional.
 type CheckoutRequest struct {

@@ -28,7 +28,7 @@ var (
 )
 
 // WebhookPayload is the body of a webhook delivery: the notice id (also in
-// X-Checkout-Event-Id), its kind ("TaskAvailable" or "LeaseEnded", as
+// X-Checkout-Event-Id), its kind ("TaskAvailable", "LeaseEnded" or "LeaseLost", as
 // EventBridge's detail-type) and the lease event.
 type WebhookPayload struct {
 	ID    string `json:"id"`

@@ -52,6 +52,7 @@ type workConfig struct {
 	idleMin      time.Duration
 	idleMax      time.Duration
 	onError      func(taskID string, err error)
+	lossCheck    time.Duration
 	queues       []string
 	claimWait    time.Duration
 }
@@ -83,6 +84,14 @@ func NoHeartbeats() WorkOption { return func(c *workConfig) { c.noHeartbeat = tr
 // RenewEvery sets how often the lease is renewed (default: a third of its
 // timeout, so two renewals can fail before it runs out).
 func RenewEvery(d time.Duration) WorkOption { return func(c *workConfig) { c.renewEvery = d } }
+
+// CheckLossEvery makes WorkOn and ClaimLoop look in the agent's inbox every
+// d, between renewals, for a lease_lost message about the lease they hold:
+// a force release, a cancel, a timeout or the agent's death then cancels
+// the work within about d plus a second, rather than at the next renewal
+// (a third of the lease's timeout by default). Each look is one GET
+// /api/inbox. Off by default: the renewal alone finds the loss.
+func CheckLossEvery(d time.Duration) WorkOption { return func(c *workConfig) { c.lossCheck = d } }
 
 // IdleBackoff sets how ClaimLoop waits while no task is available: from min,
 // doubling up to max, each wait randomised between half and all of it
@@ -116,9 +125,12 @@ func newWorkConfig(opts []WorkOption) workConfig {
 // WorkOn checks taskID out and runs fn while it holds the lease.
 //
 // In the background it renews the lease well before it expires and sends
-// heartbeats. If the lease is lost (force-released, expired while renewals
-// failed, or ended because the agent was declared dead), fn's context is
-// cancelled with a cause matching ErrLeaseLost. When fn returns nil the task
+// heartbeats. If the lease is lost (force-released, cancelled, expired while
+// renewals failed, or ended because the agent was declared dead), fn's
+// context is cancelled with a cause matching ErrLeaseLost: at the next
+// renewal, which the server refuses, or sooner with CheckLossEvery, which
+// looks for the lease_lost message the server sends the former holder (the
+// error then names the reason it gives). When fn returns nil the task
 // is completed; when it returns an error the lease is released with the
 // error as the reason.
 //
@@ -228,6 +240,9 @@ func (c *Client) hold(ctx context.Context, co Checkout, fn func(context.Context,
 	bg, stopBG := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { c.keepRenewed(bg, l, cfg, cancelWork) })
+	if cfg.lossCheck > 0 {
+		wg.Go(func() { c.watchLoss(bg, l, cfg, cancelWork) })
+	}
 
 	ferr := fn(work, l)
 	stopBG()
@@ -289,6 +304,35 @@ func (c *Client) keepRenewed(bg context.Context, l *Lease, cfg workConfig, lose 
 			cfg.onError(cur.TaskID, err)
 		}
 	}
+}
+
+// watchLoss looks in the inbox every cfg.lossCheck for a lease_lost message
+// about l, and cancels the work with an ErrLeaseLost cause when it finds
+// one. A failed look is tried again at the next; the renewals still run.
+func (c *Client) watchLoss(bg context.Context, l *Lease, cfg workConfig, lose context.CancelCauseFunc) {
+	for c.sleep(bg, cfg.lossCheck) == nil {
+		cur := l.Checkout()
+		if m, ok := c.lostMessage(bg, cur); ok {
+			lose(fmt.Errorf("%w: task %s (%s at %s)", ErrLeaseLost, cur.TaskID, m.Reason, m.At.Format(time.RFC3339)))
+			return
+		}
+	}
+}
+
+// lostMessage finds, and deletes, the inbox's lease_lost message about the
+// lease co (its task and fence). Any failure is no message.
+func (c *Client) lostMessage(ctx context.Context, co Checkout) (Message, bool) {
+	msgs, err := c.Inbox(ctx)
+	if err != nil {
+		return Message{}, false
+	}
+	for _, m := range msgs {
+		if m.Type == MessageLeaseLost && m.TaskID == co.TaskID && m.Fence == co.Fence {
+			_ = c.DeleteMessage(ctx, m.MessageID) // read: its news is in the error
+			return m, true
+		}
+	}
+	return Message{}, false
 }
 
 func truncate(s string, n int) string {

@@ -49,13 +49,47 @@ func answer(body errorBody) (status int, _ errorBody, internal bool) {
 // errorBody is the body of every error answer. Holder and Status are set for
 // checked_out / not_holder and status_mismatch.
 type errorBody struct {
-	Error  string        `json:"error"`
-	Code   string        `json:"code"`
-	Holder *checkoutJSON `json:"holder,omitempty"`
+	Error string `json:"error"`
+	Code  string `json:"code"`
+	// Holder is a *checkoutJSON (not_holder) or a *conflictHolderJSON
+	// (checked_out); nil for other codes.
+	Holder any `json:"holder,omitempty"`
 	// SameAgent is set on a checkout's checked_out: whether the holder is
 	// the agent the checkout was for, under another run.
-	SameAgent *bool        `json:"same_agent,omitempty"`
-	Status    lease.Status `json:"status,omitempty"`
+	SameAgent *bool `json:"same_agent,omitempty"`
+	// RetryAfterSeconds is set on checked_out: the whole seconds, rounded
+	// up, until the lease can end without its holder. The Retry-After
+	// header carries the same value.
+	RetryAfterSeconds *int64       `json:"retry_after_seconds,omitempty"`
+	Status            lease.Status `json:"status,omitempty"`
+}
+
+// conflictHolderJSON is the holder in a checked_out answer: the lease, and
+// its holder's latest heartbeat and its expiry (null when the holder never
+// sent one).
+type conflictHolderJSON struct {
+	checkoutJSON
+	LastHeartbeatAt    *string `json:"last_heartbeat_at"`
+	HeartbeatExpiresAt *string `json:"heartbeat_expires_at"`
+}
+
+// conflictBody is the checked_out answer to conflict at now.
+func conflictBody(conflict *lease.ConflictError, taskID string, now time.Time) errorBody {
+	h := conflictHolderJSON{checkoutJSON: toCheckout(conflict.Holder, now)}
+	if conflict.LastHeartbeatAt != nil {
+		last := stamp(*conflict.LastHeartbeatAt)
+		h.LastHeartbeatAt = &last
+	}
+	if conflict.HeartbeatExpiresAt != nil {
+		exp := stamp(*conflict.HeartbeatExpiresAt)
+		h.HeartbeatExpiresAt = &exp
+	}
+	id := conflict.Holder.TaskID
+	if id == "" {
+		id = taskID
+	}
+	retry := conflict.RetryAfter(now)
+	return errorBody{Error: fmt.Sprintf("task %s is already checked out", id), Code: errcode.CheckedOut, Holder: &h, RetryAfterSeconds: &retry}
 }
 
 // checkoutConflict is a checkout's error together with the agent the
@@ -112,12 +146,7 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 		}
 		return answer(errorBody{Error: ve.Message, Code: code})
 	case errors.As(err, &conflict):
-		h := toCheckout(conflict.Holder, now)
-		id := conflict.Holder.TaskID
-		if id == "" {
-			id = taskID
-		}
-		body := errorBody{Error: fmt.Sprintf("task %s is already checked out", id), Code: errcode.CheckedOut, Holder: &h}
+		body := conflictBody(conflict, taskID, now)
 		if cc := (*checkoutConflict)(nil); errors.As(err, &cc) {
 			same := conflict.Holder.AgentID == cc.agentID
 			body.SameAgent = &same

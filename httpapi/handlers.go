@@ -581,11 +581,7 @@ func (s *server) inbox(w http.ResponseWriter, r *http.Request, p lease.Principal
 	}
 	out := make([]messageJSON, 0, len(msgs))
 	for _, m := range msgs {
-		typ := m.Type
-		if typ == "" {
-			typ = lease.MessageTaskAvailable
-		}
-		out = append(out, messageJSON{MessageID: m.MessageID, Type: typ, TaskID: m.TaskID, Reason: m.Reason, At: stamp(m.At)})
+		out = append(out, toMessage(m))
 	}
 	s.writeJSON(w, http.StatusOK, map[string]any{"messages": out})
 	return nil

@@ -23,6 +23,7 @@ import (
 	"path"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -404,6 +405,9 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if status == http.StatusServiceUnavailable {
 		stateFrom(r.Context()).err = err // why, for the log line
 		w.Header().Set("Retry-After", RetryAfter)
+	}
+	if body.RetryAfterSeconds != nil {
+		w.Header().Set("Retry-After", strconv.FormatInt(*body.RetryAfterSeconds, 10))
 	}
 	s.writeJSON(w, status, body)
 }

@@ -187,6 +187,25 @@ type messageJSON struct {
 	TaskID    string `json:"task_id"`
 	Reason    string `json:"reason"`
 	At        string `json:"at"`
+	// Fence and RunID name the lease whose ending the message is about;
+	// null on messages written before they were kept.
+	Fence *int64  `json:"fence"`
+	RunID *string `json:"run_id"`
+}
+
+func toMessage(m lease.Message) messageJSON {
+	typ := m.Type
+	if typ == "" {
+		typ = lease.MessageTaskAvailable
+	}
+	j := messageJSON{MessageID: m.MessageID, Type: typ, TaskID: m.TaskID, Reason: m.Reason, At: stamp(m.At)}
+	if m.Fence != 0 {
+		j.Fence = &m.Fence
+	}
+	if m.RunID != "" {
+		j.RunID = &m.RunID
+	}
+	return j
 }
 
 type releasedJSON struct {

@@ -26,12 +26,13 @@ type Change struct {
 
 // ApplyChanges carries out the consequences of a batch of task changes, in
 // order: it archives every event the writes recorded, writes each watcher's
-// task_available message for every freeing, and then gives the notices to
-// the notifier. It is what the stream function runs, in AWS and locally.
+// task_available message for every freeing and the former holder's
+// lease_lost message for every lease ended without its consent (see lost),
+// and then gives the notices to the notifier. It is what the stream function runs, in AWS and locally.
 //
 // It is idempotent, so a batch delivered again (the stream delivers each
 // change at least once) writes nothing new: events are keyed by (task_id,
-// seq), a message's id derives from its freeing and is written only if
+// seq), a message's id derives from its ending and is written only if
 // absent (a message its agent deleted stays marked, not gone), and every
 // notice carries a deterministic id for consumers to drop duplicates. An
 // error means the batch must be delivered again; nothing is lost by that.
@@ -74,6 +75,23 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 			e := ev.event()
 			takeover := !ev.frees && ev.Type != EventComplete
 			notices = append(notices, Notice{ID: noticeID(NoticeLeaseEnded, e), Kind: NoticeLeaseEnded, Event: e, Takeover: takeover})
+			if lost(ev.eventItem) {
+				lockedAt := old.LockedAt
+				if takeover {
+					lockedAt = cur.PrevLocked
+				}
+				// The message is the removed agent's when its id was
+				// registered again at or after the lease was locked (see
+				// removedUpTo): Inbox hides a message whose WatchedAt is
+				// before the registration.
+				lockedAt--
+				notices = append(notices, Notice{ID: noticeID(NoticeLeaseLost, e), Kind: NoticeLeaseLost, Event: e, Takeover: takeover})
+				msgs = append(msgs, messageItem{
+					AgentID: ev.AgentID, MessageID: lostMessageID(ev.eventItem), Type: MessageLeaseLost,
+					TaskID: ev.TaskID, Reason: string(ev.Type), At: ev.At, Fence: ev.Fence, RunID: ev.RunID,
+					TTL: fromMS(ev.At).Add(messageRetention).Unix(), WatchedAt: lockedAt,
+				})
+			}
 			if !ev.frees {
 				continue
 			}
@@ -96,7 +114,7 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 			for _, w := range watchers {
 				msgs = append(msgs, messageItem{
 					AgentID: w, MessageID: messageID(ev.eventItem), Type: MessageTaskAvailable,
-					TaskID: ev.TaskID, Reason: string(ev.Type), At: ev.At,
+					TaskID: ev.TaskID, Reason: string(ev.Type), At: ev.At, Fence: ev.Fence, RunID: ev.RunID,
 					TTL: fromMS(ev.At).Add(messageRetention).Unix(), WatchedAt: asked[w],
 				})
 			}
@@ -125,6 +143,23 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// lost reports whether the ending ev took its lease from its holder without
+// the holder's consent, so that the former holder is told (lease_lost): a
+// timeout, the death of a holder that still exists (not its removal),
+// a force release or a cancel by someone else. The holder's own release,
+// completion or cancel tells it nothing it does not know.
+func lost(ev eventItem) bool {
+	switch ev.Type {
+	case EventTimeout:
+		return true
+	case EventAgentDeath:
+		return ev.Reason != reasonRemoved
+	case EventForceRelease, EventCancel:
+		return ev.By != ev.AgentID
+	}
+	return false
 }
 
 // migrated reports whether ch is Migrate's copy of a task into today's

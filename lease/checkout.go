@@ -59,7 +59,7 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 		case cur == nil:
 			return Checkout{}, ErrTaskNotFound
 		case cur.leaseTimeValid(now):
-			ended, err := s.endedByDeath(ctx, cur.Holder, cur.LockedAt)
+			ended, hb, err := s.endedByDeath(ctx, cur.Holder, cur.LockedAt)
 			if err != nil {
 				return Checkout{}, err
 			}
@@ -78,7 +78,7 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 					return Checkout{}, err
 				}
 			}
-			return Checkout{}, &ConflictError{Holder: cur.checkout()}
+			return Checkout{}, conflict(cur, hb)
 		default:
 			if err := mismatch(cur); err != nil {
 				return Checkout{}, err
@@ -87,6 +87,19 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 		}
 	}
 	return Checkout{}, fmt.Errorf("checkout %s: too much contention", p.TaskID)
+}
+
+// conflict is the answer to a checkout that found cur's live lease, with
+// the holder's heartbeat hb as endedByDeath read it (no further request):
+// nil, or one not sent since a registration again, is a holder that is not
+// watched.
+func conflict(cur *taskItem, hb *heartbeatItem) *ConflictError {
+	e := &ConflictError{Holder: cur.checkout()}
+	if hb != nil && !hb.Fresh && !hb.Removed {
+		last, exp := fromMS(hb.LastAt), fromMS(hb.ExpiresAt)
+		e.LastHeartbeatAt, e.HeartbeatExpiresAt = &last, &exp
+	}
+	return e
 }
 
 // grantNow makes the checkout write (grant) at a time not before floor, and

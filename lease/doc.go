@@ -47,7 +47,7 @@
 //	events      task_id / seq           the audit trail; TTL "ttl"
 //	  by_feed          feed_shard / feed_key     sparse: the fleet feed by time (feed.go)
 //	deadletters event_id / url          webhook deliveries that failed for good (AWS); TTL "ttl"
-//	inbox       agent_id / message_id   task_available messages; watches under
+//	inbox       agent_id / message_id   task_available and lease_lost messages; watches under
 //	                                    "#watch#<task_id>" / agent; TTL "ttl"
 //
 // The lease lives on the task item (holder, run_id, locked_at,
@@ -201,7 +201,10 @@
 // decides the answer, in API order: no item is task_not_found; an
 // unexpired lease whose holder is alive is the caller's own (same agent
 // and run id: the same checkout is returned, idempotently) or a conflict
-// naming the holder; one whose holder is dead has ended whatever the sweep
+// naming the holder, with the heartbeat the holder was judged alive by (the
+// alive cache's or the one GetItem's; no further read) and so when the
+// lease can end without it (ConflictError.EndsBy, the API's Retry-After);
+// one whose holder is dead has ended whatever the sweep
 // has done, and is taken over by a second UpdateItem conditioned on that
 // exact lease (holder, fence, and eseq, so that not even a renewal can
 // slip in between), recorded as agent_death; otherwise the status was not
@@ -253,7 +256,18 @@
 //     with an id derived from the freeing, and only if no message with that
 //     id exists: a message its agent has deleted is kept, marked, until its
 //     TTL, so a replay cannot bring it back;
-//   - publishes LeaseEnded (every ending) and TaskAvailable (every freeing)
+//   - for an ending that took the lease from its holder without its consent
+//     (lost in changes.go: a timeout, the death of a holder that still
+//     exists, a force release or a cancel by someone else, including the
+//     timeout or death a takeover records in prev_*), writes the former
+//     holder one lease_lost message, "lost."+ the ending's message id, only
+//     if absent, as for task_available; it keeps the lease's locked_at (less
+//     one) as the message's watched_at, so that Inbox hides it from an id
+//     removed, or registered again after the lease, as it hides a removed
+//     watcher's messages. The holder's own release, completion or cancel,
+//     and the ending of a removed agent's lease, tell it nothing;
+//   - publishes LeaseEnded (every ending), TaskAvailable (every freeing) and
+//     LeaseLost (every lease_lost message's ending)
 //     with a deterministic id, task:seq:kind, for consumers to drop repeats:
 //     to EventBridge in AWS, and to the webhooks (package webhook) in both
 //     environments, which retry, then dead-letter, within the call.

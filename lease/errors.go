@@ -3,6 +3,7 @@ package lease
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors. Callers test with errors.Is; the typed errors below carry
@@ -43,9 +44,36 @@ var (
 	ErrInvalidTransition = errors.New("lease: invalid status transition")
 )
 
-// ConflictError is returned when another live lease holds the task.
+// ConflictError is returned when another live lease holds the task. It
+// says when the caller may come back: the lease can end without its
+// holder's consent at the earlier of its expiry and the holder's heartbeat
+// expiry (EndsBy).
 type ConflictError struct {
 	Holder Checkout
+	// LastHeartbeatAt and HeartbeatExpiresAt are the holder's latest
+	// heartbeat and when it runs out; both nil when the holder never sent
+	// one (it is not watched, and only the lease's expiry can end it).
+	LastHeartbeatAt    *time.Time
+	HeartbeatExpiresAt *time.Time
+}
+
+// EndsBy is the moment the lease can end without its holder: the earlier of
+// the lease's expiry and the holder's heartbeat expiry.
+func (e *ConflictError) EndsBy() time.Time {
+	if e.HeartbeatExpiresAt != nil && e.HeartbeatExpiresAt.Before(e.Holder.ExpiresAt) {
+		return *e.HeartbeatExpiresAt
+	}
+	return e.Holder.ExpiresAt
+}
+
+// RetryAfter is the wait, at now, until EndsBy, in whole seconds rounded
+// up, never negative: what a 409 offers as Retry-After.
+func (e *ConflictError) RetryAfter(now time.Time) int64 {
+	d := e.EndsBy().Sub(now)
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
 }
 
 func (e *ConflictError) Error() string {

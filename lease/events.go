@@ -25,6 +25,13 @@ func messageID(ev eventItem) string {
 	return fmt.Sprintf("%013d.%d.%s", ev.At, ev.Fence, ev.TaskID)
 }
 
+// lostMessageID is the id of the lease_lost message about the ending ev:
+// one per ended lease, apart from any task_available message of the same
+// ending (the former holder may also watch the task).
+func lostMessageID(ev eventItem) string {
+	return "lost." + messageID(ev)
+}
+
 // batchWrite writes every request, 25 at a time, retrying unprocessed items
 // and transient errors.
 func (s *Store) batchWrite(ctx context.Context, byTable map[string][]types.WriteRequest) error {
@@ -165,12 +172,12 @@ func (s *Store) Inbox(ctx context.Context, agentID string) ([]Message, error) {
 		if hb != nil && m.WatchedAt != 0 && (hb.Removed || hb.RegisteredAt > m.WatchedAt) {
 			continue // a removed agent's
 		}
-		out = append(out, Message{MessageID: m.MessageID, Type: m.Type, TaskID: m.TaskID, Reason: m.Reason, At: fromMS(m.At)})
+		out = append(out, Message{MessageID: m.MessageID, Type: m.Type, TaskID: m.TaskID, Reason: m.Reason, At: fromMS(m.At), Fence: m.Fence, RunID: m.RunID})
 	}
 	return out, nil
 }
 
-var messageIDPattern = regexp.MustCompile(`^[0-9]{13}\.[0-9]{1,19}\.[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+var messageIDPattern = regexp.MustCompile(`^(lost\.)?[0-9]{13}\.[0-9]{1,19}\.[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 
 // DeleteMessage deletes one of the agent's messages.
 func (s *Store) DeleteMessage(ctx context.Context, agentID, messageID string) error {

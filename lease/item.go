@@ -474,6 +474,11 @@ type messageItem struct {
 	// WatchedAt is when the watch that earned the message was placed (0 on
 	// messages written before it was kept): a message whose watch predates
 	// its agent id's registration belongs to a removed agent and is not
-	// shown.
+	// shown. On a lease_lost message it is the moment before the lost lease
+	// was locked: a lease locked at or before its agent id's registration
+	// again is the removed agent's.
 	WatchedAt int64 `dynamodbav:"watched_at,omitempty"`
+	// Fence and RunID name the lease the message is about.
+	Fence int64  `dynamodbav:"fence,omitempty"`
+	RunID string `dynamodbav:"run_id,omitempty"`
 }

@@ -972,6 +972,10 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // freeing has returned, and must then hold exactly the messages of the
 // freeings the linearization chose, each once. Completion drops the watch
 // list and tells nobody; a takeover keeps it (the task never became free).
+// A lease that ends without its holder (a sweep's ending, a force release,
+// a cancel by an admin, a takeover) also gives its holder one lease_lost
+// message, "task:fence:lost" (lost), shown unless the holder was removed
+// since or its id registered again at or after the lease was locked.
 //
 // Sweeps. A sweep ends each lease by a write of its own, at its own moment,
 // and may miss some under index lag. So the sweep itself is not an
@@ -1065,7 +1069,7 @@ type wOut struct {
 	Expires int64
 	Status  lease.Status
 	Held    int64
-	Msgs    string // inbox: "task:fence" sorted, comma-separated, duplicates kept
+	Msgs    string // inbox: "task:fence" (task_available) or "task:fence:lost" (lease_lost), sorted, comma-separated, duplicates kept
 	// status and patch: the task's version; claim, status and patch: its
 	// queue and priority.
 	Version int64
@@ -1182,8 +1186,10 @@ func (w *wState) setLease(t int, s linState) {
 	x.Locked, x.Expires, x.TimeoutMS = s.Locked, s.Expires, s.TimeoutMS
 }
 
-// takeover records the lease on t as the one the latest checkout took over.
+// takeover records the lease on t as the one the latest checkout took over;
+// its holder has lost it (lost).
 func (w *wState) takeover(t int) {
+	w.lost(t)
 	x := &w.T[t]
 	x.PrevAgent, x.PrevRun, x.PrevFence, x.PrevExpires = x.Holder, x.Run, x.Fence, x.Expires
 }
@@ -1198,6 +1204,22 @@ func (w *wState) clearLease(t int, status lease.Status) {
 	x := &w.T[t]
 	x.Holder, x.HolderN, x.Run, x.Locked, x.Expires, x.TimeoutMS = "", 0, "", 0, 0, 0
 	x.Status = status
+}
+
+// lost tells the holder of the lease on t that it lost it (a timeout, a
+// death, a force release, a cancel by someone else, a takeover): one
+// lease_lost message, "task:fence:lost", which its inbox shows unless the
+// holder was removed since, or its id registered again at or after the
+// lease was locked (the lease, and the message, are the removed agent's).
+func (w *wState) lost(t int) {
+	x := &w.T[t]
+	if x.Holder == "" {
+		return
+	}
+	a := &w.A[x.HolderN]
+	if !a.Removed && a.RegisteredAt < x.Locked {
+		a.Msgs = addMsg(a.Msgs, fmt.Sprintf("%d:%d:lost", t, x.Fence))
+	}
 }
 
 // free ends the lease on t by op and frees the task: each watcher that is
@@ -1389,6 +1411,7 @@ func (w wState) next(in wIn, out wOut) []wState {
 		if out != ok || x.Holder == "" || x.Fence != in.Fence || w.lin(t).live() {
 			return nil
 		}
+		w.lost(t)
 		w.free(t, "sweep", 0)
 		w.T[t].Version++
 		return []wState{w}
@@ -1446,6 +1469,7 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 		if out != (wOut{Kind: "ok", Held: held}) {
 			return w, false
 		}
+		w.lost(t) // by the admin, never a holder here
 		w.free(t, "force", held)
 		w.T[t].Version++
 		return w, true
@@ -1500,6 +1524,7 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 		// after, and finds it done (see swept); or a sweep ended it before
 		// the PATCH read the task, and the "swept" came first.
 		x.PatchEnded = x.Fence
+		w.lost(t)
 		w.free(t, "sweep", 0)
 		x.Version++
 	}
@@ -1516,6 +1541,9 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 		case in.Status == lease.StatusCancelled && live:
 			if x.Holder != wAgentID(in.Agent) && !in.Admin {
 				return w, out == wOut{Kind: "not_holder", Holder: x.Holder, Fence: x.Fence}
+			}
+			if x.Holder != wAgentID(in.Agent) {
+				w.lost(t) // cancelled by someone else: an admin
 			}
 			w.free(t, "cancel", w.Now-x.Locked)
 		}
@@ -1787,10 +1815,19 @@ func wOutcome(in wIn, res any, err error) (wOut, bool) {
 		for _, m := range v {
 			parts := strings.Split(m.MessageID, ".")
 			t := wTaskN(m.TaskID)
-			if len(parts) != 3 || parts[2] != m.TaskID || t < 0 || m.Type != lease.MessageTaskAvailable {
+			lost := m.Type == lease.MessageLeaseLost
+			if lost && len(parts) == 4 && parts[0] == "lost" {
+				parts = parts[1:]
+			}
+			if len(parts) != 3 || parts[2] != m.TaskID || t < 0 || m.Type != lease.MessageTaskAvailable && !lost ||
+				strconv.FormatInt(m.Fence, 10) != parts[1] {
 				return wOut{}, false
 			}
-			msgs = append(msgs, fmt.Sprintf("%d:%s", t, parts[1]))
+			msg := fmt.Sprintf("%d:%s", t, parts[1])
+			if lost {
+				msg += ":lost"
+			}
+			msgs = append(msgs, msg)
 		}
 		sort.Strings(msgs)
 		return wOut{Kind: "ok", Msgs: strings.Join(msgs, ",")}, true

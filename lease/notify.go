@@ -11,6 +11,11 @@ const (
 	NoticeTaskAvailable = "TaskAvailable"
 	// NoticeLeaseEnded: a lease ended, for any reason.
 	NoticeLeaseEnded = "LeaseEnded"
+	// NoticeLeaseLost: a lease ended without its holder's consent
+	// (timeout, the death of a holder that still exists, force_release,
+	// a cancel by someone else, a takeover); its former holder has a
+	// lease_lost message.
+	NoticeLeaseLost = "LeaseLost"
 )
 
 // Notice is something an orchestrator may want to hear about.

@@ -221,22 +221,23 @@ func (s *Store) leaseLive(ctx context.Context, it *taskItem, now time.Time) (boo
 	if !it.leaseTimeValid(now) {
 		return false, nil
 	}
-	ended, err := s.endedByDeath(ctx, it.Holder, it.LockedAt)
+	ended, _, err := s.endedByDeath(ctx, it.Holder, it.LockedAt)
 	return !ended, err
 }
 
 // endedByDeath reports whether a lease agentID locked at lockedAt has ended
 // because its holder died: from the death cache when it knows, otherwise by
 // the holder's heartbeat (the alive cache, or a consistent read, whose death
-// is then remembered).
-func (s *Store) endedByDeath(ctx context.Context, agentID string, lockedAt int64) (bool, error) {
+// is then remembered). It returns the heartbeat it judged by (nil when the
+// agent never sent one, or when the death cache answered).
+func (s *Store) endedByDeath(ctx context.Context, agentID string, lockedAt int64) (bool, *heartbeatItem, error) {
 	if lockedAt <= s.deaths.endedUpTo(agentID) {
-		return true, nil
+		return true, nil, nil
 	}
 	readAt := s.clock() // before the read: dead at least until the read
 	hb, err := s.heartbeat(ctx, agentID)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	switch {
 	case hb.dead(readAt):
@@ -249,7 +250,7 @@ func (s *Store) endedByDeath(ctx context.Context, agentID string, lockedAt int64
 		s.deaths.put(agentID, hb.AliveSince)
 	}
 	s.deaths.noteRemoval(agentID, hb, ms(readAt))
-	return !holderAlive(hb, lockedAt, s.clock()), nil
+	return !holderAlive(hb, lockedAt, s.clock()), hb, nil
 }
 
 // liveLeases filters items to those whose lease is live, reading every

@@ -170,17 +170,33 @@ type Heartbeat struct {
 	ExpiresAt time.Time
 }
 
-// Message is an inbox message telling a watcher that a task became available.
+// Message is an inbox message: a watched task became available
+// (task_available), or the agent's lease ended without its consent
+// (lease_lost).
 type Message struct {
 	MessageID string
-	Type      string // always "task_available"
+	Type      string // MessageTaskAvailable or MessageLeaseLost
 	TaskID    string
-	Reason    string
-	At        time.Time
+	// Reason is the ending's event type: for task_available what freed
+	// the task; for lease_lost timeout, agent_death, force_release or
+	// cancel.
+	Reason string
+	At     time.Time
+	// Fence and RunID name the ended lease (0 and "" where the message
+	// does not carry them: task_available messages written before they
+	// were kept).
+	Fence int64
+	RunID string
 }
 
-// MessageTaskAvailable is the type of every inbox message.
-const MessageTaskAvailable = "task_available"
+// Inbox message types.
+const (
+	// MessageTaskAvailable tells a watcher that a task became available.
+	MessageTaskAvailable = "task_available"
+	// MessageLeaseLost tells a former holder that its lease ended other
+	// than by its own release, completion or cancel.
+	MessageLeaseLost = "lease_lost"
+)
 
 // Released is the answer to a release.
 type Released struct {

@@ -54,7 +54,7 @@ const descGetTask = `Show one task: its title, status, times, and its live lease
 
 const descWatch = `Ask to be told when a task that another agent holds becomes available (released, or its lease ends). One task_available message then arrives in read_inbox; the watch is used up. Meanwhile work on something else.`
 
-const descInbox = `Read your inbox: one task_available message for each watched task that became available, oldest first, up to limit (default {default_list_limit}). For each message: try checkout_task on its task_id (someone may have taken it first), then ack_message its message_id so it is not shown again. Read-only.`
+const descInbox = `Read your inbox, oldest first, up to limit (default {default_list_limit}): one task_available message for each watched task that became available, and one lease_lost message for each lease of yours that ended without you (reason timeout, agent_death, force_release or cancel). For task_available: try checkout_task on its task_id (someone may have taken it first). For lease_lost: stop working on that task, your lease on it (fence) is gone. Then ack_message its message_id so it is not shown again. Read-only.`
 
 const descAck = `Delete an inbox message you have acted on, by its message_id from read_inbox, so that it is not shown again.`
 
@@ -173,6 +173,9 @@ type CheckoutResult struct {
 	Title     string           `json:"title,omitempty" jsonschema:"the task's title"`
 	Checkout  *client.Checkout `json:"checkout,omitempty" jsonschema:"your lease, when acquired"`
 	Watching  bool             `json:"watching,omitempty" jsonschema:"true when you will get an inbox message once the task is released"`
+	// RetryAfterSeconds and HolderHeartbeatExpiresAt are set on a denial.
+	RetryAfterSeconds        *int64     `json:"retry_after_seconds,omitempty" jsonschema:"on a denial: whole seconds until the lease can end without its holder (its expiry, or its holder's heartbeat running out); checking out again after that may succeed"`
+	HolderHeartbeatExpiresAt *time.Time `json:"holder_heartbeat_expires_at,omitempty" jsonschema:"on a denial: when the holder's heartbeat runs out unless it sends another (absent when the holder sends none)"`
 }
 
 // LeaseResult is the answer of renew_task.

@@ -90,8 +90,11 @@ func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult,
 		return r, nil
 	case errors.As(err, &ce):
 		h := ce.Holder
-		r := CheckoutResult{TaskID: in.TaskID, Outcome: Outcome{Holder: &h}, Watching: in.Watch, Title: t.title(ctx, h)}
-		r.Message = fmt.Sprintf("Checkout DENIED: task %s is %s. Do not work on it. ", named(in.TaskID, r.Title), holderText(h))
+		retry := int64(ce.RetryAfter / time.Second)
+		r := CheckoutResult{TaskID: in.TaskID, Outcome: Outcome{Holder: &h}, Watching: in.Watch, Title: t.title(ctx, h),
+			RetryAfterSeconds: &retry, HolderHeartbeatExpiresAt: ce.HeartbeatExpiresAt}
+		r.Message = fmt.Sprintf("Checkout DENIED: task %s is %s; it cannot end without its holder for another %ds. Do not work on it. ",
+			named(in.TaskID, r.Title), holderText(h), retry)
 		if in.Watch {
 			r.Message += "You will get a message in read_inbox when it is released; meanwhile pick another task (claim_task)."
 		} else {
@@ -340,8 +343,13 @@ func (t *tools) inbox(ctx context.Context, in InboxInput) (InboxResult, error) {
 		return r, nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d message(s). For each, try checkout_task on the task (another agent may take it first), then ack_message the message_id.", r.Total)
+	fmt.Fprintf(&b, "%d message(s). For each task_available, try checkout_task on the task (another agent may take it first); "+
+		"for each lease_lost, stop working on that task (your lease on it ended). Then ack_message the message_id.", r.Total)
 	for _, m := range msgs {
+		if m.Type == client.MessageLeaseLost {
+			fmt.Fprintf(&b, "\n- %s: you lost your lease on task %s (fence %d, %s) at %s: stop working on it", m.MessageID, m.TaskID, m.Fence, m.Reason, stamp(m.At))
+			continue
+		}
 		fmt.Fprintf(&b, "\n- %s: task %s became available (%s) at %s", m.MessageID, m.TaskID, m.Reason, stamp(m.At))
 	}
 	r.Message = b.String()

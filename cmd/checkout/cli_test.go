@@ -412,6 +412,7 @@ func TestCheckoutKeepsTheSkillsLayout(t *testing.T) {
 		`  Locked at: 2026-03-20T14:30:00Z\n` +
 		`  Timeout: 30m \(auto-release at 15:00\)\n` +
 		`  Expires at: 2026-03-20 15:00 UTC \(in 30m\)\n` +
+		`  Retry after: 30m \(the lease expires\)\n` +
 		`  Suggestion: wait or pick another task\n$`)
 	r = runCLI(t, e.srv.URL(), e.keys["agent-c3d4"], "task-1")
 	if r.code != exitConflict || !denied.MatchString(r.stdout) {

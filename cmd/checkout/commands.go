@@ -235,7 +235,7 @@ func (a *app) checkout(cmd *cobra.Command, taskID string, f *checkoutFlags) erro
 		case errors.As(err, &ce) && ownLease(ce, s):
 			return func(w io.Writer) { printHeld(w, ce.Holder) }, nil
 		case errors.As(err, &ce):
-			return func(w io.Writer) { printDenied(w, taskID, ce.Holder, f.watch) }, &exitStatus{exitConflict}
+			return func(w io.Writer) { printDenied(w, taskID, ce, f.watch) }, &exitStatus{exitConflict}
 		case err != nil:
 			return nil, err
 		case alreadyHeld(co):

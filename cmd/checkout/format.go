@@ -115,11 +115,20 @@ func printHeld(w io.Writer, co client.Checkout) {
 	fmt.Fprintf(w, "  Run: export CHECKOUT_RUN_ID=%s to act as this run, or give --fence %d to renew, release and complete\n", co.RunID, co.Fence)
 }
 
-func printDenied(w io.Writer, taskID string, h client.Checkout, watching bool) {
+// printDenied reports a conflict in the skill's layout, with a Retry after
+// line: how long until the lease can end without its holder, and what ends
+// it then (its expiry, or the holder's heartbeat running out).
+func printDenied(w io.Writer, taskID string, ce *client.ConflictError, watching bool) {
+	h := ce.Holder
 	fmt.Fprintf(w, "Checkout DENIED: %s\n", taskID)
 	fmt.Fprintf(w, "  Held by: %s\n", who(h.AgentName, h.AgentID))
 	fmt.Fprintf(w, "  Locked at: %s\n", stamp(h.LockedAt))
 	timeoutLine(w, h)
+	end := "the lease expires"
+	if ce.HeartbeatExpiresAt != nil && ce.HeartbeatExpiresAt.Before(h.ExpiresAt) {
+		end = "the holder's heartbeat runs out at " + stamp(*ce.HeartbeatExpiresAt) + " unless it sends another"
+	}
+	fmt.Fprintf(w, "  Retry after: %s (%s)\n", compact(ce.RetryAfter), end)
 	if watching {
 		fmt.Fprintf(w, "  Watching: your inbox gets a message when it is released\n")
 	}

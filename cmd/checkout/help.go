@@ -110,7 +110,7 @@ const watchShort = "Get an inbox message when a task becomes available"
 const watchExample = `  checkout watch task-d4e5
   checkout task-d4e5 --watch     # check out, or watch when it is held`
 
-const inboxShort = "List your inbox: tasks you watched that became available"
+const inboxShort = "List your inbox: tasks you watched that became available, and leases you lost"
 
 const inboxExample = `  checkout inbox
   checkout inbox delete 1774017480000.1.task-d4e5`

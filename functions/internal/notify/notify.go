@@ -2,7 +2,7 @@
 // putting events on an Amazon EventBridge bus.
 //
 // Every notice becomes one event with source "checkout", detail-type
-// "TaskAvailable" or "LeaseEnded" (the lease.Notice kind) and, as detail,
+// "TaskAvailable", "LeaseEnded" or "LeaseLost" (the lease.Notice kind) and, as detail,
 // the notice's stable id and the lease event in the API's JSON shape:
 //
 //	{"id":"task-d4e5:31:TaskAvailable",
