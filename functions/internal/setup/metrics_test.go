@@ -159,7 +159,8 @@ func TestFunctionsWriteBusinessMetrics(t *testing.T) {
 	do(checkoutKey, "/api/tasks/t1/checkout", "bob", `{"timeout":"1m"}`, 200)
 	got(map[string]float64{deploy.MetricCheckouts: 1})
 	drain()
-	got(map[string]float64{deploy.MetricTakeovers: 1, deploy.MetricLeaseTimeouts: 1, deploy.MetricNoticesPublished: 1})
+	// LeaseEnded, and LeaseLost to alice, whose lease was taken over.
+	got(map[string]float64{deploy.MetricTakeovers: 1, deploy.MetricLeaseTimeouts: 1, deploy.MetricNoticesPublished: 2})
 
 	do(claimKey, "/api/claim", "alice", `{"timeout":"1m"}`, 200) // t2
 	do(claimKey, "/api/claim", "alice", `{}`, 404)
@@ -173,7 +174,8 @@ func TestFunctionsWriteBusinessMetrics(t *testing.T) {
 	}
 	lines := got(map[string]float64{deploy.MetricSweepEnded: 2, deploy.MetricSweepDuration: 0})
 	drain()
-	got(map[string]float64{deploy.MetricLeaseTimeouts: 2, deploy.MetricNoticesPublished: 4})
+	// Per lease: LeaseEnded, TaskAvailable, and LeaseLost to its holder.
+	got(map[string]float64{deploy.MetricLeaseTimeouts: 2, deploy.MetricNoticesPublished: 6})
 	var runs []map[string]any
 	for _, l := range lines {
 		if l["msg"] == "sweep" {
