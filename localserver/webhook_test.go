@@ -125,7 +125,9 @@ func TestWebhooksAndFeed(t *testing.T) {
 		handed[id]++
 	}
 	got := recv.Delivered()
-	if len(handed) != 4*2+2*1 { // releases and timeouts: LeaseEnded and TaskAvailable; completions: LeaseEnded
+	// Releases: LeaseEnded and TaskAvailable; timeouts: those and LeaseLost
+	// to the former holder; completions: LeaseEnded.
+	if len(handed) != 2*2+2*3+2*1 {
 		t.Fatalf("%d notices: %v", len(handed), handed)
 	}
 	for id, n := range handed {
