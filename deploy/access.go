@@ -73,7 +73,8 @@ var Grants = map[string][]Grant{
 		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
 		// Messages; Query and DeleteItem: the watches a freeing tells, read
 		// and then used up.
-		{Table: schema.InboxTable, Actions: []string{"PutItem", "Query", "DeleteItem"}},
+		// UpdateItem: a watch placed again after the freeing stays, moved.
+		{Table: schema.InboxTable, Actions: []string{"PutItem", "Query", "DeleteItem", "UpdateItem"}},
 		// Webhook deliveries that failed for good.
 		{Table: schema.WebhookDeadLettersTable, Actions: []string{"PutItem"}},
 	},

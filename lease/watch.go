@@ -3,8 +3,11 @@ package lease
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -54,8 +57,12 @@ type watchItem struct {
 	Partition string `dynamodbav:"agent_id"`   // "#watch#<task_id>"
 	AgentID   string `dynamodbav:"message_id"` // the watcher
 	At        int64  `dynamodbav:"at"`
-	ESeq      int64  `dynamodbav:"eseq"`
-	TTL       int64  `dynamodbav:"ttl"`
+	// ESeq is the task's eseq when the watch was first placed: a freeing
+	// after it tells the watch. LastESeq is the task's eseq at the latest
+	// watch: a freeing before it does not use the watch up.
+	ESeq     int64 `dynamodbav:"eseq"`
+	LastESeq int64 `dynamodbav:"last_eseq,omitempty"`
+	TTL      int64 `dynamodbav:"ttl"`
 }
 
 func watchPartition(taskID string) string { return "#watch#" + taskID }
@@ -97,6 +104,7 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 	now := s.clock()
 	upd := expression.Set(expression.Name("at"), expression.Value(ms(now))).
 		Set(expression.Name("ttl"), expression.Value(now.Add(watchRetention).Unix())).
+		Set(expression.Name("last_eseq"), expression.Value(cur.ESeq)).
 		Set(expression.Name("eseq"), expression.IfNotExists(expression.Name("eseq"), expression.Value(cur.ESeq)))
 	expr, err := expression.NewBuilder().WithUpdate(upd).Build()
 	if err != nil {
@@ -126,25 +134,53 @@ func (s *Store) watches(ctx context.Context, taskID string) ([]watchItem, error)
 	return out, nil
 }
 
-// dropWatch deletes a watch a freeing has told, unless the agent has
-// watched again since (a later eseq).
-func (s *Store) dropWatch(ctx context.Context, w watchItem) error {
-	expr, _ := expression.NewBuilder().WithCondition(expression.Name("eseq").Equal(expression.Value(w.ESeq))).Build()
+// dropWatch uses up a watch that the freeing of event seq seq has told:
+// it deletes it, unless the agent watched again after that freeing (its
+// last_eseq is not before seq), in which case the watch stays, placed at
+// that later watch, for the next freeing, as an entry added to a watch
+// list after the freeing's write would have.
+func (s *Store) dropWatch(ctx context.Context, w watchItem, seq int64) error {
+	key := map[string]types.AttributeValue{
+		"agent_id":   &types.AttributeValueMemberS{Value: w.Partition},
+		"message_id": &types.AttributeValueMemberS{Value: w.AgentID},
+	}
+	last := expression.Name("last_eseq")
+	expr, _ := expression.NewBuilder().WithCondition(expression.Name("eseq").Equal(expression.Value(w.ESeq)).
+		And(expression.Or(expression.AttributeNotExists(last), last.LessThan(expression.Value(seq))))).Build()
 	_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName: &s.inbox,
-		Key: map[string]types.AttributeValue{
-			"agent_id":   &types.AttributeValueMemberS{Value: w.Partition},
-			"message_id": &types.AttributeValueMemberS{Value: w.AgentID},
-		},
-		ConditionExpression:       expr.Condition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
+		TableName: &s.inbox, Key: key,
+		ConditionExpression:                 expr.Condition(),
+		ExpressionAttributeNames:            expr.Names(),
+		ExpressionAttributeValues:           expr.Values(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	returned, failed := conditionFailed(err)
+	if !failed {
+		if err != nil {
+			return fmt.Errorf("drop the watch of %s on %s: %w", w.AgentID, w.Partition, err)
+		}
+		return nil
+	}
+	var now watchItem
+	if len(returned) == 0 || attributevalue.UnmarshalMap(returned, &now) != nil || now.ESeq != w.ESeq {
+		return nil // gone, or already moved on
+	}
+	// Watched again since the freeing: the watch now waits from there.
+	up, _ := expression.NewBuilder().
+		WithCondition(expression.Name("eseq").Equal(expression.Value(w.ESeq))).
+		WithUpdate(expression.Set(expression.Name("eseq"), last)).Build()
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.inbox, Key: key,
+		ConditionExpression:       up.Condition(),
+		UpdateExpression:          up.Update(),
+		ExpressionAttributeNames:  up.Names(),
+		ExpressionAttributeValues: up.Values(),
 	})
 	if _, failed := conditionFailed(err); failed {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("drop the watch of %s on %s: %w", w.AgentID, w.Partition, err)
+		return fmt.Errorf("move the watch of %s on %s: %w", w.AgentID, w.Partition, err)
 	}
 	return nil
 }
@@ -154,10 +190,12 @@ func (s *Store) dropWatch(ctx context.Context, w watchItem) error {
 // and a freeing with event seq seq takes every watch placed before it that
 // an earlier freeing of the batch did not take.
 type freeingWatches struct {
-	s     *Store
-	read  map[string][]watchItem
-	taken map[string]bool // "task\x00agent"
-	told  []watchItem
+	s    *Store
+	read map[string][]watchItem
+	// placed is, per watch ("task\x00agent"), the eseq it is placed at in
+	// this batch: a freeing after it tells it; -1 once a freeing used it up.
+	placed map[string]int64
+	told   map[string]toldWatch // the latest freeing that told each watch
 }
 
 func (f *freeingWatches) take(ctx context.Context, taskID string, seq int64) (map[string]int64, error) {
@@ -168,27 +206,41 @@ func (f *freeingWatches) take(ctx context.Context, taskID string, seq int64) (ma
 			return nil, err
 		}
 		if f.read == nil {
-			f.read, f.taken = map[string][]watchItem{}, map[string]bool{}
+			f.read, f.placed, f.told = map[string][]watchItem{}, map[string]int64{}, map[string]toldWatch{}
 		}
 		f.read[taskID] = ws
+		for _, w := range ws {
+			f.placed[taskID+"\x00"+w.AgentID] = w.ESeq
+		}
 	}
 	out := map[string]int64{}
 	for _, w := range ws {
 		k := taskID + "\x00" + w.AgentID
-		if w.ESeq < seq && !f.taken[k] {
-			f.taken[k] = true
-			out[w.AgentID] = w.At
-			f.told = append(f.told, w)
+		if p := f.placed[k]; p < 0 || p >= seq {
+			continue
+		}
+		out[w.AgentID] = w.At
+		f.told[k] = toldWatch{w, seq}
+		f.placed[k] = -1
+		if w.LastESeq >= seq {
+			f.placed[k] = w.LastESeq // watched again after this freeing
 		}
 	}
 	return out, nil
 }
 
+// toldWatch is a watch and the seq of the freeing that told it.
+type toldWatch struct {
+	watchItem
+	seq int64
+}
+
 // drop deletes the watches the batch's freeings told, once their messages
 // are written.
 func (f *freeingWatches) drop(ctx context.Context) error {
-	for _, w := range f.told {
-		if err := f.s.dropWatch(ctx, w); err != nil {
+	for _, k := range slices.Sorted(maps.Keys(f.told)) {
+		t := f.told[k]
+		if err := f.s.dropWatch(ctx, t.watchItem, t.seq); err != nil {
 			return err
 		}
 	}

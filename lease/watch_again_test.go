@@ -29,3 +29,30 @@ func TestWatchingAgainKeepsTheWatchsPlace(t *testing.T) {
 		t.Fatalf("w's inbox %+v, want the release that followed its first watch", msgs)
 	}
 }
+
+// A watch placed again after a freeing, before the stream function has
+// handled it, is told of that freeing and stays for the next one: the
+// second watch came after the first freeing. Found by
+// TestLinearizabilityWatchForceRemove under load.
+func TestWatchAgainAfterAFreeingWaitsForTheNextOne(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	first := e.checkout(t, "t", "a", time.Hour)
+	if err := e.store.Watch(c, "t", "w"); err != nil {
+		t.Fatal(err)
+	}
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: first.RunID}))
+	second := e.checkout(t, "t", "a", time.Hour)
+	if err := e.store.Watch(c, "t", "w"); err != nil { // after the first freeing, before the stream handled it
+		t.Fatal(err)
+	}
+	if msgs := e.inbox(t, "w"); len(msgs) != 1 {
+		t.Fatalf("after the first release, w's inbox %+v, want its message", msgs)
+	}
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: second.RunID}))
+	if msgs := e.inbox(t, "w"); len(msgs) != 2 {
+		t.Fatalf("after the second release, w's inbox %+v, want a message for each", msgs)
+	}
+}
