@@ -627,7 +627,9 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 		}
 	}
 	slices.Sort(kinds)
-	if !slices.Equal(kinds, []string{"LeaseEnded", "TaskAvailable"}) || !bus.signed || bus.targets[0] != "AWSEvents.PutEvents" {
+	// The timeout: its ending, the task available again, and the lease lost
+	// to its holder.
+	if !slices.Equal(kinds, []string{"LeaseEnded", "LeaseLost", "TaskAvailable"}) || !bus.signed || bus.targets[0] != "AWSEvents.PutEvents" {
 		t.Errorf("EventBridge got %v (signed %v, %v)", kinds, bus.signed, bus.targets)
 	}
 	bus.mu.Unlock()
@@ -636,7 +638,7 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 	for fn, want := range map[string]map[string]float64{
 		deploy.Checkouts:  {deploy.MetricCheckouts: 1, deploy.MetricConflicts: 1},
 		deploy.Sweeper:    {deploy.MetricSweepEnded: 1},
-		deploy.Stream:     {deploy.MetricLeaseTimeouts: 1, deploy.MetricNoticesPublished: 2},
+		deploy.Stream:     {deploy.MetricLeaseTimeouts: 1, deploy.MetricNoticesPublished: 3},
 		deploy.Authorizer: {deploy.MetricUnauthorized: 3}, // two asked directly, one on the way to a route
 	} {
 		got := metricSums(g.fns[fn].out)
