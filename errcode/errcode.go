@@ -38,6 +38,10 @@ const (
 	InvalidTransition = "invalid_transition"
 	TooManyWatchers   = "too_many_watchers"
 	CannotRemoveAdmin = "cannot_remove_admin"
+	Blocked           = "blocked"
+	NotReady          = "not_ready"
+	InvalidDependency = "invalid_dependency"
+	DependencyCycle   = "dependency_cycle"
 	Unavailable       = "unavailable"
 	Internal          = "internal"
 )
@@ -98,6 +102,10 @@ var All = []Code{
 	{InvalidTransition, http.StatusConflict, Denied, "the task's status does not allow the status change asked for"},
 	{TooManyWatchers, http.StatusConflict, Denied, "the task has as many watchers as it may have"},
 	{CannotRemoveAdmin, http.StatusConflict, Denied, "the built-in admin cannot be removed"},
+	{Blocked, http.StatusConflict, Denied, "the task is blocked: blocked_by lists its blockers that are not done"},
+	{NotReady, http.StatusConflict, Denied, "the task may not be granted before not_before"},
+	{InvalidDependency, http.StatusBadRequest, Invalid, "blocked_by names an unknown task, the task itself, or more than 20 tasks"},
+	{DependencyCycle, http.StatusBadRequest, Invalid, "blocked_by would close a cycle of dependencies"},
 	{Unavailable, http.StatusServiceUnavailable, Failed, "the database cannot be reached; retry shortly (Retry-After)"},
 	{Internal, http.StatusInternalServerError, Failed, "a bug; the details are logged with the request id"},
 }

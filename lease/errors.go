@@ -42,7 +42,36 @@ func (e *TransitionError) Unwrap() error { return ErrInvalidTransition }
 
 var (
 	ErrInvalidTransition = errors.New("lease: invalid status transition")
+	// ErrBlocked: a checkout of a blocked task (BlockedError).
+	ErrBlocked = errors.New("lease: task is blocked")
+	// ErrNotReady: a checkout before the task's not_before (NotReadyError).
+	ErrNotReady = errors.New("lease: task is not ready yet")
 )
+
+// BlockedError answers a checkout of a blocked task: the blockers that
+// are not done, with their statuses.
+type BlockedError struct {
+	TaskID    string
+	BlockedBy []Blocker
+}
+
+func (e *BlockedError) Error() string {
+	return fmt.Sprintf("task %s is blocked by %d task(s) not done", e.TaskID, len(e.BlockedBy))
+}
+
+func (e *BlockedError) Unwrap() error { return ErrBlocked }
+
+// NotReadyError answers a checkout before the task's not_before.
+type NotReadyError struct {
+	TaskID    string
+	NotBefore time.Time
+}
+
+func (e *NotReadyError) Error() string {
+	return fmt.Sprintf("task %s is not ready before %s", e.TaskID, e.NotBefore.UTC().Format(time.RFC3339))
+}
+
+func (e *NotReadyError) Unwrap() error { return ErrNotReady }
 
 // ConflictError is returned when another live lease holds the task. It
 // says when the caller may come back: the lease can end without its

@@ -7,7 +7,9 @@ import (
 
 // Notice kinds.
 const (
-	// NoticeTaskAvailable: a lease ended and its task went back to todo.
+	// NoticeTaskAvailable: a task became available: a lease ended and the
+	// task went back to todo, or its last blocker was completed (the
+	// event's type is then unblocked).
 	NoticeTaskAvailable = "TaskAvailable"
 	// NoticeLeaseEnded: a lease ended, for any reason.
 	NoticeLeaseEnded = "LeaseEnded"
@@ -16,6 +18,8 @@ const (
 	// a cancel by someone else, a takeover); its former holder has a
 	// lease_lost message.
 	NoticeLeaseLost = "LeaseLost"
+	// NoticeTaskFailed: a task used up its attempts and became failed.
+	NoticeTaskFailed = "TaskFailed"
 )
 
 // Notice is something an orchestrator may want to hear about.

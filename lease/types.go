@@ -14,19 +14,26 @@ const (
 	StatusInProgress Status = "in_progress"
 	StatusDone       Status = "done"
 	StatusCancelled  Status = "cancelled"
+	// StatusBlocked: at least one of the task's blockers is not done
+	// (deps.go). Claim never hands it out; a named checkout answers
+	// BlockedError.
+	StatusBlocked Status = "blocked"
+	// StatusFailed: the task used up its attempts (MaxAttempts). Terminal,
+	// like done, until a PATCH reopens it.
+	StatusFailed Status = "failed"
 )
 
-// Valid reports whether s is one of the four statuses.
+// Valid reports whether s is one of the statuses.
 func (s Status) Valid() bool {
 	switch s {
-	case StatusTodo, StatusInProgress, StatusDone, StatusCancelled:
+	case StatusTodo, StatusInProgress, StatusDone, StatusCancelled, StatusBlocked, StatusFailed:
 		return true
 	}
 	return false
 }
 
 // Statuses lists every status in the order that listings walk them.
-var Statuses = []Status{StatusTodo, StatusInProgress, StatusDone, StatusCancelled}
+var Statuses = []Status{StatusTodo, StatusBlocked, StatusInProgress, StatusDone, StatusCancelled, StatusFailed}
 
 // Checkout is a live lease on a task.
 type Checkout struct {
@@ -44,6 +51,9 @@ type Checkout struct {
 	Title    string
 	Queue    string
 	Priority int
+	// Attempt is which attempt of the task this lease is: 1 for the first
+	// grant since the task was created or reopened.
+	Attempt int
 }
 
 // Remaining is how long the lease has left at now, never negative.
@@ -74,6 +84,28 @@ type Task struct {
 	// Checkout is the live lease, or nil. A lease that has expired or whose
 	// holder is dead is never reported here, whether or not the sweep has run.
 	Checkout *Checkout
+
+	// The work graph (deps.go). BlockedBy is every blocker with its
+	// status now; Blocks the ids of the tasks that name this one.
+	BlockedBy []Blocker
+	Blocks    []string
+	// Attempts counts the grants since the task was created or reopened;
+	// at MaxAttempts a failed attempt makes the task failed.
+	Attempts    int
+	MaxAttempts int
+	// RetryDelay is the wait after the first failed release; it doubles
+	// with each failure since the last reopen, up to MaxRetryWait.
+	RetryDelay time.Duration
+	// NotBefore is when the task may be granted again, or nil.
+	NotBefore *time.Time
+	// LastError is the error of the latest failed release ("" for none).
+	LastError string
+}
+
+// Blocker is a task another task is blocked by, with its status.
+type Blocker struct {
+	TaskID string
+	Status Status
 }
 
 // Duration is CompletedAt - StartedAt for a completed task.
@@ -107,6 +139,12 @@ const (
 	// EventCancel ends a live lease by cancelling its task (PATCH status
 	// cancelled, by the holder or an admin).
 	EventCancel EventType = "cancel"
+	// EventUnblocked: the task's last blocker was completed, and the task
+	// became todo.
+	EventUnblocked EventType = "unblocked"
+	// EventFailed: an attempt failed at the task's MaxAttempts, and the
+	// task became failed; the reason is how the attempt ended.
+	EventFailed EventType = "failed"
 )
 
 // EndsLease reports whether an event of this type ends a lease.
@@ -133,7 +171,24 @@ type Event struct {
 	// and for takeovers.
 	By     string
 	Reason string
+	// Outcome and Error are a release's: OutcomeDone or OutcomeFailed,
+	// and the failure's error ("" for none).
+	Outcome ReleaseOutcome
+	Error   string
 }
+
+// ReleaseOutcome says how the attempt a release ends went.
+type ReleaseOutcome string
+
+const (
+	// OutcomeNone is a plain release: not a failure.
+	OutcomeNone ReleaseOutcome = ""
+	// OutcomeDone is a release whose attempt went well (not a failure).
+	OutcomeDone ReleaseOutcome = "done"
+	// OutcomeFailed is a failed attempt: it counts towards MaxAttempts
+	// and delays the task's next grant by its retry delay.
+	OutcomeFailed ReleaseOutcome = "failed"
+)
 
 // BySystem is the Event.By of transitions made by the service itself.
 const BySystem = "system"
@@ -227,6 +282,15 @@ type CreateTaskParams struct {
 	Queue       string // default DefaultQueue
 	Priority    *int   // 0..9, default DefaultPriority
 	Metadata    json.RawMessage
+	// BlockedBy names up to MaxBlockers existing tasks; the task is
+	// blocked until every one is done.
+	BlockedBy []string
+	// MaxAttempts is 1..MaxMaxAttempts, default DefaultMaxAttempts.
+	MaxAttempts *int
+	// RetryDelay is 0..MaxRetryWait, default DefaultRetryDelay.
+	RetryDelay *time.Duration
+	// NotBefore, when set, keeps the task from being granted until then.
+	NotBefore *time.Time
 }
 
 // BatchOutcome says what a batch create did with one task.
@@ -262,6 +326,14 @@ type UpdateTaskParams struct {
 	// IfVersion, when non-zero, makes the change a compare-and-set on the
 	// task's version (ErrVersionMismatch).
 	IfVersion int64
+	// BlockedBy, when not nil, replaces the task's blockers (an empty
+	// list: none). Only a todo or blocked task may change them.
+	BlockedBy   *[]string
+	MaxAttempts *int
+	RetryDelay  *time.Duration
+	// SetNotBefore says NotBefore is given: a time, or nil to clear it.
+	SetNotBefore bool
+	NotBefore    *time.Time
 }
 
 type ListTasksParams struct {
@@ -307,6 +379,10 @@ type ReleaseParams struct {
 	// role). It is audited as force_release.
 	Force  bool
 	Reason string
+	// Outcome says how the attempt went; OutcomeFailed counts a failure
+	// (Error, up to MaxErrorLen, says what went wrong).
+	Outcome ReleaseOutcome
+	Error   string
 }
 
 type CompleteParams struct {
@@ -353,4 +429,15 @@ const (
 	MaxBatch          = 25
 	MaxClaimQueues    = 10
 	MaxClaimWait      = 20 * time.Second
+
+	// The work graph.
+	MaxBlockers        = 20
+	DefaultMaxAttempts = 5
+	MaxMaxAttempts     = 100
+	DefaultRetryDelay  = 10 * time.Second
+	// MaxRetryWait caps both a task's retry delay and the wait it grows
+	// to (retry delay x 2^(failures-1)).
+	MaxRetryWait = time.Hour
+	// MaxErrorLen bounds a failed release's error (2 KiB).
+	MaxErrorLen = 2 << 10
 )

@@ -34,6 +34,10 @@ const (
 	CodeInvalidID      = errcode.InvalidID
 	CodeInvalidTimeout = errcode.InvalidTimeout
 	CodeInvalidRequest = errcode.InvalidRequest
+	// CodeInvalidDependency and CodeDependencyCycle refuse a blocked_by
+	// (deps.go).
+	CodeInvalidDependency = errcode.InvalidDependency
+	CodeDependencyCycle   = errcode.DependencyCycle
 )
 
 // MaxCursorLen bounds a listing cursor as a caller gives it; the cursors
