@@ -9,10 +9,11 @@ import agents from './agents.js';
 import queues from './queues.js';
 import events from './events.js';
 import task from './task.js';
+import tasks from './tasks.js';
 
 const REFRESH_MS = 3000;
 
-const views = { checkouts, agents, queues, events, task };
+const views = { checkouts, tasks, agents, queues, events, task };
 
 // ctx is what every view shares.
 const ctx = {
@@ -24,6 +25,9 @@ const ctx = {
   confirm,
   notice,
   refresh: () => refresh(),
+  // setArg records a view's own change of its argument (a filter) in the
+  // address, without moving focus, and loads again.
+  setArg: (arg) => setArg(arg),
   signOut: (message) => signOut(message),
 };
 
@@ -159,6 +163,8 @@ function parse(hash) {
   if (name === 'task' && rest) {
     try { return { view: 'task', arg: decodeURIComponent(rest) }; } catch { return null; }
   }
+  // #/tasks/<status>/<queue>: the task list, filtered ("all" for any status).
+  if (name === 'tasks') return { view: 'tasks', arg: rest || null };
   if (views[name] && name !== 'task') return { view: name, arg: null };
   return null;
 }
@@ -197,6 +203,14 @@ function route(initial = false) {
 }
 
 window.addEventListener('hashchange', () => route());
+
+function setArg(arg) {
+  if (!current) return;
+  current = { ...current, arg };
+  history.replaceState(null, '', `#/${current.view}${arg ? '/' + arg : ''}`);
+  document.title = `${views[current.view].title(arg)} · checkout`;
+  refresh();
+}
 
 // --- refresh -------------------------------------------------------------
 

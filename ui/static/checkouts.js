@@ -87,7 +87,7 @@ function makeRow() {
   return h('tr', {},
     td('Task', h('span', { class: 'task-cell' }), h('span', { class: 'sub title' }), h('span', { class: 'badge queue' })),
     td('Holder', h('span', { class: 'holder-name' }), h('span', { class: 'sub mono holder-id' })),
-    td('Fence', h('span', { class: 'mono fence' })),
+    td('Fence', h('span', { class: 'mono fence' }), h('span', { class: 'sub attempt', hidden: true })),
     td('Locked at', h('time', { class: 'locked' })),
     td('Remaining', makeBar()),
     td('Reason', h('span', { class: 'reason' })),
@@ -107,6 +107,9 @@ function updateRow(row, c) {
   text(row.querySelector('.holder-name'), c.agent_name || c.agent_id);
   text(row.querySelector('.holder-id'), c.agent_id);
   text(row.querySelector('.fence'), '#' + c.fence);
+  const attempt = row.querySelector('.attempt');
+  text(attempt, typeof c.attempt === 'number' ? `attempt ${c.attempt}` : '');
+  attempt.hidden = typeof c.attempt !== 'number';
   setTime(row.querySelector('.locked'), c.locked_at);
   text(row.querySelector('.reason'), c.reason || '—');
   updateBar(row.querySelector('.bar'), c, performance.now());

@@ -2,6 +2,8 @@
 // (textContent, text nodes, attribute values); nothing is ever parsed as
 // HTML.
 
+import { statusWords } from './format.js';
+
 // h builds an element. attrs: class, text, dataset, on<event> handlers, and
 // plain attributes (true: present, null/false/undefined: absent).
 export function h(tag, attrs = {}, ...children) {
@@ -88,6 +90,24 @@ export function td(label, ...children) {
 // taskLink is a link to a task's page.
 export function taskLink(taskID, label) {
   return h('a', { href: '#/task/' + encodeURIComponent(taskID), class: 'task-id' }, label ?? taskID);
+}
+
+// statusBadge is a task's status as a badge: its words, and a class per
+// status for its colour (the words are never left out, so colour is not the
+// only signal).
+export function statusBadge(status) {
+  const el = h('span', { class: 'badge status' });
+  setStatus(el, status);
+  return el;
+}
+
+// setStatus updates a status badge in place.
+export function setStatus(el, status) {
+  status = String(status ?? '');
+  text(el, statusWords(status));
+  const cls = 'badge status status-' + status;
+  if (el.className !== cls) el.className = cls;
+  if (el.dataset.status !== status) el.dataset.status = status;
 }
 
 // options keeps a <select>'s options equal to items (after its first, "all"

@@ -52,13 +52,13 @@ export function agentName(ctx, id) {
 function makeRow() {
   return h('tr', {},
     td('At', h('time', { class: 'ev-at' })),
-    td('Event', h('span', { class: 'ev-type badge' })),
+    td('Event', h('span', { class: 'ev-type badge' }), h('span', { class: 'ev-outcome sub', hidden: true })),
     td('Task', h('span', { class: 'ev-task' })),
     td('Agent', h('span', { class: 'ev-agent' })),
     td('Fence', h('span', { class: 'ev-fence mono' })),
     td('Held', h('span', { class: 'ev-held' })),
     td('By', h('span', { class: 'ev-by' })),
-    td('Reason', h('span', { class: 'ev-reason' })),
+    td('Reason', h('span', { class: 'ev-reason' }), h('span', { class: 'ev-error sub', hidden: true })),
   );
 }
 
@@ -68,19 +68,31 @@ function updateRow(ctx, row, e) {
   if (task.textContent !== e.task_id) task.replaceChildren(taskLink(e.task_id));
 }
 
-// fillEvent writes an event into a row's cells (.ev-at, .ev-type, .ev-agent,
-// .ev-fence, .ev-held, .ev-by, .ev-reason): the fleet feed's rows and a
-// task's timeline share them.
+// fillEvent writes an event into a row's cells (.ev-at, .ev-type,
+// .ev-outcome, .ev-agent, .ev-fence, .ev-held, .ev-by, .ev-reason,
+// .ev-error): the fleet feed's rows and a task's timeline share them. A
+// release says its outcome ("attempt failed", "done") and the error its
+// holder gave, as text.
 export function fillEvent(ctx, row, e) {
   setTime(row.querySelector('.ev-at'), e.at);
   const type = row.querySelector('.ev-type');
   text(type, eventWords(e.type));
   type.className = 'ev-type badge ev-' + e.type;
+  const outcome = row.querySelector('.ev-outcome');
+  text(outcome, OUTCOME_WORDS[e.outcome] || (e.outcome ? `outcome: ${e.outcome}` : ''));
+  outcome.hidden = !e.outcome;
+  if (e.outcome) outcome.dataset.outcome = e.outcome;
+  const error = row.querySelector('.ev-error');
+  text(error, e.error ? `error: ${e.error}` : '');
+  error.hidden = !e.error;
   text(row.querySelector('.ev-agent'), e.agent_id ? agentName(ctx, e.agent_id) : '—');
   text(row.querySelector('.ev-fence'), e.fence ? '#' + e.fence : '—');
   text(row.querySelector('.ev-held'), typeof e.held_seconds === 'number' ? duration(e.held_seconds) : '—');
   text(row.querySelector('.ev-by'), e.by ? agentName(ctx, e.by) : '—');
   text(row.querySelector('.ev-reason'), e.reason || '—');
 }
+
+// How a release's outcome reads.
+const OUTCOME_WORDS = { failed: 'attempt failed', done: 'outcome: done' };
 
 export default view;

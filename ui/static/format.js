@@ -60,6 +60,30 @@ export const EVENT_WORDS = {
   agent_death: 'holder died',
   force_release: 'force released',
   cancel: 'cancelled',
+  unblocked: 'unblocked',
+  failed: 'failed',
 };
 
 export const eventWords = (type) => EVENT_WORDS[type] || String(type);
+
+// The statuses of a task, in the order the dashboard lists them, and their
+// words.
+export const STATUSES = ['todo', 'blocked', 'in_progress', 'done', 'cancelled', 'failed'];
+
+export const STATUS_WORDS = {
+  todo: 'to do',
+  blocked: 'blocked',
+  in_progress: 'in progress',
+  done: 'done',
+  cancelled: 'cancelled',
+  failed: 'failed',
+};
+
+export const statusWords = (s) => STATUS_WORDS[s] || String(s);
+
+// until is how long until a moment, as "in 12s", or '' when it has passed.
+export function until(iso, now = Date.now()) {
+  const t = ms(iso);
+  if (t === null || Number.isNaN(t) || t <= now) return '';
+  return `in ${duration(Math.ceil((t - now) / 1000))}`;
+}

@@ -1,11 +1,15 @@
 // Queues (shown only when the API serves GET /api/queues): tasks by status
-// in each queue, and the age of the oldest task to do.
+// in each queue, and the age of the oldest task to do. Each count links to
+// the task list of that status and queue; blocked and failed tasks, which
+// need someone's attention, stand out when there are any.
 
 import { get } from './api.js';
-import { $, h, text, reconcile, td } from './dom.js';
-import { setTime, ago, ms } from './format.js';
+import { $, h, text, attr, reconcile, td } from './dom.js';
+import { setTime, ago, ms, STATUSES } from './format.js';
+import { makeArg } from './tasks.js';
 
-const STATUSES = ['todo', 'in_progress', 'done', 'cancelled'];
+// The statuses whose counts stand out when they are not zero.
+const ATTENTION = new Set(['blocked', 'failed']);
 
 const view = {
   title: () => 'Queues',
@@ -26,12 +30,12 @@ const view = {
   },
 };
 
-const LABELS = { todo: 'To do', in_progress: 'In progress', done: 'Done', cancelled: 'Cancelled' };
+const LABELS = { todo: 'To do', blocked: 'Blocked', in_progress: 'In progress', done: 'Done', cancelled: 'Cancelled', failed: 'Failed' };
 
 function makeRow() {
   return h('tr', {},
     td('Queue', h('span', { class: 'mono q-name' })),
-    ...STATUSES.map((s) => td(LABELS[s], h('span', { class: 'num q-' + s }))),
+    ...STATUSES.map((s) => td(LABELS[s], h('a', { class: 'num q-count q-' + s }))),
     td('Oldest to do', h('span', { class: 'q-age' }), h('time', { class: 'sub q-oldest' })),
   );
 }
@@ -39,7 +43,14 @@ function makeRow() {
 function updateRow(row, q) {
   row.queue = q;
   text(row.querySelector('.q-name'), q.queue);
-  for (const s of STATUSES) text(row.querySelector('.q-' + s), String(q.counts?.[s] ?? 0));
+  for (const s of STATUSES) {
+    const a = row.querySelector('.q-' + s);
+    const n = Number(q.counts?.[s] ?? 0);
+    text(a, String(n));
+    attr(a, 'href', '#/tasks/' + makeArg(s, q.queue));
+    attr(a, 'aria-label', `${n} ${LABELS[s].toLowerCase()} in queue ${q.queue}`);
+    attr(a, 'data-attention', ATTENTION.has(s) && n > 0 ? s : null);
+  }
   const oldest = row.querySelector('.q-oldest');
   if (q.oldest_todo_at) setTime(oldest, q.oldest_todo_at);
   else text(oldest, '');

@@ -1,12 +1,15 @@
-// A task's page: its fields, its live lease (admins: force release), and its
-// audit trail (GET /api/tasks/{id}/events) drawn as a timeline of leases,
-// with the events listed below.
+// A task's page: its fields, its dependencies and attempts (what blocks it,
+// each blocker with its status; what it blocks; attempts, the retry delay,
+// the wait before its next attempt and its last error), its live lease
+// (admins: force release), and its audit trail (GET /api/tasks/{id}/events)
+// drawn as a timeline of leases, with the events listed below.
 
 import { ApiError, get, post, seg } from './api.js';
-import { $, h, text, attr, reconcile, replace, td } from './dom.js';
-import { setTime, clock, duration, ms, eventWords } from './format.js';
+import { $, h, text, attr, reconcile, replace, td, taskLink, statusBadge } from './dom.js';
+import { setTime, clock, duration, ms, eventWords, until } from './format.js';
 import { makeBar, updateBar, remaining } from './bar.js';
 import { agentName, fillEvent } from './events.js';
+import { attemptsWords, blockerList } from './tasks.js';
 
 let taskID = null;
 let task = null;
@@ -50,6 +53,7 @@ const view = {
     const bar = $('task-lease').querySelector('.bar');
     if (bar && task.checkout) updateBar(bar, { ...task.checkout, seenAt }, now);
     drawTimeline(ctx, now);
+    updateWait();
   },
 
   reset() {
@@ -57,6 +61,8 @@ const view = {
     task = null;
     events = [];
     $('task-fields').replaceChildren();
+    delete $('task-graph').dataset.sig;
+    $('task-graph').replaceChildren();
     $('task-lease').replaceChildren();
     $('timeline').replaceChildren();
     $('task-events-body').replaceChildren();
@@ -78,7 +84,7 @@ function missing(message) {
 // --- fields and lease ----------------------------------------------------
 
 const FIELDS = [
-  ['status', 'Status', (v) => statusWords(v)],
+  ['status', 'Status', (v) => statusBadge(v)],
   ['queue', 'Queue'],
   ['priority', 'Priority'],
   ['version', 'Version'],
@@ -89,8 +95,6 @@ const FIELDS = [
   ['description', 'Description', 'pre'],
   ['metadata', 'Metadata', 'json'],
 ];
-
-const statusWords = (s) => ({ todo: 'to do', in_progress: 'in progress', done: 'done', cancelled: 'cancelled' }[s] || s);
 
 function fieldValue(v, kind) {
   if (v === null || v === undefined || v === '') return h('span', { class: 'muted' }, '—');
@@ -120,6 +124,7 @@ function render(ctx) {
   $('task-content').hidden = false;
   text($('task-title'), task.title || '(no title)');
   dl($('task-fields'), FIELDS.filter(([k]) => k in task).map(([k, label, kind]) => [label, fieldValue(task[k], kind)]));
+  drawGraph();
 
   const c = task.checkout;
   $('task-free').hidden = Boolean(c);
@@ -134,6 +139,7 @@ function render(ctx) {
     dl($('task-lease'), [
       ['Holder', holder],
       ['Fence', '#' + c.fence],
+      ...('attempt' in c ? [['Attempt', typeof task.max_attempts === 'number' ? `${c.attempt} of ${task.max_attempts}` : String(c.attempt)]] : []),
       ['Run id', h('span', { class: 'mono' }, c.run_id)],
       ['Locked at', locked],
       ['Expires at', expires],
@@ -173,6 +179,49 @@ function forceRelease(ctx) {
   });
 }
 
+// --- dependencies and attempts ---------------------------------------------
+
+// drawGraph fills the dependencies-and-attempts panel (hidden for a server
+// that does not send these fields). Every id and error is text; blockers
+// and dependents are links to their pages.
+function drawGraph() {
+  const panel = $('task-graph-panel');
+  const has = ['blocked_by', 'blocks', 'attempts', 'max_attempts', 'retry_delay_seconds', 'not_before', 'last_error'].some((k) => k in task);
+  panel.hidden = !has;
+  if (!has) return;
+  const none = (words) => h('span', { class: 'muted' }, words);
+  const blockedBy = task.blocked_by || [];
+  const blocks = task.blocks || [];
+  const waiting = blockedBy.filter((b) => b.status !== 'done').length;
+  const notBefore = task.not_before
+    ? h('span', { id: 'task-not-before' }, h('time', { class: 'nb-at' }), ' ', h('span', { class: 'nb-in' }))
+    : none('— (claimable now)');
+  if (task.not_before) setTime(notBefore.querySelector('.nb-at'), task.not_before);
+  dl($('task-graph'), [
+    ['Blocked by', blockedBy.length
+      ? h('div', { id: 'task-blocked-by' },
+        blockerList(blockedBy, 'blockers'),
+        h('span', { class: 'sub' }, waiting ? `waiting on ${waiting} of ${blockedBy.length}` : 'every blocker is done'))
+      : none('nothing')],
+    ['Blocks', blocks.length
+      ? h('ul', { id: 'task-blocks', class: 'deps' }, blocks.map((id) => h('li', { dataset: { task: id } }, taskLink(id))))
+      : none('nothing')],
+    ['Attempts', h('span', { id: 'task-attempts' }, attemptsWords(task))],
+    ['Retry delay', typeof task.retry_delay_seconds === 'number' ? `${duration(task.retry_delay_seconds)}, doubling after each failed attempt` : none('—')],
+    ['Not before', notBefore],
+    ['Last error', task.last_error ? h('pre', { id: 'task-last-error', class: 'pre last-error' }, task.last_error) : none('none')],
+  ]);
+  updateWait();
+}
+
+// updateWait writes how long until not_before, every second.
+function updateWait() {
+  const el = $('task-graph').querySelector('.nb-in');
+  if (!el || !task) return;
+  const left = until(task.not_before);
+  text(el, left ? `(${left})` : '(passed)');
+}
+
 // --- timeline ------------------------------------------------------------
 
 const ENDS = new Set(['release', 'complete', 'timeout', 'agent_death', 'force_release', 'cancel']);
@@ -195,7 +244,7 @@ export function leasesOf(evs) {
     if (e.type === 'checkout') l.reason = e.reason || '';
     else if (e.type === 'renew') l.renewals++;
     else if (ENDS.has(e.type) && !l.end) {
-      l.end = { type: e.type, at: ms(e.at), by: e.by, reason: e.reason || '', held: e.held_seconds };
+      l.end = { type: e.type, at: ms(e.at), by: e.by, reason: e.reason || '', held: e.held_seconds, outcome: e.outcome || '', error: e.error || '' };
     }
   }
   return out;
@@ -207,7 +256,7 @@ function how(ctx, l, live) {
   if (!l.end) return 'expired; the sweeper has not recorded its end yet';
   const by = l.end.by && l.end.by !== 'system' ? ` by ${agentName(ctx, l.end.by)}` : '';
   switch (l.end.type) {
-    case 'release': return `released${by}`;
+    case 'release': return l.end.outcome === 'failed' ? `released${by}: the attempt failed` : `released${by}`;
     case 'complete': return `completed${by}`;
     case 'timeout': return 'timed out: not renewed before it expired';
     case 'agent_death': return l.end.reason === 'agent removed' ? 'ended: its holder was removed' : 'ended: its holder died (missed heartbeats)';
@@ -232,7 +281,7 @@ function drawTimeline(ctx, now) {
   $('timeline-empty').hidden = leases.length > 0;
   reconcile($('timeline'), leases.slice().reverse(), (l) => l.fence, makeLease, (el, l) => {
     const isLive = live && live.fence === l.fence && !l.end ? live : null;
-    const state = isLive ? 'live' : l.end ? l.end.type : 'expired';
+    const state = isLive ? 'live' : l.end ? (l.end.type === 'release' && l.end.outcome === 'failed' ? 'failed' : l.end.type) : 'expired';
     if (el.dataset.end !== state) el.dataset.end = state;
     text(el.querySelector('.lease-fence'), '#' + l.fence);
     text(el.querySelector('.lease-holder'), agentName(ctx, l.agent_id));
@@ -244,6 +293,7 @@ function drawTimeline(ctx, now) {
     if (l.renewals) parts.push(`renewed ${l.renewals}×`);
     if (l.reason) parts.push(`reason: ${l.reason}`);
     if (l.end?.reason && l.end.type !== 'agent_death') parts.push(`${eventWords(l.end.type)} because: ${l.end.reason}`);
+    if (l.end?.error) parts.push(`error: ${l.end.error}`);
     text(el.querySelector('.lease-when'), parts.join(' · '));
     const seg1 = el.querySelector('.lease-span');
     const rest = el.querySelector('.lease-rest');
@@ -279,12 +329,12 @@ function drawEvents(ctx) {
   reconcile($('task-events-body'), rows, (e) => `${e.i}:${e.type}:${e.fence}:${e.at}`, () =>
     h('tr', {},
       td('At', h('time', { class: 'ev-at' })),
-      td('Event', h('span', { class: 'ev-type' })),
+      td('Event', h('span', { class: 'ev-type' }), h('span', { class: 'ev-outcome sub', hidden: true })),
       td('Agent', h('span', { class: 'ev-agent' })),
       td('Fence', h('span', { class: 'ev-fence mono' })),
       td('Held', h('span', { class: 'ev-held' })),
       td('By', h('span', { class: 'ev-by' })),
-      td('Reason', h('span', { class: 'ev-reason' })),
+      td('Reason', h('span', { class: 'ev-reason' }), h('span', { class: 'ev-error sub', hidden: true })),
     ), (row, e) => fillEvent(ctx, row, e));
 }
 
