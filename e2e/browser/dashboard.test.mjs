@@ -420,22 +420,140 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     const json = (body) => ({ status: 200, contentType: 'application/json', body: JSON.stringify(body) });
     const now = Date.now();
     await page.route('**/api/queues', (r) => r.fulfill(json({ queues: [
-      { queue: 'default', counts: { todo: 4, in_progress: 2, done: 9, cancelled: 1 }, oldest_todo_at: new Date(now - 600000).toISOString() },
-      { queue: 'gpu', counts: { todo: 0, in_progress: 1, done: 0, cancelled: 0 }, oldest_todo_at: null },
+      { queue: 'default', counts: { todo: 4, blocked: 3, in_progress: 2, done: 9, cancelled: 1, failed: 2 }, oldest_todo_at: new Date(now - 600000).toISOString() },
+      { queue: 'gpu', counts: { todo: 0, blocked: 0, in_progress: 1, done: 0, cancelled: 0, failed: 0 }, oldest_todo_at: null },
     ] })));
     await page.route('**/api/events?*', (r) => r.fulfill(json({ next_cursor: null, events: [
       { type: 'checkout', task_id: 't-x', agent_id: 'alice', run_id: 'r1', fence: 3, at: new Date(now - 60000).toISOString(), by: 'alice', reason: '' },
       { type: 'release', task_id: 't-x', agent_id: 'alice', run_id: 'r1', fence: 3, at: new Date(now - 5000).toISOString(), held_seconds: 55, by: 'alice', reason: 'done' },
+      { type: 'release', task_id: 't-y', agent_id: 'bob', run_id: 'r2', fence: 1, at: new Date(now - 4000).toISOString(), held_seconds: 9, by: 'bob', reason: '', outcome: 'failed', error: 'exit 1: <img src=x onerror=alert(1)>' },
+      { type: 'failed', task_id: 't-y', at: new Date(now - 4000).toISOString(), by: 'system', reason: 'release' },
+      { type: 'unblocked', task_id: 't-z', at: new Date(now - 3000).toISOString(), by: 'system', reason: '' },
     ] })));
     await signIn(page, ADMIN_KEY);
     await page.click('#nav a[data-view="queues"]');
     await page.locator('#queues-body > tr[data-key="default"]').waitFor();
     assert.equal(await page.locator('#queues-body > tr[data-key="default"] .q-todo').textContent(), '4');
     assert.equal(await page.locator('#queues-body > tr[data-key="default"] .q-age').textContent(), '10 min old');
+    // Blocked and failed are counted, stand out when not zero, and link to
+    // their lists.
+    const dflt = page.locator('#queues-body > tr[data-key="default"]');
+    assert.equal(await dflt.locator('.q-blocked').textContent(), '3');
+    assert.equal(await dflt.locator('.q-failed').textContent(), '2');
+    assert.equal(await dflt.locator('.q-failed').getAttribute('data-attention'), 'failed');
+    assert.equal(await dflt.locator('.q-failed').getAttribute('href'), '#/tasks/failed/default');
+    assert.equal(await page.locator('#queues-body > tr[data-key="gpu"] .q-failed').getAttribute('data-attention'), null);
+    assert.deepEqual(await page.locator('#view-queues thead th').allTextContents(),
+      ['Queue', 'To do', 'Blocked', 'In progress', 'Done', 'Cancelled', 'Failed', 'Oldest to do']);
     await page.click('#nav a[data-view="events"]');
-    await page.locator('#events-body > tr').nth(1).waitFor();
-    assert.deepEqual(await page.locator('#events-body .ev-type').allTextContents(), ['released', 'checked out'], 'newest first');
+    await page.locator('#events-body > tr').nth(4).waitFor();
+    assert.deepEqual(await page.locator('#events-body .ev-type').allTextContents(),
+      ['unblocked', 'failed', 'released', 'released', 'checked out'], 'newest first');
+    const failedRelease = page.locator('#events-body > tr').nth(2);
+    assert.equal(await failedRelease.locator('.ev-outcome').textContent(), 'attempt failed');
+    assert.equal(await failedRelease.locator('.ev-error').textContent(), 'error: exit 1: <img src=x onerror=alert(1)>');
+    assert.ok(await page.locator('#events-body > tr').nth(3).locator('.ev-outcome').isHidden(), 'a plain release has no outcome');
+    assert.equal(await page.locator('#events-body img').count(), 0, 'an error is never markup');
     await page.close();
+  });
+
+  test('the work graph: blocked until its blocker is done; failed with its last error as text', async () => {
+    // A blocker and its dependent, through the API.
+    await must(keys.alice, 'POST', '/api/tasks', { task_id: 'g-base', title: 'Build the base image' });
+    const created = await must(keys.alice, 'POST', '/api/tasks', { task_id: 'g-deploy', title: 'Deploy on the base image', blocked_by: ['g-base'] });
+    assert.equal(created.status, 'blocked');
+
+    // The dependent's page: blocked, its blocker listed with its status,
+    // linking to it.
+    await admin.goto(server.url + '/#/task/g-deploy');
+    await admin.locator('#task-title').filter({ hasText: 'Deploy on the base image' }).waitFor();
+    const status = admin.locator('#task-fields .status');
+    await status.filter({ hasText: /^blocked$/ }).waitFor();
+    assert.equal(await status.getAttribute('data-status'), 'blocked');
+    const blocker = admin.locator('#task-blocked-by li[data-task="g-base"]');
+    await blocker.waitFor();
+    assert.equal(await blocker.locator('.status').textContent(), 'to do');
+    assert.equal(await blocker.locator('a.task-id').getAttribute('href'), '#/task/g-base');
+    assert.match(await admin.locator('#task-blocked-by').textContent(), /waiting on 1 of 1/);
+    assert.match(await admin.locator('#task-attempts').textContent(), /^0 of 5$/);
+    await shot(admin, 'task-blocked-1440-light');
+
+    // The task list: the blocked filter lists it, with what it waits on.
+    await admin.goto(server.url + '/#/tasks/blocked');
+    const listed = admin.locator('#tasks-body > tr[data-key="g-deploy"]');
+    await listed.waitFor();
+    assert.equal(await admin.locator('#t-status').inputValue(), 'blocked');
+    assert.equal(await listed.locator('.status').first().textContent(), 'blocked');
+    await listed.locator('.waiting-on li[data-task="g-base"]').waitFor();
+    assert.equal(await admin.locator('#tasks-body > tr[data-key="g-base"]').count(), 0, 'a todo task is not in the blocked list');
+    // Choosing another status keeps it in the address.
+    await admin.selectOption('#t-status', 'todo');
+    await admin.locator('#tasks-body > tr[data-key="g-base"]').waitFor();
+    assert.equal(await admin.evaluate(() => location.hash), '#/tasks/todo');
+    await admin.locator('#tasks-body > tr[data-key="g-deploy"]').waitFor({ state: 'detached' });
+
+    // The blocker's page names its dependent; from there to the dependent.
+    await admin.goto(server.url + '/#/task/g-base');
+    await admin.locator('#task-blocks li[data-task="g-deploy"]').waitFor();
+
+    // The blocker is done (checkout and complete through the API) ...
+    const lease = await must(keys.bob, 'POST', '/api/tasks/g-base/checkout', { timeout: '5m', reason: 'building' });
+    assert.equal(lease.attempt, 1, 'the first grant is attempt 1');
+    await admin.locator('#task-lease').filter({ hasText: /Attempt\s*1 of 5/ }).waitFor({ timeout: 8000 });
+    await must(keys.bob, 'POST', '/api/tasks/g-base/complete', { run_id: lease.run_id, fence: lease.fence });
+    // ... and the server unblocks the dependent within about a second.
+    const deadline = Date.now() + 10000;
+    let dep;
+    for (;;) {
+      dep = await must(keys.alice, 'GET', '/api/tasks/g-deploy');
+      if (dep.status === 'todo' || Date.now() > deadline) break;
+      await sleep(200);
+    }
+    assert.equal(dep.status, 'todo', 'the dependent is todo once its blocker is done');
+    await admin.goto(server.url + '/#/task/g-deploy');
+    await admin.locator('#task-fields .status[data-status="todo"]').waitFor({ timeout: 8000 });
+    assert.equal(await admin.locator('#task-blocked-by li[data-task="g-base"] .status').textContent(), 'done');
+    assert.match(await admin.locator('#task-blocked-by').textContent(), /every blocker is done/);
+    await admin.locator('#task-events-body .ev-type').filter({ hasText: /^unblocked$/ }).waitFor({ timeout: 8000 });
+
+    // A task with one attempt, which fails: failed, its error as text.
+    await must(keys.alice, 'POST', '/api/tasks', { task_id: 'g-fragile', title: 'A flaky migration', max_attempts: 1, retry_delay: '30s' });
+    const try1 = await must(keys.bob, 'POST', '/api/tasks/g-fragile/checkout', { timeout: '5m' });
+    const ERROR = 'boom <b>x</b>';
+    await must(keys.bob, 'POST', '/api/tasks/g-fragile/release', { run_id: try1.run_id, fence: try1.fence, outcome: 'failed', error: ERROR });
+    await admin.goto(server.url + '/#/task/g-fragile');
+    await admin.locator('#task-fields .status[data-status="failed"]').waitFor({ timeout: 8000 });
+    assert.equal(await admin.locator('#task-fields .status').textContent(), 'failed');
+    await admin.locator('#task-last-error').waitFor();
+    assert.equal(await admin.locator('#task-last-error').textContent(), ERROR);
+    assert.equal(await admin.locator('#view-task b').count(), 0, 'the error is never markup');
+    assert.match(await admin.locator('#task-attempts').textContent(), /^1 of 1$/);
+    assert.match(await admin.locator('#task-graph').textContent(), /30s/);
+    await admin.locator('#task-events-body .ev-type').filter({ hasText: /^failed$/ }).waitFor({ timeout: 8000 });
+    const release = admin.locator('#task-events-body > tr').filter({ has: admin.locator('.ev-type', { hasText: /^released$/ }) });
+    assert.equal(await release.locator('.ev-outcome').textContent(), 'attempt failed');
+    assert.equal(await release.locator('.ev-error').textContent(), 'error: ' + ERROR);
+    assert.match(await admin.locator('#timeline > li').first().locator('.lease-how').textContent(), /attempt failed/);
+    assert.equal(await admin.locator('#timeline > li').first().getAttribute('data-end'), 'failed');
+    await noHorizontalScroll(admin);
+    await shot(admin, 'task-failed-1440-light');
+
+    // The failed list shows it with its error; the queues count it.
+    await admin.goto(server.url + '/#/tasks/failed');
+    const failed = admin.locator('#tasks-body > tr[data-key="g-fragile"]');
+    await failed.waitFor();
+    assert.equal(await failed.locator('.last-error').textContent(), 'Last error: ' + ERROR);
+    assert.equal(await admin.locator('#tasks-body b').count(), 0);
+    await shot(admin, 'tasks-failed-1440-light');
+    const [qs, queues] = await api(ADMIN_KEY, 'GET', '/api/queues');
+    if (qs === 200) {
+      const counts = queues.queues.find((q) => q.queue === 'default').counts;
+      await admin.goto(server.url + '/#/queues');
+      const q = admin.locator('#queues-body > tr[data-key="default"]');
+      await q.locator('.q-failed').filter({ hasText: String(counts.failed) }).waitFor();
+      assert.ok(counts.failed >= 1, 'the queue counts the failed task');
+      assert.equal(await q.locator('.q-failed').getAttribute('data-attention'), 'failed');
+    }
   });
 
   test('360 px and 1440 px, light and dark', async () => {
@@ -453,6 +571,10 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
       await page.locator('#timeline > li').nth(1).waitFor();
       await noHorizontalScroll(page);
       await shot(page, `task-360-${scheme}`);
+      await page.goto(server.url + '/#/tasks');
+      await page.locator('#tasks-body > tr[data-key="t-bench"]').waitFor();
+      await noHorizontalScroll(page);
+      await shot(page, `tasks-360-${scheme}`);
       await page.close();
     }
     const wide = await newPage('wide-dark', { width: 1440, height: 900, scheme: 'dark' });
