@@ -152,3 +152,52 @@ func TestFilesKeepToThePolicy(t *testing.T) {
 		t.Errorf("only %d scripts embedded", scripts)
 	}
 }
+
+// Every view the navigation links to has its section and heading in the
+// page and is registered in app.js.
+func TestEveryViewHasItsSection(t *testing.T) {
+	t.Parallel()
+	html := string(files["index.html"].body)
+	app := string(files["app.js"].body)
+	m := regexp.MustCompile(`const views = \{([^}]*)\}`).FindStringSubmatch(app)
+	if m == nil {
+		t.Fatal("app.js has no views table")
+	}
+	registered := map[string]bool{}
+	for _, name := range strings.Split(m[1], ",") {
+		registered[strings.TrimSpace(name)] = true
+	}
+	links := regexp.MustCompile(`<a href="#/([a-z]+)" data-view="([a-z]+)"`).FindAllStringSubmatch(html, -1)
+	if len(links) < 5 {
+		t.Fatalf("only %d views in the navigation", len(links))
+	}
+	for _, l := range links {
+		name := l[2]
+		if l[1] != name {
+			t.Errorf("nav link #/%s is marked as view %s", l[1], name)
+		}
+		for _, id := range []string{"view-" + name, name + "-h"} {
+			if !strings.Contains(html, `id="`+id+`"`) {
+				t.Errorf("view %s: index.html has no #%s", name, id)
+			}
+		}
+		if !registered[name] {
+			t.Errorf("view %s is not in app.js's views", name)
+		}
+	}
+}
+
+// The work graph's statuses (API 1.1) are listed, in the API's order, and
+// the queues view has a column for each.
+func TestEveryStatusIsShown(t *testing.T) {
+	t.Parallel()
+	format := string(files["format.js"].body)
+	if !strings.Contains(format, `export const STATUSES = ['todo', 'blocked', 'in_progress', 'done', 'cancelled', 'failed'];`) {
+		t.Error("format.js does not list the six statuses in the API's order")
+	}
+	html := string(files["index.html"].body)
+	if !strings.Contains(html, `<th scope="col">Queue</th><th scope="col">To do</th><th scope="col">Blocked</th><th scope="col">In progress</th>`) ||
+		!strings.Contains(html, `<th scope="col">Cancelled</th><th scope="col">Failed</th>`) {
+		t.Error("the queues view lacks a column per status")
+	}
+}

@@ -193,6 +193,8 @@ function drawGraph() {
   const blockedBy = task.blocked_by || [];
   const blocks = task.blocks || [];
   const waiting = blockedBy.filter((b) => b.status !== 'done').length;
+  // A cancelled or failed blocker never completes by itself.
+  const stuck = blockedBy.filter((b) => b.status === 'cancelled' || b.status === 'failed').map((b) => b.task_id);
   const notBefore = task.not_before
     ? h('span', { id: 'task-not-before' }, h('time', { class: 'nb-at' }), ' ', h('span', { class: 'nb-in' }))
     : none('— (claimable now)');
@@ -201,7 +203,8 @@ function drawGraph() {
     ['Blocked by', blockedBy.length
       ? h('div', { id: 'task-blocked-by' },
         blockerList(blockedBy, 'blockers'),
-        h('span', { class: 'sub' }, waiting ? `waiting on ${waiting} of ${blockedBy.length}` : 'every blocker is done'))
+        h('span', { class: 'sub' }, waiting ? `waiting on ${waiting} of ${blockedBy.length}` : 'every blocker is done'),
+        stuck.length ? h('span', { class: 'sub stuck' }, `${stuck.join(', ')} will not finish by ${stuck.length > 1 ? 'themselves' : 'itself'}: reopen and complete ${stuck.length > 1 ? 'them' : 'it'}, or change this task’s blockers`) : null)
       : none('nothing')],
     ['Blocks', blocks.length
       ? h('ul', { id: 'task-blocks', class: 'deps' }, blocks.map((id) => h('li', { dataset: { task: id } }, taskLink(id))))
