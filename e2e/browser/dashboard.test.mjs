@@ -530,8 +530,11 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     assert.match(await admin.locator('#task-attempts').textContent(), /^1 of 1$/);
     assert.match(await admin.locator('#task-graph').textContent(), /30s/);
     await admin.locator('#task-events-body .ev-type').filter({ hasText: /^failed$/ }).waitFor({ timeout: 8000 });
+    // The release's error is archived with its event by the change stream
+    // (about a second); until then the event may show without it.
     const release = admin.locator('#task-events-body > tr').filter({ has: admin.locator('.ev-type', { hasText: /^released$/ }) });
     assert.equal(await release.locator('.ev-outcome').textContent(), 'attempt failed');
+    await release.locator('.ev-error').filter({ hasText: 'error: ' + ERROR }).waitFor({ timeout: 8000 });
     assert.equal(await release.locator('.ev-error').textContent(), 'error: ' + ERROR);
     assert.match(await admin.locator('#timeline > li').first().locator('.lease-how').textContent(), /attempt failed/);
     assert.equal(await admin.locator('#timeline > li').first().getAttribute('data-end'), 'failed');

@@ -77,7 +77,7 @@ export function fillEvent(ctx, row, e) {
   setTime(row.querySelector('.ev-at'), e.at);
   const type = row.querySelector('.ev-type');
   text(type, eventWords(e.type));
-  type.className = 'ev-type badge ev-' + e.type;
+  type.className = 'ev-type badge ev-' + e.type + (e.outcome ? ' outcome-' + e.outcome : '');
   const outcome = row.querySelector('.ev-outcome');
   text(outcome, OUTCOME_WORDS[e.outcome] || (e.outcome ? `outcome: ${e.outcome}` : ''));
   outcome.hidden = !e.outcome;
