@@ -41,7 +41,10 @@ var Grants = map[string][]Grant{
 		// by_feed: the fleet feed, GET /api/events.
 		{Table: schema.EventsTable, Actions: []string{"Query"}, QueryIndexes: []string{schema.EventsByFeed}},
 		// A watch is an item of its own: read the task's watches, place one.
-		{Table: schema.InboxTable, Actions: []string{"Query", "UpdateItem"}},
+		// PutItem, DeleteItem: a dependency's edge, put when a task names
+		// its blocker and deleted when it no longer does (Query: a task's
+		// dependents).
+		{Table: schema.InboxTable, Actions: []string{"Query", "UpdateItem", "PutItem", "DeleteItem"}},
 	},
 	Checkouts: {
 		// BatchGetItem: a completion answers with the task and its body.
@@ -67,6 +70,9 @@ var Grants = map[string][]Grant{
 	},
 	// Stream also reads the tasks table's stream (see StreamReaders).
 	Stream: {
+		// UpdateItem: a completion unblocks its dependents; GetItem: a
+		// failed release's error, for its event.
+		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}},
 		// BatchGetItem: watchers' heartbeats and the queue counters, which
 		// UpdateItem moves.
 		{Table: schema.HeartbeatsTable, Actions: []string{"BatchGetItem", "UpdateItem"}},
@@ -79,7 +85,9 @@ var Grants = map[string][]Grant{
 		{Table: schema.WebhookDeadLettersTable, Actions: []string{"PutItem"}},
 	},
 	Sweeper: {
-		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByLeaseExpiry}},
+		// by_claim: delayed tasks whose not_before passed are ranked again.
+		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByLeaseExpiry, schema.TasksByClaim}},
+		// GetItem also reads the queue registry.
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
 	},
 }

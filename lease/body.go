@@ -7,7 +7,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // A task's body, its description and metadata (up to 8 KiB and 4 KiB), is
@@ -36,6 +35,8 @@ type bodyItem struct {
 	Key         string `dynamodbav:"task_id"`
 	Description string `dynamodbav:"description,omitempty"`
 	Metadata    string `dynamodbav:"metadata,omitempty"`
+	// Error is an error item's text (below).
+	Error string `dynamodbav:"error,omitempty"`
 }
 
 func bodyKey(taskID, token string) string { return taskID + "#body#" + token }
@@ -74,44 +75,78 @@ func (s *Store) dropBody(ctx context.Context, taskID, token string) {
 	_, _ = s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.tasks, Key: taskKey(bodyKey(taskID, token))})
 }
 
-// fillBodies reads the bodies that items name, consistently, in batches of
-// 100, and puts their description and metadata on the items.
+// fillBodies reads the bodies that items name, and the error items of
+// their latest failed releases, consistently in one batch, and puts
+// their description, metadata and last error on the items.
 func (s *Store) fillBodies(ctx context.Context, items ...*taskItem) error {
-	want := map[string]*taskItem{}
-	var keys []map[string]types.AttributeValue
+	want := map[string][]*taskItem{}
+	var ids []string
+	add := func(k string, it *taskItem) {
+		if _, dup := want[k]; !dup {
+			ids = append(ids, k)
+		}
+		want[k] = append(want[k], it)
+	}
 	for _, it := range items {
-		if it == nil || it.BodyToken == "" {
+		if it == nil {
 			continue
 		}
-		k := bodyKey(it.TaskID, it.BodyToken)
-		if _, dup := want[k]; !dup {
-			keys = append(keys, taskKey(k))
+		if it.BodyToken != "" {
+			add(bodyKey(it.TaskID, it.BodyToken), it)
 		}
-		want[k] = it
+		if it.LastErrorFence != 0 {
+			add(errorKey(it.TaskID, it.LastErrorFence), it)
+		}
 	}
-	for start := 0; start < len(keys); start += 100 {
-		req := map[string]types.KeysAndAttributes{s.tasks: {Keys: keys[start:min(start+100, len(keys))], ConsistentRead: aws.Bool(true)}}
-		for attempt := 0; len(req) > 0; attempt++ {
-			if attempt > 0 {
-				if err := backoff(ctx, attempt); err != nil {
-					return err
-				}
+	got, err := batchGet[bodyItem](ctx, s.db, s.tasks, uniqueKeys(ids, taskKey), "", nil)
+	if err != nil {
+		return fmt.Errorf("read task bodies: %w", err)
+	}
+	for _, b := range got {
+		for _, it := range want[b.Key] {
+			if b.Key == errorKey(it.TaskID, it.LastErrorFence) {
+				it.LastError = b.Error
+			} else {
+				it.Description, it.Metadata = b.Description, b.Metadata
 			}
-			res, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
-				return fmt.Errorf("read task bodies: %w", err)
-			}
-			var got []bodyItem
-			if err := attributevalue.UnmarshalListOfMaps(res.Responses[s.tasks], &got); err != nil {
-				return err
-			}
-			for _, b := range got {
-				if it := want[b.Key]; it != nil {
-					it.Description, it.Metadata = b.Description, b.Metadata
-				}
-			}
-			req = res.UnprocessedKeys
 		}
 	}
 	return nil
+}
+
+// A failed release's error (up to MaxErrorLen) is an item of its own
+// too, "<task_id>#error#<fence>", written before the release's ending
+// write, which names it (last_error_fence, end_errored): an error on the
+// task item would make every later transition of the task cost up to
+// two more write units. The change stream reads it into the release's
+// event; GET reads it with the body.
+
+func errorKey(taskID string, fence int64) string { return fmt.Sprintf("%s#error#%d", taskID, fence) }
+
+// putError writes the error of the failed release of taskID's lease fence.
+func (s *Store) putError(ctx context.Context, taskID string, fence int64, text string) error {
+	item, err := attributevalue.MarshalMap(bodyItem{Key: errorKey(taskID, fence), Error: text})
+	if err != nil {
+		return err
+	}
+	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.tasks, Item: item}); err != nil {
+		return fmt.Errorf("write the error of %s: %w", taskID, err)
+	}
+	return nil
+}
+
+// readError reads the error of the failed release of taskID's lease
+// fence ("" when there is none).
+func (s *Store) readError(ctx context.Context, taskID string, fence int64) (string, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: &s.tasks, Key: taskKey(errorKey(taskID, fence)), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return "", fmt.Errorf("read the error of %s: %w", taskID, err)
+	}
+	var b bodyItem
+	if err := attributevalue.UnmarshalMap(out.Item, &b); err != nil {
+		return "", err
+	}
+	return b.Error, nil
 }

@@ -41,6 +41,7 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 	var msgs []messageItem
 	var notices []Notice
 	fw := freeingWatches{s: s}
+	var completed []string // blockers whose dependents to unblock
 	ttl := s.clock().Add(s.retention).Unix()
 	for _, ch := range changes {
 		if ch.New == nil {
@@ -64,18 +65,27 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 			}
 			ev.TTL = ttl
 			ev.feedFields(old.LastAt, s.shards.Feed)
+			if ev.errored {
+				text, err := s.readError(ctx, ev.TaskID, ev.Fence)
+				if err != nil {
+					return err
+				}
+				ev.Error = text
+			}
+			if ev.Type == EventComplete && cur.HasDependents {
+				completed = append(completed, ev.TaskID)
+			}
 			item, err := attributevalue.MarshalMap(ev.eventItem)
 			if err != nil {
 				return err
 			}
 			evs = append(evs, types.WriteRequest{PutRequest: &types.PutRequest{Item: item}})
-			if !ev.Type.EndsLease() {
-				continue
-			}
 			e := ev.event()
-			takeover := !ev.frees && ev.Type != EventComplete
-			notices = append(notices, Notice{ID: noticeID(NoticeLeaseEnded, e), Kind: NoticeLeaseEnded, Event: e, Takeover: takeover})
-			if lost(ev.eventItem) {
+			takeover := ev.takeover
+			if ev.Type.EndsLease() {
+				notices = append(notices, Notice{ID: noticeID(NoticeLeaseEnded, e), Kind: NoticeLeaseEnded, Event: e, Takeover: takeover})
+			}
+			if ev.Type.EndsLease() && lost(ev.eventItem) {
 				lockedAt := old.LockedAt
 				if takeover {
 					lockedAt = cur.PrevLocked
@@ -95,7 +105,11 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 			if !ev.frees {
 				continue
 			}
-			notices = append(notices, Notice{ID: noticeID(NoticeTaskAvailable, e), Kind: NoticeTaskAvailable, Event: e})
+			kind := NoticeTaskAvailable
+			if ev.Type == EventFailed {
+				kind = NoticeTaskFailed
+			}
+			notices = append(notices, Notice{ID: noticeID(kind, e), Kind: kind, Event: e})
 			// The watches placed before this freeing, and the watch list a
 			// task item from before watch items may still carry.
 			asked, err := fw.take(ctx, ev.TaskID, ev.Seq)
@@ -135,6 +149,11 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 	}
 	if err := fw.drop(ctx); err != nil {
 		return err
+	}
+	for _, id := range completed {
+		if err := s.unblockDependents(ctx, id); err != nil {
+			return fmt.Errorf("unblock the dependents of %s: %w", id, err)
+		}
 	}
 	var errs []error
 	for _, n := range notices {

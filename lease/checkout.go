@@ -67,6 +67,14 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 				if err := mismatch(cur); err != nil {
 					return Checkout{}, err
 				}
+				if !cur.belowLimit() {
+					// The dead holder's attempt was the task's last: the
+					// task fails instead of being taken over.
+					if _, err := s.endEnded(ctx, cur, now); err != nil {
+						return Checkout{}, err
+					}
+					continue
+				}
 				over = cur
 				continue
 			}
@@ -79,14 +87,40 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 				}
 			}
 			return Checkout{}, conflict(cur, hb)
+		case cur.hasLease() && !cur.belowLimit() && slices.Contains(p.ExpectedStatuses, StatusTodo):
+			// An expired lease that was the task's last attempt: the task
+			// fails; the next look answers its status.
+			if _, err := s.endEnded(ctx, cur, now); err != nil {
+				return Checkout{}, err
+			}
+		case cur.Status == StatusBlocked:
+			return Checkout{}, s.blocked(ctx, cur)
 		default:
 			if err := mismatch(cur); err != nil {
 				return Checkout{}, err
+			}
+			if cur.NotBefore > ms(now) {
+				return Checkout{}, &NotReadyError{TaskID: cur.TaskID, NotBefore: fromMS(cur.NotBefore)}
 			}
 			// The lease ended between the write and the read: try again.
 		}
 	}
 	return Checkout{}, fmt.Errorf("checkout %s: too much contention", p.TaskID)
+}
+
+// blocked is the answer to a checkout of the blocked task cur: its
+// blockers that are not done, as they are now.
+func (s *Store) blocked(ctx context.Context, cur *taskItem) error {
+	if err := s.fillGraph(ctx, cur); err != nil {
+		return err
+	}
+	e := &BlockedError{TaskID: cur.TaskID}
+	for _, b := range cur.task(false).BlockedBy {
+		if b.Status != StatusDone {
+			e.BlockedBy = append(e.BlockedBy, b)
+		}
+	}
+	return e
 }
 
 // conflict is the answer to a checkout that found cur's live lease, with
@@ -193,7 +227,9 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		// makes the task todo in all but name.
 		cond = expression.AttributeNotExists(nameHolder).And(statusOK)
 		if todo {
-			cond = cond.Or(nameExpires.LessThanEqual(expression.Value(ms(now))))
+			// An expired lease's attempt failed: taken over only if it was
+			// not the task's last (else Checkout fails the task).
+			cond = cond.Or(nameExpires.LessThanEqual(expression.Value(ms(now))).And(belowLimitCond()))
 		}
 		cond = expression.AttributeExists(expression.Name("task_id")).And(cond)
 	} else {
@@ -204,7 +240,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		// lease is judged again. Checkout takes it only for a todo checkout.
 		cond = nameHolder.Equal(expression.Value(over.Holder)).
 			And(nameFence.Equal(expression.Value(over.Fence)),
-				nameESeq.Equal(expression.Value(over.ESeq)))
+				nameESeq.Equal(expression.Value(over.ESeq)), belowLimitCond())
 		if over.leaseTimeValid(now) {
 			prevEnd = EventAgentDeath
 			if over.LockedAt <= s.deaths.removedUpTo(over.Holder) {
@@ -224,7 +260,8 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		// moved the task: the write itself checks the queue.
 		cond = cond.And(queueCond(p.queues))
 	}
-	cond = cond.And(timeCond(now))
+	// Never before the task's not_before; each grant is an attempt.
+	cond = cond.And(readyCond(now), timeCond(now))
 	exp := now.Add(p.Timeout)
 	upd := expression.Set(expression.Name("prev_agent"), copyOf("holder")).
 		Set(expression.Name("prev_run"), copyOf("run_id")).
@@ -247,7 +284,9 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(expression.Name("last_at"), expression.Value(ms(now))).
 		Set(namePriorAt, priorAt).
 		Remove(expression.Name("completed_at")). // a task reopened is not done
-		Remove(nameClaimShard)                   // held: out of the claim index
+		Remove(nameClaimShard).                  // held: out of the claim index
+		Remove(nameNotBefore).                   // passed
+		Add(nameAttempts, expression.Value(1))
 	upd = setStatus(upd, p.TaskID, StatusInProgress, s.shards.Status)
 	if p.Reason != "" {
 		upd = upd.Set(expression.Name("reason"), expression.Value(p.Reason))
@@ -271,7 +310,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	return Checkout{
 		TaskID: p.TaskID, AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID,
 		Fence: old.Fence + 1, LockedAt: now, Timeout: p.Timeout, ExpiresAt: exp, Reason: p.Reason,
-		Title: old.Title, Queue: old.queue(), Priority: old.priority(),
+		Title: old.Title, Queue: old.queue(), Priority: old.priority(), Attempt: old.Attempts + 1,
 	}, nil, nil
 }
 
@@ -394,15 +433,92 @@ func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) 
 	if err := CheckReason(p.Reason); err != nil {
 		return Released{}, err
 	}
+	if err := CheckOutcome(p.Outcome, p.Error); err != nil {
+		return Released{}, err
+	}
 	if p.Force {
+		if p.Outcome != OutcomeNone {
+			return Released{}, invalidField("outcome", CodeInvalidRequest, "outcome is the holder's to give, not a force release's")
+		}
 		return s.forceRelease(ctx, p)
 	}
-	e := ending{typ: EventRelease, by: p.AgentID, reason: p.Reason, status: StatusTodo}
+	if p.Outcome == OutcomeFailed {
+		it, err := s.failRelease(ctx, p)
+		if err != nil {
+			return Released{}, err
+		}
+		return released(it), nil
+	}
+	e := ending{typ: EventRelease, by: p.AgentID, reason: p.Reason, status: StatusTodo, outcome: p.Outcome}
 	it, err := s.finish(ctx, p.TaskID, p.AgentID, p.RunID, p.Fence, e)
 	if err != nil {
 		return Released{}, err
 	}
 	return released(it), nil
+}
+
+// failRelease ends the caller's lease as a failed attempt (a release with
+// outcome failed). Unlike a plain release it reads the task first: the
+// ending depends on the attempts made (the last one fails the task) and
+// on the failures before it (the retry wait doubles with each), and the
+// write is pinned to what it read. The error, if any, is written first,
+// as an item of its own (body.go).
+func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, error) {
+	var floor int64
+	for range maxAttempts {
+		cond, hb, now, err := s.holderGuard(ctx, p.AgentID, p.RunID, p.Fence, floor)
+		if err != nil && !errors.Is(err, errDeadCaller) {
+			return nil, err
+		}
+		cur, rerr := s.getTask(ctx, p.TaskID)
+		if rerr != nil {
+			return nil, rerr
+		}
+		mine := cur != nil && cur.Holder == p.AgentID && (p.RunID == "" || cur.RunID == p.RunID) && (p.Fence == 0 || cur.Fence == p.Fence)
+		if err != nil || !mine {
+			if replayEnd(cur, EventRelease, p.AgentID, p.RunID, p.Fence) {
+				return cur, nil
+			}
+			return nil, s.notHolder(ctx, cur, p.AgentID, p.RunID, p.Fence, now, hb)
+		}
+		e := ending{typ: EventRelease, by: p.AgentID, reason: p.Reason, status: StatusTodo,
+			failed: true, outcome: OutcomeFailed, errored: p.Error != ""}
+		if !cur.belowLimit() {
+			e.exhausted = true
+		} else if wait := retryWait(cur.retryDelay(), cur.Failures+1); wait > 0 {
+			e.notBefore, e.rank = ms(now.Add(wait)), cur.rank()
+		}
+		if p.Error != "" {
+			if err := s.putError(ctx, p.TaskID, cur.Fence, p.Error); err != nil {
+				return nil, err
+			}
+		}
+		pin := nameFence.Equal(expression.Value(cur.Fence)).And(countIs(nameAttempts, cur.Attempts), countIs(nameFailures, cur.Failures))
+		it, after, applied, err := s.endLease(ctx, p.TaskID, cond.And(pin), e, now)
+		switch {
+		case err != nil:
+			return nil, err
+		case applied:
+			return after, nil
+		case lostToLater(it, now):
+			floor = it.LastAt
+			continue
+		case replayEnd(it, EventRelease, p.AgentID, p.RunID, p.Fence):
+			return it, nil
+		case it != nil && it.Holder == cur.Holder && it.Fence == cur.Fence && it.leaseTimeValid(now):
+			continue // the counts moved under a live lease: decide again
+		}
+		return nil, s.notHolder(ctx, it, p.AgentID, p.RunID, p.Fence, now, hb)
+	}
+	return nil, fmt.Errorf("release %s: too much contention", p.TaskID)
+}
+
+// countIs says a counter attribute is n (absent counts as 0).
+func countIs(name expression.NameBuilder, n int) expression.ConditionBuilder {
+	if n == 0 {
+		return expression.Or(expression.AttributeNotExists(name), name.Equal(expression.Value(0)))
+	}
+	return name.Equal(expression.Value(n))
 }
 
 // endLease makes an ending write on taskID under cond. Its consequences (the

@@ -198,9 +198,15 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return Checkout{}, err
+			return Checkout{}, ErrNoTaskAvailable
 		}
-		t := time.NewTimer(min(next, left))
+		wait := min(next, left)
+		var ny *noneYet
+		if errors.As(err, &ny) && ny.next != 0 {
+			// A delayed task becomes ready then: look again at once.
+			wait = min(wait, max(fromMS(ny.next).Sub(s.clock()), time.Millisecond))
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -240,13 +246,13 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 	taken := map[string]bool{}
 	for range maxAttempts {
 		readAt := ms(s.clock())
-		cands, err := s.claimCandidates(ctx, cp.queues)
+		cands, next, err := s.claimCandidates(ctx, cp.queues)
 		if err != nil {
 			return Checkout{}, err
 		}
 		cands = slices.DeleteFunc(cands, func(it *taskItem) bool { return taken[it.TaskID] })
 		if len(cands) == 0 {
-			return Checkout{}, ErrNoTaskAvailable
+			return Checkout{}, &noneYet{next: next}
 		}
 		w := s.claims.width(0)
 		cands = s.claims.order(cands, w)
@@ -296,19 +302,34 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 	return Checkout{}, ErrNoTaskAvailable
 }
 
+// noneYet is ErrNoTaskAvailable from a look that saw a task of the queues
+// waiting for its not_before: when a waiting claim should look again.
+type noneYet struct{ next int64 }
+
+func (e *noneYet) Error() string { return ErrNoTaskAvailable.Error() }
+func (e *noneYet) Unwrap() error { return ErrNoTaskAvailable }
+
 // claimCandidates returns the tasks in queues that look available, best
 // first: the head of each shard of each queue in the claim index, read at
 // once. Leases past their expiry and leases of dead holders are not looked
 // for: the sweep ends them and puts their tasks back in the claim index,
 // so a claim reads one index partition per shard per queue, whatever else
 // the fleet holds.
-func (s *Store) claimCandidates(ctx context.Context, queues []string) ([]*taskItem, error) {
+func (s *Store) claimCandidates(ctx context.Context, queues []string) ([]*taskItem, int64, error) {
 	var mu sync.Mutex
 	var out []*taskItem
+	var next int64 // the earliest not_before of a task not ready yet
+	now := ms(s.clock())
 	add := func(items []taskItem) {
 		mu.Lock()
 		defer mu.Unlock()
 		for i := range items {
+			if nb, ok := delayedUntil(items[i].ClaimKey); ok && nb > now {
+				if next == 0 || nb < next {
+					next = nb
+				}
+				continue // waits for its not_before (see "Delays")
+			}
 			if slices.Contains(queues, items[i].queue()) {
 				out = append(out, &items[i])
 			}
@@ -323,7 +344,7 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string) ([]*taskIt
 	// Only what ordering and the grant need is read.
 	perShard := int32(min(claimPage, max(claimHead, (s.claims.window()+s.shards.Claim-1)/s.shards.Claim+1)))
 	proj := expression.NamesList(expression.Name("task_id"), expression.Name("queue"), expression.Name("priority"),
-		expression.Name("created_at"))
+		expression.Name("created_at"), expression.Name("claim_key"))
 	for _, q := range queues {
 		for shard := range s.shards.Claim {
 			g.Go(func() error {
@@ -350,13 +371,15 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string) ([]*taskIt
 		}
 	}
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	for _, it := range out {
+		// Ranked as ready: a task whose not_before has passed ranks by its
+		// priority and age again, wherever its key still puts it.
 		it.ClaimKey = claimKey(it.priority(), it.CreatedAt, it.TaskID)
 	}
 	slices.SortFunc(out, func(a, b *taskItem) int { return strings.Compare(a.ClaimKey, b.ClaimKey) })
-	return slices.CompactFunc(out, func(a, b *taskItem) bool { return a.TaskID == b.TaskID }), nil
+	return slices.CompactFunc(out, func(a, b *taskItem) bool { return a.TaskID == b.TaskID }), next, nil
 }
 
 // claimSpread is the state that spreads concurrent claimers, and wakes

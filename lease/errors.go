@@ -32,9 +32,15 @@ var (
 type TransitionError struct {
 	TaskID   string
 	From, To Status
+	// Field, when set, is the field whose change the status refuses
+	// (blocked_by, on a task that is neither todo nor blocked).
+	Field string
 }
 
 func (e *TransitionError) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("task %s is %s: %s may change only while it is todo or blocked", e.TaskID, e.From, e.Field)
+	}
 	return fmt.Sprintf("task %s cannot go from %s to %s", e.TaskID, e.From, e.To)
 }
 

@@ -260,7 +260,7 @@ func (s *Store) feedQuery(ctx context.Context, shard, pos, horizon string, n int
 }
 
 // EventTypes lists every event type, as the feed's type filter accepts them.
-var EventTypes = []EventType{EventCheckout, EventRenew, EventRelease, EventComplete, EventTimeout, EventAgentDeath, EventForceRelease, "cancel"}
+var EventTypes = []EventType{EventCheckout, EventRenew, EventRelease, EventComplete, EventTimeout, EventAgentDeath, EventForceRelease, EventCancel, EventUnblocked, EventFailed}
 
 func int32ptr(n int) *int32 { v := int32(n); return &v }
 

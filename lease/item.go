@@ -3,6 +3,7 @@ package lease
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -72,6 +73,38 @@ type taskItem struct {
 	// bounded by MaxWatchers.
 	Watchers map[string]int64 `dynamodbav:"watchers,omitempty"`
 
+	// The work graph (deps.go). BlockedBy is the task's blockers as named;
+	// WaitingOn those of them not done when last looked at (a string
+	// set, absent when empty): the task is blocked while it is not empty.
+	// HasDependents says some task has named this one (its edges are
+	// items of the inbox table, "#deps#<task_id>" / dependent).
+	BlockedBy     []string `dynamodbav:"blocked_by,omitempty"`
+	WaitingOn     []string `dynamodbav:"waiting_on,stringset,omitempty"`
+	HasDependents bool     `dynamodbav:"has_dependents,omitempty"`
+	// UnblockedBy is the blocker whose completion unblocked the task.
+	UnblockedBy string `dynamodbav:"unblocked_by,omitempty"`
+	// Attempts counts grants since creation or the last reopen; Failures
+	// the failed attempts among them (the retry delay's exponent).
+	// MaxAttempts and RetryDelayMS are absent on tasks from before the
+	// work graph: the defaults (maxAttempts, retryDelay).
+	Attempts     int    `dynamodbav:"attempts,omitempty"`
+	Failures     int    `dynamodbav:"failures,omitempty"`
+	MaxAttempts  int    `dynamodbav:"max_attempts,omitempty"`
+	RetryDelayMS *int64 `dynamodbav:"retry_delay_ms,omitempty"`
+	// NotBefore (Unix ms) keeps the task from being granted before it.
+	NotBefore int64 `dynamodbav:"not_before,omitempty"`
+	// ClaimRank is the task's claim_key while it is ready; a task
+	// waiting for its not_before has claim_key "~<not_before>#<rank>"
+	// instead, which ranks it after the ready ones (claim.go, "Delays").
+	ClaimRank string `dynamodbav:"claim_rank,omitempty"`
+	// LastErrorFence names the error item ("<task_id>#error#<fence>")
+	// of the latest failed release that carried an error.
+	LastErrorFence int64 `dynamodbav:"last_error_fence,omitempty"`
+	// LastError is that error's text, read with the body (fillBodies).
+	LastError string `dynamodbav:"-"`
+	// graph is what fillGraph read of the task's blockers and dependents.
+	graph *graphView `dynamodbav:"-"`
+
 	// MigratedAt is set on a task copied from a table of the earlier
 	// schema (migrate.go).
 	MigratedAt int64 `dynamodbav:"migrated_at,omitempty"`
@@ -109,6 +142,10 @@ type endRecord struct {
 	EndReason      string    `dynamodbav:"end_reason,omitempty"`
 	EndLeaseSeq    int64     `dynamodbav:"end_lease_seq,omitempty"`
 	EndLeaseReason string    `dynamodbav:"end_lease_reason,omitempty"`
+	// EndOutcome is a release's outcome; EndErrored says it carried an
+	// error, kept in the error item of EndFence.
+	EndOutcome ReleaseOutcome `dynamodbav:"end_outcome,omitempty"`
+	EndErrored bool           `dynamodbav:"end_errored,omitempty"`
 }
 
 // prevRecord is the lease a checkout took over (expired, or its holder
@@ -129,6 +166,64 @@ type prevRecord struct {
 	// PrevEndAt is when an agent_death was seen (the holder read dead),
 	// the time of its event; 0: the checkout's own time.
 	PrevEndAt int64 `dynamodbav:"prev_end_at,omitempty"`
+}
+
+// maxAttempts is the task's attempt limit.
+func (t *taskItem) maxAttempts() int {
+	if t.MaxAttempts == 0 {
+		return DefaultMaxAttempts
+	}
+	return t.MaxAttempts
+}
+
+// retryDelay is the wait after the task's first failed release.
+func (t *taskItem) retryDelay() time.Duration {
+	if t.RetryDelayMS == nil {
+		return DefaultRetryDelay
+	}
+	return time.Duration(*t.RetryDelayMS) * time.Millisecond
+}
+
+// retryWait is the wait after the task's nth failed attempt since its last
+// reopen: the retry delay doubled for each failure before it, at most
+// MaxRetryWait.
+func retryWait(delay time.Duration, n int) time.Duration {
+	w := delay
+	for i := 1; i < n && w < MaxRetryWait; i++ {
+		w *= 2
+	}
+	return min(w, MaxRetryWait)
+}
+
+// rank is the task's claim_key while ready.
+func (t *taskItem) rank() string {
+	if t.ClaimRank != "" {
+		return t.ClaimRank
+	}
+	return claimKey(t.priority(), t.CreatedAt, t.TaskID)
+}
+
+// delayedKey is the claim_key of a task of rank waiting until notBefore
+// (Unix ms): it sorts after every ready task's key ('~' after the digits),
+// earliest first.
+func delayedKey(notBefore int64, rank string) string {
+	return fmt.Sprintf("~%013d#%s", notBefore, rank)
+}
+
+// delayedUntil is the not_before a claim_key says, and whether it is a
+// delayed one.
+func delayedUntil(key string) (int64, bool) {
+	if len(key) < 14 || key[0] != '~' {
+		return 0, false
+	}
+	var nb int64
+	for _, c := range key[1:14] {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		nb = nb*10 + int64(c-'0')
+	}
+	return nb, true
 }
 
 func (t *taskItem) queue() string {
@@ -183,6 +278,7 @@ func (t *taskItem) checkout() Checkout {
 		Title:     t.Title,
 		Queue:     t.queue(),
 		Priority:  t.priority(),
+		Attempt:   t.Attempts,
 	}
 }
 
@@ -200,6 +296,31 @@ func (t *taskItem) task(live bool) Task {
 		Version:     t.Version,
 		Status:      t.Status,
 		CreatedAt:   fromMS(t.CreatedAt),
+		Attempts:    t.Attempts,
+		MaxAttempts: t.maxAttempts(),
+		RetryDelay:  t.retryDelay(),
+	}
+	out.LastError = t.LastError
+	if t.NotBefore != 0 {
+		v := fromMS(t.NotBefore)
+		out.NotBefore = &v
+	}
+	for _, id := range t.BlockedBy {
+		// Statuses are filled in by fillGraph; a blocker still waited on
+		// is not done, one no longer waited on is.
+		st := StatusDone
+		if slices.Contains(t.WaitingOn, id) {
+			st = StatusTodo
+		}
+		if t.graph != nil {
+			if g, ok := t.graph.blockers[id]; ok {
+				st = g
+			}
+		}
+		out.BlockedBy = append(out.BlockedBy, Blocker{TaskID: id, Status: st})
+	}
+	if t.graph != nil {
+		out.Blocks = t.graph.blocks
 	}
 	if t.Metadata != "" {
 		out.Metadata = json.RawMessage(t.Metadata)
@@ -242,7 +363,7 @@ func (t *taskItem) endEvent() (eventItem, bool) {
 	held := heldMS(r.EndType, r.EndLocked, r.EndExpires, r.EndAt)
 	return eventItem{
 		TaskID: t.TaskID, Seq: r.EndSeq, Type: r.EndType, AgentID: r.EndAgent, RunID: r.EndRun,
-		Fence: r.EndFence, At: r.EndAt, HeldMS: &held, By: r.EndBy, Reason: r.EndReason,
+		Fence: r.EndFence, At: r.EndAt, HeldMS: &held, By: r.EndBy, Reason: r.EndReason, Outcome: r.EndOutcome,
 	}, true
 }
 
@@ -268,10 +389,14 @@ func (t *taskItem) replacedCheckout() Checkout {
 }
 
 // itemEvent is an event that a task item's latest write recorded. frees
-// says the task became available by it, so watchers are told.
+// says the task became available by it (or failed), so watchers are
+// told; takeover that it is the end of a lease a checkout took over.
 type itemEvent struct {
 	eventItem
-	frees bool
+	frees, takeover bool
+	// errored: a failed release whose error is in the task's error item
+	// of its fence; the change stream reads it into the event.
+	errored bool
 }
 
 // latestEvents are the events of the item's latest transition, which its
@@ -300,7 +425,7 @@ func (t *taskItem) latestEvents() []itemEvent {
 			out = append(out, itemEvent{eventItem: eventItem{
 				TaskID: t.TaskID, Seq: t.ESeq - 1, PrevSeq: t.ESeq - 2, PrevAt: t.PriorAt, Type: typ, AgentID: t.PrevAgent, RunID: t.PrevRun,
 				Fence: t.PrevFence, At: at, HeldMS: &held, By: BySystem, Reason: reason,
-			}})
+			}, takeover: true})
 		}
 		if t.hasLease() {
 			// A checkout adds two to eseq: its takeover's ending, if any,
@@ -326,12 +451,29 @@ func (t *taskItem) latestEvents() []itemEvent {
 			TaskID: t.TaskID, Seq: t.ESeq, PrevSeq: t.ESeq - 1, PrevAt: t.PriorAt, Type: EventRenew, AgentID: t.Holder, RunID: t.RunID,
 			Fence: t.Fence, At: t.LastAt, By: t.Holder,
 		}}}
+	case EventUnblocked:
+		return []itemEvent{{eventItem: eventItem{
+			TaskID: t.TaskID, Seq: t.ESeq, PrevSeq: t.ESeq - 1, PrevAt: t.PriorAt, Type: EventUnblocked,
+			At: t.LastAt, By: BySystem, Reason: "blocker " + t.UnblockedBy + " is done",
+		}, frees: true}}
+	case EventFailed:
+		// The ending of the task's last attempt, and the task's failure.
+		ev, ok := t.endEvent()
+		if !ok || ev.Seq != t.ESeq-1 {
+			return nil
+		}
+		ev.PrevSeq, ev.PrevAt = ev.Seq-1, t.PriorAt
+		fail := eventItem{
+			TaskID: t.TaskID, Seq: t.ESeq, PrevSeq: ev.Seq, PrevAt: ev.At, Type: EventFailed, AgentID: ev.AgentID,
+			RunID: ev.RunID, Fence: ev.Fence, At: ev.At, By: BySystem, Reason: string(ev.Type),
+		}
+		return []itemEvent{{eventItem: ev, errored: t.EndErrored}, {eventItem: fail, frees: true}}
 	}
 	if ev, ok := t.endEvent(); ok && ev.Seq == t.ESeq {
 		// A cancel frees the task of its lease: watchers are told, with
 		// reason cancel, though the task is not claimable.
 		ev.PrevSeq, ev.PrevAt = ev.Seq-1, t.PriorAt
-		return []itemEvent{{eventItem: ev, frees: ev.Type != EventComplete}}
+		return []itemEvent{{eventItem: ev, frees: ev.Type != EventComplete, errored: t.EndErrored}}
 	}
 	return nil
 }
@@ -443,6 +585,10 @@ type eventItem struct {
 	By      string    `dynamodbav:"by,omitempty"`
 	Reason  string    `dynamodbav:"reason,omitempty"`
 	TTL     int64     `dynamodbav:"ttl,omitempty"`
+	// Outcome and Error are a release's (Error read from its error item
+	// by the stream function when it archives the event).
+	Outcome ReleaseOutcome `dynamodbav:"outcome,omitempty"`
+	Error   string         `dynamodbav:"error,omitempty"`
 	// The fleet feed's keys (index by_feed), set by the stream function
 	// when it archives the event; see feed.go.
 	FeedShard string `dynamodbav:"feed_shard,omitempty"`
@@ -452,7 +598,7 @@ type eventItem struct {
 func (e eventItem) event() Event {
 	ev := Event{
 		Seq: e.Seq, Type: e.Type, TaskID: e.TaskID, AgentID: e.AgentID, RunID: e.RunID,
-		Fence: e.Fence, At: fromMS(e.At), By: e.By, Reason: e.Reason,
+		Fence: e.Fence, At: fromMS(e.At), By: e.By, Reason: e.Reason, Outcome: e.Outcome, Error: e.Error,
 	}
 	if e.HeldMS != nil {
 		d := time.Duration(*e.HeldMS) * time.Millisecond

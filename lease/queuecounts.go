@@ -389,18 +389,9 @@ const MaxQueuesListed = 100
 // that has todo tasks, all at once. Counts are exact up to the stream's
 // delay; oldest_todo_at comes from the claim index and may lag.
 func (s *Store) ListQueues(ctx context.Context) ([]QueueStats, error) {
-	reg, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: &s.heartbeats, Key: agentKey(queueRegistryID), ConsistentRead: aws.Bool(true),
-	})
+	names, err := s.queueNames(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read queue registry: %w", err)
-	}
-	var names []string
-	if ss, ok := reg.Item["queues"].(*types.AttributeValueMemberSS); ok {
-		names = slices.Sorted(slices.Values(ss.Value))
-	}
-	if len(names) > MaxQueuesListed {
-		names = names[:MaxQueuesListed]
+		return nil, err
 	}
 	if len(names) == 0 {
 		return []QueueStats{}, nil
@@ -451,6 +442,25 @@ func (s *Store) ListQueues(ctx context.Context) ([]QueueStats, error) {
 		}
 	}
 	return out, nil
+}
+
+// queueNames is the counted queues' names, the first MaxQueuesListed in
+// name order: one GetItem of the registry.
+func (s *Store) queueNames(ctx context.Context) ([]string, error) {
+	reg, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: &s.heartbeats, Key: agentKey(queueRegistryID), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read queue registry: %w", err)
+	}
+	var names []string
+	if ss, ok := reg.Item["queues"].(*types.AttributeValueMemberSS); ok {
+		names = slices.Sorted(slices.Values(ss.Value))
+	}
+	if len(names) > MaxQueuesListed {
+		names = names[:MaxQueuesListed]
+	}
+	return names, nil
 }
 
 // oldestClaimable is the creation time (epoch ms) of the oldest claimable

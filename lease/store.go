@@ -191,7 +191,31 @@ var (
 	// nameStatusShard is the status index's partition key, kept with the
 	// status by setStatus.
 	nameStatusShard = expression.Name("status_shard")
+	// The work graph's (deps.go).
+	nameAttempts    = expression.Name("attempts")
+	nameMaxAttempts = expression.Name("max_attempts")
+	nameFailures    = expression.Name("failures")
+	nameNotBefore   = expression.Name("not_before")
+	nameWaitingOn   = expression.Name("waiting_on")
 )
+
+// readyCond says the task may be granted at now: no not_before, or one
+// passed.
+func readyCond(now time.Time) expression.ConditionBuilder {
+	return expression.Or(expression.AttributeNotExists(nameNotBefore), nameNotBefore.LessThanEqual(expression.Value(ms(now))))
+}
+
+// belowLimitCond says the task has attempts left: the attempt on it now,
+// if it fails, is not its last. A task from before the work graph has no
+// max_attempts and is at the default.
+func belowLimitCond() expression.ConditionBuilder {
+	return expression.Or(expression.AttributeNotExists(nameAttempts),
+		nameAttempts.LessThan(nameMaxAttempts),
+		expression.AttributeNotExists(nameMaxAttempts).And(nameAttempts.LessThan(expression.Value(DefaultMaxAttempts))))
+}
+
+// belowLimit is belowLimitCond on an item read.
+func (t *taskItem) belowLimit() bool { return t.Attempts < t.maxAttempts() }
 
 // update makes one conditional UpdateItem on a task. When the condition
 // holds it returns the item as rv asks (ALL_OLD: as it was; ALL_NEW: as
@@ -258,6 +282,19 @@ type ending struct {
 	by     string
 	reason string
 	status Status // todo when the task is freed, done when completed
+	// failed says the ending is a failed attempt (timeout, death, a
+	// release with outcome failed): it counts in failures. exhausted says
+	// it is the task's last attempt: the task becomes failed instead of
+	// status, with a failed event after the ending's.
+	failed, exhausted bool
+	// outcome and errored are a release's (errored: its error item was
+	// written, under the lease's fence).
+	outcome ReleaseOutcome
+	errored bool
+	// notBefore (Unix ms), when set, delays the task's next grant; rank
+	// is its claim_key once ready (delayedKey).
+	notBefore int64
+	rank      string
 }
 
 // namePriorAt and priorAt record, in every transition's write, the time of
@@ -285,9 +322,14 @@ func copyOf(name string) expression.OperandBuilder {
 // before queues has none and goes to the default queue); any other ending
 // leaves it out.
 func endUpdate(taskID string, e ending, now time.Time, sh schema.ShardCounts) expression.UpdateBuilder {
+	// An exhausted ending records two events: the ending, then failed.
+	events, lastOp := 1, e.typ
+	if e.exhausted {
+		e.status, events, lastOp = StatusFailed, 2, EventFailed
+	}
 	u := setStatus(expression.UpdateBuilder{}, taskID, e.status, sh.Status).
-		Set(nameESeq, nameESeq.Plus(expression.Value(1))).
-		Set(expression.Name("last_op"), expression.Value(string(e.typ))).
+		Set(nameESeq, nameESeq.Plus(expression.Value(events))).
+		Set(expression.Name("last_op"), expression.Value(string(lastOp))).
 		Set(expression.Name("last_at"), expression.Value(ms(now))).
 		Set(namePriorAt, priorAt).
 		Set(expression.Name("end_seq"), nameESeq.Plus(expression.Value(1))).
@@ -306,8 +348,27 @@ func endUpdate(taskID string, e ending, now time.Time, sh schema.ShardCounts) ex
 	} else {
 		u = u.Remove(expression.Name("end_reason"))
 	}
-	if e.status == StatusDone || e.status == StatusCancelled {
+	if e.status == StatusDone || e.status == StatusCancelled || e.status == StatusFailed {
 		u = u.Set(expression.Name("completed_at"), expression.Value(ms(now)))
+	}
+	if e.failed {
+		u = u.Add(nameFailures, expression.Value(1))
+	}
+	if e.outcome != OutcomeNone {
+		u = u.Set(expression.Name("end_outcome"), expression.Value(string(e.outcome)))
+	} else {
+		u = u.Remove(expression.Name("end_outcome"))
+	}
+	if e.errored {
+		u = u.Set(expression.Name("end_errored"), expression.Value(true)).
+			Set(expression.Name("last_error_fence"), nameFence)
+	} else {
+		u = u.Remove(expression.Name("end_errored"))
+	}
+	if e.notBefore != 0 && e.status == StatusTodo {
+		u = u.Set(nameNotBefore, expression.Value(e.notBefore)).
+			Set(expression.Name("claim_key"), expression.Value(delayedKey(e.notBefore, e.rank))).
+			Set(expression.Name("claim_rank"), expression.Value(e.rank))
 	}
 	if e.status == StatusTodo {
 		u = u.Set(nameClaimShard, expression.IfNotExists(expression.Name("claim_home"), expression.Value(claimHome(DefaultQueue, taskID, sh.Claim))))
@@ -344,7 +405,8 @@ func statusShard(st Status, taskID string, n int) string {
 
 // statusGroup is the status index's name for st's partitions.
 func statusGroup(st Status) string {
-	if st == StatusTodo || st == StatusInProgress {
+	if st == StatusTodo || st == StatusInProgress || st == StatusBlocked {
+		// blocked too: an unblocking updates the entry's status in place.
 		return "open"
 	}
 	return string(st)

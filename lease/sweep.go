@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -56,6 +57,15 @@ const sweepWorkers = 16
 // run at once, each lease ends once, with one event, and each watcher gets
 // one message. Both passes Query sparse indexes; nothing is scanned.
 func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
+	res, err := s.sweepLeases(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Ready, err = s.rankReady(ctx)
+	return res, err
+}
+
+func (s *Store) sweepLeases(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	now := s.clock()
 	// Expired leases are independent of one another: end them sweepWorkers
@@ -155,17 +165,30 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 // or before now): a write that lost to a later transition of the task is
 // tried again, under the same cond, at a time not before that transition.
 func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond expression.ConditionBuilder, typ EventType, reason string, now time.Time) (bool, error) {
+	// The attempt failed. The index does not say whether it was the
+	// task's last: the ending is written for one that was not, and if its
+	// condition fails on the limit alone, for one that was (the task
+	// fails); one write either way but on a task's last attempt.
+	exhausted := false
 	for range maxAttempts {
-		old, _, applied, err := s.endLease(ctx, it.TaskID, cond, ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo}, now)
+		limit := belowLimitCond()
+		if exhausted {
+			limit = expression.Not(limit)
+		}
+		e := ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo, failed: true, exhausted: exhausted}
+		old, _, applied, err := s.endLease(ctx, it.TaskID, cond.And(limit), e, now)
 		switch {
 		case err != nil:
 			return false, err
 		case applied:
 			return true, nil
-		case !lostToLater(old, now):
+		case lostToLater(old, now):
+			now = s.clockAfter(old.LastAt)
+		case old != nil && !exhausted && !old.belowLimit() && old.Holder == it.Holder && old.Fence == it.Fence:
+			exhausted = true
+		default:
 			return false, nil
 		}
-		now = s.clockAfter(old.LastAt)
 	}
 	return false, nil
 }
@@ -306,4 +329,44 @@ func (s *Store) settleDeath(ctx context.Context, hb *heartbeatItem) error {
 	upd := expression.Set(expression.Name("hb_expires"), expression.Name("expires_at")).Remove(expression.Name("dead_at"))
 	_, _, err := s.updateHeartbeat(ctx, hb.AgentID, cond, upd)
 	return err
+}
+
+// rankReady gives the tasks whose not_before has passed their ready
+// claim_key back (claim.go, "Delays"): per queue counted (the first
+// MaxQueuesListed, as GET /api/queues lists them) and claim shard, one
+// Query of the delayed keys up to now, and an UpdateItem per task found,
+// pinned to the key read. It returns how many it ranked.
+func (s *Store) rankReady(ctx context.Context) (int, error) {
+	queues, err := s.queueNames(ctx)
+	if err != nil {
+		return 0, err
+	}
+	now := s.clock()
+	n := 0
+	for _, q := range queues {
+		for shard := range s.shards.Claim {
+			keyCond := expression.Key("claim_shard").Equal(expression.Value(q + "#" + strconv.Itoa(shard))).
+				And(expression.Key("claim_key").Between(expression.Value("~"), expression.Value(delayedKey(ms(now), "~"))))
+			items, err := s.queryTasks(ctx, schema.TasksByClaim, keyCond)
+			if err != nil {
+				return n, fmt.Errorf("sweep delayed tasks: %w", err)
+			}
+			for _, it := range items {
+				cond := expression.Name("claim_key").Equal(expression.Value(it.ClaimKey)).
+					And(expression.AttributeExists(expression.Name("claim_rank")))
+				upd := expression.Set(expression.Name("claim_key"), expression.Name("claim_rank"))
+				_, applied, err := s.update(ctx, it.TaskID, cond, upd, types.ReturnValueNone)
+				if err != nil {
+					return n, err
+				}
+				if applied {
+					n++
+				}
+			}
+		}
+	}
+	if n > 0 {
+		s.claims.wake()
+	}
+	return n, nil
 }

@@ -22,21 +22,76 @@ import (
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
-// CreateTask creates a task in status todo, in its queue's claim index.
+// CreateTask creates a task in status todo, in its queue's claim index,
+// or blocked when a task it names in BlockedBy is not done (deps.go).
 func (s *Store) CreateTask(ctx context.Context, p CreateTaskParams) (Task, error) {
 	it, err := s.newTaskItem(&p)
 	if err != nil {
 		return Task{}, err
 	}
-	cur, err := s.putTask(ctx, it)
+	var blockers map[string]*taskItem
+	if len(it.BlockedBy) > 0 {
+		if blockers, err = s.readBlockers(ctx, it.BlockedBy); err != nil {
+			return Task{}, err
+		}
+	}
+	created, cur, err := s.create(ctx, it, blockers)
 	if err != nil {
 		return Task{}, err
 	}
 	if cur != nil {
 		return Task{}, ErrTaskExists
 	}
+	return created, nil
+}
+
+// create writes a new task item it (checked by newTaskItem) whose
+// blockers were read by readBlockers: the edges and the blockers' flags
+// first, then the task, blocked on those not done, then settle (deps.go).
+// cur is the task that has the id already, if one does.
+func (s *Store) create(ctx context.Context, it taskItem, blockers map[string]*taskItem) (Task, *taskItem, error) {
+	var waiting []string
+	if len(blockers) > 0 {
+		var err error
+		if waiting, err = s.link(ctx, it.TaskID, blockers); err != nil {
+			return Task{}, nil, err
+		}
+		if len(waiting) > 0 {
+			it.WaitingOn = waiting
+			it.Status, it.StatusShard, it.ClaimShard = StatusBlocked, statusShard(StatusBlocked, it.TaskID, s.shards.Status), ""
+		}
+	}
+	cur, err := s.putTask(ctx, it)
+	if err != nil {
+		return Task{}, nil, err
+	}
+	if cur != nil {
+		var stale []string
+		for id := range blockers {
+			if !slices.Contains(cur.BlockedBy, id) {
+				stale = append(stale, id)
+			}
+		}
+		s.unlink(ctx, it.TaskID, stale)
+		return Task{}, cur, nil
+	}
+	if err := s.settle(ctx, it.TaskID, waiting); err != nil {
+		return Task{}, nil, err
+	}
+	if len(waiting) > 0 {
+		// Settled or not, the task is as its item says now.
+		t, err := s.GetTask(ctx, it.TaskID)
+		return t, nil, err
+	}
 	s.claims.wake()
-	return it.task(false), nil
+	t := it.task(false)
+	if len(blockers) > 0 {
+		if err := s.fillGraph(ctx, &it); err != nil {
+			return Task{}, nil, err
+		}
+		t = it.task(false)
+	}
+	return t, nil, nil
 }
 
 // compactMetadata stores metadata as compact JSON text.
@@ -66,7 +121,18 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 	if err := CheckTaskFields(&p.Title, &p.Description, &p.Queue, p.Priority, p.Metadata); err != nil {
 		return taskItem{}, err
 	}
+	if err := CheckWorkFields(p.MaxAttempts, p.RetryDelay); err != nil {
+		return taskItem{}, err
+	}
+	blockers, err := checkBlockers(p.TaskID, p.BlockedBy)
+	if err != nil {
+		return taskItem{}, err
+	}
 	now := s.clock()
+	notBefore, err := checkNotBefore(p.NotBefore, now)
+	if err != nil {
+		return taskItem{}, err
+	}
 	prio := *p.Priority
 	it := taskItem{
 		TaskID: p.TaskID, Title: p.Title, Description: p.Description, Queue: p.Queue, Priority: &prio,
@@ -75,6 +141,20 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 		ClaimHome: claimHome(p.Queue, p.TaskID, s.shards.Claim), ClaimKey: claimKey(prio, ms(now), p.TaskID),
 	}
 	it.ClaimShard = it.ClaimHome
+	it.ClaimRank = it.ClaimKey
+	it.BlockedBy = blockers
+	it.MaxAttempts = DefaultMaxAttempts
+	if p.MaxAttempts != nil {
+		it.MaxAttempts = *p.MaxAttempts
+	}
+	delay := DefaultRetryDelay
+	if p.RetryDelay != nil {
+		delay = *p.RetryDelay
+	}
+	it.RetryDelayMS = aws.Int64(delay.Milliseconds())
+	if notBefore != 0 {
+		it.NotBefore, it.ClaimKey = notBefore, delayedKey(notBefore, it.ClaimRank)
+	}
 	if p.Metadata != nil {
 		it.Metadata = compactMetadata(p.Metadata)
 	}
@@ -145,17 +225,59 @@ func (s *Store) CreateTasks(ctx context.Context, ps []CreateTaskParams) ([]Batch
 		seen[it.TaskID] = true
 		items[i] = it
 	}
+	// Blockers are read before anything is written: each is a task that
+	// exists, or one that comes earlier in the batch. A batch with blockers
+	// is written in its order, so that each task's blockers are there
+	// before it; one without, concurrently.
+	var outside []string
+	graph := false
+	for i, it := range items {
+		for _, id := range it.BlockedBy {
+			graph = true
+			j := slices.IndexFunc(items[:i], func(o taskItem) bool { return o.TaskID == id })
+			switch {
+			case j >= 0:
+			case slices.ContainsFunc(items[i:], func(o taskItem) bool { return o.TaskID == id }):
+				return nil, InBatch(i, invalidField("blocked_by", CodeInvalidDependency, "blocked_by names %s, which comes later in the batch; put blockers first", id))
+			default:
+				outside = append(outside, id)
+			}
+		}
+	}
+	if len(outside) > 0 {
+		got, err := s.readTasks(ctx, outside)
+		if err != nil {
+			return nil, err
+		}
+		for i, it := range items {
+			for _, id := range it.BlockedBy {
+				if slices.Contains(outside, id) && got[id] == nil {
+					return nil, InBatch(i, invalidField("blocked_by", CodeInvalidDependency, "blocked_by names task %s, which does not exist", id))
+				}
+			}
+		}
+	}
 	out := make([]BatchResult, len(items))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
+	if graph {
+		g.SetLimit(1)
+	}
 	for i := range items {
 		g.Go(func() error {
-			cur, err := s.putTask(gctx, items[i])
+			var blockers map[string]*taskItem
+			if len(items[i].BlockedBy) > 0 {
+				var err error
+				if blockers, err = s.readBlockers(gctx, items[i].BlockedBy); err != nil {
+					return err
+				}
+			}
+			created, cur, err := s.create(gctx, items[i], blockers)
 			if err != nil {
 				return err
 			}
 			if cur == nil {
-				out[i] = BatchResult{TaskID: items[i].TaskID, Outcome: BatchCreated, Task: items[i].task(false)}
+				out[i] = BatchResult{TaskID: items[i].TaskID, Outcome: BatchCreated, Task: created}
 				return nil
 			}
 			live, err := s.leaseLive(gctx, cur, s.clock())
@@ -183,7 +305,23 @@ func (s *Store) GetTask(ctx context.Context, taskID string) (Task, error) {
 	if err := s.fillBodies(ctx, it); err != nil {
 		return Task{}, err
 	}
+	if err := s.fillGraph(ctx, it); err != nil {
+		return Task{}, err
+	}
 	return it.task(live), nil
+}
+
+// checkNotBefore checks a not_before given on create or PATCH, and returns
+// it in Unix ms: 0 for none, or for a time not after now (it keeps
+// nothing from being granted).
+func checkNotBefore(t *time.Time, now time.Time) (int64, error) {
+	if t == nil || !t.After(now) {
+		return 0, nil
+	}
+	if t.Year() >= 2200 {
+		return 0, invalidField("not_before", CodeInvalidRequest, "not_before must be before the year 2200")
+	}
+	return ms(t.Truncate(time.Millisecond)), nil
 }
 
 // LockStatus returns the task's live lease, or nil when it is free.
@@ -414,6 +552,9 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 		ptrs[i] = &items[i]
 	}
 	if err := s.fillBodies(ctx, ptrs...); err != nil {
+		return TaskPage{}, err
+	}
+	if err := s.fillGraph(ctx, ptrs...); err != nil {
 		return TaskPage{}, err
 	}
 	page := TaskPage{Tasks: make([]Task, 0, len(items)), NextCursor: next}

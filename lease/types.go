@@ -33,7 +33,9 @@ func (s Status) Valid() bool {
 }
 
 // Statuses lists every status in the order that listings walk them.
-var Statuses = []Status{StatusTodo, StatusBlocked, StatusInProgress, StatusDone, StatusCancelled, StatusFailed}
+// The statuses of the work graph come last, so that a listing cursor
+// issued before them still names the status it named.
+var Statuses = []Status{StatusTodo, StatusInProgress, StatusDone, StatusCancelled, StatusBlocked, StatusFailed}
 
 // Checkout is a live lease on a task.
 type Checkout struct {
@@ -264,6 +266,9 @@ type Released struct {
 type SweepResult struct {
 	Timeouts    int // leases ended by expiry
 	AgentDeaths int // leases ended because their holder died
+	// Ready counts the tasks whose not_before passed that the sweep
+	// ranked by priority again (claim.go, "Delays").
+	Ready int
 }
 
 // Params of the operations. Zero values mean "the default" where the

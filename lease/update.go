@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,6 +59,20 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 	if err := CheckPatchStatus(p.Status); err != nil {
 		return Task{}, err
 	}
+	if err := CheckWorkFields(p.MaxAttempts, p.RetryDelay); err != nil {
+		return Task{}, err
+	}
+	var blockers map[string]*taskItem
+	if p.BlockedBy != nil {
+		ids, err := checkBlockers(p.TaskID, *p.BlockedBy)
+		if err != nil {
+			return Task{}, err
+		}
+		p.BlockedBy = &ids
+		if blockers, err = s.readBlockers(ctx, ids); err != nil {
+			return Task{}, err
+		}
+	}
 	want := p.IfVersion
 	for range maxAttempts {
 		cur, err := s.getTask(ctx, p.TaskID)
@@ -78,7 +93,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		if err != nil {
 			return Task{}, err
 		}
-		if cur.hasLease() && !live && p.Status != nil {
+		if cur.hasLease() && !live && (p.Status != nil || p.BlockedBy != nil) {
 			// A lease that has ended (expired, or its holder dead) and not
 			// been swept: end it as the sweep would, so that it has its
 			// event, then decide the status change on the task freed.
@@ -94,7 +109,21 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 			}
 			continue
 		}
-		upd, changed, err := s.patch(cur, live, p, now)
+		var g *patchGraph
+		if p.BlockedBy != nil && !slices.Equal(*p.BlockedBy, cur.BlockedBy) {
+			if st := cur.task(live).Status; st != StatusTodo && st != StatusBlocked {
+				return Task{}, &TransitionError{TaskID: cur.TaskID, From: st, To: StatusBlocked, Field: "blocked_by"}
+			}
+			if err := s.checkCycle(ctx, cur.TaskID, blockers); err != nil {
+				return Task{}, err
+			}
+			waiting, err := s.link(ctx, cur.TaskID, blockers)
+			if err != nil {
+				return Task{}, err
+			}
+			g = &patchGraph{blockedBy: *p.BlockedBy, waiting: waiting}
+		}
+		upd, changed, err := s.patch(cur, live, p, g, now)
 		if err != nil {
 			return Task{}, err
 		}
@@ -149,6 +178,24 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		if newBody && cur.BodyToken != token {
 			s.dropBody(ctx, p.TaskID, cur.BodyToken)
 		}
+		if g != nil {
+			var dropped []string
+			for _, id := range cur.BlockedBy {
+				if !slices.Contains(g.blockedBy, id) {
+					dropped = append(dropped, id)
+				}
+			}
+			s.unlink(ctx, p.TaskID, dropped)
+		}
+		if after.Status == StatusBlocked {
+			if err := s.settle(ctx, p.TaskID, after.WaitingOn); err != nil {
+				return Task{}, err
+			}
+			return s.GetTask(ctx, p.TaskID)
+		}
+		if err := s.fillGraph(ctx, after); err != nil {
+			return Task{}, err
+		}
 		after.Description, after.Metadata = body.Description, body.Metadata
 		if after.claimable() {
 			s.claims.wake()
@@ -173,23 +220,35 @@ func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) (end
 		typ, reason = EventTimeout, "lease expired"
 		cond = cond.And(nameExpires.LessThanEqual(expression.Value(ms(now))))
 	}
-	_, _, ended, err = s.endLease(ctx, cur.TaskID, cond, ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo}, now)
+	// The attempt failed; if it was the task's last, the task fails (the
+	// condition pins eseq, so attempts are as read).
+	e := ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo, failed: true, exhausted: !cur.belowLimit()}
+	_, _, ended, err = s.endLease(ctx, cur.TaskID, cond, e, now)
 	return ended, err // not applied: someone else moved it; the caller reads again
 }
 
 // patch builds the update of a PATCH on cur (whose lease, if any, is live
 // when live says so), or changed=false when it changes nothing.
-func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, now time.Time) (expression.UpdateBuilder, bool, error) {
+func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGraph, now time.Time) (expression.UpdateBuilder, bool, error) {
 	var upd expression.UpdateBuilder
 	changed := false
 	// The status the task has, an ended lease aside (the caller has ended
 	// any before a status change).
 	status := cur.task(live).Status
 	claimable := status == StatusTodo && !cur.hasLease()
+	// waiting is what the task waits on after the PATCH.
+	waiting := cur.WaitingOn
+	if g != nil {
+		waiting = g.waiting
+	}
+	notBefore := cur.NotBefore // after the PATCH
+	// final is the status after the PATCH; written says the update sets
+	// it already (a cancel's ending).
+	final, written := status, false
 	if p.Status != nil && *p.Status != status {
 		switch to := *p.Status; {
-		case to == StatusCancelled && status == StatusDone,
-			to == StatusTodo && status == StatusInProgress:
+		case to == StatusCancelled && (status == StatusDone || status == StatusFailed),
+			to == StatusTodo && (status == StatusInProgress || status == StatusBlocked):
 			return upd, false, &TransitionError{TaskID: cur.TaskID, From: status, To: to}
 		case to == StatusCancelled && live:
 			if cur.Holder != p.AgentID && !p.Admin {
@@ -198,16 +257,64 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, now time.Tim
 			// The ending write: the lease moves to end_*, the task to
 			// cancelled and out of the claim index; its event is cancel.
 			upd = endUpdate(cur.TaskID, ending{typ: EventCancel, by: p.AgentID, reason: "cancelled", status: StatusCancelled}, now, s.shards)
-			claimable = false
+			written = true
 		case to == StatusCancelled:
-			upd = setStatus(upd, cur.TaskID, StatusCancelled, s.shards.Status).
-				Set(expression.Name("completed_at"), expression.Value(ms(now))).
-				Remove(nameClaimShard)
-			claimable = false
-		default: // todo, from done or cancelled: reopen
-			upd = setStatus(upd, cur.TaskID, StatusTodo, s.shards.Status).
-				Remove(expression.Name("completed_at"))
-			claimable = true
+			upd = upd.Set(expression.Name("completed_at"), expression.Value(ms(now)))
+		default: // todo, from done, cancelled or failed: reopen, with its attempts anew
+			upd = upd.Remove(expression.Name("completed_at")).Remove(nameAttempts).Remove(nameFailures)
+			notBefore = 0
+		}
+		final = *p.Status
+		changed = true
+	}
+	if g != nil {
+		if len(g.blockedBy) > 0 {
+			upd = upd.Set(expression.Name("blocked_by"), expression.Value(g.blockedBy))
+		} else {
+			upd = upd.Remove(expression.Name("blocked_by"))
+		}
+		if len(g.waiting) > 0 {
+			upd = upd.Set(nameWaitingOn, expression.Value(&types.AttributeValueMemberSS{Value: g.waiting}))
+		} else {
+			upd = upd.Remove(nameWaitingOn)
+		}
+		waiting = g.waiting
+		changed = true
+	}
+	if final == StatusTodo || final == StatusBlocked {
+		// A task that waits on a blocker is blocked; one that does not, todo.
+		final = StatusTodo
+		if len(waiting) > 0 {
+			final = StatusBlocked
+		}
+	}
+	claimable = final == StatusTodo && !cur.hasLease()
+	if !written && (p.Status != nil || g != nil) && final != cur.Status {
+		upd = setStatus(upd, cur.TaskID, final, s.shards.Status)
+		if !claimable {
+			upd = upd.Remove(nameClaimShard)
+		}
+	}
+	if p.MaxAttempts != nil && *p.MaxAttempts != cur.maxAttempts() {
+		upd = upd.Set(nameMaxAttempts, expression.Value(*p.MaxAttempts))
+		changed = true
+	}
+	if p.RetryDelay != nil && (cur.RetryDelayMS == nil || *cur.RetryDelayMS != p.RetryDelay.Milliseconds()) {
+		upd = upd.Set(expression.Name("retry_delay_ms"), expression.Value(p.RetryDelay.Milliseconds()))
+		changed = true
+	}
+	if p.SetNotBefore {
+		nb, err := checkNotBefore(p.NotBefore, now)
+		if err != nil {
+			return upd, false, err
+		}
+		notBefore = nb
+	}
+	if notBefore != cur.NotBefore {
+		if notBefore != 0 {
+			upd = upd.Set(nameNotBefore, expression.Value(notBefore))
+		} else {
+			upd = upd.Remove(nameNotBefore)
 		}
 		changed = true
 	}
@@ -236,17 +343,29 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, now time.Tim
 		set("priority", prio)
 	}
 	// A task keeps its claim shard while it stays in its queue, whatever
-	// the claim shard count has become since it was written.
-	home, key := cur.ClaimHome, claimKey(prio, cur.CreatedAt, cur.TaskID)
+	// the claim shard count has become since it was written. A task that
+	// waits for its not_before ranks after the ready ones (delayedKey).
+	rank := claimKey(prio, cur.CreatedAt, cur.TaskID)
+	home, key := cur.ClaimHome, rank
+	if notBefore > ms(now) {
+		key = delayedKey(notBefore, rank)
+	}
 	if !strings.HasPrefix(home, queue+"#") {
 		home = claimHome(queue, cur.TaskID, s.shards.Claim)
 	}
-	if home != cur.ClaimHome || key != cur.ClaimKey {
+	if home != cur.ClaimHome || key != cur.ClaimKey || rank != cur.ClaimRank {
 		set("claim_home", home)
 		set("claim_key", key)
+		set("claim_rank", rank)
 	}
 	if claimable && changed {
 		set("claim_shard", home)
 	}
 	return upd, changed, nil
+}
+
+// patchGraph is a PATCH's new blocked_by, linked (deps.go), and the
+// blockers of it not done.
+type patchGraph struct {
+	blockedBy, waiting []string
 }

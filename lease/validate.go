@@ -135,6 +135,39 @@ func CheckTaskFields(title, description, queue *string, priority *int, metadata 
 	return nil
 }
 
+// CheckWorkFields checks a task's attempt limit and retry delay, on
+// create and PATCH (nil: not given).
+func CheckWorkFields(maxAttempts *int, retryDelay *time.Duration) error {
+	if maxAttempts != nil && (*maxAttempts < 1 || *maxAttempts > MaxMaxAttempts) {
+		return invalidField("max_attempts", CodeInvalidRequest, "max_attempts must be an integer from 1 to %d", MaxMaxAttempts)
+	}
+	if retryDelay != nil {
+		return RetryDelayRange.Check(*retryDelay)
+	}
+	return nil
+}
+
+// CheckOutcome checks a release's outcome and error: the outcome is none,
+// done or failed, and an error (up to MaxErrorLen bytes) comes only with
+// failed.
+func CheckOutcome(o ReleaseOutcome, errText string) error {
+	switch o {
+	case OutcomeNone, OutcomeDone, OutcomeFailed:
+	default:
+		return invalidField("outcome", CodeInvalidRequest, "outcome must be done or failed")
+	}
+	if errText != "" && o != OutcomeFailed {
+		return invalidField("error", CodeInvalidRequest, `error comes only with "outcome": "failed"`)
+	}
+	if len(errText) > MaxErrorLen {
+		return invalidField("error", CodeInvalidRequest, "error is %d bytes; at most %d", len(errText), MaxErrorLen)
+	}
+	if !utf8.ValidString(errText) {
+		return invalidField("error", CodeInvalidRequest, "error must be UTF-8 text")
+	}
+	return nil
+}
+
 // CheckPatchStatus checks the status a PATCH asks for: only cancelled and
 // todo (a reopen) may be asked for; nil asks for none.
 func CheckPatchStatus(s *Status) error {
@@ -184,7 +217,9 @@ func CheckExpectedStatuses(ss []Status) error {
 		return invalidField("expected_statuses", CodeInvalidRequest, "expected_statuses must not be empty")
 	}
 	for _, s := range ss {
-		if !s.Valid() {
+		if !s.Valid() || s == StatusBlocked || s == StatusFailed {
+			// A blocked task waits for its blockers, a failed one for a
+			// reopen: no checkout takes either.
 			return invalidField("expected_statuses", CodeInvalidRequest, "expected_statuses may hold only todo, in_progress, done and cancelled")
 		}
 	}
@@ -214,7 +249,7 @@ func CheckClaimQueues(qs []string) error {
 // CheckListStatus checks the status a listing is confined to.
 func CheckListStatus(s Status) error {
 	if !s.Valid() {
-		return invalidField("status", CodeInvalidRequest, "status must be todo, in_progress, done or cancelled")
+		return invalidField("status", CodeInvalidRequest, "status must be todo, blocked, in_progress, done, cancelled or failed")
 	}
 	return nil
 }
@@ -273,6 +308,8 @@ var (
 	TimeoutRange = DurationRange{Field: "timeout", Min: MinTimeout, Max: MaxTimeout}
 	TTLRange     = DurationRange{Field: "ttl", Min: MinHeartbeatTTL, Max: MaxHeartbeatTTL}
 	WaitRange    = DurationRange{Field: "wait", Min: 0, Max: MaxClaimWait}
+	// RetryDelayRange is a task's retry delay: 0s (at once) to 1h.
+	RetryDelayRange = DurationRange{Field: "retry_delay", Min: 0, Max: MaxRetryWait}
 )
 
 // Check checks d.

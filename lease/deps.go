@@ -1,0 +1,381 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"golang.org/x/sync/errgroup"
+)
+
+// Dependencies.
+//
+// A task may name up to MaxBlockers tasks it is blocked by (blocked_by,
+// at creation or by PATCH). The task item keeps the list as named and, in
+// the string set waiting_on, those blockers that were not done when last
+// looked at; while waiting_on is not empty the task is blocked: out of
+// the claim index, and a named checkout answers BlockedError.
+//
+// The edge is kept on the blocker's side as an item of its own in the
+// inbox table, "#deps#<blocker>" / <dependent> ('#' cannot occur in an id,
+// as with the watches), and the blocker's item carries has_dependents.
+// Keeping the dependents' ids off the blocker's item keeps every
+// transition of a task that blocks a thousand others at one write unit.
+//
+// Unblocking is the change stream's work, off the request path: when a
+// change records a completion of a task with has_dependents,
+// ApplyChanges reads its edges (one consistent Query) and unblocks each
+// dependent (unblock): one conditional UpdateItem that takes the blocker
+// out of waiting_on and, when it was the last one and the task is
+// blocked, makes the task todo, puts it in the claim index and records
+// an unblocked event, whose own change tells the watchers
+// (task_available, reason unblocked), publishes TaskAvailable and wakes
+// the process's waiting claims. The write is conditioned on the blocker
+// being in waiting_on, so a change delivered again, a completion
+// repeated after a reopen, or two writers racing unblock each dependent
+// once: exactly one unblocked event per unblocking.
+//
+// Creating a dependent while its blocker completes must not strand it.
+// The writer (create or PATCH) puts the edges first, then sets
+// has_dependents on each blocker that lacks it, then writes the task with
+// waiting_on = the blockers not done as read, and then reads those
+// blockers again and unblocks the task from any that is done by then. A
+// completion before that last read is seen by it; one after it finds
+// the flag, the edge and the task waiting, and the stream unblocks it.
+// Both paths make the same conditional write, so whichever comes second
+// finds nothing to do.
+//
+// A blocker that is cancelled or fails stays in waiting_on: its
+// dependents stay blocked, and GET shows each blocker's status, which
+// says why. Reopening it and completing it releases them. A task that is
+// reopened or cancelled keeps its waiting_on: a reopened task whose
+// blockers are not all done is blocked again (a blocker done in between
+// was taken out of waiting_on by the stream whatever the dependent's
+// status). PATCH replaces blocked_by on a todo or blocked task only; the
+// edges of blockers it drops are deleted after its write (an edge left by
+// a crash is harmless: unblock finds the blocker not waited on; GET
+// shows the ids in blocks until then).
+//
+// Cycles are refused: before a PATCH names new blockers, a walk from them
+// along blocked_by (a consistent BatchGetItem per level, at most
+// maxGraphWalk tasks) must not reach the task. A new task cannot close a
+// cycle, since no task can name it before it exists. Two PATCHes that
+// each add one edge of a cycle at the same moment can both pass the walk;
+// the tasks then stay blocked until a PATCH removes an edge.
+
+// maxGraphWalk bounds the tasks a cycle check reads.
+const maxGraphWalk = 10000
+
+// depsPartition is the inbox-table partition of a blocker's edges.
+func depsPartition(blocker string) string { return "#deps#" + blocker }
+
+// edgeItem says dependent names blocker in its blocked_by.
+type edgeItem struct {
+	Blocker   string `dynamodbav:"agent_id"`
+	Dependent string `dynamodbav:"message_id"`
+	At        int64  `dynamodbav:"at"`
+}
+
+// checkBlockers checks a blocked_by list of taskID and drops repeats.
+func checkBlockers(taskID string, ids []string) ([]string, error) {
+	var out []string
+	for i, id := range ids {
+		if err := CheckID(fmt.Sprintf("blocked_by[%d]", i), id); err != nil {
+			return nil, err
+		}
+		if id == taskID {
+			return nil, invalidField("blocked_by", CodeInvalidDependency, "a task cannot be blocked by itself (%s)", id)
+		}
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	if len(out) > MaxBlockers {
+		return nil, invalidField("blocked_by", CodeInvalidDependency, "blocked_by names %d tasks; at most %d", len(out), MaxBlockers)
+	}
+	return out, nil
+}
+
+// readTasks reads the task items of ids consistently, by id.
+func (s *Store) readTasks(ctx context.Context, ids []string) (map[string]*taskItem, error) {
+	items, err := batchGet[taskItem](ctx, s.db, s.tasks, uniqueKeys(ids, taskKey), "", nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*taskItem, len(items))
+	for i := range items {
+		out[items[i].TaskID] = &items[i]
+	}
+	return out, nil
+}
+
+// readBlockers reads the blockers ids (checked by checkBlockers) and
+// refuses an unknown one.
+func (s *Store) readBlockers(ctx context.Context, ids []string) (map[string]*taskItem, error) {
+	got, err := s.readTasks(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if got[id] == nil {
+			return nil, invalidField("blocked_by", CodeInvalidDependency, "blocked_by names task %s, which does not exist", id)
+		}
+	}
+	return got, nil
+}
+
+// checkCycle refuses blockers of taskID from which, along blocked_by, the
+// task itself can be reached.
+func (s *Store) checkCycle(ctx context.Context, taskID string, blockers map[string]*taskItem) error {
+	seen := map[string]bool{}
+	var next []string
+	visit := func(it *taskItem) {
+		for _, id := range it.BlockedBy {
+			if !seen[id] {
+				seen[id] = true
+				next = append(next, id)
+			}
+		}
+	}
+	for _, it := range blockers {
+		seen[it.TaskID] = true
+		visit(it)
+	}
+	for len(next) > 0 {
+		if seen[taskID] {
+			break
+		}
+		if len(seen) > maxGraphWalk {
+			return invalidField("blocked_by", CodeInvalidDependency, "the tasks blocked_by leads to are more than %d; a cycle cannot be ruled out", maxGraphWalk)
+		}
+		level := next
+		next = nil
+		got, err := s.readTasks(ctx, level)
+		if err != nil {
+			return err
+		}
+		for _, it := range got {
+			visit(it)
+		}
+	}
+	if seen[taskID] {
+		return invalidField("blocked_by", CodeDependencyCycle, "blocked_by would close a cycle: %s is already, through its blockers, a blocker of them", taskID)
+	}
+	return nil
+}
+
+// link records that taskID names blockers (read by readBlockers): an edge
+// per blocker, then has_dependents on each blocker that lacks it. It
+// returns the blockers not done, by the latest read of each.
+func (s *Store) link(ctx context.Context, taskID string, blockers map[string]*taskItem) ([]string, error) {
+	now := ms(s.clock())
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for id, it := range maps.Clone(blockers) {
+		g.Go(func() error {
+			item, err := attributevalue.MarshalMap(edgeItem{Blocker: depsPartition(id), Dependent: taskID, At: now})
+			if err != nil {
+				return err
+			}
+			if _, err := s.db.PutItem(gctx, &dynamodb.PutItemInput{TableName: &s.inbox, Item: item}); err != nil {
+				return fmt.Errorf("record that %s is blocked by %s: %w", taskID, id, err)
+			}
+			if it.HasDependents {
+				return nil
+			}
+			after, applied, err := s.update(gctx, id, expression.AttributeExists(expression.Name("task_id")),
+				expression.Set(expression.Name("has_dependents"), expression.Value(true)), types.ReturnValueAllNew)
+			if err != nil {
+				return err
+			}
+			if applied {
+				mu.Lock()
+				blockers[id] = after
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	var waiting []string
+	for id, it := range blockers {
+		if it.Status != StatusDone {
+			waiting = append(waiting, id)
+		}
+	}
+	slices.Sort(waiting)
+	return waiting, nil
+}
+
+// settle reads taskID's blockers waited on again, after the task's write,
+// and unblocks the task from each that is done by now (see "Creating a
+// dependent while its blocker completes").
+func (s *Store) settle(ctx context.Context, taskID string, waiting []string) error {
+	if len(waiting) == 0 {
+		return nil
+	}
+	got, err := s.readTasks(ctx, waiting)
+	if err != nil {
+		return err
+	}
+	for _, id := range waiting {
+		if it := got[id]; it != nil && it.Status == StatusDone {
+			if err := s.unblock(ctx, taskID, id); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// unblock takes blocker out of taskID's waiting_on; when it was the last
+// one of a blocked task, the task becomes todo, claimable, with an
+// unblocked event. Nothing happens when the task does not wait on
+// blocker (any more).
+func (s *Store) unblock(ctx context.Context, taskID, blocker string) error {
+	b := expression.Value(blocker)
+	waits := expression.Contains(nameWaitingOn, blocker)
+	var floor int64
+	for range maxAttempts {
+		now := s.clockAfter(floor)
+		last := nameStatus.Equal(expression.Value(string(StatusBlocked))).
+			And(waits, expression.Size(nameWaitingOn).Equal(expression.Value(1)), timeCond(now))
+		upd := setStatus(expression.UpdateBuilder{}, taskID, StatusTodo, s.shards.Status).
+			Remove(nameWaitingOn).
+			Set(nameClaimShard, expression.IfNotExists(expression.Name("claim_home"), expression.Value(claimHome(DefaultQueue, taskID, s.shards.Claim)))).
+			Set(nameESeq, nameESeq.Plus(expression.Value(1))).
+			Set(expression.Name("last_op"), expression.Value(string(EventUnblocked))).
+			Set(expression.Name("last_at"), expression.Value(ms(now))).
+			Set(namePriorAt, priorAt).
+			Set(expression.Name("unblocked_by"), b)
+		cur, applied, err := s.update(ctx, taskID, last, upd, types.ReturnValueNone)
+		switch {
+		case err != nil:
+			return err
+		case applied:
+			s.claims.wake()
+			return nil
+		case cur == nil || !slices.Contains(cur.WaitingOn, blocker):
+			return nil
+		case cur.Status == StatusBlocked && len(cur.WaitingOn) == 1:
+			floor = cur.LastAt // lost to a later write only
+			continue
+		}
+		// Not the last blocker, or the task is not blocked (cancelled, say):
+		// only take the blocker out.
+		_, applied, err = s.update(ctx, taskID, waits,
+			expression.Delete(nameWaitingOn, expression.Value(&types.AttributeValueMemberSS{Value: []string{blocker}})), types.ReturnValueNone)
+		if err != nil || applied {
+			return err
+		}
+	}
+	return fmt.Errorf("unblock %s: too much contention", taskID)
+}
+
+// dependents returns the tasks that name blocker, by its edges.
+func (s *Store) dependents(ctx context.Context, blocker string) ([]string, error) {
+	edges, err := queryAll[edgeItem](ctx, s.db, s.inbox, "", expression.Key("agent_id").Equal(expression.Value(depsPartition(blocker))))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(edges))
+	for i, e := range edges {
+		out[i] = e.Dependent
+	}
+	return out, nil
+}
+
+// unblockDependents unblocks every dependent of a completed blocker; the
+// stream function's part.
+func (s *Store) unblockDependents(ctx context.Context, blocker string) error {
+	deps, err := s.dependents(ctx, blocker)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, d := range deps {
+		g.Go(func() error { return s.unblock(gctx, d, blocker) })
+	}
+	return g.Wait()
+}
+
+// unlink deletes taskID's edges to blockers it no longer names, best
+// effort (see above).
+func (s *Store) unlink(ctx context.Context, taskID string, blockers []string) {
+	for _, id := range blockers {
+		_, _ = s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.inbox, Key: map[string]types.AttributeValue{
+			"agent_id": &types.AttributeValueMemberS{Value: depsPartition(id)}, "message_id": &types.AttributeValueMemberS{Value: taskID},
+		}})
+	}
+}
+
+// graphView is what GET shows of a task's place in the graph, read by
+// fillGraph: its blockers' statuses and its dependents.
+type graphView struct {
+	blockers map[string]Status
+	blocks   []string
+}
+
+// fillGraph reads, for items that are in the graph, their blockers'
+// statuses (one consistent BatchGetItem for all) and their dependents
+// (a Query each, for those with has_dependents).
+func (s *Store) fillGraph(ctx context.Context, items ...*taskItem) error {
+	var ids []string
+	for _, it := range items {
+		if it != nil {
+			ids = append(ids, it.BlockedBy...)
+		}
+	}
+	statuses := map[string]Status{}
+	if len(ids) > 0 {
+		got, err := s.readTasks(ctx, ids)
+		if err != nil {
+			return err
+		}
+		now := s.clock()
+		for id, it := range got {
+			// As GET shows the blocker: an ended lease not swept yet is todo.
+			statuses[id] = it.task(it.leaseTimeValid(now)).Status
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, it := range items {
+		if it == nil {
+			continue
+		}
+		v := &graphView{blockers: statuses}
+		it.graph = v
+		if it.HasDependents {
+			g.Go(func() error {
+				deps, err := s.dependents(gctx, it.TaskID)
+				v.blocks = deps
+				return err
+			})
+		}
+	}
+	return g.Wait()
+}
+
+// nextReady is the earliest not_before (Unix ms) after now among claim
+// keys, 0 for none: when a waiting claim should look again.
+func nextReady(keys []string, now time.Time) int64 {
+	var next int64
+	for _, k := range keys {
+		if nb, ok := delayedUntil(k); ok && nb > ms(now) && (next == 0 || nb < next) {
+			next = nb
+		}
+	}
+	return next
+}
