@@ -318,6 +318,18 @@ func (t *tools) status(ctx context.Context, in TaskInput) (StatusResult, error) 
 	}
 	r := StatusResult{TaskID: s.TaskID, Locked: s.Locked, Checkout: s.Checkout}
 	r.Message = fmt.Sprintf("Task %s is not checked out: take it with checkout_task.", in.TaskID)
+	if !s.Locked {
+		// Not held is not always free: say what it waits for.
+		if task, err := t.c.GetTask(ctx, in.TaskID); err == nil {
+			switch {
+			case task.Status == client.StatusTodo && task.NotBefore == nil:
+			case task.Status == client.StatusTodo, task.Status == client.StatusBlocked:
+				r.Message = fmt.Sprintf("Task %s is not checked out, but it is %s.", in.TaskID, task.Status) + waitsText(task)
+			default:
+				r.Message = fmt.Sprintf("Task %s is not checked out: it is %s, so nobody can take it.", in.TaskID, task.Status)
+			}
+		}
+	}
 	if s.Locked && s.Checkout != nil {
 		co := s.Checkout
 		t.mu.Lock()

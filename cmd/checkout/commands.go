@@ -380,7 +380,21 @@ func (a *app) statusCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
 				st, err := c.Status(ctx, args[0])
-				return func(w io.Writer) { printLock(w, st, s.agent.value) }, err
+				// A task nobody holds may still not be free to take: say
+				// what it waits for (best effort; --json prints the lock's
+				// own answer).
+				var task *client.Task
+				if err == nil && !st.Locked && !a.json {
+					if t, err := c.GetTask(cmd.Context(), args[0]); err == nil {
+						task = &t
+					}
+				}
+				return func(w io.Writer) {
+					printLock(w, st, s.agent.value)
+					if task != nil {
+						printNotFree(w, *task)
+					}
+				}, err
 			})
 		},
 	}

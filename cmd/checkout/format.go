@@ -246,6 +246,28 @@ func printWaits(w io.Writer, t client.Task) {
 	}
 }
 
+// printNotFree says why a task nobody holds cannot be taken, if it
+// cannot: its status, what it waits for, or until when.
+func printNotFree(w io.Writer, t client.Task) {
+	switch t.Status {
+	case client.StatusTodo, client.StatusInProgress:
+	default:
+		fmt.Fprintf(w, "  Status: %s\n", t.Status)
+	}
+	var open []client.Blocker
+	for _, b := range t.BlockedBy {
+		if b.Status != client.StatusDone {
+			open = append(open, b)
+		}
+	}
+	if len(open) > 0 {
+		fmt.Fprintf(w, "  Blocked by: %s\n", blockerList(open))
+	}
+	if t.NotBefore != nil && t.Status == client.StatusTodo {
+		fmt.Fprintf(w, "  Not before: %s (no checkout or claim until then)\n", when(*t.NotBefore))
+	}
+}
+
 // blockerList is "task-1 (in_progress), task-0 (done)".
 func blockerList(bs []client.Blocker) string {
 	parts := make([]string, len(bs))

@@ -30,6 +30,7 @@ func TestWorkGraphFromTheCommandLine(t *testing.T) {
 	expect(runCLI(t, url, key, "tasks", "show", "build"), 0, "  Blocks: deploy\n")
 	expect(runCLI(t, url, key, "tasks", "list", "--status", "blocked"), 0, "| deploy | blocked |")
 	expect(runCLI(t, url, key, "deploy"), exitConflict, "Checkout DENIED: deploy\n  Blocked by: build (todo)\n")
+	expect(runCLI(t, url, key, "status", "deploy"), 0, "Task deploy: not checked out\n  Status: blocked\n  Blocked by: build (todo)\n")
 	expect(runCLI(t, url, key, "tasks", "edit", "deploy", "--blocked-by", ""), 0, "Task deploy: todo\n")
 	expect(runCLI(t, url, key, "tasks", "add", "x", "--blocked-by", "nope"), exitUsage)
 

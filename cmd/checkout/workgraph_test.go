@@ -244,3 +244,22 @@ func TestEventsShowTheReleaseOutcome(t *testing.T) {
 		t.Errorf("exit %d:\n%s", r.code, r.stdout)
 	}
 }
+
+// status of a task nobody holds says why it still cannot be taken.
+func TestStatusOfAFreeTaskSaysWhatItWaitsFor(t *testing.T) {
+	s := newScriptedCLI(t, func(r sent) (int, string) {
+		if strings.HasSuffix(r.Path, "/checkout") {
+			return 200, `{"task_id":"deploy","locked":false,"checkout":null}`
+		}
+		return 200, graphTask
+	})
+	r := s.run("status", "deploy")
+	want := "Task deploy: not checked out\n  Status: blocked\n  Blocked by: build (in_progress)\n"
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("exit %d:\n%s\nwant:\n%s", r.code, r.stdout, want)
+	}
+	r = s.run("status", "deploy", "--json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"locked":false`) || len(s.requests()) != 3 {
+		t.Errorf("status --json: exit %d: %s (%d requests)", r.code, r.stdout, len(s.requests()))
+	}
+}
