@@ -56,7 +56,7 @@ const descListTasks = `List tasks, optionally only one status (todo = open, bloc
 
 const descGetTask = `Show one task: its title, status, times, its live lease if any, the tasks it waits for (blocked_by, with their statuses) and that wait for it (blocks), its attempts, not_before and last_error. Use it to read what a task is before or after taking it. Read-only.`
 
-const descWatch = `Ask to be told when a task that another agent holds becomes available (released, or its lease ends). One task_available message then arrives in read_inbox; the watch is used up. Meanwhile work on something else.`
+const descWatch = `Ask to be told when a task that another agent holds becomes available (released, its lease ends, or, for a blocked task, its last blocker is done). One task_available message then arrives in read_inbox; the watch is used up. Meanwhile work on something else.`
 
 const descInbox = `Read your inbox, oldest first, up to limit (default {default_list_limit}): one task_available message for each watched task that became available, and one lease_lost message for each lease of yours that ended without you (reason timeout, agent_death, force_release or cancel). For task_available: try checkout_task on its task_id (someone may have taken it first). For lease_lost: stop working on that task, your lease on it (fence) is gone. Then ack_message its message_id so it is not shown again. Read-only.`
 
