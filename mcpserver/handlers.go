@@ -181,15 +181,16 @@ func (t *tools) createTask(ctx context.Context, in CreateTaskInput) (TaskResult,
 	return TaskResult{Task: &task, Outcome: Outcome{Message: msg + waitsText(task)}}, nil
 }
 
-// waitsText says what a task waits for, if anything: " It is blocked by
-// ...; it cannot be taken before ...".
+// waitsText says what a task waits for, if anything: " It waits for
+// ... It can be taken from ..., not before." (The time may be past: the
+// task keeps the not_before of its latest failed attempt.)
 func waitsText(task client.Task) string {
 	var s string
 	if open := openBlockers(task.BlockedBy); len(open) > 0 {
 		s += fmt.Sprintf(" It waits for %s: nobody can take it until they are done.", blockerText(open))
 	}
 	if task.NotBefore != nil && task.Status == client.StatusTodo {
-		s += fmt.Sprintf(" It cannot be taken before %s.", stamp(*task.NotBefore))
+		s += fmt.Sprintf(" It can be taken from %s, not before.", stamp(*task.NotBefore))
 	}
 	return s
 }
@@ -324,7 +325,7 @@ func (t *tools) status(ctx context.Context, in TaskInput) (StatusResult, error) 
 			switch {
 			case task.Status == client.StatusTodo && task.NotBefore == nil:
 			case task.Status == client.StatusTodo, task.Status == client.StatusBlocked:
-				r.Message = fmt.Sprintf("Task %s is not checked out, but it is %s.", in.TaskID, task.Status) + waitsText(task)
+				r.Message = fmt.Sprintf("Task %s is not checked out; it is %s.", in.TaskID, task.Status) + waitsText(task)
 			default:
 				r.Message = fmt.Sprintf("Task %s is not checked out: it is %s, so nobody can take it.", in.TaskID, task.Status)
 			}
