@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"reflect"
@@ -226,4 +227,136 @@ func limit(v string) (int, error) {
 		return 0, lease.InvalidLimit()
 	}
 	return n, lease.CheckLimit(n)
+}
+
+// invalid is a validation error of field, answered 400 with code as lease's
+// rules answer theirs; inside a batch, lease.InBatch names the task.
+func invalid(field, code, format string, args ...any) error {
+	return &lease.ValidationError{Field: field, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// retryDelayRange is what a task's retry_delay may be: 0s to 1h.
+var retryDelayRange = lease.DurationRange{Field: "retry_delay", Min: 0, Max: lease.MaxRetryWait}
+
+// nullableTime is a time field where null means something: Given reports
+// that the field was in the body at all, Value is nil for null.
+type nullableTime struct {
+	Given bool
+	Value *string
+}
+
+func (n *nullableTime) UnmarshalJSON(b []byte) error {
+	n.Given = true
+	if string(bytes.TrimSpace(b)) == "null" {
+		n.Value = nil
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return &json.UnmarshalTypeError{Value: "value", Type: reflect.TypeFor[string]()}
+	}
+	n.Value = &s
+	return nil
+}
+
+// graphFields are the work graph's fields of a task as create, batch and
+// PATCH take them. Null is an absent field, except not_before on PATCH,
+// where null clears the time.
+type graphFields struct {
+	BlockedBy   *[]string    `json:"blocked_by"`
+	MaxAttempts *int         `json:"max_attempts"`
+	RetryDelay  *string      `json:"retry_delay"`
+	NotBefore   nullableTime `json:"not_before"`
+}
+
+// graph is checked graphFields.
+type graph struct {
+	blockedBy    *[]string
+	maxAttempts  *int
+	retryDelay   *time.Duration
+	setNotBefore bool // not_before given, as a time or as null
+	notBefore    *time.Time
+}
+
+// parse checks g, the fields of the task self ("" when the body names no
+// id), in the order blocked_by, max_attempts, retry_delay, not_before. The
+// ranges are the store's, answered here as well so that a bad value is
+// refused before anything is read: a blocker's id as any id (invalid_id),
+// more than MaxBlockers or the task itself as invalid_dependency,
+// max_attempts 1 to MaxMaxAttempts, retry_delay 0s to 1h (invalid_timeout,
+// as every duration), not_before an RFC 3339 time.
+func (g graphFields) parse(self string) (graph, error) {
+	out := graph{blockedBy: g.BlockedBy, maxAttempts: g.MaxAttempts}
+	if g.BlockedBy != nil {
+		ids := *g.BlockedBy
+		if len(ids) > lease.MaxBlockers {
+			return out, invalid("blocked_by", errcode.InvalidDependency, "blocked_by names %d tasks; a task may be blocked by at most %d", len(ids), lease.MaxBlockers)
+		}
+		for _, id := range ids {
+			if !lease.ValidID(id) {
+				return out, invalid("blocked_by", errcode.InvalidID, "blocked_by must hold task ids, each matching ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+			}
+			if self != "" && id == self {
+				return out, invalid("blocked_by", errcode.InvalidDependency, "blocked_by must not name the task itself (%s)", self)
+			}
+		}
+	}
+	if n := g.MaxAttempts; n != nil && (*n < 1 || *n > lease.MaxMaxAttempts) {
+		return out, invalid("max_attempts", errcode.InvalidRequest, "max_attempts must be an integer from 1 to %d", lease.MaxMaxAttempts)
+	}
+	if g.RetryDelay != nil {
+		d, err := duration(g.RetryDelay, 0, retryDelayRange)
+		if err != nil {
+			return out, err
+		}
+		out.retryDelay = &d
+	}
+	if g.NotBefore.Given {
+		out.setNotBefore = true
+		if v := g.NotBefore.Value; v != nil {
+			t, err := time.Parse(time.RFC3339Nano, *v)
+			if err != nil {
+				return out, invalid("not_before", errcode.InvalidRequest, "not_before must be an RFC 3339 time such as 2026-03-20T14:35:00Z, or null")
+			}
+			t = t.UTC()
+			out.notBefore = &t
+		}
+	}
+	return out, nil
+}
+
+// releaseOutcome checks a release's outcome and error: outcome done or
+// failed when given, an error only with outcome failed and of at most
+// MaxErrorLen bytes.
+func releaseOutcome(outcome *lease.ReleaseOutcome, text string) (lease.ReleaseOutcome, error) {
+	var o lease.ReleaseOutcome
+	if outcome != nil {
+		if *outcome != lease.OutcomeDone && *outcome != lease.OutcomeFailed {
+			return "", invalid("outcome", errcode.InvalidRequest, "outcome must be done or failed")
+		}
+		o = *outcome
+	}
+	if len(text) > lease.MaxErrorLen {
+		return "", invalid("error", errcode.InvalidRequest, "error must be at most %d bytes", lease.MaxErrorLen)
+	}
+	if text != "" && o != lease.OutcomeFailed {
+		return "", invalid("error", errcode.InvalidRequest, "error is given only with outcome failed")
+	}
+	return o, nil
+}
+
+// checkExpectedStatuses refuses, besides what lease's rule refuses, the
+// statuses of the work graph: a checkout may expect todo, in_progress, done
+// and cancelled only (a blocked task is answered blocked, a failed one is
+// reopened with PATCH).
+func checkExpectedStatuses(ss []lease.Status) error {
+	if err := lease.CheckExpectedStatuses(ss); err != nil {
+		return err
+	}
+	for _, s := range ss {
+		if s == lease.StatusBlocked || s == lease.StatusFailed {
+			return invalid("expected_statuses", errcode.InvalidRequest, "expected_statuses may hold only todo, in_progress, done and cancelled")
+		}
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"syscall"
 	"time"
 
@@ -62,6 +63,11 @@ type errorBody struct {
 	// header carries the same value.
 	RetryAfterSeconds *int64       `json:"retry_after_seconds,omitempty"`
 	Status            lease.Status `json:"status,omitempty"`
+	// BlockedBy is set on blocked: the task's blockers that are not done,
+	// with their statuses (a list, [] if the store named none).
+	BlockedBy *[]blockerJSON `json:"blocked_by,omitempty"`
+	// NotBefore is set on not_ready: when the task may be granted.
+	NotBefore *string `json:"not_before,omitempty"`
 }
 
 // conflictHolderJSON is the holder in a checked_out answer: the lease, and
@@ -114,6 +120,9 @@ var validationCodes = map[string]string{
 	lease.CodeInvalidID:      errcode.InvalidID,
 	lease.CodeInvalidTimeout: errcode.InvalidTimeout,
 	lease.CodeInvalidRequest: errcode.InvalidRequest,
+
+	lease.CodeInvalidDependency: errcode.InvalidDependency,
+	lease.CodeDependencyCycle:   errcode.DependencyCycle,
 }
 
 // errorResponse maps any error to its status and body. It is the only place
@@ -128,6 +137,8 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 		mismatch *lease.StatusMismatchError
 		notHold  *lease.NotHolderError
 		trans    *lease.TransitionError
+		blocked  *lease.BlockedError
+		notReady *lease.NotReadyError
 		tooLarge *http.MaxBytesError
 	)
 	task := "the task"
@@ -152,6 +163,11 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 			body.SameAgent = &same
 		}
 		return answer(body)
+	case errors.As(err, &blocked):
+		return answer(blockedBody(blocked, task))
+	case errors.As(err, &notReady):
+		at := stamp(notReady.NotBefore)
+		return answer(errorBody{Error: fmt.Sprintf("%s may not be checked out before %s", task, at), Code: errcode.NotReady, NotBefore: &at})
 	case errors.As(err, &mismatch):
 		return answer(errorBody{Error: fmt.Sprintf("%s has status %s, which the request did not expect", task, mismatch.Status), Code: errcode.StatusMismatch, Status: mismatch.Status})
 	case errors.As(err, &notHold):
@@ -159,6 +175,10 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 		return answer(errorBody{Error: fmt.Sprintf("%s is held by %s, not by the caller", task, notHold.Holder.AgentID), Code: errcode.NotHolder, Holder: &h})
 	case errors.As(err, &trans):
 		return answer(errorBody{Error: fmt.Sprintf("%s is %s and cannot become %s", task, trans.From, trans.To), Code: errcode.InvalidTransition, Status: trans.From})
+	case errors.Is(err, lease.ErrBlocked):
+		return answer(blockedBody(&lease.BlockedError{}, task))
+	case errors.Is(err, lease.ErrNotReady):
+		return answer(errorBody{Error: task + " may not be checked out yet", Code: errcode.NotReady})
 	case errors.Is(err, lease.ErrVersionMismatch):
 		return answer(errorBody{Error: task + " has changed: its version is not the one If-Match gave", Code: errcode.VersionMismatch})
 	case errors.Is(err, lease.ErrTaskNotFound):
@@ -191,6 +211,25 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 		return answer(errUnavailableBody)
 	}
 	return statusOf(errcode.Internal), internalBody, true
+}
+
+// blockedBody is the blocked answer: the blockers that are not done, named
+// in the sentence too (the first few).
+func blockedBody(b *lease.BlockedError, task string) errorBody {
+	list := toBlockers(b.BlockedBy)
+	msg := task + " is blocked by tasks that are not done"
+	if n := len(list); n > 0 {
+		var names []string
+		for i, bl := range list {
+			if i == 3 {
+				names = append(names, fmt.Sprintf("and %d more", n-3))
+				break
+			}
+			names = append(names, fmt.Sprintf("%s (%s)", bl.TaskID, bl.Status))
+		}
+		msg = task + " is blocked by " + strings.Join(names, ", ")
+	}
+	return errorBody{Error: msg, Code: errcode.Blocked, BlockedBy: &list}
 }
 
 var errUnauthorizedBody = errorBody{Error: "a valid API key is required: Authorization: Bearer <api_key>", Code: errcode.Unauthorized}

@@ -19,6 +19,10 @@ type fakeService struct {
 
 	checkout func(lease.CheckoutParams) (lease.Checkout, error)
 	agents   []lease.Agent
+	// task, when set, is the task GetTask answers; trail the events
+	// Trail answers.
+	task  func(id string) lease.Task
+	trail []lease.Event
 }
 
 func (f *fakeService) rec(name string, p any) error {
@@ -118,6 +122,9 @@ func (f *fakeService) UpdateTask(_ context.Context, p lease.UpdateTaskParams) (l
 func (f *fakeService) GetTask(_ context.Context, id string) (lease.Task, error) {
 	if err := f.rec("GetTask", id); err != nil {
 		return lease.Task{}, err
+	}
+	if f.task != nil {
+		return f.task(id), nil
 	}
 	t := sampleTask(id)
 	c := sampleCheckout(id, "agent-1")
@@ -221,6 +228,9 @@ func (f *fakeService) Feed(_ context.Context, p lease.FeedParams) (lease.FeedPag
 func (f *fakeService) Trail(_ context.Context, id string) (lease.Trail, error) {
 	if err := f.rec("Events", id); err != nil {
 		return lease.Trail{}, err
+	}
+	if f.trail != nil {
+		return lease.Trail{Events: f.trail}, nil
 	}
 	held := 310 * time.Second
 	return lease.Trail{Events: []lease.Event{

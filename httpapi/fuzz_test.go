@@ -61,6 +61,8 @@ var bodyRoutes = []struct{ method, path string }{
 	{"POST", "/api/tasks/t1/complete"},
 	{"POST", "/api/tasks/t1/watch"},
 	{"POST", "/api/claim"},
+	{"POST", "/api/tasks/batch"},
+	{"PATCH", "/api/tasks/t1"},
 }
 
 func FuzzBodies(f *testing.F) {
@@ -68,6 +70,10 @@ func FuzzBodies(f *testing.F) {
 	f.Add(uint8(1), []byte(`{"ttl":"90s"}`), false)
 	f.Add(uint8(4), []byte(`{"timeout":"1h","run_id":"r","fence":3}`), false)
 	f.Add(uint8(5), []byte(`{"force":true,"reason":"stuck"}`), true)
+	f.Add(uint8(5), []byte(`{"outcome":"failed","error":"exit status 1"}`), false)
+	f.Add(uint8(2), []byte(`{"task_id":"t2","blocked_by":["t1"],"max_attempts":3,"retry_delay":"10s","not_before":"2026-03-20T14:35:00Z"}`), false)
+	f.Add(uint8(9), []byte(`{"tasks":[{"task_id":"a","blocked_by":["b"],"not_before":null}]}`), false)
+	f.Add(uint8(10), []byte(`{"blocked_by":[],"not_before":null,"retry_delay":"1h","max_attempts":100}`), false)
 	h := fuzzHandler()
 	f.Fuzz(func(t *testing.T, route uint8, body []byte, admin bool) {
 		r := bodyRoutes[int(route)%len(bodyRoutes)]

@@ -127,10 +127,12 @@ type taskBody struct {
 	Queue       *string         `json:"queue"`
 	Priority    *int            `json:"priority"`
 	Metadata    json.RawMessage `json:"metadata"`
+	graphFields
 }
 
 // params is the task b gives, checked by lease's rules: a task_id or queue
-// that is given must be valid, not just present.
+// that is given must be valid, not just present. The work graph's fields
+// are checked after the others.
 func (b taskBody) params() (lease.CreateTaskParams, error) {
 	id, err := optionalID("task_id", b.TaskID)
 	if err != nil {
@@ -140,7 +142,18 @@ func (b taskBody) params() (lease.CreateTaskParams, error) {
 	if b.Queue != nil {
 		p.Queue = *b.Queue
 	}
-	return p, lease.CheckTaskFields(&b.Title, &b.Description, b.Queue, b.Priority, p.Metadata)
+	if err := lease.CheckTaskFields(&b.Title, &b.Description, b.Queue, b.Priority, p.Metadata); err != nil {
+		return p, err
+	}
+	g, err := b.graphFields.parse(id)
+	if err != nil {
+		return p, err
+	}
+	if g.blockedBy != nil {
+		p.BlockedBy = *g.blockedBy
+	}
+	p.MaxAttempts, p.RetryDelay, p.NotBefore = g.maxAttempts, g.retryDelay, g.notBefore
+	return p, nil
 }
 
 // nullIsAbsent treats a JSON null as an absent field, as every other field
@@ -217,6 +230,7 @@ func (s *server) updateTask(w http.ResponseWriter, r *http.Request, p lease.Prin
 		Queue       *string         `json:"queue"`
 		Priority    *int            `json:"priority"`
 		Status      *lease.Status   `json:"status"`
+		graphFields
 	}
 	if err := decode(r, &body); err != nil {
 		return err
@@ -224,10 +238,16 @@ func (s *server) updateTask(w http.ResponseWriter, r *http.Request, p lease.Prin
 	if err := lease.CheckTaskFields(body.Title, body.Description, body.Queue, body.Priority, nullIsAbsent(body.Metadata)); err != nil {
 		return err
 	}
+	g, err := body.graphFields.parse(id)
+	if err != nil {
+		return err
+	}
 	params := lease.UpdateTaskParams{
 		TaskID: id, AgentID: p.AgentID, Admin: p.Admin,
 		Title: body.Title, Description: body.Description, Metadata: nullIsAbsent(body.Metadata),
 		Queue: body.Queue, Priority: body.Priority, Status: body.Status,
+		BlockedBy: g.blockedBy, MaxAttempts: g.maxAttempts, RetryDelay: g.retryDelay,
+		SetNotBefore: g.setNotBefore, NotBefore: g.notBefore,
 	}
 	if v := r.Header.Get("If-Match"); v != "" {
 		n, err := strconv.ParseInt(strings.Trim(strings.TrimPrefix(v, "W/"), `"`), 10, 64)
@@ -382,7 +402,7 @@ func (s *server) checkout(w http.ResponseWriter, r *http.Request, p lease.Princi
 		return err
 	}
 	g, err := s.check(r.Context(), p, body.grantBody, func() error {
-		return lease.CheckExpectedStatuses(body.ExpectedStatuses)
+		return checkExpectedStatuses(body.ExpectedStatuses)
 	})
 	if err != nil {
 		return err
@@ -482,8 +502,10 @@ func (s *server) release(w http.ResponseWriter, r *http.Request, p lease.Princip
 	}
 	var body struct {
 		holderBody
-		Force  bool   `json:"force"`
-		Reason string `json:"reason"`
+		Force   bool                  `json:"force"`
+		Reason  string                `json:"reason"`
+		Outcome *lease.ReleaseOutcome `json:"outcome"`
+		Error   string                `json:"error"`
 	}
 	if err := decode(r, &body); err != nil {
 		return err
@@ -494,11 +516,18 @@ func (s *server) release(w http.ResponseWriter, r *http.Request, p lease.Princip
 	if err := lease.CheckReason(body.Reason); err != nil {
 		return err
 	}
+	outcome, err := releaseOutcome(body.Outcome, body.Error)
+	if err != nil {
+		return err
+	}
 	agentID, runID, err := s.checkHolder(r.Context(), p, body.holderBody)
 	if err != nil {
 		return err
 	}
-	rel, err := s.svc.Release(r.Context(), lease.ReleaseParams{TaskID: taskID, AgentID: agentID, RunID: runID, Fence: body.Fence, Force: body.Force, Reason: body.Reason})
+	rel, err := s.svc.Release(r.Context(), lease.ReleaseParams{
+		TaskID: taskID, AgentID: agentID, RunID: runID, Fence: body.Fence, Force: body.Force, Reason: body.Reason,
+		Outcome: outcome, Error: body.Error,
+	})
 	if err != nil {
 		return err
 	}

@@ -17,16 +17,18 @@ type QueueJSON struct {
 // QueueCountsJSON is a queue's tasks by status, in the statuses' order.
 type QueueCountsJSON struct {
 	Todo       int64 `json:"todo"`
+	Blocked    int64 `json:"blocked"`
 	InProgress int64 `json:"in_progress"`
 	Done       int64 `json:"done"`
 	Cancelled  int64 `json:"cancelled"`
+	Failed     int64 `json:"failed"`
 }
 
 // ToQueueJSON is the API form of a queue's counts.
 func ToQueueJSON(q lease.QueueStats) QueueJSON {
 	out := QueueJSON{Queue: q.Queue, Counts: QueueCountsJSON{
-		Todo: q.Counts[lease.StatusTodo], InProgress: q.Counts[lease.StatusInProgress],
-		Done: q.Counts[lease.StatusDone], Cancelled: q.Counts[lease.StatusCancelled],
+		Todo: q.Counts[lease.StatusTodo], Blocked: q.Counts[lease.StatusBlocked], InProgress: q.Counts[lease.StatusInProgress],
+		Done: q.Counts[lease.StatusDone], Cancelled: q.Counts[lease.StatusCancelled], Failed: q.Counts[lease.StatusFailed],
 	}}
 	if !q.OldestTodoAt.IsZero() {
 		at := q.OldestTodoAt.UTC().Format(timeFormat)

@@ -13,7 +13,7 @@ func (f *fakeService) ListQueues(context.Context) ([]lease.QueueStats, error) {
 	}
 	return []lease.QueueStats{
 		{Queue: "backend", Counts: map[lease.Status]int64{lease.StatusTodo: 3, lease.StatusInProgress: 1, lease.StatusDone: 7}, OldestTodoAt: t0},
-		{Queue: "default", Counts: map[lease.Status]int64{lease.StatusDone: 2, lease.StatusCancelled: 1}},
+		{Queue: "default", Counts: map[lease.Status]int64{lease.StatusDone: 2, lease.StatusCancelled: 1, lease.StatusBlocked: 4, lease.StatusFailed: 5}},
 	}, nil
 }
 
@@ -30,8 +30,12 @@ func TestListQueues(t *testing.T) {
 	}
 	b := qs[0].(map[string]any)
 	counts := b["counts"].(map[string]any)
-	if b["queue"] != "backend" || counts["todo"] != 3.0 || counts["in_progress"] != 1.0 || counts["done"] != 7.0 || counts["cancelled"] != 0.0 {
+	if b["queue"] != "backend" || counts["todo"] != 3.0 || counts["in_progress"] != 1.0 || counts["done"] != 7.0 || counts["cancelled"] != 0.0 ||
+		counts["blocked"] != 0.0 || counts["failed"] != 0.0 {
 		t.Errorf("backend: %v", b)
+	}
+	if c := qs[1].(map[string]any)["counts"].(map[string]any); c["blocked"] != 4.0 || c["failed"] != 5.0 || c["cancelled"] != 1.0 {
+		t.Errorf("default: %v", c)
 	}
 	if b["oldest_todo_at"] != t0.UTC().Format(timeFormat) {
 		t.Errorf("backend oldest_todo_at %v, want %s", b["oldest_todo_at"], t0.UTC().Format(timeFormat))

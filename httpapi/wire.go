@@ -8,8 +8,9 @@ import (
 )
 
 // The JSON shapes of the API (httpapi/openapi/openapi.yaml). Every field is always present; absent values
-// are null, never omitted, except held_seconds, which only events that end a
-// lease carry.
+// are null, never omitted, and lists are [] when empty, except on events:
+// held_seconds, which only events that end a lease carry, and a release's
+// outcome and error, which only a release that gave them carries.
 
 const timeFormat = "2006-01-02T15:04:05.000Z"
 
@@ -43,6 +44,9 @@ type checkoutJSON struct {
 	ExpiresAt        string `json:"expires_at"`
 	RemainingSeconds int64  `json:"remaining_seconds"`
 	Reason           string `json:"reason"`
+	// Attempt is which attempt of the task the lease is: 1 for the first
+	// grant since the task was created or reopened.
+	Attempt int `json:"attempt"`
 }
 
 func toCheckout(c lease.Checkout, now time.Time) checkoutJSON {
@@ -57,6 +61,7 @@ func toCheckout(c lease.Checkout, now time.Time) checkoutJSON {
 		ExpiresAt:        stamp(c.ExpiresAt),
 		RemainingSeconds: seconds(c.Remaining(now)),
 		Reason:           c.Reason,
+		Attempt:          c.Attempt,
 	}
 }
 
@@ -102,6 +107,28 @@ type taskJSON struct {
 	CompletedAt     *string         `json:"completed_at"`
 	DurationSeconds *int64          `json:"duration_seconds"`
 	Checkout        *checkoutJSON   `json:"checkout"`
+	// The work graph (API 1.1).
+	BlockedBy         []blockerJSON `json:"blocked_by"`
+	Blocks            []string      `json:"blocks"`
+	MaxAttempts       int           `json:"max_attempts"`
+	Attempts          int           `json:"attempts"`
+	RetryDelaySeconds int64         `json:"retry_delay_seconds"`
+	NotBefore         *string       `json:"not_before"`
+	LastError         *string       `json:"last_error"`
+}
+
+// blockerJSON is a task's blocker, with its status now.
+type blockerJSON struct {
+	TaskID string       `json:"task_id"`
+	Status lease.Status `json:"status"`
+}
+
+func toBlockers(bs []lease.Blocker) []blockerJSON {
+	out := make([]blockerJSON, 0, len(bs))
+	for _, b := range bs {
+		out = append(out, blockerJSON{TaskID: b.TaskID, Status: b.Status})
+	}
+	return out
 }
 
 func toTask(t lease.Task, now time.Time) taskJSON {
@@ -118,6 +145,24 @@ func toTask(t lease.Task, now time.Time) taskJSON {
 		StartedAt:   stampPtr(t.StartedAt),
 		CompletedAt: stampPtr(t.CompletedAt),
 		Checkout:    toCheckoutPtr(t.Checkout, now),
+
+		BlockedBy:         toBlockers(t.BlockedBy),
+		Blocks:            t.Blocks,
+		MaxAttempts:       t.MaxAttempts,
+		Attempts:          t.Attempts,
+		RetryDelaySeconds: seconds(t.RetryDelay),
+		NotBefore:         stampPtr(t.NotBefore),
+	}
+	if j.Blocks == nil {
+		j.Blocks = []string{}
+	}
+	if j.MaxAttempts == 0 {
+		// A task written before the work graph has none: the default
+		// applies to it.
+		j.MaxAttempts = lease.DefaultMaxAttempts
+	}
+	if t.LastError != "" {
+		j.LastError = &t.LastError
 	}
 	if j.Metadata == nil {
 		j.Metadata = json.RawMessage("{}")
@@ -141,6 +186,10 @@ type EventJSON struct {
 	HeldSeconds *int64          `json:"held_seconds,omitempty"`
 	By          string          `json:"by"`
 	Reason      string          `json:"reason"`
+	// Outcome and Error are a release's (API 1.1), omitted when it gave
+	// none.
+	Outcome lease.ReleaseOutcome `json:"outcome,omitempty"`
+	Error   string               `json:"error,omitempty"`
 }
 
 // ToEventJSON converts a lease event to its API form.
@@ -154,6 +203,8 @@ func ToEventJSON(e lease.Event) EventJSON {
 		At:      stamp(e.At),
 		By:      e.By,
 		Reason:  e.Reason,
+		Outcome: e.Outcome,
+		Error:   e.Error,
 	}
 	if e.Held != nil {
 		s := seconds(*e.Held)
