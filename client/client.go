@@ -1,4 +1,5 @@
-// Package client is the Go client of the checkout HTTP API (version 1).
+// Package client is the Go client of the checkout HTTP API (version 1.1,
+// the work graph included: blocked tasks, attempts and failed releases).
 //
 // A Client has a method per route, returns typed values and typed errors
 // (a *ConflictError carries the holder of a task; sentinels such as

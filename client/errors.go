@@ -42,6 +42,20 @@ var (
 	ErrTooManyWatchers = errors.New("checkout: task has too many watchers")
 	// ErrCannotRemoveAdmin is a 409: the built-in admin cannot be removed.
 	ErrCannotRemoveAdmin = errors.New("checkout: the built-in admin cannot be removed")
+	// ErrBlocked is a 409 blocked: the task waits for blockers that are
+	// not done (a *BlockedError names them).
+	ErrBlocked = errors.New("checkout: task is blocked")
+	// ErrNotReady is a 409 not_ready: the task may not be granted before
+	// its not_before (a *NotReadyError gives it), typically the retry delay
+	// after a failed attempt.
+	ErrNotReady = errors.New("checkout: task is not ready yet")
+	// ErrInvalidDependency is a 400 invalid_dependency: blocked_by names an
+	// unknown task, the task itself, or more than 20 tasks. It matches
+	// ErrInvalid too.
+	ErrInvalidDependency = fmt.Errorf("checkout: invalid dependency: %w", ErrInvalid)
+	// ErrDependencyCycle is a 400 dependency_cycle: blocked_by would close
+	// a cycle of dependencies. It matches ErrInvalid too.
+	ErrDependencyCycle = fmt.Errorf("checkout: dependency cycle: %w", ErrInvalid)
 	// ErrUnavailable is a 503: the server cannot reach its database. The
 	// client has retried it already; try again a little later.
 	ErrUnavailable = errors.New("checkout: service unavailable")
@@ -77,6 +91,10 @@ var codeSentinels = map[string]error{
 	errcode.InvalidTransition: ErrInvalidTransition,
 	errcode.TooManyWatchers:   ErrTooManyWatchers,
 	errcode.CannotRemoveAdmin: ErrCannotRemoveAdmin,
+	errcode.Blocked:           ErrBlocked,
+	errcode.NotReady:          ErrNotReady,
+	errcode.InvalidDependency: ErrInvalidDependency,
+	errcode.DependencyCycle:   ErrDependencyCycle,
 	errcode.Unavailable:       ErrUnavailable,
 	errcode.MethodNotAllowed:  nil,
 	errcode.Internal:          nil,
@@ -101,7 +119,8 @@ func (e *APIError) Error() string {
 	return e.Message
 }
 
-// Is matches the sentinel of the error's code, and ErrNotFound for any 404.
+// Is matches the sentinel of the error's code (and what that sentinel
+// matches: ErrInvalid for ErrDependencyCycle), and ErrNotFound for any 404.
 func (e *APIError) Is(target error) bool {
 	if target == ErrNotFound && e.Status == http.StatusNotFound {
 		return true
@@ -110,7 +129,7 @@ func (e *APIError) Is(target error) bool {
 		return true
 	}
 	s, ok := codeSentinels[e.Code]
-	return ok && s != nil && s == target
+	return ok && s != nil && errors.Is(s, target)
 }
 
 // ConflictError is a 409 checked_out: another live lease holds the task.
@@ -151,6 +170,26 @@ type StatusMismatchError struct {
 }
 
 func (e *StatusMismatchError) Unwrap() error { return e.APIError }
+
+// BlockedError is a 409 blocked: the task waits for other tasks. BlockedBy
+// lists the blockers that are not done, with their statuses; the task can
+// be checked out once they are all done.
+type BlockedError struct {
+	*APIError
+	BlockedBy []Blocker
+}
+
+func (e *BlockedError) Unwrap() error { return e.APIError }
+
+// NotReadyError is a 409 not_ready: the task may not be granted before
+// NotBefore (the retry delay after a failed attempt, or a time it was
+// given). A checkout tried again after it may succeed.
+type NotReadyError struct {
+	*APIError
+	NotBefore time.Time
+}
+
+func (e *NotReadyError) Unwrap() error { return e.APIError }
 
 // NotServerError is an answer that is not the checkout API's: the URL
 // answers HTTP, but GET /healthz there does not answer as a checkout server
@@ -195,6 +234,8 @@ func decodeError(status int, body []byte) error {
 		SameAgent         bool      `json:"same_agent"`
 		Status            string    `json:"status"`
 		RetryAfterSeconds int64     `json:"retry_after_seconds"`
+		BlockedBy         []Blocker `json:"blocked_by"`
+		NotBefore         time.Time `json:"not_before"`
 	}
 	_ = json.Unmarshal(body, &b)
 	apiErr := &APIError{Status: status, Code: b.Code, Message: b.Error, Body: body}
@@ -220,6 +261,10 @@ func decodeError(status int, body []byte) error {
 		return e
 	case b.Code == errcode.StatusMismatch:
 		return &StatusMismatchError{APIError: apiErr, Status: b.Status}
+	case b.Code == errcode.Blocked:
+		return &BlockedError{APIError: apiErr, BlockedBy: b.BlockedBy}
+	case b.Code == errcode.NotReady:
+		return &NotReadyError{APIError: apiErr, NotBefore: b.NotBefore}
 	}
 	return apiErr
 }

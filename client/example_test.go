@@ -109,3 +109,29 @@ func ExampleConflictError() {
 	// held by writer (agent-writer), run run-1, timeout 30m0s
 	// true
 }
+
+func ExampleBlockedError() {
+	c, stop := newAgent("planner", "build")
+	defer stop()
+	ctx := context.Background()
+
+	// deploy waits for build: nobody can take it until build is done.
+	deploy, err := c.CreateTask(ctx, client.CreateTaskRequest{TaskID: "deploy", BlockedBy: []string{"build"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(deploy.TaskID, deploy.Status)
+
+	_, err = c.Checkout(ctx, "deploy", client.CheckoutRequest{})
+	var blocked *client.BlockedError
+	if errors.As(err, &blocked) {
+		for _, b := range blocked.BlockedBy {
+			fmt.Printf("waits for %s (%s)\n", b.TaskID, b.Status)
+		}
+	}
+	fmt.Println(errors.Is(err, client.ErrBlocked))
+	// Output:
+	// deploy blocked
+	// waits for build (todo)
+	// true
+}

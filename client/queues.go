@@ -15,8 +15,8 @@ type Queue struct {
 	OldestTodoAt *time.Time       `json:"oldest_todo_at"`
 }
 
-// Queues lists every queue with its tasks by status (todo, in_progress,
-// done, cancelled) and the creation time of its oldest todo task, by name.
+// Queues lists every queue with its tasks by status (todo, blocked,
+// in_progress, done, cancelled, failed) and the creation time of its oldest todo task, by name.
 // The counts follow each change within about a second.
 func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
 	var r struct {

@@ -83,6 +83,18 @@ func (c *Client) Release(ctx context.Context, taskID string, req ReleaseRequest)
 	return r, wrap("release", taskID, err)
 }
 
+// Fail ends the caller's lease as a failed attempt: a release with outcome
+// failed and errText (cut to MaxErrorLen bytes) as its error, which becomes
+// the task's LastError. req names the lease as for Release (RunID, Fence,
+// AgentID); its Outcome and Error are set here. The task is then todo
+// again after its retry delay, or failed when it has used its MaxAttempts.
+func (c *Client) Fail(ctx context.Context, taskID, errText string, req ReleaseRequest) (Released, error) {
+	req.Outcome, req.Error = OutcomeFailed, truncate(errText, MaxErrorLen)
+	var r Released
+	err := c.do(ctx, retryNaming(req.RunID, req.Fence), http.MethodPost, taskPath(taskID, "/release"), req, &r)
+	return r, wrap("fail", taskID, err)
+}
+
 // Complete ends the caller's lease and marks the task done. Like Release, it
 // is retried freely when it names its lease.
 func (c *Client) Complete(ctx context.Context, taskID string, req CompleteRequest) (Task, error) {
@@ -175,7 +187,9 @@ func (c *Client) Heartbeat(ctx context.Context, ttl time.Duration) (Heartbeat, e
 	return h, nil
 }
 
-// CreateTask creates a task in status todo.
+// CreateTask creates a task: in status todo, or blocked when one of
+// req.BlockedBy is not done. A BlockedBy naming an unknown task matches
+// ErrInvalidDependency; one that would close a cycle, ErrDependencyCycle.
 func (c *Client) CreateTask(ctx context.Context, req CreateTaskRequest) (Task, error) {
 	var t Task
 	if err := c.do(ctx, once, http.MethodPost, "/api/tasks", req, &t); err != nil {
@@ -204,7 +218,10 @@ func (c *Client) CreateTasks(ctx context.Context, tasks []CreateTaskRequest) ([]
 	return out.Results, nil
 }
 
-// UpdateTask changes a task's fields or status (PATCH).
+// UpdateTask changes a task's fields or status (PATCH). Changing
+// BlockedBy sets a todo or blocked task's status to match (blocked while a
+// blocker is not done); on a task in another status it matches
+// ErrInvalidTransition.
 func (c *Client) UpdateTask(ctx context.Context, taskID string, req UpdateTaskRequest) (Task, error) {
 	var t Task
 	if req.IfVersion != 0 {

@@ -11,7 +11,26 @@ const (
 	StatusInProgress = "in_progress"
 	StatusDone       = "done"
 	StatusCancelled  = "cancelled"
+	// StatusBlocked: at least one of the task's blockers (BlockedBy) is not
+	// done. Claims never hand it out; a checkout answers a *BlockedError.
+	StatusBlocked = "blocked"
+	// StatusFailed: the task used up its attempts (MaxAttempts). Terminal,
+	// like done, until it is reopened (UpdateTask with Status "todo").
+	StatusFailed = "failed"
 )
+
+// Release outcomes (ReleaseRequest.Outcome, Event.Outcome).
+const (
+	// OutcomeDone is a release whose attempt went well: not a failure.
+	OutcomeDone = "done"
+	// OutcomeFailed is a failed attempt: it counts towards the task's
+	// MaxAttempts and delays its next grant by its retry delay.
+	OutcomeFailed = "failed"
+)
+
+// MaxErrorLen is the longest error text a failed release may carry, in
+// bytes (2 KiB).
+const MaxErrorLen = 2 << 10
 
 // Checkout is a lease on a task, as the API returns it.
 type Checkout struct {
@@ -30,6 +49,10 @@ type Checkout struct {
 	Title    string `json:"title,omitempty"`
 	Queue    string `json:"queue,omitempty"`
 	Priority int    `json:"priority,omitempty"`
+	// Attempt is which attempt of the task this lease is: 1 for the first
+	// grant since the task was created or reopened (0 from a server older
+	// than API version 1.1).
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // Timeout is the lease's length.
@@ -59,6 +82,36 @@ type Task struct {
 	DurationSeconds *int64     `json:"duration_seconds"`
 	// Checkout is the live lease, or nil.
 	Checkout *Checkout `json:"checkout"`
+
+	// The work graph (API version 1.1). BlockedBy is every task this one
+	// waits for, with its status now; while one of them is not done the
+	// task is blocked. Blocks lists the tasks that wait for this one.
+	BlockedBy []Blocker `json:"blocked_by"`
+	Blocks    []string  `json:"blocks"`
+	// Attempts counts the grants since the task was created or reopened;
+	// a failed attempt at MaxAttempts makes the task failed.
+	Attempts    int `json:"attempts"`
+	MaxAttempts int `json:"max_attempts"`
+	// RetryDelaySeconds is the wait after the first failed release, in
+	// whole seconds (see RetryDelay); it doubles with each further failure.
+	RetryDelaySeconds int64 `json:"retry_delay_seconds"`
+	// NotBefore is when the task may be granted again (after a failed
+	// attempt, or as created), or nil.
+	NotBefore *time.Time `json:"not_before"`
+	// LastError is the error of the latest failed release ("" for none).
+	LastError string `json:"last_error,omitempty"`
+}
+
+// RetryDelay is the task's retry delay: the wait after its first failed
+// release.
+func (t Task) RetryDelay() time.Duration {
+	return time.Duration(t.RetryDelaySeconds) * time.Second
+}
+
+// Blocker is a task another task waits for, with its status.
+type Blocker struct {
+	TaskID string `json:"task_id"`
+	Status string `json:"status"`
 }
 
 // TaskPage is one page of a task listing.
@@ -94,6 +147,10 @@ type Event struct {
 	HeldSeconds *int64 `json:"held_seconds,omitempty"`
 	By          string `json:"by,omitempty"`
 	Reason      string `json:"reason,omitempty"`
+	// Outcome and Error are a release's: OutcomeDone or OutcomeFailed and
+	// the failure's error ("" for a plain release).
+	Outcome string `json:"outcome,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // Agent is a registered agent.
@@ -231,6 +288,12 @@ type ReleaseRequest struct {
 	Reason string `json:"reason,omitempty"`
 	// AgentID is the holder the request acts as (see RenewRequest).
 	AgentID string `json:"agent_id,omitempty"`
+	// Outcome says how the attempt went: "" (a plain release, not a
+	// failure), OutcomeDone or OutcomeFailed. Fail sets it.
+	Outcome string `json:"outcome,omitempty"`
+	// Error says what went wrong, up to MaxErrorLen bytes; only with
+	// Outcome OutcomeFailed. It becomes the task's LastError.
+	Error string `json:"error,omitempty"`
 }
 
 // CompleteRequest is the body of a completion.
@@ -250,6 +313,26 @@ type CreateTaskRequest struct {
 	Priority    *int   `json:"priority,omitempty"` // 0 to 9, higher first; default 5
 	// Metadata is a JSON object of up to 4 KiB.
 	Metadata json.RawMessage `json:"metadata,omitempty"`
+	// BlockedBy names up to 20 existing tasks this one waits for: it is
+	// blocked until they are all done.
+	BlockedBy []string `json:"blocked_by,omitempty"`
+	// MaxAttempts is 1 to 100 (server default 5).
+	MaxAttempts *int `json:"max_attempts,omitempty"`
+	// RetryDelay is 0 to 1h (server default 10s); nil leaves the default.
+	RetryDelay *time.Duration `json:"-"`
+	// NotBefore, when set, is the time before which the task is not
+	// handed out.
+	NotBefore *time.Time `json:"not_before,omitempty"`
+}
+
+// MarshalJSON writes the API's body, with RetryDelay as a Go duration
+// string.
+func (r CreateTaskRequest) MarshalJSON() ([]byte, error) {
+	type plain CreateTaskRequest
+	return json.Marshal(struct {
+		plain
+		RetryDelay *string `json:"retry_delay,omitempty"`
+	}{plain(r), optDuration(r.RetryDelay)})
 }
 
 // BatchResult is one task of CreateTasks: Outcome "created", or "exists"
@@ -268,11 +351,46 @@ type UpdateTaskRequest struct {
 	Queue       *string         `json:"queue,omitempty"`
 	Priority    *int            `json:"priority,omitempty"`
 	// Status "cancelled" (which ends a live lease: its holder or an admin
-	// only) or "todo" (reopens a done or cancelled task).
+	// only) or "todo" (reopens a done, cancelled or failed task, with its
+	// attempts back to 0 and its NotBefore cleared).
 	Status string `json:"status,omitempty"`
+	// BlockedBy, when not nil, replaces the tasks this one waits for; a
+	// pointer to an empty list clears them. Only a todo or blocked task's
+	// may change (else ErrInvalidTransition).
+	BlockedBy *[]string `json:"blocked_by,omitempty"`
+	// MaxAttempts is 1 to 100.
+	MaxAttempts *int `json:"max_attempts,omitempty"`
+	// RetryDelay is 0 to 1h.
+	RetryDelay *time.Duration `json:"-"`
+	// NotBefore, when set, is the new time before which the task is not
+	// handed out; ClearNotBefore removes it (it wins over NotBefore).
+	NotBefore      *time.Time `json:"-"`
+	ClearNotBefore bool       `json:"-"`
 	// IfVersion, when non-zero, is sent as If-Match: the change is made
 	// only if the task is still at that version (else ErrVersionMismatch).
 	IfVersion int64 `json:"-"`
+}
+
+// MarshalJSON writes the API's body: RetryDelay as a Go duration string,
+// and not_before as a time, or null with ClearNotBefore.
+func (r UpdateTaskRequest) MarshalJSON() ([]byte, error) {
+	type plain UpdateTaskRequest
+	var notBefore json.RawMessage
+	switch {
+	case r.ClearNotBefore:
+		notBefore = json.RawMessage("null")
+	case r.NotBefore != nil:
+		b, err := json.Marshal(r.NotBefore)
+		if err != nil {
+			return nil, err
+		}
+		notBefore = b
+	}
+	return json.Marshal(struct {
+		plain
+		RetryDelay *string         `json:"retry_delay,omitempty"`
+		NotBefore  json.RawMessage `json:"not_before,omitempty"`
+	}{plain(r), optDuration(r.RetryDelay), notBefore})
 }
 
 // ListTasksRequest filters a task listing.
@@ -288,6 +406,15 @@ type CreateAgentRequest struct {
 	Name    string `json:"name"`
 	Admin   bool   `json:"admin,omitempty"`
 	AgentID string `json:"agent_id,omitempty"`
+}
+
+// optDuration is *d as a Go duration string ("0s" for zero), or nil.
+func optDuration(d *time.Duration) *string {
+	if d == nil {
+		return nil
+	}
+	s := d.String()
+	return &s
 }
 
 func durationString(d time.Duration) string {

@@ -28,8 +28,10 @@ var (
 )
 
 // WebhookPayload is the body of a webhook delivery: the notice id (also in
-// X-Checkout-Event-Id), its kind ("TaskAvailable", "LeaseEnded" or "LeaseLost", as
-// EventBridge's detail-type) and the lease event.
+// X-Checkout-Event-Id), its kind ("TaskAvailable", "LeaseEnded", "LeaseLost"
+// or "TaskFailed", as EventBridge's detail-type) and the lease event. A
+// TaskAvailable whose event type is "unblocked" is a task whose last
+// blocker was completed.
 type WebhookPayload struct {
 	ID    string `json:"id"`
 	Type  string `json:"type"`

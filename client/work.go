@@ -7,6 +7,9 @@ import (
 	"net/http"
 	"sync"
 	"time"
+	"unicode/utf8"
+
+	"github.com/checkout-dev/checkout/errcode"
 )
 
 // Lease is a lease held by WorkOn or ClaimLoop for the function they run.
@@ -134,6 +137,15 @@ func newWorkConfig(opts []WorkOption) workConfig {
 // is completed; when it returns an error the lease is released with the
 // error as the reason.
 //
+// When fn returns an error, the release is a failed attempt (outcome
+// failed), with the error's text, cut to MaxErrorLen bytes, as its error:
+// the task's LastError. The server then holds the task back for its retry
+// delay, or marks it failed once it has used its MaxAttempts. An error
+// that is only the cancellation of ctx (the caller stopping, not the work
+// failing) is released plainly, without counting as a failure. A server
+// older than API version 1.1, which does not know outcomes, gets a plain
+// release.
+//
 // WorkOn returns fn's error, an error matching ErrLeaseLost (and fn's error,
 // if any) when the lease was lost, or the checkout's error: a
 // *ConflictError when another agent holds the task.
@@ -159,7 +171,8 @@ func (c *Client) WorkOn(ctx context.Context, taskID string, fn func(ctx context.
 // Queues option's queues; ClaimWait long-polls), runs fn under its lease as
 // WorkOn does, and claims the next. On a conflict it
 // claims again at once; while no task is available it backs off with
-// jitter. Each fn's error goes to the OnError option and the loop goes on.
+// jitter. Each fn's error goes to the OnError option, the task is released
+// as a failed attempt as WorkOn does, and the loop goes on.
 // ClaimLoop returns nil when ctx is done, or the first error that retrying
 // cannot mend (a bad key, for example).
 func (c *Client) ClaimLoop(ctx context.Context, fn func(ctx context.Context, l *Lease) error, opts ...WorkOption) error {
@@ -262,7 +275,16 @@ func (c *Client) hold(ctx context.Context, co Checkout, fn func(context.Context,
 	if ferr == nil {
 		_, err = c.Complete(fctx, cur.TaskID, CompleteRequest{RunID: cur.RunID, Fence: cur.Fence})
 	} else {
-		_, err = c.Release(fctx, cur.TaskID, ReleaseRequest{RunID: cur.RunID, Fence: cur.Fence, Reason: truncate(ferr.Error(), 512)})
+		rel := ReleaseRequest{RunID: cur.RunID, Fence: cur.Fence, Reason: truncate(ferr.Error(), 512)}
+		if stopped := ctx.Err() != nil && (errors.Is(ferr, context.Canceled) || errors.Is(ferr, context.DeadlineExceeded)); !stopped {
+			rel.Outcome, rel.Error = OutcomeFailed, truncate(ferr.Error(), MaxErrorLen)
+		}
+		_, err = c.Release(fctx, cur.TaskID, rel)
+		if rel.Outcome != "" && isUnknownField(err) {
+			// A server before API 1.1 refuses the outcome: release plainly.
+			rel.Outcome, rel.Error = "", ""
+			_, err = c.Release(fctx, cur.TaskID, rel)
+		}
 	}
 	if errors.Is(err, ErrNotHolder) || errors.Is(err, ErrNotCheckedOut) {
 		err = fmt.Errorf("%w: task %s: %w", ErrLeaseLost, cur.TaskID, err)
@@ -335,9 +357,21 @@ func (c *Client) lostMessage(ctx context.Context, co Checkout) (Message, bool) {
 	return Message{}, false
 }
 
+// truncate cuts s to at most n bytes, at the start of a character, so
+// that the text stays valid UTF-8.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
 	return s[:n]
+}
+
+// isUnknownField reports whether err is the answer of a server that does
+// not know a field of the body (400 invalid_json).
+func isUnknownField(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Code == errcode.InvalidJSON
 }

@@ -24,35 +24,39 @@ its lease. If checkout_task answers acquired=false, another agent holds the task
 it; pick another task, or watch it (watch_task, or checkout_task with watch=true) and look in
 read_inbox later. If it answers held_by_you=true, your agent took the task in an earlier run
 (before a restart): checkout_task with adopt=true continues it here. When done, call
-complete_task; if you give up, call release_task. Long work: call renew_task before the lease
-expires. Every result has ok, message and, on failure, code: read message for what to do next.`
+complete_task; if the work failed (an error you cannot fix now), call fail_task with the error, so
+the task is retried later or marked failed; if you merely stop, call release_task. A task may be
+blocked (it waits for other tasks: blocked_by) or not ready (not_before): do not work on it, pick
+another. Long work: call renew_task before the lease expires. Every result has ok, message and, on failure, code: read message for what to do next.`
 
 const descCheckout = `Take the lease on one task before you start working on it, so that no other agent works on it at the same time.
 Answers acquired=true with your lease and the task's title (expires_at is when the lease ends unless you renew it with renew_task), or acquired=false with holder: another agent already holds the task. acquired=false is a normal answer, not an error: do NOT work on that task; pick another task (claim_task gives you one), or, if you need this very task, call it again with watch=true so the task's release is announced in read_inbox, and try again later.
 held_by_you=true means your own agent holds the task under another run, usually this server before a restart: call checkout_task again with adopt=true to continue that lease in this session, unless another session of yours is still working on it.
-Calling it again for a task you already hold returns the same lease. Fails (ok=false) for an unknown task id or a task already done or cancelled.`
+Calling it again for a task you already hold returns the same lease. Fails (ok=false) for an unknown task id or a task already done, cancelled or failed; with code blocked (blocked_by lists the unfinished tasks it waits for) or not_ready (not_before says when it may be taken): pick another task.`
 
 const descClaim = `Take the lease on the next open task when you have no particular task to work on: the highest-priority, then oldest, open task of queues (default ["{default_queue}"]; name the queues of the work you do). wait (up to {max_claim_wait}) waits that long for a task to become available. Answers acquired=true with the lease, its task_id, title, queue and priority (work on that task), or acquired=false when no task is available right now: claim again with wait, watch a task, or stop.`
 
-const descCreateTask = `Create a task for yourself or other agents to work on: a title, optionally a description (up to {max_description}), a queue (default "{default_queue}": agents claim from the queues they name), a priority (0 to {max_priority}, higher is claimed first; default {default_priority}) and metadata (a JSON object of up to {max_metadata}). Give task_id to make retrying safe: a task with that id that exists already is reported, not created twice.`
+const descCreateTask = `Create a task for yourself or other agents to work on: a title, optionally a description (up to {max_description}), a queue (default "{default_queue}": agents claim from the queues they name), a priority (0 to {max_priority}, higher is claimed first; default {default_priority}) and metadata (a JSON object of up to {max_metadata}). blocked_by (up to {max_blockers} task ids) makes it wait: nobody can take it until those tasks are done. max_attempts (1 to {max_max_attempts}, default {default_max_attempts}) is how many failed attempts it takes to fail the task; retry_delay (default {default_retry_delay}, up to {max_retry_wait}) is the wait after a failed attempt, doubling with each further one; not_before (RFC 3339) is a time before which nobody may take it. Give task_id to make retrying safe: a task with that id that exists already is reported, not created twice.`
 
-const descUpdateTask = `Change a task's title, description, queue, priority or metadata, or its status: "cancelled" (nobody should work on it; if it is checked out, only its holder or an admin may, and the lease ends) or "todo" (reopen a done or cancelled task). Fields you leave out stay as they are; a checked-out task keeps its lease. Give version (from get_task) to change it only if nobody changed it since (else code version_mismatch: read it again).`
+const descUpdateTask = `Change a task's title, description, queue, priority, metadata, blocked_by (replaces the list; [] clears it; only on a todo or blocked task), max_attempts, retry_delay or not_before ("" clears it), or its status: "cancelled" (nobody should work on it; if it is checked out, only its holder or an admin may, and the lease ends) or "todo" (reopen a done, cancelled or failed task; its attempts start again). Fields you leave out stay as they are; a checked-out task keeps its lease. Give version (from get_task) to change it only if nobody changed it since (else code version_mismatch: read it again).`
 
 const descRenew = `Extend your lease on a task you hold, before it expires, when your work takes longer than the lease timeout. Renew well before expires_at (for example at a third of the timeout). Optionally give a new timeout. Give fence only to adopt a lease your agent took in an earlier run (the fence checkout_task or task_status showed). Fails (ok=false, code not_holder or not_checked_out) when you no longer hold the task: your lease expired or was released, and another agent may now be working on it; stop working on it and check task_status.`
 
 const descComplete = `Mark a task you hold as done when you have finished the work. This ends your lease and the task is never handed out again. Give fence only for a lease of your agent's earlier run. Fails (ok=false) when you no longer hold the task (your lease expired or someone else holds it): check task_status before assuming your work counts.`
 
-const descRelease = `Give a task back without finishing it, for example when you are blocked or stop working. The task becomes open again at once and agents watching it are told. Give a short reason. Give fence only for a lease of your agent's earlier run. Fails (ok=false) when you do not hold the task.`
+const descRelease = `Give a task back without finishing it, for example when you are blocked or stop working. The task becomes open again at once and agents watching it are told. Give a short reason. If the work failed, call fail_task instead. Give fence only for a lease of your agent's earlier run. Fails (ok=false) when you do not hold the task.`
+
+const descFail = `Give a task you hold back because the work failed (tests fail, a tool errors, the input is broken), with error saying what went wrong (up to {max_error}; it becomes the task's last_error for whoever tries next). This ends your lease as a failed attempt: the task waits its retry delay before anyone can take it again, and once it has used its max_attempts it is failed for good. The answer says which. Use release_task instead when you merely stop without the work having failed. Give fence only for a lease of your agent's earlier run. Fails (ok=false) when you do not hold the task.`
 
 const descStatus = `Check whether a task is checked out right now, by whom, and how long its lease has left; held_by_this_session says whether it is the lease this session works under. Use it before deciding to wait for a task, or to confirm you still hold one. Read-only.`
 
 const descListCheckouts = `List the live leases, all or one agent's (agent_id), up to limit (default {default_list_limit}). Use it to see which tasks are taken and by whom, or which tasks you still hold. Read-only.`
 
-const descListTasks = `List tasks, optionally only one status (todo = open, in_progress = someone works on it, done, cancelled), up to limit per page (default {default_list_limit}), with each task's title and live lease. Use it to find a task to work on; then take it with checkout_task. Pass next_cursor as cursor for the next page. Read-only.`
+const descListTasks = `List tasks, optionally only one status (todo = open, blocked = waits for other tasks, in_progress = someone works on it, done, cancelled, failed = used up its attempts), up to limit per page (default {default_list_limit}), with each task's title and live lease. Use it to find a task to work on; then take it with checkout_task. Pass next_cursor as cursor for the next page. Read-only.`
 
-const descGetTask = `Show one task: its title, status, times, and its live lease if any. Use it to read what a task is before or after taking it. Read-only.`
+const descGetTask = `Show one task: its title, status, times, its live lease if any, the tasks it waits for (blocked_by, with their statuses) and that wait for it (blocks), its attempts, not_before and last_error. Use it to read what a task is before or after taking it. Read-only.`
 
-const descWatch = `Ask to be told when a task that another agent holds becomes available (released, or its lease ends). One task_available message then arrives in read_inbox; the watch is used up. Meanwhile work on something else.`
+const descWatch = `Ask to be told when a task that another agent holds becomes available (released, its lease ends, or, for a blocked task, its last blocker is done). One task_available message then arrives in read_inbox; the watch is used up. Meanwhile work on something else.`
 
 const descInbox = `Read your inbox, oldest first, up to limit (default {default_list_limit}): one task_available message for each watched task that became available, and one lease_lost message for each lease of yours that ended without you (reason timeout, agent_death, force_release or cancel). For task_available: try checkout_task on its task_id (someone may have taken it first). For lease_lost: stop working on that task, your lease on it (fence) is gone. Then ack_message its message_id so it is not shown again. Read-only.`
 
@@ -63,10 +67,13 @@ const descHeartbeat = `Tell the service you are still alive. Once you have sent 
 // Outcome is in every tool's result.
 type Outcome struct {
 	OK      bool   `json:"ok" jsonschema:"true when the call did what it was asked; false when it failed: see code and message"`
-	Code    string `json:"code,omitempty" jsonschema:"when ok is false: the API's error code (task_not_found, not_holder, not_checked_out, status_mismatch, forbidden, ...) or invalid_arguments, unreachable, not_a_checkout_server, unauthorized"`
+	Code    string `json:"code,omitempty" jsonschema:"when ok is false: the API's error code (task_not_found, not_holder, not_checked_out, status_mismatch, blocked, not_ready, invalid_dependency, dependency_cycle, forbidden, ...) or invalid_arguments, unreachable, not_a_checkout_server, unauthorized"`
 	Message string `json:"message" jsonschema:"what happened and what to do next"`
 	// Holder is the lease in the way, on a denial or a not_holder failure.
 	Holder *client.Checkout `json:"holder,omitempty" jsonschema:"the lease that holds the task, when it is not yours"`
+	// BlockedBy and NotBefore explain a blocked or not_ready failure.
+	BlockedBy []client.Blocker `json:"blocked_by,omitempty" jsonschema:"with code blocked: the tasks it waits for that are not done, with their statuses"`
+	NotBefore *time.Time       `json:"not_before,omitempty" jsonschema:"with code not_ready: the time before which the task cannot be taken"`
 }
 
 func (o *Outcome) outcome() *Outcome { return o }
@@ -96,6 +103,10 @@ type CreateTaskInput struct {
 	Queue       string         `json:"queue,omitempty" jsonschema:"the queue agents claim it from; default \"{default_queue}\""`
 	Priority    *int           `json:"priority,omitempty" jsonschema:"0 to {max_priority}, higher is claimed first; default {default_priority}"`
 	Metadata    map[string]any `json:"metadata,omitempty" jsonschema:"a JSON object of your own, up to {max_metadata}"`
+	BlockedBy   []string       `json:"blocked_by,omitempty" jsonschema:"ids of up to {max_blockers} tasks this one waits for: nobody can take it until they are all done"`
+	MaxAttempts *int           `json:"max_attempts,omitempty" jsonschema:"failed attempts before the task is failed, 1 to {max_max_attempts}; default {default_max_attempts}"`
+	RetryDelay  string         `json:"retry_delay,omitempty" jsonschema:"wait after a failed attempt, doubling with each further one, as a Go duration 0s to {max_retry_wait}; default {default_retry_delay}"`
+	NotBefore   string         `json:"not_before,omitempty" jsonschema:"an RFC 3339 time (2026-03-20T15:00:00Z) before which nobody may take it"`
 }
 
 // UpdateTaskInput is update_task's input.
@@ -106,7 +117,11 @@ type UpdateTaskInput struct {
 	Queue       *string        `json:"queue,omitempty" jsonschema:"move it to this queue"`
 	Priority    *int           `json:"priority,omitempty" jsonschema:"0 to {max_priority}, higher is claimed first"`
 	Metadata    map[string]any `json:"metadata,omitempty" jsonschema:"replaces its metadata: a JSON object"`
-	Status      string         `json:"status,omitempty" jsonschema:"cancelled, or todo to reopen a done or cancelled task"`
+	Status      string         `json:"status,omitempty" jsonschema:"cancelled, or todo to reopen a done, cancelled or failed task"`
+	BlockedBy   *[]string      `json:"blocked_by,omitempty" jsonschema:"replaces the ids of the tasks it waits for (up to {max_blockers}); [] clears them; only on a todo or blocked task"`
+	MaxAttempts *int           `json:"max_attempts,omitempty" jsonschema:"failed attempts before the task is failed, 1 to {max_max_attempts}"`
+	RetryDelay  string         `json:"retry_delay,omitempty" jsonschema:"wait after a failed attempt, as a Go duration 0s to {max_retry_wait}"`
+	NotBefore   *string        `json:"not_before,omitempty" jsonschema:"an RFC 3339 time before which nobody may take it; \"\" clears it"`
 	Version     int64          `json:"version,omitempty" jsonschema:"change it only if its version (from get_task) is still this"`
 }
 
@@ -129,6 +144,12 @@ type ReleaseInput struct {
 	Reason string `json:"reason,omitempty" jsonschema:"why you give it back"`
 }
 
+// FailInput is fail_task's input.
+type FailInput struct {
+	LeaseInput
+	Error string `json:"error" jsonschema:"what went wrong, up to {max_error}: the next agent reads it as the task's last_error"`
+}
+
 // TaskInput names one task.
 type TaskInput struct {
 	TaskID string `json:"task_id" jsonschema:"the task's id"`
@@ -142,7 +163,7 @@ type ListCheckoutsInput struct {
 
 // ListTasksInput is list_tasks' input.
 type ListTasksInput struct {
-	Status string `json:"status,omitempty" jsonschema:"only tasks in this status: todo, in_progress, done or cancelled; empty for all"`
+	Status string `json:"status,omitempty" jsonschema:"only tasks in this status: todo, blocked, in_progress, done, cancelled or failed; empty for all"`
 	Queue  string `json:"queue,omitempty" jsonschema:"only tasks in this queue; empty for all"`
 	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to {max_list_limit}; default {default_list_limit}"`
 	Cursor string `json:"cursor,omitempty" jsonschema:"next_cursor of the previous page"`
@@ -194,6 +215,13 @@ type CompleteResult struct {
 type ReleaseResult struct {
 	Outcome
 	Released *client.Released `json:"released,omitempty"`
+}
+
+// FailResult is the answer of fail_task.
+type FailResult struct {
+	Outcome
+	Released *client.Released `json:"released,omitempty"`
+	Task     *client.Task     `json:"task,omitempty" jsonschema:"the task after the failed attempt: its status (todo, or failed when its attempts are used up), attempts, not_before and last_error"`
 }
 
 // StatusResult is the answer of task_status.
@@ -271,6 +299,12 @@ var limitsText = strings.NewReplacer(
 	"{max_description}", kib(lease.MaxDescriptionLen),
 	"{max_metadata}", kib(lease.MaxMetadataLen),
 	"{default_queue}", lease.DefaultQueue,
+	"{max_blockers}", strconv.Itoa(lease.MaxBlockers),
+	"{default_max_attempts}", strconv.Itoa(lease.DefaultMaxAttempts),
+	"{max_max_attempts}", strconv.Itoa(lease.MaxMaxAttempts),
+	"{default_retry_delay}", shortDuration(lease.DefaultRetryDelay),
+	"{max_retry_wait}", shortDuration(lease.MaxRetryWait),
+	"{max_error}", kib(lease.MaxErrorLen),
 )
 
 // describe fills the placeholders of a schema's descriptions, and of its

@@ -39,6 +39,27 @@ func parseDur(field, v string) (time.Duration, error) {
 	return d, nil
 }
 
+// parseDelay reads a retry delay: a Go duration of 0s or more, or "" for
+// none given.
+func parseDelay(v string) (*time.Duration, error) {
+	if v == "" {
+		return nil, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return nil, &argError{fmt.Sprintf("invalid retry_delay %q: use a Go duration such as 0s, 30s or 5m (up to %s)", v, shortDuration(lease.MaxRetryWait))}
+	}
+	return &d, nil
+}
+
+func parseTime(field, v string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, &argError{fmt.Sprintf("invalid %s %q: use an RFC 3339 time such as 2026-03-20T15:00:00Z", field, v)}
+	}
+	return t, nil
+}
+
 func limitOf(n int) (int, error) {
 	switch {
 	case n == 0:
@@ -57,6 +78,8 @@ func toolError(err error) Outcome {
 	var arg *argError
 	var ne *client.NotHolderError
 	var sm *client.StatusMismatchError
+	var be *client.BlockedError
+	var nr *client.NotReadyError
 	switch {
 	case errors.As(err, &arg):
 		return Outcome{Code: codeInvalidArguments, Message: arg.msg}
@@ -78,6 +101,15 @@ func toolError(err error) Outcome {
 	case errors.Is(err, client.ErrNotCheckedOut):
 		return Outcome{Code: errcode.NotCheckedOut, Message: "no live lease holds this task: yours expired or was released, so another agent may take it. " +
 			"Stop working on it, or take it again with checkout_task"}
+	case errors.As(err, &be):
+		return Outcome{Code: errcode.Blocked, BlockedBy: be.BlockedBy, Message: fmt.Sprintf(
+			"the task is blocked: it waits for %s, which must be done first. Do not work on it; pick another task (claim_task), perhaps one of those",
+			blockerText(be.BlockedBy))}
+	case errors.As(err, &nr):
+		nb := nr.NotBefore
+		return Outcome{Code: errcode.NotReady, NotBefore: &nb, Message: fmt.Sprintf(
+			"the task cannot be taken before %s (it waits after a failed attempt, or was scheduled for then). Pick another task, or try again after that time",
+			stamp(nb))}
 	case errors.As(err, &sm):
 		return Outcome{Code: errcode.StatusMismatch, Message: fmt.Sprintf("the task has status %s and cannot be checked out; pick another task", sm.Status)}
 	case errors.As(err, &ae):

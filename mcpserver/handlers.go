@@ -155,7 +155,19 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 }
 
 func (t *tools) createTask(ctx context.Context, in CreateTaskInput) (TaskResult, error) {
-	req := client.CreateTaskRequest{TaskID: in.TaskID, Title: in.Title, Description: in.Description, Queue: in.Queue, Priority: in.Priority, Metadata: rawObject(in.Metadata)}
+	req := client.CreateTaskRequest{TaskID: in.TaskID, Title: in.Title, Description: in.Description, Queue: in.Queue, Priority: in.Priority, Metadata: rawObject(in.Metadata),
+		BlockedBy: in.BlockedBy, MaxAttempts: in.MaxAttempts}
+	var err error
+	if req.RetryDelay, err = parseDelay(in.RetryDelay); err != nil {
+		return TaskResult{}, err
+	}
+	if in.NotBefore != "" {
+		nb, err := parseTime("not_before", in.NotBefore)
+		if err != nil {
+			return TaskResult{}, err
+		}
+		req.NotBefore = &nb
+	}
 	task, err := t.c.CreateTask(ctx, req)
 	if errors.Is(err, client.ErrTaskExists) && in.TaskID != "" {
 		if task, err = t.c.GetTask(ctx, in.TaskID); err == nil {
@@ -165,7 +177,42 @@ func (t *tools) createTask(ctx context.Context, in CreateTaskInput) (TaskResult,
 	if err != nil {
 		return TaskResult{}, err
 	}
-	return TaskResult{Task: &task, Outcome: Outcome{Message: fmt.Sprintf("Task %s created in queue %s at priority %d.", task.TaskID, task.Queue, task.Priority)}}, nil
+	msg := fmt.Sprintf("Task %s created in queue %s at priority %d.", task.TaskID, task.Queue, task.Priority)
+	return TaskResult{Task: &task, Outcome: Outcome{Message: msg + waitsText(task)}}, nil
+}
+
+// waitsText says what a task waits for, if anything: " It waits for
+// ... It can be taken from ..., not before." (The time may be past: the
+// task keeps the not_before of its latest failed attempt.)
+func waitsText(task client.Task) string {
+	var s string
+	if open := openBlockers(task.BlockedBy); len(open) > 0 {
+		s += fmt.Sprintf(" It waits for %s: nobody can take it until they are done.", blockerText(open))
+	}
+	if task.NotBefore != nil && task.Status == client.StatusTodo {
+		s += fmt.Sprintf(" It can be taken from %s, not before.", stamp(*task.NotBefore))
+	}
+	return s
+}
+
+// openBlockers are the blockers that are not done.
+func openBlockers(bs []client.Blocker) []client.Blocker {
+	var open []client.Blocker
+	for _, b := range bs {
+		if b.Status != client.StatusDone {
+			open = append(open, b)
+		}
+	}
+	return open
+}
+
+// blockerText is "task build (in_progress), task test (failed)".
+func blockerText(bs []client.Blocker) string {
+	parts := make([]string, len(bs))
+	for i, b := range bs {
+		parts[i] = fmt.Sprintf("task %s (%s)", b.TaskID, b.Status)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // rawObject is m as JSON, or nil when absent.
@@ -179,7 +226,22 @@ func rawObject(m map[string]any) json.RawMessage {
 
 func (t *tools) updateTask(ctx context.Context, in UpdateTaskInput) (TaskResult, error) {
 	req := client.UpdateTaskRequest{Title: in.Title, Description: in.Description, Queue: in.Queue, Priority: in.Priority,
-		Metadata: rawObject(in.Metadata), Status: in.Status, IfVersion: in.Version}
+		Metadata: rawObject(in.Metadata), Status: in.Status, IfVersion: in.Version, BlockedBy: in.BlockedBy, MaxAttempts: in.MaxAttempts}
+	var err error
+	if req.RetryDelay, err = parseDelay(in.RetryDelay); err != nil {
+		return TaskResult{}, err
+	}
+	switch {
+	case in.NotBefore == nil:
+	case *in.NotBefore == "":
+		req.ClearNotBefore = true
+	default:
+		nb, err := parseTime("not_before", *in.NotBefore)
+		if err != nil {
+			return TaskResult{}, err
+		}
+		req.NotBefore = &nb
+	}
 	task, err := t.c.UpdateTask(ctx, in.TaskID, req)
 	if err != nil {
 		return TaskResult{}, err
@@ -187,7 +249,7 @@ func (t *tools) updateTask(ctx context.Context, in UpdateTaskInput) (TaskResult,
 	if in.Status == "cancelled" {
 		t.drop(in.TaskID)
 	}
-	return TaskResult{Task: &task, Outcome: Outcome{Message: fmt.Sprintf("Task %s is now %s (queue %s, priority %d, version %d).", task.TaskID, task.Status, task.Queue, task.Priority, task.Version)}}, nil
+	return TaskResult{Task: &task, Outcome: Outcome{Message: fmt.Sprintf("Task %s is now %s (queue %s, priority %d, version %d).", task.TaskID, task.Status, task.Queue, task.Priority, task.Version) + waitsText(task)}}, nil
 }
 
 func (t *tools) renew(ctx context.Context, in RenewInput) (LeaseResult, error) {
@@ -224,6 +286,32 @@ func (t *tools) release(ctx context.Context, in ReleaseInput) (ReleaseResult, er
 	return ReleaseResult{Released: &rel, Outcome: Outcome{Message: fmt.Sprintf("Task %s released after %ds; it is open for other agents again. Do not work on it any more.", rel.TaskID, rel.HeldSeconds)}}, nil
 }
 
+func (t *tools) fail(ctx context.Context, in FailInput) (FailResult, error) {
+	runID, fence := t.lease(in.LeaseInput)
+	rel, err := t.c.Fail(ctx, in.TaskID, in.Error, client.ReleaseRequest{RunID: runID, Fence: fence, AgentID: t.agentID})
+	if err != nil {
+		return FailResult{}, err
+	}
+	t.drop(in.TaskID)
+	r := FailResult{Released: &rel}
+	r.Message = fmt.Sprintf("Task %s given back as a failed attempt after %ds; do not work on it any more.", rel.TaskID, rel.HeldSeconds)
+	task, err := t.c.GetTask(ctx, in.TaskID)
+	if err != nil {
+		return r, nil // the failure is recorded; what follows is only news
+	}
+	r.Task = &task
+	switch {
+	case task.Status == client.StatusFailed:
+		r.Message += fmt.Sprintf(" It has used its %d attempts and is now failed: nobody will be given it again unless it is reopened (update_task status todo).", task.MaxAttempts)
+	case task.NotBefore != nil:
+		r.Message += fmt.Sprintf(" Attempt %d of %d failed; it can be taken again from %s.", task.Attempts, task.MaxAttempts, stamp(*task.NotBefore))
+	case task.MaxAttempts > 0:
+		r.Message += fmt.Sprintf(" Attempt %d of %d failed; it is open again.", task.Attempts, task.MaxAttempts)
+	}
+	r.Message += " Pick your next task (claim_task)."
+	return r, nil
+}
+
 func (t *tools) status(ctx context.Context, in TaskInput) (StatusResult, error) {
 	s, err := t.c.Status(ctx, in.TaskID)
 	if err != nil {
@@ -231,6 +319,18 @@ func (t *tools) status(ctx context.Context, in TaskInput) (StatusResult, error) 
 	}
 	r := StatusResult{TaskID: s.TaskID, Locked: s.Locked, Checkout: s.Checkout}
 	r.Message = fmt.Sprintf("Task %s is not checked out: take it with checkout_task.", in.TaskID)
+	if !s.Locked {
+		// Not held is not always free: say what it waits for.
+		if task, err := t.c.GetTask(ctx, in.TaskID); err == nil {
+			switch {
+			case task.Status == client.StatusTodo && task.NotBefore == nil:
+			case task.Status == client.StatusTodo, task.Status == client.StatusBlocked:
+				r.Message = fmt.Sprintf("Task %s is not checked out; it is %s.", in.TaskID, task.Status) + waitsText(task)
+			default:
+				r.Message = fmt.Sprintf("Task %s is not checked out: it is %s, so nobody can take it.", in.TaskID, task.Status)
+			}
+		}
+	}
 	if s.Locked && s.Checkout != nil {
 		co := s.Checkout
 		t.mu.Lock()
@@ -292,6 +392,12 @@ func (t *tools) listTasks(ctx context.Context, in ListTasksInput) (ListTasksResu
 		if task.Checkout != nil {
 			fmt.Fprintf(&b, ", held by %s until %s", task.Checkout.AgentID, stamp(task.Checkout.ExpiresAt))
 		}
+		if open := openBlockers(task.BlockedBy); len(open) > 0 {
+			fmt.Fprintf(&b, ", waits for %s", blockerText(open))
+		}
+		if task.NotBefore != nil && task.Status == client.StatusTodo {
+			fmt.Fprintf(&b, ", not before %s", stamp(*task.NotBefore))
+		}
 	}
 	if p.NextCursor != nil {
 		r.NextCursor = *p.NextCursor
@@ -310,8 +416,23 @@ func (t *tools) getTask(ctx context.Context, in TaskInput) (TaskResult, error) {
 	switch {
 	case task.Checkout != nil:
 		msg += " It is " + holderText(*task.Checkout) + "."
+	case task.Status == client.StatusTodo && task.NotBefore != nil:
+		msg += fmt.Sprintf(" It is open from %s: take it with checkout_task then.", stamp(*task.NotBefore))
 	case task.Status == client.StatusTodo:
 		msg += " It is open: take it with checkout_task."
+	case task.Status == client.StatusBlocked:
+		msg += fmt.Sprintf(" It waits for %s: nobody can take it until they are done.", blockerText(openBlockers(task.BlockedBy)))
+	case task.Status == client.StatusFailed:
+		msg += fmt.Sprintf(" It used its %d attempts; update_task with status todo reopens it.", task.MaxAttempts)
+	}
+	if task.MaxAttempts > 0 && task.Attempts > 0 {
+		msg += fmt.Sprintf(" Attempts: %d of %d.", task.Attempts, task.MaxAttempts)
+	}
+	if task.LastError != "" {
+		msg += fmt.Sprintf(" Last error: %q.", task.LastError)
+	}
+	if len(task.Blocks) > 0 {
+		msg += fmt.Sprintf(" Tasks waiting for it: %s.", strings.Join(task.Blocks, ", "))
 	}
 	return TaskResult{Task: &task, Outcome: Outcome{Message: msg}}, nil
 }

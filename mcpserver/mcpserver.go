@@ -1,9 +1,9 @@
 // Package mcpserver exposes the checkout service to LLM agents as a Model
 // Context Protocol server. Its tools act as the agent whose API key the
 // client carries: checkout_task, claim_task, renew_task, complete_task,
-// release_task, task_status, list_checkouts, list_tasks, get_task,
-// create_task, update_task, watch_task, read_inbox, ack_message and
-// heartbeat.
+// release_task, fail_task, task_status, list_checkouts, list_tasks,
+// list_queues, get_task, create_task, update_task, watch_task, read_inbox,
+// ack_message and heartbeat.
 //
 // Every result carries structured content whose "ok", "code" and "message"
 // say what happened, failures included: isError is set, ok is false, and
@@ -117,6 +117,7 @@ func New(c *client.Client, opts ...Options) *mcp.Server {
 	addTool(s, &mcp.Tool{Name: "renew_task", Title: "Renew your lease", Description: descRenew, Annotations: write(true)}, t.renew)
 	addTool(s, &mcp.Tool{Name: "complete_task", Title: "Complete a task", Description: descComplete, Annotations: write(false)}, t.complete)
 	addTool(s, &mcp.Tool{Name: "release_task", Title: "Release a task", Description: descRelease, Annotations: write(false)}, t.release)
+	addTool(s, &mcp.Tool{Name: "fail_task", Title: "Give a task back as failed", Description: descFail, Annotations: write(false)}, t.fail)
 	addTool(s, &mcp.Tool{Name: "task_status", Title: "Who holds a task", Description: descStatus, Annotations: read}, t.status)
 	addTool(s, &mcp.Tool{Name: "list_checkouts", Title: "List live checkouts", Description: descListCheckouts, Annotations: read}, t.listCheckouts)
 	addTool(s, &mcp.Tool{Name: "list_tasks", Title: "List tasks", Description: descListTasks, Annotations: read}, t.listTasks)

@@ -8,7 +8,7 @@ import (
 	"github.com/checkout-dev/checkout/client"
 )
 
-const descListQueues = `List the queues: for each, its number of tasks by status (todo = open, in_progress, done, cancelled) and when its oldest todo task was created. Use it to choose which queues to claim_task from, or to see how much work is waiting. Counts follow each change within about a second. Read-only.`
+const descListQueues = `List the queues: for each, its number of tasks by status (todo = open, blocked = waiting for other tasks, in_progress, done, cancelled, failed = used up its attempts) and when its oldest todo task was created. Use it to choose which queues to claim_task from, or to see how much work is waiting. Counts follow each change within about a second. Read-only.`
 
 // ListQueuesInput is list_queues' input: it takes none.
 type ListQueuesInput struct{}
@@ -32,8 +32,9 @@ func (t *tools) listQueues(ctx context.Context, _ ListQueuesInput) (ListQueuesRe
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d queue(s).", len(qs))
 	for _, q := range qs {
-		fmt.Fprintf(&b, "\n- %s: %d todo, %d in progress, %d done, %d cancelled", q.Queue,
-			q.Counts["todo"], q.Counts["in_progress"], q.Counts["done"], q.Counts["cancelled"])
+		fmt.Fprintf(&b, "\n- %s: %d todo, %d blocked, %d in progress, %d done, %d cancelled, %d failed", q.Queue,
+			q.Counts[client.StatusTodo], q.Counts[client.StatusBlocked], q.Counts[client.StatusInProgress],
+			q.Counts[client.StatusDone], q.Counts[client.StatusCancelled], q.Counts[client.StatusFailed])
 		if q.OldestTodoAt != nil {
 			fmt.Fprintf(&b, "; oldest todo created %s", stamp(*q.OldestTodoAt))
 		}

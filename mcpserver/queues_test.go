@@ -13,14 +13,14 @@ func TestListQueues(t *testing.T) {
 		if r.Method != "GET" || r.URL.Path != "/api/queues" {
 			return 404, `{"error":"no such path","code":"not_found"}`
 		}
-		return 200, `{"queues":[{"queue":"backend","counts":{"todo":2,"in_progress":1,"done":4,"cancelled":0},"oldest_todo_at":"2026-03-20T14:30:00.000Z"},` +
+		return 200, `{"queues":[{"queue":"backend","counts":{"todo":2,"blocked":3,"in_progress":1,"done":4,"cancelled":0,"failed":1},"oldest_todo_at":"2026-03-20T14:30:00.000Z"},` +
 			`{"queue":"default","counts":{"todo":0,"in_progress":0,"done":1,"cancelled":1},"oldest_todo_at":null}]}`
 	})
 	res, txt, out := callTool(t, cs, "list_queues", map[string]any{})
 	if res.IsError || out["ok"] != true {
 		t.Fatalf("list_queues failed: %s", txt)
 	}
-	for _, want := range []string{"backend: 2 todo, 1 in progress, 4 done, 0 cancelled; oldest todo created 2026-03-20T14:30:00Z", "default: 0 todo"} {
+	for _, want := range []string{"backend: 2 todo, 3 blocked, 1 in progress, 4 done, 0 cancelled, 1 failed; oldest todo created 2026-03-20T14:30:00Z", "default: 0 todo"} {
 		if !strings.Contains(txt, want) {
 			t.Errorf("message %q lacks %q", txt, want)
 		}

@@ -2,7 +2,7 @@ package main
 
 // The root command, what every command shares (the client, the identity
 // and lease flags, how an answer is printed), and the lease commands:
-// checkout, release, status, list, renew, complete, heartbeat, claim,
+// checkout, release, fail, status, list, renew, complete, heartbeat, claim,
 // watch and inbox. Their help is in help.go.
 
 import (
@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -77,7 +78,7 @@ func (a *app) rootCmd() *cobra.Command {
 	aliasFlags := a.checkoutFlags(alias)
 	alias.RunE = func(cmd *cobra.Command, args []string) error { return a.checkout(cmd, args[0], aliasFlags) }
 
-	root.AddCommand(alias, a.releaseCmd(), a.statusCmd(), a.listCmd(), a.renewCmd(), a.completeCmd(),
+	root.AddCommand(alias, a.releaseCmd(), a.failCmd(), a.statusCmd(), a.listCmd(), a.renewCmd(), a.completeCmd(),
 		a.heartbeatCmd(), a.claimCmd(), a.watchCmd(), a.inboxCmd(), a.eventsCmd(), a.tasksCmd(), a.queuesCmd(),
 		a.agentsCmd(), a.mcpCmd(), a.configCmd(), a.versionCmd())
 
@@ -231,7 +232,13 @@ func (a *app) checkout(cmd *cobra.Command, taskID string, f *checkoutFlags) erro
 			Timeout: timeout, Reason: f.reason, RunID: s.runID.value, Watch: f.watch, AgentID: s.agent.value,
 		})
 		var ce *client.ConflictError
+		var be *client.BlockedError
+		var ne *client.NotReadyError
 		switch {
+		case errors.As(err, &be):
+			return func(w io.Writer) { printBlocked(w, taskID, be) }, &exitStatus{exitConflict}
+		case errors.As(err, &ne):
+			return func(w io.Writer) { printNotReady(w, taskID, ne) }, &exitStatus{exitConflict}
 		case errors.As(err, &ce) && ownLease(ce, s):
 			return func(w io.Writer) { printHeld(w, ce.Holder) }, nil
 		case errors.As(err, &ce):
@@ -298,6 +305,70 @@ func (a *app) releaseCmd() *cobra.Command {
 	return cmd
 }
 
+// failCmd is "fail": a release of the caller's lease as a failed attempt,
+// with what went wrong.
+func (a *app) failCmd() *cobra.Command {
+	var errText string
+	cmd := &cobra.Command{
+		Use:               "fail <task-id>",
+		Short:             failShort,
+		Long:              failLong,
+		Example:           failExample,
+		Args:              exactArgs(1, "a task id"),
+		ValidArgsFunction: a.completeLeases,
+	}
+	hf := a.holderFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
+			r, err := c.Fail(ctx, args[0], errText, client.ReleaseRequest{RunID: hf.runID(s), Fence: hf.fence, AgentID: s.agent.value})
+			if err != nil {
+				return nil, err
+			}
+			// What becomes of the task, best effort (not with --json, which
+			// prints the release's own answer).
+			var task *client.Task
+			if !a.json {
+				if t, err := c.GetTask(cmd.Context(), args[0]); err == nil {
+					task = &t
+				}
+			}
+			return func(w io.Writer) { printFailed(w, r, errText, task) }, nil
+		})
+	}
+	cmd.Flags().StringVar(&errText, "error", "", fmt.Sprintf("what went wrong, up to %d KiB (longer is cut); the task keeps it as its last error", lease.MaxErrorLen>>10))
+	return cmd
+}
+
+func printFailed(w io.Writer, r client.Released, errText string, t *client.Task) {
+	fmt.Fprintf(w, "Attempt failed: %s\n  Released by: %s\n  Held: %s\n", r.TaskID, r.ReleasedBy, compact(time.Duration(r.HeldSeconds)*time.Second))
+	if errText != "" {
+		fmt.Fprintf(w, "  Error: %s\n", truncateText(errText, 200))
+	}
+	if t == nil {
+		return
+	}
+	switch {
+	case t.Status == client.StatusFailed:
+		fmt.Fprintf(w, "  Task failed: it used its %d attempts (checkout tasks reopen %s tries again)\n", t.MaxAttempts, t.TaskID)
+	case t.MaxAttempts > 0:
+		fmt.Fprintf(w, "  Attempts: %d of %d\n", t.Attempts, t.MaxAttempts)
+		if t.NotBefore != nil {
+			fmt.Fprintf(w, "  Retry after: %s\n", when(*t.NotBefore))
+		}
+	}
+}
+
+// truncateText cuts s to n bytes at a character's start, marking the cut.
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}
+
 func (a *app) statusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:               "status <task-id>",
@@ -309,7 +380,21 @@ func (a *app) statusCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
 				st, err := c.Status(ctx, args[0])
-				return func(w io.Writer) { printLock(w, st, s.agent.value) }, err
+				// A task nobody holds may still not be free to take: say
+				// what it waits for (best effort; --json prints the lock's
+				// own answer).
+				var task *client.Task
+				if err == nil && !st.Locked && !a.json {
+					if t, err := c.GetTask(cmd.Context(), args[0]); err == nil {
+						task = &t
+					}
+				}
+				return func(w io.Writer) {
+					printLock(w, st, s.agent.value)
+					if task != nil {
+						printNotFree(w, *task)
+					}
+				}, err
 			})
 		},
 	}

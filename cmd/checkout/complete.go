@@ -26,8 +26,8 @@ func (a *app) completionClient(cmd *cobra.Command) (*client.Client, *settings, b
 		client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1})), s, true
 }
 
-// completeOpenTasks completes the ids of tasks that are not done or
-// cancelled.
+// completeOpenTasks completes the ids of tasks that are not done,
+// cancelled or failed.
 func (a *app) completeOpenTasks(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
@@ -39,7 +39,7 @@ func (a *app) completeOpenTasks(cmd *cobra.Command, args []string, toComplete st
 	ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
 	defer cancel()
 	var out []cobra.Completion
-	for _, status := range []string{client.StatusTodo, client.StatusInProgress} {
+	for _, status := range []string{client.StatusTodo, client.StatusInProgress, client.StatusBlocked} {
 		page, err := c.ListTasks(ctx, client.ListTasksRequest{Status: status, Limit: lease.MaxListLimit})
 		if err != nil {
 			break

@@ -64,7 +64,7 @@ func (a *app) eventsCmd() *cobra.Command {
 						}
 						rows := make([][]string, len(page.Events))
 						for i, e := range page.Events {
-							rows[i] = []string{stamp(e.At), e.Type, e.TaskID, orDash(e.AgentID), strconv.FormatInt(e.Fence, 10), held(e), orDash(e.By), orDash(e.Reason)}
+							rows[i] = []string{stamp(e.At), e.Type, e.TaskID, orDash(e.AgentID), strconv.FormatInt(e.Fence, 10), held(e), orDash(e.By), eventReason(e)}
 						}
 						table(w, []string{"At", "Event", "Task", "Agent", "Fence", "Held", "By", "Reason"}, rows)
 						fmt.Fprintf(w, "\nMore: checkout events --follow, or the API with cursor=%s\n", page.NextCursor)
@@ -85,7 +85,7 @@ func (a *app) eventsCmd() *cobra.Command {
 					return err
 				}
 				_, err := fmt.Fprintf(a.stdout, "%s  %-13s %-24s agent %s  fence %d  held %s  by %s  %s\n",
-					stamp(e.At), e.Type, e.TaskID, orDash(e.AgentID), e.Fence, held(e), orDash(e.By), orDash(e.Reason))
+					stamp(e.At), e.Type, e.TaskID, orDash(e.AgentID), e.Fence, held(e), orDash(e.By), eventReason(e))
 				return err
 			})
 			if errors.Is(err, context.Canceled) {
@@ -120,7 +120,7 @@ func (a *app) taskEvents(cmd *cobra.Command, taskID string) error {
 			}
 			rows := make([][]string, len(evs))
 			for i, e := range evs {
-				rows[i] = []string{stamp(e.At), e.Type, e.AgentID, e.RunID, strconv.FormatInt(e.Fence, 10), held(e), orDash(e.By), orDash(e.Reason)}
+				rows[i] = []string{stamp(e.At), e.Type, e.AgentID, e.RunID, strconv.FormatInt(e.Fence, 10), held(e), orDash(e.By), eventReason(e)}
 			}
 			table(w, []string{"At", "Event", "Agent", "Run", "Fence", "Held", "By", "Reason"}, rows)
 		}, err

@@ -95,6 +95,9 @@ func printAcquired(w io.Writer, co client.Checkout, runFromUser bool) {
 	if co.Reason != "" {
 		fmt.Fprintf(w, "  Reason: %s\n", co.Reason)
 	}
+	if co.Attempt > 1 {
+		fmt.Fprintf(w, "  Attempt: %d (earlier attempts failed or ended without completing it)\n", co.Attempt)
+	}
 	if runFromUser {
 		fmt.Fprintf(w, "  Run: %s, fence %d\n", co.RunID, co.Fence)
 	} else {
@@ -220,6 +223,89 @@ func printTask(w io.Writer, t client.Task) {
 	if co := t.Checkout; co != nil {
 		fmt.Fprintf(w, "  Checked out by: %s, auto-release at %s\n", who(co.AgentName, co.AgentID), expiresAt(*co))
 	}
+	if len(t.Blocks) > 0 {
+		fmt.Fprintf(w, "  Blocks: %s\n", strings.Join(t.Blocks, ", "))
+	}
+	if t.MaxAttempts > 0 {
+		fmt.Fprintf(w, "  Attempts: %d of %d (retry delay %s)\n", t.Attempts, t.MaxAttempts, compact(t.RetryDelay()))
+	}
+	printWaits(w, t)
+	if t.LastError != "" {
+		fmt.Fprintf(w, "  Last error: %s\n", t.LastError)
+	}
+}
+
+// printWaits writes what a task waits for: its blockers with their
+// statuses, and the time before which it is not handed out.
+func printWaits(w io.Writer, t client.Task) {
+	if len(t.BlockedBy) > 0 {
+		fmt.Fprintf(w, "  Blocked by: %s\n", blockerList(t.BlockedBy))
+	}
+	if t.NotBefore != nil {
+		fmt.Fprintf(w, "  Not before: %s (no checkout or claim until then)\n", when(*t.NotBefore))
+	}
+}
+
+// printNotFree says why a task nobody holds cannot be taken, if it
+// cannot: its status, what it waits for, or until when.
+func printNotFree(w io.Writer, t client.Task) {
+	switch t.Status {
+	case client.StatusTodo, client.StatusInProgress:
+	default:
+		fmt.Fprintf(w, "  Status: %s\n", t.Status)
+	}
+	var open []client.Blocker
+	for _, b := range t.BlockedBy {
+		if b.Status != client.StatusDone {
+			open = append(open, b)
+		}
+	}
+	if len(open) > 0 {
+		fmt.Fprintf(w, "  Blocked by: %s\n", blockerList(open))
+	}
+	if t.NotBefore != nil && t.Status == client.StatusTodo {
+		fmt.Fprintf(w, "  Not before: %s (no checkout or claim until then)\n", when(*t.NotBefore))
+	}
+}
+
+// blockerList is "task-1 (in_progress), task-0 (done)".
+func blockerList(bs []client.Blocker) string {
+	parts := make([]string, len(bs))
+	for i, b := range bs {
+		parts[i] = fmt.Sprintf("%s (%s)", b.TaskID, b.Status)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// printBlocked reports a checkout refused because the task waits for
+// blockers that are not done, in the layout of a denial.
+func printBlocked(w io.Writer, taskID string, be *client.BlockedError) {
+	fmt.Fprintf(w, "Checkout DENIED: %s\n", taskID)
+	fmt.Fprintf(w, "  Blocked by: %s\n", blockerList(be.BlockedBy))
+	fmt.Fprintf(w, "  Suggestion: pick another task; this one becomes todo by itself once its blockers are done\n")
+}
+
+// printNotReady reports a checkout refused because the task may not be
+// granted yet (the wait after a failed attempt, or a time it was given).
+func printNotReady(w io.Writer, taskID string, ne *client.NotReadyError) {
+	fmt.Fprintf(w, "Checkout DENIED: %s\n", taskID)
+	fmt.Fprintf(w, "  Not before: %s (%s)\n", when(ne.NotBefore), stamp(ne.NotBefore))
+	fmt.Fprintf(w, "  Suggestion: wait or pick another task\n")
+}
+
+// eventReason is an event's reason, with a release's outcome and error.
+func eventReason(e client.Event) string {
+	var parts []string
+	if e.Reason != "" {
+		parts = append(parts, e.Reason)
+	}
+	if e.Outcome != "" {
+		parts = append(parts, "outcome "+e.Outcome)
+	}
+	if e.Error != "" {
+		parts = append(parts, "error: "+e.Error)
+	}
+	return orDash(strings.Join(parts, "; "))
 }
 
 func orDash(s string) string {

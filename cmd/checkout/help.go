@@ -14,7 +14,14 @@ one pool of tasks without doing the same work twice.
 
   checkout <task-id> [--timeout 30m] [--reason TEXT]   check a task out
   checkout release <task-id>                           give it back
+  checkout fail <task-id> --error TEXT                 give it back as a failed attempt
+  checkout complete <task-id>                          mark it done
   checkout list                                        who holds what
+
+Tasks may wait for others (checkout tasks add --blocked-by): a blocked task
+is not handed out until its blockers are done. checkout fail holds the task
+back for its retry delay; once --max-attempts attempts have failed (by
+checkout fail, a lease that timed out, or an agent that died) it is failed.
 
 Commands come before task ids: a task named like a command (or one slip
 away from a command's name, like "lsit") is checked out with
@@ -34,7 +41,8 @@ Exit status:
   1  error: server unreachable, not a checkout server, bad key, forbidden, ...
   2  usage: bad flags, arguments or durations, an unknown command, or input the server refused
   3  denied: the task is held by someone else (or not held by you), or its state
-     refused the request (it exists, its version moved on, too many watchers, ...)
+     refused the request (it is blocked by unfinished tasks, it is not ready
+     before its retry time, it exists, its version moved on, too many watchers, ...)
   4  not found: no such task, agent or message; nothing checked out; no task available`
 
 const rootExample = `  checkout task-d4e5 --timeout 30m --reason "fix the login bug"
@@ -52,11 +60,23 @@ const releaseShort = "Release a task you hold (admins: --force releases anyone's
 
 const releaseLong = `Gives a task back without finishing it: it goes back to todo at once and the
 agents watching it get an inbox message. Only the holder may release it;
-an admin may --force anyone's (audited as force_release).`
+an admin may --force anyone's (audited as force_release). When the work
+failed, use checkout fail instead: the task then waits before it is retried.`
 
 const releaseExample = `  checkout release task-d4e5 --reason "blocked on review"
   checkout release task-d4e5 --fence 3          # a lease of your agent's earlier run
   checkout release task-d4e5 --force --reason stuck   # admins`
+
+const failShort = "Give a task you hold back as a failed attempt, saying what went wrong"
+
+const failLong = `Ends your lease like release, but as a failed attempt (outcome failed): the
+--error text becomes the task's last error. The task is then held back for its
+retry delay, doubled with each further failure (see checkout tasks show), and
+after its max attempts it is failed for good until someone reopens it. Give a
+task back with release when you merely stop, not because the work failed.`
+
+const failExample = `  checkout fail task-d4e5 --error "tests fail: TestLogin (timeout)"
+  checkout fail task-d4e5 --fence 3 --error "out of disk"   # a lease of your agent's earlier run`
 
 const statusShort = "Show whether a task is checked out, and by whom"
 
@@ -144,7 +164,9 @@ const tasksAddShort = "Create a task (the server picks the id when none is given
 
 const tasksAddExample = `  checkout tasks add task-d4e5 --title "Fix login bug"
   checkout tasks add --title "Write release notes"   # the server picks the id
-  checkout tasks add bug-17 --title "Login fails" --queue backend --priority 9 --description "Since 2.3"`
+  checkout tasks add bug-17 --title "Login fails" --queue backend --priority 9 --description "Since 2.3"
+  checkout tasks add deploy --blocked-by build,test --max-attempts 3 --retry-delay 30s
+  checkout tasks add report --not-before 2026-03-21T09:00:00Z   # or --not-before 10m: ten minutes from now`
 
 const tasksCancelShort = "Cancel a task (a live lease on it: its holder or an admin only)"
 
@@ -153,7 +175,7 @@ the lease ends (a cancel event); its watchers are told.`
 
 const tasksCancelExample = `  checkout tasks cancel task-d4e5`
 
-const tasksReopenShort = "Reopen a done or cancelled task (it becomes todo)"
+const tasksReopenShort = "Reopen a done, cancelled or failed task (it becomes todo, or blocked while a blocker is not done; its attempts start again)"
 
 const tasksReopenExample = `  checkout tasks reopen task-d4e5`
 
@@ -161,20 +183,27 @@ const tasksListShort = "List tasks, one page at a time"
 
 const tasksListExample = `  checkout tasks list
   checkout tasks list --status todo --limit 20
+  checkout tasks list --status blocked
   checkout tasks list --cursor <next-cursor>`
 
-const tasksShowShort = "Show one task"
+const tasksShowShort = "Show one task: its lease, what it waits for and what waits for it, its attempts and last error"
 
 const tasksShowExample = `  checkout tasks show task-d4e5`
 
-const tasksEditShort = "Change a task's title, description, queue, priority or metadata"
+const tasksEditShort = "Change a task's fields: title, description, queue, priority, metadata, blockers, attempts, retry delay, not-before"
 
 const tasksEditLong = `Changes the fields given and leaves the others; a checked-out task keeps its
 lease. With --if-version the change is made only if the task is still at that
-version (see "tasks show"); otherwise the answer is version_mismatch.`
+version (see "tasks show"); otherwise the answer is version_mismatch.
+
+--blocked-by replaces the tasks it waits for (--blocked-by "" clears them), and
+only on a todo or blocked task: it becomes blocked while one of them is not
+done, todo otherwise. --not-before "" clears the time it waits for.`
 
 const tasksEditExample = `  checkout tasks edit task-d4e5 --priority 9
-  checkout tasks edit task-d4e5 --queue research --title "Look into login" --if-version 4`
+  checkout tasks edit task-d4e5 --queue research --title "Look into login" --if-version 4
+  checkout tasks edit deploy --blocked-by build --max-attempts 10
+  checkout tasks edit deploy --blocked-by "" --not-before ""   # wait for nothing`
 
 const agentsShort = "Register, list and remove agents (admins only)"
 
@@ -200,8 +229,9 @@ const mcpShort = "Serve the checkout tools to an MCP client over stdio"
 const mcpLong = `Runs a Model Context Protocol server on stdin/stdout, acting as the agent
 whose key the settings give (CHECKOUT_API_KEY, --api-key or a profile)
 against the server they name. Its tools: checkout_task, claim_task,
-renew_task, complete_task, release_task, task_status, list_checkouts,
-list_tasks, get_task, watch_task, read_inbox, ack_message and heartbeat.
+renew_task, complete_task, release_task, fail_task, task_status,
+list_checkouts, list_tasks, list_queues, get_task, create_task, update_task,
+watch_task, read_inbox, ack_message and heartbeat.
 
 One process is one agent run: its checkouts share one run id. A process
 that restarted finds the leases its agent took under the old run; it adopts

@@ -21,7 +21,7 @@ func TestMCPListQueues(t *testing.T) {
 	if res.IsError || out["ok"] != true {
 		t.Fatalf("list_queues: %v", out)
 	}
-	if msg, _ := out["message"].(string); !strings.Contains(msg, "default: 2 todo, 0 in progress, 0 done, 0 cancelled; oldest todo created ") {
+	if msg, _ := out["message"].(string); !strings.Contains(msg, "default: 2 todo, 0 blocked, 0 in progress, 0 done, 0 cancelled, 0 failed; oldest todo created ") {
 		t.Errorf("message %q", msg)
 	}
 	qs, _ := out["queues"].([]any)

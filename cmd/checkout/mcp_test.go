@@ -117,7 +117,7 @@ func TestMCPOverStdio(t *testing.T) {
 		}
 	}
 	sort.Strings(names)
-	if want := "ack_message checkout_task claim_task complete_task create_task get_task heartbeat list_checkouts list_queues list_tasks read_inbox release_task renew_task task_status update_task watch_task"; strings.Join(names, " ") != want {
+	if want := "ack_message checkout_task claim_task complete_task create_task fail_task get_task heartbeat list_checkouts list_queues list_tasks read_inbox release_task renew_task task_status update_task watch_task"; strings.Join(names, " ") != want {
 		t.Fatalf("tools %v, want %s", names, want)
 	}
 

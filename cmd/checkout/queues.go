@@ -45,7 +45,8 @@ func printQueues(w io.Writer, qs []client.Queue) {
 			oldest = stamp(*q.OldestTodoAt)
 		}
 		n := func(s string) string { return strconv.FormatInt(q.Counts[s], 10) }
-		rows[i] = []string{q.Queue, n("todo"), n("in_progress"), n("done"), n("cancelled"), oldest}
+		rows[i] = []string{q.Queue, n(client.StatusTodo), n(client.StatusBlocked), n(client.StatusInProgress), n(client.StatusDone),
+			n(client.StatusCancelled), n(client.StatusFailed), oldest}
 	}
-	table(w, []string{"Queue", "Todo", "In Progress", "Done", "Cancelled", "Oldest Todo"}, rows)
+	table(w, []string{"Queue", "Todo", "Blocked", "In Progress", "Done", "Cancelled", "Failed", "Oldest Todo"}, rows)
 }

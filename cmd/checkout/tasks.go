@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -25,6 +27,7 @@ func (a *app) tasksCmd() *cobra.Command {
 	}
 	var title, description, queue, metadata string
 	var priority int
+	var addGraph *graphFlags
 	add := &cobra.Command{
 		Use:     "add [task-id]",
 		Short:   tasksAddShort,
@@ -41,10 +44,14 @@ func (a *app) tasksCmd() *cobra.Command {
 			if metadata != "" {
 				req.Metadata = json.RawMessage(metadata)
 			}
+			if err := addGraph.toCreate(cmd, &req); err != nil {
+				return err
+			}
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				t, err := c.CreateTask(ctx, req)
 				return func(w io.Writer) {
 					fmt.Fprintf(w, "Task created: %s (queue %s, priority %d)\n", t.TaskID, t.Queue, t.Priority)
+					printWaits(w, t)
 				}, err
 			})
 		},
@@ -54,6 +61,7 @@ func (a *app) tasksCmd() *cobra.Command {
 	add.Flags().StringVar(&queue, "queue", "", "the queue claims take it from (server default: default)")
 	add.Flags().IntVar(&priority, "priority", 5, "0 to 9, higher is claimed first")
 	add.Flags().StringVar(&metadata, "metadata", "", "a JSON object of your own, up to 4 KiB")
+	addGraph = graphFlagsOf(add, false)
 	edit := a.taskEditCmd()
 	cancel := &cobra.Command{
 		Use:               "cancel <task-id>",
@@ -77,7 +85,10 @@ func (a *app) tasksCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				t, err := c.UpdateTask(ctx, args[0], client.UpdateTaskRequest{Status: "todo"})
-				return func(w io.Writer) { fmt.Fprintf(w, "Task reopened: %s\n", t.TaskID) }, err
+				return func(w io.Writer) {
+					fmt.Fprintf(w, "Task reopened: %s\n", t.TaskID)
+					printWaits(w, t)
+				}, err
 			})
 		},
 	}
@@ -114,7 +125,7 @@ func (a *app) tasksCmd() *cobra.Command {
 			})
 		},
 	}
-	list.Flags().StringVar(&status, "status", "", "only tasks in this status: todo, in_progress, done or cancelled")
+	list.Flags().StringVar(&status, "status", "", "only tasks in this status: todo, blocked, in_progress, done, cancelled or failed")
 	list.Flags().StringVar(&listQueue, "queue", "", "only tasks in this queue")
 	list.Flags().IntVar(&limit, "limit", 0, fmt.Sprintf("page size, 1 to %d (server default %d)", lease.MaxListLimit, lease.DefaultListLimit))
 	list.Flags().StringVar(&cursor, "cursor", "", "the next page, from a previous listing")
@@ -140,6 +151,7 @@ func (a *app) taskEditCmd() *cobra.Command {
 	var title, description, queue, metadata string
 	var priority int
 	var ifVersion int64
+	var graph *graphFlags
 	cmd := &cobra.Command{
 		Use:               "edit <task-id>",
 		Short:             tasksEditShort,
@@ -166,8 +178,12 @@ func (a *app) taskEditCmd() *cobra.Command {
 				req.Metadata = json.RawMessage(metadata)
 			}
 			req.IfVersion = ifVersion
-			if req.Title == nil && req.Description == nil && req.Queue == nil && req.Priority == nil && req.Metadata == nil {
-				return &usageError{"nothing to change: give --title, --description, --queue, --priority or --metadata"}
+			if err := graph.toUpdate(cmd, &req); err != nil {
+				return err
+			}
+			if req.Title == nil && req.Description == nil && req.Queue == nil && req.Priority == nil && req.Metadata == nil &&
+				req.BlockedBy == nil && req.MaxAttempts == nil && req.RetryDelay == nil && req.NotBefore == nil && !req.ClearNotBefore {
+				return &usageError{"nothing to change: give --title, --description, --queue, --priority, --metadata, --blocked-by, --max-attempts, --retry-delay or --not-before"}
 			}
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				t, err := c.UpdateTask(ctx, args[0], req)
@@ -181,5 +197,123 @@ func (a *app) taskEditCmd() *cobra.Command {
 	cmd.Flags().IntVar(&priority, "priority", 5, "0 to 9, higher is claimed first")
 	cmd.Flags().StringVar(&metadata, "metadata", "", "replace its metadata with this JSON object")
 	cmd.Flags().Int64Var(&ifVersion, "if-version", 0, "only if the task is at this version")
+	graph = graphFlagsOf(cmd, true)
 	return cmd
+}
+
+// graphFlags are the work graph's flags of tasks add and tasks edit: what
+// the task waits for, how often it may be tried, and when.
+type graphFlags struct {
+	blockedBy   []string
+	maxAttempts int
+	retryDelay  string
+	notBefore   string
+}
+
+func graphFlagsOf(cmd *cobra.Command, edit bool) *graphFlags {
+	g := &graphFlags{}
+	f := cmd.Flags()
+	blocked := fmt.Sprintf("a task this one waits for: it is blocked until they are all done (repeat it, or give a comma list; up to %d)", lease.MaxBlockers)
+	notBefore := "not claimable before this time: RFC 3339 (2026-03-20T15:00:00Z), or a duration from now by this machine's clock (10m)"
+	if edit {
+		blocked = "replace the tasks this one waits for (repeat it, or give a comma list; \"\" clears them; a todo or blocked task only)"
+		notBefore += "; \"\" clears it"
+	}
+	f.StringSliceVar(&g.blockedBy, "blocked-by", nil, blocked)
+	maxAttempts := fmt.Sprintf("attempts before the task fails, 1 to %d (server default %d)", lease.MaxMaxAttempts, lease.DefaultMaxAttempts)
+	if edit {
+		maxAttempts = fmt.Sprintf("attempts before the task fails, 1 to %d", lease.MaxMaxAttempts)
+	}
+	f.IntVar(&g.maxAttempts, "max-attempts", 0, maxAttempts)
+	f.StringVar(&g.retryDelay, "retry-delay", "", fmt.Sprintf("wait after a failed attempt, doubling with each further failure, 0s to %s (server default %s)",
+		compact(lease.MaxRetryWait), compact(lease.DefaultRetryDelay)))
+	f.StringVar(&g.notBefore, "not-before", "", notBefore)
+	return g
+}
+
+// blockers is --blocked-by as ids: commas split, blanks dropped.
+func (g *graphFlags) blockers() []string {
+	ids := []string{}
+	for _, v := range g.blockedBy {
+		for _, id := range strings.Split(v, ",") {
+			if id = strings.TrimSpace(id); id != "" {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
+func (g *graphFlags) delay() (*time.Duration, error) {
+	d, err := time.ParseDuration(g.retryDelay)
+	if err != nil || d < 0 {
+		return nil, &usageError{fmt.Sprintf("invalid duration %q for --retry-delay (0s to %s)", g.retryDelay, compact(lease.MaxRetryWait))}
+	}
+	return &d, nil
+}
+
+// parseNotBefore reads --not-before: an RFC 3339 time, or a duration from
+// now.
+func parseNotBefore(v string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return now.Add(d).Truncate(time.Second), nil
+	}
+	return time.Time{}, &usageError{fmt.Sprintf("invalid --not-before %q: want an RFC 3339 time such as 2026-03-20T15:00:00Z or a duration from now such as 10m", v)}
+}
+
+func (g *graphFlags) toCreate(cmd *cobra.Command, req *client.CreateTaskRequest) error {
+	f := cmd.Flags()
+	if f.Changed("blocked-by") {
+		req.BlockedBy = g.blockers()
+	}
+	if f.Changed("max-attempts") {
+		req.MaxAttempts = &g.maxAttempts
+	}
+	if f.Changed("retry-delay") {
+		d, err := g.delay()
+		if err != nil {
+			return err
+		}
+		req.RetryDelay = d
+	}
+	if g.notBefore != "" {
+		t, err := parseNotBefore(g.notBefore, time.Now())
+		if err != nil {
+			return err
+		}
+		req.NotBefore = &t
+	}
+	return nil
+}
+
+func (g *graphFlags) toUpdate(cmd *cobra.Command, req *client.UpdateTaskRequest) error {
+	f := cmd.Flags()
+	if f.Changed("blocked-by") {
+		ids := g.blockers()
+		req.BlockedBy = &ids
+	}
+	if f.Changed("max-attempts") {
+		req.MaxAttempts = &g.maxAttempts
+	}
+	if f.Changed("retry-delay") {
+		d, err := g.delay()
+		if err != nil {
+			return err
+		}
+		req.RetryDelay = d
+	}
+	switch {
+	case f.Changed("not-before") && g.notBefore == "":
+		req.ClearNotBefore = true
+	case f.Changed("not-before"):
+		t, err := parseNotBefore(g.notBefore, time.Now())
+		if err != nil {
+			return err
+		}
+		req.NotBefore = &t
+	}
+	return nil
 }

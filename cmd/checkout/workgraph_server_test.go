@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// The work graph from the command line and over MCP, against the real
+// local server.
+
+func TestWorkGraphFromTheCommandLine(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	url, key := e.srv.URL(), e.keys["agent-a1b2"]
+	expect := func(r result, code int, lines ...string) {
+		t.Helper()
+		if r.code != code {
+			t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", r.code, code, r.stdout, r.stderr)
+		}
+		for _, l := range lines {
+			if !strings.Contains(r.stdout, l) {
+				t.Errorf("output lacks %q:\n%s%s", l, r.stdout, r.stderr)
+			}
+		}
+	}
+
+	expect(runCLI(t, url, key, "tasks", "add", "build"), 0)
+	expect(runCLI(t, url, key, "tasks", "add", "deploy", "--blocked-by", "build"), 0, "Task created: deploy", "  Blocked by: build (todo)\n")
+	expect(runCLI(t, url, key, "tasks", "show", "deploy"), 0, "Task deploy: blocked\n", "  Blocked by: build (todo)\n", "  Attempts: 0 of 5 (retry delay 10s)\n")
+	expect(runCLI(t, url, key, "tasks", "show", "build"), 0, "  Blocks: deploy\n")
+	expect(runCLI(t, url, key, "tasks", "list", "--status", "blocked"), 0, "| deploy | blocked |")
+	expect(runCLI(t, url, key, "deploy"), exitConflict, "Checkout DENIED: deploy\n  Blocked by: build (todo)\n")
+	expect(runCLI(t, url, key, "status", "deploy"), 0, "Task deploy: not checked out\n  Status: blocked\n  Blocked by: build (todo)\n")
+	expect(runCLI(t, url, key, "tasks", "edit", "deploy", "--blocked-by", ""), 0, "Task deploy: todo\n")
+	expect(runCLI(t, url, key, "tasks", "add", "x", "--blocked-by", "nope"), exitUsage)
+
+	expect(runCLI(t, url, key, "tasks", "add", "flaky", "--max-attempts", "2", "--retry-delay", "0s"), 0)
+	expect(runCLI(t, url, key, "flaky"), 0, "Checkout acquired: flaky")
+	expect(runCLI(t, url, key, "fail", "flaky", "--error", "tests fail"), 0, "Attempt failed: flaky\n", "  Error: tests fail\n", "  Attempts: 1 of 2\n")
+	if err := e.srv.Drain(context.Background()); err != nil { // the release's error is on its event once archived
+		t.Fatal(err)
+	}
+	expect(runCLI(t, url, key, "events", "flaky"), 0, "outcome failed; error: tests fail")
+	expect(runCLI(t, url, key, "tasks", "show", "flaky"), 0, "Task flaky: todo\n", "  Last error: tests fail\n")
+	expect(runCLI(t, url, key, "flaky"), 0, "  Attempt: 2 (")
+	expect(runCLI(t, url, key, "fail", "flaky", "--error", "again"), 0, "  Task failed: it used its 2 attempts")
+	expect(runCLI(t, url, key, "tasks", "list", "--status", "failed"), 0, "| flaky | failed |")
+	expect(runCLI(t, url, key, "fail", "flaky"), exitNotFound)
+}
+
+func TestWorkGraphOverMCP(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	m := connectMCP(t, e.srv.URL(), e.keys["agent-a1b2"])
+
+	if res, out := m.call("create_task", map[string]any{"task_id": "build"}); res.IsError {
+		t.Fatal(out)
+	}
+	res, out := m.call("create_task", map[string]any{"task_id": "deploy", "blocked_by": []string{"build"}, "max_attempts": 2, "retry_delay": "0s"})
+	if res.IsError || out["task"].(map[string]any)["status"] != "blocked" || !strings.Contains(out["message"].(string), "task build (todo)") {
+		t.Fatalf("create_task blocked: %v", out)
+	}
+	res, out = m.call("checkout_task", map[string]any{"task_id": "deploy"})
+	if !res.IsError || out["code"] != "blocked" || len(out["blocked_by"].([]any)) != 1 {
+		t.Fatalf("checkout_task of a blocked task: %v", out)
+	}
+
+	if res, out = m.call("checkout_task", map[string]any{"task_id": "build"}); res.IsError || out["acquired"] != true {
+		t.Fatalf("checkout_task build: %v", out)
+	}
+	res, out = m.call("fail_task", map[string]any{"task_id": "build", "error": "compiler crashed"})
+	if res.IsError {
+		t.Fatalf("fail_task: %v", out)
+	}
+	task, _ := out["task"].(map[string]any)
+	if task["last_error"] != "compiler crashed" || task["attempts"] != 1.0 || task["status"] != "todo" {
+		t.Errorf("fail_task's task: %v", out)
+	}
+	if res, out = m.call("get_task", map[string]any{"task_id": "build"}); res.IsError || !strings.Contains(out["message"].(string), "compiler crashed") {
+		t.Errorf("get_task after a failure: %v", out)
+	}
+	if res, out = m.call("update_task", map[string]any{"task_id": "deploy", "blocked_by": []string{}}); res.IsError || out["task"].(map[string]any)["status"] != "todo" {
+		t.Errorf("update_task clearing blocked_by: %v", out)
+	}
+}
