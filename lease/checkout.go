@@ -220,27 +220,29 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	first, rest := statusValues(p.ExpectedStatuses)
 	statusOK := nameStatus.In(first, rest...)
 	todo := slices.Contains(p.ExpectedStatuses, StatusTodo)
-	var cond expression.ConditionBuilder
+	// The condition is one flat AND (see readyCond on nesting): never
+	// before the task's not_before, and not before its latest transition.
+	conds := []expression.ConditionBuilder{readyCond(now), timeCond(now)}
 	prevEnd, prevReason, prevEndAt := EventTimeout, "", int64(0)
 	if over == nil {
 		// Free in an expected status, or held by an expired lease, which
-		// makes the task todo in all but name.
-		cond = expression.AttributeNotExists(nameHolder).And(statusOK)
+		// makes the task todo in all but name; an expired lease's attempt
+		// failed, and is taken over only if it was not the task's last
+		// (else Checkout fails the task).
+		free := expression.AttributeNotExists(nameHolder).And(statusOK)
 		if todo {
-			// An expired lease's attempt failed: taken over only if it was
-			// not the task's last (else Checkout fails the task).
-			cond = cond.Or(nameExpires.LessThanEqual(expression.Value(ms(now))).And(belowLimitCond()))
+			free = free.Or(nameExpires.LessThanEqual(expression.Value(ms(now))).And(belowLimitCond()))
 		}
-		cond = expression.AttributeExists(expression.Name("task_id")).And(cond)
+		conds = append(conds, expression.AttributeExists(expression.Name("task_id")), free)
 	} else {
 		// Exactly the ended lease, as we read it: the same grant (holder and
 		// fence), with no transition since (eseq: not even a renewal that
 		// left the expiry where it was). A holder that came back and renewed
 		// in between has shown it is alive; the write then fails and the
 		// lease is judged again. Checkout takes it only for a todo checkout.
-		cond = nameHolder.Equal(expression.Value(over.Holder)).
-			And(nameFence.Equal(expression.Value(over.Fence)),
-				nameESeq.Equal(expression.Value(over.ESeq)), belowLimitCond())
+		conds = append(conds, nameHolder.Equal(expression.Value(over.Holder)),
+			nameFence.Equal(expression.Value(over.Fence)),
+			nameESeq.Equal(expression.Value(over.ESeq)), belowLimitCond())
 		if over.leaseTimeValid(now) {
 			prevEnd = EventAgentDeath
 			if over.LockedAt <= s.deaths.removedUpTo(over.Holder) {
@@ -258,10 +260,9 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	if len(p.queues) > 0 {
 		// A claim's candidate came from an index that may lag a PATCH that
 		// moved the task: the write itself checks the queue.
-		cond = cond.And(queueCond(p.queues))
+		conds = append(conds, queueCond(p.queues))
 	}
-	// Never before the task's not_before; each grant is an attempt.
-	cond = cond.And(readyCond(now), timeCond(now))
+	cond := expression.And(conds[0], conds[1], conds[2:]...)
 	exp := now.Add(p.Timeout)
 	upd := expression.Set(expression.Name("prev_agent"), copyOf("holder")).
 		Set(expression.Name("prev_run"), copyOf("run_id")).
@@ -286,7 +287,8 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Remove(expression.Name("completed_at")). // a task reopened is not done
 		Remove(nameClaimShard).                  // held: out of the claim index
 		Remove(nameNotBefore).                   // passed
-		Add(nameAttempts, expression.Value(1))
+		Add(nameAttempts, expression.Value(1)).
+		Set(nameMaxAttempts, expression.IfNotExists(nameMaxAttempts, expression.Value(DefaultMaxAttempts)))
 	upd = setStatus(upd, p.TaskID, StatusInProgress, s.shards.Status)
 	if p.Reason != "" {
 		upd = upd.Set(expression.Name("reason"), expression.Value(p.Reason))

@@ -106,6 +106,36 @@ import (
 // retry arrives; a client retries only after its first attempt's answer
 // is lost.
 
+// Delays.
+//
+// A task may not be granted before its not_before (set on create or
+// PATCH, or by a release with outcome failed: the retry delay doubled for
+// each failure since the last reopen, at most an hour). The grant's
+// condition says so (readyCond), so no index lag can hand one out early.
+// For the claim, a task waiting for its not_before stays in by_claim, but
+// under a claim_key that ranks it after every ready task of its shard,
+// earliest first:
+//
+//	claim_key = "~<not_before ms, 13 digits>#<its ready key>"   ('~' sorts after the digits)
+//
+// and claim_rank keeps the ready key. A claim reads each shard's head as
+// always, skips the entries whose not_before is still to come, and ranks
+// the rest by priority and age whatever their key: a task whose
+// not_before has passed competes at its priority as soon as a claim sees
+// it. Until the sweep ranks it ready again, only a shard with more ready
+// tasks than a claim reads from it can hide it. A waiting claim that saw
+// one still to come looks again at that moment.
+//
+// The sweep learns of a delayed task from the lease-expiry index: a task
+// with no lease that waits keeps its entry there, at its not_before (the
+// ending write that delays it leaves lease_expires set to the not_before
+// instead of removing it: the entry is updated, not deleted, which costs
+// what deleting it would). When the sweep finds an entry without a holder
+// due, it gives the task its ready claim_key and removes the entry, one
+// write (rankReady). So a delay costs no read of its own, and a task is
+// ranked as ready within a sweep interval of its not_before. Readers of
+// that index that want leases skip the entries without a holder.
+
 // Waiting claims.
 //
 // A claim with wait (up to 20 s, inside API Gateway's 30 s) that finds
@@ -491,6 +521,7 @@ type grantRecord struct {
 	Title    string `dynamodbav:"title,omitempty"`
 	Queue    string `dynamodbav:"queue,omitempty"`
 	Priority int    `dynamodbav:"priority"`
+	Attempt  int    `dynamodbav:"attempt,omitempty"`
 }
 
 // noteGrant keeps a named claim's grant in its receipt, so that a retry gets
@@ -501,7 +532,7 @@ type grantRecord struct {
 func (s *Store) noteGrant(ctx context.Context, c Checkout) {
 	ctx = context.WithoutCancel(ctx)
 	g := grantRecord{Task: c.TaskID, Fence: c.Fence, Locked: ms(c.LockedAt), Expires: ms(c.ExpiresAt), Name: c.AgentName, Reason: c.Reason,
-		Title: c.Title, Queue: c.Queue, Priority: c.Priority}
+		Title: c.Title, Queue: c.Queue, Priority: c.Priority, Attempt: c.Attempt}
 	upd := expression.Set(expression.Name("granted"), expression.Value(g))
 	expr, _ := expression.NewBuilder().WithUpdate(upd).Build()
 	var err error
@@ -584,7 +615,7 @@ func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (Check
 		return Checkout{
 			TaskID: g.Task, AgentID: agentID, AgentName: cmp.Or(g.Name, agentID), RunID: runID, Fence: g.Fence,
 			LockedAt: fromMS(g.Locked), ExpiresAt: fromMS(g.Expires), Timeout: fromMS(g.Expires).Sub(fromMS(g.Locked)), Reason: g.Reason,
-			Title: g.Title, Queue: g.Queue, Priority: g.Priority,
+			Title: g.Title, Queue: g.Queue, Priority: g.Priority, Attempt: g.Attempt,
 		}, true, nil
 	}
 	for _, taskID := range rec.Tried {

@@ -70,6 +70,31 @@ import (
 // each add one edge of a cycle at the same moment can both pass the walk;
 // the tasks then stay blocked until a PATCH removes an edge.
 
+// Attempts and failed tasks.
+//
+// Every grant (checkout, claim, takeover) adds one to the task's
+// attempts, in the grant's own write; the lease's attempt is that count.
+// An attempt fails when its lease ends by timeout, by its holder's death,
+// or by a release with outcome failed; failures counts them since the
+// last reopen (a takeover at checkout records the timeout or death it
+// ends, but does not add to failures: the grant's write cannot know
+// whether it took a lease over until it has). When the attempt that fails
+// is the task's last (attempts >= max_attempts), the ending write makes
+// the task failed instead, and records two events: the ending, then
+// failed (reason: how the attempt ended). Its change tells the watchers
+// (task_available, reason failed) and publishes TaskFailed. A failed
+// task is terminal like done: no checkout expects it, and a PATCH to todo
+// reopens it with attempts and failures back to zero and no not_before.
+//
+// Which ending to write depends on the attempts: a release with outcome
+// failed reads the task first (it needs the failures for the retry wait
+// too) and pins its write to what it read; the sweep, which reads leases
+// from an index, writes the ending of an attempt below the limit, and
+// when that fails on the limit alone writes the failing one; a checkout
+// that finds an expired or dead holder's lease at the limit ends it as
+// failed (endEnded) instead of taking it over, and answers that the task
+// is failed.
+
 // maxGraphWalk bounds the tasks a cycle check reads.
 const maxGraphWalk = 10000
 

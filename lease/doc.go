@@ -23,8 +23,9 @@
 // The design of each part is written beside its code: heartbeats, death
 // and the caches that remember them in alive.go; removed agents in
 // agents.go; the sweep in sweep.go; queues, priorities, claim and waiting
-// claims in claim.go; PATCH in update.go; watches in watch.go; a task's
-// body in body.go; the queue counts in queuecounts.go; the fleet feed in
+// claims and delays in claim.go; PATCH in update.go; watches in
+// watch.go; dependencies in deps.go; a task's body and a failed release's
+// error in body.go; the queue counts in queuecounts.go; the fleet feed in
 // feed.go; moving a table of the earlier schema in migrate.go. This page
 // holds what every part relies on.
 //
@@ -33,10 +34,12 @@
 // The tables are defined once, in package schema, and built from there by
 // EnsureTables (locally) and by the CDK app (in AWS). All are on-demand.
 //
-//	tasks2      task_id                 the task, its lease and fence; its body "<id>#body#<token>"
-//	  by_status        status_shard / created_key   list by status group (open, done,
-//	                                                cancelled; status and queue filtered)
-//	  by_lease_expiry  lease_shard / lease_expires  sparse: live leases by expiry
+//	tasks2      task_id                 the task, its lease and fence; its body "<id>#body#<token>",
+//	                                    a failed release's error "<id>#error#<fence>"
+//	  by_status        status_shard / created_key   list by status group (open: todo, blocked and
+//	                                                in_progress; done, cancelled, failed)
+//	  by_lease_expiry  lease_shard / lease_expires  sparse: live leases by expiry, and
+//	                                                delayed tasks by not_before
 //	  by_claim         claim_shard / claim_key      sparse: claimable tasks by queue, priority, age
 //	agents      agent_id                agents, and "#key#<sha256>" key items
 //	  all_agents       kind / agent_id           list agents
@@ -48,7 +51,8 @@
 //	  by_feed          feed_shard / feed_key     sparse: the fleet feed by time (feed.go)
 //	deadletters event_id / url          webhook deliveries that failed for good (AWS); TTL "ttl"
 //	inbox       agent_id / message_id   task_available and lease_lost messages; watches under
-//	                                    "#watch#<task_id>" / agent; TTL "ttl"
+//	                                    "#watch#<task_id>" / agent; dependency edges under
+//	                                    "#deps#<blocker>" / dependent; TTL "ttl"
 //
 // The lease lives on the task item (holder, run_id, locked_at,
 // lease_expires, timeout_ms, reason). The sparse indexes hold a task only
@@ -187,10 +191,13 @@
 //
 // The grant is an UpdateItem whose condition reads like the rule:
 //
-//	the task exists
+//	the task exists AND its not_before has passed
 //	AND (no lease is on it AND status IN expected_statuses
-//	     OR the lease on it has expired, and todo is expected)
+//	     OR the lease on it has expired, todo is expected, and that
+//	        lease's attempt was not the task's last)
 //
+// (blocked and failed are never expected). Each grant adds one to
+// attempts; see deps.go for attempts, failures and the failed status.
 // and which sets the lease, status in_progress, fence = fence + 1, eseq =
 // eseq + 2, lease_seq, last_op = checkout, started_at if it is not set yet,
 // and copies the lease it replaces, if any, into prev_* (SET prev_agent =
@@ -235,8 +242,8 @@
 // event, an ending moves the lease into end_* (SET end_agent = holder ...
 // REMOVE holder), and a checkout copies the lease it took over into prev_*.
 // From the item alone, latestEvents rebuilds that write's events: a
-// checkout (and the end of the lease it took over), a renewal, or an
-// ending. The item stays small and bounded: one lease, one last ending and
+// checkout (and the end of the lease it took over), a renewal, an ending
+// (and failed, when it was the task's last attempt), or an unblocking. The item stays small and bounded: one lease, one last ending and
 // one replaced lease, under 1 KB with ids and reasons of usual length (the
 // body and the watches are items of their own), so the write of a
 // transition bills one write unit on the table, and a conflict's failed

@@ -118,9 +118,16 @@ func (s *Store) Trail(ctx context.Context, taskID string) (Trail, error) {
 	// The item holds its latest transition's events: shown while the change
 	// stream's archive write is still in flight.
 	for _, e := range it.latestEvents() {
-		if !seen[e.Seq] {
-			items = append(items, e.eventItem)
+		if seen[e.Seq] {
+			continue
 		}
+		if e.errored {
+			// A failed release's error, as the archive will have it.
+			if e.Error, err = s.readError(ctx, taskID, e.Fence); err != nil {
+				return Trail{}, err
+			}
+		}
+		items = append(items, e.eventItem)
 	}
 	sort.Slice(items, func(i, j int) bool { return items[i].Seq < items[j].Seq })
 	n := gapFree(items, ms(s.clock())-s.retention.Milliseconds())

@@ -22,7 +22,7 @@ func seqHistory(t *testing.T, tasks, agents int, ins []wIn) (start int64, h []po
 	}
 	for i := range tasks {
 		prio := wPrio(i)
-		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: wTaskID(i), Title: "title of " + wTaskID(i), Queue: wQueue(i), Priority: &prio}))
+		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: wTaskID(i), Title: "title of " + wTaskID(i), Queue: wQueue(i), Priority: &prio, MaxAttempts: new(lease.MaxMaxAttempts)}))
 		e.clock.Advance(time.Millisecond)
 	}
 	start = e.clock.Now().UnixMilli()

@@ -41,7 +41,7 @@ func TestLinearizabilityPatchIfMatchAgainstTakeover(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	c := ctx(t)
-	e.task(t, "t")
+	e.retryingTask(t, "t")
 	e.checkout(t, "t", "a", 10*time.Second)
 	e.clock.Advance(10 * time.Second) // a's lease has expired, and is still on the task
 	read := must[lease.Task](t)(e.store.GetTask(c, "t"))

@@ -417,7 +417,7 @@ func linearizability(t *testing.T, heartbeats bool) {
 	tasks := make([]string, cfg.tasks)
 	for i := range tasks {
 		tasks[i] = fmt.Sprintf("task-%d", i)
-		e.task(t, tasks[i])
+		e.retryingTask(t, tasks[i])
 	}
 	trails := watchTrails(c, e.store, tasks)
 	start := time.Now()
@@ -1889,7 +1889,7 @@ func wApply(c context.Context, s *lease.Store, in wIn) (any, error) {
 		return nil, err
 	case "create":
 		prio := wPrio(in.Task)
-		_, err := s.CreateTask(c, lease.CreateTaskParams{TaskID: task, Title: "title of " + task, Queue: wQueue(in.Task), Priority: &prio})
+		_, err := s.CreateTask(c, lease.CreateTaskParams{TaskID: task, Title: "title of " + task, Queue: wQueue(in.Task), Priority: &prio, MaxAttempts: new(lease.MaxMaxAttempts)})
 		return nil, err
 	case "sweep":
 		_, err := s.Sweep(c)
@@ -2088,7 +2088,7 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 	tasks := cfg.tasks
 	for i := range tasks {
 		prio := wPrio(i)
-		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: wTaskID(i), Title: "title of " + wTaskID(i), Queue: wQueue(i), Priority: &prio}))
+		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: wTaskID(i), Title: "title of " + wTaskID(i), Queue: wQueue(i), Priority: &prio, MaxAttempts: new(lease.MaxMaxAttempts)}))
 		e.clock.Advance(time.Millisecond) // created in id order
 	}
 	ids := make([]string, tasks)
@@ -2315,7 +2315,7 @@ func TestKnownBugRemovedAgentCachedAlive(t *testing.T) {
 		s := lease.New(lease.Config{DB: p, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
 		must[lease.Registration](t)(s.RegisterAgent(c, lease.RegisterParams{AgentID: "x", Name: "x"}))
 		must[lease.Heartbeat](t)(s.Heartbeat(c, "x", time.Hour))
-		e.task(t, "t")
+		e.retryingTask(t, "t")
 		// Removal's own pass over x's leases reads by_holder, which lags:
 		// it misses the lease, which stays for the sweep (lease/doc.go).
 		e.lag(t, schema.TasksTable, indexLag)
@@ -2409,7 +2409,7 @@ func TestKnownBugMessageOutlivesRemoval(t *testing.T) {
 	handler := lease.New(lease.Config{DB: p, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
 	poller := &stream.Poller{Streams: stream.NewLocalClient(testenv.Endpoint()), StreamARN: arn, Handle: stream.Handler(handler), Saved: stream.MemoryCheckpoints{}}
 	must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "w", Name: "w"}))
-	e.task(t, "t")
+	e.retryingTask(t, "t")
 	e.checkout(t, "t", "h", time.Hour)
 	if err := e.store.Watch(c, "t", "w"); err != nil {
 		t.Fatal(err)
@@ -2457,9 +2457,9 @@ func TestClaimRetryAfterTheTaskMovedOnKeepsItsReceipt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	c := ctx(t)
-	e.task(t, "t1")
+	e.retryingTask(t, "t1")
 	e.clock.Advance(time.Millisecond)
-	e.task(t, "t2")
+	e.retryingTask(t, "t2")
 	first := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Hour}))
 	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: first.TaskID, AgentID: "a", RunID: "run-1"}))
 	e.checkout(t, first.TaskID, "b", time.Hour)

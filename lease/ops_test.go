@@ -220,7 +220,7 @@ func TestCheckoutCases(t *testing.T) {
 	// The lease the first checkout of t1 grants, which the later steps see.
 	want := lease.Checkout{TaskID: "t1", AgentID: "a", AgentName: "researcher", RunID: "run-1", Fence: 1,
 		LockedAt: e.clock.Now(), Timeout: lease.DefaultTimeout, ExpiresAt: e.clock.Now().Add(lease.DefaultTimeout), Reason: "fixing",
-		Title: "title of t1", Queue: "default", Priority: 5}
+		Title: "title of t1", Queue: "default", Priority: 5, Attempt: 1}
 	t.Run("grant, and the same run retrying", func(t *testing.T) {
 		got := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "a", AgentName: "researcher", RunID: "run-1", Reason: "fixing"}))
 		if got != want {

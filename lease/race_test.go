@@ -39,6 +39,14 @@ func race(n int, fn func(i int)) {
 	done.Wait()
 }
 
+// retryingTask creates a task that may be granted as often as the work
+// graph allows (MaxMaxAttempts), for races that end its leases round
+// after round by expiry, each a failed attempt.
+func (e *env) retryingTask(t testing.TB, id string) {
+	t.Helper()
+	e.create(t, lease.CreateTaskParams{TaskID: id, Title: "title of " + id, MaxAttempts: new(lease.MaxMaxAttempts)})
+}
+
 // Mutual exclusion: 32 agents race for one task, round after round. Exactly
 // one wins each round; every other is told who won.
 func TestRaceCheckout(t *testing.T) {
@@ -46,7 +54,7 @@ func TestRaceCheckout(t *testing.T) {
 	e := newEnv(t)
 	e.lag(t, "", raceLag)
 	c := ctx(t)
-	e.task(t, "hot")
+	e.retryingTask(t, "hot")
 	var lastFence int64
 	for round := range 15 {
 		results := make([]error, racers)
@@ -127,7 +135,7 @@ func TestRaceCheckoutAndSweep(t *testing.T) {
 	e := newEnv(t)
 	e.lag(t, "", raceLag)
 	c := ctx(t)
-	e.task(t, "t")
+	e.retryingTask(t, "t")
 	for round := range 10 {
 		e.checkout(t, "t", "holder", time.Minute)
 		e.clock.Advance(time.Minute)
@@ -164,7 +172,7 @@ func TestRaceReleaseAndTakeover(t *testing.T) {
 	e := newEnv(t)
 	e.lag(t, "", raceLag)
 	c := ctx(t)
-	e.task(t, "t")
+	e.retryingTask(t, "t")
 	for round := range 10 {
 		must[lease.Heartbeat](t)(e.store.Heartbeat(c, "holder", time.Second))
 		e.checkout(t, "t", "holder", time.Hour)
@@ -209,7 +217,7 @@ func TestRaceRenewAndExpiry(t *testing.T) {
 	e := newEnv(t)
 	e.lag(t, "", raceLag)
 	c := ctx(t)
-	e.task(t, "t")
+	e.retryingTask(t, "t")
 	for round := range 10 {
 		e.checkout(t, "t", "holder", time.Second)
 		var mu sync.Mutex

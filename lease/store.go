@@ -159,7 +159,7 @@ var nameLastAt = expression.Name("last_at")
 // later write landed fails it, and is tried again at a time not before
 // that write's (lostToLater, clockAfter).
 func timeCond(now time.Time) expression.ConditionBuilder {
-	return expression.Or(expression.AttributeNotExists(nameLastAt), nameLastAt.LessThanEqual(expression.Value(ms(now))))
+	return expression.Not(nameLastAt.GreaterThan(expression.Value(ms(now))))
 }
 
 // lostToLater reports whether a transition at now failed on cur because a
@@ -200,18 +200,25 @@ var (
 )
 
 // readyCond says the task may be granted at now: no not_before, or one
-// passed.
+// passed. (Conditions here are written as NOT of one comparison, which is
+// true when the attribute is missing, rather than as an OR with
+// attribute_not_exists: they nest less, and the local DynamoDB's parser
+// takes time exponential in a condition's nesting.)
 func readyCond(now time.Time) expression.ConditionBuilder {
-	return expression.Or(expression.AttributeNotExists(nameNotBefore), nameNotBefore.LessThanEqual(expression.Value(ms(now))))
+	return expression.Not(nameNotBefore.GreaterThan(expression.Value(ms(now))))
 }
 
 // belowLimitCond says the task has attempts left: the attempt on it now,
-// if it fails, is not its last. A task from before the work graph has no
-// max_attempts and is at the default.
+// if it fails, is not its last. Every grant sets max_attempts if it is
+// missing (a task from before the work graph), so a task with attempts
+// has it.
 func belowLimitCond() expression.ConditionBuilder {
-	return expression.Or(expression.AttributeNotExists(nameAttempts),
-		nameAttempts.LessThan(nameMaxAttempts),
-		expression.AttributeNotExists(nameMaxAttempts).And(nameAttempts.LessThan(expression.Value(DefaultMaxAttempts))))
+	return expression.Not(atLimitCond())
+}
+
+// atLimitCond says the attempt on the task now is its last.
+func atLimitCond() expression.ConditionBuilder {
+	return nameAttempts.GreaterThanEqual(nameMaxAttempts)
 }
 
 // belowLimit is belowLimitCond on an item read.
@@ -268,9 +275,14 @@ func holderCond(agentID, runID string, fence int64, now time.Time) expression.Co
 	return c
 }
 
-// clearLease removes the lease and its index keys from a task item.
-func clearLease(u expression.UpdateBuilder) expression.UpdateBuilder {
-	for _, n := range []string{"holder", "holder_name", "run_id", "locked_at", "lease_expires", "timeout_ms", "reason", "lease_shard"} {
+// clearLease removes the lease and its index keys from a task item; a
+// delayed task keeps its expiry index keys (endUpdate sets the expiry).
+func clearLease(u expression.UpdateBuilder, delayed bool) expression.UpdateBuilder {
+	names := []string{"holder", "holder_name", "run_id", "locked_at", "timeout_ms", "reason"}
+	if !delayed {
+		names = append(names, "lease_expires", "lease_shard")
+	}
+	for _, n := range names {
 		u = u.Remove(expression.Name(n))
 	}
 	return u
@@ -365,17 +377,21 @@ func endUpdate(taskID string, e ending, now time.Time, sh schema.ShardCounts) ex
 	} else {
 		u = u.Remove(expression.Name("end_errored"))
 	}
-	if e.notBefore != 0 && e.status == StatusTodo {
+	delayed := e.notBefore != 0 && e.status == StatusTodo && !e.exhausted
+	if delayed {
+		// The task's entry in the expiry index stays, at its not_before:
+		// the sweep ranks it as ready then (claim.go, "Delays").
 		u = u.Set(nameNotBefore, expression.Value(e.notBefore)).
 			Set(expression.Name("claim_key"), expression.Value(delayedKey(e.notBefore, e.rank))).
-			Set(expression.Name("claim_rank"), expression.Value(e.rank))
+			Set(expression.Name("claim_rank"), expression.Value(e.rank)).
+			Set(nameExpires, expression.Value(e.notBefore))
 	}
 	if e.status == StatusTodo {
 		u = u.Set(nameClaimShard, expression.IfNotExists(expression.Name("claim_home"), expression.Value(claimHome(DefaultQueue, taskID, sh.Claim))))
 	} else {
 		u = u.Remove(nameClaimShard)
 	}
-	return clearLease(u).Remove(expression.Name("watchers")).Remove(expression.Name("lease_seq"))
+	return clearLease(u, delayed).Remove(expression.Name("watchers")).Remove(expression.Name("lease_seq"))
 }
 
 // newID returns prefix + 16 random hex digits.

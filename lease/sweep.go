@@ -57,15 +57,6 @@ const sweepWorkers = 16
 // run at once, each lease ends once, with one event, and each watcher gets
 // one message. Both passes Query sparse indexes; nothing is scanned.
 func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
-	res, err := s.sweepLeases(ctx)
-	if err != nil {
-		return res, err
-	}
-	res.Ready, err = s.rankReady(ctx)
-	return res, err
-}
-
-func (s *Store) sweepLeases(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	now := s.clock()
 	// Expired leases are independent of one another: end them sweepWorkers
@@ -83,6 +74,20 @@ func (s *Store) sweepLeases(ctx context.Context) (SweepResult, error) {
 		}
 		for i := range items {
 			it := &items[i]
+			if it.Holder == "" {
+				// A delayed task whose not_before has come (claim.go,
+				// "Delays"): ranked as ready again.
+				g.Go(func() error {
+					ok, err := s.rankReady(gctx, it)
+					if ok {
+						mu.Lock()
+						res.Ready++
+						mu.Unlock()
+					}
+					return err
+				})
+				continue
+			}
 			g.Go(func() error {
 				cond := nameHolder.Equal(expression.Value(it.Holder)).
 					And(nameFence.Equal(expression.Value(it.Fence)),
@@ -173,7 +178,7 @@ func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond expression.Cond
 	for range maxAttempts {
 		limit := belowLimitCond()
 		if exhausted {
-			limit = expression.Not(limit)
+			limit = atLimitCond()
 		}
 		e := ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo, failed: true, exhausted: exhausted}
 		old, _, applied, err := s.endLease(ctx, it.TaskID, cond.And(limit), e, now)
@@ -251,6 +256,9 @@ func (s *Store) liveLeaseEntries(ctx context.Context, holder *string) ([]taskIte
 			b := expression.NewBuilder().WithKeyCondition(expression.Key("lease_shard").Equal(expression.Value(strconv.Itoa(shard))))
 			if holder != nil {
 				b = b.WithFilter(nameHolder.Equal(expression.Value(*holder)))
+			} else {
+				// Leases only, not delayed tasks (claim.go, "Delays").
+				b = b.WithFilter(expression.AttributeExists(nameHolder))
 			}
 			expr, err := b.Build()
 			if err != nil {
@@ -331,42 +339,17 @@ func (s *Store) settleDeath(ctx context.Context, hb *heartbeatItem) error {
 	return err
 }
 
-// rankReady gives the tasks whose not_before has passed their ready
-// claim_key back (claim.go, "Delays"): per queue counted (the first
-// MaxQueuesListed, as GET /api/queues lists them) and claim shard, one
-// Query of the delayed keys up to now, and an UpdateItem per task found,
-// pinned to the key read. It returns how many it ranked.
-func (s *Store) rankReady(ctx context.Context) (int, error) {
-	queues, err := s.queueNames(ctx)
-	if err != nil {
-		return 0, err
-	}
-	now := s.clock()
-	n := 0
-	for _, q := range queues {
-		for shard := range s.shards.Claim {
-			keyCond := expression.Key("claim_shard").Equal(expression.Value(q + "#" + strconv.Itoa(shard))).
-				And(expression.Key("claim_key").Between(expression.Value("~"), expression.Value(delayedKey(ms(now), "~"))))
-			items, err := s.queryTasks(ctx, schema.TasksByClaim, keyCond)
-			if err != nil {
-				return n, fmt.Errorf("sweep delayed tasks: %w", err)
-			}
-			for _, it := range items {
-				cond := expression.Name("claim_key").Equal(expression.Value(it.ClaimKey)).
-					And(expression.AttributeExists(expression.Name("claim_rank")))
-				upd := expression.Set(expression.Name("claim_key"), expression.Name("claim_rank"))
-				_, applied, err := s.update(ctx, it.TaskID, cond, upd, types.ReturnValueNone)
-				if err != nil {
-					return n, err
-				}
-				if applied {
-					n++
-				}
-			}
-		}
-	}
-	if n > 0 {
+// rankReady gives a delayed task whose not_before has come its ready
+// claim_key back, and takes it out of the expiry index: one write, pinned
+// to the entry read (no lease, the same expiry). ok is false when another
+// write moved the task first (a grant: it ranks the task itself).
+func (s *Store) rankReady(ctx context.Context, it *taskItem) (bool, error) {
+	cond := expression.AttributeNotExists(nameHolder).And(nameExpires.Equal(expression.Value(it.LeaseExpires)))
+	upd := expression.Set(expression.Name("claim_key"), expression.IfNotExists(expression.Name("claim_rank"), expression.Name("claim_key"))).
+		Remove(nameExpires).Remove(expression.Name("lease_shard"))
+	_, applied, err := s.update(ctx, it.TaskID, cond, upd, types.ReturnValueNone)
+	if applied {
 		s.claims.wake()
 	}
-	return n, nil
+	return applied, err
 }

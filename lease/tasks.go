@@ -153,7 +153,10 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 	}
 	it.RetryDelayMS = aws.Int64(delay.Milliseconds())
 	if notBefore != 0 {
+		// Ranked after the ready tasks, and in the expiry index until then,
+		// so that the sweep ranks it as ready (claim.go, "Delays").
 		it.NotBefore, it.ClaimKey = notBefore, delayedKey(notBefore, it.ClaimRank)
+		it.LeaseExpires, it.LeaseShard = notBefore, shardOf(p.TaskID, s.shards.Lease)
 	}
 	if p.Metadata != nil {
 		it.Metadata = compactMetadata(p.Metadata)

@@ -219,6 +219,10 @@ func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) (end
 	if !cur.leaseTimeValid(now) {
 		typ, reason = EventTimeout, "lease expired"
 		cond = cond.And(nameExpires.LessThanEqual(expression.Value(ms(now))))
+	} else if seen := s.deaths.endedUpTo(cur.Holder); seen >= cur.LockedAt {
+		// A death is stamped when it was seen, as a takeover stamps it: a
+		// heartbeat landing in between must not put it inside a new life.
+		now = fromMS(min(max(seen, cur.LastAt), ms(now)))
 	}
 	// The attempt failed; if it was the task's last, the task fails (the
 	// condition pins eseq, so attempts are as read).
@@ -311,10 +315,21 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		notBefore = nb
 	}
 	if notBefore != cur.NotBefore {
-		if notBefore != 0 {
+		// A task without a lease waits in the expiry index too, so that the
+		// sweep ranks it as ready at its not_before (claim.go, "Delays").
+		idle := !cur.hasLease() && !written
+		switch {
+		case notBefore != 0:
 			upd = upd.Set(nameNotBefore, expression.Value(notBefore))
-		} else {
+			if idle {
+				upd = upd.Set(nameExpires, expression.Value(notBefore)).
+					Set(expression.Name("lease_shard"), expression.Value(shardOf(cur.TaskID, s.shards.Lease)))
+			}
+		default:
 			upd = upd.Remove(nameNotBefore)
+			if idle && cur.LeaseExpires != 0 {
+				upd = upd.Remove(nameExpires).Remove(expression.Name("lease_shard"))
+			}
 		}
 		changed = true
 	}

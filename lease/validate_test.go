@@ -179,7 +179,7 @@ func TestRequestRules(t *testing.T) {
 		{"an empty batch is invalid", lease.CheckBatchSize(0), ruleFailure{"tasks", "invalid_request", "tasks must hold 1 to 25 tasks"}},
 		{"a batch of 26 tasks is invalid", lease.CheckBatchSize(26), ruleFailure{"tasks", "invalid_request", "tasks must hold 1 to 25 tasks"}},
 		{"a batch's task error names the task", lease.InBatch(2, lease.CheckTitle(strings.Repeat("t", 1025))), ruleFailure{"tasks[2].title", "invalid_request", "tasks[2]: title must be at most 1024 bytes"}},
-		{"a listing status must be a status", lease.CheckListStatus("open"), ruleFailure{"status", "invalid_request", "status must be todo, in_progress, done or cancelled"}},
+		{"a listing status must be a status", lease.CheckListStatus("open"), ruleFailure{"status", "invalid_request", "status must be todo, blocked, in_progress, done, cancelled or failed"}},
 		{"a limit of 1000 is valid", lease.CheckLimit(1000), ruleFailure{}},
 		{"a limit of 0 given explicitly is invalid", lease.CheckLimit(0), ruleFailure{"limit", "invalid_request", "limit must be an integer from 1 to 1000"}},
 		{"a limit of 1001 is invalid", lease.CheckLimit(1001), ruleFailure{"limit", "invalid_request", "limit must be an integer from 1 to 1000"}},

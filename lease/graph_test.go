@@ -1,0 +1,418 @@
+package lease_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/errcode"
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// get reads a task.
+func (e *env) get(t testing.TB, id string) lease.Task {
+	t.Helper()
+	return must[lease.Task](t)(e.store.GetTask(ctx(t), id))
+}
+
+// create creates a task from p.
+func (e *env) create(t testing.TB, p lease.CreateTaskParams) lease.Task {
+	t.Helper()
+	return must[lease.Task](t)(e.store.CreateTask(ctx(t), p))
+}
+
+// complete checks taskID out for agentID and completes it.
+func (e *env) complete(t testing.TB, taskID, agentID string) {
+	t.Helper()
+	co := e.checkout(t, taskID, agentID, time.Minute)
+	must[lease.Task](t)(e.store.Complete(ctx(t), lease.CompleteParams{TaskID: taskID, AgentID: agentID, RunID: co.RunID}))
+}
+
+func count(evs []lease.Event, typ lease.EventType) int {
+	n := 0
+	for _, e := range evs {
+		if e.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
+func blockerIDs(bs []lease.Blocker) []string {
+	out := make([]string, len(bs))
+	for i, b := range bs {
+		out[i] = b.TaskID + "=" + string(b.Status)
+	}
+	return out
+}
+
+// A dependent is blocked while any blocker is not done: claim skips it, a
+// named checkout answers blocked with the open blockers, and when the last
+// blocker completes the stream makes it todo, with one unblocked event and
+// its watchers told.
+func TestDependentIsBlockedUntilItsLastBlockerCompletes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "a", "b")
+	d := e.create(t, lease.CreateTaskParams{TaskID: "d", Queue: "deps", BlockedBy: []string{"a", "b", "a"}})
+	if d.Status != lease.StatusBlocked || !slices.Equal(blockerIDs(d.BlockedBy), []string{"a=todo", "b=todo"}) {
+		t.Fatalf("created dependent: status %s, blocked_by %v; want blocked by a and b (a once)", d.Status, blockerIDs(d.BlockedBy))
+	}
+	if got := e.get(t, "a").Blocks; !slices.Equal(got, []string{"d"}) {
+		t.Errorf("a blocks %v, want [d]", got)
+	}
+	if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "x", Queues: []string{"deps"}}); !errors.Is(err, lease.ErrNoTaskAvailable) {
+		t.Fatalf("claim of a queue holding only a blocked task: %v, want no task available", err)
+	}
+	must[any](t)(nil, e.store.Watch(c, "d", "watcher"))
+	e.complete(t, "a", "x")
+	e.drain(t)
+	_, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "d", AgentID: "x"})
+	var be *lease.BlockedError
+	if !errors.As(err, &be) || !slices.Equal(blockerIDs(be.BlockedBy), []string{"b=todo"}) {
+		t.Fatalf("checkout of d blocked by b only: %v, want BlockedError naming b", err)
+	}
+	if got := blockerIDs(e.get(t, "d").BlockedBy); !slices.Equal(got, []string{"a=done", "b=todo"}) {
+		t.Fatalf("d's blockers after a's completion: %v", got)
+	}
+	e.complete(t, "b", "x")
+	e.drain(t)
+	if st := e.get(t, "d").Status; st != lease.StatusTodo {
+		t.Fatalf("d after its last blocker's completion: %s, want todo", st)
+	}
+	e.drain(t)
+	if n := count(e.events(t, "d"), lease.EventUnblocked); n != 1 {
+		t.Errorf("%d unblocked events, want 1", n)
+	}
+	var told []string
+	for _, m := range e.inbox(t, "watcher") {
+		told = append(told, m.TaskID+":"+m.Reason)
+	}
+	if !slices.Equal(told, []string{"d:unblocked"}) {
+		t.Errorf("watcher's inbox %v, want one task_available for d, reason unblocked", told)
+	}
+	if n := e.noticeCount(t, lease.NoticeTaskAvailable, "d"); n != 1 {
+		t.Errorf("%d TaskAvailable notices for d, want 1", n)
+	}
+	co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "x", Queues: []string{"deps"}}))
+	if co.TaskID != "d" || co.Attempt != 1 {
+		t.Fatalf("claim after the unblocking: %s attempt %d, want d attempt 1", co.TaskID, co.Attempt)
+	}
+	// A completion repeated after a reopen unblocks nothing again.
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "b", Status: new(lease.StatusTodo)}))
+	e.complete(t, "b", "y")
+	if n := count(e.events(t, "d"), lease.EventUnblocked); n != 1 {
+		t.Errorf("%d unblocked events after b completed again, want still 1", n)
+	}
+}
+
+// Bad blockers are refused with the API's codes and change nothing.
+func TestDependencyRulesRefuseBadBlockers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "a", "b", "c")
+	many := make([]string, lease.MaxBlockers+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("m%d", i)
+		e.task(t, many[i])
+	}
+	code := func(err error) string {
+		var ve *lease.ValidationError
+		if errors.As(err, &ve) {
+			return ve.Code
+		}
+		return fmt.Sprint(err)
+	}
+	for _, tc := range []struct {
+		name string
+		p    lease.CreateTaskParams
+		code string
+	}{
+		{"unknown blocker", lease.CreateTaskParams{TaskID: "n1", BlockedBy: []string{"a", "nope"}}, errcode.InvalidDependency},
+		{"itself", lease.CreateTaskParams{TaskID: "n2", BlockedBy: []string{"n2"}}, errcode.InvalidDependency},
+		{"too many", lease.CreateTaskParams{TaskID: "n3", BlockedBy: many}, errcode.InvalidDependency},
+		{"bad id", lease.CreateTaskParams{TaskID: "n4", BlockedBy: []string{"no spaces"}}, errcode.InvalidID},
+	} {
+		if _, err := e.store.CreateTask(c, tc.p); code(err) != tc.code {
+			t.Errorf("%s: %v, want %s", tc.name, err, tc.code)
+		}
+		if _, err := e.store.GetTask(c, tc.p.TaskID); !errors.Is(err, lease.ErrTaskNotFound) {
+			t.Errorf("%s: the refused task exists (%v)", tc.name, err)
+		}
+	}
+	if got := e.get(t, "a").Blocks; len(got) != 0 {
+		t.Errorf("a refused dependent left a blocks %v", got)
+	}
+	// a <- b <- c: c naming... a naming c closes a cycle.
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "b", BlockedBy: &[]string{"a"}}))
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "c", BlockedBy: &[]string{"b"}}))
+	before := e.get(t, "a")
+	if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "a", BlockedBy: &[]string{"c"}}); code(err) != errcode.DependencyCycle {
+		t.Fatalf("a blocked by c, which waits for a through b: %v, want dependency_cycle", err)
+	}
+	if after := e.get(t, "a"); after.Version != before.Version || after.Status != lease.StatusTodo {
+		t.Errorf("the refused PATCH changed a: version %d -> %d, status %s", before.Version, after.Version, after.Status)
+	}
+	// blocked_by changes only on a todo or blocked task.
+	e.checkout(t, "a", "x", time.Minute)
+	if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "a", BlockedBy: &[]string{"m1"}}); !errors.Is(err, lease.ErrInvalidTransition) {
+		t.Errorf("blocked_by on an in_progress task: %v, want invalid_transition", err)
+	}
+	// Clearing a blocked task's blockers makes it todo.
+	if got := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "c", BlockedBy: &[]string{}})); got.Status != lease.StatusTodo || len(got.BlockedBy) != 0 {
+		t.Errorf("c with its blockers cleared: %s %v, want todo with none", got.Status, got.BlockedBy)
+	}
+	if got := e.get(t, "b").Blocks; len(got) != 0 {
+		t.Errorf("b still blocks %v after c dropped it", got)
+	}
+}
+
+// A cancelled or failed blocker keeps its dependents blocked, and GET says
+// why; reopening and completing it releases them.
+func TestCancelledBlockerKeepsItsDependentsBlocked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "a")
+	e.create(t, lease.CreateTaskParams{TaskID: "d", BlockedBy: []string{"a"}})
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "a", Status: new(lease.StatusCancelled)}))
+	e.drain(t)
+	d := e.get(t, "d")
+	if d.Status != lease.StatusBlocked || !slices.Equal(blockerIDs(d.BlockedBy), []string{"a=cancelled"}) {
+		t.Fatalf("d with its blocker cancelled: %s %v, want blocked by a=cancelled", d.Status, blockerIDs(d.BlockedBy))
+	}
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "a", Status: new(lease.StatusTodo)}))
+	e.complete(t, "a", "x")
+	e.drain(t)
+	if st := e.get(t, "d").Status; st != lease.StatusTodo {
+		t.Fatalf("d after a was reopened and completed: %s, want todo", st)
+	}
+}
+
+// A dependent created while its blocker completes is never stranded: the
+// writer's second look or the stream unblocks it, exactly once.
+func TestDependentCreatedWhileItsBlockerCompletes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	const rounds, dependents = 6, 4
+	for r := range rounds {
+		blocker := fmt.Sprintf("b%d", r)
+		e.task(t, blocker)
+		co := e.checkout(t, blocker, "x", time.Minute)
+		var wg sync.WaitGroup
+		for i := range dependents {
+			wg.Go(func() {
+				id := fmt.Sprintf("d%d-%d", r, i)
+				if _, err := e.store.CreateTask(c, lease.CreateTaskParams{TaskID: id, BlockedBy: []string{blocker}}); err != nil {
+					t.Errorf("create %s: %v", id, err)
+				}
+			})
+		}
+		wg.Go(func() {
+			if _, err := e.store.Complete(c, lease.CompleteParams{TaskID: blocker, AgentID: "x", RunID: co.RunID}); err != nil {
+				t.Errorf("complete %s: %v", blocker, err)
+			}
+		})
+		wg.Wait()
+	}
+	e.drain(t)
+	e.drain(t)
+	for r := range rounds {
+		for i := range dependents {
+			id := fmt.Sprintf("d%d-%d", r, i)
+			d := e.get(t, id)
+			if d.Status != lease.StatusTodo {
+				t.Errorf("%s: %s, want todo: its blocker is done", id, d.Status)
+			}
+			if n := count(e.events(t, id), lease.EventUnblocked); n > 1 {
+				t.Errorf("%s: %d unblocked events, want at most 1", id, n)
+			}
+		}
+	}
+}
+
+// Each grant is an attempt; a release with outcome failed waits the retry
+// delay, doubled for each failure; the last attempt's failure fails the
+// task, which tells its watchers; a reopen starts the attempts anew.
+func TestFailedAttemptsDelayThenFailTheTask(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "t", MaxAttempts: new(3), RetryDelay: new(10 * time.Second)})
+	fail := func(text string) lease.Checkout {
+		t.Helper()
+		co := e.checkout(t, "t", "x", time.Minute)
+		e.drain(t) // the trail up to the checkout is archived; the release is not yet
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", RunID: co.RunID, Outcome: lease.OutcomeFailed, Error: text}))
+		return co
+	}
+	for i, wait := range []time.Duration{10 * time.Second, 20 * time.Second} {
+		co := fail(fmt.Sprintf("boom %d", i+1))
+		if co.Attempt != i+1 {
+			t.Fatalf("grant %d has attempt %d", i+1, co.Attempt)
+		}
+		task := e.get(t, "t")
+		if task.Status != lease.StatusTodo || task.Attempts != i+1 || task.NotBefore == nil || !task.NotBefore.Equal(e.clock.Now().Add(wait).Truncate(time.Millisecond)) {
+			t.Fatalf("after failure %d: status %s attempts %d not_before %v; want todo, %d, now+%s", i+1, task.Status, task.Attempts, task.NotBefore, i+1, wait)
+		}
+		if task.LastError != fmt.Sprintf("boom %d", i+1) {
+			t.Errorf("last_error %q", task.LastError)
+		}
+		// The release's event has its error at once, archived or not.
+		evs := must[[]lease.Event](t)(e.store.Events(c, "t"))
+		if last := evs[max(len(evs)-1, 0)]; last.Type != lease.EventRelease || last.Error != task.LastError || last.Outcome != lease.OutcomeFailed {
+			t.Errorf("the failed release's event before the archive: %+v", last)
+		}
+		var nr *lease.NotReadyError
+		if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "y"}); !errors.As(err, &nr) || !nr.NotBefore.Equal(*task.NotBefore) {
+			t.Fatalf("checkout before not_before: %v, want not_ready at %v", err, task.NotBefore)
+		}
+		if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "y"}); !errors.Is(err, lease.ErrNoTaskAvailable) {
+			t.Fatalf("claim before not_before: %v, want none available", err)
+		}
+		e.clock.Advance(wait)
+	}
+	must[any](t)(nil, e.store.Watch(c, "t", "watcher"))
+	fail("boom 3")
+	task := e.get(t, "t")
+	if task.Status != lease.StatusFailed || task.Attempts != 3 {
+		t.Fatalf("after the last attempt failed: %s with %d attempts, want failed with 3", task.Status, task.Attempts)
+	}
+	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "y"}); !errors.Is(err, lease.ErrStatusMismatch) {
+		t.Fatalf("checkout of a failed task: %v, want status_mismatch", err)
+	}
+	evs := e.events(t, "t")
+	last := evs[len(evs)-2:]
+	if last[0].Type != lease.EventRelease || last[0].Outcome != lease.OutcomeFailed || last[0].Error != "boom 3" ||
+		last[1].Type != lease.EventFailed || last[1].Reason != "release" {
+		t.Fatalf("last events %+v, want the failed release (with its error) and failed", last)
+	}
+	if n := e.noticeCount(t, lease.NoticeTaskFailed, "t"); n != 1 {
+		t.Errorf("%d TaskFailed notices, want 1", n)
+	}
+	if msgs := e.inbox(t, "watcher"); len(msgs) != 1 || msgs[0].Reason != "failed" {
+		t.Errorf("watcher's inbox %+v, want one message with reason failed", msgs)
+	}
+	reopened := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", Status: new(lease.StatusTodo)}))
+	if reopened.Status != lease.StatusTodo || reopened.Attempts != 0 || reopened.NotBefore != nil {
+		t.Fatalf("reopened: %s attempts %d not_before %v", reopened.Status, reopened.Attempts, reopened.NotBefore)
+	}
+	if co := e.checkout(t, "t", "y", time.Minute); co.Attempt != 1 {
+		t.Errorf("first grant after the reopen: attempt %d", co.Attempt)
+	}
+}
+
+// Timeouts and deaths are failed attempts too, claimable again at once; at
+// the limit the sweep, or a checkout that would take the lease over, fails
+// the task instead.
+func TestTimeoutOfTheLastAttemptFailsTheTask(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	for _, id := range []string{"swept", "taken"} {
+		e.create(t, lease.CreateTaskParams{TaskID: id, MaxAttempts: new(2)})
+		e.checkout(t, id, "x", time.Minute)
+	}
+	e.clock.Advance(time.Minute)
+	must[lease.SweepResult](t)(e.store.Sweep(c))
+	if task := e.get(t, "swept"); task.Status != lease.StatusTodo || task.NotBefore != nil {
+		t.Fatalf("after a timeout below the limit: %s not_before %v, want todo at once", task.Status, task.NotBefore)
+	}
+	e.checkout(t, "swept", "x", time.Minute)
+	e.checkout(t, "taken", "y", time.Minute) // takes the expired lease over: attempt 2
+	e.clock.Advance(time.Minute)
+	must[lease.SweepResult](t)(e.store.Sweep(c))
+	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "taken", AgentID: "z"}); !errors.Is(err, lease.ErrStatusMismatch) {
+		t.Fatalf("checkout over the last attempt's expired lease: %v, want status_mismatch (failed)", err)
+	}
+	for _, id := range []string{"swept", "taken"} {
+		if st := e.get(t, id).Status; st != lease.StatusFailed {
+			t.Errorf("%s: %s, want failed", id, st)
+		}
+		evs := e.events(t, id)
+		if got := kinds(evs[len(evs)-2:]); !slices.Equal(got, []lease.EventType{lease.EventTimeout, lease.EventFailed}) {
+			t.Errorf("%s ends with %v, want timeout then failed", id, got)
+		}
+		if n := count(evs, lease.EventFailed); n != 1 {
+			t.Errorf("%s: %d failed events", id, n)
+		}
+	}
+}
+
+// The retry wait doubles with each failure and stops at an hour.
+func TestRetryWaitDoublesUpToAnHour(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "t", MaxAttempts: new(10), RetryDelay: new(20 * time.Minute)})
+	for i, want := range []time.Duration{20 * time.Minute, 40 * time.Minute, time.Hour, time.Hour} {
+		co := e.checkout(t, "t", "x", time.Minute)
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", RunID: co.RunID, Outcome: lease.OutcomeFailed}))
+		task := e.get(t, "t")
+		if got := task.NotBefore.Sub(e.clock.Now()); got != want {
+			t.Fatalf("failure %d waits %s, want %s", i+1, got, want)
+		}
+		if task.LastError != "" {
+			t.Errorf("last_error %q without an error given", task.LastError)
+		}
+		e.clock.Advance(want)
+	}
+	// A release with outcome done is no failure: no wait.
+	co := e.checkout(t, "t", "x", time.Minute)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", RunID: co.RunID, Outcome: lease.OutcomeDone}))
+	if task := e.get(t, "t"); task.NotBefore != nil || task.Status != lease.StatusTodo {
+		t.Errorf("after a release with outcome done: %s not_before %v", task.Status, task.NotBefore)
+	}
+	if _, err := e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", Outcome: "maybe"}); !errors.Is(err, lease.ErrInvalid) {
+		t.Errorf("outcome maybe: %v, want invalid", err)
+	}
+	if _, err := e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", Error: "no outcome"}); !errors.Is(err, lease.ErrInvalid) {
+		t.Errorf("an error without outcome failed: %v, want invalid", err)
+	}
+	if _, err := e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", Outcome: lease.OutcomeFailed, Error: strings.Repeat("x", lease.MaxErrorLen+1)}); !errors.Is(err, lease.ErrInvalid) {
+		t.Errorf("an error over 2 KiB: %v, want invalid", err)
+	}
+}
+
+// A delayed task is not claimed before its not_before, ranks by priority
+// once ready, and the sweep gives it its ready rank back.
+func TestClaimWaitsForNotBefore(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	later := e.clock.Now().Add(time.Minute)
+	e.create(t, lease.CreateTaskParams{TaskID: "urgent-later", Queue: "q", Priority: new(9), NotBefore: &later})
+	e.create(t, lease.CreateTaskParams{TaskID: "low-now", Queue: "q", Priority: new(0)})
+	e.create(t, lease.CreateTaskParams{TaskID: "low-now-2", Queue: "q", Priority: new(0)})
+	if got := e.get(t, "urgent-later").NotBefore; got == nil || !got.Equal(later) {
+		t.Fatalf("not_before %v, want %v", got, later)
+	}
+	co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "x", Queues: []string{"q"}}))
+	if co.TaskID != "low-now" {
+		t.Fatalf("claim before not_before: %s, want low-now", co.TaskID)
+	}
+	e.clock.Advance(time.Minute)
+	co = must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "x", Queues: []string{"q"}}))
+	if co.TaskID != "urgent-later" {
+		t.Fatalf("claim once ready: %s, want urgent-later (priority 9)", co.TaskID)
+	}
+	// PATCH sets and clears not_before; the sweep ranks a ready one again.
+	later = e.clock.Now().Add(time.Second)
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "low-now-2", SetNotBefore: true, NotBefore: &later}))
+	e.clock.Advance(time.Second)
+	e.drain(t) // the queue is counted, so the sweep knows it
+	if res := must[lease.SweepResult](t)(e.store.Sweep(c)); res.Ready != 1 {
+		t.Errorf("sweep ranked %d ready tasks, want 1", res.Ready)
+	}
+	cleared := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "low-now-2", SetNotBefore: true}))
+	if cleared.NotBefore != nil {
+		t.Errorf("not_before after clearing: %v", cleared.NotBefore)
+	}
+}
