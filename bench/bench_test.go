@@ -31,10 +31,13 @@ func TestTinyRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := Config{Endpoint: testenv.Endpoint(), Throughput: 100 * time.Millisecond, Workers: []int{1, 4}, Contended: 4,
-		TTL: time.Second, PeerLease: time.Second, SweepLeases: 20, FleetAgents: 4, FleetCycles: 2}
+		TTL: time.Second, PeerLease: time.Second, SweepLeases: 20, FleetAgents: 4, FleetCycles: 2, UnblockRounds: 3}
 	r, err := Run(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if u := r.Unblocking; u == nil || u.Rounds != 3 || u.P50 <= 0 || u.Max < u.P99 || u.P99 < u.P50 {
+		t.Errorf("unblocking: %+v", r.Unblocking)
 	}
 	budget := map[string][2]int{ // operation -> {ours on DynamoDB, dynamolock}
 		"successful checkout / acquire": {2, 2},
@@ -76,7 +79,7 @@ func TestTinyRun(t *testing.T) {
 	// least its table write and an index write, and creating a 12 KB task
 	// more than a small one; dynamolock's acquire+release is on the same
 	// meter.
-	if r.Units == nil || len(r.Units.Ops) != 2*13 {
+	if r.Units == nil || len(r.Units.Ops) != 2*15 {
 		t.Fatalf("units: %+v", r.Units)
 	}
 	written := map[string]float64{}

@@ -92,6 +92,12 @@ func (r *Results) Markdown(w io.Writer) {
 		p("\n(Setting up the %d leases took %s.)\n", s.Leases, ms(s.Setup))
 	}
 
+	if u := r.Unblocking; u != nil {
+		p("\n### Unblocking a dependent\n\n")
+		p("A blocker and its dependent, alone in a queue; the blocker is checked out and completed, and an agent claims from the dependent's queue every %v until it gets it. From the completion's answer to the claim's, over %d dependents; the change stream is polled every 200 ms, as the local server polls it. Write units: \"create a dependent\" and \"complete a blocker of 4 dependents\" in the units table above (the dependents' unblocking is the stream's part).\n\n", u.ClaimEvery, u.Rounds)
+		p("| dependents | p50 | p99 | max |\n|---|---|---|---|\n| %d | %s | %s | %s |\n", u.Rounds, ms(u.P50), ms(u.P99), ms(u.Max))
+	}
+
 	r.drainMarkdown(p)
 	p("\n### Lambda packages\n\n")
 	if r.LambdaErr != "" {

@@ -30,6 +30,9 @@ type Config struct {
 	// Units: the fleet run has FleetAgents agents doing FleetCycles
 	// checkout+complete cycles each; 0 agents skips it.
 	FleetAgents, FleetCycles int
+	// UnblockRounds: dependents timed from their blocker's completion to
+	// their claim; 0 skips it.
+	UnblockRounds int
 	Log                      func(format string, args ...any)
 }
 
@@ -37,14 +40,14 @@ type Config struct {
 func Full() Config {
 	return Config{Throughput: 5 * time.Second, Workers: []int{1, 8, 32}, Contended: 32,
 		TTL: 2 * time.Second, PeerLease: 6 * time.Second, SweepLeases: 10000, LambdaRuns: 5,
-		DrainAgents: 32, DrainTasks: 2000, FleetAgents: 16, FleetCycles: 25}
+		DrainAgents: 32, DrainTasks: 2000, FleetAgents: 16, FleetCycles: 25, UnblockRounds: 200}
 }
 
 // Quick is the configuration of `make bench-quick`.
 func Quick() Config {
 	return Config{Throughput: 500 * time.Millisecond, Workers: []int{1, 8, 32}, Contended: 32,
 		TTL: time.Second, PeerLease: 2 * time.Second, SweepLeases: 200, LambdaRuns: 1,
-		DrainAgents: 32, DrainTasks: 200, FleetAgents: 16, FleetCycles: 4}
+		DrainAgents: 32, DrainTasks: 200, FleetAgents: 16, FleetCycles: 4, UnblockRounds: 20}
 }
 
 // Results is everything a run measured.
@@ -55,6 +58,7 @@ type Results struct {
 	Throughput []Throughput
 	Takeover   []Takeover
 	Sweep      *Sweep
+	Unblocking *Unblocking
 	Drains     []Drain
 	Lambdas    []Lambda
 	LambdaErr  string
@@ -165,6 +169,15 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		return nil, err
 	}
 	r.Sweep = &sw
+
+	if cfg.UnblockRounds > 0 {
+		logf("unblocking: %d dependents", cfg.UnblockRounds)
+		u, err := RunUnblocking(ctx, cfg.Endpoint, cfg.UnblockRounds, 10*time.Millisecond)
+		if err != nil {
+			return nil, err
+		}
+		r.Unblocking = &u
+	}
 
 	if cfg.LambdaRuns > 0 {
 		logf("lambda packages and start-up")

@@ -244,23 +244,26 @@ func (s *Store) link(ctx context.Context, taskID string, blockers map[string]*ta
 
 // settle reads taskID's blockers waited on again, after the task's write,
 // and unblocks the task from each that is done by now (see "Creating a
-// dependent while its blocker completes").
-func (s *Store) settle(ctx context.Context, taskID string, waiting []string) error {
+// dependent while its blocker completes"). It returns the blockers read,
+// and whether it unblocked the task from any.
+func (s *Store) settle(ctx context.Context, taskID string, waiting []string) (map[string]*taskItem, bool, error) {
 	if len(waiting) == 0 {
-		return nil
+		return nil, false, nil
 	}
 	got, err := s.readTasks(ctx, waiting)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
+	moved := false
 	for _, id := range waiting {
 		if it := got[id]; it != nil && it.Status == StatusDone {
 			if err := s.unblock(ctx, taskID, id); err != nil {
-				return err
+				return nil, false, err
 			}
+			moved = true
 		}
 	}
-	return nil
+	return got, moved, nil
 }
 
 // unblock takes blocker out of taskID's waiting_on; when it was the last

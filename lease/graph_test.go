@@ -416,3 +416,85 @@ func TestClaimWaitsForNotBefore(t *testing.T) {
 		t.Errorf("not_before after clearing: %v", cleared.NotBefore)
 	}
 }
+
+// The last blocker completes while claims race for its dependents (and
+// for the only task that is claimable before): no dependent is granted
+// while it is blocked, none twice, and once the stream has unblocked them
+// every one is claimed exactly once. The indexes lag.
+func TestRaceClaimsForDependentsAsTheirBlockerCompletes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.lag(t, "", raceLag)
+	c := ctx(t)
+	const dependents = 12
+	e.create(t, lease.CreateTaskParams{TaskID: "blocker", Queue: "graph", Priority: new(0)})
+	for i := range dependents {
+		e.create(t, lease.CreateTaskParams{TaskID: fmt.Sprintf("dep-%02d", i), Queue: "graph", Priority: new(9), BlockedBy: []string{"blocker"}})
+	}
+	holder := e.checkout(t, "blocker", "holder", time.Hour)
+	var mu sync.Mutex
+	owner := map[string]string{}
+	stop := make(chan struct{})
+	// The stream's consumer, as the local server runs it, all along.
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := e.poller.Poll(c); err != nil {
+				t.Errorf("poll: %v", err)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	race(racers, func(i int) {
+		agent := fmt.Sprintf("agent-%02d", i)
+		if i == 0 {
+			must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "blocker", AgentID: "holder", RunID: holder.RunID}))
+		}
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+			got, err := e.store.Claim(c, lease.ClaimParams{AgentID: agent, Queues: []string{"graph"}, Timeout: time.Hour})
+			if errors.Is(err, lease.ErrNoTaskAvailable) {
+				mu.Lock()
+				done := len(owner) == dependents
+				mu.Unlock()
+				if done {
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			if err != nil {
+				t.Errorf("claim: %v", err)
+				return
+			}
+			mu.Lock()
+			if prev, dup := owner[got.TaskID]; dup {
+				t.Errorf("%s claimed by %s and %s", got.TaskID, prev, agent)
+			}
+			if got.TaskID == "blocker" {
+				t.Errorf("the blocker was claimed while held")
+			}
+			owner[got.TaskID] = agent
+			mu.Unlock()
+		}
+	})
+	close(stop)
+	wg.Wait()
+	if len(owner) != dependents {
+		t.Fatalf("%d of %d dependents claimed", len(owner), dependents)
+	}
+	e.drain(t)
+	for i := range dependents {
+		id := fmt.Sprintf("dep-%02d", i)
+		evs := e.events(t, id)
+		// Granted only after it was unblocked, once.
+		if got := kinds(evs); !slices.Equal(got, []lease.EventType{lease.EventUnblocked, lease.EventCheckout}) {
+			t.Errorf("%s's trail %v, want unblocked then checkout", id, got)
+		}
+	}
+}

@@ -75,23 +75,30 @@ func (s *Store) create(ctx context.Context, it taskItem, blockers map[string]*ta
 		s.unlink(ctx, it.TaskID, stale)
 		return Task{}, cur, nil
 	}
-	if err := s.settle(ctx, it.TaskID, waiting); err != nil {
+	read, moved, err := s.settle(ctx, it.TaskID, waiting)
+	if err != nil {
 		return Task{}, nil, err
 	}
-	if len(waiting) > 0 {
-		// Settled or not, the task is as its item says now.
+	if moved {
+		// Unblocked at once (a blocker completed meanwhile): as it is now.
 		t, err := s.GetTask(ctx, it.TaskID)
 		return t, nil, err
 	}
-	s.claims.wake()
-	t := it.task(false)
-	if len(blockers) > 0 {
-		if err := s.fillGraph(ctx, &it); err != nil {
-			return Task{}, nil, err
-		}
-		t = it.task(false)
+	if len(waiting) == 0 {
+		s.claims.wake()
 	}
-	return t, nil, nil
+	if len(blockers) > 0 {
+		// The blockers as last read: by link, and those waited on by settle.
+		v := &graphView{blockers: map[string]Status{}}
+		for id, b := range blockers {
+			v.blockers[id] = b.task(false).Status
+		}
+		for id, b := range read {
+			v.blockers[id] = b.task(false).Status
+		}
+		it.graph = v
+	}
+	return it.task(false), nil, nil
 }
 
 // compactMetadata stores metadata as compact JSON text.

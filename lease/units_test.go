@@ -57,6 +57,16 @@ var unitBudgets = map[string]struct{ Small, Large localstack.Units }{
 	// function's, 6 in all): the request path is unchanged (4 write units a
 	// lease), and the total is 39 + 6 write units.
 	"sweep, per expired lease": {units(45.0/6, 25.0/6), units(45.0/6, 25.0/6)},
+	// The work graph (deps.go). A dependent of one blocker: its edge, the
+	// blocker's has_dependents, the task item and its status entry, and
+	// the queue's counter; it reads its blocker twice (before and after
+	// its write, see settle). Each dependent a completion unblocks: its
+	// item, its status entry updated and its claim entry put, its event
+	// archived and fed, and its share of the queue's counter and of the
+	// Query of the blocker's edges; its freeing reads its watches. 21
+	// write units and 6 read units for four.
+	"create a dependent":     {units(5, 3), units(5, 3)},
+	"unblock, per dependent": {units(21.0/4, 6.0/4), units(21.0/4, 6.0/4)},
 }
 
 // fleetBudget is the write units per checkout+complete cycle on the
@@ -199,6 +209,34 @@ func measureOps(t *testing.T, z taskSize) map[string]opUnits {
 	op("claim, queue of 50", func() {
 		must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "claimer", Queues: []string{"long"}, Timeout: time.Minute}))
 	})
+
+	// The work graph: a dependent of one blocker, created; and the
+	// unblocking of four dependents by their blocker's completion, per
+	// dependent (the completion's own units taken out).
+	create("blocker", "blocker4")
+	op("create a dependent", func() {
+		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "dependent", Title: "title of dependent", BlockedBy: []string{"blocker"}}))
+	})
+	for i := range 4 {
+		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: fmt.Sprintf("dep%d", i), BlockedBy: []string{"blocker4"}}))
+	}
+	b4 := e.checkout(t, "blocker4", "holder", time.Minute)
+	op("unblock, per dependent", func() {
+		must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "blocker4", AgentID: "holder", RunID: b4.RunID}))
+		// The completion's consequences unblock the dependents; theirs
+		// follow (each unblocked event archived, fed, counted).
+		e.drain(t)
+	})
+	for i := range 4 {
+		if st := e.get(t, fmt.Sprintf("dep%d", i)).Status; st != lease.StatusTodo {
+			t.Fatalf("dep%d after its blocker's completion: %s", i, st)
+		}
+	}
+	ub, done := out["unblock, per dependent"], out["complete"]
+	quarter := func(u, minus localstack.Units) localstack.Units {
+		return localstack.Units{Write: (u.Write - minus.Write) / 4, Read: (u.Read - minus.Read) / 4}
+	}
+	out["unblock, per dependent"] = opUnits{Request: quarter(ub.Request, done.Request), Stream: quarter(ub.Stream, done.Stream)}
 
 	// The sweep, per lease it ends: the claims' two leases and four more,
 	// all expired together.

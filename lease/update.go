@@ -188,7 +188,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 			s.unlink(ctx, p.TaskID, dropped)
 		}
 		if after.Status == StatusBlocked {
-			if err := s.settle(ctx, p.TaskID, after.WaitingOn); err != nil {
+			if _, _, err := s.settle(ctx, p.TaskID, after.WaitingOn); err != nil {
 				return Task{}, err
 			}
 			return s.GetTask(ctx, p.TaskID)
@@ -219,10 +219,15 @@ func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) (end
 	if !cur.leaseTimeValid(now) {
 		typ, reason = EventTimeout, "lease expired"
 		cond = cond.And(nameExpires.LessThanEqual(expression.Value(ms(now))))
-	} else if seen := s.deaths.endedUpTo(cur.Holder); seen >= cur.LockedAt {
-		// A death is stamped when it was seen, as a takeover stamps it: a
-		// heartbeat landing in between must not put it inside a new life.
-		now = fromMS(min(max(seen, cur.LastAt), ms(now)))
+	} else {
+		// A death is stamped when it was seen, as a takeover stamps it (a
+		// heartbeat landing in between must not put it inside a new life),
+		// and never before the read that saw it: the caller's now may
+		// have been read before it.
+		now = s.clockAfter(cur.LastAt)
+		if seen := s.deaths.endedUpTo(cur.Holder); seen >= cur.LockedAt {
+			now = fromMS(min(max(seen, cur.LastAt), ms(now)))
+		}
 	}
 	// The attempt failed; if it was the task's last, the task fails (the
 	// condition pins eseq, so attempts are as read).
