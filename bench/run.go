@@ -33,7 +33,7 @@ type Config struct {
 	// UnblockRounds: dependents timed from their blocker's completion to
 	// their claim; 0 skips it.
 	UnblockRounds int
-	Log                      func(format string, args ...any)
+	Log           func(format string, args ...any)
 }
 
 // Full is the configuration of `make bench`.
