@@ -239,7 +239,7 @@ func TestWorkOnFallsBackToAPlainReleaseOnAnOlderServer(t *testing.T) {
 	})
 	boom := errors.New("boom")
 	err := New(s.URL, "k").WorkOn(context.Background(), "task-1", func(context.Context, *Lease) error { return boom }, NoHeartbeats())
-	if err != boom {
+	if err != boom { //nolint:errorlint // the very error, not one that wraps it
 		t.Fatalf("WorkOn = %v, want only the function's error", err)
 	}
 	reqs := s.requests()

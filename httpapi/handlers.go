@@ -145,7 +145,7 @@ func (b taskBody) params() (lease.CreateTaskParams, error) {
 	if err := lease.CheckTaskFields(&b.Title, &b.Description, b.Queue, b.Priority, p.Metadata); err != nil {
 		return p, err
 	}
-	g, err := b.graphFields.parse(id)
+	g, err := b.parse(id)
 	if err != nil {
 		return p, err
 	}
@@ -238,7 +238,7 @@ func (s *server) updateTask(w http.ResponseWriter, r *http.Request, p lease.Prin
 	if err := lease.CheckTaskFields(body.Title, body.Description, body.Queue, body.Priority, nullIsAbsent(body.Metadata)); err != nil {
 		return err
 	}
-	g, err := body.graphFields.parse(id)
+	g, err := body.parse(id)
 	if err != nil {
 		return err
 	}

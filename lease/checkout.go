@@ -172,7 +172,7 @@ func (s *Store) fresh(ctx context.Context, c Checkout, at time.Time) (Checkout, 
 		if now.Sub(at) <= c.Timeout/2 {
 			return c, nil, at, nil
 		}
-		cond := holderCond(c.AgentID, c.RunID, c.Fence, now).And(timeCond(now))
+		cond := holderCond(c.AgentID, c.RunID, c.Fence, now).and(timeCond(now))
 		it, applied, err := s.update(ctx, c.TaskID, cond, renewUpdate(now, c.Timeout), types.ReturnValueAllNew)
 		if err != nil {
 			return Checkout{}, nil, now, err
@@ -222,7 +222,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	todo := slices.Contains(p.ExpectedStatuses, StatusTodo)
 	// The condition is one flat AND (see readyCond on nesting): never
 	// before the task's not_before, and not before its latest transition.
-	conds := []expression.ConditionBuilder{readyCond(now), timeCond(now)}
+	conds := terms{readyCond(now), timeCond(now)}
 	prevEnd, prevReason, prevEndAt := EventTimeout, "", int64(0)
 	if over == nil {
 		// Free in an expected status, or held by an expired lease, which
@@ -240,9 +240,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		// left the expiry where it was). A holder that came back and renewed
 		// in between has shown it is alive; the write then fails and the
 		// lease is judged again. Checkout takes it only for a todo checkout.
-		conds = append(conds, nameHolder.Equal(expression.Value(over.Holder)),
-			nameFence.Equal(expression.Value(over.Fence)),
-			nameESeq.Equal(expression.Value(over.ESeq)), belowLimitCond())
+		conds = append(conds, pinnedTo(over).and(nameESeq.Equal(expression.Value(over.ESeq)), belowLimitCond())...)
 		if over.leaseTimeValid(now) {
 			prevEnd = EventAgentDeath
 			if over.LockedAt <= s.deaths.removedUpTo(over.Holder) {
@@ -262,7 +260,6 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		// moved the task: the write itself checks the queue.
 		conds = append(conds, queueCond(p.queues))
 	}
-	cond := expression.And(conds[0], conds[1], conds[2:]...)
 	exp := now.Add(p.Timeout)
 	upd := expression.Set(expression.Name("prev_agent"), copyOf("holder")).
 		Set(expression.Name("prev_run"), copyOf("run_id")).
@@ -305,7 +302,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	} else {
 		upd = upd.Remove(expression.Name("prev_end_at"))
 	}
-	old, applied, err := s.update(ctx, p.TaskID, cond, upd, types.ReturnValueAllOld)
+	old, applied, err := s.update(ctx, p.TaskID, conds, upd, types.ReturnValueAllOld)
 	if err != nil || !applied {
 		return Checkout{}, old, err
 	}
@@ -356,7 +353,7 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 		if err != nil {
 			return Checkout{}, err
 		}
-		it, applied, err := s.update(ctx, p.TaskID, cond.And(timeCond(now)), renewUpdate(now, p.Timeout), types.ReturnValueAllNew)
+		it, applied, err := s.update(ctx, p.TaskID, cond.and(timeCond(now)), renewUpdate(now, p.Timeout), types.ReturnValueAllNew)
 		if err != nil {
 			return Checkout{}, err
 		}
@@ -409,18 +406,18 @@ var errDeadCaller = errors.New("lease: caller is dead by heartbeat")
 // since a lease ended by death is ended whether or not a sweep has run. now
 // is read after the heartbeat, for the write, and is not before floor (the
 // latest transition seen on the task).
-func (s *Store) holderGuard(ctx context.Context, agentID, runID string, fence int64, floor int64) (expression.ConditionBuilder, *heartbeatItem, time.Time, error) {
+func (s *Store) holderGuard(ctx context.Context, agentID, runID string, fence int64, floor int64) (terms, *heartbeatItem, time.Time, error) {
 	hb, err := s.heartbeat(ctx, agentID)
 	now := s.clockAfter(floor)
 	if err != nil {
-		return expression.ConditionBuilder{}, nil, now, err
+		return nil, nil, now, err
 	}
 	if hb.dead(now) {
-		return expression.ConditionBuilder{}, hb, now, errDeadCaller
+		return nil, hb, now, errDeadCaller
 	}
 	cond := holderCond(agentID, runID, fence, now)
 	if hb != nil && hb.AliveSince > 0 {
-		cond = cond.And(expression.Name("locked_at").GreaterThan(expression.Value(hb.AliveSince)))
+		cond = cond.and(expression.Name("locked_at").GreaterThan(expression.Value(hb.AliveSince)))
 	}
 	return cond, hb, now, nil
 }
@@ -495,8 +492,8 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 				return nil, err
 			}
 		}
-		pin := nameFence.Equal(expression.Value(cur.Fence)).And(countIs(nameAttempts, cur.Attempts), countIs(nameFailures, cur.Failures))
-		it, after, applied, err := s.endLease(ctx, p.TaskID, cond.And(pin), e, now)
+		pin := cond.and(nameFence.Equal(expression.Value(cur.Fence)), countIs(nameAttempts, cur.Attempts), countIs(nameFailures, cur.Failures))
+		it, after, applied, err := s.endLease(ctx, p.TaskID, pin, e, now)
 		switch {
 		case err != nil:
 			return nil, err
@@ -530,8 +527,8 @@ func countIs(name expression.NameBuilder, n int) expression.ConditionBuilder {
 // applied=false and the item as it is (cur) when cond failed. The write
 // keeps the time rule (timeCond): it fails, too, when the item's latest
 // transition is later than now (lostToLater), and the caller tries again.
-func (s *Store) endLease(ctx context.Context, taskID string, cond expression.ConditionBuilder, e ending, now time.Time) (cur, after *taskItem, applied bool, err error) {
-	it, applied, err := s.update(ctx, taskID, cond.And(timeCond(now)), endUpdate(taskID, e, now, s.shards), types.ReturnValueAllNew)
+func (s *Store) endLease(ctx context.Context, taskID string, cond terms, e ending, now time.Time) (cur, after *taskItem, applied bool, err error) {
+	it, applied, err := s.update(ctx, taskID, cond.and(timeCond(now)), endUpdate(taskID, e, now, s.shards), types.ReturnValueAllNew)
 	if err != nil || !applied {
 		return it, nil, false, err
 	}
@@ -596,8 +593,7 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 	floor := cur.LastAt
 	for range maxAttempts {
 		now := s.clockAfter(floor)
-		cond := nameHolder.Equal(expression.Value(cur.Holder)).
-			And(nameFence.Equal(expression.Value(cur.Fence)), nameExpires.GreaterThan(expression.Value(ms(now))))
+		cond := pinnedTo(cur).and(nameExpires.GreaterThan(expression.Value(ms(now))))
 		e := ending{typ: EventForceRelease, by: p.AgentID, reason: p.Reason, status: StatusTodo}
 		it, after, applied, err := s.endLease(ctx, p.TaskID, cond, e, now)
 		if err != nil {

@@ -40,7 +40,7 @@ func TestRaceTimeOnlyMovesForward(t *testing.T) {
 	ids := make([]string, tasks)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("t%02d", i)
-		must[lease.Task](t)(store.CreateTask(c, lease.CreateTaskParams{TaskID: ids[i]}))
+		must[lease.Task](t)(store.CreateTask(c, lease.CreateTaskParams{TaskID: ids[i], MaxAttempts: new(lease.MaxMaxAttempts)}))
 	}
 	const ttl = time.Second
 

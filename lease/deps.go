@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -216,7 +215,7 @@ func (s *Store) link(ctx context.Context, taskID string, blockers map[string]*ta
 			if it.HasDependents {
 				return nil
 			}
-			after, applied, err := s.update(gctx, id, expression.AttributeExists(expression.Name("task_id")),
+			after, applied, err := s.update(gctx, id, terms{expression.AttributeExists(expression.Name("task_id"))},
 				expression.Set(expression.Name("has_dependents"), expression.Value(true)), types.ReturnValueAllNew)
 			if err != nil {
 				return err
@@ -276,8 +275,8 @@ func (s *Store) unblock(ctx context.Context, taskID, blocker string) error {
 	var floor int64
 	for range maxAttempts {
 		now := s.clockAfter(floor)
-		last := nameStatus.Equal(expression.Value(string(StatusBlocked))).
-			And(waits, expression.Size(nameWaitingOn).Equal(expression.Value(1)), timeCond(now))
+		last := terms{nameStatus.Equal(expression.Value(string(StatusBlocked))),
+			waits, expression.Size(nameWaitingOn).Equal(expression.Value(1)), timeCond(now)}
 		upd := setStatus(expression.UpdateBuilder{}, taskID, StatusTodo, s.shards.Status).
 			Remove(nameWaitingOn).
 			Set(nameClaimShard, expression.IfNotExists(expression.Name("claim_home"), expression.Value(claimHome(DefaultQueue, taskID, s.shards.Claim)))).
@@ -301,7 +300,7 @@ func (s *Store) unblock(ctx context.Context, taskID, blocker string) error {
 		}
 		// Not the last blocker, or the task is not blocked (cancelled, say):
 		// only take the blocker out.
-		_, applied, err = s.update(ctx, taskID, waits,
+		_, applied, err = s.update(ctx, taskID, terms{waits},
 			expression.Delete(nameWaitingOn, expression.Value(&types.AttributeValueMemberSS{Value: []string{blocker}})), types.ReturnValueNone)
 		if err != nil || applied {
 			return err
@@ -394,16 +393,4 @@ func (s *Store) fillGraph(ctx context.Context, items ...*taskItem) error {
 		}
 	}
 	return g.Wait()
-}
-
-// nextReady is the earliest not_before (Unix ms) after now among claim
-// keys, 0 for none: when a waiting claim should look again.
-func nextReady(keys []string, now time.Time) int64 {
-	var next int64
-	for _, k := range keys {
-		if nb, ok := delayedUntil(k); ok && nb > ms(now) && (next == 0 || nb < next) {
-			next = nb
-		}
-	}
-	return next
 }

@@ -251,9 +251,9 @@ func (s *Store) addQueueDelta(ctx context.Context, q string, item map[string]typ
 			upd = upd.Add(expression.NameNoDotSplit(k), expression.Value(delta[k]))
 		}
 	}
-	var cond expression.ConditionBuilder
+	var conds terms
 	shards := slices.Sorted(maps.Keys(last))
-	for i, sh := range shards {
+	for _, sh := range shards {
 		name := expression.NameNoDotSplit(seqAttr + sh)
 		if first {
 			set(expression.Set(name, expression.Value(last[sh])))
@@ -265,11 +265,7 @@ func (s *Store) addQueueDelta(ctx context.Context, q string, item map[string]typ
 		if read := stringAttr(item, seqAttr+sh); read != "" {
 			c = name.Equal(expression.Value(read))
 		}
-		if i == 0 {
-			cond = c
-		} else {
-			cond = cond.And(c)
-		}
+		conds = append(conds, c)
 	}
 	for k, v := range item {
 		sh, ok := strings.CutPrefix(k, seqAtAttr)
@@ -282,7 +278,7 @@ func (s *Store) addQueueDelta(ctx context.Context, q string, item map[string]typ
 			}
 		}
 	}
-	expr, err := expression.NewBuilder().WithUpdate(upd).WithCondition(cond).Build()
+	expr, err := expression.NewBuilder().WithUpdate(upd).WithCondition(conds.cond()).Build()
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -231,9 +232,9 @@ func (t *taskItem) belowLimit() bool { return t.Attempts < t.maxAttempts() }
 //
 // Every write of a task item goes through it, and it adds one to the item's
 // version in the same write.
-func (s *Store) update(ctx context.Context, taskID string, cond expression.ConditionBuilder, upd expression.UpdateBuilder, rv types.ReturnValue) (*taskItem, bool, error) {
+func (s *Store) update(ctx context.Context, taskID string, cond terms, upd expression.UpdateBuilder, rv types.ReturnValue) (*taskItem, bool, error) {
 	upd = upd.Add(nameVersion, expression.Value(1))
-	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
+	expr, err := expression.NewBuilder().WithCondition(cond.cond()).WithUpdate(upd).Build()
 	if err != nil {
 		return nil, false, fmt.Errorf("build update of %s: %w", taskID, err)
 	}
@@ -261,16 +262,45 @@ func (s *Store) update(ctx context.Context, taskID string, cond expression.Condi
 	return &it, true, nil
 }
 
+// terms is a condition kept as the terms it ANDs, built flat:
+// "(a) AND (b) AND (c)". DynamoDB does not mind how a condition nests, but
+// the local DynamoDB's parser takes time exponential in its nesting, and
+// the expression builder's And nests each call in the last: four terms
+// chained cost it about 3 ms a write, seven 40 ms, where the same terms
+// flat cost well under 1 ms. Every conditional write of a task builds its
+// condition this way.
+type terms []expression.ConditionBuilder
+
+// and is t with more terms.
+func (t terms) and(more ...expression.ConditionBuilder) terms {
+	return append(slices.Clip(t), more...)
+}
+
+// cond is the condition: every term, ANDed flat.
+func (t terms) cond() expression.ConditionBuilder {
+	if len(t) == 1 {
+		return t[0]
+	}
+	return expression.And(t[0], t[1], t[2:]...)
+}
+
+// pinnedTo says the lease on the task is exactly it's: the same holder and
+// the same grant (fence). Every write that ends or takes over a lease
+// somebody else holds is pinned so, and adds what else it relies on (the
+// expiry, eseq, a lock time).
+func pinnedTo(it *taskItem) terms {
+	return terms{nameHolder.Equal(expression.Value(it.Holder)), nameFence.Equal(expression.Value(it.Fence))}
+}
+
 // holderCond says "the caller holds this unexpired lease", with the run id and
 // fence when given.
-func holderCond(agentID, runID string, fence int64, now time.Time) expression.ConditionBuilder {
-	c := nameHolder.Equal(expression.Value(agentID)).
-		And(nameExpires.GreaterThan(expression.Value(ms(now))))
+func holderCond(agentID, runID string, fence int64, now time.Time) terms {
+	c := terms{nameHolder.Equal(expression.Value(agentID)), nameExpires.GreaterThan(expression.Value(ms(now)))}
 	if runID != "" {
-		c = c.And(expression.Name("run_id").Equal(expression.Value(runID)))
+		c = c.and(expression.Name("run_id").Equal(expression.Value(runID)))
 	}
 	if fence != 0 {
-		c = c.And(nameFence.Equal(expression.Value(fence)))
+		c = c.and(nameFence.Equal(expression.Value(fence)))
 	}
 	return c
 }

@@ -89,9 +89,7 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 				continue
 			}
 			g.Go(func() error {
-				cond := nameHolder.Equal(expression.Value(it.Holder)).
-					And(nameFence.Equal(expression.Value(it.Fence)),
-						nameExpires.LessThanEqual(expression.Value(ms(now))))
+				cond := pinnedTo(it).and(nameExpires.LessThanEqual(expression.Value(ms(now))))
 				ended, err := s.sweepEnd(gctx, it, cond, EventTimeout, "lease expired", now)
 				if err != nil || !ended {
 					return err
@@ -169,7 +167,7 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 // cond must hold at any time after now (it pins the lease, and an expiry at
 // or before now): a write that lost to a later transition of the task is
 // tried again, under the same cond, at a time not before that transition.
-func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond expression.ConditionBuilder, typ EventType, reason string, now time.Time) (bool, error) {
+func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond terms, typ EventType, reason string, now time.Time) (bool, error) {
 	// The attempt failed. The index does not say whether it was the
 	// task's last: the ending is written for one that was not, and if its
 	// condition fails on the limit alone, for one that was (the task
@@ -181,7 +179,7 @@ func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond expression.Cond
 			limit = atLimitCond()
 		}
 		e := ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo, failed: true, exhausted: exhausted}
-		old, _, applied, err := s.endLease(ctx, it.TaskID, cond.And(limit), e, now)
+		old, _, applied, err := s.endLease(ctx, it.TaskID, cond.and(limit), e, now)
 		switch {
 		case err != nil:
 			return false, err
@@ -303,9 +301,7 @@ func (s *Store) leasesOf(ctx context.Context, agentID string) ([]taskItem, error
 // the death was seen (upTo), or later when the lease's latest transition is
 // later (sweepEnd keeps the time rule).
 func (s *Store) endDeadLease(ctx context.Context, it *taskItem, upTo int64, reason string) (bool, error) {
-	cond := nameHolder.Equal(expression.Value(it.Holder)).
-		And(nameFence.Equal(expression.Value(it.Fence)),
-			expression.Name("locked_at").LessThanEqual(expression.Value(upTo)))
+	cond := pinnedTo(it).and(expression.Name("locked_at").LessThanEqual(expression.Value(upTo)))
 	return s.sweepEnd(ctx, it, cond, EventAgentDeath, reason, fromMS(upTo))
 }
 
@@ -344,7 +340,7 @@ func (s *Store) settleDeath(ctx context.Context, hb *heartbeatItem) error {
 // to the entry read (no lease, the same expiry). ok is false when another
 // write moved the task first (a grant: it ranks the task itself).
 func (s *Store) rankReady(ctx context.Context, it *taskItem) (bool, error) {
-	cond := expression.AttributeNotExists(nameHolder).And(nameExpires.Equal(expression.Value(it.LeaseExpires)))
+	cond := terms{expression.AttributeNotExists(nameHolder), nameExpires.Equal(expression.Value(it.LeaseExpires))}
 	upd := expression.Set(expression.Name("claim_key"), expression.IfNotExists(expression.Name("claim_rank"), expression.Name("claim_key"))).
 		Remove(nameExpires).Remove(expression.Name("lease_shard"))
 	_, applied, err := s.update(ctx, it.TaskID, cond, upd, types.ReturnValueNone)

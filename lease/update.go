@@ -159,7 +159,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		if cur.Version == 0 {
 			cond = expression.AttributeNotExists(nameVersion)
 		}
-		after, applied, err := s.update(ctx, p.TaskID, cond, upd, types.ReturnValueAllNew)
+		after, applied, err := s.update(ctx, p.TaskID, terms{cond}, upd, types.ReturnValueAllNew)
 		if err != nil {
 			return Task{}, err
 		}
@@ -214,11 +214,10 @@ func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) (end
 	if cur.LockedAt <= s.deaths.removedUpTo(cur.Holder) {
 		reason = reasonRemoved
 	}
-	cond := nameHolder.Equal(expression.Value(cur.Holder)).
-		And(nameFence.Equal(expression.Value(cur.Fence)), nameESeq.Equal(expression.Value(cur.ESeq)))
+	cond := pinnedTo(cur).and(nameESeq.Equal(expression.Value(cur.ESeq)))
 	if !cur.leaseTimeValid(now) {
 		typ, reason = EventTimeout, "lease expired"
-		cond = cond.And(nameExpires.LessThanEqual(expression.Value(ms(now))))
+		cond = cond.and(nameExpires.LessThanEqual(expression.Value(ms(now))))
 	} else {
 		// A death is stamped when it was seen, as a takeover stamps it (a
 		// heartbeat landing in between must not put it inside a new life),
@@ -244,7 +243,6 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 	// The status the task has, an ended lease aside (the caller has ended
 	// any before a status change).
 	status := cur.task(live).Status
-	claimable := status == StatusTodo && !cur.hasLease()
 	// waiting is what the task waits on after the PATCH.
 	waiting := cur.WaitingOn
 	if g != nil {
@@ -297,7 +295,7 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 			final = StatusBlocked
 		}
 	}
-	claimable = final == StatusTodo && !cur.hasLease()
+	claimable := final == StatusTodo && !cur.hasLease()
 	if !written && (p.Status != nil || g != nil) && final != cur.Status {
 		upd = setStatus(upd, cur.TaskID, final, s.shards.Status)
 		if !claimable {

@@ -1,0 +1,79 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+)
+
+// The work graph over HTTP, every answer held to the OpenAPI document: a
+// dependent is blocked (409 blocked naming its open blockers) until its
+// blocker completes, then todo with an unblocked event and its watcher
+// told; bad blockers are 400s; a failed release waits its retry delay
+// (409 not_ready); the last attempt's failure makes the task failed, and a
+// reopen starts its attempts anew.
+func TestWorkGraph(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a, b := e.agent(t, "ann"), e.agent(t, "bob")
+	e.task(t, a, "build")
+	dep := e.must(t, 201, "POST", "/api/tasks", a, map[string]any{"task_id": "ship", "blocked_by": []string{"build"}, "max_attempts": 2, "retry_delay": "30s"})
+	equal(t, "status", dep.Str("status"), "blocked")
+	equal(t, "blocked_by", dep.Body["blocked_by"], []any{map[string]any{"task_id": "build", "status": "todo"}})
+	equal(t, "max_attempts", dep.Num("max_attempts"), 2)
+	equal(t, "retry_delay_seconds", dep.Num("retry_delay_seconds"), 30)
+	equal(t, "build blocks", e.must(t, 200, "GET", "/api/tasks/build", a, nil).Body["blocks"], []any{"ship"})
+
+	blocked := e.fail(t, 409, "blocked", "POST", "/api/tasks/ship/checkout", b, nil)
+	equal(t, "open blockers", blocked.Body["blocked_by"], []any{map[string]any{"task_id": "build", "status": "todo"}})
+	e.fail(t, 400, "invalid_dependency", "POST", "/api/tasks", a, map[string]any{"task_id": "x", "blocked_by": []string{"nope"}})
+	e.fail(t, 400, "invalid_dependency", "PATCH", "/api/tasks/build", a, map[string]any{"blocked_by": []string{"build"}})
+	e.fail(t, 400, "dependency_cycle", "PATCH", "/api/tasks/build", a, map[string]any{"blocked_by": []string{"ship"}})
+
+	e.must(t, 200, "POST", "/api/tasks/ship/watch", b, nil)
+	co := e.must(t, 200, "POST", "/api/tasks/build/checkout", a, nil)
+	equal(t, "attempt", co.Num("attempt"), 1)
+	e.must(t, 200, "POST", "/api/tasks/build/complete", a, nil)
+	e.drain(t) // the completion's consequences unblock ship
+	e.drain(t) // and ship's unblocking has its own
+	equal(t, "ship after its blocker's completion", e.must(t, 200, "GET", "/api/tasks/ship", a, nil).Str("status"), "todo")
+	equal(t, "ship's trail", e.events(t, a, "ship"), []string{"unblocked"})
+	msgs := e.inbox(t, b)
+	equal(t, "watcher's messages", len(msgs), 1)
+	equal(t, "reason", msgs[0]["reason"], "unblocked")
+
+	// A failed attempt waits the retry delay; the last one fails the task.
+	co = e.must(t, 200, "POST", "/api/tasks/ship/checkout", b, nil)
+	e.must(t, 200, "POST", "/api/tasks/ship/release", b, map[string]any{"run_id": co.Str("run_id"), "outcome": "failed", "error": "registry <down>"})
+	task := e.must(t, 200, "GET", "/api/tasks/ship", a, nil)
+	equal(t, "after a failed attempt", task.Str("status"), "todo")
+	equal(t, "last_error", task.Str("last_error"), "registry <down>")
+	equal(t, "not_before", task.Str("not_before"), stamp(e.clock.Now().Add(30*time.Second)))
+	nr := e.fail(t, 409, "not_ready", "POST", "/api/tasks/ship/checkout", b, nil)
+	equal(t, "not_ready's not_before", nr.Str("not_before"), task.Str("not_before"))
+	e.fail(t, 400, "invalid_request", "POST", "/api/tasks/ship/release", b, map[string]any{"outcome": "maybe"})
+	e.clock.Advance(30 * time.Second)
+	co = e.must(t, 200, "POST", "/api/tasks/ship/checkout", b, nil)
+	equal(t, "second attempt", co.Num("attempt"), 2)
+	e.must(t, 200, "POST", "/api/tasks/ship/release", b, map[string]any{"outcome": "failed"})
+	task = e.must(t, 200, "GET", "/api/tasks/ship", a, nil)
+	equal(t, "after the last attempt failed", task.Str("status"), "failed")
+	equal(t, "attempts", task.Num("attempts"), 2)
+	evs := e.events(t, a, "ship")
+	equal(t, "ship's trail ends", evs[len(evs)-2:], []string{"release", "failed"})
+	e.fail(t, 409, "status_mismatch", "POST", "/api/tasks/ship/checkout", b, nil)
+	q := e.must(t, 200, "GET", "/api/queues", a, nil).List("queues")
+	equal(t, "failed count", q[0]["counts"].(map[string]any)["failed"], 1)
+	failed := e.must(t, 200, "GET", "/api/tasks?status=failed", a, nil).List("tasks")
+	equal(t, "failed listing", len(failed), 1)
+
+	reopened := e.must(t, 200, "PATCH", "/api/tasks/ship", a, map[string]any{"status": "todo"})
+	equal(t, "reopened", reopened.Str("status"), "todo")
+	equal(t, "attempts after the reopen", reopened.Num("attempts"), 0)
+
+	// not_before on create and PATCH.
+	later := stamp(e.clock.Now().Add(time.Hour))
+	e.must(t, 201, "POST", "/api/tasks", a, map[string]any{"task_id": "later", "not_before": later})
+	e.fail(t, 409, "not_ready", "POST", "/api/tasks/later/checkout", b, nil)
+	e.must(t, 200, "PATCH", "/api/tasks/later", a, map[string]any{"not_before": nil})
+	e.must(t, 200, "POST", "/api/tasks/later/checkout", b, nil)
+}
