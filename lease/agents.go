@@ -492,53 +492,15 @@ func (s *Store) readHeartbeat(ctx context.Context, agentID string) (*heartbeatIt
 
 // heartbeatsOf reads many agents' heartbeats with BatchGetItem.
 func (s *Store) heartbeatsOf(ctx context.Context, agentIDs []string) (map[string]*heartbeatItem, error) {
-	out := make(map[string]*heartbeatItem)
-	seen := make(map[string]bool)
-	var keys []map[string]types.AttributeValue
-	for _, id := range agentIDs {
-		if !seen[id] {
-			seen[id] = true
-			keys = append(keys, agentKey(id))
-		}
+	got, err := batchGet[heartbeatItem](ctx, s.db, s.heartbeats, uniqueKeys(agentIDs, agentKey), "", nil)
+	if err != nil {
+		return nil, fmt.Errorf("read heartbeats: %w", err)
 	}
-	for len(keys) > 0 {
-		n := min(len(keys), 100)
-		req := map[string]types.KeysAndAttributes{s.heartbeats: {Keys: keys[:n], ConsistentRead: aws.Bool(true)}}
-		keys = keys[n:]
-		for attempt := 0; len(req) > 0; attempt++ {
-			if attempt > 0 {
-				if err := backoff(ctx, attempt); err != nil {
-					return nil, err
-				}
-			}
-			res, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
-				return nil, fmt.Errorf("read heartbeats: %w", err)
-			}
-			for _, item := range res.Responses[s.heartbeats] {
-				var hb heartbeatItem
-				if err := attributevalue.UnmarshalMap(item, &hb); err != nil {
-					return nil, err
-				}
-				out[hb.AgentID] = &hb
-			}
-			req = res.UnprocessedKeys
-		}
+	out := make(map[string]*heartbeatItem, len(got))
+	for i := range got {
+		out[got[i].AgentID] = &got[i]
 	}
 	return out, nil
-}
-
-// backoff waits before retrying unprocessed batch items.
-func backoff(ctx context.Context, attempt int) error {
-	d := time.Duration(1<<min(attempt, 6)) * 10 * time.Millisecond
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // GetAgent returns one agent, without its liveness. One GetItem.

@@ -32,47 +32,6 @@ func lostMessageID(ev eventItem) string {
 	return "lost." + messageID(ev)
 }
 
-// batchWrite writes every request, 25 at a time, retrying unprocessed items
-// and transient errors.
-func (s *Store) batchWrite(ctx context.Context, byTable map[string][]types.WriteRequest) error {
-	for len(byTable) > 0 {
-		chunk := map[string][]types.WriteRequest{}
-		n := 0
-		for table, reqs := range byTable {
-			take := min(len(reqs), 25-n)
-			if take == 0 {
-				break
-			}
-			chunk[table] = reqs[:take]
-			n += take
-			if take == len(reqs) {
-				delete(byTable, table)
-			} else {
-				byTable[table] = reqs[take:]
-			}
-		}
-		var lastErr error
-		for attempt := 0; len(chunk) > 0; attempt++ {
-			if attempt >= recordAttempts {
-				return fmt.Errorf("batch write: %d attempts: %w", attempt, lastErr)
-			}
-			if attempt > 0 {
-				if err := backoff(ctx, attempt); err != nil {
-					return err
-				}
-			}
-			out, err := s.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: chunk})
-			if err != nil {
-				lastErr = err
-				continue
-			}
-			chunk = out.UnprocessedItems
-			lastErr = fmt.Errorf("unprocessed items")
-		}
-	}
-	return nil
-}
-
 // Events returns a task's audit trail, oldest first: the part of it that
 // is known to have no hole (see Trail).
 func (s *Store) Events(ctx context.Context, taskID string) ([]Event, error) {

@@ -331,29 +331,15 @@ func (s *Store) registerQueues(ctx context.Context, names []string, items map[st
 // queueItems reads the counter items of queues consistently, 100 a
 // request; a queue without one is missing from the answer.
 func (s *Store) queueItems(ctx context.Context, queues []string) (map[string]map[string]types.AttributeValue, error) {
-	out := make(map[string]map[string]types.AttributeValue, len(queues))
-	for chunk := range slices.Chunk(queues, 100) {
-		keys := make([]map[string]types.AttributeValue, len(chunk))
-		for i, q := range chunk {
-			keys[i] = agentKey(queueCounterPrefix + q)
-		}
-		req := map[string]types.KeysAndAttributes{s.heartbeats: {Keys: keys, ConsistentRead: aws.Bool(true)}}
-		for attempt := 0; len(req) > 0; attempt++ {
-			if attempt > 0 {
-				if err := backoff(ctx, attempt); err != nil {
-					return nil, err
-				}
-			}
-			res, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
-				return nil, err
-			}
-			for _, item := range res.Responses[s.heartbeats] {
-				if q, ok := strings.CutPrefix(stringAttr(item, "agent_id"), queueCounterPrefix); ok {
-					out[q] = item
-				}
-			}
-			req = res.UnprocessedKeys
+	got, err := batchGetItems(ctx, s.db, s.heartbeats,
+		uniqueKeys(queues, func(q string) map[string]types.AttributeValue { return agentKey(queueCounterPrefix + q) }), "", nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]map[string]types.AttributeValue, len(got))
+	for _, item := range got {
+		if q, ok := strings.CutPrefix(stringAttr(item, "agent_id"), queueCounterPrefix); ok {
+			out[q] = item
 		}
 	}
 	return out, nil

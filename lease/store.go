@@ -529,40 +529,6 @@ func agentKey(id string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{"agent_id": &types.AttributeValueMemberS{Value: id}}
 }
 
-// queryAll runs a Query on table (and index, when not empty) and decodes
-// every page into T. Reads of a table's own key are strongly consistent;
-// index reads cannot be.
-func queryAll[T any](ctx context.Context, db DB, table, index string, keyCond expression.KeyConditionBuilder) ([]T, error) {
-	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
-	if err != nil {
-		return nil, err
-	}
-	in := &dynamodb.QueryInput{
-		TableName:                 &table,
-		KeyConditionExpression:    expr.KeyCondition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-	}
-	if index != "" {
-		in.IndexName = &index
-	} else {
-		in.ConsistentRead = aws.Bool(true)
-	}
-	var out []T
-	for p := dynamodb.NewQueryPaginator(db, in); p.HasMorePages(); {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("query %s %s: %w", table, index, err)
-		}
-		var batch []T
-		if err := attributevalue.UnmarshalListOfMaps(page.Items, &batch); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", table, err)
-		}
-		out = append(out, batch...)
-	}
-	return out, nil
-}
-
 // ReturnsItemOnConditionFailure reports whether the server at db honours
 // ReturnValuesOnConditionCheckFailure: ALL_OLD. It makes a write that cannot
 // succeed (delete the item key from table on condition that it does not

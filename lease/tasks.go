@@ -753,37 +753,18 @@ func (s *Store) ListCheckouts(ctx context.Context, agentID string) ([]Checkout, 
 // with the items as they are, read consistently with BatchGetItem (100 keys
 // a request), in the same order. A task that no longer exists is dropped.
 func (s *Store) confirm(ctx context.Context, items []taskItem) ([]taskItem, error) {
-	fresh := make(map[string]taskItem, len(items))
-	for start := 0; start < len(items); start += 100 {
-		var keys []map[string]types.AttributeValue
-		for _, it := range items[start:min(start+100, len(items))] {
-			keys = append(keys, taskKey(it.TaskID))
-		}
-		req := map[string]types.KeysAndAttributes{s.tasks: {Keys: keys, ConsistentRead: aws.Bool(true)}}
-		for attempt := 0; len(req) > 0; attempt++ {
-			if attempt > 0 {
-				if err := backoff(ctx, attempt); err != nil {
-					return nil, err
-				}
-			}
-			res, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
-				return nil, fmt.Errorf("read tasks: %w", err)
-			}
-			var got []taskItem
-			if err := attributevalue.UnmarshalListOfMaps(res.Responses[s.tasks], &got); err != nil {
-				return nil, err
-			}
-			for _, it := range got {
-				fresh[it.TaskID] = it
-			}
-			req = res.UnprocessedKeys
-		}
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.TaskID
+	}
+	fresh, err := s.readTasks(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read tasks: %w", err)
 	}
 	out := make([]taskItem, 0, len(items))
 	for _, it := range items {
 		if f, ok := fresh[it.TaskID]; ok {
-			out = append(out, f)
+			out = append(out, *f)
 		}
 	}
 	return out, nil

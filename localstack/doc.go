@@ -24,6 +24,14 @@
 //     existing item in ConditionalCheckFailedException.Item (nil when there
 //     is none). Other values are a ValidationException, as on AWS.
 //
+//   - Expressions parsed in linear time (shim/pegmemo.js). dynalite's
+//     expression parsers are PEG.js parsers generated without a results
+//     cache, so a condition's parse time doubled with each level of its
+//     nesting, and the AWS SDK's expression builder nests: a checkout's
+//     condition cost dynalite about 12 ms to parse, more than the rest of
+//     the write. The shim memoizes them as PEG.js's --cache would, which
+//     changes no result (TestNestedConditions).
+//
 //   - Index lag. DynamoDB's global secondary indexes are eventually
 //     consistent; dynalite's are not, unless a lag is set. Each write's GSI
 //     update is then applied that much later, in write order per table

@@ -18,6 +18,10 @@
 //     UpdateTable, LatestStreamArn/LatestStreamLabel in the table
 //     description, a record for every write, and the Streams API.
 //
+//  5. Expression parsing in linear time (pegmemo.js): dynalite's generated
+//     parsers are memoized, as PEG.js's --cache makes them; without it a
+//     condition's parse time doubles with each level of its nesting.
+//
 //  4. Capacity (meter.js): ReturnConsumedCapacity TOTAL and INDEXES answered
 //     as DynamoDB bills (item sizes by AWS's rules, index writes by
 //     projection, failed conditions, read rounding), and running totals by
@@ -62,6 +66,11 @@ function replace (rel, wrap) {
 
 // install patches dynalite; argv is the command line as dynalite's CLI reads it.
 exports.install = function install (argv = dep('minimist')(process.argv.slice(2))) {
+  // 5. Before anything of dynalite's requires the parsers.
+  for (const parser of [ 'conditionParser', 'updateParser', 'projectionParser' ]) {
+    const file = require.resolve(path.join(DIR, 'db', parser))
+    if (!require.cache[file]) require('./pegmemo').install(file)
+  }
   const defaultLag = parseDuration(argv['index-lag'] != null ? argv['index-lag'] : process.env.DYNALITE_INDEX_LAG)
   if (!(defaultLag >= 0)) throw new Error('--index-lag / DYNALITE_INDEX_LAG: not a duration: ' + (argv['index-lag'] || process.env.DYNALITE_INDEX_LAG))
 
