@@ -1,7 +1,16 @@
 package lease
 
 import (
+	"context"
+	"fmt"
 	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // Heartbeats and death.
@@ -176,3 +185,290 @@ func (c *deathCache) put(agentID string, upTo int64) {
 	}
 	c.m[agentID] = max(c.m[agentID], upTo)
 }
+
+// Heartbeat records that agentID is alive until now+ttl. The first heartbeat
+// makes the agent watched. One UpdateItem; two when the agent comes back from
+// the dead, which moves alive_since so that the leases it held stay ended,
+// and keeps the agent in the sweep's index at the moment it died until a
+// sweep has ended those leases.
+func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration) (Heartbeat, error) {
+	if ttl == 0 {
+		ttl = DefaultHeartbeatTTL
+	}
+	if err := TTLRange.Check(ttl); err != nil {
+		return Heartbeat{}, err
+	}
+	if err := CheckID("agent_id", agentID); err != nil {
+		return Heartbeat{}, err
+	}
+	notRemoved := expression.AttributeNotExists(expression.Name("removed"))
+	lastAt := expression.Name("last_at")
+	var floor int64 // the heartbeat item's latest time seen
+	for range maxAttempts {
+		now := s.clockAfter(floor)
+		exp := now.Add(ttl)
+		// The time rule: no heartbeat is stamped before the latest one.
+		forward := expression.Or(expression.AttributeNotExists(lastAt), lastAt.LessThanEqual(expression.Value(ms(now))))
+		// A fresh builder each time: the builder's Set adds to shared state.
+		beat := func() expression.UpdateBuilder {
+			return expression.Set(expression.Name("expires_at"), expression.Value(ms(exp))).
+				Set(expression.Name("last_at"), expression.Value(ms(now))).
+				Set(expression.Name("hb_shard"), expression.Value(shardOf(agentID, s.shards.Lease))).
+				Set(expression.Name("ttl"), expression.Value(exp.Add(heartbeatRetention).Unix())).
+				Remove(expression.Name("fresh"))
+		}
+		deadAt := expression.Name("dead_at")
+		// Still alive (or first heartbeat): keep alive_since, and stay
+		// indexed at a death not swept yet.
+		cond := expression.Or(expression.AttributeNotExists(expression.Name("agent_id")),
+			expression.Name("expires_at").GreaterThan(expression.Value(ms(now)))).And(notRemoved, forward)
+		upd := beat().Set(expression.Name("alive_since"), expression.IfNotExists(expression.Name("alive_since"), expression.Value(0))).
+			Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(ms(exp))))
+		var diedAt int64 // when the agent died, for a return from the dead
+		var pin expression.ConditionBuilder
+		old, applied, err := s.updateHeartbeatRV(ctx, agentID, cond, upd, types.ReturnValueAllOld)
+		if err != nil {
+			return Heartbeat{}, err
+		}
+		if applied {
+			if old == nil || old.Fresh || old.ExpiresAt > ms(s.clock()) {
+				// The write's own answer is a consistent read of the heartbeat.
+				s.alive.put(agentID, old.beaten(agentID, now, exp), ms(now))
+				return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
+			}
+			// The write may have landed after the agent's expiry: it was
+			// dead in between, and anyone may have seen it so. The heartbeat
+			// counts from now, as a return from the dead, so that no death
+			// seen before it falls inside it.
+			diedAt = old.ExpiresAt
+			pin = expression.Name("expires_at").Equal(expression.Value(ms(exp))).
+				And(lastAt.Equal(expression.Value(ms(now))))
+			floor = ms(now)
+		} else {
+			if old == nil {
+				continue // it vanished in between
+			}
+			if old.Removed {
+				return Heartbeat{}, ErrUnauthorized
+			}
+			if old.LastAt > ms(now) {
+				floor = old.LastAt // a later heartbeat landed first: again, after it
+				continue
+			}
+			diedAt = old.ExpiresAt
+			pin = expression.Name("expires_at").Equal(expression.Value(old.ExpiresAt))
+		}
+		// Back from the dead: leases taken up to now stay ended, and the
+		// sweep must still see the death. Pinned to the expiry read, so two
+		// returns at once move alive_since once. The agent was dead until
+		// the write landed, and may have been seen dead until then: when
+		// the clock has moved on by then, the return is made once more at
+		// that later time, pinned to the first, so that no death seen in
+		// between falls inside the life the answer states.
+		for again := true; ; again = false {
+			now = s.clockAfter(floor)
+			exp = now.Add(ttl)
+			forward = expression.Or(expression.AttributeNotExists(lastAt), lastAt.LessThanEqual(expression.Value(ms(now))))
+			cond = pin.And(notRemoved, forward)
+			upd = beat().Set(expression.Name("alive_since"), expression.Value(ms(now))).
+				Set(deadAt, expression.IfNotExists(deadAt, expression.Value(diedAt))).
+				Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(diedAt)))
+			cur, applied, err := s.updateHeartbeat(ctx, agentID, cond, upd)
+			if err != nil {
+				return Heartbeat{}, err
+			}
+			if !applied {
+				break // another heartbeat moved it: start again
+			}
+			if after := s.clock(); again && after.After(now) {
+				pin = expression.Name("expires_at").Equal(expression.Value(ms(exp))).
+					And(lastAt.Equal(expression.Value(ms(now))))
+				floor = ms(after)
+				continue
+			}
+			s.alive.put(agentID, cur, ms(now))
+			return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
+		}
+	}
+	return Heartbeat{}, fmt.Errorf("heartbeat %s: too much contention", agentID)
+}
+
+// updateHeartbeat makes one conditional UpdateItem on a heartbeat item. It
+// returns the item as the write left it, or, when the condition fails, the
+// item as it is (nil if there is none).
+func (s *Store) updateHeartbeat(ctx context.Context, agentID string, cond expression.ConditionBuilder, upd expression.UpdateBuilder) (*heartbeatItem, bool, error) {
+	return s.updateHeartbeatRV(ctx, agentID, cond, upd, types.ReturnValueAllNew)
+}
+
+// beaten is the heartbeat item hb (nil: none) after a heartbeat at now that
+// keeps the agent alive until exp.
+func (hb *heartbeatItem) beaten(agentID string, now, exp time.Time) *heartbeatItem {
+	out := heartbeatItem{AgentID: agentID}
+	if hb != nil {
+		out = *hb
+	}
+	out.ExpiresAt, out.LastAt, out.Fresh = ms(exp), ms(now), false
+	return &out
+}
+
+// updateHeartbeatRV is updateHeartbeat answering, when the write applies,
+// with rv (ALL_NEW or ALL_OLD; nil for ALL_OLD when there was no item).
+func (s *Store) updateHeartbeatRV(ctx context.Context, agentID string, cond expression.ConditionBuilder, upd expression.UpdateBuilder, rv types.ReturnValue) (*heartbeatItem, bool, error) {
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
+	if err != nil {
+		return nil, false, fmt.Errorf("build heartbeat update of %s: %w", agentID, err)
+	}
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.heartbeats, Key: agentKey(agentID),
+		ConditionExpression:                 expr.Condition(),
+		UpdateExpression:                    expr.Update(),
+		ExpressionAttributeNames:            expr.Names(),
+		ExpressionAttributeValues:           expr.Values(),
+		ReturnValues:                        rv,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	returned, failed := conditionFailed(err)
+	if !failed {
+		if err != nil {
+			return nil, false, fmt.Errorf("heartbeat %s: %w", agentID, err)
+		}
+		if len(out.Attributes) == 0 {
+			return nil, true, nil
+		}
+		var hb heartbeatItem
+		if err := attributevalue.UnmarshalMap(out.Attributes, &hb); err != nil {
+			return nil, false, err
+		}
+		return &hb, true, nil
+	}
+	if len(returned) == 0 {
+		if !s.readAfterFailed {
+			return nil, false, nil
+		}
+		s.fallbackReads.Add(1)
+		hb, err := s.readHeartbeat(ctx, agentID)
+		return hb, false, err
+	}
+	var hb heartbeatItem
+	if err := attributevalue.UnmarshalMap(returned, &hb); err != nil {
+		return nil, false, err
+	}
+	return &hb, false, nil
+}
+
+// heartbeat reads one agent's heartbeat; nil when it never sent one. A
+// recent read that found the agent alive answers without a request (see
+// aliveCache).
+func (s *Store) heartbeat(ctx context.Context, agentID string) (*heartbeatItem, error) {
+	now := ms(s.clock())
+	if hb, ok := s.alive.get(agentID, now); ok {
+		return hb, nil
+	}
+	epoch := s.alive.epoch(agentID)
+	hb, err := s.readHeartbeat(ctx, agentID)
+	if err == nil {
+		s.alive.putRead(agentID, hb, now, epoch)
+	}
+	return hb, err
+}
+
+func (s *Store) readHeartbeat(ctx context.Context, agentID string) (*heartbeatItem, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: &s.heartbeats, Key: agentKey(agentID), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read heartbeat of %s: %w", agentID, err)
+	}
+	if len(out.Item) == 0 {
+		return nil, nil
+	}
+	var hb heartbeatItem
+	if err := attributevalue.UnmarshalMap(out.Item, &hb); err != nil {
+		return nil, err
+	}
+	return &hb, nil
+}
+
+// heartbeatsOf reads many agents' heartbeats with BatchGetItem.
+func (s *Store) heartbeatsOf(ctx context.Context, agentIDs []string) (map[string]*heartbeatItem, error) {
+	got, err := batchGet[heartbeatItem](ctx, s.db, s.heartbeats, uniqueKeys(agentIDs, agentKey), "", nil)
+	if err != nil {
+		return nil, fmt.Errorf("read heartbeats: %w", err)
+	}
+	out := make(map[string]*heartbeatItem, len(got))
+	for i := range got {
+		out[got[i].AgentID] = &got[i]
+	}
+	return out, nil
+}
+
+// leaseLive judges a lease record: unexpired at now and its holder alive.
+func (s *Store) leaseLive(ctx context.Context, it *taskItem, now time.Time) (bool, error) {
+	if !it.leaseTimeValid(now) {
+		return false, nil
+	}
+	ended, _, err := s.endedByDeath(ctx, it.Holder, it.LockedAt)
+	return !ended, err
+}
+
+// endedByDeath reports whether a lease agentID locked at lockedAt has ended
+// because its holder died: from the death cache when it knows, otherwise by
+// the holder's heartbeat (the alive cache, or a consistent read, whose death
+// is then remembered). It returns the heartbeat it judged by (nil when the
+// agent never sent one, or when the death cache answered).
+func (s *Store) endedByDeath(ctx context.Context, agentID string, lockedAt int64) (bool, *heartbeatItem, error) {
+	if lockedAt <= s.deaths.endedUpTo(agentID) {
+		return true, nil, nil
+	}
+	readAt := s.clock() // before the read: dead at least until the read
+	hb, err := s.heartbeat(ctx, agentID)
+	if err != nil {
+		return false, nil, err
+	}
+	switch {
+	case hb.dead(readAt):
+		s.deaths.put(agentID, ms(readAt))
+	case hb != nil && hb.AliveSince > 0:
+		// Back from the dead: its leases locked up to its return ended
+		// with that death, which was over by the return. A takeover
+		// stamps the death then, not when it is written, which may fall
+		// inside the life the agent's heartbeats have stated since.
+		s.deaths.put(agentID, hb.AliveSince)
+	}
+	s.deaths.noteRemoval(agentID, hb, ms(readAt))
+	return !holderAlive(hb, lockedAt, s.clock()), hb, nil
+}
+
+// liveLeases filters items to those whose lease is live, reading every
+// holder's heartbeat in one batch.
+func (s *Store) liveLeases(ctx context.Context, items []taskItem, now time.Time) (map[string]bool, error) {
+	var holders []string
+	for _, it := range items {
+		if it.leaseTimeValid(now) {
+			holders = append(holders, it.Holder)
+		}
+	}
+	hbs, err := s.heartbeatsOf(ctx, holders)
+	if err != nil {
+		return nil, err
+	}
+	live := make(map[string]bool)
+	for _, it := range items {
+		if it.leaseTimeValid(now) && holderAlive(hbs[it.Holder], it.LockedAt, now) {
+			live[it.TaskID] = true
+		}
+	}
+	return live, nil
+}
+
+// cursor is the decoded form of TaskPage.NextCursor: the status the next
+// page starts in, and where it starts in each of that status's shards.
+type cursor struct {
+	Status int `json:"s"`
+	// After holds, per shard, the created_key of the last task listed from
+	// it: "" for none yet, shardDone for a shard listed to its end.
+	After []string `json:"a,omitempty"`
+}
+
+// shardDone marks a shard listed to its end in a cursor.
+const shardDone = "~"

@@ -42,10 +42,11 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 	var floor int64 // the latest transition seen on the task
 	for range maxAttempts {
 		// Each attempt's own time: its write decides.
-		c, cur, now, err := s.grantNow(ctx, p, over, floor)
-		if err != nil || cur == nil && c.Fence != 0 {
-			return c, err
+		g, now, err := s.grantNow(ctx, p, over, floor)
+		if err != nil || g.granted {
+			return g.lease, err
 		}
+		cur := g.cur
 		over = nil
 		if cur != nil {
 			floor = max(floor, cur.LastAt)
@@ -136,28 +137,37 @@ func conflict(cur *taskItem, hb *heartbeatItem) *ConflictError {
 	return e
 }
 
+// granted is what a grant's write did: the lease it granted, or, when it
+// granted none, the task as it is (cur; nil when there is no task), from
+// which the caller decides the answer.
+type granted struct {
+	granted bool
+	lease   Checkout
+	cur     *taskItem
+}
+
 // grantNow makes the checkout write (grant) at a time not before floor, and
 // keeps the time rule: a plain grant that lost to a later write of the task
 // is tried again at a time not before that write's (a pinned takeover is
 // judged again by the caller), and a grant whose write took more than half
 // of its lease is extended before it is answered (fresh). It
 // returns what grant does, and the time of the last write.
-func (s *Store) grantNow(ctx context.Context, p CheckoutParams, over *taskItem, floor int64) (Checkout, *taskItem, time.Time, error) {
+func (s *Store) grantNow(ctx context.Context, p CheckoutParams, over *taskItem, floor int64) (granted, time.Time, error) {
 	now := s.clockAfter(floor)
 	for range maxAttempts {
-		c, cur, err := s.grant(ctx, p, now, over)
+		g, err := s.grant(ctx, p, now, over)
 		switch {
 		case err != nil:
-			return c, cur, now, err
-		case cur == nil && c.Fence != 0:
-			return s.fresh(ctx, c, now)
-		case over == nil && lostToLater(cur, now):
-			now = s.clockAfter(cur.LastAt)
+			return granted{}, now, err
+		case g.granted:
+			return s.fresh(ctx, g.lease, now)
+		case over == nil && lostToLater(g.cur, now):
+			now = s.clockAfter(g.cur.LastAt)
 			continue
 		}
-		return c, cur, now, nil
+		return g, now, nil
 	}
-	return Checkout{}, nil, now, fmt.Errorf("checkout %s: too much contention", p.TaskID)
+	return granted{}, now, fmt.Errorf("checkout %s: too much contention", p.TaskID)
 }
 
 // fresh hands out a grant made at `at` as a lease of its full timeout:
@@ -166,20 +176,20 @@ func (s *Store) grantNow(ctx context.Context, p CheckoutParams, over *taskItem, 
 // so that no grant is answered expired or nearly so. If it expired before
 // it could be renewed, the caller sees the task as it is (cur) and decides
 // again, as for any lease that ended in between.
-func (s *Store) fresh(ctx context.Context, c Checkout, at time.Time) (Checkout, *taskItem, time.Time, error) {
+func (s *Store) fresh(ctx context.Context, c Checkout, at time.Time) (granted, time.Time, error) {
 	for range maxAttempts {
 		now := s.clockAfter(ms(at))
 		if now.Sub(at) <= c.Timeout/2 {
-			return c, nil, at, nil
+			return granted{granted: true, lease: c}, at, nil
 		}
 		cond := holderCond(c.AgentID, c.RunID, c.Fence, now).and(timeCond(now))
 		it, applied, err := s.update(ctx, c.TaskID, cond, renewUpdate(now, c.Timeout), types.ReturnValueAllNew)
 		if err != nil {
-			return Checkout{}, nil, now, err
+			return granted{}, now, err
 		}
 		if !applied {
 			if !lostToLater(it, now) || it.Holder != c.AgentID || it.Fence != c.Fence {
-				return Checkout{}, it, now, nil
+				return granted{cur: it}, now, nil
 			}
 			now = fromMS(it.LastAt) // renewed meanwhile by a later write
 		}
@@ -188,10 +198,10 @@ func (s *Store) fresh(ctx context.Context, c Checkout, at time.Time) (Checkout, 
 		c, at = fresh, now
 	}
 	if s.clock().Before(c.ExpiresAt) {
-		return c, nil, at, nil // every renewal was slow: what is left of it
+		return granted{granted: true, lease: c}, at, nil // every renewal was slow: what is left of it
 	}
 	cur, err := s.getTask(ctx, c.TaskID)
-	return Checkout{}, cur, at, err
+	return granted{cur: cur}, at, err
 }
 
 // renewUpdate is a renewal's update at now: the lease expires at now +
@@ -213,10 +223,10 @@ func renewUpdate(now time.Time, timeout time.Duration) expression.UpdateBuilder 
 // write). With over it takes over exactly that lease, whose holder was found
 // dead. Either way the write copies the lease it replaces into prev_* (NULL
 // when there was none) and records the transition, so that it carries both
-// of its events. On success it returns the checkout (cur nil); when the
+// of its events. It returns the lease granted, or
 // condition fails, the task as it is (cur nil and a zero checkout when there
 // is no task).
-func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over *taskItem) (Checkout, *taskItem, error) {
+func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over *taskItem) (granted, error) {
 	first, rest := statusValues(p.ExpectedStatuses)
 	statusOK := nameStatus.In(first, rest...)
 	todo := slices.Contains(p.ExpectedStatuses, StatusTodo)
@@ -304,13 +314,13 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	}
 	old, applied, err := s.update(ctx, p.TaskID, conds, upd, types.ReturnValueAllOld)
 	if err != nil || !applied {
-		return Checkout{}, old, err
+		return granted{cur: old}, err
 	}
-	return Checkout{
+	return granted{granted: true, lease: Checkout{
 		TaskID: p.TaskID, AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID,
 		Fence: old.Fence + 1, LockedAt: now, Timeout: p.Timeout, ExpiresAt: exp, Reason: p.Reason,
 		Title: old.Title, Queue: old.queue(), Priority: old.priority(), Attempt: old.Attempts + 1,
-	}, nil, nil
+	}}, nil
 }
 
 // queueCond says "the task is in one of queues"; a task written before

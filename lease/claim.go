@@ -299,11 +299,12 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 					return Checkout{}, err
 				}
 			}
-			c, cur, _, err := s.grantNow(ctx, cp, over, 0)
+			g, _, err := s.grantNow(ctx, cp, over, 0)
 			if err != nil {
 				return Checkout{}, err
 			}
-			if cur == nil && c.Fence != 0 {
+			c, cur := g.lease, g.cur
+			if g.granted {
 				s.claims.won(w)
 				if named {
 					// Best effort: without it a retry still finds the lease

@@ -12,6 +12,72 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
+// Access patterns: GetItem, conditional write or Query, never Scan.
+//
+// One DynamoDB request per transition on the request path; what a
+// transition causes follows from the tasks table's change stream (see
+// "One write per transition").
+//
+//	checkout, claim     UpdateItem on tasks (the decision; it takes over an
+//	                    expired lease in the same write)
+//	  dead holder       + GetItem of its heartbeat (once: a death is
+//	                    remembered) + UpdateItem pinned to the ended lease
+//	  conflict          the failed UpdateItem, which returns the holder (ALL_OLD);
+//	                    its heartbeat comes from the alive cache once read
+//	renew, release,     UpdateItem, after the caller's heartbeat, which the alive
+//	  complete          cache holds for a second after any read or heartbeat
+//	  retried           the failed UpdateItem, which returns the ending it repeats
+//	force release       GetItem task + holder's heartbeat (cached) + UpdateItem
+//	task, lock status   GetItem task (+ holder's heartbeat, cached)
+//	list tasks          Query by_status, a shard at a time + BatchGetItem of
+//	                    the tasks (+ holders' heartbeats)
+//	list checkouts      Query by_lease_expiry per shard (one agent's: filtered) + BatchGetItem
+//	                    of the tasks (+ holders' heartbeats)
+//	claim candidates    at once: Query by_claim per shard of each queue (its
+//	                    head); expired and dead holders' leases reach
+//	                    by_claim when the sweep ends them
+//	claim, waiting      per look after the first: Query by_claim per shard of
+//	                    each queue only
+//	create (batch)      PutItem (one per task, concurrently; the failed
+//	                    condition returns the existing task)
+//	PATCH               GetItem + UpdateItem pinned to the version read
+//	                    (+ holder's heartbeat, cached, when a lease is on it)
+//	claim with run_id   + GetItem of its receipt, UpdateItem of it per try
+//	                    (a retry whose receipt lost its grant: + the tried
+//	                    tasks' trails)
+//	heartbeat           UpdateItem (a second one when the agent returns from the dead)
+//	watch               GetItem of the task (a conflict has it already), a Query
+//	                    of its watches, an UpdateItem of the watch
+//	authenticate        GetItem of the key item "#key#<sha256(key)>"
+//	events, inbox       Query on the table's own key (+ GetItem of the task, for
+//	                    its latest events; of the agent's heartbeat, when
+//	                    its inbox has messages, for removals)
+//	fleet feed          Query by_feed per shard of each hour read (the feed count,
+//	                    a bucket, at most 6 hours a call), merged by feed_key
+//	sweep               Query by_lease_expiry and heartbeats by_expiry per shard,
+//	                    then UpdateItem per lease it ends
+//	create with         + per blocker a PutItem of its edge, an UpdateItem of
+//	  blocked_by        its has_dependents (once per blocker), one
+//	                    BatchGetItem of the blockers before the task's
+//	                    write and one after (settle)
+//	release, failed     + GetItem of the task (the ending depends on its
+//	                    attempts and failures) + PutItem of the error
+//	unblocking          (stream) a Query of the blocker's edges, then one
+//	                    UpdateItem per dependent
+//	stream function     per batch of changes: BatchWriteItem of the events (25 a
+//	                    request), a BatchGetItem of the watchers' heartbeats and
+//	                    a conditional PutItem per message, when a task is freed;
+//	                    for the queue counters a BatchGetItem of the counters of
+//	                    the queues the batch touches, an UpdateItem of the
+//	                    registry when a queue is new, and one conditional
+//	                    UpdateItem per queue touched
+//	queues              GetItem of the registry, BatchGetItem of the counters
+//	                    (at most 100 queues), and per queue with todo tasks one
+//	                    Query of by_claim, Limit 1, per claim shard (4) per
+//	                    priority that has todo tasks: 2 + 4·p requests for p
+//	                    such priorities over all queues, 42 for one queue with
+//	                    todo tasks at every priority
+
 // DynamoDB helpers that more than one part of the store uses: batch reads
 // and writes that retry what DynamoDB leaves unprocessed, and Queries
 // that read every page. Nothing else in the package loops over

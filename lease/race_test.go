@@ -8,7 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 const racers = 32
@@ -273,6 +278,9 @@ func TestRaceClaims(t *testing.T) {
 		e.task(t, fmt.Sprintf("job-%02d", i))
 		e.clock.Advance(time.Millisecond)
 	}
+	// The claim index lags: a claimer that finds nothing gives up, so the
+	// race starts once the index shows every task.
+	eventually(t, "every task in the claim index", func() bool { return e.claimable(t, lease.DefaultQueue) == tasks })
 	var mu sync.Mutex
 	owner := map[string]string{}
 	race(racers, func(i int) {
@@ -297,6 +305,25 @@ func TestRaceClaims(t *testing.T) {
 	if len(owner) != tasks {
 		t.Fatalf("%d of %d tasks claimed", len(owner), tasks)
 	}
+}
+
+// claimable counts queue's entries in the claim index, every shard.
+func (e *env) claimable(t testing.TB, queue string) int {
+	t.Helper()
+	n := 0
+	for shard := range schema.ClaimShards {
+		out, err := e.db.Query(ctx(t), &dynamodb.QueryInput{
+			TableName: aws.String(e.names.Table(schema.TasksTable)), IndexName: aws.String(schema.TasksByClaim),
+			KeyConditionExpression:    aws.String("claim_shard = :s"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":s": &types.AttributeValueMemberS{Value: fmt.Sprintf("%s#%d", queue, shard)}},
+			Select:                    types.SelectCount,
+		})
+		if err != nil {
+			t.Fatalf("count the claim index: %v", err)
+		}
+		n += int(out.Count)
+	}
+	return n
 }
 
 // Overlapping sweeps over the same expired leases: one ending event per
