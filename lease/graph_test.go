@@ -498,3 +498,23 @@ func TestRaceClaimsForDependentsAsTheirBlockerCompletes(t *testing.T) {
 		}
 	}
 }
+
+// A waiting claim takes a delayed task once its not_before has come,
+// never before: it looks again at that moment rather than only at its
+// next poll. (The store here runs on the real clock: the claim waits in
+// real time.)
+func TestWaitingClaimTakesADelayedTaskWhenReady(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	store := lease.New(lease.Config{DB: e.db, Tables: e.names})
+	ready := time.Now().Add(300 * time.Millisecond)
+	must[lease.Task](t)(store.CreateTask(c, lease.CreateTaskParams{TaskID: "later", Queue: "waits", NotBefore: &ready}))
+	got := must[lease.Checkout](t)(store.Claim(c, lease.ClaimParams{AgentID: "x", Queues: []string{"waits"}, Wait: 10 * time.Second}))
+	if got.TaskID != "later" {
+		t.Fatalf("claimed %s, want later", got.TaskID)
+	}
+	if got.LockedAt.Before(ready.Truncate(time.Millisecond)) {
+		t.Fatalf("granted at %v, before its not_before %v", got.LockedAt, ready)
+	}
+}
