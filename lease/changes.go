@@ -42,6 +42,7 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 	var notices []Notice
 	fw := freeingWatches{s: s}
 	var completed []string // blockers whose dependents to unblock
+	var settle [][2]*taskItem // blocked tasks' changes: old (nil for new) and new
 	ttl := s.clock().Add(s.retention).Unix()
 	for _, ch := range changes {
 		if ch.New == nil {
@@ -55,6 +56,13 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 			if err := attributevalue.UnmarshalMap(ch.Old, &old); err != nil {
 				return fmt.Errorf("decode change of %s: %w", cur.TaskID, err)
 			}
+		}
+		if cur.TaskID != "" && cur.Status == StatusBlocked {
+			var before *taskItem
+			if ch.Old != nil {
+				before = &old
+			}
+			settle = append(settle, [2]*taskItem{before, &cur})
 		}
 		if cur.TaskID == "" || cur.ESeq <= old.ESeq || ch.Old == nil && cur.MigratedAt != 0 {
 			continue // no transition: a watch, a new task, a task copied by Migrate
@@ -153,6 +161,11 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 	for _, id := range completed {
 		if err := s.unblockDependents(ctx, id); err != nil {
 			return fmt.Errorf("unblock the dependents of %s: %w", id, err)
+		}
+	}
+	for _, ch := range settle {
+		if err := s.settleChange(ctx, ch[0], ch[1]); err != nil {
+			return fmt.Errorf("settle the blockers of %s: %w", ch[1].TaskID, err)
 		}
 	}
 	var errs []error

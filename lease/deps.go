@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -45,11 +46,21 @@ import (
 // The writer (create or PATCH) puts the edges first, then sets
 // has_dependents on each blocker that lacks it, then writes the task with
 // waiting_on = the blockers not done as read, and then reads those
-// blockers again and unblocks the task from any that is done by then. A
-// completion before that last read is seen by it; one after it finds
-// the flag, the edge and the task waiting, and the stream unblocks it.
-// Both paths make the same conditional write, so whichever comes second
+// blockers again and unblocks the task from any that is done by then
+// (settle). A completion before that last read is seen by it; one after
+// it finds the flag, the edge and the task waiting, and the stream
+// unblocks it. A writer may stop before it settles (killed, or its
+// write's answer lost and the retry answered "exists"): so the stream
+// settles too, for every change that leaves a task blocked on blockers it
+// did not wait on before (settleChange), reading them after the change.
+// Every path makes the same conditional writes, so whichever comes second
 // finds nothing to do.
+//
+// Two blockers completing at once each find the other still waited on,
+// and each takes only itself out: the task is left blocked, waiting on
+// nothing. Whoever takes a blocker out and sees that unblocks it, on
+// condition that nothing is waited on, and so does the stream for any
+// change that leaves a task so; that write applies once.
 //
 // A blocker that is cancelled or fails stays in waiting_on: its
 // dependents stay blocked, and GET shows each blocker's status, which
@@ -269,44 +280,115 @@ func (s *Store) settle(ctx context.Context, taskID string, waiting []string) (ma
 // one of a blocked task, the task becomes todo, claimable, with an
 // unblocked event. Nothing happens when the task does not wait on
 // blocker (any more).
+//
+// The last blocker's unblocking is one write (unblockWrite, on condition
+// that the blocker is the only one waited on). When more are waited on,
+// the blocker is taken out alone; if that left none (two blockers
+// completed at once, each taking itself out while the other was still
+// there), the task is unblocked by a second write on condition that
+// nothing is waited on (the same one the change stream makes for a task
+// left so by a writer that stopped between the two). Either way the
+// unblocking write can apply once.
 func (s *Store) unblock(ctx context.Context, taskID, blocker string) error {
-	b := expression.Value(blocker)
 	waits := expression.Contains(nameWaitingOn, blocker)
 	var floor int64
 	for range maxAttempts {
 		now := s.clockAfter(floor)
-		last := terms{nameStatus.Equal(expression.Value(string(StatusBlocked))),
-			waits, expression.Size(nameWaitingOn).Equal(expression.Value(1)), timeCond(now)}
-		upd := setStatus(expression.UpdateBuilder{}, taskID, StatusTodo, s.shards.Status).
-			Remove(nameWaitingOn).
-			Set(nameClaimShard, expression.IfNotExists(expression.Name("claim_home"), expression.Value(claimHome(DefaultQueue, taskID, s.shards.Claim)))).
-			Set(nameESeq, nameESeq.Plus(expression.Value(1))).
-			Set(expression.Name("last_op"), expression.Value(string(EventUnblocked))).
-			Set(expression.Name("last_at"), expression.Value(ms(now))).
-			Set(namePriorAt, priorAt).
-			Set(expression.Name("unblocked_by"), b)
-		cur, applied, err := s.update(ctx, taskID, last, upd, types.ReturnValueNone)
+		last := expression.Size(nameWaitingOn).Equal(expression.Value(1))
+		cur, applied, err := s.unblockWrite(ctx, taskID, blocker, now, waits, last)
 		switch {
 		case err != nil:
 			return err
-		case applied:
-			s.claims.wake()
+		case applied || cur == nil:
 			return nil
-		case cur == nil || !slices.Contains(cur.WaitingOn, blocker):
-			return nil
-		case cur.Status == StatusBlocked && len(cur.WaitingOn) == 1:
+		case cur.Status == StatusBlocked && len(cur.WaitingOn) == 1 && cur.WaitingOn[0] == blocker:
 			floor = cur.LastAt // lost to a later write only
 			continue
+		case slices.Contains(cur.WaitingOn, blocker):
+			// Not the last blocker, or the task is not blocked (cancelled,
+			// say): only take the blocker out.
+			after, applied, err := s.update(ctx, taskID, terms{waits},
+				expression.Delete(nameWaitingOn, expression.Value(&types.AttributeValueMemberSS{Value: []string{blocker}})), types.ReturnValueAllNew)
+			if err != nil {
+				return err
+			}
+			if !applied {
+				continue // it moved meanwhile: look again
+			}
+			cur = after
 		}
-		// Not the last blocker, or the task is not blocked (cancelled, say):
-		// only take the blocker out.
-		_, applied, err = s.update(ctx, taskID, terms{waits},
-			expression.Delete(nameWaitingOn, expression.Value(&types.AttributeValueMemberSS{Value: []string{blocker}})), types.ReturnValueNone)
-		if err != nil || applied {
+		if cur.Status == StatusBlocked && len(cur.WaitingOn) == 0 {
+			return s.unblockEmptied(ctx, taskID, blocker)
+		}
+		return nil
+	}
+	return fmt.Errorf("unblock %s: too much contention", taskID)
+}
+
+// unblockEmptied unblocks a blocked task that waits on nothing any more
+// (see unblock): once, on condition that it is still so.
+func (s *Store) unblockEmptied(ctx context.Context, taskID, blocker string) error {
+	var floor int64
+	for range maxAttempts {
+		now := s.clockAfter(floor)
+		cur, applied, err := s.unblockWrite(ctx, taskID, blocker, now, expression.AttributeNotExists(nameWaitingOn))
+		switch {
+		case err != nil || applied:
+			return err
+		case cur != nil && cur.Status == StatusBlocked && len(cur.WaitingOn) == 0 && lostToLater(cur, now):
+			floor = cur.LastAt
+			continue
+		}
+		return nil
+	}
+	return fmt.Errorf("unblock %s: too much contention", taskID)
+}
+
+// unblockWrite makes a blocked task todo, in the claim index, with its
+// unblocked event (by blocker, "" when not known), on condition that it
+// is blocked, at now, and conds.
+func (s *Store) unblockWrite(ctx context.Context, taskID, blocker string, now time.Time, conds ...expression.ConditionBuilder) (*taskItem, bool, error) {
+	cond := terms{nameStatus.Equal(expression.Value(string(StatusBlocked))), timeCond(now)}.and(conds...)
+	upd := setStatus(expression.UpdateBuilder{}, taskID, StatusTodo, s.shards.Status).
+		Remove(nameWaitingOn).
+		Set(nameClaimShard, expression.IfNotExists(expression.Name("claim_home"), expression.Value(claimHome(DefaultQueue, taskID, s.shards.Claim)))).
+		Set(nameESeq, nameESeq.Plus(expression.Value(1))).
+		Set(expression.Name("last_op"), expression.Value(string(EventUnblocked))).
+		Set(expression.Name("last_at"), expression.Value(ms(now))).
+		Set(namePriorAt, priorAt)
+	if blocker != "" {
+		upd = upd.Set(expression.Name("unblocked_by"), expression.Value(blocker))
+	} else {
+		upd = upd.Remove(expression.Name("unblocked_by"))
+	}
+	cur, applied, err := s.update(ctx, taskID, cond, upd, types.ReturnValueNone)
+	if applied {
+		s.claims.wake()
+	}
+	return cur, applied, err
+}
+
+// settleChange is the change stream's part in keeping every dependent
+// unblocked once its blockers are done, whatever stopped a writer (see
+// "Creating a dependent while its blocker completes"): a change that left
+// a task blocked while waiting on blockers it did not wait on before (a
+// creation, a PATCH of blocked_by) has them read and settled, as its
+// writer should have; one that left a task blocked waiting on nothing is
+// unblocked.
+func (s *Store) settleChange(ctx context.Context, old, cur *taskItem) error {
+	if cur.Status != StatusBlocked {
+		return nil
+	}
+	if len(cur.WaitingOn) == 0 {
+		return s.unblockEmptied(ctx, cur.TaskID, "")
+	}
+	for _, id := range cur.WaitingOn {
+		if old == nil || !slices.Contains(old.WaitingOn, id) {
+			_, _, err := s.settle(ctx, cur.TaskID, cur.WaitingOn)
 			return err
 		}
 	}
-	return fmt.Errorf("unblock %s: too much contention", taskID)
+	return nil
 }
 
 // dependents returns the tasks that name blocker, by its edges.

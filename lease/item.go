@@ -454,7 +454,7 @@ func (t *taskItem) latestEvents() []itemEvent {
 	case EventUnblocked:
 		return []itemEvent{{eventItem: eventItem{
 			TaskID: t.TaskID, Seq: t.ESeq, PrevSeq: t.ESeq - 1, PrevAt: t.PriorAt, Type: EventUnblocked,
-			At: t.LastAt, By: BySystem, Reason: "blocker " + t.UnblockedBy + " is done",
+			At: t.LastAt, By: BySystem, Reason: unblockedReason(t.UnblockedBy),
 		}, frees: true}}
 	case EventFailed:
 		// The ending of the task's last attempt, and the task's failure.
@@ -476,6 +476,15 @@ func (t *taskItem) latestEvents() []itemEvent {
 		return []itemEvent{{eventItem: ev, frees: ev.Type != EventComplete, errored: t.EndErrored}}
 	}
 	return nil
+}
+
+// unblockedReason is an unblocked event's reason: the blocker whose
+// completion unblocked the task, when known.
+func unblockedReason(blocker string) string {
+	if blocker == "" {
+		return "its last blocker is done"
+	}
+	return "blocker " + blocker + " is done"
 }
 
 // heartbeatItem is an agent's latest heartbeat.
