@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -55,17 +56,35 @@ func (l *lost) middleware(stack *middleware.Stack) error {
 // standard retries without the retry quota (which would otherwise run dry
 // under deliberate faults). It counts lost answers into l.
 func faultyClient(endpoint string, l *lost) *dynamodb.Client {
-	hc := awshttp.NewBuildableClient().
-		WithTimeout(5 * time.Second).
-		WithTransportOptions(func(tr *http.Transport) { tr.DisableKeepAlives = true })
+	return faultyClientAttempts(endpoint, l, 5)
+}
+
+// faultyClientAttempts is faultyClient with the SDK making at most
+// attempts tries of each request: fewer let more faults through to the
+// caller.
+func faultyClientAttempts(endpoint string, l *lost, attempts int) *dynamodb.Client {
 	return lease.NewLocalClient(endpoint, func(o *dynamodb.Options) {
 		o.APIOptions = append(o.APIOptions, l.middleware)
-		o.HTTPClient = hc
-		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
-			so.MaxAttempts = 5
-			so.MaxBackoff = 100 * time.Millisecond
-			so.RateLimiter = ratelimit.None
-		})
+		o.HTTPClient = oneRequestPerConn()
+		o.Retryer = faultyRetryer(attempts)
+	})
+}
+
+// oneRequestPerConn is an HTTP client with a timeout that opens a
+// connection per request, so that each fault of the proxy hits one.
+func oneRequestPerConn() *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().
+		WithTimeout(5 * time.Second).
+		WithTransportOptions(func(tr *http.Transport) { tr.DisableKeepAlives = true })
+}
+
+// faultyRetryer is the SDK's standard retryer with at most attempts tries,
+// short backoffs and no retry quota.
+func faultyRetryer(attempts int) aws.Retryer {
+	return retry.NewStandard(func(so *retry.StandardOptions) {
+		so.MaxAttempts = attempts
+		so.MaxBackoff = 100 * time.Millisecond
+		so.RateLimiter = ratelimit.None
 	})
 }
 
