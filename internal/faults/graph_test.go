@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -363,20 +362,11 @@ func runGraphFaults(t *testing.T, pol faults.Policy, seed uint64) *faults.Proxy 
 	// Faults off, the same poller carries on to the end of the stream, as
 	// the server's would.
 	gp.drain(t)
-	// A late dependent whose create was answered task exists, or failed
-	// before a retry, may be left blocked by the known bug that
-	// TestCreateRetriedAfterLostAnswerStillSettles shows.
-	known := map[string]bool{}
-	if os.Getenv("CHECKOUT_KNOWN_BUGS") == "" {
-		for _, d := range deps {
-			known[d.id] = d.late && len(tries[d.id]) > 0
-		}
-	}
-	checkGraph(t, names, completing, deps, ns, known, tries)
+	checkGraph(t, names, completing, deps, ns, tries)
 	// The whole stream again, from its oldest record, as a redelivery of
 	// everything would hand it over: nothing is unblocked twice.
 	drain(t, testenv.Endpoint(), names, ns)
-	checkGraph(t, names, completing, deps, ns, nil, tries)
+	checkGraph(t, names, completing, deps, ns, tries)
 	t.Logf("%d blockers (%d completed), %d dependents; %d answers lost to timeouts, %d transport failures",
 		len(blockers), len(completing), len(deps), ls.timeouts.Load(), ls.transport.Load())
 	return proxy
@@ -389,9 +379,8 @@ func runGraphFaults(t *testing.T, pol faults.Policy, seed uint64) *faults.Proxy 
 // blocker is blocked, with none; each watcher got exactly one
 // task_available, reason unblocked, per unblocked dependent it watched
 // and none for any other; every unblocking was published.
-// A dependent in known left blocked with its blockers done is logged, not
-// failed; tries are what each create answered before it succeeded.
-func checkGraph(t *testing.T, names schema.Names, completing []string, deps []*dependent, ns *testenv.Recorder, known map[string]bool, tries map[string][]string) {
+// tries are what each create answered before it succeeded.
+func checkGraph(t *testing.T, names schema.Names, completing []string, deps []*dependent, ns *testenv.Recorder, tries map[string][]string) {
 	t.Helper()
 	ctx := context.Background()
 	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint()), Tables: names})
@@ -432,8 +421,6 @@ func checkGraph(t *testing.T, names schema.Names, completing []string, deps []*d
 		switch {
 		case !free && (tk.Status != lease.StatusBlocked || len(ubs) > 0):
 			t.Errorf("%s blocked by %v (one never completed): %s with %d unblocked events, want blocked with none", d.id, d.blockers, tk.Status, len(ubs))
-		case free && tk.Status != lease.StatusTodo && known[d.id]:
-			t.Logf("%s blocked by %v, all done: %s; left so by a known engine bug (its creates answered %q)", d.id, d.blockers, tk.Status, tries[d.id])
 		case free && tk.Status != lease.StatusTodo:
 			t.Errorf("creates of %s answered %q", d.id, tries[d.id])
 			t.Errorf("%s blocked by %v, all done: %s, want todo (blocked_by %v)", d.id, d.blockers, tk.Status, tk.BlockedBy)

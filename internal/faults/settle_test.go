@@ -3,7 +3,6 @@ package faults_test
 import (
 	"context"
 	"errors"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -17,15 +16,6 @@ import (
 	"github.com/checkout-dev/checkout/lease/stream"
 	"github.com/checkout-dev/checkout/localstack"
 )
-
-// knownBugs runs the tests that show engine bugs not fixed yet; they fail
-// until the fix lands.
-func knownBugs(t *testing.T) {
-	t.Helper()
-	if os.Getenv("CHECKOUT_KNOWN_BUGS") == "" {
-		t.Skip("shows a known engine bug; set CHECKOUT_KNOWN_BUGS=1 to run it")
-	}
-}
 
 // hookedDB calls before (once) just before the first PutItem of a task
 // item whose task_id is task, and then, unless keep, loses that write's
@@ -74,7 +64,6 @@ func (h *hookedDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts 
 // between the write and the settle step strands it the same way.)
 func TestCreateRetriedAfterLostAnswerStillSettles(t *testing.T) {
 	t.Parallel()
-	knownBugs(t)
 	ctx := context.Background()
 	names := testenv.Tables(t)
 	ep := testenv.Endpoint()
@@ -191,7 +180,6 @@ func (b *barrierDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput
 // batches of different shards in AWS.
 func TestTwoBlockersCompletingAtOnceUnblock(t *testing.T) {
 	t.Parallel()
-	knownBugs(t)
 	ctx := context.Background()
 	names := testenv.Tables(t)
 	ep := testenv.Endpoint()
