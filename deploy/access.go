@@ -70,9 +70,10 @@ var Grants = map[string][]Grant{
 	},
 	// Stream also reads the tasks table's stream (see StreamReaders).
 	Stream: {
-		// UpdateItem: a completion unblocks its dependents; GetItem: a
-		// failed release's error, for its event.
-		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}},
+		// UpdateItem: a completion unblocks its dependents; BatchGetItem:
+		// a new dependent's blockers, settled again; GetItem: a failed
+		// release's error, for its event.
+		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem", "BatchGetItem"}},
 		// BatchGetItem: watchers' heartbeats and the queue counters, which
 		// UpdateItem moves.
 		{Table: schema.HeartbeatsTable, Actions: []string{"BatchGetItem", "UpdateItem"}},
