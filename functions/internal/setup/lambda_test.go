@@ -429,6 +429,23 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 		{sweep: true, swept: lease.SweepResult{AgentDeaths: 1}},
 		{who: "bob", method: "GET", target: "/api/tasks/t2/events", status: 200},
 		{who: "admin", method: "POST", target: "/api/tasks/t2/release", body: `{"force":true}`, status: 404},
+		// The work graph: a dependent, unblocked by the stream function
+		// when its blocker completes; a failed attempt and its wait.
+		{who: "alice", method: "POST", target: "/api/tasks", body: `{"task_id":"g1"}`, status: 201},
+		{who: "alice", method: "POST", target: "/api/tasks", body: `{"task_id":"g2","blocked_by":["g1"],"max_attempts":2}`, status: 201},
+		{who: "alice", method: "POST", target: "/api/tasks", body: `{"task_id":"g3","blocked_by":["nope"]}`, status: 400},
+		{who: "bob", method: "POST", target: "/api/tasks/g2/checkout", body: `{}`, status: 409},
+		{who: "admin", method: "POST", target: "/api/tasks/g1/checkout", body: `{"run_id":"g"}`, status: 200},
+		{who: "admin", method: "POST", target: "/api/tasks/g1/complete", body: `{"run_id":"g"}`, status: 200},
+		{who: "bob", method: "GET", target: "/api/tasks/g2/events", status: 200},
+		{who: "bob", method: "GET", target: "/api/tasks/g2/events", status: 200},
+		{who: "bob", method: "GET", target: "/api/tasks/g2", status: 200},
+		{who: "bob", method: "GET", target: "/api/tasks/g1", status: 200},
+		{who: "bob", method: "POST", target: "/api/tasks/g2/checkout", body: `{"run_id":"gb"}`, status: 200},
+		{who: "bob", method: "POST", target: "/api/tasks/g2/release", body: `{"run_id":"gb","outcome":"failed","error":"boom"}`, status: 200},
+		{who: "bob", method: "POST", target: "/api/tasks/g2/checkout", body: `{"run_id":"gc"}`, status: 409},
+		{who: "bob", method: "GET", target: "/api/tasks/g2/events", status: 200},
+		{who: "bob", method: "GET", target: "/api/tasks/g2", status: 200},
 		// The fleet feed, once the settle time has passed.
 		{who: "bob", method: "GET", target: "/api/events?since=2026-03-20T13:00:00Z&limit=1000", status: 200, advance: 3 * time.Second},
 		{who: "bob", method: "GET", target: "/api/events?type=timeout,agent_death&since=2026-03-20T13:00:00Z", status: 200},
