@@ -931,20 +931,50 @@ func wholeModelRejects(t *testing.T, start int64) {
 }
 
 // dumpIllegal writes the operations of each partition that fails the check,
-// in call order, for reading.
+// in call order, for reading: the first phase (up to a tick, when nothing
+// is in flight) whose end makes the history illegal, and each operation of
+// that phase without whose answer the history up to there would be legal.
+// (A prefix cut elsewhere, in call order, may leave out an operation
+// called later but linearized earlier, and fail for that alone.)
 func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) {
 	var b strings.Builder
+	check := func(h []porcupine.Operation) bool {
+		return porcupine.CheckOperations(porcupine.Model{Init: m.Init, Step: m.Step, Equal: m.Equal, Hash: m.Hash}, h)
+	}
+	isTick := func(op porcupine.Operation) bool {
+		switch in := op.Input.(type) {
+		case wIn:
+			return in.Op == "tick"
+		case linIn:
+			return in.Op == "tick"
+		}
+		return false
+	}
 	for _, part := range m.Partition(history) {
-		if porcupine.CheckOperations(porcupine.Model{Init: m.Init, Step: m.Step, Equal: m.Equal}, part) {
+		if check(part) {
 			continue
 		}
 		sort.Slice(part, func(i, j int) bool { return part[i].Call < part[j].Call })
-		k := len(part)
-		for k > 1 && !porcupine.CheckOperations(porcupine.Model{Init: m.Init, Step: m.Step, Equal: m.Equal}, part[:k-1]) {
-			k--
-		}
-		fmt.Fprintf(&b, "shortest failing prefix: %d of %d operations\n", k, len(part))
+		k, from := len(part), 0
 		for i, op := range part {
+			if isTick(op) {
+				if !check(part[:i+1]) {
+					k = i + 1
+					break
+				}
+				from = i + 1
+			}
+		}
+		fmt.Fprintf(&b, "the first failing phase: operations %d to %d of %d\n", from, k, len(part))
+		for j := from; j < k; j++ {
+			if check(append(slices.Clone(part[:j]), part[j+1:k]...)) {
+				fmt.Fprintf(&b, "legal without: %+v -> %+v\n", part[j].Input, part[j].Output)
+			}
+		}
+		for i, op := range part {
+			if i == from {
+				b.WriteString("---- (the failing phase)\n")
+			}
 			if i == k {
 				b.WriteString("---- (the rest of the partition)\n")
 			}
@@ -972,8 +1002,11 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // deciding write, so the inbox is not linearizable with the decision; it is
 // read only between phases, when no operation is in flight and every
 // freeing has returned, and must then hold exactly the messages of the
-// freeings the linearization chose, each once. Completion drops the watch
-// list and tells nobody; a takeover keeps it (the task never became free).
+// freeings the linearization chose, each once. Completion tells nobody
+// and keeps the watches for a reopened task's next freeing; a takeover
+// keeps them (the task never became free). A failing attempt at the
+// task's last frees it too (reason failed); an unblocking tells the
+// watchers with the message "task:0" (its event has no lease).
 // A lease that ends without its holder (a sweep's ending, a force release,
 // a cancel by an admin, a takeover) also gives its holder one lease_lost
 // message, "task:fence:lost" (lost), shown unless the holder was removed
@@ -1120,6 +1153,13 @@ type wTask struct {
 	Attempts, Failures, MaxAttempts int
 	NotBefore                       int64
 	Rank                            bool
+	// DelayedKey: a failed release delayed the task, and no PATCH has
+	// written it since: see patchOp.
+	DelayedKey bool
+	// CheckoutEnded: the version a checkout's ending of an ended lease at
+	// the task's last attempt left (see patchOp); it is the latest write
+	// while the version is still that.
+	CheckoutEnded int64
 	// The work graph: the blockers (task bits) the task still waits on,
 	// its dependents, and Completed: it completed since the change stream
 	// last ran, which unblocks its dependents (drain).
@@ -1657,9 +1697,18 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 			}
 			x.PatchEnded = x.Fence
 			w.endFailed(t)
+			x.CheckoutEnded = x.Version
 			return w, true
 		case x.Holder == "" && x.Status == lease.StatusTodo && x.NotBefore > w.Now:
 			return w, out == wOut{Kind: "not_ready", NotBefore: x.NotBefore}
+		case w.KnownBugs && x.Status == lease.StatusCancelled && x.Rank && x.NotBefore <= w.Now && x.Attempts < x.MaxAttempts &&
+			out.Kind == "ok" && out.Fence == x.Fence+1:
+			// Known bug (TestKnownBugCheckoutOfCancelledDelayedTask): a
+			// task cancelled while it waited for its retry delay keeps its
+			// entry in the expiry index, which the grant's condition takes
+			// for an expired lease: once not_before has passed, and until
+			// a sweep ranks the task, a checkout grants the cancelled task.
+			s.Status = lease.StatusTodo
 		}
 	}
 	op := in.Op
@@ -1704,11 +1753,13 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 			if x.Attempts >= x.MaxAttempts {
 				nx.Status = lease.StatusFailed
 			} else if x.NotBefore = w.Now + wRetryWait(x.Failures); x.NotBefore > w.Now {
-				x.Rank = true
+				x.Rank, x.DelayedKey = true, true
 			}
 		case "complete":
+			// Nobody is told: a completion is not a freeing. The watches
+			// stay (they are items of their own, lease/watch.go): a
+			// reopened task's next freeing tells them.
 			w.end(t, "complete", nx.EndHeld)
-			w.T[t].Watch = [wAgents]int64{} // nobody is told: the task is done
 			x.Completed = x.Completed || x.Dependents != 0
 		case "checkout":
 			w.takeover(t) // the watch list stays: the task never became free
@@ -1727,7 +1778,15 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 	t := in.Task
 	x := &w.T[t]
 	if in.IfVersion != 0 && in.IfVersion != x.Version {
-		return w, out == wOut{Kind: "version_mismatch"}
+		// The write before was a checkout's ending of an ended lease at
+		// the task's last attempt (CheckoutEnded): a PATCH that read the
+		// task before it ends that lease too, and whichever writes first
+		// is the one that applies. When the PATCH's did, the checkout
+		// found the task failed, and the PATCH goes on from its own
+		// ending's version.
+		if !(x.CheckoutEnded == x.Version && in.IfVersion == x.Version-1 && out.Kind != "version_mismatch") {
+			return w, out == wOut{Kind: "version_mismatch"}
+		}
 	}
 	s := w.lin(t)
 	s.HB = hb
@@ -1779,10 +1838,48 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 	if in.Prio != 0 && in.Prio-1 != x.Prio {
 		x.Prio, changed = in.Prio-1, true
 	}
+	if !changed && x.DelayedKey && w.KnownBugs && out.Kind == "ok" && out.Version == x.Version+1 {
+		// Known bug (TestKnownBugPatchThatChangesNothingWrites): the PATCH
+		// finds the delayed claim_key a failed release gave the task, its
+		// not_before passed (or cleared by a grant), and sets the ready
+		// one: a write, which moves the version, though nothing the task
+		// shows changed. When exactly a PATCH finds a key to set the
+		// history does not tell (a sweep's ranking sets it too), so with
+		// the known bugs allowed a PATCH of a task delayed since its last
+		// written PATCH may or may not write.
+		changed = true
+	}
 	if changed {
 		x.Version++
+		x.DelayedKey = x.NotBefore > w.Now // a write sets the key: delayed while not_before is ahead
+	}
+	settled := changed && x.Status == lease.StatusBlocked
+	if settled {
+		// A PATCH that leaves the task blocked then settles it (lease/deps.go,
+		// settle): each blocker it waits on that is done by now unblocks it,
+		// a write each, the last making it todo; and it answers with the
+		// task as it is then. The model takes the three steps as one: the
+		// histories give a blocker's completion or reopening little chance
+		// to land in between.
+		for b := range wTasks {
+			if x.WaitingOn&(1<<b) != 0 && w.T[b].Status == lease.StatusDone {
+				x.WaitingOn &^= 1 << b
+				x.Version++
+				if x.WaitingOn == 0 {
+					x.Status = lease.StatusTodo
+					w.tell(t, 0)
+				}
+			}
+		}
 	}
 	want := wOut{Kind: "ok", Status: x.Status, Version: x.Version, Queue: x.Queue, Prio: x.Prio, Attempt: x.Attempts, NotBefore: x.NotBefore}
+	if settled && w.KnownBugs && out.Kind == "ok" && out.Version >= want.Version {
+		// Known bug (TestKnownBugPatchOfBlockedTaskAnswersLaterRead): a
+		// PATCH that leaves the task blocked answers with a read made
+		// after settling it, which may show the writes of others since
+		// its own (a later version, another priority, queue or status).
+		return w, true
+	}
 	switch {
 	case x.Holder != "" && live:
 		want.Holder, want.Run, want.Fence, want.Expires = x.Holder, x.Run, x.Fence, x.Expires
@@ -2199,6 +2296,7 @@ type wMemory struct {
 	agentMemory
 	claim   string
 	version map[int]int64 // each task's version, as last read
+	last    string        // the task of its latest grant, until it acts on it
 }
 
 // claimQueues are the queue lists claims name.
@@ -2211,13 +2309,12 @@ func nextWholeOp(r *rand.Rand, agentN int, heartbeat bool, mem *wMemory, tasks i
 	if patches && r.IntN(100) < 12 {
 		return nextPatch(r, agentN, mem, tasks)
 	}
-	if graph && r.IntN(100) < 12 {
-		// Complete a task the agent got: blockers get done.
-		held := slices.Sorted(maps.Keys(mem.run))
-		if len(held) > 0 {
-			task := held[r.IntN(len(held))]
-			return wIn{Op: "complete", Task: wTaskN(task), Agent: agentN, Run: mem.run[task], Fence: mem.fence[task]}
-		}
+	if last := mem.last; graph && last != "" && r.IntN(3) > 0 {
+		// Finish what the agent was just granted: blockers get done, or
+		// the attempt fails.
+		mem.last = ""
+		op := []string{"complete", "complete", "fail", "release"}[r.IntN(4)]
+		return wIn{Op: op, Task: wTaskN(last), Agent: agentN, Run: mem.run[last], Fence: mem.fence[last]}
 	}
 	if claims && r.IntN(100) < 20 {
 		in := wIn{Op: "claim", Agent: agentN, Timeout: []int64{10_000, 30_000, 60_000}[r.IntN(3)], Queues: claimQueues[r.IntN(len(claimQueues))]}
@@ -2342,10 +2439,17 @@ func TestLinearizabilityWorkGraph(t *testing.T) {
 	t.Parallel()
 	cfg := wholeSize(true)
 	cfg.tasks, cfg.graph, cfg.createEvery = len(wBlockers), wBlockers, 0
+	if os.Getenv("CHECKOUT_CHAOS") == "" {
+		cfg.phases, cfg.opsPerPhase = 14, 4
+	}
 	wholeLinearizability(t, cfg)
 }
 
 func wholeLinearizability(t *testing.T, cfg wConfig) {
+	// CHECKOUT_KNOWN_BUGS=1: the model as lease/doc.go states it, which
+	// the store fails now and then (see cachedHB, the inbox case of next,
+	// and the other TestKnownBug tests).
+	knownBugs := os.Getenv("CHECKOUT_KNOWN_BUGS") == ""
 	e := newEnv(t)
 	e.lag(t, "", raceLag)
 	c := ctx(t)
@@ -2395,6 +2499,13 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 		res, err := wApply(c, s, in)
 		ret := stamp()
 		out, ok := wOutcome(in, res, err)
+		if !ok && in.Op == "fail" && knownBugs && err != nil && strings.Contains(err.Error(), "too much contention") {
+			// Known bug (TestKnownBugFailedReleaseOfDeadLease): a failed
+			// release of a lease its holder's death (or removal) has
+			// ended, though not its time, writes nothing and gives up
+			// where a plain release answers not_checked_out.
+			out, ok = wOut{Kind: "not_checked_out"}, true
+		}
 		if !ok {
 			mu.Lock()
 			failed = fmt.Errorf("%+v: %w", in, err)
@@ -2434,8 +2545,10 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 					switch {
 					case in.Op == "checkout" && out.Kind == "ok":
 						mems[i].run[wTaskID(in.Task)], mems[i].fence[wTaskID(in.Task)] = out.Run, out.Fence
+						mems[i].last = wTaskID(in.Task)
 					case in.Op == "claim" && out.Kind == "ok":
 						mems[i].run[out.Task], mems[i].fence[out.Task] = out.Run, out.Fence
+						mems[i].last = out.Task
 					case (in.Op == "status" || in.Op == "patch") && out.Kind == "ok":
 						mems[i].version[in.Task] = out.Version
 					}
@@ -2543,10 +2656,7 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 	t.Logf("%d operations recorded in %v", len(history), time.Since(start).Round(time.Millisecond))
 	t.Logf("answers: %s", answers(history))
 
-	// CHECKOUT_KNOWN_BUGS=1: the model as lease/doc.go states it, which
-	// the store fails now and then (see cachedHB, and the inbox case of
-	// next).
-	model := wholeModel(startMS, cfg.tasks, cfg.clients, os.Getenv("CHECKOUT_KNOWN_BUGS") == "", cfg.graph)
+	model := wholeModel(startMS, cfg.tasks, cfg.clients, knownBugs, cfg.graph)
 	checkStart := time.Now()
 	res, info := porcupine.CheckOperationsVerbose(model, history, 2*time.Minute)
 	t.Logf("checked in %v", time.Since(checkStart).Round(time.Millisecond))
@@ -2755,5 +2865,142 @@ func TestClaimRetryAfterTheTaskMovedOnKeepsItsReceipt(t *testing.T) {
 	again, err := e.store.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Hour})
 	if err != nil || again.TaskID != first.TaskID || again.Fence != first.Fence {
 		t.Errorf("claim run-1 retried = %+v, %v; want the lease it got: %s fence %d", again, err, first.TaskID, first.Fence)
+	}
+}
+
+// Known bug (lease/checkout.go, failRelease): a release with outcome failed
+// of a lease that has ended by its holder's death (here: locked in the
+// millisecond the holder came back from the dead, which lease/doc.go counts
+// as ended, so holderGuard's locked_at > alive_since fails) is retried as
+// "the counts moved under a live lease" (only the lease's expiry is
+// judged), eight times, and answers "too much contention" (a 500), where a
+// plain release answers not_checked_out. Run with CHECKOUT_KNOWN_BUGS=1.
+func TestKnownBugFailedReleaseOfDeadLease(t *testing.T) {
+	if os.Getenv("CHECKOUT_KNOWN_BUGS") == "" {
+		t.Skip("known bug, reported: a failed release of a lease ended by its holder's death answers too much contention; CHECKOUT_KNOWN_BUGS=1 runs it")
+	}
+	t.Parallel()
+	for _, outcome := range []lease.ReleaseOutcome{lease.OutcomeNone, lease.OutcomeFailed} {
+		e := newEnv(t)
+		c := ctx(t)
+		e.retryingTask(t, "t")
+		must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "a", Name: "a"}))
+		must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", 10*time.Second))
+		e.clock.Advance(time.Minute)
+		must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", 10*time.Second)) // back from the dead, in this millisecond
+		co := e.checkout(t, "t", "a", time.Minute)                          // locked at alive_since: ended already
+		_, err := e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Fence: co.Fence, Outcome: outcome})
+		if !errors.Is(err, lease.ErrNotCheckedOut) {
+			t.Errorf("release (outcome %q) of a lease ended by its holder's death = %v; want not_checked_out", outcome, err)
+		}
+	}
+}
+
+// Known bug (lease/checkout.go, grant; lease/update.go, patch): a task
+// cancelled while it waits for its retry delay keeps its entry in the
+// expiry index (lease_expires = not_before, no holder). The grant's
+// condition takes any lease_expires at or before now, below the attempt
+// limit, for an expired lease to take over, whatever the status: once
+// not_before has passed (and until a sweep ranks the task as ready, which
+// removes the entry) a checkout grants the cancelled task, which becomes
+// in_progress. Run with CHECKOUT_KNOWN_BUGS=1.
+func TestKnownBugCheckoutOfCancelledDelayedTask(t *testing.T) {
+	if os.Getenv("CHECKOUT_KNOWN_BUGS") == "" {
+		t.Skip("known bug, reported: a task cancelled during its retry delay is granted once the delay has passed; CHECKOUT_KNOWN_BUGS=1 runs it")
+	}
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	three, delay := 3, 10*time.Second
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "t", Title: "t", MaxAttempts: &three, RetryDelay: &delay}))
+	co := e.checkout(t, "t", "a", time.Minute)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Outcome: lease.OutcomeFailed}))
+	cancelled := lease.StatusCancelled
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "a", Status: &cancelled}))
+	e.clock.Advance(delay)
+	got, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", Timeout: time.Minute})
+	var sm *lease.StatusMismatchError
+	if !errors.As(err, &sm) || sm.Status != lease.StatusCancelled {
+		t.Errorf("checkout of a task cancelled during its retry delay = %+v, %v; want status_mismatch (cancelled)", got, err)
+	}
+}
+
+// Known bug (lease/update.go, patch): a PATCH that changes nothing the task
+// shows (here: its priority, to the priority it has) still writes the task,
+// and moves its version, when the task's claim_key is still the delayed one
+// a failed release gave it and its not_before has passed (or was cleared by
+// the next grant) before a sweep ranked it: patch recomputes the key and
+// takes the difference for a change. A client's If-Match then fails for
+// nothing. Run with CHECKOUT_KNOWN_BUGS=1.
+func TestKnownBugPatchThatChangesNothingWrites(t *testing.T) {
+	if os.Getenv("CHECKOUT_KNOWN_BUGS") == "" {
+		t.Skip("known bug, reported: a PATCH that changes nothing moves the version of a task once delayed; CHECKOUT_KNOWN_BUGS=1 runs it")
+	}
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.retryingTask(t, "t")
+	co := e.checkout(t, "t", "a", time.Minute)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Outcome: lease.OutcomeFailed}))
+	e.clock.Advance(lease.DefaultRetryDelay)
+	before := must[lease.Task](t)(e.store.GetTask(c, "t"))
+	prio := before.Priority
+	after := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "a", Priority: &prio}))
+	if after.Version != before.Version {
+		t.Errorf("a PATCH of the priority to the one the task has moved its version from %d to %d", before.Version, after.Version)
+	}
+}
+
+// afterWrite runs hook, once armed, before the first GetItem on table that
+// follows an UpdateItem there: a write of another that lands between a
+// request's own write and its reading the task back.
+type afterWrite struct {
+	*dynamodb.Client
+	table        string
+	armed, wrote atomic.Bool
+	hook         func()
+}
+
+func (a *afterWrite) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := a.Client.UpdateItem(ctx, in, optFns...)
+	if *in.TableName == a.table && a.armed.CompareAndSwap(true, false) {
+		a.wrote.Store(true)
+	}
+	return out, err
+}
+
+func (a *afterWrite) GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if *in.TableName == a.table && a.wrote.CompareAndSwap(true, false) {
+		a.hook()
+	}
+	return a.Client.GetItem(ctx, in, optFns...)
+}
+
+// Known bug (lease/update.go, UpdateTask): a PATCH that leaves its task
+// blocked settles it (lease/deps.go, settle) and then answers with the task
+// read again, not with what its own write left: another PATCH landing in
+// between shows in the answer (its title, and a version past the first
+// PATCH's own), so a client that PATCHes again with that version as
+// If-Match overwrites a change it never saw. Run with CHECKOUT_KNOWN_BUGS=1.
+func TestKnownBugPatchOfBlockedTaskAnswersLaterRead(t *testing.T) {
+	if os.Getenv("CHECKOUT_KNOWN_BUGS") == "" {
+		t.Skip("known bug, reported: a PATCH of a blocked task answers with a later read; CHECKOUT_KNOWN_BUGS=1 runs it")
+	}
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "b")
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "d", Title: "d", BlockedBy: []string{"b"}}))
+	a := &afterWrite{Client: e.db, table: e.names.Table(schema.TasksTable)}
+	other := "theirs"
+	a.hook = func() {
+		must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "d", AgentID: "y", Title: &other}))
+	}
+	s := lease.New(lease.Config{DB: a, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	a.armed.Store(true)
+	mine := "mine"
+	got := must[lease.Task](t)(s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "d", AgentID: "x", Title: &mine}))
+	if got.Title != mine || got.Version != 2 {
+		t.Errorf("PATCH of the blocked task's title answered title %q, version %d; want its own write: %q, version 2", got.Title, got.Version, mine)
 	}
 }
