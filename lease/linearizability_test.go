@@ -928,6 +928,101 @@ func wholeModelRejects(t *testing.T, start int64) {
 	if porcupine.CheckOperations(tolerant, kept(remove, release)) {
 		t.Error("the tolerant model accepted a message to an agent removed before the freeing")
 	}
+
+	workGraphModelRejects(t, start)
+}
+
+// The work graph: a blocked task is never granted, and becomes todo only
+// once the stream has seen its blocker done; a grant's attempt is the
+// task's count; a task waits for its not_before; a failed task is
+// terminal until a reopen, which counts attempts anew.
+func workGraphModelRejects(t *testing.T, start int64) {
+	graph := wholeModel(start, 4, 3, false, wBlockers) // task-2 waits on task-0, task-3 on task-0 and task-1
+	plain := wholeModel(start, 3, 3, false, nil)       // task-2: max_attempts 2
+	seq := func(steps ...wStep) []porcupine.Operation {
+		var h []porcupine.Operation
+		for i, s := range steps {
+			h = append(h, porcupine.Operation{ClientId: i % 3, Input: s.in, Output: s.out, Call: int64(2 * i), Return: int64(2*i + 1)})
+		}
+		return h
+	}
+	at := func(ms int64) int64 { return start + ms }
+	checkout := func(task, agent int, run string) wIn {
+		return wIn{Op: "checkout", Task: task, Agent: agent, Run: run, Timeout: 30_000}
+	}
+	grant := func(agent int, run string, fence int64, attempt int, now int64) wOut {
+		return wOut{Kind: "ok", Holder: wAgentID(agent), Run: run, Fence: fence, Expires: now + 30_000, Attempt: attempt}
+	}
+	ok := wOut{Kind: "ok"}
+	done := wOut{Kind: "ok", Status: lease.StatusDone}
+	status := func(task int, st lease.Status, version int64, attempts int) wOut {
+		return wOut{Kind: "ok", Status: st, Version: version, Queue: wQueue(task), Prio: wPrio(task), Attempt: attempts}
+	}
+	// task-0 (version 2: its dependents' link) is checked out and done.
+	finished := []wStep{
+		{checkout(0, 0, "r"), grant(0, "r", 1, 1, start)},
+		{wIn{Op: "complete", Task: 0, Agent: 0, Run: "r"}, done},
+	}
+	// task-2 fails twice, the second time at its last attempt.
+	failedTwice := []wStep{
+		{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
+		{wIn{Op: "fail", Task: 2, Agent: 0, Run: "r"}, ok},
+		{wIn{Op: "tick", Now: at(10_000)}, ok},
+		{checkout(2, 1, "s"), grant(1, "s", 2, 2, at(10_000))},
+		{wIn{Op: "fail", Task: 2, Agent: 1, Run: "s"}, ok},
+	}
+	for _, c := range []struct {
+		what  string
+		m     porcupine.Model
+		legal bool
+		h     []porcupine.Operation
+	}{
+		{"a checkout of a blocked task refused", graph, true, seq(wStep{checkout(2, 0, "r"), wOut{Kind: "blocked"}})},
+		{"a checkout of a blocked task granted", graph, false, seq(wStep{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)})},
+		{"a claim of a blocked task", graph, false, seq(
+			append(finished, wStep{wIn{Op: "claim", Agent: 1, Run: "c", Timeout: 30_000, Queues: "q1"},
+				wOut{Kind: "ok", Task: wTaskID(2), Holder: wAgentID(1), Run: "c", Fence: 1, Expires: start + 30_000, Queue: "q1", Prio: 5, Attempt: 1}})...)},
+		{"a dependent todo before the stream saw its blocker done", graph, false, seq(
+			append(finished, wStep{wIn{Op: "status", Task: 2}, status(2, lease.StatusTodo, 2, 0)})...)},
+		{"a dependent still blocked before the stream saw its blocker done", graph, true, seq(
+			append(finished, wStep{wIn{Op: "status", Task: 2}, status(2, lease.StatusBlocked, 1, 0)})...)},
+		{"a dependent todo once the stream saw its blocker done", graph, true, seq(
+			append(finished, wStep{wIn{Op: "drain"}, ok}, wStep{wIn{Op: "status", Task: 2}, status(2, lease.StatusTodo, 2, 0)})...)},
+		{"a dependent with a blocker not done todo", graph, false, seq(
+			append(finished, wStep{wIn{Op: "drain"}, ok}, wStep{wIn{Op: "status", Task: 3}, status(3, lease.StatusTodo, 2, 0)})...)},
+		{"a second grant that is attempt 1 again", plain, false, seq(
+			wStep{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
+			wStep{wIn{Op: "release", Task: 2, Agent: 0, Run: "r"}, ok},
+			wStep{checkout(2, 1, "s"), grant(1, "s", 2, 1, start)},
+		)},
+		{"a checkout during the retry delay refused", plain, true, seq(
+			wStep{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
+			wStep{wIn{Op: "fail", Task: 2, Agent: 0, Run: "r"}, ok},
+			wStep{checkout(2, 1, "s"), wOut{Kind: "not_ready", NotBefore: at(10_000)}},
+		)},
+		{"a checkout during the retry delay granted", plain, false, seq(
+			wStep{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
+			wStep{wIn{Op: "fail", Task: 2, Agent: 0, Run: "r"}, ok},
+			wStep{wIn{Op: "tick", Now: at(9_999)}, ok},
+			wStep{checkout(2, 1, "s"), grant(1, "s", 2, 2, at(9_999))},
+		)},
+		{"a failed task refused", plain, true, seq(append(failedTwice,
+			wStep{checkout(2, 2, "t"), wOut{Kind: "status_mismatch", Status: lease.StatusFailed}})...)},
+		{"a failed task granted", plain, false, seq(append(failedTwice,
+			wStep{checkout(2, 2, "t"), grant(2, "t", 3, 3, at(10_000))})...)},
+		{"a failed task reopened, its attempts anew", plain, true, seq(append(failedTwice,
+			wStep{wIn{Op: "patch", Task: 2, Agent: 2, Status: lease.StatusTodo}, status(2, lease.StatusTodo, 6, 0)},
+			wStep{checkout(2, 2, "t"), grant(2, "t", 3, 1, at(10_000))})...)},
+		{"a failed task reopened, its attempts kept", plain, false, seq(append(failedTwice,
+			wStep{wIn{Op: "patch", Task: 2, Agent: 2, Status: lease.StatusTodo}, status(2, lease.StatusTodo, 6, 0)},
+			wStep{checkout(2, 2, "t"), grant(2, "t", 3, 3, at(10_000))})...)},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			if porcupine.CheckOperations(c.m, c.h) != c.legal {
+				t.Errorf("legal=%v, the model says otherwise", c.legal)
+			}
+		})
+	}
 }
 
 // dumpIllegal writes the operations of each partition that fails the check,
@@ -1060,6 +1155,28 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // of a task whose lease has ended but is still on the item first ends that
 // lease as the sweep would, which the history records as a "swept".
 //
+// Attempts, failures and delays (lease/deps.go). Every grant counts an
+// attempt, and the lease names it (Attempt); a reopen counts anew. Some
+// tasks have a small max_attempts (wMaxAttempts): an attempt that fails
+// (a release with outcome failed, "fail"; a lease that expired or whose
+// holder died, ended by a sweep, a checkout or a PATCH) at the task's last
+// makes it failed, terminal until a reopen. A failed release below the
+// limit delays the task by wRetryDelay, doubled with each failure: until
+// then a checkout answers not_ready and no claim takes it. A sweep may
+// rank a delayed task as ready, a write that only the version shows
+// (rankable).
+//
+// The work graph (TestLinearizabilityWorkGraph). Tasks are created blocked
+// by others (wBlockers). A blocked task is never granted: a checkout
+// answers blocked, no claim takes it. It becomes todo only when every task
+// it waits on has been done and the change stream has seen it: the stream
+// runs between phases, with no operation of the agents in flight, and the
+// history has it as one operation, "drain", so that a dependent still
+// blocked after its blocker's completion, or todo only after the drain,
+// is what the model allows (and a PATCH that leaves a task blocked
+// settles it: see patchOp). A blocker reopened after the stream saw it
+// done does not block its dependents again.
+//
 // Known bugs. Two reported bugs of removal show in these histories now and
 // then: a judgment from a heartbeat read before the removal (the alive
 // cache, or a read in flight) may still take the removed agent for alive
@@ -1068,6 +1185,11 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // TestLinearizabilityClaim with CHECKOUT_KNOWN_BUGS=1). The model allows
 // both, narrowly; CHECKOUT_KNOWN_BUGS=1 makes it strict, as lease/doc.go
 // states the rules, and runs the TestKnownBug tests that reproduce them.
+// The work graph's histories found four more, which the model allows in
+// the same way: TestKnownBugFailedReleaseOfDeadLease,
+// TestKnownBugCheckoutOfCancelledDelayedTask,
+// TestKnownBugPatchThatChangesNothingWrites and
+// TestKnownBugPatchOfBlockedTaskAnswersLaterRead.
 
 const (
 	wTasks  = 8  // tasks a history may create, at most (ids sort in creation order)
