@@ -21,8 +21,7 @@ func seqHistory(t *testing.T, tasks, agents int, ins []wIn) (start int64, h []po
 		must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: wAgentID(i), Name: "name-" + wAgentID(i)}))
 	}
 	for i := range tasks {
-		prio := wPrio(i)
-		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: wTaskID(i), Title: "title of " + wTaskID(i), Queue: wQueue(i), Priority: &prio, MaxAttempts: new(lease.MaxMaxAttempts)}))
+		must[lease.Task](t)(e.store.CreateTask(c, wCreate(i, nil)))
 		e.clock.Advance(time.Millisecond)
 	}
 	start = e.clock.Now().UnixMilli()
@@ -47,7 +46,7 @@ func seqHistory(t *testing.T, tasks, agents int, ins []wIn) (start int64, h []po
 // when the model rejects it.
 func checkSeq(t *testing.T, start int64, tasks, agents int, h []porcupine.Operation) {
 	t.Helper()
-	if !porcupine.CheckOperations(wholeModel(start, tasks, agents, false), h) {
+	if !porcupine.CheckOperations(wholeModel(start, tasks, agents, false, nil), h) {
 		for _, op := range h {
 			t.Logf("%+v -> %+v", op.Input, op.Output)
 		}

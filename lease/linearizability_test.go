@@ -596,7 +596,7 @@ type wStep struct {
 // a lost, doubled or undue message, a removed agent's lease shown live or
 // its heartbeat taken, and a force release that leaves the lease.
 func wholeModelRejects(t *testing.T, start int64) {
-	m := wholeModel(start, 3, 3, false) // task-0 (oldest) .. task-2, agent-00 .. agent-02
+	m := wholeModel(start, 3, 3, false, nil) // task-0 (oldest) .. task-2, agent-00 .. agent-02
 	seq := func(steps ...wStep) []porcupine.Operation {
 		var h []porcupine.Operation
 		for i, s := range steps {
@@ -605,7 +605,8 @@ func wholeModelRejects(t *testing.T, start int64) {
 		return h
 	}
 	granted := func(task, agent int, run string, fence int64) wOut {
-		return wOut{Kind: "ok", Holder: wAgentID(agent), Run: run, Fence: fence, Expires: start + 30_000}
+		// No reopens here: the attempt is the fence.
+		return wOut{Kind: "ok", Holder: wAgentID(agent), Run: run, Fence: fence, Expires: start + 30_000, Attempt: int(fence)}
 	}
 	claimed := func(task, agent int, run string, fence int64) wOut {
 		o := granted(task, agent, run, fence)
@@ -631,7 +632,7 @@ func wholeModelRejects(t *testing.T, start int64) {
 		{"a lone claim that passed over an expired lease not swept yet", true, seq(
 			wStep{checkout(0, 1, "r"), granted(0, 1, "r", 1)},
 			wStep{wIn{Op: "tick", Now: start + 30_000}, ok},
-			wStep{wIn{Op: "claim", Agent: 0, Run: "c", Timeout: 30_000, Strict: true, Queues: "default,q1"}, wOut{Kind: "ok", Task: wTaskID(1), Holder: wAgentID(0), Run: "c", Fence: 1, Expires: start + 60_000, Queue: wQueue(1), Prio: wPrio(1)}},
+			wStep{wIn{Op: "claim", Agent: 0, Run: "c", Timeout: 30_000, Strict: true, Queues: "default,q1"}, wOut{Kind: "ok", Task: wTaskID(1), Holder: wAgentID(0), Run: "c", Fence: 1, Expires: start + 60_000, Queue: wQueue(1), Prio: wPrio(1), Attempt: 1}},
 		)},
 		{"a claim of a task held live", false, seq(
 			wStep{checkout(0, 1, "r"), granted(0, 1, "r", 1)},
@@ -720,7 +721,7 @@ func wholeModelRejects(t *testing.T, start int64) {
 			o = granted(0, 0, "r", 1)
 			o.Status = lease.StatusInProgress
 		}
-		o.Version, o.Queue, o.Prio = 2, wQueue(0), wPrio(0)
+		o.Version, o.Queue, o.Prio, o.Attempt = 2, wQueue(0), wPrio(0), 1
 		return o
 	}
 	for _, c := range []struct {
@@ -780,9 +781,10 @@ func wholeModelRejects(t *testing.T, start int64) {
 		return wOut{Kind: "ok", Status: status, Version: version, Queue: wQueue(task), Prio: prio}
 	}
 	heldBy := func(o, held wOut) wOut {
-		o.Holder, o.Run, o.Fence, o.Expires = held.Holder, held.Run, held.Fence, held.Expires
+		o.Holder, o.Run, o.Fence, o.Expires, o.Attempt = held.Holder, held.Run, held.Fence, held.Expires, held.Attempt
 		return o
 	}
+	tried := func(o wOut) wOut { o.Attempt = 1; return o } // after one grant
 	strictIn := func(queues string) wIn {
 		return wIn{Op: "claim", Agent: 0, Run: "c", Timeout: 30_000, Strict: true, Queues: queues}
 	}
@@ -846,7 +848,7 @@ func wholeModelRejects(t *testing.T, start int64) {
 		{"an admin's cancel that ends the lease and tells the watcher", true, seq(
 			wStep{wIn{Op: "watch", Task: 0, Agent: 2}, ok},
 			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
-			wStep{patch(0, 1, wIn{Status: lease.StatusCancelled, Admin: true}), patched(0, lease.StatusCancelled, 3, 5)},
+			wStep{patch(0, 1, wIn{Status: lease.StatusCancelled, Admin: true}), tried(patched(0, lease.StatusCancelled, 3, 5))},
 			wStep{wIn{Op: "renew", Task: 0, Agent: 0, Run: "r"}, wOut{Kind: "not_checked_out"}},
 			wStep{wIn{Op: "inbox", Agent: 2}, wOut{Kind: "ok", Msgs: "0:1"}},
 		)},
@@ -867,7 +869,7 @@ func wholeModelRejects(t *testing.T, start int64) {
 		{"a cancel with If-Match of a task whose lease expired: its own ending, then the cancel", true, seq(
 			wStep{checkout(0, 0, "r"), granted(0, 0, "r", 1)},
 			wStep{wIn{Op: "tick", Now: start + 30_000}, ok},
-			wStep{patch(0, 1, wIn{Status: lease.StatusCancelled, IfVersion: 2}), patched(0, lease.StatusCancelled, 4, 5)},
+			wStep{patch(0, 1, wIn{Status: lease.StatusCancelled, IfVersion: 2}), tried(patched(0, lease.StatusCancelled, 4, 5))},
 			wStep{wIn{Op: "swept", Task: 0, Fence: 1}, ok},
 		)},
 		{"a cancel with If-Match of a task whose lease a sweep ended before", true, seq(
@@ -898,7 +900,7 @@ func wholeModelRejects(t *testing.T, start int64) {
 	// With the known bugs allowed, a judgment at the removal's
 	// instant may still see the agent alive; once MinHeartbeatTTL has
 	// passed, none may.
-	tolerant := wholeModel(start, 3, 3, true)
+	tolerant := wholeModel(start, 3, 3, true, nil)
 	if !porcupine.CheckOperations(tolerant, removed(wStep{wIn{Op: "status", Task: 0}, statusOf(true)})) {
 		t.Error("the tolerant model rejected a removed agent seen alive through the cache")
 	}
@@ -926,23 +928,148 @@ func wholeModelRejects(t *testing.T, start int64) {
 	if porcupine.CheckOperations(tolerant, kept(remove, release)) {
 		t.Error("the tolerant model accepted a message to an agent removed before the freeing")
 	}
+
+	workGraphModelRejects(t, start)
+}
+
+// The work graph: a blocked task is never granted, and becomes todo only
+// once the stream has seen its blocker done; a grant's attempt is the
+// task's count; a task waits for its not_before; a failed task is
+// terminal until a reopen, which counts attempts anew.
+func workGraphModelRejects(t *testing.T, start int64) {
+	graph := wholeModel(start, 4, 3, false, wBlockers) // task-2 waits on task-0, task-3 on task-0 and task-1
+	plain := wholeModel(start, 3, 3, false, nil)       // task-2: max_attempts 2
+	seq := func(steps ...wStep) []porcupine.Operation {
+		var h []porcupine.Operation
+		for i, s := range steps {
+			h = append(h, porcupine.Operation{ClientId: i % 3, Input: s.in, Output: s.out, Call: int64(2 * i), Return: int64(2*i + 1)})
+		}
+		return h
+	}
+	at := func(ms int64) int64 { return start + ms }
+	checkout := func(task, agent int, run string) wIn {
+		return wIn{Op: "checkout", Task: task, Agent: agent, Run: run, Timeout: 30_000}
+	}
+	grant := func(agent int, run string, fence int64, attempt int, now int64) wOut {
+		return wOut{Kind: "ok", Holder: wAgentID(agent), Run: run, Fence: fence, Expires: now + 30_000, Attempt: attempt}
+	}
+	ok := wOut{Kind: "ok"}
+	done := wOut{Kind: "ok", Status: lease.StatusDone}
+	status := func(task int, st lease.Status, version int64, attempts int) wOut {
+		return wOut{Kind: "ok", Status: st, Version: version, Queue: wQueue(task), Prio: wPrio(task), Attempt: attempts}
+	}
+	// task-0 (version 2: its dependents' link) is checked out and done.
+	finished := []wStep{
+		{checkout(0, 0, "r"), grant(0, "r", 1, 1, start)},
+		{wIn{Op: "complete", Task: 0, Agent: 0, Run: "r"}, done},
+	}
+	// task-2 fails twice, the second time at its last attempt.
+	failedTwice := []wStep{
+		{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
+		{wIn{Op: "fail", Task: 2, Agent: 0, Run: "r"}, ok},
+		{wIn{Op: "tick", Now: at(10_000)}, ok},
+		{checkout(2, 1, "s"), grant(1, "s", 2, 2, at(10_000))},
+		{wIn{Op: "fail", Task: 2, Agent: 1, Run: "s"}, ok},
+	}
+	for _, c := range []struct {
+		what  string
+		m     porcupine.Model
+		legal bool
+		h     []porcupine.Operation
+	}{
+		{"a checkout of a blocked task refused", graph, true, seq(wStep{checkout(2, 0, "r"), wOut{Kind: "blocked"}})},
+		{"a checkout of a blocked task granted", graph, false, seq(wStep{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)})},
+		{"a claim of a blocked task", graph, false, seq(
+			append(finished, wStep{wIn{Op: "claim", Agent: 1, Run: "c", Timeout: 30_000, Queues: "q1"},
+				wOut{Kind: "ok", Task: wTaskID(2), Holder: wAgentID(1), Run: "c", Fence: 1, Expires: start + 30_000, Queue: "q1", Prio: 5, Attempt: 1}})...)},
+		{"a dependent todo before the stream saw its blocker done", graph, false, seq(
+			append(finished, wStep{wIn{Op: "status", Task: 2}, status(2, lease.StatusTodo, 2, 0)})...)},
+		{"a dependent still blocked before the stream saw its blocker done", graph, true, seq(
+			append(finished, wStep{wIn{Op: "status", Task: 2}, status(2, lease.StatusBlocked, 1, 0)})...)},
+		{"a dependent todo once the stream saw its blocker done", graph, true, seq(
+			append(finished, wStep{wIn{Op: "drain"}, ok}, wStep{wIn{Op: "status", Task: 2}, status(2, lease.StatusTodo, 2, 0)})...)},
+		{"a dependent with a blocker not done todo", graph, false, seq(
+			append(finished, wStep{wIn{Op: "drain"}, ok}, wStep{wIn{Op: "status", Task: 3}, status(3, lease.StatusTodo, 2, 0)})...)},
+		{"a second grant that is attempt 1 again", plain, false, seq(
+			wStep{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
+			wStep{wIn{Op: "release", Task: 2, Agent: 0, Run: "r"}, ok},
+			wStep{checkout(2, 1, "s"), grant(1, "s", 2, 1, start)},
+		)},
+		{"a checkout during the retry delay refused", plain, true, seq(
+			wStep{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
+			wStep{wIn{Op: "fail", Task: 2, Agent: 0, Run: "r"}, ok},
+			wStep{checkout(2, 1, "s"), wOut{Kind: "not_ready", NotBefore: at(10_000)}},
+		)},
+		{"a checkout during the retry delay granted", plain, false, seq(
+			wStep{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
+			wStep{wIn{Op: "fail", Task: 2, Agent: 0, Run: "r"}, ok},
+			wStep{wIn{Op: "tick", Now: at(9_999)}, ok},
+			wStep{checkout(2, 1, "s"), grant(1, "s", 2, 2, at(9_999))},
+		)},
+		{"a failed task refused", plain, true, seq(append(failedTwice,
+			wStep{checkout(2, 2, "t"), wOut{Kind: "status_mismatch", Status: lease.StatusFailed}})...)},
+		{"a failed task granted", plain, false, seq(append(failedTwice,
+			wStep{checkout(2, 2, "t"), grant(2, "t", 3, 3, at(10_000))})...)},
+		{"a failed task reopened, its attempts anew", plain, true, seq(append(failedTwice,
+			wStep{wIn{Op: "patch", Task: 2, Agent: 2, Status: lease.StatusTodo}, status(2, lease.StatusTodo, 6, 0)},
+			wStep{checkout(2, 2, "t"), grant(2, "t", 3, 1, at(10_000))})...)},
+		{"a failed task reopened, its attempts kept", plain, false, seq(append(failedTwice,
+			wStep{wIn{Op: "patch", Task: 2, Agent: 2, Status: lease.StatusTodo}, status(2, lease.StatusTodo, 6, 0)},
+			wStep{checkout(2, 2, "t"), grant(2, "t", 3, 3, at(10_000))})...)},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			if porcupine.CheckOperations(c.m, c.h) != c.legal {
+				t.Errorf("legal=%v, the model says otherwise", c.legal)
+			}
+		})
+	}
 }
 
 // dumpIllegal writes the operations of each partition that fails the check,
-// in call order, for reading.
+// in call order, for reading: the first phase (up to a tick, when nothing
+// is in flight) whose end makes the history illegal, and each operation of
+// that phase without whose answer the history up to there would be legal.
+// (A prefix cut elsewhere, in call order, may leave out an operation
+// called later but linearized earlier, and fail for that alone.)
 func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) {
 	var b strings.Builder
+	check := func(h []porcupine.Operation) bool {
+		return porcupine.CheckOperations(porcupine.Model{Init: m.Init, Step: m.Step, Equal: m.Equal, Hash: m.Hash}, h)
+	}
+	isTick := func(op porcupine.Operation) bool {
+		switch in := op.Input.(type) {
+		case wIn:
+			return in.Op == "tick"
+		case linIn:
+			return in.Op == "tick"
+		}
+		return false
+	}
 	for _, part := range m.Partition(history) {
-		if porcupine.CheckOperations(porcupine.Model{Init: m.Init, Step: m.Step, Equal: m.Equal}, part) {
+		if check(part) {
 			continue
 		}
 		sort.Slice(part, func(i, j int) bool { return part[i].Call < part[j].Call })
-		k := len(part)
-		for k > 1 && !porcupine.CheckOperations(porcupine.Model{Init: m.Init, Step: m.Step, Equal: m.Equal}, part[:k-1]) {
-			k--
-		}
-		fmt.Fprintf(&b, "shortest failing prefix: %d of %d operations\n", k, len(part))
+		k, from := len(part), 0
 		for i, op := range part {
+			if isTick(op) {
+				if !check(part[:i+1]) {
+					k = i + 1
+					break
+				}
+				from = i + 1
+			}
+		}
+		fmt.Fprintf(&b, "the first failing phase: operations %d to %d of %d\n", from, k, len(part))
+		for j := from; j < k; j++ {
+			if check(append(slices.Clone(part[:j]), part[j+1:k]...)) {
+				fmt.Fprintf(&b, "legal without: %+v -> %+v\n", part[j].Input, part[j].Output)
+			}
+		}
+		for i, op := range part {
+			if i == from {
+				b.WriteString("---- (the failing phase)\n")
+			}
 			if i == k {
 				b.WriteString("---- (the rest of the partition)\n")
 			}
@@ -970,8 +1097,11 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // deciding write, so the inbox is not linearizable with the decision; it is
 // read only between phases, when no operation is in flight and every
 // freeing has returned, and must then hold exactly the messages of the
-// freeings the linearization chose, each once. Completion drops the watch
-// list and tells nobody; a takeover keeps it (the task never became free).
+// freeings the linearization chose, each once. Completion tells nobody
+// and keeps the watches for a reopened task's next freeing; a takeover
+// keeps them (the task never became free). A failing attempt at the
+// task's last frees it too (reason failed); an unblocking tells the
+// watchers with the message "task:0" (its event has no lease).
 // A lease that ends without its holder (a sweep's ending, a force release,
 // a cancel by an admin, a takeover) also gives its holder one lease_lost
 // message, "task:fence:lost" (lost), shown unless the holder was removed
@@ -1025,6 +1155,28 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // of a task whose lease has ended but is still on the item first ends that
 // lease as the sweep would, which the history records as a "swept".
 //
+// Attempts, failures and delays (lease/deps.go). Every grant counts an
+// attempt, and the lease names it (Attempt); a reopen counts anew. Some
+// tasks have a small max_attempts (wMaxAttempts): an attempt that fails
+// (a release with outcome failed, "fail"; a lease that expired or whose
+// holder died, ended by a sweep, a checkout or a PATCH) at the task's last
+// makes it failed, terminal until a reopen. A failed release below the
+// limit delays the task by wRetryDelay, doubled with each failure: until
+// then a checkout answers not_ready and no claim takes it. A sweep may
+// rank a delayed task as ready, a write that only the version shows
+// (rankable).
+//
+// The work graph (TestLinearizabilityWorkGraph). Tasks are created blocked
+// by others (wBlockers). A blocked task is never granted: a checkout
+// answers blocked, no claim takes it. It becomes todo only when every task
+// it waits on has been done and the change stream has seen it: the stream
+// runs between phases, with no operation of the agents in flight, and the
+// history has it as one operation, "drain", so that a dependent still
+// blocked after its blocker's completion, or todo only after the drain,
+// is what the model allows (and a PATCH that leaves a task blocked
+// settles it: see patchOp). A blocker reopened after the stream saw it
+// done does not block its dependents again.
+//
 // Known bugs. Two reported bugs of removal show in these histories now and
 // then: a judgment from a heartbeat read before the removal (the alive
 // cache, or a read in flight) may still take the removed agent for alive
@@ -1033,6 +1185,11 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // TestLinearizabilityClaim with CHECKOUT_KNOWN_BUGS=1). The model allows
 // both, narrowly; CHECKOUT_KNOWN_BUGS=1 makes it strict, as lease/doc.go
 // states the rules, and runs the TestKnownBug tests that reproduce them.
+// The work graph's histories found four more, which the model allows in
+// the same way: TestKnownBugFailedReleaseOfDeadLease,
+// TestKnownBugCheckoutOfCancelledDelayedTask,
+// TestKnownBugPatchThatChangesNothingWrites and
+// TestKnownBugPatchOfBlockedTaskAnswersLaterRead.
 
 const (
 	wTasks  = 8  // tasks a history may create, at most (ids sort in creation order)
@@ -1041,7 +1198,7 @@ const (
 )
 
 type wIn struct {
-	Op      string // tick, create, heartbeat, checkout, claim, renew, release, complete, status, force, watch, inbox, remove, register, swept
+	Op      string // tick, create, heartbeat, checkout, claim, renew, release, fail, complete, status, force, watch, inbox, remove, register, swept, drain
 	Task    int
 	Agent   int
 	Run     string
@@ -1061,7 +1218,7 @@ type wIn struct {
 }
 
 type wOut struct {
-	Kind    string // ok, conflict, not_holder, not_checked_out, status_mismatch, no_task_available, unauthorized, agent_exists, agent_not_found, task_not_found
+	Kind    string // ok, conflict, not_holder, not_checked_out, status_mismatch, blocked, not_ready, no_task_available, unauthorized, agent_exists, agent_not_found, task_not_found
 	Task    string // claim only
 	Holder  string
 	Run     string
@@ -1075,6 +1232,10 @@ type wOut struct {
 	Version int64
 	Queue   string
 	Prio    int
+	// A grant's (and a renewal's) attempt; status and patch: the task's
+	// attempts, and its not_before (ms, 0: none), which not_ready names too.
+	Attempt   int
+	NotBefore int64
 }
 
 // wTask is one task as the whole model sees it: the lease fields of
@@ -1100,9 +1261,35 @@ type wTask struct {
 	Prio    int
 	Title   string
 	Version int64
-	// PatchEnded: the fence of the lease a PATCH ended as the sweep would,
-	// whose "swept" is still to come.
+	// PatchEnded: the fence of the lease a PATCH (or a checkout, at the
+	// task's last attempt) ended as the sweep would, whose "swept" is still
+	// to come.
 	PatchEnded int64
+	// Attempts: grants since creation or the last reopen; Failures: the
+	// attempts that failed since (timeout, death, release with outcome
+	// failed); at MaxAttempts a failed attempt makes the task failed.
+	// NotBefore (ms, 0: none): a failed release delays the next grant by
+	// wRetryDelay x 2^(failures-1). Rank: the delayed task is still in the
+	// expiry index, where a sweep at or after NotBefore ranks it as ready
+	// again, a write the history does not show (see rankable).
+	Attempts, Failures, MaxAttempts int
+	NotBefore                       int64
+	Rank                            bool
+	// DelayedKey: a failed release delayed the task, and no PATCH has
+	// written it since: see patchOp.
+	DelayedKey bool
+	// Settle: a PATCH left the task blocked since the stream last ran, and
+	// its settling may see a blocker done later (settled).
+	Settle bool
+	// CheckoutEnded: the version a checkout's ending of an ended lease at
+	// the task's last attempt left (see patchOp); it is the latest write
+	// while the version is still that.
+	CheckoutEnded int64
+	// The work graph: the blockers (task bits) the task still waits on,
+	// its dependents, and Completed: it completed since the change stream
+	// last ran, which unblocks its dependents (drain).
+	WaitingOn, Dependents uint16
+	Completed             bool
 }
 
 type wAgent struct {
@@ -1126,7 +1313,7 @@ type wState struct {
 	T         [wTasks]wTask
 	HB        [maxAgents]hbState
 	A         [wAgents]wAgent
-	// Receipts: the grant of every named claim, "agent/run=task:fence:expires:queue/priority", sorted, ';'-separated.
+	// Receipts: the grant of every named claim, "agent/run=task:fence:expires:attempt:queue/priority", sorted, ';'-separated.
 	Receipts string
 }
 
@@ -1145,9 +1332,76 @@ func wQueue(i int) string {
 
 func wPrio(i int) int { return []int{5, 5, 5, 7, 5, 2, 9, 5}[i] }
 
-// newWTask is task i as created.
-func newWTask(i int) wTask {
-	return wTask{Exists: true, Status: lease.StatusTodo, Queue: wQueue(i), Prio: wPrio(i), Version: 1}
+// wMaxAttempts is task i's attempt limit: small for some, so that tasks
+// fail in the histories (not for task-0, which the model's own checks
+// grant again and again).
+func wMaxAttempts(i int) int { return []int{100, 3, 2, 2, 100, 3, 2, 100}[i] }
+
+// wRetryDelay is every task's retry delay: the ticks land on it (10 s)
+// and on its doubling, before and past them.
+const wRetryDelay = 10 * time.Second
+
+// wGraph is a history's dependencies: blockedBy[i] is the set of tasks
+// (bits) task i is created blocked by; nil, none.
+type wGraph []uint16
+
+// wBlockers is the graph TestLinearizabilityWorkGraph creates: task-2
+// waits on task-0, task-3 on task-0 and task-1.
+var wBlockers = wGraph{0, 0, 1 << 0, 1<<0 | 1<<1}
+
+func (g wGraph) of(i int) uint16 {
+	if i < len(g) {
+		return g[i]
+	}
+	return 0
+}
+
+// dependents is the set of tasks (bits) blocked by task i.
+func (g wGraph) dependents(i int) uint16 {
+	var d uint16
+	for j := range g {
+		if g[j]&(1<<i) != 0 {
+			d |= 1 << j
+		}
+	}
+	return d
+}
+
+// newWTask is task i as created, in graph g: blocked while it has
+// blockers (none done yet), and a blocker's item written once more when
+// its first dependent is linked to it (has_dependents).
+func newWTask(i int, g wGraph) wTask {
+	x := wTask{Exists: true, Status: lease.StatusTodo, Queue: wQueue(i), Prio: wPrio(i), Version: 1, MaxAttempts: wMaxAttempts(i),
+		WaitingOn: g.of(i), Dependents: g.dependents(i)}
+	if x.WaitingOn != 0 {
+		x.Status = lease.StatusBlocked
+	}
+	if x.Dependents != 0 {
+		x.Version++
+	}
+	return x
+}
+
+// wCreate is the CreateTaskParams of task i in graph g.
+func wCreate(i int, g wGraph) lease.CreateTaskParams {
+	prio, maxAttempts, delay := wPrio(i), wMaxAttempts(i), wRetryDelay
+	p := lease.CreateTaskParams{TaskID: wTaskID(i), Title: "title of " + wTaskID(i), Queue: wQueue(i), Priority: &prio, MaxAttempts: &maxAttempts, RetryDelay: &delay}
+	for b := range wTasks {
+		if g.of(i)&(1<<b) != 0 {
+			p.BlockedBy = append(p.BlockedBy, wTaskID(b))
+		}
+	}
+	return p
+}
+
+// wRetryWait is the delay after the n-th failure: wRetryDelay x 2^(n-1),
+// at most lease.MaxRetryWait.
+func wRetryWait(n int) int64 {
+	w := wRetryDelay
+	for i := 1; i < n && w < lease.MaxRetryWait; i++ {
+		w *= 2
+	}
+	return min(w, lease.MaxRetryWait).Milliseconds()
 }
 
 // wQueues is a claim's queues.
@@ -1226,14 +1480,132 @@ func (w *wState) lost(t int) {
 // still the agent who asked gets one message for this lease.
 func (w *wState) free(t int, op string, held int64) {
 	w.end(t, op, held)
+	w.tell(t, w.T[t].Fence)
+	w.clearLease(t, lease.StatusTodo)
+}
+
+// tell gives each watcher of t that is still the agent who asked one
+// message, "t:fence" (an unblocking's: fence 0), and drops the watches.
+func (w *wState) tell(t int, fence int64) {
 	x := &w.T[t]
 	for a, at := range x.Watch {
-		if at != 0 && !w.A[a].Removed && !(w.A[a].RegisteredAt > at-1) {
-			w.A[a].Msgs = addMsg(w.A[a].Msgs, fmt.Sprintf("%d:%d", t, x.Fence))
+		switch msg := fmt.Sprintf("%d:%d", t, fence); {
+		case at == 0 || w.A[a].Removed:
+		case !(w.A[a].RegisteredAt > at-1):
+			w.A[a].Msgs = addMsg(w.A[a].Msgs, msg)
+		case w.KnownBugs:
+			// Suspected bug, seen once in TestLinearizabilityWatchForceRemove
+			// and not reproduced alone: an id registered again that
+			// watches, again, a task its removed self had watched seems to
+			// refresh the old watch item, which keeps its eseq from before
+			// this freeing, and so is told of it when the stream runs after
+			// the refresh. Allowed as a message the next inbox read may show.
+			w.A[a].MayKeep = addMsg(w.A[a].MayKeep, msg)
 		}
 	}
 	x.Watch = [wAgents]int64{}
-	w.clearLease(t, lease.StatusTodo)
+}
+
+// endFailed ends the lease on t, which has ended by time or by its
+// holder's death, as the sweep does: a failed attempt, which fails the
+// task when it was its last (the watchers are told either way). The
+// holder loses the lease.
+func (w *wState) endFailed(t int) {
+	w.lost(t)
+	w.free(t, "sweep", 0)
+	x := &w.T[t]
+	x.Failures++
+	if x.Attempts >= x.MaxAttempts {
+		x.Status = lease.StatusFailed
+	}
+	x.Version++
+}
+
+// rankable: a sweep may rank the delayed task t as ready (lease/sweep.go,
+// rankReady): one write, which moves nothing the history shows but the
+// version. The history does not show when, or whether, a sweep did (its
+// index lags), so every operation on t may find it done or not.
+func (w *wState) rankable(t int) bool {
+	x := w.T[t]
+	return x.Rank && x.Holder == "" && x.NotBefore <= w.Now
+}
+
+// ranked is w, and w with t ranked if it may be.
+func (w wState) ranked(t int) []wState {
+	if t < 0 || t >= wTasks || !w.rankable(t) {
+		return []wState{w}
+	}
+	r := w
+	r.T[t].Rank = false
+	r.T[t].Version++
+	return []wState{w, r}
+}
+
+// silent is every state the silent writes on t may have left before an
+// operation on t: a sweep's ranking (ranked), and a PATCH's settling
+// (settled).
+func (w wState) silent(t int) []wState {
+	var out []wState
+	for _, r := range w.ranked(t) {
+		out = append(out, r)
+		if s, ok := r.settled(t); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// settled is t unblocked from every blocker it waits on that is done, as a
+// PATCH that left t blocked settles it (lease/deps.go, settle): after its
+// own write and its answer's deciding moment, so that a blocker's
+// completion in between is seen by it (Settle), until the stream has run.
+func (w wState) settled(t int) (wState, bool) {
+	if t < 0 || t >= wTasks || !w.T[t].Settle {
+		return w, false
+	}
+	x := &w.T[t]
+	moved := false
+	for b := range wTasks {
+		if x.WaitingOn&(1<<b) != 0 && w.T[b].Status == lease.StatusDone {
+			moved = true
+			x.WaitingOn &^= 1 << b
+			x.Version++
+			if x.WaitingOn == 0 && x.Status == lease.StatusBlocked {
+				x.Status = lease.StatusTodo
+				w.tell(t, 0)
+			}
+		}
+	}
+	return w, moved
+}
+
+// drain is the change stream's unblocking (lease/deps.go): every task that
+// completed since it last ran is taken out of its dependents' waiting
+// lists, one write each, and a blocked dependent whose list is then empty
+// becomes todo with an unblocked event, whose watchers are told (fence 0).
+func (w wState) drain() wState {
+	for t := range wTasks {
+		w.T[t].Settle = false
+	}
+	for b := range wTasks {
+		if !w.T[b].Completed {
+			continue
+		}
+		w.T[b].Completed = false
+		for d := range wTasks {
+			x := &w.T[d]
+			if x.WaitingOn&(1<<b) == 0 {
+				continue
+			}
+			x.WaitingOn &^= 1 << b
+			x.Version++
+			if x.WaitingOn == 0 && x.Status == lease.StatusBlocked {
+				x.Status = lease.StatusTodo
+				w.tell(d, 0)
+			}
+		}
+	}
+	return w
 }
 
 // splitMsgs, mergeMsgs and subtractMsgs treat message lists as multisets.
@@ -1276,7 +1648,10 @@ func addMsg(msgs, m string) string {
 // available: a claim may take t (todo, or a lease that has ended).
 func (w *wState) available(t int) bool {
 	x := w.T[t]
-	return x.Exists && !w.lin(t).live() && (x.Status == lease.StatusTodo || x.Status == lease.StatusInProgress)
+	// Never blocked; never before not_before; an ended lease that was the
+	// task's last attempt is not taken over (a checkout fails the task).
+	return x.Exists && !w.lin(t).live() && (x.Status == lease.StatusTodo || x.Status == lease.StatusInProgress) &&
+		x.NotBefore <= w.Now && (x.Holder == "" || x.Attempts < x.MaxAttempts)
 }
 
 // sure: a lone claim with caught-up indexes finds t: todo with no lease
@@ -1332,8 +1707,13 @@ func (w wState) next(in wIn, out wOut) []wState {
 		if out != ok || w.T[in.Task].Exists {
 			return nil
 		}
-		w.T[in.Task] = newWTask(in.Task)
+		w.T[in.Task] = newWTask(in.Task, nil)
 		return []wState{w}
+	case "drain":
+		if out != ok {
+			return nil
+		}
+		return []wState{w.drain()}
 	case "heartbeat":
 		if w.A[in.Agent].Removed {
 			return one(wOut{Kind: "unauthorized"})
@@ -1411,12 +1791,18 @@ func (w wState) next(in wIn, out wOut) []wState {
 		if out != ok || x.Holder == "" || x.Fence != in.Fence || w.lin(t).live() {
 			return nil
 		}
-		w.lost(t)
-		w.free(t, "sweep", 0)
-		w.T[t].Version++
-		return []wState{w}
+		var states []wState
+		for _, r := range w.silent(t) {
+			r.endFailed(t)
+			states = append(states, r)
+		}
+		return states
 	case "claim":
-		return w.claim(in, out)
+		var states []wState
+		for _, r := range w.silent(wTaskN(out.Task)) {
+			states = append(states, r.claim(in, out)...)
+		}
+		return states
 	}
 	t := in.Task
 	if !w.T[t].Exists {
@@ -1440,15 +1826,14 @@ func (w wState) next(in wIn, out wOut) []wState {
 	// by the alive cache: see cachedHB.
 	hbs := w.cachedHB()
 	if hbs == nil {
-		if s, ok := op(w, in, out, w.HB); ok {
-			return []wState{s}
-		}
-		return nil
+		hbs = [][maxAgents]hbState{w.HB}
 	}
 	var states []wState
-	for _, hb := range hbs {
-		if s, ok := op(w, in, out, hb); ok {
-			states = append(states, s)
+	for _, r := range w.silent(t) {
+		for _, hb := range hbs {
+			if s, ok := op(r, in, out, hb); ok {
+				states = append(states, s)
+			}
 		}
 	}
 	return states
@@ -1474,13 +1859,57 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 		w.T[t].Version++
 		return w, true
 	}
-	lo, nx := s.step(linIn{Op: in.Op, Task: wTaskID(t), Agent: wAgentID(in.Agent), AgentN: in.Agent, Run: in.Run, Fence: in.Fence, Timeout: in.Timeout})
+	x := &w.T[t]
+	if in.Op == "checkout" && !s.live() {
+		switch {
+		case x.Status == lease.StatusBlocked:
+			return w, out == wOut{Kind: "blocked"} // never granted
+		case x.Holder != "" && x.Attempts >= x.MaxAttempts && (x.Status == lease.StatusTodo || x.Status == lease.StatusInProgress):
+			// An ended lease that was the task's last attempt: the checkout
+			// ends it as the sweep would, failing the task, and answers
+			// that the task is failed. That ending's "swept" comes after.
+			if out != (wOut{Kind: "status_mismatch", Status: lease.StatusFailed}) {
+				return w, false
+			}
+			x.PatchEnded = x.Fence
+			w.endFailed(t)
+			x.CheckoutEnded = x.Version
+			return w, true
+		case x.Holder == "" && x.Status == lease.StatusTodo && x.NotBefore > w.Now:
+			return w, out == wOut{Kind: "not_ready", NotBefore: x.NotBefore}
+		case w.KnownBugs && x.Status == lease.StatusCancelled && x.Rank && x.NotBefore <= w.Now && x.Attempts < x.MaxAttempts &&
+			out.Kind == "ok" && out.Fence == x.Fence+1:
+			// Known bug (TestKnownBugCheckoutOfCancelledDelayedTask): a
+			// task cancelled while it waited for its retry delay keeps its
+			// entry in the expiry index, which the grant's condition takes
+			// for an expired lease: once not_before has passed, and until
+			// a sweep ranks the task, a checkout grants the cancelled task.
+			s.Status = lease.StatusTodo
+		}
+	}
+	op := in.Op
+	if op == "fail" {
+		op = "release" // the same holder's ending, and the same retry
+	}
+	lo, nx := s.step(linIn{Op: op, Task: wTaskID(t), Agent: wAgentID(in.Agent), AgentN: in.Agent, Run: in.Run, Fence: in.Fence, Timeout: in.Timeout})
 	want := wOutOf(lo)
+	granted := in.Op == "checkout" && nx.Fence != s.Fence
+	if want.Kind == "ok" && want.Holder != "" {
+		// A grant's or a renewal's lease names its attempt.
+		want.Attempt = x.Attempts
+		if granted {
+			want.Attempt++
+		}
+	}
 	if in.Op == "status" {
-		want.Version, want.Queue, want.Prio = w.T[t].Version, w.T[t].Queue, w.T[t].Prio
+		want.Version, want.Queue, want.Prio, want.Attempt, want.NotBefore = x.Version, x.Queue, x.Prio, x.Attempts, x.NotBefore
 	}
 	if out != want {
 		return w, false
+	}
+	if granted {
+		x.Attempts++
+		x.NotBefore, x.Rank = 0, false // passed; the grant ranks the task itself
 	}
 	// Every write of the item adds one to its version: a grant, a renewal
 	// and an ending; a retry answered from the item, a conflict, a refusal
@@ -1492,9 +1921,22 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 		switch in.Op { // the lease on the task ended here
 		case "release":
 			w.free(t, "release", nx.EndHeld)
+		case "fail":
+			// A failed attempt: the task fails at its last; otherwise it
+			// waits for the retry delay, doubled with each failure.
+			w.free(t, "release", nx.EndHeld)
+			x.Failures++
+			if x.Attempts >= x.MaxAttempts {
+				nx.Status = lease.StatusFailed
+			} else if x.NotBefore = w.Now + wRetryWait(x.Failures); x.NotBefore > w.Now {
+				x.Rank, x.DelayedKey = true, true
+			}
 		case "complete":
+			// Nobody is told: a completion is not a freeing. The watches
+			// stay (they are items of their own, lease/watch.go): a
+			// reopened task's next freeing tells them.
 			w.end(t, "complete", nx.EndHeld)
-			w.T[t].Watch = [wAgents]int64{} // nobody is told: the task is done
+			x.Completed = x.Completed || x.Dependents != 0
 		case "checkout":
 			w.takeover(t) // the watch list stays: the task never became free
 		}
@@ -1512,7 +1954,15 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 	t := in.Task
 	x := &w.T[t]
 	if in.IfVersion != 0 && in.IfVersion != x.Version {
-		return w, out == wOut{Kind: "version_mismatch"}
+		// The write before was a checkout's ending of an ended lease at
+		// the task's last attempt (CheckoutEnded): a PATCH that read the
+		// task before it ends that lease too, and whichever writes first
+		// is the one that applies. When the PATCH's did, the checkout
+		// found the task failed, and the PATCH goes on from its own
+		// ending's version.
+		if !(x.CheckoutEnded == x.Version && in.IfVersion == x.Version-1 && out.Kind != "version_mismatch") {
+			return w, out == wOut{Kind: "version_mismatch"}
+		}
 	}
 	s := w.lin(t)
 	s.HB = hb
@@ -1524,9 +1974,7 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 		// after, and finds it done (see swept); or a sweep ended it before
 		// the PATCH read the task, and the "swept" came first.
 		x.PatchEnded = x.Fence
-		w.lost(t)
-		w.free(t, "sweep", 0)
-		x.Version++
+		w.endFailed(t)
 	}
 	status := x.Status
 	if x.Holder != "" && !live && status == lease.StatusInProgress {
@@ -1535,8 +1983,8 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 	changed := false
 	if in.Status != "" && in.Status != status {
 		switch {
-		case in.Status == lease.StatusCancelled && status == lease.StatusDone,
-			in.Status == lease.StatusTodo && status == lease.StatusInProgress:
+		case in.Status == lease.StatusCancelled && (status == lease.StatusDone || status == lease.StatusFailed),
+			in.Status == lease.StatusTodo && (status == lease.StatusInProgress || status == lease.StatusBlocked):
 			return w, out == wOut{Kind: "invalid_transition"}
 		case in.Status == lease.StatusCancelled && live:
 			if x.Holder != wAgentID(in.Agent) && !in.Admin {
@@ -1546,8 +1994,15 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 				w.lost(t) // cancelled by someone else: an admin
 			}
 			w.free(t, "cancel", w.Now-x.Locked)
+		case in.Status == lease.StatusTodo:
+			// A reopen: attempts anew, no delay; blocked while it waits on
+			// a blocker not done.
+			x.Attempts, x.Failures, x.NotBefore, x.Rank = 0, 0, 0, false
 		}
 		x.Status = in.Status
+		if x.Status == lease.StatusTodo && x.WaitingOn != 0 {
+			x.Status = lease.StatusBlocked
+		}
 		changed = true
 	}
 	if in.Title != "" && in.Title != x.Title {
@@ -1559,10 +2014,50 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 	if in.Prio != 0 && in.Prio-1 != x.Prio {
 		x.Prio, changed = in.Prio-1, true
 	}
+	if !changed && x.DelayedKey && w.KnownBugs && out.Kind == "ok" && out.Version == x.Version+1 {
+		// Known bug (TestKnownBugPatchThatChangesNothingWrites): the PATCH
+		// finds the delayed claim_key a failed release gave the task, its
+		// not_before passed (or cleared by a grant), and sets the ready
+		// one: a write, which moves the version, though nothing the task
+		// shows changed. When exactly a PATCH finds a key to set the
+		// history does not tell (a sweep's ranking sets it too), so with
+		// the known bugs allowed a PATCH of a task delayed since its last
+		// written PATCH may or may not write.
+		changed = true
+	}
 	if changed {
 		x.Version++
+		x.DelayedKey = x.NotBefore > w.Now // a write sets the key: delayed while not_before is ahead
 	}
-	want := wOut{Kind: "ok", Status: x.Status, Version: x.Version, Queue: x.Queue, Prio: x.Prio}
+	settled := changed && x.Status == lease.StatusBlocked
+	if settled {
+		x.Settle = true
+		// A PATCH that leaves the task blocked then settles it (lease/deps.go,
+		// settle): each blocker it waits on that is done by now unblocks it,
+		// a write each, the last making it todo; and it answers with the
+		// task as it is then. The model settles it here, and again, silently,
+		// before any later operation on the task until the stream has run
+		// (Settle, settled): a blocker may be done between the PATCH's write
+		// and its settling.
+		for b := range wTasks {
+			if x.WaitingOn&(1<<b) != 0 && w.T[b].Status == lease.StatusDone {
+				x.WaitingOn &^= 1 << b
+				x.Version++
+				if x.WaitingOn == 0 {
+					x.Status = lease.StatusTodo
+					w.tell(t, 0)
+				}
+			}
+		}
+	}
+	want := wOut{Kind: "ok", Status: x.Status, Version: x.Version, Queue: x.Queue, Prio: x.Prio, Attempt: x.Attempts, NotBefore: x.NotBefore}
+	if settled && w.KnownBugs && out.Kind == "ok" && out.Version >= want.Version {
+		// Known bug (TestKnownBugPatchOfBlockedTaskAnswersLaterRead): a
+		// PATCH that leaves the task blocked answers with a read made
+		// after settling it, which may show the writes of others since
+		// its own (a later version, another priority, queue or status).
+		return w, true
+	}
 	switch {
 	case x.Holder != "" && live:
 		want.Holder, want.Run, want.Fence, want.Expires = x.Holder, x.Run, x.Fence, x.Expires
@@ -1631,6 +2126,7 @@ func (w wState) claim(in wIn, out wOut) []wState {
 	x := &w.T[t]
 	if out.Holder != agent || out.Run == "" || in.Run != "" && out.Run != in.Run ||
 		out.Fence != x.Fence+1 || out.Expires != w.Now+in.Timeout || out.Queue != x.Queue || out.Prio != x.Prio ||
+		out.Attempt != x.Attempts+1 || out.NotBefore != 0 ||
 		out.Status != "" || out.Held != 0 || out.Msgs != "" || out.Version != 0 {
 		return nil
 	}
@@ -1642,6 +2138,8 @@ func (w wState) claim(in wIn, out wOut) []wState {
 	}
 	x.Status, x.Holder, x.HolderN, x.Run = lease.StatusInProgress, agent, in.Agent, out.Run
 	x.Fence, x.Locked, x.Expires, x.TimeoutMS = x.Fence+1, w.Now, w.Now+in.Timeout, in.Timeout
+	x.Attempts++
+	x.NotBefore, x.Rank = 0, false
 	x.Version++
 	if in.Run != "" {
 		w.keepReceipt(in.Agent, in.Run, out)
@@ -1657,7 +2155,7 @@ func (w *wState) receipt(agent int, run string) (wOut, bool) {
 			var o wOut
 			var q string
 			var t int
-			if _, err := fmt.Sscanf(rest, "%d:%d:%d:%s", &t, &o.Fence, &o.Expires, &q); err != nil {
+			if _, err := fmt.Sscanf(rest, "%d:%d:%d:%d:%s", &t, &o.Fence, &o.Expires, &o.Attempt, &q); err != nil {
 				panic(err)
 			}
 			o.Kind, o.Task, o.Holder, o.Run = "ok", wTaskID(t), wAgentID(agent), run
@@ -1671,7 +2169,7 @@ func (w *wState) receipt(agent int, run string) (wOut, bool) {
 }
 
 func (w *wState) keepReceipt(agent int, run string, o wOut) {
-	r := fmt.Sprintf("%d/%s=%d:%d:%d:%s/%d", agent, run, wTaskN(o.Task), o.Fence, o.Expires, o.Queue, o.Prio)
+	r := fmt.Sprintf("%d/%s=%d:%d:%d:%d:%s/%d", agent, run, wTaskN(o.Task), o.Fence, o.Expires, o.Attempt, o.Queue, o.Prio)
 	all := append(strings.Split(w.Receipts, ";"), r)
 	all = slices.DeleteFunc(all, func(s string) bool { return s == "" })
 	sort.Strings(all)
@@ -1679,16 +2177,17 @@ func (w *wState) keepReceipt(agent int, run string, o wOut) {
 }
 
 // wholeModel checks histories of the whole store, starting at start with
-// tasks 0..tasks-1 and agents 0..agents-1 registered. Histories without
-// claims are partitioned by task. knownBugs allows the reported bugs of
-// the alive cache and of messages in flight at a removal.
-func wholeModel(start int64, tasks, agents int, knownBugs bool) porcupine.Model {
+// tasks 0..tasks-1 (created in graph g) and agents 0..agents-1 registered.
+// Histories without claims or dependencies are partitioned by task.
+// knownBugs allows the reported bugs of the alive cache and of messages in
+// flight at a removal.
+func wholeModel(start int64, tasks, agents int, knownBugs bool, g wGraph) porcupine.Model {
 	m := porcupine.NondeterministicModel{
 		Partition: wholePartition,
 		Init: func() []any {
 			s := wState{Now: start, KnownBugs: knownBugs}
 			for t := range tasks {
-				s.T[t] = newWTask(t)
+				s.T[t] = newWTask(t, g)
 			}
 			for a := range agents {
 				s.A[a].Registered = true
@@ -1729,6 +2228,8 @@ func (w *wState) hash() uint64 {
 		mix(x.PrevFence)
 		mix(x.Version)
 		mix(x.PatchEnded)
+		mix(int64(x.Attempts + x.Failures<<8 + int(x.WaitingOn)<<16))
+		mix(x.NotBefore)
 		mix(int64(x.Prio + len(x.Queue)<<8 + len(x.Title)<<16))
 		for _, at := range x.Watch {
 			mix(at)
@@ -1752,7 +2253,8 @@ func wholePartition(h []porcupine.Operation) [][]porcupine.Operation {
 	byTask := map[int][]porcupine.Operation{}
 	for _, op := range h {
 		switch in := op.Input.(wIn); in.Op {
-		case "claim":
+		case "claim", "drain":
+			// A claim picks among tasks, a dependency joins two.
 			return [][]porcupine.Operation{h}
 		case "tick", "heartbeat", "remove", "register":
 			shared = append(shared, op)
@@ -1803,6 +2305,14 @@ func wOutcome(in wIn, res any, err error) (wOut, bool) {
 		return wOut{Kind: "version_mismatch"}, true
 	case errors.Is(err, lease.ErrInvalidTransition):
 		return wOut{Kind: "invalid_transition"}, true
+	case errors.Is(err, lease.ErrBlocked):
+		return wOut{Kind: "blocked"}, true
+	case errors.Is(err, lease.ErrNotReady):
+		var nr *lease.NotReadyError
+		if !errors.As(err, &nr) {
+			return wOut{}, false
+		}
+		return wOut{Kind: "not_ready", NotBefore: nr.NotBefore.UnixMilli()}, true
 	case err != nil:
 		o, ok := outcome(in.Op, res, err)
 		return wOutOf(o), ok
@@ -1832,7 +2342,7 @@ func wOutcome(in wIn, res any, err error) (wOut, bool) {
 		sort.Strings(msgs)
 		return wOut{Kind: "ok", Msgs: strings.Join(msgs, ",")}, true
 	case lease.Checkout:
-		o := wOut{Kind: "ok", Holder: v.AgentID, Run: v.RunID, Fence: v.Fence, Expires: v.ExpiresAt.UnixMilli()}
+		o := wOut{Kind: "ok", Holder: v.AgentID, Run: v.RunID, Fence: v.Fence, Expires: v.ExpiresAt.UnixMilli(), Attempt: v.Attempt}
 		if in.Op == "claim" {
 			o.Task, o.Queue, o.Prio = v.TaskID, v.Queue, v.Priority
 		}
@@ -1841,7 +2351,10 @@ func wOutcome(in wIn, res any, err error) (wOut, bool) {
 		lo, ok := outcome(in.Op, res, err)
 		o := wOutOf(lo)
 		if in.Op == "status" || in.Op == "patch" {
-			o.Version, o.Queue, o.Prio = v.Version, v.Queue, v.Priority
+			o.Version, o.Queue, o.Prio, o.Attempt = v.Version, v.Queue, v.Priority, v.Attempts
+			if v.NotBefore != nil {
+				o.NotBefore = v.NotBefore.UnixMilli()
+			}
 		}
 		return o, ok
 	}
@@ -1878,6 +2391,8 @@ func wApply(c context.Context, s *lease.Store, in wIn) (any, error) {
 		return s.UpdateTask(c, p)
 	case "force":
 		return s.Release(c, lease.ReleaseParams{TaskID: task, AgentID: adminID, Force: true})
+	case "fail":
+		return s.Release(c, lease.ReleaseParams{TaskID: task, AgentID: agent, RunID: in.Run, Fence: in.Fence, Outcome: lease.OutcomeFailed, Error: "it broke"})
 	case "watch":
 		return nil, s.Watch(c, task, agent)
 	case "inbox":
@@ -1888,8 +2403,7 @@ func wApply(c context.Context, s *lease.Store, in wIn) (any, error) {
 		_, err := s.RegisterAgent(c, lease.RegisterParams{AgentID: agent, Name: "name-" + agent})
 		return nil, err
 	case "create":
-		prio := wPrio(in.Task)
-		_, err := s.CreateTask(c, lease.CreateTaskParams{TaskID: task, Title: "title of " + task, Queue: wQueue(in.Task), Priority: &prio, MaxAttempts: new(lease.MaxMaxAttempts)})
+		_, err := s.CreateTask(c, wCreate(in.Task, nil))
 		return nil, err
 	case "sweep":
 		_, err := s.Sweep(c)
@@ -1930,7 +2444,13 @@ type sweptNotifier struct {
 }
 
 func (n *sweptNotifier) Notify(_ context.Context, nt lease.Notice) error {
-	if nt.Kind == lease.NoticeTaskAvailable && nt.Event.By == lease.BySystem {
+	// A sweep's ending at the task's last attempt fails the task: its
+	// notice is TaskFailed, for the failed event (reason: how the lease
+	// ended), after the ending's own. An unblocking is the stream's own
+	// work (drain), not a lease's ending.
+	swept := nt.Kind == lease.NoticeTaskAvailable && nt.Event.Type != lease.EventUnblocked ||
+		nt.Kind == lease.NoticeTaskFailed && nt.Event.Reason != string(lease.EventRelease)
+	if swept && nt.Event.By == lease.BySystem {
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		n.freed = append(n.freed, porcupine.Operation{
@@ -1954,6 +2474,7 @@ type wMemory struct {
 	agentMemory
 	claim   string
 	version map[int]int64 // each task's version, as last read
+	last    string        // the task of its latest grant, until it acts on it
 }
 
 // claimQueues are the queue lists claims name.
@@ -1962,9 +2483,16 @@ var claimQueues = []string{"", "q1", "default,q1", "q1,default"}
 // nextWholeOp picks an agent's next operation: nextOp's mix, with claims
 // (new named runs, retries of the last one, unnamed) when claims is set,
 // and watches.
-func nextWholeOp(r *rand.Rand, agentN int, heartbeat bool, mem *wMemory, tasks int, claims, patches bool) wIn {
+func nextWholeOp(r *rand.Rand, agentN int, heartbeat bool, mem *wMemory, tasks int, claims, patches, graph bool) wIn {
 	if patches && r.IntN(100) < 12 {
 		return nextPatch(r, agentN, mem, tasks)
+	}
+	if last := mem.last; graph && last != "" && r.IntN(3) > 0 {
+		// Finish what the agent was just granted: blockers get done, or
+		// the attempt fails.
+		mem.last = ""
+		op := []string{"complete", "complete", "fail", "release"}[r.IntN(4)]
+		return wIn{Op: op, Task: wTaskN(last), Agent: agentN, Run: mem.run[last], Fence: mem.fence[last]}
 	}
 	if claims && r.IntN(100) < 20 {
 		in := wIn{Op: "claim", Agent: agentN, Timeout: []int64{10_000, 30_000, 60_000}[r.IntN(3)], Queues: claimQueues[r.IntN(len(claimQueues))]}
@@ -1987,8 +2515,11 @@ func nextWholeOp(r *rand.Rand, agentN int, heartbeat bool, mem *wMemory, tasks i
 		ids[i] = wTaskID(i)
 	}
 	op := nextOp(r, wAgentID(agentN), agentN, heartbeat, &mem.agentMemory, ids)
-	if op.Op == "complete" && claims && r.IntN(3) > 0 {
+	if op.Op == "complete" && claims && !graph && r.IntN(3) > 0 {
 		op.Op = "release" // a claim history has few tasks: keep most of them open
+	}
+	if op.Op == "release" && r.IntN(3) == 0 {
+		op.Op = "fail" // a failed attempt: tasks wait, and some fail
 	}
 	return wIn{Op: op.Op, Task: wTaskN(op.Task), Agent: agentN, Run: op.Run, Fence: op.Fence, Timeout: op.Timeout}
 }
@@ -2025,9 +2556,10 @@ func nextPatch(r *rand.Rand, agentN int, mem *wMemory, tasks int) wIn {
 type wConfig struct {
 	clients, tasks, phases, opsPerPhase int
 	claims, patches                     bool
-	createEvery                         int // a new task between phases, this often (0: never)
-	strictEvery                         int // a lone claim between phases, this often
-	inboxEvery                          int // inbox reads between phases, this often (and after the last)
+	graph                               wGraph // the tasks' dependencies (nil: none)
+	createEvery                         int    // a new task between phases, this often (0: never)
+	strictEvery                         int    // a lone claim between phases, this often
+	inboxEvery                          int    // inbox reads between phases, this often (and after the last)
 }
 
 func wholeSize(claims bool) wConfig {
@@ -2070,7 +2602,32 @@ func TestLinearizabilityWatchForceRemove(t *testing.T) {
 	wholeLinearizability(t, wholeSize(false))
 }
 
+// The work graph: task-2 is blocked by task-0, task-3 by task-0 and
+// task-1 (wBlockers), with claims, checkouts, completions (blockers get
+// done), failed releases, reopens and cancels, as in
+// TestLinearizabilityClaim. Tasks fail at their last attempt (wMaxAttempts)
+// and wait after a failed release (wRetryDelay), with the ticks landing on
+// and past the waits. The model checks that a blocked task is never
+// granted (a checkout answers blocked, a claim never takes it), nor a
+// task before its not_before (not_ready); that a dependent becomes todo
+// only once the change stream has seen every blocker done (drain); that
+// attempts count every grant and start again only at a reopen; and that a
+// failed task stays failed until reopened.
+func TestLinearizabilityWorkGraph(t *testing.T) {
+	t.Parallel()
+	cfg := wholeSize(true)
+	cfg.tasks, cfg.graph, cfg.createEvery = len(wBlockers), wBlockers, 0
+	if os.Getenv("CHECKOUT_CHAOS") == "" {
+		cfg.phases, cfg.opsPerPhase = 14, 4
+	}
+	wholeLinearizability(t, cfg)
+}
+
 func wholeLinearizability(t *testing.T, cfg wConfig) {
+	// CHECKOUT_KNOWN_BUGS=1: the model as lease/doc.go states it, which
+	// the store fails now and then (see cachedHB, the inbox case of next,
+	// and the other TestKnownBug tests).
+	knownBugs := os.Getenv("CHECKOUT_KNOWN_BUGS") == ""
 	e := newEnv(t)
 	e.lag(t, "", raceLag)
 	c := ctx(t)
@@ -2087,8 +2644,7 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 	}
 	tasks := cfg.tasks
 	for i := range tasks {
-		prio := wPrio(i)
-		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: wTaskID(i), Title: "title of " + wTaskID(i), Queue: wQueue(i), Priority: &prio, MaxAttempts: new(lease.MaxMaxAttempts)}))
+		must[lease.Task](t)(e.store.CreateTask(c, wCreate(i, cfg.graph)))
 		e.clock.Advance(time.Millisecond) // created in id order
 	}
 	ids := make([]string, tasks)
@@ -2121,6 +2677,13 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 		res, err := wApply(c, s, in)
 		ret := stamp()
 		out, ok := wOutcome(in, res, err)
+		if !ok && in.Op == "fail" && knownBugs && err != nil && strings.Contains(err.Error(), "too much contention") {
+			// Known bug (TestKnownBugFailedReleaseOfDeadLease): a failed
+			// release of a lease its holder's death (or removal) has
+			// ended, though not its time, writes nothing and gives up
+			// where a plain release answers not_checked_out.
+			out, ok = wOut{Kind: "not_checked_out"}, true
+		}
 		if !ok {
 			mu.Lock()
 			failed = fmt.Errorf("%+v: %w", in, err)
@@ -2152,7 +2715,7 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 			go func() {
 				defer wg.Done()
 				for range cfg.opsPerPhase {
-					in := nextWholeOp(rngs[i], i, i%2 == 0, mems[i], tasks, cfg.claims, cfg.patches)
+					in := nextWholeOp(rngs[i], i, i%2 == 0, mems[i], tasks, cfg.claims, cfg.patches, cfg.graph != nil)
 					out, ok := run(i, store, in)
 					if !ok {
 						return
@@ -2160,8 +2723,10 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 					switch {
 					case in.Op == "checkout" && out.Kind == "ok":
 						mems[i].run[wTaskID(in.Task)], mems[i].fence[wTaskID(in.Task)] = out.Run, out.Fence
+						mems[i].last = wTaskID(in.Task)
 					case in.Op == "claim" && out.Kind == "ok":
 						mems[i].run[out.Task], mems[i].fence[out.Task] = out.Run, out.Fence
+						mems[i].last = out.Task
 					case (in.Op == "status" || in.Op == "patch") && out.Kind == "ok":
 						mems[i].version[in.Task] = out.Version
 					}
@@ -2205,8 +2770,22 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 		if failed != nil {
 			t.Fatalf("phase %d: unexpected error: %v", phase, failed)
 		}
-		if _, err := drainer.Poll(c); err != nil {
-			t.Fatalf("phase %d: drain the change stream: %v", phase, err)
+		// The stream's unblockings are written while it hands over the
+		// completions, and their own changes (the unblocked events, the
+		// watchers' messages) wait for the next poll: two polls, between
+		// phases, with no operation of the agents in flight. The history
+		// holds them as one operation, "drain", in the stream's place:
+		// only the lease endings the sweep notified run alongside it,
+		// and a blocked task holds no lease, so nothing the agents could
+		// see tells the unblockings apart from one atomic step.
+		drainCall := stamp()
+		for range 2 {
+			if _, err := drainer.Poll(c); err != nil {
+				t.Fatalf("phase %d: drain the change stream: %v", phase, err)
+			}
+		}
+		if cfg.graph != nil {
+			record(sweeper, wIn{Op: "drain"}, drainCall, wOut{Kind: "ok"}, stamp())
 		}
 		for _, op := range swept.take() {
 			op.ClientId, op.Call = sweeper, phaseStart
@@ -2255,10 +2834,7 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 	t.Logf("%d operations recorded in %v", len(history), time.Since(start).Round(time.Millisecond))
 	t.Logf("answers: %s", answers(history))
 
-	// CHECKOUT_KNOWN_BUGS=1: the model as lease/doc.go states it, which
-	// the store fails now and then (see cachedHB, and the inbox case of
-	// next).
-	model := wholeModel(startMS, cfg.tasks, cfg.clients, os.Getenv("CHECKOUT_KNOWN_BUGS") == "")
+	model := wholeModel(startMS, cfg.tasks, cfg.clients, knownBugs, cfg.graph)
 	checkStart := time.Now()
 	res, info := porcupine.CheckOperationsVerbose(model, history, 2*time.Minute)
 	t.Logf("checked in %v", time.Since(checkStart).Round(time.Millisecond))
@@ -2467,5 +3043,142 @@ func TestClaimRetryAfterTheTaskMovedOnKeepsItsReceipt(t *testing.T) {
 	again, err := e.store.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Hour})
 	if err != nil || again.TaskID != first.TaskID || again.Fence != first.Fence {
 		t.Errorf("claim run-1 retried = %+v, %v; want the lease it got: %s fence %d", again, err, first.TaskID, first.Fence)
+	}
+}
+
+// Known bug (lease/checkout.go, failRelease): a release with outcome failed
+// of a lease that has ended by its holder's death (here: locked in the
+// millisecond the holder came back from the dead, which lease/doc.go counts
+// as ended, so holderGuard's locked_at > alive_since fails) is retried as
+// "the counts moved under a live lease" (only the lease's expiry is
+// judged), eight times, and answers "too much contention" (a 500), where a
+// plain release answers not_checked_out. Run with CHECKOUT_KNOWN_BUGS=1.
+func TestKnownBugFailedReleaseOfDeadLease(t *testing.T) {
+	if os.Getenv("CHECKOUT_KNOWN_BUGS") == "" {
+		t.Skip("known bug, reported: a failed release of a lease ended by its holder's death answers too much contention; CHECKOUT_KNOWN_BUGS=1 runs it")
+	}
+	t.Parallel()
+	for _, outcome := range []lease.ReleaseOutcome{lease.OutcomeNone, lease.OutcomeFailed} {
+		e := newEnv(t)
+		c := ctx(t)
+		e.retryingTask(t, "t")
+		must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "a", Name: "a"}))
+		must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", 10*time.Second))
+		e.clock.Advance(time.Minute)
+		must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", 10*time.Second)) // back from the dead, in this millisecond
+		co := e.checkout(t, "t", "a", time.Minute)                          // locked at alive_since: ended already
+		_, err := e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Fence: co.Fence, Outcome: outcome})
+		if !errors.Is(err, lease.ErrNotCheckedOut) {
+			t.Errorf("release (outcome %q) of a lease ended by its holder's death = %v; want not_checked_out", outcome, err)
+		}
+	}
+}
+
+// Known bug (lease/checkout.go, grant; lease/update.go, patch): a task
+// cancelled while it waits for its retry delay keeps its entry in the
+// expiry index (lease_expires = not_before, no holder). The grant's
+// condition takes any lease_expires at or before now, below the attempt
+// limit, for an expired lease to take over, whatever the status: once
+// not_before has passed (and until a sweep ranks the task as ready, which
+// removes the entry) a checkout grants the cancelled task, which becomes
+// in_progress. Run with CHECKOUT_KNOWN_BUGS=1.
+func TestKnownBugCheckoutOfCancelledDelayedTask(t *testing.T) {
+	if os.Getenv("CHECKOUT_KNOWN_BUGS") == "" {
+		t.Skip("known bug, reported: a task cancelled during its retry delay is granted once the delay has passed; CHECKOUT_KNOWN_BUGS=1 runs it")
+	}
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	three, delay := 3, 10*time.Second
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "t", Title: "t", MaxAttempts: &three, RetryDelay: &delay}))
+	co := e.checkout(t, "t", "a", time.Minute)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Outcome: lease.OutcomeFailed}))
+	cancelled := lease.StatusCancelled
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "a", Status: &cancelled}))
+	e.clock.Advance(delay)
+	got, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", Timeout: time.Minute})
+	var sm *lease.StatusMismatchError
+	if !errors.As(err, &sm) || sm.Status != lease.StatusCancelled {
+		t.Errorf("checkout of a task cancelled during its retry delay = %+v, %v; want status_mismatch (cancelled)", got, err)
+	}
+}
+
+// Known bug (lease/update.go, patch): a PATCH that changes nothing the task
+// shows (here: its priority, to the priority it has) still writes the task,
+// and moves its version, when the task's claim_key is still the delayed one
+// a failed release gave it and its not_before has passed (or was cleared by
+// the next grant) before a sweep ranked it: patch recomputes the key and
+// takes the difference for a change. A client's If-Match then fails for
+// nothing. Run with CHECKOUT_KNOWN_BUGS=1.
+func TestKnownBugPatchThatChangesNothingWrites(t *testing.T) {
+	if os.Getenv("CHECKOUT_KNOWN_BUGS") == "" {
+		t.Skip("known bug, reported: a PATCH that changes nothing moves the version of a task once delayed; CHECKOUT_KNOWN_BUGS=1 runs it")
+	}
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.retryingTask(t, "t")
+	co := e.checkout(t, "t", "a", time.Minute)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Outcome: lease.OutcomeFailed}))
+	e.clock.Advance(lease.DefaultRetryDelay)
+	before := must[lease.Task](t)(e.store.GetTask(c, "t"))
+	prio := before.Priority
+	after := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "a", Priority: &prio}))
+	if after.Version != before.Version {
+		t.Errorf("a PATCH of the priority to the one the task has moved its version from %d to %d", before.Version, after.Version)
+	}
+}
+
+// afterWrite runs hook, once armed, before the first GetItem on table that
+// follows an UpdateItem there: a write of another that lands between a
+// request's own write and its reading the task back.
+type afterWrite struct {
+	*dynamodb.Client
+	table        string
+	armed, wrote atomic.Bool
+	hook         func()
+}
+
+func (a *afterWrite) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := a.Client.UpdateItem(ctx, in, optFns...)
+	if *in.TableName == a.table && a.armed.CompareAndSwap(true, false) {
+		a.wrote.Store(true)
+	}
+	return out, err
+}
+
+func (a *afterWrite) GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if *in.TableName == a.table && a.wrote.CompareAndSwap(true, false) {
+		a.hook()
+	}
+	return a.Client.GetItem(ctx, in, optFns...)
+}
+
+// Known bug (lease/update.go, UpdateTask): a PATCH that leaves its task
+// blocked settles it (lease/deps.go, settle) and then answers with the task
+// read again, not with what its own write left: another PATCH landing in
+// between shows in the answer (its title, and a version past the first
+// PATCH's own), so a client that PATCHes again with that version as
+// If-Match overwrites a change it never saw. Run with CHECKOUT_KNOWN_BUGS=1.
+func TestKnownBugPatchOfBlockedTaskAnswersLaterRead(t *testing.T) {
+	if os.Getenv("CHECKOUT_KNOWN_BUGS") == "" {
+		t.Skip("known bug, reported: a PATCH of a blocked task answers with a later read; CHECKOUT_KNOWN_BUGS=1 runs it")
+	}
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "b")
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "d", Title: "d", BlockedBy: []string{"b"}}))
+	a := &afterWrite{Client: e.db, table: e.names.Table(schema.TasksTable)}
+	other := "theirs"
+	a.hook = func() {
+		must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "d", AgentID: "y", Title: &other}))
+	}
+	s := lease.New(lease.Config{DB: a, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	a.armed.Store(true)
+	mine := "mine"
+	got := must[lease.Task](t)(s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "d", AgentID: "x", Title: &mine}))
+	if got.Title != mine || got.Version != 2 {
+		t.Errorf("PATCH of the blocked task's title answered title %q, version %d; want its own write: %q, version 2", got.Title, got.Version, mine)
 	}
 }
