@@ -241,7 +241,8 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		// (else Checkout fails the task).
 		free := expression.AttributeNotExists(nameHolder).And(statusOK)
 		if todo {
-			free = free.Or(nameExpires.LessThanEqual(expression.Value(ms(now))).And(belowLimitCond()))
+			// (A delayed task keeps an expiry with no holder: not a lease.)
+			free = free.Or(expression.AttributeExists(nameHolder).And(nameExpires.LessThanEqual(expression.Value(ms(now))), belowLimitCond()))
 		}
 		conds = append(conds, expression.AttributeExists(expression.Name("task_id")), free)
 	} else {
@@ -484,7 +485,9 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 			return nil, rerr
 		}
 		mine := cur != nil && cur.Holder == p.AgentID && (p.RunID == "" || cur.RunID == p.RunID) && (p.Fence == 0 || cur.Fence == p.Fence)
-		if err != nil || !mine {
+		// A lease locked at or before its holder's return from the dead
+		// ended by that death: not the caller's to fail (notHolder says so).
+		if err != nil || !mine || !cur.leaseTimeValid(now) || !holderAlive(hb, cur.LockedAt, now) {
 			if replayEnd(cur, EventRelease, p.AgentID, p.RunID, p.Fence) {
 				return cur, nil
 			}
@@ -514,7 +517,7 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 			continue
 		case replayEnd(it, EventRelease, p.AgentID, p.RunID, p.Fence):
 			return it, nil
-		case it != nil && it.Holder == cur.Holder && it.Fence == cur.Fence && it.leaseTimeValid(now):
+		case it != nil && it.Holder == cur.Holder && it.Fence == cur.Fence && it.leaseTimeValid(now) && holderAlive(hb, it.LockedAt, now):
 			continue // the counts moved under a live lease: decide again
 		}
 		return nil, s.notHolder(ctx, it, p.AgentID, p.RunID, p.Fence, now, hb)

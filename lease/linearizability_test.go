@@ -1185,11 +1185,11 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // TestLinearizabilityClaim with CHECKOUT_KNOWN_BUGS=1). The model allows
 // both, narrowly; CHECKOUT_KNOWN_BUGS=1 makes it strict, as lease/doc.go
 // states the rules, and runs the TestKnownBug tests that reproduce them.
-// The work graph's histories found four more, which the model allows in
-// the same way: TestKnownBugFailedReleaseOfDeadLease,
-// TestKnownBugCheckoutOfCancelledDelayedTask,
-// TestKnownBugPatchThatChangesNothingWrites and
-// TestKnownBugPatchOfBlockedTaskAnswersLaterRead.
+// The work graph's histories found four more, fixed since, which the
+// model holds strictly: TestFailedReleaseOfALeaseEndedByDeathIsNotCheckedOut,
+// TestCancelledDelayedTaskIsNotGranted,
+// TestPatchThatChangesNothingWritesNothing and
+// TestPatchOfABlockedTaskAnswersItsOwnWrite reproduce them.
 
 const (
 	wTasks  = 8  // tasks a history may create, at most (ids sort in creation order)
@@ -1877,14 +1877,6 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 			return w, true
 		case x.Holder == "" && x.Status == lease.StatusTodo && x.NotBefore > w.Now:
 			return w, out == wOut{Kind: "not_ready", NotBefore: x.NotBefore}
-		case w.KnownBugs && x.Status == lease.StatusCancelled && x.Rank && x.NotBefore <= w.Now && x.Attempts < x.MaxAttempts &&
-			out.Kind == "ok" && out.Fence == x.Fence+1:
-			// Known bug (TestKnownBugCheckoutOfCancelledDelayedTask): a
-			// task cancelled while it waited for its retry delay keeps its
-			// entry in the expiry index, which the grant's condition takes
-			// for an expired lease: once not_before has passed, and until
-			// a sweep ranks the task, a checkout grants the cancelled task.
-			s.Status = lease.StatusTodo
 		}
 	}
 	op := in.Op
@@ -2014,17 +2006,6 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 	if in.Prio != 0 && in.Prio-1 != x.Prio {
 		x.Prio, changed = in.Prio-1, true
 	}
-	if !changed && x.DelayedKey && w.KnownBugs && out.Kind == "ok" && out.Version == x.Version+1 {
-		// Known bug (TestKnownBugPatchThatChangesNothingWrites): the PATCH
-		// finds the delayed claim_key a failed release gave the task, its
-		// not_before passed (or cleared by a grant), and sets the ready
-		// one: a write, which moves the version, though nothing the task
-		// shows changed. When exactly a PATCH finds a key to set the
-		// history does not tell (a sweep's ranking sets it too), so with
-		// the known bugs allowed a PATCH of a task delayed since its last
-		// written PATCH may or may not write.
-		changed = true
-	}
 	if changed {
 		x.Version++
 		x.DelayedKey = x.NotBefore > w.Now // a write sets the key: delayed while not_before is ahead
@@ -2051,13 +2032,6 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 		}
 	}
 	want := wOut{Kind: "ok", Status: x.Status, Version: x.Version, Queue: x.Queue, Prio: x.Prio, Attempt: x.Attempts, NotBefore: x.NotBefore}
-	if settled && w.KnownBugs && out.Kind == "ok" && out.Version >= want.Version {
-		// Known bug (TestKnownBugPatchOfBlockedTaskAnswersLaterRead): a
-		// PATCH that leaves the task blocked answers with a read made
-		// after settling it, which may show the writes of others since
-		// its own (a later version, another priority, queue or status).
-		return w, true
-	}
 	switch {
 	case x.Holder != "" && live:
 		want.Holder, want.Run, want.Fence, want.Expires = x.Holder, x.Run, x.Fence, x.Expires
@@ -2677,13 +2651,6 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 		res, err := wApply(c, s, in)
 		ret := stamp()
 		out, ok := wOutcome(in, res, err)
-		if !ok && in.Op == "fail" && knownBugs && err != nil && strings.Contains(err.Error(), "too much contention") {
-			// Known bug (TestKnownBugFailedReleaseOfDeadLease): a failed
-			// release of a lease its holder's death (or removal) has
-			// ended, though not its time, writes nothing and gives up
-			// where a plain release answers not_checked_out.
-			out, ok = wOut{Kind: "not_checked_out"}, true
-		}
 		if !ok {
 			mu.Lock()
 			failed = fmt.Errorf("%+v: %w", in, err)
@@ -3046,17 +3013,13 @@ func TestClaimRetryAfterTheTaskMovedOnKeepsItsReceipt(t *testing.T) {
 	}
 }
 
-// Known bug (lease/checkout.go, failRelease): a release with outcome failed
-// of a lease that has ended by its holder's death (here: locked in the
-// millisecond the holder came back from the dead, which lease/doc.go counts
-// as ended, so holderGuard's locked_at > alive_since fails) is retried as
-// "the counts moved under a live lease" (only the lease's expiry is
-// judged), eight times, and answers "too much contention" (a 500), where a
-// plain release answers not_checked_out. Run with CHECKOUT_KNOWN_BUGS=1.
-func TestKnownBugFailedReleaseOfDeadLease(t *testing.T) {
-	if os.Getenv("CHECKOUT_KNOWN_BUGS") == "" {
-		t.Skip("known bug, reported: a failed release of a lease ended by its holder's death answers too much contention; CHECKOUT_KNOWN_BUGS=1 runs it")
-	}
+// A release with outcome failed of a lease that has ended by its holder's
+// death (here: locked in the millisecond the holder came back from the
+// dead, which lease/doc.go counts as ended) answers not_checked_out, as a
+// plain release does. It used to be retried as "the counts moved under a
+// live lease" (only the lease's expiry was judged), eight times, and
+// answered "too much contention" (a 500).
+func TestFailedReleaseOfALeaseEndedByDeathIsNotCheckedOut(t *testing.T) {
 	t.Parallel()
 	for _, outcome := range []lease.ReleaseOutcome{lease.OutcomeNone, lease.OutcomeFailed} {
 		e := newEnv(t)
@@ -3074,18 +3037,13 @@ func TestKnownBugFailedReleaseOfDeadLease(t *testing.T) {
 	}
 }
 
-// Known bug (lease/checkout.go, grant; lease/update.go, patch): a task
-// cancelled while it waits for its retry delay keeps its entry in the
-// expiry index (lease_expires = not_before, no holder). The grant's
-// condition takes any lease_expires at or before now, below the attempt
-// limit, for an expired lease to take over, whatever the status: once
-// not_before has passed (and until a sweep ranks the task as ready, which
-// removes the entry) a checkout grants the cancelled task, which becomes
-// in_progress. Run with CHECKOUT_KNOWN_BUGS=1.
-func TestKnownBugCheckoutOfCancelledDelayedTask(t *testing.T) {
-	if os.Getenv("CHECKOUT_KNOWN_BUGS") == "" {
-		t.Skip("known bug, reported: a task cancelled during its retry delay is granted once the delay has passed; CHECKOUT_KNOWN_BUGS=1 runs it")
-	}
+// A task cancelled while it waits for its retry delay is not granted once
+// the delay has passed: the waiting task's expiry with no holder is not a
+// lease to take over (the grant's condition wants a holder), and the
+// cancel takes the task out of the expiry index. Before, the grant took
+// any lease_expires at or before now for an expired lease, whatever the
+// status, and granted the cancelled task.
+func TestCancelledDelayedTaskIsNotGranted(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	c := ctx(t)
@@ -3103,17 +3061,12 @@ func TestKnownBugCheckoutOfCancelledDelayedTask(t *testing.T) {
 	}
 }
 
-// Known bug (lease/update.go, patch): a PATCH that changes nothing the task
-// shows (here: its priority, to the priority it has) still writes the task,
-// and moves its version, when the task's claim_key is still the delayed one
-// a failed release gave it and its not_before has passed (or was cleared by
-// the next grant) before a sweep ranked it: patch recomputes the key and
-// takes the difference for a change. A client's If-Match then fails for
-// nothing. Run with CHECKOUT_KNOWN_BUGS=1.
-func TestKnownBugPatchThatChangesNothingWrites(t *testing.T) {
-	if os.Getenv("CHECKOUT_KNOWN_BUGS") == "" {
-		t.Skip("known bug, reported: a PATCH that changes nothing moves the version of a task once delayed; CHECKOUT_KNOWN_BUGS=1 runs it")
-	}
+// A PATCH that changes nothing the task shows (here: its priority, to the
+// priority it has) writes nothing, even when the task's claim_key is still
+// the delayed one a failed release gave it and its not_before has passed.
+// Before, patch recomputed the key and took the difference for a change: a
+// write that moved the version, so a client's If-Match failed for nothing.
+func TestPatchThatChangesNothingWritesNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	c := ctx(t)
@@ -3154,16 +3107,13 @@ func (a *afterWrite) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opt
 	return a.Client.GetItem(ctx, in, optFns...)
 }
 
-// Known bug (lease/update.go, UpdateTask): a PATCH that leaves its task
-// blocked settles it (lease/deps.go, settle) and then answers with the task
-// read again, not with what its own write left: another PATCH landing in
-// between shows in the answer (its title, and a version past the first
-// PATCH's own), so a client that PATCHes again with that version as
-// If-Match overwrites a change it never saw. Run with CHECKOUT_KNOWN_BUGS=1.
-func TestKnownBugPatchOfBlockedTaskAnswersLaterRead(t *testing.T) {
-	if os.Getenv("CHECKOUT_KNOWN_BUGS") == "" {
-		t.Skip("known bug, reported: a PATCH of a blocked task answers with a later read; CHECKOUT_KNOWN_BUGS=1 runs it")
-	}
+// A PATCH that leaves its task blocked answers with what its own write
+// left, not with a later read: before, it settled the task (lease/deps.go,
+// settle) and read it again, so another PATCH landing in between showed in
+// the answer (its title, and a version past the first PATCH's own), and a
+// client that PATCHed again with that version as If-Match overwrote a
+// change it never saw.
+func TestPatchOfABlockedTaskAnswersItsOwnWrite(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	c := ctx(t)

@@ -188,15 +188,24 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 			s.unlink(ctx, p.TaskID, dropped)
 		}
 		if after.Status == StatusBlocked {
-			if _, _, err := s.settle(ctx, p.TaskID, after.WaitingOn); err != nil {
+			_, moved, err := s.settle(ctx, p.TaskID, after.WaitingOn)
+			if err != nil {
 				return Task{}, err
 			}
-			return s.GetTask(ctx, p.TaskID)
+			if moved {
+				// The PATCH's own unblocking (a blocker done meanwhile)
+				// came after its write: the task as it is now.
+				return s.GetTask(ctx, p.TaskID)
+			}
 		}
+		// The answer is what this PATCH's write left, not a later read.
 		if err := s.fillGraph(ctx, after); err != nil {
 			return Task{}, err
 		}
 		after.Description, after.Metadata = body.Description, body.Metadata
+		if after.LastErrorFence == cur.LastErrorFence {
+			after.LastError = cur.LastError
+		}
 		if after.claimable() {
 			s.claims.wake()
 		}
@@ -301,6 +310,11 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		if !claimable {
 			upd = upd.Remove(nameClaimShard)
 		}
+		if final != StatusTodo && final != StatusBlocked && !cur.hasLease() && cur.LeaseExpires != 0 {
+			// A delayed task that will not be claimed leaves the expiry
+			// index, where it waited for the sweep (claim.go, "Delays").
+			upd = upd.Remove(nameExpires).Remove(expression.Name("lease_shard"))
+		}
 	}
 	if p.MaxAttempts != nil && *p.MaxAttempts != cur.maxAttempts() {
 		upd = upd.Set(nameMaxAttempts, expression.Value(*p.MaxAttempts))
@@ -371,7 +385,13 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 	if !strings.HasPrefix(home, queue+"#") {
 		home = claimHome(queue, cur.TaskID, s.shards.Claim)
 	}
-	if home != cur.ClaimHome || key != cur.ClaimKey || rank != cur.ClaimRank {
+	keyMoved := key != cur.ClaimKey
+	if nb, ok := delayedUntil(cur.ClaimKey); ok && nb <= ms(now) && key == rank && cur.ClaimKey == delayedKey(nb, rank) {
+		// The key of a delay that has passed, which the sweep ranks again
+		// (claim.go, "Delays"): nothing the task shows, nothing to write.
+		keyMoved = false
+	}
+	if home != cur.ClaimHome || keyMoved {
 		set("claim_home", home)
 		set("claim_key", key)
 		set("claim_rank", rank)
