@@ -41,7 +41,7 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 	var msgs []messageItem
 	var notices []Notice
 	fw := freeingWatches{s: s}
-	var completed []string // blockers whose dependents to unblock
+	var completed []string    // blockers whose dependents to unblock
 	var settle [][2]*taskItem // blocked tasks' changes: old (nil for new) and new
 	ttl := s.clock().Add(s.retention).Unix()
 	for _, ch := range changes {
