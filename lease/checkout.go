@@ -505,7 +505,14 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 				return nil, err
 			}
 		}
-		pin := cond.and(nameFence.Equal(expression.Value(cur.Fence)), countIs(nameAttempts, cur.Attempts), countIs(nameFailures, cur.Failures))
+		// Pinned to what it read: the lease, the counts, and the rank the
+		// delayed claim key is built from (a PATCH of the priority or
+		// queue in between moves it: the ending is decided again).
+		rank := expression.AttributeNotExists(expression.Name("claim_rank"))
+		if cur.ClaimRank != "" {
+			rank = expression.Name("claim_rank").Equal(expression.Value(cur.ClaimRank))
+		}
+		pin := cond.and(nameFence.Equal(expression.Value(cur.Fence)), countIs(nameAttempts, cur.Attempts), countIs(nameFailures, cur.Failures), rank)
 		it, after, applied, err := s.endLease(ctx, p.TaskID, pin, e, now)
 		switch {
 		case err != nil:

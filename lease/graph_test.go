@@ -1,16 +1,21 @@
 package lease_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/checkout-dev/checkout/errcode"
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 // get reads a task.
@@ -516,5 +521,54 @@ func TestWaitingClaimTakesADelayedTaskWhenReady(t *testing.T) {
 	}
 	if got.LockedAt.Before(ready.Truncate(time.Millisecond)) {
 		t.Fatalf("granted at %v, before its not_before %v", got.LockedAt, ready)
+	}
+}
+
+// readHook runs hook, once armed, right after the first GetItem on table
+// returns: a write of another that lands between a request's read and its
+// write.
+type readHook struct {
+	*dynamodb.Client
+	table string
+	armed atomic.Bool
+	hook  func()
+}
+
+func (r *readHook) GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	out, err := r.Client.GetItem(ctx, in, optFns...)
+	if *in.TableName == r.table && r.armed.CompareAndSwap(true, false) {
+		r.hook()
+	}
+	return out, err
+}
+
+// A failed release decides its ending on the task it read, and is pinned
+// to it: a PATCH of the priority that lands between its read and its write
+// makes it decide again, so that the delayed task's claim key carries the
+// priority the task has (a PATCH that changes nothing afterwards writes
+// nothing). Found by TestLinearizabilityWorkGraph: the key kept the old
+// priority, and the next PATCH rewrote it.
+func TestFailedReleaseRacingAPriorityChange(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "t", MaxAttempts: new(10)})
+	co := e.checkout(t, "t", "a", time.Minute)
+	r := &readHook{Client: e.db, table: e.names.Table(schema.TasksTable)}
+	r.hook = func() {
+		must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "x", Priority: new(0)}))
+	}
+	s := lease.New(lease.Config{DB: r, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	r.armed.Store(true)
+	must[lease.Released](t)(s.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Outcome: lease.OutcomeFailed}))
+	if r.armed.Load() {
+		t.Fatal("the PATCH never ran between the release's read and its write")
+	}
+	before := e.get(t, "t")
+	q := lease.DefaultQueue
+	after := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "y", Queue: &q}))
+	if after.Version != before.Version || before.Priority != 0 || before.NotBefore == nil {
+		t.Fatalf("after the failed release: priority %d, not_before %v; a PATCH changing nothing moved the version %d -> %d",
+			before.Priority, before.NotBefore, before.Version, after.Version)
 	}
 }
