@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -373,20 +372,11 @@ func (s *Store) heartbeat(ctx context.Context, agentID string) (*heartbeatItem, 
 }
 
 func (s *Store) readHeartbeat(ctx context.Context, agentID string) (*heartbeatItem, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: &s.heartbeats, Key: agentKey(agentID), ConsistentRead: aws.Bool(true),
-	})
+	hb, err := getItem[heartbeatItem](ctx, s.db, s.heartbeats, agentKey(agentID))
 	if err != nil {
 		return nil, fmt.Errorf("read heartbeat of %s: %w", agentID, err)
 	}
-	if len(out.Item) == 0 {
-		return nil, nil
-	}
-	var hb heartbeatItem
-	if err := attributevalue.UnmarshalMap(out.Item, &hb); err != nil {
-		return nil, err
-	}
-	return &hb, nil
+	return hb, nil
 }
 
 // heartbeatsOf reads many agents' heartbeats with BatchGetItem.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 )
@@ -138,14 +137,8 @@ func (s *Store) putError(ctx context.Context, taskID string, fence int64, text s
 // readError reads the error of the failed release of taskID's lease
 // fence ("" when there is none).
 func (s *Store) readError(ctx context.Context, taskID string, fence int64) (string, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: &s.tasks, Key: taskKey(errorKey(taskID, fence)), ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
-		return "", fmt.Errorf("read the error of %s: %w", taskID, err)
-	}
-	var b bodyItem
-	if err := attributevalue.UnmarshalMap(out.Item, &b); err != nil {
+	b, err := getItem[bodyItem](ctx, s.db, s.tasks, taskKey(errorKey(taskID, fence)))
+	if err != nil || b == nil {
 		return "", err
 	}
 	return b.Error, nil

@@ -83,6 +83,23 @@ import (
 // that read every page. Nothing else in the package loops over
 // UnprocessedKeys or UnprocessedItems.
 
+// getItem reads the item of table at key, consistently, and decodes it
+// into T; nil when there is none.
+func getItem[T any](ctx context.Context, db DB, table string, key map[string]types.AttributeValue) (*T, error) {
+	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &table, Key: key, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, err
+	}
+	if len(out.Item) == 0 {
+		return nil, nil
+	}
+	var v T
+	if err := attributevalue.UnmarshalMap(out.Item, &v); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", table, err)
+	}
+	return &v, nil
+}
+
 // batchGet reads the items of table at keys, consistently, and decodes
 // each into T (see batchGetItems).
 func batchGet[T any](ctx context.Context, db DB, table string, keys []map[string]types.AttributeValue, proj string, names map[string]string) ([]T, error) {

@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -503,22 +502,11 @@ func (s *Store) currentTask(ctx context.Context, returned map[string]types.Attri
 }
 
 func (s *Store) getTask(ctx context.Context, taskID string) (*taskItem, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      &s.tasks,
-		Key:            taskKey(taskID),
-		ConsistentRead: aws.Bool(true),
-	})
+	it, err := getItem[taskItem](ctx, s.db, s.tasks, taskKey(taskID))
 	if err != nil {
 		return nil, fmt.Errorf("get task %s: %w", taskID, err)
 	}
-	if len(out.Item) == 0 {
-		return nil, nil
-	}
-	var it taskItem
-	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
-		return nil, fmt.Errorf("decode task %s: %w", taskID, err)
-	}
-	return &it, nil
+	return it, nil
 }
 
 func taskKey(id string) map[string]types.AttributeValue {
