@@ -91,22 +91,39 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 	if err != nil {
 		return err
 	}
-	on := false
-	for _, w := range watchers {
-		on = on || w.AgentID == agentID
+	var mine *watchItem
+	for i := range watchers {
+		if watchers[i].AgentID == agentID {
+			mine = &watchers[i]
+		}
 	}
-	if !on && len(watchers)+len(cur.Watchers) >= MaxWatchers {
+	if mine == nil && len(watchers)+len(cur.Watchers) >= MaxWatchers {
 		return ErrTooManyWatchers
 	}
 	// Watching again refreshes the watch's time but keeps its place: the
 	// eseq it was first placed at, so that a freeing since then still
-	// tells it, as a watch list on the task item did.
+	// tells it, as a watch list on the task item did. A watch placed
+	// before the agent's id was registered (again) is its removed self's:
+	// the new agent's watch starts from now, on condition that the old
+	// one is still as read.
+	var place expression.OperandBuilder = expression.IfNotExists(expression.Name("eseq"), expression.Value(cur.ESeq))
+	b := expression.NewBuilder()
+	if mine != nil {
+		hb, err := s.heartbeat(ctx, agentID)
+		if err != nil {
+			return err
+		}
+		if hb != nil && hb.RegisteredAt > mine.At {
+			place = expression.Value(cur.ESeq)
+			b = b.WithCondition(expression.Name("at").Equal(expression.Value(mine.At)))
+		}
+	}
 	now := s.clock()
 	upd := expression.Set(expression.Name("at"), expression.Value(ms(now))).
 		Set(expression.Name("ttl"), expression.Value(now.Add(watchRetention).Unix())).
 		Set(expression.Name("last_eseq"), expression.Value(cur.ESeq)).
-		Set(expression.Name("eseq"), expression.IfNotExists(expression.Name("eseq"), expression.Value(cur.ESeq)))
-	expr, err := expression.NewBuilder().WithUpdate(upd).Build()
+		Set(expression.Name("eseq"), place)
+	expr, err := b.WithUpdate(upd).Build()
 	if err != nil {
 		return err
 	}
@@ -116,10 +133,14 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 			"agent_id":   &types.AttributeValueMemberS{Value: watchPartition(cur.TaskID)},
 			"message_id": &types.AttributeValueMemberS{Value: agentID},
 		},
+		ConditionExpression:       expr.Condition(),
 		UpdateExpression:          expr.Update(),
 		ExpressionAttributeNames:  expr.Names(),
 		ExpressionAttributeValues: expr.Values(),
 	}); err != nil {
+		if _, failed := conditionFailed(err); failed {
+			return nil // refreshed meanwhile by the new agent's own watch
+		}
 		return fmt.Errorf("watch %s: %w", cur.TaskID, err)
 	}
 	return nil

@@ -72,3 +72,43 @@ func TestWatcherMessageDoesNotOutliveItsRemoval(t *testing.T) {
 		}
 	}
 }
+
+// An id registered again that watches a task its removed self watched
+// starts a watch of its own: a freeing that came before that watch does
+// not tell it (the removed self's watch item kept its place, and the new
+// watch, a refresh of that item, took the place over). Found by
+// TestLinearizabilityWatchForceRemove.
+func TestWatchOfAnIDRegisteredAgainStartsAfresh(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "x")
+	must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "w", Name: "w"}))
+	co := e.checkout(t, "x", "a", time.Minute)
+	if err := e.store.Watch(c, "x", "w"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Millisecond)
+	if err := e.store.RemoveAgent(c, "w"); err != nil {
+		t.Fatal(err)
+	}
+	// The freeing, before the id is registered again and watches again;
+	// the stream has not handled it yet.
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a", RunID: co.RunID}))
+	e.clock.Advance(time.Millisecond)
+	must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "w", Name: "w"}))
+	e.clock.Advance(time.Millisecond)
+	if err := e.store.Watch(c, "x", "w"); err != nil {
+		t.Fatal(err)
+	}
+	if msgs := e.inbox(t, "w"); len(msgs) != 0 {
+		t.Fatalf("the new agent was told of a freeing before its watch: %+v", msgs)
+	}
+	// Its own watch is told at the next freeing.
+	e.clock.Advance(time.Millisecond)
+	co = e.checkout(t, "x", "a", time.Minute)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a", RunID: co.RunID}))
+	if msgs := e.inbox(t, "w"); len(msgs) != 1 || msgs[0].Fence != co.Fence {
+		t.Fatalf("the new agent's own watch: %+v, want one message for fence %d", msgs, co.Fence)
+	}
+}
