@@ -1275,9 +1275,6 @@ type wTask struct {
 	Attempts, Failures, MaxAttempts int
 	NotBefore                       int64
 	Rank                            bool
-	// DelayedKey: a failed release delayed the task, and no PATCH has
-	// written it since: see patchOp.
-	DelayedKey bool
 	// Settle: a PATCH left the task blocked since the stream last ran, and
 	// its settling may see a blocker done later (settled).
 	Settle bool
@@ -1924,7 +1921,7 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 			if x.Attempts >= x.MaxAttempts {
 				nx.Status = lease.StatusFailed
 			} else if x.NotBefore = w.Now + wRetryWait(x.Failures); x.NotBefore > w.Now {
-				x.Rank, x.DelayedKey = true, true
+				x.Rank = true
 			}
 		case "complete":
 			// Nobody is told: a completion is not a freeing. The watches
@@ -2011,7 +2008,6 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 	}
 	if changed {
 		x.Version++
-		x.DelayedKey = x.NotBefore > w.Now // a write sets the key: delayed while not_before is ahead
 	}
 	settled := changed && x.Status == lease.StatusBlocked
 	if settled {
