@@ -20,7 +20,9 @@
 //
 //  5. Expression parsing in linear time (pegmemo.js): dynalite's generated
 //     parsers are memoized, as PEG.js's --cache makes them; without it a
-//     condition's parse time doubles with each level of its nesting.
+//     condition's parse time doubles with each level of its nesting. And
+//     an expression sent again with new values is not parsed again
+//     (parsecache.js): its kept parse gets the request's values.
 //
 //  4. Capacity (meter.js): ReturnConsumedCapacity TOTAL and INDEXES answered
 //     as DynamoDB bills (item sizes by AWS's rules, index writes by
@@ -69,7 +71,9 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
   // 5. Before anything of dynalite's requires the parsers.
   for (const parser of [ 'conditionParser', 'updateParser', 'projectionParser' ]) {
     const file = require.resolve(path.join(DIR, 'db', parser))
-    if (!require.cache[file]) require('./pegmemo').install(file)
+    if (require.cache[file]) continue
+    require('./pegmemo').install(file)
+    require.cache[file].exports = require('./parsecache').cached(require.cache[file].exports)
   }
   const defaultLag = parseDuration(argv['index-lag'] != null ? argv['index-lag'] : process.env.DYNALITE_INDEX_LAG)
   if (!(defaultLag >= 0)) throw new Error('--index-lag / DYNALITE_INDEX_LAG: not a duration: ' + (argv['index-lag'] || process.env.DYNALITE_INDEX_LAG))
