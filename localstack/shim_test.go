@@ -1004,3 +1004,40 @@ func TestStreamSurvivesKill(t *testing.T) {
 	}
 	checkIncreasing(t, recs2)
 }
+
+// A write that leaves the item as DynamoDB holds it (numbers in another
+// notation, sets in another order, nested values alike) adds no record; a
+// change anywhere, however deep, adds one.
+func TestStreamSkipsWritesThatChangeNothing(t *testing.T) {
+	t.Parallel()
+	ep := shimServer(t)
+	c, sc := client(ep), streamsClient(ep)
+	table := uniqueName("same")
+	arn := streamTable(t, c, table, stypes.StreamViewTypeNewAndOldImages)
+	nv := func(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
+	item := func(v, nested string, tags ...string) map[string]types.AttributeValue {
+		return map[string]types.AttributeValue{
+			"pk": s("a"), "status": s("open"), "v": nv(v),
+			"tags": &types.AttributeValueMemberSS{Value: tags},
+			"nums": &types.AttributeValueMemberNS{Value: []string{"1", "20"}},
+			"m": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+				"l": &types.AttributeValueMemberL{Value: []types.AttributeValue{nv(nested), s("s")}},
+			}},
+		}
+	}
+	put(t, c, table, item("2", "1", "x", "y"))          // INSERT
+	put(t, c, table, item("2.0", "1", "y", "x"))        // the same item: no record
+	put(t, c, table, item("2", "1.00", "x", "y"))       // the same item: no record
+	put(t, c, table, item("2", "2", "x", "y"))          // MODIFY, deep in a list in a map
+	put(t, c, table, item("2", "2", "x", "y", "z"))     // MODIFY, a set grew
+	put(t, c, table, item("20e-1", "2", "z", "y", "x")) // the same item: no record
+	put(t, c, table, item("2", "2", "z", "y", "w"))     // MODIFY, a set member changed
+	recs := readStream(t, sc, arn)
+	var got []string
+	for _, r := range recs {
+		got = append(got, string(r.EventName))
+	}
+	if want := []string{"INSERT", "MODIFY", "MODIFY", "MODIFY"}; !slices.Equal(got, want) {
+		t.Fatalf("records %v, want %v", got, want)
+	}
+}

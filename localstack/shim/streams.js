@@ -152,7 +152,7 @@ class Streams {
   recordFor ({ table, oldItem, newItem }) {
     const spec = table.StreamSpecification
     if (!spec || !spec.StreamEnabled || !table.LatestStreamArn || (!oldItem && !newItem)) return null
-    if (oldItem && newItem && canonItem(oldItem, this.Big) === canonItem(newItem, this.Big)) return null
+    if (oldItem && newItem && sameItem(oldItem, newItem, this.Big)) return null
     const s = this.register(table)
     if (s.status !== 'ENABLED') return null
     const keys = {}
@@ -387,23 +387,38 @@ function notFound (message) {
   return awsError('ResourceNotFoundException', message)
 }
 
-// canonItem renders an item so that two items DynamoDB holds equal (sets in
-// any order, numbers in any notation) render the same.
-function canonItem (item, Big) {
-  return Object.keys(item).sort().map(k => JSON.stringify(k) + ':' + canon(item[k], Big)).join(',')
+// sameItem tells whether DynamoDB holds two items equal: the same
+// attributes with equal values (sets in any order, numbers in any
+// notation). Most writes change something, and the first difference ends
+// the comparison.
+function sameItem (a, b, Big) {
+  const keys = Object.keys(a)
+  if (keys.length !== Object.keys(b).length) return false
+  for (const k of keys) {
+    if (!Object.prototype.hasOwnProperty.call(b, k) || !sameValue(a[k], b[k], Big)) return false
+  }
+  return true
 }
 
-function canon (v, Big) {
-  const type = Object.keys(v)[0], x = v[type]
+function sameValue (v, w, Big) {
+  const type = Object.keys(v)[0]
+  if (Object.keys(w)[0] !== type) return false
+  const x = v[type], y = w[type]
   switch (type) {
-  case 'N': return 'N' + new Big(x).toString()
-  case 'NS': return 'NS' + JSON.stringify(x.map(n => new Big(n).toString()).sort())
+  case 'N': return x === y || new Big(x).eq(new Big(y))
+  case 'NS': return x.length === y.length && sameStrings(x.map(n => new Big(n).toString()), y.map(n => new Big(n).toString()))
   case 'SS':
-  case 'BS': return type + JSON.stringify([ ...x ].sort())
-  case 'M': return 'M{' + canonItem(x, Big) + '}'
-  case 'L': return 'L[' + x.map(e => canon(e, Big)).join(',') + ']'
-  default: return type + JSON.stringify(x)
+  case 'BS': return x.length === y.length && sameStrings(x, y)
+  case 'M': return sameItem(x, y, Big)
+  case 'L': return x.length === y.length && x.every((e, i) => sameValue(e, y[i], Big))
+  default: return x === y
   }
+}
+
+// sameStrings tells whether two lists of strings hold the same set.
+function sameStrings (xs, ys) {
+  const set = new Set(xs)
+  return ys.every(y => set.has(y))
 }
 
 module.exports = { Streams, awsError }
