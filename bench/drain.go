@@ -99,7 +99,10 @@ func RunDrain(ctx context.Context, endpoint string, agents, tasks int, perAgent 
 		}
 	}
 	res.Setup = time.Since(t0)
-	gc := &grantCounter{DB: o.DB}
+	// The claims' own client: the stream function's requests (on o.DB)
+	// and the completions' (their own client) are left out of Requests.
+	claimCount := NewCounter()
+	gc := &grantCounter{DB: claimCount.Client(endpoint)}
 	shared := lease.New(lease.Config{DB: gc, Tables: o.Names, Notifier: nopNotifier{}})
 	stores := make([]*lease.Store, agents)
 	for i := range stores {
@@ -113,7 +116,7 @@ func RunDrain(ctx context.Context, endpoint string, agents, tasks int, perAgent 
 	var mu sync.Mutex
 	granted := map[string]int{}
 	var claims atomic.Int64
-	o.Count.Take()
+	claimCount.Take()
 	start := time.Now()
 	err = parallel(ctx, agents, agents, func(i int) error {
 		agent := fmt.Sprintf("agent-%02d", i)
@@ -135,7 +138,7 @@ func RunDrain(ctx context.Context, endpoint string, agents, tasks int, perAgent 
 		}
 	})
 	res.Elapsed = time.Since(start)
-	res.Requests = o.Count.Take()
+	res.Requests = claimCount.Take()
 	if err != nil {
 		return res, err
 	}

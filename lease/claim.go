@@ -41,7 +41,9 @@ import (
 // instead of one; a claim queries the head of every shard of every queue it
 // names at once and merges them, one Query per shard (so the claim's
 // budget of 5 requests and 3 read units for one queue holds for n up to
-// 4). Each head is ceil(w/n)+1 entries and at least 8 (w the
+// 4). A claim spread over the head (concurrent claimers, below) reads one
+// shard of each queue instead, chosen at random (claimLook), and the
+// others only when that one has nothing for it: 2 requests for one queue. Each head is ceil(w/n)+1 entries and at least 8 (w the
 // claim's spread window, below; 1 for a lone claimer; a Query is billed by
 // the 4 KB read, so the longer head costs nothing), with only the attributes ordering
 // and the grant need: any task among the best k of the queues is among the
@@ -93,7 +95,9 @@ import (
 // write, so that claimers who lost the same task do not all go for the next
 // one. Priority order is exact for a lone claimer and holds across claimers
 // up to that window: n claimers of one process at once take n of the best
-// 3n. A claim that names its run id keeps a receipt (a heartbeats-table item
+// 3n (each from the best 3n/4 of a random shard, once w is at least two a
+// shard: tasks hash evenly over the shards, so that is the same random
+// pick for a quarter of the Queries). A claim that names its run id keeps a receipt (a heartbeats-table item
 // keyed "#claim#agent#run", TTL 48 h) listing every task it tries, written
 // before each try; a retry reads the receipt and those tasks consistently
 // and returns the lease the run got, so the same run id always gets the same
@@ -276,15 +280,14 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 	taken := map[string]bool{}
 	for range maxAttempts {
 		readAt := ms(s.clock())
-		cands, next, err := s.claimCandidates(ctx, cp.queues)
+		w := s.claims.width(0)
+		cands, next, err := s.claimLook(ctx, cp.queues, w, taken)
 		if err != nil {
 			return Checkout{}, err
 		}
-		cands = slices.DeleteFunc(cands, func(it *taskItem) bool { return taken[it.TaskID] })
 		if len(cands) == 0 {
 			return Checkout{}, &noneYet{next: next}
 		}
-		w := s.claims.width(0)
 		cands = s.claims.order(cands, w)
 		for raced := 0; len(cands) > 0; {
 			it := cands[0]
@@ -340,13 +343,47 @@ type noneYet struct{ next int64 }
 func (e *noneYet) Error() string { return ErrNoTaskAvailable.Error() }
 func (e *noneYet) Unwrap() error { return ErrNoTaskAvailable }
 
+// claimLook returns the candidates of a claim that picks among the best w,
+// leaving out those it found taken. A claim spread over at least two
+// candidates per claim shard reads one shard of each queue, chosen at
+// random, and the others only if that one has nothing for it: tasks hash
+// evenly over the shards, so a random pick among the best w/n of a random
+// shard is a random pick among the best w of the queue, as the claim makes
+// anyway, for one Query per queue instead of n. A lone claimer (w = 1),
+// or one spread too narrowly for that, reads every shard and takes the
+// best exactly.
+func (s *Store) claimLook(ctx context.Context, queues []string, w int, taken map[string]bool) ([]*taskItem, int64, error) {
+	n := s.shards.Claim
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	notTaken := func(cands []*taskItem) []*taskItem {
+		return slices.DeleteFunc(cands, func(it *taskItem) bool { return taken[it.TaskID] })
+	}
+	if n < 2 || w < 2*n {
+		cands, next, err := s.claimCandidates(ctx, queues, all)
+		return notTaken(cands), next, err
+	}
+	one := rand.IntN(n)
+	cands, next, err := s.claimCandidates(ctx, queues, all[one:one+1])
+	if cands = notTaken(cands); err != nil || len(cands) > 0 {
+		return cands, next, err
+	}
+	cands, later, err := s.claimCandidates(ctx, queues, slices.Delete(all, one, one+1))
+	if next == 0 || later != 0 && later < next {
+		next = later
+	}
+	return notTaken(cands), next, err
+}
+
 // claimCandidates returns the tasks in queues that look available, best
-// first: the head of each shard of each queue in the claim index, read at
-// once. Leases past their expiry and leases of dead holders are not looked
+// first: the head of each of the given shards of each queue in the claim
+// index, read at once. Leases past their expiry and leases of dead holders are not looked
 // for: the sweep ends them and puts their tasks back in the claim index,
 // so a claim reads one index partition per shard per queue, whatever else
 // the fleet holds.
-func (s *Store) claimCandidates(ctx context.Context, queues []string) ([]*taskItem, int64, error) {
+func (s *Store) claimCandidates(ctx context.Context, queues []string, shards []int) ([]*taskItem, int64, error) {
 	var mu sync.Mutex
 	var out []*taskItem
 	var next int64 // the earliest not_before of a task not ready yet
@@ -377,7 +414,7 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string) ([]*taskIt
 	proj := expression.NamesList(expression.Name("task_id"), expression.Name("queue"), expression.Name("priority"),
 		expression.Name("created_at"), expression.Name("claim_key"))
 	for _, q := range queues {
-		for shard := range s.shards.Claim {
+		for _, shard := range shards {
 			g.Go(func() error {
 				keyCond := expression.Key("claim_shard").Equal(expression.Value(q + "#" + strconv.Itoa(shard)))
 				expr, _ := expression.NewBuilder().WithKeyCondition(keyCond).WithProjection(proj).Build()
