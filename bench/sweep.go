@@ -61,11 +61,10 @@ func RunSweep(ctx context.Context, endpoint string, n int) (Sweep, error) {
 		return res, err
 	}
 	start := time.Now()
-	if err := o.Quiet(ctx, func() error { return nil }); err != nil {
+	if res.Stream, err = o.CatchUp(ctx); err != nil {
 		return res, err
 	}
 	res.StreamElapsed = time.Since(start)
-	res.Stream = o.Count.Take()
 	res.Ended = r.Timeouts
 	if res.Ended != n {
 		return res, fmt.Errorf("sweep ended %d of %d expired leases", res.Ended, n)

@@ -103,6 +103,16 @@ func (o *Ours) Quiet(ctx context.Context, fn func() error) error {
 	return fn()
 }
 
+// CatchUp hands every change so far to the stream function, and returns
+// the requests it made for them.
+func (o *Ours) CatchUp(ctx context.Context) (Ops, error) {
+	o.streamMu.Lock()
+	defer o.streamMu.Unlock()
+	o.Count.Take()
+	_, err := o.stream.Poll(ctx)
+	return o.Count.Take(), err
+}
+
 type nopNotifier struct{}
 
 func (nopNotifier) Notify(context.Context, lease.Notice) error { return nil }
