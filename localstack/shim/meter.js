@@ -69,13 +69,35 @@ function nameSize (name) {
 }
 
 // numberSize is the size of a DynamoDB number: 1 byte per two significant
-// digits, rounded up, plus 1 byte.
+// digits, rounded up, plus 1 byte. (A loop, not regular expressions: every
+// write sizes every number of both its images.)
 function numberSize (n) {
-  let s = String(n).trim().replace(/^[+-]/, '')
-  const e = s.search(/[eE]/)
-  if (e >= 0) s = s.slice(0, e)
-  const digits = s.replace('.', '').replace(/^0+/, '').replace(/0+$/, '')
-  return Math.ceil(digits.length / 2) + 1
+  const s = String(n).trim()
+  let start = 0, end = s.length
+  if (s[0] === '+' || s[0] === '-') start = 1
+  for (let i = start; i < end; i++) {
+    const c = s.charCodeAt(i)
+    if (c === 101 || c === 69) { // e, E: the exponent is not a digit
+      end = i
+      break
+    }
+  }
+  // The significant digits run from the first non-zero digit to the last,
+  // the decimal point left out.
+  let digit = 0, first = -1, last = -1, point = false
+  for (let i = start; i < end; i++) {
+    const c = s.charCodeAt(i)
+    if (c === 46 && !point) {
+      point = true
+      continue
+    }
+    if (c !== 48) {
+      if (first < 0) first = digit
+      last = digit
+    }
+    digit++
+  }
+  return Math.ceil((first < 0 ? 0 : last - first + 1) / 2) + 1
 }
 
 // valueSize is the size of one attribute value, without its name.
@@ -134,24 +156,42 @@ function keyValue (item, keySchema) {
 function indexEntry (table, index, item) {
   if (!item) return null
   const ikeys = keyNames(index.KeySchema)
-  if (!ikeys.every(k => item[k] != null)) return null
+  for (const k of ikeys) if (item[k] == null) return null
   const p = index.Projection || { ProjectionType: 'ALL' }
   if (p.ProjectionType === 'ALL') return item
-  const names = new Set([ ...keyNames(table.KeySchema), ...ikeys, ...(p.ProjectionType === 'INCLUDE' ? p.NonKeyAttributes || [] : []) ])
   const entry = {}
-  for (const n of names) if (item[n] != null) entry[n] = item[n]
+  const take = names => {
+    for (const n of names) if (item[n] != null) entry[n] = item[n]
+  }
+  take(keyNames(table.KeySchema))
+  take(ikeys)
+  if (p.ProjectionType === 'INCLUDE' && p.NonKeyAttributes) take(p.NonKeyAttributes)
   return entry
 }
 
-// canonical is a string that is equal for equal attribute values.
-function canonical (v) {
-  if (v == null || typeof v !== 'object') return JSON.stringify(v)
-  if (Array.isArray(v)) return '[' + v.map(canonical).join(',') + ']'
-  return '{' + Object.keys(v).filter(k => v[k] != null).sort().map(k => JSON.stringify(k) + ':' + canonical(v[k])).join(',') + '}'
+// same tells whether two attribute values (or records of them, attributes
+// that are null left out) are equal, as their JSON would be.
+function same (a, b) {
+  if (a === b) return true
+  if (a == null || b == null || typeof a !== 'object' || typeof b !== 'object') return a == null && b == null
+  if (Array.isArray(a)) {
+    if (!Array.isArray(b) || a.length !== b.length) return false
+    for (let i = 0; i < a.length; i++) if (!same(a[i], b[i])) return false
+    return true
+  }
+  if (Array.isArray(b)) return false
+  let n = 0
+  for (const k in a) {
+    if (a[k] == null) continue
+    if (!same(a[k], b[k])) return false
+    n++
+  }
+  for (const k in b) if (b[k] != null) n--
+  return n === 0
 }
 
 function sameKeys (a, b, names) {
-  return names.every(n => canonical(a[n]) === canonical(b[n]))
+  return names.every(n => same(a[n], b[n]))
 }
 
 // Usage is what one request consumed: units of the table and of each index,
@@ -213,7 +253,7 @@ function writeUsage (table, oldItem, newItem, key) {
       u.add(name, keyValue(before, ks), writeUnits(size(before))) // delete
       u.add(name, keyValue(after, ks), writeUnits(size(after))) // and put
     }
-    else if (canonical(before) !== canonical(after)) {
+    else if (!same(before, after)) {
       u.add(name, keyValue(after, ks), writeUnits(Math.max(size(before), size(after)))) // update
     }
   }

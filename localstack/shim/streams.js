@@ -22,6 +22,7 @@
 'use strict'
 
 const crypto = require('crypto')
+const { itemSize } = require('./meter') // sizes by AWS's rules
 
 const RETENTION_MS = 24 * 60 * 60 * 1000
 const MAX_RECORDS = 100000
@@ -37,7 +38,7 @@ const META = 'shimstream~m~', REC = 'shimstream~r~', END = 'shimstream\x7f'
 class Streams {
   constructor (store, deps) {
     this.store = store
-    this.db = deps.db // dynalite's db module: itemSize, validationError
+    this.db = deps.db // dynalite's db module: validationError
     this.Big = deps.Big
     this.persist = !!store.options.path
     this.byArn = new Map()
@@ -166,11 +167,11 @@ class Streams {
     }
     if (newItem && /NEW/.test(s.viewType)) d.NewImage = newItem
     if (oldItem && /OLD/.test(s.viewType)) d.OldImage = oldItem
-    d.SizeBytes = [ d.Keys, d.NewImage, d.OldImage ].reduce((n, x) => n + (x ? this.db.itemSize(x) : 0), 0)
+    d.SizeBytes = [ d.Keys, d.NewImage, d.OldImage ].reduce((n, x) => n + (x ? itemSize(x) : 0), 0)
     return {
       stream: s,
       record: {
-        eventID: crypto.randomBytes(16).toString('hex'),
+        eventID: crypto.randomUUID().replace(/-/g, ''), // 32 hex digits, from a pooled source
         eventName: !oldItem ? 'INSERT' : !newItem ? 'REMOVE' : 'MODIFY',
         eventVersion: '1.1',
         eventSource: 'aws:dynamodb',
