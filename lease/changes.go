@@ -120,9 +120,13 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 			notices = append(notices, Notice{ID: noticeID(kind, e), Kind: kind, Event: e})
 			// The watches placed before this freeing, and the watch list a
 			// task item from before watch items may still carry.
-			asked, err := fw.take(ctx, ev.TaskID, ev.Seq)
-			if err != nil {
-				return err
+			// A task nobody has watched has no watches to read.
+			asked := map[string]int64{}
+			if cur.Watched == nil || *cur.Watched {
+				var err error
+				if asked, err = fw.take(ctx, ev.TaskID, ev.Seq); err != nil {
+					return err
+				}
 			}
 			for id, at := range old.Watchers {
 				if _, ok := asked[id]; !ok {

@@ -72,6 +72,11 @@ type taskItem struct {
 	// Watchers maps each watching agent to when it asked (Unix ms). It is
 	// bounded by MaxWatchers.
 	Watchers map[string]int64 `dynamodbav:"watchers,omitempty"`
+	// Watched says whether any agent has watched the task since it was
+	// created: the change stream reads a freed task's watches only then
+	// (watch.go). A task item from before it has none (nil), and its
+	// watches are read at every freeing.
+	Watched *bool `dynamodbav:"watched,omitempty"`
 
 	// The work graph (deps.go). BlockedBy is the task's blockers as named;
 	// WaitingOn those of them not done when last looked at (a string

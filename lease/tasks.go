@@ -149,6 +149,7 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 	}
 	it.ClaimShard = it.ClaimHome
 	it.ClaimRank = it.ClaimKey
+	it.Watched = aws.Bool(false) // until a watch (watch.go)
 	it.BlockedBy = blockers
 	it.MaxAttempts = DefaultMaxAttempts
 	if p.MaxAttempts != nil {

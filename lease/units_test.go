@@ -39,12 +39,16 @@ var unitBudgets = map[string]struct{ Small, Large localstack.Units }{
 	// A renewal moves the lease's expiry entry (a delete and a put) and
 	// reads the holder's heartbeat once its alive cache has lapsed.
 	"renew": {units(5, 1), units(5, 1)},
-	// A freeing reads the task's watches (one consistent Query) to tell them.
-	"release":           {units(7, 2), units(7, 2)},
+	// A freeing reads the task's watches (one consistent Query) to tell
+	// them only if the task has ever been watched (its watched flag).
+	"release":           {units(7, 1), units(7, 1)},
 	"complete":          {units(7, 1), units(7, 4)},
 	"checkout+complete": {units(13, 1), units(13, 4)},
-	// A watch reads the task and its watches, and puts one item.
-	"watch": {units(1, 2), units(1, 2)},
+	// A watch reads the task and its watches, and puts one item; the
+	// task's first watch also sets its watched flag (1 more write unit),
+	// which spares every freeing of a task nobody watches its Query of
+	// watches.
+	"watch": {units(2, 2), units(2, 2)},
 	// A heartbeat sent later than the last one moves the agent's entry in
 	// the heartbeats' by_expiry index (a delete and a put).
 	"heartbeat":          {units(3, 0), units(3, 0)},
@@ -55,8 +59,9 @@ var unitBudgets = map[string]struct{ Small, Large localstack.Units }{
 	// leases it ends) are shared among them. Each ending also tells its
 	// former holder (a lease_lost message, 1 write unit of the stream
 	// function's, 6 in all): the request path is unchanged (4 write units a
-	// lease), and the total is 39 + 6 write units.
-	"sweep, per expired lease": {units(45.0/6, 25.0/6), units(45.0/6, 25.0/6)},
+	// lease), and the total is 39 + 6 write units. None of them was
+	// watched: no Query of watches.
+	"sweep, per expired lease": {units(45.0/6, 19.0/6), units(45.0/6, 19.0/6)},
 	// The work graph (deps.go). A dependent of one blocker: its edge, the
 	// blocker's has_dependents, the task item and its status entry, and
 	// the queue's counter; its blocker is read three times: before and
@@ -65,10 +70,10 @@ var unitBudgets = map[string]struct{ Small, Large localstack.Units }{
 	// Each dependent a completion unblocks: its
 	// item, its status entry updated and its claim entry put, its event
 	// archived and fed, and its share of the queue's counter and of the
-	// Query of the blocker's edges; its freeing reads its watches. 21
-	// write units and 6 read units for four.
+	// Query of the blocker's edges (its freeing reads no watches: none
+	// was placed). 21 write units and 2 read units for four.
 	"create a dependent":     {units(5, 4), units(5, 4)},
-	"unblock, per dependent": {units(21.0/4, 6.0/4), units(21.0/4, 6.0/4)},
+	"unblock, per dependent": {units(21.0/4, 2.0/4), units(21.0/4, 2.0/4)},
 }
 
 // fleetBudget is the write units per checkout+complete cycle on the

@@ -42,9 +42,12 @@ import (
 // A watch records the task's eseq when it was placed. A freeing of the
 // task (its event's seq S) tells every watch placed before it (eseq < S),
 // once: the stream function reads the task's watches with a consistent
-// Query, writes each watcher's message (idempotent, as before) and then
-// deletes each watch it told, conditioned on the watch being the one it
-// read, so an agent that watches again meanwhile stays on. A watch placed
+// Query (only for a task whose item says it has been watched: a task's
+// first watch sets its watched flag, and is placed at the eseq that write
+// returns, after every freeing written without the flag), writes each
+// watcher's message (idempotent, as before) and then deletes each watch
+// it told, conditioned on the watch being the one it read, so an agent
+// that watches again meanwhile stays on. A watch placed
 // after the freeing waits for the next one, as a watch written after the
 // freeing's write always has.
 
@@ -87,6 +90,12 @@ func (s *Store) Watch(ctx context.Context, taskID, agentID string) error {
 
 // watch places agentID's watch on the task cur was read as.
 func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error {
+	if cur.Watched != nil && !*cur.Watched {
+		var err error
+		if cur, err = s.markWatched(ctx, cur.TaskID); err != nil {
+			return err
+		}
+	}
 	watchers, err := s.watches(ctx, cur.TaskID)
 	if err != nil {
 		return err
@@ -144,6 +153,37 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 		return fmt.Errorf("watch %s: %w", cur.TaskID, err)
 	}
 	return nil
+}
+
+// markWatched sets the task's watched flag, so that its freeings from now
+// on read its watches, and returns the task as that write left it: the
+// watch is placed at that eseq, after every freeing written without the
+// flag, none of which tells it. It is not a transition: the version is
+// not moved, and the change stream has nothing to do for it.
+func (s *Store) markWatched(ctx context.Context, taskID string) (*taskItem, error) {
+	expr, _ := expression.NewBuilder().
+		WithCondition(expression.AttributeExists(expression.Name("task_id"))).
+		WithUpdate(expression.Set(expression.Name("watched"), expression.Value(true))).Build()
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.tasks,
+		Key:                       taskKey(taskID),
+		ConditionExpression:       expr.Condition(),
+		UpdateExpression:          expr.Update(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+		ReturnValues:              types.ReturnValueAllNew,
+	})
+	if _, failed := conditionFailed(err); failed {
+		return nil, ErrTaskNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", taskID, err)
+	}
+	var it taskItem
+	if err := attributevalue.UnmarshalMap(out.Attributes, &it); err != nil {
+		return nil, fmt.Errorf("decode task %s: %w", taskID, err)
+	}
+	return &it, nil
 }
 
 // watches reads a task's watches, consistently.
