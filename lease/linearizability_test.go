@@ -1634,12 +1634,6 @@ func splitMsgs(msgs string) []string {
 	return strings.Split(msgs, ",")
 }
 
-func mergeMsgs(a, b string) string {
-	all := append(splitMsgs(a), splitMsgs(b)...)
-	sort.Strings(all)
-	return strings.Join(all, ",")
-}
-
 // subtractMsgs is a - b, false if b is not within a.
 func subtractMsgs(a, b string) (string, bool) {
 	rest := splitMsgs(a)
