@@ -379,10 +379,10 @@ func (s *Store) claimLook(ctx context.Context, queues []string, w int, taken map
 
 // claimCandidates returns the tasks in queues that look available, best
 // first: the head of each of the given shards of each queue in the claim
-// index, read at once. Leases past their expiry and leases of dead holders are not looked
-// for: the sweep ends them and puts their tasks back in the claim index,
-// so a claim reads one index partition per shard per queue, whatever else
-// the fleet holds.
+// index, read at once. Leases past their expiry and leases of dead
+// holders are not looked for: the sweep ends them and puts their tasks
+// back in the claim index, so a claim reads one index partition per shard
+// it looks at per queue, whatever else the fleet holds.
 func (s *Store) claimCandidates(ctx context.Context, queues []string, shards []int) ([]*taskItem, int64, error) {
 	var mu sync.Mutex
 	var out []*taskItem
