@@ -30,7 +30,10 @@
 //     nesting, and the AWS SDK's expression builder nests: a checkout's
 //     condition cost dynalite about 12 ms to parse, more than the rest of
 //     the write. The shim memoizes them as PEG.js's --cache would, which
-//     changes no result (TestNestedConditions).
+//     changes no result (TestNestedConditions). It also keeps each
+//     successful parse (shim/parsecache.js): an expression sent again with
+//     the same names and value types gets a copy with its own values, and
+//     is judged as a new parse would be (TestParseCache).
 //
 //   - Index lag. DynamoDB's global secondary indexes are eventually
 //     consistent; dynalite's are not, unless a lag is set. Each write's GSI
