@@ -229,10 +229,15 @@ func (t *taskItem) belowLimit() bool { return t.Attempts < t.maxAttempts() }
 // the write left it) and applied=true; when it fails it returns the item
 // as it is (nil if there is no task).
 //
-// Every write of a task item goes through it, and it adds one to the item's
-// version in the same write.
+// Every change of a task item goes through it, and it adds one to the
+// item's version in the same write; write alone is for a write that
+// changes nothing a reader of the task sees (markWatched).
 func (s *Store) update(ctx context.Context, taskID string, cond terms, upd expression.UpdateBuilder, rv types.ReturnValue) (*taskItem, bool, error) {
-	upd = upd.Add(nameVersion, expression.Value(1))
+	return s.write(ctx, taskID, cond, upd.Add(nameVersion, expression.Value(1)), rv)
+}
+
+// write is update without the version.
+func (s *Store) write(ctx context.Context, taskID string, cond terms, upd expression.UpdateBuilder, rv types.ReturnValue) (*taskItem, bool, error) {
 	expr, err := expression.NewBuilder().WithCondition(cond.cond()).WithUpdate(upd).Build()
 	if err != nil {
 		return nil, false, fmt.Errorf("build update of %s: %w", taskID, err)

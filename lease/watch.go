@@ -161,29 +161,15 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 // flag, none of which tells it. It is not a transition: the version is
 // not moved, and the change stream has nothing to do for it.
 func (s *Store) markWatched(ctx context.Context, taskID string) (*taskItem, error) {
-	expr, _ := expression.NewBuilder().
-		WithCondition(expression.AttributeExists(expression.Name("task_id"))).
-		WithUpdate(expression.Set(expression.Name("watched"), expression.Value(true))).Build()
-	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 &s.tasks,
-		Key:                       taskKey(taskID),
-		ConditionExpression:       expr.Condition(),
-		UpdateExpression:          expr.Update(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-		ReturnValues:              types.ReturnValueAllNew,
-	})
-	if _, failed := conditionFailed(err); failed {
+	cur, applied, err := s.write(ctx, taskID, terms{expression.AttributeExists(expression.Name("task_id"))},
+		expression.Set(expression.Name("watched"), expression.Value(true)), types.ReturnValueAllNew)
+	if err != nil {
+		return nil, err
+	}
+	if !applied {
 		return nil, ErrTaskNotFound
 	}
-	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", taskID, err)
-	}
-	var it taskItem
-	if err := attributevalue.UnmarshalMap(out.Attributes, &it); err != nil {
-		return nil, fmt.Errorf("decode task %s: %w", taskID, err)
-	}
-	return &it, nil
+	return cur, nil
 }
 
 // watches reads a task's watches, consistently.
