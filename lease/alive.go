@@ -47,6 +47,28 @@ import (
 // its holder gets not_checked_out (or not_holder when another lease is
 // live). A force release judges the lease, holder's heartbeat included,
 // before its write, which is pinned to that lease.
+//
+// The time rule (doc.go, "Time only moves forward") for heartbeats and
+// deaths:
+//
+// A heartbeat's time is the time it was read, but it matters from when its
+// write lands: one that lands after the expiry it replaced may land after
+// the agent was seen dead and its leases ended. The clock is read again
+// after the write; if it is past that expiry, the heartbeat is made a
+// return from the dead at that time (a second write: alive_since and
+// dead_at), so the leases that death ended stay ended and no death seen
+// before falls inside the life the answer states. The price is that a
+// heartbeat landing within its own latency of the expiry ends the agent's
+// leases, as one landing late would; clients heartbeat at a third of the
+// ttl. Until the second write lands (one request's time) a reader may see
+// the agent alive and its unswept leases live. A return from the dead is,
+// for the same reason, made once more at the clock read after its write
+// when the clock has moved on by then (returns only: one more write).
+//
+// Deaths are stamped when they were seen (the consistent read that found
+// the holder dead), not when their write lands: the sweep's ending and a
+// takeover's agent_death event (prev_end_at) carry that time, raised to
+// the lease's latest transition where needed.
 
 // aliveCache remembers, for a moment, that an agent is alive, so that a
 // storm of conflicts over one task reads its holder's heartbeat once rather

@@ -145,11 +145,10 @@
 //	     OR the lease on it has expired, todo is expected, and that
 //	        lease's attempt was not the task's last)
 //
-// (blocked and failed are never expected). Each grant adds one to
-// attempts; see deps.go for attempts, failures and the failed status.
-// and which sets the lease, status in_progress, fence = fence + 1, eseq =
-// eseq + 2, lease_seq, last_op = checkout, started_at if it is not set yet,
-// and copies the lease it replaces, if any, into prev_* (SET prev_agent =
+// (blocked and failed are never expected), and which sets the lease,
+// status in_progress, fence = fence + 1, eseq = eseq + 2, lease_seq,
+// last_op = checkout, started_at if it is not set yet, attempts + 1 (see
+// deps.go for attempts, failures and the failed status), and copies the lease it replaces, if any, into prev_* (SET prev_agent =
 // if_not_exists(holder, NULL) ...: DynamoDB evaluates every operand on the
 // item as it was). So a takeover of an expired lease is the checkout's own
 // write, and it records both events: the old lease's timeout and the new
@@ -270,24 +269,8 @@
 // leave a lease nobody knows of holding the task until it expired (or cost
 // a write to undo it), and the client would retry anyway.
 //
-// A heartbeat's time is the time it was read, but it matters from when its
-// write lands: one that lands after the expiry it replaced may land after
-// the agent was seen dead and its leases ended. The clock is read again
-// after the write; if it is past that expiry, the heartbeat is made a
-// return from the dead at that time (a second write: alive_since and
-// dead_at), so the leases that death ended stay ended and no death seen
-// before falls inside the life the answer states. The price is that a
-// heartbeat landing within its own latency of the expiry ends the agent's
-// leases, as one landing late would; clients heartbeat at a third of the
-// ttl. Until the second write lands (one request's time) a reader may see
-// the agent alive and its unswept leases live. A return from the dead is,
-// for the same reason, made once more at the clock read after its write
-// when the clock has moved on by then (returns only: one more write).
-//
-// Deaths are stamped when they were seen (the consistent read that found
-// the holder dead), not when their write lands: the sweep's ending and a
-// takeover's agent_death event (prev_end_at) carry that time, raised to
-// the lease's latest transition where needed.
+// Heartbeats and deaths keep the rule too: see alive.go ("Time, for
+// heartbeats and deaths").
 //
 // A trail read may not be whole yet, since the change stream archives
 // events about a second after their transition, and the task item holds
