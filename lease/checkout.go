@@ -673,5 +673,8 @@ func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
 	if err := s.fillBodies(ctx, it); err != nil {
 		return Task{}, err
 	}
+	if err := s.fillGraph(ctx, it); err != nil {
+		return Task{}, err
+	}
 	return it.task(false), nil
 }

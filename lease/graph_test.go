@@ -572,3 +572,38 @@ func TestFailedReleaseRacingAPriorityChange(t *testing.T) {
 			before.Priority, before.NotBefore, before.Version, after.Version)
 	}
 }
+
+// Every answer that shows a task shows its graph as GET does: the
+// completion's answer, a PATCH that changes nothing, and a batch create
+// that finds the task there already all list the tasks it blocks and its
+// blockers with their statuses.
+func TestEveryTaskAnswerShowsItsGraph(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "up")
+	e.create(t, lease.CreateTaskParams{TaskID: "mid", BlockedBy: []string{"up"}})
+	e.create(t, lease.CreateTaskParams{TaskID: "down", BlockedBy: []string{"mid"}})
+	co := e.checkout(t, "up", "x", time.Minute)
+	done := must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "up", AgentID: "x", RunID: co.RunID}))
+	if !slices.Equal(done.Blocks, []string{"mid"}) {
+		t.Errorf("complete's answer: blocks %v, want [mid] as GET shows", done.Blocks)
+	}
+	again := must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "up", AgentID: "x", RunID: co.RunID}))
+	if !slices.Equal(again.Blocks, []string{"mid"}) {
+		t.Errorf("complete retried: blocks %v, want [mid]", again.Blocks)
+	}
+	title := "title of mid"
+	same := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "mid", AgentID: "x", Title: &title}))
+	same = must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "mid", AgentID: "x", Title: &title}))
+	if !slices.Equal(same.Blocks, []string{"down"}) || !slices.Equal(blockerIDs(same.BlockedBy), []string{"up=done"}) {
+		t.Errorf("a PATCH that changes nothing: blocks %v, blocked_by %v; want [down] and [up=done]", same.Blocks, blockerIDs(same.BlockedBy))
+	}
+	res := must[[]lease.BatchResult](t)(e.store.CreateTasks(c, []lease.CreateTaskParams{{TaskID: "mid", BlockedBy: []string{"up"}}}))
+	if len(res) != 1 || res[0].Outcome != lease.BatchExists {
+		t.Fatalf("batch create of an existing task: %+v", res)
+	}
+	if got := res[0].Task; !slices.Equal(got.Blocks, []string{"down"}) || !slices.Equal(blockerIDs(got.BlockedBy), []string{"up=done"}) {
+		t.Errorf("batch create, exists: blocks %v, blocked_by %v; want [down] and [up=done]", got.Blocks, blockerIDs(got.BlockedBy))
+	}
+}

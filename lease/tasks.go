@@ -295,6 +295,9 @@ func (s *Store) CreateTasks(ctx context.Context, ps []CreateTaskParams) ([]Batch
 			if err != nil {
 				return err
 			}
+			if err := s.fillGraph(gctx, cur); err != nil {
+				return err
+			}
 			out[i] = BatchResult{TaskID: cur.TaskID, Outcome: BatchExists, Task: cur.task(live)}
 			return nil
 		})

@@ -138,6 +138,9 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		}
 		newBody := body.Description != cur.Description || body.Metadata != cur.Metadata
 		if !changed && !newBody {
+			if err := s.fillGraph(ctx, cur); err != nil {
+				return Task{}, err
+			}
 			return cur.task(live), nil
 		}
 		token := cur.BodyToken
