@@ -47,7 +47,7 @@ func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
+		return jsonError(err, reflect.TypeOf(v))
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errorf(errcode.InvalidJSON, "the request body has data after the JSON object")
@@ -160,15 +160,21 @@ func unknownField(name string) error {
 	return errorf(errcode.InvalidJSON, "unknown field %q", name)
 }
 
-func jsonError(err error) error {
+// jsonError is the answer to a body that t cannot hold. A value of the
+// wrong type is named by its path as the API spells it.
+func jsonError(err error, t reflect.Type) error {
 	var typeErr *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &typeErr):
-		field := typeErr.Field
-		if field == "" {
+		if typeErr.Field == "" {
 			return errorf(errcode.InvalidJSON, "the request body has a value of the wrong type")
 		}
-		return errorf(errcode.InvalidJSON, "field %s must be %s", field, typeName(typeErr.Type.Kind().String()))
+		path, ft := jsonPath(t, strings.Split(typeErr.Field, "."))
+		want := typeName(typeErr.Type)
+		if ft != nil && ft.Kind() == reflect.Slice && typeErr.Type.Kind() != reflect.Slice {
+			want = typeName(ft) // an element of the wrong type: say what the array holds
+		}
+		return errorf(errcode.InvalidJSON, "field %s must be %s", strings.Join(path, "."), want)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
 		return unknownField(name)
@@ -176,18 +182,74 @@ func jsonError(err error) error {
 	return errorf(errcode.InvalidJSON, "the request body is not valid JSON")
 }
 
-func typeName(kind string) string {
-	switch kind {
-	case "string":
+// jsonPath follows encoding/json's path of a field (which names the
+// embedded structs it passes through by their Go names) through t, and
+// returns it with only the JSON names, and the type of the field it ends
+// at (nil when the path leaves t).
+func jsonPath(t reflect.Type, segs []string) ([]string, reflect.Type) {
+	var out []string
+	for _, seg := range segs {
+		t = elemType(t)
+		if t == nil || t.Kind() != reflect.Struct {
+			out, t = append(out, seg), nil
+			continue
+		}
+		if f, ok := t.FieldByName(seg); ok && f.Anonymous && f.Tag.Get("json") == "" {
+			t = f.Type // an embedded struct: its fields are the outer object's
+			continue
+		}
+		out = append(out, seg)
+		t = jsonFields(t)[seg]
+	}
+	if t != nil {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+	}
+	return out, t
+}
+
+// elemType is what a value of t holds fields of: t itself for a struct,
+// the element of a pointer, slice, array or map.
+func elemType(t reflect.Type) reflect.Type {
+	for t != nil {
+		switch t.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Array, reflect.Map:
+			t = t.Elem()
+		default:
+			return t
+		}
+	}
+	return nil
+}
+
+// typeName says what a JSON value for t is.
+func typeName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
 		return "a string"
-	case "bool":
+	case reflect.Bool:
 		return "a boolean"
-	case "int64", "int", "int32":
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		return "an integer"
-	case "slice":
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		switch typeName(t.Elem()) {
+		case "a string":
+			return "an array of strings"
+		case "an integer":
+			return "an array of integers"
+		case "an object":
+			return "an array of objects"
+		}
 		return "an array"
-	case "ptr":
-		return "a string"
 	}
 	return "of another type"
 }

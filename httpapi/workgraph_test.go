@@ -422,3 +422,32 @@ func TestNotBeforeOnPatchWithIfMatch(t *testing.T) {
 		t.Fatalf("patch params %+v", u)
 	}
 }
+
+// A value of the wrong type is named by its place in the request as the
+// API spells it: never by the server's own names for the parts of a body.
+func TestTypeErrorsNameTheJSONField(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ method, path, body, want string }{
+		{"POST", "/api/tasks", `{"blocked_by":"t1"}`, "field blocked_by must be an array of strings"},
+		{"POST", "/api/tasks", `{"max_attempts":"x"}`, "field max_attempts must be an integer"},
+		{"POST", "/api/tasks", `{"retry_delay":10}`, "field retry_delay must be a string"},
+		{"PATCH", "/api/tasks/task-1", `{"not_before":5}`, "field not_before must be a string"},
+		{"POST", "/api/tasks/batch", `{"tasks":[{"max_attempts":"x"}]}`, "field tasks.max_attempts must be an integer"},
+		{"POST", "/api/tasks/task-1/checkout", `{"timeout":30}`, "field timeout must be a string"},
+		{"POST", "/api/claim", `{"run_id":7}`, "field run_id must be a string"},
+		{"POST", "/api/claim", `{"queues":[5]}`, "field queues must be an array of strings"},
+		{"POST", "/api/claim", `{"queues":"q"}`, "field queues must be an array of strings"},
+		{"POST", "/api/tasks/task-1/renew", `{"fence":"1"}`, "field fence must be an integer"},
+		{"POST", "/api/tasks/task-1/release", `{"run_id":1}`, "field run_id must be a string"},
+	}
+	for _, c := range cases {
+		t.Run(c.body, func(t *testing.T) {
+			t.Parallel()
+			hs := newHarness(t)
+			res := hs.do(c.method, c.path, "ck_agent", c.body).expect(t, 400, "invalid_json")
+			if msg, _ := res.json["error"].(string); msg != c.want {
+				t.Errorf("error %q, want %q", msg, c.want)
+			}
+		})
+	}
+}
