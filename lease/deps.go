@@ -65,10 +65,13 @@ import (
 // A blocker that is cancelled or fails stays in waiting_on: its
 // dependents stay blocked, and GET shows each blocker's status, which
 // says why. Reopening it and completing it releases them. A task that is
-// reopened or cancelled keeps its waiting_on: a reopened task whose
-// blockers are not all done is blocked again (a blocker done in between
-// was taken out of waiting_on by the stream whatever the dependent's
-// status). PATCH replaces blocked_by on a todo or blocked task only; the
+// cancelled keeps its waiting_on. A task reopened waits on those of its
+// blockers that are not done as read at its reopen (reopenGraph), and is
+// blocked while there are any, settled after its write as any PATCH
+// that leaves a task blocked: a blocker done when the task was unblocked
+// may have been reopened since. Reopening a done blocker does not block
+// again the dependents it released; a dependent reopened after that
+// waits for it. PATCH replaces blocked_by on a todo or blocked task only; the
 // edges of blockers it drops are deleted after its write (an edge left by
 // a crash is harmless: unblock finds the blocker not waited on; GET
 // shows the ids in blocks until then).

@@ -607,3 +607,34 @@ func TestEveryTaskAnswerShowsItsGraph(t *testing.T) {
 		t.Errorf("batch create, exists: blocks %v, blocked_by %v; want [down] and [up=done]", got.Blocks, blockerIDs(got.BlockedBy))
 	}
 }
+
+// A task reopened is blocked while any task of its blocked_by is not done
+// now, whatever it waited on before: here its blocker was done when it
+// was unblocked, and has been reopened since. Completing the blocker
+// again unblocks it.
+func TestReopenedTaskWaitsForABlockerReopenedSince(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "b")
+	e.create(t, lease.CreateTaskParams{TaskID: "d", BlockedBy: []string{"b"}})
+	e.complete(t, "b", "x")
+	e.drain(t)
+	e.complete(t, "d", "x")
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "b", AgentID: "x", Status: new(lease.StatusTodo)}))
+	d := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "d", AgentID: "x", Status: new(lease.StatusTodo)}))
+	if d.Status != lease.StatusBlocked || !slices.Equal(blockerIDs(d.BlockedBy), []string{"b=todo"}) {
+		t.Fatalf("d reopened while b is todo again: %s, blocked_by %v; want blocked by b", d.Status, blockerIDs(d.BlockedBy))
+	}
+	if got := e.get(t, "d").Status; got != lease.StatusBlocked {
+		t.Fatalf("d read after its reopen: %s, want blocked", got)
+	}
+	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "d", AgentID: "y"}); !errors.Is(err, lease.ErrBlocked) {
+		t.Fatalf("checkout of the reopened d: %v, want blocked", err)
+	}
+	e.complete(t, "b", "x")
+	e.drain(t)
+	if got := e.get(t, "d").Status; got != lease.StatusTodo {
+		t.Fatalf("d after b completed again: %s, want todo", got)
+	}
+}

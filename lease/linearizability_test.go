@@ -981,6 +981,14 @@ func workGraphModelRejects(t *testing.T, start int64) {
 		{checkout(0, 0, "r"), grant(0, "r", 1, 1, start)},
 		{wIn{Op: "complete", Task: 0, Agent: 0, Run: "r"}, done},
 	}
+	// task-0 done, task-2 unblocked, checked out and done, then task-0
+	// reopened (version 5: created, linked, checked out, done, reopened).
+	reopened := append(slices.Clone(finished),
+		wStep{wIn{Op: "drain"}, ok},
+		wStep{checkout(2, 1, "s"), grant(1, "s", 1, 1, start)},
+		wStep{wIn{Op: "complete", Task: 2, Agent: 1, Run: "s"}, done},
+		wStep{wIn{Op: "patch", Task: 0, Agent: 2, Status: lease.StatusTodo}, status(0, lease.StatusTodo, 5, 0)},
+	)
 	// task-2 fails twice, the second time at its last attempt.
 	failedTwice := []wStep{
 		{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
@@ -1008,6 +1016,10 @@ func workGraphModelRejects(t *testing.T, start int64) {
 			append(finished, wStep{wIn{Op: "drain"}, ok}, wStep{wIn{Op: "status", Task: 2}, status(2, lease.StatusTodo, 2, 0)})...)},
 		{"a dependent with a blocker not done todo", graph, false, seq(
 			append(finished, wStep{wIn{Op: "drain"}, ok}, wStep{wIn{Op: "status", Task: 3}, status(3, lease.StatusTodo, 2, 0)})...)},
+		{"a dependent reopened after its blocker was reopened, blocked", graph, true, seq(
+			append(reopened, wStep{wIn{Op: "patch", Task: 2, Agent: 2, Status: lease.StatusTodo}, status(2, lease.StatusBlocked, 5, 0)})...)},
+		{"a dependent reopened after its blocker was reopened, todo", graph, false, seq(
+			append(reopened, wStep{wIn{Op: "patch", Task: 2, Agent: 2, Status: lease.StatusTodo}, status(2, lease.StatusTodo, 5, 0)})...)},
 		{"a second grant that is attempt 1 again", plain, false, seq(
 			wStep{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
 			wStep{wIn{Op: "release", Task: 2, Agent: 0, Run: "r"}, ok},
@@ -1193,7 +1205,8 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // blocked after its blocker's completion, or todo only after the drain,
 // is what the model allows (and a PATCH that leaves a task blocked
 // settles it: see patchOp). A blocker reopened after the stream saw it
-// done does not block its dependents again.
+// done does not block its dependents again, but a dependent reopened
+// after that waits for it.
 //
 // Known bugs. One reported bug of removal shows in these histories now
 // and then: a judgment from a heartbeat read before the removal (another
@@ -1301,11 +1314,12 @@ type wTask struct {
 	// (at the task's last attempt) or a sweep wrote it (see patchOp); it
 	// is the latest write while the version is still that.
 	Ended int64
-	// The work graph: the blockers (task bits) the task still waits on,
-	// its dependents, and Completed: it completed since the change stream
-	// last ran, which unblocks its dependents (drain).
-	WaitingOn, Dependents uint16
-	Completed             bool
+	// The work graph: the blockers (task bits) the task was created
+	// with, those it still waits on, its dependents, and Completed: it
+	// completed since the change stream last ran, which unblocks its
+	// dependents (drain).
+	Blockers, WaitingOn, Dependents uint16
+	Completed                       bool
 }
 
 type wAgent struct {
@@ -1384,7 +1398,7 @@ func (g wGraph) dependents(i int) uint16 {
 // its first dependent is linked to it (has_dependents).
 func newWTask(i int, g wGraph) wTask {
 	x := wTask{Exists: true, Status: lease.StatusTodo, Queue: wQueue(i), Prio: wPrio(i), Version: 1, MaxAttempts: wMaxAttempts(i),
-		WaitingOn: g.of(i), Dependents: g.dependents(i)}
+		Blockers: g.of(i), WaitingOn: g.of(i), Dependents: g.dependents(i)}
 	if x.WaitingOn != 0 {
 		x.Status = lease.StatusBlocked
 	}
@@ -1953,9 +1967,16 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 			}
 			w.free(t, "cancel", w.Now-x.Locked)
 		case in.Status == lease.StatusTodo:
-			// A reopen: attempts anew, no delay; blocked while it waits on
-			// a blocker not done.
+			// A reopen: attempts anew, no delay; blocked while a blocker
+			// is not done now (one done when the task was unblocked may
+			// have been reopened since).
 			x.Attempts, x.Failures, x.NotBefore, x.Rank = 0, 0, 0, false
+			x.WaitingOn = 0
+			for b := range wTasks {
+				if x.Blockers&(1<<b) != 0 && w.T[b].Status != lease.StatusDone {
+					x.WaitingOn |= 1 << b
+				}
+			}
 		}
 		x.Status = in.Status
 		if x.Status == lease.StatusTodo && x.WaitingOn != 0 {

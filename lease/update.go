@@ -123,6 +123,13 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 			}
 			g = &patchGraph{blockedBy: *p.BlockedBy, waiting: waiting}
 		}
+		if g == nil && reopens(cur.task(live).Status, p.Status) && len(cur.BlockedBy) > 0 {
+			// A reopened task waits on its blockers not done now: one done
+			// when the task was unblocked may have been reopened since.
+			if g, err = s.reopenGraph(ctx, cur); err != nil {
+				return Task{}, err
+			}
+		}
 		upd, changed, err := s.patch(cur, live, p, g, now)
 		if err != nil {
 			return Task{}, err
@@ -403,6 +410,31 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		set("claim_shard", home)
 	}
 	return upd, changed, nil
+}
+
+// reopens says a PATCH to status to reopens a task of status from.
+func reopens(from Status, to *Status) bool {
+	return to != nil && *to == StatusTodo && (from == StatusDone || from == StatusCancelled || from == StatusFailed)
+}
+
+// reopenGraph is the graph of cur reopened: its blocked_by as it is, and
+// those of its blockers not done as read now. Its edges are in place (the
+// task has named them all along), so nothing is linked; a blocker done
+// between this read and the write is settled after it, as for any PATCH
+// that leaves a task blocked.
+func (s *Store) reopenGraph(ctx context.Context, cur *taskItem) (*patchGraph, error) {
+	got, err := s.readTasks(ctx, cur.BlockedBy)
+	if err != nil {
+		return nil, err
+	}
+	var waiting []string
+	for _, id := range cur.BlockedBy {
+		if b := got[id]; b != nil && b.Status != StatusDone {
+			waiting = append(waiting, id)
+		}
+	}
+	slices.Sort(waiting)
+	return &patchGraph{blockedBy: cur.BlockedBy, waiting: waiting}, nil
 }
 
 // patchGraph is a PATCH's new blocked_by, linked (deps.go), and the
