@@ -95,6 +95,12 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 				return Checkout{}, err
 			}
 		case cur.Status == StatusBlocked:
+			if p.Watch {
+				// Told when it is unblocked, as a watcher is.
+				if err := s.watch(ctx, cur, p.AgentID); err != nil {
+					return Checkout{}, err
+				}
+			}
 			return Checkout{}, s.blocked(ctx, cur)
 		default:
 			if err := mismatch(cur); err != nil {

@@ -638,3 +638,27 @@ func TestReopenedTaskWaitsForABlockerReopenedSince(t *testing.T) {
 		t.Fatalf("d after b completed again: %s, want todo", got)
 	}
 }
+
+// A checkout with watch that finds the task blocked puts the caller on its
+// watch list, as one that finds it checked out does: the caller is told
+// when the task is unblocked.
+func TestBlockedCheckoutWithWatchIsToldOfTheUnblocking(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "b")
+	e.create(t, lease.CreateTaskParams{TaskID: "d", BlockedBy: []string{"b"}})
+	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "d", AgentID: "w", Watch: true}); !errors.Is(err, lease.ErrBlocked) {
+		t.Fatalf("checkout of blocked d with watch: %v, want blocked", err)
+	}
+	e.complete(t, "b", "x")
+	e.drain(t) // d unblocked
+	e.drain(t) // its unblocking tells the watchers
+	var told []string
+	for _, m := range e.inbox(t, "w") {
+		told = append(told, m.Type+":"+m.TaskID+":"+m.Reason)
+	}
+	if want := []string{lease.MessageTaskAvailable + ":d:" + string(lease.EventUnblocked)}; !slices.Equal(told, want) {
+		t.Fatalf("w's inbox %v, want %v", told, want)
+	}
+}
