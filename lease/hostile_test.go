@@ -389,3 +389,29 @@ func TestConcurrentClaimersSpreadOverTheQueue(t *testing.T) {
 		t.Fatalf("only %d of %d claims won with their first write", first, claimers)
 	}
 }
+
+// completed_at and the duration are a completion's: a task cancelled
+// (held or not) or failed has neither, and a completion sets both.
+func TestOnlyACompletionSetsCompletedAt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "idle", "held", "done")
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "idle", AgentID: "x", Status: new(lease.StatusCancelled)}))
+	e.checkout(t, "held", "x", time.Minute)
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "held", AgentID: "x", Status: new(lease.StatusCancelled)}))
+	one := 1
+	e.create(t, lease.CreateTaskParams{TaskID: "failing", MaxAttempts: &one})
+	co := e.checkout(t, "failing", "x", time.Minute)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "failing", AgentID: "x", RunID: co.RunID, Outcome: lease.OutcomeFailed}))
+	for id, st := range map[string]lease.Status{"idle": lease.StatusCancelled, "held": lease.StatusCancelled, "failing": lease.StatusFailed} {
+		task := e.get(t, id)
+		if _, ok := task.Duration(); task.Status != st || task.CompletedAt != nil || ok {
+			t.Errorf("%s: %s, completed_at %v; want %s with no completed_at or duration", id, task.Status, task.CompletedAt, st)
+		}
+	}
+	e.complete(t, "done", "x")
+	if task := e.get(t, "done"); task.CompletedAt == nil {
+		t.Errorf("a completed task has no completed_at")
+	}
+}

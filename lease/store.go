@@ -394,8 +394,8 @@ func endUpdate(taskID string, e ending, now time.Time, sh schema.ShardCounts) ex
 	} else {
 		u = u.Remove(expression.Name("end_reason"))
 	}
-	if e.status == StatusDone || e.status == StatusCancelled || e.status == StatusFailed {
-		u = u.Set(expression.Name("completed_at"), expression.Value(ms(now)))
+	if e.status == StatusDone {
+		u = u.Set(expression.Name("completed_at"), expression.Value(ms(now))) // a completion's alone
 	}
 	if e.failed {
 		u = u.Add(nameFailures, expression.Value(1))

@@ -285,7 +285,8 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 			upd = endUpdate(cur.TaskID, ending{typ: EventCancel, by: p.AgentID, reason: "cancelled", status: StatusCancelled}, now, s.shards)
 			written = true
 		case to == StatusCancelled:
-			upd = upd.Set(expression.Name("completed_at"), expression.Value(ms(now)))
+			// No lease to end: the status alone (completed_at is a
+			// completion's).
 		default: // todo, from done, cancelled or failed: reopen, with its attempts anew
 			upd = upd.Remove(expression.Name("completed_at")).Remove(nameAttempts).Remove(nameFailures)
 			notBefore = 0
