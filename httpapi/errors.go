@@ -172,7 +172,11 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 		return answer(errorBody{Error: fmt.Sprintf("%s has status %s, which the request did not expect", task, mismatch.Status), Code: errcode.StatusMismatch, Status: mismatch.Status})
 	case errors.As(err, &notHold):
 		h := toCheckout(notHold.Holder, now)
-		return answer(errorBody{Error: fmt.Sprintf("%s is held by %s, not by the caller", task, notHold.Holder.AgentID), Code: errcode.NotHolder, Holder: &h})
+		msg := fmt.Sprintf("%s is held by %s, not by the caller", task, notHold.Holder.AgentID)
+		if notHold.Caller == notHold.Holder.AgentID {
+			msg = fmt.Sprintf("%s is held by %s under another run or fence than the request names", task, notHold.Holder.AgentID)
+		}
+		return answer(errorBody{Error: msg, Code: errcode.NotHolder, Holder: &h})
 	case errors.As(err, &trans):
 		return answer(errorBody{Error: fmt.Sprintf("%s is %s and cannot become %s", task, trans.From, trans.To), Code: errcode.InvalidTransition, Status: trans.From})
 	case errors.Is(err, lease.ErrBlocked):

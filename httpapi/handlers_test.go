@@ -161,6 +161,8 @@ func TestDomainErrors(t *testing.T) {
 		{"not holder", "POST", "/api/tasks/task-1/renew", "", &lease.NotHolderError{Holder: holder}, 403, "not_holder", `"holder":{`},
 		{"not checked out", "POST", "/api/tasks/task-1/release", "", lease.ErrNotCheckedOut, 404, "not_checked_out", ""},
 		{"complete not holder", "POST", "/api/tasks/task-1/complete", "", &lease.NotHolderError{Holder: holder}, 403, "not_holder", ""},
+		{"not holder, another agent", "POST", "/api/tasks/task-1/renew", "", &lease.NotHolderError{Holder: holder, Caller: "agent-9"}, 403, "not_holder", `"error":"task task-1 is held by agent-2, not by the caller"`},
+		{"not holder, another run", "POST", "/api/tasks/task-1/renew", "", &lease.NotHolderError{Holder: holder, Caller: "agent-2"}, 403, "not_holder", `"error":"task task-1 is held by agent-2 under another run or fence than the request names"`},
 		{"complete not checked out", "POST", "/api/tasks/task-1/complete", "", lease.ErrNotCheckedOut, 404, "not_checked_out", ""},
 		{"no task", "POST", "/api/claim", "", lease.ErrNoTaskAvailable, 404, "no_task_available", ""},
 		{"task exists", "POST", "/api/tasks", `{"task_id":"t"}`, lease.ErrTaskExists, 409, "task_exists", ""},

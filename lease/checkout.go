@@ -409,7 +409,7 @@ func (s *Store) notHolder(ctx context.Context, cur *taskItem, agentID, runID str
 	if cur.Holder == agentID && (runID == "" || runID == cur.RunID) && (fence == 0 || fence == cur.Fence) {
 		return ErrNotCheckedOut // raced with its own end; nothing of the caller's is live
 	}
-	return &NotHolderError{Holder: cur.checkout()}
+	return &NotHolderError{Holder: cur.checkout(), Caller: agentID}
 }
 
 // errDeadCaller says the caller of a holder operation is dead by heartbeat:

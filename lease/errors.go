@@ -134,6 +134,9 @@ func (e *StatusMismatchError) Unwrap() error { return ErrStatusMismatch }
 // other than the live lease's holder.
 type NotHolderError struct {
 	Holder Checkout
+	// Caller is the agent that asked. It may be the holder itself, naming
+	// another run or fence than its lease's.
+	Caller string
 }
 
 func (e *NotHolderError) Error() string {

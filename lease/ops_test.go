@@ -458,3 +458,22 @@ func TestRemoveAgentEndsItsLeases(t *testing.T) {
 		t.Fatalf("watcher inbox %+v", msgs)
 	}
 }
+
+// A holder operation that names another run or fence of the caller's own
+// lease is not_holder, and says that the holder is the caller.
+func TestNotHolderSaysWhenTheHolderIsTheCaller(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	co := e.checkout(t, "t", "a", time.Minute)
+	_, err := e.store.Renew(c, lease.RenewParams{TaskID: "t", AgentID: "a", RunID: "run-other"})
+	var nh *lease.NotHolderError
+	if !errors.As(err, &nh) || nh.Holder.AgentID != "a" || nh.Holder.RunID != co.RunID || nh.Caller != "a" {
+		t.Fatalf("renew naming another run: %v (%+v), want not_holder with holder a and caller a", err, nh)
+	}
+	_, err = e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "b"})
+	if !errors.As(err, &nh) || nh.Holder.AgentID != "a" || nh.Caller != "b" {
+		t.Fatalf("release by b: %v (%+v), want not_holder with holder a and caller b", err, nh)
+	}
+}

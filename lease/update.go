@@ -278,7 +278,7 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 			return upd, false, &TransitionError{TaskID: cur.TaskID, From: status, To: to}
 		case to == StatusCancelled && live:
 			if cur.Holder != p.AgentID && !p.Admin {
-				return upd, false, &NotHolderError{Holder: cur.checkout()}
+				return upd, false, &NotHolderError{Holder: cur.checkout(), Caller: p.AgentID}
 			}
 			// The ending write: the lease moves to end_*, the task to
 			// cancelled and out of the claim index; its event is cancel.
