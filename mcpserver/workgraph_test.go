@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -208,5 +209,24 @@ func TestGetTaskTellsWhatItWaitsFor(t *testing.T) {
 	_, txt, _ = callTool(t, cs, "list_tasks", map[string]any{})
 	if !strings.Contains(txt, "waits for task build (in_progress)") {
 		t.Errorf("list_tasks text %q", txt)
+	}
+}
+
+// The README's table of tools names every tool the server lists.
+func TestREADMENamesEveryTool(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := session(t, func(*http.Request, map[string]any) (int, string) { return 200, `{}` })
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range res.Tools {
+		if !strings.Contains(string(readme), "`"+tool.Name+"`") {
+			t.Errorf("README.md does not name the tool %s", tool.Name)
+		}
 	}
 }
