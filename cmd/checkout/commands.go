@@ -41,12 +41,23 @@ func (a *app) rootCmd() *cobra.Command {
 		Long:          rootLong,
 		Example:       rootExample,
 		Version:       versionInfo(),
-		Args:          maxArgs(1, "one task id"),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
+	root.Args = func(cmd *cobra.Command, args []string) error {
+		if err := nearMiss(cmd, args); err != nil {
+			return err
+		}
+		return maxArgs(1, "one task id")(cmd, args)
+	}
 	root.SetVersionTemplate("{{.Version}}")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		if cmd == root {
+			// "checkout relase t --force": the slip, not the flag, is the error.
+			if near := nearMiss(cmd, cmd.Flags().Args()); near != nil {
+				return near
+			}
+		}
 		return &usageError{fmt.Sprintf("%v (see %s --help)", err, cmd.CommandPath())}
 	})
 	pf := root.PersistentFlags()
@@ -60,11 +71,6 @@ func (a *app) rootCmd() *cobra.Command {
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) == 0 {
 			return cmd.Help()
-		}
-		// A word after "--" is a task id, whatever it looks like.
-		if cmd.ArgsLenAtDash() != 0 && nearCommand(cmd, args[0]) != "" {
-			return &usageError{fmt.Sprintf("unknown command %q: did you mean %s? (a task named %s: checkout -- %s)",
-				args[0], nearCommand(cmd, args[0]), args[0], args[0])}
 		}
 		return a.checkout(cmd, args[0], co)
 	}
@@ -102,6 +108,20 @@ checkout and status, live leases for release, renew and complete).`
 		}
 	}
 	return root
+}
+
+// nearMiss is the usage error for a first word of root's one typing slip
+// away from a command ("checkout relase t"), or nil. A word after "--" is
+// a task id, whatever it looks like.
+func nearMiss(root *cobra.Command, args []string) error {
+	if len(args) == 0 || root.Flags().ArgsLenAtDash() == 0 {
+		return nil
+	}
+	near := nearCommand(root, args[0])
+	if near == "" {
+		return nil
+	}
+	return &usageError{fmt.Sprintf("unknown command %q: did you mean %s? (a task named %s: checkout -- %s)", args[0], near, args[0], args[0])}
 }
 
 // exactArgs checks the number of positional arguments, naming the command's

@@ -333,6 +333,8 @@ func TestErrorsAreOneLineWithExitCodes(t *testing.T) {
 		{"too many args", "", key, []string{"a", "b"}, 2, "checkout: checkout takes at most one task id (see checkout --help)\n"},
 		{"near miss", "", key, []string{"lsit"}, 2, "checkout: unknown command \"lsit\": did you mean list? (a task named lsit: checkout -- lsit)\n"},
 		{"near miss nested", "", key, []string{"tasks", "lsit"}, 2, "checkout: unknown command \"lsit\" for \"checkout tasks\": did you mean list? (see checkout tasks --help)\n"},
+		{"near miss with a task id", "", key, []string{"relase", "task-1"}, 2, "checkout: unknown command \"relase\": did you mean release? (a task named relase: checkout -- relase)\n"},
+		{"near miss with its flag", "", key, []string{"relase", "task-1", "--force"}, 2, "checkout: unknown command \"relase\": did you mean release? (a task named relase: checkout -- relase)\n"},
 		{"another agent by a non-admin", "", key, []string{"task-1", "--agent", "agent-c3d4"}, 1,
 			"checkout: forbidden: only an admin may act for another agent: agent_id names agent-c3d4, and the caller is agent-a1b2\n"},
 		{"unknown profile", "", key, []string{"list", "--profile", "nope"}, 2, ""},
