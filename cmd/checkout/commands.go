@@ -373,7 +373,7 @@ func printFailed(w io.Writer, r client.Released, errText string, t *client.Task)
 	case t.MaxAttempts > 0:
 		fmt.Fprintf(w, "  Attempts: %d of %d\n", t.Attempts, t.MaxAttempts)
 		if t.NotBefore != nil {
-			fmt.Fprintf(w, "  Retry after: %s\n", when(*t.NotBefore))
+			fmt.Fprintf(w, "  Retry after: %s\n", whenExact(*t.NotBefore))
 		}
 	}
 }

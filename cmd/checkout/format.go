@@ -56,6 +56,10 @@ func stamp(t time.Time) string {
 // when is an instant for people: 2026-03-20 15:05 UTC, or in the TZ zone.
 func when(t time.Time) string { return t.In(zone()).Format("2006-01-02 15:04 MST") }
 
+// whenExact is when to the second, for a time a retry waits for (a delay
+// may be seconds long): 2026-03-20 15:05:30 UTC.
+func whenExact(t time.Time) string { return t.In(zone()).Format("2006-01-02 15:04:05 MST") }
+
 // expiresAt is the end of a lease, dated and zoned, with how long it has
 // left when the server answered: "2026-03-20 15:05 UTC (in 30m)".
 func expiresAt(co client.Checkout) string {
@@ -242,7 +246,7 @@ func printWaits(w io.Writer, t client.Task) {
 		fmt.Fprintf(w, "  Blocked by: %s\n", blockerList(t.BlockedBy))
 	}
 	if t.NotBefore != nil {
-		fmt.Fprintf(w, "  Not before: %s (no checkout or claim until then)\n", when(*t.NotBefore))
+		fmt.Fprintf(w, "  Not before: %s (no checkout or claim until then)\n", whenExact(*t.NotBefore))
 	}
 }
 
@@ -264,7 +268,7 @@ func printNotFree(w io.Writer, t client.Task) {
 		fmt.Fprintf(w, "  Blocked by: %s\n", blockerList(open))
 	}
 	if t.NotBefore != nil && t.Status == client.StatusTodo {
-		fmt.Fprintf(w, "  Not before: %s (no checkout or claim until then)\n", when(*t.NotBefore))
+		fmt.Fprintf(w, "  Not before: %s (no checkout or claim until then)\n", whenExact(*t.NotBefore))
 	}
 }
 

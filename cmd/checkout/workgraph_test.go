@@ -76,7 +76,7 @@ const graphTask = `{"task_id":"deploy","title":"Deploy","description":"","queue"
 	`"version":3,"status":"blocked","created_at":"2026-03-20T14:30:00.000Z","started_at":null,"completed_at":null,` +
 	`"duration_seconds":null,"checkout":null,` +
 	`"blocked_by":[{"task_id":"build","status":"in_progress"},{"task_id":"test","status":"done"}],"blocks":["announce"],` +
-	`"max_attempts":3,"attempts":2,"retry_delay_seconds":30,"not_before":"2026-03-20T14:31:00.000Z","last_error":"exit status 1"}`
+	`"max_attempts":3,"attempts":2,"retry_delay_seconds":30,"not_before":"2026-03-20T14:31:30.000Z","last_error":"exit status 1"}`
 
 func TestTasksAddSendsTheWorkGraphFlags(t *testing.T) {
 	s := newScriptedCLI(t, func(sent) (int, string) { return 201, graphTask })
@@ -90,7 +90,7 @@ func TestTasksAddSendsTheWorkGraphFlags(t *testing.T) {
 	if got := s.requests()[0].Body; !reflect.DeepEqual(got, want) {
 		t.Errorf("body %v\nwant %v", got, want)
 	}
-	for _, line := range []string{"Task created: deploy", "  Blocked by: build (in_progress), test (done)\n", "  Not before: 2026-03-20 14:31 UTC"} {
+	for _, line := range []string{"Task created: deploy", "  Blocked by: build (in_progress), test (done)\n", "  Not before: 2026-03-20 14:31:30 UTC"} {
 		if !strings.Contains(r.stdout, line) {
 			t.Errorf("output lacks %q:\n%s", line, r.stdout)
 		}
@@ -154,7 +154,7 @@ func TestTasksShowPrintsTheWorkGraph(t *testing.T) {
 		"  Blocks: announce\n",
 		"  Attempts: 2 of 3 (retry delay 30s)\n",
 		"  Blocked by: build (in_progress), test (done)\n",
-		"  Not before: 2026-03-20 14:31 UTC (no checkout or claim until then)\n",
+		"  Not before: 2026-03-20 14:31:30 UTC (no checkout or claim until then)\n",
 		"  Last error: exit status 1\n",
 	} {
 		if !strings.Contains(r.stdout, line) {
@@ -179,7 +179,7 @@ func TestFailReleasesAsAFailedAttempt(t *testing.T) {
 	if reqs[0].Path != "/api/tasks/deploy/release" || !reflect.DeepEqual(reqs[0].Body, want) {
 		t.Errorf("fail sent %s %v, want %v", reqs[0].Path, reqs[0].Body, want)
 	}
-	for _, line := range []string{"Attempt failed: deploy\n", "  Held: 75s\n", "  Error: tests fail\n", "  Attempts: 2 of 3\n", "  Retry after: 2026-03-20 14:31 UTC\n"} {
+	for _, line := range []string{"Attempt failed: deploy\n", "  Held: 75s\n", "  Error: tests fail\n", "  Attempts: 2 of 3\n", "  Retry after: 2026-03-20 14:31:30 UTC\n"} {
 		if !strings.Contains(r.stdout, line) {
 			t.Errorf("fail output lacks %q:\n%s", line, r.stdout)
 		}
