@@ -111,18 +111,21 @@ func held(e client.Event) string {
 
 func (a *app) taskEvents(cmd *cobra.Command, taskID string) error {
 	return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
-		evs, err := c.Events(ctx, taskID)
+		tr, err := c.Trail(ctx, taskID)
 		return func(w io.Writer) {
 			fmt.Fprintf(w, "## Events: %s\n\n", taskID)
-			if len(evs) == 0 {
+			if len(tr.Events) == 0 {
 				fmt.Fprintln(w, "No events.")
-				return
+			} else {
+				rows := make([][]string, len(tr.Events))
+				for i, e := range tr.Events {
+					rows[i] = []string{stamp(e.At), e.Type, e.AgentID, e.RunID, strconv.FormatInt(e.Fence, 10), held(e), orDash(e.By), eventReason(e)}
+				}
+				table(w, []string{"At", "Event", "Agent", "Run", "Fence", "Held", "By", "Reason"}, rows)
 			}
-			rows := make([][]string, len(evs))
-			for i, e := range evs {
-				rows[i] = []string{stamp(e.At), e.Type, e.AgentID, e.RunID, strconv.FormatInt(e.Fence, 10), held(e), orDash(e.By), eventReason(e)}
+			if tr.Pending > 0 {
+				fmt.Fprintln(w, "\nMore events are being recorded; ask again in a second.")
 			}
-			table(w, []string{"At", "Event", "Agent", "Run", "Fence", "Held", "By", "Reason"}, rows)
 		}, err
 	})
 }

@@ -111,3 +111,32 @@ func TestEventsFollow(t *testing.T) {
 		t.Fatalf("a task id with --follow: %+v", r)
 	}
 }
+
+// A task's trail read before the change stream has archived its newest
+// events says how many are still being recorded, rather than only "No
+// events."; once they are archived it shows them.
+func TestTaskEventsSayWhatIsStillBeingRecorded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *localserver.Config) { c.StreamPollInterval = -1 })
+	ctx := context.Background()
+	agent := client.New(e.srv.URL(), e.keys["agent-a1b2"])
+	e.task(t, "rec", "recorded")
+	co, err := agent.Checkout(ctx, "rec", client.CheckoutRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.Release(ctx, "rec", client.ReleaseRequest{RunID: co.RunID}); err != nil {
+		t.Fatal(err)
+	}
+	res := runCLI(t, e.srv.URL(), e.keys["agent-a1b2"], "events", "rec")
+	if res.code != 0 || !strings.Contains(res.stdout, "More events are being recorded; ask again in a second.\n") {
+		t.Fatalf("events before the stream ran: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	if err := e.srv.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res = runCLI(t, e.srv.URL(), e.keys["agent-a1b2"], "events", "rec")
+	if res.code != 0 || strings.Contains(res.stdout, "being recorded") || !strings.Contains(res.stdout, "| release |") {
+		t.Fatalf("events once archived: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+}
