@@ -26,6 +26,8 @@
 package mcpserver
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,11 +66,65 @@ func Serve(ctx context.Context, c *client.Client, r io.Reader, w io.Writer, opts
 	if !ok {
 		wc = nopWriteCloser{w}
 	}
-	err := New(c, opts...).Run(ctx, &mcp.IOTransport{Reader: rc, Writer: wc})
+	out := &lockedWriter{w: wc}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(requestLines(rc, pw, out)) }()
+	err := New(c, opts...).Run(ctx, &mcp.IOTransport{Reader: pr, Writer: out})
 	if err != nil && (errors.Is(err, io.EOF) || ctx.Err() != nil) {
 		return nil
 	}
 	return err
+}
+
+// requestLines copies the newline-delimited messages of r to w, and
+// answers a line that is not one itself, as JSON-RPC asks: a line that is
+// not JSON with a parse error (-32700), JSON that is neither an object nor
+// a batch with an invalid request (-32600), both with id null. The SDK's
+// reader would end the session at either. It returns nil at r's end.
+func requestLines(r io.Reader, w io.Writer, out io.Writer) error {
+	br := bufio.NewReader(r)
+	for {
+		line, err := br.ReadBytes('\n')
+		if msg := bytes.TrimSpace(line); len(msg) > 0 {
+			var werr error
+			switch {
+			case !json.Valid(msg):
+				_, werr = io.WriteString(out, `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: the line is not JSON"}}`+"\n")
+			case msg[0] != '{' && msg[0] != '[':
+				_, werr = io.WriteString(out, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: a message is a JSON object"}}`+"\n")
+			default:
+				_, werr = w.Write(append(msg, '\n'))
+			}
+			if werr != nil {
+				return werr
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// lockedWriter makes each Write whole: the SDK writes one message a call,
+// and requestLines's answers go between them.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.WriteCloser
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *lockedWriter) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Close()
 }
 
 type nopWriteCloser struct{ io.Writer }

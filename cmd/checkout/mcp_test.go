@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"os/exec"
 	"sort"
 	"strings"
@@ -422,5 +424,51 @@ func TestMCPQueues(t *testing.T) {
 	res, out = agent.call("update_task", map[string]any{"task_id": "high", "status": "cancelled"})
 	if res.IsError || out["task"].(map[string]any)["status"] != "cancelled" {
 		t.Fatalf("cancel one's own task: %s %v", textOf(res), out)
+	}
+}
+
+// A line on stdin that is not JSON is answered with JSON-RPC's parse
+// error (-32700, id null) and skipped; the session goes on. Valid JSON
+// that is no request is an invalid request (-32600).
+func TestMCPAnswersALineThatIsNotJSON(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cmd := exec.Command(binary, "mcp")
+	cmd.Env = cleanEnv("CHECKOUT_URL="+e.srv.URL(), "CHECKOUT_API_KEY="+e.keys["agent-a1b2"])
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := bufio.NewScanner(out)
+	next := func() map[string]any {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("no answer: %v", lines.Err())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+			t.Fatalf("not JSON: %q", lines.Text())
+		}
+		return m
+	}
+	io.WriteString(in, "not json at all\n")
+	if m := next(); m["id"] != nil || m["error"] == nil || m["error"].(map[string]any)["code"] != -32700.0 {
+		t.Fatalf("answer to a line that is not JSON: %v, want a parse error with id null", m)
+	}
+	io.WriteString(in, "42\n")
+	if m := next(); m["id"] != nil || m["error"] == nil || m["error"].(map[string]any)["code"] != -32600.0 {
+		t.Fatalf("answer to JSON that is no request: %v, want an invalid request with id null", m)
+	}
+	io.WriteString(in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
+	if m := next(); m["id"] != 1.0 || m["result"] == nil {
+		t.Fatalf("initialize after the bad lines: %v", m)
 	}
 }
