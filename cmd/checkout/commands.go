@@ -105,6 +105,14 @@ checkout and status, live leases for release, renew and complete).`
 			for _, sh := range c.Commands() {
 				sh.Example = "  checkout completion " + sh.Name() + " --help   # how to install it"
 			}
+			// A word that is not a shell is an error, not the help.
+			c.Args = func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return unknownShell(cmd, args[0])
+				}
+				return nil
+			}
+			c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
 		}
 	}
 	return root

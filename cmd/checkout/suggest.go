@@ -39,6 +39,32 @@ func unknownCommand(parent *cobra.Command, word string) error {
 	return &usageError{msg + fmt.Sprintf(" (see %s --help)", parent.CommandPath())}
 }
 
+// unknownShell is the usage error for a word that is not a shell of
+// the completion command: it names the shells, or the one it is a slip of.
+func unknownShell(completion *cobra.Command, word string) error {
+	msg := fmt.Sprintf("unknown shell %q for %s", word, completion.CommandPath())
+	if near := nearCommand(completion, word); near != "" {
+		msg += fmt.Sprintf(": did you mean %s?", near)
+	} else {
+		var shells []string
+		for _, c := range completion.Commands() {
+			if c.IsAvailableCommand() {
+				shells = append(shells, c.Name())
+			}
+		}
+		msg += ": want " + orList(shells)
+	}
+	return &usageError{msg + fmt.Sprintf(" (see %s --help)", completion.CommandPath())}
+}
+
+// orList is "a, b or c".
+func orList(words []string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+}
+
 // osaDistance is the optimal string alignment distance: insertions,
 // deletions, substitutions and transpositions of adjacent letters.
 func osaDistance(a, b string) int {
