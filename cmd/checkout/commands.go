@@ -11,10 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/checkout-dev/checkout/client"
 	"github.com/checkout-dev/checkout/lease"
@@ -58,7 +60,7 @@ func (a *app) rootCmd() *cobra.Command {
 				return near
 			}
 		}
-		return &usageError{fmt.Sprintf("%v (see %s --help)", err, cmd.CommandPath())}
+		return &usageError{fmt.Sprintf("%s (see %s --help)", flagError(err), cmd.CommandPath())}
 	})
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.flagURL, "url", "", "server URL (default: $CHECKOUT_URL, the profile's url, or "+defaultURL+")")
@@ -116,6 +118,33 @@ checkout and status, live leases for release, renew and complete).`
 		}
 	}
 	return root
+}
+
+// flagError is what a flag that did not parse says: a value that is not
+// of the flag's type names the flag and the type, not the parser's error
+// ("strconv.ParseInt: parsing ...").
+func flagError(err error) string {
+	var ive *pflag.InvalidValueError
+	if !errors.As(err, &ive) {
+		return err.Error()
+	}
+	msg := fmt.Sprintf("invalid value %q for --%s", ive.GetValue(), ive.GetFlag().Name)
+	if errors.Is(err, strconv.ErrRange) {
+		return msg + ": out of range"
+	}
+	switch ive.GetFlag().Value.Type() {
+	case "int", "int8", "int16", "int32", "int64", "count":
+		return msg + ": want an integer"
+	case "uint", "uint8", "uint16", "uint32", "uint64":
+		return msg + ": want an integer, 0 or more"
+	case "float32", "float64":
+		return msg + ": want a number"
+	case "duration":
+		return msg + `: want a duration such as "2s" or "1m"`
+	case "bool":
+		return msg + ": want true or false"
+	}
+	return msg
 }
 
 // nearMiss is the usage error for a first word of root's one typing slip
