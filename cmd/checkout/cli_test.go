@@ -384,6 +384,11 @@ key_file = "`+filepath.Join(dir, "secrets", "writer.key")+`"
 	if r := run(nil, "--profile", "nope", "list"); r.code != 2 || !strings.Contains(r.stderr, `no profile "nope"`) || !strings.Contains(r.stderr, "researcher, writer") {
 		t.Errorf("unknown profile: %d %s", r.code, r.stderr)
 	}
+	writeFile(t, filepath.Join(dir, "badurl.toml"), "[profiles.x]\nurl = \"localhost:3100\"\nkey_file = \""+filepath.Join(dir, "secrets", "writer.key")+"\"\n")
+	if r := run([]string{"CHECKOUT_CONFIG=" + filepath.Join(dir, "badurl.toml")}, "--profile", "x", "list"); r.code != 2 ||
+		r.stderr != `checkout: invalid server URL "localhost:3100" (from profile x): want http://HOST[:PORT] or https://...`+"\n" {
+		t.Errorf("profile with a bad url: %d %s", r.code, r.stderr)
+	}
 	writeFile(t, filepath.Join(dir, "bad.toml"), "[profiles.x]\napi_key = \"ck_inline\"\n")
 	if r := run([]string{"CHECKOUT_CONFIG=" + filepath.Join(dir, "bad.toml")}, "list"); r.code != 2 || !strings.Contains(r.stderr, "unknown setting profiles.x.api_key") || strings.Contains(r.stderr, "ck_inline") {
 		t.Errorf("bad profile file: %d %s", r.code, r.stderr)

@@ -19,7 +19,7 @@ import (
 
 func (a *app) completionClient(cmd *cobra.Command) (*client.Client, *settings, bool) {
 	s, err := a.resolve()
-	if err != nil || s.key.value == "" {
+	if err != nil || s.key.value == "" || checkURL(s.url) != nil {
 		return nil, nil, false
 	}
 	return client.New(s.url.value, s.key.value, client.WithUserAgent("checkout-cli/1"),

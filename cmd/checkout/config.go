@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -182,6 +183,17 @@ func (a *app) resolve() (*settings, error) {
 	}
 	a.resolved = s
 	return s, nil
+}
+
+// checkURL checks the server URL before any request is made to it: an
+// absolute http or https URL with a host. A mistyped one would otherwise
+// fail as Go's "unsupported protocol scheme" at the first request.
+func checkURL(u setting) error {
+	p, err := url.Parse(u.value)
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Hostname() == "" {
+		return &usageError{fmt.Sprintf("invalid server URL %q (from %s): want http://HOST[:PORT] or https://...", u.value, u.from)}
+	}
+	return nil
 }
 
 // keyPath is a key_file resolved: ~/ is the home directory, and a relative
