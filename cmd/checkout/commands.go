@@ -11,7 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -231,15 +233,36 @@ func (a *app) call(cmd *cobra.Command, do func(ctx context.Context, c *client.Cl
 	return err
 }
 
-func duration(flag, v string) (time.Duration, error) {
+// duration reads the duration flag --flag, "" being 0 (not given). It
+// checks the server's range for the field here, so that the error names
+// the flag and gives examples inside the range (the server's own message
+// names the JSON field).
+func duration(flag, v string, r lease.DurationRange) (time.Duration, error) {
 	if v == "" {
 		return 0, nil
 	}
 	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		return 0, &usageError{fmt.Sprintf("invalid duration %q for --%s", v, flag)}
+	if err != nil || r.Check(d) != nil {
+		return 0, durationError(flag, v, r)
 	}
 	return d, nil
+}
+
+func durationError(flag, v string, r lease.DurationRange) error {
+	return &usageError{fmt.Sprintf("invalid duration %q for --%s: want %s to %s, such as %s", v, flag, compact(r.Min), compact(r.Max), durationExamples(r))}
+}
+
+// durationExamples is two durations inside r, quoted: "90s" or "30m"
+// where they fit, else a quarter of the most and the most ("5s" or "20s").
+func durationExamples(r lease.DurationRange) string {
+	var ex []string
+	for _, d := range []time.Duration{90 * time.Second, 30 * time.Minute, r.Max / 4, r.Max} {
+		q := strconv.Quote(compact(d))
+		if len(ex) < 2 && r.Check(d) == nil && !slices.Contains(ex, q) {
+			ex = append(ex, q)
+		}
+	}
+	return strings.Join(ex, " or ")
 }
 
 // identityFlags are the flags of every lease command: whom it acts as, and
@@ -283,7 +306,7 @@ func ownLease(ce *client.ConflictError, s *settings) bool {
 }
 
 func (a *app) checkout(cmd *cobra.Command, taskID string, f *checkoutFlags) error {
-	timeout, err := duration("timeout", f.timeout)
+	timeout, err := duration("timeout", f.timeout, lease.TimeoutRange)
 	if err != nil {
 		return err
 	}
@@ -492,7 +515,7 @@ func (a *app) renewCmd() *cobra.Command {
 	}
 	hf := a.holderFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		d, err := duration("timeout", timeout)
+		d, err := duration("timeout", timeout, lease.TimeoutRange)
 		if err != nil {
 			return err
 		}
@@ -539,7 +562,7 @@ func (a *app) heartbeatCmd() *cobra.Command {
 		Example: heartbeatExample,
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := duration("ttl", ttl)
+			d, err := duration("ttl", ttl, lease.TTLRange)
 			if err != nil {
 				return err
 			}
@@ -565,11 +588,11 @@ func (a *app) claimCmd() *cobra.Command {
 		Example: claimExample,
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := duration("timeout", timeout)
+			d, err := duration("timeout", timeout, lease.TimeoutRange)
 			if err != nil {
 				return err
 			}
-			w, err := duration("wait", wait)
+			w, err := duration("wait", wait, lease.WaitRange)
 			if err != nil {
 				return err
 			}

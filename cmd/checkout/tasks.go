@@ -246,8 +246,8 @@ func (g *graphFlags) blockers() []string {
 
 func (g *graphFlags) delay() (*time.Duration, error) {
 	d, err := time.ParseDuration(g.retryDelay)
-	if err != nil || d < 0 {
-		return nil, &usageError{fmt.Sprintf("invalid duration %q for --retry-delay (0s to %s)", g.retryDelay, compact(lease.MaxRetryWait))}
+	if err != nil || lease.RetryDelayRange.Check(d) != nil {
+		return nil, durationError("retry-delay", g.retryDelay, lease.RetryDelayRange)
 	}
 	return &d, nil
 }
