@@ -432,7 +432,11 @@ func printFailed(w io.Writer, r client.Released, errText string, t *client.Task)
 	}
 	switch {
 	case t.Status == client.StatusFailed:
-		fmt.Fprintf(w, "  Task failed: it used its %d attempts (checkout tasks reopen %s tries again)\n", t.MaxAttempts, t.TaskID)
+		used := "its " + plural(t.MaxAttempts, "attempt")
+		if t.MaxAttempts == 1 {
+			used = "its only attempt"
+		}
+		fmt.Fprintf(w, "  Task failed: it used %s (checkout tasks reopen %s tries again)\n", used, t.TaskID)
 	case t.MaxAttempts > 0:
 		fmt.Fprintf(w, "  Attempts: %d of %d\n", t.Attempts, t.MaxAttempts)
 		if t.NotBefore != nil {

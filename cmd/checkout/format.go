@@ -35,6 +35,15 @@ func compact(d time.Duration) string {
 	return b.String()
 }
 
+// plural is a count and its noun, the noun plural unless the count is 1:
+// "1 attempt", "3 attempts".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 // zone is where times are shown: local time when TZ is set, UTC otherwise
 // (so that a machine's own zone file never changes what an agent reads).
 func zone() *time.Location {
@@ -100,7 +109,11 @@ func printAcquired(w io.Writer, co client.Checkout, runFromUser bool) {
 		fmt.Fprintf(w, "  Reason: %s\n", co.Reason)
 	}
 	if co.Attempt > 1 {
-		fmt.Fprintf(w, "  Attempt: %d (earlier attempts failed or ended without completing it)\n", co.Attempt)
+		earlier := plural(co.Attempt-1, "earlier attempt") + " failed"
+		if co.Attempt == 2 {
+			earlier = "an earlier attempt failed"
+		}
+		fmt.Fprintf(w, "  Attempt: %d (%s or ended without completing it)\n", co.Attempt, earlier)
 	}
 	if runFromUser {
 		fmt.Fprintf(w, "  Run: %s, fence %d\n", co.RunID, co.Fence)

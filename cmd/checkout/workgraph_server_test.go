@@ -43,7 +43,7 @@ func TestWorkGraphFromTheCommandLine(t *testing.T) {
 	}
 	expect(runCLI(t, url, key, "events", "flaky"), 0, "outcome failed; error: tests fail")
 	expect(runCLI(t, url, key, "tasks", "show", "flaky"), 0, "Task flaky: todo\n", "  Last error: tests fail\n")
-	expect(runCLI(t, url, key, "flaky"), 0, "  Attempt: 2 (")
+	expect(runCLI(t, url, key, "flaky"), 0, "  Attempt: 2 (an earlier attempt failed or ended without completing it)\n")
 	expect(runCLI(t, url, key, "fail", "flaky", "--error", "again"), 0, "  Task failed: it used its 2 attempts")
 	expect(runCLI(t, url, key, "tasks", "list", "--status", "failed"), 0, "| flaky | failed |")
 	expect(runCLI(t, url, key, "fail", "flaky"), exitNotFound)

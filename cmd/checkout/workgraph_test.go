@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/checkout-dev/checkout/client"
 )
 
 // The work graph's flags and reports, run in-process against a scripted
@@ -199,15 +201,40 @@ func TestFailReleasesAsAFailedAttempt(t *testing.T) {
 }
 
 func TestFailOfTheLastAttemptSaysTheTaskFailed(t *testing.T) {
-	s := newScriptedCLI(t, func(r sent) (int, string) {
-		if r.Method == "POST" {
-			return 200, `{"task_id":"deploy","released_by":"agent-a1b2","held_seconds":5}`
+	for _, tc := range []struct {
+		max  string
+		want string
+	}{
+		{"3", "  Task failed: it used its 3 attempts (checkout tasks reopen deploy tries again)\n"},
+		{"1", "  Task failed: it used its only attempt (checkout tasks reopen deploy tries again)\n"},
+	} {
+		s := newScriptedCLI(t, func(r sent) (int, string) {
+			if r.Method == "POST" {
+				return 200, `{"task_id":"deploy","released_by":"agent-a1b2","held_seconds":5}`
+			}
+			return 200, strings.NewReplacer(`"status":"blocked"`, `"status":"failed"`, `"attempts":2`, `"attempts":`+tc.max,
+				`"max_attempts":3`, `"max_attempts":`+tc.max).Replace(graphTask)
+		})
+		r := s.run("fail", "deploy", "--error", "again")
+		if r.code != 0 || !strings.Contains(r.stdout, tc.want) {
+			t.Errorf("max attempts %s: exit %d:\n%s\nwant %q", tc.max, r.code, r.stdout, tc.want)
 		}
-		return 200, strings.NewReplacer(`"status":"blocked"`, `"status":"failed"`, `"attempts":2`, `"attempts":3`).Replace(graphTask)
-	})
-	r := s.run("fail", "deploy", "--error", "again")
-	if r.code != 0 || !strings.Contains(r.stdout, "  Task failed: it used its 3 attempts (checkout tasks reopen deploy tries again)\n") {
-		t.Errorf("exit %d:\n%s", r.code, r.stdout)
+	}
+}
+
+// The attempt line of a lease counts the attempts before it right, one
+// or many.
+func TestAttemptLineCountsTheEarlierAttempts(t *testing.T) {
+	for attempt, want := range map[int]string{
+		1: "",
+		2: "  Attempt: 2 (an earlier attempt failed or ended without completing it)\n",
+		3: "  Attempt: 3 (2 earlier attempts failed or ended without completing it)\n",
+	} {
+		var b strings.Builder
+		printAcquired(&b, client.Checkout{TaskID: "t", Attempt: attempt}, true)
+		if got := b.String(); want == "" && strings.Contains(got, "Attempt:") || !strings.Contains(got, want) {
+			t.Errorf("attempt %d:\n%s\nwant %q", attempt, got, want)
+		}
 	}
 }
 
