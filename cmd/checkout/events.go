@@ -20,7 +20,7 @@ import (
 
 func (a *app) eventsCmd() *cobra.Command {
 	var follow bool
-	var since, types string
+	var since, types, cursor string
 	var interval time.Duration
 	var limit int
 	cmd := &cobra.Command{
@@ -32,12 +32,15 @@ func (a *app) eventsCmd() *cobra.Command {
 		ValidArgsFunction: a.completeOpenTasks,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
-				if follow || since != "" || types != "" {
-					return &usageError{"--follow, --since and --type are for the fleet feed: give no task id (see checkout events --help)"}
+				if follow || since != "" || types != "" || cursor != "" {
+					return &usageError{"--follow, --since, --cursor and --type are for the fleet feed: give no task id (see checkout events --help)"}
 				}
 				return a.taskEvents(cmd, args[0])
 			}
-			req := client.FeedRequest{Limit: limit}
+			if since != "" && cursor != "" {
+				return &usageError{"--since and --cursor both say where the feed starts: give one (see checkout events --help)"}
+			}
+			req := client.FeedRequest{Limit: limit, Cursor: cursor}
 			if since != "" {
 				t, err := time.Parse(time.RFC3339Nano, since)
 				if err != nil {
@@ -50,7 +53,9 @@ func (a *app) eventsCmd() *cobra.Command {
 				req.Since = t
 			}
 			if types != "" {
-				req.Types = strings.Split(types, ",")
+				for _, t := range strings.Split(types, ",") {
+					req.Types = append(req.Types, strings.TrimSpace(t))
+				}
 			}
 			if !follow {
 				return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
@@ -60,14 +65,25 @@ func (a *app) eventsCmd() *cobra.Command {
 						fmt.Fprintln(w)
 						if len(page.Events) == 0 {
 							fmt.Fprintln(w, "No events.")
+						} else {
+							rows := make([][]string, len(page.Events))
+							for i, e := range page.Events {
+								rows[i] = []string{stamp(e.At), e.Type, e.TaskID, orDash(e.AgentID), strconv.FormatInt(e.Fence, 10), held(e), orDash(e.By), eventReason(e)}
+							}
+							table(w, []string{"At", "Event", "Task", "Agent", "Fence", "Held", "By", "Reason"}, rows)
+						}
+						if page.NextCursor == "" {
 							return
 						}
-						rows := make([][]string, len(page.Events))
-						for i, e := range page.Events {
-							rows[i] = []string{stamp(e.At), e.Type, e.TaskID, orDash(e.AgentID), strconv.FormatInt(e.Fence, 10), held(e), orDash(e.By), eventReason(e)}
+						// The command that goes on from here, with the same filter.
+						next := "checkout events --cursor " + page.NextCursor
+						if len(req.Types) > 0 {
+							next += " --type " + strings.Join(req.Types, ",")
 						}
-						table(w, []string{"At", "Event", "Task", "Agent", "Fence", "Held", "By", "Reason"}, rows)
-						fmt.Fprintf(w, "\nMore: checkout events --follow, or the API with cursor=%s\n", page.NextCursor)
+						if limit != 0 {
+							next += " --limit " + strconv.Itoa(limit)
+						}
+						fmt.Fprintf(w, "\nMore: %s (add --follow to keep following)\n", next)
 					}, err
 				})
 			}
@@ -96,6 +112,7 @@ func (a *app) eventsCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep following the fleet feed until interrupted")
 	cmd.Flags().StringVar(&since, "since", "", "start of the fleet feed: an RFC 3339 time, or a duration ago such as 30m (default 1h)")
+	cmd.Flags().StringVar(&cursor, "cursor", "", "go on from where an earlier page of the fleet feed ended (its More: line gives it)")
 	cmd.Flags().StringVar(&types, "type", "", "keep only these event types, comma-separated")
 	cmd.Flags().IntVar(&limit, "limit", 0, fmt.Sprintf("events per request, 1 to %d (default %d)", lease.MaxListLimit, lease.DefaultListLimit))
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "with --follow: how often to ask once caught up")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -109,6 +110,50 @@ func TestEventsFollow(t *testing.T) {
 	}
 	if r := runCLI(t, e.srv.URL(), e.keys["agent-a1b2"], "events", "feed-1", "--follow"); r.code == 0 {
 		t.Fatalf("a task id with --follow: %+v", r)
+	}
+
+	// The page's footer is a command that goes on from where it ended.
+	r = runCLI(t, e.srv.URL(), e.keys["agent-a1b2"], "events")
+	m := regexp.MustCompile(`\nMore: checkout events --cursor (\S+) \(add --follow to keep following\)\n$`).FindStringSubmatch(r.stdout)
+	if r.code != 0 || m == nil {
+		t.Fatalf("events: %d, no --cursor footer:\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r = runCLI(t, e.srv.URL(), e.keys["agent-a1b2"], "events", "--cursor", m[1]); r.code != 0 || !strings.Contains(r.stdout, "No events.") {
+		t.Fatalf("events --cursor at the end: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if _, err := agent.Release(ctx, "feed-2", client.ReleaseRequest{Reason: "after the cursor"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Millisecond)
+	r = runCLI(t, e.srv.URL(), e.keys["agent-a1b2"], "events", "--cursor", m[1])
+	if r.code != 0 || !strings.Contains(r.stdout, "after the cursor") || strings.Contains(r.stdout, "feed-1") {
+		t.Fatalf("events --cursor after a release: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// events --cursor asks for the feed from the cursor, keeps --type in the
+// footer's next command, and is for the fleet feed only.
+func TestEventsCursor(t *testing.T) {
+	s := newScriptedCLI(t, func(sent) (int, string) {
+		return 200, `{"events":[{"type":"release","task_id":"t","agent_id":"a","run_id":"r","fence":1,"at":"2026-03-20T14:30:00.000Z"}],"next_cursor":"f1.Next"}`
+	})
+	r := s.run("events", "--cursor", "f1.Prev", "--type", "release, timeout")
+	if r.code != 0 || !strings.HasSuffix(r.stdout, "\nMore: checkout events --cursor f1.Next --type release,timeout (add --follow to keep following)\n") {
+		t.Errorf("events --cursor: exit %d:\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if got := s.requests(); len(got) != 1 || got[0].Path != "/api/events?cursor=f1.Prev&type=release%2Ctimeout" {
+		t.Errorf("events --cursor asked %v", got)
+	}
+	for _, args := range [][]string{{"events", "--cursor", "f1.Prev", "--since", "1h"}, {"events", "t", "--cursor", "f1.Prev"}} {
+		if r := s.run(args...); r.code != exitUsage || !strings.Contains(r.stderr, "--cursor") {
+			t.Errorf("checkout %s: exit %d: %s", strings.Join(args, " "), r.code, r.stderr)
+		}
+	}
+	if n := len(s.requests()); n != 1 {
+		t.Errorf("%d requests, want none for the bad flags", n)
 	}
 }
 

@@ -144,13 +144,15 @@ const eventsShort = "Show a task's audit trail, or every transition across the f
 const eventsLong = `With a task id: that task's audit trail, oldest first.
 
 Without one: the fleet feed, every transition of every task, oldest first,
-from --since (default: the last hour). With --follow it keeps going,
+from --since (default: the last hour), or from --cursor, where an earlier
+page ended (its last line gives the command). With --follow it keeps going,
 printing each transition once, in order, about two seconds after it
 happened, until interrupted; with --json each event is one JSON line.`
 
 const eventsExample = `  checkout events task-d4e5
   checkout events task-d4e5 --json
   checkout events --since 2026-03-20T14:00:00Z
+  checkout events --cursor <next-cursor>      # the next page, from the last one's More: line
   checkout events --follow --type release,timeout,agent_death,force_release
   checkout events --follow --json | jq -c .`
 
