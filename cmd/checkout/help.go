@@ -14,7 +14,7 @@ one pool of tasks without doing the same work twice.
 
   checkout <task-id> [--timeout 30m] [--reason TEXT]   check a task out
   checkout release <task-id>                           give it back
-  checkout fail <task-id> --error TEXT                 give it back as a failed attempt
+  checkout fail <task-id> [--error TEXT]               give it back as a failed attempt
   checkout complete <task-id>                          mark it done
   checkout list                                        who holds what
 
@@ -31,7 +31,9 @@ Configuration (each flag beats its variable; see checkout config --help for
 profiles, which name a server, a key file and an agent):
   CHECKOUT_URL       the server (default ` + defaultURL + `), or --url
   CHECKOUT_API_KEY   your API key, or --api-key
-  CHECKOUT_PROFILE   a profile of ~/.config/checkout/config.toml, or --profile
+  CHECKOUT_PROFILE   a profile of the profile file, or --profile
+  CHECKOUT_CONFIG    the profile file, if not $XDG_CONFIG_HOME/checkout/config.toml
+                     (default ~/.config/checkout/config.toml; checkout config shows it)
   CHECKOUT_AGENT     the agent to act as (default: the key's own), or --agent
   CHECKOUT_RUN_ID    the run's lease token (default: a fresh one per checkout), or --run-id
   TZ                 show times in this zone (default UTC)
@@ -67,15 +69,17 @@ const releaseExample = `  checkout release task-d4e5 --reason "blocked on review
   checkout release task-d4e5 --fence 3          # a lease of your agent's earlier run
   checkout release task-d4e5 --force --reason stuck   # admins`
 
-const failShort = "Give a task you hold back as a failed attempt, saying what went wrong"
+const failShort = "Give a task you hold back as a failed attempt (--error says what went wrong)"
 
 const failLong = `Ends your lease like release, but as a failed attempt (outcome failed): the
---error text becomes the task's last error. The task is then held back for its
-retry delay, doubled with each further failure (see checkout tasks show), and
-after its max attempts it is failed for good until someone reopens it. Give a
-task back with release when you merely stop, not because the work failed.`
+--error text, if given, becomes the task's last error. The task is then held
+back for its retry delay, doubled with each further failure (see checkout
+tasks show), and after its max attempts it is failed for good until someone
+reopens it. Give a task back with release when you merely stop, not because
+the work failed.`
 
-const failExample = `  checkout fail task-d4e5 --error "tests fail: TestLogin (timeout)"
+const failExample = `  checkout fail task-d4e5                                   # no error text
+  checkout fail task-d4e5 --error "tests fail: TestLogin (timeout)"
   checkout fail task-d4e5 --fence 3 --error "out of disk"   # a lease of your agent's earlier run`
 
 const statusShort = "Show whether a task is checked out, and by whom"
@@ -156,7 +160,7 @@ const eventsExample = `  checkout events task-d4e5
   checkout events --follow --type release,timeout,agent_death,force_release
   checkout events --follow --json | jq -c .`
 
-const tasksShort = "Create, list and show tasks"
+const tasksShort = "Create, list, show, edit, cancel and reopen tasks"
 
 const tasksExample = `  checkout tasks add task-d4e5 --title "Fix login bug"
   checkout tasks list --status todo

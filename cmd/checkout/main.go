@@ -4,8 +4,8 @@
 //
 // It reads the server's URL from CHECKOUT_URL (default
 // http://127.0.0.1:3100) and the API key from CHECKOUT_API_KEY, from a
-// profile of ~/.config/checkout/config.toml, or from the --url and
-// --api-key flags.
+// profile of $XDG_CONFIG_HOME/checkout/config.toml (default
+// ~/.config/checkout/config.toml), or from the --url and --api-key flags.
 package main
 
 import (

@@ -402,6 +402,39 @@ func TestHelpDocumentsExitCodes(t *testing.T) {
 	}
 }
 
+// The help says what each command does and takes: a group's summary names
+// its commands, an optional flag is shown in brackets, and the profile
+// file's place is given as the CLI finds it.
+func TestHelpSaysWhatCommandsTake(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args      []string
+		want, not []string
+	}{
+		{[]string{"--help"},
+			[]string{"  checkout fail <task-id> [--error TEXT]   ", "$XDG_CONFIG_HOME/checkout/config.toml", "(default ~/.config/checkout/config.toml", "CHECKOUT_CONFIG"},
+			[]string{"fail <task-id> --error TEXT", "a profile of ~/.config", "saying what went wrong"}},
+		{[]string{"tasks", "--help"}, []string{"Create, list, show, edit, cancel and reopen tasks\n"}, nil},
+		{[]string{"--help"}, []string{"  tasks       Create, list, show, edit, cancel and reopen tasks\n"}, nil},
+		{[]string{"fail", "--help"}, []string{"  checkout fail task-d4e5  ", "--error text, if given,"}, nil},
+	} {
+		r := runCLI(t, "", "", tc.args...)
+		if r.code != 0 {
+			t.Fatalf("checkout %s: exit %d", strings.Join(tc.args, " "), r.code)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(r.stdout, w) {
+				t.Errorf("checkout %s does not say %q:\n%s", strings.Join(tc.args, " "), w, r.stdout)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(r.stdout, n) {
+				t.Errorf("checkout %s says %q:\n%s", strings.Join(tc.args, " "), n, r.stdout)
+			}
+		}
+	}
+}
+
 func TestCompact(t *testing.T) {
 	t.Parallel()
 	for d, want := range map[time.Duration]string{
