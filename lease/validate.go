@@ -301,13 +301,16 @@ func CheckEventTypes(ts []EventType) error {
 type DurationRange struct {
 	Field    string
 	Min, Max time.Duration
+	// Examples are two durations in the range, for the message (default
+	// "90s" and "30m").
+	Examples [2]string
 }
 
 // The duration fields.
 var (
 	TimeoutRange = DurationRange{Field: "timeout", Min: MinTimeout, Max: MaxTimeout}
 	TTLRange     = DurationRange{Field: "ttl", Min: MinHeartbeatTTL, Max: MaxHeartbeatTTL}
-	WaitRange    = DurationRange{Field: "wait", Min: 0, Max: MaxClaimWait}
+	WaitRange    = DurationRange{Field: "wait", Min: 0, Max: MaxClaimWait, Examples: [2]string{"5s", "20s"}}
 	// RetryDelayRange is a task's retry delay: 0s (at once) to 1h.
 	RetryDelayRange = DurationRange{Field: "retry_delay", Min: 0, Max: MaxRetryWait}
 )
@@ -323,7 +326,11 @@ func (r DurationRange) Check(d time.Duration) error {
 // Invalid is the error for a value of the field that is not a duration in
 // the range, one that does not parse included.
 func (r DurationRange) Invalid() error {
-	return invalidField(r.Field, CodeInvalidTimeout, "%s must be a duration such as \"90s\" or \"30m\" from %s to %s", r.Field, fmtDur(r.Min), fmtDur(r.Max))
+	ex := r.Examples
+	if ex[0] == "" {
+		ex = [2]string{"90s", "30m"}
+	}
+	return invalidField(r.Field, CodeInvalidTimeout, "%s must be a duration such as %q or %q from %s to %s", r.Field, ex[0], ex[1], fmtDur(r.Min), fmtDur(r.Max))
 }
 
 // fmtDur writes a bound in whole hours or minutes when it is one.

@@ -126,7 +126,7 @@ func TestDurationRules(t *testing.T) {
 	t.Parallel()
 	const timeoutMsg = `timeout must be a duration such as "90s" or "30m" from 1s to 24h`
 	const ttlMsg = `ttl must be a duration such as "90s" or "30m" from 1s to 1h`
-	const waitMsg = `wait must be a duration such as "90s" or "30m" from 0s to 20s`
+	const waitMsg = `wait must be a duration such as "5s" or "20s" from 0s to 20s`
 	for _, tc := range []struct {
 		name string
 		rng  lease.DurationRange
