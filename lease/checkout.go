@@ -519,7 +519,7 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 			rank = expression.Name("claim_rank").Equal(expression.Value(cur.ClaimRank))
 		}
 		pin := cond.and(nameFence.Equal(expression.Value(cur.Fence)), countIs(nameAttempts, cur.Attempts), countIs(nameFailures, cur.Failures), rank)
-		it, after, applied, err := s.endLease(ctx, p.TaskID, pin, e, now)
+		it, after, applied, err := s.endLease(ctx, p.TaskID, pin, e, now, types.ReturnValueAllNew)
 		switch {
 		case err != nil:
 			return nil, err
@@ -548,13 +548,16 @@ func countIs(name expression.NameBuilder, n int) expression.ConditionBuilder {
 
 // endLease makes an ending write on taskID under cond. Its consequences (the
 // event's archive, the watchers' messages, the notices) follow from the
-// change stream. It returns the item as the write left it (after, read
-// back with the write: the ending is encoded once, in endUpdate), or
-// applied=false and the item as it is (cur) when cond failed. The write
-// keeps the time rule (timeCond): it fails, too, when the item's latest
-// transition is later than now (lostToLater), and the caller tries again.
-func (s *Store) endLease(ctx context.Context, taskID string, cond terms, e ending, now time.Time) (cur, after *taskItem, applied bool, err error) {
-	it, applied, err := s.update(ctx, taskID, cond.and(timeCond(now)), endUpdate(taskID, e, now, s.shards), types.ReturnValueAllNew)
+// change stream. With rv ALL_NEW it returns the item as the write left it
+// (after, read back with the write: the ending is encoded once, in
+// endUpdate); a caller that answers nothing from it (the sweep) passes
+// NONE and gets no item back, which spares the whole item's answer. When
+// cond failed it returns applied=false and the item as it is (cur). The
+// write keeps the time rule (timeCond): it fails, too, when the item's
+// latest transition is later than now (lostToLater), and the caller tries
+// again.
+func (s *Store) endLease(ctx context.Context, taskID string, cond terms, e ending, now time.Time, rv types.ReturnValue) (cur, after *taskItem, applied bool, err error) {
+	it, applied, err := s.update(ctx, taskID, cond.and(timeCond(now)), endUpdate(taskID, e, now, s.shards), rv)
 	if err != nil || !applied {
 		return it, nil, false, err
 	}
@@ -582,7 +585,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 		case err != nil:
 			return nil, err
 		default:
-			if it, after, applied, err = s.endLease(ctx, taskID, cond, e, now); err != nil {
+			if it, after, applied, err = s.endLease(ctx, taskID, cond, e, now, types.ReturnValueAllNew); err != nil {
 				return nil, err
 			}
 			if !applied && lostToLater(it, now) {
@@ -621,7 +624,7 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 		now := s.clockAfter(floor)
 		cond := pinnedTo(cur).and(nameExpires.GreaterThan(expression.Value(ms(now))))
 		e := ending{typ: EventForceRelease, by: p.AgentID, reason: p.Reason, status: StatusTodo}
-		it, after, applied, err := s.endLease(ctx, p.TaskID, cond, e, now)
+		it, after, applied, err := s.endLease(ctx, p.TaskID, cond, e, now, types.ReturnValueAllNew)
 		if err != nil {
 			return Released{}, err
 		}

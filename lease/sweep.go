@@ -182,7 +182,7 @@ func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond terms, typ Even
 			limit = atLimitCond()
 		}
 		e := ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo, failed: true, exhausted: exhausted}
-		old, _, applied, err := s.endLease(ctx, it.TaskID, cond.and(limit), e, now)
+		old, _, applied, err := s.endLease(ctx, it.TaskID, cond.and(limit), e, now, types.ReturnValueNone)
 		switch {
 		case err != nil:
 			return false, err

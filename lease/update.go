@@ -250,7 +250,7 @@ func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) (end
 	// The attempt failed; if it was the task's last, the task fails (the
 	// condition pins eseq, so attempts are as read).
 	e := ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo, failed: true, exhausted: !cur.belowLimit()}
-	_, _, ended, err = s.endLease(ctx, cur.TaskID, cond, e, now)
+	_, _, ended, err = s.endLease(ctx, cur.TaskID, cond, e, now, types.ReturnValueNone)
 	return ended, err // not applied: someone else moved it; the caller reads again
 }
 
