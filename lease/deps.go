@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -80,8 +81,10 @@ import (
 // along blocked_by (a consistent BatchGetItem per level, at most
 // maxGraphWalk tasks) must not reach the task. A new task cannot close a
 // cycle, since no task can name it before it exists. Two PATCHes that
-// each add one edge of a cycle at the same moment can both pass the walk;
-// the tasks then stay blocked until a PATCH removes an edge.
+// each add one edge of a cycle could each walk before the other's write,
+// and both pass: so a PATCH that names blockers holds the graph's lock
+// (lockGraph) from before its walk until after its write, and such
+// PATCHes run one at a time across every process.
 
 // Attempts and failed tasks.
 //
@@ -478,4 +481,83 @@ func (s *Store) fillGraph(ctx context.Context, items ...*taskItem) error {
 		}
 	}
 	return g.Wait()
+}
+
+// The graph's lock: an item of the heartbeats table, "#graph" (a key no
+// agent id can take), that a PATCH naming blockers puts on condition that
+// no other holds it (or that its holder's time is up), and deletes on
+// condition that it is still its own. A holder that stopped without
+// deleting it holds it for graphLockTTL at most. A PATCH that spent
+// longer than that inside the lock might race another one: it finds out
+// when it gives the lock back, and logs it.
+const (
+	graphLockID  = "#graph"
+	graphLockTTL = 10 * time.Second
+)
+
+// lockGraph takes the graph's lock, waiting while another holds it (for
+// twice its ttl at most: a holder that stopped frees it within one), and
+// returns the function that gives it back.
+func (s *Store) lockGraph(ctx context.Context) (unlock func(), err error) {
+	token := newID("graph-")
+	deadline := time.Now().Add(2 * graphLockTTL)
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		now := s.clock()
+		cond := expression.AttributeNotExists(expression.Name("token")).Or(expression.Name("until").LessThanEqual(expression.Value(ms(now))))
+		expr, err := expression.NewBuilder().WithCondition(cond).Build()
+		if err != nil {
+			return nil, err
+		}
+		_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName: &s.heartbeats,
+			Item: map[string]types.AttributeValue{
+				"agent_id": &types.AttributeValueMemberS{Value: graphLockID},
+				"token":    &types.AttributeValueMemberS{Value: token},
+				"until":    &types.AttributeValueMemberN{Value: strconv.FormatInt(ms(now.Add(graphLockTTL)), 10)},
+				"ttl":      &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(24*time.Hour).Unix(), 10)},
+			},
+			ConditionExpression:       expr.Condition(),
+			ExpressionAttributeNames:  expr.Names(),
+			ExpressionAttributeValues: expr.Values(),
+		})
+		if _, held := conditionFailed(err); !held {
+			if err != nil {
+				return nil, fmt.Errorf("lock the task graph: %w", err)
+			}
+			return func() { s.unlockGraph(token) }, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("lock the task graph: held by another change too long: %w", context.DeadlineExceeded)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// unlockGraph gives the graph's lock back, if it is still token's. It runs
+// after the PATCH's answer is decided, on a context of its own.
+func (s *Store) unlockGraph(token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	expr, err := expression.NewBuilder().WithCondition(expression.Name("token").Equal(expression.Value(token))).Build()
+	if err == nil {
+		_, err = s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+			TableName:                 &s.heartbeats,
+			Key:                       agentKey(graphLockID),
+			ConditionExpression:       expr.Condition(),
+			ExpressionAttributeNames:  expr.Names(),
+			ExpressionAttributeValues: expr.Values(),
+		})
+	}
+	if _, lost := conditionFailed(err); lost {
+		s.log.WarnContext(ctx, "the task graph's lock was taken over before it was given back: a change of blocked_by ran longer than the lock's ttl", "ttl", graphLockTTL)
+		return
+	}
+	if err != nil {
+		// Not given back: it frees itself at its ttl.
+		s.log.WarnContext(ctx, "give back the task graph's lock", "err", err)
+	}
 }

@@ -45,8 +45,9 @@
 //	agents      agent_id                agents, and "#key#<sha256>" key items
 //	  all_agents       kind / agent_id           list agents
 //	heartbeats  agent_id                latest heartbeat; TTL "ttl"; also claim
-//	                                    receipts "#claim#…" and queue counters
-//	                                    "#queue#<queue>", "#queues"
+//	                                    receipts "#claim#…", queue counters
+//	                                    "#queue#<queue>", "#queues", and the
+//	                                    graph's lock "#graph" (deps.go)
 //	  by_expiry        hb_shard / hb_expires     sparse: agents the sweep must judge
 //	events      task_id / seq           the audit trail; TTL "ttl"
 //	  by_feed          feed_shard / feed_key     sparse: the fleet feed by time (feed.go)

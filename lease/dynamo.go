@@ -41,7 +41,9 @@ import (
 //	create (batch)      PutItem (one per task, concurrently; the failed
 //	                    condition returns the existing task)
 //	PATCH               GetItem + UpdateItem pinned to the version read
-//	                    (+ holder's heartbeat, cached, when a lease is on it)
+//	                    (+ holder's heartbeat, cached, when a lease is on it;
+//	                    + PutItem and DeleteItem of the graph's lock when it
+//	                    names blockers)
 //	claim with run_id   + GetItem of its receipt, UpdateItem of it per try
 //	                    (a retry whose receipt lost its grant: + the tried
 //	                    tasks' trails)

@@ -662,3 +662,43 @@ func TestBlockedCheckoutWithWatchIsToldOfTheUnblocking(t *testing.T) {
 		t.Fatalf("w's inbox %v, want %v", told, want)
 	}
 }
+
+// Two PATCHes that would each close the same cycle, racing: at most one
+// of them applies; the other is refused (dependency_cycle). Each round
+// races a fresh pair of tasks on real goroutines.
+func TestRacingPatchesNeverCloseACycle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	for round := range 12 {
+		a, b := fmt.Sprintf("a%d", round), fmt.Sprintf("b%d", round)
+		e.task(t, a, b)
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		start := make(chan struct{})
+		for i, pair := range [][2]string{{a, b}, {b, a}} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, errs[i] = e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: pair[0], AgentID: "x", BlockedBy: &[]string{pair[1]}})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		applied := 0
+		for _, err := range errs {
+			var ve *lease.ValidationError
+			switch {
+			case err == nil:
+				applied++
+			case errors.As(err, &ve) && ve.Code == lease.CodeDependencyCycle:
+			default:
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		if applied != 1 {
+			t.Fatalf("round %d: %d of the two PATCHes that close a cycle applied, want exactly 1: %v", round, applied, errs)
+		}
+	}
+}

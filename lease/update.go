@@ -69,6 +69,16 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 			return Task{}, err
 		}
 		p.BlockedBy = &ids
+		if len(ids) > 0 {
+			// Its blockers' read, its walk and its write, with no other
+			// PATCH naming blockers in between (deps.go, "Cycles are
+			// refused").
+			unlock, err := s.lockGraph(ctx)
+			if err != nil {
+				return Task{}, err
+			}
+			defer unlock()
+		}
 		if blockers, err = s.readBlockers(ctx, ids); err != nil {
 			return Task{}, err
 		}

@@ -434,6 +434,9 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 		{who: "alice", method: "POST", target: "/api/tasks", body: `{"task_id":"g1"}`, status: 201},
 		{who: "alice", method: "POST", target: "/api/tasks", body: `{"task_id":"g2","blocked_by":["g1"],"max_attempts":2}`, status: 201},
 		{who: "alice", method: "POST", target: "/api/tasks", body: `{"task_id":"g3","blocked_by":["nope"]}`, status: 400},
+		// A PATCH naming blockers holds the graph's lock.
+		{who: "alice", method: "POST", target: "/api/tasks", body: `{"task_id":"g4"}`, status: 201},
+		{who: "alice", method: "PATCH", target: "/api/tasks/g4", body: `{"blocked_by":["g1"]}`, status: 200},
 		{who: "bob", method: "POST", target: "/api/tasks/g2/checkout", body: `{}`, status: 409},
 		{who: "admin", method: "POST", target: "/api/tasks/g1/checkout", body: `{"run_id":"g"}`, status: 200},
 		{who: "admin", method: "POST", target: "/api/tasks/g1/complete", body: `{"run_id":"g"}`, status: 200},
