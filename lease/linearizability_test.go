@@ -1996,26 +1996,14 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 	if changed {
 		x.Version++
 	}
-	settled := changed && x.Status == lease.StatusBlocked
-	if settled {
-		x.Settle = true
+	if changed && x.Status == lease.StatusBlocked {
 		// A PATCH that leaves the task blocked then settles it (lease/deps.go,
-		// settle): each blocker it waits on that is done by now unblocks it,
-		// a write each, the last making it todo; and it answers with the
-		// task as it is then. The model settles it here, and again, silently,
-		// before any later operation on the task until the stream has run
-		// (Settle, settled): a blocker may be done between the PATCH's write
-		// and its settling.
-		for b := range wTasks {
-			if x.WaitingOn&(1<<b) != 0 && w.T[b].Status == lease.StatusDone {
-				x.WaitingOn &^= 1 << b
-				x.Version++
-				if x.WaitingOn == 0 {
-					x.Status = lease.StatusTodo
-					w.tell(t, 0)
-				}
-			}
-		}
+		// settle): each blocker it waits on that is done by then unblocks
+		// it, a write each, the last making it todo. Those writes come after
+		// the PATCH's own, and its answer is its own write's: the model
+		// settles the task silently before any later operation on it until
+		// the stream has run (Settle, settled).
+		x.Settle = true
 	}
 	want := wOut{Kind: "ok", Status: x.Status, Version: x.Version, Queue: x.Queue, Prio: x.Prio, Attempt: x.Attempts, NotBefore: x.NotBefore}
 	switch {
@@ -3114,4 +3102,52 @@ func TestPatchOfABlockedTaskAnswersItsOwnWrite(t *testing.T) {
 	if got.Title != mine || got.Version != 2 {
 		t.Errorf("PATCH of the blocked task's title answered title %q, version %d; want its own write: %q, version 2", got.Title, got.Version, mine)
 	}
+}
+
+// A PATCH whose settling unblocks its task (a blocker it waits on is done
+// by then) still answers with what its own write left: before, it read the
+// task again after settling, and another PATCH landing between its write
+// and that read showed in its answer (a title it never wrote, a version
+// past its own), which no order of the two PATCHes explains.
+func TestPatchThatSettlesAnswersItsOwnWrite(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "b", "c")
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "d", Title: "d", BlockedBy: []string{"b", "c"}}))
+	e.complete(t, "b", "x") // done, and the change stream has not run: d still waits on b
+	// The other PATCH lands right after this one's write, before its
+	// settling.
+	a := &afterFirstWrite{Client: e.db, table: e.names.Table(schema.TasksTable)}
+	other := "theirs"
+	a.hook = func() {
+		must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "d", AgentID: "y", Title: &other}))
+	}
+	s := lease.New(lease.Config{DB: a, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	a.armed.Store(true)
+	mine := "mine"
+	got := must[lease.Task](t)(s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "d", AgentID: "x", Title: &mine}))
+	if got.Title != mine || got.Version != 2 {
+		t.Errorf("PATCH of the blocked task's title, settled after another PATCH, answered title %q, version %d; want its own write: %q, version 2", got.Title, got.Version, mine)
+	}
+	if d := e.get(t, "d"); d.Title != other || d.Version != 4 {
+		t.Fatalf("d after both PATCHes and the settling: title %q, version %d; want %q, 4", d.Title, d.Version, other)
+	}
+}
+
+// afterFirstWrite runs hook once, right after the first UpdateItem of
+// table once armed.
+type afterFirstWrite struct {
+	*dynamodb.Client
+	table string
+	armed atomic.Bool
+	hook  func()
+}
+
+func (a *afterFirstWrite) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := a.Client.UpdateItem(ctx, in, optFns...)
+	if *in.TableName == a.table && a.armed.CompareAndSwap(true, false) {
+		a.hook()
+	}
+	return out, err
 }

@@ -208,17 +208,14 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 			s.unlink(ctx, p.TaskID, dropped)
 		}
 		if after.Status == StatusBlocked {
-			_, moved, err := s.settle(ctx, p.TaskID, after.WaitingOn)
-			if err != nil {
+			// A blocker done meanwhile unblocks the task, in writes after
+			// this PATCH's own, which another write may come between.
+			if _, _, err := s.settle(ctx, p.TaskID, after.WaitingOn); err != nil {
 				return Task{}, err
 			}
-			if moved {
-				// The PATCH's own unblocking (a blocker done meanwhile)
-				// came after its write: the task as it is now.
-				return s.GetTask(ctx, p.TaskID)
-			}
 		}
-		// The answer is what this PATCH's write left, not a later read.
+		// The answer is what this PATCH's write left, not a later read
+		// (its settling included: that is a step of its own, after it).
 		if err := s.fillGraph(ctx, after); err != nil {
 			return Task{}, err
 		}
