@@ -1562,16 +1562,23 @@ func (w wState) ranked(t int) []wState {
 	return []wState{w, r}
 }
 
-// silent is every state the silent writes on t may have left before an
-// operation on t: a sweep's ranking (ranked), and a PATCH's settling
-// (settled).
+// silent is every state the silent writes may have left before an
+// operation on t: a sweep's ranking of t (ranked), and the settling of any
+// task a PATCH left to settle (settled), which may come before an
+// operation on another task (its blocker's reopen, say) as well as on its
+// own.
 func (w wState) silent(t int) []wState {
 	var out []wState
 	for _, r := range w.ranked(t) {
-		out = append(out, r)
-		if s, ok := r.settled(t); ok {
-			out = append(out, s)
+		states := []wState{r}
+		for u := range wTasks {
+			for _, st := range states {
+				if s, ok := st.settled(u); ok {
+					states = append(states, s)
+				}
+			}
 		}
+		out = append(out, states...)
 	}
 	return out
 }
