@@ -248,6 +248,12 @@ func (s *Store) link(ctx context.Context, taskID string, blockers map[string]*ta
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
+	return notDone(blockers), nil
+}
+
+// notDone is the ids of blockers, as read, that are not done: what a task
+// naming them waits on. Sorted.
+func notDone(blockers map[string]*taskItem) []string {
 	var waiting []string
 	for id, it := range blockers {
 		if it.Status != StatusDone {
@@ -255,7 +261,7 @@ func (s *Store) link(ctx context.Context, taskID string, blockers map[string]*ta
 		}
 	}
 	slices.Sort(waiting)
-	return waiting, nil
+	return waiting
 }
 
 // settle reads taskID's blockers waited on again, after the task's write,

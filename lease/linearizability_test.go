@@ -3060,31 +3060,6 @@ func TestPatchThatChangesNothingWritesNothing(t *testing.T) {
 	}
 }
 
-// afterWrite runs hook, once armed, before the first GetItem on table that
-// follows an UpdateItem there: a write of another that lands between a
-// request's own write and its reading the task back.
-type afterWrite struct {
-	*dynamodb.Client
-	table        string
-	armed, wrote atomic.Bool
-	hook         func()
-}
-
-func (a *afterWrite) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	out, err := a.Client.UpdateItem(ctx, in, optFns...)
-	if *in.TableName == a.table && a.armed.CompareAndSwap(true, false) {
-		a.wrote.Store(true)
-	}
-	return out, err
-}
-
-func (a *afterWrite) GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	if *in.TableName == a.table && a.wrote.CompareAndSwap(true, false) {
-		a.hook()
-	}
-	return a.Client.GetItem(ctx, in, optFns...)
-}
-
 // A PATCH that leaves its task blocked answers with what its own write
 // left, not with a later read: before, it settled the task (lease/deps.go,
 // settle) and read it again, so another PATCH landing in between showed in
@@ -3097,7 +3072,7 @@ func TestPatchOfABlockedTaskAnswersItsOwnWrite(t *testing.T) {
 	c := ctx(t)
 	e.task(t, "b")
 	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "d", Title: "d", BlockedBy: []string{"b"}}))
-	a := &afterWrite{Client: e.db, table: e.names.Table(schema.TasksTable)}
+	a := &afterFirstWrite{Client: e.db, table: e.names.Table(schema.TasksTable)}
 	other := "theirs"
 	a.hook = func() {
 		must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "d", AgentID: "y", Title: &other}))
@@ -3142,8 +3117,9 @@ func TestPatchThatSettlesAnswersItsOwnWrite(t *testing.T) {
 	}
 }
 
-// afterFirstWrite runs hook once, right after the first UpdateItem of
-// table once armed.
+// afterFirstWrite runs hook once, right after the first UpdateItem on
+// table once armed: another request's write that lands between a
+// request's own write and whatever it does next (settle, read back).
 type afterFirstWrite struct {
 	*dynamodb.Client
 	table string

@@ -435,14 +435,7 @@ func (s *Store) reopenGraph(ctx context.Context, cur *taskItem) (*patchGraph, er
 	if err != nil {
 		return nil, err
 	}
-	var waiting []string
-	for _, id := range cur.BlockedBy {
-		if b := got[id]; b != nil && b.Status != StatusDone {
-			waiting = append(waiting, id)
-		}
-	}
-	slices.Sort(waiting)
-	return &patchGraph{blockedBy: cur.BlockedBy, waiting: waiting}, nil
+	return &patchGraph{blockedBy: cur.BlockedBy, waiting: notDone(got)}, nil
 }
 
 // patchGraph is a PATCH's new blocked_by, linked (deps.go), and the
