@@ -48,7 +48,9 @@ import (
 // has_dependents on each blocker that lacks it, then writes the task with
 // waiting_on = the blockers not done as read, and then reads those
 // blockers again and unblocks the task from any that is done by then
-// (settle). A completion before that last read is seen by it; one after
+// (settle). The writer answers with what its own write left (blocked):
+// the settling is a step of its own after it, and another write may come
+// between the two. A completion before that last read is seen by it; one after
 // it finds the flag, the edge and the task waiting, and the stream
 // unblocks it. A writer may stop before it settles (killed, or its
 // write's answer lost and the retry answered "exists"): so the stream
@@ -266,26 +268,23 @@ func notDone(blockers map[string]*taskItem) []string {
 
 // settle reads taskID's blockers waited on again, after the task's write,
 // and unblocks the task from each that is done by now (see "Creating a
-// dependent while its blocker completes"). It returns the blockers read,
-// and whether it unblocked the task from any.
-func (s *Store) settle(ctx context.Context, taskID string, waiting []string) (map[string]*taskItem, bool, error) {
+// dependent while its blocker completes"). It returns the blockers read.
+func (s *Store) settle(ctx context.Context, taskID string, waiting []string) (map[string]*taskItem, error) {
 	if len(waiting) == 0 {
-		return nil, false, nil
+		return nil, nil
 	}
 	got, err := s.readTasks(ctx, waiting)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	moved := false
 	for _, id := range waiting {
 		if it := got[id]; it != nil && it.Status == StatusDone {
 			if err := s.unblock(ctx, taskID, id); err != nil {
-				return nil, false, err
+				return nil, err
 			}
-			moved = true
 		}
 	}
-	return got, moved, nil
+	return got, nil
 }
 
 // unblock takes blocker out of taskID's waiting_on; when it was the last
@@ -396,7 +395,7 @@ func (s *Store) settleChange(ctx context.Context, old, cur *taskItem) error {
 	}
 	for _, id := range cur.WaitingOn {
 		if old == nil || !slices.Contains(old.WaitingOn, id) {
-			_, _, err := s.settle(ctx, cur.TaskID, cur.WaitingOn)
+			_, err := s.settle(ctx, cur.TaskID, cur.WaitingOn)
 			return err
 		}
 	}

@@ -3072,11 +3072,10 @@ func TestPatchOfABlockedTaskAnswersItsOwnWrite(t *testing.T) {
 	c := ctx(t)
 	e.task(t, "b")
 	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "d", Title: "d", BlockedBy: []string{"b"}}))
-	a := &afterFirstWrite{Client: e.db, table: e.names.Table(schema.TasksTable)}
 	other := "theirs"
-	a.hook = func() {
+	a := &afterWrite{Client: e.db, table: e.names.Table(schema.TasksTable), hooks: map[string]func(){"UpdateItem": func() {
 		must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "d", AgentID: "y", Title: &other}))
-	}
+	}}}
 	s := lease.New(lease.Config{DB: a, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
 	a.armed.Store(true)
 	mine := "mine"
@@ -3100,11 +3099,10 @@ func TestPatchThatSettlesAnswersItsOwnWrite(t *testing.T) {
 	e.complete(t, "b", "x") // done, and the change stream has not run: d still waits on b
 	// The other PATCH lands right after this one's write, before its
 	// settling.
-	a := &afterFirstWrite{Client: e.db, table: e.names.Table(schema.TasksTable)}
 	other := "theirs"
-	a.hook = func() {
+	a := &afterWrite{Client: e.db, table: e.names.Table(schema.TasksTable), hooks: map[string]func(){"UpdateItem": func() {
 		must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "d", AgentID: "y", Title: &other}))
-	}
+	}}}
 	s := lease.New(lease.Config{DB: a, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
 	a.armed.Store(true)
 	mine := "mine"
@@ -3117,20 +3115,84 @@ func TestPatchThatSettlesAnswersItsOwnWrite(t *testing.T) {
 	}
 }
 
-// afterFirstWrite runs hook once, right after the first UpdateItem on
-// table once armed: another request's write that lands between a
-// request's own write and whatever it does next (settle, read back).
-type afterFirstWrite struct {
+// afterWrite runs each of its hooks once, right after the first write on
+// table that the hook names, once armed: another request's write that
+// lands between a request's own write and whatever it does next (settle,
+// read back). A hook is named by the write ("PutItem" or "UpdateItem") and,
+// optionally, the task it writes ("UpdateItem d").
+type afterWrite struct {
 	*dynamodb.Client
 	table string
 	armed atomic.Bool
-	hook  func()
+	mu    sync.Mutex
+	hooks map[string]func()
 }
 
-func (a *afterFirstWrite) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+func (a *afterWrite) after(op string, key map[string]types.AttributeValue) {
+	if !a.armed.Load() {
+		return
+	}
+	names := []string{op}
+	if id, ok := key["task_id"].(*types.AttributeValueMemberS); ok {
+		names = append(names, op+" "+id.Value)
+	}
+	for _, n := range names {
+		a.mu.Lock()
+		hook := a.hooks[n]
+		delete(a.hooks, n)
+		a.mu.Unlock()
+		if hook != nil {
+			hook()
+		}
+	}
+}
+
+func (a *afterWrite) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	out, err := a.Client.UpdateItem(ctx, in, optFns...)
-	if *in.TableName == a.table && a.armed.CompareAndSwap(true, false) {
-		a.hook()
+	if *in.TableName == a.table {
+		a.after("UpdateItem", in.Key)
 	}
 	return out, err
+}
+
+func (a *afterWrite) PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	out, err := a.Client.PutItem(ctx, in, optFns...)
+	if *in.TableName == a.table {
+		a.after("PutItem", in.Item)
+	}
+	return out, err
+}
+
+// A create whose settling unblocks the new task at once (its blocker
+// completed between the create's read of it and its write) answers with
+// what its own write left, as a PATCH does: before, it read the task again
+// after settling, and a PATCH landing between the settling and that read
+// showed in the create's answer (a title it never wrote, a version past
+// its own), though the PATCH named that version.
+func TestCreateThatSettlesAnswersItsOwnWrite(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "b")
+	other := "theirs"
+	a := &afterWrite{Client: e.db, table: e.names.Table(schema.TasksTable), hooks: map[string]func(){
+		// b completes right after d's write, before d is settled.
+		"PutItem d": func() { e.complete(t, "b", "x") },
+		// A PATCH lands right after the settling unblocked d.
+		"UpdateItem d": func() {
+			must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "d", AgentID: "y", Title: &other}))
+		},
+	}}
+	s := lease.New(lease.Config{DB: a, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	a.armed.Store(true)
+	got := must[lease.Task](t)(s.CreateTask(c, lease.CreateTaskParams{TaskID: "d", Title: "d", BlockedBy: []string{"b"}}))
+	if got.Title != "d" || got.Version != 1 || got.Status != lease.StatusBlocked {
+		t.Errorf("create settled after a PATCH answered title %q, version %d, status %s; want its own write: %q, version 1, blocked", got.Title, got.Version, got.Status, "d")
+	}
+	if d := e.get(t, "d"); d.Title != other || d.Version != 3 || d.Status != lease.StatusTodo {
+		t.Fatalf("d after the create, its settling and the PATCH: title %q, version %d, status %s; want %q, 3, todo", d.Title, d.Version, d.Status, other)
+	}
+	if len(a.hooks) != 0 {
+		t.Fatalf("writes never made: %v", a.hooks)
+	}
 }

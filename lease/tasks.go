@@ -75,14 +75,12 @@ func (s *Store) create(ctx context.Context, it taskItem, blockers map[string]*ta
 		s.unlink(ctx, it.TaskID, stale)
 		return Task{}, cur, nil
 	}
-	read, moved, err := s.settle(ctx, it.TaskID, waiting)
+	// A blocker done meanwhile unblocks the task, in writes after this
+	// one, which another write may come between: the answer is what this
+	// write left, and the settling a step of its own after it.
+	read, err := s.settle(ctx, it.TaskID, waiting)
 	if err != nil {
 		return Task{}, nil, err
-	}
-	if moved {
-		// Unblocked at once (a blocker completed meanwhile): as it is now.
-		t, err := s.GetTask(ctx, it.TaskID)
-		return t, nil, err
 	}
 	if len(waiting) == 0 {
 		s.claims.wake()

@@ -210,7 +210,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		if after.Status == StatusBlocked {
 			// A blocker done meanwhile unblocks the task, in writes after
 			// this PATCH's own, which another write may come between.
-			if _, _, err := s.settle(ctx, p.TaskID, after.WaitingOn); err != nil {
+			if _, err := s.settle(ctx, p.TaskID, after.WaitingOn); err != nil {
 				return Task{}, err
 			}
 		}
