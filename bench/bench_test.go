@@ -69,6 +69,18 @@ func TestTinyRun(t *testing.T) {
 			t.Errorf("%s %s x%d: no cycle completed", x.System, x.Scenario, x.Workers)
 		}
 	}
+	// The floor runs every scenario too, with one write per transition.
+	if len(r.Floor) != 4 {
+		t.Fatalf("%d floor results, want 4", len(r.Floor))
+	}
+	for i, x := range r.Floor {
+		if x.Cycles == 0 || x.Scenario != r.Throughput[2*i].Scenario || x.Workers != r.Throughput[2*i].Workers {
+			t.Errorf("floor %s x%d: %d cycles, beside %s x%d", x.Scenario, x.Workers, x.Cycles, r.Throughput[2*i].Scenario, r.Throughput[2*i].Workers)
+		}
+		if x.Conflicts == 0 && x.Requests < 2*x.Cycles {
+			t.Errorf("floor %s x%d: %d requests for %d cycles; each cycle makes two writes", x.Scenario, x.Workers, x.Requests, x.Cycles)
+		}
+	}
 	if len(r.Takeover) != 4 {
 		t.Fatalf("takeovers: %+v", r.Takeover)
 	}

@@ -75,6 +75,7 @@ func (r *Results) Markdown(w io.Writer) {
 		a, b := r.Throughput[i], r.Throughput[i+1]
 		p("- %s, workers %d: %s (cycle p50 %s vs %s)\n", a.Scenario, a.Workers, ratio(a.CyclesPerSec(), b.CyclesPerSec()), ms(a.CycleP50), ms(b.CycleP50))
 	}
+	r.floorMarkdown(p)
 
 	p("\n### Taking over the task of a dead holder\n\n")
 	p("The holder takes the task and dies at once; a new agent arrives at that moment or later and tries every %v. \"Waited\" runs from the death.\n\n", pollEvery)
@@ -224,5 +225,24 @@ func (r *Results) unitsMarkdown(p func(format string, args ...any)) {
 			}
 		}
 		p("\nPrice: %s.\n", PriceNote)
+	}
+}
+
+// floorMarkdown reports the floor's runs (floor.go) beside the two systems'.
+func (r *Results) floorMarkdown(p func(string, ...any)) {
+	if len(r.Floor) == 0 || 2*len(r.Floor) != len(r.Throughput) {
+		return
+	}
+	p("\n### The floor: the same writes on a minimal item\n\n")
+	p("The least any design with this project's three indexes, change stream and audit trail asks of the server: a checkout and a release that each make one conditional write of a task item holding only its keys, holder and fence, moving the same index entries, with a stream function archiving one event per transition (`bench/floor.go`). It is not a product; it shows how much of a cycle the task item's width and expressions cost, and what the indexes and the trail cost on their own. Same server, same run, same scenarios.\n\n")
+	p("| scenario | workers | floor cycles/s | floor requests/cycle | checkout / floor | floor / dynamolock |\n|---|---|---|---|---|---|\n")
+	for i, f := range r.Floor {
+		ours, peer := r.Throughput[2*i], r.Throughput[2*i+1]
+		rpc := "-"
+		if f.Cycles > 0 {
+			rpc = fmt.Sprintf("%.2f", float64(f.Requests)/float64(f.Cycles))
+		}
+		p("| %s | %d | %.0f | %s | %s | %s |\n", f.Scenario, f.Workers, f.CyclesPerSec(), rpc,
+			ratio(ours.CyclesPerSec(), f.CyclesPerSec()), ratio(f.CyclesPerSec(), peer.CyclesPerSec()))
 	}
 }

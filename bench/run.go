@@ -56,6 +56,9 @@ type Results struct {
 	Requests   []OpCost
 	Units      *UnitReport
 	Throughput []Throughput
+	// Floor holds, for each throughput scenario in order, the floor's run
+	// (floor.go).
+	Floor      []Throughput
 	Takeover   []Takeover
 	Sweep      *Sweep
 	Unblocking *Unblocking
@@ -117,17 +120,25 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		// short pause, as a polite client would.
 		scs = append(scs, sc{cfg.Contended, true, 0}, sc{cfg.Contended, true, 50 * time.Millisecond})
 	}
+	floor, err := NewFloor(ctx, cfg.Endpoint)
+	if err != nil {
+		return nil, err
+	}
 	for _, s := range scs {
 		for _, sys := range []struct {
 			System
 			count *Counter
-		}{{ours, ours.Count}, {peer, peer.Count}} {
+		}{{ours, ours.Count}, {peer, peer.Count}, {floor, floor.Count}} {
 			logf("throughput: %s, %d workers, contended=%v", sys.Name(), s.workers, s.contended)
 			t, err := RunThroughput(ctx, sys.System, sys.count, s.workers, s.contended, s.backoff, cfg.Throughput)
 			if err != nil {
 				return nil, err
 			}
-			r.Throughput = append(r.Throughput, t)
+			if sys.System == floor {
+				r.Floor = append(r.Floor, t)
+			} else {
+				r.Throughput = append(r.Throughput, t)
+			}
 		}
 	}
 
