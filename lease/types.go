@@ -431,9 +431,12 @@ const (
 	MaxPriority       = 9
 	MaxDescriptionLen = 8 << 10
 	MaxMetadataLen    = 4 << 10
-	MaxBatch          = 25
-	MaxClaimQueues    = 10
-	MaxClaimWait      = 20 * time.Second
+	// MaxMetadataDepth is how deeply metadata may nest objects and arrays
+	// (the metadata object itself is the first level).
+	MaxMetadataDepth = 32
+	MaxBatch         = 25
+	MaxClaimQueues   = 10
+	MaxClaimWait     = 20 * time.Second
 
 	// The work graph.
 	MaxBlockers        = 20

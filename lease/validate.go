@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -131,8 +132,60 @@ func CheckTaskFields(title, description, queue *string, priority *int, metadata 
 		if err := json.Unmarshal(metadata, &obj); err != nil || obj == nil {
 			return invalidField("metadata", CodeInvalidRequest, "metadata must be a JSON object")
 		}
+		if msg := checkJSONValue(json.NewDecoder(bytes.NewReader(metadata)), 0); msg != "" {
+			return invalidField("metadata", CodeInvalidRequest, "metadata %s", msg)
+		}
 	}
 	return nil
+}
+
+// checkJSONValue reads one JSON value (known to be valid) from d, nested
+// depth levels deep, and says what in it every client could not read back
+// alike: nesting deeper than MaxMetadataDepth (a recursive parser's
+// limit), a number no 64-bit float can hold (most JSON decoders fail on
+// it), or a key twice in one object (decoders differ on which one wins).
+// "" means none.
+func checkJSONValue(d *json.Decoder, depth int) string {
+	d.UseNumber()
+	tok, err := d.Token()
+	if err != nil {
+		return "is not valid JSON"
+	}
+	switch t := tok.(type) {
+	case json.Number:
+		if _, err := strconv.ParseFloat(string(t), 64); err != nil {
+			return fmt.Sprintf("holds the number %.40s, which no 64-bit float can hold", t)
+		}
+		return ""
+	case json.Delim:
+		if depth == MaxMetadataDepth {
+			return fmt.Sprintf("nests deeper than %d levels", MaxMetadataDepth)
+		}
+		var keys map[string]bool
+		if t == '{' {
+			keys = map[string]bool{}
+		}
+		for d.More() {
+			if keys != nil {
+				k, err := d.Token()
+				if err != nil {
+					return "is not valid JSON"
+				}
+				key, _ := k.(string)
+				if keys[key] {
+					return fmt.Sprintf("has the key %.40q twice in one object", key)
+				}
+				keys[key] = true
+			}
+			if msg := checkJSONValue(d, depth+1); msg != "" {
+				return msg
+			}
+		}
+		if _, err := d.Token(); err != nil { // the closing delimiter
+			return "is not valid JSON"
+		}
+	}
+	return ""
 }
 
 // CheckWorkFields checks a task's attempt limit and retry delay, on
