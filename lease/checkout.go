@@ -34,7 +34,11 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 	// mismatch is the answer when the task, its ended lease aside, is not
 	// in an expected status.
 	mismatch := func(cur *taskItem) error {
-		if st := cur.task(false).Status; !slices.Contains(p.ExpectedStatuses, st) {
+		st := cur.Status
+		if st == StatusInProgress && cur.hasLease() {
+			st = StatusTodo // the checkout ends that lease itself
+		}
+		if !slices.Contains(p.ExpectedStatuses, st) {
 			return &StatusMismatchError{TaskID: p.TaskID, Status: st}
 		}
 		return nil

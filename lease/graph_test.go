@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -699,6 +700,43 @@ func TestRacingPatchesNeverCloseACycle(t *testing.T) {
 		}
 		if applied != 1 {
 			t.Fatalf("round %d: %d of the two PATCHes that close a cycle applied, want exactly 1: %v", round, applied, errs)
+		}
+	}
+}
+
+// A lease that has ended by time, not swept yet, is shown as the task's
+// next state: todo, or failed when it was the last attempt (its timeout
+// fails the task), never a todo that the task is never in. And the task
+// stays in the listing of every task: it used to be dropped from every
+// listing until the sweep, its index entry saying in_progress and its
+// view something else.
+func TestAnExpiredLastAttemptShowsFailedBeforeTheSweep(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "last", Queue: "q", MaxAttempts: new(1)})
+	e.create(t, lease.CreateTaskParams{TaskID: "more", Queue: "q", MaxAttempts: new(2)})
+	e.checkout(t, "last", "x", time.Minute)
+	e.checkout(t, "more", "x", time.Minute)
+	e.clock.Advance(2 * time.Minute)
+	want := map[string]lease.Status{"last": lease.StatusFailed, "more": lease.StatusTodo}
+	for id, st := range want {
+		if got := e.get(t, id); got.Status != st || got.Checkout != nil {
+			t.Errorf("GET %s after its lease expired: %s (checkout %v), want %s", id, got.Status, got.Checkout, st)
+		}
+	}
+	page := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Queue: "q"}))
+	got := map[string]lease.Status{}
+	for _, task := range page.Tasks {
+		got[task.TaskID] = task.Status
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("listing of every task of q: %v, want %v", got, want)
+	}
+	must[lease.SweepResult](t)(e.store.Sweep(c))
+	for id, st := range want {
+		if got := e.get(t, id); got.Status != st {
+			t.Errorf("GET %s after the sweep: %s, want %s", id, got.Status, st)
 		}
 	}
 }

@@ -343,7 +343,13 @@ func (t *taskItem) task(live bool) Task {
 			c := t.checkout()
 			out.Checkout = &c
 		} else if t.Status == StatusInProgress {
+			// Ended by time or by its holder's death, not yet swept: the
+			// task's next state, which that ending (a failed attempt) makes
+			// failed at the attempt limit.
 			out.Status = StatusTodo
+			if t.Attempts >= t.maxAttempts() {
+				out.Status = StatusFailed
+			}
 		}
 	}
 	return out

@@ -1879,6 +1879,9 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 	}
 	if in.Op == "status" {
 		want.Version, want.Queue, want.Prio, want.Attempt, want.NotBefore = x.Version, x.Queue, x.Prio, x.Attempts, x.NotBefore
+		if s.Holder != "" && !s.live() && s.Status == lease.StatusInProgress && x.Attempts >= x.MaxAttempts {
+			want.Status = lease.StatusFailed // ended at the last attempt, not swept: failed next
+		}
 	}
 	if out != want {
 		return w, false
@@ -2017,7 +2020,11 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 	case x.Holder != "" && live:
 		want.Holder, want.Run, want.Fence, want.Expires = x.Holder, x.Run, x.Fence, x.Expires
 	case x.Holder != "" && x.Status == lease.StatusInProgress:
-		want.Status = lease.StatusTodo // ended, not swept
+		// Ended, not swept: the task's next state, failed at the limit.
+		want.Status = lease.StatusTodo
+		if x.Attempts >= x.MaxAttempts {
+			want.Status = lease.StatusFailed
+		}
 	}
 	return w, out == want
 }

@@ -88,11 +88,12 @@ func (s *Store) create(ctx context.Context, it taskItem, blockers map[string]*ta
 	if len(blockers) > 0 {
 		// The blockers as last read: by link, and those waited on by settle.
 		v := &graphView{blockers: map[string]Status{}}
+		now := s.clock()
 		for id, b := range blockers {
-			v.blockers[id] = b.task(false).Status
+			v.blockers[id] = b.task(b.leaseTimeValid(now)).Status
 		}
 		for id, b := range read {
-			v.blockers[id] = b.task(false).Status
+			v.blockers[id] = b.task(b.leaseTimeValid(now)).Status
 		}
 		it.graph = v
 	}
@@ -500,7 +501,15 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 	}
 	page := TaskPage{Tasks: make([]Task, 0, len(items)), NextCursor: next}
 	for _, it := range items {
-		if t := it.task(live[it.TaskID]); t.Status == listed[it.TaskID] && (p.Queue == "" || t.Queue == p.Queue) {
+		// A listing of every status shows a task where its item's status
+		// puts it (a task whose lease has ended unswept shows its next
+		// state there); a listing of one status, the tasks shown in it.
+		t := it.task(live[it.TaskID])
+		st := t.Status
+		if p.Status == "" {
+			st = it.Status
+		}
+		if st == listed[it.TaskID] && (p.Queue == "" || t.Queue == p.Queue) {
 			page.Tasks = append(page.Tasks, t)
 		}
 	}
