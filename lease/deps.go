@@ -215,7 +215,9 @@ func (s *Store) checkCycle(ctx context.Context, taskID string, blockers map[stri
 }
 
 // link records that taskID names blockers (read by readBlockers): an edge
-// per blocker, then has_dependents on each blocker that lacks it. It
+// per blocker, then has_dependents on each blocker that lacks it (which
+// leaves the blocker's version, so a create refused after it changes
+// nothing a client sees; its edges are taken away again). It
 // returns the blockers not done, by the latest read of each.
 func (s *Store) link(ctx context.Context, taskID string, blockers map[string]*taskItem) ([]string, error) {
 	now := ms(s.clock())
@@ -234,7 +236,9 @@ func (s *Store) link(ctx context.Context, taskID string, blockers map[string]*ta
 			if it.HasDependents {
 				return nil
 			}
-			after, applied, err := s.update(gctx, id, terms{expression.AttributeExists(expression.Name("task_id"))},
+			// A flag for the change stream, not a change of the blocker: its
+			// version stays (as the watched flag's, watch.go).
+			after, applied, err := s.write(gctx, id, terms{expression.AttributeExists(expression.Name("task_id"))},
 				expression.Set(expression.Name("has_dependents"), expression.Value(true)), types.ReturnValueAllNew)
 			if err != nil {
 				return err

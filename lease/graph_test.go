@@ -740,3 +740,36 @@ func TestAnExpiredLastAttemptShowsFailedBeforeTheSweep(t *testing.T) {
 		}
 	}
 }
+
+// Naming a task as a blocker changes nothing a client of that task sees
+// but its blocks, which no version guards (a PATCH of the dependent's
+// blocked_by changes it too): so the blocker's version stays. It used to
+// grow at its first dependent's link, and a create refused because its
+// id was taken (409 task_exists, a batch's "exists") still moved it, so
+// a client's If-Match on the blocker failed for a change nobody made.
+func TestNamingABlockerLeavesItsVersion(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "b1", "b2", "taken")
+	e.create(t, lease.CreateTaskParams{TaskID: "d", BlockedBy: []string{"b1"}})
+	if _, err := e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "taken", BlockedBy: []string{"b2"}}); !errors.Is(err, lease.ErrTaskExists) {
+		t.Fatalf("create of a taken id: %v, want task_exists", err)
+	}
+	res := must[[]lease.BatchResult](t)(e.store.CreateTasks(c, []lease.CreateTaskParams{{TaskID: "taken", BlockedBy: []string{"b2"}}}))
+	if len(res) != 1 || res[0].Outcome != lease.BatchExists {
+		t.Fatalf("batch create of a taken id: %+v, want exists", res)
+	}
+	for _, id := range []string{"b1", "b2"} {
+		if v := e.get(t, id).Version; v != 1 {
+			t.Errorf("%s: version %d after being named a blocker, want 1", id, v)
+		}
+	}
+	if got := e.get(t, "b1").Blocks; !slices.Equal(got, []string{"d"}) {
+		t.Errorf("b1 blocks %v, want [d]", got)
+	}
+	if got := e.get(t, "b2").Blocks; len(got) != 0 {
+		t.Errorf("b2 blocks %v after creates that were refused, want none", got)
+	}
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "b1", AgentID: "x", Title: new("t"), IfVersion: 1}))
+}

@@ -976,18 +976,18 @@ func workGraphModelRejects(t *testing.T, start int64) {
 	status := func(task int, st lease.Status, version int64, attempts int) wOut {
 		return wOut{Kind: "ok", Status: st, Version: version, Queue: wQueue(task), Prio: wPrio(task), Attempt: attempts}
 	}
-	// task-0 (version 2: its dependents' link) is checked out and done.
+	// task-0 is checked out and done.
 	finished := []wStep{
 		{checkout(0, 0, "r"), grant(0, "r", 1, 1, start)},
 		{wIn{Op: "complete", Task: 0, Agent: 0, Run: "r"}, done},
 	}
 	// task-0 done, task-2 unblocked, checked out and done, then task-0
-	// reopened (version 5: created, linked, checked out, done, reopened).
+	// reopened (version 4: created, checked out, done, reopened).
 	reopened := append(slices.Clone(finished),
 		wStep{wIn{Op: "drain"}, ok},
 		wStep{checkout(2, 1, "s"), grant(1, "s", 1, 1, start)},
 		wStep{wIn{Op: "complete", Task: 2, Agent: 1, Run: "s"}, done},
-		wStep{wIn{Op: "patch", Task: 0, Agent: 2, Status: lease.StatusTodo}, status(0, lease.StatusTodo, 5, 0)},
+		wStep{wIn{Op: "patch", Task: 0, Agent: 2, Status: lease.StatusTodo}, status(0, lease.StatusTodo, 4, 0)},
 	)
 	// task-2 fails twice, the second time at its last attempt.
 	failedTwice := []wStep{
@@ -1394,16 +1394,13 @@ func (g wGraph) dependents(i int) uint16 {
 }
 
 // newWTask is task i as created, in graph g: blocked while it has
-// blockers (none done yet), and a blocker's item written once more when
-// its first dependent is linked to it (has_dependents).
+// blockers (none done yet). Linking a dependent to a blocker leaves the
+// blocker's version (has_dependents is no change a client sees).
 func newWTask(i int, g wGraph) wTask {
 	x := wTask{Exists: true, Status: lease.StatusTodo, Queue: wQueue(i), Prio: wPrio(i), Version: 1, MaxAttempts: wMaxAttempts(i),
 		Blockers: g.of(i), WaitingOn: g.of(i), Dependents: g.dependents(i)}
 	if x.WaitingOn != 0 {
 		x.Status = lease.StatusBlocked
-	}
-	if x.Dependents != 0 {
-		x.Version++
 	}
 	return x
 }
