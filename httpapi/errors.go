@@ -211,6 +211,8 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 		return answer(errUnauthorizedBody)
 	case errors.Is(err, lease.ErrInvalid):
 		return answer(errorBody{Error: "the request is not valid", Code: errcode.InvalidRequest})
+	case errors.Is(err, lease.ErrBusy):
+		return answer(errBusyBody)
 	case Unavailable(err):
 		return answer(errUnavailableBody)
 	}
@@ -240,7 +242,12 @@ var errUnauthorizedBody = errorBody{Error: "a valid API key is required: Authori
 
 var errUnavailableBody = errorBody{Error: "the database cannot be reached; retry shortly", Code: errcode.Unavailable}
 
-// RetryAfter is the Retry-After of every 503 unavailable answer, in seconds.
+// errBusyBody answers lease.ErrBusy: nothing was changed, and a retry
+// shortly will most likely go through.
+var errBusyBody = errorBody{Error: "too many changes of this kind are running at once; nothing was changed, retry shortly", Code: errcode.Unavailable}
+
+// RetryAfter is the Retry-After of every 503 unavailable answer (an
+// unreachable database, or too many changes at once), in seconds.
 const RetryAfter = "1"
 
 // Unavailable reports whether err means that the database could not be

@@ -11,9 +11,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/checkout-dev/checkout/errcode"
+	"github.com/checkout-dev/checkout/lease"
 )
 
 // What the AWS SDK returns when DynamoDB cannot be reached, as the store
@@ -88,4 +92,25 @@ func TestHealthzReportsTheDatabase(t *testing.T) {
 	down = nil
 	hs.do("GET", "/healthz", "", "").expect(t, 200, "")
 	newHarness(t).do("GET", "/healthz", "", "").expect(t, 200, "")
+}
+
+// Too many changes at once (lease.ErrBusy: the graph's lock held past the
+// wait, or writes of one item that kept losing) is 503 unavailable, which
+// the client retries after Retry-After, with a sentence that says so and
+// not that the database is down; before, the lock's wait read as an
+// unreachable database and the contention errors were 500s.
+func TestBusyIs503WithItsOwnSentence(t *testing.T) {
+	t.Parallel()
+	for _, err := range []error{
+		fmt.Errorf("update task t: lock the task graph: held by other changes for 20s: %w", lease.ErrBusy),
+		fmt.Errorf("checkout t: %w", lease.ErrBusy),
+	} {
+		status, body, internal := errorResponse(err, "t", time.Now())
+		if status != 503 || body.Code != errcode.Unavailable || internal {
+			t.Errorf("%v: %d %s (internal %v), want 503 unavailable", err, status, body.Code, internal)
+		}
+		if !strings.Contains(body.Error, "too many changes") || strings.Contains(body.Error, "database") {
+			t.Errorf("%v: %q, want a sentence about too many changes at once", err, body.Error)
+		}
+	}
 }

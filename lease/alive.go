@@ -311,7 +311,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 			return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
 		}
 	}
-	return Heartbeat{}, fmt.Errorf("heartbeat %s: too much contention", agentID)
+	return Heartbeat{}, fmt.Errorf("heartbeat %s: %w", agentID, ErrBusy)
 }
 
 // updateHeartbeat makes one conditional UpdateItem on a heartbeat item. It

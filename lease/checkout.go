@@ -116,7 +116,7 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 			// The lease ended between the write and the read: try again.
 		}
 	}
-	return Checkout{}, fmt.Errorf("checkout %s: too much contention", p.TaskID)
+	return Checkout{}, fmt.Errorf("checkout %s: %w", p.TaskID, ErrBusy)
 }
 
 // blocked is the answer to a checkout of the blocked task cur: its
@@ -177,7 +177,7 @@ func (s *Store) grantNow(ctx context.Context, p CheckoutParams, over *taskItem, 
 		}
 		return g, now, nil
 	}
-	return granted{}, now, fmt.Errorf("checkout %s: too much contention", p.TaskID)
+	return granted{}, now, fmt.Errorf("checkout %s: %w", p.TaskID, ErrBusy)
 }
 
 // fresh hands out a grant made at `at` as a lease of its full timeout:
@@ -387,7 +387,7 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 		}
 		return it.checkout(), nil
 	}
-	return Checkout{}, fmt.Errorf("renew %s: too much contention", p.TaskID)
+	return Checkout{}, fmt.Errorf("renew %s: %w", p.TaskID, ErrBusy)
 }
 
 // notHolder explains why a holder-only operation's condition failed: no task,
@@ -539,7 +539,7 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		}
 		return nil, s.notHolder(ctx, it, p.AgentID, p.RunID, p.Fence, now, hb)
 	}
-	return nil, fmt.Errorf("release %s: too much contention", p.TaskID)
+	return nil, fmt.Errorf("release %s: %w", p.TaskID, ErrBusy)
 }
 
 // countIs says a counter attribute is n (absent counts as 0).
@@ -605,7 +605,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 		}
 		return nil, s.notHolder(ctx, it, agentID, runID, fence, now, hb)
 	}
-	return nil, fmt.Errorf("%s %s: too much contention", e.typ, taskID)
+	return nil, fmt.Errorf("%s %s: %w", e.typ, taskID, ErrBusy)
 }
 
 // forceRelease ends whoever's live lease is on the task (an admin's call).
@@ -641,7 +641,7 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 		}
 		return released(after), nil
 	}
-	return Released{}, fmt.Errorf("force release %s: too much contention", p.TaskID)
+	return Released{}, fmt.Errorf("force release %s: %w", p.TaskID, ErrBusy)
 }
 
 // replayEnd reports whether a holder's release or completion that found no

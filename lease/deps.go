@@ -337,7 +337,7 @@ func (s *Store) unblock(ctx context.Context, taskID, blocker string) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("unblock %s: too much contention", taskID)
+	return fmt.Errorf("unblock %s: %w", taskID, ErrBusy)
 }
 
 // unblockEmptied unblocks a blocked task that waits on nothing any more
@@ -356,7 +356,7 @@ func (s *Store) unblockEmptied(ctx context.Context, taskID, blocker string) erro
 		}
 		return nil
 	}
-	return fmt.Errorf("unblock %s: too much contention", taskID)
+	return fmt.Errorf("unblock %s: %w", taskID, ErrBusy)
 }
 
 // unblockWrite makes a blocked task todo, in the claim index, with its
@@ -505,11 +505,11 @@ const (
 )
 
 // lockGraph takes the graph's lock, waiting while another holds it (for
-// twice its ttl at most: a holder that stopped frees it within one), and
-// returns the function that gives it back.
+// graphWait, twice its ttl: a holder that stopped frees it within one;
+// then ErrBusy), and returns the function that gives it back.
 func (s *Store) lockGraph(ctx context.Context) (unlock func(), err error) {
 	token := newID("graph-")
-	deadline := time.Now().Add(2 * graphLockTTL)
+	deadline := time.Now().Add(s.graphWait)
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		now := s.clock()
 		cond := expression.AttributeNotExists(expression.Name("token")).Or(expression.Name("until").LessThanEqual(expression.Value(ms(now))))
@@ -536,7 +536,7 @@ func (s *Store) lockGraph(ctx context.Context) (unlock func(), err error) {
 			return func() { s.unlockGraph(token) }, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("lock the task graph: held by another change too long: %w", context.DeadlineExceeded)
+			return nil, fmt.Errorf("lock the task graph: held by other changes for %v: %w", s.graphWait, ErrBusy)
 		}
 		select {
 		case <-ctx.Done():

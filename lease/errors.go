@@ -21,6 +21,10 @@ var (
 	ErrMessageNotFound = errors.New("lease: message not found")
 	ErrUnauthorized    = errors.New("lease: unknown or revoked api key")
 	ErrInvalid         = errors.New("lease: invalid input")
+	// ErrBusy: too many changes of the same kind ran at once (changes of
+	// blocked_by, which take the graph's lock; or writes of one item that
+	// kept losing to others). Nothing was changed; the caller may retry.
+	ErrBusy = errors.New("lease: too many changes at once; retry")
 	// ErrTooManyWatchers: the task already has MaxWatchers watchers.
 	ErrTooManyWatchers = errors.New("lease: task has too many watchers")
 	// ErrVersionMismatch: an If-Match version is not the task's.

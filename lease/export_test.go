@@ -1,5 +1,7 @@
 package lease
 
+import "time"
+
 // SpreadClaims makes s's next claims start from a window of w candidates,
 // as if its recent claims had lost races to claimers elsewhere.
 func SpreadClaims(s *Store, w int) {
@@ -7,3 +9,7 @@ func SpreadClaims(s *Store, w int) {
 	defer s.claims.mu.Unlock()
 	s.claims.learned = float64(w)
 }
+
+// WaitForGraphLock sets how long s's changes of blocked_by wait for the
+// graph's lock before answering ErrBusy.
+func WaitForGraphLock(s *Store, d time.Duration) { s.graphWait = d }

@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/checkout-dev/checkout/errcode"
 	"github.com/checkout-dev/checkout/lease"
@@ -772,4 +775,32 @@ func TestNamingABlockerLeavesItsVersion(t *testing.T) {
 		t.Errorf("b2 blocks %v after creates that were refused, want none", got)
 	}
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "b1", AgentID: "x", Title: new("t"), IfVersion: 1}))
+}
+
+// A change of blocked_by that cannot take the graph's lock in time (too
+// many run at once, fleet-wide) says so, ErrBusy, which the API answers
+// with 503 and Retry-After: it used to be an error that read as the
+// database being down.
+func TestABlockedByChangeThatCannotLockTheGraphIsBusy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "a", "b")
+	// Another change holds the lock, for ten seconds from now.
+	_, err := e.db.PutItem(c, &dynamodb.PutItemInput{TableName: aws.String(e.names.Table(schema.HeartbeatsTable)), Item: map[string]types.AttributeValue{
+		"agent_id": &types.AttributeValueMemberS{Value: "#graph"},
+		"token":    &types.AttributeValueMemberS{Value: "graph-other"},
+		"until":    &types.AttributeValueMemberN{Value: strconv.FormatInt(e.clock.Now().Add(10*time.Second).UnixMilli(), 10)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.WaitForGraphLock(e.store, 50*time.Millisecond)
+	_, err = e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "a", AgentID: "x", BlockedBy: &[]string{"b"}})
+	if !errors.Is(err, lease.ErrBusy) {
+		t.Fatalf("PATCH of blocked_by while the graph is locked: %v, want ErrBusy", err)
+	}
+	if got := e.get(t, "a"); got.Status != lease.StatusTodo || len(got.BlockedBy) != 0 || got.Version != 1 {
+		t.Fatalf("a after the busy PATCH: %s, blocked_by %v, version %d; want it unchanged", got.Status, got.BlockedBy, got.Version)
+	}
 }

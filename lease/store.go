@@ -82,6 +82,9 @@ type Store struct {
 	alive  aliveCache
 	deaths deathCache
 	claims claimSpread
+	// graphWait is how long a change of blocked_by waits for the graph's
+	// lock (deps.go) before it answers ErrBusy.
+	graphWait time.Duration
 
 	// fallbackReads counts reads made because the server did not return the
 	// item with a failed condition (ReturnValuesOnConditionCheckFailure is
@@ -96,6 +99,7 @@ func New(cfg Config) *Store {
 		panic("lease.New: " + err.Error())
 	}
 	s := &Store{
+		graphWait: 2 * graphLockTTL,
 		shards:    cfg.Shards.OrDefault(),
 		db:        cfg.DB,
 		now:       cfg.Now,

@@ -229,7 +229,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		live = after.hasLease() && live
 		return after.task(live), nil
 	}
-	return Task{}, fmt.Errorf("update task %s: too much contention", p.TaskID)
+	return Task{}, fmt.Errorf("update task %s: %w", p.TaskID, ErrBusy)
 }
 
 // endEnded ends a lease that has ended by time or by its holder's death but
