@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"net/url"
 	"reflect"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/checkout-dev/checkout/errcode"
 	"github.com/checkout-dev/checkout/lease"
@@ -23,11 +24,9 @@ import (
 // the rule, so that a value that does not parse and one that breaks the
 // rule are answered alike.
 
-// decode reads a JSON object into v strictly: unknown fields, wrong types,
-// anything but an object and trailing data are 400 invalid_json; a body over
-// MaxBodyBytes is 413. An empty body is the empty object. Field names match
-// exactly, case included, at every depth (encoding/json alone would take
-// "TIMEOUT" for "timeout"): anything else is an unknown field.
+// decode reads a JSON object into v strictly: wrong types, anything but an
+// object and trailing data are 400 invalid_json; a body over MaxBodyBytes is
+// 413. An empty body is the empty object. Then exactFields checks its keys.
 func decode(r *http.Request, v any) error {
 	data, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -45,21 +44,25 @@ func decode(r *http.Request, v any) error {
 		return errorf(errcode.InvalidJSON, "the request body must be a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err, reflect.TypeOf(v))
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errorf(errcode.InvalidJSON, "the request body has data after the JSON object")
 	}
-	return exactFields(data, reflect.TypeOf(v))
+	return exactFields(data, reflect.TypeOf(v), "")
 }
 
-// exactFields checks that every object key in data names a field of t (or
-// of what t holds, at any depth) exactly as its json tag spells it. data has
-// already been decoded into t without error, so it is valid JSON of the
-// right shape; only the spelling of names is left to check.
-func exactFields(data []byte, t reflect.Type) error {
+// exactFields checks the keys of every object in data that t (or what t
+// holds, at any depth) gives fields to: each must name a field exactly as
+// its json tag spells it (encoding/json alone would take "TIMEOUT" for
+// "timeout"), else 400 invalid_json; and none may be given twice in one
+// object (encoding/json would keep the last; other decoders differ), else
+// 400 invalid_request. Values that decode themselves (metadata, not_before)
+// have their own rules. data has already been decoded into t without
+// error, so it is valid JSON of the right shape. path names data in the
+// sentence: "" for the body, "tasks[1]" for a batch's second task.
+func exactFields(data []byte, t reflect.Type, path string) error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -67,23 +70,24 @@ func exactFields(data []byte, t reflect.Type) error {
 		return nil
 	}
 	switch t.Kind() {
-	case reflect.Struct:
-		var obj map[string]json.RawMessage
-		if json.Unmarshal(data, &obj) != nil || obj == nil { // null
-			return nil
+	case reflect.Struct, reflect.Map:
+		var fields map[string]reflect.Type
+		if t.Kind() == reflect.Struct {
+			fields = jsonFields(t)
 		}
-		fields := jsonFields(t)
-		names := make([]string, 0, len(obj))
-		for name := range obj {
-			names = append(names, name)
-		}
-		sort.Strings(names) // the same answer every time when several are wrong
-		for _, name := range names {
-			ft, ok := fields[name]
-			if !ok {
-				return unknownField(name)
+		seen := map[string]bool{}
+		for _, m := range members(data) {
+			if seen[m.name] {
+				return errorf(errcode.InvalidRequest, "%sthe key %s is given twice in one object", pathPrefix(path), quoteName(m.name))
 			}
-			if err := exactFields(obj[name], ft); err != nil {
+			seen[m.name] = true
+			var ft reflect.Type
+			if fields == nil {
+				ft = t.Elem() // a map's values
+			} else if ft = fields[m.name]; ft == nil {
+				return errorf(errcode.InvalidJSON, "%sunknown field %s", pathPrefix(path), quoteName(m.name))
+			}
+			if err := exactFields(m.value, ft, joinPath(path, m.name)); err != nil {
 				return err
 			}
 		}
@@ -95,23 +99,56 @@ func exactFields(data []byte, t reflect.Type) error {
 		if json.Unmarshal(data, &elems) != nil {
 			return nil
 		}
-		for _, e := range elems {
-			if err := exactFields(e, t.Elem()); err != nil {
-				return err
-			}
-		}
-	case reflect.Map:
-		var obj map[string]json.RawMessage
-		if json.Unmarshal(data, &obj) != nil {
-			return nil
-		}
-		for _, e := range obj {
-			if err := exactFields(e, t.Elem()); err != nil {
+		for i, e := range elems {
+			if err := exactFields(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// member is a key of a JSON object and its value.
+type member struct {
+	name  string
+	value json.RawMessage
+}
+
+// members lists the keys and values of the JSON object data in their
+// order, a key given twice twice; none when data is not an object (null).
+func members(data []byte) []member {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	var out []member
+	for dec.More() {
+		tok, err := dec.Token()
+		name, ok := tok.(string)
+		var value json.RawMessage
+		if err != nil || !ok || dec.Decode(&value) != nil {
+			return out
+		}
+		out = append(out, member{name, value})
+	}
+	return out
+}
+
+// pathPrefix starts a sentence about the value at path: "tasks[1]: ", or
+// nothing for the body itself.
+func pathPrefix(path string) string {
+	if path == "" {
+		return ""
+	}
+	return path + ": "
+}
+
+// joinPath is the path of field name of the object at path.
+func joinPath(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
 }
 
 var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
@@ -153,33 +190,31 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 	return out
 }
 
-func unknownField(name string) error {
-	if len(name) > 64 || !utf8.ValidString(name) || strings.ContainsRune(name, utf8.RuneError) {
-		return errorf(errcode.InvalidJSON, "the request body has an unknown field")
+// quoteName quotes a name from the request for a sentence: Go-quoted, so
+// that bytes that are not UTF-8 show as escapes, and cut at 64 bytes.
+func quoteName(name string) string {
+	if len(name) > 64 {
+		return strconv.Quote(name[:64]) + "..."
 	}
-	return errorf(errcode.InvalidJSON, "unknown field %q", name)
+	return strconv.Quote(name)
 }
 
 // jsonError is the answer to a body that t cannot hold. A value of the
 // wrong type is named by its path as the API spells it.
 func jsonError(err error, t reflect.Type) error {
 	var typeErr *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &typeErr):
-		if typeErr.Field == "" {
-			return errorf(errcode.InvalidJSON, "the request body has a value of the wrong type")
-		}
-		path, ft := jsonPath(t, strings.Split(typeErr.Field, "."))
-		want := typeName(typeErr.Type)
-		if ft != nil && ft.Kind() == reflect.Slice && typeErr.Type.Kind() != reflect.Slice {
-			want = typeName(ft) // an element of the wrong type: say what the array holds
-		}
-		return errorf(errcode.InvalidJSON, "field %s must be %s", strings.Join(path, "."), want)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
-		return unknownField(name)
+	if !errors.As(err, &typeErr) {
+		return errorf(errcode.InvalidJSON, "the request body is not valid JSON")
 	}
-	return errorf(errcode.InvalidJSON, "the request body is not valid JSON")
+	if typeErr.Field == "" {
+		return errorf(errcode.InvalidJSON, "the request body has a value of the wrong type")
+	}
+	path, ft := jsonPath(t, strings.Split(typeErr.Field, "."))
+	want := typeName(typeErr.Type)
+	if ft != nil && ft.Kind() == reflect.Slice && typeErr.Type.Kind() != reflect.Slice {
+		want = typeName(ft) // an element of the wrong type: say what the array holds
+	}
+	return errorf(errcode.InvalidJSON, "field %s must be %s", strings.Join(path, "."), want)
 }
 
 // jsonPath follows encoding/json's path of a field (which names the
@@ -282,6 +317,119 @@ func duration(v *string, def time.Duration, rng lease.DurationRange) (time.Durat
 	return d, rng.Check(d)
 }
 
+// checkQuery refuses, with 400 invalid_request naming the parameter, a
+// query string that url.ParseQuery cannot parse (a bad %-escape, a ";"),
+// and one that gives a parameter twice: url.Values drops a pair it cannot
+// decode and Get keeps the first of two, either of which would quietly
+// change what the request asks for. Every parameter of the API takes one
+// value.
+func checkQuery(raw string) error {
+	for pair := range strings.SplitSeq(raw, "&") {
+		if _, err := url.ParseQuery(pair); err != nil {
+			param := "a query parameter's name"
+			name, _, _ := strings.Cut(pair, "=")
+			if name, err := url.QueryUnescape(name); err == nil {
+				param = "query parameter " + quoteName(name)
+			}
+			return errorf(errcode.InvalidRequest, "%s could not be parsed: a %% must start an escape such as %%2C, and parameters are separated by &, not ;", param)
+		}
+	}
+	q, _ := url.ParseQuery(raw) // every pair parses, so the whole does
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		if n := len(q[name]); n > 1 {
+			return errorf(errcode.InvalidRequest, "query parameter %s is given %d times; it takes one value", quoteName(name), n)
+		}
+	}
+	return nil
+}
+
+// ifMatch parses PATCH's If-Match: absent is 0, no condition. Else it is
+// a task's version, N or "N" (a decimal without sign or leading zeros;
+// versions start at 1), given once; anything else is 400 invalid_request.
+// A weak tag, W/"N", never matches under If-Match (RFC 9110 compares it
+// strongly): 412 version_mismatch, without asking the store.
+func ifMatch(h http.Header) (int64, error) {
+	vs := h.Values("If-Match")
+	if len(vs) == 0 {
+		return 0, nil
+	}
+	malformed := errorf(errcode.InvalidRequest, `If-Match must be a task version, given once: a positive integer such as 7 or "7"`)
+	if len(vs) > 1 {
+		return 0, malformed
+	}
+	v := vs[0]
+	if tag, weak := strings.CutPrefix(v, "W/"); weak {
+		if n, quoted := unquote(tag); quoted {
+			if _, ok := version(n); ok {
+				return 0, errorf(errcode.VersionMismatch, "If-Match %s is a weak tag, which never matches: send the version as %s", v, tag)
+			}
+		}
+		return 0, malformed
+	}
+	if n, quoted := unquote(v); quoted {
+		v = n
+	}
+	n, ok := version(v)
+	if !ok {
+		return 0, malformed
+	}
+	return n, nil
+}
+
+// unquote is s without the double quotes around it, and whether it had
+// them.
+func unquote(s string) (string, bool) {
+	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
+		return s[1 : len(s)-1], true
+	}
+	return s, false
+}
+
+// version parses a task version: a decimal from 1, without sign or
+// leading zeros.
+func version(s string) (int64, bool) {
+	if s == "" || s[0] < '1' || s[0] > '9' {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
+}
+
+// fence parses the fence a holder's request names: absent or null is none
+// (0); a fence given must be a grant's, 1 or more.
+func fence(v *int64) (int64, error) {
+	if v == nil {
+		return 0, nil
+	}
+	if *v < 1 {
+		return 0, invalid("fence", errcode.InvalidRequest, "fence must be a positive integer")
+	}
+	return *v, nil
+}
+
+// parseTime parses an RFC 3339 date-time (section 5.6): T and Z in either
+// case, a fraction after a dot, an offset under 24 hours and 60 minutes.
+// time.Parse alone refuses a lower-case t or z, and takes a comma for the
+// dot and offsets such as +24:00.
+func parseTime(s string) (time.Time, bool) {
+	if len(s) > 10 && s[10] == 't' {
+		s = s[:10] + "T" + s[11:]
+	}
+	if z, ok := strings.CutSuffix(s, "z"); ok {
+		s = z + "Z"
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil || strings.Contains(s, ",") {
+		return time.Time{}, false
+	}
+	if offset := s[len(s)-6:]; offset[0] == '+' || offset[0] == '-' { // ±hh:mm, else Z
+		if offset[1:3] >= "24" || offset[4:] >= "60" {
+			return time.Time{}, false
+		}
+	}
+	return t, true
+}
+
 // limit parses a listing's page size.
 func limit(v string) (int, error) {
 	n, err := strconv.Atoi(v)
@@ -376,8 +524,8 @@ func (g graphFields) parse(self string) (graph, error) {
 	if g.NotBefore.Given {
 		out.setNotBefore = true
 		if v := g.NotBefore.Value; v != nil {
-			t, err := time.Parse(time.RFC3339Nano, *v)
-			if err != nil {
+			t, ok := parseTime(*v)
+			if !ok {
 				return out, invalid("not_before", errcode.InvalidRequest, "not_before must be an RFC 3339 time such as 2026-03-20T14:35:00Z, or null")
 			}
 			t = t.UTC()

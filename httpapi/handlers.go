@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -40,6 +39,9 @@ func (s *server) registerAgent(w http.ResponseWriter, r *http.Request, _ lease.P
 	if err != nil {
 		return err
 	}
+	if err := s.checkNewAgentID(id); err != nil {
+		return err
+	}
 	if err := lease.CheckName(body.Name); err != nil {
 		return err
 	}
@@ -54,6 +56,21 @@ func (s *server) registerAgent(w http.ResponseWriter, r *http.Request, _ lease.P
 		CreatedAt: stamp(reg.CreatedAt),
 		APIKey:    reg.APIKey,
 	})
+	return nil
+}
+
+// checkNewAgentID refuses to register an agent that would pass for the
+// service itself or for the built-in admin: "system", by which the audit
+// trail names the service's own acts (lease.BySystem), in any case, is 400
+// invalid_id; the built-in admin's id in any case is 409 agent_exists, as
+// the id itself always was.
+func (s *server) checkNewAgentID(id string) error {
+	switch {
+	case strings.EqualFold(id, lease.BySystem):
+		return errorf(errcode.InvalidID, "agent_id %s is reserved: the audit trail names the service's own acts by %s", id, lease.BySystem)
+	case strings.EqualFold(id, s.opts.AdminID):
+		return errorf(errcode.AgentExists, "agent_id %s is taken: the built-in admin is %s, and ids that differ from it only in case are reserved", id, s.opts.AdminID)
+	}
 	return nil
 }
 
@@ -184,7 +201,7 @@ func (s *server) createTask(w http.ResponseWriter, r *http.Request, _ lease.Prin
 
 func (s *server) createTasks(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
 	var body struct {
-		Tasks []taskBody `json:"tasks"`
+		Tasks []*taskBody `json:"tasks"` // a pointer, so that a null task is told from {}
 	}
 	if err := decode(r, &body); err != nil {
 		return err
@@ -194,6 +211,9 @@ func (s *server) createTasks(w http.ResponseWriter, r *http.Request, _ lease.Pri
 	}
 	ps := make([]lease.CreateTaskParams, len(body.Tasks))
 	for i, b := range body.Tasks {
+		if b == nil {
+			return errorf(errcode.InvalidJSON, "tasks[%d] must be a task object, not null", i)
+		}
 		p, err := b.params()
 		if err != nil {
 			return lease.InBatch(i, err)
@@ -249,12 +269,8 @@ func (s *server) updateTask(w http.ResponseWriter, r *http.Request, p lease.Prin
 		BlockedBy: g.blockedBy, MaxAttempts: g.maxAttempts, RetryDelay: g.retryDelay,
 		SetNotBefore: g.setNotBefore, NotBefore: g.notBefore,
 	}
-	if v := r.Header.Get("If-Match"); v != "" {
-		n, err := strconv.ParseInt(strings.Trim(strings.TrimPrefix(v, "W/"), `"`), 10, 64)
-		if err != nil || n < 1 {
-			return errorf(errcode.InvalidRequest, "If-Match must be a task version, a positive integer")
-		}
-		params.IfVersion = n
+	if params.IfVersion, err = ifMatch(r.Header); err != nil {
+		return err
 	}
 	t, err := s.svc.UpdateTask(r.Context(), params)
 	if err != nil {
@@ -447,24 +463,33 @@ func (s *server) lockStatus(w http.ResponseWriter, r *http.Request, _ lease.Prin
 // any agent.
 type holderBody struct {
 	RunID   *string `json:"run_id"`
-	Fence   int64   `json:"fence"`
+	Fence   *int64  `json:"fence"` // a pointer, so that 0 is told from absent
 	AgentID *string `json:"agent_id"`
+}
+
+// holder is a checked holderBody: the agent the request acts as, and the
+// lease it names (an empty run id and a 0 fence name none).
+type holder struct {
+	agentID, runID string
+	fence          int64
 }
 
 // checkHolder checks b by lease's rules and resolves the agent the request
 // acts as.
-func (s *server) checkHolder(ctx context.Context, p lease.Principal, b holderBody) (agentID, runID string, err error) {
+func (s *server) checkHolder(ctx context.Context, p lease.Principal, b holderBody) (holder, error) {
+	var h holder
 	if err := mayActFor(p, b.AgentID); err != nil {
-		return "", "", err
+		return h, err
 	}
-	if err := lease.CheckFence(b.Fence); err != nil {
-		return "", "", err
+	var err error
+	if h.fence, err = fence(b.Fence); err != nil {
+		return h, err
 	}
-	if runID, err = optionalID("run_id", b.RunID); err != nil {
-		return "", "", err
+	if h.runID, err = optionalID("run_id", b.RunID); err != nil {
+		return h, err
 	}
-	agentID, _, err = s.actor(ctx, p, b.AgentID)
-	return agentID, runID, err
+	h.agentID, _, err = s.actor(ctx, p, b.AgentID)
+	return h, err
 }
 
 func (s *server) renew(w http.ResponseWriter, r *http.Request, p lease.Principal) error {
@@ -483,11 +508,11 @@ func (s *server) renew(w http.ResponseWriter, r *http.Request, p lease.Principal
 	if err != nil {
 		return err
 	}
-	agentID, runID, err := s.checkHolder(r.Context(), p, body.holderBody)
+	h, err := s.checkHolder(r.Context(), p, body.holderBody)
 	if err != nil {
 		return err
 	}
-	c, err := s.svc.Renew(r.Context(), lease.RenewParams{TaskID: taskID, AgentID: agentID, RunID: runID, Fence: body.Fence, Timeout: timeout})
+	c, err := s.svc.Renew(r.Context(), lease.RenewParams{TaskID: taskID, AgentID: h.agentID, RunID: h.runID, Fence: h.fence, Timeout: timeout})
 	if err != nil {
 		return err
 	}
@@ -520,12 +545,12 @@ func (s *server) release(w http.ResponseWriter, r *http.Request, p lease.Princip
 	if err != nil {
 		return err
 	}
-	agentID, runID, err := s.checkHolder(r.Context(), p, body.holderBody)
+	h, err := s.checkHolder(r.Context(), p, body.holderBody)
 	if err != nil {
 		return err
 	}
 	rel, err := s.svc.Release(r.Context(), lease.ReleaseParams{
-		TaskID: taskID, AgentID: agentID, RunID: runID, Fence: body.Fence, Force: body.Force, Reason: body.Reason,
+		TaskID: taskID, AgentID: h.agentID, RunID: h.runID, Fence: h.fence, Force: body.Force, Reason: body.Reason,
 		Outcome: outcome, Error: body.Error,
 	})
 	if err != nil {
@@ -544,11 +569,11 @@ func (s *server) complete(w http.ResponseWriter, r *http.Request, p lease.Princi
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	agentID, runID, err := s.checkHolder(r.Context(), p, body)
+	h, err := s.checkHolder(r.Context(), p, body)
 	if err != nil {
 		return err
 	}
-	t, err := s.svc.Complete(r.Context(), lease.CompleteParams{TaskID: taskID, AgentID: agentID, RunID: runID, Fence: body.Fence})
+	t, err := s.svc.Complete(r.Context(), lease.CompleteParams{TaskID: taskID, AgentID: h.agentID, RunID: h.runID, Fence: h.fence})
 	if err != nil {
 		return err
 	}

@@ -89,7 +89,7 @@ var handlers = map[string]handlerFunc{
 	"removeAgent":   (*server).removeAgent,
 	"heartbeat":     (*server).heartbeat,
 	"createTask":    (*server).createTask,
-	"listTasks":     (*server).listTasks,
+	"listTasks":     withQuery((*server).listTasks),
 	"createTasks":   (*server).createTasks,
 	"getTask":       (*server).getTask,
 	"updateTask":    (*server).updateTask,
@@ -100,12 +100,23 @@ var handlers = map[string]handlerFunc{
 	"complete":      (*server).complete,
 	"events":        (*server).events,
 	"watch":         (*server).watch,
-	"listCheckouts": (*server).listCheckouts,
+	"listCheckouts": withQuery((*server).listCheckouts),
 	"inbox":         (*server).inbox,
 	"deleteMessage": (*server).deleteMessage,
 	"claim":         (*server).claim,
-	"feed":          (*server).feed,
+	"feed":          withQuery((*server).feed),
 	"listQueues":    (*server).listQueues,
+}
+
+// withQuery is h for a route that reads query parameters: a query string
+// that checkQuery refuses is answered before h runs.
+func withQuery(h handlerFunc) handlerFunc {
+	return func(s *server, w http.ResponseWriter, r *http.Request, p lease.Principal) error {
+		if err := checkQuery(r.URL.RawQuery); err != nil {
+			return err
+		}
+		return h(s, w, r, p)
+	}
 }
 
 type route struct {
@@ -375,7 +386,11 @@ func (s *server) authenticate(r *http.Request) (lease.Principal, error) {
 		}
 		return p, nil
 	}
-	key, ok := auth.BearerKey(r.Header.Get("Authorization"))
+	header := r.Header.Values("Authorization")
+	if len(header) != 1 {
+		return lease.Principal{}, errUnauthorized // none, or two: whose request is it?
+	}
+	key, ok := auth.BearerKey(header[0])
 	if !ok {
 		return lease.Principal{}, errUnauthorized
 	}
