@@ -804,3 +804,29 @@ func TestABlockedByChangeThatCannotLockTheGraphIsBusy(t *testing.T) {
 		t.Fatalf("a after the busy PATCH: %s, blocked_by %v, version %d; want it unchanged", got.Status, got.BlockedBy, got.Version)
 	}
 }
+
+// last_error is the error of the latest failed release: one that gave no
+// error clears it (it used to keep the error of an earlier one).
+func TestAFailedReleaseWithoutErrorClearsLastError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "t", MaxAttempts: new(5), RetryDelay: new(time.Duration(0))})
+	co := e.checkout(t, "t", "x", time.Minute)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", RunID: co.RunID, Outcome: lease.OutcomeFailed, Error: "disk full"}))
+	if got := e.get(t, "t").LastError; got != "disk full" {
+		t.Fatalf("last_error after a failed release with an error: %q", got)
+	}
+	co = e.checkout(t, "t", "x", time.Minute)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", RunID: co.RunID, Outcome: lease.OutcomeFailed}))
+	if got := e.get(t, "t").LastError; got != "" {
+		t.Errorf("last_error after a later failed release with none: %q, want none", got)
+	}
+	co = e.checkout(t, "t", "x", time.Minute)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", RunID: co.RunID, Outcome: lease.OutcomeFailed, Error: "again"}))
+	co = e.checkout(t, "t", "x", time.Minute)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", RunID: co.RunID}))
+	if got := e.get(t, "t").LastError; got != "again" {
+		t.Errorf("last_error after a plain release: %q, want the last failed release's, again", got)
+	}
+}

@@ -409,10 +409,14 @@ func endUpdate(taskID string, e ending, now time.Time, sh schema.ShardCounts) ex
 	} else {
 		u = u.Remove(expression.Name("end_outcome"))
 	}
-	if e.errored {
+	switch {
+	case e.errored:
 		u = u.Set(expression.Name("end_errored"), expression.Value(true)).
 			Set(expression.Name("last_error_fence"), nameFence)
-	} else {
+	case e.outcome == OutcomeFailed:
+		// The latest failed release gave no error: last_error is none.
+		u = u.Remove(expression.Name("end_errored")).Remove(expression.Name("last_error_fence"))
+	default:
 		u = u.Remove(expression.Name("end_errored"))
 	}
 	delayed := e.notBefore != 0 && e.status == StatusTodo && !e.exhausted
