@@ -177,6 +177,8 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 			msg = fmt.Sprintf("%s is held by %s under another run or fence than the request names", task, notHold.Holder.AgentID)
 		}
 		return answer(errorBody{Error: msg, Code: errcode.NotHolder, Holder: &h})
+	case errors.As(err, &trans) && trans.Field != "":
+		return answer(errorBody{Error: fmt.Sprintf("%s is %s: %s may change only while it is todo or blocked (reopen it first)", task, trans.From, trans.Field), Code: errcode.InvalidTransition, Status: trans.From})
 	case errors.As(err, &trans):
 		return answer(errorBody{Error: fmt.Sprintf("%s is %s and cannot become %s", task, trans.From, trans.To), Code: errcode.InvalidTransition, Status: trans.From})
 	case errors.Is(err, lease.ErrBlocked):

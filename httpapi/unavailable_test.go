@@ -114,3 +114,16 @@ func TestBusyIs503WithItsOwnSentence(t *testing.T) {
 		}
 	}
 }
+
+// A change of blocked_by refused by the task's status says which field
+// and why: it used to say that a cancelled task "cannot become blocked",
+// even for blocked_by [] which would block nothing.
+func TestABlockedByTransitionNamesTheField(t *testing.T) {
+	t.Parallel()
+	err := &lease.TransitionError{TaskID: "d", From: lease.StatusCancelled, To: lease.StatusBlocked, Field: "blocked_by"}
+	status, body, _ := errorResponse(err, "d", time.Now())
+	want := "task d is cancelled: blocked_by may change only while it is todo or blocked (reopen it first)"
+	if status != 409 || body.Code != errcode.InvalidTransition || body.Error != want {
+		t.Errorf("%d %s %q, want 409 invalid_transition %q", status, body.Code, body.Error, want)
+	}
+}

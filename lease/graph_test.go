@@ -830,3 +830,42 @@ func TestAFailedReleaseWithoutErrorClearsLastError(t *testing.T) {
 		t.Errorf("last_error after a plain release: %q, want the last failed release's, again", got)
 	}
 }
+
+// max_attempts may not be lowered to attempts already used by a task that
+// waits for its next one (todo or blocked), nor below them on a task in
+// progress: the next grant would be an attempt past the limit. It used
+// to be accepted, and claim then handed out attempt 4 of 2. With a reopen
+// in the same PATCH the attempts count anew, so any limit goes.
+func TestMaxAttemptsBelowTheAttemptsUsedIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "t", MaxAttempts: new(5), RetryDelay: new(time.Duration(0))})
+	for range 2 {
+		co := e.checkout(t, "t", "x", time.Minute)
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", RunID: co.RunID, Outcome: lease.OutcomeFailed}))
+	}
+	var verr *lease.ValidationError
+	for _, n := range []int{1, 2} {
+		if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "x", MaxAttempts: &n}); !errors.As(err, &verr) || verr.Field != "max_attempts" {
+			t.Errorf("max_attempts %d on a todo task after 2 attempts: %v, want invalid max_attempts", n, err)
+		}
+	}
+	if got := e.get(t, "t"); got.MaxAttempts != 5 || got.Version != 5 {
+		t.Fatalf("t after the refused PATCHes: max_attempts %d, version %d; want 5, 5", got.MaxAttempts, got.Version)
+	}
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "x", MaxAttempts: new(3)}))
+	co := e.checkout(t, "t", "x", time.Minute) // attempt 3 of 3
+	if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "x", MaxAttempts: new(2)}); !errors.As(err, &verr) {
+		t.Errorf("max_attempts 2 during attempt 3: %v, want invalid max_attempts", err)
+	}
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "x", MaxAttempts: new(3)}))
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", RunID: co.RunID, Outcome: lease.OutcomeFailed}))
+	if got := e.get(t, "t"); got.Status != lease.StatusFailed {
+		t.Fatalf("after its third failed attempt of 3: %s, want failed", got.Status)
+	}
+	reopened := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "x", Status: new(lease.StatusTodo), MaxAttempts: new(1)}))
+	if reopened.Status != lease.StatusTodo || reopened.Attempts != 0 || reopened.MaxAttempts != 1 {
+		t.Errorf("reopened with max_attempts 1: %s, attempts %d of %d; want todo, 0 of 1", reopened.Status, reopened.Attempts, reopened.MaxAttempts)
+	}
+}

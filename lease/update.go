@@ -119,6 +119,9 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 			}
 			continue
 		}
+		if err := checkAttemptsLeft(cur, cur.task(live).Status, p); err != nil {
+			return Task{}, err
+		}
 		var g *patchGraph
 		if p.BlockedBy != nil && !slices.Equal(*p.BlockedBy, cur.BlockedBy) {
 			if st := cur.task(live).Status; st != StatusTodo && st != StatusBlocked {
@@ -421,6 +424,25 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 }
 
 // reopens says a PATCH to status to reopens a task of status from.
+// checkAttemptsLeft refuses a max_attempts that the attempts cur has used
+// already reach: a task waiting for its next attempt (todo, blocked) must
+// have one left, a task in progress keep the one it is in. A PATCH that
+// reopens the task counts its attempts anew.
+func checkAttemptsLeft(cur *taskItem, st Status, p UpdateTaskParams) error {
+	if p.MaxAttempts == nil || reopens(st, p.Status) {
+		return nil
+	}
+	switch n := *p.MaxAttempts; {
+	case (st == StatusTodo || st == StatusBlocked) && n <= cur.Attempts:
+		return invalidField("max_attempts", CodeInvalidRequest,
+			"max_attempts must be more than the %d attempts task %s has had, so that it has one left (or reopen it to count anew)", cur.Attempts, cur.TaskID)
+	case st == StatusInProgress && n < cur.Attempts:
+		return invalidField("max_attempts", CodeInvalidRequest,
+			"max_attempts must be at least %d: task %s is in its attempt %d", cur.Attempts, cur.TaskID, cur.Attempts)
+	}
+	return nil
+}
+
 func reopens(from Status, to *Status) bool {
 	return to != nil && *to == StatusTodo && (from == StatusDone || from == StatusCancelled || from == StatusFailed)
 }
