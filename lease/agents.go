@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -72,6 +73,9 @@ func (s *Store) RegisterAgent(ctx context.Context, p RegisterParams) (Registrati
 	}
 	if err := CheckID("agent_id", p.AgentID); err != nil {
 		return Registration{}, err
+	}
+	if strings.EqualFold(p.AgentID, BySystem) {
+		return Registration{}, invalidField("agent_id", CodeInvalidID, "agent_id %s is reserved: the audit trail names the service's own acts by %s", p.AgentID, BySystem)
 	}
 	if err := CheckName(p.Name); err != nil {
 		return Registration{}, err

@@ -237,3 +237,15 @@ func TestTextThatIsNotUTF8IsRefused(t *testing.T) {
 		})
 	}
 }
+
+// No agent may take the name the audit trail gives the service's own acts
+// ("by": "system"), in any case, however it is registered (the HTTP API,
+// or a command such as mint-admin that calls the store itself).
+func TestSystemIsNoAgentID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, id := range []string{"system", "System", "SYSTEM"} {
+		_, err := e.store.RegisterAgent(ctx(t), lease.RegisterParams{AgentID: id, Name: id})
+		expectRule(t, err, ruleFailure{"agent_id", "invalid_id", "agent_id " + id + " is reserved: the audit trail names the service's own acts by system"})
+	}
+}
