@@ -134,28 +134,6 @@ func (c *Client) ListCheckouts(ctx context.Context, agentID string) ([]Checkout,
 	return r.Checkouts, nil
 }
 
-// Events returns a task's audit trail, oldest first.
-func (c *Client) Events(ctx context.Context, taskID string) ([]Event, error) {
-	tr, err := c.Trail(ctx, taskID)
-	return tr.Events, err
-}
-
-// Trail is a task's audit trail as it can be read now: Events, oldest
-// first, with no event missing between two it shows, and Pending, the
-// later events already known that wait for the ones before them to be
-// recorded (about a second).
-type Trail struct {
-	Events  []Event `json:"events"`
-	Pending int     `json:"pending"`
-}
-
-// Trail reads a task's audit trail with what is still being recorded.
-func (c *Client) Trail(ctx context.Context, taskID string) (Trail, error) {
-	var r Trail
-	err := c.do(ctx, idempotent, http.MethodGet, taskPath(taskID, "/events"), nil, &r)
-	return r, wrap("events", taskID, err)
-}
-
 // Watch asks for an inbox message when the task becomes available.
 func (c *Client) Watch(ctx context.Context, taskID string) error {
 	return wrap("watch", taskID, c.do(ctx, idempotent, http.MethodPost, taskPath(taskID, "/watch"), nil, nil))

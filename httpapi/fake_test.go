@@ -20,7 +20,7 @@ type fakeService struct {
 	checkout func(lease.CheckoutParams) (lease.Checkout, error)
 	agents   []lease.Agent
 	// task, when set, is the task GetTask answers; trail the events
-	// Trail answers.
+	// TrailPage answers.
 	task  func(id string) lease.Task
 	trail []lease.Event
 }
@@ -219,14 +219,15 @@ func (f *fakeService) DeleteMessage(_ context.Context, agentID, id string) error
 }
 
 func (f *fakeService) Feed(_ context.Context, p lease.FeedParams) (lease.FeedPage, error) {
-	if err := f.rec("Feed", p.Cursor); err != nil {
+	if err := f.rec("Feed", p); err != nil {
 		return lease.FeedPage{}, err
 	}
 	return lease.FeedPage{Events: []lease.Event{{Type: lease.EventCheckout, TaskID: "task-1", AgentID: "agent-1", RunID: "run-1", Fence: 1, At: t0, By: "agent-1"}}, NextCursor: "f1.next"}, nil
 }
 
-func (f *fakeService) Trail(_ context.Context, id string) (lease.Trail, error) {
-	if err := f.rec("Events", id); err != nil {
+func (f *fakeService) TrailPage(_ context.Context, p lease.TrailParams) (lease.Trail, error) {
+	id := p.TaskID
+	if err := f.rec("Events", p); err != nil {
 		return lease.Trail{}, err
 	}
 	if f.trail != nil {

@@ -1,5 +1,8 @@
 package httpapi
 
+// The audit-trail routes: a task's trail, and the fleet feed of every
+// task's.
+
 import (
 	"net/http"
 	"strings"
@@ -8,6 +11,40 @@ import (
 	"github.com/checkout-dev/checkout/errcode"
 	"github.com/checkout-dev/checkout/lease"
 )
+
+// events serves a task's trail, GET /api/tasks/{task_id}/events, a page at
+// a time (lease.Store.TrailPage): limit events at most (default 1,000, so
+// that a trail that short comes whole in one answer), and next_cursor while
+// more follow, absent on the last page.
+func (s *server) events(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
+	if err := checkQuery(r.URL.RawQuery); err != nil {
+		return err
+	}
+	id, err := pathID(r, "task_id")
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	p := lease.TrailParams{TaskID: id, Limit: lease.MaxListLimit, Cursor: q.Get("cursor")}
+	if v := q.Get("limit"); v != "" {
+		if p.Limit, err = limit(v); err != nil {
+			return err
+		}
+	}
+	if err := lease.CheckCursor(p.Cursor); err != nil {
+		return err
+	}
+	tr, err := s.svc.TrailPage(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, struct {
+		Events     []EventJSON `json:"events"`
+		Pending    int         `json:"pending"`
+		NextCursor string      `json:"next_cursor,omitempty"`
+	}{eventsJSON(tr.Events), tr.Pending, tr.NextCursor})
+	return nil
+}
 
 func (s *server) feed(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
 	q := r.URL.Query()
@@ -21,6 +58,12 @@ func (s *server) feed(w http.ResponseWriter, r *http.Request, _ lease.Principal)
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
 			return errorf(errcode.InvalidRequest, "since must be an RFC 3339 time such as 2026-03-20T14:35:00Z")
+		}
+		if t.IsZero() {
+			// 0001-01-01T00:00:00Z is Go's zero time, which FeedParams
+			// reads as no since; given, it is a time before the events'
+			// retention like any other, and starts there too.
+			t = time.Unix(0, 0)
 		}
 		p.Since = t
 	}
@@ -42,13 +85,19 @@ func (s *server) feed(w http.ResponseWriter, r *http.Request, _ lease.Principal)
 	if err != nil {
 		return err
 	}
-	out := make([]EventJSON, 0, len(page.Events))
-	for _, e := range page.Events {
-		out = append(out, ToEventJSON(e))
-	}
 	s.writeJSON(w, http.StatusOK, struct {
 		Events     []EventJSON `json:"events"`
 		NextCursor string      `json:"next_cursor"`
-	}{out, page.NextCursor})
+		CaughtUp   bool        `json:"caught_up"`
+	}{eventsJSON(page.Events), page.NextCursor, page.CaughtUp})
 	return nil
+}
+
+// eventsJSON is events in their API form: [] for none.
+func eventsJSON(evs []lease.Event) []EventJSON {
+	out := make([]EventJSON, 0, len(evs))
+	for _, e := range evs {
+		out = append(out, ToEventJSON(e))
+	}
+	return out
 }

@@ -581,23 +581,6 @@ func (s *server) complete(w http.ResponseWriter, r *http.Request, p lease.Princi
 	return nil
 }
 
-func (s *server) events(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
-	id, err := pathID(r, "task_id")
-	if err != nil {
-		return err
-	}
-	tr, err := s.svc.Trail(r.Context(), id)
-	if err != nil {
-		return err
-	}
-	out := make([]EventJSON, 0, len(tr.Events))
-	for _, e := range tr.Events {
-		out = append(out, ToEventJSON(e))
-	}
-	s.writeJSON(w, http.StatusOK, map[string]any{"events": out, "pending": tr.Pending})
-	return nil
-}
-
 func (s *server) watch(w http.ResponseWriter, r *http.Request, p lease.Principal) error {
 	id, err := pathID(r, "task_id")
 	if err != nil {

@@ -32,10 +32,10 @@ type Service interface {
 	Watch(ctx context.Context, taskID, agentID string) error
 	Inbox(ctx context.Context, agentID string) ([]lease.Message, error)
 	DeleteMessage(ctx context.Context, agentID, messageID string) error
-	// Trail serves a task's events, GET /api/tasks/{task_id}/events: the
-	// part of its trail with no hole, and how many later events are held
-	// back until the archive catches up.
-	Trail(ctx context.Context, taskID string) (lease.Trail, error)
+	// TrailPage serves a task's events, GET /api/tasks/{task_id}/events, a
+	// page at a time: the part of its trail with no hole, and how many
+	// later events are held back until the archive catches up.
+	TrailPage(ctx context.Context, p lease.TrailParams) (lease.Trail, error)
 	// Feed serves the fleet feed, GET /api/events.
 	Feed(ctx context.Context, p lease.FeedParams) (lease.FeedPage, error)
 	// ListQueues serves GET /api/queues.

@@ -2,12 +2,17 @@ package lease
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -33,32 +38,100 @@ func lostMessageID(ev eventItem) string {
 }
 
 // Events returns a task's audit trail, oldest first: the part of it that
-// is known to have no hole (see Trail).
+// is known to have no hole (see Trail), whole.
 func (s *Store) Events(ctx context.Context, taskID string) ([]Event, error) {
 	tr, err := s.Trail(ctx, taskID)
 	return tr.Events, err
 }
 
-// Trail is a task's audit trail as a reader can see it now: Events, oldest
-// first, is always a prefix of the whole trail, with no event missing
-// between two it shows; Pending counts the later events already known
-// (recorded on the task, or archived past a hole) that are held back until
-// the change stream has archived the ones before them, about a second.
+// Trail is a task's audit trail, or a page of it, as a reader can see it
+// now: Events, oldest first, is always a prefix of the whole trail (or of
+// what follows the page's cursor), with no event missing between two it
+// shows. NextCursor, when set, continues the trail: the events right after
+// this page can be shown, and Pending is 0. Otherwise the page is the
+// last, and Pending counts the later events already known (recorded on
+// the task, or archived past a hole) that are held back until the change
+// stream has archived the ones before them, about a second.
 type Trail struct {
-	Events  []Event
-	Pending int
+	Events     []Event
+	Pending    int
+	NextCursor string
 }
 
-// Trail returns the task's trail: the archive, with the item's latest
-// transition merged in while its archive write is in flight, cut at the
-// first hole. Each event names the seq of the one before it (prev_seq), so
-// a hole is seen even though seqs are not consecutive. A missing event
-// whose transition is older than the events' retention may have been
-// removed by TTL and is not waited for.
+// TrailParams select a page of a task's trail.
+type TrailParams struct {
+	TaskID string
+	// Cursor continues from a page's NextCursor.
+	Cursor string
+	// Limit is 1 to MaxListLimit (0: MaxListLimit).
+	Limit int
+}
+
+// Trail returns the task's whole trail, however long (its Query pages on
+// every 1 MB): for the store's own readers. The API reads it by pages
+// (TrailPage).
 func (s *Store) Trail(ctx context.Context, taskID string) (Trail, error) {
 	if err := CheckID("task_id", taskID); err != nil {
 		return Trail{}, err
 	}
+	return s.trail(ctx, taskID, 0, 0)
+}
+
+// TrailPage returns a page of the task's trail: up to p.Limit events after
+// p.Cursor (from the first without one).
+//
+// A task gains an event with every transition and keeps them for the
+// events' retention, so a trail has no bound of its own: thousands of
+// renewals make hundreds of kilobytes, and one answer of it all would in
+// the end pass Lambda's 6 MB. A page is bounded instead: limit events (at
+// most 1,000) and pageBytes of them (fitPage), read with one GetItem of
+// the task and one Query of limit+1 events (one more per 1 MB of them past
+// the first, and a GetItem of a failed release's error while its archive
+// write is in flight). A page of 1,000 renewals is 1 GetItem and 1 Query,
+// 46 read units (TestTrailPagesFollowTheWholeTrail). The cursor is the
+// last event's seq: the next page reads the events after it, and the hole
+// check goes on from it.
+func (s *Store) TrailPage(ctx context.Context, p TrailParams) (Trail, error) {
+	if err := CheckID("task_id", p.TaskID); err != nil {
+		return Trail{}, err
+	}
+	limit := p.Limit
+	if limit == 0 {
+		limit = MaxListLimit
+	}
+	if err := CheckLimit(limit); err != nil {
+		return Trail{}, err
+	}
+	if err := CheckCursor(p.Cursor); err != nil {
+		return Trail{}, err
+	}
+	var after int64
+	if p.Cursor != "" {
+		var err error
+		if after, err = decodeTrailCursor(p.Cursor, p.TaskID); err != nil {
+			return Trail{}, err
+		}
+	}
+	return s.trail(ctx, p.TaskID, after, limit)
+}
+
+// trail returns the task's trail after seq after: the archive, with the
+// item's latest transition merged in while its archive write is in
+// flight, cut at the first hole, and at limit events (0: none). Each event
+// names the seq of the one before it (prev_seq), so a hole is seen even
+// though seqs are not consecutive. A missing event whose transition is
+// older than the events' retention may have been removed by TTL and is not
+// waited for.
+//
+// The archive is read up to limit+1 events: the one past the page says
+// whether a cursor is due (it can be shown: no hole before it) or the page
+// is the last (a hole: it and what else was read are pending). Only a read
+// that reached the archive's end merges the item's events, which come
+// after every archived one; a page that did not will see them on a later
+// page. Pending then counts what this read found past the hole: exact,
+// unless more than a page of archived events lie past it, when it counts
+// those the read saw (at least one).
+func (s *Store) trail(ctx context.Context, taskID string, after int64, limit int) (Trail, error) {
 	it, err := s.getTask(ctx, taskID)
 	if err != nil {
 		return Trail{}, err
@@ -66,43 +139,151 @@ func (s *Store) Trail(ctx context.Context, taskID string) (Trail, error) {
 	if it == nil {
 		return Trail{}, ErrTaskNotFound
 	}
-	items, err := queryAll[eventItem](ctx, s.db, s.events, "", expression.Key("task_id").Equal(expression.Value(taskID)))
+	items, err := s.queryTrail(ctx, taskID, after, limit)
 	if err != nil {
 		return Trail{}, err
 	}
-	seen := map[int64]bool{}
-	for _, e := range items {
-		seen[e.Seq] = true
-	}
-	// The item holds its latest transition's events: shown while the change
-	// stream's archive write is still in flight.
-	for _, e := range it.latestEvents() {
-		if seen[e.Seq] {
-			continue
+	if limit == 0 || len(items) <= limit {
+		seen := map[int64]bool{}
+		for _, e := range items {
+			seen[e.Seq] = true
 		}
-		if e.errored {
-			// A failed release's error, as the archive will have it.
-			if e.Error, err = s.readError(ctx, taskID, e.Fence); err != nil {
-				return Trail{}, err
+		// The item holds its latest transition's events: shown while the
+		// change stream's archive write is still in flight.
+		for _, e := range it.latestEvents() {
+			if seen[e.Seq] || e.Seq <= after {
+				continue
 			}
+			if e.errored {
+				// A failed release's error, as the archive will have it.
+				if e.Error, err = s.readError(ctx, taskID, e.Fence); err != nil {
+					return Trail{}, err
+				}
+			}
+			items = append(items, e.eventItem)
 		}
-		items = append(items, e.eventItem)
+		sort.Slice(items, func(i, j int) bool { return items[i].Seq < items[j].Seq })
 	}
-	sort.Slice(items, func(i, j int) bool { return items[i].Seq < items[j].Seq })
-	n := gapFree(items, ms(s.clock())-s.retention.Milliseconds())
-	out := make([]Event, 0, n)
-	for _, e := range items[:n] {
-		out = append(out, e.event())
+	n := gapFree(items, after, ms(s.clock())-s.retention.Milliseconds())
+	shown := n
+	if limit > 0 {
+		shown = fitPage(items[:min(n, limit)])
 	}
-	return Trail{Events: out, Pending: len(items) - n}, nil
+	var tr Trail
+	if shown < n {
+		tr.NextCursor = encodeTrailCursor(taskID, items[shown-1].Seq)
+	} else {
+		tr.Pending = len(items) - n
+	}
+	tr.Events = make([]Event, 0, shown)
+	for _, e := range items[:shown] {
+		tr.Events = append(tr.Events, e.event())
+	}
+	return tr, nil
 }
 
-// gapFree returns how many of evs (sorted by seq) form a trail with no
-// hole: each event's predecessor is the event before it, or none (the
-// first), or unknown (archived before predecessors were recorded), or made
-// at or before trimmedBefore, so that TTL may have removed it.
-func gapFree(evs []eventItem, trimmedBefore int64) int {
-	var last int64
+// A page of events (a trail's, or the feed's) is also bounded in bytes, so
+// that its answer stays under Lambda's 6 MB response whatever its events
+// hold: pageBytes of eventWireBound, the most an event can take in the
+// Lambda's answer. Its free text (reason, error; up to 3 KB) can take 7
+// bytes a byte there (JSON writes a control character or a < as \u003c,
+// and API Gateway's envelope escapes that backslash again), and the rest
+// 2 (the envelope escapes its quotes). An event of usual size bounds at
+// about 600 bytes, so 1,000 of them fit many times over; 227 of the
+// largest possible do. A page holds at least one event.
+const (
+	pageBytes      = 5 << 20
+	eventWireFixed = 256 // field names and punctuation, type, fence, at, held_seconds, outcome
+)
+
+func eventWireBound(e eventItem) int {
+	return 7*(len(e.Reason)+len(e.Error)) + 2*(eventWireFixed+len(e.TaskID)+len(e.AgentID)+len(e.RunID)+len(e.By))
+}
+
+// fitPage returns how many of evs, from the first, fit in pageBytes: at
+// least one, if there is one.
+func fitPage(evs []eventItem) int {
+	size := 0
+	for i, e := range evs {
+		if size += eventWireBound(e); size > pageBytes && i > 0 {
+			return i
+		}
+	}
+	return len(evs)
+}
+
+// queryTrail reads the task's archived events after seq after, in seq
+// order: limit+1 of them at most (limit 0: all).
+func (s *Store) queryTrail(ctx context.Context, taskID string, after int64, limit int) ([]eventItem, error) {
+	cond := expression.Key("task_id").Equal(expression.Value(taskID)).And(expression.Key("seq").GreaterThan(expression.Value(after)))
+	expr, err := expression.NewBuilder().WithKeyCondition(cond).Build()
+	if err != nil {
+		return nil, err
+	}
+	in := &dynamodb.QueryInput{
+		TableName:                 &s.events,
+		KeyConditionExpression:    expr.KeyCondition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+		ConsistentRead:            aws.Bool(true),
+	}
+	var out []eventItem
+	for {
+		if limit > 0 {
+			in.Limit = int32ptr(limit + 1 - len(out))
+		}
+		page, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("query %s: %w", s.events, err)
+		}
+		var batch []eventItem
+		if err := attributevalue.UnmarshalListOfMaps(page.Items, &batch); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", s.events, err)
+		}
+		out = append(out, batch...)
+		if len(page.LastEvaluatedKey) == 0 || limit > 0 && len(out) > limit {
+			return out, nil
+		}
+		in.ExclusiveStartKey = page.LastEvaluatedKey
+	}
+}
+
+var trailPosPattern = regexp.MustCompile(`^([A-Za-z0-9][A-Za-z0-9._:-]{0,127})#([0-9]{19})$`)
+
+// encodeTrailCursor is the cursor after the event seq of taskID's trail.
+func encodeTrailCursor(taskID string, seq int64) string {
+	return "t1." + base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "%s#%019d", taskID, seq))
+}
+
+// decodeTrailCursor returns the seq a cursor of taskID's trail is after.
+func decodeTrailCursor(c, taskID string) (int64, error) {
+	bad := notIssued()
+	enc, ok := strings.CutPrefix(c, "t1.")
+	if !ok {
+		return 0, bad
+	}
+	b, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil {
+		return 0, bad
+	}
+	m := trailPosPattern.FindSubmatch(b)
+	if m == nil || string(m[1]) != taskID {
+		return 0, bad
+	}
+	seq, err := strconv.ParseInt(string(m[2]), 10, 64)
+	if err != nil {
+		return 0, bad
+	}
+	return seq, nil
+}
+
+// gapFree returns how many of evs (sorted by seq, each after the event
+// seq after, which a reader has seen, or 0) form a trail with no hole:
+// each event's predecessor is the event before it, or none (the first), or
+// unknown (archived before predecessors were recorded), or made at or
+// before trimmedBefore, so that TTL may have removed it.
+func gapFree(evs []eventItem, after, trimmedBefore int64) int {
+	last := after
 	for i, e := range evs {
 		if e.PrevSeq != 0 && e.PrevSeq > last && e.PrevAt > trimmedBefore {
 			return i

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,17 +39,47 @@ import (
 // event reaches the feed after the change stream has carried it and the
 // index has caught up, and a cursor must never pass an event that is still
 // on its way. A cursor is the feed key of the last event read (or the
-// horizon it read up to), so following a feed with its cursor sees every
+// position it read up to), so following a feed with its cursor sees every
 // event once, in order, about FeedSettle after it happened.
+//
+// # How far one page reads
+//
+// A page reads forward from its start in rounds: one Query per shard of
+// the hour bucket the next event may be in, in parallel. A round ends the
+// hour (the page moves on to the next one) unless that hour holds more
+// events than the page still wants, when the page is full, or, with a type
+// filter, the next round reads on in the same hour. A page stops once it
+// holds limit events (or pageBytes of them, events.go), reaches the
+// horizon, or has made feedRounds rounds. An hour without events costs its
+// Queries all the same, and nothing says where the next event is, so a
+// page that starts long before it may run out of rounds with no events:
+// it then says it is not caught up (CaughtUp false), and its cursor goes
+// on from the hours it read. A follower goes on at once while a page is
+// not caught up, and waits once one is; an empty page that is not caught
+// up is never the end. The simpler rules fail: walking until the first
+// event could walk the whole retention (721 hour buckets, 11,536 Queries
+// with 16 shards) in one request, and stopping at a fixed walk with
+// nothing to tell the follower made an empty page look like the end.
+//
+// feedQueriesPerRead (768) is the rounds' budget: 48 rounds with the
+// default 16 shards, so "since yesterday" at any hour is one page; 768
+// with one shard, more than the whole retention; 3 with 256. An empty
+// round is 16 empty Queries of the index, 8 read units: a page over empty
+// hours is 768 Queries and 384 read units at most (TestFeedReadQueryBound
+// measures it). A shard's Query pages on only past 1 MB of events, which
+// an empty hour never has.
+//
+// A start older than the events' retention starts at the retention: TTL
+// may have removed anything older (it removes late, so some may remain,
+// but not reliably), and every older since or cursor then reads alike.
 
 // Feed defaults and bounds.
 const (
 	DefaultFeedSettle = 2 * time.Second
 	DefaultFeedWindow = time.Hour // how far back a feed read with neither since nor cursor starts
-	// feedBucketsPerRead bounds the hours one read walks, so an empty
-	// stretch of the feed costs a bounded number of Queries per page; the
-	// cursor then moves past the hours read.
-	feedBucketsPerRead = 6
+	// feedQueriesPerRead bounds the rounds of one read: see "How far one
+	// page reads".
+	feedQueriesPerRead = 768
 	// feedRawPerRead bounds the events a read with a type filter examines.
 	feedRawPerRead = 5000
 )
@@ -56,7 +87,8 @@ const (
 // FeedParams select a page of the fleet feed.
 type FeedParams struct {
 	// Since is where a feed read starts, inclusive, when no cursor is
-	// given (zero: DefaultFeedWindow ago).
+	// given (zero: DefaultFeedWindow ago). A time before the events'
+	// retention reads from the retention's start.
 	Since time.Time
 	// Cursor continues from a page's NextCursor.
 	Cursor string
@@ -67,10 +99,14 @@ type FeedParams struct {
 }
 
 // FeedPage is one page of the feed. NextCursor is always set: the feed has
-// no end, and following it later returns what happened since.
+// no end, and following it later returns what happened since. CaughtUp says
+// the page read up to the horizon: nothing more can be read yet. A page
+// that is not caught up (full, or out of rounds, with or without events)
+// is followed at once.
 type FeedPage struct {
 	Events     []Event
 	NextCursor string
+	CaughtUp   bool
 }
 
 // feedShard is the feed partition of an event of taskID at atMS, with n
@@ -111,7 +147,8 @@ func posMS(pos string) int64 {
 }
 
 // Feed returns a page of the fleet feed, oldest first: every transition
-// across tasks from p.Since (or after p.Cursor), up to the horizon.
+// across tasks from p.Since (or after p.Cursor), up to the horizon, in at
+// most feedRounds rounds of Queries.
 func (s *Store) Feed(ctx context.Context, p FeedParams) (FeedPage, error) {
 	limit := p.Limit
 	if limit == 0 {
@@ -139,84 +176,94 @@ func (s *Store) Feed(ctx context.Context, p FeedParams) (FeedPage, error) {
 	default:
 		pos = feedEnd(ms(now.Add(-DefaultFeedWindow)))
 	}
+	// No earlier than the retention's start, inclusive.
+	pos = max(pos, feedEnd(ms(now.Add(-s.retention))-1))
 	// Only whole milliseconds: more events may still be written in this one.
 	horizon := feedEnd(ms(now.Add(-s.feedSettle)) - 1)
 	out := []Event{}
-	examined := 0
-	for calls := 0; len(out) < limit && pos < horizon && calls < 4 && examined < feedRawPerRead; calls++ {
+	examined, size, full := 0, 0, false
+	for round := 0; !full && pos < horizon && round < s.feedRounds() && examined < feedRawPerRead; round++ {
 		need := limit - len(out)
 		if len(p.Types) > 0 {
 			need = min(max(need, 100), feedRawPerRead-examined)
 		}
-		items, next, err := s.feedRaw(ctx, pos, horizon, need)
+		items, next, err := s.feedRound(ctx, pos, horizon, need)
 		if err != nil {
 			return FeedPage{}, err
 		}
 		examined += len(items)
-		for i, it := range items {
+		read := pos // the position after the items taken or skipped so far
+		for _, it := range items {
 			if len(p.Types) > 0 && !slices.Contains(p.Types, it.Type) {
+				read = it.FeedKey
 				continue
 			}
+			// At most limit events, and pageBytes of them (see fitPage).
+			if size += eventWireBound(it); size > pageBytes && len(out) > 0 {
+				next, full = read, true
+				break
+			}
 			out = append(out, it.event())
+			read = it.FeedKey
 			if len(out) == limit {
-				next = items[i].FeedKey
+				next, full = read, true
 				break
 			}
 		}
 		pos = next
 	}
-	return FeedPage{Events: out, NextCursor: encodeFeedCursor(pos)}, nil
+	return FeedPage{Events: out, NextCursor: encodeFeedCursor(pos), CaughtUp: pos >= horizon}, nil
 }
 
-// feedRaw returns up to n events of the feed after pos and up to horizon,
-// in feed order, walking at most feedBucketsPerRead hours, and the position
-// it read up to.
-func (s *Store) feedRaw(ctx context.Context, pos, horizon string, n int) ([]eventItem, string, error) {
-	var out []eventItem
-	hour := time.UnixMilli(posMS(pos)).UTC().Truncate(time.Hour)
-	last := time.UnixMilli(posMS(horizon)).UTC().Truncate(time.Hour)
-	for b := 0; b < feedBucketsPerRead && !hour.After(last); b, hour = b+1, hour.Add(time.Hour) {
-		bucket := hour.Format("2006010215")
-		got := make([][]eventItem, s.shards.Feed)
-		errs := make([]error, s.shards.Feed)
-		var wg sync.WaitGroup
-		for sh := range s.shards.Feed {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				got[sh], errs[sh] = s.feedQuery(ctx, bucket+"#"+strconv.Itoa(sh), pos, horizon, n-len(out))
-			}()
-		}
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				return nil, "", err
-			}
-		}
-		var merged []eventItem
-		for _, g := range got {
-			merged = append(merged, g...)
-		}
-		slices.SortFunc(merged, func(a, b eventItem) int {
-			switch {
-			case a.FeedKey < b.FeedKey:
-				return -1
-			case a.FeedKey > b.FeedKey:
-				return 1
-			}
-			return 0
-		})
-		// Each shard gave its first n-len(out): the first n-len(out) of
-		// their union are the bucket's.
-		if len(merged) >= n-len(out) {
-			merged = merged[:n-len(out)]
-			out = append(out, merged...)
-			return out, merged[len(merged)-1].FeedKey, nil
-		}
-		out = append(out, merged...)
+// feedRounds is how many hours one read may Query: feedQueriesPerRead
+// Queries, at least one hour's.
+func (s *Store) feedRounds() int { return max(1, feedQueriesPerRead/s.shards.Feed) }
+
+// feedHourAfter is the hour bucket of the first event after pos.
+func feedHourAfter(pos string) time.Time {
+	at := posMS(pos)
+	if strings.HasSuffix(pos, "#~") {
+		at++ // pos is after every event of its millisecond
 	}
-	end := min(feedEnd(ms(hour)-1), horizon)
-	return out, max(end, pos), nil
+	return time.UnixMilli(at).UTC().Truncate(time.Hour)
+}
+
+// feedRound returns up to n events of the feed after pos and up to
+// horizon, in feed order, from the hour bucket of the first event after
+// pos (one Query per shard), and the position it read up to: the last
+// event's when it returns n, else the end of that hour or the horizon.
+func (s *Store) feedRound(ctx context.Context, pos, horizon string, n int) ([]eventItem, string, error) {
+	hour := feedHourAfter(pos)
+	bucket := hour.Format("2006010215")
+	got := make([][]eventItem, s.shards.Feed)
+	errs := make([]error, s.shards.Feed)
+	var wg sync.WaitGroup
+	for sh := range s.shards.Feed {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[sh], errs[sh] = s.feedQuery(ctx, bucket+"#"+strconv.Itoa(sh), pos, horizon, n)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, "", err
+		}
+	}
+	var merged []eventItem
+	for _, g := range got {
+		merged = append(merged, g...)
+	}
+	slices.SortFunc(merged, func(a, b eventItem) int { return strings.Compare(a.FeedKey, b.FeedKey) })
+	// Each shard gave its first n: the first n of their union are the
+	// bucket's.
+	if len(merged) >= n {
+		merged = merged[:n]
+		return merged, merged[n-1].FeedKey, nil
+	}
+	end := min(feedEnd(ms(hour.Add(time.Hour))-1), horizon)
+	return merged, max(end, pos), nil
 }
 
 // feedQuery reads up to n events of one feed partition after pos and up

@@ -50,6 +50,12 @@ func (a *app) eventsCmd() *cobra.Command {
 					}
 					t = time.Now().Add(-d)
 				}
+				if t.IsZero() {
+					// Go's zero time (0001-01-01T00:00:00Z) would send no
+					// since at all; any time before the events' retention
+					// starts the feed at it.
+					t = time.Unix(0, 0)
+				}
 				req.Since = t
 			}
 			if types != "" {
@@ -63,9 +69,14 @@ func (a *app) eventsCmd() *cobra.Command {
 					return func(w io.Writer) {
 						fmt.Fprintln(w, "## Events: the fleet")
 						fmt.Fprintln(w)
-						if len(page.Events) == 0 {
+						switch {
+						case len(page.Events) == 0 && page.CaughtUp:
 							fmt.Fprintln(w, "No events.")
-						} else {
+						case len(page.Events) == 0:
+							// The page read its most hours of the feed
+							// without reaching the present.
+							fmt.Fprintln(w, "No events in the hours this page read; later ones may follow: go on with More.")
+						default:
 							rows := make([][]string, len(page.Events))
 							for i, e := range page.Events {
 								rows[i] = []string{stamp(e.At), e.Type, e.TaskID, orDash(e.AgentID), strconv.FormatInt(e.Fence, 10), held(e), orDash(e.By), eventReason(e)}
