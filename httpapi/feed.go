@@ -55,8 +55,8 @@ func (s *server) feed(w http.ResponseWriter, r *http.Request, _ lease.Principal)
 	if v := q.Get("since"); strings.HasPrefix(v, "f1.") && p.Cursor == "" {
 		p.Cursor = v // since may also be a cursor
 	} else if v != "" && p.Cursor == "" {
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
+		t, ok := parseTime(v)
+		if !ok {
 			return errorf(errcode.InvalidRequest, "since must be an RFC 3339 time such as 2026-03-20T14:35:00Z")
 		}
 		if t.IsZero() {

@@ -112,3 +112,23 @@ func TestEventsPages(t *testing.T) {
 	hs.svc.err = &lease.ValidationError{Field: "cursor", Code: "invalid_request", Message: "cursor is not one this server issued"}
 	hs.do("GET", "/api/tasks/task-1/events?cursor=t1.forged", "ck_agent", "").expect(t, 400, "invalid_request")
 }
+
+// since is read as not_before is: RFC 3339 with t and z in either case,
+// and nothing RFC 3339 does not allow (an offset hour of 24, a comma
+// before the fraction).
+func TestFeedSinceIsRFC3339(t *testing.T) {
+	t.Parallel()
+	for since, want := range map[string]int{
+		"2026-03-20t14:35:00z":          200,
+		"2026-03-20T14:35:00.5%2B05:30": 200,
+		"2026-03-20T14:35:00%2B24:00":   400,
+		"2026-03-20T14:35:00,5Z":        400,
+	} {
+		hs := newHarness(t)
+		code := ""
+		if want == 400 {
+			code = "invalid_request"
+		}
+		hs.do("GET", "/api/events?since="+since, "ck_agent", "").expect(t, want, code)
+	}
+}
