@@ -321,6 +321,9 @@ func (s *Store) Inbox(ctx context.Context, agentID string) ([]Message, error) {
 		}
 		out = append(out, Message{MessageID: m.MessageID, Type: m.Type, TaskID: m.TaskID, Reason: m.Reason, At: fromMS(m.At), Fence: m.Fence, RunID: m.RunID})
 	}
+	// Oldest first by time: the ids order each kind by time, but a
+	// lease_lost id ("lost.<ms>…") sorts after every task_available one.
+	slices.SortStableFunc(out, func(a, b Message) int { return a.At.Compare(b.At) })
 	return out, nil
 }
 

@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -164,3 +165,31 @@ func TestLeaseLostOnceUnderRedelivery(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// An inbox is oldest first whatever its messages' kinds: a lease_lost
+// message used to sort after every task_available one, its id starting
+// "lost.", so a lease lost before a watched task was freed came last.
+func TestInboxIsOldestFirstAcrossKinds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "x", "y")
+	e.checkout(t, "x", "other", time.Minute)
+	e.checkout(t, "y", "erin", time.Minute)
+	if err := e.store.Watch(c, "x", "erin"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Second)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "y", AgentID: "admin", Force: true}))
+	e.clock.Advance(time.Second)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "other"}))
+	msgs := e.inbox(t, "erin")
+	var got []string
+	for _, m := range msgs {
+		got = append(got, string(m.Type)+" "+m.TaskID)
+	}
+	want := []string{"lease_lost y", "task_available x"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("erin's inbox: %v, want %v (oldest first)", got, want)
+	}
+}
