@@ -457,6 +457,26 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await page.close();
   });
 
+  test('a task page reads a long trail page by page', async () => {
+    await must(keys.alice, 'POST', '/api/tasks', { task_id: 'p-long', title: 'A long trail' });
+    // The trail's two pages, answered by the browser: the second only for
+    // the first page's cursor.
+    const page = await newPage('trail-pages');
+    const json = (body) => ({ status: 200, contentType: 'application/json', body: JSON.stringify(body) });
+    const at = (ago) => new Date(Date.now() - ago).toISOString();
+    const ev = (type, ago) => ({ type, task_id: 'p-long', agent_id: 'alice', run_id: 'r1', fence: 1, at: at(ago), by: 'alice', reason: '' });
+    await page.route('**/api/tasks/p-long/events*', (r) => {
+      const second = new URL(r.request().url()).searchParams.get('cursor') === 'c2';
+      r.fulfill(json(second ? { events: [ev('renew', 20000), ev('release', 10000)], pending: 0 }
+        : { events: [ev('checkout', 60000), ev('renew', 40000)], next_cursor: 'c2', pending: 0 }));
+    });
+    await signIn(page, ADMIN_KEY);
+    await page.goto(server.url + '/#/task/p-long');
+    await page.locator('#task-events-body .ev-type').nth(3).waitFor();
+    assert.equal(await page.locator('#task-events-body .ev-type').count(), 4, 'both pages listed');
+    await page.close();
+  });
+
   test('the work graph: blocked until its blocker is done; failed with its last error as text', async () => {
     // A blocker and its dependent, through the API.
     await must(keys.alice, 'POST', '/api/tasks', { task_id: 'g-base', title: 'Build the base image' });

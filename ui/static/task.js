@@ -32,7 +32,7 @@ const view = {
   async load(ctx, id) {
     let t, ev;
     try {
-      [t, ev] = await Promise.all([get('/api/tasks/' + seg(id)), get('/api/tasks/' + seg(id) + '/events')]);
+      [t, ev] = await Promise.all([get('/api/tasks/' + seg(id)), trail(id)]);
     } catch (err) {
       if (err instanceof ApiError && (err.status === 404 || err.code === 'invalid_id')) {
         missing(err.message);
@@ -326,6 +326,22 @@ function makeLease() {
 }
 
 // --- events --------------------------------------------------------------
+
+// trail reads a task's audit trail, following its pages (1,000 events
+// each) up to maxTrailPages of them: a task renewed for days has a long
+// one, and the page shows the oldest events first.
+const maxTrailPages = 10;
+
+async function trail(id) {
+  const base = '/api/tasks/' + seg(id) + '/events';
+  let page = await get(base);
+  const all = [...(page.events || [])];
+  for (let n = 1; page.next_cursor && n < maxTrailPages; n++) {
+    page = await get(base + '?cursor=' + encodeURIComponent(page.next_cursor));
+    all.push(...(page.events || []));
+  }
+  return { ...page, events: all };
+}
 
 function drawEvents(ctx) {
   const rows = events.map((e, i) => ({ ...e, i }));
