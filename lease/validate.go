@@ -195,7 +195,13 @@ func CheckWorkFields(maxAttempts *int, retryDelay *time.Duration) error {
 		return invalidField("max_attempts", CodeInvalidRequest, "max_attempts must be an integer from 1 to %d", MaxMaxAttempts)
 	}
 	if retryDelay != nil {
-		return RetryDelayRange.Check(*retryDelay)
+		if err := RetryDelayRange.Check(*retryDelay); err != nil {
+			return err
+		}
+		if *retryDelay%time.Second != 0 {
+			// Shown as retry_delay_seconds, which would hide the rest.
+			return invalidField("retry_delay", CodeInvalidTimeout, `retry_delay must be whole seconds, such as "10s" or "2m"`)
+		}
 	}
 	return nil
 }

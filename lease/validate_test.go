@@ -249,3 +249,18 @@ func TestSystemIsNoAgentID(t *testing.T) {
 		expectRule(t, err, ruleFailure{"agent_id", "invalid_id", "agent_id " + id + " is reserved: the audit trail names the service's own acts by system"})
 	}
 }
+
+// A retry delay is whole seconds: it is shown as retry_delay_seconds,
+// and "900ms" used to be accepted and shown as 0 while the task waited
+// 0.9 s, 1.8 s, 3.6 s... after its failures.
+func TestRetryDelayIsWholeSeconds(t *testing.T) {
+	t.Parallel()
+	for _, d := range []time.Duration{900 * time.Millisecond, 1500 * time.Millisecond, time.Nanosecond} {
+		expectRule(t, lease.CheckWorkFields(nil, &d), ruleFailure{"retry_delay", "invalid_timeout", `retry_delay must be whole seconds, such as "10s" or "2m"`})
+	}
+	for _, d := range []time.Duration{0, time.Second, 90 * time.Second, time.Hour} {
+		if err := lease.CheckWorkFields(nil, &d); err != nil {
+			t.Errorf("retry_delay %v: %v", d, err)
+		}
+	}
+}
