@@ -191,6 +191,10 @@ type Message struct {
 	// (0 and "" on messages from before the server kept them).
 	Fence int64  `json:"fence,omitempty"`
 	RunID string `json:"run_id,omitempty"`
+	// NotBefore is when a task_available message's task may be granted,
+	// if the freeing left it waiting (a failed release's retry delay): nil
+	// when it is claimable at once.
+	NotBefore *time.Time `json:"not_before,omitempty"`
 }
 
 // Inbox message types.

@@ -43,7 +43,7 @@ func TestRoutesSucceed(t *testing.T) {
 		{"POST", "/api/tasks/task-1/watch", "ck_agent", `{}`, 200, `{"watching":true}`},
 		{"GET", "/api/checkouts", "ck_agent", "", 200, `{"checkouts":[{"task_id":"task-1"`},
 		{"GET", "/api/checkouts?agent_id=agent-1", "ck_agent", "", 200, `"agent_name":"researcher"`},
-		{"GET", "/api/inbox", "ck_agent", "", 200, `{"messages":[{"message_id":"m-1","type":"task_available","task_id":"task-1","reason":"released","at":"2026-03-20T14:35:00.123Z","fence":null,"run_id":null}]}`},
+		{"GET", "/api/inbox", "ck_agent", "", 200, `{"messages":[{"message_id":"m-1","type":"task_available","task_id":"task-1","reason":"released","at":"2026-03-20T14:35:00.123Z","fence":null,"run_id":null,"not_before":null}]}`},
 		{"DELETE", "/api/inbox/m-1", "ck_agent", "", 200, `{"message_id":"m-1","deleted":true}`},
 		{"POST", "/api/claim", "ck_agent", `{"timeout":"10m","run_id":"r1"}`, 200, `"task_id":"task-old"`},
 	}

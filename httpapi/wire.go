@@ -242,6 +242,9 @@ type messageJSON struct {
 	// null on messages written before they were kept.
 	Fence *int64  `json:"fence"`
 	RunID *string `json:"run_id"`
+	// NotBefore is when a task_available message's task may be granted,
+	// if it waits (a failed release's retry delay); null otherwise.
+	NotBefore *string `json:"not_before"`
 }
 
 func toMessage(m lease.Message) messageJSON {
@@ -255,6 +258,10 @@ func toMessage(m lease.Message) messageJSON {
 	}
 	if m.RunID != "" {
 		j.RunID = &m.RunID
+	}
+	if m.NotBefore != nil {
+		nb := stamp(*m.NotBefore)
+		j.NotBefore = &nb
 	}
 	return j
 }

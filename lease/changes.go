@@ -137,11 +137,17 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 			if err != nil {
 				return err
 			}
+			// A task left waiting (a failed release's retry delay) says
+			// until when, so that its watchers come back then.
+			var notBefore int64
+			if cur.Status == StatusTodo && cur.NotBefore > ev.At {
+				notBefore = cur.NotBefore
+			}
 			for _, w := range watchers {
 				msgs = append(msgs, messageItem{
 					AgentID: w, MessageID: messageID(ev.eventItem), Type: MessageTaskAvailable,
 					TaskID: ev.TaskID, Reason: string(ev.Type), At: ev.At, Fence: ev.Fence, RunID: ev.RunID,
-					TTL: fromMS(ev.At).Add(messageRetention).Unix(), WatchedAt: asked[w],
+					TTL: fromMS(ev.At).Add(messageRetention).Unix(), WatchedAt: asked[w], NotBefore: notBefore,
 				})
 			}
 		}

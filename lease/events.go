@@ -319,7 +319,12 @@ func (s *Store) Inbox(ctx context.Context, agentID string) ([]Message, error) {
 		if hb != nil && m.WatchedAt != 0 && (hb.Removed || hb.RegisteredAt > m.WatchedAt) {
 			continue // a removed agent's
 		}
-		out = append(out, Message{MessageID: m.MessageID, Type: m.Type, TaskID: m.TaskID, Reason: m.Reason, At: fromMS(m.At), Fence: m.Fence, RunID: m.RunID})
+		msg := Message{MessageID: m.MessageID, Type: m.Type, TaskID: m.TaskID, Reason: m.Reason, At: fromMS(m.At), Fence: m.Fence, RunID: m.RunID}
+		if m.NotBefore != 0 {
+			nb := fromMS(m.NotBefore)
+			msg.NotBefore = &nb
+		}
+		out = append(out, msg)
 	}
 	// Oldest first by time: the ids order each kind by time, but a
 	// lease_lost id ("lost.<ms>…") sorts after every task_available one.

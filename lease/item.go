@@ -647,4 +647,6 @@ type messageItem struct {
 	// Fence and RunID name the lease the message is about.
 	Fence int64  `dynamodbav:"fence,omitempty"`
 	RunID string `dynamodbav:"run_id,omitempty"`
+	// NotBefore (Unix ms): see Message.NotBefore.
+	NotBefore int64 `dynamodbav:"not_before,omitempty"`
 }

@@ -244,6 +244,11 @@ type Message struct {
 	// were kept).
 	Fence int64
 	RunID string
+	// NotBefore is, on a task_available message, when the task may be
+	// granted, if the freeing left it waiting (a failed release's retry
+	// delay, a not_before set on the task): nil when it is claimable at
+	// once.
+	NotBefore *time.Time
 }
 
 // Inbox message types.

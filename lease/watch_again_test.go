@@ -56,3 +56,33 @@ func TestWatchAgainAfterAFreeingWaitsForTheNextOne(t *testing.T) {
 		t.Fatalf("after the second release, w's inbox %+v, want a message for each", msgs)
 	}
 }
+
+// A watcher told at a failed release, while the task waits for its retry
+// delay, is told until when: the message carries not_before, so that it
+// comes back then rather than at once to a not_ready. A freeing after
+// which the task is claimable at once carries none.
+func TestAWatcherIsToldWhenADelayedTaskIsReady(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "t", MaxAttempts: new(5), RetryDelay: new(10 * time.Second)})
+	co := e.checkout(t, "t", "x", time.Minute)
+	if err := e.store.Watch(c, "t", "w"); err != nil {
+		t.Fatal(err)
+	}
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", RunID: co.RunID, Outcome: lease.OutcomeFailed}))
+	msgs := e.inbox(t, "w")
+	want := e.clock.Now().Add(10 * time.Second)
+	if len(msgs) != 1 || msgs[0].NotBefore == nil || !msgs[0].NotBefore.Equal(want) {
+		t.Fatalf("the watcher's messages after a failed release: %+v, want one with not_before %v", msgs, want)
+	}
+	e.clock.Advance(10 * time.Second)
+	co = e.checkout(t, "t", "x", time.Minute)
+	if err := e.store.Watch(c, "t", "v"); err != nil {
+		t.Fatal(err)
+	}
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", RunID: co.RunID}))
+	if msgs := e.inbox(t, "v"); len(msgs) != 1 || msgs[0].NotBefore != nil {
+		t.Fatalf("the watcher's messages after a plain release: %+v, want one without not_before", msgs)
+	}
+}
