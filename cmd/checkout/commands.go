@@ -652,11 +652,25 @@ func (a *app) inboxCmd() *cobra.Command {
 						fmt.Fprintln(w, "No messages.")
 						return
 					}
+					// "Ready at" only when a message has it: a task left
+					// waiting by its freeing (a failed attempt's retry delay).
+					waits := slices.ContainsFunc(msgs, func(m client.Message) bool { return m.NotBefore != nil })
+					head := []string{"Message", "Task", "Type", "Reason", "At"}
+					if waits {
+						head = append(head, "Ready at")
+					}
 					rows := make([][]string, len(msgs))
 					for i, m := range msgs {
 						rows[i] = []string{m.MessageID, m.TaskID, m.Type, orDash(m.Reason), stamp(m.At)}
+						if waits {
+							ready := "-"
+							if m.NotBefore != nil {
+								ready = stamp(*m.NotBefore)
+							}
+							rows[i] = append(rows[i], ready)
+						}
 					}
-					table(w, []string{"Message", "Task", "Type", "Reason", "At"}, rows)
+					table(w, head, rows)
 				}, err
 			})
 		},

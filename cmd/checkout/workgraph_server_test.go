@@ -84,3 +84,30 @@ func TestWorkGraphOverMCP(t *testing.T) {
 		t.Errorf("update_task clearing blocked_by: %v", out)
 	}
 }
+
+// A watcher told of a failed attempt whose task now waits sees until when,
+// in a column of its own.
+func TestInboxShowsWhenADelayedTaskIsReady(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	url, holder, watcher := e.srv.URL(), e.keys["agent-a1b2"], e.keys["agent-c3d4"]
+	run := func(key string, args ...string) result {
+		t.Helper()
+		r := runCLI(t, url, key, args...)
+		if r.code != 0 {
+			t.Fatalf("%v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+		}
+		return r
+	}
+	run(holder, "tasks", "add", "flaky", "--retry-delay", "30s")
+	run(holder, "flaky")
+	run(watcher, "watch", "flaky")
+	run(holder, "fail", "flaky")
+	if err := e.srv.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out := run(watcher, "inbox").stdout
+	if !strings.Contains(out, "| Message | Task | Type | Reason | At | Ready at |") || !strings.Contains(out, "| flaky | task_available | release | 2026-03-20T14:30:00Z | 2026-03-20T14:30:30Z |") {
+		t.Fatalf("inbox after a failed attempt that waits:\n%s", out)
+	}
+}
