@@ -137,3 +137,26 @@ func TestFailuresAreToolErrors(t *testing.T) {
 		})
 	}
 }
+
+// A task_available message whose task waits (a failed attempt's retry
+// delay) tells the agent from when it may take it, in the text and in the
+// structured messages.
+func TestInboxSaysWhenADelayedTaskIsReady(t *testing.T) {
+	t.Parallel()
+	cs := session(t, func(r *http.Request, _ map[string]any) (int, string) {
+		return 200, `{"messages":[` +
+			`{"message_id":"m-1","type":"task_available","task_id":"flaky","reason":"release","at":"2026-03-20T14:30:00.000Z","fence":1,"run_id":"r","not_before":"2026-03-20T14:30:30.000Z"},` +
+			`{"message_id":"m-2","type":"task_available","task_id":"ready","reason":"release","at":"2026-03-20T14:31:00.000Z","fence":2,"run_id":"r","not_before":null}]}`
+	})
+	_, txt, out := callTool(t, cs, "read_inbox", nil)
+	if !strings.Contains(txt, "task flaky became available (release) at 2026-03-20T14:30:00Z; it may be taken from 2026-03-20T14:30:30Z") {
+		t.Errorf("text %q does not say when flaky may be taken", txt)
+	}
+	if strings.Count(txt, "may be taken from") != 1 {
+		t.Errorf("text %q: only flaky waits", txt)
+	}
+	msgs, _ := out["messages"].([]any)
+	if len(msgs) != 2 || msgs[0].(map[string]any)["not_before"] != "2026-03-20T14:30:30Z" {
+		t.Errorf("structured messages %v", msgs)
+	}
+}
