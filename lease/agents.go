@@ -65,17 +65,26 @@ func HashKey(key string) string {
 
 func keyItemID(hash string) string { return "#key#" + hash }
 
+// checkAgentID checks the id of an agent to be made: an id, and not the
+// name the audit trail gives the service's own acts, in any case.
+func checkAgentID(id string) error {
+	if err := CheckID("agent_id", id); err != nil {
+		return err
+	}
+	if strings.EqualFold(id, BySystem) {
+		return invalidField("agent_id", CodeInvalidID, "agent_id %s is reserved: the audit trail names the service's own acts by %s", id, BySystem)
+	}
+	return nil
+}
+
 // RegisterAgent creates an agent and returns its API key, which is stored
 // only as a hash.
 func (s *Store) RegisterAgent(ctx context.Context, p RegisterParams) (Registration, error) {
 	if p.AgentID == "" {
 		p.AgentID = newID("agent-")
 	}
-	if err := CheckID("agent_id", p.AgentID); err != nil {
+	if err := checkAgentID(p.AgentID); err != nil {
 		return Registration{}, err
-	}
-	if strings.EqualFold(p.AgentID, BySystem) {
-		return Registration{}, invalidField("agent_id", CodeInvalidID, "agent_id %s is reserved: the audit trail names the service's own acts by %s", p.AgentID, BySystem)
 	}
 	if err := CheckName(p.Name); err != nil {
 		return Registration{}, err
@@ -128,7 +137,7 @@ func (s *Store) putKey(ctx context.Context, a agentItem) error {
 // key it had. It is idempotent: the local server runs it at every start for
 // the admin key, and mint-admin runs it to create the first admin in AWS.
 func (s *Store) EnsureAgent(ctx context.Context, agentID, name string, admin bool, apiKey string) error {
-	if err := CheckID("agent_id", agentID); err != nil {
+	if err := checkAgentID(agentID); err != nil {
 		return err
 	}
 	if len(apiKey) < 16 {
