@@ -869,3 +869,30 @@ func TestMaxAttemptsBelowTheAttemptsUsedIsRefused(t *testing.T) {
 		t.Errorf("reopened with max_attempts 1: %s, attempts %d of %d; want todo, 0 of 1", reopened.Status, reopened.Attempts, reopened.MaxAttempts)
 	}
 }
+
+// A task whose last attempt's lease has expired, not swept yet, is shown
+// failed; a PATCH of its max_attempts ends that lease first, as the sweep
+// would, and so finds it failed: it used to raise the limit under the
+// ended lease, and the task came back as todo though it had failed.
+func TestRaisingMaxAttemptsDoesNotReviveAnExpiredLastAttempt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "t", MaxAttempts: new(1)})
+	e.checkout(t, "t", "x", time.Minute)
+	e.clock.Advance(2 * time.Minute)
+	if got := e.get(t, "t"); got.Status != lease.StatusFailed {
+		t.Fatalf("before the PATCH: %s, want failed", got.Status)
+	}
+	got := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "x", MaxAttempts: new(5)}))
+	if got.Status != lease.StatusFailed || got.MaxAttempts != 5 {
+		t.Errorf("PATCH max_attempts 5: %s, max_attempts %d; want failed, 5", got.Status, got.MaxAttempts)
+	}
+	must[lease.SweepResult](t)(e.store.Sweep(c))
+	if got := e.get(t, "t"); got.Status != lease.StatusFailed {
+		t.Errorf("after the sweep: %s, want failed", got.Status)
+	}
+	if evs := kinds(e.events(t, "t")); !slices.Equal(evs, []lease.EventType{lease.EventCheckout, lease.EventTimeout, lease.EventFailed}) {
+		t.Errorf("trail %v, want checkout, timeout, failed", evs)
+	}
+}

@@ -103,10 +103,12 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		if err != nil {
 			return Task{}, err
 		}
-		if cur.hasLease() && !live && (p.Status != nil || p.BlockedBy != nil) {
+		if cur.hasLease() && !live && (p.Status != nil || p.BlockedBy != nil || p.MaxAttempts != nil) {
 			// A lease that has ended (expired, or its holder dead) and not
 			// been swept: end it as the sweep would, so that it has its
-			// event, then decide the status change on the task freed.
+			// event, then decide the status change on the task freed (or
+			// failed: a new attempt limit must not revive a task whose
+			// last attempt has ended).
 			ended, err := s.endEnded(ctx, cur, now)
 			if err != nil {
 				return Task{}, err
