@@ -244,9 +244,12 @@ var errUnauthorizedBody = errorBody{Error: "a valid API key is required: Authori
 
 var errUnavailableBody = errorBody{Error: "the database cannot be reached; retry shortly", Code: errcode.Unavailable}
 
-// errBusyBody answers lease.ErrBusy: nothing was changed, and a retry
-// shortly will most likely go through.
-var errBusyBody = errorBody{Error: "too many changes of this kind are running at once; nothing was changed, retry shortly", Code: errcode.Unavailable}
+// errBusyBody answers lease.ErrBusy: a retry shortly will most likely go
+// through. Most often nothing was changed; a create or PATCH whose task
+// was written before its blockers' settling gave up was, and the change
+// stream settles it: a retry then finds it made (task_exists, or a
+// version that moved).
+var errBusyBody = errorBody{Error: "too many changes of this kind are running at once; retry shortly (a create or PATCH naming blockers may have been made: read the task to see)", Code: errcode.Unavailable}
 
 // RetryAfter is the Retry-After of every 503 unavailable answer (an
 // unreachable database, or too many changes at once), in seconds.

@@ -15,7 +15,7 @@ import (
 // events serves a task's trail, GET /api/tasks/{task_id}/events, a page at
 // a time (lease.Store.TrailPage): limit events at most (default 1,000, so
 // that a trail that short comes whole in one answer), and next_cursor while
-// more follow, absent on the last page.
+// more follow, null on the last page.
 func (s *server) events(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
 	if err := checkQuery(r.URL.RawQuery); err != nil {
 		return err
@@ -38,11 +38,15 @@ func (s *server) events(w http.ResponseWriter, r *http.Request, _ lease.Principa
 	if err != nil {
 		return err
 	}
+	var next *string
+	if tr.NextCursor != "" {
+		next = &tr.NextCursor
+	}
 	s.writeJSON(w, http.StatusOK, struct {
 		Events     []EventJSON `json:"events"`
 		Pending    int         `json:"pending"`
-		NextCursor string      `json:"next_cursor,omitempty"`
-	}{eventsJSON(tr.Events), tr.Pending, tr.NextCursor})
+		NextCursor *string     `json:"next_cursor"`
+	}{eventsJSON(tr.Events), tr.Pending, next})
 	return nil
 }
 

@@ -23,7 +23,9 @@ var (
 	ErrInvalid         = errors.New("lease: invalid input")
 	// ErrBusy: too many changes of the same kind ran at once (changes of
 	// blocked_by, which take the graph's lock; or writes of one item that
-	// kept losing to others). Nothing was changed; the caller may retry.
+	// kept losing to others). The caller may retry. Nothing was changed,
+	// but for a create or PATCH whose own write was made before its
+	// blockers' settling gave up (the change stream settles it then).
 	ErrBusy = errors.New("lease: too many changes at once; retry")
 	// ErrTooManyWatchers: the task already has MaxWatchers watchers.
 	ErrTooManyWatchers = errors.New("lease: task has too many watchers")
