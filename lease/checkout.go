@@ -36,7 +36,12 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 	mismatch := func(cur *taskItem) error {
 		st := cur.Status
 		if st == StatusInProgress && cur.hasLease() {
-			st = StatusTodo // the checkout ends that lease itself
+			// Ended: a todo checkout ends that lease itself; any other
+			// is told the status that ending leads to, as GET shows it.
+			st = StatusTodo
+			if !cur.belowLimit() && !slices.Contains(p.ExpectedStatuses, StatusTodo) {
+				st = StatusFailed
+			}
 		}
 		if !slices.Contains(p.ExpectedStatuses, st) {
 			return &StatusMismatchError{TaskID: p.TaskID, Status: st}

@@ -896,3 +896,20 @@ func TestRaisingMaxAttemptsDoesNotReviveAnExpiredLastAttempt(t *testing.T) {
 		t.Errorf("trail %v, want checkout, timeout, failed", evs)
 	}
 }
+
+// A checkout that does not expect todo, of a task whose last attempt's
+// lease has expired unswept, names the status GET shows, failed (it named
+// todo, a status the task is never in).
+func TestAMismatchNamesTheStatusShown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "t", MaxAttempts: new(1)})
+	e.checkout(t, "t", "x", time.Minute)
+	e.clock.Advance(2 * time.Minute)
+	_, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "y", ExpectedStatuses: []lease.Status{lease.StatusInProgress}})
+	var mm *lease.StatusMismatchError
+	if !errors.As(err, &mm) || mm.Status != lease.StatusFailed {
+		t.Fatalf("checkout expecting in_progress: %v, want status_mismatch naming failed", err)
+	}
+}
