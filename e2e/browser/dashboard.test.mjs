@@ -474,6 +474,24 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await page.goto(server.url + '/#/task/p-long');
     await page.locator('#task-events-body .ev-type').nth(3).waitFor();
     assert.equal(await page.locator('#task-events-body .ev-type').count(), 4, 'both pages listed');
+    assert.ok(await page.locator('#task-events-more').isHidden(), 'a trail read whole says nothing more');
+    await page.close();
+  });
+
+  test('a task page says when a trail is longer than the pages it reads', async () => {
+    await must(keys.alice, 'POST', '/api/tasks', { task_id: 'p-longer', title: 'A longer trail' });
+    const page = await newPage('trail-cut');
+    let n = 0;
+    await page.route('**/api/tasks/p-longer/events*', (r) => {
+      n++;
+      r.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify({
+        events: [{ type: 'renew', task_id: 'p-longer', agent_id: 'alice', run_id: 'r1', fence: 1, at: new Date(Date.now() - 60000 + n).toISOString(), by: 'alice', reason: '' }],
+        pending: 0, next_cursor: 'c' + n }) });
+    });
+    await signIn(page, ADMIN_KEY);
+    await page.goto(server.url + '/#/task/p-longer');
+    await page.locator('#task-events-more').waitFor();
+    assert.equal(await page.locator('#task-events-body .ev-type').count(), 10, 'ten pages read');
     await page.close();
   });
 

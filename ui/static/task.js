@@ -14,6 +14,7 @@ import { attemptsWords, blockerList } from './tasks.js';
 let taskID = null;
 let task = null;
 let events = [];
+let eventsCut = false; // the trail is longer than the pages read
 let seenAt = 0;
 
 const view = {
@@ -43,6 +44,7 @@ const view = {
     if (id !== taskID) return;
     task = t;
     events = ev.events || [];
+    eventsCut = !!ev.next_cursor;
     seenAt = performance.now();
     if (t.checkout?.agent_name) ctx.names.set(t.checkout.agent_id, t.checkout.agent_name);
     render(ctx);
@@ -60,6 +62,7 @@ const view = {
     taskID = null;
     task = null;
     events = [];
+    eventsCut = false;
     $('task-fields').replaceChildren();
     delete $('task-graph').dataset.sig;
     $('task-graph').replaceChildren();
@@ -344,6 +347,7 @@ async function trail(id) {
 }
 
 function drawEvents(ctx) {
+  $('task-events-more').hidden = !eventsCut;
   const rows = events.map((e, i) => ({ ...e, i }));
   reconcile($('task-events-body'), rows, (e) => `${e.i}:${e.type}:${e.fence}:${e.at}`, () =>
     h('tr', {},
