@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -36,7 +35,6 @@ type Floor struct {
 	Count         *Counter
 	DB            *dynamodb.Client
 
-	mu     sync.Mutex // held by each poll of the change stream
 	stream *stream.Poller
 }
 
@@ -95,20 +93,7 @@ func NewFloor(ctx context.Context, endpoint string) (*Floor, error) {
 		return nil, err
 	}
 	f.stream = &stream.Poller{Streams: stream.NewLocalClient(endpoint), StreamARN: arn, Saved: stream.MemoryCheckpoints{}, Handle: f.archive}
-	go func() {
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				f.mu.Lock()
-				_, _ = f.stream.Poll(ctx) // a failed poll keeps its place
-				f.mu.Unlock()
-			}
-		}
-	}()
+	go f.stream.Run(ctx, 200*time.Millisecond)
 	f.Count.Take()
 	return f, nil
 }

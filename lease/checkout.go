@@ -36,11 +36,12 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 	mismatch := func(cur *taskItem) error {
 		st := cur.Status
 		if st == StatusInProgress && cur.hasLease() {
-			// Ended: a todo checkout ends that lease itself; any other
-			// is told the status that ending leads to, as GET shows it.
-			st = StatusTodo
-			if !cur.belowLimit() && !slices.Contains(p.ExpectedStatuses, StatusTodo) {
-				st = StatusFailed
+			// Ended: a todo checkout ends that lease itself (and looks
+			// again); any other is told where that ending leads, as GET
+			// shows it.
+			st = cur.afterEnding()
+			if slices.Contains(p.ExpectedStatuses, StatusTodo) {
+				st = StatusTodo
 			}
 		}
 		if !slices.Contains(p.ExpectedStatuses, st) {

@@ -343,16 +343,20 @@ func (t *taskItem) task(live bool) Task {
 			c := t.checkout()
 			out.Checkout = &c
 		} else if t.Status == StatusInProgress {
-			// Ended by time or by its holder's death, not yet swept: the
-			// task's next state, which that ending (a failed attempt) makes
-			// failed at the attempt limit.
-			out.Status = StatusTodo
-			if t.Attempts >= t.maxAttempts() {
-				out.Status = StatusFailed
-			}
+			out.Status = t.afterEnding() // ended, not yet swept
 		}
 	}
 	return out
+}
+
+// afterEnding is the status that the ending of the task's lease, ended
+// by time or by its holder's death and not yet swept, leads to: that
+// ending is a failed attempt, so todo, or failed at the attempt limit.
+func (t *taskItem) afterEnding() Status {
+	if t.belowLimit() {
+		return StatusTodo
+	}
+	return StatusFailed
 }
 
 // heldMS is how long a lease locked at locked and ending by typ at `at` was
