@@ -198,10 +198,6 @@ func CheckWorkFields(maxAttempts *int, retryDelay *time.Duration) error {
 		if err := RetryDelayRange.Check(*retryDelay); err != nil {
 			return err
 		}
-		if *retryDelay%time.Second != 0 {
-			// Shown as retry_delay_seconds, which would hide the rest.
-			return invalidField("retry_delay", CodeInvalidTimeout, `retry_delay must be whole seconds, such as "10s" or "2m"`)
-		}
 	}
 	return nil
 }
@@ -363,15 +359,18 @@ type DurationRange struct {
 	// Examples are two durations in the range, for the message (default
 	// "90s" and "30m").
 	Examples [2]string
+	// Whole says the field is whole seconds: it is shown back in seconds
+	// (timeout_seconds, retry_delay_seconds), which would hide the rest.
+	Whole bool
 }
 
 // The duration fields.
 var (
-	TimeoutRange = DurationRange{Field: "timeout", Min: MinTimeout, Max: MaxTimeout}
+	TimeoutRange = DurationRange{Field: "timeout", Min: MinTimeout, Max: MaxTimeout, Whole: true}
 	TTLRange     = DurationRange{Field: "ttl", Min: MinHeartbeatTTL, Max: MaxHeartbeatTTL}
 	WaitRange    = DurationRange{Field: "wait", Min: 0, Max: MaxClaimWait, Examples: [2]string{"5s", "20s"}}
 	// RetryDelayRange is a task's retry delay: 0s (at once) to 1h.
-	RetryDelayRange = DurationRange{Field: "retry_delay", Min: 0, Max: MaxRetryWait}
+	RetryDelayRange = DurationRange{Field: "retry_delay", Min: 0, Max: MaxRetryWait, Examples: [2]string{"10s", "2m"}, Whole: true}
 )
 
 // Check checks d.
@@ -379,16 +378,25 @@ func (r DurationRange) Check(d time.Duration) error {
 	if d < r.Min || d > r.Max {
 		return r.Invalid()
 	}
+	if r.Whole && d%time.Second != 0 {
+		ex := r.examples()
+		return invalidField(r.Field, CodeInvalidTimeout, "%s must be whole seconds, such as %q or %q", r.Field, ex[0], ex[1])
+	}
 	return nil
+}
+
+// examples are Examples, or the default.
+func (r DurationRange) examples() [2]string {
+	if r.Examples[0] == "" {
+		return [2]string{"90s", "30m"}
+	}
+	return r.Examples
 }
 
 // Invalid is the error for a value of the field that is not a duration in
 // the range, one that does not parse included.
 func (r DurationRange) Invalid() error {
-	ex := r.Examples
-	if ex[0] == "" {
-		ex = [2]string{"90s", "30m"}
-	}
+	ex := r.examples()
 	return invalidField(r.Field, CodeInvalidTimeout, "%s must be a duration such as %q or %q from %s to %s", r.Field, ex[0], ex[1], fmtDur(r.Min), fmtDur(r.Max))
 }
 

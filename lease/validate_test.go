@@ -267,3 +267,24 @@ func TestRetryDelayIsWholeSeconds(t *testing.T) {
 		}
 	}
 }
+
+// A lease's timeout is whole seconds: it is shown as timeout_seconds, and
+// "1500ms" used to be accepted and shown as 1 while the lease ran 1.5 s.
+func TestTimeoutIsWholeSeconds(t *testing.T) {
+	t.Parallel()
+	want := ruleFailure{"timeout", "invalid_timeout", `timeout must be whole seconds, such as "90s" or "30m"`}
+	for _, d := range []time.Duration{1500 * time.Millisecond, time.Minute + time.Nanosecond} {
+		expectRule(t, lease.TimeoutRange.Check(d), want)
+	}
+	e := newEnv(t)
+	e.task(t, "t-frac")
+	_, err := e.store.Checkout(ctx(t), lease.CheckoutParams{TaskID: "t-frac", AgentID: "a1", Timeout: 1500 * time.Millisecond})
+	expectRule(t, err, want)
+	_, err = e.store.Claim(ctx(t), lease.ClaimParams{AgentID: "a1", Timeout: 2500 * time.Millisecond})
+	expectRule(t, err, want)
+	for _, d := range []time.Duration{time.Second, 90 * time.Second, 24 * time.Hour} {
+		if err := lease.TimeoutRange.Check(d); err != nil {
+			t.Errorf("timeout %v: %v", d, err)
+		}
+	}
+}

@@ -81,7 +81,7 @@ func (o *Outcome) outcome() *Outcome { return o }
 // CheckoutInput is checkout_task's input.
 type CheckoutInput struct {
 	TaskID  string `json:"task_id" jsonschema:"the id of the task to take"`
-	Timeout string `json:"timeout,omitempty" jsonschema:"lease length as a Go duration such as 30m or 2h ({min_timeout} to {max_timeout}); default {default_timeout}"`
+	Timeout string `json:"timeout,omitempty" jsonschema:"lease length in whole seconds, as a Go duration such as 30m or 2h ({min_timeout} to {max_timeout}); default {default_timeout}"`
 	Reason  string `json:"reason,omitempty" jsonschema:"what you are going to do, shown to other agents"`
 	Watch   bool   `json:"watch,omitempty" jsonschema:"when the task is held by another agent, get an inbox message once it is released"`
 	Adopt   bool   `json:"adopt,omitempty" jsonschema:"when your own agent holds the task under another run (held_by_you), continue that lease in this session"`
@@ -89,7 +89,7 @@ type CheckoutInput struct {
 
 // ClaimInput is claim_task's input.
 type ClaimInput struct {
-	Timeout string   `json:"timeout,omitempty" jsonschema:"lease length as a Go duration such as 30m or 2h ({min_timeout} to {max_timeout}); default {default_timeout}"`
+	Timeout string   `json:"timeout,omitempty" jsonschema:"lease length in whole seconds, as a Go duration such as 30m or 2h ({min_timeout} to {max_timeout}); default {default_timeout}"`
 	Reason  string   `json:"reason,omitempty" jsonschema:"what you are going to do, shown to other agents"`
 	Queues  []string `json:"queues,omitempty" jsonschema:"the queues to claim from; default [\"{default_queue}\"]"`
 	Wait    string   `json:"wait,omitempty" jsonschema:"wait up to this long for a task (a Go duration, up to {max_claim_wait}); default: answer at once"`
@@ -135,7 +135,7 @@ type LeaseInput struct {
 // RenewInput is renew_task's input.
 type RenewInput struct {
 	LeaseInput
-	Timeout string `json:"timeout,omitempty" jsonschema:"new lease length from now, as a Go duration such as 30m; default the lease's own"`
+	Timeout string `json:"timeout,omitempty" jsonschema:"new lease length from now in whole seconds, as a Go duration such as 30m; default the lease's own"`
 }
 
 // ReleaseInput is release_task's input.
