@@ -72,7 +72,7 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 				continue
 			}
 			ev.TTL = ttl
-			ev.feedFields(old.LastAt, s.shards.Feed)
+			ev.feedFields(max(old.LastAt, cur.LastAt), s.shards.Feed)
 			if ev.errored {
 				text, err := s.readError(ctx, ev.TaskID, ev.Fence)
 				if err != nil {

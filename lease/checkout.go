@@ -567,7 +567,11 @@ func countIs(name expression.NameBuilder, n int) expression.ConditionBuilder {
 // latest transition is later than now (lostToLater), and the caller tries
 // again.
 func (s *Store) endLease(ctx context.Context, taskID string, cond terms, e ending, now time.Time, rv types.ReturnValue) (cur, after *taskItem, applied bool, err error) {
-	it, applied, err := s.update(ctx, taskID, cond.and(timeCond(now)), endUpdate(taskID, e, now, s.shards), rv)
+	cond = cond.and(timeCond(now))
+	if e.at != 0 {
+		cond = cond.and(timeCond(fromMS(e.at)))
+	}
+	it, applied, err := s.update(ctx, taskID, cond, endUpdate(taskID, e, now, s.shards), rv)
 	if err != nil || !applied {
 		return it, nil, false, err
 	}

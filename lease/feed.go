@@ -29,11 +29,17 @@ import (
 // partitions, and a reader Queries each shard of each hour it reads and
 // merges them. Nothing is scanned.
 //
-// The feed time is the event's time, but never earlier than the previous
-// transition's of the same task (the old image's last_at): a decider whose
-// clock is a little behind cannot put a task's events out of order. Both
-// come from the change record itself, so a replayed record rewrites the
-// same keys and the feed holds each transition exactly once.
+// The feed time is when the event was recorded: the time of the write
+// that recorded it (the new image's last_at), and never earlier than the
+// previous transition's of the same task (the old image's last_at), so a
+// decider whose clock is a little behind cannot put a task's events out
+// of order. That is the event's own time, but for an ending stamped
+// before its write: an agent_death recorded after the agent came back is
+// stamped at its return (a takeover's, or a sweep's a sweep interval
+// later), and listing it there would hide it from every follower whose
+// cursor has passed that time. Both times come from the change record
+// itself, so a replayed record rewrites the same keys and the feed holds
+// each transition exactly once.
 //
 // A reader only ever reads up to the horizon, now minus FeedSettle: an
 // event reaches the feed after the change stream has carried it and the
@@ -311,10 +317,11 @@ var EventTypes = []EventType{EventCheckout, EventRenew, EventRelease, EventCompl
 
 func int32ptr(n int) *int32 { v := int32(n); return &v }
 
-// feedFields sets the feed keys of an event archived from a change whose
-// old image's last transition was at prevAt, with n feed shards.
-func (e *eventItem) feedFields(prevAt int64, n int) {
-	at := max(e.At, prevAt)
+// feedFields sets the feed keys of an event archived from a change
+// recorded at recordedAt (the later of the old and new images' last_at),
+// with n feed shards.
+func (e *eventItem) feedFields(recordedAt int64, n int) {
+	at := max(e.At, recordedAt)
 	e.FeedShard = feedShard(e.TaskID, at, n)
 	e.FeedKey = feedKey(at, e.TaskID, e.Seq)
 }

@@ -191,3 +191,60 @@ func TestFeedCursorFollows(t *testing.T) {
 		}
 	}
 }
+
+// A follower sees the death of an agent that came back before the death
+// was recorded. That agent_death is stamped at the return at the latest
+// (its time must not fall in the agent's new life), and the feed used to
+// list it there, which the follower's cursor had passed by the time the
+// sweep (or a takeover) recorded it: a read by since found it, a cursor
+// never did. The feed lists an event when it was recorded.
+func TestFeedFollowerSeesADeathRecordedAfterTheReturn(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"sweep", "takeover"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "r")
+			must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Second))
+			e.checkout(t, "r", "a", time.Hour)
+			e.drain(t)
+			e.clock.Advance(lease.DefaultFeedSettle + time.Millisecond)
+			var cur string
+			eventually(t, "the checkout in the feed", func() bool {
+				var got []lease.Event
+				got, cur = follow(t, e.store, lease.FeedParams{Since: e.clock.Now().Add(-time.Hour)})
+				return len(got) == 1
+			})
+			// a dies, comes back, and its death is recorded a while after.
+			e.clock.Advance(2 * time.Second)
+			back := must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Minute))
+			returned := back.ExpiresAt.Add(-time.Minute)
+			e.clock.Advance(lease.DefaultFeedSettle + time.Millisecond)
+			_, cur = follow(t, e.store, lease.FeedParams{Cursor: cur}) // the follower reads on meanwhile
+			e.clock.Advance(10 * time.Second)
+			want := []lease.EventType{lease.EventAgentDeath}
+			if how == "sweep" {
+				if res := must[lease.SweepResult](t)(e.store.Sweep(c)); res.AgentDeaths != 1 {
+					t.Fatalf("the sweep ended %d leases by death, want 1", res.AgentDeaths)
+				}
+			} else {
+				e.checkout(t, "r", "b", time.Hour)
+				want = append(want, lease.EventCheckout)
+			}
+			death := deathOf(t, e, "r", 1)
+			if death.At.After(returned) {
+				t.Fatalf("agent_death stamped at %v, inside a's life from its return at %v", death.At, returned)
+			}
+			e.clock.Advance(lease.DefaultFeedSettle + time.Millisecond)
+			var got []lease.Event
+			eventually(t, "the death in the follower's feed", func() bool {
+				got, _ = follow(t, e.store, lease.FeedParams{Cursor: cur})
+				return len(got) >= len(want)
+			})
+			if !slices.Equal(kinds(got), want) {
+				t.Fatalf("after the cursor: %v, want %v", kinds(got), want)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -345,6 +346,11 @@ type ending struct {
 	// is its claim_key once ready (delayedKey).
 	notBefore int64
 	rank      string
+	// at (Unix ms), when set, is the ending's time when it is earlier than
+	// its write's: the death of an agent that came back, stamped at its
+	// return (sweep.go). Its write is conditioned on no transition after
+	// at.
+	at int64
 }
 
 // namePriorAt and priorAt record, in every transition's write, the time of
@@ -389,7 +395,7 @@ func endUpdate(taskID string, e ending, now time.Time, sh schema.ShardCounts) ex
 		Set(expression.Name("end_fence"), nameFence).
 		Set(expression.Name("end_locked"), expression.Name("locked_at")).
 		Set(expression.Name("end_expires"), nameExpires).
-		Set(expression.Name("end_at"), expression.Value(ms(now))).
+		Set(expression.Name("end_at"), expression.Value(cmp.Or(e.at, ms(now)))).
 		Set(expression.Name("end_by"), expression.Value(e.by)).
 		Set(expression.Name("end_lease_seq"), copyOf("lease_seq")).
 		Set(expression.Name("end_lease_reason"), copyOf("reason"))

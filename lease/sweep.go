@@ -93,7 +93,7 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 			}
 			g.Go(func() error {
 				cond := pinnedTo(it).and(nameExpires.LessThanEqual(expression.Value(ms(now))))
-				ended, err := s.sweepEnd(gctx, it, cond, EventTimeout, "lease expired", now)
+				ended, err := s.sweepEnd(gctx, it, cond, EventTimeout, "lease expired", now, 0)
 				if err != nil || !ended {
 					return err
 				}
@@ -170,7 +170,9 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 // cond must hold at any time after now (it pins the lease, and an expiry at
 // or before now): a write that lost to a later transition of the task is
 // tried again, under the same cond, at a time not before that transition.
-func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond terms, typ EventType, reason string, now time.Time) (bool, error) {
+// at, when not 0, is the ending's time, earlier than now (ending.at); a
+// transition after it makes the ending's time the write's.
+func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond terms, typ EventType, reason string, now time.Time, at int64) (bool, error) {
 	// The attempt failed. The index does not say whether it was the
 	// task's last: the ending is written for one that was not, and if its
 	// condition fails on the limit alone, for one that was (the task
@@ -181,13 +183,16 @@ func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond terms, typ Even
 		if exhausted {
 			limit = atLimitCond()
 		}
-		e := ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo, failed: true, exhausted: exhausted}
+		e := ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo, failed: true, exhausted: exhausted, at: at}
 		old, _, applied, err := s.endLease(ctx, it.TaskID, cond.and(limit), e, now, types.ReturnValueNone)
 		switch {
 		case err != nil:
 			return false, err
 		case applied:
 			return true, nil
+		case at != 0 && old != nil && old.LastAt > at:
+			at = 0 // a transition after it: the ending is stamped at its write
+			now = s.clockAfter(old.LastAt)
 		case lostToLater(old, now):
 			now = s.clockAfter(old.LastAt)
 		case old != nil && !exhausted && !old.belowLimit() && old.Holder == it.Holder && old.Fence == it.Fence:
@@ -300,12 +305,16 @@ func (s *Store) leasesOf(ctx context.Context, agentID string) ([]taskItem, error
 // endDeadLease ends one lease of an agent whose death ended its leases
 // locked up to upTo, recording agent_death. The index only proposes: the
 // write is conditioned on that exact lease and on locked_at, so a lease the
-// agent took after coming back to life is left alone. It is stamped when
-// the death was seen (upTo), or later when the lease's latest transition is
-// later (sweepEnd keeps the time rule).
+// agent took after coming back to life is left alone. Its event is
+// stamped when the death was seen (upTo: for an agent that came back, its
+// return, which the event must not fall after), or later when the lease's
+// latest transition is later (sweepEnd keeps the time rule); its write is
+// made at the sweep's time, which is where the fleet feed lists it
+// (feed.go), so that the feed's followers, who have read past upTo, see
+// it.
 func (s *Store) endDeadLease(ctx context.Context, it *taskItem, upTo int64, reason string) (bool, error) {
 	cond := pinnedTo(it).and(expression.Name("locked_at").LessThanEqual(expression.Value(upTo)))
-	return s.sweepEnd(ctx, it, cond, EventAgentDeath, reason, fromMS(upTo))
+	return s.sweepEnd(ctx, it, cond, EventAgentDeath, reason, s.clockAfter(upTo), upTo)
 }
 
 // endLeasesOf ends every lease agentID holds that was locked at or before
