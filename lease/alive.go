@@ -472,15 +472,3 @@ func (s *Store) liveLeases(ctx context.Context, items []taskItem, now time.Time)
 	}
 	return live, nil
 }
-
-// cursor is the decoded form of TaskPage.NextCursor: the status the next
-// page starts in, and where it starts in each of that status's shards.
-type cursor struct {
-	Status int `json:"s"`
-	// After holds, per shard, the created_key of the last task listed from
-	// it: "" for none yet, shardDone for a shard listed to its end.
-	After []string `json:"a,omitempty"`
-}
-
-// shardDone marks a shard listed to its end in a cursor.
-const shardDone = "~"

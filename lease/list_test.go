@@ -60,3 +60,55 @@ func TestListTasksMergesShardsInCreationOrder(t *testing.T) {
 		})
 	}
 }
+
+// A cursor continues the listing it came from: given alone, it keeps that
+// listing's status and queue (the CLI's "More:" line and MCP's list_tasks
+// pass the cursor alone, and used to continue an unfiltered listing from
+// a filtered one's place); given with another status or queue, it is
+// refused.
+func TestListCursorKeepsItsListing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	var inQ []string
+	for i := range 64 {
+		id := fmt.Sprintf("job-%02d", i)
+		q := "other"
+		if i%2 == 0 {
+			q = "q"
+			inQ = append(inQ, id)
+		}
+		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: id, Queue: q}))
+		e.clock.Advance(time.Millisecond)
+	}
+	first := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo, Queue: "q", Limit: 2}))
+	if first.NextCursor == "" {
+		t.Fatal("no cursor after the first page")
+	}
+	ids := []string{}
+	for _, tk := range first.Tasks {
+		ids = append(ids, tk.TaskID)
+	}
+	for p := (lease.ListTasksParams{Cursor: first.NextCursor, Limit: 100}); p.Cursor != ""; {
+		page := must[lease.TaskPage](t)(e.store.ListTasks(c, p))
+		for _, tk := range page.Tasks {
+			ids = append(ids, tk.TaskID)
+		}
+		p.Cursor = page.NextCursor
+	}
+	if !slices.Equal(ids, inQ) {
+		t.Errorf("a filtered listing continued by its cursor alone listed\n %v\nwant\n %v", ids, inQ)
+	}
+	// The same listing named again is fine; another is refused.
+	must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo, Queue: "q", Cursor: first.NextCursor}))
+	for _, p := range []lease.ListTasksParams{
+		{Status: lease.StatusDone, Cursor: first.NextCursor},
+		{Queue: "other", Cursor: first.NextCursor},
+	} {
+		_, err := e.store.ListTasks(c, p)
+		expectRule(t, err, ruleFailure{"cursor", "invalid_request", "cursor continues the listing of todo tasks in queue q: give that status and queue, or neither"})
+	}
+	all := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Limit: 2}))
+	_, err := e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo, Cursor: all.NextCursor})
+	expectRule(t, err, ruleFailure{"cursor", "invalid_request", "cursor continues the listing of every task: give no status or queue with it"})
+}

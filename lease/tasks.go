@@ -367,6 +367,21 @@ func (s *Store) readTask(ctx context.Context, taskID string) (*taskItem, bool, e
 	return it, live, err
 }
 
+// cursor is the decoded form of TaskPage.NextCursor: the listing it
+// continues (its status and queue filters), the status the next page
+// starts in, and where it starts in each of that status's shards.
+type cursor struct {
+	ListStatus Status `json:"ls,omitempty"`
+	ListQueue  string `json:"lq,omitempty"`
+	Status     int    `json:"s"`
+	// After holds, per shard, the created_key of the last task listed from
+	// it: "" for none yet, shardDone for a shard listed to its end.
+	After []string `json:"a,omitempty"`
+}
+
+// shardDone marks a shard listed to its end in a cursor.
+const shardDone = "~"
+
 func encodeCursor(c cursor) string {
 	b, _ := json.Marshal(c)
 	return base64.RawURLEncoding.EncodeToString(b)
@@ -391,7 +406,25 @@ func decodeCursor(s string, n int) (cursor, error) {
 			return cursor{}, notIssued()
 		}
 	}
+	if c.ListStatus != "" && CheckListStatus(c.ListStatus) != nil || c.ListQueue != "" && !ValidID(c.ListQueue) {
+		return cursor{}, notIssued()
+	}
 	return c, nil
+}
+
+// otherListing is the error for a cursor given with filters not its own.
+func (c cursor) otherListing() error {
+	if c.ListStatus == "" && c.ListQueue == "" {
+		return invalidField("cursor", CodeInvalidRequest, "cursor continues the listing of every task: give no status or queue with it")
+	}
+	what := "tasks"
+	if c.ListStatus != "" {
+		what = string(c.ListStatus) + " tasks"
+	}
+	if c.ListQueue != "" {
+		what += " in queue " + c.ListQueue
+	}
+	return invalidField("cursor", CodeInvalidRequest, "cursor continues the listing of %s: give that status and queue, or neither", what)
 }
 
 // validCreatedKey reports whether k could be a task's created_key: 13
@@ -410,12 +443,15 @@ func validCreatedKey(k string) bool {
 }
 
 // ListTasks lists tasks by status in creation order, a page at a time. With
-// no status it walks todo, in_progress, done and cancelled in turn. A
-// status's tasks are spread over the status shard count's index partitions; a
-// page reads the next tasks of every shard at once and merges them by
-// creation. Listings come from an index and so reflect the sweep: a task
-// whose lease expired is listed as in_progress until the sweep moves it
-// back to todo, but it is never shown with a live checkout.
+// no status it walks every status (Statuses) in turn. A status's tasks are
+// spread over the status shard count's index partitions; a page reads the
+// next tasks of every shard at once and merges them by creation. A page's
+// cursor continues its own listing: given alone, it keeps that listing's
+// status and queue. Listings come from an index and so reflect the sweep: a
+// task whose lease expired unswept is shown as the ending leads (todo, or
+// failed) in the listing of every status, and in a listing of that one
+// status once the sweep has recorded the ending; it is never shown with a
+// live checkout.
 func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, error) {
 	if p.Limit == 0 {
 		p.Limit = DefaultListLimit
@@ -423,23 +459,15 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 	if err := CheckLimit(p.Limit); err != nil {
 		return TaskPage{}, err
 	}
-	statuses := Statuses
 	if p.Status != "" {
 		if err := CheckListStatus(p.Status); err != nil {
 			return TaskPage{}, err
 		}
-		statuses = []Status{p.Status}
 	}
-	var filter *expression.ConditionBuilder
 	if p.Queue != "" {
 		if err := CheckQueue(p.Queue); err != nil {
 			return TaskPage{}, err
 		}
-		f := expression.Name("queue").Equal(expression.Value(p.Queue))
-		if p.Queue == DefaultQueue {
-			f = f.Or(expression.AttributeNotExists(expression.Name("queue")))
-		}
-		filter = &f
 	}
 	if err := CheckCursor(p.Cursor); err != nil {
 		return TaskPage{}, err
@@ -450,9 +478,28 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 		if c, err = decodeCursor(p.Cursor, s.shards.Status); err != nil {
 			return TaskPage{}, err
 		}
-		if c.Status >= len(statuses) {
-			return TaskPage{}, notIssued()
+		// A cursor continues its own listing: given alone, it keeps that
+		// listing's filters; with others, it is refused.
+		if p.Status == "" && p.Queue == "" {
+			p.Status, p.Queue = c.ListStatus, c.ListQueue
+		} else if p.Status != c.ListStatus || p.Queue != c.ListQueue {
+			return TaskPage{}, c.otherListing()
 		}
+	}
+	statuses := Statuses
+	if p.Status != "" {
+		statuses = []Status{p.Status}
+	}
+	if c.Status >= len(statuses) {
+		return TaskPage{}, notIssued()
+	}
+	var filter *expression.ConditionBuilder
+	if p.Queue != "" {
+		f := expression.Name("queue").Equal(expression.Value(p.Queue))
+		if p.Queue == DefaultQueue {
+			f = f.Or(expression.AttributeNotExists(expression.Name("queue")))
+		}
+		filter = &f
 	}
 	var items []taskItem
 	listed := map[string]Status{} // the status each task was listed under
@@ -472,11 +519,11 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 		items = append(items, batch...)
 		if !slices.ContainsFunc(pos, func(k string) bool { return k != shardDone }) {
 			if len(items) >= p.Limit && i+1 < len(statuses) {
-				next = encodeCursor(cursor{Status: i + 1})
+				next = encodeCursor(cursor{ListStatus: p.Status, ListQueue: p.Queue, Status: i + 1})
 			}
 			continue // this status is listed to its end
 		}
-		next = encodeCursor(cursor{Status: i, After: pos})
+		next = encodeCursor(cursor{ListStatus: p.Status, ListQueue: p.Queue, Status: i, After: pos})
 		break
 	}
 	// The index only proposes: the page shows each task as its item is now,

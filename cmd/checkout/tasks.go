@@ -119,7 +119,12 @@ func (a *app) tasksCmd() *cobra.Command {
 						table(w, []string{"Task", "Status", "Queue", "Priority", "Title", "Held By"}, rows)
 					}
 					if p.NextCursor != nil {
-						fmt.Fprintf(w, "\nMore: checkout tasks list --cursor %s\n", *p.NextCursor)
+						// The cursor keeps its listing's status and queue.
+						more := "checkout tasks list"
+						if limit != 0 {
+							more += " --limit " + strconv.Itoa(limit)
+						}
+						fmt.Fprintf(w, "\nMore: %s --cursor %s\n", more, *p.NextCursor)
 					}
 				}, err
 			})
