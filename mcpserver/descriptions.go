@@ -20,25 +20,25 @@ import (
 const instructions = `These tools coordinate work between many agents sharing one pool of tasks.
 Before working on a task, take it with checkout_task (a task you were given) or claim_task
 (any open task); list_tasks and get_task show what there is. Only work on a task while you hold
-its lease. If checkout_task answers acquired=false, another agent holds the task: do not work on
-it; pick another task, or watch it (watch_task, or checkout_task with watch=true) and look in
-read_inbox later. If it answers held_by_you=true, your agent took the task in an earlier run
+its lease. If checkout_task answers acquired=false with holder, another agent holds the task: do
+not work on it; pick another task, or watch it (watch_task, or checkout_task with watch=true) and
+look in read_inbox later. If it answers held_by_you=true, your agent took the task in an earlier run
 (before a restart): checkout_task with adopt=true continues it here. When done, call
 complete_task; if the work failed (an error you cannot fix now), call fail_task with the error, so
 the task is retried later or marked failed; if you merely stop, call release_task. A task may be
-blocked (it waits for other tasks: blocked_by) or not ready (not_before): do not work on it, pick
-another. Long work: call renew_task before the lease expires. Every result has ok, message and, on failure, code: read message for what to do next.`
+blocked (it waits for other tasks: blocked_by) or not ready (not_before): checkout_task answers
+acquired=false with that code; do not work on it, pick another. Long work: call renew_task before the lease expires. Every result has ok, message and, on failure, code: read message for what to do next.`
 
 const descCheckout = `Take the lease on one task before you start working on it, so that no other agent works on it at the same time.
 Answers acquired=true with your lease and the task's title (expires_at is when the lease ends unless you renew it with renew_task), or acquired=false with holder: another agent already holds the task. acquired=false is a normal answer, not an error: do NOT work on that task; pick another task (claim_task gives you one), or, if you need this very task, call it again with watch=true so the task's release is announced in read_inbox, and try again later.
 held_by_you=true means your own agent holds the task under another run, usually this server before a restart: call checkout_task again with adopt=true to continue that lease in this session, unless another session of yours is still working on it.
-Calling it again for a task you already hold returns the same lease. Fails (ok=false) for an unknown task id or a task already done, cancelled or failed; with code blocked (blocked_by lists the unfinished tasks it waits for) or not_ready (not_before says when it may be taken): pick another task.`
+Calling it again for a task you already hold returns the same lease. acquired=false with a code is also a normal answer, for a task nobody may take now: code blocked (blocked_by lists the unfinished tasks it waits for), not_ready (not_before says when it may be taken) or status_mismatch (the task is done, cancelled or failed): do not work on it; pick another task. Fails (ok=false) for an unknown task id.`
 
 const descClaim = `Take the lease on the next open task when you have no particular task to work on: the highest-priority, then oldest, open task of queues (default ["{default_queue}"]; name the queues of the work you do). wait (up to {max_claim_wait}) waits that long for a task to become available. Answers acquired=true with the lease, its task_id, title, queue and priority (work on that task), or acquired=false when no task is available right now: claim again with wait, watch a task, or stop.`
 
 const descCreateTask = `Create a task for yourself or other agents to work on: a title, optionally a description (up to {max_description}), a queue (default "{default_queue}": agents claim from the queues they name), a priority (0 to {max_priority}, higher is claimed first; default {default_priority}) and metadata (a JSON object of up to {max_metadata}). blocked_by (up to {max_blockers} task ids) makes it wait: nobody can take it until those tasks are done. max_attempts (1 to {max_max_attempts}, default {default_max_attempts}) is how many failed attempts it takes to fail the task; retry_delay (default {default_retry_delay}, up to {max_retry_wait}) is the wait after a failed attempt, doubling with each further one; not_before (RFC 3339) is a time before which nobody may take it. Give task_id to make retrying safe: a task with that id that exists already is reported, not created twice.`
 
-const descUpdateTask = `Change a task's title, description, queue, priority, metadata, blocked_by (replaces the list; [] clears it; only on a todo or blocked task), max_attempts, retry_delay or not_before ("" clears it), or its status: "cancelled" (nobody should work on it; if it is checked out, only its holder or an admin may, and the lease ends) or "todo" (reopen a done, cancelled or failed task; its attempts start again). Fields you leave out stay as they are; a checked-out task keeps its lease. Give version (from get_task) to change it only if nobody changed it since (else code version_mismatch: read it again).`
+const descUpdateTask = `Change a task's title, description, queue, priority, metadata, blocked_by (replaces the list; [] clears it; only on a todo or blocked task), max_attempts, retry_delay or not_before ("" clears it), or its status: "cancelled" (nobody should work on it; if it is checked out, only its holder or an admin may, and the lease ends) or "todo" (reopen a done, cancelled or failed task; its attempts start again). Fields you leave out stay as they are (give at least one); a checked-out task keeps its lease. Give version (from get_task) to change it only if nobody changed it since (else code version_mismatch: read it again).`
 
 const descRenew = `Extend your lease on a task you hold, before it expires, when your work takes longer than the lease timeout. Renew well before expires_at (for example at a third of the timeout). Optionally give a new timeout. Give fence only to adopt a lease your agent took in an earlier run (the fence checkout_task or task_status showed). Fails (ok=false, code not_holder or not_checked_out) when you no longer hold the task: your lease expired or was released, and another agent may now be working on it; stop working on it and check task_status.`
 
@@ -67,11 +67,11 @@ const descHeartbeat = `Tell the service you are still alive. Once you have sent 
 // Outcome is in every tool's result.
 type Outcome struct {
 	OK      bool   `json:"ok" jsonschema:"true when the call did what it was asked; false when it failed: see code and message"`
-	Code    string `json:"code,omitempty" jsonschema:"when ok is false: the API's error code (task_not_found, not_holder, not_checked_out, status_mismatch, blocked, not_ready, invalid_dependency, dependency_cycle, forbidden, ...) or invalid_arguments, unreachable, not_a_checkout_server, unauthorized"`
+	Code    string `json:"code,omitempty" jsonschema:"when ok is false: the API's error code (task_not_found, not_holder, not_checked_out, version_mismatch, invalid_dependency, dependency_cycle, forbidden, ...) or invalid_arguments, unreachable, not_a_checkout_server, unauthorized; with ok true and acquired false, why checkout_task could not take the task: blocked, not_ready or status_mismatch"`
 	Message string `json:"message" jsonschema:"what happened and what to do next"`
 	// Holder is the lease in the way, on a denial or a not_holder failure.
 	Holder *client.Checkout `json:"holder,omitempty" jsonschema:"the lease that holds the task, when it is not yours"`
-	// BlockedBy and NotBefore explain a blocked or not_ready failure.
+	// BlockedBy and NotBefore explain a blocked or not_ready answer.
 	BlockedBy []client.Blocker `json:"blocked_by,omitempty" jsonschema:"with code blocked: the tasks it waits for that are not done, with their statuses"`
 	NotBefore *time.Time       `json:"not_before,omitempty" jsonschema:"with code not_ready: the time before which the task cannot be taken"`
 }

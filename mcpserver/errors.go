@@ -4,6 +4,7 @@ package mcpserver
 // the code and message a tool's result carries.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -27,6 +28,55 @@ const (
 type argError struct{ msg string }
 
 func (e *argError) Error() string { return e.msg }
+
+// stated is a failure whose outcome its tool states itself, knowing more
+// than the API's answer says.
+type stated struct{ o Outcome }
+
+func (e *stated) Error() string { return e.o.Message }
+
+// anotherAgent is the failure of acting on h, another agent's lease.
+func anotherAgent(h client.Checkout) error {
+	return &stated{Outcome{Code: errcode.NotHolder, Holder: &h, Message: fmt.Sprintf(
+		"another agent holds this task: it is %s. Stop working on it and pick another task (claim_task)", holderText(h))}}
+}
+
+// leaseError is err, the failure of renew_task, complete_task,
+// release_task or fail_task naming a lease of fence (0 for none) on
+// taskID, as the agent should read it: whose lease is in the way of a
+// not_holder (adopting it is offered only for the agent's own, or when the
+// session does not know yet which agent it is), and that a task without a
+// lease is done, cancelled or failed, when it is.
+func (t *tools) leaseError(ctx context.Context, taskID string, fence int64, err error) error {
+	var ne *client.NotHolderError
+	switch {
+	case errors.As(err, &ne) && ne.Holder.AgentID != "":
+		h := ne.Holder
+		t.mu.Lock()
+		self := t.self
+		t.mu.Unlock()
+		switch {
+		case fence == h.Fence, self != "" && self != h.AgentID:
+			// The holder's own fence is refused only to another agent.
+			return anotherAgent(h)
+		case self == h.AgentID:
+			return &stated{Outcome{Code: errcode.NotHolder, Holder: &h, Message: fmt.Sprintf(
+				"this session does not hold the lease: your own agent holds the task under another run (run %s, fence %d, until %s), probably from before a restart. "+
+					"If you were working on it, give fence=%d to adopt it here; if another session of yours is working on it, leave it",
+				h.RunID, h.Fence, stamp(h.ExpiresAt), h.Fence)}}
+		}
+		return &stated{Outcome{Code: errcode.NotHolder, Holder: &h, Message: fmt.Sprintf(
+			"this session does not hold the lease: the task is %s. If %s is your own agent in an earlier run (before a restart), "+
+				"give fence=%d to adopt it; otherwise another agent holds it: stop working on it", holderText(h), h.AgentID, h.Fence)}}
+	case errors.Is(err, client.ErrNotCheckedOut):
+		task, terr := t.c.GetTask(ctx, taskID)
+		if terr == nil && (task.Status == client.StatusDone || task.Status == client.StatusCancelled || task.Status == client.StatusFailed) {
+			return &stated{Outcome{Code: errcode.NotCheckedOut, Message: fmt.Sprintf(
+				"no live lease holds this task: it is %s, so nobody works on it any more. Stop working on it and pick your next task (claim_task)", task.Status)}}
+		}
+	}
+	return err
+}
 
 func parseDur(field, v string) (time.Duration, error) {
 	if v == "" {
@@ -80,7 +130,10 @@ func toolError(err error) Outcome {
 	var sm *client.StatusMismatchError
 	var be *client.BlockedError
 	var nr *client.NotReadyError
+	var st *stated
 	switch {
+	case errors.As(err, &st):
+		return st.o
 	case errors.As(err, &arg):
 		return Outcome{Code: codeInvalidArguments, Message: arg.msg}
 	case errors.As(err, &ue):
@@ -94,8 +147,7 @@ func toolError(err error) Outcome {
 		if ne.Holder.AgentID != "" {
 			h := ne.Holder
 			o.Holder = &h
-			o.Message = fmt.Sprintf("this session does not hold the lease: the task is %s. If that is your own agent in an earlier run "+
-				"(before a restart), give fence=%d to adopt it; otherwise stop working on it", holderText(h), h.Fence)
+			o.Message = fmt.Sprintf("you do not hold this task's lease: the task is %s. Stop working on it", holderText(h))
 		}
 		return o
 	case errors.Is(err, client.ErrNotCheckedOut):
@@ -108,7 +160,7 @@ func toolError(err error) Outcome {
 	case errors.As(err, &nr):
 		nb := nr.NotBefore
 		return Outcome{Code: errcode.NotReady, NotBefore: &nb, Message: fmt.Sprintf(
-			"the task cannot be taken before %s (it waits after a failed attempt, or was scheduled for then). Pick another task, or try again after that time",
+			"the task cannot be taken before %s (it waits after a failed attempt, or was scheduled for then): pick another task, or try again after that time",
 			stamp(nb))}
 	case errors.As(err, &sm):
 		return Outcome{Code: errcode.StatusMismatch, Message: fmt.Sprintf("the task has status %s and cannot be checked out; pick another task", sm.Status)}

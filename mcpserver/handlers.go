@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/checkout-dev/checkout/client"
+	"github.com/checkout-dev/checkout/errcode"
+	"github.com/checkout-dev/checkout/lease"
 )
 
 // The tools' handlers: each calls the API through the client and says what
@@ -27,6 +29,7 @@ func holderText(h client.Checkout) string {
 func (t *tools) hold(co client.Checkout) {
 	t.mu.Lock()
 	t.leases[co.TaskID] = held{co.RunID, co.Fence}
+	t.self = co.AgentID
 	t.mu.Unlock()
 }
 
@@ -36,9 +39,19 @@ func (t *tools) drop(taskID string) {
 	t.mu.Unlock()
 }
 
+// end drops the lease this session held on a task, and remembers the one
+// its release or completion named as runID and fence: a repeat names it
+// again, and is answered as the first was.
+func (t *tools) end(taskID, runID string, fence int64) {
+	t.mu.Lock()
+	delete(t.leases, taskID)
+	t.ended[taskID] = held{runID, fence}
+	t.mu.Unlock()
+}
+
 // lease is how a renewal, release or completion names its lease: by the
 // fence given (adopting a lease of an earlier run), by the lease this
-// session took, or by the session's run id.
+// session took, by the lease it ended last, or by the session's run id.
 func (t *tools) lease(in LeaseInput) (runID string, fence int64) {
 	if in.Fence != 0 {
 		return "", in.Fence
@@ -46,6 +59,9 @@ func (t *tools) lease(in LeaseInput) (runID string, fence int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if l, ok := t.leases[in.TaskID]; ok {
+		return l.runID, l.fence
+	}
+	if l, ok := t.ended[in.TaskID]; ok {
 		return l.runID, l.fence
 	}
 	return t.runID, 0
@@ -82,6 +98,9 @@ func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult,
 		return t.adopt(ctx, ce.Holder, d)
 	case errors.As(err, &ce) && ce.SameAgent:
 		h := ce.Holder
+		t.mu.Lock()
+		t.self = h.AgentID
+		t.mu.Unlock()
 		r := CheckoutResult{TaskID: in.TaskID, HeldByYou: true, Outcome: Outcome{Holder: &h}, Title: t.title(ctx, h)}
 		r.Message = fmt.Sprintf("You (agent %s) already hold task %s under another run (run %s, fence %d, until %s), probably from before this session restarted. "+
 			"If you were working on it, call checkout_task again with adopt=true to continue that lease here (or give fence=%d to renew_task, release_task or complete_task). "+
@@ -101,6 +120,10 @@ func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult,
 			r.Message += "Pick another task (claim_task), or watch it (watch_task) and try again once read_inbox says it is free."
 		}
 		return r, nil
+	case errors.Is(err, client.ErrBlocked), errors.Is(err, client.ErrNotReady), errors.Is(err, client.ErrStatusMismatch):
+		// Like a conflict, a task nobody may take now is an answer: the
+		// agent picks another task.
+		return CheckoutResult{TaskID: in.TaskID, Outcome: toolError(err)}, nil
 	case err != nil:
 		return CheckoutResult{}, err
 	}
@@ -142,7 +165,8 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 	}
 	co, err := t.c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: in.Reason, RunID: runID, AgentID: t.agentID, Queues: in.Queues, Wait: wait})
 	if errors.Is(err, client.ErrNoTaskAvailable) || errors.Is(err, client.ErrCheckedOut) {
-		return CheckoutResult{Outcome: Outcome{Message: "No task is available right now: every open task is taken. Wait a while before calling claim_task again, watch a task (watch_task), or stop."}}, nil
+		return CheckoutResult{Outcome: Outcome{Message: fmt.Sprintf(
+			"No task is available in %s right now. Wait a while before calling claim_task again, watch a task (watch_task), or stop.", queuesText(in.Queues))}}, nil
 	}
 	if err != nil {
 		return CheckoutResult{}, err
@@ -152,6 +176,17 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 	r.Message = fmt.Sprintf("Claimed task %s (queue %s, priority %d): it is yours until %s (fence %d). Work on it, renew_task before then if you need longer, and complete_task when done.",
 		named(co.TaskID, r.Title), co.Queue, co.Priority, stamp(co.ExpiresAt), co.Fence)
 	return r, nil
+}
+
+// queuesText is "queue default" or "queues backend, frontend".
+func queuesText(queues []string) string {
+	switch len(queues) {
+	case 0:
+		return "queue " + lease.DefaultQueue
+	case 1:
+		return "queue " + queues[0]
+	}
+	return "queues " + strings.Join(queues, ", ")
 }
 
 func (t *tools) createTask(ctx context.Context, in CreateTaskInput) (TaskResult, error) {
@@ -225,6 +260,10 @@ func rawObject(m map[string]any) json.RawMessage {
 }
 
 func (t *tools) updateTask(ctx context.Context, in UpdateTaskInput) (TaskResult, error) {
+	if in.Title == nil && in.Description == nil && in.Queue == nil && in.Priority == nil && in.Metadata == nil && in.Status == "" &&
+		in.BlockedBy == nil && in.MaxAttempts == nil && in.RetryDelay == "" && in.NotBefore == nil {
+		return TaskResult{}, &argError{"nothing to change: give title, description, queue, priority, metadata, status, blocked_by, max_attempts, retry_delay or not_before"}
+	}
 	req := client.UpdateTaskRequest{Title: in.Title, Description: in.Description, Queue: in.Queue, Priority: in.Priority,
 		Metadata: rawObject(in.Metadata), Status: in.Status, IfVersion: in.Version, BlockedBy: in.BlockedBy, MaxAttempts: in.MaxAttempts}
 	var err error
@@ -243,7 +282,16 @@ func (t *tools) updateTask(ctx context.Context, in UpdateTaskInput) (TaskResult,
 		req.NotBefore = &nb
 	}
 	task, err := t.c.UpdateTask(ctx, in.TaskID, req)
-	if err != nil {
+	var ne *client.NotHolderError
+	switch {
+	case errors.As(err, &ne) && ne.Holder.AgentID != "":
+		// Only cancelling a task another agent holds is refused so: the
+		// holder check is by agent alone.
+		return TaskResult{}, anotherAgent(ne.Holder)
+	case errors.Is(err, client.ErrVersionMismatch):
+		return TaskResult{}, &stated{Outcome{Code: errcode.VersionMismatch, Message: fmt.Sprintf(
+			"task %s has changed since version %d, the version you gave: read it again (get_task) and give its current version", in.TaskID, in.Version)}}
+	case err != nil:
 		return TaskResult{}, err
 	}
 	if in.Status == "cancelled" {
@@ -260,7 +308,7 @@ func (t *tools) renew(ctx context.Context, in RenewInput) (LeaseResult, error) {
 	runID, fence := t.lease(in.LeaseInput)
 	co, err := t.c.Renew(ctx, in.TaskID, client.RenewRequest{Timeout: d, RunID: runID, Fence: fence, AgentID: t.agentID})
 	if err != nil {
-		return LeaseResult{}, err
+		return LeaseResult{}, t.leaseError(ctx, in.TaskID, fence, err)
 	}
 	t.hold(co)
 	return LeaseResult{Checkout: &co, Outcome: Outcome{Message: fmt.Sprintf("Lease on task %s renewed until %s (fence %d).", co.TaskID, stamp(co.ExpiresAt), co.Fence)}}, nil
@@ -270,9 +318,9 @@ func (t *tools) complete(ctx context.Context, in LeaseInput) (CompleteResult, er
 	runID, fence := t.lease(in)
 	task, err := t.c.Complete(ctx, in.TaskID, client.CompleteRequest{RunID: runID, Fence: fence, AgentID: t.agentID})
 	if err != nil {
-		return CompleteResult{}, err
+		return CompleteResult{}, t.leaseError(ctx, in.TaskID, fence, err)
 	}
-	t.drop(in.TaskID)
+	t.end(in.TaskID, runID, fence)
 	return CompleteResult{Task: &task, Outcome: Outcome{Message: fmt.Sprintf("Task %s is done and your lease has ended. Pick your next task (claim_task).", task.TaskID)}}, nil
 }
 
@@ -280,9 +328,9 @@ func (t *tools) release(ctx context.Context, in ReleaseInput) (ReleaseResult, er
 	runID, fence := t.lease(in.LeaseInput)
 	rel, err := t.c.Release(ctx, in.TaskID, client.ReleaseRequest{Reason: in.Reason, RunID: runID, Fence: fence, AgentID: t.agentID})
 	if err != nil {
-		return ReleaseResult{}, err
+		return ReleaseResult{}, t.leaseError(ctx, in.TaskID, fence, err)
 	}
-	t.drop(in.TaskID)
+	t.end(in.TaskID, runID, fence)
 	return ReleaseResult{Released: &rel, Outcome: Outcome{Message: fmt.Sprintf("Task %s released after %ds; it is open for other agents again. Do not work on it any more.", rel.TaskID, rel.HeldSeconds)}}, nil
 }
 
@@ -290,9 +338,9 @@ func (t *tools) fail(ctx context.Context, in FailInput) (FailResult, error) {
 	runID, fence := t.lease(in.LeaseInput)
 	rel, err := t.c.Fail(ctx, in.TaskID, in.Error, client.ReleaseRequest{RunID: runID, Fence: fence, AgentID: t.agentID})
 	if err != nil {
-		return FailResult{}, err
+		return FailResult{}, t.leaseError(ctx, in.TaskID, fence, err)
 	}
-	t.drop(in.TaskID)
+	t.end(in.TaskID, runID, fence)
 	r := FailResult{Released: &rel}
 	r.Message = fmt.Sprintf("Task %s given back as a failed attempt after %ds; do not work on it any more.", rel.TaskID, rel.HeldSeconds)
 	task, err := t.c.GetTask(ctx, in.TaskID)

@@ -13,11 +13,15 @@
 // A conflict is an answer, not a failure: checkout_task and claim_task
 // return a normal result with "acquired": false and the holder, because
 // being told "someone else has it, pick another task" is the expected
-// outcome of a race that the agent should act on.
+// outcome of a race that the agent should act on. So is a task that
+// checkout_task cannot give now (code blocked, not_ready or
+// status_mismatch).
 //
 // One server session is one agent run: its checkouts share one run id, so
 // a repeated checkout_task of a task it already holds returns the same
-// lease, and its renewals, releases and completions name the lease it took.
+// lease, and its renewals, releases and completions name the lease it took
+// (a repeated release or completion names the lease that ended, and is
+// answered as the first was).
 // A session that finds its agent holding a task under another run (the
 // process restarted) is told so, and adopts the lease with checkout_task
 // adopt=true, or by giving its fence to renew_task, release_task or
@@ -131,7 +135,7 @@ type nopWriteCloser struct{ io.Writer }
 
 func (nopWriteCloser) Close() error { return nil }
 
-// held is a lease this session took or adopted.
+// held is a lease this session took or adopted, or ended.
 type held struct {
 	runID string
 	fence int64
@@ -144,7 +148,13 @@ type tools struct {
 
 	mu     sync.Mutex
 	leases map[string]held // task id -> the lease this session holds
+	// ended is, by task id, the lease this session's latest release or
+	// completion named: repeating it names the same lease.
+	ended  map[string]held
 	claims int
+	// self is the agent the tools act as, once known: configured, or shown
+	// by a lease of this session or of its agent's earlier run.
+	self string
 }
 
 // New returns the MCP server with its tools, acting through c.
@@ -159,7 +169,7 @@ func New(c *client.Client, opts ...Options) *mcp.Server {
 	if o.Version == "" {
 		o.Version = Version
 	}
-	t := &tools{c: c, agentID: o.AgentID, runID: o.RunID, leases: map[string]held{}}
+	t := &tools{c: c, agentID: o.AgentID, runID: o.RunID, leases: map[string]held{}, ended: map[string]held{}, self: o.AgentID}
 	s := mcp.NewServer(&mcp.Implementation{Name: "checkout", Title: "Task checkout", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: limitsText.Replace(instructions),
 	})

@@ -106,8 +106,6 @@ func TestFailuresAreToolErrors(t *testing.T) {
 		switch {
 		case strings.HasSuffix(r.URL.Path, "/complete"):
 			return 403, `{"error":"held by another","code":"not_holder","holder":` + holder + `}`
-		case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/checkout"):
-			return 409, `{"error":"task is done","code":"status_mismatch","status":"done"}`
 		}
 		return 401, `{"error":"bad key","code":"unauthorized"}`
 	})
@@ -119,7 +117,6 @@ func TestFailuresAreToolErrors(t *testing.T) {
 		code string
 	}{
 		{"completing another's lease says this session does not hold it", "complete_task", map[string]any{"task_id": "task-d4e5"}, "this session does not hold the lease", "not_holder"},
-		{"checking out a done task names its status", "checkout_task", map[string]any{"task_id": "task-d4e5"}, "status done", "status_mismatch"},
 		{"a refused key points at CHECKOUT_API_KEY", "task_status", map[string]any{"task_id": "task-d4e5"}, "CHECKOUT_API_KEY", "unauthorized"},
 		{"a timeout that is no duration asks for a Go duration", "renew_task", map[string]any{"task_id": "task-d4e5", "timeout": "x"}, "Go duration", "invalid_arguments"},
 		{"a checkout without a task id names task_id", "checkout_task", map[string]any{}, "task_id", "invalid_arguments"},

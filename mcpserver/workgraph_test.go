@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // The work graph's tools and results, against scripted answers.
@@ -173,22 +175,34 @@ func TestFailTaskReleasesAsAFailedAttempt(t *testing.T) {
 	}
 }
 
-func TestBlockedAndNotReadyPassTheirDetails(t *testing.T) {
+// A task nobody may take now is an answer like a conflict (acquired
+// false, not an error), with why: its code and details.
+func TestBlockedNotReadyAndNotOpenPassTheirDetails(t *testing.T) {
 	t.Parallel()
 	cs := session(t, func(r *http.Request, _ map[string]any) (int, string) {
-		if strings.Contains(r.URL.Path, "deploy") {
+		switch {
+		case strings.Contains(r.URL.Path, "deploy"):
 			return 409, `{"error":"task deploy is blocked","code":"blocked","blocked_by":[{"task_id":"build","status":"todo"}]}`
+		case strings.Contains(r.URL.Path, "flaky"):
+			return 409, `{"error":"task flaky is not ready","code":"not_ready","not_before":"2026-03-20T14:35:00.000Z"}`
 		}
-		return 409, `{"error":"task flaky is not ready","code":"not_ready","not_before":"2026-03-20T14:35:00.000Z"}`
+		return 409, `{"error":"task is done","code":"status_mismatch","status":"done"}`
 	})
+	notAcquired := func(res *mcp.CallToolResult, out map[string]any, code string) bool {
+		return !res.IsError && out["ok"] == true && out["acquired"] == false && out["code"] == code
+	}
 	res, txt, out := callTool(t, cs, "checkout_task", map[string]any{"task_id": "deploy"})
-	if !res.IsError || out["code"] != "blocked" || !strings.Contains(txt, "task build (todo)") ||
+	if !notAcquired(res, out, "blocked") || !strings.Contains(txt, "task build (todo)") ||
 		!reflect.DeepEqual(out["blocked_by"], []any{map[string]any{"task_id": "build", "status": "todo"}}) {
 		t.Errorf("blocked: %s %v", txt, out)
 	}
 	res, txt, out = callTool(t, cs, "checkout_task", map[string]any{"task_id": "flaky"})
-	if !res.IsError || out["code"] != "not_ready" || out["not_before"] != "2026-03-20T14:35:00Z" || !strings.Contains(txt, "2026-03-20T14:35:00Z") {
+	if !notAcquired(res, out, "not_ready") || out["not_before"] != "2026-03-20T14:35:00Z" || !strings.Contains(txt, "2026-03-20T14:35:00Z") {
 		t.Errorf("not ready: %s %v", txt, out)
+	}
+	res, txt, out = callTool(t, cs, "checkout_task", map[string]any{"task_id": "done"})
+	if !notAcquired(res, out, "status_mismatch") || !strings.Contains(txt, "status done") {
+		t.Errorf("done: %s %v", txt, out)
 	}
 }
 

@@ -62,7 +62,7 @@ func TestWorkGraphOverMCP(t *testing.T) {
 		t.Fatalf("create_task blocked: %v", out)
 	}
 	res, out = m.call("checkout_task", map[string]any{"task_id": "deploy"})
-	if !res.IsError || out["code"] != "blocked" || len(out["blocked_by"].([]any)) != 1 {
+	if res.IsError || out["acquired"] != false || out["code"] != "blocked" || len(out["blocked_by"].([]any)) != 1 {
 		t.Fatalf("checkout_task of a blocked task: %v", out)
 	}
 
