@@ -28,10 +28,13 @@ func (a *app) agentsCmd() *cobra.Command {
 		Use:     "add <name>",
 		Short:   agentsAddShort,
 		Example: agentsAddExample,
-		Args:    exactArgs(1, "a name"),
+		Args:    exactArgs(1, "name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				r, err := c.CreateAgent(ctx, client.CreateAgentRequest{Name: args[0], AgentID: id, Admin: admin})
+				if id != "" {
+					err = restate(err, client.ErrAgentExists, fmt.Sprintf("an agent with id %s already exists", id))
+				}
 				return func(w io.Writer) {
 					fmt.Fprintf(w, "Agent created: %s\n  API key: %s\n  The key is shown only once: store it now.\n", who(r.Name, r.AgentID), r.APIKey)
 				}, err
@@ -44,7 +47,7 @@ func (a *app) agentsCmd() *cobra.Command {
 		Use:     "list",
 		Short:   agentsListShort,
 		Example: agentsListExample,
-		Args:    exactArgs(0, "no arguments"),
+		Args:    exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				agents, err := c.ListAgents(ctx)
@@ -71,10 +74,10 @@ func (a *app) agentsCmd() *cobra.Command {
 		Use:     "remove <agent-id>",
 		Short:   agentsRemoveShort,
 		Example: agentsRemoveExample,
-		Args:    exactArgs(1, "an agent id"),
+		Args:    exactArgs(1, "agent id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
-				err := c.RemoveAgent(ctx, args[0])
+				err := restate(c.RemoveAgent(ctx, args[0]), client.ErrAgentNotFound, fmt.Sprintf("agent %s does not exist", args[0]))
 				return func(w io.Writer) { fmt.Fprintf(w, "Agent removed: %s\n", args[0]) }, err
 			})
 		},
@@ -89,7 +92,7 @@ func (a *app) mcpCmd() *cobra.Command {
 		Short:   mcpShort,
 		Long:    mcpLong,
 		Example: mcpExample,
-		Args:    exactArgs(0, "no arguments"),
+		Args:    exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, s, err := a.client()
 			if err != nil {

@@ -284,7 +284,7 @@ func TestAgentFlag(t *testing.T) {
 		{admin, []string{"status", "task-2", "--agent", "agent-c3d4"}, 0, "Agent: writer (agent-c3d4): you"},
 		{admin, []string{"complete", "task-2"}, 3, "not by the caller"},
 		{admin, []string{"complete", "task-2", "--agent", "agent-c3d4"}, 0, "Task completed: task-2"},
-		{admin, []string{"claim", "--agent", "agent-nobody"}, 4, "agent does not exist"},
+		{admin, []string{"claim", "--agent", "agent-nobody"}, 4, "agent agent-nobody does not exist (from --agent)"},
 	} {
 		r := runCLI(t, url, tc.key, tc.args...)
 		if r.code != tc.code || !strings.Contains(r.stdout+r.stderr, tc.want) {
@@ -422,5 +422,82 @@ func TestCheckoutKeepsTheSkillsLayout(t *testing.T) {
 	r = runCLI(t, e.srv.URL(), e.keys["agent-c3d4"], "task-1")
 	if r.code != exitConflict || !denied.MatchString(r.stdout) {
 		t.Errorf("denied checkout: exit %d, want %d and the skill's layout:\n%s", r.code, exitConflict, r.stdout)
+	}
+}
+
+// watch says what the watcher will be told: a free task can be taken now,
+// and a message comes only when it is next freed; a held task's message
+// comes when it becomes available.
+func TestWatchSaysWhenTheMessageComes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.task(t, "task-free", "")
+	e.task(t, "task-held", "")
+	url, key := e.srv.URL(), e.keys["agent-a1b2"]
+	if r := runCLI(t, url, e.keys["agent-c3d4"], "task-held"); r.code != 0 {
+		t.Fatalf("checkout task-held: %d %s", r.code, r.stderr)
+	}
+	for _, tc := range []struct{ task, want string }{
+		{"task-free", "Watching: task-free\n  It is free now: checkout task-free takes it. Your inbox gets a message when it is next freed (see checkout inbox)\n"},
+		{"task-held", "Watching: task-held\n  Your inbox gets a message when it becomes available (see checkout inbox)\n"},
+	} {
+		r := runCLI(t, url, key, "watch", tc.task)
+		if r.code != 0 || r.stdout != tc.want {
+			t.Errorf("watch %s: exit %d\n%s%s\nwant %q", tc.task, r.code, r.stdout, r.stderr, tc.want)
+		}
+	}
+	if r := runCLI(t, url, key, "watch", "task-free", "--json"); r.code != 0 || r.stdout != `{"watching":true}`+"\n" {
+		t.Errorf("watch --json: exit %d %q", r.code, r.stdout)
+	}
+}
+
+// A checkout refused for the task's status says so in the layout of a
+// denial, in the CLI's words (the user set no expected statuses), with
+// what to do.
+func TestCheckoutOfAFinishedTaskIsDenied(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	url, key := e.srv.URL(), e.keys["agent-a1b2"]
+	for _, args := range [][]string{
+		{"tasks", "add", "fl1", "--max-attempts", "1"}, {"fl1"}, {"fail", "fl1"},
+		{"tasks", "add", "dn1"}, {"dn1"}, {"complete", "dn1"},
+	} {
+		if r := runCLI(t, url, key, args...); r.code != 0 {
+			t.Fatalf("checkout %s: %d %s", strings.Join(args, " "), r.code, r.stderr)
+		}
+	}
+	for _, tc := range []struct{ task, want string }{
+		{"fl1", "Checkout DENIED: fl1\n  Status: failed (it used all its attempts)\n" +
+			"  Suggestion: reopen it with checkout tasks reopen fl1 to try again, or pick another task\n"},
+		{"dn1", "Checkout DENIED: dn1\n  Status: done\n" +
+			"  Suggestion: pick another task (checkout tasks reopen dn1 would make it todo again)\n"},
+	} {
+		r := runCLI(t, url, key, tc.task)
+		if r.code != exitConflict || r.stdout != tc.want || r.stderr != "" {
+			t.Errorf("checkout %s: exit %d\n%s%s\nwant exit %d and %q", tc.task, r.code, r.stdout, r.stderr, exitConflict, tc.want)
+		}
+	}
+}
+
+// An unknown zone in TZ is not taken silently for UTC: a warning says so,
+// once, and the command goes on in UTC.
+func TestUnknownTZIsWarnedAbout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.task(t, "task-1", "")
+	env := []string{"CHECKOUT_URL=" + e.srv.URL(), "CHECKOUT_API_KEY=" + e.keys["agent-a1b2"], "TZ=Bogus/Zone"}
+	r := runCLIEnv(t, env, "task-1", "--timeout", "30m")
+	if want := "checkout: TZ names an unknown time zone \"Bogus/Zone\": times are shown in UTC\n"; r.code != 0 || r.stderr != want ||
+		!strings.Contains(r.stdout, "  Expires at: 2026-03-20 15:00 UTC (in 30m)\n") {
+		t.Errorf("with TZ=Bogus/Zone: exit %d\n%sstderr %q, want %q", r.code, r.stdout, r.stderr, want)
+	}
+	for _, tz := range []string{"UTC", ":UTC", "Europe/Berlin", ""} {
+		r := runCLIEnv(t, append(env[:2:2], "TZ="+tz), "status", "task-1")
+		if r.code != 0 || r.stderr != "" {
+			t.Errorf("with TZ=%s: exit %d, stderr %q", tz, r.code, r.stderr)
+		}
+	}
+	if r := runCLIEnv(t, env, "status", "task-1", "--json"); r.code != 0 || r.stderr != "" {
+		t.Errorf("--json with TZ=Bogus/Zone: exit %d, stderr %q", r.code, r.stderr)
 	}
 }

@@ -82,7 +82,7 @@ func (a *app) rootCmd() *cobra.Command {
 		Use:               "checkout <task-id>",
 		Short:             checkoutAliasShort,
 		Example:           checkoutAliasExample,
-		Args:              exactArgs(1, "a task id"),
+		Args:              exactArgs(1, "task id"),
 		ValidArgsFunction: a.completeOpenTasks,
 	}
 	aliasFlags := a.checkoutFlags(alias)
@@ -163,15 +163,31 @@ func nearMiss(root *cobra.Command, args []string) error {
 	return &usageError{fmt.Sprintf("unknown command %q: did you mean %s? (a task named %s: checkout -- %s)", args[0], near, args[0], args[0])}
 }
 
-// exactArgs checks the number of positional arguments, naming the command's
-// own help when it is wrong.
+// exactArgs checks that a command has n positional arguments, none or one
+// (what: "task id"), naming the command's own help when it has not.
 func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		if len(args) != n {
-			return &usageError{fmt.Sprintf("%s needs %s (see %s --help)", cmd.CommandPath(), what, cmd.CommandPath())}
+		var msg string
+		switch {
+		case len(args) == n:
+			return nil
+		case n == 0:
+			msg = "takes no arguments"
+		case len(args) < n:
+			msg = "needs " + withArticle(what)
+		default:
+			msg = "takes exactly one " + what
 		}
-		return nil
+		return &usageError{fmt.Sprintf("%s %s (see %s --help)", cmd.CommandPath(), msg, cmd.CommandPath())}
 	}
+}
+
+// withArticle is "a task id", "an agent id".
+func withArticle(noun string) string {
+	if strings.ContainsAny(noun[:1], "aeiou") {
+		return "an " + noun
+	}
+	return "a " + noun
 }
 
 func maxArgs(n int, what string) cobra.PositionalArgs {
@@ -181,6 +197,15 @@ func maxArgs(n int, what string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// checkLimit refuses a --limit given outside 1 to lease.MaxListLimit,
+// which the server would refuse, or (0) take for its default.
+func checkLimit(cmd *cobra.Command, limit int) error {
+	if cmd.Flags().Changed("limit") && (limit < 1 || limit > lease.MaxListLimit) {
+		return &usageError{fmt.Sprintf("invalid value %q for --limit: want 1 to %d (see %s --help)", strconv.Itoa(limit), lease.MaxListLimit, cmd.CommandPath())}
+	}
+	return nil
 }
 
 // groupArgs is the Args of a command that only groups subcommands: a word
@@ -216,6 +241,11 @@ func (a *app) call(cmd *cobra.Command, do func(ctx context.Context, c *client.Cl
 	var rec client.Response
 	ctx := client.RecordResponse(cmd.Context(), &rec)
 	show, err := do(ctx, c, s)
+	if rs := (*restated)(nil); s.agent.value != "" && !errors.As(err, &rs) {
+		// The agent the command acts as, which the server's sentence
+		// does not name.
+		err = restate(err, client.ErrAgentNotFound, fmt.Sprintf("agent %s does not exist (from %s)", s.agent.value, s.agent.from))
+	}
 	if a.json {
 		if rec.Body != nil {
 			fmt.Fprintf(a.stdout, "%s\n", bytes.TrimRight(rec.Body, "\n"))
@@ -228,6 +258,7 @@ func (a *app) call(cmd *cobra.Command, do func(ctx context.Context, c *client.Cl
 	}
 	var es *exitStatus
 	if show != nil && (err == nil || errors.As(err, &es)) {
+		a.warnZone()
 		show(a.stdout)
 	}
 	return err
@@ -317,11 +348,14 @@ func (a *app) checkout(cmd *cobra.Command, taskID string, f *checkoutFlags) erro
 		var ce *client.ConflictError
 		var be *client.BlockedError
 		var ne *client.NotReadyError
+		var se *client.StatusMismatchError
 		switch {
 		case errors.As(err, &be):
 			return func(w io.Writer) { printBlocked(w, taskID, be) }, &exitStatus{exitConflict}
 		case errors.As(err, &ne):
 			return func(w io.Writer) { printNotReady(w, taskID, ne) }, &exitStatus{exitConflict}
+		case errors.As(err, &se):
+			return func(w io.Writer) { printFinished(w, taskID, se.Status) }, &exitStatus{exitConflict}
 		case errors.As(err, &ce) && ownLease(ce, s):
 			return func(w io.Writer) { printHeld(w, ce.Holder) }, nil
 		case errors.As(err, &ce):
@@ -366,7 +400,7 @@ func (a *app) releaseCmd() *cobra.Command {
 		Short:             releaseShort,
 		Long:              releaseLong,
 		Example:           releaseExample,
-		Args:              exactArgs(1, "a task id"),
+		Args:              exactArgs(1, "task id"),
 		ValidArgsFunction: a.completeLeases,
 	}
 	hf := a.holderFlags(cmd)
@@ -397,7 +431,7 @@ func (a *app) failCmd() *cobra.Command {
 		Short:             failShort,
 		Long:              failLong,
 		Example:           failExample,
-		Args:              exactArgs(1, "a task id"),
+		Args:              exactArgs(1, "task id"),
 		ValidArgsFunction: a.completeLeases,
 	}
 	hf := a.holderFlags(cmd)
@@ -462,7 +496,7 @@ func (a *app) statusCmd() *cobra.Command {
 		Short:             statusShort,
 		Long:              statusLong,
 		Example:           statusExample,
-		Args:              exactArgs(1, "a task id"),
+		Args:              exactArgs(1, "task id"),
 		ValidArgsFunction: a.completeOpenTasks,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
@@ -495,7 +529,7 @@ func (a *app) listCmd() *cobra.Command {
 		Use:     "list",
 		Short:   listShort,
 		Example: listExample,
-		Args:    exactArgs(0, "no arguments"),
+		Args:    exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				cos, err := c.ListCheckouts(ctx, agent)
@@ -514,7 +548,7 @@ func (a *app) renewCmd() *cobra.Command {
 		Short:             renewShort,
 		Long:              renewLong,
 		Example:           renewExample,
-		Args:              exactArgs(1, "a task id"),
+		Args:              exactArgs(1, "task id"),
 		ValidArgsFunction: a.completeLeases,
 	}
 	hf := a.holderFlags(cmd)
@@ -540,7 +574,7 @@ func (a *app) completeCmd() *cobra.Command {
 		Use:               "complete <task-id>",
 		Short:             completeShort,
 		Example:           completeExample,
-		Args:              exactArgs(1, "a task id"),
+		Args:              exactArgs(1, "task id"),
 		ValidArgsFunction: a.completeLeases,
 	}
 	hf := a.holderFlags(cmd)
@@ -564,7 +598,7 @@ func (a *app) heartbeatCmd() *cobra.Command {
 		Use:     "heartbeat",
 		Short:   heartbeatShort,
 		Example: heartbeatExample,
-		Args:    exactArgs(0, "no arguments"),
+		Args:    exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, err := duration("ttl", ttl, lease.TTLRange)
 			if err != nil {
@@ -590,7 +624,7 @@ func (a *app) claimCmd() *cobra.Command {
 		Short:   claimShort,
 		Long:    claimLong,
 		Example: claimExample,
-		Args:    exactArgs(0, "no arguments"),
+		Args:    exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, err := duration("timeout", timeout, lease.TimeoutRange)
 			if err != nil {
@@ -602,6 +636,7 @@ func (a *app) claimCmd() *cobra.Command {
 			}
 			return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
 				co, err := c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: reason, RunID: s.runID.value, AgentID: s.agent.value, Queues: queues, Wait: w})
+				err = restate(err, client.ErrNoTaskAvailable, noTaskAvailable(queues, w))
 				if err == nil && alreadyHeld(co) {
 					return func(w io.Writer) { printHeld(w, co) }, nil
 				}
@@ -618,19 +653,43 @@ func (a *app) claimCmd() *cobra.Command {
 	return cmd
 }
 
+// noTaskAvailable says that a claim of queues found nothing, in wait.
+func noTaskAvailable(queues []string, wait time.Duration) string {
+	in := "queue default"
+	switch {
+	case len(queues) == 1:
+		in = "queue " + queues[0]
+	case len(queues) > 1:
+		in = "queues " + strings.Join(queues, ", ")
+	}
+	if wait > 0 {
+		return fmt.Sprintf("no task became available to claim in %s within %s", in, compact(wait))
+	}
+	return "no task is available to claim in " + in
+}
+
 func (a *app) watchCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:               "watch <task-id>",
 		Short:             watchShort,
+		Long:              watchLong,
 		Example:           watchExample,
-		Args:              exactArgs(1, "a task id"),
+		Args:              exactArgs(1, "task id"),
 		ValidArgsFunction: a.completeOpenTasks,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
-				err := c.Watch(ctx, args[0])
-				return func(w io.Writer) {
-					fmt.Fprintf(w, "Watching: %s\n  Your inbox gets a message when it becomes available (see checkout inbox)\n", args[0])
-				}, err
+				if err := c.Watch(ctx, args[0]); err != nil {
+					return nil, err
+				}
+				// When the message comes depends on the task's state (best
+				// effort; --json prints the watch's own answer).
+				var task *client.Task
+				if !a.json {
+					if t, err := c.GetTask(cmd.Context(), args[0]); err == nil {
+						task = &t
+					}
+				}
+				return func(w io.Writer) { printWatching(w, args[0], task) }, nil
 			})
 		},
 	}
@@ -679,7 +738,7 @@ func (a *app) inboxCmd() *cobra.Command {
 		Use:     "delete <message-id>",
 		Short:   inboxDeleteShort,
 		Example: inboxDeleteExample,
-		Args:    exactArgs(1, "a message id"),
+		Args:    exactArgs(1, "message id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				err := c.DeleteMessage(ctx, args[0])

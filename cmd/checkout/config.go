@@ -263,7 +263,7 @@ key_file's contents appear here masked.`,
 		Example: `  checkout config
   checkout config --profile writer
   CHECKOUT_PROFILE=writer checkout config --json`,
-		Args: exactArgs(0, "no arguments"),
+		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := a.resolve()
 			if err != nil {

@@ -27,6 +27,26 @@ type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
 
+// restated is an error answer said again in the CLI's words, which name
+// what the server's sentence leaves out ("the agent does not exist");
+// its exit status is still the answer's.
+type restated struct {
+	msg string
+	err error
+}
+
+func (e *restated) Error() string { return e.msg }
+func (e *restated) Unwrap() error { return e.err }
+
+// restate is err in the words msg when it is an answer of the error
+// code's sentinel (client.ErrTaskExists, ...), else err as it is.
+func restate(err, code error, msg string) error {
+	if errors.Is(err, code) {
+		return &restated{msg, err}
+	}
+	return err
+}
+
 // exitStatus carries a status for an outcome already printed (a denied
 // checkout prints its own report).
 type exitStatus struct{ code int }
@@ -81,9 +101,12 @@ func (a *app) describe(err error) string {
 	var nse *client.NotServerError
 	var ae *client.APIError
 	var use *usageError
+	var rs *restated
 	switch {
 	case errors.As(err, &use):
 		return use.msg
+	case errors.As(err, &rs):
+		return rs.msg
 	case errors.As(err, &ue):
 		return ue.Error()
 	case errors.As(err, &nse):

@@ -31,6 +31,9 @@ func (a *app) eventsCmd() *cobra.Command {
 		Args:              maxArgs(1, "one task id"),
 		ValidArgsFunction: a.completeOpenTasks,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkLimit(cmd, limit); err != nil {
+				return err
+			}
 			if len(args) == 1 {
 				if follow || since != "" || types != "" || cursor != "" {
 					return &usageError{"--follow, --since, --cursor and --type are for the fleet feed: give no task id (see checkout events --help)"}
@@ -79,7 +82,7 @@ func (a *app) eventsCmd() *cobra.Command {
 						default:
 							rows := make([][]string, len(page.Events))
 							for i, e := range page.Events {
-								rows[i] = []string{stamp(e.At), e.Type, e.TaskID, orDash(e.AgentID), strconv.FormatInt(e.Fence, 10), held(e), orDash(e.By), eventReason(e)}
+								rows[i] = []string{stamp(e.At), e.Type, e.TaskID, orDash(e.AgentID), fenceCell(e.Fence), held(e), orDash(e.By), eventReason(e)}
 							}
 							table(w, []string{"At", "Event", "Task", "Agent", "Fence", "Held", "By", "Reason"}, rows)
 						}
@@ -102,6 +105,9 @@ func (a *app) eventsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if !a.json {
+				a.warnZone()
+			}
 			err = c.FollowFeed(cmd.Context(), req, interval, func(e client.Event) error {
 				if a.json {
 					b, err := json.Marshal(e)
@@ -111,8 +117,8 @@ func (a *app) eventsCmd() *cobra.Command {
 					_, err = fmt.Fprintf(a.stdout, "%s\n", b)
 					return err
 				}
-				_, err := fmt.Fprintf(a.stdout, "%s  %-13s %-24s agent %s  fence %d  held %s  by %s  %s\n",
-					stamp(e.At), e.Type, e.TaskID, orDash(e.AgentID), e.Fence, held(e), orDash(e.By), eventReason(e))
+				_, err := fmt.Fprintf(a.stdout, "%s  %-13s %-24s agent %s  fence %s  held %s  by %s  %s\n",
+					stamp(e.At), e.Type, e.TaskID, orDash(e.AgentID), fenceCell(e.Fence), held(e), orDash(e.By), eventReason(e))
 				return err
 			})
 			if errors.Is(err, context.Canceled) {
@@ -147,7 +153,7 @@ func (a *app) taskEvents(cmd *cobra.Command, taskID string) error {
 			} else {
 				rows := make([][]string, len(tr.Events))
 				for i, e := range tr.Events {
-					rows[i] = []string{stamp(e.At), e.Type, e.AgentID, e.RunID, strconv.FormatInt(e.Fence, 10), held(e), orDash(e.By), eventReason(e)}
+					rows[i] = []string{stamp(e.At), e.Type, orDash(e.AgentID), orDash(e.RunID), fenceCell(e.Fence), held(e), orDash(e.By), eventReason(e)}
 				}
 				table(w, []string{"At", "Event", "Agent", "Run", "Fence", "Held", "By", "Reason"}, rows)
 			}

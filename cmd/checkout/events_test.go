@@ -185,3 +185,23 @@ func TestTaskEventsSayWhatIsStillBeingRecorded(t *testing.T) {
 		t.Fatalf("events once archived: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
 }
+
+// An event of the service's own (unblocked) has no agent, run or fence:
+// its cells say "-", as other empty cells do, in the trail and the feed.
+func TestSystemEventsShowDashes(t *testing.T) {
+	const unblocked = `{"type":"unblocked","task_id":"t","agent_id":"","run_id":"","fence":0,"at":"2026-03-20T14:30:00.000Z","by":"system"}`
+	s := newScriptedCLI(t, func(r sent) (int, string) {
+		if strings.HasPrefix(r.Path, "/api/events") {
+			return 200, `{"events":[` + unblocked + `],"caught_up":true}`
+		}
+		return 200, `{"events":[` + unblocked + `],"pending":0}`
+	})
+	r := s.run("events", "t")
+	if want := "| 2026-03-20T14:30:00Z | unblocked | - | - | - | - | system | - |\n"; r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Errorf("events t: exit %d\n%s%s\nwant the row %q", r.code, r.stdout, r.stderr, want)
+	}
+	r = s.run("events")
+	if want := "| 2026-03-20T14:30:00Z | unblocked | t | - | - | - | system | - |\n"; r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Errorf("events: exit %d\n%s%s\nwant the row %q", r.code, r.stdout, r.stderr, want)
+	}
+}

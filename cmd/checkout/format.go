@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,6 +54,24 @@ func zone() *time.Location {
 	return time.UTC
 }
 
+// unknownZone is TZ when it names no zone that could be loaded, or "".
+// Go then shows local times in UTC, silently; the CLI warns (warnZone).
+func unknownZone() string {
+	tz := strings.TrimPrefix(os.Getenv("TZ"), ":")
+	if tz == "" || tz == "UTC" || time.Local.String() != "UTC" {
+		return ""
+	}
+	return tz
+}
+
+// warnZone warns on stderr of a TZ that names no known zone, before the
+// times it would have zoned are shown in UTC.
+func (a *app) warnZone() {
+	if tz := unknownZone(); tz != "" {
+		fmt.Fprintf(a.stderr, "checkout: TZ names an unknown time zone %q: times are shown in UTC\n", tz)
+	}
+}
+
 // stamp is an instant to the second: 2026-03-20T14:35:00Z, or with TZ set
 // 2026-03-20T15:35:00+01:00.
 func stamp(t time.Time) string {
@@ -66,21 +85,41 @@ func stamp(t time.Time) string {
 func when(t time.Time) string { return t.In(zone()).Format("2006-01-02 15:04 MST") }
 
 // whenExact is when to the second, for a time a retry waits for (a delay
-// may be seconds long): 2026-03-20 15:05:30 UTC.
+// may be seconds long) and the end of a short lease: 2026-03-20 15:05:30
+// UTC.
 func whenExact(t time.Time) string { return t.In(zone()).Format("2006-01-02 15:04:05 MST") }
+
+// shortLease is the timeout under which a lease's end is shown to the
+// second: rounded to the minute, it would be off by a good part of the
+// lease.
+const shortLease = 10 * time.Minute
+
+// leaseEnd is the end of a lease, dated and zoned: 2026-03-20 15:05 UTC,
+// or 2026-03-20 14:31:30 UTC for a short lease.
+func leaseEnd(co client.Checkout) string {
+	if co.Timeout() < shortLease {
+		return whenExact(co.ExpiresAt)
+	}
+	return when(co.ExpiresAt)
+}
 
 // expiresAt is the end of a lease, dated and zoned, with how long it has
 // left when the server answered: "2026-03-20 15:05 UTC (in 30m)".
 func expiresAt(co client.Checkout) string {
-	return fmt.Sprintf("%s (in %s)", when(co.ExpiresAt), compact(co.Remaining()))
+	return fmt.Sprintf("%s (in %s)", leaseEnd(co), compact(co.Remaining()))
 }
 
 // timeoutLine writes the skill's Timeout line, "Timeout: 30m
 // (auto-release at 15:05)", which agents are taught to read and scripts
-// parse, and after it the same end dated and zoned, with the time left,
-// on a line of its own: "Expires at: 2026-03-20 15:05 UTC (in 30m)".
+// parse (to the second for a short lease: "Timeout: 90s (auto-release at
+// 14:31:30)"), and after it the same end dated and zoned, with the time
+// left, on a line of its own: "Expires at: 2026-03-20 15:05 UTC (in 30m)".
 func timeoutLine(w io.Writer, co client.Checkout) {
-	fmt.Fprintf(w, "  Timeout: %s (auto-release at %s)\n", compact(co.Timeout()), co.ExpiresAt.In(zone()).Format("15:04"))
+	clock := "15:04"
+	if co.Timeout() < shortLease {
+		clock = "15:04:05"
+	}
+	fmt.Fprintf(w, "  Timeout: %s (auto-release at %s)\n", compact(co.Timeout()), co.ExpiresAt.In(zone()).Format(clock))
 	fmt.Fprintf(w, "  Expires at: %s\n", expiresAt(co))
 }
 
@@ -125,7 +164,7 @@ func printAcquired(w io.Writer, co client.Checkout, runFromUser bool) {
 // printHeld reports a lease the caller already holds: its checkout again
 // is not denied.
 func printHeld(w io.Writer, co client.Checkout) {
-	fmt.Fprintf(w, "You already hold %s (run %s, fence %d, until %s)\n", co.TaskID, co.RunID, co.Fence, when(co.ExpiresAt))
+	fmt.Fprintf(w, "You already hold %s (run %s, fence %d, until %s)\n", co.TaskID, co.RunID, co.Fence, leaseEnd(co))
 	fmt.Fprintf(w, "  Agent: %s\n", who(co.AgentName, co.AgentID))
 	fmt.Fprintf(w, "  Locked at: %s\n", stamp(co.LockedAt))
 	timeoutLine(w, co)
@@ -259,8 +298,14 @@ func printWaits(w io.Writer, t client.Task) {
 		fmt.Fprintf(w, "  Blocked by: %s\n", blockerList(t.BlockedBy))
 	}
 	if t.NotBefore != nil {
-		fmt.Fprintf(w, "  Not before: %s (no checkout or claim until then)\n", whenExact(*t.NotBefore))
+		notBeforeLine(w, *t.NotBefore)
 	}
+}
+
+// notBeforeLine writes the time before which a task is not handed out,
+// in the one style every command shows it in.
+func notBeforeLine(w io.Writer, t time.Time) {
+	fmt.Fprintf(w, "  Not before: %s (no checkout or claim until then)\n", whenExact(t))
 }
 
 // printNotFree says why a task nobody holds cannot be taken, if it
@@ -281,7 +326,7 @@ func printNotFree(w io.Writer, t client.Task) {
 		fmt.Fprintf(w, "  Blocked by: %s\n", blockerList(open))
 	}
 	if t.NotBefore != nil && t.Status == client.StatusTodo {
-		fmt.Fprintf(w, "  Not before: %s (no checkout or claim until then)\n", whenExact(*t.NotBefore))
+		notBeforeLine(w, *t.NotBefore)
 	}
 }
 
@@ -306,8 +351,46 @@ func printBlocked(w io.Writer, taskID string, be *client.BlockedError) {
 // granted yet (the wait after a failed attempt, or a time it was given).
 func printNotReady(w io.Writer, taskID string, ne *client.NotReadyError) {
 	fmt.Fprintf(w, "Checkout DENIED: %s\n", taskID)
-	fmt.Fprintf(w, "  Not before: %s (%s)\n", when(ne.NotBefore), stamp(ne.NotBefore))
+	notBeforeLine(w, ne.NotBefore)
 	fmt.Fprintf(w, "  Suggestion: wait or pick another task\n")
+}
+
+// printFinished reports a checkout refused for the task's status (a
+// checkout takes a todo or in_progress task), in the layout of a denial.
+func printFinished(w io.Writer, taskID, status string) {
+	fmt.Fprintf(w, "Checkout DENIED: %s\n", taskID)
+	switch status {
+	case client.StatusFailed:
+		fmt.Fprintf(w, "  Status: failed (it used all its attempts)\n")
+		fmt.Fprintf(w, "  Suggestion: reopen it with checkout tasks reopen %s to try again, or pick another task\n", taskID)
+	case client.StatusDone, client.StatusCancelled:
+		fmt.Fprintf(w, "  Status: %s\n", status)
+		fmt.Fprintf(w, "  Suggestion: pick another task (checkout tasks reopen %s would make it todo again)\n", taskID)
+	default:
+		fmt.Fprintf(w, "  Status: %s\n  Suggestion: pick another task\n", status)
+	}
+}
+
+// printWatching reports a watch and when its message comes: the next
+// time the task is freed, which for a task nobody holds is not now. t is
+// the task as read after the watch, or nil.
+func printWatching(w io.Writer, taskID string, t *client.Task) {
+	fmt.Fprintf(w, "Watching: %s\n", taskID)
+	msg := "when it becomes available"
+	switch {
+	case t == nil, t.Status == client.StatusInProgress:
+	case t.Status == client.StatusTodo && t.Checkout == nil && t.NotBefore != nil && t.NotBefore.After(time.Now()):
+		notBeforeLine(w, *t.NotBefore)
+		msg = "when it is next freed, not when this wait ends"
+	case t.Status == client.StatusTodo && t.Checkout == nil:
+		fmt.Fprintf(w, "  It is free now: checkout %s takes it. Your inbox gets a message when it is next freed (see checkout inbox)\n", taskID)
+		return
+	case t.Status == client.StatusBlocked:
+		msg = "when it is unblocked"
+	default: // done, cancelled or failed
+		msg = fmt.Sprintf("only once it is reopened, taken and freed again (it is %s)", t.Status)
+	}
+	fmt.Fprintf(w, "  Your inbox gets a message %s (see checkout inbox)\n", msg)
 }
 
 // eventReason is an event's reason, with a release's outcome and error.
@@ -323,6 +406,15 @@ func eventReason(e client.Event) string {
 		parts = append(parts, "error: "+e.Error)
 	}
 	return orDash(strings.Join(parts, "; "))
+}
+
+// fenceCell is a fence in a table, "-" for an event without a lease (an
+// unblocked event): fences start at 1.
+func fenceCell(fence int64) string {
+	if fence == 0 {
+		return "-"
+	}
+	return strconv.FormatInt(fence, 10)
 }
 
 func orDash(s string) string {

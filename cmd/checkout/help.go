@@ -36,7 +36,8 @@ profiles, which name a server, a key file and an agent):
                      (default ~/.config/checkout/config.toml; checkout config shows it)
   CHECKOUT_AGENT     the agent to act as (default: the key's own), or --agent
   CHECKOUT_RUN_ID    the run's lease token (default: a fresh one per checkout), or --run-id
-  TZ                 show times in this zone (default UTC)
+  TZ                 show times in this zone (default UTC; an unknown zone is
+                     warned about on stderr, and times are shown in UTC)
 
 Exit status:
   0  success (also: you already hold the task you checked out)
@@ -130,6 +131,12 @@ const claimExample = `  checkout claim
   checkout claim --agent agent-c3d4             # admins: for another agent`
 
 const watchShort = "Get an inbox message when a task becomes available"
+
+const watchLong = `Puts you on the task's watch list: your inbox gets one message the next time
+the task is freed: its lease ends without completing it (released, failed,
+timed out, its holder dead or cancelled), or its last blocker is done. A task
+that is free now sends none until someone takes it and gives it back: check
+it out instead.`
 
 const watchExample = `  checkout watch task-d4e5
   checkout task-d4e5 --watch     # check out, or watch when it is held`

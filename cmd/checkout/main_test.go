@@ -307,7 +307,7 @@ func TestErrorsAreOneLineWithExitCodes(t *testing.T) {
 		io.WriteString(w, `{"status":"green"}`)
 	}))
 	defer otherJSON.Close()
-	key := e.keys["agent-a1b2"]
+	key, admin := e.keys["agent-a1b2"], e.keys["admin"]
 	cases := []struct {
 		name, url, key string
 		args           []string
@@ -363,6 +363,15 @@ func TestErrorsAreOneLineWithExitCodes(t *testing.T) {
 		{"another agent by a non-admin", "", key, []string{"task-1", "--agent", "agent-c3d4"}, 1,
 			"checkout: forbidden: only an admin may act for another agent: agent_id names agent-c3d4, and the caller is agent-a1b2\n"},
 		{"unknown profile", "", key, []string{"list", "--profile", "nope"}, 2, ""},
+		{"too many args for one", "", key, []string{"release", "a", "b"}, 2, "checkout: checkout release takes exactly one task id (see checkout release --help)\n"},
+		{"args for none", "", key, []string{"list", "a"}, 2, "checkout: checkout list takes no arguments (see checkout list --help)\n"},
+		{"task exists", "", key, []string{"tasks", "add", "task-1"}, 3, "checkout: task task-1 already exists\n"},
+		{"agent exists", "", admin, []string{"agents", "add", "x", "--id", "agent-a1b2"}, 3, "checkout: an agent with id agent-a1b2 already exists\n"},
+		{"no such agent to remove", "", admin, []string{"agents", "remove", "agent-nope"}, 4, "checkout: agent agent-nope does not exist\n"},
+		{"no such agent to act as", "", admin, []string{"claim", "--agent", "agent-nope"}, 4, "checkout: agent agent-nope does not exist (from --agent)\n"},
+		{"nothing to claim", "", key, []string{"claim", "--queue", "empty"}, 4, "checkout: no task is available to claim in queue empty\n"},
+		{"nothing to claim in two queues", "", key, []string{"claim", "--queue", "empty", "--queue", "void", "--wait", "1s"}, 4,
+			"checkout: no task became available to claim in queues empty, void within 1s\n"},
 		{"force by non-admin", "", key, []string{"release", "task-1", "--force"}, 1, ""},
 	}
 	t.Cleanup(func() {}) // the servers above outlive the parallel subtests

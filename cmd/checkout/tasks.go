@@ -42,13 +42,20 @@ func (a *app) tasksCmd() *cobra.Command {
 				req.Priority = &priority
 			}
 			if metadata != "" {
-				req.Metadata = json.RawMessage(metadata)
+				m, err := metadataFlag(metadata)
+				if err != nil {
+					return err
+				}
+				req.Metadata = m
 			}
 			if err := addGraph.toCreate(cmd, &req); err != nil {
 				return err
 			}
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				t, err := c.CreateTask(ctx, req)
+				if req.TaskID != "" {
+					err = restate(err, client.ErrTaskExists, fmt.Sprintf("task %s already exists", req.TaskID))
+				}
 				return func(w io.Writer) {
 					fmt.Fprintf(w, "Task created: %s (queue %s, priority %d)\n", t.TaskID, t.Queue, t.Priority)
 					printWaits(w, t)
@@ -68,7 +75,7 @@ func (a *app) tasksCmd() *cobra.Command {
 		Short:             tasksCancelShort,
 		Long:              tasksCancelLong,
 		Example:           tasksCancelExample,
-		Args:              exactArgs(1, "a task id"),
+		Args:              exactArgs(1, "task id"),
 		ValidArgsFunction: a.completeOpenTasks,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
@@ -81,11 +88,24 @@ func (a *app) tasksCmd() *cobra.Command {
 		Use:     "reopen <task-id>",
 		Short:   tasksReopenShort,
 		Example: tasksReopenExample,
-		Args:    exactArgs(1, "a task id"),
+		Args:    exactArgs(1, "task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
+				// The task before, to tell a reopen from a task already
+				// todo, which the answer alone does not (best effort; not
+				// with --json, which prints the answer).
+				var before *client.Task
+				if !a.json {
+					if t, err := c.GetTask(cmd.Context(), args[0]); err == nil {
+						before = &t
+					}
+				}
 				t, err := c.UpdateTask(ctx, args[0], client.UpdateTaskRequest{Status: "todo"})
 				return func(w io.Writer) {
+					if before != nil && before.Version == t.Version {
+						fmt.Fprintf(w, "Task %s is already %s: nothing changed\n", t.TaskID, t.Status)
+						return
+					}
 					fmt.Fprintf(w, "Task reopened: %s\n", t.TaskID)
 					printWaits(w, t)
 				}, err
@@ -98,8 +118,11 @@ func (a *app) tasksCmd() *cobra.Command {
 		Use:     "list",
 		Short:   tasksListShort,
 		Example: tasksListExample,
-		Args:    exactArgs(0, "no arguments"),
+		Args:    exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkLimit(cmd, limit); err != nil {
+				return err
+			}
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				p, err := c.ListTasks(ctx, client.ListTasksRequest{Status: status, Queue: listQueue, Limit: limit, Cursor: cursor})
 				return func(w io.Writer) {
@@ -138,7 +161,7 @@ func (a *app) tasksCmd() *cobra.Command {
 		Use:               "show <task-id>",
 		Short:             tasksShowShort,
 		Example:           tasksShowExample,
-		Args:              exactArgs(1, "a task id"),
+		Args:              exactArgs(1, "task id"),
 		ValidArgsFunction: a.completeOpenTasks,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
@@ -162,7 +185,7 @@ func (a *app) taskEditCmd() *cobra.Command {
 		Short:             tasksEditShort,
 		Long:              tasksEditLong,
 		Example:           tasksEditExample,
-		Args:              exactArgs(1, "a task id"),
+		Args:              exactArgs(1, "task id"),
 		ValidArgsFunction: a.completeOpenTasks,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var req client.UpdateTaskRequest
@@ -180,7 +203,11 @@ func (a *app) taskEditCmd() *cobra.Command {
 				req.Priority = &priority
 			}
 			if f.Changed("metadata") {
-				req.Metadata = json.RawMessage(metadata)
+				m, err := metadataFlag(metadata)
+				if err != nil {
+					return err
+				}
+				req.Metadata = m
 			}
 			req.IfVersion = ifVersion
 			if err := graph.toUpdate(cmd, &req); err != nil {
@@ -204,6 +231,17 @@ func (a *app) taskEditCmd() *cobra.Command {
 	cmd.Flags().Int64Var(&ifVersion, "if-version", 0, "only if the task is at this version")
 	graph = graphFlagsOf(cmd, true)
 	return cmd
+}
+
+// metadataFlag is --metadata as the request's JSON. Its syntax is checked
+// here, so that the error names the flag; that it is an object, and small
+// enough, the server checks.
+func metadataFlag(v string) (json.RawMessage, error) {
+	var m json.RawMessage
+	if err := json.Unmarshal([]byte(v), &m); err != nil {
+		return nil, &usageError{"--metadata is not valid JSON: " + err.Error()}
+	}
+	return m, nil
 }
 
 // graphFlags are the work graph's flags of tasks add and tasks edit: what

@@ -67,7 +67,7 @@ func (a *app) versionCmd() *cobra.Command {
 		Use:     "version",
 		Short:   "Print the version of this binary (the same as checkout --version)",
 		Example: "  checkout version\n  checkout --version",
-		Args:    exactArgs(0, "no arguments"),
+		Args:    exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fmt.Fprint(a.stdout, versionInfo())
 			return nil

@@ -251,7 +251,7 @@ func TestCheckoutOfABlockedOrWaitingTaskIsDenied(t *testing.T) {
 		t.Errorf("checkout of a blocked task: exit %d\n%s%s\nwant exit %d and %q", r.code, r.stdout, r.stderr, exitConflict, want)
 	}
 	r = s.run("flaky")
-	want = "Checkout DENIED: flaky\n  Not before: 2026-03-20 14:35 UTC (2026-03-20T14:35:00Z)\n  Suggestion: wait or pick another task\n"
+	want = "Checkout DENIED: flaky\n  Not before: 2026-03-20 14:35:00 UTC (no checkout or claim until then)\n  Suggestion: wait or pick another task\n"
 	if r.code != exitConflict || r.stdout != want {
 		t.Errorf("checkout of a waiting task: exit %d\n%s%s\nwant exit %d and %q", r.code, r.stdout, r.stderr, exitConflict, want)
 	}

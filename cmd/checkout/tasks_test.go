@@ -1,0 +1,73 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// --metadata that is not JSON is a usage error naming the flag, as
+// metadata that is not an object is, and nothing is sent.
+func TestMetadataThatIsNotJSONIsAUsageError(t *testing.T) {
+	s := newScriptedCLI(t, func(sent) (int, string) { return 201, graphTask })
+	for _, args := range [][]string{
+		{"tasks", "add", "md1", "--metadata", "{bad"},
+		{"tasks", "edit", "md1", "--metadata", "{bad"},
+		{"tasks", "edit", "md1", "--metadata", ""},
+	} {
+		r := s.run(args...)
+		if r.code != exitUsage || !strings.HasPrefix(r.stderr, "checkout: --metadata is not valid JSON: ") ||
+			strings.Count(r.stderr, "\n") != 1 || strings.Contains(r.stderr, "MarshalJSON") {
+			t.Errorf("checkout %s: exit %d, stderr %q", strings.Join(args, " "), r.code, r.stderr)
+		}
+	}
+	if n := len(s.requests()); n != 0 {
+		t.Errorf("%d requests, want none", n)
+	}
+}
+
+// --limit outside 1 to 1000 is refused, not taken for the default.
+func TestLimitOutOfRangeIsAUsageError(t *testing.T) {
+	s := newScriptedCLI(t, func(sent) (int, string) { return 200, `{"tasks":[],"next_cursor":null}` })
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"tasks", "list", "--limit", "0"}, `checkout: invalid value "0" for --limit: want 1 to 1000 (see checkout tasks list --help)`},
+		{[]string{"tasks", "list", "--limit", "1001"}, `checkout: invalid value "1001" for --limit: want 1 to 1000 (see checkout tasks list --help)`},
+		{[]string{"events", "--limit", "0"}, `checkout: invalid value "0" for --limit: want 1 to 1000 (see checkout events --help)`},
+	} {
+		r := s.run(tc.args...)
+		if r.code != exitUsage || r.stderr != tc.want+"\n" {
+			t.Errorf("checkout %s: exit %d, stderr %q, want %q", strings.Join(tc.args, " "), r.code, r.stderr, tc.want)
+		}
+	}
+	if n := len(s.requests()); n != 0 {
+		t.Errorf("%d requests, want none", n)
+	}
+	if r := s.run("tasks", "list", "--limit", "1000"); r.code != 0 {
+		t.Errorf("--limit 1000: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// Reopening a task that is already todo says that nothing changed.
+func TestReopenOfATodoTaskSaysNothingChanged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.task(t, "task-1", "")
+	url, key := e.srv.URL(), e.keys["agent-a1b2"]
+	r := runCLI(t, url, key, "tasks", "reopen", "task-1")
+	if want := "Task task-1 is already todo: nothing changed\n"; r.code != 0 || r.stdout != want {
+		t.Errorf("reopen of a todo task: exit %d\n%s%s\nwant %q", r.code, r.stdout, r.stderr, want)
+	}
+	if r := runCLI(t, url, key, "tasks", "cancel", "task-1"); r.code != 0 {
+		t.Fatalf("cancel: %d %s", r.code, r.stderr)
+	}
+	r = runCLI(t, url, key, "tasks", "reopen", "task-1")
+	if want := "Task reopened: task-1\n"; r.code != 0 || r.stdout != want {
+		t.Errorf("reopen of a cancelled task: exit %d\n%s%s\nwant %q", r.code, r.stdout, r.stderr, want)
+	}
+	r = runCLI(t, url, key, "tasks", "reopen", "task-1", "--json")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, `{"task_id":"task-1"`) || strings.Count(r.stdout, "\n") != 1 {
+		t.Errorf("reopen --json: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
