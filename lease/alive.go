@@ -451,6 +451,19 @@ func (s *Store) endedByDeath(ctx context.Context, agentID string, lockedAt int64
 	return !holderAlive(hb, lockedAt, s.clock()), hb, nil
 }
 
+// stillDead reports whether agentID is dead by heartbeat now, not back
+// from the dead: by hb when endedByDeath read it, else by a read (the
+// alive cache's, or one GetItem).
+func (s *Store) stillDead(ctx context.Context, agentID string, hb *heartbeatItem) (bool, error) {
+	if hb == nil {
+		var err error
+		if hb, err = s.heartbeat(ctx, agentID); err != nil {
+			return false, err
+		}
+	}
+	return hb.dead(s.clock()), nil
+}
+
 // liveLeases filters items to those whose lease is live, reading every
 // holder's heartbeat in one batch.
 func (s *Store) liveLeases(ctx context.Context, items []taskItem, now time.Time) (map[string]bool, error) {

@@ -75,6 +75,15 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 				return Checkout{}, err
 			}
 			if ended {
+				if cur.Holder == p.AgentID && cur.RunID == p.RunID {
+					// The same run retrying a checkout it made while dead
+					// gets the same lease, as a live one does: a new grant
+					// would be as dead, and would use up an attempt.
+					dead, err := s.stillDead(ctx, p.AgentID, hb)
+					if err != nil || dead {
+						return cur.checkout(), err
+					}
+				}
 				if err := mismatch(cur); err != nil {
 					return Checkout{}, err
 				}
@@ -685,12 +694,17 @@ func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
-	if it.Status != StatusDone {
+	if it.Status != StatusDone || it.EndVersion != 0 && it.Version != it.EndVersion {
 		// A completion repeated after the task moved on (reopened, taken
-		// again) is answered as the first one was: the task, done.
+		// again) is answered as the first one was: the task, done, at the
+		// version the completion left (a completion from before versions
+		// were kept has the task's own), with its fields as they are now.
 		done := *it
 		done.Status, done.CompletedAt = StatusDone, it.EndAt
 		done.Holder, done.LeaseExpires = "", 0
+		if it.EndVersion != 0 {
+			done.Version = it.EndVersion
+		}
 		it = &done
 	}
 	if err := s.fillBodies(ctx, it); err != nil {

@@ -135,18 +135,21 @@ type taskItem struct {
 // it ended. It gives the ending's event, and it lets a holder retrying its
 // release or completion be answered as its first attempt was.
 type endRecord struct {
-	EndSeq         int64     `dynamodbav:"end_seq,omitempty"`
-	EndType        EventType `dynamodbav:"end_type,omitempty"`
-	EndAgent       string    `dynamodbav:"end_agent,omitempty"`
-	EndRun         string    `dynamodbav:"end_run,omitempty"`
-	EndFence       int64     `dynamodbav:"end_fence,omitempty"`
-	EndLocked      int64     `dynamodbav:"end_locked,omitempty"`
-	EndExpires     int64     `dynamodbav:"end_expires,omitempty"`
-	EndAt          int64     `dynamodbav:"end_at,omitempty"`
-	EndBy          string    `dynamodbav:"end_by,omitempty"`
-	EndReason      string    `dynamodbav:"end_reason,omitempty"`
-	EndLeaseSeq    int64     `dynamodbav:"end_lease_seq,omitempty"`
-	EndLeaseReason string    `dynamodbav:"end_lease_reason,omitempty"`
+	EndSeq     int64     `dynamodbav:"end_seq,omitempty"`
+	EndType    EventType `dynamodbav:"end_type,omitempty"`
+	EndAgent   string    `dynamodbav:"end_agent,omitempty"`
+	EndRun     string    `dynamodbav:"end_run,omitempty"`
+	EndFence   int64     `dynamodbav:"end_fence,omitempty"`
+	EndLocked  int64     `dynamodbav:"end_locked,omitempty"`
+	EndExpires int64     `dynamodbav:"end_expires,omitempty"`
+	EndAt      int64     `dynamodbav:"end_at,omitempty"`
+	// EndVersion is the version a completion left (a completion's alone):
+	// its repetition is answered with it.
+	EndVersion     int64  `dynamodbav:"end_version,omitempty"`
+	EndBy          string `dynamodbav:"end_by,omitempty"`
+	EndReason      string `dynamodbav:"end_reason,omitempty"`
+	EndLeaseSeq    int64  `dynamodbav:"end_lease_seq,omitempty"`
+	EndLeaseReason string `dynamodbav:"end_lease_reason,omitempty"`
 	// EndOutcome is a release's outcome; EndErrored says it carried an
 	// error, kept in the error item of EndFence.
 	EndOutcome ReleaseOutcome `dynamodbav:"end_outcome,omitempty"`

@@ -106,6 +106,12 @@ func (s linState) alive(agent int, locked int64) bool {
 	return !hb.Has || hb.Exp > s.Now && locked > hb.Since
 }
 
+// dead says the agent is dead by heartbeat now (not back from the dead).
+func (s linState) dead(agent int) bool {
+	hb := s.HB[agent]
+	return hb.Has && hb.Exp <= s.Now
+}
+
 func (s linState) timeValid() bool { return s.Holder != "" && s.Expires > s.Now }
 
 func (s linState) live() bool { return s.timeValid() && s.alive(s.HolderN, s.Locked) }
@@ -143,6 +149,11 @@ func (s linState) step(in linIn) (linOut, linState) {
 				return linOut{Kind: "ok", Holder: s.Holder, Run: s.Run, Fence: s.Fence, Expires: s.Expires}, s
 			}
 			return linOut{Kind: "conflict", Holder: s.Holder, Fence: s.Fence}, s
+		}
+		if s.timeValid() && s.Holder == in.Agent && s.Run == in.Run && s.dead(in.AgentN) {
+			// The same run retrying a checkout it made while dead: the
+			// same lease, as a live one's retry gets.
+			return linOut{Kind: "ok", Holder: s.Holder, Run: s.Run, Fence: s.Fence, Expires: s.Expires}, s
 		}
 		if s.Status != lease.StatusTodo && s.Status != lease.StatusInProgress {
 			return linOut{Kind: "status_mismatch", Status: s.Status}, s

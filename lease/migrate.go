@@ -134,6 +134,11 @@ func migrateTask(ctx context.Context, db MigrateDB, table string, item map[strin
 	}
 	item["status_shard"] = &types.AttributeValueMemberS{Value: statusShard(st, it.TaskID, statusShards)}
 	item["migrated_at"] = &types.AttributeValueMemberN{Value: fmt.Sprint(it.LastAt)}
+	if it.Version == 0 {
+		// A task from before versions: every write reads it (a
+		// completion keeps it as end_version), so it starts at 1.
+		item["version"] = &types.AttributeValueMemberN{Value: "1"}
+	}
 	if b := splitBody(&it); b != nil {
 		// The body as an item of its own (body.go), written before the
 		// task that names it. A copy cut short leaves it unnamed; the copy

@@ -90,8 +90,12 @@ func TestMigrateEarlierTasksTable(t *testing.T) {
 	e.drain(t)
 	trail := kinds(e.events(t, "free"))
 	e.oldTasksTable(t)
-
 	db := uncounted()
+	// held as a task from before versions: none.
+	must[*dynamodb.UpdateItemOutput](t)(db.UpdateItem(c, &dynamodb.UpdateItemInput{
+		TableName: aws.String(e.names.Table(schema.TasksTableV1)), Key: map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: "held"}}, UpdateExpression: aws.String("REMOVE version"),
+	}))
+
 	if err := lease.EnsureTables(c, db, e.names); !errors.Is(err, lease.ErrMigrationNeeded) {
 		t.Fatalf("EnsureTables over an earlier tasks table: %v, want ErrMigrationNeeded", err)
 	}
@@ -114,6 +118,11 @@ func TestMigrateEarlierTasksTable(t *testing.T) {
 	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "held", AgentID: "b"}); !errors.Is(err, lease.ErrCheckedOut) {
 		t.Fatalf("checkout of a migrated live lease: %v, want a conflict", err)
 	}
+	// A task from before versions starts at version 1: its holder
+	// completes it (the completion keeps the version it left).
+	if d := must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "held", AgentID: "a", RunID: held.RunID})); d.Status != lease.StatusDone || d.Version != 2 {
+		t.Fatalf("held completed after the migration: %s, version %d; want done, version 2", d.Status, d.Version)
+	}
 	if d := must[lease.Task](t)(e.store.GetTask(c, "done")); d.Status != lease.StatusDone || d.Description != "what to do" || string(d.Metadata) != `{"k":1}` {
 		t.Fatalf("done after the migration: %+v", d)
 	}
@@ -126,7 +135,7 @@ func TestMigrateEarlierTasksTable(t *testing.T) {
 		t.Fatalf("free's events %v, want %v and the new checkout", got, trail)
 	}
 	page := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusDone}))
-	if len(page.Tasks) != 1 || page.Tasks[0].TaskID != "done" {
+	if len(page.Tasks) != 2 || page.Tasks[0].TaskID != "done" || page.Tasks[1].TaskID != "held" {
 		t.Fatalf("done tasks listed after the migration: %+v", page.Tasks)
 	}
 }

@@ -404,8 +404,11 @@ func endUpdate(taskID string, e ending, now time.Time, sh schema.ShardCounts) ex
 	} else {
 		u = u.Remove(expression.Name("end_reason"))
 	}
-	if e.status == StatusDone {
-		u = u.Set(expression.Name("completed_at"), expression.Value(ms(now))) // a completion's alone
+	if e.status == StatusDone { // a completion's alone
+		u = u.Set(expression.Name("completed_at"), expression.Value(ms(now))).
+			Set(expression.Name("end_version"), nameVersion.Plus(expression.Value(1))) // the version update adds
+	} else {
+		u = u.Remove(expression.Name("end_version"))
 	}
 	if e.failed {
 		u = u.Add(nameFailures, expression.Value(1))

@@ -1,0 +1,78 @@
+package lease_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// An agent that is dead by heartbeat may still check out (a lease it takes
+// while dead can be taken over at once), and a retry of that checkout by
+// the same run, its answer lost, gets the same lease: not a second grant
+// that takes the first over, as each retry used to, using up an attempt
+// each time until the task failed with nobody else involved.
+func TestDeadAgentsRetryGetsTheSameLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "d", MaxAttempts: ptr(3)})
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "h", time.Second))
+	e.clock.Advance(2 * time.Second) // h is dead
+	p := lease.CheckoutParams{TaskID: "d", AgentID: "h", RunID: "r1", Timeout: time.Hour}
+	first := must[lease.Checkout](t)(e.store.Checkout(c, p))
+	for range 4 {
+		again := must[lease.Checkout](t)(e.store.Checkout(c, p))
+		if again.Fence != first.Fence || again.RunID != first.RunID || again.Attempt != first.Attempt {
+			t.Fatalf("a retry of the same run got fence %d, attempt %d; want the first: fence %d, attempt %d", again.Fence, again.Attempt, first.Fence, first.Attempt)
+		}
+	}
+	// The lease ended with h's death: the task is shown as that ending
+	// leaves it, with the one attempt.
+	if got := e.get(t, "d"); got.Attempts != 1 || got.Status != lease.StatusTodo || got.Checkout != nil {
+		t.Fatalf("d after the retries: %s with %d attempts and lease %+v, want todo with 1 and none", got.Status, got.Attempts, got.Checkout)
+	}
+	// Another agent takes it over at once: h is dead.
+	b := e.checkout(t, "d", "b", time.Hour)
+	if b.Fence != first.Fence+1 {
+		t.Fatalf("b's takeover: fence %d, want %d", b.Fence, first.Fence+1)
+	}
+	if got := kinds(e.events(t, "d")); len(got) != 3 || got[1] != lease.EventAgentDeath {
+		t.Fatalf("d's trail: %v, want checkout, agent_death, checkout", got)
+	}
+	// An agent back from the dead gets a new lease for the same run: its
+	// lease ended with its death.
+	e.task(t, "d2")
+	p.TaskID = "d2"
+	old := must[lease.Checkout](t)(e.store.Checkout(c, p))
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "h", time.Minute))
+	if back := must[lease.Checkout](t)(e.store.Checkout(c, p)); back.Fence != old.Fence+1 {
+		t.Fatalf("checkout by the same run after a return: fence %d, want a new grant, fence %d", back.Fence, old.Fence+1)
+	}
+}
+
+// A completion repeated after the task moved on (reopened, taken by
+// another agent) is answered as the first one was: done, with the
+// version the completion left. It used to pair today's version with a
+// done status the task never had at that version, so that a PATCH with
+// If-Match of it could act on a task its caller believed done.
+func TestRepeatedCompletionAnswersTheCompletionsVersion(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "cp")
+	co := e.checkout(t, "cp", "a", time.Hour)
+	p := lease.CompleteParams{TaskID: "cp", AgentID: "a", RunID: co.RunID}
+	first := must[lease.Task](t)(e.store.Complete(c, p))
+	todo := lease.StatusTodo
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "cp", AgentID: "a", Status: &todo}))
+	e.checkout(t, "cp", "b", time.Hour)
+	again := must[lease.Task](t)(e.store.Complete(c, p))
+	if again.Status != lease.StatusDone || again.Version != first.Version || again.Checkout != nil || !again.CompletedAt.Equal(*first.CompletedAt) {
+		t.Fatalf("the repeated completion: %s, version %d, lease %+v, completed %v; want the first: done, version %d, no lease, completed %v",
+			again.Status, again.Version, again.Checkout, again.CompletedAt, first.Version, first.CompletedAt)
+	}
+	if now := e.get(t, "cp"); now.Status != lease.StatusInProgress || now.Version == first.Version {
+		t.Fatalf("cp now: %s, version %d", now.Status, now.Version)
+	}
+}
