@@ -48,8 +48,8 @@
 //     $DYNALITE_INDEX_LAG (which localstack/with-dynamodb.sh passes on), else
 //     none. DeleteTable discards a table's queued entries, so a recreated
 //     table never gets stale ones. Queued entries live in memory: a graceful
-//     stop applies them first, a kill -9 of a --path server loses them (its
-//     GSIs then miss those writes).
+//     stop applies them first, a kill -9 of a --path server loses them, and
+//     the next start on that directory rebuilds the indexes (below).
 //
 //   - DynamoDB Streams. CreateTable and UpdateTable accept
 //     StreamSpecification; DescribeTable reports it with LatestStreamArn and
@@ -68,6 +68,23 @@
 //     Options.Path a record is stored in the same LevelDB batch as its item
 //     and before the write is answered, so a kill -9 and a restart on the
 //     same directory lose no acknowledged write's record and keep the order.
+//
+//   - Comparisons with a missing attribute. In a ConditionExpression or a
+//     FilterExpression, =, <, <=, >, >=, BETWEEN and IN are false when an
+//     operand names an attribute the item does not have, so NOT (a >= b) is
+//     true on an item with neither (shim/missing.js). dynalite held two
+//     missing attributes equal, and a BETWEEN bound or IN list naming one
+//     ended the server. <> keeps dynalite's answer: true when one operand is
+//     missing, false when both are.
+//
+//   - Index entries as durable as their items. A write's secondary-index
+//     entries are stored in the LevelDB batch of its item (and stream
+//     record), so a kill -9 keeps all of them or none. With Options.Path a
+//     start first repairs every table's indexes from its items (entries
+//     missing, stale or left over, as a kill -9 under an index lag or an
+//     older version of the shim leaves them), logging a line per index it
+//     changed: 0.5 to 0.7 s for 10,000 items under two global indexes
+//     (shim/indexes.js).
 //
 //   - Capacity, as DynamoDB bills it. dynalite reports the table's units only,
 //     sizes items by JavaScript string length and bills nothing for index

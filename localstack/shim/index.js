@@ -30,11 +30,24 @@
 //     table, index and partition-key value, read and reset by table prefix.
 //     Index writes are billed when the table is written, whatever the lag.
 //
+//  6. Comparisons with a missing operand (missing.js): in a condition or a
+//     filter, =, <, <=, >, >=, BETWEEN and IN are false when an operand
+//     names an attribute the item lacks, as on DynamoDB; dynalite held two
+//     missing attributes equal (a >= b true) and threw on some others.
+//
+//  7. Index entries stored with their items (indexes.js): a write's
+//     secondary-index entries are in the LevelDB batch of its item and
+//     stream record, so a kill -9 keeps all or none of them; and a server
+//     started on a data directory repairs every table's indexes from its
+//     items before it answers (for what a lag held in memory, or older data).
+//
 // How: every write in dynalite passes the item's old and new image through
 // db.updateIndexes and then stores the item with one itemDb.put or del.
 // PutItem, UpdateItem and DeleteItem (which BatchWriteItem reuses) are run
-// with a per-request view of the store that notes what updateIndexes saw and
-// turns the item's put/del into one LevelDB batch with its stream record.
+// with a per-request view of the store on which updateIndexes notes the
+// images and plans the index entries instead of writing them, and the
+// item's put/del becomes one LevelDB batch with the entries and the stream
+// record.
 //
 // Requests whose X-Amz-Target is DynamoDBStreams_20120810.* or DynamoDBShim.*
 // are answered here; everything else goes to dynalite unchanged.
@@ -44,12 +57,15 @@ const path = require('path')
 const crypto = require('crypto')
 const { IndexLag, parseDuration } = require('./indexlag')
 const { Streams } = require('./streams')
+const { repair, itemPrefix } = require('./indexes')
 const meter = require('./meter')
+const { guardMissing } = require('./missing')
 
 const DIR = path.dirname(require.resolve('dynalite/package.json'))
 const dep = name => require(require.resolve(name, { paths: [ DIR ] }))
 const SHIM = Symbol('shim') // store[SHIM] = { lag, streams }
 const CHANGE = Symbol('change') // on a per-request store: what updateIndexes saw
+const INDEXES = Symbol('indexes') // on a per-request store: its index entries' plan (IndexLag.plan)
 const TABLE = Symbol('table') // on a per-request store: the table it used
 const READ = Symbol('read') // on a per-request read store: the items and entries it read
 // The item a write's condition failed on, by request (null: there was none).
@@ -86,12 +102,22 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
   for (const action of [ 'putItem', 'updateItem', 'deleteItem' ]) {
     dynalite('validations/' + action).types.ReturnValuesOnConditionCheckFailure = { type: 'String', enum: [ 'ALL_OLD', 'NONE' ] }
   }
+  // And 6: the condition is judged with its comparisons guarded against
+  // missing operands, on a copy of the request (failedOn keeps the request).
   const checkConditional = db.checkConditional
   db.checkConditional = function (data, existingItem) {
-    const err = checkConditional.apply(this, arguments)
+    const judged = data && data._condition ? { ...data, _condition: guardMissing(data._condition) } : data
+    const err = checkConditional.call(this, judged, existingItem)
     if (err && data && typeof data === 'object') failedOn.set(data, existingItem || null)
     if (err && err.body && existingItem && data.ReturnValuesOnConditionCheckFailure === 'ALL_OLD') err.body.Item = existingItem
     return err
+  }
+
+  // 6. And so are filters (Query and Scan, of a table or an index).
+  const queryTable = db.queryTable
+  db.queryTable = function (store, table, data, ...rest) {
+    if (data._filter) data = { ...data, _filter: guardMissing(data._filter) }
+    return queryTable.call(this, store, table, data, ...rest)
   }
 
   // 3. StreamSpecification on CreateTable and UpdateTable.
@@ -132,7 +158,13 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
     return store
   }
   db.updateIndexes = function (s, table, oldItem, newItem, cb) {
-    if (Object.prototype.hasOwnProperty.call(s, CHANGE)) s[CHANGE] = { table, oldItem, newItem }
+    if (Object.prototype.hasOwnProperty.call(s, CHANGE)) {
+      // A write on a per-request store: its index entries go into the
+      // batch that stores the item (or, under a lag, to the queue after it).
+      s[CHANGE] = { table, oldItem, newItem }
+      s[INDEXES] = s[SHIM].lag.plan(table, oldItem, newItem)
+      return cb()
+    }
     if (!s[SHIM]) return updateIndexes.apply(this, arguments)
     s[SHIM].lag.update(s, table, oldItem, newItem, cb)
   }
@@ -273,9 +305,10 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
     const s = store
     const dynaliteHandler = server.listeners('request')[0]
     server.removeAllListeners('request')
+    // With --path, the streams are loaded and the indexes repaired first.
     let loaded = false
-    const ready = s[SHIM].streams.load().then(() => { loaded = true }, err => {
-      console.error('shim: cannot load streams:', err)
+    const ready = s[SHIM].streams.load().then(() => s.options.path && repair(s, db)).then(() => { loaded = true }, err => {
+      console.error('shim: cannot load streams or repair indexes:', err)
       process.exit(1)
     })
     server.on('request', (req, res) => {
@@ -323,21 +356,26 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
 }
 
 // tracked returns a view of store for one write: updateIndexes notes the
-// old and new item on it, and the item's put or del becomes one batch with
-// its stream record (plain put/del when there is no record to write).
+// old and new item on it and plans the index entries, and the item's put or
+// del becomes one LevelDB batch with those entries and its stream record.
 function tracked (store) {
   const s = Object.create(store)
   s[CHANGE] = null
+  s[INDEXES] = null
   noteTable(s, store)
   s.getItemDb = function (name) {
     const itemDb = store.getItemDb(name), view = Object.create(itemDb)
     const commit = (key, item, cb) => {
-      const streams = store[SHIM].streams
+      const { streams, lag } = store[SHIM], plan = s[INDEXES]
+      const ops = [ item ? { type: 'put', key: itemPrefix(name) + key, value: item } : { type: 'del', key: itemPrefix(name) + key } ]
+      if (plan) ops.push(...plan.ops)
+      const done = err => {
+        if (!err && plan) lag.written(plan)
+        cb(err)
+      }
       const rec = s[CHANGE] && streams.recordFor(s[CHANGE])
-      if (!rec) return item ? itemDb.put(key, item, cb) : itemDb.del(key, cb)
-      // dynalite keeps a table's items under the prefix 'item-<table>~'.
-      const op = item ? { type: 'put', key: 'item-' + name + '~' + key, value: item } : { type: 'del', key: 'item-' + name + '~' + key }
-      streams.commit(op, rec, cb)
+      if (rec) streams.commit(ops, rec, done)
+      else store.db.batch(ops, done)
     }
     view.put = (key, item, cb) => commit(key, item, cb)
     view.del = (key, cb) => commit(key, null, cb)

@@ -18,8 +18,15 @@
 // DeleteTable drops the table's queue, and an entry is applied only if the
 // table it was written to (same TableId) still exists, so a recreated table
 // never gets a stale entry. Queued entries live in memory: a graceful stop
-// (SIGTERM, SIGINT) applies them before exiting, a kill -9 loses them.
+// (SIGTERM, SIGINT) applies them before exiting, a kill -9 loses them (and
+// the next start on that data directory rebuilds the indexes: indexes.js).
+//
+// Without a lag (and nothing queued) a write's index entries are not
+// applied here: plan hands them to the write, which stores them in the
+// LevelDB batch of its item (indexes.js).
 'use strict'
+
+const { ops } = require('./indexes')
 
 const MAX_LAG_MS = 60 * 60 * 1000
 
@@ -56,7 +63,29 @@ class IndexLag {
     return best === null ? this.defaultMs : this.prefixes.get(best)
   }
 
-  // update stands in for dynalite's db.updateIndexes.
+  // plan stands in for dynalite's db.updateIndexes in a write whose item is
+  // stored in one LevelDB batch. It returns the index entries' puts and
+  // deletes for that batch (ops: local indexes always, global ones when the
+  // table has no lag and nothing queued) and, under a lag, the global
+  // indexes' update to queue once the batch is written (later), or null.
+  plan (table, oldItem, newItem) {
+    const gsis = table.GlobalSecondaryIndexes
+    const ms = gsis && gsis.length ? this.lagFor(table.TableName) : 0
+    // With no lag, entries still queued (the lag was just lowered) go first.
+    if (!ms && !this.queues.has(table.TableName)) return { ops: ops(this.db, table, oldItem, newItem), later: null }
+    return {
+      ops: ops(this.db, { ...table, GlobalSecondaryIndexes: undefined }, oldItem, newItem),
+      later: { table, oldItem, newItem, ms },
+    }
+  }
+
+  // written queues what plan left for later, once the write's batch is stored.
+  written ({ later }) {
+    if (later) this.enqueue(later.table, later.oldItem, later.newItem, later.ms)
+  }
+
+  // update stands in for dynalite's db.updateIndexes in any other write
+  // (dynalite has none today): it applies the entries itself.
   update (store, table, oldItem, newItem, cb) {
     const gsis = table.GlobalSecondaryIndexes
     const ms = gsis && gsis.length ? this.lagFor(table.TableName) : 0

@@ -11,10 +11,11 @@
 // strictly increase across the process (and across restarts: they start from
 // the clock in microseconds times a thousand, and never go below the largest
 // one loaded). With --path, a record is written in the same LevelDB batch as
-// the item it describes, so after a kill -9 either both the item change and
-// its record survive or neither does; the write is answered only after that
-// batch. A record becomes readable only once every record with a smaller
-// sequence number has been written or has failed, so readers never skip one.
+// the item it describes (and the item's index entries), so after a kill -9
+// either both the item change and its record survive or neither does; the
+// write is answered only after that batch. A record becomes readable only
+// once every record with a smaller sequence number has been written or has
+// failed, so readers never skip one.
 //
 // Records are kept for 24 hours, and at most MAX_RECORDS per stream.
 // DeleteTable disables the table's stream and closes its shard; the records
@@ -181,10 +182,11 @@ class Streams {
     }
   }
 
-  // commit writes itemOp (the item's own put or del, with its full LevelDB
-  // key) together with rec, and calls cb once rec is readable.
-  commit (itemOp, rec, cb) {
-    const ops = [ itemOp ]
+  // commit writes itemOps (the item's own put or del and its index entries,
+  // with full LevelDB keys) together with rec, and calls cb once rec is
+  // readable.
+  commit (itemOps, rec, cb) {
+    const ops = [ ...itemOps ]
     if (rec.stream.unsaved && this.persist) {
       delete rec.stream.unsaved
       ops.push({ type: 'put', key: META + rec.stream.arn, value: describe(rec.stream) })
