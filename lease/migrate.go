@@ -37,6 +37,19 @@ import (
 // that has it: the copy is not a transition, so it archives no event again,
 // tells no watcher and counts no task twice in the queue counts (which are
 // kept in the heartbeats table and carry over).
+//
+// So the consequences of the earlier table's last transitions must come
+// from its own change stream: a server stopped (or killed) before its
+// stream function had applied them (the local server polls every 200 ms)
+// would otherwise lose those events and messages, and leave each such
+// task's trail waiting for them for ever. Migrate takes a function that
+// applies what that stream still holds (earlier; the command gives the
+// local server's poller, which resumes at the checkpoint that server
+// saved), and calls it after the copy, so that what a change causes in
+// today's table (a dependent unblocked) lands on the copies, and before
+// the marker, so that a migration whose stream could not be applied is
+// run again. Every consequence is written once however often it is
+// applied.
 
 // migratedMarker is the task_id of the marker item a finished migration
 // leaves in the old table. '#' cannot occur in a task id.
@@ -69,8 +82,10 @@ type MigrateResult struct {
 // tasks table, creating today's tables first if they do not exist. It is
 // safe to run again, and does nothing when there is no earlier table.
 // shards are the deployment's shard counts (zero: the defaults): each task
-// is put in its status shard of shards.Status.
-func Migrate(ctx context.Context, db MigrateDB, names schema.Names, shards schema.ShardCounts) (MigrateResult, error) {
+// is put in its status shard of shards.Status. earlier, when not nil,
+// applies what the earlier table's change stream still holds; it runs
+// after the copy and before the table is marked copied.
+func Migrate(ctx context.Context, db MigrateDB, names schema.Names, shards schema.ShardCounts, earlier func(context.Context) error) (MigrateResult, error) {
 	if err := shards.Validate(); err != nil {
 		return MigrateResult{}, fmt.Errorf("migrate: %w", err)
 	}
@@ -103,6 +118,11 @@ func Migrate(ctx context.Context, db MigrateDB, names schema.Names, shards schem
 			} else {
 				res.Present++
 			}
+		}
+	}
+	if earlier != nil {
+		if err := earlier(ctx); err != nil {
+			return res, fmt.Errorf("migrate: apply the changes %s's stream still holds: %w", res.From, err)
 		}
 	}
 	marker, err := attributevalue.MarshalMap(struct {

@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -14,6 +15,8 @@ import (
 	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/lease/stream"
+	"github.com/checkout-dev/checkout/localstack"
 )
 
 // oldTasksTable turns e's tasks into a table of the earlier schema: it
@@ -99,11 +102,11 @@ func TestMigrateEarlierTasksTable(t *testing.T) {
 	if err := lease.EnsureTables(c, db, e.names); !errors.Is(err, lease.ErrMigrationNeeded) {
 		t.Fatalf("EnsureTables over an earlier tasks table: %v, want ErrMigrationNeeded", err)
 	}
-	res := must[lease.MigrateResult](t)(lease.Migrate(c, db, e.names, schema.ShardCounts{}))
+	res := must[lease.MigrateResult](t)(lease.Migrate(c, db, e.names, schema.ShardCounts{}, nil))
 	if !res.Found || res.AlreadyDone || res.Copied != 3 || res.Present != 0 {
 		t.Fatalf("migrate: %+v, want 3 tasks copied", res)
 	}
-	if again := must[lease.MigrateResult](t)(lease.Migrate(c, db, e.names, schema.ShardCounts{})); !again.AlreadyDone || again.Copied != 0 {
+	if again := must[lease.MigrateResult](t)(lease.Migrate(c, db, e.names, schema.ShardCounts{}, nil)); !again.AlreadyDone || again.Copied != 0 {
 		t.Fatalf("migrate again: %+v, want already done", again)
 	}
 	if err := lease.EnsureTables(c, db, e.names); err != nil {
@@ -137,5 +140,78 @@ func TestMigrateEarlierTasksTable(t *testing.T) {
 	page := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusDone}))
 	if len(page.Tasks) != 2 || page.Tasks[0].TaskID != "done" || page.Tasks[1].TaskID != "held" {
 		t.Fatalf("done tasks listed after the migration: %+v", page.Tasks)
+	}
+}
+
+// The earlier table's last transitions, which its server's stream
+// function had not applied when it stopped (it polls every 200 ms, and may
+// be killed), are applied by the migration from that table's stream: the
+// copies are no transitions and cause nothing, so a release's event and
+// its watcher's message used to be lost, and the task's trail waited for
+// that event for ever.
+func TestMigrateAppliesWhatTheEarlierStreamHolds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c, db := ctx(t), uncounted()
+	e.task(t, "w")
+	co := e.checkout(t, "w", "a", time.Hour)
+	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "w", AgentID: "b", Watch: true}); !errors.Is(err, lease.ErrCheckedOut) {
+		t.Fatalf("b's checkout with watch: %v, want a conflict", err)
+	}
+	e.drain(t)
+	cur := e.names.Table(schema.TasksTable)
+	raw := func() map[string]types.AttributeValue {
+		out := must[*dynamodb.GetItemOutput](t)(db.GetItem(c, &dynamodb.GetItemInput{TableName: &cur, ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: "w"}}}))
+		return out.Item
+	}
+	held := raw()
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "w", AgentID: "a", RunID: co.RunID}))
+	released := raw() // the release's consequences are not applied: its server stopped
+
+	// The earlier table, with its stream, as that server left it: the
+	// task held, then released.
+	old := e.names.Table(schema.TasksTableV1)
+	must[*dynamodb.CreateTableOutput](t)(db.CreateTable(c, &dynamodb.CreateTableInput{
+		TableName: &old, BillingMode: types.BillingModePayPerRequest,
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("task_id"), KeyType: types.KeyTypeHash}},
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("task_id"), AttributeType: types.ScalarAttributeTypeS}},
+		StreamSpecification:  &types.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: types.StreamViewTypeNewAndOldImages},
+	}))
+	eventually(t, "the earlier table", func() bool {
+		out, err := db.DescribeTable(c, &dynamodb.DescribeTableInput{TableName: &old})
+		return err == nil && out.Table.TableStatus == types.TableStatusActive
+	})
+	for _, item := range []map[string]types.AttributeValue{held, released} {
+		must[*dynamodb.PutItemOutput](t)(db.PutItem(c, &dynamodb.PutItemInput{TableName: &old, Item: item}))
+	}
+	must[*dynamodb.DeleteTableOutput](t)(db.DeleteTable(c, &dynamodb.DeleteTableInput{TableName: &cur}))
+
+	arn := must[string](t)(localstack.StreamARN(c, db, old))
+	p := &stream.Poller{
+		Streams: stream.NewLocalClient(testenv.Endpoint()), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
+		Handle: stream.Handler(lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})),
+	}
+	earlier := func(ctx context.Context) error { _, err := p.Poll(ctx); return err }
+	if res := must[lease.MigrateResult](t)(lease.Migrate(c, db, e.names, schema.ShardCounts{}, earlier)); res.Copied != 1 {
+		t.Fatalf("migrate: %+v, want 1 task copied", res)
+	}
+	// From here on, the server reads today's table's stream.
+	e.poller = &stream.Poller{Streams: p.Streams, StreamARN: must[string](t)(localstack.StreamARN(c, db, cur)), Saved: stream.MemoryCheckpoints{}, Handle: p.Handle}
+	// The trail is whole, and goes on.
+	next := e.checkout(t, "w", "c", time.Hour)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "w", AgentID: "c", RunID: next.RunID}))
+	want := []lease.EventType{lease.EventCheckout, lease.EventRelease, lease.EventCheckout, lease.EventRelease}
+	if got := kinds(e.events(t, "w")); !slices.Equal(got, want) {
+		t.Fatalf("w's trail after the migration: %v, want %v", got, want)
+	}
+	var told int
+	for _, m := range e.inbox(t, "b") {
+		if m.TaskID == "w" && m.Type == lease.MessageTaskAvailable {
+			told++
+		}
+	}
+	if told != 1 {
+		t.Fatalf("b was told %d times that w is available, want once (a watch is told once)", told)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/lease/stream"
 	"github.com/checkout-dev/checkout/localstack"
 )
 
@@ -38,6 +39,7 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	var db lease.MigrateDB
+	var earlier func(context.Context) error
 	switch endpoint, dir := getenv(localstack.EnvEndpoint), getenv("CHECKOUT_DATA_DIR"); {
 	case *useAWS:
 		cfg, err := config.LoadDefaultConfig(ctx)
@@ -49,18 +51,20 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		db = dynamodb.NewFromConfig(cfg)
 	case endpoint != "":
-		db = lease.NewLocalClient(endpoint)
+		c := lease.NewLocalClient(endpoint)
+		db, earlier = c, applyEarlier(c, endpoint, names, shards)
 	case dir != "":
 		d, err := localstack.Start(ctx, localstack.Options{Path: dir})
 		if err != nil {
 			return err
 		}
 		defer func() { _ = d.Stop() }()
-		db = lease.NewLocalClient(d.Endpoint)
+		c := lease.NewLocalClient(d.Endpoint)
+		db, earlier = c, applyEarlier(c, d.Endpoint, names, shards)
 	default:
 		return errors.New("nothing to migrate: without CHECKOUT_DATA_DIR, DYNAMODB_ENDPOINT or -aws the server keeps its data in memory")
 	}
-	res, err := lease.Migrate(ctx, db, names, shards)
+	res, err := lease.Migrate(ctx, db, names, shards, earlier)
 	if err != nil {
 		return err
 	}
@@ -74,4 +78,31 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 			res.Copied, res.From, res.To, res.Present, res.From)
 	}
 	return err
+}
+
+// applyEarlier returns what applies the changes the earlier tasks table's
+// stream still holds, as the local server that wrote them would have on
+// its next poll: the stream function's handler, from the checkpoint that
+// server saved ("#stream#<table>" in the agents table). Their notices
+// (webhooks) are not sent. In AWS the earlier stack's stream function
+// applies them within about a second of each change.
+func applyEarlier(db *dynamodb.Client, endpoint string, names schema.Names, shards schema.ShardCounts) func(context.Context) error {
+	return func(ctx context.Context) error {
+		table := names.Table(schema.TasksTableV1)
+		arn, err := localstack.StreamARN(ctx, db, table)
+		if errors.Is(err, localstack.ErrNoStream) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		p := &stream.Poller{
+			Streams:   stream.NewLocalClient(endpoint),
+			StreamARN: arn,
+			Handle:    stream.Handler(lease.New(lease.Config{DB: db, Tables: names, Shards: shards})),
+			Saved:     stream.TableCheckpoints{DB: db, Table: names.Table(schema.AgentsTable), KeyName: "agent_id", Key: "#stream#" + table},
+		}
+		_, err = p.Poll(ctx)
+		return err
+	}
 }

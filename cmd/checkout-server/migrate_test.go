@@ -47,6 +47,7 @@ func TestMigrateCommand(t *testing.T) {
 		BillingMode:          types.BillingModePayPerRequest,
 		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("task_id"), KeyType: types.KeyTypeHash}},
 		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("task_id"), AttributeType: types.ScalarAttributeTypeS}},
+		StreamSpecification:  &types.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: types.StreamViewTypeNewAndOldImages},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -90,5 +91,12 @@ func TestMigrateCommand(t *testing.T) {
 	got, err := store.GetTask(ctx, "kept")
 	if err != nil || got.Status != lease.StatusTodo || got.Version != 15 {
 		t.Fatalf("the migrated task: %+v, %v", got, err)
+	}
+	// The earlier table's stream was read, where its server left off (it
+	// left no checkpoint), to its end, and where that is was saved.
+	saved, err := lease.NewLocalClient(d.Endpoint).GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String("checkout-agents"),
+		Key: map[string]types.AttributeValue{"agent_id": &types.AttributeValueMemberS{Value: "#stream#checkout-tasks"}}})
+	if err != nil || len(saved.Item) < 2 {
+		t.Fatalf("the earlier stream's checkpoint after the migration: %v, %v", saved.Item, err)
 	}
 }
