@@ -159,6 +159,10 @@ func migrateTask(ctx context.Context, db MigrateDB, table string, item map[strin
 		// completion keeps it as end_version), so it starts at 1.
 		item["version"] = &types.AttributeValueMemberN{Value: "1"}
 	}
+	if it.Holder != "" && it.Attempts == 0 {
+		// A lease from before attempts were counted is the task's first.
+		item["attempts"] = &types.AttributeValueMemberN{Value: "1"}
+	}
 	if b := splitBody(&it); b != nil {
 		// The body as an item of its own (body.go), written before the
 		// task that names it. A copy cut short leaves it unnamed; the copy
