@@ -41,6 +41,9 @@
 //     started on a data directory repairs every table's indexes from its
 //     items before it answers (for what a lag held in memory, or older data).
 //
+//  8. SET operands read on the item as it was (setcopy.js): SET a = b with
+//     ADD b in the same update left a with b's new value.
+//
 // How: every write in dynalite passes the item's old and new image through
 // db.updateIndexes and then stores the item with one itemDb.put or del.
 // PutItem, UpdateItem and DeleteItem (which BatchWriteItem reuses) are run
@@ -91,6 +94,9 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
     require('./pegmemo').install(file)
     require.cache[file].exports = require('./parsecache').cached(require.cache[file].exports)
   }
+  // 8. SET values read before the update, as copies (setcopy.js).
+  const updateItem = require.resolve(path.join(DIR, 'actions', 'updateItem'))
+  if (!require.cache[updateItem]) require('./setcopy').install(updateItem)
   const defaultLag = parseDuration(argv['index-lag'] != null ? argv['index-lag'] : process.env.DYNALITE_INDEX_LAG)
   if (!(defaultLag >= 0)) throw new Error('--index-lag / DYNALITE_INDEX_LAG: not a duration: ' + (argv['index-lag'] || process.env.DYNALITE_INDEX_LAG))
 
