@@ -694,7 +694,7 @@ func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
-	if it.Status != StatusDone || it.EndVersion != 0 && it.Version != it.EndVersion {
+	if it.Status != StatusDone || it.EndVersion != nil && it.Version != *it.EndVersion+1 {
 		// A completion repeated after the task moved on (reopened, taken
 		// again) is answered as the first one was: the task, done, at the
 		// version the completion left (a completion from before versions
@@ -702,8 +702,8 @@ func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
 		done := *it
 		done.Status, done.CompletedAt = StatusDone, it.EndAt
 		done.Holder, done.LeaseExpires = "", 0
-		if it.EndVersion != 0 {
-			done.Version = it.EndVersion
+		if it.EndVersion != nil {
+			done.Version = *it.EndVersion + 1
 		}
 		it = &done
 	}

@@ -143,9 +143,10 @@ type endRecord struct {
 	EndLocked  int64     `dynamodbav:"end_locked,omitempty"`
 	EndExpires int64     `dynamodbav:"end_expires,omitempty"`
 	EndAt      int64     `dynamodbav:"end_at,omitempty"`
-	// EndVersion is the version a completion left (a completion's alone):
-	// its repetition is answered with it.
-	EndVersion     int64  `dynamodbav:"end_version,omitempty"`
+	// EndVersion is the version a completion found (none: 0; a
+	// completion's alone): it left one more, and its repetition is
+	// answered with that.
+	EndVersion     *int64 `dynamodbav:"end_version,omitempty"`
 	EndBy          string `dynamodbav:"end_by,omitempty"`
 	EndReason      string `dynamodbav:"end_reason,omitempty"`
 	EndLeaseSeq    int64  `dynamodbav:"end_lease_seq,omitempty"`

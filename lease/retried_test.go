@@ -4,7 +4,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 // An agent that is dead by heartbeat may still check out (a lease it takes
@@ -74,5 +79,28 @@ func TestRepeatedCompletionAnswersTheCompletionsVersion(t *testing.T) {
 	}
 	if now := e.get(t, "cp"); now.Status != lease.StatusInProgress || now.Version == first.Version {
 		t.Fatalf("cp now: %s, version %d", now.Status, now.Version)
+	}
+}
+
+// A task without a version (copied by a migration from before versions
+// were given to such tasks) is completed like any other: the completion
+// used to read its version with SET end_version = version + 1, which
+// DynamoDB refuses for a missing attribute (a 5xx for a completion).
+func TestCompletionOfATaskWithoutAVersion(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "nv")
+	co := e.checkout(t, "nv", "a", time.Hour)
+	table := e.names.Table(schema.TasksTable)
+	must[*dynamodb.UpdateItemOutput](t)(e.db.UpdateItem(c, &dynamodb.UpdateItemInput{TableName: &table,
+		Key: map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: "nv"}}, UpdateExpression: aws.String("REMOVE version")}))
+	p := lease.CompleteParams{TaskID: "nv", AgentID: "a", RunID: co.RunID}
+	done := must[lease.Task](t)(e.store.Complete(c, p))
+	if done.Status != lease.StatusDone || done.Version != 1 {
+		t.Fatalf("completed: %s, version %d; want done, version 1", done.Status, done.Version)
+	}
+	if again := must[lease.Task](t)(e.store.Complete(c, p)); again.Version != 1 {
+		t.Fatalf("the completion repeated: version %d, want 1", again.Version)
 	}
 }

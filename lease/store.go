@@ -406,7 +406,7 @@ func endUpdate(taskID string, e ending, now time.Time, sh schema.ShardCounts) ex
 	}
 	if e.status == StatusDone { // a completion's alone
 		u = u.Set(expression.Name("completed_at"), expression.Value(ms(now))).
-			Set(expression.Name("end_version"), nameVersion.Plus(expression.Value(1))) // the version update adds
+			Set(expression.Name("end_version"), expression.IfNotExists(nameVersion, expression.Value(0))) // as found: the write adds one
 	} else {
 		u = u.Remove(expression.Name("end_version"))
 	}
