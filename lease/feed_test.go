@@ -200,12 +200,16 @@ func TestFeedCursorFollows(t *testing.T) {
 // never did. The feed lists an event when it was recorded.
 func TestFeedFollowerSeesADeathRecordedAfterTheReturn(t *testing.T) {
 	t.Parallel()
-	for _, how := range []string{"sweep", "takeover"} {
+	for _, how := range []string{"sweep", "takeover", "takeover at the last attempt", "cancel"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			c := ctx(t)
-			e.task(t, "r")
+			p := lease.CreateTaskParams{TaskID: "r"}
+			if how == "takeover at the last attempt" {
+				p.MaxAttempts = ptr(1)
+			}
+			e.create(t, p)
 			must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Second))
 			e.checkout(t, "r", "a", time.Hour)
 			e.drain(t)
@@ -224,13 +228,22 @@ func TestFeedFollowerSeesADeathRecordedAfterTheReturn(t *testing.T) {
 			_, cur = follow(t, e.store, lease.FeedParams{Cursor: cur}) // the follower reads on meanwhile
 			e.clock.Advance(10 * time.Second)
 			want := []lease.EventType{lease.EventAgentDeath}
-			if how == "sweep" {
+			switch how {
+			case "sweep":
 				if res := must[lease.SweepResult](t)(e.store.Sweep(c)); res.AgentDeaths != 1 {
 					t.Fatalf("the sweep ended %d leases by death, want 1", res.AgentDeaths)
 				}
-			} else {
+			case "takeover":
 				e.checkout(t, "r", "b", time.Hour)
 				want = append(want, lease.EventCheckout)
+			case "takeover at the last attempt":
+				if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "r", AgentID: "b"}); err == nil {
+					t.Fatal("a checkout of a task whose last attempt died was granted")
+				}
+				want = append(want, lease.EventFailed)
+			case "cancel":
+				cancelled := lease.StatusCancelled
+				must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "r", AgentID: "b", Status: &cancelled}))
 			}
 			death := deathOf(t, e, "r", 1)
 			if death.At.After(returned) {

@@ -246,22 +246,25 @@ func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) (end
 		reason = reasonRemoved
 	}
 	cond := pinnedTo(cur).and(nameESeq.Equal(expression.Value(cur.ESeq)))
+	// The attempt failed; if it was the task's last, the task fails (the
+	// condition pins eseq, so attempts are as read).
+	e := ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo, failed: true, exhausted: !cur.belowLimit()}
 	if !cur.leaseTimeValid(now) {
-		typ, reason = EventTimeout, "lease expired"
+		e.typ, e.reason = EventTimeout, "lease expired"
 		cond = cond.and(nameExpires.LessThanEqual(expression.Value(ms(now))))
 	} else {
 		// A death is stamped when it was seen, as a takeover stamps it (a
 		// heartbeat landing in between must not put it inside a new life),
 		// and never before the read that saw it: the caller's now may
-		// have been read before it.
+		// have been read before it. The write itself is made now, which is
+		// where the fleet feed lists it (ending.at).
 		now = s.clockAfter(cur.LastAt)
 		if seen := s.deaths.endedUpTo(cur.Holder); seen >= cur.LockedAt {
-			now = fromMS(min(max(seen, cur.LastAt), ms(now)))
+			if at := max(seen, cur.LastAt); at < ms(now) {
+				e.at = at
+			}
 		}
 	}
-	// The attempt failed; if it was the task's last, the task fails (the
-	// condition pins eseq, so attempts are as read).
-	e := ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo, failed: true, exhausted: !cur.belowLimit()}
 	_, _, ended, err = s.endLease(ctx, cur.TaskID, cond, e, now, types.ReturnValueNone)
 	return ended, err // not applied: someone else moved it; the caller reads again
 }
