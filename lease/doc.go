@@ -276,8 +276,10 @@
 // A trail read may not be whole yet, since the change stream archives
 // events about a second after their transition, and the task item holds
 // only its latest transition's. Every event names the one before it
-// (prev_seq, and its time, prev_at, from the item's prior_at: seqs have
-// holes, since a checkout that takes nothing over skips one), so Trail
+// (prev_seq, and its time, prev_at, from the item's prior_at: the time of
+// the write that recorded it, later than its at only for a death stamped
+// at its agent's return; seqs have holes, since a checkout that takes
+// nothing over skips one), so Trail
 // shows the trail up to its first hole and counts the events held back
 // (Pending); a reader never sees an event while an older one is missing. A
 // hole older than the events' retention may be TTL's doing and is not
