@@ -1,6 +1,8 @@
 package lease_test
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -107,6 +109,23 @@ func TestListCursorKeepsItsListing(t *testing.T) {
 	} {
 		_, err := e.store.ListTasks(c, p)
 		expectRule(t, err, ruleFailure{"cursor", "invalid_request", "cursor continues the listing of todo tasks in queue q: give that status and queue, or neither"})
+	}
+	// A cursor issued before cursors named their listing goes on with the
+	// listing the request names, as it did.
+	raw := must[[]byte](t)(base64.RawURLEncoding.DecodeString(first.NextCursor))
+	var fields map[string]any
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		t.Fatal(err)
+	}
+	delete(fields, "l")
+	delete(fields, "ls")
+	delete(fields, "lq")
+	raw = must[[]byte](t)(json.Marshal(fields))
+	old := base64.RawURLEncoding.EncodeToString(raw)
+	fromOld := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo, Queue: "q", Limit: 100, Cursor: old}))
+	fromNew := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Cursor: first.NextCursor, Limit: 100}))
+	if len(fromOld.Tasks) == 0 || len(fromOld.Tasks) != len(fromNew.Tasks) || fromOld.Tasks[0].TaskID != fromNew.Tasks[0].TaskID {
+		t.Errorf("an earlier cursor with its listing's filters listed %d tasks, the cursor of today %d", len(fromOld.Tasks), len(fromNew.Tasks))
 	}
 	all := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Limit: 2}))
 	_, err := e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo, Cursor: all.NextCursor})

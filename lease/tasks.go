@@ -371,6 +371,10 @@ func (s *Store) readTask(ctx context.Context, taskID string) (*taskItem, bool, e
 // continues (its status and queue filters), the status the next page
 // starts in, and where it starts in each of that status's shards.
 type cursor struct {
+	// Listing is 1 on a cursor that names its listing (ListStatus and
+	// ListQueue); a cursor issued before cursors did has 0 and continues
+	// the listing the request names, as it used to.
+	Listing    int    `json:"l,omitempty"`
 	ListStatus Status `json:"ls,omitempty"`
 	ListQueue  string `json:"lq,omitempty"`
 	Status     int    `json:"s"`
@@ -406,7 +410,8 @@ func decodeCursor(s string, n int) (cursor, error) {
 			return cursor{}, notIssued()
 		}
 	}
-	if c.ListStatus != "" && CheckListStatus(c.ListStatus) != nil || c.ListQueue != "" && !ValidID(c.ListQueue) {
+	if c.Listing != 0 && c.Listing != 1 || c.Listing == 0 && (c.ListStatus != "" || c.ListQueue != "") ||
+		c.ListStatus != "" && CheckListStatus(c.ListStatus) != nil || c.ListQueue != "" && !ValidID(c.ListQueue) {
 		return cursor{}, notIssued()
 	}
 	return c, nil
@@ -480,9 +485,11 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 		}
 		// A cursor continues its own listing: given alone, it keeps that
 		// listing's filters; with others, it is refused.
-		if p.Status == "" && p.Queue == "" {
+		switch {
+		case c.Listing == 0: // issued before cursors named their listing
+		case p.Status == "" && p.Queue == "":
 			p.Status, p.Queue = c.ListStatus, c.ListQueue
-		} else if p.Status != c.ListStatus || p.Queue != c.ListQueue {
+		case p.Status != c.ListStatus || p.Queue != c.ListQueue:
 			return TaskPage{}, c.otherListing()
 		}
 	}
@@ -519,11 +526,11 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 		items = append(items, batch...)
 		if !slices.ContainsFunc(pos, func(k string) bool { return k != shardDone }) {
 			if len(items) >= p.Limit && i+1 < len(statuses) {
-				next = encodeCursor(cursor{ListStatus: p.Status, ListQueue: p.Queue, Status: i + 1})
+				next = encodeCursor(cursor{Listing: 1, ListStatus: p.Status, ListQueue: p.Queue, Status: i + 1})
 			}
 			continue // this status is listed to its end
 		}
-		next = encodeCursor(cursor{ListStatus: p.Status, ListQueue: p.Queue, Status: i, After: pos})
+		next = encodeCursor(cursor{Listing: 1, ListStatus: p.Status, ListQueue: p.Queue, Status: i, After: pos})
 		break
 	}
 	// The index only proposes: the page shows each task as its item is now,
