@@ -160,8 +160,13 @@ func migrateTask(ctx context.Context, db MigrateDB, table string, item map[strin
 		item["version"] = &types.AttributeValueMemberN{Value: "1"}
 	}
 	if it.Holder != "" && it.Attempts == 0 {
-		// A lease from before attempts were counted is the task's first.
+		// A lease from before attempts were counted is the task's first,
+		// of the default limit, which every grant sets (the sweep's
+		// ending compares the two on the item).
 		item["attempts"] = &types.AttributeValueMemberN{Value: "1"}
+		if it.MaxAttempts == 0 {
+			item["max_attempts"] = &types.AttributeValueMemberN{Value: fmt.Sprint(DefaultMaxAttempts)}
+		}
 	}
 	if b := splitBody(&it); b != nil {
 		// The body as an item of its own (body.go), written before the

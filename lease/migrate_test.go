@@ -96,7 +96,7 @@ func TestMigrateEarlierTasksTable(t *testing.T) {
 	db := uncounted()
 	// held as a task from before versions: none.
 	must[*dynamodb.UpdateItemOutput](t)(db.UpdateItem(c, &dynamodb.UpdateItemInput{
-		TableName: aws.String(e.names.Table(schema.TasksTableV1)), Key: map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: "held"}}, UpdateExpression: aws.String("REMOVE version, attempts"),
+		TableName: aws.String(e.names.Table(schema.TasksTableV1)), Key: map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: "held"}}, UpdateExpression: aws.String("REMOVE version, attempts, max_attempts"),
 	}))
 
 	if err := lease.EnsureTables(c, db, e.names); !errors.Is(err, lease.ErrMigrationNeeded) {
@@ -119,8 +119,10 @@ func TestMigrateEarlierTasksTable(t *testing.T) {
 		t.Fatalf("held after the migration: %+v, want the lease %+v", got.Checkout, held)
 	}
 	// A lease from before attempts were counted is the task's first.
-	if got.Attempts != 1 || got.Checkout.Attempt != 1 {
-		t.Fatalf("held after the migration: attempts %d, its lease's attempt %d; want 1 and 1", got.Attempts, got.Checkout.Attempt)
+	rawHeld := must[*dynamodb.GetItemOutput](t)(db.GetItem(c, &dynamodb.GetItemInput{TableName: aws.String(e.names.Table(schema.TasksTable)),
+		Key: map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: "held"}}})).Item
+	if _, ok := rawHeld["max_attempts"]; !ok || got.Attempts != 1 || got.Checkout.Attempt != 1 || got.MaxAttempts != lease.DefaultMaxAttempts {
+		t.Fatalf("held after the migration: attempts %d of %d, its lease's attempt %d; want 1 of %d, and 1", got.Attempts, got.MaxAttempts, got.Checkout.Attempt, lease.DefaultMaxAttempts)
 	}
 	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "held", AgentID: "b"}); !errors.Is(err, lease.ErrCheckedOut) {
 		t.Fatalf("checkout of a migrated live lease: %v, want a conflict", err)
