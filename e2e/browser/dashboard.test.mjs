@@ -294,6 +294,37 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await row(admin, 't-bench').waitFor(); // bob's other lease stays
   });
 
+  test('focus stays on a row when a row above it goes away', async () => {
+    // Two leases that expire first, so they head the list, one above the other.
+    for (const task_id of ['f-above', 'f-below']) await must(keys.alice, 'POST', '/api/tasks', { task_id, title: 'Focus ' + task_id });
+    await must(keys.bob, 'POST', '/api/tasks/f-above/checkout', { timeout: '3m' });
+    await must(keys.bob, 'POST', '/api/tasks/f-below/checkout', { timeout: '4m' });
+    await row(admin, 'f-below').waitFor({ timeout: 8000 });
+    await row(admin, 'f-above').waitFor({ timeout: 8000 });
+    assert.deepEqual((await rows(admin, 'checkouts-body').evaluateAll((t) => t.map((x) => x.dataset.key))).slice(0, 2), ['f-above', 'f-below']);
+    // From the keyboard: Tab from the text filter reaches the first row's
+    // link, then the second's.
+    await admin.focus('#f-text');
+    const focused = () => admin.evaluate(() => {
+      const el = document.activeElement;
+      return el?.closest('tr')?.dataset.key ? `${el.tagName}:${el.closest('tr').dataset.key}` : el?.tagName;
+    });
+    try {
+      for (let i = 0; i < 10 && (await focused()) !== 'A:f-below'; i++) await admin.keyboard.press('Tab');
+      assert.equal(await focused(), 'A:f-below');
+      await must(keys.bob, 'POST', '/api/tasks/f-above/release', {});
+      await row(admin, 'f-above').waitFor({ state: 'detached', timeout: 8000 });
+      assert.equal(await focused(), 'A:f-below', 'the focused row kept focus when the row above it went');
+      await admin.waitForTimeout(3500); // and through the next refresh
+      assert.equal(await focused(), 'A:f-below');
+    } finally {
+      // Later tests count bob's leases.
+      await api(keys.bob, 'POST', '/api/tasks/f-above/release', {});
+      await api(keys.bob, 'POST', '/api/tasks/f-below/release', {});
+    }
+    await row(admin, 'f-below').waitFor({ state: 'detached', timeout: 8000 });
+  });
+
   test('the task page draws the takeover as a timeline of leases', async () => {
     // From the keyboard: the task's link in the table.
     await row(admin, 't-takeover').locator('a.task-id').focus();
@@ -356,6 +387,13 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     assert.equal(await state('carol'), 'Never heard from');
     assert.match(await admin.locator('#agents-body > tr[data-key="alice"] .held').textContent(), /^1t-takeover$/);
     assert.match(await admin.locator('#agents-body > tr[data-key="bob"] .held').textContent(), /^1t-bench$/);
+    // The built-in admin cannot be removed (409 cannot_remove_admin), so it
+    // is not offered; every other agent is.
+    const builtIn = admin.locator('#agents-body > tr[data-key="admin"]');
+    await builtIn.waitFor();
+    assert.equal(await builtIn.locator('button.remove').count(), 0, 'no Remove for the built-in admin');
+    assert.match(await builtIn.locator('.not-removable').textContent(), /built-in admin/);
+    assert.equal(await admin.locator('#agents-body > tr[data-key="dan"] button.remove').count(), 1);
 
     // eve has the dashboard open with her own key while she is removed.
     const evePage = await newPage('eve');
@@ -595,6 +633,96 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
       assert.ok(counts.failed >= 1, 'the queue counts the failed task');
       assert.equal(await q.locator('.q-failed').getAttribute('data-attention'), 'failed');
     }
+  });
+
+  test('a task page shows the fields of the next task even when they read the same', async () => {
+    await must(keys.alice, 'POST', '/api/tasks', { task_id: 'same-a', title: 'The first twin', priority: 3 });
+    await must(keys.alice, 'POST', '/api/tasks', { task_id: 'same-b', title: 'The second twin', priority: 3 });
+    const page = await newPage('same-fields');
+    // same-b's answer carries same-a's fields (created in the same second,
+    // say), so that the two Fields panels read alike word for word.
+    const [, a] = await api(ADMIN_KEY, 'GET', '/api/tasks/same-a');
+    await page.route('**/api/tasks/same-b', (r) => r.fulfill({ status: 200, contentType: 'application/json',
+      body: JSON.stringify({ ...a, task_id: 'same-b', title: 'The second twin' }) }));
+    await signIn(page, ADMIN_KEY);
+    await page.goto(server.url + '/#/task/same-a');
+    await page.locator('#task-title').filter({ hasText: 'The first twin' }).waitFor();
+    const fields = () => page.locator('#task-fields').evaluate((dl) => [...dl.querySelectorAll('dt')].map((dt) => dt.textContent));
+    assert.ok((await fields()).includes('Priority'));
+    // From the box at the top, type the other task's id and press Enter.
+    await page.fill('#goto-id', 'same-b');
+    await page.press('#goto-id', 'Enter');
+    await page.locator('#task-title').filter({ hasText: 'The second twin' }).waitFor();
+    await page.locator('#task-fields dt').first().waitFor({ timeout: 4000 });
+    assert.ok((await fields()).includes('Priority'), 'the Fields panel is filled');
+    assert.match(await page.locator('#task-fields').textContent(), /Priority\s*3/);
+    await page.close();
+  });
+
+  test('the task list reads every page: all statuses, a text filter and one status past 500 tasks', async () => {
+    // 520 more tasks to do: more than one page of the list's 500.
+    const N = 520;
+    const id = (i) => 'bulk-' + String(i).padStart(3, '0');
+    for (let i = 0; i < N; i += 25) {
+      const tasks = [];
+      for (let j = i; j < Math.min(N, i + 25); j++) tasks.push({ task_id: id(j), title: 'Bulk task ' + j });
+      await must(keys.alice, 'POST', '/api/tasks/batch', { tasks });
+    }
+    const page = await newPage('tasks-pages');
+    await signIn(page, ADMIN_KEY);
+    // All statuses: the tasks in progress come after the 500 first ones to do.
+    await page.goto(server.url + '/#/tasks');
+    await page.locator('#tasks-body > tr[data-key="t-bench"]').waitFor({ timeout: 15000 });
+    await page.locator('#tasks-body > tr[data-key="' + id(N - 1) + '"]').waitFor();
+    assert.match(await page.locator('#tasks-count').textContent(), /^\(\d+\)$/, 'every task is loaded: no "+"');
+    assert.ok(await page.locator('#tasks-more').isHidden(), 'nothing more to load');
+    // The text filter finds the last task created.
+    await page.fill('#t-text', id(N - 1));
+    await page.locator('#tasks-body > tr[data-key="' + id(N - 1) + '"]').waitFor();
+    assert.equal(await page.locator('#tasks-body > tr').count(), 1);
+    await page.fill('#t-text', 'no task has this in it');
+    await page.locator('#tasks-empty').filter({ hasText: 'No task matches the filter' }).waitFor();
+    await page.fill('#t-text', '');
+    // One status, paged too.
+    await page.selectOption('#t-status', 'todo');
+    await page.waitForFunction(() => location.hash === '#/tasks/todo');
+    await page.locator('#tasks-body > tr[data-key="' + id(N - 1) + '"]').waitFor({ timeout: 15000 });
+    await page.locator('#tasks-body > tr[data-key="t-bench"]').waitFor({ state: 'detached' });
+    await page.close();
+  });
+
+  test('the task list says when more tasks remain than it read, and loads more', async () => {
+    // A listing that never ends (answered by the browser): a page of 2 tasks,
+    // each with a cursor to the next.
+    const page = await newPage('tasks-more');
+    const cursors = [];
+    await page.route('**/api/tasks?*', (r) => {
+      const q = new URL(r.request().url()).searchParams;
+      const c = q.get('cursor');
+      if (c && q.get('limit') === '500') cursors.push([c, q.get('status'), q.get('queue')]); // the list's pages, not the checkouts'
+      const n = c ? Number(c.slice(1)) : 0;
+      const task = (i) => ({ task_id: `m-${String(i).padStart(3, '0')}`, title: 'More ' + i, status: 'todo', priority: 0, created_at: new Date(1700000000000 + i * 1000).toISOString() });
+      r.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify({ tasks: [task(2 * n), task(2 * n + 1)], next_cursor: 'p' + (n + 1) }) });
+    });
+    await signIn(page, ADMIN_KEY);
+    await page.goto(server.url + '/#/tasks/todo');
+    const more = page.locator('#tasks-more');
+    await more.waitFor();
+    assert.equal(await page.locator('#tasks-body > tr').count(), 20, 'ten pages read');
+    assert.equal(await page.locator('#tasks-count').textContent(), '(20+)');
+    assert.match(await more.textContent(), /first 20 tasks/);
+    assert.ok(cursors.length >= 9 && cursors.every(([, status, queue]) => status === null && queue === null), 'a cursor is passed alone');
+    // The text filter says it searched only what was read.
+    await page.fill('#t-text', 'm-025');
+    await page.locator('#tasks-empty').filter({ hasText: /only the 20 tasks loaded/ }).waitFor();
+    await page.fill('#t-text', '');
+    // From the keyboard: load more reads ten more pages.
+    await page.locator('#tasks-load-more').focus();
+    await page.keyboard.press('Enter');
+    await page.locator('#tasks-body > tr[data-key="m-039"]').waitFor();
+    assert.equal(await page.locator('#tasks-count').textContent(), '(40+)');
+    assert.match(await more.textContent(), /first 40 tasks/);
+    await page.close();
   });
 
   test('360 px and 1440 px, light and dark', async () => {

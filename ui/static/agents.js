@@ -1,12 +1,19 @@
 // Agents (admin keys only: GET /api/agents is an admin route): liveness by
-// heartbeat, the last heartbeat, the leases each holds, and remove.
+// heartbeat, the last heartbeat, the leases each holds, and remove (not
+// offered for the built-in admin, which the API refuses to remove).
 
-import { get, del, seg } from './api.js';
+import { ApiError, get, del, seg } from './api.js';
 import { $, h, text, reconcile, taskLink, replace, td } from './dom.js';
 import { setTime, ago, ms } from './format.js';
 
 let agents = [];
 let held = new Map(); // agent_id -> [task_id]
+
+// The built-in admin is the agent "admin" (README, API.md: DELETE is 409
+// cannot_remove_admin). The listing does not mark it, so an agent the
+// server refuses to remove for that reason is added here too.
+const BUILT_IN_ADMIN = 'admin';
+const notRemovable = new Set([BUILT_IN_ADMIN]);
 
 const STATUS = {
   alive: 'Alive',
@@ -28,7 +35,7 @@ const view = {
       held.get(c.agent_id).push(c.task_id);
     }
     for (const a of agents) ctx.names.set(a.agent_id, a.name || a.agent_id);
-    reconcile($('agents-body'), agents, (a) => a.agent_id, (a) => makeRow(ctx, a), updateRow);
+    reconcile($('agents-body'), agents, (a) => a.agent_id, makeRow, (row, a) => updateRow(ctx, row, a));
     text($('agents-count'), `(${agents.length})`);
     $('agents-empty').hidden = agents.length > 0;
   },
@@ -45,19 +52,32 @@ const view = {
   },
 };
 
-function makeRow(ctx, a) {
-  const remove = h('button', { type: 'button', class: 'danger small remove', 'aria-label': `Remove agent ${a.agent_id}` }, 'Remove…');
-  remove.addEventListener('click', () => removeAgent(ctx, remove.closest('tr').agent));
+function makeRow() {
   return h('tr', {},
     td('Agent', h('span', { class: 'agent-name' }), h('span', { class: 'badge admin-badge', hidden: true }, 'admin'), h('span', { class: 'sub mono agent-id' })),
     td('Status', h('span', { class: 'state' })),
     td('Last heartbeat', h('time', { class: 'heartbeat' }), h('span', { class: 'sub heartbeat-ago' })),
     td('Leases held', h('span', { class: 'held' })),
-    td('Actions', remove),
+    td('Actions', h('span', { class: 'actions' })),
   );
 }
 
-function updateRow(row, a) {
+// actions fills a row's actions: Remove, or why there is none.
+function actions(ctx, row, a) {
+  const cell = row.querySelector('.actions');
+  const removable = notRemovable.has(a.agent_id) ? 'no' : 'yes';
+  if (cell.dataset.removable === removable) return;
+  cell.dataset.removable = removable;
+  if (removable === 'no') {
+    replace(cell, h('span', { class: 'muted not-removable' }, 'The built-in admin cannot be removed'));
+    return;
+  }
+  const remove = h('button', { type: 'button', class: 'danger small remove', 'aria-label': `Remove agent ${a.agent_id}` }, 'Remove…');
+  remove.addEventListener('click', () => removeAgent(ctx, remove.closest('tr').agent));
+  replace(cell, remove);
+}
+
+function updateRow(ctx, row, a) {
   row.agent = a;
   text(row.querySelector('.agent-name'), a.name || a.agent_id);
   row.querySelector('.admin-badge').hidden = !a.admin;
@@ -70,6 +90,7 @@ function updateRow(row, a) {
   if (a.last_heartbeat_at) setTime(hb, a.last_heartbeat_at);
   else text(hb, '—');
   updateAgo(row);
+  actions(ctx, row, a);
   const tasks = held.get(a.agent_id) || [];
   const cell = row.querySelector('.held');
   const key = tasks.join('\n');
@@ -108,7 +129,17 @@ function removeAgent(ctx, a) {
     body,
     action: 'Remove agent',
     run: async () => {
-      await del('/api/agents/' + seg(a.agent_id));
+      try {
+        await del('/api/agents/' + seg(a.agent_id));
+      } catch (err) {
+        // The server's own sentence is shown in the dialog; Remove is no
+        // longer offered for this agent.
+        if (err instanceof ApiError && err.code === 'cannot_remove_admin') {
+          notRemovable.add(a.agent_id);
+          ctx.refresh();
+        }
+        throw err;
+      }
       ctx.notice(`Removed agent ${who}${tasks.length ? `; ${tasks.length} ${tasks.length === 1 ? 'lease' : 'leases'} ended` : ''}.`);
       ctx.refresh();
     },

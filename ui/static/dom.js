@@ -55,29 +55,36 @@ export function replace(el, ...children) {
 
 // reconcile keeps a container's children in step with items: one child per
 // key, created once by make and updated in place by update, in the items'
-// order. Rows that stay are moved, never rebuilt, so a refresh does not
-// flicker and keeps focus.
+// order. Rows that stay are updated, never rebuilt, so a refresh does not
+// flicker. Rows that go are removed first, and the row holding focus is
+// never moved (moving an element blurs it): the others are placed around
+// it, so focus stays put.
 export function reconcile(container, items, key, make, update) {
+  const want = new Set(items.map((item) => String(key(item))));
   const old = new Map();
-  for (const el of container.children) {
-    if (el.dataset.key !== undefined) old.set(el.dataset.key, el);
+  for (const el of [...container.children]) {
+    if (el.dataset.key === undefined) continue;
+    if (want.has(el.dataset.key)) old.set(el.dataset.key, el);
+    else el.remove();
   }
+  const active = document.activeElement;
+  let pinned = null; // the row holding focus, which stays where it is
+  for (const el of old.values()) if (el.contains(active)) pinned = el;
   let prev = null;
   for (const item of items) {
     const k = String(key(item));
     let el = old.get(k);
-    if (el) {
-      old.delete(k);
-    } else {
+    if (!el) {
       el = make(item);
       el.dataset.key = k;
     }
     update(el, item);
     const next = prev ? prev.nextElementSibling : container.firstElementChild;
-    if (el !== next) container.insertBefore(el, next);
+    // Rows left between prev and the pinned row come later in items: each
+    // is moved after it in its turn.
+    if (el !== next && el !== pinned) container.insertBefore(el, next);
     prev = el;
   }
-  for (const el of old.values()) el.remove();
 }
 
 // td is a table cell whose contents sit in one box, so that on narrow

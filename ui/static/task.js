@@ -63,10 +63,9 @@ const view = {
     task = null;
     events = [];
     eventsCut = false;
-    $('task-fields').replaceChildren();
-    delete $('task-graph').dataset.sig;
-    $('task-graph').replaceChildren();
-    $('task-lease').replaceChildren();
+    // Emptied with their signatures, so that the next task's panels are
+    // drawn even when they read as the last task's did.
+    for (const id of ['task-fields', 'task-graph', 'task-lease']) clear($(id));
     $('timeline').replaceChildren();
     $('task-events-body').replaceChildren();
     text($('task-title'), '');
@@ -113,13 +112,19 @@ function fieldValue(v, kind) {
 }
 
 // dl fills a <dl> with [label, node] pairs, rebuilding it only when the
-// words change.
+// words change (or it was emptied meanwhile).
 function dl(el, pairs) {
   const sig = JSON.stringify(pairs.map(([k, v]) => [k, v instanceof Node ? v.textContent : String(v)]));
-  if (el.dataset.sig === sig) return false;
+  if (el.dataset.sig === sig && el.children.length === pairs.length * 2) return false;
   el.dataset.sig = sig;
   replace(el, ...pairs.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
   return true;
+}
+
+// clear empties a panel dl fills, and forgets what it showed.
+function clear(el) {
+  delete el.dataset.sig;
+  el.replaceChildren();
 }
 
 function render(ctx) {
@@ -153,8 +158,7 @@ function render(ctx) {
     const bar = $('task-lease').querySelector('.bar');
     updateBar(bar, { ...c, seenAt }, performance.now());
   } else {
-    delete $('task-lease').dataset.sig;
-    $('task-lease').replaceChildren();
+    clear($('task-lease'));
   }
   drawTimeline(ctx, performance.now());
   drawEvents(ctx);

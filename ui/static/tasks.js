@@ -1,17 +1,23 @@
 // Tasks: the task list (GET /api/tasks), filtered by status and queue on the
-// server and by text here. Blocked tasks show what they wait on, each
-// blocker with its status; failed ones (and any task whose latest attempt
-// failed) show their last error, as text. The address keeps the filters:
-// #/tasks/<status>/<queue>, "all" for any status.
+// server and by text here. The list follows next_cursor for up to PAGES
+// pages of LIMIT tasks, says when more remain and loads PAGES more at a
+// click; the text filter searches the tasks loaded, and says so. Blocked
+// tasks show what they wait on, each blocker with its status; failed ones
+// (and any task whose latest attempt failed) show their last error, as
+// text. The address keeps the filters: #/tasks/<status>/<queue>, "all" for
+// any status.
 
 import { get } from './api.js';
 import { $, h, text, reconcile, replace, taskLink, options, td, statusBadge, setStatus } from './dom.js';
 import { STATUSES, statusWords, until, clock } from './format.js';
 
-const LIMIT = 500;
+const LIMIT = 500; // tasks per page
+const PAGES = 10; // pages read at first, and added by "Load more"
 
-let list = []; // the last answer, sorted
-let more = false; // the answer had a next page
+let list = []; // the tasks of the pages read, sorted
+let more = false; // the last page read had a next one
+let wanted = PAGES; // pages to read at each refresh
+let read = 0; // pages read at the last refresh
 let knownQueues = new Set();
 let shownArg = null; // the filters the list was loaded for
 
@@ -28,6 +34,10 @@ const view = {
     $('t-queue').addEventListener('change', onFilter);
     $('t-text').addEventListener('input', render);
     $('tasks-filter').addEventListener('submit', (e) => e.preventDefault());
+    $('tasks-load-more').addEventListener('click', () => {
+      wanted = read + PAGES;
+      ctx.refresh();
+    });
   },
 
   enter(_ctx, arg) {
@@ -38,23 +48,22 @@ const view = {
   },
 
   async load(ctx, arg) {
+    if (arg !== shownArg) wanted = PAGES; // other filters: start again
     const { status, queue } = parseArg(arg);
-    const q = new URLSearchParams({ limit: String(LIMIT) });
-    if (status) q.set('status', status);
-    if (queue) q.set('queue', queue);
     const [answer, queues] = await Promise.all([
-      get('/api/tasks?' + q.toString()),
+      listPages(status, queue, wanted),
       ctx.features.queues ? get('/api/queues').catch(() => null) : null,
     ]);
     for (const x of queues?.queues || []) if (x.queue) knownQueues.add(x.queue);
     const order = (s) => { const i = STATUSES.indexOf(s); return i < 0 ? STATUSES.length : i; };
-    list = (answer.tasks || []).slice().sort((a, b) => (order(a.status) - order(b.status))
+    list = answer.tasks.sort((a, b) => (order(a.status) - order(b.status))
       || ((b.priority ?? 0) - (a.priority ?? 0))
       || String(a.created_at || '').localeCompare(String(b.created_at || ''))
       || String(a.task_id).localeCompare(String(b.task_id)));
     for (const t of list) if (t.queue) knownQueues.add(t.queue);
     for (const t of list) if (t.checkout?.agent_name) ctx.names.set(t.checkout.agent_id, t.checkout.agent_name);
     more = Boolean(answer.next_cursor);
+    read = answer.pages;
     shownArg = arg;
     $('t-status').value = STATUSES.includes(status) ? status : '';
     queueOptions(queue);
@@ -67,11 +76,14 @@ const view = {
 
   leave() {
     $('t-text').value = '';
+    wanted = PAGES;
   },
 
   reset() {
     list = [];
     more = false;
+    wanted = PAGES;
+    read = 0;
     knownQueues = new Set();
     shownArg = null;
     $('tasks-body').replaceChildren();
@@ -81,6 +93,27 @@ const view = {
     text($('tasks-count'), '');
   },
 };
+
+// listPages reads up to max pages of the listing, following next_cursor
+// (a cursor alone continues its own listing, filters included). A task
+// listed twice (it changed status between two pages) is kept once, as last
+// seen.
+async function listPages(status, queue, max) {
+  const q = new URLSearchParams({ limit: String(LIMIT) });
+  if (status) q.set('status', status);
+  if (queue) q.set('queue', queue);
+  const byID = new Map();
+  let page = null;
+  let n = 0;
+  do {
+    const path = n === 0 ? '/api/tasks?' + q.toString()
+      : '/api/tasks?' + new URLSearchParams({ limit: String(LIMIT), cursor: page.next_cursor }).toString();
+    page = await get(path);
+    n++;
+    for (const t of page.tasks || []) byID.set(t.task_id, t);
+  } while (page.next_cursor && n < max);
+  return { tasks: [...byID.values()], next_cursor: page.next_cursor || null, pages: n };
+}
 
 // parseArg reads "<status>/<queue>" ("all" or nothing: any status).
 export function parseArg(arg) {
@@ -171,6 +204,7 @@ function updateWait(row) {
 
 function render() {
   const shown = list.filter(matches);
+  const filtering = $('t-text').value.trim() !== '';
   reconcile($('tasks-body'), shown, (t) => t.task_id, makeRow, updateRow);
   const n = list.length + (more ? '+' : '');
   text($('tasks-count'), list.length === shown.length ? `(${n})` : `(${shown.length} of ${n})`);
@@ -178,11 +212,16 @@ function render() {
   const what = [status ? statusWords(status) : '', queue ? `in queue ${queue}` : ''].filter(Boolean).join(' ');
   const empty = $('tasks-empty');
   empty.hidden = shown.length > 0;
-  text(empty, list.length === 0 ? `No task${what ? ' ' + what : ''}.` : `No task matches the filter (${list.length} hidden).`);
+  text(empty, list.length === 0 ? `No task${what ? ' ' + what : ''}.`
+    : more ? `No task matches the filter: it searched only the ${list.length} tasks loaded, and more remain. Load more to search them too.`
+      : `No task matches the filter (${list.length} hidden).`);
   $('tasks-table').hidden = shown.length === 0;
   const m = $('tasks-more');
+  if (!more && m.contains(document.activeElement)) $('tasks-h').focus(); // the button goes
   m.hidden = !more;
-  text(m, more ? `Showing the first ${LIMIT} tasks; choose a status or a queue to see the others.` : '');
+  text($('tasks-more-text'), more
+    ? `Showing the first ${list.length} tasks (${read} ${read === 1 ? 'page' : 'pages'}); more remain.${filtering ? ' The text filter searched only these.' : ''}`
+    : '');
 }
 
 export default view;
