@@ -28,7 +28,9 @@ type Change struct {
 // order: it archives every event the writes recorded, writes each watcher's
 // task_available message for every freeing and the former holder's
 // lease_lost message for every lease ended without its consent (see lost),
-// and then gives the notices to the notifier. It is what the stream function runs, in AWS and locally.
+// and then gives the notices to the notifier. It is what the stream
+// function runs in AWS: ApplyConsequences and PublishNotices in one call,
+// so there a notifier that is slow holds up the next batch.
 //
 // It is idempotent, so a batch delivered again (the stream delivers each
 // change at least once) writes nothing new: events are keyed by (task_id,
@@ -37,6 +39,108 @@ type Change struct {
 // notice carries a deterministic id for consumers to drop duplicates. An
 // error means the batch must be delivered again; nothing is lost by that.
 func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
+	return s.applyChanges(ctx, changes, true)
+}
+
+// ApplyConsequences is ApplyChanges without the notices: the archive, the
+// feed, the queue counts, the messages and the unblocking. The local
+// server runs it as one consumer of the stream, and PublishNotices as
+// another with its own checkpoint, so that a webhook receiver that is slow
+// or down, whose deliveries are retried for up to half a minute, delays
+// only the notices, never a watcher's message.
+func (s *Store) ApplyConsequences(ctx context.Context, changes []Change) error {
+	return s.applyChanges(ctx, changes, false)
+}
+
+// PublishNotices gives the notifier the notices of a batch of task
+// changes, in order, as ApplyChanges does (the same notices, with the same
+// ids and events), and writes nothing. Every notice is offered even when
+// one fails; an error means the batch must be delivered again, and the
+// notices that did go out then go out again under the same ids.
+func (s *Store) PublishNotices(ctx context.Context, changes []Change) error {
+	var notices []Notice
+	for _, ch := range changes {
+		old, cur, ok, err := decodeChange(ch)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		for _, ev := range newEvents(&old, &cur) {
+			if ev.errored {
+				text, err := s.readError(ctx, ev.TaskID, ev.Fence)
+				if err != nil {
+					return err
+				}
+				ev.Error = text
+			}
+			notices = append(notices, eventNotices(ev)...)
+		}
+	}
+	return s.notify(ctx, notices)
+}
+
+// decodeChange decodes a change's images; ok is false for a change of no
+// transition: a deleted item (task items are never deleted), a watch, a
+// new task, a task copied by Migrate.
+func decodeChange(ch Change) (old, cur taskItem, ok bool, err error) {
+	if ch.New == nil {
+		return old, cur, false, nil
+	}
+	if err := attributevalue.UnmarshalMap(ch.New, &cur); err != nil {
+		return old, cur, false, fmt.Errorf("decode change: %w", err)
+	}
+	if ch.Old != nil {
+		if err := attributevalue.UnmarshalMap(ch.Old, &old); err != nil {
+			return old, cur, false, fmt.Errorf("decode change of %s: %w", cur.TaskID, err)
+		}
+	}
+	ok = !(cur.TaskID == "" || cur.ESeq <= old.ESeq || ch.Old == nil && cur.MigratedAt != 0)
+	return old, cur, ok, nil
+}
+
+// newEvents are the events the change from old to cur recorded that old
+// had not.
+func newEvents(old, cur *taskItem) []itemEvent {
+	return slices.DeleteFunc(cur.latestEvents(), func(ev itemEvent) bool { return ev.Seq <= old.ESeq })
+}
+
+// eventNotices are the notices of one recorded event (its Error read):
+// LeaseEnded for every ending, LeaseLost for an ending without the
+// holder's consent, and TaskAvailable (TaskFailed for a failure) for
+// every freeing.
+func eventNotices(ev itemEvent) []Notice {
+	var out []Notice
+	e := ev.event()
+	if ev.Type.EndsLease() {
+		out = append(out, Notice{ID: noticeID(NoticeLeaseEnded, e), Kind: NoticeLeaseEnded, Event: e, Takeover: ev.takeover})
+		if lost(ev.eventItem) {
+			out = append(out, Notice{ID: noticeID(NoticeLeaseLost, e), Kind: NoticeLeaseLost, Event: e, Takeover: ev.takeover})
+		}
+	}
+	if ev.frees {
+		kind := NoticeTaskAvailable
+		if ev.Type == EventFailed {
+			kind = NoticeTaskFailed
+		}
+		out = append(out, Notice{ID: noticeID(kind, e), Kind: kind, Event: e})
+	}
+	return out
+}
+
+// notify gives each notice to the notifier, every one even when one fails.
+func (s *Store) notify(ctx context.Context, notices []Notice) error {
+	var errs []error
+	for _, n := range notices {
+		if err := s.notifier.Notify(ctx, n); err != nil {
+			errs = append(errs, fmt.Errorf("notify %s %s: %w", n.Kind, n.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices bool) error {
 	var evs []types.WriteRequest
 	var msgs []messageItem
 	var notices []Notice
@@ -45,17 +149,9 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 	var settle [][2]*taskItem // blocked tasks' changes: old (nil for new) and new
 	ttl := s.clock().Add(s.retention).Unix()
 	for _, ch := range changes {
-		if ch.New == nil {
-			continue // task items are never deleted
-		}
-		var old, cur taskItem
-		if err := attributevalue.UnmarshalMap(ch.New, &cur); err != nil {
-			return fmt.Errorf("decode change: %w", err)
-		}
-		if ch.Old != nil {
-			if err := attributevalue.UnmarshalMap(ch.Old, &old); err != nil {
-				return fmt.Errorf("decode change of %s: %w", cur.TaskID, err)
-			}
+		old, cur, transition, err := decodeChange(ch)
+		if err != nil {
+			return err
 		}
 		if cur.TaskID != "" && cur.Status == StatusBlocked {
 			var before *taskItem
@@ -64,13 +160,10 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 			}
 			settle = append(settle, [2]*taskItem{before, &cur})
 		}
-		if cur.TaskID == "" || cur.ESeq <= old.ESeq || ch.Old == nil && cur.MigratedAt != 0 {
-			continue // no transition: a watch, a new task, a task copied by Migrate
+		if !transition {
+			continue
 		}
-		for _, ev := range cur.latestEvents() {
-			if ev.Seq <= old.ESeq {
-				continue
-			}
+		for _, ev := range newEvents(&old, &cur) {
 			ev.TTL = ttl
 			ev.feedFields(max(old.LastAt, cur.LastAt), s.shards.Feed)
 			if ev.errored {
@@ -88,11 +181,10 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 				return err
 			}
 			evs = append(evs, types.WriteRequest{PutRequest: &types.PutRequest{Item: item}})
-			e := ev.event()
-			takeover := ev.takeover
-			if ev.Type.EndsLease() {
-				notices = append(notices, Notice{ID: noticeID(NoticeLeaseEnded, e), Kind: NoticeLeaseEnded, Event: e, Takeover: takeover})
+			if withNotices {
+				notices = append(notices, eventNotices(ev)...)
 			}
+			takeover := ev.takeover
 			if ev.Type.EndsLease() && lost(ev.eventItem) {
 				lockedAt := old.LockedAt
 				if takeover {
@@ -103,7 +195,6 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 				// removedUpTo): Inbox hides a message whose WatchedAt is
 				// before the registration.
 				lockedAt--
-				notices = append(notices, Notice{ID: noticeID(NoticeLeaseLost, e), Kind: NoticeLeaseLost, Event: e, Takeover: takeover})
 				msgs = append(msgs, messageItem{
 					AgentID: ev.AgentID, MessageID: lostMessageID(ev.eventItem), Type: MessageLeaseLost,
 					TaskID: ev.TaskID, Reason: string(ev.Type), At: ev.At, Fence: ev.Fence, RunID: ev.RunID,
@@ -113,11 +204,6 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 			if !ev.frees {
 				continue
 			}
-			kind := NoticeTaskAvailable
-			if ev.Type == EventFailed {
-				kind = NoticeTaskFailed
-			}
-			notices = append(notices, Notice{ID: noticeID(kind, e), Kind: kind, Event: e})
 			// The watches placed before this freeing, and the watch list a
 			// task item from before watch items may still carry.
 			// A task nobody has watched has no watches to read.
@@ -178,13 +264,7 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 			return fmt.Errorf("settle the blockers of %s: %w", ch[1].TaskID, err)
 		}
 	}
-	var errs []error
-	for _, n := range notices {
-		if err := s.notifier.Notify(ctx, n); err != nil {
-			errs = append(errs, fmt.Errorf("notify %s %s: %w", n.Kind, n.ID, err))
-		}
-	}
-	return errors.Join(errs...)
+	return s.notify(ctx, notices)
 }
 
 // lost reports whether the ending ev took its lease from its holder without

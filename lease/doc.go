@@ -200,9 +200,10 @@
 //
 // The tasks table's stream (NEW_AND_OLD_IMAGES) carries every change, once
 // or more, in order per item, for 24 hours. The stream function
-// (ApplyChanges; functions/stream in AWS behind an event source mapping,
-// and the local server's poller locally, with the same handler) takes each
-// change whose eseq grew and:
+// (ApplyChanges; functions/stream in AWS behind an event source mapping;
+// locally two pollers with checkpoints of their own, ApplyConsequences and
+// PublishNotices, so that a slow webhook receiver holds up only notices)
+// takes each change whose eseq grew and:
 //
 //   - archives the write's events under (task_id, seq), so a replay rewrites
 //     the same items, each keyed into the fleet feed (by_feed) by values
@@ -226,7 +227,8 @@
 //     LeaseLost (every lease_lost message's ending)
 //     with a deterministic id, task:seq:kind, for consumers to drop repeats:
 //     to EventBridge in AWS, and to the webhooks (package webhook) in both
-//     environments, which retry, then dead-letter, within the call.
+//     environments, which retry, then dead-letter, within the call (in AWS
+//     the stream function's, holding up its next batch).
 //
 // A batch that fails (the bus is down, a write throttled) fails whole and is
 // delivered again; nothing it did is done twice in effect. So once a

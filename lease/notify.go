@@ -35,8 +35,10 @@ type Notice struct {
 }
 
 // Notifier hears about ended leases and freed tasks, from the change stream
-// (Store.ApplyChanges), at least once each. In AWS it puts EventBridge
-// events; locally it logs. An error makes the batch be delivered again.
+// (Store.ApplyChanges in AWS; Store.PublishNotices, the local server's
+// consumer of the stream for notices alone), at least once each. In AWS it
+// puts EventBridge events; locally it logs. Both may add webhooks. An
+// error makes the batch be delivered again.
 type Notifier interface {
 	Notify(ctx context.Context, n Notice) error
 }

@@ -84,7 +84,9 @@ type Config struct {
 	// read and its changes applied (default DefaultStreamPollInterval;
 	// negative disables the poller, leaving Drain to the caller).
 	StreamPollInterval time.Duration
-	// Notifier hears the notices the change stream produces (nil: logged).
+	// Notifier hears the notices the change stream produces (nil: logged),
+	// from a consumer of the stream of their own: a slow one delays only
+	// the notices.
 	// cmd/checkout-server adds webhooks (package webhook) to the log.
 	Notifier lease.Notifier
 	// FeedSettle is how far behind now the fleet feed (GET /api/events)
@@ -202,7 +204,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		cfg.Logger.Warn("the DynamoDB endpoint ignores ReturnValuesOnConditionCheckFailure; failed conditions cost one read more", "endpoint", endpoint)
 	}
 	s.store = lease.New(lease.Config{DB: s.db.client, Tables: names, Now: cfg.Now, Logger: cfg.Logger, Notifier: cfg.Notifier, ReadAfterFailedCondition: !honours, FeedSettle: cfg.FeedSettle, Shards: cfg.Shards})
-	s.changes = newChanges(s.db, names, s.store)
+	if s.changes, err = newChanges(ctx, s.db, names, s.store, cfg.Logger); err != nil {
+		return nil, fmt.Errorf("localserver: %w", err)
+	}
 
 	cache := auth.NewCache(s.store, AuthCacheTTL, cfg.Now)
 	// A restarted dynalite may be another database (in memory: empty but
@@ -245,9 +249,10 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	sweepCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopSweep, s.sweepDone = cancel, make(chan struct{})
 	var loops sync.WaitGroup
-	loops.Add(2)
+	loops.Add(3)
 	go func() { defer loops.Done(); s.sweepLoop(sweepCtx, cfg.SweepInterval) }()
-	go func() { defer loops.Done(); s.streamLoop(sweepCtx, cfg.StreamPollInterval) }()
+	go func() { defer loops.Done(); s.streamLoop(sweepCtx, s.changes.consequences, cfg.StreamPollInterval) }()
+	go func() { defer loops.Done(); s.streamLoop(sweepCtx, s.changes.notices, cfg.StreamPollInterval) }()
 	go func() { loops.Wait(); close(s.sweepDone) }()
 
 	attrs := []any{"url", s.url, "dynamodb", endpoint, "table_prefix", names.Table(""),
@@ -300,19 +305,20 @@ func (s *Server) Sweep(ctx context.Context) (lease.SweepResult, error) {
 }
 
 // Drain applies every change the tasks table's stream holds now (archived
-// events, watchers' messages, notices), as the poller does every
+// events, watchers' messages, then notices), as the pollers do every
 // StreamPollInterval. Tests call it to wait for a transition's consequences.
+// It returns once the notices are delivered or dead-lettered, which a
+// webhook receiver that is down makes take its retries' time.
 func (s *Server) Drain(ctx context.Context) error {
-	_, err := s.changes.poll(ctx)
-	return err
+	return s.changes.poll(ctx)
 }
 
-// streamLoop hands the change stream to its handler every interval. A
-// failed poll keeps its place: the next tick hands the same changes to the
-// handler again.
-func (s *Server) streamLoop(ctx context.Context, every time.Duration) {
+// streamLoop hands the change stream to one of its consumers every
+// interval (see changes). A failed poll keeps its place: the next tick
+// hands the same changes to the handler again.
+func (s *Server) streamLoop(ctx context.Context, to *consumer, every time.Duration) {
 	s.everyTick(ctx, every, func() {
-		if _, err := s.changes.poll(ctx); err != nil && ctx.Err() == nil {
+		if _, err := s.changes.pollOne(ctx, to); err != nil && ctx.Err() == nil {
 			s.log.WarnContext(ctx, "change stream", "error", err.Error())
 		}
 	})

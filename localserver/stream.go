@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -22,55 +23,96 @@ import (
 )
 
 // DefaultStreamPollInterval is how often the server reads the tasks table's
-// change stream: watchers are told, and notices published, within about
-// this long after a transition.
+// change stream: watchers are told within about this long after a
+// transition, and notices published as soon as their receivers take them.
 const DefaultStreamPollInterval = 200 * time.Millisecond
 
 // changes runs the stream function's handler over the tasks table's change
 // stream, as Lambda's event source mapping does in AWS: the local DynamoDB
-// serves the Streams API, and the poller hands the handler the same
+// serves the Streams API, and the pollers hand the handler the same
 // events.DynamoDBEvent batches.
+//
+// It does so as two consumers of the stream, each with its own checkpoint,
+// as two event source mappings on one stream would: consequences (the
+// archive, the feed, queue counts, watchers' messages, unblocking) and
+// notices (the log, and the webhooks, which retry a receiver that is down
+// for half a minute before they dead-letter). A poller reads its next batch
+// only once its handler is done with the last, so in one consumer a slow
+// receiver would hold up every later transition's messages; in two it
+// holds up only the notices. Each consumer keeps its place until its
+// handler has succeeded, so a notice is published at least once, across a
+// crash or a restart, as before.
 type changes struct {
+	db           *database
+	names        schema.Names
+	consequences *consumer
+	notices      *consumer
+}
+
+// consumer is one reader of the stream: a poller and its checkpoint.
+type consumer struct {
 	mu     sync.Mutex // one poll at a time
-	db     *database
-	names  schema.Names
 	handle *stream.Poller
 	arn    string
 }
 
-func newChanges(db *database, names schema.Names, store *lease.Store) *changes {
-	c := &changes{db: db, names: names}
+// Checkpoint keys in the agents table, which no agent id can take.
+const (
+	consequencesCheckpoint = "#stream#"         // + the tasks table's name
+	noticesCheckpoint      = "#stream-notices#" // + the tasks table's name
+)
+
+// newChanges sets up both consumers. It must run before either polls: a
+// notices checkpoint that was never saved (data of a server from before the
+// notices had a consumer of their own, which published them with the
+// consequences) starts where the consequences checkpoint is.
+func newChanges(ctx context.Context, db *database, names schema.Names, store *lease.Store, log *slog.Logger) (*changes, error) {
 	streams := dynamodbstreams.New(dynamodbstreams.Options{
 		Region:             "us-east-1",
 		Credentials:        db.client.Options().Credentials,
 		HTTPClient:         db.client.Options().HTTPClient,
 		EndpointResolverV2: streamEndpoint{&db.endpoint},
 	})
-	c.handle = &stream.Poller{
-		Streams: streams,
-		Handle:  stream.Handler(store),
-		// Kept in the agents table, under a key no agent id can take, so a
-		// server restarted over the same data resumes where it stopped.
-		Saved: stream.TableCheckpoints{DB: db.client, Table: names.Table(schema.AgentsTable), KeyName: "agent_id", Key: "#stream#" + names.Table(schema.TasksTable)},
+	// Kept in the agents table, so a server restarted over the same data
+	// resumes where it stopped.
+	saved := func(prefix string) stream.TableCheckpoints {
+		return stream.TableCheckpoints{DB: db.client, Table: names.Table(schema.AgentsTable), KeyName: "agent_id", Key: prefix + names.Table(schema.TasksTable)}
 	}
-	return c
+	consequences, notices := saved(consequencesCheckpoint), saved(noticesCheckpoint)
+	if err := notices.SeedFrom(ctx, consequences); err != nil {
+		return nil, fmt.Errorf("the notices' stream checkpoint: %w", err)
+	}
+	return &changes{
+		db: db, names: names,
+		consequences: &consumer{handle: &stream.Poller{Streams: streams, Handle: stream.ConsequencesHandler(store), Saved: consequences, Log: log}},
+		notices:      &consumer{handle: &stream.Poller{Streams: streams, Handle: stream.NoticesHandler(store), Saved: notices, Log: log}},
+	}, nil
 }
 
-// poll applies every change the stream holds now. The stream's ARN is read
-// each time: an in-memory dynalite restarted after a crash has new tables.
-func (c *changes) poll(ctx context.Context) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// poll applies every change the stream holds now: the consequences, then
+// the notices.
+func (c *changes) poll(ctx context.Context) error {
+	_, errC := c.pollOne(ctx, c.consequences)
+	_, errN := c.pollOne(ctx, c.notices)
+	return errors.Join(errC, errN)
+}
+
+// pollOne hands every change the stream holds now to one consumer. The
+// stream's ARN is read each time: an in-memory dynalite restarted after a
+// crash has new tables.
+func (c *changes) pollOne(ctx context.Context, to *consumer) (int, error) {
+	to.mu.Lock()
+	defer to.mu.Unlock()
 	arn, err := localstack.StreamARN(ctx, c.db.client, c.names.Table(schema.TasksTable))
 	if err != nil {
 		return 0, err
 	}
-	if arn != c.arn {
-		p := *c.handle
+	if arn != to.arn {
+		p := *to.handle
 		p.StreamARN = arn
-		c.handle, c.arn = &p, arn
+		to.handle, to.arn = &p, arn
 	}
-	return c.handle.Poll(ctx)
+	return to.handle.Poll(ctx)
 }
 
 // ErrNoStreams is why Start refuses an endpoint (DYNAMODB_ENDPOINT) that

@@ -23,7 +23,12 @@
 // up to MaxElapsed; any other answer, or retries used up, sends the
 // delivery to the dead-letter store with the reason. A URL that has just
 // used up its retries is tried once per notice (no back-off) until it
-// answers again, so a receiver that is down does not hold up the stream.
+// answers again, so a receiver that is down holds up the notices after it
+// as little as it can. Notify returns only when each URL has delivered or
+// dead-lettered: the local server calls it from a consumer of the change
+// stream that publishes notices alone, so that its retries never delay
+// watchers' messages or the feed; the AWS stream function calls it with
+// the rest of a batch's consequences.
 package webhook
 
 import (

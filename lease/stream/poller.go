@@ -247,3 +247,37 @@ func (c TableCheckpoints) Save(ctx context.Context, shard, seq string) error {
 	}
 	return try(expression.AttributeNotExists(shards), expression.Set(shards, expression.Value(map[string]string{shard: seq})))
 }
+
+// SeedFrom makes c start where from is, if c has never been saved: for a
+// consumer added to a stream that another consumer has read so far, which
+// applied what the new one does up to there (the local server's notices
+// consumer, whose notices the one consumer before it published). It must
+// run while nothing moves from. It writes c once; a c saved before, or
+// seeded before, is kept as it is, so a consumer that has fallen behind
+// from never skips ahead.
+func (c TableCheckpoints) SeedFrom(ctx context.Context, from TableCheckpoints) error {
+	shards, err := from.Load(ctx)
+	if err != nil {
+		return err
+	}
+	key := expression.Name(c.KeyName)
+	upd := expression.Set(expression.Name("seeded_from"), expression.Value(from.Key))
+	if len(shards) > 0 {
+		upd = upd.Set(expression.Name("shards"), expression.Value(shards))
+	}
+	expr, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(key)).WithUpdate(upd).Build()
+	if err != nil {
+		return err
+	}
+	_, err = c.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &c.Table, Key: c.key(),
+		ConditionExpression:       expr.Condition(),
+		UpdateExpression:          expr.Update(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	if ccf := (*ddb.ConditionalCheckFailedException)(nil); errors.As(err, &ccf) {
+		return nil
+	}
+	return err
+}

@@ -8,7 +8,10 @@
 // lease/doc.go); the handler archives them, writes the watchers' messages
 // and publishes the notices. The stream delivers every change at least
 // once, in order per item, and the handler is idempotent, so a replayed
-// batch writes nothing new.
+// batch writes nothing new. The local server runs the handler as two
+// consumers of the stream, each with its own checkpoint
+// (ConsequencesHandler and NoticesHandler), so that notices that are slow
+// to deliver never delay the messages, the archive or the feed.
 package stream
 
 import (
@@ -29,11 +32,42 @@ type Applier interface {
 // event source mapping retries (bisecting it) and, after its retries,
 // sends to the dead-letter queue.
 func Handler(store Applier) func(context.Context, events.DynamoDBEvent) error {
+	return handlerOf(store.ApplyChanges)
+}
+
+// ConsequencesApplier is what ConsequencesHandler needs of the lease store.
+type ConsequencesApplier interface {
+	ApplyConsequences(ctx context.Context, changes []lease.Change) error
+}
+
+// ConsequencesHandler is Handler without the notices
+// (lease.Store.ApplyConsequences): the local server runs it as one
+// consumer of the stream and NoticesHandler as another, each with its own
+// checkpoint, so that a notifier that is slow (a webhook receiver that is
+// down is retried for half a minute) holds up only the notices.
+func ConsequencesHandler(store ConsequencesApplier) func(context.Context, events.DynamoDBEvent) error {
+	return handlerOf(store.ApplyConsequences)
+}
+
+// NoticesPublisher is what NoticesHandler needs of the lease store.
+type NoticesPublisher interface {
+	PublishNotices(ctx context.Context, changes []lease.Change) error
+}
+
+// NoticesHandler publishes the notices of a batch, the same ones Handler
+// publishes, and writes nothing (lease.Store.PublishNotices). An error
+// fails the batch, which is handed again, so each notice goes out at least
+// once.
+func NoticesHandler(store NoticesPublisher) func(context.Context, events.DynamoDBEvent) error {
+	return handlerOf(store.PublishNotices)
+}
+
+func handlerOf(apply func(context.Context, []lease.Change) error) func(context.Context, events.DynamoDBEvent) error {
 	return func(ctx context.Context, ev events.DynamoDBEvent) error {
 		changes, err := changesOf(ev.Records, ShardOf(ctx))
 		if err != nil {
 			return err
 		}
-		return store.ApplyChanges(ctx, changes)
+		return apply(ctx, changes)
 	}
 }

@@ -126,3 +126,58 @@ func TestPollerResumesFromItsCheckpoint(t *testing.T) {
 		t.Fatalf("changes handled %v, want a, b, c once each", seen)
 	}
 }
+
+// A consumer added to a stream another consumer has read so far starts
+// where that one is, once: a seeded or saved checkpoint is never moved by
+// seeding again, so a consumer that has fallen behind never skips ahead.
+func TestSeedFromStartsOnceWhereTheOtherIs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := testenv.NewStore(t)
+	at := func(key string) TableCheckpoints {
+		return TableCheckpoints{DB: store.DB, Table: store.Names.Table(schema.AgentsTable), KeyName: "agent_id", Key: key}
+	}
+	from, fresh, seeded := at("#stream#t"), at("#stream-empty#t"), at("#stream-notices#t")
+	// From a consumer with no checkpoint: the start of the stream.
+	if err := fresh.SeedFrom(ctx, from); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := fresh.Load(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("seeded from nothing: %v %v", got, err)
+	}
+	if err := fresh.Save(ctx, "s1", "5"); err != nil {
+		t.Fatal(err)
+	}
+	if err := from.Save(ctx, "s1", "10"); err != nil {
+		t.Fatal(err)
+	}
+	if err := from.Save(ctx, "s2", "20"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []TableCheckpoints{fresh, seeded} {
+		if err := c.SeedFrom(ctx, from); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := fresh.Load(ctx); !reflect.DeepEqual(got, map[string]string{"s1": "5"}) {
+		t.Fatalf("a checkpoint saved before was moved by a seed: %v", got)
+	}
+	if got, _ := seeded.Load(ctx); !reflect.DeepEqual(got, map[string]string{"s1": "10", "s2": "20"}) {
+		t.Fatalf("seeded: %v", got)
+	}
+	if err := from.Save(ctx, "s1", "30"); err != nil {
+		t.Fatal(err)
+	}
+	if err := seeded.SeedFrom(ctx, from); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := seeded.Load(ctx); !reflect.DeepEqual(got, map[string]string{"s1": "10", "s2": "20"}) {
+		t.Fatalf("seeded twice: %v", got)
+	}
+	if err := seeded.Save(ctx, "s2", "25"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := seeded.Load(ctx); !reflect.DeepEqual(got, map[string]string{"s1": "10", "s2": "25"}) {
+		t.Fatalf("saved after the seed: %v", got)
+	}
+}
