@@ -1852,7 +1852,10 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 		return w, true
 	}
 	x := &w.T[t]
-	if in.Op == "checkout" && !s.live() {
+	// The same run retrying a checkout it made while dead gets the same
+	// lease (step), even at the task's last attempt.
+	sameDeadRun := s.timeValid() && s.Holder == wAgentID(in.Agent) && s.Run == in.Run && s.dead(in.Agent)
+	if in.Op == "checkout" && !s.live() && !sameDeadRun {
 		switch {
 		case x.Status == lease.StatusBlocked:
 			return w, out == wOut{Kind: "blocked"} // never granted
