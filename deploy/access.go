@@ -18,11 +18,22 @@ type Grant struct {
 // GetItem on tasks, for functions that otherwise only update tasks, is the
 // read that follows a failed condition when the server did not return the
 // item with it.
+//
+// GetItem on schema.TasksTableV1, the tasks table of the earlier schema
+// (which the stack does not create: it is left from an earlier deployment,
+// or missing), is the migration guard's read of the marker
+// `checkout-server migrate -aws` leaves there (see AwaitsMigration).
 var Grants = map[string][]Grant{
+	// DescribeTable: GET /healthz checks that DynamoDB answers, without
+	// reading an item.
+	Health: {
+		{Table: schema.TasksTable, Actions: []string{"DescribeTable"}},
+	},
 	Authorizer: {
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
 	},
 	Agents: {
+		{Table: schema.TasksTableV1, Actions: []string{"GetItem"}},
 		{Table: schema.AgentsTable, Actions: []string{"PutItem", "DeleteItem"}, QueryIndexes: []string{schema.AgentsAll}},
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "PutItem", "UpdateItem", "BatchGetItem"}},
 		// by_lease_expiry: a removed agent's leases, found by a filter.
@@ -31,6 +42,7 @@ var Grants = map[string][]Grant{
 		{Table: schema.InboxTable, Actions: []string{"Query", "BatchWriteItem"}},
 	},
 	Tasks: {
+		{Table: schema.TasksTableV1, Actions: []string{"GetItem"}},
 		// BatchGetItem: listings confirm what the indexes propose, and read
 		// the tasks' bodies. DeleteItem: a PATCH of the description or
 		// metadata deletes the body it replaced.
@@ -49,12 +61,17 @@ var Grants = map[string][]Grant{
 		{Table: schema.InboxTable, Actions: []string{"Query", "UpdateItem", "PutItem", "DeleteItem"}},
 	},
 	Checkouts: {
+		{Table: schema.TasksTableV1, Actions: []string{"GetItem"}},
 		// BatchGetItem: a completion answers with the task and its body.
 		// DeleteItem: a task created with a checkout whose id turns out
 		// taken deletes the body it wrote.
-		{Table: schema.TasksTable, Actions: []string{"GetItem", "PutItem", "UpdateItem", "BatchGetItem", "DeleteItem"}, QueryIndexes: []string{schema.TasksByClaim, schema.TasksByLeaseExpiry}},
+		// by_claim: a claim's candidates. No lease or heartbeat index: a
+		// checkout judges a lease on the task and its holder's heartbeat
+		// item (the sweeper, agent removal and GET /api/checkouts, in the
+		// tasks function, query those indexes).
+		{Table: schema.TasksTable, Actions: []string{"GetItem", "PutItem", "UpdateItem", "BatchGetItem", "DeleteItem"}, QueryIndexes: []string{schema.TasksByClaim}},
 		// UpdateItem: the receipts of claims that name their run id.
-		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
+		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem"}},
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
 		// Query: a named claim's retry whose receipt lost its grant finds it
 		// in the tried tasks' trails.
@@ -88,11 +105,28 @@ var Grants = map[string][]Grant{
 		{Table: schema.WebhookDeadLettersTable, Actions: []string{"PutItem"}},
 	},
 	Sweeper: {
+		{Table: schema.TasksTableV1, Actions: []string{"GetItem"}},
 		// by_claim: delayed tasks whose not_before passed are ranked again.
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByLeaseExpiry, schema.TasksByClaim}},
 		// GetItem also reads the queue registry.
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
 	},
+}
+
+// AwaitsMigration lists the functions that read or write today's tasks
+// table on their own initiative and so wait, while a tasks table of the
+// earlier schema exists without the marker of a finished `checkout-server
+// migrate -aws`: the route functions answer 503 unavailable, the sweeper
+// skips its runs. Each is granted GetItem on the earlier table for that
+// check. The stream function is not among them: it only carries the
+// consequences of changes already made to today's table, and before the
+// migration the only ones are the migration's own copies (which it must
+// see, and ignores as transitions).
+var AwaitsMigration = map[string]bool{
+	Agents:    true,
+	Tasks:     true,
+	Checkouts: true,
+	Sweeper:   true,
 }
 
 // PublishesEvents lists the functions that may put events on the service's

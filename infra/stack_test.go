@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -167,7 +168,14 @@ func (s *synthesized) render(v any) string {
 			for _, p := range parts {
 				out = append(out, s.render(p))
 			}
-			return strings.Join(out, sep)
+			joined := strings.Join(out, sep)
+			// A table the stack does not create, by its ARN in the stack's
+			// account and region: "table:<logical name>".
+			const own = "arn:ref:AWS::Partition:dynamodb:ref:AWS::Region:ref:AWS::AccountId:table/"
+			if name, ok := strings.CutPrefix(joined, own+s.stack.Config.TablePrefix); ok {
+				return "table:" + name
+			}
+			return joined
 		}
 	}
 	b, _ := json.Marshal(v)
@@ -599,11 +607,20 @@ func TestAccessMapNamesRealTablesAndIndexes(t *testing.T) {
 			indexes[tb.Name][ix.Name] = true
 		}
 	}
+	// The tasks table of the earlier schema, which the stack does not
+	// create: only the migration guard's read of its marker.
+	indexes[schema.TasksTableV1] = map[string]bool{}
 	allowed := map[string]bool{"GetItem": true, "PutItem": true, "UpdateItem": true, "DeleteItem": true,
-		"Query": true, "BatchGetItem": true, "BatchWriteItem": true}
+		"Query": true, "BatchGetItem": true, "BatchWriteItem": true, "DescribeTable": true}
 	for fn, grants := range deploy.Grants {
 		seen := map[string]bool{}
 		for _, g := range grants {
+			if g.Table == schema.TasksTableV1 && (!reflect.DeepEqual(g.Actions, []string{"GetItem"}) || len(g.QueryIndexes) > 0) {
+				t.Errorf("%s: the earlier tasks table is granted %v %v, want GetItem alone", fn, g.Actions, g.QueryIndexes)
+			}
+			if slices.Contains(g.Actions, "DescribeTable") && fn != deploy.Health {
+				t.Errorf("%s: DescribeTable is the health function's alone", fn)
+			}
 			if indexes[g.Table] == nil {
 				t.Errorf("%s: unknown table %q", fn, g.Table)
 			}
@@ -899,5 +916,75 @@ func TestBuiltFunctionsAreUsedAndRequireBuildRefusesMissingOnes(t *testing.T) {
 	}
 	if len(keys) != len(deploy.Functions) {
 		t.Errorf("%d distinct code assets, want %d", len(keys), len(deploy.Functions))
+	}
+}
+
+// The stream function's event source mapping hands it the tasks table's
+// changes one batch per shard at a time (ParallelizationFactor 1, set and
+// not left to the default: the queue counts apply each shard's changes in
+// order), from the oldest, retried and bisected, with a tumbling window and
+// its dead-letter queue.
+func TestStreamMappingKeepsEachShardInOrder(t *testing.T) {
+	s := defaultStack(t)
+	mappings := s.ofType("AWS::Lambda::EventSourceMapping")
+	if len(mappings) != 1 {
+		t.Fatalf("want 1 event source mapping, got %d", len(mappings))
+	}
+	for id, m := range mappings {
+		p := props(m)
+		if ref(p["FunctionName"]) != s.fnID[deploy.Stream] {
+			t.Errorf("%s: function %v", id, p["FunctionName"])
+		}
+		if getAtt(p["EventSourceArn"], "StreamArn") != s.tableID[schema.TasksTable] {
+			t.Errorf("%s: source %v", id, p["EventSourceArn"])
+		}
+		want := map[string]any{
+			"ParallelizationFactor": float64(1), "BatchSize": float64(streamBatchSize), "StartingPosition": "TRIM_HORIZON",
+			"BisectBatchOnFunctionError": true, "MaximumRetryAttempts": float64(streamRetries),
+			"MaximumRecordAgeInSeconds": float64(24 * 3600), "TumblingWindowInSeconds": float64(streamWindowMinutes * 60),
+		}
+		for k, v := range want {
+			if p[k] != v {
+				t.Errorf("%s: %s = %v, want %v", id, k, p[k], v)
+			}
+		}
+		onFailure, _ := p["DestinationConfig"].(map[string]any)["OnFailure"].(map[string]any)
+		if getAtt(onFailure["Destination"], "Arn") != s.id(s.stack.StreamDeadLetters) {
+			t.Errorf("%s: on failure %v", id, p["DestinationConfig"])
+		}
+	}
+}
+
+// Every public route's AwsSolutions-APIG4 suppression, as the template
+// carries it for cdk-nag, gives that route's own reason, naming it.
+func TestPublicRoutesGiveTheirOwnReasons(t *testing.T) {
+	s := defaultStack(t)
+	reasons := map[string]string{} // route key -> APIG4 reason
+	for id, r := range s.ofType("AWS::ApiGatewayV2::Route") {
+		key, _ := props(r)["RouteKey"].(string)
+		meta, _ := r["Metadata"].(map[string]any)
+		nag, _ := meta["cdk_nag"].(map[string]any)
+		for _, rule := range asList(nag["rules_to_suppress"]) {
+			if m, _ := rule.(map[string]any); m["id"] == "AwsSolutions-APIG4" {
+				if _, dup := reasons[key]; dup {
+					t.Errorf("%s (%s): two APIG4 suppressions", key, id)
+				}
+				reasons[key], _ = m["reason"].(string)
+			}
+		}
+	}
+	seen := map[string]string{}
+	for _, r := range deploy.Routes {
+		if r.Access != deploy.Public {
+			continue
+		}
+		reason := reasons[r.Key()]
+		if !strings.HasPrefix(reason, r.Key()+" ") {
+			t.Errorf("%s: APIG4 reason %q does not name the route", r.Key(), reason)
+		}
+		if other, ok := seen[reason]; ok {
+			t.Errorf("%s and %s share the reason %q", r.Key(), other, reason)
+		}
+		seen[reason] = r.Key()
 	}
 }

@@ -12,6 +12,6 @@ import (
 func main() {
 	env := setup.FromEnv(deploy.Agents)
 	log := env.Logger()
-	store := setup.MustStore(env, log)
-	lambda.Start(setup.HTTP(deploy.Agents, store, env, log))
+	store, db := setup.MustStore(env, log)
+	lambda.Start(setup.HTTP(deploy.Agents, store, db, env, log))
 }

@@ -13,6 +13,6 @@ import (
 func main() {
 	env := setup.FromEnv(deploy.Authorizer)
 	log := env.Logger()
-	store := setup.MustStore(env, log)
+	store, _ := setup.MustStore(env, log)
 	lambda.Start(setup.KeyAuthorizer(store, env, log))
 }

@@ -12,6 +12,6 @@ import (
 func main() {
 	env := setup.FromEnv(deploy.Checkouts)
 	log := env.Logger()
-	store := setup.MustStore(env, log)
-	lambda.Start(setup.HTTP(deploy.Checkouts, store, env, log))
+	store, db := setup.MustStore(env, log)
+	lambda.Start(setup.HTTP(deploy.Checkouts, store, db, env, log))
 }

@@ -1,5 +1,7 @@
-// Command health is the Lambda function that answers GET /healthz. It needs
-// no AWS client at all.
+// Command health is the Lambda function that answers GET /healthz (503
+// {"ok": false} while DynamoDB cannot be reached: it describes the tasks
+// table, cached for a few seconds), serves the dashboard's files, and takes
+// API Gateway's $default route.
 package main
 
 import (
@@ -11,5 +13,6 @@ import (
 
 func main() {
 	env := setup.FromEnv(deploy.Health)
-	lambda.Start(setup.HTTP(deploy.Health, nil, env, env.Logger()))
+	log := env.Logger()
+	lambda.Start(setup.HTTP(deploy.Health, nil, setup.MustDB(log), env, log))
 }

@@ -12,6 +12,6 @@ import (
 func main() {
 	env := setup.FromEnv(deploy.Inbox)
 	log := env.Logger()
-	store := setup.MustStore(env, log)
-	lambda.Start(setup.HTTP(deploy.Inbox, store, env, log))
+	store, db := setup.MustStore(env, log)
+	lambda.Start(setup.HTTP(deploy.Inbox, store, db, env, log))
 }

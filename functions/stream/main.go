@@ -18,6 +18,6 @@ import (
 
 func main() {
 	env := setup.FromEnv(deploy.Stream)
-	store := setup.MustStore(env, env.Logger())
+	store, _ := setup.MustStore(env, env.Logger())
 	lambda.Start(stream.WindowHandler(store))
 }

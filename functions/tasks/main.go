@@ -12,6 +12,6 @@ import (
 func main() {
 	env := setup.FromEnv(deploy.Tasks)
 	log := env.Logger()
-	store := setup.MustStore(env, log)
-	lambda.Start(setup.HTTP(deploy.Tasks, store, env, log))
+	store, db := setup.MustStore(env, log)
+	lambda.Start(setup.HTTP(deploy.Tasks, store, db, env, log))
 }

@@ -54,6 +54,8 @@ func (u *usage) record(fn, action string, params any) {
 		tables = []string{aws.ToString(p.TableName)}
 	case *dynamodb.DeleteItemInput:
 		tables = []string{aws.ToString(p.TableName)}
+	case *dynamodb.DescribeTableInput:
+		tables = []string{aws.ToString(p.TableName)}
 	case *dynamodb.QueryInput:
 		tables, index = []string{aws.ToString(p.TableName)}, aws.ToString(p.IndexName)
 	case *dynamodb.BatchGetItemInput:
@@ -100,7 +102,7 @@ func (u *usage) check(t *testing.T) {
 	t.Helper()
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for _, fn := range []string{deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Inbox, deploy.Authorizer, deploy.Sweeper, deploy.Stream} {
+	for _, fn := range []string{deploy.Health, deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Inbox, deploy.Authorizer, deploy.Sweeper, deploy.Stream} {
 		if len(u.calls[fn]) == 0 {
 			t.Errorf("function %s made no DynamoDB call: the script does not exercise it", fn)
 		}
@@ -135,6 +137,16 @@ func TestAccessCheckRefusesUngrantedCalls(t *testing.T) {
 		{deploy.Tasks, "Scan " + schema.TasksTable, false},
 		{deploy.Stream, "BatchWriteItem events", true},
 		{deploy.Sweeper, "BatchWriteItem events", false},
+		{deploy.Health, "DescribeTable " + schema.TasksTable, true},
+		{deploy.Health, "GetItem " + schema.TasksTable, false},
+		{deploy.Checkouts, "GetItem " + schema.TasksTableV1, true},
+		{deploy.Stream, "GetItem " + schema.TasksTableV1, false},
+		// The checkouts routes query no lease or heartbeat index: the
+		// sweeper, agent removal and GET /api/checkouts do.
+		{deploy.Checkouts, "Query " + schema.TasksTable + " " + schema.TasksByClaim, true},
+		{deploy.Checkouts, "Query " + schema.TasksTable + " " + schema.TasksByLeaseExpiry, false},
+		{deploy.Checkouts, "Query " + schema.HeartbeatsTable + " " + schema.HeartbeatsByExpiry, false},
+		{deploy.Inbox, "GetItem " + schema.TasksTableV1, false},
 	} {
 		verb := " may call "
 		if !c.ok {

@@ -103,11 +103,13 @@ type gateway struct {
 
 // newGateway wires each function to the store storeFor gives it, as each
 // Lambda has its own.
-func newGateway(storeFor func(fn string) *lease.Store, env Env, log *slog.Logger) *gateway {
+// dbFor gives each function the client of its own checks (the migration
+// guard, the health check), recorded like its store's.
+func newGateway(storeFor func(fn string) *lease.Store, dbFor func(fn string) TablesAPI, env Env, log *slog.Logger) *gateway {
 	g := &gateway{
 		authorizer: KeyAuthorizer(storeFor(deploy.Authorizer), env, log),
 		functions:  map[string]lambdaHandler{},
-		sweeper:    Sweep(storeFor(deploy.Sweeper), env),
+		sweeper:    Sweep(storeFor(deploy.Sweeper), dbFor(deploy.Sweeper), env),
 		routes:     http.NewServeMux(),
 	}
 	for _, fn := range []string{deploy.Health, deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Inbox} {
@@ -115,7 +117,7 @@ func newGateway(storeFor func(fn string) *lease.Store, env Env, log *slog.Logger
 		if fn == deploy.Health {
 			svc = nil // as in functions/health
 		}
-		g.functions[fn] = HTTP(fn, svc, env, log)
+		g.functions[fn] = HTTP(fn, svc, dbFor(fn), env, log)
 	}
 	for _, r := range deploy.Routes {
 		g.routes.Handle(r.Pattern(), http.NotFoundHandler())
@@ -324,7 +326,7 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 
 	gw := newGateway(func(fn string) *lease.Store {
 		return NewStore(used.client(fn), nil, env, quiet)
-	}, env, quiet)
+	}, func(fn string) TablesAPI { return used.client(fn) }, env, quiet)
 	arn, err := localstack.StreamARN(ctx, client, schema.Names{Prefix: env.TablePrefix}.Table(schema.TasksTable))
 	if err != nil {
 		t.Fatal(err)
@@ -535,7 +537,7 @@ func TestFunctionsServeOnlyTheirRoutes(t *testing.T) {
 	t.Parallel()
 	quiet := slog.New(slog.DiscardHandler)
 	for _, fn := range []string{deploy.Health, deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Inbox} {
-		h := HTTP(fn, nil, Env{}, quiet)
+		h := HTTP(fn, nil, nil, Env{}, quiet)
 		for _, r := range httpapi.Routes() {
 			path := strings.NewReplacer("{task_id}", "t1", "{agent_id}", "a1", "{message_id}", "m1").Replace(r.Path)
 			var ev events.APIGatewayV2HTTPRequest

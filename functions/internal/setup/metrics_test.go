@@ -119,7 +119,7 @@ func TestFunctionsWriteBusinessMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	checkouts := HTTP(deploy.Checkouts, store(deploy.Checkouts), env(deploy.Checkouts), quiet)
+	checkouts := HTTP(deploy.Checkouts, store(deploy.Checkouts), client, env(deploy.Checkouts), quiet)
 	arn, err := localstack.StreamARN(ctx, client, names.Table(schema.TasksTable))
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +168,7 @@ func TestFunctionsWriteBusinessMetrics(t *testing.T) {
 
 	// Both leases expire; one sweep ends them and writes one line.
 	clock.Advance(2 * time.Minute)
-	sweep := Sweep(store(deploy.Sweeper), env(deploy.Sweeper))
+	sweep := Sweep(store(deploy.Sweeper), client, env(deploy.Sweeper))
 	if _, err := sweep(ctx); err != nil {
 		t.Fatal(err)
 	}

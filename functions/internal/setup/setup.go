@@ -107,15 +107,15 @@ func (e Env) clock() func() time.Time {
 	return time.Now
 }
 
-// MustStore builds the store from the function's AWS configuration, or exits:
-// a function that cannot configure its clients, or whose shard counts are
-// out of bounds, has nothing to serve. It runs once per container, outside
-// the handler.
-func MustStore(e Env, log *slog.Logger) *lease.Store {
-	if _, err := schema.ShardsFromEnv(os.Getenv); err != nil {
-		log.Error("shard counts", "error", err)
-		os.Exit(1)
-	}
+// MustDB builds the DynamoDB client from the function's AWS configuration,
+// or exits: a function that cannot configure its client has nothing to
+// serve. It runs once per container, outside the handler.
+func MustDB(log *slog.Logger) *dynamodb.Client {
+	cfg := mustAWSConfig(log)
+	return dynamodb.NewFromConfig(cfg)
+}
+
+func mustAWSConfig(log *slog.Logger) aws.Config {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cfg, err := AWSConfig(ctx)
@@ -123,6 +123,20 @@ func MustStore(e Env, log *slog.Logger) *lease.Store {
 		log.Error("aws configuration", "error", err)
 		os.Exit(1)
 	}
+	return cfg
+}
+
+// MustStore builds the store from the function's AWS configuration, or exits:
+// a function that cannot configure its clients, or whose shard counts are
+// out of bounds, has nothing to serve. It runs once per container, outside
+// the handler. The DynamoDB client is returned too, for the checks of HTTP
+// and Sweep.
+func MustStore(e Env, log *slog.Logger) (*lease.Store, *dynamodb.Client) {
+	if _, err := schema.ShardsFromEnv(os.Getenv); err != nil {
+		log.Error("shard counts", "error", err)
+		os.Exit(1)
+	}
+	cfg := mustAWSConfig(log)
 	var n lease.Notifier
 	if e.EventBus != "" {
 		n = notify.NewEventBridge(eventbridge.NewFromConfig(cfg), e.EventBus)
@@ -143,7 +157,7 @@ func MustStore(e Env, log *slog.Logger) *lease.Store {
 		}
 		n = webhook.Multi(n, hooks)
 	}
-	return NewStore(db, n, e, log)
+	return NewStore(db, n, e, log), db
 }
 
 // Webhooks is the stream function's webhook notifier (nil without
@@ -204,20 +218,38 @@ func NewStore(db lease.DB, n lease.Notifier, e Env, log *slog.Logger) *lease.Sto
 // principal on). svc may be nil for the health function, which also serves
 // the dashboard's static files (GET / and GET /ui/{proxy+}, public routes).
 //
+// db is what the function checks besides its store. The functions of
+// deploy.AwaitsMigration answer every request with 503 unavailable while a
+// tasks table of the earlier schema waits for `checkout-server migrate -aws`
+// (MigrationGuard, checked here, at cold start, first); the health function
+// answers GET /healthz with 503 {"ok": false} while DynamoDB cannot be
+// reached. A nil db leaves both checks out (tests of the routing alone).
+//
 // API Gateway sends each function only its own routes; a misrouted request
 // is answered 404 not_found or 405 method_not_allowed, never by another
 // group's handler. The health function also takes API Gateway's $default
 // route (every request no route matches, with no authorizer), so it knows
 // every route: 405 with Allow for a known path with another method, and 401
 // for an API route, since no agent comes with them.
-func HTTP(fn string, svc httpapi.Service, e Env, log *slog.Logger) func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+func HTTP(fn string, svc httpapi.Service, db TablesAPI, e Env, log *slog.Logger) func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	opts := httpapi.Options{AutoCreateTasks: e.AutoCreateTasks, Logger: log, Now: e.Now, Function: fn}
 	if fn == deploy.Health {
 		opts.Function = ""
+		if db != nil {
+			opts.Health = newHealthCheck(db, e).check
+		}
 	}
 	h := httpapi.New(svc, opts)
 	if fn == deploy.Health {
 		h = ui.With(h)
+	}
+	if deploy.AwaitsMigration[fn] && db != nil {
+		g := NewMigrationGuard(db, e, log)
+		g.coldStart()
+		h = guardHTTP(g, log, h)
 	}
 	return meterHTTP(e.metrics(), apigw.Handler(h))
 }

@@ -18,10 +18,32 @@ type SweepHandler = func(context.Context) (lease.SweepResult, error)
 // Sweep is the sweeper function's handler. Every run writes exactly one
 // line, whether it succeeded or failed: its counts, its duration, and as
 // metrics the backlog it ended and the time it took.
-func Sweep(store *lease.Store, e Env) SweepHandler {
+//
+// While a tasks table of the earlier schema waits for `checkout-server
+// migrate -aws` (MigrationGuard over db, checked at cold start first), a
+// run sweeps nothing and its line says so: the leases to end are in the
+// earlier table, and the migration copies them as they are. A nil db skips
+// the check (tests of the sweep alone).
+func Sweep(store *lease.Store, db GetItemAPI, e Env) SweepHandler {
 	m := e.metrics()
 	now := e.clock()
+	var guard *MigrationGuard
+	if db != nil {
+		guard = NewMigrationGuard(db, e, nil) // the run's own line says what it found
+		guard.coldStart()
+	}
 	return func(ctx context.Context) (lease.SweepResult, error) {
+		if err := guard.Check(ctx); err != nil {
+			level, msg := slog.LevelWarn, "sweep skipped: the earlier tasks table has not been migrated; run `checkout-server migrate -aws`"
+			if !errors.Is(err, ErrNotMigrated) {
+				level, msg = slog.LevelError, "sweep skipped: the migration check failed"
+			}
+			m.Emit(ctx, level, msg, nil, slog.String("table", guard.Table()), slog.String("error", err.Error()))
+			if errors.Is(err, ErrNotMigrated) {
+				return lease.SweepResult{}, nil // not a failure: no dead letter, no error alarm
+			}
+			return lease.SweepResult{}, err
+		}
 		start := now()
 		res, err := store.Sweep(ctx)
 		took := now().Sub(start)

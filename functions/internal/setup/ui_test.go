@@ -21,7 +21,7 @@ import (
 // matter, Content-Security-Policy and bytes.
 func TestDashboardOnTheLambdaPath(t *testing.T) {
 	t.Parallel()
-	health := HTTP(deploy.Health, nil, Env{}, slog.New(slog.DiscardHandler))
+	health := HTTP(deploy.Health, nil, nil, Env{}, slog.New(slog.DiscardHandler))
 	local := ui.With(httpapi.New(nil, httpapi.Options{}))
 
 	public := map[string]bool{}
