@@ -88,6 +88,17 @@ func (p *Poller) pollShard(ctx context.Context, shard string) (int, error) {
 		in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeAfterSequenceNumber, &seq
 	}
 	it, err := p.Streams.GetShardIterator(ctx, in)
+	var trimmed *streamtypes.TrimmedDataAccessException
+	if errors.As(err, &trimmed) {
+		// The records after the checkpoint went past the stream's
+		// retention (24 h) before they were applied: they are lost. Go on
+		// from the oldest record held, as an event source mapping does,
+		// rather than fail every poll for ever.
+		p.log().ErrorContext(ctx, "stream records lost: the checkpoint is older than the stream's retention; going on from the oldest record held",
+			"shard", shard, "checkpoint", aws.ToString(in.SequenceNumber))
+		in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeTrimHorizon, nil
+		it, err = p.Streams.GetShardIterator(ctx, in)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("shard iterator of %s: %w", shard, err)
 	}
