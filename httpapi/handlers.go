@@ -377,6 +377,15 @@ type grant struct {
 	timeout                   time.Duration
 }
 
+// by is who asks for g's lease when it is not its holder (an admin acting
+// for another agent, whom the checkout event names), else "".
+func (g grant) by(p lease.Principal) string {
+	if p.AgentID == g.agentID {
+		return ""
+	}
+	return p.AgentID
+}
+
 // check checks b by lease's rules (an agent_id naming another agent, admins
 // only, first, then the timeout, the run id, whatever extra checks, and the
 // reason) and then resolves whom the grant is for.
@@ -433,6 +442,7 @@ func (s *server) checkout(w http.ResponseWriter, r *http.Request, p lease.Princi
 		ExpectedStatuses: body.ExpectedStatuses,
 		Watch:            body.Watch,
 		CreateIfMissing:  s.opts.AutoCreateTasks,
+		By:               g.by(p),
 	})
 	if err != nil {
 		return conflictFor(err, g.agentID)
@@ -664,7 +674,7 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, p lease.Principal
 	}
 	c, err := s.svc.Claim(r.Context(), lease.ClaimParams{
 		AgentID: g.agentID, AgentName: g.agentName, RunID: g.runID, Timeout: g.timeout, Reason: body.Reason,
-		Queues: body.Queues, Wait: wait,
+		Queues: body.Queues, Wait: wait, By: g.by(p),
 	})
 	if err != nil {
 		return err

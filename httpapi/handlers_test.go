@@ -100,12 +100,12 @@ func TestParamsReachTheService(t *testing.T) {
 		hs.svc.agents = []lease.Agent{{AgentID: "agent-7", Name: "writer"}}
 		res := hs.do("POST", "/api/tasks/task-1/checkout", "ck_admin", `{"agent_id":"agent-7"}`).expect(t, 200, "")
 		got := hs.svc.last.(lease.CheckoutParams)
-		if got.AgentID != "agent-7" || got.AgentName != "writer" || res.json["agent_name"] != "writer" {
+		if got.AgentID != "agent-7" || got.AgentName != "writer" || got.By == "" || got.By == "agent-7" || res.json["agent_name"] != "writer" {
 			t.Fatalf("got %+v: %s", got, res.body)
 		}
 		hs.do("POST", "/api/tasks/task-1/checkout", "ck_admin", `{"agent_id":"ghost"}`).expect(t, 404, "agent_not_found")
 		hs.do("POST", "/api/claim", "ck_admin", `{"agent_id":"agent-7"}`).expect(t, 200, "")
-		if c := hs.svc.last.(lease.ClaimParams); c.AgentID != "agent-7" || c.AgentName != "writer" || c.Timeout != 30*time.Minute {
+		if c := hs.svc.last.(lease.ClaimParams); c.AgentID != "agent-7" || c.AgentName != "writer" || c.By != got.By || c.Timeout != 30*time.Minute {
 			t.Fatalf("claim got %+v", c)
 		}
 	})

@@ -328,6 +328,11 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	} else {
 		upd = upd.Remove(expression.Name("reason"))
 	}
+	if p.By != "" {
+		upd = upd.Set(expression.Name("lease_by"), expression.Value(p.By))
+	} else {
+		upd = upd.Remove(expression.Name("lease_by"))
+	}
 	if prevReason != "" {
 		upd = upd.Set(expression.Name("prev_reason"), expression.Value(prevReason))
 	} else {

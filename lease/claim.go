@@ -204,7 +204,7 @@ const claimPoll = 2 * time.Second
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 	cp := CheckoutParams{
 		AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID, Timeout: p.Timeout, Reason: p.Reason,
-		ExpectedStatuses: []Status{StatusTodo}, TaskID: "claim",
+		ExpectedStatuses: []Status{StatusTodo}, TaskID: "claim", By: p.By,
 	}
 	named := p.RunID != ""
 	if err := checkCheckout(&cp); err != nil {

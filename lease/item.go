@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -65,6 +66,9 @@ type taskItem struct {
 	TimeoutMS    int64  `dynamodbav:"timeout_ms,omitempty"`
 	Reason       string `dynamodbav:"reason,omitempty"`
 	LeaseShard   string `dynamodbav:"lease_shard,omitempty"`
+	// LeaseBy is the agent that asked for the lease when it is not the
+	// holder (an admin acting for it): its checkout event's by.
+	LeaseBy string `dynamodbav:"lease_by,omitempty"`
 
 	// LeaseSeq is the seq of the lease's checkout event.
 	LeaseSeq int64 `dynamodbav:"lease_seq,omitempty"`
@@ -458,7 +462,7 @@ func (t *taskItem) latestEvents() []itemEvent {
 			}
 			out = append(out, itemEvent{eventItem: eventItem{
 				TaskID: t.TaskID, Seq: t.ESeq, PrevSeq: prev, PrevAt: prevAt, Type: EventCheckout, AgentID: t.Holder, RunID: t.RunID,
-				Fence: t.Fence, At: t.LockedAt, By: t.Holder, Reason: t.Reason,
+				Fence: t.Fence, At: t.LockedAt, By: cmp.Or(t.LeaseBy, t.Holder), Reason: t.Reason,
 			}})
 		}
 		return out

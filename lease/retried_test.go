@@ -104,3 +104,25 @@ func TestCompletionOfATaskWithoutAVersion(t *testing.T) {
 		t.Fatalf("the completion repeated: version %d, want 1", again.Version)
 	}
 }
+
+// An admin's checkout or claim for another agent leaves a checkout event
+// by the admin, with the lease's holder as its agent: the trail used to
+// name the holder as by, hiding who acted. A checkout the holder asks for
+// itself is by the holder.
+func TestCheckoutForAnotherAgentIsByTheAdmin(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "ob", "ob2")
+	co := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "ob", AgentID: "erin", By: "admin", Timeout: time.Hour}))
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "ob", AgentID: "erin", RunID: co.RunID}))
+	e.checkout(t, "ob", "erin", time.Hour)
+	evs := e.events(t, "ob")
+	if len(evs) != 3 || evs[0].By != "admin" || evs[0].AgentID != "erin" || evs[2].By != "erin" {
+		t.Fatalf("ob's trail: %+v; want a checkout for erin by admin, a release, a checkout by erin", evs)
+	}
+	must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "erin", By: "admin", Timeout: time.Hour}))
+	if evs := e.events(t, "ob2"); len(evs) != 1 || evs[0].By != "admin" || evs[0].AgentID != "erin" {
+		t.Fatalf("ob2's trail after a claim for erin: %+v", evs)
+	}
+}

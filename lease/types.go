@@ -367,6 +367,9 @@ type CheckoutParams struct {
 	Watch bool
 	// CreateIfMissing creates an unknown task instead of failing.
 	CreateIfMissing bool
+	// By is the agent that asked for the lease when it is not AgentID (an
+	// admin acting for it): the checkout event names it as by.
+	By string
 
 	// queues, when set (by claim), confines the grant to tasks in them.
 	queues []string
@@ -412,6 +415,9 @@ type ClaimParams struct {
 	Queues []string
 	// Wait, up to MaxClaimWait, waits for a task to become available.
 	Wait time.Duration
+	// By is the agent that asked when it is not AgentID, as in
+	// CheckoutParams.
+	By string
 }
 
 // Limits.

@@ -436,6 +436,13 @@ func checkCheckout(p *CheckoutParams) error {
 	if err := CheckReason(p.Reason); err != nil {
 		return err
 	}
+	if p.By == p.AgentID {
+		p.By = ""
+	} else if p.By != "" {
+		if err := CheckID("by", p.By); err != nil {
+			return err
+		}
+	}
 	if err := CheckExpectedStatuses(p.ExpectedStatuses); err != nil {
 		return err
 	}
