@@ -308,6 +308,13 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
   // hold every request until the streams kept on disk are loaded.
   replace('index.js', make => function (options) {
     const server = make.apply(this, arguments)
+    // Keep idle connections open longer than clients keep them (Go's
+    // default transport: 90 s). With Node's 5 s, a request sent on a
+    // pooled connection just as the server closed it failed, and the SDK
+    // sent it again: a write or read the server had already done was
+    // done, and billed, twice.
+    server.keepAliveTimeout = 120 * 1000
+    server.headersTimeout = 125 * 1000
     const s = store
     const dynaliteHandler = server.listeners('request')[0]
     server.removeAllListeners('request')
