@@ -45,9 +45,19 @@ func (t *tools) drop(taskID string) {
 func (t *tools) end(taskID, runID string, fence int64) {
 	t.mu.Lock()
 	delete(t.leases, taskID)
+	if _, ok := t.ended[taskID]; !ok && len(t.ended) >= maxEnded {
+		for k := range t.ended { // any one: a repeat comes soon after its ending
+			delete(t.ended, k)
+			break
+		}
+	}
 	t.ended[taskID] = held{runID, fence}
 	t.mu.Unlock()
 }
+
+// maxEnded bounds the endings a session remembers for repeats, so that a
+// session that works through many tasks does not grow without end.
+const maxEnded = 1024
 
 // lease is how a renewal, release or completion names its lease: by the
 // fence given (adopting a lease of an earlier run), by the lease this
