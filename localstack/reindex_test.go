@@ -188,16 +188,7 @@ func TestIndexEntriesSurviveKillWithTheirItems(t *testing.T) {
 					}
 				})
 			}
-			select {
-			case <-enough:
-			case <-time.After(time.Minute):
-				t.Fatal("writers made too little progress")
-			}
-			if err := d.cmd.Process.Kill(); err != nil { // SIGKILL, writes in flight
-				t.Fatal(err)
-			}
-			<-d.Done()
-			wg.Wait()
+			killMidWrites(t, d, enough, &wg)
 
 			log := &tail{max: 64 << 10}
 			d2 := start(t, Options{Path: path, IndexLag: -1, Log: log})

@@ -956,16 +956,7 @@ func TestStreamSurvivesKill(t *testing.T) {
 			}
 		})
 	}
-	select {
-	case <-enough:
-	case <-time.After(time.Minute):
-		t.Fatal("writers made too little progress")
-	}
-	if err := d.cmd.Process.Kill(); err != nil { // SIGKILL, writes in flight
-		t.Fatal(err)
-	}
-	<-d.Done()
-	wg.Wait()
+	killMidWrites(t, d, enough, &wg)
 
 	d2 := start(t, Options{Path: path})
 	c2, sc2 := client(d2.Endpoint), streamsClient(d2.Endpoint)
@@ -1040,4 +1031,21 @@ func TestStreamSkipsWritesThatChangeNothing(t *testing.T) {
 	if want := []string{"INSERT", "MODIFY", "MODIFY", "MODIFY"}; !slices.Equal(got, want) {
 		t.Fatalf("records %v, want %v", got, want)
 	}
+}
+
+// killMidWrites waits until the writers have made enough progress, then
+// SIGKILLs d with their writes in flight, and waits for d and the
+// writers to stop.
+func killMidWrites(t *testing.T, d *Dynalite, enough <-chan struct{}, wg *sync.WaitGroup) {
+	t.Helper()
+	select {
+	case <-enough:
+	case <-time.After(time.Minute):
+		t.Fatal("writers made too little progress")
+	}
+	if err := d.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-d.Done()
+	wg.Wait()
 }

@@ -237,26 +237,28 @@ func (c TableCheckpoints) Load(ctx context.Context) (map[string]string, error) {
 func (c TableCheckpoints) Save(ctx context.Context, shard, seq string) error {
 	shards := expression.Name("shards")
 	// One map attribute: set per shard once it exists, whole before that.
-	try := func(cond expression.ConditionBuilder, upd expression.UpdateBuilder) error {
-		expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
-		if err != nil {
-			return err
-		}
-		_, err = c.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: &c.Table, Key: c.key(),
-			ConditionExpression:       expr.Condition(),
-			UpdateExpression:          expr.Update(),
-			ExpressionAttributeNames:  expr.Names(),
-			ExpressionAttributeValues: expr.Values(),
-		})
-		return err
-	}
-	err := try(expression.AttributeExists(shards), expression.Set(shards.AppendName(expression.NameNoDotSplit(shard)), expression.Value(seq)))
+	err := c.update(ctx, expression.AttributeExists(shards), expression.Set(shards.AppendName(expression.NameNoDotSplit(shard)), expression.Value(seq)))
 	var ccf *ddb.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
 		return err
 	}
-	return try(expression.AttributeNotExists(shards), expression.Set(shards, expression.Value(map[string]string{shard: seq})))
+	return c.update(ctx, expression.AttributeNotExists(shards), expression.Set(shards, expression.Value(map[string]string{shard: seq})))
+}
+
+// update makes one conditional UpdateItem of the checkpoint item.
+func (c TableCheckpoints) update(ctx context.Context, cond expression.ConditionBuilder, upd expression.UpdateBuilder) error {
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
+	if err != nil {
+		return err
+	}
+	_, err = c.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &c.Table, Key: c.key(),
+		ConditionExpression:       expr.Condition(),
+		UpdateExpression:          expr.Update(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	return err
 }
 
 // SeedFrom makes c start where from is, if c has never been saved: for a
@@ -276,17 +278,7 @@ func (c TableCheckpoints) SeedFrom(ctx context.Context, from TableCheckpoints) e
 	if len(shards) > 0 {
 		upd = upd.Set(expression.Name("shards"), expression.Value(shards))
 	}
-	expr, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(key)).WithUpdate(upd).Build()
-	if err != nil {
-		return err
-	}
-	_, err = c.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &c.Table, Key: c.key(),
-		ConditionExpression:       expr.Condition(),
-		UpdateExpression:          expr.Update(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-	})
+	err = c.update(ctx, expression.AttributeNotExists(key), upd)
 	if ccf := (*ddb.ConditionalCheckFailedException)(nil); errors.As(err, &ccf) {
 		return nil
 	}
