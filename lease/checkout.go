@@ -114,13 +114,33 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 				return Checkout{}, err
 			}
 		case cur.Status == StatusBlocked:
-			if p.Watch {
+			err := s.blocked(ctx, cur)
+			var be *BlockedError
+			if errors.As(err, &be) && len(be.BlockedBy) == 0 {
+				// Its blockers are all done, and the change stream has yet
+				// to unblock it: unblock it as the stream would, and look
+				// again.
+				if err := s.unblockDone(ctx, cur); err != nil {
+					return Checkout{}, err
+				}
+				continue
+			}
+			if p.Watch && be != nil {
 				// Told when it is unblocked, as a watcher is.
 				if err := s.watch(ctx, cur, p.AgentID); err != nil {
 					return Checkout{}, err
 				}
 			}
-			return Checkout{}, s.blocked(ctx, cur)
+			return Checkout{}, err
+		case !p.blockersDone && reopening(cur, p.ExpectedStatuses):
+			// A finished task taken again is reopened, and waits for its
+			// blockers not done, as a PATCH that reopens it would.
+			err := s.blocked(ctx, cur)
+			var be *BlockedError
+			if !errors.As(err, &be) || len(be.BlockedBy) > 0 {
+				return Checkout{}, err
+			}
+			p.blockersDone = true
 		default:
 			if err := mismatch(cur); err != nil {
 				return Checkout{}, err
@@ -132,6 +152,55 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 		}
 	}
 	return Checkout{}, fmt.Errorf("checkout %s: %w", p.TaskID, ErrBusy)
+}
+
+// finished reports whether st is a status a checkout reopens.
+func finished(st Status) bool {
+	return st == StatusDone || st == StatusCancelled || st == StatusFailed
+}
+
+// reopening reports whether a checkout expecting expected would reopen
+// cur, a finished task with no lease that names blockers.
+func reopening(cur *taskItem, expected []Status) bool {
+	return finished(cur.Status) && slices.Contains(expected, cur.Status) && !cur.hasLease() && len(cur.BlockedBy) > 0
+}
+
+// reopenCond narrows a grant's status condition statusOK so that it never
+// reopens a finished task that names blockers: such a task may be waiting
+// on one not done, which only a read of the blockers can tell (Checkout
+// makes it, then grants with blockersDone). A blocker reopened between
+// that read and the grant is as a blocker reopened just after it.
+func reopenCond(statusOK expression.ConditionBuilder, expected []Status) expression.ConditionBuilder {
+	var open []Status
+	reopens := false
+	for _, st := range expected {
+		if finished(st) {
+			reopens = true
+		} else {
+			open = append(open, st)
+		}
+	}
+	if !reopens {
+		return statusOK
+	}
+	noBlockers := expression.AttributeNotExists(expression.Name("blocked_by"))
+	if len(open) == 0 {
+		return statusOK.And(noBlockers)
+	}
+	first, rest := statusValues(open)
+	return statusOK.And(nameStatus.In(first, rest...).Or(noBlockers))
+}
+
+// unblockDone unblocks cur, a blocked task whose blockers were all read
+// done, with the writes the change stream would make (settle, or, when it
+// waits on none, unblockEmptied); each applies at most once, whoever
+// makes it first.
+func (s *Store) unblockDone(ctx context.Context, cur *taskItem) error {
+	if len(cur.WaitingOn) == 0 {
+		return s.unblockEmptied(ctx, cur.TaskID, "")
+	}
+	_, err := s.settle(ctx, cur.TaskID, cur.WaitingOn)
+	return err
 }
 
 // blocked is the answer to a checkout of the blocked task cur: its
@@ -264,6 +333,9 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		// makes the task todo in all but name; an expired lease's attempt
 		// failed, and is taken over only if it was not the task's last
 		// (else Checkout fails the task).
+		if !p.blockersDone {
+			statusOK = reopenCond(statusOK, p.ExpectedStatuses)
+		}
 		free := expression.AttributeNotExists(nameHolder).And(statusOK)
 		if todo {
 			// (A delayed task keeps an expiry with no holder: not a lease.)

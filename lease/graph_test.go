@@ -913,3 +913,114 @@ func TestAMismatchNamesTheStatusShown(t *testing.T) {
 		t.Fatalf("checkout expecting in_progress: %v, want status_mismatch naming failed", err)
 	}
 }
+
+// A checkout that takes a cancelled or done task again is a reopening: it
+// answers blocked, naming the open blockers, while any blocker is not
+// done, as a PATCH that reopens the task would leave it blocked; once they
+// are all done it grants. It used to grant at once, and the task's
+// release then left it todo with an open blocker, for claims to hand out.
+func TestCheckoutReopeningATaskWaitsForItsBlockers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "b")
+	e.create(t, lease.CreateTaskParams{TaskID: "d", Queue: "reopen", Priority: new(9), BlockedBy: []string{"b"}})
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "d", AgentID: "x", Status: new(lease.StatusCancelled)}))
+	_, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "d", AgentID: "y", ExpectedStatuses: []lease.Status{lease.StatusCancelled}})
+	var be *lease.BlockedError
+	if !errors.As(err, &be) || !slices.Equal(blockerIDs(be.BlockedBy), []string{"b=todo"}) {
+		t.Fatalf("checkout of cancelled d while b is todo: %v, want blocked by b", err)
+	}
+	if got := e.get(t, "d").Status; got != lease.StatusCancelled {
+		t.Fatalf("d after the refused checkout: %s, want cancelled (unchanged)", got)
+	}
+	if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "z", Queues: []string{"reopen"}}); !errors.Is(err, lease.ErrNoTaskAvailable) {
+		t.Fatalf("claim of d's queue: %v, want no task available", err)
+	}
+	e.complete(t, "b", "x")
+	co, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "d", AgentID: "y", ExpectedStatuses: []lease.Status{lease.StatusCancelled}})
+	if err != nil || co.AgentID != "y" {
+		t.Fatalf("checkout of cancelled d once b is done: %+v, %v; want granted", co, err)
+	}
+}
+
+// A checkout of a task still blocked in name, whose blockers are all done
+// (the change stream has not yet unblocked it), unblocks it and grants,
+// rather than answering blocked by no task.
+func TestCheckoutRightAfterTheLastBlockerCompletesGrants(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "b")
+	e.create(t, lease.CreateTaskParams{TaskID: "d", BlockedBy: []string{"b"}})
+	e.complete(t, "b", "x") // no drain: d is still blocked in its item
+	co, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "d", AgentID: "y"})
+	if err != nil || co.AgentID != "y" {
+		t.Fatalf("checkout of d once b is done: %+v, %v; want granted", co, err)
+	}
+	e.drain(t)
+	e.drain(t)
+	if n := count(e.events(t, "d"), lease.EventUnblocked); n != 1 {
+		t.Fatalf("d's events: %d unblocked, want 1", n)
+	}
+}
+
+// Plain releases are grants but not failures, so a task can have had more
+// attempts than its max_attempts. A PATCH that keeps max_attempts as it is
+// (a client writing back what it read) or raises it takes nothing away and
+// is accepted; one that lowers it is still held to the attempts used.
+func TestMaxAttemptsKeptOrRaisedPastTheAttemptsUsedIsAccepted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "t", MaxAttempts: new(2)})
+	for range 3 {
+		co := e.checkout(t, "t", "x", time.Minute)
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", RunID: co.RunID}))
+	}
+	if got := e.get(t, "t"); got.Attempts != 3 || got.MaxAttempts != 2 {
+		t.Fatalf("t after three plain releases: attempts %d of %d, want 3 of 2", got.Attempts, got.MaxAttempts)
+	}
+	for _, n := range []int{2, 3} {
+		if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "x", MaxAttempts: &n}); err != nil {
+			t.Errorf("max_attempts %d (kept or raised) after 3 attempts: %v, want accepted", n, err)
+		}
+	}
+	var verr *lease.ValidationError
+	if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "x", MaxAttempts: new(1)}); !errors.As(err, &verr) || verr.Field != "max_attempts" {
+		t.Errorf("max_attempts 1 (lowered) after 3 attempts: %v, want invalid max_attempts", err)
+	}
+	if got := e.get(t, "t"); got.MaxAttempts != 3 {
+		t.Fatalf("t's max_attempts %d, want 3", got.MaxAttempts)
+	}
+}
+
+// A PATCH of blocked_by that leaves a blocked task waiting on nothing
+// unblocks it as a blocker's completion would: with an unblocked event,
+// and its watchers told (task_available, reason unblocked). They used to
+// hear nothing until the task's next freeing.
+func TestPatchThatUnblocksTellsTheWatchers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "b")
+	e.create(t, lease.CreateTaskParams{TaskID: "d", BlockedBy: []string{"b"}})
+	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "d", AgentID: "w", Watch: true}); !errors.As(err, new(*lease.BlockedError)) {
+		t.Fatalf("checkout of blocked d with watch: %v, want blocked", err)
+	}
+	d := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "d", AgentID: "x", BlockedBy: new([]string{})}))
+	if d.Status != lease.StatusTodo {
+		t.Fatalf("d after its blockers were dropped: %s, want todo", d.Status)
+	}
+	e.drain(t)
+	if n := count(e.events(t, "d"), lease.EventUnblocked); n != 1 {
+		t.Fatalf("d's events: %d unblocked, want 1", n)
+	}
+	var told []string
+	for _, m := range e.inbox(t, "w") {
+		told = append(told, m.Type+":"+m.TaskID+":"+m.Reason)
+	}
+	if want := []string{lease.MessageTaskAvailable + ":d:" + string(lease.EventUnblocked)}; !slices.Equal(told, want) {
+		t.Fatalf("w's inbox %v, want %v", told, want)
+	}
+}

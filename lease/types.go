@@ -373,6 +373,9 @@ type CheckoutParams struct {
 
 	// queues, when set (by claim), confines the grant to tasks in them.
 	queues []string
+	// blockersDone says the checkout found every blocker of the finished
+	// task it reopens done (see reopenCond).
+	blockersDone bool
 }
 
 type RenewParams struct {

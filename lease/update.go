@@ -333,6 +333,16 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 	claimable := final == StatusTodo && !cur.hasLease()
 	if !written && (p.Status != nil || g != nil) && final != cur.Status {
 		upd = setStatus(upd, cur.TaskID, final, s.shards.Status)
+		if cur.Status == StatusBlocked && final == StatusTodo {
+			// Unblocked by this PATCH: the transition a blocker's completion
+			// would make (unblockWrite), so that its event tells the
+			// watchers. Its time is not before the task's latest.
+			upd = upd.Set(nameESeq, nameESeq.Plus(expression.Value(1))).
+				Set(expression.Name("last_op"), expression.Value(string(EventUnblocked))).
+				Set(expression.Name("last_at"), expression.Value(max(ms(now), cur.LastAt))).
+				Set(namePriorAt, priorAt).
+				Remove(expression.Name("unblocked_by"))
+		}
 		if !claimable {
 			upd = upd.Remove(nameClaimShard)
 		}
@@ -432,9 +442,12 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 // checkAttemptsLeft refuses a max_attempts that the attempts cur has used
 // already reach: a task waiting for its next attempt (todo, blocked) must
 // have one left, a task in progress keep the one it is in. A PATCH that
-// reopens the task counts its attempts anew.
+// reopens the task counts its attempts anew. A max_attempts that keeps or
+// raises the task's own takes nothing away: plain releases are grants but
+// not failures, so a task may have had more attempts than its limit, and a
+// client writing back what it read must not be refused.
 func checkAttemptsLeft(cur *taskItem, st Status, p UpdateTaskParams) error {
-	if p.MaxAttempts == nil || reopens(st, p.Status) {
+	if p.MaxAttempts == nil || reopens(st, p.Status) || *p.MaxAttempts >= cur.maxAttempts() {
 		return nil
 	}
 	switch n := *p.MaxAttempts; {
