@@ -114,24 +114,13 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 				return Checkout{}, err
 			}
 		case cur.Status == StatusBlocked:
-			err := s.blocked(ctx, cur)
-			var be *BlockedError
-			if errors.As(err, &be) && len(be.BlockedBy) == 0 {
-				// Its blockers are all done, and the change stream has yet
-				// to unblock it: unblock it as the stream would, and look
-				// again.
-				if err := s.unblockDone(ctx, cur); err != nil {
-					return Checkout{}, err
-				}
-				continue
-			}
-			if p.Watch && be != nil {
+			if p.Watch {
 				// Told when it is unblocked, as a watcher is.
 				if err := s.watch(ctx, cur, p.AgentID); err != nil {
 					return Checkout{}, err
 				}
 			}
-			return Checkout{}, err
+			return Checkout{}, s.blocked(ctx, cur)
 		case !p.blockersDone && reopening(cur, p.ExpectedStatuses):
 			// A finished task taken again is reopened, and waits for its
 			// blockers not done, as a PATCH that reopens it would.
@@ -189,18 +178,6 @@ func reopenCond(statusOK expression.ConditionBuilder, expected []Status) express
 	}
 	first, rest := statusValues(open)
 	return statusOK.And(nameStatus.In(first, rest...).Or(noBlockers))
-}
-
-// unblockDone unblocks cur, a blocked task whose blockers were all read
-// done, with the writes the change stream would make (settle, or, when it
-// waits on none, unblockEmptied); each applies at most once, whoever
-// makes it first.
-func (s *Store) unblockDone(ctx context.Context, cur *taskItem) error {
-	if len(cur.WaitingOn) == 0 {
-		return s.unblockEmptied(ctx, cur.TaskID, "")
-	}
-	_, err := s.settle(ctx, cur.TaskID, cur.WaitingOn)
-	return err
 }
 
 // blocked is the answer to a checkout of the blocked task cur: its

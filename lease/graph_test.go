@@ -944,27 +944,6 @@ func TestCheckoutReopeningATaskWaitsForItsBlockers(t *testing.T) {
 	}
 }
 
-// A checkout of a task still blocked in name, whose blockers are all done
-// (the change stream has not yet unblocked it), unblocks it and grants,
-// rather than answering blocked by no task.
-func TestCheckoutRightAfterTheLastBlockerCompletesGrants(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	c := ctx(t)
-	e.task(t, "b")
-	e.create(t, lease.CreateTaskParams{TaskID: "d", BlockedBy: []string{"b"}})
-	e.complete(t, "b", "x") // no drain: d is still blocked in its item
-	co, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "d", AgentID: "y"})
-	if err != nil || co.AgentID != "y" {
-		t.Fatalf("checkout of d once b is done: %+v, %v; want granted", co, err)
-	}
-	e.drain(t)
-	e.drain(t)
-	if n := count(e.events(t, "d"), lease.EventUnblocked); n != 1 {
-		t.Fatalf("d's events: %d unblocked, want 1", n)
-	}
-}
-
 // Plain releases are grants but not failures, so a task can have had more
 // attempts than its max_attempts. A PATCH that keeps max_attempts as it is
 // (a client writing back what it read) or raises it takes nothing away and
