@@ -163,6 +163,12 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 			body.SameAgent = &same
 		}
 		return answer(body)
+	case errors.As(err, &blocked) && len(blocked.BlockedBy) == 0:
+		// Blocked in name only: its blockers are all done, and the change
+		// stream unblocks it within about a second.
+		body := blockedBody(blocked, task)
+		body.Error = task + " is still blocked, but its blockers are all done: it becomes todo within about a second; try again then"
+		return answer(body)
 	case errors.As(err, &blocked):
 		return answer(blockedBody(blocked, task))
 	case errors.As(err, &notReady):

@@ -349,6 +349,14 @@ func TestBlockedAndNotReadyAnswers(t *testing.T) {
 	if msg := res.json["error"].(string); !strings.HasSuffix(msg, "b2 (todo), and 2 more") || len(res.json["blocked_by"].([]any)) != 5 {
 		t.Errorf("many blockers: %s", res.body)
 	}
+	// Blocked by none: its blockers are all done, and the task is about
+	// to be unblocked (the change stream's delay); the sentence says so
+	// rather than naming no blocker.
+	hs.svc.err = &lease.BlockedError{TaskID: "task-1"}
+	res = hs.do("POST", "/api/tasks/task-1/checkout", "ck_agent", "").expect(t, 409, "blocked")
+	if msg := res.json["error"].(string); !strings.Contains(msg, "blockers are all done") || len(res.json["blocked_by"].([]any)) != 0 {
+		t.Errorf("blocked by none: %s", res.body)
+	}
 	// A bare ErrBlocked still answers with a list.
 	hs.svc.err = lease.ErrBlocked
 	res = hs.do("POST", "/api/tasks/task-1/checkout", "ck_agent", "").expect(t, 409, "blocked")

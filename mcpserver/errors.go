@@ -153,6 +153,9 @@ func toolError(err error) Outcome {
 	case errors.Is(err, client.ErrNotCheckedOut):
 		return Outcome{Code: errcode.NotCheckedOut, Message: "no live lease holds this task: yours expired or was released, so another agent may take it. " +
 			"Stop working on it, or take it again with checkout_task"}
+	case errors.As(err, &be) && len(be.BlockedBy) == 0:
+		return Outcome{Code: errcode.Blocked, Message: "the task is still blocked, but its blockers are all done: it becomes available within about a second. " +
+			"Try checkout_task again then"}
 	case errors.As(err, &be):
 		return Outcome{Code: errcode.Blocked, BlockedBy: be.BlockedBy, Message: fmt.Sprintf(
 			"the task is blocked: it waits for %s, which must be done first. Do not work on it; pick another task (claim_task), perhaps one of those",
