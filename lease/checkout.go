@@ -143,7 +143,8 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 	return Checkout{}, fmt.Errorf("checkout %s: %w", p.TaskID, ErrBusy)
 }
 
-// finished reports whether st is a status a checkout reopens.
+// finished reports whether st is a status that a checkout or a PATCH to
+// todo reopens.
 func finished(st Status) bool {
 	return st == StatusDone || st == StatusCancelled || st == StatusFailed
 }

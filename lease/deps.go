@@ -359,6 +359,20 @@ func (s *Store) unblockEmptied(ctx context.Context, taskID, blocker string) erro
 	return fmt.Errorf("unblock %s: %w", taskID, ErrBusy)
 }
 
+// unblockedTransition records an unblocking in upd, at `at` (epoch ms), by
+// blocker ("" when not known): the transition whose event, unblocked,
+// tells the task's watchers.
+func unblockedTransition(upd expression.UpdateBuilder, at int64, blocker string) expression.UpdateBuilder {
+	upd = upd.Set(nameESeq, nameESeq.Plus(expression.Value(1))).
+		Set(expression.Name("last_op"), expression.Value(string(EventUnblocked))).
+		Set(expression.Name("last_at"), expression.Value(at)).
+		Set(namePriorAt, priorAt)
+	if blocker != "" {
+		return upd.Set(expression.Name("unblocked_by"), expression.Value(blocker))
+	}
+	return upd.Remove(expression.Name("unblocked_by"))
+}
+
 // unblockWrite makes a blocked task todo, in the claim index, with its
 // unblocked event (by blocker, "" when not known), on condition that it
 // is blocked, at now, and conds.
@@ -366,16 +380,8 @@ func (s *Store) unblockWrite(ctx context.Context, taskID, blocker string, now ti
 	cond := terms{nameStatus.Equal(expression.Value(string(StatusBlocked))), timeCond(now)}.and(conds...)
 	upd := setStatus(expression.UpdateBuilder{}, taskID, StatusTodo, s.shards.Status).
 		Remove(nameWaitingOn).
-		Set(nameClaimShard, expression.IfNotExists(expression.Name("claim_home"), expression.Value(claimHome(DefaultQueue, taskID, s.shards.Claim)))).
-		Set(nameESeq, nameESeq.Plus(expression.Value(1))).
-		Set(expression.Name("last_op"), expression.Value(string(EventUnblocked))).
-		Set(expression.Name("last_at"), expression.Value(ms(now))).
-		Set(namePriorAt, priorAt)
-	if blocker != "" {
-		upd = upd.Set(expression.Name("unblocked_by"), expression.Value(blocker))
-	} else {
-		upd = upd.Remove(expression.Name("unblocked_by"))
-	}
+		Set(nameClaimShard, expression.IfNotExists(expression.Name("claim_home"), expression.Value(claimHome(DefaultQueue, taskID, s.shards.Claim))))
+	upd = unblockedTransition(upd, ms(now), blocker)
 	cur, applied, err := s.update(ctx, taskID, cond, upd, types.ReturnValueNone)
 	if applied {
 		s.claims.wake()

@@ -335,13 +335,9 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		upd = setStatus(upd, cur.TaskID, final, s.shards.Status)
 		if cur.Status == StatusBlocked && final == StatusTodo {
 			// Unblocked by this PATCH: the transition a blocker's completion
-			// would make (unblockWrite), so that its event tells the
-			// watchers. Its time is not before the task's latest.
-			upd = upd.Set(nameESeq, nameESeq.Plus(expression.Value(1))).
-				Set(expression.Name("last_op"), expression.Value(string(EventUnblocked))).
-				Set(expression.Name("last_at"), expression.Value(max(ms(now), cur.LastAt))).
-				Set(namePriorAt, priorAt).
-				Remove(expression.Name("unblocked_by"))
+			// records, so that its event tells the watchers. Its time is not
+			// before the task's latest.
+			upd = unblockedTransition(upd, max(ms(now), cur.LastAt), "")
 		}
 		if !claimable {
 			upd = upd.Remove(nameClaimShard)
@@ -462,7 +458,7 @@ func checkAttemptsLeft(cur *taskItem, st Status, p UpdateTaskParams) error {
 }
 
 func reopens(from Status, to *Status) bool {
-	return to != nil && *to == StatusTodo && (from == StatusDone || from == StatusCancelled || from == StatusFailed)
+	return to != nil && *to == StatusTodo && finished(from)
 }
 
 // reopenGraph is the graph of cur reopened: its blocked_by as it is, and
