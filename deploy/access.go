@@ -48,10 +48,12 @@ var Grants = map[string][]Grant{
 		// metadata deletes the body it replaced.
 		// by_claim: the oldest todo task of each queue, GET /api/queues.
 		{Table: schema.TasksTable, Actions: []string{"PutItem", "GetItem", "UpdateItem", "BatchGetItem", "DeleteItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByClaim}},
-		// GetItem and BatchGetItem also read the queue counters; PutItem
-		// and DeleteItem take and give back the graph's lock, which a
-		// PATCH naming blockers holds.
-		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem", "PutItem", "DeleteItem"}},
+		// GetItem and BatchGetItem also read the queue counters and the
+		// queue registry, which UpdateItem adds a task's new queue to
+		// before its first task is written; PutItem and DeleteItem take
+		// and give back the graph's lock, which a PATCH naming blockers
+		// holds.
+		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem", "PutItem", "DeleteItem", "UpdateItem"}},
 		// by_feed: the fleet feed, GET /api/events.
 		{Table: schema.EventsTable, Actions: []string{"Query"}, QueryIndexes: []string{schema.EventsByFeed}},
 		// A watch is an item of its own: read the task's watches, place one.

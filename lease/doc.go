@@ -26,8 +26,8 @@
 // claims and delays in claim.go; PATCH in update.go; watches in
 // watch.go; dependencies and attempts in deps.go; a task's body and a
 // failed release's error in body.go; the queue counts in queuecounts.go;
-// the fleet feed in feed.go; moving a table of the earlier schema in
-// migrate.go; every operation's requests, and the batch and Query
+// the fleet feed in feed.go; task listings in list.go; moving a table of
+// the earlier schema in migrate.go; every operation's requests, and the batch and Query
 // helpers, in dynamo.go. This page holds what every part relies on.
 //
 // # Tables
@@ -37,8 +37,8 @@
 //
 //	tasks2      task_id                 the task, its lease and fence; its body "<id>#body#<token>",
 //	                                    a failed release's error "<id>#error#<fence>"
-//	  by_status        status_shard / created_key   list by status group (open: todo, blocked and
-//	                                                in_progress; done, cancelled, failed)
+//	  by_status        status_shard / created_key   sparse: list blocked ("open"), done, cancelled
+//	                                                and failed tasks (todo and in_progress: list.go)
 //	  by_lease_expiry  lease_shard / lease_expires  sparse: live leases by expiry, and
 //	                                                delayed tasks by not_before
 //	  by_claim         claim_shard / claim_key      sparse: claimable tasks by queue, priority, age
@@ -61,8 +61,9 @@
 // while those attributes are present: ending a lease REMOVEs them, which takes
 // the task out of both lease indexes in the same write. lease_shard spreads
 // the expiry index over the lease shard count's partitions (hb_shard the
-// heartbeats index likewise), status_shard ("open#<shard>" for todo and
-// in_progress, "done#<shard>", "cancelled#<shard>") each status group over
+// heartbeats index likewise), status_shard ("open#<shard>" for blocked,
+// "done#<shard>", "cancelled#<shard>"; none for todo and in_progress,
+// which list.go lists from by_claim and by_lease_expiry) each status over
 // the status count, claim_shard each queue over the claim count and
 // feed_shard each hour of the feed over the feed count, so that no one
 // partition takes every transition of the fleet; readers Query each shard.
@@ -80,13 +81,15 @@
 // index is written only when a write changes an entry's keys or those
 // attributes, and an entry costs one write unit whatever the task's body
 // (its own item, body.go). So a checkout writes the task item, updates
-// its by_status entry's status (the task stays in its open partition),
-// puts its lease's expiry entry and deletes its claim entry: 4 write
-// units; its consequences add the archived event, its feed entry and the
-// queue counter: 7 in all, for any task. A completion: the item, the
-// expiry entry, the status entry moved from open to done (2): 4, and 7 in
-// all; a renewal: the item and the expiry entry moved (2): 3, and 5 with
-// its event. A conflict's failed write bills the item: 1. A heartbeat
+// puts its lease's expiry entry and deletes its claim entry: 3 write
+// units (a todo or in_progress task has no status entry: list.go); its
+// consequences add the archived event, its feed entry and the queue
+// counter: 6 in all, for any task. A release or a sweep's ending: the
+// item, the expiry entry deleted, the claim entry put: 3, and 6 in all
+// (the sweep's adds the lease_lost message: 7, less the counter write it
+// shares with the batch's other endings). A completion: the item, the
+// expiry entry, the done status entry put: 3, and 6 in all; a renewal:
+// the item and the expiry entry moved (2): 3, and 5 with its event. A conflict's failed write bills the item: 1. A heartbeat
 // writes its item and moves the agent's by_expiry entry (a delete and a
 // put): 3, however many leases the agent holds. No index is keyed by
 // holder: one agent's leases are found by a filter on the expiry index
@@ -112,11 +115,12 @@
 //	by_claim         claim candidates only; the grant's write re-checks
 //	                 status, lease and queue, so an entry that lags a grant,
 //	                 an ending or a PATCH that moved the task is skipped
-//	by_status        listing; a listing page is
-//	                 confirmed by one consistent BatchGetItem and shows each
-//	                 task as it is, under its current status only (a task
-//	                 whose index entry lags is missing from that page, never
-//	                 shown wrongly); a claim's grant is a conditional write
+//	by_status        listing (by_claim and by_lease_expiry too, for todo
+//	                 and in_progress); a listing page is confirmed by one
+//	                 consistent BatchGetItem and shows each task as it is,
+//	                 under its current status only (a task whose index
+//	                 entry lags is missing from that page, never shown
+//	                 wrongly)
 //	by_lease_expiry  candidates for the sweep's timeout and death passes,
 //	                 removal and listing: each ending is conditioned on the
 //	                 lease (holder, fence, and expiry or locked_at) as read,

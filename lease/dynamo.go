@@ -29,8 +29,11 @@ import (
 //	  retried           the failed UpdateItem, which returns the ending it repeats
 //	force release       GetItem task + holder's heartbeat (cached) + UpdateItem
 //	task, lock status   GetItem task (+ holder's heartbeat, cached)
-//	list tasks          Query by_status, a shard at a time + BatchGetItem of
-//	                    the tasks (+ holders' heartbeats)
+//	list tasks          Query per shard, at once (todo: by_claim, each queue
+//	                    walked, + GetItem of the queue registry when no queue
+//	                    is named; in_progress: by_lease_expiry; the others:
+//	                    by_status) + BatchGetItem of the tasks (+ holders'
+//	                    heartbeats); list.go
 //	list checkouts      Query by_lease_expiry per shard (one agent's: filtered) + BatchGetItem
 //	                    of the tasks (+ holders' heartbeats)
 //	claim candidates    at once: Query by_claim per shard of each queue (its
@@ -39,7 +42,9 @@ import (
 //	claim, waiting      per look after the first: Query by_claim per shard of
 //	                    each queue only
 //	create (batch)      PutItem (one per task, concurrently; the failed
-//	                    condition returns the existing task)
+//	                    condition returns the existing task); a queue new to
+//	                    this process: + GetItem of the queue registry, and an
+//	                    UpdateItem of it when the queue is new to it too
 //	PATCH               GetItem + UpdateItem pinned to the version read
 //	                    (+ holder's heartbeat, cached, when a lease is on it;
 //	                    + PutItem and DeleteItem of the graph's lock when it

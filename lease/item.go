@@ -20,7 +20,7 @@ type taskItem struct {
 	Title  string `dynamodbav:"title,omitempty"`
 	Status Status `dynamodbav:"status"`
 	// StatusShard is the status index's partition key: the status and a
-	// shard of the task's (statusShard).
+	// shard of the task's (statusShard); none while todo or in_progress.
 	StatusShard string `dynamodbav:"status_shard,omitempty"`
 	CreatedAt   int64  `dynamodbav:"created_at"`
 	CreatedKey  string `dynamodbav:"created_key"`

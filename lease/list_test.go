@@ -1,8 +1,8 @@
 package lease_test
 
 import (
+	"cmp"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -11,29 +11,81 @@ import (
 	"github.com/checkout-dev/checkout/lease"
 )
 
-// A status's tasks are spread over many index partitions; a listing merges
-// them back into creation order, page by page, with or without a queue
-// filter (which can leave a page short), and lists each task once.
-func TestListTasksMergesShardsInCreationOrder(t *testing.T) {
+// Each status is listed from its own index, its tasks spread over many
+// partitions, and merged back into order page by page, with or without a
+// queue filter (which can leave a page short), each task once:
+//
+//   - todo from the claim index, queue by queue in name order, each in
+//     claim order: highest priority, then oldest, then those waiting for
+//     their not_before, earliest first;
+//   - in_progress from the lease index, soonest expiry first;
+//   - done (and the other statuses) from the status index, oldest first.
+func TestListTasksOrder(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	c := ctx(t)
-	var all, inQ []string
-	for i := range 45 {
-		id := fmt.Sprintf("job-%02d", i)
-		q := "default"
-		if i%3 == 0 {
-			q = "q"
-			inQ = append(inQ, id)
+	type task struct {
+		id, queue string
+		prio      int
+		created   int64
+		delay     time.Duration
+	}
+	var tasks []task
+	queues := []string{"default", "q", "a-first"}
+	for i := range 60 {
+		tk := task{id: fmt.Sprintf("job-%02d", i), queue: queues[i%3], prio: (i / 3) % 4 * 3, created: e.clock.Now().UnixMilli()}
+		p := lease.CreateTaskParams{TaskID: tk.id, Queue: tk.queue, Priority: &tk.prio}
+		if i%7 == 0 {
+			// Waiting: ranked after the ready ones, earliest first.
+			tk.delay = time.Duration(60-i) * time.Minute
+			nb := e.clock.Now().Add(tk.delay)
+			p.NotBefore = &nb
 		}
-		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: id, Queue: q}))
-		all = append(all, id)
+		must[lease.Task](t)(e.store.CreateTask(c, p))
+		tasks = append(tasks, tk)
 		e.clock.Advance(time.Millisecond)
+	}
+	// Six in progress, their expiries in another order than their ids',
+	// and three done.
+	var held, done []string
+	for i, id := range []string{"job-01", "job-02", "job-04", "job-05", "job-08", "job-10"} {
+		e.checkout(t, id, "agent", time.Duration(20-3*i)*time.Minute)
+		held = append([]string{id}, held...)
+	}
+	for _, id := range []string{"job-11", "job-13", "job-16"} {
+		e.checkout(t, id, "agent", time.Hour)
+		must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: id, AgentID: "agent"}))
+		done = append(done, id)
+	}
+	var todo []task
+	for _, tk := range tasks {
+		if !slices.Contains(held, tk.id) && !slices.Contains(done, tk.id) {
+			todo = append(todo, tk)
+		}
+	}
+	slices.SortFunc(todo, func(a, b task) int {
+		return cmp.Or(cmp.Compare(a.queue, b.queue), cmp.Compare(a.delay, b.delay), cmp.Compare(b.prio, a.prio), cmp.Compare(a.created, b.created))
+	})
+	ids := func(ts []task, queue string) (out []string) {
+		for _, tk := range ts {
+			if queue == "" || tk.queue == queue {
+				out = append(out, tk.id)
+			}
+		}
+		return out
+	}
+	inQueue := func(all []string, queue string) (out []string) {
+		for _, id := range all {
+			if i := slices.IndexFunc(tasks, func(tk task) bool { return tk.id == id }); tasks[i].queue == queue {
+				out = append(out, id)
+			}
+		}
+		return out
 	}
 	list := func(t *testing.T, p lease.ListTasksParams) (ids []string) {
 		t.Helper()
 		for pages := 0; ; pages++ {
-			if pages > 100 {
+			if pages > 200 {
 				t.Fatal("pagination does not end")
 			}
 			page := must[lease.TaskPage](t)(e.store.ListTasks(c, p))
@@ -50,16 +102,68 @@ func TestListTasksMergesShardsInCreationOrder(t *testing.T) {
 		}
 	}
 	for _, limit := range []int{1, 4, 7, 100} {
-		t.Run(fmt.Sprintf("every todo task, %d a page", limit), func(t *testing.T) {
-			if got := list(t, lease.ListTasksParams{Status: lease.StatusTodo, Limit: limit}); !slices.Equal(got, all) {
-				t.Errorf("listed\n %v\nwant\n %v", got, all)
+		for _, queue := range []string{"", "q", "default"} {
+			for _, tc := range []struct {
+				status lease.Status
+				want   []string
+			}{
+				{lease.StatusTodo, ids(todo, queue)},
+				{lease.StatusInProgress, inQueueOrAll(held, queue, inQueue)},
+				{lease.StatusDone, inQueueOrAll(done, queue, inQueue)},
+			} {
+				t.Run(fmt.Sprintf("%s in queue %q, %d a page", tc.status, queue, limit), func(t *testing.T) {
+					if got := list(t, lease.ListTasksParams{Status: tc.status, Queue: queue, Limit: limit}); !slices.Equal(got, tc.want) {
+						t.Errorf("listed\n %v\nwant\n %v", got, tc.want)
+					}
+				})
+			}
+		}
+		t.Run(fmt.Sprintf("every status, %d a page", limit), func(t *testing.T) {
+			want := slices.Concat(ids(todo, ""), held, done)
+			if got := list(t, lease.ListTasksParams{Limit: limit}); !slices.Equal(got, want) {
+				t.Errorf("listed\n %v\nwant\n %v", got, want)
 			}
 		})
-		t.Run(fmt.Sprintf("one queue's, %d a page", limit), func(t *testing.T) {
-			if got := list(t, lease.ListTasksParams{Status: lease.StatusTodo, Queue: "q", Limit: limit}); !slices.Equal(got, inQ) {
-				t.Errorf("listed\n %v\nwant\n %v", got, inQ)
-			}
-		})
+	}
+}
+
+func listedIDs(p lease.TaskPage) []string {
+	ids := []string{}
+	for _, tk := range p.Tasks {
+		ids = append(ids, tk.TaskID)
+	}
+	return ids
+}
+
+func inQueueOrAll(all []string, queue string, inQueue func([]string, string) []string) []string {
+	if queue == "" {
+		return all
+	}
+	return inQueue(all, queue)
+}
+
+// A todo task is listed as soon as its create answers, in a queue never
+// seen before, by a listing of every queue from another process: the
+// queue is in the registry before the task is written.
+func TestListTodoFindsANewQueueAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	for i := range 3 {
+		id := fmt.Sprintf("t%d", i)
+		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: id, Queue: fmt.Sprintf("fresh-%d", i)}))
+		page := must[lease.TaskPage](t)(other.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo}))
+		if got := listedIDs(page); len(got) != i+1 || got[i] != id {
+			t.Fatalf("after creating %s in a new queue, another store listed %v", id, got)
+		}
+	}
+	// A PATCH that moves a task to a new queue, likewise.
+	q := "moved-here"
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t0", Queue: &q}))
+	page := must[lease.TaskPage](t)(other.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo}))
+	if got := listedIDs(page); !slices.Equal(got, []string{"t1", "t2", "t0"}) {
+		t.Errorf("after moving t0 to a new queue, another store listed %v, want [t1 t2 t0] (queues in name order)", got)
 	}
 }
 
@@ -110,22 +214,18 @@ func TestListCursorKeepsItsListing(t *testing.T) {
 		_, err := e.store.ListTasks(c, p)
 		expectRule(t, err, ruleFailure{"cursor", "invalid_request", "cursor continues the listing of todo tasks in queue q: give that status and queue, or neither"})
 	}
-	// A cursor issued before cursors named their listing goes on with the
-	// listing the request names, as it did.
-	raw := must[[]byte](t)(base64.RawURLEncoding.DecodeString(first.NextCursor))
-	var fields map[string]any
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		t.Fatal(err)
-	}
-	delete(fields, "l")
-	delete(fields, "ls")
-	delete(fields, "lq")
-	raw = must[[]byte](t)(json.Marshal(fields))
-	old := base64.RawURLEncoding.EncodeToString(raw)
-	fromOld := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo, Queue: "q", Limit: 100, Cursor: old}))
-	fromNew := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Cursor: first.NextCursor, Limit: 100}))
-	if len(fromOld.Tasks) == 0 || len(fromOld.Tasks) != len(fromNew.Tasks) || fromOld.Tasks[0].TaskID != fromNew.Tasks[0].TaskID {
-		t.Errorf("an earlier cursor with its listing's filters listed %d tasks, the cursor of today %d", len(fromOld.Tasks), len(fromNew.Tasks))
+	// A cursor issued before todo tasks were listed from the claim index
+	// (its positions are in the status index's creation order, with or
+	// without its listing named) lists them again from the start.
+	for _, old := range []string{
+		`{"s":0,"a":["0000000000001#job-00",""]}`,
+		`{"l":1,"ls":"todo","lq":"q","s":0,"a":["0000000000001#job-00",""]}`,
+	} {
+		cur := base64.RawURLEncoding.EncodeToString([]byte(old))
+		page := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo, Queue: "q", Limit: 100, Cursor: cur}))
+		if got := listedIDs(page); !slices.Equal(got, inQ) {
+			t.Errorf("an earlier cursor %s listed\n %v\nwant\n %v", old, got, inQ)
+		}
 	}
 	all := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Limit: 2}))
 	_, err := e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo, Cursor: all.NextCursor})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -19,8 +20,11 @@ import (
 // DynamoDB cannot change an index's projection or keys in place, so the
 // new indexes live on a new table, and Migrate copies every task into it:
 // each item as it was (its lease, fence, eseq, end and takeover records,
-// watchers, version), with the status index's new key added and its
-// description and metadata moved into a body of its own (body.go). Tasks are
+// watchers, version), with the status index's new key added (for a
+// status other than todo and in_progress, list.go), a task from before
+// queues given its claim keys in the default queue, and its description
+// and metadata moved into a body of its own (body.go); every queue named
+// goes into the queue registry, which a todo listing walks. Tasks are
 // never deleted, so a fence copied is a fence kept. The other tables
 // (agents and keys, heartbeats and queue counts, events, inbox) keep their
 // schema and are not touched.
@@ -64,6 +68,7 @@ type MigrateDB interface {
 	TableAdmin
 	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 }
 
 // MigrateResult says what Migrate did.
@@ -102,6 +107,10 @@ func Migrate(ctx context.Context, db MigrateDB, names schema.Names, shards schem
 	if err := ensureTables(ctx, db, names); err != nil {
 		return res, err
 	}
+	// Every queue a task is in goes into the queue registry, which a
+	// listing of todo tasks walks (list.go): a queue whose tasks were
+	// never counted (written before the counts) may be missing from it.
+	queues := []string{DefaultQueue}
 	in := &dynamodb.ScanInput{TableName: &res.From, ConsistentRead: aws.Bool(true)}
 	for p := dynamodb.NewScanPaginator(db, in); p.HasMorePages(); {
 		page, err := p.NextPage(ctx)
@@ -109,7 +118,10 @@ func Migrate(ctx context.Context, db MigrateDB, names schema.Names, shards schem
 			return res, fmt.Errorf("migrate: read %s: %w", res.From, err)
 		}
 		for _, item := range page.Items {
-			copied, err := migrateTask(ctx, db, res.To, item, shards.Status)
+			if q := stringAttr(item, "queue"); q != "" && !slices.Contains(queues, q) {
+				queues = append(queues, q)
+			}
+			copied, err := migrateTask(ctx, db, res.To, item, shards)
 			if err != nil {
 				return res, err
 			}
@@ -118,6 +130,18 @@ func Migrate(ctx context.Context, db MigrateDB, names schema.Names, shards schem
 			} else {
 				res.Present++
 			}
+		}
+	}
+	for start := 0; start < len(queues); start += 100 {
+		expr, _ := expression.NewBuilder().WithUpdate(expression.Add(expression.Name("queues"),
+			expression.Value(&types.AttributeValueMemberSS{Value: queues[start:min(start+100, len(queues))]}))).Build()
+		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(names.Table(schema.HeartbeatsTable)), Key: agentKey(queueRegistryID),
+			UpdateExpression:          expr.Update(),
+			ExpressionAttributeNames:  expr.Names(),
+			ExpressionAttributeValues: expr.Values(),
+		}); err != nil {
+			return res, fmt.Errorf("migrate: register the queues: %w", err)
 		}
 	}
 	if earlier != nil {
@@ -140,7 +164,7 @@ func Migrate(ctx context.Context, db MigrateDB, names schema.Names, shards schem
 }
 
 // migrateTask copies one task item into table unless it is there already.
-func migrateTask(ctx context.Context, db MigrateDB, table string, item map[string]types.AttributeValue, statusShards int) (bool, error) {
+func migrateTask(ctx context.Context, db MigrateDB, table string, item map[string]types.AttributeValue, shards schema.ShardCounts) (bool, error) {
 	var it taskItem
 	if err := attributevalue.UnmarshalMap(item, &it); err != nil {
 		return false, fmt.Errorf("migrate: decode a task: %w", err)
@@ -152,7 +176,24 @@ func migrateTask(ctx context.Context, db MigrateDB, table string, item map[strin
 	if st == "" {
 		st = StatusTodo
 	}
-	item["status_shard"] = &types.AttributeValueMemberS{Value: statusShard(st, it.TaskID, statusShards)}
+	// todo and in_progress are listed from the claim and lease indexes
+	// (list.go); the other statuses from the status index.
+	delete(item, "status_shard")
+	if sh := statusShard(st, it.TaskID, shards.Status); sh != "" {
+		item["status_shard"] = &types.AttributeValueMemberS{Value: sh}
+	}
+	if it.ClaimHome == "" {
+		// A task from before queues: in the default queue at the default
+		// priority, and claimable (and so listed as todo) at once.
+		rank := claimKey(it.priority(), it.CreatedAt, it.TaskID)
+		home := claimHome(DefaultQueue, it.TaskID, shards.Claim)
+		item["claim_home"] = &types.AttributeValueMemberS{Value: home}
+		item["claim_key"] = &types.AttributeValueMemberS{Value: rank}
+		item["claim_rank"] = &types.AttributeValueMemberS{Value: rank}
+		if st == StatusTodo && !it.hasLease() {
+			item["claim_shard"] = &types.AttributeValueMemberS{Value: home}
+		}
+	}
 	item["migrated_at"] = &types.AttributeValueMemberN{Value: fmt.Sprint(it.LastAt)}
 	if it.Version == 0 {
 		// A task from before versions: every write reads it (a

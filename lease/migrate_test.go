@@ -81,7 +81,8 @@ func TestMigrateEarlierTasksTable(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	c := ctx(t)
-	e.task(t, "held", "done", "free")
+	e.task(t, "held", "done", "free", "prequeue")
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "elsewhere", Queue: "side"}))
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "done", Description: new("what to do"), Metadata: []byte(`{"k":1}`)}))
 	held := e.checkout(t, "held", "a", time.Hour)
 	e.checkout(t, "done", "a", time.Hour)
@@ -102,9 +103,18 @@ func TestMigrateEarlierTasksTable(t *testing.T) {
 	if err := lease.EnsureTables(c, db, e.names); !errors.Is(err, lease.ErrMigrationNeeded) {
 		t.Fatalf("EnsureTables over an earlier tasks table: %v, want ErrMigrationNeeded", err)
 	}
+	// prequeue as a task from before queues: no queue, priority or claim
+	// keys. And the queue registry as before the counts: without "side".
+	must[*dynamodb.UpdateItemOutput](t)(db.UpdateItem(c, &dynamodb.UpdateItemInput{
+		TableName: aws.String(e.names.Table(schema.TasksTableV1)), Key: map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: "prequeue"}},
+		UpdateExpression: aws.String("REMOVE queue, priority, claim_home, claim_key, claim_shard, claim_rank"),
+	}))
+	must[*dynamodb.DeleteItemOutput](t)(db.DeleteItem(c, &dynamodb.DeleteItemInput{
+		TableName: aws.String(e.names.Table(schema.HeartbeatsTable)), Key: lease.AgentKey("#queues"),
+	}))
 	res := must[lease.MigrateResult](t)(lease.Migrate(c, db, e.names, schema.ShardCounts{}, nil))
-	if !res.Found || res.AlreadyDone || res.Copied != 3 || res.Present != 0 {
-		t.Fatalf("migrate: %+v, want 3 tasks copied", res)
+	if !res.Found || res.AlreadyDone || res.Copied != 5 || res.Present != 0 {
+		t.Fatalf("migrate: %+v, want 5 tasks copied", res)
 	}
 	if again := must[lease.MigrateResult](t)(lease.Migrate(c, db, e.names, schema.ShardCounts{}, nil)); !again.AlreadyDone || again.Copied != 0 {
 		t.Fatalf("migrate again: %+v, want already done", again)
@@ -146,6 +156,17 @@ func TestMigrateEarlierTasksTable(t *testing.T) {
 	page := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusDone}))
 	if len(page.Tasks) != 2 || page.Tasks[0].TaskID != "done" || page.Tasks[1].TaskID != "held" {
 		t.Fatalf("done tasks listed after the migration: %+v", page.Tasks)
+	}
+	// The todo tasks are listed (from the claim index, queue by queue in
+	// the registry): the one from before queues in the default queue, the
+	// one of a queue never counted in its own; and claimable.
+	fresh := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	page = must[lease.TaskPage](t)(fresh.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo}))
+	if got := listedIDs(page); !slices.Equal(got, []string{"prequeue", "elsewhere"}) {
+		t.Fatalf("todo tasks listed after the migration: %v, want [prequeue elsewhere]", got)
+	}
+	if got := must[lease.Checkout](t)(fresh.Claim(c, lease.ClaimParams{AgentID: "b", Queues: []string{lease.DefaultQueue}, Timeout: time.Hour})); got.TaskID != "prequeue" {
+		t.Fatalf("a claim after the migration took %s, want prequeue", got.TaskID)
 	}
 }
 

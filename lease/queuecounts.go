@@ -429,6 +429,16 @@ func (s *Store) ListQueues(ctx context.Context) ([]QueueStats, error) {
 // queueNames is the counted queues' names, the first MaxQueuesListed in
 // name order: one GetItem of the registry.
 func (s *Store) queueNames(ctx context.Context) ([]string, error) {
+	names, err := s.queueRegistry(ctx)
+	if len(names) > MaxQueuesListed {
+		names = names[:MaxQueuesListed]
+	}
+	return names, err
+}
+
+// queueRegistry reads every queue name in the registry, consistently, in
+// name order.
+func (s *Store) queueRegistry(ctx context.Context) ([]string, error) {
 	reg, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: &s.heartbeats, Key: agentKey(queueRegistryID), ConsistentRead: aws.Bool(true),
 	})
@@ -439,10 +449,51 @@ func (s *Store) queueNames(ctx context.Context) ([]string, error) {
 	if ss, ok := reg.Item["queues"].(*types.AttributeValueMemberSS); ok {
 		names = slices.Sorted(slices.Values(ss.Value))
 	}
-	if len(names) > MaxQueuesListed {
-		names = names[:MaxQueuesListed]
-	}
 	return names, nil
+}
+
+// enlistQueues puts queues in the registry before a task is written to
+// them, so that a listing of every queue's todo tasks (list.go), which
+// walks the registry, finds the task as soon as it is written. A process
+// remembers the queues it has found there (they are never removed): a
+// queue costs a consistent read of the registry once a process, and an
+// ADD once.
+func (s *Store) enlistQueues(ctx context.Context, queues ...string) error {
+	var fresh []string
+	for _, q := range queues {
+		if _, ok := s.enlisted.Load(q); !ok && !slices.Contains(fresh, q) {
+			fresh = append(fresh, q)
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	names, err := s.queueRegistry(ctx)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for _, q := range fresh {
+		if _, found := slices.BinarySearch(names, q); !found {
+			missing = append(missing, q)
+		}
+	}
+	if len(missing) > 0 {
+		expr, _ := expression.NewBuilder().WithUpdate(expression.Add(expression.Name("queues"),
+			expression.Value(&types.AttributeValueMemberSS{Value: missing}))).Build()
+		if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: &s.heartbeats, Key: agentKey(queueRegistryID),
+			UpdateExpression:          expr.Update(),
+			ExpressionAttributeNames:  expr.Names(),
+			ExpressionAttributeValues: expr.Values(),
+		}); err != nil {
+			return fmt.Errorf("register queues: %w", err)
+		}
+	}
+	for _, q := range fresh {
+		s.enlisted.Store(q, true)
+	}
+	return nil
 }
 
 // oldestClaimable is the creation time (epoch ms) of the oldest claimable

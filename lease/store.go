@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -83,6 +84,9 @@ type Store struct {
 	alive  aliveCache
 	deaths deathCache
 	claims claimSpread
+	// enlisted holds the queues this process has found in the queue
+	// registry (enlistQueues).
+	enlisted sync.Map
 	// graphWait is how long a change of blocked_by waits for the graph's
 	// lock (deps.go) before it answers ErrBusy.
 	graphWait time.Duration
@@ -453,27 +457,36 @@ func newID(prefix string) string {
 }
 
 // setStatus sets a task's status and its status index key in one update:
-// every write that moves a task's status goes through it. n is the status
-// shard count.
+// every write that moves a task's status goes through it. A todo or
+// in_progress task has no status index entry (list.go lists them from
+// by_claim and by_lease_expiry): the write REMOVEs its status_shard, which
+// leaves an item without one untouched in the index, and takes out the
+// entry of one written before. n is the status shard count.
 func setStatus(u expression.UpdateBuilder, taskID string, st Status, n int) expression.UpdateBuilder {
-	return u.Set(nameStatus, expression.Value(string(st))).
-		Set(nameStatusShard, expression.Value(statusShard(st, taskID, n)))
+	u = u.Set(nameStatus, expression.Value(string(st)))
+	if sh := statusShard(st, taskID, n); sh != "" {
+		return u.Set(nameStatusShard, expression.Value(sh))
+	}
+	return u.Remove(nameStatusShard)
 }
 
 // statusShard is a task's partition in the status index: its status group
 // and a shard chosen by its id, so that no partition takes every
-// transition of the fleet. todo and in_progress share the group "open", so
-// that a checkout or a release, which move a task between them, leave the
-// entry's key where it is (its projected status is updated, one write
-// unit, where a key moved is two). n is the status shard count.
+// transition of the fleet; "" for todo and in_progress, which are not in
+// the status index. n is the status shard count.
 func statusShard(st Status, taskID string, n int) string {
+	if st == StatusTodo || st == StatusInProgress {
+		return ""
+	}
 	return statusGroup(st) + "#" + shardOf(taskID, n)
 }
 
-// statusGroup is the status index's name for st's partitions.
+// statusGroup is the status index's name for st's partitions. blocked's
+// is "open", where todo and in_progress were too before they left the
+// index: entries of theirs written before stay there until the task's next
+// write.
 func statusGroup(st Status) string {
 	if st == StatusTodo || st == StatusInProgress || st == StatusBlocked {
-		// blocked too: an unblocking updates the entry's status in place.
 		return "open"
 	}
 	return string(st)

@@ -3,13 +3,11 @@ package lease
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -50,6 +48,9 @@ func (s *Store) CreateTask(ctx context.Context, p CreateTaskParams) (Task, error
 // first, then the task, blocked on those not done, then settle (deps.go).
 // cur is the task that has the id already, if one does.
 func (s *Store) create(ctx context.Context, it taskItem, blockers map[string]*taskItem) (Task, *taskItem, error) {
+	if err := s.enlistQueues(ctx, it.queue()); err != nil {
+		return Task{}, nil, err
+	}
 	var waiting []string
 	if len(blockers) > 0 {
 		var err error
@@ -142,7 +143,7 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 	prio := *p.Priority
 	it := taskItem{
 		TaskID: p.TaskID, Title: p.Title, Description: p.Description, Queue: p.Queue, Priority: &prio,
-		Status: StatusTodo, StatusShard: statusShard(StatusTodo, p.TaskID, s.shards.Status), Version: 1,
+		Status: StatusTodo, Version: 1,
 		CreatedAt: ms(now), CreatedKey: fmt.Sprintf("%013d#%s", ms(now), p.TaskID),
 		ClaimHome: claimHome(p.Queue, p.TaskID, s.shards.Claim), ClaimKey: claimKey(prio, ms(now), p.TaskID),
 	}
@@ -267,6 +268,13 @@ func (s *Store) CreateTasks(ctx context.Context, ps []CreateTaskParams) ([]Batch
 			}
 		}
 	}
+	queues := make([]string, len(items))
+	for i, it := range items {
+		queues[i] = it.queue()
+	}
+	if err := s.enlistQueues(ctx, queues...); err != nil {
+		return nil, err
+	}
 	out := make([]BatchResult, len(items))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
@@ -365,317 +373,6 @@ func (s *Store) readTask(ctx context.Context, taskID string) (*taskItem, bool, e
 	}
 	live, err := s.leaseLive(ctx, it, s.clock())
 	return it, live, err
-}
-
-// cursor is the decoded form of TaskPage.NextCursor: the listing it
-// continues (its status and queue filters), the status the next page
-// starts in, and where it starts in each of that status's shards.
-type cursor struct {
-	// Listing is 1 on a cursor that names its listing (ListStatus and
-	// ListQueue); a cursor issued before cursors did has 0 and continues
-	// the listing the request names, as it used to.
-	Listing    int    `json:"l,omitempty"`
-	ListStatus Status `json:"ls,omitempty"`
-	ListQueue  string `json:"lq,omitempty"`
-	Status     int    `json:"s"`
-	// After holds, per shard, the created_key of the last task listed from
-	// it: "" for none yet, shardDone for a shard listed to its end.
-	After []string `json:"a,omitempty"`
-}
-
-// shardDone marks a shard listed to its end in a cursor.
-const shardDone = "~"
-
-func encodeCursor(c cursor) string {
-	b, _ := json.Marshal(c)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// decodeCursor decodes a cursor of a store with n status shards. A cursor
-// issued with fewer (the count has grown since) reads the shards it does
-// not name from their start; one with more was not issued by this
-// deployment.
-func decodeCursor(s string, n int) (cursor, error) {
-	var c cursor
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(s) > MaxCursorLen || json.Unmarshal(b, &c) != nil || c.Status < 0 || c.Status >= len(Statuses) ||
-		c.After != nil && (len(c.After) == 0 || len(c.After) > n) {
-		return cursor{}, notIssued()
-	}
-	if c.After != nil {
-		c.After = append(c.After, make([]string, n-len(c.After))...)
-	}
-	for _, k := range c.After {
-		if k != "" && k != shardDone && !validCreatedKey(k) {
-			return cursor{}, notIssued()
-		}
-	}
-	if c.Listing != 0 && c.Listing != 1 || c.Listing == 0 && (c.ListStatus != "" || c.ListQueue != "") ||
-		c.ListStatus != "" && CheckListStatus(c.ListStatus) != nil || c.ListQueue != "" && !ValidID(c.ListQueue) {
-		return cursor{}, notIssued()
-	}
-	return c, nil
-}
-
-// otherListing is the error for a cursor given with filters not its own.
-func (c cursor) otherListing() error {
-	if c.ListStatus == "" && c.ListQueue == "" {
-		return invalidField("cursor", CodeInvalidRequest, "cursor continues the listing of every task: give no status or queue with it")
-	}
-	what := "tasks"
-	if c.ListStatus != "" {
-		what = string(c.ListStatus) + " tasks"
-	}
-	if c.ListQueue != "" {
-		what += " in queue " + c.ListQueue
-	}
-	return invalidField("cursor", CodeInvalidRequest, "cursor continues the listing of %s: give that status and queue, or neither", what)
-}
-
-// validCreatedKey reports whether k could be a task's created_key: 13
-// digits of milliseconds, '#', the task's id.
-func validCreatedKey(k string) bool {
-	ms, id, ok := strings.Cut(k, "#")
-	if !ok || len(ms) != 13 || !ValidID(id) {
-		return false
-	}
-	for _, c := range ms {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// ListTasks lists tasks by status in creation order, a page at a time. With
-// no status it walks every status (Statuses) in turn. A status's tasks are
-// spread over the status shard count's index partitions; a page reads the
-// next tasks of every shard at once and merges them by creation. A page's
-// cursor continues its own listing: given alone, it keeps that listing's
-// status and queue. Listings come from an index and so reflect the sweep: a
-// task whose lease expired unswept is shown as the ending leads (todo, or
-// failed) in the listing of every status, and in a listing of that one
-// status once the sweep has recorded the ending; it is never shown with a
-// live checkout.
-func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, error) {
-	if p.Limit == 0 {
-		p.Limit = DefaultListLimit
-	}
-	if err := CheckLimit(p.Limit); err != nil {
-		return TaskPage{}, err
-	}
-	if p.Status != "" {
-		if err := CheckListStatus(p.Status); err != nil {
-			return TaskPage{}, err
-		}
-	}
-	if p.Queue != "" {
-		if err := CheckQueue(p.Queue); err != nil {
-			return TaskPage{}, err
-		}
-	}
-	if err := CheckCursor(p.Cursor); err != nil {
-		return TaskPage{}, err
-	}
-	c := cursor{}
-	if p.Cursor != "" {
-		var err error
-		if c, err = decodeCursor(p.Cursor, s.shards.Status); err != nil {
-			return TaskPage{}, err
-		}
-		// A cursor continues its own listing: given alone, it keeps that
-		// listing's filters; with others, it is refused.
-		switch {
-		case c.Listing == 0: // issued before cursors named their listing
-		case p.Status == "" && p.Queue == "":
-			p.Status, p.Queue = c.ListStatus, c.ListQueue
-		case p.Status != c.ListStatus || p.Queue != c.ListQueue:
-			return TaskPage{}, c.otherListing()
-		}
-	}
-	statuses := Statuses
-	if p.Status != "" {
-		statuses = []Status{p.Status}
-	}
-	if c.Status >= len(statuses) {
-		return TaskPage{}, notIssued()
-	}
-	var filter *expression.ConditionBuilder
-	if p.Queue != "" {
-		f := expression.Name("queue").Equal(expression.Value(p.Queue))
-		if p.Queue == DefaultQueue {
-			f = f.Or(expression.AttributeNotExists(expression.Name("queue")))
-		}
-		filter = &f
-	}
-	var items []taskItem
-	listed := map[string]Status{} // the status each task was listed under
-	next := ""
-	for i := c.Status; i < len(statuses) && len(items) < p.Limit; i++ {
-		after := c.After
-		if i != c.Status || after == nil {
-			after = make([]string, s.shards.Status)
-		}
-		batch, pos, err := s.listStatus(ctx, statuses[i], after, p.Limit-len(items), filter)
-		if err != nil {
-			return TaskPage{}, err
-		}
-		for _, it := range batch {
-			listed[it.TaskID] = statuses[i]
-		}
-		items = append(items, batch...)
-		if !slices.ContainsFunc(pos, func(k string) bool { return k != shardDone }) {
-			if len(items) >= p.Limit && i+1 < len(statuses) {
-				next = encodeCursor(cursor{Listing: 1, ListStatus: p.Status, ListQueue: p.Queue, Status: i + 1})
-			}
-			continue // this status is listed to its end
-		}
-		next = encodeCursor(cursor{Listing: 1, ListStatus: p.Status, ListQueue: p.Queue, Status: i, After: pos})
-		break
-	}
-	// The index only proposes: the page shows each task as its item is now,
-	// and only under the status it has now.
-	items, err := s.confirm(ctx, items)
-	if err != nil {
-		return TaskPage{}, err
-	}
-	live, err := s.liveLeases(ctx, items, s.clock())
-	if err != nil {
-		return TaskPage{}, err
-	}
-	ptrs := make([]*taskItem, len(items))
-	for i := range items {
-		ptrs[i] = &items[i]
-	}
-	if err := s.fillBodies(ctx, ptrs...); err != nil {
-		return TaskPage{}, err
-	}
-	if err := s.fillGraph(ctx, ptrs...); err != nil {
-		return TaskPage{}, err
-	}
-	page := TaskPage{Tasks: make([]Task, 0, len(items)), NextCursor: next}
-	for _, it := range items {
-		// A listing of every status shows a task where its item's status
-		// puts it (a task whose lease has ended unswept shows its next
-		// state there); a listing of one status, the tasks shown in it.
-		t := it.task(live[it.TaskID])
-		st := t.Status
-		if p.Status == "" {
-			st = it.Status
-		}
-		if st == listed[it.TaskID] && (p.Queue == "" || t.Queue == p.Queue) {
-			page.Tasks = append(page.Tasks, t)
-		}
-	}
-	return page, nil
-}
-
-// listStatus reads up to limit tasks of one status, in creation order,
-// after the positions in after (one per shard), from every shard at once.
-// It returns them and the positions after them. A shard read with a queue
-// filter may stop before limit tasks without reaching its end; only tasks
-// up to the earliest place such a shard stopped are surely in order, so a
-// page may hold fewer than limit tasks and still have a next cursor. (The
-// open statuses, todo and in_progress, are always read with a filter.)
-func (s *Store) listStatus(ctx context.Context, st Status, after []string, limit int, filter *expression.ConditionBuilder) ([]taskItem, []string, error) {
-	type read struct {
-		items []taskItem
-		stop  string // the key the Query stopped at; "" at the shard's end
-	}
-	reads := make([]read, len(after))
-	// todo and in_progress share their partitions ("open"): the status is
-	// a filter too.
-	f := filter
-	if statusGroup(st) != string(st) {
-		c := nameStatus.Equal(expression.Value(string(st)))
-		if filter != nil {
-			c = c.And(*filter)
-		}
-		f = &c
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	for shard, pos := range after {
-		if pos == shardDone {
-			continue
-		}
-		g.Go(func() error {
-			part := statusGroup(st) + "#" + strconv.Itoa(shard)
-			b := expression.NewBuilder().WithKeyCondition(expression.Key("status_shard").Equal(expression.Value(part)))
-			if f != nil {
-				b = b.WithFilter(*f)
-			}
-			expr, _ := b.Build()
-			in := &dynamodb.QueryInput{
-				TableName: &s.tasks, IndexName: aws.String(schema.TasksByStatus),
-				KeyConditionExpression:    expr.KeyCondition(),
-				FilterExpression:          expr.Filter(),
-				ExpressionAttributeNames:  expr.Names(),
-				ExpressionAttributeValues: expr.Values(),
-				Limit:                     aws.Int32(int32(limit)),
-			}
-			if pos != "" {
-				_, id, _ := strings.Cut(pos, "#")
-				in.ExclusiveStartKey = stringKey(map[string]string{"task_id": id, "status_shard": part, "created_key": pos})
-			}
-			out, err := s.db.Query(gctx, in)
-			if err != nil {
-				return fmt.Errorf("list tasks: %w", err)
-			}
-			if err := attributevalue.UnmarshalListOfMaps(out.Items, &reads[shard].items); err != nil {
-				return err
-			}
-			if len(out.LastEvaluatedKey) > 0 {
-				reads[shard].stop = plainKey(out.LastEvaluatedKey)["created_key"]
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, nil, err
-	}
-	// Tasks up to the earliest stop are every task of the status there.
-	bound := ""
-	for _, r := range reads {
-		if r.stop != "" && (bound == "" || r.stop < bound) {
-			bound = r.stop
-		}
-	}
-	var all []taskItem
-	for _, r := range reads {
-		for _, it := range r.items {
-			if bound == "" || it.CreatedKey <= bound {
-				all = append(all, it)
-			}
-		}
-	}
-	slices.SortFunc(all, func(a, b taskItem) int { return strings.Compare(a.CreatedKey, b.CreatedKey) })
-	all = all[:min(limit, len(all))]
-	pos := slices.Clone(after)
-	last := ""
-	if len(all) > 0 {
-		last = all[len(all)-1].CreatedKey
-	}
-	for shard, r := range reads {
-		if after[shard] == shardDone {
-			continue
-		}
-		// The shard's position: its last task listed, or, when all of it
-		// up to where the Query stopped is listed, that stop.
-		for _, it := range r.items {
-			if it.CreatedKey <= last && (bound == "" || it.CreatedKey <= bound) {
-				pos[shard] = it.CreatedKey
-			}
-		}
-		switch {
-		case r.stop == "" && (len(r.items) == 0 || r.items[len(r.items)-1].CreatedKey <= last):
-			pos[shard] = shardDone
-		case r.stop != "" && r.stop <= last:
-			pos[shard] = r.stop
-		case r.stop != "" && r.stop == bound && len(all) < limit:
-			pos[shard] = r.stop // filtered out up to there
-		}
-	}
-	return all, pos, nil
 }
 
 func stringKey(m map[string]string) map[string]types.AttributeValue {

@@ -165,6 +165,11 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 			}
 			return cur.task(live), nil
 		}
+		if p.Queue != nil && *p.Queue != cur.queue() {
+			if err := s.enlistQueues(ctx, *p.Queue); err != nil {
+				return Task{}, err
+			}
+		}
 		token := cur.BodyToken
 		if newBody {
 			next := taskItem{TaskID: cur.TaskID, Description: body.Description, Metadata: body.Metadata}

@@ -132,12 +132,13 @@ const FeedShards = 16
 const Shards = 16
 
 // StatusShards is the default number of partitions each status group of
-// TasksByStatus is spread over ("open#<shard>" for todo and in_progress,
-// "done#<shard>", "cancelled#<shard>"), so that the fleet's checkouts and
-// completions do not all meet on one partition. A checkout or a release
-// leaves the entry's key where it is (the task stays open) and updates its
-// status; a completion moves it to done: two writes a cycle on the task's
-// open shard, about 0.125 write units a cycle on the busiest with 16.
+// TasksByStatus is spread over ("open#<shard>" for blocked,
+// "done#<shard>", "cancelled#<shard>", "failed#<shard>"), so that the
+// fleet's completions do not all meet on one partition. A todo or
+// in_progress task has no entry (they are listed from TasksByClaim and
+// TasksByLeaseExpiry), so a checkout, a release and a sweep's ending do
+// not write this index; a completion puts the task's done entry: one
+// write a cycle, about 0.0625 write units a cycle on the busiest with 16.
 const StatusShards = 16
 
 // ClaimShards is the default number of partitions each queue's entries in
@@ -179,9 +180,9 @@ const (
 //     about 2/Lease write units per checkout cycle; the sweep (twice per
 //     run) and a listing of every checkout make one Query per shard.
 //   - Status (default StatusShards, 16, at most MaxStatusShards):
-//     status_shard "<group>#<n>". The busiest partition takes about
-//     2/Status write units a cycle; a task listing reads every shard of
-//     each status it walks.
+//     status_shard "<group>#<n>" of blocked, done, cancelled and failed
+//     tasks. The busiest partition takes about 1/Status write units a
+//     cycle; a listing of those statuses reads every shard.
 //   - Claim (default ClaimShards, 4, at most MaxClaimShards):
 //     claim_shard and claim_home "<queue>#<n>". A claim costs one Query
 //     per claim shard of each queue it names, read at once: its budget of
@@ -299,8 +300,9 @@ func Tables() []Table {
 					Name:         TasksByStatus,
 					PartitionKey: Key{"status_shard", String},
 					SortKey:      &Key{"created_key", String},
+					Sparse:       true,
 					Include:      []string{"queue", "status"},
-					Purpose:      "list tasks by status in creation order: open (todo and in_progress, told apart by a filter), done and cancelled, each over the status shard count's partitions (a queue's by a filter)",
+					Purpose:      "list blocked, done, cancelled and failed tasks in creation order, each over the status shard count's partitions (a queue's by a filter); todo and in_progress tasks have no entry",
 				},
 				{
 					Name:         TasksByLeaseExpiry,
