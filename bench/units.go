@@ -235,6 +235,7 @@ func measureOps(ctx context.Context, endpoint string, z TaskSize, sweepLeases in
 		name string
 		fn   func() error
 	}{
+		{"create, a queue new to the process", func() error { return create("first") }},
 		{"create", func() error { return create("t") }},
 		{"", func() error { return create("u", "w", "x") }},
 		{"checkout", func() (err error) { held, err = checkout("t", "holder"); return err }},

@@ -54,8 +54,9 @@ import (
 // walked: a task written before queues is in it.
 //
 // What a page costs and shows. A todo page Queries each claim shard of the
-// queues it walks, an in_progress page each lease shard, any other status
-// each status shard, every shard at once and Limit entries each; the
+// queues it walks (todoWalkWidth queues at once), an in_progress page each
+// lease shard, any other status each status shard, every shard at once and
+// Limit entries each; the
 // entries are merged in order and the page confirmed with one consistent
 // BatchGetItem (100 keys a request). A cursor holds the position of the
 // last entry listed (a claim_key; "<expiry ms>#<task_id>"; or, for by_status,
@@ -363,26 +364,57 @@ func (s *Store) listTodo(ctx context.Context, queue string, at listPos, limit in
 	} else if at.Queue != "" && at.Queue != queue {
 		return nil, nil, notIssued()
 	}
+	// Queues are read a few at once, each for as many entries as the page
+	// still wants, and taken in order: a page over many small queues
+	// waits for a few round trips, not one a queue, at the price of
+	// entries read past the page's end (at most todoWalkWidth-1 queues'
+	// worth, each up to the page's limit).
 	var items []taskItem
-	for i, q := range queues {
-		pos := ""
-		if i == 0 {
-			pos = at.Pos
+	for w := 0; w < len(queues); w += todoWalkWidth {
+		window := queues[w:min(w+todoWalkWidth, len(queues))]
+		type read struct {
+			batch []taskItem
+			done  bool
 		}
-		batch, last, done, err := s.claimEntries(ctx, q, pos, limit-len(items))
-		if err != nil {
+		reads := make([]read, len(window))
+		want := limit - len(items)
+		g, gctx := errgroup.WithContext(ctx)
+		for i, q := range window {
+			pos := ""
+			if w+i == 0 {
+				pos = at.Pos
+			}
+			g.Go(func() error {
+				batch, _, done, err := s.claimEntries(gctx, q, pos, want)
+				reads[i] = read{batch, done}
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
 			return nil, nil, err
 		}
-		items = append(items, batch...)
-		switch {
-		case !done:
-			return items, &listPos{Queue: q, Pos: last}, nil
-		case len(items) >= limit && i+1 < len(queues):
-			return items, &listPos{Queue: queues[i+1]}, nil
+		for i, r := range reads {
+			q, room := window[i], limit-len(items)
+			if len(r.batch) > room || !r.done {
+				taken := r.batch[:min(room, len(r.batch))]
+				items = append(items, taken...)
+				return items, &listPos{Queue: q, Pos: taken[len(taken)-1].ClaimKey}, nil
+			}
+			items = append(items, r.batch...)
+			if len(items) >= limit {
+				if next := w + i + 1; next < len(queues) {
+					return items, &listPos{Queue: queues[next]}, nil
+				}
+				return items, nil, nil
+			}
 		}
 	}
 	return items, nil, nil
 }
+
+// todoWalkWidth is how many queues a listing of every queue's todo tasks
+// reads at once.
+const todoWalkWidth = 4
 
 // claimEntries reads the next n entries of queue q's claim shards after
 // the claim_key pos, in claim order, and whether the queue is listed to

@@ -31,9 +31,9 @@ func TestListTasksOrder(t *testing.T) {
 		delay     time.Duration
 	}
 	var tasks []task
-	queues := []string{"default", "q", "a-first"}
+	queues := []string{"default", "q", "a-first", "b", "c", "zz", "m"} // more than a walk reads at once
 	for i := range 60 {
-		tk := task{id: fmt.Sprintf("job-%02d", i), queue: queues[i%3], prio: (i / 3) % 4 * 3, created: e.clock.Now().UnixMilli()}
+		tk := task{id: fmt.Sprintf("job-%02d", i), queue: queues[i%len(queues)], prio: (i / 3) % 4 * 3, created: e.clock.Now().UnixMilli()}
 		p := lease.CreateTaskParams{TaskID: tk.id, Queue: tk.queue, Priority: &tk.prio}
 		if i%7 == 0 {
 			// Waiting: ranked after the ready ones, earliest first.
