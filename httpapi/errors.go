@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -68,6 +69,11 @@ type errorBody struct {
 	BlockedBy *[]blockerJSON `json:"blocked_by,omitempty"`
 	// NotBefore is set on not_ready: when the task may be granted.
 	NotBefore *string `json:"not_before,omitempty"`
+	// retryAfter, when not zero, is a Retry-After in whole seconds for an
+	// answer that says when to come back without a field of its own:
+	// not_ready (until not_before) and a blocked task whose blockers are
+	// all done (until the change stream unblocks it).
+	retryAfter int64
 }
 
 // conflictHolderJSON is the holder in a checked_out answer: the lease, and
@@ -168,12 +174,14 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 		// stream unblocks it within about a second.
 		body := blockedBody(blocked, task)
 		body.Error = task + " is still blocked, but its blockers are all done: it becomes todo within about a second; try again then"
+		body.retryAfter = 1
 		return answer(body)
 	case errors.As(err, &blocked):
 		return answer(blockedBody(blocked, task))
 	case errors.As(err, &notReady):
 		at := stamp(notReady.NotBefore)
-		return answer(errorBody{Error: fmt.Sprintf("%s may not be checked out before %s", task, at), Code: errcode.NotReady, NotBefore: &at})
+		wait := max(1, int64(math.Ceil(notReady.NotBefore.Sub(now).Seconds())))
+		return answer(errorBody{Error: fmt.Sprintf("%s may not be checked out before %s", task, at), Code: errcode.NotReady, NotBefore: &at, retryAfter: wait})
 	case errors.As(err, &mismatch):
 		return answer(errorBody{Error: fmt.Sprintf("%s has status %s, which the request did not expect", task, mismatch.Status), Code: errcode.StatusMismatch, Status: mismatch.Status})
 	case errors.As(err, &notHold):

@@ -424,6 +424,9 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if body.RetryAfterSeconds != nil {
 		w.Header().Set("Retry-After", strconv.FormatInt(*body.RetryAfterSeconds, 10))
 	}
+	if body.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(body.retryAfter, 10))
+	}
 	s.writeJSON(w, status, body)
 }
 

@@ -357,6 +357,10 @@ func TestBlockedAndNotReadyAnswers(t *testing.T) {
 	if msg := res.json["error"].(string); !strings.Contains(msg, "blockers are all done") || len(res.json["blocked_by"].([]any)) != 0 {
 		t.Errorf("blocked by none: %s", res.body)
 	}
+	// ... and says when to come back: in a second.
+	if h := res.header.Get("Retry-After"); h != "1" {
+		t.Errorf("Retry-After %q on blocked by none, want 1", h)
+	}
 	// A bare ErrBlocked still answers with a list.
 	hs.svc.err = lease.ErrBlocked
 	res = hs.do("POST", "/api/tasks/task-1/checkout", "ck_agent", "").expect(t, 409, "blocked")
@@ -371,8 +375,15 @@ func TestBlockedAndNotReadyAnswers(t *testing.T) {
 	if strings.TrimSpace(string(res.body)) != want {
 		t.Errorf("not_ready:\n got %s\nwant %s", res.body, want)
 	}
-	if h := res.header.Get("Retry-After"); h != "" {
-		t.Errorf("Retry-After %q on not_ready", h)
+	// Retry-After says when to come back: at once (1 s) for a not_before
+	// the server's clock has passed, else the seconds to it, rounded up.
+	if h := res.header.Get("Retry-After"); h != "1" {
+		t.Errorf("Retry-After %q on not_ready of a passed not_before, want 1", h)
+	}
+	hs.svc.err = &lease.NotReadyError{TaskID: "task-1", NotBefore: t0.Add(10*time.Minute + 42800*time.Millisecond)}
+	res = hs.do("POST", "/api/tasks/task-1/checkout", "ck_agent", "").expect(t, 409, "not_ready")
+	if h := res.header.Get("Retry-After"); h != "43" {
+		t.Errorf("Retry-After %q on not_ready 42.3 s ahead, want 43", h)
 	}
 }
 
