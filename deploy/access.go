@@ -32,6 +32,9 @@ var Grants = map[string][]Grant{
 	Authorizer: {
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
 	},
+	// GetItem and UpdateItem on heartbeats, for the agents, tasks,
+	// checkouts and sweeper functions, also check and raise the record of
+	// the shard counts in use (lease.RecordShards) at a cold start.
 	Agents: {
 		{Table: schema.TasksTableV1, Actions: []string{"GetItem"}},
 		{Table: schema.AgentsTable, Actions: []string{"PutItem", "DeleteItem"}, QueryIndexes: []string{schema.AgentsAll}},

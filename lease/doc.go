@@ -71,7 +71,8 @@
 // settings (Config.Shards, schema.ShardCounts; defaults 16, 16, 4 and 16):
 // an item keeps the shard it was written with and readers query every shard
 // below the count, so a count may grow between deploys but must never
-// shrink, which would hide the items in the shards above it.
+// shrink, which would hide the items in the shards above it (shards.go
+// keeps the largest counts used, and refuses a start below them).
 //
 // No index projects the whole task. Each projects its keys and the few
 // attributes its readers use (schema.Index.Include): by_status the status

@@ -415,3 +415,52 @@ func TestLongestListingCursorFits(t *testing.T) {
 	}
 	must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo, Cursor: page.NextCursor}))
 }
+
+// A deployment keeps the largest shard counts any of its processes has
+// started with: a start with a larger count raises the record, one with a
+// smaller count is refused with the count, the record and the variable to
+// set, and writes nothing; an unchanged start reads the record only.
+func TestRecordShardsRefusesAShrink(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	record := func(counts schema.ShardCounts) error {
+		return lease.RecordShards(c, e.db, e.names, counts)
+	}
+	if err := record(schema.ShardCounts{}); err != nil {
+		t.Fatalf("the first start, with the defaults: %v", err)
+	}
+	e.count.Take()
+	if err := record(schema.DefaultShards()); err != nil {
+		t.Fatalf("the defaults again: %v", err)
+	}
+	if n := e.count.Take(); n["UpdateItem"] != 0 || n["GetItem"] != 1 {
+		t.Errorf("an unchanged start made %v, want one GetItem", n)
+	}
+	grown := schema.ShardCounts{Lease: 32, Status: schema.StatusShards, Claim: 8, Feed: schema.FeedShards}
+	if err := record(grown); err != nil {
+		t.Fatalf("a start with grown counts: %v", err)
+	}
+	for _, tc := range []struct {
+		counts schema.ShardCounts
+		want   string
+	}{
+		{schema.ShardCounts{}, "lease shard count 16 is below 32, which this deployment has used (CHECKOUT_LEASE_SHARDS, CDK context leaseShards)"},
+		{schema.ShardCounts{Lease: 32}, "claim shard count 4 is below 8, which this deployment has used (CHECKOUT_CLAIM_SHARDS, CDK context claimShards)"},
+		{schema.ShardCounts{Lease: 64, Claim: 8, Status: 2}, "status shard count 2 is below 16"},
+	} {
+		e.count.Take()
+		err := record(tc.counts)
+		var shrink *schema.ShrinkError
+		if !errors.As(err, &shrink) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "never shrink") {
+			t.Errorf("a start with %+v: %v, want a refusal saying %q", tc.counts, err, tc.want)
+		}
+		if n := e.count.Take(); n["UpdateItem"] != 0 {
+			t.Errorf("a refused start with %+v wrote the record", tc.counts)
+		}
+	}
+	// The refused larger lease count of the last case was not recorded.
+	if err := record(grown); err != nil {
+		t.Fatalf("the grown counts again: %v", err)
+	}
+}

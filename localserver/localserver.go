@@ -162,6 +162,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		if err := lease.EnsureTables(ctx, client, names); err != nil {
 			return fmt.Errorf("create tables at %s: %w", endpoint, err)
 		}
+		if err := lease.RecordShards(ctx, client, names, cfg.Shards); err != nil {
+			return err
+		}
 		store := lease.New(lease.Config{DB: client, Tables: names, Now: cfg.Now, Logger: cfg.Logger, Shards: cfg.Shards})
 		if err := store.EnsureAgent(ctx, AdminID, AdminID, true, s.adminKey); err != nil {
 			return fmt.Errorf("admin agent: %w", err)

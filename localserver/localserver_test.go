@@ -365,3 +365,28 @@ func TestStartRefusesShardCountsOutOfBounds(t *testing.T) {
 		t.Fatalf("%v, want the claim count refused", err)
 	}
 }
+
+// A server started on the tables of one whose shard counts were larger
+// refuses to start, naming the count and what was used: its listings,
+// claims and sweeps would miss what was written in the shards above its
+// counts.
+func TestStartRefusesShardCountsBelowThoseUsed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := testenv.Prefix()
+	grown := schema.ShardCounts{Status: schema.MaxStatusShards}
+	first, err := Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: testenv.Endpoint(), TablePrefix: p, Shards: grown})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	_, err = Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: testenv.Endpoint(), TablePrefix: p})
+	if want := "status shard count 16 is below 20"; err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), schema.EnvStatusShards) {
+		t.Fatalf("a start with the default counts after %+v: %v, want %q and the variable", grown, err, want)
+	}
+	again, err := Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: testenv.Endpoint(), TablePrefix: p, Shards: grown})
+	if err != nil {
+		t.Fatalf("a start with the counts used: %v", err)
+	}
+	again.Close()
+}

@@ -171,7 +171,9 @@ const (
 // written before stay found, and new writes spread wider), but must never
 // shrink: items in the shards above a smaller count would no longer be
 // read (leases not swept, tasks not listed or claimed, events not in the
-// feed). Nothing can detect a shrink at run time; do not make one.
+// feed). A deployment records the largest counts it has used
+// (lease.RecordShards), and a process started with a smaller one is
+// refused (ShardCounts.Below, *ShrinkError).
 //
 // What each buys and costs:
 //
@@ -243,6 +245,32 @@ func (c *ShardCounts) fields() []shardField {
 		{"claim", EnvClaimShards, &c.Claim, MaxClaimShards},
 		{"feed", EnvFeedShards, &c.Feed, MaxShards},
 	}
+}
+
+// ShrinkError says a count is below the one a deployment used before:
+// readers would no longer query the shards above it.
+type ShrinkError struct {
+	Name, Env       string
+	Count, Recorded int
+}
+
+func (e *ShrinkError) Error() string {
+	return fmt.Sprintf("%s shard count %d is below %d, which this deployment has used (%s, CDK context %sShards): "+
+		"items in the shards from %d up would no longer be read; counts may grow between deploys, never shrink: set it to %d or more",
+		e.Name, e.Count, e.Recorded, e.Env, e.Name, e.Count, e.Recorded)
+}
+
+// Below returns a *ShrinkError for the first count of c (defaults filled
+// in) below recorded's, and nil when none is.
+func (c ShardCounts) Below(recorded ShardCounts) error {
+	c = c.OrDefault()
+	rf := recorded.fields()
+	for i, f := range c.fields() {
+		if *f.n < *rf[i].n {
+			return &ShrinkError{Name: f.name, Env: f.env, Count: *f.n, Recorded: *rf[i].n}
+		}
+	}
+	return nil
 }
 
 // Environment variables of the shard counts, which the CDK app sets on

@@ -128,7 +128,8 @@ func mustAWSConfig(log *slog.Logger) aws.Config {
 
 // MustStore builds the store from the function's AWS configuration, or exits:
 // a function that cannot configure its clients, or whose shard counts are
-// out of bounds, has nothing to serve. It runs once per container, outside
+// out of bounds or below those the deployment has used (CheckShards), has
+// nothing to serve. It runs once per container, outside
 // the handler. The DynamoDB client is returned too, for the checks of HTTP
 // and Sweep.
 func MustStore(e Env, log *slog.Logger) (*lease.Store, *dynamodb.Client) {
@@ -157,7 +158,34 @@ func MustStore(e Env, log *slog.Logger) (*lease.Store, *dynamodb.Client) {
 		}
 		n = webhook.Multi(n, hooks)
 	}
-	return NewStore(db, n, e, log), db
+	store := NewStore(db, n, e, log)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var shrink *schema.ShrinkError
+	if err := CheckShards(ctx, e, db); errors.As(err, &shrink) {
+		log.Error("shard counts", "error", err)
+		os.Exit(1)
+	} else if err != nil {
+		// The record could not be read or raised: the counts were
+		// checked at the last start that could; serve rather than fail.
+		log.Warn("shard counts not checked", "error", err)
+	}
+	return store, db
+}
+
+// CheckShards checks, for a function that reads the sharded indexes (the
+// agents, tasks, checkouts and sweeper functions), its shard counts against
+// the largest this deployment has used (lease.RecordShards), and raises
+// that record when they are larger. A count below it is a
+// *schema.ShrinkError: the function would miss the items in the shards
+// above it (leases not swept, tasks not listed or claimed, events not in
+// the feed), so MustStore refuses to start.
+func CheckShards(ctx context.Context, e Env, db lease.DB) error {
+	switch e.Function {
+	case deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Sweeper:
+		return lease.RecordShards(ctx, db, schema.Names{Prefix: e.TablePrefix}, e.Shards)
+	}
+	return nil
 }
 
 // Webhooks is the stream function's webhook notifier (nil without
