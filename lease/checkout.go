@@ -50,6 +50,7 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 		return nil
 	}
 	var floor int64 // the latest transition seen on the task
+	unblockTried := false
 	for range maxAttempts {
 		// Each attempt's own time: its write decides.
 		g, now, err := s.grantNow(ctx, p, over, floor)
@@ -57,7 +58,7 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 			return g.lease, err
 		}
 		cur := g.cur
-		over = nil
+		over, p.unblocking = nil, nil
 		if cur != nil {
 			floor = max(floor, cur.LastAt)
 		}
@@ -114,13 +115,20 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 				return Checkout{}, err
 			}
 		case cur.Status == StatusBlocked:
+			err := s.blocked(ctx, cur)
+			if !unblockTried && cur.waitsOnDoneOnly() && slices.Contains(p.ExpectedStatuses, StatusTodo) && cur.NotBefore <= ms(now) {
+				// Its blockers are all done and the change stream has not
+				// unblocked it yet: the grant unblocks it, once.
+				unblockTried, p.unblocking = true, cur
+				continue
+			}
 			if p.Watch {
 				// Told when it is unblocked, as a watcher is.
 				if err := s.watch(ctx, cur, p.AgentID); err != nil {
 					return Checkout{}, err
 				}
 			}
-			return Checkout{}, s.blocked(ctx, cur)
+			return Checkout{}, err
 		case !p.blockersDone && reopening(cur, p.ExpectedStatuses):
 			// A finished task taken again is reopened, and waits for its
 			// blockers not done, as a PATCH that reopens it would.
@@ -306,7 +314,9 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	// before the task's not_before, and not before its latest transition.
 	conds := terms{readyCond(now), timeCond(now)}
 	prevEnd, prevReason, prevEndAt := EventTimeout, "", int64(0)
-	if over == nil {
+	if p.unblocking != nil {
+		conds = append(conds, unblockCond(p.unblocking))
+	} else if over == nil {
 		// Free in an expected status, or held by an expired lease, which
 		// makes the task todo in all but name; an expired lease's attempt
 		// failed, and is taken over only if it was not the task's last
@@ -392,6 +402,9 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		upd = upd.Set(expression.Name("prev_end_at"), expression.Value(prevEndAt))
 	} else {
 		upd = upd.Remove(expression.Name("prev_end_at"))
+	}
+	if p.unblocking != nil {
+		upd = unblockUpdate(upd, p.unblocking)
 	}
 	old, applied, err := s.update(ctx, p.TaskID, conds, upd, types.ReturnValueAllOld)
 	if err != nil || !applied {
@@ -769,4 +782,53 @@ func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
 		return Task{}, err
 	}
 	return it.task(false), nil
+}
+
+// A checkout of a blocked task whose blockers are all done.
+//
+// The change stream unblocks a task about a second after its last
+// blocker's completion. A checkout in between would have to answer
+// blocked, naming no blocker. Instead, having read every blocker the task
+// waits on done, it unblocks the task in its grant's own write: the one
+// write takes the task from blocked to in_progress and records both
+// events, unblocked and then checkout (seqs eseq-1 and eseq: a checkout
+// adds two to eseq, and a blocked task has no lease to take over, so the
+// first is free; unblock_seq marks it). The write is conditioned on the
+// task as read (status blocked, its version), so its waiting list is the
+// one whose blockers were read done; a blocker reopened since its read is
+// as one reopened after its completion, which unblocks its dependents
+// all the same. Watchers are not told (nothing was free): their watches
+// tell them when this lease ends. The stream's own unblocking of the task
+// then finds it unblocked already and writes nothing.
+
+// waitsOnDoneOnly reports whether every blocker blocked task t waits on
+// was read done (fillGraph).
+func (t *taskItem) waitsOnDoneOnly() bool {
+	if t.graph == nil || len(t.WaitingOn) == 0 {
+		return false
+	}
+	for _, id := range t.WaitingOn {
+		if st, ok := t.graph.blockers[id]; !ok || st != StatusDone {
+			return false
+		}
+	}
+	return true
+}
+
+// unblockCond is the grant's condition for blocked task cur: as read.
+func unblockCond(cur *taskItem) expression.ConditionBuilder {
+	return nameStatus.Equal(expression.Value(string(StatusBlocked))).And(nameVersion.Equal(expression.Value(cur.Version)))
+}
+
+// unblockUpdate adds the unblocking of cur to a grant's update: no waiting
+// list, the blocker whose completion unblocked it when it waited on one,
+// and unblock_seq, the seq of the unblocked event (eseq-1 after the
+// grant's write).
+func unblockUpdate(upd expression.UpdateBuilder, cur *taskItem) expression.UpdateBuilder {
+	upd = upd.Remove(expression.Name("waiting_on")).
+		Set(expression.Name("unblock_seq"), nameESeq.Plus(expression.Value(1)))
+	if len(cur.WaitingOn) == 1 {
+		return upd.Set(expression.Name("unblocked_by"), expression.Value(cur.WaitingOn[0]))
+	}
+	return upd.Remove(expression.Name("unblocked_by"))
 }

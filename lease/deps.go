@@ -41,7 +41,10 @@ import (
 // the process's waiting claims. The write is conditioned on the blocker
 // being in waiting_on, so a change delivered again, a completion
 // repeated after a reopen, or two writers racing unblock each dependent
-// once: exactly one unblocked event per unblocking.
+// once: exactly one unblocked event per unblocking. A named checkout that
+// comes first, having read every blocker the task waits on done, unblocks
+// it in its own grant (checkout.go); the stream's write then finds the
+// blocker gone from waiting_on and does nothing.
 //
 // Creating a dependent while its blocker completes must not strand it.
 // The writer (create or PATCH) puts the edges first, then sets

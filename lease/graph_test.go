@@ -1003,3 +1003,58 @@ func TestPatchThatUnblocksTellsTheWatchers(t *testing.T) {
 		t.Fatalf("w's inbox %v, want %v", told, want)
 	}
 }
+
+// A checkout of a task still blocked in name, whose blockers are all done
+// (the change stream has not unblocked it yet), unblocks it in its grant's
+// own write rather than answering blocked by no task: the trail shows
+// unblocked, then checkout; the stream's unblocking that follows writes
+// nothing; watchers are not told (the task was never free) and keep their
+// watch for this lease's end. A task waiting on a blocker not done is
+// still refused, naming it.
+func TestCheckoutRightAfterTheLastBlockerCompletesGrants(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "b", "c")
+	e.create(t, lease.CreateTaskParams{TaskID: "d", BlockedBy: []string{"b"}})
+	e.create(t, lease.CreateTaskParams{TaskID: "d2", BlockedBy: []string{"b", "c"}})
+	must[any](t)(nil, e.store.Watch(c, "d", "watcher"))
+	e.drain(t)
+	e.complete(t, "b", "x") // no drain: d is still blocked in its item
+	if st := e.get(t, "d").Status; st != lease.StatusBlocked {
+		t.Fatalf("d before the stream ran: %s, want blocked (the test proves nothing)", st)
+	}
+	co, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "d", AgentID: "y"})
+	if err != nil || co.AgentID != "y" || co.Fence != 1 || co.Attempt != 1 {
+		t.Fatalf("checkout of d once b is done: %+v, %v; want granted, fence 1, attempt 1", co, err)
+	}
+	if got := e.get(t, "d"); got.Status != lease.StatusInProgress || got.Version != 2 || len(got.BlockedBy) != 1 {
+		t.Fatalf("d after the checkout: %s, version %d, blockers %+v; want in_progress, version 2 (one write)", got.Status, got.Version, got.BlockedBy)
+	}
+	_, err = e.store.Checkout(c, lease.CheckoutParams{TaskID: "d2", AgentID: "y"})
+	var be *lease.BlockedError
+	if !errors.As(err, &be) || len(be.BlockedBy) != 1 || be.BlockedBy[0].TaskID != "c" {
+		t.Fatalf("checkout of d2, which still waits on c: %v, want blocked by c", err)
+	}
+	e.drain(t)
+	e.drain(t)
+	evs := e.events(t, "d")
+	if got, want := kinds(evs), []lease.EventType{lease.EventUnblocked, lease.EventCheckout}; !slices.Equal(got, want) {
+		t.Fatalf("d's trail %v, want %v", got, want)
+	}
+	if u := evs[0]; u.By != lease.BySystem || !strings.Contains(u.Reason, "b") || evs[1].Seq != u.Seq+1 || !evs[1].At.Equal(u.At) {
+		t.Errorf("d's unblocked event %+v and checkout %+v: want by system, naming b, the checkout next and at the same time", u, evs[1])
+	}
+	if got := e.get(t, "d"); got.Version != 2 || got.Status != lease.StatusInProgress {
+		t.Errorf("d after the stream ran: %s, version %d; want its unblocking to have written nothing", got.Status, got.Version)
+	}
+	for _, m := range e.inbox(t, "watcher") {
+		if m.TaskID == "d" {
+			t.Fatalf("the watcher was told %+v while d was checked out", m)
+		}
+	}
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "d", AgentID: "y", RunID: co.RunID}))
+	if msgs := e.inbox(t, "watcher"); len(msgs) != 1 || msgs[0].TaskID != "d" || msgs[0].Reason != string(lease.EventRelease) {
+		t.Fatalf("the watcher's inbox after d's release: %+v, want its task_available", msgs)
+	}
+}

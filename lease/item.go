@@ -92,6 +92,9 @@ type taskItem struct {
 	HasDependents bool     `dynamodbav:"has_dependents,omitempty"`
 	// UnblockedBy is the blocker whose completion unblocked the task.
 	UnblockedBy string `dynamodbav:"unblocked_by,omitempty"`
+	// UnblockSeq is the seq of the unblocked event of a checkout that
+	// unblocked the task in its grant (checkout.go).
+	UnblockSeq int64 `dynamodbav:"unblock_seq,omitempty"`
 	// Attempts counts grants since creation or the last reopen; Failures
 	// the failed attempts among them (the retry delay's exponent).
 	// MaxAttempts and RetryDelayMS are absent on tasks from before the
@@ -450,11 +453,19 @@ func (t *taskItem) latestEvents() []itemEvent {
 				Fence: t.PrevFence, At: at, HeldMS: &held, By: BySystem, Reason: reason,
 			}, takeover: true})
 		}
+		if t.PrevAgent == "" && t.UnblockSeq == t.ESeq-1 {
+			// A checkout that unblocked the task in its own write
+			// (checkout.go): nobody is told, the task was never free.
+			out = append(out, itemEvent{eventItem: eventItem{
+				TaskID: t.TaskID, Seq: t.ESeq - 1, PrevSeq: t.ESeq - 2, PrevAt: t.PriorAt, Type: EventUnblocked,
+				At: t.LockedAt, By: BySystem, Reason: unblockedReason(t.UnblockedBy),
+			}})
+		}
 		if t.hasLease() {
 			// A checkout adds two to eseq: its takeover's ending, if any,
 			// comes right before it; else the task's previous event does.
 			prev, prevAt := t.ESeq-2, t.PriorAt
-			if t.PrevAgent != "" {
+			if t.PrevAgent != "" || t.UnblockSeq == t.ESeq-1 {
 				prev, prevAt = t.ESeq-1, t.LockedAt
 				if t.PrevEndAt != 0 {
 					prevAt = t.PrevEndAt

@@ -1025,6 +1025,20 @@ func workGraphModelRejects(t *testing.T, start int64) {
 			append(finished, wStep{wIn{Op: "status", Task: 2}, status(2, lease.StatusBlocked, 1, 0)})...)},
 		{"a dependent todo once the stream saw its blocker done", graph, true, seq(
 			append(finished, wStep{wIn{Op: "drain"}, ok}, wStep{wIn{Op: "status", Task: 2}, status(2, lease.StatusTodo, 2, 0)})...)},
+		// A checkout after the blocker's completion, before the stream
+		// has seen it, unblocks the task in its grant: one write, one
+		// version (created, then unblocked and granted).
+		{"a dependent checked out before the stream saw its blocker done", graph, true, seq(
+			append(finished, wStep{checkout(2, 1, "s"), grant(1, "s", 1, 1, start)},
+				wStep{wIn{Op: "status", Task: 2}, wOut{Kind: "ok", Status: lease.StatusInProgress, Holder: wAgentID(1), Run: "s", Fence: 1, Expires: start + 30_000,
+					Version: 2, Queue: wQueue(2), Prio: wPrio(2), Attempt: 1}},
+				wStep{wIn{Op: "drain"}, ok})...)},
+		{"a dependent checked out before the stream saw its blocker done, with two versions", graph, false, seq(
+			append(finished, wStep{checkout(2, 1, "s"), grant(1, "s", 1, 1, start)},
+				wStep{wIn{Op: "status", Task: 2}, wOut{Kind: "ok", Status: lease.StatusInProgress, Holder: wAgentID(1), Run: "s", Fence: 1, Expires: start + 30_000,
+					Version: 3, Queue: wQueue(2), Prio: wPrio(2), Attempt: 1}})...)},
+		{"a dependent with a blocker not done checked out", graph, false, seq(
+			append(finished, wStep{checkout(3, 1, "s"), grant(1, "s", 1, 1, start)})...)},
 		{"a dependent with a blocker not done todo", graph, false, seq(
 			append(finished, wStep{wIn{Op: "drain"}, ok}, wStep{wIn{Op: "status", Task: 3}, status(3, lease.StatusTodo, 2, 0)})...)},
 		{"a dependent reopened after its blocker was reopened, blocked", graph, true, seq(
@@ -1615,6 +1629,24 @@ func (w wState) settled(t int) (wState, bool) {
 	return w, moved
 }
 
+// unblockable reports whether blocked task t may be unblocked by a checkout
+// (lease/checkout.go): it is ready, and every blocker it waits on has
+// completed since the change stream last ran (its completion, which the
+// drain would unblock it by, is there to read), or is done while a PATCH
+// that left t blocked has yet to settle it (settled).
+func (w wState) unblockable(t int) bool {
+	x := w.T[t]
+	if x.WaitingOn == 0 || x.NotBefore > w.Now {
+		return false
+	}
+	for b := range wTasks {
+		if x.WaitingOn&(1<<b) != 0 && !w.T[b].Completed && !(x.Settle && w.T[b].Status == lease.StatusDone) {
+			return false
+		}
+	}
+	return true
+}
+
 // drain is the change stream's unblocking (lease/deps.go): every task that
 // completed since it last ran is taken out of its dependents' waiting
 // lists, one write each, and a blocked dependent whose list is then empty
@@ -1857,8 +1889,16 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 	sameDeadRun := s.timeValid() && s.Holder == wAgentID(in.Agent) && s.Run == in.Run && s.dead(in.Agent)
 	if in.Op == "checkout" && !s.live() && !sameDeadRun {
 		switch {
+		case x.Status == lease.StatusBlocked && (out == wOut{Kind: "blocked"} || !w.unblockable(t)):
+			return w, out == wOut{Kind: "blocked"} // never granted while a blocker is not done
 		case x.Status == lease.StatusBlocked:
-			return w, out == wOut{Kind: "blocked"} // never granted
+			// Every blocker it waits on has completed since the stream last
+			// ran: the checkout's own write unblocks it, as the stream
+			// would, and grants it (lease/checkout.go). One write: one
+			// version, and nobody is told (the task was never free).
+			x.WaitingOn, x.Status, x.Settle = 0, lease.StatusTodo, false
+			s = w.lin(t)
+			s.HB = hb
 		case x.Holder != "" && x.Attempts >= x.MaxAttempts && (x.Status == lease.StatusTodo || x.Status == lease.StatusInProgress):
 			// An ended lease that was the task's last attempt: the checkout
 			// ends it as the sweep would, failing the task, and answers
@@ -2448,6 +2488,10 @@ type wMemory struct {
 	claim   string
 	version map[int]int64 // each task's version, as last read
 	last    string        // the task of its latest grant, until it acts on it
+	// follow: after completing a blocker, check out one of its dependents
+	// next (wConfig.followDependents); dependent is that one, -1 for none.
+	follow    bool
+	dependent int
 }
 
 // claimQueues are the queue lists claims name.
@@ -2460,11 +2504,23 @@ func nextWholeOp(r *rand.Rand, agentN int, heartbeat bool, mem *wMemory, tasks i
 	if patches && r.IntN(100) < 12 {
 		return nextPatch(r, agentN, mem, tasks)
 	}
+	if d := mem.dependent; d >= 0 {
+		mem.dependent = -1
+		mem.n++
+		return wIn{Op: "checkout", Task: d, Agent: agentN, Run: fmt.Sprintf("%s-u%d", wAgentID(agentN), mem.n), Timeout: 30_000}
+	}
 	if last := mem.last; graph && last != "" && r.IntN(3) > 0 {
 		// Finish what the agent was just granted: blockers get done, or
 		// the attempt fails.
 		mem.last = ""
 		op := []string{"complete", "complete", "fail", "release"}[r.IntN(4)]
+		if deps := wBlockers.dependents(wTaskN(last)); mem.follow && op == "complete" && deps != 0 {
+			for d := range wTasks {
+				if deps&(1<<d) != 0 && (mem.dependent < 0 || r.IntN(2) == 0) {
+					mem.dependent = d
+				}
+			}
+		}
 		return wIn{Op: op, Task: wTaskN(last), Agent: agentN, Run: mem.run[last], Fence: mem.fence[last]}
 	}
 	if claims && r.IntN(100) < 20 {
@@ -2533,6 +2589,9 @@ type wConfig struct {
 	createEvery                         int    // a new task between phases, this often (0: never)
 	strictEvery                         int    // a lone claim between phases, this often
 	inboxEvery                          int    // inbox reads between phases, this often (and after the last)
+	// followDependents: an agent that completes a blocker checks out one
+	// of its dependents next.
+	followDependents bool
 }
 
 func wholeSize(claims bool) wConfig {
@@ -2590,8 +2649,14 @@ func TestLinearizabilityWorkGraph(t *testing.T) {
 	t.Parallel()
 	cfg := wholeSize(true)
 	cfg.tasks, cfg.graph, cfg.createEvery = len(wBlockers), wBlockers, 0
+	// An agent that completes a blocker checks out a dependent next, often
+	// before the change stream has run: that checkout unblocks it in its
+	// own write (lease/checkout.go), which the model allows only when
+	// every blocker the task waits on has completed since the stream last
+	// ran, as one step of one version.
+	cfg.followDependents = true
 	if os.Getenv("CHECKOUT_CHAOS") == "" {
-		cfg.phases, cfg.opsPerPhase = 14, 4
+		cfg.phases, cfg.opsPerPhase = 16, 6
 	}
 	wholeLinearizability(t, cfg)
 }
@@ -2666,7 +2731,8 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 	mems := make([]*wMemory, cfg.clients)
 	rngs := make([]*rand.Rand, cfg.clients)
 	for i := range mems {
-		mems[i] = &wMemory{agentMemory: agentMemory{run: map[string]string{}, fence: map[string]int64{}}, version: map[int]int64{}}
+		mems[i] = &wMemory{agentMemory: agentMemory{run: map[string]string{}, fence: map[string]int64{}}, version: map[int]int64{},
+			follow: cfg.followDependents, dependent: -1}
 		rngs[i] = rand.New(rand.NewPCG(seed, uint64(i)))
 	}
 	tickRand := rand.New(rand.NewPCG(seed, 1<<32))

@@ -376,6 +376,9 @@ type CheckoutParams struct {
 	// blockersDone says the checkout found every blocker of the finished
 	// task it reopens done (see reopenCond).
 	blockersDone bool
+	// unblocking is the blocked task as read, every blocker it waits on
+	// found done: the grant unblocks it in the same write (unblockCond).
+	unblocking *taskItem
 }
 
 type RenewParams struct {
