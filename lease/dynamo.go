@@ -22,6 +22,9 @@ import (
 //	                    expired lease in the same write)
 //	  dead holder       + GetItem of its heartbeat (once: a death is
 //	                    remembered) + UpdateItem pinned to the ended lease
+//	  blocked           the failed UpdateItem + BatchGetItem of its blockers
+//	                    (+ when all it waits on are done, the UpdateItem that
+//	                    unblocks and grants it, checkout.go)
 //	  conflict          the failed UpdateItem, which returns the holder (ALL_OLD);
 //	                    its heartbeat comes from the alive cache once read
 //	renew, release,     UpdateItem, after the caller's heartbeat, which the alive
