@@ -91,14 +91,15 @@ func TestTinyRun(t *testing.T) {
 	// least its table write and an index write, and creating a 12 KB task
 	// more than a small one; dynamolock's acquire+release is on the same
 	// meter.
-	if r.Units == nil || len(r.Units.Ops) != 2*15 {
+	if r.Units == nil || len(r.Units.Ops) != 2*16 {
 		t.Fatalf("units: %+v", r.Units)
 	}
 	written := map[string]float64{}
 	for _, c := range r.Units.Ops {
 		written[c.Op+", "+c.Size] = c.Request.Write
 	}
-	if written["checkout, small"] < 2 || written["checkout, 12 KB"] < 2 || written["create, 12 KB"] <= written["create, small"] {
+	if written["checkout, small"] < 2 || written["checkout, 12 KB"] < 2 || written["create, 12 KB"] <= written["create, small"] ||
+		written["create, a queue new to the process, small"] <= written["create, small"] {
 		t.Errorf("write units on the request path: %v", written)
 	}
 	var peer bool
