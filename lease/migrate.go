@@ -107,6 +107,12 @@ func Migrate(ctx context.Context, db MigrateDB, names schema.Names, shards schem
 	if err := ensureTables(ctx, db, names); err != nil {
 		return res, err
 	}
+	// The copies get status shards of shards.Status: not below what the
+	// deployment has used, and recorded, so that a function started with
+	// a smaller count is refused rather than miss them.
+	if err := RecordShards(ctx, db, names, shards); err != nil {
+		return res, fmt.Errorf("migrate: %w", err)
+	}
 	// Every queue a task is in goes into the queue registry, which a
 	// listing of todo tasks walks (list.go): a queue whose tasks were
 	// never counted (written before the counts) may be missing from it.

@@ -242,3 +242,28 @@ func TestMigrateAppliesWhatTheEarlierStreamHolds(t *testing.T) {
 		t.Fatalf("b was told %d times that w is available, want once (a watch is told once)", told)
 	}
 }
+
+// A migration writes status shards: with a count below the one the
+// deployment has used it is refused before it copies anything, naming the
+// count; with the count used it goes on.
+func TestMigrateRefusesAShardCountBelowTheOneUsed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "a")
+	e.oldTasksTable(t)
+	db := uncounted()
+	grown := schema.ShardCounts{Status: schema.MaxStatusShards}
+	must[any](t)(nil, lease.RecordShards(c, db, e.names, grown))
+	_, err := lease.Migrate(c, db, e.names, schema.ShardCounts{}, nil)
+	var shrink *schema.ShrinkError
+	if !errors.As(err, &shrink) || shrink.Name != "status" || shrink.Recorded != schema.MaxStatusShards {
+		t.Fatalf("migrate with the default counts after %+v was used: %v, want the status count refused", grown, err)
+	}
+	if err := lease.EnsureTables(c, db, e.names); !errors.Is(err, lease.ErrMigrationNeeded) {
+		t.Fatalf("after the refused migration: %v, want ErrMigrationNeeded (nothing copied, no marker)", err)
+	}
+	if res := must[lease.MigrateResult](t)(lease.Migrate(c, db, e.names, grown, nil)); res.Copied != 1 {
+		t.Fatalf("migrate with the counts used: %+v, want the task copied", res)
+	}
+}

@@ -21,7 +21,8 @@ import (
 // the queue counters) holds the largest count of each kind any process has
 // started with. A process checks its counts against it when it starts
 // (RecordShards): below the record, it refuses to start; above it, it
-// raises the record.
+// raises the record. A migration (migrate.go), which writes status shards,
+// checks and raises it too.
 
 // shardsRecordID is the key of the record of the shard counts in use.
 const shardsRecordID = "#shards"
@@ -34,12 +35,18 @@ type shardsRecord struct {
 	Feed   int `dynamodbav:"feed"`
 }
 
+// ShardsDB is what RecordShards asks of DynamoDB.
+type ShardsDB interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+}
+
 // RecordShards checks counts (defaults filled in) against the largest
 // counts recorded for this deployment's tables: a count below its
 // record is a *schema.ShrinkError, and nothing is written; otherwise the
 // record is raised to counts where they are larger. One consistent GetItem,
 // and an UpdateItem only when a count grows (or on the first start).
-func RecordShards(ctx context.Context, db DB, names schema.Names, counts schema.ShardCounts) error {
+func RecordShards(ctx context.Context, db ShardsDB, names schema.Names, counts schema.ShardCounts) error {
 	if err := counts.Validate(); err != nil {
 		return err
 	}
