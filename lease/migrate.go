@@ -138,17 +138,8 @@ func Migrate(ctx context.Context, db MigrateDB, names schema.Names, shards schem
 			}
 		}
 	}
-	for start := 0; start < len(queues); start += 100 {
-		expr, _ := expression.NewBuilder().WithUpdate(expression.Add(expression.Name("queues"),
-			expression.Value(&types.AttributeValueMemberSS{Value: queues[start:min(start+100, len(queues))]}))).Build()
-		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: aws.String(names.Table(schema.HeartbeatsTable)), Key: agentKey(queueRegistryID),
-			UpdateExpression:          expr.Update(),
-			ExpressionAttributeNames:  expr.Names(),
-			ExpressionAttributeValues: expr.Values(),
-		}); err != nil {
-			return res, fmt.Errorf("migrate: register the queues: %w", err)
-		}
+	if err := addToRegistry(ctx, db, names.Table(schema.HeartbeatsTable), queues); err != nil {
+		return res, fmt.Errorf("migrate: %w", err)
 	}
 	if earlier != nil {
 		if err := earlier(ctx); err != nil {

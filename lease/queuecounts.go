@@ -311,19 +311,25 @@ func (s *Store) registerQueues(ctx context.Context, names []string, items map[st
 			fresh = append(fresh, q)
 		}
 	}
-	if len(fresh) == 0 {
-		return nil
-	}
-	expr, _ := expression.NewBuilder().WithUpdate(expression.Add(expression.Name("queues"),
-		expression.Value(&types.AttributeValueMemberSS{Value: fresh}))).Build()
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &s.heartbeats, Key: agentKey(queueRegistryID),
-		UpdateExpression:          expr.Update(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-	})
-	if err != nil {
-		return fmt.Errorf("register queues: %w", err)
+	return addToRegistry(ctx, s.db, s.heartbeats, fresh)
+}
+
+// addToRegistry ADDs queues to the queue registry of table (the
+// heartbeats table), 100 names a request: adding to a set is idempotent.
+func addToRegistry(ctx context.Context, db interface {
+	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+}, table string, queues []string) error {
+	for start := 0; start < len(queues); start += 100 {
+		expr, _ := expression.NewBuilder().WithUpdate(expression.Add(expression.Name("queues"),
+			expression.Value(&types.AttributeValueMemberSS{Value: queues[start:min(start+100, len(queues))]}))).Build()
+		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: &table, Key: agentKey(queueRegistryID),
+			UpdateExpression:          expr.Update(),
+			ExpressionAttributeNames:  expr.Names(),
+			ExpressionAttributeValues: expr.Values(),
+		}); err != nil {
+			return fmt.Errorf("register queues: %w", err)
+		}
 	}
 	return nil
 }
@@ -478,17 +484,8 @@ func (s *Store) enlistQueues(ctx context.Context, queues ...string) error {
 			missing = append(missing, q)
 		}
 	}
-	if len(missing) > 0 {
-		expr, _ := expression.NewBuilder().WithUpdate(expression.Add(expression.Name("queues"),
-			expression.Value(&types.AttributeValueMemberSS{Value: missing}))).Build()
-		if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: &s.heartbeats, Key: agentKey(queueRegistryID),
-			UpdateExpression:          expr.Update(),
-			ExpressionAttributeNames:  expr.Names(),
-			ExpressionAttributeValues: expr.Values(),
-		}); err != nil {
-			return fmt.Errorf("register queues: %w", err)
-		}
+	if err := addToRegistry(ctx, s.db, s.heartbeats, missing); err != nil {
+		return err
 	}
 	for _, q := range fresh {
 		s.enlisted.Store(q, true)
