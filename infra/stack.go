@@ -56,7 +56,10 @@ const (
 	// The stream function's event source mapping: up to 100 changes a
 	// batch, handed over as soon as they are read (no batching window, so
 	// watchers are told within the stream's own delay, about a second),
-	// ten retries of a failing batch, bisected.
+	// ten retries of a failing batch, bisected. `checkout-server migrate`
+	// relies on batches of at most 100 (stream.BatchSize) when it finds,
+	// from the event archive, where a replaced mapping had got to
+	// (stream.Poller.ResumeAfterApplied): do not raise it.
 	streamBatchSize = 100
 	streamRetries   = 10
 	// streamWindowMinutes is the mapping's tumbling window. The window's

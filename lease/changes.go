@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -335,4 +336,32 @@ func (s *Store) putMessage(ctx context.Context, m messageItem) error {
 		return fmt.Errorf("message %s for %s: %w", m.MessageID, m.AgentID, err)
 	}
 	return nil
+}
+
+// Archived reports whether the events change ch recorded are in the
+// archive, by one consistent read of the last of them: known is false for
+// a change that recorded none (a new task, a watch, a copy). The stream
+// function archives a batch's events before anything else it does for the
+// batch, so an archived event says that the batch holding its change was
+// started, and, since a shard's batches are applied one at a time and in
+// order, that every batch before it was applied whole (see
+// stream.Poller.ResumeAfterApplied).
+func (s *Store) Archived(ctx context.Context, ch Change) (known, archived bool, err error) {
+	old, cur, ok, err := decodeChange(ch)
+	if err != nil || !ok {
+		return false, false, err
+	}
+	evs := newEvents(&old, &cur)
+	if len(evs) == 0 {
+		return false, false, nil
+	}
+	last := evs[len(evs)-1]
+	got, err := getItem[eventItem](ctx, s.db, s.events, map[string]types.AttributeValue{
+		"task_id": &types.AttributeValueMemberS{Value: last.TaskID},
+		"seq":     &types.AttributeValueMemberN{Value: strconv.FormatInt(last.Seq, 10)},
+	})
+	if err != nil {
+		return true, false, fmt.Errorf("read the archived event %s/%d: %w", last.TaskID, last.Seq, err)
+	}
+	return true, got != nil, nil
 }

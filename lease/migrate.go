@@ -44,12 +44,15 @@ import (
 //
 // So the consequences of the earlier table's last transitions must come
 // from its own change stream: a server stopped (or killed) before its
-// stream function had applied them (the local server polls every 200 ms)
-// would otherwise lose those events and messages, and leave each such
-// task's trail waiting for them for ever. Migrate takes a function that
-// applies what that stream still holds (earlier; the command gives the
-// local server's poller, which resumes at the checkpoint that server
-// saved), and calls it after the copy, so that what a change causes in
+// stream function had applied them (the local server polls every 200 ms),
+// or, in AWS, an event source mapping replaced by the upgrade deploy
+// before it had, would otherwise lose those events and messages, and leave
+// each such task's trail waiting for them for ever. Migrate takes a
+// function that applies what that stream still holds (earlier; the
+// command gives a poller that resumes at the local server's checkpoint,
+// or, where none was kept, one batch before the last change whose event
+// is archived: stream.Poller.ResumeAfterApplied, Store.Archived), and
+// calls it after the copy, so that what a change causes in
 // today's table (a dependent unblocked) lands on the copies, and before
 // the marker, so that a migration whose stream could not be applied is
 // run again. Every consequence is written once however often it is

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
@@ -49,10 +50,11 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		if cfg.Region == "" {
 			return errors.New("no AWS region: set AWS_REGION")
 		}
-		db = dynamodb.NewFromConfig(cfg)
+		c := dynamodb.NewFromConfig(cfg)
+		db, earlier = c, applyEarlier(c, dynamodbstreams.NewFromConfig(cfg), names, shards)
 	case endpoint != "":
 		c := lease.NewLocalClient(endpoint)
-		db, earlier = c, applyEarlier(c, endpoint, names, shards)
+		db, earlier = c, applyEarlier(c, stream.NewLocalClient(endpoint), names, shards)
 	case dir != "":
 		d, err := localstack.Start(ctx, localstack.Options{Path: dir})
 		if err != nil {
@@ -60,7 +62,7 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		defer func() { _ = d.Stop() }()
 		c := lease.NewLocalClient(d.Endpoint)
-		db, earlier = c, applyEarlier(c, d.Endpoint, names, shards)
+		db, earlier = c, applyEarlier(c, stream.NewLocalClient(d.Endpoint), names, shards)
 	default:
 		return errors.New("nothing to migrate: without CHECKOUT_DATA_DIR, DYNAMODB_ENDPOINT or -aws the server keeps its data in memory")
 	}
@@ -81,12 +83,19 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 }
 
 // applyEarlier returns what applies the changes the earlier tasks table's
-// stream still holds, as the local server that wrote them would have on
-// its next poll: the stream function's handler, from the checkpoint that
-// server saved ("#stream#<table>" in the agents table). Their notices
-// (webhooks) are not sent. In AWS the earlier stack's stream function
-// applies them within about a second of each change.
-func applyEarlier(db *dynamodb.Client, endpoint string, names schema.Names, shards schema.ShardCounts) func(context.Context) error {
+// stream still holds, as the stream function would have: the handler, from
+// the checkpoint "#stream#<table>" in the agents table. The local server
+// saved that checkpoint as it read the stream, so locally the migration
+// resumes where the server stopped. In AWS the stack's event source
+// mapping read it, and the upgrade deploy replaced that mapping, dropping
+// what it had not yet applied (the last writes before the functions
+// switched); its position cannot be read, so each shard is first given a
+// checkpoint just before the first change whose events are not archived
+// (stream.Poller.ResumeAfterApplied). Either way each change is applied at
+// least once, and the handler writes each consequence once. Notices
+// (webhooks, EventBridge) are not sent for these changes. The checkpoint
+// is saved as batches are applied, so a migration cut short resumes.
+func applyEarlier(db *dynamodb.Client, streams stream.StreamsAPI, names schema.Names, shards schema.ShardCounts) func(context.Context) error {
 	return func(ctx context.Context) error {
 		table := names.Table(schema.TasksTableV1)
 		arn, err := localstack.StreamARN(ctx, db, table)
@@ -96,11 +105,15 @@ func applyEarlier(db *dynamodb.Client, endpoint string, names schema.Names, shar
 		if err != nil {
 			return err
 		}
+		store := lease.New(lease.Config{DB: db, Tables: names, Shards: shards})
 		p := &stream.Poller{
-			Streams:   stream.NewLocalClient(endpoint),
+			Streams:   streams,
 			StreamARN: arn,
-			Handle:    stream.Handler(lease.New(lease.Config{DB: db, Tables: names, Shards: shards})),
+			Handle:    stream.Handler(store),
 			Saved:     stream.TableCheckpoints{DB: db, Table: names.Table(schema.AgentsTable), KeyName: "agent_id", Key: "#stream#" + table},
+		}
+		if err := p.ResumeAfterApplied(ctx, store.Archived); err != nil {
+			return err
 		}
 		_, err = p.Poll(ctx)
 		return err

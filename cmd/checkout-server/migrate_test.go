@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,8 @@ import (
 
 	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/lease/stream"
 	"github.com/checkout-dev/checkout/localstack"
 )
 
@@ -98,5 +102,139 @@ func TestMigrateCommand(t *testing.T) {
 		Key: map[string]types.AttributeValue{"agent_id": &types.AttributeValueMemberS{Value: "#stream#checkout-tasks"}}})
 	if err != nil || len(saved.Item) < 2 {
 		t.Fatalf("the earlier stream's checkpoint after the migration: %v, %v", saved.Item, err)
+	}
+}
+
+// An AWS upgrade: the deploy replaced the event source mapping of the
+// earlier tasks table's stream, which had applied all but the last
+// changes, and left no checkpoint anyone can read. `checkout-server
+// migrate` applies what the mapping left (each task's trail is whole, its
+// queue counted once) without applying the stream again from its start:
+// an event the mapping archived long before, deleted here, stays deleted.
+// (The same command runs with -aws against AWS's DynamoDB Streams.)
+func TestMigrateAppliesWhatTheReplacedMappingLeft(t *testing.T) {
+	ctx := testenv.Context(t)
+	d, err := localstack.Start(ctx, localstack.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = d.Stop() }()
+	db := lease.NewLocalClient(d.Endpoint)
+	names := schema.Names{Prefix: "up-"}
+	if err := lease.EnsureTables(ctx, db, names); err != nil {
+		t.Fatal(err)
+	}
+	store := lease.New(lease.Config{DB: db, Tables: names, Notifier: &testenv.Recorder{}})
+	cur, old := names.Table(schema.TasksTable), names.Table(schema.TasksTableV1)
+	// Every image the tasks go through, in order: 3 creates, then 80
+	// checkout+release cycles of each task.
+	var images []map[string]types.AttributeValue
+	snap := func(id string) {
+		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &cur, ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: id}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		images = append(images, out.Item)
+	}
+	ids := []string{"t0", "t1", "t2"}
+	for _, id := range ids {
+		if _, err := store.CreateTask(ctx, lease.CreateTaskParams{TaskID: id, Title: id}); err != nil {
+			t.Fatal(err)
+		}
+		snap(id)
+	}
+	const cycles = 80
+	for range cycles {
+		for _, id := range ids {
+			co, err := store.Checkout(ctx, lease.CheckoutParams{TaskID: id, AgentID: "a", Timeout: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap(id)
+			if _, err := store.Release(ctx, lease.ReleaseParams{TaskID: id, AgentID: "a", RunID: co.RunID}); err != nil {
+				t.Fatal(err)
+			}
+			snap(id)
+		}
+	}
+
+	// The earlier table and its stream, as the upgrade deploy left them:
+	// the mapping applied the first 403 changes, then was replaced.
+	if _, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName: &old, BillingMode: types.BillingModePayPerRequest,
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("task_id"), KeyType: types.KeyTypeHash}},
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("task_id"), AttributeType: types.ScalarAttributeTypeS}},
+		StreamSpecification:  &types.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: types.StreamViewTypeNewAndOldImages},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dynamodb.NewTableExistsWaiter(db).Wait(ctx, &dynamodb.DescribeTableInput{TableName: &old}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	put := func(items []map[string]types.AttributeValue) {
+		for _, item := range items {
+			if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &old, Item: item}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const applied = 403
+	put(images[:applied])
+	arn, err := localstack.StreamARN(ctx, db, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapping := &stream.Poller{Streams: stream.NewLocalClient(d.Endpoint), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
+		Handle: stream.Handler(store)}
+	if n, err := mapping.Poll(ctx); err != nil || n != applied {
+		t.Fatalf("the mapping applied %d changes, %v; want %d", n, err, applied)
+	}
+	put(images[applied:])
+	if _, err := db.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: &cur}); err != nil {
+		t.Fatal(err)
+	}
+	events := func(id string) []int64 {
+		out, err := db.Query(ctx, &dynamodb.QueryInput{TableName: aws.String(names.Table(schema.EventsTable)), ConsistentRead: aws.Bool(true),
+			KeyConditionExpression:    aws.String("task_id = :t"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberS{Value: id}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seqs []int64
+		for _, it := range out.Items {
+			n, _ := strconv.ParseInt(it["seq"].(*types.AttributeValueMemberN).Value, 10, 64)
+			seqs = append(seqs, n)
+		}
+		return seqs
+	}
+	first := events("t0")[0]
+	if _, err := db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(names.Table(schema.EventsTable)), Key: map[string]types.AttributeValue{
+		"task_id": &types.AttributeValueMemberS{Value: "t0"}, "seq": &types.AttributeValueMemberN{Value: strconv.FormatInt(first, 10)}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	bin := testenv.Binary(t, "github.com/checkout-dev/checkout/cmd/checkout-server")
+	cmd := exec.Command(bin, "migrate")
+	cmd.Env = append(os.Environ(), "DYNAMODB_ENDPOINT="+d.Endpoint, "CHECKOUT_TABLE_PREFIX="+names.Prefix, "CHECKOUT_DATA_DIR=")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "copied 3 tasks") {
+		t.Fatalf("migrate: %v: %s", err, out)
+	}
+
+	for _, id := range ids {
+		want := 2 * cycles
+		if id == "t0" {
+			want-- // the event deleted: not archived again
+		}
+		if got := events(id); len(got) != want || id == "t0" && slices.Contains(got, first) {
+			t.Errorf("%s has %d events archived (%v ... %v), want %d", id, len(got), got[:min(3, len(got))], got[max(0, len(got)-3):], want)
+		}
+	}
+	queues, err := store.ListQueues(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(queues) != 1 || queues[0].Counts[lease.StatusTodo] != 3 || queues[0].Counts[lease.StatusInProgress] != 0 {
+		t.Fatalf("queue counts after the migration: %+v, want 3 todo in one queue", queues)
 	}
 }

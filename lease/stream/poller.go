@@ -59,17 +59,9 @@ func (p *Poller) Poll(ctx context.Context) (int, error) {
 		}
 		p.pos = pos
 	}
-	var shards []streamtypes.Shard
-	var start *string
-	for {
-		out, err := p.Streams.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: &p.StreamARN, ExclusiveStartShardId: start})
-		if err != nil {
-			return 0, fmt.Errorf("describe stream: %w", err)
-		}
-		shards = append(shards, out.StreamDescription.Shards...)
-		if start = out.StreamDescription.LastEvaluatedShardId; start == nil {
-			break
-		}
+	shards, err := p.shards(ctx)
+	if err != nil {
+		return 0, err
 	}
 	n := 0
 	for _, sh := range shards { // parents are listed before their children
