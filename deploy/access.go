@@ -25,9 +25,11 @@ type Grant struct {
 // `checkout-server migrate -aws` leaves there (see AwaitsMigration).
 var Grants = map[string][]Grant{
 	// DescribeTable: GET /healthz checks that DynamoDB answers, without
-	// reading an item.
+	// reading an item; GetItem on the earlier tasks table, that no
+	// migration waits (see AwaitsMigration).
 	Health: {
 		{Table: schema.TasksTable, Actions: []string{"DescribeTable"}},
+		{Table: schema.TasksTableV1, Actions: []string{"GetItem"}},
 	},
 	Authorizer: {
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
@@ -123,7 +125,8 @@ var Grants = map[string][]Grant{
 // earlier schema exists without the marker of a finished `checkout-server
 // migrate -aws`: the route functions answer 503 unavailable, the sweeper
 // skips its runs. Each is granted GetItem on the earlier table for that
-// check. The stream function is not among them: it only carries the
+// check. The health function reads the same marker, so that GET /healthz
+// answers 503 while they wait. The stream function is not among them: it only carries the
 // consequences of changes already made to today's table, and before the
 // migration the only ones are the migration's own copies (which it must
 // see, and ignores as transitions).

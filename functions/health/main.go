@@ -1,7 +1,8 @@
 // Command health is the Lambda function that answers GET /healthz (503
 // {"ok": false} while DynamoDB cannot be reached: it describes the tasks
-// table, cached for a few seconds), serves the dashboard's files, and takes
-// API Gateway's $default route.
+// table, cached for a few seconds; and while a tasks table of the earlier
+// schema awaits `checkout-server migrate -aws`), serves the dashboard's
+// files, and takes API Gateway's $default route.
 package main
 
 import (

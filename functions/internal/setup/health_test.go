@@ -51,7 +51,7 @@ func TestHealthzChecksTheDatabase(t *testing.T) {
 	t.Parallel()
 	quiet := slog.New(slog.DiscardHandler)
 	clock := testclock.New(time.Date(2026, 3, 20, 14, 0, 0, 0, time.UTC))
-	db := &describeDB{}
+	db := &describeDB{markerDB: markerDB{state: "none"}}
 	h := HTTP(deploy.Health, nil, db, Env{TablePrefix: "prod-", Now: clock.Now}, quiet)
 	for range 50 {
 		if status, body := healthz(t, h); status != http.StatusOK || body != `{"ok":true}` {

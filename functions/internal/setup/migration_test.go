@@ -173,6 +173,7 @@ func TestFunctionsWaitForTheMigration(t *testing.T) {
 	for _, fn := range []string{deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Inbox} {
 		fns[fn] = HTTP(fn, NewStore(db, nil, env, quiet), db, env, quiet)
 	}
+	fns[deploy.Health] = HTTP(deploy.Health, nil, db, env, quiet)
 	sweep := Sweep(store, db, env)
 	call := func(fn string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
 		t.Helper()
@@ -201,6 +202,10 @@ func TestFunctionsWaitForTheMigration(t *testing.T) {
 			t.Fatalf("%s %s before the migration: %d %v %s", c.fn, c.ev.RouteKey, resp.StatusCode, resp.Headers, resp.Body)
 		}
 	}
+	// GET /healthz says so.
+	if status, body := healthz(t, fns[deploy.Health]); status != http.StatusServiceUnavailable || body != `{"ok":false}` {
+		t.Fatalf("GET /healthz before the migration: %d %s", status, body)
+	}
 	// The inbox function does not touch tasks: it serves on.
 	if resp := call(deploy.Inbox, agentEvent("GET", "/api/inbox", "GET /api/inbox", "", "bob")); resp.StatusCode != http.StatusOK {
 		t.Fatalf("inbox before the migration: %d %s", resp.StatusCode, resp.Body)
@@ -224,6 +229,9 @@ func TestFunctionsWaitForTheMigration(t *testing.T) {
 	clock.Advance(MigrationRecheck)
 	if resp := call(deploy.Tasks, create); resp.StatusCode != http.StatusConflict || !strings.Contains(resp.Body, errcode.TaskExists) {
 		t.Fatalf("re-creating the migrated task: %d %s", resp.StatusCode, resp.Body)
+	}
+	if status, body := healthz(t, fns[deploy.Health]); status != http.StatusOK {
+		t.Fatalf("GET /healthz after the migration: %d %s", status, body)
 	}
 	resp := call(deploy.Tasks, agentEvent("GET", "/api/tasks/shipped", "GET /api/tasks/{task_id}", "", "bob"))
 	if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Body, `"status":"done"`) {

@@ -251,7 +251,7 @@ func NewStore(db lease.DB, n lease.Notifier, e Env, log *slog.Logger) *lease.Sto
 // tasks table of the earlier schema waits for `checkout-server migrate -aws`
 // (MigrationGuard, checked here, at cold start, first); the health function
 // answers GET /healthz with 503 {"ok": false} while DynamoDB cannot be
-// reached. A nil db leaves both checks out (tests of the routing alone).
+// reached, and while that migration waits. A nil db leaves both checks out (tests of the routing alone).
 //
 // API Gateway sends each function only its own routes; a misrouted request
 // is answered 404 not_found or 405 method_not_allowed, never by another
@@ -267,7 +267,16 @@ func HTTP(fn string, svc httpapi.Service, db TablesAPI, e Env, log *slog.Logger)
 	if fn == deploy.Health {
 		opts.Function = ""
 		if db != nil {
-			opts.Health = newHealthCheck(db, e).check
+			// Unhealthy while DynamoDB cannot be reached, and while the
+			// tasks await the migration (the task functions answer 503
+			// then): a monitor of /healthz sees what agents see.
+			hc, g := newHealthCheck(db, e), NewMigrationGuard(db, e, log)
+			opts.Health = func(ctx context.Context) error {
+				if err := hc.check(ctx); err != nil {
+					return err
+				}
+				return g.Check(ctx)
+			}
 		}
 	}
 	h := httpapi.New(svc, opts)
