@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -50,6 +51,18 @@ import (
 // that watches again meanwhile stays on. A watch placed
 // after the freeing waits for the next one, as a watch written after the
 // freeing's write always has.
+//
+// The stream function may be behind by several freeings when an agent
+// watches again (it runs about a second after each write, and longer when
+// it is held up), so one agent's watch of a task has places: its first
+// (eseq), and one more (asks) for each watch placed after the task had
+// moved on from the one before; last_eseq is the latest. Each freeing
+// tells the watch once if it has a place before the freeing, and uses up
+// every such place: the watch then waits from its first place after the
+// freeing, or is deleted. So an agent that watched before each of two
+// freeings is told of both, as a watch list on the task item (which each
+// freeing's write emptied) told it, however late the stream function
+// handles them (TestWatchAgainAfterEachOfTwoUnhandledFreeingsIsToldOfBoth).
 
 // watchRetention is how long a watch that no freeing has used is kept
 // (TTL, garbage collection only).
@@ -65,15 +78,40 @@ type watchItem struct {
 	// watch: a freeing before it does not use the watch up.
 	ESeq     int64 `dynamodbav:"eseq"`
 	LastESeq int64 `dynamodbav:"last_eseq,omitempty"`
-	TTL      int64 `dynamodbav:"ttl"`
+	// Asks are the task's eseqs at the agent's later watches, one for each
+	// watch placed after the task had moved on from the one before: a
+	// freeing between two of them uses up the earlier and leaves the later
+	// waiting for the next freeing (see nextPlace).
+	Asks []int64 `dynamodbav:"asks,numberset,omitempty"`
+	TTL  int64   `dynamodbav:"ttl"`
+}
+
+// maxWatchAsks bounds a watch's Asks: an agent that watches again on
+// every change of a task while the stream function is held up keeps at
+// most this many places; past it, only its first and latest count, and a
+// freeing between two places it lost tells it nothing.
+const maxWatchAsks = 16
+
+// nextPlace is where w waits once a freeing with event seq seq has told
+// it: its first place at or after that freeing (a watch placed after it),
+// or -1 when it has none, and is used up.
+func nextPlace(w watchItem, seq int64) int64 {
+	next := int64(-1)
+	for _, a := range append([]int64{w.LastESeq}, w.Asks...) {
+		if a >= seq && (next < 0 || a < next) {
+			next = a
+		}
+	}
+	return next
 }
 
 func watchPartition(taskID string) string { return "#watch#" + taskID }
 
 // Watch puts agentID on the task's watch list: it gets one task_available
-// message the next time the task is freed. An agent already on it only
-// refreshes its watch (it keeps its place: a freeing since it was first
-// placed tells it); a task has at most MaxWatchers watchers.
+// message the next time the task is freed. An agent already on it keeps
+// its place (a freeing since it was first placed tells it) and, when the
+// task has moved on since its latest watch, gains one for the next
+// freeing after now; a task has at most MaxWatchers watchers.
 func (s *Store) Watch(ctx context.Context, taskID, agentID string) error {
 	if err := CheckID("task_id", taskID); err != nil {
 		return err
@@ -115,23 +153,33 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 	// before the agent's id was registered (again) is its removed self's:
 	// the new agent's watch starts from now, on condition that the old
 	// one is still as read.
+	// A watch placed again after the task has moved on (its eseq is past
+	// the watch's latest place) is a place of its own, kept in asks, so
+	// that a freeing in between, not yet handled by the stream function,
+	// uses up the earlier place and leaves this one for the next freeing.
 	var place expression.OperandBuilder = expression.IfNotExists(expression.Name("eseq"), expression.Value(cur.ESeq))
 	b := expression.NewBuilder()
+	now := s.clock()
+	upd := expression.Set(expression.Name("at"), expression.Value(ms(now))).
+		Set(expression.Name("ttl"), expression.Value(now.Add(watchRetention).Unix())).
+		Set(expression.Name("last_eseq"), expression.Value(cur.ESeq))
 	if mine != nil {
 		hb, err := s.heartbeat(ctx, agentID)
 		if err != nil {
 			return err
 		}
-		if hb != nil && hb.RegisteredAt > mine.At {
+		switch {
+		case hb != nil && hb.RegisteredAt > mine.At:
 			place = expression.Value(cur.ESeq)
 			b = b.WithCondition(expression.Name("at").Equal(expression.Value(mine.At)))
+			if len(mine.Asks) > 0 {
+				upd = upd.Remove(expression.Name("asks"))
+			}
+		case cur.ESeq > max(mine.ESeq, mine.LastESeq) && len(mine.Asks) < maxWatchAsks:
+			upd = upd.Add(expression.Name("asks"), expression.Value(&types.AttributeValueMemberNS{Value: []string{strconv.FormatInt(cur.ESeq, 10)}}))
 		}
 	}
-	now := s.clock()
-	upd := expression.Set(expression.Name("at"), expression.Value(ms(now))).
-		Set(expression.Name("ttl"), expression.Value(now.Add(watchRetention).Unix())).
-		Set(expression.Name("last_eseq"), expression.Value(cur.ESeq)).
-		Set(expression.Name("eseq"), place)
+	upd = upd.Set(expression.Name("eseq"), place)
 	expr, err := b.WithUpdate(upd).Build()
 	if err != nil {
 		return err
@@ -184,8 +232,8 @@ func (s *Store) watches(ctx context.Context, taskID string) ([]watchItem, error)
 // dropWatch uses up a watch that the freeing of event seq seq has told:
 // it deletes it, unless the agent watched again after that freeing (its
 // last_eseq is not before seq), in which case the watch stays, placed at
-// that later watch, for the next freeing, as an entry added to a watch
-// list after the freeing's write would have.
+// its first place after the freeing (nextPlace), for the next freeing, as
+// an entry added to a watch list after the freeing's write would have.
 func (s *Store) dropWatch(ctx context.Context, w watchItem, seq int64) error {
 	key := map[string]types.AttributeValue{
 		"agent_id":   &types.AttributeValueMemberS{Value: w.Partition},
@@ -212,10 +260,25 @@ func (s *Store) dropWatch(ctx context.Context, w watchItem, seq int64) error {
 	if len(returned) == 0 || attributevalue.UnmarshalMap(returned, &now) != nil || now.ESeq != w.ESeq {
 		return nil // gone, or already moved on
 	}
-	// Watched again since the freeing: the watch now waits from there.
+	// Watched again since the freeing: the watch now waits from its first
+	// place after it, and forgets the places the freeing used up.
+	next := nextPlace(now, seq)
+	if next < 0 {
+		return nil // cannot be: last_eseq is not before seq
+	}
+	upd := expression.Set(expression.Name("eseq"), expression.Value(next))
+	var stale []string
+	for _, a := range now.Asks {
+		if a < next {
+			stale = append(stale, strconv.FormatInt(a, 10))
+		}
+	}
+	if len(stale) > 0 {
+		upd = upd.Delete(expression.Name("asks"), expression.Value(&types.AttributeValueMemberNS{Value: stale}))
+	}
 	up, _ := expression.NewBuilder().
 		WithCondition(expression.Name("eseq").Equal(expression.Value(w.ESeq))).
-		WithUpdate(expression.Set(expression.Name("eseq"), last)).Build()
+		WithUpdate(upd).Build()
 	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.inbox, Key: key,
 		ConditionExpression:       up.Condition(),
@@ -268,10 +331,7 @@ func (f *freeingWatches) take(ctx context.Context, taskID string, seq int64) (ma
 		}
 		out[w.AgentID] = w.At
 		f.told[k] = toldWatch{w, seq}
-		f.placed[k] = -1
-		if w.LastESeq >= seq {
-			f.placed[k] = w.LastESeq // watched again after this freeing
-		}
+		f.placed[k] = nextPlace(w, seq) // watched again after this freeing, or used up
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -54,6 +55,50 @@ func TestWatchAgainAfterAFreeingWaitsForTheNextOne(t *testing.T) {
 	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: second.RunID}))
 	if msgs := e.inbox(t, "w"); len(msgs) != 2 {
 		t.Fatalf("after the second release, w's inbox %+v, want a message for each", msgs)
+	}
+}
+
+// An agent that watches again after each of two freeings, both written
+// before the stream function handled the first, is told of both: each
+// watch placed after a freeing asks for the next one, as a watch list on
+// the task item did. The watch kept only its first and its latest place,
+// so the watch between the two freeings was lost and the second freeing
+// told nobody. Found by TestLinearizabilityWorkGraphSlowStream.
+func TestWatchAgainAfterEachOfTwoUnhandledFreeingsIsToldOfBoth(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	watch := func() {
+		t.Helper()
+		if err := e.store.Watch(c, "t", "w"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var fences []int64
+	co := e.checkout(t, "t", "a", time.Hour)
+	watch()
+	for _, next := range []string{"b", "c"} {
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: co.AgentID, RunID: co.RunID}))
+		fences = append(fences, co.Fence)
+		co = e.checkout(t, "t", next, time.Hour)
+		watch() // after that freeing, before the stream has handled it
+	}
+	told := func() []int64 {
+		var out []int64
+		for _, m := range e.inbox(t, "w") {
+			out = append(out, m.Fence)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := told(); !slices.Equal(got, fences) {
+		t.Fatalf("w was told of the leases with fences %v, want %v: one message for each freeing it watched before", got, fences)
+	}
+	// The last watch, after the second freeing, waits for the next one.
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: co.AgentID, RunID: co.RunID}))
+	if got, want := told(), append(fences, co.Fence); !slices.Equal(got, want) {
+		t.Fatalf("after the third release w was told of %v, want %v", got, want)
 	}
 }
 
