@@ -173,6 +173,11 @@ func TestDependencyRulesRefuseBadBlockers(t *testing.T) {
 	if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "a", BlockedBy: &[]string{"m1"}}); !errors.Is(err, lease.ErrInvalidTransition) {
 		t.Errorf("blocked_by on an in_progress task: %v, want invalid_transition", err)
 	}
+	// Even a list that changes nothing (a has no blockers): API.md allows
+	// blocked_by on a todo or blocked task only.
+	if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "a", BlockedBy: &[]string{}}); !errors.Is(err, lease.ErrInvalidTransition) {
+		t.Errorf("blocked_by [] on an in_progress task without blockers: %v, want invalid_transition", err)
+	}
 	// Clearing a blocked task's blockers makes it todo.
 	if got := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "c", BlockedBy: &[]string{}})); got.Status != lease.StatusTodo || len(got.BlockedBy) != 0 {
 		t.Errorf("c with its blockers cleared: %s %v, want todo with none", got.Status, got.BlockedBy)

@@ -125,10 +125,14 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 			return Task{}, err
 		}
 		var g *patchGraph
-		if p.BlockedBy != nil && !slices.Equal(*p.BlockedBy, cur.BlockedBy) {
+		if p.BlockedBy != nil {
+			// blocked_by is for a todo or blocked task only, even a list
+			// that changes nothing (API.md, "Statuses").
 			if st := cur.task(live).Status; st != StatusTodo && st != StatusBlocked {
 				return Task{}, &TransitionError{TaskID: cur.TaskID, From: st, To: StatusBlocked, Field: "blocked_by"}
 			}
+		}
+		if p.BlockedBy != nil && !slices.Equal(*p.BlockedBy, cur.BlockedBy) {
 			if err := s.checkCycle(ctx, cur.TaskID, blockers); err != nil {
 				return Task{}, err
 			}
