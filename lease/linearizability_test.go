@@ -519,6 +519,7 @@ func linearizability(t *testing.T, heartbeats bool) {
 		}
 		if dump := os.Getenv("CHECKOUT_LIN_DUMP"); dump != "" {
 			dumpIllegal(model, history, dump)
+			dumpStuck(model, info, history, dump+".stuck")
 		}
 		t.Fatalf("history is %s (seed %d); visualization at %s", res, seed, path)
 	}
@@ -1086,6 +1087,57 @@ func workGraphModelRejects(t *testing.T, start int64) {
 // that phase without whose answer the history up to there would be legal.
 // (A prefix cut elsewhere, in call order, may leave out an operation
 // called later but linearized earlier, and fail for that alone.)
+// dumpStuck writes where the checker got stuck, partition by partition:
+// the end of its longest partial linearization, with the model's state
+// after each operation, and the operations it could not place next,
+// earliest return first. Of those, the first to return is the one no
+// order of the rest explains.
+func dumpStuck(m porcupine.Model, info porcupine.LinearizationInfo, history []porcupine.Operation, path string) {
+	var b strings.Builder
+	line := func(op porcupine.Operation) string {
+		return fmt.Sprintf("%12d %12d c%02d %+v -> %+v", op.Call/1000, op.Return/1000, op.ClientId, op.Input, op.Output)
+	}
+	parts := [][]porcupine.Operation{history}
+	if m.Partition != nil {
+		parts = m.Partition(history) // in the order the checker took them
+	}
+	for p, lins := range info.PartialLinearizationsOperations() {
+		var longest []porcupine.Operation
+		for _, l := range lins {
+			if len(l) > len(longest) {
+				longest = l
+			}
+		}
+		fmt.Fprintf(&b, "partition %d: %d partial linearizations, the longest places %d operations\n", p, len(lins), len(longest))
+		placed := map[[2]int64]bool{}
+		for _, op := range longest {
+			placed[[2]int64{op.Call, op.Return}] = true
+		}
+		from := max(0, len(longest)-40)
+		state := m.Init()
+		for i, op := range longest {
+			_, state = m.Step(state, op.Input, op.Output)
+			if i >= from {
+				fmt.Fprintf(&b, "placed %s\n", line(op))
+				if m.DescribeState != nil {
+					fmt.Fprintf(&b, "       state: %s\n", m.DescribeState(state))
+				}
+			}
+		}
+		var left []porcupine.Operation
+		for _, op := range parts[p] {
+			if !placed[[2]int64{op.Call, op.Return}] {
+				left = append(left, op)
+			}
+		}
+		sort.Slice(left, func(i, j int) bool { return left[i].Return < left[j].Return })
+		for _, op := range left[:min(10, len(left))] {
+			fmt.Fprintf(&b, "not placed %s\n", line(op))
+		}
+	}
+	_ = os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
 func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) {
 	var b strings.Builder
 	check := func(h []porcupine.Operation) bool {
@@ -2880,6 +2932,7 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 		}
 		if dump := os.Getenv("CHECKOUT_LIN_DUMP"); dump != "" {
 			dumpIllegal(model, history, fmt.Sprintf("%s.%s.%d", dump, t.Name(), seed))
+			dumpStuck(model, info, history, fmt.Sprintf("%s.%s.%d.stuck", dump, t.Name(), seed))
 		}
 		t.Fatalf("history is %s (seed %d); visualization at %s", res, seed, path)
 	}
