@@ -157,16 +157,22 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 	// the watch's latest place) is a place of its own, kept in asks, so
 	// that a freeing in between, not yet handled by the stream function,
 	// uses up the earlier place and leaves this one for the next freeing.
+	// A removed agent that watches again keeps its watch's time: the
+	// watch stays its removed self's, whom no freeing tells, even when the
+	// id is registered again in the same millisecond as this write.
 	var place expression.OperandBuilder = expression.IfNotExists(expression.Name("eseq"), expression.Value(cur.ESeq))
 	b := expression.NewBuilder()
 	now := s.clock()
-	upd := expression.Set(expression.Name("at"), expression.Value(ms(now))).
-		Set(expression.Name("ttl"), expression.Value(now.Add(watchRetention).Unix())).
+	at := ms(now)
+	upd := expression.Set(expression.Name("ttl"), expression.Value(now.Add(watchRetention).Unix())).
 		Set(expression.Name("last_eseq"), expression.Value(cur.ESeq))
 	if mine != nil {
 		hb, err := s.heartbeat(ctx, agentID)
 		if err != nil {
 			return err
+		}
+		if hb != nil && hb.Removed {
+			at = mine.At
 		}
 		switch {
 		case hb != nil && hb.RegisteredAt > mine.At:
@@ -179,7 +185,7 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 			upd = upd.Add(expression.Name("asks"), expression.Value(&types.AttributeValueMemberNS{Value: []string{strconv.FormatInt(cur.ESeq, 10)}}))
 		}
 	}
-	upd = upd.Set(expression.Name("eseq"), place)
+	upd = upd.Set(expression.Name("eseq"), place).Set(expression.Name("at"), expression.Value(at))
 	expr, err := b.WithUpdate(upd).Build()
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/lease/stream"
 )
 
@@ -110,5 +111,50 @@ func TestWatchOfAnIDRegisteredAgainStartsAfresh(t *testing.T) {
 	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a", RunID: co.RunID}))
 	if msgs := e.inbox(t, "w"); len(msgs) != 1 || msgs[0].Fence != co.Fence {
 		t.Fatalf("the new agent's own watch: %+v, want one message for fence %d", msgs, co.Fence)
+	}
+}
+
+// A removed agent that watches again while its id is registered again in
+// the same millisecond (its read of its heartbeat, which says removed,
+// served before the registration) watches as the removed agent: the new
+// agent is not told of a freeing the removed agent's watch asked for. The
+// watch used to take that millisecond as its time, and so looked placed
+// no earlier than the registration, and the new agent was told. Found by
+// a variant of TestLinearizabilityWorkGraph whose change stream runs every
+// third phase, where every operation of a phase shares one millisecond.
+func TestRemovedAgentsWatchAgainAtItsRegistrationStaysItsOwn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "x")
+	must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "w", Name: "w"}))
+	co := e.checkout(t, "x", "a", time.Minute)
+	if err := e.store.RemoveAgent(c, "w"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Millisecond)
+	// The removed agent watches (its key may pass a cache for a while),
+	// and the task is freed.
+	if err := e.store.Watch(c, "x", "w"); err != nil {
+		t.Fatal(err)
+	}
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a", RunID: co.RunID}))
+	e.clock.Advance(time.Millisecond)
+
+	// It watches again; its read of its heartbeat is served before the
+	// registration again, in the same millisecond, and acted on after it.
+	p := &pausingDB{Client: e.db, table: e.names.Table(schema.HeartbeatsTable), key: "w", served: make(chan struct{}), release: make(chan struct{})}
+	p.armed.Store(true)
+	racing := lease.New(lease.Config{DB: p, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	done := make(chan error, 1)
+	go func() { done <- racing.Watch(c, "x", "w") }()
+	<-p.served
+	must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "w", Name: "w"}))
+	close(p.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if msgs := e.inbox(t, "w"); len(msgs) != 0 {
+		t.Fatalf("the new agent was told of a freeing its removed self watched for: %+v", msgs)
 	}
 }
