@@ -1218,8 +1218,8 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // and may miss some under index lag. So the sweep itself is not an
 // operation of the history: each lease that a sweep, or removal's own pass
 // over the agent's leases, ends is one, "swept" (task, fence), from the
-// start of its phase to the moment the store tells the notifier that the
-// task is available, which it does after the ending write and its
+// start of its phase (of the first phase since the stream last ran) to
+// the moment the store tells the notifier that the task is available, which it does after the ending write and its
 // messages. The model checks that the lease was there and had ended (a
 // live one never is), and frees the task. As one atomic operation a sweep
 // would make watchers' messages look impossible: a watch placed during a
@@ -2644,6 +2644,11 @@ type wConfig struct {
 	// followDependents: an agent that completes a blocker checks out one
 	// of its dependents next.
 	followDependents bool
+	// drainEvery: the change stream runs after every drainEvery-th phase
+	// (and after the last) instead of after each one (0 or 1), as a stream
+	// function held up would, so that freeings, watches and registrations
+	// pile up before it handles them. Inboxes are read only after it ran.
+	drainEvery int
 }
 
 func wholeSize(claims bool) wConfig {
@@ -2713,6 +2718,27 @@ func TestLinearizabilityWorkGraph(t *testing.T) {
 	wholeLinearizability(t, cfg)
 }
 
+// TestLinearizabilityWorkGraph with the change stream run after every
+// third phase only, as a stream function held up would run: several
+// freeings of a task, and watches, removals and registrations between
+// them, wait for one pass of the stream. It found two watch bugs: an
+// agent that watched again between two such freeings was told of the
+// first only (TestWatchAgainAfterEachOfTwoUnhandledFreeingsIsToldOfBoth),
+// and a removed agent's watch again, in the millisecond its id was
+// registered again, passed its removed self's place to the new agent
+// (TestRemovedAgentsWatchAgainAtItsRegistrationStaysItsOwn).
+func TestLinearizabilityWorkGraphSlowStream(t *testing.T) {
+	t.Parallel()
+	cfg := wholeSize(true)
+	cfg.tasks, cfg.graph, cfg.createEvery = len(wBlockers), wBlockers, 0
+	cfg.followDependents = true
+	cfg.drainEvery = 3
+	if os.Getenv("CHECKOUT_CHAOS") == "" {
+		cfg.phases, cfg.opsPerPhase = 16, 6
+	}
+	wholeLinearizability(t, cfg)
+}
+
 func wholeLinearizability(t *testing.T, cfg wConfig) {
 	// CHECKOUT_KNOWN_BUGS=1: the model as lease/doc.go states it, which
 	// the store fails now and then (see cachedHB and
@@ -2748,8 +2774,8 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 	swept := &sweptNotifier{stamp: stamp}
 	store := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now, Notifier: swept})
 	// The stream function, with the notifier that records what the service
-	// freed by itself: run at the end of every phase, before the inboxes
-	// are read.
+	// freed by itself: run at the end of every phase (every drainEvery-th),
+	// before the inboxes are read.
 	drainer := *e.poller
 	drainer.Handle = stream.Handler(store)
 	var mu sync.Mutex
@@ -2791,8 +2817,12 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 	adminRand := rand.New(rand.NewPCG(seed, 1<<33))
 	removed := map[int]bool{} // the admin's own knowledge: it alone removes and registers
 	admin, sweeper, between := cfg.clients, cfg.clients+1, cfg.clients+2
+	undrained := int64(-1) // the start of the first phase the stream has not run after
 	for phase := range cfg.phases {
 		phaseStart := stamp()
+		if undrained < 0 {
+			undrained = phaseStart
+		}
 		var wg sync.WaitGroup
 		for i := range cfg.clients {
 			wg.Add(1)
@@ -2862,22 +2892,29 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 		// only the lease endings the sweep notified run alongside it,
 		// and a blocked task holds no lease, so nothing the agents could
 		// see tells the unblockings apart from one atomic step.
-		drainCall := stamp()
-		for range 2 {
-			if _, err := drainer.Poll(c); err != nil {
-				t.Fatalf("phase %d: drain the change stream: %v", phase, err)
+		drained := cfg.drainEvery <= 1 || (phase+1)%cfg.drainEvery == 0 || phase == cfg.phases-1
+		if drained {
+			drainCall := stamp()
+			for range 2 {
+				if _, err := drainer.Poll(c); err != nil {
+					t.Fatalf("phase %d: drain the change stream: %v", phase, err)
+				}
 			}
+			if cfg.graph != nil {
+				record(sweeper, wIn{Op: "drain"}, drainCall, wOut{Kind: "ok"}, stamp())
+			}
+			// What a sweep (or a removal) ended since the stream last ran
+			// was written in one of those phases.
+			for _, op := range swept.take() {
+				op.ClientId, op.Call = sweeper, undrained
+				history = append(history, op)
+			}
+			undrained = -1
 		}
-		if cfg.graph != nil {
-			record(sweeper, wIn{Op: "drain"}, drainCall, wOut{Kind: "ok"}, stamp())
-		}
-		for _, op := range swept.take() {
-			op.ClientId, op.Call = sweeper, phaseStart
-			history = append(history, op)
-		}
-		// Between phases, nothing in flight: every freeing has written its
-		// messages, so each inbox must hold exactly the model's.
-		if (phase+1)%cfg.inboxEvery == 0 || phase == cfg.phases-1 {
+		// Between phases, nothing in flight: once the stream has run, every
+		// freeing has written its messages, so each inbox must hold
+		// exactly the model's.
+		if drained && ((phase+1)%cfg.inboxEvery == 0 || phase == cfg.phases-1) {
 			for i := range cfg.clients {
 				run(between, store, wIn{Op: "inbox", Agent: i})
 			}
