@@ -10,7 +10,7 @@ import (
 // blocker completes, then todo with an unblocked event and its watcher
 // told; bad blockers are 400s; a failed release waits its retry delay
 // (409 not_ready); the last attempt's failure makes the task failed, and a
-// reopen starts its attempts anew.
+// reopen (a PATCH, or a checkout expecting failed) starts its attempts anew.
 func TestWorkGraph(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -69,6 +69,16 @@ func TestWorkGraph(t *testing.T) {
 	reopened := e.must(t, 200, "PATCH", "/api/tasks/ship", a, map[string]any{"status": "todo"})
 	equal(t, "reopened", reopened.Str("status"), "todo")
 	equal(t, "attempts after the reopen", reopened.Num("attempts"), 0)
+
+	// A checkout that expects failed reopens a failed task and grants it,
+	// its attempts anew; naming blocked is allowed and changes nothing.
+	e.must(t, 201, "POST", "/api/tasks", a, map[string]any{"task_id": "flaky", "max_attempts": 1})
+	e.must(t, 200, "POST", "/api/tasks/flaky/checkout", b, nil)
+	e.must(t, 200, "POST", "/api/tasks/flaky/release", b, map[string]any{"outcome": "failed"})
+	e.fail(t, 409, "status_mismatch", "POST", "/api/tasks/flaky/checkout", b, map[string]any{"expected_statuses": []string{"todo", "blocked"}})
+	co = e.must(t, 200, "POST", "/api/tasks/flaky/checkout", b, map[string]any{"expected_statuses": []string{"blocked", "failed"}})
+	equal(t, "the reopened task's attempt", co.Num("attempt"), 1)
+	equal(t, "flaky after the reopening checkout", e.must(t, 200, "GET", "/api/tasks/flaky", a, nil).Str("status"), "in_progress")
 
 	// not_before on create and PATCH.
 	later := stamp(e.clock.Now().Add(time.Hour))

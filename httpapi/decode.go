@@ -554,19 +554,3 @@ func releaseOutcome(outcome *lease.ReleaseOutcome, text string) (lease.ReleaseOu
 	}
 	return o, nil
 }
-
-// checkExpectedStatuses refuses, besides what lease's rule refuses, the
-// statuses of the work graph: a checkout may expect todo, in_progress, done
-// and cancelled only (a blocked task is answered blocked, a failed one is
-// reopened with PATCH).
-func checkExpectedStatuses(ss []lease.Status) error {
-	if err := lease.CheckExpectedStatuses(ss); err != nil {
-		return err
-	}
-	for _, s := range ss {
-		if s == lease.StatusBlocked || s == lease.StatusFailed {
-			return invalid("expected_statuses", errcode.InvalidRequest, "expected_statuses may hold only todo, in_progress, done and cancelled")
-		}
-	}
-	return nil
-}

@@ -427,7 +427,7 @@ func (s *server) checkout(w http.ResponseWriter, r *http.Request, p lease.Princi
 		return err
 	}
 	g, err := s.check(r.Context(), p, body.grantBody, func() error {
-		return checkExpectedStatuses(body.ExpectedStatuses)
+		return lease.CheckExpectedStatuses(body.ExpectedStatuses)
 	})
 	if err != nil {
 		return err

@@ -168,9 +168,6 @@ func TestWorkGraphBadInput(t *testing.T) {
 		{"error too long", "POST", "/api/tasks/task-1/release", `{"outcome":"failed","error":"` + longErr + `"}`, 400, "invalid_request", "at most 2048 bytes"},
 		{"error not text", "POST", "/api/tasks/task-1/release", `{"outcome":"failed","error":["boom"]}`, 400, "invalid_json", "error"},
 		{"force still admin only", "POST", "/api/tasks/task-1/release", `{"force":true,"outcome":"failed"}`, 403, "forbidden", ""},
-
-		{"expect blocked", "POST", "/api/tasks/task-1/checkout", `{"expected_statuses":["todo","blocked"]}`, 400, "invalid_request", "expected_statuses"},
-		{"expect failed", "POST", "/api/tasks/task-1/checkout", `{"expected_statuses":["failed"]}`, 400, "invalid_request", "expected_statuses"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

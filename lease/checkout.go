@@ -58,7 +58,7 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 			return g.lease, err
 		}
 		cur := g.cur
-		over, p.unblocking = nil, nil
+		over, p.unblocking, p.reopening = nil, nil, nil
 		if cur != nil {
 			floor = max(floor, cur.LastAt)
 		}
@@ -108,9 +108,10 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 				}
 			}
 			return Checkout{}, conflict(cur, hb)
-		case cur.hasLease() && !cur.belowLimit() && slices.Contains(p.ExpectedStatuses, StatusTodo):
+		case cur.hasLease() && !cur.belowLimit() && (slices.Contains(p.ExpectedStatuses, StatusTodo) || slices.Contains(p.ExpectedStatuses, StatusFailed)):
 			// An expired lease that was the task's last attempt: the task
-			// fails; the next look answers its status.
+			// fails; the next look answers its status (or, failed being
+			// expected, reopens it).
 			if _, err := s.endEnded(ctx, cur, now); err != nil {
 				return Checkout{}, err
 			}
@@ -129,15 +130,19 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 				}
 			}
 			return Checkout{}, err
-		case !p.blockersDone && reopening(cur, p.ExpectedStatuses):
-			// A finished task taken again is reopened, and waits for its
-			// blockers not done, as a PATCH that reopens it would.
-			err := s.blocked(ctx, cur)
-			var be *BlockedError
-			if !errors.As(err, &be) || len(be.BlockedBy) > 0 {
-				return Checkout{}, err
+		case reopenable(cur, p.ExpectedStatuses):
+			// A finished task taken again is reopened as a PATCH to todo
+			// would reopen it: its attempts count anew, and it waits for
+			// its blockers not done. The grant is pinned to the task as
+			// read here (its version), so a blocker named since is seen.
+			if len(cur.BlockedBy) > 0 {
+				err := s.blocked(ctx, cur)
+				var be *BlockedError
+				if !errors.As(err, &be) || len(be.BlockedBy) > 0 {
+					return Checkout{}, err
+				}
 			}
-			p.blockersDone = true
+			p.reopening = cur
 		default:
 			if err := mismatch(cur); err != nil {
 				return Checkout{}, err
@@ -157,36 +162,24 @@ func finished(st Status) bool {
 	return st == StatusDone || st == StatusCancelled || st == StatusFailed
 }
 
-// reopening reports whether a checkout expecting expected would reopen
-// cur, a finished task with no lease that names blockers.
-func reopening(cur *taskItem, expected []Status) bool {
-	return finished(cur.Status) && slices.Contains(expected, cur.Status) && !cur.hasLease() && len(cur.BlockedBy) > 0
+// reopenable reports whether a checkout expecting expected reopens cur:
+// a finished task, in an expected status, with no lease on it.
+func reopenable(cur *taskItem, expected []Status) bool {
+	return finished(cur.Status) && slices.Contains(expected, cur.Status) && !cur.hasLease()
 }
 
-// reopenCond narrows a grant's status condition statusOK so that it never
-// reopens a finished task that names blockers: such a task may be waiting
-// on one not done, which only a read of the blockers can tell (Checkout
-// makes it, then grants with blockersDone). A blocker reopened between
-// that read and the grant is as a blocker reopened just after it.
-func reopenCond(statusOK expression.ConditionBuilder, expected []Status) expression.ConditionBuilder {
+// grantable is what of expected a plain grant takes as it is: todo and
+// in_progress. A finished status is reopened by a grant of its own
+// (reopenable); a blocked task is never granted (a checkout answers
+// blocked whatever it expects).
+func grantable(expected []Status) []Status {
 	var open []Status
-	reopens := false
 	for _, st := range expected {
-		if finished(st) {
-			reopens = true
-		} else {
+		if st == StatusTodo || st == StatusInProgress {
 			open = append(open, st)
 		}
 	}
-	if !reopens {
-		return statusOK
-	}
-	noBlockers := expression.AttributeNotExists(expression.Name("blocked_by"))
-	if len(open) == 0 {
-		return statusOK.And(noBlockers)
-	}
-	first, rest := statusValues(open)
-	return statusOK.And(nameStatus.In(first, rest...).Or(noBlockers))
+	return open
 }
 
 // blocked is the answer to a checkout of the blocked task cur: its
@@ -307,35 +300,46 @@ func renewUpdate(now time.Time, timeout time.Duration) expression.UpdateBuilder 
 // condition fails, the task as it is (cur nil and a zero checkout when there
 // is no task).
 func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over *taskItem) (granted, error) {
-	first, rest := statusValues(p.ExpectedStatuses)
-	statusOK := nameStatus.In(first, rest...)
-	todo := slices.Contains(p.ExpectedStatuses, StatusTodo)
-	// The condition is one flat AND (see readyCond on nesting): never
-	// before the task's not_before, and not before its latest transition.
-	conds := terms{readyCond(now), timeCond(now)}
+	// The condition is one flat AND (see readyCond on nesting): not
+	// before the task's latest transition, and never before its
+	// not_before (which a reopening clears, as a PATCH to todo does).
+	conds := terms{timeCond(now)}
 	prevEnd, prevReason, prevEndAt := EventTimeout, "", int64(0)
-	if p.unblocking != nil {
-		conds = append(conds, unblockCond(p.unblocking))
-	} else if over == nil {
+	switch {
+	case p.unblocking != nil:
+		conds = append(conds, readyCond(now), unblockCond(p.unblocking))
+	case p.reopening != nil:
+		// Exactly the finished task as Checkout read it: no write since
+		// (version), so its blockers are as Checkout found them.
+		conds = append(conds, expression.AttributeNotExists(nameHolder),
+			nameStatus.Equal(expression.Value(string(p.reopening.Status))),
+			nameVersion.Equal(expression.Value(p.reopening.Version)))
+	case over == nil:
 		// Free in an expected status, or held by an expired lease, which
 		// makes the task todo in all but name; an expired lease's attempt
 		// failed, and is taken over only if it was not the task's last
 		// (else Checkout fails the task).
-		if !p.blockersDone {
-			statusOK = reopenCond(statusOK, p.ExpectedStatuses)
+		open := grantable(p.ExpectedStatuses)
+		if len(open) == 0 {
+			// Only finished statuses expected: no plain grant can apply,
+			// so look instead of writing (Checkout reopens what it finds).
+			cur, err := s.getTask(ctx, p.TaskID)
+			return granted{cur: cur}, err
 		}
-		free := expression.AttributeNotExists(nameHolder).And(statusOK)
-		if todo {
+		first, rest := statusValues(open)
+		free := expression.AttributeNotExists(nameHolder).And(nameStatus.In(first, rest...))
+		if slices.Contains(open, StatusTodo) {
 			// (A delayed task keeps an expiry with no holder: not a lease.)
 			free = free.Or(expression.AttributeExists(nameHolder).And(nameExpires.LessThanEqual(expression.Value(ms(now))), belowLimitCond()))
 		}
-		conds = append(conds, expression.AttributeExists(expression.Name("task_id")), free)
-	} else {
+		conds = append(conds, readyCond(now), expression.AttributeExists(expression.Name("task_id")), free)
+	default:
 		// Exactly the ended lease, as we read it: the same grant (holder and
 		// fence), with no transition since (eseq: not even a renewal that
 		// left the expiry where it was). A holder that came back and renewed
 		// in between has shown it is alive; the write then fails and the
 		// lease is judged again. Checkout takes it only for a todo checkout.
+		conds = append(conds, readyCond(now))
 		conds = append(conds, pinnedTo(over).and(nameESeq.Equal(expression.Value(over.ESeq)), belowLimitCond())...)
 		if over.leaseTimeValid(now) {
 			prevEnd = EventAgentDeath
@@ -379,9 +383,16 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(namePriorAt, priorAt).
 		Remove(expression.Name("completed_at")). // a task reopened is not done
 		Remove(nameClaimShard).                  // held: out of the claim index
-		Remove(nameNotBefore).                   // passed
-		Add(nameAttempts, expression.Value(1)).
+		Remove(nameNotBefore).                   // passed, or cleared by a reopening
 		Set(nameMaxAttempts, expression.IfNotExists(nameMaxAttempts, expression.Value(DefaultMaxAttempts)))
+	attempt := func(old *taskItem) int { return old.Attempts + 1 }
+	if p.reopening != nil {
+		// Reopened: its attempts count anew, this grant the first.
+		upd = upd.Set(nameAttempts, expression.Value(1)).Remove(nameFailures)
+		attempt = func(*taskItem) int { return 1 }
+	} else {
+		upd = upd.Add(nameAttempts, expression.Value(1))
+	}
 	upd = setStatus(upd, p.TaskID, StatusInProgress, s.shards.Status)
 	if p.Reason != "" {
 		upd = upd.Set(expression.Name("reason"), expression.Value(p.Reason))
@@ -413,7 +424,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	return granted{granted: true, lease: Checkout{
 		TaskID: p.TaskID, AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID,
 		Fence: old.Fence + 1, LockedAt: now, Timeout: p.Timeout, ExpiresAt: exp, Reason: p.Reason,
-		Title: old.Title, Queue: old.queue(), Priority: old.priority(), Attempt: old.Attempts + 1,
+		Title: old.Title, Queue: old.queue(), Priority: old.priority(), Attempt: attempt(old),
 	}}, nil
 }
 

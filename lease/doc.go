@@ -151,11 +151,13 @@
 //	     OR the lease on it has expired, todo is expected, and that
 //	        lease's attempt was not the task's last)
 //
-// (blocked and failed are never expected), and which sets the lease,
-// status in_progress, fence = fence + 1, eseq = eseq + 2, lease_seq,
-// last_op = checkout, started_at if it is not set yet, attempts + 1 (see
-// deps.go for attempts, failures and the failed status), and copies the lease it replaces, if any, into prev_* (SET prev_agent =
-// if_not_exists(holder, NULL) ...: DynamoDB evaluates every operand on the
+// (of expected_statuses, todo and in_progress: a blocked task is never
+// granted, and a finished one expected is reopened by a grant pinned to its
+// version, its attempts counted anew), and which sets the lease, status
+// in_progress, fence + 1, eseq + 2, lease_seq, last_op = checkout,
+// started_at if not set, attempts + 1 (deps.go: attempts, failures, the
+// failed status), and copies the lease it replaces, if any, into prev_*
+// (SET prev_agent = if_not_exists(holder, NULL) ...: DynamoDB evaluates every operand on the
 // item as it was). So a takeover of an expired lease is the checkout's own
 // write, and it records both events: the old lease's timeout and the new
 // checkout. When the condition fails, the item returned with the failure

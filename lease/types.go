@@ -373,9 +373,9 @@ type CheckoutParams struct {
 
 	// queues, when set (by claim), confines the grant to tasks in them.
 	queues []string
-	// blockersDone says the checkout found every blocker of the finished
-	// task it reopens done (see reopenCond).
-	blockersDone bool
+	// reopening is the finished task as read, every blocker it names
+	// found done: the grant reopens it (see reopenable).
+	reopening *taskItem
 	// unblocking is the blocked task as read, every blocker it waits on
 	// found done: the grant unblocks it in the same write (unblockCond).
 	unblocking *taskItem

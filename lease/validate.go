@@ -272,10 +272,11 @@ func CheckExpectedStatuses(ss []Status) error {
 		return invalidField("expected_statuses", CodeInvalidRequest, "expected_statuses must not be empty")
 	}
 	for _, s := range ss {
-		if !s.Valid() || s == StatusBlocked || s == StatusFailed {
-			// A blocked task waits for its blockers, a failed one for a
-			// reopen: no checkout takes either.
-			return invalidField("expected_statuses", CodeInvalidRequest, "expected_statuses may hold only todo, in_progress, done and cancelled")
+		if !s.Valid() {
+			// Any status may be named. A blocked task is never granted (a
+			// checkout answers blocked whatever it expects); a finished
+			// one (done, cancelled, failed) expected is reopened.
+			return invalidField("expected_statuses", CodeInvalidRequest, "expected_statuses may hold only todo, blocked, in_progress, done, cancelled and failed")
 		}
 	}
 	return nil

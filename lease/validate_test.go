@@ -171,7 +171,7 @@ func TestRequestRules(t *testing.T) {
 		{"a negative fence is invalid", lease.CheckFence(-1), ruleFailure{"fence", "invalid_request", "fence must be a positive integer"}},
 		{"no expected statuses is the default", lease.CheckExpectedStatuses(nil), ruleFailure{}},
 		{"an empty list of expected statuses is invalid", lease.CheckExpectedStatuses([]lease.Status{}), ruleFailure{"expected_statuses", "invalid_request", "expected_statuses must not be empty"}},
-		{"expected statuses must be statuses", lease.CheckExpectedStatuses([]lease.Status{"todo", "open"}), ruleFailure{"expected_statuses", "invalid_request", "expected_statuses may hold only todo, in_progress, done and cancelled"}},
+		{"expected statuses must be statuses", lease.CheckExpectedStatuses([]lease.Status{"todo", "open"}), ruleFailure{"expected_statuses", "invalid_request", "expected_statuses may hold only todo, blocked, in_progress, done, cancelled and failed"}},
 		{"no claim queues is the default queue", lease.CheckClaimQueues(nil), ruleFailure{}},
 		{"an empty list of claim queues is invalid", lease.CheckClaimQueues([]string{}), ruleFailure{"queues", "invalid_request", "queues must name at least one queue"}},
 		{"a claim names at most 10 queues", lease.CheckClaimQueues(make([]string, 11)), ruleFailure{"queues", "invalid_request", "a claim names at most 10 queues"}},
