@@ -108,6 +108,11 @@ var Grants = map[string][]Grant{
 		// and then used up.
 		// UpdateItem: a watch placed again after the freeing stays, moved.
 		{Table: schema.InboxTable, Actions: []string{"PutItem", "Query", "DeleteItem", "UpdateItem"}},
+	},
+	// Notices also reads the tasks table's stream (see StreamReaders).
+	Notices: {
+		// GetItem: a failed release's error, for its notice's event.
+		{Table: schema.TasksTable, Actions: []string{"GetItem"}},
 		// Webhook deliveries that failed for good.
 		{Table: schema.WebhookDeadLettersTable, Actions: []string{"PutItem"}},
 	},
@@ -126,10 +131,10 @@ var Grants = map[string][]Grant{
 // migrate -aws`: the route functions answer 503 unavailable, the sweeper
 // skips its runs. Each is granted GetItem on the earlier table for that
 // check. The health function reads the same marker, so that GET /healthz
-// answers 503 while they wait. The stream function is not among them: it only carries the
-// consequences of changes already made to today's table, and before the
-// migration the only ones are the migration's own copies (which it must
-// see, and ignores as transitions).
+// answers 503 while they wait. The stream and notices functions are not
+// among them: they only carry the consequences of changes already made to
+// today's table, and before the migration the only ones are the
+// migration's own copies (which they must see, and ignore as transitions).
 var AwaitsMigration = map[string]bool{
 	Agents:    true,
 	Tasks:     true,
@@ -138,14 +143,18 @@ var AwaitsMigration = map[string]bool{
 }
 
 // PublishesEvents lists the functions that may put events on the service's
-// event bus (events:PutEvents on that bus only): the stream function, which
-// publishes every transition's notices.
+// event bus (events:PutEvents on that bus only): the notices function,
+// which publishes every transition's notices.
 var PublishesEvents = map[string]bool{
-	Stream: true,
+	Notices: true,
 }
 
 // StreamReaders lists the functions that read the tasks table's change
-// stream (its event source mapping): the stream function alone.
+// stream, each through an event source mapping of its own: the stream
+// function (the consequences) and the notices function (the notices).
+// DynamoDB Streams serves at most two readers of a shard at once without
+// throttling them: keep it at two.
 var StreamReaders = map[string]bool{
-	Stream: true,
+	Stream:  true,
+	Notices: true,
 }

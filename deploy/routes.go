@@ -29,12 +29,17 @@ const (
 	Authorizer = "authorizer"
 	Sweeper    = "sweeper"
 	// Stream reads the tasks table's change stream and carries each
-	// transition's consequences: archived events, inbox messages, notices.
+	// transition's consequences: archived events and their feed, inbox
+	// messages, queue counts, unblocking.
 	Stream = "stream"
+	// Notices reads the same stream on a mapping of its own and publishes
+	// each transition's notices (EventBridge, webhooks), so that a slow
+	// receiver never delays what Stream does.
+	Notices = "notices"
 )
 
 // Functions lists every Lambda function of the stack, in a stable order.
-var Functions = []string{Health, Agents, Tasks, Checkouts, Inbox, Authorizer, Sweeper, Stream}
+var Functions = []string{Health, Agents, Tasks, Checkouts, Inbox, Authorizer, Sweeper, Stream, Notices}
 
 // Access is who may call a route.
 type Access int

@@ -69,7 +69,7 @@ type Config struct {
 	// StackName is the CloudFormation stack name (context "stackName").
 	StackName string
 	// WebhookURLs (context "webhookUrls", comma-separated https URLs): the
-	// stream function POSTs every notice, signed, to each; what fails for
+	// notices function POSTs every notice, signed, to each; what fails for
 	// good goes to the deadletters table. WebhookSecretName
 	// (context "webhookSecretName") names the Secrets Manager secret that
 	// holds the signing key; CloudFormation resolves it into the stream
@@ -99,6 +99,8 @@ var DefaultReservedConcurrency = map[string]int{
 	// The stream function runs one batch per shard at a time: a few cover
 	// every shard the tasks table's stream has.
 	deploy.Stream: 10,
+	// The notices function: likewise, on its own mapping.
+	deploy.Notices: 10,
 }
 
 var validPrefix = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)

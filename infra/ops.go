@@ -35,6 +35,8 @@ const (
 	AlarmStreamIteratorAge   = "StreamIteratorAge"
 	AlarmStreamDeadLetters   = "StreamDeadLetters"
 	AlarmStreamErrors        = "StreamErrors"
+	AlarmNoticesIteratorAge  = "NoticesIteratorAge"
+	AlarmNoticesErrors       = "NoticesErrors"
 	alarmDynamoThrottlesOf   = "DynamoThrottles"    // + title(table)
 	alarmDynamoSystemErrorOf = "DynamoSystemErrors" // + title(table)
 )
@@ -243,13 +245,17 @@ func (s *CheckoutStack) operations(cfg Config, accessLogs awslogs.LogGroup) {
 	add(alarmSpec{id: AlarmNoticesFailed, desc: "Notices (TaskAvailable, LeaseEnded, LeaseLost) could not be put on the event bus; the orchestrator missed them.",
 		metric: custom(deploy.MetricNoticesFailed, "Sum"), threshold: 1})
 
-	// The change stream: how far behind the stream function is, its
-	// failures, and the batches it gave up on.
-	add(alarmSpec{id: AlarmStreamIteratorAge, desc: "The stream function is more than a minute behind the tasks table's changes: messages, notices and archived events are late (never lost while the stream keeps them, 24 hours).",
+	// The change stream: how far behind its readers are, their failures,
+	// and the batches they gave up on.
+	add(alarmSpec{id: AlarmStreamIteratorAge, desc: "The stream function is more than a minute behind the tasks table's changes: messages, archived events, unblockings and queue counts are late (never lost while the stream keeps them, 24 hours).",
 		metric: s.Functions[deploy.Stream].Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}), threshold: 60_000})
 	add(alarmSpec{id: AlarmStreamErrors, desc: "The stream function failed on a batch of changes; the event source mapping retries it, bisected.",
 		metric: s.Functions[deploy.Stream].MetricErrors(sum), threshold: 1})
-	add(alarmSpec{id: AlarmStreamDeadLetters, desc: "Change batches the stream function gave up on are in the stream dead-letter queue: replay them (DEPLOY.md) before the stream's 24 hours pass.",
+	add(alarmSpec{id: AlarmNoticesIteratorAge, desc: "The notices function is more than a minute behind the tasks table's changes: EventBridge events and webhooks are late (never lost while the stream keeps them, 24 hours); a webhook receiver that is down holds it up.",
+		metric: s.Functions[deploy.Notices].Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}), threshold: 60_000})
+	add(alarmSpec{id: AlarmNoticesErrors, desc: "The notices function failed on a batch of changes; the event source mapping retries it, bisected.",
+		metric: s.Functions[deploy.Notices].MetricErrors(sum), threshold: 1})
+	add(alarmSpec{id: AlarmStreamDeadLetters, desc: "Change batches the stream or notices function gave up on are in the stream dead-letter queue: replay them (DEPLOY.md) before the stream's 24 hours pass.",
 		metric: s.StreamDeadLetters.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}), threshold: 1})
 
 	s.dashboard(cfg, custom)

@@ -15,7 +15,7 @@ import (
 func alarmIDs() []string {
 	ids := []string{AlarmAPI5xx, AlarmAPILatency, AlarmAPIThrottled, AlarmLambdaThrottles,
 		AlarmSweeperErrors, AlarmSweepRuleFailed, AlarmSweepDeadLetters, AlarmNoticesFailed,
-		AlarmStreamIteratorAge, AlarmStreamErrors, AlarmStreamDeadLetters}
+		AlarmStreamIteratorAge, AlarmStreamErrors, AlarmNoticesIteratorAge, AlarmNoticesErrors, AlarmStreamDeadLetters}
 	for _, t := range schema.Tables() {
 		th, se := DynamoAlarms(t.Name)
 		ids = append(ids, th, se)

@@ -32,7 +32,7 @@ import (
 // Environment variables every function receives.
 const (
 	EnvEventBus = "CHECKOUT_EVENT_BUS"
-	// The stream function's webhooks (package webhook reads them).
+	// The notices function's webhooks (package webhook reads them).
 	EnvWebhookURL    = "CHECKOUT_WEBHOOK_URL"
 	EnvWebhookSecret = "CHECKOUT_WEBHOOK_SECRET"
 	EnvLogLevel      = "LOG_LEVEL"
@@ -53,7 +53,7 @@ const (
 	sweepMaxEventAgeSecs = 120
 	sweepRuleRetries     = 2
 
-	// The stream function's event source mapping: up to 100 changes a
+	// The stream readers' event source mappings (streamMapping): up to 100 changes a
 	// batch, handed over as soon as they are read (no batching window, so
 	// watchers are told within the stream's own delay, about a second),
 	// ten retries of a failing batch, bisected. `checkout-server migrate`
@@ -73,9 +73,10 @@ const (
 	// It must stay 1: the queue counters keep one position per shard, so
 	// two batches of one shard at once would apply changes out of order.
 	streamParallelization = 1
-	// streamWebhookTimeout is the stream function's timeout with webhooks:
-	// a batch may wait out one receiver's retries (10 s) and then one
-	// attempt per notice (5 s at most each) while it stays down.
+	// streamWebhookTimeout is the notices function's timeout with
+	// webhooks: a batch may wait out one receiver's retries (10 s) and then
+	// one attempt per notice (5 s at most each) while it stays down. Only
+	// the notices wait: the stream function reads the stream on its own.
 	streamWebhookTimeout = 300
 )
 
@@ -194,18 +195,19 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 	s.suppress(s.SweepDeadLetters, "AwsSolutions-SQS3",
 		"This queue is a dead-letter queue: the sweep rule's target DLQ and the sweeper's on-failure destination. cdk-nag recognises a DLQ only through a queue's redrive policy or a function's DeadLetterConfig.")
 
-	// Where changes end up that the stream function could not apply after
-	// its event source mapping's retries: the batch's shard and sequence
-	// numbers, to replay from the stream (kept 24 hours) or the table.
+	// Where changes end up that the stream or notices function could not
+	// handle after its event source mapping's retries: the batch's shard
+	// and sequence numbers, and the function (requestContext.functionArn),
+	// to replay from the stream (kept 24 hours) or the table.
 	s.StreamDeadLetters = awssqs.NewQueue(stack, jsii.String("StreamDeadLetters"), &awssqs.QueueProps{
 		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
 		EnforceSSL:      jsii.Bool(true),
 		RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
 	})
 	s.suppress(s.StreamDeadLetters, "Serverless-SQSRedrivePolicy",
-		"This queue is itself the on-failure destination of the stream function's event source mapping; a dead-letter queue behind it would only move the same records again. Its depth has an alarm.")
+		"This queue is itself the on-failure destination of the stream readers' event source mappings; a dead-letter queue behind it would only move the same records again. Its depth has an alarm.")
 	s.suppress(s.StreamDeadLetters, "AwsSolutions-SQS3",
-		"This queue is a dead-letter queue: the on-failure destination of the stream function's event source mapping, which cdk-nag does not recognise as one.")
+		"This queue is a dead-letter queue: the on-failure destination of the stream readers' event source mappings, which cdk-nag does not recognise as one.")
 
 	// Functions: each with its own role, which carries no managed policy,
 	// only writes to the function's own log group, its DynamoDB grants from
@@ -231,7 +233,7 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		switch name {
 		case deploy.Sweeper:
 			timeout = 60
-		case deploy.Stream:
+		case deploy.Stream, deploy.Notices:
 			timeout = 30
 		case deploy.Checkouts:
 			// A claim may wait up to 20 s (lease.MaxClaimWait) for a task;
@@ -283,7 +285,7 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		} else if n, ok := cfg.ReservedConcurrency[name]; ok {
 			props.ReservedConcurrentExecutions = jsii.Number(float64(n))
 		}
-		if name == deploy.Stream && cfg.WebhookURLs != "" {
+		if name == deploy.Notices && cfg.WebhookURLs != "" {
 			// The same notifier as the local server's signs and retries
 			// each delivery; a batch may wait out a receiver's retries.
 			(*props.Environment)[EnvWebhookURL] = jsii.String(cfg.WebhookURLs)
@@ -294,24 +296,13 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		for _, st := range Statements(name, s.Tables, s.tableArn) {
 			fn.AddToRolePolicy(st)
 		}
-		if name == deploy.Stream {
-			// The change stream of the tasks table, in order per item: a
-			// batch that fails is split in two and retried, and after its
-			// retries its position goes to the dead-letter queue. The
-			// mapping grants the role the stream's read actions only.
-			fn.AddEventSource(awslambdaeventsources.NewDynamoEventSource(s.Tables[schema.TasksTable], &awslambdaeventsources.DynamoEventSourceProps{
-				StartingPosition: awslambda.StartingPosition_TRIM_HORIZON,
-				BatchSize:        jsii.Number(streamBatchSize),
-				// One batch per shard at a time, explicitly: the queue
-				// counts apply each shard's changes in order, keyed by the
-				// shard (lease/doc.go, "Queue counts").
-				ParallelizationFactor: jsii.Number(streamParallelization),
-				BisectBatchOnError:    jsii.Bool(true),
-				RetryAttempts:         jsii.Number(streamRetries),
-				MaxRecordAge:          awscdk.Duration_Hours(jsii.Number(24)),
-				TumblingWindow:        awscdk.Duration_Minutes(jsii.Number(streamWindowMinutes)),
-				OnFailure:             awslambdaeventsources.NewSqsDlq(s.StreamDeadLetters),
-			}))
+		if deploy.StreamReaders[name] {
+			// The change stream of the tasks table, in order per item, read
+			// by each of its readers on a mapping of its own: a batch that
+			// fails is split in two and retried, and after its retries its
+			// position goes to the dead-letter queue. The mapping grants
+			// the role the stream's read actions only.
+			fn.AddEventSource(awslambdaeventsources.NewDynamoEventSource(s.Tables[schema.TasksTable], s.streamMapping(name)))
 			s.suppress(role, "AwsSolutions-IAM5",
 				"dynamodb:ListStreams, which the event source mapping needs, supports no resource-level permission; the stream's own read actions name the tasks table's stream.",
 				"Resource::*")
@@ -327,7 +318,7 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		case deploy.Sweeper:
 			s.suppress(fn, "Serverless-LambdaDLQ",
 				"The sweeper's failed asynchronous runs go to the SweepDeadLetters queue through its on-failure destination (EventInvokeConfig), which records the error with the event; a DeadLetterConfig as well would deliver each failure twice.")
-		case deploy.Stream:
+		case deploy.Stream, deploy.Notices:
 			s.suppress(fn, "Serverless-LambdaDLQ",
 				"Invoked only by its DynamoDB event source mapping, whose on-failure destination is the StreamDeadLetters queue; a function dead-letter queue applies only to asynchronous invocations.")
 		default:
@@ -632,4 +623,31 @@ func title(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// streamMapping is the event source mapping of the stream reader name on
+// the tasks table's stream: from the oldest record, up to streamBatchSize
+// changes a batch handed over as they are read, one batch per shard at a
+// time, a failing batch bisected and retried, its position sent after
+// streamRetries to the dead-letter queue. The stream function's has a
+// tumbling window too, so that each event names its shard, which the
+// queue counts need (lease/doc.go, "Queue counts"); the notices function
+// keeps no positions and needs none.
+func (s *CheckoutStack) streamMapping(name string) *awslambdaeventsources.DynamoEventSourceProps {
+	p := &awslambdaeventsources.DynamoEventSourceProps{
+		StartingPosition: awslambda.StartingPosition_TRIM_HORIZON,
+		BatchSize:        jsii.Number(streamBatchSize),
+		// One batch per shard at a time, explicitly: the queue counts
+		// apply each shard's changes in order, keyed by the shard, and
+		// notices go out in the order of their transitions.
+		ParallelizationFactor: jsii.Number(streamParallelization),
+		BisectBatchOnError:    jsii.Bool(true),
+		RetryAttempts:         jsii.Number(streamRetries),
+		MaxRecordAge:          awscdk.Duration_Hours(jsii.Number(24)),
+		OnFailure:             awslambdaeventsources.NewSqsDlq(s.StreamDeadLetters),
+	}
+	if name == deploy.Stream {
+		p.TumblingWindow = awscdk.Duration_Minutes(jsii.Number(streamWindowMinutes))
+	}
+	return p
 }

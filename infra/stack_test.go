@@ -262,7 +262,7 @@ func TestEveryRouteExistsAndPointsAtItsFunction(t *testing.T) {
 	}
 	// Every HTTP function serves at least one route.
 	for _, fn := range deploy.Functions {
-		if fn == deploy.Authorizer || fn == deploy.Sweeper || fn == deploy.Stream {
+		if fn == deploy.Authorizer || fn == deploy.Sweeper || deploy.StreamReaders[fn] {
 			continue
 		}
 		found := false
@@ -437,7 +437,7 @@ func TestFunctionsAreArmAL2023WithLimitsEnvAndLogs(t *testing.T) {
 		switch name {
 		case deploy.Sweeper:
 			wantTimeout = 60
-		case deploy.Stream:
+		case deploy.Stream, deploy.Notices:
 			wantTimeout = 30
 		case deploy.Checkouts:
 			wantTimeout = 28 // a claim's wait (20 s) and its work fit, under API Gateway's 30 s
@@ -919,33 +919,49 @@ func TestBuiltFunctionsAreUsedAndRequireBuildRefusesMissingOnes(t *testing.T) {
 	}
 }
 
-// The stream function's event source mapping hands it the tasks table's
-// changes one batch per shard at a time (ParallelizationFactor 1, set and
-// not left to the default: the queue counts apply each shard's changes in
-// order), from the oldest, retried and bisected, with a tumbling window and
-// its dead-letter queue.
-func TestStreamMappingKeepsEachShardInOrder(t *testing.T) {
+// Each reader of the tasks table's change stream (the stream function and
+// the notices function) has an event source mapping of its own, and no
+// other function has one: two readers, DynamoDB Streams' limit per shard.
+// Each takes one batch per shard at a time (ParallelizationFactor 1, set
+// and not left to the default: the queue counts apply each shard's changes
+// in order, and notices go out in order), from the oldest, retried and
+// bisected, into the stream dead-letter queue. Only the stream function's
+// has a tumbling window (its events name their shard, for the queue
+// counts).
+func TestStreamMappingsKeepEachShardInOrder(t *testing.T) {
 	s := defaultStack(t)
 	mappings := s.ofType("AWS::Lambda::EventSourceMapping")
-	if len(mappings) != 1 {
-		t.Fatalf("want 1 event source mapping, got %d", len(mappings))
+	if len(mappings) != len(deploy.StreamReaders) || len(deploy.StreamReaders) != 2 {
+		t.Fatalf("%d event source mappings, %d stream readers; want 2 of each", len(mappings), len(deploy.StreamReaders))
 	}
+	byFn := map[string]string{}
+	for name, id := range s.fnID {
+		byFn[id] = name
+	}
+	seen := map[string]bool{}
 	for id, m := range mappings {
 		p := props(m)
-		if ref(p["FunctionName"]) != s.fnID[deploy.Stream] {
-			t.Errorf("%s: function %v", id, p["FunctionName"])
+		fn := byFn[ref(p["FunctionName"])]
+		if !deploy.StreamReaders[fn] || seen[fn] {
+			t.Errorf("%s: function %v (%q), want each stream reader once", id, p["FunctionName"], fn)
 		}
+		seen[fn] = true
 		if getAtt(p["EventSourceArn"], "StreamArn") != s.tableID[schema.TasksTable] {
 			t.Errorf("%s: source %v", id, p["EventSourceArn"])
 		}
 		want := map[string]any{
 			"ParallelizationFactor": float64(1), "BatchSize": float64(streamBatchSize), "StartingPosition": "TRIM_HORIZON",
 			"BisectBatchOnFunctionError": true, "MaximumRetryAttempts": float64(streamRetries),
-			"MaximumRecordAgeInSeconds": float64(24 * 3600), "TumblingWindowInSeconds": float64(streamWindowMinutes * 60),
+			"MaximumRecordAgeInSeconds": float64(24 * 3600),
+		}
+		if fn == deploy.Stream {
+			want["TumblingWindowInSeconds"] = float64(streamWindowMinutes * 60)
+		} else if w, ok := p["TumblingWindowInSeconds"]; ok {
+			t.Errorf("%s (%s): a tumbling window of %v, want none", id, fn, w)
 		}
 		for k, v := range want {
 			if p[k] != v {
-				t.Errorf("%s: %s = %v, want %v", id, k, p[k], v)
+				t.Errorf("%s (%s): %s = %v, want %v", id, fn, k, p[k], v)
 			}
 		}
 		onFailure, _ := p["DestinationConfig"].(map[string]any)["OnFailure"].(map[string]any)

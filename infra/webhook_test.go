@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 )
 
-// With webhookUrls and webhookSecretName the stream function, and only it,
+// With webhookUrls and webhookSecretName the notices function, and only it,
 // gets the webhook settings, the key as a deploy-time reference to Secrets
 // Manager (never the key itself), and a timeout that covers a receiver's
 // retries; without them nothing changes.
@@ -20,25 +20,25 @@ func TestWebhookContext(t *testing.T) {
 		env := props["Environment"].(map[string]any)["Variables"].(map[string]any)
 		url, hasURL := env[EnvWebhookURL]
 		secret, hasSecret := env[EnvWebhookSecret]
-		if name != deploy.Stream {
+		if name != deploy.Notices {
 			if hasURL || hasSecret {
 				t.Errorf("function %s has the webhook settings", name)
 			}
 			continue
 		}
 		if url != "https://hooks.example.com/checkout,https://b.example.com/x" {
-			t.Errorf("stream function's %s = %v", EnvWebhookURL, url)
+			t.Errorf("notices function's %s = %v", EnvWebhookURL, url)
 		}
 		if r := s.render(secret); !strings.Contains(r, "{{resolve:secretsmanager:") || !strings.Contains(r, "checkout/webhook") {
-			t.Errorf("stream function's %s = %s, want a Secrets Manager reference", EnvWebhookSecret, r)
+			t.Errorf("notices function's %s = %s, want a Secrets Manager reference", EnvWebhookSecret, r)
 		}
 		if props["Timeout"] != float64(streamWebhookTimeout) {
-			t.Errorf("stream function's timeout %v with webhooks", props["Timeout"])
+			t.Errorf("notices function's timeout %v with webhooks", props["Timeout"])
 		}
 	}
 
 	plain := synth(t, nil)
-	env := plain.resources[plain.fnID[deploy.Stream]]["Properties"].(map[string]any)["Environment"].(map[string]any)["Variables"].(map[string]any)
+	env := plain.resources[plain.fnID[deploy.Notices]]["Properties"].(map[string]any)["Environment"].(map[string]any)["Variables"].(map[string]any)
 	if _, ok := env[EnvWebhookURL]; ok {
 		t.Error("webhook settings without the context")
 	}

@@ -29,9 +29,11 @@ type Change struct {
 // order: it archives every event the writes recorded, writes each watcher's
 // task_available message for every freeing and the former holder's
 // lease_lost message for every lease ended without its consent (see lost),
-// and then gives the notices to the notifier. It is what the stream
-// function runs in AWS: ApplyConsequences and PublishNotices in one call,
-// so there a notifier that is slow holds up the next batch.
+// and then gives the notices to the notifier: ApplyConsequences and
+// PublishNotices in one call, for one consumer of the stream that does
+// both (the tests'). The deployed functions and the local server run the
+// two as consumers of their own, so that a slow notifier holds up nothing
+// else.
 //
 // It is idempotent, so a batch delivered again (the stream delivers each
 // change at least once) writes nothing new: events are keyed by (task_id,
@@ -44,11 +46,12 @@ func (s *Store) ApplyChanges(ctx context.Context, changes []Change) error {
 }
 
 // ApplyConsequences is ApplyChanges without the notices: the archive, the
-// feed, the queue counts, the messages and the unblocking. The local
-// server runs it as one consumer of the stream, and PublishNotices as
-// another with its own checkpoint, so that a webhook receiver that is slow
-// or down, whose deliveries are retried for up to half a minute, delays
-// only the notices, never a watcher's message.
+// feed, the queue counts, the messages and the unblocking. The stream
+// function (in AWS) and the local server run it as one consumer of the
+// stream, and PublishNotices as another with its own position (the
+// notices function; a second poller), so that a webhook receiver that is
+// slow or down, whose deliveries are retried for seconds, delays only the
+// notices, never a watcher's message.
 func (s *Store) ApplyConsequences(ctx context.Context, changes []Change) error {
 	return s.applyChanges(ctx, changes, false)
 }

@@ -206,11 +206,11 @@
 // write the same; see "Tables" for its index entries and consequences.
 //
 // The tasks table's stream (NEW_AND_OLD_IMAGES) carries every change, once
-// or more, in order per item, for 24 hours. The stream function
-// (ApplyChanges; functions/stream in AWS behind an event source mapping;
-// locally two pollers with checkpoints of their own, ApplyConsequences and
-// PublishNotices, so that a slow webhook receiver holds up only notices)
-// takes each change whose eseq grew and:
+// or more, in order per item, for 24 hours. Two readers of it, each with
+// its own position (in AWS functions/stream and functions/notices, each
+// behind an event source mapping; locally two pollers), ApplyConsequences
+// and PublishNotices, so that a slow webhook receiver holds up only
+// notices, take each change whose eseq grew and:
 //
 //   - archives the write's events under (task_id, seq), so a replay rewrites
 //     the same items, each keyed into the fleet feed (by_feed) by values
@@ -234,8 +234,8 @@
 //     LeaseLost (every lease_lost message's ending)
 //     with a deterministic id, task:seq:kind, for consumers to drop repeats:
 //     to EventBridge in AWS, and to the webhooks (package webhook) in both
-//     environments, which retry, then dead-letter, within the call (in AWS
-//     the stream function's, holding up its next batch).
+//     environments, which retry, then dead-letter, within the call (the
+//     notices reader's alone: it holds up only the next notices).
 //
 // A batch that fails (the bus is down, a write throttled) fails whole and is
 // delivered again; nothing it did is done twice in effect. So once a

@@ -8,10 +8,12 @@
 // lease/doc.go); the handler archives them, writes the watchers' messages
 // and publishes the notices. The stream delivers every change at least
 // once, in order per item, and the handler is idempotent, so a replayed
-// batch writes nothing new. The local server runs the handler as two
-// consumers of the stream, each with its own checkpoint
-// (ConsequencesHandler and NoticesHandler), so that notices that are slow
-// to deliver never delay the messages, the archive or the feed.
+// batch writes nothing new. The stream is read by two consumers, each with
+// its own position (ConsequencesHandler, or WindowHandler, and
+// NoticesHandler): in AWS the stream and notices functions, each behind an
+// event source mapping of its own; locally two pollers in the server. So
+// notices that are slow to deliver never delay the messages, the archive
+// or the feed.
 package stream
 
 import (

@@ -9,15 +9,17 @@ import (
 	"github.com/checkout-dev/checkout/lease"
 )
 
-// WindowHandler is Handler for events that name their shard: the event
-// source mapping's with a tumbling window (DynamoDBTimeWindowEvent), which
-// is how the deployed function is configured, and the local poller's. The
+// WindowHandler is ConsequencesHandler for events that name their shard:
+// the event source mapping's with a tumbling window
+// (DynamoDBTimeWindowEvent), which is how the deployed stream function is
+// configured (the notices function, on a mapping of its own, publishes the
+// notices and needs no shard: NoticesHandler). The
 // shard id and each record's sequence number go with every change, and
 // they are what make the queue counters exact under the stream's
 // at-least-once delivery (see lease/doc.go, "Queue counts"). The window's
 // state is not used: the answer carries an empty one, which the mapping
 // requires.
-func WindowHandler(store Applier) func(context.Context, events.DynamoDBTimeWindowEvent) (events.DynamoDBTimeWindowEventResponse, error) {
+func WindowHandler(store ConsequencesApplier) func(context.Context, events.DynamoDBTimeWindowEvent) (events.DynamoDBTimeWindowEventResponse, error) {
 	return func(ctx context.Context, ev events.DynamoDBTimeWindowEvent) (events.DynamoDBTimeWindowEventResponse, error) {
 		resp := events.DynamoDBTimeWindowEventResponse{TimeWindowEventResponseProperties: events.TimeWindowEventResponseProperties{State: map[string]string{}}}
 		changes, err := changesOf(ev.Records, ev.ShardID)
@@ -27,7 +29,7 @@ func WindowHandler(store Applier) func(context.Context, events.DynamoDBTimeWindo
 		if len(changes) == 0 {
 			return resp, nil // a window's final invocation may carry no records
 		}
-		return resp, store.ApplyChanges(ctx, changes)
+		return resp, store.ApplyConsequences(ctx, changes)
 	}
 }
 

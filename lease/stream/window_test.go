@@ -17,6 +17,10 @@ func (a *applied) ApplyChanges(_ context.Context, cs []lease.Change) error {
 	return nil
 }
 
+func (a *applied) ApplyConsequences(ctx context.Context, cs []lease.Change) error {
+	return a.ApplyChanges(ctx, cs)
+}
+
 // A tumbling-window event, as the event source mapping hands it to the
 // deployed function, names its shard: every change goes on with it and its
 // sequence number, and the answer carries the state the mapping requires.

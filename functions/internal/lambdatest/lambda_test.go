@@ -584,21 +584,24 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 		t.Fatalf("idle sweep %+v", swept)
 	}
 
-	// The stream function, handed the tasks table's changes as its event
-	// source mapping hands them: DynamoDB stream events, in batches.
+	// The stream and notices functions, each handed the tasks table's
+	// changes as its own event source mapping hands them: DynamoDB stream
+	// events, in batches.
 	arn, err := localstack.StreamARN(ctx, client, names.Table(schema.TasksTable))
 	if err != nil {
 		t.Fatal(err)
 	}
-	batches := 0
-	mapping := &stream.Poller{Streams: stream.NewLocalClient(testenv.Endpoint()), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
-		Handle: func(_ context.Context, ev events.DynamoDBEvent) error {
-			batches++
-			g.fns[deploy.Stream].invoke(t, marshal(t, ev))
-			return nil
-		}}
-	if n, err := mapping.Poll(ctx); err != nil || n == 0 || batches == 0 {
-		t.Fatalf("the stream function applied %d changes in %d batches: %v", n, batches, err)
+	for _, fn := range []string{deploy.Stream, deploy.Notices} {
+		batches := 0
+		mapping := &stream.Poller{Streams: stream.NewLocalClient(testenv.Endpoint()), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
+			Handle: func(_ context.Context, ev events.DynamoDBEvent) error {
+				batches++
+				g.fns[fn].invoke(t, marshal(t, ev))
+				return nil
+			}}
+		if n, err := mapping.Poll(ctx); err != nil || n == 0 || batches == 0 {
+			t.Fatalf("the %s function was handed %d changes in %d batches: %v", fn, n, batches, err)
+		}
 	}
 
 	// inbox: the watcher's message, deleted once.
@@ -616,7 +619,7 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 	expect(t, "delete message", g.call(t, "inbox-delete.json", reviewer, onMessage), 200, "")
 	expect(t, "delete it again", g.call(t, "inbox-delete.json", reviewer, onMessage), 404, "")
 
-	// The stream function's notices of the sweep's ending went to
+	// The notices function's notices of the sweep's ending went to
 	// EventBridge, signed with the function's keys, through AWS_ENDPOINT_URL.
 	bus.mu.Lock()
 	var kinds []string
@@ -638,7 +641,8 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 	for fn, want := range map[string]map[string]float64{
 		deploy.Checkouts:  {deploy.MetricCheckouts: 1, deploy.MetricConflicts: 1},
 		deploy.Sweeper:    {deploy.MetricSweepEnded: 1},
-		deploy.Stream:     {deploy.MetricLeaseTimeouts: 1, deploy.MetricNoticesPublished: 3},
+		deploy.Notices:    {deploy.MetricLeaseTimeouts: 1, deploy.MetricNoticesPublished: 3},
+		deploy.Stream:     {deploy.MetricLeaseTimeouts: 0, deploy.MetricNoticesPublished: 0},
 		deploy.Authorizer: {deploy.MetricUnauthorized: 3}, // two asked directly, one on the way to a route
 	} {
 		got := metricSums(g.fns[fn].out)

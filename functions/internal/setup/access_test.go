@@ -102,7 +102,7 @@ func (u *usage) check(t *testing.T) {
 	t.Helper()
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for _, fn := range []string{deploy.Health, deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Inbox, deploy.Authorizer, deploy.Sweeper, deploy.Stream} {
+	for _, fn := range []string{deploy.Health, deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Inbox, deploy.Authorizer, deploy.Sweeper, deploy.Stream, deploy.Notices} {
 		if len(u.calls[fn]) == 0 {
 			t.Errorf("function %s made no DynamoDB call: the script does not exercise it", fn)
 		}
@@ -141,6 +141,11 @@ func TestAccessCheckRefusesUngrantedCalls(t *testing.T) {
 		{deploy.Health, "GetItem " + schema.TasksTable, false},
 		{deploy.Checkouts, "GetItem " + schema.TasksTableV1, true},
 		{deploy.Stream, "GetItem " + schema.TasksTableV1, false},
+		// Webhook deliveries that failed for good are the notices
+		// function's: the stream function publishes nothing.
+		{deploy.Notices, "PutItem " + schema.WebhookDeadLettersTable, true},
+		{deploy.Stream, "PutItem " + schema.WebhookDeadLettersTable, false},
+		{deploy.Notices, "BatchWriteItem events", false},
 		// The checkouts routes query no lease or heartbeat index: the
 		// sweeper, agent removal and GET /api/checkouts do.
 		{deploy.Checkouts, "Query " + schema.TasksTable + " " + schema.TasksByClaim, true},

@@ -97,6 +97,7 @@ type gateway struct {
 	functions  map[string]lambdaHandler
 	sweeper    func(context.Context) (lease.SweepResult, error)
 	stream     *stream.Poller // the stream function, behind its event source mapping
+	notices    *stream.Poller // the notices function, behind its own
 	routes     *http.ServeMux
 	seq        int
 }
@@ -215,8 +216,10 @@ func (g *gateway) do(t *testing.T, method, target, authorization, body string) (
 }
 
 func (g *gateway) drain(t *testing.T) {
-	if _, err := g.stream.Poll(context.Background()); err != nil {
-		t.Fatal(err)
+	for _, p := range []*stream.Poller{g.stream, g.notices} {
+		if _, err := p.Poll(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -298,7 +301,7 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 
 	// The same webhook receiver for both: the local server's notifier and
-	// the stream function's, each with a second URL whose receiver has
+	// the notices function's, each with a second URL whose receiver has
 	// another secret and refuses every delivery, so that each dead-letters.
 	recvLocal, recvLambda, forged := webhooktest.New("whsec"), webhooktest.New("whsec"), webhooktest.New("not-the-secret")
 	defer recvLocal.Close()
@@ -333,13 +336,17 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 	}
 	hookEnv := env
 	hookEnv.WebhookURLs, hookEnv.WebhookSecret = []string{recvLambda.URL, forged.URL}, "whsec"
-	lambdaHooks, err := Webhooks(hookEnv, used.client(deploy.Stream), quiet)
+	lambdaHooks, err := Webhooks(hookEnv, used.client(deploy.Notices), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	gw.stream = &stream.Poller{
 		Streams: stream.NewLocalClient(testenv.Endpoint()), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
-		Handle: stream.Handler(NewStore(used.client(deploy.Stream), lambdaHooks, env, quiet)),
+		Handle: stream.ConsequencesHandler(NewStore(used.client(deploy.Stream), nil, env, quiet)),
+	}
+	gw.notices = &stream.Poller{
+		Streams: stream.NewLocalClient(testenv.Endpoint()), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
+		Handle: stream.NoticesHandler(NewStore(used.client(deploy.Notices), lambdaHooks, env, quiet)),
 	}
 	backends := []struct {
 		name  string

@@ -124,13 +124,19 @@ func TestFunctionsWriteBusinessMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The stream function publishes the notices, and counts them.
+	// The stream function carries the consequences; the notices function,
+	// on its own reading of the stream, publishes the notices and counts
+	// them.
 	streamFn := &stream.Poller{Streams: stream.NewLocalClient(testenv.Endpoint()), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
-		Handle: stream.Handler(store(deploy.Stream))}
+		Handle: stream.ConsequencesHandler(store(deploy.Stream))}
+	noticesFn := &stream.Poller{Streams: stream.NewLocalClient(testenv.Endpoint()), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
+		Handle: stream.NoticesHandler(store(deploy.Notices))}
 	drain := func() {
 		t.Helper()
-		if _, err := streamFn.Poll(ctx); err != nil {
-			t.Fatal(err)
+		for _, p := range []*stream.Poller{streamFn, noticesFn} {
+			if _, err := p.Poll(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	do := func(route, path, agent, body string, status int) {

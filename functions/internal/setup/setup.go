@@ -40,16 +40,18 @@ const (
 	EnvEventBus        = notify.EnvEventBus    // CHECKOUT_EVENT_BUS
 	EnvAutoCreateTasks = "CHECKOUT_AUTO_CREATE_TASKS"
 	EnvLogLevel        = "LOG_LEVEL"
-	// The stream function's webhooks (the stack sets them from the CDK
+	// The notices function's webhooks (the stack sets them from the CDK
 	// context webhookUrls and webhookSecretName).
 	EnvWebhookURL    = webhook.EnvURL    // CHECKOUT_WEBHOOK_URL
 	EnvWebhookSecret = webhook.EnvSecret // CHECKOUT_WEBHOOK_SECRET
 )
 
-// WebhookRetryFor is how long the stream function retries a webhook
+// WebhookRetryFor is how long the notices function retries a webhook
 // delivery before it writes it to the dead-letter table: well inside its
-// timeout, so that a receiver that is down holds a batch up for this long
-// at most (later notices to it are tried once each until it answers).
+// timeout, so that a receiver that is down holds a batch of notices up for
+// this long at most (later notices to it are tried once each until it
+// answers). It holds up nothing else: the stream function, which writes
+// the messages and the archive, reads the stream on its own.
 const WebhookRetryFor = 10 * time.Second
 
 // Env is a function's configuration.
@@ -60,7 +62,7 @@ type Env struct {
 	EventBus        string // "" logs notices instead of publishing them
 	AutoCreateTasks bool
 	// WebhookURLs and WebhookSecret: every notice is also POSTed, signed,
-	// to each URL (the stream function only).
+	// to each URL (the notices function only).
 	WebhookURLs   []string
 	WebhookSecret string
 	LogLevel      slog.Level
@@ -188,7 +190,7 @@ func CheckShards(ctx context.Context, e Env, db lease.DB) error {
 	return nil
 }
 
-// Webhooks is the stream function's webhook notifier (nil without
+// Webhooks is the notices function's webhook notifier (nil without
 // WebhookURLs): deliveries that fail for good go to the dead-letter table.
 func Webhooks(e Env, db webhook.PutItemAPI, log *slog.Logger) (*webhook.Notifier, error) {
 	if len(e.WebhookURLs) == 0 {
