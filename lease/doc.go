@@ -27,8 +27,10 @@
 // watch.go; dependencies and attempts in deps.go; a task's body and a
 // failed release's error in body.go; the queue counts in queuecounts.go;
 // the fleet feed in feed.go; task listings in list.go; moving a table of
-// the earlier schema in migrate.go; every operation's requests, and the batch and Query
-// helpers, in dynamo.go. This page holds what every part relies on.
+// the earlier schema in migrate.go; every operation's requests (GetItem,
+// conditional writes and Query, never Scan; one request per transition on
+// the request path), and the batch and Query helpers, in dynamo.go. This
+// page holds what every part relies on.
 //
 // # Tables
 //
@@ -90,20 +92,14 @@
 // (the sweep's adds the lease_lost message: 7, less the counter write it
 // shares with the batch's other endings). A completion: the item, the
 // expiry entry, the done status entry put: 3, and 6 in all; a renewal:
-// the item and the expiry entry moved (2): 3, and 5 with its event. A conflict's failed write bills the item: 1. A heartbeat
-// writes its item and moves the agent's by_expiry entry (a delete and a
-// put): 3, however many leases the agent holds. No index is keyed by
+// the item and the expiry entry moved (2): 3, and 5 with its event. A
+// conflict's failed write bills the item: 1. A heartbeat writes its item
+// and moves its by_expiry entry: 3, however many leases. No index is keyed by
 // holder: one agent's leases are found by a filter on the expiry index
 // (removal, the sweep's deaths, a listing by agent), which reads every
 // live lease of the fleet but keeps each grant and ending to one lease
 // index write. TestUnitBudget holds these figures on the local
 // DynamoDB's meter, which bills as DynamoDB does.
-//
-// # Access patterns: GetItem, conditional write or Query, never Scan
-//
-// One DynamoDB request per transition on the request path; what a
-// transition causes follows from the change stream ("One write per
-// transition"). Every operation's requests are listed in dynamo.go.
 //
 // # No decision trusts an index read
 //
@@ -157,8 +153,8 @@
 // in_progress, fence + 1, eseq + 2, lease_seq, last_op = checkout,
 // started_at if not set, attempts + 1 (deps.go: attempts, failures, the
 // failed status), and copies the lease it replaces, if any, into prev_*
-// (SET prev_agent = if_not_exists(holder, NULL) ...: DynamoDB evaluates every operand on the
-// item as it was). So a takeover of an expired lease is the checkout's own
+// (SET prev_agent = if_not_exists(holder, NULL) ...: DynamoDB evaluates
+// every operand on the item as it was). So a takeover of an expired lease is the checkout's own
 // write, and it records both events: the old lease's timeout and the new
 // checkout. When the condition fails, the item returned with the failure
 // decides the answer, in API order: no item is task_not_found; an
@@ -199,8 +195,9 @@
 // REMOVE holder), and a checkout copies the lease it took over into prev_*.
 // From the item alone, latestEvents rebuilds that write's events: a
 // checkout (and the end of the lease it took over), a renewal, an ending
-// (and failed, when it was the task's last attempt), or an unblocking. The item stays small and bounded: one lease, one last ending and
-// one replaced lease, under 1 KB with ids and reasons of usual length (the
+// (and failed, when it was the task's last attempt), or an unblocking.
+// The item stays small and bounded: one lease, one last ending and one
+// replaced lease, under 1 KB with ids and reasons of usual length (the
 // body and the watches are items of their own), so the write of a
 // transition bills one write unit on the table, and a conflict's failed
 // write the same; see "Tables" for its index entries and consequences.
@@ -277,22 +274,16 @@
 // is answered: one more write (with its renew event), so that no lease is
 // handed out expired or nearly so. Refusing it with a 503 instead would
 // leave a lease nobody knows of holding the task until it expired (or cost
-// a write to undo it), and the client would retry anyway.
+// a write to undo it), and the client would retry anyway. Heartbeats and
+// deaths keep the rule too: see alive.go ("Time, for heartbeats and deaths").
 //
-// Heartbeats and deaths keep the rule too: see alive.go ("Time, for
-// heartbeats and deaths").
-//
-// A trail read may not be whole yet, since the change stream archives
-// events about a second after their transition, and the task item holds
-// only its latest transition's. Every event names the one before it
-// (prev_seq, and its time, prev_at, from the item's prior_at: the time of
-// the write that recorded it, later than its at only for a death stamped
-// at its agent's return; seqs have holes, since a checkout that takes
-// nothing over skips one), so Trail
-// shows the trail up to its first hole and counts the events held back
-// (Pending); a reader never sees an event while an older one is missing. A
-// hole older than the events' retention may be TTL's doing and is not
-// waited for.
+// A trail read may not be whole yet: the stream archives events about a
+// second after their transition, and the item holds only the latest. Every
+// event names the one before it (prev_seq, and prev_at from the item's
+// prior_at; seqs have holes, as a checkout that takes nothing over skips
+// one), so Trail shows the trail up to its first hole and counts the events
+// held back (Pending). A hole older than the events' retention may be TTL's
+// doing and is not waited for.
 //
 // # What the clock is trusted for
 //
