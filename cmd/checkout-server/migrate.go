@@ -6,11 +6,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
+	"github.com/checkout-dev/checkout/internal/notify"
+	"github.com/checkout-dev/checkout/internal/webhook"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/lease/stream"
@@ -23,7 +29,9 @@ import (
 // DYNAMODB_ENDPOINT, or, with -aws, the AWS account and region of the
 // default configuration (for a deployed stack: run it after `cdk deploy`,
 // with the stack's table prefix and status shard count,
-// CHECKOUT_STATUS_SHARDS). Running it again is safe.
+// CHECKOUT_STATUS_SHARDS, and, so that the changes it applies send their
+// notices, the stack's CHECKOUT_EVENT_BUS and webhook settings). Running it
+// again is safe.
 func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("checkout-server migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -39,6 +47,7 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var db lease.MigrateDB
 	var earlier func(context.Context) error
 	switch endpoint, dir := getenv(localstack.EnvEndpoint), getenv("CHECKOUT_DATA_DIR"); {
@@ -51,10 +60,18 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 			return errors.New("no AWS region: set AWS_REGION")
 		}
 		c := dynamodb.NewFromConfig(cfg)
-		db, earlier = c, applyEarlier(c, dynamodbstreams.NewFromConfig(cfg), names, shards)
+		n, err := awsNotices(getenv, cfg, c, names, log)
+		if err != nil {
+			return err
+		}
+		db, earlier = c, applyEarlier(c, dynamodbstreams.NewFromConfig(cfg), names, shards, n)
 	case endpoint != "":
 		c := lease.NewLocalClient(endpoint)
-		db, earlier = c, applyEarlier(c, stream.NewLocalClient(endpoint), names, shards)
+		n, err := localNotices(getenv, dir, log)
+		if err != nil {
+			return err
+		}
+		db, earlier = c, applyEarlier(c, stream.NewLocalClient(endpoint), names, shards, n)
 	case dir != "":
 		d, err := localstack.Start(ctx, localstack.Options{Path: dir})
 		if err != nil {
@@ -62,7 +79,11 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		defer func() { _ = d.Stop() }()
 		c := lease.NewLocalClient(d.Endpoint)
-		db, earlier = c, applyEarlier(c, stream.NewLocalClient(d.Endpoint), names, shards)
+		n, err := localNotices(getenv, dir, log)
+		if err != nil {
+			return err
+		}
+		db, earlier = c, applyEarlier(c, stream.NewLocalClient(d.Endpoint), names, shards, n)
 	default:
 		return errors.New("nothing to migrate: without CHECKOUT_DATA_DIR, DYNAMODB_ENDPOINT or -aws the server keeps its data in memory")
 	}
@@ -92,10 +113,13 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 // switched); its position cannot be read, so each shard is first given a
 // checkpoint just before the first change whose events are not archived
 // (stream.Poller.ResumeAfterApplied). Either way each change is applied at
-// least once, and the handler writes each consequence once. Notices
-// (webhooks, EventBridge) are not sent for these changes. The checkpoint
-// is saved as batches are applied, so a migration cut short resumes.
-func applyEarlier(db *dynamodb.Client, streams stream.StreamsAPI, names schema.Names, shards schema.ShardCounts) func(context.Context) error {
+// least once, and the handler writes each consequence once. The notices of
+// these changes go to n (the stack's bus and webhooks with -aws, the
+// server's webhooks locally; see awsNotices), at least once: some changes
+// the mapping had applied are applied again, and their notices repeat
+// under the same ids. The checkpoint is saved as batches are applied, so a
+// migration cut short resumes.
+func applyEarlier(db *dynamodb.Client, streams stream.StreamsAPI, names schema.Names, shards schema.ShardCounts, n lease.Notifier) func(context.Context) error {
 	return func(ctx context.Context) error {
 		table := names.Table(schema.TasksTableV1)
 		arn, err := localstack.StreamARN(ctx, db, table)
@@ -105,7 +129,7 @@ func applyEarlier(db *dynamodb.Client, streams stream.StreamsAPI, names schema.N
 		if err != nil {
 			return err
 		}
-		store := lease.New(lease.Config{DB: db, Tables: names, Shards: shards})
+		store := lease.New(lease.Config{DB: db, Tables: names, Shards: shards, Notifier: n})
 		p := &stream.Poller{
 			Streams:   streams,
 			StreamARN: arn,
@@ -118,4 +142,53 @@ func applyEarlier(db *dynamodb.Client, streams stream.StreamsAPI, names schema.N
 		_, err = p.Poll(ctx)
 		return err
 	}
+}
+
+// awsNotices is where `migrate -aws` sends the notices of the changes it
+// applies, as the stack's notices function would have: the bus
+// CHECKOUT_EVENT_BUS names (the stack's EventBusName output), and the
+// webhooks of CHECKOUT_WEBHOOK_URL and CHECKOUT_WEBHOOK_SECRET (the
+// stack's webhookUrls and the secret webhookSecretName names), their
+// failures dead-lettered in the stack's deadletters table. Without them
+// the notices are only logged, and the orchestrator does not hear of
+// those changes.
+func awsNotices(getenv func(string) string, cfg aws.Config, db *dynamodb.Client, names schema.Names, log *slog.Logger) (lease.Notifier, error) {
+	var ns []lease.Notifier
+	if bus := getenv(notify.EnvEventBus); bus != "" {
+		ns = append(ns, notify.NewEventBridge(eventbridge.NewFromConfig(cfg), bus))
+	}
+	urls, err := webhook.ParseURLs(getenv(webhook.EnvURL))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", webhook.EnvURL, err)
+	}
+	if len(urls) > 0 {
+		hooks, err := webhook.New(webhook.Config{
+			URLs: urls, Secret: getenv(webhook.EnvSecret), MaxElapsed: 10 * time.Second, AttemptTimeout: 5 * time.Second,
+			DeadLetters: webhook.TableDeadLetters{DB: db, Table: names.Table(schema.WebhookDeadLettersTable)},
+			Logger:      log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		ns = append(ns, hooks)
+	}
+	return notifiers(ns, log), nil
+}
+
+// localNotices is where a local migration sends the notices of the changes
+// it applies: the server's webhooks (CHECKOUT_WEBHOOK_URL, as the server
+// reads it), else the log.
+func localNotices(getenv func(string) string, dataDir string, log *slog.Logger) (lease.Notifier, error) {
+	hooks, err := webhooksFrom(getenv, dataDir, log)
+	if err != nil || hooks == nil {
+		return notifiers(nil, log), err
+	}
+	return notifiers([]lease.Notifier{hooks}, log), nil
+}
+
+func notifiers(ns []lease.Notifier, log *slog.Logger) lease.Notifier {
+	if len(ns) == 0 {
+		return lease.LogNotifier(log)
+	}
+	return webhook.Multi(ns...)
 }

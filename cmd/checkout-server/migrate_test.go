@@ -2,12 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,10 +114,13 @@ func TestMigrateCommand(t *testing.T) {
 // An AWS upgrade: the deploy replaced the event source mapping of the
 // earlier tasks table's stream, which had applied all but the last
 // changes, and left no checkpoint anyone can read. `checkout-server
-// migrate` applies what the mapping left (each task's trail is whole, its
-// queue counted once) without applying the stream again from its start:
-// an event the mapping archived long before, deleted here, stays deleted.
-// (The same command runs with -aws against AWS's DynamoDB Streams.)
+// migrate -aws` (here with the SDK's endpoints pointed at the local
+// DynamoDB and at a stand-in for EventBridge) applies what the mapping left
+// (each task's trail is whole, its queue counted once) without applying
+// the stream again from its start: an event the mapping archived long
+// before, deleted here, stays deleted. And the notices of the changes it
+// applies go to the stack's bus, as the notices function would have sent
+// them; before, they were only logged.
 func TestMigrateAppliesWhatTheReplacedMappingLeft(t *testing.T) {
 	ctx := testenv.Context(t)
 	d, err := localstack.Start(ctx, localstack.Options{})
@@ -214,11 +223,42 @@ func TestMigrateAppliesWhatTheReplacedMappingLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The notices the changes the mapping left would have sent.
+	want := &testenv.Recorder{}
+	last := map[string]map[string]types.AttributeValue{}
+	var left []lease.Change
+	for k, img := range images {
+		id := img["task_id"].(*types.AttributeValueMemberS).Value
+		if k >= applied {
+			left = append(left, lease.Change{Old: last[id], New: img})
+		}
+		last[id] = img
+	}
+	if err := lease.New(lease.Config{DB: db, Tables: names, Notifier: want}).PublishNotices(ctx, left); err != nil {
+		t.Fatal(err)
+	}
+	if len(want.Notices()) == 0 {
+		t.Fatal("the changes left have no notices: the test proves nothing")
+	}
+	bus := &eventBus{}
+	fake := httptest.NewServer(bus)
+	defer fake.Close()
+
 	bin := testenv.Binary(t, "github.com/checkout-dev/checkout/cmd/checkout-server")
-	cmd := exec.Command(bin, "migrate")
-	cmd.Env = append(os.Environ(), "DYNAMODB_ENDPOINT="+d.Endpoint, "CHECKOUT_TABLE_PREFIX="+names.Prefix, "CHECKOUT_DATA_DIR=")
+	cmd := exec.Command(bin, "migrate", "-aws")
+	cmd.Env = append(os.Environ(), "CHECKOUT_TABLE_PREFIX="+names.Prefix, "CHECKOUT_DATA_DIR=", "DYNAMODB_ENDPOINT=",
+		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local", "AWS_SESSION_TOKEN=", "AWS_PROFILE=",
+		"AWS_CONFIG_FILE="+os.DevNull, "AWS_SHARED_CREDENTIALS_FILE="+os.DevNull, "AWS_EC2_METADATA_DISABLED=true",
+		"AWS_ENDPOINT_URL_DYNAMODB="+d.Endpoint, "AWS_ENDPOINT_URL_DYNAMODB_STREAMS="+d.Endpoint,
+		"AWS_ENDPOINT_URL_EVENTBRIDGE="+fake.URL, "CHECKOUT_EVENT_BUS=up-bus")
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "copied 3 tasks") {
-		t.Fatalf("migrate: %v: %s", err, out)
+		t.Fatalf("migrate -aws: %v: %s", err, out)
+	}
+	got := bus.ids(t)
+	for _, n := range want.Notices() {
+		if !got[n.ID] {
+			t.Errorf("notice %s of a change the mapping left was not put on the bus (%d notices were)", n.ID, len(got))
+		}
 	}
 
 	for _, id := range ids {
@@ -237,4 +277,43 @@ func TestMigrateAppliesWhatTheReplacedMappingLeft(t *testing.T) {
 	if len(queues) != 1 || queues[0].Counts[lease.StatusTodo] != 3 || queues[0].Counts[lease.StatusInProgress] != 0 {
 		t.Fatalf("queue counts after the migration: %+v, want 3 todo in one queue", queues)
 	}
+}
+
+// eventBus stands in for EventBridge's PutEvents: it keeps the entries'
+// detail ids, and accepts every entry.
+type eventBus struct {
+	mu      sync.Mutex
+	entries []map[string]any
+}
+
+func (b *eventBus) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var in struct{ Entries []map[string]any }
+	body, _ := io.ReadAll(r.Body)
+	_ = json.Unmarshal(body, &in)
+	b.mu.Lock()
+	b.entries = append(b.entries, in.Entries...)
+	b.mu.Unlock()
+	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+	out := map[string]any{"FailedEntryCount": 0, "Entries": []map[string]string{}}
+	for i := range in.Entries {
+		out["Entries"] = append(out["Entries"].([]map[string]string), map[string]string{"EventId": strconv.Itoa(i)})
+	}
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+// ids are the notice ids of the entries put on the bus named up-bus.
+func (b *eventBus) ids(t *testing.T) map[string]bool {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ids := map[string]bool{}
+	for _, e := range b.entries {
+		var detail struct{ ID string }
+		if err := json.Unmarshal([]byte(fmt.Sprint(e["Detail"])), &detail); err != nil || detail.ID == "" || e["EventBusName"] != "up-bus" || e["Source"] != "checkout" {
+			t.Errorf("entry %v: %v", e, err)
+			continue
+		}
+		ids[detail.ID] = true
+	}
+	return ids
 }

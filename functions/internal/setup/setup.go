@@ -23,8 +23,8 @@ import (
 
 	"github.com/checkout-dev/checkout/deploy"
 	"github.com/checkout-dev/checkout/functions/internal/apigw"
-	"github.com/checkout-dev/checkout/functions/internal/notify"
 	"github.com/checkout-dev/checkout/httpapi"
+	"github.com/checkout-dev/checkout/internal/notify"
 	"github.com/checkout-dev/checkout/internal/webhook"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"

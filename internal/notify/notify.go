@@ -9,7 +9,8 @@
 //	 "event":{"type":"timeout","task_id":"task-d4e5","agent_id":"agent-a1b2","run_id":"run-7f3c",
 //	          "fence":12,"at":"2026-03-20T14:35:00.000Z","held_seconds":1800,"by":"system","reason":""}}
 //
-// The stream function publishes notices at least once: a consumer drops a
+// The notices function (and `checkout-server migrate -aws`, for the
+// changes it applies) publishes notices at least once: a consumer drops a
 // repeat by its id. A rule on the bus can then start work the moment a task
 // becomes free.
 package notify
