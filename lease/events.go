@@ -112,7 +112,19 @@ func (s *Store) TrailPage(ctx context.Context, p TrailParams) (Trail, error) {
 			return Trail{}, err
 		}
 	}
-	return s.trail(ctx, p.TaskID, after, limit)
+	t, err := s.trail(ctx, p.TaskID, after, limit)
+	// A hole is almost always the change stream's lag: wait for it to
+	// fill, up to trailWait, with reads further and further apart.
+	deadline := time.Now().Add(s.trailWait)
+	for wait := 50 * time.Millisecond; err == nil && t.Pending > 0 && time.Now().Add(wait).Before(deadline); wait = min(2*wait, 500*time.Millisecond) {
+		select {
+		case <-ctx.Done():
+			return t, nil // what was read: the hole counted as pending
+		case <-time.After(wait):
+		}
+		t, err = s.trail(ctx, p.TaskID, after, limit)
+	}
+	return t, err
 }
 
 // trail returns the task's trail after seq after: the archive, with the

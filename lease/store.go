@@ -59,6 +59,12 @@ type Config struct {
 	// DefaultFeedSettle; negative: not at all), so that a cursor never
 	// passes an event the change stream has not archived yet. See feed.go.
 	FeedSettle time.Duration
+	// TrailWait is how long a read of a task's events waits for a hole
+	// in its trail to fill (0: it answers at once, counting what is
+	// held back as pending). A hole is almost always the change stream's
+	// lag behind transitions already answered (about a second in AWS), so
+	// the functions wait a little, and a client sees its own transitions.
+	TrailWait time.Duration
 	// Shards are the indexes' shard counts (a zero count: its default,
 	// schema.DefaultShards). Every process of a deployment must use the
 	// same, and they may grow between deploys but never shrink (see
@@ -96,6 +102,7 @@ type Store struct {
 	// ignored by some emulators). DynamoDB itself never needs them.
 	readAfterFailed bool
 	fallbackReads   atomic.Int64
+	trailWait       time.Duration
 }
 
 // New returns a Store.
@@ -113,6 +120,7 @@ func New(cfg Config) *Store {
 		retention: cfg.EventRetention,
 
 		feedSettle: cfg.FeedSettle,
+		trailWait:  cfg.TrailWait,
 
 		readAfterFailed: cfg.ReadAfterFailedCondition,
 		tasks:           cfg.Tables.Table(schema.TasksTable),

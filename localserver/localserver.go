@@ -218,7 +218,13 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.db.supervised {
 		s.db.supervise()
 	}
-	handler := httpapi.New(s.store, httpapi.Options{
+	var svc httpapi.Service = s.store
+	if cfg.StreamPollInterval >= 0 {
+		// With the pollers on (a test that drives the stream itself turns
+		// them off), reads of what the stream writes catch up first.
+		svc = readYourWrites{Store: s.store, changes: s.changes, log: cfg.Logger}
+	}
+	handler := httpapi.New(svc, httpapi.Options{
 		Auth:            cache,
 		OnAgentRemoved:  cache.Forget,
 		AdminID:         AdminID,

@@ -54,6 +54,9 @@ type consumer struct {
 	mu     sync.Mutex // one poll at a time
 	handle *stream.Poller
 	arn    string
+	// started counts the polls begun; done is the count a poll had when it
+	// began, once it has succeeded (catchUp).
+	started, done atomic.Int64
 }
 
 // Checkpoint keys in the agents table, which no agent id can take.
@@ -103,6 +106,11 @@ func (c *changes) poll(ctx context.Context) error {
 func (c *changes) pollOne(ctx context.Context, to *consumer) (int, error) {
 	to.mu.Lock()
 	defer to.mu.Unlock()
+	return c.pollLocked(ctx, to)
+}
+
+func (c *changes) pollLocked(ctx context.Context, to *consumer) (int, error) {
+	n := to.started.Add(1)
 	arn, err := localstack.StreamARN(ctx, c.db.client, c.names.Table(schema.TasksTable))
 	if err != nil {
 		return 0, err
@@ -112,7 +120,25 @@ func (c *changes) pollOne(ctx context.Context, to *consumer) (int, error) {
 		p.StreamARN = arn
 		to.handle, to.arn = &p, arn
 	}
-	return to.handle.Poll(ctx)
+	applied, err := to.handle.Poll(ctx)
+	if err == nil {
+		to.done.Store(n)
+	}
+	return applied, err
+}
+
+// catchUp returns once a poll of to that began after catchUp was called
+// has succeeded: every change written before the call is then applied.
+// Polls coalesce: callers that arrive while one poll runs share the next.
+func (c *changes) catchUp(ctx context.Context, to *consumer) error {
+	arrived := to.started.Load()
+	to.mu.Lock()
+	defer to.mu.Unlock()
+	if to.done.Load() > arrived {
+		return nil // a poll that began after we arrived has applied it
+	}
+	_, err := c.pollLocked(ctx, to)
+	return err
 }
 
 // ErrNoStreams is why Start refuses an endpoint (DYNAMODB_ENDPOINT) that
@@ -163,4 +189,45 @@ func (e streamEndpoint) ResolveEndpoint(context.Context, dynamodbstreams.Endpoin
 		return smithyendpoints.Endpoint{}, err
 	}
 	return smithyendpoints.Endpoint{URI: *u}, nil
+}
+
+// catchUpWait bounds how long a read waits for the change stream before it
+// answers with what is applied.
+const catchUpWait = 2 * time.Second
+
+// readYourWrites is the store as the local server serves it: the reads
+// whose answers the change stream writes (a task's events, the queue
+// counts, the inbox) first apply every change written before them, so that
+// a client sees there what its answered requests did, at once rather than
+// within the poll interval. (In AWS they follow the stream function, about
+// a second behind.) A poll that fails or takes longer than catchUpWait
+// leaves the read to answer with what is applied, as it would between two
+// polls.
+type readYourWrites struct {
+	*lease.Store
+	changes *changes
+	log     *slog.Logger
+}
+
+func (s readYourWrites) catchUp(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, catchUpWait)
+	defer cancel()
+	if err := s.changes.catchUp(ctx, s.changes.consequences); err != nil && ctx.Err() == nil {
+		s.log.WarnContext(ctx, "change stream, before a read", "error", err.Error())
+	}
+}
+
+func (s readYourWrites) TrailPage(ctx context.Context, p lease.TrailParams) (lease.Trail, error) {
+	s.catchUp(ctx)
+	return s.Store.TrailPage(ctx, p)
+}
+
+func (s readYourWrites) ListQueues(ctx context.Context) ([]lease.QueueStats, error) {
+	s.catchUp(ctx)
+	return s.Store.ListQueues(ctx)
+}
+
+func (s readYourWrites) Inbox(ctx context.Context, agentID string) ([]lease.Message, error) {
+	s.catchUp(ctx)
+	return s.Store.Inbox(ctx, agentID)
 }

@@ -46,6 +46,12 @@ const (
 	EnvWebhookSecret = webhook.EnvSecret // CHECKOUT_WEBHOOK_SECRET
 )
 
+// TrailWait is how long GET /api/tasks/{task_id}/events waits for the
+// stream function to archive the events of transitions already answered
+// (about a second behind them), so that a client reads its own; a hole
+// still open then is answered as pending.
+const TrailWait = 3 * time.Second
+
 // WebhookRetryFor is how long the notices function retries a webhook
 // delivery before it writes it to the dead-letter table: well inside its
 // timeout, so that a receiver that is down holds a batch of notices up for
@@ -233,12 +239,13 @@ func NewStore(db lease.DB, n lease.Notifier, e Env, log *slog.Logger) *lease.Sto
 		n = meteredNotifier{next: n, metrics: m, function: e.Function}
 	}
 	return lease.New(lease.Config{
-		DB:       db,
-		Tables:   schema.Names{Prefix: e.TablePrefix},
-		Notifier: n,
-		Logger:   log,
-		Now:      e.Now,
-		Shards:   e.Shards,
+		DB:        db,
+		Tables:    schema.Names{Prefix: e.TablePrefix},
+		Notifier:  n,
+		Logger:    log,
+		Now:       e.Now,
+		Shards:    e.Shards,
+		TrailWait: TrailWait,
 	})
 }
 
