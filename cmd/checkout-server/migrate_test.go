@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -13,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -240,7 +237,7 @@ func TestMigrateAppliesWhatTheReplacedMappingLeft(t *testing.T) {
 	if len(want.Notices()) == 0 {
 		t.Fatal("the changes left have no notices: the test proves nothing")
 	}
-	bus := &eventBus{}
+	bus := &testenv.EventBridge{}
 	fake := httptest.NewServer(bus)
 	defer fake.Close()
 
@@ -254,7 +251,7 @@ func TestMigrateAppliesWhatTheReplacedMappingLeft(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "copied 3 tasks") {
 		t.Fatalf("migrate -aws: %v: %s", err, out)
 	}
-	got := bus.ids(t)
+	got := busIDs(t, bus)
 	for _, n := range want.Notices() {
 		if !got[n.ID] {
 			t.Errorf("notice %s of a change the mapping left was not put on the bus (%d notices were)", n.ID, len(got))
@@ -279,35 +276,11 @@ func TestMigrateAppliesWhatTheReplacedMappingLeft(t *testing.T) {
 	}
 }
 
-// eventBus stands in for EventBridge's PutEvents: it keeps the entries'
-// detail ids, and accepts every entry.
-type eventBus struct {
-	mu      sync.Mutex
-	entries []map[string]any
-}
-
-func (b *eventBus) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var in struct{ Entries []map[string]any }
-	body, _ := io.ReadAll(r.Body)
-	_ = json.Unmarshal(body, &in)
-	b.mu.Lock()
-	b.entries = append(b.entries, in.Entries...)
-	b.mu.Unlock()
-	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-	out := map[string]any{"FailedEntryCount": 0, "Entries": []map[string]string{}}
-	for i := range in.Entries {
-		out["Entries"] = append(out["Entries"].([]map[string]string), map[string]string{"EventId": strconv.Itoa(i)})
-	}
-	_ = json.NewEncoder(w).Encode(out)
-}
-
-// ids are the notice ids of the entries put on the bus named up-bus.
-func (b *eventBus) ids(t *testing.T) map[string]bool {
+// busIDs are the notice ids of the entries put on the bus named up-bus.
+func busIDs(t *testing.T, b *testenv.EventBridge) map[string]bool {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	ids := map[string]bool{}
-	for _, e := range b.entries {
+	for _, e := range b.Entries() {
 		var detail struct{ ID string }
 		if err := json.Unmarshal([]byte(fmt.Sprint(e["Detail"])), &detail); err != nil || detail.ID == "" || e["EventBusName"] != "up-bus" || e["Source"] != "checkout" {
 			t.Errorf("entry %v: %v", e, err)

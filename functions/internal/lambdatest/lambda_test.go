@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -328,30 +327,6 @@ func printReport() {
 
 // eventBridge stands in for EventBridge's PutEvents: it records every
 // entry, and whether the request was signed with the function's keys.
-type eventBridge struct {
-	mu      sync.Mutex
-	entries []map[string]any
-	signed  bool
-	targets []string
-}
-
-func (e *eventBridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var in struct{ Entries []map[string]any }
-	b, _ := io.ReadAll(r.Body)
-	_ = json.Unmarshal(b, &in)
-	e.mu.Lock()
-	e.entries = append(e.entries, in.Entries...)
-	e.signed = strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 Credential=AKIDLAMBDATEST/")
-	e.targets = append(e.targets, r.Header.Get("X-Amz-Target"))
-	e.mu.Unlock()
-	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-	out := map[string]any{"FailedEntryCount": 0, "Entries": []map[string]string{}}
-	for range in.Entries {
-		out["Entries"] = append(out["Entries"].([]map[string]string), map[string]string{"EventId": rand.Text()})
-	}
-	_ = json.NewEncoder(w).Encode(out)
-}
-
 // event loads a captured event from testdata/.
 func event(t *testing.T, name string) map[string]any {
 	t.Helper()
@@ -501,7 +476,7 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 	if err := store.EnsureAgent(ctx, "admin", "admin", true, adminKey); err != nil {
 		t.Fatal(err)
 	}
-	bus := &eventBridge{}
+	bus := &testenv.EventBridge{}
 	fake := httptest.NewServer(bus)
 	defer fake.Close()
 
@@ -621,9 +596,8 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 
 	// The notices function's notices of the sweep's ending went to
 	// EventBridge, signed with the function's keys, through AWS_ENDPOINT_URL.
-	bus.mu.Lock()
 	var kinds []string
-	for _, e := range bus.entries {
+	for _, e := range bus.Entries() {
 		kinds = append(kinds, fmt.Sprint(e["DetailType"]))
 		if e["Source"] != "checkout" || e["EventBusName"] != "checkout-test-bus" {
 			t.Errorf("entry %v", e)
@@ -631,11 +605,15 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 	}
 	slices.Sort(kinds)
 	// The timeout: its ending, the task available again, and the lease lost
-	// to its holder.
-	if !slices.Equal(kinds, []string{"LeaseEnded", "LeaseLost", "TaskAvailable"}) || !bus.signed || bus.targets[0] != "AWSEvents.PutEvents" {
-		t.Errorf("EventBridge got %v (signed %v, %v)", kinds, bus.signed, bus.targets)
+	// to its holder, each signed with the function's keys.
+	requests := bus.Requests()
+	signed := len(requests) > 0
+	for _, h := range requests {
+		signed = signed && strings.HasPrefix(h.Get("Authorization"), "AWS4-HMAC-SHA256 Credential=AKIDLAMBDATEST/") && h.Get("X-Amz-Target") == "AWSEvents.PutEvents"
 	}
-	bus.mu.Unlock()
+	if !slices.Equal(kinds, []string{"LeaseEnded", "LeaseLost", "TaskAvailable"}) || !signed {
+		t.Errorf("EventBridge got %v (signed PutEvents: %v)", kinds, signed)
+	}
 
 	// The metric lines of the real binaries.
 	for fn, want := range map[string]map[string]float64{
