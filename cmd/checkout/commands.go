@@ -73,8 +73,14 @@ func (a *app) rootCmd() *cobra.Command {
 	co := a.checkoutFlags(root)
 	root.ValidArgsFunction = a.completeOpenTasks
 	root.RunE = func(cmd *cobra.Command, args []string) error {
-		if len(args) == 0 {
-			return cmd.Help()
+		switch {
+		case len(args) == 0 && cmd.Flags().NFlag() == 0 && cmd.Flags().ArgsLenAtDash() < 0:
+			return cmd.Help() // plain "checkout"
+		case len(args) == 0 || args[0] == "":
+			// "checkout $T --timeout 30m" with T unset: not a request for
+			// the help, and never a success a script would take for a
+			// checkout.
+			return exactArgs(1, "task id")(cmd, args)
 		}
 		return a.checkout(cmd, args[0], co)
 	}
@@ -169,6 +175,10 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		var msg string
 		switch {
+		case len(args) == n && slices.Contains(args, ""):
+			// An empty id (an unset variable, quoted) names nothing: the
+			// server would answer a path it does not know.
+			msg = "needs " + withArticle(what) + ", got an empty one"
 		case len(args) == n:
 			return nil
 		case n == 0:
@@ -299,7 +309,11 @@ func durationExamples(r lease.DurationRange) string {
 // identityFlags are the flags of every lease command: whom it acts as, and
 // under which run.
 func (a *app) identityFlags(cmd *cobra.Command, agentHelp string) {
-	cmd.Flags().StringVar(&a.agentOpt, "agent", "", agentHelp+" (default: $CHECKOUT_AGENT, the profile's agent, or the key's own agent; another agent's id: admins only)")
+	a.agentFlag(cmd, agentHelp+" (default: the profile's agent with the profile's key, else $CHECKOUT_AGENT, else the key's own agent; another agent's id: admins only)")
+}
+
+func (a *app) agentFlag(cmd *cobra.Command, help string) {
+	cmd.Flags().StringVar(&a.agentOpt, "agent", "", help)
 }
 
 func (a *app) runIDFlag(cmd *cobra.Command, help string) {
@@ -519,7 +533,9 @@ func (a *app) statusCmd() *cobra.Command {
 			})
 		},
 	}
-	a.identityFlags(cmd, "say whether this agent holds it")
+	// Reading who holds a task is any agent's: --agent only names whose
+	// lease to call "you".
+	a.agentFlag(cmd, "say whether this agent holds the task (default: the profile's agent with the profile's key, else $CHECKOUT_AGENT; without one, status does not say)")
 	return cmd
 }
 

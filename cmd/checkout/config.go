@@ -258,7 +258,8 @@ are taken from, in order: the flag (--url, --api-key); the profile chosen
 by --profile or CHECKOUT_PROFILE; the environment (CHECKOUT_URL,
 CHECKOUT_API_KEY); the file's default_profile; the built-in default. The
 agent is --agent, else the profile's agent when the key is the profile's,
-else CHECKOUT_AGENT, else the key's own agent. Keys are never shown: the
+else (with a key not from a profile) CHECKOUT_AGENT, else the key's own
+agent: a profile's key goes with its own agent only. Keys are never shown: the
 key_file's contents appear here masked.`,
 		Example: `  checkout config
   checkout config --profile writer

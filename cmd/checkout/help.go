@@ -34,7 +34,7 @@ profiles, which name a server, a key file and an agent):
   CHECKOUT_PROFILE   a profile of the profile file, or --profile
   CHECKOUT_CONFIG    the profile file, if not $XDG_CONFIG_HOME/checkout/config.toml
                      (default ~/.config/checkout/config.toml; checkout config shows it)
-  CHECKOUT_AGENT     the agent to act as (default: the key's own), or --agent
+  CHECKOUT_AGENT     the agent to act as with a key not from a profile (default: the key's own), or --agent
   CHECKOUT_RUN_ID    the run's lease token (default: a fresh one per checkout), or --run-id
   TZ                 show times in this zone (default UTC; an unknown zone is
                      warned about on stderr, and times are shown in UTC)

@@ -332,6 +332,11 @@ func TestErrorsAreOneLineWithExitCodes(t *testing.T) {
 		{"unknown flag nested", "", key, []string{"tasks", "add", "--nope"}, 2, "checkout: unknown flag: --nope (see checkout tasks add --help)\n"},
 		{"missing arg", "", key, []string{"release"}, 2, "checkout: checkout release needs a task id (see checkout release --help)\n"},
 		{"missing arg nested", "", key, []string{"tasks", "show"}, 2, "checkout: checkout tasks show needs a task id (see checkout tasks show --help)\n"},
+		// checkout $T --timeout 30m with T unset: a usage error, never exit 0.
+		{"flags without a task id", "", key, []string{"--timeout", "30m"}, 2, "checkout: checkout needs a task id (see checkout --help)\n"},
+		{"a dash without a task id", "", key, []string{"--"}, 2, "checkout: checkout needs a task id (see checkout --help)\n"},
+		{"empty task id", "", key, []string{"", "--timeout", "30m"}, 2, "checkout: checkout needs a task id, got an empty one (see checkout --help)\n"},
+		{"empty task id of a command", "", key, []string{"release", ""}, 2, "checkout: checkout release needs a task id, got an empty one (see checkout release --help)\n"},
 		{"too many args nested", "", key, []string{"tasks", "add", "a", "b"}, 2, "checkout: checkout tasks add takes at most one task id (see checkout tasks add --help)\n"},
 		{"too many args", "", key, []string{"a", "b"}, 2, "checkout: checkout takes at most one task id (see checkout --help)\n"},
 		{"near miss", "", key, []string{"lsit"}, 2, "checkout: unknown command \"lsit\": did you mean list? (a task named lsit: checkout -- lsit)\n"},
