@@ -226,7 +226,7 @@ func (a *app) taskEditCmd() *cobra.Command {
 	cmd.Flags().StringVar(&title, "title", "", "the new title (\"\" clears it)")
 	cmd.Flags().StringVar(&description, "description", "", "the new description (\"\" clears it)")
 	cmd.Flags().StringVar(&queue, "queue", "", "move it to this queue")
-	cmd.Flags().IntVar(&priority, "priority", 5, "0 to 9, higher is claimed first")
+	cmd.Flags().IntVar(&priority, "priority", 0, "the new priority, 0 to 9, higher is claimed first (default: unchanged)")
 	cmd.Flags().StringVar(&metadata, "metadata", "", "replace its metadata with this JSON object")
 	cmd.Flags().Int64Var(&ifVersion, "if-version", 0, "only if the task is at this version")
 	graph = graphFlagsOf(cmd, true)
