@@ -102,6 +102,12 @@ type FeedParams struct {
 	Limit int
 	// Types keeps only events of these types (empty: every type).
 	Types []EventType
+	// Horizon, when set, is where the read stops instead of now less
+	// FeedSettle: a time before which the caller knows every transition
+	// to be archived (the local server's, which waits for the writes in
+	// flight and applies the change stream first). It must not be later
+	// than now.
+	Horizon time.Time
 }
 
 // FeedPage is one page of the feed. NextCursor is always set: the feed has
@@ -186,6 +192,9 @@ func (s *Store) Feed(ctx context.Context, p FeedParams) (FeedPage, error) {
 	pos = max(pos, feedEnd(ms(now.Add(-s.retention))-1))
 	// Only whole milliseconds: more events may still be written in this one.
 	horizon := feedEnd(ms(now.Add(-s.feedSettle)) - 1)
+	if !p.Horizon.IsZero() && !p.Horizon.After(now) {
+		horizon = feedEnd(ms(p.Horizon) - 1)
+	}
 	out := []Event{}
 	examined, size, full := 0, 0, false
 	for round := 0; !full && pos < horizon && round < s.feedRounds() && examined < feedRawPerRead; round++ {

@@ -118,6 +118,7 @@ type Server struct {
 
 	db        *database
 	changes   *changes
+	writes    *writers // the writes of task items in flight (writers)
 	stopSweep context.CancelFunc
 	sweepDone chan struct{}
 	closeOnce sync.Once
@@ -210,6 +211,12 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.changes, err = newChanges(ctx, s.db, names, s.store, cfg.Logger); err != nil {
 		return nil, fmt.Errorf("localserver: %w", err)
 	}
+	clock := cfg.Now
+	if clock == nil {
+		clock = time.Now
+	}
+	s.writes = newWriters(clock)
+	s.changes.writes = s.writes
 
 	cache := auth.NewCache(s.store, AuthCacheTTL, cfg.Now)
 	// A restarted dynalite may be another database (in memory: empty but
@@ -222,7 +229,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if cfg.StreamPollInterval >= 0 {
 		// With the pollers on (a test that drives the stream itself turns
 		// them off), reads of what the stream writes catch up first.
-		svc = readYourWrites{Store: s.store, changes: s.changes, log: cfg.Logger}
+		svc = readYourWrites{Store: s.store, changes: s.changes, writes: s.writes, log: cfg.Logger}
 	}
 	handler := httpapi.New(svc, httpapi.Options{
 		Auth:            cache,
@@ -298,6 +305,7 @@ func (s *Server) Dynalite() *localstack.Dynalite { return s.db.current() }
 // Sweep runs one sweep now, as the ticker does. A database that cannot be
 // reached is logged as a warning; the next sweep tries again.
 func (s *Server) Sweep(ctx context.Context) (lease.SweepResult, error) {
+	defer s.writes.enter()()
 	res, err := s.store.Sweep(ctx)
 	if err != nil {
 		if httpapi.Unavailable(err) {

@@ -43,6 +43,9 @@ const DefaultStreamPollInterval = 200 * time.Millisecond
 // handler has succeeded, so a notice is published at least once, across a
 // crash or a restart, as before.
 type changes struct {
+	// writes holds the consequences' polls in flight: they unblock
+	// dependents, which are transitions (see writers).
+	writes       *writers
 	db           *database
 	names        schema.Names
 	consequences *consumer
@@ -110,6 +113,9 @@ func (c *changes) pollOne(ctx context.Context, to *consumer) (int, error) {
 }
 
 func (c *changes) pollLocked(ctx context.Context, to *consumer) (int, error) {
+	if to == c.consequences && c.writes != nil {
+		defer c.writes.enter()()
+	}
 	n := to.started.Add(1)
 	arn, err := localstack.StreamARN(ctx, c.db.client, c.names.Table(schema.TasksTable))
 	if err != nil {
@@ -206,7 +212,80 @@ const catchUpWait = 2 * time.Second
 type readYourWrites struct {
 	*lease.Store
 	changes *changes
+	writes  *writers
 	log     *slog.Logger
+}
+
+// feedBarrierWait bounds how long a read of the fleet feed waits for the
+// writes in flight (a few milliseconds, but for a claim that waits for a
+// task): past it, the read keeps the feed's settle instead.
+const feedBarrierWait = 250 * time.Millisecond
+
+// Feed reads the fleet feed up to the moment it was asked for, not a
+// settle time before it (lease.FeedParams.Horizon): it waits for the
+// transitions in flight and applies the change stream first, so every
+// transition before that moment is archived, and a cursor never passes an
+// event still on its way.
+func (s readYourWrites) Feed(ctx context.Context, p lease.FeedParams) (lease.FeedPage, error) {
+	wait, cancel := context.WithTimeout(ctx, feedBarrierWait)
+	horizon, ok := s.writes.barrier(wait)
+	cancel()
+	if ok {
+		catchUp, cancel := context.WithTimeout(ctx, catchUpWait)
+		err := s.changes.catchUp(catchUp, s.changes.consequences)
+		cancel()
+		if err == nil {
+			p.Horizon = horizon
+		}
+	}
+	return s.Store.Feed(ctx, p)
+}
+
+// The writes of task items, held in flight for Feed's barrier.
+
+func (s readYourWrites) RemoveAgent(ctx context.Context, agentID string) error {
+	defer s.writes.enter()()
+	return s.Store.RemoveAgent(ctx, agentID)
+}
+
+func (s readYourWrites) CreateTask(ctx context.Context, p lease.CreateTaskParams) (lease.Task, error) {
+	defer s.writes.enter()()
+	return s.Store.CreateTask(ctx, p)
+}
+
+func (s readYourWrites) CreateTasks(ctx context.Context, ps []lease.CreateTaskParams) ([]lease.BatchResult, error) {
+	defer s.writes.enter()()
+	return s.Store.CreateTasks(ctx, ps)
+}
+
+func (s readYourWrites) UpdateTask(ctx context.Context, p lease.UpdateTaskParams) (lease.Task, error) {
+	defer s.writes.enter()()
+	return s.Store.UpdateTask(ctx, p)
+}
+
+func (s readYourWrites) Checkout(ctx context.Context, p lease.CheckoutParams) (lease.Checkout, error) {
+	defer s.writes.enter()()
+	return s.Store.Checkout(ctx, p)
+}
+
+func (s readYourWrites) Renew(ctx context.Context, p lease.RenewParams) (lease.Checkout, error) {
+	defer s.writes.enter()()
+	return s.Store.Renew(ctx, p)
+}
+
+func (s readYourWrites) Release(ctx context.Context, p lease.ReleaseParams) (lease.Released, error) {
+	defer s.writes.enter()()
+	return s.Store.Release(ctx, p)
+}
+
+func (s readYourWrites) Complete(ctx context.Context, p lease.CompleteParams) (lease.Task, error) {
+	defer s.writes.enter()()
+	return s.Store.Complete(ctx, p)
+}
+
+func (s readYourWrites) Claim(ctx context.Context, p lease.ClaimParams) (lease.Checkout, error) {
+	defer s.writes.enter()()
+	return s.Store.Claim(ctx, p)
 }
 
 func (s readYourWrites) catchUp(ctx context.Context) {

@@ -1,0 +1,64 @@
+package localserver
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// writers keeps the server's writes of task items in flight (every
+// request that may move a task, the sweep, the change stream's polls,
+// which unblock dependents), so that a read of the fleet feed can know up
+// to when every transition has been written: barrier returns a time T
+// such that every write that started after it reads its clock after T,
+// and waits for every write that started before it. A transition's time
+// is its writer's clock, read after it started; so once barrier returns
+// and the change stream is applied, every event before T is archived.
+type writers struct {
+	clock  func() time.Time
+	mu     sync.Mutex
+	next   uint64
+	active map[uint64]chan struct{}
+}
+
+func newWriters(clock func() time.Time) *writers {
+	return &writers{clock: clock, active: map[uint64]chan struct{}{}}
+}
+
+// enter marks a write as started; the function it returns marks it done.
+// It must be called before the write reads its clock.
+func (w *writers) enter() func() {
+	w.mu.Lock()
+	id, done := w.next, make(chan struct{})
+	w.next++
+	w.active[id] = done
+	w.mu.Unlock()
+	return func() {
+		w.mu.Lock()
+		delete(w.active, id)
+		w.mu.Unlock()
+		close(done)
+	}
+}
+
+// barrier returns T (see writers) once every write in flight when it was
+// called is done, or false if ctx ends first.
+func (w *writers) barrier(ctx context.Context) (time.Time, bool) {
+	w.mu.Lock()
+	waits := make([]chan struct{}, 0, len(w.active))
+	for _, done := range w.active {
+		waits = append(waits, done)
+	}
+	// Read under the lock: a write that enters after it reads its clock
+	// later than this.
+	t := w.clock()
+	w.mu.Unlock()
+	for _, done := range waits {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return time.Time{}, false
+		}
+	}
+	return t, true
+}
