@@ -99,6 +99,12 @@ func TestVersion(t *testing.T) {
 	if !regexp.MustCompile(`^checkout \S+\n(  commit: .+\n)?  go: go1\.\d+\S* \w+/\w+\n$`).MatchString(a.stdout) {
 		t.Fatalf("version output %q", a.stdout)
 	}
+	// --json, as for every command, is JSON.
+	j := runCLIEnv(t, nil, "version", "--json")
+	var v struct{ Version, Go, Platform string }
+	if err := json.Unmarshal([]byte(j.stdout), &v); j.code != 0 || err != nil || v.Version == "" || !strings.HasPrefix(v.Go, "go1.") || !strings.Contains(a.stdout, v.Platform) {
+		t.Fatalf("version --json: %d %q: %v", j.code, j.stdout, err)
+	}
 }
 
 // Reserved words are commands, and a word one slip away from a command is

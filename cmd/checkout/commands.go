@@ -662,7 +662,7 @@ func (a *app) claimCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&timeout, "timeout", "", "lease length, 1s to 24h (server default 30m)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why you take the task")
-	cmd.Flags().StringArrayVar(&queues, "queue", nil, "claim from this queue (repeat for several; default: the default queue)")
+	cmd.Flags().StringSliceVar(&queues, "queue", nil, "claim from this queue (several: comma-separated or the flag repeated; default: the default queue)")
 	cmd.Flags().StringVar(&wait, "wait", "", "wait up to this long for a task, up to "+compact(lease.MaxClaimWait)+" (default: answer at once)")
 	a.identityFlags(cmd, "the agent the claim is for")
 	a.runIDFlag(cmd, "the run's lease token")

@@ -20,7 +20,8 @@ import (
 
 func (a *app) eventsCmd() *cobra.Command {
 	var follow bool
-	var since, types, cursor string
+	var since, cursor string
+	var typeFlags []string
 	var interval time.Duration
 	var limit int
 	cmd := &cobra.Command{
@@ -31,6 +32,7 @@ func (a *app) eventsCmd() *cobra.Command {
 		Args:              maxArgs(1, "one task id"),
 		ValidArgsFunction: a.completeOpenTasks,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			types := strings.Join(typeFlags, ",")
 			if err := checkLimit(cmd, limit); err != nil {
 				return err
 			}
@@ -130,7 +132,7 @@ func (a *app) eventsCmd() *cobra.Command {
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep following the fleet feed until interrupted")
 	cmd.Flags().StringVar(&since, "since", "", "start of the fleet feed: an RFC 3339 time, or a duration ago such as 30m (default 1h)")
 	cmd.Flags().StringVar(&cursor, "cursor", "", "go on from where an earlier page of the fleet feed ended (its More: line gives it)")
-	cmd.Flags().StringVar(&types, "type", "", "keep only these event types, comma-separated")
+	cmd.Flags().StringSliceVar(&typeFlags, "type", nil, "keep only these event types, comma-separated or the flag repeated")
 	cmd.Flags().IntVar(&limit, "limit", 0, fmt.Sprintf("events per request, 1 to %d (default %d)", lease.MaxListLimit, lease.DefaultListLimit))
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "with --follow: how often to ask once caught up")
 	return cmd

@@ -147,13 +147,20 @@ func TestEventsCursor(t *testing.T) {
 	if got := s.requests(); len(got) != 1 || got[0].Path != "/api/events?cursor=f1.Prev&type=release%2Ctimeout" {
 		t.Errorf("events --cursor asked %v", got)
 	}
+	// --type repeated keeps every value (it used to keep the last).
+	if r := s.run("events", "--cursor", "f1.Prev", "--type", "release", "--type", "timeout"); r.code != 0 {
+		t.Errorf("events --type twice: exit %d: %s", r.code, r.stderr)
+	}
+	if got := s.requests(); len(got) != 2 || got[1].Path != "/api/events?cursor=f1.Prev&type=release%2Ctimeout" {
+		t.Errorf("events --type release --type timeout asked %v", got)
+	}
 	for _, args := range [][]string{{"events", "--cursor", "f1.Prev", "--since", "1h"}, {"events", "t", "--cursor", "f1.Prev"}} {
 		if r := s.run(args...); r.code != exitUsage || !strings.Contains(r.stderr, "--cursor") {
 			t.Errorf("checkout %s: exit %d: %s", strings.Join(args, " "), r.code, r.stderr)
 		}
 	}
-	if n := len(s.requests()); n != 1 {
-		t.Errorf("%d requests, want none for the bad flags", n)
+	if n := len(s.requests()); n != 2 {
+		t.Errorf("%d requests, want none for the bad flags", n-1)
 	}
 }
 

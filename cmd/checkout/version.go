@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -18,6 +19,25 @@ var version string
 // the commit, or "(devel)"), the commit when the build recorded it, and the
 // toolchain.
 func versionInfo() string {
+	b := readBuild()
+	var out strings.Builder
+	fmt.Fprintf(&out, "checkout %s\n", b.Version)
+	if b.Commit != "" {
+		fmt.Fprintf(&out, "  commit: %s\n", b.Commit)
+	}
+	fmt.Fprintf(&out, "  go: %s %s\n", b.Go, b.Platform)
+	return out.String()
+}
+
+// build is what versionInfo prints, and checkout version --json.
+type build struct {
+	Version  string `json:"version"`
+	Commit   string `json:"commit,omitempty"`
+	Go       string `json:"go"`
+	Platform string `json:"platform"`
+}
+
+func readBuild() build {
 	v, commit := version, ""
 	goVersion := runtime.Version()
 	if bi, ok := debug.ReadBuildInfo(); ok {
@@ -53,13 +73,7 @@ func versionInfo() string {
 	if v == "" {
 		v = "(devel)"
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "checkout %s\n", v)
-	if commit != "" {
-		fmt.Fprintf(&b, "  commit: %s\n", commit)
-	}
-	fmt.Fprintf(&b, "  go: %s %s/%s\n", goVersion, runtime.GOOS, runtime.GOARCH)
-	return b.String()
+	return build{Version: v, Commit: commit, Go: goVersion, Platform: runtime.GOOS + "/" + runtime.GOARCH}
 }
 
 func (a *app) versionCmd() *cobra.Command {
@@ -69,6 +83,9 @@ func (a *app) versionCmd() *cobra.Command {
 		Example: "  checkout version\n  checkout --version",
 		Args:    exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if a.json {
+				return json.NewEncoder(a.stdout).Encode(readBuild())
+			}
 			fmt.Fprint(a.stdout, versionInfo())
 			return nil
 		},
