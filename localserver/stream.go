@@ -230,13 +230,8 @@ func (s readYourWrites) Feed(ctx context.Context, p lease.FeedParams) (lease.Fee
 	wait, cancel := context.WithTimeout(ctx, feedBarrierWait)
 	horizon, ok := s.writes.barrier(wait)
 	cancel()
-	if ok {
-		catchUp, cancel := context.WithTimeout(ctx, catchUpWait)
-		err := s.changes.catchUp(catchUp, s.changes.consequences)
-		cancel()
-		if err == nil {
-			p.Horizon = horizon
-		}
+	if ok && s.catchUp(ctx) {
+		p.Horizon = horizon
 	}
 	return s.Store.Feed(ctx, p)
 }
@@ -288,12 +283,17 @@ func (s readYourWrites) Claim(ctx context.Context, p lease.ClaimParams) (lease.C
 	return s.Store.Claim(ctx, p)
 }
 
-func (s readYourWrites) catchUp(ctx context.Context) {
+// catchUp applies every change written before it, within catchUpWait, and
+// says whether it did; a read that it did not answers with what is
+// applied.
+func (s readYourWrites) catchUp(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, catchUpWait)
 	defer cancel()
-	if err := s.changes.catchUp(ctx, s.changes.consequences); err != nil && ctx.Err() == nil {
+	err := s.changes.catchUp(ctx, s.changes.consequences)
+	if err != nil && ctx.Err() == nil {
 		s.log.WarnContext(ctx, "change stream, before a read", "error", err.Error())
 	}
+	return err == nil
 }
 
 func (s readYourWrites) TrailPage(ctx context.Context, p lease.TrailParams) (lease.Trail, error) {
