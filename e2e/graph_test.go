@@ -87,3 +87,42 @@ func TestWorkGraph(t *testing.T) {
 	e.must(t, 200, "PATCH", "/api/tasks/later", a, map[string]any{"not_before": nil})
 	e.must(t, 200, "POST", "/api/tasks/later/checkout", b, nil)
 }
+
+// Reopening a done blocker over HTTP blocks again the dependent it had
+// released, until it is done again: claim skips the dependent, a named
+// checkout answers blocked naming it, the queue counts it blocked.
+func TestReopenedBlockerBlocksItsDependentAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a, b := e.agent(t, "ann"), e.agent(t, "bob")
+	e.task(t, a, "build")
+	e.must(t, 201, "POST", "/api/tasks", a, map[string]any{"task_id": "ship", "queue": "release", "blocked_by": []string{"build"}})
+	e.must(t, 200, "POST", "/api/tasks/build/checkout", a, nil)
+	e.must(t, 200, "POST", "/api/tasks/build/complete", a, nil)
+	e.drain(t)
+	e.drain(t)
+	equal(t, "ship after build's completion", e.must(t, 200, "GET", "/api/tasks/ship", a, nil).Str("status"), "todo")
+
+	e.must(t, 200, "PATCH", "/api/tasks/build", a, map[string]any{"status": "todo"})
+	e.drain(t)
+	e.drain(t)
+	ship := e.must(t, 200, "GET", "/api/tasks/ship", a, nil)
+	equal(t, "ship once build is reopened", ship.Str("status"), "blocked")
+	equal(t, "ship's blockers", ship.Body["blocked_by"], []any{map[string]any{"task_id": "build", "status": "todo"}})
+	e.fail(t, 404, "no_task_available", "POST", "/api/claim", b, map[string]any{"queues": []string{"release"}})
+	blocked := e.fail(t, 409, "blocked", "POST", "/api/tasks/ship/checkout", b, nil)
+	equal(t, "open blockers", blocked.Body["blocked_by"], []any{map[string]any{"task_id": "build", "status": "todo"}})
+	for _, q := range e.must(t, 200, "GET", "/api/queues", a, nil).List("queues") {
+		if q["queue"] == "release" {
+			equal(t, "release's counts", q["counts"].(map[string]any)["blocked"], 1)
+		}
+	}
+
+	e.must(t, 200, "POST", "/api/tasks/build/checkout", a, nil)
+	e.must(t, 200, "POST", "/api/tasks/build/complete", a, nil)
+	e.drain(t)
+	e.drain(t)
+	co := e.must(t, 200, "POST", "/api/claim", b, map[string]any{"queues": []string{"release"}})
+	equal(t, "claimed once build is done again", co.Str("task_id"), "ship")
+	equal(t, "ship's trail", e.events(t, a, "ship"), []string{"unblocked", "unblocked", "checkout"})
+}

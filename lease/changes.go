@@ -149,8 +149,8 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 	var msgs []messageItem
 	var notices []Notice
 	fw := freeingWatches{s: s}
-	var completed []string    // blockers whose dependents to unblock
-	var settle [][2]*taskItem // blocked tasks' changes: old (nil for new) and new
+	var blockers []blockerStep // completions and reopens of blockers, in order
+	var settle [][2]*taskItem  // blocked tasks' changes: old (nil for new) and new
 	ttl := s.clock().Add(s.retention).Unix()
 	for _, ch := range changes {
 		old, cur, transition, err := decodeChange(ch)
@@ -163,6 +163,9 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 				before = &old
 			}
 			settle = append(settle, [2]*taskItem{before, &cur})
+		}
+		if ch.Old != nil && old.Status == StatusDone && cur.Status != StatusDone && cur.HasDependents {
+			blockers = append(blockers, blockerStep{id: cur.TaskID, reopened: true})
 		}
 		if !transition {
 			continue
@@ -178,7 +181,7 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 				ev.Error = text
 			}
 			if ev.Type == EventComplete && cur.HasDependents {
-				completed = append(completed, ev.TaskID)
+				blockers = append(blockers, blockerStep{id: ev.TaskID})
 			}
 			item, err := attributevalue.MarshalMap(ev.eventItem)
 			if err != nil {
@@ -258,9 +261,15 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 	if err := fw.drop(ctx); err != nil {
 		return err
 	}
-	for _, id := range completed {
-		if err := s.unblockDependents(ctx, id); err != nil {
-			return fmt.Errorf("unblock the dependents of %s: %w", id, err)
+	for _, b := range blockers {
+		if b.reopened {
+			if err := s.reblockDependents(ctx, b.id); err != nil {
+				return fmt.Errorf("block again the dependents of %s: %w", b.id, err)
+			}
+			continue
+		}
+		if err := s.unblockDependents(ctx, b.id); err != nil {
+			return fmt.Errorf("unblock the dependents of %s: %w", b.id, err)
 		}
 	}
 	for _, ch := range settle {

@@ -32,16 +32,17 @@ import (
 //
 // Unblocking is the change stream's work, off the request path: when a
 // change records a completion of a task with has_dependents,
-// ApplyChanges reads its edges (one consistent Query) and unblocks each
+// ApplyChanges reads it (still done?) and its edges (one consistent
+// Query) and unblocks each
 // dependent (unblock): one conditional UpdateItem that takes the blocker
 // out of waiting_on and, when it was the last one and the task is
 // blocked, makes the task todo, puts it in the claim index and records
 // an unblocked event, whose own change tells the watchers
 // (task_available, reason unblocked), publishes TaskAvailable and wakes
 // the process's waiting claims. The write is conditioned on the blocker
-// being in waiting_on, so a change delivered again, a completion
-// repeated after a reopen, or two writers racing unblock each dependent
-// once: exactly one unblocked event per unblocking. A named checkout that
+// being in waiting_on, so a change delivered again, or two writers
+// racing, unblock each dependent once: exactly one unblocked event per
+// unblocking. A named checkout that
 // comes first, having read every blocker the task waits on done, unblocks
 // it in its own grant (checkout.go); the stream's write then finds the
 // blocker gone from waiting_on and does nothing.
@@ -75,12 +76,30 @@ import (
 // blockers that are not done as read at its reopen (reopenGraph), and is
 // blocked while there are any, settled after its write as any PATCH
 // that leaves a task blocked: a blocker done when the task was unblocked
-// may have been reopened since. Reopening a done blocker does not block
-// again the dependents it released; a dependent reopened after that
-// waits for it. PATCH replaces blocked_by on a todo or blocked task only; the
+// may have been reopened since. PATCH replaces blocked_by on a todo or blocked task only; the
 // edges of blockers it drops are deleted after its write (an edge left by
 // a crash is harmless: unblock finds the blocker not waited on; GET
 // shows the ids in blocks until then).
+//
+// Reopening a done blocker. A dependent released by a blocker's
+// completion must not be claimed while the blocker is done no more. When
+// a change takes a task with has_dependents out of done (a PATCH to todo,
+// a checkout expecting done), the stream reads the blocker and, if it is
+// still not done, its edges, and blocks each dependent again (reblock):
+// one conditional write on condition that the dependent still names the
+// blocker and has not started, that makes a todo task blocked (out of the
+// claim index, no event) or adds the blocker to a blocked one's
+// waiting_on. A dependent in progress, done, cancelled or failed is left
+// alone. The stream passes a blocker's completions and reopens on in
+// the order they were written, each as the blocker is when the stream
+// reads it: a completion of a blocker that is not done by then unblocks
+// nothing, and a reopen of one that is done again blocks nothing, since
+// the change that left it so comes later and does the work. So a
+// dependent never waits on a done blocker once the stream has caught up,
+// and is not unblocked for a moment by a completion already undone. A
+// grant in the moment before the reblocking wins over it, as a checkout
+// in the moment before an unblocking does. The reblocked task's own
+// change is settled like any that leaves a task blocked (settleChange).
 //
 // Cycles are refused: before a PATCH names new blockers, a walk from them
 // along blocked_by (a consistent BatchGetItem per level, at most
@@ -429,8 +448,14 @@ func (s *Store) dependents(ctx context.Context, blocker string) ([]string, error
 }
 
 // unblockDependents unblocks every dependent of a completed blocker; the
-// stream function's part.
+// stream function's part. A completion seen after the blocker was
+// reopened unblocks nothing: the blocker is read first, and its reopen's
+// own change comes next (see "Reopening a done blocker").
 func (s *Store) unblockDependents(ctx context.Context, blocker string) error {
+	it, err := s.getTask(ctx, blocker)
+	if err != nil || it == nil || it.Status != StatusDone {
+		return err
+	}
 	deps, err := s.dependents(ctx, blocker)
 	if err != nil {
 		return err
@@ -441,6 +466,53 @@ func (s *Store) unblockDependents(ctx context.Context, blocker string) error {
 		g.Go(func() error { return s.unblock(gctx, d, blocker) })
 	}
 	return g.Wait()
+}
+
+// blockerStep is a blocker's change the stream passes on to its
+// dependents: a completion unblocks them, a reopen blocks them again.
+type blockerStep struct {
+	id       string
+	reopened bool
+}
+
+// reblockDependents blocks again, on blocker, every dependent that has not
+// started: the stream function's part when a done blocker is reopened (see
+// "Reopening a done blocker"). A reopen seen after the blocker is done
+// again blocks nothing: the blocker is read first, and its completion's
+// own change comes next.
+func (s *Store) reblockDependents(ctx context.Context, blocker string) error {
+	it, err := s.getTask(ctx, blocker)
+	if err != nil || it == nil || it.Status == StatusDone {
+		return err
+	}
+	deps, err := s.dependents(ctx, blocker)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, d := range deps {
+		g.Go(func() error { return s.reblock(gctx, d, blocker) })
+	}
+	return g.Wait()
+}
+
+// reblock makes taskID wait on blocker again, if it still names it and
+// has not started: a todo task becomes blocked and leaves the claim
+// index; a blocked one adds blocker to what it waits on. One conditional
+// write, which applies once however often it is sent.
+func (s *Store) reblock(ctx context.Context, taskID, blocker string) error {
+	waits := expression.Contains(nameWaitingOn, blocker)
+	cond := terms{
+		expression.Contains(expression.Name("blocked_by"), blocker),
+		nameStatus.Equal(expression.Value(string(StatusTodo))).
+			Or(nameStatus.Equal(expression.Value(string(StatusBlocked))).And(expression.Not(waits))),
+	}
+	upd := setStatus(expression.UpdateBuilder{}, taskID, StatusBlocked, s.shards.Status).
+		Remove(nameClaimShard).
+		Add(nameWaitingOn, expression.Value(&types.AttributeValueMemberSS{Value: []string{blocker}}))
+	_, _, err := s.update(ctx, taskID, cond, upd, types.ReturnValueNone)
+	return err
 }
 
 // unlink deletes taskID's edges to blockers it no longer names, best

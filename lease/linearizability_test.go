@@ -1001,6 +1001,12 @@ func workGraphModelRejects(t *testing.T, start int64) {
 		wStep{wIn{Op: "complete", Task: 2, Agent: 1, Run: "s"}, done},
 		wStep{wIn{Op: "patch", Task: 0, Agent: 2, Status: lease.StatusTodo}, status(0, lease.StatusTodo, 4, 0)},
 	)
+	// task-0 done, task-2 unblocked (version 2), then task-0 reopened
+	// (version 4) while task-2 is todo.
+	reopenedFirst := append(slices.Clone(finished),
+		wStep{wIn{Op: "drain"}, ok},
+		wStep{wIn{Op: "patch", Task: 0, Agent: 2, Status: lease.StatusTodo}, status(0, lease.StatusTodo, 4, 0)},
+	)
 	// task-2 fails twice, the second time at its last attempt.
 	failedTwice := []wStep{
 		{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
@@ -1046,6 +1052,21 @@ func workGraphModelRejects(t *testing.T, start int64) {
 			append(reopened, wStep{wIn{Op: "patch", Task: 2, Agent: 2, Status: lease.StatusTodo}, status(2, lease.StatusBlocked, 5, 0)})...)},
 		{"a dependent reopened after its blocker was reopened, todo", graph, false, seq(
 			append(reopened, wStep{wIn{Op: "patch", Task: 2, Agent: 2, Status: lease.StatusTodo}, status(2, lease.StatusTodo, 5, 0)})...)},
+		{"a dependent todo before the stream saw its blocker reopened", graph, true, seq(
+			append(reopenedFirst, wStep{wIn{Op: "status", Task: 2}, status(2, lease.StatusTodo, 2, 0)})...)},
+		{"a dependent blocked again once the stream saw its blocker reopened", graph, true, seq(
+			append(reopenedFirst, wStep{wIn{Op: "drain"}, ok}, wStep{wIn{Op: "status", Task: 2}, status(2, lease.StatusBlocked, 3, 0)})...)},
+		{"a dependent still todo once the stream saw its blocker reopened", graph, false, seq(
+			append(reopenedFirst, wStep{wIn{Op: "drain"}, ok}, wStep{wIn{Op: "status", Task: 2}, status(2, lease.StatusTodo, 2, 0)})...)},
+		{"a claim of a dependent blocked again", graph, false, seq(
+			append(reopenedFirst, wStep{wIn{Op: "drain"}, ok}, wStep{wIn{Op: "claim", Agent: 1, Run: "c", Timeout: 30_000, Queues: "q1"},
+				wOut{Kind: "ok", Task: wTaskID(2), Holder: wAgentID(1), Run: "c", Fence: 1, Expires: start + 30_000, Queue: "q1", Prio: 5, Attempt: 1}})...)},
+		{"a dependent blocked again and released by its blocker's next completion", graph, true, seq(
+			append(reopenedFirst, wStep{wIn{Op: "drain"}, ok},
+				wStep{checkout(0, 1, "s"), grant(1, "s", 2, 1, start)},
+				wStep{wIn{Op: "complete", Task: 0, Agent: 1, Run: "s"}, done},
+				wStep{wIn{Op: "drain"}, ok},
+				wStep{wIn{Op: "status", Task: 2}, status(2, lease.StatusTodo, 4, 0)})...)},
 		{"a second grant that is attempt 1 again", plain, false, seq(
 			wStep{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
 			wStep{wIn{Op: "release", Task: 2, Agent: 0, Run: "r"}, ok},
@@ -1281,9 +1302,9 @@ func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) 
 // history has it as one operation, "drain", so that a dependent still
 // blocked after its blocker's completion, or todo only after the drain,
 // is what the model allows (and a PATCH that leaves a task blocked
-// settles it: see patchOp). A blocker reopened after the stream saw it
-// done does not block its dependents again, but a dependent reopened
-// after that waits for it.
+// settles it: see patchOp). A done blocker reopened blocks its
+// dependents that have not started again once the stream has run, and a
+// dependent reopened after that waits for it.
 //
 // Known bugs. One reported bug of removal shows in these histories now
 // and then: a judgment from a heartbeat read before the removal (another
@@ -1418,6 +1439,10 @@ type wState struct {
 	A         [wAgents]wAgent
 	// Receipts: the grant of every named claim, "agent/run=task:fence:expires:attempt:queue/priority", sorted, ';'-separated.
 	Receipts string
+	// Steps: the completions ("c3") and reopens from done ("r3") of tasks
+	// with dependents since the change stream last ran, in order: what it
+	// passes on to their dependents (drain).
+	Steps string
 }
 
 func wAgentID(i int) string { return fmt.Sprintf("agent-%02d", i) }
@@ -1699,29 +1724,48 @@ func (w wState) unblockable(t int) bool {
 	return true
 }
 
-// drain is the change stream's unblocking (lease/deps.go): every task that
-// completed since it last ran is taken out of its dependents' waiting
-// lists, one write each, and a blocked dependent whose list is then empty
-// becomes todo with an unblocked event, whose watchers are told (fence 0).
+// drain is the change stream's part in the graph (lease/deps.go): the
+// completions and reopens of blockers since it last ran (Steps), in
+// order, each judged by the blocker as it is now. A completion of a
+// blocker still done takes it out of its dependents' waiting lists, one
+// write each, and a blocked dependent whose list is then empty becomes
+// todo with an unblocked event, whose watchers are told (fence 0). A
+// reopen of a blocker still not done blocks again each dependent that is
+// todo (one write: blocked, waiting on it) or blocked without waiting on
+// it (one write: it waits on it too).
 func (w wState) drain() wState {
 	for t := range wTasks {
 		w.T[t].Settle = false
+		w.T[t].Completed = false
 	}
-	for b := range wTasks {
-		if !w.T[b].Completed {
-			continue
+	steps := w.Steps
+	w.Steps = ""
+	for steps != "" {
+		op := steps[0]
+		i := 1
+		for i < len(steps) && steps[i] >= '0' && steps[i] <= '9' {
+			i++
 		}
-		w.T[b].Completed = false
+		b, _ := strconv.Atoi(steps[1:i])
+		steps = steps[i:]
+		done := w.T[b].Status == lease.StatusDone
 		for d := range wTasks {
 			x := &w.T[d]
-			if x.WaitingOn&(1<<b) == 0 {
+			if w.T[b].Dependents&(1<<d) == 0 {
 				continue
 			}
-			x.WaitingOn &^= 1 << b
-			x.Version++
-			if x.WaitingOn == 0 && x.Status == lease.StatusBlocked {
-				x.Status = lease.StatusTodo
-				w.tell(d, 0)
+			switch {
+			case op == 'c' && done && x.WaitingOn&(1<<b) != 0:
+				x.WaitingOn &^= 1 << b
+				x.Version++
+				if x.WaitingOn == 0 && x.Status == lease.StatusBlocked {
+					x.Status = lease.StatusTodo
+					w.tell(d, 0)
+				}
+			case op == 'r' && !done && (x.Status == lease.StatusTodo || x.Status == lease.StatusBlocked && x.WaitingOn&(1<<b) == 0):
+				x.Status = lease.StatusBlocked
+				x.WaitingOn |= 1 << b
+				x.Version++
 			}
 		}
 	}
@@ -2019,6 +2063,9 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 			// reopened task's next freeing tells them.
 			w.end(t, "complete", nx.EndHeld)
 			x.Completed = x.Completed || x.Dependents != 0
+			if x.Dependents != 0 {
+				w.Steps += fmt.Sprintf("c%d", t)
+			}
 		case "checkout":
 			w.takeover(t) // the watch list stays: the task never became free
 		}
@@ -2082,7 +2129,11 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 		case in.Status == lease.StatusTodo:
 			// A reopen: attempts anew, no delay; blocked while a blocker
 			// is not done now (one done when the task was unblocked may
-			// have been reopened since).
+			// have been reopened since). A done task reopened blocks its
+			// dependents again once the stream has run (drain).
+			if status == lease.StatusDone && x.Dependents != 0 {
+				w.Steps += fmt.Sprintf("r%d", t)
+			}
 			x.Attempts, x.Failures, x.NotBefore, x.Rank = 0, 0, 0, false
 			x.WaitingOn = 0
 			for b := range wTasks {
@@ -2306,7 +2357,7 @@ func (w *wState) hash() uint64 {
 		mix(int64(len(x.Msgs)))
 		mix(x.StaleUntil)
 	}
-	mix(int64(len(w.Receipts)))
+	mix(int64(len(w.Receipts) + len(w.Steps)<<16))
 	return h
 }
 
