@@ -159,3 +159,25 @@ func itoa(n int) string {
 	}
 	return itoa(n/10) + string(rune('0'+n%10))
 }
+
+// A release repeated by its run id after later leases of the task have
+// ended is answered as the first was; a force release naming an ended
+// lease leaves the live one alone.
+func TestReleaseRepeatedAfterLaterLeasesOverHTTP(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a, b := e.agent(t, "ann"), e.agent(t, "bob")
+	e.task(t, a, "t")
+	co := e.must(t, 200, "POST", "/api/tasks/t/checkout", a, nil)
+	e.clock.Advance(2 * time.Second)
+	first := e.must(t, 200, "POST", "/api/tasks/t/release", a, map[string]any{"run_id": co.Str("run_id")})
+	e.must(t, 200, "POST", "/api/tasks/t/checkout", b, nil)
+	e.must(t, 200, "POST", "/api/tasks/t/release", b, nil)
+	e.drain(t)
+	again := e.must(t, 200, "POST", "/api/tasks/t/release", a, map[string]any{"run_id": co.Str("run_id")})
+	equal(t, "the repeat's answer", again.Body, first.Body)
+
+	live := e.must(t, 200, "POST", "/api/tasks/t/checkout", b, nil)
+	e.fail(t, 403, "not_holder", "POST", "/api/tasks/t/release", e.admin, map[string]any{"force": true, "fence": co.Num("fence")})
+	e.must(t, 200, "POST", "/api/tasks/t/renew", b, map[string]any{"fence": live.Num("fence")})
+}

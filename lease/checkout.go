@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -556,17 +557,16 @@ func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) 
 		}
 		return s.forceRelease(ctx, p)
 	}
+	var it *taskItem
+	var err error
 	if p.Outcome == OutcomeFailed {
-		it, err := s.failRelease(ctx, p)
-		if err != nil {
-			return Released{}, err
-		}
-		return released(it), nil
+		it, err = s.failRelease(ctx, p)
+	} else {
+		e := ending{typ: EventRelease, by: p.AgentID, reason: p.Reason, status: StatusTodo, outcome: p.Outcome}
+		it, err = s.finish(ctx, p.TaskID, p.AgentID, p.RunID, p.Fence, e)
 	}
-	e := ending{typ: EventRelease, by: p.AgentID, reason: p.Reason, status: StatusTodo, outcome: p.Outcome}
-	it, err := s.finish(ctx, p.TaskID, p.AgentID, p.RunID, p.Fence, e)
 	if err != nil {
-		return Released{}, err
+		return s.releasedAgain(ctx, err, p, EventRelease)
 	}
 	return released(it), nil
 }
@@ -715,11 +715,19 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 	if err != nil {
 		return Released{}, err
 	}
-	if !live {
+	named := (p.RunID == "" || cur.RunID == p.RunID) && (p.Fence == 0 || cur.Fence == p.Fence)
+	if !live || !named {
+		// No live lease, or not the one named: a repeat of a force release
+		// that ended the named one is answered as it was; otherwise it is
+		// not checked out, or another lease is live.
 		if replayEnd(cur, EventForceRelease, p.AgentID, p.RunID, p.Fence) {
 			return released(cur), nil
 		}
-		return Released{}, ErrNotCheckedOut
+		err := ErrNotCheckedOut
+		if live {
+			err = &NotHolderError{Holder: cur.checkout(), Caller: p.AgentID}
+		}
+		return s.releasedAgain(ctx, err, p, EventForceRelease)
 	}
 	floor := cur.LastAt
 	for range maxAttempts {
@@ -757,6 +765,73 @@ func replayEnd(cur *taskItem, typ EventType, agentID, runID string, fence int64)
 		(runID == "" || r.EndRun == runID) && (fence == 0 || r.EndFence == fence)
 }
 
+// A repeat after a later ending. The item keeps only its last ending, so
+// a holder's release or completion repeated after another lease of the
+// task has ended (a later release, say) no longer finds its own there.
+// A request that names its lease (run id or fence) and is refused as
+// not_checked_out or not_holder then looks for its ending in the task's
+// trail, newest first: the ending of that lease, of the same kind, by the
+// same caller. The trail is read until that lease's checkout, or a lease
+// older than the fence named, or maxRepeatScan events: one Query of a
+// few read units on a path that is already an error's. An ending whose
+// event the change stream has yet to archive (about a second) is not
+// found, and the refusal stands.
+
+// maxRepeatScan bounds the events a repeat looks through.
+const maxRepeatScan = 1000
+
+// archivedEnding returns the ending of typ by agentID of the lease
+// runID/fence (at least one given) in taskID's trail, or nil.
+func (s *Store) archivedEnding(ctx context.Context, taskID string, typ EventType, agentID, runID string, fence int64) (*eventItem, error) {
+	var found *eventItem
+	seen := 0
+	err := queryNewestFirst(ctx, s.db, s.events, expression.Key("task_id").Equal(expression.Value(taskID)), 100, func(ev *eventItem) bool {
+		ours := (runID == "" || ev.RunID == runID) && (fence == 0 || ev.Fence == fence)
+		switch {
+		case ours && ev.Type == typ && ev.By == agentID && (typ == EventForceRelease || ev.AgentID == agentID):
+			found = ev
+			return false
+		case ours && ev.Type == EventCheckout && (typ == EventForceRelease || ev.AgentID == agentID),
+			fence != 0 && ev.Fence != 0 && ev.Fence < fence:
+			return false // the lease's start, or older leases: no ending of it before
+		}
+		seen++
+		return seen < maxRepeatScan
+	})
+	return found, err
+}
+
+// repeatedEnding is the archived ending a refused holder's request repeats
+// (see "A repeat after a later ending"), or nil and the refusal err.
+func (s *Store) repeatedEnding(ctx context.Context, err error, taskID string, typ EventType, agentID, runID string, fence int64) (*eventItem, error) {
+	var nh *NotHolderError
+	if runID == "" && fence == 0 || !errors.Is(err, ErrNotCheckedOut) && !errors.As(err, &nh) {
+		return nil, err
+	}
+	ev, lerr := s.archivedEnding(ctx, taskID, typ, agentID, runID, fence)
+	if lerr != nil {
+		return nil, lerr
+	}
+	if ev == nil {
+		return nil, err
+	}
+	return ev, nil
+}
+
+// releasedAgain answers a release refused with err: as the release it
+// repeats was answered, when there is one in the trail.
+func (s *Store) releasedAgain(ctx context.Context, err error, p ReleaseParams, typ EventType) (Released, error) {
+	ev, err := s.repeatedEnding(ctx, err, p.TaskID, typ, p.AgentID, p.RunID, p.Fence)
+	if ev == nil {
+		return Released{}, err
+	}
+	var held time.Duration
+	if ev.HeldMS != nil {
+		held = time.Duration(*ev.HeldMS) * time.Millisecond
+	}
+	return Released{TaskID: ev.TaskID, ReleasedBy: ev.By, Held: held}, nil
+}
+
 // released is the answer to a release that ended the lease recorded on it.
 func released(it *taskItem) Released {
 	end, _ := it.endEvent()
@@ -770,10 +845,22 @@ func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
 		return Task{}, err
 	}
 	it, err := s.finish(ctx, p.TaskID, p.AgentID, p.RunID, p.Fence, ending{typ: EventComplete, by: p.AgentID, status: StatusDone})
+	fromTrail := false
 	if err != nil {
-		return Task{}, err
+		ev, err := s.repeatedEnding(ctx, err, p.TaskID, EventComplete, p.AgentID, p.RunID, p.Fence)
+		if ev == nil {
+			return Task{}, err
+		}
+		// Found in the trail (see "A repeat after a later ending"): the
+		// task as it is now, done as that completion left it, at the
+		// version it has now (the completion's is not kept past a later
+		// ending).
+		if it, err = s.getTask(ctx, p.TaskID); err != nil || it == nil {
+			return Task{}, cmp.Or(err, ErrTaskNotFound)
+		}
+		it.EndAt, it.EndVersion, fromTrail = ev.At, nil, true
 	}
-	if it.Status != StatusDone || it.EndVersion != nil && it.Version != *it.EndVersion+1 {
+	if fromTrail || it.Status != StatusDone || it.EndVersion != nil && it.Version != *it.EndVersion+1 {
 		// A completion repeated after the task moved on (reopened, taken
 		// again) is answered as the first one was: the task, done, at the
 		// version the completion left (a completion from before versions

@@ -245,12 +245,11 @@
 // told within about a second: the local server polls every 200 ms; in AWS,
 // the stream's own delay.
 //
-// end_* also makes release and complete idempotent. A holder whose answer
-// was lost retries; the retry's condition fails because the lease has ended,
-// and when the item's last ending is that same holder's release (or
-// completion) of the lease the retry names by run id or fence, the retry is
-// answered as the first attempt was, and nothing is written again. A
-// request that names no lease is never taken for a retry.
+// end_* also makes release and complete idempotent: a retry whose lease has
+// ended, naming it by run id or fence, finds that ending its own (on the
+// item, or once a later lease has ended too in the trail: checkout.go, "A
+// repeat after a later ending") and is answered as the first attempt was,
+// writing nothing. A request that names no lease is never taken for one.
 //
 // # Time only moves forward
 //

@@ -254,3 +254,38 @@ func queryAll[T any](ctx context.Context, db DB, table, index string, keyCond ex
 	}
 	return out, nil
 }
+
+// queryNewestFirst runs a consistent Query on table's own key, newest
+// sort key first, pageSize items a request, and hands each item to visit
+// until visit returns false or the items run out.
+func queryNewestFirst[T any](ctx context.Context, db DB, table string, keyCond expression.KeyConditionBuilder, pageSize int32, visit func(*T) bool) error {
+	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
+	if err != nil {
+		return err
+	}
+	in := &dynamodb.QueryInput{
+		TableName:                 &table,
+		KeyConditionExpression:    expr.KeyCondition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+		ConsistentRead:            aws.Bool(true),
+		ScanIndexForward:          aws.Bool(false),
+		Limit:                     &pageSize,
+	}
+	for p := dynamodb.NewQueryPaginator(db, in); p.HasMorePages(); {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return fmt.Errorf("query %s: %w", table, err)
+		}
+		var batch []T
+		if err := attributevalue.UnmarshalListOfMaps(page.Items, &batch); err != nil {
+			return fmt.Errorf("decode %s: %w", table, err)
+		}
+		for i := range batch {
+			if !visit(&batch[i]) {
+				return nil
+			}
+		}
+	}
+	return nil
+}

@@ -1007,6 +1007,15 @@ func workGraphModelRejects(t *testing.T, start int64) {
 		wStep{wIn{Op: "drain"}, ok},
 		wStep{wIn{Op: "patch", Task: 0, Agent: 2, Status: lease.StatusTodo}, status(0, lease.StatusTodo, 4, 0)},
 	)
+	// task-2 released by agent 0 (run r, held 2 s), then taken and
+	// released by agent 1: the item's last ending is agent 1's.
+	releasedTwice := []wStep{
+		{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
+		{wIn{Op: "tick", Now: at(2_000)}, ok},
+		{wIn{Op: "release", Task: 2, Agent: 0, Run: "r"}, wOut{Kind: "ok", Held: 2_000}},
+		{checkout(2, 1, "s"), grant(1, "s", 2, 2, at(2_000))},
+		{wIn{Op: "release", Task: 2, Agent: 1, Run: "s"}, wOut{Kind: "ok", Held: 0}},
+	}
 	// task-2 fails twice, the second time at its last attempt.
 	failedTwice := []wStep{
 		{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
@@ -1067,6 +1076,16 @@ func workGraphModelRejects(t *testing.T, start int64) {
 				wStep{wIn{Op: "complete", Task: 0, Agent: 1, Run: "s"}, done},
 				wStep{wIn{Op: "drain"}, ok},
 				wStep{wIn{Op: "status", Task: 2}, status(2, lease.StatusTodo, 4, 0)})...)},
+		{"a release repeated after a later one, answered as the first", plain, true, seq(append(releasedTwice,
+			wStep{wIn{Op: "release", Task: 2, Agent: 0, Run: "r"}, wOut{Kind: "ok", Held: 2_000}})...)},
+		{"a release repeated after a later one, not found yet", plain, true, seq(append(releasedTwice,
+			wStep{wIn{Op: "release", Task: 2, Agent: 0, Run: "r"}, wOut{Kind: "not_checked_out"}})...)},
+		{"a release repeated after a later one, answered with another time held", plain, false, seq(append(releasedTwice,
+			wStep{wIn{Op: "release", Task: 2, Agent: 0, Run: "r"}, wOut{Kind: "ok", Held: 0}})...)},
+		{"a release naming a run that never released, answered", plain, false, seq(append(releasedTwice,
+			wStep{wIn{Op: "release", Task: 2, Agent: 0, Run: "x"}, wOut{Kind: "ok", Held: 2_000}})...)},
+		{"a completion answered for a run that released", plain, false, seq(append(releasedTwice,
+			wStep{wIn{Op: "complete", Task: 2, Agent: 0, Run: "r"}, done})...)},
 		{"a second grant that is attempt 1 again", plain, false, seq(
 			wStep{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
 			wStep{wIn{Op: "release", Task: 2, Agent: 0, Run: "r"}, ok},
@@ -1380,6 +1399,10 @@ type wTask struct {
 	Fence, Locked, Expires, TimeoutMS int64
 	EndOp, EndAgent, EndRun           string
 	EndFence, EndHeld, EndExpires     int64
+	// Ends: every ending so far, oldest first, "op/agent/run/fence/held;":
+	// a release or completion repeated after a later ending finds its own
+	// in the trail (repeatOf).
+	Ends string
 	// The lease the latest checkout took over (the store's prev_*): a
 	// takeover does not replace the last ending (end_*).
 	PrevAgent, PrevRun     string
@@ -1577,6 +1600,35 @@ func (w *wState) takeover(t int) {
 func (w *wState) end(t int, op string, held int64) {
 	x := &w.T[t]
 	x.EndOp, x.EndAgent, x.EndRun, x.EndFence, x.EndHeld, x.EndExpires = op, x.Holder, x.Run, x.Fence, held, x.Expires
+	x.Ends += fmt.Sprintf("%s/%s/%s/%d/%d;", op, x.Holder, x.Run, x.Fence, held)
+}
+
+// repeatOf is the answer to a holder's release or completion (op) that
+// names its lease (run, fence) and was refused by the item, when its
+// trail holds that ending (lease/checkout.go, "A repeat after a later
+// ending"): the newest ending by agent of a lease run and fence name,
+// when it is op's. The trail may not have it yet (the stream archives
+// it), so the refusal stands as well.
+func (x *wTask) repeatOf(op, agent, run string, fence int64) (wOut, bool) {
+	if run == "" && fence == 0 {
+		return wOut{}, false
+	}
+	ends := strings.Split(strings.TrimSuffix(x.Ends, ";"), ";")
+	for i := len(ends) - 1; i >= 0; i-- {
+		f := strings.Split(ends[i], "/")
+		if len(f) != 5 || f[1] != agent || run != "" && f[2] != run || fence != 0 && f[3] != strconv.FormatInt(fence, 10) {
+			continue
+		}
+		if f[0] != op {
+			return wOut{}, false
+		}
+		if op == "complete" {
+			return wOut{Kind: "ok", Status: lease.StatusDone}, true
+		}
+		held, _ := strconv.ParseInt(f[4], 10, 64)
+		return wOut{Kind: "ok", Held: held}, true
+	}
+	return wOut{}, false
 }
 
 func (w *wState) clearLease(t int, status lease.Status) {
@@ -2030,6 +2082,11 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 			want.Status = lease.StatusFailed // ended at the last attempt, not swept: failed next
 		}
 	}
+	if out != want && (want.Kind == "not_checked_out" || want.Kind == "not_holder") && (op == "release" || op == "complete") {
+		// Refused by the item, answered from the trail: nothing written.
+		alt, ok := x.repeatOf(op, wAgentID(in.Agent), in.Run, in.Fence)
+		return w, ok && out == alt
+	}
 	if out != want {
 		return w, false
 	}
@@ -2339,7 +2396,7 @@ func (w *wState) hash() uint64 {
 		mix(x.Expires)
 		mix(x.Locked)
 		mix(int64(x.HolderN))
-		mix(int64(len(x.Holder) + len(x.Status) + len(x.EndOp) + len(x.PrevRun)))
+		mix(int64(len(x.Holder) + len(x.Status) + len(x.EndOp) + len(x.PrevRun) + len(x.Ends)<<16))
 		mix(x.EndFence)
 		mix(x.PrevFence)
 		mix(x.Version)
