@@ -69,6 +69,18 @@ func TestReadsSeeTheAnsweredWritesAtOnce(t *testing.T) {
 			t.Fatalf("%s: counts right after its completion %v, want done 1", id, counts)
 		}
 	}
+
+	// A release repeated right after a later lease of the task ended is
+	// answered as the first was: its ending is in the trail at once.
+	must(201, "POST", "/api/tasks", alice, `{"task_id":"again"}`)
+	co := must(200, "POST", "/api/tasks/again/checkout", alice, "")
+	first := must(200, "POST", "/api/tasks/again/release", alice, fmt.Sprintf(`{"fence":%v}`, co["fence"]))
+	must(200, "POST", "/api/tasks/again/checkout", bob, "")
+	must(200, "POST", "/api/tasks/again/release", bob, "")
+	again := must(200, "POST", "/api/tasks/again/release", alice, fmt.Sprintf(`{"fence":%v}`, co["fence"]))
+	if fmt.Sprint(again) != fmt.Sprint(first) {
+		t.Fatalf("release repeated right after a later one: %v, want %v", again, first)
+	}
 }
 
 // queueCounts is the counts of queue q in a GET /api/queues answer.

@@ -268,14 +268,38 @@ func (s readYourWrites) Renew(ctx context.Context, p lease.RenewParams) (lease.C
 	return s.Store.Renew(ctx, p)
 }
 
+// A release or completion that names its lease and is refused may repeat
+// one whose ending the stream has yet to archive (see lease, "A repeat
+// after a later ending"): it is asked again once the stream is applied.
+
 func (s readYourWrites) Release(ctx context.Context, p lease.ReleaseParams) (lease.Released, error) {
-	defer s.writes.enter()()
-	return s.Store.Release(ctx, p)
+	release := func() (lease.Released, error) {
+		defer s.writes.enter()()
+		return s.Store.Release(ctx, p)
+	}
+	r, err := release()
+	if mayRepeat(err, p.RunID, p.Fence) && s.catchUp(ctx) {
+		return release()
+	}
+	return r, err
 }
 
 func (s readYourWrites) Complete(ctx context.Context, p lease.CompleteParams) (lease.Task, error) {
-	defer s.writes.enter()()
-	return s.Store.Complete(ctx, p)
+	complete := func() (lease.Task, error) {
+		defer s.writes.enter()()
+		return s.Store.Complete(ctx, p)
+	}
+	t, err := complete()
+	if mayRepeat(err, p.RunID, p.Fence) && s.catchUp(ctx) {
+		return complete()
+	}
+	return t, err
+}
+
+// mayRepeat reports whether a holder's request refused with err could be
+// a repeat the trail answers: it names its lease, and found it not live.
+func mayRepeat(err error, runID string, fence int64) bool {
+	return (runID != "" || fence != 0) && (errors.Is(err, lease.ErrNotCheckedOut) || errors.Is(err, lease.ErrNotHolder))
 }
 
 func (s readYourWrites) Claim(ctx context.Context, p lease.ClaimParams) (lease.Checkout, error) {
