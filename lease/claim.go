@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -85,7 +86,7 @@ import (
 // (Lambda containers that each run one claim), which cannot count each
 // other, it is what the process's recent claims learned: the window a claim
 // won with, three quarters of it for the next claim, shrinking by a tenth a
-// claim while nothing is lost. Most claimers win with their first write, and
+// claim while nothing is lost, and by half a second. Most claimers win with their first write, and
 // a lone claimer that has lost nothing lately takes the best. A write counts
 // as lost to a race only when the task changed (last_at, or its lock time)
 // after the claim read the indexes; a candidate changed before is an index
@@ -280,7 +281,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 	taken := map[string]bool{}
 	for range maxAttempts {
 		readAt := ms(s.clock())
-		w := s.claims.width(0)
+		w := s.claims.width(0, s.clock())
 		cands, next, err := s.claimLook(ctx, cp.queues, w, taken)
 		if err != nil {
 			return Checkout{}, err
@@ -308,7 +309,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 			}
 			c, cur := g.lease, g.cur
 			if g.granted {
-				s.claims.won(w)
+				s.claims.won(w, s.clock())
 				if named {
 					// Best effort: without it a retry still finds the lease
 					// on the task, while the task remembers it.
@@ -328,7 +329,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 				// index entry that lagged, which says nothing of
 				// contention.
 				raced++
-				w = s.claims.width(raced)
+				w = s.claims.width(raced, s.clock())
 				cands = s.claims.order(cands, w)
 			}
 		}
@@ -410,7 +411,7 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string, shards []i
 	// loses races has candidates to widen to without reading again (a
 	// Query is billed by the 4 KB read, so a longer head costs nothing).
 	// Only what ordering and the grant need is read.
-	perShard := int32(min(claimPage, max(claimHead, (s.claims.window()+s.shards.Claim-1)/s.shards.Claim+1)))
+	perShard := int32(min(claimPage, max(claimHead, (s.claims.window(s.clock())+s.shards.Claim-1)/s.shards.Claim+1)))
 	proj := expression.NamesList(expression.Name("task_id"), expression.Name("queue"), expression.Name("priority"),
 		expression.Name("created_at"), expression.Name("claim_key"))
 	for _, q := range queues {
@@ -457,9 +458,11 @@ type claimSpread struct {
 	inflight atomic.Int64
 	// learned is what the lost races of this process say about claimers
 	// elsewhere (other processes, which inflight cannot count): the window
-	// recent claims won with, shrinking while nothing is lost (see won).
-	// It is 1 while nothing is lost.
-	learned float64
+	// recent claims won with, shrinking while nothing is lost (see won),
+	// and with time (learnedHalfLife) from learnedAt. It is 1 while
+	// nothing is lost.
+	learned   float64
+	learnedAt time.Time
 
 	wmu    sync.Mutex
 	wakeCh chan struct{} // closed by wake; nil while nobody waits
@@ -486,36 +489,51 @@ func (c *claimSpread) wake() {
 	}
 }
 
-// won records the window a claim won with: the next claim starts from
-// three quarters of it, or nine tenths of the window before, whichever is
-// wider, so that claimers that keep meeting each other stay spread, and a
-// claimer left alone is back to the best task within a few dozen claims.
-func (c *claimSpread) won(w int) {
+// learnedHalfLife is how fast what lost races taught fades while no claim
+// of the process wins: a burst's lesson is gone within seconds of its end.
+const learnedHalfLife = time.Second
+
+// won records the window a claim won with at now: the next claim starts
+// from three quarters of it, or nine tenths of the window before,
+// whichever is wider, so that claimers that keep meeting each other stay
+// spread, and a claimer left alone is back to the best task within a few
+// dozen claims, or a few seconds.
+func (c *claimSpread) won(w int, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.learned = max(1, 0.75*float64(w), 0.9*c.learned)
+	c.learned, c.learnedAt = max(1, 0.75*float64(w), 0.9*c.faded(now)), now
 }
 
-// window is how many of the best candidates a claim picks among at first:
-// 1 for a lone claimer with nothing lost lately; n claimers of this process
-// at once spread over three times as many, so that most of them win with
-// their first write; and never less than what this process's recent lost
-// races have taught it (see learned).
-func (c *claimSpread) window() int {
+// faded is learned as it stands at now: halved for every learnedHalfLife
+// since it was learned. c.mu is held.
+func (c *claimSpread) faded(now time.Time) float64 {
+	d := now.Sub(c.learnedAt)
+	if c.learned <= 1 || d <= 0 {
+		return max(1, c.learned)
+	}
+	return max(1, c.learned*math.Exp2(-d.Seconds()/learnedHalfLife.Seconds()))
+}
+
+// window is how many of the best candidates a claim at now picks among at
+// first: 1 for a lone claimer with nothing lost lately; n claimers of this
+// process at once spread over three times as many, so that most of them
+// win with their first write; and never less than what this process's
+// recent lost races have taught it (see learned).
+func (c *claimSpread) window(now time.Time) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w := max(1, int(c.learned))
+	w := int(c.faded(now))
 	if n := int(c.inflight.Load()); n > 1 {
 		w = max(w, 3*n)
 	}
 	return w
 }
 
-// width is the window of a claim that has lost raced races: four times
-// wider for each, since claimers that lost the same task must not all go
-// for the next one (doubling left too many of them still meeting).
-func (c *claimSpread) width(raced int) int {
-	return min(c.window()<<min(2*raced, 16), 1<<16)
+// width is the window of a claim at now that has lost raced races: four
+// times wider for each, since claimers that lost the same task must not
+// all go for the next one (doubling left too many of them still meeting).
+func (c *claimSpread) width(raced int, now time.Time) int {
+	return min(c.window(now)<<min(2*raced, 16), 1<<16)
 }
 
 // order returns the candidates in the order to try them: the best w in a

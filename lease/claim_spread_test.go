@@ -65,3 +65,25 @@ func TestSpreadClaimReadsOneShard(t *testing.T) {
 		t.Fatalf("claim of an empty queue: %v, want every shard read", ops)
 	}
 }
+
+// What a burst of lost races taught the process's claims fades with time:
+// once contention has passed, a lone claimer takes the best task again at
+// once, in any queue, rather than after dozens of claims picked at random.
+func TestALoneClaimerTakesTheBestOnceContentionHasPassed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	var batch []lease.CreateTaskParams
+	for i := range 10 {
+		batch = append(batch, lease.CreateTaskParams{TaskID: fmt.Sprintf("p%d", i), Queue: "after-burst", Priority: new(i)})
+	}
+	must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch))
+	lease.SpreadClaims(e.store, 1000) // as a burst of claims elsewhere leaves it
+	e.clock.Advance(30 * time.Second)
+	for want := 9; want >= 5; want-- {
+		co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "lone", Queues: []string{"after-burst"}, Timeout: time.Hour}))
+		if co.Priority != want {
+			t.Fatalf("claim %d after the burst passed: %s (priority %d), want priority %d", 10-want, co.TaskID, co.Priority, want)
+		}
+	}
+}

@@ -7,7 +7,7 @@ import "time"
 func SpreadClaims(s *Store, w int) {
 	s.claims.mu.Lock()
 	defer s.claims.mu.Unlock()
-	s.claims.learned = float64(w)
+	s.claims.learned, s.claims.learnedAt = float64(w), s.clock()
 }
 
 // WaitForGraphLock sets how long s's changes of blocked_by wait for the
