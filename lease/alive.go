@@ -225,7 +225,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 	notRemoved := expression.AttributeNotExists(expression.Name("removed"))
 	lastAt := expression.Name("last_at")
 	var floor int64 // the heartbeat item's latest time seen
-	for range maxAttempts {
+	for range retries(ctx) {
 		now := s.clockAfter(floor)
 		exp := now.Add(ttl)
 		// The time rule: no heartbeat is stamped before the latest one.

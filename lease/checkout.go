@@ -52,7 +52,7 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 	}
 	var floor int64 // the latest transition seen on the task
 	unblockTried := false
-	for range maxAttempts {
+	for range retries(ctx) {
 		// Each attempt's own time: its write decides.
 		g, now, err := s.grantNow(ctx, p, over, floor)
 		if err != nil || g.granted {
@@ -228,7 +228,7 @@ type granted struct {
 // returns what grant does, and the time of the last write.
 func (s *Store) grantNow(ctx context.Context, p CheckoutParams, over *taskItem, floor int64) (granted, time.Time, error) {
 	now := s.clockAfter(floor)
-	for range maxAttempts {
+	for range retries(ctx) {
 		g, err := s.grant(ctx, p, now, over)
 		switch {
 		case err != nil:
@@ -251,7 +251,7 @@ func (s *Store) grantNow(ctx context.Context, p CheckoutParams, over *taskItem, 
 // it could be renewed, the caller sees the task as it is (cur) and decides
 // again, as for any lease that ended in between.
 func (s *Store) fresh(ctx context.Context, c Checkout, at time.Time) (granted, time.Time, error) {
-	for range maxAttempts {
+	for range retries(ctx) {
 		now := s.clockAfter(ms(at))
 		if now.Sub(at) <= c.Timeout/2 {
 			return granted{granted: true, lease: c}, at, nil
@@ -457,7 +457,7 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 		}
 	}
 	var floor int64
-	for range maxAttempts {
+	for range retries(ctx) {
 		cond, hb, now, err := s.holderGuard(ctx, p.AgentID, p.RunID, p.Fence, floor)
 		if errors.Is(err, errDeadCaller) {
 			cur, err := s.getTask(ctx, p.TaskID)
@@ -579,7 +579,7 @@ func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) 
 // as an item of its own (body.go).
 func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, error) {
 	var floor int64
-	for range maxAttempts {
+	for range retries(ctx) {
 		cond, hb, now, err := s.holderGuard(ctx, p.AgentID, p.RunID, p.Fence, floor)
 		if err != nil && !errors.Is(err, errDeadCaller) {
 			return nil, err
@@ -675,7 +675,7 @@ func (s *Store) endLease(ctx context.Context, taskID string, cond terms, e endin
 // error says why (not_checked_out, or not_holder with the live holder).
 func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence int64, e ending) (*taskItem, error) {
 	var floor int64
-	for range maxAttempts {
+	for range retries(ctx) {
 		cond, hb, now, err := s.holderGuard(ctx, agentID, runID, fence, floor)
 		var it, after *taskItem
 		applied := false
@@ -730,7 +730,7 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 		return s.releasedAgain(ctx, err, p, EventForceRelease)
 	}
 	floor := cur.LastAt
-	for range maxAttempts {
+	for range retries(ctx) {
 		now := s.clockAfter(floor)
 		cond := pinnedTo(cur).and(nameExpires.GreaterThan(expression.Value(ms(now))))
 		e := ending{typ: EventForceRelease, by: p.AgentID, reason: p.Reason, status: StatusTodo}

@@ -279,7 +279,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 	// Tasks this claim found taken: an index that lags shows them for a
 	// moment more, and trying them again would only fail again.
 	taken := map[string]bool{}
-	for range maxAttempts {
+	for range retries(ctx) {
 		readAt := ms(s.clock())
 		w := s.claims.width(0, s.clock())
 		cands, next, err := s.claimLook(ctx, cp.queues, w, taken)

@@ -329,7 +329,7 @@ func (s *Store) settle(ctx context.Context, taskID string, waiting []string) (ma
 func (s *Store) unblock(ctx context.Context, taskID, blocker string) error {
 	waits := expression.Contains(nameWaitingOn, blocker)
 	var floor int64
-	for range maxAttempts {
+	for range retries(ctx) {
 		now := s.clockAfter(floor)
 		last := expression.Size(nameWaitingOn).Equal(expression.Value(1))
 		cur, applied, err := s.unblockWrite(ctx, taskID, blocker, now, waits, last)
@@ -366,7 +366,7 @@ func (s *Store) unblock(ctx context.Context, taskID, blocker string) error {
 // (see unblock): once, on condition that it is still so.
 func (s *Store) unblockEmptied(ctx context.Context, taskID, blocker string) error {
 	var floor int64
-	for range maxAttempts {
+	for range retries(ctx) {
 		now := s.clockAfter(floor)
 		cur, applied, err := s.unblockWrite(ctx, taskID, blocker, now, expression.AttributeNotExists(nameWaitingOn))
 		switch {

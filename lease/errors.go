@@ -23,7 +23,7 @@ var (
 	ErrInvalid         = errors.New("lease: invalid input")
 	// ErrBusy: too many changes of the same kind ran at once (changes of
 	// blocked_by, which take the graph's lock; or writes of one item that
-	// kept losing to others). The caller may retry. Nothing was changed,
+	// kept losing to others for retryBudget, 10 s). The caller may retry. Nothing was changed,
 	// but for a create or PATCH whose own write was made before its
 	// blockers' settling gave up (the change stream settles it then).
 	ErrBusy = errors.New("lease: too many changes at once; retry")

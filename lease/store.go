@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"iter"
 	"log/slog"
+	mrand "math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
@@ -191,8 +193,48 @@ func lostToLater(cur *taskItem, now time.Time) bool { return cur != nil && cur.L
 // condition and which update to send.
 
 // maxAttempts bounds the retries of a transition whose condition failed for a
-// reason that vanished by the time it was read (the lease ended in between).
+// reason that vanished by the time it was read (the lease ended in between),
+// where it cannot lose to other writers for long (retries).
 const maxAttempts = 8
+
+// Writers of one item that keep losing to each other (a PATCH without
+// If-Match, checkouts and cancels of one task) are each tried again until
+// they win: maxAttempts at once, as before, then after a pause that
+// doubles from retryPause up to retryPauseMax, with jitter so that the
+// losers spread out, for up to retryBudget in all. Only then, or when the
+// request's context ends, does the caller answer ErrBusy.
+const (
+	retryPause    = 2 * time.Millisecond
+	retryPauseMax = 100 * time.Millisecond
+	retryBudget   = 10 * time.Second
+)
+
+// retries yields the attempts of a transition that may lose to other
+// writes of its item (see retryBudget).
+func retries(ctx context.Context) iter.Seq[int] {
+	return func(yield func(int) bool) {
+		deadline := time.Now().Add(retryBudget)
+		pause := retryPause
+		for i := 0; ; i++ {
+			if i >= maxAttempts {
+				if time.Now().Add(pause).After(deadline) {
+					return
+				}
+				t := time.NewTimer(pause/2 + mrand.N(pause/2+1))
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				pause = min(2*pause, retryPauseMax)
+			}
+			if !yield(i) {
+				return
+			}
+		}
+	}
+}
 
 // The task item's attributes that conditions and updates name most.
 var (

@@ -178,7 +178,7 @@ func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond terms, typ Even
 	// condition fails on the limit alone, for one that was (the task
 	// fails); one write either way but on a task's last attempt.
 	exhausted := false
-	for range maxAttempts {
+	for range retries(ctx) {
 		limit := belowLimitCond()
 		if exhausted {
 			limit = atLimitCond()

@@ -84,7 +84,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		}
 	}
 	want := p.IfVersion
-	for range maxAttempts {
+	for range retries(ctx) {
 		cur, err := s.getTask(ctx, p.TaskID)
 		if err != nil {
 			return Task{}, err
