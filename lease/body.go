@@ -76,8 +76,36 @@ func (s *Store) dropBody(ctx context.Context, taskID, token string) {
 
 // fillBodies reads the bodies that items name, and the error items of
 // their latest failed releases, consistently in one batch, and puts
-// their description, metadata and last error on the items.
+// their description, metadata and last error on the items. A body that a
+// PATCH replaced after an item was read is gone by the time it is asked
+// for: such an item gets the body its task names now, read again (its
+// other fields stay as read; GetTask reads the whole task again instead).
 func (s *Store) fillBodies(ctx context.Context, items ...*taskItem) error {
+	gone, err := s.readBodies(ctx, items...)
+	for range retries(ctx) {
+		if err != nil || len(gone) == 0 {
+			return err
+		}
+		for _, it := range gone {
+			cur, err := s.getTask(ctx, it.TaskID)
+			if err != nil {
+				return err
+			}
+			if cur != nil {
+				it.BodyToken, it.Description, it.Metadata = cur.BodyToken, cur.Description, cur.Metadata
+			}
+		}
+		gone, err = s.readBodies(ctx, gone...)
+	}
+	if err == nil && len(gone) > 0 {
+		err = fmt.Errorf("read the body of %s: replaced again and again: %w", gone[0].TaskID, ErrBusy)
+	}
+	return err
+}
+
+// readBodies is fillBodies' one batch: it returns the items whose body was
+// not found (gone).
+func (s *Store) readBodies(ctx context.Context, items ...*taskItem) (gone []*taskItem, err error) {
 	want := map[string][]*taskItem{}
 	var ids []string
 	add := func(k string, it *taskItem) {
@@ -99,9 +127,11 @@ func (s *Store) fillBodies(ctx context.Context, items ...*taskItem) error {
 	}
 	got, err := batchGet[bodyItem](ctx, s.db, s.tasks, uniqueKeys(ids, taskKey), "", nil)
 	if err != nil {
-		return fmt.Errorf("read task bodies: %w", err)
+		return nil, fmt.Errorf("read task bodies: %w", err)
 	}
+	found := make(map[string]bool, len(got))
 	for _, b := range got {
+		found[b.Key] = true
 		for _, it := range want[b.Key] {
 			if b.Key == errorKey(it.TaskID, it.LastErrorFence) {
 				it.LastError = b.Error
@@ -110,7 +140,12 @@ func (s *Store) fillBodies(ctx context.Context, items ...*taskItem) error {
 			}
 		}
 	}
-	return nil
+	for _, it := range items {
+		if it != nil && it.BodyToken != "" && !found[bodyKey(it.TaskID, it.BodyToken)] {
+			gone = append(gone, it)
+		}
+	}
+	return gone, nil
 }
 
 // A failed release's error (up to MaxErrorLen) is an item of its own

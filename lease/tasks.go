@@ -319,12 +319,24 @@ func (s *Store) CreateTasks(ctx context.Context, ps []CreateTaskParams) ([]Batch
 
 // GetTask returns a task with its live lease, if any.
 func (s *Store) GetTask(ctx context.Context, taskID string) (Task, error) {
-	it, live, err := s.readTask(ctx, taskID)
-	if err != nil {
-		return Task{}, err
+	var it *taskItem
+	var live bool
+	for range retries(ctx) {
+		var err error
+		if it, live, err = s.readTask(ctx, taskID); err != nil {
+			return Task{}, err
+		}
+		gone, err := s.readBodies(ctx, it)
+		if err != nil {
+			return Task{}, err
+		}
+		if len(gone) == 0 {
+			break
+		}
+		it = nil // a PATCH replaced the body since the read: read the task again
 	}
-	if err := s.fillBodies(ctx, it); err != nil {
-		return Task{}, err
+	if it == nil {
+		return Task{}, fmt.Errorf("read task %s: its body replaced again and again: %w", taskID, ErrBusy)
 	}
 	if err := s.fillGraph(ctx, it); err != nil {
 		return Task{}, err
