@@ -125,6 +125,7 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 		d := DefaultPriority
 		p.Priority = &d
 	}
+	p.Metadata = NormalizeMetadata(p.Metadata)
 	if err := CheckTaskFields(&p.Title, &p.Description, &p.Queue, p.Priority, p.Metadata); err != nil {
 		return taskItem{}, err
 	}

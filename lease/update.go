@@ -53,6 +53,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 	if err := CheckID("task_id", p.TaskID); err != nil {
 		return Task{}, err
 	}
+	p.Metadata = NormalizeMetadata(p.Metadata)
 	if err := CheckTaskFields(p.Title, p.Description, p.Queue, p.Priority, p.Metadata); err != nil {
 		return Task{}, err
 	}

@@ -125,6 +125,7 @@ func CheckTaskFields(title, description, queue *string, priority *int, metadata 
 		return invalidField("priority", CodeInvalidRequest, "priority must be an integer from 0 to %d", MaxPriority)
 	}
 	if metadata != nil {
+		metadata = NormalizeMetadata(metadata)
 		if len(metadata) > MaxMetadataLen {
 			return invalidField("metadata", CodeInvalidRequest, "metadata is larger than %d bytes", MaxMetadataLen)
 		}
@@ -137,6 +138,37 @@ func CheckTaskFields(title, description, queue *string, priority *int, metadata 
 		}
 	}
 	return nil
+}
+
+// NormalizeMetadata is metadata as it is kept, measured and answered:
+// bytes that are not UTF-8 replaced by U+FFFD, as JSON decoding does in
+// every other field (so no answer carries them, and the 4 KiB bound holds
+// for what GET shows), and compacted, so that whitespace counts for
+// nothing. Keys keep their order and numbers their digits. Metadata that
+// is not valid JSON is returned as it is, for CheckTaskFields to refuse.
+func NormalizeMetadata(metadata json.RawMessage) json.RawMessage {
+	if metadata == nil {
+		return nil
+	}
+	valid := []byte(metadata)
+	if !utf8.Valid(valid) {
+		// Each byte on its own, as encoding/json replaces them.
+		valid = make([]byte, 0, len(metadata)+64)
+		for b := []byte(metadata); len(b) > 0; {
+			r, n := utf8.DecodeRune(b)
+			if r == utf8.RuneError && n == 1 {
+				valid = utf8.AppendRune(valid, utf8.RuneError)
+			} else {
+				valid = append(valid, b[:n]...)
+			}
+			b = b[n:]
+		}
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, valid); err != nil {
+		return valid
+	}
+	return buf.Bytes()
 }
 
 // checkJSONValue reads one JSON value (known to be valid) from d, nested

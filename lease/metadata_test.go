@@ -1,0 +1,44 @@
+package lease_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// Metadata is measured as it is kept and shown: bytes that are not UTF-8
+// become U+FFFD (3 bytes each) before the 4 KiB bound, so metadata that
+// passed the bound is never shown three times larger, and no answer
+// carries bytes that are not UTF-8; whitespace between tokens counts for
+// nothing.
+func TestMetadataIsMeasuredAsItIsShown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	big := json.RawMessage(`{"k":"` + strings.Repeat("\xff", 4088) + `"}`)
+	if _, err := e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "m-big", Metadata: big}); !errors.Is(err, lease.ErrInvalid) {
+		t.Fatalf("create with 4 KiB of bytes that are not UTF-8 in metadata: %v, want invalid (it shows as 12 KiB)", err)
+	}
+	small := e.create(t, lease.CreateTaskParams{TaskID: "m-small", Metadata: json.RawMessage("{\"k\":\"a\xffb\"}")})
+	if !utf8.Valid(small.Metadata) || string(small.Metadata) != `{"k":"a`+"\uFFFD"+`b"}` {
+		t.Errorf("metadata with a byte that is not UTF-8: %q, want it replaced by U+FFFD", small.Metadata)
+	}
+	if got := e.get(t, "m-small").Metadata; string(got) != string(small.Metadata) {
+		t.Errorf("GET shows %q, the create answered %q", got, small.Metadata)
+	}
+	// 4,000 bytes of value with spaces around every token: over 4 KiB as
+	// sent, under it compact.
+	spaced := json.RawMessage("{ \"k\" :  \"" + strings.Repeat("x", 4000) + "\" ,  \"n\" : 9007199254740993 " + strings.Repeat(" ", 100) + "}")
+	got := e.create(t, lease.CreateTaskParams{TaskID: "m-spaced", Metadata: spaced})
+	if want := `{"k":"` + strings.Repeat("x", 4000) + `","n":9007199254740993}`; string(got.Metadata) != want {
+		t.Errorf("spaced metadata kept as %.60q..., want it compact with its keys in order and digits kept", got.Metadata)
+	}
+	edited := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "m-small", AgentID: "x", Metadata: json.RawMessage("{ \"k\" : \"\xfe\" }")}))
+	if string(edited.Metadata) != `{"k":"`+"\uFFFD"+`"}` {
+		t.Errorf("PATCHed metadata: %q", edited.Metadata)
+	}
+}
