@@ -572,5 +572,12 @@ func TestRefusals(t *testing.T) {
 			e.must(t, 200, "POST", "/api/tasks/t1/watch", w, nil)
 		}
 		e.fail(t, 409, "too_many_watchers", "POST", "/api/tasks/t1/watch", k, nil)
+		// A checkout with watch of the held task still answers who holds
+		// it, and says the caller is not watching.
+		e.call(t, "POST", "/api/tasks/t1/checkout", e.agent(t, "holder"), nil)
+		held := e.fail(t, 409, "checked_out", "POST", "/api/tasks/t1/checkout", k, map[string]any{"watch": true})
+		if held.Body["holder"] == nil || held.Body["watching"] != false {
+			t.Fatalf("checkout with watch of a held task with a full watch list: %s", held.Raw)
+		}
 	})
 }

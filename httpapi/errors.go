@@ -69,6 +69,10 @@ type errorBody struct {
 	BlockedBy *[]blockerJSON `json:"blocked_by,omitempty"`
 	// NotBefore is set on not_ready: when the task may be granted.
 	NotBefore *string `json:"not_before,omitempty"`
+	// Watching is set on a checkout with watch answered checked_out or
+	// blocked: whether the caller is on the task's watch list (false:
+	// the list is full).
+	Watching *bool `json:"watching,omitempty"`
 	// retryAfter, when not zero, is a Retry-After in whole seconds for an
 	// answer that says when to come back without a field of its own:
 	// not_ready (until not_before) and a blocked task whose blockers are
@@ -101,7 +105,8 @@ func conflictBody(conflict *lease.ConflictError, taskID string, now time.Time) e
 		id = taskID
 	}
 	retry := conflict.RetryAfter(now)
-	return errorBody{Error: fmt.Sprintf("task %s is already checked out", id), Code: errcode.CheckedOut, Holder: &h, RetryAfterSeconds: &retry}
+	return errorBody{Error: fmt.Sprintf("task %s is already checked out", id) + notWatching(conflict.Watching), Code: errcode.CheckedOut,
+		Holder: &h, RetryAfterSeconds: &retry, Watching: conflict.Watching}
 }
 
 // checkoutConflict is a checkout's error together with the agent the
@@ -251,7 +256,16 @@ func blockedBody(b *lease.BlockedError, task string) errorBody {
 		}
 		msg = task + " is blocked by " + strings.Join(names, ", ")
 	}
-	return errorBody{Error: msg, Code: errcode.Blocked, BlockedBy: &list}
+	return errorBody{Error: msg + notWatching(b.Watching), Code: errcode.Blocked, BlockedBy: &list, Watching: b.Watching}
+}
+
+// notWatching is what a refused checkout's message adds when its watch
+// could not be placed.
+func notWatching(watching *bool) string {
+	if watching == nil || *watching {
+		return ""
+	}
+	return fmt.Sprintf("; its watch list is full (%d watchers), so the caller is not on it", lease.MaxWatchers)
 }
 
 var errUnauthorizedBody = errorBody{Error: "a valid API key is required: Authorization: Bearer <api_key>", Code: errcode.Unauthorized}

@@ -103,12 +103,13 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 			if cur.Holder == p.AgentID && cur.RunID == p.RunID {
 				return cur.checkout(), nil // the same run retrying: same lease, same fence
 			}
+			e := conflict(cur, hb)
 			if p.Watch {
-				if err := s.watch(ctx, cur, p.AgentID); err != nil {
+				if e.Watching, err = s.watchIfRoom(ctx, cur, p.AgentID); err != nil {
 					return Checkout{}, err
 				}
 			}
-			return Checkout{}, conflict(cur, hb)
+			return Checkout{}, e
 		case cur.hasLease() && !cur.belowLimit() && (slices.Contains(p.ExpectedStatuses, StatusTodo) || slices.Contains(p.ExpectedStatuses, StatusFailed)):
 			// An expired lease that was the task's last attempt: the task
 			// fails; the next look answers its status (or, failed being
@@ -124,10 +125,11 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 				unblockTried, p.unblocking = true, cur
 				continue
 			}
-			if p.Watch {
+			if be := (*BlockedError)(nil); p.Watch && errors.As(err, &be) {
 				// Told when it is unblocked, as a watcher is.
-				if err := s.watch(ctx, cur, p.AgentID); err != nil {
-					return Checkout{}, err
+				var werr error
+				if be.Watching, werr = s.watchIfRoom(ctx, cur, p.AgentID); werr != nil {
+					return Checkout{}, werr
 				}
 			}
 			return Checkout{}, err
@@ -202,6 +204,19 @@ func (s *Store) blocked(ctx context.Context, cur *taskItem) error {
 // the holder's heartbeat hb as endedByDeath read it (no further request):
 // nil, or one not sent since a registration again, is a holder that is not
 // watched.
+// watchIfRoom puts agentID on cur's watch list for a refused checkout
+// with watch, and says whether it is on it: a full list leaves the
+// refusal as it is (the holder, or the blockers, matter more to the
+// caller than the watch), with Watching false.
+func (s *Store) watchIfRoom(ctx context.Context, cur *taskItem, agentID string) (*bool, error) {
+	err := s.watch(ctx, cur, agentID)
+	if err != nil && !errors.Is(err, ErrTooManyWatchers) {
+		return nil, err
+	}
+	watching := err == nil
+	return &watching, nil
+}
+
 func conflict(cur *taskItem, hb *heartbeatItem) *ConflictError {
 	e := &ConflictError{Holder: cur.checkout()}
 	if hb != nil && !hb.Fresh && !hb.Removed {

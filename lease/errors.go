@@ -65,6 +65,8 @@ var (
 type BlockedError struct {
 	TaskID    string
 	BlockedBy []Blocker
+	// Watching is as ConflictError's.
+	Watching *bool
 }
 
 func (e *BlockedError) Error() string {
@@ -91,6 +93,10 @@ func (e *NotReadyError) Unwrap() error { return ErrNotReady }
 // expiry (EndsBy).
 type ConflictError struct {
 	Holder Checkout
+	// Watching, for a checkout with watch: whether the caller is on the
+	// task's watch list (false: the list is full, MaxWatchers); nil when
+	// no watch was asked.
+	Watching *bool
 	// LastHeartbeatAt and HeartbeatExpiresAt are the holder's latest
 	// heartbeat and when it runs out; both nil when the holder never sent
 	// one (it is not watched, and only the lease's expiry can end it).
