@@ -345,7 +345,8 @@ func checkQuery(raw string) error {
 
 // ifMatch parses PATCH's If-Match: absent is 0, no condition. Else it is
 // a task's version, N or "N" (a decimal without sign or leading zeros;
-// versions start at 1), given once; anything else is 400 invalid_request.
+// versions start at 1), given once, or "*", any version (no condition);
+// anything else is 400 invalid_request.
 // A weak tag, W/"N", never matches under If-Match (RFC 9110 compares it
 // strongly): 412 version_mismatch, without asking the store.
 func ifMatch(h http.Header) (int64, error) {
@@ -358,6 +359,9 @@ func ifMatch(h http.Header) (int64, error) {
 		return 0, malformed
 	}
 	v := vs[0]
+	if v == "*" {
+		return 0, nil // any version of the task (RFC 9110): no condition
+	}
 	if tag, weak := strings.CutPrefix(v, "W/"); weak {
 		if n, quoted := unquote(tag); quoted {
 			if _, ok := version(n); ok {

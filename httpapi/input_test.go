@@ -98,8 +98,8 @@ func TestQueryRoutesCoverTheDocument(t *testing.T) {
 
 // If-Match is a task version, N or "N" (a decimal without sign or leading
 // zeros; versions start at 1), given once. A weak tag never matches under
-// If-Match (RFC 9110 strong comparison): 412 version_mismatch. Anything
-// else is 400 invalid_request. The store is not called either way.
+// If-Match (RFC 9110 strong comparison): 412 version_mismatch; "*" is
+// any version. Anything else is 400 invalid_request. The store is not called either way.
 func TestIfMatchIsExact(t *testing.T) {
 	t.Parallel()
 	patch := func(hs *harness, ifMatch ...string) result {
@@ -110,7 +110,7 @@ func TestIfMatchIsExact(t *testing.T) {
 		}
 		return hs.send(req)
 	}
-	for _, v := range []string{`"1`, `1"`, `""1""`, `+1`, `-1`, `01`, `"01"`, `0`, `"0"`, `1.0`, `1,2`, `"1", "2"`, `*`, `W/1`, `w/"1"`, `W/""`, `W/"01"`, `x`, `"9223372036854775808"`, `" 1"`} {
+	for _, v := range []string{`"1`, `1"`, `""1""`, `+1`, `-1`, `01`, `"01"`, `0`, `"0"`, `1.0`, `1,2`, `"1", "2"`, `**`, `W/1`, `w/"1"`, `W/""`, `W/"01"`, `x`, `"9223372036854775808"`, `" 1"`} {
 		t.Run("malformed "+v, func(t *testing.T) {
 			t.Parallel()
 			hs := newHarness(t)
@@ -144,7 +144,9 @@ func TestIfMatchIsExact(t *testing.T) {
 			t.Errorf("store called: %v", hs.svc.calls)
 		}
 	})
-	for v, want := range map[string]int64{`1`: 1, `"1"`: 1, `"7"`: 7, `10`: 10, `9223372036854775807`: 1<<63 - 1} {
+	// "*" matches any version of a task that exists (RFC 9110): no
+	// condition, and an unknown task is 404 as without it.
+	for v, want := range map[string]int64{`1`: 1, `"1"`: 1, `"7"`: 7, `10`: 10, `9223372036854775807`: 1<<63 - 1, `*`: 0} {
 		t.Run("good "+v, func(t *testing.T) {
 			t.Parallel()
 			hs := newHarness(t)
