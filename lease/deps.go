@@ -242,6 +242,9 @@ func (s *Store) checkCycle(ctx context.Context, taskID string, blockers map[stri
 // nothing a client sees; its edges are taken away again). It
 // returns the blockers not done, by the latest read of each.
 func (s *Store) link(ctx context.Context, taskID string, blockers map[string]*taskItem) ([]string, error) {
+	if err := s.checkDependents(ctx, taskID, blockers); err != nil {
+		return nil, err
+	}
 	now := ms(s.clock())
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
@@ -277,6 +280,36 @@ func (s *Store) link(ctx context.Context, taskID string, blockers map[string]*ta
 		return nil, err
 	}
 	return notDone(blockers), nil
+}
+
+// checkDependents refuses blockers that already block maxDependents tasks
+// other than taskID. Only a blocker that has dependents is counted (one
+// Query of its edges, COUNT), so naming a task for the first time costs
+// nothing more. Writers that name one blocker at once may each pass the
+// count: the bound holds up to their number.
+func (s *Store) checkDependents(ctx context.Context, taskID string, blockers map[string]*taskItem) error {
+	for id, it := range blockers {
+		if !it.HasDependents {
+			continue
+		}
+		n, err := queryCount(ctx, s.db, s.inbox, expression.Key("agent_id").Equal(expression.Value(depsPartition(id))), s.maxDependents)
+		if err != nil {
+			return err
+		}
+		if n < s.maxDependents {
+			continue
+		}
+		edge, err := getItem[edgeItem](ctx, s.db, s.inbox, map[string]types.AttributeValue{
+			"agent_id": &types.AttributeValueMemberS{Value: depsPartition(id)}, "message_id": &types.AttributeValueMemberS{Value: taskID},
+		})
+		if err != nil {
+			return err
+		}
+		if edge == nil {
+			return invalidField("blocked_by", CodeInvalidDependency, "task %s already blocks %d tasks, the most one task may block", id, s.maxDependents)
+		}
+	}
+	return nil
 }
 
 // notDone is the ids of blockers, as read, that are not done: what a task

@@ -289,3 +289,29 @@ func queryNewestFirst[T any](ctx context.Context, db DB, table string, keyCond e
 	}
 	return nil
 }
+
+// queryCount counts the items of table under keyCond, consistently, up to
+// at least limit (it stops counting once it has that many).
+func queryCount(ctx context.Context, db DB, table string, keyCond expression.KeyConditionBuilder, limit int) (int, error) {
+	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
+	if err != nil {
+		return 0, err
+	}
+	in := &dynamodb.QueryInput{
+		TableName:                 &table,
+		KeyConditionExpression:    expr.KeyCondition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+		ConsistentRead:            aws.Bool(true),
+		Select:                    types.SelectCount,
+	}
+	n := 0
+	for p := dynamodb.NewQueryPaginator(db, in); p.HasMorePages() && n < limit; {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("count %s: %w", table, err)
+		}
+		n += int(page.Count)
+	}
+	return n, nil
+}

@@ -13,3 +13,6 @@ func SpreadClaims(s *Store, w int) {
 // WaitForGraphLock sets how long s's changes of blocked_by wait for the
 // graph's lock before answering ErrBusy.
 func WaitForGraphLock(s *Store, d time.Duration) { s.graphWait = d }
+
+// LimitDependents sets how many tasks one task of s may block.
+func LimitDependents(s *Store, n int) { s.maxDependents = n }

@@ -206,7 +206,60 @@ func digits(s string) bool {
 // index (see "Listing tasks" above for the order of each). With no status
 // it walks every status (Statuses) in turn. A page's cursor continues its
 // own listing: given alone, it keeps that listing's status and queue.
+//
+// A page is also bounded in bytes, as a trail's is (pageBytes): when the
+// tasks read do not fit, the listing is read again with a limit of those
+// that do, so its cursor goes on right after them.
 func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, error) {
+	for {
+		page, err := s.listTasks(ctx, p)
+		if err != nil {
+			return TaskPage{}, err
+		}
+		n := fitTasks(page.Tasks)
+		if n == len(page.Tasks) {
+			return page, nil
+		}
+		p.Limit = n // fewer than the page had, so this ends
+	}
+}
+
+// taskWireFixed bounds a task's field names, punctuation, times, numbers
+// and statuses in an answer.
+const taskWireFixed = 1024
+
+// taskWireBound is the most task t can take in a Lambda's answer (see
+// eventWireBound): its free text 7 bytes a byte, the rest 2.
+func taskWireBound(t Task) int {
+	text := len(t.Title) + len(t.Description) + len(t.Metadata) + len(t.LastError)
+	rest := taskWireFixed + len(t.TaskID) + len(t.Queue)
+	if c := t.Checkout; c != nil {
+		text += len(c.Reason)
+		rest += len(c.AgentID) + len(c.AgentName) + len(c.RunID) + len(c.Title) + len(c.Queue)
+	}
+	for _, b := range t.BlockedBy {
+		rest += len(b.TaskID) + 48
+	}
+	for _, id := range t.Blocks {
+		rest += len(id) + 4
+	}
+	return 7*text + 2*rest
+}
+
+// fitTasks returns how many of tasks, from the first, fit in pageBytes:
+// at least one, if there is one.
+func fitTasks(tasks []Task) int {
+	size := 0
+	for i, t := range tasks {
+		if size += taskWireBound(t); size > pageBytes && i > 0 {
+			return i
+		}
+	}
+	return len(tasks)
+}
+
+// listTasks is ListTasks without its bound in bytes.
+func (s *Store) listTasks(ctx context.Context, p ListTasksParams) (TaskPage, error) {
 	if p.Limit == 0 {
 		p.Limit = DefaultListLimit
 	}

@@ -98,6 +98,8 @@ type Store struct {
 	// graphWait is how long a change of blocked_by waits for the graph's
 	// lock (deps.go) before it answers ErrBusy.
 	graphWait time.Duration
+	// maxDependents is MaxDependents (lower in tests).
+	maxDependents int
 
 	// fallbackReads counts reads made because the server did not return the
 	// item with a failed condition (ReturnValuesOnConditionCheckFailure is
@@ -113,13 +115,14 @@ func New(cfg Config) *Store {
 		panic("lease.New: " + err.Error())
 	}
 	s := &Store{
-		graphWait: 2 * graphLockTTL,
-		shards:    cfg.Shards.OrDefault(),
-		db:        cfg.DB,
-		now:       cfg.Now,
-		notifier:  cfg.Notifier,
-		log:       cfg.Logger,
-		retention: cfg.EventRetention,
+		graphWait:     2 * graphLockTTL,
+		maxDependents: MaxDependents,
+		shards:        cfg.Shards.OrDefault(),
+		db:            cfg.DB,
+		now:           cfg.Now,
+		notifier:      cfg.Notifier,
+		log:           cfg.Logger,
+		retention:     cfg.EventRetention,
 
 		feedSettle: cfg.FeedSettle,
 		trailWait:  cfg.TrailWait,

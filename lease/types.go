@@ -456,7 +456,10 @@ const (
 	MaxClaimWait     = 20 * time.Second
 
 	// The work graph.
-	MaxBlockers        = 20
+	MaxBlockers = 20
+	// MaxDependents bounds the tasks that may name one task in blocked_by,
+	// so that its blocks, which every answer of it lists, stays small.
+	MaxDependents      = 1000
 	DefaultMaxAttempts = 5
 	MaxMaxAttempts     = 100
 	DefaultRetryDelay  = 10 * time.Second
