@@ -305,7 +305,7 @@ func gapFree(evs []eventItem, after, trimmedBefore int64) int {
 	return len(evs)
 }
 
-// Inbox returns an agent's messages, oldest first.
+// Inbox returns an agent's messages, oldest first: the oldest MaxInbox.
 //
 // A message the change stream wrote after it had read the watchers'
 // heartbeats, and the watcher had been removed in between (its inbox
@@ -341,7 +341,9 @@ func (s *Store) Inbox(ctx context.Context, agentID string) ([]Message, error) {
 	// Oldest first by time: the ids order each kind by time, but a
 	// lease_lost id ("lost.<ms>…") sorts after every task_available one.
 	slices.SortStableFunc(out, func(a, b Message) int { return a.At.Compare(b.At) })
-	return out, nil
+	// The oldest MaxInbox, so that an answer stays small however many
+	// an agent leaves unread.
+	return out[:min(len(out), MaxInbox)], nil
 }
 
 var messageIDPattern = regexp.MustCompile(`^(lost\.)?[0-9]{13}\.[0-9]{1,19}\.[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)

@@ -436,9 +436,12 @@ const (
 	MaxHeartbeatTTL     = time.Hour
 	DefaultListLimit    = 100
 	MaxListLimit        = 1000
-	MaxTitleLen         = 1024
-	MaxReasonLen        = 1024
-	MaxNameLen          = 256
+	// MaxInbox bounds the messages one read of an inbox answers: the
+	// oldest ones; deleting them shows the next.
+	MaxInbox     = 1000
+	MaxTitleLen  = 1024
+	MaxReasonLen = 1024
+	MaxNameLen   = 256
 	// MaxWatchers bounds a task's watch list, so that no number of
 	// watchers can grow its item towards DynamoDB's 400 KB limit.
 	MaxWatchers = 100
