@@ -3,6 +3,7 @@ package lease_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -32,13 +33,24 @@ func TestMetadataIsMeasuredAsItIsShown(t *testing.T) {
 	}
 	// 4,000 bytes of value with spaces around every token: over 4 KiB as
 	// sent, under it compact.
-	spaced := json.RawMessage("{ \"k\" :  \"" + strings.Repeat("x", 4000) + "\" ,  \"n\" : 9007199254740993 " + strings.Repeat(" ", 100) + "}")
+	spaced := json.RawMessage("{ \"k\" :  \"" + strings.Repeat("x", 4000) + "\" ,  \"n\" : 9007199254740992 " + strings.Repeat(" ", 100) + "}")
 	got := e.create(t, lease.CreateTaskParams{TaskID: "m-spaced", Metadata: spaced})
-	if want := `{"k":"` + strings.Repeat("x", 4000) + `","n":9007199254740993}`; string(got.Metadata) != want {
+	if want := `{"k":"` + strings.Repeat("x", 4000) + `","n":9007199254740992}`; string(got.Metadata) != want {
 		t.Errorf("spaced metadata kept as %.60q..., want it compact with its keys in order and digits kept", got.Metadata)
 	}
 	edited := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "m-small", AgentID: "x", Metadata: json.RawMessage("{ \"k\" : \"\xfe\" }")}))
 	if string(edited.Metadata) != `{"k":"`+"\uFFFD"+`"}` {
 		t.Errorf("PATCHed metadata: %q", edited.Metadata)
+	}
+	// An integer past 2^53 reads back differently in different clients.
+	for _, v := range []string{`{"n":9007199254740993}`, `{"n":-9007199254740993}`, `{"a":[1,{"n":123456789012345678901}]}`} {
+		if _, err := e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "m-int", Metadata: json.RawMessage(v)}); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("metadata %s: %v, want invalid", v, err)
+		}
+	}
+	for i, v := range []string{`{"n":9007199254740992}`, `{"n":1e300}`, `{"n":-0.5}`} {
+		if _, err := e.store.CreateTask(c, lease.CreateTaskParams{TaskID: fmt.Sprintf("m-ok-%d", i), Metadata: json.RawMessage(v)}); err != nil {
+			t.Errorf("metadata %s: %v", v, err)
+		}
 	}
 }

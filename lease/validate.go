@@ -188,6 +188,14 @@ func checkJSONValue(d *json.Decoder, depth int) string {
 		if _, err := strconv.ParseFloat(string(t), 64); err != nil {
 			return fmt.Sprintf("holds the number %.40s, which no 64-bit float can hold", t)
 		}
+		if !strings.ContainsAny(string(t), ".eE") {
+			// An integer past 2^53 reads back exactly in some clients
+			// (Python, Go's json.Number) and rounded in others
+			// (JavaScript, any 64-bit float).
+			if n, err := strconv.ParseInt(string(t), 10, 64); err != nil || n > 1<<53 || n < -(1<<53) {
+				return fmt.Sprintf("holds the integer %.40s, beyond 2^53, which clients read back differently (send it as a string)", t)
+			}
+		}
 		return ""
 	case json.Delim:
 		if depth == MaxMetadataDepth {
