@@ -205,11 +205,14 @@ const maxAttempts = 8
 // they win: maxAttempts at once, as before, then after a pause that
 // doubles from retryPause up to retryPauseMax, with jitter so that the
 // losers spread out, for up to retryBudget in all. Only then, or when the
-// request's context ends, does the caller answer ErrBusy.
+// request's context ends, does the caller answer ErrBusy: a request with a
+// deadline (a Lambda's) stops retryMargin before it, so that its answer
+// is ErrBusy rather than the function's timeout.
 const (
 	retryPause    = 2 * time.Millisecond
 	retryPauseMax = 100 * time.Millisecond
 	retryBudget   = 10 * time.Second
+	retryMargin   = 2 * time.Second
 )
 
 // retries yields the attempts of a transition that may lose to other
@@ -217,6 +220,9 @@ const (
 func retries(ctx context.Context) iter.Seq[int] {
 	return func(yield func(int) bool) {
 		deadline := time.Now().Add(retryBudget)
+		if d, ok := ctx.Deadline(); ok && d.Add(-retryMargin).Before(deadline) {
+			deadline = d.Add(-retryMargin)
+		}
 		pause := retryPause
 		for i := 0; ; i++ {
 			if i >= maxAttempts {
