@@ -26,6 +26,7 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -40,6 +41,11 @@ type Client struct {
 	now       func() time.Time
 	sleep     func(ctx context.Context, d time.Duration) error
 	jitter    func(n int64) int64
+
+	// beating counts the WorkOn and ClaimLoop calls heartbeating now
+	// (startHeartbeats).
+	beatMu  sync.Mutex
+	beating int
 }
 
 // RetryPolicy bounds the retries of a request. The delay before retry n

@@ -225,6 +225,12 @@ func permanent(err error) bool {
 
 // startHeartbeats sends one heartbeat now (so that no lease is taken while
 // the agent counts as dead) and then every ttl/3 until stop is called.
+//
+// A heartbeat is the agent's, not the task's: once the agent has sent one,
+// its every lease ends when its heartbeats stop. So when the last WorkOn
+// or ClaimLoop of this client that heartbeats returns, it sends one more,
+// of lastBeatTTL: the agent's other leases (taken by hand, say) end by
+// their own timeouts then, not 90 s later by a death nobody died.
 func (c *Client) startHeartbeats(ctx context.Context, cfg workConfig) (stop func(), err error) {
 	if cfg.noHeartbeat {
 		return func() {}, nil
@@ -232,6 +238,9 @@ func (c *Client) startHeartbeats(ctx context.Context, cfg workConfig) (stop func
 	if _, err := c.Heartbeat(ctx, cfg.heartbeatTTL); err != nil {
 		return nil, err
 	}
+	c.beatMu.Lock()
+	c.beating++
+	c.beatMu.Unlock()
 	bg, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -241,8 +250,26 @@ func (c *Client) startHeartbeats(ctx context.Context, cfg workConfig) (stop func
 			}
 		}
 	})
-	return func() { cancel(); wg.Wait() }, nil
+	return func() {
+		cancel()
+		wg.Wait()
+		c.beatMu.Lock()
+		c.beating--
+		last := c.beating == 0
+		c.beatMu.Unlock()
+		if last {
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if _, err := c.Heartbeat(lctx, lastBeatTTL); err != nil {
+				cfg.onError("", err)
+			}
+		}
+	}, nil
 }
+
+// lastBeatTTL is the ttl of the heartbeat a client's last heartbeating
+// WorkOn or ClaimLoop sends as it returns: the longest the API takes.
+const lastBeatTTL = time.Hour
 
 // hold runs fn under the lease co, renewing it, and completes or releases
 // it when fn returns.
