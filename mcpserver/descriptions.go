@@ -1,6 +1,8 @@
 package mcpserver
 
 import (
+	"bytes"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -97,32 +99,49 @@ type ClaimInput struct {
 
 // CreateTaskInput is create_task's input.
 type CreateTaskInput struct {
-	TaskID      string         `json:"task_id,omitempty" jsonschema:"the task's id; generated when empty"`
-	Title       string         `json:"title,omitempty" jsonschema:"what the task is"`
-	Description string         `json:"description,omitempty" jsonschema:"more about it, up to {max_description}"`
-	Queue       string         `json:"queue,omitempty" jsonschema:"the queue agents claim it from; default \"{default_queue}\""`
-	Priority    *int           `json:"priority,omitempty" jsonschema:"0 to {max_priority}, higher is claimed first; default {default_priority}"`
-	Metadata    map[string]any `json:"metadata,omitempty" jsonschema:"a JSON object of your own, up to {max_metadata}"`
-	BlockedBy   []string       `json:"blocked_by,omitempty" jsonschema:"ids of up to {max_blockers} tasks this one waits for: nobody can take it until they are all done"`
-	MaxAttempts *int           `json:"max_attempts,omitempty" jsonschema:"failed attempts before the task is failed, 1 to {max_max_attempts}; default {default_max_attempts}"`
-	RetryDelay  string         `json:"retry_delay,omitempty" jsonschema:"wait after a failed attempt, doubling with each further one, as a Go duration 0s to {max_retry_wait}; default {default_retry_delay}"`
-	NotBefore   string         `json:"not_before,omitempty" jsonschema:"an RFC 3339 time (2026-03-20T15:00:00Z) before which nobody may take it"`
+	TaskID      string   `json:"task_id,omitempty" jsonschema:"the task's id; generated when empty"`
+	Title       string   `json:"title,omitempty" jsonschema:"what the task is"`
+	Description string   `json:"description,omitempty" jsonschema:"more about it, up to {max_description}"`
+	Queue       string   `json:"queue,omitempty" jsonschema:"the queue agents claim it from; default \"{default_queue}\""`
+	Priority    *int     `json:"priority,omitempty" jsonschema:"0 to {max_priority}, higher is claimed first; default {default_priority}"`
+	Metadata    Metadata `json:"metadata,omitempty" jsonschema:"a JSON object of your own, up to {max_metadata}"`
+	BlockedBy   []string `json:"blocked_by,omitempty" jsonschema:"ids of up to {max_blockers} tasks this one waits for: nobody can take it until they are all done"`
+	MaxAttempts *int     `json:"max_attempts,omitempty" jsonschema:"failed attempts before the task is failed, 1 to {max_max_attempts}; default {default_max_attempts}"`
+	RetryDelay  string   `json:"retry_delay,omitempty" jsonschema:"wait after a failed attempt, doubling with each further one, as a Go duration 0s to {max_retry_wait}; default {default_retry_delay}"`
+	NotBefore   string   `json:"not_before,omitempty" jsonschema:"an RFC 3339 time (2026-03-20T15:00:00Z) before which nobody may take it"`
+}
+
+// Metadata is a tool's metadata argument: a JSON object whose numbers
+// are kept as sent (json.Number), so that the server judges them, not a
+// float that rounded them first.
+type Metadata map[string]any
+
+// UnmarshalJSON decodes m keeping its numbers' digits.
+func (m *Metadata) UnmarshalJSON(b []byte) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v map[string]any
+	if err := d.Decode(&v); err != nil {
+		return err
+	}
+	*m = v
+	return nil
 }
 
 // UpdateTaskInput is update_task's input.
 type UpdateTaskInput struct {
-	TaskID      string         `json:"task_id" jsonschema:"the task to change"`
-	Title       *string        `json:"title,omitempty" jsonschema:"the new title"`
-	Description *string        `json:"description,omitempty" jsonschema:"the new description"`
-	Queue       *string        `json:"queue,omitempty" jsonschema:"move it to this queue"`
-	Priority    *int           `json:"priority,omitempty" jsonschema:"0 to {max_priority}, higher is claimed first"`
-	Metadata    map[string]any `json:"metadata,omitempty" jsonschema:"replaces its metadata: a JSON object"`
-	Status      string         `json:"status,omitempty" jsonschema:"cancelled, or todo to reopen a done, cancelled or failed task"`
-	BlockedBy   *[]string      `json:"blocked_by,omitempty" jsonschema:"replaces the ids of the tasks it waits for (up to {max_blockers}); [] clears them; only on a todo or blocked task"`
-	MaxAttempts *int           `json:"max_attempts,omitempty" jsonschema:"failed attempts before the task is failed, 1 to {max_max_attempts}"`
-	RetryDelay  string         `json:"retry_delay,omitempty" jsonschema:"wait after a failed attempt, as a Go duration 0s to {max_retry_wait}"`
-	NotBefore   *string        `json:"not_before,omitempty" jsonschema:"an RFC 3339 time before which nobody may take it; \"\" clears it"`
-	Version     int64          `json:"version,omitempty" jsonschema:"change it only if its version (from get_task) is still this"`
+	TaskID      string    `json:"task_id" jsonschema:"the task to change"`
+	Title       *string   `json:"title,omitempty" jsonschema:"the new title"`
+	Description *string   `json:"description,omitempty" jsonschema:"the new description"`
+	Queue       *string   `json:"queue,omitempty" jsonschema:"move it to this queue"`
+	Priority    *int      `json:"priority,omitempty" jsonschema:"0 to {max_priority}, higher is claimed first"`
+	Metadata    Metadata  `json:"metadata,omitempty" jsonschema:"replaces its metadata: a JSON object"`
+	Status      string    `json:"status,omitempty" jsonschema:"cancelled, or todo to reopen a done, cancelled or failed task"`
+	BlockedBy   *[]string `json:"blocked_by,omitempty" jsonschema:"replaces the ids of the tasks it waits for (up to {max_blockers}); [] clears them; only on a todo or blocked task"`
+	MaxAttempts *int      `json:"max_attempts,omitempty" jsonschema:"failed attempts before the task is failed, 1 to {max_max_attempts}"`
+	RetryDelay  string    `json:"retry_delay,omitempty" jsonschema:"wait after a failed attempt, as a Go duration 0s to {max_retry_wait}"`
+	NotBefore   *string   `json:"not_before,omitempty" jsonschema:"an RFC 3339 time before which nobody may take it; \"\" clears it"`
+	Version     int64     `json:"version,omitempty" jsonschema:"change it only if its version (from get_task) is still this"`
 }
 
 // LeaseInput names a lease: the task, and optionally the fence of a lease

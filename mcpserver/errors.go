@@ -54,11 +54,17 @@ func (t *tools) leaseError(ctx context.Context, taskID string, fence int64, err 
 		h := ne.Holder
 		t.mu.Lock()
 		self := t.self
+		mine, ours := t.leases[taskID]
 		t.mu.Unlock()
 		switch {
 		case fence == h.Fence, self != "" && self != h.AgentID:
 			// The holder's own fence is refused only to another agent.
 			return anotherAgent(h)
+		case ours && mine.runID == h.RunID && mine.fence == h.Fence:
+			// This session's own lease, named by another fence.
+			return &stated{Outcome{Code: errcode.NotHolder, Holder: &h, Message: fmt.Sprintf(
+				"the fence you gave (%d) is not your lease's: this session holds the task under run %s, fence %d, until %s. "+
+					"Give fence=%d, or no fence", fence, h.RunID, h.Fence, stamp(h.ExpiresAt), h.Fence)}}
 		case self == h.AgentID:
 			return &stated{Outcome{Code: errcode.NotHolder, Holder: &h, Message: fmt.Sprintf(
 				"this session does not hold the lease: your own agent holds the task under another run (run %s, fence %d, until %s), probably from before a restart. "+

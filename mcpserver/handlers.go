@@ -173,6 +173,9 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 	if err != nil {
 		return CheckoutResult{}, err
 	}
+	if in.Queues != nil && len(in.Queues) == 0 {
+		return CheckoutResult{}, &argError{"queues must name at least one queue; leave it out to claim from the default queue"}
+	}
 	co, err := t.c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: in.Reason, RunID: runID, AgentID: t.agentID, Queues: in.Queues, Wait: wait})
 	if errors.Is(err, client.ErrNoTaskAvailable) || errors.Is(err, client.ErrCheckedOut) {
 		return CheckoutResult{Outcome: Outcome{Message: fmt.Sprintf(
@@ -261,7 +264,7 @@ func blockerText(bs []client.Blocker) string {
 }
 
 // rawObject is m as JSON, or nil when absent.
-func rawObject(m map[string]any) json.RawMessage {
+func rawObject(m Metadata) json.RawMessage {
 	if m == nil {
 		return nil
 	}
@@ -539,6 +542,9 @@ func (t *tools) inbox(ctx context.Context, in InboxInput) (InboxResult, error) {
 }
 
 func (t *tools) ack(ctx context.Context, in AckInput) (AckResult, error) {
+	if in.MessageID == "" || strings.ContainsAny(in.MessageID, "/?#%") {
+		return AckResult{}, &argError{fmt.Sprintf("invalid message_id %q: give a message_id as read_inbox lists it", in.MessageID)}
+	}
 	if err := t.c.DeleteMessage(ctx, in.MessageID); err != nil {
 		return AckResult{}, err
 	}
