@@ -215,6 +215,8 @@ type reqState struct {
 	route   string
 	agentID string
 	err     error
+	// gone: the client closed the request before its answer.
+	gone bool
 }
 
 type stateKey struct{}
@@ -299,7 +301,10 @@ func (s *server) logRequest(r *http.Request, id string, st *reqState, status int
 		slog.Float64("latency_ms", float64(latency.Microseconds())/1000),
 		slog.String("agent_id", st.agentID),
 	}
-	if st.err != nil {
+	switch {
+	case st.gone:
+		attrs = append(attrs, slog.String("error", "the client closed the request before its answer"))
+	case st.err != nil:
 		level = slog.LevelError
 		attrs = append(attrs, slog.String("error", st.err.Error()))
 	}
@@ -407,11 +412,22 @@ func (s *server) authenticate(r *http.Request) (lease.Principal, error) {
 	return p, nil
 }
 
+// statusClientGone is the status logged for a request whose client closed
+// it before its answer.
+const statusClientGone = 499
+
 var internalBody = errorBody{Error: "the server failed to handle the request; it has been logged", Code: errcode.Internal}
 
 // fail answers with the error's status and body; unexpected errors are
 // logged with the request and answered with a generic 500.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil && errors.Is(err, context.Canceled) {
+		// The client went away before its answer: nobody reads this one,
+		// and no server fault is logged (499, as proxies record it).
+		stateFrom(r.Context()).gone = true
+		w.WriteHeader(statusClientGone)
+		return
+	}
 	status, body, internal := errorResponse(err, r.PathValue("task_id"), s.now())
 	if internal {
 		stateFrom(r.Context()).err = err
