@@ -224,9 +224,18 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 		}
 	}
 	deadline := time.Now().Add(p.Wait)
+	began := ms(s.clock())
 	next := claimPoll
-	for {
+	for waited := false; ; waited = true {
 		woken := s.claims.waiter() // before the look, so no wake is missed
+		if waited {
+			// The caller was authenticated when the claim began: an agent
+			// removed while it waited (its key stopped working at the
+			// removal's answer) is granted nothing. One read a wait.
+			if err := s.stillRegistered(ctx, cp.AgentID, began); err != nil {
+				return Checkout{}, err
+			}
+		}
 		c, err := s.claimOnce(ctx, cp, named)
 		if !errors.Is(err, ErrNoTaskAvailable) {
 			return c, err
@@ -255,6 +264,19 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 		}
 		t.Stop()
 	}
+}
+
+// stillRegistered answers ErrUnauthorized when agentID was removed (or
+// removed and registered again) since since (Unix ms).
+func (s *Store) stillRegistered(ctx context.Context, agentID string, since int64) error {
+	hb, err := s.readHeartbeat(ctx, agentID)
+	if err != nil {
+		return err
+	}
+	if hb != nil && (hb.Removed || hb.RegisteredAt >= since) {
+		return fmt.Errorf("claim for %s: the agent was removed while the claim waited: %w", agentID, ErrUnauthorized)
+	}
+	return nil
 }
 
 // claimQueues defaults a claim's queues (checked by CheckClaimQueues) and
