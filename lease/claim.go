@@ -86,9 +86,9 @@ import (
 // (Lambda containers that each run one claim), which cannot count each
 // other, it is what the process's recent claims learned: the window a claim
 // won with, three quarters of it for the next claim, shrinking by a tenth a
-// claim while nothing is lost, and by half a second. Most claimers win with their first write, and
-// a lone claimer that has lost nothing lately takes the best. A write counts
-// as lost to a race only when the task changed (last_at, or its lock time)
+// claim while nothing is lost, and by half every two seconds. Most
+// claimers win with their first write, and a lone claimer that has lost
+// nothing lately takes the best. A write counts as lost to a race only when the task changed (last_at, or its lock time)
 // after the claim read the indexes; a candidate changed before is an index
 // entry that lagged, and says nothing of contention (else a lone claimer
 // under index lag would stop taking the best). A claim that loses a race
@@ -512,8 +512,11 @@ func (c *claimSpread) wake() {
 }
 
 // learnedHalfLife is how fast what lost races taught fades while no claim
-// of the process wins: a burst's lesson is gone within seconds of its end.
-const learnedHalfLife = time.Second
+// of the process wins: a burst's lesson is gone within half a minute of
+// its end. (One second made the agents of a drain, each with a store of
+// its own, lose half as many races again: 3.5 claim requests a grant
+// against 3.0.)
+const learnedHalfLife = 2 * time.Second
 
 // won records the window a claim won with at now: the next claim starts
 // from three quarters of it, or nine tenths of the window before,
