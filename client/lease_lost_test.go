@@ -25,7 +25,7 @@ func TestAgainstServerWorkOnHearsOfAForceRelease(t *testing.T) {
 		done <- a.WorkOn(ctx, "task-1", func(ctx context.Context, l *Lease) error {
 			close(started)
 			<-ctx.Done()
-			return ctx.Err()
+			return context.Cause(ctx) // the loss itself, as work often returns it
 		}, LeaseTimeout(time.Hour), NoHeartbeats(), CheckLossEvery(100*time.Millisecond))
 	}()
 	<-started
@@ -36,6 +36,9 @@ func TestAgainstServerWorkOnHearsOfAForceRelease(t *testing.T) {
 	case err := <-done:
 		if !errors.Is(err, ErrLeaseLost) || !strings.Contains(err.Error(), "force_release") {
 			t.Fatalf("WorkOn = %v, want lease lost by force_release", err)
+		}
+		if n := strings.Count(err.Error(), "force_release"); n != 1 {
+			t.Errorf("WorkOn = %q: the loss told %d times, want once", err, n)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("WorkOn did not hear of the force release (its next renewal is 20 minutes away)")

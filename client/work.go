@@ -289,7 +289,7 @@ func (c *Client) hold(ctx context.Context, co Checkout, fn func(context.Context,
 	wg.Wait()
 
 	if cause := context.Cause(work); errors.Is(cause, ErrLeaseLost) {
-		if ferr != nil && !errors.Is(ferr, context.Canceled) {
+		if ferr != nil && !errors.Is(ferr, context.Canceled) && !errors.Is(ferr, cause) {
 			return errors.Join(cause, ferr)
 		}
 		return cause
