@@ -485,8 +485,14 @@ func (s *Store) dependents(ctx context.Context, blocker string) ([]string, error
 // reopened unblocks nothing: the blocker is read first, and its reopen's
 // own change comes next (see "Reopening a done blocker").
 func (s *Store) unblockDependents(ctx context.Context, blocker string) error {
+	return s.passOn(ctx, blocker, true, s.unblock)
+}
+
+// passOn reads blocker and, when it is done (done true) or not done (done
+// false) as it is now, applies each to every dependent of it, 8 at once.
+func (s *Store) passOn(ctx context.Context, blocker string, done bool, each func(ctx context.Context, dependent, blocker string) error) error {
 	it, err := s.getTask(ctx, blocker)
-	if err != nil || it == nil || it.Status != StatusDone {
+	if err != nil || it == nil || (it.Status == StatusDone) != done {
 		return err
 	}
 	deps, err := s.dependents(ctx, blocker)
@@ -496,7 +502,7 @@ func (s *Store) unblockDependents(ctx context.Context, blocker string) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for _, d := range deps {
-		g.Go(func() error { return s.unblock(gctx, d, blocker) })
+		g.Go(func() error { return each(gctx, d, blocker) })
 	}
 	return g.Wait()
 }
@@ -514,20 +520,7 @@ type blockerStep struct {
 // again blocks nothing: the blocker is read first, and its completion's
 // own change comes next.
 func (s *Store) reblockDependents(ctx context.Context, blocker string) error {
-	it, err := s.getTask(ctx, blocker)
-	if err != nil || it == nil || it.Status == StatusDone {
-		return err
-	}
-	deps, err := s.dependents(ctx, blocker)
-	if err != nil {
-		return err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
-	for _, d := range deps {
-		g.Go(func() error { return s.reblock(gctx, d, blocker) })
-	}
-	return g.Wait()
+	return s.passOn(ctx, blocker, false, s.reblock)
 }
 
 // reblock makes taskID wait on blocker again, if it still names it and

@@ -259,19 +259,11 @@ func queryAll[T any](ctx context.Context, db DB, table, index string, keyCond ex
 // sort key first, pageSize items a request, and hands each item to visit
 // until visit returns false or the items run out.
 func queryNewestFirst[T any](ctx context.Context, db DB, table string, keyCond expression.KeyConditionBuilder, pageSize int32, visit func(*T) bool) error {
-	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
+	in, err := tableQuery(table, keyCond)
 	if err != nil {
 		return err
 	}
-	in := &dynamodb.QueryInput{
-		TableName:                 &table,
-		KeyConditionExpression:    expr.KeyCondition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-		ConsistentRead:            aws.Bool(true),
-		ScanIndexForward:          aws.Bool(false),
-		Limit:                     &pageSize,
-	}
+	in.ScanIndexForward, in.Limit = aws.Bool(false), &pageSize
 	for p := dynamodb.NewQueryPaginator(db, in); p.HasMorePages(); {
 		page, err := p.NextPage(ctx)
 		if err != nil {
@@ -293,18 +285,11 @@ func queryNewestFirst[T any](ctx context.Context, db DB, table string, keyCond e
 // queryCount counts the items of table under keyCond, consistently, up to
 // at least limit (it stops counting once it has that many).
 func queryCount(ctx context.Context, db DB, table string, keyCond expression.KeyConditionBuilder, limit int) (int, error) {
-	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
+	in, err := tableQuery(table, keyCond)
 	if err != nil {
 		return 0, err
 	}
-	in := &dynamodb.QueryInput{
-		TableName:                 &table,
-		KeyConditionExpression:    expr.KeyCondition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-		ConsistentRead:            aws.Bool(true),
-		Select:                    types.SelectCount,
-	}
+	in.Select = types.SelectCount
 	n := 0
 	for p := dynamodb.NewQueryPaginator(db, in); p.HasMorePages() && n < limit; {
 		page, err := p.NextPage(ctx)
@@ -314,4 +299,19 @@ func queryCount(ctx context.Context, db DB, table string, keyCond expression.Key
 		n += int(page.Count)
 	}
 	return n, nil
+}
+
+// tableQuery is a consistent Query of table's own key under keyCond.
+func tableQuery(table string, keyCond expression.KeyConditionBuilder) (*dynamodb.QueryInput, error) {
+	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
+	if err != nil {
+		return nil, err
+	}
+	return &dynamodb.QueryInput{
+		TableName:                 &table,
+		KeyConditionExpression:    expr.KeyCondition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+		ConsistentRead:            aws.Bool(true),
+	}, nil
 }
