@@ -221,7 +221,13 @@ async function refresh() {
   const { view, arg } = current;
   try {
     await views[view].load(ctx, arg);
-    if (gen !== generation) return;
+    if (gen !== generation) {
+      // A later refresh of the same view superseded this one, but what
+      // this one loaded is on screen: the "updated" line must date it,
+      // so that a failing later refresh says it shows older data.
+      if (current && current.view === view && current.arg === arg) lastOK = performance.now();
+      return;
+    }
     lastOK = performance.now();
     failing = false;
     showBanner('');
