@@ -273,33 +273,27 @@ func (s readYourWrites) Renew(ctx context.Context, p lease.RenewParams) (lease.C
 // after a later ending"): it is asked again once the stream is applied.
 
 func (s readYourWrites) Release(ctx context.Context, p lease.ReleaseParams) (lease.Released, error) {
-	release := func() (lease.Released, error) {
-		defer s.writes.enter()()
-		return s.Store.Release(ctx, p)
-	}
-	r, err := release()
-	if mayRepeat(err, p.RunID, p.Fence) && s.catchUp(ctx) {
-		return release()
-	}
-	return r, err
+	return askAgain(s, ctx, p.RunID, p.Fence, func() (lease.Released, error) { return s.Store.Release(ctx, p) })
 }
 
 func (s readYourWrites) Complete(ctx context.Context, p lease.CompleteParams) (lease.Task, error) {
-	complete := func() (lease.Task, error) {
-		defer s.writes.enter()()
-		return s.Store.Complete(ctx, p)
-	}
-	t, err := complete()
-	if mayRepeat(err, p.RunID, p.Fence) && s.catchUp(ctx) {
-		return complete()
-	}
-	return t, err
+	return askAgain(s, ctx, p.RunID, p.Fence, func() (lease.Task, error) { return s.Store.Complete(ctx, p) })
 }
 
-// mayRepeat reports whether a holder's request refused with err could be
-// a repeat the trail answers: it names its lease, and found it not live.
-func mayRepeat(err error, runID string, fence int64) bool {
-	return (runID != "" || fence != 0) && (errors.Is(err, lease.ErrNotCheckedOut) || errors.Is(err, lease.ErrNotHolder))
+// askAgain makes a holder's write (held in flight for Feed's barrier), and,
+// when it names its lease (runID, fence) and is refused as not live, makes
+// it again once the stream is applied.
+func askAgain[T any](s readYourWrites, ctx context.Context, runID string, fence int64, write func() (T, error)) (T, error) {
+	once := func() (T, error) {
+		defer s.writes.enter()()
+		return write()
+	}
+	v, err := once()
+	named := runID != "" || fence != 0
+	if named && (errors.Is(err, lease.ErrNotCheckedOut) || errors.Is(err, lease.ErrNotHolder)) && s.catchUp(ctx) {
+		return once()
+	}
+	return v, err
 }
 
 func (s readYourWrites) Claim(ctx context.Context, p lease.ClaimParams) (lease.Checkout, error) {
