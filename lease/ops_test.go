@@ -459,6 +459,33 @@ func TestRemoveAgentEndsItsLeases(t *testing.T) {
 	}
 }
 
+// A lease that had expired when its holder was removed ended by its
+// expiry: the trail says timeout, held until the expiry, and its watchers
+// are told it timed out, not that its holder died.
+func TestRemovingAnAgentAfterItsLeaseExpiredRecordsTheTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	reg := must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "late", Name: "late"}))
+	e.task(t, "t")
+	e.checkout(t, "t", reg.AgentID, time.Minute)
+	if err := e.store.Watch(c, "t", "w"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(3 * time.Minute) // expired two minutes ago; no sweep since
+	if err := e.store.RemoveAgent(c, reg.AgentID); err != nil {
+		t.Fatal(err)
+	}
+	evs := e.events(t, "t")
+	last := evs[len(evs)-1]
+	if last.Type != lease.EventTimeout || last.Held == nil || *last.Held != time.Minute {
+		t.Fatalf("ending event %+v, want a timeout held 1m", last)
+	}
+	if msgs := e.inbox(t, "w"); len(msgs) != 1 || msgs[0].Reason != string(lease.EventTimeout) {
+		t.Fatalf("watcher inbox %+v, want one message for the timeout", msgs)
+	}
+}
+
 // A holder operation that names another run or fence of the caller's own
 // lease is not_holder, and says that the holder is the caller.
 func TestNotHolderSaysWhenTheHolderIsTheCaller(t *testing.T) {

@@ -312,13 +312,28 @@ func (s *Store) leasesOf(ctx context.Context, agentID string) ([]taskItem, error
 // made at the sweep's time, which is where the fleet feed lists it
 // (feed.go), so that the feed's followers, who have read past upTo, see
 // it.
+//
+// A lease whose own expiry had passed when the death was seen ended by
+// that expiry, as a takeover at that moment would have said: it is
+// recorded as a timeout, held until it expired. The two writes'
+// conditions are disjoint on the expiry, which only a renewal moves, and
+// only later: an entry that shows the lease expired may lag a renewal,
+// and then the death's write is the one that applies.
 func (s *Store) endDeadLease(ctx context.Context, it *taskItem, upTo int64, reason string) (bool, error) {
 	cond := pinnedTo(it).and(expression.Name("locked_at").LessThanEqual(expression.Value(upTo)))
-	return s.sweepEnd(ctx, it, cond, EventAgentDeath, reason, s.clockAfter(upTo), upTo)
+	now := s.clockAfter(upTo)
+	if it.LeaseExpires <= upTo {
+		expired := cond.and(nameExpires.LessThanEqual(expression.Value(upTo)))
+		if ended, err := s.sweepEnd(ctx, it, expired, EventTimeout, "lease expired", now, 0); ended || err != nil {
+			return ended, err
+		}
+	}
+	died := cond.and(nameExpires.GreaterThan(expression.Value(upTo)))
+	return s.sweepEnd(ctx, it, died, EventAgentDeath, reason, now, upTo)
 }
 
 // endLeasesOf ends every lease agentID holds that was locked at or before
-// upTo (Unix ms), recording agent_death.
+// upTo (Unix ms), recording agent_death (or timeout: endDeadLease).
 func (s *Store) endLeasesOf(ctx context.Context, agentID string, upTo int64, reason string) (ended int, err error) {
 	items, err := s.leasesOf(ctx, agentID)
 	if err != nil {
