@@ -868,12 +868,15 @@ func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
 		}
 		// Found in the trail (see "A repeat after a later ending"): the
 		// task as it is now, done as that completion left it, at the
-		// version it has now (the completion's is not kept past a later
-		// ending).
+		// version its event kept (one archived before versions were
+		// kept: the version the task has now).
 		if it, err = s.getTask(ctx, p.TaskID); err != nil || it == nil {
 			return Task{}, cmp.Or(err, ErrTaskNotFound)
 		}
 		it.EndAt, it.EndVersion, fromTrail = ev.At, nil, true
+		if ev.Version > 0 {
+			it.EndVersion = new(ev.Version - 1)
+		}
 	}
 	if fromTrail || it.Status != StatusDone || it.EndVersion != nil && it.Version != *it.EndVersion+1 {
 		// A completion repeated after the task moved on (reopened, taken

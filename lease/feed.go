@@ -175,6 +175,11 @@ func (s *Store) Feed(ctx context.Context, p FeedParams) (FeedPage, error) {
 	if err := CheckCursor(p.Cursor); err != nil {
 		return FeedPage{}, err
 	}
+	if p.Since.Year() >= 2200 {
+		// As far as any time the service takes (tasks.go, not_before);
+		// a feed position holds 13 digits of milliseconds.
+		return FeedPage{}, invalidField("since", CodeInvalidRequest, "since must be before the year 2200")
+	}
 	now := s.clock()
 	var pos string
 	switch {

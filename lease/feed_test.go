@@ -185,6 +185,9 @@ func TestFeedCursorFollows(t *testing.T) {
 	for _, p := range []lease.FeedParams{
 		{Cursor: "nonsense"}, {Cursor: "f1.bm9wZQ"}, {Limit: 1001}, {Limit: -1},
 		{Types: []lease.EventType{"explode"}},
+		// Positions hold 13 digits of milliseconds: a since past 2286
+		// read from the retention's start.
+		{Since: time.Date(2290, 1, 1, 0, 0, 0, 0, time.UTC)}, {Since: time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)},
 	} {
 		if _, err := e.store.Feed(c, p); !errors.Is(err, lease.ErrInvalid) {
 			t.Fatalf("feed %+v: %v, want invalid", p, err)

@@ -387,9 +387,14 @@ func (t *taskItem) endEvent() (eventItem, bool) {
 		return eventItem{}, false
 	}
 	held := heldMS(r.EndType, r.EndLocked, r.EndExpires, r.EndAt)
+	var version int64
+	if r.EndType == EventComplete && r.EndVersion != nil {
+		version = *r.EndVersion + 1
+	}
 	return eventItem{
 		TaskID: t.TaskID, Seq: r.EndSeq, Type: r.EndType, AgentID: r.EndAgent, RunID: r.EndRun,
 		Fence: r.EndFence, At: r.EndAt, HeldMS: &held, By: r.EndBy, Reason: r.EndReason, Outcome: r.EndOutcome,
+		Version: version,
 	}, true
 }
 
@@ -632,6 +637,10 @@ type eventItem struct {
 	// by the stream function when it archives the event).
 	Outcome ReleaseOutcome `dynamodbav:"outcome,omitempty"`
 	Error   string         `dynamodbav:"error,omitempty"`
+	// Version is the task's version a completion left (0: another type,
+	// or archived before it was kept), so that the completion repeated
+	// after a later ending is answered with it.
+	Version int64 `dynamodbav:"version,omitempty"`
 	// The fleet feed's keys (index by_feed), set by the stream function
 	// when it archives the event; see feed.go.
 	FeedShard string `dynamodbav:"feed_shard,omitempty"`

@@ -70,7 +70,7 @@ func TestReleaseRepeatedAfterALaterLeaseIsAnsweredAsTheFirst(t *testing.T) {
 
 // A completion repeated after the task was reopened, taken and released
 // is answered as the first one was: the task, done, completed when it
-// was, with no holder.
+// was, at the version that completion left, with no holder.
 func TestCompletionRepeatedAfterALaterLeaseIsAnsweredAsTheFirst(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -87,8 +87,9 @@ func TestCompletionRepeatedAfterALaterLeaseIsAnsweredAsTheFirst(t *testing.T) {
 	if err != nil {
 		t.Fatalf("completion repeated after the reopened task was taken and released: %v", err)
 	}
-	if got.Status != lease.StatusDone || got.CompletedAt == nil || !got.CompletedAt.Equal(*first.CompletedAt) || got.Checkout != nil {
-		t.Errorf("repeat answered %s completed %v holder %v; want done, completed %v, no holder", got.Status, got.CompletedAt, got.Checkout, first.CompletedAt)
+	if got.Status != lease.StatusDone || got.CompletedAt == nil || !got.CompletedAt.Equal(*first.CompletedAt) || got.Checkout != nil || got.Version != first.Version {
+		t.Errorf("repeat answered %s v%d completed %v holder %v; want done v%d, completed %v, no holder",
+			got.Status, got.Version, got.CompletedAt, got.Checkout, first.Version, first.CompletedAt)
 	}
 }
 
