@@ -12,8 +12,8 @@ import (
 // Reopening a done blocker blocks again the dependents that have not
 // started: a todo dependent becomes blocked (claim skips it, a named
 // checkout answers blocked naming the reopened blocker), one still blocked
-// on others waits for the reopened one too, and one in progress or done
-// is left as it is. Completing the blocker again releases them, with one
+// on others waits for the reopened one too, one in progress keeps its
+// lease, and one done is left as it is. Completing the blocker again releases them, with one
 // unblocked event each per unblocking.
 func TestReopeningADoneBlockerBlocksItsDependentsAgain(t *testing.T) {
 	t.Parallel()
