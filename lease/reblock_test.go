@@ -12,8 +12,8 @@ import (
 // Reopening a done blocker blocks again the dependents that have not
 // started: a todo dependent becomes blocked (claim skips it, a named
 // checkout answers blocked naming the reopened blocker), one still blocked
-// on others waits for the reopened one too, one in progress keeps its
-// lease, and one done is left as it is. Completing the blocker again releases them, with one
+// on others waits for the reopened one too, and one in progress or done
+// is left as it is. Completing the blocker again releases them, with one
 // unblocked event each per unblocking.
 func TestReopeningADoneBlockerBlocksItsDependentsAgain(t *testing.T) {
 	t.Parallel()
@@ -131,72 +131,5 @@ func TestAReopenSeenAfterTheBlockerIsDoneAgainBlocksNothing(t *testing.T) {
 	}
 	if n := count(e.events(t, "d"), lease.EventUnblocked); n != 1 {
 		t.Errorf("d has %d unblocked events, want 1: it never waited again", n)
-	}
-}
-
-// A dependent in progress when its blocker is reopened keeps its lease;
-// when that lease ends without a completion (a release, a timeout), the
-// task goes back to waiting on the blocker, blocked, rather than to todo:
-// claim skips it and a named checkout answers blocked. One whose blocker
-// was completed again before its lease ended goes back to todo.
-func TestADependentInProgressWhenItsBlockerIsReopenedIsBlockedWhenItsLeaseEnds(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	c := ctx(t)
-	e.task(t, "a")
-	e.create(t, lease.CreateTaskParams{TaskID: "released", Queue: "rb-released", BlockedBy: []string{"a"}})
-	e.create(t, lease.CreateTaskParams{TaskID: "expired", Queue: "rb-expired", BlockedBy: []string{"a"}})
-	e.complete(t, "a", "x")
-	e.drain(t)
-	rel := e.checkout(t, "released", "r", time.Hour)
-	e.checkout(t, "expired", "s", time.Minute)
-
-	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "a", AgentID: "x", Status: new(lease.StatusTodo)}))
-	e.drain(t)
-	if st := e.get(t, "released").Status; st != lease.StatusInProgress {
-		t.Fatalf("released, leased when a was reopened: %s, want in_progress", st)
-	}
-
-	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "released", AgentID: "r", RunID: rel.RunID}))
-	e.clock.Advance(2 * time.Minute)
-	must[lease.SweepResult](t)(e.store.Sweep(c))
-	e.drain(t)
-	for _, id := range []string{"released", "expired"} {
-		d := e.get(t, id)
-		if d.Status != lease.StatusBlocked || !slices.Equal(blockerIDs(d.BlockedBy), []string{"a=todo"}) {
-			t.Fatalf("%s once its lease ended with a reopened: %s, blocked_by %v; want blocked by a", id, d.Status, blockerIDs(d.BlockedBy))
-		}
-		if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "y", Queues: []string{"rb-" + id}}); !errors.Is(err, lease.ErrNoTaskAvailable) {
-			t.Fatalf("claim of %s's queue: %v, want no task available", id, err)
-		}
-		var be *lease.BlockedError
-		if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: id, AgentID: "y"}); !errors.As(err, &be) {
-			t.Fatalf("checkout of %s: %v, want BlockedError", id, err)
-		}
-	}
-
-	// Completed again: both are released, once each.
-	e.complete(t, "a", "x")
-	e.drain(t)
-	for _, id := range []string{"released", "expired"} {
-		if st := e.get(t, id).Status; st != lease.StatusTodo {
-			t.Fatalf("%s after a completed again: %s, want todo", id, st)
-		}
-	}
-
-	// Reopened while held, completed again while still held: the lease's
-	// end leaves the task todo.
-	again := e.checkout(t, "released", "r", time.Hour)
-	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "a", AgentID: "x", Status: new(lease.StatusTodo)}))
-	e.drain(t)
-	e.complete(t, "a", "x")
-	e.drain(t)
-	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "released", AgentID: "r", RunID: again.RunID}))
-	e.drain(t)
-	if st := e.get(t, "released").Status; st != lease.StatusTodo {
-		t.Fatalf("released after a was reopened and completed again while it was held: %s, want todo", st)
-	}
-	if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "y", Queues: []string{"rb-released"}}); err != nil {
-		t.Fatalf("claim of released once free again: %v", err)
 	}
 }
