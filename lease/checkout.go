@@ -117,6 +117,12 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 			if _, err := s.endEnded(ctx, cur, now); err != nil {
 				return Checkout{}, err
 			}
+		case cur.hasLease() && slices.Contains(p.ExpectedStatuses, StatusTodo):
+			// An expired lease with attempts left: a failed attempt,
+			// taken over in a write pinned to it, which counts the
+			// failure (the plain grant takes free tasks only).
+			over = cur
+			continue
 		case cur.Status == StatusBlocked:
 			err := s.blocked(ctx, cur)
 			if !unblockTried && cur.waitsOnDoneOnly() && slices.Contains(p.ExpectedStatuses, StatusTodo) && cur.NotBefore <= ms(now) {
@@ -308,11 +314,11 @@ func renewUpdate(now time.Time, timeout time.Duration) expression.UpdateBuilder 
 }
 
 // grant makes the checkout write. With over nil it is the plain grant: the
-// task is free, or its lease has expired (then taken over in this very
-// write). With over it takes over exactly that lease, whose holder was found
-// dead. Either way the write copies the lease it replaces into prev_* (NULL
-// when there was none) and records the transition, so that it carries both
-// of its events. It returns the lease granted, or
+// task is free. With over it takes over exactly that lease, which has
+// expired or whose holder was found dead, and counts its failed attempt
+// (failures + 1). Either way the write copies the lease it replaces into
+// prev_* (NULL when there was none) and records the transition, so that it
+// carries both of its events. It returns the lease granted, or
 // condition fails, the task as it is (cur nil and a zero checkout when there
 // is no task).
 func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over *taskItem) (granted, error) {
@@ -321,6 +327,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	// not_before (which a reopening clears, as a PATCH to todo does).
 	conds := terms{timeCond(now)}
 	prevEnd, prevReason, prevEndAt := EventTimeout, "", int64(0)
+	failedAttempt := false
 	switch {
 	case p.unblocking != nil:
 		conds = append(conds, readyCond(now), unblockCond(p.unblocking))
@@ -331,10 +338,11 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 			nameStatus.Equal(expression.Value(string(p.reopening.Status))),
 			nameVersion.Equal(expression.Value(p.reopening.Version)))
 	case over == nil:
-		// Free in an expected status, or held by an expired lease, which
-		// makes the task todo in all but name; an expired lease's attempt
-		// failed, and is taken over only if it was not the task's last
-		// (else Checkout fails the task).
+		// Free in an expected status. A lease that has expired, which
+		// makes the task todo in all but name, is not taken here: its
+		// attempt failed, and only a write pinned to it (over) can count
+		// that failure. Checkout takes it over so, or fails the task when
+		// it was its last attempt.
 		open := grantable(p.ExpectedStatuses)
 		if len(open) == 0 {
 			// Only finished statuses expected: no plain grant can apply,
@@ -344,10 +352,6 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		}
 		first, rest := statusValues(open)
 		free := expression.AttributeNotExists(nameHolder).And(nameStatus.In(first, rest...))
-		if slices.Contains(open, StatusTodo) {
-			// (A delayed task keeps an expiry with no holder: not a lease.)
-			free = free.Or(expression.AttributeExists(nameHolder).And(nameExpires.LessThanEqual(expression.Value(ms(now))), belowLimitCond()))
-		}
 		conds = append(conds, readyCond(now), expression.AttributeExists(expression.Name("task_id")), free)
 	default:
 		// Exactly the ended lease, as we read it: the same grant (holder and
@@ -355,6 +359,9 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		// left the expiry where it was). A holder that came back and renewed
 		// in between has shown it is alive; the write then fails and the
 		// lease is judged again. Checkout takes it only for a todo checkout.
+		// Its attempt failed (timeout or death): failures counts it, as
+		// the sweep's ending would.
+		failedAttempt = true
 		conds = append(conds, readyCond(now))
 		conds = append(conds, pinnedTo(over).and(nameESeq.Equal(expression.Value(over.ESeq)), belowLimitCond())...)
 		if over.leaseTimeValid(now) {
@@ -408,6 +415,9 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		attempt = func(*taskItem) int { return 1 }
 	} else {
 		upd = upd.Add(nameAttempts, expression.Value(1))
+	}
+	if failedAttempt {
+		upd = upd.Add(nameFailures, expression.Value(1))
 	}
 	upd = setStatus(upd, p.TaskID, StatusInProgress, s.shards.Status)
 	if p.Reason != "" {

@@ -65,12 +65,15 @@ func TestRequestBudget(t *testing.T) {
 	must[lease.Task](t)(e.store.GetTask(c, "u"))
 	spent("get task", 1)
 
-	// Taking over an expired lease: the checkout's own write.
+	// Taking over an expired lease: the plain grant, which takes free
+	// tasks only and returns the lease it found, and the write pinned to
+	// that lease, which counts its failed attempt (API.md, "Attempts and
+	// delays": a timeout is a failure however the lease ends).
 	e.checkout(t, "u", "other", time.Minute)
 	e.clock.Advance(time.Minute)
 	e.count.Take()
 	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "u", AgentID: "third"}))
-	spent("takeover of expired", 1)
+	spent("takeover of expired", 2)
 
 	// A dead holder's lease: the write that finds it, the holder's heartbeat
 	// (a death is read, never assumed), and the write pinned to the lease.

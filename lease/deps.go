@@ -116,9 +116,10 @@ import (
 // attempts, in the grant's own write; the lease's attempt is that count.
 // An attempt fails when its lease ends by timeout, by its holder's death,
 // or by a release with outcome failed; failures counts them since the
-// last reopen (a takeover at checkout records the timeout or death it
-// ends, but does not add to failures: the grant's write cannot know
-// whether it took a lease over until it has). When the attempt that fails
+// last reopen, however the attempt ended: the sweep's ending adds one, and
+// so does a takeover at checkout, which is a write pinned to the lease it
+// read (the plain grant takes only a free task, so it never ends a lease
+// it did not read). When the attempt that fails
 // is the task's last (attempts >= max_attempts), the ending write makes
 // the task failed instead, and records two events: the ending, then
 // failed (reason: how the attempt ended). Its change tells the watchers

@@ -143,9 +143,7 @@
 // The grant is an UpdateItem whose condition reads like the rule:
 //
 //	the task exists AND its not_before has passed
-//	AND (no lease is on it AND status IN expected_statuses
-//	     OR the lease on it has expired, todo is expected, and that
-//	        lease's attempt was not the task's last)
+//	AND no lease is on it AND status IN expected_statuses
 //
 // (of expected_statuses, todo and in_progress: a blocked task is never
 // granted, and a finished one expected is reopened by a grant pinned to its
@@ -154,20 +152,20 @@
 // started_at if not set, attempts + 1 (deps.go: attempts, failures, the
 // failed status), and copies the lease it replaces, if any, into prev_*
 // (SET prev_agent = if_not_exists(holder, NULL) ...: DynamoDB evaluates
-// every operand on the item as it was). So a takeover of an expired lease is the checkout's own
-// write, and it records both events: the old lease's timeout and the new
-// checkout. When the condition fails, the item returned with the failure
-// decides the answer, in API order: no item is task_not_found; an
-// unexpired lease whose holder is alive is the caller's own (same agent
-// and run id: the same checkout is returned, idempotently) or a conflict
-// naming the holder, with the heartbeat the holder was judged alive by (the
-// alive cache's or the one GetItem's; no further read) and so when the
-// lease can end without it (ConflictError.EndsBy, the API's Retry-After);
-// one whose holder is dead has ended whatever the sweep
-// has done, and is taken over by a second UpdateItem conditioned on that
-// exact lease (holder, fence, and eseq, so that not even a renewal can
-// slip in between), recorded as agent_death; otherwise the status was not
-// expected. If the lease vanished between the write and the read, the
+// every operand on the item as it was). When the condition fails, the
+// item returned with the failure decides the answer, in API order: no
+// item is task_not_found; an unexpired lease whose holder is alive is the
+// caller's own (same agent and run id: the same checkout is returned,
+// idempotently) or a conflict naming the holder, with the heartbeat the
+// holder was judged alive by (the alive cache's or the one GetItem's; no
+// further read) and so when the lease can end without it
+// (ConflictError.EndsBy, the API's Retry-After); one that has expired, or
+// whose holder is dead, has ended whatever the sweep has done, and is
+// taken over by a second UpdateItem conditioned on that exact lease
+// (holder, fence, and eseq, so that not even a renewal can slip in
+// between) and on its attempt not being the task's last, which records
+// both events (the old lease's timeout or agent_death, and the checkout)
+// and counts the failed attempt; otherwise the status was not expected. If the lease vanished between the write and the read, the
 // write is simply tried again.
 //
 // Renew, release and complete condition on holder = caller, lease_expires >

@@ -1063,3 +1063,37 @@ func TestCheckoutRightAfterTheLastBlockerCompletesGrants(t *testing.T) {
 		t.Fatalf("the watcher's inbox after d's release: %+v, want its task_available", msgs)
 	}
 }
+
+// An attempt that ended by timeout or by its holder's death is a failure
+// however it ended: by the sweep, or taken over by a checkout. The next
+// failed release waits as after its second failure (retry delay x 2).
+func TestATakenOverAttemptCountsAsAFailure(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	const delay = 10 * time.Second
+	for _, id := range []string{"swept", "expired", "dead"} {
+		e.create(t, lease.CreateTaskParams{TaskID: id, MaxAttempts: new(5), RetryDelay: new(delay)})
+	}
+	e.checkout(t, "swept", "x", time.Minute)
+	e.clock.Advance(time.Minute + time.Second)
+	must[lease.SweepResult](t)(e.store.Sweep(c))
+	if task := e.get(t, "swept"); task.Status != lease.StatusTodo {
+		t.Fatalf("swept: %s after the sweep, want todo", task.Status)
+	}
+	e.checkout(t, "expired", "x", time.Minute)
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "mortal", time.Minute))
+	e.checkout(t, "dead", "mortal", time.Hour)
+	e.clock.Advance(time.Minute + time.Second) // expired, and mortal dead, unswept
+	for _, id := range []string{"swept", "expired", "dead"} {
+		co := e.checkout(t, id, "y", time.Minute)
+		if co.Attempt != 2 {
+			t.Fatalf("%s: the second grant is attempt %d", id, co.Attempt)
+		}
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: id, AgentID: "y", RunID: co.RunID, Fence: co.Fence, Outcome: lease.OutcomeFailed}))
+		task := e.get(t, id)
+		if task.NotBefore == nil || task.NotBefore.Sub(e.clock.Now()) != 2*delay {
+			t.Errorf("%s: the failed release after a failed attempt waits until %v, want now+%s", id, task.NotBefore, 2*delay)
+		}
+	}
+}

@@ -1596,11 +1596,12 @@ func (w *wState) setLease(t int, s linState) {
 }
 
 // takeover records the lease on t as the one the latest checkout took over;
-// its holder has lost it (lost).
+// its holder has lost it (lost), and its attempt failed.
 func (w *wState) takeover(t int) {
 	w.lost(t)
 	x := &w.T[t]
 	x.PrevAgent, x.PrevRun, x.PrevFence, x.PrevExpires = x.Holder, x.Run, x.Fence, x.Expires
+	x.Failures++
 }
 
 // end records the lease on t as the task's last ending.
