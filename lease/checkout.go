@@ -922,8 +922,8 @@ func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
 // first is free; unblock_seq marks it). The write is conditioned on the
 // task as read (status blocked, its version), so its waiting list is the
 // one whose blockers were read done; a blocker reopened since its read is
-// as one reopened right after the grant: the dependent, in progress, is
-// left as it is (deps.go, "Reopening a done blocker"). Watchers are not told (nothing was free): their watches
+// as one reopened right after the grant: the dependent, in progress,
+// keeps its lease (deps.go, "Reopening a done blocker"). Watchers are not told (nothing was free): their watches
 // tell them when this lease ends. The stream's own unblocking of the task
 // then finds it unblocked already and writes nothing.
 

@@ -89,8 +89,10 @@ import (
 // one conditional write on condition that the dependent still names the
 // blocker and has not started, that makes a todo task blocked (out of the
 // claim index, no event) or adds the blocker to a blocked one's
-// waiting_on. A dependent in progress, done, cancelled or failed is left
-// alone. The stream passes a blocker's completions and reopens on in
+// waiting_on. A dependent in progress keeps its lease and is marked as
+// waiting on the blocker: if that lease ends other than by completion, the
+// stream blocks the task again (rewait). A dependent done, cancelled or
+// failed is left alone. The stream passes a blocker's completions and reopens on in
 // the order they were written, each as the blocker is when the stream
 // reads it: a completion of a blocker that is not done by then unblocks
 // nothing, and a reopen of one that is done again blocks nothing, since
@@ -451,8 +453,12 @@ func (s *Store) unblockWrite(ctx context.Context, taskID, blocker string, now ti
 // a task blocked while waiting on blockers it did not wait on before (a
 // creation, a PATCH of blocked_by) has them read and settled, as its
 // writer should have; one that left a task blocked waiting on nothing is
-// unblocked.
+// unblocked; one that left a task todo while still waiting (a lease ended
+// after a blocker was reopened) blocks it again (rewait).
 func (s *Store) settleChange(ctx context.Context, old, cur *taskItem) error {
+	if cur.Status == StatusTodo && len(cur.WaitingOn) > 0 {
+		return s.rewait(ctx, cur)
+	}
 	if cur.Status != StatusBlocked {
 		return nil
 	}
@@ -528,18 +534,61 @@ func (s *Store) reblockDependents(ctx context.Context, blocker string) error {
 // has not started: a todo task becomes blocked and leaves the claim
 // index; a blocked one adds blocker to what it waits on. One conditional
 // write, which applies once however often it is sent.
+//
+// A task in progress keeps its lease, and is marked instead: blocker is
+// added to what it waits on, its status left as it is (a second write,
+// touching no index). If its lease ends other than by completion, the
+// ending leaves it todo still waiting, and the change stream blocks it
+// again (settleChange); a completion of blocker before then takes the
+// mark off, as it unblocks any task waiting on it.
 func (s *Store) reblock(ctx context.Context, taskID, blocker string) error {
 	waits := expression.Contains(nameWaitingOn, blocker)
+	names := expression.Contains(expression.Name("blocked_by"), blocker)
 	cond := terms{
-		expression.Contains(expression.Name("blocked_by"), blocker),
+		names,
 		nameStatus.Equal(expression.Value(string(StatusTodo))).
 			Or(nameStatus.Equal(expression.Value(string(StatusBlocked))).And(expression.Not(waits))),
 	}
-	upd := setStatus(expression.UpdateBuilder{}, taskID, StatusBlocked, s.shards.Status).
-		Remove(nameClaimShard).
-		Add(nameWaitingOn, expression.Value(&types.AttributeValueMemberSS{Value: []string{blocker}}))
-	_, _, err := s.update(ctx, taskID, cond, upd, types.ReturnValueNone)
-	return err
+	waitOn := expression.Value(&types.AttributeValueMemberSS{Value: []string{blocker}})
+	mark := terms{names, nameStatus.Equal(expression.Value(string(StatusInProgress))), expression.Not(waits)}
+	for range retries(ctx) {
+		// (Built anew each time: update adds to the builder it is given.)
+		upd := setStatus(expression.UpdateBuilder{}, taskID, StatusBlocked, s.shards.Status).
+			Remove(nameClaimShard).
+			Add(nameWaitingOn, waitOn)
+		cur, applied, err := s.update(ctx, taskID, cond, upd, types.ReturnValueNone)
+		if err != nil || applied || cur == nil || cur.Status != StatusInProgress ||
+			!slices.Contains(cur.BlockedBy, blocker) || slices.Contains(cur.WaitingOn, blocker) {
+			return err
+		}
+		cur, applied, err = s.write(ctx, taskID, mark, expression.Add(nameWaitingOn, waitOn), types.ReturnValueNone)
+		if err != nil || applied || cur == nil || cur.Status == StatusInProgress && !slices.Contains(cur.BlockedBy, blocker) {
+			return err
+		}
+		// Its lease ended between the two writes: look again, so that a
+		// task left todo is blocked now.
+	}
+	return fmt.Errorf("reblock %s: %w", taskID, ErrBusy)
+}
+
+// rewait is the change stream's part when a task's lease ended while the
+// task was marked as waiting (see reblock): the task, todo, is blocked
+// again on each blocker it waits on that is still not done, and stops
+// waiting on those done by now. Until then, about a second, a grant may
+// take it, as one may in the moment before any reblocking.
+func (s *Store) rewait(ctx context.Context, cur *taskItem) error {
+	got, err := s.settle(ctx, cur.TaskID, cur.WaitingOn)
+	if err != nil {
+		return err
+	}
+	for _, id := range cur.WaitingOn {
+		if it := got[id]; it != nil && it.Status != StatusDone {
+			if err := s.reblock(ctx, cur.TaskID, id); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // unlink deletes taskID's edges to blockers it no longer names, best

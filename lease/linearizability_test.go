@@ -1794,7 +1794,8 @@ func (w wState) unblockable(t int) bool {
 // todo with an unblocked event, whose watchers are told (fence 0). A
 // reopen of a blocker still not done blocks again each dependent that is
 // todo (one write: blocked, waiting on it) or blocked without waiting on
-// it (one write: it waits on it too).
+// it (one write: it waits on it too), and marks one in progress as
+// waiting on it, which blocks it once its lease ends without completion.
 func (w wState) drain() wState {
 	for t := range wTasks {
 		w.T[t].Settle = false
@@ -1828,7 +1829,18 @@ func (w wState) drain() wState {
 				x.Status = lease.StatusBlocked
 				x.WaitingOn |= 1 << b
 				x.Version++
+			case op == 'r' && !done && x.Status == lease.StatusInProgress:
+				x.WaitingOn |= 1 << b // marked, no version: its lease stays
 			}
+		}
+	}
+	// A marked task whose lease ended other than by completion is todo
+	// still waiting: blocked again (lease/deps.go, rewait). Its waits on
+	// done blockers were taken out by those blockers' completions above.
+	for t := range wTasks {
+		if x := &w.T[t]; x.Status == lease.StatusTodo && x.WaitingOn != 0 {
+			x.Status = lease.StatusBlocked
+			x.Version++
 		}
 	}
 	return w
