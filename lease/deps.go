@@ -418,8 +418,8 @@ func (s *Store) unblockEmptied(ctx context.Context, taskID, blocker string) erro
 }
 
 // unblockedTransition records an unblocking in upd, at `at` (epoch ms), by
-// blocker ("" when not known): the transition whose event, unblocked,
-// tells the task's watchers.
+// blocker ("" when not known, unblockedByPatch for a PATCH of blocked_by):
+// the transition whose event, unblocked, tells the task's watchers.
 func unblockedTransition(upd expression.UpdateBuilder, at int64, blocker string) expression.UpdateBuilder {
 	upd = upd.Set(nameESeq, nameESeq.Plus(expression.Value(1))).
 		Set(expression.Name("last_op"), expression.Value(string(EventUnblocked))).

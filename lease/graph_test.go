@@ -997,8 +997,13 @@ func TestPatchThatUnblocksTellsTheWatchers(t *testing.T) {
 		t.Fatalf("d after its blockers were dropped: %s, want todo", d.Status)
 	}
 	e.drain(t)
-	if n := count(e.events(t, "d"), lease.EventUnblocked); n != 1 {
+	evs := e.events(t, "d")
+	if n := count(evs, lease.EventUnblocked); n != 1 {
 		t.Fatalf("d's events: %d unblocked, want 1", n)
+	}
+	// b is not done: the reason names the PATCH, not a blocker's completion.
+	if last := evs[len(evs)-1]; last.Type != lease.EventUnblocked || last.Reason != "its blocked_by was changed" {
+		t.Errorf("d's unblocked event %+v, want reason %q", last, "its blocked_by was changed")
 	}
 	var told []string
 	for _, m := range e.inbox(t, "w") {

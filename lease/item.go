@@ -517,11 +517,18 @@ func (t *taskItem) latestEvents() []itemEvent {
 	return nil
 }
 
+// unblockedByPatch, in unblocked_by, says a PATCH of blocked_by unblocked
+// the task (no task id starts with "-").
+const unblockedByPatch = "-patch"
+
 // unblockedReason is an unblocked event's reason: the blocker whose
-// completion unblocked the task, when known.
+// completion unblocked the task, when known, or the PATCH that did.
 func unblockedReason(blocker string) string {
-	if blocker == "" {
+	switch blocker {
+	case "":
 		return "its last blocker is done"
+	case unblockedByPatch:
+		return "its blocked_by was changed"
 	}
 	return "blocker " + blocker + " is done"
 }

@@ -347,7 +347,7 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 			// Unblocked by this PATCH: the transition a blocker's completion
 			// records, so that its event tells the watchers. Its time is not
 			// before the task's latest.
-			upd = unblockedTransition(upd, max(ms(now), cur.LastAt), "")
+			upd = unblockedTransition(upd, max(ms(now), cur.LastAt), unblockedByPatch)
 		}
 		if !claimable {
 			upd = upd.Remove(nameClaimShard)
