@@ -209,7 +209,7 @@ func ToEventJSON(e lease.Event) EventJSON {
 	if e.Held != nil {
 		s := seconds(*e.Held)
 		j.HeldSeconds = &s
-	} else if e.Type.EndsLease() {
+	} else if e.EndsLease() {
 		var zero int64
 		j.HeldSeconds = &zero
 	}

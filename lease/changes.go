@@ -117,7 +117,7 @@ func newEvents(old, cur *taskItem) []itemEvent {
 func eventNotices(ev itemEvent) []Notice {
 	var out []Notice
 	e := ev.event()
-	if ev.Type.EndsLease() {
+	if ev.endsLease() {
 		out = append(out, Notice{ID: noticeID(NoticeLeaseEnded, e), Kind: NoticeLeaseEnded, Event: e, Takeover: ev.takeover})
 		if lost(ev.eventItem) {
 			out = append(out, Notice{ID: noticeID(NoticeLeaseLost, e), Kind: NoticeLeaseLost, Event: e, Takeover: ev.takeover})
@@ -192,7 +192,7 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 				notices = append(notices, eventNotices(ev)...)
 			}
 			takeover := ev.takeover
-			if ev.Type.EndsLease() && lost(ev.eventItem) {
+			if ev.endsLease() && lost(ev.eventItem) {
 				lockedAt := old.LockedAt
 				if takeover {
 					lockedAt = cur.PrevLocked

@@ -658,7 +658,7 @@ func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string,
 			case ev.Type == EventCheckout && ev.AgentID == agentID && ev.RunID == runID:
 				c = &Checkout{TaskID: taskID, AgentID: agentID, AgentName: agentID, RunID: runID, Fence: ev.Fence,
 					LockedAt: ev.At, ExpiresAt: ev.At, Reason: ev.Reason}
-			case c != nil && ev.Fence == c.Fence && ev.Type.EndsLease() && ev.Held != nil:
+			case c != nil && ev.Fence == c.Fence && ev.EndsLease() && ev.Held != nil:
 				c.ExpiresAt = c.LockedAt.Add(*ev.Held)
 				c.Timeout = *ev.Held
 			}

@@ -198,7 +198,7 @@ func checkTimeForward(t *testing.T, taskID string, evs []lease.Event, lives map[
 		case ev.Type == lease.EventCheckout:
 			grants[ev.Fence] = &grant{at: ev.At}
 			fences = append(fences, ev.Fence)
-		case ev.Type.EndsLease() && ev.Held != nil:
+		case ev.EndsLease() && ev.Held != nil:
 			if g := grants[ev.Fence]; g != nil {
 				end := g.at.Add(*ev.Held)
 				g.end = &end

@@ -247,6 +247,7 @@ func TestFeedFollowerSeesADeathRecordedAfterTheReturn(t *testing.T) {
 			case "cancel":
 				cancelled := lease.StatusCancelled
 				must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "r", AgentID: "b", Status: &cancelled}))
+				want = append(want, lease.EventCancel) // the task's, after the death that ended the lease
 			}
 			death := deathOf(t, e, "r", 1)
 			if death.At.After(returned) {

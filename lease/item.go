@@ -92,6 +92,9 @@ type taskItem struct {
 	HasDependents bool     `dynamodbav:"has_dependents,omitempty"`
 	// UnblockedBy is the blocker whose completion unblocked the task.
 	UnblockedBy string `dynamodbav:"unblocked_by,omitempty"`
+	// CancelBy is who cancelled the task when no lease was on it (the
+	// event of that cancel; one that ends a lease records end_by).
+	CancelBy string `dynamodbav:"cancel_by,omitempty"`
 	// UnblockSeq is the seq of the unblocked event of a checkout that
 	// unblocked the task in its grant (checkout.go).
 	UnblockSeq int64 `dynamodbav:"unblock_seq,omitempty"`
@@ -508,6 +511,14 @@ func (t *taskItem) latestEvents() []itemEvent {
 		}
 		return []itemEvent{{eventItem: ev, errored: t.EndErrored}, {eventItem: fail, frees: true}}
 	}
+	if t.LastOp == EventCancel && t.EndSeq != t.ESeq {
+		// A cancel of a task with no lease: an event of the task alone,
+		// which frees nothing (nothing was held) and tells nobody.
+		return []itemEvent{{eventItem: eventItem{
+			TaskID: t.TaskID, Seq: t.ESeq, PrevSeq: t.ESeq - 1, PrevAt: t.PriorAt, Type: EventCancel,
+			At: t.LastAt, By: t.CancelBy, Reason: reasonCancelled,
+		}}}
+	}
 	if ev, ok := t.endEvent(); ok && ev.Seq == t.ESeq {
 		// A cancel frees the task of its lease: watchers are told, with
 		// reason cancel, though the task is not claimable.
@@ -568,10 +579,11 @@ func (hb *heartbeatItem) dead(now time.Time) bool {
 	return hb != nil && hb.ExpiresAt <= ms(now)
 }
 
-// Reasons recorded on agent_death events.
+// Reasons recorded on agent_death events, and on cancel events.
 const (
 	reasonHeartbeat = "holder's heartbeat expired"
 	reasonRemoved   = "agent removed"
+	reasonCancelled = "cancelled"
 )
 
 // removedUpTo is the lock time up to which the agent's leases ended by its
@@ -653,6 +665,9 @@ type eventItem struct {
 	FeedShard string `dynamodbav:"feed_shard,omitempty"`
 	FeedKey   string `dynamodbav:"feed_key,omitempty"`
 }
+
+// endsLease reports whether e ended a lease (see Event.EndsLease).
+func (e eventItem) endsLease() bool { return e.Type.EndsLease() && e.Fence != 0 }
 
 func (e eventItem) event() Event {
 	ev := Event{

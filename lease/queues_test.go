@@ -309,6 +309,52 @@ func TestCancelEndsTheLiveLease(t *testing.T) {
 	}
 }
 
+// Cancelling a task with no lease is a transition of its own: one cancel
+// event, by the caller, that names no lease (no agent, fence 0, no
+// held_seconds), tells nobody (no lease is lost, nobody is told the task
+// is free) and sends no notice. A cancel repeated changes nothing.
+func TestCancellingATaskWithoutALeaseRecordsItsEvent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.queued(t, "t", "q", 5)
+	e.checkout(t, "t", "a", time.Minute)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a"}))
+	e.drain(t)
+	notices := len(e.notes.Notices())
+	before := e.get(t, "t")
+	e.clock.Advance(time.Second)
+	got := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "b", Status: ptr(lease.StatusCancelled)}))
+	if got.Status != lease.StatusCancelled || got.Version != before.Version+1 {
+		t.Fatalf("cancelled: %s version %d, was %d", got.Status, got.Version, before.Version)
+	}
+	// Before the stream archives it, and after.
+	for _, when := range []string{"before the archive", "archived"} {
+		evs := must[[]lease.Event](t)(e.store.Events(c, "t"))
+		if k := kinds(evs); !slices.Equal(k, []lease.EventType{"checkout", "release", "cancel"}) {
+			t.Fatalf("%s: events %v", when, k)
+		}
+		ev := evs[2]
+		if ev.AgentID != "" || ev.RunID != "" || ev.Fence != 0 || ev.Held != nil || ev.By != "b" || ev.Reason != "cancelled" || !ev.At.Equal(e.clock.Now()) {
+			t.Fatalf("%s: the cancel event %+v", when, ev)
+		}
+		if ev.EndsLease() {
+			t.Errorf("%s: a cancel with no lease says it ends one", when)
+		}
+		e.drain(t)
+	}
+	if n := len(e.notes.Notices()); n != notices {
+		t.Errorf("%d notices after the cancel, want none more than the %d before", n, notices)
+	}
+	if msgs := e.inbox(t, "a"); len(msgs) != 0 {
+		t.Errorf("the former holder's inbox %+v, want nothing: it lost no lease", msgs)
+	}
+	again := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "b", Status: ptr(lease.StatusCancelled)}))
+	if again.Version != got.Version || len(e.events(t, "t")) != 3 {
+		t.Errorf("a repeated cancel wrote: version %d, was %d", again.Version, got.Version)
+	}
+}
+
 // Cancelling a task whose lease expired unswept records the lease's timeout
 // first, then cancels.
 func TestCancelAfterExpiryRecordsTheTimeout(t *testing.T) {
@@ -319,8 +365,10 @@ func TestCancelAfterExpiryRecordsTheTimeout(t *testing.T) {
 	e.checkout(t, "t", "a", time.Second)
 	e.clock.Advance(2 * time.Second)
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "b", Status: ptr(lease.StatusCancelled)}))
-	if k := kinds(e.events(t, "t")); !slices.Equal(k, []lease.EventType{"checkout", "timeout"}) {
-		t.Fatalf("events %v", k)
+	// The cancel ends no lease: its event names none.
+	evs := e.events(t, "t")
+	if k := kinds(evs); !slices.Equal(k, []lease.EventType{"checkout", "timeout", "cancel"}) || evs[2].Fence != 0 || evs[2].By != "b" {
+		t.Fatalf("events %v %+v", k, evs)
 	}
 	if got := must[lease.Task](t)(e.store.GetTask(c, "t")); got.Status != lease.StatusCancelled {
 		t.Fatalf("status %s", got.Status)

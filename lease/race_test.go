@@ -113,7 +113,7 @@ func assertOneEndPerLease(t *testing.T, e *env, taskID string) {
 				t.Fatalf("checkout fence %d after %d", ev.Fence, last)
 			}
 			last = ev.Fence
-		case ev.Type.EndsLease():
+		case ev.EndsLease():
 			ends[ev.Fence]++
 			if ev.Held == nil {
 				t.Fatalf("ending event without held: %+v", ev)

@@ -138,8 +138,9 @@ const (
 	EventTimeout      EventType = "timeout"
 	EventAgentDeath   EventType = "agent_death"
 	EventForceRelease EventType = "force_release"
-	// EventCancel ends a live lease by cancelling its task (PATCH status
-	// cancelled, by the holder or an admin).
+	// EventCancel records a PATCH to status cancelled. When a live lease
+	// was on the task (cancelled by its holder or an admin) it ends that
+	// lease and carries Held; else it names no lease (no agent, fence 0).
 	EventCancel EventType = "cancel"
 	// EventUnblocked: the task's last blocker was completed, and the task
 	// became todo.
@@ -149,7 +150,8 @@ const (
 	EventFailed EventType = "failed"
 )
 
-// EndsLease reports whether an event of this type ends a lease.
+// EndsLease reports whether an event of this type may end a lease (a
+// cancel does when it names one: see Event.EndsLease).
 func (t EventType) EndsLease() bool {
 	switch t {
 	case EventRelease, EventComplete, EventTimeout, EventAgentDeath, EventForceRelease, EventCancel:
@@ -178,6 +180,10 @@ type Event struct {
 	Outcome ReleaseOutcome
 	Error   string
 }
+
+// EndsLease reports whether e ended a lease: every event of a type that
+// may, but a cancel of a task that had none (fence 0).
+func (e Event) EndsLease() bool { return e.Type.EndsLease() && e.Fence != 0 }
 
 // ReleaseOutcome says how the attempt a release ends went.
 type ReleaseOutcome string

@@ -307,11 +307,19 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 			}
 			// The ending write: the lease moves to end_*, the task to
 			// cancelled and out of the claim index; its event is cancel.
-			upd = endUpdate(cur.TaskID, ending{typ: EventCancel, by: p.AgentID, reason: "cancelled", status: StatusCancelled}, now, s.shards)
+			upd = endUpdate(cur.TaskID, ending{typ: EventCancel, by: p.AgentID, reason: reasonCancelled, status: StatusCancelled}, now, s.shards)
 			written = true
 		case to == StatusCancelled:
-			// No lease to end: the status alone (completed_at is a
-			// completion's).
+			// No lease to end: the status, and the cancel recorded as a
+			// transition of its own (its event names no lease; the
+			// ending record, end_*, stays the last lease's). Not before
+			// the task's latest transition. completed_at is a
+			// completion's.
+			upd = upd.Set(nameESeq, nameESeq.Plus(expression.Value(1))).
+				Set(expression.Name("last_op"), expression.Value(string(EventCancel))).
+				Set(expression.Name("last_at"), expression.Value(max(ms(now), cur.LastAt))).
+				Set(namePriorAt, priorAt).
+				Set(expression.Name("cancel_by"), expression.Value(p.AgentID))
 		default: // todo, from done, cancelled or failed: reopen, with its attempts anew
 			upd = upd.Remove(expression.Name("completed_at")).Remove(nameAttempts).Remove(nameFailures)
 			notBefore = 0

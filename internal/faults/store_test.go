@@ -179,7 +179,7 @@ func audit(t *testing.T, s *lease.Store, tasks []string, grants []grant, ns *tes
 			switch {
 			case e.Type == lease.EventCheckout:
 				co[e.Fence]++
-			case e.Type.EndsLease():
+			case e.EndsLease():
 				end[e.Fence]++
 			}
 			top = max(top, e.Fence)
@@ -234,7 +234,7 @@ func audit(t *testing.T, s *lease.Store, tasks []string, grants []grant, ns *tes
 			t.Fatal(err)
 		}
 		for _, e := range evs {
-			if !e.Type.EndsLease() {
+			if !e.EndsLease() {
 				continue
 			}
 			if _, ok := byID[fmt.Sprintf("%s:%d:%s", task, e.Seq, lease.NoticeLeaseEnded)]; !ok {

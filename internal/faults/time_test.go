@@ -25,7 +25,7 @@ func checkTimeForward(t *testing.T, task string, evs []lease.Event) {
 		case e.Type == lease.EventCheckout:
 			locked[e.Fence] = e.At
 			fences = append(fences, e.Fence)
-		case e.Type.EndsLease() && e.Held != nil:
+		case e.EndsLease() && e.Held != nil:
 			if at, ok := locked[e.Fence]; ok {
 				ended[e.Fence] = at.Add(*e.Held)
 			}
