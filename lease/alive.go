@@ -65,10 +65,15 @@ import (
 // for the same reason, made once more at the clock read after its write
 // when the clock has moved on by then (returns only: one more write).
 //
-// Deaths are stamped when they were seen (the consistent read that found
-// the holder dead), not when their write lands: the sweep's ending and a
+// Deaths are stamped when the agent died, not when their write lands: the
+// expiry of the heartbeat that ran out, as the consistent read that found
+// the holder dead (or back from the dead, dead_at) shows it
+// (heartbeatItem.diedAt); for a lease taken while dead, its lock. When
+// that read does not say (a return whose death was settled), the time the
+// death was seen stands in. The sweep's ending, a cancel's and a
 // takeover's agent_death event (prev_end_at) carry that time, raised to
-// the lease's latest transition where needed.
+// the lease's latest transition where needed, so held_seconds runs to the
+// death.
 
 // aliveCache remembers, for a moment, that an agent is alive, so that a
 // storm of conflicts over one task reads its holder's heartbeat once rather
@@ -163,6 +168,9 @@ func (c *aliveCache) forget(agentID string) {
 type deathCache struct {
 	mu sync.Mutex
 	m  map[string]int64 // agent -> ms at or before which its leases have ended
+	// seen: agent -> the heartbeat that showed its latest death, and when
+	// it was read, which say when that death happened (diedAt).
+	seen map[string]deathRead
 	// removed: agent -> ms at or before which its leases ended by its
 	// removal (the id's tombstone, or its registration again after one), so
 	// that their ending is recorded as "agent removed".
@@ -190,6 +198,38 @@ func (c *deathCache) noteRemoval(agentID string, hb *heartbeatItem, readAt int64
 		c.removed = make(map[string]int64)
 	}
 	c.removed[agentID] = max(c.removed[agentID], upTo)
+}
+
+// deathRead is a heartbeat read dead, or back from the dead.
+type deathRead struct {
+	hb     heartbeatItem
+	readAt int64
+}
+
+// noteDeath remembers hb, read at readAt, as the record of agentID's
+// latest death.
+func (c *deathCache) noteDeath(agentID string, hb *heartbeatItem, readAt int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen == nil || len(c.seen) >= aliveCacheMax {
+		c.seen = make(map[string]deathRead)
+	}
+	if old, ok := c.seen[agentID]; !ok || old.readAt <= readAt {
+		c.seen[agentID] = deathRead{hb: *hb, readAt: readAt}
+	}
+}
+
+// diedAt is when a death of agentID ended its lease locked at lockedAt, as
+// far as this process saw it (heartbeatItem.diedAt); 0 when it does not
+// know.
+func (c *deathCache) diedAt(agentID string, lockedAt int64) int64 {
+	c.mu.Lock()
+	d, ok := c.seen[agentID]
+	c.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	return d.hb.diedAt(lockedAt, d.readAt)
 }
 
 func (c *deathCache) endedUpTo(agentID string) int64 {
@@ -440,7 +480,9 @@ func (s *Store) endedByDeath(ctx context.Context, agentID string, lockedAt int64
 	switch {
 	case hb.dead(readAt):
 		s.deaths.put(agentID, ms(readAt))
+		s.deaths.noteDeath(agentID, hb, ms(readAt))
 	case hb != nil && hb.AliveSince > 0:
+		s.deaths.noteDeath(agentID, hb, ms(readAt))
 		// Back from the dead: its leases locked up to its return ended
 		// with that death, which was over by the return. A takeover
 		// stamps the death then, not when it is written, which may fall

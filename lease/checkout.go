@@ -369,11 +369,15 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 			if over.LockedAt <= s.deaths.removedUpTo(over.Holder) {
 				prevReason = reasonRemoved
 			}
-			// The death's time is when the holder was seen dead, not this
-			// write's: a heartbeat that lands in between does not make it
-			// fall inside the holder's life. Not before the lease's latest
-			// transition, nor after now.
+			// The death's time is when the holder died (its heartbeat's
+			// expiry), or when it was seen dead if that is not known; not
+			// this write's: a heartbeat that lands in between does not make
+			// it fall inside the holder's life. Not before the lease's
+			// latest transition, nor after now.
 			if seen := s.deaths.endedUpTo(over.Holder); seen >= over.LockedAt {
+				if died := s.deaths.diedAt(over.Holder, over.LockedAt); died != 0 {
+					seen = min(seen, died)
+				}
 				prevEndAt = min(max(seen, over.LastAt), ms(now))
 			}
 		}

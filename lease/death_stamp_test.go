@@ -30,3 +30,41 @@ func TestTakeoverStampsADeathTheHolderCameBackFromAtItsReturn(t *testing.T) {
 		t.Fatalf("agent_death stamped at %v, inside a's life from its return at %v", death.At, returned)
 	}
 }
+
+// A lease ended by its holder's death was held until the holder died, when
+// its heartbeat ran out, not until the death was noticed: by a takeover, a
+// cancel or the sweep, each half a minute later. A death the holder came
+// back from is stamped at its expiry too.
+func TestAgentDeathIsHeldUntilTheHeartbeatRanOut(t *testing.T) {
+	t.Parallel()
+	const ttl = 10 * time.Second
+	for _, how := range []string{"takeover", "cancel", "sweep", "sweep after the return"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "t")
+			e.clock.Advance(time.Second)
+			hb := must[lease.Heartbeat](t)(e.store.Heartbeat(c, "mortal", ttl))
+			e.clock.Advance(2 * time.Second)
+			co := e.checkout(t, "t", "mortal", time.Hour)
+			e.clock.Advance(30 * time.Second) // dead since hb.ExpiresAt
+			switch how {
+			case "takeover":
+				e.checkout(t, "t", "heir", time.Hour)
+			case "cancel":
+				must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: new(lease.StatusCancelled)}))
+			case "sweep":
+				must[lease.SweepResult](t)(e.store.Sweep(c))
+			case "sweep after the return":
+				must[lease.Heartbeat](t)(e.store.Heartbeat(c, "mortal", time.Minute))
+				e.clock.Advance(time.Second)
+				must[lease.SweepResult](t)(e.store.Sweep(c))
+			}
+			death := deathOf(t, e, "t", co.Fence)
+			if want := hb.ExpiresAt.Sub(co.LockedAt); death.Held == nil || *death.Held != want || !death.At.Equal(hb.ExpiresAt) {
+				t.Fatalf("agent_death at %v held %v; want at %v (the heartbeat's expiry), held %v", death.At, death.Held, hb.ExpiresAt, want)
+			}
+		})
+	}
+}

@@ -34,10 +34,11 @@ import (
 // previous transition's of the same task (the old image's last_at), so a
 // decider whose clock is a little behind cannot put a task's events out
 // of order. That is the event's own time, but for an ending stamped
-// before its write: an agent_death recorded after the agent came back is
-// stamped at its return (a takeover's, or a sweep's a sweep interval
-// later), and listing it there would hide it from every follower whose
-// cursor has passed that time. Both times come from the change record
+// before its write: an agent_death is stamped when the agent died (its
+// heartbeat's expiry, or its return when that is not known), while a
+// takeover, a cancel or a sweep up to a sweep interval later records it,
+// and listing it there would hide it from every follower whose cursor has
+// passed that time. Both times come from the change record
 // itself, so a replayed record rewrites the same keys and the feed holds
 // each transition exactly once.
 //

@@ -600,6 +600,24 @@ func (hb *heartbeatItem) removedUpTo(readAt int64) int64 {
 	return hb.RegisteredAt
 }
 
+// diedAt is when the death of the agent hb (read at readAt) ended a lease
+// it locked at lockedAt: the expiry of the heartbeat that ran out (kept as
+// dead_at when the agent came back before the sweep), or the lock itself
+// for a lease taken while dead; 0 when hb says no death ended that lease,
+// or does not say when (a return whose death was settled: the caller
+// stamps it at the return, as before).
+func (hb *heartbeatItem) diedAt(lockedAt, readAt int64) int64 {
+	switch {
+	case hb == nil:
+		return 0
+	case lockedAt <= hb.AliveSince && hb.DeadAt > 0 && hb.DeadAt <= hb.AliveSince:
+		return max(hb.DeadAt, lockedAt) // ended by the death it came back from
+	case lockedAt > hb.AliveSince && hb.ExpiresAt <= readAt:
+		return max(hb.ExpiresAt, lockedAt) // dead now
+	}
+	return 0
+}
+
 // holderAlive reports whether the holder of a lease locked at lockedAt is
 // alive by its heartbeat. hb is nil for an agent that never sent one: it is
 // not watched and counts as alive.

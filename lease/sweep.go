@@ -142,10 +142,14 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 			continue
 		}
 		upTo, reason := d.upTo, reasonHeartbeat
-		if it.LockedAt <= d.removed {
-			upTo, reason = d.removed, reasonRemoved
+		at := upTo
+		if died := d.hb.diedAt(it.LockedAt, d.readAt); died != 0 {
+			at = min(at, died) // when it died, not when the sweep saw it
 		}
-		ended, err := s.endDeadLease(ctx, it, upTo, reason)
+		if it.LockedAt <= d.removed {
+			upTo, at, reason = d.removed, d.removed, reasonRemoved
+		}
+		ended, err := s.endDeadLease(ctx, it, upTo, at, reason)
 		if err != nil {
 			return res, err
 		}
@@ -218,6 +222,10 @@ const settleAfter = 30 * time.Second
 type death struct {
 	upTo, removed int64
 	settle        *heartbeatItem
+	// hb is the heartbeat judged, read at readAt: it says when the agent
+	// died (heartbeatItem.diedAt).
+	hb     *heartbeatItem
+	readAt int64
 }
 
 // judgeDeath reads agentID's heartbeat consistently, for a candidate that
@@ -233,7 +241,7 @@ func (s *Store) judgeDeath(ctx context.Context, agentID string) (death, bool, er
 	if err != nil || hb == nil {
 		return death{}, false, err
 	}
-	var d death
+	d := death{hb: hb, readAt: ms(readAt)}
 	switch {
 	case hb.dead(readAt):
 		d.upTo = ms(readAt)
@@ -306,8 +314,10 @@ func (s *Store) leasesOf(ctx context.Context, agentID string) ([]taskItem, error
 // locked up to upTo, recording agent_death. The index only proposes: the
 // write is conditioned on that exact lease and on locked_at, so a lease the
 // agent took after coming back to life is left alone. Its event is
-// stamped when the death was seen (upTo: for an agent that came back, its
-// return, which the event must not fall after), or later when the lease's
+// stamped at `at`: when the agent died (its heartbeat's expiry, not
+// after upTo), or when the death was seen if that is not known (upTo: for
+// an agent that came back, its return, which the event must not fall
+// after); never before the lease was locked, and later when the lease's
 // latest transition is later (sweepEnd keeps the time rule); its write is
 // made at the sweep's time, which is where the fleet feed lists it
 // (feed.go), so that the feed's followers, who have read past upTo, see
@@ -319,7 +329,7 @@ func (s *Store) leasesOf(ctx context.Context, agentID string) ([]taskItem, error
 // conditions are disjoint on the expiry, which only a renewal moves, and
 // only later: an entry that shows the lease expired may lag a renewal,
 // and then the death's write is the one that applies.
-func (s *Store) endDeadLease(ctx context.Context, it *taskItem, upTo int64, reason string) (bool, error) {
+func (s *Store) endDeadLease(ctx context.Context, it *taskItem, upTo, at int64, reason string) (bool, error) {
 	cond := pinnedTo(it).and(expression.Name("locked_at").LessThanEqual(expression.Value(upTo)))
 	now := s.clockAfter(upTo)
 	if it.LeaseExpires <= upTo {
@@ -329,7 +339,7 @@ func (s *Store) endDeadLease(ctx context.Context, it *taskItem, upTo int64, reas
 		}
 	}
 	died := cond.and(nameExpires.GreaterThan(expression.Value(upTo)))
-	return s.sweepEnd(ctx, it, died, EventAgentDeath, reason, now, upTo)
+	return s.sweepEnd(ctx, it, died, EventAgentDeath, reason, now, max(at, it.LockedAt))
 }
 
 // endLeasesOf ends every lease agentID holds that was locked at or before
@@ -340,7 +350,7 @@ func (s *Store) endLeasesOf(ctx context.Context, agentID string, upTo int64, rea
 		return 0, err
 	}
 	for i := range items {
-		ok, err := s.endDeadLease(ctx, &items[i], upTo, reason)
+		ok, err := s.endDeadLease(ctx, &items[i], upTo, upTo, reason)
 		if err != nil {
 			return ended, err
 		}

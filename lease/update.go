@@ -263,13 +263,16 @@ func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) (end
 		e.typ, e.reason = EventTimeout, "lease expired"
 		cond = cond.and(nameExpires.LessThanEqual(expression.Value(ms(now))))
 	} else {
-		// A death is stamped when it was seen, as a takeover stamps it (a
-		// heartbeat landing in between must not put it inside a new life),
-		// and never before the read that saw it: the caller's now may
-		// have been read before it. The write itself is made now, which is
+		// A death is stamped when the holder died (its heartbeat's
+		// expiry), or when it was seen dead if that is not known, as a
+		// takeover stamps it (a heartbeat landing in between must not put
+		// it inside a new life). The write itself is made now, which is
 		// where the fleet feed lists it (ending.at).
 		now = s.clockAfter(cur.LastAt)
 		if seen := s.deaths.endedUpTo(cur.Holder); seen >= cur.LockedAt {
+			if died := s.deaths.diedAt(cur.Holder, cur.LockedAt); died != 0 {
+				seen = min(seen, died)
+			}
 			if at := max(seen, cur.LastAt); at < ms(now) {
 				e.at = at
 			}
