@@ -606,8 +606,8 @@ type grantRecord struct {
 }
 
 // noteGrant keeps a named claim's grant in its receipt, so that a retry gets
-// this very lease whatever has happened to the task since (released, taken
-// over, claimed again). It is kept even if the caller has gone, and tried a
+// this very lease whatever has happened to the task since (renewed,
+// released, taken over, claimed again): the retry reads it on its task. It is kept even if the caller has gone, and tried a
 // few times; a failure is logged: a retry then finds the lease on the task,
 // or in its trail (see claimedBefore).
 func (s *Store) noteGrant(ctx context.Context, c Checkout) {
@@ -677,7 +677,8 @@ func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string,
 
 // claimedBefore finds the lease an earlier attempt of this named claim got:
 // it reads the receipt and the tasks it lists, all consistently. The lease
-// is returned as it was granted, live or, if it has ended since, as it was.
+// is returned as it is now: live (with its expiry and timeout after any
+// renewal), or, if it has ended since, as it was, expiring when it ended.
 func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (Checkout, bool, error) {
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)), ConsistentRead: aws.Bool(true),
@@ -692,32 +693,53 @@ func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (Check
 	if len(out.Item) == 0 || attributevalue.UnmarshalMap(out.Item, &rec) != nil {
 		return Checkout{}, false, nil
 	}
+	tried := rec.Tried
 	if g := rec.Granted; g != nil {
-		return Checkout{
-			TaskID: g.Task, AgentID: agentID, AgentName: cmp.Or(g.Name, agentID), RunID: runID, Fence: g.Fence,
-			LockedAt: fromMS(g.Locked), ExpiresAt: fromMS(g.Expires), Timeout: fromMS(g.Expires).Sub(fromMS(g.Locked)), Reason: g.Reason,
-			Title: g.Title, Queue: g.Queue, Priority: g.Priority, Attempt: g.Attempt,
-		}, true, nil
+		// The grant names its task: the lease is read there as it is now
+		// (renewed, or ended), with the grant's own details.
+		c, ok, err := s.leaseOfRun(ctx, []string{g.Task}, agentID, runID, g.Fence)
+		if err != nil {
+			return Checkout{}, false, err
+		}
+		if !ok {
+			// Moved on, and its ending not in the trail (not archived
+			// within trailWait, or past the trail's retention): ended by
+			// now, at its expiry at the latest.
+			end := min(g.Expires, max(ms(s.clock()), g.Locked))
+			c = Checkout{TaskID: g.Task, AgentID: agentID, RunID: runID, Fence: g.Fence, LockedAt: fromMS(g.Locked),
+				ExpiresAt: fromMS(end), Timeout: fromMS(end).Sub(fromMS(g.Locked)), Reason: g.Reason}
+		}
+		c.AgentName, c.Title, c.Queue, c.Priority, c.Attempt = cmp.Or(g.Name, agentID), g.Title, g.Queue, g.Priority, g.Attempt
+		return c, true, nil
 	}
-	for _, taskID := range rec.Tried {
+	return s.leaseOfRun(ctx, tried, agentID, runID, 0)
+}
+
+// leaseOfRun finds the lease the run (agentID, runID) got on one of tasks
+// (of fence, when not 0), as it is now: live on the task, or, if it has
+// ended, as it was, expiring when it ended: the task's last ending, the
+// lease its latest checkout took over, or, once the task has moved on,
+// the grant in its trail. Every read is consistent.
+func (s *Store) leaseOfRun(ctx context.Context, tasks []string, agentID, runID string, fence int64) (Checkout, bool, error) {
+	is := func(agent, run string, f int64) bool { return agent == agentID && run == runID && (fence == 0 || f == fence) }
+	for _, taskID := range tasks {
 		it, err := s.getTask(ctx, taskID)
 		if err != nil {
 			return Checkout{}, false, err
 		}
 		switch {
 		case it == nil:
-		case it.Holder == agentID && it.RunID == runID:
+		case is(it.Holder, it.RunID, it.Fence):
 			return it.checkout(), true, nil
-		case it.EndAgent == agentID && it.EndRun == runID:
+		case is(it.EndAgent, it.EndRun, it.EndFence):
 			return it.endedCheckout(), true, nil
-		case it.PrevAgent == agentID && it.PrevRun == runID:
+		case is(it.PrevAgent, it.PrevRun, it.PrevFence):
 			return it.replacedCheckout(), true, nil // taken over since
 		}
 	}
-	// The task has moved on past the lease, and its grant was not kept in
-	// the receipt: the trail still has it.
+	// The task has moved on past the lease: the trail still has it.
 	deadline := time.Now().Add(trailWait)
-	for _, taskID := range rec.Tried {
+	for _, taskID := range tasks {
 		if c, ok, err := s.grantInTrail(ctx, taskID, agentID, runID, deadline); ok || err != nil {
 			return c, ok, err
 		}

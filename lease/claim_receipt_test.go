@@ -82,3 +82,63 @@ func TestClaimRetryWithItsReceiptLostGetsTheSameLease(t *testing.T) {
 		})
 	}
 }
+
+// A named claim retried gets its lease as it is now: renewed, with its
+// new expiry and timeout; ended (released, force-released, timed out and
+// swept, taken over, or long moved on), expiring when it ended, never
+// shown as live. It is never granted a second lease.
+func TestClaimRetryAnswersTheLeaseAsItIsNow(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"renewed", "released", "force-released", "swept", "taken over", "moved on"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "x")
+			first := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute}))
+			e.clock.Advance(time.Second)
+			wantExp, wantTimeout := first.LockedAt.Add(time.Second), time.Second // ended a second in
+			switch how {
+			case "renewed":
+				r := must[lease.Checkout](t)(e.store.Renew(c, lease.RenewParams{TaskID: "x", AgentID: "a", RunID: "run-1", Timeout: 10 * time.Minute}))
+				wantExp, wantTimeout = r.ExpiresAt, 10*time.Minute
+			case "released":
+				must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a", RunID: "run-1"}))
+			case "force-released":
+				must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "admin", Force: true}))
+			case "swept":
+				e.clock.Advance(2 * time.Minute)
+				must[lease.SweepResult](t)(e.store.Sweep(c))
+				wantExp, wantTimeout = first.ExpiresAt, time.Minute
+			case "taken over":
+				e.clock.Advance(2 * time.Minute)
+				e.checkout(t, "x", "b", time.Minute)
+				wantExp, wantTimeout = first.ExpiresAt, time.Minute
+			case "moved on":
+				must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a", RunID: "run-1"}))
+				e.clock.Advance(time.Second)
+				co := e.checkout(t, "x", "b", time.Minute)
+				must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "b", RunID: co.RunID}))
+				e.drain(t)
+			}
+			e.clock.Advance(time.Second)
+			again := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute}))
+			if again.TaskID != first.TaskID || again.Fence != first.Fence || !again.LockedAt.Equal(first.LockedAt) ||
+				again.Title != first.Title || again.Queue != first.Queue || again.Attempt != first.Attempt {
+				t.Fatalf("retry got %+v, want the first lease %+v", again, first)
+			}
+			if !again.ExpiresAt.Equal(wantExp) || again.Timeout != wantTimeout {
+				t.Fatalf("retry: expires %v, timeout %v; want %v, %v", again.ExpiresAt, again.Timeout, wantExp, wantTimeout)
+			}
+			var runs int
+			for _, ev := range e.events(t, "x") {
+				if ev.Type == lease.EventCheckout && ev.RunID == "run-1" {
+					runs++
+				}
+			}
+			if runs != 1 {
+				t.Fatalf("run-1 was granted %d leases", runs)
+			}
+		})
+	}
+}

@@ -182,8 +182,9 @@ type prevRecord struct {
 	// PrevReason is why it ended, when not the usual one for PrevEnd
 	// (an agent_death by the holder's removal).
 	PrevReason string `dynamodbav:"prev_reason,omitempty"`
-	// PrevEndAt is when an agent_death was seen (the holder read dead),
-	// the time of its event; 0: the checkout's own time.
+	// PrevEndAt is when the agent_death happened (the holder's heartbeat
+	// expiry, or when it was read dead), the time of its event; 0: the
+	// checkout's own time.
 	PrevEndAt int64 `dynamodbav:"prev_end_at,omitempty"`
 }
 
@@ -404,21 +405,26 @@ func (t *taskItem) endEvent() (eventItem, bool) {
 // endedCheckout is the last lease an ending write ended, as it was.
 func (t *taskItem) endedCheckout() Checkout {
 	r := t.endRecord
+	end := fromMS(r.EndLocked + heldMS(r.EndType, r.EndLocked, r.EndExpires, r.EndAt))
 	return Checkout{
 		TaskID: t.TaskID, AgentID: r.EndAgent, AgentName: r.EndAgent, RunID: r.EndRun, Fence: r.EndFence,
-		LockedAt: fromMS(r.EndLocked), ExpiresAt: fromMS(r.EndExpires),
-		Timeout: fromMS(r.EndExpires).Sub(fromMS(r.EndLocked)), Reason: r.EndLeaseReason,
+		LockedAt: fromMS(r.EndLocked), ExpiresAt: end, Timeout: end.Sub(fromMS(r.EndLocked)), Reason: r.EndLeaseReason,
 		Title: t.Title, Queue: t.queue(), Priority: t.priority(),
 	}
 }
 
-// replacedCheckout is the lease the latest checkout took over, as it was.
+// replacedCheckout is the lease the latest checkout took over, as it was,
+// expiring when it ended (its expiry, or its holder's death).
 func (t *taskItem) replacedCheckout() Checkout {
 	r := t.prevRecord
+	at := t.LockedAt
+	if r.PrevEndAt != 0 {
+		at = r.PrevEndAt
+	}
+	end := fromMS(r.PrevLocked + heldMS(r.PrevEnd, r.PrevLocked, r.PrevExpires, at))
 	return Checkout{
 		TaskID: t.TaskID, AgentID: r.PrevAgent, AgentName: r.PrevAgent, RunID: r.PrevRun, Fence: r.PrevFence,
-		LockedAt: fromMS(r.PrevLocked), ExpiresAt: fromMS(r.PrevExpires),
-		Timeout: fromMS(r.PrevExpires).Sub(fromMS(r.PrevLocked)),
+		LockedAt: fromMS(r.PrevLocked), ExpiresAt: end, Timeout: end.Sub(fromMS(r.PrevLocked)),
 	}
 }
 

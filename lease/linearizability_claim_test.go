@@ -54,21 +54,23 @@ func checkSeq(t *testing.T, start int64, tasks, agents int, h []porcupine.Operat
 	}
 }
 
-// A named claim retried answers with the lease as it was granted (the
-// receipt keeps the grant), after the holder renewed it, after the task
-// moved on by two leases, and after the holder was removed: the flake of
-// TestLinearizabilityClaim, minimised. The model had the retry answer with
-// the lease as the task now holds it (a renewed expiry), or grant a new one
-// once the task had moved on, as the store did before its receipts kept
-// the grant.
+// A named claim retried answers with the lease its receipt names, as it is
+// now (renewed: its new expiry; ended: expiring when it ended), after the
+// holder renewed it, after the task moved on by two leases, and after the
+// holder was removed: the flake of TestLinearizabilityClaim, minimised.
+// The model had the retry grant a new lease once the task had moved on, as
+// the store did before its receipts kept the grant.
 func TestLinearizabilityClaimRetrySequential(t *testing.T) {
 	t.Parallel()
 	claim := wIn{Op: "claim", Agent: 0, Run: "agent-00-c1", Timeout: 30_000, Queues: "default,q1"}
 	for _, c := range []struct {
 		name string
-		ins  func(start int64) []wIn
+		// expires is when the retry says the lease expires (or expired),
+		// in ms after start: renewed at 5 s for 30 s, or when it ended.
+		expires int64
+		ins     func(start int64) []wIn
 	}{
-		{"renewed", func(start int64) []wIn {
+		{"renewed", 35_000, func(start int64) []wIn {
 			return []wIn{
 				claim,
 				{Op: "tick", Now: start + 5_000},
@@ -76,7 +78,7 @@ func TestLinearizabilityClaimRetrySequential(t *testing.T) {
 				claim,
 			}
 		}},
-		{"released and claimed again by another", func(start int64) []wIn {
+		{"released and claimed again by another", 0, func(start int64) []wIn {
 			return []wIn{
 				claim,
 				{Op: "release", Task: 0, Agent: 0, Run: claim.Run},
@@ -85,7 +87,7 @@ func TestLinearizabilityClaimRetrySequential(t *testing.T) {
 				claim,
 			}
 		}},
-		{"expired, taken over twice", func(start int64) []wIn {
+		{"expired, taken over twice", 30_000, func(start int64) []wIn {
 			return []wIn{
 				claim,
 				{Op: "tick", Now: start + 30_000},
@@ -95,7 +97,7 @@ func TestLinearizabilityClaimRetrySequential(t *testing.T) {
 				claim,
 			}
 		}},
-		{"holder removed, task claimed again", func(start int64) []wIn {
+		{"holder removed, task claimed again", 0, func(start int64) []wIn {
 			return []wIn{
 				claim,
 				{Op: "remove", Agent: 0},
@@ -114,8 +116,10 @@ func TestLinearizabilityClaimRetrySequential(t *testing.T) {
 				t.Fatalf("start %d, want %d", got, start)
 			}
 			first, last := h[0].Output.(wOut), h[len(h)-1].Output.(wOut)
-			if first.Kind != "ok" || last != first {
-				t.Errorf("the retry answered %+v, the claim %+v", last, first)
+			want := first
+			want.Expires = start + c.expires
+			if first.Kind != "ok" || last != want {
+				t.Errorf("the retry answered %+v, want %+v (the claim's lease as it is now)", last, want)
 			}
 			checkSeq(t, start, 3, 3, h)
 		})
