@@ -150,14 +150,14 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 	var notices []Notice
 	fw := freeingWatches{s: s}
 	var blockers []blockerStep // completions and reopens of blockers, in order
-	var settle [][2]*taskItem  // changes leaving a task waiting: old (nil for new) and new
+	var settle [][2]*taskItem  // blocked tasks' changes: old (nil for new) and new
 	ttl := s.clock().Add(s.retention).Unix()
 	for _, ch := range changes {
 		old, cur, transition, err := decodeChange(ch)
 		if err != nil {
 			return err
 		}
-		if cur.TaskID != "" && (cur.Status == StatusBlocked || cur.Status == StatusTodo && len(cur.WaitingOn) > 0) {
+		if cur.TaskID != "" && cur.Status == StatusBlocked {
 			var before *taskItem
 			if ch.Old != nil {
 				before = &old

@@ -721,7 +721,9 @@ func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (Check
 // lease its latest checkout took over, or, once the task has moved on,
 // the grant in its trail. Every read is consistent.
 func (s *Store) leaseOfRun(ctx context.Context, tasks []string, agentID, runID string, fence int64) (Checkout, bool, error) {
-	is := func(agent, run string, f int64) bool { return agent == agentID && run == runID && (fence == 0 || f == fence) }
+	is := func(agent, run string, f int64) bool {
+		return agent == agentID && run == runID && (fence == 0 || f == fence)
+	}
 	for _, taskID := range tasks {
 		it, err := s.getTask(ctx, taskID)
 		if err != nil {

@@ -90,9 +90,9 @@ import (
 // blocker and has not started, that makes a todo task blocked (out of the
 // claim index, no event) or adds the blocker to a blocked one's
 // waiting_on. A dependent in progress keeps its lease and is marked as
-// waiting on the blocker: if that lease ends other than by completion, the
-// stream blocks the task again (rewait). A dependent done, cancelled or
-// failed is left alone. The stream passes a blocker's completions and reopens on in
+// waiting on the blocker: if that lease ends other than by completion,
+// the ending's own write makes it blocked rather than todo (endLease). A
+// dependent done, cancelled or failed is left alone. The stream passes a blocker's completions and reopens on in
 // the order they were written, each as the blocker is when the stream
 // reads it: a completion of a blocker that is not done by then unblocks
 // nothing, and a reopen of one that is done again blocks nothing, since
@@ -356,12 +356,14 @@ func (s *Store) settle(ctx context.Context, taskID string, waiting []string) (ma
 //
 // The last blocker's unblocking is one write (unblockWrite, on condition
 // that the blocker is the only one waited on). When more are waited on,
-// the blocker is taken out alone; if that left none (two blockers
-// completed at once, each taking itself out while the other was still
-// there), the task is unblocked by a second write on condition that
-// nothing is waited on (the same one the change stream makes for a task
-// left so by a writer that stopped between the two). Either way the
-// unblocking write can apply once.
+// or the task is not blocked, the blocker is taken out alone, on
+// condition that it is not by then the only one of a blocked task (two
+// blockers completing at once, or a marked task's lease ending in
+// between): then the unblocking write is tried again instead. A task
+// left blocked waiting on nothing (by a writer that stopped in between)
+// is unblocked by a write on condition that nothing is waited on, the one
+// the change stream makes too. Either way the unblocking write can apply
+// once.
 func (s *Store) unblock(ctx context.Context, taskID, blocker string) error {
 	waits := expression.Contains(nameWaitingOn, blocker)
 	var floor int64
@@ -379,8 +381,11 @@ func (s *Store) unblock(ctx context.Context, taskID, blocker string) error {
 			continue
 		case slices.Contains(cur.WaitingOn, blocker):
 			// Not the last blocker, or the task is not blocked (cancelled,
-			// say): only take the blocker out.
-			after, applied, err := s.update(ctx, taskID, terms{waits},
+			// say): only take the blocker out, unless the task has become
+			// blocked on it alone meanwhile (a lease of a marked task
+			// ended): then the unblocking write, one write as ever.
+			lastOfBlocked := nameStatus.Equal(expression.Value(string(StatusBlocked))).And(last)
+			after, applied, err := s.update(ctx, taskID, terms{waits, expression.Not(lastOfBlocked)},
 				expression.Delete(nameWaitingOn, expression.Value(&types.AttributeValueMemberSS{Value: []string{blocker}})), types.ReturnValueAllNew)
 			if err != nil {
 				return err
@@ -453,12 +458,8 @@ func (s *Store) unblockWrite(ctx context.Context, taskID, blocker string, now ti
 // a task blocked while waiting on blockers it did not wait on before (a
 // creation, a PATCH of blocked_by) has them read and settled, as its
 // writer should have; one that left a task blocked waiting on nothing is
-// unblocked; one that left a task todo while still waiting (a lease ended
-// after a blocker was reopened) blocks it again (rewait).
+// unblocked.
 func (s *Store) settleChange(ctx context.Context, old, cur *taskItem) error {
-	if cur.Status == StatusTodo && len(cur.WaitingOn) > 0 {
-		return s.rewait(ctx, cur)
-	}
 	if cur.Status != StatusBlocked {
 		return nil
 	}
@@ -538,9 +539,10 @@ func (s *Store) reblockDependents(ctx context.Context, blocker string) error {
 // A task in progress keeps its lease, and is marked instead: blocker is
 // added to what it waits on, its status left as it is (a second write,
 // touching no index). If its lease ends other than by completion, the
-// ending leaves it todo still waiting, and the change stream blocks it
-// again (settleChange); a completion of blocker before then takes the
-// mark off, as it unblocks any task waiting on it.
+// ending's write finds the mark and makes the task blocked, not todo
+// (endLease); a checkout or claim does not take such a lease over (the
+// checkout ends it so, and answers blocked). A completion of blocker
+// before then takes the mark off, as it unblocks any task waiting on it.
 func (s *Store) reblock(ctx context.Context, taskID, blocker string) error {
 	waits := expression.Contains(nameWaitingOn, blocker)
 	names := expression.Contains(expression.Name("blocked_by"), blocker)
@@ -569,26 +571,6 @@ func (s *Store) reblock(ctx context.Context, taskID, blocker string) error {
 		// task left todo is blocked now.
 	}
 	return fmt.Errorf("reblock %s: %w", taskID, ErrBusy)
-}
-
-// rewait is the change stream's part when a task's lease ended while the
-// task was marked as waiting (see reblock): the task, todo, is blocked
-// again on each blocker it waits on that is still not done, and stops
-// waiting on those done by now. Until then, about a second, a grant may
-// take it, as one may in the moment before any reblocking.
-func (s *Store) rewait(ctx context.Context, cur *taskItem) error {
-	got, err := s.settle(ctx, cur.TaskID, cur.WaitingOn)
-	if err != nil {
-		return err
-	}
-	for _, id := range cur.WaitingOn {
-		if it := got[id]; it != nil && it.Status != StatusDone {
-			if err := s.reblock(ctx, cur.TaskID, id); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // unlink deletes taskID's edges to blockers it no longer names, best

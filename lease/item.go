@@ -366,12 +366,16 @@ func (t *taskItem) task(live bool) Task {
 
 // afterEnding is the status that the ending of the task's lease, ended
 // by time or by its holder's death and not yet swept, leads to: that
-// ending is a failed attempt, so todo, or failed at the attempt limit.
+// ending is a failed attempt, so todo (blocked for a task marked as
+// waiting on a reopened blocker), or failed at the attempt limit.
 func (t *taskItem) afterEnding() Status {
-	if t.belowLimit() {
-		return StatusTodo
+	switch {
+	case !t.belowLimit():
+		return StatusFailed
+	case len(t.WaitingOn) > 0:
+		return StatusBlocked
 	}
-	return StatusFailed
+	return StatusTodo
 }
 
 // heldMS is how long a lease locked at locked and ending by typ at `at` was
@@ -529,7 +533,9 @@ func (t *taskItem) latestEvents() []itemEvent {
 		// A cancel frees the task of its lease: watchers are told, with
 		// reason cancel, though the task is not claimable.
 		ev.PrevSeq, ev.PrevAt = ev.Seq-1, t.PriorAt
-		return []itemEvent{{eventItem: ev, frees: ev.Type != EventComplete, errored: t.EndErrored}}
+		// An ending that left the task blocked (it waits on a reopened
+		// blocker) frees nothing: its watchers are told at the unblocking.
+		return []itemEvent{{eventItem: ev, frees: ev.Type != EventComplete && t.Status != StatusBlocked, errored: t.EndErrored}}
 	}
 	return nil
 }
@@ -607,17 +613,20 @@ func (hb *heartbeatItem) removedUpTo(readAt int64) int64 {
 }
 
 // diedAt is when the death of the agent hb (read at readAt) ended a lease
-// it locked at lockedAt: the expiry of the heartbeat that ran out (kept as
-// dead_at when the agent came back before the sweep), or the lock itself
-// for a lease taken while dead; 0 when hb says no death ended that lease,
-// or does not say when (a return whose death was settled: the caller
-// stamps it at the return, as before).
+// it locked at lockedAt: the expiry of the heartbeat that ran out, or the
+// lock itself for a lease taken while dead; 0 when hb says no death ended
+// that lease, or does not say when, and the caller stamps the death when
+// it was seen. A lease locked since the agent's latest return and dead
+// now ended at the current expiry. One locked before the return ended at
+// dead_at, the earliest death not swept yet, if it was locked by then; if
+// it was locked later, a later death (of the agent back and dead again)
+// may have ended it, and hb does not say when.
 func (hb *heartbeatItem) diedAt(lockedAt, readAt int64) int64 {
 	switch {
 	case hb == nil:
 		return 0
-	case lockedAt <= hb.AliveSince && hb.DeadAt > 0 && hb.DeadAt <= hb.AliveSince:
-		return max(hb.DeadAt, lockedAt) // ended by the death it came back from
+	case lockedAt <= hb.AliveSince && hb.DeadAt > 0 && lockedAt <= hb.DeadAt && hb.DeadAt <= hb.AliveSince:
+		return hb.DeadAt // ended by the death it came back from
 	case lockedAt > hb.AliveSince && hb.ExpiresAt <= readAt:
 		return max(hb.ExpiresAt, lockedAt) // dead now
 	}

@@ -262,3 +262,58 @@ func TestADependentReleasedWhileItIsReblockedIsBlocked(t *testing.T) {
 		t.Fatalf("claim of d's queue: %v, want no task available", err)
 	}
 }
+
+// A dependent marked as waiting on its reopened blocker is blocked by the
+// very write that ends its lease, not a moment later: no claim or checkout
+// can take it in between, a checkout that finds its lease expired ends it
+// and answers blocked rather than taking it over, and its watchers are
+// told when it is unblocked, not when it is blocked.
+func TestAMarkedDependentIsBlockedByTheWriteThatEndsItsLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "a")
+	e.create(t, lease.CreateTaskParams{TaskID: "released", Queue: "rb2-released", BlockedBy: []string{"a"}})
+	e.create(t, lease.CreateTaskParams{TaskID: "expired", Queue: "rb2-expired", BlockedBy: []string{"a"}})
+	e.complete(t, "a", "x")
+	e.drain(t)
+	rel := e.checkout(t, "released", "r", time.Hour)
+	e.checkout(t, "expired", "s", time.Minute)
+	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "released", AgentID: "w", Watch: true}); !errors.Is(err, lease.ErrCheckedOut) {
+		t.Fatalf("w's checkout with watch: %v, want checked out", err)
+	}
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "a", AgentID: "x", Status: new(lease.StatusTodo)}))
+	e.drain(t) // marks both
+
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "released", AgentID: "r", RunID: rel.RunID}))
+	e.clock.Advance(2 * time.Minute)
+	var be *lease.BlockedError
+	for _, id := range []string{"released", "expired"} {
+		// Before the change stream runs.
+		if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "y", Queues: []string{"rb2-" + id}}); !errors.Is(err, lease.ErrNoTaskAvailable) {
+			t.Fatalf("claim of %s's queue: %v, want no task available", id, err)
+		}
+		if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: id, AgentID: "y"}); !errors.As(err, &be) || !slices.Equal(blockerIDs(be.BlockedBy), []string{"a=todo"}) {
+			t.Fatalf("checkout of %s: %v, want BlockedError naming a", id, err)
+		}
+		if d := e.get(t, id); d.Status != lease.StatusBlocked {
+			t.Fatalf("%s: %s, want blocked", id, d.Status)
+		}
+	}
+	if k := kinds(e.events(t, "expired")); !slices.Equal(k, []lease.EventType{"unblocked", "checkout", "timeout"}) {
+		t.Errorf("expired's trail %v: its lease ended by time, and nobody took it over", k)
+	}
+	if msgs := e.inbox(t, "w"); len(msgs) != 0 {
+		t.Fatalf("w was told %+v while released is blocked", msgs)
+	}
+	e.complete(t, "a", "x")
+	e.drain(t)
+	for _, id := range []string{"released", "expired"} {
+		if st := e.get(t, id).Status; st != lease.StatusTodo {
+			t.Fatalf("%s after a completed again: %s, want todo", id, st)
+		}
+	}
+	if msgs := e.inbox(t, "w"); len(msgs) != 1 || msgs[0].TaskID != "released" || msgs[0].Reason != string(lease.EventUnblocked) {
+		t.Fatalf("w's inbox once released is unblocked: %+v, want one unblocked message", msgs)
+	}
+}
