@@ -1,13 +1,16 @@
 package lease_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/checkout-dev/checkout/lease"
 )
@@ -134,5 +137,43 @@ func FuzzListTasksCursorKey(f *testing.F) {
 		defer cancel()
 		_, err = e.store.ListTasks(c, lease.ListTasksParams{Cursor: base64.RawURLEncoding.EncodeToString(b)})
 		domainOnly(t, "list tasks", err)
+	})
+}
+
+// NormalizeMetadata keeps the JSON it is given: the same value (keys,
+// order aside, strings and numbers' digits), valid UTF-8, never longer
+// than compact, and normalizing again changes nothing.
+func FuzzNormalizeMetadata(f *testing.F) {
+	for _, s := range []string{`{}`, `{"k":"\u00e9\u2603"}`, `{"a":[1,2.50,{"b":"\"\\\u0001"}],"c":null,"d":true}`,
+		`{ "x" : "\ud800" }`, "{\"k\":\"a\xffb\"}", `{"k":"\u2028<>&"}`, `[1,"\u0041"]`, `"\u0041"`, `{"a":`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		out := lease.NormalizeMetadata(in)
+		if !json.Valid(in) {
+			return // refused by the checks that follow it
+		}
+		if !utf8.Valid(out) || !json.Valid(out) {
+			t.Fatalf("%q normalized to %q: not valid UTF-8 JSON", in, out)
+		}
+		var compact bytes.Buffer
+		if json.Compact(&compact, in) == nil && utf8.Valid(in) && len(out) > compact.Len() {
+			t.Fatalf("%q normalized to %q, longer than compact %q", in, out, compact.Bytes())
+		}
+		decode := func(b []byte) any {
+			d := json.NewDecoder(bytes.NewReader(b))
+			d.UseNumber()
+			var v any
+			if err := d.Decode(&v); err != nil {
+				t.Fatalf("decode %q: %v", b, err)
+			}
+			return v
+		}
+		if utf8.Valid(in) && !reflect.DeepEqual(decode(in), decode(out)) {
+			t.Fatalf("%q normalized to %q: another value", in, out)
+		}
+		if again := lease.NormalizeMetadata(out); !bytes.Equal(again, out) {
+			t.Fatalf("normalizing %q again gave %q", out, again)
+		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"slices"
 	"strconv"
@@ -143,9 +144,12 @@ func CheckTaskFields(title, description, queue *string, priority *int, metadata 
 // NormalizeMetadata is metadata as it is kept, measured and answered:
 // bytes that are not UTF-8 replaced by U+FFFD, as JSON decoding does in
 // every other field (so no answer carries them, and the 4 KiB bound holds
-// for what GET shows), and compacted, so that whitespace counts for
-// nothing. Keys keep their order and numbers their digits. Metadata that
-// is not valid JSON is returned as it is, for CheckTaskFields to refuse.
+// for what GET shows), compacted, so that whitespace counts for nothing,
+// and its strings written as their characters rather than \u escapes, so
+// that a client whose encoder escapes every character past ASCII is held
+// to the same 4 KiB (unescaped). Keys keep their order and numbers their
+// digits. Metadata that is not valid JSON is returned as it is, for
+// CheckTaskFields to refuse.
 func NormalizeMetadata(metadata json.RawMessage) json.RawMessage {
 	if metadata == nil {
 		return nil
@@ -168,7 +172,66 @@ func NormalizeMetadata(metadata json.RawMessage) json.RawMessage {
 	if err := json.Compact(&buf, valid); err != nil {
 		return valid
 	}
+	if !bytes.Contains(buf.Bytes(), []byte(`\u`)) {
+		return buf.Bytes()
+	}
+	if out, err := unescapeJSON(buf.Bytes()); err == nil {
+		return out
+	}
 	return buf.Bytes()
+}
+
+// unescapeJSON writes the compact JSON text in again token by token, each
+// string as encoding/json writes it (its characters, escaping only what
+// JSON needs and U+2028/U+2029), numbers as they were.
+func unescapeJSON(text []byte) ([]byte, error) {
+	d := json.NewDecoder(bytes.NewReader(text))
+	d.UseNumber()
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	// Per open container: an object (keys and values alternate) and how
+	// many tokens it holds so far.
+	type level struct {
+		object bool
+		n      int
+	}
+	var open []level
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			return out.Bytes(), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if closing := tok == json.Delim('}') || tok == json.Delim(']'); len(open) > 0 && !closing {
+			l := &open[len(open)-1]
+			switch {
+			case l.object && l.n%2 == 1:
+				out.WriteByte(':')
+			case l.n > 0:
+				out.WriteByte(',')
+			}
+			l.n++
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			out.WriteByte(byte(v))
+			if v == '{' || v == '[' {
+				open = append(open, level{object: v == '{'})
+			} else {
+				open = open[:len(open)-1]
+			}
+		case json.Number:
+			out.WriteString(v.String())
+		default: // string, bool, nil
+			if err := enc.Encode(v); err != nil {
+				return nil, err
+			}
+			out.Truncate(out.Len() - 1) // Encode's newline
+		}
+	}
 }
 
 // checkJSONValue reads one JSON value (known to be valid) from d, nested
