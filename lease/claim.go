@@ -242,6 +242,13 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
+			if named {
+				// Another attempt of this run, sent at the same time, may
+				// have taken the task this one found taken.
+				if c, ok, err := s.claimedBefore(ctx, cp.AgentID, cp.RunID); ok || err != nil {
+					return c, err
+				}
+			}
 			return Checkout{}, ErrNoTaskAvailable
 		}
 		wait := min(next, left)
@@ -333,9 +340,9 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 			if g.granted {
 				s.claims.won(w, s.clock())
 				if named {
-					// Best effort: without it a retry still finds the lease
-					// on the task, while the task remembers it.
-					s.noteGrant(ctx, c)
+					if first, superseded, err := s.noteGrant(ctx, c); err != nil || superseded {
+						return first, err
+					}
 				}
 				return c, nil
 			}
@@ -607,30 +614,58 @@ type grantRecord struct {
 
 // noteGrant keeps a named claim's grant in its receipt, so that a retry gets
 // this very lease whatever has happened to the task since (renewed,
-// released, taken over, claimed again): the retry reads it on its task. It is kept even if the caller has gone, and tried a
-// few times; a failure is logged: a retry then finds the lease on the task,
-// or in its trail (see claimedBefore).
-func (s *Store) noteGrant(ctx context.Context, c Checkout) {
+// released, taken over, claimed again): the retry reads it on its task.
+// The receipt keeps one grant: written on condition that it holds none
+// (or this one). When another attempt of the same run, sent at the same
+// time, kept its grant first, this grant is given back (released) and
+// that one answered (superseded): a run holds one lease, whichever
+// attempt answers. Otherwise the grant is kept even if the caller has
+// gone, tried a few times; a failure is logged: a retry then finds the
+// lease on the task, or in its trail (see claimedBefore).
+func (s *Store) noteGrant(ctx context.Context, c Checkout) (first Checkout, superseded bool, err error) {
 	ctx = context.WithoutCancel(ctx)
 	g := grantRecord{Task: c.TaskID, Fence: c.Fence, Locked: ms(c.LockedAt), Expires: ms(c.ExpiresAt), Name: c.AgentName, Reason: c.Reason,
 		Title: c.Title, Queue: c.Queue, Priority: c.Priority, Attempt: c.Attempt}
 	upd := expression.Set(expression.Name("granted"), expression.Value(g))
-	expr, _ := expression.NewBuilder().WithUpdate(upd).Build()
-	var err error
+	mine := expression.Name("granted.task").Equal(expression.Value(c.TaskID)).
+		And(expression.Name("granted.fence").Equal(expression.Value(c.Fence)))
+	cond := expression.AttributeNotExists(expression.Name("granted")).Or(mine)
+	expr, _ := expression.NewBuilder().WithUpdate(upd).WithCondition(cond).Build()
 	for attempt := range recordAttempts {
 		if attempt > 0 && backoff(ctx, attempt) != nil {
 			break
 		}
-		if _, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName: &s.heartbeats, Key: agentKey(receiptID(c.AgentID, c.RunID)),
 			UpdateExpression:          expr.Update(),
+			ConditionExpression:       expr.Condition(),
 			ExpressionAttributeNames:  expr.Names(),
 			ExpressionAttributeValues: expr.Values(),
-		}); err == nil {
-			return
+		})
+		if _, failed := conditionFailed(err); failed {
+			return s.supersede(ctx, c)
+		}
+		if err == nil {
+			return Checkout{}, false, nil
 		}
 	}
 	s.log.WarnContext(ctx, "claim receipt: the grant was not kept", "agent_id", c.AgentID, "run_id", c.RunID, "err", err)
+	return Checkout{}, false, nil
+}
+
+// supersede answers a named claim whose run got another lease first (see
+// noteGrant): it gives c back, with a plain release, and answers the
+// run's first lease as it is now.
+func (s *Store) supersede(ctx context.Context, c Checkout) (Checkout, bool, error) {
+	first, ok, err := s.claimedBefore(ctx, c.AgentID, c.RunID)
+	if err != nil || !ok {
+		return Checkout{}, false, err // no other grant to be found: keep this one
+	}
+	if _, err := s.Release(ctx, ReleaseParams{TaskID: c.TaskID, AgentID: c.AgentID, RunID: c.RunID, Fence: c.Fence,
+		Reason: "another attempt of the same claim (run id) got a lease first"}); err != nil {
+		return Checkout{}, false, fmt.Errorf("give back a second grant of claim %s: %w", c.RunID, err)
+	}
+	return first, true, nil
 }
 
 // trailWait bounds how long a named claim's retry waits for its tried

@@ -3,7 +3,9 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -140,5 +142,45 @@ func TestClaimRetryAnswersTheLeaseAsItIsNow(t *testing.T) {
 				t.Fatalf("run-1 was granted %d leases", runs)
 			}
 		})
+	}
+}
+
+// Attempts of one named claim sent at the same time (a client retrying
+// before its first answer came) hold one lease between them: each answers
+// that lease, and the tasks the others got first are given back.
+func TestConcurrentAttemptsOfOneClaimHoldOneLease(t *testing.T) {
+	t.Parallel()
+	for round := range 4 {
+		e := newEnv(t)
+		c := ctx(t)
+		q := fmt.Sprintf("same-run-%d", round)
+		for i := range 4 {
+			e.create(t, lease.CreateTaskParams{TaskID: fmt.Sprintf("%s-%d", q, i), Queue: q})
+		}
+		const attempts = 3
+		got := make([]lease.Checkout, attempts)
+		errs := make([]error, attempts)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range attempts {
+			wg.Go(func() {
+				<-start
+				got[i], errs[i] = e.store.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute, Queues: []string{q}})
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i := range attempts {
+			if errs[i] != nil {
+				t.Fatalf("round %d, attempt %d: %v", round, i, errs[i])
+			}
+			if got[i].TaskID != got[0].TaskID || got[i].Fence != got[0].Fence {
+				t.Fatalf("round %d: attempts answered %s/%d and %s/%d, want one lease", round, got[0].TaskID, got[0].Fence, got[i].TaskID, got[i].Fence)
+			}
+		}
+		live := must[[]lease.Checkout](t)(e.store.ListCheckouts(c, "a"))
+		if len(live) != 1 || live[0].TaskID != got[0].TaskID || live[0].RunID != "run-1" {
+			t.Fatalf("round %d: run-1 holds %+v, want only %s", round, live, got[0].TaskID)
+		}
 	}
 }
