@@ -58,14 +58,16 @@ func TestMetadataIsMeasuredAsItIsShown(t *testing.T) {
 // Metadata whose strings are written with \u escapes (as many JSON
 // encoders write every character past ASCII) is kept and measured as the
 // characters themselves: 700 é are 1,400 bytes of UTF-8, not 4,200 of
-// escapes, so a client gets the same 4 KiB whatever its encoder does. The
-// escapes JSON needs (a quote, a backslash, control characters) stay.
+// escapes, and 600 U+2028 and U+2029 (which encoding/json would escape)
+// 1,800, not 3,600; so a client gets the same 4 KiB whatever its encoder
+// does. The escapes JSON needs (a quote, a backslash, control
+// characters) stay.
 func TestMetadataIsMeasuredUnescaped(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	escaped := json.RawMessage(`{"k":"` + strings.Repeat(`\u00e9`, 700) + `","q":"a\"b\\c\u0001\n","n":1.50,"l":[true,null,{"x":"\u2603"}]}`)
+	escaped := json.RawMessage(`{"k":"` + strings.Repeat(`\u00e9`, 700) + `","q":"a\"b\\c\u0001\n","n":1.50,"l":[true,null,{"x":"\u2603"}],"s":"` + strings.Repeat(`\u2028\u2029`, 300) + `"}`)
 	got := e.create(t, lease.CreateTaskParams{TaskID: "m-esc", Metadata: escaped})
-	want := `{"k":"` + strings.Repeat("é", 700) + `","q":"a\"b\\c\u0001\n","n":1.50,"l":[true,null,{"x":"☃"}]}`
+	want := `{"k":"` + strings.Repeat("é", 700) + `","q":"a\"b\\c\u0001\n","n":1.50,"l":[true,null,{"x":"☃"}],"s":"` + strings.Repeat("\u2028\u2029", 300) + `"}`
 	if string(got.Metadata) != want {
 		t.Fatalf("escaped metadata kept as %.80q..., want %.80q...", got.Metadata, want)
 	}

@@ -182,14 +182,12 @@ func NormalizeMetadata(metadata json.RawMessage) json.RawMessage {
 }
 
 // unescapeJSON writes the compact JSON text in again token by token, each
-// string as encoding/json writes it (its characters, escaping only what
-// JSON needs and U+2028/U+2029), numbers as they were.
+// string as its characters (escaping only what JSON needs: the quote, the
+// backslash and control characters), numbers as they were.
 func unescapeJSON(text []byte) ([]byte, error) {
 	d := json.NewDecoder(bytes.NewReader(text))
 	d.UseNumber()
 	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
 	// Per open container: an object (keys and values alternate) and how
 	// many tokens it holds so far.
 	type level struct {
@@ -225,13 +223,41 @@ func unescapeJSON(text []byte) ([]byte, error) {
 			}
 		case json.Number:
 			out.WriteString(v.String())
-		default: // string, bool, nil
-			if err := enc.Encode(v); err != nil {
-				return nil, err
-			}
-			out.Truncate(out.Len() - 1) // Encode's newline
+		case string:
+			writeJSONString(&out, v)
+		case bool:
+			out.WriteString(strconv.FormatBool(v))
+		case nil:
+			out.WriteString("null")
 		}
 	}
+}
+
+// writeJSONString writes s as a JSON string: its characters, but for the
+// quote, the backslash and the control characters, which JSON escapes.
+func writeJSONString(out *bytes.Buffer, s string) {
+	const hex = "0123456789abcdef"
+	out.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			out.WriteByte('\\')
+			out.WriteRune(r)
+		case r == '\n':
+			out.WriteString(`\n`)
+		case r == '\r':
+			out.WriteString(`\r`)
+		case r == '\t':
+			out.WriteString(`\t`)
+		case r < 0x20:
+			out.WriteString(`\u00`)
+			out.WriteByte(hex[r>>4])
+			out.WriteByte(hex[r&0xf])
+		default:
+			out.WriteRune(r)
+		}
+	}
+	out.WriteByte('"')
 }
 
 // checkJSONValue reads one JSON value (known to be valid) from d, nested
