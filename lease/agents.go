@@ -250,15 +250,25 @@ func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.heartbeats, Item: item}); err != nil {
+	put, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.heartbeats, Item: item, ReturnValues: types.ReturnValueAllOld})
+	if err != nil {
 		return fmt.Errorf("mark %s removed: %w", agentID, err)
+	}
+	// The heartbeat the tombstone replaced: an agent already dead by it
+	// lost its leases then, not at its removal.
+	var before *heartbeatItem
+	if len(put.Attributes) > 0 {
+		var hb heartbeatItem
+		if attributevalue.UnmarshalMap(put.Attributes, &hb) == nil && !hb.Removed {
+			before = &hb
+		}
 	}
 	s.alive.forget(agentID)
 	if err := s.clearInbox(ctx, agentID); err != nil {
 		return err
 	}
 	// End what the index already shows; the sweep ends the rest.
-	_, err = s.endLeasesOf(ctx, agentID, ms(now), reasonRemoved)
+	_, err = s.endLeasesOf(ctx, agentID, ms(now), reasonRemoved, before)
 	return err
 }
 

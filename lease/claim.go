@@ -244,8 +244,9 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 		if left <= 0 {
 			if named {
 				// Another attempt of this run, sent at the same time, may
-				// have taken the task this one found taken.
-				if c, ok, err := s.claimedBefore(ctx, cp.AgentID, cp.RunID); ok || err != nil {
+				// have taken the task this one found taken: its grant is
+				// in the receipt.
+				if c, ok, err := s.grantedBefore(ctx, cp.AgentID, cp.RunID); ok || err != nil {
 					return c, err
 				}
 			}
@@ -715,6 +716,17 @@ func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string,
 // is returned as it is now: live (with its expiry and timeout after any
 // renewal), or, if it has ended since, as it was, expiring when it ended.
 func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (Checkout, bool, error) {
+	return s.runLease(ctx, agentID, runID, true)
+}
+
+// grantedBefore is claimedBefore for a grant the receipt keeps only.
+func (s *Store) grantedBefore(ctx context.Context, agentID, runID string) (Checkout, bool, error) {
+	return s.runLease(ctx, agentID, runID, false)
+}
+
+// runLease reads the run's receipt and finds its lease: the grant it
+// keeps, or, with tried, on the tasks it lists (see claimedBefore).
+func (s *Store) runLease(ctx context.Context, agentID, runID string, tried bool) (Checkout, bool, error) {
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)), ConsistentRead: aws.Bool(true),
 	})
@@ -728,7 +740,6 @@ func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (Check
 	if len(out.Item) == 0 || attributevalue.UnmarshalMap(out.Item, &rec) != nil {
 		return Checkout{}, false, nil
 	}
-	tried := rec.Tried
 	if g := rec.Granted; g != nil {
 		// The grant names its task: the lease is read there as it is now
 		// (renewed, or ended), with the grant's own details.
@@ -747,7 +758,10 @@ func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (Check
 		c.AgentName, c.Title, c.Queue, c.Priority, c.Attempt = cmp.Or(g.Name, agentID), g.Title, g.Queue, g.Priority, g.Attempt
 		return c, true, nil
 	}
-	return s.leaseOfRun(ctx, tried, agentID, runID, 0)
+	if !tried {
+		return Checkout{}, false, nil
+	}
+	return s.leaseOfRun(ctx, rec.Tried, agentID, runID, 0)
 }
 
 // leaseOfRun finds the lease the run (agentID, runID) got on one of tasks

@@ -68,3 +68,37 @@ func TestAgentDeathIsHeldUntilTheHeartbeatRanOut(t *testing.T) {
 		})
 	}
 }
+
+// Removing an agent that had already died by its heartbeat records the
+// death it died: agent_death "holder's heartbeat expired", at its
+// heartbeat's expiry and held until then, not "agent removed" at the
+// removal. A live agent removed loses its leases to the removal.
+func TestRemovingAnAgentAlreadyDeadRecordsItsHeartbeatDeath(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "dead-then-removed")
+	e.task(t, "removed-alive")
+	for _, id := range []string{"mortal", "alive"} {
+		must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: id, Name: id}))
+	}
+	hb := must[lease.Heartbeat](t)(e.store.Heartbeat(c, "mortal", 10*time.Second))
+	e.clock.Advance(2 * time.Second)
+	co := e.checkout(t, "dead-then-removed", "mortal", time.Hour)
+	e.clock.Advance(30 * time.Second) // dead since hb.ExpiresAt, not swept
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "alive", time.Minute))
+	live := e.checkout(t, "removed-alive", "alive", time.Hour)
+	for _, id := range []string{"mortal", "alive"} {
+		if err := e.store.RemoveAgent(c, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	death := deathOf(t, e, "dead-then-removed", co.Fence)
+	if death.Reason != "holder's heartbeat expired" || !death.At.Equal(hb.ExpiresAt) || death.Held == nil || *death.Held != hb.ExpiresAt.Sub(co.LockedAt) {
+		t.Errorf("the dead agent's lease ended %+v; want by its heartbeat, at %v", death, hb.ExpiresAt)
+	}
+	removed := deathOf(t, e, "removed-alive", live.Fence)
+	if removed.Reason != "agent removed" || !removed.At.Equal(e.clock.Now()) {
+		t.Errorf("the live agent's lease ended %+v; want by its removal, now", removed)
+	}
+}

@@ -343,14 +343,20 @@ func (s *Store) endDeadLease(ctx context.Context, it *taskItem, upTo, at int64, 
 }
 
 // endLeasesOf ends every lease agentID holds that was locked at or before
-// upTo (Unix ms), recording agent_death (or timeout: endDeadLease).
-func (s *Store) endLeasesOf(ctx context.Context, agentID string, upTo int64, reason string) (ended int, err error) {
+// upTo (Unix ms), recording agent_death (or timeout: endDeadLease) by
+// reason at upTo; a lease that hb (the agent's heartbeat before, read at
+// upTo; nil: none) says ended by an earlier death, by its heartbeat then.
+func (s *Store) endLeasesOf(ctx context.Context, agentID string, upTo int64, reason string, hb *heartbeatItem) (ended int, err error) {
 	items, err := s.leasesOf(ctx, agentID)
 	if err != nil {
 		return 0, err
 	}
 	for i := range items {
-		ok, err := s.endDeadLease(ctx, &items[i], upTo, upTo, reason)
+		at, why := upTo, reason
+		if died := hb.diedAt(items[i].LockedAt, upTo); died != 0 && died <= upTo {
+			at, why = died, reasonHeartbeat
+		}
+		ok, err := s.endDeadLease(ctx, &items[i], upTo, at, why)
 		if err != nil {
 			return ended, err
 		}
