@@ -676,10 +676,11 @@ const trailWait = 3 * time.Second
 
 // grantInTrail finds the run's grant of taskID in the task's trail, which
 // keeps every grant for the events' retention (far beyond a receipt's),
-// waiting until the deadline for events not archived yet. The lease has
+// waiting until the deadline for events not archived yet; with fence (not
+// 0), that grant only: a run id may be used again by a checkout. The lease has
 // ended (else the task itself would have shown it): it is returned
 // expiring at its end.
-func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string, deadline time.Time) (Checkout, bool, error) {
+func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string, fence int64, deadline time.Time) (Checkout, bool, error) {
 	for {
 		tr, err := s.Trail(ctx, taskID)
 		if errors.Is(err, ErrTaskNotFound) {
@@ -691,7 +692,7 @@ func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string,
 		var c *Checkout
 		for _, ev := range tr.Events {
 			switch {
-			case ev.Type == EventCheckout && ev.AgentID == agentID && ev.RunID == runID:
+			case ev.Type == EventCheckout && ev.AgentID == agentID && ev.RunID == runID && (fence == 0 || ev.Fence == fence):
 				c = &Checkout{TaskID: taskID, AgentID: agentID, AgentName: agentID, RunID: runID, Fence: ev.Fence,
 					LockedAt: ev.At, ExpiresAt: ev.At, Reason: ev.Reason}
 			case c != nil && ev.Fence == c.Fence && ev.EndsLease() && ev.Held != nil:
@@ -791,7 +792,7 @@ func (s *Store) leaseOfRun(ctx context.Context, tasks []string, agentID, runID s
 	// The task has moved on past the lease: the trail still has it.
 	deadline := time.Now().Add(trailWait)
 	for _, taskID := range tasks {
-		if c, ok, err := s.grantInTrail(ctx, taskID, agentID, runID, deadline); ok || err != nil {
+		if c, ok, err := s.grantInTrail(ctx, taskID, agentID, runID, fence, deadline); ok || err != nil {
 			return c, ok, err
 		}
 	}

@@ -184,3 +184,27 @@ func TestConcurrentAttemptsOfOneClaimHoldOneLease(t *testing.T) {
 		}
 	}
 }
+
+// A named claim retried answers the lease it got, not a later lease of
+// the same run id (a checkout may name any run id) on the same task.
+// Found by TestLinearizabilityWorkGraphSlowStream.
+func TestClaimRetryAnswersItsOwnGrantNotALaterLeaseOfTheRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "x")
+	first := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute}))
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a", RunID: "run-1", Fence: first.Fence}))
+	e.clock.Advance(time.Second)
+	second := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "x", AgentID: "a", RunID: "run-1"}))
+	for _, when := range []string{"while the later lease is live", "after it ended"} {
+		if when == "after it ended" {
+			must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a", RunID: "run-1", Fence: second.Fence}))
+			e.drain(t)
+		}
+		again := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute}))
+		if again.Fence != first.Fence || !again.LockedAt.Equal(first.LockedAt) {
+			t.Fatalf("%s: the retry answered fence %d locked %v, want the claim's fence %d locked %v", when, again.Fence, again.LockedAt, first.Fence, first.LockedAt)
+		}
+	}
+}
