@@ -232,6 +232,20 @@ func (c *deathCache) diedAt(agentID string, lockedAt int64) int64 {
 	return d.hb.diedAt(lockedAt, d.readAt)
 }
 
+// stampOf is when a death of agentID ended its lease locked at lockedAt,
+// as far as this process saw it: when the agent died (diedAt), or when it
+// was seen dead if that is not known; 0 when no death it saw ended it.
+func (c *deathCache) stampOf(agentID string, lockedAt int64) int64 {
+	seen := c.endedUpTo(agentID)
+	if seen < lockedAt {
+		return 0
+	}
+	if died := c.diedAt(agentID, lockedAt); died != 0 {
+		return min(seen, died)
+	}
+	return seen
+}
+
 func (c *deathCache) endedUpTo(agentID string) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -374,11 +374,8 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 			// this write's: a heartbeat that lands in between does not make
 			// it fall inside the holder's life. Not before the lease's
 			// latest transition, nor after now.
-			if seen := s.deaths.endedUpTo(over.Holder); seen >= over.LockedAt {
-				if died := s.deaths.diedAt(over.Holder, over.LockedAt); died != 0 {
-					seen = min(seen, died)
-				}
-				prevEndAt = min(max(seen, over.LastAt), ms(now))
+			if died := s.deaths.stampOf(over.Holder, over.LockedAt); died != 0 {
+				prevEndAt = min(max(died, over.LastAt), ms(now))
 			}
 		}
 	}

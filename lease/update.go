@@ -269,11 +269,8 @@ func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) (end
 		// it inside a new life). The write itself is made now, which is
 		// where the fleet feed lists it (ending.at).
 		now = s.clockAfter(cur.LastAt)
-		if seen := s.deaths.endedUpTo(cur.Holder); seen >= cur.LockedAt {
-			if died := s.deaths.diedAt(cur.Holder, cur.LockedAt); died != 0 {
-				seen = min(seen, died)
-			}
-			if at := max(seen, cur.LastAt); at < ms(now) {
+		if died := s.deaths.stampOf(cur.Holder, cur.LockedAt); died != 0 {
+			if at := max(died, cur.LastAt); at < ms(now) {
 				e.at = at
 			}
 		}
