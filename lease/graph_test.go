@@ -982,7 +982,8 @@ func TestMaxAttemptsKeptOrRaisedPastTheAttemptsUsedIsAccepted(t *testing.T) {
 // A PATCH of blocked_by that leaves a blocked task waiting on nothing
 // unblocks it as a blocker's completion would: with an unblocked event,
 // and its watchers told (task_available, reason unblocked). They used to
-// hear nothing until the task's next freeing.
+// hear nothing until the task's next freeing. Its event is by the PATCH's
+// caller (it was "system").
 func TestPatchThatUnblocksTellsTheWatchers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -1004,6 +1005,10 @@ func TestPatchThatUnblocksTellsTheWatchers(t *testing.T) {
 	// b is not done: the reason names the PATCH, not a blocker's completion.
 	if last := evs[len(evs)-1]; last.Type != lease.EventUnblocked || last.Reason != "its blocked_by was changed" {
 		t.Errorf("d's unblocked event %+v, want reason %q", last, "its blocked_by was changed")
+	}
+	// And it names who made the change, as a cancel does.
+	if last := evs[len(evs)-1]; last.By != "x" {
+		t.Errorf("d's unblocked event by %q, want the PATCH's caller x", last.By)
 	}
 	var told []string
 	for _, m := range e.inbox(t, "w") {

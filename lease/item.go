@@ -90,8 +90,10 @@ type taskItem struct {
 	BlockedBy     []string `dynamodbav:"blocked_by,omitempty"`
 	WaitingOn     []string `dynamodbav:"waiting_on,stringset,omitempty"`
 	HasDependents bool     `dynamodbav:"has_dependents,omitempty"`
-	// UnblockedBy is the blocker whose completion unblocked the task.
+	// UnblockedBy is the blocker whose completion unblocked the task
+	// (unblockedByPatch: a PATCH of blocked_by, made by PatchBy).
 	UnblockedBy string `dynamodbav:"unblocked_by,omitempty"`
+	PatchBy     string `dynamodbav:"patch_by,omitempty"`
 	// CancelBy is who cancelled the task when no lease was on it (the
 	// event of that cancel; one that ends a lease records end_by).
 	CancelBy string `dynamodbav:"cancel_by,omitempty"`
@@ -502,7 +504,7 @@ func (t *taskItem) latestEvents() []itemEvent {
 	case EventUnblocked:
 		return []itemEvent{{eventItem: eventItem{
 			TaskID: t.TaskID, Seq: t.ESeq, PrevSeq: t.ESeq - 1, PrevAt: t.PriorAt, Type: EventUnblocked,
-			At: t.LastAt, By: BySystem, Reason: unblockedReason(t.UnblockedBy),
+			At: t.LastAt, By: t.unblockedBy(), Reason: unblockedReason(t.UnblockedBy),
 		}, frees: true}}
 	case EventFailed:
 		// The ending of the task's last attempt, and the task's failure.
@@ -537,6 +539,15 @@ func (t *taskItem) latestEvents() []itemEvent {
 // unblockedByPatch, in unblocked_by, says a PATCH of blocked_by unblocked
 // the task (no task id starts with "-").
 const unblockedByPatch = "-patch"
+
+// unblockedBy is who an unblocked event is by: the caller of the PATCH
+// that unblocked the task, else the system (a blocker's completion).
+func (t *taskItem) unblockedBy() string {
+	if t.UnblockedBy == unblockedByPatch && t.PatchBy != "" {
+		return t.PatchBy
+	}
+	return BySystem
+}
 
 // unblockedReason is an unblocked event's reason: the blocker whose
 // completion unblocked the task, when known, or the PATCH that did.

@@ -356,6 +356,11 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 			// records, so that its event tells the watchers. Its time is not
 			// before the task's latest.
 			upd = unblockedTransition(upd, max(ms(now), cur.LastAt), unblockedByPatch)
+			if p.AgentID != "" {
+				upd = upd.Set(expression.Name("patch_by"), expression.Value(p.AgentID))
+			} else {
+				upd = upd.Remove(expression.Name("patch_by"))
+			}
 		}
 		if !claimable {
 			upd = upd.Remove(nameClaimShard)
