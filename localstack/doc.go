@@ -46,7 +46,10 @@
 //     {"TableName": "t", "LagMs": 250}), else the server's default:
 //     Options.IndexLag, `cmd/dynalite --index-lag 500ms`, or
 //     $DYNALITE_INDEX_LAG (which localstack/with-dynamodb.sh passes on), else
-//     none. DeleteTable discards a table's queued entries, so a recreated
+//     none. DynamoDBShim.IndexLagPending ({"TablePrefix": "p-"}; the Go
+//     side is IndexLagPending) counts the entries still queued for a
+//     prefix's tables, so that a test can wait for its indexes to catch
+//     up rather than sleep. DeleteTable discards a table's queued entries, so a recreated
 //     table never gets stale ones. Queued entries live in memory: a graceful
 //     stop applies them first, a kill -9 of a --path server loses them, and
 //     the next start on that directory rebuilds the indexes (below).

@@ -42,6 +42,25 @@ func SetIndexLag(ctx context.Context, endpoint, tablePrefix string, lag time.Dur
 	return err
 }
 
+// IndexLagPending returns how many index updates of the tables whose names
+// start with tablePrefix the local DynamoDB has still to apply (0: their
+// global secondary indexes show every write answered so far).
+func IndexLagPending(ctx context.Context, endpoint, tablePrefix string) (int, error) {
+	body, err := json.Marshal(struct{ TablePrefix string }{tablePrefix})
+	if err != nil {
+		return 0, err
+	}
+	out, err := shimCall(ctx, endpoint, "IndexLagPending", body)
+	if err != nil {
+		return 0, err
+	}
+	var ans struct{ Pending *int }
+	if err := json.Unmarshal(out, &ans); err != nil || ans.Pending == nil {
+		return 0, fmt.Errorf("localstack: IndexLagPending: unexpected answer %q", out)
+	}
+	return *ans.Pending, nil
+}
+
 // shimCall sends one of the shim's own actions and returns its answer.
 func shimCall(ctx context.Context, endpoint, action string, body []byte) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(endpoint, "/")+"/", bytes.NewReader(body))

@@ -350,6 +350,38 @@ func TestIndexLag(t *testing.T) {
 		}
 	})
 
+	t.Run("pending updates are counted until the GSI has them", func(t *testing.T) {
+		start := time.Now()
+		put(t, c, lagged, task("t3", "pending", 1))
+		n, err := IndexLagPending(ctxT(t), ep, prefix)
+		if err != nil {
+			t.Fatalf("IndexLagPending: %v", err)
+		}
+		if soon(start) && n == 0 {
+			t.Fatalf("IndexLagPending right after a lagged write = 0, want at least 1")
+		}
+		if n, err := IndexLagPending(ctxT(t), ep, uniqueName("other")); err != nil || n != 0 {
+			t.Fatalf("IndexLagPending of a prefix of no table = %d, %v; want 0", n, err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			n, err := IndexLagPending(ctxT(t), ep, prefix)
+			if err != nil {
+				t.Fatalf("IndexLagPending: %v", err)
+			}
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("IndexLagPending still %d 10 s after the write", n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		// Nothing pending: the GSI has the write, with no wait.
+		if got := byStatus(t, c, lagged, "pending"); !slices.Equal(got, []string{"t3"}) {
+			t.Fatalf("GSI lists %v once nothing is pending, want [t3]", got)
+		}
+	})
+
 	t.Run("writes to one item reach the GSI in order", func(t *testing.T) {
 		statuses := []string{"a", "b", "c", "d", "e"}
 		start := time.Now()

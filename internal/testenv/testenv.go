@@ -83,6 +83,27 @@ func IndexLag(t testing.TB, tablePrefix string, d time.Duration) {
 	}
 }
 
+// CaughtUp waits until the global secondary indexes of every table whose
+// name starts with tablePrefix show every write answered so far (the
+// project's own dynalite counts what its index lag still holds), for up to
+// a minute: however busy the machine, and with no sleep guessed at.
+func CaughtUp(t testing.TB, tablePrefix string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; {
+		n, err := localstack.IndexLagPending(Context(t), Endpoint(), tablePrefix)
+		if err != nil {
+			t.Fatalf("testenv: index lag pending on %s: %v", tablePrefix, err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: %d index updates of %s still pending after a minute", n, tablePrefix)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // FreeAddr returns a 127.0.0.1 address with a port that was free a moment
 // ago, for a server the test starts as another process.
 func FreeAddr(t testing.TB) string {

@@ -339,8 +339,8 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
       }
       readJson(req, (err, data) => ready.then(() => {
         if (!err) {
-          const target = api === STREAMS_API ? s[SHIM].streams : op === 'SetIndexLag' ? s[SHIM].lag : s[SHIM].meter
-          const fn = (api === SHIM_API ? [ 'SetIndexLag', 'ReadCapacity', 'ResetCapacity' ] :
+          const target = api === STREAMS_API ? s[SHIM].streams : op === 'SetIndexLag' || op === 'IndexLagPending' ? s[SHIM].lag : s[SHIM].meter
+          const fn = (api === SHIM_API ? [ 'SetIndexLag', 'IndexLagPending', 'ReadCapacity', 'ResetCapacity' ] :
             [ 'ListStreams', 'DescribeStream', 'GetShardIterator', 'GetRecords' ]).includes(op) && target[op]
           try {
             if (!fn) throw coralError('UnknownOperationException')

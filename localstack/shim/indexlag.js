@@ -6,7 +6,10 @@
 // (the item's old and new image, which is all dynalite needs to move index
 // entries) goes into a FIFO queue per table and is applied once due, one at
 // a time and in write order. Due times are max(previous due, now + lag), so
-// changing the lag never reorders the queue. Local secondary indexes and the
+// changing the lag never reorders the queue. IndexLagPending
+//   {"TablePrefix": "test-abc-"}  ->  {"TablePrefix": ..., "Pending": n}
+// counts the updates still queued for a prefix's tables, so that a test can
+// wait for its indexes to catch up instead of sleeping. Local secondary indexes and the
 // table itself stay synchronous (an LSI supports consistent reads on AWS).
 //
 // The lag of a table is, in order: its exact TableName rule, the longest
@@ -52,6 +55,18 @@ class IndexLag {
     if (byName) this.exact.set(data.TableName, ms)
     else this.prefixes.set(data.TablePrefix, ms)
     return byName ? { TableName: data.TableName, LagMs: ms } : { TablePrefix: data.TablePrefix, LagMs: ms }
+  }
+
+  // IndexLagPending is how many index updates of tables whose name starts
+  // with TablePrefix are queued or being applied: 0 once their indexes
+  // have caught up with every write answered so far.
+  IndexLagPending (data) {
+    if (typeof data.TablePrefix !== 'string') throw this.db.validationError('TablePrefix (a string) is required')
+    let n = 0
+    for (const [ name, q ] of this.queues) {
+      if (name.startsWith(data.TablePrefix)) n += q.entries.length + (q.busy ? 1 : 0)
+    }
+    return { TablePrefix: data.TablePrefix, Pending: n }
   }
 
   lagFor (name) {
