@@ -89,9 +89,10 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 				if err := mismatch(cur); err != nil {
 					return Checkout{}, err
 				}
-				if !cur.belowLimit() {
+				if !cur.belowLimit() || len(cur.WaitingOn) > 0 {
 					// The dead holder's attempt was the task's last: the
-					// task fails instead of being taken over.
+					// task fails instead of being taken over. Or the task
+					// waits on a reopened blocker: the ending blocks it.
 					if _, err := s.endEnded(ctx, cur, now); err != nil {
 						return Checkout{}, err
 					}
@@ -114,6 +115,12 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 			// An expired lease that was the task's last attempt: the task
 			// fails; the next look answers its status (or, failed being
 			// expected, reopens it).
+			if _, err := s.endEnded(ctx, cur, now); err != nil {
+				return Checkout{}, err
+			}
+		case cur.hasLease() && slices.Contains(p.ExpectedStatuses, StatusTodo) && len(cur.WaitingOn) > 0:
+			// An expired lease of a task that waits on a reopened
+			// blocker: ended as the sweep would, which blocks the task.
 			if _, err := s.endEnded(ctx, cur, now); err != nil {
 				return Checkout{}, err
 			}
@@ -362,7 +369,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		// Its attempt failed (timeout or death): failures counts it, as
 		// the sweep's ending would.
 		failedAttempt = true
-		conds = append(conds, readyCond(now))
+		conds = append(conds, readyCond(now), expression.AttributeNotExists(nameWaitingOn))
 		conds = append(conds, pinnedTo(over).and(nameESeq.Equal(expression.Value(over.ESeq)), belowLimitCond())...)
 		if over.leaseTimeValid(now) {
 			prevEnd = EventAgentDeath
@@ -685,6 +692,25 @@ func (s *Store) endLease(ctx context.Context, taskID string, cond terms, e endin
 	if e.at != 0 {
 		cond = cond.and(timeCond(fromMS(e.at)))
 	}
+	if e.status == StatusTodo && !e.exhausted {
+		// A task marked as waiting on a reopened blocker (deps.go,
+		// reblock) goes back to blocked, not todo: tried second, on the
+		// mark, when the first write fails on it. Blocked, it waits for
+		// its blocker instead of a retry delay.
+		free := cond.and(expression.AttributeNotExists(nameWaitingOn))
+		it, applied, err := s.update(ctx, taskID, free, endUpdate(taskID, e, now, s.shards), rv)
+		switch {
+		case err != nil:
+			return it, nil, false, err
+		case applied:
+			s.claims.wake()
+			return nil, it, true, nil
+		case it == nil || len(it.WaitingOn) == 0:
+			return it, nil, false, nil
+		}
+		e.status, e.notBefore, e.rank = StatusBlocked, 0, ""
+		cond = cond.and(expression.AttributeExists(nameWaitingOn))
+	}
 	it, applied, err := s.update(ctx, taskID, cond, endUpdate(taskID, e, now, s.shards), rv)
 	if err != nil || !applied {
 		return it, nil, false, err
@@ -923,8 +949,8 @@ func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
 // first is free; unblock_seq marks it). The write is conditioned on the
 // task as read (status blocked, its version), so its waiting list is the
 // one whose blockers were read done; a blocker reopened since its read is
-// as one reopened right after the grant: the dependent, in progress, is
-// left as it is (deps.go, "Reopening a done blocker"). Watchers are not told (nothing was free): their watches
+// as one reopened right after the grant: the dependent, in progress,
+// keeps its lease (deps.go, "Reopening a done blocker"). Watchers are not told (nothing was free): their watches
 // tell them when this lease ends. The stream's own unblocking of the task
 // then finds it unblocked already and writes nothing.
 

@@ -89,8 +89,10 @@ import (
 // one conditional write on condition that the dependent still names the
 // blocker and has not started, that makes a todo task blocked (out of the
 // claim index, no event) or adds the blocker to a blocked one's
-// waiting_on. A dependent in progress, done, cancelled or failed is left
-// alone. The stream passes a blocker's completions and reopens on in
+// waiting_on. A dependent in progress keeps its lease and is marked as
+// waiting on the blocker: if that lease ends other than by completion,
+// the ending's own write makes it blocked rather than todo (endLease). A
+// dependent done, cancelled or failed is left alone. The stream passes a blocker's completions and reopens on in
 // the order they were written, each as the blocker is when the stream
 // reads it: a completion of a blocker that is not done by then unblocks
 // nothing, and a reopen of one that is done again blocks nothing, since
@@ -354,12 +356,14 @@ func (s *Store) settle(ctx context.Context, taskID string, waiting []string) (ma
 //
 // The last blocker's unblocking is one write (unblockWrite, on condition
 // that the blocker is the only one waited on). When more are waited on,
-// the blocker is taken out alone; if that left none (two blockers
-// completed at once, each taking itself out while the other was still
-// there), the task is unblocked by a second write on condition that
-// nothing is waited on (the same one the change stream makes for a task
-// left so by a writer that stopped between the two). Either way the
-// unblocking write can apply once.
+// or the task is not blocked, the blocker is taken out alone, on
+// condition that it is not by then the only one of a blocked task (two
+// blockers completing at once, or a marked task's lease ending in
+// between): then the unblocking write is tried again instead. A task
+// left blocked waiting on nothing (by a writer that stopped in between)
+// is unblocked by a write on condition that nothing is waited on, the one
+// the change stream makes too. Either way the unblocking write can apply
+// once.
 func (s *Store) unblock(ctx context.Context, taskID, blocker string) error {
 	waits := expression.Contains(nameWaitingOn, blocker)
 	var floor int64
@@ -377,8 +381,11 @@ func (s *Store) unblock(ctx context.Context, taskID, blocker string) error {
 			continue
 		case slices.Contains(cur.WaitingOn, blocker):
 			// Not the last blocker, or the task is not blocked (cancelled,
-			// say): only take the blocker out.
-			after, applied, err := s.update(ctx, taskID, terms{waits},
+			// say): only take the blocker out, unless the task has become
+			// blocked on it alone meanwhile (a lease of a marked task
+			// ended): then the unblocking write, one write as ever.
+			lastOfBlocked := nameStatus.Equal(expression.Value(string(StatusBlocked))).And(last)
+			after, applied, err := s.update(ctx, taskID, terms{waits, expression.Not(lastOfBlocked)},
 				expression.Delete(nameWaitingOn, expression.Value(&types.AttributeValueMemberSS{Value: []string{blocker}})), types.ReturnValueAllNew)
 			if err != nil {
 				return err
@@ -528,18 +535,42 @@ func (s *Store) reblockDependents(ctx context.Context, blocker string) error {
 // has not started: a todo task becomes blocked and leaves the claim
 // index; a blocked one adds blocker to what it waits on. One conditional
 // write, which applies once however often it is sent.
+//
+// A task in progress keeps its lease, and is marked instead: blocker is
+// added to what it waits on, its status left as it is (a second write,
+// touching no index). If its lease ends other than by completion, the
+// ending's write finds the mark and makes the task blocked, not todo
+// (endLease); a checkout or claim does not take such a lease over (the
+// checkout ends it so, and answers blocked). A completion of blocker
+// before then takes the mark off, as it unblocks any task waiting on it.
 func (s *Store) reblock(ctx context.Context, taskID, blocker string) error {
 	waits := expression.Contains(nameWaitingOn, blocker)
+	names := expression.Contains(expression.Name("blocked_by"), blocker)
 	cond := terms{
-		expression.Contains(expression.Name("blocked_by"), blocker),
+		names,
 		nameStatus.Equal(expression.Value(string(StatusTodo))).
 			Or(nameStatus.Equal(expression.Value(string(StatusBlocked))).And(expression.Not(waits))),
 	}
-	upd := setStatus(expression.UpdateBuilder{}, taskID, StatusBlocked, s.shards.Status).
-		Remove(nameClaimShard).
-		Add(nameWaitingOn, expression.Value(&types.AttributeValueMemberSS{Value: []string{blocker}}))
-	_, _, err := s.update(ctx, taskID, cond, upd, types.ReturnValueNone)
-	return err
+	waitOn := expression.Value(&types.AttributeValueMemberSS{Value: []string{blocker}})
+	mark := terms{names, nameStatus.Equal(expression.Value(string(StatusInProgress))), expression.Not(waits)}
+	for range retries(ctx) {
+		// (Built anew each time: update adds to the builder it is given.)
+		upd := setStatus(expression.UpdateBuilder{}, taskID, StatusBlocked, s.shards.Status).
+			Remove(nameClaimShard).
+			Add(nameWaitingOn, waitOn)
+		cur, applied, err := s.update(ctx, taskID, cond, upd, types.ReturnValueNone)
+		if err != nil || applied || cur == nil || cur.Status != StatusInProgress ||
+			!slices.Contains(cur.BlockedBy, blocker) || slices.Contains(cur.WaitingOn, blocker) {
+			return err
+		}
+		cur, applied, err = s.write(ctx, taskID, mark, expression.Add(nameWaitingOn, waitOn), types.ReturnValueNone)
+		if err != nil || applied || cur == nil || cur.Status == StatusInProgress && !slices.Contains(cur.BlockedBy, blocker) {
+			return err
+		}
+		// Its lease ended between the two writes: look again, so that a
+		// task left todo is blocked now.
+	}
+	return fmt.Errorf("reblock %s: %w", taskID, ErrBusy)
 }
 
 // unlink deletes taskID's edges to blockers it no longer names, best

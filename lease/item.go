@@ -368,12 +368,16 @@ func (t *taskItem) task(live bool) Task {
 
 // afterEnding is the status that the ending of the task's lease, ended
 // by time or by its holder's death and not yet swept, leads to: that
-// ending is a failed attempt, so todo, or failed at the attempt limit.
+// ending is a failed attempt, so todo (blocked for a task marked as
+// waiting on a reopened blocker), or failed at the attempt limit.
 func (t *taskItem) afterEnding() Status {
-	if t.belowLimit() {
-		return StatusTodo
+	switch {
+	case !t.belowLimit():
+		return StatusFailed
+	case len(t.WaitingOn) > 0:
+		return StatusBlocked
 	}
-	return StatusFailed
+	return StatusTodo
 }
 
 // heldMS is how long a lease locked at locked and ending by typ at `at` was
@@ -531,7 +535,9 @@ func (t *taskItem) latestEvents() []itemEvent {
 		// A cancel frees the task of its lease: watchers are told, with
 		// reason cancel, though the task is not claimable.
 		ev.PrevSeq, ev.PrevAt = ev.Seq-1, t.PriorAt
-		return []itemEvent{{eventItem: ev, frees: ev.Type != EventComplete, errored: t.EndErrored}}
+		// An ending that left the task blocked (it waits on a reopened
+		// blocker) frees nothing: its watchers are told at the unblocking.
+		return []itemEvent{{eventItem: ev, frees: ev.Type != EventComplete && t.Status != StatusBlocked, errored: t.EndErrored}}
 	}
 	return nil
 }

@@ -1662,9 +1662,16 @@ func (w *wState) lost(t int) {
 }
 
 // free ends the lease on t by op and frees the task: each watcher that is
-// still the agent who asked gets one message for this lease.
-func (w *wState) free(t int, op string, held int64) {
+// still the agent who asked gets one message for this lease. A task
+// marked as waiting on a reopened blocker (WaitingOn, see drain) is
+// blocked instead, unless the ending cancels it or fails it (exhausted):
+// nobody is told until it is unblocked.
+func (w *wState) free(t int, op string, held int64, exhausted bool) {
 	w.end(t, op, held)
+	if op != "cancel" && !exhausted && w.T[t].WaitingOn != 0 {
+		w.clearLease(t, lease.StatusBlocked)
+		return
+	}
 	w.tell(t, w.T[t].Fence)
 	w.clearLease(t, lease.StatusTodo)
 }
@@ -1694,7 +1701,7 @@ func (w *wState) tell(t int, fence int64) {
 // holder loses the lease.
 func (w *wState) endFailed(t int) {
 	w.lost(t)
-	w.free(t, "sweep", 0)
+	w.free(t, "sweep", 0, w.T[t].Attempts >= w.T[t].MaxAttempts)
 	x := &w.T[t]
 	x.Failures++
 	if x.Attempts >= x.MaxAttempts {
@@ -1794,7 +1801,8 @@ func (w wState) unblockable(t int) bool {
 // todo with an unblocked event, whose watchers are told (fence 0). A
 // reopen of a blocker still not done blocks again each dependent that is
 // todo (one write: blocked, waiting on it) or blocked without waiting on
-// it (one write: it waits on it too).
+// it (one write: it waits on it too), and marks one in progress as
+// waiting on it, which blocks it once its lease ends without completion.
 func (w wState) drain() wState {
 	for t := range wTasks {
 		w.T[t].Settle = false
@@ -1828,6 +1836,8 @@ func (w wState) drain() wState {
 				x.Status = lease.StatusBlocked
 				x.WaitingOn |= 1 << b
 				x.Version++
+			case op == 'r' && !done && x.Status == lease.StatusInProgress:
+				x.WaitingOn |= 1 << b // marked, no version: its lease stays
 			}
 		}
 	}
@@ -2070,7 +2080,7 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 			return w, false
 		}
 		w.lost(t) // by the admin, never a holder here
-		w.free(t, "force", held)
+		w.free(t, "force", held, false)
 		w.T[t].Version++
 		return w, true
 	}
@@ -2101,6 +2111,15 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 			w.endFailed(t)
 			x.Ended = x.Version
 			return w, true
+		case x.Holder != "" && x.WaitingOn != 0 && (x.Status == lease.StatusTodo || x.Status == lease.StatusInProgress):
+			// An ended lease of a task marked as waiting on a reopened
+			// blocker: the checkout ends it as the sweep would, which
+			// blocks the task, and judges the task then. That ending's
+			// "swept" comes after.
+			x.PatchEnded = x.Fence
+			w.endFailed(t)
+			x.Ended = x.Version
+			return w.taskOp(in, out, hb)
 		case x.Holder == "" && x.Status == lease.StatusTodo && x.NotBefore > w.Now:
 			return w, out == wOut{Kind: "not_ready", NotBefore: x.NotBefore}
 		}
@@ -2123,6 +2142,8 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 		want.Version, want.Queue, want.Prio, want.Attempt, want.NotBefore = x.Version, x.Queue, x.Prio, x.Attempts, x.NotBefore
 		if s.Holder != "" && !s.live() && s.Status == lease.StatusInProgress && x.Attempts >= x.MaxAttempts {
 			want.Status = lease.StatusFailed // ended at the last attempt, not swept: failed next
+		} else if s.Holder != "" && !s.live() && s.Status == lease.StatusInProgress && x.WaitingOn != 0 {
+			want.Status = lease.StatusBlocked // ended, marked: blocked next
 		}
 	}
 	if out != want && (want.Kind == "not_checked_out" || want.Kind == "not_holder") && (op == "release" || op == "complete") {
@@ -2146,16 +2167,21 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 	if s.Holder != "" && (nx.Holder == "" || nx.Fence != s.Fence) {
 		switch in.Op { // the lease on the task ended here
 		case "release":
-			w.free(t, "release", nx.EndHeld)
+			w.free(t, "release", nx.EndHeld, false)
 		case "fail":
 			// A failed attempt: the task fails at its last; otherwise it
-			// waits for the retry delay, doubled with each failure.
-			w.free(t, "release", nx.EndHeld)
+			// waits for the retry delay, doubled with each failure (or,
+			// marked, for its reopened blocker: blocked, no delay).
+			w.free(t, "release", nx.EndHeld, x.Attempts >= x.MaxAttempts)
 			x.Failures++
-			if x.Attempts >= x.MaxAttempts {
+			switch {
+			case x.Attempts >= x.MaxAttempts:
 				nx.Status = lease.StatusFailed
-			} else if x.NotBefore = w.Now + wRetryWait(x.Failures); x.NotBefore > w.Now {
-				x.Rank = true
+			case x.Status == lease.StatusBlocked: // marked: it waits for its blocker
+			default:
+				if x.NotBefore = w.Now + wRetryWait(x.Failures); x.NotBefore > w.Now {
+					x.Rank = true
+				}
 			}
 		case "complete":
 			// Nobody is told: a completion is not a freeing. The watches
@@ -2168,6 +2194,9 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 			}
 		case "checkout":
 			w.takeover(t) // the watch list stays: the task never became free
+		}
+		if nx.Holder == "" && nx.Status == lease.StatusTodo && x.Status == lease.StatusBlocked {
+			nx.Status = lease.StatusBlocked // marked: free blocked it
 		}
 	}
 	w.setLease(t, nx)
@@ -2211,6 +2240,9 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 	status := x.Status
 	if x.Holder != "" && !live && status == lease.StatusInProgress {
 		status = lease.StatusTodo
+		if x.WaitingOn != 0 {
+			status = lease.StatusBlocked // marked: its ending blocks it
+		}
 	}
 	changed := false
 	if in.Status != "" && in.Status != status {
@@ -2225,7 +2257,7 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 			if x.Holder != wAgentID(in.Agent) {
 				w.lost(t) // cancelled by someone else: an admin
 			}
-			w.free(t, "cancel", w.Now-x.Locked)
+			w.free(t, "cancel", w.Now-x.Locked, false)
 		case in.Status == lease.StatusTodo:
 			// A reopen: attempts anew, no delay; blocked while a blocker
 			// is not done now (one done when the task was unblocked may
@@ -2274,10 +2306,13 @@ func (w wState) patchOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) 
 	case x.Holder != "" && live:
 		want.Holder, want.Run, want.Fence, want.Expires = x.Holder, x.Run, x.Fence, x.Expires
 	case x.Holder != "" && x.Status == lease.StatusInProgress:
-		// Ended, not swept: the task's next state, failed at the limit.
+		// Ended, not swept: the task's next state, failed at the limit
+		// (blocked, marked as waiting on a reopened blocker).
 		want.Status = lease.StatusTodo
 		if x.Attempts >= x.MaxAttempts {
 			want.Status = lease.StatusFailed
+		} else if x.WaitingOn != 0 {
+			want.Status = lease.StatusBlocked
 		}
 	}
 	return w, out == want
@@ -2351,6 +2386,9 @@ func (w wState) claim(in wIn, out wOut) []wState {
 	}
 	if in.Strict && t != best && (w.sure(t) || best >= 0 && !w.before(t, best)) {
 		return nil // a lone claim takes the best
+	}
+	if x.Holder != "" && x.WaitingOn != 0 {
+		return nil // marked: its ending blocks it, never taken over
 	}
 	if x.Holder != "" {
 		w.takeover(t)
@@ -2663,12 +2701,11 @@ type sweptNotifier struct {
 }
 
 func (n *sweptNotifier) Notify(_ context.Context, nt lease.Notice) error {
-	// A sweep's ending at the task's last attempt fails the task: its
-	// notice is TaskFailed, for the failed event (reason: how the lease
-	// ended), after the ending's own. An unblocking is the stream's own
-	// work (drain), not a lease's ending.
-	swept := nt.Kind == lease.NoticeTaskAvailable && nt.Event.Type != lease.EventUnblocked ||
-		nt.Kind == lease.NoticeTaskFailed && nt.Event.Reason != string(lease.EventRelease)
+	// Every ending has its LeaseEnded notice, whether it frees the task,
+	// fails it (at its last attempt) or leaves it blocked (a task marked
+	// as waiting on a reopened blocker); a takeover's ending is the
+	// checkout's own.
+	swept := nt.Kind == lease.NoticeLeaseEnded && !nt.Takeover
 	if swept && nt.Event.By == lease.BySystem {
 		n.mu.Lock()
 		defer n.mu.Unlock()

@@ -1,19 +1,26 @@
 package lease_test
 
 import (
+	"context"
 	"errors"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/stream"
 )
 
 // Reopening a done blocker blocks again the dependents that have not
 // started: a todo dependent becomes blocked (claim skips it, a named
 // checkout answers blocked naming the reopened blocker), one still blocked
-// on others waits for the reopened one too, and one in progress or done
-// is left as it is. Completing the blocker again releases them, with one
+// on others waits for the reopened one too, one in progress keeps its
+// lease, and one done is left as it is. Completing the blocker again releases them, with one
 // unblocked event each per unblocking.
 func TestReopeningADoneBlockerBlocksItsDependentsAgain(t *testing.T) {
 	t.Parallel()
@@ -131,5 +138,182 @@ func TestAReopenSeenAfterTheBlockerIsDoneAgainBlocksNothing(t *testing.T) {
 	}
 	if n := count(e.events(t, "d"), lease.EventUnblocked); n != 1 {
 		t.Errorf("d has %d unblocked events, want 1: it never waited again", n)
+	}
+}
+
+// A dependent in progress when its blocker is reopened keeps its lease;
+// when that lease ends without a completion (a release, a timeout), the
+// task goes back to waiting on the blocker, blocked, rather than to todo:
+// claim skips it and a named checkout answers blocked. One whose blocker
+// was completed again before its lease ended goes back to todo.
+func TestADependentInProgressWhenItsBlockerIsReopenedIsBlockedWhenItsLeaseEnds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "a")
+	e.create(t, lease.CreateTaskParams{TaskID: "released", Queue: "rb-released", BlockedBy: []string{"a"}})
+	e.create(t, lease.CreateTaskParams{TaskID: "expired", Queue: "rb-expired", BlockedBy: []string{"a"}})
+	e.complete(t, "a", "x")
+	e.drain(t)
+	rel := e.checkout(t, "released", "r", time.Hour)
+	e.checkout(t, "expired", "s", time.Minute)
+
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "a", AgentID: "x", Status: new(lease.StatusTodo)}))
+	e.drain(t)
+	if st := e.get(t, "released").Status; st != lease.StatusInProgress {
+		t.Fatalf("released, leased when a was reopened: %s, want in_progress", st)
+	}
+
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "released", AgentID: "r", RunID: rel.RunID}))
+	e.clock.Advance(2 * time.Minute)
+	must[lease.SweepResult](t)(e.store.Sweep(c))
+	e.drain(t)
+	for _, id := range []string{"released", "expired"} {
+		d := e.get(t, id)
+		if d.Status != lease.StatusBlocked || !slices.Equal(blockerIDs(d.BlockedBy), []string{"a=todo"}) {
+			t.Fatalf("%s once its lease ended with a reopened: %s, blocked_by %v; want blocked by a", id, d.Status, blockerIDs(d.BlockedBy))
+		}
+		if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "y", Queues: []string{"rb-" + id}}); !errors.Is(err, lease.ErrNoTaskAvailable) {
+			t.Fatalf("claim of %s's queue: %v, want no task available", id, err)
+		}
+		var be *lease.BlockedError
+		if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: id, AgentID: "y"}); !errors.As(err, &be) {
+			t.Fatalf("checkout of %s: %v, want BlockedError", id, err)
+		}
+	}
+
+	// Completed again: both are released, once each.
+	e.complete(t, "a", "x")
+	e.drain(t)
+	for _, id := range []string{"released", "expired"} {
+		if st := e.get(t, id).Status; st != lease.StatusTodo {
+			t.Fatalf("%s after a completed again: %s, want todo", id, st)
+		}
+	}
+
+	// Reopened while held, completed again while still held: the lease's
+	// end leaves the task todo.
+	again := e.checkout(t, "released", "r", time.Hour)
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "a", AgentID: "x", Status: new(lease.StatusTodo)}))
+	e.drain(t)
+	e.complete(t, "a", "x")
+	e.drain(t)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "released", AgentID: "r", RunID: again.RunID}))
+	e.drain(t)
+	if st := e.get(t, "released").Status; st != lease.StatusTodo {
+		t.Fatalf("released after a was reopened and completed again while it was held: %s, want todo", st)
+	}
+	if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "y", Queues: []string{"rb-released"}}); err != nil {
+		t.Fatalf("claim of released once free again: %v", err)
+	}
+}
+
+// hookedDB runs hook once, before the first UpdateItem of key that only
+// ADDs (the stream's mark of a dependent in progress, lease/deps.go).
+type hookedDB struct {
+	*dynamodb.Client
+	key  string
+	once sync.Once
+	hook func()
+}
+
+func (d *hookedDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if k, ok := in.Key["task_id"].(*types.AttributeValueMemberS); ok && k.Value == d.key &&
+		in.UpdateExpression != nil && strings.HasPrefix(*in.UpdateExpression, "ADD ") && !strings.Contains(*in.UpdateExpression, "SET ") {
+		d.once.Do(d.hook)
+	}
+	return d.Client.UpdateItem(ctx, in, optFns...)
+}
+
+// A dependent's lease that ends while the stream reblocks it, between the
+// write that finds it in progress and the write that marks it, leaves it
+// todo: the stream looks again and blocks it.
+func TestADependentReleasedWhileItIsReblockedIsBlocked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "a")
+	e.create(t, lease.CreateTaskParams{TaskID: "d", Queue: "reblock-race", BlockedBy: []string{"a"}})
+	e.complete(t, "a", "x")
+	e.drain(t)
+	co := e.checkout(t, "d", "r", time.Minute)
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "a", AgentID: "x", Status: new(lease.StatusTodo)}))
+
+	released := false
+	db := &hookedDB{Client: e.db, key: "d", hook: func() {
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "d", AgentID: "r", RunID: co.RunID}))
+		released = true
+	}}
+	store := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	drainer := *e.poller
+	drainer.Handle = stream.Handler(store)
+	for range 2 { // the reopen, then the release's own change
+		if _, err := drainer.Poll(c); err != nil {
+			t.Fatalf("drain: %v", err)
+		}
+	}
+	if !released {
+		t.Fatal("the stream never marked d: the race did not happen")
+	}
+	if got := e.get(t, "d"); got.Status != lease.StatusBlocked {
+		t.Fatalf("d released while the stream reblocked it: %s, want blocked (a is not done)", got.Status)
+	}
+	if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "y", Queues: []string{"reblock-race"}}); !errors.Is(err, lease.ErrNoTaskAvailable) {
+		t.Fatalf("claim of d's queue: %v, want no task available", err)
+	}
+}
+
+// A dependent marked as waiting on its reopened blocker is blocked by the
+// very write that ends its lease, not a moment later: no claim or checkout
+// can take it in between, a checkout that finds its lease expired ends it
+// and answers blocked rather than taking it over, and its watchers are
+// told when it is unblocked, not when it is blocked.
+func TestAMarkedDependentIsBlockedByTheWriteThatEndsItsLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "a")
+	e.create(t, lease.CreateTaskParams{TaskID: "released", Queue: "rb2-released", BlockedBy: []string{"a"}})
+	e.create(t, lease.CreateTaskParams{TaskID: "expired", Queue: "rb2-expired", BlockedBy: []string{"a"}})
+	e.complete(t, "a", "x")
+	e.drain(t)
+	rel := e.checkout(t, "released", "r", time.Hour)
+	e.checkout(t, "expired", "s", time.Minute)
+	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "released", AgentID: "w", Watch: true}); !errors.Is(err, lease.ErrCheckedOut) {
+		t.Fatalf("w's checkout with watch: %v, want checked out", err)
+	}
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "a", AgentID: "x", Status: new(lease.StatusTodo)}))
+	e.drain(t) // marks both
+
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "released", AgentID: "r", RunID: rel.RunID}))
+	e.clock.Advance(2 * time.Minute)
+	var be *lease.BlockedError
+	for _, id := range []string{"released", "expired"} {
+		// Before the change stream runs.
+		if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "y", Queues: []string{"rb2-" + id}}); !errors.Is(err, lease.ErrNoTaskAvailable) {
+			t.Fatalf("claim of %s's queue: %v, want no task available", id, err)
+		}
+		if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: id, AgentID: "y"}); !errors.As(err, &be) || !slices.Equal(blockerIDs(be.BlockedBy), []string{"a=todo"}) {
+			t.Fatalf("checkout of %s: %v, want BlockedError naming a", id, err)
+		}
+		if d := e.get(t, id); d.Status != lease.StatusBlocked {
+			t.Fatalf("%s: %s, want blocked", id, d.Status)
+		}
+	}
+	if k := kinds(e.events(t, "expired")); !slices.Equal(k, []lease.EventType{"unblocked", "checkout", "timeout"}) {
+		t.Errorf("expired's trail %v: its lease ended by time, and nobody took it over", k)
+	}
+	if msgs := e.inbox(t, "w"); len(msgs) != 0 {
+		t.Fatalf("w was told %+v while released is blocked", msgs)
+	}
+	e.complete(t, "a", "x")
+	e.drain(t)
+	for _, id := range []string{"released", "expired"} {
+		if st := e.get(t, id).Status; st != lease.StatusTodo {
+			t.Fatalf("%s after a completed again: %s, want todo", id, st)
+		}
+	}
+	if msgs := e.inbox(t, "w"); len(msgs) != 1 || msgs[0].TaskID != "released" || msgs[0].Reason != string(lease.EventUnblocked) {
+		t.Fatalf("w's inbox once released is unblocked: %+v, want one unblocked message", msgs)
 	}
 }
