@@ -2963,7 +2963,7 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 	start := time.Now()
 	stamp := func() int64 { return time.Since(start).Nanoseconds() }
 	swept := &sweptNotifier{stamp: stamp}
-	store := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now, Notifier: swept})
+	store := lease.New(lease.Config{DB: linDB(t, e.db), Tables: e.names, Now: e.clock.Now, Notifier: swept})
 	// The stream function, with the notifier that records what the service
 	// freed by itself: run at the end of every phase (every drainEvery-th),
 	// before the inboxes are read.
@@ -3562,4 +3562,72 @@ func TestCreateThatSettlesAnswersItsOwnWrite(t *testing.T) {
 	if len(a.hooks) != 0 {
 		t.Fatalf("writes never made: %v", a.hooks)
 	}
+}
+
+// jitterDB delays each request by a random 0 to max, before it is sent and
+// after it is answered (CHECKOUT_LIN_JITTER=20ms): the operations of a
+// phase then overlap in more of their possible orders.
+type jitterDB struct {
+	lease.DB
+	max time.Duration
+}
+
+func (j jitterDB) pause() {
+	time.Sleep(rand.N(j.max))
+}
+
+func (j jitterDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	j.pause()
+	defer j.pause()
+	return j.DB.GetItem(ctx, in, optFns...)
+}
+
+func (j jitterDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	j.pause()
+	defer j.pause()
+	return j.DB.PutItem(ctx, in, optFns...)
+}
+
+func (j jitterDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	j.pause()
+	defer j.pause()
+	return j.DB.UpdateItem(ctx, in, optFns...)
+}
+
+func (j jitterDB) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	j.pause()
+	defer j.pause()
+	return j.DB.DeleteItem(ctx, in, optFns...)
+}
+
+func (j jitterDB) Query(ctx context.Context, in *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	j.pause()
+	defer j.pause()
+	return j.DB.Query(ctx, in, optFns...)
+}
+
+func (j jitterDB) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	j.pause()
+	defer j.pause()
+	return j.DB.BatchGetItem(ctx, in, optFns...)
+}
+
+func (j jitterDB) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error) {
+	j.pause()
+	defer j.pause()
+	return j.DB.BatchWriteItem(ctx, in, optFns...)
+}
+
+// linDB is the DB the linearizability tests' stores use: db, with
+// CHECKOUT_LIN_JITTER's delays when set.
+func linDB(t testing.TB, db lease.DB) lease.DB {
+	v := os.Getenv("CHECKOUT_LIN_JITTER")
+	if v == "" {
+		return db
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		t.Fatalf("CHECKOUT_LIN_JITTER=%q: want a positive duration", v)
+	}
+	return jitterDB{DB: db, max: d}
 }
