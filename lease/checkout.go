@@ -418,8 +418,10 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(nameMaxAttempts, expression.IfNotExists(nameMaxAttempts, expression.Value(DefaultMaxAttempts)))
 	attempt := func(old *taskItem) int { return old.Attempts + 1 }
 	if p.reopening != nil {
-		// Reopened: its attempts count anew, this grant the first.
-		upd = upd.Set(nameAttempts, expression.Value(1)).Remove(nameFailures)
+		// Reopened: its attempts count anew, this grant the first. Every
+		// blocker was read done (the grant is pinned to that version), so
+		// a mark left from a lease that completed goes (deps.go, reblock).
+		upd = upd.Set(nameAttempts, expression.Value(1)).Remove(nameFailures).Remove(nameWaitingOn)
 		attempt = func(*taskItem) int { return 1 }
 	} else {
 		upd = upd.Add(nameAttempts, expression.Value(1))
@@ -692,12 +694,27 @@ func (s *Store) endLease(ctx context.Context, taskID string, cond terms, e endin
 	if e.at != 0 {
 		cond = cond.and(timeCond(fromMS(e.at)))
 	}
-	if e.status == StatusTodo && !e.exhausted {
-		// A task marked as waiting on a reopened blocker (deps.go,
-		// reblock) goes back to blocked, not todo: tried second, on the
-		// mark, when the first write fails on it. Blocked, it waits for
-		// its blocker instead of a retry delay.
-		free := cond.and(expression.AttributeNotExists(nameWaitingOn))
+	if e.status != StatusTodo || e.exhausted {
+		it, applied, err := s.update(ctx, taskID, cond, endUpdate(taskID, e, now, s.shards), rv)
+		if err != nil || !applied {
+			return it, nil, false, err
+		}
+		if e.status == StatusTodo {
+			s.claims.wake()
+		}
+		return nil, it, true, nil
+	}
+	// A task marked as waiting on a reopened blocker (deps.go, reblock)
+	// goes back to blocked, not todo: tried second, on the mark, when the
+	// first write fails on it. Blocked, it waits for its blocker instead
+	// of a retry delay. The change stream may take the mark off between
+	// the two (the blocker completed again): then the first is tried
+	// again, rather than the lease's ending lost.
+	free := cond.and(expression.AttributeNotExists(nameWaitingOn))
+	marked := cond.and(expression.AttributeExists(nameWaitingOn))
+	blocked := e
+	blocked.status, blocked.notBefore, blocked.rank = StatusBlocked, 0, ""
+	for range retries(ctx) {
 		it, applied, err := s.update(ctx, taskID, free, endUpdate(taskID, e, now, s.shards), rv)
 		switch {
 		case err != nil:
@@ -708,17 +725,17 @@ func (s *Store) endLease(ctx context.Context, taskID string, cond terms, e endin
 		case it == nil || len(it.WaitingOn) == 0:
 			return it, nil, false, nil
 		}
-		e.status, e.notBefore, e.rank = StatusBlocked, 0, ""
-		cond = cond.and(expression.AttributeExists(nameWaitingOn))
+		it, applied, err = s.update(ctx, taskID, marked, endUpdate(taskID, blocked, now, s.shards), rv)
+		switch {
+		case err != nil:
+			return it, nil, false, err
+		case applied:
+			return nil, it, true, nil
+		case it == nil || len(it.WaitingOn) > 0:
+			return it, nil, false, nil
+		}
 	}
-	it, applied, err := s.update(ctx, taskID, cond, endUpdate(taskID, e, now, s.shards), rv)
-	if err != nil || !applied {
-		return it, nil, false, err
-	}
-	if e.status == StatusTodo {
-		s.claims.wake()
-	}
-	return nil, it, true, nil
+	return nil, nil, false, fmt.Errorf("end the lease on %s: %w", taskID, ErrBusy)
 }
 
 // finish ends the caller's own lease by e (release or complete): one

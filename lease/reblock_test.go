@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -315,5 +316,90 @@ func TestAMarkedDependentIsBlockedByTheWriteThatEndsItsLease(t *testing.T) {
 	}
 	if msgs := e.inbox(t, "w"); len(msgs) != 1 || msgs[0].TaskID != "released" || msgs[0].Reason != string(lease.EventUnblocked) {
 		t.Fatalf("w's inbox once released is unblocked: %+v, want one unblocked message", msgs)
+	}
+}
+
+// afterFailDB runs hook once, right after the first UpdateItem of key that
+// fails its condition, once armed.
+type afterFailDB struct {
+	*dynamodb.Client
+	key   string
+	armed atomic.Bool
+	once  sync.Once
+	hook  func()
+}
+
+func (d *afterFailDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := d.Client.UpdateItem(ctx, in, optFns...)
+	var ccf *types.ConditionalCheckFailedException
+	if k, ok := in.Key["task_id"].(*types.AttributeValueMemberS); ok && d.armed.Load() && k.Value == d.key && errors.As(err, &ccf) {
+		d.once.Do(d.hook)
+	}
+	return out, err
+}
+
+// markedDependent leaves d (of queue q, blocked by a) checked out by r for
+// an hour and marked as waiting on a, which was reopened.
+func markedDependent(t *testing.T, e *env, q string) lease.Checkout {
+	t.Helper()
+	c := ctx(t)
+	e.task(t, "a")
+	e.create(t, lease.CreateTaskParams{TaskID: "d", Queue: q, BlockedBy: []string{"a"}})
+	e.complete(t, "a", "x")
+	e.drain(t)
+	co := e.checkout(t, "d", "r", time.Hour)
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "a", AgentID: "x", Status: new(lease.StatusTodo)}))
+	e.drain(t)
+	return co
+}
+
+// The ending of a marked lease is tried free first, then on the mark; the
+// stream taking the mark off in between (its blocker completed again) made
+// the release, or an admin's force release, answer not_checked_out and
+// leave the lease held.
+func TestAReleaseRacingTheUnmarkingOfItsTaskEndsItsLease(t *testing.T) {
+	t.Parallel()
+	for _, force := range []bool{false, true} {
+		e := newEnv(t)
+		c := ctx(t)
+		co := markedDependent(t, e, "unmark-race")
+		e.complete(t, "a", "x") // a done again; the stream has not run
+		db := &afterFailDB{Client: e.db, key: "d", hook: func() { e.drain(t) }}
+		store := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+		db.armed.Store(true)
+		p := lease.ReleaseParams{TaskID: "d", AgentID: "r", RunID: co.RunID}
+		if force {
+			p = lease.ReleaseParams{TaskID: "d", AgentID: "admin", Force: true}
+		}
+		if _, err := store.Release(c, p); err != nil {
+			t.Fatalf("release (force %v) of a live lease whose mark the stream took off meanwhile: %v", force, err)
+		}
+		if got := e.get(t, "d"); got.Status != lease.StatusTodo || got.Checkout != nil {
+			t.Fatalf("d after its release (force %v): %s, checkout %+v; want todo with no lease (a is done)", force, got.Status, got.Checkout)
+		}
+	}
+}
+
+// A marked dependent that completes keeps its mark until the stream sees
+// its blocker done again. A checkout that reopened it in that moment (its
+// blockers all done) carried the mark into the new lease, whose release
+// then blocked it with every blocker done.
+func TestACheckoutReopeningADoneDependentDropsItsMark(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	co := markedDependent(t, e, "reopen-mark")
+	must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "d", AgentID: "r", RunID: co.RunID}))
+	e.complete(t, "a", "x") // a done again; the stream has not run
+	co2, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "d", AgentID: "s", Timeout: time.Hour, ExpectedStatuses: []lease.Status{lease.StatusDone}})
+	if err != nil {
+		t.Fatalf("checkout of done d expecting done: %v", err)
+	}
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "d", AgentID: "s", RunID: co2.RunID}))
+	if got := e.get(t, "d"); got.Status != lease.StatusTodo {
+		t.Fatalf("d released with every blocker done: %s, want todo", got.Status)
+	}
+	if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "y", Queues: []string{"reopen-mark"}}); err != nil {
+		t.Fatalf("claim of d's queue before the stream runs: %v, want d", err)
 	}
 }
