@@ -322,8 +322,9 @@ func duration(v *string, def time.Duration, rng lease.DurationRange) (time.Durat
 // and one that gives a parameter twice: url.Values drops a pair it cannot
 // decode and Get keeps the first of two, either of which would quietly
 // change what the request asks for. Every parameter of the API takes one
-// value.
-func checkQuery(raw string) error {
+// value. A parameter not in known is refused as well: a mistyped filter
+// (?stauts=todo) would list everything.
+func checkQuery(raw string, known []string) error {
 	for pair := range strings.SplitSeq(raw, "&") {
 		if _, err := url.ParseQuery(pair); err != nil {
 			param := "a query parameter's name"
@@ -336,6 +337,9 @@ func checkQuery(raw string) error {
 	}
 	q, _ := url.ParseQuery(raw) // every pair parses, so the whole does
 	for _, name := range slices.Sorted(maps.Keys(q)) {
+		if !slices.Contains(known, name) {
+			return errorf(errcode.InvalidRequest, "unknown query parameter %s; this route takes %s", quoteName(name), strings.Join(known, ", "))
+		}
 		if n := len(q[name]); n > 1 {
 			return errorf(errcode.InvalidRequest, "query parameter %s is given %d times; it takes one value", quoteName(name), n)
 		}

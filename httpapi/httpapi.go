@@ -89,7 +89,7 @@ var handlers = map[string]handlerFunc{
 	"removeAgent":   (*server).removeAgent,
 	"heartbeat":     (*server).heartbeat,
 	"createTask":    (*server).createTask,
-	"listTasks":     withQuery((*server).listTasks),
+	"listTasks":     withQuery((*server).listTasks, "status", "queue", "limit", "cursor"),
 	"createTasks":   (*server).createTasks,
 	"getTask":       (*server).getTask,
 	"updateTask":    (*server).updateTask,
@@ -98,21 +98,23 @@ var handlers = map[string]handlerFunc{
 	"renew":         (*server).renew,
 	"release":       (*server).release,
 	"complete":      (*server).complete,
-	"events":        (*server).events,
+	"events":        withQuery((*server).events, "limit", "cursor"),
 	"watch":         (*server).watch,
-	"listCheckouts": withQuery((*server).listCheckouts),
+	"listCheckouts": withQuery((*server).listCheckouts, "agent_id"),
 	"inbox":         (*server).inbox,
 	"deleteMessage": (*server).deleteMessage,
 	"claim":         (*server).claim,
-	"feed":          withQuery((*server).feed),
+	"feed":          withQuery((*server).feed, "since", "cursor", "limit", "type"),
 	"listQueues":    (*server).listQueues,
 }
 
-// withQuery is h for a route that reads query parameters: a query string
-// that checkQuery refuses is answered before h runs.
-func withQuery(h handlerFunc) handlerFunc {
+// withQuery is h for a route that reads the query parameters names: a
+// query string that checkQuery refuses, or that names another parameter
+// (a mistyped filter would otherwise list everything), is answered before
+// h runs.
+func withQuery(h handlerFunc, names ...string) handlerFunc {
 	return func(s *server, w http.ResponseWriter, r *http.Request, p lease.Principal) error {
-		if err := checkQuery(r.URL.RawQuery); err != nil {
+		if err := checkQuery(r.URL.RawQuery, names); err != nil {
 			return err
 		}
 		return h(s, w, r, p)

@@ -96,6 +96,44 @@ func TestQueryRoutesCoverTheDocument(t *testing.T) {
 	}
 }
 
+// A query parameter a route does not take is 400 invalid_request naming
+// it, on every route that takes any: a mistyped filter (?stauts=todo) used
+// to list everything. Every parameter the document names is taken.
+func TestUnknownQueryParameterIs400(t *testing.T) {
+	t.Parallel()
+	doc, err := openapitest.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill := strings.NewReplacer("{task_id}", "task-1", "{agent_id}", "agent-1", "{message_id}", "m-1")
+	routes := 0
+	for p, item := range doc.Paths.Map() {
+		for m, op := range item.Operations() {
+			var names []string
+			for _, param := range op.Parameters {
+				if param.Value.In == "query" {
+					names = append(names, param.Value.Name)
+				}
+			}
+			if len(names) == 0 {
+				continue
+			}
+			routes++
+			path := fill.Replace(p)
+			badRequest{m, path + "?stauts=todo", "ck_admin", "", 400, "invalid_request", `unknown query parameter "stauts"`}.run(t)
+			for _, name := range names {
+				res := newHarness(t).do(m, path+"?"+name+"=", "ck_admin", "")
+				if msg, _ := res.json["error"].(string); strings.Contains(msg, "unknown query parameter") {
+					t.Errorf("%s %s?%s= refused as unknown: %s", m, path, name, msg)
+				}
+			}
+		}
+	}
+	if routes < 4 {
+		t.Fatalf("%d routes with query parameters in the document, want at least 4", routes)
+	}
+}
+
 // If-Match is a task version, N or "N" (a decimal without sign or leading
 // zeros; versions start at 1), given once. A weak tag never matches under
 // If-Match (RFC 9110 strong comparison): 412 version_mismatch; "*" is
