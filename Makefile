@@ -9,7 +9,7 @@ SHELL := bash
 
 GO            ?= go
 GO_PACKAGES   ?= ./...
-GO_TEST_FLAGS ?= -race -count=1
+GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 DYNAMO        := localstack/with-dynamodb.sh
 LOCALSTACK    := localstack
 # npm writes this file at the end of every install: it is the install stamp.

@@ -144,6 +144,7 @@ func TestTrailStopsAtAHoleInTheArchive(t *testing.T) {
 // trail a reader saw is a prefix of the final one.
 type trailWatch struct {
 	stop, done chan struct{}
+	stopOnce   sync.Once
 	mu         sync.Mutex
 	seen       map[string][][]trailKey
 	err        error
@@ -175,12 +176,18 @@ func watchTrails(c context.Context, s *lease.Store, tasks []string) *trailWatch 
 	return w
 }
 
+// halt stops the reader (once the history is written: a long check of
+// it must not outlast the reader's context) and waits for it.
+func (w *trailWatch) halt() {
+	w.stopOnce.Do(func() { close(w.stop) })
+	<-w.done
+}
+
 // check stops the reader and fails the test unless every trail it read is
 // a prefix of the task's final trail (the stream drained).
 func (w *trailWatch) check(t *testing.T, e *env) {
 	t.Helper()
-	close(w.stop)
-	<-w.done
+	w.halt()
 	if w.err != nil {
 		t.Fatal(w.err)
 	}
