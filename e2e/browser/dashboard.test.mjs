@@ -783,6 +783,21 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await page.locator('#banner').filter({ hasText: 'not allowed to do that (403): this route is for admins only' }).waitFor();
     await page.close();
 
+    // A view entered again shows its last data while it loads; if that
+    // load fails, the page says the data is older (it used to say "Not
+    // updated yet" over the old rows).
+    const back = await newPage('revisit');
+    await signIn(back, ADMIN_KEY);
+    await row(back, 't-bench').waitFor();
+    await back.locator('#updated').filter({ hasText: /^Updated/ }).waitFor();
+    await back.click('#nav a[data-view="tasks"]');
+    await back.locator('#view-tasks').waitFor();
+    await back.route('**/api/checkouts', (r) => r.abort());
+    await back.click('#nav a[data-view="checkouts"]');
+    await back.locator('#updated').filter({ hasText: 'showing older data' }).waitFor({ timeout: 10000 });
+    assert.ok(await row(back, 't-bench').isVisible(), 'the checkouts of the last visit stay on screen');
+    await back.close();
+
     // Stop the server: the admin's page says so, and keeps its data.
     await admin.goto(server.url + '/#/checkouts');
     await row(admin, 't-bench').waitFor();

@@ -36,6 +36,12 @@ let current = null; // { view, arg }
 let timer = null;
 let generation = 0;
 let lastOK = null; // performance.now() of the last successful load
+// shownAt keeps, per view, the argument and time of the last load whose
+// data it shows: a view entered again with that argument shows that data
+// until its new load comes back, and the "updated" line must date it, not
+// say it was never updated (which, if the server is down by then, would
+// hide that the screen holds older data).
+const shownAt = new Map(); // view -> { arg, at }
 let failing = false;
 
 // --- errors --------------------------------------------------------------
@@ -81,6 +87,7 @@ function showSignIn(message) {
   generation++;
   current = null;
   lastOK = null;
+  shownAt.clear();
   failing = false;
   document.title = 'Sign in · checkout';
   for (const v of Object.values(views)) v.reset?.();
@@ -192,7 +199,8 @@ function route(initial = false) {
     attr(a, 'aria-current', a.dataset.view === next.view ? 'page' : null);
   }
   if (changed) {
-    lastOK = null;
+    const shown = shownAt.get(next.view);
+    lastOK = shown && shown.arg === next.arg ? shown.at : null;
     failing = false;
     showBanner('');
     views[next.view].enter?.(ctx, next.arg);
@@ -225,10 +233,14 @@ async function refresh() {
       // A later refresh of the same view superseded this one, but what
       // this one loaded is on screen: the "updated" line must date it,
       // so that a failing later refresh says it shows older data.
-      if (current && current.view === view && current.arg === arg) lastOK = performance.now();
+      if (current && current.view === view && current.arg === arg) {
+        lastOK = performance.now();
+        shownAt.set(view, { arg, at: lastOK });
+      }
       return;
     }
     lastOK = performance.now();
+    shownAt.set(view, { arg, at: lastOK });
     failing = false;
     showBanner('');
   } catch (err) {
