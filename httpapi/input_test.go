@@ -76,24 +76,45 @@ func TestMalformedQueryIs400(t *testing.T) {
 // cannot miss checkQuery.
 func TestQueryRoutesCoverTheDocument(t *testing.T) {
 	t.Parallel()
+	for _, r := range queryRoutes(t) {
+		for _, name := range r.names {
+			for _, query := range []string{name + "=%ZZ", name + "=a&" + name + "=b"} {
+				badRequest{r.method, r.path + "?" + query, "ck_admin", "", 400, "invalid_request", name}.run(t)
+			}
+		}
+	}
+}
+
+// queryRoute is an operation of the document that takes query parameters:
+// its method, its path with ids filled in, and the parameters' names.
+type queryRoute struct {
+	method, path string
+	names        []string
+}
+
+// queryRoutes lists the document's operations that take query parameters.
+func queryRoutes(t *testing.T) []queryRoute {
+	t.Helper()
 	doc, err := openapitest.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
 	fill := strings.NewReplacer("{task_id}", "task-1", "{agent_id}", "agent-1", "{message_id}", "m-1")
+	var out []queryRoute
 	for p, item := range doc.Paths.Map() {
 		for m, op := range item.Operations() {
+			r := queryRoute{method: m, path: fill.Replace(p)}
 			for _, param := range op.Parameters {
-				if param.Value.In != "query" {
-					continue
+				if param.Value.In == "query" {
+					r.names = append(r.names, param.Value.Name)
 				}
-				name := param.Value.Name
-				for _, query := range []string{name + "=%ZZ", name + "=a&" + name + "=b"} {
-					badRequest{m, fill.Replace(p) + "?" + query, "ck_admin", "", 400, "invalid_request", name}.run(t)
-				}
+			}
+			if len(r.names) > 0 {
+				out = append(out, r)
 			}
 		}
 	}
+	return out
 }
 
 // A query parameter a route does not take is 400 invalid_request naming
@@ -101,36 +122,18 @@ func TestQueryRoutesCoverTheDocument(t *testing.T) {
 // to list everything. Every parameter the document names is taken.
 func TestUnknownQueryParameterIs400(t *testing.T) {
 	t.Parallel()
-	doc, err := openapitest.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fill := strings.NewReplacer("{task_id}", "task-1", "{agent_id}", "agent-1", "{message_id}", "m-1")
-	routes := 0
-	for p, item := range doc.Paths.Map() {
-		for m, op := range item.Operations() {
-			var names []string
-			for _, param := range op.Parameters {
-				if param.Value.In == "query" {
-					names = append(names, param.Value.Name)
-				}
-			}
-			if len(names) == 0 {
-				continue
-			}
-			routes++
-			path := fill.Replace(p)
-			badRequest{m, path + "?stauts=todo", "ck_admin", "", 400, "invalid_request", `unknown query parameter "stauts"`}.run(t)
-			for _, name := range names {
-				res := newHarness(t).do(m, path+"?"+name+"=", "ck_admin", "")
-				if msg, _ := res.json["error"].(string); strings.Contains(msg, "unknown query parameter") {
-					t.Errorf("%s %s?%s= refused as unknown: %s", m, path, name, msg)
-				}
+	routes := queryRoutes(t)
+	for _, r := range routes {
+		badRequest{r.method, r.path + "?stauts=todo", "ck_admin", "", 400, "invalid_request", `unknown query parameter "stauts"`}.run(t)
+		for _, name := range r.names {
+			res := newHarness(t).do(r.method, r.path+"?"+name+"=", "ck_admin", "")
+			if msg, _ := res.json["error"].(string); strings.Contains(msg, "unknown query parameter") {
+				t.Errorf("%s %s?%s= refused as unknown: %s", r.method, r.path, name, msg)
 			}
 		}
 	}
-	if routes < 4 {
-		t.Fatalf("%d routes with query parameters in the document, want at least 4", routes)
+	if len(routes) < 4 {
+		t.Fatalf("%d routes with query parameters in the document, want at least 4", len(routes))
 	}
 }
 

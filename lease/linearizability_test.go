@@ -3609,46 +3609,39 @@ func (j jitterDB) pause() {
 	time.Sleep(rand.N(j.max))
 }
 
-func (j jitterDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+// jittered makes the request call(ctx, in) between two pauses.
+func jittered[In, Out any](j jitterDB, call func(context.Context, In, ...func(*dynamodb.Options)) (Out, error), ctx context.Context, in In, optFns []func(*dynamodb.Options)) (Out, error) {
 	j.pause()
 	defer j.pause()
-	return j.DB.GetItem(ctx, in, optFns...)
+	return call(ctx, in, optFns...)
+}
+
+func (j jitterDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	return jittered(j, j.DB.GetItem, ctx, in, optFns)
 }
 
 func (j jitterDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	j.pause()
-	defer j.pause()
-	return j.DB.PutItem(ctx, in, optFns...)
+	return jittered(j, j.DB.PutItem, ctx, in, optFns)
 }
 
 func (j jitterDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	j.pause()
-	defer j.pause()
-	return j.DB.UpdateItem(ctx, in, optFns...)
+	return jittered(j, j.DB.UpdateItem, ctx, in, optFns)
 }
 
 func (j jitterDB) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
-	j.pause()
-	defer j.pause()
-	return j.DB.DeleteItem(ctx, in, optFns...)
+	return jittered(j, j.DB.DeleteItem, ctx, in, optFns)
 }
 
 func (j jitterDB) Query(ctx context.Context, in *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
-	j.pause()
-	defer j.pause()
-	return j.DB.Query(ctx, in, optFns...)
+	return jittered(j, j.DB.Query, ctx, in, optFns)
 }
 
 func (j jitterDB) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
-	j.pause()
-	defer j.pause()
-	return j.DB.BatchGetItem(ctx, in, optFns...)
+	return jittered(j, j.DB.BatchGetItem, ctx, in, optFns)
 }
 
 func (j jitterDB) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error) {
-	j.pause()
-	defer j.pause()
-	return j.DB.BatchWriteItem(ctx, in, optFns...)
+	return jittered(j, j.DB.BatchWriteItem, ctx, in, optFns)
 }
 
 // linDB is the DB the linearizability tests' stores use: db, with
