@@ -2,11 +2,13 @@ package bench
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/localstack"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -81,6 +83,15 @@ func TestTinyRun(t *testing.T) {
 			t.Errorf("floor %s x%d: %d requests for %d cycles; each cycle makes two writes", x.Scenario, x.Workers, x.Requests, x.Cycles)
 		}
 	}
+	// The server's and the clients' CPU per cycle, where the server is this
+	// project's local one (the shim answers ProcessUsage).
+	if _, err := localstack.ProcessUsage(ctx, cfg.Endpoint); err == nil {
+		for _, x := range append(slices.Clone(r.Throughput), r.Floor...) {
+			if x.Cycles > 0 && (x.ServerPerCycle() <= 0 || x.ClientPerCycle() <= 0) {
+				t.Errorf("%s %s x%d: CPU %+v for %d cycles, want both sides measured", x.System, x.Scenario, x.Workers, x.CPU, x.Cycles)
+			}
+		}
+	}
 	if len(r.Takeover) != 4 {
 		t.Fatalf("takeovers: %+v", r.Takeover)
 	}
@@ -117,7 +128,8 @@ func TestTinyRun(t *testing.T) {
 	var b strings.Builder
 	r.Markdown(&b)
 	for _, want := range []string{"dynamolock v2.0.2", "checkout (lease.Store)", "### Sweep", "Not measured (skipped)",
-		"### Write and read units per operation", "### The busiest partition of a fleet", "cost per million cycles"} {
+		"### Write and read units per operation", "### The busiest partition of a fleet", "cost per million cycles",
+		"### Where a cycle's time goes: CPU per cycle", "server's bound, cycles/s"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("report lacks %q", want)
 		}

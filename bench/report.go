@@ -76,6 +76,7 @@ func (r *Results) Markdown(w io.Writer) {
 		p("- %s, workers %d: %s (cycle p50 %s vs %s)\n", a.Scenario, a.Workers, ratio(a.CyclesPerSec(), b.CyclesPerSec()), ms(a.CycleP50), ms(b.CycleP50))
 	}
 	r.floorMarkdown(p)
+	r.cpuMarkdown(p)
 
 	p("\n### Taking over the task of a dead holder\n\n")
 	p("The holder takes the task and dies at once; a new agent arrives at that moment or later and tries every %v. \"Waited\" runs from the death.\n\n", pollEvery)
@@ -245,4 +246,34 @@ func (r *Results) floorMarkdown(p func(string, ...any)) {
 		p("| %s | %d | %.0f | %s | %s | %s |\n", f.Scenario, f.Workers, f.CyclesPerSec(), rpc,
 			ratio(ours.CyclesPerSec(), f.CyclesPerSec()), ratio(f.CyclesPerSec(), peer.CyclesPerSec()))
 	}
+}
+
+// cpuMarkdown reports what a cycle cost the local DynamoDB's process and
+// the clients, for each system of each throughput scenario, and the most
+// cycles a second the server's one thread allows each at that cost.
+func (r *Results) cpuMarkdown(p func(string, ...any)) {
+	if len(r.Floor) == 0 || 2*len(r.Floor) != len(r.Throughput) || r.Throughput[0].CPU.Server == 0 {
+		return
+	}
+	p("\n### Where a cycle's time goes: CPU per cycle\n\n")
+	p("The CPU time each system's runs above cost the local DynamoDB's process (read from the shim, `DynamoDBShim.ProcessUsage`) and this benchmark's process (its clients and their stream functions), divided by the cycles completed. The server runs every request on one thread, so it can serve at most 1 s / (its CPU per cycle) cycles a second, however many clients ask; on a machine of few cores the clients' CPU also takes from the server's. Where a system's bound is below dynamolock's measured rate, no client of that system could match dynamolock on this server.\n\n")
+	p("| scenario | workers | system | server CPU per cycle | client CPU per cycle | server's bound, cycles/s | dynamolock measured, cycles/s |\n|---|---|---|---|---|---|---|\n")
+	for i, f := range r.Floor {
+		ours, peer := r.Throughput[2*i], r.Throughput[2*i+1]
+		for _, t := range []Throughput{ours, f, peer} {
+			bound := "-"
+			if sp := t.ServerPerCycle(); sp > 0 {
+				bound = fmt.Sprintf("%.0f", float64(time.Second)/float64(sp))
+			}
+			p("| %s | %d | %s | %s | %s | %s | %.0f |\n", t.Scenario, t.Workers, t.System, ms2(t.ServerPerCycle()), ms2(t.ClientPerCycle()), bound, peer.CyclesPerSec())
+		}
+	}
+}
+
+// ms2 is d in milliseconds to two places, or "-" for zero.
+func ms2(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000)
 }

@@ -130,7 +130,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			count *Counter
 		}{{ours, ours.Count}, {peer, peer.Count}, {floor, floor.Count}} {
 			logf("throughput: %s, %d workers, contended=%v", sys.Name(), s.workers, s.contended)
-			t, err := RunThroughput(ctx, sys.System, sys.count, s.workers, s.contended, s.backoff, cfg.Throughput)
+			t, err := RunThroughput(ctx, sys.System, sys.count, &CPUMeter{Endpoint: cfg.Endpoint}, s.workers, s.contended, s.backoff, cfg.Throughput)
 			if err != nil {
 				return nil, err
 			}

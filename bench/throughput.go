@@ -24,6 +24,9 @@ type Throughput struct {
 	Requests               int
 	// Abandoned counts attempts cut off a second after the run's end.
 	Abandoned int
+	// CPU is what the run cost the local DynamoDB's process and this one
+	// (zero where not measured).
+	CPU CPU
 }
 
 // CyclesPerSec is the rate of completed cycles.
@@ -39,7 +42,9 @@ func (t Throughput) CyclesPerSec() float64 {
 //
 // backoff is how long a worker waits after a conflict before trying again
 // (0: at once).
-func RunThroughput(ctx context.Context, sys System, count *Counter, workers int, contended bool, backoff, d time.Duration) (Throughput, error) {
+//
+// cpu, when not nil, measures what the run costs the server and the client.
+func RunThroughput(ctx context.Context, sys System, count *Counter, cpu *CPUMeter, workers int, contended bool, backoff, d time.Duration) (Throughput, error) {
 	scenario := "uncontended"
 	keys := make([]string, workers)
 	for i := range keys {
@@ -62,6 +67,7 @@ func RunThroughput(ctx context.Context, sys System, count *Counter, workers int,
 	var cycles, attempts []time.Duration
 	var firstErr error
 	count.Take()
+	cpu0 := cpu.Read(ctx)
 	start := time.Now()
 	deadline := start.Add(d)
 	// An attempt still running a second after the deadline is abandoned
@@ -121,6 +127,9 @@ func RunThroughput(ctx context.Context, sys System, count *Counter, workers int,
 	}
 	wg.Wait()
 	res.Elapsed = time.Since(start)
+	if cpu != nil {
+		res.CPU = cpu.Read(ctx).Sub(cpu0)
+	}
 	res.Abandoned = int(abandoned.Load())
 	res.Requests = count.Take().Total()
 	if firstErr != nil {
@@ -131,6 +140,12 @@ func RunThroughput(ctx context.Context, sys System, count *Counter, workers int,
 	res.AttemptP50, res.AttemptP99 = quantile(attempts, 0.5), quantile(attempts, 0.99)
 	return res, nil
 }
+
+// ServerPerCycle and ClientPerCycle are the CPU time a completed cycle
+// cost each side (0 when not measured).
+func (t Throughput) ServerPerCycle() time.Duration { return perCycle(t.CPU.Server, t.Cycles) }
+
+func (t Throughput) ClientPerCycle() time.Duration { return perCycle(t.CPU.Client, t.Cycles) }
 
 func quantile(ds []time.Duration, q float64) time.Duration {
 	if len(ds) == 0 {

@@ -109,6 +109,11 @@
 //     busiest partition, the one that caps a fleet at about 1,000 write
 //     units a second.
 //
+//   - DynamoDBShim.ProcessUsage ({}) answers the CPU time the server's
+//     process has used ({"UserMicros", "SystemMicros"}; the Go side is
+//     ProcessUsage), so that a benchmark can say what a scenario cost the
+//     server apart from its clients.
+//
 // dynalite still has no transactions and no UpdateTimeToLive; code that must
 // run against it avoids them on the hot path.
 //

@@ -61,6 +61,21 @@ func IndexLagPending(ctx context.Context, endpoint, tablePrefix string) (int, er
 	return *ans.Pending, nil
 }
 
+// ProcessUsage returns the CPU time (user and system) the local DynamoDB's
+// process has used since it started: the difference between two calls is
+// what the requests between them cost the server.
+func ProcessUsage(ctx context.Context, endpoint string) (time.Duration, error) {
+	out, err := shimCall(ctx, endpoint, "ProcessUsage", []byte("{}"))
+	if err != nil {
+		return 0, err
+	}
+	var ans struct{ UserMicros, SystemMicros *int64 }
+	if err := json.Unmarshal(out, &ans); err != nil || ans.UserMicros == nil || ans.SystemMicros == nil {
+		return 0, fmt.Errorf("localstack: ProcessUsage: unexpected answer %q", out)
+	}
+	return time.Duration(*ans.UserMicros+*ans.SystemMicros) * time.Microsecond, nil
+}
+
 // shimCall sends one of the shim's own actions and returns its answer.
 func shimCall(ctx context.Context, endpoint, action string, body []byte) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(endpoint, "/")+"/", bytes.NewReader(body))

@@ -1081,3 +1081,32 @@ func killMidWrites(t *testing.T, d *Dynalite, enough <-chan struct{}, wg *sync.W
 	<-d.Done()
 	wg.Wait()
 }
+
+// ProcessUsage counts the server's CPU time: it never goes back, and work
+// done between two reads shows in their difference.
+func TestProcessUsage(t *testing.T) {
+	ep := shimServer(t)
+	c := client(ep)
+	table := uniqueName("usage")
+	createTasks(t, c, table, "")
+	before, err := ProcessUsage(ctxT(t), ep)
+	if err != nil {
+		t.Fatalf("ProcessUsage: %v", err)
+	}
+	if before <= 0 {
+		t.Fatalf("ProcessUsage of a running server = %v, want > 0", before)
+	}
+	for i := range 300 {
+		put(t, c, table, task("u"+strconv.Itoa(i), "open", i))
+	}
+	after, err := ProcessUsage(ctxT(t), ep)
+	if err != nil {
+		t.Fatalf("ProcessUsage: %v", err)
+	}
+	if after <= before {
+		t.Fatalf("ProcessUsage after 300 writes = %v, before them %v: want it to grow", after, before)
+	}
+	if _, err := ProcessUsage(ctxT(t), "http://127.0.0.1:1"); err == nil {
+		t.Fatal("ProcessUsage of no server answered no error")
+	}
+}

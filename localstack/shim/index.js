@@ -339,8 +339,9 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
       }
       readJson(req, (err, data) => ready.then(() => {
         if (!err) {
-          const target = api === STREAMS_API ? s[SHIM].streams : op === 'SetIndexLag' || op === 'IndexLagPending' ? s[SHIM].lag : s[SHIM].meter
-          const fn = (api === SHIM_API ? [ 'SetIndexLag', 'IndexLagPending', 'ReadCapacity', 'ResetCapacity' ] :
+          const target = api === STREAMS_API ? s[SHIM].streams : op === 'SetIndexLag' || op === 'IndexLagPending' ? s[SHIM].lag
+            : op === 'ProcessUsage' ? usage : s[SHIM].meter
+          const fn = (api === SHIM_API ? [ 'SetIndexLag', 'IndexLagPending', 'ReadCapacity', 'ResetCapacity', 'ProcessUsage' ] :
             [ 'ListStreams', 'DescribeStream', 'GetShardIterator', 'GetRecords' ]).includes(op) && target[op]
           try {
             if (!fn) throw coralError('UnknownOperationException')
@@ -363,6 +364,15 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
     }
     return server
   })
+
+  // ProcessUsage answers the CPU time this server has used so far, so that a
+  // benchmark can tell what each of its scenarios cost the server.
+  const usage = {
+    ProcessUsage () {
+      const { user, system } = process.cpuUsage()
+      return { UserMicros: user, SystemMicros: system }
+    },
+  }
 
   function send (res, status, data) {
     const body = JSON.stringify(data)
