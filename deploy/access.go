@@ -101,8 +101,9 @@ var Grants = map[string][]Grant{
 		// release's error, for its event.
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem", "BatchGetItem"}},
 		// BatchGetItem: watchers' heartbeats and the queue counters, which
-		// UpdateItem moves.
-		{Table: schema.HeartbeatsTable, Actions: []string{"BatchGetItem", "UpdateItem"}},
+		// UpdateItem moves; GetItem (and BatchGetItem): the queue registry,
+		// which a queue's first count adds it to when it is missing.
+		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem", "UpdateItem"}},
 		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
 		// Messages; Query and DeleteItem: the watches a freeing tells, read
 		// and then used up.

@@ -48,7 +48,8 @@
 //	  all_agents       kind / agent_id           list agents
 //	heartbeats  agent_id                latest heartbeat; TTL "ttl"; also claim
 //	                                    receipts "#claim#…", queue counters
-//	                                    "#queue#<queue>", "#queues", and the
+//	                                    "#queue#<queue>", the queue registry
+//	                                    "#queues", "#queues#<n>" (registry.go), and the
 //	                                    graph's lock "#graph" (deps.go)
 //	  by_expiry        hb_shard / hb_expires     sparse: agents the sweep must judge
 //	events      task_id / seq           the audit trail; TTL "ttl"

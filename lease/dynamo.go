@@ -129,7 +129,9 @@ func batchGet[T any](ctx context.Context, db DB, table string, keys []map[string
 // unprocessed with a growing back-off. Keys with no item are left out;
 // each key must appear once (uniqueKeys). proj, when not empty, is a
 // projection expression with its names.
-func batchGetItems(ctx context.Context, db DB, table string, keys []map[string]types.AttributeValue, proj string, names map[string]string) ([]map[string]types.AttributeValue, error) {
+func batchGetItems(ctx context.Context, db interface {
+	BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
+}, table string, keys []map[string]types.AttributeValue, proj string, names map[string]string) ([]map[string]types.AttributeValue, error) {
 	var out []map[string]types.AttributeValue
 	for start := 0; start < len(keys); start += 100 {
 		ka := types.KeysAndAttributes{Keys: keys[start:min(start+100, len(keys))], ConsistentRead: aws.Bool(true)}

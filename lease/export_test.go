@@ -16,3 +16,7 @@ func WaitForGraphLock(s *Store, d time.Duration) { s.graphWait = d }
 
 // LimitDependents sets how many tasks one task of s may block.
 func LimitDependents(s *Store, n int) { s.maxDependents = n }
+
+// LimitRegistryPage sets how many queue names one page of s's queue
+// registry holds.
+func LimitRegistryPage(s *Store, n int) { s.registryPage = n }

@@ -72,6 +72,8 @@ type MigrateDB interface {
 	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	// BatchGetItem reads the queue registry's pages (registry.go).
+	BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 }
 
 // MigrateResult says what Migrate did.
@@ -141,7 +143,7 @@ func Migrate(ctx context.Context, db MigrateDB, names schema.Names, shards schem
 			}
 		}
 	}
-	if err := addToRegistry(ctx, db, names.Table(schema.HeartbeatsTable), queues); err != nil {
+	if err := addToRegistry(ctx, db, names.Table(schema.HeartbeatsTable), RegistryPage, queues); err != nil {
 		return res, fmt.Errorf("migrate: %w", err)
 	}
 	if earlier != nil {

@@ -27,8 +27,8 @@ import (
 // stream function keeps the counts. Each queue has a counter item in the
 // heartbeats table, "#queue#<queue>" (a key no agent id can take, as the
 // claim receipts), with n#<status> for each status and p#<priority> for
-// todo tasks by priority; the registry item "#queues" holds the set of
-// queue names, ADDed (idempotently) before a queue's first count. A new
+// todo tasks by priority; the queue registry (registry.go) holds the
+// queue names, each added before its queue's first count. A new
 // table would have cost a schema entry, CDK, grants and nag rules for items
 // this small; the heartbeats table already takes the stream function's
 // reads and is keyed by a string.
@@ -80,13 +80,14 @@ import (
 // that is counted from its next change, so a data dir or table from before
 // may show fewer tasks (and a count that would go below zero shows 0)
 // until every old task has changed once. Deleting the "#queue#…" and
-// "#queues" items and replaying is not possible past the stream's 24 h;
+// registry items and replaying is not possible past the stream's 24 h;
 // for exact counts of older data, re-create the tasks.
 
 // Queue counters live in the heartbeats table under keys no agent id can
 // take ('#' never occurs in an id), as claim receipts do: one item per
-// queue, "#queue#<queue>", and one registry item listing every queue
-// counted, "#queues". See "Queue counts" above.
+// queue, "#queue#<queue>", and the registry of every queue counted, in
+// pages "#queues", "#queues#1", ... (registry.go). See "Queue counts"
+// above.
 const (
 	queueCounterPrefix = "#queue#"
 	queueRegistryID    = "#queues"
@@ -311,27 +312,7 @@ func (s *Store) registerQueues(ctx context.Context, names []string, items map[st
 			fresh = append(fresh, q)
 		}
 	}
-	return addToRegistry(ctx, s.db, s.heartbeats, fresh)
-}
-
-// addToRegistry ADDs queues to the queue registry of table (the
-// heartbeats table), 100 names a request: adding to a set is idempotent.
-func addToRegistry(ctx context.Context, db interface {
-	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
-}, table string, queues []string) error {
-	for start := 0; start < len(queues); start += 100 {
-		expr, _ := expression.NewBuilder().WithUpdate(expression.Add(expression.Name("queues"),
-			expression.Value(&types.AttributeValueMemberSS{Value: queues[start:min(start+100, len(queues))]}))).Build()
-		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: &table, Key: agentKey(queueRegistryID),
-			UpdateExpression:          expr.Update(),
-			ExpressionAttributeNames:  expr.Names(),
-			ExpressionAttributeValues: expr.Values(),
-		}); err != nil {
-			return fmt.Errorf("register queues: %w", err)
-		}
-	}
-	return nil
+	return addToRegistry(ctx, s.db, s.heartbeats, s.registryPage, fresh)
 }
 
 // queueItems reads the counter items of queues consistently, 100 a
@@ -433,7 +414,7 @@ func (s *Store) ListQueues(ctx context.Context) ([]QueueStats, error) {
 }
 
 // queueNames is the counted queues' names, the first MaxQueuesListed in
-// name order: one GetItem of the registry.
+// name order.
 func (s *Store) queueNames(ctx context.Context) ([]string, error) {
 	names, err := s.queueRegistry(ctx)
 	if len(names) > MaxQueuesListed {
@@ -442,20 +423,11 @@ func (s *Store) queueNames(ctx context.Context) ([]string, error) {
 	return names, err
 }
 
-// queueRegistry reads every queue name in the registry, consistently, in
-// name order.
+// queueRegistry reads every queue name in the registry (registry.go),
+// consistently, in name order.
 func (s *Store) queueRegistry(ctx context.Context) ([]string, error) {
-	reg, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: &s.heartbeats, Key: agentKey(queueRegistryID), ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read queue registry: %w", err)
-	}
-	var names []string
-	if ss, ok := reg.Item["queues"].(*types.AttributeValueMemberSS); ok {
-		names = slices.Sorted(slices.Values(ss.Value))
-	}
-	return names, nil
+	r, err := readRegistry(ctx, s.db, s.heartbeats)
+	return r.names, err
 }
 
 // enlistQueues puts queues in the registry before a task is written to
@@ -474,17 +446,17 @@ func (s *Store) enlistQueues(ctx context.Context, queues ...string) error {
 	if len(fresh) == 0 {
 		return nil
 	}
-	names, err := s.queueRegistry(ctx)
+	r, err := readRegistry(ctx, s.db, s.heartbeats)
 	if err != nil {
 		return err
 	}
 	var missing []string
 	for _, q := range fresh {
-		if _, found := slices.BinarySearch(names, q); !found {
+		if !r.has(q) {
 			missing = append(missing, q)
 		}
 	}
-	if err := addToRegistry(ctx, s.db, s.heartbeats, missing); err != nil {
+	if err := r.add(ctx, s.db, s.heartbeats, s.registryPage, missing); err != nil {
 		return err
 	}
 	for _, q := range fresh {

@@ -100,6 +100,8 @@ type Store struct {
 	graphWait time.Duration
 	// maxDependents is MaxDependents (lower in tests).
 	maxDependents int
+	// registryPage is RegistryPage (lower in tests).
+	registryPage int
 
 	// fallbackReads counts reads made because the server did not return the
 	// item with a failed condition (ReturnValuesOnConditionCheckFailure is
@@ -117,6 +119,7 @@ func New(cfg Config) *Store {
 	s := &Store{
 		graphWait:     2 * graphLockTTL,
 		maxDependents: MaxDependents,
+		registryPage:  RegistryPage,
 		shards:        cfg.Shards.OrDefault(),
 		db:            cfg.DB,
 		now:           cfg.Now,

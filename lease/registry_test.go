@@ -1,0 +1,185 @@
+package lease_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// process is another store over e's tables, as another process (or Lambda
+// container) runs one: nothing it has learned is shared with e's.
+func (e *env) process() *lease.Store {
+	return lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint()), Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+}
+
+// registryPages reads the queue registry's pages as stored: the names of
+// each, and the page count page 0 holds.
+func (e *env) registryPages(t *testing.T) (pages [][]string, count int) {
+	t.Helper()
+	table := e.names.Table(schema.HeartbeatsTable)
+	for p := 0; ; p++ {
+		id := "#queues"
+		if p > 0 {
+			id += fmt.Sprintf("#%d", p)
+		}
+		out, err := e.db.GetItem(ctx(t), &dynamodb.GetItemInput{TableName: &table, ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{"agent_id": &types.AttributeValueMemberS{Value: id}}})
+		if err != nil {
+			t.Fatalf("read %s: %v", id, err)
+		}
+		if p == 0 {
+			count = 1
+			if n, ok := out.Item["pages"].(*types.AttributeValueMemberN); ok {
+				fmt.Sscan(n.Value, &count)
+			}
+		}
+		if len(out.Item) == 0 && p >= count {
+			return pages, count
+		}
+		var names []string
+		if ss, ok := out.Item["queues"].(*types.AttributeValueMemberSS); ok {
+			names = ss.Value
+		}
+		pages = append(pages, names)
+	}
+}
+
+// The registry of queues grows past what one item could hold: thousands
+// of queues with long names each get their tasks created, and every one
+// is listed. One registry item stopped at DynamoDB's 400 KB, about 3,250
+// such names, and every create in a new queue failed from then on.
+func TestThousandsOfQueues(t *testing.T) {
+	e := newEnv(t)
+	const n = 3400
+	queue := func(i int) string { return fmt.Sprintf("%s-%05d", strings.Repeat("q", 122), i) }
+	for start := 0; start < n; start += lease.MaxBatch {
+		var ps []lease.CreateTaskParams
+		for i := start; i < min(start+lease.MaxBatch, n); i++ {
+			ps = append(ps, lease.CreateTaskParams{TaskID: fmt.Sprintf("t-%05d", i), Title: "t", Queue: queue(i)})
+		}
+		res, err := e.store.CreateTasks(ctx(t), ps)
+		if err != nil {
+			t.Fatalf("create the tasks of queues %d to %d: %v", start, start+len(ps)-1, err)
+		}
+		for _, r := range res {
+			if r.Outcome != lease.BatchCreated {
+				t.Fatalf("create %s: %v", r.TaskID, r.Outcome)
+			}
+		}
+	}
+	// Another process, which has enlisted nothing, creates in one more.
+	other := e.process()
+	if _, err := other.CreateTask(ctx(t), lease.CreateTaskParams{TaskID: "last", Title: "t", Queue: queue(n)}); err != nil {
+		t.Fatalf("create in queue %d from another process: %v", n, err)
+	}
+	pages, count := e.registryPages(t)
+	var all []string
+	for p, names := range pages {
+		if len(names) > lease.RegistryPage {
+			t.Errorf("registry page %d holds %d names, more than %d", p, len(names), lease.RegistryPage)
+		}
+		all = append(all, names...)
+	}
+	slices.Sort(all)
+	all = slices.Compact(all)
+	if count < 4 || len(pages) != count {
+		t.Errorf("registry: %d pages read, page 0 says %d; want at least 4 for %d names", len(pages), count, n+1)
+	}
+	for i := 0; i <= n; i++ {
+		if _, ok := slices.BinarySearch(all, queue(i)); !ok {
+			t.Fatalf("queue %d is missing from the registry (%d names)", i, len(all))
+		}
+	}
+	// The queue listing reads every page: the first queues in name order.
+	qs, err := e.store.ListQueues(ctx(t))
+	if err != nil {
+		t.Fatalf("list queues: %v", err)
+	}
+	if len(qs) != lease.MaxQueuesListed || qs[0].Queue != all[0] {
+		t.Errorf("list queues: %d queues from %q, want %d from %q", len(qs), qs[0].Queue, lease.MaxQueuesListed, all[0])
+	}
+}
+
+// Writers in many processes at once, with small pages: every queue is
+// registered, no page is ever over its size, and the pages are the ones
+// page 0 counts.
+func TestQueueRegistryPages(t *testing.T) {
+	e := newEnv(t)
+	const page, writers, each = 5, 8, 12
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for w := range writers {
+		s := e.process()
+		lease.LimitRegistryPage(s, page)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				// Half the queues are shared by two writers.
+				q := fmt.Sprintf("rq-%02d", (w/2)*each*2+i*2+w%2*(i%2))
+				if _, err := s.CreateTask(ctx(t), lease.CreateTaskParams{Title: "t", Queue: q}); err != nil {
+					errs <- fmt.Errorf("writer %d, queue %s: %w", w, q, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	pages, count := e.registryPages(t)
+	want := map[string]bool{}
+	for w := range writers {
+		for i := range each {
+			want[fmt.Sprintf("rq-%02d", (w/2)*each*2+i*2+w%2*(i%2))] = true
+		}
+	}
+	got := map[string]bool{}
+	for p, names := range pages {
+		if len(names) > page {
+			t.Errorf("page %d holds %d names: %v", p, len(names), names)
+		}
+		for _, q := range names {
+			got[q] = true
+		}
+	}
+	if len(pages) != count || count < len(want)/page {
+		t.Errorf("%d pages read, page 0 counts %d, for %d names in pages of %d", len(pages), count, len(want), page)
+	}
+	for q := range want {
+		if !got[q] {
+			t.Errorf("queue %s is not in the registry", q)
+		}
+	}
+	// A todo listing of every queue walks every page.
+	var listed []string
+	for p := (lease.ListTasksParams{Status: lease.StatusTodo, Limit: 7}); ; {
+		res, err := e.store.ListTasks(ctx(t), p)
+		if err != nil {
+			t.Fatalf("list: %v", err)
+		}
+		for _, task := range res.Tasks {
+			if !slices.Contains(listed, task.Queue) {
+				listed = append(listed, task.Queue)
+			}
+		}
+		if res.NextCursor == "" {
+			break
+		}
+		p.Cursor = res.NextCursor
+	}
+	if len(listed) != len(want) || !slices.IsSorted(listed) {
+		t.Errorf("a todo listing of every queue reached %d queues, want %d in name order: %v", len(listed), len(want), listed)
+	}
+}
