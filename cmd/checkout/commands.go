@@ -653,6 +653,10 @@ func (a *app) claimCmd() *cobra.Command {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
 				co, err := c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: reason, RunID: s.runID.value, AgentID: s.agent.value, Queues: queues, Wait: w})
 				err = restate(err, client.ErrNoTaskAvailable, noTaskAvailable(queues, w))
+				if err == nil && leaseEnded(cmd.Context(), c, co) {
+					return nil, &failure{fmt.Sprintf("run %s already claimed %s (fence %d), and its lease on %s has ended (at %s): nothing is checked out; claim under another run id (a new --run-id, or without CHECKOUT_RUN_ID) to take a task",
+						co.RunID, co.TaskID, co.Fence, co.TaskID, stamp(co.ExpiresAt)), exitNotFound}
+				}
 				if err == nil && alreadyHeld(co) {
 					return func(w io.Writer) { printHeld(w, co) }, nil
 				}
@@ -667,6 +671,23 @@ func (a *app) claimCmd() *cobra.Command {
 	a.identityFlags(cmd, "the agent the claim is for")
 	a.runIDFlag(cmd, "the run's lease token")
 	return cmd
+}
+
+// leaseEnded reports whether a lease a claim answered with has ended: a
+// claim retried under the run id of an earlier one is answered with that
+// run's lease as it is now, and, once it has ended, as it was, expiring
+// when it ended. Only such a lease has no whole second left; the task's
+// lock status then says whether it is still this run's.
+func leaseEnded(ctx context.Context, c *client.Client, co client.Checkout) bool {
+	if co.RemainingSeconds > 0 {
+		return false
+	}
+	s, err := c.Status(ctx, co.TaskID)
+	if err != nil {
+		return false
+	}
+	h := s.Checkout
+	return !s.Locked || h == nil || h.AgentID != co.AgentID || h.RunID != co.RunID || h.Fence != co.Fence
 }
 
 // noTaskAvailable says that a claim of queues found nothing, in wait.

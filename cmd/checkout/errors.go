@@ -47,6 +47,15 @@ func restate(err, code error, msg string) error {
 	return err
 }
 
+// failure is an outcome the CLI judges a failure itself, with its exit
+// status.
+type failure struct {
+	msg  string
+	code int
+}
+
+func (e *failure) Error() string { return e.msg }
+
 // exitStatus carries a status for an outcome already printed (a denied
 // checkout prints its own report).
 type exitStatus struct{ code int }
@@ -69,7 +78,10 @@ func isCobraUsage(msg string) bool {
 func exitCode(err error) int {
 	var ue *usageError
 	var ae *client.APIError
+	var f *failure
 	switch {
+	case errors.As(err, &f):
+		return f.code
 	case errors.As(err, &ue), isCobraUsage(err.Error()):
 		return exitUsage
 	case errors.As(err, &ae):
@@ -102,9 +114,12 @@ func (a *app) describe(err error) string {
 	var ae *client.APIError
 	var use *usageError
 	var rs *restated
+	var fl *failure
 	switch {
 	case errors.As(err, &use):
 		return use.msg
+	case errors.As(err, &fl):
+		return fl.msg
 	case errors.As(err, &rs):
 		return rs.msg
 	case errors.As(err, &ue):

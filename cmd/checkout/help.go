@@ -123,7 +123,9 @@ const claimLong = `Checks out the open task of the given queues (default: the "d
 with the highest priority, the oldest first within a priority. With --wait it
 waits up to that long (at most 20s) for a task to become available. With a
 run id (--run-id or CHECKOUT_RUN_ID) that already holds a lease, the claim is
-that lease again: a retried claim is the same claim.`
+that lease again: a retried claim is the same claim. A run whose claimed lease
+has ended (completed, released, expired) gets no new task: the claim says so
+and exits 4; claim under a new run id instead.`
 
 const claimExample = `  checkout claim
   checkout claim --queue backend --wait 20s
