@@ -39,6 +39,7 @@ import (
 	"sync"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/checkout-dev/checkout/client"
@@ -82,21 +83,22 @@ func Serve(ctx context.Context, c *client.Client, r io.Reader, w io.Writer, opts
 
 // requestLines copies the newline-delimited messages of r to w, and
 // answers a line that is not one itself, as JSON-RPC asks: a line that is
-// not JSON with a parse error (-32700), JSON that is neither an object nor
-// a batch with an invalid request (-32600), both with id null. The SDK's
-// reader would end the session at either. It returns nil at r's end.
+// not JSON with a parse error (-32700), JSON that is no JSON-RPC message
+// (not an object or a batch, an object without "jsonrpc": "2.0", an empty
+// batch, a batch with such an element) with an invalid request (-32600),
+// and so a batch once the session's protocol version has none (2025-06-18
+// and later), all with id null. The SDK's reader would end the session at
+// each. It returns nil at r's end.
 func requestLines(r io.Reader, w io.Writer, out io.Writer) error {
 	br := bufio.NewReader(r)
+	batches := true // until an initialize names a version without them
 	for {
 		line, err := br.ReadBytes('\n')
 		if msg := bytes.TrimSpace(line); len(msg) > 0 {
 			var werr error
-			switch {
-			case !json.Valid(msg):
-				_, werr = io.WriteString(out, `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: the line is not JSON"}}`+"\n")
-			case msg[0] != '{' && msg[0] != '[':
-				_, werr = io.WriteString(out, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: a message is a JSON object"}}`+"\n")
-			default:
+			if reject := refusal(msg, &batches); reject != "" {
+				_, werr = io.WriteString(out, reject+"\n")
+			} else {
 				_, werr = w.Write(append(msg, '\n'))
 			}
 			if werr != nil {
@@ -110,6 +112,52 @@ func requestLines(r io.Reader, w io.Writer, out io.Writer) error {
 			return err
 		}
 	}
+}
+
+// refusal is the error answer to a line the SDK cannot take, or "" for a
+// line to pass on. batches says whether the session may send batches; an
+// initialize request sets it from the protocol version it asks for.
+func refusal(msg []byte, batches *bool) string {
+	const (
+		parseError     = `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: the line is not JSON"}}`
+		notObject      = `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: a message is a JSON object"}}`
+		notMessage     = `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: a message is a JSON-RPC 2.0 request, notification or response"}}`
+		emptyBatch     = `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: an empty batch"}}`
+		batchesRefused = `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: this protocol version has no batches: send one message a line"}}`
+	)
+	if !json.Valid(msg) {
+		return parseError
+	}
+	var elems []json.RawMessage
+	switch msg[0] {
+	case '{':
+		elems = []json.RawMessage{msg}
+	case '[':
+		if json.Unmarshal(msg, &elems) != nil || len(elems) == 0 {
+			return emptyBatch
+		}
+		if !*batches {
+			return batchesRefused
+		}
+	default:
+		return notObject
+	}
+	for _, e := range elems {
+		m, err := jsonrpc.DecodeMessage(e)
+		if err != nil {
+			return notMessage
+		}
+		if req, ok := m.(*jsonrpc.Request); ok && req.Method == "initialize" {
+			var p struct {
+				ProtocolVersion string `json:"protocolVersion"`
+			}
+			_ = json.Unmarshal(req.Params, &p)
+			// The SDK answers a version it does not know with its latest,
+			// which has no batches either.
+			*batches = p.ProtocolVersion == "2024-11-05" || p.ProtocolVersion == "2025-03-26"
+		}
+	}
+	return ""
 }
 
 // lockedWriter makes each Write whole: the SDK writes one message a call,

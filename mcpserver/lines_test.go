@@ -1,0 +1,90 @@
+package mcpserver
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/client"
+)
+
+// A line that is JSON but no JSON-RPC message, an empty batch, a batch
+// with an element that is no message, and a batch after an initialize
+// whose protocol version has no batches (2025-06-18 and later) are each
+// answered with an invalid request (-32600, id null), and the session
+// goes on. The SDK's reader ends the session at each of them: the
+// process exited, and the agent lost its tools.
+func TestServeAnswersMessagesItCannotTakeAndGoesOn(t *testing.T) {
+	for _, bad := range []string{
+		`{}`,
+		`{"id":1,"method":"ping"}`,
+		`{"jsonrpc":"1.0","id":1,"method":"ping"}`,
+		`[]`,
+		`[1]`,
+		`[{"jsonrpc":"2.0","id":5,"method":"ping"}]`,
+	} {
+		t.Run(bad, func(t *testing.T) {
+			inR, inW := io.Pipe()
+			outR, outW := io.Pipe()
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- Serve(ctx, client.New("http://127.0.0.1:1", "ck_test"), inR, outW) }()
+			t.Cleanup(func() {
+				cancel()
+				inW.Close()
+				outR.Close()
+				select {
+				case <-done:
+				case <-time.After(5 * time.Second):
+				}
+			})
+			lines := bufio.NewScanner(outR)
+			next := func() map[string]any {
+				t.Helper()
+				got := make(chan map[string]any, 1)
+				go func() {
+					if !lines.Scan() {
+						got <- nil
+						return
+					}
+					var m map[string]any
+					_ = json.Unmarshal(lines.Bytes(), &m)
+					got <- m
+				}()
+				select {
+				case m := <-got:
+					if m == nil {
+						t.Fatal("the session ended")
+					}
+					return m
+				case err := <-done:
+					t.Fatalf("the server ended: %v", err)
+				case <-time.After(5 * time.Second):
+					t.Fatal("no answer")
+				}
+				return nil
+			}
+			send := func(s string) {
+				t.Helper()
+				go io.WriteString(inW, s+"\n")
+			}
+			send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+			if m := next(); m["id"] != 1.0 || m["result"] == nil {
+				t.Fatalf("initialize: %v", m)
+			}
+			send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+			send(bad)
+			m := next()
+			if m["id"] != nil || m["error"] == nil || m["error"].(map[string]any)["code"] != -32600.0 {
+				t.Fatalf("answer to %s: %v, want an invalid request with id null", bad, m)
+			}
+			send(`{"jsonrpc":"2.0","id":9,"method":"ping"}`)
+			if m := next(); m["id"] != 9.0 || m["result"] == nil {
+				t.Fatalf("ping after %s: %v", bad, m)
+			}
+		})
+	}
+}
