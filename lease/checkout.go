@@ -627,7 +627,7 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		// A lease locked at or before its holder's return from the dead
 		// ended by that death: not the caller's to fail (notHolder says so).
 		if err != nil || !mine || !cur.leaseTimeValid(now) || !holderAlive(hb, cur.LockedAt, now) {
-			if replayEnd(cur, EventRelease, p.AgentID, p.RunID, p.Fence) {
+			if replayEnd(cur, EventRelease, OutcomeFailed, p.AgentID, p.RunID, p.Fence) {
 				return cur, nil
 			}
 			return nil, s.notHolder(ctx, cur, p.AgentID, p.RunID, p.Fence, now, hb)
@@ -661,7 +661,7 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		case lostToLater(it, now):
 			floor = it.LastAt
 			continue
-		case replayEnd(it, EventRelease, p.AgentID, p.RunID, p.Fence):
+		case replayEnd(it, EventRelease, OutcomeFailed, p.AgentID, p.RunID, p.Fence):
 			return it, nil
 		case it != nil && it.Holder == cur.Holder && it.Fence == cur.Fence && it.leaseTimeValid(now) && holderAlive(hb, it.LockedAt, now):
 			continue // the counts moved under a live lease: decide again
@@ -767,7 +767,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 		if applied {
 			return after, nil
 		}
-		if replayEnd(it, e.typ, agentID, runID, fence) {
+		if replayEnd(it, e.typ, e.outcome, agentID, runID, fence) {
 			return it, nil
 		}
 		return nil, s.notHolder(ctx, it, agentID, runID, fence, now, hb)
@@ -789,7 +789,7 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 		// No live lease, or not the one named: a repeat of a force release
 		// that ended the named one is answered as it was; otherwise it is
 		// not checked out, or another lease is live.
-		if replayEnd(cur, EventForceRelease, p.AgentID, p.RunID, p.Fence) {
+		if replayEnd(cur, EventForceRelease, OutcomeNone, p.AgentID, p.RunID, p.Fence) {
 			return released(cur), nil
 		}
 		err := ErrNotCheckedOut
@@ -822,14 +822,15 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 // replayEnd reports whether a holder's release or completion that found no
 // lease of its own repeats one that already took effect: the item's last
 // ending is this caller's ending of the very lease the request names (by
-// run id or fence), so the answer to that first attempt was lost and this
-// is the retry. A request that names no lease is never taken for a retry.
-func replayEnd(cur *taskItem, typ EventType, agentID, runID string, fence int64) bool {
+// run id or fence), and, for a release, with the same outcome, so the
+// answer to that first attempt was lost and this is the retry. A request
+// that names no lease is never taken for a retry.
+func replayEnd(cur *taskItem, typ EventType, outcome ReleaseOutcome, agentID, runID string, fence int64) bool {
 	if cur == nil || runID == "" && fence == 0 {
 		return false
 	}
 	r := cur.endRecord
-	return r.EndSeq != 0 && r.EndType == typ && r.EndBy == agentID &&
+	return r.EndSeq != 0 && r.EndType == typ && (typ != EventRelease || r.EndOutcome == outcome) && r.EndBy == agentID &&
 		(typ == EventForceRelease || r.EndAgent == agentID) &&
 		(runID == "" || r.EndRun == runID) && (fence == 0 || r.EndFence == fence)
 }
@@ -839,8 +840,8 @@ func replayEnd(cur *taskItem, typ EventType, agentID, runID string, fence int64)
 // task has ended (a later release, say) no longer finds its own there.
 // A request that names its lease (run id or fence) and is refused as
 // not_checked_out or not_holder then looks for its ending in the task's
-// trail, newest first: the ending of that lease, of the same kind, by the
-// same caller. The trail is read until that lease's checkout, or a lease
+// trail, newest first: the ending of that lease, of the same kind (and
+// outcome, for a release), by the same caller. The trail is read until that lease's checkout, or a lease
 // older than the fence named, or maxRepeatScan events: one Query of a
 // few read units on a path that is already an error's. An ending whose
 // event the change stream has yet to archive (about a second) is not
@@ -851,13 +852,16 @@ const maxRepeatScan = 1000
 
 // archivedEnding returns the ending of typ by agentID of the lease
 // runID/fence (at least one given) in taskID's trail, or nil.
-func (s *Store) archivedEnding(ctx context.Context, taskID string, typ EventType, agentID, runID string, fence int64) (*eventItem, error) {
+func (s *Store) archivedEnding(ctx context.Context, taskID string, typ EventType, outcome ReleaseOutcome, agentID, runID string, fence int64) (*eventItem, error) {
 	var found *eventItem
 	seen := 0
 	err := queryNewestFirst(ctx, s.db, s.events, expression.Key("task_id").Equal(expression.Value(taskID)), 100, func(ev *eventItem) bool {
 		ours := (runID == "" || ev.RunID == runID) && (fence == 0 || ev.Fence == fence)
 		switch {
 		case ours && ev.Type == typ && ev.By == agentID && (typ == EventForceRelease || ev.AgentID == agentID):
+			if typ == EventRelease && ev.Outcome != outcome {
+				return false // this lease's ending, with another outcome
+			}
 			found = ev
 			return false
 		case ours && ev.Type == EventCheckout && (typ == EventForceRelease || ev.AgentID == agentID),
@@ -872,12 +876,12 @@ func (s *Store) archivedEnding(ctx context.Context, taskID string, typ EventType
 
 // repeatedEnding is the archived ending a refused holder's request repeats
 // (see "A repeat after a later ending"), or nil and the refusal err.
-func (s *Store) repeatedEnding(ctx context.Context, err error, taskID string, typ EventType, agentID, runID string, fence int64) (*eventItem, error) {
+func (s *Store) repeatedEnding(ctx context.Context, err error, taskID string, typ EventType, outcome ReleaseOutcome, agentID, runID string, fence int64) (*eventItem, error) {
 	var nh *NotHolderError
 	if runID == "" && fence == 0 || !errors.Is(err, ErrNotCheckedOut) && !errors.As(err, &nh) {
 		return nil, err
 	}
-	ev, lerr := s.archivedEnding(ctx, taskID, typ, agentID, runID, fence)
+	ev, lerr := s.archivedEnding(ctx, taskID, typ, outcome, agentID, runID, fence)
 	if lerr != nil {
 		return nil, lerr
 	}
@@ -890,7 +894,11 @@ func (s *Store) repeatedEnding(ctx context.Context, err error, taskID string, ty
 // releasedAgain answers a release refused with err: as the release it
 // repeats was answered, when there is one in the trail.
 func (s *Store) releasedAgain(ctx context.Context, err error, p ReleaseParams, typ EventType) (Released, error) {
-	ev, err := s.repeatedEnding(ctx, err, p.TaskID, typ, p.AgentID, p.RunID, p.Fence)
+	outcome := p.Outcome
+	if typ != EventRelease {
+		outcome = OutcomeNone
+	}
+	ev, err := s.repeatedEnding(ctx, err, p.TaskID, typ, outcome, p.AgentID, p.RunID, p.Fence)
 	if ev == nil {
 		return Released{}, err
 	}
@@ -916,7 +924,7 @@ func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
 	it, err := s.finish(ctx, p.TaskID, p.AgentID, p.RunID, p.Fence, ending{typ: EventComplete, by: p.AgentID, status: StatusDone})
 	fromTrail := false
 	if err != nil {
-		ev, err := s.repeatedEnding(ctx, err, p.TaskID, EventComplete, p.AgentID, p.RunID, p.Fence)
+		ev, err := s.repeatedEnding(ctx, err, p.TaskID, EventComplete, OutcomeNone, p.AgentID, p.RunID, p.Fence)
 		if ev == nil {
 			return Task{}, err
 		}

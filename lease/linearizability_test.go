@@ -170,9 +170,11 @@ func (s linState) step(in linIn) (linOut, linState) {
 	// ended, so its holder can no longer renew, release or complete it.
 	mine := s.live() && s.Holder == in.Agent && (in.Run == "" || in.Run == s.Run) && (in.Fence == 0 || in.Fence == s.Fence)
 	if !mine {
-		if (in.Op == "release" || in.Op == "complete") && (in.Run != "" || in.Fence != 0) &&
+		// A repeat of the lease's ending, by the same op: a release marked
+		// failed ("fail") repeats only a failed release.
+		if (in.Op == "release" || in.Op == "fail" || in.Op == "complete") && (in.Run != "" || in.Fence != 0) &&
 			s.EndOp == in.Op && s.EndAgent == in.Agent && (in.Run == "" || in.Run == s.EndRun) && (in.Fence == 0 || in.Fence == s.EndFence) {
-			if in.Op == "release" {
+			if in.Op != "complete" {
 				return linOut{Kind: "ok", Held: s.EndHeld}, s
 			}
 			return linOut{Kind: "ok", Status: lease.StatusDone}, s
@@ -189,7 +191,7 @@ func (s linState) step(in linIn) (linOut, linState) {
 	case "renew":
 		s.Expires = s.Now + s.TimeoutMS
 		return linOut{Kind: "ok", Holder: s.Holder, Run: s.Run, Fence: s.Fence, Expires: s.Expires}, s
-	case "release":
+	case "release", "fail":
 		held := s.Now - s.Locked
 		s.EndOp, s.EndAgent, s.EndRun, s.EndFence, s.EndHeld = in.Op, s.Holder, s.Run, s.Fence, held
 		s.clear()
@@ -1096,6 +1098,21 @@ func workGraphModelRejects(t *testing.T, start int64) {
 			wStep{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
 			wStep{wIn{Op: "fail", Task: 2, Agent: 0, Run: "r"}, ok},
 			wStep{checkout(2, 1, "s"), wOut{Kind: "not_ready", NotBefore: at(10_000)}},
+		)},
+		{"a failed release repeated", plain, true, seq(
+			wStep{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
+			wStep{wIn{Op: "fail", Task: 2, Agent: 0, Run: "r"}, ok},
+			wStep{wIn{Op: "fail", Task: 2, Agent: 0, Run: "r"}, ok},
+		)},
+		{"a failed release after a plain one, refused", plain, true, seq(
+			wStep{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
+			wStep{wIn{Op: "release", Task: 2, Agent: 0, Run: "r"}, ok},
+			wStep{wIn{Op: "fail", Task: 2, Agent: 0, Run: "r"}, wOut{Kind: "not_checked_out"}},
+		)},
+		{"a failed release after a plain one, taken for a repeat", plain, false, seq(
+			wStep{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
+			wStep{wIn{Op: "release", Task: 2, Agent: 0, Run: "r"}, ok},
+			wStep{wIn{Op: "fail", Task: 2, Agent: 0, Run: "r"}, ok},
 		)},
 		{"a checkout during the retry delay granted", plain, false, seq(
 			wStep{checkout(2, 0, "r"), grant(0, "r", 1, 1, start)},
@@ -2126,9 +2143,6 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 		}
 	}
 	op := in.Op
-	if op == "fail" {
-		op = "release" // the same holder's ending, and the same retry
-	}
 	lo, nx := s.step(linIn{Op: op, Task: wTaskID(t), Agent: wAgentID(in.Agent), AgentN: in.Agent, Run: in.Run, Fence: in.Fence, Timeout: in.Timeout})
 	want := wOutOf(lo)
 	granted := in.Op == "checkout" && nx.Fence != s.Fence
@@ -2147,7 +2161,7 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 			want.Status = lease.StatusBlocked // ended, marked: blocked next
 		}
 	}
-	if out != want && (want.Kind == "not_checked_out" || want.Kind == "not_holder") && (op == "release" || op == "complete") {
+	if out != want && (want.Kind == "not_checked_out" || want.Kind == "not_holder") && (op == "release" || op == "fail" || op == "complete") {
 		// Refused by the item, answered from the trail: nothing written.
 		alt, ok := x.repeatOf(op, wAgentID(in.Agent), in.Run, in.Fence)
 		return w, ok && out == alt
@@ -2173,7 +2187,7 @@ func (w wState) taskOp(in wIn, out wOut, hb [maxAgents]hbState) (wState, bool) {
 			// A failed attempt: the task fails at its last; otherwise it
 			// waits for the retry delay, doubled with each failure (or,
 			// marked, for its reopened blocker: blocked, no delay).
-			w.free(t, "release", nx.EndHeld, x.Attempts >= x.MaxAttempts)
+			w.free(t, "fail", nx.EndHeld, x.Attempts >= x.MaxAttempts)
 			x.Failures++
 			switch {
 			case x.Attempts >= x.MaxAttempts:

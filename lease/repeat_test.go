@@ -119,3 +119,54 @@ func TestForceReleaseNamingAnEndedLeaseLeavesTheLiveOne(t *testing.T) {
 		t.Fatalf("b's lease after force releases naming other leases: %v", err)
 	}
 }
+
+// A release repeats another only with the same outcome: a release marked
+// failed after a plain release of the same lease (or the other way round)
+// is no retry of it, and is refused, whether the first ending is still the
+// task's last or only in its trail. It was answered as the first one was,
+// so that the caller was told its attempt was recorded as failed when
+// nothing was.
+func TestAReleaseWithAnotherOutcomeIsNoRepeat(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "plain", "failed")
+	plain := e.checkout(t, "plain", "a", time.Minute)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "plain", AgentID: "a", RunID: plain.RunID}))
+	failed := e.checkout(t, "failed", "a", time.Minute)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "failed", AgentID: "a", RunID: failed.RunID, Outcome: lease.OutcomeFailed, Error: "it broke"}))
+
+	check := func(when string) {
+		t.Helper()
+		for _, p := range []lease.ReleaseParams{
+			{TaskID: "plain", AgentID: "a", RunID: plain.RunID, Outcome: lease.OutcomeFailed, Error: "it broke"},
+			{TaskID: "plain", AgentID: "a", Fence: plain.Fence, Outcome: lease.OutcomeDone},
+			{TaskID: "failed", AgentID: "a", RunID: failed.RunID},
+			{TaskID: "failed", AgentID: "a", Fence: failed.Fence, Outcome: lease.OutcomeDone},
+		} {
+			if got, err := e.store.Release(c, p); !errors.Is(err, lease.ErrNotCheckedOut) {
+				t.Errorf("%s: release %+v: %+v, %v; want not_checked_out", when, p, got, err)
+			}
+		}
+		// The same outcome is a repeat.
+		if _, err := e.store.Release(c, lease.ReleaseParams{TaskID: "plain", AgentID: "a", RunID: plain.RunID}); err != nil {
+			t.Errorf("%s: plain release repeated: %v", when, err)
+		}
+		if _, err := e.store.Release(c, lease.ReleaseParams{TaskID: "failed", AgentID: "a", RunID: failed.RunID, Outcome: lease.OutcomeFailed, Error: "it broke"}); err != nil {
+			t.Errorf("%s: failed release repeated: %v", when, err)
+		}
+	}
+	check("the ending is the task's last")
+	task := must[lease.Task](t)(e.store.GetTask(c, "plain"))
+	if task.Attempts != 1 || task.LastError != "" {
+		t.Errorf("plain: attempts %d, last error %q after a plain release and refused failed ones", task.Attempts, task.LastError)
+	}
+	// Later leases end on both tasks: the first endings are in the trail only.
+	e.clock.Advance(time.Hour)
+	for _, id := range []string{"plain", "failed"} {
+		co := e.checkout(t, id, "b", time.Minute)
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: id, AgentID: "b", RunID: co.RunID}))
+	}
+	e.drain(t)
+	check("the ending is in the trail")
+}
