@@ -2,8 +2,11 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -16,14 +19,73 @@ type Queue struct {
 }
 
 // Queues lists every queue with its tasks by status (todo, blocked,
-// in_progress, done, cancelled, failed) and the creation time of its oldest todo task, by name.
-// The counts follow each change within about a second.
+// in_progress, done, cancelled, failed) and the creation time of its
+// oldest todo task, by name: every page of GET /api/queues. The counts
+// follow each change within about a second. Under RecordResponse the
+// answer recorded is the whole listing, as one page would give it.
 func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
-	var r struct {
-		Queues []Queue `json:"queues"`
+	outer, _ := ctx.Value(recorderKey{}).(*Response)
+	var rec Response
+	if outer != nil {
+		ctx = RecordResponse(ctx, &rec)
 	}
-	if err := c.do(ctx, idempotent, http.MethodGet, "/api/queues", nil, &r); err != nil {
-		return nil, fmt.Errorf("queues: %w", err)
+	var all []Queue
+	var raw []json.RawMessage
+	pages := 0
+	for cursor := ""; ; pages++ {
+		page, err := c.QueuePage(ctx, 0, cursor)
+		if outer != nil {
+			*outer = rec
+		}
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Queues...)
+		if outer != nil {
+			var p struct{ Queues []json.RawMessage }
+			if json.Unmarshal(rec.Body, &p) == nil {
+				raw = append(raw, p.Queues...)
+			}
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		cursor = page.NextCursor
 	}
-	return r.Queues, nil
+	if outer != nil && pages > 0 && len(raw) == len(all) {
+		// More than one page: recorded as the one answer they make.
+		outer.Body, _ = json.Marshal(struct {
+			Queues     []json.RawMessage `json:"queues"`
+			NextCursor *string           `json:"next_cursor"`
+		}{raw, nil})
+	}
+	return all, nil
+}
+
+// QueuePage is one page of the queue listing, and the cursor of the next
+// ("" after the last).
+type QueuePage struct {
+	Queues     []Queue `json:"queues"`
+	NextCursor string  `json:"next_cursor"`
+}
+
+// QueuePage returns the page of the queue listing after cursor ("" for the
+// first), of at most limit queues (1 to 100; 0 for the server's 100).
+func (c *Client) QueuePage(ctx context.Context, limit int, cursor string) (QueuePage, error) {
+	q := url.Values{}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	path := "/api/queues"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var p QueuePage
+	if err := c.do(ctx, idempotent, http.MethodGet, path, nil, &p); err != nil {
+		return QueuePage{}, fmt.Errorf("queues: %w", err)
+	}
+	return p, nil
 }

@@ -105,7 +105,7 @@ var handlers = map[string]handlerFunc{
 	"deleteMessage": (*server).deleteMessage,
 	"claim":         (*server).claim,
 	"feed":          withQuery((*server).feed, "since", "cursor", "limit", "type"),
-	"listQueues":    (*server).listQueues,
+	"listQueues":    withQuery((*server).listQueues, "limit", "cursor"),
 }
 
 // withQuery is h for a route that reads the query parameters names: a

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"strconv"
 
 	"github.com/checkout-dev/checkout/lease"
 )
@@ -38,16 +39,33 @@ func ToQueueJSON(q lease.QueueStats) QueueJSON {
 }
 
 func (s *server) listQueues(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
-	list, err := s.svc.ListQueues(r.Context())
+	q := r.URL.Query()
+	params := lease.ListQueuesParams{Cursor: q.Get("cursor")}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > lease.MaxQueuesListed {
+			return invalid("limit", lease.CodeInvalidRequest, "limit must be a whole number from 1 to %d", lease.MaxQueuesListed)
+		}
+		params.Limit = n
+	}
+	if err := lease.CheckCursor(params.Cursor); err != nil {
+		return err
+	}
+	page, err := s.svc.ListQueuePage(r.Context(), params)
 	if err != nil {
 		return err
 	}
-	out := make([]QueueJSON, 0, len(list))
-	for _, q := range list {
+	out := make([]QueueJSON, 0, len(page.Queues))
+	for _, q := range page.Queues {
 		out = append(out, ToQueueJSON(q))
 	}
+	var next *string
+	if page.NextCursor != "" {
+		next = &page.NextCursor
+	}
 	s.writeJSON(w, http.StatusOK, struct {
-		Queues []QueueJSON `json:"queues"`
-	}{out})
+		Queues     []QueueJSON `json:"queues"`
+		NextCursor *string     `json:"next_cursor"`
+	}{out, next})
 	return nil
 }

@@ -7,14 +7,24 @@ import (
 	"github.com/checkout-dev/checkout/lease"
 )
 
-func (f *fakeService) ListQueues(context.Context) ([]lease.QueueStats, error) {
-	if err := f.rec("ListQueues", nil); err != nil {
-		return nil, err
+func (f *fakeService) ListQueuePage(_ context.Context, p lease.ListQueuesParams) (lease.QueuePage, error) {
+	if err := f.rec("ListQueuePage", p); err != nil {
+		return lease.QueuePage{}, err
 	}
-	return []lease.QueueStats{
+	all := []lease.QueueStats{
 		{Queue: "backend", Counts: map[lease.Status]int64{lease.StatusTodo: 3, lease.StatusInProgress: 1, lease.StatusDone: 7}, OldestTodoAt: t0},
 		{Queue: "default", Counts: map[lease.Status]int64{lease.StatusDone: 2, lease.StatusCancelled: 1, lease.StatusBlocked: 4, lease.StatusFailed: 5}},
-	}, nil
+	}
+	// The fake's cursor after the first queue is "next".
+	switch {
+	case p.Cursor == "next":
+		return lease.QueuePage{Queues: all[1:]}, nil
+	case p.Cursor != "":
+		return lease.QueuePage{}, &lease.ValidationError{Field: "cursor", Code: lease.CodeInvalidRequest, Message: "cursor is not one this server issued"}
+	case p.Limit == 1:
+		return lease.QueuePage{Queues: all[:1], NextCursor: "next"}, nil
+	}
+	return lease.QueuePage{Queues: all}, nil
 }
 
 // GET /api/queues answers every status of every queue, and null for a
@@ -43,5 +53,21 @@ func TestListQueues(t *testing.T) {
 	if d := qs[1].(map[string]any); d["oldest_todo_at"] != nil {
 		t.Errorf("default has no todo task: oldest_todo_at %v", d["oldest_todo_at"])
 	}
+	if res.json["next_cursor"] != nil {
+		t.Errorf("one page: next_cursor %v, want null", res.json["next_cursor"])
+	}
 	hs.do("GET", "/api/queues", "", "").expect(t, 401, "")
+
+	// A page at a time: limit, then the cursor of the page before.
+	first := hs.do("GET", "/api/queues?limit=1", "ck_agent", "").expect(t, 200, "")
+	if qs, _ := first.json["queues"].([]any); len(qs) != 1 || first.json["next_cursor"] != "next" {
+		t.Fatalf("limit 1: %s", first.body)
+	}
+	second := hs.do("GET", "/api/queues?cursor=next", "ck_agent", "").expect(t, 200, "")
+	if qs, _ := second.json["queues"].([]any); len(qs) != 1 || qs[0].(map[string]any)["queue"] != "default" || second.json["next_cursor"] != nil {
+		t.Fatalf("the page after: %s", second.body)
+	}
+	for _, q := range []string{"limit=0", "limit=101", "limit=x", "limit=-1", "cursor=bogus", "lmit=5"} {
+		hs.do("GET", "/api/queues?"+q, "ck_agent", "").expect(t, 400, "invalid_request")
+	}
 }

@@ -38,8 +38,8 @@ type Service interface {
 	TrailPage(ctx context.Context, p lease.TrailParams) (lease.Trail, error)
 	// Feed serves the fleet feed, GET /api/events.
 	Feed(ctx context.Context, p lease.FeedParams) (lease.FeedPage, error)
-	// ListQueues serves GET /api/queues.
-	ListQueues(ctx context.Context) ([]lease.QueueStats, error)
+	// ListQueuePage serves GET /api/queues, a page at a time.
+	ListQueuePage(ctx context.Context, p lease.ListQueuesParams) (lease.QueuePage, error)
 }
 
 var _ Service = (*lease.Store)(nil)

@@ -1,11 +1,14 @@
 package lease
 
 import (
+	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -347,21 +350,82 @@ func numberAttr(item map[string]types.AttributeValue, name string) int64 {
 	return 0
 }
 
-// MaxQueuesListed bounds a queue listing: the registry's first queues in
-// name order, so one GET's requests stay bounded.
+// MaxQueuesListed bounds a page of the queue listing, so that one GET's
+// requests stay bounded.
 const MaxQueuesListed = 100
 
-// ListQueues returns every counted queue (at most MaxQueuesListed, by
-// name) with its tasks by status and its oldest todo task. Requests: a
-// GetItem of the registry, a BatchGetItem of the counters, and for each
-// queue with todo tasks one Query (Limit 1) per claim shard per priority
-// that has todo tasks, all at once. Counts are exact up to the stream's
-// delay; oldest_todo_at comes from the claim index and may lag.
+// ListQueuesParams asks for a page of the queue listing.
+type ListQueuesParams struct {
+	Limit  int    // 1..MaxQueuesListed; 0: MaxQueuesListed
+	Cursor string // opaque, from QueuePage.NextCursor
+}
+
+// QueuePage is a page of the queue listing, in name order, and the cursor
+// of the next page ("" after the last).
+type QueuePage struct {
+	Queues     []QueueStats
+	NextCursor string
+}
+
+// ListQueues returns the first page of the queue listing: at most
+// MaxQueuesListed queues (see ListQueuePage).
 func (s *Store) ListQueues(ctx context.Context) ([]QueueStats, error) {
-	names, err := s.queueNames(ctx)
-	if err != nil {
-		return nil, err
+	page, err := s.ListQueuePage(ctx, ListQueuesParams{})
+	return page.Queues, err
+}
+
+// queueCursor is the cursor of the queue listing's page after queue q.
+func queueCursor(q string) string { return base64.RawURLEncoding.EncodeToString([]byte("q:" + q)) }
+
+// queueAfter is the queue a queue listing's cursor goes on after.
+func queueAfter(cursor string) (string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	q, ok := strings.CutPrefix(string(b), "q:")
+	if err != nil || !ok || !ValidID(q) {
+		return "", notIssued()
 	}
+	return q, nil
+}
+
+// ListQueuePage returns a page of the counted queues, by name, each with
+// its tasks by status and its oldest todo task. Requests: a GetItem of the
+// registry (and a BatchGetItem of its further pages), a BatchGetItem of
+// the page's counters, and for each queue with todo tasks one Query (Limit
+// 1) per claim shard per priority that has todo tasks, all at once. Counts
+// are exact up to the stream's delay; oldest_todo_at comes from the claim
+// index and may lag. Queues are only ever added, so a walk of the pages
+// lists every queue there was when it began once.
+func (s *Store) ListQueuePage(ctx context.Context, p ListQueuesParams) (QueuePage, error) {
+	limit := cmp.Or(p.Limit, MaxQueuesListed)
+	if limit < 1 || limit > MaxQueuesListed {
+		return QueuePage{}, invalidField("limit", CodeInvalidRequest, "limit must be 1 to %d", MaxQueuesListed)
+	}
+	after := ""
+	if p.Cursor != "" {
+		if err := CheckCursor(p.Cursor); err != nil {
+			return QueuePage{}, err
+		}
+		var err error
+		if after, err = queueAfter(p.Cursor); err != nil {
+			return QueuePage{}, err
+		}
+	}
+	all, err := s.queueRegistry(ctx)
+	if err != nil {
+		return QueuePage{}, err
+	}
+	names := all[sort.Search(len(all), func(i int) bool { return all[i] > after }):]
+	var page QueuePage
+	if len(names) > limit {
+		names = names[:limit]
+		page.NextCursor = queueCursor(names[len(names)-1])
+	}
+	page.Queues, err = s.queueStats(ctx, names)
+	return page, err
+}
+
+// queueStats is the counts and oldest todo task of each of names.
+func (s *Store) queueStats(ctx context.Context, names []string) ([]QueueStats, error) {
 	if len(names) == 0 {
 		return []QueueStats{}, nil
 	}
@@ -411,16 +475,6 @@ func (s *Store) ListQueues(ctx context.Context) ([]QueueStats, error) {
 		}
 	}
 	return out, nil
-}
-
-// queueNames is the counted queues' names, the first MaxQueuesListed in
-// name order.
-func (s *Store) queueNames(ctx context.Context) ([]string, error) {
-	names, err := s.queueRegistry(ctx)
-	if len(names) > MaxQueuesListed {
-		names = names[:MaxQueuesListed]
-	}
-	return names, err
 }
 
 // queueRegistry reads every queue name in the registry (registry.go),

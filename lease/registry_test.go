@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -181,5 +182,49 @@ func TestQueueRegistryPages(t *testing.T) {
 	}
 	if len(listed) != len(want) || !slices.IsSorted(listed) {
 		t.Errorf("a todo listing of every queue reached %d queues, want %d in name order: %v", len(listed), len(want), listed)
+	}
+}
+
+// The queue listing goes a page at a time, in name order, each queue
+// once; a cursor it did not issue and a limit out of range are refused.
+func TestQueueListingPages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var want []string
+	for i := range 7 {
+		q := fmt.Sprintf("page-q%d", i)
+		e.queued(t, "t-"+q, q, i)
+		want = append(want, q)
+	}
+	e.drain(t)
+	var got []string
+	pages := 0
+	for p := (lease.ListQueuesParams{Limit: 3}); ; pages++ {
+		page, err := e.store.ListQueuePage(ctx(t), p)
+		if err != nil {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		if len(page.Queues) > 3 {
+			t.Fatalf("page %d holds %d queues, limit 3", pages, len(page.Queues))
+		}
+		for _, q := range page.Queues {
+			got = append(got, q.Queue)
+			if q.Counts[lease.StatusTodo] != 1 {
+				t.Errorf("%s: %v todo, want 1", q.Queue, q.Counts[lease.StatusTodo])
+			}
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		p.Cursor = page.NextCursor
+	}
+	if !slices.Equal(got, want) || pages != 2 {
+		t.Errorf("pages of 3 listed %v over %d pages after the first, want %v over 2", got, pages, want)
+	}
+	var ve *lease.ValidationError
+	for _, p := range []lease.ListQueuesParams{{Limit: -1}, {Limit: lease.MaxQueuesListed + 1}, {Cursor: "bogus"}, {Cursor: "cTpub3QgYW4gaWQ"}} {
+		if _, err := e.store.ListQueuePage(ctx(t), p); !errors.As(err, &ve) {
+			t.Errorf("list queues %+v: %v, want a validation error", p, err)
+		}
 	}
 }

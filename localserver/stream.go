@@ -319,9 +319,9 @@ func (s readYourWrites) TrailPage(ctx context.Context, p lease.TrailParams) (lea
 	return s.Store.TrailPage(ctx, p)
 }
 
-func (s readYourWrites) ListQueues(ctx context.Context) ([]lease.QueueStats, error) {
+func (s readYourWrites) ListQueuePage(ctx context.Context, p lease.ListQueuesParams) (lease.QueuePage, error) {
 	s.catchUp(ctx)
-	return s.Store.ListQueues(ctx)
+	return s.Store.ListQueuePage(ctx, p)
 }
 
 func (s readYourWrites) Inbox(ctx context.Context, agentID string) ([]lease.Message, error) {

@@ -3,7 +3,7 @@
 // the task list of that status and queue; blocked and failed tasks, which
 // need someone's attention, stand out when there are any.
 
-import { get } from './api.js';
+import { pages } from './api.js';
 import { $, h, text, attr, reconcile, td } from './dom.js';
 import { setTime, ago, ms, STATUSES } from './format.js';
 import { makeArg } from './tasks.js';
@@ -15,8 +15,8 @@ const view = {
   title: () => 'Queues',
 
   async load() {
-    const answer = await get('/api/queues');
-    const queues = (answer.queues || []).slice().sort((a, b) => String(a.queue).localeCompare(String(b.queue)));
+    // Every page, up to 2,000 queues.
+    const queues = (await pages('/api/queues', 'queues', 20)).sort((a, b) => String(a.queue).localeCompare(String(b.queue)));
     reconcile($('queues-body'), queues, (q) => q.queue, makeRow, updateRow);
     $('queues-empty').hidden = queues.length > 0;
   },
