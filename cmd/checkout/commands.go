@@ -140,6 +140,9 @@ func flagError(err error) string {
 	if errors.Is(err, strconv.ErrRange) {
 		return msg + ": out of range"
 	}
+	if _, ok := ive.GetFlag().Value.(*fenceValue); ok {
+		return msg + ": want a fence, a whole number 1 or more"
+	}
 	switch ive.GetFlag().Value.Type() {
 	case "int", "int8", "int16", "int32", "int64", "count":
 		return msg + ": want an integer"
@@ -392,9 +395,32 @@ func (a *app) holderFlags(cmd *cobra.Command) *holderFlags {
 	f := &holderFlags{}
 	a.identityFlags(cmd, "the holder to act as")
 	a.runIDFlag(cmd, "only if the lease has this run id")
-	cmd.Flags().Int64Var(&f.fence, "fence", 0, "only if the lease has this fence; alone, it adopts your agent's lease of another run")
+	cmd.Flags().Var((*fenceValue)(&f.fence), "fence", "only if the lease has this fence (1 or more); alone, it adopts your agent's lease of another run")
 	return f
 }
+
+// fenceValue is the --fence flag: a fence is 1 or more, so 0, which the
+// server refuses, is refused here as a usage error rather than taken for
+// no fence at all.
+type fenceValue int64
+
+func (v *fenceValue) String() string {
+	if *v == 0 {
+		return ""
+	}
+	return strconv.FormatInt(int64(*v), 10)
+}
+
+func (v *fenceValue) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 1 {
+		return strconv.ErrSyntax
+	}
+	*v = fenceValue(n)
+	return nil
+}
+
+func (*fenceValue) Type() string { return "int" }
 
 // runID is the run id a holder request names: --run-id, or
 // CHECKOUT_RUN_ID unless --fence names the lease instead (a lease of

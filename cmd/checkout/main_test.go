@@ -345,8 +345,11 @@ func TestErrorsAreOneLineWithExitCodes(t *testing.T) {
 		{"near miss with its flag", "", key, []string{"relase", "task-1", "--force"}, 2, "checkout: unknown command \"relase\": did you mean release? (a task named relase: checkout -- relase)\n"},
 		{"int flag not an integer", "", key, []string{"tasks", "add", "t", "--priority", "x"}, 2,
 			`checkout: invalid value "x" for --priority: want an integer (see checkout tasks add --help)` + "\n"},
-		{"int64 flag not an integer", "", key, []string{"release", "task-1", "--fence=abc"}, 2,
-			`checkout: invalid value "abc" for --fence: want an integer (see checkout release --help)` + "\n"},
+		{"fence not an integer", "", key, []string{"release", "task-1", "--fence=abc"}, 2,
+			`checkout: invalid value "abc" for --fence: want a fence, a whole number 1 or more (see checkout release --help)` + "\n"},
+		// A fence of 0 was taken for no fence at all.
+		{"fence 0", "", key, []string{"complete", "task-1", "--fence", "0"}, 2,
+			`checkout: invalid value "0" for --fence: want a fence, a whole number 1 or more (see checkout complete --help)` + "\n"},
 		{"int flag too big", "", key, []string{"events", "--limit", "99999999999999999999"}, 2,
 			`checkout: invalid value "99999999999999999999" for --limit: out of range (see checkout events --help)` + "\n"},
 		{"duration flag not a duration", "", key, []string{"events", "--follow", "--interval", "soon"}, 2,
