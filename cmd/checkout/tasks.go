@@ -79,8 +79,22 @@ func (a *app) tasksCmd() *cobra.Command {
 		ValidArgsFunction: a.completeOpenTasks,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
+				// The task before, to tell a cancel from a task already
+				// cancelled, as reopen does.
+				var before *client.Task
+				if !a.json {
+					if t, err := c.GetTask(cmd.Context(), args[0]); err == nil {
+						before = &t
+					}
+				}
 				t, err := c.CancelTask(ctx, args[0])
-				return func(w io.Writer) { fmt.Fprintf(w, "Task cancelled: %s\n", t.TaskID) }, err
+				return func(w io.Writer) {
+					if before != nil && before.Version == t.Version {
+						fmt.Fprintf(w, "Task %s is already %s: nothing changed\n", t.TaskID, t.Status)
+						return
+					}
+					fmt.Fprintf(w, "Task cancelled: %s\n", t.TaskID)
+				}, err
 			})
 		},
 	}

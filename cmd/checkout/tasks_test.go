@@ -49,8 +49,9 @@ func TestLimitOutOfRangeIsAUsageError(t *testing.T) {
 	}
 }
 
-// Reopening a task that is already todo says that nothing changed.
-func TestReopenOfATodoTaskSaysNothingChanged(t *testing.T) {
+// Reopening a task that is already todo, or cancelling one already
+// cancelled, says that nothing changed.
+func TestAReopenOrCancelThatChangesNothingSaysSo(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.task(t, "task-1", "")
@@ -59,8 +60,13 @@ func TestReopenOfATodoTaskSaysNothingChanged(t *testing.T) {
 	if want := "Task task-1 is already todo: nothing changed\n"; r.code != 0 || r.stdout != want {
 		t.Errorf("reopen of a todo task: exit %d\n%s%s\nwant %q", r.code, r.stdout, r.stderr, want)
 	}
-	if r := runCLI(t, url, key, "tasks", "cancel", "task-1"); r.code != 0 {
-		t.Fatalf("cancel: %d %s", r.code, r.stderr)
+	if r := runCLI(t, url, key, "tasks", "cancel", "task-1"); r.code != 0 || r.stdout != "Task cancelled: task-1\n" {
+		t.Fatalf("cancel: %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	// Cancelling it again changes nothing, and says so.
+	r = runCLI(t, url, key, "tasks", "cancel", "task-1")
+	if want := "Task task-1 is already cancelled: nothing changed\n"; r.code != 0 || r.stdout != want {
+		t.Errorf("cancel of a cancelled task: exit %d\n%s%s\nwant %q", r.code, r.stdout, r.stderr, want)
 	}
 	r = runCLI(t, url, key, "tasks", "reopen", "task-1")
 	if want := "Task reopened: task-1\n"; r.code != 0 || r.stdout != want {
