@@ -15,6 +15,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/spf13/cobra"
+
+	"github.com/checkout-dev/checkout/lease"
 )
 
 // The profile file lets one host run many agent identities: each profile
@@ -180,6 +182,11 @@ func (a *app) resolve() (*settings, error) {
 		s.agent = setting{pAgent, fromProfile}
 	case !keyFromProfile && os.Getenv("CHECKOUT_AGENT") != "":
 		s.agent = setting{os.Getenv("CHECKOUT_AGENT"), "CHECKOUT_AGENT"}
+	}
+	if v := s.agent.value; v != "" && !lease.ValidID(v) {
+		// Said here: the server answers a non-admin naming an agent 403
+		// before it looks at the id.
+		return nil, &usageError{fmt.Sprintf("invalid agent id %q (from %s): an id is 1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit", v, s.agent.from)}
 	}
 	a.resolved = s
 	return s, nil

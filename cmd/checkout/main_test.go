@@ -328,6 +328,9 @@ func TestErrorsAreOneLineWithExitCodes(t *testing.T) {
 		{"unknown task", "", key, []string{"task-nope"}, 4, ""},
 		{"not checked out", "", key, []string{"release", "task-1"}, 4, ""},
 		{"bad id", "", key, []string{"status", "bad id!"}, 2, ""},
+		// A non-admin naming a malformed agent was answered 403 forbidden.
+		{"bad agent id", "", key, []string{"release", "task-1", "--agent", "bad id"}, 2,
+			`checkout: invalid agent id "bad id" (from --agent): an id is 1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit` + "\n"},
 		{"unknown flag", "", key, []string{"list", "--nope"}, 2, "checkout: unknown flag: --nope (see checkout list --help)\n"},
 		{"unknown flag nested", "", key, []string{"tasks", "add", "--nope"}, 2, "checkout: unknown flag: --nope (see checkout tasks add --help)\n"},
 		{"missing arg", "", key, []string{"release"}, 2, "checkout: checkout release needs a task id (see checkout release --help)\n"},
