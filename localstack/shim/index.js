@@ -68,7 +68,7 @@
 const path = require('path')
 const crypto = require('crypto')
 const { IndexLag, parseDuration } = require('./indexlag')
-const { Streams } = require('./streams')
+const { Streams, RawJSON } = require('./streams')
 const { repair, itemPrefix } = require('./indexes')
 const meter = require('./meter')
 const { guardMissing } = require('./missing')
@@ -380,7 +380,7 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
   }
 
   function send (res, status, data) {
-    const body = JSON.stringify(data)
+    const body = data instanceof RawJSON ? data.text : JSON.stringify(data)
     res.statusCode = status
     res.setHeader('x-amzn-RequestId', crypto.randomBytes(39).toString('base64').toUpperCase().replace(/\+|\//g, '0'))
     res.setHeader('x-amz-crc32', crc32.unsigned(body))
