@@ -456,7 +456,11 @@ func (s *Store) listTodo(ctx context.Context, queue string, at listPos, limit in
 			items = append(items, r.batch...)
 			if len(items) >= limit {
 				if next := w + i + 1; next < len(queues) {
-					return items, &listPos{Queue: queues[next]}, nil
+					// The page ends with q's last task: the next goes on
+					// after it, in q, then in the queues after q then,
+					// so that what is created in between ahead of the
+					// cursor is not skipped.
+					return items, &listPos{Queue: q, Pos: items[len(items)-1].ClaimKey}, nil
 				}
 				return items, nil, nil
 			}

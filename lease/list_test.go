@@ -167,6 +167,38 @@ func TestListTodoFindsANewQueueAtOnce(t *testing.T) {
 	}
 }
 
+// A page of todo tasks of every queue that ends exactly at a queue's last
+// task goes on, on the next page, after that task: a task created in the
+// meantime in that queue, behind its last, or in a new queue between it and
+// the next, is on the next page. The cursor named the next queue instead,
+// and the walk missed both.
+func TestListTodoPageEndingWithAQueueMissesNothingCreatedAhead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	for _, q := range []string{"x1", "x3", "x5"} {
+		e.queued(t, q, q, 5)
+	}
+	first := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo, Limit: 2}))
+	if got := listedIDs(first); !slices.Equal(got, []string{"x1", "x3"}) || first.NextCursor == "" {
+		t.Fatalf("first page %v, cursor %q; want [x1 x3] and more", got, first.NextCursor)
+	}
+	e.queued(t, "x3-later", "x3", 0) // after x3's last task in claim order
+	e.queued(t, "x4", "x4", 5)       // a new queue between x3 and x5
+	var rest []string
+	for p := (lease.ListTasksParams{Cursor: first.NextCursor, Limit: 2}); ; {
+		page := must[lease.TaskPage](t)(e.store.ListTasks(c, p))
+		rest = append(rest, listedIDs(page)...)
+		if page.NextCursor == "" {
+			break
+		}
+		p.Cursor = page.NextCursor
+	}
+	if !slices.Equal(rest, []string{"x3-later", "x4", "x5"}) {
+		t.Errorf("the walk went on with %v, want [x3-later x4 x5]", rest)
+	}
+}
+
 // A cursor continues the listing it came from: given alone, it keeps that
 // listing's status and queue (the CLI's "More:" line and MCP's list_tasks
 // pass the cursor alone, and used to continue an unfiltered listing from
