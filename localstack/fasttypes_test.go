@@ -19,6 +19,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
+// installed is the folder of the local DynamoDB's Node.js code, its
+// packages installed, for a test that runs a script of its own there.
+func installed(t *testing.T) string {
+	t.Helper()
+	dir, err := FindDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Install(ctxT(t), dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // The shim checks request types with a direct path for well-formed values
 // (shim/fasttypes.js) and leaves the rest to dynalite's checkTypes.
 // fastTypesScript runs both on the same requests, each on its own copy, and
@@ -31,15 +45,10 @@ import (
 // well-formed UpdateItem needs dynalite's checkTypes at all.
 func TestFastTypes(t *testing.T) {
 	t.Parallel()
-	dir, err := FindDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Install(ctxT(t), dir); err != nil {
-		t.Fatal(err)
-	}
+	dir := installed(t)
 	seed := time.Now().UnixNano() % 1_000_000_000
 	if s := os.Getenv("FASTTYPES_SEED"); s != "" {
+		var err error
 		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
 			t.Fatalf("FASTTYPES_SEED: %v", err)
 		}

@@ -20,13 +20,7 @@ import (
 // them with the answers' counts.
 func TestReadsCloseTheirIterators(t *testing.T) {
 	t.Parallel()
-	dir, err := FindDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Install(ctxT(t), dir); err != nil {
-		t.Fatal(err)
-	}
+	dir := installed(t)
 	for _, storage := range []struct{ name, path string }{{"memory", ""}, {"path", t.TempDir()}} {
 		t.Run(storage.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

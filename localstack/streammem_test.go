@@ -18,13 +18,7 @@ import (
 // with: the heap that the second adds per write is what a record costs.
 func TestStreamRecordMemory(t *testing.T) {
 	t.Parallel()
-	dir, err := FindDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Install(ctxT(t), dir); err != nil {
-		t.Fatal(err)
-	}
+	dir := installed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "--expose-gc", "-e", streamMemoryScript)
