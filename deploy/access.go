@@ -77,8 +77,10 @@ var Grants = map[string][]Grant{
 		// item (the sweeper, agent removal and GET /api/checkouts, in the
 		// tasks function, query those indexes).
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "PutItem", "UpdateItem", "BatchGetItem", "DeleteItem"}, QueryIndexes: []string{schema.TasksByClaim}},
-		// UpdateItem: the receipts of claims that name their run id.
-		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem"}},
+		// UpdateItem: the receipts of claims that name their run id;
+		// GetItem and BatchGetItem also read the queue registry's pages,
+		// which a checkout that creates its task adds its queue to.
+		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem", "BatchGetItem"}},
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
 		// Query: a named claim's retry whose receipt lost its grant finds it
 		// in the tried tasks' trails.
@@ -121,7 +123,8 @@ var Grants = map[string][]Grant{
 		{Table: schema.TasksTableV1, Actions: []string{"GetItem"}},
 		// by_claim: delayed tasks whose not_before passed are ranked again.
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByLeaseExpiry, schema.TasksByClaim}},
-		// GetItem also reads the queue registry.
+		// by_expiry: the agents due to be judged; GetItem reads each one's
+		// heartbeat, UpdateItem settles a death it came back from.
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
 	},
 }
