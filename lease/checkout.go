@@ -819,10 +819,15 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 	return Released{}, fmt.Errorf("force release %s: %w", p.TaskID, ErrBusy)
 }
 
+// failedOutcome reports whether a release's outcome is a failure: a release
+// with outcome done and one with none are one plain release, and repeat
+// each other.
+func failedOutcome(o ReleaseOutcome) bool { return o == OutcomeFailed }
+
 // replayEnd reports whether a holder's release or completion that found no
 // lease of its own repeats one that already took effect: the item's last
 // ending is this caller's ending of the very lease the request names (by
-// run id or fence), and, for a release, with the same outcome, so the
+// run id or fence), and, for a release, failed or not as that one was, so the
 // answer to that first attempt was lost and this is the retry. A request
 // that names no lease is never taken for a retry.
 func replayEnd(cur *taskItem, typ EventType, outcome ReleaseOutcome, agentID, runID string, fence int64) bool {
@@ -830,7 +835,7 @@ func replayEnd(cur *taskItem, typ EventType, outcome ReleaseOutcome, agentID, ru
 		return false
 	}
 	r := cur.endRecord
-	return r.EndSeq != 0 && r.EndType == typ && (typ != EventRelease || r.EndOutcome == outcome) && r.EndBy == agentID &&
+	return r.EndSeq != 0 && r.EndType == typ && (typ != EventRelease || failedOutcome(r.EndOutcome) == failedOutcome(outcome)) && r.EndBy == agentID &&
 		(typ == EventForceRelease || r.EndAgent == agentID) &&
 		(runID == "" || r.EndRun == runID) && (fence == 0 || r.EndFence == fence)
 }
@@ -859,7 +864,7 @@ func (s *Store) archivedEnding(ctx context.Context, taskID string, typ EventType
 		ours := (runID == "" || ev.RunID == runID) && (fence == 0 || ev.Fence == fence)
 		switch {
 		case ours && ev.Type == typ && ev.By == agentID && (typ == EventForceRelease || ev.AgentID == agentID):
-			if typ == EventRelease && ev.Outcome != outcome {
+			if typ == EventRelease && failedOutcome(ev.Outcome) != failedOutcome(outcome) {
 				return false // this lease's ending, with another outcome
 			}
 			found = ev

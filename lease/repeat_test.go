@@ -120,7 +120,8 @@ func TestForceReleaseNamingAnEndedLeaseLeavesTheLiveOne(t *testing.T) {
 	}
 }
 
-// A release repeats another only with the same outcome: a release marked
+// A release repeats another only if both are failures or neither is (no
+// outcome and outcome done are one plain release): a release marked
 // failed after a plain release of the same lease (or the other way round)
 // is no retry of it, and is refused, whether the first ending is still the
 // task's last or only in its trail. It was answered as the first one was,
@@ -140,7 +141,6 @@ func TestAReleaseWithAnotherOutcomeIsNoRepeat(t *testing.T) {
 		t.Helper()
 		for _, p := range []lease.ReleaseParams{
 			{TaskID: "plain", AgentID: "a", RunID: plain.RunID, Outcome: lease.OutcomeFailed, Error: "it broke"},
-			{TaskID: "plain", AgentID: "a", Fence: plain.Fence, Outcome: lease.OutcomeDone},
 			{TaskID: "failed", AgentID: "a", RunID: failed.RunID},
 			{TaskID: "failed", AgentID: "a", Fence: failed.Fence, Outcome: lease.OutcomeDone},
 		} {
@@ -148,9 +148,12 @@ func TestAReleaseWithAnotherOutcomeIsNoRepeat(t *testing.T) {
 				t.Errorf("%s: release %+v: %+v, %v; want not_checked_out", when, p, got, err)
 			}
 		}
-		// The same outcome is a repeat.
+		// The same outcome is a repeat, and so is done for none.
 		if _, err := e.store.Release(c, lease.ReleaseParams{TaskID: "plain", AgentID: "a", RunID: plain.RunID}); err != nil {
 			t.Errorf("%s: plain release repeated: %v", when, err)
+		}
+		if _, err := e.store.Release(c, lease.ReleaseParams{TaskID: "plain", AgentID: "a", Fence: plain.Fence, Outcome: lease.OutcomeDone}); err != nil {
+			t.Errorf("%s: plain release repeated with outcome done: %v", when, err)
 		}
 		if _, err := e.store.Release(c, lease.ReleaseParams{TaskID: "failed", AgentID: "a", RunID: failed.RunID, Outcome: lease.OutcomeFailed, Error: "it broke"}); err != nil {
 			t.Errorf("%s: failed release repeated: %v", when, err)
