@@ -12,21 +12,25 @@ import (
 )
 
 // A line that is JSON but no JSON-RPC message, an empty batch, a batch
-// with an element that is no message, and a batch after an initialize
-// whose protocol version has no batches (2025-06-18 and later) are each
+// with an element that is no message, a batch after an initialize
+// whose protocol version has no batches (2025-06-18 and later), and a
+// batch that names one request id twice are each
 // answered with an invalid request (-32600, id null), and the session
 // goes on. The SDK's reader ends the session at each of them: the
 // process exited, and the agent lost its tools.
 func TestServeAnswersMessagesItCannotTakeAndGoesOn(t *testing.T) {
-	for _, bad := range []string{
-		`{}`,
-		`{"id":1,"method":"ping"}`,
-		`{"jsonrpc":"1.0","id":1,"method":"ping"}`,
-		`[]`,
-		`[1]`,
-		`[{"jsonrpc":"2.0","id":5,"method":"ping"}]`,
+	for _, c := range []struct{ version, bad string }{
+		{"2025-06-18", `{}`},
+		{"2025-06-18", `{"id":1,"method":"ping"}`},
+		{"2025-06-18", `{"jsonrpc":"1.0","id":1,"method":"ping"}`},
+		{"2025-06-18", `[]`},
+		{"2025-06-18", `[1]`},
+		{"2025-06-18", `[{"jsonrpc":"2.0","id":5,"method":"ping"}]`},
+		// A version with batches: one naming a request id twice.
+		{"2025-03-26", `[{"jsonrpc":"2.0","id":5,"method":"ping"},{"jsonrpc":"2.0","id":5,"method":"ping"}]`},
 	} {
-		t.Run(bad, func(t *testing.T) {
+		bad := c.bad
+		t.Run(c.version+" "+bad, func(t *testing.T) {
 			inR, inW := io.Pipe()
 			outR, outW := io.Pipe()
 			ctx, cancel := context.WithCancel(context.Background())
@@ -71,7 +75,7 @@ func TestServeAnswersMessagesItCannotTakeAndGoesOn(t *testing.T) {
 				t.Helper()
 				go io.WriteString(inW, s+"\n")
 			}
-			send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+			send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + c.version + `","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 			if m := next(); m["id"] != 1.0 || m["result"] == nil {
 				t.Fatalf("initialize: %v", m)
 			}

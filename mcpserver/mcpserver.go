@@ -124,6 +124,7 @@ func refusal(msg []byte, batches *bool) string {
 		notMessage     = `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: a message is a JSON-RPC 2.0 request, notification or response"}}`
 		emptyBatch     = `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: an empty batch"}}`
 		batchesRefused = `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: this protocol version has no batches: send one message a line"}}`
+		idTwice        = `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: a batch names one request id twice"}}`
 	)
 	if !json.Valid(msg) {
 		return parseError
@@ -142,10 +143,17 @@ func refusal(msg []byte, batches *bool) string {
 	default:
 		return notObject
 	}
+	ids := map[any]bool{}
 	for _, e := range elems {
 		m, err := jsonrpc.DecodeMessage(e)
 		if err != nil {
 			return notMessage
+		}
+		if req, ok := m.(*jsonrpc.Request); ok && req.ID.IsValid() {
+			if ids[req.ID.Raw()] {
+				return idTwice
+			}
+			ids[req.ID.Raw()] = true
 		}
 		if req, ok := m.(*jsonrpc.Request); ok && req.Method == "initialize" {
 			var p struct {
