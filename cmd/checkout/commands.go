@@ -238,6 +238,9 @@ func (a *app) client() (*client.Client, *settings, error) {
 	if err := checkURL(s.url); err != nil {
 		return nil, nil, err
 	}
+	if err := checkAgent(s.agent); err != nil {
+		return nil, nil, err
+	}
 	if s.key.value == "" {
 		return nil, nil, &usageError{"no API key: set CHECKOUT_API_KEY, pass --api-key, or use a profile (see checkout config --help)"}
 	}

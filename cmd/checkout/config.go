@@ -183,13 +183,18 @@ func (a *app) resolve() (*settings, error) {
 	case !keyFromProfile && os.Getenv("CHECKOUT_AGENT") != "":
 		s.agent = setting{os.Getenv("CHECKOUT_AGENT"), "CHECKOUT_AGENT"}
 	}
-	if v := s.agent.value; v != "" && !lease.ValidID(v) {
-		// Said here: the server answers a non-admin naming an agent 403
-		// before it looks at the id.
-		return nil, &usageError{fmt.Sprintf("invalid agent id %q (from %s): an id is 1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit", v, s.agent.from)}
-	}
 	a.resolved = s
 	return s, nil
+}
+
+// checkAgent checks the agent the command acts as before any request names
+// it: the server answers a non-admin naming an agent 403 before it looks
+// at the id.
+func checkAgent(a setting) error {
+	if a.value != "" && !lease.ValidID(a.value) {
+		return &usageError{fmt.Sprintf("invalid agent id %q (from %s): an id is 1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit", a.value, a.from)}
+	}
+	return nil
 }
 
 // checkURL checks the server URL before any request is made to it: an

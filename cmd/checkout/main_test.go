@@ -467,3 +467,18 @@ func TestCompact(t *testing.T) {
 		}
 	}
 }
+
+// checkout config shows a malformed agent id with where it came from,
+// rather than refusing to show the settings; the commands that send
+// requests refuse it.
+func TestConfigShowsAMalformedAgent(t *testing.T) {
+	t.Parallel()
+	r := runCLIEnv(t, []string{"CHECKOUT_AGENT=bad id"}, "config")
+	if r.code != 0 || !strings.Contains(r.stdout, `bad id`) || !strings.Contains(r.stdout, "CHECKOUT_AGENT") {
+		t.Errorf("config with CHECKOUT_AGENT=\"bad id\": exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = runCLIEnv(t, []string{"CHECKOUT_AGENT=bad id", "CHECKOUT_API_KEY=ck_some-key-0000000000"}, "release", "task-1")
+	if r.code != 2 || !strings.Contains(r.stderr, `invalid agent id "bad id" (from CHECKOUT_AGENT)`) {
+		t.Errorf("release with CHECKOUT_AGENT=\"bad id\": exit %d\n%s", r.code, r.stderr)
+	}
+}
