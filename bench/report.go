@@ -229,9 +229,16 @@ func (r *Results) unitsMarkdown(p func(format string, args ...any)) {
 	}
 }
 
+// floorPaired reports whether the floor ran every throughput scenario, so
+// that its i-th run stands beside this project's and dynamolock's
+// (Throughput[2i] and [2i+1]).
+func (r *Results) floorPaired() bool {
+	return len(r.Floor) > 0 && 2*len(r.Floor) == len(r.Throughput)
+}
+
 // floorMarkdown reports the floor's runs (floor.go) beside the two systems'.
 func (r *Results) floorMarkdown(p func(string, ...any)) {
-	if len(r.Floor) == 0 || 2*len(r.Floor) != len(r.Throughput) {
+	if !r.floorPaired() {
 		return
 	}
 	p("\n### The floor: the same writes on a minimal item\n\n")
@@ -252,7 +259,7 @@ func (r *Results) floorMarkdown(p func(string, ...any)) {
 // the clients, for each system of each throughput scenario, and the most
 // cycles a second the server's one thread allows each at that cost.
 func (r *Results) cpuMarkdown(p func(string, ...any)) {
-	if len(r.Floor) == 0 || 2*len(r.Floor) != len(r.Throughput) || r.Throughput[0].CPU.Server == 0 {
+	if !r.floorPaired() || r.Throughput[0].CPU.Server == 0 {
 		return
 	}
 	p("\n### Where a cycle's time goes: CPU per cycle\n\n")

@@ -142,7 +142,7 @@ func (r registry) add(ctx context.Context, db registryDB, table string, page int
 			ExpressionAttributeValues: expr.Values(),
 		})
 		if _, full := conditionFailed(err); full {
-			if last, err = r.nextPage(ctx, db, table, last); err != nil {
+			if last, err = nextPage(ctx, db, table, last); err != nil {
 				return err
 			}
 			continue
@@ -157,7 +157,7 @@ func (r registry) add(ctx context.Context, db registryDB, table string, page int
 
 // nextPage is the page to add to after page full was found full: the
 // registry's last page, once pages on page 0 counts one past full.
-func (registry) nextPage(ctx context.Context, db registryDB, table string, full int) (int, error) {
+func nextPage(ctx context.Context, db registryDB, table string, full int) (int, error) {
 	want := full + 2 // pages, with a page after full
 	expr, err := expression.NewBuilder().
 		WithUpdate(expression.Set(expression.Name("pages"), expression.Value(want))).
