@@ -313,6 +313,7 @@ var limitsText = strings.NewReplacer(
 	"{default_ttl}", shortDuration(lease.DefaultHeartbeatTTL),
 	"{default_list_limit}", strconv.Itoa(lease.DefaultListLimit),
 	"{max_list_limit}", strconv.Itoa(lease.MaxListLimit),
+	"{max_queues_listed}", strconv.Itoa(lease.MaxQueuesListed),
 	"{max_priority}", strconv.Itoa(lease.MaxPriority),
 	"{default_priority}", strconv.Itoa(lease.DefaultPriority),
 	"{max_description}", kib(lease.MaxDescriptionLen),

@@ -6,31 +6,42 @@ import (
 	"strings"
 
 	"github.com/checkout-dev/checkout/client"
+	"github.com/checkout-dev/checkout/lease"
 )
 
-const descListQueues = `List the queues: for each, its number of tasks by status (todo = open, blocked = waiting for other tasks, in_progress, done, cancelled, failed = used up its attempts) and when its oldest todo task was created. Use it to choose which queues to claim_task from, or to see how much work is waiting. Counts follow each change within about a second. Read-only.`
+const descListQueues = `List the queues, in name order, up to limit per page (default {max_queues_listed}): for each, its number of tasks by status (todo = open, blocked = waiting for other tasks, in_progress, done, cancelled, failed = used up its attempts) and when its oldest todo task was created. Use it to choose which queues to claim_task from, or to see how much work is waiting. Counts follow each change within about a second. Pass next_cursor as cursor for the next page. Read-only.`
 
-// ListQueuesInput is list_queues' input: it takes none.
-type ListQueuesInput struct{}
-
-// ListQueuesResult is the answer of list_queues.
-type ListQueuesResult struct {
-	Outcome
-	Queues []client.Queue `json:"queues,omitempty"`
+// ListQueuesInput is list_queues' input.
+type ListQueuesInput struct {
+	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to {max_queues_listed}; default {max_queues_listed}"`
+	Cursor string `json:"cursor,omitempty" jsonschema:"next_cursor of the previous page"`
 }
 
-func (t *tools) listQueues(ctx context.Context, _ ListQueuesInput) (ListQueuesResult, error) {
-	qs, err := t.c.Queues(ctx)
+// ListQueuesResult is the answer of list_queues: one page of the queues.
+type ListQueuesResult struct {
+	Outcome
+	Queues     []client.Queue `json:"queues,omitempty"`
+	NextCursor string         `json:"next_cursor,omitempty"`
+}
+
+// listQueues answers one page, so that however many queues there are, one
+// call's result stays the size of a page.
+func (t *tools) listQueues(ctx context.Context, in ListQueuesInput) (ListQueuesResult, error) {
+	if in.Limit < 0 || in.Limit > lease.MaxQueuesListed {
+		return ListQueuesResult{}, &argError{fmt.Sprintf("limit %d is out of range: give 1 to %d", in.Limit, lease.MaxQueuesListed)}
+	}
+	p, err := t.c.QueuePage(ctx, in.Limit, in.Cursor)
 	if err != nil {
 		return ListQueuesResult{}, err
 	}
-	r := ListQueuesResult{Queues: qs}
-	if len(qs) == 0 {
+	qs := p.Queues
+	r := ListQueuesResult{Queues: qs, NextCursor: p.NextCursor}
+	if len(qs) == 0 && in.Cursor == "" {
 		r.Message = "No queues yet: no task has been created since the service began counting queues."
 		return r, nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d queue(s).", len(qs))
+	fmt.Fprintf(&b, "%d queue(s) on this page.", len(qs))
 	for _, q := range qs {
 		fmt.Fprintf(&b, "\n- %s: %d todo, %d blocked, %d in progress, %d done, %d cancelled, %d failed", q.Queue,
 			q.Counts[client.StatusTodo], q.Counts[client.StatusBlocked], q.Counts[client.StatusInProgress],
@@ -38,6 +49,9 @@ func (t *tools) listQueues(ctx context.Context, _ ListQueuesInput) (ListQueuesRe
 		if q.OldestTodoAt != nil {
 			fmt.Fprintf(&b, "; oldest todo created %s", stamp(*q.OldestTodoAt))
 		}
+	}
+	if p.NextCursor != "" {
+		b.WriteString("\nMore queues: call list_queues with cursor=next_cursor.")
 	}
 	r.Message = b.String()
 	return r, nil
