@@ -495,6 +495,33 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await page.close();
   });
 
+  test('the task list offers every queue of every page of the queue listing', async () => {
+    // Two pages of queues, answered by the browser: the filter must offer
+    // the second page's queue too.
+    const page = await newPage('queue-pages');
+    const json = (body) => ({ status: 200, contentType: 'application/json', body: JSON.stringify(body) });
+    const counts = { todo: 0, blocked: 0, in_progress: 0, done: 0, cancelled: 0, failed: 0 };
+    const asked = [];
+    await page.route((u) => u.pathname === '/api/queues', (r) => {
+      const cursor = new URL(r.request().url()).searchParams.get('cursor');
+      asked.push(cursor);
+      r.fulfill(json(cursor === 'page-2'
+        ? { queues: [{ queue: 'zz-second-page', counts, oldest_todo_at: null }], next_cursor: null }
+        : { queues: [{ queue: 'default', counts, oldest_todo_at: null }], next_cursor: 'page-2' }));
+    });
+    await signIn(page, ADMIN_KEY);
+    await page.goto(server.url + '/#/tasks');
+    await page.locator('#t-queue option[value="zz-second-page"]').waitFor({ state: 'attached' });
+    assert.ok(asked.includes(null) && asked.includes('page-2'), `pages asked: ${asked}`);
+    // The names are read again only every 30 s, not at every refresh: the
+    // next refresh reads the tasks and leaves the queues alone.
+    const before = asked.length;
+    await page.waitForRequest((req) => new URL(req.url()).pathname === '/api/tasks');
+    await page.waitForResponse((res) => new URL(res.url()).pathname === '/api/tasks');
+    assert.equal(asked.length, before, 'no second walk within 30 s');
+    await page.close();
+  });
+
   test('a task page reads a long trail page by page', async () => {
     await must(keys.alice, 'POST', '/api/tasks', { task_id: 'p-long', title: 'A long trail' });
     // The trail's two pages, answered by the browser: the second only for

@@ -7,12 +7,17 @@
 // text. The address keeps the filters: #/tasks/<status>/<queue>, "all" for
 // any status.
 
-import { get } from './api.js';
+import { get, pages } from './api.js';
 import { $, h, text, reconcile, replace, taskLink, options, td, statusBadge, setStatus } from './dom.js';
 import { STATUSES, statusWords, until, clock } from './format.js';
 
 const LIMIT = 500; // tasks per page
 const PAGES = 10; // pages read at first, and added by "Load more"
+// The queue filter offers every queue the queue listing names, up to
+// QUEUE_PAGES pages of it (as the queues view shows), read again at most
+// every QUEUES_MS: the names change rarely, and a refresh comes every 3 s.
+const QUEUE_PAGES = 20;
+const QUEUES_MS = 30000;
 
 let list = []; // the tasks of the pages read, sorted
 let more = false; // the last page read had a next one
@@ -20,6 +25,7 @@ let wanted = PAGES; // pages to read at each refresh
 let read = 0; // pages read at the last refresh
 let knownQueues = new Set();
 let shownArg = null; // the filters the list was loaded for
+let queuesReadAt = -Infinity; // performance.now() of the last read of the queue names
 
 const view = {
   title: (arg) => {
@@ -50,11 +56,13 @@ const view = {
   async load(ctx, arg) {
     if (arg !== shownArg) wanted = PAGES; // other filters: start again
     const { status, queue } = parseArg(arg);
+    const readQueues = ctx.features.queues && performance.now() - queuesReadAt >= QUEUES_MS;
     const [answer, queues] = await Promise.all([
       listPages(status, queue, wanted),
-      ctx.features.queues ? get('/api/queues').catch(() => null) : null,
+      readQueues ? pages('/api/queues', 'queues', QUEUE_PAGES).catch(() => null) : null,
     ]);
-    for (const x of queues?.queues || []) if (x.queue) knownQueues.add(x.queue);
+    if (queues) queuesReadAt = performance.now();
+    for (const x of queues || []) if (x.queue) knownQueues.add(x.queue);
     const order = (s) => { const i = STATUSES.indexOf(s); return i < 0 ? STATUSES.length : i; };
     list = answer.tasks.sort((a, b) => (order(a.status) - order(b.status))
       || ((b.priority ?? 0) - (a.priority ?? 0))
@@ -85,6 +93,7 @@ const view = {
     wanted = PAGES;
     read = 0;
     knownQueues = new Set();
+    queuesReadAt = -Infinity;
     shownArg = null;
     $('tasks-body').replaceChildren();
     options($('t-queue'), []);
