@@ -64,8 +64,9 @@ var Grants = map[string][]Grant{
 		// A watch is an item of its own: read the task's watches, place one.
 		// PutItem, DeleteItem: a dependency's edge, put when a task names
 		// its blocker and deleted when it no longer does (Query: a task's
-		// dependents).
-		{Table: schema.InboxTable, Actions: []string{"Query", "UpdateItem", "PutItem", "DeleteItem"}},
+		// dependents; GetItem: whether a task names a blocker that already
+		// blocks the most tasks one may).
+		{Table: schema.InboxTable, Actions: []string{"Query", "GetItem", "UpdateItem", "PutItem", "DeleteItem"}},
 	},
 	Checkouts: {
 		{Table: schema.TasksTableV1, Actions: []string{"GetItem"}},
@@ -121,8 +122,9 @@ var Grants = map[string][]Grant{
 	},
 	Sweeper: {
 		{Table: schema.TasksTableV1, Actions: []string{"GetItem"}},
-		// by_claim: delayed tasks whose not_before passed are ranked again.
-		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByLeaseExpiry, schema.TasksByClaim}},
+		// by_lease_expiry also holds the delayed tasks whose not_before
+		// passed, which UpdateItem ranks again.
+		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByLeaseExpiry}},
 		// by_expiry: the agents due to be judged; GetItem reads each one's
 		// heartbeat, UpdateItem settles a death it came back from.
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.HeartbeatsByExpiry}},
