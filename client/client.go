@@ -28,6 +28,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/checkout-dev/checkout/errcode"
 )
 
 // Client talks to one checkout server with one API key. It is safe for
@@ -164,6 +166,9 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 			return fmt.Errorf("checkout: encode request: %w", err)
 		}
 	}
+	if seg := dotSegment(path); seg != "" {
+		return dotSegmentError(seg)
+	}
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		status, respBody, err := c.send(ctx, method, path, body)
@@ -191,8 +196,15 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 			record(ctx, status, respBody)
 			lastErr = decodeError(status, respBody)
 			var ae *APIError
-			if errors.As(lastErr, &ae) && ae.Code == "" && path != "/healthz" {
-				// Not the API's error form: is this a checkout server at all?
+			if errors.As(lastErr, &ae) && path != "/healthz" && (ae.Code == "" || ae.Code == errcode.NotFound || ae.Code == errcode.MethodNotAllowed) {
+				// Not the API's error form, or no such route: is this a
+				// checkout server at all? A base URL with a wrong path
+				// (http://host/api) reaches a checkout server that knows
+				// none of the paths asked; taken at its word, a claim
+				// would look like an empty queue for ever. (A plain
+				// not_found is also a missing inbox message: /healthz
+				// then answers as a checkout server and the answer
+				// stands.)
 				if nse := c.notServer(ctx); nse != nil {
 					return nse
 				}
@@ -259,6 +271,27 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte) (in
 		return 0, nil, err
 	}
 	return resp.StatusCode, b, nil
+}
+
+// dotSegment is the first segment of path (before its query) that is "."
+// or "..", or "". An id that is a dot segment can name nothing: URLs
+// resolve such segments away, so the request would reach another route.
+func dotSegment(path string) string {
+	p, _, _ := strings.Cut(path, "?")
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "." || seg == ".." {
+			return seg
+		}
+	}
+	return ""
+}
+
+// dotSegmentError refuses an id that is a dot segment without sending
+// anything, as the server refuses any other malformed id: 400 invalid_id.
+func dotSegmentError(seg string) error {
+	msg := fmt.Sprintf("id %q is not valid: an id is 1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit", seg)
+	body, _ := json.Marshal(map[string]string{"error": msg, "code": errcode.InvalidID})
+	return &APIError{Status: http.StatusBadRequest, Code: errcode.InvalidID, Message: msg, Body: body}
 }
 
 // notServer asks GET /healthz whether the base URL is a checkout server, and

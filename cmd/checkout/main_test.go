@@ -317,6 +317,10 @@ func TestErrorsAreOneLineWithExitCodes(t *testing.T) {
 		{"server down", down, key, []string{"task-1"}, 1, "checkout: cannot reach the server at " + down + ": connection refused\n"},
 		{"not a checkout server", notServer.URL, key, []string{"task-1"}, 1, "checkout: not a checkout server at " + notServer.URL + " (GET /healthz answered 404 Not Found)\n"},
 		{"not a checkout server, other JSON", otherJSON.URL, key, []string{"list"}, 1, "checkout: not a checkout server at " + otherJSON.URL + " (GET /healthz answered 200 without {\"ok\": true})\n"},
+		// A checkout server under a wrong path: its 404s were taken at
+		// their word (exit 4, "no such path"), so a claim loop idled.
+		{"a wrong path", e.srv.URL() + "/api", key, []string{"claim"}, 1, "checkout: not a checkout server at " + e.srv.URL() + "/api (GET /healthz answered 404 Not Found)\n"},
+		{"a dot id", "", key, []string{"status", ".."}, 2, ""},
 		{"bad key", "", "ck_wrong", []string{"list"}, 1, "checkout: unauthorized: the server refused the API key from CHECKOUT_API_KEY\n"},
 		{"no key", "", "", []string{"list"}, 2, "checkout: no API key: set CHECKOUT_API_KEY, pass --api-key, or use a profile (see checkout config --help)\n"},
 		{"bad duration", "", key, []string{"task-1", "--timeout", "abc"}, 2, `checkout: invalid duration "abc" for --timeout: want 1s to 24h, such as "90s" or "30m"` + "\n"},
