@@ -72,10 +72,15 @@ type Config struct {
 	// notices function POSTs every notice, signed, to each; what fails for
 	// good goes to the deadletters table. WebhookSecretName
 	// (context "webhookSecretName") names the Secrets Manager secret that
-	// holds the signing key; CloudFormation resolves it into the stream
+	// holds the signing key; CloudFormation resolves it into the notices
 	// function's environment at deploy time, so it is never in the template.
-	WebhookURLs       string
-	WebhookSecretName string
+	// It resolves it again only when the function changes: after rotating
+	// the secret, deploy with WebhookSecretVersion (context
+	// "webhookSecretVersion", the new version's id), which the reference
+	// names, so that the function changes and takes the new key.
+	WebhookURLs          string
+	WebhookSecretName    string
+	WebhookSecretVersion string
 	// Shards are the indexes' shard counts (contexts "leaseShards",
 	// "statusShards", "claimShards", "feedShards"; defaults
 	// schema.DefaultShards: 16, 16, 4, 16), given to every function alike
@@ -85,7 +90,7 @@ type Config struct {
 }
 
 // DefaultReservedConcurrency is the reserved concurrency of each API
-// function without context. The sum (125, plus the sweeper's 1) leaves
+// function without context. The sum (135, plus the sweeper's 1) leaves
 // Lambda's default account limit of 1000 far above the 100 unreserved that
 // Lambda requires; at the stage's default 100 requests per second and tens
 // of milliseconds per request, each function needs only a few.
@@ -207,6 +212,7 @@ func ConfigFromContext(node constructs.Node) (Config, error) {
 	str("stackName", &c.StackName)
 	str("webhookUrls", &c.WebhookURLs)
 	str("webhookSecretName", &c.WebhookSecretName)
+	str("webhookSecretVersion", &c.WebhookSecretVersion)
 	count := func(key string, dst *int, most int) {
 		f := float64(*dst)
 		number(key, &f)
@@ -247,6 +253,9 @@ func ConfigFromContext(node constructs.Node) (Config, error) {
 		urls = append(urls, u)
 	}
 	c.WebhookURLs = strings.Join(urls, ",")
+	if c.WebhookSecretVersion != "" && c.WebhookSecretName == "" {
+		return Config{}, fmt.Errorf("context webhookSecretVersion: given without webhookSecretName")
+	}
 	if c.WebhookURLs != "" && c.WebhookSecretName == "" {
 		return Config{}, fmt.Errorf("context webhookSecretName: required with webhookUrls (the Secrets Manager secret that holds the signing key)")
 	}

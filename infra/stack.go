@@ -289,7 +289,13 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 			// The same notifier as the local server's signs and retries
 			// each delivery; a batch may wait out a receiver's retries.
 			(*props.Environment)[EnvWebhookURL] = jsii.String(cfg.WebhookURLs)
-			(*props.Environment)[EnvWebhookSecret] = awscdk.SecretValue_SecretsManager(jsii.String(cfg.WebhookSecretName), nil).UnsafeUnwrap()
+			var version *awscdk.SecretsManagerSecretOptions
+			if cfg.WebhookSecretVersion != "" {
+				// Named in the reference: a new version changes the
+				// function, and CloudFormation resolves the key again.
+				version = &awscdk.SecretsManagerSecretOptions{VersionId: jsii.String(cfg.WebhookSecretVersion)}
+			}
+			(*props.Environment)[EnvWebhookSecret] = awscdk.SecretValue_SecretsManager(jsii.String(cfg.WebhookSecretName), version).UnsafeUnwrap()
 			props.Timeout = awscdk.Duration_Seconds(jsii.Number(streamWebhookTimeout))
 		}
 		fn := awslambda.NewFunction(stack, jsii.String(title(name)+"Function"), props)
@@ -506,6 +512,7 @@ func (s *CheckoutStack) outputs(cfg Config) {
 	out("AlarmTopicArn", "SNS topic every alarm notifies (subscribe with -c alarmEmail=... or your own subscription)", s.AlarmTopic.TopicArn())
 	out("DashboardName", "CloudWatch dashboard of the service", s.Dashboard.DashboardName())
 	out("SweepDeadLetterQueueUrl", "SQS queue of sweeps that could not be delivered or failed", s.SweepDeadLetters.QueueUrl())
+	out("StreamDeadLetterQueueUrl", "SQS queue of change batches the stream or notices function gave up on", s.StreamDeadLetters.QueueUrl())
 }
 
 // MintAdminCommand is the command that creates the first admin key.

@@ -798,7 +798,7 @@ func TestStageThrottlingFromContext(t *testing.T) {
 func TestOutputs(t *testing.T) {
 	s := defaultStack(t)
 	outputs := s.json["Outputs"].(map[string]any)
-	want := []string{"ApiUrl", "TablePrefix", "EventBusName", "MintAdminCommand", "AlarmTopicArn", "DashboardName", "SweepDeadLetterQueueUrl"}
+	want := []string{"ApiUrl", "TablePrefix", "EventBusName", "MintAdminCommand", "AlarmTopicArn", "DashboardName", "SweepDeadLetterQueueUrl", "StreamDeadLetterQueueUrl"}
 	for _, tb := range schema.Tables() {
 		want = append(want, title(tb.Name)+"TableName")
 	}

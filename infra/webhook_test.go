@@ -37,6 +37,16 @@ func TestWebhookContext(t *testing.T) {
 		}
 	}
 
+	// A rotated secret: its version is named in the reference, so that
+	// the function changes and CloudFormation resolves the new key (a
+	// deploy with an unchanged reference changes nothing and keeps the
+	// old key).
+	rotated := synth(t, map[string]any{"webhookUrls": "https://hooks.example.com/checkout", "webhookSecretName": "checkout/webhook", "webhookSecretVersion": "v-2f1e"})
+	renv := rotated.resources[rotated.fnID[deploy.Notices]]["Properties"].(map[string]any)["Environment"].(map[string]any)["Variables"].(map[string]any)
+	if r := rotated.render(renv[EnvWebhookSecret]); !strings.Contains(r, "checkout/webhook") || !strings.Contains(r, "v-2f1e") {
+		t.Errorf("a rotated secret's reference %s does not name its version", r)
+	}
+
 	plain := synth(t, nil)
 	env := plain.resources[plain.fnID[deploy.Notices]]["Properties"].(map[string]any)["Environment"].(map[string]any)["Variables"].(map[string]any)
 	if _, ok := env[EnvWebhookURL]; ok {
@@ -47,6 +57,7 @@ func TestWebhookContext(t *testing.T) {
 		{"webhookUrls": "http://insecure.example.com"},
 		{"webhookUrls": "https://ok.example.com"}, // no secret
 		{"webhookUrls": "ftp://x", "webhookSecretName": "s"},
+		{"webhookUrls": "https://ok.example.com", "webhookSecretVersion": "v-1"}, // a version of no secret
 	} {
 		app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx})
 		if _, err := ConfigFromContext(app.Node()); err == nil {

@@ -28,8 +28,9 @@ import (
 // server would use: CHECKOUT_DATA_DIR (a dynalite started for the copy),
 // DYNAMODB_ENDPOINT, or, with -aws, the AWS account and region of the
 // default configuration (for a deployed stack: run it after `cdk deploy`,
-// with the stack's table prefix and status shard count,
-// CHECKOUT_STATUS_SHARDS, and, so that the changes it applies send their
+// with the stack's table prefix and its four shard counts,
+// CHECKOUT_LEASE_SHARDS, CHECKOUT_STATUS_SHARDS, CHECKOUT_CLAIM_SHARDS and
+// CHECKOUT_FEED_SHARDS, which it records, and, so that the changes it applies send their
 // notices, the stack's CHECKOUT_EVENT_BUS and webhook settings). Running it
 // again is safe.
 func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
