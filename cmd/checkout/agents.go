@@ -36,7 +36,7 @@ func (a *app) agentsCmd() *cobra.Command {
 					err = restate(err, client.ErrAgentExists, fmt.Sprintf("an agent with id %s already exists", id))
 				}
 				return func(w io.Writer) {
-					fmt.Fprintf(w, "Agent created: %s\n  API key: %s\n  The key is shown only once: store it now.\n", who(r.Name, r.AgentID), r.APIKey)
+					fmt.Fprintf(w, "Agent created: %s\n  API key: %s\n  The key is shown only once: store it now.\n", oneLine(who(r.Name, r.AgentID)), r.APIKey)
 				}, err
 			})
 		},

@@ -502,7 +502,7 @@ func (a *app) failCmd() *cobra.Command {
 func printFailed(w io.Writer, r client.Released, errText string, t *client.Task) {
 	fmt.Fprintf(w, "Attempt failed: %s\n  Released by: %s\n  Held: %s\n", r.TaskID, r.ReleasedBy, compact(time.Duration(r.HeldSeconds)*time.Second))
 	if errText != "" {
-		fmt.Fprintf(w, "  Error: %s\n", truncateText(errText, 200))
+		fmt.Fprintf(w, "  Error: %s\n", oneLine(truncateText(errText, 200)))
 	}
 	if t == nil {
 		return

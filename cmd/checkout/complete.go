@@ -46,7 +46,7 @@ func (a *app) completeOpenTasks(cmd *cobra.Command, args []string, toComplete st
 		}
 		for _, t := range page.Tasks {
 			if strings.HasPrefix(t.TaskID, toComplete) {
-				out = append(out, cobra.CompletionWithDesc(t.TaskID, describeTask(t)))
+				out = append(out, cobra.CompletionWithDesc(t.TaskID, oneLine(describeTask(t))))
 			}
 		}
 	}
@@ -83,7 +83,7 @@ func (a *app) completeLeases(cmd *cobra.Command, args []string, toComplete strin
 	var out []cobra.Completion
 	for _, co := range cos {
 		if strings.HasPrefix(co.TaskID, toComplete) {
-			out = append(out, cobra.CompletionWithDesc(co.TaskID, "held by "+who(co.AgentName, co.AgentID)))
+			out = append(out, cobra.CompletionWithDesc(co.TaskID, oneLine("held by "+who(co.AgentName, co.AgentID))))
 		}
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp

@@ -107,7 +107,9 @@ func exitOfAnswer(ae *client.APIError) int {
 	return exitError
 }
 
-// describe is the one line printed for err.
+// describe is the one line printed for err. What the server wrote (an
+// error answer's message, the answer of a server that is not checkout's)
+// goes through oneLine: it may hold what another agent wrote.
 func (a *app) describe(err error) string {
 	var ue *client.UnreachableError
 	var nse *client.NotServerError
@@ -125,7 +127,7 @@ func (a *app) describe(err error) string {
 	case errors.As(err, &ue):
 		return ue.Error()
 	case errors.As(err, &nse):
-		return nse.Error()
+		return oneLine(nse.Error())
 	case errors.Is(err, client.ErrUnauthorized):
 		from := "CHECKOUT_API_KEY"
 		if a.resolved != nil && a.resolved.key.from != "" {
@@ -133,12 +135,12 @@ func (a *app) describe(err error) string {
 		}
 		return "unauthorized: the server refused the API key from " + from
 	case errors.Is(err, client.ErrForbidden) && errors.As(err, &ae):
-		return "forbidden: " + ae.Message
+		return "forbidden: " + oneLine(ae.Message)
 	case errors.As(err, &ae):
 		if ae.Message != "" {
-			return ae.Message
+			return oneLine(ae.Message)
 		}
-		return ae.Error()
+		return oneLine(ae.Error())
 	case errors.Is(err, context.Canceled):
 		return "interrupted"
 	}

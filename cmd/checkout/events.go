@@ -120,7 +120,7 @@ func (a *app) eventsCmd() *cobra.Command {
 					return err
 				}
 				_, err := fmt.Fprintf(a.stdout, "%s  %-13s %-24s agent %s  fence %s  held %s  by %s  %s\n",
-					stamp(e.At), e.Type, e.TaskID, orDash(e.AgentID), fenceCell(e.Fence), held(e), orDash(e.By), eventReason(e))
+					stamp(e.At), oneLine(e.Type), oneLine(e.TaskID), oneLine(orDash(e.AgentID)), fenceCell(e.Fence), held(e), oneLine(orDash(e.By)), oneLine(eventReason(e)))
 				return err
 			})
 			if errors.Is(err, context.Canceled) {

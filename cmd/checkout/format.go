@@ -136,16 +136,16 @@ func who(name, id string) string {
 func printAcquired(w io.Writer, co client.Checkout, runFromUser bool) {
 	fmt.Fprintf(w, "Checkout acquired: %s\n", co.TaskID)
 	if co.Title != "" {
-		fmt.Fprintf(w, "  Title: %s\n", co.Title)
+		fmt.Fprintf(w, "  Title: %s\n", oneLine(co.Title))
 	}
 	if co.Queue != "" {
 		fmt.Fprintf(w, "  Queue: %s, priority %d\n", co.Queue, co.Priority)
 	}
-	fmt.Fprintf(w, "  Agent: %s\n", who(co.AgentName, co.AgentID))
+	fmt.Fprintf(w, "  Agent: %s\n", oneLine(who(co.AgentName, co.AgentID)))
 	fmt.Fprintf(w, "  Locked at: %s\n", stamp(co.LockedAt))
 	timeoutLine(w, co)
 	if co.Reason != "" {
-		fmt.Fprintf(w, "  Reason: %s\n", co.Reason)
+		fmt.Fprintf(w, "  Reason: %s\n", oneLine(co.Reason))
 	}
 	if co.Attempt > 1 {
 		earlier := plural(co.Attempt-1, "earlier attempt") + " failed"
@@ -165,11 +165,11 @@ func printAcquired(w io.Writer, co client.Checkout, runFromUser bool) {
 // is not denied.
 func printHeld(w io.Writer, co client.Checkout) {
 	fmt.Fprintf(w, "You already hold %s (run %s, fence %d, until %s)\n", co.TaskID, co.RunID, co.Fence, leaseEnd(co))
-	fmt.Fprintf(w, "  Agent: %s\n", who(co.AgentName, co.AgentID))
+	fmt.Fprintf(w, "  Agent: %s\n", oneLine(who(co.AgentName, co.AgentID)))
 	fmt.Fprintf(w, "  Locked at: %s\n", stamp(co.LockedAt))
 	timeoutLine(w, co)
 	if co.Reason != "" {
-		fmt.Fprintf(w, "  Reason: %s\n", co.Reason)
+		fmt.Fprintf(w, "  Reason: %s\n", oneLine(co.Reason))
 	}
 	fmt.Fprintf(w, "  Run: export CHECKOUT_RUN_ID=%s to act as this run, or give --fence %d to renew, release and complete\n", co.RunID, co.Fence)
 }
@@ -180,7 +180,7 @@ func printHeld(w io.Writer, co client.Checkout) {
 func printDenied(w io.Writer, taskID string, ce *client.ConflictError, watching bool) {
 	h := ce.Holder
 	fmt.Fprintf(w, "Checkout DENIED: %s\n", taskID)
-	fmt.Fprintf(w, "  Held by: %s\n", who(h.AgentName, h.AgentID))
+	fmt.Fprintf(w, "  Held by: %s\n", oneLine(who(h.AgentName, h.AgentID)))
 	fmt.Fprintf(w, "  Locked at: %s\n", stamp(h.LockedAt))
 	timeoutLine(w, h)
 	end := "the lease expires"
@@ -203,7 +203,7 @@ func printLock(w io.Writer, s client.LockStatus, me string) {
 	}
 	co := s.Checkout
 	fmt.Fprintf(w, "Task %s: checked out\n", s.TaskID)
-	agent := who(co.AgentName, co.AgentID)
+	agent := oneLine(who(co.AgentName, co.AgentID))
 	switch {
 	case me != "" && co.AgentID == me:
 		agent += ": you"
@@ -215,13 +215,15 @@ func printLock(w io.Writer, s client.LockStatus, me string) {
 	timeoutLine(w, *co)
 	fmt.Fprintf(w, "  Run: %s (fence %d)\n", co.RunID, co.Fence)
 	if co.Reason != "" {
-		fmt.Fprintf(w, "  Reason: %s\n", co.Reason)
+		fmt.Fprintf(w, "  Reason: %s\n", oneLine(co.Reason))
 	}
 }
 
-// table writes a markdown table; cells have their pipes escaped.
+// table writes a markdown table, one row a line: cells are shown by
+// oneLine (they hold what agents wrote: titles, names, reasons), with
+// their pipes escaped too.
 func table(w io.Writer, header []string, rows [][]string) {
-	esc := func(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, "|", `\|`), "\n", " ") }
+	esc := func(s string) string { return strings.ReplaceAll(oneLine(s), "|", `\|`) }
 	line := func(cells []string) {
 		for i := range cells {
 			cells[i] = esc(cells[i])
@@ -256,15 +258,15 @@ func printCheckouts(w io.Writer, cos []client.Checkout) {
 func printTask(w io.Writer, t client.Task) {
 	fmt.Fprintf(w, "Task %s: %s\n", t.TaskID, t.Status)
 	if t.Title != "" {
-		fmt.Fprintf(w, "  Title: %s\n", t.Title)
+		fmt.Fprintf(w, "  Title: %s\n", oneLine(t.Title))
 	}
 	fmt.Fprintf(w, "  Queue: %s, priority %d (version %d)\n", t.Queue, t.Priority, t.Version)
 	if t.Description != "" {
-		fmt.Fprintf(w, "  Description: %s\n", t.Description)
+		printLines(w, "  Description: ", t.Description)
 	}
 	if len(t.Metadata) > 0 {
 		b, _ := json.Marshal(t.Metadata)
-		fmt.Fprintf(w, "  Metadata: %s\n", b)
+		fmt.Fprintf(w, "  Metadata: %s\n", jsonLine(b))
 	}
 	fmt.Fprintf(w, "  Created at: %s\n", stamp(t.CreatedAt))
 	if t.StartedAt != nil {
@@ -277,7 +279,7 @@ func printTask(w io.Writer, t client.Task) {
 		fmt.Fprintf(w, "  Duration: %s\n", compact(time.Duration(*t.DurationSeconds)*time.Second))
 	}
 	if co := t.Checkout; co != nil {
-		fmt.Fprintf(w, "  Checked out by: %s, auto-release at %s\n", who(co.AgentName, co.AgentID), expiresAt(*co))
+		fmt.Fprintf(w, "  Checked out by: %s, auto-release at %s\n", oneLine(who(co.AgentName, co.AgentID)), expiresAt(*co))
 	}
 	if len(t.Blocks) > 0 {
 		fmt.Fprintf(w, "  Blocks: %s\n", strings.Join(t.Blocks, ", "))
@@ -287,7 +289,7 @@ func printTask(w io.Writer, t client.Task) {
 	}
 	printWaits(w, t)
 	if t.LastError != "" {
-		fmt.Fprintf(w, "  Last error: %s\n", t.LastError)
+		fmt.Fprintf(w, "  Last error: %s\n", oneLine(t.LastError))
 	}
 }
 
