@@ -57,6 +57,10 @@ type Config struct {
 	// Tracing turns on X-Ray active tracing of every function (context
 	// "tracing", default true).
 	Tracing bool
+	// AutoCreateTasks (context "autoCreateTasks", default false): a
+	// checkout of an unknown task creates it, as CHECKOUT_AUTO_CREATE_TASKS
+	// does on the local server. Only the checkouts function checks out.
+	AutoCreateTasks bool
 	// AlarmEmail, when set, subscribes that address to the alarm topic
 	// (context "alarmEmail"; SNS sends a confirmation mail first).
 	AlarmEmail string
@@ -207,6 +211,7 @@ func ConfigFromContext(node constructs.Node) (Config, error) {
 	number("claimThrottleBurst", &c.ClaimThrottleBurst)
 	number("latencyAlarmMs", &c.LatencyAlarmMs)
 	boolean("tracing", &c.Tracing)
+	boolean("autoCreateTasks", &c.AutoCreateTasks)
 	str("alarmEmail", &c.AlarmEmail)
 	str("logLevel", &c.LogLevel)
 	str("stackName", &c.StackName)

@@ -36,6 +36,8 @@ const (
 	EnvWebhookURL    = "CHECKOUT_WEBHOOK_URL"
 	EnvWebhookSecret = "CHECKOUT_WEBHOOK_SECRET"
 	EnvLogLevel      = "LOG_LEVEL"
+	// The checkouts function's auto-creation (context autoCreateTasks).
+	EnvAutoCreateTasks = "CHECKOUT_AUTO_CREATE_TASKS"
 )
 
 // The service's metrics (see deploy/metrics.go), and the authorizer's cache.
@@ -284,6 +286,9 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 			props.OnFailure = awslambdadestinations.NewSqsDestination(s.SweepDeadLetters)
 		} else if n, ok := cfg.ReservedConcurrency[name]; ok {
 			props.ReservedConcurrentExecutions = jsii.Number(float64(n))
+		}
+		if name == deploy.Checkouts && cfg.AutoCreateTasks {
+			(*props.Environment)[EnvAutoCreateTasks] = jsii.String("true")
 		}
 		if name == deploy.Notices && cfg.WebhookURLs != "" {
 			// The same notifier as the local server's signs and retries

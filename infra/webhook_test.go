@@ -65,3 +65,23 @@ func TestWebhookContext(t *testing.T) {
 		}
 	}
 }
+
+// autoCreateTasks sets CHECKOUT_AUTO_CREATE_TASKS on the checkouts
+// function, the only one that checks out (AWS had no way to turn on what
+// API.md calls a server setting); without it, no function has it.
+func TestAutoCreateTasksContext(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		var ctx map[string]any
+		if on {
+			ctx = map[string]any{"autoCreateTasks": "true"}
+		}
+		s := synth(t, ctx)
+		for name, id := range s.fnID {
+			env := s.resources[id]["Properties"].(map[string]any)["Environment"].(map[string]any)["Variables"].(map[string]any)
+			v, has := env[EnvAutoCreateTasks]
+			if want := on && name == deploy.Checkouts; has != want || has && v != "true" {
+				t.Errorf("autoCreateTasks %v: function %s has %s = %v (set: %v)", on, name, EnvAutoCreateTasks, v, has)
+			}
+		}
+	}
+}
