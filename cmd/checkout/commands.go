@@ -244,6 +244,9 @@ func (a *app) client() (*client.Client, *settings, error) {
 	if s.key.value == "" {
 		return nil, nil, &usageError{"no API key: set CHECKOUT_API_KEY, pass --api-key, or use a profile (see checkout config --help)"}
 	}
+	if err := checkKey(s.key); err != nil {
+		return nil, nil, err
+	}
 	return client.New(s.url.value, s.key.value, client.WithUserAgent("checkout-cli/1")), s, nil
 }
 

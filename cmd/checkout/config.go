@@ -197,6 +197,16 @@ func checkAgent(a setting) error {
 	return nil
 }
 
+// checkKey refuses a key no request can carry: a control character (a
+// newline copied along with it, say) would fail every request as Go's
+// "invalid header field value", which read like an unreachable server.
+func checkKey(k setting) error {
+	if strings.ContainsFunc(k.value, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return &usageError{fmt.Sprintf("invalid API key (from %s): it contains a control character, such as a newline copied with it", k.from)}
+	}
+	return nil
+}
+
 // checkURL checks the server URL before any request is made to it: an
 // absolute http or https URL with a host. A mistyped one would otherwise
 // fail as Go's "unsupported protocol scheme" at the first request.

@@ -322,6 +322,8 @@ func TestErrorsAreOneLineWithExitCodes(t *testing.T) {
 		{"a wrong path", e.srv.URL() + "/api", key, []string{"claim"}, 1, "checkout: not a checkout server at " + e.srv.URL() + "/api (GET /healthz answered 404 Not Found)\n"},
 		{"a dot id", "", key, []string{"status", ".."}, 2, ""},
 		{"bad key", "", "ck_wrong", []string{"list"}, 1, "checkout: unauthorized: the server refused the API key from CHECKOUT_API_KEY\n"},
+		// A newline in the key read as "cannot reach the server".
+		{"key with a newline", "", key + "\n", []string{"list"}, 2, "checkout: invalid API key (from CHECKOUT_API_KEY): it contains a control character, such as a newline copied with it\n"},
 		{"no key", "", "", []string{"list"}, 2, "checkout: no API key: set CHECKOUT_API_KEY, pass --api-key, or use a profile (see checkout config --help)\n"},
 		{"bad duration", "", key, []string{"task-1", "--timeout", "abc"}, 2, `checkout: invalid duration "abc" for --timeout: want 1s to 24h, such as "90s" or "30m"` + "\n"},
 		{"bad ttl", "", key, []string{"heartbeat", "--ttl", "-5s"}, 2, `checkout: invalid duration "-5s" for --ttl: want 1s to 1h, such as "90s" or "30m"` + "\n"},
