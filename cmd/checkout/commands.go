@@ -8,6 +8,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -266,7 +267,10 @@ func (a *app) call(cmd *cobra.Command, do func(ctx context.Context, c *client.Cl
 		err = restate(err, client.ErrAgentNotFound, fmt.Sprintf("agent %s does not exist (from %s)", s.agent.value, s.agent.from))
 	}
 	if a.json {
-		if rec.Body != nil {
+		// The server's answer, and only a checkout server's JSON: what
+		// another server answered (an HTML page) is not for a JSON reader.
+		var nse *client.NotServerError
+		if rec.Body != nil && json.Valid(rec.Body) && !errors.As(err, &nse) {
 			fmt.Fprintf(a.stdout, "%s\n", bytes.TrimRight(rec.Body, "\n"))
 		}
 		var es *exitStatus
