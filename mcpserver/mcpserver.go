@@ -289,15 +289,16 @@ func addTool[In, Out any, PO interface {
 		if len(raw) == 0 || string(raw) == "null" {
 			raw = json.RawMessage("{}")
 		}
+		// A null argument is one left out, for every tool.
+		raw = dropNulls(raw)
+		if msg := checkArgs(t.Name, in, raw); msg != "" {
+			return failure(Outcome{Code: codeInvalidArguments, Message: "invalid arguments: " + msg}), nil
+		}
+		// checkArgs has refused what the schema and the decoding would; these
+		// stay as a backstop, in words that name no Go type.
 		var generic any
-		if err := json.Unmarshal(raw, &generic); err != nil {
-			return failure(Outcome{Code: codeInvalidArguments, Message: "the arguments are not a JSON object: " + err.Error()}), nil
-		}
-		if err := resolved.Validate(generic); err != nil {
-			return failure(Outcome{Code: codeInvalidArguments, Message: "invalid arguments: " + err.Error()}), nil
-		}
-		if err := json.Unmarshal(raw, &args); err != nil {
-			return failure(Outcome{Code: codeInvalidArguments, Message: "invalid arguments: " + err.Error()}), nil
+		if json.Unmarshal(raw, &generic) != nil || resolved.Validate(generic) != nil || json.Unmarshal(raw, &args) != nil {
+			return failure(Outcome{Code: codeInvalidArguments, Message: "invalid arguments: they do not fit the tool's input schema"}), nil
 		}
 		res, err := h(ctx, args)
 		if err != nil {
