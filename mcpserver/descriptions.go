@@ -208,12 +208,12 @@ type HeartbeatInput struct {
 type CheckoutResult struct {
 	Outcome
 	Acquired  bool             `json:"acquired" jsonschema:"true when you now hold the lease and may work on the task"`
-	Adopted   bool             `json:"adopted,omitempty" jsonschema:"true when the lease is one your agent took in an earlier run, now continued in this session"`
-	HeldByYou bool             `json:"held_by_you,omitempty" jsonschema:"true when your own agent holds the task under another run: call checkout_task with adopt=true to continue it"`
+	Adopted   bool             `json:"adopted" jsonschema:"true when the lease is one your agent took in an earlier run, now continued in this session"`
+	HeldByYou bool             `json:"held_by_you" jsonschema:"true when your own agent holds the task under another run: call checkout_task with adopt=true to continue it"`
 	TaskID    string           `json:"task_id,omitempty" jsonschema:"the task"`
 	Title     string           `json:"title,omitempty" jsonschema:"the task's title"`
 	Checkout  *client.Checkout `json:"checkout,omitempty" jsonschema:"your lease, when acquired"`
-	Watching  bool             `json:"watching,omitempty" jsonschema:"true when you will get an inbox message once the task is released"`
+	Watching  bool             `json:"watching" jsonschema:"true when you will get an inbox message once the task is released"`
 	// RetryAfterSeconds and HolderHeartbeatExpiresAt are set on a denial.
 	RetryAfterSeconds        *int64     `json:"retry_after_seconds,omitempty" jsonschema:"on a denial: whole seconds until the lease can end without its holder (its expiry, or its holder's heartbeat running out); checking out again after that may succeed"`
 	HolderHeartbeatExpiresAt *time.Time `json:"holder_heartbeat_expires_at,omitempty" jsonschema:"on a denial: when the holder's heartbeat runs out unless it sends another (absent when the holder sends none)"`
@@ -248,17 +248,17 @@ type FailResult struct {
 type StatusResult struct {
 	Outcome
 	TaskID            string           `json:"task_id,omitempty"`
-	Locked            bool             `json:"locked,omitempty" jsonschema:"true when a live lease holds the task"`
-	Checkout          *client.Checkout `json:"checkout,omitempty" jsonschema:"the live lease, if any"`
-	HeldByThisSession bool             `json:"held_by_this_session,omitempty" jsonschema:"true when the live lease is the one this session works under"`
+	Locked            bool             `json:"locked" jsonschema:"true when a live lease holds the task, false when none does"`
+	Checkout          *client.Checkout `json:"checkout" jsonschema:"the live lease, or null when none holds the task"`
+	HeldByThisSession bool             `json:"held_by_this_session" jsonschema:"true when the live lease is the one this session works under; false when it is another's, or there is none"`
 }
 
 // ListCheckoutsResult is the answer of list_checkouts.
 type ListCheckoutsResult struct {
 	Outcome
 	Checkouts []client.Checkout `json:"checkouts,omitempty"`
-	Total     int               `json:"total,omitempty" jsonschema:"how many live leases matched, before the limit"`
-	Truncated bool              `json:"truncated,omitempty" jsonschema:"true when more leases matched than limit"`
+	Total     int               `json:"total" jsonschema:"how many live leases matched, before the limit"`
+	Truncated bool              `json:"truncated" jsonschema:"true when more leases matched than limit"`
 }
 
 // ListTasksResult is the answer of list_tasks.
@@ -278,15 +278,15 @@ type TaskResult struct {
 type WatchResult struct {
 	Outcome
 	TaskID   string `json:"task_id,omitempty"`
-	Watching bool   `json:"watching,omitempty"`
+	Watching bool   `json:"watching"`
 }
 
 // InboxResult is the answer of read_inbox.
 type InboxResult struct {
 	Outcome
 	Messages  []client.Message `json:"messages,omitempty"`
-	Total     int              `json:"total,omitempty"`
-	Truncated bool             `json:"truncated,omitempty"`
+	Total     int              `json:"total" jsonschema:"how many messages there are, before the limit"`
+	Truncated bool             `json:"truncated" jsonschema:"true when there are more messages than limit"`
 }
 
 // AckResult is the answer of ack_message.

@@ -147,7 +147,7 @@ func TestMCPOverStdio(t *testing.T) {
 		t.Fatalf("lease %v", co)
 	}
 	res, out = writer.call("checkout_task", map[string]any{"task_id": "task-d4e5"})
-	if res.IsError || out["acquired"] != false || out["held_by_you"] != nil || out["title"] != "Fix login bug" {
+	if res.IsError || out["acquired"] != false || out["held_by_you"] != false || out["title"] != "Fix login bug" {
 		t.Fatalf("writer's checkout: %s %v", textOf(res), out)
 	}
 	holder := out["holder"].(map[string]any)
@@ -172,7 +172,7 @@ func TestMCPOverStdio(t *testing.T) {
 	}
 
 	res, out = writer.call("task_status", map[string]any{"task_id": "task-d4e5"})
-	if res.IsError || out["locked"] != true || out["checkout"].(map[string]any)["agent_id"] != "agent-a1b2" || out["held_by_this_session"] != nil {
+	if res.IsError || out["locked"] != true || out["checkout"].(map[string]any)["agent_id"] != "agent-a1b2" || out["held_by_this_session"] != false {
 		t.Fatalf("status: %s %v", textOf(res), out)
 	}
 	if _, out = researcher.call("task_status", map[string]any{"task_id": "task-d4e5"}); out["held_by_this_session"] != true {
@@ -257,7 +257,7 @@ func TestMCPTwoAgentRace(t *testing.T) {
 			case out["acquired"] == true:
 				winners++
 				winner = sessions[i]
-			case out["holder"] == nil || out["held_by_you"] != nil:
+			case out["holder"] == nil || out["held_by_you"] != false:
 				t.Fatalf("round %d: a loser not told the holder: %v", round, out)
 			}
 		}
@@ -324,7 +324,7 @@ func TestMCPRestartAndAdopt(t *testing.T) {
 	// Another agent's lease is never "yours".
 	third := connectMCP(t, url, e.keys["agent-c3d4"])
 	third.call("checkout_task", map[string]any{"task_id": "task-2"})
-	if res, out = second.call("checkout_task", map[string]any{"task_id": "task-2", "adopt": true}); res.IsError || out["acquired"] != false || out["held_by_you"] != nil {
+	if res, out = second.call("checkout_task", map[string]any{"task_id": "task-2", "adopt": true}); res.IsError || out["acquired"] != false || out["held_by_you"] != false {
 		t.Fatalf("adopting another agent's lease: %s %v", textOf(res), out)
 	}
 }
@@ -473,5 +473,24 @@ func TestMCPAnswersALineThatIsNotJSON(t *testing.T) {
 	io.WriteString(in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
 	if m := next(); m["id"] != 1.0 || m["result"] == nil {
 		t.Fatalf("initialize after the bad lines: %v", m)
+	}
+}
+
+// task_status answers a free task as the API and --json do: locked false
+// and checkout null, with held_by_this_session false; the output schema
+// takes it.
+func TestMCPStatusOfAFreeTask(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.task(t, "free", "Nobody holds it")
+	agent := connectMCP(t, e.srv.URL(), e.keys["agent-a1b2"])
+	res, out := agent.call("task_status", map[string]any{"task_id": "free"})
+	co, has := out["checkout"]
+	if res.IsError || out["locked"] != false || !has || co != nil || out["held_by_this_session"] != false {
+		t.Fatalf("task_status of a free task: %s %v", textOf(res), out)
+	}
+	agent.call("checkout_task", map[string]any{"task_id": "free"})
+	if res, out = agent.call("task_status", map[string]any{"task_id": "free"}); res.IsError || out["locked"] != true || out["held_by_this_session"] != true {
+		t.Fatalf("task_status of the session's task: %s %v", textOf(res), out)
 	}
 }
