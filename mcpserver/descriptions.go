@@ -149,7 +149,7 @@ type UpdateTaskInput struct {
 // of an earlier run of the agent.
 type LeaseInput struct {
 	TaskID string `json:"task_id" jsonschema:"the task whose lease you hold"`
-	Fence  int64  `json:"fence,omitempty" jsonschema:"only to adopt a lease your agent took in an earlier run: that lease's fence"`
+	Fence  *int64 `json:"fence,omitempty" jsonschema:"only to adopt a lease your agent took in an earlier run: that lease's fence (1 or more)"`
 }
 
 // RenewInput is renew_task's input.
@@ -178,20 +178,20 @@ type TaskInput struct {
 // ListCheckoutsInput is list_checkouts' input.
 type ListCheckoutsInput struct {
 	AgentID string `json:"agent_id,omitempty" jsonschema:"only this agent's leases; empty for all"`
-	Limit   int    `json:"limit,omitempty" jsonschema:"at most this many leases, 1 to {max_list_limit}; default {default_list_limit}"`
+	Limit   *int   `json:"limit,omitempty" jsonschema:"at most this many leases, 1 to {max_list_limit}; default {default_list_limit}"`
 }
 
 // ListTasksInput is list_tasks' input.
 type ListTasksInput struct {
 	Status string `json:"status,omitempty" jsonschema:"only tasks in this status: todo, blocked, in_progress, done, cancelled or failed; empty for all"`
 	Queue  string `json:"queue,omitempty" jsonschema:"only tasks in this queue; empty for all"`
-	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to {max_list_limit}; default {default_list_limit}"`
+	Limit  *int   `json:"limit,omitempty" jsonschema:"page size, 1 to {max_list_limit}; default {default_list_limit}"`
 	Cursor string `json:"cursor,omitempty" jsonschema:"next_cursor of the previous page"`
 }
 
 // InboxInput is read_inbox's input.
 type InboxInput struct {
-	Limit int `json:"limit,omitempty" jsonschema:"at most this many messages, 1 to {max_list_limit}; default {default_list_limit}"`
+	Limit *int `json:"limit,omitempty" jsonschema:"at most this many messages, 1 to {max_list_limit}; default {default_list_limit}"`
 }
 
 // AckInput is ack_message's input.

@@ -116,14 +116,17 @@ func parseTime(field, v string) (time.Time, error) {
 	return t, nil
 }
 
-func limitOf(n int) (int, error) {
+// limitOf is a list's limit: n, 1 to lease.MaxListLimit, or the default
+// when n is absent. 0 is refused, as the CLI's --limit 0 is, not taken
+// for the default.
+func limitOf(n *int) (int, error) {
 	switch {
-	case n == 0:
+	case n == nil:
 		return lease.DefaultListLimit, nil
-	case n < 1 || n > lease.MaxListLimit:
-		return 0, &argError{fmt.Sprintf("limit %d is out of range: give 1 to %d", n, lease.MaxListLimit)}
+	case *n < 1 || *n > lease.MaxListLimit:
+		return 0, &argError{fmt.Sprintf("limit %d is out of range: give 1 to %d, or leave it out for %d", *n, lease.MaxListLimit, lease.DefaultListLimit)}
 	}
-	return n, nil
+	return *n, nil
 }
 
 // toolError is the failure outcome of err.

@@ -62,19 +62,24 @@ const maxEnded = 1024
 // lease is how a renewal, release or completion names its lease: by the
 // fence given (adopting a lease of an earlier run), by the lease this
 // session took, by the lease it ended last, or by the session's run id.
-func (t *tools) lease(in LeaseInput) (runID string, fence int64) {
-	if in.Fence != 0 {
-		return "", in.Fence
+// A fence given must be 1 or more, as the API and the CLI ask: fences
+// start at 1, and 0 is no fence.
+func (t *tools) lease(in LeaseInput) (runID string, fence int64, err error) {
+	if in.Fence != nil {
+		if *in.Fence < 1 {
+			return "", 0, &argError{fmt.Sprintf("fence must be 1 or more, not %d: give the fence checkout_task or task_status showed, or leave it out for this session's lease", *in.Fence)}
+		}
+		return "", *in.Fence, nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if l, ok := t.leases[in.TaskID]; ok {
-		return l.runID, l.fence
+		return l.runID, l.fence, nil
 	}
 	if l, ok := t.ended[in.TaskID]; ok {
-		return l.runID, l.fence
+		return l.runID, l.fence, nil
 	}
-	return t.runID, 0
+	return t.runID, 0, nil
 }
 
 // title is a task's title, best effort (a checkout's answer has none).
@@ -318,7 +323,10 @@ func (t *tools) renew(ctx context.Context, in RenewInput) (LeaseResult, error) {
 	if err != nil {
 		return LeaseResult{}, err
 	}
-	runID, fence := t.lease(in.LeaseInput)
+	runID, fence, err := t.lease(in.LeaseInput)
+	if err != nil {
+		return LeaseResult{}, err
+	}
 	co, err := t.c.Renew(ctx, in.TaskID, client.RenewRequest{Timeout: d, RunID: runID, Fence: fence, AgentID: t.agentID})
 	if err != nil {
 		return LeaseResult{}, t.leaseError(ctx, in.TaskID, fence, err)
@@ -328,7 +336,10 @@ func (t *tools) renew(ctx context.Context, in RenewInput) (LeaseResult, error) {
 }
 
 func (t *tools) complete(ctx context.Context, in LeaseInput) (CompleteResult, error) {
-	runID, fence := t.lease(in)
+	runID, fence, err := t.lease(in)
+	if err != nil {
+		return CompleteResult{}, err
+	}
 	task, err := t.c.Complete(ctx, in.TaskID, client.CompleteRequest{RunID: runID, Fence: fence, AgentID: t.agentID})
 	if err != nil {
 		return CompleteResult{}, t.leaseError(ctx, in.TaskID, fence, err)
@@ -338,7 +349,10 @@ func (t *tools) complete(ctx context.Context, in LeaseInput) (CompleteResult, er
 }
 
 func (t *tools) release(ctx context.Context, in ReleaseInput) (ReleaseResult, error) {
-	runID, fence := t.lease(in.LeaseInput)
+	runID, fence, err := t.lease(in.LeaseInput)
+	if err != nil {
+		return ReleaseResult{}, err
+	}
 	rel, err := t.c.Release(ctx, in.TaskID, client.ReleaseRequest{Reason: in.Reason, RunID: runID, Fence: fence, AgentID: t.agentID})
 	if err != nil {
 		return ReleaseResult{}, t.leaseError(ctx, in.TaskID, fence, err)
@@ -348,7 +362,10 @@ func (t *tools) release(ctx context.Context, in ReleaseInput) (ReleaseResult, er
 }
 
 func (t *tools) fail(ctx context.Context, in FailInput) (FailResult, error) {
-	runID, fence := t.lease(in.LeaseInput)
+	runID, fence, err := t.lease(in.LeaseInput)
+	if err != nil {
+		return FailResult{}, err
+	}
 	rel, err := t.c.Fail(ctx, in.TaskID, in.Error, client.ReleaseRequest{RunID: runID, Fence: fence, AgentID: t.agentID})
 	if err != nil {
 		return FailResult{}, t.leaseError(ctx, in.TaskID, fence, err)

@@ -13,7 +13,7 @@ const descListQueues = `List the queues, in name order, up to limit per page (de
 
 // ListQueuesInput is list_queues' input.
 type ListQueuesInput struct {
-	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to {max_queues_listed}; default {max_queues_listed}"`
+	Limit  *int   `json:"limit,omitempty" jsonschema:"page size, 1 to {max_queues_listed}; default {max_queues_listed}"`
 	Cursor string `json:"cursor,omitempty" jsonschema:"next_cursor of the previous page"`
 }
 
@@ -27,10 +27,13 @@ type ListQueuesResult struct {
 // listQueues answers one page, so that however many queues there are, one
 // call's result stays the size of a page.
 func (t *tools) listQueues(ctx context.Context, in ListQueuesInput) (ListQueuesResult, error) {
-	if in.Limit < 0 || in.Limit > lease.MaxQueuesListed {
-		return ListQueuesResult{}, &argError{fmt.Sprintf("limit %d is out of range: give 1 to %d", in.Limit, lease.MaxQueuesListed)}
+	limit := 0 // the server's default
+	if in.Limit != nil {
+		if limit = *in.Limit; limit < 1 || limit > lease.MaxQueuesListed {
+			return ListQueuesResult{}, &argError{fmt.Sprintf("limit %d is out of range: give 1 to %d, or leave it out for %d", limit, lease.MaxQueuesListed, lease.MaxQueuesListed)}
+		}
 	}
-	p, err := t.c.QueuePage(ctx, in.Limit, in.Cursor)
+	p, err := t.c.QueuePage(ctx, limit, in.Cursor)
 	if err != nil {
 		return ListQueuesResult{}, err
 	}
