@@ -20,6 +20,9 @@ const (
 	codeInvalidArguments = "invalid_arguments"
 	codeUnreachable      = "unreachable"
 	codeNotAServer       = "not_a_checkout_server"
+	// codeCancelled is a call the client cancelled, or whose session
+	// ended, before it finished.
+	codeCancelled = "cancelled"
 	// codeError is a failure without a code of its own.
 	codeError = "error"
 )

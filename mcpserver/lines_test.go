@@ -14,7 +14,8 @@ import (
 // A line that is JSON but no JSON-RPC message, an empty batch, a batch
 // with an element that is no message, a batch after an initialize
 // whose protocol version has no batches (2025-06-18 and later), and a
-// batch that names one request id twice are each
+// batch that names one request id twice, and a response with neither
+// result nor error are each
 // answered with an invalid request (-32600, id null), and the session
 // goes on. The SDK's reader ends the session at each of them: the
 // process exited, and the agent lost its tools.
@@ -26,6 +27,10 @@ func TestServeAnswersMessagesItCannotTakeAndGoesOn(t *testing.T) {
 		{"2025-06-18", `[]`},
 		{"2025-06-18", `[1]`},
 		{"2025-06-18", `[{"jsonrpc":"2.0","id":5,"method":"ping"}]`},
+		// No method, so a response, but with neither result nor error (or
+		// both): the SDK ignored it unanswered.
+		{"2025-06-18", `{"jsonrpc":"2.0","id":99}`},
+		{"2025-06-18", `{"jsonrpc":"2.0","id":99,"result":{},"error":{"code":1,"message":"x"}}`},
 		// A version with batches: one naming a request id twice.
 		{"2025-03-26", `[{"jsonrpc":"2.0","id":5,"method":"ping"},{"jsonrpc":"2.0","id":5,"method":"ping"}]`},
 	} {

@@ -8,7 +8,10 @@
 // Every result carries structured content whose "ok", "code" and "message"
 // say what happened, failures included: isError is set, ok is false, and
 // code is the API's error code (task_not_found, not_holder, ...) or one of
-// invalid_arguments, unreachable, not_a_checkout_server.
+// invalid_arguments, unreachable, not_a_checkout_server, cancelled (a call
+// cancelled before it finished; over stdio, where the protocol asks that a
+// cancelled request get no answer, it is not sent) and error (a failure
+// without a code of its own).
 //
 // A conflict is an answer, not a failure: checkout_task and claim_task
 // return a normal result with "acquired": false and the holder, because
@@ -62,6 +65,10 @@ type Options struct {
 
 // Serve runs the server over r and w (stdin and stdout) until the client
 // disconnects or ctx is done.
+//
+// A request the client cancels (notifications/cancelled) gets no answer,
+// as the MCP specification asks of the receiver: its handler stops, and
+// the result the SDK would still write is dropped.
 func Serve(ctx context.Context, c *client.Client, r io.Reader, w io.Writer, opts ...Options) error {
 	rc, ok := r.(io.ReadCloser)
 	if !ok {
@@ -71,34 +78,49 @@ func Serve(ctx context.Context, c *client.Client, r io.Reader, w io.Writer, opts
 	if !ok {
 		wc = nopWriteCloser{w}
 	}
-	out := &lockedWriter{w: wc}
+	st := &stdio{w: wc, pending: map[jsonrpc.ID]bool{}, cancelled: map[jsonrpc.ID]bool{}}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(requestLines(rc, pw, out)) }()
-	err := New(c, opts...).Run(ctx, &mcp.IOTransport{Reader: pr, Writer: out})
+	go func() { pw.CloseWithError(st.requestLines(rc, pw)) }()
+	err := New(c, opts...).Run(ctx, &mcp.IOTransport{Reader: pr, Writer: st})
 	if err != nil && (errors.Is(err, io.EOF) || ctx.Err() != nil) {
 		return nil
 	}
 	return err
 }
 
+// stdio stands between the client's lines and the SDK's transport: it
+// answers the lines the SDK cannot take (requestLines), and keeps track of
+// the requests passed on, so that the answer to one the client cancelled
+// is dropped.
+type stdio struct {
+	mu sync.Mutex // guards the writes to w, and the maps
+	w  io.WriteCloser
+	// pending are the requests passed on to the SDK and not answered yet;
+	// cancelled, those of them the client cancelled.
+	pending, cancelled map[jsonrpc.ID]bool
+}
+
 // requestLines copies the newline-delimited messages of r to w, and
 // answers a line that is not one itself, as JSON-RPC asks: a line that is
 // not JSON with a parse error (-32700), JSON that is no JSON-RPC message
-// (not an object or a batch, an object without "jsonrpc": "2.0", an empty
-// batch, a batch with such an element) with an invalid request (-32600),
-// and so a batch once the session's protocol version has none (2025-06-18
-// and later), all with id null. The SDK's reader would end the session at
-// each. It returns nil at r's end.
-func requestLines(r io.Reader, w io.Writer, out io.Writer) error {
+// (not an object or a batch, an object without "jsonrpc": "2.0", a
+// response with neither result nor error, an empty batch, a batch with
+// such an element) with an invalid request (-32600), and so a batch once
+// the session's protocol version has none (2025-06-18 and later), all with
+// id null. The SDK's reader would end the session at each, or ignore it.
+// It returns nil at r's end.
+func (st *stdio) requestLines(r io.Reader, w io.Writer) error {
 	br := bufio.NewReader(r)
 	batches := true // until an initialize names a version without them
 	for {
 		line, err := br.ReadBytes('\n')
 		if msg := bytes.TrimSpace(line); len(msg) > 0 {
 			var werr error
-			if reject := refusal(msg, &batches); reject != "" {
-				_, werr = io.WriteString(out, reject+"\n")
+			msgs, reject := refusal(msg, &batches)
+			if reject != "" {
+				werr = st.writeRaw([]byte(reject + "\n"))
 			} else {
+				st.passing(msgs)
 				_, werr = w.Write(append(msg, '\n'))
 			}
 			if werr != nil {
@@ -114,20 +136,132 @@ func requestLines(r io.Reader, w io.Writer, out io.Writer) error {
 	}
 }
 
-// refusal is the error answer to a line the SDK cannot take, or "" for a
-// line to pass on. batches says whether the session may send batches; an
-// initialize request sets it from the protocol version it asks for.
-func refusal(msg []byte, batches *bool) string {
+// passing notes the messages of a line passed on to the SDK: its requests
+// are pending until answered, and a cancellation marks a pending request's
+// answer to be dropped.
+func (st *stdio) passing(msgs []jsonrpc.Message) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, m := range msgs {
+		req, ok := m.(*jsonrpc.Request)
+		switch {
+		case !ok:
+		case req.ID.IsValid():
+			st.pending[req.ID] = true
+		case req.Method == "notifications/cancelled":
+			var p struct {
+				RequestID any `json:"requestId"`
+			}
+			if json.Unmarshal(req.Params, &p) != nil {
+				continue
+			}
+			if id, err := jsonrpc.MakeID(p.RequestID); err == nil && st.pending[id] {
+				st.cancelled[id] = true
+			}
+		}
+	}
+}
+
+// Write writes one message of the SDK's (it writes one a call), less the
+// answers to requests the client cancelled.
+func (st *stdio) Write(p []byte) (int, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := st.answered(p)
+	if out == nil {
+		return len(p), nil
+	}
+	if _, err := st.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// answered notes the answers in p, a message or batch of them with its
+// newline, and returns p without those to cancelled requests: nil when
+// nothing is left to write.
+func (st *stdio) answered(p []byte) []byte {
+	msg := bytes.TrimSpace(p)
+	if len(msg) == 0 {
+		return p
+	}
+	if msg[0] != '[' {
+		if resp, ok := decodeResponse(msg); ok {
+			delete(st.pending, resp.ID)
+			if st.cancelled[resp.ID] {
+				delete(st.cancelled, resp.ID)
+				return nil
+			}
+		}
+		return p
+	}
+	var elems []json.RawMessage
+	if json.Unmarshal(msg, &elems) != nil {
+		return p
+	}
+	kept := elems[:0]
+	for _, e := range elems {
+		if resp, ok := decodeResponse(e); ok {
+			delete(st.pending, resp.ID)
+			if st.cancelled[resp.ID] {
+				delete(st.cancelled, resp.ID)
+				continue
+			}
+		}
+		kept = append(kept, e)
+	}
+	switch {
+	case len(kept) == len(elems):
+		return p
+	case len(kept) == 0:
+		return nil
+	}
+	b, err := json.Marshal(kept)
+	if err != nil {
+		return p
+	}
+	return append(b, '\n')
+}
+
+func decodeResponse(b []byte) (*jsonrpc.Response, bool) {
+	m, err := jsonrpc.DecodeMessage(b)
+	if err != nil {
+		return nil, false
+	}
+	resp, ok := m.(*jsonrpc.Response)
+	return resp, ok
+}
+
+// writeRaw writes an answer of requestLines's own.
+func (st *stdio) writeRaw(p []byte) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	_, err := st.w.Write(p)
+	return err
+}
+
+func (st *stdio) Close() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.w.Close()
+}
+
+// refusal is the error answer to a line the SDK cannot take, or "" and
+// the line's messages for a line to pass on. batches says whether the
+// session may send batches; an initialize request sets it from the
+// protocol version it asks for.
+func refusal(msg []byte, batches *bool) ([]jsonrpc.Message, string) {
 	const (
 		parseError     = `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: the line is not JSON"}}`
 		notObject      = `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: a message is a JSON object"}}`
 		notMessage     = `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: a message is a JSON-RPC 2.0 request, notification or response"}}`
+		noOutcome      = `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: a message without a method is a response, with either result or error"}}`
 		emptyBatch     = `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: an empty batch"}}`
 		batchesRefused = `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: this protocol version has no batches: send one message a line"}}`
 		idTwice        = `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: a batch names one request id twice"}}`
 	)
 	if !json.Valid(msg) {
-		return parseError
+		return nil, parseError
 	}
 	var elems []json.RawMessage
 	switch msg[0] {
@@ -135,23 +269,35 @@ func refusal(msg []byte, batches *bool) string {
 		elems = []json.RawMessage{msg}
 	case '[':
 		if json.Unmarshal(msg, &elems) != nil || len(elems) == 0 {
-			return emptyBatch
+			return nil, emptyBatch
 		}
 		if !*batches {
-			return batchesRefused
+			return nil, batchesRefused
 		}
 	default:
-		return notObject
+		return nil, notObject
 	}
 	ids := map[any]bool{}
+	var msgs []jsonrpc.Message
 	for _, e := range elems {
 		m, err := jsonrpc.DecodeMessage(e)
 		if err != nil {
-			return notMessage
+			return nil, notMessage
+		}
+		if _, ok := m.(*jsonrpc.Response); ok {
+			// The SDK takes a response with neither result nor error (or
+			// both) for one, and ignores it unanswered.
+			var keys map[string]json.RawMessage
+			_ = json.Unmarshal(e, &keys)
+			_, hasResult := keys["result"]
+			_, hasError := keys["error"]
+			if hasResult == hasError {
+				return nil, noOutcome
+			}
 		}
 		if req, ok := m.(*jsonrpc.Request); ok && req.ID.IsValid() {
 			if ids[req.ID.Raw()] {
-				return idTwice
+				return nil, idTwice
 			}
 			ids[req.ID.Raw()] = true
 		}
@@ -164,27 +310,9 @@ func refusal(msg []byte, batches *bool) string {
 			// which has no batches either.
 			*batches = p.ProtocolVersion == "2024-11-05" || p.ProtocolVersion == "2025-03-26"
 		}
+		msgs = append(msgs, m)
 	}
-	return ""
-}
-
-// lockedWriter makes each Write whole: the SDK writes one message a call,
-// and requestLines's answers go between them.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.WriteCloser
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-func (l *lockedWriter) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Close()
+	return msgs, ""
 }
 
 type nopWriteCloser struct{ io.Writer }
@@ -301,6 +429,11 @@ func addTool[In, Out any, PO interface {
 			return failure(Outcome{Code: codeInvalidArguments, Message: "invalid arguments: they do not fit the tool's input schema"}), nil
 		}
 		res, err := h(ctx, args)
+		if err != nil && ctx.Err() != nil {
+			// The client cancelled the call (over stdio its answer is
+			// dropped, as the protocol asks), or the session ended.
+			return failure(Outcome{Code: codeCancelled, Message: "the call was cancelled before it finished: whatever it had not done yet was not done"}), nil
+		}
 		if err != nil {
 			return failure(toolError(err)), nil
 		}
