@@ -18,22 +18,26 @@ import (
 
 // rawServe runs Serve against the API at url and returns functions to
 // send it a line and to read its next answer (nil when none comes within
-// wait).
-func rawServe(t *testing.T, url string) (send func(string), next func(wait time.Duration) map[string]any) {
+// wait), a closer of its input, and a channel closed when Serve returns
+// nil.
+func rawServe(t *testing.T, url string) (send func(string), next func(wait time.Duration) map[string]any, stdin io.Closer, done <-chan struct{}) {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	served := make(chan struct{})
 	go func() {
-		done <- Serve(ctx, client.New(url, "ck_test", client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1})), inR, outW)
+		if err := Serve(ctx, client.New(url, "ck_test", client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1})), inR, outW); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		close(served)
 	}()
 	t.Cleanup(func() {
 		cancel()
 		inW.Close()
 		outR.Close()
 		select {
-		case <-done:
+		case <-served:
 		case <-time.After(5 * time.Second):
 		}
 	})
@@ -47,7 +51,19 @@ func rawServe(t *testing.T, url string) (send func(string), next func(wait time.
 		}
 		close(lines)
 	}()
-	send = func(s string) { go io.WriteString(inW, s+"\n") }
+	queue := make(chan *string, 100) // the lines, in order; nil closes stdin
+	go func() {
+		for l := range queue {
+			if l == nil {
+				inW.Close()
+				return
+			}
+			if _, err := io.WriteString(inW, *l); err != nil {
+				return
+			}
+		}
+	}()
+	send = func(s string) { s += "\n"; queue <- &s }
 	next = func(wait time.Duration) map[string]any {
 		select {
 		case m := <-lines:
@@ -56,8 +72,12 @@ func rawServe(t *testing.T, url string) (send func(string), next func(wait time.
 			return nil
 		}
 	}
-	return send, next
+	return send, next, closerFunc(func() error { queue <- nil; return nil }), served
 }
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
 
 const initLine = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 
@@ -88,7 +108,7 @@ func waitingClaim(t *testing.T) (url string, claimed chan struct{}) {
 func TestACancelledCallGetsNoAnswer(t *testing.T) {
 	t.Parallel()
 	url, claimed := waitingClaim(t)
-	send, next := rawServe(t, url)
+	send, next, _, _ := rawServe(t, url)
 	send(initLine)
 	if m := next(5 * time.Second); m == nil || m["id"] != 1.0 {
 		t.Fatalf("initialize: %v", m)

@@ -39,7 +39,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -69,6 +71,12 @@ type Options struct {
 // A request the client cancels (notifications/cancelled) gets no answer,
 // as the MCP specification asks of the receiver: its handler stops, and
 // the result the SDK would still write is dropped.
+//
+// A line longer than MaxLineLength is answered with an invalid request
+// (-32600, id null) and skipped, without being held in memory; the session
+// goes on. When r ends (the client closed stdin, or piped a script), the
+// calls already received finish and are answered before Serve returns,
+// for up to DrainTimeout.
 func Serve(ctx context.Context, c *client.Client, r io.Reader, w io.Writer, opts ...Options) error {
 	rc, ok := r.(io.ReadCloser)
 	if !ok {
@@ -80,13 +88,30 @@ func Serve(ctx context.Context, c *client.Client, r io.Reader, w io.Writer, opts
 	}
 	st := &stdio{w: wc, pending: map[jsonrpc.ID]bool{}, cancelled: map[jsonrpc.ID]bool{}}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(st.requestLines(rc, pw)) }()
+	go func() {
+		err := st.requestLines(rc, pw)
+		if err == nil {
+			st.drain(ctx, DrainTimeout)
+		}
+		pw.CloseWithError(err)
+	}()
 	err := New(c, opts...).Run(ctx, &mcp.IOTransport{Reader: pr, Writer: st})
 	if err != nil && (errors.Is(err, io.EOF) || ctx.Err() != nil) {
 		return nil
 	}
 	return err
 }
+
+// MaxLineLength is the longest line (one message or batch, without its
+// newline) Serve reads from the client: far above any real request (a
+// task's description and metadata are at most 8 KiB and 4 KiB), and small
+// enough that no line can exhaust the process's memory.
+const MaxLineLength = 4 << 20
+
+// DrainTimeout bounds how long Serve waits, once the client's input has
+// ended, for the calls already received to finish and be answered: longer
+// than a claim_task's longest wait (lease.MaxClaimWait) and its request.
+var DrainTimeout = 30 * time.Second
 
 // stdio stands between the client's lines and the SDK's transport: it
 // answers the lines the SDK cannot take (requestLines), and keeps track of
@@ -110,13 +135,16 @@ type stdio struct {
 // id null. The SDK's reader would end the session at each, or ignore it.
 // It returns nil at r's end.
 func (st *stdio) requestLines(r io.Reader, w io.Writer) error {
-	br := bufio.NewReader(r)
+	br := bufio.NewReaderSize(r, 64<<10)
 	batches := true // until an initialize names a version without them
 	for {
-		line, err := br.ReadBytes('\n')
-		if msg := bytes.TrimSpace(line); len(msg) > 0 {
+		line, tooLong, err := readLine(br, MaxLineLength)
+		if msg := bytes.TrimSpace(line); len(msg) > 0 || tooLong {
 			var werr error
 			msgs, reject := refusal(msg, &batches)
+			if tooLong {
+				reject = lineTooLong
+			}
 			if reject != "" {
 				werr = st.writeRaw([]byte(reject + "\n"))
 			} else {
@@ -127,12 +155,51 @@ func (st *stdio) requestLines(r io.Reader, w io.Writer) error {
 				return werr
 			}
 		}
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// lineTooLong answers a line longer than MaxLineLength.
+var lineTooLong = `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: the line is longer than ` +
+	strconv.Itoa(MaxLineLength>>20) + ` MiB, the most a message may be; it was skipped"}}`
+
+// readLine reads one line of br, without its newline: its bytes, or none
+// and tooLong when it is longer than max, in which case the rest of it is
+// read and dropped as it comes, never held whole.
+func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if !tooLong {
+			if len(line)+len(bytes.TrimRight(chunk, "\r\n")) > max {
+				tooLong, line = true, nil
+			} else {
+				line = append(line, chunk...)
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		return line, tooLong, err
+	}
+}
+
+// drain waits, once the client's input has ended, until every request
+// passed on has been answered, for at most timeout (or until ctx is done).
+func (st *stdio) drain(ctx context.Context, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		st.mu.Lock()
+		n := len(st.pending)
+		st.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

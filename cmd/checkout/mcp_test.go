@@ -494,3 +494,86 @@ func TestMCPStatusOfAFreeTask(t *testing.T) {
 		t.Fatalf("task_status of the session's task: %s %v", textOf(res), out)
 	}
 }
+
+// A line of 17 MB on stdin is answered with an invalid request and
+// skipped; the process goes on. It exited 1 ("inbound JSON-RPC frame
+// exceeded the configured maximum line length").
+func TestMCPSkipsAnOversizedLine(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cmd := exec.Command(binary, "mcp")
+	cmd.Env = cleanEnv("CHECKOUT_URL="+e.srv.URL(), "CHECKOUT_API_KEY="+e.keys["agent-a1b2"])
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := bufio.NewScanner(out)
+	next := func() map[string]any {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("no answer: %v", lines.Err())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+			t.Fatalf("not JSON: %q", lines.Text())
+		}
+		return m
+	}
+	go func() {
+		io.WriteString(in, `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"`+strings.Repeat("a", 17<<20)+`"}}`+"\n")
+		io.WriteString(in, `{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
+	}()
+	if m := next(); m["id"] != nil || m["error"] == nil || m["error"].(map[string]any)["code"] != -32600.0 {
+		t.Fatalf("answer to a line of 17 MB: %v, want an invalid request with id null", m)
+	}
+	if m := next(); m["id"] != 2.0 || m["result"] == nil {
+		t.Fatalf("initialize after the line of 17 MB: %v", m)
+	}
+}
+
+// A client that pipes a script and closes stdin gets the answers of the
+// calls it sent, and they are made: the tools/call of
+// `printf '<initialize>\n<initialized>\n<tools/call>\n' | checkout mcp`
+// was never answered, and the task was not checked out.
+func TestMCPAnswersAPipedScript(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.task(t, "piped", "Taken by a script")
+	cmd := exec.Command(binary, "mcp")
+	cmd.Env = cleanEnv("CHECKOUT_URL="+e.srv.URL(), "CHECKOUT_API_KEY="+e.keys["agent-a1b2"])
+	cmd.Stdin = strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n" +
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" +
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"checkout_task","arguments":{"task_id":"piped"}}}` + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("checkout mcp: %v\n%s", err, out)
+	}
+	var answered bool
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var m struct {
+			ID     any `json:"id"`
+			Result struct {
+				StructuredContent map[string]any `json:"structuredContent"`
+			} `json:"result"`
+		}
+		_ = json.Unmarshal([]byte(line), &m)
+		if m.ID == 2.0 {
+			answered = m.Result.StructuredContent["acquired"] == true
+		}
+	}
+	if !answered {
+		t.Fatalf("no answer acquiring the task: %s", out)
+	}
+	s, err := e.admin.Status(context.Background(), "piped")
+	if err != nil || !s.Locked {
+		t.Fatalf("the task is not checked out: %+v %v", s, err)
+	}
+}
