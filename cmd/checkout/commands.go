@@ -63,6 +63,11 @@ func (a *app) rootCmd() *cobra.Command {
 				return near
 			}
 		}
+		if cmd.Name() == "release" && (strings.HasPrefix(err.Error(), "unknown flag: --outcome") || strings.HasPrefix(err.Error(), "unknown flag: --error")) {
+			// API.md's release body has outcome and error; here a
+			// failed attempt is a command of its own.
+			return &usageError{fmt.Sprintf("%s: to release as a failed attempt, use checkout fail <task-id> --error TEXT (see checkout fail --help)", flagError(err))}
+		}
 		return &usageError{fmt.Sprintf("%s (see %s --help)", flagError(err), cmd.CommandPath())}
 	})
 	pf := root.PersistentFlags()

@@ -339,6 +339,10 @@ func TestErrorsAreOneLineWithExitCodes(t *testing.T) {
 			`checkout: invalid agent id "bad id" (from --agent): an id is 1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit` + "\n"},
 		{"unknown flag", "", key, []string{"list", "--nope"}, 2, "checkout: unknown flag: --nope (see checkout list --help)\n"},
 		{"unknown flag nested", "", key, []string{"tasks", "add", "--nope"}, 2, "checkout: unknown flag: --nope (see checkout tasks add --help)\n"},
+		// The API's release body has outcome; the CLI's failed release is
+		// a command of its own, which the plain message did not point to.
+		{"release with an outcome", "", key, []string{"release", "task-1", "--outcome", "failed"}, 2,
+			"checkout: unknown flag: --outcome: to release as a failed attempt, use checkout fail <task-id> --error TEXT (see checkout fail --help)\n"},
 		{"missing arg", "", key, []string{"release"}, 2, "checkout: checkout release needs a task id (see checkout release --help)\n"},
 		{"missing arg nested", "", key, []string{"tasks", "show"}, 2, "checkout: checkout tasks show needs a task id (see checkout tasks show --help)\n"},
 		// checkout $T --timeout 30m with T unset: a usage error, never exit 0.
