@@ -301,6 +301,10 @@ func duration(flag, v string, r lease.DurationRange) (time.Duration, error) {
 		return 0, nil
 	}
 	d, err := time.ParseDuration(v)
+	if err == nil && r.Whole && d >= r.Min && d <= r.Max && d%time.Second != 0 {
+		// "1.5s" is in the range: say what it lacks.
+		return 0, &usageError{fmt.Sprintf("invalid duration %q for --%s: want whole seconds, such as %s", v, flag, durationExamples(r))}
+	}
 	if err != nil || r.Check(d) != nil {
 		return 0, durationError(flag, v, r)
 	}

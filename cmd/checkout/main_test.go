@@ -327,6 +327,8 @@ func TestErrorsAreOneLineWithExitCodes(t *testing.T) {
 		{"no key", "", "", []string{"list"}, 2, "checkout: no API key: set CHECKOUT_API_KEY, pass --api-key, or use a profile (see checkout config --help)\n"},
 		{"bad duration", "", key, []string{"task-1", "--timeout", "abc"}, 2, `checkout: invalid duration "abc" for --timeout: want 1s to 24h, such as "90s" or "30m"` + "\n"},
 		{"bad ttl", "", key, []string{"heartbeat", "--ttl", "-5s"}, 2, `checkout: invalid duration "-5s" for --ttl: want 1s to 1h, such as "90s" or "30m"` + "\n"},
+		// "want 1s to 24h" for a value inside that range.
+		{"timeout not whole seconds", "", key, []string{"task-1", "--timeout", "1.5s"}, 2, `checkout: invalid duration "1.5s" for --timeout: want whole seconds, such as "90s" or "30m"` + "\n"},
 		{"timeout out of range", "", key, []string{"task-1", "--timeout", "48h"}, 2, `checkout: invalid duration "48h" for --timeout: want 1s to 24h, such as "90s" or "30m"` + "\n"},
 		{"renew timeout out of range", "", key, []string{"renew", "task-1", "--timeout", "0s"}, 2, `checkout: invalid duration "0s" for --timeout: want 1s to 24h, such as "90s" or "30m"` + "\n"},
 		{"wait out of range", "", key, []string{"claim", "--wait", "25s"}, 2, `checkout: invalid duration "25s" for --wait: want 0s to 20s, such as "5s" or "20s"` + "\n"},
