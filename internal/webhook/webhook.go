@@ -123,7 +123,8 @@ type Config struct {
 	URLs   []string
 	Secret string
 	// Client makes the requests (nil: a client without a timeout of its
-	// own; each attempt has AttemptTimeout).
+	// own; each attempt has AttemptTimeout). Redirects are never followed,
+	// whatever the client's CheckRedirect.
 	Client         *http.Client
 	MaxElapsed     time.Duration // default DefaultMaxElapsed
 	InitialBackoff time.Duration // default DefaultInitialBackoff
@@ -172,9 +173,16 @@ func New(cfg Config) (*Notifier, error) {
 	if cfg.Secret == "" {
 		return nil, fmt.Errorf("webhook: %s is required with %s", EnvSecret, EnvURL)
 	}
-	if cfg.Client == nil {
-		cfg.Client = &http.Client{}
+	// A redirect is an answer, not 2xx, and final: following it would
+	// let the Location's answer decide the delivery (a GET there without
+	// the body, say), and send the signed notice to whatever host it
+	// names.
+	client := http.Client{}
+	if cfg.Client != nil {
+		client = *cfg.Client
 	}
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	cfg.Client = &client
 	if cfg.MaxElapsed <= 0 {
 		cfg.MaxElapsed = DefaultMaxElapsed
 	}

@@ -2,9 +2,12 @@ package webhook_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,5 +186,38 @@ func TestSeveralURLsAndNoDeadLetterStore(t *testing.T) {
 	}
 	if u, _ := webhook.ParseURLs(" http://a ,https://b,"); len(u) != 2 {
 		t.Fatalf("urls %v", u)
+	}
+}
+
+// A 3xx is an answer, not a delivery, and final: the notifier followed
+// redirects, so the Location's answer decided the delivery (a 302's GET
+// there, without the body, could count as delivered) and the signed
+// notice went to whatever host the Location named.
+func TestRedirectIsNotFollowed(t *testing.T) {
+	t.Parallel()
+	var elsewhere atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { elsewhere.Add(1) }))
+	defer other.Close()
+	for _, code := range []int{http.StatusFound, http.StatusTemporaryRedirect} {
+		var attempts atomic.Int64
+		hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			attempts.Add(1)
+			http.Redirect(w, r, other.URL+"/hook", code)
+		}))
+		dl := &webhook.FileDeadLetters{Path: filepath.Join(t.TempDir(), "dead.jsonl")}
+		n := newNotifier(t, []string{hook.URL}, "whsec", dl, func(c *webhook.Config) { c.Client = &http.Client{} })
+		if err := n.Notify(context.Background(), notice("a", 1)); err != nil {
+			t.Fatal(err)
+		}
+		hook.Close()
+		if attempts.Load() != 1 {
+			t.Errorf("%d: %d attempts, want 1 (a redirect is final)", code, attempts.Load())
+		}
+		if dead, _ := webhook.ReadDeadLetters(dl.Path); len(dead) != 1 || !strings.Contains(dead[0].Error, strconv.Itoa(code)) {
+			t.Errorf("%d: dead letters %+v, want the redirect's status", code, dead)
+		}
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("the redirect's target got %d requests", n)
 	}
 }
