@@ -36,6 +36,10 @@ type WebhookPayload struct {
 	ID    string `json:"id"`
 	Type  string `json:"type"`
 	Event Event  `json:"event"`
+	// NotBefore, on a TaskAvailable of a task that waits (the retry delay
+	// after a failed release), is when it may be granted; nil when it is
+	// claimable at once.
+	NotBefore *time.Time `json:"not_before,omitempty"`
 }
 
 // VerifyWebhook checks a delivery's X-Checkout-Signature header,

@@ -17,6 +17,10 @@ const timeFormat = "2006-01-02T15:04:05.000Z"
 // stamp formats t as RFC 3339 UTC with milliseconds (truncated).
 func stamp(t time.Time) string { return t.UTC().Format(timeFormat) }
 
+// Stamp is t formatted as every time of the API is (RFC 3339 UTC with
+// milliseconds), or nil: for the notices' payloads.
+func Stamp(t *time.Time) *string { return stampPtr(t) }
+
 func stampPtr(t *time.Time) *string {
 	if t == nil {
 		return nil

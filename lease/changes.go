@@ -79,7 +79,7 @@ func (s *Store) PublishNotices(ctx context.Context, changes []Change) error {
 				}
 				ev.Error = text
 			}
-			notices = append(notices, eventNotices(ev)...)
+			notices = append(notices, eventNotices(ev, &cur)...)
 		}
 	}
 	return s.notify(ctx, notices)
@@ -113,8 +113,9 @@ func newEvents(old, cur *taskItem) []itemEvent {
 // eventNotices are the notices of one recorded event (its Error read):
 // LeaseEnded for every ending, LeaseLost for an ending without the
 // holder's consent, and TaskAvailable (TaskFailed for a failure) for
-// every freeing.
-func eventNotices(ev itemEvent) []Notice {
+// every freeing; a TaskAvailable says until when the task waits, as cur
+// (the task after the change) shows it, as the watchers' messages do.
+func eventNotices(ev itemEvent, cur *taskItem) []Notice {
 	var out []Notice
 	e := ev.event()
 	if ev.endsLease() {
@@ -128,7 +129,12 @@ func eventNotices(ev itemEvent) []Notice {
 		if ev.Type == EventFailed {
 			kind = NoticeTaskFailed
 		}
-		out = append(out, Notice{ID: noticeID(kind, e), Kind: kind, Event: e})
+		n := Notice{ID: noticeID(kind, e), Kind: kind, Event: e}
+		if kind == NoticeTaskAvailable && cur.Status == StatusTodo && cur.NotBefore > ev.At {
+			nb := fromMS(cur.NotBefore)
+			n.NotBefore = &nb
+		}
+		out = append(out, n)
 	}
 	return out
 }
@@ -189,7 +195,7 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 			}
 			evs = append(evs, types.WriteRequest{PutRequest: &types.PutRequest{Item: item}})
 			if withNotices {
-				notices = append(notices, eventNotices(ev)...)
+				notices = append(notices, eventNotices(ev, &cur)...)
 			}
 			takeover := ev.takeover
 			if ev.endsLease() && lost(ev.eventItem) {

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"log/slog"
+	"time"
 )
 
 // Notice kinds.
@@ -32,6 +33,10 @@ type Notice struct {
 	// Takeover says the lease was ended by a checkout that took it over
 	// (expired, or its holder dead), not by the sweep or its holder.
 	Takeover bool
+	// NotBefore, on a TaskAvailable, is when the freed task may be granted
+	// when it waits (the retry delay after a failed release); nil when it
+	// is claimable at once.
+	NotBefore *time.Time
 }
 
 // Notifier hears about ended leases and freed tasks, from the change stream

@@ -59,9 +59,10 @@ func NewEventBridge(client PutEventsAPI, bus string) *EventBridge {
 // error, as is a failed call.
 func (e *EventBridge) Notify(ctx context.Context, n lease.Notice) error {
 	detail, err := json.Marshal(struct {
-		ID    string `json:"id"`
-		Event any    `json:"event"`
-	}{n.ID, httpapi.ToEventJSON(n.Event)})
+		ID        string  `json:"id"`
+		Event     any     `json:"event"`
+		NotBefore *string `json:"not_before,omitempty"`
+	}{n.ID, httpapi.ToEventJSON(n.Event), httpapi.Stamp(n.NotBefore)})
 	if err != nil {
 		return fmt.Errorf("notify %s: %w", n.Kind, err)
 	}

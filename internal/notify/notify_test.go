@@ -34,6 +34,7 @@ var at = time.Date(2026, 3, 20, 14, 35, 0, 123_000_000, time.UTC)
 func TestNotifyPutsOneEvent(t *testing.T) {
 	t.Parallel()
 	held := 1800*time.Second + 900*time.Millisecond
+	wait := at.Add(10 * time.Second)
 	tests := []struct {
 		name   string
 		notice lease.Notice
@@ -48,6 +49,15 @@ func TestNotifyPutsOneEvent(t *testing.T) {
 				Fence: 12, At: at, Held: &held, By: lease.BySystem,
 			}},
 			detail: `{"id":"task-d4e5:31:TaskAvailable","event":{"type":"timeout","task_id":"task-d4e5","agent_id":"agent-a1b2","run_id":"run-7f3c","fence":12,"at":"2026-03-20T14:35:00.123Z","held_seconds":1800,"by":"system","reason":""}}`,
+		},
+		{
+			name: "task available after a failed release, waiting",
+			bus:  "checkout-bus",
+			notice: lease.Notice{ID: "task-d4e5:33:TaskAvailable", Kind: lease.NoticeTaskAvailable, Event: lease.Event{
+				Type: lease.EventRelease, TaskID: "task-d4e5", AgentID: "agent-a1b2", RunID: "run-7f3c",
+				Fence: 13, At: at, Held: &held, By: "agent-a1b2", Outcome: lease.OutcomeFailed, Error: "boom",
+			}, NotBefore: &wait},
+			detail: `{"id":"task-d4e5:33:TaskAvailable","event":{"type":"release","task_id":"task-d4e5","agent_id":"agent-a1b2","run_id":"run-7f3c","fence":13,"at":"2026-03-20T14:35:00.123Z","held_seconds":1800,"by":"agent-a1b2","reason":"","outcome":"failed","error":"boom"},"not_before":"2026-03-20T14:35:10.123Z"}`,
 		},
 		{
 			name: "lease ended by completion, default bus",

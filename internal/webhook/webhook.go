@@ -79,11 +79,14 @@ type Payload struct {
 	ID    string            `json:"id"`
 	Type  string            `json:"type"`
 	Event httpapi.EventJSON `json:"event"`
+	// NotBefore, on a TaskAvailable of a task that waits (a failed
+	// release's retry delay), is when it may be granted.
+	NotBefore *string `json:"not_before,omitempty"`
 }
 
 // Body is the JSON body delivered for n.
 func Body(n lease.Notice) ([]byte, error) {
-	return json.Marshal(Payload{ID: n.ID, Type: n.Kind, Event: httpapi.ToEventJSON(n.Event)})
+	return json.Marshal(Payload{ID: n.ID, Type: n.Kind, Event: httpapi.ToEventJSON(n.Event), NotBefore: httpapi.Stamp(n.NotBefore)})
 }
 
 // Sign is the X-Checkout-Signature value of body at t.

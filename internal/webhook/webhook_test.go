@@ -221,3 +221,19 @@ func TestRedirectIsNotFollowed(t *testing.T) {
 		t.Errorf("the redirect's target got %d requests", n)
 	}
 }
+
+// A TaskAvailable of a task that waits says until when; the others have
+// no not_before at all.
+func TestBodyOfAWaitingTask(t *testing.T) {
+	t.Parallel()
+	n := notice("task-d4e5", 4)
+	nb := at.Add(10 * time.Second)
+	n.NotBefore = &nb
+	body, err := webhook.Body(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `,"not_before":"2026-03-20T14:35:10.123Z"}`; !strings.HasSuffix(string(body), want) {
+		t.Fatalf("body %s, want it to end with %s", body, want)
+	}
+}
