@@ -210,6 +210,18 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await page.fill('#key', '');
     await page.click('#signin-submit');
     await page.locator('#signin-error').filter({ hasText: 'Paste an API key' }).waitFor();
+    // A key pasted with an invisible character or in curly quotes: the
+    // browser refuses such a header, which read as a server that is down.
+    for (const pasted of [ADMIN_KEY + '\u200b', '\u201c' + ADMIN_KEY + '\u201d']) {
+      await page.fill('#key', pasted);
+      await page.click('#signin-submit');
+      await page.locator('#signin-error').filter({ hasText: 'character no API key has' }).waitFor();
+      assert.equal(await page.evaluate(() => sessionStorage.length), 0, 'a malformed key is not kept');
+    }
+    // Spaces around a key are only what came with the paste.
+    await page.fill('#key', '  ' + ADMIN_KEY + ' ');
+    await page.click('#signin-submit');
+    await page.locator('#nav').waitFor();
     await page.close();
   });
 

@@ -138,8 +138,19 @@ async function signIn(key) {
   route(true);
 }
 
+// A key is printable ASCII without spaces. A character pasted along with
+// it (a zero-width space, curly quotes, another script's letters) would
+// make the browser refuse the request outright, which read as a server
+// that cannot be reached.
+const KEY_CHARS = /^[\x21-\x7e]+$/;
+
 async function trySignIn(key) {
   const button = $('signin-submit');
+  key = key.trim();
+  if (!KEY_CHARS.test(key)) {
+    showSignIn('This key has a character no API key has (a space, an invisible character or a curly quote, perhaps copied along with it): paste the key again.');
+    return;
+  }
   button.disabled = true;
   text($('signin-error'), '');
   try {
