@@ -534,6 +534,31 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await page.close();
   });
 
+  test('the events view shows the newest events of a busy fleet', async () => {
+    // More events in the last 15 minutes than the view reads (5 pages of
+    // 1,000), answered by the browser: the view read the oldest and kept
+    // them for the newest. It must narrow its window and show the latest.
+    const page = await newPage('busy-feed');
+    const json = (body) => ({ status: 200, contentType: 'application/json', body: JSON.stringify(body) });
+    const now = Date.now();
+    const ev = (i, at, reason) => ({ type: 'renew', task_id: `t-busy-${i % 20}`, agent_id: 'alice', run_id: 'r', fence: 1, at: new Date(at).toISOString(), by: 'alice', reason });
+    const old = Array.from({ length: 1000 }, (_, i) => ev(i, now - 14 * 60000 + i, 'old'));
+    await page.route((u) => u.pathname === '/api/events', (r) => {
+      const q = new URL(r.request().url()).searchParams;
+      const since = q.get('since') ? Date.parse(q.get('since')) : 0;
+      if (q.get('cursor') === 'more' || since < now - 4 * 60000) {
+        r.fulfill(json({ events: old, next_cursor: 'more' })); // never caught up
+        return;
+      }
+      r.fulfill(json({ events: [ev(1, now - 2000, 'recent'), { ...ev(2, now - 1000, 'NEWEST-MARKER'), type: 'release', held_seconds: 5 }], next_cursor: null }));
+    });
+    await signIn(page, ADMIN_KEY);
+    await page.click('#nav a[data-view="events"]');
+    await page.locator('#events-body > tr').first().filter({ hasText: 'NEWEST-MARKER' }).waitFor();
+    assert.equal(await page.locator('#events-body > tr').count(), 2, 'the narrowed window\'s events, not the old ones');
+    await page.close();
+  });
+
   test('a task page reads a long trail page by page', async () => {
     await must(keys.alice, 'POST', '/api/tasks', { task_id: 'p-long', title: 'A long trail' });
     // The trail's two pages, answered by the browser: the second only for

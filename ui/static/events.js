@@ -6,24 +6,51 @@ import { $, h, text, reconcile, taskLink, td } from './dom.js';
 import { setTime, duration, eventWords } from './format.js';
 
 const WINDOW_MS = 15 * 60 * 1000;
+const MIN_WINDOW_MS = 5 * 1000;
 const MAX_PAGES = 5;
 const SHOWN = 200;
+
+// windowMs is the window read: the last 15 minutes, or less while the
+// fleet writes more events in them than MAX_PAGES pages hold.
+let windowMs = WINDOW_MS;
+
+// readWindow reads the events of the last ms, oldest first (as the API
+// lists them), up to MAX_PAGES pages; complete says it reached the end.
+async function readWindow(ms) {
+  const since = new Date(Date.now() - ms).toISOString();
+  let path = `/api/events?since=${encodeURIComponent(since)}&limit=1000`;
+  let events = [];
+  for (let i = 0; i < MAX_PAGES; i++) {
+    const page = await get(path);
+    events = events.concat(page.events || []);
+    if (!page.next_cursor || !(page.events || []).length) return { events, complete: true };
+    path = `/api/events?cursor=${encodeURIComponent(page.next_cursor)}&limit=1000`;
+  }
+  return { events, complete: false };
+}
 
 const view = {
   title: () => 'Events',
 
   async load(ctx) {
     // The API lists oldest first from `since`: read the window, keep the
-    // newest.
-    const since = new Date(Date.now() - WINDOW_MS).toISOString();
-    let path = `/api/events?since=${encodeURIComponent(since)}&limit=1000`;
-    let all = [];
-    for (let i = 0; i < MAX_PAGES; i++) {
-      const page = await get(path);
-      all = all.concat(page.events || []);
-      if (!page.next_cursor || !(page.events || []).length) break;
-      path = `/api/events?cursor=${encodeURIComponent(page.next_cursor)}&limit=1000`;
+    // newest. A window the pages do not cover would show its oldest
+    // events for the newest: it is narrowed until they do, and widened
+    // again when the fleet quietens.
+    let read = await readWindow(windowMs);
+    while (!read.complete && windowMs > MIN_WINDOW_MS) {
+      windowMs = Math.max(MIN_WINDOW_MS, windowMs / 4);
+      read = await readWindow(windowMs);
     }
+    if (read.complete && read.events.length < SHOWN && windowMs < WINDOW_MS) {
+      const wider = Math.min(WINDOW_MS, windowMs * 4);
+      const more = await readWindow(wider);
+      if (more.complete) {
+        windowMs = wider;
+        read = more;
+      }
+    }
+    const all = read.events;
     // Events are never changed once written: a key of their fields (and a
     // counter for exact repeats) keeps each row in place across refreshes.
     const seen = new Map();
@@ -39,6 +66,7 @@ const view = {
 
   reset() {
     $('events-body').replaceChildren();
+    windowMs = WINDOW_MS;
   },
 };
 
