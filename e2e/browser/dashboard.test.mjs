@@ -789,6 +789,34 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await page.close();
   });
 
+  test('long unbroken ids, names and reasons wrap instead of widening the page', async () => {
+    const id = 'gh:acme.monorepo:pull:123456:check-suite:987654321:job:build-linux-arm64-' + 'x'.repeat(50);
+    const name = 'n'.repeat(120);
+    const longKey = (await must(ADMIN_KEY, 'POST', '/api/agents', { agent_id: 'long-named', name })).api_key;
+    await must(longKey, 'POST', '/api/tasks', { task_id: id, title: 'A task with a long id' });
+    await must(longKey, 'POST', `/api/tasks/${encodeURIComponent(id)}/checkout`, { reason: 'r'.repeat(500), timeout: '1h' });
+    const fits = async (page, where) => {
+      const over = await page.evaluate(() => [...document.querySelectorAll('table')].filter((t) => t.offsetParent)
+        .map((t) => [t.scrollWidth, t.parentElement.clientWidth]).filter(([w, room]) => w > room + 1));
+      assert.deepEqual(over, [], `${where}: tables wider than their room`);
+      await noHorizontalScroll(page);
+    };
+    for (const width of [360, 1440]) {
+      const page = await newPage(`long-${width}`, { width, height: 900 });
+      await signIn(page, ADMIN_KEY);
+      await row(page, id).waitFor();
+      await fits(page, `checkouts at ${width}`);
+      await page.goto(server.url + '/#/task/' + encodeURIComponent(id));
+      await page.locator('#timeline > li').first().waitFor();
+      await fits(page, `the task page at ${width}`);
+      await page.goto(server.url + '/#/agents');
+      await page.locator('#agents-body > tr[data-key="long-named"]').waitFor();
+      await fits(page, `agents at ${width}`);
+      await page.close();
+    }
+    await must(ADMIN_KEY, 'DELETE', '/api/agents/long-named');
+  });
+
   test('360 px and 1440 px, light and dark', async () => {
     for (const scheme of ['light', 'dark']) {
       const page = await newPage(`narrow-${scheme}`, { width: 360, height: 780, scheme });
