@@ -789,6 +789,25 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await page.close();
   });
 
+  test('a force release of a lease that changed meanwhile says so', async () => {
+    await must(keys.alice, 'POST', '/api/tasks', { task_id: 't-stale', title: 'Changes hands' });
+    const first = await must(keys.alice, 'POST', '/api/tasks/t-stale/checkout', { timeout: '1h' });
+    await admin.goto(server.url + '/#/task/t-stale');
+    await admin.locator('#task-lease').filter({ hasText: 'alice' }).waitFor();
+    await admin.click('#force-release');
+    await admin.locator('#confirm').waitFor();
+    // Meanwhile alice lets go and bob takes it.
+    await must(keys.alice, 'POST', '/api/tasks/t-stale/release', { run_id: first.run_id });
+    await must(keys.bob, 'POST', '/api/tasks/t-stale/checkout', { timeout: '1h' });
+    await admin.fill('#confirm-reason', 'stuck');
+    await admin.click('#confirm-ok');
+    // Not "this key is not allowed": the lease it named is gone.
+    await admin.locator('#confirm-error').filter({ hasText: 'ended or was replaced' }).waitFor();
+    await admin.keyboard.press('Escape');
+    const [, now] = await api(ADMIN_KEY, 'GET', '/api/tasks/t-stale/checkout');
+    assert.equal(now.checkout?.agent_id, 'bob', 'bob\'s lease was not released');
+  });
+
   test('long unbroken ids, names and reasons wrap instead of widening the page', async () => {
     const id = 'gh:acme.monorepo:pull:123456:check-suite:987654321:job:build-linux-arm64-' + 'x'.repeat(50);
     const name = 'n'.repeat(120);

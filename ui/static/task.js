@@ -179,7 +179,18 @@ function forceRelease(ctx) {
     reason: true,
     action: 'Force release',
     run: async (reason) => {
-      const r = await post('/api/tasks/' + seg(id) + '/release', { force: true, reason, fence: c.fence });
+      let r;
+      try {
+        r = await post('/api/tasks/' + seg(id) + '/release', { force: true, reason, fence: c.fence });
+      } catch (err) {
+        // The release names the lease shown (its fence): one that ended
+        // or was replaced meanwhile is refused, which is no lack of rights.
+        if (err instanceof ApiError && (err.code === 'not_holder' || err.code === 'not_checked_out')) {
+          ctx.refresh();
+          throw new ApiError(err.status, err.code, `The lease shown (fence #${c.fence}) ended or was replaced since this page showed it: nothing was released. Look at the task again.`);
+        }
+        throw err;
+      }
       ctx.notice(`Force released task ${id}; ${holder} had held it for ${duration(r.held_seconds)}.`);
       ctx.refresh();
     },
