@@ -808,6 +808,24 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     assert.equal(now.checkout?.agent_id, 'bob', 'bob\'s lease was not released');
   });
 
+  test('an override character in a name cannot reorder the text beside it', async () => {
+    // "bob" + U+202E (right-to-left override): shown as "bob (rlo-agent)",
+    // the override reversed the id and the words after it.
+    const name = 'bob\u202e';
+    const key = (await must(ADMIN_KEY, 'POST', '/api/agents', { agent_id: 'rlo-agent', name })).api_key;
+    await must(key, 'POST', '/api/tasks', { task_id: 't-rlo', title: 'Deploy to prod \u202e now' });
+    await must(key, 'POST', '/api/tasks/t-rlo/checkout', { timeout: '1h' });
+    await admin.goto(server.url + '/#/task/t-rlo');
+    const holder = admin.locator('#timeline > li').first().locator('.lease-holder');
+    await holder.waitFor();
+    assert.equal(await holder.textContent(), '\u2068' + name + '\u2069 (rlo-agent)', 'the name isolated from the id');
+    for (const sel of ['.lease-holder', '.task-title']) {
+      const bidi = await admin.locator(sel).first().evaluate((el) => getComputedStyle(el).unicodeBidi);
+      assert.equal(bidi, 'isolate', `${sel}: unicode-bidi ${bidi}`);
+    }
+    await must(ADMIN_KEY, 'DELETE', '/api/agents/rlo-agent');
+  });
+
   test('long unbroken ids, names and reasons wrap instead of widening the page', async () => {
     const id = 'gh:acme.monorepo:pull:123456:check-suite:987654321:job:build-linux-arm64-' + 'x'.repeat(50);
     const name = 'n'.repeat(120);

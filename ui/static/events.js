@@ -3,7 +3,7 @@
 
 import { get } from './api.js';
 import { $, h, text, reconcile, taskLink, td } from './dom.js';
-import { setTime, duration, eventWords } from './format.js';
+import { setTime, duration, eventWords, isolate } from './format.js';
 
 const WINDOW_MS = 15 * 60 * 1000;
 const MIN_WINDOW_MS = 5 * 1000;
@@ -74,7 +74,7 @@ const view = {
 // id alone when it has no other name.
 export function agentName(ctx, id) {
   const n = ctx.names.get(id);
-  return n && n !== id ? `${n} (${id})` : id;
+  return n && n !== id ? `${isolate(n)} (${id})` : id;
 }
 
 function makeRow() {

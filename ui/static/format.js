@@ -3,6 +3,16 @@
 // ms parses an RFC 3339 time (null stays null).
 export const ms = (iso) => (iso ? Date.parse(iso) : null);
 
+// BIDI matches what can reorder text around it: right-to-left letters and
+// the bidirectional controls (an override such as U+202E reverses all
+// that follows it on its line).
+const BIDI = /[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufeff\u200e\u200f\u202a-\u202e\u2066-\u2069]/;
+
+// isolate is text that someone else wrote (a name, a title), made unable
+// to reorder the text it is set in: wrapped in first-strong isolate
+// marks (U+2068 ... U+2069) when it holds anything that could.
+export const isolate = (s) => (typeof s === 'string' && BIDI.test(s) ? '\u2068' + s + '\u2069' : s);
+
 const pad = (n) => String(n).padStart(2, '0');
 
 // duration is whole seconds as "2h 05m", "4m 07s" or "12s".

@@ -6,7 +6,7 @@
 
 import { ApiError, get, post, seg } from './api.js';
 import { $, h, text, attr, reconcile, replace, td, taskLink, statusBadge } from './dom.js';
-import { setTime, clock, duration, ms, eventWords, until } from './format.js';
+import { setTime, clock, duration, ms, eventWords, until, isolate } from './format.js';
 import { makeBar, updateBar, remaining } from './bar.js';
 import { agentName, fillEvent } from './events.js';
 import { attemptsWords, blockerList } from './tasks.js';
@@ -139,7 +139,7 @@ function render(ctx) {
   $('task-lease').hidden = !c;
   $('task-admin').hidden = !(c && ctx.admin);
   if (c) {
-    const holder = c.agent_name && c.agent_name !== c.agent_id ? `${c.agent_name} (${c.agent_id})` : c.agent_id;
+    const holder = c.agent_name && c.agent_name !== c.agent_id ? `${isolate(c.agent_name)} (${c.agent_id})` : c.agent_id;
     const expires = h('time');
     setTime(expires, c.expires_at);
     const locked = h('time');
@@ -168,7 +168,7 @@ function forceRelease(ctx) {
   const c = task?.checkout;
   if (!c || !ctx.admin) return;
   const id = task.task_id;
-  const holder = c.agent_name && c.agent_name !== c.agent_id ? `${c.agent_name} (${c.agent_id})` : c.agent_id;
+  const holder = c.agent_name && c.agent_name !== c.agent_id ? `${isolate(c.agent_name)} (${c.agent_id})` : c.agent_id;
   ctx.confirm({
     title: `Force release task ${id}?`,
     body: [
