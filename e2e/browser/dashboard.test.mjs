@@ -882,6 +882,28 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await wide.close();
   });
 
+  test('status colours on badges are readable (4.5:1), light and dark', async () => {
+    // done and timed out badges were 4.43:1 in light mode, at 0.78 rem.
+    for (const scheme of ['light', 'dark']) {
+      const page = await newPage(`contrast-${scheme}`, { scheme });
+      await page.goto(server.url + '/ui/');
+      const ratios = await page.evaluate(() => {
+        const v = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+        const lum = (hex) => {
+          const c = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16) / 255)
+            .map((x) => (x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4));
+          return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2];
+        };
+        const ratio = (a, b) => { const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p); return (x + 0.05) / (y + 0.05); };
+        return Object.fromEntries(['--ok', '--warn', '--crit', '--muted', '--text'].map((n) => [n, ratio(v(n), v('--badge'))]));
+      });
+      for (const [name, r] of Object.entries(ratios)) {
+        assert.ok(r >= 4.5, `${scheme}: ${name} on --badge is ${r.toFixed(2)}:1`);
+      }
+      await page.close();
+    }
+  });
+
   test('every control has a name for screen readers', async () => {
     const unnamed = await admin.evaluate(() => [...document.querySelectorAll('input, select, button, a[href]')]
       .filter((el) => {
