@@ -382,6 +382,8 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await dialog.waitFor({ state: 'hidden' });
     await admin.locator('#notice').filter({ hasText: 'Force released task t-login' }).waitFor();
     await admin.locator('#task-free').waitFor();
+    // Focus is on the page's heading, not lost with the hidden button.
+    assert.equal(await admin.evaluate(() => document.activeElement?.id), 'task-h', 'focus after the force release');
     const first = admin.locator('#timeline > li').first();
     await first.filter({ hasText: 'force released by admin' }).waitFor();
     await first.filter({ hasText: 'stuck in a loop' }).waitFor();

@@ -321,7 +321,17 @@ function confirm(opts) {
       cancel.removeEventListener('click', onCancel);
       dialog.removeEventListener('cancel', onEscape);
       if (dialog.open) dialog.close();
-      if (returnFocus && returnFocus.isConnected) returnFocus.focus();
+      if (result) {
+        // The action usually removes or hides what opened it (the force
+        // release button of a lease that ended, an agent's row): focus
+        // goes to the view's heading, where the keyboard can go on,
+        // rather than fall to the page.
+        const view = returnFocus?.closest?.('.view');
+        const heading = view?.querySelector('h1[tabindex]');
+        (heading || $('main')).focus();
+      } else if (returnFocus && returnFocus.isConnected) {
+        returnFocus.focus();
+      }
       resolve(result);
     };
     const onCancel = () => { if (!busy) done(false); };
