@@ -561,6 +561,12 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await page.close();
   });
 
+  test('a malformed task id is explained in words, not as a pattern', async () => {
+    await admin.goto(server.url + '/#/task/' + encodeURIComponent('bad id!'));
+    await admin.locator('body').filter({ hasText: 'That is not a valid id' }).waitFor();
+    assert.equal(await admin.locator('body').filter({ hasText: '^[A-Za-z0-9]' }).count(), 0, 'no regular expression shown');
+  });
+
   test('a task page reads a long trail page by page', async () => {
     await must(keys.alice, 'POST', '/api/tasks', { task_id: 'p-long', title: 'A long trail' });
     // The trail's two pages, answered by the browser: the second only for

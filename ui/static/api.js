@@ -48,6 +48,9 @@ export function describe(status, body) {
       return `The server failed to answer (HTTP ${status}). It has logged the problem; try again shortly.`;
     case status === 404 && !said:
       return 'Not found (404).';
+    case status === 400 && body?.code === 'invalid_id':
+      // The server's sentence gives its pattern, a regular expression.
+      return 'That is not a valid id: an id is 1 to 128 letters, digits, ‘.’, ‘_’, ‘:’ or ‘-’, starting with a letter or digit.';
     default:
       return said || `The server refused the request (HTTP ${status}).`;
   }
