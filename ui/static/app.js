@@ -156,6 +156,9 @@ async function trySignIn(key) {
   try {
     await signIn(key);
     $('key').value = '';
+    // The form that had focus is gone: the view's heading takes it, as
+    // after any move between views.
+    if (current) $(current.view + '-h').focus();
   } catch (err) {
     showSignIn(words(err));
   } finally {
