@@ -9,18 +9,23 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
 )
 
-// dropNulls removes the top-level arguments whose value is null: many
+// normalize removes the top-level arguments whose value is null: many
 // model clients send null for an argument they leave out, and every tool
-// takes null as "not given". Arguments that are no JSON object are
+// takes null as "not given". It also writes a whole number given for an
+// integer argument as a fraction or an exponent (5.0, 1e3: JSON Schema
+// counts them integers, and clients that keep every number as a float
+// send them) as the integer it is. Arguments that are no JSON object are
 // returned as they are, for the checks to refuse.
-func dropNulls(raw json.RawMessage) json.RawMessage {
+func normalize(in *jsonschema.Schema, raw json.RawMessage) json.RawMessage {
 	var args map[string]json.RawMessage
 	if json.Unmarshal(raw, &args) != nil || args == nil {
 		return raw
@@ -30,6 +35,13 @@ func dropNulls(raw json.RawMessage) json.RawMessage {
 		if string(bytes.TrimSpace(v)) == "null" {
 			delete(args, k)
 			dropped = true
+			continue
+		}
+		if p, ok := in.Properties[k]; ok && typeOf(p) == "integer" {
+			if n, ok := wholeNumber(v); ok {
+				args[k] = json.RawMessage(strconv.FormatInt(n, 10))
+				dropped = true
+			}
 		}
 	}
 	if !dropped {
@@ -40,6 +52,21 @@ func dropNulls(raw json.RawMessage) json.RawMessage {
 		return raw
 	}
 	return b
+}
+
+// wholeNumber is v, a JSON number written with a fraction or an exponent,
+// when its value is a whole number a float64 holds exactly (|n| <= 2^53);
+// ok is false for anything else, an integer literal included.
+func wholeNumber(v json.RawMessage) (int64, bool) {
+	v = bytes.TrimSpace(v)
+	if !bytes.ContainsAny(v, ".eE") {
+		return 0, false
+	}
+	var f float64
+	if json.Unmarshal(v, &f) != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return 0, false
+	}
+	return int64(f), true
 }
 
 // checkArgs says in plain words what is wrong with raw, a tool's

@@ -484,8 +484,8 @@ func addTool[In, Out any, PO interface {
 		if len(raw) == 0 || string(raw) == "null" {
 			raw = json.RawMessage("{}")
 		}
-		// A null argument is one left out, for every tool.
-		raw = dropNulls(raw)
+		// A null argument is one left out, for every tool; 5.0 is 5.
+		raw = normalize(in, raw)
 		if msg := checkArgs(t.Name, in, raw); msg != "" {
 			return failure(Outcome{Code: codeInvalidArguments, Message: "invalid arguments: " + msg}), nil
 		}

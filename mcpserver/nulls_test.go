@@ -82,6 +82,32 @@ func TestNullArgumentsAreLeftOut(t *testing.T) {
 	}
 }
 
+// A whole number written with a fraction or an exponent (5.0, 1e0) is the
+// integer it is, as JSON Schema counts it: it was refused as not a whole
+// number. One that is not whole, or too large, is still refused.
+func TestWholeNumbersWrittenAsFloats(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var bodies []map[string]any
+	cs := session(t, func(r *http.Request, body map[string]any) (int, string) {
+		mu.Lock()
+		bodies = append(bodies, body)
+		mu.Unlock()
+		return 201, `{"task_id":"w1","title":"x","status":"todo","queue":"default","priority":7,"version":1}`
+	})
+	for _, p := range []string{`7.0`, `0.7e1`} {
+		res, txt, _ := callTool(t, cs, "create_task", map[string]any{"title": "x", "priority": json.RawMessage(p)})
+		if res.IsError {
+			t.Fatalf("priority %s: %s", p, txt)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bodies) != 2 || bodies[0]["priority"] != float64(7) || bodies[1]["priority"] != float64(7) {
+		t.Errorf("bodies %v, want priority 7 twice", bodies)
+	}
+}
+
 // Arguments of the wrong kind are refused naming the argument and what it
 // must be, in plain words: priority 1e300 was "json: cannot unmarshal
 // number 1e300 into Go struct field CreateTaskInput.priority of type int".
