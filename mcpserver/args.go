@@ -30,21 +30,21 @@ func normalize(in *jsonschema.Schema, raw json.RawMessage) json.RawMessage {
 	if json.Unmarshal(raw, &args) != nil || args == nil {
 		return raw
 	}
-	dropped := false
+	changed := false
 	for k, v := range args {
 		if string(bytes.TrimSpace(v)) == "null" {
 			delete(args, k)
-			dropped = true
+			changed = true
 			continue
 		}
 		if p, ok := in.Properties[k]; ok && typeOf(p) == "integer" {
 			if n, ok := wholeNumber(v); ok {
 				args[k] = json.RawMessage(strconv.FormatInt(n, 10))
-				dropped = true
+				changed = true
 			}
 		}
 	}
-	if !dropped {
+	if !changed {
 		return raw
 	}
 	b, err := json.Marshal(args) // RawMessages are kept byte for byte

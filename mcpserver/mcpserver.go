@@ -253,12 +253,8 @@ func (st *stdio) answered(p []byte) []byte {
 		return p
 	}
 	if msg[0] != '[' {
-		if resp, ok := decodeResponse(msg); ok {
-			delete(st.pending, resp.ID)
-			if st.cancelled[resp.ID] {
-				delete(st.cancelled, resp.ID)
-				return nil
-			}
+		if st.dropped(msg) {
+			return nil
 		}
 		return p
 	}
@@ -268,14 +264,9 @@ func (st *stdio) answered(p []byte) []byte {
 	}
 	kept := elems[:0]
 	for _, e := range elems {
-		if resp, ok := decodeResponse(e); ok {
-			delete(st.pending, resp.ID)
-			if st.cancelled[resp.ID] {
-				delete(st.cancelled, resp.ID)
-				continue
-			}
+		if !st.dropped(e) {
+			kept = append(kept, e)
 		}
-		kept = append(kept, e)
 	}
 	switch {
 	case len(kept) == len(elems):
@@ -290,13 +281,20 @@ func (st *stdio) answered(p []byte) []byte {
 	return append(b, '\n')
 }
 
-func decodeResponse(b []byte) (*jsonrpc.Response, bool) {
+// dropped notes b, one message, answered when it is a response, and says
+// whether it answers a request the client cancelled (not to be written).
+func (st *stdio) dropped(b []byte) bool {
 	m, err := jsonrpc.DecodeMessage(b)
-	if err != nil {
-		return nil, false
-	}
 	resp, ok := m.(*jsonrpc.Response)
-	return resp, ok
+	if err != nil || !ok {
+		return false
+	}
+	delete(st.pending, resp.ID)
+	if !st.cancelled[resp.ID] {
+		return false
+	}
+	delete(st.cancelled, resp.ID)
+	return true
 }
 
 // writeRaw writes an answer of requestLines's own.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -17,12 +16,9 @@ var goWords = []string{"reflect", "Go struct", "json:", "unmarshal", "validating
 // refused with the validator's "<invalid reflect.Value> has type null".
 func TestNullArgumentsAreLeftOut(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var bodies []map[string]any
+	var sent bodies
 	cs := session(t, func(r *http.Request, body map[string]any) (int, string) {
-		mu.Lock()
-		bodies = append(bodies, body)
-		mu.Unlock()
+		sent.add(body)
 		if r.Method == http.MethodPatch {
 			return 200, `{"task_id":"u1","title":"new","status":"todo","queue":"default","priority":5,"version":2}`
 		}
@@ -39,9 +35,7 @@ func TestNullArgumentsAreLeftOut(t *testing.T) {
 	if res.IsError || out["ok"] != true {
 		t.Fatalf("update_task with null metadata: %s %v", txt, out)
 	}
-	mu.Lock()
-	last := bodies[len(bodies)-1]
-	mu.Unlock()
+	last := sent.last()
 	for _, k := range []string{"metadata", "not_before", "blocked_by"} {
 		if _, ok := last[k]; ok {
 			t.Errorf("update_task with %s null sent %s: %v", k, k, last)
@@ -87,12 +81,9 @@ func TestNullArgumentsAreLeftOut(t *testing.T) {
 // number. One that is not whole, or too large, is still refused.
 func TestWholeNumbersWrittenAsFloats(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var bodies []map[string]any
+	var sent bodies
 	cs := session(t, func(r *http.Request, body map[string]any) (int, string) {
-		mu.Lock()
-		bodies = append(bodies, body)
-		mu.Unlock()
+		sent.add(body)
 		return 201, `{"task_id":"w1","title":"x","status":"todo","queue":"default","priority":7,"version":1}`
 	})
 	for _, p := range []string{`7.0`, `0.7e1`} {
@@ -101,9 +92,7 @@ func TestWholeNumbersWrittenAsFloats(t *testing.T) {
 			t.Fatalf("priority %s: %s", p, txt)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(bodies) != 2 || bodies[0]["priority"] != float64(7) || bodies[1]["priority"] != float64(7) {
+	if bodies := sent.all(); len(bodies) != 2 || bodies[0]["priority"] != float64(7) || bodies[1]["priority"] != float64(7) {
 		t.Errorf("bodies %v, want priority 7 twice", bodies)
 	}
 }

@@ -38,6 +38,12 @@ func (b *bodies) last() map[string]any {
 	return b.got[len(b.got)-1]
 }
 
+func (b *bodies) all() []map[string]any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]map[string]any(nil), b.got...)
+}
+
 func TestToolSchemasOfTheWorkGraph(t *testing.T) {
 	t.Parallel()
 	cs := session(t, func(*http.Request, map[string]any) (int, string) { return 200, `{}` })

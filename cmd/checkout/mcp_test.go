@@ -436,32 +436,7 @@ func TestMCPQueues(t *testing.T) {
 func TestMCPAnswersALineThatIsNotJSON(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	cmd := exec.Command(binary, "mcp")
-	cmd.Env = cleanEnv("CHECKOUT_URL="+e.srv.URL(), "CHECKOUT_API_KEY="+e.keys["agent-a1b2"])
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(out)
-	next := func() map[string]any {
-		t.Helper()
-		if !lines.Scan() {
-			t.Fatalf("no answer: %v", lines.Err())
-		}
-		var m map[string]any
-		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
-			t.Fatalf("not JSON: %q", lines.Text())
-		}
-		return m
-	}
+	in, next := rawMCP(t, e.srv.URL(), e.keys["agent-a1b2"])
 	io.WriteString(in, "not json at all\n")
 	if m := next(); m["id"] != nil || m["error"] == nil || m["error"].(map[string]any)["code"] != -32700.0 {
 		t.Fatalf("answer to a line that is not JSON: %v, want a parse error with id null", m)
@@ -501,32 +476,7 @@ func TestMCPStatusOfAFreeTask(t *testing.T) {
 func TestMCPSkipsAnOversizedLine(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	cmd := exec.Command(binary, "mcp")
-	cmd.Env = cleanEnv("CHECKOUT_URL="+e.srv.URL(), "CHECKOUT_API_KEY="+e.keys["agent-a1b2"])
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(out)
-	next := func() map[string]any {
-		t.Helper()
-		if !lines.Scan() {
-			t.Fatalf("no answer: %v", lines.Err())
-		}
-		var m map[string]any
-		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
-			t.Fatalf("not JSON: %q", lines.Text())
-		}
-		return m
-	}
+	in, next := rawMCP(t, e.srv.URL(), e.keys["agent-a1b2"])
 	go func() {
 		io.WriteString(in, `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"`+strings.Repeat("a", 17<<20)+`"}}`+"\n")
 		io.WriteString(in, `{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
@@ -575,5 +525,37 @@ func TestMCPAnswersAPipedScript(t *testing.T) {
 	s, err := e.admin.Status(context.Background(), "piped")
 	if err != nil || !s.Locked {
 		t.Fatalf("the task is not checked out: %+v %v", s, err)
+	}
+}
+
+// rawMCP runs `checkout mcp` for key with its stdin and stdout bare: in
+// writes lines to it, next reads its next answer line as JSON.
+func rawMCP(t *testing.T, url, key string) (in io.Writer, next func() map[string]any) {
+	t.Helper()
+	cmd := exec.Command(binary, "mcp")
+	cmd.Env = cleanEnv("CHECKOUT_URL="+url, "CHECKOUT_API_KEY="+key)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := bufio.NewScanner(out)
+	return stdin, func() map[string]any {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("no answer: %v", lines.Err())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+			t.Fatalf("not JSON: %q", lines.Text())
+		}
+		return m
 	}
 }

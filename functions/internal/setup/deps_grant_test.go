@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"testing"
 
 	"github.com/checkout-dev/checkout/deploy"
-	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 )
 
@@ -19,10 +17,7 @@ import (
 // read: a 500 where the local server answers 400 invalid_dependency).
 func TestTasksFunctionChecksAFullBlocker(t *testing.T) {
 	ctx := context.Background()
-	quiet := slog.New(slog.DiscardHandler)
-	env := Env{TablePrefix: testenv.Tables(t).Prefix}
-	used := &usage{prefix: env.TablePrefix}
-	store := NewStore(used.client(deploy.Tasks), nil, env, quiet)
+	store, _, checkGrants := storeOf(t, deploy.Tasks)
 	if _, err := store.CreateTask(ctx, lease.CreateTaskParams{TaskID: "blocker", Title: "blocker"}); err != nil {
 		t.Fatal(err)
 	}
@@ -43,9 +38,5 @@ func TestTasksFunctionChecksAFullBlocker(t *testing.T) {
 	if _, err := store.UpdateTask(ctx, lease.UpdateTaskParams{TaskID: "dep-0000", Title: &title, BlockedBy: &[]string{"blocker"}}); err != nil {
 		t.Errorf("a PATCH keeping its full blocker: %v", err)
 	}
-	for c := range used.calls[deploy.Tasks] {
-		if !allowed(deploy.Tasks, c) {
-			t.Errorf("tasks function calls %q, which deploy.Grants does not grant it: AWS would deny it", c)
-		}
-	}
+	checkGrants()
 }

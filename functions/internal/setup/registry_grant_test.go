@@ -21,8 +21,7 @@ import (
 // read).
 func TestCheckoutsFunctionReadsEveryRegistryPage(t *testing.T) {
 	ctx := context.Background()
-	quiet := slog.New(slog.DiscardHandler)
-	env := Env{TablePrefix: testenv.Tables(t).Prefix}
+	store, env, checkGrants := storeOf(t, deploy.Checkouts)
 	db := lease.NewLocalClient(testenv.Endpoint())
 	table := schema.Names{Prefix: env.TablePrefix}.Table(schema.HeartbeatsTable)
 	put := func(id string, item map[string]types.AttributeValue) {
@@ -34,14 +33,28 @@ func TestCheckoutsFunctionReadsEveryRegistryPage(t *testing.T) {
 	put("#queues", map[string]types.AttributeValue{"queues": &types.AttributeValueMemberSS{Value: []string{"a"}}, "pages": &types.AttributeValueMemberN{Value: "2"}})
 	put("#queues#1", map[string]types.AttributeValue{"queues": &types.AttributeValueMemberSS{Value: []string{"b"}}})
 
-	used := &usage{prefix: env.TablePrefix}
-	store := NewStore(used.client(deploy.Checkouts), nil, env, quiet)
 	if _, err := store.Checkout(ctx, lease.CheckoutParams{TaskID: "auto-created", AgentID: "alice", CreateIfMissing: true}); err != nil {
 		t.Fatal(err)
 	}
-	for c := range used.calls[deploy.Checkouts] {
-		if !allowed(deploy.Checkouts, c) {
-			t.Errorf("checkouts function calls %q, which deploy.Grants does not grant it: AWS would deny it", c)
+	checkGrants()
+}
+
+// storeOf is a store as function fn builds it, on tables of the test's
+// own, whose DynamoDB calls are recorded; checkGrants fails the test for
+// each call deploy.Grants does not grant fn (AWS would deny it).
+func storeOf(t *testing.T, fn string) (store *lease.Store, env Env, checkGrants func()) {
+	t.Helper()
+	env = Env{TablePrefix: testenv.Tables(t).Prefix}
+	used := &usage{prefix: env.TablePrefix}
+	store = NewStore(used.client(fn), nil, env, slog.New(slog.DiscardHandler))
+	return store, env, func() {
+		t.Helper()
+		used.mu.Lock()
+		defer used.mu.Unlock()
+		for c := range used.calls[fn] {
+			if !allowed(fn, c) {
+				t.Errorf("%s function calls %q, which deploy.Grants does not grant it: AWS would deny it", fn, c)
+			}
 		}
 	}
 }
