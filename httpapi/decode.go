@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/checkout-dev/checkout/errcode"
+	"github.com/checkout-dev/checkout/internal/jsonnum"
 	"github.com/checkout-dev/checkout/lease"
 )
 
@@ -27,6 +28,7 @@ import (
 // decode reads a JSON object into v strictly: wrong types, anything but an
 // object and trailing data are 400 invalid_json; a body over MaxBodyBytes is
 // 413. An empty body is the empty object. Then exactFields checks its keys.
+// v points to a zero value, which a body decoded again starts from.
 func decode(r *http.Request, v any) error {
 	data, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -43,15 +45,31 @@ func decode(r *http.Request, v any) error {
 	if data[0] != '{' {
 		return errorf(errcode.InvalidJSON, "the request body must be a JSON object")
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err, reflect.TypeOf(v))
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errorf(errcode.InvalidJSON, "the request body has data after the JSON object")
+	// A whole number written 5.0 or 5e0 for an integer field is that
+	// integer, as JSON Schema (and so the OpenAPI document) counts it:
+	// each such literal is rewritten and the body decoded again.
+	for rewrites := 0; ; rewrites++ {
+		reflect.ValueOf(v).Elem().SetZero()
+		dec := json.NewDecoder(bytes.NewReader(data))
+		err := dec.Decode(v)
+		if err == nil {
+			if _, err := dec.Token(); err != io.EOF {
+				return errorf(errcode.InvalidJSON, "the request body has data after the JSON object")
+			}
+			break
+		}
+		fixed, ok := jsonnum.Rewrite(data, err)
+		if !ok || rewrites == maxNumberRewrites {
+			return jsonError(err, reflect.TypeOf(v))
+		}
+		data = fixed
 	}
 	return exactFields(data, reflect.TypeOf(v), "")
 }
+
+// maxNumberRewrites bounds the integers of one body written as fractions
+// that decode rewrites: a batch of 25 tasks has at most 50 integer fields.
+const maxNumberRewrites = 64
 
 // exactFields checks the keys of every object in data that t (or what t
 // holds, at any depth) gives fields to: each must name a field exactly as

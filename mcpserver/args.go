@@ -9,13 +9,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/checkout-dev/checkout/internal/jsonnum"
 )
 
 // normalize removes the top-level arguments whose value is null: many
@@ -38,7 +39,7 @@ func normalize(in *jsonschema.Schema, raw json.RawMessage) json.RawMessage {
 			continue
 		}
 		if p, ok := in.Properties[k]; ok && typeOf(p) == "integer" {
-			if n, ok := wholeNumber(v); ok {
+			if n, ok := jsonnum.Whole(v); ok {
 				args[k] = json.RawMessage(strconv.FormatInt(n, 10))
 				changed = true
 			}
@@ -52,21 +53,6 @@ func normalize(in *jsonschema.Schema, raw json.RawMessage) json.RawMessage {
 		return raw
 	}
 	return b
-}
-
-// wholeNumber is v, a JSON number written with a fraction or an exponent,
-// when its value is a whole number a float64 holds exactly (|n| <= 2^53);
-// ok is false for anything else, an integer literal included.
-func wholeNumber(v json.RawMessage) (int64, bool) {
-	v = bytes.TrimSpace(v)
-	if !bytes.ContainsAny(v, ".eE") {
-		return 0, false
-	}
-	var f float64
-	if json.Unmarshal(v, &f) != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
-		return 0, false
-	}
-	return int64(f), true
 }
 
 // checkArgs says in plain words what is wrong with raw, a tool's
