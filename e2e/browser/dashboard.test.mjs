@@ -569,6 +569,20 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     assert.equal(await admin.locator('body').filter({ hasText: '^[A-Za-z0-9]' }).count(), 0, 'no regular expression shown');
   });
 
+  test('a task list address with a status that is none shows every status and says so', async () => {
+    await admin.goto(server.url + '/#/tasks/bogus');
+    await admin.locator('#notice').filter({ hasText: 'There is no status “bogus”: showing tasks of every status.' }).waitFor();
+    assert.equal(await admin.evaluate(() => location.hash), '#/tasks', 'the address says what is shown');
+    assert.equal(await admin.locator('#t-status').inputValue(), '');
+    assert.equal(await admin.title(), 'Tasks · checkout');
+    // Addresses that only read otherwise than written are made plain, silently.
+    await admin.goto(server.url + '/#/tasks/todo/');
+    await admin.waitForFunction(() => location.hash === '#/tasks/todo');
+    assert.equal(await admin.locator('#t-status').inputValue(), 'todo');
+    await admin.goto(server.url + '/#/tasks/all');
+    await admin.waitForFunction(() => location.hash === '#/tasks');
+  });
+
   test('a task page reads a long trail page by page', async () => {
     await must(keys.alice, 'POST', '/api/tasks', { task_id: 'p-long', title: 'A long trail' });
     // The trail's two pages, answered by the browser: the second only for

@@ -202,6 +202,15 @@ function route(initial = false) {
   if (!next || !allowed(next.view)) {
     next = { view: 'checkouts', arg: null };
     if (location.hash && location.hash !== '#/checkouts') history.replaceState(null, '', '#/checkouts');
+  } else if (views[next.view].canonical) {
+    // An address the view reads otherwise than written (#/tasks/bogus
+    // shows every status) is replaced by the one it shows, and why said.
+    const { arg, problem } = views[next.view].canonical(next.arg);
+    if (arg !== next.arg) {
+      next = { ...next, arg };
+      history.replaceState(null, '', `#/${next.view}${arg ? '/' + arg : ''}`);
+      if (problem) notice(problem);
+    }
   }
   const changed = !current || current.view !== next.view || current.arg !== next.arg;
   current = next;

@@ -46,6 +46,16 @@ const view = {
     });
   },
 
+  // canonical is the address of what arg shows: a status that is none
+  // is dropped (every status is shown), and so is "all" with no queue.
+  canonical(arg) {
+    const { status, queue } = parseArg(arg);
+    const [s = ''] = String(arg || '').split('/');
+    const problem = s && s !== 'all' && !STATUSES.includes(s)
+      ? `There is no status “${s.length > 40 ? s.slice(0, 40) + '…' : s}”: showing tasks of every status.` : '';
+    return { arg: makeArg(status, queue), problem };
+  },
+
   enter(_ctx, arg) {
     const { status, queue } = parseArg(arg);
     $('t-status').value = STATUSES.includes(status) ? status : '';
