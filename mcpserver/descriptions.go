@@ -142,7 +142,7 @@ type UpdateTaskInput struct {
 	MaxAttempts *int      `json:"max_attempts,omitempty" jsonschema:"failed attempts before the task is failed, 1 to {max_max_attempts}"`
 	RetryDelay  string    `json:"retry_delay,omitempty" jsonschema:"wait after a failed attempt, as a Go duration 0s to {max_retry_wait}"`
 	NotBefore   *string   `json:"not_before,omitempty" jsonschema:"an RFC 3339 time before which nobody may take it; \"\" clears it"`
-	Version     int64     `json:"version,omitempty" jsonschema:"change it only if its version (from get_task) is still this"`
+	Version     *int64    `json:"version,omitempty" jsonschema:"change it only if its version (from get_task, 1 or more) is still this"`
 }
 
 // LeaseInput names a lease: the task, and optionally the fence of a lease

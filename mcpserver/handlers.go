@@ -282,8 +282,16 @@ func (t *tools) updateTask(ctx context.Context, in UpdateTaskInput) (TaskResult,
 		in.BlockedBy == nil && in.MaxAttempts == nil && in.RetryDelay == "" && in.NotBefore == nil {
 		return TaskResult{}, &argError{"nothing to change: give title, description, queue, priority, metadata, status, blocked_by, max_attempts, retry_delay or not_before"}
 	}
+	// A version given is a condition: 0 (which no task has) would be
+	// none, and the change made whatever the task's version.
+	var ifVersion int64
+	if in.Version != nil {
+		if ifVersion = *in.Version; ifVersion < 1 {
+			return TaskResult{}, &argError{fmt.Sprintf("version must be 1 or more, not %d: give the version get_task showed, or leave it out to change the task whatever its version", ifVersion)}
+		}
+	}
 	req := client.UpdateTaskRequest{Title: in.Title, Description: in.Description, Queue: in.Queue, Priority: in.Priority,
-		Metadata: rawObject(in.Metadata), Status: in.Status, IfVersion: in.Version, BlockedBy: in.BlockedBy, MaxAttempts: in.MaxAttempts}
+		Metadata: rawObject(in.Metadata), Status: in.Status, IfVersion: ifVersion, BlockedBy: in.BlockedBy, MaxAttempts: in.MaxAttempts}
 	var err error
 	if req.RetryDelay, err = parseDelay(in.RetryDelay); err != nil {
 		return TaskResult{}, err
@@ -308,7 +316,7 @@ func (t *tools) updateTask(ctx context.Context, in UpdateTaskInput) (TaskResult,
 		return TaskResult{}, anotherAgent(ne.Holder)
 	case errors.Is(err, client.ErrVersionMismatch):
 		return TaskResult{}, &stated{Outcome{Code: errcode.VersionMismatch, Message: fmt.Sprintf(
-			"task %s has changed since version %d, the version you gave: read it again (get_task) and give its current version", in.TaskID, in.Version)}}
+			"task %s has changed since version %d, the version you gave: read it again (get_task) and give its current version", in.TaskID, ifVersion)}}
 	case err != nil:
 		return TaskResult{}, err
 	}

@@ -11,7 +11,9 @@ import (
 // and the CLI (--fence 0) refuse it: it was taken for "no fence", so
 // renew_task {"fence": 0} renewed the session's lease instead. A limit of
 // 0 is refused too, as the CLI's --limit 0 is, rather than taken for the
-// default; leaving either out still works.
+// default; and so is an update_task version of 0, which was taken for no
+// version (the change made whatever the task's version), where the API
+// refuses If-Match: 0. Leaving any of them out still works.
 func TestZeroFenceAndLimitAreRefused(t *testing.T) {
 	t.Parallel()
 	var requests atomic.Int64
@@ -32,6 +34,8 @@ func TestZeroFenceAndLimitAreRefused(t *testing.T) {
 		{"list_checkouts", map[string]any{"limit": 0}, "limit 0 is out of range"},
 		{"read_inbox", map[string]any{"limit": 0}, "limit 0 is out of range"},
 		{"list_queues", map[string]any{"limit": 0}, "limit 0 is out of range"},
+		{"update_task", map[string]any{"task_id": "f1", "title": "x", "version": 0}, "version must be 1 or more"},
+		{"update_task", map[string]any{"task_id": "f1", "title": "x", "version": -2}, "version must be 1 or more"},
 	} {
 		res, txt, out := callTool(t, cs, tc.tool, tc.args)
 		if !res.IsError || out["code"] != "invalid_arguments" || !strings.Contains(txt, tc.want) {
