@@ -314,14 +314,25 @@ func (s *Store) listTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 				return TaskPage{}, err
 			}
 		}
-		batch, more, err := s.listStatus(ctx, st, p.Queue, at, p.Limit-len(items))
-		if err != nil {
-			return TaskPage{}, err
+		// A read may list fewer than asked and not be at the end (a
+		// queue's filter, tasks that moved on): read on a few times,
+		// so that a page is seldom short, and empty only at the end or
+		// after maxListReads reads that found nothing.
+		var more *listPos
+		for reads := 1; ; reads++ {
+			batch, after, err := s.listStatus(ctx, st, p.Queue, at, p.Limit-len(items))
+			if err != nil {
+				return TaskPage{}, err
+			}
+			for _, it := range batch {
+				listed[it.TaskID] = st
+			}
+			items, more = append(items, batch...), after
+			if more == nil || len(items) >= p.Limit || reads == maxListReads {
+				break
+			}
+			at = *more
 		}
-		for _, it := range batch {
-			listed[it.TaskID] = st
-		}
-		items = append(items, batch...)
 		if more == nil { // this status is listed to its end
 			if len(items) >= p.Limit && i+1 < len(statuses) {
 				next = encodeCursor(cursor{Listing: cursorListing, ListStatus: p.Status, ListQueue: p.Queue, Status: i + 1})
@@ -367,6 +378,9 @@ func (s *Store) listTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 	}
 	return page, nil
 }
+
+// maxListReads bounds the reads of one status for one page of a listing.
+const maxListReads = 4
 
 // listStatus reads up to limit tasks of status st (of queue, if not "")
 // from at on, each as its item is now (confirm), and the position after
@@ -765,13 +779,15 @@ func (s *Store) listByStatus(ctx context.Context, st Status, queue string, at li
 				pos[shard] = it.CreatedKey
 			}
 		}
+		// A shard whose every task read was listed (none, say, when the
+		// filter took them all) goes on from where its Query stopped:
+		// nothing between its last task and the stop is of the listing.
+		allListed := len(r.items) == 0 || r.items[len(r.items)-1].CreatedKey <= last
 		switch {
-		case r.stop == "" && (len(r.items) == 0 || r.items[len(r.items)-1].CreatedKey <= last):
+		case r.stop == "" && allListed:
 			pos[shard] = shardDone
-		case r.stop != "" && r.stop <= last:
+		case r.stop != "" && allListed:
 			pos[shard] = r.stop
-		case r.stop != "" && r.stop == bound && len(all) < limit:
-			pos[shard] = r.stop // filtered out up to there
 		}
 	}
 	if !slices.ContainsFunc(pos, func(k string) bool { return k != shardDone }) {

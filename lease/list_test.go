@@ -263,3 +263,54 @@ func TestListCursorKeepsItsListing(t *testing.T) {
 	_, err := e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo, Cursor: all.NextCursor})
 	expectRule(t, err, ruleFailure{"cursor", "invalid_request", "cursor continues the listing of every task: give no status or queue with it"})
 }
+
+// A listing of one status in one queue reads its status's index with the
+// queue as a filter. Where the queue holds few of the status's tasks, a
+// read finds none of them in most shards: such a shard goes on from where
+// its read stopped, and a short page reads on, so that a page is not
+// empty while the queue's tasks are still ahead. (Each page of such a walk
+// used to move one shard of sixteen on: 200 cancelled tasks of another
+// queue made a walk of 5 at a time answer dozens of empty pages before
+// the queue's own.)
+func TestListOfARareQueueFindsItsTasksWithoutEmptyPages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	cancel := func(id, queue string) {
+		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: id, Queue: queue}))
+		st := lease.StatusCancelled
+		must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: id, AgentID: "admin", Admin: true, Status: &st}))
+		e.clock.Advance(time.Millisecond)
+	}
+	for i := range 200 {
+		cancel(fmt.Sprintf("other-%03d", i), "other")
+	}
+	var want []string
+	for i := range 3 {
+		id := fmt.Sprintf("rare-%d", i)
+		cancel(id, "rare")
+		want = append(want, id)
+	}
+	cancel("other-last", "other")
+
+	var got []string
+	pages, empty := 0, 0
+	for p := (lease.ListTasksParams{Status: lease.StatusCancelled, Queue: "rare", Limit: 5}); ; {
+		page := must[lease.TaskPage](t)(e.store.ListTasks(c, p))
+		pages++
+		if len(page.Tasks) == 0 && page.NextCursor != "" {
+			empty++
+		}
+		got = append(got, listedIDs(page)...)
+		if page.NextCursor == "" || pages > 100 {
+			break
+		}
+		p = lease.ListTasksParams{Cursor: page.NextCursor, Limit: 5}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the walk listed %v, want %v", got, want)
+	}
+	if empty > 0 || pages > 2 {
+		t.Errorf("the walk took %d pages, %d of them empty with a cursor; want at most 2 and none empty", pages, empty)
+	}
+}
