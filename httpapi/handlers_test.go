@@ -280,7 +280,8 @@ func TestNotFound(t *testing.T) {
 }
 
 // A route's path with another method is not allowed, and Allow lists the
-// methods it takes.
+// methods it takes: for /api/tasks/batch, those of a batch and of a task
+// called "batch".
 func TestMethodNotAllowed(t *testing.T) {
 	t.Parallel()
 	hs := newHarness(t)
@@ -288,7 +289,8 @@ func TestMethodNotAllowed(t *testing.T) {
 		"POST /healthz":                "GET",
 		"PUT /api/tasks":               "GET, POST",
 		"DELETE /api/tasks/t1":         "GET, PATCH",
-		"DELETE /api/tasks/batch":      "GET, PATCH",
+		"DELETE /api/tasks/batch":      "GET, PATCH, POST", // a batch, or the task "batch"
+		"PUT /api/tasks/batch":         "GET, PATCH, POST",
 		"PATCH /api/tasks/t1/checkout": "GET, POST",
 		"GET /api/claim":               "POST",
 		"POST /api/inbox/m-1":          "DELETE",
@@ -299,6 +301,9 @@ func TestMethodNotAllowed(t *testing.T) {
 			res := hs.do(method, path, "", "").expect(t, 405, "method_not_allowed")
 			if got := res.header.Get("Allow"); got != allow {
 				t.Errorf("%s %s: Allow %q, want %q", method, path, got, allow)
+			}
+			if msg, _ := res.json["error"].(string); !strings.HasSuffix(msg, "allowed: "+allow) {
+				t.Errorf("%s %s: %q does not end with the methods allowed", method, path, msg)
 			}
 		})
 	}

@@ -22,7 +22,7 @@ import (
 	"net/http"
 	"path"
 	"runtime/debug"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -182,12 +182,17 @@ func New(svc Service, opts Options) http.Handler {
 			continue
 		}
 		// A pattern without a method matches only what the ones with a
-		// method did not: the same path with another method.
-		sort.Strings(ms)
-		allow := strings.Join(ms, ", ")
+		// method did not: the same path with another method. A path that
+		// is also a task's allows the methods of both.
 		s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			on, allowed := pattern, ms
+			if shadowsTaskID[r.URL.Path] {
+				on, allowed = r.URL.Path, append(slices.Clone(ms), methods[r.URL.Path]...)
+			}
+			slices.Sort(allowed)
+			allow := strings.Join(slices.Compact(allowed), ", ")
 			w.Header().Set("Allow", allow)
-			s.fail(w, r, errorf(errcode.MethodNotAllowed, "method %s is not allowed on %s; allowed: %s", r.Method, pattern, allow))
+			s.fail(w, r, errorf(errcode.MethodNotAllowed, "method %s is not allowed on %s; allowed: %s", r.Method, on, allow))
 		})
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
