@@ -9,7 +9,7 @@
 //	DYNAMODB_ENDPOINT           use this DynamoDB-compatible endpoint instead of starting dynalite
 //	CHECKOUT_DATA_DIR           keep dynalite's data in this directory (default: in memory)
 //	CHECKOUT_TABLE_PREFIX       table name prefix (default checkout-)
-//	CHECKOUT_ADMIN_KEY          the admin's API key (default: generated and logged once)
+//	CHECKOUT_ADMIN_KEY          the admin's API key, 16 or more visible ASCII characters (default: generated and logged once)
 //	CHECKOUT_SWEEP_INTERVAL     how often the sweep runs (default 15s)
 //	CHECKOUT_AUTO_CREATE_TASKS  true: checking out an unknown task creates it
 //	CHECKOUT_LEASE_SHARDS       partitions of the lease-expiry and heartbeats indexes (default 16, 1 to 256)
@@ -50,6 +50,7 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/checkout-dev/checkout/internal/webhook"
 	"github.com/checkout-dev/checkout/lease"
@@ -109,6 +110,10 @@ func configFrom(getenv func(string) string) (localserver.Config, error) {
 		TablePrefix:    getenv("CHECKOUT_TABLE_PREFIX"),
 		AdminKey:       getenv("CHECKOUT_ADMIN_KEY"),
 		DataDir:        getenv("CHECKOUT_DATA_DIR"),
+	}
+	if k := cfg.AdminKey; k != "" && !usableKey(k) {
+		// Not shown: it is a secret.
+		return cfg, fmt.Errorf("CHECKOUT_ADMIN_KEY: want at least 16 characters, letters, digits and punctuation without spaces (the one given has %d); or leave it unset, and one is generated", utf8.RuneCountInString(k))
 	}
 	if v := getenv("CHECKOUT_SWEEP_INTERVAL"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -173,4 +178,19 @@ func logLevel(s string) slog.Level {
 		return slog.LevelInfo
 	}
 	return l
+}
+
+// usableKey says whether k can be an API key sent as a bearer token: at
+// least 16 characters (as the store asks of every key), each visible
+// ASCII.
+func usableKey(k string) bool {
+	if len(k) < 16 {
+		return false
+	}
+	for i := range len(k) {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }

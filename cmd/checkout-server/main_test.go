@@ -23,7 +23,7 @@ func TestConfigFrom(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{
 		"CHECKOUT_ADDR": "127.0.0.1:4000", "DYNAMODB_ENDPOINT": "http://127.0.0.1:8000",
-		"CHECKOUT_TABLE_PREFIX": "dev-", "CHECKOUT_ADMIN_KEY": "ck_admin",
+		"CHECKOUT_TABLE_PREFIX": "dev-", "CHECKOUT_ADMIN_KEY": "ck_admin_0123456789",
 		"CHECKOUT_SWEEP_INTERVAL": "2s", "CHECKOUT_AUTO_CREATE_TASKS": "true",
 		"CHECKOUT_DATA_DIR":     "/var/lib/checkout",
 		"CHECKOUT_LEASE_SHARDS": "32", "CHECKOUT_STATUS_SHARDS": "20", "CHECKOUT_CLAIM_SHARDS": "8", "CHECKOUT_FEED_SHARDS": "64",
@@ -33,7 +33,7 @@ func TestConfigFrom(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Addr != "127.0.0.1:4000" || cfg.DynamoEndpoint != "http://127.0.0.1:8000" || cfg.TablePrefix != "dev-" ||
-		cfg.AdminKey != "ck_admin" || cfg.SweepInterval != 2*time.Second || !cfg.AutoCreateTasks ||
+		cfg.AdminKey != "ck_admin_0123456789" || cfg.SweepInterval != 2*time.Second || !cfg.AutoCreateTasks ||
 		cfg.DataDir != "/var/lib/checkout" || cfg.Shards != (schema.ShardCounts{Lease: 32, Status: 20, Claim: 8, Feed: 64}) {
 		t.Fatalf("%+v", cfg)
 	}
@@ -50,6 +50,19 @@ func TestConfigFrom(t *testing.T) {
 				t.Fatalf("%s=%s: %v", k, v, err)
 			}
 		})
+	}
+	// An admin key the store would refuse, or that cannot be sent as a
+	// bearer token, is refused at start, naming the variable and not the
+	// secret (it used to stop the server after dynalite had started, as
+	// "admin agent: lease: api key must be at least 16 characters").
+	for _, key := range []string{"short", "fifteen-chars-x", "has a space in it, long", "tab\tinside-0123456789", "naïve-key-0123456789"} {
+		_, err := configFrom(func(k string) string { return map[string]string{"CHECKOUT_ADMIN_KEY": key}[k] })
+		if err == nil || !strings.HasPrefix(err.Error(), "CHECKOUT_ADMIN_KEY: ") || strings.Contains(err.Error(), key) {
+			t.Errorf("admin key %q: %v; want refused, naming the variable but not the key", key, err)
+		}
+	}
+	if _, err := configFrom(func(k string) string { return map[string]string{"CHECKOUT_ADMIN_KEY": "sixteen-chars-ok"}[k] }); err != nil {
+		t.Errorf("a 16-character key: %v", err)
 	}
 	if _, err := configFrom(func(k string) string { return map[string]string{"CHECKOUT_SWEEP_INTERVAL": "-1s"}[k] }); err == nil {
 		t.Fatal("negative interval accepted")
