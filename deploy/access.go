@@ -55,10 +55,10 @@ var Grants = map[string][]Grant{
 		{Table: schema.TasksTable, Actions: []string{"PutItem", "GetItem", "UpdateItem", "BatchGetItem", "DeleteItem"}, QueryIndexes: []string{schema.TasksByStatus, schema.TasksByLeaseExpiry, schema.TasksByClaim}},
 		// GetItem and BatchGetItem also read the queue counters and the
 		// queue registry, which UpdateItem adds a task's new queue to
-		// before its first task is written; PutItem and DeleteItem take
-		// and give back the graph's lock, which a PATCH naming blockers
-		// holds.
-		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem", "PutItem", "DeleteItem", "UpdateItem"}},
+		// before its first task is written; GetItem reads the graph's
+		// epoch and UpdateItem takes and gives back its lock, which a
+		// PATCH naming blockers holds for its writes.
+		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem", "UpdateItem"}},
 		// by_feed: the fleet feed, GET /api/events.
 		{Table: schema.EventsTable, Actions: []string{"Query"}, QueryIndexes: []string{schema.EventsByFeed}},
 		// A watch is an item of its own: read the task's watches, place one.

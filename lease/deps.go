@@ -2,10 +2,10 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -108,9 +108,10 @@ import (
 // maxGraphWalk tasks) must not reach the task. A new task cannot close a
 // cycle, since no task can name it before it exists. Two PATCHes that
 // each add one edge of a cycle could each walk before the other's write,
-// and both pass: so a PATCH that names blockers holds the graph's lock
-// (lockGraph) from before its walk until after its write, and such
-// PATCHes run one at a time across every process.
+// and both pass: so a PATCH writes new blockers only if no other change
+// of blocked_by was written since its walk began (the graph's epoch,
+// below), and walks again if one was. Only its writes hold the graph's
+// lock, never its walk: a long walk delays no one else.
 
 // Attempts and failed tasks.
 //
@@ -228,6 +229,9 @@ func (s *Store) checkCycle(ctx context.Context, taskID string, blockers map[stri
 		got, err := s.readTasks(ctx, level)
 		if err != nil {
 			return err
+		}
+		if s.walked != nil {
+			s.walked()
 		}
 		for _, it := range got {
 			visit(it)
@@ -631,48 +635,102 @@ func (s *Store) fillGraph(ctx context.Context, items ...*taskItem) error {
 	return g.Wait()
 }
 
-// The graph's lock: an item of the heartbeats table, "#graph" (a key no
-// agent id can take), that a PATCH naming blockers puts on condition that
-// no other holds it (or that its holder's time is up), and deletes on
-// condition that it is still its own. A holder that stopped without
-// deleting it holds it for graphLockTTL at most. A PATCH that spent
-// longer than that inside the lock might race another one: it finds out
-// when it gives the lock back, and logs it.
+// The graph's lock and epoch: an item of the heartbeats table, "#graph"
+// (a key no agent id can take). Its epoch counts the changes of
+// blocked_by written; its token, while there, says a change holds the
+// lock, until its until.
+//
+// A PATCH that names new blockers reads the epoch (graphEpoch) before it
+// reads the blockers and walks from them, with no lock held: a walk may
+// be long (up to maxGraphWalk tasks), and a lock held for it would make
+// every other change of blocked_by, fleet-wide, wait on the graph one
+// caller chose. After its walk it takes the lock on condition that the
+// epoch is still the one it read (lockGraph), so that no change was
+// written since its reads began; makes its writes (edges, task); and
+// gives the lock back with the epoch one higher (unlockGraph). If the
+// epoch has moved, it walks again. A change of blocked_by written while
+// the walk ran was written under the lock, and gave it back with the
+// epoch moved; one that held the lock and stopped before giving it back
+// (its write may have landed after the walk's reads) is taken over once
+// its until has passed, which moves the epoch too. So two changes whose
+// walks overlap cannot both write on what they walked: the second walks
+// again and sees the first's edge. The lock is held only for a few
+// writes, far less than graphLockTTL.
 const (
 	graphLockID  = "#graph"
 	graphLockTTL = 10 * time.Second
 )
 
-// lockGraph takes the graph's lock, waiting while another holds it (for
-// graphWait, twice its ttl: a holder that stopped frees it within one;
-// then ErrBusy), and returns the function that gives it back.
-func (s *Store) lockGraph(ctx context.Context) (unlock func(), err error) {
+// errGraphChanged says a change of blocked_by was written since the
+// epoch a walk began at: walk again.
+var errGraphChanged = errors.New("the task graph changed during the walk")
+
+// graphLockItem is the graph's lock and epoch.
+type graphLockItem struct {
+	Token string `dynamodbav:"token"`
+	Until int64  `dynamodbav:"until"`
+	Epoch int64  `dynamodbav:"epoch"`
+}
+
+// graphEpoch reads the graph's epoch: 0 before any change of blocked_by.
+func (s *Store) graphEpoch(ctx context.Context) (int64, error) {
+	it, err := getItem[graphLockItem](ctx, s.db, s.heartbeats, agentKey(graphLockID))
+	if err != nil || it == nil {
+		return 0, err
+	}
+	return it.Epoch, nil
+}
+
+// lockGraph takes the graph's lock on condition that its epoch is still
+// epoch (errGraphChanged when it is not), waiting while another change
+// holds it (for graphWait at most, then ErrBusy), and returns the
+// function that gives it back with the epoch moved on.
+func (s *Store) lockGraph(ctx context.Context, epoch int64) (unlock func(), err error) {
 	token := newID("graph-")
+	same := expression.Name("epoch").Equal(expression.Value(epoch))
+	if epoch == 0 {
+		same = expression.AttributeNotExists(expression.Name("epoch"))
+	}
 	deadline := time.Now().Add(s.graphWait)
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		now := s.clock()
-		cond := expression.AttributeNotExists(expression.Name("token")).Or(expression.Name("until").LessThanEqual(expression.Value(ms(now))))
-		expr, err := expression.NewBuilder().WithCondition(cond).Build()
+		upd := expression.Set(expression.Name("token"), expression.Value(token)).
+			Set(expression.Name("until"), expression.Value(ms(now.Add(graphLockTTL)))).
+			Remove(expression.Name("ttl")) // set by versions before the epoch: the item is kept
+		expr, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("token")).And(same)).WithUpdate(upd).Build()
 		if err != nil {
 			return nil, err
 		}
-		_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
-			TableName: &s.heartbeats,
-			Item: map[string]types.AttributeValue{
-				"agent_id": &types.AttributeValueMemberS{Value: graphLockID},
-				"token":    &types.AttributeValueMemberS{Value: token},
-				"until":    &types.AttributeValueMemberN{Value: strconv.FormatInt(ms(now.Add(graphLockTTL)), 10)},
-				"ttl":      &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(24*time.Hour).Unix(), 10)},
-			},
-			ConditionExpression:       expr.Condition(),
-			ExpressionAttributeNames:  expr.Names(),
-			ExpressionAttributeValues: expr.Values(),
+		_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                           &s.heartbeats,
+			Key:                                 agentKey(graphLockID),
+			ConditionExpression:                 expr.Condition(),
+			UpdateExpression:                    expr.Update(),
+			ExpressionAttributeNames:            expr.Names(),
+			ExpressionAttributeValues:           expr.Values(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		})
-		if _, held := conditionFailed(err); !held {
+		item, refused := conditionFailed(err)
+		if !refused {
 			if err != nil {
 				return nil, fmt.Errorf("lock the task graph: %w", err)
 			}
-			return func() { s.unlockGraph(token) }, nil
+			return func() { s.unlockGraph(token, epoch+1) }, nil
+		}
+		var old graphLockItem
+		if err := attributevalue.UnmarshalMap(item, &old); err != nil {
+			return nil, fmt.Errorf("lock the task graph: %w", err)
+		}
+		switch {
+		case old.Epoch != epoch:
+			return nil, errGraphChanged
+		case old.Token != "" && old.Until <= ms(now):
+			// Its holder stopped without giving it back, and its write
+			// may have landed after this walk's reads.
+			if err := s.takeOverGraph(ctx, old.Token); err != nil {
+				return nil, err
+			}
+			return nil, errGraphChanged
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("lock the task graph: held by other changes for %v: %w", s.graphWait, ErrBusy)
@@ -685,27 +743,57 @@ func (s *Store) lockGraph(ctx context.Context) (unlock func(), err error) {
 	}
 }
 
-// unlockGraph gives the graph's lock back, if it is still token's. It runs
-// after the PATCH's answer is decided, on a context of its own.
-func (s *Store) unlockGraph(token string) {
+// takeOverGraph frees the lock that token held past its until, moving the
+// epoch on: whatever its holder wrote, a walk from before it walks again.
+func (s *Store) takeOverGraph(ctx context.Context, token string) error {
+	upd := expression.Add(expression.Name("epoch"), expression.Value(1)).
+		Remove(expression.Name("token")).Remove(expression.Name("until"))
+	expr, err := expression.NewBuilder().WithCondition(expression.Name("token").Equal(expression.Value(token))).WithUpdate(upd).Build()
+	if err != nil {
+		return err
+	}
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.heartbeats,
+		Key:                       agentKey(graphLockID),
+		ConditionExpression:       expr.Condition(),
+		UpdateExpression:          expr.Update(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	if _, lost := conditionFailed(err); lost {
+		return nil // taken over by another already
+	}
+	if err != nil {
+		return fmt.Errorf("take over the task graph's lock: %w", err)
+	}
+	return nil
+}
+
+// unlockGraph gives the graph's lock back, if it is still token's, with
+// the epoch at next. It runs after the PATCH's write, on a context of its
+// own.
+func (s *Store) unlockGraph(token string, next int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	expr, err := expression.NewBuilder().WithCondition(expression.Name("token").Equal(expression.Value(token))).Build()
+	upd := expression.Set(expression.Name("epoch"), expression.Value(next)).
+		Remove(expression.Name("token")).Remove(expression.Name("until"))
+	expr, err := expression.NewBuilder().WithCondition(expression.Name("token").Equal(expression.Value(token))).WithUpdate(upd).Build()
 	if err == nil {
-		_, err = s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 &s.heartbeats,
 			Key:                       agentKey(graphLockID),
 			ConditionExpression:       expr.Condition(),
+			UpdateExpression:          expr.Update(),
 			ExpressionAttributeNames:  expr.Names(),
 			ExpressionAttributeValues: expr.Values(),
 		})
 	}
 	if _, lost := conditionFailed(err); lost {
-		s.log.WarnContext(ctx, "the task graph's lock was taken over before it was given back: a change of blocked_by ran longer than the lock's ttl", "ttl", graphLockTTL)
+		s.log.WarnContext(ctx, "the task graph's lock was taken over before it was given back: a change of blocked_by held it longer than its ttl", "ttl", graphLockTTL)
 		return
 	}
 	if err != nil {
-		// Not given back: it frees itself at its ttl.
+		// Not given back: it is taken over once its until has passed.
 		s.log.WarnContext(ctx, "give back the task graph's lock", "err", err)
 	}
 }

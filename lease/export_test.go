@@ -14,6 +14,9 @@ func SpreadClaims(s *Store, w int) {
 // graph's lock before answering ErrBusy.
 func WaitForGraphLock(s *Store, d time.Duration) { s.graphWait = d }
 
+// OnGraphWalk makes s call f after each level of a cycle walk is read.
+func OnGraphWalk(s *Store, f func()) { s.walked = f }
+
 // LimitDependents sets how many tasks one task of s may block.
 func LimitDependents(s *Store, n int) { s.maxDependents = n }
 

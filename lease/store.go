@@ -98,6 +98,9 @@ type Store struct {
 	// graphWait is how long a change of blocked_by waits for the graph's
 	// lock (deps.go) before it answers ErrBusy.
 	graphWait time.Duration
+	// walked, when set (in tests), is called after each level of a
+	// cycle walk has been read.
+	walked func()
 	// maxDependents is MaxDependents (lower in tests).
 	maxDependents int
 	// registryPage is RegistryPage (lower in tests).

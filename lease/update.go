@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -63,29 +64,41 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 	if err := CheckWorkFields(p.MaxAttempts, p.RetryDelay); err != nil {
 		return Task{}, err
 	}
-	var blockers map[string]*taskItem
 	if p.BlockedBy != nil {
 		ids, err := checkBlockers(p.TaskID, *p.BlockedBy)
 		if err != nil {
 			return Task{}, err
 		}
 		p.BlockedBy = &ids
-		if len(ids) > 0 {
-			// Its blockers' read, its walk and its write, with no other
-			// PATCH naming blockers in between (deps.go, "Cycles are
-			// refused").
-			unlock, err := s.lockGraph(ctx)
-			if err != nil {
-				return Task{}, err
-			}
-			defer unlock()
-		}
-		if blockers, err = s.readBlockers(ctx, ids); err != nil {
-			return Task{}, err
-		}
 	}
+	// A change of blocked_by walks the graph from the graph's epoch on,
+	// and writes only if no such change was written since (deps.go,
+	// "Cycles are refused"); unlock gives the lock back after the write.
+	var unlock func()
+	defer func() {
+		if unlock != nil {
+			unlock()
+		}
+	}()
 	want := p.IfVersion
 	for range retries(ctx) {
+		if unlock != nil {
+			unlock()
+			unlock = nil
+		}
+		var blockers map[string]*taskItem
+		var epoch int64
+		if p.BlockedBy != nil {
+			var err error
+			if len(*p.BlockedBy) > 0 {
+				if epoch, err = s.graphEpoch(ctx); err != nil {
+					return Task{}, err
+				}
+			}
+			if blockers, err = s.readBlockers(ctx, *p.BlockedBy); err != nil {
+				return Task{}, err
+			}
+		}
 		cur, err := s.getTask(ctx, p.TaskID)
 		if err != nil {
 			return Task{}, err
@@ -136,6 +149,15 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		if p.BlockedBy != nil && !slices.Equal(*p.BlockedBy, cur.BlockedBy) {
 			if err := s.checkCycle(ctx, cur.TaskID, blockers); err != nil {
 				return Task{}, err
+			}
+			if len(blockers) > 0 {
+				unlock, err = s.lockGraph(ctx, epoch)
+				if errors.Is(err, errGraphChanged) {
+					continue // walk again, over the graph as it is now
+				}
+				if err != nil {
+					return Task{}, err
+				}
 			}
 			waiting, err := s.link(ctx, cur.TaskID, blockers)
 			if err != nil {
@@ -195,6 +217,10 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 			cond = expression.AttributeNotExists(nameVersion)
 		}
 		after, applied, err := s.update(ctx, p.TaskID, terms{cond}, upd, types.ReturnValueAllNew)
+		if unlock != nil {
+			unlock()
+			unlock = nil
+		}
 		if err != nil {
 			return Task{}, err
 		}

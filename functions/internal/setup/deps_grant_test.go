@@ -38,5 +38,13 @@ func TestTasksFunctionChecksAFullBlocker(t *testing.T) {
 	if _, err := store.UpdateTask(ctx, lease.UpdateTaskParams{TaskID: "dep-0000", Title: &title, BlockedBy: &[]string{"blocker"}}); err != nil {
 		t.Errorf("a PATCH keeping its full blocker: %v", err)
 	}
+	// A PATCH naming a new blocker reads the graph's epoch and takes and
+	// gives back its lock.
+	if _, err := store.CreateTask(ctx, lease.CreateTaskParams{TaskID: "other", Title: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.UpdateTask(ctx, lease.UpdateTaskParams{TaskID: "dep-0001", BlockedBy: &[]string{"blocker", "other"}}); err != nil {
+		t.Errorf("a PATCH naming a new blocker: %v", err)
+	}
 	checkGrants()
 }
