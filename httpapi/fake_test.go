@@ -187,11 +187,11 @@ func (f *fakeService) LockStatus(_ context.Context, id string) (*lease.Checkout,
 	return &c, nil
 }
 
-func (f *fakeService) ListCheckouts(_ context.Context, id string) ([]lease.Checkout, error) {
-	if err := f.rec("ListCheckouts", id); err != nil {
-		return nil, err
+func (f *fakeService) ListCheckoutsPage(_ context.Context, p lease.ListCheckoutsParams) (lease.CheckoutPage, error) {
+	if err := f.rec("ListCheckoutsPage", p); err != nil {
+		return lease.CheckoutPage{}, err
 	}
-	return []lease.Checkout{sampleCheckout("task-1", "agent-1")}, nil
+	return lease.CheckoutPage{Checkouts: []lease.Checkout{sampleCheckout("task-1", "agent-1")}}, nil
 }
 
 func (f *fakeService) Claim(_ context.Context, p lease.ClaimParams) (lease.Checkout, error) {

@@ -607,17 +607,31 @@ func (s *server) watch(w http.ResponseWriter, r *http.Request, p lease.Principal
 }
 
 func (s *server) listCheckouts(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
-	agentID := r.URL.Query().Get("agent_id")
-	if agentID != "" {
-		if err := lease.CheckID("agent_id", agentID); err != nil {
+	q := r.URL.Query()
+	params := lease.ListCheckoutsParams{AgentID: q.Get("agent_id"), Cursor: q.Get("cursor")}
+	if params.AgentID != "" {
+		if err := lease.CheckID("agent_id", params.AgentID); err != nil {
 			return err
 		}
 	}
-	cs, err := s.svc.ListCheckouts(r.Context(), agentID)
+	if v := q.Get("limit"); v != "" {
+		var err error
+		if params.Limit, err = limit(v); err != nil {
+			return err
+		}
+	}
+	if err := lease.CheckCursor(params.Cursor); err != nil {
+		return err
+	}
+	page, err := s.svc.ListCheckoutsPage(r.Context(), params)
 	if err != nil {
 		return err
 	}
-	s.writeJSON(w, http.StatusOK, map[string]any{"checkouts": toCheckouts(cs, s.now())})
+	var next *string
+	if page.NextCursor != "" {
+		next = &page.NextCursor
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"checkouts": toCheckouts(page.Checkouts, s.now()), "next_cursor": next})
 	return nil
 }
 

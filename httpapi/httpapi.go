@@ -100,7 +100,7 @@ var handlers = map[string]handlerFunc{
 	"complete":      (*server).complete,
 	"events":        withQuery((*server).events, "limit", "cursor"),
 	"watch":         (*server).watch,
-	"listCheckouts": withQuery((*server).listCheckouts, "agent_id"),
+	"listCheckouts": withQuery((*server).listCheckouts, "agent_id", "limit", "cursor"),
 	"inbox":         (*server).inbox,
 	"deleteMessage": (*server).deleteMessage,
 	"claim":         (*server).claim,

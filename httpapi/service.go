@@ -27,7 +27,7 @@ type Service interface {
 	Release(ctx context.Context, p lease.ReleaseParams) (lease.Released, error)
 	Complete(ctx context.Context, p lease.CompleteParams) (lease.Task, error)
 	LockStatus(ctx context.Context, taskID string) (*lease.Checkout, error)
-	ListCheckouts(ctx context.Context, agentID string) ([]lease.Checkout, error)
+	ListCheckoutsPage(ctx context.Context, p lease.ListCheckoutsParams) (lease.CheckoutPage, error)
 	Claim(ctx context.Context, p lease.ClaimParams) (lease.Checkout, error)
 	Watch(ctx context.Context, taskID, agentID string) error
 	Inbox(ctx context.Context, agentID string) ([]lease.Message, error)
