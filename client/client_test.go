@@ -121,6 +121,36 @@ func TestErrorsAreTyped(t *testing.T) {
 					t.Fatalf("conflict error %#v", err)
 				}
 			}},
+		// A checkout with watch: the server says whether the caller is
+		// on the watch list; a full list leaves it off.
+		{"conflict, watching", 409, `{"error":"task task-1 is already checked out","code":"checked_out","holder":` + holderJSON + `,"watching":true}`,
+			[]error{ErrCheckedOut}, func(t *testing.T, err error) {
+				var ce *ConflictError
+				if !errors.As(err, &ce) || !ce.Watching {
+					t.Fatalf("conflict error %#v, want Watching", err)
+				}
+			}},
+		{"conflict, watch list full", 409, `{"error":"task task-1 is already checked out; its watch list is full (100 watchers), so the caller is not on it","code":"checked_out","holder":` + holderJSON + `,"watching":false}`,
+			[]error{ErrCheckedOut}, func(t *testing.T, err error) {
+				var ce *ConflictError
+				if !errors.As(err, &ce) || ce.Watching {
+					t.Fatalf("conflict error %#v, want not Watching", err)
+				}
+			}},
+		{"blocked, watching", 409, `{"error":"task task-1 is blocked by b","code":"blocked","blocked_by":[{"task_id":"b","status":"todo"}],"watching":true}`,
+			[]error{ErrBlocked}, func(t *testing.T, err error) {
+				var be *BlockedError
+				if !errors.As(err, &be) || !be.Watching || len(be.BlockedBy) != 1 {
+					t.Fatalf("blocked error %#v, want Watching", err)
+				}
+			}},
+		{"blocked, not watching", 409, `{"error":"task task-1 is blocked by b","code":"blocked","blocked_by":[{"task_id":"b","status":"todo"}]}`,
+			[]error{ErrBlocked}, func(t *testing.T, err error) {
+				var be *BlockedError
+				if !errors.As(err, &be) || be.Watching {
+					t.Fatalf("blocked error %#v, want not Watching", err)
+				}
+			}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

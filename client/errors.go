@@ -149,6 +149,12 @@ type ConflictError struct {
 	// whole seconds rounded up, as the server saw it: a checkout tried
 	// again after it may succeed.
 	RetryAfter time.Duration
+	// Watching is the server's word on the watch a checkout with Watch
+	// asked for: true when the caller is now on the task's watch list (an
+	// inbox message comes when the task is released), false when the list
+	// was full (100 watchers) and the caller is not on it. It is false for
+	// a checkout without Watch.
+	Watching bool
 }
 
 func (e *ConflictError) Unwrap() error { return e.APIError }
@@ -177,6 +183,12 @@ func (e *StatusMismatchError) Unwrap() error { return e.APIError }
 type BlockedError struct {
 	*APIError
 	BlockedBy []Blocker
+	// Watching is the server's word on the watch a checkout with Watch
+	// asked for: true when the caller is now on the task's watch list (an
+	// inbox message comes when the task is unblocked), false when the list
+	// was full (100 watchers) and the caller is not on it. It is false for
+	// a checkout without Watch.
+	Watching bool
 }
 
 func (e *BlockedError) Unwrap() error { return e.APIError }
@@ -236,13 +248,14 @@ func decodeError(status int, body []byte) error {
 		RetryAfterSeconds int64     `json:"retry_after_seconds"`
 		BlockedBy         []Blocker `json:"blocked_by"`
 		NotBefore         time.Time `json:"not_before"`
+		Watching          bool      `json:"watching"`
 	}
 	_ = json.Unmarshal(body, &b)
 	apiErr := &APIError{Status: status, Code: b.Code, Message: b.Error, Body: body}
 	switch {
 	case b.Code == errcode.CheckedOut && b.Holder != nil:
 		ce := &ConflictError{APIError: apiErr, Holder: *b.Holder, SameAgent: b.SameAgent,
-			RetryAfter: time.Duration(b.RetryAfterSeconds) * time.Second}
+			RetryAfter: time.Duration(b.RetryAfterSeconds) * time.Second, Watching: b.Watching}
 		var hb struct {
 			Holder struct {
 				LastHeartbeatAt    *time.Time `json:"last_heartbeat_at"`
@@ -262,7 +275,7 @@ func decodeError(status int, body []byte) error {
 	case b.Code == errcode.StatusMismatch:
 		return &StatusMismatchError{APIError: apiErr, Status: b.Status}
 	case b.Code == errcode.Blocked:
-		return &BlockedError{APIError: apiErr, BlockedBy: b.BlockedBy}
+		return &BlockedError{APIError: apiErr, BlockedBy: b.BlockedBy, Watching: b.Watching}
 	case b.Code == errcode.NotReady:
 		return &NotReadyError{APIError: apiErr, NotBefore: b.NotBefore}
 	}

@@ -86,7 +86,7 @@ type CheckoutInput struct {
 	TaskID  string `json:"task_id" jsonschema:"the id of the task to take"`
 	Timeout string `json:"timeout,omitempty" jsonschema:"lease length in whole seconds, as a Go duration such as 30m or 2h ({min_timeout} to {max_timeout}); default {default_timeout}"`
 	Reason  string `json:"reason,omitempty" jsonschema:"what you are going to do, shown to other agents"`
-	Watch   bool   `json:"watch,omitempty" jsonschema:"when the task is held by another agent, get an inbox message once it is released"`
+	Watch   bool   `json:"watch,omitempty" jsonschema:"when the task is held by another agent (or blocked), get an inbox message once it is released (or unblocked); watching in the answer says whether you got on its watch list"`
 	Adopt   bool   `json:"adopt,omitempty" jsonschema:"when your own agent holds the task under another run (held_by_you), continue that lease in this session"`
 }
 
@@ -213,7 +213,7 @@ type CheckoutResult struct {
 	TaskID    string           `json:"task_id,omitempty" jsonschema:"the task"`
 	Title     string           `json:"title,omitempty" jsonschema:"the task's title"`
 	Checkout  *client.Checkout `json:"checkout,omitempty" jsonschema:"your lease, when acquired"`
-	Watching  bool             `json:"watching" jsonschema:"true when you will get an inbox message once the task is released"`
+	Watching  bool             `json:"watching" jsonschema:"true when you will get an inbox message once the task is released (or, when blocked, unblocked); false when you did not ask (watch), or the task's watch list is full"`
 	// RetryAfterSeconds and HolderHeartbeatExpiresAt are set on a denial.
 	RetryAfterSeconds        *int64     `json:"retry_after_seconds,omitempty" jsonschema:"on a denial: whole seconds until the lease can end without its holder (its expiry, or its holder's heartbeat running out); checking out again after that may succeed"`
 	HolderHeartbeatExpiresAt *time.Time `json:"holder_heartbeat_expires_at,omitempty" jsonschema:"on a denial: when the holder's heartbeat runs out unless it sends another (absent when the holder sends none)"`

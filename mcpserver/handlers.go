@@ -101,6 +101,10 @@ func named(taskID, title string) string {
 	return fmt.Sprintf("%s (%q)", taskID, title)
 }
 
+// watchListFull is what a checkout with watch says when the server left
+// the caller off the task's watch list, which was full.
+var watchListFull = fmt.Sprintf("You asked to watch it, but its watch list is full (%d watchers), so you are NOT watching it: no message will come. ", lease.MaxWatchers)
+
 func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult, error) {
 	d, err := parseDur("timeout", in.Timeout)
 	if err != nil {
@@ -108,6 +112,7 @@ func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult,
 	}
 	co, err := t.c.Checkout(ctx, in.TaskID, client.CheckoutRequest{Timeout: d, Reason: in.Reason, RunID: t.runID, Watch: in.Watch, AgentID: t.agentID})
 	var ce *client.ConflictError
+	var be *client.BlockedError
 	switch {
 	case errors.As(err, &ce) && ce.SameAgent && in.Adopt:
 		return t.adopt(ctx, ce.Holder, d)
@@ -116,7 +121,7 @@ func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult,
 		t.mu.Lock()
 		t.self = h.AgentID
 		t.mu.Unlock()
-		r := CheckoutResult{TaskID: in.TaskID, HeldByYou: true, Outcome: Outcome{Holder: &h}, Title: t.title(ctx, h)}
+		r := CheckoutResult{TaskID: in.TaskID, HeldByYou: true, Outcome: Outcome{Holder: &h}, Watching: ce.Watching, Title: t.title(ctx, h)}
 		r.Message = fmt.Sprintf("You (agent %s) already hold task %s under another run (run %s, fence %d, until %s), probably from before this session restarted. "+
 			"If you were working on it, call checkout_task again with adopt=true to continue that lease here (or give fence=%d to renew_task, release_task or complete_task). "+
 			"If another session of yours is working on it, leave it and pick another task.",
@@ -125,17 +130,31 @@ func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult,
 	case errors.As(err, &ce):
 		h := ce.Holder
 		retry := int64(ce.RetryAfter / time.Second)
-		r := CheckoutResult{TaskID: in.TaskID, Outcome: Outcome{Holder: &h}, Watching: in.Watch, Title: t.title(ctx, h),
+		// Watching is what the server said: a full watch list leaves the
+		// caller off it, watch or not.
+		r := CheckoutResult{TaskID: in.TaskID, Outcome: Outcome{Holder: &h}, Watching: ce.Watching, Title: t.title(ctx, h),
 			RetryAfterSeconds: &retry, HolderHeartbeatExpiresAt: ce.HeartbeatExpiresAt}
 		r.Message = fmt.Sprintf("Checkout DENIED: task %s is %s; it cannot end without its holder for another %ds. Do not work on it. ",
 			named(in.TaskID, r.Title), holderText(h), retry)
-		if in.Watch {
+		switch {
+		case ce.Watching:
 			r.Message += "You will get a message in read_inbox when it is released; meanwhile pick another task (claim_task)."
-		} else {
+		case in.Watch:
+			r.Message += watchListFull + "Pick another task (claim_task), and try again later."
+		default:
 			r.Message += "Pick another task (claim_task), or watch it (watch_task) and try again once read_inbox says it is free."
 		}
 		return r, nil
-	case errors.Is(err, client.ErrBlocked), errors.Is(err, client.ErrNotReady), errors.Is(err, client.ErrStatusMismatch):
+	case errors.As(err, &be):
+		r := CheckoutResult{TaskID: in.TaskID, Outcome: toolError(err), Watching: be.Watching}
+		switch {
+		case be.Watching:
+			r.Message += ". You will get a message in read_inbox when it is unblocked."
+		case in.Watch:
+			r.Message += ". " + strings.TrimSuffix(watchListFull, " ")
+		}
+		return r, nil
+	case errors.Is(err, client.ErrNotReady), errors.Is(err, client.ErrStatusMismatch):
 		// Like a conflict, a task nobody may take now is an answer: the
 		// agent picks another task.
 		return CheckoutResult{TaskID: in.TaskID, Outcome: toolError(err)}, nil

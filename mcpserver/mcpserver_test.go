@@ -78,7 +78,7 @@ func TestConflictIsAResultNamingTheHolder(t *testing.T) {
 		if body["watch"] != true {
 			t.Errorf("watch not passed: %v", body)
 		}
-		return 409, `{"error":"task task-d4e5 is already checked out","code":"checked_out","holder":` + holder + `}`
+		return 409, `{"error":"task task-d4e5 is already checked out","code":"checked_out","holder":` + holder + `,"watching":true}`
 	})
 	res, txt, out := callTool(t, cs, "checkout_task", map[string]any{"task_id": "task-d4e5", "watch": true})
 	if res.IsError {

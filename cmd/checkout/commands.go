@@ -387,7 +387,7 @@ func (a *app) checkout(cmd *cobra.Command, taskID string, f *checkoutFlags) erro
 		var se *client.StatusMismatchError
 		switch {
 		case errors.As(err, &be):
-			return func(w io.Writer) { printBlocked(w, taskID, be) }, &exitStatus{exitConflict}
+			return func(w io.Writer) { printBlocked(w, taskID, be, f.watch) }, &exitStatus{exitConflict}
 		case errors.As(err, &ne):
 			return func(w io.Writer) { printNotReady(w, taskID, ne) }, &exitStatus{exitConflict}
 		case errors.As(err, &se):

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/checkout-dev/checkout/client"
+	"github.com/checkout-dev/checkout/lease"
 )
 
 // compact formats a duration the way people write it: 30m, 1h30m, 90s, 2h.
@@ -176,8 +177,10 @@ func printHeld(w io.Writer, co client.Checkout) {
 
 // printDenied reports a conflict in the skill's layout, with a Retry after
 // line: how long until the lease can end without its holder, and what ends
-// it then (its expiry, or the holder's heartbeat running out).
-func printDenied(w io.Writer, taskID string, ce *client.ConflictError, watching bool) {
+// it then (its expiry, or the holder's heartbeat running out). askedWatch
+// is --watch: whether the caller watches is what the server said
+// (ce.Watching), since a full watch list leaves it off.
+func printDenied(w io.Writer, taskID string, ce *client.ConflictError, askedWatch bool) {
 	h := ce.Holder
 	fmt.Fprintf(w, "Checkout DENIED: %s\n", taskID)
 	fmt.Fprintf(w, "  Held by: %s\n", oneLine(who(h.AgentName, h.AgentID)))
@@ -188,10 +191,20 @@ func printDenied(w io.Writer, taskID string, ce *client.ConflictError, watching 
 		end = "the holder's heartbeat runs out at " + stamp(*ce.HeartbeatExpiresAt) + " unless it sends another"
 	}
 	fmt.Fprintf(w, "  Retry after: %s (%s)\n", compact(ce.RetryAfter), end)
-	if watching {
-		fmt.Fprintf(w, "  Watching: your inbox gets a message when it is released\n")
-	}
+	watchLine(w, askedWatch, ce.Watching, "released")
 	fmt.Fprintf(w, "  Suggestion: wait or pick another task\n")
+}
+
+// watchLine says, for a refused checkout, whether the caller watches the
+// task as the server said: on its watch list, or not on it although it
+// asked (the list was full). Nothing when it did not ask.
+func watchLine(w io.Writer, asked, watching bool, when string) {
+	switch {
+	case watching:
+		fmt.Fprintf(w, "  Watching: your inbox gets a message when it is %s\n", when)
+	case asked:
+		fmt.Fprintf(w, "  Watching: no, the task's watch list is full (%d watchers), so no message will come\n", lease.MaxWatchers)
+	}
 }
 
 // printLock shows a task's lock; me, when known, is the agent the command
@@ -343,9 +356,10 @@ func blockerList(bs []client.Blocker) string {
 
 // printBlocked reports a checkout refused because the task waits for
 // blockers that are not done, in the layout of a denial.
-func printBlocked(w io.Writer, taskID string, be *client.BlockedError) {
+func printBlocked(w io.Writer, taskID string, be *client.BlockedError, askedWatch bool) {
 	fmt.Fprintf(w, "Checkout DENIED: %s\n", taskID)
 	fmt.Fprintf(w, "  Blocked by: %s\n", blockerList(be.BlockedBy))
+	watchLine(w, askedWatch, be.Watching, "unblocked")
 	fmt.Fprintf(w, "  Suggestion: pick another task; this one becomes todo by itself once its blockers are done\n")
 }
 
