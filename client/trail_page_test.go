@@ -179,6 +179,11 @@ func TestFeedCaughtUp(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || len(got) != 1 {
 		t.Fatalf("follow: %v, %d events", err, len(got))
 	}
+	// Each event keeps its JSON as the server sent it ("reason":"", the
+	// milliseconds of at), for tools that print the server's JSON.
+	if string(got[0].Raw) != trailEventJSON {
+		t.Errorf("event's Raw %q, want the server's %q", got[0].Raw, trailEventJSON)
+	}
 	sleeper.mu.Lock()
 	defer sleeper.mu.Unlock()
 	if len(sleeper.waits) != 1 {

@@ -151,6 +151,24 @@ type Event struct {
 	// the failure's error ("" for a plain release).
 	Outcome string `json:"outcome,omitempty"`
 	Error   string `json:"error,omitempty"`
+	// Raw is the event's JSON exactly as the server sent it, set on every
+	// event the client decoded from an answer (Feed, FollowFeed, Trail,
+	// Events, ...). Tools that print the server's JSON print it: encoding
+	// Event again drops empty fields (reason, by, ...) and writes At
+	// without its fixed milliseconds. It is never encoded itself.
+	Raw json.RawMessage `json:"-"`
+}
+
+// UnmarshalJSON decodes an event and keeps its JSON in Raw.
+func (e *Event) UnmarshalJSON(b []byte) error {
+	type plain Event // without this method
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*e = Event(p)
+	e.Raw = append(json.RawMessage(nil), b...)
+	return nil
 }
 
 // Agent is a registered agent.

@@ -3,6 +3,7 @@ package main
 // The events command: one task's trail, or the fleet feed, followed.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -112,11 +113,13 @@ func (a *app) eventsCmd() *cobra.Command {
 			}
 			err = c.FollowFeed(cmd.Context(), req, interval, func(e client.Event) error {
 				if a.json {
-					b, err := json.Marshal(e)
-					if err != nil {
+					// The event as the server sent it, on one line.
+					var b bytes.Buffer
+					if err := json.Compact(&b, e.Raw); err != nil {
 						return err
 					}
-					_, err = fmt.Fprintf(a.stdout, "%s\n", b)
+					b.WriteByte('\n')
+					_, err := a.stdout.Write(b.Bytes())
 					return err
 				}
 				_, err := fmt.Fprintf(a.stdout, "%s  %-13s %-24s agent %s  fence %s  held %s  by %s  %s\n",

@@ -212,3 +212,26 @@ func TestSystemEventsShowDashes(t *testing.T) {
 		t.Errorf("events: exit %d\n%s%s\nwant the row %q", r.code, r.stdout, r.stderr, want)
 	}
 }
+
+// events --follow --json prints each event as the server sent it, one a
+// line: an empty reason keeps its key and at its fixed milliseconds (they
+// were encoded again from client.Event, which dropped both).
+func TestEventsFollowJSONIsTheServers(t *testing.T) {
+	const (
+		ev1 = `{"type":"checkout","task_id":"t","agent_id":"a","run_id":"r","fence":1,"at":"2026-03-20T14:30:00.370Z","by":"a","reason":""}`
+		ev2 = `{"type":"release","task_id":"t","agent_id":"a","run_id":"r","fence":1,"at":"2026-03-20T14:31:00.000Z","held_seconds":60,"by":"a","reason":"later","outcome":""}`
+	)
+	s := newScriptedCLI(t, func(r sent) (int, string) {
+		if strings.Contains(r.Path, "cursor=f1.Next") {
+			return 401, `{"error":"bad key","code":"unauthorized"}` // ends the follow
+		}
+		return 200, `{"events": [` + ev1 + `, ` + "\n  " + ev2 + `], "next_cursor":"f1.Next","caught_up":false}`
+	})
+	r := s.run("events", "--follow", "--json")
+	if r.stdout != ev1+"\n"+ev2+"\n" {
+		t.Errorf("events --follow --json printed\n%s\nwant the server's events\n%s\n%s", r.stdout, ev1, ev2)
+	}
+	if r.code != exitError {
+		t.Errorf("exit %d: %s", r.code, r.stderr)
+	}
+}
