@@ -35,7 +35,10 @@ import (
 // Client talks to one checkout server with one API key. It is safe for
 // concurrent use.
 type Client struct {
-	baseURL   string
+	baseURL string
+	// urlErr, when not nil, is the error of every call: the base URL is
+	// not one a request can go to.
+	urlErr    error
 	apiKey    string
 	http      *http.Client
 	retry     RetryPolicy
@@ -87,10 +90,14 @@ func WithSleeper(sleep func(ctx context.Context, d time.Duration) error) Option 
 }
 
 // New returns a client of the server at baseURL (for example
-// "http://127.0.0.1:3100") using apiKey.
+// "http://127.0.0.1:3100") using apiKey. When baseURL is not an absolute
+// http:// or https:// URL with a host, every call of the client fails at
+// once, sending nothing, with a *BaseURLError naming it (errors.Is
+// ErrInvalidBaseURL).
 func New(baseURL, apiKey string, opts ...Option) *Client {
 	c := &Client{
 		baseURL:   strings.TrimRight(baseURL, "/"),
+		urlErr:    CheckBaseURL(baseURL),
 		apiKey:    apiKey,
 		http:      &http.Client{Timeout: 30 * time.Second},
 		retry:     DefaultRetryPolicy,
@@ -159,6 +166,9 @@ const (
 // do sends one request, with retries, and decodes a 2xx answer into out
 // (which may be nil).
 func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in, out any) error {
+	if c.urlErr != nil {
+		return c.urlErr
+	}
 	var body []byte
 	if in != nil {
 		var err error

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"syscall"
 	"time"
 
@@ -59,6 +60,10 @@ var (
 	// ErrUnavailable is a 503: the server cannot reach its database. The
 	// client has retried it already; try again a little later.
 	ErrUnavailable = errors.New("checkout: service unavailable")
+
+	// ErrInvalidBaseURL matches the *BaseURLError of every call on a
+	// client whose base URL is not an absolute http:// or https:// URL.
+	ErrInvalidBaseURL = errors.New("checkout: server URL is not an absolute http:// or https:// URL")
 
 	// ErrLeaseLost is returned by WorkOn and reported by ClaimLoop when the
 	// lease ended (expired, was force-released, or the agent was declared
@@ -214,6 +219,34 @@ type NotServerError struct {
 
 func (e *NotServerError) Error() string {
 	return fmt.Sprintf("not a checkout server at %s (GET /healthz answered %s)", e.URL, e.Detail)
+}
+
+// BaseURLError is the error of every call on a Client whose base URL, as
+// given to New, is not an absolute http:// or https:// URL with a host:
+// "" (an unset CHECKOUT_URL, say), "127.0.0.1:3100" (no scheme),
+// "ftp://host". The call fails at once, sending nothing. It matches
+// ErrInvalidBaseURL with errors.Is.
+type BaseURLError struct {
+	URL string // the base URL as given to New
+}
+
+func (e *BaseURLError) Error() string {
+	return fmt.Sprintf("checkout server URL %q is not an absolute http:// or https:// URL (such as http://127.0.0.1:3100)", e.URL)
+}
+
+// Is matches ErrInvalidBaseURL.
+func (e *BaseURLError) Is(target error) bool { return target == ErrInvalidBaseURL }
+
+// CheckBaseURL is nil for a base URL that requests can go to: an absolute
+// http:// or https:// URL with a host. Otherwise it is the *BaseURLError
+// that every call of a client New made with it returns. Tools check the
+// URL they were given with it before anything else.
+func CheckBaseURL(baseURL string) error {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return &BaseURLError{URL: baseURL}
+	}
+	return nil
 }
 
 // UnreachableError is a request that got no answer from the server.

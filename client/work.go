@@ -217,10 +217,11 @@ func (c *Client) ClaimLoop(ctx context.Context, fn func(ctx context.Context, l *
 }
 
 // permanent reports whether err is an answer that asking again will not
-// change (a 4xx).
+// change (a 4xx), or a base URL no request can go to.
 func permanent(err error) bool {
 	var ae *APIError
-	return errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500 && ae.Status != http.StatusTooManyRequests
+	return errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500 && ae.Status != http.StatusTooManyRequests ||
+		errors.Is(err, ErrInvalidBaseURL)
 }
 
 // startHeartbeats sends one heartbeat now (so that no lease is taken while

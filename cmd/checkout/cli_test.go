@@ -392,7 +392,7 @@ key_file = "`+filepath.Join(dir, "secrets", "writer.key")+`"
 	}
 	writeFile(t, filepath.Join(dir, "badurl.toml"), "[profiles.x]\nurl = \"localhost:3100\"\nkey_file = \""+filepath.Join(dir, "secrets", "writer.key")+"\"\n")
 	if r := run([]string{"CHECKOUT_CONFIG=" + filepath.Join(dir, "badurl.toml")}, "--profile", "x", "list"); r.code != 2 ||
-		r.stderr != `checkout: invalid server URL "localhost:3100" (from profile x): want http://HOST[:PORT] or https://...`+"\n" {
+		r.stderr != `checkout: server URL "localhost:3100" (from profile x) is not an absolute http:// or https:// URL: want http://HOST[:PORT] or https://...`+"\n" {
 		t.Errorf("profile with a bad url: %d %s", r.code, r.stderr)
 	}
 	writeFile(t, filepath.Join(dir, "bad.toml"), "[profiles.x]\napi_key = \"ck_inline\"\n")

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -16,6 +15,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/spf13/cobra"
 
+	"github.com/checkout-dev/checkout/client"
 	"github.com/checkout-dev/checkout/lease"
 )
 
@@ -208,12 +208,12 @@ func checkKey(k setting) error {
 }
 
 // checkURL checks the server URL before any request is made to it: an
-// absolute http or https URL with a host. A mistyped one would otherwise
-// fail as Go's "unsupported protocol scheme" at the first request.
+// absolute http or https URL with a host, as client.CheckBaseURL asks. A
+// wrong one is a usage error that says what the client's error says, and
+// where the URL came from.
 func checkURL(u setting) error {
-	p, err := url.Parse(u.value)
-	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Hostname() == "" {
-		return &usageError{fmt.Sprintf("invalid server URL %q (from %s): want http://HOST[:PORT] or https://...", u.value, u.from)}
+	if client.CheckBaseURL(u.value) != nil {
+		return &usageError{fmt.Sprintf("server URL %q (from %s) is not an absolute http:// or https:// URL: want http://HOST[:PORT] or https://...", u.value, u.from)}
 	}
 	return nil
 }

@@ -82,7 +82,7 @@ func exitCode(err error) int {
 	switch {
 	case errors.As(err, &f):
 		return f.code
-	case errors.As(err, &ue), isCobraUsage(err.Error()):
+	case errors.As(err, &ue), isCobraUsage(err.Error()), errors.Is(err, client.ErrInvalidBaseURL):
 		return exitUsage
 	case errors.As(err, &ae):
 		return exitOfAnswer(ae)

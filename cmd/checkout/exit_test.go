@@ -37,4 +37,9 @@ func TestEveryCodeHasAnExitStatus(t *testing.T) {
 	if got := exitCode(&client.APIError{Status: 400, Code: "some_new_code"}); got != exitUsage {
 		t.Errorf("unknown 400 code: exit %d", got)
 	}
+	// A server URL no request can go to is a usage error, however it
+	// reached the client.
+	if got := exitCode(fmt.Errorf("op: %w", client.CheckBaseURL("127.0.0.1:3100"))); got != exitUsage {
+		t.Errorf("a base URL without a scheme: exit %d", got)
+	}
 }
