@@ -282,8 +282,14 @@ func graphFlagsOf(cmd *cobra.Command, edit bool) *graphFlags {
 		maxAttempts = fmt.Sprintf("attempts before the task fails, 1 to %d", lease.MaxMaxAttempts)
 	}
 	f.IntVar(&g.maxAttempts, "max-attempts", 0, maxAttempts)
-	f.StringVar(&g.retryDelay, "retry-delay", "", fmt.Sprintf("wait after a failed attempt, doubling with each further failure, 0s to %s (server default %s)",
-		compact(lease.MaxRetryWait), compact(lease.DefaultRetryDelay)))
+	// On edit a flag left out leaves the value as it is: the server's
+	// default is only a new task's.
+	retryDelay := fmt.Sprintf("wait after a failed attempt, doubling with each further failure, 0s to %s (server default %s)",
+		compact(lease.MaxRetryWait), compact(lease.DefaultRetryDelay))
+	if edit {
+		retryDelay = fmt.Sprintf("the new wait after a failed attempt, doubling with each further failure, 0s to %s", compact(lease.MaxRetryWait))
+	}
+	f.StringVar(&g.retryDelay, "retry-delay", "", retryDelay)
 	f.StringVar(&g.notBefore, "not-before", "", notBefore)
 	return g
 }

@@ -77,3 +77,31 @@ func TestAReopenOrCancelThatChangesNothingSaysSo(t *testing.T) {
 		t.Errorf("reopen --json: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// tasks edit leaves a field whose flag is absent as it is, so no flag of
+// its help promises a server default, as tasks add's do for a new task.
+func TestTasksEditHelpPromisesNoDefault(t *testing.T) {
+	t.Parallel()
+	flags := func(args ...string) string {
+		t.Helper()
+		r := runCLIEnv(t, nil, args...)
+		_, fl, ok := strings.Cut(r.stdout, "\nFlags:\n")
+		fl, _, _ = strings.Cut(fl, "\nGlobal Flags:\n")
+		if r.code != 0 || !ok {
+			t.Fatalf("checkout %s: exit %d\n%s%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+		}
+		return fl
+	}
+	edit := flags("tasks", "edit", "--help")
+	for _, line := range strings.Split(edit, "\n") {
+		if strings.Contains(line, "default") && !strings.Contains(line, "(default: unchanged)") {
+			t.Errorf("tasks edit flag promises a default: %s", strings.TrimSpace(line))
+		}
+	}
+	if !strings.Contains(edit, "--retry-delay") {
+		t.Errorf("tasks edit has no --retry-delay:\n%s", edit)
+	}
+	if add := flags("tasks", "add", "--help"); !strings.Contains(add, "(server default 10s)") || !strings.Contains(add, "(server default 5)") {
+		t.Errorf("tasks add lost its defaults:\n%s", add)
+	}
+}
