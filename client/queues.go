@@ -24,40 +24,50 @@ type Queue struct {
 // follow each change within about a second. Under RecordResponse the
 // answer recorded is the whole listing, as one page would give it.
 func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
+	return allPages(ctx, "queues", func(ctx context.Context, cursor string) ([]Queue, string, error) {
+		p, err := c.QueuePage(ctx, 0, cursor)
+		return p.Queues, p.NextCursor, err
+	})
+}
+
+// allPages reads every page of a listing whose answer holds its items
+// under key: read returns the page after cursor ("" for the first) and
+// the cursor of the next ("" after the last). Under RecordResponse the
+// answer recorded is the whole listing, as one page would give it.
+func allPages[T any](ctx context.Context, key string, read func(ctx context.Context, cursor string) ([]T, string, error)) ([]T, error) {
 	outer, _ := ctx.Value(recorderKey{}).(*Response)
 	var rec Response
 	if outer != nil {
 		ctx = RecordResponse(ctx, &rec)
 	}
-	var all []Queue
+	all := []T{}
 	var raw []json.RawMessage
 	pages := 0
 	for cursor := ""; ; pages++ {
-		page, err := c.QueuePage(ctx, 0, cursor)
+		items, next, err := read(ctx, cursor)
 		if outer != nil {
 			*outer = rec
 		}
 		if err != nil {
 			return nil, err
 		}
-		all = append(all, page.Queues...)
+		all = append(all, items...)
 		if outer != nil {
-			var p struct{ Queues []json.RawMessage }
-			if json.Unmarshal(rec.Body, &p) == nil {
-				raw = append(raw, p.Queues...)
+			var p map[string]json.RawMessage
+			var items []json.RawMessage
+			if json.Unmarshal(rec.Body, &p) == nil && json.Unmarshal(p[key], &items) == nil {
+				raw = append(raw, items...)
 			}
 		}
-		if page.NextCursor == "" {
+		if next == "" {
 			break
 		}
-		cursor = page.NextCursor
+		cursor = next
 	}
 	if outer != nil && pages > 0 && len(raw) == len(all) {
 		// More than one page: recorded as the one answer they make.
-		outer.Body, _ = json.Marshal(struct {
-			Queues     []json.RawMessage `json:"queues"`
-			NextCursor *string           `json:"next_cursor"`
-		}{raw, nil})
+		items, _ := json.Marshal(raw)
+		outer.Body = fmt.Appendf(nil, `{%q:%s,"next_cursor":null}`, key, items)
 	}
 	return all, nil
 }

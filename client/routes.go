@@ -119,19 +119,51 @@ func (c *Client) Status(ctx context.Context, taskID string) (LockStatus, error) 
 	return s, wrap("status", taskID, err)
 }
 
-// ListCheckouts lists every live lease, or agentID's when it is not empty.
+// ListCheckouts lists every live lease, or agentID's when it is not
+// empty, oldest first: every page of GET /api/checkouts (one, unless the
+// leases pass 5 MB of JSON). Under RecordResponse the answer recorded is
+// the whole listing, as one page would give it.
 func (c *Client) ListCheckouts(ctx context.Context, agentID string) ([]Checkout, error) {
-	path := "/api/checkouts"
+	return allPages(ctx, "checkouts", func(ctx context.Context, cursor string) ([]Checkout, string, error) {
+		p, err := c.CheckoutPage(ctx, agentID, 0, cursor)
+		return p.Checkouts, p.NextCursor, err
+	})
+}
+
+// CheckoutPage is one page of the listing of live leases, and the cursor
+// of the next ("" after the last).
+type CheckoutPage struct {
+	Checkouts  []Checkout `json:"checkouts"`
+	NextCursor string     `json:"next_cursor"`
+}
+
+// CheckoutPage returns the page of live leases (agentID's, when it is not
+// empty) after cursor ("" for the first), of at most limit leases (1 to
+// 1000; 0 for as many as fit in the server's answer). A cursor continues
+// its own listing: give the same agentID with it, or "".
+func (c *Client) CheckoutPage(ctx context.Context, agentID string, limit int, cursor string) (CheckoutPage, error) {
+	q := url.Values{}
 	if agentID != "" {
-		path += "?agent_id=" + url.QueryEscape(agentID)
+		q.Set("agent_id", agentID)
 	}
-	var r struct {
-		Checkouts []Checkout `json:"checkouts"`
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
 	}
-	if err := c.do(ctx, idempotent, http.MethodGet, path, nil, &r); err != nil {
-		return nil, fmt.Errorf("list checkouts: %w", err)
+	if cursor != "" {
+		q.Set("cursor", cursor)
 	}
-	return r.Checkouts, nil
+	path := "/api/checkouts"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var p CheckoutPage
+	if err := c.do(ctx, idempotent, http.MethodGet, path, nil, &p); err != nil {
+		return CheckoutPage{}, fmt.Errorf("list checkouts: %w", err)
+	}
+	if p.Checkouts == nil {
+		p.Checkouts = []Checkout{}
+	}
+	return p, nil
 }
 
 // Watch asks for an inbox message when the task becomes available.

@@ -813,6 +813,24 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await page.close();
   });
 
+  test('the live checkouts read every page of the listing', async () => {
+    // A listing past 5 MB comes in pages (answered by the browser here):
+    // the lease on the second page is shown too.
+    const page = await newPage('checkouts-pages');
+    const lease = (id) => ({ task_id: id, agent_id: 'pager', agent_name: 'pager', run_id: 'r-' + id, fence: 1,
+      locked_at: new Date(Date.now() - 60000).toISOString(), timeout_seconds: 3600,
+      expires_at: new Date(Date.now() + 3540000).toISOString(), remaining_seconds: 3540, reason: '', attempt: 1 });
+    await page.route('**/api/checkouts*', (r) => {
+      const c = new URL(r.request().url()).searchParams.get('cursor');
+      const body = c === 'p2' ? { checkouts: [lease('pg-second')], next_cursor: null } : { checkouts: [lease('pg-first')], next_cursor: 'p2' };
+      r.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify(body) });
+    });
+    await signIn(page, ADMIN_KEY);
+    await row(page, 'pg-first').waitFor();
+    await row(page, 'pg-second').waitFor();
+    await page.close();
+  });
+
   test('a force release of a lease that changed meanwhile says so', async () => {
     await must(keys.alice, 'POST', '/api/tasks', { task_id: 't-stale', title: 'Changes hands' });
     const first = await must(keys.alice, 'POST', '/api/tasks/t-stale/checkout', { timeout: '1h' });

@@ -1,7 +1,7 @@
 // Live checkouts: every live lease, soonest expiry first, with its task's
 // title and a remaining-time bar; filterable by agent, queue and text.
 
-import { get, pages } from './api.js';
+import { pages } from './api.js';
 import { $, h, text, reconcile, taskLink, options, td } from './dom.js';
 import { setTime, ms } from './format.js';
 import { makeBar, updateBar } from './bar.js';
@@ -20,13 +20,14 @@ const view = {
 
   async load(ctx) {
     // The leases, and the titles (and queues) of the tasks in progress.
-    const [answer, tasks] = await Promise.all([
-      get('/api/checkouts'),
+    // Every page of the leases (one unless they pass 5 MB of JSON).
+    const [live, tasks] = await Promise.all([
+      pages('/api/checkouts', 'checkouts', 20),
       pages('/api/tasks?status=in_progress&limit=1000', 'tasks', 5),
     ]);
     const seenAt = performance.now();
     taskInfo = new Map(tasks.map((t) => [t.task_id, { title: t.title || '', queue: t.queue ?? null }]));
-    leases = (answer.checkouts || []).map((c) => ({ ...c, seenAt }));
+    leases = live.map((c) => ({ ...c, seenAt }));
     leases.sort((a, b) => (ms(a.expires_at) - ms(b.expires_at)) || a.task_id.localeCompare(b.task_id));
     for (const c of leases) if (c.agent_name) ctx.names.set(c.agent_id, c.agent_name);
     render();
