@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
+	"weak"
 
 	"github.com/checkout-dev/checkout/errcode"
 )
@@ -77,8 +81,10 @@ func Reason(s string) WorkOption { return func(c *workConfig) { c.reason = s } }
 // RunID sets the run id of WorkOn's checkout (default: a fresh one).
 func RunID(s string) WorkOption { return func(c *workConfig) { c.runID = s } }
 
-// HeartbeatTTL sets the heartbeat ttl (default 90s); heartbeats are sent
-// every ttl/3.
+// HeartbeatTTL sets the heartbeat ttl (0: the default, 90s); heartbeats are
+// sent every ttl/3, and after a failed one sooner (from half a second,
+// doubling up to ttl/3), so that an outage shorter than the ttl does not
+// leave the agent dead.
 func HeartbeatTTL(d time.Duration) WorkOption { return func(c *workConfig) { c.heartbeatTTL = d } }
 
 // NoHeartbeats turns heartbeats off: the leases then end only by time.
@@ -94,30 +100,47 @@ func RenewEvery(d time.Duration) WorkOption { return func(c *workConfig) { c.ren
 // the work within about d plus a second, rather than at the next renewal
 // (a third of the lease's timeout by default). Each look is one GET
 // /api/inbox. Off by default: the renewal alone finds the loss.
+//
+// With it, the inbox's lease_lost messages about the leases WorkOn and
+// ClaimLoop held are theirs: each is deleted once read, and one about a
+// loss found otherwise (a renewal or completion refused) is deleted then,
+// or by a later look of the same Client if it comes after. The server
+// answers only the oldest 1,000 messages: while the inbox holds that many
+// (task_available messages left unread, say), a look that does not see the
+// message asks for the lease's status instead (one GET more), and the
+// loss's reason then reads "no longer held".
 func CheckLossEvery(d time.Duration) WorkOption { return func(c *workConfig) { c.lossCheck = d } }
 
-// IdleBackoff sets how ClaimLoop waits while no task is available: from min,
-// doubling up to max, each wait randomised between half and all of it
-// (default 1s to 30s).
+// IdleBackoff sets how ClaimLoop waits while no task is available, or while
+// the server cannot be reached: from min, doubling up to max, each wait
+// randomised between half and all of it (default 1s to 30s; a zero or
+// negative min or max is its default).
 func IdleBackoff(min, max time.Duration) WorkOption {
 	return func(c *workConfig) { c.idleMin, c.idleMax = min, max }
 }
 
-// OnError receives the errors that do not stop the work: failed heartbeats
-// and renewals that will be tried again, and, in ClaimLoop, the error of
-// each task's function.
+// OnError receives the errors that do not stop the work: failed heartbeats,
+// renewals, completions and releases that will be tried again, in
+// ClaimLoop failed claims that will be, and the error of each task's
+// function.
 func OnError(f func(taskID string, err error)) WorkOption {
 	return func(c *workConfig) { c.onError = f }
 }
 
 func newWorkConfig(opts []WorkOption) workConfig {
-	cfg := workConfig{heartbeatTTL: 90 * time.Second, idleMin: time.Second, idleMax: 30 * time.Second,
+	cfg := workConfig{heartbeatTTL: defaultHeartbeatTTL, idleMin: time.Second, idleMax: 30 * time.Second,
 		onError: func(string, error) {}}
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if cfg.heartbeatTTL <= 0 {
+		cfg.heartbeatTTL = defaultHeartbeatTTL
+	}
 	if cfg.idleMin <= 0 {
-		cfg.idleMin = time.Millisecond
+		cfg.idleMin = time.Second
+	}
+	if cfg.idleMax <= 0 {
+		cfg.idleMax = 30 * time.Second
 	}
 	if cfg.idleMax < cfg.idleMin {
 		cfg.idleMax = cfg.idleMin
@@ -128,14 +151,23 @@ func newWorkConfig(opts []WorkOption) workConfig {
 // WorkOn checks taskID out and runs fn while it holds the lease.
 //
 // In the background it renews the lease well before it expires and sends
-// heartbeats. If the lease is lost (force-released, cancelled, expired while
-// renewals failed, or ended because the agent was declared dead), fn's
-// context is cancelled with a cause matching ErrLeaseLost: at the next
-// renewal, which the server refuses, or sooner with CheckLossEvery, which
-// looks for the lease_lost message the server sends the former holder (the
-// error then names the reason it gives). When fn returns nil the task
-// is completed; when it returns an error the lease is released with the
-// error as the reason.
+// heartbeats (one heartbeat loop per Client, shared by the WorkOn and
+// ClaimLoop calls running on it with the same HeartbeatTTL). If the lease
+// is lost (force-released, cancelled, expired while renewals failed, or
+// ended because the agent was declared dead), fn's context is cancelled
+// with a cause matching ErrLeaseLost: at the next renewal, which the
+// server refuses, or sooner with CheckLossEvery, which looks for the
+// lease_lost message the server sends the former holder (the error then
+// names the reason it gives). When fn returns nil the task is completed;
+// when it returns an error the lease is released with the error as the
+// reason.
+//
+// The completion or release is made even when ctx is done, and through a
+// server restart: a failure that asking again can mend (the server
+// unreachable, a 5xx, a 429) is tried again with backoff for up to 30
+// seconds, or until the lease expires if that is sooner. Each try names
+// the lease (run id and fence), so a try whose answer was lost after it
+// took effect is answered as the first was.
 //
 // When fn returns an error, the release is a failed attempt (outcome
 // failed), with the error's text, cut to MaxErrorLen bytes, as its error:
@@ -144,14 +176,15 @@ func newWorkConfig(opts []WorkOption) workConfig {
 // that is only the cancellation of ctx (the caller stopping, not the work
 // failing) is released plainly, without counting as a failure. A server
 // older than API version 1.1, which does not know outcomes, gets a plain
-// release.
+// release. When fn panics, the renewals stop, the lease is released as a
+// failed attempt whose error names the panic, and the panic goes on.
 //
 // WorkOn returns fn's error, an error matching ErrLeaseLost (and fn's error,
 // if any) when the lease was lost, or the checkout's error: a
 // *ConflictError when another agent holds the task.
 func (c *Client) WorkOn(ctx context.Context, taskID string, fn func(ctx context.Context, l *Lease) error, opts ...WorkOption) error {
 	cfg := newWorkConfig(opts)
-	stopBeats, err := c.startHeartbeats(ctx, cfg)
+	stopBeats, err := c.startHeartbeats(ctx, cfg, false)
 	if err != nil {
 		return err
 	}
@@ -173,12 +206,17 @@ func (c *Client) WorkOn(ctx context.Context, taskID string, fn func(ctx context.
 // claims again at once; while no task is available it backs off with
 // jitter. Each fn's error goes to the OnError option, the task is released
 // as a failed attempt as WorkOn does, and the loop goes on.
-// ClaimLoop returns nil when ctx is done, or the first error that retrying
-// cannot mend (a bad key, for example).
+//
+// A failure that asking again can mend (the server unreachable or
+// restarting, a 5xx, a 429), of a claim or of the first heartbeat, goes to
+// OnError and is tried again with the idle backoff. ClaimLoop returns nil
+// when ctx is done, or the first error that retrying cannot mend: a bad
+// key (401), a forbidden request (403), another 4xx, or a URL that is not
+// a checkout server's (*NotServerError).
 func (c *Client) ClaimLoop(ctx context.Context, fn func(ctx context.Context, l *Lease) error, opts ...WorkOption) error {
 	cfg := newWorkConfig(opts)
 	cfg.runID = ""
-	stopBeats, err := c.startHeartbeats(ctx, cfg)
+	stopBeats, err := c.startHeartbeats(ctx, cfg, true)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -207,8 +245,7 @@ func (c *Client) ClaimLoop(ctx context.Context, fn func(ctx context.Context, l *
 		if !errors.Is(err, ErrNoTaskAvailable) {
 			cfg.onError("", err)
 		}
-		wait := idle/2 + time.Duration(c.jitter(int64(idle/2)+1))
-		if c.sleep(ctx, wait) != nil {
+		if c.sleep(ctx, c.idleWait(idle)) != nil {
 			return nil
 		}
 		idle = min(idle*2, cfg.idleMax)
@@ -216,48 +253,148 @@ func (c *Client) ClaimLoop(ctx context.Context, fn func(ctx context.Context, l *
 	return nil
 }
 
+// idleWait is a wait of between half and all of idle.
+func (c *Client) idleWait(idle time.Duration) time.Duration {
+	return idle/2 + time.Duration(c.jitter(int64(idle/2)+1))
+}
+
 // permanent reports whether err is an answer that asking again will not
-// change (a 4xx), or a base URL no request can go to.
+// change: a 4xx other than 429, a base URL no request can go to, or a
+// URL that answers, but not as a checkout server (unless /healthz
+// answered a 5xx, as a proxy in front of a server that is restarting
+// does).
 func permanent(err error) bool {
 	var ae *APIError
-	return errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500 && ae.Status != http.StatusTooManyRequests ||
-		errors.Is(err, ErrInvalidBaseURL)
+	if errors.As(err, &ae) {
+		return ae.Status >= 400 && ae.Status < 500 && ae.Status != http.StatusTooManyRequests
+	}
+	if errors.Is(err, ErrInvalidBaseURL) {
+		return true
+	}
+	var nse *NotServerError
+	return errors.As(err, &nse) && !strings.HasPrefix(nse.Detail, "5")
+}
+
+// transient reports whether err is a failure that asking again later may
+// mend: no answer, a 5xx (503 unavailable included) or a 429, or a
+// *NotServerError whose /healthz answered a 5xx (a proxy in front of a
+// server that is restarting).
+func transient(err error) bool {
+	var ue *UnreachableError
+	if errors.As(err, &ue) {
+		return true
+	}
+	var nse *NotServerError
+	if errors.As(err, &nse) {
+		return strings.HasPrefix(nse.Detail, "5")
+	}
+	var ae *APIError
+	return errors.As(err, &ae) && (ae.Status >= 500 || ae.Status == http.StatusTooManyRequests)
+}
+
+// defaultHeartbeatTTL is the heartbeat ttl of WorkOn and ClaimLoop when
+// HeartbeatTTL gives none.
+const defaultHeartbeatTTL = 90 * time.Second
+
+// heartbeatRetry is the first wait before a failed heartbeat is sent
+// again; it doubles with each failure, up to ttl/3.
+const heartbeatRetry = 500 * time.Millisecond
+
+// beatLoop is the heartbeat loop of a Client's WorkOn and ClaimLoop calls
+// of one ttl: one loop however many calls run at once.
+type beatLoop struct {
+	users map[*workConfig]bool // each user's config: OnError gets the loop's failures
+	// reporting is held while the users' OnError get a failure, and by a
+	// user leaving: no OnError is called once its call has returned.
+	reporting sync.Mutex
+	cancel    context.CancelFunc
+	stopped   chan struct{}
 }
 
 // startHeartbeats sends one heartbeat now (so that no lease is taken while
-// the agent counts as dead) and then every ttl/3 until stop is called.
+// the agent counts as dead), unless a loop of this client already beats
+// with cfg's ttl, and then every ttl/3 until stop is called. A first
+// heartbeat that fails is returned, unless patient: then, until it fails
+// in a way that retrying cannot mend, it goes to OnError and is tried
+// again with the idle backoff.
 //
 // A heartbeat is the agent's, not the task's: once the agent has sent one,
 // its every lease ends when its heartbeats stop. So when the last WorkOn
 // or ClaimLoop of this client that heartbeats returns, it sends one more,
 // of lastBeatTTL: the agent's other leases (taken by hand, say) end by
 // their own timeouts then, not 90 s later by a death nobody died.
-func (c *Client) startHeartbeats(ctx context.Context, cfg workConfig) (stop func(), err error) {
+func (c *Client) startHeartbeats(ctx context.Context, cfg workConfig, patient bool) (stop func(), err error) {
 	if cfg.noHeartbeat {
 		return func() {}, nil
 	}
-	if _, err := c.Heartbeat(ctx, cfg.heartbeatTTL); err != nil {
-		return nil, err
-	}
+	ttl := cfg.heartbeatTTL
+	me := &cfg
+	hs := c.helperState()
 	c.beatMu.Lock()
-	c.beating++
+	b := hs.beats[ttl]
+	if b != nil {
+		b.users[me] = true // the agent is alive: the loop says so
+		c.beating++
+	}
 	c.beatMu.Unlock()
-	bg, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for c.sleep(bg, cfg.heartbeatTTL/3) == nil {
-			if _, err := c.Heartbeat(bg, cfg.heartbeatTTL); err != nil && bg.Err() == nil {
-				cfg.onError("", err)
+	if b == nil {
+		idle := cfg.idleMin
+		for {
+			_, err := c.Heartbeat(ctx, ttl)
+			if err == nil {
+				break
 			}
+			if !patient || ctx.Err() != nil || permanent(err) {
+				return nil, err
+			}
+			cfg.onError("", err)
+			if serr := c.sleep(ctx, c.idleWait(idle)); serr != nil {
+				return nil, serr
+			}
+			idle = min(idle*2, cfg.idleMax)
 		}
-	})
-	return func() {
-		cancel()
-		wg.Wait()
 		c.beatMu.Lock()
+		if b = hs.beats[ttl]; b == nil { // another call may have started one meanwhile
+			bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			b = &beatLoop{users: map[*workConfig]bool{}, cancel: cancel, stopped: make(chan struct{})}
+			hs.beats[ttl] = b
+			go func() {
+				defer close(b.stopped)
+				c.beatEvery(bg, ttl, func(err error) {
+					b.reporting.Lock()
+					defer b.reporting.Unlock()
+					c.beatMu.Lock()
+					users := make([]*workConfig, 0, len(b.users))
+					for u := range b.users {
+						users = append(users, u)
+					}
+					c.beatMu.Unlock()
+					for _, u := range users {
+						u.onError("", err)
+					}
+				})
+			}()
+		}
+		b.users[me] = true
+		c.beating++
+		c.beatMu.Unlock()
+	}
+	return func() {
+		b.reporting.Lock()
+		c.beatMu.Lock()
+		delete(b.users, me)
+		ended := len(b.users) == 0
+		if ended {
+			delete(hs.beats, ttl)
+			b.cancel()
+		}
 		c.beating--
 		last := c.beating == 0
 		c.beatMu.Unlock()
+		b.reporting.Unlock()
+		if ended {
+			<-b.stopped
+		}
 		if last {
 			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
@@ -268,9 +405,70 @@ func (c *Client) startHeartbeats(ctx context.Context, cfg workConfig) (stop func
 	}, nil
 }
 
+// beatEvery sends a heartbeat of ttl every ttl/3 until bg is done; after a
+// failed one it tries again sooner, from heartbeatRetry doubling up to
+// ttl/3, and reports the failure.
+func (c *Client) beatEvery(bg context.Context, ttl time.Duration, report func(error)) {
+	wait := ttl / 3
+	for c.sleep(bg, wait) == nil {
+		_, err := c.Heartbeat(bg, ttl)
+		switch {
+		case err == nil:
+			wait = ttl / 3
+		case bg.Err() != nil:
+			return
+		default:
+			report(err)
+			if wait == ttl/3 {
+				wait = heartbeatRetry
+			} else {
+				wait *= 2
+			}
+			wait = min(wait, ttl/3)
+		}
+	}
+}
+
 // lastBeatTTL is the ttl of the heartbeat a client's last heartbeating
 // WorkOn or ClaimLoop sends as it returns: the longest the API takes.
 const lastBeatTTL = time.Hour
+
+// helpers is the state WorkOn and ClaimLoop keep per Client between calls
+// (its heartbeat loops, the leases they lost), by a weak pointer to the
+// Client: the entry goes when the Client does.
+var helpers sync.Map // weak.Pointer[Client] → *workState
+
+type workState struct {
+	beats map[time.Duration]*beatLoop // guarded by the Client's beatMu
+	mu    sync.Mutex
+	lost  []lostLease // the latest leases lost, whose lease_lost message is to go
+}
+
+// lostLease is a lease hold learned was lost otherwise than by its
+// lease_lost message, which may still come: the loss checks delete it.
+type lostLease struct {
+	taskID string
+	fence  int64
+}
+
+// maxLostLeases bounds the leases remembered in workState.lost.
+const maxLostLeases = 100
+
+func (c *Client) helperState() *workState {
+	key := weak.Make(c)
+	if s, ok := helpers.Load(key); ok {
+		return s.(*workState)
+	}
+	s, loaded := helpers.LoadOrStore(key, &workState{beats: map[time.Duration]*beatLoop{}})
+	if !loaded {
+		runtime.AddCleanup(c, func(k weak.Pointer[Client]) { helpers.Delete(k) }, key)
+	}
+	return s.(*workState)
+}
+
+// finishTimeout bounds how long hold keeps trying to complete or release
+// a lease once fn has returned.
+const finishTimeout = 30 * time.Second
 
 // hold runs fn under the lease co, renewing it, and completes or releases
 // it when fn returns.
@@ -280,14 +478,36 @@ func (c *Client) hold(ctx context.Context, co Checkout, fn func(context.Context,
 	defer cancelWork(nil)
 	bg, stopBG := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	stop := sync.OnceFunc(func() { stopBG(); wg.Wait() })
+	defer stop() // even when fn panics: the lease must not be renewed for ever
 	wg.Go(func() { c.keepRenewed(bg, l, cfg, cancelWork) })
 	if cfg.lossCheck > 0 {
 		wg.Go(func() { c.watchLoss(bg, l, cfg, cancelWork) })
 	}
 
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		// fn panicked (or called runtime.Goexit): release the lease as a
+		// failed attempt, then let the panic go on.
+		r := recover()
+		stop()
+		what := "the work function exited without returning (runtime.Goexit)"
+		if r != nil {
+			what = fmt.Sprintf("the work function panicked: %v", r)
+		}
+		if !errors.Is(context.Cause(work), ErrLeaseLost) {
+			_ = c.finish(ctx, l, errors.New(what), cfg)
+		}
+		if r != nil {
+			panic(r)
+		}
+	}()
 	ferr := fn(work, l)
-	stopBG()
-	wg.Wait()
+	returned = true
+	stop()
 
 	if cause := context.Cause(work); errors.Is(cause, ErrLeaseLost) {
 		if ferr != nil && !errors.Is(ferr, context.Canceled) && !errors.Is(ferr, cause) {
@@ -295,28 +515,7 @@ func (c *Client) hold(ctx context.Context, co Checkout, fn func(context.Context,
 		}
 		return cause
 	}
-	// Finish even when ctx is done: the lease must not linger until timeout.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	cur := l.Checkout()
-	var err error
-	if ferr == nil {
-		_, err = c.Complete(fctx, cur.TaskID, CompleteRequest{RunID: cur.RunID, Fence: cur.Fence})
-	} else {
-		rel := ReleaseRequest{RunID: cur.RunID, Fence: cur.Fence, Reason: truncate(ferr.Error(), 512)}
-		if stopped := ctx.Err() != nil && (errors.Is(ferr, context.Canceled) || errors.Is(ferr, context.DeadlineExceeded)); !stopped {
-			rel.Outcome, rel.Error = OutcomeFailed, truncate(ferr.Error(), MaxErrorLen)
-		}
-		_, err = c.Release(fctx, cur.TaskID, rel)
-		if rel.Outcome != "" && isUnknownField(err) {
-			// A server before API 1.1 refuses the outcome: release plainly.
-			rel.Outcome, rel.Error = "", ""
-			_, err = c.Release(fctx, cur.TaskID, rel)
-		}
-	}
-	if errors.Is(err, ErrNotHolder) || errors.Is(err, ErrNotCheckedOut) {
-		err = fmt.Errorf("%w: task %s: %w", ErrLeaseLost, cur.TaskID, err)
-	}
+	err := c.finish(ctx, l, ferr, cfg)
 	if ferr != nil {
 		if err != nil {
 			return errors.Join(ferr, err)
@@ -324,6 +523,58 @@ func (c *Client) hold(ctx context.Context, co Checkout, fn func(context.Context,
 		return ferr
 	}
 	return err
+}
+
+// finish completes the lease l (ferr nil) or releases it (as a failed
+// attempt unless ferr is ctx's own cancellation). It does so even when ctx
+// is done, since the lease must not linger until timeout, and tries again
+// while the failure is transient, for up to finishTimeout or until the
+// lease expires, whichever is first. Each try names the lease (run id and
+// fence), so a repeat of one that took effect is answered as the first.
+func (c *Client) finish(ctx context.Context, l *Lease, ferr error, cfg workConfig) error {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	cur := l.Checkout()
+	rel := ReleaseRequest{RunID: cur.RunID, Fence: cur.Fence}
+	if ferr != nil {
+		rel.Reason = truncate(ferr.Error(), 512)
+		if stopped := ctx.Err() != nil && (errors.Is(ferr, context.Canceled) || errors.Is(ferr, context.DeadlineExceeded)); !stopped {
+			rel.Outcome, rel.Error = OutcomeFailed, truncate(ferr.Error(), MaxErrorLen)
+		}
+	}
+	var err error
+	for try := 1; ; try++ {
+		if ferr == nil {
+			_, err = c.Complete(fctx, cur.TaskID, CompleteRequest{RunID: cur.RunID, Fence: cur.Fence})
+		} else {
+			_, err = c.Release(fctx, cur.TaskID, rel)
+			if rel.Outcome != "" && isUnknownField(err) {
+				// A server before API 1.1 refuses the outcome: release plainly.
+				rel.Outcome, rel.Error = "", ""
+				_, err = c.Release(fctx, cur.TaskID, rel)
+			}
+		}
+		expired := !cur.ExpiresAt.IsZero() && !c.now().Before(cur.ExpiresAt)
+		if err == nil || !transient(err) || expired || fctx.Err() != nil {
+			break
+		}
+		cfg.onError(cur.TaskID, err)
+		if c.sleep(fctx, c.finishWait(try)) != nil {
+			break
+		}
+	}
+	if errors.Is(err, ErrNotHolder) || errors.Is(err, ErrNotCheckedOut) {
+		c.leaseLost(fctx, cur, cfg, true)
+		err = fmt.Errorf("%w: task %s: %w", ErrLeaseLost, cur.TaskID, err)
+	}
+	return err
+}
+
+// finishWait is the wait before finish's try number try+1: from a quarter
+// of a second, doubling up to 4 s, randomised between half and all of it.
+func (c *Client) finishWait(try int) time.Duration {
+	d := 250 * time.Millisecond << min(try-1, 4)
+	return d/2 + time.Duration(c.jitter(int64(d/2)+1))
 }
 
 // keepRenewed renews l every interval until bg is done, and cancels the work
@@ -339,21 +590,49 @@ func (c *Client) keepRenewed(bg context.Context, l *Lease, cfg workConfig, lose 
 	for c.sleep(bg, every) == nil {
 		cur := l.Checkout()
 		co, err := c.Renew(bg, cur.TaskID, RenewRequest{RunID: cur.RunID, Fence: cur.Fence})
+		var ae *APIError
 		switch {
 		case err == nil:
 			l.set(co)
 		case bg.Err() != nil:
 			return
-		case permanent(err):
+		case errors.As(err, &ae) && permanent(ae):
 			lose(fmt.Errorf("%w: task %s: %w", ErrLeaseLost, cur.TaskID, err))
+			c.leaseLost(bg, cur, cfg, true)
 			return
 		case !c.now().Before(cur.ExpiresAt):
 			lose(fmt.Errorf("%w: task %s: expired while renewals failed: %w", ErrLeaseLost, cur.TaskID, err))
+			c.leaseLost(bg, cur, cfg, true)
 			return
 		default:
 			cfg.onError(cur.TaskID, err)
 		}
 	}
+}
+
+// leaseLost notes that the lease co was lost, found otherwise than by its
+// lease_lost message: with CheckLossEvery, which reads those messages,
+// that message is deleted now if it is there, or by a later loss check of
+// this client when it comes (the server sends it within about a second of
+// the lease's end, which for an expiry may be a sweep later). Without
+// CheckLossEvery the inbox is the caller's and is left alone.
+func (c *Client) leaseLost(ctx context.Context, co Checkout, cfg workConfig, scan bool) {
+	if cfg.lossCheck <= 0 {
+		return
+	}
+	hs := c.helperState()
+	hs.mu.Lock()
+	hs.lost = append(hs.lost, lostLease{co.TaskID, co.Fence})
+	if len(hs.lost) > maxLostLeases {
+		hs.lost = hs.lost[len(hs.lost)-maxLostLeases:]
+	}
+	hs.mu.Unlock()
+	if !scan {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	c.lostMessage(ctx, Checkout{}) // deletes the message if it came already
 }
 
 // watchLoss looks in the inbox every cfg.lossCheck for a lease_lost message
@@ -363,26 +642,65 @@ func (c *Client) watchLoss(bg context.Context, l *Lease, cfg workConfig, lose co
 	for c.sleep(bg, cfg.lossCheck) == nil {
 		cur := l.Checkout()
 		if m, ok := c.lostMessage(bg, cur); ok {
+			if m.MessageID == "" { // found without its message: delete it once it shows
+				c.leaseLost(bg, cur, cfg, false)
+			}
 			lose(fmt.Errorf("%w: task %s (%s at %s)", ErrLeaseLost, cur.TaskID, m.Reason, m.At.Format(time.RFC3339)))
 			return
 		}
 	}
 }
 
+// maxInbox is the most messages GET /api/inbox answers: the oldest.
+const maxInbox = 1000
+
 // lostMessage finds, and deletes, the inbox's lease_lost message about the
-// lease co (its task and fence). Any failure is no message.
+// lease co (its task and fence); it also deletes the lease_lost messages
+// of the leases this client's holds lost otherwise (leaseLost). Any
+// failure is no message.
+//
+// The server answers only the oldest maxInbox messages: when the inbox is
+// that full and co's message is not among them, the lease's status says
+// whether it is still co; if not, the loss is reported without the
+// message (its reason then reads "no longer held"), which stays behind
+// the older messages.
 func (c *Client) lostMessage(ctx context.Context, co Checkout) (Message, bool) {
 	msgs, err := c.Inbox(ctx)
 	if err != nil {
 		return Message{}, false
 	}
+	hs := c.helperState()
+	hs.mu.Lock()
+	lost := slices.Clone(hs.lost)
+	hs.mu.Unlock()
+	var mine Message
+	found := false
 	for _, m := range msgs {
-		if m.Type == MessageLeaseLost && m.TaskID == co.TaskID && m.Fence == co.Fence {
+		if m.Type != MessageLeaseLost {
+			continue
+		}
+		if co.TaskID != "" && m.TaskID == co.TaskID && m.Fence == co.Fence {
 			_ = c.DeleteMessage(ctx, m.MessageID) // read: its news is in the error
-			return m, true
+			mine, found = m, true
+			continue
+		}
+		if i := slices.Index(lost, lostLease{m.TaskID, m.Fence}); i >= 0 {
+			if err := c.DeleteMessage(ctx, m.MessageID); err == nil || errors.Is(err, ErrMessageNotFound) {
+				hs.mu.Lock()
+				hs.lost = slices.DeleteFunc(hs.lost, func(x lostLease) bool { return x == lost[i] })
+				hs.mu.Unlock()
+			}
 		}
 	}
-	return Message{}, false
+	if found || co.TaskID == "" || len(msgs) < maxInbox {
+		return mine, found
+	}
+	st, err := c.Status(ctx, co.TaskID)
+	if err != nil || st.Locked && st.Checkout != nil && st.Checkout.Fence == co.Fence && st.Checkout.RunID == co.RunID {
+		return Message{}, false
+	}
+	return Message{Type: MessageLeaseLost, TaskID: co.TaskID, Fence: co.Fence, RunID: co.RunID,
+		Reason: "no longer held", At: c.now()}, true
 }
 
 // truncate cuts s to at most n bytes, at the start of a character, so
