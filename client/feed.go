@@ -171,15 +171,31 @@ func (c *Client) Feed(ctx context.Context, req FeedRequest) (FeedPage, error) {
 // every interval (0: 1s) once one is, until ctx ends or fn returns an error
 // (which it returns). A cursor carries it across pages and polls, so no
 // event is skipped or repeated.
+//
+// A failure that asking again can mend (the server unreachable or
+// restarting, a 5xx, a 429), once the client's own retries are spent, does
+// not end it: it asks again from its last cursor after a wait of 1s,
+// doubling up to 30s (randomised between half and all of it), until an
+// answer comes. An error that asking again cannot mend (401, 403, 400, a
+// URL that is not a checkout server's) is returned, as is ctx's.
 func (c *Client) FollowFeed(ctx context.Context, req FeedRequest, interval time.Duration, fn func(Event) error) error {
 	if interval <= 0 {
 		interval = time.Second
 	}
+	backoff := time.Duration(0)
 	for {
 		page, err := c.Feed(ctx, req)
 		if err != nil {
-			return err
+			if ctx.Err() != nil || !transient(err) {
+				return err
+			}
+			backoff = min(max(2*backoff, followRetryMin), followRetryMax)
+			if err := c.sleep(ctx, backoff/2+time.Duration(c.jitter(int64(backoff/2)+1))); err != nil {
+				return err
+			}
+			continue
 		}
+		backoff = 0
 		for _, e := range page.Events {
 			if err := fn(e); err != nil {
 				return err
@@ -193,3 +209,9 @@ func (c *Client) FollowFeed(ctx context.Context, req FeedRequest, interval time.
 		}
 	}
 }
+
+// The waits of FollowFeed before it asks again after a transient failure.
+const (
+	followRetryMin = time.Second
+	followRetryMax = 30 * time.Second
+)
