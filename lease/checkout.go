@@ -695,14 +695,21 @@ func (s *Store) endLease(ctx context.Context, taskID string, cond terms, e endin
 		cond = cond.and(timeCond(fromMS(e.at)))
 	}
 	if e.status != StatusTodo || e.exhausted {
+		// No wake: an exhausted ending leaves the task failed, not
+		// claimable.
 		it, applied, err := s.update(ctx, taskID, cond, endUpdate(taskID, e, now, s.shards), rv)
 		if err != nil || !applied {
 			return it, nil, false, err
 		}
-		if e.status == StatusTodo {
-			s.claims.wake()
-		}
 		return nil, it, true, nil
+	}
+	// A caller that wants no item back still gets the attributes the
+	// write set (no read units: only the answer grows by them), among
+	// them claim_shard, which names the queue whose waiting claims the
+	// freed task wakes.
+	freeRV := rv
+	if rv == types.ReturnValueNone {
+		freeRV = types.ReturnValueUpdatedNew
 	}
 	// A task marked as waiting on a reopened blocker (deps.go, reblock)
 	// goes back to blocked, not todo: tried second, on the mark, when the
@@ -715,12 +722,15 @@ func (s *Store) endLease(ctx context.Context, taskID string, cond terms, e endin
 	blocked := e
 	blocked.status, blocked.notBefore, blocked.rank = StatusBlocked, 0, ""
 	for range retries(ctx) {
-		it, applied, err := s.update(ctx, taskID, free, endUpdate(taskID, e, now, s.shards), rv)
+		it, applied, err := s.update(ctx, taskID, free, endUpdate(taskID, e, now, s.shards), freeRV)
 		switch {
 		case err != nil:
 			return it, nil, false, err
 		case applied:
-			s.claims.wake()
+			s.claims.wake(wokenQueue(it))
+			if rv == types.ReturnValueNone {
+				it = &taskItem{}
+			}
 			return nil, it, true, nil
 		case it == nil || len(it.WaitingOn) == 0:
 			return it, nil, false, nil

@@ -39,7 +39,7 @@ import (
 // blocked, makes the task todo, puts it in the claim index and records
 // an unblocked event, whose own change tells the watchers
 // (task_available, reason unblocked), publishes TaskAvailable and wakes
-// the process's waiting claims. The write is conditioned on the blocker
+// the process's claims waiting on its queue. The write is conditioned on the blocker
 // being in waiting_on, so a change delivered again, or two writers
 // racing, unblock each dependent once: exactly one unblocked event per
 // unblocking. A named checkout that
@@ -449,9 +449,11 @@ func (s *Store) unblockWrite(ctx context.Context, taskID, blocker string, now ti
 		Remove(nameWaitingOn).
 		Set(nameClaimShard, expression.IfNotExists(expression.Name("claim_home"), expression.Value(claimHome(DefaultQueue, taskID, s.shards.Claim))))
 	upd = unblockedTransition(upd, ms(now), blocker)
-	cur, applied, err := s.update(ctx, taskID, cond, upd, types.ReturnValueNone)
+	// The attributes it set (no read units), claim_shard among them: the
+	// queue whose waiting claims it wakes.
+	cur, applied, err := s.update(ctx, taskID, cond, upd, types.ReturnValueUpdatedNew)
 	if applied {
-		s.claims.wake()
+		s.claims.wake(wokenQueue(cur))
 	}
 	return cur, applied, err
 }

@@ -23,3 +23,14 @@ func LimitDependents(s *Store, n int) { s.maxDependents = n }
 // LimitRegistryPage sets how many queue names one page of s's queue
 // registry holds.
 func LimitRegistryPage(s *Store, n int) { s.registryPage = n }
+
+// PollClaims sets how often s's waiting claims look again when nothing
+// wakes them.
+func PollClaims(s *Store, d time.Duration) { s.claimPoll = d }
+
+// ClaimsAsleep is how many of s's waiting claims are between two looks.
+func ClaimsAsleep(s *Store) int { return int(s.claims.asleep.Load()) }
+
+// ClaimWakes is how many wakes s has sent to its waiting claims (a claim
+// waiting on several queues woken for all gets one for each).
+func ClaimWakes(s *Store) int { return int(s.claims.wakes.Load()) }

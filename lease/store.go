@@ -105,6 +105,9 @@ type Store struct {
 	maxDependents int
 	// registryPage is RegistryPage (lower in tests).
 	registryPage int
+	// claimPoll is claimPoll (longer in tests, so that only a wake makes
+	// a waiting claim look again).
+	claimPoll time.Duration
 
 	// fallbackReads counts reads made because the server did not return the
 	// item with a failed condition (ReturnValuesOnConditionCheckFailure is
@@ -123,6 +126,7 @@ func New(cfg Config) *Store {
 		graphWait:     2 * graphLockTTL,
 		maxDependents: MaxDependents,
 		registryPage:  RegistryPage,
+		claimPoll:     claimPoll,
 		shards:        cfg.Shards.OrDefault(),
 		db:            cfg.DB,
 		now:           cfg.Now,

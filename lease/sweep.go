@@ -386,9 +386,11 @@ func (s *Store) rankReady(ctx context.Context, it *taskItem) (bool, error) {
 	cond := terms{expression.AttributeNotExists(nameHolder), nameExpires.Equal(expression.Value(it.LeaseExpires))}
 	upd := expression.Set(expression.Name("claim_key"), expression.IfNotExists(expression.Name("claim_rank"), expression.Name("claim_key"))).
 		Remove(nameExpires).Remove(expression.Name("lease_shard"))
-	_, applied, err := s.update(ctx, it.TaskID, cond, upd, types.ReturnValueNone)
+	// The item back (no read units), for its queue: the index entry read
+	// has none.
+	after, applied, err := s.update(ctx, it.TaskID, cond, upd, types.ReturnValueAllNew)
 	if applied {
-		s.claims.wake()
+		s.claims.wake(wokenQueue(after))
 	}
 	return applied, err
 }

@@ -84,7 +84,7 @@ func (s *Store) create(ctx context.Context, it taskItem, blockers map[string]*ta
 		return Task{}, nil, err
 	}
 	if len(waiting) == 0 {
-		s.claims.wake()
+		s.claims.wake(it.queue())
 	}
 	if len(blockers) > 0 {
 		// The blockers as last read: by link, and those waited on by settle.
@@ -310,8 +310,7 @@ func (s *Store) CreateTasks(ctx context.Context, ps []CreateTaskParams) ([]Batch
 			return nil
 		})
 	}
-	err := g.Wait()
-	s.claims.wake()
+	err := g.Wait() // each task created woke its queue's waiting claims
 	if err != nil {
 		return nil, err
 	}

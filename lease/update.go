@@ -265,7 +265,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 			after.LastError = cur.LastError
 		}
 		if after.claimable() {
-			s.claims.wake()
+			s.claims.wake(after.queue()) // the queue it is in now, moved or not
 		}
 		live = after.hasLease() && live
 		return after.task(live), nil
