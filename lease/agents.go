@@ -99,11 +99,20 @@ func (s *Store) RegisterAgent(ctx context.Context, p RegisterParams) (Registrati
 	expr, _ := expression.NewBuilder().WithCondition(cond).Build()
 	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &s.agents, Item: item,
-		ConditionExpression:      expr.Condition(),
-		ExpressionAttributeNames: expr.Names(),
+		ConditionExpression:                 expr.Condition(),
+		ExpressionAttributeNames:            expr.Names(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if _, failed := conditionFailed(err); failed {
-		return Registration{}, ErrAgentExists
+	if old, failed := conditionFailed(err); failed {
+		// The agent there may be this very put, whose first attempt
+		// applied and whose answer was lost (the SDK's retry then fails
+		// the condition): its key's hash is this key's, which nobody
+		// else has. Then it is ours, and its key item is still to write.
+		var there agentItem
+		if attributevalue.UnmarshalMap(old, &there) != nil || there.KeyHash != a.KeyHash {
+			return Registration{}, ErrAgentExists
+		}
+		err = nil
 	}
 	if err != nil {
 		return Registration{}, fmt.Errorf("register agent %s: %w", p.AgentID, err)

@@ -357,6 +357,13 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 				return Checkout{}, err
 			}
 			c, cur := g.lease, g.cur
+			if !g.granted && cur != nil && cur.hasLease() && cur.Holder == cp.AgentID && cur.RunID == cp.RunID {
+				// Taken by this very run: the grant's first attempt applied
+				// and its answer was lost, so the SDK's retry failed its
+				// condition (or the same run claimed it at once elsewhere).
+				// It is this claim's lease, not a task taken by another.
+				c, g.granted = cur.checkout(), true
+			}
 			if g.granted {
 				s.claims.won(w, s.clock())
 				if named {
