@@ -205,8 +205,9 @@ type Message struct {
 	TaskID    string    `json:"task_id"`
 	Reason    string    `json:"reason,omitempty"`
 	At        time.Time `json:"at"`
-	// Fence and RunID name the lease whose ending the message is about
-	// (0 and "" on messages from before the server kept them).
+	// Fence and RunID name the lease whose ending the message is about:
+	// 0 and "" when no lease ended (a task_available with reason
+	// unblocked), and on messages from before the server kept them.
 	Fence int64  `json:"fence,omitempty"`
 	RunID string `json:"run_id,omitempty"`
 	// NotBefore is when a task_available message's task may be granted,

@@ -115,3 +115,98 @@ func TestARegistrationSentTwiceAnswersWithAWorkingKey(t *testing.T) {
 		t.Fatalf("a second registration: %v, want agent_exists", err)
 	}
 }
+
+// everyTwiceDB sends every PutItem and UpdateItem twice and answers with
+// the second answer: every write applied with its answer lost, and sent
+// again by the SDK.
+type everyTwiceDB struct{ lease.DB }
+
+func (d everyTwiceDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if _, err := d.DB.UpdateItem(ctx, in, opts...); err != nil {
+		return nil, err
+	}
+	return d.DB.UpdateItem(ctx, in, opts...)
+}
+
+func (d everyTwiceDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if _, err := d.DB.PutItem(ctx, in, opts...); err != nil {
+		return nil, err
+	}
+	return d.DB.PutItem(ctx, in, opts...)
+}
+
+// Every operation whose writes are each applied and then sent again is
+// answered as if sent once: the second sending fails its condition on
+// the first's own result, which is not another writer's. A create used to
+// answer task_exists; a release, completion or failed release that named
+// no lease, not_checked_out; a PATCH with If-Match, version_mismatch; a
+// PATCH of blocked_by waited 20 s for the graph's lock it held itself.
+// (A renewal sent twice is made twice, each with its event: the lease is
+// as one would leave it.)
+func TestEveryWriteSentTwiceIsAnsweredAsOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	s := lease.New(lease.Config{DB: everyTwiceDB{e.db}, Tables: e.names, Now: e.clock.Now})
+	lease.WaitForGraphLock(s, time.Second)
+	step := func(name string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	_, err := s.RegisterAgent(c, lease.RegisterParams{AgentID: "ag", Name: "n"})
+	step("register", err)
+	_, err = s.CreateTask(c, lease.CreateTaskParams{TaskID: "t1", Description: "a body of its own"})
+	step("create", err)
+	_, err = s.CreateTasks(c, []lease.CreateTaskParams{{TaskID: "t2"}, {TaskID: "t3"}, {TaskID: "t4"}, {TaskID: "t5"}})
+	step("batch", err)
+	_, err = s.Heartbeat(c, "ag", time.Minute)
+	step("heartbeat", err)
+	co, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "ag", Timeout: time.Hour})
+	step("checkout", err)
+	_, err = s.Renew(c, lease.RenewParams{TaskID: "t1", AgentID: "ag", RunID: co.RunID})
+	step("renew", err)
+	_, err = s.Release(c, lease.ReleaseParams{TaskID: "t1", AgentID: "ag"})
+	step("release naming no lease", err)
+	_, err = s.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "ag", Timeout: time.Hour})
+	step("checkout again", err)
+	done, err := s.Complete(c, lease.CompleteParams{TaskID: "t1", AgentID: "ag"})
+	step("complete naming no lease", err)
+	if err == nil && done.Status != lease.StatusDone {
+		t.Errorf("complete answered %s", done.Status)
+	}
+	_, err = s.Checkout(c, lease.CheckoutParams{TaskID: "t2", AgentID: "ag", Timeout: time.Hour})
+	step("checkout t2", err)
+	_, err = s.Release(c, lease.ReleaseParams{TaskID: "t2", AgentID: "ag", Outcome: lease.OutcomeFailed, Error: "broke"})
+	step("failed release naming no lease", err)
+	title, d := "new", "new body"
+	patched, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t3", AgentID: "ag", Title: &title, Description: &d, IfVersion: 1})
+	step("PATCH with If-Match", err)
+	if err == nil && (patched.Version != 2 || patched.Title != "new" || patched.Description != "new body") {
+		t.Errorf("PATCH answered version %d, %q, %q", patched.Version, patched.Title, patched.Description)
+	}
+	_, err = s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t3", AgentID: "ag", BlockedBy: &[]string{"t4"}})
+	step("PATCH of blocked_by", err)
+	st := lease.StatusCancelled
+	_, err = s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t4", AgentID: "ag", Status: &st})
+	step("cancel", err)
+	_, err = s.Claim(c, lease.ClaimParams{AgentID: "ag", Timeout: time.Hour})
+	step("claim", err)
+	step("watch", s.Watch(c, "t3", "ag"))
+	step("remove", s.RemoveAgent(c, "ag"))
+
+	// Each transition is in the trail once.
+	for id, want := range map[string][]lease.EventType{
+		"t1": {lease.EventCheckout, lease.EventRenew, lease.EventRenew, lease.EventRelease, lease.EventCheckout, lease.EventComplete},
+		"t2": {lease.EventCheckout, lease.EventRelease},
+	} {
+		var got []lease.EventType
+		for _, ev := range e.events(t, id) {
+			got = append(got, ev.Type)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s's trail %v, want %v", id, got, want)
+		}
+	}
+}

@@ -661,7 +661,9 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		case lostToLater(it, now):
 			floor = it.LastAt
 			continue
-		case replayEnd(it, EventRelease, OutcomeFailed, p.AgentID, p.RunID, p.Fence):
+		case replayEnd(it, EventRelease, OutcomeFailed, p.AgentID, cur.RunID, cur.Fence):
+			// The lease read ended by this caller's failed release: a
+			// repeat, or this very write sent again (its answer lost).
 			return it, nil
 		case it != nil && it.Holder == cur.Holder && it.Fence == cur.Fence && it.leaseTimeValid(now) && holderAlive(hb, it.LockedAt, now):
 			continue // the counts moved under a live lease: decide again
@@ -758,6 +760,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 		cond, hb, now, err := s.holderGuard(ctx, agentID, runID, fence, floor)
 		var it, after *taskItem
 		applied := false
+		wctx, sends := countSends(ctx)
 		switch {
 		case errors.Is(err, errDeadCaller):
 			if it, err = s.getTask(ctx, taskID); err != nil {
@@ -766,7 +769,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 		case err != nil:
 			return nil, err
 		default:
-			if it, after, applied, err = s.endLease(ctx, taskID, cond, e, now, types.ReturnValueAllNew); err != nil {
+			if it, after, applied, err = s.endLease(wctx, taskID, cond, e, now, types.ReturnValueAllNew); err != nil {
 				return nil, err
 			}
 			if !applied && lostToLater(it, now) {
@@ -777,7 +780,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 		if applied {
 			return after, nil
 		}
-		if replayEnd(it, e.typ, e.outcome, agentID, runID, fence) {
+		if replayEnd(it, e.typ, e.outcome, agentID, runID, fence) || sends.Load() > 1 && sentAgain(it, e, agentID, now) {
 			return it, nil
 		}
 		return nil, s.notHolder(ctx, it, agentID, runID, fence, now, hb)
@@ -848,6 +851,20 @@ func replayEnd(cur *taskItem, typ EventType, outcome ReleaseOutcome, agentID, ru
 	return r.EndSeq != 0 && r.EndType == typ && (typ != EventRelease || failedOutcome(r.EndOutcome) == failedOutcome(outcome)) && r.EndBy == agentID &&
 		(typ == EventForceRelease || r.EndAgent == agentID) &&
 		(runID == "" || r.EndRun == runID) && (fence == 0 || r.EndFence == fence)
+}
+
+// sentAgain says whether it, the item a holder's ending write that was
+// sent more than once failed its condition on, holds that very ending:
+// the write applied, its answer was lost, and the SDK sent it again
+// (sends.go). The ending is the caller's, of the same kind, stamped with
+// the write's own time, and the item's latest transition.
+func sentAgain(it *taskItem, e ending, agentID string, now time.Time) bool {
+	if it == nil {
+		return false
+	}
+	r := it.endRecord
+	return r.EndSeq != 0 && r.EndSeq == it.ESeq && r.EndAt == ms(now) && r.EndType == e.typ && r.EndBy == agentID && r.EndAgent == agentID &&
+		(e.typ != EventRelease || failedOutcome(r.EndOutcome) == failedOutcome(e.outcome))
 }
 
 // A repeat after a later ending. The item keeps only its last ending, so

@@ -724,6 +724,9 @@ func (s *Store) lockGraph(ctx context.Context, epoch int64) (unlock func(), err 
 			return nil, fmt.Errorf("lock the task graph: %w", err)
 		}
 		switch {
+		case old.Token == token:
+			// This very write, applied and sent again (its answer lost).
+			return func() { s.unlockGraph(token, epoch+1) }, nil
 		case old.Epoch != epoch:
 			return nil, errGraphChanged
 		case old.Token != "" && old.Until <= ms(now):
@@ -782,15 +785,20 @@ func (s *Store) unlockGraph(token string, next int64) {
 	expr, err := expression.NewBuilder().WithCondition(expression.Name("token").Equal(expression.Value(token))).WithUpdate(upd).Build()
 	if err == nil {
 		_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 &s.heartbeats,
-			Key:                       agentKey(graphLockID),
-			ConditionExpression:       expr.Condition(),
-			UpdateExpression:          expr.Update(),
-			ExpressionAttributeNames:  expr.Names(),
-			ExpressionAttributeValues: expr.Values(),
+			TableName:                           &s.heartbeats,
+			Key:                                 agentKey(graphLockID),
+			ConditionExpression:                 expr.Condition(),
+			UpdateExpression:                    expr.Update(),
+			ExpressionAttributeNames:            expr.Names(),
+			ExpressionAttributeValues:           expr.Values(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		})
 	}
-	if _, lost := conditionFailed(err); lost {
+	if item, lost := conditionFailed(err); lost {
+		var now graphLockItem
+		if attributevalue.UnmarshalMap(item, &now) == nil && now.Token == "" && now.Epoch == next {
+			return // given back by this very write, sent again (its answer lost)
+		}
 		s.log.WarnContext(ctx, "the task graph's lock was taken over before it was given back: a change of blocked_by held it longer than its ttl", "ttl", graphLockTTL)
 		return
 	}

@@ -279,8 +279,11 @@ func decodeTrailCursor(c, taskID string) (int64, error) {
 		return 0, bad
 	}
 	m := trailPosPattern.FindSubmatch(b)
-	if m == nil || string(m[1]) != taskID {
+	if m == nil {
 		return 0, bad
+	}
+	if string(m[1]) != taskID {
+		return 0, invalidField("cursor", CodeInvalidRequest, "cursor continues the trail of task %s, not of %s", m[1], taskID)
 	}
 	seq, err := strconv.ParseInt(string(m[2]), 10, 64)
 	if err != nil {

@@ -329,7 +329,7 @@ func (s *Store) write(ctx context.Context, taskID string, cond terms, upd expres
 		ExpressionAttributeValues:           expr.Values(),
 		ReturnValues:                        rv,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	}, sendOpts(ctx)...)
 	if returned, failed := conditionFailed(err); failed {
 		cur, err := s.currentTask(ctx, returned, taskID)
 		return cur, false, err

@@ -156,6 +156,10 @@ func TestTrailPageRefusesBadInput(t *testing.T) {
 			t.Errorf("trail page %+v: %v, want invalid", p, err)
 		}
 	}
+	// A cursor of another task's trail says so (it used to say the server
+	// never issued it).
+	_, err := e.store.TrailPage(c, lease.TrailParams{TaskID: "b", Cursor: page.NextCursor})
+	expectRule(t, err, ruleFailure{"cursor", "invalid_request", "cursor continues the trail of task a, not of b"})
 	if _, err := e.store.TrailPage(c, lease.TrailParams{TaskID: "nope"}); !errors.Is(err, lease.ErrTaskNotFound) {
 		t.Errorf("unknown task: %v", err)
 	}

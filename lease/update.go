@@ -216,13 +216,23 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		if cur.Version == 0 {
 			cond = expression.AttributeNotExists(nameVersion)
 		}
-		after, applied, err := s.update(ctx, p.TaskID, terms{cond}, upd, types.ReturnValueAllNew)
+		wctx, sends := countSends(ctx)
+		after, applied, err := s.update(wctx, p.TaskID, terms{cond}, upd, types.ReturnValueAllNew)
 		if unlock != nil {
 			unlock()
 			unlock = nil
 		}
 		if err != nil {
 			return Task{}, err
+		}
+		if !applied && sends.Load() > 1 && after != nil && after.Version == cur.Version+1 && (!newBody || after.BodyToken == token) {
+			// Sent more than once, and the task is one version on, with
+			// this PATCH's body: if this PATCH changes nothing on it, it
+			// is this very write, applied and sent again (its answer
+			// lost: sends.go), not another's.
+			if _, changed, err := s.patch(after, live, p, g, now); err == nil && !changed {
+				applied = true
+			}
 		}
 		if !applied {
 			if newBody {
