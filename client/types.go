@@ -378,7 +378,7 @@ type UpdateTaskRequest struct {
 	// attempts back to 0 and its NotBefore cleared).
 	Status string `json:"status,omitempty"`
 	// BlockedBy, when not nil, replaces the tasks this one waits for; a
-	// pointer to an empty list clears them. Only a todo or blocked task's
+	// pointer to an empty (or nil) list clears them. Only a todo or blocked task's
 	// may change (else ErrInvalidTransition).
 	BlockedBy *[]string `json:"blocked_by,omitempty"`
 	// MaxAttempts is 1 to 100.
@@ -395,7 +395,8 @@ type UpdateTaskRequest struct {
 }
 
 // MarshalJSON writes the API's body: RetryDelay as a Go duration string,
-// and not_before as a time, or null with ClearNotBefore.
+// not_before as a time, or null with ClearNotBefore, and a BlockedBy
+// pointing to a nil list as [].
 func (r UpdateTaskRequest) MarshalJSON() ([]byte, error) {
 	type plain UpdateTaskRequest
 	var notBefore json.RawMessage
@@ -408,6 +409,11 @@ func (r UpdateTaskRequest) MarshalJSON() ([]byte, error) {
 			return nil, err
 		}
 		notBefore = b
+	}
+	if r.BlockedBy != nil && *r.BlockedBy == nil {
+		// A pointer to a nil list clears the blockers, as one to an
+		// empty list does: null would leave them as they are.
+		r.BlockedBy = &[]string{}
 	}
 	return json.Marshal(struct {
 		plain
