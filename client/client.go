@@ -69,7 +69,8 @@ var DefaultRetryPolicy = RetryPolicy{MaxAttempts: 4, BaseDelay: 100 * time.Milli
 // Option configures a Client.
 type Option func(*Client)
 
-// WithHTTPClient sets the HTTP client (default: one with a 30s timeout).
+// WithHTTPClient sets the HTTP client (default, and for nil: one with a
+// 30s timeout).
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
 
 // WithRetryPolicy sets the retry policy.
@@ -108,6 +109,9 @@ func New(baseURL, apiKey string, opts ...Option) *Client {
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.http == nil {
+		c.http = &http.Client{Timeout: 30 * time.Second}
 	}
 	if c.retry.MaxAttempts < 1 {
 		c.retry.MaxAttempts = 1
