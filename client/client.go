@@ -180,8 +180,8 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 			return fmt.Errorf("checkout: encode request: %w", err)
 		}
 	}
-	if seg := dotSegment(path); seg != "" {
-		return dotSegmentError(seg)
+	if seg, ok := badSegment(path); ok {
+		return invalidIDError(seg)
 	}
 	var lastErr error
 	for attempt := 1; ; attempt++ {
@@ -287,22 +287,23 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte) (in
 	return resp.StatusCode, b, nil
 }
 
-// dotSegment is the first segment of path (before its query) that is "."
-// or "..", or "". An id that is a dot segment can name nothing: URLs
-// resolve such segments away, so the request would reach another route.
-func dotSegment(path string) string {
+// badSegment is the first segment of path (before its query), after the
+// leading one, that no id can be: "" (an empty id), "." or "..". URLs
+// resolve dot segments away and an empty segment names no resource, so
+// the request would reach another route (or none).
+func badSegment(path string) (string, bool) {
 	p, _, _ := strings.Cut(path, "?")
-	for _, seg := range strings.Split(p, "/") {
-		if seg == "." || seg == ".." {
-			return seg
+	for _, seg := range strings.Split(strings.TrimPrefix(p, "/"), "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return seg, true
 		}
 	}
-	return ""
+	return "", false
 }
 
-// dotSegmentError refuses an id that is a dot segment without sending
+// invalidIDError refuses an id that cannot name anything without sending
 // anything, as the server refuses any other malformed id: 400 invalid_id.
-func dotSegmentError(seg string) error {
+func invalidIDError(seg string) error {
 	msg := fmt.Sprintf("id %q is not valid: an id is 1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit", seg)
 	body, _ := json.Marshal(map[string]string{"error": msg, "code": errcode.InvalidID})
 	return &APIError{Status: http.StatusBadRequest, Code: errcode.InvalidID, Message: msg, Body: body}

@@ -191,7 +191,7 @@ func (c *Client) DeleteMessage(ctx context.Context, messageID string) error {
 		ae.also = ErrMessageNotFound
 	}
 	if err != nil {
-		return fmt.Errorf("delete message %s: %w", messageID, err)
+		return fmt.Errorf("delete message %s: %w", idText(messageID), err)
 	}
 	return nil
 }
@@ -321,7 +321,7 @@ func (c *Client) ListAgents(ctx context.Context) ([]Agent, error) {
 func (c *Client) RemoveAgent(ctx context.Context, agentID string) error {
 	err := c.do(ctx, once, http.MethodDelete, "/api/agents/"+url.PathEscape(agentID), nil, nil)
 	if err != nil {
-		return fmt.Errorf("remove agent %s: %w", agentID, err)
+		return fmt.Errorf("remove agent %s: %w", idText(agentID), err)
 	}
 	return nil
 }
@@ -330,5 +330,14 @@ func wrap(op, taskID string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("%s %s: %w", op, taskID, err)
+	return fmt.Errorf("%s %s: %w", op, idText(taskID), err)
+}
+
+// idText is id as an error message names it: "" for an empty one, which
+// would otherwise leave no trace.
+func idText(id string) string {
+	if id == "" {
+		return `""`
+	}
+	return id
 }
