@@ -4,7 +4,10 @@
 // A Client has a method per route, returns typed values and typed errors
 // (a *ConflictError carries the holder of a task; sentinels such as
 // ErrNoTaskAvailable match with errors.Is), and retries what is safe to
-// retry with exponential backoff and full jitter. Checkouts and claims are
+// retry with exponential backoff and full jitter, waiting at least what an
+// answer's Retry-After asks. A 429 or 5xx, the server's or a gateway's in
+// front of it, matches ErrUnavailable once the retries are spent.
+// Checkouts and claims are
 // made idempotent by a run id that the client generates when the caller
 // gives none, so a retried checkout whose first answer was lost gets the same
 // lease back instead of a conflict with itself.
@@ -25,6 +28,7 @@ import (
 	"io"
 	mrand "math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -54,7 +58,12 @@ type Client struct {
 }
 
 // RetryPolicy bounds the retries of a request. The delay before retry n
-// (1-based) is a random duration in [0, min(MaxDelay, BaseDelay*2^(n-1))).
+// (1-based) is a random duration in [0, min(MaxDelay, BaseDelay*2^(n-1))),
+// or the answer's Retry-After when that is longer. A request is not tried
+// again when Retry-After passes MaxRetryAfter, or when the delay would
+// end after the context's deadline: its error then is the last answer's
+// (or, for the deadline, one matching both it and
+// context.DeadlineExceeded).
 type RetryPolicy struct {
 	// MaxAttempts counts the first try; 1 disables retries.
 	MaxAttempts int
@@ -185,7 +194,7 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 	}
 	var lastErr error
 	for attempt := 1; ; attempt++ {
-		status, respBody, err := c.send(ctx, method, path, body)
+		status, header, respBody, err := c.send(ctx, method, path, body)
 		if err == nil && status < 300 {
 			record(ctx, status, respBody)
 			if out == nil || len(respBody) == 0 {
@@ -200,6 +209,7 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 			return nil
 		}
 		retryable := false
+		var retryAfter time.Duration
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -208,9 +218,14 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 			retryable = mode == idempotent || isConnRefused(err)
 		} else {
 			record(ctx, status, respBody)
+			retryAfter = parseRetryAfter(header.Get("Retry-After"), time.Now())
 			lastErr = decodeError(status, respBody)
 			var ae *APIError
-			if errors.As(lastErr, &ae) && path != "/healthz" && (ae.Code == "" || ae.Code == errcode.NotFound || ae.Code == errcode.MethodNotAllowed) {
+			if errors.As(lastErr, &ae) {
+				ae.RetryAfter = retryAfter
+			}
+			overloaded := status == http.StatusTooManyRequests || status >= 500
+			if !overloaded && ae != nil && path != "/healthz" && (ae.Code == "" || ae.Code == errcode.NotFound || ae.Code == errcode.MethodNotAllowed) {
 				// Not the API's error form, or no such route: is this a
 				// checkout server at all? A base URL with a wrong path
 				// (http://host/api) reaches a checkout server that knows
@@ -218,7 +233,10 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 				// would look like an empty queue for ever. (A plain
 				// not_found is also a missing inbox message: /healthz
 				// then answers as a checkout server and the answer
-				// stands.)
+				// stands.) A 429 or 5xx without a code is not asked
+				// about: it is a gateway's or a proxy's in front of the
+				// server (throttling, a Lambda concurrency limit, a
+				// restart), which a retry may get past.
 				if nse := c.notServer(ctx); nse != nil {
 					return nse
 				}
@@ -228,11 +246,60 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 		if !retryable || attempt >= c.retry.MaxAttempts {
 			return lastErr
 		}
-		if err := c.sleep(ctx, c.backoff(attempt)); err != nil {
+		if retryAfter > MaxRetryAfter {
+			// The server asks for a longer pause than a call should
+			// block for: the caller decides (APIError.RetryAfter).
 			return lastErr
+		}
+		wait := max(c.backoff(attempt), retryAfter)
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= wait {
+			// The retry would come after the deadline: give up now
+			// rather than wait in vain.
+			return &retryStopped{ctxErr: context.DeadlineExceeded, last: lastErr}
+		}
+		if err := c.sleep(ctx, wait); err != nil {
+			return &retryStopped{ctxErr: err, last: lastErr}
 		}
 	}
 }
+
+// MaxRetryAfter is the longest Retry-After the client waits before it
+// tries a request again. An answer asking for a longer pause is returned
+// at once (its APIError.RetryAfter says how long).
+const MaxRetryAfter = 30 * time.Second
+
+// parseRetryAfter is the wait a Retry-After header asks for: whole seconds
+// or an HTTP date; 0 when there is none or it cannot be read.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		return time.Duration(min(n, int64(24*time.Hour/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return min(t.Sub(now), 24*time.Hour)
+	}
+	return 0
+}
+
+// retryStopped is the error of a request whose retry the context ended
+// (cancelled, or its deadline passed or would pass before the retry):
+// it matches the context's error and, after it, the last answer's.
+type retryStopped struct {
+	ctxErr error // context.Canceled or context.DeadlineExceeded
+	last   error
+}
+
+func (e *retryStopped) Error() string {
+	return fmt.Sprintf("%v before the request could be tried again (last answer: %v)", e.ctxErr, e.last)
+}
+
+func (e *retryStopped) Unwrap() []error { return []error{e.ctxErr, e.last} }
 
 // backoff is the full-jitter delay before retry number attempt.
 func (c *Client) backoff(attempt int) time.Duration {
@@ -255,14 +322,14 @@ func record(ctx context.Context, status int, body []byte) {
 	}
 }
 
-func (c *Client) send(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+func (c *Client) send(ctx context.Context, method, path string, body []byte) (int, http.Header, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.baseURL+path, rd)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -277,14 +344,14 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte) (in
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
-	return resp.StatusCode, b, nil
+	return resp.StatusCode, resp.Header, b, nil
 }
 
 // badSegment is the first segment of path (before its query), after the
@@ -312,16 +379,17 @@ func invalidIDError(seg string) error {
 // notServer asks GET /healthz whether the base URL is a checkout server, and
 // returns a *NotServerError when it does not answer as one: 200 {"ok": true}
 // or 503 {"ok": false}. It returns nil when it does, or when the question
-// got no answer (the request's own error says more then).
+// got no answer (the request's own error says more then): no response, or
+// a 429 or 5xx (a gateway throttling, or a proxy whose server is down).
 func (c *Client) notServer(ctx context.Context) error {
-	status, body, err := c.send(ctx, http.MethodGet, "/healthz", nil)
-	if err != nil {
+	status, _, body, err := c.send(ctx, http.MethodGet, "/healthz", nil)
+	if err != nil || status == http.StatusTooManyRequests || status >= 500 {
 		return nil
 	}
 	var h struct {
 		OK *bool `json:"ok"`
 	}
-	if json.Unmarshal(body, &h) == nil && h.OK != nil && (status == http.StatusOK && *h.OK || status == http.StatusServiceUnavailable && !*h.OK) {
+	if json.Unmarshal(body, &h) == nil && h.OK != nil && status == http.StatusOK && *h.OK {
 		return nil
 	}
 	detail := fmt.Sprintf("%d %s", status, http.StatusText(status))

@@ -57,8 +57,22 @@ var (
 	// ErrDependencyCycle is a 400 dependency_cycle: blocked_by would close
 	// a cycle of dependencies. It matches ErrInvalid too.
 	ErrDependencyCycle = fmt.Errorf("checkout: dependency cycle: %w", ErrInvalid)
-	// ErrUnavailable is a 503: the server cannot reach its database. The
-	// client has retried it already; try again a little later.
+	// ErrUnavailable matches every 429 and 5xx but a 500 internal (the
+	// server's bug): the service cannot answer now. A checkout server answers 503 unavailable while it cannot reach
+	// its database; a gateway or proxy in front of it answers 429 when it
+	// throttles, and 502, 503 or 504 (often without the API's error form)
+	// while the server is down, restarting or at its concurrency limit.
+	//
+	// The client retries a 429 on every call, waiting at least the
+	// answer's Retry-After (up to MaxRetryAfter). It retries a 5xx only on
+	// a call that is safe to repeat: reads, Checkout, Claim, Renew,
+	// Heartbeat, Watch, CreateTasks with every task id given, and Release,
+	// Fail and Complete naming their lease (RunID or Fence). The others
+	// (CreateTask, UpdateTask, CancelTask, CreateAgent, RemoveAgent,
+	// DeleteMessage, and Release, Fail and Complete naming no lease) are
+	// sent once on a 5xx, as the server may have acted on them: check
+	// before sending them again. Either way, try again a little later,
+	// after APIError.RetryAfter when it is set.
 	ErrUnavailable = errors.New("checkout: service unavailable")
 
 	// ErrInvalidBaseURL matches the *BaseURLError of every call on a
@@ -110,8 +124,15 @@ type APIError struct {
 	Status  int    // HTTP status
 	Code    string // machine code, one of package errcode's, e.g. errcode.TaskNotFound
 	Message string // the server's sentence for a person
-	// Body is the answer's raw JSON.
+	// Body is the answer's raw JSON (or whatever a gateway or proxy in
+	// front of the server answered).
 	Body []byte
+	// RetryAfter is the answer's Retry-After header, as a duration (0 when
+	// it has none): how long the server asks to be left alone before the
+	// request is tried again. A 503 unavailable carries it (a second), as
+	// may a 429 from a gateway; a 409 checked_out carries the same value
+	// as its ConflictError.RetryAfter.
+	RetryAfter time.Duration
 	// also is a sentinel the answer matches besides its code's, set by
 	// the route that knows what a plain 404 means there.
 	also error
@@ -125,9 +146,14 @@ func (e *APIError) Error() string {
 }
 
 // Is matches the sentinel of the error's code (and what that sentinel
-// matches: ErrInvalid for ErrDependencyCycle), and ErrNotFound for any 404.
+// matches: ErrInvalid for ErrDependencyCycle), ErrNotFound for any 404,
+// and ErrUnavailable for any 429 or 5xx, with or without a code, but the
+// checkout server's own 500 internal (a bug, not an outage).
 func (e *APIError) Is(target error) bool {
 	if target == ErrNotFound && e.Status == http.StatusNotFound {
+		return true
+	}
+	if target == ErrUnavailable && (e.Status == http.StatusTooManyRequests || e.Status >= 500 && e.Code != errcode.Internal) {
 		return true
 	}
 	if e.also != nil && e.also == target {

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,9 +17,11 @@ func taskPath(taskID, rest string) string {
 	return "/api/tasks/" + url.PathEscape(taskID) + rest
 }
 
-// Health calls GET /healthz (no key needed): nil when the server is up,
-// an *APIError (503) while it cannot reach its database, and a
-// *NotServerError when the base URL answers, but not as a checkout server.
+// Health calls GET /healthz (no key needed): nil when the server is up;
+// an *APIError matching ErrUnavailable while it cannot reach its database
+// (503 {"ok": false}), or while a gateway in front of it answers a 429 or
+// 5xx, once the client's retries are spent; and a *NotServerError when the
+// base URL answers, but not as a checkout server.
 func (c *Client) Health(ctx context.Context) error {
 	var h struct {
 		OK *bool `json:"ok"`
@@ -30,7 +31,7 @@ func (c *Client) Health(ctx context.Context) error {
 	switch {
 	case err == nil && (h.OK == nil || !*h.OK):
 		return &NotServerError{URL: c.baseURL, Detail: "200 without {\"ok\": true}"}
-	case errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable && json.Unmarshal(ae.Body, &h) == nil && h.OK != nil:
+	case errors.As(err, &ae) && (ae.Status == http.StatusTooManyRequests || ae.Status >= 500):
 		return err
 	case errors.As(err, &ae):
 		return &NotServerError{URL: c.baseURL, Detail: fmt.Sprintf("%d %s", ae.Status, http.StatusText(ae.Status))}

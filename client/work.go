@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -260,9 +259,9 @@ func (c *Client) idleWait(idle time.Duration) time.Duration {
 
 // permanent reports whether err is an answer that asking again will not
 // change: a 4xx other than 429, a base URL no request can go to, or a
-// URL that answers, but not as a checkout server (unless /healthz
-// answered a 5xx, as a proxy in front of a server that is restarting
-// does).
+// URL that answers, but not as a checkout server. (A proxy in front of a
+// server that is restarting answers a 5xx, which is an *APIError, never
+// a *NotServerError.)
 func permanent(err error) bool {
 	var ae *APIError
 	if errors.As(err, &ae) {
@@ -272,21 +271,16 @@ func permanent(err error) bool {
 		return true
 	}
 	var nse *NotServerError
-	return errors.As(err, &nse) && !strings.HasPrefix(nse.Detail, "5")
+	return errors.As(err, &nse)
 }
 
 // transient reports whether err is a failure that asking again later may
-// mend: no answer, a 5xx (503 unavailable included) or a 429, or a
-// *NotServerError whose /healthz answered a 5xx (a proxy in front of a
-// server that is restarting).
+// mend: no answer, or a 5xx (503 unavailable included) or a 429, the
+// server's or a gateway's or proxy's in front of it.
 func transient(err error) bool {
 	var ue *UnreachableError
 	if errors.As(err, &ue) {
 		return true
-	}
-	var nse *NotServerError
-	if errors.As(err, &nse) {
-		return strings.HasPrefix(nse.Detail, "5")
 	}
 	var ae *APIError
 	return errors.As(err, &ae) && (ae.Status >= 500 || ae.Status == http.StatusTooManyRequests)
