@@ -21,9 +21,12 @@ import (
 	"github.com/checkout-dev/checkout/localstack"
 )
 
-// Timeouts of the server's DynamoDB client. Without them a database that
-// stopped answering (a stopped process, a dead peer) would hold requests
-// until the HTTP server's write timeout; with them it is 503 unavailable.
+// Timeouts of the server's DynamoDB client, per attempt. A database that
+// stopped answering (a stopped process, a dead peer) gets each attempt cut
+// after requestTimeout; the SDK's retries of them would add up to more than
+// the HTTP server's write timeout, so every request also has a deadline of
+// its own (Config.RequestTimeout, withDeadline), past which it is 503
+// unavailable.
 const (
 	dialTimeout    = 2 * time.Second
 	requestTimeout = 10 * time.Second

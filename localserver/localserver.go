@@ -50,6 +50,15 @@ const (
 	AdminID = httpapi.DefaultAdminID
 	// shutdownTimeout bounds how long Close waits for requests in flight.
 	shutdownTimeout = 10 * time.Second
+	// DefaultRequestTimeout is how long an API request may take, the
+	// database's retries included, before it is answered 503 unavailable
+	// (Config.RequestTimeout): room for a claim's longest wait
+	// (lease.MaxClaimWait, 20 s) and its last look.
+	DefaultRequestTimeout = 25 * time.Second
+	// writeTimeoutMargin is how much longer than the request timeout the
+	// HTTP server gives a request to be answered, so that the 503 of a
+	// request out of time is still written rather than the connection cut.
+	writeTimeoutMargin = 5 * time.Second
 )
 
 // Config configures Start. The zero value serves on DefaultAddr against a
@@ -94,6 +103,11 @@ type Config struct {
 	FeedSettle time.Duration
 	// AutoCreateTasks makes a checkout of an unknown task create it.
 	AutoCreateTasks bool
+	// RequestTimeout bounds each request, the database's retries
+	// included: a database that stalls for longer gets the request
+	// answered 503 unavailable with Retry-After (default
+	// DefaultRequestTimeout). The HTTP server's write timeout is 5 s more.
+	RequestTimeout time.Duration
 	// Shards are the indexes' shard counts (zero counts: the defaults;
 	// see schema.ShardCounts). They may grow between runs over the same
 	// data, never shrink. cmd/checkout-server reads them from
@@ -145,6 +159,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if cfg.StreamPollInterval == 0 {
 		cfg.StreamPollInterval = DefaultStreamPollInterval
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
 	}
 	if err := cfg.Shards.Validate(); err != nil {
 		return nil, fmt.Errorf("localserver: %w", err)
@@ -247,10 +264,10 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	s.url = "http://" + hostPort(ln.Addr().(*net.TCPAddr))
 	s.http = &http.Server{
-		Handler:           ui.With(handler),
+		Handler:           ui.With(withDeadline(handler, cfg.RequestTimeout)),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
+		WriteTimeout:      cfg.RequestTimeout + writeTimeoutMargin,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
@@ -279,6 +296,20 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	s.log.Info("checkout server listening", attrs...)
 	return s, nil
+}
+
+// withDeadline gives every request d to be handled. The database client's
+// own timeouts are per attempt, and its retries of a database that stopped
+// answering would add up to more than the HTTP server's write timeout, which
+// cuts the connection without an answer; with the deadline the store's
+// call ends first, and the handler answers it 503 unavailable with
+// Retry-After (httpapi.Unavailable counts context.DeadlineExceeded).
+func withDeadline(h http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), d)
+		defer cancel()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 func hostPort(a *net.TCPAddr) string {
