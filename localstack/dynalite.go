@@ -40,7 +40,7 @@ const startTimeout = 2 * time.Minute
 // Options configure Start.
 type Options struct {
 	// Path is the LevelDB directory that keeps the data on disk; it is
-	// created if missing. Empty means in memory.
+	// created if missing (see CheckDataDir). Empty means in memory.
 	Path string
 	// Port to listen on at 127.0.0.1; 0 picks a free one.
 	Port int
@@ -122,8 +122,8 @@ func Start(ctx context.Context, opts Options) (*Dynalite, error) {
 		if err != nil {
 			return nil, fmt.Errorf("localstack: data path: %w", err)
 		}
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return nil, fmt.Errorf("localstack: data path: %w", err)
+		if err := CheckDataDir(p); err != nil {
+			return nil, fmt.Errorf("localstack: data directory %w", err)
 		}
 		opts.Path = p
 	}
@@ -149,6 +149,13 @@ func Start(ctx context.Context, opts Options) (*Dynalite, error) {
 		d, err := launch(ctx, node, dir, port, opts)
 		if err == nil {
 			return d, nil
+		}
+		if opts.Path != "" && errors.Is(err, errExited) {
+			// Another process took the directory since the check (LevelDB
+			// then fails with a stack trace that does not say so).
+			if derr := CheckDataDir(opts.Path); derr != nil {
+				return nil, fmt.Errorf("localstack: data directory %w", derr)
+			}
 		}
 		lastErr = err
 		if ctx.Err() != nil || !errors.Is(err, errExited) {

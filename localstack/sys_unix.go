@@ -56,3 +56,27 @@ func lockDir(ctx context.Context, path string) (unlock func(), err error) {
 		}
 	}
 }
+
+// lockHolder is the pid of another process holding LevelDB's lock on the
+// file at path (0: none, or no such file). LevelDB (1.20, in classic-level)
+// locks it with fcntl(F_SETLK), a POSIX record lock: F_GETLK reports a
+// conflicting one without taking it (so closing the file releases nothing
+// of ours).
+func lockHolder(path string) (int, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = f.Close() }() // only read
+	lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: 0, Start: 0, Len: 0}
+	if err := syscall.FcntlFlock(f.Fd(), syscall.F_GETLK, &lk); err != nil {
+		return 0, err
+	}
+	if lk.Type == syscall.F_UNLCK {
+		return 0, nil
+	}
+	return int(lk.Pid), nil
+}

@@ -7,7 +7,8 @@
 //
 //	CHECKOUT_ADDR               listen address (default 127.0.0.1:3100)
 //	DYNAMODB_ENDPOINT           use this DynamoDB-compatible endpoint instead of starting dynalite
-//	CHECKOUT_DATA_DIR           keep dynalite's data in this directory (default: in memory)
+//	CHECKOUT_DATA_DIR           keep dynalite's data in this directory (default: in memory); created if missing,
+//	                            refused if not a writable directory or in use by another server
 //	CHECKOUT_TABLE_PREFIX       table name prefix (default checkout-)
 //	CHECKOUT_ADMIN_KEY          the admin's API key, 16 or more visible ASCII characters (default: generated and logged once)
 //	CHECKOUT_SWEEP_INTERVAL     how often the sweep runs (default 15s)
@@ -82,6 +83,13 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 		return err
 	}
 	cfg.Logger = log
+	if cfg.DataDir != "" && cfg.DynamoEndpoint == "" {
+		// Refused in one line before dynalite starts: a file, a directory
+		// that cannot be written, or one another server holds.
+		if err := localstack.CheckDataDir(cfg.DataDir); err != nil {
+			return fmt.Errorf("CHECKOUT_DATA_DIR %w", err)
+		}
+	}
 	hooks, err := webhooksFrom(getenv, cfg.DataDir, log)
 	if err != nil {
 		return err
