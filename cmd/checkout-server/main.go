@@ -44,6 +44,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -60,7 +61,43 @@ import (
 	"github.com/checkout-dev/checkout/localstack"
 )
 
+// usage is what -h prints: the settings of the doc comment above.
+const usage = `usage: checkout-server            serve (settings from the environment)
+       checkout-server migrate    copy an earlier version's tasks into today's table (migrate -h)
+
+Runs the checkout service on this machine: the HTTP API, the dashboard, the
+sweep and, unless DYNAMODB_ENDPOINT names one, its own dynalite.
+
+Environment:
+  CHECKOUT_ADDR               listen address (default 127.0.0.1:3100)
+  DYNAMODB_ENDPOINT           use this DynamoDB-compatible endpoint instead of starting dynalite
+  CHECKOUT_DATA_DIR           keep dynalite's data in this directory (default: in memory); created if missing,
+                              refused if not a writable directory or in use by another server
+  CHECKOUT_TABLE_PREFIX       table name prefix (default checkout-)
+  CHECKOUT_ADMIN_KEY          the admin's API key, 16 or more visible ASCII characters (default: generated and logged once)
+  CHECKOUT_SWEEP_INTERVAL     how often the sweep runs (default 15s)
+  CHECKOUT_AUTO_CREATE_TASKS  true: checking out an unknown task creates it
+  CHECKOUT_LEASE_SHARDS       partitions of the lease-expiry and heartbeats indexes (default 16, 1 to 256)
+  CHECKOUT_STATUS_SHARDS      partitions of each status group of the status index (default 16, 1 to 20)
+  CHECKOUT_CLAIM_SHARDS       partitions of each queue in the claim index (default 4, 1 to 16)
+  CHECKOUT_FEED_SHARDS        partitions of each hour of the fleet feed (default 16, 1 to 256)
+                              (the shard counts may grow between runs over the same data, never shrink)
+  CHECKOUT_WEBHOOK_URL        POST every notice, signed, to these URLs (comma-separated)
+  CHECKOUT_WEBHOOK_SECRET     the webhooks' HMAC-SHA256 key (required with a URL)
+  CHECKOUT_WEBHOOK_RETRY_FOR  how long a delivery is retried before it is dead-lettered (default 30s)
+  CHECKOUT_WEBHOOK_DEAD_LETTERS  the JSON-lines file of deliveries that failed for good
+                              (default CHECKOUT_DATA_DIR/webhook-dead-letters.jsonl, or one
+                              in the temporary directory without a data directory)
+  LOG_LEVEL                   debug, info (default), warn or error
+
+Logs are JSON lines on standard error. SIGINT or SIGTERM stops the server
+gracefully, then dynalite. See README.md.
+`
+
 func main() {
+	if code, done := command(os.Args[1:], os.Stdout, os.Stderr); done {
+		os.Exit(code)
+	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel(os.Getenv("LOG_LEVEL"))}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	var err error
@@ -74,6 +111,22 @@ func main() {
 		log.Error("checkout-server", "error", err.Error())
 		os.Exit(1)
 	}
+}
+
+// command handles the arguments that are not a server to run: -h or
+// --help prints the usage (exit 0), and anything but migrate is refused with
+// it (exit 2). done is false when the server, or migrate, is to run.
+func command(args []string, stdout, stderr io.Writer) (code int, done bool) {
+	if len(args) == 0 || args[0] == "migrate" {
+		return 0, false
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		_, _ = io.WriteString(stdout, usage)
+		return 0, true
+	}
+	_, _ = fmt.Fprintf(stderr, "checkout-server: unknown argument %q (settings are environment variables)\n\n%s", args[0], usage)
+	return 2, true
 }
 
 // run serves until ctx ends.
