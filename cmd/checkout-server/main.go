@@ -11,7 +11,7 @@
 //	                            refused if not a writable directory or in use by another server
 //	CHECKOUT_TABLE_PREFIX       table name prefix (default checkout-)
 //	CHECKOUT_ADMIN_KEY          the admin's API key, 16 or more visible ASCII characters (default: generated and logged once)
-//	CHECKOUT_SWEEP_INTERVAL     how often the sweep runs (default 15s)
+//	CHECKOUT_SWEEP_INTERVAL     how often the sweep runs (default 15s, at least 100ms)
 //	CHECKOUT_AUTO_CREATE_TASKS  true: checking out an unknown task creates it
 //	CHECKOUT_LEASE_SHARDS       partitions of the lease-expiry and heartbeats indexes (default 16, 1 to 256)
 //	CHECKOUT_STATUS_SHARDS      partitions of each status group of the status index (default 16, 1 to 20)
@@ -22,10 +22,10 @@
 //	CHECKOUT_WEBHOOK_URL        POST every notice, signed, to these URLs (comma-separated)
 //	CHECKOUT_WEBHOOK_SECRET     the webhooks' HMAC-SHA256 key (required with a URL)
 //	CHECKOUT_WEBHOOK_RETRY_FOR  how long a delivery is retried before it is dead-lettered (default 30s)
-//	CHECKOUT_WEBHOOK_DEAD_LETTERS  the JSON-lines file of deliveries that failed for good
+//	CHECKOUT_WEBHOOK_DEAD_LETTERS  the JSON-lines file of deliveries that failed for good (must be writable)
 //	                            (default CHECKOUT_DATA_DIR/webhook-dead-letters.jsonl, or one
 //	                            in the temporary directory without a data directory)
-//	LOG_LEVEL                   debug, info (default), warn or error
+//	LOG_LEVEL                   debug, info (default), warn or error; anything else is refused
 //
 // Logs are JSON lines on standard error. SIGINT or SIGTERM stops the server
 // gracefully, then dynalite.
@@ -43,6 +43,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -75,7 +76,7 @@ Environment:
                               refused if not a writable directory or in use by another server
   CHECKOUT_TABLE_PREFIX       table name prefix (default checkout-)
   CHECKOUT_ADMIN_KEY          the admin's API key, 16 or more visible ASCII characters (default: generated and logged once)
-  CHECKOUT_SWEEP_INTERVAL     how often the sweep runs (default 15s)
+  CHECKOUT_SWEEP_INTERVAL     how often the sweep runs (default 15s, at least 100ms)
   CHECKOUT_AUTO_CREATE_TASKS  true: checking out an unknown task creates it
   CHECKOUT_LEASE_SHARDS       partitions of the lease-expiry and heartbeats indexes (default 16, 1 to 256)
   CHECKOUT_STATUS_SHARDS      partitions of each status group of the status index (default 16, 1 to 20)
@@ -85,10 +86,10 @@ Environment:
   CHECKOUT_WEBHOOK_URL        POST every notice, signed, to these URLs (comma-separated)
   CHECKOUT_WEBHOOK_SECRET     the webhooks' HMAC-SHA256 key (required with a URL)
   CHECKOUT_WEBHOOK_RETRY_FOR  how long a delivery is retried before it is dead-lettered (default 30s)
-  CHECKOUT_WEBHOOK_DEAD_LETTERS  the JSON-lines file of deliveries that failed for good
+  CHECKOUT_WEBHOOK_DEAD_LETTERS  the JSON-lines file of deliveries that failed for good (must be writable)
                               (default CHECKOUT_DATA_DIR/webhook-dead-letters.jsonl, or one
                               in the temporary directory without a data directory)
-  LOG_LEVEL                   debug, info (default), warn or error
+  LOG_LEVEL                   debug, info (default), warn or error; anything else is refused
 
 Logs are JSON lines on standard error. SIGINT or SIGTERM stops the server
 gracefully, then dynalite. See README.md.
@@ -98,7 +99,12 @@ func main() {
 	if code, done := command(os.Args[1:], os.Stdout, os.Stderr); done {
 		os.Exit(code)
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel(os.Getenv("LOG_LEVEL"))}))
+	level, levelErr := logLevel(os.Getenv("LOG_LEVEL"))
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if levelErr != nil {
+		log.Error("checkout-server", "error", levelErr.Error())
+		os.Exit(1)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	var err error
 	if len(os.Args) > 1 && os.Args[1] == "migrate" {
@@ -163,6 +169,10 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 	return srv.Close()
 }
 
+// minSweepInterval is the shortest CHECKOUT_SWEEP_INTERVAL: a sweep Queries
+// every lease shard, and 1ns kept a core and more busy sweeping nothing.
+const minSweepInterval = 100 * time.Millisecond
+
 // configFrom reads the server's settings from the environment.
 func configFrom(getenv func(string) string) (localserver.Config, error) {
 	cfg := localserver.Config{
@@ -178,8 +188,8 @@ func configFrom(getenv func(string) string) (localserver.Config, error) {
 	}
 	if v := getenv("CHECKOUT_SWEEP_INTERVAL"); v != "" {
 		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return cfg, fmt.Errorf("CHECKOUT_SWEEP_INTERVAL=%q: want a positive duration such as 15s", v)
+		if err != nil || d < minSweepInterval {
+			return cfg, fmt.Errorf("CHECKOUT_SWEEP_INTERVAL=%q: want a duration of %v or more, such as 15s", v, minSweepInterval)
 		}
 		cfg.SweepInterval = d
 	}
@@ -224,6 +234,10 @@ func webhooksFrom(getenv func(string) string, dataDir string, log *slog.Logger) 
 	default:
 		path = filepath.Join(os.TempDir(), "checkout-"+webhook.DeadLetterFile)
 	}
+	if err := writable(path); err != nil {
+		// Found now, not when a delivery has failed for good.
+		return nil, fmt.Errorf("CHECKOUT_WEBHOOK_DEAD_LETTERS %s cannot be written: %w", path, err)
+	}
 	cfg.DeadLetters = &webhook.FileDeadLetters{Path: path}
 	n, err := webhook.New(cfg)
 	if err != nil {
@@ -233,12 +247,38 @@ func webhooksFrom(getenv func(string) string, dataDir string, log *slog.Logger) 
 	return n, nil
 }
 
-func logLevel(s string) slog.Level {
+// logLevel reads LOG_LEVEL: empty is info. Anything slog does not know is
+// refused (it used to mean info, silently).
+func logLevel(s string) (slog.Level, error) {
 	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return slog.LevelInfo
+	if s == "" {
+		return slog.LevelInfo, nil
 	}
-	return l
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return slog.LevelInfo, fmt.Errorf("LOG_LEVEL=%q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// writable makes sure that the file at path can be appended to, creating
+// it (and its directory) as a dead letter would; a file it created is
+// removed again.
+func writable(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	_, statErr := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return errors.Unwrap(err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if errors.Is(statErr, os.ErrNotExist) {
+		return os.Remove(path)
+	}
+	return nil
 }
 
 // usableKey says whether k can be an API key sent as a bearer token: at

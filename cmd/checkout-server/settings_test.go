@@ -1,0 +1,48 @@
+package main
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+// LOG_LEVEL is one of slog's levels (any case), or unset for info; anything
+// else is refused, naming the variable and the values allowed (it used to
+// mean info, silently).
+func TestLogLevel(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]slog.Level{"": slog.LevelInfo, "debug": slog.LevelDebug, "WARN": slog.LevelWarn, "error": slog.LevelError, "info": slog.LevelInfo} {
+		if got, err := logLevel(in); err != nil || got != want {
+			t.Errorf("LOG_LEVEL=%q: %v %v, want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"garbage", "verbose", "0"} {
+		if _, err := logLevel(bad); err == nil || !strings.Contains(err.Error(), "LOG_LEVEL") || !strings.Contains(err.Error(), "debug, info, warn or error") {
+			t.Errorf("LOG_LEVEL=%q: %v", bad, err)
+		}
+	}
+}
+
+// The built server refuses a bad LOG_LEVEL in one line before it starts
+// anything.
+func TestBadLogLevelStopsTheServer(t *testing.T) {
+	t.Parallel()
+	refused(t, []string{"LOG_LEVEL=garbage"}, `LOG_LEVEL=\"garbage\": want debug, info, warn or error`)
+}
+
+// CHECKOUT_SWEEP_INTERVAL has a floor of 100ms: 1ns was accepted and kept
+// more than a core busy sweeping an idle server.
+func TestSweepIntervalFloor(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{"1ns", "99ms", "0s"} {
+		_, err := configFrom(func(k string) string { return map[string]string{"CHECKOUT_SWEEP_INTERVAL": v}[k] })
+		if err == nil || !strings.Contains(err.Error(), "CHECKOUT_SWEEP_INTERVAL") || !strings.Contains(err.Error(), "100ms or more") {
+			t.Errorf("CHECKOUT_SWEEP_INTERVAL=%s: %v", v, err)
+		}
+	}
+	cfg, err := configFrom(func(k string) string { return map[string]string{"CHECKOUT_SWEEP_INTERVAL": "100ms"}[k] })
+	if err != nil || cfg.SweepInterval != 100*time.Millisecond {
+		t.Errorf("100ms: %v %v", cfg.SweepInterval, err)
+	}
+}
