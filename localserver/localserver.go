@@ -119,6 +119,10 @@ type Config struct {
 	// Now is the clock of every lease decision and of the key cache (nil:
 	// time.Now). Tests move it instead of sleeping.
 	Now func() time.Time
+
+	// after is the notices consumer's timer (nil: time.After); tests see
+	// its back-off through it.
+	after func(time.Duration) <-chan time.Time
 }
 
 // Server is a running local server.
@@ -159,6 +163,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if cfg.StreamPollInterval == 0 {
 		cfg.StreamPollInterval = DefaultStreamPollInterval
+	}
+	if cfg.after == nil {
+		cfg.after = time.After
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
@@ -285,7 +292,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	loops.Add(3)
 	go func() { defer loops.Done(); s.sweepLoop(sweepCtx, cfg.SweepInterval) }()
 	go func() { defer loops.Done(); s.streamLoop(sweepCtx, s.changes.consequences, cfg.StreamPollInterval) }()
-	go func() { defer loops.Done(); s.streamLoop(sweepCtx, s.changes.notices, cfg.StreamPollInterval) }()
+	go func() { defer loops.Done(); s.noticesLoop(sweepCtx, cfg.StreamPollInterval, cfg.after) }()
 	go func() { loops.Wait(); close(s.sweepDone) }()
 
 	attrs := []any{"url", s.url, "dynamodb", endpoint, "table_prefix", names.Table(""),
@@ -370,6 +377,40 @@ func (s *Server) streamLoop(ctx context.Context, to *consumer, every time.Durati
 			s.log.WarnContext(ctx, "change stream", "error", err.Error())
 		}
 	})
+}
+
+// maxNoticesBackoff bounds how far apart the notices consumer's tries grow
+// while it fails: a notice that can be neither delivered nor dead-lettered
+// (a dead-letter file that cannot be written) was handed again every poll,
+// 200 ms, for as long as it lasted.
+const maxNoticesBackoff = 10 * time.Second
+
+// noticesLoop is streamLoop for the notices, backing off while they fail:
+// the wait doubles from every up to maxNoticesBackoff, and is every again
+// once a poll succeeds. A failed poll keeps its place, so the notice is
+// held, and the ones after it, until it goes out or is dead-lettered.
+func (s *Server) noticesLoop(ctx context.Context, every time.Duration, after func(time.Duration) <-chan time.Time) {
+	if every < 0 {
+		return
+	}
+	wait := every
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-after(wait):
+		}
+		if s.db.supervised && !s.db.up.Load() {
+			continue
+		}
+		_, err := s.changes.pollOne(ctx, s.changes.notices)
+		if err == nil || ctx.Err() != nil {
+			wait = every
+			continue
+		}
+		wait = max(min(2*wait, maxNoticesBackoff), every)
+		s.log.WarnContext(ctx, "change stream: notices", "error", err.Error(), "retry_in", wait.String())
+	}
 }
 
 // sweepLoop sweeps every interval. Errors are logged and never end the

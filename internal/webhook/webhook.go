@@ -272,14 +272,23 @@ func (w *Notifier) deliver(ctx context.Context, url string, n lease.Notice, body
 	if !errors.As(last, &p) {
 		w.setDown(url, true)
 	}
-	w.cfg.Logger.WarnContext(ctx, "webhook delivery failed; dead-lettered", "url", url, "id", n.ID, "attempts", attempts, "error", last.Error())
 	if w.cfg.DeadLetters == nil {
+		w.cfg.Logger.WarnContext(ctx, "webhook delivery failed", "url", url, "id", n.ID, "attempts", attempts, "error", last.Error())
 		return fmt.Errorf("webhook %s: %s: %w", url, n.ID, last)
 	}
-	return w.cfg.DeadLetters.Put(ctx, DeadLetter{
+	err := w.cfg.DeadLetters.Put(ctx, DeadLetter{
 		URL: url, EventID: n.ID, Type: n.Kind, Body: body, Attempts: attempts,
 		Error: last.Error(), FailedAt: w.cfg.Now().UTC(),
 	})
+	if err != nil {
+		// Said as such: the notice is neither delivered nor kept, and
+		// fails, so that it is handed again.
+		w.cfg.Logger.ErrorContext(ctx, "webhook delivery failed; the dead letter could not be written", "url", url, "id", n.ID,
+			"attempts", attempts, "error", last.Error(), "dead_letter_error", err.Error())
+		return fmt.Errorf("webhook %s: %s: not delivered (%w), and the dead letter not written: %w", url, n.ID, last, err)
+	}
+	w.cfg.Logger.WarnContext(ctx, "webhook delivery failed; dead-lettered", "url", url, "id", n.ID, "attempts", attempts, "error", last.Error())
+	return nil
 }
 
 func (w *Notifier) setDown(url string, down bool) {
