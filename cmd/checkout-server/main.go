@@ -11,6 +11,7 @@
 //	                            refused if not a writable directory or in use by another server
 //	CHECKOUT_TABLE_PREFIX       table name prefix (default checkout-)
 //	CHECKOUT_ADMIN_KEY          the admin's API key, 16 or more visible ASCII characters (default: generated and logged once)
+//	                            (unset: a new one at every start, replacing the one kept in CHECKOUT_DATA_DIR)
 //	CHECKOUT_SWEEP_INTERVAL     how often the sweep runs (default 15s, at least 100ms)
 //	CHECKOUT_AUTO_CREATE_TASKS  true: checking out an unknown task creates it
 //	CHECKOUT_LEASE_SHARDS       partitions of the lease-expiry and heartbeats indexes (default 16, 1 to 256)
@@ -76,6 +77,7 @@ Environment:
                               refused if not a writable directory or in use by another server
   CHECKOUT_TABLE_PREFIX       table name prefix (default checkout-)
   CHECKOUT_ADMIN_KEY          the admin's API key, 16 or more visible ASCII characters (default: generated and logged once)
+                              (unset: a new one at every start, replacing the one kept in CHECKOUT_DATA_DIR)
   CHECKOUT_SWEEP_INTERVAL     how often the sweep runs (default 15s, at least 100ms)
   CHECKOUT_AUTO_CREATE_TASKS  true: checking out an unknown task creates it
   CHECKOUT_LEASE_SHARDS       partitions of the lease-expiry and heartbeats indexes (default 16, 1 to 256)
