@@ -72,10 +72,10 @@ lint: ## gofmt, go vet, golangci-lint and staticcheck on the product, infra/ and
 	if [ -n "$$unformatted" ]; then echo "gofmt -w needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(GO_PACKAGES)
 	$(GO) vet -tags lambdatest ./functions/internal/lambdatest/
-	$(LINT_TOOL) golangci-lint run $(GO_PACKAGES)
+	$(LINT_TOOL) golangci-lint run --allow-serial-runners $(GO_PACKAGES)
 	$(LINT_TOOL) staticcheck $(GO_PACKAGES)
-	cd infra && $(LINT_TOOL) golangci-lint run ./...
-	cd bench && $(LINT_TOOL) golangci-lint run ./...
+	cd infra && $(LINT_TOOL) golangci-lint run --allow-serial-runners ./...
+	cd bench && $(LINT_TOOL) golangci-lint run --allow-serial-runners ./...
 
 clean: ## Remove build output and installed node modules (local data in .dynalite/ is kept)
 	rm -rf bin dist $(LOCALSTACK)/node_modules $(BROWSER_DIR)/node_modules $(BROWSER_DIR)/out
