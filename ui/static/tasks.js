@@ -38,7 +38,14 @@ const view = {
     const onFilter = () => ctx.setArg(makeArg($('t-status').value, $('t-queue').value));
     $('t-status').addEventListener('change', onFilter);
     $('t-queue').addEventListener('change', onFilter);
-    $('t-text').addEventListener('input', render);
+    // Typing renders once it pauses (a list of thousands of rows takes a
+    // moment to redraw), and at once when the box is emptied.
+    let typing;
+    $('t-text').addEventListener('input', () => {
+      clearTimeout(typing);
+      if ($('t-text').value.trim() === '') render();
+      else typing = setTimeout(render, 150);
+    });
     $('tasks-filter').addEventListener('submit', (e) => e.preventDefault());
     $('tasks-load-more').addEventListener('click', () => {
       wanted = read + PAGES;
@@ -154,8 +161,9 @@ function queueOptions(chosen) {
   $('t-queue').value = chosen || '';
 }
 
-function matches(t) {
-  const needle = $('t-text').value.trim().toLowerCase();
+// matches says whether task t holds needle (lower case) in its id, title,
+// queue, last error, status or blockers.
+function matches(t, needle) {
   if (!needle) return true;
   return [t.task_id, t.title, t.queue, t.last_error, statusWords(t.status), ...(t.blocked_by || []).map((b) => b.task_id)]
     .some((s) => typeof s === 'string' && s.toLowerCase().includes(needle));
@@ -222,7 +230,8 @@ function updateWait(row) {
 }
 
 function render() {
-  const shown = list.filter(matches);
+  const needle = $('t-text').value.trim().toLowerCase();
+  const shown = list.filter((t) => matches(t, needle));
   const filtering = $('t-text').value.trim() !== '';
   reconcile($('tasks-body'), shown, (t) => t.task_id, makeRow, updateRow);
   const n = list.length + (more ? '+' : '');
