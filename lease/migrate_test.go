@@ -48,6 +48,12 @@ func (e *env) oldTasksTable(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create the earlier tasks table: %v", err)
 	}
+	// A table is written only once it is active (a busy local DynamoDB may
+	// answer a put into one still being created: no such table).
+	eventually(t, "the earlier table", func() bool {
+		out, err := db.DescribeTable(c, &dynamodb.DescribeTableInput{TableName: &old})
+		return err == nil && out.Table.TableStatus == types.TableStatusActive
+	})
 	page := must[*dynamodb.ScanOutput](t)(db.Scan(c, &dynamodb.ScanInput{TableName: &cur, ConsistentRead: aws.Bool(true)}))
 	for _, item := range page.Items {
 		delete(item, "status_shard")
