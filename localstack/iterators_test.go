@@ -101,6 +101,10 @@ async function main () {
     GlobalSecondaryIndexes: [ { IndexName: 'by-status', KeySchema: [ { AttributeName: 'status', KeyType: 'HASH' } ], Projection: { ProjectionType: 'ALL' } } ],
     StreamSpecification: { StreamEnabled: true, StreamViewType: 'NEW_AND_OLD_IMAGES' },
   })
+  // Written only once active: a busy server may still be creating it.
+  while ((await call('DescribeTable', { TableName })).Table.TableStatus !== 'ACTIVE') {
+    await new Promise(resolve => setTimeout(resolve, 10))
+  }
   for (let i = 0; i < 20; i++) await call('PutItem', { TableName, Item: { pk: { S: 'k' + i }, status: { S: 'todo' } } })
   const settle = () => new Promise(resolve => setTimeout(resolve, 100))
   await settle()

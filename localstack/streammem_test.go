@@ -71,6 +71,10 @@ async function main () {
       KeySchema: [ { AttributeName: 'pk', KeyType: 'HASH' } ],
       ...(stream ? { StreamSpecification: { StreamEnabled: true, StreamViewType: 'NEW_AND_OLD_IMAGES' } } : {}),
     })
+    // Written only once active: a busy server may still be creating it.
+    while ((await call('DynamoDB_20120810.DescribeTable', { TableName })).Table.TableStatus !== 'ACTIVE') {
+      await new Promise(resolve => setTimeout(resolve, 10))
+    }
     // Items like a task's: 40 attributes, strings and numbers.
     const names = {}, values = {}, sets = []
     for (let a = 0; a < 40; a++) {
