@@ -437,6 +437,32 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await shot(admin, 'agents-1440-light');
   });
 
+  test('the agents view counts the leases of every page, and a removal names them', async () => {
+    // A lease listing past 5 MB comes in pages (answered by the browser
+    // here): dan's lease is on the second. It used to count 0 for dan, and
+    // the removal said no task would be affected.
+    const page = await newPage('agents-pages');
+    const lease = (id, agent) => ({ task_id: id, agent_id: agent, agent_name: agent, run_id: 'r-' + id, fence: 1,
+      locked_at: new Date(Date.now() - 60000).toISOString(), timeout_seconds: 3600,
+      expires_at: new Date(Date.now() + 3540000).toISOString(), remaining_seconds: 3540, reason: '', attempt: 1 });
+    await page.route('**/api/checkouts*', (r) => {
+      const q = new URL(r.request().url()).searchParams;
+      const body = q.get('agent_id') ? { checkouts: q.get('agent_id') === 'dan' ? [lease('pg-late', 'dan')] : [], next_cursor: null }
+        : q.get('cursor') === 'p2' ? { checkouts: [lease('pg-late', 'dan')], next_cursor: null } : { checkouts: [], next_cursor: 'p2' };
+      r.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify(body) });
+    });
+    await signIn(page, ADMIN_KEY);
+    await page.goto(server.url + '/#/agents');
+    const dan = page.locator('#agents-body > tr[data-key="dan"]');
+    await dan.locator('.held').filter({ hasText: /^1pg-late$/ }).waitFor();
+    await dan.locator('button.remove').click();
+    const dialog = page.locator('#confirm');
+    await dialog.filter({ hasText: /live lease ends at once.*pg-late/s }).waitFor();
+    await page.keyboard.press('Escape');
+    await dialog.waitFor({ state: 'hidden' });
+    await page.close();
+  });
+
   test('an agent key sees no admin actions', async () => {
     const page = await newPage('agent');
     await signIn(page, keys.carol);

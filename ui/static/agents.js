@@ -2,7 +2,7 @@
 // heartbeat, the last heartbeat, the leases each holds, and remove (not
 // offered for the built-in admin, which the API refuses to remove).
 
-import { ApiError, get, del, seg } from './api.js';
+import { ApiError, get, del, seg, pages } from './api.js';
 import { $, h, text, reconcile, taskLink, replace, td } from './dom.js';
 import { setTime, ago, ms } from './format.js';
 
@@ -27,10 +27,11 @@ const view = {
   title: () => 'Agents',
 
   async load(ctx) {
-    const [list, live] = await Promise.all([get('/api/agents'), get('/api/checkouts')]);
+    // Every page of the leases (one unless they pass 5 MB of JSON).
+    const [list, live] = await Promise.all([get('/api/agents'), pages('/api/checkouts', 'checkouts', 20)]);
     agents = (list.agents || []).slice().sort((a, b) => (a.name || a.agent_id).localeCompare(b.name || b.agent_id) || a.agent_id.localeCompare(b.agent_id));
     held = new Map();
-    for (const c of live.checkouts || []) {
+    for (const c of live) {
       if (!held.has(c.agent_id)) held.set(c.agent_id, []);
       held.get(c.agent_id).push(c.task_id);
     }
@@ -111,9 +112,16 @@ function updateAgo(row) {
   text(row.querySelector('.heartbeat-ago'), t ? ago((Date.now() - t) / 1000) : '');
 }
 
-function removeAgent(ctx, a) {
+async function removeAgent(ctx, a) {
   if (!a) return;
-  const tasks = held.get(a.agent_id) || [];
+  // What the removal ends, read now and whole: the list may be a refresh
+  // old, or cut short at its last page read.
+  let tasks = held.get(a.agent_id) || [];
+  try {
+    tasks = (await pages('/api/checkouts?agent_id=' + encodeURIComponent(a.agent_id), 'checkouts', 50)).map((c) => c.task_id);
+  } catch {
+    // Shown as last read; the removal itself is the server's to make.
+  }
   const who = a.name && a.name !== a.agent_id ? `${a.name} (${a.agent_id})` : a.agent_id;
   const body = [
     `Its API key stops working at once${a.admin ? ', and it loses its admin rights' : ''}.`,
