@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -108,10 +109,11 @@ import (
 // maxGraphWalk tasks) must not reach the task. A new task cannot close a
 // cycle, since no task can name it before it exists. Two PATCHes that
 // each add one edge of a cycle could each walk before the other's write,
-// and both pass: so a PATCH writes new blockers only if no other change
-// of blocked_by was written since its walk began (the graph's epoch,
-// below), and walks again if one was. Only its writes hold the graph's
-// lock, never its walk: a long walk delays no one else.
+// and both pass: so a PATCH writes new blockers only if no change of the
+// blocked_by of a task it walked was written since its walk began (the
+// graph's epoch and its log, below), and walks again if one was. Only its
+// writes hold the graph's lock, never its walk: a long walk delays no one
+// else, and changes elsewhere in the graph do not send it back.
 
 // Attempts and failed tasks.
 //
@@ -201,8 +203,9 @@ func (s *Store) readBlockers(ctx context.Context, ids []string) (map[string]*tas
 }
 
 // checkCycle refuses blockers of taskID from which, along blocked_by, the
-// task itself can be reached.
-func (s *Store) checkCycle(ctx context.Context, taskID string, blockers map[string]*taskItem) error {
+// task itself can be reached. walked is every task the walk read the
+// blocked_by of: only a change of one of those can make its answer wrong.
+func (s *Store) checkCycle(ctx context.Context, taskID string, blockers map[string]*taskItem) (walked map[string]bool, err error) {
 	seen := map[string]bool{}
 	var next []string
 	visit := func(it *taskItem) {
@@ -222,13 +225,13 @@ func (s *Store) checkCycle(ctx context.Context, taskID string, blockers map[stri
 			break
 		}
 		if len(seen) > maxGraphWalk {
-			return invalidField("blocked_by", CodeInvalidDependency, "the tasks blocked_by leads to are more than %d; a cycle cannot be ruled out", maxGraphWalk)
+			return nil, invalidField("blocked_by", CodeInvalidDependency, "the tasks blocked_by leads to are more than %d; a cycle cannot be ruled out", maxGraphWalk)
 		}
 		level := next
 		next = nil
 		got, err := s.readTasks(ctx, level)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if s.walked != nil {
 			s.walked()
@@ -238,9 +241,9 @@ func (s *Store) checkCycle(ctx context.Context, taskID string, blockers map[stri
 		}
 	}
 	if seen[taskID] {
-		return invalidField("blocked_by", CodeDependencyCycle, "blocked_by would close a cycle: %s is already, through its blockers, a blocker of them", taskID)
+		return nil, invalidField("blocked_by", CodeDependencyCycle, "blocked_by would close a cycle: %s is already, through its blockers, a blocker of them", taskID)
 	}
-	return nil
+	return seen, nil
 }
 
 // link records that taskID names blockers (read by readBlockers): an edge
@@ -649,15 +652,18 @@ func (s *Store) fillGraph(ctx context.Context, items ...*taskItem) error {
 // caller chose. After its walk it takes the lock on condition that the
 // epoch is still the one it read (lockGraph), so that no change was
 // written since its reads began; makes its writes (edges, task); and
-// gives the lock back with the epoch one higher (unlockGraph). If the
-// epoch has moved, it walks again. A change of blocked_by written while
+// gives the lock back with the epoch one higher, logging which task that
+// epoch changed (unlockGraph; the item keeps the latest graphLog). If the
+// epoch has moved, the walk still holds when no epoch since changed a
+// task it read (only a change of one of those can change what it reaches:
+// untouched); else it walks again. A change of blocked_by written while
 // the walk ran was written under the lock, and gave it back with the
-// epoch moved; one that held the lock and stopped before giving it back
-// (its write may have landed after the walk's reads) is taken over once
-// its until has passed, which moves the epoch too. So two changes whose
-// walks overlap cannot both write on what they walked: the second walks
-// again and sees the first's edge. The lock is held only for a few
-// writes, far less than graphLockTTL.
+// epoch moved and logged; one that held the lock and stopped before
+// giving it back (its write may have landed after the walk's reads) is
+// taken over once its until has passed, which moves the epoch too, logged
+// as unknown. So two changes whose walks overlap cannot both write on
+// what they walked: the second walks again and sees the first's edge. The
+// lock is held only for a few writes, far less than graphLockTTL.
 const (
 	graphLockID  = "#graph"
 	graphLockTTL = 10 * time.Second
@@ -667,11 +673,33 @@ const (
 // epoch a walk began at: walk again.
 var errGraphChanged = errors.New("the task graph changed during the walk")
 
-// graphLockItem is the graph's lock and epoch.
+// graphLockItem is the graph's lock and epoch, and which task each of the
+// latest graphLog epochs changed ("*": unknown, a lock taken over).
 type graphLockItem struct {
-	Token string `dynamodbav:"token"`
-	Until int64  `dynamodbav:"until"`
-	Epoch int64  `dynamodbav:"epoch"`
+	Token   string            `dynamodbav:"token"`
+	Until   int64             `dynamodbav:"until"`
+	Epoch   int64             `dynamodbav:"epoch"`
+	Changed map[string]string `dynamodbav:"changed"`
+}
+
+// graphLog is how many epochs back the lock item says which task each
+// changed.
+const graphLog = 32
+
+// untouched says whether every change of blocked_by from epoch on, up to
+// the item's epoch, was of a task not in walked, as far as the item's log
+// tells: then a walk that read walked from epoch on still holds.
+func (it *graphLockItem) untouched(epoch int64, walked map[string]bool) bool {
+	if it.Epoch <= epoch || it.Epoch-epoch > graphLog {
+		return false
+	}
+	for e := epoch + 1; e <= it.Epoch; e++ {
+		id, ok := it.Changed[strconv.FormatInt(e, 10)]
+		if !ok || id == "*" || walked[id] {
+			return false
+		}
+	}
+	return true
 }
 
 // graphEpoch reads the graph's epoch: 0 before any change of blocked_by.
@@ -683,21 +711,24 @@ func (s *Store) graphEpoch(ctx context.Context) (int64, error) {
 	return it.Epoch, nil
 }
 
-// lockGraph takes the graph's lock on condition that its epoch is still
-// epoch (errGraphChanged when it is not), waiting while another change
-// holds it (for graphWait at most, then ErrBusy), and returns the
-// function that gives it back with the epoch moved on.
-func (s *Store) lockGraph(ctx context.Context, epoch int64) (unlock func(), err error) {
+// lockGraph takes the graph's lock for a change of taskID's blocked_by
+// whose walk read walked from epoch on, on condition that no change of
+// one of those tasks was written since (errGraphChanged when one was, or
+// the log cannot tell), waiting while another change holds it (for
+// graphWait at most, then ErrBusy), and returns the function that gives
+// it back with the epoch moved on.
+func (s *Store) lockGraph(ctx context.Context, epoch int64, taskID string, walked map[string]bool) (unlock func(), err error) {
 	token := newID("graph-")
-	same := expression.Name("epoch").Equal(expression.Value(epoch))
-	if epoch == 0 {
-		same = expression.AttributeNotExists(expression.Name("epoch"))
-	}
 	deadline := time.Now().Add(s.graphWait)
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		now := s.clock()
+		same := expression.Name("epoch").Equal(expression.Value(epoch))
+		if epoch == 0 {
+			same = expression.AttributeNotExists(expression.Name("epoch"))
+		}
 		upd := expression.Set(expression.Name("token"), expression.Value(token)).
 			Set(expression.Name("until"), expression.Value(ms(now.Add(graphLockTTL)))).
+			Set(expression.Name("changed"), expression.IfNotExists(expression.Name("changed"), expression.Value(map[string]string{}))).
 			Remove(expression.Name("ttl")) // set by versions before the epoch: the item is kept
 		expr, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("token")).And(same)).WithUpdate(upd).Build()
 		if err != nil {
@@ -713,11 +744,12 @@ func (s *Store) lockGraph(ctx context.Context, epoch int64) (unlock func(), err 
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		})
 		item, refused := conditionFailed(err)
+		held := epoch
 		if !refused {
 			if err != nil {
 				return nil, fmt.Errorf("lock the task graph: %w", err)
 			}
-			return func() { s.unlockGraph(token, epoch+1) }, nil
+			return func() { s.unlockGraph(token, held+1, taskID) }, nil
 		}
 		var old graphLockItem
 		if err := attributevalue.UnmarshalMap(item, &old); err != nil {
@@ -726,16 +758,23 @@ func (s *Store) lockGraph(ctx context.Context, epoch int64) (unlock func(), err 
 		switch {
 		case old.Token == token:
 			// This very write, applied and sent again (its answer lost).
-			return func() { s.unlockGraph(token, epoch+1) }, nil
-		case old.Epoch != epoch:
-			return nil, errGraphChanged
+			return func() { s.unlockGraph(token, held+1, taskID) }, nil
 		case old.Token != "" && old.Until <= ms(now):
 			// Its holder stopped without giving it back, and its write
 			// may have landed after this walk's reads.
-			if err := s.takeOverGraph(ctx, old.Token); err != nil {
+			if err := s.takeOverGraph(ctx, old.Token, old.Epoch); err != nil {
 				return nil, err
 			}
 			return nil, errGraphChanged
+		case old.Epoch != epoch && !old.untouched(epoch, walked):
+			return nil, errGraphChanged
+		case old.Epoch != epoch:
+			// Changes elsewhere in the graph only: the walk holds; ask
+			// again on the epoch as it is now.
+			epoch = old.Epoch
+			if old.Token == "" {
+				continue
+			}
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("lock the task graph: held by other changes for %v: %w", s.graphWait, ErrBusy)
@@ -749,9 +788,12 @@ func (s *Store) lockGraph(ctx context.Context, epoch int64) (unlock func(), err 
 }
 
 // takeOverGraph frees the lock that token held past its until, moving the
-// epoch on: whatever its holder wrote, a walk from before it walks again.
-func (s *Store) takeOverGraph(ctx context.Context, token string) error {
-	upd := expression.Add(expression.Name("epoch"), expression.Value(1)).
+// epoch (from epoch) on: whatever its holder wrote, a walk from before it
+// walks again (the log starts again, saying "unknown" for that epoch).
+func (s *Store) takeOverGraph(ctx context.Context, token string, epoch int64) error {
+	next := strconv.FormatInt(epoch+1, 10)
+	upd := expression.Set(expression.Name("epoch"), expression.Value(epoch+1)).
+		Set(expression.Name("changed"), expression.Value(map[string]string{next: "*"})).
 		Remove(expression.Name("token")).Remove(expression.Name("until"))
 	expr, err := expression.NewBuilder().WithCondition(expression.Name("token").Equal(expression.Value(token))).WithUpdate(upd).Build()
 	if err != nil {
@@ -775,13 +817,17 @@ func (s *Store) takeOverGraph(ctx context.Context, token string) error {
 }
 
 // unlockGraph gives the graph's lock back, if it is still token's, with
-// the epoch at next. It runs after the PATCH's write, on a context of its
-// own.
-func (s *Store) unlockGraph(token string, next int64) {
+// the epoch at next, logged as a change of taskID. It runs after the
+// PATCH's write, on a context of its own.
+func (s *Store) unlockGraph(token string, next int64, taskID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	upd := expression.Set(expression.Name("epoch"), expression.Value(next)).
+		Set(expression.Name("changed."+strconv.FormatInt(next, 10)), expression.Value(taskID)).
 		Remove(expression.Name("token")).Remove(expression.Name("until"))
+	if next > graphLog {
+		upd = upd.Remove(expression.Name("changed." + strconv.FormatInt(next-graphLog, 10)))
+	}
 	expr, err := expression.NewBuilder().WithCondition(expression.Name("token").Equal(expression.Value(token))).WithUpdate(upd).Build()
 	if err == nil {
 		_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,4 +212,47 @@ func TestRacingPatchesOverAGraphLeaveNoCycle(t *testing.T) {
 		t.Fatal("no edge was written: the race tested nothing")
 	}
 	t.Logf("%d edges among %d tasks, no cycle", total, n)
+}
+
+// A change of blocked_by written during a walk sends it back only when it
+// changed a task the walk read: one elsewhere in the graph leaves the walk
+// as it was, and the PATCH writes without walking again. (Any change used
+// to send every walk back: a long walk could be sent back again and again
+// by another agent's unrelated edits, until its retries ran out, 503.)
+func TestAWalkIsNotSentBackByAChangeElsewhere(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "x", "z", "p", "q")
+	e.create(t, lease.CreateTaskParams{TaskID: "y2", BlockedBy: []string{"z"}})
+	var levels atomic.Int32
+	paused, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	lease.OnGraphWalk(e.store, func() {
+		levels.Add(1)
+		once.Do(func() {
+			close(paused)
+			<-resume
+		})
+	})
+	slow := make(chan error, 1)
+	go func() {
+		_, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "a", BlockedBy: &[]string{"y2"}})
+		slow <- err
+	}()
+	<-paused // x's walk has read y2 and z
+	// p and q are not on x's walk (and p's own walk reads no level).
+	if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p", AgentID: "b", BlockedBy: &[]string{"q"}}); err != nil {
+		t.Fatalf("p blocked by q: %v", err)
+	}
+	close(resume)
+	if err := <-slow; err != nil {
+		t.Fatalf("x blocked by y2: %v", err)
+	}
+	if n := levels.Load(); n != 1 {
+		t.Errorf("x's change walked %d levels, want 1: a change elsewhere sent it back", n)
+	}
+	if got := e.get(t, "x"); got.Status != lease.StatusBlocked {
+		t.Errorf("x is %s, want blocked", got.Status)
+	}
 }

@@ -147,11 +147,12 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 			}
 		}
 		if p.BlockedBy != nil && !slices.Equal(*p.BlockedBy, cur.BlockedBy) {
-			if err := s.checkCycle(ctx, cur.TaskID, blockers); err != nil {
+			walked, err := s.checkCycle(ctx, cur.TaskID, blockers)
+			if err != nil {
 				return Task{}, err
 			}
 			if len(blockers) > 0 {
-				unlock, err = s.lockGraph(ctx, epoch)
+				unlock, err = s.lockGraph(ctx, epoch, cur.TaskID, walked)
 				if errors.Is(err, errGraphChanged) {
 					continue // walk again, over the graph as it is now
 				}
