@@ -60,7 +60,7 @@ func decode(r *http.Request, v any) error {
 		}
 		fixed, ok := jsonnum.Rewrite(data, err)
 		if !ok || rewrites == maxNumberRewrites {
-			return jsonError(err, reflect.TypeOf(v))
+			return jsonError(err, reflect.TypeOf(v), data)
 		}
 		data = fixed
 	}
@@ -130,6 +130,7 @@ func exactFields(data []byte, t reflect.Type, path string) error {
 type member struct {
 	name  string
 	value json.RawMessage
+	start int // where value starts in the object's JSON
 }
 
 // members lists the keys and values of the JSON object data in their
@@ -147,9 +148,51 @@ func members(data []byte) []member {
 		if err != nil || !ok || dec.Decode(&value) != nil {
 			return out
 		}
-		out = append(out, member{name, value})
+		end := int(dec.InputOffset())
+		out = append(out, member{name, value, end - len(value)})
 	}
 	return out
+}
+
+// memberNamed is the last member of the JSON object data named name (the
+// one encoding/json decodes).
+func memberNamed(data []byte, name string) (member, bool) {
+	ms := members(data)
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i].name == name {
+			return ms[i], true
+		}
+	}
+	return member{}, false
+}
+
+// arrayElements lists the elements of the JSON array data, each with
+// where it starts in data; none when data is not an array.
+func arrayElements(data []byte) []member {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return nil
+	}
+	var out []member
+	for dec.More() {
+		var value json.RawMessage
+		if dec.Decode(&value) != nil {
+			return out
+		}
+		end := int(dec.InputOffset())
+		out = append(out, member{value: value, start: end - len(value)})
+	}
+	return out
+}
+
+// spanAt is the element of elems that holds offset off, and its index.
+func spanAt(elems []member, off int) (int, member, bool) {
+	for i, e := range elems {
+		if off > e.start && off <= e.start+len(e.value) {
+			return i, e, true
+		}
+	}
+	return 0, member{}, false
 }
 
 // pathPrefix starts a sentence about the value at path: "tasks[1]: ", or
@@ -219,7 +262,7 @@ func quoteName(name string) string {
 
 // jsonError is the answer to a body that t cannot hold. A value of the
 // wrong type is named by its path as the API spells it.
-func jsonError(err error, t reflect.Type) error {
+func jsonError(err error, t reflect.Type, data []byte) error {
 	var typeErr *json.UnmarshalTypeError
 	if !errors.As(err, &typeErr) {
 		return errorf(errcode.InvalidJSON, "the request body is not valid JSON")
@@ -227,7 +270,7 @@ func jsonError(err error, t reflect.Type) error {
 	if typeErr.Field == "" {
 		return errorf(errcode.InvalidJSON, "the request body has a value of the wrong type")
 	}
-	path, ft := jsonPath(t, strings.Split(typeErr.Field, "."))
+	path, ft := jsonPath(t, strings.Split(typeErr.Field, "."), data, int(typeErr.Offset))
 	want := typeName(typeErr.Type)
 	if ft != nil && ft.Kind() == reflect.Slice && typeErr.Type.Kind() != reflect.Slice {
 		want = typeName(ft) // an element of the wrong type: say what the array holds
@@ -236,12 +279,24 @@ func jsonError(err error, t reflect.Type) error {
 }
 
 // jsonPath follows encoding/json's path of a field (which names the
-// embedded structs it passes through by their Go names) through t, and
-// returns it with only the JSON names, and the type of the field it ends
-// at (nil when the path leaves t).
-func jsonPath(t reflect.Type, segs []string) ([]string, reflect.Type) {
+// embedded structs it passes through by their Go names, and no array
+// index) through t, and returns it with only the JSON names, each array
+// it passes into given the index of the element the error is in
+// ("tasks[1]"), and the type of the field it ends at (nil when the path
+// leaves t). data is the body decoded, off where in it the error is.
+func jsonPath(t reflect.Type, segs []string, data []byte, off int) ([]string, reflect.Type) {
 	var out []string
 	for _, seg := range segs {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) && len(out) > 0 {
+			// The path goes on into an element: say which.
+			if i, elem, ok := spanAt(arrayElements(data), off); ok {
+				out[len(out)-1] += fmt.Sprintf("[%d]", i)
+				data, off = elem.value, off-elem.start
+			}
+		}
 		t = elemType(t)
 		if t == nil || t.Kind() != reflect.Struct {
 			out, t = append(out, seg), nil
@@ -253,6 +308,9 @@ func jsonPath(t reflect.Type, segs []string) ([]string, reflect.Type) {
 		}
 		out = append(out, seg)
 		t = jsonFields(t)[seg]
+		if m, ok := memberNamed(data, seg); ok {
+			data, off = m.value, off-m.start
+		}
 	}
 	if t != nil {
 		for t.Kind() == reflect.Pointer {
