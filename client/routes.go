@@ -307,15 +307,45 @@ func (c *Client) CreateAgent(ctx context.Context, req CreateAgentRequest) (Regis
 	return r, nil
 }
 
-// ListAgents lists the registered agents (admins only).
+// ListAgents lists every registered agent (admins only), by id, reading
+// every page of the listing (AgentPage reads one).
 func (c *Client) ListAgents(ctx context.Context) ([]Agent, error) {
-	var r struct {
-		Agents []Agent `json:"agents"`
+	return allPages(ctx, "agents", func(ctx context.Context, cursor string) ([]Agent, string, error) {
+		p, err := c.AgentPage(ctx, 0, cursor)
+		return p.Agents, p.NextCursor, err
+	})
+}
+
+// AgentPage is one page of the agent listing, and the cursor of the next
+// ("" after the last).
+type AgentPage struct {
+	Agents     []Agent `json:"agents"`
+	NextCursor string  `json:"next_cursor"`
+}
+
+// AgentPage returns the page of registered agents (admins only) after
+// cursor ("" for the first), of at most limit agents (1 to 1000; 0 for
+// as many as fit in the server's answer).
+func (c *Client) AgentPage(ctx context.Context, limit int, cursor string) (AgentPage, error) {
+	q := url.Values{}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
 	}
-	if err := c.do(ctx, idempotent, http.MethodGet, "/api/agents", nil, &r); err != nil {
-		return nil, fmt.Errorf("list agents: %w", err)
+	if cursor != "" {
+		q.Set("cursor", cursor)
 	}
-	return r.Agents, nil
+	path := "/api/agents"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var p AgentPage
+	if err := c.do(ctx, idempotent, http.MethodGet, path, nil, &p); err != nil {
+		return AgentPage{}, fmt.Errorf("list agents: %w", err)
+	}
+	if p.Agents == nil {
+		p.Agents = []Agent{}
+	}
+	return p, nil
 }
 
 // RemoveAgent deletes an agent (admins only); its leases end at once.

@@ -55,11 +55,20 @@ func (f *fakeService) RegisterAgent(_ context.Context, p lease.RegisterParams) (
 	return lease.Registration{Agent: lease.Agent{AgentID: id, Name: p.Name, Admin: p.Admin, CreatedAt: t0}, APIKey: "ck_secret"}, nil
 }
 
-func (f *fakeService) ListAgents(context.Context) ([]lease.Agent, error) {
-	if err := f.rec("ListAgents", nil); err != nil {
-		return nil, err
+func (f *fakeService) ListAgentsPage(_ context.Context, p lease.ListAgentsParams) (lease.AgentPage, error) {
+	if err := f.rec("ListAgentsPage", p); err != nil {
+		return lease.AgentPage{}, err
 	}
-	return f.agents, nil
+	// The fake's cursor after the first agent is "next".
+	switch {
+	case p.Cursor == "next":
+		return lease.AgentPage{Agents: f.agents[1:]}, nil
+	case p.Cursor != "":
+		return lease.AgentPage{}, &lease.ValidationError{Field: "cursor", Code: lease.CodeInvalidRequest, Message: "cursor is not one this server issued"}
+	case p.Limit == 1 && len(f.agents) > 1:
+		return lease.AgentPage{Agents: f.agents[:1], NextCursor: "next"}, nil
+	}
+	return lease.AgentPage{Agents: f.agents}, nil
 }
 
 func (f *fakeService) GetAgent(_ context.Context, id string) (lease.Agent, error) {

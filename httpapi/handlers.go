@@ -75,12 +75,23 @@ func (s *server) checkNewAgentID(id string) error {
 }
 
 func (s *server) listAgents(w http.ResponseWriter, r *http.Request, _ lease.Principal) error {
-	agents, err := s.svc.ListAgents(r.Context())
+	q := r.URL.Query()
+	params := lease.ListAgentsParams{Cursor: q.Get("cursor")}
+	if v := q.Get("limit"); v != "" {
+		var err error
+		if params.Limit, err = limit(v); err != nil {
+			return err
+		}
+	}
+	if err := lease.CheckCursor(params.Cursor); err != nil {
+		return err
+	}
+	page, err := s.svc.ListAgentsPage(r.Context(), params)
 	if err != nil {
 		return err
 	}
-	out := make([]agentJSON, 0, len(agents))
-	for _, a := range agents {
+	out := make([]agentJSON, 0, len(page.Agents))
+	for _, a := range page.Agents {
 		out = append(out, agentJSON{
 			AgentID:         a.AgentID,
 			Name:            a.Name,
@@ -89,7 +100,11 @@ func (s *server) listAgents(w http.ResponseWriter, r *http.Request, _ lease.Prin
 			Alive:           a.Alive,
 		})
 	}
-	s.writeJSON(w, http.StatusOK, map[string]any{"agents": out})
+	var next *string
+	if page.NextCursor != "" {
+		next = &page.NextCursor
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"agents": out, "next_cursor": next})
 	return nil
 }
 

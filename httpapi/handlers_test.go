@@ -21,7 +21,7 @@ func TestRoutesSucceed(t *testing.T) {
 		{"GET", "/healthz", "", "", 200, `{"ok":true}`},
 		{"POST", "/api/agents", "ck_admin", `{"name":"researcher","agent_id":"agent-9"}`, 201, `"api_key":"ck_secret"`},
 		{"POST", "/api/agents", "ck_admin", `{"name":"boss","admin":true}`, 201, `"admin":true`},
-		{"GET", "/api/agents", "ck_admin", "", 200, `{"agents":[]}`},
+		{"GET", "/api/agents", "ck_admin", "", 200, `{"agents":[],"next_cursor":null}`},
 		{"DELETE", "/api/agents/agent-9", "ck_admin", "", 200, `{"agent_id":"agent-9","removed":true}`},
 		{"POST", "/api/heartbeat", "ck_agent", "", 200, `"expires_at":"2026-03-20T14:36:30.123Z"`},
 		{"POST", "/api/heartbeat", "ck_agent", `{"ttl":"1h"}`, 200, `"agent_id":"agent-1"`},

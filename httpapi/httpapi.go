@@ -85,7 +85,7 @@ type handlerFunc func(s *server, w http.ResponseWriter, r *http.Request, p lease
 var handlers = map[string]handlerFunc{
 	"healthz":       (*server).healthz,
 	"registerAgent": (*server).registerAgent,
-	"listAgents":    (*server).listAgents,
+	"listAgents":    withQuery((*server).listAgents, "limit", "cursor"),
 	"removeAgent":   (*server).removeAgent,
 	"heartbeat":     (*server).heartbeat,
 	"createTask":    (*server).createTask,

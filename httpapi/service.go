@@ -13,7 +13,7 @@ import (
 // *lease.Store satisfies it.
 type Service interface {
 	RegisterAgent(ctx context.Context, p lease.RegisterParams) (lease.Registration, error)
-	ListAgents(ctx context.Context) ([]lease.Agent, error)
+	ListAgentsPage(ctx context.Context, p lease.ListAgentsParams) (lease.AgentPage, error)
 	GetAgent(ctx context.Context, agentID string) (lease.Agent, error)
 	RemoveAgent(ctx context.Context, agentID string) error
 	Heartbeat(ctx context.Context, agentID string, ttl time.Duration) (lease.Heartbeat, error)

@@ -17,8 +17,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
-	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 // Removed agents.
@@ -192,33 +190,6 @@ func (s *Store) Authenticate(ctx context.Context, apiKey string) (Principal, err
 		return Principal{}, ErrUnauthorized
 	}
 	return Principal{AgentID: k.Owner, Name: k.Name, Admin: k.Admin}, nil
-}
-
-// ListAgents returns every agent with its liveness.
-func (s *Store) ListAgents(ctx context.Context) ([]Agent, error) {
-	items, err := queryAll[agentItem](ctx, s.db, s.agents, schema.AgentsAll, expression.Key("kind").Equal(expression.Value("agent")))
-	if err != nil {
-		return nil, fmt.Errorf("list agents: %w", err)
-	}
-	ids := make([]string, len(items))
-	for i, a := range items {
-		ids[i] = a.AgentID
-	}
-	hbs, err := s.heartbeatsOf(ctx, ids)
-	if err != nil {
-		return nil, err
-	}
-	now := s.clock()
-	out := make([]Agent, len(items))
-	for i, a := range items {
-		out[i] = a.agent()
-		if hb := hbs[a.AgentID]; hb != nil && !hb.Fresh {
-			last := fromMS(hb.LastAt)
-			alive := hb.ExpiresAt > ms(now)
-			out[i].LastHeartbeatAt, out[i].Alive = &last, &alive
-		}
-	}
-	return out, nil
 }
 
 // RemoveAgent deletes an agent and its key, and makes it dead for ever: a

@@ -437,6 +437,29 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await shot(admin, 'agents-1440-light');
   });
 
+  test('the agents view lists the agents of every page, and signing in reads one agent', async () => {
+    // An agent listing past 5 MB comes in pages (answered by the browser
+    // here): zed is on the second. The view used to read the first page
+    // as the whole fleet, and signing in read every agent to tell an
+    // admin key from an agent's.
+    const page = await newPage('agents-list-pages');
+    const asked = [];
+    const agent = (id) => ({ agent_id: id, name: id, admin: false, last_heartbeat_at: null, alive: null });
+    await page.route((u) => u.pathname === '/api/agents', (r) => {
+      const q = new URL(r.request().url()).searchParams;
+      asked.push(q.toString());
+      const body = q.get('cursor') === 'a2' ? { agents: [agent('zed')], next_cursor: null } : { agents: [agent('amy')], next_cursor: 'a2' };
+      r.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify(body) });
+    });
+    await signIn(page, ADMIN_KEY);
+    assert.equal(asked[0], 'limit=1', `signing in asked ${asked[0]}`);
+    await page.goto(server.url + '/#/agents');
+    await page.locator('#agents-body > tr[data-key="zed"]').waitFor();
+    await page.locator('#agents-body > tr[data-key="amy"]').waitFor();
+    await page.locator('#agents-count').filter({ hasText: '(2)' }).waitFor();
+    await page.close();
+  });
+
   test('the agents view counts the leases of every page, and a removal names them', async () => {
     // A lease listing past 5 MB comes in pages (answered by the browser
     // here): dan's lease is on the second. It used to count 0 for dan, and

@@ -27,9 +27,10 @@ const view = {
   title: () => 'Agents',
 
   async load(ctx) {
-    // Every page of the leases (one unless they pass 5 MB of JSON).
-    const [list, live] = await Promise.all([get('/api/agents'), pages('/api/checkouts', 'checkouts', 20)]);
-    agents = (list.agents || []).slice().sort((a, b) => (a.name || a.agent_id).localeCompare(b.name || b.agent_id) || a.agent_id.localeCompare(b.agent_id));
+    // Every page of the agents and of the leases (one each unless they
+    // pass 5 MB of JSON).
+    const [list, live] = await Promise.all([pages('/api/agents', 'agents', 20), pages('/api/checkouts', 'checkouts', 20)]);
+    agents = list.slice().sort((a, b) => (a.name || a.agent_id).localeCompare(b.name || b.agent_id) || a.agent_id.localeCompare(b.agent_id));
     held = new Map();
     for (const c of live) {
       if (!held.has(c.agent_id)) held.set(c.agent_id, []);

@@ -1,0 +1,34 @@
+package httpapi
+
+import (
+	"testing"
+
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// GET /api/agents comes in pages: limit and cursor are passed on, the
+// page's cursor is next_cursor (null on the last), and a bad limit or
+// cursor, or another parameter, is 400 (the harness checks each answer
+// against the OpenAPI document). It used to answer every agent at once
+// and ignore its query.
+func TestListAgentsPages(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t)
+	hs.svc.agents = []lease.Agent{{AgentID: "a1", Name: "one", CreatedAt: t0}, {AgentID: "a2", Name: "two", CreatedAt: t0}}
+	all := hs.do("GET", "/api/agents", "ck_admin", "").expect(t, 200, "")
+	if as, _ := all.json["agents"].([]any); len(as) != 2 || all.json["next_cursor"] != nil {
+		t.Fatalf("every agent: %s", all.body)
+	}
+	first := hs.do("GET", "/api/agents?limit=1", "ck_admin", "").expect(t, 200, "")
+	if as, _ := first.json["agents"].([]any); len(as) != 1 || first.json["next_cursor"] != "next" {
+		t.Fatalf("limit 1: %s", first.body)
+	}
+	second := hs.do("GET", "/api/agents?cursor=next", "ck_admin", "").expect(t, 200, "")
+	if as, _ := second.json["agents"].([]any); len(as) != 1 || as[0].(map[string]any)["agent_id"] != "a2" || second.json["next_cursor"] != nil {
+		t.Fatalf("the page after: %s", second.body)
+	}
+	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "limit=-1", "cursor=bogus", "lmit=5", "agent_id=a1"} {
+		hs.do("GET", "/api/agents?"+q, "ck_admin", "").expect(t, 400, "invalid_request")
+	}
+	hs.do("GET", "/api/agents?limit=1", "ck_agent", "").expect(t, 403, "")
+}
