@@ -797,7 +797,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 		if applied {
 			return after, nil
 		}
-		if replayEnd(it, e.typ, e.outcome, agentID, runID, fence) || sends.Load() > 1 && sentAgain(it, e, agentID, now) {
+		if replayEnd(it, e.typ, e.outcome, agentID, runID, fence) || sends.Load() > 1 && sentAgain(it, e, agentID, runID, fence, now) {
 			return it, nil
 		}
 		return nil, s.notHolder(ctx, it, agentID, runID, fence, now, hb)
@@ -873,15 +873,18 @@ func replayEnd(cur *taskItem, typ EventType, outcome ReleaseOutcome, agentID, ru
 // sentAgain says whether it, the item a holder's ending write that was
 // sent more than once failed its condition on, holds that very ending:
 // the write applied, its answer was lost, and the SDK sent it again
-// (sends.go). The ending is the caller's, of the same kind, stamped with
-// the write's own time, and the item's latest transition.
-func sentAgain(it *taskItem, e ending, agentID string, now time.Time) bool {
+// (sends.go). The ending is the caller's, of the same kind, of the lease
+// the request named (run id, fence) if it named one, stamped with the
+// write's own time, and the item's latest transition: another of the
+// caller's runs ending its own lease in that instant is not this one.
+func sentAgain(it *taskItem, e ending, agentID, runID string, fence int64, now time.Time) bool {
 	if it == nil {
 		return false
 	}
 	r := it.endRecord
 	return r.EndSeq != 0 && r.EndSeq == it.ESeq && r.EndAt == ms(now) && r.EndType == e.typ && r.EndBy == agentID && r.EndAgent == agentID &&
-		(e.typ != EventRelease || failedOutcome(r.EndOutcome) == failedOutcome(e.outcome))
+		(e.typ != EventRelease || failedOutcome(r.EndOutcome) == failedOutcome(e.outcome)) &&
+		(runID == "" || r.EndRun == runID) && (fence == 0 || r.EndFence == fence)
 }
 
 // A repeat after a later ending. The item keeps only its last ending, so

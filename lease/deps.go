@@ -664,9 +664,18 @@ func (s *Store) fillGraph(ctx context.Context, items ...*taskItem) error {
 // as unknown. So two changes whose walks overlap cannot both write on
 // what they walked: the second walks again and sees the first's edge. The
 // lock is held only for a few writes, far less than graphLockTTL.
+//
+// A holder that stalls (a paused process, a frozen Lambda, SDK retries
+// backing off) could still write after its until, when its lock may have
+// been taken over and another change written on a graph without its
+// edge. So its writes under the lock are made within graphWriteWindow of
+// taking it, half of graphLockTTL, or not at all (it walks again): its
+// clock is checked before each, and each is sent under a deadline of the
+// window, so that no attempt of the SDK starts later.
 const (
-	graphLockID  = "#graph"
-	graphLockTTL = 10 * time.Second
+	graphLockID      = "#graph"
+	graphLockTTL     = 10 * time.Second
+	graphWriteWindow = graphLockTTL / 2
 )
 
 // errGraphChanged says a change of blocked_by was written since the
@@ -717,7 +726,7 @@ func (s *Store) graphEpoch(ctx context.Context) (int64, error) {
 // the log cannot tell), waiting while another change holds it (for
 // graphWait at most, then ErrBusy), and returns the function that gives
 // it back with the epoch moved on.
-func (s *Store) lockGraph(ctx context.Context, epoch int64, taskID string, walked map[string]bool) (unlock func(), err error) {
+func (s *Store) lockGraph(ctx context.Context, epoch int64, taskID string, walked map[string]bool) (unlock func(), writeBy time.Time, err error) {
 	token := newID("graph-")
 	deadline := time.Now().Add(s.graphWait)
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
@@ -732,7 +741,7 @@ func (s *Store) lockGraph(ctx context.Context, epoch int64, taskID string, walke
 			Remove(expression.Name("ttl")) // set by versions before the epoch: the item is kept
 		expr, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("token")).And(same)).WithUpdate(upd).Build()
 		if err != nil {
-			return nil, err
+			return nil, time.Time{}, err
 		}
 		_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                           &s.heartbeats,
@@ -747,27 +756,27 @@ func (s *Store) lockGraph(ctx context.Context, epoch int64, taskID string, walke
 		held := epoch
 		if !refused {
 			if err != nil {
-				return nil, fmt.Errorf("lock the task graph: %w", err)
+				return nil, time.Time{}, fmt.Errorf("lock the task graph: %w", err)
 			}
-			return func() { s.unlockGraph(token, held+1, taskID) }, nil
+			return func() { s.unlockGraph(token, held+1, taskID) }, now.Add(graphWriteWindow), nil
 		}
 		var old graphLockItem
 		if err := attributevalue.UnmarshalMap(item, &old); err != nil {
-			return nil, fmt.Errorf("lock the task graph: %w", err)
+			return nil, time.Time{}, fmt.Errorf("lock the task graph: %w", err)
 		}
 		switch {
 		case old.Token == token:
 			// This very write, applied and sent again (its answer lost).
-			return func() { s.unlockGraph(token, held+1, taskID) }, nil
+			return func() { s.unlockGraph(token, held+1, taskID) }, now.Add(graphWriteWindow), nil
 		case old.Token != "" && old.Until <= ms(now):
 			// Its holder stopped without giving it back, and its write
 			// may have landed after this walk's reads.
 			if err := s.takeOverGraph(ctx, old.Token, old.Epoch); err != nil {
-				return nil, err
+				return nil, time.Time{}, err
 			}
-			return nil, errGraphChanged
+			return nil, time.Time{}, errGraphChanged
 		case old.Epoch != epoch && !old.untouched(epoch, walked):
-			return nil, errGraphChanged
+			return nil, time.Time{}, errGraphChanged
 		case old.Epoch != epoch:
 			// Changes elsewhere in the graph only: the walk holds; ask
 			// again on the epoch as it is now.
@@ -777,11 +786,11 @@ func (s *Store) lockGraph(ctx context.Context, epoch int64, taskID string, walke
 			}
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("lock the task graph: held by other changes for %v: %w", s.graphWait, ErrBusy)
+			return nil, time.Time{}, fmt.Errorf("lock the task graph: held by other changes for %v: %w", s.graphWait, ErrBusy)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, time.Time{}, ctx.Err()
 		case <-time.After(wait):
 		}
 	}

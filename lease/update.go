@@ -88,6 +88,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		}
 		var blockers map[string]*taskItem
 		var epoch int64
+		lockCtx, inWindow := ctx, func() bool { return true }
 		if p.BlockedBy != nil {
 			var err error
 			if len(*p.BlockedBy) > 0 {
@@ -152,15 +153,26 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 				return Task{}, err
 			}
 			if len(blockers) > 0 {
-				unlock, err = s.lockGraph(ctx, epoch, cur.TaskID, walked)
+				by := time.Now().Add(graphWriteWindow)
+				var writeBy time.Time
+				unlock, writeBy, err = s.lockGraph(ctx, epoch, cur.TaskID, walked)
 				if errors.Is(err, errGraphChanged) {
 					continue // walk again, over the graph as it is now
 				}
 				if err != nil {
 					return Task{}, err
 				}
+				// The writes under the lock are made within its write
+				// window, or not at all (deps.go, graphWriteWindow).
+				var cancel context.CancelFunc
+				lockCtx, cancel = context.WithDeadline(ctx, by)
+				defer cancel()
+				inWindow = func() bool { return s.clock().Before(writeBy) }
 			}
-			waiting, err := s.link(ctx, cur.TaskID, blockers)
+			if !inWindow() {
+				continue // stalled past the window: the lock may be taken over
+			}
+			waiting, err := s.link(lockCtx, cur.TaskID, blockers)
 			if err != nil {
 				return Task{}, err
 			}
@@ -217,7 +229,15 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		if cur.Version == 0 {
 			cond = expression.AttributeNotExists(nameVersion)
 		}
-		wctx, sends := countSends(ctx)
+		patchID := newID("")
+		upd = upd.Set(expression.Name("patch"), expression.Value(patchID))
+		if !inWindow() {
+			if newBody {
+				s.dropBody(ctx, p.TaskID, token)
+			}
+			continue // stalled past the window: the lock may be taken over
+		}
+		wctx, sends := countSends(lockCtx)
 		after, applied, err := s.update(wctx, p.TaskID, terms{cond}, upd, types.ReturnValueAllNew)
 		if unlock != nil {
 			unlock()
@@ -226,14 +246,11 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		if err != nil {
 			return Task{}, err
 		}
-		if !applied && sends.Load() > 1 && after != nil && after.Version == cur.Version+1 && (!newBody || after.BodyToken == token) {
-			// Sent more than once, and the task is one version on, with
-			// this PATCH's body: if this PATCH changes nothing on it, it
-			// is this very write, applied and sent again (its answer
-			// lost: sends.go), not another's.
-			if _, changed, err := s.patch(after, live, p, g, now); err == nil && !changed {
-				applied = true
-			}
+		if !applied && sends.Load() > 1 && after != nil && after.PatchID == patchID {
+			// Sent more than once, and the task holds this very write,
+			// applied and sent again (its answer lost: sends.go): not
+			// another's, which would name its own PATCH.
+			applied = true
 		}
 		if !applied {
 			if newBody {

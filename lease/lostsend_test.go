@@ -1,0 +1,232 @@
+package lease_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// pauseAfterGraphLockDB lets every call through, but stops the caller
+// right after its first successful take of the graph's lock (the
+// UpdateItem on "#graph" conditioned on attribute_not_exists(token)),
+// until resume is closed: a change of blocked_by that holds the lock and
+// stalls before its task write (a GC pause, a frozen Lambda, SDK retries
+// backing off under throttling).
+type pauseAfterGraphLockDB struct {
+	lease.DB
+	once   sync.Once
+	paused chan struct{}
+	resume chan struct{}
+}
+
+func (d *pauseAfterGraphLockDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := d.DB.UpdateItem(ctx, in, opts...)
+	k, _ := in.Key["agent_id"].(*types.AttributeValueMemberS)
+	if err == nil && k != nil && k.Value == "#graph" && in.ConditionExpression != nil && strings.Contains(*in.ConditionExpression, "attribute_not_exists") {
+		d.once.Do(func() {
+			close(d.paused)
+			<-d.resume
+		})
+	}
+	return out, err
+}
+
+// The graph's lock is taken over once its until has passed, and the
+// stalled holder's task write is conditioned on the task's version only,
+// not on still holding the lock. A holder that resumed after the take-over
+// used to write its edge unlogged, after another PATCH walked (and wrote)
+// on a graph without it: together they closed a cycle. Now a holder
+// writes only within its write window, and past it walks again.
+func TestAStalledGraphLockHolderDoesNotWriteAfterItsWindow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "h", "l")
+	db := &pauseAfterGraphLockDB{DB: e.db, paused: make(chan struct{}), resume: make(chan struct{})}
+	sH := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	resume := sync.OnceFunc(func() { close(db.resume) })
+	defer resume()
+
+	hDone := make(chan error, 1)
+	go func() {
+		_, err := sH.UpdateTask(c, lease.UpdateTaskParams{TaskID: "h", AgentID: "a", BlockedBy: &[]string{"l"}})
+		hDone <- err
+	}()
+	select {
+	case <-db.paused: // h's PATCH walked (l has no blockers) and holds the lock
+	case err := <-hDone:
+		t.Fatalf("h's PATCH ended before taking the lock: %v", err)
+	}
+	e.clock.Advance(11 * time.Second) // past the lock's until (graphLockTTL 10 s)
+
+	// l blocked by h: its walk from h sees no blocker (h's write has not
+	// landed); it takes the stale lock over, walks again, writes.
+	if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "l", AgentID: "b", BlockedBy: &[]string{"h"}}); err != nil {
+		t.Fatalf("l blocked by h: %v", err)
+	}
+	resume()
+	errH := <-hDone
+
+	hb, lb := e.get(t, "h").BlockedBy, e.get(t, "l").BlockedBy
+	if len(hb) == 1 && hb[0].TaskID == "l" && len(lb) == 1 && lb[0].TaskID == "h" {
+		t.Fatalf("a cycle: h blocked_by [l] (its PATCH answered %v) and l blocked_by [h]; want one of them refused with dependency_cycle", errH)
+	}
+	if !errors.Is(errH, lease.ErrInvalid) || !strings.Contains(errH.Error(), "cycle") {
+		t.Fatalf("h's PATCH, resumed past its window after l's: %v, want dependency_cycle", errH)
+	}
+}
+
+// lossyDoer is the HTTP client of a store whose first matching request is
+// lost before DynamoDB sees it (answered 500, as a timed-out or reset
+// connection would be: the SDK sends it again). Before answering, it runs
+// race: another writer's request landing in that gap.
+type lossyDoer struct {
+	match func(target, body string) bool
+	race  func()
+	lost  atomic.Bool
+}
+
+func (d *lossyDoer) Do(r *http.Request) (*http.Response, error) {
+	var body []byte
+	if r.Body != nil {
+		body, _ = io.ReadAll(r.Body)
+		r.Body.Close()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	if d.match(r.Header.Get("X-Amz-Target"), string(body)) && d.lost.CompareAndSwap(false, true) {
+		d.race()
+		return &http.Response{
+			StatusCode: 500,
+			Status:     "500 Internal Server Error",
+			Header:     http.Header{"Content-Type": []string{"application/x-amz-json-1.0"}},
+			Body:       io.NopCloser(strings.NewReader(`{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"answer lost"}`)),
+			Request:    r,
+		}, nil
+	}
+	return http.DefaultClient.Do(r)
+}
+
+// A PATCH with If-Match is a compare-and-set (README: "412 if it moved
+// on"). When its write is sent twice by the SDK (the first sending lost,
+// never applied) and in between another client's PATCH, also If-Match 1,
+// moved the task to version 2 with a superset of its change, the second
+// sending's failed condition was taken for its own write (the task one
+// version on, with nothing this PATCH would change): both PATCHes with
+// If-Match: 1 answered 200. A PATCH now knows its own write by its id.
+func TestAnIfMatchPatchSentTwiceDoesNotTakeAnotherWritersVersion(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "x")
+	tasks := e.names.Table(schema.TasksTable)
+	var otherErr error
+	var other lease.Task
+	doer := &lossyDoer{
+		match: func(target, body string) bool {
+			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"title"`)
+		},
+		race: func() {
+			// Another client: the same title, and more, on version 1.
+			title, q, prio := "T", "elsewhere", 9
+			other, otherErr = e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "b", Title: &title, Queue: &q, Priority: &prio, IfVersion: 1})
+		},
+	}
+	client := lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer })
+	s := lease.New(lease.Config{DB: client, Tables: e.names, Now: e.clock.Now})
+
+	title := "T"
+	got, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "a", Title: &title, IfVersion: 1})
+	if !doer.lost.Load() {
+		t.Fatal("no write was lost and sent again")
+	}
+	if otherErr != nil {
+		t.Fatalf("the other client's PATCH: %v", otherErr)
+	}
+	if other.Version != 2 {
+		t.Fatalf("the other client's PATCH left version %d, want 2", other.Version)
+	}
+	if !errors.Is(err, lease.ErrVersionMismatch) {
+		t.Fatalf("If-Match: 1 after another client moved x to version 2: answered %v (version %d, queue %s, priority %d), want 412 version_mismatch; "+
+			"both compare-and-sets on version 1 succeeded", err, got.Version, got.Queue, got.Priority)
+	}
+}
+
+// A completion that names an old run of the caller (a stale worker of the
+// same agent, fenced out by the later lease) is refused: API.md,
+// "Holders": renew, release and complete need the same run_id where the
+// body gives it, else 404 not_checked_out / 403 not_holder. When its write
+// was sent twice by the SDK (first sending lost, never applied) and in
+// that gap the agent's current run completed the task at the same
+// millisecond, that completion was taken for the stale run's own (the
+// check named type, agent and instant, not the run id or fence the
+// request named): 200 done.
+func TestACompletionOfAnOldRunSentTwiceIsNotTheNewRuns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-old", Timeout: time.Hour}))
+	e.clock.Advance(time.Second)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: "r-old"}))
+	e.clock.Advance(time.Second)
+	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-new", Timeout: time.Hour}))
+	e.clock.Advance(time.Second)
+
+	tasks := e.names.Table(schema.TasksTable)
+	var raceErr error
+	doer := &lossyDoer{
+		match: func(target, body string) bool {
+			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-old"`)
+		},
+		race: func() {
+			_, raceErr = e.store.Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: "r-new"})
+		},
+	}
+	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	got, err := s.Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: "r-old"})
+	if !doer.lost.Load() {
+		t.Fatal("no write was lost and sent again")
+	}
+	if raceErr != nil {
+		t.Fatalf("the current run's completion: %v", raceErr)
+	}
+	if err == nil {
+		t.Fatalf("a completion naming run r-old (released before r-new was granted) answered 200 %s (version %d); want 404 not_checked_out: it took r-new's completion for its own", got.Status, got.Version)
+	}
+	if !errors.Is(err, lease.ErrNotCheckedOut) && !errors.Is(err, lease.ErrNotHolder) {
+		t.Fatalf("a completion naming run r-old: %v, want not_checked_out", err)
+	}
+}
+
+// The same stale completion sent once, after the current run's
+// completion, is refused (the case above without the lost sending).
+func TestACompletionOfAnOldRunSentOnceIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-old", Timeout: time.Hour}))
+	e.clock.Advance(time.Second)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: "r-old"}))
+	e.clock.Advance(time.Second)
+	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-new", Timeout: time.Hour}))
+	e.clock.Advance(time.Second)
+	must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: "r-new"}))
+	if _, err := e.store.Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: "r-old"}); !errors.Is(err, lease.ErrNotCheckedOut) && !errors.Is(err, lease.ErrNotHolder) {
+		t.Fatalf("a completion naming run r-old sent once: %v, want not_checked_out", err)
+	}
+}
