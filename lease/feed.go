@@ -47,7 +47,11 @@ import (
 // index has caught up, and a cursor must never pass an event that is still
 // on its way. A cursor is the feed key of the last event read (or the
 // position it read up to), so following a feed with its cursor sees every
-// event once, in order, about FeedSettle after it happened.
+// event once, in order, about FeedSettle after it happened, as long as
+// the stream function archives each event within FeedSettle of its
+// write: one archived later (a batch that failed and was retried after
+// that) is listed at its own time, behind the cursors that passed it
+// meanwhile, and only a read by since finds it.
 //
 // # How far one page reads
 //
