@@ -415,6 +415,9 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Remove(expression.Name("completed_at")). // a task reopened is not done
 		Remove(nameClaimShard).                  // held: out of the claim index
 		Remove(nameNotBefore).                   // passed, or cleared by a reopening
+		// Ready: its claim key ranks it so again (a delay's key may not
+		// have been ranked ready by the sweep yet; claim.go, "Delays").
+		Set(expression.Name("claim_key"), expression.IfNotExists(expression.Name("claim_rank"), expression.Name("claim_key"))).
 		Set(nameMaxAttempts, expression.IfNotExists(nameMaxAttempts, expression.Value(DefaultMaxAttempts)))
 	attempt := func(old *taskItem) int { return old.Attempts + 1 }
 	if p.reopening != nil {
@@ -661,14 +664,20 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 				return nil, err
 			}
 		}
-		// Pinned to what it read: the lease, the counts, and the rank the
-		// delayed claim key is built from (a PATCH of the priority or
-		// queue in between moves it: the ending is decided again).
+		// Pinned to what it read: the lease, the counts, whether this is
+		// the last attempt (a PATCH of max_attempts in between may change
+		// that), and the rank the delayed claim key is built from (a
+		// PATCH of the priority or queue in between moves it): else the
+		// ending is decided again.
 		rank := expression.AttributeNotExists(expression.Name("claim_rank"))
 		if cur.ClaimRank != "" {
 			rank = expression.Name("claim_rank").Equal(expression.Value(cur.ClaimRank))
 		}
-		pin := cond.and(nameFence.Equal(expression.Value(cur.Fence)), countIs(nameAttempts, cur.Attempts), countIs(nameFailures, cur.Failures), rank)
+		limit := belowLimitCond()
+		if e.exhausted {
+			limit = atLimitCond()
+		}
+		pin := cond.and(nameFence.Equal(expression.Value(cur.Fence)), countIs(nameAttempts, cur.Attempts), countIs(nameFailures, cur.Failures), limit, rank)
 		it, after, applied, err := s.endLease(ctx, p.TaskID, pin, e, now, types.ReturnValueAllNew)
 		switch {
 		case err != nil:

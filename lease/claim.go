@@ -140,6 +140,12 @@ import (
 // write (rankReady). So a delay costs no read of its own, and a task is
 // ranked as ready within a sweep interval of its not_before. Readers of
 // that index that want leases skip the entries without a holder.
+//
+// A grant gives the task its ready claim_key too (a claim may take it
+// before the sweep has ranked it ready, and its entry is then the
+// lease's). A task with a lease has no entry of its own there, so a PATCH
+// of not_before while it is held keeps its ready key: once the lease
+// ends, a claim that reaches it early finds it not ready at the grant.
 
 // Waiting claims.
 //
@@ -339,6 +345,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 			return Checkout{}, &noneYet{next: next}
 		}
 		cands = s.claims.order(cands, w)
+		retook := map[string]bool{}
 		for raced := 0; len(cands) > 0; {
 			it := cands[0]
 			cands = cands[1:]
@@ -361,7 +368,17 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 				// Taken by this very run: the grant's first attempt applied
 				// and its answer was lost, so the SDK's retry failed its
 				// condition (or the same run claimed it at once elsewhere).
-				// It is this claim's lease, not a task taken by another.
+				// It is this claim's lease, not a task taken by another,
+				// unless it has expired meanwhile (a write slower than the
+				// lease's timeout): a lease is never handed out expired, so
+				// that one is taken over like any ended lease, once.
+				if !cur.leaseTimeValid(s.clock()) {
+					if !retook[cur.TaskID] {
+						retook[cur.TaskID] = true
+						cands = append([]*taskItem{cur}, cands...)
+					}
+					continue
+				}
 				c, g.granted = cur.checkout(), true
 			}
 			if g.granted {

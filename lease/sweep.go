@@ -147,7 +147,9 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 			at = min(at, died) // when it died, not when the sweep saw it
 		}
 		if it.LockedAt <= d.removed {
-			upTo, at, reason = d.removed, d.removed, reasonRemoved
+			// Ended by the removal: stamped when it was removed, or when
+			// locked, for a lease granted while the removal ran.
+			upTo, at, reason = d.removed, min(d.removed, max(it.LockedAt, d.removedAt)), reasonRemoved
 		}
 		ended, err := s.endDeadLease(ctx, it, upTo, at, reason)
 		if err != nil {
@@ -216,12 +218,15 @@ const settleAfter = 30 * time.Second
 // death is what the sweep learned of one agent's death: its leases locked
 // at or before upTo (Unix ms) have ended; those locked at or before removed
 // ended by its removal (an id registered again keeps the removed agent's
-// leases pending), the rest by its heartbeat. settle, when set, is the
+// leases pending), at removedAt, the rest by its heartbeat. settle, when set, is the
 // heartbeat of an agent whose return is old enough for the sweep to stop
 // looking.
 type death struct {
 	upTo, removed int64
-	settle        *heartbeatItem
+	// removedAt is when the agent was removed, as its tombstone says (or
+	// removed, when it does not say).
+	removedAt int64
+	settle    *heartbeatItem
 	// hb is the heartbeat judged, read at readAt: it says when the agent
 	// died (heartbeatItem.diedAt).
 	hb     *heartbeatItem
@@ -251,6 +256,10 @@ func (s *Store) judgeDeath(ctx context.Context, agentID string) (death, bool, er
 		return death{}, false, nil // the index was behind: alive, nothing to end
 	}
 	d.removed = min(d.upTo, hb.removedUpTo(ms(readAt)))
+	d.removedAt = d.removed
+	if hb.Removed && hb.DeadAt > 0 {
+		d.removedAt = min(d.removed, hb.DeadAt)
+	}
 	if !hb.dead(readAt) && ms(readAt) > hb.AliveSince+settleAfter.Milliseconds() {
 		d.settle = hb
 	}

@@ -485,10 +485,14 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 	}
 	// A task keeps its claim shard while it stays in its queue, whatever
 	// the claim shard count has become since it was written. A task that
-	// waits for its not_before ranks after the ready ones (delayedKey).
+	// waits for its not_before ranks after the ready ones (delayedKey),
+	// but for one with a lease: no entry of the expiry index would tell
+	// the sweep when to rank it ready again (its lease's ending removes
+	// the lease's), so it keeps its ready key, and a claim that reaches it
+	// before its not_before finds it not ready at the grant.
 	rank := claimKey(prio, cur.CreatedAt, cur.TaskID)
 	home, key := cur.ClaimHome, rank
-	if notBefore > ms(now) {
+	if notBefore > ms(now) && !cur.hasLease() {
 		key = delayedKey(notBefore, rank)
 	}
 	if !strings.HasPrefix(home, queue+"#") {
