@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"reflect"
 	"slices"
 	"sort"
@@ -152,6 +151,7 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 	}
 	it.ClaimShard = it.ClaimHome
 	it.ClaimRank = it.ClaimKey
+	it.PatchID = newID("")       // this create's own: a sending of it again knows it
 	it.Watched = aws.Bool(false) // until a watch (watch.go)
 	it.BlockedBy = blockers
 	it.MaxAttempts = DefaultMaxAttempts
@@ -188,7 +188,9 @@ func (s *Store) putTask(ctx context.Context, it taskItem) (*taskItem, error) {
 	if err != nil || cur == nil {
 		return cur, err
 	}
-	s.dropBody(ctx, it.TaskID, it.BodyToken) // the id was taken: nobody names this body
+	if cur.BodyToken != it.BodyToken {
+		s.dropBody(ctx, it.TaskID, it.BodyToken) // the id was taken: nobody names this body
+	}
 	return cur, s.fillBodies(ctx, cur)
 }
 
@@ -206,9 +208,11 @@ func (s *Store) putTaskItem(ctx context.Context, it taskItem) (*taskItem, error)
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, sendOpts(ctx)...)
 	if returned, failed := conditionFailed(err); failed {
-		if sends.Load() > 1 && maps.EqualFunc(returned, item, func(a, b types.AttributeValue) bool { return reflect.DeepEqual(a, b) }) {
-			// This very item: the put applied, its answer was lost, and
-			// the SDK sent it again (sends.go).
+		if sends.Load() > 1 && sameAttr(returned, item, "patch") {
+			// This very create (its id is in no other write): the put
+			// applied, its answer was lost, and the SDK sent it again
+			// (sends.go), whatever writes (a checkout, a watch) the task
+			// has had since.
 			return nil, nil
 		}
 		cur, err := s.currentTask(ctx, returned, it.TaskID)
@@ -221,6 +225,12 @@ func (s *Store) putTaskItem(ctx context.Context, it taskItem) (*taskItem, error)
 		return nil, fmt.Errorf("create task %s: %w", it.TaskID, err)
 	}
 	return nil, nil
+}
+
+// sameAttr says whether items a and b both have attribute name, alike.
+func sameAttr(a, b map[string]types.AttributeValue, name string) bool {
+	x, ok := a[name]
+	return ok && reflect.DeepEqual(x, b[name])
 }
 
 // CreateTasks creates up to MaxBatch tasks: each is created, or found to

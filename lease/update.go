@@ -246,10 +246,12 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		if err != nil {
 			return Task{}, err
 		}
-		if !applied && sends.Load() > 1 && after != nil && after.PatchID == patchID {
+		if !applied && sends.Load() > 1 && after != nil && (after.PatchID == patchID || newBody && after.BodyToken == token) {
 			// Sent more than once, and the task holds this very write,
 			// applied and sent again (its answer lost: sends.go): not
-			// another's, which would name its own PATCH.
+			// another's, which would name its own PATCH. Its new body,
+			// which no other write names, says so too, after a later
+			// PATCH (of the title, say).
 			applied = true
 		}
 		if !applied {
