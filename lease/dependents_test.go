@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/checkout-dev/checkout/lease"
@@ -44,5 +45,50 @@ func TestATaskBlocksABoundedNumberOfOthers(t *testing.T) {
 	}
 	if got := e.get(t, "x").Blocks; !slices.Equal(got, []string{"d0", "d1", "d2"}) {
 		t.Errorf("x blocks %v", got)
+	}
+}
+
+// A batch whose tasks would take a blocker past its bound is refused
+// whole, naming the first task that would, before anything is written: it
+// used to create the tasks before that one (each task's own check refused
+// it only when its turn came), answering 400 with half the batch made. A
+// batch sent again, whose tasks the blocker already counts, is answered
+// as before.
+func TestABatchPastABlockersBoundCreatesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	lease.LimitDependents(e.store, 4)
+	e.task(t, "x", "y")
+	e.create(t, lease.CreateTaskParams{TaskID: "d0", BlockedBy: []string{"x"}})
+	batch := func(ids ...string) []lease.CreateTaskParams {
+		var ps []lease.CreateTaskParams
+		for _, id := range ids {
+			ps = append(ps, lease.CreateTaskParams{TaskID: id, BlockedBy: []string{"x"}})
+		}
+		return ps
+	}
+	_, err := e.store.CreateTasks(c, batch("b1", "b2", "b3", "b4", "b5"))
+	var ve *lease.ValidationError
+	if !errors.As(err, &ve) || ve.Code != lease.CodeInvalidDependency || !strings.Contains(err.Error(), "tasks[3]") {
+		t.Fatalf("a batch giving x a fifth dependent at its fourth task: %v, want invalid_dependency naming tasks[3]", err)
+	}
+	for _, id := range []string{"b1", "b2", "b3", "b4", "b5"} {
+		if _, err := e.store.GetTask(c, id); !errors.Is(err, lease.ErrTaskNotFound) {
+			t.Errorf("%s of the refused batch: %v, want not found", id, err)
+		}
+	}
+	if got := e.get(t, "x").Blocks; !slices.Equal(got, []string{"d0"}) {
+		t.Errorf("x blocks %v after the refused batch, want [d0]", got)
+	}
+	// Three fit, and the same batch again is answered as existing.
+	for range 2 {
+		res := must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch("b1", "b2", "b3")))
+		if len(res) != 3 {
+			t.Fatalf("batch of three: %v", res)
+		}
+	}
+	if got := e.get(t, "x").Blocks; len(got) != 4 {
+		t.Errorf("x blocks %v, want d0 and b1-b3", got)
 	}
 }

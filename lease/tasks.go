@@ -286,6 +286,9 @@ func (s *Store) CreateTasks(ctx context.Context, ps []CreateTaskParams) ([]Batch
 				}
 			}
 		}
+		if err := s.checkBatchDependents(ctx, items, got); err != nil {
+			return nil, err
+		}
 	}
 	queues := make([]string, len(items))
 	for i, it := range items {
@@ -333,6 +336,62 @@ func (s *Store) CreateTasks(ctx context.Context, ps []CreateTaskParams) ([]Batch
 		return nil, err
 	}
 	return out, nil
+}
+
+// checkBatchDependents refuses a batch, before any of it is written,
+// whose tasks would take a blocker outside it (as read: blockers) past
+// maxDependents dependents, naming the first task that would: each
+// task's own check (checkDependents) would otherwise refuse it only once
+// the tasks before it were created. A task of the batch that the blocker
+// already counts (a batch sent again) adds nothing.
+func (s *Store) checkBatchDependents(ctx context.Context, items []taskItem, blockers map[string]*taskItem) error {
+	adds := map[string]int{}
+	for _, it := range items {
+		for _, id := range it.BlockedBy {
+			if blockers[id] != nil {
+				adds[id]++
+			}
+		}
+	}
+	for id, k := range adds {
+		if !blockers[id].HasDependents {
+			if k <= s.maxDependents {
+				continue
+			}
+		}
+		n := 0
+		if blockers[id].HasDependents {
+			var err error
+			if n, err = queryCount(ctx, s.db, s.inbox, expression.Key("agent_id").Equal(expression.Value(depsPartition(id))), s.maxDependents); err != nil {
+				return err
+			}
+		}
+		if n+k <= s.maxDependents {
+			continue
+		}
+		// Near the bound: count the batch's tasks the blocker has yet to
+		// count, in the batch's order.
+		for i, it := range items {
+			if !slices.Contains(it.BlockedBy, id) {
+				continue
+			}
+			if n > 0 {
+				edge, err := getItem[edgeItem](ctx, s.db, s.inbox, map[string]types.AttributeValue{
+					"agent_id": &types.AttributeValueMemberS{Value: depsPartition(id)}, "message_id": &types.AttributeValueMemberS{Value: it.TaskID},
+				})
+				if err != nil {
+					return err
+				}
+				if edge != nil {
+					continue
+				}
+			}
+			if n++; n > s.maxDependents {
+				return InBatch(i, invalidField("blocked_by", CodeInvalidDependency, "task %s already blocks %d tasks, the most one task may block", id, s.maxDependents))
+			}
+		}
+	}
+	return nil
 }
 
 // GetTask returns a task with its live lease, if any.
