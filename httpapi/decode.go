@@ -270,10 +270,16 @@ func jsonError(err error, t reflect.Type, data []byte) error {
 	if typeErr.Field == "" {
 		return errorf(errcode.InvalidJSON, "the request body has a value of the wrong type")
 	}
-	path, ft := jsonPath(t, strings.Split(typeErr.Field, "."), data, int(typeErr.Offset))
+	path, ft, data, off := jsonPath(t, strings.Split(typeErr.Field, "."), data, int(typeErr.Offset))
 	want := typeName(typeErr.Type)
 	if ft != nil && ft.Kind() == reflect.Slice && typeErr.Type.Kind() != reflect.Slice {
-		want = typeName(ft) // an element of the wrong type: say what the array holds
+		// An element of the wrong type: name it, or say what the array
+		// holds.
+		if i, _, ok := spanAt(arrayElements(data), off); ok {
+			path[len(path)-1] += fmt.Sprintf("[%d]", i)
+		} else {
+			want = typeName(ft)
+		}
 	}
 	return errorf(errcode.InvalidJSON, "field %s must be %s", strings.Join(path, "."), want)
 }
@@ -283,8 +289,9 @@ func jsonError(err error, t reflect.Type, data []byte) error {
 // index) through t, and returns it with only the JSON names, each array
 // it passes into given the index of the element the error is in
 // ("tasks[1]"), and the type of the field it ends at (nil when the path
-// leaves t). data is the body decoded, off where in it the error is.
-func jsonPath(t reflect.Type, segs []string, data []byte, off int) ([]string, reflect.Type) {
+// leaves t). data is the body decoded, off where in it the error is; it
+// returns the field's own JSON and where in that the error is.
+func jsonPath(t reflect.Type, segs []string, data []byte, off int) ([]string, reflect.Type, []byte, int) {
 	var out []string
 	for _, seg := range segs {
 		for t != nil && t.Kind() == reflect.Pointer {
@@ -317,7 +324,7 @@ func jsonPath(t reflect.Type, segs []string, data []byte, off int) ([]string, re
 			t = t.Elem()
 		}
 	}
-	return out, t
+	return out, t, data, off
 }
 
 // elemType is what a value of t holds fields of: t itself for a struct,
