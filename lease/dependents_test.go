@@ -92,3 +92,31 @@ func TestABatchPastABlockersBoundCreatesNothing(t *testing.T) {
 		t.Errorf("x blocks %v, want d0 and b1-b3", got)
 	}
 }
+
+// A PATCH naming a blocker that is refused after it recorded its edges
+// (its compare-and-set lost to another PATCH of the task, answered 412)
+// takes them back: the blocker used to list the task in blocks, with the
+// task naming no blocker, for good, and the stale edge counted toward the
+// blocker's bound.
+func TestARefusedPatchLeavesNoEdge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "x", "b")
+	slow, db := delayed(e)
+	db.armAfter(func() { // the graph's lock taken: another PATCH of x lands
+		if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "b", Title: new("another")}); err != nil {
+			t.Errorf("the other PATCH: %v", err)
+		}
+	})
+	_, err := slow.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "a", BlockedBy: &[]string{"b"}, IfVersion: 1})
+	if !errors.Is(err, lease.ErrVersionMismatch) {
+		t.Fatalf("the PATCH whose version moved on: %v, want version_mismatch", err)
+	}
+	if got := e.get(t, "x"); len(got.BlockedBy) != 0 {
+		t.Fatalf("x blocked by %v after the refused PATCH", got.BlockedBy)
+	}
+	if got := e.get(t, "b").Blocks; len(got) != 0 {
+		t.Errorf("b blocks %v after x's refused PATCH, want none", got)
+	}
+}

@@ -592,6 +592,26 @@ func (s *Store) unlink(ctx context.Context, taskID string, blockers []string) {
 	}
 }
 
+// takeBackEdges removes the edges from blockers to taskID that a refused
+// PATCH recorded, of those the task (read afresh) does not name: else the
+// blockers would list it in blocks, and count it toward their bound, for
+// good. It runs on a context of its own (the request's may be over).
+func (s *Store) takeBackEdges(ctx context.Context, taskID string, blockers []string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	cur, err := s.getTask(ctx, taskID)
+	if err != nil {
+		return // left: a blocker listing a task that does not name it misleads no unblocking
+	}
+	var gone []string
+	for _, id := range blockers {
+		if cur == nil || !slices.Contains(cur.BlockedBy, id) {
+			gone = append(gone, id)
+		}
+	}
+	s.unlink(ctx, taskID, gone)
+}
+
 // graphView is what GET shows of a task's place in the graph, read by
 // fillGraph: its blockers' statuses and its dependents.
 type graphView struct {

@@ -50,7 +50,7 @@ import (
 // task. Otherwise a PATCH never touches a lease. A task that is claimable
 // after the write (todo, no lease) is in its queue's claim index at its
 // priority: the write sets the index keys it needs.
-func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error) {
+func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err error) {
 	if err := CheckID("task_id", p.TaskID); err != nil {
 		return Task{}, err
 	}
@@ -80,15 +80,28 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 			unlock()
 		}
 	}()
+	// added is the blockers whose edges this PATCH recorded for a task
+	// that did not name them: a PATCH refused after that takes them back,
+	// before it gives the lock back (no other change of the task's
+	// blockers runs meanwhile), and only within its write window.
+	var added []string
+	inWindow := func() bool { return true }
+	defer func() {
+		if err != nil && len(added) > 0 && unlock != nil && inWindow() {
+			s.takeBackEdges(ctx, p.TaskID, added)
+		}
+	}()
 	want := p.IfVersion
 	for range retries(ctx) {
 		if unlock != nil {
 			unlock()
 			unlock = nil
 		}
+		added = nil
 		var blockers map[string]*taskItem
 		var epoch int64
-		lockCtx, inWindow := ctx, func() bool { return true }
+		lockCtx := ctx
+		inWindow = func() bool { return true }
 		if p.BlockedBy != nil {
 			var err error
 			if len(*p.BlockedBy) > 0 {
@@ -172,6 +185,11 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 			if !inWindow() {
 				continue // stalled past the window: the lock may be taken over
 			}
+			for id := range blockers {
+				if !slices.Contains(cur.BlockedBy, id) {
+					added = append(added, id)
+				}
+			}
 			waiting, err := s.link(lockCtx, cur.TaskID, blockers)
 			if err != nil {
 				return Task{}, err
@@ -239,20 +257,24 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (Task, error
 		}
 		wctx, sends := countSends(lockCtx)
 		after, applied, err := s.update(wctx, p.TaskID, terms{cond}, upd, types.ReturnValueAllNew)
-		if unlock != nil {
-			unlock()
-			unlock = nil
-		}
-		if err != nil {
-			return Task{}, err
-		}
-		if !applied && sends.Load() > 1 && after != nil && (after.PatchID == patchID || newBody && after.BodyToken == token) {
+		if err == nil && !applied && sends.Load() > 1 && after != nil && (after.PatchID == patchID || newBody && after.BodyToken == token) {
 			// Sent more than once, and the task holds this very write,
 			// applied and sent again (its answer lost: sends.go): not
 			// another's, which would name its own PATCH. Its new body,
 			// which no other write names, says so too, after a later
 			// PATCH (of the title, say).
 			applied = true
+		}
+		if (err != nil || !applied) && len(added) > 0 && unlock != nil && inWindow() {
+			s.takeBackEdges(ctx, p.TaskID, added)
+		}
+		added = nil
+		if unlock != nil {
+			unlock()
+			unlock = nil
+		}
+		if err != nil {
+			return Task{}, err
 		}
 		if !applied {
 			if newBody {
