@@ -9,27 +9,41 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"math"
+	"math/big"
 	"reflect"
 	"strconv"
 	"strings"
 )
 
 // Whole is lit, a JSON number written with a fraction or an exponent, as
-// the integer it is, when its value is whole and a float64 holds it
-// exactly (|n| <= 2^53). ok is false for anything else, an integer
-// literal included (it needs no rewriting).
+// the integer it is, when its value, read exactly (not as the float64 it
+// rounds to: 5e-400 is not 0, nor 4.99999999999999999999 5), is whole and
+// a float64 holds it exactly (|n| <= 2^53). ok is false for anything
+// else, an integer literal included (it needs no rewriting).
 func Whole(lit []byte) (n int64, ok bool) {
 	lit = bytes.TrimSpace(lit)
-	if !bytes.ContainsAny(lit, ".eE") {
+	if !bytes.ContainsAny(lit, ".eE") || !json.Valid(lit) || lit[0] == '"' {
 		return 0, false
 	}
-	var f float64
-	if json.Unmarshal(lit, &f) != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+	if i := bytes.IndexAny(lit, "eE"); i >= 0 {
+		// An exponent past a few hundred makes no integer a float64 holds
+		// (and big.Rat would build the number whole).
+		exp, err := strconv.Atoi(string(lit[i+1:]))
+		if err != nil || exp > maxExponent || exp < -maxExponent {
+			return 0, false
+		}
+	}
+	r, parsed := new(big.Rat).SetString(string(lit))
+	if !parsed || !r.IsInt() || r.Num().CmpAbs(big.NewInt(1<<53)) > 0 {
 		return 0, false
 	}
-	return int64(f), true
+	return r.Num().Int64(), true
 }
+
+// maxExponent bounds the exponent of a literal Whole reads: a whole
+// number up to 2^53 written with up to a few hundred digits of fraction
+// or zeros needs no more.
+const maxExponent = 400
 
 // Rewrite answers err, from decoding data with encoding/json, when it is
 // a whole number written as a fraction or an exponent that an integer

@@ -8,12 +8,16 @@ import (
 
 func TestWhole(t *testing.T) {
 	t.Parallel()
-	for lit, want := range map[string]int64{"5.0": 5, "5e0": 5, "0.5E1": 5, "-3.000": -3, "-0.0": 0, "1e3": 1000, "9007199254740992.0": 1 << 53} {
+	for lit, want := range map[string]int64{"5.0": 5, "5e0": 5, "0.5E1": 5, "-3.000": -3, "-0.0": 0, "1e3": 1000, "9007199254740992.0": 1 << 53,
+		"50e-1": 5, "5.000000000000000000000000": 5, "0.0000000000000000000005e22": 5} {
 		if n, ok := Whole([]byte(lit)); !ok || n != want {
 			t.Errorf("Whole(%s) = %d, %v; want %d", lit, n, ok, want)
 		}
 	}
-	for _, lit := range []string{"5", "-7", "5.5", "1e-1", "1e400", "9007199254740994.0", `"5.0"`, "null", "5.0.0"} {
+	// Not whole, however close a float64 would round them: 5e-400 is not
+	// 0, nor 4.99999999999999999999 5 (they used to be read so).
+	for _, lit := range []string{"5", "-7", "5.5", "1e-1", "1e400", "9007199254740994.0", `"5.0"`, "null", "5.0.0",
+		"5e-400", "1e-400", "4.99999999999999999999", "5.00000000000000000001", "1.00000000000000000001", "1e99999999999", "1e-99999999999"} {
 		if n, ok := Whole([]byte(lit)); ok {
 			t.Errorf("Whole(%s) = %d, true; want not ok", lit, n)
 		}
