@@ -62,12 +62,10 @@ func (s *Store) ListCheckoutsPage(ctx context.Context, p ListCheckoutsParams) (C
 		switch {
 		case p.AgentID == "":
 			p.AgentID = c.A
+		case p.AgentID != c.A && c.A == "":
+			return CheckoutPage{}, invalidField("cursor", CodeInvalidRequest, "cursor continues the listing of every agent's leases: give no agent_id with it")
 		case p.AgentID != c.A:
-			what := "every agent's leases"
-			if c.A != "" {
-				what = "the leases of " + c.A
-			}
-			return CheckoutPage{}, invalidField("cursor", CodeInvalidRequest, "cursor continues the listing of %s: give that agent_id, or none", what)
+			return CheckoutPage{}, invalidField("cursor", CodeInvalidRequest, "cursor continues the listing of the leases of %s: give that agent_id, or none", c.A)
 		}
 		after = &c
 	}

@@ -84,6 +84,9 @@ func TestCheckoutsComeInPagesThatFit(t *testing.T) {
 	bPage := must[lease.CheckoutPage](t)(e.store.ListCheckoutsPage(c, lease.ListCheckoutsParams{AgentID: "b", Limit: 10}))
 	_, err := e.store.ListCheckoutsPage(c, lease.ListCheckoutsParams{AgentID: "a", Cursor: bPage.NextCursor})
 	expectRule(t, err, ruleFailure{"cursor", "invalid_request", "cursor continues the listing of the leases of b: give that agent_id, or none"})
+	allPage := must[lease.CheckoutPage](t)(e.store.ListCheckoutsPage(c, lease.ListCheckoutsParams{Limit: 10}))
+	_, err = e.store.ListCheckoutsPage(c, lease.ListCheckoutsParams{AgentID: "b", Cursor: allPage.NextCursor})
+	expectRule(t, err, ruleFailure{"cursor", "invalid_request", "cursor continues the listing of every agent's leases: give no agent_id with it"})
 	for _, p := range []lease.ListCheckoutsParams{{Cursor: "not-a-cursor"}, {Limit: 1001}, {Limit: -1}} {
 		if _, err := e.store.ListCheckoutsPage(c, p); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("%+v: %v, want invalid input", p, err)
