@@ -103,3 +103,33 @@ func TestParseCache(t *testing.T) {
 		t.Fatalf("between 10 and 1: %v, want a ValidationException on the bounds", err)
 	}
 }
+
+// attribute_type(path, :t) checks that :t names a type (S, N, ... BOOL):
+// DynamoDB refuses another with a ValidationException every time. Once the
+// expression had been parsed with a valid type name, the cache let an
+// invalid one through as a failed condition.
+func TestParseCacheChecksAttributeTypeNames(t *testing.T) {
+	t.Parallel()
+	c := client(shimServer(t))
+	name := uniqueName("parsecache-type")
+	createTasks(t, c, name, "")
+	put(t, c, name, task("a", "todo", 1))
+	try := func(typ string) error {
+		_, err := c.UpdateItem(ctxT(t), &dynamodb.UpdateItemInput{
+			TableName: aws.String(name), Key: key("a"),
+			UpdateExpression:          aws.String("SET v = :one"),
+			ConditionExpression:       aws.String("attribute_type(v, :t)"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":one": n(1), ":t": s(typ)},
+		})
+		return err
+	}
+	if err := try("XYZ"); apiCode(err) != "ValidationException" {
+		t.Fatalf("attribute_type(v, XYZ): %v, want a ValidationException", err)
+	}
+	if err := try("N"); err != nil {
+		t.Fatalf("attribute_type(v, N): %v", err)
+	}
+	if err := try("XYZ"); apiCode(err) != "ValidationException" {
+		t.Fatalf("attribute_type(v, XYZ) after a parse with N: %v, want a ValidationException", err)
+	}
+}

@@ -9,8 +9,9 @@
 // ExpressionAttributeValues it names, and every "#name" its string from
 // ExpressionAttributeNames. What else a successful parse decides depends on
 // the expression, the names and each value's type (operand and function
-// checks), with one exception: BETWEEN compares its two bounds, so
-// expressions with BETWEEN are not cached. So a successful parse is kept,
+// checks), with two exceptions: BETWEEN compares its two bounds, and
+// attribute_type checks its value's type name (one of S, N, B, SS, NS,
+// BS, M, L, NULL, BOOL), so expressions with either are not cached. So a successful parse is kept,
 // keyed by the expression, the names it was given and the types of the
 // values, with each value replaced by a marker of its name; a later parse
 // with the same key gets a fresh copy of the tree with the request's own
@@ -33,7 +34,7 @@ function cached (parser) {
   return Object.assign({}, parser, {
     parse (input, options) {
       const ctx = options && options.context
-      if (!ctx || typeof input !== 'string' || /between/i.test(input)) return parse.apply(this, arguments)
+      if (!ctx || typeof input !== 'string' || /between|attribute_type/i.test(input)) return parse.apply(this, arguments)
       const k = key(input, ctx)
       const hit = entries.get(k)
       if (hit) {
