@@ -185,6 +185,23 @@ func arrayElements(data []byte) []member {
 	return out
 }
 
+// elementAt is the element of the JSON array data, of elements of type t,
+// that holds offset off, and its index; when off says nothing (an error
+// from a value that decodes itself comes without one), the first element
+// that t cannot hold, which is where encoding/json's first error was.
+func elementAt(data []byte, t reflect.Type, off int) (int, member, bool) {
+	elems := arrayElements(data)
+	if i, e, ok := spanAt(elems, off); ok {
+		return i, e, true
+	}
+	for i, e := range elems {
+		if json.Unmarshal(e.value, reflect.New(t).Interface()) != nil {
+			return i, member{value: e.value, start: -1 << 30}, true // no offset within it either
+		}
+	}
+	return 0, member{}, false
+}
+
 // spanAt is the element of elems that holds offset off, and its index.
 func spanAt(elems []member, off int) (int, member, bool) {
 	for i, e := range elems {
@@ -299,7 +316,7 @@ func jsonPath(t reflect.Type, segs []string, data []byte, off int) ([]string, re
 		}
 		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) && len(out) > 0 {
 			// The path goes on into an element: say which.
-			if i, elem, ok := spanAt(arrayElements(data), off); ok {
+			if i, elem, ok := elementAt(data, t.Elem(), off); ok {
 				out[len(out)-1] += fmt.Sprintf("[%d]", i)
 				data, off = elem.value, off-elem.start
 			}

@@ -623,6 +623,7 @@ func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) 
 	if err != nil {
 		return s.releasedAgain(ctx, err, p, EventRelease)
 	}
+	s.keepDelay(ctx, it) // a not_before PATCHed while it was held
 	return released(it), nil
 }
 
@@ -656,8 +657,19 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 			failed: true, outcome: OutcomeFailed, errored: p.Error != ""}
 		if !cur.belowLimit() {
 			e.exhausted = true
-		} else if wait := retryWait(cur.retryDelay(), cur.Failures+1); wait > 0 {
-			e.notBefore, e.rank = ms(now.Add(wait)), cur.rank()
+		} else {
+			// The retry wait, or a later not_before PATCHed while it was
+			// held, whichever ends later.
+			var nb int64
+			if wait := retryWait(cur.retryDelay(), cur.Failures+1); wait > 0 {
+				nb = ms(now.Add(wait))
+			}
+			if cur.NotBefore > max(nb, ms(now)) {
+				nb = cur.NotBefore
+			}
+			if nb != 0 {
+				e.notBefore, e.rank = nb, cur.rank()
+			}
 		}
 		if p.Error != "" {
 			if err := s.putError(ctx, p.TaskID, cur.Fence, p.Error); err != nil {
@@ -666,9 +678,10 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		}
 		// Pinned to what it read: the lease, the counts, whether this is
 		// the last attempt (a PATCH of max_attempts in between may change
-		// that), and the rank the delayed claim key is built from (a
-		// PATCH of the priority or queue in between moves it): else the
-		// ending is decided again.
+		// that), the retry delay and not_before its wait comes from, and
+		// the rank the delayed claim key is built from (a PATCH of the
+		// priority or queue in between moves it): else the ending is
+		// decided again.
 		rank := expression.AttributeNotExists(expression.Name("claim_rank"))
 		if cur.ClaimRank != "" {
 			rank = expression.Name("claim_rank").Equal(expression.Value(cur.ClaimRank))
@@ -677,7 +690,12 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		if e.exhausted {
 			limit = atLimitCond()
 		}
-		pin := cond.and(nameFence.Equal(expression.Value(cur.Fence)), countIs(nameAttempts, cur.Attempts), countIs(nameFailures, cur.Failures), limit, rank)
+		delay := expression.AttributeNotExists(expression.Name("retry_delay_ms"))
+		if cur.RetryDelayMS != nil {
+			delay = expression.Name("retry_delay_ms").Equal(expression.Value(*cur.RetryDelayMS))
+		}
+		pin := cond.and(nameFence.Equal(expression.Value(cur.Fence)), countIs(nameAttempts, cur.Attempts), countIs(nameFailures, cur.Failures), limit, rank,
+			delay, countIs(nameNotBefore, int(cur.NotBefore)))
 		it, after, applied, err := s.endLease(ctx, p.TaskID, pin, e, now, types.ReturnValueAllNew)
 		switch {
 		case err != nil:

@@ -147,6 +147,32 @@ import (
 // of not_before while it is held keeps its ready key: once the lease
 // ends, a claim that reaches it early finds it not ready at the grant.
 
+// keepDelay gives a task it read with no lease, waiting for a not_before
+// still to come under its ready claim_key (one whose not_before was
+// PATCHed while it was held, and whose lease has ended since), its
+// delayed key and its entry in the expiry index, as a task delayed while
+// idle has: else it would rank among the ready tasks until then, and
+// fill the head a claim reads. A release makes it at once; a claim that
+// finds such a task not ready at its grant, after an ending by the sweep.
+// Like the sweep's ranking of a delayed task (rankReady), it moves the
+// version and records no event. A write of the task in between leaves it
+// to the next.
+func (s *Store) keepDelay(ctx context.Context, it *taskItem) {
+	if it == nil || it.hasLease() || it.Status != StatusTodo || it.NotBefore <= ms(s.clock()) {
+		return
+	}
+	if _, delayed := delayedUntil(it.ClaimKey); delayed || it.ClaimKey == "" {
+		return
+	}
+	cond := terms{expression.AttributeNotExists(nameHolder), nameNotBefore.Equal(expression.Value(it.NotBefore)),
+		expression.Name("claim_key").Equal(expression.Value(it.ClaimKey))}
+	upd := expression.Set(expression.Name("claim_key"), expression.Value(delayedKey(it.NotBefore, it.ClaimKey))).
+		Set(expression.Name("claim_rank"), expression.Value(it.ClaimKey)).
+		Set(nameExpires, expression.Value(it.NotBefore)).
+		Set(expression.Name("lease_shard"), expression.Value(shardOf(it.TaskID, s.shards.Lease)))
+	_, _, _ = s.update(ctx, it.TaskID, cond, upd, types.ReturnValueNone)
+}
+
 // Waiting claims.
 //
 // A claim with wait (up to 20 s, inside API Gateway's 30 s) that finds
@@ -391,6 +417,11 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 				return c, nil
 			}
 			if cur == nil || !cur.claimable() {
+				taken[it.TaskID] = true
+			}
+			if cur != nil && cur.claimable() && cur.NotBefore > readAt {
+				// Not ready, yet ranked so: its delay is given its key.
+				s.keepDelay(ctx, cur)
 				taken[it.TaskID] = true
 			}
 			if cur != nil && max(cur.LockedAt, cur.LastAt) > readAt {

@@ -152,6 +152,10 @@ type edgeItem struct {
 	Blocker   string `dynamodbav:"agent_id"`
 	Dependent string `dynamodbav:"message_id"`
 	At        int64  `dynamodbav:"at"`
+	// By names the write that recorded it (a create or PATCH): an edge is
+	// deleted only on condition that it is still the one read or written,
+	// so that an edge recorded again meanwhile stays (unlinkIf).
+	By string `dynamodbav:"by,omitempty"`
 }
 
 // checkBlockers checks a blocked_by list of taskID and drops repeats.
@@ -251,7 +255,7 @@ func (s *Store) checkCycle(ctx context.Context, taskID string, blockers map[stri
 // leaves the blocker's version, so a create refused after it changes
 // nothing a client sees; its edges are taken away again). It
 // returns the blockers not done, by the latest read of each.
-func (s *Store) link(ctx context.Context, taskID string, blockers map[string]*taskItem) ([]string, error) {
+func (s *Store) link(ctx context.Context, taskID string, blockers map[string]*taskItem, by string) ([]string, error) {
 	if err := s.checkDependents(ctx, taskID, blockers); err != nil {
 		return nil, err
 	}
@@ -261,7 +265,7 @@ func (s *Store) link(ctx context.Context, taskID string, blockers map[string]*ta
 	g.SetLimit(8)
 	for id, it := range maps.Clone(blockers) {
 		g.Go(func() error {
-			item, err := attributevalue.MarshalMap(edgeItem{Blocker: depsPartition(id), Dependent: taskID, At: now})
+			item, err := attributevalue.MarshalMap(edgeItem{Blocker: depsPartition(id), Dependent: taskID, At: now, By: by})
 			if err != nil {
 				return err
 			}
@@ -582,34 +586,96 @@ func (s *Store) reblock(ctx context.Context, taskID, blocker string) error {
 	return fmt.Errorf("reblock %s: %w", taskID, ErrBusy)
 }
 
-// unlink deletes taskID's edges to blockers it no longer names, best
-// effort (see above).
-func (s *Store) unlink(ctx context.Context, taskID string, blockers []string) {
+// takeBackEdges removes the edges from blockers to taskID that a refused
+// create or PATCH recorded (by), of those the task (read afresh) does not
+// name: else the blockers would list it in blocks, and count it toward
+// their bound, for good. The caller holds the graph's lock, and ctx ends
+// with its write window: only within the window (inWindow) is the read
+// still true when the edges go, no other change of the task's blockers
+// being made meanwhile; and an edge recorded again since (by a change
+// that took the lock over from a holder stalled past its window) stays,
+// its by being another's. A failed read, or the window's end, leaves
+// them: an edge the task does not name misleads no unblocking, while one
+// deleted that it names would strand it.
+func (s *Store) takeBackEdges(ctx context.Context, inWindow func() bool, taskID string, blockers []string, by string) {
+	if !inWindow() {
+		return
+	}
+	cur, err := s.getTask(ctx, taskID)
+	if err != nil || !inWindow() {
+		return
+	}
+	gone := map[string]string{}
 	for _, id := range blockers {
-		_, _ = s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.inbox, Key: map[string]types.AttributeValue{
-			"agent_id": &types.AttributeValueMemberS{Value: depsPartition(id)}, "message_id": &types.AttributeValueMemberS{Value: taskID},
-		}})
+		if cur == nil || !slices.Contains(cur.BlockedBy, id) {
+			gone[id] = by
+		}
+	}
+	s.unlinkIf(ctx, taskID, gone)
+}
+
+// dropEdges removes the edges from blockers to taskID, which a PATCH has
+// just stopped naming, each on condition that it is the edge read first
+// (an edge recorded again since stays). The caller holds the graph's
+// lock within its write window, as for takeBackEdges.
+func (s *Store) dropEdges(ctx context.Context, inWindow func() bool, taskID string, blockers []string) {
+	gone := map[string]string{}
+	for _, id := range blockers {
+		edge, err := getItem[edgeItem](ctx, s.db, s.inbox, edgeKey(id, taskID))
+		if err != nil {
+			return
+		}
+		if edge != nil {
+			gone[id] = edge.By
+		}
+	}
+	if inWindow() {
+		s.unlinkIf(ctx, taskID, gone)
 	}
 }
 
-// takeBackEdges removes the edges from blockers to taskID that a refused
-// PATCH recorded, of those the task (read afresh) does not name: else the
-// blockers would list it in blocks, and count it toward their bound, for
-// good. It runs on a context of its own (the request's may be over).
-func (s *Store) takeBackEdges(ctx context.Context, taskID string, blockers []string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	cur, err := s.getTask(ctx, taskID)
+// cleanEdges is takeBackEdges for a create that found its id taken: it
+// takes the graph's lock for it, and leaves the edges if it cannot.
+func (s *Store) cleanEdges(ctx context.Context, taskID string, blockers []string, by string) {
+	if len(blockers) == 0 {
+		return
+	}
+	epoch, err := s.graphEpoch(ctx)
 	if err != nil {
-		return // left: a blocker listing a task that does not name it misleads no unblocking
+		return
 	}
-	var gone []string
-	for _, id := range blockers {
-		if cur == nil || !slices.Contains(cur.BlockedBy, id) {
-			gone = append(gone, id)
+	unlock, writeBy, deadline, err := s.lockGraph(ctx, epoch, taskID, nil)
+	if err != nil {
+		return
+	}
+	defer unlock()
+	lockCtx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	s.takeBackEdges(lockCtx, func() bool { return s.clock().Before(writeBy) }, taskID, blockers, by)
+}
+
+// unlinkIf deletes the edge from each blocker to taskID while its by is
+// still the one given ("": an edge from before edges named their write).
+func (s *Store) unlinkIf(ctx context.Context, taskID string, edges map[string]string) {
+	for id, by := range edges {
+		cond := expression.Name("by").Equal(expression.Value(by))
+		if by == "" {
+			cond = expression.AttributeNotExists(expression.Name("by"))
 		}
+		expr, err := expression.NewBuilder().WithCondition(cond).Build()
+		if err != nil {
+			return
+		}
+		_, _ = s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.inbox, Key: edgeKey(id, taskID),
+			ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()})
 	}
-	s.unlink(ctx, taskID, gone)
+}
+
+// edgeKey is the key of the edge from blocker to dependent.
+func edgeKey(blocker, dependent string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		"agent_id": &types.AttributeValueMemberS{Value: depsPartition(blocker)}, "message_id": &types.AttributeValueMemberS{Value: dependent},
+	}
 }
 
 // graphView is what GET shows of a task's place in the graph, read by
@@ -746,11 +812,15 @@ func (s *Store) graphEpoch(ctx context.Context) (int64, error) {
 // the log cannot tell), waiting while another change holds it (for
 // graphWait at most, then ErrBusy), and returns the function that gives
 // it back with the epoch moved on.
-func (s *Store) lockGraph(ctx context.Context, epoch int64, taskID string, walked map[string]bool) (unlock func(), writeBy time.Time, err error) {
+//
+// writeBy is when the holder's write window ends by the store's clock,
+// by the same instant in real time (for the writes' deadline): both from
+// just before the request that took the lock was sent.
+func (s *Store) lockGraph(ctx context.Context, epoch int64, taskID string, walked map[string]bool) (unlock func(), writeBy, by time.Time, err error) {
 	token := newID("graph-")
 	deadline := time.Now().Add(s.graphWait)
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		now := s.clock()
+		now, sent := s.clock(), time.Now()
 		same := expression.Name("epoch").Equal(expression.Value(epoch))
 		if epoch == 0 {
 			same = expression.AttributeNotExists(expression.Name("epoch"))
@@ -761,7 +831,7 @@ func (s *Store) lockGraph(ctx context.Context, epoch int64, taskID string, walke
 			Remove(expression.Name("ttl")) // set by versions before the epoch: the item is kept
 		expr, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("token")).And(same)).WithUpdate(upd).Build()
 		if err != nil {
-			return nil, time.Time{}, err
+			return nil, time.Time{}, time.Time{}, err
 		}
 		_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                           &s.heartbeats,
@@ -776,27 +846,27 @@ func (s *Store) lockGraph(ctx context.Context, epoch int64, taskID string, walke
 		held := epoch
 		if !refused {
 			if err != nil {
-				return nil, time.Time{}, fmt.Errorf("lock the task graph: %w", err)
+				return nil, time.Time{}, time.Time{}, fmt.Errorf("lock the task graph: %w", err)
 			}
-			return func() { s.unlockGraph(token, held+1, taskID) }, now.Add(graphWriteWindow), nil
+			return func() { s.unlockGraph(token, held+1, taskID) }, now.Add(graphWriteWindow), sent.Add(graphWriteWindow), nil
 		}
 		var old graphLockItem
 		if err := attributevalue.UnmarshalMap(item, &old); err != nil {
-			return nil, time.Time{}, fmt.Errorf("lock the task graph: %w", err)
+			return nil, time.Time{}, time.Time{}, fmt.Errorf("lock the task graph: %w", err)
 		}
 		switch {
 		case old.Token == token:
 			// This very write, applied and sent again (its answer lost).
-			return func() { s.unlockGraph(token, held+1, taskID) }, now.Add(graphWriteWindow), nil
+			return func() { s.unlockGraph(token, held+1, taskID) }, now.Add(graphWriteWindow), sent.Add(graphWriteWindow), nil
 		case old.Token != "" && old.Until <= ms(now):
 			// Its holder stopped without giving it back, and its write
 			// may have landed after this walk's reads.
 			if err := s.takeOverGraph(ctx, old.Token, old.Epoch); err != nil {
-				return nil, time.Time{}, err
+				return nil, time.Time{}, time.Time{}, err
 			}
-			return nil, time.Time{}, errGraphChanged
+			return nil, time.Time{}, time.Time{}, errGraphChanged
 		case old.Epoch != epoch && !old.untouched(epoch, walked):
-			return nil, time.Time{}, errGraphChanged
+			return nil, time.Time{}, time.Time{}, errGraphChanged
 		case old.Epoch != epoch:
 			// Changes elsewhere in the graph only: the walk holds; ask
 			// again on the epoch as it is now.
@@ -806,11 +876,11 @@ func (s *Store) lockGraph(ctx context.Context, epoch int64, taskID string, walke
 			}
 		}
 		if time.Now().After(deadline) {
-			return nil, time.Time{}, fmt.Errorf("lock the task graph: held by other changes for %v: %w", s.graphWait, ErrBusy)
+			return nil, time.Time{}, time.Time{}, fmt.Errorf("lock the task graph: held by other changes for %v: %w", s.graphWait, ErrBusy)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, time.Time{}, ctx.Err()
+			return nil, time.Time{}, time.Time{}, ctx.Err()
 		case <-time.After(wait):
 		}
 	}

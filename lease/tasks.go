@@ -55,7 +55,7 @@ func (s *Store) create(ctx context.Context, it taskItem, blockers map[string]*ta
 	var waiting []string
 	if len(blockers) > 0 {
 		var err error
-		if waiting, err = s.link(ctx, it.TaskID, blockers); err != nil {
+		if waiting, err = s.link(ctx, it.TaskID, blockers, it.PatchID); err != nil {
 			return Task{}, nil, err
 		}
 		if len(waiting) > 0 {
@@ -74,7 +74,7 @@ func (s *Store) create(ctx context.Context, it taskItem, blockers map[string]*ta
 				stale = append(stale, id)
 			}
 		}
-		s.unlink(ctx, it.TaskID, stale)
+		s.cleanEdges(ctx, it.TaskID, stale, it.PatchID)
 		return Task{}, cur, nil
 	}
 	// A blocker done meanwhile unblocks the task, in writes after this
@@ -151,7 +151,8 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 	}
 	it.ClaimShard = it.ClaimHome
 	it.ClaimRank = it.ClaimKey
-	it.PatchID = newID("")       // this create's own: a sending of it again knows it
+	it.PatchID = newID("") // this create's own: a sending of it again knows it
+	it.MadeBy = it.PatchID
 	it.Watched = aws.Bool(false) // until a watch (watch.go)
 	it.BlockedBy = blockers
 	it.MaxAttempts = DefaultMaxAttempts
@@ -208,10 +209,10 @@ func (s *Store) putTaskItem(ctx context.Context, it taskItem) (*taskItem, error)
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, sendOpts(ctx)...)
 	if returned, failed := conditionFailed(err); failed {
-		if sends.Load() > 1 && sameAttr(returned, item, "patch") {
+		if sends.Load() > 1 && sameAttr(returned, item, "made") {
 			// This very create (its id is in no other write): the put
 			// applied, its answer was lost, and the SDK sent it again
-			// (sends.go), whatever writes (a checkout, a watch) the task
+			// (sends.go), whatever writes (a checkout, a PATCH) the task
 			// has had since.
 			return nil, nil
 		}
@@ -345,6 +346,7 @@ func (s *Store) CreateTasks(ctx context.Context, ps []CreateTaskParams) ([]Batch
 // the tasks before it were created. A task of the batch that the blocker
 // already counts (a batch sent again) adds nothing.
 func (s *Store) checkBatchDependents(ctx context.Context, items []taskItem, blockers map[string]*taskItem) error {
+	var exists map[string]*taskItem // the batch's tasks stored already, once read
 	adds := map[string]int{}
 	for _, it := range items {
 		for _, id := range it.BlockedBy {
@@ -370,9 +372,20 @@ func (s *Store) checkBatchDependents(ctx context.Context, items []taskItem, bloc
 			continue
 		}
 		// Near the bound: count the batch's tasks the blocker has yet to
-		// count, in the batch's order.
+		// count, in the batch's order; a task that exists already is
+		// answered as it is, and adds none.
+		if exists == nil {
+			ids := make([]string, len(items))
+			for i, it := range items {
+				ids[i] = it.TaskID
+			}
+			var err error
+			if exists, err = s.readTasks(ctx, ids); err != nil {
+				return err
+			}
+		}
 		for i, it := range items {
-			if !slices.Contains(it.BlockedBy, id) {
+			if !slices.Contains(it.BlockedBy, id) || exists[it.TaskID] != nil {
 				continue
 			}
 			if n > 0 {

@@ -81,14 +81,23 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		}
 	}()
 	// added is the blockers whose edges this PATCH recorded for a task
-	// that did not name them: a PATCH refused after that takes them back,
-	// before it gives the lock back (no other change of the task's
-	// blockers runs meanwhile), and only within its write window.
+	// that did not name them. A PATCH refused for sure (its task write
+	// not made, or refused by its condition) takes back those the task
+	// does not name, while it holds the graph's lock within its write
+	// window: no other change of the task's blockers runs meanwhile
+	// (deps.go, takeBackEdges). Else they stay: an edge the task does not
+	// name misleads no unblocking, while one deleted that it names would
+	// strand it.
 	var added []string
-	inWindow := func() bool { return true }
+	linkID := newID("") // names the edges this PATCH records
+	lockCtx, inWindow := ctx, func() bool { return true }
 	defer func() {
-		if err != nil && len(added) > 0 && unlock != nil && inWindow() {
-			s.takeBackEdges(ctx, p.TaskID, added)
+		switch {
+		case err == nil || len(added) == 0:
+		case unlock != nil:
+			s.takeBackEdges(lockCtx, inWindow, p.TaskID, added, linkID)
+		default: // refused after giving the lock back (it walked again)
+			s.cleanEdges(ctx, p.TaskID, added, linkID)
 		}
 	}()
 	want := p.IfVersion
@@ -97,17 +106,15 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 			unlock()
 			unlock = nil
 		}
-		added = nil
 		var blockers map[string]*taskItem
 		var epoch int64
-		lockCtx := ctx
-		inWindow = func() bool { return true }
+		lockCtx, inWindow = ctx, func() bool { return true }
 		if p.BlockedBy != nil {
 			var err error
-			if len(*p.BlockedBy) > 0 {
-				if epoch, err = s.graphEpoch(ctx); err != nil {
-					return Task{}, err
-				}
+			// Every change of blocked_by takes the graph's lock, one
+			// that only drops blockers too (it removes their edges).
+			if epoch, err = s.graphEpoch(ctx); err != nil {
+				return Task{}, err
 			}
 			if blockers, err = s.readBlockers(ctx, *p.BlockedBy); err != nil {
 				return Task{}, err
@@ -165,10 +172,9 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 			if err != nil {
 				return Task{}, err
 			}
-			if len(blockers) > 0 {
-				by := time.Now().Add(graphWriteWindow)
-				var writeBy time.Time
-				unlock, writeBy, err = s.lockGraph(ctx, epoch, cur.TaskID, walked)
+			if len(blockers) > 0 || len(cur.BlockedBy) > 0 {
+				var writeBy, by time.Time
+				unlock, writeBy, by, err = s.lockGraph(ctx, epoch, cur.TaskID, walked)
 				if errors.Is(err, errGraphChanged) {
 					continue // walk again, over the graph as it is now
 				}
@@ -186,11 +192,11 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 				continue // stalled past the window: the lock may be taken over
 			}
 			for id := range blockers {
-				if !slices.Contains(cur.BlockedBy, id) {
+				if !slices.Contains(cur.BlockedBy, id) && !slices.Contains(added, id) {
 					added = append(added, id)
 				}
 			}
-			waiting, err := s.link(lockCtx, cur.TaskID, blockers)
+			waiting, err := s.link(lockCtx, cur.TaskID, blockers, linkID)
 			if err != nil {
 				return Task{}, err
 			}
@@ -257,7 +263,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		}
 		wctx, sends := countSends(lockCtx)
 		after, applied, err := s.update(wctx, p.TaskID, terms{cond}, upd, types.ReturnValueAllNew)
-		if err == nil && !applied && sends.Load() > 1 && after != nil && (after.PatchID == patchID || newBody && after.BodyToken == token) {
+		if err == nil && !applied && sends.Load() > 1 && after != nil && (after.PatchID == patchID || newBody && token != "" && after.BodyToken == token) {
 			// Sent more than once, and the task holds this very write,
 			// applied and sent again (its answer lost: sends.go): not
 			// another's, which would name its own PATCH. Its new body,
@@ -265,10 +271,20 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 			// PATCH (of the title, say).
 			applied = true
 		}
-		if (err != nil || !applied) && len(added) > 0 && unlock != nil && inWindow() {
-			s.takeBackEdges(ctx, p.TaskID, added)
+		switch {
+		case err == nil && !applied && len(added) > 0 && unlock != nil:
+			s.takeBackEdges(lockCtx, inWindow, p.TaskID, added, linkID)
+		case err == nil && applied && g != nil && unlock != nil && inWindow():
+			// The edges of the blockers it no longer names, under the lock.
+			var dropped []string
+			for _, id := range cur.BlockedBy {
+				if !slices.Contains(g.blockedBy, id) {
+					dropped = append(dropped, id)
+				}
+			}
+			s.dropEdges(lockCtx, inWindow, p.TaskID, dropped)
 		}
-		added = nil
+		added = nil // taken back, or the write may have applied: left
 		if unlock != nil {
 			unlock()
 			unlock = nil
@@ -290,15 +306,6 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		}
 		if newBody && cur.BodyToken != token {
 			s.dropBody(ctx, p.TaskID, cur.BodyToken)
-		}
-		if g != nil {
-			var dropped []string
-			for _, id := range cur.BlockedBy {
-				if !slices.Contains(g.blockedBy, id) {
-					dropped = append(dropped, id)
-				}
-			}
-			s.unlink(ctx, p.TaskID, dropped)
 		}
 		if after.Status == StatusBlocked {
 			// A blocker done meanwhile unblocks the task, in writes after

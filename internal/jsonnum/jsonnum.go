@@ -26,10 +26,12 @@ func Whole(lit []byte) (n int64, ok bool) {
 		return 0, false
 	}
 	if i := bytes.IndexAny(lit, "eE"); i >= 0 {
-		// An exponent past a few hundred makes no integer a float64 holds
-		// (and big.Rat would build the number whole).
+		// A whole number of at most 16 digits written with exponent e
+		// needs about |e| digits or zeros besides: an exponent longer
+		// than the literal makes none (and big.Rat would build the
+		// number whole).
 		exp, err := strconv.Atoi(string(lit[i+1:]))
-		if err != nil || exp > maxExponent || exp < -maxExponent {
+		if limit := len(lit) + 20; err != nil || exp > limit || exp < -limit {
 			return 0, false
 		}
 	}
@@ -39,11 +41,6 @@ func Whole(lit []byte) (n int64, ok bool) {
 	}
 	return r.Num().Int64(), true
 }
-
-// maxExponent bounds the exponent of a literal Whole reads: a whole
-// number up to 2^53 written with up to a few hundred digits of fraction
-// or zeros needs no more.
-const maxExponent = 400
 
 // Rewrite answers err, from decoding data with encoding/json, when it is
 // a whole number written as a fraction or an exponent that an integer

@@ -3,13 +3,15 @@ package jsonnum
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 )
 
 func TestWhole(t *testing.T) {
 	t.Parallel()
 	for lit, want := range map[string]int64{"5.0": 5, "5e0": 5, "0.5E1": 5, "-3.000": -3, "-0.0": 0, "1e3": 1000, "9007199254740992.0": 1 << 53,
-		"50e-1": 5, "5.000000000000000000000000": 5, "0.0000000000000000000005e22": 5} {
+		"50e-1": 5, "5.000000000000000000000000": 5, "0.0000000000000000000005e22": 5,
+		"0." + strings.Repeat("0", 450) + "5e451": 5, "5" + strings.Repeat("0", 450) + "e-450": 5} {
 		if n, ok := Whole([]byte(lit)); !ok || n != want {
 			t.Errorf("Whole(%s) = %d, %v; want %d", lit, n, ok, want)
 		}
