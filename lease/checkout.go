@@ -871,6 +871,7 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 		if !applied {
 			return Released{}, ErrNotCheckedOut // it ended in between
 		}
+		s.keepDelay(ctx, after) // a not_before PATCHed while it was held
 		return released(after), nil
 	}
 	return Released{}, fmt.Errorf("force release %s: %w", p.TaskID, ErrBusy)

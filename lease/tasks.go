@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -56,6 +57,14 @@ func (s *Store) create(ctx context.Context, it taskItem, blockers map[string]*ta
 	if len(blockers) > 0 {
 		var err error
 		if waiting, err = s.link(ctx, it.TaskID, blockers, it.PatchID); err != nil {
+			var ve *ValidationError
+			if errors.As(err, &ve) && ve.Code == CodeInvalidDependency {
+				// A blocker at its bound refuses a new dependent, but a
+				// task that exists already is answered as it is.
+				if cur, gerr := s.getTask(ctx, it.TaskID); gerr == nil && cur != nil {
+					return Task{}, cur, s.fillBodies(ctx, cur)
+				}
+			}
 			return Task{}, nil, err
 		}
 		if len(waiting) > 0 {

@@ -91,6 +91,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 	var added []string
 	linkID := newID("") // names the edges this PATCH records
 	lockCtx, inWindow := ctx, func() bool { return true }
+	cancelLock := func() {} // ends lockCtx
 	defer func() {
 		switch {
 		case err == nil || len(added) == 0:
@@ -99,6 +100,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		default: // refused after giving the lock back (it walked again)
 			s.cleanEdges(ctx, p.TaskID, added, linkID)
 		}
+		cancelLock()
 	}()
 	want := p.IfVersion
 	for range retries(ctx) {
@@ -106,9 +108,10 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 			unlock()
 			unlock = nil
 		}
+		cancelLock()
 		var blockers map[string]*taskItem
 		var epoch int64
-		lockCtx, inWindow = ctx, func() bool { return true }
+		lockCtx, inWindow, cancelLock = ctx, func() bool { return true }, func() {}
 		if p.BlockedBy != nil {
 			var err error
 			// Every change of blocked_by takes the graph's lock, one
@@ -185,7 +188,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 				// window, or not at all (deps.go, graphWriteWindow).
 				var cancel context.CancelFunc
 				lockCtx, cancel = context.WithDeadline(ctx, by)
-				defer cancel()
+				cancelLock = cancel // called at the next round or the return
 				inWindow = func() bool { return s.clock().Before(writeBy) }
 			}
 			if !inWindow() {
@@ -539,6 +542,13 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		set("claim_home", home)
 		set("claim_key", key)
 		set("claim_rank", rank)
+		if key != rank && notBefore == cur.NotBefore && !cur.hasLease() && !written && cur.LeaseExpires != notBefore {
+			// Delayed now (its not_before was PATCHed while it was held,
+			// and that lease has ended since): in the expiry index too,
+			// so that the sweep ranks it ready again (claim.go, "Delays").
+			upd = upd.Set(nameExpires, expression.Value(notBefore)).
+				Set(expression.Name("lease_shard"), expression.Value(shardOf(cur.TaskID, s.shards.Lease)))
+		}
 	}
 	if claimable && changed {
 		set("claim_shard", home)
