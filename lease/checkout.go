@@ -98,6 +98,10 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 					}
 					continue
 				}
+				if cur.NotBefore > ms(now) {
+					// PATCHed not to run yet: no takeover before then.
+					return Checkout{}, &NotReadyError{TaskID: cur.TaskID, NotBefore: fromMS(cur.NotBefore)}
+				}
 				over = cur
 				continue
 			}
@@ -124,6 +128,10 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 			if _, err := s.endEnded(ctx, cur, now); err != nil {
 				return Checkout{}, err
 			}
+		case cur.hasLease() && slices.Contains(p.ExpectedStatuses, StatusTodo) && cur.NotBefore > ms(now):
+			// An expired lease of a task PATCHed not to run yet: its
+			// takeover would fail on readiness, again and again.
+			return Checkout{}, &NotReadyError{TaskID: cur.TaskID, NotBefore: fromMS(cur.NotBefore)}
 		case cur.hasLease() && slices.Contains(p.ExpectedStatuses, StatusTodo):
 			// An expired lease with attempts left: a failed attempt,
 			// taken over in a write pinned to it, which counts the

@@ -154,9 +154,9 @@ import (
 // idle has: else it would rank among the ready tasks until then, and
 // fill the head a claim reads. A release makes it at once; a claim that
 // finds such a task not ready at its grant, after an ending by the sweep.
-// Like the sweep's ranking of a delayed task (rankReady), it moves the
-// version and records no event. A write of the task in between leaves it
-// to the next.
+// Nothing the task shows changes: it moves no version (an If-Match
+// PATCH of what the caller read still holds) and records no event. A
+// write of the task in between leaves it to the next.
 func (s *Store) keepDelay(ctx context.Context, it *taskItem) {
 	if it == nil || it.hasLease() || it.Status != StatusTodo || it.NotBefore <= ms(s.clock()) {
 		return
@@ -170,7 +170,7 @@ func (s *Store) keepDelay(ctx context.Context, it *taskItem) {
 		Set(expression.Name("claim_rank"), expression.Value(it.ClaimKey)).
 		Set(nameExpires, expression.Value(it.NotBefore)).
 		Set(expression.Name("lease_shard"), expression.Value(shardOf(it.TaskID, s.shards.Lease)))
-	_, _, _ = s.update(ctx, it.TaskID, cond, upd, types.ReturnValueNone)
+	_, _, _ = s.write(ctx, it.TaskID, cond, upd, types.ReturnValueNone)
 }
 
 // Waiting claims.

@@ -533,16 +533,20 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		home = claimHome(queue, cur.TaskID, s.shards.Claim)
 	}
 	keyMoved := key != cur.ClaimKey
-	if nb, ok := delayedUntil(cur.ClaimKey); ok && nb <= ms(now) && key == rank && cur.ClaimKey == delayedKey(nb, rank) {
+	if nb, ok := delayedUntil(cur.ClaimKey); ok && nb <= ms(now) && key == rank && cur.ClaimKey == delayedKey(nb, rank) &&
+		cur.LeaseExpires == nb && !cur.hasLease() && notBefore == cur.NotBefore && claimable {
 		// The key of a delay that has passed, which the sweep ranks again
-		// (claim.go, "Delays"): nothing the task shows, nothing to write.
+		// (claim.go, "Delays"), its expiry-index entry staying: nothing
+		// the task shows, nothing to write. (A PATCH that clears the
+		// not_before, or leaves the task unclaimable, removes the entry:
+		// then the key is made ready here.)
 		keyMoved = false
 	}
 	if home != cur.ClaimHome || keyMoved {
 		set("claim_home", home)
 		set("claim_key", key)
 		set("claim_rank", rank)
-		if key != rank && notBefore == cur.NotBefore && !cur.hasLease() && !written && cur.LeaseExpires != notBefore {
+		if key != rank && notBefore == cur.NotBefore && claimable && cur.LeaseExpires != notBefore {
 			// Delayed now (its not_before was PATCHed while it was held,
 			// and that lease has ended since): in the expiry index too,
 			// so that the sweep ranks it ready again (claim.go, "Delays").
