@@ -167,3 +167,32 @@ func TestARemovedAgentsLeaseSweptLaterIsStampedAtTheRemoval(t *testing.T) {
 		t.Fatalf("agent_death at %v, held %v, reason %q; want at the removal %v, held %v", death.At, *death.Held, death.Reason, removedAt, removedAt.Sub(co.LockedAt))
 	}
 }
+
+// The same when the id has been registered again before the sweep (its
+// tombstone keeps the pending death): the lease used to be stamped at the
+// new registration, a minute after the removal.
+func TestARemovedAgentsLeaseSweptAfterItsIdReturnsIsStampedAtTheRemoval(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "gone", Name: "gone"}))
+	e.lag(t, schema.TasksTable, 700*time.Millisecond)
+	co := e.checkout(t, "t", "gone", time.Hour)
+	if err := e.store.RemoveAgent(c, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	removedAt := e.clock.Now()
+	e.clock.Advance(time.Minute)
+	must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "gone", Name: "gone again"}))
+	e.clock.Advance(time.Second)
+	time.Sleep(1500 * time.Millisecond) // the index catches up
+	res := must[lease.SweepResult](t)(e.store.Sweep(c))
+	if res.AgentDeaths != 1 {
+		t.Fatalf("sweep %+v: no reproduction (the removal's own pass ended the lease?)", res)
+	}
+	death := deathOf(t, e, "t", co.Fence)
+	if !death.At.Equal(removedAt) || death.Held == nil || *death.Held != removedAt.Sub(co.LockedAt) {
+		t.Fatalf("agent_death at %v, held %v, reason %q; want at the removal %v, held %v", death.At, *death.Held, death.Reason, removedAt, removedAt.Sub(co.LockedAt))
+	}
+}

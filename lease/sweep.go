@@ -257,7 +257,9 @@ func (s *Store) judgeDeath(ctx context.Context, agentID string) (death, bool, er
 	}
 	d.removed = min(d.upTo, hb.removedUpTo(ms(readAt)))
 	d.removedAt = d.removed
-	if hb.Removed && hb.DeadAt > 0 {
+	if hb.DeadAt > 0 && (hb.Removed || hb.RegisteredAt > 0 && hb.DeadAt <= hb.RegisteredAt) {
+		// The tombstone's time, kept as its pending death when the id
+		// was registered again.
 		d.removedAt = min(d.removed, hb.DeadAt)
 	}
 	if !hb.dead(readAt) && ms(readAt) > hb.AliveSince+settleAfter.Milliseconds() {
