@@ -6,7 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 func todoIDs(t *testing.T, s *lease.Store) []string {
@@ -153,5 +158,52 @@ func TestACancelledTaskGetsNoExpiryEntry(t *testing.T) {
 	after := must[lease.Task](t)(s.GetTask(c, "t"))
 	if res.Ready != 0 || after.Version != v {
 		t.Fatalf("sweep of a cancelled task: Ready %d, version %d -> %d; want no ranking write", res.Ready, v, after.Version)
+	}
+}
+
+// A not_before PATCHed while the task was held keeps its ready claim key
+// (update.go, patch); the sweep then ends the lease (timeout): todo, ready
+// key, not_before to come, no expiry-index entry (README, known limit). A
+// PATCH of blocked_by then blocks it: patch() gives it the delayed key
+// but, the task not being claimable, no expiry-index entry. Its blocker
+// completes and the change stream unblocks it (no key written). Once its
+// not_before has passed, nothing ranked it ready again: sweeps or not, it
+// ranked after every ready task for good. The blocking PATCH now gives
+// it the entry too.
+func TestABlockedTaskAfterAHeldDelayRanksReadyAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	nine, zero := 9, 0
+	e.create(t, lease.CreateTaskParams{TaskID: "urgent", Priority: &nine})
+	e.create(t, lease.CreateTaskParams{TaskID: "blocker", Priority: &zero})
+	e.checkout(t, "urgent", "a", time.Second)
+	nb := e.clock.Now().Add(time.Minute)
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "urgent", AgentID: "admin", Admin: true, SetNotBefore: true, NotBefore: &nb}))
+	e.clock.Advance(2 * time.Second)
+	must[lease.SweepResult](t)(e.store.Sweep(c)) // a's lease times out
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "urgent", AgentID: "admin", Admin: true, BlockedBy: &[]string{"blocker"}}))
+	e.complete(t, "blocker", "w")
+	e.drain(t) // the completion unblocks urgent
+	if st := must[lease.Task](t)(e.store.GetTask(c, "urgent")).Status; st != lease.StatusTodo {
+		t.Fatalf("urgent is %s after its blocker completed; want todo", st)
+	}
+	for i := range 40 {
+		e.clock.Advance(time.Millisecond)
+		e.create(t, lease.CreateTaskParams{TaskID: fmt.Sprintf("low-%02d", i), Priority: &zero})
+	}
+	e.clock.Advance(2 * time.Minute) // well past not_before
+	for range 2 {
+		must[lease.SweepResult](t)(e.store.Sweep(c))
+	}
+	raw := must[*dynamodb.GetItemOutput](t)(e.db.GetItem(c, &dynamodb.GetItemInput{TableName: aws.String(e.names.Table(schema.TasksTable)),
+		Key: map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: "urgent"}}, ConsistentRead: aws.Bool(true)}))
+	for _, k := range []string{"status", "claim_key", "claim_rank", "not_before", "lease_expires", "claim_shard"} {
+		t.Logf("urgent %s = %v", k, raw.Item[k])
+	}
+	lease.SpreadClaims(e.store, 1)
+	got := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "b"}))
+	if got.TaskID != "urgent" {
+		t.Fatalf("claim got %s (priority %d); want urgent (priority 9, ready since its not_before passed 2 min ago, sweeps since)", got.TaskID, got.Priority)
 	}
 }

@@ -546,10 +546,11 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		set("claim_home", home)
 		set("claim_key", key)
 		set("claim_rank", rank)
-		if key != rank && notBefore == cur.NotBefore && claimable && cur.LeaseExpires != notBefore {
+		if key != rank && notBefore == cur.NotBefore && !cur.hasLease() && (final == StatusTodo || final == StatusBlocked) && cur.LeaseExpires != notBefore {
 			// Delayed now (its not_before was PATCHed while it was held,
 			// and that lease has ended since): in the expiry index too,
-			// so that the sweep ranks it ready again (claim.go, "Delays").
+			// so that the sweep ranks it ready again (claim.go, "Delays"),
+			// a blocked task too, which may be unblocked before then.
 			upd = upd.Set(nameExpires, expression.Value(notBefore)).
 				Set(expression.Name("lease_shard"), expression.Value(shardOf(cur.TaskID, s.shards.Lease)))
 		}
