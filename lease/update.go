@@ -256,6 +256,13 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		if cur.Version == 0 {
 			cond = expression.AttributeNotExists(nameVersion)
 		}
+		// And the claim key read: giving a task its delayed key moves no
+		// version (keepDelay), but this update is decided from the key.
+		key := expression.AttributeNotExists(expression.Name("claim_key"))
+		if cur.ClaimKey != "" {
+			key = expression.Name("claim_key").Equal(expression.Value(cur.ClaimKey))
+		}
+		cond = cond.And(key)
 		patchID := newID("")
 		upd = upd.Set(expression.Name("patch"), expression.Value(patchID))
 		if !inWindow() {
@@ -302,10 +309,10 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 			if after == nil {
 				return Task{}, ErrTaskNotFound
 			}
-			if want != 0 {
+			if want != 0 && after.Version != cur.Version {
 				return Task{}, ErrVersionMismatch
 			}
-			continue
+			continue // the version held: only the claim key moved
 		}
 		if newBody && cur.BodyToken != token {
 			s.dropBody(ctx, p.TaskID, cur.BodyToken)
@@ -437,6 +444,7 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		}
 	}
 	claimable := final == StatusTodo && !cur.hasLease()
+	expiresWritten := false // lease_expires set or removed by this update already
 	if !written && (p.Status != nil || g != nil) && final != cur.Status {
 		upd = setStatus(upd, cur.TaskID, final, s.shards.Status)
 		if cur.Status == StatusBlocked && final == StatusTodo {
@@ -457,6 +465,7 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 			// A delayed task that will not be claimed leaves the expiry
 			// index, where it waited for the sweep (claim.go, "Delays").
 			upd = upd.Remove(nameExpires).Remove(expression.Name("lease_shard"))
+			expiresWritten = true
 		}
 	}
 	if p.MaxAttempts != nil && *p.MaxAttempts != cur.maxAttempts() {
@@ -475,20 +484,24 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		notBefore = nb
 	}
 	if notBefore != cur.NotBefore {
-		// A task without a lease waits in the expiry index too, so that the
-		// sweep ranks it as ready at its not_before (claim.go, "Delays").
-		idle := !cur.hasLease() && !written
+		// A task without a lease that may still be claimed waits in the
+		// expiry index too, so that the sweep ranks it as ready at its
+		// not_before (claim.go, "Delays"); a finished one has left it
+		// (above).
+		idle := !cur.hasLease() && !written && !expiresWritten
 		switch {
 		case notBefore != 0:
 			upd = upd.Set(nameNotBefore, expression.Value(notBefore))
-			if idle {
+			if idle && notBefore > ms(now) {
 				upd = upd.Set(nameExpires, expression.Value(notBefore)).
 					Set(expression.Name("lease_shard"), expression.Value(shardOf(cur.TaskID, s.shards.Lease)))
+				expiresWritten = true
 			}
 		default:
 			upd = upd.Remove(nameNotBefore)
 			if idle && cur.LeaseExpires != 0 {
 				upd = upd.Remove(nameExpires).Remove(expression.Name("lease_shard"))
+				expiresWritten = true
 			}
 		}
 		changed = true
@@ -546,14 +559,16 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		set("claim_home", home)
 		set("claim_key", key)
 		set("claim_rank", rank)
-		if key != rank && notBefore == cur.NotBefore && !cur.hasLease() && (final == StatusTodo || final == StatusBlocked) && cur.LeaseExpires != notBefore {
-			// Delayed now (its not_before was PATCHed while it was held,
-			// and that lease has ended since): in the expiry index too,
-			// so that the sweep ranks it ready again (claim.go, "Delays"),
-			// a blocked task too, which may be unblocked before then.
-			upd = upd.Set(nameExpires, expression.Value(notBefore)).
-				Set(expression.Name("lease_shard"), expression.Value(shardOf(cur.TaskID, s.shards.Lease)))
-		}
+	}
+	if key != rank && !expiresWritten && !cur.hasLease() && (final == StatusTodo || final == StatusBlocked) && cur.LeaseExpires != notBefore {
+		// Delayed, with no entry of its own in the expiry index (its
+		// not_before was PATCHed while it was held, or given back at a
+		// reopen): in the index too, so that the sweep ranks it ready
+		// again (claim.go, "Delays"), a blocked task too, which may be
+		// unblocked before then.
+		upd = upd.Set(nameExpires, expression.Value(notBefore)).
+			Set(expression.Name("lease_shard"), expression.Value(shardOf(cur.TaskID, s.shards.Lease)))
+		changed = true
 	}
 	if claimable && changed {
 		set("claim_shard", home)
