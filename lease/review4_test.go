@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
 	"sync"
 	"testing"
 	"time"
@@ -164,5 +163,67 @@ func TestAPatchRacingADelayClearsItsDelayedKey(t *testing.T) {
 	got := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "b"}))
 	if got.TaskID != "urgent" {
 		t.Fatalf("claim got %s; want urgent (priority 9, no not_before, sweeps since)", got.TaskID)
+	}
+}
+
+// A cancel with a not_before, of a task with no expiry entry yet, and a
+// not_before given to a finished task, used to give the finished task an
+// entry: the sweep then "ranked it ready", moving its version.
+func TestACancelWithANotBeforeOfAnUndelayedTaskPutsNoEntry(t *testing.T) {
+	t.Parallel()
+	for _, blocked := range []bool{false, true} {
+		t.Run(fmt.Sprint("blocked=", blocked), func(t *testing.T) {
+			e := newEnv(t)
+			c := ctx(t)
+			p := lease.CreateTaskParams{TaskID: "t"}
+			if blocked {
+				e.create(t, lease.CreateTaskParams{TaskID: "blk"})
+				p.BlockedBy = []string{"blk"}
+			}
+			e.create(t, p)
+			cancelled := lease.StatusCancelled
+			nb := e.clock.Now().Add(time.Hour)
+			v := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "u", Status: &cancelled, SetNotBefore: true, NotBefore: &nb})).Version
+			raw := rawTask(t, e, "t")
+			e.clock.Advance(2 * time.Hour)
+			res := must[lease.SweepResult](t)(e.store.Sweep(c))
+			after := must[lease.Task](t)(e.store.GetTask(c, "t"))
+			if _, ok := raw["lease_expires"]; ok || res.Ready != 0 {
+				t.Fatalf("cancelled task: status %v lease_expires %v; sweep Ready %d (version %d -> %d); want no expiry entry, no ranking write",
+					raw["status"], raw["lease_expires"], res.Ready, v, after.Version)
+			}
+		})
+	}
+}
+
+// A PATCH {not_before: <future>} of a finished task (done, cancelled,
+// failed) gives it an expiry-index entry: idle is true for any task with no
+// lease, whatever its status.
+func TestANotBeforeOnAFinishedTaskPutsNoEntry(t *testing.T) {
+	t.Parallel()
+	for _, st := range []string{"done", "cancelled", "failed"} {
+		t.Run(st, func(t *testing.T) {
+			e := newEnv(t)
+			c := ctx(t)
+			switch st {
+			case "done":
+				e.create(t, lease.CreateTaskParams{TaskID: "t"})
+				e.complete(t, "t", "a")
+			case "cancelled":
+				e.create(t, lease.CreateTaskParams{TaskID: "t"})
+				cancelled := lease.StatusCancelled
+				must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "u", Status: &cancelled}))
+			case "failed":
+				e.failTask(t, "t", lease.CreateTaskParams{})
+			}
+			nb := e.clock.Now().Add(time.Hour)
+			must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "u", SetNotBefore: true, NotBefore: &nb}))
+			raw := rawTask(t, e, "t")
+			e.clock.Advance(2 * time.Hour)
+			res := must[lease.SweepResult](t)(e.store.Sweep(c))
+			if _, ok := raw["lease_expires"]; ok || res.Ready != 0 {
+				t.Fatalf("%s task after PATCH not_before: lease_expires %v; sweep Ready %d; want no expiry entry, no ranking write", st, raw["lease_expires"], res.Ready)
+			}
+		})
 	}
 }

@@ -488,7 +488,7 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		// expiry index too, so that the sweep ranks it as ready at its
 		// not_before (claim.go, "Delays"); a finished one has left it
 		// (above).
-		idle := !cur.hasLease() && !written && !expiresWritten
+		idle := !cur.hasLease() && !written && !expiresWritten && (final == StatusTodo || final == StatusBlocked)
 		switch {
 		case notBefore != 0:
 			upd = upd.Set(nameNotBefore, expression.Value(notBefore))
