@@ -188,14 +188,16 @@ func arrayElements(data []byte) []member {
 // elementAt is the element of the JSON array data, of elements of type t,
 // that holds offset off, and its index; when off says nothing (an error
 // from a value that decodes itself comes without one), the first element
-// that t cannot hold, which is where encoding/json's first error was.
-func elementAt(data []byte, t reflect.Type, off int) (int, member, bool) {
+// that t cannot hold for a value at field (the error's path from there,
+// as encoding/json spells it).
+func elementAt(data []byte, t reflect.Type, off int, field string) (int, member, bool) {
 	elems := arrayElements(data)
 	if i, e, ok := spanAt(elems, off); ok {
 		return i, e, true
 	}
 	for i, e := range elems {
-		if json.Unmarshal(e.value, reflect.New(t).Interface()) != nil {
+		var typeErr *json.UnmarshalTypeError
+		if err := json.Unmarshal(e.value, reflect.New(t).Interface()); errors.As(err, &typeErr) && typeErr.Field == field {
 			return i, member{value: e.value, start: -1 << 30}, true // no offset within it either
 		}
 	}
@@ -310,13 +312,13 @@ func jsonError(err error, t reflect.Type, data []byte) error {
 // returns the field's own JSON and where in that the error is.
 func jsonPath(t reflect.Type, segs []string, data []byte, off int) ([]string, reflect.Type, []byte, int) {
 	var out []string
-	for _, seg := range segs {
+	for k, seg := range segs {
 		for t != nil && t.Kind() == reflect.Pointer {
 			t = t.Elem()
 		}
 		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) && len(out) > 0 {
 			// The path goes on into an element: say which.
-			if i, elem, ok := elementAt(data, t.Elem(), off); ok {
+			if i, elem, ok := elementAt(data, t.Elem(), off, strings.Join(segs[k:], ".")); ok {
 				out[len(out)-1] += fmt.Sprintf("[%d]", i)
 				data, off = elem.value, off-elem.start
 			}

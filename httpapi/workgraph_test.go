@@ -454,6 +454,8 @@ func TestTypeErrorsNameTheJSONField(t *testing.T) {
 		{"POST", "/api/tasks/batch", `{"tasks":[{"priority":5.0},{"max_attempts":2e0},{"title":7}]}`, "field tasks[2].title must be a string"},
 		{"POST", "/api/tasks/batch", `{"tasks":[{"blocked_by":["a",5]}]}`, "field tasks[0].blocked_by[1] must be a string"},
 		{"POST", "/api/tasks/batch", `{"tasks":[{"task_id":"a"},{"task_id":"b","not_before":5}]}`, "field tasks[1].not_before must be a string"},
+		{"POST", "/api/tasks/batch", `{"tasks":[{"priority":5.0},{"not_before":5}]}`, "field tasks[1].not_before must be a string"},
+		{"POST", "/api/tasks/batch", `{"tasks":[{"title":1},{"not_before":5}]}`, "field tasks[1].not_before must be a string"},
 		{"POST", "/api/tasks/batch", `{"tasks":[{"title":"a"},{"title":{"a":[1]}}]}`, "field tasks[1].title must be a string"},
 		{"POST", "/api/tasks/batch", `{"tasks":[{"task_id":"a"},7]}`, "field tasks[1] must be an object"},
 		{"POST", "/api/tasks/batch", `{"tasks":[{"task_id":"a"},"x"]}`, "field tasks[1] must be an object"},
