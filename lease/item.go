@@ -39,9 +39,9 @@ type taskItem struct {
 	// Version grows by one with every write of the item (Store.update and
 	// every other write add to it).
 	Version int64 `dynamodbav:"version"`
-	// PatchID names the latest create or PATCH written to the item, and
-	// MadeBy the create that made it (kept through every write), so that
-	// one sent again by the SDK knows its own write (tasks.go, update.go).
+	// PatchID names the latest PATCH written to the item, and MadeBy the
+	// create that made it (kept through every write), so that one sent
+	// again by the SDK knows its own write (tasks.go, update.go).
 	PatchID string `dynamodbav:"patch,omitempty"`
 	MadeBy  string `dynamodbav:"made,omitempty"`
 

@@ -56,7 +56,7 @@ func (s *Store) create(ctx context.Context, it taskItem, blockers map[string]*ta
 	var waiting []string
 	if len(blockers) > 0 {
 		var err error
-		if waiting, err = s.link(ctx, it.TaskID, blockers, it.PatchID); err != nil {
+		if waiting, err = s.link(ctx, it.TaskID, blockers, it.MadeBy); err != nil {
 			var ve *ValidationError
 			if errors.As(err, &ve) && ve.Code == CodeInvalidDependency {
 				// A blocker at its bound refuses a new dependent, but a
@@ -83,7 +83,7 @@ func (s *Store) create(ctx context.Context, it taskItem, blockers map[string]*ta
 				stale = append(stale, id)
 			}
 		}
-		s.cleanEdges(ctx, it.TaskID, stale, it.PatchID)
+		s.cleanEdges(ctx, it.TaskID, stale, it.MadeBy)
 		return Task{}, cur, nil
 	}
 	// A blocker done meanwhile unblocks the task, in writes after this
@@ -160,8 +160,7 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 	}
 	it.ClaimShard = it.ClaimHome
 	it.ClaimRank = it.ClaimKey
-	it.PatchID = newID("") // this create's own: a sending of it again knows it
-	it.MadeBy = it.PatchID
+	it.MadeBy = newID("")        // this create's own: a sending of it again knows it
 	it.Watched = aws.Bool(false) // until a watch (watch.go)
 	it.BlockedBy = blockers
 	it.MaxAttempts = DefaultMaxAttempts
