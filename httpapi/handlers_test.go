@@ -537,3 +537,38 @@ func TestTaskFieldsReachTheService(t *testing.T) {
 		t.Fatalf("claim params %+v", c)
 	}
 }
+
+// A query parameter given empty is taken as absent on every route that
+// takes one (the document's conventions say so), so that a script may pass
+// an empty cursor for the first page: the service is asked exactly what it
+// is asked without the parameter.
+func TestEmptyQueryValuesAreAbsent(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ path, key, params string }{
+		{"/api/agents", "ck_admin", "limit=&cursor="},
+		{"/api/tasks", "ck_agent", "status=&queue=&limit=&cursor="},
+		{"/api/checkouts", "ck_agent", "agent_id=&limit=&cursor="},
+		{"/api/events", "ck_agent", "since=&cursor=&limit=&type="},
+		{"/api/tasks/task-1/events", "ck_agent", "limit=&cursor="},
+	} {
+		t.Run(c.path, func(t *testing.T) {
+			bare := newHarness(t)
+			bare.do("GET", c.path, c.key, "").expect(t, 200, "")
+			empty := newHarness(t)
+			empty.do("GET", c.path+"?"+c.params, c.key, "").expect(t, 200, "")
+			if fmt.Sprintf("%v %+v", bare.svc.calls, bare.svc.last) != fmt.Sprintf("%v %+v", empty.svc.calls, empty.svc.last) {
+				t.Fatalf("with %s the service was asked %v %+v; without, %v %+v", c.params, empty.svc.calls, empty.svc.last, bare.svc.calls, bare.svc.last)
+			}
+			if len(empty.svc.calls) == 0 {
+				t.Fatal("the service was not asked")
+			}
+		})
+	}
+	// The queues listing and a whole number with leading zeros.
+	hs := newHarness(t)
+	hs.do("GET", "/api/queues?limit=&cursor=", "ck_agent", "").expect(t, 200, "")
+	hs.do("GET", "/api/tasks?limit=05", "ck_agent", "").expect(t, 200, "")
+	if got := hs.svc.last.(lease.ListTasksParams); got.Limit != 5 {
+		t.Fatalf("limit=05 reached the service as %d", got.Limit)
+	}
+}
