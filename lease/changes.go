@@ -157,6 +157,7 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 	fw := freeingWatches{s: s}
 	var blockers []blockerStep // completions and reopens of blockers, in order
 	var settle [][2]*taskItem  // blocked tasks' changes: old (nil for new) and new
+	var stranded []*taskItem   // delayed tasks left without their expiry entry
 	ttl := s.clock().Add(s.retention).Unix()
 	for _, ch := range changes {
 		old, cur, transition, err := decodeChange(ch)
@@ -169,6 +170,9 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 				before = &old
 			}
 			settle = append(settle, [2]*taskItem{before, &cur})
+		}
+		if cur.strandedDelay() {
+			stranded = append(stranded, &cur)
 		}
 		if ch.Old != nil && old.Status == StatusDone && cur.Status != StatusDone && cur.HasDependents {
 			blockers = append(blockers, blockerStep{id: cur.TaskID, reopened: true})
@@ -281,6 +285,11 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 	for _, ch := range settle {
 		if err := s.settleChange(ctx, ch[0], ch[1]); err != nil {
 			return fmt.Errorf("settle the blockers of %s: %w", ch[1].TaskID, err)
+		}
+	}
+	for _, it := range stranded {
+		if _, err := mendDelay(ctx, s.db, s.tasks, it, s.shards.Lease); err != nil {
+			return err
 		}
 	}
 	return s.notify(ctx, notices)

@@ -173,6 +173,57 @@ func (s *Store) keepDelay(ctx context.Context, it *taskItem) {
 	_, _, _ = s.write(ctx, it.TaskID, cond, upd, types.ReturnValueNone)
 }
 
+// strandedDelay reports whether a task, as written, waits under a delayed
+// claim_key with no entry in the expiry index: todo or blocked, with no
+// lease. No write of today's makes one (every write that gives a task
+// its delayed key gives it the entry in the same write), but versions
+// before 2026-12-04 did, on some paths (a PATCH blocking a task with a
+// delay, a reopen or a cancel over one); the sweep never sees such a task,
+// and a claim reads only the head of each shard, after whose ready tasks
+// its key ranks it, so it would wait behind every ready task of its
+// shard for good.
+func (t *taskItem) strandedDelay() bool {
+	if t.TaskID == "" || t.hasLease() || t.LeaseExpires != 0 || t.Status != StatusTodo && t.Status != StatusBlocked {
+		return false
+	}
+	_, delayed := delayedUntil(t.ClaimKey)
+	return delayed
+}
+
+// mendDelay gives a stranded delayed task (strandedDelay) its entry in
+// the expiry index, at the time its key names, so that the sweep ranks it
+// ready then (at once, when that has passed). The change stream does it
+// for every change that leaves a task so, and `checkout-server migrate`
+// for every task a table holds (MendDelays). Like keepDelay it moves no
+// version and records no event; a write of the task in between leaves it
+// as that write made it.
+func mendDelay(ctx context.Context, db interface {
+	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+}, table string, it *taskItem, leaseShards int) (bool, error) {
+	at, _ := delayedUntil(it.ClaimKey)
+	statuses, rest := statusValues([]Status{StatusTodo, StatusBlocked})
+	cond := terms{expression.AttributeNotExists(nameHolder), expression.AttributeNotExists(nameExpires),
+		nameStatus.In(statuses, rest...), expression.Name("claim_key").Equal(expression.Value(it.ClaimKey))}
+	upd := expression.Set(nameExpires, expression.Value(at)).
+		Set(expression.Name("lease_shard"), expression.Value(shardOf(it.TaskID, leaseShards)))
+	expr, err := expression.NewBuilder().WithCondition(cond.cond()).WithUpdate(upd).Build()
+	if err != nil {
+		return false, err
+	}
+	_, err = db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &table, Key: taskKey(it.TaskID),
+		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	})
+	if _, failed := conditionFailed(err); failed {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("give %s the expiry entry of its delay: %w", it.TaskID, err)
+	}
+	return true, nil
+}
+
 // Waiting claims.
 //
 // A claim with wait (up to 20 s, inside API Gateway's 30 s) that finds

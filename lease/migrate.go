@@ -86,11 +86,16 @@ type MigrateResult struct {
 	Found bool
 	// AlreadyDone says a migration had finished before.
 	AlreadyDone bool
+	// Mended counts the delayed tasks of today's table that an earlier
+	// version left without their entry in the expiry index, given it now
+	// (MendDelays).
+	Mended int
 }
 
 // Migrate copies the tasks of a table of the earlier schema into today's
 // tasks table, creating today's tables first if they do not exist. It is
-// safe to run again, and does nothing when there is no earlier table.
+// safe to run again, and copies nothing when there is no earlier table.
+// Then, whether or not there was one, it mends today's table (MendDelays).
 // shards are the deployment's shard counts (zero: the defaults): each task
 // is put in its status shard of shards.Status. earlier, when not nil,
 // applies what the earlier table's change stream still holds; it runs
@@ -101,22 +106,33 @@ func Migrate(ctx context.Context, db MigrateDB, names schema.Names, shards schem
 	}
 	shards = shards.OrDefault()
 	res := MigrateResult{From: names.Table(schema.TasksTableV1), To: names.Table(schema.TasksTable)}
+	if err := copyEarlier(ctx, db, names, shards, earlier, &res); err != nil {
+		return res, err
+	}
+	var err error
+	res.Mended, err = MendDelays(ctx, db, names.Table(schema.TasksTable), shards)
+	return res, err
+}
+
+// copyEarlier is Migrate's copy of the earlier table, when there is one
+// that has not been copied.
+func copyEarlier(ctx context.Context, db MigrateDB, names schema.Names, shards schema.ShardCounts, earlier func(context.Context) error, res *MigrateResult) error {
 	done, found, err := migrationState(ctx, db, res.From)
 	if err != nil || !found {
-		return res, err
+		return err
 	}
 	res.Found, res.AlreadyDone = true, done
 	if done {
-		return res, nil
+		return nil
 	}
 	if err := ensureTables(ctx, db, names); err != nil {
-		return res, err
+		return err
 	}
 	// The copies get status shards of shards.Status: not below what the
 	// deployment has used, and recorded, so that a function started with
 	// a smaller count is refused rather than miss them.
 	if err := RecordShards(ctx, db, names, shards); err != nil {
-		return res, fmt.Errorf("migrate: %w", err)
+		return fmt.Errorf("migrate: %w", err)
 	}
 	// Every queue a task is in goes into the queue registry, which a
 	// listing of todo tasks walks (list.go): a queue whose tasks were
@@ -126,7 +142,7 @@ func Migrate(ctx context.Context, db MigrateDB, names schema.Names, shards schem
 	for p := dynamodb.NewScanPaginator(db, in); p.HasMorePages(); {
 		page, err := p.NextPage(ctx)
 		if err != nil {
-			return res, fmt.Errorf("migrate: read %s: %w", res.From, err)
+			return fmt.Errorf("migrate: read %s: %w", res.From, err)
 		}
 		for _, item := range page.Items {
 			if q := stringAttr(item, "queue"); q != "" && !slices.Contains(queues, q) {
@@ -134,7 +150,7 @@ func Migrate(ctx context.Context, db MigrateDB, names schema.Names, shards schem
 			}
 			copied, err := migrateTask(ctx, db, res.To, item, shards)
 			if err != nil {
-				return res, err
+				return err
 			}
 			if copied {
 				res.Copied++
@@ -144,11 +160,11 @@ func Migrate(ctx context.Context, db MigrateDB, names schema.Names, shards schem
 		}
 	}
 	if err := addToRegistry(ctx, db, names.Table(schema.HeartbeatsTable), RegistryPage, queues); err != nil {
-		return res, fmt.Errorf("migrate: %w", err)
+		return fmt.Errorf("migrate: %w", err)
 	}
 	if earlier != nil {
 		if err := earlier(ctx); err != nil {
-			return res, fmt.Errorf("migrate: apply the changes %s's stream still holds: %w", res.From, err)
+			return fmt.Errorf("migrate: apply the changes %s's stream still holds: %w", res.From, err)
 		}
 	}
 	marker, err := attributevalue.MarshalMap(struct {
@@ -157,12 +173,60 @@ func Migrate(ctx context.Context, db MigrateDB, names schema.Names, shards schem
 		Tasks  int    `dynamodbav:"tasks"`
 	}{migratedMarker, res.To, res.Copied + res.Present})
 	if err != nil {
-		return res, err
+		return err
 	}
 	if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &res.From, Item: marker}); err != nil {
-		return res, fmt.Errorf("migrate: mark %s as copied: %w", res.From, err)
+		return fmt.Errorf("migrate: mark %s as copied: %w", res.From, err)
 	}
-	return res, nil
+	return nil
+}
+
+// MendDelays gives every delayed task of the tasks table that lacks its
+// entry in the expiry index (taskItem.strandedDelay: left so by a version
+// before 2026-12-04) that entry, so that the sweep ranks it ready at its
+// not_before; it returns how many it mended. One consistent Scan of the
+// table, keeping only such tasks, and a conditional write each: safe to
+// run again and while the service runs. The change stream mends a task
+// at its next change; this mends the tasks that change no more.
+func MendDelays(ctx context.Context, db MigrateDB, table string, shards schema.ShardCounts) (int, error) {
+	shards = shards.OrDefault()
+	filt := expression.Name("claim_key").BeginsWith("~").
+		And(expression.AttributeNotExists(nameExpires)).
+		And(expression.AttributeNotExists(nameHolder))
+	expr, err := expression.NewBuilder().WithFilter(filt).Build()
+	if err != nil {
+		return 0, err
+	}
+	in := &dynamodb.ScanInput{TableName: &table, ConsistentRead: aws.Bool(true),
+		FilterExpression: expr.Filter(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()}
+	mended := 0
+	for p := dynamodb.NewScanPaginator(db, in); p.HasMorePages(); {
+		page, err := p.NextPage(ctx)
+		var notFound *types.ResourceNotFoundException
+		if errors.As(err, &notFound) {
+			return 0, nil // no table of today's yet: nothing to mend
+		}
+		if err != nil {
+			return mended, fmt.Errorf("mend delays: read %s: %w", table, err)
+		}
+		for _, item := range page.Items {
+			var it taskItem
+			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+				return mended, fmt.Errorf("mend delays: decode a task: %w", err)
+			}
+			if !it.strandedDelay() {
+				continue
+			}
+			ok, err := mendDelay(ctx, db, table, &it, shards.Lease)
+			if err != nil {
+				return mended, fmt.Errorf("mend delays: %w", err)
+			}
+			if ok {
+				mended++
+			}
+		}
+	}
+	return mended, nil
 }
 
 // migrateTask copies one task item into table unless it is there already.

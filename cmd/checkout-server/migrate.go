@@ -101,6 +101,9 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		_, err = fmt.Fprintf(stdout, "copied %d tasks from %s into %s (%d were there already); %s can be deleted\n",
 			res.Copied, res.From, res.To, res.Present, res.From)
 	}
+	if err == nil && res.Mended > 0 {
+		_, err = fmt.Fprintf(stdout, "gave %d delayed tasks of %s their entries in the expiry index (an earlier version left them out)\n", res.Mended, res.To)
+	}
 	return err
 }
 
