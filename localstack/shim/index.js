@@ -53,6 +53,9 @@
 //     DeleteTable no longer leaves one open, which kept the database as it
 //     was when the read started and made memory grow with every read.
 //
+// 11. Refusals DynamoDB makes and dynalite did not (fidelity.js): a Scan of
+//     a global secondary index with ConsistentRead.
+//
 // How: every write in dynalite passes the item's old and new image through
 // db.updateIndexes and then stores the item with one itemDb.put or del.
 // PutItem, UpdateItem and DeleteItem (which BatchWriteItem reuses) are run
@@ -108,6 +111,8 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
   if (!require.cache[updateItem]) require('./setcopy').install(updateItem)
   // 9. After 5: dynalite's validations require the parsers.
   require('./fasttypes').install(dynalite('validations'))
+  // 11. Refusals DynamoDB makes (fidelity.js).
+  require('./fidelity').install(dynalite)
   const defaultLag = parseDuration(argv['index-lag'] != null ? argv['index-lag'] : process.env.DYNALITE_INDEX_LAG)
   if (!(defaultLag >= 0)) throw new Error('--index-lag / DYNALITE_INDEX_LAG: not a duration: ' + (argv['index-lag'] || process.env.DYNALITE_INDEX_LAG))
 
