@@ -89,3 +89,29 @@ func TestScanConsistentReadOnGlobalIndex(t *testing.T) {
 		}
 	}
 }
+
+// ReturnValues (API reference, DeleteItem and PutItem): "DeleteItem does
+// not recognize any values other than NONE or ALL_OLD", and likewise
+// PutItem. dynalite refused the others on PutItem only.
+func TestReturnValuesOfDeleteAndPut(t *testing.T) {
+	t.Parallel()
+	c := client(shimServer(t))
+	table := uniqueName("retvals")
+	indexedTable(t, c, table)
+	item := map[string]types.AttributeValue{"pk": s("p"), "sk": s("s"), "x": n(1)}
+	k := map[string]types.AttributeValue{"pk": s("p"), "sk": s("s")}
+	for _, rv := range []types.ReturnValue{types.ReturnValueUpdatedOld, types.ReturnValueUpdatedNew, types.ReturnValueAllNew} {
+		_, err := c.PutItem(ctxT(t), &dynamodb.PutItemInput{TableName: aws.String(table), Item: item, ReturnValues: rv})
+		refused(t, "PutItem ReturnValues "+string(rv), err, "ReturnValues can only be ALL_OLD or NONE")
+		_, err = c.DeleteItem(ctxT(t), &dynamodb.DeleteItemInput{TableName: aws.String(table), Key: k, ReturnValues: rv})
+		refused(t, "DeleteItem ReturnValues "+string(rv), err, "ReturnValues can only be ALL_OLD or NONE")
+	}
+	put(t, c, table, item)
+	out, err := c.DeleteItem(ctxT(t), &dynamodb.DeleteItemInput{TableName: aws.String(table), Key: k, ReturnValues: types.ReturnValueAllOld})
+	if err != nil || attrN(out.Attributes, "x") != "1" {
+		t.Fatalf("DeleteItem ALL_OLD: %v, %v; want the item", out, err)
+	}
+	if _, err := c.DeleteItem(ctxT(t), &dynamodb.DeleteItemInput{TableName: aws.String(table), Key: k, ReturnValues: types.ReturnValueNone}); err != nil {
+		t.Fatalf("DeleteItem NONE: %v", err)
+	}
+}

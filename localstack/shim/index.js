@@ -54,7 +54,8 @@
 //     was when the read started and made memory grow with every read.
 //
 // 11. Refusals DynamoDB makes and dynalite did not (fidelity.js): a Scan of
-//     a global secondary index with ConsistentRead.
+//     a global secondary index with ConsistentRead; DeleteItem's
+//     ReturnValues other than NONE and ALL_OLD.
 //
 // How: every write in dynalite passes the item's old and new image through
 // db.updateIndexes and then stores the item with one itemDb.put or del.
