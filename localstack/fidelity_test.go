@@ -115,3 +115,79 @@ func TestReturnValuesOfDeleteAndPut(t *testing.T) {
 		t.Fatalf("DeleteItem NONE: %v", err)
 	}
 }
+
+// Empty index keys (API reference, PutItem and UpdateItem; "Amazon DynamoDB
+// now supports empty values for non-key String and Binary attributes"): a
+// String or Binary attribute that is a key of a global or local secondary
+// index cannot be empty; DynamoDB refuses the write with a
+// ValidationException naming the index and the key ("A value specified for
+// a secondary index key is not supported. The AttributeValue for a key
+// attribute cannot contain an empty string value. IndexName: ..., IndexKey:
+// ..."). dynalite refused empty table keys only. An UpdateItem is judged on
+// the item it makes, whatever put the empty value there.
+func TestEmptyIndexKeysRefused(t *testing.T) {
+	t.Parallel()
+	c := client(shimServer(t))
+	table := uniqueName("emptykey")
+	indexedTable(t, c, table)
+	item := func(extra ...any) map[string]types.AttributeValue {
+		it := map[string]types.AttributeValue{"pk": s("p"), "sk": s("s")}
+		for i := 0; i < len(extra); i += 2 {
+			it[extra[i].(string)] = extra[i+1].(types.AttributeValue)
+		}
+		return it
+	}
+	emptyB := &types.AttributeValueMemberB{Value: []byte{}}
+	const emptyS, emptyBin = "cannot contain an empty string value", "cannot contain an empty binary value"
+
+	// Table keys: refused already.
+	_, err := c.PutItem(ctxT(t), &dynamodb.PutItemInput{TableName: aws.String(table), Item: map[string]types.AttributeValue{"pk": s("p"), "sk": s("")}})
+	refused(t, "PutItem with an empty table key", err, emptyS+". Key: sk")
+
+	for _, tc := range []struct {
+		what string
+		item map[string]types.AttributeValue
+		want string
+	}{
+		{"GSI partition key", item("g", s("")), emptyS + ". IndexName: by-g, IndexKey: g"},
+		{"GSI sort key (binary)", item("g", s("x"), "b", emptyB), emptyBin + ". IndexName: by-g, IndexKey: b"},
+		{"LSI sort key", item("l", s("")), emptyS + ". IndexName: by-l, IndexKey: l"},
+	} {
+		_, err := c.PutItem(ctxT(t), &dynamodb.PutItemInput{TableName: aws.String(table), Item: tc.item})
+		refused(t, "PutItem with an empty "+tc.what, err, tc.want)
+		_, err = c.BatchWriteItem(ctxT(t), &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{
+			table: {{PutRequest: &types.PutRequest{Item: item("sk", s("other"), "x", n(1))}}, {PutRequest: &types.PutRequest{Item: tc.item}}},
+		}})
+		refused(t, "BatchWriteItem with an empty "+tc.what, err, tc.want)
+	}
+	// The refused batch wrote nothing.
+	if out, err := c.GetItem(ctxT(t), &dynamodb.GetItemInput{TableName: aws.String(table), Key: item("sk", s("other"))}); err != nil || out.Item != nil {
+		t.Errorf("GetItem after refused batches: %v, %v; want no item", out.Item, err)
+	}
+
+	// Empty values of other attributes, and of an index key in a map, are fine.
+	put(t, c, table, item("x", s(""), "y", emptyB, "m", &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"g": s("")}}, "e", s("")))
+
+	upd := func(expr string, vals map[string]types.AttributeValue) error {
+		_, err := c.UpdateItem(ctxT(t), &dynamodb.UpdateItemInput{
+			TableName: aws.String(table), Key: item(), UpdateExpression: aws.String(expr), ExpressionAttributeValues: vals,
+		})
+		return err
+	}
+	refused(t, "UpdateItem SET g = :empty", upd("SET g = :e", map[string]types.AttributeValue{":e": s("")}), emptyS)
+	refused(t, "UpdateItem SET g = e (an empty attribute)", upd("SET g = e", nil), "IndexName: by-g, IndexKey: g")
+	refused(t, "UpdateItem SET l = if_not_exists(l, e)", upd("SET l = if_not_exists(l, e)", nil), "IndexName: by-l, IndexKey: l")
+	refused(t, "UpdateItem SET g = :x, b = y (empty binary)", upd("SET g = :x, b = y", map[string]types.AttributeValue{":x": s("x")}), emptyBin)
+	_, err = c.UpdateItem(ctxT(t), &dynamodb.UpdateItemInput{
+		TableName: aws.String(table), Key: item(),
+		AttributeUpdates: map[string]types.AttributeValueUpdate{"g": {Value: s(""), Action: types.AttributeActionPut}},
+	})
+	refused(t, "UpdateItem AttributeUpdates PUT g empty", err, "IndexName: by-g, IndexKey: g")
+	// None of them changed the item; a non-empty index key is fine.
+	if out, err := c.GetItem(ctxT(t), &dynamodb.GetItemInput{TableName: aws.String(table), Key: item(), ConsistentRead: aws.Bool(true)}); err != nil || out.Item["g"] != nil || out.Item["l"] != nil || out.Item["b"] != nil {
+		t.Errorf("the item after refused updates: %v, %v; want no g, l or b", out.Item, err)
+	}
+	if err := upd("SET g = :x, l = :x, e = :e", map[string]types.AttributeValue{":x": s("x"), ":e": s("")}); err != nil {
+		t.Fatalf("UpdateItem with non-empty index keys: %v", err)
+	}
+}

@@ -14,10 +14,46 @@
 //     type table took all five; UPDATED_OLD answered like ALL_OLD. It
 //     refused the others on PutItem already; DeleteItem now does the same,
 //     with PutItem's message.
+//
+//  c. Empty index keys (API reference, PutItem, UpdateItem, BatchWriteItem;
+//     "DynamoDB now supports empty values for non-key String and Binary
+//     attributes"): a String or Binary attribute that keys a global or
+//     local secondary index cannot be empty. dynalite refused empty table
+//     keys only. A PutItem or a BatchWriteItem's put is judged on its item
+//     before anything else (db.validateItem, which a batch runs on every put
+//     before writing any, so the batch is refused whole, as on AWS); an
+//     UpdateItem on the item it makes (patchUpdateItem: an empty value can
+//     come from an attribute or if_not_exists as well as from a literal),
+//     after its condition. The messages are the ones AWS is reported to
+//     give, for a written item and for an update.
 'use strict'
+
+// patchUpdateItem returns the source of dynalite's actions/updateItem.js
+// with the checks of the item an update makes (c); setcopy.js compiles it.
+const UPDATED = '        if (db.itemSize(item) > store.options.maxItemSize)'
+function patchUpdateItem (src) {
+  if (!src.includes(UPDATED)) throw new Error('fidelity: item size check not found; not dynalite 4.0.0\'s updateItem.js?')
+  return src.replace(UPDATED, '        err = db.validateUpdatedItem(item, table)\n        if (err) return cb(err)\n\n' + UPDATED)
+}
+
+// emptyIndexKey is the first secondary-index key attribute of item (a
+// String or a Binary) that is empty, as { attr, type, index }, or undefined.
+function emptyIndexKey (db, item, table) {
+  return db.traverseIndexes(table, (attr, type, index) => {
+    const v = item[attr]
+    if (v != null && (type === 'S' || type === 'B') && v[type] === '') return { attr, type, index }
+  })
+}
+
+function emptyKeyText (k) {
+  return 'The AttributeValue for a key attribute cannot contain an empty ' + (k.type === 'S' ? 'string' : 'binary') +
+    ' value. IndexName: ' + k.index.IndexName + ', IndexKey: ' + k.attr
+}
 
 // install patches dynalite's modules; dynalite(rel) requires one of them.
 function install (dynalite) {
+  const db = dynalite('db')
+
   // a.
   dynalite('validations/scan').types.ConsistentRead = 'Boolean'
 
@@ -30,6 +66,19 @@ function install (dynalite) {
       return 'ReturnValues can only be ALL_OLD or NONE'
     }
   }
+
+  // c. Puts (PutItem, BatchWriteItem) and the item an update makes.
+  const validateItem = db.validateItem
+  db.validateItem = function (item, table) {
+    const err = validateItem.apply(this, arguments)
+    if (err) return err
+    const k = emptyIndexKey(db, item, table)
+    if (k) return db.validationError('One or more parameter values are not valid. A value specified for a secondary index key is not supported. ' + emptyKeyText(k))
+  }
+  db.validateUpdatedItem = function (item, table) {
+    const k = emptyIndexKey(db, item, table)
+    if (k) return db.validationError('The update expression attempted to update a secondary index key to a value that is not supported. ' + emptyKeyText(k))
+  }
 }
 
-module.exports = { install }
+module.exports = { install, patchUpdateItem }

@@ -55,7 +55,8 @@
 //
 // 11. Refusals DynamoDB makes and dynalite did not (fidelity.js): a Scan of
 //     a global secondary index with ConsistentRead; DeleteItem's
-//     ReturnValues other than NONE and ALL_OLD.
+//     ReturnValues other than NONE and ALL_OLD; an empty String or Binary
+//     as a secondary index's key, in a put or in the item an update makes.
 //
 // How: every write in dynalite passes the item's old and new image through
 // db.updateIndexes and then stores the item with one itemDb.put or del.
@@ -109,7 +110,8 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
   }
   // 8. SET values read before the update, as copies (setcopy.js).
   const updateItem = require.resolve(path.join(DIR, 'actions', 'updateItem'))
-  if (!require.cache[updateItem]) require('./setcopy').install(updateItem)
+  // And 11: the checks of the item an update makes (fidelity.js).
+  if (!require.cache[updateItem]) require('./setcopy').install(updateItem, require('./fidelity').patchUpdateItem)
   // 9. After 5: dynalite's validations require the parsers.
   require('./fasttypes').install(dynalite('validations'))
   // 11. Refusals DynamoDB makes (fidelity.js).

@@ -32,11 +32,13 @@ function copyValue (val) {
 `
 }
 
-function install (file) {
+// install compiles file with patch and then each of more (functions of
+// the source, as patch), and puts it in the require cache.
+function install (file, ...more) {
   const m = new Module(file, module)
   m.filename = file
   m.paths = Module._nodeModulePaths(path.dirname(file))
-  m._compile(patch(fs.readFileSync(file, 'utf8')), file)
+  m._compile(more.reduce((src, p) => p(src), patch(fs.readFileSync(file, 'utf8'))), file)
   m.loaded = true
   require.cache[file] = m
 }
