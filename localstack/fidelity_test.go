@@ -191,3 +191,51 @@ func TestEmptyIndexKeysRefused(t *testing.T) {
 		t.Fatalf("UpdateItem with non-empty index keys: %v", err)
 	}
 }
+
+// Item size (Developer Guide, "DynamoDB item sizes and formats"; the 400 KB
+// limit in "Constraints"): strings and attribute names count their UTF-8
+// bytes. dynalite counted UTF-16 code units, so an item of multibyte text
+// up to three times too large was stored locally and refused in AWS.
+func TestItemSizeLimitCountsUTF8Bytes(t *testing.T) {
+	t.Parallel()
+	c := client(shimServer(t))
+	table := uniqueName("itemsize")
+	indexedTable(t, c, table)
+	const limit = 400 * 1024
+	k := map[string]types.AttributeValue{"pk": s("p"), "sk": s("s")}
+	with := func(name, text string) map[string]types.AttributeValue {
+		return map[string]types.AttributeValue{"pk": s("p"), "sk": s("s"), name: s(text)}
+	}
+	keyBytes := len("pk") + len("p") + len("sk") + len("s")
+	// "€" is 3 UTF-8 bytes and 1 UTF-16 unit; "😀" 4 bytes and 2 units.
+	euros := strings.Repeat("€", (limit-keyBytes-1)/3+1) // one byte over with the name "x"
+	emoji := strings.Repeat("😀", limit/4)
+	for what, it := range map[string]map[string]types.AttributeValue{
+		"3-byte characters": with("x", euros),
+		"4-byte characters": with("x", emoji),
+		"a multibyte name":  with(strings.Repeat("é", 20000), strings.Repeat("a", limit-keyBytes-30000)),
+	} {
+		_, err := c.PutItem(ctxT(t), &dynamodb.PutItemInput{TableName: aws.String(table), Item: it})
+		refused(t, "PutItem of "+what, err, "Item size has exceeded the maximum allowed size")
+		_, err = c.BatchWriteItem(ctxT(t), &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{
+			table: {{PutRequest: &types.PutRequest{Item: it}}},
+		}})
+		refused(t, "BatchWriteItem of "+what, err, "Item size has exceeded the maximum allowed size")
+	}
+	put(t, c, table, k) // what a refused put above may have left is replaced
+	_, err := c.UpdateItem(ctxT(t), &dynamodb.UpdateItemInput{
+		TableName: aws.String(table), Key: k, UpdateExpression: aws.String("SET x = :x"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":x": s(euros)},
+	})
+	refused(t, "UpdateItem to 3-byte characters", err, "Item size to update has exceeded the maximum allowed size")
+
+	// Exactly at the limit is fine, in bytes.
+	atLimit := with("x", strings.Repeat("€", (limit-keyBytes-1)/3)+strings.Repeat("a", (limit-keyBytes-1)%3))
+	put(t, c, table, atLimit)
+	if _, err := c.UpdateItem(ctxT(t), &dynamodb.UpdateItemInput{
+		TableName: aws.String(table), Key: k, UpdateExpression: aws.String("SET x = :x"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":x": s(strings.Repeat("a", limit-keyBytes-1))},
+	}); err != nil {
+		t.Fatalf("UpdateItem to an item of exactly 400 KB: %v", err)
+	}
+}

@@ -26,7 +26,18 @@
 //     come from an attribute or if_not_exists as well as from a literal),
 //     after its condition. The messages are the ones AWS is reported to
 //     give, for a written item and for an update.
+//
+//  d. The 400 KB item size limit ("DynamoDB item sizes and formats"): a
+//     string and an attribute name count their UTF-8 bytes. dynalite's
+//     db.itemSize counted UTF-16 code units (a JavaScript string's length),
+//     so an item of multibyte text up to three times too large was stored.
+//     Its callers outside db (the limit in PutItem, BatchWriteItem and
+//     UpdateItem, and BatchGetItem's 1 MB answer) size items with the
+//     meter's itemSize (meter.js), which follows AWS's rules; db's own
+//     uses (its capacity and Query/Scan page sizes) are left as they were.
 'use strict'
+
+const meter = require('./meter')
 
 // patchUpdateItem returns the source of dynalite's actions/updateItem.js
 // with the checks of the item an update makes (c); setcopy.js compiles it.
@@ -79,6 +90,14 @@ function install (dynalite) {
     const k = emptyIndexKey(db, item, table)
     if (k) return db.validationError('The update expression attempted to update a secondary index key to a value that is not supported. ' + emptyKeyText(k))
   }
+
+  // d. Only the one-argument calls: db's own (with compression or
+  // metadata sizes) call its local itemSize, not this export, anyway.
+  const itemSize = db.itemSize
+  db.itemSize = function (item) {
+    return arguments.length === 1 ? meter.itemSize(item) : itemSize.apply(this, arguments)
+  }
 }
 
 module.exports = { install, patchUpdateItem }
+

@@ -56,7 +56,8 @@
 // 11. Refusals DynamoDB makes and dynalite did not (fidelity.js): a Scan of
 //     a global secondary index with ConsistentRead; DeleteItem's
 //     ReturnValues other than NONE and ALL_OLD; an empty String or Binary
-//     as a secondary index's key, in a put or in the item an update makes.
+//     as a secondary index's key, in a put or in the item an update makes;
+//     an item over 400 KB in UTF-8 bytes (dynalite counted UTF-16 units).
 //
 // How: every write in dynalite passes the item's old and new image through
 // db.updateIndexes and then stores the item with one itemDb.put or del.
