@@ -1,6 +1,8 @@
 package localstack
 
 import (
+	"fmt"
+	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -238,4 +240,104 @@ func TestItemSizeLimitCountsUTF8Bytes(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("UpdateItem to an item of exactly 400 KB: %v", err)
 	}
+}
+
+// Number range (API reference, AttributeValue N; Developer Guide, "Data
+// types"): up to 38 digits of precision, magnitude from 1E-130 to
+// 9.9999999999999999999999999999999999999E+125. DynamoDB refuses an ADD or
+// a SET with + or - whose result is out of that range ("Number overflow.
+// Attempting to store a number with magnitude larger than supported range";
+// a result that needs more than 38 digits, as 1E+50 + 1, is refused with
+// the same message, as other emulators checked against AWS report).
+// dynalite checked the numbers of the request only, and stored any result.
+func TestNumberArithmeticOverflowRefused(t *testing.T) {
+	t.Parallel()
+	c := client(shimServer(t))
+	table := uniqueName("numrange")
+	indexedTable(t, c, table)
+	k := map[string]types.AttributeValue{"pk": s("p"), "sk": s("s")}
+	N := func(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
+	const max, overflow = "9.9999999999999999999999999999999999999E+125", "Number overflow. Attempting to store a number with magnitude larger than supported range"
+	upd := func(x, expr string, vals map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
+		put(t, c, table, map[string]types.AttributeValue{"pk": s("p"), "sk": s("s"), "x": N(x)})
+		out, err := c.UpdateItem(ctxT(t), &dynamodb.UpdateItemInput{
+			TableName: aws.String(table), Key: k, UpdateExpression: aws.String(expr), ExpressionAttributeValues: vals,
+			ReturnValues: types.ReturnValueAllNew,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return out.Attributes, nil
+	}
+	for _, tc := range []struct{ x, expr, a, b string }{
+		{max, "ADD x :a", max, ""},
+		{"-" + max, "ADD x :a", "-1E+125", ""},
+		{"0", "SET y = :a + :b", "9E+125", "9E+125"},
+		{"0", "SET y = :a - :b", "9E+125", "-9E+125"},
+		{max, "SET x = x + :a", "1E+125", ""},
+		{"0", "SET y = :a + :b", "1E+50", "1"},         // 51 digits
+		{"1E+50", "ADD x :a", "-1", ""},                // 50 digits
+		{"0", "SET y = :a - :b", "1.1E-130", "1E-130"}, // 1E-131: too small
+	} {
+		vals := map[string]types.AttributeValue{":a": N(tc.a)}
+		if tc.b != "" {
+			vals[":b"] = N(tc.b)
+		}
+		_, err := upd(tc.x, tc.expr, vals)
+		want := overflow
+		if strings.Contains(tc.b, "E-130") {
+			want = "Number underflow"
+		}
+		refused(t, fmt.Sprintf("x = %s, %s with %s, %s", tc.x, tc.expr, tc.a, tc.b), err, want)
+	}
+	// The legacy AttributeUpdates ADD too.
+	put(t, c, table, map[string]types.AttributeValue{"pk": s("p"), "sk": s("s"), "x": N(max)})
+	_, err := c.UpdateItem(ctxT(t), &dynamodb.UpdateItemInput{
+		TableName: aws.String(table), Key: k,
+		AttributeUpdates: map[string]types.AttributeValueUpdate{"x": {Value: N(max), Action: types.AttributeActionAdd}},
+	})
+	refused(t, "AttributeUpdates ADD to the largest number", err, overflow)
+	// The refused updates left the item as it was.
+	if got := attrN(getItemKey(t, c, table, k), "x"); !sameNumber(got, max) {
+		t.Errorf("x after a refused ADD = %s; want the largest number", got)
+	}
+
+	// Within the range, at its edges, results are stored.
+	for _, tc := range []struct{ x, expr, a, b, want string }{
+		{"1E+125", "ADD x :a", "1E+125", "", "2E+125"},
+		{"0", "SET y = :a + :b", "1E+37", "1", "10000000000000000000000000000000000001"},
+		{"0", "SET y = :a - :b", "2E-130", "1E-130", "1e-130"},
+		{max, "ADD x :a", "-" + max, "", "0"},
+	} {
+		vals := map[string]types.AttributeValue{":a": N(tc.a)}
+		if tc.b != "" {
+			vals[":b"] = N(tc.b)
+		}
+		got, err := upd(tc.x, tc.expr, vals)
+		attr := "x"
+		if strings.HasPrefix(tc.expr, "SET y") {
+			attr = "y"
+		}
+		if err != nil {
+			t.Errorf("x = %s, %s with %s, %s: %v", tc.x, tc.expr, tc.a, tc.b, err)
+		} else if v := attrN(got, attr); !sameNumber(v, tc.want) {
+			t.Errorf("x = %s, %s with %s, %s: %s = %s; want %s", tc.x, tc.expr, tc.a, tc.b, attr, v, tc.want)
+		}
+	}
+}
+
+// sameNumber tells whether two DynamoDB numbers are equal.
+func sameNumber(a, b string) bool {
+	x, okx := new(big.Rat).SetString(a)
+	y, oky := new(big.Rat).SetString(b)
+	return okx && oky && x.Cmp(y) == 0
+}
+
+func getItemKey(t *testing.T, c *dynamodb.Client, table string, k map[string]types.AttributeValue) map[string]types.AttributeValue {
+	t.Helper()
+	out, err := c.GetItem(ctxT(t), &dynamodb.GetItemInput{TableName: aws.String(table), Key: k, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatalf("GetItem %s: %v", table, err)
+	}
+	return out.Item
 }

@@ -35,6 +35,18 @@
 //     UpdateItem, and BatchGetItem's 1 MB answer) size items with the
 //     meter's itemSize (meter.js), which follows AWS's rules; db's own
 //     uses (its capacity and Query/Scan page sizes) are left as they were.
+//
+//  e. Numbers made by an update (API reference, AttributeValue N: 38 digits
+//     of precision, magnitude 1E-130 to 9.9999999999999999999999999999999999999E+125):
+//     dynalite checked the request's numbers, but stored whatever ADD, + or
+//     - made of them. DynamoDB refuses a result beyond the range ("Number
+//     overflow. Attempting to store a number with magnitude larger than
+//     supported range"), and one that needs more than 38 digits (1E+50 + 1)
+//     with the same message, as other emulators checked against AWS report.
+//     A non-zero result below 1E-130 is refused with dynalite's message for
+//     such an input (AWS's for this case is not documented). patchUpdateItem
+//     checks the three sums and differences of updateItem.js where they are
+//     made: a few field reads of the result each, nothing per item.
 'use strict'
 
 const meter = require('./meter')
@@ -42,9 +54,39 @@ const meter = require('./meter')
 // patchUpdateItem returns the source of dynalite's actions/updateItem.js
 // with the checks of the item an update makes (c); setcopy.js compiles it.
 const UPDATED = '        if (db.itemSize(item) > store.options.maxItemSize)'
+// And the numbers it makes (e): each sum or difference is checked before
+// it is stored; the functions return a validation error (or, resolveValue,
+// its text) as they do for their own errors.
+const ARITHMETIC = [
+  [ '        item[attr].N = new Big(item[attr].N).plus(update.Value.N).toFixed()\n',
+    '        var sum = new Big(item[attr].N).plus(update.Value.N), range = db.numberRangeError(sum)\n' +
+    '        if (range) return db.validationError(range)\n' +
+    '        item[attr].N = sum.toFixed()\n' ],
+  [ '        existing.N = new Big(existing.N).plus(section.val.N).toFixed()\n',
+    '        var sum = new Big(existing.N).plus(section.val.N), range = db.numberRangeError(sum)\n' +
+    '        if (range) return db.validationError(range)\n' +
+    '        existing.N = sum.toFixed()\n' ],
+  [ "    val = { N: new Big(val1.N)[val.type == 'add' ? 'plus' : 'minus'](val2.N).toFixed() }\n",
+    "    var num = new Big(val1.N)[val.type == 'add' ? 'plus' : 'minus'](val2.N), range = db.numberRangeError(num)\n" +
+    '    if (range) return range\n' +
+    '    val = { N: num.toFixed() }\n' ],
+]
 function patchUpdateItem (src) {
-  if (!src.includes(UPDATED)) throw new Error('fidelity: item size check not found; not dynalite 4.0.0\'s updateItem.js?')
-  return src.replace(UPDATED, '        err = db.validateUpdatedItem(item, table)\n        if (err) return cb(err)\n\n' + UPDATED)
+  for (const [ from, to ] of [ [ UPDATED, '        err = db.validateUpdatedItem(item, table)\n        if (err) return cb(err)\n\n' + UPDATED ], ...ARITHMETIC ]) {
+    if (src.split(from).length !== 2) throw new Error('fidelity: not dynalite 4.0.0\'s updateItem.js? Not found once: ' + from)
+    src = src.replace(from, to)
+  }
+  return src
+}
+
+// numberRangeError is the text of DynamoDB's refusal of a number (a Big)
+// that an update made, or undefined for one it can store.
+const OVERFLOW = 'Number overflow. Attempting to store a number with magnitude larger than supported range'
+const UNDERFLOW = 'Number underflow. Attempting to store a number with magnitude smaller than supported range'
+function numberRangeError (big) {
+  if (big.c.length === 1 && big.c[0] === 0) return // zero
+  if (big.e > 125 || big.c.length > 38) return OVERFLOW
+  if (big.e < -130) return UNDERFLOW
 }
 
 // emptyIndexKey is the first secondary-index key attribute of item (a
@@ -90,6 +132,9 @@ function install (dynalite) {
     const k = emptyIndexKey(db, item, table)
     if (k) return db.validationError('The update expression attempted to update a secondary index key to a value that is not supported. ' + emptyKeyText(k))
   }
+
+  // e.
+  db.numberRangeError = numberRangeError
 
   // d. Only the one-argument calls: db's own (with compression or
   // metadata sizes) call its local itemSize, not this export, anyway.

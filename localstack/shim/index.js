@@ -57,7 +57,8 @@
 //     a global secondary index with ConsistentRead; DeleteItem's
 //     ReturnValues other than NONE and ALL_OLD; an empty String or Binary
 //     as a secondary index's key, in a put or in the item an update makes;
-//     an item over 400 KB in UTF-8 bytes (dynalite counted UTF-16 units).
+//     an item over 400 KB in UTF-8 bytes (dynalite counted UTF-16 units);
+//     an ADD, + or - whose result is beyond DynamoDB's Number range.
 //
 // How: every write in dynalite passes the item's old and new image through
 // db.updateIndexes and then stores the item with one itemDb.put or del.
