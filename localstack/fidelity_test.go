@@ -3,6 +3,7 @@ package localstack
 import (
 	"fmt"
 	"math/big"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -340,4 +341,106 @@ func getItemKey(t *testing.T, c *dynamodb.Client, table string, k map[string]typ
 		t.Fatalf("GetItem %s: %v", table, err)
 	}
 	return out.Item
+}
+
+// Comparisons of Maps, Lists, false and empty values (Developer Guide,
+// "Condition and filter expressions, operators, and functions"; API
+// reference, Condition: "EQ is supported for all data types, including
+// lists and maps", NE likewise). dynalite compared a Map by reference (two
+// equal maps were never =, always <>) and a List as a set of references;
+// and its IN, BETWEEN and attribute_type took an attribute whose value was
+// false or empty ("", empty binary) for a missing one, so x IN (:false)
+// was false on an item whose x is false.
+func TestComparisonsOfMapsListsFalseAndEmpty(t *testing.T) {
+	t.Parallel()
+	c := client(shimServer(t))
+	table := uniqueName("compare")
+	indexedTable(t, c, table)
+	k := map[string]types.AttributeValue{"pk": s("p"), "sk": s("s")}
+	N := func(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
+	M := func(kv ...any) types.AttributeValue {
+		m := map[string]types.AttributeValue{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1].(types.AttributeValue)
+		}
+		return &types.AttributeValueMemberM{Value: m}
+	}
+	L := func(vs ...types.AttributeValue) types.AttributeValue { return &types.AttributeValueMemberL{Value: vs} }
+	f := &types.AttributeValueMemberBOOL{Value: false}
+	tr := &types.AttributeValueMemberBOOL{Value: true}
+	eb := &types.AttributeValueMemberB{Value: []byte{}}
+	item := map[string]types.AttributeValue{
+		"pk": s("p"), "sk": s("s"),
+		"m":  M("a", N("1"), "b", s("x"), "c", L(N("2"), M("d", s("y")))),
+		"li": L(N("1"), s("x"), M("a", L())),
+		"f":  f, "e": s(""), "eb": eb,
+		"ss": &types.AttributeValueMemberSS{Value: []string{"a", "b"}},
+	}
+	put(t, c, table, item)
+	vals := map[string]types.AttributeValue{
+		":m":    M("c", L(N("2"), M("d", s("y"))), "b", s("x"), "a", N("1.0")), // same map, other order
+		":m2":   M("a", N("1"), "b", s("x")),                                   // fewer members
+		":m3":   M("a", N("1"), "b", s("x"), "c", L(M("d", s("y")), N("2"))),   // list in another order
+		":c":    L(N("2"), M("d", s("y"))),
+		":c2":   L(M("d", s("y")), N("2")),
+		":l":    L(N("1"), s("x"), M("a", L())),
+		":l2":   L(s("x"), N("1"), M("a", L())),
+		":l3":   L(N("1"), s("x")),
+		":f":    f,
+		":t":    tr,
+		":e":    s(""),
+		":z":    s("z"),
+		":eb":   eb,
+		":ss":   &types.AttributeValueMemberSS{Value: []string{"b", "a"}},
+		":BOOL": s("BOOL"),
+		":S":    s("S"),
+		":B":    s("B"),
+		":N":    s("N"),
+	}
+	holds := func(cond string) (bool, error) {
+		used := map[string]types.AttributeValue{}
+		for _, tok := range regexpValue.FindAllString(cond, -1) {
+			used[tok] = vals[tok]
+		}
+		_, err := c.UpdateItem(ctxT(t), &dynamodb.UpdateItemInput{
+			TableName: aws.String(table), Key: k, UpdateExpression: aws.String("SET touched = :t"),
+			ConditionExpression: aws.String(cond), ExpressionAttributeValues: mergeValues(used, ":t", tr),
+		})
+		if apiCode(err) == "ConditionalCheckFailedException" {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	for cond, want := range map[string]bool{
+		"m = :m": true, "m <> :m": false, "m = :m2": false, "m <> :m2": true, "m = :m3": false,
+		"m IN (:m2, :m)": true, "m.c = :c": true, "m.c = :c2": false,
+		"li = :l": true, "li <> :l": false, "li = :l2": false, "li <> :l2": true, "li = :l3": false, "li IN (:l2, :l)": true,
+		"ss = :ss": true,
+		"f = :f":   true, "f IN (:f)": true, "f IN (:t, :f)": true, "f IN (:t)": false, "attribute_type(f, :BOOL)": true,
+		"e = :e": true, "e IN (:e)": true, "e IN (:z)": false, "e BETWEEN :e AND :z": true, "attribute_type(e, :S)": true,
+		"eb IN (:eb)": true, "attribute_type(eb, :B)": true, "NOT (e IN (:e))": false, "NOT (f IN (:f))": false,
+		"attribute_type(e, :N)": false,
+	} {
+		got, err := holds(cond)
+		if err != nil {
+			t.Errorf("%s: %v", cond, err)
+		} else if got != want {
+			t.Errorf("%s: %v; want %v", cond, got, want)
+		}
+	}
+	// A filter judges the same way.
+	out, err := c.Scan(ctxT(t), &dynamodb.ScanInput{
+		TableName: aws.String(table), FilterExpression: aws.String("m = :m AND li = :l AND f IN (:f) AND e BETWEEN :e AND :z"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":m": vals[":m"], ":l": vals[":l"], ":f": f, ":e": s(""), ":z": s("z")},
+	})
+	if err != nil || out.Count != 1 {
+		t.Errorf("Scan filtered on m, l, f and e: %v, %v; want the item", out, err)
+	}
+}
+
+var regexpValue = regexp.MustCompile(`:[A-Za-z0-9]+`)
+
+func mergeValues(m map[string]types.AttributeValue, k string, v types.AttributeValue) map[string]types.AttributeValue {
+	m[k] = v
+	return m
 }

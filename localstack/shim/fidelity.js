@@ -47,6 +47,18 @@
 //     such an input (AWS's for this case is not documented). patchUpdateItem
 //     checks the three sums and differences of updateItem.js where they are
 //     made: a few field reads of the result each, nothing per item.
+//
+//  f. Comparisons in conditions and filters (API reference, Condition: "EQ
+//     is supported for all data types, including lists and maps", NE
+//     likewise): dynalite's valsEqual compared a Map by reference (two
+//     equal maps were never =, always <>) and a List as a set of element
+//     references. Now a Map is equal to one with the same names and equal
+//     values, a List to one with equal elements in the same order (sets
+//     stay unordered, numbers compare by value). And IN, BETWEEN and
+//     attribute_type took an attribute whose value is false or empty ("",
+//     an empty binary) for a missing one: x IN (:false) was false on an
+//     item whose x is false. patchDb fixes both in db/index.js's source;
+//     the work is proportional to the values compared.
 'use strict'
 
 const meter = require('./meter')
@@ -72,8 +84,55 @@ const ARITHMETIC = [
     '    val = { N: num.toFixed() }\n' ],
 ]
 function patchUpdateItem (src) {
-  for (const [ from, to ] of [ [ UPDATED, '        err = db.validateUpdatedItem(item, table)\n        if (err) return cb(err)\n\n' + UPDATED ], ...ARITHMETIC ]) {
-    if (src.split(from).length !== 2) throw new Error('fidelity: not dynalite 4.0.0\'s updateItem.js? Not found once: ' + from)
+  return patchAll(src, [ [ UPDATED, '        err = db.validateUpdatedItem(item, table)\n        if (err) return cb(err)\n\n' + UPDATED ], ...ARITHMETIC ])
+}
+
+// patchDb returns the source of dynalite's db/index.js with its
+// comparisons fixed (f); index.js compiles it before anything requires db.
+const DB_PATCHES = [
+  [ `function valsEqual (val1, val2) {
+  if (Array.isArray(val1) && Array.isArray(val2)) {
+    if (val1.length != val2.length) return false
+    return val1.every(function (val) { return ~val2.indexOf(val) })
+  }
+  else {
+    return val1 == val2
+  }
+}
+`, `function valsEqual (val1, val2) {
+  if (Array.isArray(val1) && Array.isArray(val2)) {
+    if (val1.length != val2.length) return false
+    // A List (of AttributeValues), in order; a set (of strings), in any.
+    if (val1.length && typeof val1[0] == 'object') return val1.every(function (val, i) { return attrValsEqual(val, val2[i]) })
+    return val1.every(function (val) { return ~val2.indexOf(val) })
+  }
+  if (val1 != null && val2 != null && typeof val1 == 'object' && typeof val2 == 'object') { // a Map
+    var names = Object.keys(val1)
+    if (names.length != Object.keys(val2).length) return false
+    return names.every(function (name) { return Object.prototype.hasOwnProperty.call(val2, name) && attrValsEqual(val1[name], val2[name]) })
+  }
+  return val1 == val2
+}
+
+// attrValsEqual tells two AttributeValues (members of a Map or a List) equal.
+function attrValsEqual (a, b) {
+  if (a == null || b == null) return a == b
+  var type = Object.keys(a)[0]
+  if (type !== Object.keys(b)[0]) return false
+  return type == 'N' ? new Big(a.N).eq(b.N) : valsEqual(a[type], b[type])
+}
+` ],
+  [ '    if (!attrVal) return false\n    if (!compVals.some(', '    if (attrVal == null) return false\n    if (!compVals.some(' ], // IN
+  [ '    if (!attrVal || compType != attrType ||', '    if (attrVal == null || compType != attrType ||' ], // BETWEEN
+  [ '    if (!attrVal || !valsEqual(attrType, compVal)) return false', '    if (attrVal == null || !valsEqual(attrType, compVal)) return false' ], // attribute_type
+]
+function patchDb (src) {
+  return patchAll(src, DB_PATCHES)
+}
+
+function patchAll (src, patches) {
+  for (const [ from, to ] of patches) {
+    if (src.split(from).length !== 2) throw new Error('fidelity: not dynalite 4.0.0? Not found once: ' + from)
     src = src.replace(from, to)
   }
   return src
@@ -144,5 +203,5 @@ function install (dynalite) {
   }
 }
 
-module.exports = { install, patchUpdateItem }
+module.exports = { install, patchUpdateItem, patchDb }
 

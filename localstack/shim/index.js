@@ -58,7 +58,9 @@
 //     ReturnValues other than NONE and ALL_OLD; an empty String or Binary
 //     as a secondary index's key, in a put or in the item an update makes;
 //     an item over 400 KB in UTF-8 bytes (dynalite counted UTF-16 units);
-//     an ADD, + or - whose result is beyond DynamoDB's Number range.
+//     an ADD, + or - whose result is beyond DynamoDB's Number range. And
+//     comparisons as DynamoDB makes them: Maps and Lists equal by value;
+//     IN, BETWEEN and attribute_type on a false or empty value.
 //
 // How: every write in dynalite passes the item's old and new image through
 // db.updateIndexes and then stores the item with one itemDb.put or del.
@@ -110,6 +112,9 @@ exports.install = function install (argv = dep('minimist')(process.argv.slice(2)
     require('./pegmemo').install(file)
     require.cache[file].exports = require('./parsecache').cached(require.cache[file].exports)
   }
+  // 11. dynalite's comparisons fixed (fidelity.js), before anything requires db.
+  const dbFile = require.resolve(path.join(DIR, 'db'))
+  if (!require.cache[dbFile]) require('./setcopy').compile(dbFile, require('./fidelity').patchDb)
   // 8. SET values read before the update, as copies (setcopy.js).
   const updateItem = require.resolve(path.join(DIR, 'actions', 'updateItem'))
   // And 11: the checks of the item an update makes (fidelity.js).

@@ -35,12 +35,18 @@ function copyValue (val) {
 // install compiles file with patch and then each of more (functions of
 // the source, as patch), and puts it in the require cache.
 function install (file, ...more) {
+  compile(file, patch, ...more)
+}
+
+// compile compiles file with each of patches applied to its source in
+// turn, and puts it in the require cache.
+function compile (file, ...patches) {
   const m = new Module(file, module)
   m.filename = file
   m.paths = Module._nodeModulePaths(path.dirname(file))
-  m._compile(more.reduce((src, p) => p(src), patch(fs.readFileSync(file, 'utf8'))), file)
+  m._compile(patches.reduce((src, p) => p(src), fs.readFileSync(file, 'utf8')), file)
   m.loaded = true
   require.cache[file] = m
 }
 
-module.exports = { patch, install }
+module.exports = { patch, install, compile }
