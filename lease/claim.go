@@ -187,7 +187,7 @@ func (t *taskItem) strandedDelay() bool {
 		return false
 	}
 	_, delayed := delayedUntil(t.ClaimKey)
-	return delayed
+	return delayed && len(t.ClaimKey) > len("~0000000000000#") && t.ClaimKey[len("~0000000000000")] == '#'
 }
 
 // mendDelay gives a stranded delayed task (strandedDelay) its entry in
@@ -206,6 +206,12 @@ func mendDelay(ctx context.Context, db interface {
 		nameStatus.In(statuses, rest...), expression.Name("claim_key").Equal(expression.Value(it.ClaimKey))}
 	upd := expression.Set(nameExpires, expression.Value(at)).
 		Set(expression.Name("lease_shard"), expression.Value(shardOf(it.TaskID, leaseShards)))
+	if it.ClaimRank == "" {
+		// The ready key the sweep gives back (rankReady) is claim_rank,
+		// which every delayed key is written with; should one lack it, it
+		// is the delayed key's own tail, "~<not_before>#<ready key>".
+		upd = upd.Set(expression.Name("claim_rank"), expression.Value(it.ClaimKey[len("~0000000000000#"):]))
+	}
 	expr, err := expression.NewBuilder().WithCondition(cond.cond()).WithUpdate(upd).Build()
 	if err != nil {
 		return false, err

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,12 +24,13 @@ import (
 
 // strand writes task id of e's table as an earlier version left it: its
 // delayed key, without the expiry entry.
-func (e *env) strand(t *testing.T, id string) {
+// With more, it removes those attributes too.
+func (e *env) strand(t *testing.T, id string, more ...string) {
 	t.Helper()
 	must[*dynamodb.UpdateItemOutput](t)(uncounted().UpdateItem(ctx(t), &dynamodb.UpdateItemInput{
 		TableName:           aws.String(e.names.Table(schema.TasksTable)),
 		Key:                 map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: id}},
-		UpdateExpression:    aws.String("REMOVE lease_expires, lease_shard"),
+		UpdateExpression:    aws.String("REMOVE " + strings.Join(append([]string{"lease_expires", "lease_shard"}, more...), ", ")),
 		ConditionExpression: aws.String("begins_with(claim_key, :d)"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":d": &types.AttributeValueMemberS{Value: "~"},
@@ -101,5 +103,18 @@ func TestAStrandedDelayIsMendedAtTheTasksNextChange(t *testing.T) {
 	if got := must[lease.Task](t)(e.store.GetTask(c, "urgent")); got.Status != lease.StatusTodo {
 		t.Fatalf("urgent after its blocker completed: %s, want todo", got.Status)
 	}
+	e.claimsUrgent(t, "q")
+}
+
+// One without its claim_rank, the ready key the sweep gives back, is
+// given that too (the delayed key's tail): else the sweep would take its
+// entry and leave its delayed key, and the stream give the entry back,
+// at every sweep.
+func TestAStrandedDelayWithoutItsRankIsMendedWhole(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.busyQueue(t, "q")
+	e.strand(t, "urgent", "claim_rank")
+	e.drain(t)
 	e.claimsUrgent(t, "q")
 }
