@@ -42,16 +42,19 @@ import (
 // instead of one; a claim queries the head of every shard of every queue it
 // names at once and merges them, one Query per shard (so the claim's
 // budget of 5 requests and 3 read units for one queue holds for n up to
-// 4). A claim spread over the head (concurrent claimers, below) reads one
-// shard of each queue instead, chosen at random (claimLook), and the
-// others only when that one has nothing for it: 2 requests for one queue. Each head is ceil(w/n)+1 entries and at least 8 (w the
-// claim's spread window, below; 1 for a lone claimer; a Query is billed by
-// the 4 KB read, so the longer head costs nothing), with only the attributes ordering
-// and the grant need: any task among the best k of the queues is among the
-// best k of its shard, so the merge is exact for a lone claimer, and for
-// concurrent claimers it is the head they spread over anyway (tasks hash
-// evenly over the shards). '#' cannot occur in an id, so no queue's
-// partitions meet another's.
+// 4). The claims of one process that want a read of the same queues while
+// one is in flight share it (claimSpread.look). A claim spread over the
+// head (racing claimers of other processes, below) reads one shard of each
+// queue instead, chosen at random (claimLook), and the others only when
+// that one has nothing for it: 2 requests for one queue. Each head is
+// ceil(k/n)+1 entries and at least 8 (k the claim's spread window, below,
+// plus the claims of the process in flight; a Query is billed by the 4 KB
+// read, so the longer head costs nothing), with only the attributes
+// ordering and the grant need: any task among the best k of the queues is
+// among the best k of its shard, so the merge is exact for the claims of
+// one process, and for claimers spread by races it is the head they
+// spread over anyway (tasks hash evenly over the shards). '#' cannot occur
+// in an id, so no queue's partitions meet another's.
 //
 // The index is sparse by the presence of claim_shard, and the writes that
 // change claimability set or remove it, in the same write:
@@ -81,24 +84,29 @@ import (
 // condition, so a candidate that someone took, or that a PATCH moved to
 // another queue, since the index was written is skipped, never granted.
 //
-// Concurrent claimers shuffle the best w candidates before their first
-// write. w is 3n for n claims in flight in this process; across processes
-// (Lambda containers that each run one claim), which cannot count each
-// other, it is what the process's recent claims learned: the window a claim
-// won with, three quarters of it for the next claim, shrinking by a tenth a
-// claim while nothing is lost, and by half every two seconds. Most
-// claimers win with their first write, and a lone claimer that has lost
-// nothing lately takes the best. A write counts as lost to a race only when the task changed (last_at, or its lock time)
-// after the claim read the indexes; a candidate changed before is an index
-// entry that lagged, and says nothing of contention (else a lone claimer
-// under index lag would stop taking the best). A claim that loses a race
-// reshuffles the candidates left over four times its window before its next
-// write, so that claimers who lost the same task do not all go for the next
-// one. Priority order is exact for a lone claimer and holds across claimers
-// up to that window: n claimers of one process at once take n of the best
-// 3n (each from the best 3n/4 of a random shard, once w is at least two a
-// shard: tasks hash evenly over the shards, so that is the same random
-// pick for a quarter of the Queries). A claim that names its run id keeps a receipt (a heartbeats-table item
+// The claims of one process never race each other: each takes the best
+// candidate that no other claim of the process is writing for (held) or
+// has won since the read was sent (the index shows a task for a moment
+// after its grant), so n claims at once take the best n tasks, each with
+// its first write, and a claim that finds only tasks others of the process
+// hold waits for one of those writes to end and reads again. Claimers in
+// other processes (Lambda containers that each run one claim), which
+// cannot see each other, pick at random among the best w candidates,
+// where w is what the process's races with them taught: the window a
+// claim won with, three quarters of it for the next claim, shrinking by a
+// tenth a claim while nothing is lost, and by half every two seconds. A
+// write counts as lost to such a race only when the task changed (last_at,
+// or its lock time) after the read was sent, and its lease is not one a
+// claim of this process won; a candidate changed before is an index entry
+// that lagged, and says nothing of contention (else a lone claimer under
+// index lag would stop taking the best). A claim that loses a race picks
+// among four times its window before its next write, so that claimers who
+// lost the same task do not all go for the next one. So priority order is
+// exact for the claims of one process, however many run at once, and
+// holds across processes up to that window (each from the best w/n of a
+// random shard, once w is at least two a shard: tasks hash evenly over
+// the shards, so that is the same random pick for a quarter of the
+// Queries). A claim that names its run id keeps a receipt (a heartbeats-table item
 // keyed "#claim#agent#run", TTL 48 h) listing every task it tries, written
 // before each try; a retry reads the receipt and those tasks consistently
 // and returns the lease the run got, so the same run id always gets the same
@@ -282,14 +290,14 @@ const claimPoll = 2 * time.Second
 // took, or moved to another queue, in the meantime is skipped, never
 // double-granted.
 //
-// Concurrent claimers spread over the head of the queue instead of all
-// writing for its first task: a claimer picks at random among the best w
-// candidates, where w is three times the claims running in this process,
-// grows fourfold with each race this claim loses, and starts from what this
-// process's recent claims won with (see claimSpread.won), so that claimers
-// in other processes (other Lambda containers), which no process can count,
-// spread too once they have met. A lone claimer with nothing lost lately
-// (w = 1) always takes the best.
+// Concurrent claims of one process take the best tasks between them,
+// never writing for the same one (claimSpread.pick). Claimers of other
+// processes (other Lambda containers), which no process can see, spread
+// over the head of the queue once they have met: a claimer picks at random
+// among the best w candidates, where w grows fourfold with each race this
+// claim loses to one of them, and starts from what this process's recent
+// claims won with (see claimSpread.won). A process whose claims have lost
+// nothing to another lately (w = 1) always takes the best.
 //
 // A claim that names its run id is retried safely: a receipt keyed by agent
 // and run id lists every task the run has tried, before each try, so a
@@ -417,21 +425,38 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 	// Tasks this claim found taken: an index that lags shows them for a
 	// moment more, and trying them again would only fail again.
 	taken := map[string]bool{}
+	key := strings.Join(cp.queues, "\x00")
+	// A look read before this claim began may miss a task freed since: it
+	// may give this claim a task, never its answer that there is none.
+	began := ms(s.clock())
+	var fresh int64 // the earliest look this claim takes: 0, any in flight
 	for range retries(ctx) {
-		readAt := ms(s.clock())
 		w := s.claims.width(0, s.clock())
-		cands, next, err := s.claimLook(ctx, cp.queues, w, taken)
-		if err != nil {
-			return Checkout{}, err
+		l := s.claims.look(key, fresh, s.clock, func() ([]*taskItem, int64, error) {
+			return s.claimLook(ctx, cp.queues, w, nil)
+		})
+		if l.err != nil {
+			if !l.mine && ctx.Err() == nil {
+				fresh = ms(s.clock()) // another claim's look, cut short by its caller
+				continue
+			}
+			return Checkout{}, l.err
 		}
-		if len(cands) == 0 {
-			return Checkout{}, &noneYet{next: next}
-		}
-		cands = s.claims.order(cands, w)
+		readAt := l.at
 		retook := map[string]bool{}
-		for raced := 0; len(cands) > 0; {
-			it := cands[0]
-			cands = cands[1:]
+		tried := map[string]bool{} // each candidate once a look
+		var again *taskItem        // this run's own grant, expired: taken over once
+		others := false            // l showed tasks other claims of this process took
+		var settled <-chan struct{}
+		for raced := 0; ; {
+			it := again
+			if again != nil {
+				again = nil
+				s.claims.hold(it.TaskID)
+			} else if it, others, settled = s.claims.pick(l, w, taken, tried); it == nil {
+				break
+			}
+			tried[it.TaskID] = true
 			cp.TaskID = it.TaskID
 			var over *taskItem
 			if it.hasLease() {
@@ -439,11 +464,13 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 			}
 			if named {
 				if err := s.noteClaim(ctx, cp.AgentID, cp.RunID, it.TaskID); err != nil {
+					s.claims.unhold(it.TaskID)
 					return Checkout{}, err
 				}
 			}
 			g, _, err := s.grantNow(ctx, cp, over, 0)
 			if err != nil {
+				s.claims.unhold(it.TaskID)
 				return Checkout{}, err
 			}
 			c, cur := g.lease, g.cur
@@ -456,16 +483,17 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 				// lease's timeout): a lease is never handed out expired, so
 				// that one is taken over like any ended lease, once.
 				if !cur.leaseTimeValid(s.clock()) {
+					s.claims.unhold(it.TaskID)
 					if !retook[cur.TaskID] {
 						retook[cur.TaskID] = true
-						cands = append([]*taskItem{cur}, cands...)
+						again = cur
 					}
 					continue
 				}
 				c, g.granted = cur.checkout(), true
 			}
 			if g.granted {
-				s.claims.won(w, s.clock())
+				s.claims.won(l, c.TaskID, c.Fence, w, s.clock())
 				if named {
 					if first, superseded, err := s.noteGrant(ctx, c); err != nil || superseded {
 						return first, err
@@ -473,6 +501,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 				}
 				return c, nil
 			}
+			s.claims.unhold(it.TaskID)
 			if cur == nil || !cur.claimable() {
 				taken[it.TaskID] = true
 			}
@@ -481,19 +510,35 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 				s.keepDelay(ctx, cur)
 				taken[it.TaskID] = true
 			}
-			if cur != nil && max(cur.LockedAt, cur.LastAt) > readAt {
+			if cur != nil && max(cur.LockedAt, cur.LastAt) > readAt && !s.claims.ours(cur.TaskID, cur.Fence) {
 				// Changed after the indexes were read (taken, and maybe
-				// already finished): another claimer won the race, so
-				// spread wider, and this claim at once four times as wide
-				// for each race it lost: claimers that lost the same task must
-				// not all go for the next one. A task changed before is an
+				// already finished) by a claimer of another process (a
+				// claim of this one never writes for a task another is
+				// writing for, and knows the grants it won): spread wider,
+				// and this claim at once four times as wide for each race
+				// it lost, since claimers that lost the same task must not
+				// all go for the next one. A task changed before is an
 				// index entry that lagged, which says nothing of
 				// contention.
 				raced++
 				w = s.claims.width(raced, s.clock())
-				cands = s.claims.order(cands, w)
 			}
 		}
+		if len(tried) == 0 && !others && readAt >= began {
+			return Checkout{}, &noneYet{next: l.next}
+		}
+		if settled != nil {
+			// What is left is being written for by other claims of this
+			// process: a read now would show the same.
+			select {
+			case <-settled:
+			case <-ctx.Done():
+				return Checkout{}, ctx.Err()
+			}
+		}
+		// Every candidate taken, by others of this process too, or a look
+		// older than the claim: look again.
+		fresh = max(began, ms(s.clock()))
 	}
 	return Checkout{}, ErrNoTaskAvailable
 }
@@ -572,7 +617,7 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string, shards []i
 	// loses races has candidates to widen to without reading again (a
 	// Query is billed by the 4 KB read, so a longer head costs nothing).
 	// Only what ordering and the grant need is read.
-	perShard := int32(min(claimPage, max(claimHead, (s.claims.window(s.clock())+s.shards.Claim-1)/s.shards.Claim+1)))
+	perShard := int32(min(claimPage, max(claimHead, (s.claims.readWidth(s.clock())+s.shards.Claim-1)/s.shards.Claim+1)))
 	proj := expression.NamesList(expression.Name("task_id"), expression.Name("queue"), expression.Name("priority"),
 		expression.Name("created_at"), expression.Name("claim_key"))
 	for _, q := range queues {
@@ -627,6 +672,17 @@ type claimSpread struct {
 	// nothing is lost.
 	learned   float64
 	learnedAt time.Time
+	// held are the tasks this process's claims are writing for: no other
+	// claim of it writes for one meanwhile. wins are the grants its
+	// claims won lately (task and fence; the latest winsKept), so that a
+	// claim that loses a task to one of them knows it lost to no one
+	// elsewhere. looks are the reads of the claim index in flight, by
+	// the queues they read, which claims of the same queues share.
+	held     map[string]bool
+	settled  chan struct{} // closed when a held task is let go (see pick)
+	wins     map[string]claimWin
+	winOrder []string
+	looks    map[string]*claimRead
 
 	// waiting holds the waiting claims of this process by the queues
 	// they wait on (see waitOn, wake).
@@ -724,15 +780,50 @@ func wokenQueue(it *taskItem) string {
 // against 3.0.)
 const learnedHalfLife = 2 * time.Second
 
-// won records the window a claim won with at now: the next claim starts
-// from three quarters of it, or nine tenths of the window before,
-// whichever is wider, so that claimers that keep meeting each other stay
-// spread, and a claimer left alone is back to the best task within a few
-// dozen claims, or a few seconds.
-func (c *claimSpread) won(w int, now time.Time) {
+// won records a grant the claim won from look l with window w at now:
+// its task is no longer held, l's other claims pass it by, and the
+// process knows it as its own. The next claim starts from three quarters
+// of w, or nine tenths of the window before, whichever is wider, so that
+// claimers that keep meeting claimers elsewhere stay spread, and one left
+// alone is back to the best task within a few dozen claims, or a few
+// seconds.
+func (c *claimSpread) won(l *claimRead, taskID string, fence int64, w int, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.unholdLocked(taskID)
+	l.granted[taskID] = true
+	if c.wins == nil {
+		c.wins = map[string]claimWin{}
+	}
+	if _, ok := c.wins[taskID]; !ok {
+		if len(c.winOrder) >= winsKept {
+			delete(c.wins, c.winOrder[0])
+			c.winOrder = c.winOrder[1:]
+		}
+		c.winOrder = append(c.winOrder, taskID)
+	}
+	c.wins[taskID] = claimWin{fence: fence, at: ms(now)}
 	c.learned, c.learnedAt = max(1, 0.75*float64(w), 0.9*c.faded(now)), now
+}
+
+// winsKept bounds the grants a process remembers as its own: a claim
+// that loses a task asks about the grant that beat it, made moments ago,
+// and a read sent before a grant shows its task for a moment.
+const winsKept = 4096
+
+// claimWin is a grant a claim of this process won: its fence, and when
+// (Unix ms, the store's clock).
+type claimWin struct {
+	fence, at int64
+}
+
+// ours reports whether the lease with fence on taskID was granted by a
+// claim of this process.
+func (c *claimSpread) ours(taskID string, fence int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	win, ok := c.wins[taskID]
+	return ok && win.fence == fence
 }
 
 // faded is learned as it stands at now: halved for every learnedHalfLife
@@ -745,19 +836,22 @@ func (c *claimSpread) faded(now time.Time) float64 {
 	return max(1, c.learned*math.Exp2(-d.Seconds()/learnedHalfLife.Seconds()))
 }
 
-// window is how many of the best candidates a claim at now picks among at
-// first: 1 for a lone claimer with nothing lost lately; n claimers of this
-// process at once spread over three times as many, so that most of them
-// win with their first write; and never less than what this process's
-// recent lost races have taught it (see learned).
+// window is how many of the best candidates not held by another claim of
+// this process a claim at now picks among at first: what this process's
+// recent races with claimers elsewhere have taught it (see learned), 1
+// for a process that has lost none lately. Claims of one process do not
+// need it: they never write for the same task.
 func (c *claimSpread) window(now time.Time) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w := int(c.faded(now))
-	if n := int(c.inflight.Load()); n > 1 {
-		w = max(w, 3*n)
-	}
-	return w
+	return int(c.faded(now))
+}
+
+// readWidth is how many of the best candidates a look at the claim index
+// at now reads: enough for its window and for every claim of this
+// process in flight, which pass by each other's tasks.
+func (c *claimSpread) readWidth(now time.Time) int {
+	return c.window(now) + int(c.inflight.Load())
 }
 
 // width is the window of a claim at now that has lost raced races: four
@@ -767,13 +861,121 @@ func (c *claimSpread) width(raced int, now time.Time) int {
 	return min(c.window(now)<<min(2*raced, 16), 1<<16)
 }
 
-// order returns the candidates in the order to try them: the best w in a
-// random order, then the others, best first.
-func (c *claimSpread) order(cands []*taskItem, w int) []*taskItem {
-	w = min(w, len(cands))
-	out := slices.Clone(cands)
-	rand.Shuffle(w, func(i, j int) { out[i], out[j] = out[j], out[i] })
-	return out
+// claimRead is one read of the claim index, shared by the claims of this
+// process that wanted one while it was in flight. at is when it was sent
+// (Unix ms), mine whether the claim holding it sent it; granted are the
+// tasks its claims have won since, which the others pass by (the index
+// may show them for a moment more). cands are best first and read-only.
+type claimRead struct {
+	done    chan struct{}
+	at      int64
+	mine    bool
+	cands   []*taskItem
+	next    int64
+	err     error
+	granted map[string]bool
+}
+
+// look returns a read of the claim index for the queues key names: the
+// one in flight when it was sent at or after since, which the claim joins
+// (one read serves every claim of the process that arrives while it is
+// out), else a read of its own by read, which later claims may join.
+func (c *claimSpread) look(key string, since int64, clock func() time.Time, read func() ([]*taskItem, int64, error)) *claimRead {
+	c.mu.Lock()
+	if l := c.looks[key]; l != nil && l.at >= since {
+		c.mu.Unlock()
+		<-l.done
+		joined := *l
+		joined.mine = false
+		return &joined
+	}
+	l := &claimRead{done: make(chan struct{}), at: ms(clock()), mine: true, granted: map[string]bool{}}
+	if c.looks == nil {
+		c.looks = map[string]*claimRead{}
+	}
+	c.looks[key] = l
+	c.mu.Unlock()
+	cands, next, err := read()
+	c.mu.Lock()
+	l.cands, l.next, l.err = cands, next, err
+	if c.looks[key] == l {
+		delete(c.looks, key)
+	}
+	c.mu.Unlock()
+	close(l.done)
+	return l
+}
+
+// pick returns the candidate of l a claim with window w tries next, and
+// holds it: at random among the best w of those no claim of this
+// process holds or has won from l, and that the claim has not found
+// taken or tried from l already. When none is left it returns nil, and
+// others whether l held any that other claims of this process held or
+// won: a read that shows more may find this claim one; settled, when one
+// is still held, is closed once a claim of this process stops writing
+// for a task, when a read is worth making.
+func (c *claimSpread) pick(l *claimRead, w int, taken, tried map[string]bool) (it *taskItem, others bool, settled <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var open []*taskItem
+	for _, it := range l.cands {
+		switch {
+		case taken[it.TaskID] || tried[it.TaskID]:
+		case c.held[it.TaskID]:
+			others = true
+			if c.settled == nil {
+				c.settled = make(chan struct{})
+			}
+			settled = c.settled
+		case l.granted[it.TaskID] || c.wins[it.TaskID].at > l.at:
+			// Won by a claim of this process since l was sent: the
+			// index showed it before the grant.
+			others = true
+		default:
+			open = append(open, it)
+		}
+		if len(open) == w {
+			break
+		}
+	}
+	if len(open) == 0 {
+		return nil, others, settled
+	}
+	it = open[rand.IntN(len(open))]
+	c.holdLocked(it.TaskID)
+	return it, others, nil
+}
+
+// hold marks a task a claim of this process is writing for, and unhold
+// one it has stopped writing for.
+func (c *claimSpread) hold(taskID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.holdLocked(taskID)
+}
+
+// holdLocked is hold with c.mu held.
+func (c *claimSpread) holdLocked(taskID string) {
+	if c.held == nil {
+		c.held = map[string]bool{}
+	}
+	c.held[taskID] = true
+}
+
+func (c *claimSpread) unhold(taskID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unholdLocked(taskID)
+}
+
+// unholdLocked is unhold with c.mu held: it tells the claims waiting for
+// a held task to settle (see pick).
+func (c *claimSpread) unholdLocked(taskID string) {
+	delete(c.held, taskID)
+	if c.settled != nil {
+		close(c.settled)
+		c.settled = nil
+	}
 }
 
 // receiptID is the heartbeats-table key of a named claim's receipt; '#'

@@ -87,3 +87,81 @@ func TestALoneClaimerTakesTheBestOnceContentionHasPassed(t *testing.T) {
 		}
 	}
 }
+
+// Claims of one process never race each other: a burst of them teaches
+// the process nothing of claimers elsewhere, so a lone claim right after
+// it takes the best task, in any queue (before, the burst's window made
+// the next claims of the next 15 s pick at random among the head).
+func TestALoneClaimRightAfterABurstOfThisProcessTakesTheBest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	var batch []lease.CreateTaskParams
+	for i := range 20 {
+		batch = append(batch, lease.CreateTaskParams{TaskID: fmt.Sprintf("hot-%02d", i), Queue: "hot"})
+	}
+	must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch))
+	race(30, func(i int) {
+		_, err := e.store.Claim(c, lease.ClaimParams{AgentID: fmt.Sprintf("b%02d", i), Queues: []string{"hot"}, Timeout: time.Hour})
+		if err != nil && !errors.Is(err, lease.ErrNoTaskAvailable) {
+			t.Errorf("claim in the burst: %v", err)
+		}
+	})
+	batch = batch[:0]
+	for i := range 10 {
+		batch = append(batch, lease.CreateTaskParams{TaskID: fmt.Sprintf("p%d", i), Queue: "after", Priority: new(i)})
+	}
+	must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch))
+	for want := 9; want >= 5; want-- {
+		co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "lone", Queues: []string{"after"}, Timeout: time.Hour}))
+		if co.Priority != want {
+			t.Fatalf("claim %d right after the burst: %s (priority %d), want priority %d", 10-want, co.TaskID, co.Priority, want)
+		}
+	}
+}
+
+// Concurrent claims of one process take the best tasks between them: 20
+// claims at once over 5 tasks of priority 9 and 30 of priority 0 leave no
+// task of priority 9 unclaimed (before, each picked at random among the
+// best 60, and two of the five were left while fifteen of priority 0
+// went).
+func TestConcurrentClaimsOfOneProcessTakeTheBestTasks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	var batch []lease.CreateTaskParams
+	for i := range 35 {
+		p := 0
+		if i%7 == 3 {
+			p = 9
+		}
+		batch = append(batch, lease.CreateTaskParams{TaskID: fmt.Sprintf("mix-%02d", i), Queue: "mix", Priority: new(p)})
+		if len(batch) == lease.MaxBatch || i == 34 {
+			must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch))
+			batch = batch[:0]
+		}
+	}
+	for round := range 3 {
+		got := make([]lease.Checkout, 20)
+		race(20, func(i int) {
+			co, err := e.store.Claim(c, lease.ClaimParams{AgentID: fmt.Sprintf("r%d-%02d", round, i), Queues: []string{"mix"}, Timeout: time.Hour})
+			if err != nil {
+				t.Errorf("claim: %v", err)
+			}
+			got[i] = co
+		})
+		high := 0
+		for _, co := range got {
+			if co.Priority == 9 {
+				high++
+			}
+		}
+		if high != 5 {
+			t.Fatalf("round %d: 20 claims at once took %d of the 5 tasks of priority 9", round, high)
+		}
+		// The same again: every lease given back.
+		for _, co := range got {
+			must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: co.TaskID, AgentID: co.AgentID, RunID: co.RunID, Fence: co.Fence}))
+		}
+	}
+}
