@@ -616,3 +616,24 @@ func TestANotBeforeOnAFinishedTaskPutsNoEntry(t *testing.T) {
 		})
 	}
 }
+
+// The sweep ranking a delayed task ready again changes nothing the task
+// shows, and so not its version: an If-Match PATCH of what a client read
+// before still holds (it was refused 412 with nothing changed before).
+func TestADelayRankedReadyKeepsTheVersion(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	nb := e.clock.Now().Add(time.Minute)
+	before := must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "later", NotBefore: &nb}))
+	e.clock.Advance(2 * time.Minute)
+	if res := must[lease.SweepResult](t)(e.store.Sweep(c)); res.Ready != 1 {
+		t.Fatalf("sweep ranked %d delayed tasks ready, want 1", res.Ready)
+	}
+	after := must[lease.Task](t)(e.store.GetTask(c, "later"))
+	if after.Version != before.Version {
+		t.Fatalf("version %d after the sweep ranked it ready, want %d as created", after.Version, before.Version)
+	}
+	title := "now"
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "later", AgentID: "a", Title: &title, IfVersion: before.Version}))
+}

@@ -392,14 +392,16 @@ func (s *Store) settleDeath(ctx context.Context, hb *heartbeatItem) error {
 // rankReady gives a delayed task whose not_before has come its ready
 // claim_key back, and takes it out of the expiry index: one write, pinned
 // to the entry read (no lease, the same expiry). ok is false when another
-// write moved the task first (a grant: it ranks the task itself).
+// write moved the task first (a grant: it ranks the task itself). Like
+// keepDelay it changes nothing the task shows, so it moves no version: an
+// If-Match PATCH of what a client read before still holds.
 func (s *Store) rankReady(ctx context.Context, it *taskItem) (bool, error) {
 	cond := terms{expression.AttributeNotExists(nameHolder), nameExpires.Equal(expression.Value(it.LeaseExpires))}
 	upd := expression.Set(expression.Name("claim_key"), expression.IfNotExists(expression.Name("claim_rank"), expression.Name("claim_key"))).
 		Remove(nameExpires).Remove(expression.Name("lease_shard"))
 	// The item back (no read units), for its queue: the index entry read
 	// has none.
-	after, applied, err := s.update(ctx, it.TaskID, cond, upd, types.ReturnValueAllNew)
+	after, applied, err := s.write(ctx, it.TaskID, cond, upd, types.ReturnValueAllNew)
 	if applied {
 		s.claims.wake(wokenQueue(after))
 	}
