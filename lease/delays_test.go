@@ -637,3 +637,30 @@ func TestADelayRankedReadyKeepsTheVersion(t *testing.T) {
 	title := "now"
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "later", AgentID: "a", Title: &title, IfVersion: before.Version}))
 }
+
+// Cancelling a task that is cancelled already changes nothing, whatever
+// its not_before: it was written again once (its claim key delayed, its
+// version moved) when the not_before had been set while it was held.
+func TestCancellingACancelledTaskWithANotBeforeChangesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "x")
+	e.checkout(t, "x", "a", time.Hour)
+	nb := time.Date(2199, 1, 1, 0, 0, 0, 0, time.UTC)
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "a", SetNotBefore: true, NotBefore: &nb}))
+	cancelled := lease.StatusCancelled
+	first := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "a", Status: &cancelled}))
+	e.drain(t)
+	// A cancelled task is in no index the sweep reads.
+	e.clock.Advance(25 * time.Hour)
+	if res := must[lease.SweepResult](t)(e.store.Sweep(c)); res.Ready != 0 || res.Timeouts != 0 {
+		t.Fatalf("a sweep found the cancelled task: %+v", res)
+	}
+	for i := range 2 {
+		again := must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "a", Status: &cancelled}))
+		if again.Version != first.Version {
+			t.Fatalf("cancel %d of a cancelled task: version %d, want %d", i+2, again.Version, first.Version)
+		}
+	}
+}

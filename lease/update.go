@@ -536,10 +536,12 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 	// but for one with a lease: no entry of the expiry index would tell
 	// the sweep when to rank it ready again (its lease's ending removes
 	// the lease's), so it keeps its ready key, and a claim that reaches it
-	// before its not_before finds it not ready at the grant.
+	// before its not_before finds it not ready at the grant. A finished or
+	// cancelled task is claimed by no one: it keeps its ready key too, and
+	// a cancel of a cancelled task writes nothing.
 	rank := claimKey(prio, cur.CreatedAt, cur.TaskID)
 	home, key := cur.ClaimHome, rank
-	if notBefore > ms(now) && !cur.hasLease() {
+	if notBefore > ms(now) && !cur.hasLease() && (final == StatusTodo || final == StatusBlocked) {
 		key = delayedKey(notBefore, rank)
 	}
 	if !strings.HasPrefix(home, queue+"#") {
