@@ -425,6 +425,17 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 	// Tasks this claim found taken: an index that lags shows them for a
 	// moment more, and trying them again would only fail again.
 	taken := map[string]bool{}
+	// The task this claim is writing for, held from the other claims of
+	// the process (claimSpread.pick) until the write's answer: let go on
+	// every way out, a panic included.
+	holding := ""
+	letGo := func() {
+		if holding != "" {
+			s.claims.unhold(holding)
+			holding = ""
+		}
+	}
+	defer letGo()
 	key := strings.Join(cp.queues, "\x00")
 	// A look read before this claim began may miss a task freed since: it
 	// may give this claim a task, never its answer that there is none.
@@ -456,6 +467,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 			} else if it, others, settled = s.claims.pick(l, w, taken, tried); it == nil {
 				break
 			}
+			holding = it.TaskID
 			tried[it.TaskID] = true
 			cp.TaskID = it.TaskID
 			var over *taskItem
@@ -464,13 +476,13 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 			}
 			if named {
 				if err := s.noteClaim(ctx, cp.AgentID, cp.RunID, it.TaskID); err != nil {
-					s.claims.unhold(it.TaskID)
+					letGo()
 					return Checkout{}, err
 				}
 			}
 			g, _, err := s.grantNow(ctx, cp, over, 0)
 			if err != nil {
-				s.claims.unhold(it.TaskID)
+				letGo()
 				return Checkout{}, err
 			}
 			c, cur := g.lease, g.cur
@@ -483,7 +495,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 				// lease's timeout): a lease is never handed out expired, so
 				// that one is taken over like any ended lease, once.
 				if !cur.leaseTimeValid(s.clock()) {
-					s.claims.unhold(it.TaskID)
+					letGo()
 					if !retook[cur.TaskID] {
 						retook[cur.TaskID] = true
 						again = cur
@@ -494,6 +506,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 			}
 			if g.granted {
 				s.claims.won(l, c.TaskID, c.Fence, w, s.clock())
+				holding = ""
 				if named {
 					if first, superseded, err := s.noteGrant(ctx, c); err != nil || superseded {
 						return first, err
@@ -501,7 +514,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 				}
 				return c, nil
 			}
-			s.claims.unhold(it.TaskID)
+			letGo()
 			if cur == nil || !cur.claimable() {
 				taken[it.TaskID] = true
 			}
