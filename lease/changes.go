@@ -155,9 +155,9 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 	var msgs []messageItem
 	var notices []Notice
 	fw := freeingWatches{s: s}
-	var blockers []blockerStep // completions and reopens of blockers, in order
-	var settle [][2]*taskItem  // blocked tasks' changes: old (nil for new) and new
-	var stranded []*taskItem   // delayed tasks left without their expiry entry
+	var blockers blockerSteps // blockers completed or reopened, one step each
+	var settle [][2]*taskItem // blocked tasks' changes: old (nil for new) and new
+	var stranded []*taskItem  // delayed tasks left without their expiry entry
 	ttl := s.clock().Add(s.retention).Unix()
 	for _, ch := range changes {
 		old, cur, transition, err := decodeChange(ch)
@@ -175,7 +175,7 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 			stranded = append(stranded, &cur)
 		}
 		if ch.Old != nil && old.Status == StatusDone && cur.Status != StatusDone && cur.HasDependents {
-			blockers = append(blockers, blockerStep{id: cur.TaskID, reopened: true})
+			blockers.add(cur.TaskID, false)
 		}
 		if !transition {
 			continue
@@ -191,7 +191,7 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 				ev.Error = text
 			}
 			if ev.Type == EventComplete && cur.HasDependents {
-				blockers = append(blockers, blockerStep{id: ev.TaskID})
+				blockers.add(ev.TaskID, true)
 			}
 			item, err := attributevalue.MarshalMap(ev.eventItem)
 			if err != nil {
@@ -272,14 +272,8 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 		return err
 	}
 	for _, b := range blockers {
-		if b.reopened {
-			if err := s.reblockDependents(ctx, b.id); err != nil {
-				return fmt.Errorf("block again the dependents of %s: %w", b.id, err)
-			}
-			continue
-		}
-		if err := s.unblockDependents(ctx, b.id); err != nil {
-			return fmt.Errorf("unblock the dependents of %s: %w", b.id, err)
+		if err := s.passOnBlocker(ctx, b); err != nil {
+			return err
 		}
 	}
 	for _, ch := range settle {

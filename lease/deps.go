@@ -97,11 +97,13 @@ import (
 // the order they were written, each as the blocker is when the stream
 // reads it: a completion of a blocker that is not done by then unblocks
 // nothing, and a reopen of one that is done again blocks nothing, since
-// the change that left it so comes later and does the work. So a
-// dependent never waits on a done blocker once the stream has caught up,
-// and is not unblocked for a moment by a completion already undone. A
-// grant in the moment before the reblocking wins over it, as a checkout
-// in the moment before an unblocking does. The reblocked task's own
+// the change that left it so comes later and does the work: all the
+// completions and reopens of one blocker in a batch come to one pass over
+// its dependents, after one read of it (passOnBlocker). So a dependent
+// never waits on a done blocker once the stream has caught up, and is not
+// unblocked for a moment by a completion already undone. A grant in the
+// moment before the reblocking wins over it, as a checkout in the moment
+// before an unblocking does. The reblocked task's own
 // change is settled like any that leaves a task blocked (settleChange).
 //
 // Cycles are refused: before a PATCH names new blockers, a walk from them
@@ -501,21 +503,66 @@ func (s *Store) dependents(ctx context.Context, blocker string) ([]string, error
 	return out, nil
 }
 
-// unblockDependents unblocks every dependent of a completed blocker; the
-// stream function's part. A completion seen after the blocker was
-// reopened unblocks nothing: the blocker is read first, and its reopen's
-// own change comes next (see "Reopening a done blocker").
-func (s *Store) unblockDependents(ctx context.Context, blocker string) error {
-	return s.passOn(ctx, blocker, true, s.unblock)
+// blockerStep is what one batch of changes has a blocker's dependents
+// passed: its completions unblock them, its reopens block them again.
+type blockerStep struct {
+	id                  string
+	completed, reopened bool
 }
 
-// passOn reads blocker and, when it is done (done true) or not done (done
-// false) as it is now, applies each to every dependent of it, 8 at once.
-func (s *Store) passOn(ctx context.Context, blocker string, done bool, each func(ctx context.Context, dependent, blocker string) error) error {
-	it, err := s.getTask(ctx, blocker)
-	if err != nil || it == nil || (it.Status == StatusDone) != done {
+// blockerSteps are a batch's blockerSteps, one per blocker, in the order
+// of each blocker's first change in the batch.
+type blockerSteps []blockerStep
+
+// add records a completion (completed) or a reopen of blocker id.
+func (bs *blockerSteps) add(id string, completed bool) {
+	i := slices.IndexFunc(*bs, func(b blockerStep) bool { return b.id == id })
+	if i < 0 {
+		*bs = append(*bs, blockerStep{id: id})
+		i = len(*bs) - 1
+	}
+	if completed {
+		(*bs)[i].completed = true
+	} else {
+		(*bs)[i].reopened = true
+	}
+}
+
+// passOnBlocker passes a batch's completions and reopens of one blocker on
+// to its dependents; the stream function's part (see "Reopening a done
+// blocker"). Each is passed on as the blocker is when the stream reads
+// it: a completion of a blocker done unblocks its dependents, a reopen of
+// one not done blocks again those that have not started, and a completion
+// of one reopened since, or a reopen of one done again, does nothing,
+// since the change that left it so comes later and does the work. So the
+// blocker is read once for the whole batch, and its dependents passed
+// over once: every completion in the batch would find what the first one
+// finds, and so would every reopen. (Passing over every dependent for
+// each of them made the stream's work grow with the blocker's changes
+// times its dependents: a blocker reopened and completed again and again
+// put the stream, and every dependent waiting on the stream, tens of
+// seconds behind.)
+func (s *Store) passOnBlocker(ctx context.Context, b blockerStep) error {
+	it, err := s.getTask(ctx, b.id)
+	if err != nil || it == nil {
 		return err
 	}
+	switch done := it.Status == StatusDone; {
+	case done && b.completed:
+		if err := s.passOn(ctx, b.id, s.unblock); err != nil {
+			return fmt.Errorf("unblock the dependents of %s: %w", b.id, err)
+		}
+	case !done && b.reopened:
+		if err := s.passOn(ctx, b.id, s.reblock); err != nil {
+			return fmt.Errorf("block again the dependents of %s: %w", b.id, err)
+		}
+	}
+	return nil
+}
+
+// passOn applies each to every dependent of blocker (by its edges), 8 at
+// once.
+func (s *Store) passOn(ctx context.Context, blocker string, each func(ctx context.Context, dependent, blocker string) error) error {
 	deps, err := s.dependents(ctx, blocker)
 	if err != nil {
 		return err
@@ -526,22 +573,6 @@ func (s *Store) passOn(ctx context.Context, blocker string, done bool, each func
 		g.Go(func() error { return each(gctx, d, blocker) })
 	}
 	return g.Wait()
-}
-
-// blockerStep is a blocker's change the stream passes on to its
-// dependents: a completion unblocks them, a reopen blocks them again.
-type blockerStep struct {
-	id       string
-	reopened bool
-}
-
-// reblockDependents blocks again, on blocker, every dependent that has not
-// started: the stream function's part when a done blocker is reopened (see
-// "Reopening a done blocker"). A reopen seen after the blocker is done
-// again blocks nothing: the blocker is read first, and its completion's
-// own change comes next.
-func (s *Store) reblockDependents(ctx context.Context, blocker string) error {
-	return s.passOn(ctx, blocker, false, s.reblock)
 }
 
 // reblock makes taskID wait on blocker again, if it still names it and
