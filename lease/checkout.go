@@ -270,6 +270,7 @@ func (s *Store) grantNow(ctx context.Context, p CheckoutParams, over *taskItem, 
 		case err != nil:
 			return granted{}, now, err
 		case g.granted:
+			s.claims.granted(p.TaskID, g.lease.Fence)
 			return s.fresh(ctx, g.lease, now)
 		case over == nil && lostToLater(g.cur, now):
 			now = s.clockAfter(g.cur.LastAt)

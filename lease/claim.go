@@ -437,18 +437,20 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 	}
 	defer letGo()
 	key := strings.Join(cp.queues, "\x00")
-	// A look read before this claim began may miss a task freed since: it
+	// A look sent before this claim began may miss a task freed since: it
 	// may give this claim a task, never its answer that there is none.
-	began := ms(s.clock())
-	var fresh int64 // the earliest look this claim takes: 0, any in flight
+	began := s.claims.lookSeq()
+	var fresh uint64 // looks this claim may join: sent after this one (0: any)
+	need := 0        // how wide a look this claim needs (0: any)
 	for range retries(ctx) {
 		w := s.claims.width(0, s.clock())
-		l := s.claims.look(key, fresh, s.clock, func() ([]*taskItem, int64, error) {
-			return s.claimLook(ctx, cp.queues, w, nil)
+		width := max(need, s.claims.readWidth(s.clock()))
+		l := s.claims.look(key, fresh, need, s.clock, func() (claimHeads, error) {
+			return s.claimLook(ctx, cp.queues, w, width, taken)
 		})
 		if l.err != nil {
 			if !l.mine && ctx.Err() == nil {
-				fresh = ms(s.clock()) // another claim's look, cut short by its caller
+				fresh = s.claims.lookSeq() // another claim's look, cut short by its caller
 				continue
 			}
 			return Checkout{}, l.err
@@ -457,14 +459,13 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 		retook := map[string]bool{}
 		tried := map[string]bool{} // each candidate once a look
 		var again *taskItem        // this run's own grant, expired: taken over once
-		others := false            // l showed tasks other claims of this process took
-		var settled <-chan struct{}
+		var left pickLeft          // what pick left when it found nothing
 		for raced := 0; ; {
 			it := again
 			if again != nil {
 				again = nil
 				s.claims.hold(it.TaskID)
-			} else if it, others, settled = s.claims.pick(l, w, taken, tried); it == nil {
+			} else if it, left = s.claims.pick(l, w, taken, tried); it == nil {
 				break
 			}
 			holding = it.TaskID
@@ -505,7 +506,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 				c, g.granted = cur.checkout(), true
 			}
 			if g.granted {
-				s.claims.won(l, c.TaskID, c.Fence, w, s.clock())
+				s.claims.won(l, c.TaskID, w, s.clock())
 				holding = ""
 				if named {
 					if first, superseded, err := s.noteGrant(ctx, c); err != nil || superseded {
@@ -523,35 +524,39 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 				s.keepDelay(ctx, cur)
 				taken[it.TaskID] = true
 			}
-			if cur != nil && max(cur.LockedAt, cur.LastAt) > readAt && !s.claims.ours(cur.TaskID, cur.Fence) {
-				// Changed after the indexes were read (taken, and maybe
-				// already finished) by a claimer of another process (a
-				// claim of this one never writes for a task another is
-				// writing for, and knows the grants it won): spread wider,
-				// and this claim at once four times as wide for each race
-				// it lost, since claimers that lost the same task must not
-				// all go for the next one. A task changed before is an
-				// index entry that lagged, which says nothing of
-				// contention.
+			if cur != nil && grantedElsewhere(cur, readAt, s.claims.ours) {
+				// Granted after the indexes were read (and maybe already
+				// ended) by another process (a claim of this one never
+				// writes for a task another is writing for, and the process
+				// knows the grants it made): spread wider, and this claim
+				// at once four times as wide for each race it lost, since
+				// claimers that lost the same task must not all go for the
+				// next one. A task granted before is an index entry that
+				// lagged, and one changed otherwise (cancelled, moved) lost
+				// to no claimer: neither says anything of contention.
 				raced++
 				w = s.claims.width(raced, s.clock())
 			}
 		}
-		if len(tried) == 0 && !others && readAt >= began {
+		if len(tried) == 0 && !left.others && !left.beyond && l.seq > began {
 			return Checkout{}, &noneYet{next: l.next}
 		}
-		if settled != nil {
+		if left.settled != nil {
 			// What is left is being written for by other claims of this
 			// process: a read now would show the same.
 			select {
-			case <-settled:
+			case <-left.settled:
 			case <-ctx.Done():
 				return Checkout{}, ctx.Err()
 			}
 		}
+		if left.beyond {
+			// The best of what was read is taken: read further.
+			need = 2 * max(l.width, len(l.cands))
+		}
 		// Every candidate taken, by others of this process too, or a look
 		// older than the claim: look again.
-		fresh = max(began, ms(s.clock()))
+		fresh = max(began, s.claims.lookSeq())
 	}
 	return Checkout{}, ErrNoTaskAvailable
 }
@@ -572,29 +577,30 @@ func (e *noneYet) Unwrap() error { return ErrNoTaskAvailable }
 // anyway, for one Query per queue instead of n. A lone claimer (w = 1),
 // or one spread too narrowly for that, reads every shard and takes the
 // best exactly.
-func (s *Store) claimLook(ctx context.Context, queues []string, w int, taken map[string]bool) ([]*taskItem, int64, error) {
+func (s *Store) claimLook(ctx context.Context, queues []string, w, width int, taken map[string]bool) (claimHeads, error) {
 	n := s.shards.Claim
 	all := make([]int, n)
 	for i := range all {
 		all[i] = i
 	}
-	notTaken := func(cands []*taskItem) []*taskItem {
-		return slices.DeleteFunc(cands, func(it *taskItem) bool { return taken[it.TaskID] })
+	notTaken := func(h claimHeads) claimHeads {
+		h.cands = slices.DeleteFunc(h.cands, func(it *taskItem) bool { return taken[it.TaskID] })
+		return h
 	}
 	if n < 2 || w < 2*n {
-		cands, next, err := s.claimCandidates(ctx, queues, all)
-		return notTaken(cands), next, err
+		h, err := s.claimCandidates(ctx, queues, all, width)
+		return notTaken(h), err
 	}
 	one := rand.IntN(n)
-	cands, next, err := s.claimCandidates(ctx, queues, all[one:one+1])
-	if cands = notTaken(cands); err != nil || len(cands) > 0 {
-		return cands, next, err
+	h, err := s.claimCandidates(ctx, queues, all[one:one+1], width)
+	if h = notTaken(h); err != nil || len(h.cands) > 0 {
+		return h, err
 	}
-	cands, later, err := s.claimCandidates(ctx, queues, slices.Delete(all, one, one+1))
-	if next == 0 || later != 0 && later < next {
-		next = later
+	rest, err := s.claimCandidates(ctx, queues, slices.Delete(all, one, one+1), width)
+	if rest.next == 0 || h.next != 0 && h.next < rest.next {
+		rest.next = h.next
 	}
-	return notTaken(cands), next, err
+	return notTaken(rest), err
 }
 
 // claimCandidates returns the tasks in queues that look available, best
@@ -603,14 +609,18 @@ func (s *Store) claimLook(ctx context.Context, queues []string, w int, taken map
 // holders are not looked for: the sweep ends them and puts their tasks
 // back in the claim index, so a claim reads one index partition per shard
 // it looks at per queue, whatever else the fleet holds.
-func (s *Store) claimCandidates(ctx context.Context, queues []string, shards []int) ([]*taskItem, int64, error) {
+func (s *Store) claimCandidates(ctx context.Context, queues []string, shards []int, width int) (claimHeads, error) {
 	var mu sync.Mutex
 	var out []*taskItem
 	var next int64 // the earliest not_before of a task not ready yet
+	var bound string
 	now := ms(s.clock())
-	add := func(items []taskItem) {
+	add := func(items []taskItem, full bool) {
 		mu.Lock()
 		defer mu.Unlock()
+		if n := len(items); full && n > 0 && (bound == "" || items[n-1].ClaimKey < bound) {
+			bound = items[n-1].ClaimKey
+		}
 		for i := range items {
 			if nb, ok := delayedUntil(items[i].ClaimKey); ok && nb > now {
 				if next == 0 || nb < next {
@@ -630,7 +640,7 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string, shards []i
 	// loses races has candidates to widen to without reading again (a
 	// Query is billed by the 4 KB read, so a longer head costs nothing).
 	// Only what ordering and the grant need is read.
-	perShard := int32(min(claimPage, max(claimHead, (s.claims.readWidth(s.clock())+s.shards.Claim-1)/s.shards.Claim+1)))
+	perShard := int32(min(claimPage, max(claimHead, (width+s.shards.Claim-1)/s.shards.Claim+1)))
 	proj := expression.NamesList(expression.Name("task_id"), expression.Name("queue"), expression.Name("priority"),
 		expression.Name("created_at"), expression.Name("claim_key"))
 	for _, q := range queues {
@@ -653,13 +663,13 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string, shards []i
 				if err := attributevalue.UnmarshalListOfMaps(page.Items, &items); err != nil {
 					return err
 				}
-				add(items)
+				add(items, int32(len(items)) == perShard)
 				return nil
 			})
 		}
 	}
 	if err := g.Wait(); err != nil {
-		return nil, 0, err
+		return claimHeads{}, err
 	}
 	for _, it := range out {
 		// Ranked as ready: a task whose not_before has passed ranks by its
@@ -667,7 +677,33 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string, shards []i
 		it.ClaimKey = claimKey(it.priority(), it.CreatedAt, it.TaskID)
 	}
 	slices.SortFunc(out, func(a, b *taskItem) int { return strings.Compare(a.ClaimKey, b.ClaimKey) })
-	return slices.CompactFunc(out, func(a, b *taskItem) bool { return a.TaskID == b.TaskID }), next, nil
+	return claimHeads{cands: slices.CompactFunc(out, func(a, b *taskItem) bool { return a.TaskID == b.TaskID }), next: next, bound: bound}, nil
+}
+
+// claimHeads is what a look at the heads of claim shards found: the
+// candidates, best first; the earliest not_before of a task not ready
+// yet (0: none); and bound, the lowest last key of a head that was read
+// to its length, past which a shard may hold tasks unread ("": every head
+// was read whole). The candidates up to bound are the best of the queues
+// exactly; those after it only of what was read.
+type claimHeads struct {
+	cands []*taskItem
+	next  int64
+	bound string
+}
+
+// exact is how many of h's candidates are the best of the queues.
+func (h claimHeads) exact() int {
+	if h.bound == "" {
+		return len(h.cands)
+	}
+	n, _ := slices.BinarySearchFunc(h.cands, h.bound, func(it *taskItem, b string) int {
+		if it.ClaimKey <= b {
+			return -1
+		}
+		return 1
+	})
+	return n
 }
 
 // claimSpread is the state that spreads concurrent claimers, and wakes
@@ -696,6 +732,9 @@ type claimSpread struct {
 	wins     map[string]claimWin
 	winOrder []string
 	looks    map[string]*claimRead
+	// seq counts the looks sent: it orders them against the claims and
+	// the grants of the process (a clock's milliseconds could not).
+	seq uint64
 
 	// waiting holds the waiting claims of this process by the queues
 	// they wait on (see waitOn, wake).
@@ -800,11 +839,19 @@ const learnedHalfLife = 2 * time.Second
 // claimers that keep meeting claimers elsewhere stay spread, and one left
 // alone is back to the best task within a few dozen claims, or a few
 // seconds.
-func (c *claimSpread) won(l *claimRead, taskID string, fence int64, w int, now time.Time) {
+func (c *claimSpread) won(l *claimRead, taskID string, w int, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.unholdLocked(taskID)
 	l.granted[taskID] = true
+	c.learned, c.learnedAt = max(1, 0.75*float64(w), 0.9*c.faded(now)), now
+}
+
+// granted records a grant of this process (a claim's or a checkout's):
+// its task and fence, after the looks sent so far.
+func (c *claimSpread) granted(taskID string, fence int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.wins == nil {
 		c.wins = map[string]claimWin{}
 	}
@@ -815,8 +862,26 @@ func (c *claimSpread) won(l *claimRead, taskID string, fence int64, w int, now t
 		}
 		c.winOrder = append(c.winOrder, taskID)
 	}
-	c.wins[taskID] = claimWin{fence: fence, at: ms(now)}
-	c.learned, c.learnedAt = max(1, 0.75*float64(w), 0.9*c.faded(now)), now
+	c.wins[taskID] = claimWin{fence: fence, seq: c.seq}
+}
+
+// lookSeq is the seq of the latest look sent: a look with a greater one
+// is sent after now.
+func (c *claimSpread) lookSeq() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seq
+}
+
+// grantedElsewhere reports whether cur, as a failed grant found it, was
+// granted after readAt (Unix ms) by another process: its lease (or, when
+// it has ended, its last one) is not one this process made (ours).
+func grantedElsewhere(cur *taskItem, readAt int64, ours func(taskID string, fence int64) bool) bool {
+	lockedAt, fence := cur.LockedAt, cur.Fence
+	if !cur.hasLease() {
+		lockedAt, fence = cur.EndLocked, cur.EndFence
+	}
+	return lockedAt > readAt && !ours(cur.TaskID, fence)
 }
 
 // winsKept bounds the grants a process remembers as its own: a claim
@@ -824,10 +889,11 @@ func (c *claimSpread) won(l *claimRead, taskID string, fence int64, w int, now t
 // and a read sent before a grant shows its task for a moment.
 const winsKept = 4096
 
-// claimWin is a grant a claim of this process won: its fence, and when
-// (Unix ms, the store's clock).
+// claimWin is a grant of this process: its fence, and the seq of the
+// latest look sent before it (a look up to it may show the task).
 type claimWin struct {
-	fence, at int64
+	fence int64
+	seq   uint64
 }
 
 // ours reports whether the lease with fence on taskID was granted by a
@@ -874,43 +940,49 @@ func (c *claimSpread) width(raced int, now time.Time) int {
 	return min(c.window(now)<<min(2*raced, 16), 1<<16)
 }
 
-// claimRead is one read of the claim index, shared by the claims of this
-// process that wanted one while it was in flight. at is when it was sent
-// (Unix ms), mine whether the claim holding it sent it; granted are the
-// tasks its claims have won since, which the others pass by (the index
-// may show them for a moment more). cands are best first and read-only.
+// claimRead is one look at the claim index, shared by the claims of this
+// process that wanted one while it was in flight. seq orders it among
+// the looks of the process, at is when it was sent (Unix ms, for the
+// tasks' own times), width how many candidates it read for, mine whether
+// the claim holding it sent it; granted are the tasks its claims have won
+// since, which the others pass by (the index may show them for a moment
+// more). Its heads are read-only.
 type claimRead struct {
+	claimHeads
 	done    chan struct{}
+	seq     uint64
 	at      int64
+	width   int
+	exact   int
 	mine    bool
-	cands   []*taskItem
-	next    int64
 	err     error
 	granted map[string]bool
 }
 
-// look returns a read of the claim index for the queues key names: the
-// one in flight when it was sent at or after since, which the claim joins
-// (one read serves every claim of the process that arrives while it is
-// out), else a read of its own by read, which later claims may join.
-func (c *claimSpread) look(key string, since int64, clock func() time.Time, read func() ([]*taskItem, int64, error)) *claimRead {
+// look returns a look at the claim index for the queues key names: the
+// one in flight that was sent after since and reads at least width
+// candidates, which the claim joins (one read serves every claim of the
+// process that arrives while it is out), else a look of its own by read,
+// which later claims may join.
+func (c *claimSpread) look(key string, since uint64, width int, clock func() time.Time, read func() (claimHeads, error)) *claimRead {
 	c.mu.Lock()
-	if l := c.looks[key]; l != nil && l.at >= since {
+	if l := c.looks[key]; l != nil && l.seq > since && l.width >= width {
 		c.mu.Unlock()
 		<-l.done
 		joined := *l
 		joined.mine = false
 		return &joined
 	}
-	l := &claimRead{done: make(chan struct{}), at: ms(clock()), mine: true, granted: map[string]bool{}}
+	c.seq++
+	l := &claimRead{done: make(chan struct{}), seq: c.seq, at: ms(clock()), width: width, mine: true, granted: map[string]bool{}}
 	if c.looks == nil {
 		c.looks = map[string]*claimRead{}
 	}
 	c.looks[key] = l
 	c.mu.Unlock()
-	cands, next, err := read()
+	h, err := read()
 	c.mu.Lock()
-	l.cands, l.next, l.err = cands, next, err
+	l.claimHeads, l.exact, l.err = h, h.exact(), err
 	if c.looks[key] == l {
 		delete(c.looks, key)
 	}
@@ -919,31 +991,42 @@ func (c *claimSpread) look(key string, since int64, clock func() time.Time, read
 	return l
 }
 
+// pickLeft is what a claim's pick left when it found nothing in a look:
+// others, candidates that other claims of this process hold or won;
+// settled, when one of them is still held, closed once a claim of the
+// process lets a task go, when a look is worth sending again; beyond,
+// that the look's best were all used, and the queues may hold more past
+// what it read.
+type pickLeft struct {
+	others  bool
+	settled <-chan struct{}
+	beyond  bool
+}
+
 // pick returns the candidate of l a claim with window w tries next, and
-// holds it: at random among the best w of those no claim of this
-// process holds or has won from l, and that the claim has not found
-// taken or tried from l already. When none is left it returns nil, and
-// others whether l held any that other claims of this process held or
-// won: a read that shows more may find this claim one; settled, when one
-// is still held, is closed once a claim of this process stops writing
-// for a task, when a read is worth making.
-func (c *claimSpread) pick(l *claimRead, w int, taken, tried map[string]bool) (it *taskItem, others bool, settled <-chan struct{}) {
+// holds it: at random among the best w of those no claim of this process
+// holds or has granted since l was sent, and that the claim has not found
+// taken or tried from l already, among the candidates l knows to be the
+// best of the queues (exact). When none is left it returns nil, and what
+// was left (pickLeft).
+func (c *claimSpread) pick(l *claimRead, w int, taken, tried map[string]bool) (*taskItem, pickLeft) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var open []*taskItem
-	for _, it := range l.cands {
+	var left pickLeft
+	for _, it := range l.cands[:l.exact] {
 		switch {
 		case taken[it.TaskID] || tried[it.TaskID]:
 		case c.held[it.TaskID]:
-			others = true
+			left.others = true
 			if c.settled == nil {
 				c.settled = make(chan struct{})
 			}
-			settled = c.settled
-		case l.granted[it.TaskID] || c.wins[it.TaskID].at > l.at:
-			// Won by a claim of this process since l was sent: the
-			// index showed it before the grant.
-			others = true
+			left.settled = c.settled
+		case l.granted[it.TaskID] || c.wins[it.TaskID].seq >= l.seq:
+			// Granted by this process since l was sent: the index
+			// showed it before the grant.
+			left.others = true
 		default:
 			open = append(open, it)
 		}
@@ -952,11 +1035,12 @@ func (c *claimSpread) pick(l *claimRead, w int, taken, tried map[string]bool) (i
 		}
 	}
 	if len(open) == 0 {
-		return nil, others, settled
+		left.beyond = l.bound != ""
+		return nil, left
 	}
-	it = open[rand.IntN(len(open))]
+	it := open[rand.IntN(len(open))]
 	c.holdLocked(it.TaskID)
-	return it, others, nil
+	return it, pickLeft{}
 }
 
 // hold marks a task a claim of this process is writing for, and unhold
