@@ -173,7 +173,7 @@ func (s *Store) keepDelay(ctx context.Context, it *taskItem) {
 		return
 	}
 	cond := terms{expression.AttributeNotExists(nameHolder), nameNotBefore.Equal(expression.Value(it.NotBefore)),
-		expression.Name("claim_key").Equal(expression.Value(it.ClaimKey))}
+		expression.Name("claim_key").Equal(expression.Value(it.ClaimKey)), nameStatus.Equal(expression.Value(string(StatusTodo)))}
 	upd := expression.Set(expression.Name("claim_key"), expression.Value(delayedKey(it.NotBefore, it.ClaimKey))).
 		Set(expression.Name("claim_rank"), expression.Value(it.ClaimKey)).
 		Set(nameExpires, expression.Value(it.NotBefore)).
@@ -442,10 +442,12 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 	began := s.claims.lookSeq()
 	var fresh uint64 // looks this claim may join: sent after this one (0: any)
 	need := 0        // how wide a look this claim needs (0: any)
+	// The widest a look reads: claimPage entries of every shard.
+	maxWidth := (claimPage - 1) * s.shards.Claim
 	for range retries(ctx) {
 		w := s.claims.width(0, s.clock())
 		width := max(need, s.claims.readWidth(s.clock()))
-		l := s.claims.look(key, fresh, need, s.clock, func() (claimHeads, error) {
+		l := s.claims.look(key, fresh, need, width, maxWidth, s.clock, func() (claimHeads, error) {
 			return s.claimLook(ctx, cp.queues, w, width, taken)
 		})
 		if l.err != nil {
@@ -516,8 +518,8 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 				return c, nil
 			}
 			letGo()
-			if cur == nil || !cur.claimable() {
-				taken[it.TaskID] = true
+			if cur == nil || !cur.claimable() || !slices.Contains(cp.queues, cur.queue()) {
+				taken[it.TaskID] = true // or moved to another queue: the index lags
 			}
 			if cur != nil && cur.claimable() && cur.NotBefore > readAt {
 				// Not ready, yet ranked so: its delay is given its key.
@@ -552,7 +554,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 		}
 		if left.beyond {
 			// The best of what was read is taken: read further.
-			need = 2 * max(l.width, len(l.cands))
+			need = min(2*max(l.width, len(l.cands)), maxWidth)
 		}
 		// Every candidate taken, by others of this process too, or a look
 		// older than the claim: look again.
@@ -583,24 +585,27 @@ func (s *Store) claimLook(ctx context.Context, queues []string, w, width int, ta
 	for i := range all {
 		all[i] = i
 	}
-	notTaken := func(h claimHeads) claimHeads {
-		h.cands = slices.DeleteFunc(h.cands, func(it *taskItem) bool { return taken[it.TaskID] })
-		return h
-	}
 	if n < 2 || w < 2*n {
-		h, err := s.claimCandidates(ctx, queues, all, width)
-		return notTaken(h), err
+		return s.claimCandidates(ctx, queues, all, width)
 	}
 	one := rand.IntN(n)
 	h, err := s.claimCandidates(ctx, queues, all[one:one+1], width)
-	if h = notTaken(h); err != nil || len(h.cands) > 0 {
+	if err != nil || slices.ContainsFunc(h.cands, func(it *taskItem) bool { return !taken[it.TaskID] }) {
 		return h, err
 	}
+	// Nothing there the sending claim has not found taken. The look is
+	// shared: it keeps what it read, and each claim passes by its own
+	// taken tasks (pick).
 	rest, err := s.claimCandidates(ctx, queues, slices.Delete(all, one, one+1), width)
 	if rest.next == 0 || h.next != 0 && h.next < rest.next {
 		rest.next = h.next
 	}
-	return notTaken(rest), err
+	rest.cands = append(rest.cands, h.cands...)
+	slices.SortFunc(rest.cands, func(a, b *taskItem) int { return strings.Compare(a.ClaimKey, b.ClaimKey) })
+	if h.bound != "" && (rest.bound == "" || h.bound < rest.bound) {
+		rest.bound = h.bound
+	}
+	return rest, err
 }
 
 // claimCandidates returns the tasks in queues that look available, best
@@ -618,8 +623,20 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string, shards []i
 	add := func(items []taskItem, full bool) {
 		mu.Lock()
 		defer mu.Unlock()
-		if n := len(items); full && n > 0 && (bound == "" || items[n-1].ClaimKey < bound) {
-			bound = items[n-1].ClaimKey
+		if n := len(items); full && n > 0 {
+			// The shard holds more past its last entry read: tasks ranked
+			// after it, unless that entry waits for a not_before still to
+			// come (all after it wait longer). Past an entry whose
+			// not_before has passed may be others that have passed too,
+			// which rank by their priority, anywhere: then nothing read
+			// is known to be the best (readyBound).
+			last := items[n-1].ClaimKey
+			if nb, delayed := delayedUntil(last); delayed && nb <= now {
+				last = readyBound
+			}
+			if nb, delayed := delayedUntil(last); !(delayed && nb > now) && (bound == "" || last < bound) {
+				bound = last
+			}
 		}
 		for i := range items {
 			if nb, ok := delayedUntil(items[i].ClaimKey); ok && nb > now {
@@ -691,6 +708,10 @@ type claimHeads struct {
 	next  int64
 	bound string
 }
+
+// readyBound is a bound below every ready claim key ("<digit>#..."):
+// none of the candidates is known to be the best.
+const readyBound = "!"
 
 // exact is how many of h's candidates are the best of the queues.
 func (h claimHeads) exact() int {
@@ -960,13 +981,14 @@ type claimRead struct {
 }
 
 // look returns a look at the claim index for the queues key names: the
-// one in flight that was sent after since and reads at least width
+// one in flight that was sent after since and reads at least need
 // candidates, which the claim joins (one read serves every claim of the
 // process that arrives while it is out), else a look of its own by read,
-// which later claims may join.
-func (c *claimSpread) look(key string, since uint64, width int, clock func() time.Time, read func() (claimHeads, error)) *claimRead {
+// for width candidates, which later claims may join. A look of maxWidth,
+// the widest a look reads, is taken as exact whatever its heads.
+func (c *claimSpread) look(key string, since uint64, need, width, maxWidth int, clock func() time.Time, read func() (claimHeads, error)) *claimRead {
 	c.mu.Lock()
-	if l := c.looks[key]; l != nil && l.seq > since && l.width >= width {
+	if l := c.looks[key]; l != nil && l.seq > since && l.width >= need {
 		c.mu.Unlock()
 		<-l.done
 		joined := *l
@@ -983,6 +1005,10 @@ func (c *claimSpread) look(key string, since uint64, width int, clock func() tim
 	h, err := read()
 	c.mu.Lock()
 	l.claimHeads, l.exact, l.err = h, h.exact(), err
+	if width >= maxWidth {
+		// As wide as a look reads: what it read is all there is to pick.
+		l.exact, l.bound = len(h.cands), ""
+	}
 	if c.looks[key] == l {
 		delete(c.looks, key)
 	}

@@ -549,7 +549,7 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 	}
 	keyMoved := key != cur.ClaimKey
 	if nb, ok := delayedUntil(cur.ClaimKey); ok && nb <= ms(now) && key == rank && cur.ClaimKey == delayedKey(nb, rank) &&
-		cur.LeaseExpires == nb && !cur.hasLease() && notBefore == cur.NotBefore && claimable {
+		cur.LeaseExpires == nb && !cur.hasLease() && notBefore == cur.NotBefore && (final == StatusTodo || final == StatusBlocked) {
 		// The key of a delay that has passed, which the sweep ranks again
 		// (claim.go, "Delays"), its expiry-index entry staying: nothing
 		// the task shows, nothing to write. (A PATCH that clears the
