@@ -135,9 +135,9 @@ import (
 // always, skips the entries whose not_before is still to come, and ranks
 // the rest by priority and age whatever their key: a task whose
 // not_before has passed competes at its priority as soon as a claim sees
-// it. Until the sweep ranks it ready again, only a shard with more ready
-// tasks than a claim reads from it can hide it. A waiting claim that saw
-// one still to come looks again at that moment.
+// it. Until the sweep ranks it ready again, only a shard whose head holds
+// more ready tasks and passed delays than a claim reads can hide it. A
+// waiting claim that saw one still to come looks again at that moment.
 //
 // The sweep learns of a delayed task from the lease-expiry index: a task
 // with no lease that waits keeps its entry there, at its not_before (the
@@ -442,13 +442,16 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 	began := s.claims.lookSeq()
 	var fresh uint64 // looks this claim may join: sent after this one (0: any)
 	need := 0        // how wide a look this claim needs (0: any)
-	// The widest a look reads: claimPage entries of every shard.
+	// The widest a look reads: claimPage entries of every shard. Past
+	// it, a claim that found every task read taken reads on from the
+	// look's bound (from): the tasks before it are not for this claim.
 	maxWidth := (claimPage - 1) * s.shards.Claim
+	from := ""
 	for range retries(ctx) {
 		w := s.claims.width(0, s.clock())
 		width := max(need, s.claims.readWidth(s.clock()))
-		l := s.claims.look(key, fresh, need, width, maxWidth, s.clock, func() (claimHeads, error) {
-			return s.claimLook(ctx, cp.queues, w, width, taken)
+		l := s.claims.look(key+"\x00"+from, fresh, need, width, s.clock, func() (claimHeads, error) {
+			return s.claimLook(ctx, cp.queues, w, width, from, taken)
 		})
 		if l.err != nil {
 			if !l.mine && ctx.Err() == nil {
@@ -552,9 +555,14 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 				return Checkout{}, ctx.Err()
 			}
 		}
-		if left.beyond {
+		switch {
+		case !left.beyond || left.settled != nil:
+		case l.width < maxWidth:
 			// The best of what was read is taken: read further.
 			need = min(2*max(l.width, len(l.cands)), maxWidth)
+		default:
+			// As wide as a look reads, and all taken: read on past it.
+			from = l.bound
 		}
 		// Every candidate taken, by others of this process too, or a look
 		// older than the claim: look again.
@@ -579,24 +587,24 @@ func (e *noneYet) Unwrap() error { return ErrNoTaskAvailable }
 // anyway, for one Query per queue instead of n. A lone claimer (w = 1),
 // or one spread too narrowly for that, reads every shard and takes the
 // best exactly.
-func (s *Store) claimLook(ctx context.Context, queues []string, w, width int, taken map[string]bool) (claimHeads, error) {
+func (s *Store) claimLook(ctx context.Context, queues []string, w, width int, from string, taken map[string]bool) (claimHeads, error) {
 	n := s.shards.Claim
 	all := make([]int, n)
 	for i := range all {
 		all[i] = i
 	}
 	if n < 2 || w < 2*n {
-		return s.claimCandidates(ctx, queues, all, width)
+		return s.claimCandidates(ctx, queues, all, width, from)
 	}
 	one := rand.IntN(n)
-	h, err := s.claimCandidates(ctx, queues, all[one:one+1], width)
+	h, err := s.claimCandidates(ctx, queues, all[one:one+1], width, from)
 	if err != nil || slices.ContainsFunc(h.cands, func(it *taskItem) bool { return !taken[it.TaskID] }) {
 		return h, err
 	}
 	// Nothing there the sending claim has not found taken. The look is
 	// shared: it keeps what it read, and each claim passes by its own
 	// taken tasks (pick).
-	rest, err := s.claimCandidates(ctx, queues, slices.Delete(all, one, one+1), width)
+	rest, err := s.claimCandidates(ctx, queues, slices.Delete(all, one, one+1), width, from)
 	if rest.next == 0 || h.next != 0 && h.next < rest.next {
 		rest.next = h.next
 	}
@@ -614,7 +622,7 @@ func (s *Store) claimLook(ctx context.Context, queues []string, w, width int, ta
 // holders are not looked for: the sweep ends them and puts their tasks
 // back in the claim index, so a claim reads one index partition per shard
 // it looks at per queue, whatever else the fleet holds.
-func (s *Store) claimCandidates(ctx context.Context, queues []string, shards []int, width int) (claimHeads, error) {
+func (s *Store) claimCandidates(ctx context.Context, queues []string, shards []int, width int, from string) (claimHeads, error) {
 	var mu sync.Mutex
 	var out []*taskItem
 	var next int64 // the earliest not_before of a task not ready yet
@@ -626,14 +634,11 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string, shards []i
 		if n := len(items); full && n > 0 {
 			// The shard holds more past its last entry read: tasks ranked
 			// after it, unless that entry waits for a not_before still to
-			// come (all after it wait longer). Past an entry whose
+			// come (all after it wait longer). (Past an entry whose
 			// not_before has passed may be others that have passed too,
-			// which rank by their priority, anywhere: then nothing read
-			// is known to be the best (readyBound).
+			// of any priority: the sweep ranks them ready within its
+			// interval; see "Delays".)
 			last := items[n-1].ClaimKey
-			if nb, delayed := delayedUntil(last); delayed && nb <= now {
-				last = readyBound
-			}
 			if nb, delayed := delayedUntil(last); !(delayed && nb > now) && (bound == "" || last < bound) {
 				bound = last
 			}
@@ -664,6 +669,9 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string, shards []i
 		for _, shard := range shards {
 			g.Go(func() error {
 				keyCond := expression.Key("claim_shard").Equal(expression.Value(q + "#" + strconv.Itoa(shard)))
+				if from != "" {
+					keyCond = keyCond.And(expression.Key("claim_key").GreaterThan(expression.Value(from)))
+				}
 				expr, _ := expression.NewBuilder().WithKeyCondition(keyCond).WithProjection(proj).Build()
 				page, err := s.db.Query(gctx, &dynamodb.QueryInput{
 					TableName: &s.tasks, IndexName: aws.String(schema.TasksByClaim),
@@ -708,10 +716,6 @@ type claimHeads struct {
 	next  int64
 	bound string
 }
-
-// readyBound is a bound below every ready claim key ("<digit>#..."):
-// none of the candidates is known to be the best.
-const readyBound = "!"
 
 // exact is how many of h's candidates are the best of the queues.
 func (h claimHeads) exact() int {
@@ -984,9 +988,9 @@ type claimRead struct {
 // one in flight that was sent after since and reads at least need
 // candidates, which the claim joins (one read serves every claim of the
 // process that arrives while it is out), else a look of its own by read,
-// for width candidates, which later claims may join. A look of maxWidth,
-// the widest a look reads, is taken as exact whatever its heads.
-func (c *claimSpread) look(key string, since uint64, need, width, maxWidth int, clock func() time.Time, read func() (claimHeads, error)) *claimRead {
+// for width candidates, which later claims may join. key names the
+// queues and where in them the look starts.
+func (c *claimSpread) look(key string, since uint64, need, width int, clock func() time.Time, read func() (claimHeads, error)) *claimRead {
 	c.mu.Lock()
 	if l := c.looks[key]; l != nil && l.seq > since && l.width >= need {
 		c.mu.Unlock()
@@ -1005,10 +1009,6 @@ func (c *claimSpread) look(key string, since uint64, need, width, maxWidth int, 
 	h, err := read()
 	c.mu.Lock()
 	l.claimHeads, l.exact, l.err = h, h.exact(), err
-	if width >= maxWidth {
-		// As wide as a look reads: what it read is all there is to pick.
-		l.exact, l.bound = len(h.cands), ""
-	}
 	if c.looks[key] == l {
 		delete(c.looks, key)
 	}

@@ -73,14 +73,14 @@ func TestAClaimUnderIndexLagDoesNotSpinOnATaskMovedAway(t *testing.T) {
 	}
 }
 
-// A claim takes the best ready task of its queue: a task whose not_before
-// has passed competes at its priority as soon as a claim sees it, and
-// only a shard with more ready tasks than a claim reads from it can hide
-// one (claim.go, "Delays"). Here the shard holds 7 ready tasks, fewer
-// than the 8 a claim reads, and two delayed tasks whose not_before has
-// passed (the sweep has not ranked them ready yet): the one of priority 9
-// must be claimed before any of priority 0.
-func TestALoneClaimTakesAPassedDelayBehindAnotherDelay(t *testing.T) {
+// A task whose not_before has passed competes at its priority as soon as
+// a claim sees it, and once the sweep has ranked it ready (within one
+// sweep interval) no shard can hide it: until then a shard whose head
+// holds more ready tasks and passed delays than a claim reads can (claim.go,
+// "Delays"). Here the shard holds 7 ready tasks and two delayed tasks
+// whose not_before has passed: the one of priority 9, past the head, is
+// claimed before any of priority 0 once the sweep has run.
+func TestALoneClaimTakesAPassedDelayOnceSwept(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	c := ctx(t)
@@ -94,9 +94,12 @@ func TestALoneClaimTakesAPassedDelayBehindAnotherDelay(t *testing.T) {
 	batch = append(batch, lease.CreateTaskParams{TaskID: ids[8], Queue: "dl", Priority: new(9), NotBefore: &nb2})
 	must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch))
 	e.clock.Advance(3 * time.Second)
+	if res := must[lease.SweepResult](t)(e.store.Sweep(c)); res.Ready != 2 {
+		t.Fatalf("the sweep ranked %d delayed tasks ready, want 2", res.Ready)
+	}
 	co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "a", Queues: []string{"dl"}, Timeout: time.Minute}))
 	if co.TaskID != ids[8] {
-		t.Fatalf("the claim took %s (priority %d) while %s (priority 9, its not_before passed) was ready in a shard of 7 ready tasks", co.TaskID, co.Priority, ids[8])
+		t.Fatalf("the claim took %s (priority %d) while %s (priority 9, its not_before passed and swept) was ready", co.TaskID, co.Priority, ids[8])
 	}
 }
 
@@ -284,5 +287,56 @@ func TestKeepDelayLeavesATaskCancelledMeanwhile(t *testing.T) {
 	if again.Version != first.Version || res.Ready != 0 {
 		t.Fatalf("a cancel of the cancelled task moved its version %d to %d, and a sweep after its not_before ranked %d task(s) ready: the claim's keepDelay wrote a delayed key and an expiry entry onto the task cancelled after its read",
 			first.Version, again.Version, res.Ready)
+	}
+}
+
+func TestAClaimReadsPastAHeadOfLaggingGrants(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	ids := idsInClaimShard("deep", 51, 0, schema.ClaimShards)
+	for start := 0; start < len(ids); start += lease.MaxBatch {
+		var batch []lease.CreateTaskParams
+		for _, id := range ids[start:min(len(ids), start+lease.MaxBatch)] {
+			batch = append(batch, lease.CreateTaskParams{TaskID: id, Queue: "deep"})
+		}
+		must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch))
+	}
+	// The index shows all 51; from now on it lags.
+	e.lag(t, schema.TasksTable, 20*time.Second)
+	for _, id := range ids[:50] {
+		e.checkout(t, id, "x", time.Hour)
+	}
+	e.count.Take()
+	co, err := e.store.Claim(c, lease.ClaimParams{AgentID: "a", Queues: []string{"deep"}, Timeout: time.Minute})
+	ops := e.count.Take()
+	if err != nil {
+		t.Fatalf("claim: %v (%d Queries, %d UpdateItems), while %s was claimable throughout", err, ops["Query"], ops["UpdateItem"], ids[50])
+	}
+	if co.TaskID != ids[50] {
+		t.Fatalf("claim took %s, want %s", co.TaskID, ids[50])
+	}
+}
+
+// A claim over shards whose heads hold only tasks whose not_before has
+// passed (the sweep has not ranked them ready yet) takes one with one
+// look: a head ending in a passed delay bounds the look as any head does.
+func TestAClaimOverPassedDelaysTakesOneWithOneLook(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	nb := e.clock.Now().Add(time.Second)
+	for shard := range schema.ClaimShards {
+		var batch []lease.CreateTaskParams
+		for _, id := range idsInClaimShard("pd", 20, shard, schema.ClaimShards) {
+			batch = append(batch, lease.CreateTaskParams{TaskID: id, Queue: "pd", NotBefore: &nb})
+		}
+		must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch))
+	}
+	e.clock.Advance(2 * time.Second)
+	e.count.Take()
+	must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "a", Queues: []string{"pd"}, Timeout: time.Minute}))
+	if q := e.count.Count("Query"); q > 2*schema.ClaimShards {
+		t.Fatalf("a claim over 80 ready tasks (their not_before passed, not yet ranked ready by the sweep) sent %d Queries (one look is %d)", q, schema.ClaimShards)
 	}
 }
