@@ -1,21 +1,10 @@
 package lease_test
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"runtime"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/smithy-go/middleware"
-
-	"github.com/checkout-dev/checkout/internal/testclock"
-	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -127,68 +116,6 @@ func TestANoOpPatchOfABlockedTaskPastItsDelayMovesNoVersion(t *testing.T) {
 	if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "waits", AgentID: "admin", Admin: true, Title: &other, IfVersion: before.Version}); err != nil {
 		t.Fatalf("If-Match PATCH of the version read: %v", err)
 	}
-}
-
-// goid is the id of the calling goroutine (for a clock that stops one
-// claim at a chosen point).
-func goid() uint64 {
-	var buf [64]byte
-	n := runtime.Stack(buf[:], false)
-	var id uint64
-	fmt.Sscanf(strings.TrimPrefix(string(buf[:n]), "goroutine "), "%d", &id)
-	return id
-}
-
-// gatedStore is a store over tables of its own whose client calls
-// afterQuery after a Query of the claim index and afterUpdate after an
-// UpdateItem of the tasks table (each once, when set), and whose clock
-// stops the goroutine gated at its gateAt-th reading until open is closed.
-type gatedStore struct {
-	store, other            *lease.Store // other: another process over the same tables
-	clock                   *testclock.Clock
-	afterQuery, afterUpdate atomic.Pointer[func()]
-	gated                   atomic.Uint64
-	calls                   atomic.Int64
-	gateAt                  int64
-	atGate, open            chan struct{}
-}
-
-func newGatedStore(t testing.TB, shards schema.ShardCounts) *gatedStore {
-	t.Helper()
-	g := &gatedStore{clock: testclock.New(epoch), atGate: make(chan struct{}), open: make(chan struct{})}
-	tables := testenv.Tables(t)
-	hook := func(stack *middleware.Stack) error {
-		return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("gatedHook",
-			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-				out, md, err := next.HandleInitialize(ctx, in)
-				switch q := in.Parameters.(type) {
-				case *dynamodb.QueryInput:
-					if aws.ToString(q.IndexName) == schema.TasksByClaim {
-						if f := g.afterQuery.Swap(nil); f != nil {
-							(*f)()
-						}
-					}
-				case *dynamodb.UpdateItemInput:
-					if aws.ToString(q.TableName) == tables.Table(schema.TasksTable) {
-						if f := g.afterUpdate.Swap(nil); f != nil {
-							(*f)()
-						}
-					}
-				}
-				return out, md, err
-			}), middleware.After)
-	}
-	db := lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, hook) })
-	now := func() time.Time {
-		if id := g.gated.Load(); id != 0 && goid() == id && g.calls.Add(1) == g.gateAt {
-			close(g.atGate)
-			<-g.open
-		}
-		return g.clock.Now()
-	}
-	g.store = lease.New(lease.Config{DB: db, Tables: tables, Now: now, Shards: shards})
-	g.other = lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint()), Tables: tables, Now: g.clock.Now, Shards: shards})
-	return g
 }
 
 // A claim begun while a task is claimable, which stays claimable until the

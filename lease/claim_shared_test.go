@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,38 +23,71 @@ import (
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
-// hookedStore is a store over tables of its own, on a test clock, whose
-// client calls afterClaimRead (when set) once, after a Query of the claim
-// index has been answered and before the store sees its answer: what a
-// slow response, or a write of the process landing between a claim's read
-// and its grant, looks like.
-type hookedStore struct {
-	store          *lease.Store
-	clock          *testclock.Clock
-	afterClaimRead atomic.Pointer[func()]
+// goid is the id of the calling goroutine (for a clock that stops one
+// claim at a chosen point).
+func goid() uint64 {
+	var buf [64]byte
+	n := runtime.Stack(buf[:], false)
+	var id uint64
+	fmt.Sscanf(strings.TrimPrefix(string(buf[:n]), "goroutine "), "%d", &id)
+	return id
 }
 
-func newHookedStore(t testing.TB, shards schema.ShardCounts) *hookedStore {
+// gatedStore is a store over tables of its own whose client calls
+// afterQuery after a Query of the claim index and afterUpdate after an
+// UpdateItem of the tasks table (each once, when set), and whose clock
+// stops the goroutine gated at its gateAt-th reading until open is closed.
+type gatedStore struct {
+	store, other            *lease.Store // other: another process over the same tables
+	clock                   *testclock.Clock
+	afterQuery, afterUpdate atomic.Pointer[func()]
+	gated                   atomic.Uint64
+	calls                   atomic.Int64
+	gateAt                  int64
+	atGate, open            chan struct{}
+}
+
+func newGatedStore(t testing.TB, shards schema.ShardCounts) *gatedStore {
 	t.Helper()
-	h := &hookedStore{clock: testclock.New(epoch)}
+	g := &gatedStore{clock: testclock.New(epoch), atGate: make(chan struct{}), open: make(chan struct{})}
+	tables := testenv.Tables(t)
 	hook := func(stack *middleware.Stack) error {
-		return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("claimReadHook",
+		return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("gatedHook",
 			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 				out, md, err := next.HandleInitialize(ctx, in)
-				if q, ok := in.Parameters.(*dynamodb.QueryInput); ok && aws.ToString(q.IndexName) == schema.TasksByClaim {
-					if f := h.afterClaimRead.Swap(nil); f != nil {
-						(*f)()
+				switch q := in.Parameters.(type) {
+				case *dynamodb.QueryInput:
+					if aws.ToString(q.IndexName) == schema.TasksByClaim {
+						if f := g.afterQuery.Swap(nil); f != nil {
+							(*f)()
+						}
+					}
+				case *dynamodb.UpdateItemInput:
+					if aws.ToString(q.TableName) == tables.Table(schema.TasksTable) {
+						if f := g.afterUpdate.Swap(nil); f != nil {
+							(*f)()
+						}
 					}
 				}
 				return out, md, err
 			}), middleware.After)
 	}
 	db := lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, hook) })
-	h.store = lease.New(lease.Config{DB: db, Tables: testenv.Tables(t), Now: h.clock.Now, Shards: shards})
-	return h
+	now := func() time.Time {
+		if id := g.gated.Load(); id != 0 && goid() == id && g.calls.Add(1) == g.gateAt {
+			close(g.atGate)
+			<-g.open
+		}
+		return g.clock.Now()
+	}
+	g.store = lease.New(lease.Config{DB: db, Tables: tables, Now: now, Shards: shards})
+	g.other = lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint()), Tables: tables, Now: g.clock.Now, Shards: shards})
+	return g
 }
 
-func (h *hookedStore) onClaimRead(f func()) { h.afterClaimRead.Store(&f) }
+// onClaimRead makes g's client call f once, after its next Query of the
+// claim index has been answered.
+func (g *gatedStore) onClaimRead(f func()) { g.afterQuery.Store(&f) }
 
 // claimShardOf is the claim shard of a task id among n (lease's shardOf:
 // FNV-32a mod n).
@@ -182,7 +217,7 @@ func TestASpreadClaimUnderIndexLagLooksAtTheOtherShards(t *testing.T) {
 // after it take the best tasks, in order.
 func TestAClaimLosingToACancelKeepsPriorityOrder(t *testing.T) {
 	t.Parallel()
-	h := newHookedStore(t, schema.ShardCounts{Claim: 1})
+	h := newGatedStore(t, schema.ShardCounts{Claim: 1})
 	c := ctx(t)
 	for round := range 2 {
 		queue := fmt.Sprintf("ord%d", round)
@@ -219,7 +254,7 @@ func TestAClaimLosingToACancelKeepsPriorityOrder(t *testing.T) {
 // of the store's clock.
 func TestAClaimBegunAfterACreateDoesNotAnswerFromAnOlderRead(t *testing.T) {
 	t.Parallel()
-	h := newHookedStore(t, schema.ShardCounts{Claim: 1})
+	h := newGatedStore(t, schema.ShardCounts{Claim: 1})
 	c := ctx(t)
 	var late atomic.Value
 	var wg sync.WaitGroup
