@@ -281,3 +281,44 @@ func TestAClaimBegunAfterACreateDoesNotAnswerFromAnOlderRead(t *testing.T) {
 		t.Fatalf("a claim begun after the task was created: %v, want the task", got)
 	}
 }
+
+// panicOnceDB panics at the first conditional write of a task it is
+// asked to make: a bug in a grant, which the HTTP layer answers 500.
+type panicOnceDB struct {
+	lease.DB
+	armed *atomic.Bool
+}
+
+func (d panicOnceDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if in.ConditionExpression != nil && strings.HasSuffix(aws.ToString(in.TableName), schema.TasksTable) && d.armed.Swap(false) {
+		panic("a bug in the grant")
+	}
+	return d.DB.UpdateItem(ctx, in, opt...)
+}
+
+// A claim that panics in its grant lets its task go: the process's next
+// claim takes it, rather than passing it by as held by another claim and
+// waiting for it to be let go until its request ends.
+func TestAClaimThatPanicsLetsItsTaskGo(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	armed := &atomic.Bool{}
+	store := lease.New(lease.Config{DB: panicOnceDB{DB: e.db, armed: armed}, Tables: e.names, Now: e.clock.Now})
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "only", Queue: "p"})
+	armed.Store(true)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the grant did not panic")
+			}
+		}()
+		_, _ = store.Claim(c, lease.ClaimParams{AgentID: "a", Queues: []string{"p"}, Timeout: time.Minute})
+	}()
+	short, cancel := context.WithTimeout(c, 3*time.Second)
+	defer cancel()
+	co, err := store.Claim(short, lease.ClaimParams{AgentID: "b", Queues: []string{"p"}, Timeout: time.Minute})
+	if err != nil || co.TaskID != "only" {
+		t.Fatalf("the claim after a panicked one: %+v, %v; want the task", co, err)
+	}
+}
