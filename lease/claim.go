@@ -194,8 +194,8 @@ func (t *taskItem) strandedDelay() bool {
 	if t.TaskID == "" || t.hasLease() || t.LeaseExpires != 0 || t.Status != StatusTodo && t.Status != StatusBlocked {
 		return false
 	}
-	_, delayed := delayedUntil(t.ClaimKey)
-	return delayed && len(t.ClaimKey) > len("~0000000000000#") && t.ClaimKey[len("~0000000000000")] == '#'
+	rank, delayed := delayedRank(t.ClaimKey)
+	return delayed && rank != ""
 }
 
 // mendDelay gives a stranded delayed task (strandedDelay) its entry in
@@ -218,7 +218,8 @@ func mendDelay(ctx context.Context, db interface {
 		// The ready key the sweep gives back (rankReady) is claim_rank,
 		// which every delayed key is written with; should one lack it, it
 		// is the delayed key's own tail, "~<not_before>#<ready key>".
-		upd = upd.Set(expression.Name("claim_rank"), expression.Value(it.ClaimKey[len("~0000000000000#"):]))
+		rank, _ := delayedRank(it.ClaimKey)
+		upd = upd.Set(expression.Name("claim_rank"), expression.Value(rank))
 	}
 	expr, err := expression.NewBuilder().WithCondition(cond.cond()).WithUpdate(upd).Build()
 	if err != nil {

@@ -237,6 +237,15 @@ func delayedKey(notBefore int64, rank string) string {
 	return fmt.Sprintf("~%013d#%s", notBefore, rank)
 }
 
+// delayedRank is the ready key a delayed claim_key keeps after its
+// not_before (delayedKey's rank), and whether key is a delayed one.
+func delayedRank(key string) (string, bool) {
+	if _, ok := delayedUntil(key); !ok || len(key) < 15 || key[14] != '#' {
+		return "", false
+	}
+	return key[15:], true
+}
+
 // delayedUntil is the not_before a claim_key says, and whether it is a
 // delayed one.
 func delayedUntil(key string) (int64, bool) {
