@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"slices"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -18,8 +17,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"golang.org/x/sync/errgroup"
-
-	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 // CreateTask creates a task in status todo, in its queue's claim index,
@@ -516,14 +513,15 @@ func (s *Store) ListCheckouts(ctx context.Context, agentID string) ([]Checkout, 
 			return nil, err
 		}
 	} else {
-		for shard := range s.shards.Lease {
-			keyCond := expression.Key("lease_shard").Equal(expression.Value(strconv.Itoa(shard))).
-				And(expression.Key("lease_expires").GreaterThan(expression.Value(ms(now))))
-			batch, err := s.queryTasks(ctx, schema.TasksByLeaseExpiry, keyCond)
-			if err != nil {
-				return nil, err
-			}
-			items = append(items, batch...)
+		// Every lease entry, whatever expiry the index shows: a lease
+		// renewed just before its old expiry is still at that expiry in an
+		// index that lags, and a bound on it would drop the lease before
+		// the read below could find it live. The entries past their
+		// expiry are the leases the sweep has yet to end, which it keeps
+		// few.
+		var err error
+		if items, err = s.liveLeaseEntries(ctx, nil); err != nil {
+			return nil, err
 		}
 	}
 	// The index only proposes: each lease is judged on the task as it is.
