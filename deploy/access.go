@@ -39,7 +39,9 @@ var Grants = map[string][]Grant{
 	// the shard counts in use (lease.RecordShards) at a cold start.
 	Agents: {
 		{Table: schema.TasksTableV1, Actions: []string{"GetItem"}},
-		{Table: schema.AgentsTable, Actions: []string{"PutItem", "DeleteItem"}, QueryIndexes: []string{schema.AgentsAll}},
+		// BatchGetItem: a page of the agent listing confirms what the
+		// all_agents index proposes.
+		{Table: schema.AgentsTable, Actions: []string{"PutItem", "DeleteItem", "BatchGetItem"}, QueryIndexes: []string{schema.AgentsAll}},
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "PutItem", "UpdateItem", "BatchGetItem"}},
 		// by_lease_expiry: a removed agent's leases, found by a filter.
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByLeaseExpiry}},

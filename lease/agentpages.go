@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -22,7 +23,9 @@ import (
 // and ids, and many more of ordinary ones), or at the limit asked for.
 // Its cursor is the page's last agent_id; the next page reads the
 // agents index from there on, so a page costs reads of its own agents
-// and their heartbeats only, however many agents there are. An agent
+// and their heartbeats only, however many agents there are. The index
+// only proposes the page's agents: each is read consistently, with its
+// heartbeat, and one removed meanwhile is left out. An agent
 // registered behind the cursor during a walk is on no later page, as
 // with the other listings.
 
@@ -115,19 +118,44 @@ func (s *Store) ListAgentsPage(ctx context.Context, p ListAgentsParams) (AgentPa
 	for i, a := range items {
 		ids[i] = a.AgentID
 	}
-	hbs, err := s.heartbeatsOf(ctx, ids)
-	if err != nil {
+	// The index only proposes: each agent is read as it is, with its
+	// heartbeat, so that an agent removed (or registered again under
+	// another name) while the index lags is listed as it now is.
+	var hbs map[string]*heartbeatItem
+	var agents []agentItem
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		hbs, err = s.heartbeatsOf(gctx, ids)
+		return err
+	})
+	g.Go(func() (err error) {
+		agents, err = batchGet[agentItem](gctx, s.db, s.agents, uniqueKeys(ids, agentKey), "", nil)
+		if err != nil {
+			err = fmt.Errorf("read agents: %w", err)
+		}
+		return err
+	})
+	if err := g.Wait(); err != nil {
 		return AgentPage{}, err
 	}
+	fresh := make(map[string]agentItem, len(agents))
+	for _, a := range agents {
+		fresh[a.AgentID] = a
+	}
 	now := s.clock()
-	page := AgentPage{Agents: make([]Agent, len(items))}
-	for i, a := range items {
-		page.Agents[i] = a.agent()
+	page := AgentPage{Agents: make([]Agent, 0, len(items))}
+	for _, listed := range items {
+		a, ok := fresh[listed.AgentID]
+		if !ok {
+			continue // removed
+		}
+		ag := a.agent()
 		if hb := hbs[a.AgentID]; hb != nil && !hb.Fresh {
 			last := fromMS(hb.LastAt)
 			alive := hb.ExpiresAt > ms(now)
-			page.Agents[i].LastHeartbeatAt, page.Agents[i].Alive = &last, &alive
+			ag.LastHeartbeatAt, ag.Alive = &last, &alive
 		}
+		page.Agents = append(page.Agents, ag)
 	}
 	if full {
 		page.NextCursor = encodeAgentCursor(agentCursor{A: items[len(items)-1].AgentID})
