@@ -262,20 +262,19 @@ func (s *Store) CreateTasks(ctx context.Context, ps []CreateTaskParams) ([]Batch
 		items[i] = it
 	}
 	// Blockers are read before anything is written: each is a task that
-	// exists, or one that comes earlier in the batch. A batch with blockers
-	// is written in its order, so that each task's blockers are there
-	// before it; one without, concurrently.
+	// exists, or one of the batch. A batch with blockers is written one
+	// task at a time, each after its blockers in the batch (batchOrder),
+	// so that they are there before it; one without, concurrently.
+	order, err := batchOrder(items)
+	if err != nil {
+		return nil, err
+	}
 	var outside []string
 	graph := false
-	for i, it := range items {
+	for _, it := range items {
 		for _, id := range it.BlockedBy {
 			graph = true
-			j := slices.IndexFunc(items[:i], func(o taskItem) bool { return o.TaskID == id })
-			switch {
-			case j >= 0:
-			case slices.ContainsFunc(items[i:], func(o taskItem) bool { return o.TaskID == id }):
-				return nil, InBatch(i, invalidField("blocked_by", CodeInvalidDependency, "blocked_by names %s, which comes later in the batch; put blockers first", id))
-			default:
+			if !seen[id] {
 				outside = append(outside, id)
 			}
 		}
@@ -309,7 +308,7 @@ func (s *Store) CreateTasks(ctx context.Context, ps []CreateTaskParams) ([]Batch
 	if graph {
 		g.SetLimit(1)
 	}
-	for i := range items {
+	for _, i := range order {
 		g.Go(func() error {
 			var blockers map[string]*taskItem
 			if len(items[i].BlockedBy) > 0 {
@@ -337,11 +336,64 @@ func (s *Store) CreateTasks(ctx context.Context, ps []CreateTaskParams) ([]Batch
 			return nil
 		})
 	}
-	err := g.Wait() // each task created woke its queue's waiting claims
-	if err != nil {
+	if err := g.Wait(); err != nil { // each task created woke its queue's waiting claims
 		return nil, err
 	}
+	// A task's answer was read before the tasks of the batch that name it
+	// were written: add those to its blocks, as a read now would show it.
+	for i := range out {
+		for j, dep := range items {
+			if out[j].Outcome == BatchCreated && slices.Contains(dep.BlockedBy, items[i].TaskID) && !slices.Contains(out[i].Task.Blocks, dep.TaskID) {
+				out[i].Task.Blocks = append(out[i].Task.Blocks, dep.TaskID)
+			}
+		}
+		slices.Sort(out[i].Task.Blocks)
+	}
 	return out, nil
+}
+
+// batchOrder is the order in which a batch's tasks are written: each
+// after the tasks of the batch it names in blocked_by, and otherwise as
+// given. Tasks of the batch that wait for each other in a cycle are
+// refused, naming the first of them.
+func batchOrder(items []taskItem) ([]int, error) {
+	at := make(map[string]int, len(items))
+	for i, it := range items {
+		at[it.TaskID] = i
+	}
+	placed := make([]bool, len(items))
+	order := make([]int, 0, len(items))
+	for len(order) < len(items) {
+		next := -1
+		for i, it := range items {
+			if !placed[i] && !slices.ContainsFunc(it.BlockedBy, func(id string) bool {
+				j, ok := at[id]
+				return ok && !placed[j]
+			}) {
+				next = i
+				break
+			}
+		}
+		if next < 0 {
+			// Every task left waits for another one left: walk from the
+			// first to a task met twice, which is on a cycle.
+			i, walked := slices.Index(placed, false), map[int]bool{}
+			for !walked[i] {
+				walked[i] = true
+				for _, id := range items[i].BlockedBy {
+					if j, ok := at[id]; ok && !placed[j] {
+						i = j
+						break
+					}
+				}
+			}
+			return nil, InBatch(i, invalidField("blocked_by", CodeDependencyCycle,
+				"blocked_by of %s waits, through tasks of the batch, for %s itself: a cycle", items[i].TaskID, items[i].TaskID))
+		}
+		placed[next] = true
+		order = append(order, next)
+	}
+	return order, nil
 }
 
 // checkBatchDependents refuses a batch, before any of it is written,
