@@ -110,23 +110,34 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 	// The dead: every agent the heartbeats index says is due, judged by a
 	// consistent read of its heartbeat. Their leases are then found in one
 	// pass over the live leases, however many agents died.
+	// An agent that stopped for good stays due until its heartbeat item
+	// expires (days), so a fleet may have many: they are judged
+	// sweepWorkers at a time, like the expired leases.
 	deaths := map[string]death{}
+	g, gctx = errgroup.WithContext(ctx)
+	g.SetLimit(sweepWorkers)
 	for shard := range s.shards.Lease {
 		keyCond := expression.Key("hb_shard").Equal(expression.Value(strconv.Itoa(shard))).
 			And(expression.Key("hb_expires").LessThanEqual(expression.Value(ms(now))))
-		due, err := queryAll[heartbeatItem](ctx, s.db, s.heartbeats, schema.HeartbeatsByExpiry, keyCond)
+		due, err := queryAll[heartbeatItem](gctx, s.db, s.heartbeats, schema.HeartbeatsByExpiry, keyCond)
 		if err != nil {
+			_ = g.Wait()
 			return res, fmt.Errorf("sweep heartbeats: %w", err)
 		}
 		for _, cand := range due {
-			d, ok, err := s.judgeDeath(ctx, cand.AgentID)
-			if err != nil {
-				return res, err
-			}
-			if ok {
-				deaths[cand.AgentID] = d
-			}
+			g.Go(func() error {
+				d, ok, err := s.judgeDeath(gctx, cand.AgentID)
+				if ok {
+					mu.Lock()
+					deaths[cand.AgentID] = d
+					mu.Unlock()
+				}
+				return err
+			})
 		}
+	}
+	if err := g.Wait(); err != nil {
+		return res, err
 	}
 	if len(deaths) == 0 {
 		return res, nil
