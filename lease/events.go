@@ -24,9 +24,16 @@ const messageRetention = 7 * 24 * time.Hour
 // recordAttempts bounds the retries of the audit write.
 const recordAttempts = 6
 
-// messageID is the id of the message that tells a watcher about the ending
-// ev: one per ending and watcher, so a retried write lands on the same one.
+// messageID is the id of the message that tells a watcher about the
+// freeing ev: one per freeing and watcher, so a retried write lands on the
+// same one. A lease ends once, so its fence and time name its ending; a
+// freeing that ends no lease (an unblocking: fence 0) is named by its seq
+// too, since two of them may share a millisecond (a write is stamped no
+// earlier than the transition before it).
 func messageID(ev eventItem) string {
+	if ev.Fence == 0 {
+		return fmt.Sprintf("%013d.0.%s~%d", ev.At, ev.TaskID, ev.Seq)
+	}
 	return fmt.Sprintf("%013d.%d.%s", ev.At, ev.Fence, ev.TaskID)
 }
 
@@ -349,7 +356,7 @@ func (s *Store) Inbox(ctx context.Context, agentID string) ([]Message, error) {
 	return out[:min(len(out), MaxInbox)], nil
 }
 
-var messageIDPattern = regexp.MustCompile(`^(lost\.)?[0-9]{13}\.[0-9]{1,19}\.[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+var messageIDPattern = regexp.MustCompile(`^(lost\.)?[0-9]{13}\.[0-9]{1,19}\.[A-Za-z0-9][A-Za-z0-9._:-]{0,127}(~[0-9]{1,19})?$`)
 
 // DeleteMessage deletes one of the agent's messages.
 func (s *Store) DeleteMessage(ctx context.Context, agentID, messageID string) error {

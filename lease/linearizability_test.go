@@ -2595,7 +2595,10 @@ func wOutcome(in wIn, res any, err error) (wOut, bool) {
 	case []lease.Message:
 		var msgs []string
 		for _, m := range v {
-			parts := strings.Split(m.MessageID, ".")
+			// "<ms>.<fence>.<task>", with "~<seq>" for a freeing that
+			// ends no lease (fence 0), and "lost." before a lease_lost.
+			id, _, _ := strings.Cut(m.MessageID, "~")
+			parts := strings.Split(id, ".")
 			t := wTaskN(m.TaskID)
 			lost := m.Type == lease.MessageLeaseLost
 			if lost && len(parts) == 4 && parts[0] == "lost" {
