@@ -76,9 +76,13 @@ const (
 	// two batches of one shard at once would apply changes out of order.
 	streamParallelization = 1
 	// streamWebhookTimeout is the notices function's timeout with
-	// webhooks: a batch may wait out one receiver's retries (10 s) and then
-	// one attempt per notice (5 s at most each) while it stays down. Only
-	// the notices wait: the stream function reads the stream on its own.
+	// webhooks: a batch may wait out one receiver's retries (10 s), then a
+	// probe (5 s at most) every 30 s while it stays down, and a receiver
+	// that is slow but answers as long as the deliveries may run, which is
+	// until 60 s before this timeout (setup.WebhookDeadlineMargin): the rest
+	// is dead-lettered untried, so an invocation never times out on a
+	// receiver. Only the notices wait: the stream function reads the stream
+	// on its own.
 	streamWebhookTimeout = 300
 )
 
@@ -292,7 +296,8 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		}
 		if name == deploy.Notices && cfg.WebhookURLs != "" {
 			// The same notifier as the local server's signs and retries
-			// each delivery; a batch may wait out a receiver's retries.
+			// each delivery; a batch may wait out a receiver's retries,
+			// never past the end of its invocation.
 			(*props.Environment)[EnvWebhookURL] = jsii.String(cfg.WebhookURLs)
 			var version *awscdk.SecretsManagerSecretOptions
 			if cfg.WebhookSecretVersion != "" {

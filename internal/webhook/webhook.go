@@ -1,6 +1,6 @@
 // Package webhook POSTs each notice of the change stream (lease.Notice) to
 // one or more URLs, signed, retried, and dead-lettered when it cannot be
-// delivered. It is a lease.Notifier: the stream function runs it, in AWS
+// delivered. It is a lease.Notifier: the notices function runs it, in AWS
 // next to EventBridge and on the local server next to the log.
 //
 // A delivery is a POST with Content-Type application/json and the body
@@ -21,14 +21,30 @@
 // time). A 2xx answer delivers it. A 5xx, 408, 429, a timeout or a
 // connection error is retried with exponential back-off (with jitter) for
 // up to MaxElapsed; any other answer, or retries used up, sends the
-// delivery to the dead-letter store with the reason. A URL that has just
-// used up its retries is tried once per notice (no back-off) until it
-// answers again, so a receiver that is down holds up the notices after it
-// as little as it can. Notify returns only when each URL has delivered or
-// dead-lettered: the local server calls it from a consumer of the change
-// stream that publishes notices alone, so that its retries never delay
-// watchers' messages or the feed; the AWS stream function calls it with
-// the rest of a batch's consequences.
+// delivery to the dead-letter store with the reason.
+//
+// A URL that has used up a delivery's retries is down, and a circuit
+// breaker keeps it from holding up the notices after it: while it is down,
+// each later notice is dead-lettered at once, untried, except that one
+// delivery every ProbeInterval (one, however many run at once) tries it
+// once. The first that it answers closes the circuit, and deliveries go
+// out as before.
+//
+// Notify never outlasts its context: when the context has a deadline (a
+// Lambda invocation's), no attempt or back-off runs into the last
+// DeadlineMargin of it, and a notice that cannot be tried in the time left
+// is dead-lettered untried rather than let the invocation time out (which
+// would hand the whole batch again and hold up what is published beside
+// the webhooks, EventBridge included).
+//
+// Notify returns only when each URL has delivered or dead-lettered: the
+// local server calls it from a consumer of the change stream that
+// publishes notices alone, so that its retries never delay watchers'
+// messages or the feed; the AWS notices function calls it after
+// EventBridge for each notice of a batch, so a receiver that is down
+// delays the batch's later EventBridge notices by MaxElapsed once and a
+// probe now and then, and one that is slow never past the invocation's
+// deadline less DeadlineMargin.
 package webhook
 
 import (
@@ -72,6 +88,7 @@ const (
 	DefaultInitialBackoff = 250 * time.Millisecond
 	DefaultMaxBackoff     = 5 * time.Second
 	DefaultAttemptTimeout = 10 * time.Second
+	DefaultProbeInterval  = 30 * time.Second
 )
 
 // Payload is the body of a delivery.
@@ -133,11 +150,24 @@ type Config struct {
 	InitialBackoff time.Duration // default DefaultInitialBackoff
 	MaxBackoff     time.Duration // default DefaultMaxBackoff
 	AttemptTimeout time.Duration // default DefaultAttemptTimeout
+	// ProbeInterval is how often a URL that is down is tried again, by a
+	// single attempt of one delivery; the deliveries in between are
+	// dead-lettered untried (default DefaultProbeInterval).
+	ProbeInterval time.Duration
+	// DeadlineMargin is the part of the context's deadline that deliveries
+	// leave to the caller: no attempt or back-off runs into it, and a
+	// delivery that finds only the margin left is dead-lettered untried.
+	// It must cover what the caller still does after the last delivery
+	// (the other notices' EventBridge calls, the dead letters' writes).
+	// Without a deadline on the context it does nothing.
+	DeadlineMargin time.Duration
 	// DeadLetters keeps what could not be delivered (nil: such a notice is
 	// an error, so the stream delivers its batch again).
 	DeadLetters DeadLetters
 	Logger      *slog.Logger
-	// Now is the clock of signatures (nil: time.Now).
+	// Now is the clock of signatures, of the dead letters' failed_at and
+	// of ProbeInterval (nil: time.Now). Back-off, attempts and the
+	// context's deadline run on the real clock.
 	Now func() time.Time
 }
 
@@ -146,7 +176,15 @@ type Notifier struct {
 	cfg Config
 
 	mu   sync.Mutex
-	down map[string]bool // URLs whose last delivery used up its retries
+	down map[string]*circuit // URLs that are down: the circuit is open
+}
+
+// circuit is the breaker of a URL that is down.
+type circuit struct {
+	since     time.Time // when a delivery used up its retries
+	nextProbe time.Time // when one delivery may try it again
+	probing   bool      // a delivery is trying it now
+	cause     string    // why it went down, or why the last probe failed
 }
 
 var _ lease.Notifier = (*Notifier)(nil)
@@ -204,7 +242,10 @@ func New(cfg Config) (*Notifier, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Notifier{cfg: cfg, down: map[string]bool{}}, nil
+	if cfg.ProbeInterval <= 0 {
+		cfg.ProbeInterval = DefaultProbeInterval
+	}
+	return &Notifier{cfg: cfg, down: map[string]*circuit{}}, nil
 }
 
 // Notify delivers n to every URL at once and returns when each has been
@@ -230,48 +271,192 @@ func (w *Notifier) Notify(ctx context.Context, n lease.Notice) error {
 // permanent is a failure that a retry cannot mend.
 type permanent struct{ error }
 
-func (w *Notifier) deliver(ctx context.Context, url string, n lease.Notice, body []byte) error {
+// Admission of a delivery by a URL's circuit.
+type admission int
+
+const (
+	admitted admission = iota // the URL is up: try, and retry
+	probe                     // the URL is down and due a probe: try once
+	skipped                   // the URL is down: dead-letter untried
+)
+
+// admit says how a delivery to url may go, and takes the probe when one
+// is due, so that concurrent deliveries probe a URL that is down once.
+func (w *Notifier) admit(url string) (admission, *circuit) {
 	w.mu.Lock()
-	down := w.down[url]
-	w.mu.Unlock()
+	defer w.mu.Unlock()
+	c := w.down[url]
+	if c == nil {
+		return admitted, nil
+	}
+	now := w.cfg.Now()
+	if c.probing || now.Before(c.nextProbe) {
+		cp := *c
+		return skipped, &cp
+	}
+	c.probing = true
+	c.nextProbe = now.Add(w.cfg.ProbeInterval)
+	return probe, nil
+}
+
+// open marks url down after a delivery used up its retries, or a probe
+// failed, with the reason; the next probe is one interval away.
+func (w *Notifier) open(url string, cause error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := w.cfg.Now()
+	c := w.down[url]
+	if c == nil {
+		c = &circuit{since: now}
+		w.down[url] = c
+		w.cfg.Logger.Warn("webhook down: later notices go to the dead letters untried until a probe gets an answer",
+			"url", url, "error", cause.Error(), "probe_interval", w.cfg.ProbeInterval.String())
+	}
+	c.probing = false
+	c.nextProbe = now.Add(w.cfg.ProbeInterval)
+	c.cause = cause.Error()
+}
+
+// close marks url up: it answered. It reports whether it was down.
+func (w *Notifier) close(url string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, was := w.down[url]
+	delete(w.down, url)
+	return was
+}
+
+// isDown reports whether url is down, so that a delivery in its retries
+// stops once another has found it down.
+func (w *Notifier) isDown(url string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.down[url] != nil
+}
+
+// endProbe gives back a probe that ended without an answer either way
+// (its context ended): the next is due at the time the probe set.
+func (w *Notifier) endProbe(url string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if c := w.down[url]; c != nil {
+		c.probing = false
+	}
+}
+
+// errNoTime is why a delivery stops when the context's deadline, less
+// DeadlineMargin, leaves no time for another attempt.
+var errNoTime = errors.New("no time left before the deadline")
+
+func (w *Notifier) deliver(ctx context.Context, url string, n lease.Notice, body []byte) error {
+	// try is ctx less the margin: attempts and back-off end with it,
+	// and the dead letter is written with what is left of ctx.
+	try, cancel := ctx, context.CancelFunc(func() {})
+	if dl, ok := ctx.Deadline(); ok {
+		try, cancel = context.WithDeadline(ctx, dl.Add(-w.cfg.DeadlineMargin))
+	}
+	defer cancel()
+	if try.Err() != nil && ctx.Err() == nil {
+		return w.deadLetter(ctx, url, n, body, 0, fmt.Errorf("not tried: %w", errNoTime))
+	}
+	how, c := w.admit(url)
+	if how == skipped {
+		return w.skip(ctx, try, url, n, body, fmt.Errorf("not tried: down since %s (%s); next try at %s",
+			c.since.UTC().Format(time.RFC3339), c.cause, c.nextProbe.UTC().Format(time.RFC3339)))
+	}
 	deadline := time.Now().Add(w.cfg.MaxElapsed)
 	wait := w.cfg.InitialBackoff
 	attempts := 0
 	var last error
 	for {
+		if try.Err() != nil && ctx.Err() == nil {
+			// Out of time: not the receiver's doing, so it is not marked down.
+			if how == probe {
+				w.endProbe(url)
+			}
+			if attempts == 0 {
+				return w.deadLetter(ctx, url, n, body, 0, fmt.Errorf("not tried: %w", errNoTime))
+			}
+			return w.deadLetter(ctx, url, n, body, attempts, fmt.Errorf("%w (last: %w)", errNoTime, last))
+		}
 		attempts++
-		last = w.attempt(ctx, url, n.ID, body)
+		last = w.attempt(try, url, n.ID, body)
 		if last == nil {
-			if down {
+			if w.close(url) {
 				w.cfg.Logger.InfoContext(ctx, "webhook answers again", "url", url)
 			}
-			w.setDown(url, false)
 			return nil
 		}
 		if ctx.Err() != nil {
+			if how == probe {
+				w.endProbe(url)
+			}
 			return fmt.Errorf("webhook %s: %w", url, ctx.Err())
 		}
+		if try.Err() != nil {
+			continue // out of time, said above
+		}
 		var p permanent
-		if errors.As(last, &p) || down {
+		if errors.As(last, &p) {
+			// An answer, if a refusal: the receiver is up.
+			w.close(url)
 			break
+		}
+		if how == probe {
+			w.open(url, last)
+			break
+		}
+		if w.isDown(url) {
+			break // another delivery used up its retries meanwhile
 		}
 		// Full jitter on an exponential step.
 		d := wait/2 + rand.N(wait/2+1)
 		if time.Now().Add(d).After(deadline) {
+			w.open(url, last)
 			break
 		}
 		w.cfg.Logger.DebugContext(ctx, "webhook delivery failed; retrying", "url", url, "id", n.ID, "attempt", attempts, "error", last.Error())
 		select {
-		case <-ctx.Done():
-			return fmt.Errorf("webhook %s: %w", url, ctx.Err())
+		case <-try.Done():
 		case <-time.After(d):
 		}
 		wait = min(wait*2, w.cfg.MaxBackoff)
 	}
-	var p permanent
-	if !errors.As(last, &p) {
-		w.setDown(url, true)
+	return w.deadLetter(ctx, url, n, body, attempts, last)
+}
+
+// skip dead-letters a delivery to a URL that is down, untried. When the
+// dead letter cannot be written either, the notice fails and its caller
+// hands it again, so it holds up the notices after it whatever happens:
+// the delivery is then tried once after all, which costs no more than the
+// wait it has, and lets a receiver that is back take it.
+func (w *Notifier) skip(ctx, try context.Context, url string, n lease.Notice, body []byte, why error) error {
+	if w.cfg.DeadLetters == nil {
+		return w.deadLetter(ctx, url, n, body, 0, why)
 	}
+	err := w.cfg.DeadLetters.Put(ctx, DeadLetter{
+		URL: url, EventID: n.ID, Type: n.Kind, Body: body,
+		Error: why.Error(), FailedAt: w.cfg.Now().UTC(),
+	})
+	if err == nil {
+		w.cfg.Logger.WarnContext(ctx, "webhook delivery failed; dead-lettered", "url", url, "id", n.ID, "attempts", 0, "error", why.Error())
+		return nil
+	}
+	last := w.attempt(try, url, n.ID, body)
+	if last == nil {
+		if w.close(url) {
+			w.cfg.Logger.InfoContext(ctx, "webhook answers again", "url", url)
+		}
+		return nil
+	}
+	w.cfg.Logger.ErrorContext(ctx, "webhook delivery failed; the dead letter could not be written", "url", url, "id", n.ID,
+		"attempts", 1, "error", last.Error(), "dead_letter_error", err.Error())
+	return fmt.Errorf("webhook %s: %s: not delivered (%w), and the dead letter not written: %w", url, n.ID, last, err)
+}
+
+// deadLetter keeps a delivery that failed for good, or was not tried, in
+// the dead-letter store; without one, it is the notice's error.
+func (w *Notifier) deadLetter(ctx context.Context, url string, n lease.Notice, body []byte, attempts int, last error) error {
 	if w.cfg.DeadLetters == nil {
 		w.cfg.Logger.WarnContext(ctx, "webhook delivery failed", "url", url, "id", n.ID, "attempts", attempts, "error", last.Error())
 		return fmt.Errorf("webhook %s: %s: %w", url, n.ID, last)
@@ -289,16 +474,6 @@ func (w *Notifier) deliver(ctx context.Context, url string, n lease.Notice, body
 	}
 	w.cfg.Logger.WarnContext(ctx, "webhook delivery failed; dead-lettered", "url", url, "id", n.ID, "attempts", attempts, "error", last.Error())
 	return nil
-}
-
-func (w *Notifier) setDown(url string, down bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if down {
-		w.down[url] = true
-	} else {
-		delete(w.down, url)
-	}
 }
 
 // attempt makes one delivery: nil for a 2xx, permanent for an answer a

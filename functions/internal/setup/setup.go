@@ -53,12 +53,30 @@ const (
 const TrailWait = 3 * time.Second
 
 // WebhookRetryFor is how long the notices function retries a webhook
-// delivery before it writes it to the dead-letter table: well inside its
-// timeout, so that a receiver that is down holds a batch of notices up for
-// this long at most (later notices to it are tried once each until it
-// answers). It holds up nothing else: the stream function, which writes
-// the messages and the archive, reads the stream on its own.
+// delivery before it writes it to the dead-letter table. A receiver that
+// is down holds a batch of notices up for this long, once: the URL is then
+// down, and later notices to it are dead-lettered untried, but for one
+// probe attempt (WebhookAttemptTimeout at most) every
+// webhook.DefaultProbeInterval, until it answers. It holds up nothing
+// else: the stream function, which writes the messages and the archive,
+// reads the stream on its own.
 const WebhookRetryFor = 10 * time.Second
+
+// WebhookAttemptTimeout bounds one delivery attempt in the notices
+// function.
+const WebhookAttemptTimeout = 5 * time.Second
+
+// WebhookDeadlineMargin is the part of a notices invocation that webhook
+// deliveries leave alone (webhook.Config.DeadlineMargin): a receiver that
+// is slow but answers cannot make the invocation time out, which would
+// hand the whole batch again and delay its EventBridge notices with it.
+// Once only the margin is left, the batch's later deliveries are
+// dead-lettered untried, and the margin covers what remains: for each of
+// up to 200 notices (a batch of 100 changes) one EventBridge PutEvents and
+// one dead letter's PutItem, tens of milliseconds each. The stack gives
+// the notices function 300 s with webhooks (infra/stack.go,
+// streamWebhookTimeout).
+const WebhookDeadlineMargin = 60 * time.Second
 
 // Env is a function's configuration.
 type Env struct {
@@ -203,9 +221,10 @@ func Webhooks(e Env, db webhook.PutItemAPI, log *slog.Logger) (*webhook.Notifier
 		return nil, nil
 	}
 	return webhook.New(webhook.Config{
-		URLs: e.WebhookURLs, Secret: e.WebhookSecret, MaxElapsed: WebhookRetryFor, AttemptTimeout: 5 * time.Second,
-		DeadLetters: webhook.TableDeadLetters{DB: db, Table: schema.Names{Prefix: e.TablePrefix}.Table(schema.WebhookDeadLettersTable)},
-		Logger:      log, // signed by the wall clock, which receivers check, never a test's
+		URLs: e.WebhookURLs, Secret: e.WebhookSecret, MaxElapsed: WebhookRetryFor, AttemptTimeout: WebhookAttemptTimeout,
+		DeadlineMargin: WebhookDeadlineMargin,
+		DeadLetters:    webhook.TableDeadLetters{DB: db, Table: schema.Names{Prefix: e.TablePrefix}.Table(schema.WebhookDeadLettersTable)},
+		Logger:         log, // signed by the wall clock, which receivers check, never a test's
 	})
 }
 
