@@ -82,7 +82,7 @@ clean: ## Remove build output and installed node modules (local data in .dynalit
 
 # The local service and the Lambda functions. Each function is a
 # dist/<name>/bootstrap for the provided.al2023 runtime on arm64.
-FUNCTIONS    := health agents tasks checkouts inbox authorizer sweeper stream notices
+FUNCTIONS    := health agents tasks checkouts claim inbox authorizer sweeper stream notices
 DIST         := dist
 LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags="-s -w"
 

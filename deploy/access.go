@@ -35,7 +35,7 @@ var Grants = map[string][]Grant{
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
 	},
 	// GetItem and UpdateItem on heartbeats, for the agents, tasks,
-	// checkouts and sweeper functions, also check and raise the record of
+	// checkouts, claim and sweeper functions, also check and raise the record of
 	// the shard counts in use (lease.RecordShards) at a cold start.
 	Agents: {
 		{Table: schema.TasksTableV1, Actions: []string{"GetItem"}},
@@ -90,6 +90,23 @@ var Grants = map[string][]Grant{
 		{Table: schema.EventsTable, Actions: []string{"Query"}},
 		// A conflict that asks to watch: read the task's watches, place one.
 		{Table: schema.InboxTable, Actions: []string{"Query", "UpdateItem"}},
+	},
+	// Claim is the checkouts function's code serving POST /api/claim alone
+	// (see Claim), and needs less: a claim creates no task and watches
+	// none.
+	Claim: {
+		{Table: schema.TasksTableV1, Actions: []string{"GetItem"}},
+		// by_claim: the candidates; UpdateItem grants one (or gives back a
+		// second grant of one run id); GetItem: the task after a failed
+		// condition, and a tried task's trail.
+		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByClaim}},
+		// GetItem: a dead holder's heartbeat and the claimer's own;
+		// GetItem and UpdateItem: the receipts of claims that name their
+		// run id, and the record of the shard counts.
+		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem"}},
+		// Query: a named claim's retry whose receipt lost its grant finds it
+		// in the tried tasks' trails.
+		{Table: schema.EventsTable, Actions: []string{"Query"}},
 	},
 	Inbox: {
 		// UpdateItem: a deleted message is marked, so that a replayed change
@@ -147,6 +164,7 @@ var AwaitsMigration = map[string]bool{
 	Agents:    true,
 	Tasks:     true,
 	Checkouts: true,
+	Claim:     true,
 	Sweeper:   true,
 }
 

@@ -21,10 +21,15 @@ import (
 
 // Function names. Each is built by `make build` as dist/<name>/bootstrap.
 const (
-	Health     = "health"
-	Agents     = "agents"
-	Tasks      = "tasks"
-	Checkouts  = "checkouts"
+	Health    = "health"
+	Agents    = "agents"
+	Tasks     = "tasks"
+	Checkouts = "checkouts"
+	// Claim serves POST /api/claim alone, apart from Checkouts: a claim
+	// that waits holds its invocation for up to 20 s, and waiting agents
+	// must not use up the concurrency that renewals, releases and
+	// completions need (a throttled renewal is a lease lost).
+	Claim      = "claim"
 	Inbox      = "inbox"
 	Authorizer = "authorizer"
 	Sweeper    = "sweeper"
@@ -39,7 +44,7 @@ const (
 )
 
 // Functions lists every Lambda function of the stack, in a stable order.
-var Functions = []string{Health, Agents, Tasks, Checkouts, Inbox, Authorizer, Sweeper, Stream, Notices}
+var Functions = []string{Health, Agents, Tasks, Checkouts, Claim, Inbox, Authorizer, Sweeper, Stream, Notices}
 
 // Access is who may call a route.
 type Access int
@@ -100,7 +105,7 @@ var Routes = []Route{
 	{"POST", "/api/tasks/{task_id}/renew", Agent, Checkouts, "renew"},
 	{"POST", "/api/tasks/{task_id}/release", Agent, Checkouts, "release"},
 	{"POST", "/api/tasks/{task_id}/complete", Agent, Checkouts, "complete"},
-	{"POST", "/api/claim", Agent, Checkouts, "claim"},
+	{"POST", "/api/claim", Agent, Claim, "claim"},
 
 	{"GET", "/api/inbox", Agent, Inbox, "inbox"},
 	{"DELETE", "/api/inbox/{message_id}", Agent, Inbox, "deleteMessage"},

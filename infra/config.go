@@ -94,16 +94,21 @@ type Config struct {
 }
 
 // DefaultReservedConcurrency is the reserved concurrency of each API
-// function without context. The sum (135, plus the sweeper's 1) leaves
+// function without context. The sum (175, plus the sweeper's 1) leaves
 // Lambda's default account limit of 1000 far above the 100 unreserved that
 // Lambda requires; at the stage's default 100 requests per second and tens
-// of milliseconds per request, each function needs only a few.
+// of milliseconds per request, each function needs only a few. Claims are
+// the exception: one that waits holds an instance for up to 20 s, so they
+// have a function of their own (deploy.Claim), whose 40 bound the claims
+// running at once, so that however many agents wait, checkouts, renewals,
+// releases and completions keep the checkouts function's 40.
 var DefaultReservedConcurrency = map[string]int{
 	deploy.Health:     5,
 	deploy.Authorizer: 20,
 	deploy.Agents:     20,
 	deploy.Tasks:      20,
 	deploy.Checkouts:  40,
+	deploy.Claim:      40,
 	deploy.Inbox:      10,
 	// The stream function runs one batch per shard at a time: a few cover
 	// every shard the tasks table's stream has.

@@ -137,6 +137,9 @@ func TestAlarms(t *testing.T) {
 	if !reflect.DeepEqual(fns, wantFns) {
 		t.Errorf("Lambda throttles alarm covers %v, want %v", fns, wantFns)
 	}
+	if len(fns) > 10 {
+		t.Errorf("Lambda throttles alarm: %d metrics, CloudWatch allows 10 in an alarm", len(fns))
+	}
 
 	// DynamoDB: per table, exactly the operations the functions make on it.
 	ops := TableOperations()

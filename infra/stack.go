@@ -241,9 +241,10 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 			timeout = 60
 		case deploy.Stream, deploy.Notices:
 			timeout = 30
-		case deploy.Checkouts:
+		case deploy.Claim:
 			// A claim may wait up to 20 s (lease.MaxClaimWait) for a task;
-			// API Gateway answers 503 after 30 s in any case.
+			// API Gateway answers 503 after 30 s in any case. The checkouts
+			// function, which serves no claim, keeps the default.
 			timeout = 28
 		}
 		tracing := awslambda.Tracing_DISABLED

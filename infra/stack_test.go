@@ -275,6 +275,58 @@ func TestEveryRouteExistsAndPointsAtItsFunction(t *testing.T) {
 	}
 }
 
+// POST /api/claim, which may hold an invocation for 20 s waiting for a
+// task, is served by a function other than the one that renews, releases
+// and completes leases, and each has a reserved concurrency of its own:
+// when they shared one, 40 waiting agents used up the checkouts function's
+// 40, and every renewal was throttled (API Gateway answers 500) until
+// leases expired for want of it.
+func TestClaimsCannotStarveLeaseUpkeep(t *testing.T) {
+	s := defaultStack(t)
+	integrated := map[string]string{} // route key -> function logical id
+	for _, r := range s.ofType("AWS::ApiGatewayV2::Route") {
+		p := props(r)
+		integ := s.resources[strings.TrimPrefix(s.render(p["Target"]), "integrations/ref:")]
+		integrated[p["RouteKey"].(string)] = getAtt(props(integ)["IntegrationUri"], "Arn")
+	}
+	claim := integrated["POST /api/claim"]
+	if claim == "" || s.resources[claim]["Type"] != "AWS::Lambda::Function" {
+		t.Fatalf("POST /api/claim integrates %q, want a function", claim)
+	}
+	upkeep := map[string]bool{}
+	for _, key := range []string{"POST " + deploy.TaskCheckoutPath, "POST /api/tasks/{task_id}/renew", "POST /api/tasks/{task_id}/release", "POST /api/tasks/{task_id}/complete"} {
+		fn := integrated[key]
+		if fn == "" || fn == claim {
+			t.Errorf("%s integrates %q, the claim route's function %q", key, fn, claim)
+		}
+		upkeep[fn] = true
+	}
+	if len(upkeep) != 1 {
+		t.Errorf("checkout, renew, release and complete integrate %v, want one function", upkeep)
+	}
+	for fn := range upkeep {
+		for _, id := range []string{claim, fn} {
+			p := props(s.resources[id])
+			if n, _ := p["ReservedConcurrentExecutions"].(float64); n < 1 {
+				t.Errorf("function %s: reserved concurrency %v, want its own", id, p["ReservedConcurrentExecutions"])
+			}
+		}
+		lc := func(id string) string {
+			c, _ := props(s.resources[id])["LoggingConfig"].(map[string]any)
+			return ref(c["LogGroup"])
+		}
+		if lc(claim) == "" || lc(claim) == lc(fn) {
+			t.Errorf("claim and checkouts log to %q and %q, want a log group each", lc(claim), lc(fn))
+		}
+	}
+	if claim != s.fnID[deploy.Claim] {
+		t.Errorf("POST /api/claim integrates %s, want the claim function %s", claim, s.fnID[deploy.Claim])
+	}
+	if got := props(s.resources[claim])["Timeout"]; got != float64(28) {
+		t.Errorf("claim function timeout %v, want 28 s: a claim waits up to 20 s", got)
+	}
+}
+
 func TestAuthorizerUsesSimpleResponsesAndShortCache(t *testing.T) {
 	s := defaultStack(t)
 	for id, r := range s.ofType("AWS::ApiGatewayV2::Authorizer") {
@@ -439,7 +491,7 @@ func TestFunctionsAreArmAL2023WithLimitsEnvAndLogs(t *testing.T) {
 			wantTimeout = 60
 		case deploy.Stream, deploy.Notices:
 			wantTimeout = 30
-		case deploy.Checkouts:
+		case deploy.Claim:
 			wantTimeout = 28 // a claim's wait (20 s) and its work fit, under API Gateway's 30 s
 		}
 		if p["Timeout"] != wantTimeout {
@@ -483,7 +535,7 @@ func TestFunctionsAreArmAL2023WithLimitsEnvAndLogs(t *testing.T) {
 }
 
 func TestTracingAndReservedConcurrencyFromContext(t *testing.T) {
-	s := synth(t, map[string]any{"tracing": "false", "reservedConcurrency": "checkouts=7,health=2"})
+	s := synth(t, map[string]any{"tracing": "false", "reservedConcurrency": "checkouts=7,claim=9,health=2"})
 	for _, name := range deploy.Functions {
 		p := props(s.resources[s.fnID[name]])
 		if tc, _ := p["TracingConfig"].(map[string]any); tc != nil && tc["Mode"] != "PassThrough" {
@@ -493,6 +545,8 @@ func TestTracingAndReservedConcurrencyFromContext(t *testing.T) {
 		switch name {
 		case deploy.Checkouts:
 			want = float64(7)
+		case deploy.Claim:
+			want = float64(9)
 		case deploy.Health:
 			want = float64(2)
 		case deploy.Sweeper:

@@ -1,5 +1,6 @@
 // Command checkouts is the Lambda function that serves the API's checkouts routes
-// (see deploy.Routes) behind the Lambda authorizer.
+// (see deploy.Routes) behind the Lambda authorizer: checkout, renew, release
+// and complete. POST /api/claim, which may wait, is the claim function's.
 package main
 
 import (

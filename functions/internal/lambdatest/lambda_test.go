@@ -543,6 +543,19 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 	if holder, _ := conflict.body["holder"].(map[string]any); holder["agent_id"] != "agent-a1b2" {
 		t.Fatalf("conflict %s", conflict.raw)
 	}
+	// A claim, served by the claim function of its own: the only task is
+	// held, so there is nothing to grant.
+	claim := func(ev map[string]any) {
+		ev["routeKey"], ev["rawPath"], ev["body"] = "POST /api/claim", "/api/claim", `{}`
+		delete(ev, "pathParameters")
+		rc := ev["requestContext"].(map[string]any)
+		rc["routeKey"] = "POST /api/claim"
+		rc["http"].(map[string]any)["path"] = "/api/claim"
+	}
+	expect(t, "claim with the only task held", g.call(t, "checkout.json", reviewer, claim), 404, "no_task_available")
+	if len(g.fns[deploy.Claim].invokes) != 1 {
+		t.Fatalf("the claim function was invoked %d times, want once", len(g.fns[deploy.Claim].invokes))
+	}
 	time.Sleep(time.Until(granted.Add(2100 * time.Millisecond))) // the lease is 2s
 	var swept lease.SweepResult
 	if err := json.Unmarshal(g.fns[deploy.Sweeper].invoke(t, marshal(t, event(t, "sweep-scheduled-event.json"))), &swept); err != nil {

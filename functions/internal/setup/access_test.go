@@ -102,7 +102,7 @@ func (u *usage) check(t *testing.T) {
 	t.Helper()
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for _, fn := range []string{deploy.Health, deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Inbox, deploy.Authorizer, deploy.Sweeper, deploy.Stream, deploy.Notices} {
+	for _, fn := range []string{deploy.Health, deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Claim, deploy.Inbox, deploy.Authorizer, deploy.Sweeper, deploy.Stream, deploy.Notices} {
 		if len(u.calls[fn]) == 0 {
 			t.Errorf("function %s made no DynamoDB call: the script does not exercise it", fn)
 		}
@@ -152,6 +152,11 @@ func TestAccessCheckRefusesUngrantedCalls(t *testing.T) {
 		{deploy.Checkouts, "Query " + schema.TasksTable + " " + schema.TasksByLeaseExpiry, false},
 		{deploy.Checkouts, "Query " + schema.HeartbeatsTable + " " + schema.HeartbeatsByExpiry, false},
 		{deploy.Inbox, "GetItem " + schema.TasksTableV1, false},
+		// A claim grants and waits; it creates no task and watches none.
+		{deploy.Claim, "Query " + schema.TasksTable + " " + schema.TasksByClaim, true},
+		{deploy.Claim, "GetItem " + schema.TasksTableV1, true},
+		{deploy.Claim, "PutItem " + schema.TasksTable, false},
+		{deploy.Claim, "UpdateItem " + schema.InboxTable, false},
 	} {
 		verb := " may call "
 		if !c.ok {

@@ -113,7 +113,7 @@ func newGateway(storeFor func(fn string) *lease.Store, dbFor func(fn string) Tab
 		sweeper:    Sweep(storeFor(deploy.Sweeper), dbFor(deploy.Sweeper), env),
 		routes:     http.NewServeMux(),
 	}
-	for _, fn := range []string{deploy.Health, deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Inbox} {
+	for _, fn := range []string{deploy.Health, deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Claim, deploy.Inbox} {
 		var svc httpapi.Service = storeFor(fn)
 		if fn == deploy.Health {
 			svc = nil // as in functions/health
@@ -555,7 +555,7 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 func TestFunctionsServeOnlyTheirRoutes(t *testing.T) {
 	t.Parallel()
 	quiet := slog.New(slog.DiscardHandler)
-	for _, fn := range []string{deploy.Health, deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Inbox} {
+	for _, fn := range []string{deploy.Health, deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Claim, deploy.Inbox} {
 		h := HTTP(fn, nil, nil, Env{}, quiet)
 		for _, r := range httpapi.Routes() {
 			path := strings.NewReplacer("{task_id}", "t1", "{agent_id}", "a1", "{message_id}", "m1").Replace(r.Path)

@@ -170,7 +170,7 @@ func TestFunctionsWaitForTheMigration(t *testing.T) {
 	}
 
 	fns := map[string]lambdaHandler{}
-	for _, fn := range []string{deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Inbox} {
+	for _, fn := range []string{deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Claim, deploy.Inbox} {
 		fns[fn] = HTTP(fn, NewStore(db, nil, env, quiet), db, env, quiet)
 	}
 	fns[deploy.Health] = HTTP(deploy.Health, nil, db, env, quiet)
@@ -192,6 +192,7 @@ func TestFunctionsWaitForTheMigration(t *testing.T) {
 		{deploy.Tasks, create},
 		{deploy.Tasks, agentEvent("GET", "/api/tasks/shipped", "GET /api/tasks/{task_id}", "", "bob")},
 		{deploy.Checkouts, agentEvent("POST", "/api/tasks/shipped/checkout", "POST "+deploy.TaskCheckoutPath, `{}`, "bob")},
+		{deploy.Claim, agentEvent("POST", "/api/claim", "POST /api/claim", `{}`, "bob")},
 		{deploy.Agents, agentEvent("POST", "/api/heartbeat", "POST /api/heartbeat", `{}`, "bob")},
 	} {
 		resp := call(c.fn, c.ev)

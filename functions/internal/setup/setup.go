@@ -200,7 +200,7 @@ func MustStore(e Env, log *slog.Logger) (*lease.Store, *dynamodb.Client) {
 }
 
 // CheckShards checks, for a function that reads the sharded indexes (the
-// agents, tasks, checkouts and sweeper functions), its shard counts against
+// agents, tasks, checkouts, claim and sweeper functions), its shard counts against
 // the largest this deployment has used (lease.RecordShards), and raises
 // that record when they are larger. A count below it is a
 // *schema.ShrinkError: the function would miss the items in the shards
@@ -208,7 +208,7 @@ func MustStore(e Env, log *slog.Logger) (*lease.Store, *dynamodb.Client) {
 // the feed), so MustStore refuses to start.
 func CheckShards(ctx context.Context, e Env, db lease.DB) error {
 	switch e.Function {
-	case deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Sweeper:
+	case deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Claim, deploy.Sweeper:
 		return lease.RecordShards(ctx, db, schema.Names{Prefix: e.TablePrefix}, e.Shards)
 	}
 	return nil

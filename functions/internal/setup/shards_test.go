@@ -22,7 +22,7 @@ func TestCheckShardsRefusesAShrink(t *testing.T) {
 	if err := CheckShards(ctx, Env{Function: deploy.Tasks, TablePrefix: names.Prefix, Shards: grown}, db); err != nil {
 		t.Fatalf("the tasks function with grown counts: %v", err)
 	}
-	for _, fn := range []string{deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Sweeper} {
+	for _, fn := range []string{deploy.Agents, deploy.Tasks, deploy.Checkouts, deploy.Claim, deploy.Sweeper} {
 		err := CheckShards(ctx, Env{Function: fn, TablePrefix: names.Prefix, Shards: schema.DefaultShards()}, db)
 		if shrink := (*schema.ShrinkError)(nil); !errors.As(err, &shrink) || shrink.Name != "lease" || shrink.Recorded != 32 {
 			t.Errorf("the %s function with the default counts after the grown: %v, want the lease count refused", fn, err)
