@@ -110,8 +110,11 @@ var DefaultReservedConcurrency = map[string]int{
 	deploy.Checkouts:  40,
 	deploy.Claim:      40,
 	deploy.Inbox:      10,
-	// The stream function runs one batch per shard at a time: a few cover
-	// every shard the tasks table's stream has.
+	// The stream function runs one batch per shard at a time, so it needs
+	// one instance per open shard of the tasks table's stream: 10 cover a
+	// stream of up to 10 shards (about as many as the table has
+	// partitions); a busier table needs more, or its readers are throttled
+	// and fall behind (DEPLOY.md, "Reserved concurrency").
 	deploy.Stream: 10,
 	// The notices function: likewise, on its own mapping.
 	deploy.Notices: 10,
