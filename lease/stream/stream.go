@@ -46,7 +46,8 @@ type ConsequencesApplier interface {
 // (lease.Store.ApplyConsequences): the local server runs it as one
 // consumer of the stream and NoticesHandler as another, each with its own
 // checkpoint, so that a notifier that is slow (a webhook receiver that is
-// down is retried for half a minute) holds up only the notices.
+// down is retried for up to half a minute, then only probed now and then)
+// holds up only the notices.
 func ConsequencesHandler(store ConsequencesApplier) func(context.Context, events.DynamoDBEvent) error {
 	return handlerOf(store.ApplyConsequences)
 }
