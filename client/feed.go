@@ -123,7 +123,7 @@ type FeedRequest struct {
 
 // FeedPage is a page of the fleet feed, oldest first. NextCursor is always
 // set: ask again with it later to get what happened since. CaughtUp says
-// the page reached the feed's settled end (about 2 s ago): until a page
+// the page reached the feed's settled end (about 5 s ago in AWS): until a page
 // is caught up, ask again at once, even after an empty page, which is
 // what a page that read its most hours without finding an event is.
 type FeedPage struct {

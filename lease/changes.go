@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -23,6 +24,11 @@ type Change struct {
 	// sequence number there, which make the queue counters exact under
 	// redelivery (queuecounts.go). A change without them is not counted.
 	Shard, Seq string
+	// Landed is when the write landed in the table, as its stream record
+	// says (ApproximateCreationDateTime: whole seconds, rounded down);
+	// zero when not known. With Config.FeedAtLanding, the change's events
+	// are keyed in the fleet feed no earlier than that (feed.go).
+	Landed time.Time
 }
 
 // ApplyChanges carries out the consequences of a batch of task changes, in
@@ -182,7 +188,7 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 		}
 		for _, ev := range newEvents(&old, &cur) {
 			ev.TTL = ttl
-			ev.feedFields(max(old.LastAt, cur.LastAt), s.shards.Feed)
+			ev.feedFields(max(old.LastAt, cur.LastAt, s.landed(ch)), s.shards.Feed)
 			if ev.errored {
 				text, err := s.readError(ctx, ev.TaskID, ev.Fence)
 				if err != nil {

@@ -40,7 +40,10 @@ import (
 // and listing it there would hide it from every follower whose cursor has
 // passed that time. Both times come from the change record
 // itself, so a replayed record rewrites the same keys and the feed holds
-// each transition exactly once.
+// each transition exactly once. With Config.FeedAtLanding (the functions
+// in AWS), the feed time is also never before the second the write landed
+// in the table, as its stream record says: a write's time is read before
+// it is sent, and one the SDK retried for seconds lands that much later.
 //
 // A reader only ever reads up to the horizon, now minus FeedSettle: an
 // event reaches the feed after the change stream has carried it and the
@@ -48,10 +51,11 @@ import (
 // on its way. A cursor is the feed key of the last event read (or the
 // position it read up to), so following a feed with its cursor sees every
 // event once, in order, about FeedSettle after it happened, as long as
-// the stream function archives each event within FeedSettle of its
-// write: one archived later (a batch that failed and was retried after
-// that) is listed at its own time, behind the cursors that passed it
-// meanwhile, and only a read by since finds it.
+// the stream function archives each event, and the index shows it, within
+// FeedSettle of its feed time (in AWS, 5 s, less the second a landing
+// time may be rounded down by): one archived later (a batch that failed
+// and was retried after that) is listed at its own time, behind the
+// cursors that passed it meanwhile, and only a read by since finds it.
 //
 // # How far one page reads
 //
@@ -336,9 +340,19 @@ var EventTypes = []EventType{EventCheckout, EventRenew, EventRelease, EventCompl
 
 func int32ptr(n int) *int32 { v := int32(n); return &v }
 
+// landed is the feed time no event of ch may be keyed before: when its
+// write landed (its stream record's whole second, rounded down, so never
+// later than the write), with Config.FeedAtLanding; 0 otherwise.
+func (s *Store) landed(ch Change) int64 {
+	if !s.feedLanded || ch.Landed.IsZero() {
+		return 0
+	}
+	return ch.Landed.UnixMilli()
+}
+
 // feedFields sets the feed keys of an event archived from a change
-// recorded at recordedAt (the later of the old and new images' last_at),
-// with n feed shards.
+// recorded at recordedAt (the later of the old and new images' last_at,
+// and of when it landed: Store.landed), with n feed shards.
 func (e *eventItem) feedFields(recordedAt int64, n int) {
 	at := max(e.At, recordedAt)
 	e.FeedShard = feedShard(e.TaskID, at, n)

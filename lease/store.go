@@ -61,6 +61,15 @@ type Config struct {
 	// DefaultFeedSettle; negative: not at all), so that a cursor never
 	// passes an event the change stream has not archived yet. See feed.go.
 	FeedSettle time.Duration
+	// FeedAtLanding keys each event in the fleet feed no earlier than the
+	// second its write landed in the table (Change.Landed), not only at
+	// its write's own time, which was read before the write was sent: a
+	// write the SDK retried for seconds would otherwise be keyed behind
+	// the cursors that passed that time meanwhile. Only where the store's
+	// clock is the wall clock, as the stream record's is (the functions
+	// in AWS); the local server reads the feed to an exact horizon
+	// instead. See feed.go.
+	FeedAtLanding bool
 	// TrailWait is how long a read of a task's events waits for a hole
 	// in its trail to fill (0: it answers at once, counting what is
 	// held back as pending). A hole is almost always the change stream's
@@ -82,8 +91,9 @@ type Store struct {
 	notifier  Notifier
 	log       *slog.Logger
 	retention time.Duration
-	// feedSettle: see Config.FeedSettle.
+	// feedSettle, feedLanded: see Config.FeedSettle and FeedAtLanding.
 	feedSettle time.Duration
+	feedLanded bool
 	// shards: see Config.Shards, defaults filled in.
 	shards schema.ShardCounts
 
@@ -135,6 +145,7 @@ func New(cfg Config) *Store {
 		retention:     cfg.EventRetention,
 
 		feedSettle: cfg.FeedSettle,
+		feedLanded: cfg.FeedAtLanding,
 		trailWait:  cfg.TrailWait,
 
 		readAfterFailed: cfg.ReadAfterFailedCondition,

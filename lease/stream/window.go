@@ -60,7 +60,7 @@ func changesOf(records []events.DynamoDBEventRecord, shard string) ([]lease.Chan
 		if err != nil {
 			return nil, fmt.Errorf("record %s: %w", r.EventID, err)
 		}
-		ch := lease.Change{Old: old, New: cur}
+		ch := lease.Change{Old: old, New: cur, Landed: r.Change.ApproximateCreationDateTime.Time}
 		if shard != "" {
 			ch.Shard, ch.Seq = shard, r.Change.SequenceNumber
 		}

@@ -464,7 +464,7 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 		{who: "bob", method: "GET", target: "/api/tasks/g2/events", status: 200},
 		{who: "bob", method: "GET", target: "/api/tasks/g2", status: 200},
 		// The fleet feed, once the settle time has passed.
-		{who: "bob", method: "GET", target: "/api/events?since=2026-03-20T13:00:00Z&limit=1000", status: 200, advance: 3 * time.Second, feed: true},
+		{who: "bob", method: "GET", target: "/api/events?since=2026-03-20T13:00:00Z&limit=1000", status: 200, advance: FeedSettle + time.Second, feed: true}, // past the functions' settle
 		{who: "bob", method: "GET", target: "/api/events?type=timeout,agent_death&since=2026-03-20T13:00:00Z", status: 200, feed: true},
 		{who: "bob", method: "GET", target: "/api/events?limit=1001", status: 400},
 		{who: "bob", method: "GET", target: "/api/queues", status: 200},

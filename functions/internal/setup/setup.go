@@ -52,6 +52,16 @@ const (
 // still open then is answered as pending.
 const TrailWait = 3 * time.Second
 
+// FeedSettle is how far behind now the fleet feed is read in AWS
+// (lease.Config.FeedSettle): an event reaches the feed once the stream
+// function has archived it and the feed index has caught up, and a
+// cursor must never pass one still on its way. Each event is keyed no
+// earlier than the second its write landed (lease.Config.FeedAtLanding),
+// up to a second before it landed, so this leaves the stream's delay and
+// the index's lag about four seconds together; the stream function
+// archives within about one.
+const FeedSettle = 5 * time.Second
+
 // WebhookRetryFor is how long the notices function retries a webhook
 // delivery before it writes it to the dead-letter table. A receiver that
 // is down holds a batch of notices up for this long, once: the URL is then
@@ -265,6 +275,10 @@ func NewStore(db lease.DB, n lease.Notifier, e Env, log *slog.Logger) *lease.Sto
 		Now:       e.Now,
 		Shards:    e.Shards,
 		TrailWait: TrailWait,
+		// See FeedSettle. Landing times are the wall clock's: a clock of
+		// the caller's own (tests) is not compared with them.
+		FeedSettle:    FeedSettle,
+		FeedAtLanding: e.Now == nil,
 	})
 }
 
