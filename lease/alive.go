@@ -57,7 +57,12 @@ import (
 // after the write; if it is past that expiry, the heartbeat is made a
 // return from the dead at that time (a second write: alive_since and
 // dead_at), so the leases that death ended stay ended and no death seen
-// before falls inside the life the answer states. The price is that a
+// before falls inside the life the answer states. The expiry it replaced
+// comes from the write's old image, or, when the SDK sent the write again
+// because the first answer was lost, from prior_expires on the item: the
+// write is conditioned on not being there already, so the second sending
+// fails and finds the first's own record of what it replaced, where its
+// old image would be the first sending's result, alive. The price is that a
 // heartbeat landing within its own latency of the expiry ends the agent's
 // leases, as one landing late would; clients heartbeat at a third of the
 // ttl. Until the second write lands (one request's time) a reader may see
@@ -293,22 +298,35 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 				Remove(expression.Name("fresh"))
 		}
 		deadAt := expression.Name("dead_at")
+		expiresAt := expression.Name("expires_at")
 		// Still alive (or first heartbeat): keep alive_since, and stay
-		// indexed at a death not swept yet.
+		// indexed at a death not swept yet. Not this very write again: one
+		// the SDK sends again (its answer lost: sends.go) fails here and
+		// finds its own, and prior_expires, the expiry it replaced, says
+		// whether it landed late.
+		same := lastAt.Equal(expression.Value(ms(now))).And(expiresAt.Equal(expression.Value(ms(exp))))
 		cond := expression.Or(expression.AttributeNotExists(expression.Name("agent_id")),
-			expression.Name("expires_at").GreaterThan(expression.Value(ms(now)))).And(notRemoved, forward)
+			expiresAt.GreaterThan(expression.Value(ms(now)))).And(notRemoved, forward, expression.Not(same))
 		upd := beat().Set(expression.Name("alive_since"), expression.IfNotExists(expression.Name("alive_since"), expression.Value(0))).
-			Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(ms(exp))))
+			Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(ms(exp)))).
+			Set(expression.Name("prior_expires"), expression.IfNotExists(expiresAt, expression.Value(0)))
 		var diedAt int64 // when the agent died, for a return from the dead
 		var pin expression.ConditionBuilder
 		old, applied, err := s.updateHeartbeatRV(ctx, agentID, cond, upd, types.ReturnValueAllOld)
 		if err != nil {
 			return Heartbeat{}, err
 		}
+		cur := old.beaten(agentID, now, exp) // the item as the write left it
+		if !applied && old != nil && !old.Removed && old.LastAt == ms(now) && old.ExpiresAt == ms(exp) {
+			// This write is there already: its own first sending, or an
+			// identical heartbeat, which did all this one would. Judged by
+			// the item it replaced, as its first answer would have been.
+			cur, old, applied = old, old.replaced(), true
+		}
 		if applied {
 			if old == nil || old.Fresh || old.ExpiresAt > ms(s.clock()) {
 				// The write's own answer is a consistent read of the heartbeat.
-				s.alive.put(agentID, old.beaten(agentID, now, exp), ms(now))
+				s.alive.put(agentID, cur, ms(now))
 				return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
 			}
 			// The write may have landed after the agent's expiry: it was
@@ -383,6 +401,19 @@ func (hb *heartbeatItem) beaten(agentID string, now, exp time.Time) *heartbeatIt
 		out = *hb
 	}
 	out.ExpiresAt, out.LastAt, out.Fresh = ms(exp), ms(now), false
+	return &out
+}
+
+// replaced is what the ordinary heartbeat that left hb replaced, as far
+// as the late-landing test needs it: nil when there was no heartbeat, else
+// its expiry (prior_expires). A tombstone turned into a registration
+// (fresh) had the greatest expiry, so it reads as alive.
+func (hb *heartbeatItem) replaced() *heartbeatItem {
+	if hb.PriorExpires == 0 {
+		return nil
+	}
+	out := *hb
+	out.ExpiresAt, out.Fresh = hb.PriorExpires, false
 	return &out
 }
 

@@ -603,6 +603,10 @@ type heartbeatItem struct {
 	// has not sent a heartbeat yet (it is not watched).
 	RegisteredAt int64 `dynamodbav:"registered_at,omitempty"`
 	Fresh        bool  `dynamodbav:"fresh,omitempty"`
+	// PriorExpires is the expiry the latest ordinary heartbeat's write
+	// replaced (0: there was none), so that the write, sent again when its
+	// answer was lost, can still tell whether it landed late (alive.go).
+	PriorExpires int64 `dynamodbav:"prior_expires,omitempty"`
 
 	// The sweep's index keys: hb_expires is when the sweep must next look
 	// at the agent (its expiry, or a death not swept yet).
