@@ -128,7 +128,8 @@ func (c *aliveCache) epoch(agentID string) uint64 {
 }
 
 // putRead remembers hb, read at now after epoch was taken, unless the agent
-// was forgotten meanwhile (its read may predate a removal).
+// was forgotten meanwhile (its read may predate a removal). A heartbeat's
+// own answer is such a read, and is put back the same way.
 func (c *aliveCache) putRead(agentID string, hb *heartbeatItem, now int64, epoch uint64) {
 	c.mu.Lock()
 	stale := c.forgets[agentID] != epoch
@@ -284,6 +285,9 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 	notRemoved := expression.AttributeNotExists(expression.Name("removed"))
 	lastAt := expression.Name("last_at")
 	var floor int64 // the heartbeat item's latest time seen
+	// Before the writes: a removal that forgets the agent while they are
+	// on their way must not see it put back in the alive cache.
+	epoch := s.alive.epoch(agentID)
 	for range retries(ctx) {
 		now := s.clockAfter(floor)
 		exp := now.Add(ttl)
@@ -326,7 +330,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 		if applied {
 			if old == nil || old.Fresh || old.ExpiresAt > ms(s.clock()) {
 				// The write's own answer is a consistent read of the heartbeat.
-				s.alive.put(agentID, cur, ms(now))
+				s.alive.putRead(agentID, cur, ms(now), epoch)
 				return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
 			}
 			// The write may have landed after the agent's expiry: it was
@@ -379,7 +383,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 				floor = ms(after)
 				continue
 			}
-			s.alive.put(agentID, cur, ms(now))
+			s.alive.putRead(agentID, cur, ms(now), epoch)
 			return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
 		}
 	}
