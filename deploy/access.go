@@ -39,9 +39,11 @@ var Grants = map[string][]Grant{
 	// the shard counts in use (lease.RecordShards) at a cold start.
 	Agents: {
 		{Table: schema.TasksTableV1, Actions: []string{"GetItem"}},
-		// BatchGetItem: a page of the agent listing confirms what the
-		// all_agents index proposes.
-		{Table: schema.AgentsTable, Actions: []string{"PutItem", "DeleteItem", "BatchGetItem"}, QueryIndexes: []string{schema.AgentsAll}},
+		// GetItem: a removal reads the agent it removes, and an admin
+		// route looks the caller's key up again (the authorizer's answer
+		// is cached). BatchGetItem: a page of the agent listing confirms
+		// what the all_agents index proposes.
+		{Table: schema.AgentsTable, Actions: []string{"GetItem", "PutItem", "DeleteItem", "BatchGetItem"}, QueryIndexes: []string{schema.AgentsAll}},
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "PutItem", "UpdateItem", "BatchGetItem"}},
 		// by_lease_expiry: a removed agent's leases, found by a filter.
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByLeaseExpiry}},

@@ -197,59 +197,104 @@ func (s *Store) Authenticate(ctx context.Context, apiKey string) (Principal, err
 // from the answer on, including one granted while the removal runs (or, in
 // AWS, while the authorizer still caches its key); the sweep ends them all.
 // Its inbox is emptied, so that an id registered again starts clean.
+//
+// The agent item goes last: while it exists no registration of the id can
+// land (RegisterAgent is conditioned on its absence), so the tombstone and
+// the emptied inbox can only ever be the removed agent's, and a
+// registration that lands after the delete turns the tombstone into its
+// clean start (restart). The tombstone is also conditioned on the id not
+// having been registered since the agent was read (registered_at): a
+// removal that raced another removal and a registration must not bury the
+// new agent. The delete is conditioned on the key read, so that an agent
+// registered, or given a new key (EnsureAgent), since the read is judged
+// again rather than half removed.
 func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
 	if err := CheckID("agent_id", agentID); err != nil {
 		return err
 	}
-	cond := expression.AttributeExists(expression.Name("agent_id"))
-	expr, _ := expression.NewBuilder().WithCondition(cond).Build()
-	out, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName: &s.agents, Key: agentKey(agentID),
-		ConditionExpression:      expr.Condition(),
-		ExpressionAttributeNames: expr.Names(),
-		ReturnValues:             types.ReturnValueAllOld,
-	})
-	if _, failed := conditionFailed(err); failed {
-		return ErrAgentNotFound
-	}
-	if err != nil {
-		return fmt.Errorf("remove agent %s: %w", agentID, err)
-	}
-	var old agentItem
-	if err := attributevalue.UnmarshalMap(out.Attributes, &old); err == nil && old.KeyHash != "" {
-		if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.agents, Key: agentKey(keyItemID(old.KeyHash))}); err != nil {
-			return fmt.Errorf("remove key of %s: %w", agentID, err)
+	for range retries(ctx) {
+		a, err := getItem[agentItem](ctx, s.db, s.agents, agentKey(agentID))
+		if err != nil {
+			return fmt.Errorf("read agent %s: %w", agentID, err)
 		}
+		if a == nil || a.Kind != "agent" {
+			return ErrAgentNotFound
+		}
+		now := s.clock()
+		before, buried, err := s.bury(ctx, a, now)
+		if err != nil {
+			return err
+		}
+		if !buried {
+			continue // registered again since the read
+		}
+		s.alive.forget(agentID)
+		if err := s.clearInbox(ctx, agentID); err != nil {
+			return err
+		}
+		if a.KeyHash != "" {
+			if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.agents, Key: agentKey(keyItemID(a.KeyHash))}); err != nil {
+				return fmt.Errorf("remove key of %s: %w", agentID, err)
+			}
+		}
+		cond := expression.Name("key_hash").Equal(expression.Value(a.KeyHash))
+		expr, _ := expression.NewBuilder().WithCondition(cond).Build()
+		_, err = s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+			TableName: &s.agents, Key: agentKey(agentID),
+			ConditionExpression:       expr.Condition(),
+			ExpressionAttributeNames:  expr.Names(),
+			ExpressionAttributeValues: expr.Values(),
+		})
+		if _, failed := conditionFailed(err); failed {
+			continue // its key was replaced, or it was removed and registered again
+		}
+		if err != nil {
+			return fmt.Errorf("remove agent %s: %w", agentID, err)
+		}
+		// End what the index already shows; the sweep ends the rest.
+		_, err = s.endLeasesOf(ctx, agentID, ms(now), reasonRemoved, before)
+		return err
 	}
-	now := s.clock()
+	return fmt.Errorf("remove agent %s: %w", agentID, ErrBusy)
+}
+
+// bury replaces the heartbeat of agent a, read from the agents table, with
+// the tombstone of its removal at now, unless the id was registered again
+// since a (then buried is false). It returns the heartbeat the tombstone
+// replaced when that was a live agent's: an agent already dead by it lost
+// its leases then, not at its removal.
+func (s *Store) bury(ctx context.Context, a *agentItem, now time.Time) (before *heartbeatItem, buried bool, err error) {
 	tomb := heartbeatItem{
-		AgentID: agentID, ExpiresAt: ms(now), AliveSince: ms(now), DeadAt: ms(now), Removed: true,
-		Shard: shardOf(agentID, s.shards.Lease), IndexAt: ms(now), TTL: now.Add(heartbeatRetention + MaxTimeout).Unix(),
+		AgentID: a.AgentID, ExpiresAt: ms(now), AliveSince: ms(now), DeadAt: ms(now), Removed: true,
+		Shard: shardOf(a.AgentID, s.shards.Lease), IndexAt: ms(now), TTL: now.Add(heartbeatRetention + MaxTimeout).Unix(),
 	}
 	item, err := attributevalue.MarshalMap(tomb)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
-	put, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.heartbeats, Item: item, ReturnValues: types.ReturnValueAllOld})
+	registered := expression.Name("registered_at")
+	cond := expression.AttributeNotExists(registered).Or(registered.LessThanEqual(expression.Value(a.CreatedAt)))
+	expr, _ := expression.NewBuilder().WithCondition(cond).Build()
+	put, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: &s.heartbeats, Item: item,
+		ConditionExpression:       expr.Condition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+		ReturnValues:              types.ReturnValueAllOld,
+	})
+	if _, failed := conditionFailed(err); failed {
+		return nil, false, nil
+	}
 	if err != nil {
-		return fmt.Errorf("mark %s removed: %w", agentID, err)
+		return nil, false, fmt.Errorf("mark %s removed: %w", a.AgentID, err)
 	}
-	// The heartbeat the tombstone replaced: an agent already dead by it
-	// lost its leases then, not at its removal.
-	var before *heartbeatItem
 	if len(put.Attributes) > 0 {
 		var hb heartbeatItem
 		if attributevalue.UnmarshalMap(put.Attributes, &hb) == nil && !hb.Removed {
 			before = &hb
 		}
 	}
-	s.alive.forget(agentID)
-	if err := s.clearInbox(ctx, agentID); err != nil {
-		return err
-	}
-	// End what the index already shows; the sweep ends the rest.
-	_, err = s.endLeasesOf(ctx, agentID, ms(now), reasonRemoved, before)
-	return err
+	return before, true, nil
 }
 
 // restart gives an id that was removed before a clean start: its tombstone
