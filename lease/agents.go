@@ -143,6 +143,8 @@ func (s *Store) putKey(ctx context.Context, a agentItem) error {
 // EnsureAgent makes agentID exist with exactly this API key, replacing any
 // key it had. It is idempotent: the local server runs it at every start for
 // the admin key, and mint-admin runs it to create the first admin in AWS.
+// An agent that existed goes on as it was (its heartbeat and leases); one
+// made anew starts clean, as a registration does.
 func (s *Store) EnsureAgent(ctx context.Context, agentID, name string, admin bool, apiKey string) error {
 	if err := checkAgentID(agentID); err != nil {
 		return err
@@ -162,8 +164,13 @@ func (s *Store) EnsureAgent(ctx context.Context, agentID, name string, admin boo
 	if err := s.putKey(ctx, a); err != nil {
 		return err
 	}
+	if len(out.Attributes) == 0 {
+		// A new agent, as RegisterAgent makes one: an id removed before
+		// starts clean (its tombstone would refuse every heartbeat).
+		return s.restart(ctx, agentID, fromMS(a.CreatedAt))
+	}
 	var old agentItem
-	if len(out.Attributes) > 0 && attributevalue.UnmarshalMap(out.Attributes, &old) == nil && old.KeyHash != "" && old.KeyHash != a.KeyHash {
+	if attributevalue.UnmarshalMap(out.Attributes, &old) == nil && old.KeyHash != "" && old.KeyHash != a.KeyHash {
 		if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.agents, Key: agentKey(keyItemID(old.KeyHash))}); err != nil {
 			return fmt.Errorf("drop old key of %s: %w", agentID, err)
 		}

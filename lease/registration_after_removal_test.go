@@ -94,3 +94,35 @@ func TestARegistrationDuringARemovalStartsClean(t *testing.T) {
 		t.Errorf("the removed agent's lease on t0 is live: %+v", got)
 	}
 }
+
+// mint-admin's EnsureAgent on an id that was removed (an admin minted under
+// another --agent-id is "an ordinary, removable agent") leaves the removal's
+// tombstone in place: the agent authenticates, but its heartbeat is refused
+// and each lease it takes is dead at once.
+func TestEnsureAgentAfterARemovalStartsClean(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t1")
+	const key = "ck_ops-bot-key-0123456789"
+	if err := e.store.EnsureAgent(c, "ops", "ops", true, key); err != nil {
+		t.Fatal(err)
+	}
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "ops", time.Minute))
+	e.clock.Advance(time.Second)
+	if err := e.store.RemoveAgent(c, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Second)
+	if err := e.store.EnsureAgent(c, "ops", "ops", true, key); err != nil { // mint-admin again
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Second)
+	if _, err := e.store.Heartbeat(c, "ops", time.Minute); err != nil {
+		t.Errorf("heartbeat of the re-minted agent: %v, want accepted", err)
+	}
+	co := e.checkout(t, "t1", "ops", time.Hour)
+	if got := must[*lease.Checkout](t)(e.store.LockStatus(c, "t1")); got == nil || got.Fence != co.Fence {
+		t.Errorf("the re-minted agent's fresh lease is not live: %+v", got)
+	}
+}
