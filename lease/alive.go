@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -35,7 +36,8 @@ import (
 //
 // A read that finds an agent alive is remembered for at most
 // MinHeartbeatTTL and never past the heartbeat's expiry (aliveCache), which
-// is exact: no heartbeat sent after the read can make the agent dead sooner.
+// is exact: no heartbeat that lands after the read can make the agent dead
+// sooner, as one that moves the expiry earlier is armed first.
 // So a storm of conflicts over one task costs each loser its failed write
 // alone, after the first has read the holder's heartbeat. Deaths are never
 // remembered.
@@ -88,11 +90,26 @@ import (
 // heartbeat", which also counts as alive), read by a consistent GetItem at
 // fetched, and is used only before min(fetched + MinHeartbeatTTL, the
 // heartbeat's expires_at). Within that window no fresh read could say
-// otherwise: the agent cannot die before the heartbeat read expires, nor
-// before fetched + MinHeartbeatTTL, because any heartbeat sent after the
-// read expires at least MinHeartbeatTTL after it was sent, even one that
-// shortens the ttl; and alive_since only moves when a dead agent returns.
-// Deaths are never cached: a dead agent may come back at any moment.
+// otherwise, because no heartbeat write that lands after the read moves the
+// expiry below both:
+//
+//   - an ordinary heartbeat is conditioned on not moving expires_at
+//     earlier, so it leaves the agent alive at least until the expiry read;
+//   - a heartbeat that would move it earlier (a shorter ttl), or an agent's
+//     first (from "never sent one"), first arms the lowering: a write that
+//     changes no expiry and sets lowering. Only then, at a time read after
+//     that write landed, is the expiry stamped, in a write pinned to the
+//     arming. A read before the arming landed was made before that time,
+//     so the new expiry, at least MinHeartbeatTTL after it, is not before
+//     its window ends; a read after it sees lowering and is not cached.
+//
+// A heartbeat whose time was read long before it lands is the case this
+// guards: stamped when read, it could otherwise land after a read and
+// expire before that read's window ends. alive_since only moves when a dead
+// agent returns. Deaths are never cached: a dead agent may come back at
+// any moment. The price is two more writes (the ordinary one fails, then
+// the arming and the stamp) for an agent's first heartbeat and for one that
+// shortens the ttl, which agents rarely do.
 type aliveCache struct {
 	mu sync.Mutex
 	m  map[string]aliveEntry
@@ -145,6 +162,9 @@ func (c *aliveCache) put(agentID string, hb *heartbeatItem, now int64) {
 	if hb != nil {
 		if hb.ExpiresAt <= now {
 			return // dead: it may come back at any moment
+		}
+		if hb.Lowering {
+			return // its expiry may be moved earlier at any moment
 		}
 		until = min(until, hb.ExpiresAt)
 	}
@@ -271,7 +291,9 @@ func (c *deathCache) put(agentID string, upTo int64) {
 // makes the agent watched. One UpdateItem; two when the agent comes back from
 // the dead, which moves alive_since so that the leases it held stay ended,
 // and keeps the agent in the sweep's index at the moment it died until a
-// sweep has ended those leases.
+// sweep has ended those leases; three for the first heartbeat and one that
+// moves the expiry earlier (aliveCache), whose now is then read after the
+// arming.
 func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration) (Heartbeat, error) {
 	if ttl == 0 {
 		ttl = DefaultHeartbeatTTL
@@ -285,6 +307,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 	notRemoved := expression.AttributeNotExists(expression.Name("removed"))
 	lastAt := expression.Name("last_at")
 	var floor int64 // the heartbeat item's latest time seen
+	var armed int64 // last_at of the lowering this heartbeat armed (0: none)
 	// Before the writes: a removal that forgets the agent while they are
 	// on their way must not see it put back in the alive cache.
 	epoch := s.alive.epoch(agentID)
@@ -299,18 +322,27 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 				Set(expression.Name("last_at"), expression.Value(ms(now))).
 				Set(expression.Name("hb_shard"), expression.Value(shardOf(agentID, s.shards.Lease))).
 				Set(expression.Name("ttl"), expression.Value(exp.Add(heartbeatRetention).Unix())).
-				Remove(expression.Name("fresh"))
+				Remove(expression.Name("fresh")).Remove(expression.Name("lowering"))
 		}
 		deadAt := expression.Name("dead_at")
 		expiresAt := expression.Name("expires_at")
-		// Still alive (or first heartbeat): keep alive_since, and stay
-		// indexed at a death not swept yet. Not this very write again: one
-		// the SDK sends again (its answer lost: sends.go) fails here and
-		// finds its own, and prior_expires, the expiry it replaced, says
-		// whether it landed late.
+		// Still alive, and its expiry not moved earlier (a lowering is
+		// armed first: see aliveCache): keep alive_since, and stay indexed
+		// at a death not swept yet. Not this very write again: one the SDK
+		// sends again (its answer lost: sends.go) fails here and finds its
+		// own, and prior_expires, the expiry it replaced, says whether it
+		// landed late.
 		same := lastAt.Equal(expression.Value(ms(now))).And(expiresAt.Equal(expression.Value(ms(exp))))
-		cond := expression.Or(expression.AttributeNotExists(expression.Name("agent_id")),
-			expiresAt.GreaterThan(expression.Value(ms(now)))).And(notRemoved, forward, expression.Not(same))
+		cond := expression.And(expiresAt.GreaterThan(expression.Value(ms(now))), expiresAt.LessThanEqual(expression.Value(ms(exp))),
+			notRemoved, forward, expression.Not(same))
+		if armed != 0 {
+			// The lowering this heartbeat armed, stamped after the arming
+			// landed: pinned to it, alive or not (a death in between makes
+			// it a return, below).
+			cond = expression.And(lastAt.Equal(expression.Value(armed)), expression.AttributeExists(expression.Name("lowering")),
+				notRemoved, expression.Not(same))
+			armed = 0
+		}
 		upd := beat().Set(expression.Name("alive_since"), expression.IfNotExists(expression.Name("alive_since"), expression.Value(0))).
 			Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(ms(exp)))).
 			Set(expression.Name("prior_expires"), expression.IfNotExists(expiresAt, expression.Value(0)))
@@ -342,15 +374,28 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 				And(lastAt.Equal(expression.Value(ms(now))))
 			floor = ms(now)
 		} else {
-			if old == nil {
-				continue // it vanished in between
-			}
-			if old.Removed {
+			if old != nil && old.Removed {
 				return Heartbeat{}, ErrUnauthorized
 			}
-			if old.LastAt > ms(now) {
+			if old != nil && old.LastAt > ms(now) {
 				floor = old.LastAt // a later heartbeat landed first: again, after it
 				continue
+			}
+			if old == nil || old.Fresh || old.ExpiresAt > ms(exp) {
+				// A first heartbeat, or one that moves the expiry earlier:
+				// armed first, then stamped after the arming landed.
+				ok, err := s.armLowering(ctx, agentID, old, now)
+				if err != nil {
+					return Heartbeat{}, err
+				}
+				if ok {
+					armed = ms(now)
+				}
+				floor = max(floor, ms(s.clock()))
+				continue
+			}
+			if old.ExpiresAt > ms(now) {
+				continue // moved in between: again
 			}
 			diedAt = old.ExpiresAt
 			pin = expression.Name("expires_at").Equal(expression.Value(old.ExpiresAt))
@@ -390,6 +435,29 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 	return Heartbeat{}, fmt.Errorf("heartbeat %s: %w", agentID, ErrBusy)
 }
 
+// armLowering marks agentID's heartbeat item, read as old (nil: none), as
+// about to have its expiry moved earlier (lowering), by a heartbeat at now
+// (see aliveCache). It changes no expiry: an agent that never sent a
+// heartbeat gets the item of one not watched yet (fresh, the greatest
+// expiry). It reports whether the item was still as read.
+func (s *Store) armLowering(ctx context.Context, agentID string, old *heartbeatItem, now time.Time) (bool, error) {
+	lastAt := expression.Name("last_at")
+	cond := expression.AttributeNotExists(expression.Name("agent_id"))
+	upd := expression.Set(expression.Name("expires_at"), expression.Value(int64(math.MaxInt64))).
+		Set(expression.Name("alive_since"), expression.Value(0)).
+		Set(expression.Name("fresh"), expression.Value(true)).
+		Set(expression.Name("ttl"), expression.Value(now.Add(heartbeatRetention).Unix()))
+	if old != nil {
+		forward := expression.Or(expression.AttributeNotExists(lastAt), lastAt.LessThanEqual(expression.Value(ms(now))))
+		cond = expression.And(expression.Name("expires_at").Equal(expression.Value(old.ExpiresAt)),
+			expression.AttributeNotExists(expression.Name("removed")), forward)
+		upd = expression.UpdateBuilder{}
+	}
+	upd = upd.Set(lastAt, expression.Value(ms(now))).Set(expression.Name("lowering"), expression.Value(true))
+	_, applied, err := s.updateHeartbeat(ctx, agentID, cond, upd)
+	return applied, err
+}
+
 // updateHeartbeat makes one conditional UpdateItem on a heartbeat item. It
 // returns the item as the write left it, or, when the condition fails, the
 // item as it is (nil if there is none).
@@ -404,7 +472,7 @@ func (hb *heartbeatItem) beaten(agentID string, now, exp time.Time) *heartbeatIt
 	if hb != nil {
 		out = *hb
 	}
-	out.ExpiresAt, out.LastAt, out.Fresh = ms(exp), ms(now), false
+	out.ExpiresAt, out.LastAt, out.Fresh, out.Lowering = ms(exp), ms(now), false, false
 	return &out
 }
 

@@ -607,6 +607,9 @@ type heartbeatItem struct {
 	// replaced (0: there was none), so that the write, sent again when its
 	// answer was lost, can still tell whether it landed late (alive.go).
 	PriorExpires int64 `dynamodbav:"prior_expires,omitempty"`
+	// Lowering says a heartbeat is about to move expires_at earlier (or to
+	// make a first one): no alive cache may keep what it reads (alive.go).
+	Lowering bool `dynamodbav:"lowering,omitempty"`
 
 	// The sweep's index keys: hb_expires is when the sweep must next look
 	// at the agent (its expiry, or a death not swept yet).
