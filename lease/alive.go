@@ -67,8 +67,11 @@ import (
 // old image would be the first sending's result, alive. The price is that a
 // heartbeat landing within its own latency of the expiry ends the agent's
 // leases, as one landing late would; clients heartbeat at a third of the
-// ttl. Until the second write lands (one request's time) a reader may see
-// the agent alive and its unswept leases live. A return from the dead is,
+// ttl. One landing within clockMargin of the expiry is made a return too,
+// so that a process whose clock is that far ahead, and saw the agent
+// dead, is not contradicted for ever (deathCache). Until the second write
+// lands (one request's time) a reader may see the agent alive and its
+// unswept leases live. A return from the dead is,
 // for the same reason, made once more at the clock read after its write
 // when the clock has moved on by then (returns only: one more write).
 //
@@ -122,6 +125,12 @@ type aliveEntry struct {
 	hb    *heartbeatItem // nil: never sent a heartbeat
 	until int64          // ms: usable while now < until
 }
+
+// clockMargin is the clock skew between processes the death cache allows
+// for (deathCache): a heartbeat landing within it of the agent's expiry is
+// made a return from the dead, as one landing after it is. Lambda hosts
+// keep their clocks well within it.
+const clockMargin = 50 * time.Millisecond
 
 // aliveCacheMax bounds the entries; the cache is emptied when it is full.
 const aliveCacheMax = 10_000
@@ -187,10 +196,16 @@ func (c *aliveCache) forget(agentID string) {
 }
 
 // deathCache remembers, per agent, the latest moment it was read dead. That
-// is exact for ever: an agent dead at r has ended every lease locked at or
-// before r, and those stay ended whether or not it comes back (its return
-// moves alive_since past r). So a storm of checkouts over a dead agent's
-// leases reads its heartbeat once. Leases locked after r are judged afresh.
+// is exact for ever, up to clockMargin: an agent dead at r has ended every
+// lease locked at or before r - clockMargin, and those stay ended whether
+// or not it comes back. Its return moves alive_since past them: a
+// heartbeat landing after the read, by a clock at most clockMargin behind
+// this one, finds the agent dead, or within clockMargin of its expiry, and
+// is made a return. (Without the margin a clock behind could take it as an
+// ordinary heartbeat, and a lease the agent then took at or before r would
+// be live everywhere but here, for ever.) So a storm of checkouts over a
+// dead agent's leases reads its heartbeat once. Leases locked after
+// r - clockMargin are judged afresh.
 type deathCache struct {
 	mu sync.Mutex
 	m  map[string]int64 // agent -> ms at or before which its leases have ended
@@ -360,7 +375,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 			cur, old, applied = old, old.replaced(), true
 		}
 		if applied {
-			if old == nil || old.Fresh || old.ExpiresAt > ms(s.clock()) {
+			if old == nil || old.Fresh || old.ExpiresAt > ms(s.clock().Add(clockMargin)) {
 				// The write's own answer is a consistent read of the heartbeat.
 				s.alive.putRead(agentID, cur, ms(now), epoch)
 				return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
@@ -586,7 +601,7 @@ func (s *Store) leaseLive(ctx context.Context, it *taskItem, now time.Time) (boo
 // is then remembered). It returns the heartbeat it judged by (nil when the
 // agent never sent one, or when the death cache answered).
 func (s *Store) endedByDeath(ctx context.Context, agentID string, lockedAt int64) (bool, *heartbeatItem, error) {
-	if lockedAt <= s.deaths.endedUpTo(agentID) {
+	if lockedAt <= s.deaths.endedUpTo(agentID)-clockMargin.Milliseconds() {
 		return true, nil, nil
 	}
 	readAt := s.clock() // before the read: dead at least until the read

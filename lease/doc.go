@@ -291,10 +291,11 @@
 // two deciders disagree by d, a lease may be judged expired up to d early by
 // the faster clock. Mutual exclusion among writers still holds, because every
 // grant is a conditional write on the one item; what skew can do is end a
-// lease up to d before its holder expected. Holders should renew well before
-// expiry (the client renews at a third of the timeout), and a resource
-// guarded by a lease should check the fence, which no clock can make go
-// backwards. TTL is garbage collection only: DynamoDB deletes expired items
-// late (hours, up to about two days), and no decision depends on whether it
-// has.
+// lease up to d before its holder expected (and, for d past clockMargin,
+// 50 ms, make a process remember as ended a lease its holder took just
+// before that process saw it dead: alive.go). Holders should renew well
+// before expiry (the client renews at a third of the timeout), and a
+// resource guarded by a lease should check the fence, which no clock can
+// make go backwards. TTL is garbage collection only: DynamoDB deletes
+// expired items late (hours, up to two days); no decision depends on it.
 package lease
