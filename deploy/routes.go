@@ -17,6 +17,7 @@ package deploy
 import (
 	"net/url"
 	"strings"
+	"time"
 )
 
 // Function names. Each is built by `make build` as dist/<name>/bootstrap.
@@ -45,6 +46,14 @@ const (
 
 // Functions lists every Lambda function of the stack, in a stable order.
 var Functions = []string{Health, Agents, Tasks, Checkouts, Claim, Inbox, Authorizer, Sweeper, Stream, Notices}
+
+// AuthorizerCacheTTL is how long API Gateway caches the Lambda
+// authorizer's answer for one Authorization header (the stack's authorizer
+// cache time: infra/stack.go's authorizerCacheSecs must say the same).
+// For that long a removed agent's key still passes as its id: the
+// functions refuse to register the id again until then, and look at an
+// admin's key again on the admin routes.
+const AuthorizerCacheTTL = 30 * time.Second
 
 // Access is who may call a route.
 type Access int

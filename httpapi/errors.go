@@ -151,6 +151,7 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 		blocked  *lease.BlockedError
 		notReady *lease.NotReadyError
 		tooLarge *http.MaxBytesError
+		recent   *lease.RemovedRecentlyError
 	)
 	task := "the task"
 	if taskID != "" {
@@ -224,6 +225,12 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 		return answer(errorBody{Error: "the caller does not hold the lease on " + task, Code: errcode.NotHolder})
 	case errors.Is(err, lease.ErrTaskExists):
 		return answer(errorBody{Error: task + " already exists", Code: errcode.TaskExists})
+	case errors.As(err, &recent):
+		// In AWS the removed agent's key may still pass the authorizer's
+		// cache until then, and would act as the new agent.
+		body := errorBody{Error: fmt.Sprintf("agent %s was removed moments ago and its old key may still be accepted for a few seconds; the id may be registered again from %s", recent.AgentID, stamp(recent.Until)), Code: errcode.AgentExists}
+		body.retryAfter = max(1, int64(math.Ceil(recent.Until.Sub(now).Seconds())))
+		return answer(body)
 	case errors.Is(err, lease.ErrAgentExists):
 		return answer(errorBody{Error: "an agent with this id already exists", Code: errcode.AgentExists})
 	case errors.Is(err, lease.ErrTooManyWatchers):

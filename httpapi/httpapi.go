@@ -53,6 +53,15 @@ type Options struct {
 	// When nil, the principal must already be in the request context (put
 	// there with ContextWithPrincipal); a request without one is 401.
 	Auth auth.Authenticator
+	// RecheckAdmin, when set, authenticates the bearer key of every request
+	// to an admin-only route once more before it runs (one consistent
+	// read), and refuses it unless the key still belongs to that admin.
+	// Behind API Gateway the principal comes from the authorizer's cache,
+	// which keeps a removed admin's answer for up to its cache time: without
+	// the check, such an admin could still register agents, admins among
+	// them, or remove them. Nil (the local server, whose Auth forgets a
+	// removed key at once): no second look.
+	RecheckAdmin auth.Authenticator
 	// OnAgentRemoved is called after an agent is removed, so that a cache of
 	// its key can forget it at once.
 	OnAgentRemoved func(agentID string)
@@ -370,6 +379,12 @@ func (s *server) serveRoute(rt route) http.Handler {
 				s.fail(w, r, errForbidden("this route is for admins only"))
 				return
 			}
+			if rt.Access == deploy.Admin && s.opts.RecheckAdmin != nil {
+				if err := s.recheckAdmin(r, p); err != nil {
+					s.fail(w, r, err)
+					return
+				}
+			}
 		}
 		if r.ContentLength > MaxBodyBytes {
 			// Refused on its declared length alone, before it is read.
@@ -417,6 +432,33 @@ func (s *server) authenticate(r *http.Request) (lease.Principal, error) {
 		return lease.Principal{}, errUnauthorized
 	}
 	return p, nil
+}
+
+// recheckAdmin authenticates r's bearer key with Options.RecheckAdmin and
+// refuses it unless it still belongs to p, an admin.
+func (s *server) recheckAdmin(r *http.Request, p lease.Principal) error {
+	header := r.Header.Values("Authorization")
+	if len(header) != 1 {
+		return errUnauthorized
+	}
+	key, ok := auth.BearerKey(header[0])
+	if !ok {
+		return errUnauthorized
+	}
+	now, err := s.opts.RecheckAdmin.Authenticate(r.Context(), key)
+	if errors.Is(err, lease.ErrUnauthorized) {
+		return errUnauthorized
+	}
+	if err != nil {
+		return fmt.Errorf("authenticate: %w", err)
+	}
+	if now.AgentID != p.AgentID {
+		return errUnauthorized
+	}
+	if !now.Admin {
+		return errForbidden("this route is for admins only")
+	}
+	return nil
 }
 
 // statusClientGone is the status logged for a request whose client closed

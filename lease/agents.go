@@ -118,10 +118,40 @@ func (s *Store) RegisterAgent(ctx context.Context, p RegisterParams) (Registrati
 	if err := s.putKey(ctx, a); err != nil {
 		return Registration{}, err
 	}
-	if err := s.restart(ctx, a.AgentID, fromMS(a.CreatedAt)); err != nil {
+	if until, err := s.restart(ctx, a.AgentID, fromMS(a.CreatedAt), s.reRegisterAfter); err != nil {
 		return Registration{}, err
+	} else if !until.IsZero() {
+		// Removed too recently: the agent and its key, which nobody has
+		// seen, are taken back.
+		if err := s.unregister(ctx, a); err != nil {
+			return Registration{}, err
+		}
+		return Registration{}, &RemovedRecentlyError{AgentID: a.AgentID, Until: until}
 	}
 	return Registration{Agent: a.agent(), APIKey: key}, nil
+}
+
+// unregister deletes agent a and its key, as RegisterAgent had just put
+// them.
+func (s *Store) unregister(ctx context.Context, a agentItem) error {
+	if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.agents, Key: agentKey(keyItemID(a.KeyHash))}); err != nil {
+		return fmt.Errorf("take back the key of %s: %w", a.AgentID, err)
+	}
+	cond := expression.Name("key_hash").Equal(expression.Value(a.KeyHash))
+	expr, _ := expression.NewBuilder().WithCondition(cond).Build()
+	_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: &s.agents, Key: agentKey(a.AgentID),
+		ConditionExpression:       expr.Condition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	if _, failed := conditionFailed(err); failed {
+		return nil // no longer ours
+	}
+	if err != nil {
+		return fmt.Errorf("take back agent %s: %w", a.AgentID, err)
+	}
+	return nil
 }
 
 func (a agentItem) agent() Agent {
@@ -167,7 +197,10 @@ func (s *Store) EnsureAgent(ctx context.Context, agentID, name string, admin boo
 	if len(out.Attributes) == 0 {
 		// A new agent, as RegisterAgent makes one: an id removed before
 		// starts clean (its tombstone would refuse every heartbeat).
-		return s.restart(ctx, agentID, fromMS(a.CreatedAt))
+		// Not held back after a removal (ReRegisterAfter): the operator
+		// who mints a key for a removed id means it.
+		_, err := s.restart(ctx, agentID, fromMS(a.CreatedAt), 0)
+		return err
 	}
 	var old agentItem
 	if attributevalue.UnmarshalMap(out.Attributes, &old) == nil && old.KeyHash != "" && old.KeyHash != a.KeyHash {
@@ -309,15 +342,25 @@ func (s *Store) bury(ctx context.Context, a *agentItem, now time.Time) (before *
 // not watched), alive since now, so that every lease of the removed agent
 // stays ended and watches placed before now are not this agent's. The
 // tombstone's pending death stays, for the sweep to end those leases.
-func (s *Store) restart(ctx context.Context, agentID string, now time.Time) error {
+//
+// An id removed less than hold before now is not restarted: it returns
+// when it may be (the removal's time plus hold), and writes nothing.
+func (s *Store) restart(ctx context.Context, agentID string, now time.Time, hold time.Duration) (time.Time, error) {
 	cond := expression.AttributeExists(expression.Name("agent_id"))
+	if hold > 0 {
+		cond = cond.And(expression.Or(expression.AttributeNotExists(expression.Name("removed")),
+			expression.Name("dead_at").LessThanEqual(expression.Value(ms(now.Add(-hold))))))
+	}
 	upd := expression.Set(expression.Name("expires_at"), expression.Value(int64(math.MaxInt64))).
 		Set(expression.Name("alive_since"), expression.Value(ms(now))).
 		Set(expression.Name("registered_at"), expression.Value(ms(now))).
 		Set(expression.Name("fresh"), expression.Value(true)).
 		Remove(expression.Name("removed"))
-	_, _, err := s.updateHeartbeat(ctx, agentID, cond, upd)
-	return err
+	hb, applied, err := s.updateHeartbeat(ctx, agentID, cond, upd)
+	if err != nil || applied || hb == nil || !hb.Removed {
+		return time.Time{}, err
+	}
+	return fromMS(hb.DeadAt).Add(hold), nil
 }
 
 // clearInbox deletes every message of agentID.

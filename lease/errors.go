@@ -174,3 +174,18 @@ func (e *ValidationError) Unwrap() error { return ErrInvalid }
 func invalidField(field, code, format string, args ...any) error {
 	return &ValidationError{Field: field, Code: code, Message: fmt.Sprintf(format, args...)}
 }
+
+// RemovedRecentlyError refuses the registration of an id removed less than
+// Config.ReRegisterAfter ago: the removed agent's key may still pass as the
+// id until Until. It is an ErrAgentExists.
+type RemovedRecentlyError struct {
+	AgentID string
+	Until   time.Time
+}
+
+func (e *RemovedRecentlyError) Error() string {
+	return fmt.Sprintf("lease: agent %s was removed moments ago; it may be registered again from %s", e.AgentID, e.Until.UTC().Format(time.RFC3339Nano))
+}
+
+// Is makes a RemovedRecentlyError an ErrAgentExists.
+func (e *RemovedRecentlyError) Is(target error) bool { return target == ErrAgentExists }

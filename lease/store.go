@@ -82,6 +82,13 @@ type Config struct {
 	// schema.ShardCounts). New panics on a count out of bounds: the
 	// settings are checked where they are read (schema.ShardsFromEnv).
 	Shards schema.ShardCounts
+	// ReRegisterAfter is how long after an agent's removal its id may not
+	// be registered again (RegisterAgent answers a *RemovedRecentlyError).
+	// In AWS it is the authorizer's cache time: until it has passed, the
+	// removed agent's key may still pass as the id, and would act as the
+	// new agent. 0 (the local server, which forgets a removed key at once):
+	// an id may be registered again at once.
+	ReRegisterAfter time.Duration
 }
 
 // Store is the lease engine on DynamoDB. It is safe for concurrent use.
@@ -125,6 +132,8 @@ type Store struct {
 	readAfterFailed bool
 	fallbackReads   atomic.Int64
 	trailWait       time.Duration
+	// reRegisterAfter: see Config.ReRegisterAfter.
+	reRegisterAfter time.Duration
 }
 
 // New returns a Store.
@@ -147,6 +156,8 @@ func New(cfg Config) *Store {
 		feedSettle: cfg.FeedSettle,
 		feedLanded: cfg.FeedAtLanding,
 		trailWait:  cfg.TrailWait,
+
+		reRegisterAfter: cfg.ReRegisterAfter,
 
 		readAfterFailed: cfg.ReadAfterFailedCondition,
 		tasks:           cfg.Tables.Table(schema.TasksTable),

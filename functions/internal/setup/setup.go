@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
+	"github.com/checkout-dev/checkout/auth"
 	"github.com/checkout-dev/checkout/deploy"
 	"github.com/checkout-dev/checkout/functions/internal/apigw"
 	"github.com/checkout-dev/checkout/httpapi"
@@ -279,6 +280,10 @@ func NewStore(db lease.DB, n lease.Notifier, e Env, log *slog.Logger) *lease.Sto
 		// the caller's own (tests) is not compared with them.
 		FeedSettle:    FeedSettle,
 		FeedAtLanding: e.Now == nil,
+		// The authorizer's cache keeps a removed agent's key passing as
+		// its id for this long: a registration of the id then would hand
+		// the new agent's identity to the old key.
+		ReRegisterAfter: deploy.AuthorizerCacheTTL,
 	})
 }
 
@@ -306,6 +311,12 @@ func HTTP(fn string, svc httpapi.Service, db TablesAPI, e Env, log *slog.Logger)
 		log = slog.New(slog.DiscardHandler)
 	}
 	opts := httpapi.Options{AutoCreateTasks: e.AutoCreateTasks, Logger: log, Now: e.Now, Function: fn}
+	if a, ok := svc.(auth.Authenticator); ok {
+		// The principal is the authorizer's, cached for up to
+		// deploy.AuthorizerCacheTTL: an admin route looks at the key again
+		// (one consistent read), so that a removed admin cannot act.
+		opts.RecheckAdmin = a
+	}
 	if fn == deploy.Health {
 		opts.Function = ""
 		if db != nil {
