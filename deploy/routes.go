@@ -49,7 +49,7 @@ var Functions = []string{Health, Agents, Tasks, Checkouts, Claim, Inbox, Authori
 
 // AuthorizerCacheTTL is how long API Gateway caches the Lambda
 // authorizer's answer for one Authorization header (the stack's authorizer
-// cache time: infra/stack.go's authorizerCacheSecs must say the same).
+// cache time: infra/stack.go's authorizerCacheSecs is taken from it).
 // For that long a removed agent's key still passes as its id: the
 // functions refuse to register the id again until then, and look at an
 // admin's key again on the admin routes.

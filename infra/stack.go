@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
@@ -42,9 +43,11 @@ const (
 
 // The service's metrics (see deploy/metrics.go), and the authorizer's cache.
 const (
-	MetricNamespace     = deploy.MetricNamespace
-	MetricThrottled     = deploy.MetricAPIThrottled
-	authorizerCacheSecs = 30
+	MetricNamespace = deploy.MetricNamespace
+	MetricThrottled = deploy.MetricAPIThrottled
+	// The functions rely on it (deploy.AuthorizerCacheTTL): they refuse
+	// to register a removed id again within it.
+	authorizerCacheSecs = int(deploy.AuthorizerCacheTTL / time.Second)
 )
 
 // Sweeper invocation limits. A sweep that cannot start within
