@@ -99,6 +99,11 @@ func TestFailingWebhookHoldsUpOnlyNotices(t *testing.T) {
 			t.Fatalf("the watcher was told of %s's release after %v, while the webhook failed", id, d)
 		}
 	}
+	// The watcher may be told before the notices' consumer has made its
+	// first attempt (it polls the stream on its own): wait for it.
+	for deadline := time.Now().Add(5 * time.Second); recv.Attempts() == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if recv.Attempts() == 0 || len(recv.Delivered()) != 0 {
 		t.Fatalf("%d attempts, delivered %v: want the notices being retried", recv.Attempts(), recv.Delivered())
 	}
