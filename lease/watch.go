@@ -134,9 +134,29 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 			return err
 		}
 	}
+	for range retries(ctx) {
+		placed, err := s.placeWatch(ctx, cur, agentID)
+		if err != nil || placed {
+			return err
+		}
+		// The write's condition failed: the watch it was pinned to (a
+		// removed self's, replaced by the agent registered again) was
+		// used up by the change stream, expired, or was refreshed by
+		// the new agent meanwhile. Read the watches again and decide
+		// anew: only a watch now there and the new agent's own may
+		// stand for this one (TestReregisteredWatcherRacingTheStreamKeepsItsWatch).
+	}
+	return fmt.Errorf("watch %s: %w", cur.TaskID, ErrBusy)
+}
+
+// placeWatch writes agentID's watch on the task cur was read as, from a
+// fresh read of its watches. placed is false when the write's condition
+// (the old watch it replaces is still as read) failed: nothing was
+// written, and the caller reads again.
+func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (placed bool, err error) {
 	watchers, err := s.watches(ctx, cur.TaskID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	var mine *watchItem
 	for i := range watchers {
@@ -145,7 +165,7 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 		}
 	}
 	if mine == nil && len(watchers)+len(cur.Watchers) >= MaxWatchers {
-		return ErrTooManyWatchers
+		return false, ErrTooManyWatchers
 	}
 	// Watching again refreshes the watch's time but keeps its place: the
 	// eseq it was first placed at, so that a freeing since then still
@@ -169,7 +189,7 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 	if mine != nil {
 		hb, err := s.heartbeat(ctx, agentID)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if hb != nil && hb.Removed {
 			at = mine.At
@@ -188,7 +208,7 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 	upd = upd.Set(expression.Name("eseq"), place).Set(expression.Name("at"), expression.Value(at))
 	expr, err := b.WithUpdate(upd).Build()
 	if err != nil {
-		return err
+		return false, err
 	}
 	if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.inbox,
@@ -202,11 +222,11 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 		ExpressionAttributeValues: expr.Values(),
 	}); err != nil {
 		if _, failed := conditionFailed(err); failed {
-			return nil // refreshed meanwhile by the new agent's own watch
+			return false, nil
 		}
-		return fmt.Errorf("watch %s: %w", cur.TaskID, err)
+		return false, fmt.Errorf("watch %s: %w", cur.TaskID, err)
 	}
-	return nil
+	return true, nil
 }
 
 // markWatched sets the task's watched flag, so that its freeings from now
