@@ -56,7 +56,8 @@
 //	  by_feed          feed_shard / feed_key     sparse: the fleet feed by time (feed.go)
 //	deadletters event_id / url          webhook deliveries that failed for good (AWS); TTL "ttl"
 //	inbox       agent_id / message_id   task_available and lease_lost messages; watches under
-//	                                    "#watch#<task_id>" / agent; dependency edges under
+//	                                    "#watch#<task_id>" / agent, beside the stream's records
+//	                                    of the task's freeings ("#freed#<seq>"); dependency edges under
 //	                                    "#deps#<blocker>" / dependent; TTL "ttl"
 //
 // The lease lives on the task item (holder, run_id, locked_at,

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -22,8 +24,10 @@ import (
 // (100) watchers: past the bound a watch is 409 too_many_watchers, checked
 // against a consistent read of the task's watches (concurrent watches can
 // pass it by as many as race, a bounded overshoot); watching again only
-// refreshes the watch. A watch records the task's eseq; the stream function
-// tells, for each freeing, the watches placed before it, then deletes them
+// refreshes the watch. A watch records the task's eseq at its caller's
+// read; the stream function tells, for each freeing, the watches placed
+// before it and after any earlier freeing (one written too late for that
+// freeing is told by its writer: watch.go), then deletes them
 // (each conditioned on being the watch it read), and reads the watchers'
 // heartbeat items in one batch, so that a removed agent, or an id
 // registered again after the watch, is not told. A removal that lands
@@ -44,13 +48,58 @@ import (
 // task (its event's seq S) tells every watch placed before it (eseq < S),
 // once: the stream function reads the task's watches with a consistent
 // Query (only for a task whose item says it has been watched: a task's
-// first watch sets its watched flag, and is placed at the eseq that write
-// returns, after every freeing written without the flag), writes each
-// watcher's message (idempotent, as before) and then deletes each watch
-// it told, conditioned on the watch being the one it read, so an agent
-// that watches again meanwhile stays on. A watch placed
-// after the freeing waits for the next one, as a watch written after the
-// freeing's write always has.
+// first watch sets its watched flag), writes each watcher's message
+// (idempotent, as before) and then deletes each watch it told,
+// conditioned on the watch being the one it read, so an agent that
+// watches again meanwhile stays on.
+//
+// Placing a watch in the past. A watch is placed at the eseq of its
+// caller's own read of the task: for a refused checkout, the read that
+// found the lease live, so that the release that follows the 409 tells
+// it. But the watch is written a moment later, and the stream function
+// may have handled a freeing in between without seeing it. Both sides
+// therefore keep one rule: a place is told by the first freeing after it,
+// with that freeing's message id, and by no other.
+//
+//   - The stream function records each freeing it handles (an item
+//     "#freed#<seq>" in the watch partition) before it reads the watches
+//     for it, and reads them again for each freeing (take). It tells a
+//     watch placed at p of the freeing S only if p < S and no freeing it
+//     recorded lies between (lastFreedBefore(S) <= p). A watch placed
+//     before a recorded freeing that did not tell it was not seen by that
+//     freeing's read (a watch seen is told and moved past the freeing, or
+//     deleted, before the next batch begins): it is its writer's to tell.
+//     So the stream tells a place at most once, and only of the first
+//     freeing after it.
+//   - The watcher, after its write, reads the records of freeings after
+//     its place (settleWatch, one consistent Query). None: every freeing
+//     after the place is recorded after this read, so after the write,
+//     and its read sees the watch; the stream tells it, as above. Some:
+//     the first of them is the first freeing after the place (the stream
+//     records a task's freeings in order), so the watcher writes that
+//     freeing's message itself, with the id the stream uses (putMessage
+//     writes an id once, so if the stream also saw the watch there is
+//     still one message), and uses the place up as dropWatch does, then
+//     does the same for the watch's next place, if any.
+//
+// Whatever the interleaving, and however often the stream applies a batch
+// again (its records and decisions are the same each time, its messages
+// idempotent), a place gets one message. Telling the watch of the first
+// freeing alone is what needs the stream's records: a watcher that told
+// itself of a freeing the stream missed could not otherwise stop the
+// stream telling it of the next one, read before the watcher used the
+// watch up (TestAWatchRacingTwoFreeingsIsToldOnce).
+//
+// A freeing written without the watched flag (between a first watcher's
+// read and its flag) is never recorded nor read for: the first watcher
+// tells itself of one that its flag's write shows (the task's latest
+// transition), and then writes no watch; one hidden behind a later
+// transition is not told, and the watch waits for the next freeing. A
+// freeing record is kept as long as a watch (watchRetention), or its
+// event if that is shorter: past that, a watch it would have kept the
+// stream from telling has expired too or was told by its writer, unless
+// that writer failed midway (its caller was not told "watching"), when
+// the stream tells the watch at the next freeing, the only one to.
 //
 // The stream function may be behind by several freeings when an agent
 // watches again (it runs about a second after each write, and longer when
@@ -126,18 +175,31 @@ func (s *Store) Watch(ctx context.Context, taskID, agentID string) error {
 	return s.watch(ctx, cur, agentID)
 }
 
-// watch places agentID's watch on the task cur was read as.
+// watch places agentID's watch on the task cur was read as: at cur's
+// eseq, the caller's own read (for a refused checkout, the read that saw
+// the lease live), and then tells it of any freeing since that the change
+// stream may have handled without it (see "Placing a watch in the past").
 func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error {
 	if cur.Watched != nil && !*cur.Watched {
-		var err error
-		if cur, err = s.markWatched(ctx, cur.TaskID); err != nil {
+		marked, err := s.markWatched(ctx, cur.TaskID)
+		if err != nil {
 			return err
+		}
+		// A freeing between the caller's read and the flag was written
+		// without the flag: the stream read no watches for it, and never
+		// will. Such a freeing, seen here, is told by this request alone
+		// and uses the watch up before it is written.
+		if ev, ok := freeingAfter(marked, cur.ESeq); ok {
+			return s.tellWatcher(ctx, agentID, ms(s.clock()), ev, waitsUntil(marked, ev))
 		}
 	}
 	for range retries(ctx) {
-		placed, err := s.placeWatch(ctx, cur, agentID)
-		if err != nil || placed {
+		w, placed, err := s.placeWatch(ctx, cur, agentID)
+		if err != nil {
 			return err
+		}
+		if placed {
+			return s.settleWatch(ctx, cur.TaskID, w)
 		}
 		// The write's condition failed: the watch it was pinned to (a
 		// removed self's, replaced by the agent registered again) was
@@ -150,13 +212,13 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 }
 
 // placeWatch writes agentID's watch on the task cur was read as, from a
-// fresh read of its watches. placed is false when the write's condition
-// (the old watch it replaces is still as read) failed: nothing was
-// written, and the caller reads again.
-func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (placed bool, err error) {
+// fresh read of its watches, and returns it as the write left it. placed
+// is false when the write's condition (the old watch it replaces is still
+// as read) failed: nothing was written, and the caller reads again.
+func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (w watchItem, placed bool, err error) {
 	watchers, err := s.watches(ctx, cur.TaskID)
 	if err != nil {
-		return false, err
+		return w, false, err
 	}
 	var mine *watchItem
 	for i := range watchers {
@@ -165,7 +227,7 @@ func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (
 		}
 	}
 	if mine == nil && len(watchers)+len(cur.Watchers) >= MaxWatchers {
-		return false, ErrTooManyWatchers
+		return w, false, ErrTooManyWatchers
 	}
 	// Watching again refreshes the watch's time but keeps its place: the
 	// eseq it was first placed at, so that a freeing since then still
@@ -189,7 +251,7 @@ func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (
 	if mine != nil {
 		hb, err := s.heartbeat(ctx, agentID)
 		if err != nil {
-			return false, err
+			return w, false, err
 		}
 		if hb != nil && hb.Removed {
 			at = mine.At
@@ -208,9 +270,9 @@ func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (
 	upd = upd.Set(expression.Name("eseq"), place).Set(expression.Name("at"), expression.Value(at))
 	expr, err := b.WithUpdate(upd).Build()
 	if err != nil {
-		return false, err
+		return w, false, err
 	}
-	if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.inbox,
 		Key: map[string]types.AttributeValue{
 			"agent_id":   &types.AttributeValueMemberS{Value: watchPartition(cur.TaskID)},
@@ -220,20 +282,135 @@ func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (
 		UpdateExpression:          expr.Update(),
 		ExpressionAttributeNames:  expr.Names(),
 		ExpressionAttributeValues: expr.Values(),
-	}); err != nil {
+		ReturnValues:              types.ReturnValueAllNew,
+	})
+	if err != nil {
 		if _, failed := conditionFailed(err); failed {
-			return false, nil
+			return w, false, nil
 		}
-		return false, fmt.Errorf("watch %s: %w", cur.TaskID, err)
+		return w, false, fmt.Errorf("watch %s: %w", cur.TaskID, err)
 	}
-	return true, nil
+	if err := attributevalue.UnmarshalMap(out.Attributes, &w); err != nil {
+		return w, false, fmt.Errorf("decode the watch of %s on %s: %w", agentID, cur.TaskID, err)
+	}
+	return w, true, nil
+}
+
+// settleWatch tells the watch w, as its write left it, of the freeings
+// the change stream has begun to handle since w's place: each is one the
+// stream may have handled without seeing w, and then never tells it (see
+// "Placing a watch in the past"). It tells them as the stream would have:
+// each place of w by the first freeing after it, with that freeing's
+// message id (putMessage writes an id once, so the stream, had it seen w,
+// wrote the same message), and uses the place up as the stream does.
+func (s *Store) settleWatch(ctx context.Context, taskID string, w watchItem) error {
+	freed, err := s.freedAfter(ctx, taskID, w.ESeq)
+	if err != nil {
+		return err
+	}
+	for _, seq := range freed {
+		if seq <= w.ESeq {
+			continue // placed again after it
+		}
+		ev, notBefore, err := s.freeingEvent(ctx, taskID, seq)
+		if err != nil {
+			return err
+		}
+		if err := s.tellWatcher(ctx, w.AgentID, w.At, ev, notBefore); err != nil {
+			return err
+		}
+		if err := s.dropWatch(ctx, w, seq); err != nil {
+			return err
+		}
+		next := nextPlace(w, seq)
+		if next < 0 {
+			return nil
+		}
+		// As dropWatch left it: waiting from its first place after the
+		// freeing.
+		w.ESeq = next
+		w.Asks = slices.DeleteFunc(w.Asks, func(a int64) bool { return a < next })
+	}
+	return nil
+}
+
+// freeingEvent is the event of the task's freeing of seq seq, which the
+// change stream has begun to handle, and until when it left the task
+// waiting (0: not known, or not waiting): from the task item while it is
+// the task's latest transition, else from the archive, which the stream
+// writes right after it read the watches (waited for, as a transition
+// waits out a busy item).
+func (s *Store) freeingEvent(ctx context.Context, taskID string, seq int64) (eventItem, int64, error) {
+	for range retries(ctx) {
+		it, err := s.getTask(ctx, taskID)
+		if err != nil {
+			return eventItem{}, 0, err
+		}
+		if it == nil {
+			return eventItem{}, 0, ErrTaskNotFound
+		}
+		for _, e := range it.latestEvents() {
+			if e.Seq == seq && e.frees {
+				return e.eventItem, waitsUntil(it, e.eventItem), nil
+			}
+		}
+		got, err := getItem[eventItem](ctx, s.db, s.events, map[string]types.AttributeValue{
+			"task_id": &types.AttributeValueMemberS{Value: taskID},
+			"seq":     &types.AttributeValueMemberN{Value: strconv.FormatInt(seq, 10)},
+		})
+		if err != nil {
+			return eventItem{}, 0, fmt.Errorf("read the archived event %s/%d: %w", taskID, seq, err)
+		}
+		if got != nil {
+			return *got, 0, nil
+		}
+	}
+	return eventItem{}, 0, fmt.Errorf("the freeing %s/%d: %w", taskID, seq, ErrBusy)
+}
+
+// freeingAfter is the freeing, among the events of it's latest
+// transition, after the event seq after, if there is one.
+func freeingAfter(it *taskItem, after int64) (eventItem, bool) {
+	for _, e := range it.latestEvents() {
+		if e.frees && e.Seq > after {
+			return e.eventItem, true
+		}
+	}
+	return eventItem{}, false
+}
+
+// waitsUntil is until when the freeing ev, it's latest transition, left
+// the task waiting (a failed release's retry delay), or 0, as the change
+// stream's message says.
+func waitsUntil(it *taskItem, ev eventItem) int64 {
+	if it.Status == StatusTodo && it.NotBefore > ev.At {
+		return it.NotBefore
+	}
+	return 0
+}
+
+// tellWatcher writes agentID, whose watch was placed at at, the
+// task_available message of the freeing ev, as the change stream writes
+// it (same id, so only one is ever written), unless the agent was
+// removed, or registered again after the watch (as currentWatchers
+// decides for the stream).
+func (s *Store) tellWatcher(ctx context.Context, agentID string, at int64, ev eventItem, notBefore int64) error {
+	told, err := s.currentWatchers(ctx, map[string]int64{agentID: at})
+	if err != nil || len(told) == 0 {
+		return err
+	}
+	return s.putMessage(ctx, messageItem{
+		AgentID: agentID, MessageID: messageID(ev), Type: MessageTaskAvailable,
+		TaskID: ev.TaskID, Reason: string(ev.Type), At: ev.At, Fence: ev.Fence, RunID: ev.RunID,
+		TTL: fromMS(ev.At).Add(messageRetention).Unix(), WatchedAt: at, NotBefore: notBefore,
+	})
 }
 
 // markWatched sets the task's watched flag, so that its freeings from now
-// on read its watches, and returns the task as that write left it: the
-// watch is placed at that eseq, after every freeing written without the
-// flag, none of which tells it. It is not a transition: the version is
-// not moved, and the change stream has nothing to do for it.
+// on read its watches, and returns the task as that write left it, which
+// shows the first watcher a freeing written without the flag since its
+// read (see watch). It is not a transition: the version is not moved,
+// and the change stream has nothing to do for it.
 func (s *Store) markWatched(ctx context.Context, taskID string) (*taskItem, error) {
 	cur, applied, err := s.write(ctx, taskID, terms{expression.AttributeExists(expression.Name("task_id"))},
 		expression.Set(expression.Name("watched"), expression.Value(true)), types.ReturnValueAllNew)
@@ -246,11 +423,101 @@ func (s *Store) markWatched(ctx context.Context, taskID string) (*taskItem, erro
 	return cur, nil
 }
 
-// watches reads a task's watches, consistently.
+// watches reads a task's watches, consistently: the partition's items
+// keyed by an agent id (which starts with a letter or digit), not its
+// freeing records ("#freed#...", which sort before them).
 func (s *Store) watches(ctx context.Context, taskID string) ([]watchItem, error) {
-	out, err := queryAll[watchItem](ctx, s.db, s.inbox, "", expression.Key("agent_id").Equal(expression.Value(watchPartition(taskID))))
+	out, err := queryAll[watchItem](ctx, s.db, s.inbox, "", expression.Key("agent_id").Equal(expression.Value(watchPartition(taskID))).
+		And(expression.Key("message_id").GreaterThanEqual(expression.Value("0"))))
 	if err != nil {
 		return nil, fmt.Errorf("watchers of %s: %w", taskID, err)
+	}
+	return out, nil
+}
+
+// freedPrefix begins the key of a freeing record in a task's watch
+// partition ('#' cannot begin an agent id, so no watch meets it).
+const freedPrefix = "#freed#"
+
+// freedKey is the key of the record of the freeing of event seq seq: its
+// seq in 19 digits, so that keys sort as seqs do.
+func freedKey(seq int64) string { return fmt.Sprintf("%s%019d", freedPrefix, seq) }
+
+// freedItem records that the change stream has begun to handle a freeing
+// of the task: written before it reads the task's watches for it.
+type freedItem struct {
+	Partition string `dynamodbav:"agent_id"`   // "#watch#<task_id>"
+	Key       string `dynamodbav:"message_id"` // freedKey(Seq)
+	Seq       int64  `dynamodbav:"seq"`
+	TTL       int64  `dynamodbav:"ttl"`
+}
+
+// recordFreeing writes the record of the freeing of event seq seq (again,
+// when a batch is applied twice: the same item). It expires no later
+// than the freeing's archived event, written after it, so that a watcher
+// that finds the record finds the event; an expired record, which TTL
+// may not have deleted yet, counts for nobody (see freedAfter and
+// lastFreedBefore).
+func (s *Store) recordFreeing(ctx context.Context, taskID string, seq int64) error {
+	item, err := attributevalue.MarshalMap(freedItem{
+		Partition: watchPartition(taskID), Key: freedKey(seq), Seq: seq,
+		TTL: s.clock().Add(min(watchRetention, s.retention)).Unix(),
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.inbox, Item: item}); err != nil {
+		return fmt.Errorf("record the freeing %s/%d: %w", taskID, seq, err)
+	}
+	return nil
+}
+
+// lastFreedBefore is the seq of the latest freeing of the task before seq
+// that the change stream has recorded (0: none), by one consistent Query
+// that reads one item.
+func (s *Store) lastFreedBefore(ctx context.Context, taskID string, seq int64) (int64, error) {
+	expr, err := expression.NewBuilder().WithKeyCondition(expression.Key("agent_id").Equal(expression.Value(watchPartition(taskID))).
+		And(expression.Key("message_id").Between(expression.Value(freedKey(0)), expression.Value(freedKey(seq-1))))).Build()
+	if err != nil {
+		return 0, err
+	}
+	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 &s.inbox,
+		KeyConditionExpression:    expr.KeyCondition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+		ConsistentRead:            aws.Bool(true),
+		ScanIndexForward:          aws.Bool(false),
+		Limit:                     aws.Int32(1),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("freeings of %s: %w", taskID, err)
+	}
+	var got []freedItem
+	if err := attributevalue.UnmarshalListOfMaps(out.Items, &got); err != nil || len(got) == 0 {
+		return 0, err
+	}
+	if got[0].TTL <= s.clock().Unix() {
+		return 0, nil // expired, as every earlier one
+	}
+	return got[0].Seq, nil
+}
+
+// freedAfter are the seqs of the task's freeings after seq that the change
+// stream has recorded, oldest first, by one consistent Query (of no item
+// at all unless the task was freed since).
+func (s *Store) freedAfter(ctx context.Context, taskID string, seq int64) ([]int64, error) {
+	got, err := queryAll[freedItem](ctx, s.db, s.inbox, "", expression.Key("agent_id").Equal(expression.Value(watchPartition(taskID))).
+		And(expression.Key("message_id").Between(expression.Value(freedKey(seq+1)), expression.Value(freedKey(math.MaxInt64)))))
+	if err != nil {
+		return nil, fmt.Errorf("freeings of %s: %w", taskID, err)
+	}
+	now := s.clock().Unix()
+	var out []int64
+	for _, f := range got {
+		if f.TTL > now {
+			out = append(out, f.Seq)
+		}
 	}
 	return out, nil
 }
@@ -322,9 +589,11 @@ func (s *Store) dropWatch(ctx context.Context, w watchItem, seq int64) error {
 }
 
 // freeingWatches hands out, to the freeings of one batch of changes in
-// order, the watches each tells: for each task its watches are read once,
-// and a freeing with event seq seq takes every watch placed before it that
-// an earlier freeing of the batch did not take.
+// order, the watches each tells: each freeing is recorded and then reads
+// its task's watches (a watch read for an earlier freeing of the batch
+// keeps what that freeing did to it), and a freeing with event seq seq
+// takes every watch placed before it, and not before an earlier recorded
+// freeing, that an earlier freeing of the batch did not take.
 type freeingWatches struct {
 	s    *Store
 	read map[string][]watchItem
@@ -335,24 +604,46 @@ type freeingWatches struct {
 }
 
 func (f *freeingWatches) take(ctx context.Context, taskID string, seq int64) (map[string]int64, error) {
-	ws, ok := f.read[taskID]
-	if !ok {
-		var err error
-		if ws, err = f.s.watches(ctx, taskID); err != nil {
-			return nil, err
-		}
-		if f.read == nil {
-			f.read, f.placed, f.told = map[string][]watchItem{}, map[string]int64{}, map[string]toldWatch{}
-		}
-		f.read[taskID] = ws
-		for _, w := range ws {
-			f.placed[taskID+"\x00"+w.AgentID] = w.ESeq
+	// Recorded before the watches are read, so that a watch written after
+	// the read learns of the freeing (settleWatch); and for each freeing,
+	// for a watch written between two of the batch's freeings of the task
+	// is seen by the second's read only.
+	if err := f.s.recordFreeing(ctx, taskID, seq); err != nil {
+		return nil, err
+	}
+	ws, err := f.s.watches(ctx, taskID)
+	if err != nil {
+		return nil, err
+	}
+	if f.read == nil {
+		f.read, f.placed, f.told = map[string][]watchItem{}, map[string]int64{}, map[string]toldWatch{}
+	}
+	for _, w := range ws {
+		// A watch read for an earlier freeing of the batch keeps what
+		// that freeing did to it.
+		if k := taskID + "\x00" + w.AgentID; !hasKey(f.placed, k) {
+			f.read[taskID] = append(f.read[taskID], w)
+			f.placed[k] = w.ESeq
 		}
 	}
+	due := slices.ContainsFunc(f.read[taskID], func(w watchItem) bool {
+		p := f.placed[taskID+"\x00"+w.AgentID]
+		return p >= 0 && p < seq
+	})
 	out := map[string]int64{}
-	for _, w := range ws {
+	if !due {
+		return out, nil
+	}
+	// A watch placed before an earlier recorded freeing was not seen by
+	// that freeing's read (else it would have been told then and moved
+	// past it): its writer tells it (see "Placing a watch in the past").
+	prev, err := f.s.lastFreedBefore(ctx, taskID, seq)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range f.read[taskID] {
 		k := taskID + "\x00" + w.AgentID
-		if p := f.placed[k]; p < 0 || p >= seq {
+		if p := f.placed[k]; p < 0 || p >= seq || p < prev {
 			continue
 		}
 		out[w.AgentID] = w.At
@@ -360,6 +651,11 @@ func (f *freeingWatches) take(ctx context.Context, taskID string, seq int64) (ma
 		f.placed[k] = nextPlace(w, seq) // watched again after this freeing, or used up
 	}
 	return out, nil
+}
+
+func hasKey[V any](m map[string]V, k string) bool {
+	_, ok := m[k]
+	return ok
 }
 
 // toldWatch is a watch and the seq of the freeing that told it.

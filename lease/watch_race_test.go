@@ -1,0 +1,165 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// A checkout refused with watch:true ("watching": true) whose holder
+// releases the task between the refusal and the watch's write, the change
+// stream handling that release before the watch item lands, is never told
+// of that release: the watch sits at a place (eseq) before the freeing,
+// but the freeing's watchers were read before it existed. The task is
+// free and the watcher waits for a message that never comes.
+func TestAWatchRacingAReleaseIsTold(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	co := e.checkout(t, "t", "a", time.Hour)
+	db := &beforeWatchWriteDB{DB: e.db}
+	db.hook = func() {
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID}))
+		e.drain(t)
+	}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	_, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "w", Watch: true, Timeout: time.Hour})
+	var ce *lease.ConflictError
+	if !errors.As(err, &ce) {
+		t.Fatalf("checkout: %v, want a conflict", err)
+	}
+	if ce.Watching == nil || !*ce.Watching {
+		t.Fatalf("conflict says watching %v, want true", ce.Watching)
+	}
+	if !db.done.Load() {
+		t.Fatal("the watch was never written")
+	}
+	if got := must[lease.Task](t)(e.store.GetTask(c, "t")); got.Status != lease.StatusTodo || got.Checkout != nil {
+		t.Fatalf("task after the release: %+v, want free", got)
+	}
+	msgs := e.inbox(t, "w")
+	if len(msgs) != 1 || msgs[0].Type != lease.MessageTaskAvailable || msgs[0].Fence != co.Fence {
+		t.Fatalf("w (told watching:true, the task then released) has inbox %+v; want one task_available for the release of fence %d", msgs, co.Fence)
+	}
+}
+
+// beforeMarkWatchedDB runs hook once, just before the write that sets a
+// task's watched flag (watch.go, markWatched: the first watch of a task).
+type beforeMarkWatchedDB struct {
+	lease.DB
+	hook func()
+	done atomic.Bool
+}
+
+func (d *beforeMarkWatchedDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if slices.Contains(mapValues(in.ExpressionAttributeNames), "watched") && !slices.Contains(mapValues(in.ExpressionAttributeNames), "holder") && d.done.CompareAndSwap(false, true) {
+		d.hook()
+	}
+	return d.DB.UpdateItem(ctx, in, opts...)
+}
+
+// The first watcher of a task, refused with watch:true, whose holder
+// releases in the moment between the refusal and the watch: no stream
+// timing needed. The watch is placed at the eseq markWatched returns,
+// which is already past the release, so the release never tells it,
+// although the checkout's 409 ("watching": true) was decided while the
+// lease was live, before the release.
+func TestAWatchRefusedJustBeforeAReleaseIsTold(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	co := e.checkout(t, "t", "a", time.Hour)
+	db := &beforeMarkWatchedDB{DB: e.db}
+	db.hook = func() {
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID}))
+	}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	_, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "w", Watch: true, Timeout: time.Hour})
+	var ce *lease.ConflictError
+	if !errors.As(err, &ce) || ce.Watching == nil || !*ce.Watching {
+		t.Fatalf("checkout: %v, want a conflict with watching true", err)
+	}
+	if !db.done.Load() {
+		t.Fatal("the watched flag was never written")
+	}
+	msgs := e.inbox(t, "w")
+	if len(msgs) != 1 || msgs[0].Type != lease.MessageTaskAvailable || msgs[0].Fence != co.Fence {
+		t.Fatalf("w (409 watching:true while a held fence %d, then a released) has inbox %+v; want one task_available for that release", co.Fence, msgs)
+	}
+}
+
+// afterWatchWriteDB runs before once just before the first write of a
+// watch item, and after once just after it lands: a watcher's request
+// that stalls on both sides of its write.
+type afterWatchWriteDB struct {
+	lease.DB
+	before, after func()
+	done          atomic.Bool
+}
+
+func (d *afterWatchWriteDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	k, ok := in.Key["agent_id"].(*types.AttributeValueMemberS)
+	first := ok && strings.HasPrefix(k.Value, "#watch#") && d.done.CompareAndSwap(false, true)
+	if first {
+		d.before()
+	}
+	out, err := d.DB.UpdateItem(ctx, in, opts...)
+	if first {
+		d.after()
+	}
+	return out, err
+}
+
+// A watch that missed the release after its place (the stream handled it
+// before the watch was written), followed by a second lease and its
+// release that the stream handles while the watch stands: the watcher
+// tells itself of the first, and the stream must not tell it of the
+// second. Exactly one message, the first release's.
+func TestAWatchRacingTwoFreeingsIsToldOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	co := e.checkout(t, "t", "a", time.Hour)
+	db := &afterWatchWriteDB{DB: e.db}
+	db.before = func() {
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID}))
+		e.drain(t)
+	}
+	db.after = func() {
+		co2 := e.checkout(t, "t", "b", time.Hour)
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "b", RunID: co2.RunID}))
+		e.drain(t)
+	}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	_, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "w", Watch: true, Timeout: time.Hour})
+	var ce *lease.ConflictError
+	if !errors.As(err, &ce) || ce.Watching == nil || !*ce.Watching {
+		t.Fatalf("checkout: %v, want a conflict with watching true", err)
+	}
+	if !db.done.Load() {
+		t.Fatal("the watch was never written")
+	}
+	e.drain(t)
+	msgs := e.inbox(t, "w")
+	if len(msgs) != 1 || msgs[0].Fence != co.Fence {
+		t.Fatalf("w has inbox %+v; want one task_available, for the release of fence %d", msgs, co.Fence)
+	}
+	// Its watch is used up: the next release tells it nothing more.
+	co3 := e.checkout(t, "t", "a", time.Hour)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co3.RunID}))
+	if msgs := e.inbox(t, "w"); len(msgs) != 1 {
+		t.Fatalf("w has inbox %+v after a later release; want its one message only", msgs)
+	}
+}
