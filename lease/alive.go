@@ -169,13 +169,23 @@ func (c *aliveCache) putRead(agentID string, hb *heartbeatItem, now int64, epoch
 func (c *aliveCache) put(agentID string, hb *heartbeatItem, now int64) {
 	until := now + MinHeartbeatTTL.Milliseconds()
 	if hb != nil {
-		if hb.ExpiresAt <= now {
-			return // dead: it may come back at any moment
+		margin := clockMargin.Milliseconds()
+		if hb.ExpiresAt-margin <= now {
+			// Dead, or within clockMargin of its expiry, where a heartbeat
+			// landing is made a return from the dead (Heartbeat): it may
+			// come back at any moment, ending the leases it holds.
+			return
 		}
 		if hb.Lowering {
 			return // its expiry may be moved earlier at any moment
 		}
-		until = min(until, hb.ExpiresAt)
+		if hb.PriorExpires != 0 && hb.PriorExpires-margin <= hb.LastAt && hb.AliveSince < hb.LastAt {
+			// Written by a heartbeat that landed within clockMargin of the
+			// expiry it replaced, or after it: its return (a second write
+			// moving alive_since) may still be on its way.
+			return
+		}
+		until = min(until, hb.ExpiresAt-margin)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -362,6 +372,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 			Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(ms(exp)))).
 			Set(expression.Name("prior_expires"), expression.IfNotExists(expiresAt, expression.Value(0)))
 		var diedAt int64 // when the agent died, for a return from the dead
+		var was int64    // alive_since before the death: a return moves it
 		var pin expression.ConditionBuilder
 		old, applied, err := s.updateHeartbeatRV(ctx, agentID, cond, upd, types.ReturnValueAllOld)
 		if err != nil {
@@ -384,7 +395,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 			// dead in between, and anyone may have seen it so. The heartbeat
 			// counts from now, as a return from the dead, so that no death
 			// seen before it falls inside it.
-			diedAt = old.ExpiresAt
+			diedAt, was = old.ExpiresAt, old.AliveSince
 			pin = expression.Name("expires_at").Equal(expression.Value(ms(exp))).
 				And(lastAt.Equal(expression.Value(ms(now))))
 			floor = ms(now)
@@ -412,7 +423,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 			if old.ExpiresAt > ms(now) {
 				continue // moved in between: again
 			}
-			diedAt = old.ExpiresAt
+			diedAt, was = old.ExpiresAt, old.AliveSince
 			pin = expression.Name("expires_at").Equal(expression.Value(old.ExpiresAt))
 		}
 		// Back from the dead: leases taken up to now stay ended, and the
@@ -421,8 +432,13 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 		// the write landed, and may have been seen dead until then: when
 		// the clock has moved on by then, the return is made once more at
 		// that later time, pinned to the first, so that no death seen in
-		// between falls inside the life the answer states.
-		for again := true; ; again = false {
+		// between falls inside the life the answer states. Another
+		// heartbeat landing before the return (a retry of the client's, a
+		// second process of the agent) found the agent alive, by this
+		// heartbeat's own write, and made no return: the return is still
+		// this heartbeat's to make, pinned to alive_since as it was.
+		again := true
+		for range retries(ctx) {
 			now = s.clockAfter(floor)
 			exp = now.Add(ttl)
 			forward = expression.Or(expression.AttributeNotExists(lastAt), lastAt.LessThanEqual(expression.Value(ms(now))))
@@ -435,9 +451,15 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 				return Heartbeat{}, err
 			}
 			if !applied {
-				break // another heartbeat moved it: start again
+				if cur == nil || cur.Removed || cur.AliveSince != was {
+					break // removed, or returned by another heartbeat: start again
+				}
+				pin = expression.Name("alive_since").Equal(expression.Value(was))
+				floor = max(floor, cur.LastAt)
+				continue
 			}
 			if after := s.clock(); again && after.After(now) {
+				again = false
 				pin = expression.Name("expires_at").Equal(expression.Value(ms(exp))).
 					And(lastAt.Equal(expression.Value(ms(now))))
 				floor = ms(after)
@@ -486,6 +508,7 @@ func (hb *heartbeatItem) beaten(agentID string, now, exp time.Time) *heartbeatIt
 	out := heartbeatItem{AgentID: agentID}
 	if hb != nil {
 		out = *hb
+		out.PriorExpires = hb.ExpiresAt
 	}
 	out.ExpiresAt, out.LastAt, out.Fresh, out.Lowering = ms(exp), ms(now), false, false
 	return &out
