@@ -146,8 +146,8 @@ func (s *Store) ListAgentsPage(ctx context.Context, p ListAgentsParams) (AgentPa
 	page := AgentPage{Agents: make([]Agent, 0, len(items))}
 	for _, listed := range items {
 		a, ok := fresh[listed.AgentID]
-		if !ok {
-			continue // removed
+		if hb := hbs[listed.AgentID]; !ok || hb != nil && hb.Removed {
+			continue // removed, or being removed (its tombstone is written first)
 		}
 		ag := a.agent()
 		if hb := hbs[a.AgentID]; hb != nil && !hb.Fresh {

@@ -72,3 +72,29 @@ func TestABatchWhoseTasksWaitInACycleCreatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// CreateTasks: "Every task is validated before any is written", and
+// checkBatchDependents refuses a batch "before any of it is written" whose
+// tasks would take a blocker past its dependents bound. A blocker that
+// exists already but is also listed in the batch (answered "exists") is
+// taken for one of the batch and skips that check: the batch writes the
+// tasks ordered before the refused one, then answers 400.
+func TestABatchNamingAnExistingTaskOfTheBatchAtItsBoundWritesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	lease.LimitDependents(e.store, 1)
+	e.task(t, "x")
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "d1", Title: "d1", BlockedBy: []string{"x"}}))
+	_, err := e.store.CreateTasks(c, []lease.CreateTaskParams{
+		{TaskID: "n", Title: "n"},
+		{TaskID: "x", Title: "x again"},
+		{TaskID: "a", Title: "a", BlockedBy: []string{"x"}},
+	})
+	if err == nil {
+		t.Fatalf("the batch gave x a second dependent past its bound of 1")
+	}
+	if _, gerr := e.store.GetTask(c, "n"); gerr == nil {
+		t.Errorf("the batch was refused (%v) after writing n", err)
+	}
+}

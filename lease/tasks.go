@@ -269,24 +269,26 @@ func (s *Store) CreateTasks(ctx context.Context, ps []CreateTaskParams) ([]Batch
 	if err != nil {
 		return nil, err
 	}
-	var outside []string
-	graph := false
+	// Every blocker named is read, those of the batch too: one that
+	// exists already (a batch sent again, or one naming an existing task)
+	// counts its dependents as any existing task does.
+	var named []string
 	for _, it := range items {
 		for _, id := range it.BlockedBy {
-			graph = true
-			if !seen[id] {
-				outside = append(outside, id)
+			if !slices.Contains(named, id) {
+				named = append(named, id)
 			}
 		}
 	}
-	if len(outside) > 0 {
-		got, err := s.readTasks(ctx, outside)
+	graph := len(named) > 0
+	if graph {
+		got, err := s.readTasks(ctx, named)
 		if err != nil {
 			return nil, err
 		}
 		for i, it := range items {
 			for _, id := range it.BlockedBy {
-				if slices.Contains(outside, id) && got[id] == nil {
+				if !seen[id] && got[id] == nil {
 					return nil, InBatch(i, invalidField("blocked_by", CodeInvalidDependency, "blocked_by names task %s, which does not exist", id))
 				}
 			}
