@@ -133,7 +133,9 @@ func applyEarlier(db *dynamodb.Client, streams stream.StreamsAPI, names schema.N
 		if err != nil {
 			return err
 		}
-		store := lease.New(lease.Config{DB: db, Tables: names, Shards: shards, Notifier: n})
+		// Keyed in the feed as the functions key them (FeedAtLanding): a
+		// change they archived already is written again with the same keys.
+		store := lease.New(lease.Config{DB: db, Tables: names, Shards: shards, Notifier: n, FeedAtLanding: true})
 		p := &stream.Poller{
 			Streams:   streams,
 			StreamARN: arn,
