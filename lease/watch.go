@@ -201,7 +201,9 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 		if placed {
 			return s.settleWatch(ctx, cur.TaskID, w)
 		}
-		// The write's condition failed: the watch it was pinned to (a
+		// The write's condition failed: the watch changed since its
+		// read (another request of the agent placed a place, or the
+		// change stream used it up), or the watch it was pinned to (a
 		// removed self's, replaced by the agent registered again) was
 		// used up by the change stream, expired, or was refreshed by
 		// the new agent meanwhile. Read the watches again and decide
@@ -242,12 +244,29 @@ func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (
 	// A removed agent that watches again keeps its watch's time: the
 	// watch stays its removed self's, whom no freeing tells, even when the
 	// id is registered again in the same millisecond as this write.
+	// last_eseq only moves forward, so that it stays the watch's latest
+	// place (dropWatch deletes a watch whose last_eseq is before the
+	// freeing that told it): a request that read the task before another
+	// request of the agent placed a later place keeps that place. The
+	// write is conditioned on last_eseq being as read (and on there being
+	// no watch, when none was read); when it is not, the caller reads
+	// again (TestAStaleWatchAgainKeepsALaterPlace).
 	var place expression.OperandBuilder = expression.IfNotExists(expression.Name("eseq"), expression.Value(cur.ESeq))
-	b := expression.NewBuilder()
+	last := expression.Name("last_eseq")
+	b := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("eseq")))
+	lastESeq := cur.ESeq
+	if mine != nil {
+		lastESeq = max(lastESeq, mine.LastESeq)
+		if mine.LastESeq == 0 {
+			b = b.WithCondition(expression.AttributeExists(expression.Name("eseq")).
+				And(expression.Or(expression.AttributeNotExists(last), last.Equal(expression.Value(0)))))
+		} else {
+			b = b.WithCondition(last.Equal(expression.Value(mine.LastESeq)))
+		}
+	}
 	now := s.clock()
 	at := ms(now)
-	upd := expression.Set(expression.Name("ttl"), expression.Value(now.Add(watchRetention).Unix())).
-		Set(expression.Name("last_eseq"), expression.Value(cur.ESeq))
+	upd := expression.Set(expression.Name("ttl"), expression.Value(now.Add(watchRetention).Unix()))
 	if mine != nil {
 		hb, err := s.heartbeat(ctx, agentID)
 		if err != nil {
@@ -259,6 +278,7 @@ func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (
 		switch {
 		case hb != nil && hb.RegisteredAt > mine.At:
 			place = expression.Value(cur.ESeq)
+			lastESeq = cur.ESeq
 			b = b.WithCondition(expression.Name("at").Equal(expression.Value(mine.At)))
 			if len(mine.Asks) > 0 {
 				upd = upd.Remove(expression.Name("asks"))
@@ -267,7 +287,8 @@ func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (
 			upd = upd.Add(expression.Name("asks"), expression.Value(&types.AttributeValueMemberNS{Value: []string{strconv.FormatInt(cur.ESeq, 10)}}))
 		}
 	}
-	upd = upd.Set(expression.Name("eseq"), place).Set(expression.Name("at"), expression.Value(at))
+	upd = upd.Set(expression.Name("eseq"), place).Set(expression.Name("at"), expression.Value(at)).
+		Set(last, expression.Value(lastESeq))
 	expr, err := b.WithUpdate(upd).Build()
 	if err != nil {
 		return w, false, err
