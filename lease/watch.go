@@ -25,8 +25,8 @@ import (
 // against a consistent read of the task's watches (concurrent watches can
 // pass it by as many as race, a bounded overshoot); watching again only
 // refreshes the watch. A watch records the task's eseq at its caller's
-// read; the stream function tells, for each freeing, the watches placed
-// before it and after any earlier freeing (one written too late for that
+// read; the stream function tells, for each freeing, the watches with a
+// place before it and after any earlier freeing (one written too late for that
 // freeing is told by its writer: watch.go), then deletes them
 // (each conditioned on being the watch it read), and reads the watchers'
 // heartbeat items in one batch, so that a removed agent, or an id
@@ -63,18 +63,27 @@ import (
 //
 //   - The stream function records each freeing it handles (an item
 //     "#freed#<seq>" in the watch partition) before it reads the watches
-//     for it, and reads them again for each freeing (take). It tells a
-//     watch placed at p of the freeing S only if p < S and no freeing it
-//     recorded lies between (lastFreedBefore(S) <= p). A watch placed
-//     before a recorded freeing that did not tell it was not seen by that
-//     freeing's read (a watch seen is told and moved past the freeing, or
-//     deleted, before the next batch begins): it is its writer's to tell.
+//     for it, and reads them afresh for each freeing (take). The rule is
+//     per place, not per watch: it tells a watch of the freeing S if any
+//     of its places p (eseq, asks, last_eseq) has p < S and no freeing
+//     it recorded lies between (lastFreedBefore(S) <= p); places before
+//     that earlier freeing do not count. Such a place was either seen by
+//     that freeing's read, and told then (it is used up once the batch
+//     ends, and the next batch begins after that), or was not, and is
+//     its writer's to tell. A watch's later place counts even when its
+//     first lies before a recorded freeing (the agent watched again
+//     while its writer was telling it of that freeing:
+//     TestAWatchAgainDuringASettleIsToldOfTheNextFreeing), and so does a
+//     place added between two freeings of one batch, which the second's
+//     fresh read sees (TestAWatchAgainLandingMidBatchIsToldOfTheNextFreeing).
 //     So the stream tells a place at most once, and only of the first
 //     freeing after it.
 //   - The watcher, after its write, reads the records of freeings after
 //     its place (settleWatch, one consistent Query). None: every freeing
 //     after the place is recorded after this read, so after the write,
-//     and its read sees the watch; the stream tells it, as above. Some:
+//     and its read sees the place (a place is only used up by a freeing
+//     after it, and a later freeing than the first is recorded after the
+//     first's read); the stream tells it, as above. Some:
 //     the first of them is the first freeing after the place (the stream
 //     records a task's freeings in order), so the watcher writes that
 //     freeing's message itself, with the id the stream uses (putMessage
@@ -105,9 +114,9 @@ import (
 // watches again (it runs about a second after each write, and longer when
 // it is held up), so one agent's watch of a task has places: its first
 // (eseq), and one more (asks) for each watch placed after the task had
-// moved on from the one before; last_eseq is the latest. Each freeing
-// tells the watch once if it has a place before the freeing, and uses up
-// every such place: the watch then waits from its first place after the
+// moved on from the one before; last_eseq is the latest (it only moves
+// forward). Each freeing tells the watch once if it has a place before
+// the freeing (and after any earlier one), and uses up every such place: the watch then waits from its first place after the
 // freeing, or is deleted. So an agent that watched before each of two
 // freeings is told of both, as a watch list on the task item (which each
 // freeing's write emptied) told it, however late the stream function
@@ -611,17 +620,26 @@ func (s *Store) dropWatch(ctx context.Context, w watchItem, seq int64) error {
 
 // freeingWatches hands out, to the freeings of one batch of changes in
 // order, the watches each tells: each freeing is recorded and then reads
-// its task's watches (a watch read for an earlier freeing of the batch
-// keeps what that freeing did to it), and a freeing with event seq seq
-// takes every watch placed before it, and not before an earlier recorded
-// freeing, that an earlier freeing of the batch did not take.
+// its task's watches afresh (so a watch placed again between two
+// freeings of the batch is seen with its new place), and a freeing with
+// event seq seq tells every watch with a place p such that
+// prev <= p < seq, where prev is the latest freeing recorded before it
+// (see "Placing a watch in the past"). A place before prev was used up
+// by an earlier freeing (of this batch: it is not dropped until the
+// batch ends) or is its writer's to tell.
 type freeingWatches struct {
 	s    *Store
-	read map[string][]watchItem
-	// placed is, per watch ("task\x00agent"), the eseq it is placed at in
-	// this batch: a freeing after it tells it; -1 once a freeing used it up.
-	placed map[string]int64
-	told   map[string]toldWatch // the latest freeing that told each watch
+	told map[string]toldWatch // the latest freeing that told each watch
+}
+
+// places are the eseqs a watch waits at: its first, its later ones
+// (asks) and its latest (a watch written before last_eseq has none).
+func places(w watchItem) []int64 {
+	out := append([]int64{w.ESeq}, w.Asks...)
+	if w.LastESeq > 0 {
+		out = append(out, w.LastESeq)
+	}
+	return out
 }
 
 func (f *freeingWatches) take(ctx context.Context, taskID string, seq int64) (map[string]int64, error) {
@@ -636,47 +654,37 @@ func (f *freeingWatches) take(ctx context.Context, taskID string, seq int64) (ma
 	if err != nil {
 		return nil, err
 	}
-	if f.read == nil {
-		f.read, f.placed, f.told = map[string][]watchItem{}, map[string]int64{}, map[string]toldWatch{}
+	if f.told == nil {
+		f.told = map[string]toldWatch{}
 	}
-	for _, w := range ws {
-		// A watch read for an earlier freeing of the batch keeps what
-		// that freeing did to it.
-		if k := taskID + "\x00" + w.AgentID; !hasKey(f.placed, k) {
-			f.read[taskID] = append(f.read[taskID], w)
-			f.placed[k] = w.ESeq
-		}
-	}
-	due := slices.ContainsFunc(f.read[taskID], func(w watchItem) bool {
-		p := f.placed[taskID+"\x00"+w.AgentID]
-		return p >= 0 && p < seq
+	// A place before a freeing of this batch that told the watch was used
+	// up by it: only a place after it, or a watch no freeing of the batch
+	// told, makes the freeing worth the read of the records.
+	from := func(w watchItem) int64 { return f.told[taskID+"\x00"+w.AgentID].seq }
+	due := slices.ContainsFunc(ws, func(w watchItem) bool {
+		return slices.ContainsFunc(places(w), func(p int64) bool { return p >= from(w) && p < seq })
 	})
 	out := map[string]int64{}
 	if !due {
 		return out, nil
 	}
-	// A watch placed before an earlier recorded freeing was not seen by
-	// that freeing's read (else it would have been told then and moved
-	// past it): its writer tells it (see "Placing a watch in the past").
+	// A place before an earlier recorded freeing was either told by that
+	// freeing (seen by its read) or not seen by its read: its writer tells
+	// it (see "Placing a watch in the past").
 	prev, err := f.s.lastFreedBefore(ctx, taskID, seq)
 	if err != nil {
 		return nil, err
 	}
-	for _, w := range f.read[taskID] {
-		k := taskID + "\x00" + w.AgentID
-		if p := f.placed[k]; p < 0 || p >= seq || p < prev {
+	for _, w := range ws {
+		if !slices.ContainsFunc(places(w), func(p int64) bool { return p >= prev && p < seq }) {
 			continue
 		}
 		out[w.AgentID] = w.At
-		f.told[k] = toldWatch{w, seq}
-		f.placed[k] = nextPlace(w, seq) // watched again after this freeing, or used up
+		// The watch as this read found it, which drop uses up to this
+		// freeing: a later place stays, an earlier one is used up.
+		f.told[taskID+"\x00"+w.AgentID] = toldWatch{w, seq}
 	}
 	return out, nil
-}
-
-func hasKey[V any](m map[string]V, k string) bool {
-	_, ok := m[k]
-	return ok
 }
 
 // toldWatch is a watch and the seq of the freeing that told it.
