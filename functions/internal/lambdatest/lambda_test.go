@@ -660,12 +660,24 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 // that address instead of reaching AWS.
 func TestDeadEndpointFailsLocally(t *testing.T) {
 	t.Parallel()
+	// An endpoint that hangs up on every connection. The port stays
+	// taken for the whole test: a port listened on and closed again was
+	// once handed to the emulator's own runtime API, which answered.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
 	dead := l.Addr().String()
-	l.Close()
 	f := start(t, deploy.Tasks, env(deploy.Tasks, "dead-", "http://"+dead, "http://"+dead))
 	f.unlisted = true
 	g := &gateway{fns: map[string]*function{deploy.Tasks: f}}
