@@ -132,6 +132,17 @@ type aliveEntry struct {
 // keep their clocks well within it.
 const clockMargin = 50 * time.Millisecond
 
+// returnMayFollow says whether hb may have been written by a heartbeat that
+// landed within clockMargin of the expiry it replaced, or after it, before
+// by (Unix ms): its return from the dead (a second write, moving
+// alive_since) may still be on its way. A heartbeat's own time is read
+// before it is sent, so when it landed is known only to be before the
+// read that found it; a return already made has alive_since = last_at.
+func (hb *heartbeatItem) returnMayFollow(by int64) bool {
+	return hb != nil && hb.PriorExpires != 0 && hb.AliveSince < hb.LastAt &&
+		hb.PriorExpires-clockMargin.Milliseconds() <= by
+}
+
 // aliveCacheMax bounds the entries; the cache is emptied when it is full.
 const aliveCacheMax = 10_000
 
@@ -179,10 +190,10 @@ func (c *aliveCache) put(agentID string, hb *heartbeatItem, now int64) {
 		if hb.Lowering {
 			return // its expiry may be moved earlier at any moment
 		}
-		if hb.PriorExpires != 0 && hb.PriorExpires-margin <= hb.LastAt && hb.AliveSince < hb.LastAt {
-			// Written by a heartbeat that landed within clockMargin of the
-			// expiry it replaced, or after it: its return (a second write
-			// moving alive_since) may still be on its way.
+		if hb.returnMayFollow(until) {
+			// Its alive_since may be about to move. (Judged up to until:
+			// a read that ended later than that found an entry it would
+			// not use anyway.)
 			return
 		}
 		until = min(until, hb.ExpiresAt-margin)
@@ -373,6 +384,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 			Set(expression.Name("prior_expires"), expression.IfNotExists(expiresAt, expression.Value(0)))
 		var diedAt int64 // when the agent died, for a return from the dead
 		var was int64    // alive_since before the death: a return moves it
+		var landed int64 // when this heartbeat's first write had landed late
 		var pin expression.ConditionBuilder
 		old, applied, err := s.updateHeartbeatRV(ctx, agentID, cond, upd, types.ReturnValueAllOld)
 		if err != nil {
@@ -386,16 +398,22 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 			cur, old, applied = old, old.replaced(), true
 		}
 		if applied {
-			if old == nil || old.Fresh || old.ExpiresAt > ms(s.clock().Add(clockMargin)) {
-				// The write's own answer is a consistent read of the heartbeat.
-				s.alive.putRead(agentID, cur, ms(now), epoch)
+			after := s.clock()
+			if old == nil || old.Fresh || old.ExpiresAt > ms(after.Add(clockMargin)) {
+				// The write's own answer is a consistent read of the
+				// heartbeat; but not one that replaced a heartbeat whose
+				// return from the dead may still follow (aliveCache.put):
+				// its alive_since is about to move.
+				if !old.returnMayFollow(ms(after)) {
+					s.alive.putRead(agentID, cur, ms(now), epoch)
+				}
 				return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
 			}
 			// The write may have landed after the agent's expiry: it was
 			// dead in between, and anyone may have seen it so. The heartbeat
 			// counts from now, as a return from the dead, so that no death
 			// seen before it falls inside it.
-			diedAt, was = old.ExpiresAt, old.AliveSince
+			diedAt, was, landed = old.ExpiresAt, old.AliveSince, ms(after)
 			pin = expression.Name("expires_at").Equal(expression.Value(ms(exp))).
 				And(lastAt.Equal(expression.Value(ms(now))))
 			floor = ms(now)
@@ -443,7 +461,15 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 			exp = now.Add(ttl)
 			forward = expression.Or(expression.AttributeNotExists(lastAt), lastAt.LessThanEqual(expression.Value(ms(now))))
 			cond = pin.And(notRemoved, forward)
-			upd = beat().Set(expression.Name("alive_since"), expression.Value(ms(now))).
+			// Alive since the first write landed, when that is what made
+			// it alive again (read just after it: no one has seen the
+			// agent dead since), however long the return takes; else since
+			// this write.
+			since := ms(now)
+			if landed != 0 {
+				since = landed
+			}
+			upd = beat().Set(expression.Name("alive_since"), expression.Value(since)).
 				Set(deadAt, expression.IfNotExists(deadAt, expression.Value(diedAt))).
 				Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(diedAt)))
 			cur, applied, err := s.updateHeartbeat(ctx, agentID, cond, upd)
@@ -458,7 +484,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 				floor = max(floor, cur.LastAt)
 				continue
 			}
-			if after := s.clock(); again && after.After(now) {
+			if after := s.clock(); again && landed == 0 && after.After(now) {
 				again = false
 				pin = expression.Name("expires_at").Equal(expression.Value(ms(exp))).
 					And(lastAt.Equal(expression.Value(ms(now))))

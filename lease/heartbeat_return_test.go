@@ -1,0 +1,151 @@
+package lease_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// A heartbeat stamped before x's expiry (last_at 900, expiry 1000) that
+// lands after it (1100) is made a return from the dead in a second write.
+// A process reading x's heartbeat between the two writes sees
+// prior_expires 1000, last_at 900: put's "a return may follow" rule
+// compared prior_expires with last_at, the time read BEFORE the write, not
+// with when the write landed, so the item was cached with the old
+// alive_since. After the return has landed, that process still reports the
+// lease the death ended live, and lets its holder renew it, while the
+// process that saw the death lets another agent take it over.
+func TestAReaderBetweenALateWriteAndItsReturnDoesNotKeepTheOldAliveSince(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t1")
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Second)) // x dies at epoch+1s
+	co := e.checkout(t, "t1", "x", time.Hour)
+	e.clock.Advance(900 * time.Millisecond)
+
+	seen := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	reader := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	db := &hooksHeartbeatDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), hooks: map[int]func(){
+		1: func() { // the first write is late: x is dead when it lands, and seen so
+			e.clock.Advance(200 * time.Millisecond)
+			if got := must[*lease.Checkout](t)(seen.LockStatus(c, "t1")); got != nil {
+				t.Fatalf("t1 live while x is dead: %+v", got)
+			}
+		},
+		2: func() { // between the late write and its return, another process reads x
+			_ = must[*lease.Checkout](t)(reader.LockStatus(c, "t1"))
+		},
+	}}
+	x := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	must[lease.Heartbeat](t)(x.Heartbeat(c, "x", time.Second))
+	e.clock.Advance(10 * time.Millisecond)
+
+	fresh := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	want := must[*lease.Checkout](t)(fresh.LockStatus(c, "t1")) != nil
+	got := must[*lease.Checkout](t)(reader.LockStatus(c, "t1")) != nil
+	if want {
+		t.Fatalf("t1 live in a fresh process after x's return: the return was not made")
+	}
+	if got {
+		t.Errorf("the reader shows t1 live after x's return, a fresh process shows it ended (reader's alive cache kept x's alive_since from before the death)")
+		if _, err := reader.Renew(c, lease.RenewParams{TaskID: "t1", AgentID: "x", Fence: co.Fence, Timeout: time.Hour}); err == nil {
+			t.Errorf("the reader let x renew the lease its death ended")
+			if y, err := seen.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "y", Timeout: time.Hour}); err == nil {
+				t.Errorf("and y then took t1 over at fence %d", y.Fence)
+			}
+		}
+	}
+}
+
+// As TestALateHeartbeatRacedByAnotherIsStillAReturn, but looking at the
+// process whose heartbeat landed between the late write and its return:
+// its own heartbeat's answer (an ordinary one: the old image is the late
+// write's item, alive until 1900) went into its alive cache with the
+// alive_since from before the death, and stayed there after the return
+// had moved it.
+func TestAHeartbeatBetweenALateWriteAndItsReturnDoesNotKeepTheOldAliveSince(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t1")
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Second))
+	co := e.checkout(t, "t1", "x", time.Hour)
+	e.clock.Advance(900 * time.Millisecond)
+
+	seen := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	db := &hooksHeartbeatDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), hooks: map[int]func(){
+		1: func() {
+			e.clock.Advance(200 * time.Millisecond)
+			if got := must[*lease.Checkout](t)(seen.LockStatus(c, "t1")); got != nil {
+				t.Fatalf("t1 live while x is dead: %+v", got)
+			}
+		},
+		2: func() { must[lease.Heartbeat](t)(other.Heartbeat(c, "x", time.Second)) },
+	}}
+	x := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	must[lease.Heartbeat](t)(x.Heartbeat(c, "x", time.Second))
+	e.clock.Advance(10 * time.Millisecond)
+
+	fresh := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	if must[*lease.Checkout](t)(fresh.LockStatus(c, "t1")) != nil {
+		t.Fatalf("t1 live in a fresh process after x's return: the return was not made")
+	}
+	if got := must[*lease.Checkout](t)(other.LockStatus(c, "t1")); got != nil {
+		t.Errorf("the process whose heartbeat landed before x's return shows t1 live (fence %d); a fresh process shows it ended", got.Fence)
+		if _, err := other.Renew(c, lease.RenewParams{TaskID: "t1", AgentID: "x", Fence: co.Fence, Timeout: time.Hour}); err == nil {
+			t.Errorf("that process let x renew the lease its death ended")
+			if y, err := seen.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "y", Timeout: time.Hour}); err == nil {
+				t.Errorf("and y then took t1 over at fence %d", y.Fence)
+			}
+		}
+	}
+}
+
+// The return, pinned to alive_since as it was before the death, was made
+// at the clock read when it was sent, however long after the intervening
+// heartbeat that answered "alive": a lease x took after that answer,
+// before the late heartbeat's return landed, reported live to x and
+// everyone, was then ended by the return (locked_at <= alive_since). The
+// return now counts from when the late write landed.
+func TestAReturnAfterAnInterveningHeartbeatKeepsALaterLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t1")
+	e.task(t, "t2")
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Second))
+	e.checkout(t, "t1", "x", time.Hour)
+	e.clock.Advance(900 * time.Millisecond)
+
+	other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	var co2 lease.Checkout
+	db := &hooksHeartbeatDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), hooks: map[int]func(){
+		1: func() { e.clock.Advance(200 * time.Millisecond) }, // lands late, at 1100
+		2: func() {
+			// x's other process heartbeats: told alive until 2100.
+			must[lease.Heartbeat](t)(other.Heartbeat(c, "x", time.Second))
+			e.clock.Advance(100 * time.Millisecond)
+			// Then it checks out t2, at 1200, a live lease.
+			co2 = must[lease.Checkout](t)(other.Checkout(c, lease.CheckoutParams{TaskID: "t2", AgentID: "x", Timeout: time.Hour}))
+			probe := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+			if must[*lease.Checkout](t)(probe.LockStatus(c, "t2")) == nil {
+				t.Fatalf("t2 not live right after x checked it out")
+			}
+		},
+	}}
+	x := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	must[lease.Heartbeat](t)(x.Heartbeat(c, "x", time.Second))
+	e.clock.Advance(10 * time.Millisecond)
+
+	fresh := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	if got := must[*lease.Checkout](t)(fresh.LockStatus(c, "t2")); got == nil {
+		t.Errorf("x's lease on t2 (fence %d), taken while x was alive by a heartbeat answered before and reported live, was ended by the late heartbeat's return", co2.Fence)
+		if y, err := fresh.Checkout(c, lease.CheckoutParams{TaskID: "t2", AgentID: "y", Timeout: time.Hour}); err == nil {
+			t.Errorf("and y took t2 over at fence %d, x having been told it holds t2 for an hour and never missed a heartbeat since", y.Fence)
+		}
+	}
+}
