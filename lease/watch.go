@@ -292,7 +292,7 @@ func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (
 			if len(mine.Asks) > 0 {
 				upd = upd.Remove(expression.Name("asks"))
 			}
-		case cur.ESeq > max(mine.ESeq, mine.LastESeq) && len(mine.Asks) < maxWatchAsks:
+		case cur.ESeq > mine.ESeq && cur.ESeq != mine.LastESeq && len(mine.Asks) < maxWatchAsks:
 			upd = upd.Add(expression.Name("asks"), expression.Value(&types.AttributeValueMemberNS{Value: []string{strconv.FormatInt(cur.ESeq, 10)}}))
 		}
 	}
@@ -580,14 +580,31 @@ func (s *Store) dropWatch(ctx context.Context, w watchItem, seq int64) error {
 		return nil
 	}
 	var now watchItem
-	if len(returned) == 0 || attributevalue.UnmarshalMap(returned, &now) != nil || now.ESeq != w.ESeq {
-		return nil // gone, or already moved on
+	if len(returned) == 0 || attributevalue.UnmarshalMap(returned, &now) != nil {
+		return nil // gone
 	}
-	// Watched again since the freeing: the watch now waits from its first
-	// place after it, and forgets the places the freeing used up.
 	next := nextPlace(now, seq)
 	if next < 0 {
-		return nil // cannot be: last_eseq is not before seq
+		// Moved on by another's drop, yet every place it has is before
+		// the freeing: used up.
+		if now.LastESeq == 0 {
+			return nil
+		}
+		del, _ := expression.NewBuilder().WithCondition(expression.Name("eseq").Equal(expression.Value(now.ESeq)).
+			And(last.Equal(expression.Value(now.LastESeq)))).Build()
+		_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+			TableName: &s.inbox, Key: key,
+			ConditionExpression:       del.Condition(),
+			ExpressionAttributeNames:  del.Names(),
+			ExpressionAttributeValues: del.Values(),
+		})
+		if _, failed := conditionFailed(err); failed {
+			return nil
+		}
+		return err
+	}
+	if now.ESeq >= next {
+		return nil // already moved on
 	}
 	upd := expression.Set(expression.Name("eseq"), expression.Value(next))
 	var stale []string
@@ -600,7 +617,7 @@ func (s *Store) dropWatch(ctx context.Context, w watchItem, seq int64) error {
 		upd = upd.Delete(expression.Name("asks"), expression.Value(&types.AttributeValueMemberNS{Value: stale}))
 	}
 	up, _ := expression.NewBuilder().
-		WithCondition(expression.Name("eseq").Equal(expression.Value(w.ESeq))).
+		WithCondition(expression.Name("eseq").Equal(expression.Value(now.ESeq))).
 		WithUpdate(upd).Build()
 	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.inbox, Key: key,
