@@ -1,35 +1,12 @@
 package lease_test
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
-
-// beforeHeartbeatDB runs hook once, just before the n-th UpdateItem (from
-// 1) on the heartbeats table is sent: a heartbeat whose time was read, and
-// whose write is still on its way.
-type beforeHeartbeatDB struct {
-	lease.DB
-	table string
-	n     int
-	hook  func()
-	sent  int
-}
-
-func (d *beforeHeartbeatDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	if in.TableName != nil && *in.TableName == d.table {
-		if d.sent++; d.sent == d.n {
-			d.hook()
-		}
-	}
-	return d.DB.UpdateItem(ctx, in, opts...)
-}
 
 // The alive cache is exact: a process that read an agent alive agrees
 // with a fresh read for as long as it trusts that read. A heartbeat that
@@ -67,13 +44,13 @@ func TestTheAliveCacheEndsBeforeAShortenedHeartbeat(t *testing.T) {
 			// write lands.
 			e.clock.Advance(10 * time.Second)
 			ran := false
-			b := lease.New(lease.Config{DB: &beforeHeartbeatDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), n: n, hook: func() {
+			b := lease.New(lease.Config{DB: &heartbeatWritesDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), before: map[int]func(){n: func() {
 				ran = true
 				e.clock.Advance(500 * time.Millisecond)
 				if got := must[*lease.Checkout](t)(a.LockStatus(c, "t1")); got == nil {
 					t.Fatalf("t1 not live in A before x's heartbeat landed")
 				}
-			}}, Tables: e.names, Now: e.clock.Now})
+			}}}, Tables: e.names, Now: e.clock.Now})
 			hb := must[lease.Heartbeat](t)(b.Heartbeat(c, "x", time.Second))
 			if !ran {
 				t.Fatalf("the heartbeat made fewer than %d writes: the case tests nothing", n)

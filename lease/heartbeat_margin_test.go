@@ -61,23 +61,31 @@ func TestTheAliveCacheEndsBeforeAReturnWithinTheMargin(t *testing.T) {
 	}
 }
 
-// hooksHeartbeatDB runs hooks[n] just before the n-th UpdateItem (from 1)
-// on the heartbeats table is sent.
-type hooksHeartbeatDB struct {
+// heartbeatWritesDB runs before[n] just before the n-th UpdateItem (from
+// 1) on the heartbeats table is sent (a heartbeat whose time was read, its
+// write on its way), and after[n] just after it has landed, before its
+// answer is handed back.
+type heartbeatWritesDB struct {
 	lease.DB
-	table string
-	hooks map[int]func()
-	sent  int
+	table         string
+	before, after map[int]func()
+	sent          int
 }
 
-func (d *hooksHeartbeatDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	if in.TableName != nil && *in.TableName == d.table {
-		d.sent++
-		if h := d.hooks[d.sent]; h != nil {
-			h()
-		}
+func (d *heartbeatWritesDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if in.TableName == nil || *in.TableName != d.table {
+		return d.DB.UpdateItem(ctx, in, opts...)
 	}
-	return d.DB.UpdateItem(ctx, in, opts...)
+	d.sent++
+	n := d.sent
+	if h := d.before[n]; h != nil {
+		h()
+	}
+	out, err := d.DB.UpdateItem(ctx, in, opts...)
+	if h := d.after[n]; h != nil {
+		h()
+	}
+	return out, err
 }
 
 // A late heartbeat is still made a return from the dead.
@@ -101,7 +109,7 @@ func TestALateHeartbeatRacedByAnotherIsStillAReturn(t *testing.T) {
 
 	seen := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
 	other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
-	db := &hooksHeartbeatDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), hooks: map[int]func(){
+	db := &heartbeatWritesDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), before: map[int]func(){
 		1: func() { // the first write is late: x is dead when it lands, and seen so
 			e.clock.Advance(200 * time.Millisecond)
 			if got := must[*lease.Checkout](t)(seen.LockStatus(c, "t1")); got != nil {

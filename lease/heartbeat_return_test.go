@@ -28,7 +28,7 @@ func TestAReaderBetweenALateWriteAndItsReturnDoesNotKeepTheOldAliveSince(t *test
 
 	seen := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
 	reader := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
-	db := &hooksHeartbeatDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), hooks: map[int]func(){
+	db := &heartbeatWritesDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), before: map[int]func(){
 		1: func() { // the first write is late: x is dead when it lands, and seen so
 			e.clock.Advance(200 * time.Millisecond)
 			if got := must[*lease.Checkout](t)(seen.LockStatus(c, "t1")); got != nil {
@@ -77,7 +77,7 @@ func TestAHeartbeatBetweenALateWriteAndItsReturnDoesNotKeepTheOldAliveSince(t *t
 
 	seen := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
 	other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
-	db := &hooksHeartbeatDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), hooks: map[int]func(){
+	db := &heartbeatWritesDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), before: map[int]func(){
 		1: func() {
 			e.clock.Advance(200 * time.Millisecond)
 			if got := must[*lease.Checkout](t)(seen.LockStatus(c, "t1")); got != nil {
@@ -123,7 +123,7 @@ func TestAReturnAfterAnInterveningHeartbeatKeepsALaterLease(t *testing.T) {
 
 	other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
 	var co2 lease.Checkout
-	db := &hooksHeartbeatDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), hooks: map[int]func(){
+	db := &heartbeatWritesDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), before: map[int]func(){
 		1: func() { e.clock.Advance(200 * time.Millisecond) }, // lands late, at 1100
 		2: func() {
 			// x's other process heartbeats: told alive until 2100.

@@ -1,33 +1,12 @@
 package lease_test
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
-
-// afterHeartbeatDB runs hook once, just after the first UpdateItem on the
-// heartbeats table has landed, before its answer is handed back.
-type afterHeartbeatDB struct {
-	lease.DB
-	table string
-	hook  func()
-	done  bool
-}
-
-func (d *afterHeartbeatDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	out, err := d.DB.UpdateItem(ctx, in, opts...)
-	if !d.done && in.TableName != nil && *in.TableName == d.table {
-		d.done = true
-		d.hook()
-	}
-	return out, err
-}
 
 // API.md: after DELETE /api/agents/{id}, "from the answer on, no lease of
 // that agent blocks anyone"; agents.go: "the local server is one process and
@@ -46,22 +25,26 @@ func TestAHeartbeatAnsweredAfterARemovalKeepsItRemoved(t *testing.T) {
 	must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "x", Name: "x"}))
 	// One process (as the local server is): its store's requests go
 	// through db.
-	db := &afterHeartbeatDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable)}
+	db := &heartbeatWritesDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable)}
 	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
-	db.done = true
 	must[lease.Heartbeat](t)(s.Heartbeat(c, "x", time.Minute))
 	e.clock.Advance(time.Second)
 	// A lease granted while the removal runs: not in the index the removal reads.
 	e.lag(t, schema.TasksTable, indexLag)
 	co := must[lease.Checkout](t)(s.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "x", Timeout: time.Hour}))
 	e.clock.Advance(time.Millisecond)
-	db.done = false
-	db.hook = func() {
+	// Just after the next heartbeat's write has landed, before its answer.
+	removed := false
+	db.sent, db.after = 0, map[int]func(){1: func() {
+		removed = true
 		if err := s.RemoveAgent(c, "x"); err != nil {
 			t.Errorf("remove: %v", err)
 		}
-	}
+	}}
 	must[lease.Heartbeat](t)(s.Heartbeat(c, "x", time.Minute)) // its write landed before the tombstone
+	if !removed {
+		t.Fatal("the removal did not run between the heartbeat's write and its answer")
+	}
 	// The removal has answered. y checks t1 out in the same process.
 	e.clock.Advance(time.Millisecond)
 	got, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "y", Timeout: time.Hour})
