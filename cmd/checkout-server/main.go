@@ -9,7 +9,7 @@
 //	DYNAMODB_ENDPOINT           use this DynamoDB-compatible endpoint instead of starting dynalite
 //	CHECKOUT_DATA_DIR           keep dynalite's data in this directory (default: in memory); created if missing,
 //	                            refused if not a writable directory or in use by another server
-//	CHECKOUT_TABLE_PREFIX       table name prefix (default checkout-)
+//	CHECKOUT_TABLE_PREFIX       table name prefix: letters, digits, _ . - (default checkout-)
 //	CHECKOUT_ADMIN_KEY          the admin's API key, 16 or more visible ASCII characters (default: generated and logged once)
 //	                            (unset: a new one at every start, replacing the one kept in CHECKOUT_DATA_DIR)
 //	CHECKOUT_SWEEP_INTERVAL     how often the sweep runs (default 15s, at least 100ms)
@@ -48,9 +48,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"syscall"
 	"time"
@@ -75,7 +78,7 @@ Environment:
   DYNAMODB_ENDPOINT           use this DynamoDB-compatible endpoint instead of starting dynalite
   CHECKOUT_DATA_DIR           keep dynalite's data in this directory (default: in memory); created if missing,
                               refused if not a writable directory or in use by another server
-  CHECKOUT_TABLE_PREFIX       table name prefix (default checkout-)
+  CHECKOUT_TABLE_PREFIX       table name prefix: letters, digits, _ . - (default checkout-)
   CHECKOUT_ADMIN_KEY          the admin's API key, 16 or more visible ASCII characters (default: generated and logged once)
                               (unset: a new one at every start, replacing the one kept in CHECKOUT_DATA_DIR)
   CHECKOUT_SWEEP_INTERVAL     how often the sweep runs (default 15s, at least 100ms)
@@ -184,6 +187,15 @@ func configFrom(getenv func(string) string) (localserver.Config, error) {
 		AdminKey:       getenv("CHECKOUT_ADMIN_KEY"),
 		DataDir:        getenv("CHECKOUT_DATA_DIR"),
 	}
+	if err := checkAddr(cfg.Addr); err != nil {
+		return cfg, fmt.Errorf("CHECKOUT_ADDR=%q: %w", cfg.Addr, err)
+	}
+	if err := checkTablePrefix(cfg.TablePrefix); err != nil {
+		return cfg, fmt.Errorf("CHECKOUT_TABLE_PREFIX=%q: %w", cfg.TablePrefix, err)
+	}
+	if err := checkEndpoint(cfg.DynamoEndpoint); err != nil {
+		return cfg, fmt.Errorf("%s=%q: %w", localstack.EnvEndpoint, cfg.DynamoEndpoint, err)
+	}
 	if k := cfg.AdminKey; k != "" && !usableKey(k) {
 		// Not shown: it is a secret.
 		return cfg, fmt.Errorf("CHECKOUT_ADMIN_KEY: want at least 16 characters, letters, digits and punctuation without spaces (the one given has %d); or leave it unset, and one is generated", utf8.RuneCountInString(k))
@@ -208,6 +220,53 @@ func configFrom(getenv func(string) string) (localserver.Config, error) {
 	}
 	cfg.Shards = shards
 	return cfg, nil
+}
+
+// checkAddr refuses a listen address that net.Listen would, before
+// anything starts (empty: the default).
+func checkAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil || port == "" {
+		return errors.New("want host:port, such as 127.0.0.1:3100 (port 0 picks a free one)")
+	}
+	return nil
+}
+
+// tablePrefixChars are the characters of a DynamoDB table name.
+var tablePrefixChars = regexp.MustCompile(`^[A-Za-z0-9_.-]*$`)
+
+// checkTablePrefix refuses a prefix that makes a table name DynamoDB
+// refuses: other characters than letters, digits, '_', '.' and '-', or a
+// name over 255 characters.
+func checkTablePrefix(prefix string) error {
+	if !tablePrefixChars.MatchString(prefix) {
+		return errors.New("want letters, digits, '_', '.' and '-' only, such as dev-checkout-")
+	}
+	for _, t := range schema.Tables() {
+		if len(prefix)+len(t.Name) > 255 {
+			return fmt.Errorf("too long: table %s would pass DynamoDB's 255 characters", t.Name)
+		}
+	}
+	return nil
+}
+
+// checkEndpoint refuses an endpoint that is not an http or https URL with
+// a host (empty: none, the server starts its own dynalite).
+func checkEndpoint(endpoint string) error {
+	if endpoint == "" {
+		return nil
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("want an http or https URL, such as http://127.0.0.1:8000")
+	}
+	return nil
 }
 
 // webhooksFrom is the webhook notifier that CHECKOUT_WEBHOOK_URL asks for,

@@ -46,3 +46,36 @@ func TestSweepIntervalFloor(t *testing.T) {
 		t.Errorf("100ms: %v %v", cfg.SweepInterval, err)
 	}
 }
+
+// A listen address, table prefix or DynamoDB endpoint that cannot work is
+// refused by configFrom, naming the variable, so the server stops before
+// it starts dynalite. They used to be found later: CHECKOUT_ADDR=bogus
+// after dynalite had started and the tables were made ("localserver:
+// listen tcp: address bogus: missing port in address"), a prefix with a
+// space as the DynamoDB SDK's validation error for "bad prefix!tasks".
+func TestBadAddressPrefixAndEndpointAreRefused(t *testing.T) {
+	t.Parallel()
+	for k, vs := range map[string][]string{
+		"CHECKOUT_ADDR":         {"bogus", "127.0.0.1:99999", "127.0.0.1:", "127.0.0.1:-1", "[::1", "localhost:port"},
+		"CHECKOUT_TABLE_PREFIX": {"bad prefix!", "dev/", "dév-", strings.Repeat("p", 250)},
+		"DYNAMODB_ENDPOINT":     {"not-a-url", "127.0.0.1:8000", "ftp://127.0.0.1:8000", "http://", "http:///x"},
+	} {
+		for _, v := range vs {
+			_, err := configFrom(func(key string) string { return map[string]string{k: v}[key] })
+			if err == nil || !strings.HasPrefix(err.Error(), k+"=") {
+				t.Errorf("%s=%q: %v; want refused, naming the variable", k, v, err)
+			}
+		}
+	}
+	for k, vs := range map[string][]string{
+		"CHECKOUT_ADDR":         {"127.0.0.1:0", "127.0.0.1:3100", ":3100", "localhost:3100", "[::1]:3100"},
+		"CHECKOUT_TABLE_PREFIX": {"dev-", "Dev_checkout.1-", strings.Repeat("p", 200)},
+		"DYNAMODB_ENDPOINT":     {"http://127.0.0.1:8000", "https://dynamodb.eu-west-1.amazonaws.com", "http://localhost:4566/"},
+	} {
+		for _, v := range vs {
+			if _, err := configFrom(func(key string) string { return map[string]string{k: v}[key] }); err != nil {
+				t.Errorf("%s=%q: %v", k, v, err)
+			}
+		}
+	}
+}
