@@ -48,8 +48,6 @@ const (
 	// AdminID is the agent id of the admin that exists from the start. It
 	// cannot be removed (409 cannot_remove_admin).
 	AdminID = httpapi.DefaultAdminID
-	// shutdownTimeout bounds how long Close waits for requests in flight.
-	shutdownTimeout = 10 * time.Second
 	// DefaultRequestTimeout is how long an API request may take, the
 	// database's retries included, before it is answered 503 unavailable
 	// (Config.RequestTimeout): room for a claim's longest wait
@@ -129,10 +127,15 @@ type Config struct {
 type Server struct {
 	url      string
 	adminKey string
-	store    *lease.Store
-	log      *slog.Logger
-	http     *http.Server
-	served   chan struct{}
+	// shutdownTimeout bounds how long Close waits for the requests in
+	// flight: as long as one may take to be answered (the request timeout
+	// and the write timeout's margin), so that none is cut, a waiting
+	// claim included.
+	shutdownTimeout time.Duration
+	store           *lease.Store
+	log             *slog.Logger
+	http            *http.Server
+	served          chan struct{}
 
 	db        *database
 	changes   *changes
@@ -174,7 +177,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("localserver: %w", err)
 	}
 	names := schema.Names{Prefix: cfg.TablePrefix}
-	s := &Server{log: cfg.Logger}
+	s := &Server{log: cfg.Logger, shutdownTimeout: cfg.RequestTimeout + writeTimeoutMargin}
 	s.adminKey = cfg.AdminKey
 	generated := s.adminKey == ""
 	if generated {
@@ -441,11 +444,13 @@ func (s *Server) everyTick(ctx context.Context, every time.Duration, fn func()) 
 	}
 }
 
-// Close stops accepting requests, waits (up to 10 s) for those in flight,
-// stops the sweep and, if Start started it, the server's own dynalite.
+// Close stops accepting requests, waits for those in flight to be answered
+// (as long as a request may take: the request timeout and 5 s; a waiting
+// claim is answered when its wait ends), then stops the sweep and, if
+// Start started it, the server's own dynalite.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), s.shutdownTimeout)
 		defer cancel()
 		s.closeErr = s.http.Shutdown(ctx)
 		<-s.served

@@ -29,7 +29,8 @@
 //	LOG_LEVEL                   debug, info (default), warn or error; anything else is refused
 //
 // Logs are JSON lines on standard error. SIGINT or SIGTERM stops the server
-// gracefully, then dynalite.
+// gracefully (the requests in flight are answered first, within 30 s), then
+// dynalite.
 //
 // `checkout-server migrate` copies the tasks of a data directory or
 // endpoint written by an earlier version, whose tasks table the server
@@ -97,7 +98,8 @@ Environment:
   LOG_LEVEL                   debug, info (default), warn or error; anything else is refused
 
 Logs are JSON lines on standard error. SIGINT or SIGTERM stops the server
-gracefully, then dynalite. See README.md.
+gracefully (the requests in flight are answered first, within 30 s), then
+dynalite. See README.md.
 `
 
 func main() {
