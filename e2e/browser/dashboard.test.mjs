@@ -897,6 +897,42 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     assert.equal(now.checkout?.agent_id, 'bob', 'bob\'s lease was not released');
   });
 
+  test('a browser clock 20 minutes ahead still reads times against the server\'s clock', async () => {
+    // A failed attempt that waits 10 minutes for its retry, a lease just
+    // taken, an agent just heard from: the views measured them against the
+    // browser's clock, so they said the wait had passed, the lease had been
+    // held 20 minutes, the heartbeat was 20 minutes old, and the events
+    // view asked for the 15 minutes before a moment still to come: none.
+    await must(keys.alice, 'POST', '/api/tasks', { task_id: 'skew-wait', title: 'Retried in ten minutes', max_attempts: 3, retry_delay: '600s' });
+    await must(keys.alice, 'POST', '/api/tasks/skew-wait/checkout', { timeout: '1h' });
+    await must(keys.alice, 'POST', '/api/tasks/skew-wait/release', { outcome: 'failed', error: 'flaky' });
+    await must(keys.alice, 'POST', '/api/tasks', { task_id: 'skew-held', title: 'Just taken' });
+    await must(keys.alice, 'POST', '/api/tasks/skew-held/checkout', { timeout: '1h' });
+    await must(keys.alice, 'POST', '/api/heartbeat', { ttl: '10m' });
+
+    const page = await newPage('clock-ahead');
+    await page.clock.install({ time: Date.now() + 20 * 60000 });
+    await signIn(page, ADMIN_KEY);
+
+    await page.goto(server.url + '/#/events');
+    await page.locator('#events-body > tr[data-key^="skew-held:checkout:"]').waitFor();
+
+    await page.goto(server.url + '/#/task/skew-wait');
+    await page.locator('#task-graph .nb-in').filter({ hasText: /^\(in (9m|10m)/ }).waitFor();
+
+    await page.goto(server.url + '/#/tasks/todo');
+    await page.locator('#tasks-body > tr[data-key="skew-wait"] .wait').filter({ hasText: /\(in (9m|10m)/ }).waitFor();
+
+    await page.goto(server.url + '/#/task/skew-held');
+    const when = page.locator('#timeline .lease-when').first();
+    await when.filter({ hasText: 'now · held' }).waitFor();
+    assert.match(await when.textContent(), /now · held \d+s/, 'held for seconds, not 20 minutes');
+
+    await page.goto(server.url + '/#/agents');
+    await page.locator('#agents-body > tr[data-key="alice"] .heartbeat-ago').filter({ hasText: /^\d+ s ago$/ }).waitFor();
+    await page.close();
+  });
+
   test('an override character in a name cannot reorder the text beside it', async () => {
     // "bob" + U+202E (right-to-left override): shown as "bob (rlo-agent)",
     // the override reversed the id and the words after it.

@@ -2,7 +2,7 @@
 // heartbeat, the last heartbeat, the leases each holds, and remove (not
 // offered for the built-in admin, which the API refuses to remove).
 
-import { ApiError, get, del, seg, pages } from './api.js';
+import { ApiError, get, del, seg, pages, serverNow } from './api.js';
 import { $, h, text, reconcile, taskLink, replace, td } from './dom.js';
 import { setTime, ago, ms } from './format.js';
 
@@ -110,7 +110,7 @@ function updateAgo(row) {
   const a = row.agent;
   if (!a) return;
   const t = ms(a.last_heartbeat_at);
-  text(row.querySelector('.heartbeat-ago'), t ? ago((Date.now() - t) / 1000) : '');
+  text(row.querySelector('.heartbeat-ago'), t ? ago((serverNow() - t) / 1000) : '');
 }
 
 async function removeAgent(ctx, a) {

@@ -13,6 +13,27 @@ export const session = {
   clear() { sessionStorage.removeItem(KEY); },
 };
 
+// The server's clock, as its answers' Date headers tell it: times the API
+// gives (a not_before, a heartbeat, an event) are the server's, and a
+// browser whose clock is off by minutes would read them wrong against its
+// own. A Date header is whole seconds, so the offset is taken only when
+// it moves by more than a second: within that the browser's clock is
+// used as it is, and countdowns do not jitter between answers.
+let skewMs = 0;
+
+function noteServerClock(date, sentAt, receivedAt) {
+  const server = Date.parse(date || '');
+  if (Number.isNaN(server)) return;
+  // The server read its clock between sending and receiving, somewhere in
+  // the second the header names.
+  const offset = server + 500 - (sentAt + receivedAt) / 2;
+  if (Math.abs(offset - skewMs) > 1000) skewMs = Math.abs(offset) > 1000 ? offset : 0;
+}
+
+// serverNow is the server's clock now (ms since the epoch), as well as its
+// answers tell it.
+export const serverNow = () => Date.now() + skewMs;
+
 export class ApiError extends Error {
   // status is the HTTP status (0: no answer); code the API's error code.
   constructor(status, code, message) {
@@ -69,8 +90,10 @@ export async function request(method, path, body) {
   const timer = setTimeout(() => abort.abort(), TIMEOUT_MS);
   init.signal = abort.signal;
   let resp;
+  const sentAt = Date.now();
   try {
     resp = await fetch(path, init);
+    noteServerClock(resp.headers.get('Date'), sentAt, Date.now());
   } catch {
     if (abort.signal.aborted) {
       throw new ApiError(0, 'timeout', `The server did not answer within ${TIMEOUT_MS / 1000} seconds. The dashboard keeps trying.`);

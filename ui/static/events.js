@@ -1,7 +1,7 @@
 // Events (shown only when the API serves GET /api/events): the latest
 // transitions across the fleet, newest first.
 
-import { get } from './api.js';
+import { get, serverNow } from './api.js';
 import { $, h, text, reconcile, taskLink, td } from './dom.js';
 import { setTime, duration, eventWords, isolate } from './format.js';
 
@@ -17,7 +17,7 @@ let windowMs = WINDOW_MS;
 // readWindow reads the events of the last ms, oldest first (as the API
 // lists them), up to MAX_PAGES pages; complete says it reached the end.
 async function readWindow(ms) {
-  const since = new Date(Date.now() - ms).toISOString();
+  const since = new Date(serverNow() - ms).toISOString();
   let path = `/api/events?since=${encodeURIComponent(since)}&limit=1000`;
   let events = [];
   for (let i = 0; i < MAX_PAGES; i++) {

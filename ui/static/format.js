@@ -1,4 +1,7 @@
-// Formatting of times and durations for people.
+// Formatting of times and durations for people. Now is the server's clock
+// (serverNow), which the times the API gives are read against.
+
+import { serverNow } from './api.js';
 
 // ms parses an RFC 3339 time (null stays null).
 export const ms = (iso) => (iso ? Date.parse(iso) : null);
@@ -45,7 +48,7 @@ export function clock(iso) {
   const t = ms(iso);
   if (t === null || Number.isNaN(t)) return '—';
   const d = new Date(t);
-  const today = new Date();
+  const today = new Date(serverNow());
   return d.toDateString() === today.toDateString() ? timeOnly.format(d) : dateTime.format(d);
 }
 
@@ -92,7 +95,7 @@ export const STATUS_WORDS = {
 export const statusWords = (s) => STATUS_WORDS[s] || String(s);
 
 // until is how long until a moment, as "in 12s", or '' when it has passed.
-export function until(iso, now = Date.now()) {
+export function until(iso, now = serverNow()) {
   const t = ms(iso);
   if (t === null || Number.isNaN(t) || t <= now) return '';
   return `in ${duration(Math.ceil((t - now) / 1000))}`;

@@ -3,7 +3,7 @@
 // the task list of that status and queue; blocked and failed tasks, which
 // need someone's attention, stand out when there are any.
 
-import { pages } from './api.js';
+import { pages, serverNow } from './api.js';
 import { $, h, text, attr, reconcile, td } from './dom.js';
 import { setTime, ago, ms, STATUSES } from './format.js';
 import { makeArg } from './tasks.js';
@@ -59,7 +59,7 @@ function updateRow(row, q) {
 
 function updateAge(row) {
   const t = ms(row.queue?.oldest_todo_at);
-  text(row.querySelector('.q-age'), t ? ago((Date.now() - t) / 1000).replace(' ago', ' old') : '—');
+  text(row.querySelector('.q-age'), t ? ago((serverNow() - t) / 1000).replace(' ago', ' old') : '—');
 }
 
 export default view;

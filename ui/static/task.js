@@ -4,7 +4,7 @@
 // (admins: force release), and its audit trail (GET /api/tasks/{id}/events)
 // drawn as a timeline of leases, with the events listed below.
 
-import { ApiError, get, post, seg } from './api.js';
+import { ApiError, get, post, seg, serverNow } from './api.js';
 import { $, h, text, attr, reconcile, replace, td, taskLink, statusBadge } from './dom.js';
 import { setTime, clock, duration, ms, eventWords, until, isolate } from './format.js';
 import { makeBar, updateBar, remaining } from './bar.js';
@@ -292,7 +292,7 @@ function drawTimeline(ctx, now) {
   const leases = leasesOf(events);
   const c = task.checkout;
   const live = c ? { ...c, seenAt } : null;
-  const nowMs = Date.now();
+  const nowMs = serverNow();
   const liveEnd = live ? nowMs + remaining(live, now) * 1000 : nowMs;
   const t0 = leases.length ? Math.min(...leases.map((l) => l.start)) : nowMs;
   const t1 = Math.max(nowMs, liveEnd, ...leases.map((l) => l.end?.at ?? 0));
