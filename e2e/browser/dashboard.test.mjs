@@ -144,8 +144,15 @@ let context;
 let userDataDir;
 const problems = []; // console errors and CSP violations, per page
 
-async function newPage(name, { width = 1440, height = 900, scheme = 'light' } = {}) {
-  const page = await context.newPage();
+// newPage opens a page in the shared context; with own, in a context of
+// its own (in a second browser, started at the first such page), for a
+// test that changes what every page of its context sees, such as the
+// clock.
+let second; // the browser of the pages with a context of their own
+
+async function newPage(name, { width = 1440, height = 900, scheme = 'light', own = false } = {}) {
+  if (own && !second) second = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: FLAGS });
+  const page = own ? await (await second.newContext()).newPage() : await context.newPage();
   await page.setViewportSize({ width, height });
   await page.emulateMedia({ colorScheme: scheme });
   page.on('console', (m) => { if (m.type() === 'error') problems.push(`${name}: console: ${m.text()}`); });
@@ -196,6 +203,7 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
 
   after(async () => {
     await context?.close();
+    await second?.close();
     await stopServer();
     if (userDataDir) rmSync(userDataDir, { recursive: true, force: true });
   });
@@ -910,7 +918,8 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await must(keys.alice, 'POST', '/api/tasks/skew-held/checkout', { timeout: '1h' });
     await must(keys.alice, 'POST', '/api/heartbeat', { ttl: '10m' });
 
-    const page = await newPage('clock-ahead');
+    // A clock is its context's, so the page has a context of its own.
+    const page = await newPage('clock-ahead', { own: true });
     await page.clock.install({ time: Date.now() + 20 * 60000 });
     await signIn(page, ADMIN_KEY);
 
@@ -930,7 +939,36 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
 
     await page.goto(server.url + '/#/agents');
     await page.locator('#agents-body > tr[data-key="alice"] .heartbeat-ago').filter({ hasText: /^\d+ s ago$/ }).waitFor();
-    await page.close();
+    await page.context().close();
+  });
+
+  test('a tab in the background reads nothing until it is shown again', async () => {
+    // Every view read its data again every 3 s in a hidden tab too (the
+    // task list every page of up to 5,000 tasks; in AWS, billed reads),
+    // for as long as the tab stayed open.
+    const page = await newPage('hidden-tab', { own: true });
+    await page.addInitScript(() => {
+      window.apiCalls = 0;
+      const f = window.fetch;
+      window.fetch = (...args) => { window.apiCalls++; return f(...args); };
+      let hidden = false;
+      Object.defineProperty(document, 'hidden', { configurable: true, get: () => hidden });
+      Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => (hidden ? 'hidden' : 'visible') });
+      window.setHidden = (h) => { hidden = h; document.dispatchEvent(new Event('visibilitychange')); };
+    });
+    // The page's timers run only when the test moves its clock (its
+    // context's, so the page has a context of its own).
+    await page.clock.install();
+    await page.clock.pauseAt(new Date(Date.now() + 1000));
+    await signIn(page, ADMIN_KEY);
+    await page.locator('#checkouts-body > tr').first().waitFor();
+    await page.evaluate(() => window.setHidden(true));
+    const before = await page.evaluate(() => window.apiCalls);
+    await page.clock.runFor(60000);
+    assert.equal(await page.evaluate(() => window.apiCalls), before, 'no request while the tab is hidden');
+    await page.evaluate(() => window.setHidden(false));
+    await page.waitForFunction((n) => window.apiCalls > n, before);
+    await page.context().close();
   });
 
   test('an override character in a name cannot reorder the text beside it', async () => {

@@ -247,7 +247,9 @@ function setArg(arg) {
 
 async function refresh() {
   clearTimeout(timer);
-  if (!signedIn || !current) return;
+  // A hidden tab reads nothing (every load reads every page of its view):
+  // showing it again refreshes at once.
+  if (!signedIn || !current || document.hidden) return;
   const gen = ++generation;
   const { view, arg } = current;
   try {
