@@ -30,7 +30,7 @@
 //
 // Logs are JSON lines on standard error. SIGINT or SIGTERM stops the server
 // gracefully (the requests in flight are answered first, within 30 s), then
-// dynalite.
+// dynalite; a second signal stops both at once.
 //
 // `checkout-server migrate` copies the tasks of a data directory or
 // endpoint written by an earlier version, whose tasks table the server
@@ -99,7 +99,7 @@ Environment:
 
 Logs are JSON lines on standard error. SIGINT or SIGTERM stops the server
 gracefully (the requests in flight are answered first, within 30 s), then
-dynalite. See README.md.
+dynalite; a second signal stops both at once. See README.md.
 `
 
 func main() {
@@ -113,6 +113,13 @@ func main() {
 		os.Exit(1)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first signal stops the server gracefully, which may take as long
+	// as the requests in flight; a second one, as signals do by default:
+	// at once.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	var err error
 	if len(os.Args) > 1 && os.Args[1] == "migrate" {
 		err = migrate(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
@@ -172,7 +179,7 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 		return err
 	}
 	<-ctx.Done()
-	log.Info("shutting down")
+	log.Info("shutting down: answering the requests in flight (a second signal stops at once)")
 	return srv.Close()
 }
 

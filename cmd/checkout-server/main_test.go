@@ -7,9 +7,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -165,5 +167,84 @@ func TestServeAndShutDown(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "http://"), time.Second); err == nil {
 		c.Close()
 		t.Fatal("server still listening after shutdown")
+	}
+}
+
+// A second SIGINT or SIGTERM stops the server at once, while the first
+// waits for the requests in flight (a claim waiting for a task, here): it
+// used to be swallowed, so an impatient Ctrl-C did nothing until the last
+// request was answered.
+func TestSecondSignalStopsAtOnce(t *testing.T) {
+	bin := testenv.Binary(t, "github.com/checkout-dev/checkout/cmd/checkout-server")
+	key := "ck_second-signal-test-key"
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "CHECKOUT_ADDR=127.0.0.1:0", "DYNAMODB_ENDPOINT=", "CHECKOUT_DATA_DIR=", "CHECKOUT_ADMIN_KEY="+key)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	exited := make(chan struct{})
+	urls := make(chan string, 1)
+	go func() {
+		defer close(exited)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "checkout server listening" {
+				urls <- m["url"].(string)
+			}
+		}
+		_ = cmd.Wait()
+	}()
+	var url string
+	select {
+	case url = <-urls:
+	case <-exited:
+		t.Fatal("the server exited before listening")
+	case <-time.After(time.Minute):
+		t.Fatal("the server did not start")
+	}
+
+	// A claim that waits 20 s for a task of an empty queue.
+	sent := make(chan struct{})
+	go func() {
+		req, _ := http.NewRequest("POST", url+"/api/claim", strings.NewReader(`{"queues":["nothing-here"],"wait":"20s"}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { close(sent) }}))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-sent
+	time.Sleep(300 * time.Millisecond) // for the server to read it
+	dynalite := dynaliteChild(t, cmd.Process.Pid)
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		t.Fatal("the server stopped at the first signal with a claim in flight; want it to wait for the claim")
+	case <-time.After(time.Second):
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a second SIGTERM did not stop the server")
+	}
+	if runtime.GOOS == "linux" {
+		if dynalite == 0 {
+			t.Fatal("no dynalite child found")
+		}
+		for deadline := time.Now().Add(5 * time.Second); syscall.Kill(dynalite, 0) == nil; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("dynalite (pid %d) outlived the server", dynalite)
+			}
+		}
 	}
 }
