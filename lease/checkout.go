@@ -691,10 +691,6 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		// the rank the delayed claim key is built from (a PATCH of the
 		// priority or queue in between moves it): else the ending is
 		// decided again.
-		rank := expression.AttributeNotExists(expression.Name("claim_rank"))
-		if cur.ClaimRank != "" {
-			rank = expression.Name("claim_rank").Equal(expression.Value(cur.ClaimRank))
-		}
 		limit := belowLimitCond()
 		if e.exhausted {
 			limit = atLimitCond()
@@ -703,7 +699,7 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		if cur.RetryDelayMS != nil {
 			delay = expression.Name("retry_delay_ms").Equal(expression.Value(*cur.RetryDelayMS))
 		}
-		pin := cond.and(nameFence.Equal(expression.Value(cur.Fence)), countIs(nameAttempts, cur.Attempts), countIs(nameFailures, cur.Failures), limit, rank,
+		pin := cond.and(nameFence.Equal(expression.Value(cur.Fence)), countIs(nameAttempts, cur.Attempts), countIs(nameFailures, cur.Failures), limit, rankIs(cur.ClaimRank),
 			delay, countIs(nameNotBefore, int(cur.NotBefore)))
 		it, after, applied, err := s.endLease(ctx, p.TaskID, pin, e, now, types.ReturnValueAllNew)
 		switch {
@@ -724,6 +720,15 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		return nil, s.notHolder(ctx, it, p.AgentID, p.RunID, p.Fence, now, hb)
 	}
 	return nil, fmt.Errorf("release %s: %w", p.TaskID, ErrBusy)
+}
+
+// rankIs says the task's claim_rank is rank as read ("": none), which a
+// delayed claim key is built from (taskItem.rank).
+func rankIs(rank string) expression.ConditionBuilder {
+	if rank == "" {
+		return expression.AttributeNotExists(expression.Name("claim_rank"))
+	}
+	return expression.Name("claim_rank").Equal(expression.Value(rank))
 }
 
 // countIs says a counter attribute is n (absent counts as 0).

@@ -152,8 +152,10 @@ import (
 // A grant gives the task its ready claim_key too (a claim may take it
 // before the sweep has ranked it ready, and its entry is then the
 // lease's). A task with a lease has no entry of its own there, so a PATCH
-// of not_before while it is held keeps its ready key: once the lease
-// ends, a claim that reaches it early finds it not ready at the grant.
+// of not_before while it is held keeps its ready key; the lease's ending
+// gives it its delay: a failed release's and the sweep's in their ending
+// write (sweep.go, sweepEnd), a plain or force release by keepDelay just
+// after it.
 
 // keepDelay gives a task it read with no lease, waiting for a not_before
 // still to come under its ready claim_key (one whose not_before was
@@ -161,7 +163,10 @@ import (
 // delayed key and its entry in the expiry index, as a task delayed while
 // idle has: else it would rank among the ready tasks until then, and
 // fill the head a claim reads. A release makes it at once; a claim that
-// finds such a task not ready at its grant, after an ending by the sweep.
+// finds such a task not ready at its grant makes it too, for one a
+// release's keepDelay missed (a write of the task came in between, or
+// the process stopped) or that an earlier version's sweep ended under its
+// ready key.
 // Nothing the task shows changes: it moves no version (an If-Match
 // PATCH of what the caller read still holds) and records no event. A
 // write of the task in between leaves it to the next.

@@ -190,7 +190,8 @@ func TestKeepDelayLeavesATaskCancelledMeanwhile(t *testing.T) {
 	nb := g.clock.Now().Add(time.Hour)
 	must[lease.Task](t)(g.other.UpdateTask(c, lease.UpdateTaskParams{TaskID: "k", AgentID: "x", SetNotBefore: true, NotBefore: &nb}))
 	g.clock.Advance(2 * time.Minute)
-	must[lease.SweepResult](t)(g.other.Sweep(c)) // ends x's lease: todo, under its ready key, not before nb
+	must[lease.SweepResult](t)(g.other.Sweep(c)) // ends x's lease: todo, not before nb
+	leaveReadyKeyed(t, g.db, g.tables.Table(schema.TasksTable), "k")
 	cancelled := lease.StatusCancelled
 	tried := false
 	cancel := func() {

@@ -39,6 +39,8 @@ func goid() uint64 {
 // stops the goroutine gated at its gateAt-th reading until open is closed.
 type gatedStore struct {
 	store, other            *lease.Store // other: another process over the same tables
+	tables                  schema.Names
+	db                      lease.DB // a client of the tables without the hooks
 	clock                   *testclock.Clock
 	afterQuery, afterUpdate atomic.Pointer[func()]
 	gated                   atomic.Uint64
@@ -81,7 +83,8 @@ func newGatedStore(t testing.TB, shards schema.ShardCounts) *gatedStore {
 		return g.clock.Now()
 	}
 	g.store = lease.New(lease.Config{DB: db, Tables: tables, Now: now, Shards: shards})
-	g.other = lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint()), Tables: tables, Now: g.clock.Now, Shards: shards})
+	g.db, g.tables = lease.NewLocalClient(testenv.Endpoint()), tables
+	g.other = lease.New(lease.Config{DB: g.db, Tables: tables, Now: g.clock.Now, Shards: shards})
 	return g
 }
 

@@ -12,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/checkout-dev/checkout/internal/testclock"
+	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -315,7 +317,9 @@ func TestCheckoutOverAnExpiredLeaseWithAPatchedNotBeforeIsNotReady(t *testing.T)
 // failed grant wrote nothing.
 func TestAClaimThatTriesATaskDoesNotRefuseAnIfMatchPatch(t *testing.T) {
 	t.Parallel()
-	s, clock := newShardEnv(t)
+	clock := testclock.New(epoch)
+	ts := testenv.NewStore(t, testenv.WithClock(clock.Now), testenv.WithShards(schema.ShardCounts{Claim: 1}))
+	s := ts.Store
 	c := ctx(t)
 	must[lease.Task](t)(s.CreateTask(c, lease.CreateTaskParams{TaskID: "later"}))
 	must[lease.Checkout](t)(s.Checkout(c, lease.CheckoutParams{TaskID: "later", AgentID: "a", Timeout: time.Minute}))
@@ -323,6 +327,7 @@ func TestAClaimThatTriesATaskDoesNotRefuseAnIfMatchPatch(t *testing.T) {
 	must[lease.Task](t)(s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "later", AgentID: "a", SetNotBefore: true, NotBefore: &nb}))
 	clock.Advance(2 * time.Minute)
 	must[lease.SweepResult](t)(s.Sweep(c))
+	leaveReadyKeyed(t, ts.DB, ts.Names.Table(schema.TasksTable), "later")
 	read := must[lease.Task](t)(s.GetTask(c, "later"))
 	if _, err := s.Claim(c, lease.ClaimParams{AgentID: "b"}); !errors.Is(err, lease.ErrNoTaskAvailable) {
 		t.Fatalf("claim: %v; want none available", err)
@@ -483,7 +488,8 @@ func (h *beforeWriteDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemI
 }
 
 // heldDelay: t checked out, PATCHed not_before an hour ahead, lease timed
-// out and swept: todo, ready key, not_before to come, no entry.
+// out and swept, and left under its ready key (leaveReadyKeyed): todo,
+// ready key, not_before to come, no entry.
 func heldDelay(t *testing.T, e *env, id string, prio int) time.Time {
 	c := ctx(t)
 	e.create(t, lease.CreateTaskParams{TaskID: id, Priority: &prio})
@@ -492,6 +498,7 @@ func heldDelay(t *testing.T, e *env, id string, prio int) time.Time {
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: id, AgentID: "a", SetNotBefore: true, NotBefore: &nb}))
 	e.clock.Advance(2 * time.Minute)
 	must[lease.SweepResult](t)(e.store.Sweep(c))
+	leaveReadyKeyed(t, e.db, e.names.Table(schema.TasksTable), id)
 	return nb
 }
 

@@ -194,14 +194,29 @@ func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond terms, typ Even
 	// task's last: the ending is written for one that was not, and if its
 	// condition fails on the limit alone, for one that was (the task
 	// fails); one write either way but on a task's last attempt.
+	//
+	// Nor does it say whether the task waits for a not_before PATCHed
+	// while it was held: the ending is written for a task that is ready,
+	// and if its condition fails on that alone, it is written again with
+	// the delay the item returned names (its delayed claim key and its
+	// expiry entry, as a failed release's ending writes them), pinned to
+	// that not_before and rank. So such a task ranks after the ready ones
+	// from its ending on; one write but for it.
 	exhausted := false
+	var waits *taskItem // the item read, when it waits for a not_before ahead
 	for range retries(ctx) {
-		limit := belowLimitCond()
-		if exhausted {
-			limit = atLimitCond()
-		}
 		e := ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo, failed: true, exhausted: exhausted, at: at}
-		old, _, applied, err := s.endLease(ctx, it.TaskID, cond.and(limit), e, now, types.ReturnValueNone)
+		c := cond.and(belowLimitCond())
+		switch {
+		case exhausted:
+			c = cond.and(atLimitCond()) // failed, whatever its delay
+		case waits == nil || waits.NotBefore <= ms(now):
+			c = c.and(readyCond(now))
+		default:
+			e.notBefore, e.rank = waits.NotBefore, waits.rank()
+			c = c.and(nameNotBefore.Equal(expression.Value(waits.NotBefore)), rankIs(waits.ClaimRank))
+		}
+		old, _, applied, err := s.endLease(ctx, it.TaskID, c, e, now, types.ReturnValueNone)
 		switch {
 		case err != nil:
 			return false, err
@@ -212,8 +227,14 @@ func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond terms, typ Even
 			now = s.clockAfter(old.LastAt)
 		case lostToLater(old, now):
 			now = s.clockAfter(old.LastAt)
-		case old != nil && !exhausted && !old.belowLimit() && old.Holder == it.Holder && old.Fence == it.Fence:
+		case old == nil || old.Holder != it.Holder || old.Fence != it.Fence || exhausted:
+			return false, nil // ended by another writer, or decided by more than the limit
+		case !old.belowLimit():
 			exhausted = true
+		case old.NotBefore > ms(now) && (waits == nil || old.NotBefore != waits.NotBefore || old.ClaimRank != waits.ClaimRank):
+			waits = old
+		case old.NotBefore <= ms(now) && waits != nil:
+			waits = nil // its not_before was cleared or moved back in between
 		default:
 			return false, nil
 		}

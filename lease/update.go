@@ -535,8 +535,8 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 	// waits for its not_before ranks after the ready ones (delayedKey),
 	// but for one with a lease: no entry of the expiry index would tell
 	// the sweep when to rank it ready again (its lease's ending removes
-	// the lease's), so it keeps its ready key, and a claim that reaches it
-	// before its not_before finds it not ready at the grant. A finished or
+	// the lease's), so it keeps its ready key until the lease's ending
+	// gives it its delay (claim.go, "Delays"). A finished or
 	// cancelled task is claimed by no one: it keeps its ready key too, and
 	// a cancel of a cancelled task writes nothing.
 	rank := claimKey(prio, cur.CreatedAt, cur.TaskID)
