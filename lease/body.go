@@ -3,9 +3,12 @@ package lease
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // A task's body, its description and metadata (up to 8 KiB and 4 KiB), is
@@ -22,8 +25,40 @@ import (
 // version it read, and then deletes the body it replaced. So a task item
 // always names a body that is whole, and a write that fails or is cut
 // short leaves at most a body nobody names, never a task without its
-// body. Such a leftover is deleted when the writer sees its write fail;
+// body. Such a leftover is deleted when the writer sees its write refused;
 // one left by a crash stays, unread (it is in no index).
+//
+// A task write that fails otherwise (the caller hung up, a timeout, a 5xx
+// after the SDK's retries) does not say whether it applied, and it may
+// still land later, sent before the answer was given up on. Deleting
+// the body then could leave a task naming none; keeping it leaves one
+// nobody names. So the writer first decides the write, with a context of
+// its own (the caller's may be cancelled), and deletes the body only
+// when no write can ever name it:
+//
+//   - A PATCH's write is conditioned on the version it read and on its
+//     own id (patch) not being voided; applied, it moves the version on,
+//     and a version never goes back. The writer voids it: one write, ADD
+//     its id to void_patches, conditioned on that version, moving none.
+//     If it applies, the PATCH's write had not, and now never will
+//     (voided while the version stays; past it once it moves. Each
+//     PATCH's write removes the set, so it stays small): the body is
+//     deleted. If it fails, the version has moved on: the PATCH's write
+//     applied if the task names its body (kept); otherwise it never can
+//     apply, or it did and a later PATCH has replaced the body (deleted).
+//   - A create's put is conditioned on no task with its id, and task
+//     items are never deleted. The writer sends the same put again: it
+//     applies (the task names the body), or it finds the task, which is
+//     this create's when the first put applied (its made id says so:
+//     either way the create is answered as made) or another's, which can
+//     never become this one (the body is deleted).
+//
+// Nothing can make a body named after it was deleted; nothing is
+// deleted that a task names or may still name. This costs one write,
+// and only on such an error; a deciding write that itself fails so
+// leaves the body, as a crash would. There is no TTL on bodies: none is
+// needed, and clearing one once named would cost a write of the body
+// (up to 12 KB) on every change of it.
 //
 // A task with neither a description nor metadata has no body. A task item
 // from before bodies keeps description and metadata on itself until its
@@ -63,6 +98,55 @@ func (s *Store) putBody(ctx context.Context, b *bodyItem) error {
 		return fmt.Errorf("write the body of %s: %w", b.Key, err)
 	}
 	return nil
+}
+
+// nameVoided is the task's set of PATCH ids whose writes their writers
+// voided (settlePatchBody).
+var nameVoided = expression.Name("void_patches")
+
+// settleTimeout bounds the deciding of a write whose outcome was lost.
+const settleTimeout = 5 * time.Second
+
+// settleContext is ctx's values without its cancellation (the caller may
+// have hung up), for settleTimeout.
+func settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+}
+
+// settlePatchBody decides a PATCH's write that failed with an error other
+// than a refused condition, and deletes the new body (token) it wrote
+// unless the task names it: see above. version is the write's pin on the
+// version read, patchID its id.
+func (s *Store) settlePatchBody(ctx context.Context, taskID string, version expression.ConditionBuilder, patchID, token string) {
+	if token == "" {
+		return
+	}
+	ctx, cancel := settleContext(ctx)
+	defer cancel()
+	void := expression.Add(nameVoided, expression.Value(&types.AttributeValueMemberSS{Value: []string{patchID}}))
+	cur, voided, err := s.write(ctx, taskID, terms{version}, void, types.ReturnValueNone)
+	if err != nil || !voided && cur != nil && cur.BodyToken == token {
+		return // undecided, or the write applied: the task names the body
+	}
+	s.dropBody(ctx, taskID, token)
+}
+
+// settleCreatedBody decides a create's put of it that failed (err) with an
+// error other than a refused condition, by sending it again (see above):
+// it returns what putTaskItem would have for the put (nil: created), and
+// err when that is still undecided. The task that is found instead is the
+// caller's to answer, and the body its to delete.
+func (s *Store) settleCreatedBody(ctx context.Context, it taskItem, err error) (*taskItem, error) {
+	ctx, cancel := settleContext(ctx)
+	defer cancel()
+	cur, again := s.putTaskItem(ctx, it)
+	switch {
+	case again != nil:
+		return nil, err
+	case cur != nil && cur.MadeBy == it.MadeBy:
+		return nil, nil // the first put applied (its id is in no other write)
+	}
+	return cur, nil
 }
 
 // dropBody deletes a body nobody names (any more). It is best effort: a

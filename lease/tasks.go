@@ -191,6 +191,9 @@ func (s *Store) putTask(ctx context.Context, it taskItem) (*taskItem, error) {
 		}
 	}
 	cur, err := s.putTaskItem(ctx, it)
+	if err != nil && it.BodyToken != "" {
+		cur, err = s.settleCreatedBody(ctx, it, err)
+	}
 	if err != nil || cur == nil {
 		return cur, err
 	}

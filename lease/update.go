@@ -252,9 +252,9 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 			upd = upd.Remove(expression.Name("description")).Remove(expression.Name("metadata"))
 			token = next.BodyToken
 		}
-		cond := nameVersion.Equal(expression.Value(cur.Version))
+		version := nameVersion.Equal(expression.Value(cur.Version))
 		if cur.Version == 0 {
-			cond = expression.AttributeNotExists(nameVersion)
+			version = expression.AttributeNotExists(nameVersion)
 		}
 		// And the claim key read: giving a task its delayed key moves no
 		// version (keepDelay), but this update is decided from the key.
@@ -262,9 +262,11 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		if cur.ClaimKey != "" {
 			key = expression.Name("claim_key").Equal(expression.Value(cur.ClaimKey))
 		}
-		cond = cond.And(key)
+		// And not voided by its own writer (settlePatchBody); a write that
+		// applies moves the version, past every voided one.
 		patchID := newID("")
-		upd = upd.Set(expression.Name("patch"), expression.Value(patchID))
+		cond := terms{version, key, expression.Not(nameVoided.Contains(patchID))}
+		upd = upd.Set(expression.Name("patch"), expression.Value(patchID)).Remove(nameVoided)
 		if !inWindow() {
 			if newBody {
 				s.dropBody(ctx, p.TaskID, token)
@@ -272,7 +274,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 			continue // stalled past the window: the lock may be taken over
 		}
 		wctx, sends := countSends(lockCtx)
-		after, applied, err := s.update(wctx, p.TaskID, terms{cond}, upd, types.ReturnValueAllNew)
+		after, applied, err := s.update(wctx, p.TaskID, cond, upd, types.ReturnValueAllNew)
 		if err == nil && !applied && sends.Load() > 1 && after != nil && (after.PatchID == patchID || newBody && token != "" && after.BodyToken == token) {
 			// Sent more than once, and the task holds this very write,
 			// applied and sent again (its answer lost: sends.go): not
@@ -300,6 +302,9 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 			unlock = nil
 		}
 		if err != nil {
+			if newBody {
+				s.settlePatchBody(ctx, p.TaskID, version, patchID, token)
+			}
 			return Task{}, err
 		}
 		if !applied {

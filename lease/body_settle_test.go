@@ -1,0 +1,242 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// failedWriteDB fails the first task write that names a body (a PATCH's
+// UpdateItem, a create's PutItem) with a 5xx, as a timeout or a dropped
+// connection ends it after the SDK's retries: with applied, after the
+// write applied (its answer lost); without, before DynamoDB saw it (kept
+// in lost, to be sent late). It keeps the keys of the bodies put.
+type failedWriteDB struct {
+	lease.DB
+	applied bool
+	race    func() // run after the failed write, before its error is answered
+	failed  atomic.Bool
+
+	mu     sync.Mutex
+	bodies []string
+	lostU  *dynamodb.UpdateItemInput
+	lostP  *dynamodb.PutItemInput
+}
+
+var errAnswerLost = &types.InternalServerError{Message: aws.String("answer lost")}
+
+func (d *failedWriteDB) fail() bool { return d.failed.CompareAndSwap(false, true) }
+
+func (d *failedWriteDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	names := false
+	for _, v := range in.ExpressionAttributeNames {
+		names = names || v == "body"
+	}
+	if !names || !strings.Contains(aws.ToString(in.UpdateExpression), "SET") || !d.fail() {
+		return d.DB.UpdateItem(ctx, in, opts...)
+	}
+	if d.applied {
+		if _, err := d.DB.UpdateItem(ctx, in, opts...); err != nil {
+			return nil, err
+		}
+	} else {
+		d.mu.Lock()
+		d.lostU = in
+		d.mu.Unlock()
+	}
+	if d.race != nil {
+		d.race()
+	}
+	return nil, errAnswerLost
+}
+
+func (d *failedWriteDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if k, _ := in.Item["task_id"].(*types.AttributeValueMemberS); k != nil && strings.Contains(k.Value, "#body#") {
+		d.mu.Lock()
+		d.bodies = append(d.bodies, k.Value)
+		d.mu.Unlock()
+	}
+	if _, ok := in.Item["body"]; !ok || !d.fail() {
+		return d.DB.PutItem(ctx, in, opts...)
+	}
+	if d.applied {
+		if _, err := d.DB.PutItem(ctx, in, opts...); err != nil {
+			return nil, err
+		}
+	} else {
+		d.mu.Lock()
+		d.lostP = in
+		d.mu.Unlock()
+	}
+	if d.race != nil {
+		d.race()
+	}
+	return nil, errAnswerLost
+}
+
+// lastBody is the key of the latest body put.
+func (d *failedWriteDB) lastBody(t *testing.T) string {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.bodies) == 0 {
+		t.Fatal("no body was put")
+	}
+	return d.bodies[len(d.bodies)-1]
+}
+
+// itemExists reads key from the tasks table, consistently.
+func itemExists(t *testing.T, e *env, key string) bool {
+	t.Helper()
+	out := must[*dynamodb.GetItemOutput](t)(e.db.GetItem(ctx(t), &dynamodb.GetItemInput{TableName: aws.String(e.names.Table(schema.TasksTable)),
+		Key: map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: key}}, ConsistentRead: aws.Bool(true)}))
+	return out.Item != nil
+}
+
+// A PATCH of the description whose task write failed with a 5xx before
+// DynamoDB saw it left its new body behind, named by no task, for good:
+// body.go promised such a body is deleted, but only did so for a refused
+// condition. It is deleted now; and the lost write, landing late (sent
+// before the answer was given up on), cannot name it any more.
+func TestAPatchWhoseWriteWasLostLeavesNoBody(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "p", Title: "t", Description: "old"}))
+	db := &failedWriteDB{DB: e.db}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	desc := "new"
+	if _, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p", AgentID: "a", Description: &desc}); err == nil {
+		t.Fatal("the PATCH whose write was lost answered no error")
+	}
+	body := db.lastBody(t)
+	if itemExists(t, e, body) {
+		t.Fatalf("body %s is left behind; no task names it", body)
+	}
+	// The lost write lands late: refused, the task keeps its body.
+	_, err := e.db.UpdateItem(c, db.lostU)
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		t.Fatalf("the lost write, landing after its body was deleted: %v; want its condition refused", err)
+	}
+	if got := must[lease.Task](t)(e.store.GetTask(c, "p")); got.Description != "old" {
+		t.Fatalf("description %q, want %q", got.Description, "old")
+	}
+}
+
+// The same error after the write applied: the task names the new body,
+// which stays.
+func TestAPatchWhoseWriteAppliedWithoutAnswerKeepsItsBody(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "p", Title: "t", Description: "old"}))
+	db := &failedWriteDB{DB: e.db, applied: true}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	desc := "new"
+	if _, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p", AgentID: "a", Description: &desc}); err == nil {
+		t.Fatal("the PATCH whose answer was lost answered no error")
+	}
+	got, err := e.store.GetTask(c, "p")
+	if err != nil || got.Description != desc {
+		t.Fatalf("GET after the PATCH applied: %+v, %v; want description %q", got, err, desc)
+	}
+	// A PATCH of the title after it keeps it too.
+	title := "another"
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p", AgentID: "b", Title: &title}))
+	if got := must[lease.Task](t)(e.store.GetTask(c, "p")); got.Description != desc {
+		t.Fatalf("description %q after a PATCH of the title, want %q", got.Description, desc)
+	}
+}
+
+// The same when, before the error is answered, another PATCH moves the
+// task on, replacing the body: the lost write can never apply, and its
+// body goes; the task keeps the other's.
+func TestAPatchWhoseWriteWasLostBehindAnotherLeavesNoBody(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "p", Title: "t", Description: "old"}))
+	other := "other"
+	db := &failedWriteDB{DB: e.db, race: func() {
+		if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p", AgentID: "b", Description: &other}); err != nil {
+			t.Errorf("the other PATCH: %v", err)
+		}
+	}}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	desc := "new"
+	if _, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p", AgentID: "a", Description: &desc}); err == nil {
+		t.Fatal("the PATCH whose write was lost answered no error")
+	}
+	if body := db.bodies[0]; itemExists(t, e, body) {
+		t.Fatalf("body %s is left behind; no task names it", body)
+	}
+	if got := must[lease.Task](t)(e.store.GetTask(c, "p")); got.Description != other {
+		t.Fatalf("description %q, want %q", got.Description, other)
+	}
+}
+
+// A create whose put failed with a 5xx before DynamoDB saw it left its
+// body behind, named by no task. Its put is now sent again: the task is
+// made, with its body, and the create is answered as made.
+func TestACreateWhosePutWasLostIsMadeWithItsBody(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	db := &failedWriteDB{DB: e.db}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	if _, err := s.CreateTask(c, lease.CreateTaskParams{TaskID: "n", Title: "t", Description: "the description"}); err != nil {
+		t.Fatalf("create whose first put was lost: %v; want it made", err)
+	}
+	got, err := e.store.GetTask(c, "n")
+	if err != nil || got.Description != "the description" {
+		t.Fatalf("GET: %+v, %v; want the task with its description", got, err)
+	}
+}
+
+// The same after the put applied: answered as made.
+func TestACreateWhosePutAppliedWithoutAnswerIsMade(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	db := &failedWriteDB{DB: e.db, applied: true}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	if _, err := s.CreateTask(c, lease.CreateTaskParams{TaskID: "n", Title: "t", Description: "the description"}); err != nil {
+		t.Fatalf("create whose answer was lost: %v; want it made", err)
+	}
+	if got := must[lease.Task](t)(e.store.GetTask(c, "n")); got.Description != "the description" {
+		t.Fatalf("description %q", got.Description)
+	}
+}
+
+// A create whose put was lost while another create took the id: the
+// task is the other's, and this one's body goes.
+func TestACreateWhosePutWasLostToAnotherLeavesNoBody(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	db := &failedWriteDB{DB: e.db, race: func() {
+		if _, err := e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "n", Title: "t", Description: "the other's"}); err != nil {
+			t.Errorf("the other create: %v", err)
+		}
+	}}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	_, err := s.CreateTask(c, lease.CreateTaskParams{TaskID: "n", Title: "t", Description: "mine"})
+	t.Logf("the create answered: %v", err)
+	if body := db.bodies[0]; itemExists(t, e, body) {
+		t.Fatalf("body %s is left behind; no task names it", body)
+	}
+	if got := must[lease.Task](t)(e.store.GetTask(c, "n")); got.Description != "the other's" {
+		t.Fatalf("description %q, want the other create's", got.Description)
+	}
+}
