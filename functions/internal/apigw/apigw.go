@@ -3,12 +3,17 @@
 //
 // The adapter is deliberately thin: it turns the event into an *http.Request,
 // runs the handler against an in-memory response writer and turns what the
-// handler wrote into the response event. The only thing it adds is the
-// caller's identity: the Lambda authorizer's context
+// handler wrote into the response event. It adds two things. The caller's
+// identity: the Lambda authorizer's context
 // (requestContext.authorizer.lambda) is decoded with
 // auth.PrincipalFromAuthorizerContext and put on the request's context with
 // httpapi.ContextWithPrincipal, which is where the handlers look for it when
-// they run without an Authenticator of their own.
+// they run without an Authenticator of their own. And a deadline: the
+// request's context ends DeadlineMargin before the invocation's, as the
+// local server gives each request a deadline of its own, so that a
+// DynamoDB call that stalls ends in time for the handler's answer (503
+// unavailable with Retry-After) rather than in the function's timeout,
+// which API Gateway answers with its own 500.
 //
 // The adapter never returns an error to the Lambda runtime: an event it cannot
 // turn into a request (an unknown method, a body that is not valid base64)
@@ -27,6 +32,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -41,10 +47,20 @@ import (
 // its logs and the gateway's access logs share one id.
 const RequestIDHeader = "X-Request-Id"
 
+// DeadlineMargin is how long before the invocation's deadline (the
+// function's timeout) the request's context ends: the time the handler
+// has to answer a call that stalled, and the runtime to return it.
+const DeadlineMargin = time.Second
+
 // Handler returns a Lambda handler that serves API Gateway v2 HTTP events
 // with h.
 func Handler(h http.Handler) func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (resp events.APIGatewayV2HTTPResponse, err error) {
+		if d, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, d.Add(-DeadlineMargin))
+			defer cancel()
+		}
 		req, status, msg := NewRequest(ctx, ev)
 		if req == nil {
 			return errorResponse(status, msg), nil
