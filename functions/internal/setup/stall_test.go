@@ -3,6 +3,7 @@ package setup
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/checkout-dev/checkout/deploy"
 	"github.com/checkout-dev/checkout/errcode"
 	"github.com/checkout-dev/checkout/functions/internal/apigw"
+	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 )
 
@@ -89,5 +91,30 @@ func TestStalledDatabaseIsAnswered503BeforeTheInvocationTimesOut(t *testing.T) {
 	_ = json.Unmarshal([]byte(resp.Body), &body)
 	if resp.StatusCode != http.StatusServiceUnavailable || body.Code != errcode.Unavailable || resp.Headers["Retry-After"] == "" {
 		t.Fatalf("got %d %v %s; want 503 unavailable with Retry-After", resp.StatusCode, resp.Headers, resp.Body)
+	}
+}
+
+// A sweep whose DynamoDB calls stall stops SweepDeadlineMargin before the
+// invocation's deadline and still writes its run's line (with what it had
+// ended), rather than being ended by the function's timeout without one.
+func TestStalledSweepWritesItsLineBeforeTheInvocationTimesOut(t *testing.T) {
+	t.Parallel()
+	out := &testenv.Buffer{}
+	env := Env{Function: deploy.Sweeper, TablePrefix: "stall-", Metrics: out}
+	sweep := Sweep(NewStore(stalledDB{}, nil, env, slog.New(slog.DiscardHandler)), nil, env)
+
+	deadline := time.Now().Add(SweepDeadlineMargin + 200*time.Millisecond)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	_, err := sweep(ctx)
+	if left := time.Until(deadline); left < SweepDeadlineMargin/2 {
+		t.Fatalf("the sweep returned %v before the invocation's deadline; want at least %v (Lambda would have ended it)", left, SweepDeadlineMargin/2)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v, want the run's deadline", err)
+	}
+	lines, _ := emf(t, out.Take(), env.TablePrefix)
+	if len(lines) != 1 || lines[0]["msg"] != "sweep ran out of time" {
+		t.Fatalf("lines %v, want the run's one line", lines)
 	}
 }

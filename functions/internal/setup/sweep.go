@@ -7,17 +7,24 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/checkout-dev/checkout/deploy"
 	"github.com/checkout-dev/checkout/lease"
 )
+
+// SweepDeadlineMargin is how long before the invocation's deadline (the
+// function's timeout) a run stops sweeping, so that it writes its line.
+const SweepDeadlineMargin = time.Second
 
 // SweepHandler is the sweeper's handler type.
 type SweepHandler = func(context.Context) (lease.SweepResult, error)
 
 // Sweep is the sweeper function's handler. Every run writes exactly one
 // line, whether it succeeded or failed: its counts, its duration, and as
-// metrics the backlog it ended and the time it took.
+// metrics the backlog it ended and the time it took. A run that is still
+// sweeping SweepDeadlineMargin before the function's timeout stops there
+// ("sweep ran out of time", with what it ended); the next run goes on.
 //
 // While a tasks table of the earlier schema waits for `checkout-server
 // migrate -aws` (MigrationGuard over db, checked at cold start first), a
@@ -33,6 +40,11 @@ func Sweep(store *lease.Store, db GetItemAPI, e Env) SweepHandler {
 		guard.coldStart()
 	}
 	return func(ctx context.Context) (lease.SweepResult, error) {
+		if d, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, d.Add(-SweepDeadlineMargin))
+			defer cancel()
+		}
 		if err := guard.Check(ctx); err != nil {
 			level, msg := slog.LevelWarn, "sweep skipped: the earlier tasks table has not been migrated; run `checkout-server migrate -aws`"
 			if !errors.Is(err, ErrNotMigrated) {
