@@ -33,6 +33,14 @@ func (t *tools) hold(co client.Checkout) {
 	t.mu.Unlock()
 }
 
+// holds reports whether co is the lease this session holds on its task.
+func (t *tools) holds(co client.Checkout) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l, ok := t.leases[co.TaskID]
+	return ok && l.runID == co.RunID && l.fence == co.Fence
+}
+
 func (t *tools) drop(taskID string) {
 	t.mu.Lock()
 	delete(t.leases, taskID)
@@ -113,6 +121,11 @@ func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult,
 	co, err := t.c.Checkout(ctx, in.TaskID, client.CheckoutRequest{Timeout: d, Reason: in.Reason, RunID: t.runID, Watch: in.Watch, AgentID: t.agentID})
 	var ce *client.ConflictError
 	var be *client.BlockedError
+	if errors.As(err, &ce) && ce.SameAgent && t.holds(ce.Holder) {
+		// The lease this session took by claim_task, under the claim's
+		// own run id: the same lease, as checking out again answers.
+		co, err = ce.Holder, nil
+	}
 	switch {
 	case errors.As(err, &ce) && ce.SameAgent && in.Adopt:
 		return t.adopt(ctx, ce.Holder, d)

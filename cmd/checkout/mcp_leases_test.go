@@ -161,3 +161,27 @@ func TestMCPWording(t *testing.T) {
 		}
 	}
 }
+
+// checkout_task of a task this session claimed is the lease it holds, as
+// for a task it checked out: acquired, with that lease, never "your agent
+// holds it under another run, probably from before a restart".
+func TestMCPCheckoutOfAClaimedTask(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.task(t, "cq1", "Claimed")
+	agent := connectMCP(t, e.srv.URL(), e.keys["agent-a1b2"])
+	res, out := agent.call("claim_task", nil)
+	if res.IsError || out["acquired"] != true {
+		t.Fatalf("claim: %s %v", textOf(res), out)
+	}
+	claimed := out["checkout"].(map[string]any)
+	res, out = agent.call("checkout_task", map[string]any{"task_id": "cq1"})
+	txt := textOf(res)
+	if res.IsError || out["acquired"] != true || out["held_by_you"] != false || strings.Contains(txt, "another run") || strings.Contains(txt, "adopt") {
+		t.Fatalf("checkout of the task this session claimed: %s %v", txt, out)
+	}
+	co := out["checkout"].(map[string]any)
+	if co["run_id"] != claimed["run_id"] || co["fence"] != claimed["fence"] {
+		t.Fatalf("checkout answered %v, want the claimed lease %v", co, claimed)
+	}
+}
