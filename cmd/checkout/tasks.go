@@ -223,6 +223,11 @@ func (a *app) taskEditCmd() *cobra.Command {
 				}
 				req.Metadata = m
 			}
+			if f.Changed("if-version") && ifVersion < 1 {
+				// Versions start at 1, and 0 would be no condition at all.
+				return &usageError{fmt.Sprintf("invalid value %q for --if-version: want a task version, a whole number 1 or more (see %s --help)",
+					strconv.FormatInt(ifVersion, 10), cmd.CommandPath())}
+			}
 			req.IfVersion = ifVersion
 			if err := graph.toUpdate(cmd, &req); err != nil {
 				return err
@@ -242,7 +247,7 @@ func (a *app) taskEditCmd() *cobra.Command {
 	cmd.Flags().StringVar(&queue, "queue", "", "move it to this queue")
 	cmd.Flags().IntVar(&priority, "priority", 0, "the new priority, 0 to 9, higher is claimed first (default: unchanged)")
 	cmd.Flags().StringVar(&metadata, "metadata", "", "replace its metadata with this JSON object")
-	cmd.Flags().Int64Var(&ifVersion, "if-version", 0, "only if the task is at this version")
+	cmd.Flags().Int64Var(&ifVersion, "if-version", 0, "only if the task is at this version (1 or more)")
 	graph = graphFlagsOf(cmd, true)
 	return cmd
 }

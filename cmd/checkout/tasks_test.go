@@ -105,3 +105,19 @@ func TestTasksEditHelpPromisesNoDefault(t *testing.T) {
 		t.Errorf("tasks add lost its defaults:\n%s", add)
 	}
 }
+
+// --if-version 0 (or less) names no version a task has: it is refused, as
+// --fence 0 is, not taken for no condition and the change made whatever
+// the task's version.
+func TestIfVersionZeroIsAUsageError(t *testing.T) {
+	s := newScriptedCLI(t, func(sent) (int, string) { return 200, graphTask })
+	for _, v := range []string{"0", "-3"} {
+		r := s.run("tasks", "edit", "deploy", "--title", "x", "--if-version", v)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "--if-version") || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("--if-version %s: exit %d, stderr %q", v, r.code, r.stderr)
+		}
+	}
+	if n := len(s.requests()); n != 0 {
+		t.Errorf("%d requests, want none", n)
+	}
+}
