@@ -70,7 +70,7 @@ const descHeartbeat = `Tell the service you are still alive. Once you have sent 
 // Outcome is in every tool's result.
 type Outcome struct {
 	OK      bool   `json:"ok" jsonschema:"true when the call did what it was asked; false when it failed: see code and message"`
-	Code    string `json:"code,omitempty" jsonschema:"when ok is false: the API's error code (task_not_found, not_holder, not_checked_out, version_mismatch, invalid_dependency, dependency_cycle, forbidden, ...) or invalid_arguments, unreachable, not_a_checkout_server, unauthorized, cancelled (the call was cancelled before it finished), error (a failure without a code of its own); with ok true and acquired false, why checkout_task could not take the task: blocked, not_ready or status_mismatch"`
+	Code    string `json:"code,omitempty" jsonschema:"when ok is false: the API's error code (task_not_found, not_holder, not_checked_out, version_mismatch, invalid_dependency, dependency_cycle, forbidden, unavailable = the service cannot answer now: try again later, ...) or invalid_arguments, unreachable, not_a_checkout_server, unauthorized, cancelled (the call was cancelled before it finished), error (a failure without a code of its own); with ok true and acquired false, why checkout_task could not take the task: blocked, not_ready or status_mismatch"`
 	Message string `json:"message" jsonschema:"what happened and what to do next"`
 	// Holder is the lease in the way, on a denial or a not_holder failure.
 	Holder *client.Checkout `json:"holder,omitempty" jsonschema:"the lease that holds the task, when it is not yours"`

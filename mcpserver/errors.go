@@ -179,6 +179,20 @@ func toolError(err error) Outcome {
 			stamp(nb))}
 	case errors.As(err, &sm):
 		return Outcome{Code: errcode.StatusMismatch, Message: fmt.Sprintf("the task has status %s and cannot be checked out; pick another task", sm.Status)}
+	case errors.Is(err, client.ErrUnavailable) && errors.As(err, &ae):
+		// The server without its database, or a gateway or proxy in
+		// front of it (throttling, restarting), which sends no code.
+		msg := ae.Message
+		if msg == "" {
+			msg = fmt.Sprintf("the checkout service cannot answer now (%s)", ae.Error())
+		}
+		switch {
+		case ae.RetryAfter > 0:
+			msg += fmt.Sprintf(" (try again in %ds)", int64(ae.RetryAfter/time.Second))
+		case ae.Message == "":
+			msg += ": try again shortly"
+		}
+		return Outcome{Code: errcode.Unavailable, Message: msg}
 	case errors.As(err, &ae):
 		code := ae.Code
 		if code == "" {
