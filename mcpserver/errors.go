@@ -184,7 +184,7 @@ func toolError(err error) Outcome {
 		// front of it (throttling, restarting), which sends no code.
 		msg := ae.Message
 		if msg == "" {
-			msg = fmt.Sprintf("the checkout service cannot answer now (%s)", ae.Error())
+			msg = "the checkout service cannot answer now: " + ae.Error()
 		}
 		switch {
 		case ae.RetryAfter > 0:

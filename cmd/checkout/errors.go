@@ -136,6 +136,8 @@ func (a *app) describe(err error) string {
 		return "unauthorized: the server refused the API key from " + from
 	case errors.Is(err, client.ErrForbidden) && errors.As(err, &ae):
 		return "forbidden: " + oneLine(ae.Message)
+	case errors.Is(err, client.ErrUnavailable) && errors.As(err, &ae):
+		return unavailable(ae)
 	case errors.As(err, &ae):
 		if ae.Message != "" {
 			return oneLine(ae.Message)
@@ -147,6 +149,23 @@ func (a *app) describe(err error) string {
 	msg := err.Error()
 	if isCobraUsage(msg) {
 		return msg + " (see checkout --help)"
+	}
+	return msg
+}
+
+// unavailable is the line for a 429 or 5xx: the server's sentence, or for
+// a gateway's or proxy's answer (which has none) that the service cannot
+// answer now, with when to try again when the answer's Retry-After says.
+func unavailable(ae *client.APIError) string {
+	msg := oneLine(ae.Message)
+	if msg == "" {
+		msg = "the service cannot answer now: " + ae.Error()
+	}
+	switch {
+	case ae.RetryAfter > 0:
+		msg += fmt.Sprintf(" (try again in %s)", compact(ae.RetryAfter))
+	case ae.Message == "":
+		msg += ": try again shortly"
 	}
 	return msg
 }
