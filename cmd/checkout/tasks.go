@@ -238,6 +238,8 @@ func (a *app) taskEditCmd() *cobra.Command {
 			}
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				t, err := c.UpdateTask(ctx, args[0], req)
+				err = restate(err, client.ErrVersionMismatch, fmt.Sprintf("task %s has changed since version %d (--if-version %d): see its version now with checkout tasks show %s",
+					args[0], ifVersion, ifVersion, args[0]))
 				return func(w io.Writer) { printTask(w, t) }, err
 			})
 		},

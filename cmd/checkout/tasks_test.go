@@ -121,3 +121,16 @@ func TestIfVersionZeroIsAUsageError(t *testing.T) {
 		t.Errorf("%d requests, want none", n)
 	}
 }
+
+// A 412 names the flag the user gave, --if-version, and how to see the
+// task's version now, not the If-Match header the CLI sent for it.
+func TestVersionMismatchNamesTheFlag(t *testing.T) {
+	s := newScriptedCLI(t, func(sent) (int, string) {
+		return 412, `{"error":"task deploy has changed: its version is not the one If-Match gave","code":"version_mismatch"}`
+	})
+	r := s.run("tasks", "edit", "deploy", "--title", "x", "--if-version", "3")
+	if r.code != exitConflict || strings.Contains(r.stderr, "If-Match") || !strings.Contains(r.stderr, "--if-version 3") ||
+		!strings.Contains(r.stderr, "checkout tasks show deploy") || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("412: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
