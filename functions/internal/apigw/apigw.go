@@ -147,7 +147,7 @@ func NewRequest(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (*http.R
 	return req, 0, ""
 }
 
-// requestURL rebuilds the URL from the raw path and query string. With a
+// requestURL rebuilds the URL from the path and raw query string. With a
 // named stage, API Gateway puts the stage in rawPath (/prod/api/tasks); the
 // routes do not know about stages, so it is taken off.
 func requestURL(ev events.APIGatewayV2HTTPRequest) *url.URL {
@@ -166,12 +166,10 @@ func requestURL(ev events.APIGatewayV2HTTPRequest) *url.URL {
 			raw = raw[len(prefix):]
 		}
 	}
-	u := &url.URL{Path: raw, RawQuery: ev.RawQueryString}
-	if p, err := url.PathUnescape(raw); err == nil {
-		u.Path = p
-		u.RawPath = raw // kept only when it is a valid encoding of Path
-	}
-	return u
+	// An HTTP API hands over the path already decoded (rawPath and
+	// requestContext.http.path alike): a "%" in it is a percent sign the
+	// client sent encoded, so it is not decoded again.
+	return &url.URL{Path: raw, RawQuery: ev.RawQueryString}
 }
 
 func principal(ev events.APIGatewayV2HTTPRequest) (p lease.Principal, ok bool) {

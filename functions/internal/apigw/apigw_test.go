@@ -114,9 +114,9 @@ func TestCapturedEvents(t *testing.T) {
 			},
 		},
 		{
-			file: "inbox-delete-escaped-path.json",
+			file: "inbox-delete-decoded-path.json",
 			want: seen{
-				Method: "DELETE", Path: "/api/inbox/msg/01HV x", Query: map[string][]string{},
+				Method: "DELETE", Path: "/api/inbox/msg%4101HV x", Query: map[string][]string{},
 				Host: "abcdef1234.execute-api.us-east-1.amazonaws.com", RemoteAddr: "203.0.113.7:0",
 				RequestID: "UjvWDkLNIAMEe2h=", Auth: "Bearer ck_3f1b0a9c2d7e4b5a8c6d1e2f3a4b5c6d",
 			},
@@ -162,16 +162,19 @@ func TestCapturedEvents(t *testing.T) {
 
 // Escaped paths reach the handler's router with their encoding kept, so a
 // path parameter may contain a slash.
-func TestEscapedPathKeepsEncoding(t *testing.T) {
+// An HTTP API hands the function its path already decoded: a request for
+// /api/inbox/msg%254101HV%20x arrives as /api/inbox/msg%4101HV x. Decoding
+// it again would act on another id (msgA01HV x) than the one asked for.
+func TestThePathArrivesDecodedAndIsNotDecodedAgain(t *testing.T) {
 	t.Parallel()
-	ev := loadEvent(t, "inbox-delete-escaped-path.json")
+	ev := loadEvent(t, "inbox-delete-decoded-path.json")
 	mux := http.NewServeMux()
 	var got string
 	mux.HandleFunc("DELETE /api/inbox/{message_id}", func(w http.ResponseWriter, r *http.Request) {
 		got = r.PathValue("message_id")
 	})
 	resp, _ := Handler(mux)(context.Background(), ev)
-	if resp.StatusCode != http.StatusOK || got != "msg/01HV x" {
+	if resp.StatusCode != http.StatusOK || got != "msg%4101HV x" {
 		t.Fatalf("status %d, message_id %q", resp.StatusCode, got)
 	}
 }
