@@ -41,11 +41,16 @@ import (
 //     and a version never goes back. The writer voids it: one write, ADD
 //     its id to void_patches, conditioned on that version, moving none.
 //     If it applies, the PATCH's write had not, and now never will
-//     (voided while the version stays; past it once it moves. Each
-//     PATCH's write removes the set, so it stays small): the body is
-//     deleted. If it fails, the version has moved on: the PATCH's write
-//     applied if the task names its body (kept); otherwise it never can
-//     apply, or it did and a later PATCH has replaced the body (deleted).
+//     (voided while the version stays; past it once it moves): the body
+//     is deleted. If it fails, the version has moved on: the PATCH's
+//     write applied if the task names its body (kept); otherwise it
+//     never can apply, or it did and a later PATCH has replaced the
+//     body (deleted). Either way the body the PATCH replaced is deleted
+//     unless the task still names it. Each PATCH's write removes the
+//     set, and the void is conditioned on the set holding fewer than
+//     maxVoided ids, so that PATCHes lost in a row cannot grow the item
+//     past its kilobyte: one refused on that, the version unmoved, leaves
+//     the write undecided and its body kept.
 //   - A create's put is conditioned on no task with its id, and task
 //     items are never deleted. The writer sends the same put again: it
 //     applies (the task names the body), or it finds the task, which is
@@ -113,22 +118,47 @@ func settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 }
 
+// maxVoided bounds the PATCH ids a task item holds voided: only an
+// applied PATCH clears them, and a run of PATCHes whose writes were lost
+// would otherwise grow the item without bound, past the kilobyte a
+// transition's write is billed by.
+const maxVoided = 4
+
 // settlePatchBody decides a PATCH's write that failed with an error other
-// than a refused condition, and deletes the new body (token) it wrote
-// unless the task names it: see above. version is the write's pin on the
-// version read, patchID its id.
-func (s *Store) settlePatchBody(ctx context.Context, taskID string, version expression.ConditionBuilder, patchID, token string) {
-	if token == "" {
+// than a refused condition (see above), and deletes the bodies no task
+// can name any more: the new one (token) unless the task names it, and
+// the one it replaced (old) once the task names another. version is the
+// version the PATCH read, patchID its id. With maxVoided ids voided at
+// that version already, the write stays undecided and its body is left.
+func (s *Store) settlePatchBody(ctx context.Context, taskID string, version int64, patchID, old, token string) {
+	if token == "" && old == "" {
 		return
 	}
 	ctx, cancel := settleContext(ctx)
 	defer cancel()
-	void := expression.Add(nameVoided, expression.Value(&types.AttributeValueMemberSS{Value: []string{patchID}}))
-	cur, voided, err := s.write(ctx, taskID, terms{version}, void, types.ReturnValueNone)
-	if err != nil || !voided && cur != nil && cur.BodyToken == token {
-		return // undecided, or the write applied: the task names the body
+	pin := nameVersion.Equal(expression.Value(version))
+	if version == 0 {
+		pin = expression.AttributeNotExists(nameVersion)
 	}
-	s.dropBody(ctx, taskID, token)
+	room := expression.Or(expression.AttributeNotExists(nameVoided), nameVoided.Size().LessThan(expression.Value(maxVoided)))
+	void := expression.Add(nameVoided, expression.Value(&types.AttributeValueMemberSS{Value: []string{patchID}}))
+	cur, voided, err := s.write(ctx, taskID, terms{pin, room}, void, types.ReturnValueNone)
+	switch {
+	case voided:
+		s.dropBody(ctx, taskID, token) // the PATCH never applies: the task names old
+	case err != nil || cur == nil || cur.Version == version:
+		// Undecided: the void was not written (or the set is full).
+	default:
+		// The version has moved on: the PATCH applied, or never will;
+		// either way the task names what it names for good, and no
+		// write can name a body it has left.
+		if cur.BodyToken != token {
+			s.dropBody(ctx, taskID, token)
+		}
+		if cur.BodyToken != old {
+			s.dropBody(ctx, taskID, old)
+		}
+	}
 }
 
 // settleCreatedBody decides a create's put of it that failed (err) with an

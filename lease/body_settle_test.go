@@ -3,15 +3,18 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -238,5 +241,105 @@ func TestACreateWhosePutWasLostToAnotherLeavesNoBody(t *testing.T) {
 	}
 	if got := must[lease.Task](t)(e.store.GetTask(c, "n")); got.Description != "the other's" {
 		t.Fatalf("description %q, want the other create's", got.Description)
+	}
+}
+
+// lostWritesDB answers every task write that names a body (a PATCH of
+// the description) with a 5xx before DynamoDB sees it, and keeps the
+// latest such write.
+type lostWritesDB struct {
+	lease.DB
+	last atomic.Pointer[dynamodb.UpdateItemInput]
+}
+
+func (d *lostWritesDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	for _, v := range in.ExpressionAttributeNames {
+		if v == "body" && strings.Contains(aws.ToString(in.UpdateExpression), "SET") {
+			d.last.Store(in)
+			return nil, errAnswerLost
+		}
+	}
+	return d.DB.UpdateItem(ctx, in, opts...)
+}
+
+// Each PATCH whose write was lost voids its id on the task item
+// (void_patches), and only an applied PATCH clears them: a run of such
+// PATCHes grew the item without bound, past the kilobyte a transition's
+// write is billed by (and towards DynamoDB's 400 KB item limit). A
+// checkout of the task, one write unit on the table, cost more.
+func TestPatchesLostInARowDoNotGrowTheTask(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "p", Title: "a title of usual length", Description: "old"}))
+	db := &lostWritesDB{DB: e.db}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	for i := range 100 {
+		desc := fmt.Sprintf("new %d", i)
+		if _, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p", AgentID: "a", Description: &desc}); err == nil {
+			t.Fatal("a PATCH whose write was lost answered no error")
+		}
+	}
+	m := testenv.NewMeter(t, e.names.Prefix)
+	m.Take()
+	e.checkout(t, "p", "a", time.Minute)
+	used := m.Take()
+	t.Logf("checkout: %s", unitsByTable(used))
+	if got := used.Tables[schema.TasksTable]; got.Write != 1 {
+		t.Fatalf("the checkout billed %g write units on the tasks table; want 1 (the item under 1 KB)", got.Write)
+	}
+	if got := must[lease.Task](t)(e.store.GetTask(c, "p")); got.Description != "old" {
+		t.Fatalf("description %q, want %q", got.Description, "old")
+	}
+	// A PATCH past the bound was left undecided, its body kept: its write,
+	// landing late at the version it read, names a body that is there.
+	desc := "late"
+	if _, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p", AgentID: "a", Description: &desc}); err == nil {
+		t.Fatal("a PATCH whose write was lost answered no error")
+	}
+	must[*dynamodb.UpdateItemOutput](t)(e.db.UpdateItem(c, db.last.Load()))
+	if got := must[lease.Task](t)(e.store.GetTask(c, "p")); got.Description != "late" {
+		t.Fatalf("description %q after the late write, want %q", got.Description, "late")
+	}
+}
+
+// bodyOf is the key of the body task id names now.
+func bodyOf(t *testing.T, e *env, id string) string {
+	t.Helper()
+	out := must[*dynamodb.GetItemOutput](t)(e.db.GetItem(ctx(t), &dynamodb.GetItemInput{TableName: aws.String(e.names.Table(schema.TasksTable)),
+		Key: map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: id}}, ConsistentRead: aws.Bool(true)}))
+	token, ok := out.Item["body"].(*types.AttributeValueMemberS)
+	if !ok {
+		t.Fatalf("task %s names no body", id)
+	}
+	return id + "#body#" + token.Value
+}
+
+// A PATCH whose write applied but whose answer was lost kept the body it
+// replaced, which the task no longer names and never can again: deleted
+// once its write applied when the answer comes, it stayed for good when
+// the answer was lost. So did the body of a PATCH that removed it (an
+// empty description).
+func TestAPatchWhoseWriteAppliedWithoutAnswerLeavesNoOldBody(t *testing.T) {
+	t.Parallel()
+	for _, desc := range []string{"new", ""} {
+		t.Run(fmt.Sprintf("to %q", desc), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "p", Title: "t", Description: "old"}))
+			old := bodyOf(t, e, "p")
+			db := &failedWriteDB{DB: e.db, applied: true}
+			s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+			if _, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p", AgentID: "a", Description: &desc}); err == nil {
+				t.Fatal("the PATCH whose answer was lost answered no error")
+			}
+			if got := must[lease.Task](t)(e.store.GetTask(c, "p")); got.Description != desc {
+				t.Fatalf("description %q, want %q", got.Description, desc)
+			}
+			if itemExists(t, e, old) {
+				t.Fatalf("the replaced body %s is left behind; no task names it", old)
+			}
+		})
 	}
 }

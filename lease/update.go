@@ -303,7 +303,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		}
 		if err != nil {
 			if newBody {
-				s.settlePatchBody(ctx, p.TaskID, version, patchID, token)
+				s.settlePatchBody(ctx, p.TaskID, cur.Version, patchID, cur.BodyToken, token)
 			}
 			return Task{}, err
 		}
