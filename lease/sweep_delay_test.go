@@ -132,3 +132,40 @@ func leaveReadyKeyed(t testing.TB, db lease.DB, table, id string) {
 		t.Fatalf("leave %s under its ready key: %v", id, err)
 	}
 }
+
+// A PATCH of the status, blocked_by or max_attempts ends a lease that has
+// expired, or whose holder is dead, as the sweep would (endEnded), before
+// it decides the change. That ending gave a task waiting for a not_before
+// PATCHed while it was held its ready key, as the sweep's did; the PATCH's
+// own write gave it its delay after, but a PATCH refused once the lease
+// had ended (a max_attempts the attempts made reach) wrote nothing more,
+// and the task was listed, and ranked for claims, among the ready tasks.
+func TestAPatchThatEndsAnExpiredLeaseKeepsTheHeldNotBefore(t *testing.T) {
+	t.Parallel()
+	s, clock := newShardEnv(t)
+	c := ctx(t)
+	nine, zero, one := 9, 0, 1
+	must[lease.Task](t)(s.CreateTask(c, lease.CreateTaskParams{TaskID: "later", Priority: &nine}))
+	must[lease.Checkout](t)(s.Checkout(c, lease.CheckoutParams{TaskID: "later", AgentID: "a", Timeout: time.Minute}))
+	nb := clock.Now().Add(time.Hour)
+	must[lease.Task](t)(s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "later", AgentID: "a", SetNotBefore: true, NotBefore: &nb}))
+	clock.Advance(2 * time.Minute)
+	if _, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "later", AgentID: "b", MaxAttempts: &one}); err == nil {
+		t.Fatal("max_attempts 1 after one attempt was accepted")
+	}
+	if got := must[lease.Task](t)(s.GetTask(c, "later")); got.Status != lease.StatusTodo || got.NotBefore == nil || !got.NotBefore.Equal(nb) {
+		t.Fatalf("after the PATCH: status %s, not_before %v; want todo, %v", got.Status, got.NotBefore, nb)
+	}
+	clock.Advance(time.Millisecond)
+	must[lease.Task](t)(s.CreateTask(c, lease.CreateTaskParams{TaskID: "ready", Priority: &zero}))
+	if ids := todoIDs(t, s); !slices.Equal(ids, []string{"ready", "later"}) {
+		t.Fatalf("todo listed %v; want [ready later]: later waits for its not_before an hour ahead", ids)
+	}
+	clock.Advance(time.Hour)
+	if res := must[lease.SweepResult](t)(s.Sweep(c)); res.Ready != 1 {
+		t.Fatalf("sweep after not_before %+v; want later ranked ready", res)
+	}
+	if ids := todoIDs(t, s); !slices.Equal(ids, []string{"later", "ready"}) {
+		t.Fatalf("todo listed %v after not_before passed; want [later ready]", ids)
+	}
+}

@@ -375,6 +375,17 @@ func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) (end
 			}
 		}
 	}
+	// A task waiting for a not_before PATCHed while it was held gets its
+	// delay, as the sweep's ending gives it (sweep.go, sweepEnd), pinned
+	// to that not_before and rank (a PATCH moves them without eseq).
+	switch {
+	case e.exhausted:
+	case cur.NotBefore > ms(now):
+		e.notBefore, e.rank = cur.NotBefore, cur.rank()
+		cond = cond.and(nameNotBefore.Equal(expression.Value(cur.NotBefore)), rankIs(cur.ClaimRank))
+	default:
+		cond = cond.and(readyCond(now))
+	}
 	_, _, ended, err = s.endLease(ctx, cur.TaskID, cond, e, now, types.ReturnValueNone)
 	return ended, err // not applied: someone else moved it; the caller reads again
 }
