@@ -671,3 +671,33 @@ func TestCancellingACancelledTaskWithANotBeforeChangesNothing(t *testing.T) {
 		}
 	}
 }
+
+// A not_before finer than a millisecond is kept as the next millisecond,
+// not the one before: the task must not be granted before the time given.
+// It was truncated, so a checkout in the millisecond before the time got
+// the task.
+func TestASubMillisecondNotBeforeIsNotGrantedEarly(t *testing.T) {
+	t.Parallel()
+	s, clock := newShardEnv(t)
+	c := ctx(t)
+	nb := clock.Now().Add(10*time.Second + 500*time.Microsecond)
+	task := must[lease.Task](t)(s.CreateTask(c, lease.CreateTaskParams{TaskID: "t1", NotBefore: &nb}))
+	if task.NotBefore == nil || task.NotBefore.Before(nb) {
+		t.Fatalf("not_before shown as %v, before the %v given", task.NotBefore, nb)
+	}
+	clock.Advance(10 * time.Second)
+	if _, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "a", Timeout: time.Minute}); !errors.Is(err, lease.ErrNotReady) {
+		t.Fatalf("checkout 500µs before not_before: %v, want ErrNotReady", err)
+	}
+	later := clock.Now().Add(5*time.Second + 250*time.Microsecond)
+	task = must[lease.Task](t)(s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t1", AgentID: "a", SetNotBefore: true, NotBefore: &later}))
+	if task.NotBefore == nil || task.NotBefore.Before(later) {
+		t.Fatalf("PATCHed not_before shown as %v, before the %v given", task.NotBefore, later)
+	}
+	clock.Advance(5 * time.Second)
+	if _, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "a", Timeout: time.Minute}); !errors.Is(err, lease.ErrNotReady) {
+		t.Fatalf("checkout 250µs before the PATCHed not_before: %v, want ErrNotReady", err)
+	}
+	clock.Advance(time.Millisecond)
+	must[lease.Checkout](t)(s.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "a", Timeout: time.Minute}))
+}

@@ -498,7 +498,8 @@ func (s *Store) GetTask(ctx context.Context, taskID string) (Task, error) {
 
 // checkNotBefore checks a not_before given on create or PATCH, and returns
 // it in Unix ms: 0 for none, or for a time not after now (it keeps
-// nothing from being granted).
+// nothing from being granted). A time between two milliseconds is kept as
+// the later one, so that the task is never granted before the time given.
 func checkNotBefore(t *time.Time, now time.Time) (int64, error) {
 	if t == nil || !t.After(now) {
 		return 0, nil
@@ -506,7 +507,11 @@ func checkNotBefore(t *time.Time, now time.Time) (int64, error) {
 	if t.Year() >= 2200 {
 		return 0, invalidField("not_before", CodeInvalidRequest, "not_before must be before the year 2200")
 	}
-	return ms(t.Truncate(time.Millisecond)), nil
+	n := ms(*t)
+	if t.After(time.UnixMilli(n)) {
+		n++
+	}
+	return n, nil
 }
 
 // LockStatus returns the task's live lease, or nil when it is free.
