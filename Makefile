@@ -167,10 +167,10 @@ BENCH_OUT ?=
 
 .PHONY: bench bench-quick chaos fuzz
 
-# BENCH_FLAGS=-no-drain leaves out the queue-drain run (most of a full run's time).
+# BENCH_FLAGS=-no-drain leaves out the queue-drain run.
 BENCH_FLAGS ?=
 
-bench: $(NODE_DEPS) ## Benchmark against dynamolock on one dynalite, full counts (about 20 minutes with the drain; BENCH_OUT=FILE keeps the report)
+bench: $(NODE_DEPS) ## Benchmark against dynamolock on one dynalite, full counts (a few minutes; BENCH_OUT=FILE keeps the report)
 	cd bench && ../$(DYNAMO) $(GO) run ./cmd/bench $(BENCH_FLAGS) $(if $(BENCH_OUT),-out $(abspath $(BENCH_OUT)))
 
 bench-quick: $(NODE_DEPS) ## The same benchmark with small counts (well under a minute)

@@ -33,7 +33,7 @@ func main() {
 	lambdas := flag.Bool("lambdas", true, "measure the Lambda packages")
 	drainOnly := flag.Bool("drain-only", false, "run only the queue-drain benchmark")
 	drainMode := flag.String("drain-mode", "both", "with -drain-only: both, process (one store) or agent (one store per agent)")
-	noDrain := flag.Bool("no-drain", false, "leave out the queue-drain benchmark (it takes most of a full run)")
+	noDrain := flag.Bool("no-drain", false, "leave out the queue-drain benchmark")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
 
