@@ -46,6 +46,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -127,6 +128,12 @@ func main() {
 		err = run(ctx, os.Getenv, log)
 	}
 	stop()
+	if errors.As(err, new(flagError)) {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
 	if err != nil {
 		log.Error("checkout-server", "error", err.Error())
 		os.Exit(1)

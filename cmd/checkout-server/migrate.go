@@ -23,6 +23,14 @@ import (
 	"github.com/checkout-dev/checkout/localstack"
 )
 
+// flagError is a migrate argument the flag package refused, having said
+// why: -h or -help asked for the flags (exit 0), anything else is a usage
+// error (exit 2). Neither is logged.
+type flagError struct{ err error }
+
+func (e flagError) Error() string { return e.err.Error() }
+func (e flagError) Unwrap() error { return e.err }
+
 // migrate is `checkout-server migrate`: it copies the tasks of a table of
 // the earlier schema into today's (lease.Migrate), on the same database the
 // server would use: CHECKOUT_DATA_DIR (a dynalite started for the copy),
@@ -38,7 +46,8 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	fs.SetOutput(stderr)
 	useAWS := fs.Bool("aws", false, "migrate the tables in AWS (default configuration: AWS_REGION, AWS_PROFILE, ...)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		// The flag package has printed what was wrong, and the flags.
+		return flagError{err}
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("checkout-server migrate takes no arguments, got %q", fs.Args())
