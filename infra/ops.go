@@ -242,7 +242,7 @@ func (s *CheckoutStack) operations(cfg Config, accessLogs awslogs.LogGroup) {
 		metric: s.SweepDeadLetters.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}), threshold: 1})
 
 	// Notices the event bus refused or that could not be sent.
-	add(alarmSpec{id: AlarmNoticesFailed, desc: "Notices (TaskAvailable, LeaseEnded, LeaseLost) could not be put on the event bus; the orchestrator missed them.",
+	add(alarmSpec{id: AlarmNoticesFailed, desc: "Notices (TaskAvailable, LeaseEnded, LeaseLost, TaskFailed) could not be put on the event bus; the orchestrator missed them.",
 		metric: custom(deploy.MetricNoticesFailed, "Sum"), threshold: 1})
 
 	// The change stream: how far behind its readers are, their failures,

@@ -520,7 +520,7 @@ func (s *CheckoutStack) outputs(cfg Config) {
 	for _, t := range schema.Tables() {
 		out(title(t.Name)+"TableName", "DynamoDB table "+t.Name, s.Tables[t.Name].TableName())
 	}
-	out("EventBusName", "EventBridge bus with TaskAvailable, LeaseEnded and LeaseLost events (source checkout)", s.EventBus.EventBusName())
+	out("EventBusName", "EventBridge bus with TaskAvailable, LeaseEnded, LeaseLost and TaskFailed events (source checkout)", s.EventBus.EventBusName())
 	out("MintAdminCommand", "Run from a clone of the repository with AWS credentials to create the first admin key (printed once, stored hashed)",
 		jsii.String(MintAdminCommand(cfg.TablePrefix, *s.Stack.Region())))
 	out("AlarmTopicArn", "SNS topic every alarm notifies (subscribe with -c alarmEmail=... or your own subscription)", s.AlarmTopic.TopicArn())
