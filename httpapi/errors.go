@@ -241,6 +241,8 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 		return answer(errorBody{Error: "the request is not valid", Code: errcode.InvalidRequest})
 	case errors.Is(err, lease.ErrBusy):
 		return answer(errBusyBody)
+	case errors.Is(err, lease.ErrStopping):
+		return answer(errorBody{Error: "the service is stopping; retry shortly", Code: errcode.Unavailable})
 	case Unavailable(err):
 		return answer(errUnavailableBody)
 	}

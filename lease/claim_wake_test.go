@@ -213,3 +213,39 @@ func BenchmarkReleaseWhileClaimsWaitElsewhere(b *testing.B) {
 		})
 	}
 }
+
+// EndWaits (a server's shutdown) answers each waiting claim at once with
+// ErrStopping, which the API answers 503 (retry elsewhere), not 404 (there
+// is no work); a claim that does not wait is answered as before, and one
+// that comes later and would wait is not made to.
+func TestEndWaitsAnswersTheWaitingClaimsAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	lease.PollClaims(e.store, time.Hour) // only EndWaits' wake ends the wait
+	c := ctx(t)
+	const waiters = 4
+	errs := make(chan error, waiters)
+	for i := range waiters {
+		go func() {
+			_, err := e.store.Claim(c, lease.ClaimParams{AgentID: fmt.Sprintf("waiter-%d", i), Queues: []string{"idle"}, Wait: 20 * time.Second})
+			errs <- err
+		}()
+	}
+	asleep(t, e.store, waiters)
+	e.store.EndWaits()
+	for range waiters {
+		if err := <-errs; !errors.Is(err, lease.ErrStopping) {
+			t.Errorf("a waiting claim ended with %v, want ErrStopping", err)
+		}
+	}
+	if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "later", Queues: []string{"idle"}, Wait: 20 * time.Second}); !errors.Is(err, lease.ErrStopping) {
+		t.Errorf("a claim that would wait after EndWaits: %v, want ErrStopping", err)
+	}
+	if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "now", Queues: []string{"idle"}}); !errors.Is(err, lease.ErrNoTaskAvailable) {
+		t.Errorf("a claim that does not wait, after EndWaits: %v, want ErrNoTaskAvailable", err)
+	}
+	e.task(t, "t")
+	if got, err := e.store.Claim(c, lease.ClaimParams{AgentID: "late", Wait: 20 * time.Second}); err != nil || got.TaskID != "t" {
+		t.Errorf("a claim that finds a task after EndWaits: %+v, %v; want it granted", got, err)
+	}
+}

@@ -27,6 +27,10 @@ var (
 	// but for a create or PATCH whose own write was made before its
 	// blockers' settling gave up (the change stream settles it then).
 	ErrBusy = errors.New("lease: too many changes at once; retry")
+	// ErrStopping: the process is stopping (Store.EndWaits), so a claim
+	// that would wait is answered at once instead. Nothing was changed;
+	// the caller may retry (another process will serve it).
+	ErrStopping = errors.New("lease: the service is stopping; retry")
 	// ErrTooManyWatchers: the task already has MaxWatchers watchers.
 	ErrTooManyWatchers = errors.New("lease: task has too many watchers")
 	// ErrVersionMismatch: an If-Match version is not the task's.

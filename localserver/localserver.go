@@ -446,12 +446,13 @@ func (s *Server) everyTick(ctx context.Context, every time.Duration, fn func()) 
 
 // Close stops accepting requests, waits for those in flight to be answered
 // (as long as a request may take: the request timeout and 5 s; a waiting
-// claim is answered when its wait ends), then stops the sweep and, if
+// claim is answered 503 unavailable at once), then stops the sweep and, if
 // Start started it, the server's own dynalite.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.shutdownTimeout)
 		defer cancel()
+		s.store.EndWaits() // waiting claims are answered 503 at once
 		s.closeErr = s.http.Shutdown(ctx)
 		<-s.served
 		s.stopSweep()

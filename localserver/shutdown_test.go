@@ -2,6 +2,7 @@ package localserver
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -19,12 +20,14 @@ func (s *Server) inFlight() int {
 }
 
 // Close (SIGINT or SIGTERM in checkout-server) while a claim waits for a
-// task: it waits for the claim to be answered, and returns nil. It used
-// to give up after 10 s, shorter than a claim may wait (20 s) or a request
-// may take (RequestTimeout, 25 s): Close returned "context deadline
-// exceeded", checkout-server exited 1 with it, cutting the claim's
-// connection without an answer, and stopped its dynalite under any write
-// still in flight.
+// task: the claim is answered at once, 503 unavailable with Retry-After
+// (the agent claims again, from the next server), and Close returns nil.
+// Close used to give up after 10 s, shorter than a claim may wait (20 s):
+// checkout-server exited 1 with "context deadline exceeded", cutting the
+// claim's connection without an answer; and then, waiting long enough, it
+// held the stop for the whole wait (longer than many process managers'
+// grace period) to answer 404 no_task_available, which tells an agent
+// there is no work rather than to come back.
 func TestCloseWaitsForTheRequestsInFlight(t *testing.T) {
 	t.Parallel()
 	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: testenv.Endpoint(), TablePrefix: testenv.Prefix()})
@@ -35,7 +38,7 @@ func TestCloseWaitsForTheRequestsInFlight(t *testing.T) {
 
 	answered := make(chan int, 1)
 	go func() {
-		req, _ := http.NewRequest("POST", srv.URL()+"/api/claim", strings.NewReader(`{"queues":["nothing-here"],"wait":"12s"}`))
+		req, _ := http.NewRequest("POST", srv.URL()+"/api/claim", strings.NewReader(`{"queues":["nothing-here"],"wait":"20s"}`))
 		req.Header.Set("Authorization", "Bearer "+srv.AdminKey())
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -43,7 +46,11 @@ func TestCloseWaitsForTheRequestsInFlight(t *testing.T) {
 			answered <- 0
 			return
 		}
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable && (resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), `"code":"unavailable"`)) {
+			t.Errorf("503 without Retry-After or code unavailable: %s %s", resp.Header, body)
+		}
 		answered <- resp.StatusCode
 	}()
 	deadline := time.Now().Add(10 * time.Second)
@@ -59,8 +66,8 @@ func TestCloseWaitsForTheRequestsInFlight(t *testing.T) {
 	}
 	select {
 	case st := <-answered:
-		if st != http.StatusNotFound {
-			t.Fatalf("the waiting claim was answered %d, want 404 no_task_available", st)
+		if st != http.StatusServiceUnavailable {
+			t.Fatalf("the waiting claim was answered %d, want 503 unavailable: the server is stopping", st)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close returned before the claim in flight was answered")

@@ -4,10 +4,10 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -171,7 +171,7 @@ func TestServeAndShutDown(t *testing.T) {
 }
 
 // A second SIGINT or SIGTERM stops the server at once, while the first
-// waits for the requests in flight (a claim waiting for a task, here): it
+// waits for the requests in flight (a create still sending its body): it
 // used to be swallowed, so an impatient Ctrl-C did nothing until the last
 // request was answered.
 func TestSecondSignalStopsAtOnce(t *testing.T) {
@@ -209,18 +209,18 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 		t.Fatal("the server did not start")
 	}
 
-	// A claim that waits 20 s for a task of an empty queue.
-	sent := make(chan struct{})
-	go func() {
-		req, _ := http.NewRequest("POST", url+"/api/claim", strings.NewReader(`{"queues":["nothing-here"],"wait":"20s"}`))
-		req.Header.Set("Authorization", "Bearer "+key)
-		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { close(sent) }}))
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	}()
-	<-sent
-	time.Sleep(300 * time.Millisecond) // for the server to read it
+	// A request in flight: a create whose body is still on its way (the
+	// handler has begun and is reading it). A claim that waits would not
+	// do: a stop answers waiting claims at once.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "POST /api/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{", key); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // for the server to read the headers
 	dynalite := dynaliteChild(t, cmd.Process.Pid)
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -228,7 +228,7 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	}
 	select {
 	case <-exited:
-		t.Fatal("the server stopped at the first signal with a claim in flight; want it to wait for the claim")
+		t.Fatal("the server stopped at the first signal with a request in flight; want it to wait for the request")
 	case <-time.After(time.Second):
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
