@@ -69,6 +69,9 @@ func (hs *harness) send(req *http.Request) result {
 	if ct := res.header.Get("Content-Type"); ct != "application/json" {
 		hs.t.Fatalf("%s %s: Content-Type %q", req.Method, req.URL, ct)
 	}
+	if v := res.header.Get("X-Content-Type-Options"); v != "nosniff" {
+		hs.t.Fatalf("%s %s: X-Content-Type-Options %q, want nosniff (a browser must not take an answer for HTML)", req.Method, req.URL, v)
+	}
 	if err := json.Unmarshal(res.body, &res.json); err != nil {
 		hs.t.Fatalf("%s %s: body is not a JSON object: %v: %s", req.Method, req.URL, err, res.body)
 	}

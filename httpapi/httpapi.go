@@ -504,6 +504,7 @@ func (s *server) writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(data, '\n'))

@@ -82,6 +82,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 		Code  string `json:"code"`
 	}{msg, code})
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
