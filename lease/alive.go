@@ -649,6 +649,14 @@ func (s *Store) leaseLive(ctx context.Context, it *taskItem, now time.Time) (boo
 // the holder's heartbeat (the alive cache, or a consistent read, whose death
 // is then remembered). It returns the heartbeat it judged by (nil when the
 // agent never sent one, or when the death cache answered).
+//
+// The read is judged at the clock read before it, as the death cache
+// remembers it: what it shows was so when it was served, between that
+// clock and any later one. By a clock read after its answer came, the
+// heartbeat's expiry may have passed while a heartbeat that landed after
+// the read kept the agent alive (or made it a return, which ended the
+// lease then, and a takeover that knows no death time stamps its event
+// at its own write, inside the returned agent's life).
 func (s *Store) endedByDeath(ctx context.Context, agentID string, lockedAt int64) (bool, *heartbeatItem, error) {
 	if lockedAt <= s.deaths.endedUpTo(agentID)-clockMargin.Milliseconds() {
 		return true, nil, nil
@@ -671,7 +679,7 @@ func (s *Store) endedByDeath(ctx context.Context, agentID string, lockedAt int64
 		s.deaths.put(agentID, hb.AliveSince)
 	}
 	s.deaths.noteRemoval(agentID, hb, ms(readAt))
-	return !holderAlive(hb, lockedAt, s.clock()), hb, nil
+	return !holderAlive(hb, lockedAt, readAt), hb, nil
 }
 
 // stillDead reports whether agentID is dead by heartbeat now, not back
