@@ -2,6 +2,10 @@ package lease
 
 import "time"
 
+// ClockMargin is the clock skew between processes that heartbeats and
+// the death cache allow for (alive.go).
+const ClockMargin = clockMargin
+
 // SpreadClaims makes s's next claims start from a window of w candidates,
 // as if its recent claims had lost races to claimers elsewhere.
 func SpreadClaims(s *Store, w int) {
