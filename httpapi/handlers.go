@@ -574,6 +574,12 @@ func (s *server) release(w http.ResponseWriter, r *http.Request, p lease.Princip
 	if err != nil {
 		return err
 	}
+	if body.Force {
+		// A force release acts as no holder: it is the admin's own act,
+		// and the trail records it as the caller's, whatever agent_id
+		// names (else it could name a non-admin as the one who forced).
+		h.agentID = p.AgentID
+	}
 	rel, err := s.svc.Release(r.Context(), lease.ReleaseParams{
 		TaskID: taskID, AgentID: h.agentID, RunID: h.runID, Fence: h.fence, Force: body.Force, Reason: body.Reason,
 		Outcome: outcome, Error: body.Error,

@@ -572,3 +572,17 @@ func TestEmptyQueryValuesAreAbsent(t *testing.T) {
 		t.Fatalf("limit=05 reached the service as %d", got.Limit)
 	}
 }
+
+// A force release acts as no holder: it is the admin's own act, recorded
+// as the caller's, even when the body names an agent. Otherwise an admin
+// could put a force release in the trail under any agent's name, a
+// non-admin's included.
+func TestForceReleaseIsTheCallersAct(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t)
+	hs.svc.agents = []lease.Agent{{AgentID: "agent-7", Name: "writer"}}
+	hs.do("POST", "/api/tasks/task-1/release", "ck_admin", `{"force":true,"agent_id":"agent-7","reason":"stuck"}`).expect(t, 200, "")
+	if got := hs.svc.last.(lease.ReleaseParams); !got.Force || got.AgentID != "admin" {
+		t.Fatalf("force release naming agent-7: %+v, want it made as admin", got)
+	}
+}
