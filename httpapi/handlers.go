@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -116,11 +117,14 @@ func (s *server) removeAgent(w http.ResponseWriter, r *http.Request, _ lease.Pri
 	if id == s.opts.AdminID {
 		return errorf(errcode.CannotRemoveAdmin, "agent %s is the built-in admin and cannot be removed", id)
 	}
-	if err := s.svc.RemoveAgent(r.Context(), id); err != nil {
-		return err
-	}
-	if s.opts.OnAgentRemoved != nil {
+	err = s.svc.RemoveAgent(r.Context(), id)
+	if s.opts.OnAgentRemoved != nil && !errors.Is(err, lease.ErrAgentNotFound) {
+		// Also when the removal failed part way: it may have deleted the
+		// key already, and a retry finds no agent to remove.
 		s.opts.OnAgentRemoved(id)
+	}
+	if err != nil {
+		return err
 	}
 	s.writeJSON(w, http.StatusOK, struct {
 		AgentID string `json:"agent_id"`

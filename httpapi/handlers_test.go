@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -584,5 +585,24 @@ func TestForceReleaseIsTheCallersAct(t *testing.T) {
 	hs.do("POST", "/api/tasks/task-1/release", "ck_admin", `{"force":true,"agent_id":"agent-7","reason":"stuck"}`).expect(t, 200, "")
 	if got := hs.svc.last.(lease.ReleaseParams); !got.Force || got.AgentID != "admin" {
 		t.Fatalf("force release naming agent-7: %+v, want it made as admin", got)
+	}
+}
+
+// A removal that fails part way may already have deleted the agent's key
+// (the store deletes it before the agent item and before ending its
+// leases), and a retry then finds no agent (404): the key's cached answer
+// must be dropped at the failure too, or the removed key keeps working for
+// the cache's lifetime on the local server.
+func TestFailedRemovalForgetsTheKey(t *testing.T) {
+	t.Parallel()
+	for _, err := range []error{errBoom, context.Canceled} {
+		hs := newHarness(t)
+		hs.svc.err = err
+		req := httptest.NewRequest("DELETE", "/api/agents/agent-3", nil)
+		req.Header.Set("Authorization", "Bearer ck_admin")
+		hs.h.ServeHTTP(httptest.NewRecorder(), req)
+		if fmt.Sprint(hs.removed) != "[agent-3]" {
+			t.Errorf("removal failing with %v: forgotten %v, want [agent-3]", err, hs.removed)
+		}
 	}
 }

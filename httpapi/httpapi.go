@@ -63,7 +63,8 @@ type Options struct {
 	// removed key at once): no second look.
 	RecheckAdmin auth.Authenticator
 	// OnAgentRemoved is called after an agent is removed, so that a cache of
-	// its key can forget it at once.
+	// its key can forget it at once; also after a removal that failed part
+	// way, which may have deleted the key already.
 	OnAgentRemoved func(agentID string)
 	// AdminID is the agent id of the built-in admin, which cannot be
 	// removed (default DefaultAdminID). Other admins are ordinary agents.
