@@ -187,6 +187,18 @@ func (s *Store) EnsureAgent(ctx context.Context, agentID, name string, admin boo
 	if err != nil {
 		return err
 	}
+	// The key the agent has is deleted first, while the agent item still
+	// names it: a rotation that fails part way and is run again then
+	// still finds the old key, which may have leaked, and ends it.
+	cur, err := getItem[agentItem](ctx, s.db, s.agents, agentKey(agentID))
+	if err != nil {
+		return fmt.Errorf("ensure agent %s: %w", agentID, err)
+	}
+	if cur != nil {
+		if err := s.dropKey(ctx, agentID, cur.KeyHash, a.KeyHash); err != nil {
+			return err
+		}
+	}
 	out, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.agents, Item: item, ReturnValues: types.ReturnValueAllOld})
 	if err != nil {
 		return fmt.Errorf("ensure agent %s: %w", agentID, err)
@@ -202,11 +214,22 @@ func (s *Store) EnsureAgent(ctx context.Context, agentID, name string, admin boo
 		_, err := s.restart(ctx, agentID, fromMS(a.CreatedAt), 0)
 		return err
 	}
+	// A key given to the agent since the read (another rotation) goes too.
 	var old agentItem
-	if attributevalue.UnmarshalMap(out.Attributes, &old) == nil && old.KeyHash != "" && old.KeyHash != a.KeyHash {
-		if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.agents, Key: agentKey(keyItemID(old.KeyHash))}); err != nil {
-			return fmt.Errorf("drop old key of %s: %w", agentID, err)
-		}
+	if attributevalue.UnmarshalMap(out.Attributes, &old) != nil {
+		return nil
+	}
+	return s.dropKey(ctx, agentID, old.KeyHash, a.KeyHash)
+}
+
+// dropKey deletes the key item of hash, agentID's old key, unless it is
+// empty or keep, the key the agent is being given.
+func (s *Store) dropKey(ctx context.Context, agentID, hash, keep string) error {
+	if hash == "" || hash == keep {
+		return nil
+	}
+	if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.agents, Key: agentKey(keyItemID(hash))}); err != nil {
+		return fmt.Errorf("drop old key of %s: %w", agentID, err)
 	}
 	return nil
 }
