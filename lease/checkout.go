@@ -586,9 +586,23 @@ var errDeadCaller = errors.New("lease: caller is dead by heartbeat")
 // since a lease ended by death is ended whether or not a sweep has run. now
 // is read after the heartbeat, for the write, and is not before floor (the
 // latest transition seen on the task).
+//
+// What the read shows was so when it was served, between the clock read
+// before it and now. A heartbeat that ran out in between is ambiguous:
+// served before its expiry, the read may have missed a heartbeat that
+// landed after it and keeps the caller alive, whose lease then lives on
+// (a checkout is refused it: endedByDeath judges the read at the clock
+// before it). So that read is made once more, now that the expiry has
+// passed: one GetItem more, only when the caller's heartbeat runs out
+// while it is read.
 func (s *Store) holderGuard(ctx context.Context, agentID, runID string, fence int64, floor int64) (terms, *heartbeatItem, time.Time, error) {
+	readAt := s.clock()
 	hb, err := s.heartbeat(ctx, agentID)
 	now := s.clockAfter(floor)
+	if err == nil && !hb.dead(readAt) && hb.dead(now) {
+		hb, err = s.heartbeat(ctx, agentID)
+		now = s.clockAfter(floor)
+	}
 	if err != nil {
 		return nil, nil, now, err
 	}

@@ -100,3 +100,61 @@ func TestACheckoutJudgesTheHolderWhenItsHeartbeatWasRead(t *testing.T) {
 		})
 	}
 }
+
+// A holder's renew, release or complete reads the caller's heartbeat too,
+// and what that read shows was so when it was served, not when its answer
+// came. The holder x, alive until epoch+1s, renews at epoch+0.9s; its
+// heartbeat is read, and x heartbeats while the answer is on its way,
+// which comes after that old expiry:
+//
+//   - landing 60 ms before its expiry, the heartbeat is an ordinary one:
+//     x's lease lives on (a checkout by y is refused), so x's renew must
+//     not be told not_checked_out, which stops its work while the lease
+//     goes on blocking the task;
+//   - landing within clockMargin of its expiry, it is a return from the
+//     dead, which ended x's lease: the renew is refused;
+//   - with no heartbeat at all, x was dead when the answer came: refused.
+func TestARenewJudgesTheCallerWhenItsHeartbeatWasRead(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		landed time.Duration // after epoch; 0: no heartbeat
+		live   bool
+	}{{"ordinary", 940 * time.Millisecond, true}, {"return", 985 * time.Millisecond, false}, {"dead", 0, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "t1")
+			must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Second)) // x dies at epoch+1s
+			co := e.checkout(t, "t1", "x", time.Hour)
+			e.clock.Advance(900 * time.Millisecond)
+
+			other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+			db := &slowHeartbeatReadDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), hook: func() {
+				if tc.landed != 0 {
+					e.clock.Advance(tc.landed - 900*time.Millisecond)
+					must[lease.Heartbeat](t)(other.Heartbeat(c, "x", time.Second))
+				}
+				e.clock.Advance(epoch.Add(1001 * time.Millisecond).Sub(e.clock.Now())) // the answer comes at epoch+1.001s
+			}}
+			a := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+			_, err := a.Renew(c, lease.RenewParams{TaskID: "t1", AgentID: "x", Fence: co.Fence})
+			if !db.done {
+				t.Fatal("the renew read no heartbeat")
+			}
+			if tc.live {
+				if err != nil {
+					t.Errorf("x, alive by the heartbeat it sent while its renew read the old one: renew %v", err)
+				}
+				if _, err := other.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "y", Timeout: time.Hour}); !errors.Is(err, lease.ErrCheckedOut) {
+					t.Errorf("checkout by y of x's live lease: %v, want ErrCheckedOut", err)
+				}
+				return
+			}
+			if !errors.Is(err, lease.ErrNotCheckedOut) {
+				t.Errorf("renew of a lease its holder's death ended: %v, want ErrNotCheckedOut", err)
+			}
+			must[lease.Checkout](t)(other.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "y", Timeout: time.Hour}))
+		})
+	}
+}
