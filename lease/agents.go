@@ -174,7 +174,8 @@ func (s *Store) putKey(ctx context.Context, a agentItem) error {
 // key it had. It is idempotent: the local server runs it at every start for
 // the admin key, and mint-admin runs it to create the first admin in AWS.
 // An agent that existed goes on as it was (its heartbeat and leases); one
-// made anew starts clean, as a registration does.
+// made anew starts clean, as a registration does. Of two run at once for
+// one agent with different keys, one may fail (ErrBusy), its key ended.
 func (s *Store) EnsureAgent(ctx context.Context, agentID, name string, admin bool, apiKey string) error {
 	if err := checkAgentID(agentID); err != nil {
 		return err
@@ -211,15 +212,33 @@ func (s *Store) EnsureAgent(ctx context.Context, agentID, name string, admin boo
 		// starts clean (its tombstone would refuse every heartbeat).
 		// Not held back after a removal (ReRegisterAfter): the operator
 		// who mints a key for a removed id means it.
-		_, err := s.restart(ctx, agentID, fromMS(a.CreatedAt), 0)
-		return err
+		if _, err := s.restart(ctx, agentID, fromMS(a.CreatedAt), 0); err != nil {
+			return err
+		}
+	} else {
+		// A key given to the agent since the read (another rotation) goes too.
+		var old agentItem
+		if attributevalue.UnmarshalMap(out.Attributes, &old) == nil {
+			if err := s.dropKey(ctx, agentID, old.KeyHash, a.KeyHash); err != nil {
+				return err
+			}
+		}
 	}
-	// A key given to the agent since the read (another rotation) goes too.
-	var old agentItem
-	if attributevalue.UnmarshalMap(out.Attributes, &old) != nil {
-		return nil
+	// Another rotation (or a removal) that landed after this one's agent
+	// item dropped the key it found there, perhaps before this key's item
+	// was written: if the agent no longer names this key, it is ended
+	// here, or it would stay a working key that no later rotation finds.
+	got, err := getItem[agentItem](ctx, s.db, s.agents, agentKey(agentID))
+	if err != nil {
+		return fmt.Errorf("ensure agent %s: %w", agentID, err)
 	}
-	return s.dropKey(ctx, agentID, old.KeyHash, a.KeyHash)
+	if got == nil || got.KeyHash != a.KeyHash {
+		if err := s.dropKey(ctx, agentID, a.KeyHash, ""); err != nil {
+			return err
+		}
+		return fmt.Errorf("ensure agent %s: another key was given to it, or it was removed, at the same time: %w", agentID, ErrBusy)
+	}
+	return nil
 }
 
 // dropKey deletes the key item of hash, agentID's old key, unless it is

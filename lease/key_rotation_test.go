@@ -3,9 +3,11 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/checkout-dev/checkout/lease"
 )
@@ -48,5 +50,62 @@ func TestKeyRotationFailingPartWayEndsTheOldKey(t *testing.T) {
 	}
 	if p := must[lease.Principal](t)(e.store.Authenticate(c, "third-admin-key-789")); p.AgentID != "admin" || !p.Admin {
 		t.Fatalf("new key: %+v", p)
+	}
+}
+
+// putKeyHookDB runs hook once, before the first PutItem of a key item
+// ("#key#…") is sent: a write slow to land.
+type putKeyHookDB struct {
+	lease.DB
+	hook func()
+	done bool
+}
+
+func (d *putKeyHookDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if id, ok := in.Item["agent_id"].(*types.AttributeValueMemberS); ok && !d.done && strings.HasPrefix(id.Value, "#key#") {
+		d.done = true
+		d.hook()
+	}
+	return d.DB.PutItem(ctx, in, opts...)
+}
+
+// Two rotations of one admin's key at once (two servers started with
+// different keys, or mint-admin run twice): whichever key the agent ends
+// up with, the other must not stay a working key that the agent item no
+// longer names, which no later rotation would end. Here the second
+// rotation runs whole while the first one's key item is on its way.
+func TestConcurrentKeyRotationsLeaveNoKeyBehind(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	if err := e.store.EnsureAgent(c, "admin", "admin", true, "first-admin-key-0000"); err != nil {
+		t.Fatal(err)
+	}
+	db := &putKeyHookDB{DB: e.db, hook: func() {
+		if err := e.store.EnsureAgent(c, "admin", "admin", true, "other-admin-key-2222"); err != nil {
+			t.Errorf("the other rotation: %v", err)
+		}
+	}}
+	slow := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	slowErr := slow.EnsureAgent(c, "admin", "admin", true, "slow-admin-key-11111")
+	if !db.done {
+		t.Fatal("no key item was written")
+	}
+	working := 0
+	for _, k := range []string{"slow-admin-key-11111", "other-admin-key-2222"} {
+		if _, err := e.store.Authenticate(c, k); err == nil {
+			working++
+		}
+	}
+	if working != 1 {
+		t.Errorf("%d of the two rotations' keys work (the slow one answered %v), want 1", working, slowErr)
+	}
+	if err := e.store.EnsureAgent(c, "admin", "admin", true, "third-admin-key-3333"); err != nil {
+		t.Fatal(err)
+	}
+	for _, old := range []string{"first-admin-key-0000", "slow-admin-key-11111", "other-admin-key-2222"} {
+		if p, err := e.store.Authenticate(c, old); !errors.Is(err, lease.ErrUnauthorized) {
+			t.Errorf("key %s still works after a later rotation: %+v, %v", old, p, err)
+		}
 	}
 }
