@@ -329,7 +329,7 @@ func parseNotBefore(v string, now time.Time) (time.Time, error) {
 		return t, nil
 	}
 	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
-		return now.Add(d).Truncate(time.Second), nil
+		return now.Add(d), nil
 	}
 	return time.Time{}, &usageError{fmt.Sprintf("invalid --not-before %q: want an RFC 3339 time such as 2026-03-20T15:00:00Z or a duration from now such as 10m", v)}
 }

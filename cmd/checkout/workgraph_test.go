@@ -290,3 +290,18 @@ func TestStatusOfAFreeTaskSaysWhatItWaitsFor(t *testing.T) {
 		t.Errorf("status --json: exit %d: %s (%d requests)", r.code, r.stdout, len(s.requests()))
 	}
 }
+
+// --not-before as a duration is never earlier than now plus it: the
+// service keeps milliseconds and rounds a finer time up, so the CLI does
+// not truncate it (it used to drop the fraction of a second, making a
+// task ready up to a second before the wait asked for).
+func TestNotBeforeDurationIsNeverEarly(t *testing.T) {
+	now := time.Date(2026, 12, 4, 10, 0, 0, 999_000_000, time.UTC)
+	got, err := parseNotBefore("10m", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := now.Add(10 * time.Minute); got.Before(want) {
+		t.Errorf("--not-before 10m at %v gave %v, before %v", now, got, want)
+	}
+}
