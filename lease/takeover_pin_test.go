@@ -1,0 +1,143 @@
+package lease_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// A takeover of an ended lease is decided on the task as a checkout read
+// it, and its write is pinned to what the decision relied on. These tests
+// land a write in between that read and the takeover's write: the
+// takeover must then fail and the lease be judged again.
+
+// holdWrite arms db so that its next UpdateItem waits, before it is sent,
+// until the returned function is called; that function then waits for
+// done, which the caller closes once the held request has returned.
+// reached is closed when the write is held.
+func holdWrite(db *hookDB) (reached chan struct{}, land func(done <-chan struct{})) {
+	reached, send := make(chan struct{}), make(chan struct{})
+	db.armBefore(func() {
+		close(reached)
+		<-send
+	})
+	return reached, func(done <-chan struct{}) {
+		close(send)
+		<-done
+	}
+}
+
+// A renewal whose time was read before the lease expired and whose write
+// lands after a checkout read the lease as expired extends the lease: the
+// takeover, pinned to the lease's last transition (eseq), fails, and the
+// checkout finds the renewed lease live.
+func TestATakeoverDoesNotEndALeaseRenewedAfterItWasRead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	held := e.checkout(t, "t", "a", time.Minute)
+
+	e.clock.Advance(59 * time.Second)
+	renewer, rdb := delayed(e)
+	reached, land := holdWrite(rdb)
+	renewed := make(chan struct{})
+	var rerr error
+	go func() {
+		defer close(renewed)
+		_, rerr = renewer.Renew(c, lease.RenewParams{TaskID: "t", AgentID: "a", RunID: held.RunID, Timeout: time.Minute})
+	}()
+	<-reached // the renewal's time is read: 1 s before the expiry
+
+	e.clock.Advance(2 * time.Second) // the lease has expired by the clock
+	taker, tdb := delayed(e)
+	tdb.armAfter(func() { land(renewed) }) // after the checkout's first write: the renewal lands
+	_, err := taker.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", Timeout: time.Minute})
+	<-renewed
+	if rerr != nil {
+		t.Fatalf("renewal read before the expiry: %v", rerr)
+	}
+	var ce *lease.ConflictError
+	if !errors.As(err, &ce) || ce.Holder.AgentID != "a" {
+		t.Fatalf("checkout by b after a's renewal landed: %v, want a conflict with a", err)
+	}
+	if got := e.get(t, "t"); got.Checkout == nil || got.Checkout.AgentID != "a" || got.Checkout.Fence != held.Fence {
+		t.Fatalf("task after the renewal: holder %+v, want a's lease, fence %d", got.Checkout, held.Fence)
+	}
+}
+
+// A PATCH that makes the attempt on the task its last (max_attempts down
+// to the attempts used), read while the lease was live and landing after
+// a checkout read the lease as expired: the takeover, conditioned on the
+// attempt not being the last, fails, and the task fails instead of being
+// granted an attempt past its limit.
+func TestATakeoverIsNotGrantedPastAMaxAttemptsLoweredAfterItsRead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "t", MaxAttempts: new(2)})
+	e.checkout(t, "t", "a", time.Minute)
+
+	e.clock.Advance(59 * time.Second)
+	patcher, pdb := delayed(e)
+	reached, land := holdWrite(pdb)
+	patched := make(chan struct{})
+	var perr error
+	go func() {
+		defer close(patched)
+		_, perr = patcher.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "a", MaxAttempts: new(1)})
+	}()
+	<-reached // the PATCH read the lease live
+
+	e.clock.Advance(2 * time.Second)
+	taker, tdb := delayed(e)
+	tdb.armAfter(func() { land(patched) })
+	co, err := taker.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", Timeout: time.Minute})
+	<-patched
+	if perr != nil {
+		t.Fatalf("PATCH read while the lease was live: %v", perr)
+	}
+	var me *lease.StatusMismatchError
+	if !errors.As(err, &me) || me.Status != lease.StatusFailed {
+		t.Fatalf("checkout by b once the expired attempt was made the last: %+v, %v; want the task failed", co, err)
+	}
+	if got := e.get(t, "t"); got.Status != lease.StatusFailed || got.Attempts != 1 || got.MaxAttempts != 1 {
+		t.Fatalf("task: %s, attempts %d of %d; want failed, 1 of 1", got.Status, got.Attempts, got.MaxAttempts)
+	}
+}
+
+// A dependent whose blocker is reopened while its lease has expired
+// unswept is marked by the change stream (waiting_on) between a
+// checkout's read of the expired lease and its takeover: the takeover,
+// conditioned on no mark, fails, and the checkout ends the lease as the
+// sweep would, which blocks the task, and answers blocked.
+func TestATakeoverIsNotGrantedToATaskMarkedAfterItsRead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "a")
+	e.create(t, lease.CreateTaskParams{TaskID: "d", BlockedBy: []string{"a"}})
+	e.complete(t, "a", "x")
+	e.drain(t)
+	e.checkout(t, "d", "r", time.Minute)
+	e.clock.Advance(2 * time.Minute) // d's lease has expired, unswept
+
+	taker, tdb := delayed(e)
+	tdb.armAfter(func() {
+		// After the checkout's first write read the expired lease: a is
+		// reopened, and the change stream marks d.
+		must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "a", AgentID: "x", Status: new(lease.StatusTodo)}))
+		e.drain(t)
+	})
+	co, err := taker.Checkout(c, lease.CheckoutParams{TaskID: "d", AgentID: "y", Timeout: time.Minute})
+	var be *lease.BlockedError
+	if !errors.As(err, &be) || !slices.Equal(blockerIDs(be.BlockedBy), []string{"a=todo"}) {
+		t.Fatalf("checkout of d after a was reopened: %+v, %v; want blocked by a", co, err)
+	}
+	if got := e.get(t, "d"); got.Status != lease.StatusBlocked || got.Checkout != nil {
+		t.Fatalf("d: %s, holder %+v; want blocked, no lease", got.Status, got.Checkout)
+	}
+}
