@@ -355,10 +355,15 @@ func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) (end
 	if cur.LockedAt <= s.deaths.removedUpTo(cur.Holder) {
 		reason = reasonRemoved
 	}
-	cond := pinnedTo(cur).and(nameESeq.Equal(expression.Value(cur.ESeq)))
-	// The attempt failed; if it was the task's last, the task fails (the
-	// condition pins eseq, so attempts are as read).
+	// The attempt failed; if it was the task's last, the task fails. The
+	// condition pins eseq, so attempts are as read, and the limit as
+	// read: a PATCH of max_attempts moves no eseq.
 	e := ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo, failed: true, exhausted: !cur.belowLimit()}
+	limit := belowLimitCond()
+	if e.exhausted {
+		limit = atLimitCond()
+	}
+	cond := pinnedTo(cur).and(nameESeq.Equal(expression.Value(cur.ESeq)), limit)
 	if !cur.leaseTimeValid(now) {
 		e.typ, e.reason = EventTimeout, "lease expired"
 		cond = cond.and(nameExpires.LessThanEqual(expression.Value(ms(now))))
