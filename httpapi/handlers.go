@@ -700,15 +700,14 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, p lease.Principal
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	g, err := s.check(r.Context(), p, body.grantBody, nil)
+	var wait time.Duration
+	g, err := s.check(r.Context(), p, body.grantBody, func() (err error) {
+		if wait, err = duration(body.Wait, 0, lease.WaitRange); err != nil {
+			return err
+		}
+		return lease.CheckClaimQueues(body.Queues)
+	})
 	if err != nil {
-		return err
-	}
-	wait, err := duration(body.Wait, 0, lease.WaitRange)
-	if err != nil {
-		return err
-	}
-	if err := lease.CheckClaimQueues(body.Queues); err != nil {
 		return err
 	}
 	c, err := s.svc.Claim(r.Context(), lease.ClaimParams{

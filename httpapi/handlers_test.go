@@ -105,6 +105,14 @@ func TestParamsReachTheService(t *testing.T) {
 			t.Fatalf("got %+v: %s", got, res.body)
 		}
 		hs.do("POST", "/api/tasks/task-1/checkout", "ck_admin", `{"agent_id":"ghost"}`).expect(t, 404, "agent_not_found")
+		// Bad input is refused before any read: a claim for an unknown agent
+		// with a bad wait or queue is 400, and looks no agent up.
+		before := len(hs.svc.calls)
+		hs.do("POST", "/api/claim", "ck_admin", `{"agent_id":"ghost","wait":"1h"}`).expect(t, 400, "invalid_timeout")
+		hs.do("POST", "/api/claim", "ck_admin", `{"agent_id":"ghost","queues":["no spaces"]}`).expect(t, 400, "invalid_id")
+		if calls := hs.svc.calls[before:]; len(calls) != 0 {
+			t.Fatalf("refused claims called the service: %v", calls)
+		}
 		hs.do("POST", "/api/claim", "ck_admin", `{"agent_id":"agent-7"}`).expect(t, 200, "")
 		if c := hs.svc.last.(lease.ClaimParams); c.AgentID != "agent-7" || c.AgentName != "writer" || c.By != got.By || c.Timeout != 30*time.Minute {
 			t.Fatalf("claim got %+v", c)
