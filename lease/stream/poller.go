@@ -39,7 +39,7 @@ const BatchSize = 100
 
 // Poller reads a table's change stream and hands the records to Handle in
 // order, a batch at a time, as Lambda's event source mapping does. A batch
-// that fails is handed again, whole, on the next poll.
+// that fails is handed again on the next poll, bisected (see limit).
 type Poller struct {
 	Streams   StreamsAPI
 	StreamARN string
@@ -48,6 +48,14 @@ type Poller struct {
 	Log       *slog.Logger
 
 	pos map[string]string // shard -> last applied sequence number
+	// limit is how many records a shard's next batch may have, when
+	// fewer than BatchSize: a failed batch halves it (down to 1), and each
+	// batch applied doubles it back. So a failure that strikes large
+	// batches (one request failing among many, under a fault rate that
+	// fails most of them) does not fail every retry of the same batch for
+	// ever, and the records before one that always fails are applied, as
+	// an event source mapping with BisectBatchOnFunctionError does.
+	limit map[string]int
 }
 
 // Poll applies every record the stream holds now, and returns how many.
@@ -96,7 +104,11 @@ func (p *Poller) pollShard(ctx context.Context, shard string) (int, error) {
 	}
 	n := 0
 	for iter := it.ShardIterator; iter != nil; {
-		out, err := p.Streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(BatchSize)})
+		limit := BatchSize
+		if l, ok := p.limit[shard]; ok {
+			limit = l
+		}
+		out, err := p.Streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(int32(limit))})
 		if err != nil {
 			return n, fmt.Errorf("records of %s: %w", shard, err)
 		}
@@ -108,7 +120,18 @@ func (p *Poller) pollShard(ctx context.Context, shard string) (int, error) {
 			batch.Records[i] = eventRecord(r, p.StreamARN)
 		}
 		if err := p.Handle(WithShard(ctx, shard), batch); err != nil {
+			if p.limit == nil {
+				p.limit = map[string]int{}
+			}
+			p.limit[shard] = max(1, len(batch.Records)/2)
 			return n, fmt.Errorf("handle %d records of %s: %w", len(batch.Records), shard, err)
+		}
+		if limit < BatchSize {
+			if next := 2 * limit; next >= BatchSize {
+				delete(p.limit, shard)
+			} else {
+				p.limit[shard] = next
+			}
 		}
 		last := aws.ToString(out.Records[len(out.Records)-1].Dynamodb.SequenceNumber)
 		if err := p.Saved.Save(ctx, shard, last); err != nil {
@@ -116,7 +139,7 @@ func (p *Poller) pollShard(ctx context.Context, shard string) (int, error) {
 		}
 		p.pos[shard] = last
 		n += len(out.Records)
-		if len(out.Records) < BatchSize {
+		if len(out.Records) < limit {
 			// Caught up with what the shard held when it was read: what
 			// arrives meanwhile waits for the next poll, in one batch,
 			// rather than being handed over a record at a time.
