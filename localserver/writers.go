@@ -14,6 +14,13 @@ import (
 // and waits for every write that started before it. A transition's time
 // is its writer's clock, read after it started; so once barrier returns
 // and the change stream is applied, every event before T is archived.
+//
+// Transitions are stamped in whole milliseconds, and a write that starts
+// after T may still be stamped in T's millisecond, so a reader up to T
+// reads only the milliseconds before T's. T is therefore taken once the
+// clock has left the millisecond barrier was called in: a transition
+// answered before the call, stamped in that millisecond or earlier, is
+// before T's.
 type writers struct {
 	clock  func() time.Time
 	mu     sync.Mutex
@@ -41,9 +48,18 @@ func (w *writers) enter() func() {
 	}
 }
 
-// barrier returns T (see writers) once every write in flight when it was
-// called is done, or false if ctx ends first.
+// barrier returns T (see writers) once the clock has left the millisecond
+// it was called in (at most a millisecond) and every write in flight then
+// is done, or false if ctx ends first.
 func (w *writers) barrier(ctx context.Context) (time.Time, bool) {
+	called := w.clock().UnixMilli()
+	for now := w.clock(); now.UnixMilli() <= called; now = w.clock() {
+		select {
+		case <-time.After(time.UnixMilli(called + 1).Sub(now)):
+		case <-ctx.Done():
+			return time.Time{}, false
+		}
+	}
 	w.mu.Lock()
 	waits := make([]chan struct{}, 0, len(w.active))
 	for _, done := range w.active {
