@@ -2,7 +2,6 @@ package lease_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/checkout-dev/checkout/lease"
 )
@@ -14,29 +13,7 @@ import (
 func TestAnExpiredAttemptIsNotFailedPastAMaxAttemptsRaisedAfterItsRead(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	c := ctx(t)
-	e.create(t, lease.CreateTaskParams{TaskID: "t", MaxAttempts: new(1)})
-	e.checkout(t, "t", "a", time.Minute)
-
-	e.clock.Advance(59 * time.Second)
-	patcher, pdb := delayed(e)
-	reached, land := holdWrite(pdb)
-	patched := make(chan struct{})
-	var perr error
-	go func() {
-		defer close(patched)
-		_, perr = patcher.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "a", MaxAttempts: new(3)})
-	}()
-	<-reached // the PATCH read the lease live
-
-	e.clock.Advance(2 * time.Second)
-	taker, tdb := delayed(e)
-	tdb.armAfter(func() { land(patched) })
-	co, err := taker.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", Timeout: time.Minute})
-	<-patched
-	if perr != nil {
-		t.Fatalf("PATCH read while the lease was live: %v", perr)
-	}
+	co, err := takeoverRacingAMaxAttemptsPatch(t, e, 1, 3)
 	if err != nil || co.AgentID != "b" || co.Attempt != 2 {
 		t.Fatalf("checkout by b once the limit was raised to 3: %+v, %v; want attempt 2", co, err)
 	}

@@ -77,29 +77,7 @@ func TestATakeoverDoesNotEndALeaseRenewedAfterItWasRead(t *testing.T) {
 func TestATakeoverIsNotGrantedPastAMaxAttemptsLoweredAfterItsRead(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	c := ctx(t)
-	e.create(t, lease.CreateTaskParams{TaskID: "t", MaxAttempts: new(2)})
-	e.checkout(t, "t", "a", time.Minute)
-
-	e.clock.Advance(59 * time.Second)
-	patcher, pdb := delayed(e)
-	reached, land := holdWrite(pdb)
-	patched := make(chan struct{})
-	var perr error
-	go func() {
-		defer close(patched)
-		_, perr = patcher.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "a", MaxAttempts: new(1)})
-	}()
-	<-reached // the PATCH read the lease live
-
-	e.clock.Advance(2 * time.Second)
-	taker, tdb := delayed(e)
-	tdb.armAfter(func() { land(patched) })
-	co, err := taker.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", Timeout: time.Minute})
-	<-patched
-	if perr != nil {
-		t.Fatalf("PATCH read while the lease was live: %v", perr)
-	}
+	co, err := takeoverRacingAMaxAttemptsPatch(t, e, 2, 1)
 	var me *lease.StatusMismatchError
 	if !errors.As(err, &me) || me.Status != lease.StatusFailed {
 		t.Fatalf("checkout by b once the expired attempt was made the last: %+v, %v; want the task failed", co, err)
@@ -140,4 +118,36 @@ func TestATakeoverIsNotGrantedToATaskMarkedAfterItsRead(t *testing.T) {
 	if got := e.get(t, "d"); got.Status != lease.StatusBlocked || got.Checkout != nil {
 		t.Fatalf("d: %s, holder %+v; want blocked, no lease", got.Status, got.Checkout)
 	}
+}
+
+// takeoverRacingAMaxAttemptsPatch makes task t (max_attempts from) held
+// by a for a minute; a PATCH of max_attempts to to reads the lease live,
+// and lands after a checkout by b read it expired, just before b's write.
+// It returns b's checkout.
+func takeoverRacingAMaxAttemptsPatch(t *testing.T, e *env, from, to int) (lease.Checkout, error) {
+	t.Helper()
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "t", MaxAttempts: new(from)})
+	e.checkout(t, "t", "a", time.Minute)
+
+	e.clock.Advance(59 * time.Second)
+	patcher, pdb := delayed(e)
+	reached, land := holdWrite(pdb)
+	patched := make(chan struct{})
+	var perr error
+	go func() {
+		defer close(patched)
+		_, perr = patcher.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "a", MaxAttempts: new(to)})
+	}()
+	<-reached // the PATCH read the lease live
+
+	e.clock.Advance(2 * time.Second)
+	taker, tdb := delayed(e)
+	tdb.armAfter(func() { land(patched) })
+	co, err := taker.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", Timeout: time.Minute})
+	<-patched
+	if perr != nil {
+		t.Fatalf("PATCH read while the lease was live: %v", perr)
+	}
+	return co, err
 }
