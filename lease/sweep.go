@@ -389,10 +389,22 @@ func (s *Store) endDeadLease(ctx context.Context, it *taskItem, upTo, at int64, 
 // upTo (Unix ms), recording agent_death (or timeout: endDeadLease) by
 // reason at upTo; a lease that hb (the agent's heartbeat before, read at
 // upTo; nil: none) says ended by an earlier death, by its heartbeat then.
+// An id registered again since is the new agent's from its registration
+// on: only leases locked up to then are ended (as the sweep does).
 func (s *Store) endLeasesOf(ctx context.Context, agentID string, upTo int64, reason string, hb *heartbeatItem) (ended int, err error) {
 	items, err := s.leasesOf(ctx, agentID)
+	if err != nil || len(items) == 0 {
+		return 0, err
+	}
+	// Read after the leases, the heartbeat shows the registration of any
+	// new agent whose lease they show. Its registration's clock, another
+	// process's, may read before upTo.
+	cur, err := s.readHeartbeat(ctx, agentID)
 	if err != nil {
 		return 0, err
+	}
+	if cur != nil && !cur.Removed {
+		upTo = min(upTo, cur.AliveSince)
 	}
 	for i := range items {
 		at, why := upTo, reason
