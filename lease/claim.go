@@ -117,7 +117,9 @@ import (
 // stream has not archived yet), and gets it as it was, ended. The one
 // window left is a first attempt whose write is still in flight when its
 // retry arrives; a client retries only after its first attempt's answer
-// is lost.
+// is lost. A receipt outlives its agent's removal: one made before the id
+// was registered again is the removed agent's (removedAgentsReceipt), and
+// the new agent's claim of that run id is a fresh one.
 
 // Delays.
 //
@@ -1129,10 +1131,12 @@ func (c *claimSpread) unholdLocked(taskID string) {
 func receiptID(agentID, runID string) string { return "#claim#" + agentID + "#" + runID }
 
 // noteClaim adds taskID to the receipt of the agent's named claim, before
-// the claim tries it.
+// the claim tries it. The receipt's first note stamps when it was made.
 func (s *Store) noteClaim(ctx context.Context, agentID, runID, taskID string) error {
+	now := s.clock()
 	upd := expression.Add(expression.Name("tried"), expression.Value(&types.AttributeValueMemberSS{Value: []string{taskID}})).
-		Set(expression.Name("ttl"), expression.Value(s.clock().Add(2*MaxTimeout).Unix()))
+		Set(expression.Name("ttl"), expression.Value(now.Add(2*MaxTimeout).Unix())).
+		Set(expression.Name("created"), expression.IfNotExists(expression.Name("created"), expression.Value(ms(now))))
 	expr, _ := expression.NewBuilder().WithUpdate(upd).Build()
 	if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)),
@@ -1271,6 +1275,66 @@ func (s *Store) grantedBefore(ctx context.Context, agentID, runID string) (Check
 	return s.runLease(ctx, agentID, runID, false)
 }
 
+// receiptItem is a named claim's receipt, as runLease reads it.
+type receiptItem struct {
+	Tried   []string     `dynamodbav:"tried,stringset"`
+	Granted *grantRecord `dynamodbav:"granted"`
+	Created int64        `dynamodbav:"created"`
+	TTL     int64        `dynamodbav:"ttl"`
+}
+
+// madeBefore reports whether the receipt was made before registeredAt, the
+// registration of its agent's id again: then it is the removed agent's.
+// A receipt that keeps a grant is judged by the grant's lock time, as its
+// lease is (removedUpTo): a claim in flight across the registration, whose
+// first note came before it and whose grant after, is the new agent's, as
+// its lease is. One without is judged by when it was made, or, for one of
+// a version that did not stamp it, the latest its last note can have been
+// (its ttl is that note's time plus 2*MaxTimeout, in whole seconds). One
+// made in the very millisecond of the registration is the new agent's, as
+// a watch placed then is.
+func (r receiptItem) madeBefore(registeredAt int64) bool {
+	switch {
+	case r.Granted != nil:
+		return r.Granted.Locked < registeredAt
+	case r.Created != 0:
+		return r.Created < registeredAt
+	}
+	return r.TTL*1000-(2*MaxTimeout).Milliseconds()+999 < registeredAt
+}
+
+// removedAgentsReceipt reports whether rec, the receipt of the run runID
+// of agentID, is a removed agent's (madeBefore the registration of the id
+// again): it outlived the removal, and the agent the id names now, another
+// principal, never made it. It is then deleted, unless a note came since
+// the read (a claim of the new agent made it again), so that the new
+// agent's claim of the run starts a receipt of its own. One read of the
+// agent's heartbeat, only when a receipt is found.
+func (s *Store) removedAgentsReceipt(ctx context.Context, agentID, runID string, rec receiptItem) (bool, error) {
+	hb, err := s.readHeartbeat(ctx, agentID)
+	if err != nil || hb == nil || hb.RegisteredAt == 0 || !rec.madeBefore(hb.RegisteredAt) {
+		return false, err
+	}
+	cond := expression.AttributeNotExists(expression.Name("created"))
+	if rec.Created != 0 {
+		cond = expression.Name("created").Equal(expression.Value(rec.Created))
+	}
+	expr, _ := expression.NewBuilder().WithCondition(cond).Build()
+	_, err = s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)),
+		ConditionExpression:       expr.Condition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	if _, failed := conditionFailed(err); failed {
+		err = nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("delete the claim receipt of removed agent %s: %w", agentID, err)
+	}
+	return true, nil
+}
+
 // runLease reads the run's receipt and finds its lease: the grant it
 // keeps, or, with tried, on the tasks it lists (see claimedBefore).
 func (s *Store) runLease(ctx context.Context, agentID, runID string, tried bool) (Checkout, bool, error) {
@@ -1280,12 +1344,12 @@ func (s *Store) runLease(ctx context.Context, agentID, runID string, tried bool)
 	if err != nil {
 		return Checkout{}, false, fmt.Errorf("claim receipt of %s: %w", agentID, err)
 	}
-	var rec struct {
-		Tried   []string     `dynamodbav:"tried,stringset"`
-		Granted *grantRecord `dynamodbav:"granted"`
-	}
+	var rec receiptItem
 	if len(out.Item) == 0 || attributevalue.UnmarshalMap(out.Item, &rec) != nil {
 		return Checkout{}, false, nil
+	}
+	if removed, err := s.removedAgentsReceipt(ctx, agentID, runID, rec); removed || err != nil {
+		return Checkout{}, false, err
 	}
 	if g := rec.Granted; g != nil {
 		// The grant names its task: the lease is read there as it is now

@@ -39,3 +39,56 @@ func TestAWaitingClaimOfARemovedAgentGetsNoTask(t *testing.T) {
 		t.Fatalf("the task after the removed agent's claim: %s, %d attempts; want todo, none used", got.Status, got.Attempts)
 	}
 }
+
+// A named claim of an id removed and registered again is the new agent's:
+// the receipt the removed agent's claim of the same run id left (kept 48 h)
+// is not its own. Before, the new agent's claim read that receipt and
+// answered the removed agent's ended lease, a lease it never held, and
+// took no task. Its retry must then answer the lease it got.
+func TestAClaimOfAnIdRegisteredAgainIgnoresTheRemovedAgentsReceipt(t *testing.T) {
+	t.Parallel()
+	for _, kept := range []string{"grant kept", "grant lost"} {
+		t.Run(kept, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			q := lease.CreateTaskParams{Queue: "again"}
+			for _, id := range []string{"x", "y"} {
+				q.TaskID = id
+				e.create(t, q)
+			}
+			claim := lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute, Queues: []string{"again"}}
+			must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "a", Name: "a"}))
+			old := e.store
+			if kept == "grant lost" {
+				old = lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+			}
+			first := must[lease.Checkout](t)(old.Claim(c, claim))
+			e.clock.Advance(time.Second)
+			if err := e.store.RemoveAgent(c, "a"); err != nil {
+				t.Fatal(err)
+			}
+			e.clock.Advance(time.Second)
+			must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "a", Name: "a again"}))
+			registered := e.clock.Now()
+			e.clock.Advance(time.Second)
+
+			got := must[lease.Checkout](t)(e.store.Claim(c, claim))
+			if got.Fence == first.Fence && got.TaskID == first.TaskID || got.LockedAt.Before(registered) {
+				t.Fatalf("the claim of the agent registered again answered %s/%d locked %v, the removed agent's lease; want a lease of its own",
+					got.TaskID, got.Fence, got.LockedAt)
+			}
+			if lock := must[*lease.Checkout](t)(e.store.LockStatus(c, got.TaskID)); lock == nil || lock.Fence != got.Fence || lock.AgentID != "a" {
+				t.Fatalf("%s holds %+v, want the new claim's lease %d", got.TaskID, lock, got.Fence)
+			}
+			e.clock.Advance(time.Second)
+			again := must[lease.Checkout](t)(e.store.Claim(c, claim))
+			if again.TaskID != got.TaskID || again.Fence != got.Fence || !again.LockedAt.Equal(got.LockedAt) {
+				t.Fatalf("the retry answered %s/%d, want the new agent's lease %s/%d", again.TaskID, again.Fence, got.TaskID, got.Fence)
+			}
+			if live := must[[]lease.Checkout](t)(e.store.ListCheckouts(c, "a")); len(live) != 1 {
+				t.Fatalf("the agent registered again holds %d leases, want 1: %+v", len(live), live)
+			}
+		})
+	}
+}

@@ -661,6 +661,20 @@ func wholeModelRejects(t *testing.T, start int64) {
 			wStep{claim(0, "c", false), claimed(2, 0, "c", 1)},
 			wStep{claim(0, "c", false), claimed(0, 0, "c", 1)},
 		)},
+		{"an id registered again answered its removed self's claim of the run", false, seq(
+			wStep{claim(0, "c", false), claimed(2, 0, "c", 1)},
+			wStep{wIn{Op: "tick", Now: start + 1}, ok},
+			wStep{wIn{Op: "remove", Agent: 0}, ok},
+			wStep{wIn{Op: "register", Agent: 0}, ok},
+			wStep{claim(0, "c", false), claimed(2, 0, "c", 1)},
+		)},
+		{"an id registered again granted a lease of its own under its removed self's run id", true, seq(
+			wStep{claim(0, "c", false), claimed(2, 0, "c", 1)},
+			wStep{wIn{Op: "tick", Now: start + 1}, ok},
+			wStep{wIn{Op: "remove", Agent: 0}, ok},
+			wStep{wIn{Op: "register", Agent: 0}, ok},
+			wStep{claim(0, "c", false), func() wOut { o := claimed(0, 0, "c", 1); o.Expires++; return o }()},
+		)},
 	} {
 		t.Run(c.what, func(t *testing.T) {
 			if porcupine.CheckOperations(m, c.h) != c.legal {
@@ -1485,7 +1499,7 @@ type wState struct {
 	T         [wTasks]wTask
 	HB        [maxAgents]hbState
 	A         [wAgents]wAgent
-	// Receipts: the grant of every named claim, "agent/run=task:fence:expires:attempt:queue/priority", sorted, ';'-separated.
+	// Receipts: the grant of every named claim, "agent/run=task:fence:locked:expires:attempt:queue/priority", sorted, ';'-separated.
 	Receipts string
 	// Steps: the completions ("c3") and reopens from done ("r3") of tasks
 	// with dependents since the change stream last ran, in order: what it
@@ -2003,6 +2017,7 @@ func (w wState) next(in wIn, out wOut) []wState {
 			return nil
 		}
 		a.Registered, a.Removed, a.RegisteredAt = true, false, w.Now
+		w.dropReceipts(in.Agent, w.Now)
 		if w.HB[in.Agent].Has {
 			// The tombstone becomes an agent not watched yet, alive since now.
 			w.HB[in.Agent] = hbState{Has: true, Exp: math.MaxInt64, Since: w.Now}
@@ -2414,7 +2429,7 @@ func (w wState) claim(in wIn, out wOut) []wState {
 	x.NotBefore, x.Rank = 0, false
 	x.Version++
 	if in.Run != "" {
-		w.keepReceipt(in.Agent, in.Run, out)
+		w.keepReceipt(in.Agent, in.Run, w.Now, out)
 	}
 	return []wState{w}
 }
@@ -2427,7 +2442,8 @@ func (w *wState) receipt(agent int, run string) (wOut, bool) {
 			var o wOut
 			var q string
 			var t int
-			if _, err := fmt.Sscanf(rest, "%d:%d:%d:%d:%s", &t, &o.Fence, &o.Expires, &o.Attempt, &q); err != nil {
+			var locked int64
+			if _, err := fmt.Sscanf(rest, "%d:%d:%d:%d:%d:%s", &t, &o.Fence, &locked, &o.Expires, &o.Attempt, &q); err != nil {
 				panic(err)
 			}
 			o.Kind, o.Task, o.Holder, o.Run = "ok", wTaskID(t), wAgentID(agent), run
@@ -2440,8 +2456,29 @@ func (w *wState) receipt(agent int, run string) (wOut, bool) {
 	return wOut{}, false
 }
 
-func (w *wState) keepReceipt(agent int, run string, o wOut) {
-	r := fmt.Sprintf("%d/%s=%d:%d:%d:%d:%s/%d", agent, run, wTaskN(o.Task), o.Fence, o.Expires, o.Attempt, o.Queue, o.Prio)
+// dropReceipts forgets the receipts of agent's grants locked before
+// registeredAt, its registration again: they are its removed self's, and
+// the agent the id names now claims those run ids afresh.
+func (w *wState) dropReceipts(agent int, registeredAt int64) {
+	prefix := fmt.Sprintf("%d/", agent)
+	all := slices.DeleteFunc(strings.Split(w.Receipts, ";"), func(r string) bool {
+		rest, ok := strings.CutPrefix(r, prefix)
+		if !ok {
+			return r == ""
+		}
+		var t int
+		var fence, locked int64
+		_, grant, _ := strings.Cut(rest, "=")
+		if _, err := fmt.Sscanf(grant, "%d:%d:%d:", &t, &fence, &locked); err != nil {
+			panic(err)
+		}
+		return locked < registeredAt
+	})
+	w.Receipts = strings.Join(all, ";")
+}
+
+func (w *wState) keepReceipt(agent int, run string, locked int64, o wOut) {
+	r := fmt.Sprintf("%d/%s=%d:%d:%d:%d:%d:%s/%d", agent, run, wTaskN(o.Task), o.Fence, locked, o.Expires, o.Attempt, o.Queue, o.Prio)
 	all := append(strings.Split(w.Receipts, ";"), r)
 	all = slices.DeleteFunc(all, func(s string) bool { return s == "" })
 	sort.Strings(all)
