@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -91,5 +92,47 @@ func TestFreeingReadsWatchesOnlyOfAWatchedTask(t *testing.T) {
 	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "old", AgentID: "holder"}))
 	if msgs := e.inbox(t, "w3"); len(msgs) != 1 || msgs[0].TaskID != "old" {
 		t.Errorf("w3's inbox after the freeing of a task from before the flag: %+v, want one message", msgs)
+	}
+}
+
+// A task item from before watch items may carry its watchers in a list of
+// its own (watchers). The ending that frees the task hands that list to
+// the change stream, which tells them, and drops it: they watched for one
+// freeing, and the next one (another agent's lease, never watched) tells
+// them nothing.
+func TestALegacyWatchListIsToldOfOneFreeingOnly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "old")
+	e.checkout(t, "old", "holder", time.Minute)
+	key := map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: "old"}}
+	table := aws.String(e.names.Table(schema.TasksTable))
+	at := strconv.FormatInt(e.clock.Now().UnixMilli(), 10)
+	if _, err := e.db.UpdateItem(c, &dynamodb.UpdateItemInput{TableName: table, Key: key,
+		UpdateExpression:          aws.String("SET watchers = :w"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":w": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"w": &types.AttributeValueMemberN{Value: at}}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Second)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "old", AgentID: "holder"}))
+	if msgs := e.inbox(t, "w"); len(msgs) != 1 || msgs[0].TaskID != "old" {
+		t.Fatalf("w's inbox after the freeing: %+v, want one message", msgs)
+	}
+	out, err := e.db.GetItem(c, &dynamodb.GetItemInput{TableName: table, Key: key, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, ok := out.Item["watchers"]; ok {
+		t.Errorf("the ending kept the watch list: %v", w)
+	}
+
+	e.clock.Advance(time.Second)
+	e.checkout(t, "old", "b", time.Minute)
+	e.clock.Advance(time.Second)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "old", AgentID: "b"}))
+	if msgs := e.inbox(t, "w"); len(msgs) != 1 {
+		t.Fatalf("w's inbox after a second freeing it did not watch for: %+v, want the first message only", msgs)
 	}
 }
