@@ -151,3 +151,48 @@ func takeoverRacingAMaxAttemptsPatch(t *testing.T, e *env, from, to int) (lease.
 	}
 	return co, err
 }
+
+// A PATCH that reads the holder dead ends its lease as the sweep would
+// (endEnded), in a write pinned to the lease's last transition. A renewal
+// read while the holder was alive, which shortens the lease, lands in
+// between: by the ending's write the lease's own expiry has passed, so it
+// ended by that expiry, and is recorded as a timeout, as the sweep
+// records a dead holder's lease that had expired when the death was seen
+// (sweep.go, endDeadLease). Unpinned, the ending recorded the death.
+func TestAnEndingOfADeadHoldersLeaseIsJudgedAfterARenewalLandsFirst(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Second)) // a dies 1 s from now
+	held := e.checkout(t, "t", "a", time.Hour)
+
+	e.clock.Advance(500 * time.Millisecond)
+	renewer, rdb := delayed(e)
+	reached, land := holdWrite(rdb)
+	renewed := make(chan struct{})
+	var rerr error
+	go func() {
+		defer close(renewed)
+		_, rerr = renewer.Renew(c, lease.RenewParams{TaskID: "t", AgentID: "a", RunID: held.RunID, Timeout: time.Second})
+	}()
+	<-reached // a is alive: the renewal's time is read, its lease to expire 1.5 s in
+
+	e.clock.Advance(1500 * time.Millisecond) // a is dead, and the renewed lease would have expired
+	patcher, pdb := delayed(e)
+	pdb.armBefore(func() { land(renewed) }) // before the PATCH's ending of the lease: the renewal lands
+	must[lease.Task](t)(patcher.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "x", MaxAttempts: new(5)}))
+	<-renewed
+	if rerr != nil {
+		t.Fatalf("renewal read while a was alive: %v", rerr)
+	}
+	var ends []lease.EventType
+	for _, ev := range e.events(t, "t") {
+		if ev.Fence == held.Fence && ev.EndsLease() {
+			ends = append(ends, ev.Type)
+		}
+	}
+	if len(ends) != 1 || ends[0] != lease.EventTimeout {
+		t.Fatalf("the lease's endings: %v, want one timeout (its renewed expiry had passed by the ending)", ends)
+	}
+}
