@@ -2,10 +2,16 @@ package lease_test
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 // A claim that is waiting when its agent is removed gets no task: the
@@ -90,5 +96,41 @@ func TestAClaimOfAnIdRegisteredAgainIgnoresTheRemovedAgentsReceipt(t *testing.T)
 				t.Fatalf("the agent registered again holds %d leases, want 1: %+v", len(live), live)
 			}
 		})
+	}
+}
+
+// A receipt written before receipts were stamped (no created) is judged
+// by its ttl, which its last note set to that note's time plus 48 h: one
+// whose last note came before the id was registered again is the removed
+// agent's, and the new agent's claim of its run id is a fresh one.
+func TestAClaimOfAnIdRegisteredAgainIgnoresAnUnstampedReceiptOfTheRemovedAgent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "x", Queue: "unstamped"})
+	must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "a", Name: "a"}))
+	old := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "x", AgentID: "a", RunID: "run-1", Timeout: time.Minute}))
+	ttl := strconv.FormatInt(e.clock.Now().Add(2*lease.MaxTimeout).Unix(), 10)
+	if _, err := e.db.PutItem(c, &dynamodb.PutItemInput{TableName: aws.String(e.names.Table(schema.HeartbeatsTable)), Item: map[string]types.AttributeValue{
+		"agent_id": &types.AttributeValueMemberS{Value: "#claim#a#run-1"},
+		"tried":    &types.AttributeValueMemberSS{Value: []string{"x"}},
+		"ttl":      &types.AttributeValueMemberN{Value: ttl},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Second)
+	if err := e.store.RemoveAgent(c, "a"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Second)
+	must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "a", Name: "a again"}))
+	e.clock.Advance(time.Second)
+	e.drain(t)
+	got := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute, Queues: []string{"unstamped"}}))
+	if got.Fence == old.Fence {
+		t.Fatalf("the claim of the agent registered again answered the removed agent's lease (fence %d)", old.Fence)
+	}
+	if lock := must[*lease.Checkout](t)(e.store.LockStatus(c, "x")); lock == nil || lock.Fence != got.Fence {
+		t.Fatalf("x holds %+v, want the new claim's lease %d", lock, got.Fence)
 	}
 }
