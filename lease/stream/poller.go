@@ -103,17 +103,19 @@ func (p *Poller) pollShard(ctx context.Context, shard string) (int, error) {
 		return 0, fmt.Errorf("shard iterator of %s: %w", shard, err)
 	}
 	n := 0
-	for iter := it.ShardIterator; iter != nil; {
-		limit := BatchSize
-		if l, ok := p.limit[shard]; ok {
-			limit = l
-		}
-		out, err := p.Streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(int32(limit))})
-		if err != nil {
-			return n, fmt.Errorf("records of %s: %w", shard, err)
-		}
-		if len(out.Records) == 0 {
-			return n, nil // caught up (an open shard always has a next iterator)
+	out, limit, err := p.read(ctx, shard, it.ShardIterator)
+	for err == nil && len(out.Records) > 0 { // none: caught up (an open shard always has a next iterator)
+		// A page of fewer records than asked for ends at what the shard
+		// held when it was read, or at the megabyte GetRecords answers at
+		// most: the page after it, read at once, tells which. What arrives
+		// while the handler runs waits for the next poll, in one batch,
+		// rather than being handed over a record at a time.
+		var next *dynamodbstreams.GetRecordsOutput
+		nextLimit := 0
+		if len(out.Records) < limit && out.NextShardIterator != nil {
+			if next, nextLimit, err = p.read(ctx, shard, out.NextShardIterator); err != nil {
+				return n, err
+			}
 		}
 		batch := events.DynamoDBEvent{Records: make([]events.DynamoDBEventRecord, len(out.Records))}
 		for i, r := range out.Records {
@@ -127,10 +129,10 @@ func (p *Poller) pollShard(ctx context.Context, shard string) (int, error) {
 			return n, fmt.Errorf("handle %d records of %s: %w", len(batch.Records), shard, err)
 		}
 		if limit < BatchSize {
-			if next := 2 * limit; next >= BatchSize {
+			if grown := 2 * limit; grown >= BatchSize {
 				delete(p.limit, shard)
 			} else {
-				p.limit[shard] = next
+				p.limit[shard] = grown
 			}
 		}
 		last := aws.ToString(out.Records[len(out.Records)-1].Dynamodb.SequenceNumber)
@@ -139,15 +141,29 @@ func (p *Poller) pollShard(ctx context.Context, shard string) (int, error) {
 		}
 		p.pos[shard] = last
 		n += len(out.Records)
-		if len(out.Records) < limit {
-			// Caught up with what the shard held when it was read: what
-			// arrives meanwhile waits for the next poll, in one batch,
-			// rather than being handed over a record at a time.
-			return n, nil
+		switch {
+		case next != nil:
+			out, limit = next, nextLimit
+		case out.NextShardIterator == nil:
+			return n, nil // a closed shard, read to its end
+		default:
+			out, limit, err = p.read(ctx, shard, out.NextShardIterator)
 		}
-		iter = out.NextShardIterator
 	}
-	return n, nil
+	return n, err
+}
+
+// read reads the page of shard at iter: at most its batch limit.
+func (p *Poller) read(ctx context.Context, shard string, iter *string) (*dynamodbstreams.GetRecordsOutput, int, error) {
+	limit := BatchSize
+	if l, ok := p.limit[shard]; ok {
+		limit = l
+	}
+	out, err := p.Streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(int32(limit))})
+	if err != nil {
+		return nil, 0, fmt.Errorf("records of %s: %w", shard, err)
+	}
+	return out, limit, nil
 }
 
 // Run polls every interval until ctx ends. A failed poll is logged and
