@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -94,5 +95,30 @@ func TestARecordThatAlwaysFailsStopsThePollAtIt(t *testing.T) {
 	}
 	if len(applied) != bad {
 		t.Fatalf("applied %d records, want the %d before the failing one", len(applied), bad)
+	}
+}
+
+// The error of a poll held up by a record that always fails names that
+// record's sequence number, once the batches around it are down to the
+// record alone, so that the log (which says it at every poll) tells the
+// operator which change to look at. It named only the shard.
+func TestARecordThatAlwaysFailsIsNamedInThePollsError(t *testing.T) {
+	t.Parallel()
+	const n, bad = 50, 23
+	p := &Poller{Streams: pagedStream{n: n}, StreamARN: "arn", Saved: MemoryCheckpoints{},
+		Handle: func(_ context.Context, ev events.DynamoDBEvent) error {
+			for _, r := range ev.Records {
+				if i, _ := r.Change.NewImage["i"].Integer(); i == bad {
+					return errors.New("this record always fails")
+				}
+			}
+			return nil
+		}}
+	var err error
+	for range 40 {
+		_, err = p.Poll(context.Background())
+	}
+	if err == nil || !strings.Contains(err.Error(), seqOf(bad)) {
+		t.Fatalf("the poll's error %q does not name the failing record's sequence number %s", err, seqOf(bad))
 	}
 }

@@ -126,7 +126,11 @@ func (p *Poller) pollShard(ctx context.Context, shard string) (int, error) {
 				p.limit = map[string]int{}
 			}
 			p.limit[shard] = max(1, len(batch.Records)/2)
-			return n, fmt.Errorf("handle %d records of %s: %w", len(batch.Records), shard, err)
+			// Named by their sequence numbers: a record that always fails
+			// is retried at every poll, alone once the batches are down to
+			// one, and this says which.
+			first, last := batch.Records[0].Change.SequenceNumber, batch.Records[len(batch.Records)-1].Change.SequenceNumber
+			return n, fmt.Errorf("handle %d records of %s, sequence numbers %s to %s: %w", len(batch.Records), shard, first, last, err)
 		}
 		if limit < BatchSize {
 			if grown := 2 * limit; grown >= BatchSize {
