@@ -111,9 +111,10 @@ var Grants = map[string][]Grant{
 		{Table: schema.EventsTable, Actions: []string{"Query"}},
 	},
 	Inbox: {
-		// UpdateItem: a deleted message is marked, so that a replayed change
-		// cannot bring it back; TTL removes it.
-		{Table: schema.InboxTable, Actions: []string{"Query", "UpdateItem"}},
+		// A deleted message is marked (UpdateItem), given a tombstone
+		// (PutItem), so that a replayed change cannot bring it back, and
+		// deleted (DeleteItem); TTL removes the tombstone.
+		{Table: schema.InboxTable, Actions: []string{"Query", "UpdateItem", "PutItem", "DeleteItem"}},
 		// GetItem: the caller's heartbeat item, whose removal and
 		// registration times hide a message that outlived a removal.
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem"}},
@@ -129,10 +130,12 @@ var Grants = map[string][]Grant{
 		// which a queue's first count adds it to when it is missing.
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem", "UpdateItem"}},
 		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
-		// Messages; Query and DeleteItem: the watches a freeing tells, read
+		// Messages; GetItem: each message written reads its tombstone,
+		// and DeleteItem deletes it again when its agent had deleted it (a
+		// replay). Query and DeleteItem: the watches a freeing tells, read
 		// and then used up.
 		// UpdateItem: a watch placed again after the freeing stays, moved.
-		{Table: schema.InboxTable, Actions: []string{"PutItem", "Query", "DeleteItem", "UpdateItem"}},
+		{Table: schema.InboxTable, Actions: []string{"PutItem", "GetItem", "Query", "DeleteItem", "UpdateItem"}},
 	},
 	// Notices also reads the tasks table's stream (see StreamReaders).
 	Notices: {

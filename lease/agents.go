@@ -405,7 +405,8 @@ func (s *Store) restart(ctx context.Context, agentID string, now time.Time, hold
 	return fromMS(hb.DeadAt).Add(hold), nil
 }
 
-// clearInbox deletes every message of agentID.
+// clearInbox deletes every message of agentID, and the tombstones of those
+// it deleted: all of its partition.
 func (s *Store) clearInbox(ctx context.Context, agentID string) error {
 	msgs, err := queryAll[messageItem](ctx, s.db, s.inbox, "", expression.Key("agent_id").Equal(expression.Value(agentID)))
 	if err != nil {

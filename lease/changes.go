@@ -344,7 +344,17 @@ func noticeID(kind string, e Event) string {
 }
 
 // putMessage writes m unless a message with its id is there already (sent
-// before, or sent and deleted).
+// before), or was deleted by its agent (its tombstone is there).
+//
+// The tombstone is read after the put, when the put wrote the message:
+// a read before it could miss a deletion landing between the read and the
+// put, and the put, finding the id free, would then bring the message
+// back for good. Read after, it is there whenever the deletion came
+// before the put (DeleteMessage puts it before it deletes the message),
+// and the message is deleted again; a deletion after the put deletes what
+// it wrote. So only a replay that follows a deletion shows the message
+// again, for the moment between its put and its delete. That read costs
+// a read unit for every message written, replayed or not.
 func (s *Store) putMessage(ctx context.Context, m messageItem) error {
 	item, err := attributevalue.MarshalMap(m)
 	if err != nil {
@@ -361,6 +371,18 @@ func (s *Store) putMessage(ctx context.Context, m messageItem) error {
 	}
 	if err != nil {
 		return fmt.Errorf("message %s for %s: %w", m.MessageID, m.AgentID, err)
+	}
+	tomb, err := getItem[messageItem](ctx, s.db, s.inbox, tombstoneKey(m.AgentID, m.MessageID))
+	if err != nil {
+		return fmt.Errorf("message %s for %s: read its tombstone: %w", m.MessageID, m.AgentID, err)
+	}
+	if tomb == nil {
+		return nil
+	}
+	key := agentKey(m.AgentID)
+	key["message_id"] = &types.AttributeValueMemberS{Value: m.MessageID}
+	if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.inbox, Key: key}); err != nil {
+		return fmt.Errorf("message %s for %s: delete it again: %w", m.MessageID, m.AgentID, err)
 	}
 	return nil
 }

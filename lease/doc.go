@@ -55,7 +55,8 @@
 //	events      task_id / seq           the audit trail; TTL "ttl"
 //	  by_feed          feed_shard / feed_key     sparse: the fleet feed by time (feed.go)
 //	deadletters event_id / url          webhook deliveries that failed for good (AWS); TTL "ttl"
-//	inbox       agent_id / message_id   task_available and lease_lost messages; watches under
+//	inbox       agent_id / message_id   task_available and lease_lost messages, and deleted ones'
+//	                                    tombstones "~<message_id>" (after them); watches under
 //	                                    "#watch#<task_id>" / agent, beside the stream's records
 //	                                    of the task's freeings ("#freed#<seq>"); dependency edges under
 //	                                    "#deps#<blocker>" / dependent; TTL "ttl"
@@ -215,8 +216,10 @@
 //   - for an ending that frees the task (not a completion, not a takeover),
 //     writes a task_available message to each watcher in the old image,
 //     with an id derived from the freeing, and only if no message with that
-//     id exists: a message its agent has deleted is kept, marked, until its
-//     TTL, so a replay cannot bring it back;
+//     id exists; a message its agent has deleted leaves a tombstone (kept
+//     for the messages' retention), which a write that lands reads, and
+//     finding it deletes the message again, so a replay cannot bring it
+//     back (DeleteMessage, putMessage);
 //   - for an ending that took the lease from its holder without its consent
 //     (lost in changes.go: a timeout, the death of a holder that still
 //     exists, a force release or a cancel by someone else, including the

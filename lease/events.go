@@ -323,7 +323,9 @@ func gapFree(evs []eventItem, after, trimmedBefore int64) int {
 // when there are messages, says which messages belong to a removed agent
 // (watched before the id was registered again, or the id still removed).
 func (s *Store) Inbox(ctx context.Context, agentID string) ([]Message, error) {
-	items, err := queryAll[messageItem](ctx, s.db, s.inbox, "", expression.Key("agent_id").Equal(expression.Value(agentID)))
+	// The messages alone: the tombstones of deleted ones sort after them.
+	unread := expression.Key("agent_id").Equal(expression.Value(agentID)).And(expression.Key("message_id").LessThan(expression.Value(tombstonePrefix)))
+	items, err := queryAll[messageItem](ctx, s.db, s.inbox, "", unread)
 	if err != nil {
 		return nil, err
 	}
@@ -336,7 +338,7 @@ func (s *Store) Inbox(ctx context.Context, agentID string) ([]Message, error) {
 	out := make([]Message, 0, len(items))
 	for _, m := range items {
 		if m.Acked {
-			continue // deleted: kept so that a replayed change cannot bring it back
+			continue // deleted, by a deletion cut short or by an earlier version (DeleteMessage)
 		}
 		if hb != nil && m.WatchedAt != 0 && (hb.Removed || hb.RegisteredAt > m.WatchedAt) {
 			continue // a removed agent's
@@ -358,16 +360,38 @@ func (s *Store) Inbox(ctx context.Context, agentID string) ([]Message, error) {
 
 var messageIDPattern = regexp.MustCompile(`^(lost\.)?[0-9]{13}\.[0-9]{1,19}\.[A-Za-z0-9][A-Za-z0-9._:-]{0,127}(~[0-9]{1,19})?$`)
 
+// tombstonePrefix starts the sort key of a deleted message's tombstone,
+// "~"+its id: after every message id (a digit or "lost." first), so out
+// of the range Inbox reads.
+const tombstonePrefix = "~"
+
+// tombstoneKey is the key of the tombstone of agentID's message messageID.
+func tombstoneKey(agentID, messageID string) map[string]types.AttributeValue {
+	key := agentKey(agentID)
+	key["message_id"] = &types.AttributeValueMemberS{Value: tombstonePrefix + messageID}
+	return key
+}
+
 // DeleteMessage deletes one of the agent's messages.
+//
+// The change stream may replay the freeing that made the message (its id
+// is the freeing's), and that write must not bring it back. So the
+// message is first marked acked, by the write whose condition decides
+// whether there was one to delete; then its tombstone is put beside it,
+// under tombstoneKey; then it is deleted. A replayed write that lands
+// after the deletion finds the tombstone (putMessage) and deletes the
+// message again. The tombstone is out of the range Inbox reads, so an
+// inbox read costs the agent's unread messages only, however many it
+// deleted in the last messageRetention; the deletion costs three write
+// units instead of one. A deletion cut short leaves the message marked,
+// which Inbox skips, as it skips the marked messages of earlier versions
+// (which kept them in place until their TTL: they need no migration).
 func (s *Store) DeleteMessage(ctx context.Context, agentID, messageID string) error {
 	if !messageIDPattern.MatchString(messageID) {
 		return ErrMessageNotFound
 	}
 	key := agentKey(agentID)
 	key["message_id"] = &types.AttributeValueMemberS{Value: messageID}
-	// Marked, not deleted: the change stream may replay the freeing that
-	// made the message, and its write must find the message already there.
-	// TTL deletes it with the rest.
 	cond := expression.AttributeExists(expression.Name("message_id")).And(expression.AttributeNotExists(expression.Name("acked")))
 	expr, _ := expression.NewBuilder().WithCondition(cond).WithUpdate(expression.Set(expression.Name("acked"), expression.Value(true))).Build()
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -381,6 +405,20 @@ func (s *Store) DeleteMessage(ctx context.Context, agentID, messageID string) er
 		return ErrMessageNotFound
 	}
 	if err != nil {
+		return fmt.Errorf("delete message %s: %w", messageID, err)
+	}
+	// The tombstone is kept past any replay (the stream holds a change
+	// for 24 hours), and at least as long as the marked message was kept
+	// before (messageRetention from its freeing). It is marked acked too,
+	// so that an earlier version, which reads the whole partition, skips
+	// it as it skips a deleted message.
+	tomb := tombstoneKey(agentID, messageID)
+	tomb["ttl"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(s.clock().Add(messageRetention).Unix(), 10)}
+	tomb["acked"] = &types.AttributeValueMemberBOOL{Value: true}
+	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.inbox, Item: tomb}); err != nil {
+		return fmt.Errorf("delete message %s: tombstone: %w", messageID, err)
+	}
+	if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.inbox, Key: key}); err != nil {
 		return fmt.Errorf("delete message %s: %w", messageID, err)
 	}
 	return nil

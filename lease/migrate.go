@@ -27,7 +27,9 @@ import (
 // goes into the queue registry, which a todo listing walks. Tasks are
 // never deleted, so a fence copied is a fence kept. The other tables
 // (agents and keys, heartbeats and queue counts, events, inbox) keep their
-// schema and are not touched.
+// schema and are not touched. (Deleted inbox messages of earlier versions,
+// kept in place and marked acked until their TTL, need no move either: an
+// inbox read skips them, and reads past them until they expire.)
 //
 // Each copy is a PutItem conditioned on the task not being in the new table
 // yet, so a migration cut short is run again safely, and a task written to
