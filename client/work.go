@@ -95,7 +95,8 @@ func RenewEvery(d time.Duration) WorkOption { return func(c *workConfig) { c.ren
 
 // CheckLossEvery makes WorkOn and ClaimLoop look in the agent's inbox every
 // d, between renewals, for a lease_lost message about the lease they hold:
-// a force release, a cancel, a timeout or the agent's death then cancels
+// a force release, a cancel, an admin's release or completion for the
+// agent, a timeout or the agent's death then cancels
 // the work within about d plus a second, rather than at the next renewal
 // (a third of the lease's timeout by default). Each look is one GET
 // /api/inbox. Off by default: the renewal alone finds the loss.

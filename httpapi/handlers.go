@@ -503,6 +503,15 @@ type holder struct {
 	fence          int64
 }
 
+// by is who makes h's request when it is not the holder it acts as (an
+// admin acting for another agent, whom the event names), else "".
+func (h holder) by(p lease.Principal) string {
+	if p.AgentID == h.agentID {
+		return ""
+	}
+	return p.AgentID
+}
+
 // checkHolder checks b by lease's rules and resolves the agent the request
 // acts as.
 func (s *server) checkHolder(ctx context.Context, p lease.Principal, b holderBody) (holder, error) {
@@ -541,7 +550,7 @@ func (s *server) renew(w http.ResponseWriter, r *http.Request, p lease.Principal
 	if err != nil {
 		return err
 	}
-	c, err := s.svc.Renew(r.Context(), lease.RenewParams{TaskID: taskID, AgentID: h.agentID, RunID: h.runID, Fence: h.fence, Timeout: timeout})
+	c, err := s.svc.Renew(r.Context(), lease.RenewParams{TaskID: taskID, AgentID: h.agentID, RunID: h.runID, Fence: h.fence, Timeout: timeout, By: h.by(p)})
 	if err != nil {
 		return err
 	}
@@ -586,7 +595,7 @@ func (s *server) release(w http.ResponseWriter, r *http.Request, p lease.Princip
 	}
 	rel, err := s.svc.Release(r.Context(), lease.ReleaseParams{
 		TaskID: taskID, AgentID: h.agentID, RunID: h.runID, Fence: h.fence, Force: body.Force, Reason: body.Reason,
-		Outcome: outcome, Error: body.Error,
+		Outcome: outcome, Error: body.Error, By: h.by(p),
 	})
 	if err != nil {
 		return err
@@ -608,7 +617,7 @@ func (s *server) complete(w http.ResponseWriter, r *http.Request, p lease.Princi
 	if err != nil {
 		return err
 	}
-	t, err := s.svc.Complete(r.Context(), lease.CompleteParams{TaskID: taskID, AgentID: h.agentID, RunID: h.runID, Fence: h.fence})
+	t, err := s.svc.Complete(r.Context(), lease.CompleteParams{TaskID: taskID, AgentID: h.agentID, RunID: h.runID, Fence: h.fence, By: h.by(p)})
 	if err != nil {
 		return err
 	}

@@ -614,3 +614,30 @@ func TestFailedRemovalForgetsTheKey(t *testing.T) {
 		}
 	}
 }
+
+// A renewal, release or completion an admin makes for another agent
+// (agent_id naming it) acts on that agent's lease, and is the admin's act:
+// the service hears who asked (By), so the trail names the admin, not the
+// holder, and the holder is told its lease ended. An agent_id naming the
+// caller itself is the caller's own act.
+func TestHolderRequestsForAnotherAgentAreTheCallersAct(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t)
+	hs.svc.agents = []lease.Agent{{AgentID: "agent-7", Name: "writer"}}
+	hs.do("POST", "/api/tasks/task-1/renew", "ck_admin", `{"agent_id":"agent-7"}`).expect(t, 200, "")
+	if got := hs.svc.last.(lease.RenewParams); got.AgentID != "agent-7" || got.By != "admin" {
+		t.Fatalf("renew for agent-7: %+v, want it for agent-7 by admin", got)
+	}
+	hs.do("POST", "/api/tasks/task-1/release", "ck_admin", `{"agent_id":"agent-7","outcome":"failed"}`).expect(t, 200, "")
+	if got := hs.svc.last.(lease.ReleaseParams); got.AgentID != "agent-7" || got.By != "admin" || got.Force {
+		t.Fatalf("release for agent-7: %+v, want it for agent-7 by admin", got)
+	}
+	hs.do("POST", "/api/tasks/task-1/complete", "ck_admin", `{"agent_id":"agent-7"}`).expect(t, 200, "")
+	if got := hs.svc.last.(lease.CompleteParams); got.AgentID != "agent-7" || got.By != "admin" {
+		t.Fatalf("complete for agent-7: %+v, want it for agent-7 by admin", got)
+	}
+	hs.do("POST", "/api/tasks/task-1/complete", "ck_agent", `{"agent_id":"agent-1"}`).expect(t, 200, "")
+	if got := hs.svc.last.(lease.CompleteParams); got.AgentID != "agent-1" || got.By != "" {
+		t.Fatalf("complete naming the caller itself: %+v, want its own", got)
+	}
+}

@@ -298,15 +298,16 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 // lost reports whether the ending ev took its lease from its holder without
 // the holder's consent, so that the former holder is told (lease_lost): a
 // timeout, the death of a holder that still exists (not its removal),
-// a force release or a cancel by someone else. The holder's own release,
-// completion or cancel tells it nothing it does not know.
+// a force release, or a cancel, release or completion by someone else (an
+// admin acting for the holder). The holder's own release, completion or
+// cancel tells it nothing it does not know.
 func lost(ev eventItem) bool {
 	switch ev.Type {
 	case EventTimeout:
 		return true
 	case EventAgentDeath:
 		return ev.Reason != reasonRemoved
-	case EventForceRelease, EventCancel:
+	case EventForceRelease, EventCancel, EventRelease, EventComplete:
 		return ev.By != ev.AgentID
 	}
 	return false

@@ -448,9 +448,9 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		upd = upd.Remove(expression.Name("reason"))
 	}
 	if p.By != "" {
-		upd = upd.Set(expression.Name("lease_by"), expression.Value(p.By))
+		upd = upd.Set(nameLeaseBy, expression.Value(p.By))
 	} else {
-		upd = upd.Remove(expression.Name("lease_by"))
+		upd = upd.Remove(nameLeaseBy)
 	}
 	if prevReason != "" {
 		upd = upd.Set(expression.Name("prev_reason"), expression.Value(prevReason))
@@ -498,6 +498,10 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 	if err := checkHolder(p.TaskID, p.RunID); err != nil {
 		return Checkout{}, err
 	}
+	by, err := actedBy(p.AgentID, p.By)
+	if err != nil {
+		return Checkout{}, err
+	}
 	if p.Timeout != 0 {
 		if err := TimeoutRange.Check(p.Timeout); err != nil {
 			return Checkout{}, err
@@ -524,13 +528,21 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 		if !again {
 			cond = cond.and(expression.Or(expression.Name("last_op").NotEqual(expression.Value(string(EventRenew))), nameLastAt.NotEqual(expression.Value(ms(now)))))
 		}
+		// lease_by names who renewed when it is not the holder (the
+		// renew event's by); a renewal by the holder takes it off.
+		upd := renewUpdate(now, p.Timeout)
+		if by != p.AgentID {
+			upd = upd.Set(nameLeaseBy, expression.Value(by))
+		} else {
+			upd = upd.Remove(nameLeaseBy)
+		}
 		wctx, sends := countSends(ctx)
-		it, applied, err := s.update(wctx, p.TaskID, cond, renewUpdate(now, p.Timeout), types.ReturnValueAllNew)
+		it, applied, err := s.update(wctx, p.TaskID, cond, upd, types.ReturnValueAllNew)
 		if err != nil {
 			return Checkout{}, err
 		}
 		if !applied && !again && it != nil && it.LastOp == EventRenew && it.LastAt == ms(now) {
-			mine := it.hasLease() && it.Holder == p.AgentID && (p.RunID == "" || it.RunID == p.RunID) && (p.Fence == 0 || it.Fence == p.Fence)
+			mine := it.hasLease() && it.Holder == p.AgentID && it.leaseBy() == by && (p.RunID == "" || it.RunID == p.RunID) && (p.Fence == 0 || it.Fence == p.Fence)
 			if sends.Load() > 1 && mine && it.LeaseExpires == ms(now)+cmp.Or(p.Timeout.Milliseconds(), it.TimeoutMS) {
 				return it.checkout(), nil
 			}
@@ -629,6 +641,11 @@ func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) 
 	if err := CheckOutcome(p.Outcome, p.Error); err != nil {
 		return Released{}, err
 	}
+	by, err := actedBy(p.AgentID, p.By)
+	if err != nil {
+		return Released{}, err
+	}
+	p.By = by
 	if p.Force {
 		if p.Outcome != OutcomeNone {
 			return Released{}, invalidField("outcome", CodeInvalidRequest, "outcome is the holder's to give, not a force release's")
@@ -636,11 +653,10 @@ func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) 
 		return s.forceRelease(ctx, p)
 	}
 	var it *taskItem
-	var err error
 	if p.Outcome == OutcomeFailed {
 		it, err = s.failRelease(ctx, p)
 	} else {
-		e := ending{typ: EventRelease, by: p.AgentID, reason: p.Reason, status: StatusTodo, outcome: p.Outcome}
+		e := ending{typ: EventRelease, by: p.By, reason: p.Reason, status: StatusTodo, outcome: p.Outcome}
 		it, err = s.finish(ctx, p.TaskID, p.AgentID, p.RunID, p.Fence, e)
 	}
 	if err != nil {
@@ -671,12 +687,12 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		// A lease locked at or before its holder's return from the dead
 		// ended by that death: not the caller's to fail (notHolder says so).
 		if err != nil || !mine || !cur.leaseTimeValid(now) || !holderAlive(hb, cur.LockedAt, now) {
-			if replayEnd(cur, EventRelease, OutcomeFailed, p.AgentID, p.RunID, p.Fence) {
+			if replayEnd(cur, EventRelease, OutcomeFailed, p.By, p.AgentID, p.RunID, p.Fence) {
 				return cur, nil
 			}
 			return nil, s.notHolder(ctx, cur, p.AgentID, p.RunID, p.Fence, now, hb)
 		}
-		e := ending{typ: EventRelease, by: p.AgentID, reason: p.Reason, status: StatusTodo,
+		e := ending{typ: EventRelease, by: p.By, reason: p.Reason, status: StatusTodo,
 			failed: true, outcome: OutcomeFailed, errored: p.Error != ""}
 		if !cur.belowLimit() {
 			e.exhausted = true
@@ -724,7 +740,7 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		case lostToLater(it, now):
 			floor = it.LastAt
 			continue
-		case replayEnd(it, EventRelease, OutcomeFailed, p.AgentID, cur.RunID, cur.Fence):
+		case replayEnd(it, EventRelease, OutcomeFailed, p.By, p.AgentID, cur.RunID, cur.Fence):
 			// The lease read ended by this caller's failed release: a
 			// repeat, or this very write sent again (its answer lost).
 			return it, nil
@@ -852,7 +868,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 		if applied {
 			return after, nil
 		}
-		if replayEnd(it, e.typ, e.outcome, agentID, runID, fence) || sends.Load() > 1 && sentAgain(it, e, agentID, runID, fence, now) {
+		if replayEnd(it, e.typ, e.outcome, e.by, agentID, runID, fence) || sends.Load() > 1 && sentAgain(it, e, agentID, runID, fence, now) {
 			return it, nil
 		}
 		return nil, s.notHolder(ctx, it, agentID, runID, fence, now, hb)
@@ -874,12 +890,12 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 		// No live lease, or not the one named: a repeat of a force release
 		// that ended the named one is answered as it was; otherwise it is
 		// not checked out, or another lease is live.
-		if replayEnd(cur, EventForceRelease, OutcomeNone, p.AgentID, p.RunID, p.Fence) {
+		if replayEnd(cur, EventForceRelease, OutcomeNone, p.By, p.AgentID, p.RunID, p.Fence) {
 			return released(cur), nil
 		}
 		err := ErrNotCheckedOut
 		if live {
-			err = &NotHolderError{Holder: cur.checkout(), Caller: p.AgentID}
+			err = &NotHolderError{Holder: cur.checkout(), Caller: p.By}
 		}
 		return s.releasedAgain(ctx, err, p, EventForceRelease)
 	}
@@ -887,7 +903,7 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 	for range retries(ctx) {
 		now := s.clockAfter(floor)
 		cond := pinnedTo(cur).and(nameExpires.GreaterThan(expression.Value(ms(now))))
-		e := ending{typ: EventForceRelease, by: p.AgentID, reason: p.Reason, status: StatusTodo}
+		e := ending{typ: EventForceRelease, by: p.By, reason: p.Reason, status: StatusTodo}
 		it, after, applied, err := s.endLease(ctx, p.TaskID, cond, e, now, types.ReturnValueAllNew)
 		if err != nil {
 			return Released{}, err
@@ -912,16 +928,16 @@ func failedOutcome(o ReleaseOutcome) bool { return o == OutcomeFailed }
 
 // replayEnd reports whether a holder's release or completion that found no
 // lease of its own repeats one that already took effect: the item's last
-// ending is this caller's ending of the very lease the request names (by
-// run id or fence), and, for a release, failed or not as that one was, so the
-// answer to that first attempt was lost and this is the retry. A request
-// that names no lease is never taken for a retry.
-func replayEnd(cur *taskItem, typ EventType, outcome ReleaseOutcome, agentID, runID string, fence int64) bool {
+// ending is this caller's (by's) ending of the very lease the request
+// names (agentID's, by run id or fence), and, for a release, failed or not
+// as that one was, so the answer to that first attempt was lost and this
+// is the retry. A request that names no lease is never taken for a retry.
+func replayEnd(cur *taskItem, typ EventType, outcome ReleaseOutcome, by, agentID, runID string, fence int64) bool {
 	if cur == nil || runID == "" && fence == 0 {
 		return false
 	}
 	r := cur.endRecord
-	return r.EndSeq != 0 && r.EndType == typ && (typ != EventRelease || failedOutcome(r.EndOutcome) == failedOutcome(outcome)) && r.EndBy == agentID &&
+	return r.EndSeq != 0 && r.EndType == typ && (typ != EventRelease || failedOutcome(r.EndOutcome) == failedOutcome(outcome)) && r.EndBy == by &&
 		(typ == EventForceRelease || r.EndAgent == agentID) &&
 		(runID == "" || r.EndRun == runID) && (fence == 0 || r.EndFence == fence)
 }
@@ -938,7 +954,7 @@ func sentAgain(it *taskItem, e ending, agentID, runID string, fence int64, now t
 		return false
 	}
 	r := it.endRecord
-	return r.EndSeq != 0 && r.EndSeq == it.ESeq && r.EndAt == ms(now) && r.EndType == e.typ && r.EndBy == agentID && r.EndAgent == agentID &&
+	return r.EndSeq != 0 && r.EndSeq == it.ESeq && r.EndAt == ms(now) && r.EndType == e.typ && r.EndBy == e.by && r.EndAgent == agentID &&
 		(e.typ != EventRelease || failedOutcome(r.EndOutcome) == failedOutcome(e.outcome)) &&
 		(runID == "" || r.EndRun == runID) && (fence == 0 || r.EndFence == fence)
 }
@@ -958,15 +974,15 @@ func sentAgain(it *taskItem, e ending, agentID, runID string, fence int64, now t
 // maxRepeatScan bounds the events a repeat looks through.
 const maxRepeatScan = 1000
 
-// archivedEnding returns the ending of typ by agentID of the lease
+// archivedEnding returns the ending of typ by `by` of agentID's lease
 // runID/fence (at least one given) in taskID's trail, or nil.
-func (s *Store) archivedEnding(ctx context.Context, taskID string, typ EventType, outcome ReleaseOutcome, agentID, runID string, fence int64) (*eventItem, error) {
+func (s *Store) archivedEnding(ctx context.Context, taskID string, typ EventType, outcome ReleaseOutcome, by, agentID, runID string, fence int64) (*eventItem, error) {
 	var found *eventItem
 	seen := 0
 	err := queryNewestFirst(ctx, s.db, s.events, expression.Key("task_id").Equal(expression.Value(taskID)), 100, func(ev *eventItem) bool {
 		ours := (runID == "" || ev.RunID == runID) && (fence == 0 || ev.Fence == fence)
 		switch {
-		case ours && ev.Type == typ && ev.By == agentID && (typ == EventForceRelease || ev.AgentID == agentID):
+		case ours && ev.Type == typ && ev.By == by && (typ == EventForceRelease || ev.AgentID == agentID):
 			if typ == EventRelease && failedOutcome(ev.Outcome) != failedOutcome(outcome) {
 				return false // this lease's ending, with another outcome
 			}
@@ -984,12 +1000,12 @@ func (s *Store) archivedEnding(ctx context.Context, taskID string, typ EventType
 
 // repeatedEnding is the archived ending a refused holder's request repeats
 // (see "A repeat after a later ending"), or nil and the refusal err.
-func (s *Store) repeatedEnding(ctx context.Context, err error, taskID string, typ EventType, outcome ReleaseOutcome, agentID, runID string, fence int64) (*eventItem, error) {
+func (s *Store) repeatedEnding(ctx context.Context, err error, taskID string, typ EventType, outcome ReleaseOutcome, by, agentID, runID string, fence int64) (*eventItem, error) {
 	var nh *NotHolderError
 	if runID == "" && fence == 0 || !errors.Is(err, ErrNotCheckedOut) && !errors.As(err, &nh) {
 		return nil, err
 	}
-	ev, lerr := s.archivedEnding(ctx, taskID, typ, outcome, agentID, runID, fence)
+	ev, lerr := s.archivedEnding(ctx, taskID, typ, outcome, by, agentID, runID, fence)
 	if lerr != nil {
 		return nil, lerr
 	}
@@ -1006,7 +1022,7 @@ func (s *Store) releasedAgain(ctx context.Context, err error, p ReleaseParams, t
 	if typ != EventRelease {
 		outcome = OutcomeNone
 	}
-	ev, err := s.repeatedEnding(ctx, err, p.TaskID, typ, outcome, p.AgentID, p.RunID, p.Fence)
+	ev, err := s.repeatedEnding(ctx, err, p.TaskID, typ, outcome, p.By, p.AgentID, p.RunID, p.Fence)
 	if ev == nil {
 		return Released{}, err
 	}
@@ -1029,10 +1045,14 @@ func (s *Store) Complete(ctx context.Context, p CompleteParams) (Task, error) {
 	if err := checkHolder(p.TaskID, p.RunID); err != nil {
 		return Task{}, err
 	}
-	it, err := s.finish(ctx, p.TaskID, p.AgentID, p.RunID, p.Fence, ending{typ: EventComplete, by: p.AgentID, status: StatusDone})
+	by, err := actedBy(p.AgentID, p.By)
+	if err != nil {
+		return Task{}, err
+	}
+	it, err := s.finish(ctx, p.TaskID, p.AgentID, p.RunID, p.Fence, ending{typ: EventComplete, by: by, status: StatusDone})
 	fromTrail := false
 	if err != nil {
-		ev, err := s.repeatedEnding(ctx, err, p.TaskID, EventComplete, OutcomeNone, p.AgentID, p.RunID, p.Fence)
+		ev, err := s.repeatedEnding(ctx, err, p.TaskID, EventComplete, OutcomeNone, by, p.AgentID, p.RunID, p.Fence)
 		if ev == nil {
 			return Task{}, err
 		}

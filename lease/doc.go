@@ -222,7 +222,8 @@
 //     back (DeleteMessage, putMessage);
 //   - for an ending that took the lease from its holder without its consent
 //     (lost in changes.go: a timeout, the death of a holder that still
-//     exists, a force release or a cancel by someone else, including the
+//     exists, a force release, or a cancel, release or completion by
+//     someone else (an admin acting for the holder), including the
 //     timeout or death a takeover records in prev_*), writes the former
 //     holder one lease_lost message, "lost."+ the ending's message id, only
 //     if absent, as for task_available; it keeps the lease's locked_at (less

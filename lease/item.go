@@ -71,8 +71,9 @@ type taskItem struct {
 	TimeoutMS    int64  `dynamodbav:"timeout_ms,omitempty"`
 	Reason       string `dynamodbav:"reason,omitempty"`
 	LeaseShard   string `dynamodbav:"lease_shard,omitempty"`
-	// LeaseBy is the agent that asked for the lease when it is not the
-	// holder (an admin acting for it): its checkout event's by.
+	// LeaseBy is the agent that made the lease's latest transition, its
+	// grant or a renewal, when it is not the holder (an admin acting for
+	// it): that checkout or renew event's by.
 	LeaseBy string `dynamodbav:"lease_by,omitempty"`
 
 	// LeaseSeq is the seq of the lease's checkout event.
@@ -448,6 +449,10 @@ func (t *taskItem) replacedCheckout() Checkout {
 	}
 }
 
+// leaseBy is who made the lease's latest grant or renewal: the holder, or
+// the admin who acted for it.
+func (t *taskItem) leaseBy() string { return cmp.Or(t.LeaseBy, t.Holder) }
+
 // itemEvent is an event that a task item's latest write recorded. frees
 // says the task became available by it (or failed), so watchers are
 // told; takeover that it is the end of a lease a checkout took over.
@@ -507,7 +512,7 @@ func (t *taskItem) latestEvents() []itemEvent {
 			}
 			out = append(out, itemEvent{eventItem: eventItem{
 				TaskID: t.TaskID, Seq: t.ESeq, PrevSeq: prev, PrevAt: prevAt, Type: EventCheckout, AgentID: t.Holder, RunID: t.RunID,
-				Fence: t.Fence, At: t.LockedAt, By: cmp.Or(t.LeaseBy, t.Holder), Reason: t.Reason,
+				Fence: t.Fence, At: t.LockedAt, By: t.leaseBy(), Reason: t.Reason,
 			}})
 		}
 		return out
@@ -517,7 +522,7 @@ func (t *taskItem) latestEvents() []itemEvent {
 		}
 		return []itemEvent{{eventItem: eventItem{
 			TaskID: t.TaskID, Seq: t.ESeq, PrevSeq: t.ESeq - 1, PrevAt: t.PriorAt, Type: EventRenew, AgentID: t.Holder, RunID: t.RunID,
-			Fence: t.Fence, At: t.LastAt, By: t.Holder,
+			Fence: t.Fence, At: t.LastAt, By: t.leaseBy(),
 		}}}
 	case EventUnblocked:
 		return []itemEvent{{eventItem: eventItem{

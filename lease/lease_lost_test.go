@@ -25,7 +25,8 @@ func (e *env) lostMessages(t *testing.T, agentID string) []lease.Message {
 
 // A lease that ends without its holder's consent tells the former holder,
 // once, in its inbox and by a LeaseLost notice; one the holder ends itself
-// tells it nothing.
+// tells it nothing. A release or completion an admin makes for the holder
+// is not the holder's own: it is told, as for a force release.
 func TestFormerHolderIsToldOfALostLease(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -59,11 +60,23 @@ func TestFormerHolderIsToldOfALostLease(t *testing.T) {
 		{"cancel by an admin", func(t *testing.T, e *env, co lease.Checkout) {
 			must[lease.Task](t)(e.store.UpdateTask(ctx(t), lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: new(lease.StatusCancelled)}))
 		}, lease.EventCancel},
+		{"release by an admin for the holder", func(t *testing.T, e *env, co lease.Checkout) {
+			must[lease.Released](t)(e.store.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "holder", By: "admin"}))
+		}, lease.EventRelease},
+		{"failed release by an admin for the holder", func(t *testing.T, e *env, co lease.Checkout) {
+			must[lease.Released](t)(e.store.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "holder", By: "admin", Outcome: lease.OutcomeFailed}))
+		}, lease.EventRelease},
+		{"completion by an admin for the holder", func(t *testing.T, e *env, co lease.Checkout) {
+			must[lease.Task](t)(e.store.Complete(ctx(t), lease.CompleteParams{TaskID: "t", AgentID: "holder", By: "admin"}))
+		}, lease.EventComplete},
 		{"own release", func(t *testing.T, e *env, co lease.Checkout) {
 			must[lease.Released](t)(e.store.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "holder"}))
 		}, ""},
 		{"own completion", func(t *testing.T, e *env, co lease.Checkout) {
 			must[lease.Task](t)(e.store.Complete(ctx(t), lease.CompleteParams{TaskID: "t", AgentID: "holder"}))
+		}, ""},
+		{"own release naming itself as by", func(t *testing.T, e *env, co lease.Checkout) {
+			must[lease.Released](t)(e.store.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "holder", By: "holder"}))
 		}, ""},
 		{"own cancel", func(t *testing.T, e *env, co lease.Checkout) {
 			must[lease.Task](t)(e.store.UpdateTask(ctx(t), lease.UpdateTaskParams{TaskID: "t", AgentID: "holder", Status: new(lease.StatusCancelled)}))

@@ -285,6 +285,9 @@ var (
 	nameFence   = expression.Name("fence")
 	nameESeq    = expression.Name("eseq")
 	nameVersion = expression.Name("version")
+	// nameLeaseBy names who made the lease's latest grant or renewal
+	// when it is not the holder.
+	nameLeaseBy = expression.Name("lease_by")
 	// nameClaimShard is the claim index's partition key, present only on
 	// claimable tasks.
 	nameClaimShard = expression.Name("claim_shard")

@@ -241,8 +241,8 @@ type Message struct {
 	Type      string // MessageTaskAvailable or MessageLeaseLost
 	TaskID    string
 	// Reason is the ending's event type: for task_available what freed
-	// the task; for lease_lost timeout, agent_death, force_release or
-	// cancel.
+	// the task; for lease_lost timeout, agent_death, force_release,
+	// cancel, or release or complete (by an admin for the holder).
 	Reason string
 	At     time.Time
 	// Fence and RunID name the ended lease (0 and "" where the message
@@ -262,7 +262,8 @@ const (
 	// MessageTaskAvailable tells a watcher that a task became available.
 	MessageTaskAvailable = "task_available"
 	// MessageLeaseLost tells a former holder that its lease ended other
-	// than by its own release, completion or cancel.
+	// than by its own release, completion or cancel (one an admin made
+	// for it is not its own).
 	MessageLeaseLost = "lease_lost"
 )
 
@@ -393,6 +394,9 @@ type RenewParams struct {
 	RunID   string        // optional: must match when given
 	Fence   int64         // optional: must match when non-zero
 	Timeout time.Duration // default: the lease's own timeout
+	// By is the agent that asked when it is not AgentID (an admin acting
+	// for the holder): the renew event names it as by.
+	By string
 }
 
 type ReleaseParams struct {
@@ -408,6 +412,10 @@ type ReleaseParams struct {
 	// (Error, up to MaxErrorLen, says what went wrong).
 	Outcome ReleaseOutcome
 	Error   string
+	// By is the agent that asked when it is not AgentID (an admin acting
+	// for the holder): the release event names it as by, and the holder
+	// is told (lease_lost). A force release is By's act, else AgentID's.
+	By string
 }
 
 type CompleteParams struct {
@@ -415,6 +423,9 @@ type CompleteParams struct {
 	AgentID string
 	RunID   string
 	Fence   int64
+	// By is the agent that asked when it is not AgentID, as in
+	// ReleaseParams.
+	By string
 }
 
 type ClaimParams struct {

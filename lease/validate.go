@@ -598,3 +598,12 @@ func checkHolder(taskID, runID string) error {
 	}
 	return nil
 }
+
+// actedBy is who makes a holder's request for agentID, whom its event names
+// as by: by (an admin acting for the holder) when given, else the holder.
+func actedBy(agentID, by string) (string, error) {
+	if by == "" || by == agentID {
+		return agentID, nil
+	}
+	return by, CheckID("by", by)
+}
