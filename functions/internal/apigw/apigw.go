@@ -75,6 +75,11 @@ func Handler(h http.Handler) func(context.Context, events.APIGatewayV2HTTPReques
 			}
 		}()
 		h.ServeHTTP(w, req)
+		if req.Method == http.MethodHead {
+			// Answered as GET, without the body (RFC 9110, 9.3.2), as
+			// net/http answers it locally.
+			w.body.Reset()
+		}
 		return w.response(), nil
 	}
 }

@@ -357,3 +357,27 @@ func FuzzHandler(f *testing.F) {
 		}
 	})
 }
+
+// A HEAD request is answered as GET without the body (RFC 9110, 9.3.2), as
+// the local server's net/http answers it: no route names HEAD, so in AWS
+// it reaches the health function through $default.
+func TestHeadIsAnsweredWithoutTheBody(t *testing.T) {
+	t.Parallel()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"ok":true}`)
+	})
+	ev := events.APIGatewayV2HTTPRequest{RouteKey: "$default", RawPath: "/healthz"}
+	ev.RequestContext.HTTP.Method = "HEAD"
+	resp, err := Handler(mux)(context.Background(), ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.Body != "" || resp.IsBase64Encoded {
+		t.Fatalf("HEAD /healthz: status %d, body %q (base64 %v), want 200 and no body", resp.StatusCode, resp.Body, resp.IsBase64Encoded)
+	}
+	if resp.Headers["Content-Type"] != "application/json" {
+		t.Errorf("HEAD /healthz: Content-Type %q, want the GET's", resp.Headers["Content-Type"])
+	}
+}
