@@ -247,6 +247,9 @@ func (a *app) client() (*client.Client, *settings, error) {
 	if err := checkAgent(s.agent); err != nil {
 		return nil, nil, err
 	}
+	if err := checkRunID(s.runID); err != nil {
+		return nil, nil, err
+	}
 	if s.key.value == "" {
 		return nil, nil, &usageError{"no API key: set CHECKOUT_API_KEY, pass --api-key, or use a profile (see checkout config --help)"}
 	}
@@ -796,13 +799,26 @@ func (a *app) inboxCmd() *cobra.Command {
 					// "Ready at" only when a message has it: a task left
 					// waiting by its freeing (a failed attempt's retry delay).
 					waits := slices.ContainsFunc(msgs, func(m client.Message) bool { return m.NotBefore != nil })
+					// "Fence" and "Run" when a lease was lost: which of the
+					// agent's leases of the task it was.
+					lost := slices.ContainsFunc(msgs, func(m client.Message) bool { return m.Type == client.MessageLeaseLost })
 					head := []string{"Message", "Task", "Type", "Reason", "At"}
+					if lost {
+						head = append(head, "Fence", "Run")
+					}
 					if waits {
 						head = append(head, "Ready at")
 					}
 					rows := make([][]string, len(msgs))
 					for i, m := range msgs {
 						rows[i] = []string{m.MessageID, m.TaskID, m.Type, orDash(m.Reason), stamp(m.At)}
+						if lost {
+							fence := "-"
+							if m.Fence != 0 {
+								fence = strconv.FormatInt(m.Fence, 10)
+							}
+							rows[i] = append(rows[i], fence, orDash(m.RunID))
+						}
 						if waits {
 							ready := "-"
 							if m.NotBefore != nil {

@@ -197,6 +197,15 @@ func checkAgent(a setting) error {
 	return nil
 }
 
+// checkRunID checks the run id the command acts under, naming where it came
+// from: the server's run_id error cannot say that CHECKOUT_RUN_ID was set.
+func checkRunID(r setting) error {
+	if r.value != "" && !lease.ValidID(r.value) {
+		return &usageError{fmt.Sprintf("invalid run id %q (from %s): a run id is 1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit", r.value, r.from)}
+	}
+	return nil
+}
+
 // checkKey refuses a key no request can carry: a control character (a
 // newline copied along with it, say) would fail every request as Go's
 // "invalid header field value", which read like an unreachable server.

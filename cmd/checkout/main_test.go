@@ -496,3 +496,35 @@ func TestConfigShowsAMalformedAgent(t *testing.T) {
 		t.Errorf("release with CHECKOUT_AGENT=\"bad id\": exit %d\n%s", r.code, r.stderr)
 	}
 }
+
+// A malformed run id is refused before any request, naming where it came
+// from: the server's run_id error would not say that CHECKOUT_RUN_ID was
+// the culprit.
+func TestMalformedRunIDNamesItsSource(t *testing.T) {
+	t.Parallel()
+	env := []string{"CHECKOUT_RUN_ID=bad run", "CHECKOUT_API_KEY=ck_some-key-0000000000", "CHECKOUT_URL=http://127.0.0.1:9"}
+	r := runCLIEnv(t, env, "release", "task-1")
+	if r.code != 2 || !strings.Contains(r.stderr, `invalid run id "bad run" (from CHECKOUT_RUN_ID)`) {
+		t.Errorf("release with CHECKOUT_RUN_ID=\"bad run\": exit %d\n%s", r.code, r.stderr)
+	}
+	r = runCLIEnv(t, env[1:], "release", "task-1", "--run-id", "bad/run")
+	if r.code != 2 || !strings.Contains(r.stderr, `invalid run id "bad/run" (from --run-id)`) {
+		t.Errorf("release --run-id bad/run: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// The inbox shows which lease a lease_lost message is about (its fence and
+// run id), as --json does: an agent running several runs on one task over
+// time must tell them apart.
+func TestInboxShowsTheLostLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.task(t, "task-1", "")
+	tr := &transcript{t: t, e: e}
+	tr.run("agent-c3d4", 0, "task-1", "--run-id", "run-first")
+	tr.run("admin", 0, "release", "task-1", "--force", "--reason", "stuck")
+	r := tr.run("agent-c3d4", 0, "inbox")
+	if !strings.Contains(r.stdout, "lease_lost") || !regexp.MustCompile(`\|\s*1\s*\|\s*run-first\s*\|`).MatchString(r.stdout) {
+		t.Errorf("inbox does not show the lost lease's fence 1 and run run-first:\n%s", r.stdout)
+	}
+}
