@@ -61,6 +61,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/checkout-dev/checkout/internal/envcheck"
 	"github.com/checkout-dev/checkout/internal/webhook"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
@@ -112,6 +113,9 @@ func main() {
 	if levelErr != nil {
 		log.Error("checkout-server", "error", levelErr.Error())
 		os.Exit(1)
+	}
+	for _, s := range envcheck.Slips(os.Environ(), envcheck.Server) {
+		log.Warn("not a setting: ignored", "variable", s.Name, "did_you_mean", s.Meant)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// The first signal stops the server gracefully, which may take as long

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"encoding/json"
 	"log/slog"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/checkout-dev/checkout/internal/testenv"
 )
 
 // LOG_LEVEL is one of slog's levels (any case), or unset for info; anything
@@ -77,5 +82,33 @@ func TestBadAddressPrefixAndEndpointAreRefused(t *testing.T) {
 				t.Errorf("%s=%q: %v", k, v, err)
 			}
 		}
+	}
+}
+
+// A misspelled setting is logged, with the setting it is close to, before
+// anything starts: CHECKOUT_ADMN_KEY would otherwise be ignored and a new
+// admin key generated in its place.
+func TestMisspelledSettingIsLogged(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Binary(t, "github.com/checkout-dev/checkout/cmd/checkout-server")
+	cmd := exec.Command(bin)
+	// A bad address stops the server right after its settings are read.
+	cmd.Env = append(os.Environ(), "CHECKOUT_ADMN_KEY=ck_misspelled-admin-key", "CHECKOUT_ADDR=bogus", "CHECKOUT_URL=http://127.0.0.1:3100")
+	out, _ := cmd.CombinedOutput()
+	var found bool
+	for line := range strings.Lines(string(out)) {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil {
+			continue
+		}
+		if m["variable"] == "CHECKOUT_URL" {
+			t.Errorf("the CLI's setting is reported: %s", line)
+		}
+		if m["level"] == "WARN" && m["variable"] == "CHECKOUT_ADMN_KEY" && m["did_you_mean"] == "CHECKOUT_ADMIN_KEY" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no warning naming CHECKOUT_ADMN_KEY and CHECKOUT_ADMIN_KEY in:\n%s", out)
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/checkout-dev/checkout/internal/envcheck"
+
 	// Zone names work under TZ on hosts without a zone database.
 	_ "time/tzdata"
 )
@@ -24,6 +26,9 @@ import (
 const defaultURL = "http://127.0.0.1:3100"
 
 func main() {
+	for _, s := range envcheck.Slips(os.Environ(), envcheck.CLI) {
+		fmt.Fprintf(os.Stderr, "checkout: warning: %s is not a setting and is ignored; did you mean %s?\n", s.Name, s.Meant)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()

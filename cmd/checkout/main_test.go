@@ -528,3 +528,15 @@ func TestInboxShowsTheLostLease(t *testing.T) {
 		t.Errorf("inbox does not show the lost lease's fence 1 and run run-first:\n%s", r.stdout)
 	}
 }
+
+// A misspelled setting is named on standard error with the one it is
+// close to: otherwise it is ignored without a word, and the command acts
+// as someone else, or against another server, than the user meant.
+func TestMisspelledSettingIsNamed(t *testing.T) {
+	t.Parallel()
+	r := runCLIEnv(t, []string{"CHECKOUT_AGNT=agent-a1b2", "CHECKOUT_ADDR=127.0.0.1:3100"}, "config")
+	want := "checkout: warning: CHECKOUT_AGNT is not a setting and is ignored; did you mean CHECKOUT_AGENT?\n"
+	if r.code != 0 || r.stderr != want {
+		t.Errorf("config with CHECKOUT_AGNT set: exit %d, stderr %q, want %q", r.code, r.stderr, want)
+	}
+}
