@@ -198,8 +198,8 @@ type Heartbeat struct {
 // Message is an inbox message: a watched task became available
 // (MessageTaskAvailable), or a lease of the caller's ended without its
 // consent (MessageLeaseLost, with Reason timeout, agent_death,
-// force_release, cancel, or release or complete by an admin acting for
-// the agent).
+// force_release or cancel; an admin's release or completion for the
+// agent is a force_release).
 type Message struct {
 	MessageID string    `json:"message_id"`
 	Type      string    `json:"type"`

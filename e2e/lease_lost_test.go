@@ -63,7 +63,7 @@ func TestAdminActingForTheHolderIsRecordedAndTold(t *testing.T) {
 	msgs := e.inbox(t, holder)
 	equal(t, "holder's messages", len(msgs), 1)
 	equal(t, "type", msgs[0]["type"], "lease_lost")
-	equal(t, "reason", msgs[0]["reason"], "release")
+	equal(t, "reason", msgs[0]["reason"], "force_release")
 	equal(t, "fence", msgs[0]["fence"], co.Num("fence"))
 	var trail []string
 	for _, ev := range e.must(t, 200, "GET", "/api/tasks/t1/events", holder, nil).List("events") {
@@ -76,7 +76,7 @@ func TestAdminActingForTheHolderIsRecordedAndTold(t *testing.T) {
 	e.must(t, 200, "POST", "/api/tasks/t2/complete", e.admin, map[string]any{"agent_id": "holder"})
 	msgs = e.inbox(t, holder)
 	equal(t, "holder's messages after the completion", len(msgs), 1)
-	equal(t, "the completion's reason", msgs[0]["reason"], "complete")
+	equal(t, "the completion's reason", msgs[0]["reason"], "force_release")
 	evs := e.must(t, 200, "GET", "/api/tasks/t2/events", holder, nil).List("events")
 	equal(t, "the completion's by", evs[len(evs)-1]["by"], "admin")
 }

@@ -220,7 +220,7 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 				lockedAt--
 				msgs = append(msgs, messageItem{
 					AgentID: ev.AgentID, MessageID: lostMessageID(ev.eventItem), Type: MessageLeaseLost,
-					TaskID: ev.TaskID, Reason: string(ev.Type), At: ev.At, Fence: ev.Fence, RunID: ev.RunID,
+					TaskID: ev.TaskID, Reason: string(lostReason(ev.eventItem)), At: ev.At, Fence: ev.Fence, RunID: ev.RunID,
 					TTL: fromMS(ev.At).Add(messageRetention).Unix(), WatchedAt: lockedAt,
 				})
 			}
@@ -301,6 +301,18 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 // a force release, or a cancel, release or completion by someone else (an
 // admin acting for the holder). The holder's own release, completion or
 // cancel tells it nothing it does not know.
+// lostReason is the reason a lease_lost message about the ending ev gives:
+// its type, but for a release or completion an admin made for the holder,
+// which is a force_release to the holder (API.md names four reasons:
+// timeout, agent_death, force_release and cancel). The trail keeps the
+// event's own type.
+func lostReason(ev eventItem) EventType {
+	if ev.Type == EventRelease || ev.Type == EventComplete {
+		return EventForceRelease
+	}
+	return ev.Type
+}
+
 func lost(ev eventItem) bool {
 	switch ev.Type {
 	case EventTimeout:

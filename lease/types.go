@@ -241,8 +241,9 @@ type Message struct {
 	Type      string // MessageTaskAvailable or MessageLeaseLost
 	TaskID    string
 	// Reason is the ending's event type: for task_available what freed
-	// the task; for lease_lost timeout, agent_death, force_release,
-	// cancel, or release or complete (by an admin for the holder).
+	// the task; for lease_lost timeout, agent_death, force_release or
+	// cancel (a release or completion an admin made for the holder is a
+	// force_release to it).
 	Reason string
 	At     time.Time
 	// Fence and RunID name the ended lease (0 and "" where the message

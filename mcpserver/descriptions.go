@@ -61,7 +61,7 @@ const descGetTask = `Show one task: its title, status, times, its live lease if 
 
 const descWatch = `Ask to be told when a task that another agent holds becomes available (released, its lease ends, or, for a blocked task, its last blocker is done). One task_available message then arrives in read_inbox; the watch is used up. Meanwhile work on something else.`
 
-const descInbox = `Read your inbox, oldest first, up to limit (default {default_list_limit}): one task_available message for each watched task that became available, and one lease_lost message for each lease of yours that ended without you (reason timeout, agent_death, force_release, cancel, or release or complete by an admin acting for you). For task_available: try checkout_task on its task_id (someone may have taken it first). For lease_lost: stop working on that task, your lease on it (fence) is gone. Then ack_message its message_id so it is not shown again. Read-only.`
+const descInbox = `Read your inbox, oldest first, up to limit (default {default_list_limit}): one task_available message for each watched task that became available, and one lease_lost message for each lease of yours that ended without you (reason timeout, agent_death, force_release or cancel; an admin's release or completion for you is a force_release). For task_available: try checkout_task on its task_id (someone may have taken it first). For lease_lost: stop working on that task, your lease on it (fence) is gone. Then ack_message its message_id so it is not shown again. Read-only.`
 
 const descAck = `Delete an inbox message you have acted on, by its message_id from read_inbox, so that it is not shown again.`
 
