@@ -69,8 +69,10 @@ var Grants = map[string][]Grant{
 		// PutItem, DeleteItem: a dependency's edge, put when a task names
 		// its blocker and deleted when it no longer does (Query: a task's
 		// dependents; GetItem: whether a task names a blocker that already
-		// blocks the most tasks one may).
-		{Table: schema.InboxTable, Actions: []string{"Query", "GetItem", "UpdateItem", "PutItem", "DeleteItem"}},
+		// blocks the most tasks one may). A watch placed after a freeing
+		// tells its watcher itself: PutItem the message, BatchGetItem its
+		// tombstone, DeleteItem it again if the agent had deleted it.
+		{Table: schema.InboxTable, Actions: []string{"Query", "GetItem", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem"}},
 	},
 	Checkouts: {
 		{Table: schema.TasksTableV1, Actions: []string{"GetItem"}},
@@ -90,8 +92,12 @@ var Grants = map[string][]Grant{
 		// Query: a named claim's retry whose receipt lost its grant finds it
 		// in the tried tasks' trails.
 		{Table: schema.EventsTable, Actions: []string{"Query"}},
-		// A conflict that asks to watch: read the task's watches, place one.
-		{Table: schema.InboxTable, Actions: []string{"Query", "UpdateItem"}},
+		// A conflict that asks to watch: read the task's watches, place
+		// one; and when the task was freed between the conflict and the
+		// watch, tell the watcher itself (PutItem the message,
+		// BatchGetItem its tombstone, DeleteItem it again if the agent
+		// had deleted it).
+		{Table: schema.InboxTable, Actions: []string{"Query", "UpdateItem", "PutItem", "BatchGetItem", "DeleteItem"}},
 	},
 	// Claim is the checkouts function's code serving POST /api/claim alone
 	// (see Claim), and needs less: a claim creates no task and watches
@@ -130,12 +136,12 @@ var Grants = map[string][]Grant{
 		// which a queue's first count adds it to when it is missing.
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem", "UpdateItem"}},
 		{Table: schema.EventsTable, Actions: []string{"BatchWriteItem"}},
-		// Messages; GetItem: each message written reads its tombstone,
-		// and DeleteItem deletes it again when its agent had deleted it (a
-		// replay). Query and DeleteItem: the watches a freeing tells, read
-		// and then used up.
+		// Messages; BatchGetItem: the tombstones of the messages a batch
+		// wrote, and DeleteItem deletes a message again when its agent
+		// had deleted it (a replay). Query and DeleteItem: the watches a
+		// freeing tells, read and then used up.
 		// UpdateItem: a watch placed again after the freeing stays, moved.
-		{Table: schema.InboxTable, Actions: []string{"PutItem", "GetItem", "Query", "DeleteItem", "UpdateItem"}},
+		{Table: schema.InboxTable, Actions: []string{"PutItem", "BatchGetItem", "Query", "DeleteItem", "UpdateItem"}},
 	},
 	// Notices also reads the tasks table's stream (see StreamReaders).
 	Notices: {

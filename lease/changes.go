@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -269,10 +270,8 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 	if err := s.countQueues(ctx, slices.DeleteFunc(slices.Clone(changes), migrated)); err != nil {
 		return err
 	}
-	for _, m := range msgs {
-		if err := s.putMessage(ctx, m); err != nil {
-			return err
-		}
+	if err := s.putMessages(ctx, msgs); err != nil {
+		return err
 	}
 	if err := fw.drop(ctx); err != nil {
 		return err
@@ -356,46 +355,63 @@ func noticeID(kind string, e Event) string {
 	return fmt.Sprintf("%s:%d:%s", e.TaskID, e.Seq, kind)
 }
 
-// putMessage writes m unless a message with its id is there already (sent
-// before), or was deleted by its agent (its tombstone is there).
+// putMessages writes each of msgs unless a message with its id is there
+// already (sent before), or was deleted by its agent (its tombstone is
+// there).
 //
-// The tombstone is read after the put, when the put wrote the message:
-// a read before it could miss a deletion landing between the read and the
+// The tombstones are read after the puts, of the messages the puts wrote:
+// a read before could miss a deletion landing between the read and the
 // put, and the put, finding the id free, would then bring the message
-// back for good. Read after, it is there whenever the deletion came
-// before the put (DeleteMessage puts it before it deletes the message),
-// and the message is deleted again; a deletion after the put deletes what
-// it wrote. So only a replay that follows a deletion shows the message
-// again, for the moment between its put and its delete. That read costs
-// a read unit for every message written, replayed or not.
-func (s *Store) putMessage(ctx context.Context, m messageItem) error {
-	item, err := attributevalue.MarshalMap(m)
-	if err != nil {
-		return err
+// back for good. Read after, a tombstone is there whenever the deletion
+// came before the put (DeleteMessage puts it before it deletes the
+// message), and the message is deleted again; a deletion after the put
+// deletes what it wrote. So only a replay that follows a deletion shows
+// the message again, for the moment between its put and its delete. The
+// read costs a read unit for every message written, replayed or not, in
+// one BatchGetItem for up to 100 of them.
+func (s *Store) putMessages(ctx context.Context, msgs []messageItem) error {
+	var written []messageItem
+	for _, m := range msgs {
+		item, err := attributevalue.MarshalMap(m)
+		if err != nil {
+			return err
+		}
+		expr, _ := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("message_id"))).Build()
+		_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName: &s.inbox, Item: item,
+			ConditionExpression:      expr.Condition(),
+			ExpressionAttributeNames: expr.Names(),
+		})
+		if _, failed := conditionFailed(err); failed {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("message %s for %s: %w", m.MessageID, m.AgentID, err)
+		}
+		written = append(written, m)
 	}
-	expr, _ := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("message_id"))).Build()
-	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: &s.inbox, Item: item,
-		ConditionExpression:      expr.Condition(),
-		ExpressionAttributeNames: expr.Names(),
-	})
-	if _, failed := conditionFailed(err); failed {
+	if len(written) == 0 {
 		return nil
 	}
+	var keys []map[string]types.AttributeValue
+	seen := map[[2]string]bool{}
+	for _, m := range written {
+		if k := [2]string{m.AgentID, m.MessageID}; !seen[k] {
+			seen[k] = true
+			keys = append(keys, tombstoneKey(m.AgentID, m.MessageID))
+		}
+	}
+	tombs, err := batchGet[messageItem](ctx, s.db, s.inbox, keys, "agent_id, message_id", nil)
 	if err != nil {
-		return fmt.Errorf("message %s for %s: %w", m.MessageID, m.AgentID, err)
+		return fmt.Errorf("read the tombstones of %d messages: %w", len(written), err)
 	}
-	tomb, err := getItem[messageItem](ctx, s.db, s.inbox, tombstoneKey(m.AgentID, m.MessageID))
-	if err != nil {
-		return fmt.Errorf("message %s for %s: read its tombstone: %w", m.MessageID, m.AgentID, err)
-	}
-	if tomb == nil {
-		return nil
-	}
-	key := agentKey(m.AgentID)
-	key["message_id"] = &types.AttributeValueMemberS{Value: m.MessageID}
-	if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.inbox, Key: key}); err != nil {
-		return fmt.Errorf("message %s for %s: delete it again: %w", m.MessageID, m.AgentID, err)
+	for _, tomb := range tombs {
+		key := agentKey(tomb.AgentID)
+		id := strings.TrimPrefix(tomb.MessageID, tombstonePrefix)
+		key["message_id"] = &types.AttributeValueMemberS{Value: id}
+		if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.inbox, Key: key}); err != nil {
+			return fmt.Errorf("message %s for %s: delete it again: %w", id, tomb.AgentID, err)
+		}
 	}
 	return nil
 }

@@ -219,7 +219,7 @@
 //     id exists; a message its agent has deleted leaves a tombstone (kept
 //     for the messages' retention), which a write that lands reads, and
 //     finding it deletes the message again, so a replay cannot bring it
-//     back (DeleteMessage, putMessage);
+//     back (DeleteMessage, putMessages);
 //   - for an ending that took the lease from its holder without its consent
 //     (lost in changes.go: a timeout, the death of a holder that still
 //     exists, a force release, or a cancel, release or completion by

@@ -379,7 +379,7 @@ func tombstoneKey(agentID, messageID string) map[string]types.AttributeValue {
 // message is first marked acked, by the write whose condition decides
 // whether there was one to delete; then its tombstone is put beside it,
 // under tombstoneKey; then it is deleted. A replayed write that lands
-// after the deletion finds the tombstone (putMessage) and deletes the
+// after the deletion finds the tombstone (putMessages) and deletes the
 // message again. The tombstone is out of the range Inbox reads, so an
 // inbox read costs the agent's unread messages only, however many it
 // deleted in the last messageRetention; the deletion costs three write

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -255,5 +256,68 @@ func TestRemovingAnAgentLeavesNothingOfItsInbox(t *testing.T) {
 	}
 	if items := e.inboxItems(t, "gone"); len(items) != 0 {
 		t.Fatalf("after the removal the agent's inbox partition holds %d items: %v", len(items), items)
+	}
+}
+
+// inboxCallsDB counts the calls made on the inbox table, by operation.
+type inboxCallsDB struct {
+	lease.DB
+	table string
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (d *inboxCallsDB) count(op, table string) {
+	if table == d.table {
+		d.mu.Lock()
+		d.calls[op]++
+		d.mu.Unlock()
+	}
+}
+
+func (d *inboxCallsDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	d.count("GetItem", *in.TableName)
+	return d.DB.GetItem(ctx, in, opt...)
+}
+
+func (d *inboxCallsDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	d.count("PutItem", *in.TableName)
+	return d.DB.PutItem(ctx, in, opt...)
+}
+
+func (d *inboxCallsDB) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	for table := range in.RequestItems {
+		d.count("BatchGetItem", table)
+	}
+	return d.DB.BatchGetItem(ctx, in, opt...)
+}
+
+// The tombstones of the messages a batch writes are read together, one
+// BatchGetItem for up to 100, not one GetItem each: a freeing that tells
+// twenty watchers makes twenty puts and one read of their tombstones.
+func TestTheTombstonesOfABatchsMessagesAreReadTogether(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	const watchers = 20
+	e.task(t, "t")
+	e.checkout(t, "t", "holder", time.Minute)
+	for i := range watchers {
+		if err := e.store.Watch(c, "t", fmt.Sprintf("w%02d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.drain(t)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "holder"}))
+	db := &inboxCallsDB{DB: e.db, table: e.names.Table(schema.InboxTable), calls: map[string]int{}}
+	e.deliver(t, db, e.capture(t))
+	for i := range watchers {
+		if msgs := e.inbox(t, fmt.Sprintf("w%02d", i)); len(msgs) != 1 {
+			t.Fatalf("w%02d's inbox: %+v, want one message", i, msgs)
+		}
+	}
+	// (The puts are the messages and the record of the freeing's watches.)
+	if db.calls["PutItem"] < watchers || db.calls["GetItem"] != 0 || db.calls["BatchGetItem"] != 1 {
+		t.Fatalf("calls on the inbox table: %v, want a PutItem a message, one BatchGetItem, no GetItem", db.calls)
 	}
 }

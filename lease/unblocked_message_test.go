@@ -11,7 +11,7 @@ import (
 // behind the item's last_at is stamped at that last_at: doc.go, "Time
 // only moves forward") each tell a watcher who watched before each of them:
 // two messages. An unblocked event names no lease (fence 0), so
-// both freeings' message ids were "<at>.0.<task>", and putMessage wrote
+// both freeings' message ids were "<at>.0.<task>", and putMessages wrote
 // the second only if no message with that id existed.
 func TestEachUnblockingInOneMillisecondTellsTheWatcher(t *testing.T) {
 	t.Parallel()

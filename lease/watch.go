@@ -86,7 +86,7 @@ import (
 //     first's read); the stream tells it, as above. Some:
 //     the first of them is the first freeing after the place (the stream
 //     records a task's freeings in order), so the watcher writes that
-//     freeing's message itself, with the id the stream uses (putMessage
+//     freeing's message itself, with the id the stream uses (putMessages
 //     writes an id once, so if the stream also saw the watch there is
 //     still one message), and uses the place up as dropWatch does, then
 //     does the same for the watch's next place, if any.
@@ -331,7 +331,7 @@ func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (
 // stream may have handled without seeing w, and then never tells it (see
 // "Placing a watch in the past"). It tells them as the stream would have:
 // each place of w by the first freeing after it, with that freeing's
-// message id (putMessage writes an id once, so the stream, had it seen w,
+// message id (putMessages writes an id once, so the stream, had it seen w,
 // wrote the same message), and uses the place up as the stream does.
 func (s *Store) settleWatch(ctx context.Context, taskID string, w watchItem) error {
 	freed, err := s.freedAfter(ctx, taskID, w.ESeq)
@@ -429,11 +429,11 @@ func (s *Store) tellWatcher(ctx context.Context, agentID string, at int64, ev ev
 	if err != nil || len(told) == 0 {
 		return err
 	}
-	return s.putMessage(ctx, messageItem{
+	return s.putMessages(ctx, []messageItem{{
 		AgentID: agentID, MessageID: messageID(ev), Type: MessageTaskAvailable,
 		TaskID: ev.TaskID, Reason: string(ev.Type), At: ev.At, Fence: ev.Fence, RunID: ev.RunID,
 		TTL: fromMS(ev.At).Add(messageRetention).Unix(), WatchedAt: at, NotBefore: notBefore,
-	})
+	}})
 }
 
 // markWatched sets the task's watched flag, so that its freeings from now
