@@ -44,16 +44,52 @@ func TestCheckoutsFunctionReadsEveryRegistryPage(t *testing.T) {
 // each call deploy.Grants does not grant fn (AWS would deny it).
 func storeOf(t *testing.T, fn string) (store *lease.Store, env Env, checkGrants func()) {
 	t.Helper()
-	env = Env{TablePrefix: testenv.Tables(t).Prefix}
-	used := &usage{prefix: env.TablePrefix}
-	store = NewStore(used.client(fn), nil, env, slog.New(slog.DiscardHandler))
-	return store, env, func() {
-		t.Helper()
-		used.mu.Lock()
-		defer used.mu.Unlock()
-		for c := range used.calls[fn] {
+	g := newGrantCheck(t)
+	return g.store(fn, nil), g.env, g.check
+}
+
+// grantCheck records the DynamoDB calls of the stores functions build on
+// tables of the test's own, for several functions sharing those tables.
+type grantCheck struct {
+	t    *testing.T
+	env  Env
+	used *usage
+}
+
+func newGrantCheck(t *testing.T) *grantCheck {
+	t.Helper()
+	env := Env{TablePrefix: testenv.Tables(t).Prefix}
+	return &grantCheck{t: t, env: env, used: &usage{prefix: env.TablePrefix}}
+}
+
+// store is a store as function fn builds it, whose calls are recorded;
+// wrap, when set, wraps its client (to run a hook at a chosen call).
+func (g *grantCheck) store(fn string, wrap func(lease.DB) lease.DB) *lease.Store {
+	var db lease.DB = g.used.client(fn)
+	if wrap != nil {
+		db = wrap(db)
+	}
+	return NewStore(db, nil, g.env, slog.New(slog.DiscardHandler))
+}
+
+// made reports whether function fn made the call (as usage records it:
+// "action table [index]").
+func (g *grantCheck) made(fn, call string) bool {
+	g.used.mu.Lock()
+	defer g.used.mu.Unlock()
+	return g.used.calls[fn][call]
+}
+
+// check fails the test for each recorded call that deploy.Grants does not
+// grant the function that made it (AWS would deny it).
+func (g *grantCheck) check() {
+	g.t.Helper()
+	g.used.mu.Lock()
+	defer g.used.mu.Unlock()
+	for fn, calls := range g.used.calls {
+		for c := range calls {
 			if !allowed(fn, c) {
-				t.Errorf("%s function calls %q, which deploy.Grants does not grant it: AWS would deny it", fn, c)
+				g.t.Errorf("%s function calls %q, which deploy.Grants does not grant it: AWS would deny it", fn, c)
 			}
 		}
 	}

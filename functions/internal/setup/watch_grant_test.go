@@ -1,0 +1,117 @@
+package setup
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/checkout-dev/checkout/deploy"
+	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/lease/stream"
+	"github.com/checkout-dev/checkout/localstack"
+)
+
+// watchWriteDB runs before once just before the first write of a watch
+// item, and after once just after it lands.
+type watchWriteDB struct {
+	lease.DB
+	before, after func()
+	done          atomic.Bool
+}
+
+func (d *watchWriteDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	k, ok := in.Key["agent_id"].(*types.AttributeValueMemberS)
+	first := ok && strings.HasPrefix(k.Value, "#watch#") && d.done.CompareAndSwap(false, true)
+	if first && d.before != nil {
+		d.before()
+	}
+	out, err := d.DB.UpdateItem(ctx, in, opts...)
+	if first && d.after != nil {
+		d.after()
+	}
+	return out, err
+}
+
+// drainer applies the tasks table's pending changes as the stream
+// function does, with its store (its calls recorded too).
+func (g *grantCheck) drainer() func() {
+	g.t.Helper()
+	ctx := context.Background()
+	arn, err := localstack.StreamARN(ctx, lease.NewLocalClient(testenv.Endpoint()), schema.Names{Prefix: g.env.TablePrefix}.Table(schema.TasksTable))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	p := &stream.Poller{
+		Streams: stream.NewLocalClient(testenv.Endpoint()), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
+		Handle: stream.ConsequencesHandler(g.store(deploy.Stream, nil)),
+	}
+	return func() {
+		g.t.Helper()
+		if _, err := p.Poll(ctx); err != nil {
+			g.t.Fatal(err)
+		}
+	}
+}
+
+// A checkout refused with watch:true whose task is freed, and the
+// freeing's message told by the stream function and deleted by the
+// watcher, between the watch's write and its settling: the checkouts
+// function tells the watcher itself (its watch may have been placed after
+// the stream read the watches), which puts the message (PutItem on
+// inbox), reads its tombstone (BatchGetItem) and deletes it again
+// (DeleteItem). The checkouts function had only Query and UpdateItem on
+// inbox, and AWS would have refused the rest: a 500 for a request whose
+// lease conflict was already decided.
+func TestCheckoutsFunctionTellsAWatcherOfAFreeingItMissed(t *testing.T) {
+	ctx := context.Background()
+	g := newGrantCheck(t)
+	app := NewStore(lease.NewLocalClient(testenv.Endpoint()), nil, g.env, nil)
+	drain := g.drainer()
+	if _, err := app.CreateTask(ctx, lease.CreateTaskParams{TaskID: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	co, err := app.Checkout(ctx, lease.CheckoutParams{TaskID: "t", AgentID: "a", Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := &watchWriteDB{after: func() {
+		if _, err := app.Release(ctx, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID}); err != nil {
+			t.Fatal(err)
+		}
+		drain()
+		msgs, err := app.Inbox(ctx, "w")
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("w's inbox after the release: %+v, %v; want the stream function's message", msgs, err)
+		}
+		if err := app.DeleteMessage(ctx, "w", msgs[0].MessageID); err != nil {
+			t.Fatal(err)
+		}
+	}}
+	checkouts := g.store(deploy.Checkouts, func(d lease.DB) lease.DB { db.DB = d; return db })
+
+	_, err = checkouts.Checkout(ctx, lease.CheckoutParams{TaskID: "t", AgentID: "w", Watch: true, Timeout: time.Hour})
+	var ce *lease.ConflictError
+	if !errors.As(err, &ce) || ce.Watching == nil || !*ce.Watching {
+		t.Fatalf("checkout: %v, want a conflict with watching true", err)
+	}
+	if !db.done.Load() {
+		t.Fatal("the watch was never written")
+	}
+	if msgs, err := app.Inbox(ctx, "w"); err != nil || len(msgs) != 0 {
+		t.Errorf("w's inbox: %+v, %v; want none (w deleted the message)", msgs, err)
+	}
+	for _, call := range []string{"PutItem inbox", "BatchGetItem inbox", "DeleteItem inbox"} {
+		if !g.made(deploy.Checkouts, call) {
+			t.Errorf("the checkouts function never called %q: the test missed the path", call)
+		}
+	}
+	g.check()
+}
