@@ -63,8 +63,10 @@ var Grants = map[string][]Grant{
 		// epoch and UpdateItem takes and gives back its lock, which a
 		// PATCH naming blockers holds for its writes.
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem", "UpdateItem"}},
-		// by_feed: the fleet feed, GET /api/events.
-		{Table: schema.EventsTable, Actions: []string{"Query"}, QueryIndexes: []string{schema.EventsByFeed}},
+		// by_feed: the fleet feed, GET /api/events. GetItem: a watch that
+		// missed a freeing the task has since moved past reads it from the
+		// archive, to tell its watcher itself.
+		{Table: schema.EventsTable, Actions: []string{"Query", "GetItem"}, QueryIndexes: []string{schema.EventsByFeed}},
 		// A watch is an item of its own: read the task's watches, place one.
 		// PutItem, DeleteItem: a dependency's edge, put when a task names
 		// its blocker and deleted when it no longer does (Query: a task's
@@ -90,8 +92,10 @@ var Grants = map[string][]Grant{
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem", "BatchGetItem"}},
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
 		// Query: a named claim's retry whose receipt lost its grant finds it
-		// in the tried tasks' trails.
-		{Table: schema.EventsTable, Actions: []string{"Query"}},
+		// in the tried tasks' trails. GetItem: a conflict's watch that
+		// missed a freeing the task has since moved past reads it from
+		// the archive, to tell its watcher itself.
+		{Table: schema.EventsTable, Actions: []string{"Query", "GetItem"}},
 		// A conflict that asks to watch: read the task's watches, place
 		// one; and when the task was freed between the conflict and the
 		// watch, tell the watcher itself (PutItem the message,

@@ -3,6 +3,7 @@ package setup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -114,4 +115,65 @@ func TestCheckoutsFunctionTellsAWatcherOfAFreeingItMissed(t *testing.T) {
 		}
 	}
 	g.check()
+}
+
+// A watch whose task is freed, and then taken again, between the
+// watcher's read and its watch's write: the freeing is no longer the
+// task's latest transition, so the watcher reads it from the archive
+// (GetItem on events) to tell itself of it. Both functions that watch,
+// the checkouts function (a conflict with watch:true) and the tasks
+// function (POST /api/tasks/{task_id}/watch), are granted that read.
+func TestWatchingFunctionsReadAMissedFreeingFromTheArchive(t *testing.T) {
+	for _, c := range []struct {
+		fn    string
+		watch func(ctx context.Context, s *lease.Store) error
+	}{
+		{deploy.Checkouts, func(ctx context.Context, s *lease.Store) error {
+			_, err := s.Checkout(ctx, lease.CheckoutParams{TaskID: "t", AgentID: "w", Watch: true, Timeout: time.Hour})
+			var ce *lease.ConflictError
+			if !errors.As(err, &ce) || ce.Watching == nil || !*ce.Watching {
+				return fmt.Errorf("checkout: %v, want a conflict with watching true", err)
+			}
+			return nil
+		}},
+		{deploy.Tasks, func(ctx context.Context, s *lease.Store) error { return s.Watch(ctx, "t", "w") }},
+	} {
+		t.Run(c.fn, func(t *testing.T) {
+			ctx := context.Background()
+			g := newGrantCheck(t)
+			app := NewStore(lease.NewLocalClient(testenv.Endpoint()), nil, g.env, nil)
+			drain := g.drainer()
+			if _, err := app.CreateTask(ctx, lease.CreateTaskParams{TaskID: "t"}); err != nil {
+				t.Fatal(err)
+			}
+			co, err := app.Checkout(ctx, lease.CheckoutParams{TaskID: "t", AgentID: "a", Timeout: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			db := &watchWriteDB{before: func() {
+				if _, err := app.Release(ctx, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := app.Checkout(ctx, lease.CheckoutParams{TaskID: "t", AgentID: "b", Timeout: time.Hour}); err != nil {
+					t.Fatal(err)
+				}
+				drain()
+			}}
+			s := g.store(c.fn, func(d lease.DB) lease.DB { db.DB = d; return db })
+			if err := c.watch(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			if !db.done.Load() {
+				t.Fatal("the watch was never written")
+			}
+			msgs, err := app.Inbox(ctx, "w")
+			if err != nil || len(msgs) != 1 || msgs[0].Type != lease.MessageTaskAvailable || msgs[0].Fence != co.Fence {
+				t.Errorf("w's inbox: %+v, %v; want one task_available for the release of fence %d", msgs, err, co.Fence)
+			}
+			if !g.made(c.fn, "GetItem events") {
+				t.Errorf("the %s function never read the archive: the test missed the path", c.fn)
+			}
+			g.check()
+		})
+	}
 }
