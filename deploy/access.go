@@ -114,8 +114,12 @@ var Grants = map[string][]Grant{
 		{Table: schema.TasksTable, Actions: []string{"GetItem", "UpdateItem"}, QueryIndexes: []string{schema.TasksByClaim}},
 		// GetItem: a dead holder's heartbeat and the claimer's own;
 		// GetItem and UpdateItem: the receipts of claims that name their
-		// run id, and the record of the shard counts.
-		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem"}},
+		// run id, and the record of the shard counts. DeleteItem: a
+		// receipt a removed agent left, which its id registered again
+		// does not own.
+		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem", "DeleteItem"}},
+		// GetItem: an admin's claim for another agent looks that agent up.
+		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
 		// Query: a named claim's retry whose receipt lost its grant finds it
 		// in the tried tasks' trails.
 		{Table: schema.EventsTable, Actions: []string{"Query"}},
