@@ -1177,7 +1177,11 @@ func (s *Store) noteGrant(ctx context.Context, c Checkout) (first Checkout, supe
 	ctx = context.WithoutCancel(ctx)
 	g := grantRecord{Task: c.TaskID, Fence: c.Fence, Locked: ms(c.LockedAt), Expires: ms(c.ExpiresAt), Name: c.AgentName, Reason: c.Reason,
 		Title: c.Title, Queue: c.Queue, Priority: c.Priority, Attempt: c.Attempt}
-	upd := expression.Set(expression.Name("granted"), expression.Value(g))
+	// The receipt's note set its ttl; the grant sets one only when that
+	// receipt has gone (deleted as a removed agent's while this claim was
+	// in flight), so that the receipt it writes again still expires.
+	upd := expression.Set(expression.Name("granted"), expression.Value(g)).
+		Set(expression.Name("ttl"), expression.IfNotExists(expression.Name("ttl"), expression.Value(s.clock().Add(2*MaxTimeout).Unix())))
 	mine := expression.Name("granted.task").Equal(expression.Value(c.TaskID)).
 		And(expression.Name("granted.fence").Equal(expression.Value(c.Fence)))
 	cond := expression.AttributeNotExists(expression.Name("granted")).Or(mine)

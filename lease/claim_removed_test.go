@@ -1,8 +1,10 @@
 package lease_test
 
 import (
+	"context"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,5 +134,75 @@ func TestAClaimOfAnIdRegisteredAgainIgnoresAnUnstampedReceiptOfTheRemovedAgent(t
 	}
 	if lock := must[*lease.Checkout](t)(e.store.LockStatus(c, "x")); lock == nil || lock.Fence != got.Fence {
 		t.Fatalf("x holds %+v, want the new claim's lease %d", lock, got.Fence)
+	}
+}
+
+// beforeGrantKeptDB runs hook (once) right before the write that keeps a
+// named claim's grant in its receipt.
+type beforeGrantKeptDB struct {
+	lease.DB
+	hook func()
+	ran  atomic.Bool
+}
+
+func (d *beforeGrantKeptDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	for _, name := range in.ExpressionAttributeNames {
+		if name == "granted" && d.ran.CompareAndSwap(false, true) {
+			d.hook()
+		}
+	}
+	return d.DB.UpdateItem(ctx, in, opt...)
+}
+
+// A receipt deleted as the removed agent's while a claim of its run is
+// about to keep its grant there (a claim in flight across the removal and
+// the registration of the id again) is written again by that grant: it
+// still expires, like every receipt, rather than stay for good.
+func TestAReceiptWrittenAgainByAGrantAfterItsDeletionExpires(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "x", Queue: "inflight"})
+	must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "a", Name: "a"}))
+	db := &beforeGrantKeptDB{DB: e.db}
+	db.hook = func() {
+		e.clock.Advance(time.Second)
+		if err := e.store.RemoveAgent(c, "a"); err != nil {
+			t.Error(err)
+		}
+		e.clock.Advance(time.Second)
+		if _, err := e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "a", Name: "a again"}); err != nil {
+			t.Error(err)
+		}
+		e.clock.Advance(time.Second)
+		// The new agent's claim of the run finds the removed agent's
+		// receipt, deletes it, and finds no task of its own.
+		_, err := e.store.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute, Queues: []string{"nothing"}})
+		if !errors.Is(err, lease.ErrNoTaskAvailable) {
+			t.Errorf("the new agent's claim: %v, want no task available", err)
+		}
+	}
+	inflight := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	must[lease.Checkout](t)(inflight.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute, Queues: []string{"inflight"}}))
+	if !db.ran.Load() {
+		t.Fatal("the claim kept no grant")
+	}
+	out, err := e.db.GetItem(c, &dynamodb.GetItemInput{
+		TableName:      aws.String(e.names.Table(schema.HeartbeatsTable)),
+		Key:            map[string]types.AttributeValue{"agent_id": &types.AttributeValueMemberS{Value: "#claim#a#run-1"}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Item == nil {
+		return // not written again: nothing left behind
+	}
+	ttl, ok := out.Item["ttl"].(*types.AttributeValueMemberN)
+	if !ok {
+		t.Fatalf("the receipt left behind has no ttl, so never expires: %v", out.Item)
+	}
+	if at, latest := must[int64](t)(strconv.ParseInt(ttl.Value, 10, 64)), e.clock.Now().Add(2*lease.MaxTimeout).Unix(); at > latest {
+		t.Fatalf("the receipt left behind expires at %d, after %d", at, latest)
 	}
 }
