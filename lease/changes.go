@@ -359,18 +359,19 @@ func noticeID(kind string, e Event) string {
 // already (sent before), or was deleted by its agent (its tombstone is
 // there).
 //
-// The tombstones are read after the puts, of the messages the puts wrote:
-// a read before could miss a deletion landing between the read and the
-// put, and the put, finding the id free, would then bring the message
-// back for good. Read after, a tombstone is there whenever the deletion
-// came before the put (DeleteMessage puts it before it deletes the
-// message), and the message is deleted again; a deletion after the put
-// deletes what it wrote. So only a replay that follows a deletion shows
-// the message again, for the moment between its put and its delete. The
-// read costs a read unit for every message written, replayed or not, in
-// one BatchGetItem for up to 100 of them.
+// The tombstones are read after the puts: a read before could miss a
+// deletion landing between the read and the put, and the put, finding the
+// id free, would then bring the message back for good. Read after, a
+// tombstone is there whenever the deletion came before the put
+// (DeleteMessage puts it before it deletes the message), and the message
+// is deleted again; a deletion after the put deletes what it wrote. So
+// only a replay that follows a deletion shows the message again, for the
+// moment between its put and its delete. A put that found the message
+// there has its tombstone read too: that message may be one an earlier
+// attempt of this batch brought back and was cut short before its read
+// (the stream retries a failed batch). The read costs a read unit for
+// every message, in one BatchGetItem for up to 100 of them.
 func (s *Store) putMessages(ctx context.Context, msgs []messageItem) error {
-	var written []messageItem
 	for _, m := range msgs {
 		item, err := attributevalue.MarshalMap(m)
 		if err != nil {
@@ -382,20 +383,16 @@ func (s *Store) putMessages(ctx context.Context, msgs []messageItem) error {
 			ConditionExpression:      expr.Condition(),
 			ExpressionAttributeNames: expr.Names(),
 		})
-		if _, failed := conditionFailed(err); failed {
-			continue
-		}
-		if err != nil {
+		if _, failed := conditionFailed(err); !failed && err != nil {
 			return fmt.Errorf("message %s for %s: %w", m.MessageID, m.AgentID, err)
 		}
-		written = append(written, m)
 	}
-	if len(written) == 0 {
+	if len(msgs) == 0 {
 		return nil
 	}
 	var keys []map[string]types.AttributeValue
 	seen := map[[2]string]bool{}
-	for _, m := range written {
+	for _, m := range msgs {
 		if k := [2]string{m.AgentID, m.MessageID}; !seen[k] {
 			seen[k] = true
 			keys = append(keys, tombstoneKey(m.AgentID, m.MessageID))
@@ -403,7 +400,7 @@ func (s *Store) putMessages(ctx context.Context, msgs []messageItem) error {
 	}
 	tombs, err := batchGet[messageItem](ctx, s.db, s.inbox, keys, "agent_id, message_id", nil)
 	if err != nil {
-		return fmt.Errorf("read the tombstones of %d messages: %w", len(written), err)
+		return fmt.Errorf("read the tombstones of %d messages: %w", len(keys), err)
 	}
 	for _, tomb := range tombs {
 		key := agentKey(tomb.AgentID)

@@ -217,9 +217,10 @@
 //     writes a task_available message to each watcher in the old image,
 //     with an id derived from the freeing, and only if no message with that
 //     id exists; a message its agent has deleted leaves a tombstone (kept
-//     for the messages' retention), which a write that lands reads, and
-//     finding it deletes the message again, so a replay cannot bring it
-//     back (DeleteMessage, putMessages);
+//     for the messages' retention), which every write reads after it
+//     (landed or not: a retried batch's write finds the message its cut
+//     short attempt brought back), and finding it deletes the message
+//     again, so a replay cannot bring it back (DeleteMessage, putMessages);
 //   - for an ending that took the lease from its holder without its consent
 //     (lost in changes.go: a timeout, the death of a holder that still
 //     exists, a force release, or a cancel, release or completion by

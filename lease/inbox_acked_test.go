@@ -321,3 +321,52 @@ func TestTheTombstonesOfABatchsMessagesAreReadTogether(t *testing.T) {
 		t.Fatalf("calls on the inbox table: %v, want a PutItem a message, one BatchGetItem, no GetItem", db.calls)
 	}
 }
+
+// failTombstoneReadDB fails the first BatchGetItem on the inbox table.
+type failTombstoneReadDB struct {
+	lease.DB
+	table  string
+	failed atomic.Bool
+}
+
+var errTombstoneRead = errors.New("read throttled")
+
+func (d *failTombstoneReadDB) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	if _, ok := in.RequestItems[d.table]; ok && d.failed.CompareAndSwap(false, true) {
+		return nil, errTombstoneRead
+	}
+	return d.DB.BatchGetItem(ctx, in, opt...)
+}
+
+// A replay cut short after its write brought a deleted message back, and
+// before it read the tombstone, leaves the message deleted once the batch
+// is handled again (as the stream retries a failed batch): the retry's
+// write finds the message there, and must still read its tombstone rather
+// than take it for a message never deleted.
+func TestAReplayCutShortAfterItsWriteLeavesTheMessageDeletedOnItsRetry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	batches := e.lostLease(t)
+	e.deliver(t, e.db, batches)
+	msgs := e.inbox(t, "a")
+	if len(msgs) != 1 {
+		t.Fatalf("a has %d messages, want 1", len(msgs))
+	}
+	if err := e.store.DeleteMessage(c, "a", msgs[0].MessageID); err != nil {
+		t.Fatal(err)
+	}
+	db := &failTombstoneReadDB{DB: e.db, table: e.names.Table(schema.InboxTable)}
+	handle := stream.Handler(lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes}))
+	var errs []error
+	for shard, recs := range batches {
+		errs = append(errs, handle(stream.WithShard(c, shard), events.DynamoDBEvent{Records: recs}))
+	}
+	if err := errors.Join(errs...); !errors.Is(err, errTombstoneRead) {
+		t.Fatalf("the replay cut short: %v, want its error", err)
+	}
+	e.deliver(t, e.db, batches) // the stream's retry
+	if got := e.inbox(t, "a"); len(got) != 0 {
+		t.Fatalf("after a replay cut short and its retry the deleted message is back: %+v", got)
+	}
+}
