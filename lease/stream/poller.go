@@ -73,7 +73,8 @@ func (p *Poller) Poll(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, sh := range shards { // parents are listed before their children
-		m, err := p.pollShard(ctx, aws.ToString(sh.ShardId))
+		closed := sh.SequenceNumberRange != nil && sh.SequenceNumberRange.EndingSequenceNumber != nil
+		m, err := p.pollShard(ctx, aws.ToString(sh.ShardId), closed)
 		n += m
 		if err != nil {
 			return n, err
@@ -82,7 +83,12 @@ func (p *Poller) Poll(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-func (p *Poller) pollShard(ctx context.Context, shard string) (int, error) {
+// pollShard applies the records of shard from its checkpoint on. An empty
+// page ends an open shard's poll (caught up: an open shard always has a
+// next iterator), but not a closed one's: DynamoDB Streams may answer none
+// for a part of a shard that holds no records, and a closed shard is read
+// to its end, where it gives no next iterator, before its children.
+func (p *Poller) pollShard(ctx context.Context, shard string, closed bool) (int, error) {
 	in := &dynamodbstreams.GetShardIteratorInput{StreamArn: &p.StreamARN, ShardId: &shard, ShardIteratorType: streamtypes.ShardIteratorTypeTrimHorizon}
 	if seq := p.pos[shard]; seq != "" {
 		in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeAfterSequenceNumber, &seq
@@ -104,7 +110,14 @@ func (p *Poller) pollShard(ctx context.Context, shard string) (int, error) {
 	}
 	n := 0
 	out, limit, err := p.read(ctx, shard, it.ShardIterator)
-	for err == nil && len(out.Records) > 0 { // none: caught up (an open shard always has a next iterator)
+	for err == nil {
+		if len(out.Records) == 0 {
+			if !closed || out.NextShardIterator == nil {
+				return n, nil
+			}
+			out, limit, err = p.read(ctx, shard, out.NextShardIterator)
+			continue
+		}
 		// A page of fewer records than asked for ends at what the shard
 		// held when it was read, or at the megabyte GetRecords answers at
 		// most: the page after it, read at once, tells which. What arrives
