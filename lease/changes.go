@@ -294,12 +294,6 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 	return s.notify(ctx, notices)
 }
 
-// lost reports whether the ending ev took its lease from its holder without
-// the holder's consent, so that the former holder is told (lease_lost): a
-// timeout, the death of a holder that still exists (not its removal),
-// a force release, or a cancel, release or completion by someone else (an
-// admin acting for the holder). The holder's own release, completion or
-// cancel tells it nothing it does not know.
 // lostReason is the reason a lease_lost message about the ending ev gives:
 // its type, but for a release or completion an admin made for the holder,
 // which is a force_release to the holder (API.md names four reasons:
@@ -312,6 +306,12 @@ func lostReason(ev eventItem) EventType {
 	return ev.Type
 }
 
+// lost reports whether the ending ev took its lease from its holder without
+// the holder's consent, so that the former holder is told (lease_lost): a
+// timeout, the death of a holder that still exists (not its removal),
+// a force release, or a cancel, release or completion by someone else (an
+// admin acting for the holder). The holder's own release, completion or
+// cancel tells it nothing it does not know.
 func lost(ev eventItem) bool {
 	switch ev.Type {
 	case EventTimeout:
