@@ -24,12 +24,28 @@ const DeadLetterFile = "webhook-dead-letters.jsonl"
 // be read, and sent again, with ordinary tools:
 //
 //	jq -c . webhook-dead-letters.jsonl
+//
+// The file holds each notice's dead letter once per URL, as the AWS table
+// (keyed by event id and URL) does: a dead letter put again, when its
+// batch of notices is handed again, is not appended (the first one put is
+// kept, where the table keeps the last). The ids are read from the file at
+// the first Put, and remembered as they are appended, so a Put reads
+// nothing. A file cleared while the server runs is not read again: a
+// notice dead-lettered before it was cleared is not written again.
 type FileDeadLetters struct {
 	Path string
 	mu   sync.Mutex
+	// written holds the dead letters in the file at writtenPath.
+	written     map[deadLetterKey]bool
+	writtenPath string
 }
 
-// Put appends d to the file.
+// deadLetterKey names one dead letter: the notice, and the URL it failed
+// to reach.
+type deadLetterKey struct{ EventID, URL string }
+
+// Put appends d to the file, unless the file holds d's notice for d's URL
+// already.
 func (f *FileDeadLetters) Put(_ context.Context, d DeadLetter) error {
 	line, err := json.Marshal(d)
 	if err != nil {
@@ -40,6 +56,17 @@ func (f *FileDeadLetters) Put(_ context.Context, d DeadLetter) error {
 	if err := os.MkdirAll(filepath.Dir(f.Path), 0o755); err != nil {
 		return fmt.Errorf("dead letters: %w", err)
 	}
+	if f.writtenPath != f.Path {
+		written, err := deadLetterKeys(f.Path)
+		if err != nil {
+			return fmt.Errorf("dead letters: %w", err)
+		}
+		f.written, f.writtenPath = written, f.Path
+	}
+	key := deadLetterKey{d.EventID, d.URL}
+	if f.written[key] {
+		return nil
+	}
 	file, err := os.OpenFile(f.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("dead letters: %w", err)
@@ -48,7 +75,37 @@ func (f *FileDeadLetters) Put(_ context.Context, d DeadLetter) error {
 	if err == nil {
 		err = file.Sync()
 	}
-	return errors.Join(err, file.Close())
+	if err = errors.Join(err, file.Close()); err == nil {
+		f.written[key] = true
+	}
+	return err
+}
+
+// deadLetterKeys reads the keys of the dead letters in the file at path
+// (none if it does not exist). A line that does not decode (one cut short
+// by a crash) names none.
+func deadLetterKeys(path string) (map[deadLetterKey]bool, error) {
+	keys := map[deadLetterKey]bool{}
+	file, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return keys, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = file.Close() }() // only read
+	sc := bufio.NewScanner(file)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for sc.Scan() {
+		var k struct {
+			EventID string `json:"event_id"`
+			URL     string `json:"url"`
+		}
+		if json.Unmarshal(sc.Bytes(), &k) == nil {
+			keys[deadLetterKey{k.EventID, k.URL}] = true
+		}
+	}
+	return keys, sc.Err()
 }
 
 // ReadDeadLetters reads every dead letter of a file written by
