@@ -31,7 +31,8 @@ var (
 // X-Checkout-Event-Id), its kind ("TaskAvailable", "LeaseEnded", "LeaseLost"
 // or "TaskFailed", as EventBridge's detail-type) and the lease event. A
 // TaskAvailable whose event type is "unblocked" is a task whose last
-// blocker was completed.
+// blocker was completed; one whose event type is "cancel" is a task
+// cancelled while it had a lease, which is not available.
 type WebhookPayload struct {
 	ID    string `json:"id"`
 	Type  string `json:"type"`

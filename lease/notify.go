@@ -10,7 +10,9 @@ import (
 const (
 	// NoticeTaskAvailable: a task became available: a lease ended and the
 	// task went back to todo, or its last blocker was completed (the
-	// event's type is then unblocked).
+	// event's type is then unblocked). A cancel that ends a lease sends
+	// one too (the event's type is cancel), as it tells the watchers,
+	// though the task is cancelled, not available.
 	NoticeTaskAvailable = "TaskAvailable"
 	// NoticeLeaseEnded: a lease ended, for any reason.
 	NoticeLeaseEnded = "LeaseEnded"
