@@ -53,7 +53,11 @@ import (
 // new position, conditioned on the position being what it read. Any
 // redelivery, in any split, then counts every change once, with no
 // transaction (the local DynamoDB has none): a queue written before a
-// batch failed has moved past those records; one not written has not. A
+// batch failed has moved past those records; one not written has not.
+// What this cannot count is a batch the event source mapping gave up on
+// (dead-lettered) and went past: a later batch moves the positions of the
+// queues it touches past the batch's records, so a replay of them skips
+// those queues, whose counts stay off (DEPLOY.md, stream-dead-letters). A
 // failed condition (only two deliveries of one shard at once could cause
 // it) fails the batch, which is delivered again. Positions not moved for
 // longer than the stream's retention (24 h) are removed by the next write
