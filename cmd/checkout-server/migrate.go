@@ -120,18 +120,23 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 // stream still holds, as the stream function would have: the handler, from
 // the checkpoint "#stream#<table>" in the agents table. The local server
 // saved that checkpoint as it read the stream, so locally the migration
-// resumes where the server stopped. In AWS the stack's event source
-// mapping read it, and the upgrade deploy replaced that mapping, dropping
-// what it had not yet applied (the last writes before the functions
-// switched); its position cannot be read, so each shard is first given a
-// checkpoint just before the first change whose events are not archived
-// (stream.Poller.ResumeAfterApplied). Either way each change is applied at
-// least once, and the handler writes each consequence once. The notices of
-// these changes go to n (the stack's bus and webhooks with -aws, the
-// server's webhooks locally; see awsNotices), at least once: some changes
-// the mapping had applied are applied again, and their notices repeat
-// under the same ids. The checkpoint is saved as batches are applied, so a
-// migration cut short resumes.
+// resumes where the server stopped. That one checkpoint covers the notices
+// too: the servers (and stacks) of the earlier schema read the stream with
+// one consumer, which published the notices with the consequences (the
+// notices' consumer of their own, "#stream-notices#", came after today's
+// table, whose stream alone it reads), so the earlier table has no notices
+// checkpoint to resume from, and stream.Handler does both. In AWS the
+// stack's event source mapping read it, and the upgrade deploy replaced
+// that mapping, dropping what it had not yet applied (the last writes
+// before the functions switched); its position cannot be read, so each
+// shard is first given a checkpoint just before the first change whose
+// events are not archived (stream.Poller.ResumeAfterApplied). Either way
+// each change is applied at least once, and the handler writes each
+// consequence once. The notices of these changes go to n (the stack's bus
+// and webhooks with -aws, the server's webhooks locally; see awsNotices),
+// at least once: some changes the mapping had applied are applied again,
+// and their notices repeat under the same ids. The checkpoint is saved as
+// batches are applied, so a migration cut short resumes.
 func applyEarlier(db *dynamodb.Client, streams stream.StreamsAPI, names schema.Names, shards schema.ShardCounts, n lease.Notifier) func(context.Context) error {
 	return func(ctx context.Context) error {
 		table := names.Table(schema.TasksTableV1)
