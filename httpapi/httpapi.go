@@ -71,9 +71,9 @@ type Options struct {
 	AdminID string
 	// Health reports whether the database can be reached; GET /healthz
 	// answers 503 {"ok": false} (with Retry-After) while it returns an
-	// error. Nil: /healthz always answers 200, as the Lambda health
-	// function, which has no database client, does. Every other route finds
-	// out for itself: an unreachable database is 503 unavailable there.
+	// error (the local server's and the Lambda health function's check
+	// the database). Nil: /healthz always answers 200. Every other route
+	// finds out for itself: an unreachable database is 503 unavailable there.
 	Health func(ctx context.Context) error
 	// AutoCreateTasks makes a checkout of an unknown task create it.
 	AutoCreateTasks bool
