@@ -145,8 +145,10 @@ type Event struct {
 	At      time.Time `json:"at"`
 	// HeldSeconds is set on every event that ends a lease.
 	HeldSeconds *int64 `json:"held_seconds,omitempty"`
-	By          string `json:"by,omitempty"`
-	Reason      string `json:"reason,omitempty"`
+	// By is the agent that made the transition, or "system": an admin
+	// acting for another agent is By, and AgentID the lease's holder.
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
 	// Outcome and Error are a release's: OutcomeDone or OutcomeFailed and
 	// the failure's error ("" for a plain release).
 	Outcome string `json:"outcome,omitempty"`
@@ -289,7 +291,9 @@ type RenewRequest struct {
 	RunID   string
 	Fence   int64
 	// AgentID names the holder the request acts as: the caller itself, or
-	// for an admin any agent.
+	// for an admin any agent. The event's By is then the admin; a release
+	// or completion made for the holder tells it (a lease_lost message,
+	// reason force_release).
 	AgentID string
 }
 
