@@ -784,6 +784,7 @@ func (a *app) inboxCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "inbox",
 		Short:   inboxShort,
+		Long:    inboxLong,
 		Example: inboxExample,
 		Args:    groupArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

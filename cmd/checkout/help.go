@@ -38,6 +38,8 @@ profiles, which name a server, a key file and an agent):
   CHECKOUT_RUN_ID    the run's lease token (default: a fresh one per checkout), or --run-id
   TZ                 show times in this zone (default UTC; an unknown zone is
                      warned about on stderr, and times are shown in UTC)
+A CHECKOUT_ variable a letter or two away from one of these (CHECKOUT_AGNT) is
+named on stderr with the setting it is close to, and ignored.
 
 Exit status:
   0  success (also: you already hold the task you checked out)
@@ -63,8 +65,10 @@ const releaseShort = "Release a task you hold (admins: --force releases anyone's
 
 const releaseLong = `Gives a task back without finishing it: it goes back to todo at once and the
 agents watching it get an inbox message. Only the holder may release it;
-an admin may --force anyone's (audited as force_release). When the work
-failed, use checkout fail instead: the task then waits before it is retried.`
+an admin may --force anyone's (audited as force_release), or release it as
+its holder with --agent (audited by the admin; the holder gets lease_lost,
+reason force_release, as for complete). When the work failed, use checkout
+fail instead: the task then waits before it is retried.`
 
 const releaseExample = `  checkout release task-d4e5 --reason "blocked on review"
   checkout release task-d4e5 --fence 3          # a lease of your agent's earlier run
@@ -144,6 +148,14 @@ const watchExample = `  checkout watch task-d4e5
   checkout task-d4e5 --watch     # check out, or watch when it is held`
 
 const inboxShort = "List your inbox: tasks you watched that became available, and leases you lost"
+
+const inboxLong = `Lists your messages, oldest first: task_available for a task you watched that
+became free (Reason: what freed it), lease_lost for a lease of yours that ended
+without you (Reason: timeout, agent_death, force_release, including a release or
+completion an admin made for you, or cancel). When a lease was lost, Fence and
+Run name which of your leases of the task it was; when a freed task waits
+(a failed attempt's retry delay), Ready at says until when. A message is kept
+until you delete it, for up to 7 days.`
 
 const inboxExample = `  checkout inbox
   checkout inbox delete 1774017480000.1.task-d4e5`
