@@ -28,6 +28,10 @@
 //	                            in the temporary directory without a data directory)
 //	LOG_LEVEL                   debug, info (default), warn or error; anything else is refused
 //
+// A CHECKOUT_ variable a letter or two away from one of these
+// (CHECKOUT_ADMN_KEY) is logged as a warning naming the setting it is close
+// to, and ignored.
+//
 // Logs are JSON lines on standard error. SIGINT or SIGTERM stops the server
 // gracefully (the requests in flight are answered first, within 30 s), then
 // dynalite; a second signal stops both at once.
@@ -98,6 +102,9 @@ Environment:
                               (default CHECKOUT_DATA_DIR/webhook-dead-letters.jsonl, or one
                               in the temporary directory without a data directory)
   LOG_LEVEL                   debug, info (default), warn or error; anything else is refused
+
+A CHECKOUT_ variable a letter or two away from one of these (CHECKOUT_ADMN_KEY)
+is logged as a warning naming the setting it is close to, and ignored.
 
 Logs are JSON lines on standard error. SIGINT or SIGTERM stops the server
 gracefully (the requests in flight are answered first, within 30 s), then
