@@ -86,23 +86,20 @@
 // by_claim the queue, priority and creation time (the claim's order). An
 // index is written only when a write changes an entry's keys or those
 // attributes, and an entry costs one write unit whatever the task's body
-// (its own item, body.go). So a checkout writes the task item, updates
-// puts its lease's expiry entry and deletes its claim entry: 3 write
-// units (a todo or in_progress task has no status entry: list.go); its
-// consequences add the archived event, its feed entry and the queue
-// counter: 6 in all, for any task. A release or a sweep's ending: the
-// item, the expiry entry deleted, the claim entry put: 3, and 6 in all
-// (the sweep's adds the lease_lost message: 7, less the counter write it
-// shares with the batch's other endings). A completion: the item, the
-// expiry entry, the done status entry put: 3, and 6 in all; a renewal:
-// the item and the expiry entry moved (2): 3, and 5 with its event. A
-// conflict's failed write bills the item: 1. A heartbeat writes its item
-// and moves its by_expiry entry: 3, however many leases. No index is keyed by
-// holder: one agent's leases are found by a filter on the expiry index
+// (its own item, body.go). So a checkout writes the task item, puts its
+// lease's expiry entry and deletes its claim entry: 3 write units (a todo
+// or in_progress task has no status entry: list.go); its consequences add
+// the archived event, its feed entry and the queue counter: 6 in all, for
+// any task. A release or a sweep's ending likewise: 3, and 6 in all (the
+// sweep's also writes the lease_lost message and reads its tombstone: 7
+// write units and a read unit, less the counter write it shares with the
+// batch's other endings). TestUnitBudget (units_test.go) holds these
+// figures and the other operations', each with what it is made of, on the
+// local DynamoDB's meter, which bills as DynamoDB does. No index is keyed
+// by holder: one agent's leases are found by a filter on the expiry index
 // (removal, the sweep's deaths, a listing by agent), which reads every
 // live lease of the fleet but keeps each grant and ending to one lease
-// index write. TestUnitBudget holds these figures on the local
-// DynamoDB's meter, which bills as DynamoDB does.
+// index write.
 //
 // # No decision trusts an index read
 //
@@ -135,11 +132,10 @@
 // and a listing omit a task for a moment; it can never make a decision
 // wrong. The tests run with the local DynamoDB's index lag on.
 //
-// DynamoDB's ReturnValuesOnConditionCheckFailure is what keeps a conflict at
-// two requests: the failed write itself says who holds the task. Emulators
-// that ignore it (dynalite) cost one consistent GetItem more; the store reads
-// the item only when the error came back without it, and counts those reads
-// (FallbackReads) so tests can hold DynamoDB's own budget.
+// ReturnValuesOnConditionCheckFailure spares a conflict a read of the task:
+// the failed write itself says who holds it. Emulators that ignore it
+// (dynalite) cost one consistent GetItem more, which the store counts
+// (FallbackReads) so that tests hold DynamoDB's own budget.
 //
 // # Checkout
 //
@@ -168,23 +164,20 @@
 // (holder, fence, and eseq, so that not even a renewal can slip in
 // between) and on its attempt not being the task's last, which records
 // both events (the old lease's timeout or agent_death, and the checkout)
-// and counts the failed attempt; otherwise the status was not expected. If the lease vanished between the write and the read, the
-// write is simply tried again.
+// and counts the failed attempt; otherwise the status was not expected. If
+// the lease vanished between the write and the read, the write is tried again.
 //
-// Renew, release and complete condition on holder = caller, lease_expires >
-// now, locked_at > the caller's alive_since, and the run id and fence when
-// the caller gives them. Release and the sweep move the task back to todo
-// and REMOVE its watch list in the same write; the change stream's old image
-// hands the stream function that list, so each watcher is told once however
-// many sweeps overlap.
+// Renew, release and complete condition on holder = the agent the request
+// acts as (the caller, or the agent an admin names, whose event then has
+// the admin as by), lease_expires > now, locked_at > that agent's
+// alive_since, and the run id and fence when given.
 //
 // # Fencing
 //
 // The fence is a counter on the task item, incremented by every grant's
-// write. Task items are never deleted (they have no TTL), so the counter
-// survives every lease, every TTL deletion of events, heartbeats and
-// messages, and every takeover: it strictly increases. A same-run retry
-// returns the live lease and its fence unchanged.
+// write. Task items are never deleted (no TTL), so it survives every lease,
+// every TTL deletion and every takeover: it strictly increases. A same-run
+// retry returns the live lease and its fence unchanged.
 //
 // # One write per transition
 //
@@ -213,42 +206,46 @@
 //   - archives the write's events under (task_id, seq), so a replay rewrites
 //     the same items, each keyed into the fleet feed (by_feed) by values
 //     the change record alone determines, so the feed holds it once;
-//   - for an ending that frees the task (not a completion, not a takeover),
-//     writes a task_available message to each watcher in the old image,
-//     with an id derived from the freeing, and only if no message with that
-//     id exists; a message its agent has deleted leaves a tombstone (kept
-//     for the messages' retention), which every write reads after it
-//     (landed or not: a retried batch's write finds the message its cut
-//     short attempt brought back), and finding it deletes the message
-//     again, so a replay cannot bring it back (DeleteMessage, putMessages);
+//   - for a freeing (an ending that leaves the task todo or failed, a
+//     cancel that ends a lease, an unblocking; not a completion, not a
+//     takeover), writes a task_available message to each watch placed
+//     before it (watch.go), with an id derived from the freeing, and only
+//     if no message with that id exists; a message its agent has deleted
+//     leaves a tombstone (kept for the messages' retention), which the
+//     batch reads after all its puts, landed or not (one BatchGetItem per
+//     100: a retried batch's put finds the message its cut short attempt
+//     brought back), and finding it deletes the message again, so a replay
+//     cannot bring it back (DeleteMessage, putMessages);
 //   - for an ending that took the lease from its holder without its consent
 //     (lost in changes.go: a timeout, the death of a holder that still
 //     exists, a force release, or a cancel, release or completion by
-//     someone else (an admin acting for the holder), including the
-//     timeout or death a takeover records in prev_*), writes the former
-//     holder one lease_lost message, "lost."+ the ending's message id, only
-//     if absent, as for task_available; it keeps the lease's locked_at (less
-//     one) as the message's watched_at, so that Inbox hides it from an id
-//     removed, or registered again after the lease, as it hides a removed
-//     watcher's messages. The holder's own release, completion or cancel,
-//     and the ending of a removed agent's lease, tell it nothing;
-//   - publishes LeaseEnded (every ending), TaskAvailable (every freeing) and
-//     LeaseLost (every lease_lost message's ending)
-//     with a deterministic id, task:seq:kind, for consumers to drop repeats:
-//     to EventBridge in AWS, and to the webhooks (package webhook) in both
-//     environments, which retry, then dead-letter, within the call (the
-//     notices reader's alone: it holds up only the next notices).
+//     someone else (an admin acting for the holder: reason force_release,
+//     lostReason), including the timeout or death a takeover records in
+//     prev_*), writes the former holder one lease_lost message, "lost."+
+//     the ending's message id, only if absent, as for task_available; it
+//     keeps the lease's locked_at (less one) as the message's watched_at,
+//     so that Inbox hides it from an id removed, or registered again after
+//     the lease, as it hides a removed watcher's messages. The holder's own
+//     release, completion or cancel, and the ending of a removed agent's
+//     lease, tell it nothing;
+//   - publishes LeaseEnded (every ending), TaskAvailable (every freeing;
+//     TaskFailed for a task that failed) and LeaseLost (every lease_lost
+//     message's ending) with a deterministic id, task:seq:kind, for
+//     consumers to drop repeats: to EventBridge in AWS, and to the
+//     webhooks (package webhook) in both environments, which retry, then
+//     dead-letter, within the call (the notices reader's alone: it holds
+//     up only the next notices).
 //
 // A batch that fails (the bus is down, a write throttled) fails whole and is
-// delivered again; nothing it did is done twice in effect. So once a
-// transition's write has succeeded its consequences cannot be lost: not to a
-// lost answer (the SDK's retry fails its condition, but the write stands
-// and so do its events), not to a crash of the writer, not to a bus that is
-// down. Events reads the archive and merges in the item's latestEvents, and
-// shows the trail up to its first hole (see "Time only moves forward"), so a
-// reader never sees an event while an older one is missing. Watchers are
-// told within about a second: the local server polls every 200 ms; in AWS,
-// the stream's own delay.
+// delivered again; nothing it did is done twice in effect. So a written
+// transition's consequences are not lost to a lost answer, a crash of the
+// writer or a bus that is down; only a change that fails every time holds
+// its shard up (locally, retried at every poll) or, in AWS, is
+// dead-lettered after its retries, to be replayed (DEPLOY.md). Events reads
+// the archive and merges in the item's latestEvents, up to the trail's
+// first hole (see "Time only moves forward"), so a reader never sees an
+// event while an older one is missing. Watchers are told within about a
+// second: the local server polls every 200 ms; in AWS, the stream's delay.
 //
 // end_* also makes release and complete idempotent: a retry whose lease has
 // ended, naming it by run id or fence, finds that ending its own (on the

@@ -18,8 +18,8 @@ const (
 	NoticeLeaseEnded = "LeaseEnded"
 	// NoticeLeaseLost: a lease ended without its holder's consent
 	// (timeout, the death of a holder that still exists, force_release,
-	// a cancel by someone else, a takeover); its former holder has a
-	// lease_lost message.
+	// a cancel by someone else, a release or completion an admin made for
+	// the holder, a takeover); its former holder has a lease_lost message.
 	NoticeLeaseLost = "LeaseLost"
 	// NoticeTaskFailed: a task used up its attempts and became failed.
 	NoticeTaskFailed = "TaskFailed"
