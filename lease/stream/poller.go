@@ -48,6 +48,10 @@ type Poller struct {
 	Log       *slog.Logger
 
 	pos map[string]string // shard -> last applied sequence number
+	// tips hold, per open shard, the iterator a poll stopped at, where
+	// the next poll goes on from (see pollShard).
+	tips map[string]tip
+	now  func() time.Time // time.Now when nil
 	// limit is how many records a shard's next batch may have, when
 	// fewer than BatchSize: a failed batch halves it (down to 1), and each
 	// batch applied doubles it back. So a failure that strikes large
@@ -57,6 +61,26 @@ type Poller struct {
 	// an event source mapping with BisectBatchOnFunctionError does.
 	limit map[string]int
 }
+
+// tip is where a poll of an open shard stopped: the next iterator of the
+// last, empty, page it read, got at at.
+type tip struct {
+	arn, iter string
+	at        time.Time
+}
+
+const (
+	// emptyPages is how many empty pages of an open shard a poll from its
+	// checkpoint reads before it takes the shard as caught up. DynamoDB
+	// Streams may answer empty pages, each with a next iterator, for a
+	// part of an open shard before the records that follow it, and at its
+	// end alike: the two cannot be told apart.
+	emptyPages = 5
+	// tipAge is how long a poll may go on from the iterator the last poll
+	// stopped at: DynamoDB Streams refuses an iterator 15 minutes after it
+	// was given.
+	tipAge = 10 * time.Minute
+)
 
 // Poll applies every record the stream holds now, and returns how many.
 func (p *Poller) Poll(ctx context.Context) (int, error) {
@@ -73,8 +97,7 @@ func (p *Poller) Poll(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, sh := range shards { // parents are listed before their children
-		closed := sh.SequenceNumberRange != nil && sh.SequenceNumberRange.EndingSequenceNumber != nil
-		m, err := p.pollShard(ctx, aws.ToString(sh.ShardId), closed)
+		m, err := p.pollShard(ctx, aws.ToString(sh.ShardId), closed(sh))
 		n += m
 		if err != nil {
 			return n, err
@@ -83,37 +106,29 @@ func (p *Poller) Poll(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// pollShard applies the records of shard from its checkpoint on. An empty
-// page ends an open shard's poll (caught up: an open shard always has a
-// next iterator), but not a closed one's: DynamoDB Streams may answer none
-// for a part of a shard that holds no records, and a closed shard is read
-// to its end, where it gives no next iterator, before its children.
+// pollShard applies the records of shard from its checkpoint on. A closed
+// shard is read to its end, where it gives no next iterator, before its
+// children: an empty page is not its end, as DynamoDB Streams may answer
+// none for a part of a shard that holds no records. An open shard always
+// has a next iterator, and its empty pages may come before more records
+// or be its end: a poll reads on past a few of them (emptyPages), and
+// keeps the next iterator of the last one, which the next poll goes on
+// from, reading one page further. So polls make their way through a run
+// of empty pages of any length, and a poll at an open shard's end reads
+// one page, as it did before it kept its place.
 func (p *Poller) pollShard(ctx context.Context, shard string, closed bool) (int, error) {
-	in := &dynamodbstreams.GetShardIteratorInput{StreamArn: &p.StreamARN, ShardId: &shard, ShardIteratorType: streamtypes.ShardIteratorTypeTrimHorizon}
-	if seq := p.pos[shard]; seq != "" {
-		in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeAfterSequenceNumber, &seq
-	}
-	it, err := p.Streams.GetShardIterator(ctx, in)
-	var trimmed *streamtypes.TrimmedDataAccessException
-	if errors.As(err, &trimmed) {
-		// The records after the checkpoint went past the stream's
-		// retention (24 h) before they were applied: they are lost. Go on
-		// from the oldest record held, as an event source mapping does,
-		// rather than fail every poll for ever.
-		p.log().ErrorContext(ctx, "stream records lost: the checkpoint is older than the stream's retention; going on from the oldest record held",
-			"shard", shard, "checkpoint", aws.ToString(in.SequenceNumber))
-		in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeTrimHorizon, nil
-		it, err = p.Streams.GetShardIterator(ctx, in)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("shard iterator of %s: %w", shard, err)
-	}
+	out, limit, empty, err := p.firstPage(ctx, shard)
 	n := 0
-	out, limit, err := p.read(ctx, shard, it.ShardIterator)
 	for err == nil {
 		if len(out.Records) == 0 {
-			if !closed || out.NextShardIterator == nil {
-				return n, nil
+			if out.NextShardIterator == nil {
+				return n, nil // a closed shard, read to its end
+			}
+			if !closed {
+				if empty--; empty == 0 {
+					p.keep(shard, out.NextShardIterator)
+					return n, nil
+				}
 			}
 			out, limit, err = p.read(ctx, shard, out.NextShardIterator)
 			continue
@@ -168,6 +183,73 @@ func (p *Poller) pollShard(ctx context.Context, shard string, closed bool) (int,
 		}
 	}
 	return n, err
+}
+
+// firstPage reads the first page of a poll of shard, and says how many
+// empty pages the poll reads if the shard is open: one from where the
+// last poll stopped, if that is recent enough and still works (the poll
+// that stopped there read the pages before it), else emptyPages from the
+// checkpoint.
+func (p *Poller) firstPage(ctx context.Context, shard string) (*dynamodbstreams.GetRecordsOutput, int, int, error) {
+	t, ok := p.tips[shard]
+	delete(p.tips, shard) // a poll that ends otherwise than at an empty page keeps no place
+	if ok && t.arn == p.StreamARN && p.clock().Sub(t.at) <= tipAge {
+		if out, limit, err := p.read(ctx, shard, &t.iter); err == nil {
+			return out, limit, 1, nil
+		}
+		// Expired, most likely, or its records went past the retention:
+		// the checkpoint says where to go on from.
+	}
+	iter, err := p.fromCheckpoint(ctx, shard)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	out, limit, err := p.read(ctx, shard, iter)
+	return out, limit, emptyPages, err
+}
+
+// keep keeps iter as where the next poll of shard goes on from.
+func (p *Poller) keep(shard string, iter *string) {
+	if p.tips == nil {
+		p.tips = map[string]tip{}
+	}
+	p.tips[shard] = tip{arn: p.StreamARN, iter: *iter, at: p.clock()}
+}
+
+// fromCheckpoint returns an iterator of shard after its checkpoint.
+func (p *Poller) fromCheckpoint(ctx context.Context, shard string) (*string, error) {
+	in := &dynamodbstreams.GetShardIteratorInput{StreamArn: &p.StreamARN, ShardId: &shard, ShardIteratorType: streamtypes.ShardIteratorTypeTrimHorizon}
+	if seq := p.pos[shard]; seq != "" {
+		in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeAfterSequenceNumber, &seq
+	}
+	it, err := p.Streams.GetShardIterator(ctx, in)
+	var trimmed *streamtypes.TrimmedDataAccessException
+	if errors.As(err, &trimmed) {
+		// The records after the checkpoint went past the stream's
+		// retention (24 h) before they were applied: they are lost. Go on
+		// from the oldest record held, as an event source mapping does,
+		// rather than fail every poll for ever.
+		p.log().ErrorContext(ctx, "stream records lost: the checkpoint is older than the stream's retention; going on from the oldest record held",
+			"shard", shard, "checkpoint", aws.ToString(in.SequenceNumber))
+		in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeTrimHorizon, nil
+		it, err = p.Streams.GetShardIterator(ctx, in)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("shard iterator of %s: %w", shard, err)
+	}
+	return it.ShardIterator, nil
+}
+
+func (p *Poller) clock() time.Time {
+	if p.now == nil {
+		return time.Now()
+	}
+	return p.now()
+}
+
+// closed reports whether sh is closed: it has an ending sequence number.
+func closed(sh streamtypes.Shard) bool {
+	return sh.SequenceNumberRange != nil && sh.SequenceNumberRange.EndingSequenceNumber != nil
 }
 
 // read reads the page of shard at iter: at most its batch limit.

@@ -52,7 +52,7 @@ func (p *Poller) ResumeAfterApplied(ctx context.Context, applied AppliedFunc) er
 		if saved[id] != "" {
 			continue
 		}
-		seq, err := p.lastSurelyApplied(ctx, id, applied)
+		seq, err := p.lastSurelyApplied(ctx, id, closed(sh), applied)
 		if err != nil {
 			return err
 		}
@@ -63,7 +63,7 @@ func (p *Poller) ResumeAfterApplied(ctx context.Context, applied AppliedFunc) er
 			return fmt.Errorf("save stream checkpoint: %w", err)
 		}
 	}
-	p.pos = nil // the next Poll loads the checkpoints again
+	p.pos, p.tips = nil, nil // the next Poll starts from the checkpoints
 	return nil
 }
 
@@ -72,7 +72,10 @@ func (p *Poller) ResumeAfterApplied(ctx context.Context, applied AppliedFunc) er
 // the record BatchSize records before the last change applied reports
 // applied. It keeps the sequence numbers of the last pages read, enough
 // to reach back BatchSize records from any record of the current page.
-func (p *Poller) lastSurelyApplied(ctx context.Context, shard string, applied AppliedFunc) (string, error) {
+// It reads the shard as a poll does: a closed one to its end, an open one
+// until its emptyPages-th empty page. Stopping short of an open shard's
+// end only puts the checkpoint earlier: more changes are applied again.
+func (p *Poller) lastSurelyApplied(ctx context.Context, shard string, closed bool, applied AppliedFunc) (string, error) {
 	it, err := p.Streams.GetShardIterator(ctx, &dynamodbstreams.GetShardIteratorInput{
 		StreamArn: &p.StreamARN, ShardId: &shard, ShardIteratorType: streamtypes.ShardIteratorTypeTrimHorizon})
 	if err != nil {
@@ -83,14 +86,21 @@ func (p *Poller) lastSurelyApplied(ctx context.Context, shard string, applied Ap
 		seqs  []string // the sequence numbers of records read - base ...
 		base  int      // ... the index of seqs[0] in the shard
 		found string
+		empty = emptyPages
 	)
 	for iter := it.ShardIterator; iter != nil; {
 		out, err := p.Streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(BatchSize)})
 		if err != nil {
 			return "", fmt.Errorf("records of %s: %w", shard, err)
 		}
+		iter = out.NextShardIterator
 		if len(out.Records) == 0 {
-			break // caught up (an open shard always has a next iterator)
+			if !closed {
+				if empty--; empty == 0 {
+					break // caught up, most likely
+				}
+			}
+			continue
 		}
 		first := base + len(seqs)
 		for _, r := range out.Records {
@@ -107,7 +117,6 @@ func (p *Poller) lastSurelyApplied(ctx context.Context, shard string, applied Ap
 		if drop := len(seqs) - keep; drop > 0 {
 			seqs, base = seqs[drop:], base+drop
 		}
-		iter = out.NextShardIterator
 	}
 	return found, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
 	"github.com/checkout-dev/checkout/internal/testenv"
@@ -179,5 +180,58 @@ func TestSeedFromStartsOnceWhereTheOtherIs(t *testing.T) {
 	}
 	if got, _ := seeded.Load(ctx); !reflect.DeepEqual(got, map[string]string{"s1": "10", "s2": "25"}) {
 		t.Fatalf("saved after the seed: %v", got)
+	}
+}
+
+// countingStreams counts the iterators and pages asked of a StreamsAPI.
+type countingStreams struct {
+	StreamsAPI
+	iterators, reads int
+}
+
+func (c *countingStreams) GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, optFns ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error) {
+	c.iterators++
+	return c.StreamsAPI.GetShardIterator(ctx, in, optFns...)
+}
+
+func (c *countingStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, optFns ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
+	c.reads++
+	return c.StreamsAPI.GetRecords(ctx, in, optFns...)
+}
+
+// A poll that stopped at the stream's end keeps its place: the next poll
+// goes on from it, sees the changes written since, and at the end reads
+// one page, with no new iterator.
+func TestPollerGoesOnFromWhereItStopped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := testenv.NewStore(t)
+	arn, err := localstack.StreamARN(ctx, store.DB, store.Names.Table(schema.TasksTable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams := &countingStreams{StreamsAPI: NewLocalClient(testenv.Endpoint())}
+	var seen []string
+	p := &Poller{Streams: streams, StreamARN: arn, Saved: MemoryCheckpoints{},
+		Handle: func(_ context.Context, ev events.DynamoDBEvent) error {
+			for _, r := range ev.Records {
+				seen = append(seen, r.Change.NewImage["task_id"].String())
+			}
+			return nil
+		}}
+	for _, id := range []string{"a", "b"} {
+		if _, err := store.CreateTask(ctx, lease.CreateTaskParams{TaskID: id}); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := p.Poll(ctx); err != nil || n != 1 {
+			t.Fatalf("poll after creating %s: %d %v", id, n, err)
+		}
+	}
+	streams.reads = 0
+	if n, err := p.Poll(ctx); err != nil || n != 0 || streams.reads != 1 || streams.iterators != 1 {
+		t.Fatalf("a poll at the end: %d records, %v, %d pages read, %d iterators in all; want 1 page and no new iterator", n, err, streams.reads, streams.iterators)
+	}
+	if !reflect.DeepEqual(seen, []string{"a", "b"}) {
+		t.Fatalf("changes handled %v", seen)
 	}
 }
