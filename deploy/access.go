@@ -75,6 +75,9 @@ var Grants = map[string][]Grant{
 		// tells its watcher itself: PutItem the message, BatchGetItem its
 		// tombstone, DeleteItem it again if the agent had deleted it.
 		{Table: schema.InboxTable, Actions: []string{"Query", "GetItem", "BatchGetItem", "UpdateItem", "PutItem", "DeleteItem"}},
+		// GetItem: an admin's cancel looks the caller's key up again (the
+		// authorizer's answer is cached).
+		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
 	},
 	Checkouts: {
 		{Table: schema.TasksTableV1, Actions: []string{"GetItem"}},
@@ -90,6 +93,9 @@ var Grants = map[string][]Grant{
 		// GetItem and BatchGetItem also read the queue registry's pages,
 		// which a checkout that creates its task adds its queue to.
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem", "BatchGetItem"}},
+		// GetItem: an admin acting for another agent looks that agent up,
+		// and the caller's key up again (the authorizer's answer is
+		// cached), as does a force release.
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
 		// Query: a named claim's retry whose receipt lost its grant finds it
 		// in the tried tasks' trails. GetItem: a conflict's watch that
@@ -118,7 +124,9 @@ var Grants = map[string][]Grant{
 		// receipt a removed agent left, which its id registered again
 		// does not own.
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "UpdateItem", "DeleteItem"}},
-		// GetItem: an admin's claim for another agent looks that agent up.
+		// GetItem: an admin's claim for another agent looks that agent up,
+		// and the caller's key up again (the authorizer's answer is
+		// cached).
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
 		// Query: a named claim's retry whose receipt lost its grant finds it
 		// in the tried tasks' trails.

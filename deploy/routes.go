@@ -52,7 +52,7 @@ var Functions = []string{Health, Agents, Tasks, Checkouts, Claim, Inbox, Authori
 // cache time: infra/stack.go's authorizerCacheSecs is taken from it).
 // For that long a removed agent's key still passes as its id: the
 // functions refuse to register the id again until then, and look at an
-// admin's key again on the admin routes.
+// admin's key again whenever it uses an admin's power.
 const AuthorizerCacheTTL = 30 * time.Second
 
 // Access is who may call a route.

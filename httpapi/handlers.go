@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -281,8 +280,17 @@ func (s *server) updateTask(w http.ResponseWriter, r *http.Request, p lease.Prin
 	if err != nil {
 		return err
 	}
+	admin := p.Admin
+	if admin && body.Status != nil && *body.Status == lease.StatusCancelled {
+		// An admin's cancel may end another agent's lease, an admin's
+		// power: whoever holds the task, the key is checked first (a
+		// cancel by a key no longer an admin's is an agent's).
+		if admin, err = s.isAdmin(r, p); err != nil {
+			return err
+		}
+	}
 	params := lease.UpdateTaskParams{
-		TaskID: id, AgentID: p.AgentID, Admin: p.Admin,
+		TaskID: id, AgentID: p.AgentID, Admin: admin,
 		Title: body.Title, Description: body.Description, Metadata: nullIsAbsent(body.Metadata),
 		Queue: body.Queue, Priority: body.Priority, Status: body.Status,
 		BlockedBy: g.blockedBy, MaxAttempts: g.maxAttempts, RetryDelay: g.retryDelay,
@@ -350,11 +358,11 @@ func (s *server) getTask(w http.ResponseWriter, r *http.Request, _ lease.Princip
 	return nil
 }
 
-// actor is who a lease request is for: the caller, or the agent named in
-// the body. Any caller may name itself; only an admin may name another
-// agent, whose name is looked up so that its lease shows it (an unknown
-// agent is 404 agent_not_found).
-func (s *server) actor(ctx context.Context, p lease.Principal, agentID *string) (id, name string, err error) {
+// actor is who a lease request of r is for: the caller, or the agent named
+// in the body. Any caller may name itself; only an admin may name another
+// agent (stillAdmin), whose name is looked up so that its lease shows it
+// (an unknown agent is 404 agent_not_found).
+func (s *server) actor(r *http.Request, p lease.Principal, agentID *string) (id, name string, err error) {
 	if agentID == nil {
 		return p.AgentID, p.Name, nil
 	}
@@ -367,7 +375,10 @@ func (s *server) actor(ctx context.Context, p lease.Principal, agentID *string) 
 	if *agentID == p.AgentID {
 		return p.AgentID, p.Name, nil
 	}
-	a, err := s.svc.GetAgent(ctx, *agentID)
+	if err := s.stillAdmin(r, p, errActForOther(p, *agentID)); err != nil {
+		return "", "", err
+	}
+	a, err := s.svc.GetAgent(r.Context(), *agentID)
 	if err != nil {
 		return "", "", err
 	}
@@ -379,7 +390,11 @@ func mayActFor(p lease.Principal, agentID *string) error {
 	if agentID == nil || p.Admin || *agentID == p.AgentID {
 		return nil
 	}
-	return errForbidden(fmt.Sprintf("only an admin may act for another agent: agent_id names %s, and the caller is %s", *agentID, p.AgentID))
+	return errForbidden(errActForOther(p, *agentID))
+}
+
+func errActForOther(p lease.Principal, agentID string) string {
+	return fmt.Sprintf("only an admin may act for another agent: agent_id names %s, and the caller is %s", agentID, p.AgentID)
 }
 
 // grantBody is what the bodies of a checkout and a claim share.
@@ -408,7 +423,7 @@ func (g grant) by(p lease.Principal) string {
 // check checks b by lease's rules (an agent_id naming another agent, admins
 // only, first, then the timeout, the run id, whatever extra checks, and the
 // reason) and then resolves whom the grant is for.
-func (s *server) check(ctx context.Context, p lease.Principal, b grantBody, extra func() error) (grant, error) {
+func (s *server) check(r *http.Request, p lease.Principal, b grantBody, extra func() error) (grant, error) {
 	var g grant
 	if err := mayActFor(p, b.AgentID); err != nil {
 		return g, err
@@ -428,7 +443,7 @@ func (s *server) check(ctx context.Context, p lease.Principal, b grantBody, extr
 	if err := lease.CheckReason(b.Reason); err != nil {
 		return g, err
 	}
-	g.agentID, g.agentName, err = s.actor(ctx, p, b.AgentID)
+	g.agentID, g.agentName, err = s.actor(r, p, b.AgentID)
 	return g, err
 }
 
@@ -445,7 +460,7 @@ func (s *server) checkout(w http.ResponseWriter, r *http.Request, p lease.Princi
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	g, err := s.check(r.Context(), p, body.grantBody, func() error {
+	g, err := s.check(r, p, body.grantBody, func() error {
 		return lease.CheckExpectedStatuses(body.ExpectedStatuses)
 	})
 	if err != nil {
@@ -514,7 +529,7 @@ func (h holder) by(p lease.Principal) string {
 
 // checkHolder checks b by lease's rules and resolves the agent the request
 // acts as.
-func (s *server) checkHolder(ctx context.Context, p lease.Principal, b holderBody) (holder, error) {
+func (s *server) checkHolder(r *http.Request, p lease.Principal, b holderBody) (holder, error) {
 	var h holder
 	if err := mayActFor(p, b.AgentID); err != nil {
 		return h, err
@@ -526,7 +541,7 @@ func (s *server) checkHolder(ctx context.Context, p lease.Principal, b holderBod
 	if h.runID, err = optionalID("run_id", b.RunID); err != nil {
 		return h, err
 	}
-	h.agentID, _, err = s.actor(ctx, p, b.AgentID)
+	h.agentID, _, err = s.actor(r, p, b.AgentID)
 	return h, err
 }
 
@@ -546,7 +561,7 @@ func (s *server) renew(w http.ResponseWriter, r *http.Request, p lease.Principal
 	if err != nil {
 		return err
 	}
-	h, err := s.checkHolder(r.Context(), p, body.holderBody)
+	h, err := s.checkHolder(r, p, body.holderBody)
 	if err != nil {
 		return err
 	}
@@ -573,8 +588,9 @@ func (s *server) release(w http.ResponseWriter, r *http.Request, p lease.Princip
 	if err := decode(r, &body); err != nil {
 		return err
 	}
+	const forceAdminOnly = "only an admin may force a release"
 	if body.Force && !p.Admin {
-		return errForbidden("only an admin may force a release")
+		return errForbidden(forceAdminOnly)
 	}
 	if err := lease.CheckReason(body.Reason); err != nil {
 		return err
@@ -583,11 +599,14 @@ func (s *server) release(w http.ResponseWriter, r *http.Request, p lease.Princip
 	if err != nil {
 		return err
 	}
-	h, err := s.checkHolder(r.Context(), p, body.holderBody)
+	h, err := s.checkHolder(r, p, body.holderBody)
 	if err != nil {
 		return err
 	}
 	if body.Force {
+		if err := s.stillAdmin(r, p, forceAdminOnly); err != nil {
+			return err
+		}
 		// A force release acts as no holder: it is the admin's own act,
 		// and the trail records it as the caller's, whatever agent_id
 		// names (else it could name a non-admin as the one who forced).
@@ -613,7 +632,7 @@ func (s *server) complete(w http.ResponseWriter, r *http.Request, p lease.Princi
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	h, err := s.checkHolder(r.Context(), p, body)
+	h, err := s.checkHolder(r, p, body)
 	if err != nil {
 		return err
 	}
@@ -710,7 +729,7 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, p lease.Principal
 		return err
 	}
 	var wait time.Duration
-	g, err := s.check(r.Context(), p, body.grantBody, func() (err error) {
+	g, err := s.check(r, p, body.grantBody, func() (err error) {
 		if wait, err = duration(body.Wait, 0, lease.WaitRange); err != nil {
 			return err
 		}

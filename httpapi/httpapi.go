@@ -54,13 +54,17 @@ type Options struct {
 	// there with ContextWithPrincipal); a request without one is 401.
 	Auth auth.Authenticator
 	// RecheckAdmin, when set, authenticates the bearer key of every request
-	// to an admin-only route once more before it runs (one consistent
-	// read), and refuses it unless the key still belongs to that admin.
-	// Behind API Gateway the principal comes from the authorizer's cache,
-	// which keeps a removed admin's answer for up to its cache time: without
-	// the check, such an admin could still register agents, admins among
-	// them, or remove them. Nil (the local server, whose Auth forgets a
-	// removed key at once): no second look.
+	// that uses an admin's power once more before it runs (one consistent
+	// read), and refuses it unless the key still belongs to that admin: a
+	// request to an admin-only route, and one to an agent route that uses
+	// an admin-only field (agent_id naming another agent, force on a
+	// release, a cancel by an admin). Behind API Gateway the principal
+	// comes from the authorizer's cache, which keeps a removed admin's
+	// answer for up to its cache time: without the check, such an admin
+	// could still register agents, admins among them, or remove them, act
+	// for other agents, force releases and cancel their tasks. A request
+	// that uses no admin power is not looked at again. Nil (the local
+	// server, whose Auth forgets a removed key at once): no second look.
 	RecheckAdmin auth.Authenticator
 	// OnAgentRemoved is called after an agent is removed, so that a cache of
 	// its key can forget it at once; also after a removal that failed part
@@ -227,13 +231,16 @@ func principalFrom(ctx context.Context) (lease.Principal, bool) {
 }
 
 // reqState is what the log line of a request needs to learn from deeper
-// down.
+// down, and whether the caller's admin power has been checked again.
 type reqState struct {
 	route   string
 	agentID string
 	err     error
 	// gone: the client closed the request before its answer.
 	gone bool
+	// adminRechecked: the caller's key has been found an admin's once
+	// more (isAdmin).
+	adminRechecked bool
 }
 
 type stateKey struct{}
@@ -380,8 +387,8 @@ func (s *server) serveRoute(rt route) http.Handler {
 				s.fail(w, r, errForbidden("this route is for admins only"))
 				return
 			}
-			if rt.Access == deploy.Admin && s.opts.RecheckAdmin != nil {
-				if err := s.recheckAdmin(r, p); err != nil {
+			if rt.Access == deploy.Admin {
+				if err := s.stillAdmin(r, p, "this route is for admins only"); err != nil {
 					s.fail(w, r, err)
 					return
 				}
@@ -435,31 +442,49 @@ func (s *server) authenticate(r *http.Request) (lease.Principal, error) {
 	return p, nil
 }
 
-// recheckAdmin authenticates r's bearer key with Options.RecheckAdmin and
-// refuses it unless it still belongs to p, an admin.
-func (s *server) recheckAdmin(r *http.Request, p lease.Principal) error {
+// stillAdmin is called before p, an admin, uses an admin's power: it
+// refuses the request unless isAdmin finds p an admin still (403 forbidden
+// saying forbidden when the key is p's but no longer an admin's).
+func (s *server) stillAdmin(r *http.Request, p lease.Principal, forbidden string) error {
+	admin, err := s.isAdmin(r, p)
+	if err != nil {
+		return err
+	}
+	if !admin {
+		return errForbidden(forbidden)
+	}
+	return nil
+}
+
+// isAdmin reports whether p, an admin by its principal, is one still: with
+// Options.RecheckAdmin it authenticates r's bearer key again (once per
+// request) and refuses the request (401) unless the key still belongs to
+// p. Without it, p is trusted.
+func (s *server) isAdmin(r *http.Request, p lease.Principal) (bool, error) {
+	st := stateFrom(r.Context())
+	if s.opts.RecheckAdmin == nil || st.adminRechecked {
+		return p.Admin, nil
+	}
 	header := r.Header.Values("Authorization")
 	if len(header) != 1 {
-		return errUnauthorized
+		return false, errUnauthorized
 	}
 	key, ok := auth.BearerKey(header[0])
 	if !ok {
-		return errUnauthorized
+		return false, errUnauthorized
 	}
 	now, err := s.opts.RecheckAdmin.Authenticate(r.Context(), key)
 	if errors.Is(err, lease.ErrUnauthorized) {
-		return errUnauthorized
+		return false, errUnauthorized
 	}
 	if err != nil {
-		return fmt.Errorf("authenticate: %w", err)
+		return false, fmt.Errorf("authenticate: %w", err)
 	}
 	if now.AgentID != p.AgentID {
-		return errUnauthorized
+		return false, errUnauthorized
 	}
-	if !now.Admin {
-		return errForbidden("this route is for admins only")
-	}
-	return nil
+	st.adminRechecked = now.Admin
+	return now.Admin, nil
 }
 
 // statusClientGone is the status logged for a request whose client closed

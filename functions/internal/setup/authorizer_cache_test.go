@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -98,4 +99,126 @@ func TestAgentsFunctionRefusesWhatTheAuthorizerCacheStillLetsThrough(t *testing.
 	if st, out := call(http.MethodPost, "/api/agents", rootKey, `{"name": "ops again", "agent_id": "ops"}`, root); st != http.StatusCreated {
 		t.Fatalf("register ops once the cache time has passed: %d %v", st, out)
 	}
+}
+
+// The admin-only fields of the agent routes are refused to a removed
+// admin's cached identity as the admin routes are: it cannot act for
+// another agent, force a release or cancel a task another agent holds. A
+// live admin's use looks the key up again (GetItem on agents, granted to
+// every function that does), and a plain agent's request does not.
+func TestAgentRoutesRefuseAdminFieldsTheAuthorizerCacheStillLetsThrough(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	quiet := slog.New(slog.DiscardHandler)
+	g := newGrantCheck(t)
+	app := NewStore(lease.NewLocalClient(testenv.Endpoint()), nil, g.env, quiet)
+	const rootKey, opsKey = "ck_root-admin-key-0123456789", "ck_ops-admin-key-0123456789"
+	if err := app.EnsureAgent(ctx, "admin", "admin", true, rootKey); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.EnsureAgent(ctx, "ops", "ops", true, opsKey); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := app.RegisterAgent(ctx, lease.RegisterParams{AgentID: "bob", Name: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"t1", "t2", "t3"} {
+		if _, err := app.CreateTask(ctx, lease.CreateTaskParams{TaskID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := app.Checkout(ctx, lease.CheckoutParams{TaskID: "t1", AgentID: "bob", AgentName: "bob", Timeout: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.RemoveAgent(ctx, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	root, ops := lease.Principal{AgentID: "admin", Name: "admin", Admin: true}, lease.Principal{AgentID: "ops", Name: "ops", Admin: true}
+	bob := lease.Principal{AgentID: "bob", Name: "bob"}
+
+	// call sends one request to function fn, whose store records its
+	// calls in c.
+	call := func(c *grantCheck, fn, method, path, key, body string, p lease.Principal) (int, map[string]any) {
+		t.Helper()
+		ev := cachedEvent(method, path, key, body, p)
+		ev.RequestContext.Authorizer.Lambda[auth.ContextAdmin] = strconv.FormatBool(p.Admin)
+		resp, err := HTTP(fn, c.store(fn, nil), nil, c.env, quiet)(ctx, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out map[string]any
+		if err := json.Unmarshal([]byte(resp.Body), &out); err != nil {
+			t.Fatalf("%s %s: %v: %s", method, path, err, resp.Body)
+		}
+		return resp.StatusCode, out
+	}
+	type req struct{ fn, method, path, body string }
+	for _, r := range []req{
+		{deploy.Checkouts, http.MethodPost, "/api/tasks/t2/checkout", `{"agent_id": "bob"}`},
+		{deploy.Claim, http.MethodPost, "/api/claim", `{"agent_id": "bob"}`},
+		{deploy.Checkouts, http.MethodPost, "/api/tasks/t1/renew", `{"agent_id": "bob", "timeout": "2h"}`},
+		{deploy.Checkouts, http.MethodPost, "/api/tasks/t1/release", `{"agent_id": "bob"}`},
+		{deploy.Checkouts, http.MethodPost, "/api/tasks/t1/release", `{"force": true}`},
+		{deploy.Checkouts, http.MethodPost, "/api/tasks/t1/complete", `{"agent_id": "bob"}`},
+		{deploy.Tasks, http.MethodPatch, "/api/tasks/t1", `{"status": "cancelled"}`},
+	} {
+		if st, out := call(g, r.fn, r.method, r.path, opsKey, r.body, ops); st != http.StatusUnauthorized || out["code"] != errcode.Unauthorized {
+			t.Errorf("%s %s %s with the removed admin's cached identity: %d %v, want 401 unauthorized", r.method, r.path, r.body, st, out)
+		}
+	}
+	for id, holder := range map[string]string{"t1": "bob", "t2": "", "t3": ""} {
+		task, err := app.GetTask(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		if task.Checkout != nil {
+			got = task.Checkout.AgentID
+		}
+		if got != holder || task.Status == lease.StatusCancelled {
+			t.Errorf("%s after the removed admin's requests: %s held by %q, want held by %q", id, task.Status, got, holder)
+		}
+	}
+	if task, err := app.GetTask(ctx, "t1"); err != nil || task.Checkout == nil || task.Checkout.AgentID != "bob" || !task.Checkout.ExpiresAt.Before(time.Now().Add(90*time.Minute)) {
+		t.Errorf("t1 after the removed admin's requests: %+v %v, want bob's lease, not renewed", task.Checkout, err)
+	}
+
+	// A plain agent's requests look no key up again.
+	plain := &grantCheck{t: t, env: g.env, used: &usage{prefix: g.env.TablePrefix}}
+	for _, r := range []req{
+		{deploy.Checkouts, http.MethodPost, "/api/tasks/t1/renew", `{}`},
+		{deploy.Checkouts, http.MethodPost, "/api/tasks/t2/checkout", `{"agent_id": "bob"}`},
+		{deploy.Checkouts, http.MethodPost, "/api/tasks/t2/release", `{}`},
+		{deploy.Claim, http.MethodPost, "/api/claim", `{}`},
+		{deploy.Tasks, http.MethodPatch, "/api/tasks/t2", `{"status": "cancelled"}`},
+	} {
+		if st, out := call(plain, r.fn, r.method, r.path, reg.APIKey, r.body, bob); st != http.StatusOK {
+			t.Errorf("%s %s %s by bob: %d %v, want 200", r.method, r.path, r.body, st, out)
+		}
+	}
+	for _, fn := range []string{deploy.Checkouts, deploy.Claim, deploy.Tasks} {
+		if plain.made(fn, "GetItem agents") {
+			t.Errorf("the %s function read agents for a plain agent's request", fn)
+		}
+	}
+	plain.check()
+
+	// A live admin's: each works, after one look-up.
+	for _, r := range []req{
+		{deploy.Checkouts, http.MethodPost, "/api/tasks/t1/renew", `{"agent_id": "bob"}`},
+		{deploy.Checkouts, http.MethodPost, "/api/tasks/t1/release", `{"force": true}`},
+		{deploy.Claim, http.MethodPost, "/api/claim", `{"agent_id": "bob"}`},
+		{deploy.Tasks, http.MethodPatch, "/api/tasks/t1", `{"status": "cancelled"}`},
+	} {
+		if st, out := call(g, r.fn, r.method, r.path, rootKey, r.body, root); st != http.StatusOK {
+			t.Errorf("%s %s %s by the admin: %d %v, want 200", r.method, r.path, r.body, st, out)
+		}
+	}
+	for _, fn := range []string{deploy.Checkouts, deploy.Claim, deploy.Tasks} {
+		if !g.made(fn, "GetItem agents") {
+			t.Errorf("the %s function never looked the admin's key up again", fn)
+		}
+	}
+	g.check()
 }

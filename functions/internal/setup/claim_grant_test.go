@@ -27,13 +27,18 @@ func TestClaimFunctionLooksUpTheAgentAnAdminClaimsFor(t *testing.T) {
 	if _, err := app.RegisterAgent(ctx, lease.RegisterParams{AgentID: "bob", Name: "Bob"}); err != nil {
 		t.Fatal(err)
 	}
+	// Acting for another agent looks the admin's key up again.
+	const adminKey = "ck_admin-key-0123456789"
+	if err := app.EnsureAgent(ctx, "admin", "admin", true, adminKey); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := app.CreateTask(ctx, lease.CreateTaskParams{TaskID: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	h := HTTP(deploy.Claim, store, nil, env, nil)
 	resp, err := h(ctx, events.APIGatewayV2HTTPRequest{
 		Version: "2.0", RouteKey: "POST /api/claim", RawPath: "/api/claim",
-		Headers: map[string]string{"content-type": "application/json"},
+		Headers: map[string]string{"content-type": "application/json", "authorization": "Bearer " + adminKey},
 		Body:    `{"agent_id":"bob"}`,
 		RequestContext: events.APIGatewayV2HTTPRequestContext{
 			RouteKey: "POST /api/claim",

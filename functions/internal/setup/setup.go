@@ -313,8 +313,10 @@ func HTTP(fn string, svc httpapi.Service, db TablesAPI, e Env, log *slog.Logger)
 	opts := httpapi.Options{AutoCreateTasks: e.AutoCreateTasks, Logger: log, Now: e.Now, Function: fn}
 	if a, ok := svc.(auth.Authenticator); ok {
 		// The principal is the authorizer's, cached for up to
-		// deploy.AuthorizerCacheTTL: an admin route looks at the key again
-		// (one consistent read), so that a removed admin cannot act.
+		// deploy.AuthorizerCacheTTL: a request that uses an admin's power
+		// (an admin route, or an admin-only field of an agent route) looks
+		// at the key again (one consistent read), so that a removed admin
+		// cannot act.
 		opts.RecheckAdmin = a
 	}
 	if fn == deploy.Health {
