@@ -132,7 +132,7 @@ func TestWatchingFunctionsReadAMissedFreeingFromTheArchive(t *testing.T) {
 			_, err := s.Checkout(ctx, lease.CheckoutParams{TaskID: "t", AgentID: "w", Watch: true, Timeout: time.Hour})
 			var ce *lease.ConflictError
 			if !errors.As(err, &ce) || ce.Watching == nil || !*ce.Watching {
-				return fmt.Errorf("checkout: %v, want a conflict with watching true", err)
+				return fmt.Errorf("checkout: %w, want a conflict with watching true", err)
 			}
 			return nil
 		}},
