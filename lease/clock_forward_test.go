@@ -160,6 +160,7 @@ func TestSlowGrantIsRenewedBeforeItIsAnswered(t *testing.T) {
 		e := newEnv(t)
 		c := ctx(t)
 		e.task(t, "t")
+		e.caughtUp(t) // the claim finds t through an index
 		slow, db := delayed(e)
 		const timeout = time.Second
 		db.armAfter(func() { e.clock.Advance(timeout * 9 / 10) }) // the grant's write waited 0.9 s

@@ -38,6 +38,7 @@ func TestFormerHolderIsToldOfALostLease(t *testing.T) {
 	}{
 		{"timeout by the sweep", func(t *testing.T, e *env, co lease.Checkout) {
 			e.clock.Advance(time.Minute)
+			e.caughtUp(t) // the sweep finds the lease through an index
 			must[lease.SweepResult](t)(e.store.Sweep(ctx(t)))
 		}, lease.EventTimeout},
 		{"timeout by a takeover", func(t *testing.T, e *env, co lease.Checkout) {
@@ -47,6 +48,7 @@ func TestFormerHolderIsToldOfALostLease(t *testing.T) {
 		{"death by the sweep", func(t *testing.T, e *env, co lease.Checkout) {
 			must[lease.Heartbeat](t)(e.store.Heartbeat(ctx(t), "holder", time.Second))
 			e.clock.Advance(2 * time.Second)
+			e.caughtUp(t) // the sweep finds the death through an index
 			must[lease.SweepResult](t)(e.store.Sweep(ctx(t)))
 		}, lease.EventAgentDeath},
 		{"death by a takeover", func(t *testing.T, e *env, co lease.Checkout) {
@@ -85,6 +87,7 @@ func TestFormerHolderIsToldOfALostLease(t *testing.T) {
 			must[lease.Released](t)(e.store.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "holder", Force: true}))
 		}, ""},
 		{"removal of the holder", func(t *testing.T, e *env, co lease.Checkout) {
+			e.caughtUp(t) // the removal finds the lease through an index
 			if err := e.store.RemoveAgent(ctx(t), "holder"); err != nil {
 				t.Fatal(err)
 			}
@@ -102,7 +105,10 @@ func TestFormerHolderIsToldOfALostLease(t *testing.T) {
 			tc.end(t, e, co)
 
 			evs := e.events(t, "t")
-			ended := evs[1] // checkout, then its ending
+			if len(evs) < 2 {
+				t.Fatalf("trail %v, want the checkout, then its ending", kinds(evs))
+			}
+			ended := evs[1]
 			msgs := e.lostMessages(t, "holder")
 			notices := e.notes.Count(lease.NoticeLeaseLost, "t")
 			if tc.reason == "" {

@@ -69,6 +69,16 @@ func (e *env) lag(t testing.TB, table string, d time.Duration) {
 	testenv.IndexLag(t, e.names.Prefix+table, d)
 }
 
+// caughtUp waits until the indexes of this env's tables show every write
+// answered so far, for a step whose index read must find the test's own
+// writes (a sweep, a claim or a listing right after them): the local
+// DynamoDB counts the index updates its lag still holds, so no sleep is
+// guessed at. Index lag itself stays on for the rest of the test.
+func (e *env) caughtUp(t testing.TB) {
+	t.Helper()
+	testenv.CaughtUp(t, e.names.Prefix)
+}
+
 // eventually polls cond until it holds, for up to 10 s of real time: index
 // lag is the local DynamoDB's real time, not the test clock's.
 func eventually(t testing.TB, what string, cond func() bool) {
