@@ -23,6 +23,7 @@ func TestReadsWhileTheBodyChangesShowAWholeBody(t *testing.T) {
 	desc := func(n int) string { return fmt.Sprintf("always set %d", n) }
 	meta := func(n int) json.RawMessage { return json.RawMessage(fmt.Sprintf(`{"n":%d}`, n)) }
 	e.create(t, lease.CreateTaskParams{TaskID: "tb", Queue: "bodies", Description: desc(0), Metadata: meta(0)})
+	e.caughtUp(t) // the listings find tb through an index
 	wctx, stop := context.WithCancel(c)
 	var wg sync.WaitGroup
 	wg.Go(func() {

@@ -83,9 +83,11 @@ func TestALoneClaimTakesAPassedDelayOnceSwept(t *testing.T) {
 	batch = append(batch, lease.CreateTaskParams{TaskID: ids[8], Queue: "dl", Priority: new(9), NotBefore: &nb2})
 	must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch))
 	e.clock.Advance(3 * time.Second)
+	e.caughtUp(t) // the sweep finds the delays through an index
 	if res := must[lease.SweepResult](t)(e.store.Sweep(c)); res.Ready != 2 {
 		t.Fatalf("the sweep ranked %d delayed tasks ready, want 2", res.Ready)
 	}
+	e.caughtUp(t) // the claim finds them ranked ready through an index
 	co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "a", Queues: []string{"dl"}, Timeout: time.Minute}))
 	if co.TaskID != ids[8] {
 		t.Fatalf("the claim took %s (priority %d) while %s (priority 9, its not_before passed and swept) was ready", co.TaskID, co.Priority, ids[8])
@@ -129,6 +131,7 @@ func TestAClaimJoiningALookDoesNotInheritItsSendersTakenTasks(t *testing.T) {
 	g := newGatedStore(t, schema.ShardCounts{Claim: 1})
 	c := ctx(t)
 	must[lease.Task](t)(g.store.CreateTask(c, lease.CreateTaskParams{TaskID: "t", Queue: "j"}))
+	g.caughtUp(t) // A's first look finds t
 	var x lease.Checkout
 	bDone := make(chan error, 1)
 	var bGot lease.Checkout
@@ -142,6 +145,7 @@ func TestAClaimJoiningALookDoesNotInheritItsSendersTakenTasks(t *testing.T) {
 			if _, err := g.other.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", Fence: x.Fence}); err != nil {
 				t.Errorf("release: %v", err)
 			}
+			g.caughtUp(t) // A's second look, which B joins, finds t claimable
 			second := func() {
 				// A's second look is in flight: B, begun before it was sent,
 				// goes on and joins it.
@@ -190,8 +194,10 @@ func TestKeepDelayLeavesATaskCancelledMeanwhile(t *testing.T) {
 	nb := g.clock.Now().Add(time.Hour)
 	must[lease.Task](t)(g.other.UpdateTask(c, lease.UpdateTaskParams{TaskID: "k", AgentID: "x", SetNotBefore: true, NotBefore: &nb}))
 	g.clock.Advance(2 * time.Minute)
+	g.caughtUp(t)                                // the sweep finds the lease through an index
 	must[lease.SweepResult](t)(g.other.Sweep(c)) // ends x's lease: todo, not before nb
 	leaveReadyKeyed(t, g.db, g.tables.Table(schema.TasksTable), "k")
+	g.caughtUp(t) // the claim finds k, ready keyed, through an index
 	cancelled := lease.StatusCancelled
 	tried := false
 	cancel := func() {
@@ -211,6 +217,7 @@ func TestKeepDelayLeavesATaskCancelledMeanwhile(t *testing.T) {
 	}
 	again := must[lease.Task](t)(g.other.UpdateTask(c, lease.UpdateTaskParams{TaskID: "k", AgentID: "admin", Admin: true, Status: &cancelled}))
 	g.clock.Advance(2 * time.Hour)
+	g.caughtUp(t) // the sweep would find a delayed key the claim wrote
 	res := must[lease.SweepResult](t)(g.other.Sweep(c))
 	if again.Version != first.Version || res.Ready != 0 {
 		t.Fatalf("a cancel of the cancelled task moved its version %d to %d, and a sweep after its not_before ranked %d task(s) ready: the claim's keepDelay wrote a delayed key and an expiry entry onto the task cancelled after its read",
@@ -231,6 +238,7 @@ func TestAClaimReadsPastAHeadOfLaggingGrants(t *testing.T) {
 		must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch))
 	}
 	// The index shows all 51; from now on it lags.
+	e.caughtUp(t)
 	e.lag(t, schema.TasksTable, 20*time.Second)
 	for _, id := range ids[:50] {
 		e.checkout(t, id, "x", time.Hour)
@@ -262,6 +270,7 @@ func TestAClaimOverPassedDelaysTakesOneWithOneLook(t *testing.T) {
 		must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch))
 	}
 	e.clock.Advance(2 * time.Second)
+	e.caughtUp(t) // the claim finds the tasks through an index
 	e.count.Take()
 	must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "a", Queues: []string{"pd"}, Timeout: time.Minute}))
 	if q := e.count.Count("Query"); q > 2*schema.ClaimShards {

@@ -49,6 +49,13 @@ type gatedStore struct {
 	atGate, open            chan struct{}
 }
 
+// caughtUp waits until the indexes of g's tables show every write
+// answered so far (env.caughtUp).
+func (g *gatedStore) caughtUp(t testing.TB) {
+	t.Helper()
+	testenv.CaughtUp(t, g.tables.Prefix)
+}
+
 func newGatedStore(t testing.TB, shards schema.ShardCounts) *gatedStore {
 	t.Helper()
 	g := &gatedStore{clock: testclock.New(epoch), atGate: make(chan struct{}), open: make(chan struct{})}
@@ -143,6 +150,7 @@ func TestConcurrentClaimsTakeTheBestWhenTheyShareAShard(t *testing.T) {
 		}
 	}
 	flush()
+	e.caughtUp(t) // the claims find the tasks through an index
 	got := make([]lease.Checkout, 20)
 	race(20, func(i int) {
 		co, err := e.store.Claim(c, lease.ClaimParams{AgentID: fmt.Sprintf("a%02d", i), Queues: []string{"skew"}, Timeout: time.Hour})
@@ -190,6 +198,7 @@ func TestASpreadClaimUnderIndexLagLooksAtTheOtherShards(t *testing.T) {
 		must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch))
 		batch = batch[:0]
 	}
+	e.caughtUp(t) // the index shows every task; from now on it lags
 	e.lag(t, schema.TasksTable, 20*time.Second)
 	for _, id := range gone {
 		e.checkout(t, id, "elsewhere", time.Hour)
@@ -229,6 +238,7 @@ func TestAClaimLosingToACancelKeepsPriorityOrder(t *testing.T) {
 			batch = append(batch, lease.CreateTaskParams{TaskID: fmt.Sprintf("%s-p%d", queue, p), Queue: queue, Priority: new(p)})
 		}
 		must[[]lease.BatchResult](t)(h.store.CreateTasks(c, batch))
+		h.caughtUp(t) // the claims find the tasks through an index
 		h.onClaimRead(func() {
 			// After the claim's read, before its write: an admin of this
 			// process cancels the best task.
@@ -309,6 +319,7 @@ func TestAClaimThatPanicsLetsItsTaskGo(t *testing.T) {
 	store := lease.New(lease.Config{DB: panicOnceDB{DB: e.db, armed: armed}, Tables: e.names, Now: e.clock.Now})
 	c := ctx(t)
 	e.create(t, lease.CreateTaskParams{TaskID: "only", Queue: "p"})
+	e.caughtUp(t) // the claim finds it through an index
 	armed.Store(true)
 	func() {
 		defer func() {

@@ -108,6 +108,7 @@ func TestAWaitingClaimIsWokenForItsQueue(t *testing.T) {
 			e.checkout(t, "t", "a", time.Minute)
 		}, func(t *testing.T, e *env) {
 			e.clock.Advance(2 * time.Minute)
+			e.caughtUp(t) // the sweep finds its work through an index
 			if res := must[lease.SweepResult](t)(e.store.Sweep(ctx(t))); res.Timeouts != 1 {
 				t.Fatalf("sweep %+v, want one timeout", res)
 			}
@@ -117,6 +118,7 @@ func TestAWaitingClaimIsWokenForItsQueue(t *testing.T) {
 			e.create(t, lease.CreateTaskParams{TaskID: "t", Queue: "q", NotBefore: &ready})
 		}, func(t *testing.T, e *env) {
 			e.clock.Advance(2 * time.Minute)
+			e.caughtUp(t) // the sweep finds its work through an index
 			if res := must[lease.SweepResult](t)(e.store.Sweep(ctx(t))); res.Ready != 1 {
 				t.Fatalf("sweep %+v, want one ranked ready", res)
 			}
@@ -245,6 +247,7 @@ func TestEndWaitsAnswersTheWaitingClaimsAtOnce(t *testing.T) {
 		t.Errorf("a claim that does not wait, after EndWaits: %v, want ErrNoTaskAvailable", err)
 	}
 	e.task(t, "t")
+	e.caughtUp(t) // the claim finds t without waiting
 	if got, err := e.store.Claim(c, lease.ClaimParams{AgentID: "late", Wait: 20 * time.Second}); err != nil || got.TaskID != "t" {
 		t.Errorf("a claim that finds a task after EndWaits: %+v, %v; want it granted", got, err)
 	}
