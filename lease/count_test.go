@@ -93,6 +93,7 @@ func TestRequestBudget(t *testing.T) {
 
 	e.checkout(t, "w", "holder", time.Minute)
 	e.clock.Advance(time.Minute)
+	e.caughtUp(t) // the sweep finds the lease through an index
 	e.count.Take()
 	res := must[lease.SweepResult](t)(e.store.Sweep(c))
 	if res.Timeouts != 1 {

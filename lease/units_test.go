@@ -224,6 +224,7 @@ func measureOps(t *testing.T, z taskSize) map[string]opUnits {
 
 	// Claims: from a queue holding one task, and from one holding 50.
 	must[lease.Task](t)(e.store.CreateTask(c, z.params("only", "short")))
+	e.caughtUp(t) // each claim finds its tasks through an index
 	op("claim, queue of 1", func() {
 		must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "claimer", Queues: []string{"short"}, Timeout: time.Minute}))
 	})
@@ -235,6 +236,7 @@ func measureOps(t *testing.T, z taskSize) map[string]opUnits {
 			batch = nil
 		}
 	}
+	e.caughtUp(t)
 	op("claim, queue of 50", func() {
 		must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "claimer", Queues: []string{"long"}, Timeout: time.Minute}))
 	})
@@ -274,6 +276,7 @@ func measureOps(t *testing.T, z taskSize) map[string]opUnits {
 		e.checkout(t, id, "sweepee", time.Minute)
 	}
 	e.clock.Advance(time.Minute + time.Second)
+	e.caughtUp(t) // the sweep finds the leases through an index
 	var ended int
 	op("sweep, per expired lease", func() {
 		res := must[lease.SweepResult](t)(e.store.Sweep(c))
