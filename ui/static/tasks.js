@@ -6,18 +6,33 @@
 // (and any task whose latest attempt failed) show their last error, as
 // text. The address keeps the filters: #/tasks/<status>/<queue>, "all" for
 // any status.
+//
+// What a refresh reads. The whole listing (up to PAGES pages) costs about
+// a read unit a task, so it is read only when the filters change, at a
+// "Load more", every FULL_MS, and when the list no longer adds up; the
+// refreshes between read what changed instead (update): the fleet feed
+// from where the last refresh left it (the tasks whose status moved), the
+// queue counts (which also tell a new task: the list no longer matches
+// them), and each task named by the feed or shown on screen, one by one.
 
-import { get, pages } from './api.js';
+import { get, pages, seg, serverNow, ApiError } from './api.js';
 import { $, h, text, reconcile, replace, taskLink, options, td, statusBadge, setStatus } from './dom.js';
 import { STATUSES, statusWords, until, clock } from './format.js';
 
 const LIMIT = 500; // tasks per page
 const PAGES = 10; // pages read at first, and added by "Load more"
 // The queue filter offers every queue the queue listing names, up to
-// QUEUE_PAGES pages of it (as the queues view shows), read again at most
-// every QUEUES_MS: the names change rarely, and a refresh comes every 3 s.
+// QUEUE_PAGES pages of it (as the queues view shows), read again with the
+// counts at a refresh that reads what changed (update), and otherwise at
+// most every QUEUES_MS: the names change rarely.
 const QUEUE_PAGES = 20;
 const QUEUES_MS = 30000;
+// The whole listing is read again at least every FULL_MS; a refresh in
+// between reads at most CHANGED tasks one by one (those the feed names
+// and those on screen), and reads the whole listing instead when more
+// than that changed.
+const FULL_MS = 30000;
+const CHANGED = 40;
 
 let list = []; // the tasks of the pages read, sorted
 let more = false; // the last page read had a next one
@@ -26,6 +41,8 @@ let read = 0; // pages read at the last refresh
 let knownQueues = new Set();
 let shownArg = null; // the filters the list was loaded for
 let queuesReadAt = -Infinity; // performance.now() of the last read of the queue names
+let fullAt = -Infinity; // performance.now() of the last read of the whole listing
+let feed = null; // the fleet feed's cursor: where the next refresh reads on
 
 const view = {
   title: (arg) => {
@@ -49,6 +66,7 @@ const view = {
     $('tasks-filter').addEventListener('submit', (e) => e.preventDefault());
     $('tasks-load-more').addEventListener('click', () => {
       wanted = read + PAGES;
+      feed = null; // read the whole listing, further
       ctx.refresh();
     });
   },
@@ -73,26 +91,26 @@ const view = {
   async load(ctx, arg) {
     if (arg !== shownArg) wanted = PAGES; // other filters: start again
     const { status, queue } = parseArg(arg);
+    const cheap = ctx.features.queues && ctx.features.events;
+    if (cheap && arg === shownArg && feed && performance.now() - fullAt < FULL_MS && await update(status, queue)) {
+      show(ctx, arg, status, queue);
+      return;
+    }
     const readQueues = ctx.features.queues && performance.now() - queuesReadAt >= QUEUES_MS;
-    const [answer, queues] = await Promise.all([
+    // The feed's position before the listing: a change made while the
+    // listing is read is read again at the next refresh.
+    const [start, answer, queues] = await Promise.all([
+      cheap ? feedStart() : null,
       listPages(status, queue, wanted),
       readQueues ? pages('/api/queues', 'queues', QUEUE_PAGES).catch(() => null) : null,
     ]);
-    if (queues) queuesReadAt = performance.now();
-    for (const x of queues || []) if (x.queue) knownQueues.add(x.queue);
-    const order = (s) => { const i = STATUSES.indexOf(s); return i < 0 ? STATUSES.length : i; };
-    list = answer.tasks.sort((a, b) => (order(a.status) - order(b.status))
-      || ((b.priority ?? 0) - (a.priority ?? 0))
-      || String(a.created_at || '').localeCompare(String(b.created_at || ''))
-      || String(a.task_id).localeCompare(String(b.task_id)));
-    for (const t of list) if (t.queue) knownQueues.add(t.queue);
-    for (const t of list) if (t.checkout?.agent_name) ctx.names.set(t.checkout.agent_id, t.checkout.agent_name);
+    if (queues) noteQueues(queues);
+    list = answer.tasks;
     more = Boolean(answer.next_cursor);
     read = answer.pages;
-    shownArg = arg;
-    $('t-status').value = STATUSES.includes(status) ? status : '';
-    queueOptions(queue);
-    render();
+    feed = start;
+    fullAt = performance.now();
+    show(ctx, arg, status, queue);
   },
 
   tick() {
@@ -102,6 +120,7 @@ const view = {
   leave() {
     $('t-text').value = '';
     wanted = PAGES;
+    feed = null; // coming back reads the whole listing
   },
 
   reset() {
@@ -111,6 +130,8 @@ const view = {
     read = 0;
     knownQueues = new Set();
     queuesReadAt = -Infinity;
+    fullAt = -Infinity;
+    feed = null;
     shownArg = null;
     $('tasks-body').replaceChildren();
     options($('t-queue'), []);
@@ -119,6 +140,107 @@ const view = {
     text($('tasks-count'), '');
   },
 };
+
+// show sorts the list and draws it.
+function show(ctx, arg, status, queue) {
+  const order = (s) => { const i = STATUSES.indexOf(s); return i < 0 ? STATUSES.length : i; };
+  list.sort((a, b) => (order(a.status) - order(b.status))
+    || ((b.priority ?? 0) - (a.priority ?? 0))
+    || String(a.created_at || '').localeCompare(String(b.created_at || ''))
+    || String(a.task_id).localeCompare(String(b.task_id)));
+  for (const t of list) if (t.queue) knownQueues.add(t.queue);
+  for (const t of list) if (t.checkout?.agent_name) ctx.names.set(t.checkout.agent_id, t.checkout.agent_name);
+  shownArg = arg;
+  $('t-status').value = STATUSES.includes(status) ? status : '';
+  queueOptions(queue);
+  render();
+}
+
+function noteQueues(queues) {
+  queuesReadAt = performance.now();
+  for (const x of queues) if (x.queue) knownQueues.add(x.queue);
+}
+
+// feedStart is the fleet feed's cursor a second before now.
+async function feedStart() {
+  const since = new Date(serverNow() - 1000).toISOString();
+  return (await get(`/api/events?since=${encodeURIComponent(since)}&limit=1000`)).next_cursor || null;
+}
+
+// update brings the list up to date without reading the whole listing,
+// and says whether it could: the tasks the feed names (their status
+// moved) and those on screen are read one by one; a task that no longer
+// matches the filters leaves the list, one that now does joins it. It
+// cannot when more than CHANGED tasks are to be read, or when the list,
+// read whole, no longer adds up to the queue counts (a task was created,
+// reopened, moved to another queue, or changed without an event).
+async function update(status, queue) {
+  const [events, queues] = await Promise.all([feedSince(), pages('/api/queues', 'queues', QUEUE_PAGES)]);
+  noteQueues(queues);
+  if (!events) return false;
+  const ids = new Set(events.filter((e) => e.type !== 'renew').map((e) => e.task_id));
+  for (const id of onScreen()) ids.add(id);
+  if (ids.size > CHANGED) return false;
+  const byID = new Map(list.map((t) => [t.task_id, t]));
+  await Promise.all([...ids].map(async (id) => {
+    try {
+      const t = await get('/api/tasks/' + seg(id));
+      if ((!status || t.status === status) && (!queue || t.queue === queue)) byID.set(id, t);
+      else byID.delete(id);
+    } catch (err) {
+      if (!(err instanceof ApiError && err.status === 404)) throw err;
+      byID.delete(id);
+    }
+  }));
+  list = [...byID.values()];
+  return more || counted(queues, status, queue) === list.length;
+}
+
+// feedSince reads the feed from its cursor on until it is caught up (up
+// to 5 pages) and moves the cursor past what it read; null when more
+// remain.
+async function feedSince() {
+  const events = [];
+  for (let i = 0; i < 5; i++) {
+    const page = await get(`/api/events?cursor=${encodeURIComponent(feed)}&limit=1000`);
+    const got = page.events || [];
+    events.push(...got);
+    if (page.next_cursor) feed = page.next_cursor;
+    if (!got.length || page.caught_up === true || !page.next_cursor) return events;
+  }
+  return null;
+}
+
+// counted is how many tasks the queue counts give the filters.
+function counted(queues, status, queue) {
+  let n = 0;
+  for (const q of queues) {
+    if (queue && q.queue !== queue) continue;
+    for (const [s, c] of Object.entries(q.counts || {})) if (!status || s === status) n += Number(c) || 0;
+  }
+  return n;
+}
+
+// onScreen is the ids of the tasks whose rows are in the window, found by
+// halving (the rows are in order down the page).
+function onScreen() {
+  const rows = $('tasks-body').children;
+  const height = window.innerHeight;
+  let lo = 0;
+  let hi = rows.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (rows[mid].getBoundingClientRect().bottom < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  const ids = [];
+  for (let i = lo; i < rows.length && ids.length <= CHANGED; i++) {
+    const r = rows[i].getBoundingClientRect();
+    if (r.top > height) break;
+    if (r.bottom > 0 && r.height > 0) ids.push(rows[i].dataset.key);
+  }
+  return ids;
+}
 
 // listPages reads up to max pages of the listing, following next_cursor
 // (a cursor alone continues its own listing, filters included). A task
