@@ -41,8 +41,11 @@ func messageID(ev eventItem) string {
 // one per ended lease, apart from any task_available message of the same
 // ending (the former holder may also watch the task).
 func lostMessageID(ev eventItem) string {
-	return "lost." + messageID(ev)
+	return lostPrefix + messageID(ev)
 }
+
+// lostPrefix starts every lease_lost message's id.
+const lostPrefix = "lost."
 
 // Events returns a task's audit trail, oldest first: the part of it that
 // is known to have no hole (see Trail), whole.
@@ -320,42 +323,102 @@ func gapFree(evs []eventItem, after, trimmedBefore int64) int {
 // A message the change stream wrote after it had read the watchers'
 // heartbeats, and the watcher had been removed in between (its inbox
 // emptied), would outlive the removal: the agent's heartbeat item, read
-// when there are messages, says which messages belong to a removed agent
-// (watched before the id was registered again, or the id still removed).
+// when a message it reads was earned by a watch or a lease, says which
+// messages belong to a removed agent (watched before the id was
+// registered again, or the id still removed).
+//
+// The read is bounded however many messages the agent leaves unread:
+// each kind's ids sort by time in a range of their own (task_available
+// ones "<ms>.…", lease_lost ones "lost.<ms>.…" after them; the
+// tombstones of deleted ones, "~…", in neither), so each range is read
+// oldest first, by pages, only until it has MaxInbox messages to show,
+// and the oldest MaxInbox of both are the answer.
 func (s *Store) Inbox(ctx context.Context, agentID string) ([]Message, error) {
-	// The messages alone: the tombstones of deleted ones sort after them.
-	unread := expression.Key("agent_id").Equal(expression.Value(agentID)).And(expression.Key("message_id").LessThan(expression.Value(tombstonePrefix)))
-	items, err := queryAll[messageItem](ctx, s.db, s.inbox, "", unread)
+	r := inboxRead{s: s, agentID: agentID}
+	available, err := r.oldest(ctx, expression.Key("message_id").LessThan(expression.Value(lostPrefix)))
 	if err != nil {
 		return nil, err
 	}
-	var hb *heartbeatItem
-	if slices.ContainsFunc(items, func(m messageItem) bool { return !m.Acked && m.WatchedAt != 0 }) {
-		if hb, err = s.readHeartbeat(ctx, agentID); err != nil {
-			return nil, err
-		}
+	lost, err := r.oldest(ctx, expression.KeyBeginsWith(expression.Key("message_id"), lostPrefix))
+	if err != nil {
+		return nil, err
 	}
-	out := make([]Message, 0, len(items))
-	for _, m := range items {
-		if m.Acked {
-			continue // deleted, by a deletion cut short or by an earlier version (DeleteMessage)
-		}
-		if hb != nil && m.WatchedAt != 0 && (hb.Removed || hb.RegisteredAt > m.WatchedAt) {
-			continue // a removed agent's
-		}
-		msg := Message{MessageID: m.MessageID, Type: m.Type, TaskID: m.TaskID, Reason: m.Reason, At: fromMS(m.At), Fence: m.Fence, RunID: m.RunID}
-		if m.NotBefore != 0 {
-			nb := fromMS(m.NotBefore)
-			msg.NotBefore = &nb
-		}
-		out = append(out, msg)
-	}
-	// Oldest first by time: the ids order each kind by time, but a
-	// lease_lost id ("lost.<ms>…") sorts after every task_available one.
+	// Oldest first by time, a task_available message before a lease_lost
+	// one of the same millisecond (as their ids sort).
+	out := append(available, lost...)
 	slices.SortStableFunc(out, func(a, b Message) int { return a.At.Compare(b.At) })
 	// The oldest MaxInbox, so that an answer stays small however many
 	// an agent leaves unread.
 	return out[:min(len(out), MaxInbox)], nil
+}
+
+// inboxPage is the fewest messages a page of an inbox read asks for: a
+// page asks for as many as it still needs to show, and no fewer, so that
+// a run of skipped messages is not read a few at a time.
+const inboxPage = 100
+
+// inboxRead is one read of an agent's inbox.
+type inboxRead struct {
+	s       *Store
+	agentID string
+	hb      *heartbeatItem // read at the first message that needs it
+	hbRead  bool
+}
+
+// oldest returns the oldest MaxInbox messages to show (fewer if there are
+// no more) of the agent's messages whose ids match idCond, in id order.
+func (r *inboxRead) oldest(ctx context.Context, idCond expression.KeyConditionBuilder) ([]Message, error) {
+	in, err := tableQuery(r.s.inbox, expression.Key("agent_id").Equal(expression.Value(r.agentID)).And(idCond))
+	if err != nil {
+		return nil, err
+	}
+	var out []Message
+	for {
+		in.Limit = int32ptr(max(MaxInbox-len(out), inboxPage))
+		page, err := r.s.db.Query(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("query %s: %w", r.s.inbox, err)
+		}
+		var items []messageItem
+		if err := attributevalue.UnmarshalListOfMaps(page.Items, &items); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", r.s.inbox, err)
+		}
+		for _, m := range items {
+			shown, err := r.shown(ctx, m)
+			if err != nil {
+				return nil, err
+			}
+			if shown {
+				if out = append(out, m.message()); len(out) == MaxInbox {
+					return out, nil
+				}
+			}
+		}
+		if len(page.LastEvaluatedKey) == 0 {
+			return out, nil
+		}
+		in.ExclusiveStartKey = page.LastEvaluatedKey
+	}
+}
+
+// shown says whether Inbox shows m: not if it was deleted, by a deletion
+// cut short or by an earlier version (DeleteMessage), nor if it is a
+// removed agent's.
+func (r *inboxRead) shown(ctx context.Context, m messageItem) (bool, error) {
+	if m.Acked {
+		return false, nil
+	}
+	if m.WatchedAt == 0 {
+		return true, nil
+	}
+	if !r.hbRead {
+		hb, err := r.s.readHeartbeat(ctx, r.agentID)
+		if err != nil {
+			return false, err
+		}
+		r.hb, r.hbRead = hb, true
+	}
+	return r.hb == nil || !r.hb.Removed && r.hb.RegisteredAt <= m.WatchedAt, nil
 }
 
 var messageIDPattern = regexp.MustCompile(`^(lost\.)?[0-9]{13}\.[0-9]{1,19}\.[A-Za-z0-9][A-Za-z0-9._:-]{0,127}(~[0-9]{1,19})?$`)

@@ -1,6 +1,12 @@
 package lease
 
-import "time"
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+)
 
 // ClockMargin is the clock skew between processes that heartbeats and
 // the death cache allow for (alive.go).
@@ -38,3 +44,28 @@ func ClaimsAsleep(s *Store) int { return int(s.claims.asleep.Load()) }
 // ClaimWakes is how many wakes s has sent to its waiting claims (a claim
 // waiting on several queues woken for all gets one for each).
 func ClaimWakes(s *Store) int { return int(s.claims.wakes.Load()) }
+
+// InboxWhole answers an inbox read as Inbox did when it read all of the
+// agent's unread messages: the answer its bounded read must give.
+func InboxWhole(ctx context.Context, s *Store, agentID string) ([]Message, error) {
+	unread := expression.Key("agent_id").Equal(expression.Value(agentID)).And(expression.Key("message_id").LessThan(expression.Value(tombstonePrefix)))
+	items, err := queryAll[messageItem](ctx, s.db, s.inbox, "", unread)
+	if err != nil {
+		return nil, err
+	}
+	var hb *heartbeatItem
+	if slices.ContainsFunc(items, func(m messageItem) bool { return !m.Acked && m.WatchedAt != 0 }) {
+		if hb, err = s.readHeartbeat(ctx, agentID); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]Message, 0, len(items))
+	for _, m := range items {
+		if m.Acked || hb != nil && m.WatchedAt != 0 && (hb.Removed || hb.RegisteredAt > m.WatchedAt) {
+			continue
+		}
+		out = append(out, m.message())
+	}
+	slices.SortStableFunc(out, func(a, b Message) int { return a.At.Compare(b.At) })
+	return out[:min(len(out), MaxInbox)], nil
+}

@@ -774,3 +774,13 @@ type messageItem struct {
 	// NotBefore (Unix ms): see Message.NotBefore.
 	NotBefore int64 `dynamodbav:"not_before,omitempty"`
 }
+
+// message is m as Inbox answers it.
+func (m messageItem) message() Message {
+	msg := Message{MessageID: m.MessageID, Type: m.Type, TaskID: m.TaskID, Reason: m.Reason, At: fromMS(m.At), Fence: m.Fence, RunID: m.RunID}
+	if m.NotBefore != 0 {
+		nb := fromMS(m.NotBefore)
+		msg.NotBefore = &nb
+	}
+	return msg
+}
