@@ -42,6 +42,7 @@ func TestAgentsComeInPagesThatFit(t *testing.T) {
 		t.FailNow()
 	}
 	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "ag-2299", 0))
+	e.caughtUp(t) // the agents are listed through an index
 
 	walk := func(p lease.ListAgentsParams) (got []lease.Agent, sizes []int) {
 		t.Helper()

@@ -41,6 +41,7 @@ func TestCheckoutsComeInPagesThatFit(t *testing.T) {
 		want = append(want, id)
 		e.clock.Advance(time.Millisecond)
 	}
+	e.caughtUp(t) // the leases are listed through an index
 
 	walk := func(p lease.ListCheckoutsParams) (ids []string, pages int) {
 		t.Helper()

@@ -18,6 +18,7 @@ func TestListingsNeverShowAnEndedLeaseAsLive(t *testing.T) {
 	e.checkout(t, "t", "x", time.Minute)
 	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "y", 10*time.Second))
 	e.checkout(t, "d", "y", time.Hour)
+	e.caughtUp(t) // the listings read the indexes
 	held := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusInProgress, Limit: 100}))
 	if len(held.Tasks) != 2 {
 		t.Fatalf("in_progress listing while the leases are live: %d tasks, want 2", len(held.Tasks))

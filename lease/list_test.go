@@ -57,6 +57,7 @@ func TestListTasksOrder(t *testing.T) {
 		must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: id, AgentID: "agent"}))
 		done = append(done, id)
 	}
+	e.caughtUp(t) // the listings read the indexes
 	var todo []task
 	for _, tk := range tasks {
 		if !slices.Contains(held, tk.id) && !slices.Contains(done, tk.id) {
@@ -153,6 +154,7 @@ func TestListTodoFindsANewQueueAtOnce(t *testing.T) {
 	for i := range 3 {
 		id := fmt.Sprintf("t%d", i)
 		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: id, Queue: fmt.Sprintf("fresh-%d", i)}))
+		e.caughtUp(t) // the queue's tasks are read through an index; its name is not
 		page := must[lease.TaskPage](t)(other.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo}))
 		if got := listedIDs(page); len(got) != i+1 || got[i] != id {
 			t.Fatalf("after creating %s in a new queue, another store listed %v", id, got)
@@ -161,6 +163,7 @@ func TestListTodoFindsANewQueueAtOnce(t *testing.T) {
 	// A PATCH that moves a task to a new queue, likewise.
 	q := "moved-here"
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t0", Queue: &q}))
+	e.caughtUp(t)
 	page := must[lease.TaskPage](t)(other.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo}))
 	if got := listedIDs(page); !slices.Equal(got, []string{"t1", "t2", "t0"}) {
 		t.Errorf("after moving t0 to a new queue, another store listed %v, want [t1 t2 t0] (queues in name order)", got)
@@ -179,12 +182,14 @@ func TestListTodoPageEndingWithAQueueMissesNothingCreatedAhead(t *testing.T) {
 	for _, q := range []string{"x1", "x3", "x5"} {
 		e.queued(t, q, q, 5)
 	}
+	e.caughtUp(t) // the listing reads the claim index
 	first := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo, Limit: 2}))
 	if got := listedIDs(first); !slices.Equal(got, []string{"x1", "x3"}) || first.NextCursor == "" {
 		t.Fatalf("first page %v, cursor %q; want [x1 x3] and more", got, first.NextCursor)
 	}
 	e.queued(t, "x3-later", "x3", 0) // after x3's last task in claim order
 	e.queued(t, "x4", "x4", 5)       // a new queue between x3 and x5
+	e.caughtUp(t)
 	var rest []string
 	for p := (lease.ListTasksParams{Cursor: first.NextCursor, Limit: 2}); ; {
 		page := must[lease.TaskPage](t)(e.store.ListTasks(c, p))
@@ -219,6 +224,7 @@ func TestListCursorKeepsItsListing(t *testing.T) {
 		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: id, Queue: q}))
 		e.clock.Advance(time.Millisecond)
 	}
+	e.caughtUp(t) // the listings read the claim index
 	first := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo, Queue: "q", Limit: 2}))
 	if first.NextCursor == "" {
 		t.Fatal("no cursor after the first page")
@@ -292,6 +298,7 @@ func TestListOfARareQueueFindsItsTasksWithoutEmptyPages(t *testing.T) {
 		want = append(want, id)
 	}
 	cancel("other-last", "other")
+	e.caughtUp(t) // the walk reads the status index
 
 	var got []string
 	pages, empty := 0, 0

@@ -53,6 +53,7 @@ func TestQueueCountsFollowTransitions(t *testing.T) {
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "b1", AgentID: "w1", Status: &cancelled}))
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "a3", AgentID: "w1", Queue: ptr("beta")}))
 
+	e.caughtUp(t) // each queue's oldest todo task is read through the claim index
 	got := e.queueCounts(t)
 	if len(got) != 2 {
 		t.Fatalf("queues %v, want alpha and beta", got)
@@ -68,6 +69,7 @@ func TestQueueCountsFollowTransitions(t *testing.T) {
 
 	// A release brings a1 back to todo; it is now alpha's oldest.
 	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "a1", AgentID: "w1"}))
+	e.caughtUp(t)
 	got = e.queueCounts(t)
 	wantCounts(t, got["alpha"], 1, 0, 1, 0)
 	if !got["alpha"].OldestTodoAt.Equal(epoch) {

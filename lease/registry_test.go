@@ -164,6 +164,7 @@ func TestQueueRegistryPages(t *testing.T) {
 		}
 	}
 	// A todo listing of every queue walks every page.
+	e.caughtUp(t) // it reads each queue's tasks through the claim index
 	var listed []string
 	for p := (lease.ListTasksParams{Status: lease.StatusTodo, Limit: 7}); ; {
 		res, err := e.store.ListTasks(ctx(t), p)
