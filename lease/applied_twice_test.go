@@ -53,6 +53,7 @@ func TestAClaimWhoseGrantWasSentTwiceHoldsOneLease(t *testing.T) {
 	for _, id := range []string{"c1", "c2", "c3"} {
 		e.create(t, lease.CreateTaskParams{TaskID: id, Queue: "q"})
 	}
+	e.caughtUp(t)                                    // the claim finds the tasks through an index
 	db := &sentTwiceDB{DB: e.db, name: "prev_agent"} // set by every grant
 	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
 	got, err := s.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "r1", Queues: []string{"q"}, Timeout: time.Hour})
@@ -62,6 +63,7 @@ func TestAClaimWhoseGrantWasSentTwiceHoldsOneLease(t *testing.T) {
 	if !db.sent.Load() {
 		t.Fatal("no grant was sent twice")
 	}
+	e.caughtUp(t) // the leases are listed through an index
 	held := must[[]lease.Checkout](t)(e.store.ListCheckouts(c, "a"))
 	if len(held) != 1 || held[0].TaskID != got.TaskID || held[0].RunID != "r1" || held[0].Fence != got.Fence {
 		t.Fatalf("the claim answered %s (fence %d); a holds %d leases: %+v; want that one alone", got.TaskID, got.Fence, len(held), held)
@@ -190,9 +192,11 @@ func TestEveryWriteSentTwiceIsAnsweredAsOnce(t *testing.T) {
 	st := lease.StatusCancelled
 	_, err = s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t4", AgentID: "ag", Status: &st})
 	step("cancel", err)
+	e.caughtUp(t) // the claim finds its task through an index
 	_, err = s.Claim(c, lease.ClaimParams{AgentID: "ag", Timeout: time.Hour})
 	step("claim", err)
 	step("watch", s.Watch(c, "t3", "ag"))
+	e.caughtUp(t) // the removal finds the claimed lease through an index
 	step("remove", s.RemoveAgent(c, "ag"))
 
 	// Each transition is in the trail once.

@@ -39,6 +39,7 @@ func TestClaimRetryWithItsReceiptLostGetsTheSameLease(t *testing.T) {
 			e := newEnv(t)
 			c := ctx(t)
 			e.task(t, "x")
+			e.caughtUp(t) // the claim finds x through an index
 			lossy := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
 			first := must[lease.Checkout](t)(lossy.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute}))
 			e.clock.Advance(time.Second)
@@ -97,6 +98,7 @@ func TestClaimRetryAnswersTheLeaseAsItIsNow(t *testing.T) {
 			e := newEnv(t)
 			c := ctx(t)
 			e.task(t, "x")
+			e.caughtUp(t) // the claim finds x through an index
 			first := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute}))
 			e.clock.Advance(time.Second)
 			wantExp, wantTimeout := first.LockedAt.Add(time.Second), time.Second // ended a second in
@@ -110,6 +112,7 @@ func TestClaimRetryAnswersTheLeaseAsItIsNow(t *testing.T) {
 				must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "admin", Force: true}))
 			case "swept":
 				e.clock.Advance(2 * time.Minute)
+				e.caughtUp(t) // the sweep finds the lease through an index
 				must[lease.SweepResult](t)(e.store.Sweep(c))
 				wantExp, wantTimeout = first.ExpiresAt, time.Minute
 			case "taken over":
@@ -157,6 +160,7 @@ func TestConcurrentAttemptsOfOneClaimHoldOneLease(t *testing.T) {
 		for i := range 4 {
 			e.create(t, lease.CreateTaskParams{TaskID: fmt.Sprintf("%s-%d", q, i), Queue: q})
 		}
+		e.caughtUp(t) // the claims find the tasks through an index
 		const attempts = 3
 		got := make([]lease.Checkout, attempts)
 		errs := make([]error, attempts)
@@ -178,6 +182,7 @@ func TestConcurrentAttemptsOfOneClaimHoldOneLease(t *testing.T) {
 				t.Fatalf("round %d: attempts answered %s/%d and %s/%d, want one lease", round, got[0].TaskID, got[0].Fence, got[i].TaskID, got[i].Fence)
 			}
 		}
+		e.caughtUp(t) // the leases are listed through an index
 		live := must[[]lease.Checkout](t)(e.store.ListCheckouts(c, "a"))
 		if len(live) != 1 || live[0].TaskID != got[0].TaskID || live[0].RunID != "run-1" {
 			t.Fatalf("round %d: run-1 holds %+v, want only %s", round, live, got[0].TaskID)
@@ -193,6 +198,7 @@ func TestClaimRetryAnswersItsOwnGrantNotALaterLeaseOfTheRun(t *testing.T) {
 	e := newEnv(t)
 	c := ctx(t)
 	e.task(t, "x")
+	e.caughtUp(t) // the claim finds x through an index
 	first := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute}))
 	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a", RunID: "run-1", Fence: first.Fence}))
 	e.clock.Advance(time.Second)

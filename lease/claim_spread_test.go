@@ -26,6 +26,7 @@ func TestSpreadClaimReadsOneShard(t *testing.T) {
 		must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch))
 	}
 	for i := range 8 {
+		e.caughtUp(t) // the index shows the tasks, and no task claimed before
 		lease.SpreadClaims(e.store, 1000)
 		e.count.Take()
 		must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: fmt.Sprintf("a%d", i), Queues: []string{"deep"}, Timeout: time.Minute}))
@@ -39,6 +40,7 @@ func TestSpreadClaimReadsOneShard(t *testing.T) {
 	for i := range 12 {
 		id := fmt.Sprintf("lone-%02d", i)
 		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: id, Queue: "lone"}))
+		e.caughtUp(t)
 		lease.SpreadClaims(e.store, 1000)
 		e.count.Take()
 		got := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "solo", Queues: []string{"lone"}, Timeout: time.Minute}))
@@ -56,6 +58,7 @@ func TestSpreadClaimReadsOneShard(t *testing.T) {
 	if fallbacks == 0 {
 		t.Fatalf("12 lone tasks were each in the shard read first; want the other shards read for some")
 	}
+	e.caughtUp(t)
 	lease.SpreadClaims(e.store, 1000)
 	e.count.Take()
 	if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "solo", Queues: []string{"lone"}}); !errors.Is(err, lease.ErrNoTaskAvailable) {
@@ -81,6 +84,7 @@ func TestALoneClaimerTakesTheBestOnceContentionHasPassed(t *testing.T) {
 	lease.SpreadClaims(e.store, 1000) // as a burst of claims elsewhere leaves it
 	e.clock.Advance(30 * time.Second)
 	for want := 9; want >= 5; want-- {
+		e.caughtUp(t) // the claim finds the tasks, and not those taken before, through an index
 		co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "lone", Queues: []string{"after-burst"}, Timeout: time.Hour}))
 		if co.Priority != want {
 			t.Fatalf("claim %d after the burst passed: %s (priority %d), want priority %d", 10-want, co.TaskID, co.Priority, want)
@@ -101,6 +105,7 @@ func TestALoneClaimRightAfterABurstOfThisProcessTakesTheBest(t *testing.T) {
 		batch = append(batch, lease.CreateTaskParams{TaskID: fmt.Sprintf("hot-%02d", i), Queue: "hot"})
 	}
 	must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch))
+	e.caughtUp(t) // the burst finds the tasks through an index
 	race(30, func(i int) {
 		_, err := e.store.Claim(c, lease.ClaimParams{AgentID: fmt.Sprintf("b%02d", i), Queues: []string{"hot"}, Timeout: time.Hour})
 		if err != nil && !errors.Is(err, lease.ErrNoTaskAvailable) {
@@ -113,6 +118,7 @@ func TestALoneClaimRightAfterABurstOfThisProcessTakesTheBest(t *testing.T) {
 	}
 	must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch))
 	for want := 9; want >= 5; want-- {
+		e.caughtUp(t) // the claim finds the tasks, and not those taken before, through an index
 		co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "lone", Queues: []string{"after"}, Timeout: time.Hour}))
 		if co.Priority != want {
 			t.Fatalf("claim %d right after the burst: %s (priority %d), want priority %d", 10-want, co.TaskID, co.Priority, want)
@@ -142,6 +148,7 @@ func TestConcurrentClaimsOfOneProcessTakeTheBestTasks(t *testing.T) {
 		}
 	}
 	for round := range 3 {
+		e.caughtUp(t) // the claims find the tasks, created or given back, through an index
 		got := make([]lease.Checkout, 20)
 		race(20, func(i int) {
 			co, err := e.store.Claim(c, lease.ClaimParams{AgentID: fmt.Sprintf("r%d-%02d", round, i), Queues: []string{"mix"}, Timeout: time.Hour})

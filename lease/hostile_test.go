@@ -81,6 +81,7 @@ func TestSweepRecordsADeathTheHolderCameBackFrom(t *testing.T) {
 	e.clock.Advance(2 * time.Second)
 	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Minute)) // back, before any sweep
 
+	e.caughtUp(t) // the sweep finds the death through an index
 	res := must[lease.SweepResult](t)(e.store.Sweep(c))
 	if res.AgentDeaths != 1 {
 		t.Fatalf("sweep = %+v, want one death", res)
@@ -96,6 +97,7 @@ func TestSweepRecordsADeathTheHolderCameBackFrom(t *testing.T) {
 		t.Fatalf("%d TaskAvailable notices, want 1", n)
 	}
 	// Idempotent: a second sweep finds nothing more to do.
+	e.caughtUp(t)
 	if res := must[lease.SweepResult](t)(e.store.Sweep(c)); res != (lease.SweepResult{}) {
 		t.Fatalf("second sweep = %+v, want nothing", res)
 	}
@@ -104,6 +106,7 @@ func TestSweepRecordsADeathTheHolderCameBackFrom(t *testing.T) {
 	// lease/doc.go).
 	e.clock.Advance(time.Millisecond)
 	co := e.checkout(t, "t1", "a", time.Hour)
+	e.caughtUp(t) // the sweep would find the fresh lease through an index
 	if res := must[lease.SweepResult](t)(e.store.Sweep(c)); res != (lease.SweepResult{}) {
 		t.Fatalf("sweep after a fresh lease = %+v, want nothing", res)
 	}
@@ -122,14 +125,17 @@ func TestSweepEndsALeaseTakenWhileDead(t *testing.T) {
 	e.task(t, "t1")
 	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Second))
 	e.clock.Advance(2 * time.Second)
+	e.caughtUp(t)                                // the sweep finds the death through an index
 	must[lease.SweepResult](t)(e.store.Sweep(c)) // sees a dead agent with nothing
 	e.checkout(t, "t1", "a", time.Hour)          // taken while dead
 	e.clock.Advance(time.Millisecond)
 
+	e.caughtUp(t) // the sweep finds the lease through an index
 	res := must[lease.SweepResult](t)(e.store.Sweep(c))
 	if res.AgentDeaths != 1 {
 		t.Fatalf("sweep = %+v, want the lease taken while dead ended", res)
 	}
+	e.caughtUp(t) // the listing reads the claim index
 	page := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo}))
 	if len(page.Tasks) != 1 || page.Tasks[0].TaskID != "t1" {
 		t.Fatalf("todo listing = %+v, want t1", page.Tasks)
@@ -296,7 +302,9 @@ func TestClaimTakesTheOldestAvailable(t *testing.T) {
 		e.task(t, "new")
 		e.checkout(t, "old", "a", time.Second)
 		e.clock.Advance(2 * time.Second)
+		e.caughtUp(t) // the sweep finds the lease or the death through an index
 		must[lease.SweepResult](t)(e.store.Sweep(c))
+		e.caughtUp(t) // the claim finds the swept task through an index
 		co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "b"}))
 		if co.TaskID != "old" {
 			t.Fatalf("claimed %s, want old", co.TaskID)
@@ -310,7 +318,9 @@ func TestClaimTakesTheOldestAvailable(t *testing.T) {
 		must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Second))
 		e.checkout(t, "held", "a", time.Hour)
 		e.clock.Advance(2 * time.Second)
+		e.caughtUp(t) // the sweep finds the lease or the death through an index
 		must[lease.SweepResult](t)(e.store.Sweep(c))
+		e.caughtUp(t) // the claim finds the swept task through an index
 		co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "b"}))
 		if co.TaskID != "held" {
 			t.Fatalf("claimed %s, want the dead holder's task", co.TaskID)
@@ -356,6 +366,7 @@ func TestConcurrentClaimersSpreadOverTheQueue(t *testing.T) {
 		e.task(t, fmt.Sprintf("job-%03d", i))
 		e.clock.Advance(time.Millisecond)
 	}
+	e.caughtUp(t) // the claims find the tasks through an index
 	store := lease.New(lease.Config{DB: countingDB{DB: e.db}, Tables: e.names, Now: e.clock.Now})
 	var mu sync.Mutex
 	owner := map[string]string{}

@@ -12,7 +12,8 @@ import (
 // seqHistory runs ins one at a time against a fresh store with tasks
 // task-0.. (created as the whole model has them) and agents agent-00..
 // registered, and returns the history, each operation returned before the
-// next is called. A tick moves the store's clock to in.Now.
+// next is called, and once the indexes show every write before it (the
+// model has no index lag). A tick moves the store's clock to in.Now.
 func seqHistory(t *testing.T, tasks, agents int, ins []wIn) (start int64, h []porcupine.Operation) {
 	t.Helper()
 	e := newEnv(t)
@@ -31,6 +32,7 @@ func seqHistory(t *testing.T, tasks, agents int, ins []wIn) (start int64, h []po
 			e.clock.Advance(time.Duration(in.Now-e.clock.Now().UnixMilli()) * time.Millisecond)
 			out = wOut{Kind: "ok"}
 		} else {
+			e.caughtUp(t)
 			res, err := wApply(c, e.store, in)
 			var ok bool
 			if out, ok = wOutcome(in, res, err); !ok {

@@ -3425,6 +3425,7 @@ func TestClaimRetryAfterTheTaskMovedOnKeepsItsReceipt(t *testing.T) {
 	e.retryingTask(t, "t1")
 	e.clock.Advance(time.Millisecond)
 	e.retryingTask(t, "t2")
+	e.caughtUp(t) // the claim finds the tasks through an index
 	first := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Hour}))
 	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: first.TaskID, AgentID: "a", RunID: "run-1"}))
 	e.checkout(t, first.TaskID, "b", time.Hour)

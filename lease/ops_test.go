@@ -44,6 +44,7 @@ func TestAgents(t *testing.T) {
 		}
 	})
 	t.Run("liveness: never, alive, dead", func(t *testing.T) {
+		e.caughtUp(t) // the agents are listed through an index
 		agents := must[[]lease.Agent](t)(e.store.ListAgents(c))
 		if len(agents) != 2 {
 			t.Fatalf("agents = %+v", agents)
@@ -120,6 +121,7 @@ func TestEnsureAgentReplacesKey(t *testing.T) {
 		t.Fatalf("replaced key still works: %v", err)
 	}
 	must[lease.Principal](t)(e.store.Authenticate(c, "second-admin-key-456"))
+	e.caughtUp(t) // the agents are listed through an index
 	if n := len(must[[]lease.Agent](t)(e.store.ListAgents(c))); n != 1 {
 		t.Fatalf("%d agents, want 1", n)
 	}
@@ -159,6 +161,7 @@ func TestTasks(t *testing.T) {
 			e.task(t, "page-"+string(rune('a'+i)))
 		}
 		e.checkout(t, "page-b", "agent-1", time.Minute)
+		e.caughtUp(t) // the listings read the indexes
 		var all []string
 		cursor := ""
 		for pages := 0; ; pages++ {
@@ -394,6 +397,7 @@ func TestWatchAndClaim(t *testing.T) {
 	}
 	e.checkout(t, "old", "x", time.Minute)
 	e.clock.Advance(time.Second)
+	e.caughtUp(t) // the claims find the tasks through an index
 	got := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-a"}))
 	if got.TaskID != "mid" {
 		t.Fatalf("claimed %s, want the oldest free todo task mid", got.TaskID)
@@ -415,6 +419,7 @@ func TestWatchAndClaim(t *testing.T) {
 		t.Fatalf("claim of an expired lease before a sweep: %v", err)
 	}
 	must[lease.SweepResult](t)(e.store.Sweep(c))
+	e.caughtUp(t) // the claim finds old, swept, through an index
 	if got := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "c", Timeout: time.Minute})); got.TaskID != "old" {
 		t.Fatalf("claim after expiry got %s, want old", got.TaskID)
 	}
@@ -422,6 +427,7 @@ func TestWatchAndClaim(t *testing.T) {
 		t.Fatalf("old's events %v", got)
 	}
 	// Live checkouts, all and by agent.
+	e.caughtUp(t) // they are listed through an index
 	all := must[[]lease.Checkout](t)(e.store.ListCheckouts(c, ""))
 	if len(all) != 3 || all[0].TaskID != "mid" || all[2].TaskID != "old" {
 		t.Fatalf("checkouts %+v", all)
@@ -442,6 +448,7 @@ func TestRemoveAgentEndsItsLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.clock.Advance(time.Minute)
+	e.caughtUp(t) // the removal finds the lease through an index
 	if err := e.store.RemoveAgent(c, reg.AgentID); err != nil {
 		t.Fatal(err)
 	}
@@ -473,6 +480,7 @@ func TestRemovingAnAgentAfterItsLeaseExpiredRecordsTheTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.clock.Advance(3 * time.Minute) // expired two minutes ago; no sweep since
+	e.caughtUp(t)                    // the removal finds the lease through an index
 	if err := e.store.RemoveAgent(c, reg.AgentID); err != nil {
 		t.Fatal(err)
 	}

@@ -172,7 +172,9 @@ func TestClaimTakesExpiredLeaseByPriority(t *testing.T) {
 	e.checkout(t, "held-high", "a", time.Second)
 	e.checkout(t, "other", "a", time.Second)
 	e.clock.Advance(2 * time.Second)
+	e.caughtUp(t) // the sweep finds the leases through an index
 	must[lease.SweepResult](t)(e.store.Sweep(c))
+	e.caughtUp(t) // the claim finds the tasks through an index
 	co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "b", Queues: []string{"q"}}))
 	if co.TaskID != "held-high" || co.Queue != "q" || co.Priority != 8 || co.Title != "title of held-high" {
 		t.Fatalf("claimed %+v, want held-high with its title, queue and priority", co)
@@ -498,6 +500,7 @@ func TestListTasksByQueue(t *testing.T) {
 	e.queued(t, "a1", "a", 5)
 	e.queued(t, "b1", "b", 5)
 	e.queued(t, "a2", "a", 5)
+	e.caughtUp(t) // the listing reads the claim index
 	page := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Queue: "a", Status: lease.StatusTodo}))
 	var ids []string
 	for _, tk := range page.Tasks {

@@ -152,6 +152,7 @@ func TestStoreWithOtherShardCountsWorksEndToEnd(t *testing.T) {
 
 	// Every task is claimable, whatever its shard: claims take them all,
 	// oldest first.
+	e.caughtUp(t) // the claim finds the tasks through an index
 	claimed := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "claimer", Queues: []string{"q"}, Timeout: time.Hour}))
 	if claimed.TaskID != ids[0] {
 		t.Fatalf("claim took %s, want the oldest, %s", claimed.TaskID, ids[0])
@@ -172,6 +173,7 @@ func TestStoreWithOtherShardCountsWorksEndToEnd(t *testing.T) {
 	hb := e.rawItem(t, schema.HeartbeatsTable, lease.AgentKey("dying"))
 	shardIn(t, "hb_shard", "h#"+hb["hb_shard"], "h", counts.Lease)
 
+	e.caughtUp(t) // the listings read the indexes
 	if got := must[[]lease.Checkout](t)(e.store.ListCheckouts(c, "")); len(got) != 3 {
 		t.Fatalf("%d checkouts listed, want 3: %+v", len(got), got)
 	}
@@ -215,18 +217,21 @@ func TestStoreWithOtherShardCountsWorksEndToEnd(t *testing.T) {
 			t.Errorf("%s after the sweep: %v", id, it)
 		}
 	}
+	e.caughtUp(t) // the claim finds the swept task through an index
 	again := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "claimer", Queues: []string{"q"}, Timeout: time.Hour}))
 	if again.TaskID != ids[1] {
 		t.Fatalf("claim after the sweep took %s, want %s", again.TaskID, ids[1])
 	}
 	must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: ids[0], AgentID: "claimer"}))
 	shardIn(t, "completed status_shard", e.rawTask(t, ids[0])["status_shard"], "done", counts.Status)
+	e.caughtUp(t) // the listing reads the status index
 	if got := listAll(lease.StatusDone); !slices.Equal(got, ids[:1]) {
 		t.Fatalf("done %v", got)
 	}
 
 	// Queue counts read the oldest todo task of every claim shard.
 	e.drain(t)
+	e.caughtUp(t)
 	qs := must[[]lease.QueueStats](t)(e.store.ListQueues(c))
 	if len(qs) != 1 || qs[0].Counts[lease.StatusTodo] != int64(len(ids)-2) || qs[0].OldestTodoAt.IsZero() {
 		t.Fatalf("queues %+v", qs)
@@ -238,6 +243,7 @@ func TestStoreWithOtherShardCountsWorksEndToEnd(t *testing.T) {
 	// The feed holds every archived event, each in a feed shard below the
 	// count.
 	e.clock.Advance(time.Minute)
+	e.caughtUp(t) // the feed reads its index: the test clock's minute is no real time
 	feed, _ := follow(t, e.store, lease.FeedParams{Since: epoch})
 	var archived int
 	for _, id := range ids {
@@ -294,6 +300,7 @@ func TestDefaultShardsAreTheShardsItemsHaveAlwaysHad(t *testing.T) {
 	}
 
 	explicit := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now, Shards: schema.DefaultShards()})
+	e.caughtUp(t) // the listings and the claim read the indexes
 	if got := must[[]lease.Checkout](t)(explicit.ListCheckouts(c, "")); len(got) != 1 || got[0].TaskID != ids[0] {
 		t.Fatalf("checkouts %+v", got)
 	}
@@ -321,6 +328,7 @@ func TestShardCountsMayGrow(t *testing.T) {
 	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "dying", 30*time.Second))
 	e.checkout(t, ids[0], "dying", time.Hour)
 	e.checkout(t, ids[1], "brief", 10*time.Second)
+	e.caughtUp(t) // the listings, the claim and the sweep read the indexes
 	first := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo, Limit: 2}))
 	if first.NextCursor == "" {
 		t.Fatal("no cursor")
@@ -361,6 +369,7 @@ func TestShardCountsMayGrow(t *testing.T) {
 	}
 	e.drain(t)
 	e.clock.Advance(time.Minute)
+	e.caughtUp(t) // the feed reads its index: the test clock's minute is no real time
 	if feed, _ := follow(t, big, lease.FeedParams{Since: epoch}); len(feed) != 5 {
 		t.Fatalf("feed after growth %d events", len(feed))
 	}
@@ -371,6 +380,7 @@ func TestShardCountsMayGrow(t *testing.T) {
 	for _, id := range ids[4:] {
 		must[lease.Task](t)(big.UpdateTask(c, lease.UpdateTaskParams{TaskID: id, AgentID: "b", Status: &cancelled}))
 	}
+	e.caughtUp(t) // the listing reads the status index
 	wide := must[lease.TaskPage](t)(big.ListTasks(c, lease.ListTasksParams{Status: lease.StatusCancelled, Limit: 1}))
 	if wide.NextCursor == "" {
 		t.Fatal("no cursor")
@@ -403,6 +413,7 @@ func TestLongestListingCursorFits(t *testing.T) {
 			}
 		}
 	}
+	e.caughtUp(t) // the listing reads the claim index
 	page := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo, Limit: schema.MaxStatusShards}))
 	if page.NextCursor == "" {
 		t.Fatal("no cursor")
