@@ -37,6 +37,7 @@ func TestAHeldNotBeforeHidesNoReadyTask(t *testing.T) {
 	}
 	clock.Advance(time.Millisecond)
 	must[lease.Task](t)(s.CreateTask(c, lease.CreateTaskParams{TaskID: "ready", Priority: &zero}))
+	storeCaughtUp(t, s) // the sweep and the claim find the tasks through indexes
 	must[lease.SweepResult](t)(s.Sweep(c))
 	got, err := s.Claim(c, lease.ClaimParams{AgentID: "b"})
 	if err != nil || got.TaskID != "ready" {
@@ -58,6 +59,7 @@ func TestAHeldNotBeforeIsListedAfterTheReady(t *testing.T) {
 	must[lease.Released](t)(s.Release(c, lease.ReleaseParams{TaskID: "later", AgentID: "a", RunID: co.RunID}))
 	clock.Advance(time.Millisecond)
 	must[lease.Task](t)(s.CreateTask(c, lease.CreateTaskParams{TaskID: "ready", Priority: &zero}))
+	storeCaughtUp(t, s) // the listing finds the tasks through an index
 	page := must[lease.TaskPage](t)(s.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo}))
 	var ids []string
 	for _, tk := range page.Tasks {
@@ -130,6 +132,7 @@ func TestAPatchAfterASweptLeaseLeavesNoEndlessDelay(t *testing.T) {
 	nb := clock.Now().Add(10 * time.Minute)
 	must[lease.Task](t)(s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "urgent", AgentID: "a", SetNotBefore: true, NotBefore: &nb}))
 	clock.Advance(2 * time.Minute) // the lease expires
+	storeCaughtUp(t, s)            // the sweep finds the lease through an index
 	must[lease.SweepResult](t)(s.Sweep(c))
 	must[lease.Task](t)(s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "urgent", AgentID: "b", Title: new("a better title")}))
 	for i := range 12 {
@@ -137,9 +140,11 @@ func TestAPatchAfterASweptLeaseLeavesNoEndlessDelay(t *testing.T) {
 		must[lease.Task](t)(s.CreateTask(c, lease.CreateTaskParams{TaskID: fmt.Sprintf("low-%02d", i), Priority: &zero}))
 	}
 	clock.Advance(20 * time.Minute) // well past not_before
+	storeCaughtUp(t, s)             // the sweeps find the delay through an index
 	for range 2 {
 		must[lease.SweepResult](t)(s.Sweep(c))
 	}
+	storeCaughtUp(t, s) // the claim finds the tasks through an index
 	got := must[lease.Checkout](t)(s.Claim(c, lease.ClaimParams{AgentID: "b"}))
 	if got.TaskID != "urgent" {
 		t.Fatalf("claim got %s (priority %d); the priority-9 task whose not_before passed 10 min ago, with sweeps since, ranks after every ready task", got.TaskID, got.Priority)
@@ -171,9 +176,11 @@ func TestAPatchBetweenReleaseAndKeepDelayLeavesNoEndlessDelay(t *testing.T) {
 		e.create(t, lease.CreateTaskParams{TaskID: fmt.Sprintf("low-%02d", i), Priority: &zero})
 	}
 	e.clock.Advance(20 * time.Minute)
+	e.caughtUp(t) // the sweeps find the delay through an index
 	for range 2 {
 		must[lease.SweepResult](t)(e.store.Sweep(c))
 	}
+	e.caughtUp(t) // the listing finds the tasks through an index
 	// Listed: README orders todo by claim order, the waiting ones after
 	// the ready; urgent (priority 9) waits for nothing any more.
 	page := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo}))
@@ -203,6 +210,7 @@ func TestAForceReleasedHeldNotBeforeIsListedAfterTheReady(t *testing.T) {
 	must[lease.Released](t)(s.Release(c, lease.ReleaseParams{TaskID: "later", AgentID: "admin", RunID: co.RunID, Force: true}))
 	clock.Advance(time.Millisecond)
 	must[lease.Task](t)(s.CreateTask(c, lease.CreateTaskParams{TaskID: "ready", Priority: &zero}))
+	storeCaughtUp(t, s) // the listing finds the tasks through an index
 	page := must[lease.TaskPage](t)(s.ListTasks(c, lease.ListTasksParams{Status: lease.StatusTodo}))
 	var ids []string
 	for _, tk := range page.Tasks {
@@ -243,9 +251,11 @@ func TestClearingAPassedNotBeforeLeavesAnEndlessDelayedKey(t *testing.T) {
 	clock.Advance(2 * time.Minute) // not_before has passed; no sweep yet
 	must[lease.Task](t)(s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "urgent", AgentID: "u", SetNotBefore: true, NotBefore: nil}))
 	clock.Advance(time.Minute)
+	storeCaughtUp(t, s) // the sweeps find the delay through an index
 	for range 2 {
 		must[lease.SweepResult](t)(s.Sweep(c))
 	}
+	storeCaughtUp(t, s) // the listing and the claim find the tasks through an index
 	if ids := todoIDs(t, s); len(ids) == 0 || ids[0] != "urgent" {
 		t.Errorf("todo listed %v; want urgent (priority 9, no not_before, sweeps since) first", ids)
 	}
@@ -276,9 +286,11 @@ func TestCancelAndReopenAfterAPassedDelayLeavesAnEndlessDelayedKey(t *testing.T)
 	must[lease.Task](t)(s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "urgent", AgentID: "u", Status: &cancelled}))
 	must[lease.Task](t)(s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "urgent", AgentID: "u", Status: &todo}))
 	clock.Advance(time.Minute)
+	storeCaughtUp(t, s) // the sweeps find the delay through an index
 	for range 2 {
 		must[lease.SweepResult](t)(s.Sweep(c))
 	}
+	storeCaughtUp(t, s) // the listing and the claim find the tasks through an index
 	if ids := todoIDs(t, s); len(ids) == 0 || ids[0] != "urgent" {
 		t.Errorf("todo listed %v; want urgent (priority 9, reopened, no not_before) first", ids)
 	}
@@ -326,9 +338,11 @@ func TestAClaimThatTriesATaskDoesNotRefuseAnIfMatchPatch(t *testing.T) {
 	nb := clock.Now().Add(time.Hour)
 	must[lease.Task](t)(s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "later", AgentID: "a", SetNotBefore: true, NotBefore: &nb}))
 	clock.Advance(2 * time.Minute)
+	storeCaughtUp(t, s) // the sweep finds the lease through an index
 	must[lease.SweepResult](t)(s.Sweep(c))
 	leaveReadyKeyed(t, ts.DB, ts.Names.Table(schema.TasksTable), "later")
 	read := must[lease.Task](t)(s.GetTask(c, "later"))
+	storeCaughtUp(t, s) // the claim finds later, ready keyed, and tries it
 	if _, err := s.Claim(c, lease.ClaimParams{AgentID: "b"}); !errors.Is(err, lease.ErrNoTaskAvailable) {
 		t.Fatalf("claim: %v; want none available", err)
 	}
@@ -383,6 +397,7 @@ func TestABlockedTaskAfterAHeldDelayRanksReadyAgain(t *testing.T) {
 	nb := e.clock.Now().Add(time.Minute)
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "urgent", AgentID: "admin", Admin: true, SetNotBefore: true, NotBefore: &nb}))
 	e.clock.Advance(2 * time.Second)
+	e.caughtUp(t)                                // the sweep finds the lease through an index
 	must[lease.SweepResult](t)(e.store.Sweep(c)) // a's lease times out
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "urgent", AgentID: "admin", Admin: true, BlockedBy: &[]string{"blocker"}}))
 	e.complete(t, "blocker", "w")
@@ -395,9 +410,11 @@ func TestABlockedTaskAfterAHeldDelayRanksReadyAgain(t *testing.T) {
 		e.create(t, lease.CreateTaskParams{TaskID: fmt.Sprintf("low-%02d", i), Priority: &zero})
 	}
 	e.clock.Advance(2 * time.Minute) // well past not_before
+	e.caughtUp(t)                    // the sweeps find the delay through an index
 	for range 2 {
 		must[lease.SweepResult](t)(e.store.Sweep(c))
 	}
+	e.caughtUp(t) // the claim finds the tasks through an index
 	raw := must[*dynamodb.GetItemOutput](t)(e.db.GetItem(c, &dynamodb.GetItemInput{TableName: aws.String(e.names.Table(schema.TasksTable)),
 		Key: map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: "urgent"}}, ConsistentRead: aws.Bool(true)}))
 	for _, k := range []string{"status", "claim_key", "claim_rank", "not_before", "lease_expires", "claim_shard"} {
@@ -461,9 +478,11 @@ func TestAReopenWithTheSameNotBeforeRanksReadyAgain(t *testing.T) {
 		must[lease.Task](t)(s.CreateTask(c, lease.CreateTaskParams{TaskID: fmt.Sprintf("low-%02d", i), Priority: &zero}))
 	}
 	clock.Advance(3 * time.Minute)
+	storeCaughtUp(t, s) // the sweeps find the delay through an index
 	for range 2 {
 		must[lease.SweepResult](t)(s.Sweep(c))
 	}
+	storeCaughtUp(t, s) // the claim finds the tasks through an index
 	got := must[lease.Checkout](t)(s.Claim(c, lease.ClaimParams{AgentID: "b"}))
 	if got.TaskID != "urgent" {
 		t.Fatalf("claim got %s; want urgent (priority 9, not_before passed 2 min ago, sweeps since)", got.TaskID)
@@ -497,6 +516,7 @@ func heldDelay(t *testing.T, e *env, id string, prio int) time.Time {
 	nb := e.clock.Now().Add(time.Hour)
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: id, AgentID: "a", SetNotBefore: true, NotBefore: &nb}))
 	e.clock.Advance(2 * time.Minute)
+	e.caughtUp(t) // the sweep finds the lease through an index
 	must[lease.SweepResult](t)(e.store.Sweep(c))
 	leaveReadyKeyed(t, e.db, e.names.Table(schema.TasksTable), id)
 	return nb
@@ -512,6 +532,7 @@ func TestAPatchRacingADelayLeavesACancelledTaskNoExpiryEntry(t *testing.T) {
 	c := ctx(t)
 	heldDelay(t, e, "t", 0)
 	h := &beforeWriteDB{DB: e.db, before: func() {
+		e.caughtUp(t) // the claim finds the task, ready keyed, and tries it
 		if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "b"}); !errors.Is(err, lease.ErrNoTaskAvailable) {
 			t.Errorf("claim in between: %v", err)
 		}
@@ -522,6 +543,7 @@ func TestAPatchRacingADelayLeavesACancelledTaskNoExpiryEntry(t *testing.T) {
 	raw := rawTask(t, e, "t")
 	t.Logf("cancelled item: status=%v lease_expires=%v claim_key=%v", raw["status"], raw["lease_expires"], raw["claim_key"])
 	e.clock.Advance(2 * time.Hour)
+	e.caughtUp(t) // the sweep would find an expiry entry through an index
 	res := must[lease.SweepResult](t)(e.store.Sweep(c))
 	after := must[lease.Task](t)(e.store.GetTask(c, "t"))
 	if _, ok := raw["lease_expires"]; ok || res.Ready != 0 || after.Version != v {
@@ -538,6 +560,7 @@ func TestAPatchRacingADelayClearsItsDelayedKey(t *testing.T) {
 	c := ctx(t)
 	heldDelay(t, e, "urgent", 9)
 	h := &beforeWriteDB{DB: e.db, before: func() {
+		e.caughtUp(t) // the claim finds the task, ready keyed, and tries it
 		if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "b"}); !errors.Is(err, lease.ErrNoTaskAvailable) {
 			t.Errorf("claim in between: %v", err)
 		}
@@ -552,9 +575,11 @@ func TestAPatchRacingADelayClearsItsDelayedKey(t *testing.T) {
 		e.create(t, lease.CreateTaskParams{TaskID: fmt.Sprintf("low-%02d", i), Priority: &zero})
 	}
 	e.clock.Advance(time.Minute)
+	e.caughtUp(t) // the sweeps find the delay through an index
 	for range 2 {
 		must[lease.SweepResult](t)(e.store.Sweep(c))
 	}
+	e.caughtUp(t) // the claim finds the tasks through an index
 	lease.SpreadClaims(e.store, 1)
 	got := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "b"}))
 	if got.TaskID != "urgent" {
@@ -634,6 +659,7 @@ func TestADelayRankedReadyKeepsTheVersion(t *testing.T) {
 	nb := e.clock.Now().Add(time.Minute)
 	before := must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "later", NotBefore: &nb}))
 	e.clock.Advance(2 * time.Minute)
+	e.caughtUp(t) // the sweep finds the delay through an index
 	if res := must[lease.SweepResult](t)(e.store.Sweep(c)); res.Ready != 1 {
 		t.Fatalf("sweep ranked %d delayed tasks ready, want 1", res.Ready)
 	}

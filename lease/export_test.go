@@ -3,9 +3,12 @@ package lease
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+
+	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 // ClockMargin is the clock skew between processes that heartbeats and
@@ -69,3 +72,6 @@ func InboxWhole(ctx context.Context, s *Store, agentID string) ([]Message, error
 	slices.SortStableFunc(out, func(a, b Message) int { return a.At.Compare(b.At) })
 	return out[:min(len(out), MaxInbox)], nil
 }
+
+// TablePrefix is the prefix of s's table names.
+func TablePrefix(s *Store) string { return strings.TrimSuffix(s.tasks, schema.TasksTable) }

@@ -79,6 +79,13 @@ func (e *env) caughtUp(t testing.TB) {
 	testenv.CaughtUp(t, e.names.Prefix)
 }
 
+// storeCaughtUp is env.caughtUp for a store made without an env
+// (newShardEnv).
+func storeCaughtUp(t testing.TB, s *lease.Store) {
+	t.Helper()
+	testenv.CaughtUp(t, lease.TablePrefix(s))
+}
+
 // eventually polls cond until it holds, for up to 10 s of real time: index
 // lag is the local DynamoDB's real time, not the test clock's.
 func eventually(t testing.TB, what string, cond func() bool) {
