@@ -94,6 +94,7 @@ func TestBusySettlingLeavesTheStreamToSettle(t *testing.T) {
 		t.Fatalf("d's trail has %d unblocked events, want 1: %v", n, kinds(evs))
 	}
 	// The task is claimable once settled.
+	e.caughtUp(t) // the claim finds d through an index
 	co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "y"}))
 	if co.TaskID != "d" {
 		t.Fatalf("claim got %s, want d", co.TaskID)

@@ -21,6 +21,7 @@ func TestASlowClaimIsNotAnsweredExpired(t *testing.T) {
 	e := newEnv(t)
 	c := ctx(t)
 	e.task(t, "t")
+	e.caughtUp(t) // the claim finds t through an index
 	slow, db := delayed(e)
 	const timeout = time.Second
 	db.armAfter(func() { e.clock.Advance(timeout + 100*time.Millisecond) }) // the grant's write waited 1.1 s
@@ -66,9 +67,11 @@ func TestANotBeforePatchedWhileHeldRanksReadyOnceItPasses(t *testing.T) {
 		must[lease.Task](t)(s.CreateTask(c, lease.CreateTaskParams{TaskID: fmt.Sprintf("low-%02d", i), Priority: &zero}))
 	}
 	clock.Advance(2 * time.Minute) // well past not_before
+	storeCaughtUp(t, s)            // the sweeps find the delay through an index
 	for range 2 {
 		must[lease.SweepResult](t)(s.Sweep(c))
 	}
+	storeCaughtUp(t, s) // the claim finds the tasks through an index
 	got := must[lease.Checkout](t)(s.Claim(c, lease.ClaimParams{AgentID: "b"}))
 	if got.TaskID != "urgent" {
 		t.Fatalf("claim got %s (priority %d); the priority-9 task whose not_before passed 1 min ago, with sweeps since, ranks after every ready task", got.TaskID, got.Priority)
@@ -88,9 +91,11 @@ func TestARetryDelayClaimedBeforeTheSweepRanksReadyAgain(t *testing.T) {
 	c := ctx(t)
 	nine, zero := 9, 0
 	must[lease.Task](t)(s.CreateTask(c, lease.CreateTaskParams{TaskID: "urgent", Priority: &nine}))
+	storeCaughtUp(t, s) // the claim finds urgent through an index
 	first := must[lease.Checkout](t)(s.Claim(c, lease.ClaimParams{AgentID: "a", Timeout: time.Hour}))
 	must[lease.Released](t)(s.Release(c, lease.ReleaseParams{TaskID: first.TaskID, AgentID: "a", Outcome: lease.OutcomeFailed}))
 	clock.Advance(11 * time.Second) // past the 10 s retry delay; no sweep yet
+	storeCaughtUp(t, s)             // the claim finds the delayed urgent through an index
 	second := must[lease.Checkout](t)(s.Claim(c, lease.ClaimParams{AgentID: "a", Timeout: time.Hour}))
 	if second.TaskID != "urgent" {
 		t.Fatalf("second claim got %s", second.TaskID)
@@ -101,9 +106,11 @@ func TestARetryDelayClaimedBeforeTheSweepRanksReadyAgain(t *testing.T) {
 		must[lease.Task](t)(s.CreateTask(c, lease.CreateTaskParams{TaskID: fmt.Sprintf("low-%02d", i), Priority: &zero}))
 	}
 	clock.Advance(time.Minute)
+	storeCaughtUp(t, s) // the sweeps would find a delay through an index
 	for range 2 {
 		must[lease.SweepResult](t)(s.Sweep(c))
 	}
+	storeCaughtUp(t, s) // the claim finds the tasks through an index
 	got := must[lease.Checkout](t)(s.Claim(c, lease.ClaimParams{AgentID: "b"}))
 	if got.TaskID != "urgent" {
 		t.Fatalf("claim got %s (priority %d), not the ready priority-9 task released a minute ago", got.TaskID, got.Priority)
