@@ -127,6 +127,7 @@ func TestHeartbeatDeath(t *testing.T) {
 	}
 
 	// The sweep ends u (nobody took it over), frees it and tells w once.
+	e.caughtUp(t) // the sweep finds the death through an index
 	res := must[lease.SweepResult](t)(e.store.Sweep(c))
 	if res.AgentDeaths != 1 || res.Timeouts != 0 {
 		t.Fatalf("sweep %+v", res)

@@ -55,10 +55,12 @@ func TestAgentDeathIsHeldUntilTheHeartbeatRanOut(t *testing.T) {
 			case "cancel":
 				must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: new(lease.StatusCancelled)}))
 			case "sweep":
+				e.caughtUp(t) // the sweep finds the death through an index
 				must[lease.SweepResult](t)(e.store.Sweep(c))
 			case "sweep after the return":
 				must[lease.Heartbeat](t)(e.store.Heartbeat(c, "mortal", time.Minute))
 				e.clock.Advance(time.Second)
+				e.caughtUp(t) // the sweep finds the death through an index
 				must[lease.SweepResult](t)(e.store.Sweep(c))
 			}
 			death := deathOf(t, e, "t", co.Fence)
@@ -88,6 +90,7 @@ func TestRemovingAnAgentAlreadyDeadRecordsItsHeartbeatDeath(t *testing.T) {
 	e.clock.Advance(30 * time.Second) // dead since hb.ExpiresAt, not swept
 	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "alive", time.Minute))
 	live := e.checkout(t, "removed-alive", "alive", time.Hour)
+	e.caughtUp(t) // the removals find the leases through an index
 	for _, id := range []string{"mortal", "alive"} {
 		if err := e.store.RemoveAgent(c, id); err != nil {
 			t.Fatal(err)
