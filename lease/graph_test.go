@@ -108,6 +108,7 @@ func TestDependentIsBlockedUntilItsLastBlockerCompletes(t *testing.T) {
 	if n := e.noticeCount(t, lease.NoticeTaskAvailable, "d"); n != 1 {
 		t.Errorf("%d TaskAvailable notices for d, want 1", n)
 	}
+	e.caughtUp(t) // the claim finds d through an index
 	co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "x", Queues: []string{"deps"}}))
 	if co.TaskID != "d" || co.Attempt != 1 {
 		t.Fatalf("claim after the unblocking: %s attempt %d, want d attempt 1", co.TaskID, co.Attempt)
@@ -335,6 +336,7 @@ func TestTimeoutOfTheLastAttemptFailsTheTask(t *testing.T) {
 		e.checkout(t, id, "x", time.Minute)
 	}
 	e.clock.Advance(time.Minute)
+	e.caughtUp(t) // the sweep finds the leases through an index
 	must[lease.SweepResult](t)(e.store.Sweep(c))
 	if task := e.get(t, "swept"); task.Status != lease.StatusTodo || task.NotBefore != nil {
 		t.Fatalf("after a timeout below the limit: %s not_before %v, want todo at once", task.Status, task.NotBefore)
@@ -342,6 +344,7 @@ func TestTimeoutOfTheLastAttemptFailsTheTask(t *testing.T) {
 	e.checkout(t, "swept", "x", time.Minute)
 	e.checkout(t, "taken", "y", time.Minute) // takes the expired lease over: attempt 2
 	e.clock.Advance(time.Minute)
+	e.caughtUp(t) // the sweep finds the leases through an index
 	must[lease.SweepResult](t)(e.store.Sweep(c))
 	if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: "taken", AgentID: "z"}); !errors.Is(err, lease.ErrStatusMismatch) {
 		t.Fatalf("checkout over the last attempt's expired lease: %v, want status_mismatch (failed)", err)
@@ -408,11 +411,13 @@ func TestClaimWaitsForNotBefore(t *testing.T) {
 	if got := e.get(t, "urgent-later").NotBefore; got == nil || !got.Equal(later) {
 		t.Fatalf("not_before %v, want %v", got, later)
 	}
+	e.caughtUp(t) // the claims find the tasks through an index
 	co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "x", Queues: []string{"q"}}))
 	if co.TaskID != "low-now" {
 		t.Fatalf("claim before not_before: %s, want low-now", co.TaskID)
 	}
 	e.clock.Advance(time.Minute)
+	e.caughtUp(t)
 	co = must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "x", Queues: []string{"q"}}))
 	if co.TaskID != "urgent-later" {
 		t.Fatalf("claim once ready: %s, want urgent-later (priority 9)", co.TaskID)
@@ -421,7 +426,8 @@ func TestClaimWaitsForNotBefore(t *testing.T) {
 	later = e.clock.Now().Add(time.Second)
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "low-now-2", SetNotBefore: true, NotBefore: &later}))
 	e.clock.Advance(time.Second)
-	e.drain(t) // the queue is counted, so the sweep knows it
+	e.drain(t)    // the queue is counted, so the sweep knows it
+	e.caughtUp(t) // and finds the delay through an index
 	if res := must[lease.SweepResult](t)(e.store.Sweep(c)); res.Ready != 1 {
 		t.Errorf("sweep ranked %d ready tasks, want 1", res.Ready)
 	}
@@ -733,6 +739,7 @@ func TestAnExpiredLastAttemptShowsFailedBeforeTheSweep(t *testing.T) {
 			t.Errorf("GET %s after its lease expired: %s (checkout %v), want %s", id, got.Status, got.Checkout, st)
 		}
 	}
+	e.caughtUp(t) // the listing finds the tasks through indexes
 	page := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Queue: "q"}))
 	got := map[string]lease.Status{}
 	for _, task := range page.Tasks {

@@ -93,6 +93,7 @@ func TestReopeningADoneBlockerBlocksItsDependentsAgain(t *testing.T) {
 	if n := count(e.events(t, "both"), lease.EventUnblocked); n != 1 {
 		t.Errorf("both has %d unblocked events, want 1", n)
 	}
+	e.caughtUp(t) // the claim finds d through an index
 	co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "y", Queues: []string{"reblock"}}))
 	if co.TaskID != "d" {
 		t.Fatalf("claim after a completed again: %s, want d", co.TaskID)
@@ -167,6 +168,7 @@ func TestADependentInProgressWhenItsBlockerIsReopenedIsBlockedWhenItsLeaseEnds(t
 
 	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "released", AgentID: "r", RunID: rel.RunID}))
 	e.clock.Advance(2 * time.Minute)
+	e.caughtUp(t) // the sweep finds the expired lease through an index
 	must[lease.SweepResult](t)(e.store.Sweep(c))
 	e.drain(t)
 	for _, id := range []string{"released", "expired"} {
@@ -204,6 +206,7 @@ func TestADependentInProgressWhenItsBlockerIsReopenedIsBlockedWhenItsLeaseEnds(t
 	if st := e.get(t, "released").Status; st != lease.StatusTodo {
 		t.Fatalf("released after a was reopened and completed again while it was held: %s, want todo", st)
 	}
+	e.caughtUp(t) // the claim finds released through an index
 	if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "y", Queues: []string{"rb-released"}}); err != nil {
 		t.Fatalf("claim of released once free again: %v", err)
 	}
@@ -399,6 +402,7 @@ func TestACheckoutReopeningADoneDependentDropsItsMark(t *testing.T) {
 	if got := e.get(t, "d"); got.Status != lease.StatusTodo {
 		t.Fatalf("d released with every blocker done: %s, want todo", got.Status)
 	}
+	e.caughtUp(t) // the claim finds d through an index (the stream still has not run)
 	if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "y", Queues: []string{"reopen-mark"}}); err != nil {
 		t.Fatalf("claim of d's queue before the stream runs: %v, want d", err)
 	}
