@@ -58,7 +58,9 @@ func (e *env) claimsUrgent(t *testing.T, q string) {
 	t.Helper()
 	c := ctx(t)
 	e.clock.Advance(time.Hour)
+	e.caughtUp(t) // the sweep finds urgent's mended entry through an index
 	must[lease.SweepResult](t)(e.store.Sweep(c))
+	e.caughtUp(t) // the claim finds urgent, ranked ready, through an index
 	got := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "a", Queues: []string{q}, Timeout: time.Minute}))
 	if got.TaskID != "urgent" {
 		t.Fatalf("a claim an hour after urgent's not_before took %s (priority %d), want urgent (priority %d, ready since)", got.TaskID, got.Priority, lease.MaxPriority)

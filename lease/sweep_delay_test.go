@@ -38,12 +38,14 @@ func TestASweptHeldNotBeforeIsListedAfterTheReady(t *testing.T) {
 			} else {
 				clock.Advance(11 * time.Minute)
 			}
+			storeCaughtUp(t, s) // the sweep finds the lease or the death through an index
 			res := must[lease.SweepResult](t)(s.Sweep(c))
 			if res.Timeouts+res.AgentDeaths != 1 {
 				t.Fatalf("sweep %+v: want the one lease ended by its %s", res, end)
 			}
 			clock.Advance(time.Millisecond)
 			must[lease.Task](t)(s.CreateTask(c, lease.CreateTaskParams{TaskID: "ready", Priority: &zero}))
+			storeCaughtUp(t, s) // the listing, and the sweep after, find the tasks through indexes
 			if ids := todoIDs(t, s); !slices.Equal(ids, []string{"ready", "later"}) {
 				t.Fatalf("todo listed %v; want [ready later]: later waits for its not_before an hour ahead", ids)
 			}
@@ -56,6 +58,7 @@ func TestASweptHeldNotBeforeIsListedAfterTheReady(t *testing.T) {
 			if res := must[lease.SweepResult](t)(s.Sweep(c)); res.Ready != 1 {
 				t.Fatalf("sweep after not_before %+v; want later ranked ready", res)
 			}
+			storeCaughtUp(t, s) // the listing and the claim find later ranked ready
 			if ids := todoIDs(t, s); !slices.Equal(ids, []string{"later", "ready"}) {
 				t.Fatalf("todo listed %v after not_before passed; want [later ready]", ids)
 			}
@@ -80,6 +83,7 @@ func TestASweptHeldNotBeforeClearedInBetweenEndsTheLeaseReady(t *testing.T) {
 	nb := e.clock.Now().Add(time.Hour)
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "later", AgentID: "a", SetNotBefore: true, NotBefore: &nb}))
 	e.clock.Advance(2 * time.Minute)
+	e.caughtUp(t) // the sweep finds the lease through an index
 	slow, db := delayed(e)
 	db.armAfter(func() { // the ending that found the task waiting
 		if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "later", AgentID: "admin", Admin: true, SetNotBefore: true}); err != nil {
@@ -91,6 +95,7 @@ func TestASweptHeldNotBeforeClearedInBetweenEndsTheLeaseReady(t *testing.T) {
 	}
 	e.clock.Advance(time.Millisecond)
 	e.create(t, lease.CreateTaskParams{TaskID: "ready", Priority: &zero})
+	e.caughtUp(t) // the listing finds the tasks through an index
 	if ids := todoIDs(t, e.store); !slices.Equal(ids, []string{"later", "ready"}) {
 		t.Fatalf("todo listed %v; want [later ready]: later's not_before was cleared", ids)
 	}
@@ -108,6 +113,7 @@ func TestASweptLastAttemptWithAHeldNotBeforeFails(t *testing.T) {
 	nb := e.clock.Now().Add(time.Hour)
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "a", SetNotBefore: true, NotBefore: &nb}))
 	e.clock.Advance(2 * time.Minute)
+	e.caughtUp(t) // the sweep finds the lease through an index
 	if res := must[lease.SweepResult](t)(e.store.Sweep(c)); res.Timeouts != 1 {
 		t.Fatalf("sweep %+v; want the lease ended", res)
 	}
@@ -158,6 +164,7 @@ func TestAPatchThatEndsAnExpiredLeaseKeepsTheHeldNotBefore(t *testing.T) {
 	}
 	clock.Advance(time.Millisecond)
 	must[lease.Task](t)(s.CreateTask(c, lease.CreateTaskParams{TaskID: "ready", Priority: &zero}))
+	storeCaughtUp(t, s) // the listing, and the sweep after, find the tasks through indexes
 	if ids := todoIDs(t, s); !slices.Equal(ids, []string{"ready", "later"}) {
 		t.Fatalf("todo listed %v; want [ready later]: later waits for its not_before an hour ahead", ids)
 	}
@@ -165,6 +172,7 @@ func TestAPatchThatEndsAnExpiredLeaseKeepsTheHeldNotBefore(t *testing.T) {
 	if res := must[lease.SweepResult](t)(s.Sweep(c)); res.Ready != 1 {
 		t.Fatalf("sweep after not_before %+v; want later ranked ready", res)
 	}
+	storeCaughtUp(t, s) // the listing finds later ranked ready
 	if ids := todoIDs(t, s); !slices.Equal(ids, []string{"later", "ready"}) {
 		t.Fatalf("todo listed %v after not_before passed; want [later ready]", ids)
 	}
