@@ -57,6 +57,15 @@ func TestRemovedAgentsLeaseTakenOverSaysAgentRemoved(t *testing.T) {
 		take  func(*testing.T, *env)
 	}{
 		{"missed by the index lag, taken by a checkout", missedByLag, func(t *testing.T, e *env) { e.checkout(t, "t", "b", time.Hour) }},
+		{"missed by the index lag, ended by the sweep", missedByLag, func(t *testing.T, e *env) {
+			if n := count(e.events(t, "t"), lease.EventAgentDeath); n != 0 {
+				t.Fatalf("%d agent_death events before the sweep; the removal was to miss the lease", n)
+			}
+			e.caughtUp(t) // the sweep finds the lease the removal did not
+			if res := must[lease.SweepResult](t)(e.store.Sweep(ctx(t))); res.AgentDeaths != 1 {
+				t.Fatalf("sweep %+v: want the removed agent's lease ended", res)
+			}
+		}},
 		{"granted after, taken by a checkout", grantedAfter, func(t *testing.T, e *env) { e.checkout(t, "t", "b", time.Hour) }},
 		{"granted after, ended by the sweep", grantedAfter, func(t *testing.T, e *env) {
 			eventually(t, "the sweep to end the lease", func() bool {
