@@ -110,16 +110,24 @@ import (
 // keyed "#claim#agent#run", TTL 48 h) listing every task it tries, written
 // before each try; a retry reads the receipt and those tasks consistently
 // and returns the lease the run got, so the same run id always gets the same
-// lease. The grant itself is kept in the receipt after the grant's write
-// (tried a few times, even if the caller has gone); should that fail, and
-// the task have moved on past the lease, a retry finds the grant in the
-// tried tasks' trails (waiting up to trailWait for events the change
-// stream has not archived yet), and gets it as it was, ended. The one
-// window left is a first attempt whose write is still in flight when its
-// retry arrives; a client retries only after its first attempt's answer
-// is lost. A receipt outlives its agent's removal: one made before the id
-// was registered again is the removed agent's (removedAgentsReceipt), and
-// the new agent's claim of that run id is a fresh one.
+// lease. The grant itself is kept in the receipt after the grant's write,
+// on condition that the receipt keeps no other (tried a few times, even
+// if the caller has gone), so attempts of one run sent at once hold one
+// lease: an attempt whose grant the receipt does not keep gives its task
+// back and answers the one kept (noteGrant), and an attempt that finds a
+// lease of the run on a tried task while no grant is kept has the receipt
+// decide with the same write (claimedBefore). Should the grant's write
+// fail, the tried tasks are the only record: a retry answers the lease
+// found on them or, once the task has moved on past it, in their trails
+// (waiting up to trailWait for events the change stream has not archived
+// yet), as it was, ended. The windows left: attempts at once whose grant
+// writes all fail may each keep the lease they got; and an attempt that
+// finds no task answers none while the grant of the attempt that took the
+// last one is not kept yet. A client retries only after its first
+// attempt's answer is lost. A receipt outlives its agent's removal: one
+// made before the id was registered again is the removed agent's
+// (removedAgentsReceipt), and the new agent's claim of that run id is a
+// fresh one.
 
 // Delays.
 //
@@ -1166,15 +1174,31 @@ type grantRecord struct {
 // noteGrant keeps a named claim's grant in its receipt, so that a retry gets
 // this very lease whatever has happened to the task since (renewed,
 // released, taken over, claimed again): the retry reads it on its task.
-// The receipt keeps one grant: written on condition that it holds none
-// (or this one). When another attempt of the same run, sent at the same
-// time, kept its grant first, this grant is given back (released) and
-// that one answered (superseded): a run holds one lease, whichever
-// attempt answers. Otherwise the grant is kept even if the caller has
-// gone, tried a few times; a failure is logged: a retry then finds the
-// lease on the task, or in its trail (see claimedBefore).
+// The receipt keeps one grant (keepGrant). When it keeps another by then
+// (another attempt of the same run, sent at the same time, got its own
+// kept first: see also claimedBefore), this grant is given back
+// (released) and that one answered (superseded): a run holds one lease,
+// whichever attempt answers. Otherwise the grant is kept even if the
+// caller has gone, tried a few times; a failure is logged: a retry then
+// finds the lease on the task, or in its trail (see claimedBefore).
 func (s *Store) noteGrant(ctx context.Context, c Checkout) (first Checkout, superseded bool, err error) {
 	ctx = context.WithoutCancel(ctx)
+	kept, err := s.keepGrant(ctx, c)
+	if err != nil {
+		s.log.WarnContext(ctx, "claim receipt: the grant was not kept", "agent_id", c.AgentID, "run_id", c.RunID, "err", err)
+		return Checkout{}, false, nil
+	}
+	if !kept {
+		return s.supersede(ctx, c)
+	}
+	return Checkout{}, false, nil
+}
+
+// keepGrant writes c as its run's grant in the run's receipt, on
+// condition that the receipt keeps no grant, or this one: kept is false
+// when it keeps another. A write that fails otherwise is tried a few
+// times; err is the last failure.
+func (s *Store) keepGrant(ctx context.Context, c Checkout) (kept bool, err error) {
 	g := grantRecord{Task: c.TaskID, Fence: c.Fence, Locked: ms(c.LockedAt), Expires: ms(c.ExpiresAt), Name: c.AgentName, Reason: c.Reason,
 		Title: c.Title, Queue: c.Queue, Priority: c.Priority, Attempt: c.Attempt}
 	// The receipt's note set its ttl; the grant sets one only when that
@@ -1187,8 +1211,10 @@ func (s *Store) noteGrant(ctx context.Context, c Checkout) (first Checkout, supe
 	cond := expression.AttributeNotExists(expression.Name("granted")).Or(mine)
 	expr, _ := expression.NewBuilder().WithUpdate(upd).WithCondition(cond).Build()
 	for attempt := range recordAttempts {
-		if attempt > 0 && backoff(ctx, attempt) != nil {
-			break
+		if attempt > 0 {
+			if err := backoff(ctx, attempt); err != nil {
+				return false, err
+			}
 		}
 		_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName: &s.heartbeats, Key: agentKey(receiptID(c.AgentID, c.RunID)),
@@ -1198,21 +1224,20 @@ func (s *Store) noteGrant(ctx context.Context, c Checkout) (first Checkout, supe
 			ExpressionAttributeValues: expr.Values(),
 		})
 		if _, failed := conditionFailed(err); failed {
-			return s.supersede(ctx, c)
+			return false, nil
 		}
 		if err == nil {
-			return Checkout{}, false, nil
+			return true, nil
 		}
 	}
-	s.log.WarnContext(ctx, "claim receipt: the grant was not kept", "agent_id", c.AgentID, "run_id", c.RunID, "err", err)
-	return Checkout{}, false, nil
+	return false, err
 }
 
 // supersede answers a named claim whose run got another lease first (see
 // noteGrant): it gives c back, with a plain release, and answers the
 // run's first lease as it is now.
 func (s *Store) supersede(ctx context.Context, c Checkout) (Checkout, bool, error) {
-	first, ok, err := s.claimedBefore(ctx, c.AgentID, c.RunID)
+	first, ok, _, err := s.runLease(ctx, c.AgentID, c.RunID, true)
 	if err != nil || !ok {
 		return Checkout{}, false, err // no other grant to be found: keep this one
 	}
@@ -1270,13 +1295,37 @@ func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string,
 // it reads the receipt and the tasks it lists, all consistently. The lease
 // is returned as it is now: live (with its expiry and timeout after any
 // renewal), or, if it has ended since, as it was, expiring when it ended.
+//
+// A lease of the run found on a tried task while the receipt keeps no
+// grant may be another attempt's, sent at the same time, whose grant is
+// not kept yet: should a third attempt's grant be kept first, that
+// attempt gives it back (noteGrant). So the receipt decides, with the
+// write noteGrant makes (keepGrant): kept, the lease is the run's; when
+// the receipt keeps another grant by then, that one is answered (the
+// attempt holding the lease found gives it back itself). A receipt whose
+// grant cannot be written (its first attempt's write failed the same
+// way) leaves the tried tasks as the only record: the lease found is
+// answered.
 func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (Checkout, bool, error) {
-	return s.runLease(ctx, agentID, runID, true)
+	c, ok, kept, err := s.runLease(ctx, agentID, runID, true)
+	if err != nil || !ok || kept {
+		return c, ok, err
+	}
+	kept, err = s.keepGrant(ctx, c)
+	if err != nil {
+		s.log.WarnContext(ctx, "claim receipt: the grant found was not kept", "agent_id", agentID, "run_id", runID, "err", err)
+		return c, true, nil
+	}
+	if !kept {
+		return s.grantedBefore(ctx, agentID, runID)
+	}
+	return c, true, nil
 }
 
 // grantedBefore is claimedBefore for a grant the receipt keeps only.
 func (s *Store) grantedBefore(ctx context.Context, agentID, runID string) (Checkout, bool, error) {
-	return s.runLease(ctx, agentID, runID, false)
+	c, ok, _, err := s.runLease(ctx, agentID, runID, false)
+	return c, ok, err
 }
 
 // receiptItem is a named claim's receipt, as runLease reads it.
@@ -1340,27 +1389,28 @@ func (s *Store) removedAgentsReceipt(ctx context.Context, agentID, runID string,
 }
 
 // runLease reads the run's receipt and finds its lease: the grant it
-// keeps, or, with tried, on the tasks it lists (see claimedBefore).
-func (s *Store) runLease(ctx context.Context, agentID, runID string, tried bool) (Checkout, bool, error) {
+// keeps, or, with tried, on the tasks it lists (see claimedBefore). kept
+// says it is the receipt's grant.
+func (s *Store) runLease(ctx context.Context, agentID, runID string, tried bool) (c Checkout, ok, kept bool, err error) {
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)), ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return Checkout{}, false, fmt.Errorf("claim receipt of %s: %w", agentID, err)
+		return Checkout{}, false, false, fmt.Errorf("claim receipt of %s: %w", agentID, err)
 	}
 	var rec receiptItem
 	if len(out.Item) == 0 || attributevalue.UnmarshalMap(out.Item, &rec) != nil {
-		return Checkout{}, false, nil
+		return Checkout{}, false, false, nil
 	}
 	if removed, err := s.removedAgentsReceipt(ctx, agentID, runID, rec); removed || err != nil {
-		return Checkout{}, false, err
+		return Checkout{}, false, false, err
 	}
 	if g := rec.Granted; g != nil {
 		// The grant names its task: the lease is read there as it is now
 		// (renewed, or ended), with the grant's own details.
-		c, ok, err := s.leaseOfRun(ctx, []string{g.Task}, agentID, runID, g.Fence)
+		c, ok, err = s.leaseOfRun(ctx, []string{g.Task}, agentID, runID, g.Fence)
 		if err != nil {
-			return Checkout{}, false, err
+			return Checkout{}, false, false, err
 		}
 		if !ok {
 			// Moved on, and its ending not in the trail (not archived
@@ -1371,12 +1421,13 @@ func (s *Store) runLease(ctx context.Context, agentID, runID string, tried bool)
 				ExpiresAt: fromMS(end), Timeout: fromMS(end).Sub(fromMS(g.Locked)), Reason: g.Reason}
 		}
 		c.AgentName, c.Title, c.Queue, c.Priority, c.Attempt = cmp.Or(g.Name, agentID), g.Title, g.Queue, g.Priority, g.Attempt
-		return c, true, nil
+		return c, true, true, nil
 	}
 	if !tried {
-		return Checkout{}, false, nil
+		return Checkout{}, false, false, nil
 	}
-	return s.leaseOfRun(ctx, rec.Tried, agentID, runID, 0)
+	c, ok, err = s.leaseOfRun(ctx, rec.Tried, agentID, runID, 0)
+	return c, ok, false, err
 }
 
 // leaseOfRun finds the lease the run (agentID, runID) got on one of tasks

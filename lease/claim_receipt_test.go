@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/checkout-dev/checkout/lease"
 )
@@ -212,5 +215,154 @@ func TestClaimRetryAnswersItsOwnGrantNotALaterLeaseOfTheRun(t *testing.T) {
 		if again.Fence != first.Fence || !again.LockedAt.Equal(first.LockedAt) {
 			t.Fatalf("%s: the retry answered fence %d locked %v, want the claim's fence %d locked %v", when, again.Fence, again.LockedAt, first.Fence, first.LockedAt)
 		}
+	}
+}
+
+// grantGateDB holds the first two grant writes of a named claim's receipt
+// until the test lets each go (gate, by the task it keeps), and the first
+// two reads of the receipt until both have come: two attempts of the run
+// then each take a task, neither having seen the other's.
+type grantGateDB struct {
+	lease.DB
+	quit     chan struct{} // closed when the test ends: let everything go
+	bothRead chan struct{}
+	held     chan string // the task of each grant write held, as it arrives
+	mu       sync.Mutex
+	reads    int
+	writes   int
+	gates    map[string]chan struct{}
+}
+
+func (d *grantGateDB) gate(task string) chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.gates[task] == nil {
+		d.gates[task] = make(chan struct{})
+	}
+	return d.gates[task]
+}
+
+func (d *grantGateDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if id, ok := in.Key["agent_id"].(*types.AttributeValueMemberS); ok && strings.HasPrefix(id.Value, "#claim#") {
+		d.mu.Lock()
+		d.reads++
+		n := d.reads
+		if n == 2 {
+			close(d.bothRead)
+		}
+		d.mu.Unlock()
+		if n <= 2 {
+			select {
+			case <-d.bothRead:
+			case <-d.quit:
+			}
+		}
+	}
+	return d.DB.GetItem(ctx, in, opt...)
+}
+
+func (d *grantGateDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if task := grantTask(in); task != "" {
+		d.mu.Lock()
+		d.writes++
+		n := d.writes
+		d.mu.Unlock()
+		if n <= 2 {
+			g := d.gate(task)
+			d.held <- task
+			select {
+			case <-g:
+			case <-d.quit:
+			}
+		}
+	}
+	return d.DB.UpdateItem(ctx, in, opt...)
+}
+
+// grantTask is the task of the grant an UpdateItem keeps in a receipt ("" for
+// any other write).
+func grantTask(in *dynamodb.UpdateItemInput) string {
+	if !slices.Contains(slices.Collect(maps.Values(in.ExpressionAttributeNames)), "granted") {
+		return ""
+	}
+	for _, v := range in.ExpressionAttributeValues {
+		if m, ok := v.(*types.AttributeValueMemberM); ok {
+			if task, ok := m.Value["task"].(*types.AttributeValueMemberS); ok {
+				return task.Value
+			}
+		}
+	}
+	return ""
+}
+
+// An attempt of a named claim that finds, at its start, a lease of its run
+// on a tried task while the receipt keeps no grant yet answers the lease
+// the receipt keeps, not one another attempt may still give back: attempts
+// A and B each took a task and have not kept their grants; C starts and
+// finds one of them, X; then the grant of the other task, Y, is kept first,
+// and X's attempt gives X back. Found by
+// TestConcurrentAttemptsOfOneClaimHoldOneLease, once under load.
+func TestClaimAttemptFindingAnUnkeptGrantAnswersTheReceiptsGrant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t0", "t1")
+	e.caughtUp(t)
+	db := &grantGateDB{DB: e.db, quit: make(chan struct{}), bothRead: make(chan struct{}), held: make(chan string, 2), gates: map[string]chan struct{}{}}
+	t.Cleanup(func() { close(db.quit) })
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	claim := func() (lease.Checkout, error) {
+		return s.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute})
+	}
+	type answer struct {
+		co  lease.Checkout
+		err error
+	}
+	answers := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			co, err := claim()
+			answers <- answer{co, err}
+		}()
+	}
+	var took []string
+	for range 2 {
+		select {
+		case task := <-db.held:
+			took = append(took, task)
+		case a := <-answers:
+			t.Fatalf("an attempt answered %+v (%v) before both grants were written", a.co, a.err)
+		}
+	}
+	if took[0] == took[1] {
+		t.Fatalf("both attempts took %s, want one task each", took[0])
+	}
+	third := must[lease.Checkout](t)(claim())
+	if !slices.Contains(took, third.TaskID) {
+		t.Fatalf("the third attempt answered %s, want one of %v", third.TaskID, took)
+	}
+	// The grant of the task the third attempt did not answer is written
+	// first, then the other.
+	got := []lease.Checkout{third}
+	order := []string{took[0], took[1]}
+	if order[0] == third.TaskID {
+		order[0], order[1] = order[1], order[0]
+	}
+	for _, task := range order {
+		close(db.gate(task))
+		a := <-answers
+		if a.err != nil {
+			t.Fatalf("the attempt holding %s: %v", task, a.err)
+		}
+		got = append(got, a.co)
+	}
+	for _, co := range got {
+		if co.TaskID != got[0].TaskID || co.Fence != got[0].Fence {
+			t.Fatalf("attempts answered %s/%d, %s/%d and %s/%d, want one lease", got[0].TaskID, got[0].Fence, got[1].TaskID, got[1].Fence, got[2].TaskID, got[2].Fence)
+		}
+	}
+	live := must[[]lease.Checkout](t)(e.store.ListCheckouts(c, "a"))
+	if len(live) != 1 || live[0].TaskID != got[0].TaskID || live[0].Fence != got[0].Fence {
+		t.Fatalf("run-1 holds %+v, want only %s/%d", live, got[0].TaskID, got[0].Fence)
 	}
 }
