@@ -942,6 +942,62 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await page.context().close();
   });
 
+  // pacedTasks opens the task list in a page whose timers run only when
+  // the test moves its clock (a context of its own), in a window of height
+  // px; refresh() moves the clock to the next refresh and returns the
+  // requests it made, once all are answered.
+  async function pacedTasks(name, height, hash = '#/tasks') {
+    const page = await newPage(name, { own: true, height });
+    const calls = [];
+    let pending = 0;
+    page.on('request', (r) => { if (r.url().includes('/api/')) { calls.push(new URL(r.url())); pending++; } });
+    const done = (r) => { if (r.url().includes('/api/')) pending--; };
+    page.on('requestfinished', done);
+    page.on('requestfailed', done);
+    await page.clock.install();
+    await page.clock.pauseAt(new Date(Date.now() + 1000));
+    await signIn(page, ADMIN_KEY);
+    await page.goto(server.url + '/' + hash);
+    const settle = async () => {
+      for (let quiet = 0; quiet < 2;) { await sleep(150); quiet = pending > 0 ? 0 : quiet + 1; }
+    };
+    const refresh = async (ms = 3000) => {
+      await settle();
+      calls.length = 0;
+      await page.clock.runFor(ms);
+      await settle();
+      return calls.slice();
+    };
+    const offScreen = (id) => page.locator(`#tasks-body > tr[data-key="${id}"]`)
+      .evaluate((tr) => tr.getBoundingClientRect().top > innerHeight);
+    return { page, refresh, settle, offScreen };
+  }
+  const listing = (c) => c.pathname === '/api/tasks';
+  const taskRow = (page, id) => page.locator(`#tasks-body > tr[data-key="${id}"]`);
+
+  test('a task list refresh that fails reads the changes it missed at the next one', async () => {
+    // A refresh moved the feed's cursor past the changes it read before
+    // the rest of it failed (a 503 reading a task): the next refresh read
+    // on from there, and the task showed its old status, off screen, until
+    // the next whole read, with "Updated 0 s ago".
+    await must(keys.alice, 'POST', '/api/tasks', { task_id: 'rf-off', title: 'Far down the list', priority: 0 });
+    const { page, refresh, offScreen } = await pacedTasks('tasks-refresh-fails', 300);
+    await taskRow(page, 'rf-off').waitFor({ state: 'attached' });
+    assert.ok(await offScreen('rf-off'), 'the task is off screen');
+    assert.equal((await refresh()).filter(listing).length, 0, 'a refresh reads what changed');
+    await page.route('**/api/tasks/rf-off', (r) => r.fulfill({
+      status: 503, contentType: 'application/json', body: JSON.stringify({ error: 'unavailable', code: 'unavailable' }),
+    }), { times: 1 });
+    await must(keys.bob, 'POST', '/api/tasks/rf-off/checkout', { timeout: '1h' });
+    await refresh();
+    await page.locator('#banner').filter({ hasText: '503' }).waitFor();
+    const got = await refresh();
+    assert.equal(got.filter(listing).length, 0, 'the next refresh reads what changed');
+    assert.ok(await page.locator('#banner').isHidden());
+    await taskRow(page, 'rf-off').locator('.status').filter({ hasText: /in progress/i }).waitFor({ timeout: 2000 });
+    await page.context().close();
+  });
+
   test('the live checkouts read every page of the listing', async () => {
     // A listing past 5 MB comes in pages (answered by the browser here):
     // the lease on the second page is shown too.

@@ -92,9 +92,14 @@ const view = {
     if (arg !== shownArg) wanted = PAGES; // other filters: start again
     const { status, queue } = parseArg(arg);
     const cheap = ctx.features.queues && ctx.features.events;
-    if (cheap && arg === shownArg && feed && performance.now() - fullAt < FULL_MS && await update(status, queue)) {
-      show(ctx, arg, status, queue);
-      return;
+    if (cheap && arg === shownArg && feed && performance.now() - fullAt < FULL_MS) {
+      const got = await update(status, queue);
+      if (got) {
+        list = got.list;
+        feed = got.feed;
+        show(ctx, arg, status, queue);
+        return;
+      }
     }
     const readQueues = ctx.features.queues && performance.now() - queuesReadAt >= QUEUES_MS;
     // The feed's position before the listing: a change made while the
@@ -167,20 +172,23 @@ async function feedStart() {
   return (await get(`/api/events?since=${encodeURIComponent(since)}&limit=1000`)).next_cursor || null;
 }
 
-// update brings the list up to date without reading the whole listing,
-// and says whether it could: the tasks the feed names (their status
-// moved) and those on screen are read one by one; a task that no longer
-// matches the filters leaves the list, one that now does joins it. It
-// cannot when more than CHANGED tasks are to be read, or when the list,
-// read whole, no longer adds up to the queue counts (a task was created,
-// reopened, moved to another queue, or changed without an event).
+// update reads what changed since the last refresh without reading the
+// whole listing: the tasks the feed names (their status moved) and those
+// on screen are read one by one; a task that no longer matches the filters
+// leaves the list, one that now does joins it. It returns the list brought
+// up to date and the feed's cursor past what it read, or null when it
+// cannot: more than CHANGED tasks are to be read, or the list, read whole,
+// no longer adds up to the queue counts (a task was created, reopened,
+// moved to another queue, or changed without an event). Nothing is kept
+// unless all of it is read: a refresh that fails reads the same changes
+// again at the next one.
 async function update(status, queue) {
-  const [events, queues] = await Promise.all([feedSince(), pages('/api/queues', 'queues', QUEUE_PAGES)]);
+  const [changes, queues] = await Promise.all([feedSince(feed), pages('/api/queues', 'queues', QUEUE_PAGES)]);
   noteQueues(queues);
-  if (!events) return false;
-  const ids = new Set(events.filter((e) => e.type !== 'renew').map((e) => e.task_id));
+  if (!changes) return null;
+  const ids = new Set(changes.events.filter((e) => e.type !== 'renew').map((e) => e.task_id));
   for (const id of onScreen()) ids.add(id);
-  if (ids.size > CHANGED) return false;
+  if (ids.size > CHANGED) return null;
   const byID = new Map(list.map((t) => [t.task_id, t]));
   await Promise.all([...ids].map(async (id) => {
     try {
@@ -192,21 +200,20 @@ async function update(status, queue) {
       byID.delete(id);
     }
   }));
-  list = [...byID.values()];
-  return more || counted(queues, status, queue) === list.length;
+  const fresh = [...byID.values()];
+  return more || counted(queues, status, queue) === fresh.length ? { list: fresh, feed: changes.cursor } : null;
 }
 
-// feedSince reads the feed from its cursor on until it is caught up (up
-// to 5 pages) and moves the cursor past what it read; null when more
-// remain.
-async function feedSince() {
+// feedSince reads the feed from cursor on until it is caught up (up to 5
+// pages): its events and the cursor past them, or null when more remain.
+async function feedSince(cursor) {
   const events = [];
   for (let i = 0; i < 5; i++) {
-    const page = await get(`/api/events?cursor=${encodeURIComponent(feed)}&limit=1000`);
+    const page = await get(`/api/events?cursor=${encodeURIComponent(cursor)}&limit=1000`);
     const got = page.events || [];
     events.push(...got);
-    if (page.next_cursor) feed = page.next_cursor;
-    if (!got.length || page.caught_up === true || !page.next_cursor) return events;
+    if (page.next_cursor) cursor = page.next_cursor;
+    if (!got.length || page.caught_up === true || !page.next_cursor) return { events, cursor };
   }
   return null;
 }
