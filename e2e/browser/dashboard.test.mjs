@@ -998,6 +998,38 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await page.context().close();
   });
 
+  test('a task list refresh shows a cancel, a reopen and a move that no event names', async () => {
+    // A refresh between two whole reads compared the list with the queue
+    // counts' total only: in a list of every status and queue, a task
+    // cancelled without a lease, reopened or moved to another queue (no
+    // event names them) kept its old row, off screen, until the next
+    // whole read (up to 30 s).
+    for (const task_id of ['rc-cancel', 'rc-reopen', 'rc-move']) {
+      await must(keys.alice, 'POST', '/api/tasks', { task_id, title: 'Changed without an event', priority: 0 });
+    }
+    await must(keys.bob, 'POST', '/api/tasks/rc-reopen/checkout', { timeout: '1h' });
+    await must(keys.bob, 'POST', '/api/tasks/rc-reopen/complete', {});
+    const { page, refresh, offScreen } = await pacedTasks('tasks-no-event', 300);
+    for (const id of ['rc-cancel', 'rc-reopen', 'rc-move']) {
+      await taskRow(page, id).waitFor({ state: 'attached' });
+      assert.ok(await offScreen(id), id + ' is off screen');
+    }
+    await refresh();
+    const shows = async (id, sel, words) => {
+      await refresh();
+      await taskRow(page, id).locator(sel).filter({ hasText: words }).waitFor({ timeout: 2000 });
+    };
+    await must(keys.alice, 'PATCH', '/api/tasks/rc-cancel', { status: 'cancelled' });
+    await shows('rc-cancel', '.status', /cancelled/i);
+    await must(keys.alice, 'PATCH', '/api/tasks/rc-reopen', { status: 'todo' });
+    await shows('rc-reopen', '.status', /to do/i);
+    await must(keys.alice, 'PATCH', '/api/tasks/rc-move', { queue: 'rc-elsewhere' });
+    await shows('rc-move', '.queue', 'rc-elsewhere');
+    // A refresh with nothing changed still reads only what changed.
+    assert.equal((await refresh()).filter(listing).length, 0, 'the list adds up again');
+    await page.context().close();
+  });
+
   test('the live checkouts read every page of the listing', async () => {
     // A listing past 5 MB comes in pages (answered by the browser here):
     // the lease on the second page is shown too.

@@ -178,12 +178,13 @@ async function feedStart() {
 // leaves the list, one that now does joins it. It returns the list brought
 // up to date and the feed's cursor past what it read, or null when it
 // cannot: more than CHANGED tasks are to be read, or the list, read whole,
-// no longer adds up to the queue counts (a task was created, reopened,
-// moved to another queue, or changed without an event). Nothing is kept
-// unless all of it is read: a refresh that fails reads the same changes
-// again at the next one.
+// no longer adds up to the queue counts (addsUp). Nothing is kept unless
+// all of it is read: a refresh that fails reads the same changes again at
+// the next one. The counts are read after the feed, so that they hold at
+// least what it names.
 async function update(status, queue) {
-  const [changes, queues] = await Promise.all([feedSince(feed), pages('/api/queues', 'queues', QUEUE_PAGES)]);
+  const changes = await feedSince(feed);
+  const queues = await pages('/api/queues', 'queues', QUEUE_PAGES);
   noteQueues(queues);
   if (!changes) return null;
   const ids = new Set(changes.events.filter((e) => e.type !== 'renew').map((e) => e.task_id));
@@ -201,7 +202,7 @@ async function update(status, queue) {
     }
   }));
   const fresh = [...byID.values()];
-  return more || counted(queues, status, queue) === fresh.length ? { list: fresh, feed: changes.cursor } : null;
+  return more || addsUp(fresh, queues, status, queue) ? { list: fresh, feed: changes.cursor } : null;
 }
 
 // feedSince reads the feed from cursor on until it is caught up (up to 5
@@ -218,15 +219,46 @@ async function feedSince(cursor) {
   return null;
 }
 
-// counted is how many tasks the queue counts give the filters.
-function counted(queues, status, queue) {
-  let n = 0;
+// addsUp says whether tasks hold, queue by queue and status by status, as
+// many tasks as the queue counts give the filters. A change no event
+// names moves a count: a task created, reopened, cancelled without a
+// lease, moved to another queue, blocked or unblocked by a PATCH of its
+// blocked_by (a total would miss all but the first in a list of every
+// status and queue). A lease that ended by time or death and is not yet
+// swept is counted in progress, but listed as its ending leads (todo,
+// blocked or failed), or, in a list of one status, not at all: as many
+// tasks as the list has fewer in progress than counted, it has more of
+// those statuses.
+function addsUp(tasks, queues, status, queue) {
+  const have = new Map(); // queue -> status -> tasks
+  for (const t of tasks) {
+    if (!have.has(t.queue)) have.set(t.queue, new Map());
+    const n = have.get(t.queue);
+    n.set(t.status, (n.get(t.status) || 0) + 1);
+  }
   for (const q of queues) {
     if (queue && q.queue !== queue) continue;
-    for (const [s, c] of Object.entries(q.counts || {})) if (!status || s === status) n += Number(c) || 0;
+    const n = have.get(q.queue) || new Map();
+    have.delete(q.queue);
+    const counts = q.counts || {};
+    const extra = (s) => (n.get(s) || 0) - (Number(counts[s]) || 0);
+    if (status) {
+      if (status === 'in_progress' ? extra(status) > 0 : extra(status) !== 0) return false;
+      continue;
+    }
+    let unswept = -extra('in_progress');
+    for (const s of new Set([...Object.keys(counts), ...n.keys()])) {
+      if (s === 'in_progress') continue;
+      if (LEADS.includes(s) && extra(s) >= 0) unswept -= extra(s);
+      else if (extra(s) !== 0) return false;
+    }
+    if (unswept !== 0) return false;
   }
-  return n;
+  return have.size === 0;
 }
+
+// LEADS are the statuses a lease that ended by time or death leads to.
+const LEADS = ['todo', 'blocked', 'failed'];
 
 // onScreen is the ids of the tasks whose rows are in the window, found by
 // halving (the rows are in order down the page).
