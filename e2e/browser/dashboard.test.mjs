@@ -945,9 +945,11 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
   // pacedTasks opens the task list in a page whose timers run only when
   // the test moves its clock (a context of its own), in a window of height
   // px; refresh() moves the clock to the next refresh and returns the
-  // requests it made, once all are answered.
-  async function pacedTasks(name, height, hash = '#/tasks') {
+  // requests it made, once all are answered. setup(page) runs before the
+  // page signs in.
+  async function pacedTasks(name, height, hash = '#/tasks', setup = async () => {}) {
     const page = await newPage(name, { own: true, height });
+    await setup(page);
     const calls = [];
     let pending = 0;
     page.on('request', (r) => { if (r.url().includes('/api/')) { calls.push(new URL(r.url())); pending++; } });
@@ -1027,6 +1029,42 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await shows('rc-move', '.queue', 'rc-elsewhere');
     // A refresh with nothing changed still reads only what changed.
     assert.equal((await refresh()).filter(listing).length, 0, 'the list adds up again');
+    await page.context().close();
+  });
+
+  test('"Load more" during a refresh keeps the tasks it loaded', async () => {
+    // A refresh that read what changed, answered after a "Load more" that
+    // started later, put back the list it had started from: the tasks
+    // loaded went away, and the list said it showed the first 40 tasks
+    // with 20 on it, until the next whole read (up to 30 s).
+    const task = (i) => ({ task_id: `lm-${String(i).padStart(3, '0')}`, title: 'More ' + i, status: 'todo', priority: 0, created_at: new Date(1700000000000 + i * 1000).toISOString() });
+    let hold = null; // a promise the tasks read one by one wait for
+    let held = 0;
+    const { page, refresh, settle } = await pacedTasks('tasks-load-more-race', 900, '#/tasks/todo', async (p) => {
+      await p.route('**/api/tasks/lm-*', async (r) => {
+        if (hold) { held++; await hold; }
+        const i = Number(new URL(r.request().url()).pathname.split('lm-')[1]);
+        r.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify(task(i)) });
+      });
+      await p.route('**/api/tasks?*', (r) => {
+        const c = new URL(r.request().url()).searchParams.get('cursor');
+        const n = c ? Number(c.slice(1)) : 0;
+        r.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify({ tasks: [task(2 * n), task(2 * n + 1)], next_cursor: 'p' + (n + 1) }) });
+      });
+    });
+    await page.locator('#tasks-count').filter({ hasText: '(20+)' }).waitFor();
+    assert.equal((await refresh()).filter(listing).length, 0, 'a refresh reads what changed');
+    let release;
+    hold = new Promise((r) => { release = r; });
+    await page.clock.runFor(3000); // a refresh: its reads of the tasks on screen wait
+    while (held === 0) await sleep(50);
+    await page.click('#tasks-load-more');
+    await taskRow(page, 'lm-039').waitFor();
+    hold = null;
+    release();
+    await settle();
+    assert.equal(await page.locator('#tasks-count').textContent(), '(40+)');
+    await taskRow(page, 'lm-039').waitFor({ timeout: 1000 });
     await page.context().close();
   });
 

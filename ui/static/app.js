@@ -253,12 +253,14 @@ async function refresh() {
   const gen = ++generation;
   const { view, arg } = current;
   try {
-    await views[view].load(ctx, arg);
+    // A view's load may say it showed nothing (false): a later one
+    // superseded it.
+    const shown = await views[view].load(ctx, arg);
     if (gen !== generation) {
       // A later refresh of the same view superseded this one, but what
       // this one loaded is on screen: the "updated" line must date it,
       // so that a failing later refresh says it shows older data.
-      if (current && current.view === view && current.arg === arg) {
+      if (shown !== false && current && current.view === view && current.arg === arg) {
         lastOK = performance.now();
         shownAt.set(view, { arg, at: lastOK });
       }

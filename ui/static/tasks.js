@@ -43,6 +43,7 @@ let shownArg = null; // the filters the list was loaded for
 let queuesReadAt = -Infinity; // performance.now() of the last read of the queue names
 let fullAt = -Infinity; // performance.now() of the last read of the whole listing
 let feed = null; // the fleet feed's cursor: where the next refresh reads on
+let loads = 0; // loads started: only the latest may show what it read
 
 const view = {
   title: (arg) => {
@@ -88,17 +89,23 @@ const view = {
     queueOptions(queue);
   },
 
+  // load shows the list for arg, and says whether it did: a load that a
+  // later one (a click on Refresh or "Load more", other filters) started
+  // meanwhile changes nothing, so that it cannot undo what the later one
+  // shows.
   async load(ctx, arg) {
+    const me = ++loads;
     if (arg !== shownArg) wanted = PAGES; // other filters: start again
     const { status, queue } = parseArg(arg);
     const cheap = ctx.features.queues && ctx.features.events;
     if (cheap && arg === shownArg && feed && performance.now() - fullAt < FULL_MS) {
       const got = await update(status, queue);
+      if (me !== loads) return false;
       if (got) {
         list = got.list;
         feed = got.feed;
         show(ctx, arg, status, queue);
-        return;
+        return true;
       }
     }
     const readQueues = ctx.features.queues && performance.now() - queuesReadAt >= QUEUES_MS;
@@ -109,6 +116,7 @@ const view = {
       listPages(status, queue, wanted),
       readQueues ? pages('/api/queues', 'queues', QUEUE_PAGES).catch(() => null) : null,
     ]);
+    if (me !== loads) return false;
     if (queues) noteQueues(queues);
     list = answer.tasks;
     more = Boolean(answer.next_cursor);
@@ -116,6 +124,7 @@ const view = {
     feed = start;
     fullAt = performance.now();
     show(ctx, arg, status, queue);
+    return true;
   },
 
   tick() {
@@ -126,6 +135,7 @@ const view = {
     $('t-text').value = '';
     wanted = PAGES;
     feed = null; // coming back reads the whole listing
+    loads++; // and one under way shows nothing
   },
 
   reset() {
@@ -137,6 +147,7 @@ const view = {
     queuesReadAt = -Infinity;
     fullAt = -Infinity;
     feed = null;
+    loads++;
     shownArg = null;
     $('tasks-body').replaceChildren();
     options($('t-queue'), []);
