@@ -1068,6 +1068,24 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await page.context().close();
   });
 
+  test('a task list refresh shows a blocker\'s new status on the rows that wait on it', async () => {
+    // A refresh between two whole reads read the blocker, whose status
+    // the feed said moved, but not the tasks waiting on it: their rows,
+    // off screen, showed the blocker's old status until the next whole
+    // read (up to 30 s).
+    await must(keys.alice, 'POST', '/api/tasks', { task_id: 'rb-blocker', title: 'Blocks another', priority: 0 });
+    await must(keys.alice, 'POST', '/api/tasks', { task_id: 'rb-waits', title: 'Waits on another', priority: 0, blocked_by: ['rb-blocker'] });
+    const { page, refresh, offScreen } = await pacedTasks('tasks-blocker-status', 300);
+    const blocker = taskRow(page, 'rb-waits').locator('li[data-task="rb-blocker"] .status');
+    await blocker.filter({ hasText: /to do/i }).waitFor({ state: 'attached' });
+    assert.ok(await offScreen('rb-waits'), 'the waiting task is off screen');
+    await refresh();
+    await must(keys.bob, 'POST', '/api/tasks/rb-blocker/checkout', { timeout: '1h' });
+    assert.equal((await refresh()).filter(listing).length, 0, 'the checkout is read from the feed');
+    await blocker.filter({ hasText: /in progress/i }).waitFor({ state: 'attached', timeout: 2000 });
+    await page.context().close();
+  });
+
   test('the live checkouts read every page of the listing', async () => {
     // A listing past 5 MB comes in pages (answered by the browser here):
     // the lease on the second page is shown too.

@@ -202,9 +202,11 @@ async function update(status, queue) {
   for (const id of onScreen()) ids.add(id);
   if (ids.size > CHANGED) return null;
   const byID = new Map(list.map((t) => [t.task_id, t]));
+  const now = new Map(); // the status of each task read
   await Promise.all([...ids].map(async (id) => {
     try {
       const t = await get('/api/tasks/' + seg(id));
+      now.set(id, t.status);
       if ((!status || t.status === status) && (!queue || t.queue === queue)) byID.set(id, t);
       else byID.delete(id);
     } catch (err) {
@@ -212,6 +214,13 @@ async function update(status, queue) {
       byID.delete(id);
     }
   }));
+  // A row shows the status of each task it waits on: those read are
+  // brought up to date there too.
+  for (const [id, t] of byID) {
+    const blockers = t.blocked_by || [];
+    if (!blockers.some((b) => now.has(b.task_id) && now.get(b.task_id) !== b.status)) continue;
+    byID.set(id, { ...t, blocked_by: blockers.map((b) => (now.has(b.task_id) ? { ...b, status: now.get(b.task_id) } : b)) });
+  }
   const fresh = [...byID.values()];
   return more || addsUp(fresh, queues, status, queue) ? { list: fresh, feed: changes.cursor } : null;
 }
