@@ -79,8 +79,9 @@ import (
 // expiry of the heartbeat that ran out, as the consistent read that found
 // the holder dead (or back from the dead, dead_at) shows it
 // (heartbeatItem.diedAt); for a lease taken while dead, its lock. When
-// that read does not say (a return whose death was settled), the time the
-// death was seen stands in. The sweep's ending, a cancel's and a
+// that read does not say (a return whose death was settled, or a read made
+// before the lease was locked, which the death cache may still remember),
+// the time the death was seen stands in. The sweep's ending, a cancel's and a
 // takeover's agent_death event (prev_end_at) carry that time, raised to
 // the lease's latest transition where needed, so held_seconds runs to the
 // death.

@@ -653,18 +653,21 @@ func (hb *heartbeatItem) removedUpTo(readAt int64) int64 {
 // it locked at lockedAt: the expiry of the heartbeat that ran out, or the
 // lock itself for a lease taken while dead; 0 when hb says no death ended
 // that lease, or does not say when, and the caller stamps the death when
-// it was seen. A lease locked since the agent's latest return and dead
-// now ended at the current expiry. One locked before the return ended at
-// dead_at, the earliest death not swept yet, if it was locked by then; if
-// it was locked later, a later death (of the agent back and dead again)
-// may have ended it, and hb does not say when.
+// it was seen. A lease locked since the agent's latest return, and by the
+// read, with the agent dead at the read ended at the current expiry. One
+// locked before the return ended at dead_at, the earliest death not swept
+// yet, if it was locked by then; if it was locked later, a later death (of
+// the agent back and dead again) may have ended it, and hb does not say
+// when. Nor does a read made before the lease was locked (the death cache
+// may judge by a later one, and remember this one): the agent may have
+// come back, taken the lease and died again after it.
 func (hb *heartbeatItem) diedAt(lockedAt, readAt int64) int64 {
 	switch {
 	case hb == nil:
 		return 0
 	case lockedAt <= hb.AliveSince && hb.DeadAt > 0 && lockedAt <= hb.DeadAt && hb.DeadAt <= hb.AliveSince:
 		return hb.DeadAt // ended by the death it came back from
-	case lockedAt > hb.AliveSince && hb.ExpiresAt <= readAt:
+	case lockedAt > hb.AliveSince && lockedAt <= readAt && hb.ExpiresAt <= readAt:
 		return max(hb.ExpiresAt, lockedAt) // dead now
 	}
 	return 0
