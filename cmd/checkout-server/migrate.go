@@ -155,6 +155,9 @@ func applyEarlier(db *dynamodb.Client, streams stream.StreamsAPI, names schema.N
 			StreamARN: arn,
 			Handle:    stream.Handler(store),
 			Saved:     stream.TableCheckpoints{DB: db, Table: names.Table(schema.AgentsTable), KeyName: "agent_id", Key: "#stream#" + table},
+			// The earlier table takes no more writes: one poll applies
+			// all its stream holds.
+			ReadOn: true,
 		}
 		if err := p.ResumeAfterApplied(ctx, store.Archived); err != nil {
 			return err

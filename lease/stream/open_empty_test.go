@@ -100,7 +100,7 @@ func TestAPollReadsAnOpenShardPastEmptyPages(t *testing.T) {
 	// checkpoint reads past emptyPages-1 of them.
 	f := &gapStream{n: 250, gaps: map[int]int{0: 1, 120: emptyPages - 2}}
 	var got []int
-	p := &Poller{Streams: f, StreamARN: "arn:stream", Saved: MemoryCheckpoints{}, Handle: collect(&got)}
+	p := &Poller{Streams: f, StreamARN: "arn:stream", Saved: MemoryCheckpoints{}, Handle: collect(&got), ReadOn: true}
 	n, err := p.Poll(context.Background())
 	if err != nil || n != f.n || len(got) != f.n || got[0] != 0 || got[f.n-1] != f.n-1 {
 		t.Fatalf("one poll: %d records (%v ... %v), %v; want all %d", n, head(got), tail(got), err, f.n)
@@ -117,7 +117,7 @@ func TestPollsGoOnThroughARunOfEmptyPages(t *testing.T) {
 	const run = 3 * emptyPages
 	f := &gapStream{n: 30, gaps: map[int]int{10: run}}
 	var got []int
-	p := &Poller{Streams: f, StreamARN: "arn:stream", Saved: &memSaved{}, Handle: collect(&got)}
+	p := &Poller{Streams: f, StreamARN: "arn:stream", Saved: &memSaved{}, Handle: collect(&got), ReadOn: true}
 	ctx := context.Background()
 	polls := 0
 	for ; len(got) < f.n; polls++ {

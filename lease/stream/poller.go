@@ -46,6 +46,13 @@ type Poller struct {
 	Handle    func(context.Context, events.DynamoDBEvent) error
 	Saved     Checkpoints
 	Log       *slog.Logger
+	// ReadOn reads an open shard on past a page of fewer records than
+	// asked for, to its empty pages (see pollShard): for a poll of a
+	// stream whose table takes no more writes (migrate), which must
+	// apply all it holds. Without it such a page ends the poll, so that
+	// under a steady trickle of writes a poll ends, and what arrived
+	// meanwhile is handed over at the next poll in one batch.
+	ReadOn bool
 
 	pos map[string]string // shard -> last applied sequence number
 	// tips hold, per open shard, the iterator a poll stopped at, where
@@ -133,18 +140,6 @@ func (p *Poller) pollShard(ctx context.Context, shard string, closed bool) (int,
 			out, limit, err = p.read(ctx, shard, out.NextShardIterator)
 			continue
 		}
-		// A page of fewer records than asked for ends at what the shard
-		// held when it was read, or at the megabyte GetRecords answers at
-		// most: the page after it, read at once, tells which. What arrives
-		// while the handler runs waits for the next poll, in one batch,
-		// rather than being handed over a record at a time.
-		var next *dynamodbstreams.GetRecordsOutput
-		nextLimit := 0
-		if len(out.Records) < limit && out.NextShardIterator != nil {
-			if next, nextLimit, err = p.read(ctx, shard, out.NextShardIterator); err != nil {
-				return n, err
-			}
-		}
 		batch := events.DynamoDBEvent{Records: make([]events.DynamoDBEventRecord, len(out.Records))}
 		for i, r := range out.Records {
 			batch.Records[i] = eventRecord(r, p.StreamARN)
@@ -174,15 +169,41 @@ func (p *Poller) pollShard(ctx context.Context, shard string, closed bool) (int,
 		p.pos[shard] = last
 		n += len(out.Records)
 		switch {
-		case next != nil:
-			out, limit = next, nextLimit
 		case out.NextShardIterator == nil:
 			return n, nil // a closed shard, read to its end
-		default:
+		case closed || p.ReadOn || len(out.Records) >= limit || cutAtMegabyte(out.Records):
 			out, limit, err = p.read(ctx, shard, out.NextShardIterator)
+		default:
+			// A page of fewer records than asked for, small ones, ends at
+			// what the open shard held when it was read: what arrived
+			// while the handler ran waits for the next poll, which goes on
+			// from here, in one batch, rather than being handed over a
+			// few records at a time for as long as writes keep coming.
+			p.keep(shard, out.NextShardIterator)
+			return n, nil
 		}
 	}
 	return n, err
+}
+
+// pageCut is how many bytes of records a page holds at least when
+// GetRecords cut it at the megabyte it answers at most: a megabyte less
+// the record that did not fit, which carries at most an item's two
+// images, each under DynamoDB's 400 KB.
+const pageCut = 1<<20 - 800<<10
+
+// cutAtMegabyte reports whether a page of fewer records than asked for
+// may have been cut at GetRecords' megabyte, with more records behind it
+// already, rather than ending at what the shard held: its records come
+// to at least pageCut bytes.
+func cutAtMegabyte(recs []streamtypes.Record) bool {
+	var size int64
+	for _, r := range recs {
+		if r.Dynamodb != nil {
+			size += aws.ToInt64(r.Dynamodb.SizeBytes)
+		}
+	}
+	return size >= pageCut
 }
 
 // firstPage reads the first page of a poll of shard, and says how many
