@@ -71,8 +71,10 @@ func TestAClaimOfAnIdRegisteredAgainIgnoresTheRemovedAgentsReceipt(t *testing.T)
 			if kept == "grant lost" {
 				old = lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
 			}
+			e.caughtUp(t) // the claim finds the tasks through an index
 			first := must[lease.Checkout](t)(old.Claim(c, claim))
 			e.clock.Advance(time.Second)
+			e.caughtUp(t) // the removal finds the claimed lease through an index
 			if err := e.store.RemoveAgent(c, "a"); err != nil {
 				t.Fatal(err)
 			}
@@ -80,6 +82,7 @@ func TestAClaimOfAnIdRegisteredAgainIgnoresTheRemovedAgentsReceipt(t *testing.T)
 			must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "a", Name: "a again"}))
 			registered := e.clock.Now()
 			e.clock.Advance(time.Second)
+			e.caughtUp(t) // the claim finds the tasks through an index
 
 			got := must[lease.Checkout](t)(e.store.Claim(c, claim))
 			if got.Fence == first.Fence && got.TaskID == first.TaskID || got.LockedAt.Before(registered) {
@@ -90,6 +93,7 @@ func TestAClaimOfAnIdRegisteredAgainIgnoresTheRemovedAgentsReceipt(t *testing.T)
 				t.Fatalf("%s holds %+v, want the new claim's lease %d", got.TaskID, lock, got.Fence)
 			}
 			e.clock.Advance(time.Second)
+			e.caughtUp(t) // a claim in a row: its index shows the new lease
 			again := must[lease.Checkout](t)(e.store.Claim(c, claim))
 			if again.TaskID != got.TaskID || again.Fence != got.Fence || !again.LockedAt.Equal(got.LockedAt) {
 				t.Fatalf("the retry answered %s/%d, want the new agent's lease %s/%d", again.TaskID, again.Fence, got.TaskID, got.Fence)
@@ -121,6 +125,7 @@ func TestAClaimOfAnIdRegisteredAgainIgnoresAnUnstampedReceiptOfTheRemovedAgent(t
 		t.Fatal(err)
 	}
 	e.clock.Advance(time.Second)
+	e.caughtUp(t) // the removal finds the lease through an index
 	if err := e.store.RemoveAgent(c, "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -128,6 +133,7 @@ func TestAClaimOfAnIdRegisteredAgainIgnoresAnUnstampedReceiptOfTheRemovedAgent(t
 	must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "a", Name: "a again"}))
 	e.clock.Advance(time.Second)
 	e.drain(t)
+	e.caughtUp(t) // the claim finds x through an index
 	got := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute, Queues: []string{"unstamped"}}))
 	if got.Fence == old.Fence {
 		t.Fatalf("the claim of the agent registered again answered the removed agent's lease (fence %d)", old.Fence)
@@ -167,6 +173,7 @@ func TestAReceiptWrittenAgainByAGrantAfterItsDeletionExpires(t *testing.T) {
 	db := &beforeGrantKeptDB{DB: e.db}
 	db.hook = func() {
 		e.clock.Advance(time.Second)
+		e.caughtUp(t) // the removal finds the claim's lease through an index
 		if err := e.store.RemoveAgent(c, "a"); err != nil {
 			t.Error(err)
 		}
@@ -183,6 +190,7 @@ func TestAReceiptWrittenAgainByAGrantAfterItsDeletionExpires(t *testing.T) {
 		}
 	}
 	inflight := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	e.caughtUp(t) // the claim finds x through an index
 	must[lease.Checkout](t)(inflight.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute, Queues: []string{"inflight"}}))
 	if !db.ran.Load() {
 		t.Fatal("the claim kept no grant")

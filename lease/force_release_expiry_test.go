@@ -35,6 +35,7 @@ func TestAForceReleaseOfALeaseThatExpiresBeforeItsWriteIsATimeout(t *testing.T) 
 	if !errors.Is(err, lease.ErrNotCheckedOut) {
 		t.Fatalf("force release of a lease that expired before its write: %v, want not_checked_out", err)
 	}
+	e.caughtUp(t) // the sweep finds the lease through an index
 	must[lease.SweepResult](t)(e.store.Sweep(c))
 	var ends []lease.EventType
 	for _, ev := range e.events(t, "t") {

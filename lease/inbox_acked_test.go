@@ -116,6 +116,7 @@ func (e *env) lostLease(t testing.TB) map[string][]events.DynamoDBEventRecord {
 	e.task(t, "t")
 	e.checkout(t, "t", "a", time.Minute)
 	e.clock.Advance(2 * time.Minute)
+	e.caughtUp(t) // the sweep finds the lease through an index
 	if res := must[lease.SweepResult](t)(e.store.Sweep(ctx(t))); res.Timeouts+res.AgentDeaths != 1 {
 		t.Fatalf("the sweep ended %+v, want a's lease", res)
 	}
