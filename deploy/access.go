@@ -84,11 +84,11 @@ var Grants = map[string][]Grant{
 		// BatchGetItem: a completion answers with the task and its body.
 		// DeleteItem: a task created with a checkout whose id turns out
 		// taken deletes the body it wrote.
-		// by_claim: a claim's candidates. No lease or heartbeat index: a
-		// checkout judges a lease on the task and its holder's heartbeat
-		// item (the sweeper, agent removal and GET /api/checkouts, in the
-		// tasks function, query those indexes).
-		{Table: schema.TasksTable, Actions: []string{"GetItem", "PutItem", "UpdateItem", "BatchGetItem", "DeleteItem"}, QueryIndexes: []string{schema.TasksByClaim}},
+		// No index: a checkout judges a lease on the task and its holder's
+		// heartbeat item (the sweeper, agent removal and GET /api/checkouts,
+		// in the tasks function, query those indexes), and claims, which
+		// read by_claim, are the claim function's.
+		{Table: schema.TasksTable, Actions: []string{"GetItem", "PutItem", "UpdateItem", "BatchGetItem", "DeleteItem"}},
 		// UpdateItem: the receipts of claims that name their run id;
 		// GetItem and BatchGetItem also read the queue registry's pages,
 		// which a checkout that creates its task adds its queue to.
