@@ -25,8 +25,12 @@ import (
 // version it read, and then deletes the body it replaced. So a task item
 // always names a body that is whole, and a write that fails or is cut
 // short leaves at most a body nobody names, never a task without its
-// body. Such a leftover is deleted when the writer sees its write refused;
-// one left by a crash stays, unread (it is in no index).
+// body. Such a leftover is deleted when the writer sees its write refused,
+// or its put of the body fail (which may have applied all the same: no
+// task write has named it yet, nor will); one left by a crash stays,
+// unread (it is in no index). These deletes, like the one of a replaced
+// body, are made with a context of their own: a caller who hung up after
+// its write applied leaves nothing behind.
 //
 // A task write that fails otherwise (the caller hung up, a timeout, a 5xx
 // after the SDK's retries) does not say whether it applied, and it may
@@ -93,13 +97,16 @@ func splitBody(it *taskItem) *bodyItem {
 	return b
 }
 
-// putBody writes a new body.
+// putBody writes a new body. A put that fails may still have applied (its
+// answer lost: the caller hung up, a timeout); no task write has named
+// the body yet, nor will, so it is deleted.
 func (s *Store) putBody(ctx context.Context, b *bodyItem) error {
 	item, err := attributevalue.MarshalMap(b)
 	if err != nil {
 		return err
 	}
 	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.tasks, Item: item}); err != nil {
+		s.deleteBody(ctx, b.Key)
 		return fmt.Errorf("write the body of %s: %w", b.Key, err)
 	}
 	return nil
@@ -180,12 +187,19 @@ func (s *Store) settleCreatedBody(ctx context.Context, it taskItem, err error) (
 }
 
 // dropBody deletes a body nobody names (any more). It is best effort: a
-// body left behind is never read.
+// body left behind is never read. The caller may have hung up by then
+// (after its task write applied, say): the delete is made all the same.
 func (s *Store) dropBody(ctx context.Context, taskID, token string) {
-	if token == "" {
-		return
+	if token != "" {
+		s.deleteBody(ctx, bodyKey(taskID, token))
 	}
-	_, _ = s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.tasks, Key: taskKey(bodyKey(taskID, token))})
+}
+
+// deleteBody deletes the body key, with a context of its own (settleContext).
+func (s *Store) deleteBody(ctx context.Context, key string) {
+	ctx, cancel := settleContext(ctx)
+	defer cancel()
+	_, _ = s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.tasks, Key: taskKey(key)})
 }
 
 // fillBodies reads the bodies that items name, and the error items of
