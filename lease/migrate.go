@@ -74,6 +74,8 @@ type MigrateDB interface {
 	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	// DeleteItem deletes the body a task copied again would have named.
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 	// BatchGetItem reads the queue registry's pages (registry.go).
 	BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 }
@@ -277,10 +279,12 @@ func migrateTask(ctx context.Context, db MigrateDB, table string, item map[strin
 			item["max_attempts"] = &types.AttributeValueMemberN{Value: fmt.Sprint(DefaultMaxAttempts)}
 		}
 	}
-	if b := splitBody(&it); b != nil {
+	b := splitBody(&it)
+	if b != nil {
 		// The body as an item of its own (body.go), written before the
 		// task that names it. A copy cut short leaves it unnamed; the copy
-		// run again writes another.
+		// run again writes another, and deletes it if the task is there
+		// already (naming the body its first copy wrote).
 		body, err := attributevalue.MarshalMap(b)
 		if err != nil {
 			return false, err
@@ -299,6 +303,11 @@ func migrateTask(ctx context.Context, db MigrateDB, table string, item map[strin
 		ExpressionAttributeNames: expr.Names(),
 	})
 	if _, failed := conditionFailed(err); failed {
+		if b != nil {
+			if _, err := db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &table, Key: taskKey(b.Key)}); err != nil {
+				return false, fmt.Errorf("migrate: delete the body of %s copied again: %w", it.TaskID, err)
+			}
+		}
 		return false, nil
 	}
 	if err != nil {
