@@ -102,6 +102,30 @@ func (t *tools) title(ctx context.Context, co client.Checkout) string {
 	return task.Title
 }
 
+// taken is what an agent that just took the lease co should know of its
+// task: its title and, when this is not the task's first attempt, a
+// sentence saying which attempt it is, with the error the latest failed
+// attempt was given back with (the task's last_error), which is also
+// returned. It reads the task only when the lease lacks what it needs (a
+// checkout's answer has no title; a first attempt needs no more).
+func (t *tools) taken(ctx context.Context, co client.Checkout) (title, lastError, retry string) {
+	if co.Title != "" && co.Attempt <= 1 {
+		return co.Title, "", ""
+	}
+	task, err := t.c.GetTask(ctx, co.TaskID)
+	if err != nil {
+		return co.Title, "", ""
+	}
+	if co.Attempt <= 1 {
+		return task.Title, "", ""
+	}
+	retry = fmt.Sprintf(" This is attempt %d of %d: the earlier ones did not complete it.", co.Attempt, task.MaxAttempts)
+	if task.LastError != "" {
+		retry += fmt.Sprintf(" The latest failed one was given back with this error (last_error): %q; take it into account.", task.LastError)
+	}
+	return task.Title, task.LastError, retry
+}
+
 func named(taskID, title string) string {
 	if title == "" {
 		return taskID
@@ -175,9 +199,11 @@ func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult,
 		return CheckoutResult{}, err
 	}
 	t.hold(co)
-	r := CheckoutResult{Acquired: true, TaskID: co.TaskID, Checkout: &co, Title: t.title(ctx, co)}
-	r.Message = fmt.Sprintf("Checkout acquired: task %s is yours until %s (fence %d). Work on it, renew_task before then if you need longer, and complete_task when done.",
-		named(co.TaskID, r.Title), stamp(co.ExpiresAt), co.Fence)
+	r := CheckoutResult{Acquired: true, TaskID: co.TaskID, Checkout: &co}
+	var retry string
+	r.Title, r.LastError, retry = t.taken(ctx, co)
+	r.Message = fmt.Sprintf("Checkout acquired: task %s is yours until %s (fence %d).%s Work on it, renew_task before then if you need longer, and complete_task when done.",
+		named(co.TaskID, r.Title), stamp(co.ExpiresAt), co.Fence, retry)
 	return r, nil
 }
 
@@ -222,9 +248,11 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 		return CheckoutResult{}, err
 	}
 	t.hold(co)
-	r := CheckoutResult{Acquired: true, TaskID: co.TaskID, Checkout: &co, Title: t.title(ctx, co)}
-	r.Message = fmt.Sprintf("Claimed task %s (queue %s, priority %d): it is yours until %s (fence %d). Work on it, renew_task before then if you need longer, and complete_task when done.",
-		named(co.TaskID, r.Title), co.Queue, co.Priority, stamp(co.ExpiresAt), co.Fence)
+	r := CheckoutResult{Acquired: true, TaskID: co.TaskID, Checkout: &co}
+	var retry string
+	r.Title, r.LastError, retry = t.taken(ctx, co)
+	r.Message = fmt.Sprintf("Claimed task %s (queue %s, priority %d): it is yours until %s (fence %d).%s Work on it, renew_task before then if you need longer, and complete_task when done.",
+		named(co.TaskID, r.Title), co.Queue, co.Priority, stamp(co.ExpiresAt), co.Fence, retry)
 	return r, nil
 }
 

@@ -250,3 +250,33 @@ func TestREADMENamesEveryTool(t *testing.T) {
 		}
 	}
 }
+
+// An agent that takes a task whose earlier attempts failed is told so, and
+// what the latest one failed with, whether it checks the task out or
+// claims it: fail_task's error is for whoever tries next.
+func TestATakerOfARetriedTaskReadsTheLastError(t *testing.T) {
+	t.Parallel()
+	lease := `{"task_id":"deploy","agent_id":"agent-a1b2","agent_name":"builder","run_id":"run-1","fence":4,` +
+		`"locked_at":"2026-03-20T14:30:00.000Z","timeout_seconds":1800,"expires_at":"2026-03-20T15:00:00.000Z","remaining_seconds":1800,"attempt":3`
+	cs := session(t, func(r *http.Request, _ map[string]any) (int, string) {
+		switch r.URL.Path {
+		case "/api/claim":
+			return 200, lease + `,"title":"Deploy","queue":"default","priority":5}`
+		case "/api/tasks/deploy/checkout":
+			return 200, lease + `}`
+		}
+		return 200, strings.Replace(graphTask, `"status":"blocked"`, `"status":"in_progress"`, 1)
+	})
+	for tool, args := range map[string]map[string]any{"checkout_task": {"task_id": "deploy"}, "claim_task": {}} {
+		res, txt, out := callTool(t, cs, tool, args)
+		if res.IsError || out["acquired"] != true {
+			t.Fatalf("%s: %s", tool, txt)
+		}
+		if out["last_error"] != "exit status 1" {
+			t.Errorf("%s: last_error %v, want the task's", tool, out["last_error"])
+		}
+		if !strings.Contains(txt, "attempt 3 of 3") || !strings.Contains(txt, `"exit status 1"`) {
+			t.Errorf("%s text %q should say which attempt this is and the last error", tool, txt)
+		}
+	}
+}
