@@ -404,8 +404,24 @@ func (a *app) checkout(cmd *cobra.Command, taskID string, f *checkoutFlags) erro
 		case alreadyHeld(co):
 			return func(w io.Writer) { printHeld(w, co) }, nil
 		}
-		return func(w io.Writer) { printAcquired(w, co, s.runID.value != "") }, nil
+		lastErr := a.lastError(cmd.Context(), c, co)
+		return func(w io.Writer) { printAcquired(w, co, s.runID.value != "", lastErr) }, nil
 	})
+}
+
+// lastError is, for a lease that is not its task's first attempt, the
+// error the task's latest failed attempt was given back with, for its new
+// taker to read: "" for a first attempt, with --json (which prints the
+// grant's answer alone), or when the task cannot be read.
+func (a *app) lastError(ctx context.Context, c *client.Client, co client.Checkout) string {
+	if a.json || co.Attempt <= 1 {
+		return ""
+	}
+	t, err := c.GetTask(ctx, co.TaskID)
+	if err != nil {
+		return ""
+	}
+	return t.LastError
 }
 
 // holderFlags are the flags of renew, release and complete.
@@ -708,7 +724,11 @@ func (a *app) claimCmd() *cobra.Command {
 				if err == nil && alreadyHeld(co) {
 					return func(w io.Writer) { printHeld(w, co) }, nil
 				}
-				return func(w io.Writer) { printAcquired(w, co, s.runID.value != "") }, err
+				if err != nil {
+					return nil, err
+				}
+				lastErr := a.lastError(cmd.Context(), c, co)
+				return func(w io.Writer) { printAcquired(w, co, s.runID.value != "", lastErr) }, nil
 			})
 		},
 	}

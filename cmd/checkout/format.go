@@ -133,8 +133,9 @@ func who(name, id string) string {
 
 // printAcquired reports a new lease. runFromUser says the run id was the
 // caller's (--run-id or CHECKOUT_RUN_ID); otherwise the line says how to
-// keep using the generated one.
-func printAcquired(w io.Writer, co client.Checkout, runFromUser bool) {
+// keep using the generated one. lastError is the error the task's latest
+// failed attempt was given back with, shown under a retry's attempt.
+func printAcquired(w io.Writer, co client.Checkout, runFromUser bool, lastError string) {
 	fmt.Fprintf(w, "Checkout acquired: %s\n", co.TaskID)
 	if co.Title != "" {
 		fmt.Fprintf(w, "  Title: %s\n", oneLine(co.Title))
@@ -154,6 +155,9 @@ func printAcquired(w io.Writer, co client.Checkout, runFromUser bool) {
 			earlier = "an earlier attempt failed"
 		}
 		fmt.Fprintf(w, "  Attempt: %d (%s or ended without completing it)\n", co.Attempt, earlier)
+		if lastError != "" {
+			fmt.Fprintf(w, "  Last error: %s\n", oneLine(lastError))
+		}
 	}
 	if runFromUser {
 		fmt.Fprintf(w, "  Run: %s, fence %d\n", co.RunID, co.Fence)

@@ -111,3 +111,31 @@ func TestInboxShowsWhenADelayedTaskIsReady(t *testing.T) {
 		t.Fatalf("inbox after a failed attempt that waits:\n%s", out)
 	}
 }
+
+// Whoever takes a task whose earlier attempts failed, by checkout or by
+// claim, is shown what the latest one failed with, under its attempt.
+func TestTakingARetriedTaskShowsItsLastError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	url, key := e.srv.URL(), e.keys["agent-a1b2"]
+	run := func(args ...string) string {
+		t.Helper()
+		r := runCLI(t, url, key, args...)
+		if r.code != 0 {
+			t.Fatalf("%v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+		}
+		return r.stdout
+	}
+	run("tasks", "add", "flaky", "--retry-delay", "0s")
+	if out := run("flaky"); strings.Contains(out, "Last error") {
+		t.Errorf("a first attempt shows a last error:\n%s", out)
+	}
+	run("fail", "flaky", "--error", "tests fail: TestLogin")
+	if out := run("flaky"); !strings.Contains(out, "  Attempt: 2 (an earlier attempt failed or ended without completing it)\n  Last error: tests fail: TestLogin\n") {
+		t.Errorf("checkout of a retried task:\n%s", out)
+	}
+	run("fail", "flaky", "--error", "out of disk")
+	if out := run("claim"); !strings.Contains(out, "  Last error: out of disk\n") {
+		t.Errorf("claim of a retried task:\n%s", out)
+	}
+}

@@ -231,7 +231,7 @@ func TestAttemptLineCountsTheEarlierAttempts(t *testing.T) {
 		3: "  Attempt: 3 (2 earlier attempts failed or ended without completing it)\n",
 	} {
 		var b strings.Builder
-		printAcquired(&b, client.Checkout{TaskID: "t", Attempt: attempt}, true)
+		printAcquired(&b, client.Checkout{TaskID: "t", Attempt: attempt}, true, "")
 		if got := b.String(); want == "" && strings.Contains(got, "Attempt:") || !strings.Contains(got, want) {
 			t.Errorf("attempt %d:\n%s\nwant %q", attempt, got, want)
 		}
