@@ -280,3 +280,36 @@ func TestATakerOfARetriedTaskReadsTheLastError(t *testing.T) {
 		}
 	}
 }
+
+// max_attempts bounds the grants of a task, not its failures (API 1.1:
+// attempts counts every grant, and a failed attempt once attempts has
+// reached max_attempts fails the task; a plain release is an attempt
+// too): the tools must not tell the model it bounds failures.
+func TestMaxAttemptsIsDescribedAsABoundOnGrants(t *testing.T) {
+	t.Parallel()
+	cs := session(t, func(*http.Request, map[string]any) (int, string) { return 200, `{}` })
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range res.Tools {
+		if tool.Name != "create_task" && tool.Name != "update_task" {
+			continue
+		}
+		b, _ := json.Marshal(tool.InputSchema)
+		var in struct {
+			Properties map[string]struct {
+				Description string `json:"description"`
+			} `json:"properties"`
+		}
+		_ = json.Unmarshal(b, &in)
+		for what, text := range map[string]string{"description": tool.Description, "max_attempts": in.Properties["max_attempts"].Description} {
+			if strings.Contains(text, "failed attempts before") || strings.Contains(text, "failed attempts it takes") {
+				t.Errorf("%s's %s counts failures for max_attempts: %s", tool.Name, what, text)
+			}
+		}
+		if !strings.Contains(in.Properties["max_attempts"].Description, "taken") {
+			t.Errorf("%s's max_attempts does not say it counts the times the task is taken: %s", tool.Name, in.Properties["max_attempts"].Description)
+		}
+	}
+}
