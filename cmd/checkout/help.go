@@ -19,9 +19,10 @@ one pool of tasks without doing the same work twice.
   checkout list                                        who holds what
 
 Tasks may wait for others (checkout tasks add --blocked-by): a blocked task
-is not handed out until its blockers are done. checkout fail holds the task
-back for its retry delay; once --max-attempts attempts have failed (by
-checkout fail, a lease that timed out, or an agent that died) it is failed.
+is not handed out until its blockers are done. Every checkout or claim is an
+attempt. checkout fail holds the task back for its retry delay; an attempt
+that fails (by checkout fail, a lease that timed out, or an agent that died)
+once the task was taken --max-attempts times makes it failed.
 
 Commands come before task ids: a task named like a command (or one slip
 away from a command's name, like "lsit") is checked out with

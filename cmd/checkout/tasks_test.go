@@ -134,3 +134,17 @@ func TestVersionMismatchNamesTheFlag(t *testing.T) {
 		t.Errorf("412: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// --max-attempts bounds the times a task is taken, not its failures (every
+// grant is an attempt, a plain release's too): the help says so.
+func TestMaxAttemptsHelpCountsGrants(t *testing.T) {
+	t.Parallel()
+	r := runCLIEnv(t, nil, "--help")
+	if r.code != 0 {
+		t.Fatalf("checkout --help: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	help := strings.Join(strings.Fields(r.stdout), " ")
+	if strings.Contains(help, "attempts have failed") || !strings.Contains(help, "Every checkout or claim is an attempt") {
+		t.Errorf("checkout --help counts failures for --max-attempts:\n%s", r.stdout)
+	}
+}
