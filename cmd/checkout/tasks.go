@@ -146,14 +146,21 @@ func (a *app) tasksCmd() *cobra.Command {
 						fmt.Fprintln(w, "No tasks.")
 					} else {
 						rows := make([][]string, len(p.Tasks))
+						now := time.Now()
 						for i, t := range p.Tasks {
 							holder := "-"
 							if t.Checkout != nil {
 								holder = who(t.Checkout.AgentName, t.Checkout.AgentID)
 							}
-							rows[i] = []string{t.TaskID, t.Status, t.Queue, strconv.Itoa(t.Priority), orDash(t.Title), holder}
+							// A todo task not to be taken yet (a retry
+							// delay, a time it was given) is not open.
+							notBefore := "-"
+							if t.Status == client.StatusTodo && t.NotBefore != nil && t.NotBefore.After(now) {
+								notBefore = stamp(*t.NotBefore)
+							}
+							rows[i] = []string{t.TaskID, t.Status, t.Queue, strconv.Itoa(t.Priority), orDash(t.Title), holder, notBefore}
 						}
-						table(w, []string{"Task", "Status", "Queue", "Priority", "Title", "Held By"}, rows)
+						table(w, []string{"Task", "Status", "Queue", "Priority", "Title", "Held By", "Not Before"}, rows)
 					}
 					if p.NextCursor != nil {
 						// The cursor keeps its listing's status and queue.

@@ -139,3 +139,23 @@ func TestTakingARetriedTaskShowsItsLastError(t *testing.T) {
 		t.Errorf("claim of a retried task:\n%s", out)
 	}
 }
+
+// tasks list shows when a todo task that may not be taken yet is ready,
+// so that a task waiting for its retry delay or a time it was given is not
+// taken for an open one.
+func TestTasksListShowsWhenATaskIsReady(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	url, key := e.srv.URL(), e.keys["agent-a1b2"]
+	for _, args := range [][]string{{"tasks", "add", "later", "--not-before", "2099-01-01T09:00:00Z"}, {"tasks", "add", "now"}} {
+		if r := runCLI(t, url, key, args...); r.code != 0 {
+			t.Fatalf("%v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	r := runCLI(t, url, key, "tasks", "list")
+	if r.code != 0 || !strings.Contains(r.stdout, "| Held By | Not Before |") ||
+		!strings.Contains(r.stdout, "| later | todo | default | 5 | - | - | 2099-01-01T09:00:00Z |") ||
+		!strings.Contains(r.stdout, "| now | todo | default | 5 | - | - | - |") {
+		t.Errorf("tasks list: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
