@@ -617,6 +617,11 @@ func (t *tools) inbox(ctx context.Context, in InboxInput) (InboxResult, error) {
 			fmt.Fprintf(&b, "\n- %s: you lost your lease on task %s (fence %d, %s) at %s: stop working on it", m.MessageID, m.TaskID, m.Fence, m.Reason, stamp(m.At))
 			continue
 		}
+		if m.Reason == string(lease.EventFailed) {
+			// Told as a freeing, but the task is failed, not free.
+			fmt.Fprintf(&b, "\n- %s: task %s failed at %s (it used its attempts): nobody can take it unless it is reopened (update_task status todo)", m.MessageID, m.TaskID, stamp(m.At))
+			continue
+		}
 		fmt.Fprintf(&b, "\n- %s: task %s became available (%s) at %s", m.MessageID, m.TaskID, m.Reason, stamp(m.At))
 		if m.NotBefore != nil {
 			fmt.Fprintf(&b, "; it may be taken from %s (until then checkout_task answers not_ready)", stamp(*m.NotBefore))

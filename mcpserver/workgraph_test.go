@@ -313,3 +313,22 @@ func TestMaxAttemptsIsDescribedAsABoundOnGrants(t *testing.T) {
 		}
 	}
 }
+
+// A watcher is told of a task that failed (it used its attempts) with a
+// task_available message of reason failed; that task is not free, and
+// read_inbox must not send the agent to check it out.
+func TestInboxSaysAFailedTaskIsNotFree(t *testing.T) {
+	t.Parallel()
+	cs := session(t, func(r *http.Request, _ map[string]any) (int, string) {
+		return 200, `{"messages":[` +
+			`{"message_id":"m-1","type":"task_available","task_id":"flaky","reason":"failed","at":"2026-03-20T14:30:00.000Z","fence":3,"run_id":"r","not_before":null},` +
+			`{"message_id":"m-2","type":"task_available","task_id":"ready","reason":"release","at":"2026-03-20T14:31:00.000Z","fence":2,"run_id":"r","not_before":null}]}`
+	})
+	_, txt, _ := callTool(t, cs, "read_inbox", nil)
+	if strings.Contains(txt, "task flaky became available") || !strings.Contains(txt, "task flaky failed") || !strings.Contains(txt, "update_task") {
+		t.Errorf("text %q should say flaky failed and how to reopen it, not that it is available", txt)
+	}
+	if !strings.Contains(txt, "task ready became available (release)") {
+		t.Errorf("text %q lost the released task", txt)
+	}
+}
