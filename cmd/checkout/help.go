@@ -151,9 +151,10 @@ const watchExample = `  checkout watch task-d4e5
 const inboxShort = "List your inbox: tasks you watched that became available, and leases you lost"
 
 const inboxLong = `Lists your messages, oldest first: task_available for a task you watched that
-became free (Reason: what freed it), lease_lost for a lease of yours that ended
-without you (Reason: timeout, agent_death, force_release, including a release or
-completion an admin made for you, or cancel). When a lease was lost, Fence and
+became free (Reason: what freed it; Reason failed: the task used its attempts
+and is failed, not free, until checkout tasks reopen), lease_lost for a lease
+of yours that ended without you (Reason: timeout, agent_death, force_release,
+including a release or completion an admin made for you, or cancel). When a lease was lost, Fence and
 Run name which of your leases of the task it was; when a freed task waits
 (a failed attempt's retry delay), Ready at says until when. A message is kept
 until you delete it, for up to 7 days.`

@@ -148,3 +148,14 @@ func TestMaxAttemptsHelpCountsGrants(t *testing.T) {
 		t.Errorf("checkout --help counts failures for --max-attempts:\n%s", r.stdout)
 	}
 }
+
+// A watcher of a task that fails gets task_available with reason failed:
+// the inbox's help says that task is failed, not free.
+func TestInboxHelpSaysAFailedTaskIsNotFree(t *testing.T) {
+	t.Parallel()
+	r := runCLIEnv(t, nil, "inbox", "--help")
+	help := strings.Join(strings.Fields(r.stdout), " ")
+	if r.code != 0 || !strings.Contains(help, "Reason failed") || !strings.Contains(help, "checkout tasks reopen") {
+		t.Errorf("checkout inbox --help does not say what reason failed means:\n%s", r.stdout)
+	}
+}
