@@ -116,15 +116,19 @@ import (
 // lease: an attempt whose grant the receipt does not keep gives its task
 // back and answers the one kept (noteGrant), and an attempt that finds a
 // lease of the run on a tried task while no grant is kept has the receipt
-// decide with the same write (claimedBefore). Should the grant's write
-// fail, the tried tasks are the only record: a retry answers the lease
-// found on them or, once the task has moved on past it, in their trails
-// (waiting up to trailWait for events the change stream has not archived
-// yet), as it was, ended. The windows left: attempts at once whose grant
-// writes all fail may each keep the lease they got; and an attempt that
-// finds no task answers none while the grant of the attempt that took the
-// last one is not kept yet. A client retries only after its first
-// attempt's answer is lost. A receipt outlives its agent's removal: one
+// decide with the same write (claimedBefore). An attempt that finds no
+// task reads the receipt once more before it answers none, and so do
+// the tasks it lists (otherAttempt): the grant of an attempt that took
+// the last task, kept or not yet, is answered, and a listed task still
+// claimable, which another attempt may be writing for, is written for
+// too, so that whichever write lands first both answer its lease. Should
+// the grant's write fail, the tried tasks are the only record: a retry
+// answers the lease found on them or, once the task has moved on past
+// it, in their trails (waiting up to trailWait for events the change
+// stream has not archived yet), as it was, ended. The window left:
+// attempts at once whose grant writes all fail may each keep the lease
+// they got. A client retries only after its first attempt's answer is
+// lost. A receipt outlives its agent's removal: one
 // made before the id was registered again is the removed agent's
 // (removedAgentsReceipt), and the new agent's claim of that run id is a
 // fresh one.
@@ -375,9 +379,8 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 		if left <= 0 || stopping {
 			if named {
 				// Another attempt of this run, sent at the same time, may
-				// have taken the task this one found taken: its grant is
-				// in the receipt.
-				if c, ok, err := s.grantedBefore(ctx, cp.AgentID, cp.RunID); ok || err != nil {
+				// have taken the task this one found taken.
+				if c, ok, err := s.otherAttempt(ctx, cp); ok || err != nil {
 					return c, err
 				}
 			}
@@ -1311,15 +1314,69 @@ func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (Check
 	if err != nil || !ok || kept {
 		return c, ok, err
 	}
-	kept, err = s.keepGrant(ctx, c)
+	return s.keepFound(ctx, c)
+}
+
+// keepFound answers c, a lease of a named claim's run found on a task
+// while the receipt kept no grant, once the receipt has decided (see
+// claimedBefore).
+func (s *Store) keepFound(ctx context.Context, c Checkout) (Checkout, bool, error) {
+	kept, err := s.keepGrant(ctx, c)
 	if err != nil {
-		s.log.WarnContext(ctx, "claim receipt: the grant found was not kept", "agent_id", agentID, "run_id", runID, "err", err)
+		s.log.WarnContext(ctx, "claim receipt: the grant found was not kept", "agent_id", c.AgentID, "run_id", c.RunID, "err", err)
 		return c, true, nil
 	}
 	if !kept {
-		return s.grantedBefore(ctx, agentID, runID)
+		return s.grantedBefore(ctx, c.AgentID, c.RunID)
 	}
 	return c, true, nil
+}
+
+// otherAttempt answers a named claim that found no task with the lease
+// another attempt of its run, sent at the same time, took: that attempt
+// may have taken the last task and not kept its grant yet, or be writing
+// for it still. One consistent read of the receipt, on this path only:
+// the grant it keeps is answered. Else each task it lists is read
+// (consistently): one that holds a lease of the run is answered as
+// claimedBefore answers it (the receipt decides, with keepGrant), and
+// one still claimable here, which another attempt may be writing for,
+// this attempt writes for too (it is noted already): whichever write
+// lands first, both attempts answer its lease, since the one that fails
+// finds the run's lease on the task (claimOnce).
+func (s *Store) otherAttempt(ctx context.Context, cp CheckoutParams) (Checkout, bool, error) {
+	rec, ok, err := s.receipt(ctx, cp.AgentID, cp.RunID)
+	if err != nil || !ok {
+		return Checkout{}, false, err
+	}
+	if rec.Granted != nil {
+		c, err := s.receiptsGrant(ctx, cp.AgentID, cp.RunID, *rec.Granted)
+		return c, err == nil, err
+	}
+	for _, taskID := range rec.Tried {
+		it, err := s.getTask(ctx, taskID)
+		if err != nil {
+			return Checkout{}, false, err
+		}
+		if it != nil && it.claimable() && it.NotBefore <= ms(s.clock()) && slices.Contains(cp.queues, it.queue()) {
+			p := cp
+			p.TaskID = taskID
+			g, _, err := s.grantNow(ctx, p, nil, 0)
+			if err != nil {
+				return Checkout{}, false, err
+			}
+			if g.granted {
+				if first, superseded, err := s.noteGrant(ctx, g.lease); err != nil || superseded {
+					return first, err == nil, err
+				}
+				return g.lease, true, nil
+			}
+			it = g.cur
+		}
+		if it != nil && it.Holder == cp.AgentID && it.RunID == cp.RunID {
+			return s.keepFound(ctx, it.checkout())
+		}
+	}
+	return Checkout{}, false, nil
 }
 
 // grantedBefore is claimedBefore for a grant the receipt keeps only.
@@ -1392,42 +1449,58 @@ func (s *Store) removedAgentsReceipt(ctx context.Context, agentID, runID string,
 // keeps, or, with tried, on the tasks it lists (see claimedBefore). kept
 // says it is the receipt's grant.
 func (s *Store) runLease(ctx context.Context, agentID, runID string, tried bool) (c Checkout, ok, kept bool, err error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)), ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
-		return Checkout{}, false, false, fmt.Errorf("claim receipt of %s: %w", agentID, err)
-	}
-	var rec receiptItem
-	if len(out.Item) == 0 || attributevalue.UnmarshalMap(out.Item, &rec) != nil {
-		return Checkout{}, false, false, nil
-	}
-	if removed, err := s.removedAgentsReceipt(ctx, agentID, runID, rec); removed || err != nil {
+	rec, ok, err := s.receipt(ctx, agentID, runID)
+	if err != nil || !ok {
 		return Checkout{}, false, false, err
 	}
-	if g := rec.Granted; g != nil {
-		// The grant names its task: the lease is read there as it is now
-		// (renewed, or ended), with the grant's own details.
-		c, ok, err = s.leaseOfRun(ctx, []string{g.Task}, agentID, runID, g.Fence)
-		if err != nil {
-			return Checkout{}, false, false, err
-		}
-		if !ok {
-			// Moved on, and its ending not in the trail (not archived
-			// within trailWait, or past the trail's retention): ended by
-			// now, at its expiry at the latest.
-			end := min(g.Expires, max(ms(s.clock()), g.Locked))
-			c = Checkout{TaskID: g.Task, AgentID: agentID, RunID: runID, Fence: g.Fence, LockedAt: fromMS(g.Locked),
-				ExpiresAt: fromMS(end), Timeout: fromMS(end).Sub(fromMS(g.Locked)), Reason: g.Reason}
-		}
-		c.AgentName, c.Title, c.Queue, c.Priority, c.Attempt = cmp.Or(g.Name, agentID), g.Title, g.Queue, g.Priority, g.Attempt
-		return c, true, true, nil
+	if rec.Granted != nil {
+		c, err = s.receiptsGrant(ctx, agentID, runID, *rec.Granted)
+		return c, err == nil, err == nil, err
 	}
 	if !tried {
 		return Checkout{}, false, false, nil
 	}
 	c, ok, err = s.leaseOfRun(ctx, rec.Tried, agentID, runID, 0)
 	return c, ok, false, err
+}
+
+// receipt reads the run's receipt, consistently; ok is false when there
+// is none, or it was a removed agent's (removedAgentsReceipt).
+func (s *Store) receipt(ctx context.Context, agentID, runID string) (receiptItem, bool, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return receiptItem{}, false, fmt.Errorf("claim receipt of %s: %w", agentID, err)
+	}
+	var rec receiptItem
+	if len(out.Item) == 0 || attributevalue.UnmarshalMap(out.Item, &rec) != nil {
+		return receiptItem{}, false, nil
+	}
+	if removed, err := s.removedAgentsReceipt(ctx, agentID, runID, rec); removed || err != nil {
+		return receiptItem{}, false, err
+	}
+	return rec, true, nil
+}
+
+// receiptsGrant is the lease g, the grant a receipt keeps, as it is now.
+func (s *Store) receiptsGrant(ctx context.Context, agentID, runID string, g grantRecord) (Checkout, error) {
+	// The grant names its task: the lease is read there as it is now
+	// (renewed, or ended), with the grant's own details.
+	c, ok, err := s.leaseOfRun(ctx, []string{g.Task}, agentID, runID, g.Fence)
+	if err != nil {
+		return Checkout{}, err
+	}
+	if !ok {
+		// Moved on, and its ending not in the trail (not archived
+		// within trailWait, or past the trail's retention): ended by
+		// now, at its expiry at the latest.
+		end := min(g.Expires, max(ms(s.clock()), g.Locked))
+		c = Checkout{TaskID: g.Task, AgentID: agentID, RunID: runID, Fence: g.Fence, LockedAt: fromMS(g.Locked),
+			ExpiresAt: fromMS(end), Timeout: fromMS(end).Sub(fromMS(g.Locked)), Reason: g.Reason}
+	}
+	c.AgentName, c.Title, c.Queue, c.Priority, c.Attempt = cmp.Or(g.Name, agentID), g.Title, g.Queue, g.Priority, g.Attempt
+	return c, nil
 }
 
 // leaseOfRun finds the lease the run (agentID, runID) got on one of tasks
