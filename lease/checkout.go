@@ -817,6 +817,7 @@ func (s *Store) endLease(ctx context.Context, taskID string, cond terms, e endin
 		case err != nil:
 			return it, nil, false, err
 		case applied:
+			s.claims.freed(taskID)
 			s.claims.wake(wokenQueue(it))
 			if rv == types.ReturnValueNone {
 				it = &taskItem{}

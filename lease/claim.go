@@ -89,7 +89,19 @@ import (
 // has won since the read was sent (the index shows a task for a moment
 // after its grant), so n claims at once take the best n tasks, each with
 // its first write, and a claim that finds only tasks others of the process
-// hold waits for one of those writes to end and reads again. Claimers in
+// hold waits for one of those writes to end and reads again. Claims one
+// after another do not write for the process's own grants either: for
+// grantShown (1 s, a bound on the index's lag) after a grant, unless the
+// process has freed the task since (ended its lease to todo, unblocked or
+// reopened it), its entry is taken for the one from before the grant and
+// passed by (shownBefore), so a lone claimer under index lag makes one
+// look and one write a grant (before, a tenth claim in a row wrote for
+// the nine tasks before it, each refused). Nothing in the index tells
+// that entry from one of a freeing by another process (the entry is the
+// same), so a task another process frees within that second of this
+// process's grant is passed over by this process's claims until it has
+// passed (README, "Known limits"); the claims of other processes take it
+// at its priority. Claimers in
 // other processes (Lambda containers that each run one claim), which
 // cannot see each other, pick at random among the best w candidates,
 // where w is what the process's races with them taught: the window a
@@ -622,10 +634,11 @@ func (s *Store) claimLook(ctx context.Context, queues []string, w, width int, fr
 	}
 	one := rand.IntN(n)
 	h, err := s.claimCandidates(ctx, queues, all[one:one+1], width, from)
-	if err != nil || slices.ContainsFunc(h.cands, func(it *taskItem) bool { return !taken[it.TaskID] }) {
+	if err != nil || slices.ContainsFunc(h.cands, func(it *taskItem) bool { return !taken[it.TaskID] && !s.claims.shown(it.TaskID) }) {
 		return h, err
 	}
-	// Nothing there the sending claim has not found taken. The look is
+	// Nothing there the sending claim has not found taken, or that the
+	// index shows as it was before a grant of this process. The look is
 	// shared: it keeps what it read, and each claim passes by its own
 	// taken tasks (pick).
 	rest, err := s.claimCandidates(ctx, queues, slices.Delete(all, one, one+1), width, from)
@@ -923,7 +936,68 @@ func (c *claimSpread) granted(taskID string, fence int64) {
 		}
 		c.winOrder = append(c.winOrder, taskID)
 	}
-	c.wins[taskID] = claimWin{fence: fence, seq: c.seq}
+	c.wins[taskID] = claimWin{fence: fence, seq: c.seq, at: time.Now()}
+}
+
+// freed records that a write of this process made taskID claimable
+// again (ended its lease to todo, unblocked it, reopened it): its claim
+// entry from now on may be its freeing's, so that claims no longer pass
+// it by as a grant of this process the index lags (shownBefore).
+func (c *claimSpread) freed(taskID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if win, ok := c.wins[taskID]; ok {
+		win.at = time.Time{}
+		c.wins[taskID] = win
+	}
+}
+
+// grantShown is how long after a grant of this process its claims take
+// the task's entry in the claim index for the one from before the grant:
+// a bound on the index's lag (DynamoDB's is usually a fraction of a
+// second). Past it, or once this process has freed the task, the entry
+// is a candidate again.
+const grantShown = time.Second
+
+// shownBefore reports whether the claim index's entry of taskID may be
+// taken, unread, for the one from before this process's grant of it:
+// granted within grantShown, and not freed by this process since. Such an
+// entry is one the index has yet to delete (a write for it would only be
+// refused), or, should another process have freed the task meanwhile, one
+// a claim of this process passes by until grantShown has passed (README,
+// "Known limits"). c.mu is held.
+func (c *claimSpread) shownBefore(taskID string) bool {
+	win, ok := c.wins[taskID]
+	return ok && !win.at.IsZero() && time.Since(win.at) < grantShown
+}
+
+// shown is shownBefore, for a caller that does not hold c.mu.
+func (c *claimSpread) shown(taskID string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.shownBefore(taskID)
+}
+
+// recentGrants counts the grants of this process that claims pass by
+// (shownBefore), up to the first one older than grantShown: a look reads
+// that many candidates more, so that a head shown full of them still
+// holds the best task left. A task granted again keeps its first place
+// in winOrder, so the count may stop short of one.
+func (c *claimSpread) recentGrants() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, taskID := range slices.Backward(c.winOrder) {
+		win := c.wins[taskID]
+		if win.at.IsZero() {
+			continue
+		}
+		if time.Since(win.at) >= grantShown {
+			break
+		}
+		n++
+	}
+	return n
 }
 
 // lookSeq is the seq of the latest look sent: a look with a greater one
@@ -950,11 +1024,14 @@ func grantedElsewhere(cur *taskItem, readAt int64, ours func(taskID string, fenc
 // and a read sent before a grant shows its task for a moment.
 const winsKept = 4096
 
-// claimWin is a grant of this process: its fence, and the seq of the
-// latest look sent before it (a look up to it may show the task).
+// claimWin is a grant of this process: its fence, the seq of the
+// latest look sent before it (a look up to it may show the task), and
+// when it was made, on this process's monotonic clock (the index lags in
+// real time), zero once this process has freed the task (shownBefore).
 type claimWin struct {
 	fence int64
 	seq   uint64
+	at    time.Time
 }
 
 // ours reports whether the lease with fence on taskID was granted by a
@@ -988,10 +1065,11 @@ func (c *claimSpread) window(now time.Time) int {
 }
 
 // readWidth is how many of the best candidates a look at the claim index
-// at now reads: enough for its window and for every claim of this
-// process in flight, which pass by each other's tasks.
+// at now reads: enough for its window, for every claim of this process
+// in flight, which pass by each other's tasks, and for this process's
+// grants the index may still show (recentGrants).
 func (c *claimSpread) readWidth(now time.Time) int {
-	return c.window(now) + int(c.inflight.Load())
+	return c.window(now) + int(c.inflight.Load()) + c.recentGrants()
 }
 
 // width is the window of a claim at now that has lost raced races: four
@@ -1089,6 +1167,10 @@ func (c *claimSpread) pick(l *claimRead, w int, taken, tried map[string]bool) (*
 			// Granted by this process since l was sent: the index
 			// showed it before the grant.
 			left.others = true
+		case c.shownBefore(it.TaskID):
+			// Granted by this process moments before l was sent: the
+			// index most likely still shows it as it was before the
+			// grant. Passed by as a task found taken is.
 		default:
 			open = append(open, it)
 		}

@@ -462,6 +462,7 @@ func (s *Store) unblockWrite(ctx context.Context, taskID, blocker string, now ti
 	// queue whose waiting claims it wakes.
 	cur, applied, err := s.update(ctx, taskID, cond, upd, types.ReturnValueUpdatedNew)
 	if applied {
+		s.claims.freed(taskID)
 		s.claims.wake(wokenQueue(cur))
 	}
 	return cur, applied, err

@@ -339,6 +339,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 			after.LastError = cur.LastError
 		}
 		if after.claimable() {
+			s.claims.freed(after.TaskID)
 			s.claims.wake(after.queue()) // the queue it is in now, moved or not
 		}
 		live = after.hasLease() && live

@@ -1,0 +1,78 @@
+package lease_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// A lone claimer taking task after task while the claim index lags makes
+// no write for a task it granted itself moments ago, which the index still
+// shows as it was before that grant: each claim is its one look (a Query
+// per claim shard) and one write, 5 requests, and takes the next best
+// task. Before, the tenth claim in a row wrote for the nine tasks it had
+// just taken, each refused, before the tenth.
+func TestBackToBackClaimsUnderIndexLagWriteOnlyForTheirTask(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	var batch []lease.CreateTaskParams
+	for i := range 12 {
+		batch = append(batch, lease.CreateTaskParams{TaskID: fmt.Sprintf("row-%02d", i), Queue: "row"})
+	}
+	must[[]lease.BatchResult](t)(e.store.CreateTasks(c, batch))
+	e.caughtUp(t) // the index shows the tasks; from now on it lags
+	e.lag(t, schema.TasksTable, 200*time.Millisecond)
+	const budget = schema.ClaimShards + 1 // one look and the grant
+	e.count.Take()
+	for i := range 10 {
+		co := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "lone", Queues: []string{"row"}, Timeout: time.Hour}))
+		ops := e.count.Take()
+		if want := fmt.Sprintf("row-%02d", i); co.TaskID != want {
+			t.Fatalf("claim %d took %s, want %s, the best left", i, co.TaskID, want)
+		}
+		if ops.Total() > budget {
+			t.Fatalf("claim %d: %v (%d requests), want at most %d: one look and the grant", i, ops, ops.Total(), budget)
+		}
+	}
+}
+
+// A task this process granted and whose lease has ended since (released,
+// here) is claimed again at its priority, whatever the lagging index shows
+// of it: its entry from before the grant, or from after the release.
+func TestATaskGrantedThenReleasedIsClaimedAgainAtItsPriority(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "high", Queue: "again", Priority: new(9)})
+	for i := range 3 {
+		e.create(t, lease.CreateTaskParams{TaskID: fmt.Sprintf("low-%d", i), Queue: "again"})
+	}
+	e.caughtUp(t)
+	e.lag(t, schema.TasksTable, 200*time.Millisecond)
+	claim := func() lease.Checkout {
+		t.Helper()
+		return must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "a", Queues: []string{"again"}, Timeout: time.Hour}))
+	}
+	release := func(co lease.Checkout) {
+		t.Helper()
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: co.TaskID, AgentID: "a", RunID: co.RunID, Fence: co.Fence}))
+	}
+	first := claim()
+	if first.TaskID != "high" {
+		t.Fatalf("first claim took %s, want high", first.TaskID)
+	}
+	release(first) // the index still shows high as before its grant
+	if again := claim(); again.TaskID != "high" || again.Fence != first.Fence+1 {
+		t.Fatalf("a claim right after high's release took %s/%d, want high/%d", again.TaskID, again.Fence, first.Fence+1)
+	} else {
+		release(again)
+	}
+	e.caughtUp(t) // the index shows high as its release left it
+	if last := claim(); last.TaskID != "high" {
+		t.Fatalf("a claim once the index showed high released took %s, want high", last.TaskID)
+	}
+}
