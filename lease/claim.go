@@ -94,14 +94,19 @@ import (
 // grantShown (1 s, a bound on the index's lag) after a grant, unless the
 // process has freed the task since (ended its lease to todo, unblocked or
 // reopened it), its entry is taken for the one from before the grant and
-// passed by (shownBefore), so a lone claimer under index lag makes one
-// look and one write a grant (before, a tenth claim in a row wrote for
-// the nine tasks before it, each refused). Nothing in the index tells
-// that entry from one of a freeing by another process (the entry is the
-// same), so a task another process frees within that second of this
-// process's grant is passed over by this process's claims until it has
-// passed (README, "Known limits"); the claims of other processes take it
-// at its priority. Claimers in
+// passed by (shownBefore) while another candidate is open, so a lone
+// claimer under index lag makes one look and one write a grant (before,
+// a tenth claim in a row wrote for the nine tasks before it, each
+// refused). Nothing in the index tells that entry from one of a freeing
+// by another process (the entry is the same: in AWS, releases run in
+// another function than claims), so a claim that finds nothing else open
+// writes for such entries, best first, as for any candidate (a refused
+// write finds the task taken), and never answers none, or waits, while
+// one of them may be free. A task another process frees within that
+// second of this process's grant is still passed over by this process's
+// claims for lower-priority tasks until it has passed (README, "Known
+// limits"); the claims of other processes take it at its priority.
+// Claimers in
 // other processes (Lambda containers that each run one claim), which
 // cannot see each other, pick at random among the best w candidates,
 // where w is what the process's races with them taught: the window a
@@ -964,8 +969,9 @@ const grantShown = time.Second
 // granted within grantShown, and not freed by this process since. Such an
 // entry is one the index has yet to delete (a write for it would only be
 // refused), or, should another process have freed the task meanwhile, one
-// a claim of this process passes by until grantShown has passed (README,
-// "Known limits"). c.mu is held.
+// a claim of this process passes by for other open candidates until
+// grantShown has passed (README, "Known limits"); with none, the claim
+// writes for it (pick). c.mu is held.
 func (c *claimSpread) shownBefore(taskID string) bool {
 	win, ok := c.wins[taskID]
 	return ok && !win.at.IsZero() && time.Since(win.at) < grantShown
@@ -1147,12 +1153,14 @@ type pickLeft struct {
 // holds it: at random among the best w of those no claim of this process
 // holds or has granted since l was sent, and that the claim has not found
 // taken or tried from l already, among the candidates l knows to be the
-// best of the queues (exact). When none is left it returns nil, and what
-// was left (pickLeft).
+// best of the queues (exact). The entries of this process's own grants of
+// the last moment (shownBefore) are passed by while another candidate is
+// open; with none, the best of them is tried. When none is left it
+// returns nil, and what was left (pickLeft).
 func (c *claimSpread) pick(l *claimRead, w int, taken, tried map[string]bool) (*taskItem, pickLeft) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var open []*taskItem
+	var open, shown []*taskItem
 	var left pickLeft
 	for _, it := range l.cands[:l.exact] {
 		switch {
@@ -1170,13 +1178,20 @@ func (c *claimSpread) pick(l *claimRead, w int, taken, tried map[string]bool) (*
 		case c.shownBefore(it.TaskID):
 			// Granted by this process moments before l was sent: the
 			// index most likely still shows it as it was before the
-			// grant. Passed by as a task found taken is.
+			// grant. Passed by while another candidate is open.
+			shown = append(shown, it)
 		default:
 			open = append(open, it)
 		}
 		if len(open) == w {
 			break
 		}
+	}
+	if len(open) == 0 && len(shown) > 0 {
+		// Nothing else open: the entry may be a freeing's by another
+		// process, which no claim may answer none over. Written for,
+		// best first; a write refused finds it taken.
+		open = shown[:1]
 	}
 	if len(open) == 0 {
 		left.beyond = l.bound != ""

@@ -76,3 +76,37 @@ func TestATaskGrantedThenReleasedIsClaimedAgainAtItsPriority(t *testing.T) {
 		t.Fatalf("a claim once the index showed high released took %s, want high", last.TaskID)
 	}
 }
+
+// A task this process granted and another process freed since (its
+// holder's release through another Lambda container: in AWS, claims and
+// releases run in different functions) is claimed by this process's next
+// claim when it is the queue's only task, at once, waiting or not: the
+// entry the index shows may be the freeing's, so the claim writes for it
+// rather than answer 404 no_task_available, or wait, while it may be
+// free. Before, the claim passed it by for a second as the index's entry
+// from before the grant.
+func TestATaskGrantedHereAndReleasedElsewhereIsClaimedAgainAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, lag := range []time.Duration{0, 200 * time.Millisecond} {
+		for _, wait := range []time.Duration{0, 500 * time.Millisecond} {
+			e := newEnv(t)
+			c := ctx(t)
+			e.create(t, lease.CreateTaskParams{TaskID: "only", Queue: "only"})
+			e.caughtUp(t)
+			if lag > 0 {
+				e.lag(t, schema.TasksTable, lag)
+			}
+			elsewhere := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+			first := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "a", Queues: []string{"only"}, Timeout: time.Hour}))
+			must[lease.Released](t)(elsewhere.Release(c, lease.ReleaseParams{TaskID: first.TaskID, AgentID: "a", RunID: first.RunID, Fence: first.Fence}))
+			e.caughtUp(t) // the index shows the task released
+			again, err := e.store.Claim(c, lease.ClaimParams{AgentID: "b", Queues: []string{"only"}, Timeout: time.Hour, Wait: wait})
+			if err != nil {
+				t.Fatalf("lag %v, wait %v: a claim right after the release elsewhere answered %v, want the lease on only", lag, wait, err)
+			}
+			if again.TaskID != "only" || again.Fence != first.Fence+1 {
+				t.Fatalf("lag %v, wait %v: a claim right after the release elsewhere took %s/%d, want only/%d", lag, wait, again.TaskID, again.Fence, first.Fence+1)
+			}
+		}
+	}
+}
