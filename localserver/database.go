@@ -203,6 +203,16 @@ func (db *database) current() *localstack.Dynalite {
 	return db.cur
 }
 
+// indexesCaughtUp reports whether the global secondary indexes of the
+// tables under prefix show every write answered so far. Only the
+// project's own dynalite can say (it counts the index updates its lag,
+// DYNALITE_INDEX_LAG, still holds); any other endpoint may lag, as
+// DynamoDB's indexes do, and is taken to.
+func (db *database) indexesCaughtUp(ctx context.Context, prefix string) bool {
+	n, err := localstack.IndexLagPending(ctx, *db.endpoint.Load(), prefix)
+	return err == nil && n == 0
+}
+
 // health is nil when the database answers: the own dynalite is running and
 // (for any endpoint) a ListTables at most a second old succeeded.
 func (db *database) health(ctx context.Context) error {

@@ -256,7 +256,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if cfg.StreamPollInterval >= 0 {
 		// With the pollers on (a test that drives the stream itself turns
 		// them off), reads of what the stream writes catch up first.
-		svc = readYourWrites{Store: s.store, changes: s.changes, writes: s.writes, log: cfg.Logger}
+		svc = readYourWrites{Store: s.store, changes: s.changes, writes: s.writes, log: cfg.Logger,
+			indexesCaughtUp: func(ctx context.Context) bool { return s.db.indexesCaughtUp(ctx, names.Prefix) }}
 	}
 	handler := httpapi.New(svc, httpapi.Options{
 		Auth:            cache,

@@ -213,7 +213,10 @@ type readYourWrites struct {
 	*lease.Store
 	changes *changes
 	writes  *writers
-	log     *slog.Logger
+	// indexesCaughtUp says whether the tables' indexes show every write
+	// answered so far (database.indexesCaughtUp).
+	indexesCaughtUp func(context.Context) bool
+	log             *slog.Logger
 }
 
 // feedBarrierWait bounds how long a read of the fleet feed waits for the
@@ -224,13 +227,15 @@ const feedBarrierWait = 250 * time.Millisecond
 // Feed reads the fleet feed up to the moment it was asked for, not a
 // settle time before it (lease.FeedParams.Horizon): it waits for the
 // transitions in flight and applies the change stream first, so every
-// transition before that moment is archived, and a cursor never passes an
-// event still on its way.
+// transition before that moment is archived, and reads up to it once the
+// feed's index shows what was archived, so a cursor never passes an event
+// still on its way. While the index lags (or on an endpoint that cannot
+// say whether it does) the feed keeps its settle time, as in AWS.
 func (s readYourWrites) Feed(ctx context.Context, p lease.FeedParams) (lease.FeedPage, error) {
 	wait, cancel := context.WithTimeout(ctx, feedBarrierWait)
 	horizon, ok := s.writes.barrier(wait)
 	cancel()
-	if ok && s.catchUp(ctx) {
+	if ok && s.catchUp(ctx) && s.indexesCaughtUp(ctx) {
 		p.Horizon = horizon
 	}
 	return s.Store.Feed(ctx, p)
