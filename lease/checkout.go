@@ -64,7 +64,9 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 			floor = max(floor, cur.LastAt)
 		}
 		switch {
-		case cur == nil && p.CreateIfMissing:
+		case cur == nil && p.CreateIfMissing && slices.Contains(p.ExpectedStatuses, StatusTodo):
+			// Created only for a checkout that would take it: one
+			// expecting no todo task is told there is none.
 			if _, err := s.CreateTask(ctx, CreateTaskParams{TaskID: p.TaskID}); err != nil && !errors.Is(err, ErrTaskExists) {
 				return Checkout{}, err
 			}

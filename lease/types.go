@@ -373,7 +373,8 @@ type CheckoutParams struct {
 	// Watch puts the caller on the task's watch list when the task is held
 	// by someone else.
 	Watch bool
-	// CreateIfMissing creates an unknown task instead of failing.
+	// CreateIfMissing creates an unknown task instead of failing, when
+	// ExpectedStatuses holds todo (else the checkout could not take it).
 	CreateIfMissing bool
 	// By is the agent that asked for the lease when it is not AgentID (an
 	// admin acting for it): the checkout event names it as by.
