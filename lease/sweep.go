@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -146,6 +147,11 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 	if err != nil {
 		return res, err
 	}
+	// An agent may die holding hundreds of leases, and a fleet that stops
+	// at once leaves thousands: they are ended sweepWorkers at a time, like
+	// the expired ones.
+	g, gctx = errgroup.WithContext(ctx)
+	g.SetLimit(sweepWorkers)
 	for i := range leases {
 		it := &leases[i]
 		d, ok := deaths[it.Holder]
@@ -162,13 +168,18 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 			// locked, for a lease granted while the removal ran.
 			upTo, at, reason = d.removed, min(d.removed, max(it.LockedAt, d.removedAt)), reasonRemoved
 		}
-		ended, err := s.endDeadLease(ctx, it, upTo, at, reason)
-		if err != nil {
-			return res, err
-		}
-		if ended {
-			res.AgentDeaths++
-		}
+		g.Go(func() error {
+			ended, err := s.endDeadLease(gctx, it, upTo, at, reason)
+			if ended {
+				mu.Lock()
+				res.AgentDeaths++
+				mu.Unlock()
+			}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return res, err
 	}
 	for _, d := range deaths {
 		if d.settle != nil {
@@ -406,20 +417,26 @@ func (s *Store) endLeasesOf(ctx context.Context, agentID string, upTo int64, rea
 	if cur != nil && !cur.Removed {
 		upTo = min(upTo, cur.AliveSince)
 	}
+	// An agent may hold hundreds of leases: they are ended sweepWorkers
+	// at a time, as the sweep ends them.
+	var count atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(sweepWorkers)
 	for i := range items {
 		at, why := upTo, reason
 		if died := hb.diedAt(items[i].LockedAt, upTo); died != 0 && died <= upTo {
 			at, why = died, reasonHeartbeat
 		}
-		ok, err := s.endDeadLease(ctx, &items[i], upTo, at, why)
-		if err != nil {
-			return ended, err
-		}
-		if ok {
-			ended++
-		}
+		g.Go(func() error {
+			ok, err := s.endDeadLease(gctx, &items[i], upTo, at, why)
+			if ok {
+				count.Add(1)
+			}
+			return err
+		})
 	}
-	return ended, nil
+	err = g.Wait()
+	return int(count.Load()), err
 }
 
 // settleDeath ends the sweep's interest in a death the agent came back
