@@ -1,9 +1,12 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"slices"
+	"strings"
 )
 
 // Listing live leases in pages.
@@ -15,9 +18,17 @@ import (
 // ordinary leases, or 480 with the longest reasons, names and ids),
 // or at the limit asked for. Its
 // cursor is the position of its last lease, (locked_at, task_id), and
-// the agent the listing is of. Each page reads every live lease and
-// skips those up to the cursor: a lease granted behind the cursor
-// during a walk is on no later page, as with the other listings.
+// the agent the listing is of. Each page reads every entry of the
+// lease-expiry index (a few attributes each: every shard's Query pages
+// on every 1 MB, thousands of entries) and skips those up to the cursor: a
+// lease granted behind the cursor during a walk is on no later page, as
+// with the other listings. It then confirms the entries that follow, in
+// order, on the task items (a BatchGetItem per 100), a chunk at a time
+// (the limit asked for, else MaxListLimit), until the page is full, for
+// at most checkoutsChunks chunks: so a page reads the items of the leases
+// it shows and few more, however many leases the fleet holds. A page cut
+// short by that bound (entries whose leases have ended, which the sweep
+// has yet to remove) ends with a cursor after the last entry it read.
 
 // ListCheckoutsParams selects a page of live leases.
 type ListCheckoutsParams struct {
@@ -69,36 +80,59 @@ func (s *Store) ListCheckoutsPage(ctx context.Context, p ListCheckoutsParams) (C
 		}
 		after = &c
 	}
-	all, err := s.ListCheckouts(ctx, p.AgentID)
+	now := s.clock()
+	entries, err := s.leaseEntriesOf(ctx, p.AgentID)
 	if err != nil {
 		return CheckoutPage{}, err
 	}
-	rest := all
+	slices.SortFunc(entries, func(a, b taskItem) int {
+		return cmp.Or(cmp.Compare(a.LockedAt, b.LockedAt), strings.Compare(a.TaskID, b.TaskID))
+	})
 	if after != nil {
-		i := 0
-		for i < len(all) && !afterCursor(all[i], *after) {
-			i++
-		}
-		rest = all[i:]
+		entries = slices.DeleteFunc(entries, func(it taskItem) bool { return !afterCursor(it, *after) })
 	}
-	n := len(rest)
+	chunk := MaxListLimit
 	if p.Limit > 0 {
-		n = min(n, p.Limit)
+		chunk = p.Limit
 	}
-	n = fitCheckouts(rest[:n])
-	page := CheckoutPage{Checkouts: rest[:n]}
-	if n < len(rest) {
-		last := rest[n-1]
-		page.NextCursor = encodeCheckoutCursor(checkoutCursor{L: last.LockedAt.UnixMilli(), T: last.TaskID, A: p.AgentID})
+	page := CheckoutPage{Checkouts: []Checkout{}}
+	size := 0
+	var last *taskItem // the entry the page ends at
+	for reads := 0; len(entries) > 0 && reads < checkoutsChunks; reads++ {
+		batch := entries[:min(len(entries), chunk)]
+		cos, err := s.liveCheckouts(ctx, batch, p.AgentID, now)
+		if err != nil {
+			return CheckoutPage{}, err
+		}
+		for i, co := range cos {
+			if co == nil {
+				last = &batch[i]
+				continue
+			}
+			full := p.Limit > 0 && len(page.Checkouts) == p.Limit
+			if size += checkoutWireBound(*co); full || size > pageBytes && len(page.Checkouts) > 0 {
+				page.NextCursor = encodeCheckoutCursor(checkoutCursor{L: last.LockedAt, T: last.TaskID, A: p.AgentID})
+				return page, nil
+			}
+			page.Checkouts = append(page.Checkouts, *co)
+			last = &batch[i]
+		}
+		entries = entries[len(batch):]
+	}
+	if len(entries) > 0 {
+		page.NextCursor = encodeCheckoutCursor(checkoutCursor{L: last.LockedAt, T: last.TaskID, A: p.AgentID})
 	}
 	return page, nil
 }
 
-// afterCursor says whether c comes after the cursor's lease in the
-// listing's order (locked_at, then task_id).
-func afterCursor(c Checkout, at checkoutCursor) bool {
-	l := c.LockedAt.UnixMilli()
-	return l > at.L || l == at.L && c.TaskID > at.T
+// checkoutsChunks bounds the chunks of lease entries one page of
+// ListCheckoutsPage confirms.
+const checkoutsChunks = 5
+
+// afterCursor says whether the lease entry it comes after the cursor's
+// lease in the listing's order (locked_at, then task_id).
+func afterCursor(it taskItem, at checkoutCursor) bool {
+	return it.LockedAt > at.L || it.LockedAt == at.L && it.TaskID > at.T
 }
 
 func encodeCheckoutCursor(c checkoutCursor) string {
@@ -126,16 +160,4 @@ func checkoutWireBound(c Checkout) int {
 	text := len(c.Reason) + len(c.AgentName)
 	rest := checkoutWireFixed + len(c.TaskID) + len(c.AgentID) + len(c.RunID)
 	return 7*text + 2*rest
-}
-
-// fitCheckouts returns how many of cs, from the first, fit in pageBytes:
-// at least one, if there is one.
-func fitCheckouts(cs []Checkout) int {
-	size := 0
-	for i, c := range cs {
-		if size += checkoutWireBound(c); size > pageBytes && i > 0 {
-			return i
-		}
-	}
-	return len(cs)
 }

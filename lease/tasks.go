@@ -565,40 +565,18 @@ func plainKey(m map[string]types.AttributeValue) map[string]string {
 // ListCheckouts returns every live lease, or one agent's, oldest first.
 func (s *Store) ListCheckouts(ctx context.Context, agentID string) ([]Checkout, error) {
 	now := s.clock()
-	var items []taskItem
-	if agentID != "" {
-		if err := CheckID("agent_id", agentID); err != nil {
-			return nil, err
-		}
-		var err error
-		if items, err = s.leasesOf(ctx, agentID); err != nil {
-			return nil, err
-		}
-	} else {
-		// Every lease entry, whatever expiry the index shows: a lease
-		// renewed just before its old expiry is still at that expiry in an
-		// index that lags, and a bound on it would drop the lease before
-		// the read below could find it live. The entries past their
-		// expiry are the leases the sweep has yet to end, which it keeps
-		// few.
-		var err error
-		if items, err = s.liveLeaseEntries(ctx, nil); err != nil {
-			return nil, err
-		}
-	}
-	// The index only proposes: each lease is judged on the task as it is.
-	items, err := s.confirm(ctx, items)
+	items, err := s.leaseEntriesOf(ctx, agentID)
 	if err != nil {
 		return nil, err
 	}
-	live, err := s.liveLeases(ctx, items, now)
+	cos, err := s.liveCheckouts(ctx, items, agentID, now)
 	if err != nil {
 		return nil, err
 	}
 	out := []Checkout{}
-	for _, it := range items {
-		if live[it.TaskID] && (agentID == "" || it.Holder == agentID) {
-			out = append(out, it.checkout())
+	for _, co := range cos {
+		if co != nil {
+			out = append(out, *co)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -607,6 +585,51 @@ func (s *Store) ListCheckouts(ctx context.Context, agentID string) ([]Checkout, 
 		}
 		return out[i].TaskID < out[j].TaskID
 	})
+	return out, nil
+}
+
+// leaseEntriesOf is every entry of the lease-expiry index, or agentID's
+// ("" for every agent's): the leases a listing judges.
+func (s *Store) leaseEntriesOf(ctx context.Context, agentID string) ([]taskItem, error) {
+	if agentID != "" {
+		if err := CheckID("agent_id", agentID); err != nil {
+			return nil, err
+		}
+		return s.leasesOf(ctx, agentID)
+	}
+	// Every lease entry, whatever expiry the index shows: a lease
+	// renewed just before its old expiry is still at that expiry in an
+	// index that lags, and a bound on it would drop the lease before
+	// the read below could find it live. The entries past their
+	// expiry are the leases the sweep has yet to end, which it keeps
+	// few.
+	return s.liveLeaseEntries(ctx, nil)
+}
+
+// liveCheckouts judges lease entries of the index on their task items as
+// they are: the i-th is entries[i]'s task's lease when it is live (and
+// agentID's, when agentID is not ""), else nil.
+func (s *Store) liveCheckouts(ctx context.Context, entries []taskItem, agentID string, now time.Time) ([]*Checkout, error) {
+	// The index only proposes: each lease is judged on the task as it is.
+	items, err := s.confirm(ctx, entries)
+	if err != nil {
+		return nil, err
+	}
+	live, err := s.liveLeases(ctx, items, now)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]*Checkout, len(items))
+	for _, it := range items {
+		if live[it.TaskID] && (agentID == "" || it.Holder == agentID) {
+			co := it.checkout()
+			byID[it.TaskID] = &co
+		}
+	}
+	out := make([]*Checkout, len(entries))
+	for i, it := range entries {
+		out[i] = byID[it.TaskID]
+	}
 	return out, nil
 }
 
