@@ -9,8 +9,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -419,10 +422,17 @@ func (s *Store) clearInbox(ctx context.Context, agentID string) error {
 			"message_id": &types.AttributeValueMemberS{Value: m.MessageID},
 		}}})
 	}
-	if len(dels) == 0 {
-		return nil
+	// An inbox keeps its unread messages for days, and may hold tens of
+	// thousands: they are deleted 25 a request, sweepWorkers requests at
+	// once.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(sweepWorkers)
+	for batch := range slices.Chunk(dels, 25) {
+		g.Go(func() error {
+			return s.batchWrite(gctx, map[string][]types.WriteRequest{s.inbox: batch})
+		})
 	}
-	if err := s.batchWrite(ctx, map[string][]types.WriteRequest{s.inbox: dels}); err != nil {
+	if err := g.Wait(); err != nil {
 		return fmt.Errorf("clear inbox of %s: %w", agentID, err)
 	}
 	return nil
