@@ -57,7 +57,8 @@ import (
 // What this cannot count is a batch the event source mapping gave up on
 // (dead-lettered) and went past: a later batch moves the positions of the
 // queues it touches past the batch's records, so a replay of them skips
-// those queues, whose counts stay off (DEPLOY.md, stream-dead-letters). A
+// those queues, whose counts stay off (DEPLOY.md, stream-dead-letters)
+// until a recount (recount.go) counts their tasks again. A
 // failed condition (only two deliveries of one shard at once could cause
 // it) fails the batch, which is delivered again. Positions not moved for
 // longer than the stream's retention (24 h) are removed by the next write
@@ -86,9 +87,8 @@ import (
 // Counting starts when the feature is deployed: a task last written before
 // that is counted from its next change, so a data dir or table from before
 // may show fewer tasks (and a count that would go below zero shows 0)
-// until every old task has changed once. Deleting the "#queue#…" and
-// registry items and replaying is not possible past the stream's 24 h;
-// for exact counts of older data, re-create the tasks.
+// until every old task has changed once, or a recount (recount.go) has
+// counted them.
 
 // Queue counters live in the heartbeats table under keys no agent id can
 // take ('#' never occurs in an id), as claim receipts do: one item per
@@ -105,6 +105,9 @@ const (
 	todoPrioAttr = "p#"
 	seqAttr      = "seq#"
 	seqAtAttr    = "at#"
+	// revAttr counts the writes of the item's counts, the stream's and a
+	// recount's: a recount writes only over the rev it read (recount.go).
+	revAttr = "rev"
 	// seqWidth is the width sequence numbers are padded to, so that they
 	// compare as strings: DynamoDB Streams' are decimal, at most 40 digits.
 	seqWidth = 40
@@ -258,6 +261,13 @@ func (s *Store) addQueueDelta(ctx context.Context, q string, item map[string]typ
 		} else {
 			upd = upd.Add(expression.NameNoDotSplit(k), expression.Value(delta[k]))
 		}
+	}
+	// Every write of the counts moves rev on, so that a recount can tell
+	// whether the counts moved while it counted (recount.go).
+	if first {
+		set(expression.Add(expression.Name(revAttr), expression.Value(1)))
+	} else {
+		upd = upd.Add(expression.Name(revAttr), expression.Value(1))
 	}
 	var conds terms
 	shards := slices.Sorted(maps.Keys(last))

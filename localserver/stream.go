@@ -68,6 +68,21 @@ const (
 	noticesCheckpoint      = "#stream-notices#" // + the tasks table's name
 )
 
+// checkpoints is where a consumer of the tasks table's stream keeps its
+// position: in the agents table, so that a server restarted over the same
+// data resumes where it stopped.
+func checkpoints(db stream.ItemAPI, names schema.Names, prefix string) stream.TableCheckpoints {
+	return stream.TableCheckpoints{DB: db, Table: names.Table(schema.AgentsTable), KeyName: "agent_id", Key: prefix + names.Table(schema.TasksTable)}
+}
+
+// ConsequencesCheckpoints is where the server's consumer of the
+// consequences (ApplyConsequences) keeps its position in the stream, for a
+// command that applies the stream in its stead while the server is
+// stopped (`checkout-server recount`).
+func ConsequencesCheckpoints(db stream.ItemAPI, names schema.Names) stream.TableCheckpoints {
+	return checkpoints(db, names, consequencesCheckpoint)
+}
+
 // newChanges sets up both consumers. It must run before either polls: a
 // notices checkpoint that was never saved (data of a server from before the
 // notices had a consumer of their own, which published them with the
@@ -79,12 +94,7 @@ func newChanges(ctx context.Context, db *database, names schema.Names, store *le
 		HTTPClient:         db.client.Options().HTTPClient,
 		EndpointResolverV2: streamEndpoint{&db.endpoint},
 	})
-	// Kept in the agents table, so a server restarted over the same data
-	// resumes where it stopped.
-	saved := func(prefix string) stream.TableCheckpoints {
-		return stream.TableCheckpoints{DB: db.client, Table: names.Table(schema.AgentsTable), KeyName: "agent_id", Key: prefix + names.Table(schema.TasksTable)}
-	}
-	consequences, notices := saved(consequencesCheckpoint), saved(noticesCheckpoint)
+	consequences, notices := checkpoints(db.client, names, consequencesCheckpoint), checkpoints(db.client, names, noticesCheckpoint)
 	if err := notices.SeedFrom(ctx, consequences); err != nil {
 		return nil, fmt.Errorf("the notices' stream checkpoint: %w", err)
 	}

@@ -39,7 +39,9 @@
 // `checkout-server migrate` copies the tasks of a data directory or
 // endpoint written by an earlier version, whose tasks table the server
 // refuses to start over, into today's tasks table (-aws: the deployed
-// tables); see README, "Upgrading".
+// tables); see README, "Upgrading". `checkout-server recount` counts every
+// queue's tasks again and mends the queue counts that are off; see README,
+// "Queues".
 //
 // If its dynalite dies, the server does not: it answers 503 unavailable (and
 // /healthz 503) until it has started a new one, on the same CHECKOUT_DATA_DIR
@@ -76,6 +78,7 @@ import (
 // usage is what -h prints: the settings of the doc comment above.
 const usage = `usage: checkout-server            serve (settings from the environment)
        checkout-server migrate    copy an earlier version's tasks into today's table (migrate -h)
+       checkout-server recount    count every queue's tasks again and mend the queue counts (recount -h)
 
 Runs the checkout service on this machine: the HTTP API, the dashboard, the
 sweep and, unless DYNAMODB_ENDPOINT names one, its own dynalite.
@@ -133,9 +136,12 @@ func main() {
 		stop()
 	}()
 	var err error
-	if len(os.Args) > 1 && os.Args[1] == "migrate" {
+	switch {
+	case len(os.Args) > 1 && os.Args[1] == "migrate":
 		err = migrate(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
-	} else {
+	case len(os.Args) > 1 && os.Args[1] == "recount":
+		err = recount(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
+	default:
 		err = run(ctx, os.Getenv, log)
 	}
 	stop()
@@ -152,10 +158,11 @@ func main() {
 }
 
 // command handles the arguments that are not a server to run: -h or
-// --help prints the usage (exit 0), and anything but migrate is refused with
-// it (exit 2). done is false when the server, or migrate, is to run.
+// --help prints the usage (exit 0), and anything but migrate or recount is
+// refused with it (exit 2). done is false when the server, migrate or
+// recount is to run.
 func command(args []string, stdout, stderr io.Writer) (code int, done bool) {
-	if len(args) == 0 || args[0] == "migrate" {
+	if len(args) == 0 || args[0] == "migrate" || args[0] == "recount" {
 		return 0, false
 	}
 	switch args[0] {
