@@ -338,3 +338,35 @@ func TestRecountUnits(t *testing.T) {
 		})
 	}
 }
+
+// A task last written before queues were counted, and never since (its
+// change gone from the stream), is in no counter and its queue in no
+// registry: a recount adds the queue and counts it.
+func TestRecountCountsTasksFromBeforeCounting(t *testing.T) {
+	e := newEnv(t)
+	c := ctx(t)
+	e.drain(t) // the stream's position, which capture then moves past the task's change
+	_, err := e.db.PutItem(c, &dynamodb.PutItemInput{TableName: aws.String(e.names.Table(schema.TasksTable)), Item: map[string]types.AttributeValue{
+		"task_id": &types.AttributeValueMemberS{Value: "old"}, "status": &types.AttributeValueMemberS{Value: "todo"},
+		"fence": &types.AttributeValueMemberN{Value: "0"}, "eseq": &types.AttributeValueMemberN{Value: "1"},
+		"version": &types.AttributeValueMemberN{Value: "1"}, "created_at": &types.AttributeValueMemberN{Value: "1"},
+		"created_key": &types.AttributeValueMemberS{Value: "0000000000001#old"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.capture(t)
+	if got := e.queueCounts(t); len(got) != 0 {
+		t.Fatalf("queues before the recount: %v, want none", got)
+	}
+
+	res := e.recount(t, recountDB{Client: lease.NewLocalClient(testenv.Endpoint())}, 0, nil)
+	if !slices.Equal(res.Mended, []string{lease.DefaultQueue}) {
+		t.Errorf("recount %+v, want %s mended", res, lease.DefaultQueue)
+	}
+	got := e.queueCounts(t)
+	if len(got) != 1 {
+		t.Fatalf("queues after the recount: %v, want %s alone", got, lease.DefaultQueue)
+	}
+	wantCounts(t, got[lease.DefaultQueue], 1, 0, 0, 0)
+}
