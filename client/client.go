@@ -206,6 +206,7 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 				}
 				return fmt.Errorf("checkout: %s %s: decode answer: %w", method, path, err)
 			}
+			noteServerTime(out, header)
 			return nil
 		}
 		retryable := false
@@ -259,6 +260,23 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 		}
 		if err := c.sleep(ctx, wait); err != nil {
 			return &retryStopped{ctxErr: err, last: lastErr}
+		}
+	}
+}
+
+// noteServerTime sets the ServerTime of the tasks in out (a task or a
+// page of them) to the answer's Date header, when it has one.
+func noteServerTime(out any, header http.Header) {
+	at, err := http.ParseTime(header.Get("Date"))
+	if err != nil {
+		return
+	}
+	switch v := out.(type) {
+	case *Task:
+		v.ServerTime = at
+	case *TaskPage:
+		for i := range v.Tasks {
+			v.Tasks[i].ServerTime = at
 		}
 	}
 }

@@ -100,6 +100,30 @@ type Task struct {
 	NotBefore *time.Time `json:"not_before"`
 	// LastError is the error of the latest failed release ("" for none).
 	LastError string `json:"last_error,omitempty"`
+
+	// ServerTime is the server's clock when it answered with the task (the
+	// answer's Date header, whole seconds), set on the tasks that GetTask,
+	// ListTasks, CreateTask, UpdateTask and Complete return; zero when
+	// the answer had none. NotBefore is the server's time, so it is read
+	// against this rather than the local clock: see NotBeforeAhead.
+	ServerTime time.Time `json:"-"`
+}
+
+// NotBeforeAhead reports whether the task's NotBefore was still ahead when
+// the server answered. The server keeps a NotBefore after it has passed,
+// and a task whose NotBefore has passed may be taken at once. A
+// NotBefore within the second of ServerTime counts as ahead (the server's
+// clock was somewhere in that second). Without a ServerTime it is read
+// against the local clock.
+func (t Task) NotBeforeAhead() bool {
+	if t.NotBefore == nil {
+		return false
+	}
+	now := t.ServerTime
+	if now.IsZero() {
+		now = time.Now()
+	}
+	return t.NotBefore.After(now)
 }
 
 // RetryDelay is the task's retry delay: the wait after its first failed
