@@ -697,6 +697,8 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     assert.equal(await blocker.locator('a.task-id').getAttribute('href'), '#/task/g-base');
     assert.match(await admin.locator('#task-blocked-by').textContent(), /waiting on 1 of 1/);
     assert.match(await admin.locator('#task-attempts').textContent(), /^0 of 5$/);
+    // No claim takes a blocked task, whatever its not_before.
+    assert.doesNotMatch(await admin.locator('#task-graph').textContent(), /claimable/);
     await shot(admin, 'task-blocked-1440-light');
 
     // The task list: the blocked filter lists it, with what it waits on.
@@ -721,6 +723,7 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     const lease = await must(keys.bob, 'POST', '/api/tasks/g-base/checkout', { timeout: '5m', reason: 'building' });
     assert.equal(lease.attempt, 1, 'the first grant is attempt 1');
     await admin.locator('#task-lease').filter({ hasText: /Attempt\s*1 of 5/ }).waitFor({ timeout: 8000 });
+    assert.doesNotMatch(await admin.locator('#task-graph').textContent(), /claimable/, 'a held task is not claimable');
     await must(keys.bob, 'POST', '/api/tasks/g-base/complete', { run_id: lease.run_id, fence: lease.fence });
     // ... and the server unblocks the dependent within about a second.
     const deadline = Date.now() + 10000;
@@ -735,6 +738,7 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await admin.locator('#task-fields .status[data-status="todo"]').waitFor({ timeout: 8000 });
     assert.equal(await admin.locator('#task-blocked-by li[data-task="g-base"] .status').textContent(), 'done');
     assert.match(await admin.locator('#task-blocked-by').textContent(), /every blocker is done/);
+    assert.match(await admin.locator('#task-graph').textContent(), /claimable now/);
     await admin.locator('#task-events-body .ev-type').filter({ hasText: /^unblocked$/ }).waitFor({ timeout: 8000 });
 
     // A task with one attempt, which fails: failed, its error as text.
@@ -750,6 +754,7 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     assert.equal(await admin.locator('#view-task b').count(), 0, 'the error is never markup');
     assert.match(await admin.locator('#task-attempts').textContent(), /^1 of 1$/);
     assert.match(await admin.locator('#task-graph').textContent(), /30s/);
+    assert.doesNotMatch(await admin.locator('#task-graph').textContent(), /claimable/, 'a failed task is not claimable');
     await admin.locator('#task-events-body .ev-type').filter({ hasText: /^failed$/ }).waitFor({ timeout: 8000 });
     // The release's error is archived with its event by the change stream
     // (about a second); until then the event may show without it.

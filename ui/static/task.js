@@ -213,9 +213,11 @@ function drawGraph() {
   const waiting = blockedBy.filter((b) => b.status !== 'done').length;
   // A cancelled or failed blocker never completes by itself.
   const stuck = blockedBy.filter((b) => b.status === 'cancelled' || b.status === 'failed').map((b) => b.task_id);
+  // Only a todo task nobody holds can be taken: a blocked, held or
+  // finished one is not claimable, whatever its not_before.
   const notBefore = task.not_before
     ? h('span', { id: 'task-not-before' }, h('time', { class: 'nb-at' }), ' ', h('span', { class: 'nb-in' }))
-    : none('— (claimable now)');
+    : none(task.status === 'todo' && !task.checkout ? '— (claimable now)' : '—');
   if (task.not_before) setTime(notBefore.querySelector('.nb-at'), task.not_before);
   dl($('task-graph'), [
     ['Blocked by', blockedBy.length
