@@ -551,7 +551,7 @@ func printFailed(w io.Writer, r client.Released, errText string, t *client.Task)
 		fmt.Fprintf(w, "  Task failed: it used %s (checkout tasks reopen %s tries again)\n", used, t.TaskID)
 	case t.MaxAttempts > 0:
 		fmt.Fprintf(w, "  Attempts: %d of %d\n", t.Attempts, t.MaxAttempts)
-		if t.NotBefore != nil {
+		if t.NotBeforeAhead() {
 			fmt.Fprintf(w, "  Retry after: %s\n", whenExact(*t.NotBefore))
 		}
 	}

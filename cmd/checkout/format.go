@@ -311,13 +311,17 @@ func printTask(w io.Writer, t client.Task) {
 }
 
 // printWaits writes what a task waits for: its blockers with their
-// statuses, and the time before which it is not handed out.
+// statuses, and the time before which it is not handed out (which the
+// server keeps once it has passed: then it says so).
 func printWaits(w io.Writer, t client.Task) {
 	if len(t.BlockedBy) > 0 {
 		fmt.Fprintf(w, "  Blocked by: %s\n", blockerList(t.BlockedBy))
 	}
-	if t.NotBefore != nil {
+	switch {
+	case t.NotBeforeAhead():
 		notBeforeLine(w, *t.NotBefore)
+	case t.NotBefore != nil:
+		fmt.Fprintf(w, "  Not before: %s (passed)\n", whenExact(*t.NotBefore))
 	}
 }
 
@@ -344,7 +348,7 @@ func printNotFree(w io.Writer, t client.Task) {
 	if len(open) > 0 {
 		fmt.Fprintf(w, "  Blocked by: %s\n", blockerList(open))
 	}
-	if t.NotBefore != nil && t.Status == client.StatusTodo {
+	if t.NotBeforeAhead() && t.Status == client.StatusTodo {
 		notBeforeLine(w, *t.NotBefore)
 	}
 }
@@ -399,7 +403,7 @@ func printWatching(w io.Writer, taskID string, t *client.Task) {
 	msg := "when it becomes available"
 	switch {
 	case t == nil, t.Status == client.StatusInProgress:
-	case t.Status == client.StatusTodo && t.Checkout == nil && t.NotBefore != nil && t.NotBefore.After(time.Now()):
+	case t.Status == client.StatusTodo && t.Checkout == nil && t.NotBeforeAhead():
 		notBeforeLine(w, *t.NotBefore)
 		msg = "when it is next freed, not when this wait ends"
 	case t.Status == client.StatusTodo && t.Checkout == nil:

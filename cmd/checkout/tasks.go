@@ -146,16 +146,16 @@ func (a *app) tasksCmd() *cobra.Command {
 						fmt.Fprintln(w, "No tasks.")
 					} else {
 						rows := make([][]string, len(p.Tasks))
-						now := time.Now()
 						for i, t := range p.Tasks {
 							holder := "-"
 							if t.Checkout != nil {
 								holder = who(t.Checkout.AgentName, t.Checkout.AgentID)
 							}
 							// A todo task not to be taken yet (a retry
-							// delay, a time it was given) is not open.
+							// delay, a time it was given) is not open,
+							// by the server's clock.
 							notBefore := "-"
-							if t.Status == client.StatusTodo && t.NotBefore != nil && t.NotBefore.After(now) {
+							if t.Status == client.StatusTodo && t.NotBeforeAhead() {
 								notBefore = stamp(*t.NotBefore)
 							}
 							rows[i] = []string{t.TaskID, t.Status, t.Queue, strconv.Itoa(t.Priority), orDash(t.Title), holder, notBefore}

@@ -32,7 +32,14 @@ type scriptedCLI struct {
 	url string
 	mu  sync.Mutex
 	got []sent
+	// date is the server's clock in its answers' Date header: the time
+	// the fixtures' not_before is read against.
+	date time.Time
 }
+
+// scriptedNow is a scripted server's clock unless a test sets another:
+// before graphTask's not_before.
+var scriptedNow = time.Date(2026, 3, 20, 14, 30, 0, 0, time.UTC)
 
 func newScriptedCLI(t *testing.T, answer func(r sent) (int, string)) *scriptedCLI {
 	t.Helper()
@@ -43,16 +50,18 @@ func newScriptedCLI(t *testing.T, answer func(r sent) (int, string)) *scriptedCL
 	for _, k := range []string{"CHECKOUT_URL", "CHECKOUT_API_KEY", "CHECKOUT_PROFILE", "CHECKOUT_AGENT", "CHECKOUT_RUN_ID"} {
 		t.Setenv(k, "")
 	}
-	s := &scriptedCLI{t: t}
+	s := &scriptedCLI{t: t, date: scriptedNow}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		rec := sent{Method: r.Method, Path: r.URL.RequestURI()}
 		_ = json.Unmarshal(b, &rec.Body)
 		s.mu.Lock()
 		s.got = append(s.got, rec)
+		date := s.date
 		s.mu.Unlock()
 		status, out := answer(rec)
 		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Date", date.Format(http.TimeFormat))
 		w.WriteHeader(status)
 		io.WriteString(w, out)
 	}))
