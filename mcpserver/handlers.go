@@ -295,14 +295,15 @@ func (t *tools) createTask(ctx context.Context, in CreateTaskInput) (TaskResult,
 }
 
 // waitsText says what a task waits for, if anything: " It waits for
-// ... It can be taken from ..., not before." (The time may be past: the
-// task keeps the not_before of its latest failed attempt.)
+// ... It can be taken from ..., not before." A not_before that has passed
+// on the server's clock (the task keeps the not_before of its latest
+// failed attempt) is no wait.
 func waitsText(task client.Task) string {
 	var s string
 	if open := openBlockers(task.BlockedBy); len(open) > 0 {
 		s += fmt.Sprintf(" It waits for %s: nobody can take it until they are done.", blockerText(open))
 	}
-	if task.NotBefore != nil && task.Status == client.StatusTodo {
+	if task.NotBeforeAhead() && task.Status == client.StatusTodo {
 		s += fmt.Sprintf(" It can be taken from %s, not before.", stamp(*task.NotBefore))
 	}
 	return s
@@ -449,7 +450,7 @@ func (t *tools) fail(ctx context.Context, in FailInput) (FailResult, error) {
 	switch {
 	case task.Status == client.StatusFailed:
 		r.Message += fmt.Sprintf(" It has used its %d attempts and is now failed: nobody will be given it again unless it is reopened (update_task status todo).", task.MaxAttempts)
-	case task.NotBefore != nil:
+	case task.NotBeforeAhead():
 		r.Message += fmt.Sprintf(" Attempt %d of %d failed; it can be taken again from %s.", task.Attempts, task.MaxAttempts, stamp(*task.NotBefore))
 	case task.MaxAttempts > 0:
 		r.Message += fmt.Sprintf(" Attempt %d of %d failed; it is open again.", task.Attempts, task.MaxAttempts)
@@ -469,7 +470,7 @@ func (t *tools) status(ctx context.Context, in TaskInput) (StatusResult, error) 
 		// Not held is not always free: say what it waits for.
 		if task, err := t.c.GetTask(ctx, in.TaskID); err == nil {
 			switch {
-			case task.Status == client.StatusTodo && task.NotBefore == nil:
+			case task.Status == client.StatusTodo && !task.NotBeforeAhead():
 			case task.Status == client.StatusTodo, task.Status == client.StatusBlocked:
 				r.Message = fmt.Sprintf("Task %s is not checked out; it is %s.", in.TaskID, task.Status) + waitsText(task)
 			default:
@@ -541,7 +542,7 @@ func (t *tools) listTasks(ctx context.Context, in ListTasksInput) (ListTasksResu
 		if open := openBlockers(task.BlockedBy); len(open) > 0 {
 			fmt.Fprintf(&b, ", waits for %s", blockerText(open))
 		}
-		if task.NotBefore != nil && task.Status == client.StatusTodo {
+		if task.NotBeforeAhead() && task.Status == client.StatusTodo {
 			fmt.Fprintf(&b, ", not before %s", stamp(*task.NotBefore))
 		}
 	}
@@ -562,7 +563,7 @@ func (t *tools) getTask(ctx context.Context, in TaskInput) (TaskResult, error) {
 	switch {
 	case task.Checkout != nil:
 		msg += " It is " + holderText(*task.Checkout) + "."
-	case task.Status == client.StatusTodo && task.NotBefore != nil:
+	case task.Status == client.StatusTodo && task.NotBeforeAhead():
 		msg += fmt.Sprintf(" It is open from %s: take it with checkout_task then.", stamp(*task.NotBefore))
 	case task.Status == client.StatusTodo:
 		msg += " It is open: take it with checkout_task."

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -22,13 +23,24 @@ import (
 const holder = `{"task_id":"task-d4e5","agent_id":"agent-c3d4","agent_name":"writer","run_id":"run-w","fence":7,` +
 	`"locked_at":"2026-03-20T14:30:00.000Z","timeout_seconds":900,"expires_at":"2026-03-20T14:45:00.000Z","remaining_seconds":600,"reason":"drafting"}`
 
+// scriptedNow is the scripted server's clock (its answers' Date header),
+// which the fixtures' times are read against.
+var scriptedNow = time.Date(2026, 3, 20, 14, 30, 0, 0, time.UTC)
+
 func session(t *testing.T, answer func(r *http.Request, body map[string]any) (int, string)) *mcp.ClientSession {
+	t.Helper()
+	return sessionAt(t, scriptedNow, answer)
+}
+
+// sessionAt is session with a server whose clock reads date.
+func sessionAt(t *testing.T, date time.Time, answer func(r *http.Request, body map[string]any) (int, string)) *mcp.ClientSession {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body map[string]any
 		b, _ := io.ReadAll(r.Body)
 		_ = json.Unmarshal(b, &body)
 		status, out := answer(r, body)
+		w.Header().Set("Date", date.Format(http.TimeFormat))
 		w.WriteHeader(status)
 		io.WriteString(w, out)
 	}))
