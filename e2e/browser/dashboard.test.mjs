@@ -756,6 +756,9 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     assert.match(await admin.locator('#task-graph').textContent(), /30s/);
     assert.doesNotMatch(await admin.locator('#task-graph').textContent(), /claimable/, 'a failed task is not claimable');
     await admin.locator('#task-events-body .ev-type').filter({ hasText: /^failed$/ }).waitFor({ timeout: 8000 });
+    // The failed event's reason is how the last attempt ended, in words.
+    const failure = admin.locator('#task-events-body > tr').filter({ has: admin.locator('.ev-type', { hasText: /^failed$/ }) });
+    assert.equal(await failure.locator('.ev-reason').textContent(), 'its last attempt was released as failed');
     // The release's error is archived with its event by the change stream
     // (about a second); until then the event may show without it.
     const release = admin.locator('#task-events-body > tr').filter({ has: admin.locator('.ev-type', { hasText: /^released$/ }) });
@@ -766,6 +769,13 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     assert.equal(await admin.locator('#timeline > li').first().getAttribute('data-end'), 'failed');
     await noHorizontalScroll(admin);
     await shot(admin, 'task-failed-1440-light');
+
+    // The events view shows the failure with its reason in words.
+    await admin.goto(server.url + '/#/events');
+    const feedFailure = admin.locator('#events-body > tr').filter({ has: admin.locator('.ev-task', { hasText: /^g-fragile$/ }) })
+      .filter({ has: admin.locator('.ev-type', { hasText: /^failed$/ }) });
+    await feedFailure.waitFor({ timeout: 8000 });
+    assert.equal(await feedFailure.locator('.ev-reason').textContent(), 'its last attempt was released as failed');
 
     // The failed list shows it with its error; the queues count it.
     await admin.goto(server.url + '/#/tasks/failed');

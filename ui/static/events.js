@@ -100,7 +100,7 @@ function updateRow(ctx, row, e) {
 // .ev-outcome, .ev-agent, .ev-fence, .ev-held, .ev-by, .ev-reason,
 // .ev-error): the fleet feed's rows and a task's timeline share them. A
 // release says its outcome ("attempt failed", "done") and the error its
-// holder gave, as text.
+// holder gave, as text; a failed event, how the last attempt ended.
 export function fillEvent(ctx, row, e) {
   setTime(row.querySelector('.ev-at'), e.at);
   const type = row.querySelector('.ev-type');
@@ -117,10 +117,18 @@ export function fillEvent(ctx, row, e) {
   text(row.querySelector('.ev-fence'), e.fence ? '#' + e.fence : '—');
   text(row.querySelector('.ev-held'), typeof e.held_seconds === 'number' ? duration(e.held_seconds) : '—');
   text(row.querySelector('.ev-by'), e.by ? agentName(ctx, e.by) : '—');
-  text(row.querySelector('.ev-reason'), e.reason || '—');
+  text(row.querySelector('.ev-reason'), (e.type === 'failed' && FAILED_WORDS[e.reason]) || e.reason || '—');
 }
 
 // How a release's outcome reads.
 const OUTCOME_WORDS = { failed: 'attempt failed', done: 'outcome: done' };
+
+// A failed event's reason is how the task's last attempt ended (an event
+// type): in words.
+const FAILED_WORDS = {
+  release: 'its last attempt was released as failed',
+  timeout: 'its last attempt timed out',
+  agent_death: 'the holder of its last attempt died',
+};
 
 export default view;
