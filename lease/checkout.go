@@ -664,6 +664,11 @@ func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) 
 	if err != nil {
 		return s.releasedAgain(ctx, err, p, EventRelease)
 	}
+	if it.claimable() {
+		// Freed here, by this write or by its first sending, whose
+		// answer was lost (finish): no grant the index lags (claim.go).
+		s.claims.freed(it.TaskID)
+	}
 	s.keepDelay(ctx, it) // a not_before PATCHed while it was held
 	return released(it), nil
 }

@@ -110,3 +110,39 @@ func TestATaskGrantedHereAndReleasedElsewhereIsClaimedAgainAtOnce(t *testing.T) 
 		}
 	}
 }
+
+// A release made through this process whose write applied, whose answer
+// was lost and which the SDK sent again (the second sending refused on
+// the first's own ending) frees the task here as any release does: the
+// process's next claim takes it at its priority, not a lower-priority
+// task while the second after its grant runs. Before, only a release
+// whose first sending was answered ended the pass-by of the task's
+// entry (claimSpread.freed).
+func TestATaskReleasedHereWhoseAnswerWasLostIsClaimedAgainAtItsPriority(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "high", Queue: "lost", Priority: new(9)})
+	e.create(t, lease.CreateTaskParams{TaskID: "low", Queue: "lost"})
+	e.caughtUp(t)
+	db := &updateTwiceDB{DB: e.db, name: "end_by", race: func() {}}
+	db.sent.Store(true) // armed for the release only
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	claim := func() lease.Checkout {
+		t.Helper()
+		return must[lease.Checkout](t)(s.Claim(c, lease.ClaimParams{AgentID: "a", Queues: []string{"lost"}, Timeout: time.Hour}))
+	}
+	first := claim()
+	if first.TaskID != "high" {
+		t.Fatalf("first claim took %s, want high", first.TaskID)
+	}
+	db.sent.Store(false)
+	must[lease.Released](t)(s.Release(c, lease.ReleaseParams{TaskID: first.TaskID, AgentID: "a", RunID: first.RunID, Fence: first.Fence}))
+	if !db.sent.Load() {
+		t.Fatal("the release was not sent twice")
+	}
+	e.caughtUp(t) // the index shows high released
+	if again := claim(); again.TaskID != "high" || again.Fence != first.Fence+1 {
+		t.Fatalf("a claim right after high's release took %s/%d, want high/%d, the most urgent task free", again.TaskID, again.Fence, first.Fence+1)
+	}
+}
