@@ -299,11 +299,19 @@ func migrateTask(ctx context.Context, db MigrateDB, table string, item map[strin
 	expr, _ := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("task_id"))).Build()
 	_, err := db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &table, Item: item,
-		ConditionExpression:      expr.Condition(),
-		ExpressionAttributeNames: expr.Names(),
+		ConditionExpression:                 expr.Condition(),
+		ExpressionAttributeNames:            expr.Names(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if _, failed := conditionFailed(err); failed {
-		if b != nil {
+	if returned, failed := conditionFailed(err); failed {
+		if b != nil && sameAttr(returned, item, "body") {
+			// This very copy (its body's token is in no other write): it
+			// applied, its answer was lost, and the SDK sent it again.
+			return true, nil
+		}
+		// Another copy's task (a run before, cut short): this body is
+		// named by none. Unless the task was not returned to say so.
+		if b != nil && returned != nil {
 			if _, err := db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &table, Key: taskKey(b.Key)}); err != nil {
 				return false, fmt.Errorf("migrate: delete the body of %s copied again: %w", it.TaskID, err)
 			}

@@ -1,7 +1,9 @@
 package lease_test
 
 import (
+	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -45,5 +47,50 @@ func TestMigrateRunAgainLeavesNoBodyBehind(t *testing.T) {
 		if got := must[lease.Task](t)(e.store.GetTask(c, id)); got.Description != "what to do in "+id {
 			t.Errorf("%s after the migrations: description %q", id, got.Description)
 		}
+	}
+}
+
+// putCopyTwiceDB sends the first copy of a task (a PutItem whose item has
+// migrated_at) twice: the first applied, its answer lost, the SDK sending
+// it again.
+type putCopyTwiceDB struct {
+	lease.MigrateDB
+	sent atomic.Bool
+}
+
+func (d *putCopyTwiceDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if _, ok := in.Item["migrated_at"]; ok && d.sent.CompareAndSwap(false, true) {
+		if _, err := d.MigrateDB.PutItem(ctx, in, opts...); err != nil {
+			return nil, err
+		}
+	}
+	return d.MigrateDB.PutItem(ctx, in, opts...)
+}
+
+// A migration whose copy of a task applied, whose answer was lost and
+// which the SDK sent again took the second sending's refusal for a task
+// copied before and deleted the body the copy had just named: the task's
+// description was gone and every GET of it failed. The copy now knows its
+// own item by the body it names.
+func TestAMigrationWhoseCopyWasSentTwiceKeepsTheBody(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "a", Title: "t", Description: "what to do", Metadata: []byte(`{"k":1}`)}))
+	e.oldTasksTable(t)
+	db := &putCopyTwiceDB{MigrateDB: uncounted()}
+	res := must[lease.MigrateResult](t)(lease.Migrate(c, db, e.names, schema.ShardCounts{}, nil))
+	if !db.sent.Load() {
+		t.Fatal("no copy was sent twice")
+	}
+	if res.Copied != 1 || res.Present != 0 {
+		t.Errorf("migrate: %+v, want the task copied", res)
+	}
+	got, err := e.store.GetTask(c, "a")
+	if err != nil {
+		t.Fatalf("GET of the task copied: %v; want it with its description", err)
+	}
+	if got.Description != "what to do" {
+		t.Fatalf("description %q, want %q", got.Description, "what to do")
 	}
 }
