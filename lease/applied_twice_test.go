@@ -213,3 +213,28 @@ func TestEveryWriteSentTwiceIsAnsweredAsOnce(t *testing.T) {
 		}
 	}
 }
+
+// An admin's force release whose write applied, whose answer was lost
+// and which the SDK sent again was answered 404 not_checked_out from the
+// second sending's refusal, though it had ended the lease: the admin was
+// told nothing was released. It is answered as released, with its own
+// ending.
+func TestAForceReleaseSentTwiceIsAnsweredAsReleased(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "x")
+	e.checkout(t, "x", "ag", time.Hour)
+	e.clock.Advance(time.Minute)
+	s := lease.New(lease.Config{DB: everyTwiceDB{e.db}, Tables: e.names, Now: e.clock.Now})
+	r, err := s.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "admin", Force: true})
+	if err != nil {
+		t.Fatalf("force release sent twice: %v, want it released", err)
+	}
+	if r.ReleasedBy != "admin" || r.Held != time.Minute {
+		t.Fatalf("force release answered %+v, want released by admin after a minute held", r)
+	}
+	if got := must[lease.Task](t)(e.store.GetTask(c, "x")); got.Status != lease.StatusTodo || got.Checkout != nil {
+		t.Fatalf("task after the force release: %s, lease %v", got.Status, got.Checkout)
+	}
+}

@@ -912,9 +912,17 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 		now := s.clockAfter(floor)
 		cond := pinnedTo(cur).and(nameExpires.GreaterThan(expression.Value(ms(now))))
 		e := ending{typ: EventForceRelease, by: p.By, reason: p.Reason, status: StatusTodo}
-		it, after, applied, err := s.endLease(ctx, p.TaskID, cond, e, now, types.ReturnValueAllNew)
+		wctx, sends := countSends(ctx)
+		it, after, applied, err := s.endLease(wctx, p.TaskID, cond, e, now, types.ReturnValueAllNew)
 		if err != nil {
 			return Released{}, err
+		}
+		if !applied && sends.Load() > 1 && sentAgain(it, e, cur.Holder, cur.RunID, cur.Fence, now) {
+			// This very ending, its answer lost and sent again (finish).
+			applied, after = true, it
+			if it.claimable() {
+				s.claims.freed(it.TaskID)
+			}
 		}
 		if !applied && lostToLater(it, now) {
 			floor = it.LastAt // a later transition (a renewal) landed first
