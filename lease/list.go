@@ -534,34 +534,58 @@ func (s *Store) claimEntries(ctx context.Context, q, pos string, n int) ([]taskI
 // listLeased reads the next limit tasks with a lease (of queue, if not
 // "") from by_lease_expiry, soonest expiry first, as they are now.
 // Entries of tasks waiting for their not_before (which have no holder) are
-// left out by the Query's filter; the queue, which the index does not
-// project, is told from the items, read on until the page is full.
+// left out by the Query's filter. The queue, which the index does not
+// project, is told from the items: a read of one queue's reads
+// max(limit, leaseScan) entries of every queue's, and its position is
+// that of its limit-th task of the queue, or, with fewer, of the last
+// entry read. The listing reads on a few times (maxListReads), then ends
+// its page with the position reached.
 func (s *Store) listLeased(ctx context.Context, queue string, at listPos, limit int) ([]taskItem, *listPos, error) {
-	pos := at.Pos
+	n := limit
+	if queue != "" {
+		n = max(limit, leaseScan)
+	}
+	batch, last, done, err := s.leaseEntries(ctx, at.Pos, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	ids := make([]string, len(batch))
+	for i, it := range batch {
+		ids[i] = it.TaskID
+	}
+	fresh, err := s.readTasks(ctx, ids)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read tasks: %w", err)
+	}
 	var out []taskItem
-	for len(out) < limit {
-		batch, last, done, err := s.leaseEntries(ctx, pos, limit-len(out))
-		if err != nil {
-			return nil, nil, err
+	for _, entry := range batch {
+		it, ok := fresh[entry.TaskID]
+		if !ok || queue != "" && it.queue() != queue {
+			continue
 		}
-		items, err := s.confirm(ctx, batch)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, it := range items {
-			if queue == "" || it.queue() == queue {
-				out = append(out, it)
-			}
-		}
-		if done {
-			return out, nil, nil
-		}
-		pos = last
-		if queue == "" {
-			break
+		if out = append(out, *it); len(out) == limit {
+			return out, &listPos{Pos: leasePos(entry.LeaseExpires, entry.TaskID)}, nil
 		}
 	}
-	return out, &listPos{Pos: pos}, nil
+	if done {
+		return out, nil, nil
+	}
+	return out, &listPos{Pos: last}, nil
+}
+
+// leaseScan is how many entries of every queue's leases a read of one
+// queue's in_progress tasks reads at least, so that a queue among a few
+// hundred leases shows on the first page. A page (maxListReads reads of
+// at most max(limit, leaseScan) entries, a Query per lease shard and a
+// BatchGetItem per 100 of them) reads at most 1,000 task items for a
+// limit up to leaseScan, 4,000 at MaxListLimit: in AWS, at about 10 ms a
+// request, some 0.2 s and 0.5 s whatever the number of leases, well
+// within the tasks function's 10 s.
+const leaseScan = 250
+
+// leasePos is a lease's position in by_lease_expiry's order.
+func leasePos(expires int64, taskID string) string {
+	return fmt.Sprintf("%013d#%s", expires, taskID)
 }
 
 // leaseEntries reads the next n entries with a holder of the lease shards
@@ -592,7 +616,7 @@ func (s *Store) leaseEntries(ctx context.Context, pos string, n int) ([]taskItem
 		})
 	}
 	key := func(item map[string]types.AttributeValue) string {
-		return fmt.Sprintf("%013d#%s", numberAttr(item, "lease_expires"), stringAttr(item, "task_id"))
+		return leasePos(numberAttr(item, "lease_expires"), stringAttr(item, "task_id"))
 	}
 	// Entries that expire in one millisecond come in no known order: a
 	// Query that stopped in that millisecond has read every entry before
