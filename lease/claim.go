@@ -131,7 +131,9 @@ import (
 // on condition that the receipt keeps no other (tried a few times, even
 // if the caller has gone), so attempts of one run sent at once hold one
 // lease: an attempt whose grant the receipt does not keep gives its task
-// back and answers the one kept (noteGrant), and an attempt that finds a
+// back and answers the one kept (noteGrant; a write that fails with an
+// error, which may have applied, is decided by a consistent read of the
+// receipt, and tried again for up to grantWait), and an attempt that finds a
 // lease of the run on a tried task while no grant is kept has the receipt
 // decide with the same write (claimedBefore). An attempt that finds no
 // task reads the receipt once more before it answers none, and so do
@@ -139,13 +141,15 @@ import (
 // the last task, kept or not yet, is answered, and a listed task still
 // claimable, which another attempt may be writing for, is written for
 // too, so that whichever write lands first both answer its lease. Should
-// the grant's write fail, the tried tasks are the only record: a retry
-// answers the lease found on them or, once the task has moved on past
-// it, in their trails (waiting up to trailWait for events the change
-// stream has not archived yet), as it was, ended. The window left:
-// attempts at once whose grant writes all fail may each keep the lease
-// they got. A client retries only after its first attempt's answer is
-// lost. A receipt outlives its agent's removal: one
+// the grant's write keep failing while the receipt keeps no grant, the
+// claim answers an error that says so and the lease stays on its task,
+// the tried tasks the only record: a retry answers the lease found on
+// them (kept in the receipt first, as claimedBefore does) or, once the
+// task has moved on past it, in their trails (waiting up to trailWait
+// for events the change stream has not archived yet), as it was, ended.
+// The window left: an attempt sent at the same time whose grant is kept
+// later leaves that undecided lease held until its timeout. A receipt
+// outlives its agent's removal: one
 // made before the id was registered again is the removed agent's
 // (removedAgentsReceipt), and the new agent's claim of that run id is a
 // fresh one.
@@ -1278,21 +1282,43 @@ type grantRecord struct {
 // (another attempt of the same run, sent at the same time, got its own
 // kept first: see also claimedBefore), this grant is given back
 // (released) and that one answered (superseded): a run holds one lease,
-// whichever attempt answers. Otherwise the grant is kept even if the
-// caller has gone, tried a few times; a failure is logged: a retry then
-// finds the lease on the task, or in its trail (see claimedBefore).
+// whichever attempt answers. The grant is kept even if the caller has
+// gone. A write that fails with an error (it timed out, or its answer
+// was lost) may or may not have applied, and says nothing of another
+// attempt's grant: the receipt, read consistently, decides, and the
+// write is tried again until it does, for up to grantWait. Undecided by
+// then, the lease is kept and the claim answers an error that says so:
+// a retry of the run finds the lease on its task, and the receipt
+// decides then (claimedBefore).
 func (s *Store) noteGrant(ctx context.Context, c Checkout) (first Checkout, superseded bool, err error) {
 	ctx = context.WithoutCancel(ctx)
-	kept, err := s.keepGrant(ctx, c)
-	if err != nil {
-		s.log.WarnContext(ctx, "claim receipt: the grant was not kept", "agent_id", c.AgentID, "run_id", c.RunID, "err", err)
-		return Checkout{}, false, nil
+	deadline := time.Now().Add(grantWait)
+	for {
+		kept, err := s.keepGrant(ctx, c)
+		switch {
+		case err == nil && kept:
+			return Checkout{}, false, nil
+		case err == nil:
+			return s.supersede(ctx, c)
+		}
+		rec, ok, rerr := s.receipt(ctx, c.AgentID, c.RunID)
+		if rerr == nil && ok && rec.Granted != nil {
+			if rec.Granted.Task == c.TaskID && rec.Granted.Fence == c.Fence {
+				return Checkout{}, false, nil // the write applied
+			}
+			return s.supersede(ctx, c)
+		}
+		if time.Now().After(deadline) {
+			s.log.WarnContext(ctx, "claim receipt: the grant was not kept", "agent_id", c.AgentID, "run_id", c.RunID, "task_id", c.TaskID, "err", err)
+			return Checkout{}, false, fmt.Errorf("claim %s: %s was granted (fence %d) but could not be kept as the run's lease; retry with the same run id: %w",
+				c.RunID, c.TaskID, c.Fence, err)
+		}
 	}
-	if !kept {
-		return s.supersede(ctx, c)
-	}
-	return Checkout{}, false, nil
 }
+
+// grantWait bounds how long noteGrant tries to keep a grant whose write
+// fails with an error.
+const grantWait = 2 * time.Second
 
 // keepGrant writes c as its run's grant in the run's receipt, on
 // condition that the receipt keeps no grant, or this one: kept is false

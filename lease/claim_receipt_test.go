@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +31,23 @@ func (d receiptLossDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 	return d.DB.UpdateItem(ctx, in, opt...)
 }
 
+// unkeptClaim claims with s, whose every grant write fails: the claim
+// answers an error that says its grant was not kept, and the lease it got
+// stays on its task, one of tasks, where it is found and returned.
+func unkeptClaim(t testing.TB, s *lease.Store, p lease.ClaimParams, tasks ...string) lease.Checkout {
+	t.Helper()
+	if _, err := s.Claim(ctx(t), p); err == nil || !strings.Contains(err.Error(), "could not be kept") {
+		t.Fatalf("claim whose grant could not be kept: err %v, want one that says so", err)
+	}
+	for _, task := range tasks {
+		if lock := must[*lease.Checkout](t)(s.LockStatus(ctx(t), task)); lock != nil && lock.AgentID == p.AgentID && lock.RunID == p.RunID {
+			return *lock
+		}
+	}
+	t.Fatalf("no lease of %s on %v", p.RunID, tasks)
+	return lease.Checkout{}
+}
+
 // A named claim whose grant could not be kept in its receipt, retried after
 // its task has moved on (its lease force-released, the task checked out and
 // released by another), gets the same lease, not a second one under the
@@ -44,7 +62,7 @@ func TestClaimRetryWithItsReceiptLostGetsTheSameLease(t *testing.T) {
 			e.task(t, "x")
 			e.caughtUp(t) // the claim finds x through an index
 			lossy := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
-			first := must[lease.Checkout](t)(lossy.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute}))
+			first := unkeptClaim(t, lossy, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute}, "x")
 			e.clock.Advance(time.Second)
 			must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "admin", Force: true}))
 			e.clock.Advance(time.Second)
@@ -366,5 +384,77 @@ func TestClaimAttemptFindingAnUnkeptGrantAnswersTheReceiptsGrant(t *testing.T) {
 	live := must[[]lease.Checkout](t)(e.store.ListCheckouts(c, "a"))
 	if len(live) != 1 || live[0].TaskID != got[0].TaskID || live[0].Fence != got[0].Fence {
 		t.Fatalf("run-1 holds %+v, want only %s/%d", live, got[0].TaskID, got[0].Fence)
+	}
+}
+
+// grantErrDB fails, with an error and unsent, every write that would keep
+// the grant of task fail in a named claim's receipt: a write that timed
+// out, or whose answer was lost, after the SDK's own retries.
+type grantErrDB struct {
+	lease.DB
+	fail atomic.Value // string
+}
+
+func (d *grantErrDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if task := grantTask(in); task != "" && task == d.fail.Load() {
+		return nil, errors.New("request timed out")
+	}
+	return d.DB.UpdateItem(ctx, in, opt...)
+}
+
+// Attempts of one named claim sent at the same time hold one lease even
+// when the grant write of one of them fails with an error (no refused
+// condition): attempts A and B each took a task; A's grant is kept; B's
+// write times out, every time. B reads the receipt, finds A's grant, gives
+// its own task back and answers A's lease.
+func TestClaimAttemptWhoseGrantWriteFailsAnswersTheKeptGrant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t0", "t1")
+	e.caughtUp(t)
+	errs := &grantErrDB{DB: e.db}
+	errs.fail.Store("")
+	db := &grantGateDB{DB: errs, quit: make(chan struct{}), bothRead: make(chan struct{}), held: make(chan string, 2), gates: map[string]chan struct{}{}}
+	t.Cleanup(func() { close(db.quit) })
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	type answer struct {
+		co  lease.Checkout
+		err error
+	}
+	answers := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			co, err := s.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute})
+			answers <- answer{co, err}
+		}()
+	}
+	var took []string
+	for range 2 {
+		select {
+		case task := <-db.held:
+			took = append(took, task)
+		case a := <-answers:
+			t.Fatalf("an attempt answered %+v (%v) before both grants were written", a.co, a.err)
+		}
+	}
+	if took[0] == took[1] {
+		t.Fatalf("both attempts took %s, want one task each", took[0])
+	}
+	errs.fail.Store(took[1])
+	var got []lease.Checkout
+	for _, task := range took {
+		close(db.gate(task))
+		a := <-answers
+		if a.err != nil {
+			t.Fatalf("the attempt holding %s: %v", task, a.err)
+		}
+		got = append(got, a.co)
+	}
+	if got[0].TaskID != took[0] || got[1].TaskID != got[0].TaskID || got[1].Fence != got[0].Fence {
+		t.Fatalf("attempts answered %s/%d and %s/%d, want the kept grant %s twice", got[0].TaskID, got[0].Fence, got[1].TaskID, got[1].Fence, took[0])
+	}
+	if lock := must[*lease.Checkout](t)(e.store.LockStatus(c, took[1])); lock != nil {
+		t.Fatalf("%s still holds %+v, a second lease of run-1", took[1], lock)
 	}
 }

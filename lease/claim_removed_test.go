@@ -67,12 +67,14 @@ func TestAClaimOfAnIdRegisteredAgainIgnoresTheRemovedAgentsReceipt(t *testing.T)
 			}
 			claim := lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute, Queues: []string{"again"}}
 			must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "a", Name: "a"}))
-			old := e.store
-			if kept == "grant lost" {
-				old = lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
-			}
 			e.caughtUp(t) // the claim finds the tasks through an index
-			first := must[lease.Checkout](t)(old.Claim(c, claim))
+			var first lease.Checkout
+			if kept == "grant lost" {
+				lossy := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+				first = unkeptClaim(t, lossy, claim, "x", "y")
+			} else {
+				first = must[lease.Checkout](t)(e.store.Claim(c, claim))
+			}
 			e.clock.Advance(time.Second)
 			e.caughtUp(t) // the removal finds the claimed lease through an index
 			if err := e.store.RemoveAgent(c, "a"); err != nil {
