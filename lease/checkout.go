@@ -738,7 +738,8 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		}
 		pin := cond.and(nameFence.Equal(expression.Value(cur.Fence)), countIs(nameAttempts, cur.Attempts), countIs(nameFailures, cur.Failures), limit, rankIs(cur.ClaimRank),
 			delay, countIs(nameNotBefore, int(cur.NotBefore)))
-		it, after, applied, err := s.endLease(ctx, p.TaskID, pin, e, now, types.ReturnValueAllNew)
+		wctx, sends := countSends(ctx)
+		it, after, applied, err := s.endLease(wctx, p.TaskID, pin, e, now, types.ReturnValueAllNew)
 		switch {
 		case err != nil:
 			return nil, err
@@ -750,6 +751,9 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		case replayEnd(it, EventRelease, OutcomeFailed, p.By, p.AgentID, cur.RunID, cur.Fence):
 			// The lease read ended by this caller's failed release: a
 			// repeat, or this very write sent again (its answer lost).
+			if sends.Load() > 1 {
+				s.freedUnanswered(it)
+			}
 			return it, nil
 		case it != nil && it.Holder == cur.Holder && it.Fence == cur.Fence && it.leaseTimeValid(now) && holderAlive(hb, it.LockedAt, now):
 			continue // the counts moved under a live lease: decide again
@@ -846,6 +850,18 @@ func (s *Store) endLease(ctx context.Context, taskID string, cond terms, e endin
 	return nil, nil, false, fmt.Errorf("end the lease on %s: %w", taskID, ErrBusy)
 }
 
+// freedUnanswered is what endLease does for an ending write that left the
+// task claimable, for one whose answer was lost (the SDK sent it again,
+// and the second sending was refused on the first's own ending: sends.go):
+// the process's claims no longer pass the task by, and those waiting on
+// its queue are woken.
+func (s *Store) freedUnanswered(it *taskItem) {
+	if it.claimable() {
+		s.claims.freed(it.TaskID)
+		s.claims.wake(wokenQueue(it))
+	}
+}
+
 // finish ends the caller's own lease by e (release or complete): one
 // conditional write under holderGuard. When it does not apply, a retry of an
 // earlier attempt that did is answered as that attempt was; otherwise the
@@ -877,6 +893,9 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 			return after, nil
 		}
 		if replayEnd(it, e.typ, e.outcome, e.by, agentID, runID, fence) || sends.Load() > 1 && sentAgain(it, e, agentID, runID, fence, now) {
+			if sends.Load() > 1 {
+				s.freedUnanswered(it) // this very write, its answer lost
+			}
 			return it, nil
 		}
 		return nil, s.notHolder(ctx, it, agentID, runID, fence, now, hb)
@@ -920,9 +939,7 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 		if !applied && sends.Load() > 1 && sentAgain(it, e, cur.Holder, cur.RunID, cur.Fence, now) {
 			// This very ending, its answer lost and sent again (finish).
 			applied, after = true, it
-			if it.claimable() {
-				s.claims.freed(it.TaskID)
-			}
+			s.freedUnanswered(it)
 		}
 		if !applied && lostToLater(it, now) {
 			floor = it.LastAt // a later transition (a renewal) landed first

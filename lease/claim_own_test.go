@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -144,5 +145,55 @@ func TestATaskReleasedHereWhoseAnswerWasLostIsClaimedAgainAtItsPriority(t *testi
 	e.caughtUp(t) // the index shows high released
 	if again := claim(); again.TaskID != "high" || again.Fence != first.Fence+1 {
 		t.Fatalf("a claim right after high's release took %s/%d, want high/%d, the most urgent task free", again.TaskID, again.Fence, first.Fence+1)
+	}
+}
+
+// A release made through this process whose write applied, whose answer
+// was lost and which the SDK sent again wakes the process's claims
+// waiting on the task's queue, as any release does: before, only an
+// ending write answered as applied woke them, and they took the task at
+// their next poll.
+func TestAReleaseHereWhoseAnswerWasLostWakesTheWaitingClaims(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"release", "failed release", "force release"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.create(t, lease.CreateTaskParams{TaskID: "t", Queue: "q", RetryDelay: new(time.Duration(0))})
+			e.caughtUp(t)
+			db := &updateTwiceDB{DB: e.db, name: "end_by", race: func() {}}
+			db.sent.Store(true) // armed for the release only
+			s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+			lease.PollClaims(s, time.Hour) // only a wake makes a waiting claim look again
+			first := must[lease.Checkout](t)(s.Claim(c, lease.ClaimParams{AgentID: "a", Queues: []string{"q"}, Timeout: time.Hour}))
+			wc, stop := context.WithCancel(c)
+			defer stop()
+			got := make(chan lease.Checkout, 1)
+			go func() {
+				co, _ := s.Claim(wc, lease.ClaimParams{AgentID: "b", Queues: []string{"q"}, Wait: 20 * time.Second, Timeout: time.Hour})
+				got <- co
+			}()
+			asleep(t, s, 1)
+			wakes := lease.ClaimWakes(s)
+			db.sent.Store(false)
+			p := lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: first.RunID, Fence: first.Fence}
+			switch how {
+			case "failed release":
+				p.Outcome = lease.OutcomeFailed
+			case "force release":
+				p = lease.ReleaseParams{TaskID: "t", AgentID: "admin", Force: true}
+			}
+			must[lease.Released](t)(s.Release(c, p))
+			if !db.sent.Load() {
+				t.Fatal("the release was not sent twice")
+			}
+			if n := lease.ClaimWakes(s) - wakes; n != 1 {
+				t.Fatalf("%d wakes sent, want 1: to the claim waiting on the released task's queue", n)
+			}
+			if co := <-got; co.TaskID != "t" || co.Fence != first.Fence+1 {
+				t.Fatalf("the waiting claim took %s/%d, want t/%d", co.TaskID, co.Fence, first.Fence+1)
+			}
+		})
 	}
 }
