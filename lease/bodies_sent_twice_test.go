@@ -144,3 +144,34 @@ func TestACreateSentTwiceAfterACheckoutIsCreated(t *testing.T) {
 		t.Fatalf("the create, whose first sending created the task: %v; want the task created (201)", err)
 	}
 }
+
+// A PATCH of the description whose write applied, whose answer was lost
+// and which the SDK sent again after another client's PATCH of the
+// description landed, took the refused second sending for not applied:
+// it wrote again, over the other client's description, and left the body
+// its first write had replaced, which no task names, for good. The body
+// that replaced its own now says that its write applied.
+func TestAPatchSentTwiceAfterAnotherDescriptionPatchAppliesOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "p1", Title: "t", Description: "old"}))
+	old := bodyOf(t, e, "p1")
+	var raceErr error
+	db := &updateTwiceDB{DB: e.db, name: "body", race: func() {
+		_, raceErr = e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p1", AgentID: "b", Description: new("other")})
+	}}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	if _, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p1", AgentID: "a", Description: new("new")}); err != nil {
+		t.Fatalf("the PATCH whose first sending applied: %v", err)
+	}
+	if !db.sent.Load() || raceErr != nil {
+		t.Fatalf("sent twice %v, the other client's PATCH: %v", db.sent.Load(), raceErr)
+	}
+	if got := must[lease.Task](t)(e.store.GetTask(c, "p1")); got.Description != "other" || got.Version != 3 {
+		t.Fatalf("description %q at version %d, want %q at 3: the PATCH applied once, before the other client's", got.Description, got.Version, "other")
+	}
+	if itemExists(t, e, old) {
+		t.Fatalf("the body %s the PATCH replaced is left behind; no task names it", old)
+	}
+}

@@ -62,6 +62,12 @@ import (
 //     either way the create is answered as made) or another's, which can
 //     never become this one (the body is deleted).
 //
+// A PATCH's write that the SDK sent again (its first answer lost: sends.go)
+// and whose second sending was refused knows its own write by its id on
+// the task, or by its new body named there; once another PATCH of the
+// description has replaced that body, by the body named now, which
+// keeps the token of the one it replaced (replacedOwn).
+//
 // Nothing can make a body named after it was deleted; nothing is
 // deleted that a task names or may still name. This costs one write,
 // and only on such an error; a deciding write that itself fails so
@@ -80,6 +86,9 @@ type bodyItem struct {
 	Metadata    string `dynamodbav:"metadata,omitempty"`
 	// Error is an error item's text (below).
 	Error string `dynamodbav:"error,omitempty"`
+	// Replaces is the token of the body the task named when the PATCH
+	// that wrote this one read it (replacedOwn).
+	Replaces string `dynamodbav:"replaces,omitempty"`
 }
 
 func bodyKey(taskID, token string) string { return taskID + "#body#" + token }
@@ -229,6 +238,22 @@ func (s *Store) fillBodies(ctx context.Context, items ...*taskItem) error {
 		err = fmt.Errorf("read the body of %s: replaced again and again: %w", gone[0].TaskID, ErrBusy)
 	}
 	return err
+}
+
+// replacedOwn reports whether the body the task names now (it) replaced
+// token, the new body of a PATCH whose write was sent more than once and
+// refused: then that write applied (only it names token), and a later
+// PATCH of the description landed before its second sending. One GetItem,
+// on that path only; a body gone since (replaced again) says nothing.
+func (s *Store) replacedOwn(ctx context.Context, it *taskItem, token string) (bool, error) {
+	if it.BodyToken == "" || it.BodyToken == token {
+		return false, nil
+	}
+	b, err := getItem[bodyItem](ctx, s.db, s.tasks, taskKey(bodyKey(it.TaskID, it.BodyToken)))
+	if err != nil || b == nil {
+		return false, err
+	}
+	return b.Replaces == token, nil
 }
 
 // readBodies is fillBodies' one batch: it returns the items whose body was

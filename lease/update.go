@@ -241,6 +241,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		if newBody {
 			next := taskItem{TaskID: cur.TaskID, Description: body.Description, Metadata: body.Metadata}
 			if b := splitBody(&next); b != nil {
+				b.Replaces = cur.BodyToken
 				if err := s.putBody(ctx, b); err != nil {
 					return Task{}, err
 				}
@@ -282,6 +283,11 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 			// which no other write names, says so too, after a later
 			// PATCH (of the title, say).
 			applied = true
+		}
+		if err == nil && !applied && sends.Load() > 1 && after != nil && newBody && token != "" {
+			// Or a later PATCH of the description replaced its new body:
+			// the body the task names now says so.
+			applied, err = s.replacedOwn(ctx, after, token)
 		}
 		switch {
 		case err == nil && !applied && len(added) > 0 && unlock != nil:
