@@ -147,6 +147,10 @@ import (
 // them (kept in the receipt first, as claimedBefore does) or, once the
 // task has moved on past it, in their trails (waiting up to trailWait
 // for events the change stream has not archived yet), as it was, ended.
+// A trail is read only from the receipt's making on, newest first and at
+// most sinceFirst + sinceMore events (two Queries, however long the
+// trail): a task with more events since is not searched further, and the
+// retry is a fresh claim (the lease it got has ended: the task moved on).
 // The window left: an attempt sent at the same time whose grant is kept
 // later leaves that undecided lease held until its timeout. A receipt
 // outlives its agent's removal: one
@@ -1379,15 +1383,29 @@ func (s *Store) supersede(ctx context.Context, c Checkout) (Checkout, bool, erro
 // about a second after their transition).
 const trailWait = 3 * time.Second
 
+// receiptSkew is how much earlier than the time a named claim's receipt
+// was made its run's grant may be stamped: another attempt of the run,
+// sent at the same time, may grant a task the first one noted, on another
+// process's clock (see "What the clock is trusted for", doc.go).
+const receiptSkew = time.Second
+
 // grantInTrail finds the run's grant of taskID in the task's trail, which
 // keeps every grant for the events' retention (far beyond a receipt's),
 // waiting until the deadline for events not archived yet; with fence (not
 // 0), that grant only: a run id may be used again by a checkout. The lease has
 // ended (else the task itself would have shown it): it is returned
 // expiring at its end.
-func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string, fence int64, deadline time.Time) (Checkout, bool, error) {
+//
+// The grant was made at or after since (Unix ms: when the receipt was
+// made, or the grant's lock time), so only the trail from then on is read
+// (trailSince), newest first and bounded: what it costs depends on the
+// task's events since, not on its whole history. A task with more events
+// since than that read holds is not searched further: the grant is not
+// found there (logged), as for one past the trail's retention.
+func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string, fence, since int64, deadline time.Time) (Checkout, bool, error) {
+	since -= receiptSkew.Milliseconds()
 	for {
-		tr, err := s.Trail(ctx, taskID)
+		tr, whole, err := s.trailSince(ctx, taskID, since)
 		if errors.Is(err, ErrTaskNotFound) {
 			return Checkout{}, false, nil
 		}
@@ -1397,7 +1415,7 @@ func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string,
 		var c *Checkout
 		for _, ev := range tr.Events {
 			switch {
-			case ev.Type == EventCheckout && ev.AgentID == agentID && ev.RunID == runID && (fence == 0 || ev.Fence == fence):
+			case ev.Type == EventCheckout && ev.AgentID == agentID && ev.RunID == runID && (fence == 0 || ev.Fence == fence) && ms(ev.At) >= since:
 				c = &Checkout{TaskID: taskID, AgentID: agentID, AgentName: agentID, RunID: runID, Fence: ev.Fence,
 					LockedAt: ev.At, ExpiresAt: ev.At, Reason: ev.Reason}
 			case c != nil && ev.Fence == c.Fence && ev.EndsLease() && ev.Held != nil:
@@ -1407,6 +1425,11 @@ func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string,
 		}
 		if c != nil {
 			return *c, true, nil
+		}
+		if !whole {
+			s.log.WarnContext(ctx, "claim retry: the task's trail since the claim is longer than a retry reads; its grant is not looked for there",
+				"task_id", taskID, "agent_id", agentID, "run_id", runID)
+			return Checkout{}, false, nil
 		}
 		if tr.Pending == 0 || time.Now().After(deadline) {
 			return Checkout{}, false, nil
@@ -1583,7 +1606,7 @@ func (s *Store) runLease(ctx context.Context, agentID, runID string, tried bool)
 	if !tried {
 		return Checkout{}, false, false, nil
 	}
-	c, ok, err = s.leaseOfRun(ctx, rec.Tried, agentID, runID, 0)
+	c, ok, err = s.leaseOfRun(ctx, rec.Tried, agentID, runID, 0, rec.Created)
 	return c, ok, false, err
 }
 
@@ -1610,14 +1633,15 @@ func (s *Store) receipt(ctx context.Context, agentID, runID string) (receiptItem
 func (s *Store) receiptsGrant(ctx context.Context, agentID, runID string, g grantRecord) (Checkout, error) {
 	// The grant names its task: the lease is read there as it is now
 	// (renewed, or ended), with the grant's own details.
-	c, ok, err := s.leaseOfRun(ctx, []string{g.Task}, agentID, runID, g.Fence)
+	c, ok, err := s.leaseOfRun(ctx, []string{g.Task}, agentID, runID, g.Fence, g.Locked)
 	if err != nil {
 		return Checkout{}, err
 	}
 	if !ok {
 		// Moved on, and its ending not in the trail (not archived
-		// within trailWait, or past the trail's retention): ended by
-		// now, at its expiry at the latest.
+		// within trailWait, past the trail's retention, or further
+		// back than grantInTrail reads): ended by now, at its expiry
+		// at the latest.
 		end := min(g.Expires, max(ms(s.clock()), g.Locked))
 		c = Checkout{TaskID: g.Task, AgentID: agentID, RunID: runID, Fence: g.Fence, LockedAt: fromMS(g.Locked),
 			ExpiresAt: fromMS(end), Timeout: fromMS(end).Sub(fromMS(g.Locked)), Reason: g.Reason}
@@ -1630,8 +1654,9 @@ func (s *Store) receiptsGrant(ctx context.Context, agentID, runID string, g gran
 // (of fence, when not 0), as it is now: live on the task, or, if it has
 // ended, as it was, expiring when it ended: the task's last ending, the
 // lease its latest checkout took over, or, once the task has moved on,
-// the grant in its trail. Every read is consistent.
-func (s *Store) leaseOfRun(ctx context.Context, tasks []string, agentID, runID string, fence int64) (Checkout, bool, error) {
+// the grant in its trail, made at or after since (Unix ms; see
+// grantInTrail). Every read is consistent.
+func (s *Store) leaseOfRun(ctx context.Context, tasks []string, agentID, runID string, fence, since int64) (Checkout, bool, error) {
 	is := func(agent, run string, f int64) bool {
 		return agent == agentID && run == runID && (fence == 0 || f == fence)
 	}
@@ -1653,7 +1678,7 @@ func (s *Store) leaseOfRun(ctx context.Context, tasks []string, agentID, runID s
 	// The task has moved on past the lease: the trail still has it.
 	deadline := time.Now().Add(trailWait)
 	for _, taskID := range tasks {
-		if c, ok, err := s.grantInTrail(ctx, taskID, agentID, runID, fence, deadline); ok || err != nil {
+		if c, ok, err := s.grantInTrail(ctx, taskID, agentID, runID, fence, since, deadline); ok || err != nil {
 			return c, ok, err
 		}
 	}

@@ -204,6 +204,94 @@ func (s *Store) trail(ctx context.Context, taskID string, after int64, limit int
 	return tr, nil
 }
 
+// The latest events of a trail, for a named claim's retry looking for its
+// grant (grantInTrail), are read newest first: first sinceFirst of them,
+// then, only when every one of those was made since the time asked for,
+// up to sinceMore more. Two Queries at most, whatever the trail's length:
+// a task with thousands of events costs what a task with a few does. A
+// hundred events of usual size are about 8 read units.
+const (
+	sinceFirst = 10
+	sinceMore  = 100
+)
+
+// trailSince returns the task's latest events, oldest first, back to the
+// first made before since (Unix ms), as trail shows a trail: the item's
+// latest transition merged in while its archive write is in flight (a
+// failed release without its error), cut at the first hole, Pending
+// counting the events held back. The archive is read newest first
+// (sinceFirst, then sinceMore: see there); whole says the read went back
+// past since, or to the trail's first event, so that every event made
+// since is among those shown and pending. When it is false, more events
+// were made since than the read holds: Events are the latest of them.
+func (s *Store) trailSince(ctx context.Context, taskID string, since int64) (tr Trail, whole bool, err error) {
+	it, err := s.getTask(ctx, taskID)
+	if err != nil {
+		return Trail{}, false, err
+	}
+	if it == nil {
+		return Trail{}, false, ErrTaskNotFound
+	}
+	items, whole, err := s.queryTrailBack(ctx, taskID, since)
+	if err != nil {
+		return Trail{}, false, err
+	}
+	// The first event read names the one before it: the trail's holes are
+	// looked for from there on.
+	var after int64
+	if len(items) > 0 {
+		after = items[0].PrevSeq
+	}
+	seen := map[int64]bool{}
+	for _, e := range items {
+		seen[e.Seq] = true
+	}
+	for _, e := range it.latestEvents() {
+		if !seen[e.Seq] && e.Seq > after {
+			items = append(items, e.eventItem)
+		}
+	}
+	sort.Slice(items, func(i, j int) bool { return items[i].Seq < items[j].Seq })
+	n := gapFree(items, after, ms(s.clock())-s.retention.Milliseconds())
+	tr.Pending = len(items) - n
+	for _, e := range items[:n] {
+		tr.Events = append(tr.Events, e.event())
+	}
+	return tr, whole, nil
+}
+
+// queryTrailBack reads the task's latest archived events, newest first,
+// until one made before since, or the first event, or the bound (see
+// sinceFirst): whole says it stopped at one of the first two. It returns
+// them oldest first.
+func (s *Store) queryTrailBack(ctx context.Context, taskID string, since int64) ([]eventItem, bool, error) {
+	in, err := tableQuery(s.events, expression.Key("task_id").Equal(expression.Value(taskID)))
+	if err != nil {
+		return nil, false, err
+	}
+	in.ScanIndexForward = aws.Bool(false)
+	var evs []eventItem
+	for _, limit := range []int{sinceFirst, sinceMore} {
+		in.Limit = int32ptr(limit)
+		page, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, false, fmt.Errorf("query %s: %w", s.events, err)
+		}
+		var batch []eventItem
+		if err := attributevalue.UnmarshalListOfMaps(page.Items, &batch); err != nil {
+			return nil, false, fmt.Errorf("decode %s: %w", s.events, err)
+		}
+		evs = append(evs, batch...)
+		if len(page.LastEvaluatedKey) == 0 || len(evs) > 0 && evs[len(evs)-1].At < since {
+			slices.Reverse(evs)
+			return evs, true, nil
+		}
+		in.ExclusiveStartKey = page.LastEvaluatedKey
+	}
+	slices.Reverse(evs)
+	return evs, false, nil
+}
+
 // A page of events (a trail's, or the feed's) is also bounded in bytes, so
 // that its answer stays under Lambda's 6 MB response whatever its events
 // hold: pageBytes of eventWireBound, the most an event can take in the
