@@ -721,8 +721,65 @@ type graphView struct {
 // statuses (one consistent BatchGetItem for all) and their dependents
 // (a Query each, for those with has_dependents).
 func (s *Store) fillGraph(ctx context.Context, items ...*taskItem) error {
+	_, err := s.fillGraphWithin(ctx, items, len(items), nil)
+	return err
+}
+
+// graphReadWidth is how many tasks' dependents fillGraph reads at once.
+const graphReadWidth = 8
+
+// fillGraphWithin is fillGraph for a listing's page: it reads the
+// dependents of the items in order, graphReadWidth at once, while it has
+// read those of fewer than maxReads tasks and the ids read take less than
+// pageBytes in the answer, and fills the first n items, those up to where
+// it stopped (at least one). known holds dependents already read by task
+// id (nil: none), and gets those it reads.
+func (s *Store) fillGraphWithin(ctx context.Context, items []*taskItem, maxReads int, known map[string][]string) (n int, err error) {
+	blocks := make([][]string, len(items))
+	// toRead says whether item i's dependents are still to be read.
+	toRead := func(i int) bool {
+		it := items[i]
+		if it == nil || !it.HasDependents {
+			return false
+		}
+		deps, ok := known[it.TaskID]
+		blocks[i] = deps
+		return !ok
+	}
+	reads, size := 0, 0
+	for n < len(items) && reads < maxReads && size <= pageBytes {
+		from := n
+		g, gctx := errgroup.WithContext(ctx)
+		for width := 0; n < len(items); n++ {
+			if !toRead(n) {
+				continue
+			}
+			if width == graphReadWidth || reads == maxReads {
+				break
+			}
+			width++
+			reads++
+			i := n
+			g.Go(func() error {
+				deps, err := s.dependents(gctx, items[i].TaskID)
+				blocks[i] = deps
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return 0, err
+		}
+		for i := from; i < n; i++ {
+			if known != nil && items[i] != nil && items[i].HasDependents {
+				known[items[i].TaskID] = blocks[i]
+			}
+			for _, id := range blocks[i] {
+				size += 2 * (len(id) + 4) // as taskWireBound counts it
+			}
+		}
+	}
 	var ids []string
-	for _, it := range items {
+	for _, it := range items[:n] {
 		if it != nil {
 			ids = append(ids, it.BlockedBy...)
 		}
@@ -731,7 +788,7 @@ func (s *Store) fillGraph(ctx context.Context, items ...*taskItem) error {
 	if len(ids) > 0 {
 		got, err := s.readTasks(ctx, ids)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		now := s.clock()
 		for id, it := range got {
@@ -739,23 +796,12 @@ func (s *Store) fillGraph(ctx context.Context, items ...*taskItem) error {
 			statuses[id] = it.task(it.leaseTimeValid(now)).Status
 		}
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
-	for _, it := range items {
-		if it == nil {
-			continue
-		}
-		v := &graphView{blockers: statuses}
-		it.graph = v
-		if it.HasDependents {
-			g.Go(func() error {
-				deps, err := s.dependents(gctx, it.TaskID)
-				v.blocks = deps
-				return err
-			})
+	for i, it := range items[:n] {
+		if it != nil {
+			it.graph = &graphView{blockers: statuses, blocks: blocks[i]}
 		}
 	}
-	return g.Wait()
+	return n, nil
 }
 
 // The graph's lock and epoch: an item of the heartbeats table, "#graph"

@@ -75,3 +75,7 @@ func InboxWhole(ctx context.Context, s *Store, agentID string) ([]Message, error
 
 // TablePrefix is the prefix of s's table names.
 func TablePrefix(s *Store) string { return strings.TrimSuffix(s.tasks, schema.TasksTable) }
+
+// PageDependentsReads is how many tasks' dependents one listing page
+// reads at most.
+const PageDependentsReads = pageDependentsReads

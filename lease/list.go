@@ -210,17 +210,27 @@ func digits(s string) bool {
 // A page is also bounded in bytes, as a trail's is (pageBytes): when the
 // tasks read do not fit, the listing is read again with a limit of those
 // that do, so its cursor goes on right after them.
+//
+// A page reads the dependents of at most pageDependentsReads of its tasks
+// (a Query each), and no more once the ids read would pass pageBytes:
+// when its tasks need more, the listing is read again with a limit of
+// those read, their dependents kept from the first read.
 func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, error) {
+	known := map[string][]string{}
 	for {
-		page, err := s.listTasks(ctx, p)
+		page, filled, err := s.listTasks(ctx, p, known)
 		if err != nil {
 			return TaskPage{}, err
+		}
+		if filled > 0 {
+			p.Limit = filled // fewer than the page had, so this ends
+			continue
 		}
 		n := fitTasks(page.Tasks)
 		if n == len(page.Tasks) {
 			return page, nil
 		}
-		p.Limit = n // fewer than the page had, so this ends
+		p.Limit = n // likewise
 	}
 }
 
@@ -258,32 +268,35 @@ func fitTasks(tasks []Task) int {
 	return len(tasks)
 }
 
-// listTasks is ListTasks without its bound in bytes.
-func (s *Store) listTasks(ctx context.Context, p ListTasksParams) (TaskPage, error) {
+// listTasks is ListTasks without its bound in bytes. When the page's
+// reads of dependents (fillGraphWithin, from known) stop short of its
+// entries, it answers how many of them, from the first, they cover
+// (filled) instead of a page.
+func (s *Store) listTasks(ctx context.Context, p ListTasksParams, known map[string][]string) (page TaskPage, filled int, err error) {
 	if p.Limit == 0 {
 		p.Limit = DefaultListLimit
 	}
 	if err := CheckLimit(p.Limit); err != nil {
-		return TaskPage{}, err
+		return TaskPage{}, 0, err
 	}
 	if p.Status != "" {
 		if err := CheckListStatus(p.Status); err != nil {
-			return TaskPage{}, err
+			return TaskPage{}, 0, err
 		}
 	}
 	if p.Queue != "" {
 		if err := CheckQueue(p.Queue); err != nil {
-			return TaskPage{}, err
+			return TaskPage{}, 0, err
 		}
 	}
 	if err := CheckCursor(p.Cursor); err != nil {
-		return TaskPage{}, err
+		return TaskPage{}, 0, err
 	}
 	c := cursor{}
 	if p.Cursor != "" {
 		var err error
 		if c, err = decodeCursor(p.Cursor, s.shards.Status); err != nil {
-			return TaskPage{}, err
+			return TaskPage{}, 0, err
 		}
 		// A cursor continues its own listing: given alone, it keeps that
 		// listing's filters; with others, it is refused.
@@ -292,7 +305,7 @@ func (s *Store) listTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 		case p.Status == "" && p.Queue == "":
 			p.Status, p.Queue = c.ListStatus, c.ListQueue
 		case p.Status != c.ListStatus || p.Queue != c.ListQueue:
-			return TaskPage{}, c.otherListing()
+			return TaskPage{}, 0, c.otherListing()
 		}
 	}
 	statuses := Statuses
@@ -300,7 +313,7 @@ func (s *Store) listTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 		statuses = []Status{p.Status}
 	}
 	if c.Status >= len(statuses) {
-		return TaskPage{}, notIssued()
+		return TaskPage{}, 0, notIssued()
 	}
 	var items []taskItem
 	listed := map[string]Status{} // the status each task was listed under
@@ -311,7 +324,7 @@ func (s *Store) listTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 		if i == c.Status && p.Cursor != "" {
 			var err error
 			if at, err = c.listPosition(st); err != nil {
-				return TaskPage{}, err
+				return TaskPage{}, 0, err
 			}
 		}
 		// A read may list fewer than asked and not be at the end (a
@@ -322,7 +335,7 @@ func (s *Store) listTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 		for reads := 1; ; reads++ {
 			batch, after, err := s.listStatus(ctx, st, p.Queue, at, p.Limit-len(items))
 			if err != nil {
-				return TaskPage{}, err
+				return TaskPage{}, 0, err
 			}
 			for _, it := range batch {
 				listed[it.TaskID] = st
@@ -345,19 +358,23 @@ func (s *Store) listTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 	}
 	live, err := s.liveLeases(ctx, items, s.clock())
 	if err != nil {
-		return TaskPage{}, err
+		return TaskPage{}, 0, err
 	}
 	ptrs := make([]*taskItem, len(items))
 	for i := range items {
 		ptrs[i] = &items[i]
 	}
 	if err := s.fillBodies(ctx, ptrs...); err != nil {
-		return TaskPage{}, err
+		return TaskPage{}, 0, err
 	}
-	if err := s.fillGraph(ctx, ptrs...); err != nil {
-		return TaskPage{}, err
+	n, err := s.fillGraphWithin(ctx, ptrs, pageDependentsReads, known)
+	if err != nil {
+		return TaskPage{}, 0, err
 	}
-	page := TaskPage{Tasks: make([]Task, 0, len(items)), NextCursor: next}
+	if n < len(items) {
+		return TaskPage{}, n, nil
+	}
+	page = TaskPage{Tasks: make([]Task, 0, len(items)), NextCursor: next}
 	shown := make(map[string]bool, len(items))
 	for _, it := range items {
 		if shown[it.TaskID] {
@@ -376,7 +393,7 @@ func (s *Store) listTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 			shown[it.TaskID] = true
 		}
 	}
-	return page, nil
+	return page, 0, nil
 }
 
 // maxListReads bounds the reads of one status for one page of a listing.
@@ -837,3 +854,7 @@ func (s *Store) listByStatus(ctx context.Context, st Status, queue string, at li
 	}
 	return all, &listPos{After: pos}, nil
 }
+
+// pageDependentsReads bounds the tasks whose dependents one listing page
+// reads (a Query each, more for a long list; see ListTasks).
+const pageDependentsReads = 100
