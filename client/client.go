@@ -264,8 +264,9 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 	}
 }
 
-// noteServerTime sets the ServerTime of the tasks in out (a task or a
-// page of them) to the answer's Date header, when it has one.
+// noteServerTime sets the ServerTime of the tasks in out (a task, a page
+// of them or a batch's results) or of the messages in an inbox to the
+// answer's Date header, when it has one.
 func noteServerTime(out any, header http.Header) {
 	at, err := http.ParseTime(header.Get("Date"))
 	if err != nil {
@@ -277,6 +278,14 @@ func noteServerTime(out any, header http.Header) {
 	case *TaskPage:
 		for i := range v.Tasks {
 			v.Tasks[i].ServerTime = at
+		}
+	case *batchAnswer:
+		for i := range v.Results {
+			v.Results[i].Task.ServerTime = at
+		}
+	case *inboxAnswer:
+		for i := range v.Messages {
+			v.Messages[i].ServerTime = at
 		}
 	}
 }

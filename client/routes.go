@@ -174,13 +174,21 @@ func (c *Client) Watch(ctx context.Context, taskID string) error {
 
 // Inbox lists the caller's messages, oldest first.
 func (c *Client) Inbox(ctx context.Context) ([]Message, error) {
-	var r struct {
-		Messages []Message `json:"messages"`
-	}
+	var r inboxAnswer
 	if err := c.do(ctx, idempotent, http.MethodGet, "/api/inbox", nil, &r); err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
 	return r.Messages, nil
+}
+
+// inboxAnswer is the answer of GET /api/inbox.
+type inboxAnswer struct {
+	Messages []Message `json:"messages"`
+}
+
+// batchAnswer is the answer of POST /api/tasks/batch.
+type batchAnswer struct {
+	Results []BatchResult `json:"results"`
 }
 
 // DeleteMessage removes one inbox message. A message that does not exist
@@ -233,9 +241,7 @@ func (c *Client) CreateTasks(ctx context.Context, tasks []CreateTaskRequest) ([]
 			mode = once
 		}
 	}
-	var out struct {
-		Results []BatchResult `json:"results"`
-	}
+	var out batchAnswer
 	if err := c.do(ctx, mode, http.MethodPost, "/api/tasks/batch", map[string]any{"tasks": tasks}, &out); err != nil {
 		return nil, fmt.Errorf("create tasks: %w", err)
 	}

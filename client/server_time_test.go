@@ -83,3 +83,40 @@ func TestTaskWithoutNotBeforeIsNeverAhead(t *testing.T) {
 		t.Error("without ServerTime, NotBefore is read against the local clock")
 	}
 }
+
+// An inbox message's NotBefore, and a batch's tasks' NotBefore, are the
+// server's time too: Inbox and CreateTasks set the answer's Date as their
+// ServerTime, so NotBeforeAhead reads them against the server's clock.
+func TestInboxAndBatchResultsCarryTheServersTime(t *testing.T) {
+	t.Parallel()
+	notBefore := time.Date(2026, 3, 20, 14, 31, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		server time.Time
+		ahead  bool
+	}{
+		{"a minute before", notBefore.Add(-time.Minute), true},
+		{"a year after", notBefore.AddDate(1, 0, 0), false},
+	} {
+		inbox := dated(t, tc.server, `{"messages":[{"message_id":"m1","type":"task_available","task_id":"task-2","reason":"released","at":"2026-03-20T14:30:00Z","not_before":"2026-03-20T14:31:00Z"}]}`)
+		msgs, err := New(inbox.URL, "k").Inbox(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msgs) != 1 || !msgs[0].ServerTime.Equal(tc.server) || msgs[0].NotBeforeAhead() != tc.ahead {
+			t.Errorf("%s: inbox %+v, want ServerTime %v and NotBeforeAhead %v", tc.name, msgs, tc.server, tc.ahead)
+		}
+		batch := dated(t, tc.server, `{"results":[{"task_id":"task-2","outcome":"exists","task":`+graphTaskJSON+`}]}`)
+		res, err := New(batch.URL, "k").CreateTasks(context.Background(), []CreateTaskRequest{{TaskID: "task-2"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res) != 1 || !res[0].Task.ServerTime.Equal(tc.server) || res[0].Task.NotBeforeAhead() != tc.ahead {
+			t.Errorf("%s: batch %+v, want ServerTime %v", tc.name, res, tc.server)
+		}
+	}
+	// A message without not_before waits for nothing.
+	if (Message{ServerTime: notBefore}).NotBeforeAhead() {
+		t.Error("a message without not_before is ahead")
+	}
+}

@@ -103,7 +103,8 @@ type Task struct {
 
 	// ServerTime is the server's clock when it answered with the task (the
 	// answer's Date header, whole seconds), set on the tasks that GetTask,
-	// ListTasks, CreateTask, UpdateTask and Complete return; zero when
+	// ListTasks, CreateTask, CreateTasks, UpdateTask and Complete return;
+	// zero when
 	// the answer had none. NotBefore is the server's time, so it is read
 	// against this rather than the local clock: see NotBeforeAhead.
 	ServerTime time.Time `json:"-"`
@@ -241,6 +242,17 @@ type Message struct {
 	// if the freeing left it waiting (a failed release's retry delay): nil
 	// when it is claimable at once.
 	NotBefore *time.Time `json:"not_before,omitempty"`
+
+	// ServerTime is the server's clock when it answered with the message
+	// (the answer's Date header), set by Inbox; zero when the answer had
+	// none. NotBefore is read against it: see NotBeforeAhead.
+	ServerTime time.Time `json:"-"`
+}
+
+// NotBeforeAhead reports whether the message's NotBefore was still ahead
+// when the server answered, as Task.NotBeforeAhead does for a task.
+func (m Message) NotBeforeAhead() bool {
+	return Task{NotBefore: m.NotBefore, ServerTime: m.ServerTime}.NotBeforeAhead()
 }
 
 // Inbox message types.

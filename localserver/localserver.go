@@ -275,7 +275,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	s.url = "http://" + hostPort(ln.Addr().(*net.TCPAddr))
 	s.http = &http.Server{
-		Handler:           ui.With(withDeadline(handler, cfg.RequestTimeout)),
+		Handler:           ui.With(withDate(withDeadline(handler, cfg.RequestTimeout), clock)),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      cfg.RequestTimeout + writeTimeoutMargin,
@@ -315,6 +315,15 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 // cuts the connection without an answer; with the deadline the store's
 // call ends first, and the handler answers it 503 unavailable with
 // Retry-After (httpapi.Unavailable counts context.DeadlineExceeded).
+// withDate dates h's answers by now, the server's clock (Date), rather
+// than by the machine's: clients read a task's times against it.
+func withDate(h http.Handler, now func() time.Time) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Date", now().UTC().Format(http.TimeFormat))
+		h.ServeHTTP(w, r)
+	})
+}
+
 func withDeadline(h http.Handler, d time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), d)

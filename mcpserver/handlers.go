@@ -624,7 +624,7 @@ func (t *tools) inbox(ctx context.Context, in InboxInput) (InboxResult, error) {
 			continue
 		}
 		fmt.Fprintf(&b, "\n- %s: task %s became available (%s) at %s", m.MessageID, m.TaskID, m.Reason, stamp(m.At))
-		if m.NotBefore != nil {
+		if m.NotBeforeAhead() {
 			fmt.Fprintf(&b, "; it may be taken from %s (until then checkout_task answers not_ready)", stamp(*m.NotBefore))
 		}
 	}

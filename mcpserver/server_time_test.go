@@ -70,3 +70,24 @@ func TestNotBeforeAheadOnTheServersClockIsAWait(t *testing.T) {
 		}
 	}
 }
+
+func inboxWith(at string) func(*http.Request, map[string]any) (int, string) {
+	return func(*http.Request, map[string]any) (int, string) {
+		return 200, `{"messages":[{"message_id":"m1","type":"task_available","task_id":"deploy","reason":"released","at":"2026-03-20T14:30:00Z","not_before":"` + at + `"}]}`
+	}
+}
+
+// read_inbox told an agent a freed task may be taken only from its
+// not_before even when that had passed on the server's clock: it says so
+// only while the not_before is ahead there.
+func TestReadInboxReadsNotBeforeAgainstTheServersClock(t *testing.T) {
+	t.Parallel()
+	cs := sessionAt(t, time.Date(2099, 1, 1, 0, 5, 0, 0, time.UTC), inboxWith("2099-01-01T00:00:00.000Z"))
+	if res, txt, _ := callTool(t, cs, "read_inbox", map[string]any{}); res.IsError || !strings.Contains(txt, "task deploy became available") || strings.Contains(txt, "it may be taken from") {
+		t.Errorf("read_inbox with a not_before passed on the server's clock: %s", txt)
+	}
+	cs = sessionAt(t, time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC), inboxWith("2001-01-01T00:05:00.000Z"))
+	if res, txt, _ := callTool(t, cs, "read_inbox", map[string]any{}); res.IsError || !strings.Contains(txt, "it may be taken from 2001-01-01T00:05:00Z") {
+		t.Errorf("read_inbox with a not_before ahead on the server's clock: %s", txt)
+	}
+}

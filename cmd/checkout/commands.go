@@ -817,9 +817,10 @@ func (a *app) inboxCmd() *cobra.Command {
 						fmt.Fprintln(w, "No messages.")
 						return
 					}
-					// "Ready at" only when a message has it: a task left
-					// waiting by its freeing (a failed attempt's retry delay).
-					waits := slices.ContainsFunc(msgs, func(m client.Message) bool { return m.NotBefore != nil })
+					// "Ready at" only when a message has it still ahead on
+					// the server's clock: a task left waiting by its freeing
+					// (a failed attempt's retry delay).
+					waits := slices.ContainsFunc(msgs, client.Message.NotBeforeAhead)
 					// "Fence" and "Run" when a lease was lost: which of the
 					// agent's leases of the task it was.
 					lost := slices.ContainsFunc(msgs, func(m client.Message) bool { return m.Type == client.MessageLeaseLost })
@@ -842,7 +843,7 @@ func (a *app) inboxCmd() *cobra.Command {
 						}
 						if waits {
 							ready := "-"
-							if m.NotBefore != nil {
+							if m.NotBeforeAhead() {
 								ready = stamp(*m.NotBefore)
 							}
 							rows[i] = append(rows[i], ready)

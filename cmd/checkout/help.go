@@ -156,7 +156,8 @@ and is failed, not free, until checkout tasks reopen), lease_lost for a lease
 of yours that ended without you (Reason: timeout, agent_death, force_release,
 including a release or completion an admin made for you, or cancel). When a lease was lost, Fence and
 Run name which of your leases of the task it was; when a freed task waits
-(a failed attempt's retry delay), Ready at says until when. A message is kept
+(a failed attempt's retry delay), Ready at says until when, while that is
+still ahead on the server's clock. A message is kept
 until you delete it, for up to 7 days.`
 
 const inboxExample = `  checkout inbox

@@ -67,3 +67,27 @@ func TestNotBeforeAheadOnTheServersClockIsShown(t *testing.T) {
 		t.Errorf("watch of a task still waiting: exit %d:\n%s", r.code, r.stdout)
 	}
 }
+
+// inboxWith answers the inbox with one task_available message whose task
+// may be taken from at.
+func inboxWith(at string) func(sent) (int, string) {
+	return func(sent) (int, string) {
+		return 200, `{"messages":[{"message_id":"m1","type":"task_available","task_id":"deploy","reason":"released","at":"2026-03-20T14:30:00Z","not_before":"` + at + `"}]}`
+	}
+}
+
+// The inbox showed a task_available message's not_before as "Ready at"
+// whether or not it had passed: it is shown only while it is ahead on the
+// server's clock.
+func TestInboxReadsNotBeforeAgainstTheServersClock(t *testing.T) {
+	passed := newScriptedCLI(t, inboxWith("2099-01-01T00:00:00.000Z"))
+	passed.date = time.Date(2099, 1, 1, 0, 5, 0, 0, time.UTC)
+	if r := passed.run("inbox"); r.code != 0 || !strings.Contains(r.stdout, "deploy") || strings.Contains(r.stdout, "Ready at") || strings.Contains(r.stdout, "2099-01-01T00:00:00Z") {
+		t.Errorf("inbox shows a not_before that passed on the server's clock: exit %d:\n%s", r.code, r.stdout)
+	}
+	ahead := newScriptedCLI(t, inboxWith("2001-01-01T00:05:00.000Z"))
+	ahead.date = time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+	if r := ahead.run("inbox"); r.code != 0 || !strings.Contains(r.stdout, "Ready at") || !strings.Contains(r.stdout, "2001-01-01T00:05:00Z") {
+		t.Errorf("inbox lacks a not_before still ahead on the server's clock: exit %d:\n%s", r.code, r.stdout)
+	}
+}
