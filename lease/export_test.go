@@ -79,3 +79,6 @@ func TablePrefix(s *Store) string { return strings.TrimSuffix(s.tasks, schema.Ta
 // PageDependentsReads is how many tasks' dependents one listing page
 // reads at most.
 const PageDependentsReads = pageDependentsReads
+
+// ListedQueuesFor is how old a listing's copy of the queue registry may be.
+const ListedQueuesFor = listedQueuesFor

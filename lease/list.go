@@ -49,9 +49,12 @@ import (
 //
 // The walk of every queue needs every queue's name at once, so a queue is
 // in the registry (queuecounts.go) before its first task is written
-// (registerQueues: a consistent read of the registry and, for a queue it
-// lacks, an ADD, once a process per queue). The default queue is always
-// walked: a task written before queues is in it.
+// (enlistQueues: a consistent read of the registry and, for a queue it
+// lacks, an ADD, once a process per queue). The walk reads this process's
+// copy of the registry (registry.go), read again once it is a second old:
+// a queue another process created within that second may be missing, as
+// an index entry may lag. The default queue is always walked: a task
+// written before queues is in it.
 //
 // What a page costs and shows. A todo page Queries each claim shard of the
 // queues it walks (todoWalkWidth queues at once), an in_progress page each

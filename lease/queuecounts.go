@@ -329,7 +329,11 @@ func (s *Store) registerQueues(ctx context.Context, names []string, items map[st
 			fresh = append(fresh, q)
 		}
 	}
-	return addToRegistry(ctx, s.db, s.heartbeats, s.registryPage, fresh)
+	if err := addToRegistry(ctx, s.db, s.heartbeats, s.registryPage, fresh); err != nil {
+		return err
+	}
+	s.listed.add(fresh)
+	return nil
 }
 
 // queueItems reads the counter items of queues consistently, 100 a
@@ -403,12 +407,13 @@ func queueAfter(cursor string) (string, error) {
 
 // ListQueuePage returns a page of the counted queues, by name, each with
 // its tasks by status and its oldest todo task. Requests: a GetItem of the
-// registry (and a BatchGetItem of its further pages), a BatchGetItem of
+// registry (and a BatchGetItem of its further pages) once this process's
+// copy of it is listedQueuesFor old (registry.go), a BatchGetItem of
 // the page's counters, and for each queue with todo tasks one Query (Limit
 // 1) per claim shard per priority that has todo tasks, all at once. Counts
 // are exact up to the stream's delay; oldest_todo_at comes from the claim
 // index and may lag. Queues are only ever added, so a walk of the pages
-// lists every queue there was when it began once.
+// lists once every queue there was listedQueuesFor before it began.
 func (s *Store) ListQueuePage(ctx context.Context, p ListQueuesParams) (QueuePage, error) {
 	limit := cmp.Or(p.Limit, MaxQueuesListed)
 	if limit < 1 || limit > MaxQueuesListed {
@@ -491,16 +496,17 @@ func (s *Store) queueStats(ctx context.Context, names []string) ([]QueueStats, e
 	return out, nil
 }
 
-// queueRegistry reads every queue name in the registry (registry.go),
-// consistently, in name order.
+// queueRegistry is every queue name in the registry (registry.go), in
+// name order, for listings: this process's copy, read again consistently
+// once it is listedQueuesFor old.
 func (s *Store) queueRegistry(ctx context.Context) ([]string, error) {
-	r, err := readRegistry(ctx, s.db, s.heartbeats)
-	return r.names, err
+	return s.listed.get(s.clock, func() (registry, error) { return readRegistry(ctx, s.db, s.heartbeats) })
 }
 
 // enlistQueues puts queues in the registry before a task is written to
 // them, so that a listing of every queue's todo tasks (list.go), which
-// walks the registry, finds the task as soon as it is written. A process
+// walks the registry, finds the task as soon as it is written (in another
+// process, once its copy of the registry is listedQueuesFor old). A process
 // remembers the queues it has found there (they are never removed): a
 // queue costs a consistent read of the registry once a process, and an
 // ADD once.
@@ -527,6 +533,7 @@ func (s *Store) enlistQueues(ctx context.Context, queues ...string) error {
 	if err := r.add(ctx, s.db, s.heartbeats, s.registryPage, missing); err != nil {
 		return err
 	}
+	s.listed.add(fresh)
 	for _, q := range fresh {
 		s.enlisted.Store(q, true)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -31,6 +33,17 @@ import (
 // that nobody has raised it that far yet, and add to the new page. Two
 // writers adding one name at once may put it on two pages: readers take
 // the union.
+//
+// Listings (a todo listing of every queue, GET /api/queues) read a copy
+// of the registry this process keeps instead (listedQueues): it reads the
+// registry again once its copy is listedQueuesFor old, and adds the queues
+// this process puts in the registry at once. Names are only ever added, so
+// the copy can miss only a queue another process created within that bound,
+// as an index a listing reads may miss a task just created. A read of the
+// registry costs a read unit per 4 KB of it (about 32 a page of 1,000 long
+// names), so without the copy a listing's page cost that much again for
+// every read of the queues it made. What adds to the registry reads it
+// itself, consistently: never the copy.
 
 // RegistryPage is how many queue names one page of the queue registry
 // holds at most.
@@ -57,6 +70,45 @@ type registry struct {
 func (r registry) has(q string) bool {
 	_, ok := slices.BinarySearch(r.names, q)
 	return ok
+}
+
+// listedQueuesFor is how old a listing's copy of the registry may be.
+const listedQueuesFor = time.Second
+
+// listedQueues is this process's copy of the registry for listings.
+type listedQueues struct {
+	mu    sync.Mutex
+	names []string  // sorted; never changed in place
+	at    time.Time // when the read it holds began; zero: none yet
+}
+
+// get returns the copy, read again with read once it is listedQueuesFor
+// old by clock (or from later than clock: the clock went back).
+// Concurrent listings wait for one read.
+func (l *listedQueues) get(clock func() time.Time, read func() (registry, error)) ([]string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := clock()
+	if age := now.Sub(l.at); l.at.IsZero() || age < 0 || age >= listedQueuesFor {
+		r, err := read()
+		if err != nil {
+			return nil, err
+		}
+		l.names, l.at = r.names, now
+	}
+	return slices.Clip(l.names), nil
+}
+
+// add puts names, which this process has put in the registry, in the copy.
+func (l *listedQueues) add(names []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.at.IsZero() {
+		return
+	}
+	all := slices.Concat(l.names, names)
+	slices.Sort(all)
+	l.names = slices.Compact(all)
 }
 
 // registryKey is the key of the registry's page p.

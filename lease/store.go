@@ -112,6 +112,9 @@ type Store struct {
 	// enlisted holds the queues this process has found in the queue
 	// registry (enlistQueues).
 	enlisted sync.Map
+	// listed is this process's copy of the queue registry for listings
+	// (registry.go).
+	listed listedQueues
 	// graphWait is how long a change of blocked_by waits for the graph's
 	// lock (deps.go) before it answers ErrBusy.
 	graphWait time.Duration
