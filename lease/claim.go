@@ -133,16 +133,16 @@ import (
 // lease: an attempt whose grant the receipt does not keep gives its task
 // back and answers the one kept (noteGrant; a write that fails with an
 // error, which may have applied, is decided by a consistent read of the
-// receipt, and tried again for up to grantWait), and an attempt that finds a
-// lease of the run on a tried task while no grant is kept has the receipt
-// decide with the same write (claimedBefore). An attempt that finds no
+// receipt, and tried again for up to grantWait: settleGrant), and an
+// attempt that finds a lease of the run on a tried task while no grant is
+// kept has the receipt decide the same way (claimedBefore). An attempt that finds no
 // task reads the receipt once more before it answers none, and so do
 // the tasks it lists (otherAttempt): the grant of an attempt that took
 // the last task, kept or not yet, is answered, and a listed task still
 // claimable, which another attempt may be writing for, is written for
 // too, so that whichever write lands first both answer its lease. Should
 // the grant's write keep failing while the receipt keeps no grant, the
-// claim answers an error that says so and the lease stays on its task,
+// claim answers ErrGrantNotKept and the lease stays on its task,
 // the tried tasks the only record: a retry answers the lease found on
 // them (kept in the receipt first, as claimedBefore does) or, once the
 // task has moved on past it, in their trails (waiting up to trailWait
@@ -1282,45 +1282,53 @@ type grantRecord struct {
 // noteGrant keeps a named claim's grant in its receipt, so that a retry gets
 // this very lease whatever has happened to the task since (renewed,
 // released, taken over, claimed again): the retry reads it on its task.
-// The receipt keeps one grant (keepGrant). When it keeps another by then
+// The receipt keeps one grant (settleGrant). When it keeps another by then
 // (another attempt of the same run, sent at the same time, got its own
 // kept first: see also claimedBefore), this grant is given back
 // (released) and that one answered (superseded): a run holds one lease,
 // whichever attempt answers. The grant is kept even if the caller has
-// gone. A write that fails with an error (it timed out, or its answer
-// was lost) may or may not have applied, and says nothing of another
-// attempt's grant: the receipt, read consistently, decides, and the
-// write is tried again until it does, for up to grantWait. Undecided by
-// then, the lease is kept and the claim answers an error that says so:
-// a retry of the run finds the lease on its task, and the receipt
-// decides then (claimedBefore).
+// gone. Undecided (the write kept failing), the lease is kept and the
+// claim answers ErrGrantNotKept: a retry of the run finds the lease on
+// its task, and the receipt decides then (claimedBefore).
 func (s *Store) noteGrant(ctx context.Context, c Checkout) (first Checkout, superseded bool, err error) {
+	ctx = context.WithoutCancel(ctx)
+	kept, err := s.settleGrant(ctx, c)
+	switch {
+	case err != nil:
+		return Checkout{}, false, err
+	case !kept:
+		return s.supersede(ctx, c)
+	}
+	return Checkout{}, false, nil
+}
+
+// settleGrant keeps c as its run's grant in the run's receipt (keepGrant),
+// even if the caller has gone: kept is false when the receipt keeps
+// another. A write that fails with an error (it timed out, or its answer
+// was lost) may or may not have applied, and says nothing of another
+// attempt's grant: the receipt, read consistently, decides, and the write
+// is tried again until it does, for up to grantWait. Undecided by then,
+// err wraps ErrGrantNotKept.
+func (s *Store) settleGrant(ctx context.Context, c Checkout) (kept bool, err error) {
 	ctx = context.WithoutCancel(ctx)
 	deadline := time.Now().Add(grantWait)
 	for {
 		kept, err := s.keepGrant(ctx, c)
-		switch {
-		case err == nil && kept:
-			return Checkout{}, false, nil
-		case err == nil:
-			return s.supersede(ctx, c)
+		if err == nil {
+			return kept, nil
 		}
 		rec, ok, rerr := s.receipt(ctx, c.AgentID, c.RunID)
 		if rerr == nil && ok && rec.Granted != nil {
-			if rec.Granted.Task == c.TaskID && rec.Granted.Fence == c.Fence {
-				return Checkout{}, false, nil // the write applied
-			}
-			return s.supersede(ctx, c)
+			return rec.Granted.Task == c.TaskID && rec.Granted.Fence == c.Fence, nil // the write applied, or another's did
 		}
 		if time.Now().After(deadline) {
 			s.log.WarnContext(ctx, "claim receipt: the grant was not kept", "agent_id", c.AgentID, "run_id", c.RunID, "task_id", c.TaskID, "err", err)
-			return Checkout{}, false, fmt.Errorf("claim %s: %s was granted (fence %d) but could not be kept as the run's lease; retry with the same run id: %w",
-				c.RunID, c.TaskID, c.Fence, err)
+			return false, fmt.Errorf("claim %s: %s was granted (fence %d) but %w: %w", c.RunID, c.TaskID, c.Fence, ErrGrantNotKept, err)
 		}
 	}
 }
 
-// grantWait bounds how long noteGrant tries to keep a grant whose write
+// grantWait bounds how long settleGrant tries to keep a grant whose write
 // fails with an error.
 const grantWait = 2 * time.Second
 
@@ -1451,10 +1459,10 @@ func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string,
 // attempt gives it back (noteGrant). So the receipt decides, with the
 // write noteGrant makes (keepGrant): kept, the lease is the run's; when
 // the receipt keeps another grant by then, that one is answered (the
-// attempt holding the lease found gives it back itself). A receipt whose
-// grant cannot be written (its first attempt's write failed the same
-// way) leaves the tried tasks as the only record: the lease found is
-// answered.
+// attempt holding the lease found gives it back itself). A write that
+// keeps failing is settled as noteGrant's is (settleGrant): undecided,
+// the claim answers ErrGrantNotKept, and the lease found stays on its
+// task for the next retry.
 func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (Checkout, bool, error) {
 	c, ok, kept, err := s.runLease(ctx, agentID, runID, true)
 	if err != nil || !ok || kept {
@@ -1467,12 +1475,11 @@ func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (Check
 // while the receipt kept no grant, once the receipt has decided (see
 // claimedBefore).
 func (s *Store) keepFound(ctx context.Context, c Checkout) (Checkout, bool, error) {
-	kept, err := s.keepGrant(ctx, c)
-	if err != nil {
-		s.log.WarnContext(ctx, "claim receipt: the grant found was not kept", "agent_id", c.AgentID, "run_id", c.RunID, "err", err)
-		return c, true, nil
-	}
-	if !kept {
+	kept, err := s.settleGrant(ctx, c)
+	switch {
+	case err != nil:
+		return Checkout{}, false, err
+	case !kept:
 		return s.grantedBefore(ctx, c.AgentID, c.RunID)
 	}
 	return c, true, nil

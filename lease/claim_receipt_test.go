@@ -36,7 +36,7 @@ func (d receiptLossDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 // stays on its task, one of tasks, where it is found and returned.
 func unkeptClaim(t testing.TB, s *lease.Store, p lease.ClaimParams, tasks ...string) lease.Checkout {
 	t.Helper()
-	if _, err := s.Claim(ctx(t), p); err == nil || !strings.Contains(err.Error(), "could not be kept") {
+	if _, err := s.Claim(ctx(t), p); !errors.Is(err, lease.ErrGrantNotKept) {
 		t.Fatalf("claim whose grant could not be kept: err %v, want one that says so", err)
 	}
 	for _, task := range tasks {
@@ -388,15 +388,22 @@ func TestClaimAttemptFindingAnUnkeptGrantAnswersTheReceiptsGrant(t *testing.T) {
 }
 
 // grantErrDB fails, with an error and unsent, every write that would keep
-// the grant of task fail in a named claim's receipt: a write that timed
-// out, or whose answer was lost, after the SDK's own retries.
+// the grant of task fail ("*": of any task) in a named claim's receipt: a
+// write that timed out, or whose answer was lost, after the SDK's own
+// retries. Each failed write's task is sent on failed, if set, when there
+// is room.
 type grantErrDB struct {
 	lease.DB
-	fail atomic.Value // string
+	fail   atomic.Value // string
+	failed chan string
 }
 
 func (d *grantErrDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	if task := grantTask(in); task != "" && task == d.fail.Load() {
+	if task := grantTask(in); task != "" && (task == d.fail.Load() || d.fail.Load() == "*") {
+		select {
+		case d.failed <- task:
+		default:
+		}
 		return nil, errors.New("request timed out")
 	}
 	return d.DB.UpdateItem(ctx, in, opt...)
@@ -456,5 +463,86 @@ func TestClaimAttemptWhoseGrantWriteFailsAnswersTheKeptGrant(t *testing.T) {
 	}
 	if lock := must[*lease.Checkout](t)(e.store.LockStatus(c, took[1])); lock != nil {
 		t.Fatalf("%s still holds %+v, a second lease of run-1", took[1], lock)
+	}
+}
+
+// An attempt of a named claim that finds, at its start, a lease of its run
+// on a tried task while the receipt keeps no grant, and whose write to keep
+// that lease as the run's fails with an error, lets the receipt decide as
+// an attempt whose own grant write fails does: attempts A and B each took
+// a task and have not kept their grants; C starts, finds one of them, X,
+// and its write fails; then the grant of the other task, Y, is kept, and
+// X's attempt gives X back. C answered X, a lease the run no longer held.
+func TestClaimAttemptWhoseWriteForAFoundLeaseFailsAnswersTheKeptGrant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t0", "t1")
+	e.caughtUp(t)
+	errs := &grantErrDB{DB: e.db, failed: make(chan string, 1)}
+	errs.fail.Store("")
+	db := &grantGateDB{DB: errs, quit: make(chan struct{}), bothRead: make(chan struct{}), held: make(chan string, 2), gates: map[string]chan struct{}{}}
+	t.Cleanup(func() { close(db.quit) })
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	type answer struct {
+		co  lease.Checkout
+		err error
+	}
+	claim := func(answers chan<- answer) {
+		co, err := s.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute})
+		answers <- answer{co, err}
+	}
+	answers := make(chan answer, 2)
+	for range 2 {
+		go claim(answers)
+	}
+	var took []string
+	for range 2 {
+		select {
+		case task := <-db.held:
+			took = append(took, task)
+		case a := <-answers:
+			t.Fatalf("an attempt answered %+v (%v) before both grants were written", a.co, a.err)
+		}
+	}
+	if took[0] == took[1] {
+		t.Fatalf("both attempts took %s, want one task each", took[0])
+	}
+	e.caughtUp(t) // the third attempt's index shows both tasks taken
+	errs.fail.Store("*")
+	thirds := make(chan answer, 1)
+	go claim(thirds)
+	found := <-errs.failed
+	if !slices.Contains(took, found) {
+		t.Fatalf("the third attempt wrote for %s, want one of %v", found, took)
+	}
+	// The third attempt's write for the lease it found fails; the grant of
+	// the other task is kept, then the found task's write fails too.
+	errs.fail.Store(found)
+	order := []string{took[0], took[1]}
+	if order[0] == found {
+		order[0], order[1] = order[1], order[0]
+	}
+	var got []lease.Checkout
+	for _, task := range order {
+		close(db.gate(task))
+		a := <-answers
+		if a.err != nil {
+			t.Fatalf("the attempt holding %s: %v", task, a.err)
+		}
+		got = append(got, a.co)
+	}
+	third := <-thirds
+	if third.err != nil {
+		t.Fatalf("the third attempt: %v", third.err)
+	}
+	got = append(got, third.co)
+	for _, co := range got {
+		if co.TaskID != order[0] || co.Fence != got[0].Fence {
+			t.Fatalf("attempts answered %s/%d, %s/%d and %s/%d (the third), want the kept grant %s", got[0].TaskID, got[0].Fence, got[1].TaskID, got[1].Fence, got[2].TaskID, got[2].Fence, order[0])
+		}
+	}
+	if lock := must[*lease.Checkout](t)(e.store.LockStatus(c, found)); lock != nil {
+		t.Fatalf("%s still holds %+v, a second lease of run-1", found, lock)
 	}
 }

@@ -31,6 +31,11 @@ var (
 	// that would wait is answered at once instead. Nothing was changed;
 	// the caller may retry (another process will serve it).
 	ErrStopping = errors.New("lease: the service is stopping; retry")
+	// ErrGrantNotKept: a named claim got a lease but could not record it
+	// as its run's (the receipt's write kept failing for grantWait, and
+	// the receipt keeps no grant). The lease stays on its task; the caller
+	// may retry with the same run id, which finds it.
+	ErrGrantNotKept = errors.New("could not be kept as the run's lease; retry with the same run id")
 	// ErrTooManyWatchers: the task already has MaxWatchers watchers.
 	ErrTooManyWatchers = errors.New("lease: task has too many watchers")
 	// ErrVersionMismatch: an If-Match version is not the task's.
