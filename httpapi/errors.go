@@ -241,6 +241,10 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 		return answer(errorBody{Error: "the request is not valid", Code: errcode.InvalidRequest})
 	case errors.Is(err, lease.ErrBusy):
 		return answer(errBusyBody)
+	case errors.Is(err, lease.ErrGrantNotKept):
+		// Whatever the receipt's write failed with: the lease stays on its
+		// task, and the retry finds it.
+		return answer(errGrantNotKeptBody)
 	case errors.Is(err, lease.ErrStopping):
 		return answer(errorBody{Error: "the service is stopping; retry shortly", Code: errcode.Unavailable})
 	case Unavailable(err):
@@ -288,8 +292,13 @@ var errUnavailableBody = errorBody{Error: "the database cannot be reached; retry
 // version that moved).
 var errBusyBody = errorBody{Error: "too many changes of this kind are running at once; retry shortly (a create or PATCH naming blockers may have been made: read the task to see)", Code: errcode.Unavailable}
 
+// errGrantNotKeptBody answers lease.ErrGrantNotKept: a named claim got a
+// lease but could not record it as its run's.
+var errGrantNotKeptBody = errorBody{Error: "the claim got a lease but it was not kept as the run's lease; retry with the same run_id, which finds that lease", Code: errcode.Unavailable}
+
 // RetryAfter is the Retry-After of every 503 unavailable answer (an
-// unreachable database, or too many changes at once), in seconds.
+// unreachable database, too many changes at once, a claim's lease not
+// kept as its run's), in seconds.
 const RetryAfter = "1"
 
 // Unavailable reports whether err means that the database could not be

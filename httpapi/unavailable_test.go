@@ -115,6 +115,36 @@ func TestBusyIs503WithItsOwnSentence(t *testing.T) {
 	}
 }
 
+// A named claim whose lease could not be recorded as its run's
+// (lease.ErrGrantNotKept: the receipt's write kept failing) is 503
+// unavailable with Retry-After, whatever the write's failure, with a
+// sentence that says the lease was not kept and that a retry with the
+// same run id finds it; the cause is logged, not sent. Before, it was 503
+// with the unreachable database's sentence only when the failure was a
+// network one, and otherwise a 500 internal, which a client does not
+// retry.
+func TestClaimWhoseLeaseWasNotKeptIs503(t *testing.T) {
+	t.Parallel()
+	for _, cause := range []error{unreachable[0], errBoom, &smithy.GenericAPIError{Code: "ValidationException", Message: "item size exceeded"}} {
+		hs := newHarness(t)
+		hs.svc.err = fmt.Errorf("claim run-1: task-1 was granted (fence 3) but %w: %w", lease.ErrGrantNotKept, cause)
+		res := hs.do("POST", "/api/claim", "ck_agent", `{"run_id":"run-1"}`).expect(t, 503, "unavailable")
+		if res.header.Get("Retry-After") == "" {
+			t.Errorf("%v: no Retry-After", cause)
+		}
+		msg, _ := res.json["error"].(string)
+		if !strings.Contains(msg, "not kept") || !strings.Contains(msg, "same run_id") || strings.Contains(msg, "database") {
+			t.Errorf("%v: %q, want a sentence that says the lease was not kept and a retry with the same run_id finds it", cause, msg)
+		}
+		if strings.Contains(string(res.body), "10.0.0.7") || strings.Contains(string(res.body), "ValidationException") || strings.Contains(string(res.body), "127.0.0.1") {
+			t.Errorf("%v: the cause leaked: %s", cause, res.body)
+		}
+		if !strings.Contains(hs.logs.String(), `"status":503`) || !strings.Contains(hs.logs.String(), "was granted") {
+			t.Errorf("%v: the cause was not logged: %s", cause, hs.logs)
+		}
+	}
+}
+
 // A change of blocked_by refused by the task's status says which field
 // and why: it used to say that a cancelled task "cannot become blocked",
 // even for blocked_by [] which would block nothing.
