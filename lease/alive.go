@@ -470,9 +470,15 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 			if landed != 0 {
 				since = landed
 			}
+			// No prior_expires: it is an ordinary heartbeat's record of the
+			// expiry it replaced, by which an identical heartbeat (the same
+			// millisecond and ttl) that finds its write there already
+			// judges it. One that finds this return there finds none: the
+			// agent is alive, by the return.
 			upd = beat().Set(expression.Name("alive_since"), expression.Value(since)).
 				Set(deadAt, expression.IfNotExists(deadAt, expression.Value(diedAt))).
-				Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(diedAt)))
+				Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(diedAt))).
+				Remove(expression.Name("prior_expires"))
 			cur, applied, err := s.updateHeartbeat(ctx, agentID, cond, upd)
 			if err != nil {
 				return Heartbeat{}, err
@@ -542,9 +548,10 @@ func (hb *heartbeatItem) beaten(agentID string, now, exp time.Time) *heartbeatIt
 }
 
 // replaced is what the ordinary heartbeat that left hb replaced, as far
-// as the late-landing test needs it: nil when there was no heartbeat, else
-// its expiry (prior_expires). A tombstone turned into a registration
-// (fresh) had the greatest expiry, so it reads as alive.
+// as the late-landing test needs it: nil when there was no heartbeat, or
+// when a return from the dead left hb (it has none: the agent is alive by
+// it), else its expiry (prior_expires). A tombstone turned into a
+// registration (fresh) had the greatest expiry, so it reads as alive.
 func (hb *heartbeatItem) replaced() *heartbeatItem {
 	if hb.PriorExpires == 0 {
 		return nil

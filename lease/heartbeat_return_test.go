@@ -149,3 +149,40 @@ func TestAReturnAfterAnInterveningHeartbeatKeepsALaterLease(t *testing.T) {
 		}
 	}
 }
+
+// A heartbeat whose write (last_at and expiry) is the same as a return from
+// the dead just made, in the same millisecond with the same ttl, took that
+// return for its own first sending and judged it by prior_expires: the
+// expiry of the latest ordinary heartbeat, from before the death. So it
+// was made a second return, later, which ended a lease the agent took in
+// between, while the first return's answer said it was alive; and the
+// death, stamped at the second return, fell inside that life.
+func TestAHeartbeatLikeAReturnJustMadeIsNoSecondReturn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t1")
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Second))
+	e.clock.Advance(100 * time.Millisecond)
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Second)) // ordinary: prior_expires epoch+1s
+	e.clock.Advance(2 * time.Second)
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Second)) // back from the dead
+
+	// A second heartbeat in the same millisecond; once its write has been
+	// refused, x (alive, by the return) takes t1.
+	var co lease.Checkout
+	db := &heartbeatWritesDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), after: map[int]func(){
+		1: func() {
+			e.clock.Advance(time.Millisecond)
+			co = e.checkout(t, "t1", "x", time.Hour)
+			e.clock.Advance(time.Millisecond)
+		},
+	}}
+	again := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	must[lease.Heartbeat](t)(again.Heartbeat(c, "x", time.Second))
+
+	fresh := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	if got := must[*lease.Checkout](t)(fresh.LockStatus(c, "t1")); got == nil || got.Fence != co.Fence {
+		t.Fatalf("lock status of t1 = %+v, want x's lease, taken while x was alive", got)
+	}
+}

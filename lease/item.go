@@ -609,8 +609,9 @@ type heartbeatItem struct {
 	RegisteredAt int64 `dynamodbav:"registered_at,omitempty"`
 	Fresh        bool  `dynamodbav:"fresh,omitempty"`
 	// PriorExpires is the expiry the latest ordinary heartbeat's write
-	// replaced (0: there was none), so that the write, sent again when its
-	// answer was lost, can still tell whether it landed late (alive.go).
+	// replaced (0: there was none, or a return from the dead was written
+	// since), so that the write, sent again when its answer was lost, can
+	// still tell whether it landed late (alive.go).
 	PriorExpires int64 `dynamodbav:"prior_expires,omitempty"`
 	// Lowering says a heartbeat is about to move expires_at earlier (or to
 	// make a first one): no alive cache may keep what it reads (alive.go).
