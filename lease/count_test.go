@@ -100,7 +100,8 @@ func TestRequestBudget(t *testing.T) {
 		t.Fatalf("sweep %+v", res)
 	}
 	// One Query per shard of each index, then one write per lease it ends
-	// (the dead agent "mortal" costs its GetItem and Query).
+	// (the dead agent "mortal", due, costs the read of the live leases, in
+	// which it holds nothing: no read of its heartbeat).
 	ops := e.count.Take()
 	if ops["UpdateItem"] != 1 || ops["BatchWriteItem"] != 0 {
 		t.Errorf("sweep of one expired lease: %v", ops)

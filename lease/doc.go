@@ -125,8 +125,8 @@
 //	                 and a listing confirms with BatchGetItem. It is never
 //	                 used to find a claim's earlier grant: a named claim
 //	                 keeps a receipt instead (claim.go)
-//	hb by_expiry     agents the sweep (and claim) must judge; each is
-//	                 confirmed by a consistent GetItem of its heartbeat
+//	hb by_expiry     agents the sweep must judge, if it finds them holding
+//	                 a lease; each by a consistent GetItem of its heartbeat
 //	all_agents       the agent listing only
 //
 // A lag can make the sweep miss a lease for one run (the next run finds it)

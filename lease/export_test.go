@@ -15,6 +15,10 @@ import (
 // the death cache allow for (alive.go).
 const ClockMargin = clockMargin
 
+// SettleAfter is how long after an agent's return from the dead the sweep
+// keeps looking for the leases it held when it died (sweep.go).
+const SettleAfter = settleAfter
+
 // SpreadClaims makes s's next claims start from a window of w candidates,
 // as if its recent claims had lost races to claimers elsewhere.
 func SpreadClaims(s *Store, w int) {

@@ -27,27 +27,32 @@ import (
 // heartbeats by_expiry for hb_expires <= now. hb_expires is when the sweep
 // must next look at an agent: its expiry while it is alive, and the moment
 // it died (dead_at) from its death until a sweep has ended that death's
-// leases, even if it has come back meanwhile. Each candidate is confirmed
-// by a consistent GetItem, the clock read before it: a dead agent's leases
-// locked up to that instant have ended; a returned agent's leases locked up
-// to its return (alive_since) have; an agent found alive with no death
-// pending was a stale index entry and is left alone. If any agent is dead,
-// one read of the whole expiry index (every shard, every live lease) finds
-// the leases of all of them, and each is ended by an UpdateItem conditioned on its
-// exact holder, fence and locked_at (for timeouts, on lease_expires <=
-// now), so of any number of concurrent sweeps and checkouts exactly one ends
-// it and records its event.
+// leases, even if it has come back meanwhile. If any agent is due, one
+// read of the whole expiry index (every shard, every live lease) finds the
+// leases of all of them, read first: only a due agent that holds one of
+// them is judged, and one the index shows back from the dead long enough
+// for its death to be settled (below). A dead agent that holds nothing has
+// nothing to end. Each judged agent is confirmed by a consistent GetItem,
+// the clock read before it: a dead agent's leases locked up to that instant
+// have ended (every lease the pass shows was locked before it); a returned
+// agent's leases locked up to its return (alive_since) have; an agent found
+// alive with no death pending was a stale index entry and is left alone.
+// Each lease so ended is ended by an UpdateItem conditioned on its exact
+// holder, fence and locked_at (for timeouts, on lease_expires <= now), so
+// of any number of concurrent sweeps and checkouts exactly one ends it and
+// records its event.
 //
 // A dead agent stays in the index while it is dead, so a lease it takes
-// while dead (its key still works) is ended by the next sweep; this costs
-// one GetItem per dead agent per sweep, and a read of every live lease per
-// sweep while any agent is dead, until its heartbeat
-// item's TTL removes it (7 days). A returned agent's death is settled (the
-// index moves to its expiry) once the sweep has looked at it more than
-// settleAfter (30 s) after the return, since the expiry index may lag that
-// long.
-// Nothing is ever scanned, and the cost of a sweep grows with the leases
-// that need ending and the agents that are dead, not with the table.
+// while dead (its key still works) is ended by the sweep whose pass first
+// shows it, as is one the pass missed to index lag; until its heartbeat
+// item's TTL removes it (7 days) it costs its index entry in each sweep's
+// Query, and its presence a read of every live lease per sweep, but no
+// GetItem unless it holds a lease. A returned agent's death is settled (the
+// index moves to its expiry) once a pass read more than settleAfter (30 s)
+// after the return has been looked through, since the expiry index may lag
+// that long. Nothing is ever scanned, and the cost of a sweep grows with
+// the leases that need ending and the agents that hold them, not with the
+// table or the agents that ever died.
 
 // sweepWorkers bounds the leases one sweep ends at once: enough to keep a
 // backlog of 10,000 ended in about 9 s on the local DynamoDB (16 left it
@@ -108,43 +113,56 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 	if err := g.Wait(); err != nil {
 		return res, err
 	}
-	// The dead: every agent the heartbeats index says is due, judged by a
-	// consistent read of its heartbeat. Their leases are then found in one
-	// pass over the live leases, however many agents died.
-	// An agent that stopped for good stays due until its heartbeat item
-	// expires (days), so a fleet may have many: they are judged
-	// sweepWorkers at a time, like the expired leases.
-	deaths := map[string]death{}
-	g, gctx = errgroup.WithContext(ctx)
-	g.SetLimit(sweepWorkers)
+	// The dead. The heartbeats index proposes the agents due: each dead
+	// one until its heartbeat item expires (days), and each back from a
+	// death not swept yet. Their leases are found in one pass over the live
+	// leases, however many agents died, and that pass is read first: a
+	// dead agent that holds none of them has nothing to end and is not
+	// read. The others are judged by a consistent read of their heartbeat,
+	// sweepWorkers at a time, like the expired leases: each due agent that
+	// holds a lease, and each the index shows back from the dead long
+	// enough for its death to be settled.
+	var due []heartbeatItem
 	for shard := range s.shards.Lease {
 		keyCond := expression.Key("hb_shard").Equal(expression.Value(strconv.Itoa(shard))).
 			And(expression.Key("hb_expires").LessThanEqual(expression.Value(ms(now))))
-		due, err := queryAll[heartbeatItem](gctx, s.db, s.heartbeats, schema.HeartbeatsByExpiry, keyCond)
+		got, err := queryAll[heartbeatItem](ctx, s.db, s.heartbeats, schema.HeartbeatsByExpiry, keyCond)
 		if err != nil {
-			_ = g.Wait()
 			return res, fmt.Errorf("sweep heartbeats: %w", err)
 		}
-		for _, cand := range due {
-			g.Go(func() error {
-				d, ok, err := s.judgeDeath(gctx, cand.AgentID)
-				if ok {
-					mu.Lock()
-					deaths[cand.AgentID] = d
-					mu.Unlock()
-				}
-				return err
-			})
-		}
+		due = append(due, got...)
 	}
-	if err := g.Wait(); err != nil {
-		return res, err
-	}
-	if len(deaths) == 0 {
+	if len(due) == 0 {
 		return res, nil
 	}
+	lookedAt := ms(s.clock()) // before the pass: every lease it shows was locked by then
 	leases, err := s.liveLeaseEntries(ctx, nil)
 	if err != nil {
+		return res, err
+	}
+	holders := make(map[string]bool)
+	for i := range leases {
+		holders[leases[i].Holder] = true
+	}
+	deaths := map[string]death{}
+	g, gctx = errgroup.WithContext(ctx)
+	g.SetLimit(sweepWorkers)
+	for _, cand := range due {
+		settles := cand.DeadAt > 0 && !cand.dead(now) && lookedAt > cand.AliveSince+settleAfter.Milliseconds()
+		if !holders[cand.AgentID] && !settles {
+			continue
+		}
+		g.Go(func() error {
+			d, ok, err := s.judgeDeath(gctx, cand.AgentID, lookedAt)
+			if ok {
+				mu.Lock()
+				deaths[cand.AgentID] = d
+				mu.Unlock()
+			}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
 		return res, err
 	}
 	// An agent may die holding hundreds of leases, and a fleet that stops
@@ -282,8 +300,9 @@ type death struct {
 // it has come back since it died (a death not swept yet), the leases locked
 // up to its return have. A dead agent stays in the index while it is dead,
 // so that a lease it takes while dead is swept too; a returned one leaves
-// it once its death is settled.
-func (s *Store) judgeDeath(ctx context.Context, agentID string) (death, bool, error) {
+// it once its death is settled: once the pass over the live leases, read
+// at lookedAt (Unix ms), was read more than settleAfter after the return.
+func (s *Store) judgeDeath(ctx context.Context, agentID string, lookedAt int64) (death, bool, error) {
 	readAt := s.clock() // before the read: the agent was dead at least until the read
 	hb, err := s.readHeartbeat(ctx, agentID)
 	if err != nil || hb == nil {
@@ -305,7 +324,7 @@ func (s *Store) judgeDeath(ctx context.Context, agentID string) (death, bool, er
 		// was registered again.
 		d.removedAt = min(d.removed, hb.DeadAt)
 	}
-	if !hb.dead(readAt) && ms(readAt) > hb.AliveSince+settleAfter.Milliseconds() {
+	if !hb.dead(readAt) && lookedAt > hb.AliveSince+settleAfter.Milliseconds() {
 		d.settle = hb
 	}
 	return d, true, nil
