@@ -256,6 +256,7 @@ type granted struct {
 	granted bool
 	lease   Checkout
 	cur     *taskItem
+	refused bool // the grant's write failed its condition: cur is why
 }
 
 // grantNow makes the checkout write (grant) at a time not before floor, and
@@ -469,7 +470,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	}
 	old, applied, err := s.update(ctx, p.TaskID, conds, upd, types.ReturnValueAllOld)
 	if err != nil || !applied {
-		return granted{cur: old}, err
+		return granted{cur: old, refused: err == nil}, err
 	}
 	return granted{granted: true, lease: Checkout{
 		TaskID: p.TaskID, AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID,

@@ -125,9 +125,10 @@ import (
 // the shards, so that is the same random pick for a quarter of the
 // Queries). A claim that names its run id keeps a receipt (a heartbeats-table item
 // keyed "#claim#agent#run", TTL 48 h) listing every task it tries, written
-// before each try; a retry reads the receipt and those tasks consistently
-// and returns the lease the run got, so the same run id always gets the same
-// lease. The grant itself is kept in the receipt after the grant's write,
+// before each try (a task whose write was refused, taken by another, is
+// dropped by the next: noteClaim); a retry reads the receipt and those
+// tasks consistently and returns the lease the run got, so the same run
+// id always gets the same lease. The grant itself is kept in the receipt after the grant's write,
 // on condition that the receipt keeps no other (tried a few times, even
 // if the caller has gone), so attempts of one run sent at once hold one
 // lease: an attempt whose grant the receipt does not keep gives its task
@@ -346,9 +347,9 @@ const claimPoll = 2 * time.Second
 // nothing to another lately (w = 1) always takes the best.
 //
 // A claim that names its run id is retried safely: a receipt keyed by agent
-// and run id lists every task the run has tried, before each try, so a
-// retry finds the run's lease with consistent reads, never through an index
-// that may lag.
+// and run id lists every task the run has tried (but those it lost to
+// another), before each try, so a retry finds the run's lease with
+// consistent reads, never through an index that may lag.
 //
 // With Wait, a claim that finds nothing waits up to Wait for a task to
 // become available: it is woken at once by any write of this process that
@@ -372,10 +373,12 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 		return Checkout{}, err
 	}
 	cp.queues = claimQueues(p.Queues)
+	var notes *claimNotes // this attempt's notes in the receipt; nil: unnamed
 	if named {
 		if c, ok, err := s.claimedBefore(ctx, cp.AgentID, cp.RunID); ok || err != nil {
 			return c, err
 		}
+		notes = newClaimNotes()
 	}
 	deadline := time.Now().Add(p.Wait)
 	began := ms(s.clock())
@@ -395,7 +398,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 				return Checkout{}, err
 			}
 		}
-		c, err := s.claimOnce(ctx, cp, named)
+		c, err := s.claimOnce(ctx, cp, notes)
 		if !errors.Is(err, ErrNoTaskAvailable) {
 			return c, err
 		}
@@ -405,7 +408,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 			if named {
 				// Another attempt of this run, sent at the same time, may
 				// have taken the task this one found taken.
-				if c, ok, err := s.otherAttempt(ctx, cp); ok || err != nil {
+				if c, ok, err := s.otherAttempt(ctx, cp, notes); ok || err != nil {
 					return c, err
 				}
 			}
@@ -467,8 +470,9 @@ func claimQueues(qs []string) []string {
 	return out
 }
 
-// claimOnce is one look at the claim index and the writes it leads to.
-func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (Checkout, error) {
+// claimOnce is one look at the claim index and the writes it leads to;
+// notes, for a named claim, keeps its receipt.
+func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, notes *claimNotes) (Checkout, error) {
 	s.claims.inflight.Add(1)
 	defer s.claims.inflight.Add(-1)
 	// Tasks this claim found taken: an index that lags shows them for a
@@ -529,8 +533,8 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 			if it.hasLease() {
 				over = it // ended: taken over like any ended lease
 			}
-			if named {
-				if err := s.noteClaim(ctx, cp.AgentID, cp.RunID, it.TaskID); err != nil {
+			if notes != nil {
+				if err := s.noteClaim(ctx, cp.AgentID, cp.RunID, notes, it.TaskID); err != nil {
 					letGo()
 					return Checkout{}, err
 				}
@@ -562,7 +566,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 			if g.granted {
 				s.claims.won(l, c.TaskID, w, s.clock())
 				holding = ""
-				if named {
+				if notes != nil {
 					if first, superseded, err := s.noteGrant(ctx, c); err != nil || superseded {
 						return first, err
 					}
@@ -570,6 +574,9 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, named bool) (C
 				return c, nil
 			}
 			letGo()
+			if notes != nil && g.refused && !cur.showsRun(cp.AgentID, cp.RunID) {
+				notes.refused = append(notes.refused, it.TaskID)
+			}
 			if cur == nil || !cur.claimable() || !slices.Contains(cp.queues, cur.queue()) {
 				taken[it.TaskID] = true // or moved to another queue: the index lags
 			}
@@ -1246,14 +1253,53 @@ func (c *claimSpread) unholdLocked(taskID string) {
 // cannot start an agent id, so it never meets a real heartbeat.
 func receiptID(agentID, runID string) string { return "#claim#" + agentID + "#" + runID }
 
+// A receipt lists the tasks its run tried where the run may hold a lease:
+// one attribute an attempt and task, "t#<attempt>#<task_id>" (triedName),
+// so that each attempt of the run (a Claim call; several may run at once)
+// adds and removes its own entries only, and no write replaces the list
+// (ids never hold '#'). A task whose grant write was refused (its
+// condition failed, and the task showed no lease of the run) is removed
+// by the attempt's next note, in the same write: a claim that loses races
+// lists only the task it writes for last. An entry whose write failed
+// otherwise, or is still in flight, stays. Receipts of an earlier version
+// list their tasks in a string set, "tried" (receiptItem reads both).
+
+// claimNotes is one attempt of a named claim, as its receipt's notes know
+// it: the id its entries are under, and the tasks whose grant write was
+// refused since its last note, which the next note removes.
+type claimNotes struct {
+	attempt string
+	refused []string
+}
+
+func newClaimNotes() *claimNotes {
+	return &claimNotes{attempt: strconv.FormatUint(rand.Uint64N(1<<31), 36)}
+}
+
+// triedPrefix starts the name of a receipt's entry for a tried task.
+const triedPrefix = "t#"
+
+func (n *claimNotes) triedName(taskID string) string {
+	return triedPrefix + n.attempt + "#" + taskID
+}
+
 // noteClaim adds taskID to the receipt of the agent's named claim, before
-// the claim tries it. The receipt's first note stamps when it was made.
-func (s *Store) noteClaim(ctx context.Context, agentID, runID, taskID string) error {
+// the claim tries it, and removes the attempt's refused tasks (but this
+// one) from it. The receipt's first note stamps when it was made.
+func (s *Store) noteClaim(ctx context.Context, agentID, runID string, n *claimNotes, taskID string) error {
 	now := s.clock()
-	upd := expression.Add(expression.Name("tried"), expression.Value(&types.AttributeValueMemberSS{Value: []string{taskID}})).
+	upd := expression.Set(expression.NameNoDotSplit(n.triedName(taskID)), expression.Value(true)).
 		Set(expression.Name("ttl"), expression.Value(now.Add(2*MaxTimeout).Unix())).
 		Set(expression.Name("created"), expression.IfNotExists(expression.Name("created"), expression.Value(ms(now))))
-	expr, _ := expression.NewBuilder().WithUpdate(upd).Build()
+	for _, id := range n.refused {
+		if id != taskID {
+			upd = upd.Remove(expression.NameNoDotSplit(n.triedName(id)))
+		}
+	}
+	expr, err := expression.NewBuilder().WithUpdate(upd).Build()
+	if err != nil {
+		return fmt.Errorf("claim receipt of %s: %w", agentID, err)
+	}
 	if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)),
 		UpdateExpression:          expr.Update(),
@@ -1262,7 +1308,17 @@ func (s *Store) noteClaim(ctx context.Context, agentID, runID, taskID string) er
 	}); err != nil {
 		return fmt.Errorf("claim receipt of %s: %w", agentID, err)
 	}
+	n.refused = nil
 	return nil
+}
+
+// showsRun reports whether t shows a lease of the run (agentID, runID):
+// held, ended, or taken over. A grant whose write was refused while it
+// does may have applied (its answer lost, the retry refused), so its task
+// stays listed.
+func (t *taskItem) showsRun(agentID, runID string) bool {
+	return t != nil && (t.Holder == agentID && t.RunID == runID ||
+		t.EndAgent == agentID && t.EndRun == runID || t.PrevAgent == agentID && t.PrevRun == runID)
 }
 
 // grantRecord is a named claim's grant, as its receipt keeps it.
@@ -1493,10 +1549,12 @@ func (s *Store) keepFound(ctx context.Context, c Checkout) (Checkout, bool, erro
 // (consistently): one that holds a lease of the run is answered as
 // claimedBefore answers it (the receipt decides, with keepGrant), and
 // one still claimable here, which another attempt may be writing for,
-// this attempt writes for too (it is noted already): whichever write
-// lands first, both attempts answer its lease, since the one that fails
-// finds the run's lease on the task (claimOnce).
-func (s *Store) otherAttempt(ctx context.Context, cp CheckoutParams) (Checkout, bool, error) {
+// this attempt notes and writes for too: whichever write lands first,
+// both attempts answer its lease, since the one that fails finds the
+// run's lease on the task (claimOnce). (The note, an UpdateItem only
+// then, keeps the task listed should the other attempt's write be
+// refused and its entry go.)
+func (s *Store) otherAttempt(ctx context.Context, cp CheckoutParams, notes *claimNotes) (Checkout, bool, error) {
 	rec, ok, err := s.receipt(ctx, cp.AgentID, cp.RunID)
 	if err != nil || !ok {
 		return Checkout{}, false, err
@@ -1513,6 +1571,9 @@ func (s *Store) otherAttempt(ctx context.Context, cp CheckoutParams) (Checkout, 
 		if it != nil && it.claimable() && it.NotBefore <= ms(s.clock()) && slices.Contains(cp.queues, it.queue()) {
 			p := cp
 			p.TaskID = taskID
+			if err := s.noteClaim(ctx, cp.AgentID, cp.RunID, notes, taskID); err != nil {
+				return Checkout{}, false, err
+			}
 			g, _, err := s.grantNow(ctx, p, nil, 0)
 			if err != nil {
 				return Checkout{}, false, err
@@ -1522,6 +1583,9 @@ func (s *Store) otherAttempt(ctx context.Context, cp CheckoutParams) (Checkout, 
 					return first, err == nil, err
 				}
 				return g.lease, true, nil
+			}
+			if g.refused && !g.cur.showsRun(cp.AgentID, cp.RunID) {
+				notes.refused = append(notes.refused, taskID)
 			}
 			it = g.cur
 		}
@@ -1538,7 +1602,9 @@ func (s *Store) grantedBefore(ctx context.Context, agentID, runID string) (Check
 	return c, ok, err
 }
 
-// receiptItem is a named claim's receipt, as runLease reads it.
+// receiptItem is a named claim's receipt, as runLease reads it. Tried
+// lists its tasks, each once: those of its entries (triedName), then any
+// an earlier version listed in its set.
 type receiptItem struct {
 	Tried   []string     `dynamodbav:"tried,stringset"`
 	Granted *grantRecord `dynamodbav:"granted"`
@@ -1630,6 +1696,22 @@ func (s *Store) receipt(ctx context.Context, agentID, runID string) (receiptItem
 	if len(out.Item) == 0 || attributevalue.UnmarshalMap(out.Item, &rec) != nil {
 		return receiptItem{}, false, nil
 	}
+	var tried []string
+	for name := range out.Item {
+		if entry, ok := strings.CutPrefix(name, triedPrefix); ok {
+			if _, taskID, ok := strings.Cut(entry, "#"); ok {
+				tried = append(tried, taskID)
+			}
+		}
+	}
+	slices.Sort(tried)
+	tried = slices.Compact(tried) // listed by several attempts
+	for _, taskID := range rec.Tried {
+		if !slices.Contains(tried, taskID) {
+			tried = append(tried, taskID)
+		}
+	}
+	rec.Tried = tried
 	if removed, err := s.removedAgentsReceipt(ctx, agentID, runID, rec); removed || err != nil {
 		return receiptItem{}, false, err
 	}

@@ -86,3 +86,10 @@ const PageDependentsReads = pageDependentsReads
 
 // ListedQueuesFor is how old a listing's copy of the queue registry may be.
 const ListedQueuesFor = listedQueuesFor
+
+// ReceiptTried is the tasks the receipt of agentID's claim runID lists as
+// tried (nil when it has none).
+func ReceiptTried(ctx context.Context, s *Store, agentID, runID string) ([]string, error) {
+	rec, _, err := s.receipt(ctx, agentID, runID)
+	return rec.Tried, err
+}
