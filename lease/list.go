@@ -439,9 +439,14 @@ func (s *Store) listTodo(ctx context.Context, queue string, at listPos, limit in
 		if err != nil {
 			return nil, nil, err
 		}
-		if !slices.Contains(all, DefaultQueue) {
-			all = append(all, DefaultQueue)
-			slices.Sort(all)
+		// The cursor's queue is walked too: another process's page may
+		// end in a queue created within the second this process's copy
+		// of the registry may lag.
+		for _, q := range []string{DefaultQueue, at.Queue} {
+			if q != "" && !slices.Contains(all, q) {
+				all = append(all, q)
+				slices.Sort(all)
+			}
 		}
 		from := sort.SearchStrings(all, at.Queue)
 		queues = all[from:]
