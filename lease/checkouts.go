@@ -111,18 +111,36 @@ func (s *Store) ListCheckoutsPage(ctx context.Context, p ListCheckoutsParams) (C
 			}
 			full := p.Limit > 0 && len(page.Checkouts) == p.Limit
 			if size += checkoutWireBound(*co); full || size > pageBytes && len(page.Checkouts) > 0 {
-				page.NextCursor = encodeCheckoutCursor(checkoutCursor{L: last.LockedAt, T: last.TaskID, A: p.AgentID})
-				return page, nil
+				return endCheckoutsPage(page, last, p.AgentID), nil
 			}
 			page.Checkouts = append(page.Checkouts, *co)
 			last = &batch[i]
 		}
 		entries = entries[len(batch):]
 	}
-	if len(entries) > 0 {
-		page.NextCursor = encodeCheckoutCursor(checkoutCursor{L: last.LockedAt, T: last.TaskID, A: p.AgentID})
+	if len(entries) == 0 {
+		last = nil
 	}
-	return page, nil
+	return endCheckoutsPage(page, last, p.AgentID), nil
+}
+
+// endCheckoutsPage ends page at the entry last (nil: the listing's end)
+// of agentID's listing, in order. A lease locked after its task's entry
+// (one the index still holds from the task's earlier lease) is shown at
+// its own place: on this page when that is not past the cursor, else on
+// the page its entry falls in once the index has it, never on both.
+func endCheckoutsPage(page CheckoutPage, last *taskItem, agentID string) CheckoutPage {
+	if last != nil {
+		at := checkoutCursor{L: last.LockedAt, T: last.TaskID, A: agentID}
+		page.Checkouts = slices.DeleteFunc(page.Checkouts, func(co Checkout) bool {
+			return afterCursor(taskItem{TaskID: co.TaskID, LockedAt: co.LockedAt.UnixMilli()}, at)
+		})
+		page.NextCursor = encodeCheckoutCursor(at)
+	}
+	slices.SortFunc(page.Checkouts, func(a, b Checkout) int {
+		return cmp.Or(a.LockedAt.Compare(b.LockedAt), strings.Compare(a.TaskID, b.TaskID))
+	})
+	return page
 }
 
 // checkoutsChunks bounds the chunks of lease entries one page of
