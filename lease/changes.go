@@ -165,7 +165,9 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 	var blockers blockerSteps // blockers completed or reopened, one step each
 	var settle [][2]*taskItem // blocked tasks' changes: old (nil for new) and new
 	var stranded []*taskItem  // delayed tasks left without their expiry entry
-	ttl := s.clock().Add(s.retention).Unix()
+	now := s.clock()
+	ttl := now.Add(s.retention).Unix()
+	var late []map[string]types.AttributeValue // events archived late (feed.go)
 	for _, ch := range changes {
 		old, cur, transition, err := decodeChange(ch)
 		if err != nil {
@@ -189,7 +191,12 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 		}
 		for _, ev := range newEvents(&old, &cur) {
 			ev.TTL = ttl
-			ev.feedFields(max(old.LastAt, cur.LastAt, s.landed(ch)), s.shards.Feed)
+			recordedAt := max(old.LastAt, cur.LastAt, s.landed(ch))
+			isLate := s.archivedLate(max(ev.At, recordedAt), now)
+			if isLate {
+				recordedAt = ms(now)
+			}
+			ev.feedFields(recordedAt, s.shards.Feed)
 			if ev.errored {
 				text, err := s.readError(ctx, ev.TaskID, ev.Fence)
 				if err != nil {
@@ -204,7 +211,11 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 			if err != nil {
 				return err
 			}
-			evs = append(evs, types.WriteRequest{PutRequest: &types.PutRequest{Item: item}})
+			if isLate {
+				late = append(late, item)
+			} else {
+				evs = append(evs, types.WriteRequest{PutRequest: &types.PutRequest{Item: item}})
+			}
 			if withNotices {
 				notices = append(notices, eventNotices(ev, &cur)...)
 			}
@@ -267,6 +278,11 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 			return fmt.Errorf("archive events: %w", err)
 		}
 	}
+	for _, item := range late {
+		if err := s.putEventIfAbsent(ctx, item); err != nil {
+			return fmt.Errorf("archive events: %w", err)
+		}
+	}
 	if err := s.countQueues(ctx, slices.DeleteFunc(slices.Clone(changes), migrated)); err != nil {
 		return err
 	}
@@ -292,6 +308,22 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 		}
 	}
 	return s.notify(ctx, notices)
+}
+
+// putEventIfAbsent archives an event archived late (feed.go) unless it
+// is archived already, on time or late: the first archive keeps its place
+// in the feed, where a follower may have read it.
+func (s *Store) putEventIfAbsent(ctx context.Context, item map[string]types.AttributeValue) error {
+	expr, _ := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("task_id"))).Build()
+	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: &s.events, Item: item,
+		ConditionExpression:      expr.Condition(),
+		ExpressionAttributeNames: expr.Names(),
+	})
+	if _, failed := conditionFailed(err); !failed && err != nil {
+		return err
+	}
+	return nil
 }
 
 // lostReason is the reason a lease_lost message about the ending ev gives:

@@ -206,7 +206,9 @@
 //
 //   - archives the write's events under (task_id, seq), so a replay rewrites
 //     the same items, each keyed into the fleet feed (by_feed) by values
-//     the change record alone determines, so the feed holds it once;
+//     the change record alone determines, so the feed holds it once (an
+//     event archived late is keyed at its archive and written only if
+//     absent: feed.go, "Events archived late");
 //   - for a freeing (an ending that leaves the task todo or failed, a
 //     cancel that ends a lease, an unblocking; not a completion, not a
 //     takeover), writes a task_available message to each watch placed

@@ -50,12 +50,35 @@ import (
 // index has caught up, and a cursor must never pass an event that is still
 // on its way. A cursor is the feed key of the last event read (or the
 // position it read up to), so following a feed with its cursor sees every
-// event once, in order, about FeedSettle after it happened, as long as
+// event once, about FeedSettle after it happened, in order as long as
 // the stream function archives each event, and the index shows it, within
 // FeedSettle of its feed time (in AWS, 5 s, less the second a landing
-// time may be rounded down by): one archived later (a batch that failed
-// and was retried after that) is listed at its own time, behind the
-// cursors that passed it meanwhile, and only a read by since finds it.
+// time may be rounded down by).
+//
+// # Events archived late
+//
+// A batch of the change stream that failed (a throttled archive write) is
+// retried, maybe long after its writes: listed at their own times, its
+// events would be behind the cursors that passed those meanwhile, and no
+// follower would see them. So, with Config.FeedAtLanding, an event the
+// stream function archives more than FeedSettle/2 after its feed time (by
+// the function's clock: archivedLate) is late, and its feed time is when
+// it is archived instead, ahead of every reader's horizon: a follower sees
+// it, after events that happened after it (its own task's too), at the
+// archive's time. Its feed key then depends on when it was archived, not
+// on the change record alone, so a late event is not in the batch's
+// BatchWriteItem but written by a PutItem of its own on condition that
+// the event item (task_id, seq, whatever its feed keys) is not there: a
+// replay, always later and so late too, finds the item archived before,
+// on time or late, and leaves it where followers may have read it. An
+// on-time batch is one BatchWriteItem as before, and an on-time write
+// that overwrites a late one (a replay whose clock reads earlier than the
+// first archive's) moves it only while no horizon has reached its
+// transition. The half of FeedSettle left covers the index's lag and the
+// readers' clocks behind the stream function's. A late PutItem the SDK
+// retries past the other half is behind cursors again; so is a late event
+// on the local server, which reads to its own horizon instead (it applies
+// the stream first) and does not archive late.
 //
 // # How far one page reads
 //
@@ -348,6 +371,13 @@ func (s *Store) landed(ch Change) int64 {
 		return 0
 	}
 	return ch.Landed.UnixMilli()
+}
+
+// archivedLate says whether an event of feed time atMS archived at now is
+// late (see "Events archived late"): with Config.FeedAtLanding, more than
+// half the settle time after it.
+func (s *Store) archivedLate(atMS int64, now time.Time) bool {
+	return s.feedLanded && ms(now)-atMS > (s.feedSettle/2).Milliseconds()
 }
 
 // feedFields sets the feed keys of an event archived from a change

@@ -65,10 +65,12 @@ type Config struct {
 	// second its write landed in the table (Change.Landed), not only at
 	// its write's own time, which was read before the write was sent: a
 	// write the SDK retried for seconds would otherwise be keyed behind
-	// the cursors that passed that time meanwhile. Only where the store's
-	// clock is the wall clock, as the stream record's is (the functions
-	// in AWS); the local server reads the feed to an exact horizon
-	// instead. See feed.go.
+	// the cursors that passed that time meanwhile. It also keys an event
+	// archived late (more than FeedSettle/2 after that time: a batch of
+	// the stream retried) at when it is archived, written only if not
+	// archived already. Only where the store's clock is the wall clock,
+	// as the stream record's is (the functions in AWS); the local server
+	// reads the feed to an exact horizon instead. See feed.go.
 	FeedAtLanding bool
 	// TrailWait is how long a read of a task's events waits for a hole
 	// in its trail to fill (0: it answers at once, counting what is

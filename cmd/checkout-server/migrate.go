@@ -148,7 +148,8 @@ func applyEarlier(db *dynamodb.Client, streams stream.StreamsAPI, names schema.N
 			return err
 		}
 		// Keyed in the feed as the functions key them (FeedAtLanding): a
-		// change they archived already is written again with the same keys.
+		// change they archived already keeps its keys, and one archived
+		// late now is listed when archived, where followers see it.
 		store := lease.New(lease.Config{DB: db, Tables: names, Shards: shards, Notifier: n, FeedAtLanding: true})
 		p := &stream.Poller{
 			Streams:   streams,

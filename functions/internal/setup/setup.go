@@ -60,7 +60,9 @@ const TrailWait = 3 * time.Second
 // earlier than the second its write landed (lease.Config.FeedAtLanding),
 // up to a second before it landed, so this leaves the stream's delay and
 // the index's lag about four seconds together; the stream function
-// archives within about one.
+// archives within about one. An event it archives more than half of this
+// after its time (a batch retried) is listed when it is archived instead
+// (lease, feed.go, "Events archived late").
 const FeedSettle = 5 * time.Second
 
 // WebhookRetryFor is how long the notices function retries a webhook
