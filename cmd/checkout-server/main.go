@@ -13,7 +13,7 @@
 //	CHECKOUT_ADMIN_KEY          the admin's API key, 16 or more visible ASCII characters (default: generated and logged once)
 //	                            (unset: a new one at every start, replacing the one kept in CHECKOUT_DATA_DIR)
 //	CHECKOUT_SWEEP_INTERVAL     how often the sweep runs (default 15s, at least 100ms)
-//	CHECKOUT_AUTO_CREATE_TASKS  true: checking out an unknown task creates it
+//	CHECKOUT_AUTO_CREATE_TASKS  true: checking out an unknown task creates it (unless the checkout's expected_statuses leave out todo)
 //	CHECKOUT_LEASE_SHARDS       partitions of the lease-expiry and heartbeats indexes (default 16, 1 to 256)
 //	CHECKOUT_STATUS_SHARDS      partitions of each status group of the status index (default 16, 1 to 20)
 //	CHECKOUT_CLAIM_SHARDS       partitions of each queue in the claim index (default 4, 1 to 16)
@@ -92,7 +92,7 @@ Environment:
   CHECKOUT_ADMIN_KEY          the admin's API key, 16 or more visible ASCII characters (default: generated and logged once)
                               (unset: a new one at every start, replacing the one kept in CHECKOUT_DATA_DIR)
   CHECKOUT_SWEEP_INTERVAL     how often the sweep runs (default 15s, at least 100ms)
-  CHECKOUT_AUTO_CREATE_TASKS  true: checking out an unknown task creates it
+  CHECKOUT_AUTO_CREATE_TASKS  true: checking out an unknown task creates it (unless the checkout's expected_statuses leave out todo)
   CHECKOUT_LEASE_SHARDS       partitions of the lease-expiry and heartbeats indexes (default 16, 1 to 256)
   CHECKOUT_STATUS_SHARDS      partitions of each status group of the status index (default 16, 1 to 20)
   CHECKOUT_CLAIM_SHARDS       partitions of each queue in the claim index (default 4, 1 to 16)
