@@ -57,11 +57,16 @@ import (
 // written before queues is in it.
 //
 // What a page costs and shows. A todo page Queries each claim shard of the
-// queues it walks (todoWalkWidth queues at once), an in_progress page each
-// lease shard, any other status each status shard, every shard at once and
-// Limit entries each; the
+// queues it walks (todoWalkStart queues at once, widening to
+// todoWalkWidth), an in_progress page each lease shard, any other status
+// each status shard, every shard at once and Limit entries each; the
 // entries are merged in order and the page confirmed with one consistent
-// BatchGetItem (100 keys a request). A cursor holds the position of the
+// BatchGetItem (100 keys a request). Every page's reads are bounded
+// whatever the fleet holds (maxListReads reads of a status; a todo read
+// at most todoWalkQueues queues, an in_progress read of one queue
+// max(limit, leaseScan) of every queue's leases; the dependents of at
+// most pageDependentsReads tasks), so a page may come short, even empty,
+// with a cursor at the position reached. A cursor holds the position of the
 // last entry listed (a claim_key; "<expiry ms>#<task_id>"; or, for by_status,
 // one created_key per shard), so a task is never listed twice by one
 // walk but for a lease renewed after it was listed (its expiry moves on,
