@@ -26,12 +26,12 @@
 // claims and delays in claim.go; PATCH in update.go; watches in
 // watch.go; dependencies and attempts in deps.go; a task's body and a
 // failed release's error in body.go; the queue counts in queuecounts.go,
-// and their recount (an operator's command, which Scans) in recount.go;
-// the fleet feed in feed.go; task listings in list.go; moving a table of
-// the earlier schema in migrate.go; every operation's requests (GetItem,
-// conditional writes and Query, never Scan; one request per transition on
-// the request path), and the batch and Query helpers, in dynamo.go. This
-// page holds what every part relies on.
+// and their recount (an operator's command) in recount.go; the fleet feed
+// in feed.go; task listings in list.go; moving a table of the earlier
+// schema in migrate.go; every operation's requests (GetItem, conditional
+// writes and Query, never Scan but in those two commands; one request per
+// transition on the request path), and the batch and Query helpers, in
+// dynamo.go. This page holds what every part relies on.
 //
 // # Tables
 //

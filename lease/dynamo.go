@@ -12,7 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// Access patterns: GetItem, conditional write or Query, never Scan.
+// Access patterns: GetItem, conditional write or Query, never Scan (but
+// in the operator's commands, migrate.go and recount.go).
 //
 // One DynamoDB request per transition on the request path; what a
 // transition causes follows from the tasks table's change stream (see
