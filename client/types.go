@@ -142,7 +142,9 @@ type Blocker struct {
 // TaskPage is one page of a task listing.
 type TaskPage struct {
 	Tasks []Task `json:"tasks"`
-	// NextCursor is nil on the last page.
+	// NextCursor is nil on the last page. A page may hold fewer tasks
+	// than asked for, even none, and still have one (its reads are
+	// bounded): follow it until it is nil.
 	NextCursor *string `json:"next_cursor"`
 }
 
