@@ -175,3 +175,63 @@ func TestAPatchSentTwiceAfterAnotherDescriptionPatchAppliesOnce(t *testing.T) {
 		t.Fatalf("the body %s the PATCH replaced is left behind; no task names it", old)
 	}
 }
+
+// The same, behind another client's PATCH that clears the description:
+// the task then names no body, so nothing said the write had applied; the
+// PATCH ran again, writing its description over the cleared one, and left
+// the body its first write had replaced for good.
+func TestAPatchSentTwiceAfterAPatchClearingTheDescriptionAppliesOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "p1", Title: "t", Description: "old"}))
+	old := bodyOf(t, e, "p1")
+	var raceErr error
+	db := &updateTwiceDB{DB: e.db, name: "body", race: func() {
+		_, raceErr = e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p1", AgentID: "b", Description: new("")})
+	}}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	if _, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p1", AgentID: "a", Description: new("new")}); err != nil {
+		t.Fatalf("the PATCH whose first sending applied: %v", err)
+	}
+	if !db.sent.Load() || raceErr != nil {
+		t.Fatalf("sent twice %v, the other client's PATCH: %v", db.sent.Load(), raceErr)
+	}
+	if got := must[lease.Task](t)(e.store.GetTask(c, "p1")); got.Description != "" || got.Version != 3 {
+		t.Fatalf("description %q at version %d, want %q at 3: the PATCH applied once, before the other client's", got.Description, got.Version, "")
+	}
+	if itemExists(t, e, old) {
+		t.Fatalf("the body %s the PATCH replaced is left behind; no task names it", old)
+	}
+}
+
+// The same, behind two other PATCHes of the description: the body the
+// task names now replaced the first of them, not this PATCH's.
+func TestAPatchSentTwiceAfterTwoDescriptionPatchesAppliesOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "p1", Title: "t", Description: "old"}))
+	old := bodyOf(t, e, "p1")
+	var raceErr error
+	db := &updateTwiceDB{DB: e.db, name: "body", race: func() {
+		for _, d := range []string{"other", "third"} {
+			if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p1", AgentID: "b", Description: &d}); err != nil {
+				raceErr = err
+			}
+		}
+	}}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	if _, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p1", AgentID: "a", Description: new("new")}); err != nil {
+		t.Fatalf("the PATCH whose first sending applied: %v", err)
+	}
+	if !db.sent.Load() || raceErr != nil {
+		t.Fatalf("sent twice %v, the other client's PATCHes: %v", db.sent.Load(), raceErr)
+	}
+	if got := must[lease.Task](t)(e.store.GetTask(c, "p1")); got.Description != "third" || got.Version != 4 {
+		t.Fatalf("description %q at version %d, want %q at 4: the PATCH applied once, before the other client's", got.Description, got.Version, "third")
+	}
+	if itemExists(t, e, old) {
+		t.Fatalf("the body %s the PATCH replaced is left behind; no task names it", old)
+	}
+}

@@ -66,7 +66,8 @@ import (
 // and whose second sending was refused knows its own write by its id on
 // the task, or by its new body named there; once another PATCH of the
 // description has replaced that body, by the body named now, which
-// keeps the token of the one it replaced (replacedOwn).
+// keeps the token of the one it replaced, or by its new body gone, which
+// only a PATCH that replaced it deletes (replacedOwn).
 //
 // Nothing can make a body named after it was deleted; nothing is
 // deleted that a task names or may still name. This costs one write,
@@ -240,20 +241,28 @@ func (s *Store) fillBodies(ctx context.Context, items ...*taskItem) error {
 	return err
 }
 
-// replacedOwn reports whether the body the task names now (it) replaced
+// replacedOwn reports whether a later PATCH of the description replaced
 // token, the new body of a PATCH whose write was sent more than once and
-// refused: then that write applied (only it names token), and a later
-// PATCH of the description landed before its second sending. One GetItem,
-// on that path only; a body gone since (replaced again) says nothing.
+// refused: then that write applied (only it names token), and the later
+// PATCH landed before its second sending. The body the task names now
+// (it) says so when it replaced token; otherwise token's own body, gone,
+// does: only a PATCH that read the task naming it deletes it (the PATCH
+// that wrote it has not yet), so a body replaced again, or a description
+// cleared (the task names no body), is told too. A GetItem each, on that
+// path only; a later PATCH between its write and its delete of token
+// says nothing.
 func (s *Store) replacedOwn(ctx context.Context, it *taskItem, token string) (bool, error) {
-	if it.BodyToken == "" || it.BodyToken == token {
+	if it.BodyToken == token {
 		return false, nil
 	}
-	b, err := getItem[bodyItem](ctx, s.db, s.tasks, taskKey(bodyKey(it.TaskID, it.BodyToken)))
-	if err != nil || b == nil {
-		return false, err
+	if it.BodyToken != "" {
+		b, err := getItem[bodyItem](ctx, s.db, s.tasks, taskKey(bodyKey(it.TaskID, it.BodyToken)))
+		if err != nil || b != nil && b.Replaces == token {
+			return err == nil, err
+		}
 	}
-	return b.Replaces == token, nil
+	own, err := getItem[bodyItem](ctx, s.db, s.tasks, taskKey(bodyKey(it.TaskID, token)))
+	return err == nil && own == nil, err
 }
 
 // readBodies is fillBodies' one batch: it returns the items whose body was

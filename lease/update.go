@@ -286,7 +286,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		}
 		if err == nil && !applied && sends.Load() > 1 && after != nil && newBody && token != "" {
 			// Or a later PATCH of the description replaced its new body:
-			// the body the task names now says so.
+			// the body the task names now, or its own gone, says so.
 			applied, err = s.replacedOwn(ctx, after, token)
 		}
 		switch {
