@@ -1429,15 +1429,20 @@ func (s *Store) keepGrant(ctx context.Context, c Checkout) (kept bool, err error
 
 // supersede answers a named claim whose run got another lease first (see
 // noteGrant): it gives c back, with a plain release, and answers the
-// run's first lease as it is now.
+// run's first lease as it is now. A read of that lease that fails gives
+// c back all the same (the receipt has decided: c is not the run's), so
+// that the run holds one lease whatever the claim answers.
 func (s *Store) supersede(ctx context.Context, c Checkout) (Checkout, bool, error) {
 	first, ok, _, err := s.runLease(ctx, c.AgentID, c.RunID, true)
-	if err != nil || !ok {
-		return Checkout{}, false, err // no other grant to be found: keep this one
+	if err == nil && !ok {
+		return Checkout{}, false, nil // no other grant to be found: keep this one
 	}
-	if _, err := s.Release(ctx, ReleaseParams{TaskID: c.TaskID, AgentID: c.AgentID, RunID: c.RunID, Fence: c.Fence,
-		Reason: "another attempt of the same claim (run id) got a lease first"}); err != nil {
-		return Checkout{}, false, fmt.Errorf("give back a second grant of claim %s: %w", c.RunID, err)
+	if _, rerr := s.Release(ctx, ReleaseParams{TaskID: c.TaskID, AgentID: c.AgentID, RunID: c.RunID, Fence: c.Fence,
+		Reason: "another attempt of the same claim (run id) got a lease first"}); rerr != nil {
+		return Checkout{}, false, fmt.Errorf("give back a second grant of claim %s: %w", c.RunID, rerr)
+	}
+	if err != nil {
+		return Checkout{}, false, err
 	}
 	return first, true, nil
 }

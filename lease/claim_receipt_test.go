@@ -546,3 +546,71 @@ func TestClaimAttemptWhoseWriteForAFoundLeaseFailsAnswersTheKeptGrant(t *testing
 		t.Fatalf("%s still holds %+v, a second lease of run-1", found, lock)
 	}
 }
+
+// receiptReadErrDB fails every read of a named claim's receipt while fail
+// is set, as a throttled table would.
+type receiptReadErrDB struct {
+	lease.DB
+	fail atomic.Bool
+}
+
+func (d *receiptReadErrDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if id, ok := in.Key["agent_id"].(*types.AttributeValueMemberS); ok && strings.HasPrefix(id.Value, "#claim#") && d.fail.Load() {
+		return nil, errors.New("throttled")
+	}
+	return d.DB.GetItem(ctx, in, opt...)
+}
+
+// An attempt of a named claim whose grant the receipt refuses (another
+// attempt's was kept first) gives its task back even when it cannot read
+// the receipt to answer the kept grant: it read the receipt first and, on
+// an error, answered it with its own lease still on its task, a second
+// live lease of the run until its timeout.
+func TestASupersededAttemptThatCannotReadTheReceiptGivesItsTaskBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t0", "t1")
+	e.caughtUp(t)
+	db := &grantGateDB{DB: e.db, quit: make(chan struct{}), bothRead: make(chan struct{}), held: make(chan string, 2), gates: map[string]chan struct{}{}}
+	t.Cleanup(func() { close(db.quit) })
+	reads := &receiptReadErrDB{DB: db}
+	s := lease.New(lease.Config{DB: reads, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	type answer struct {
+		co  lease.Checkout
+		err error
+	}
+	answers := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			co, err := s.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute})
+			answers <- answer{co, err}
+		}()
+	}
+	var took []string
+	for range 2 {
+		select {
+		case task := <-db.held:
+			took = append(took, task)
+		case a := <-answers:
+			t.Fatalf("an attempt answered %+v (%v) before both grants were written", a.co, a.err)
+		}
+	}
+	if took[0] == took[1] {
+		t.Fatalf("both attempts took %s, want one task each", took[0])
+	}
+	reads.fail.Store(true)
+	close(db.gate(took[0]))
+	if a := <-answers; a.err != nil || a.co.TaskID != took[0] {
+		t.Fatalf("the attempt whose grant was kept answered %+v (%v), want %s", a.co, a.err, took[0])
+	}
+	close(db.gate(took[1]))
+	a := <-answers
+	t.Logf("the superseded attempt answered %+v (%v)", a.co, a.err)
+	if a.err == nil && (a.co.TaskID != took[0]) {
+		t.Fatalf("the superseded attempt answered %s, want the kept grant %s or an error", a.co.TaskID, took[0])
+	}
+	if lock := must[*lease.Checkout](t)(e.store.LockStatus(c, took[1])); lock != nil {
+		t.Fatalf("%s still holds %+v, a second live lease of run-1", took[1], lock)
+	}
+}
