@@ -235,3 +235,40 @@ func TestAPatchSentTwiceAfterTwoDescriptionPatchesAppliesOnce(t *testing.T) {
 		t.Fatalf("the body %s the PATCH replaced is left behind; no task names it", old)
 	}
 }
+
+// A PATCH that writes no new body (one that clears the description, or
+// changes the title only), sent twice behind another client's PATCH of the
+// description, took the refused second sending for not applied and ran
+// again over the other client's write. The body the task names now says
+// which PATCH's write it replaced.
+func TestAPatchWithoutANewBodySentTwiceAfterADescriptionPatchAppliesOnce(t *testing.T) {
+	t.Parallel()
+	for name, p := range map[string]lease.UpdateTaskParams{
+		"clear": {Description: new("")},
+		"title": {Title: new("new title")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "p1", Title: "t", Description: "old"}))
+			var raceErr error
+			db := &updateTwiceDB{DB: e.db, name: "patch", race: func() {
+				_, raceErr = e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p1", AgentID: "b", Description: new("other"), Title: new("other title")})
+			}}
+			s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+			p.TaskID, p.AgentID = "p1", "a"
+			if _, err := s.UpdateTask(c, p); err != nil {
+				t.Fatalf("the PATCH whose first sending applied: %v", err)
+			}
+			if !db.sent.Load() || raceErr != nil {
+				t.Fatalf("sent twice %v, the other client's PATCH: %v", db.sent.Load(), raceErr)
+			}
+			got := must[lease.Task](t)(e.store.GetTask(c, "p1"))
+			if got.Description != "other" || got.Title != "other title" || got.Version != 3 {
+				t.Fatalf("description %q, title %q at version %d, want %q, %q at 3: the PATCH applied once, before the other client's",
+					got.Description, got.Title, got.Version, "other", "other title")
+			}
+		})
+	}
+}

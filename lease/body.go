@@ -65,8 +65,8 @@ import (
 // A PATCH's write that the SDK sent again (its first answer lost: sends.go)
 // and whose second sending was refused knows its own write by its id on
 // the task, or by its new body named there; once another PATCH of the
-// description has replaced that body, by the body named now, which
-// keeps the token of the one it replaced, or by its new body gone, which
+// description has landed on it, by the body named now, which keeps the
+// id of the PATCH whose write it followed, or by its new body gone, which
 // only a PATCH that replaced it deletes (replacedOwn).
 //
 // Nothing can make a body named after it was deleted; nothing is
@@ -87,9 +87,9 @@ type bodyItem struct {
 	Metadata    string `dynamodbav:"metadata,omitempty"`
 	// Error is an error item's text (below).
 	Error string `dynamodbav:"error,omitempty"`
-	// Replaces is the token of the body the task named when the PATCH
-	// that wrote this one read it (replacedOwn).
-	Replaces string `dynamodbav:"replaces,omitempty"`
+	// Follows is the id of the PATCH whose write the task held when the
+	// PATCH that wrote this body read it (replacedOwn).
+	Follows string `dynamodbav:"follows,omitempty"`
 }
 
 func bodyKey(taskID, token string) string { return taskID + "#body#" + token }
@@ -241,25 +241,24 @@ func (s *Store) fillBodies(ctx context.Context, items ...*taskItem) error {
 	return err
 }
 
-// replacedOwn reports whether a later PATCH of the description replaced
-// token, the new body of a PATCH whose write was sent more than once and
-// refused: then that write applied (only it names token), and the later
-// PATCH landed before its second sending. The body the task names now
-// (it) says so when it replaced token; otherwise token's own body, gone,
-// does: only a PATCH that read the task naming it deletes it (the PATCH
-// that wrote it has not yet), so a body replaced again, or a description
-// cleared (the task names no body), is told too. A GetItem each, on that
-// path only; a later PATCH between its write and its delete of token
-// says nothing.
-func (s *Store) replacedOwn(ctx context.Context, it *taskItem, token string) (bool, error) {
-	if it.BodyToken == token {
-		return false, nil
-	}
-	if it.BodyToken != "" {
+// replacedOwn reports whether a later PATCH of the description landed on
+// the write of PATCH patchID, sent more than once and refused: then that
+// write applied. The body the task names now (it) says so when its PATCH
+// read that write (it follows patchID); otherwise the PATCH's own new body
+// (token, "" for none), gone, does: only a PATCH that read the task naming
+// it deletes it (the PATCH that wrote it has not yet), so a body replaced
+// again, or a description cleared (the task names no body), is told too.
+// A GetItem each, on that path only. A later PATCH between its write and
+// its delete of token says nothing, nor does one that writes no body.
+func (s *Store) replacedOwn(ctx context.Context, it *taskItem, patchID, token string) (bool, error) {
+	if it.BodyToken != "" && it.BodyToken != token {
 		b, err := getItem[bodyItem](ctx, s.db, s.tasks, taskKey(bodyKey(it.TaskID, it.BodyToken)))
-		if err != nil || b != nil && b.Replaces == token {
+		if err != nil || b != nil && b.Follows == patchID {
 			return err == nil, err
 		}
+	}
+	if token == "" || it.BodyToken == token {
+		return false, nil
 	}
 	own, err := getItem[bodyItem](ctx, s.db, s.tasks, taskKey(bodyKey(it.TaskID, token)))
 	return err == nil && own == nil, err

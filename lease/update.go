@@ -241,7 +241,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		if newBody {
 			next := taskItem{TaskID: cur.TaskID, Description: body.Description, Metadata: body.Metadata}
 			if b := splitBody(&next); b != nil {
-				b.Replaces = cur.BodyToken
+				b.Follows = cur.PatchID
 				if err := s.putBody(ctx, b); err != nil {
 					return Task{}, err
 				}
@@ -284,10 +284,14 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 			// PATCH (of the title, say).
 			applied = true
 		}
-		if err == nil && !applied && sends.Load() > 1 && after != nil && newBody && token != "" {
-			// Or a later PATCH of the description replaced its new body:
-			// the body the task names now, or its own gone, says so.
-			applied, err = s.replacedOwn(ctx, after, token)
+		if err == nil && !applied && sends.Load() > 1 && after != nil {
+			// Or a later PATCH of the description landed on it: the body
+			// the task names now, or its own new body gone, says so.
+			own := ""
+			if newBody {
+				own = token
+			}
+			applied, err = s.replacedOwn(ctx, after, patchID, own)
 		}
 		switch {
 		case err == nil && !applied && len(added) > 0 && unlock != nil:
