@@ -330,7 +330,8 @@ func (c *deathCache) put(agentID string, upTo int64) {
 // and keeps the agent in the sweep's index at the moment it died until a
 // sweep has ended those leases; three for the first heartbeat and one that
 // moves the expiry earlier (aliveCache), whose now is then read after the
-// arming.
+// arming; two for one identical to a return's first write, which notes that
+// it found the agent alive (markSeenAlive).
 func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration) (Heartbeat, error) {
 	if ttl == 0 {
 		ttl = DefaultHeartbeatTTL
@@ -359,7 +360,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 				Set(expression.Name("last_at"), expression.Value(ms(now))).
 				Set(expression.Name("hb_shard"), expression.Value(shardOf(agentID, s.shards.Lease))).
 				Set(expression.Name("ttl"), expression.Value(exp.Add(heartbeatRetention).Unix())).
-				Remove(expression.Name("fresh")).Remove(expression.Name("lowering"))
+				Remove(expression.Name("fresh")).Remove(expression.Name("lowering")).Remove(expression.Name("seen_alive"))
 		}
 		deadAt := expression.Name("dead_at")
 		expiresAt := expression.Name("expires_at")
@@ -400,6 +401,14 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 		}
 		if applied {
 			after := s.clock()
+			if old == nil && cur.DeadAt > 0 && cur.AliveSince == cur.LastAt {
+				// A return's first write, found by an identical heartbeat:
+				// the agent is alive, but the return may still be made
+				// once more, later (below). It is told it counts from no
+				// later than now, when this heartbeat answers alive, and
+				// no alive cache keeps its alive_since, which may move.
+				return Heartbeat{AgentID: agentID, ExpiresAt: exp}, s.markSeenAlive(ctx, agentID, cur, ms(after))
+			}
 			if old == nil || old.Fresh || old.ExpiresAt > ms(after.Add(clockMargin)) {
 				// The write's own answer is a consistent read of the
 				// heartbeat; but not one that replaced a heartbeat whose
@@ -457,6 +466,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 		// heartbeat's own write, and made no return: the return is still
 		// this heartbeat's to make, pinned to alive_since as it was.
 		again := true
+		var first *heartbeatItem // the return's first write, when it is made once more
 		for range retries(ctx) {
 			now = s.clockAfter(floor)
 			exp = now.Add(ttl)
@@ -465,10 +475,21 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 			// Alive since the first write landed, when that is what made
 			// it alive again (read just after it: no one has seen the
 			// agent dead since), however long the return takes; else since
-			// this write.
+			// this write. Made once more, not later than an identical
+			// heartbeat found the first write there and answered alive
+			// (seen_alive): a lease the agent took after that answer stays
+			// live.
 			since := ms(now)
 			if landed != 0 {
 				since = landed
+			}
+			if first != nil {
+				seen := expression.AttributeNotExists(expression.Name("seen_alive"))
+				if first.SeenAlive != 0 {
+					seen = expression.Name("seen_alive").Equal(expression.Value(first.SeenAlive))
+					since = min(since, first.SeenAlive)
+				}
+				cond = cond.And(seen)
 			}
 			// No prior_expires: it is an ordinary heartbeat's record of the
 			// expiry it replaced, by which an identical heartbeat (the same
@@ -484,6 +505,11 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 				return Heartbeat{}, err
 			}
 			if !applied {
+				if first != nil && first.SeenAlive == 0 && cur != nil && cur.SeenAlive != 0 &&
+					cur.LastAt == first.LastAt && cur.ExpiresAt == first.ExpiresAt {
+					first = cur // an identical heartbeat found it: again, from then
+					continue
+				}
 				if cur == nil || cur.Removed || cur.AliveSince != was {
 					break // removed, or returned by another heartbeat: start again
 				}
@@ -492,7 +518,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 				continue
 			}
 			if after := s.clock(); again && landed == 0 && after.After(now) {
-				again = false
+				again, first = false, cur
 				pin = expression.Name("expires_at").Equal(expression.Value(ms(exp))).
 					And(lastAt.Equal(expression.Value(ms(now))))
 				floor = ms(after)
@@ -503,6 +529,21 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 		}
 	}
 	return Heartbeat{}, fmt.Errorf("heartbeat %s: %w", agentID, ErrBusy)
+}
+
+// markSeenAlive records on agentID's heartbeat, still the return's first
+// write hb, that a heartbeat found it there and answered alive by at
+// (seen_alive; the earliest such answer's is kept). A return made once
+// more then counts from no later than at. An item moved on since needs
+// nothing.
+func (s *Store) markSeenAlive(ctx context.Context, agentID string, hb *heartbeatItem, at int64) error {
+	cond := expression.Name("last_at").Equal(expression.Value(hb.LastAt)).
+		And(expression.Name("expires_at").Equal(expression.Value(hb.ExpiresAt)),
+			expression.Name("alive_since").Equal(expression.Value(hb.AliveSince)))
+	seen := expression.Name("seen_alive")
+	upd := expression.Set(seen, expression.IfNotExists(seen, expression.Value(at)))
+	_, _, err := s.updateHeartbeat(ctx, agentID, cond, upd)
+	return err
 }
 
 // armLowering marks agentID's heartbeat item, read as old (nil: none), as

@@ -186,3 +186,46 @@ func TestAHeartbeatLikeAReturnJustMadeIsNoSecondReturn(t *testing.T) {
 		t.Fatalf("lock status of t1 = %+v, want x's lease, taken while x was alive", got)
 	}
 }
+
+// A return from the dead whose clock has moved on once its write landed is
+// made once more at that later time. A heartbeat identical to the return's
+// first write, landing in between, finds the agent alive by it and says
+// so: a lease the agent then takes, before the return is made once more,
+// was ended by that second write (locked_at <= alive_since), while the
+// identical heartbeat's process, which kept the first write's alive_since,
+// still showed it live.
+func TestAHeartbeatLikeAReturnBeforeItIsMadeAgainKeepsALaterLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t1")
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Second))
+	e.clock.Advance(2 * time.Second) // x is dead
+
+	other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	var co lease.Checkout
+	db := &heartbeatWritesDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), after: map[int]func(){
+		2: func() { // the return's first write has landed
+			// x's other process, in the same millisecond: told alive.
+			must[lease.Heartbeat](t)(other.Heartbeat(c, "x", time.Second))
+			e.clock.Advance(time.Millisecond)
+			co = must[lease.Checkout](t)(other.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "x", Timeout: time.Hour}))
+			e.clock.Advance(time.Millisecond) // the return's clock has moved on
+		},
+	}}
+	x := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	must[lease.Heartbeat](t)(x.Heartbeat(c, "x", time.Second))
+	if db.sent < 3 {
+		t.Fatalf("the return was made in %d writes, want it made once more", db.sent)
+	}
+
+	fresh := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	inFresh := must[*lease.Checkout](t)(fresh.LockStatus(c, "t1"))
+	inOther := must[*lease.Checkout](t)(other.LockStatus(c, "t1"))
+	if (inFresh == nil) != (inOther == nil) {
+		t.Errorf("t1 live in x's other process: %v, in a fresh one: %v", inOther != nil, inFresh != nil)
+	}
+	if inFresh == nil || inFresh.Fence != co.Fence {
+		t.Fatalf("lock status of t1 = %+v, want x's lease (fence %d), taken after a heartbeat said x was alive", inFresh, co.Fence)
+	}
+}

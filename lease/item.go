@@ -616,6 +616,11 @@ type heartbeatItem struct {
 	// Lowering says a heartbeat is about to move expires_at earlier (or to
 	// make a first one): no alive cache may keep what it reads (alive.go).
 	Lowering bool `dynamodbav:"lowering,omitempty"`
+	// SeenAlive is when a heartbeat identical to a return's first write
+	// found that return there (its clock after): the agent was alive by
+	// then, and the return, if made once more, counts from no later
+	// (alive.go).
+	SeenAlive int64 `dynamodbav:"seen_alive,omitempty"`
 
 	// The sweep's index keys: hb_expires is when the sweep must next look
 	// at the agent (its expiry, or a death not swept yet).
