@@ -138,7 +138,8 @@ const clockMargin = 50 * time.Millisecond
 // by (Unix ms): its return from the dead (a second write, moving
 // alive_since) may still be on its way. A heartbeat's own time is read
 // before it is sent, so when it landed is known only to be before the
-// read that found it; a return already made has alive_since = last_at.
+// read that found it. A return's own write (alive_since = last_at) makes
+// no return follow, but may itself be made once more (aliveCache.put).
 func (hb *heartbeatItem) returnMayFollow(by int64) bool {
 	return hb != nil && hb.PriorExpires != 0 && hb.AliveSince < hb.LastAt &&
 		hb.PriorExpires-clockMargin.Milliseconds() <= by
@@ -195,6 +196,12 @@ func (c *aliveCache) put(agentID string, hb *heartbeatItem, now int64) {
 			// Its alive_since may be about to move. (Judged up to until:
 			// a read that ended later than that found an entry it would
 			// not use anyway.)
+			return
+		}
+		if hb.DeadAt > 0 && hb.AliveSince == hb.LastAt {
+			// A return's write, which may be made once more, later
+			// (Heartbeat), moving alive_since: not kept until the
+			// agent's next ordinary heartbeat.
 			return
 		}
 		until = min(until, hb.ExpiresAt-margin)

@@ -229,3 +229,41 @@ func TestAHeartbeatLikeAReturnBeforeItIsMadeAgainKeepsALaterLease(t *testing.T) 
 		t.Fatalf("lock status of t1 = %+v, want x's lease (fence %d), taken after a heartbeat said x was alive", inFresh, co.Fence)
 	}
 }
+
+// A process that read the heartbeat between a return's first write and
+// the return made once more, later, kept the first write's alive_since in
+// its alive cache: a lease the agent took in between, ended by the second
+// write (locked_at <= alive_since), stayed live there while a fresh
+// process showed it ended.
+func TestAReadBeforeAReturnIsMadeAgainDoesNotKeepItsAliveSince(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t1")
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Second))
+	e.clock.Advance(2 * time.Second) // x is dead
+
+	other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	reader := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	db := &heartbeatWritesDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), after: map[int]func(){
+		2: func() { // the return's first write has landed
+			e.clock.Advance(time.Millisecond)
+			// x's other process takes t1; another process reads it.
+			must[lease.Checkout](t)(other.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "x", Timeout: time.Hour}))
+			_ = must[*lease.Checkout](t)(reader.LockStatus(c, "t1"))
+			e.clock.Advance(time.Millisecond) // the return's clock has moved on
+		},
+	}}
+	x := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	must[lease.Heartbeat](t)(x.Heartbeat(c, "x", time.Second))
+	if db.sent < 3 {
+		t.Fatalf("the return was made in %d writes, want it made once more", db.sent)
+	}
+
+	fresh := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	inFresh := must[*lease.Checkout](t)(fresh.LockStatus(c, "t1"))
+	inReader := must[*lease.Checkout](t)(reader.LockStatus(c, "t1"))
+	if (inFresh == nil) != (inReader == nil) {
+		t.Errorf("t1 live in the process that read x during its return: %v, in a fresh one: %v", inReader != nil, inFresh != nil)
+	}
+}
