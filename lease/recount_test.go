@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -370,4 +371,36 @@ func TestRecountCountsTasksFromBeforeCounting(t *testing.T) {
 		t.Fatalf("queues after the recount: %v, want %s alone", got, lease.DefaultQueue)
 	}
 	wantCounts(t, got[lease.DefaultQueue], 1, 0, 0, 0)
+}
+
+// recountSentTwiceDB sends each write of a queue's counter twice and
+// answers with the second answer: what the SDK does when the first
+// applied but its answer was lost.
+type recountSentTwiceDB struct{ recountDB }
+
+func (d recountSentTwiceDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if k, ok := in.Key["agent_id"].(*types.AttributeValueMemberS); ok && strings.HasPrefix(k.Value, "#queue#") {
+		if _, err := d.Client.UpdateItem(ctx, in, optFns...); err != nil {
+			return nil, err
+		}
+	}
+	return d.Client.UpdateItem(ctx, in, optFns...)
+}
+
+// A recount's write of a queue's counts whose answer was lost, sent again
+// by the SDK, fails its condition on the rev the first sending moved: the
+// queue was reported busy, not recounted, and the command failed, though
+// its counts were mended.
+func TestRecountWriteSentTwiceIsMended(t *testing.T) {
+	e := newEnv(t)
+	e.queued(t, "a1", "alpha", 5)
+	e.drain(t)
+	e.setCount(t, "alpha", lease.StatusTodo, 7)
+
+	db := recountSentTwiceDB{recountDB{Client: lease.NewLocalClient(testenv.Endpoint())}}
+	res := e.recount(t, db, 1, nil)
+	if want := []string{"alpha"}; !slices.Equal(res.Mended, want) || len(res.Busy) > 0 {
+		t.Errorf("recount %+v, want %v mended", res, want)
+	}
+	wantCounts(t, e.queueCounts(t)["alpha"], 1, 0, 0, 0)
 }
