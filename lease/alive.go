@@ -73,7 +73,11 @@ import (
 // lands (one request's time) a reader may see the agent alive and its
 // unswept leases live. A return from the dead is,
 // for the same reason, made once more at the clock read after its write
-// when the clock has moved on by then (returns only: one more write).
+// when the clock has moved on by then (returns only: one more write). A
+// return's write that the SDK sent again (sends.go) fails its condition on
+// its first sending's result; when it was sent more than once and the item
+// is that write's (its last_at, expiry and alive_since, no prior_expires),
+// it is judged as applied, so the return is still made once more.
 //
 // Deaths are stamped when the agent died, not when their write lands: the
 // expiry of the heartbeat that ran out, as the consistent read that found
@@ -507,9 +511,18 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 				Set(deadAt, expression.IfNotExists(deadAt, expression.Value(diedAt))).
 				Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(diedAt))).
 				Remove(expression.Name("prior_expires"))
-			cur, applied, err := s.updateHeartbeat(ctx, agentID, cond, upd)
+			wctx, sends := countSends(ctx)
+			cur, applied, err := s.updateHeartbeat(wctx, agentID, cond, upd)
 			if err != nil {
 				return Heartbeat{}, err
+			}
+			if !applied && sends.Load() > 1 && cur != nil && !cur.Removed && cur.PriorExpires == 0 &&
+				cur.LastAt == ms(now) && cur.ExpiresAt == ms(exp) && cur.AliveSince == since {
+				// Sent again after its answer was lost (sends.go): the
+				// first sending applied, and this write is judged as it.
+				// One sent once that finds an identical return there is
+				// another's, and starts again below (markSeenAlive).
+				applied = true
 			}
 			if !applied {
 				if first != nil && first.SeenAlive == 0 && cur != nil && cur.SeenAlive != 0 &&
@@ -624,7 +637,7 @@ func (s *Store) updateHeartbeatRV(ctx context.Context, agentID string, cond expr
 		ExpressionAttributeValues:           expr.Values(),
 		ReturnValues:                        rv,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	}, sendOpts(ctx)...)
 	returned, failed := conditionFailed(err)
 	if !failed {
 		if err != nil {
