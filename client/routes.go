@@ -1,7 +1,9 @@
 package client
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -277,7 +279,8 @@ func (c *Client) GetTask(ctx context.Context, taskID string) (Task, error) {
 	return t, wrap("get task", taskID, err)
 }
 
-// ListTasks returns one page of tasks.
+// ListTasks returns one page of tasks. A page may hold fewer tasks than
+// asked, even none, and still have a NextCursor: FillTaskPage reads on.
 func (c *Client) ListTasks(ctx context.Context, req ListTasksRequest) (TaskPage, error) {
 	q := url.Values{}
 	if req.Status != "" {
@@ -301,6 +304,62 @@ func (c *Client) ListTasks(ctx context.Context, req ListTasksRequest) (TaskPage,
 		return p, fmt.Errorf("list tasks: %w", err)
 	}
 	return p, nil
+}
+
+// defaultListLimit is the server's page size of a task listing given no
+// limit.
+const defaultListLimit = 100
+
+// FillTaskPage reads a task listing from req.Cursor on, page after page,
+// until it holds req.Limit tasks (0: the server's default, 100), the
+// listing ends, or it has read maxReads pages (at least one): a page may
+// hold fewer tasks than asked, even none, and still have a next_cursor,
+// since each page's reads are bounded. Each read asks for the tasks still
+// wanted, so the answer holds at most req.Limit; its NextCursor goes on
+// after its last task (nil at the listing's end). Under RecordResponse the
+// answer recorded is the pages read, as one page would give them.
+func (c *Client) FillTaskPage(ctx context.Context, req ListTasksRequest, maxReads int) (TaskPage, error) {
+	outer, _ := ctx.Value(recorderKey{}).(*Response)
+	var rec Response
+	if outer != nil {
+		ctx = RecordResponse(ctx, &rec)
+	}
+	want := cmp.Or(req.Limit, defaultListLimit)
+	whole := TaskPage{Tasks: []Task{}}
+	raw := []json.RawMessage{}
+	for reads := 1; ; reads++ {
+		req.Limit = want - len(whole.Tasks)
+		p, err := c.ListTasks(ctx, req)
+		if outer != nil {
+			*outer = rec
+		}
+		if err != nil {
+			return whole, err
+		}
+		whole.Tasks = append(whole.Tasks, p.Tasks...)
+		whole.NextCursor = p.NextCursor
+		if outer != nil {
+			var body struct {
+				Tasks []json.RawMessage `json:"tasks"`
+			}
+			if err := json.Unmarshal(rec.Body, &body); err != nil {
+				return whole, fmt.Errorf("list tasks: %w", err)
+			}
+			raw = append(raw, body.Tasks...)
+		}
+		if p.NextCursor != nil && len(whole.Tasks) < want && reads < maxReads {
+			req.Cursor = *p.NextCursor
+			continue
+		}
+		if outer != nil && reads > 1 {
+			// More than one page: recorded as the one answer they make.
+			outer.Body, err = json.Marshal(struct {
+				Tasks      []json.RawMessage `json:"tasks"`
+				NextCursor *string           `json:"next_cursor"`
+			}{raw, whole.NextCursor})
+		}
+		return whole, err
+	}
 }
 
 // CreateAgent registers an agent (admins only). The answer holds its API

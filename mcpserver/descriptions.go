@@ -55,7 +55,7 @@ const descStatus = `Check whether a task is checked out right now, by whom, and 
 
 const descListCheckouts = `List the live leases, all or one agent's (agent_id), up to limit (default {default_list_limit}). Use it to see which tasks are taken and by whom, or which tasks you still hold. Read-only.`
 
-const descListTasks = `List tasks, optionally only one status (todo = open, blocked = waits for other tasks, in_progress = someone works on it, done, cancelled, failed = used up its attempts), up to limit per page (default {default_list_limit}), with each task's title and live lease. Use it to find a task to work on; then take it with checkout_task. Pass next_cursor as cursor for the next page: a page may hold fewer than limit tasks, even none, and still have one. Read-only.`
+const descListTasks = `List tasks, optionally only one status (todo = open, blocked = waits for other tasks, in_progress = someone works on it, done, cancelled, failed = used up its attempts), up to limit per page (default {default_list_limit}), with each task's title and live lease. Use it to find a task to work on; then take it with checkout_task. Pass next_cursor as cursor for the next page. A call reads up to {list_reads} of the server's pages to fill the page (each is bounded, so may hold few tasks, even none): a page may still hold fewer than limit tasks, even none, and have a next_cursor. Read-only.`
 
 const descGetTask = `Show one task: its title, status, times, its live lease if any, the tasks it waits for (blocked_by, with their statuses) and that wait for it (blocks), its attempts, not_before and last_error. Use it to read what a task is before or after taking it. Read-only.`
 
@@ -315,6 +315,7 @@ var limitsText = strings.NewReplacer(
 	"{default_ttl}", shortDuration(lease.DefaultHeartbeatTTL),
 	"{default_list_limit}", strconv.Itoa(lease.DefaultListLimit),
 	"{max_list_limit}", strconv.Itoa(lease.MaxListLimit),
+	"{list_reads}", strconv.Itoa(listReads),
 	"{max_queues_listed}", strconv.Itoa(lease.MaxQueuesListed),
 	"{max_priority}", strconv.Itoa(lease.MaxPriority),
 	"{default_priority}", strconv.Itoa(lease.DefaultPriority),

@@ -519,18 +519,28 @@ func (t *tools) listCheckouts(ctx context.Context, in ListCheckoutsInput) (ListC
 	return r, nil
 }
 
+// listReads is how many pages of the task listing list_tasks reads at most
+// in one call to fill the page asked for.
+const listReads = 10
+
 func (t *tools) listTasks(ctx context.Context, in ListTasksInput) (ListTasksResult, error) {
 	limit, err := limitOf(in.Limit)
 	if err != nil {
 		return ListTasksResult{}, err
 	}
-	p, err := t.c.ListTasks(ctx, client.ListTasksRequest{Status: in.Status, Queue: in.Queue, Limit: limit, Cursor: in.Cursor})
+	// A page may come short, even empty, with a cursor: read on, within
+	// this call, to fill the page asked for.
+	p, err := t.c.FillTaskPage(ctx, client.ListTasksRequest{Status: in.Status, Queue: in.Queue, Limit: limit, Cursor: in.Cursor}, listReads)
 	if err != nil {
 		return ListTasksResult{}, err
 	}
 	r := ListTasksResult{Tasks: p.Tasks}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d task(s) on this page.", len(p.Tasks))
+	if len(p.Tasks) == 0 && p.NextCursor != nil {
+		fmt.Fprintf(&b, "No tasks in the %d pages read; the listing goes on.", listReads)
+	} else {
+		fmt.Fprintf(&b, "%d task(s) on this page.", len(p.Tasks))
+	}
 	for _, task := range p.Tasks {
 		fmt.Fprintf(&b, "\n- %s [%s, %s, priority %d]", task.TaskID, task.Status, task.Queue, task.Priority)
 		if task.Title != "" {

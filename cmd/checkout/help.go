@@ -211,6 +211,11 @@ const tasksReopenExample = `  checkout tasks reopen task-d4e5`
 
 const tasksListShort = "List tasks, one page at a time"
 
+const tasksListLong = `Lists tasks, of one status or queue when given, a page of --limit tasks at a
+time. The server's pages may come short, even empty, and still go on (each
+page's reads are bounded): the command reads on, 10 pages at most, to fill
+the page asked for. A More: line gives the command for the next page.`
+
 const tasksListExample = `  checkout tasks list
   checkout tasks list --status todo --limit 20
   checkout tasks list --status blocked

@@ -131,6 +131,7 @@ func (a *app) tasksCmd() *cobra.Command {
 	list := &cobra.Command{
 		Use:     "list",
 		Short:   tasksListShort,
+		Long:    tasksListLong,
 		Example: tasksListExample,
 		Args:    exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -138,11 +139,15 @@ func (a *app) tasksCmd() *cobra.Command {
 				return err
 			}
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
-				p, err := c.ListTasks(ctx, client.ListTasksRequest{Status: status, Queue: listQueue, Limit: limit, Cursor: cursor})
+				// A page may come short, even empty, with a cursor:
+				// read on to fill the page asked for.
+				p, err := c.FillTaskPage(ctx, client.ListTasksRequest{Status: status, Queue: listQueue, Limit: limit, Cursor: cursor}, listReads)
 				return func(w io.Writer) {
 					fmt.Fprintln(w, "## Tasks")
 					fmt.Fprintln(w)
-					if len(p.Tasks) == 0 {
+					if len(p.Tasks) == 0 && p.NextCursor != nil {
+						fmt.Fprintf(w, "No tasks in the %d pages read; the listing goes on.\n", listReads)
+					} else if len(p.Tasks) == 0 {
 						fmt.Fprintln(w, "No tasks.")
 					} else {
 						rows := make([][]string, len(p.Tasks))
@@ -194,6 +199,11 @@ func (a *app) tasksCmd() *cobra.Command {
 	cmd.AddCommand(add, list, show, edit, cancel, reopen)
 	return cmd
 }
+
+// listReads is how many pages of a listing a command reads at most to
+// fill the page asked for: each page's reads are bounded, so one may come
+// short, even empty, with a cursor.
+const listReads = 10
 
 // taskEditCmd is "tasks edit": a PATCH of the fields given as flags.
 func (a *app) taskEditCmd() *cobra.Command {
