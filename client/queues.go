@@ -62,6 +62,9 @@ func allPages[T any](ctx context.Context, key string, read func(ctx context.Cont
 		if next == "" {
 			break
 		}
+		if next == cursor {
+			return nil, fmt.Errorf("%s: %w", key, errCursorRepeated)
+		}
 		cursor = next
 	}
 	if outer != nil && pages > 0 && len(raw) == len(all) {
