@@ -284,6 +284,23 @@ func sameCounts(item map[string]types.AttributeValue, c queueCount) bool {
 	return true
 }
 
+// samePositions reports whether two counter items hold the same stream
+// positions: each write of the stream moves one (queuecounts.go), a
+// recount's none.
+func samePositions(a, b map[string]types.AttributeValue) bool {
+	for _, item := range []map[string]types.AttributeValue{a, b} {
+		for k := range item {
+			if !strings.HasPrefix(k, seqAttr) && !strings.HasPrefix(k, seqAtAttr) {
+				continue
+			}
+			if stringAttr(a, k) != stringAttr(b, k) || stringOfN(a, k) != stringOfN(b, k) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // writeCounts writes the counts c over queue q's counter item, as read
 // (item), conditioned on its rev being unchanged, and moves rev on; false
 // when a write of the stream came first.
@@ -321,10 +338,10 @@ func writeCounts(ctx context.Context, db RecountDB, table, q string, item map[st
 	if cur, failed := conditionFailed(err); failed {
 		// This very write, sent again by the SDK when the answer to its
 		// first sending was lost, finds the rev that sending moved on,
-		// and the counts it wrote (a write of the stream in between
-		// moves rev too, but leaves the counts read moved by its own
-		// changes, which do not make up the error the recount found).
-		// Emulators that return no item are read.
+		// the counts it wrote and the stream's positions as read. A write
+		// of the stream in between moves rev too, and its changes may
+		// move the counts read by just what the counter missed, but it
+		// moves a position. Emulators that return no item are read.
 		if len(cur) == 0 {
 			out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &table, Key: agentKey(queueCounterPrefix + q), ConsistentRead: aws.Bool(true)})
 			if err != nil {
@@ -332,7 +349,7 @@ func writeCounts(ctx context.Context, db RecountDB, table, q string, item map[st
 			}
 			cur = out.Item
 		}
-		return stringOfN(cur, revAttr) == strconv.FormatInt(n+1, 10) && sameCounts(cur, c), nil
+		return stringOfN(cur, revAttr) == strconv.FormatInt(n+1, 10) && sameCounts(cur, c) && samePositions(cur, item), nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("recount queue %s: %w", q, err)

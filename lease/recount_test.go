@@ -404,3 +404,46 @@ func TestRecountWriteSentTwiceIsMended(t *testing.T) {
 	}
 	wantCounts(t, e.queueCounts(t)["alpha"], 1, 0, 0, 0)
 }
+
+// recountRacedDB runs race once, just before a recount's first write of a
+// queue's counter: a change the stream counts between the recount's last
+// read of the counter and its write.
+type recountRacedDB struct {
+	recountDB
+	race func()
+}
+
+func (d *recountRacedDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if k, ok := in.Key["agent_id"].(*types.AttributeValueMemberS); ok && strings.HasPrefix(k.Value, "#queue#") && d.race != nil {
+		race := d.race
+		d.race = nil
+		race()
+	}
+	return d.Client.UpdateItem(ctx, in, optFns...)
+}
+
+// A recount's write refused because the stream counted a change first is
+// not taken for its own write sent twice when that change happens to move
+// the counts by what the counter had missed: the counter still misses it,
+// and the queue is counted again.
+func TestRecountWriteRefusedByALikeChangeIsNotMended(t *testing.T) {
+	e := newEnv(t)
+	c := ctx(t)
+	e.queued(t, "r1", "alpha", 5)
+	e.queued(t, "r2", "alpha", 5)
+	e.drain(t)
+	// Dead-lettered: read from the stream and never applied.
+	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "r1", AgentID: "w"}))
+	e.capture(t)
+	wantCounts(t, e.queueCounts(t)["alpha"], 2, 0, 0, 0)
+
+	db := &recountRacedDB{recountDB: recountDB{Client: lease.NewLocalClient(testenv.Endpoint())}, race: func() {
+		must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "r2", AgentID: "w"}))
+		e.drain(t)
+	}}
+	res := e.recount(t, db, 2, nil)
+	if want := []string{"alpha"}; !slices.Equal(res.Mended, want) || len(res.Busy) > 0 {
+		t.Errorf("recount %+v, want %v mended", res, want)
+	}
+	wantCounts(t, e.queueCounts(t)["alpha"], 0, 2, 0, 0)
+}
