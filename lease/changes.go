@@ -167,7 +167,7 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 	var stranded []*taskItem  // delayed tasks left without their expiry entry
 	now := s.clock()
 	ttl := now.Add(s.retention).Unix()
-	var late []map[string]types.AttributeValue // events archived late (feed.go)
+	var late []eventItem // events archived late (feed.go)
 	for _, ch := range changes {
 		old, cur, transition, err := decodeChange(ch)
 		if err != nil {
@@ -207,13 +207,13 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 			if ev.Type == EventComplete && cur.HasDependents {
 				blockers.add(ev.TaskID, true)
 			}
-			item, err := attributevalue.MarshalMap(ev.eventItem)
-			if err != nil {
-				return err
-			}
 			if isLate {
-				late = append(late, item)
+				late = append(late, ev.eventItem)
 			} else {
+				item, err := attributevalue.MarshalMap(ev.eventItem)
+				if err != nil {
+					return err
+				}
 				evs = append(evs, types.WriteRequest{PutRequest: &types.PutRequest{Item: item}})
 			}
 			if withNotices {
@@ -278,8 +278,11 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 			return fmt.Errorf("archive events: %w", err)
 		}
 	}
-	for _, item := range late {
-		if err := s.putEventIfAbsent(ctx, item); err != nil {
+	for _, ev := range late {
+		// Keyed when it is put, not when the batch began: the puts go one
+		// after another, each maybe retried, behind a throttled table.
+		ev.feedFields(ms(s.clock()), s.shards.Feed)
+		if err := s.putEventIfAbsent(ctx, ev); err != nil {
 			return fmt.Errorf("archive events: %w", err)
 		}
 	}
@@ -313,9 +316,13 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 // putEventIfAbsent archives an event archived late (feed.go) unless it
 // is archived already, on time or late: the first archive keeps its place
 // in the feed, where a follower may have read it.
-func (s *Store) putEventIfAbsent(ctx context.Context, item map[string]types.AttributeValue) error {
+func (s *Store) putEventIfAbsent(ctx context.Context, ev eventItem) error {
+	item, err := attributevalue.MarshalMap(ev)
+	if err != nil {
+		return err
+	}
 	expr, _ := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("task_id"))).Build()
-	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
+	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &s.events, Item: item,
 		ConditionExpression:      expr.Condition(),
 		ExpressionAttributeNames: expr.Names(),

@@ -63,9 +63,10 @@ import (
 // follower would see them. So, with Config.FeedAtLanding, an event the
 // stream function archives more than FeedSettle/2 after its feed time (by
 // the function's clock: archivedLate) is late, and its feed time is when
-// it is archived instead, ahead of every reader's horizon: a follower sees
-// it, after events that happened after it (its own task's too), at the
-// archive's time. Its feed key then depends on when it was archived, not
+// it is archived instead (when its own PutItem is sent: they go one after
+// another), ahead of every reader's horizon: a follower sees it, after
+// events that happened after it (its own task's too), at the archive's
+// time. Its feed key then depends on when it was archived, not
 // on the change record alone, so a late event is not in the batch's
 // BatchWriteItem but written by a PutItem of its own on condition that
 // the event item (task_id, seq, whatever its feed keys) is not there: a

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -105,5 +106,78 @@ func TestAFeedFollowerSeesAnEventArchivedLate(t *testing.T) {
 	}
 	if trail := must[[]lease.Event](t)(e.store.Events(c, "late")); len(trail) != 1 || trail[0].Type != lease.EventCheckout {
 		t.Fatalf("the task's trail: %v; want the checkout", kinds(trail))
+	}
+}
+
+// slowEventPutsDB runs before ahead of each PutItem of the events table:
+// a late event's archive, each a throttled request the SDK retries.
+type slowEventPutsDB struct {
+	lease.DB
+	events string
+	before func()
+}
+
+func (d *slowEventPutsDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if *in.TableName == d.events {
+		d.before()
+	}
+	return d.DB.PutItem(ctx, in, opts...)
+}
+
+// A batch's late events are archived one PutItem after another: each is
+// listed when it is put, not when the batch began, or the later ones,
+// behind a throttled table, land behind the cursor of a follower that
+// read the earlier ones meanwhile, and it never sees them.
+func TestAFeedFollowerSeesEveryEventOfASlowLateBatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	start := e.clock.Now()
+	ids := []string{"s1", "s2", "s3", "s4", "s5", "s6"}
+	e.task(t, ids...)
+	for _, id := range ids {
+		e.checkout(t, id, "a", time.Hour)
+	}
+	landed := e.clock.Now().Truncate(time.Second)
+	e.clock.Advance(3 * time.Second) // the batch, retried, is applied late
+
+	var seen []lease.Event
+	_, cur := follow(t, e.store, lease.FeedParams{Since: start})
+	db := &slowEventPutsDB{DB: e.db, events: e.names.Table(schema.EventsTable), before: func() {
+		e.clock.Advance(time.Second) // each put takes a second
+		var got []lease.Event
+		got, cur = follow(t, e.store, lease.FeedParams{Cursor: cur})
+		seen = append(seen, got...)
+	}}
+	aws := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, FeedAtLanding: true})
+	arn, err := localstack.StreamARN(c, e.db, e.names.Table(schema.TasksTable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle := stream.Handler(aws)
+	p := &stream.Poller{
+		Streams: stream.NewLocalClient(testenv.Endpoint()), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
+		Handle: func(ctx context.Context, ev events.DynamoDBEvent) error {
+			for i := range ev.Records {
+				ev.Records[i].Change.ApproximateCreationDateTime = events.SecondsEpochTime{Time: landed}
+			}
+			return handle(ctx, ev)
+		},
+	}
+	if _, err := p.Poll(c); err != nil {
+		t.Fatalf("the batch: %v", err)
+	}
+	e.caughtUp(t)
+	e.clock.Advance(lease.DefaultFeedSettle + time.Millisecond)
+	got, _ := follow(t, e.store, lease.FeedParams{Cursor: cur})
+	seen = append(seen, got...)
+	var tasks []string
+	for _, ev := range seen {
+		tasks = append(tasks, ev.TaskID)
+	}
+	slices.Sort(tasks)
+	if !slices.Equal(tasks, ids) {
+		all, _ := follow(t, e.store, lease.FeedParams{Since: start})
+		t.Fatalf("the follower saw the checkouts of %v, want each of %v once (a read by since holds %d events)", tasks, ids, len(all))
 	}
 }
