@@ -158,16 +158,14 @@ func (s *Store) notify(ctx context.Context, notices []Notice) error {
 }
 
 func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices bool) error {
-	var evs []types.WriteRequest
 	var msgs []messageItem
 	var notices []Notice
 	fw := freeingWatches{s: s}
 	var blockers blockerSteps // blockers completed or reopened, one step each
 	var settle [][2]*taskItem // blocked tasks' changes: old (nil for new) and new
 	var stranded []*taskItem  // delayed tasks left without their expiry entry
-	now := s.clock()
-	ttl := now.Add(s.retention).Unix()
-	var late []eventItem // events archived late (feed.go)
+	ttl := s.clock().Add(s.retention).Unix()
+	var archive []batchEvent
 	for _, ch := range changes {
 		old, cur, transition, err := decodeChange(ch)
 		if err != nil {
@@ -191,12 +189,6 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 		}
 		for _, ev := range newEvents(&old, &cur) {
 			ev.TTL = ttl
-			recordedAt := max(old.LastAt, cur.LastAt, s.landed(ch))
-			isLate := s.archivedLate(max(ev.At, recordedAt), now)
-			if isLate {
-				recordedAt = ms(now)
-			}
-			ev.feedFields(recordedAt, s.shards.Feed)
 			if ev.errored {
 				text, err := s.readError(ctx, ev.TaskID, ev.Fence)
 				if err != nil {
@@ -207,15 +199,7 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 			if ev.Type == EventComplete && cur.HasDependents {
 				blockers.add(ev.TaskID, true)
 			}
-			if isLate {
-				late = append(late, ev.eventItem)
-			} else {
-				item, err := attributevalue.MarshalMap(ev.eventItem)
-				if err != nil {
-					return err
-				}
-				evs = append(evs, types.WriteRequest{PutRequest: &types.PutRequest{Item: item}})
-			}
+			archive = append(archive, batchEvent{ev.eventItem, max(old.LastAt, cur.LastAt, s.landed(ch))})
 			if withNotices {
 				notices = append(notices, eventNotices(ev, &cur)...)
 			}
@@ -273,18 +257,8 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 			}
 		}
 	}
-	if len(evs) > 0 {
-		if err := s.batchWrite(ctx, map[string][]types.WriteRequest{s.events: evs}); err != nil {
-			return fmt.Errorf("archive events: %w", err)
-		}
-	}
-	for _, ev := range late {
-		// Keyed when it is put, not when the batch began: the puts go one
-		// after another, each maybe retried, behind a throttled table.
-		ev.feedFields(ms(s.clock()), s.shards.Feed)
-		if err := s.putEventIfAbsent(ctx, ev); err != nil {
-			return fmt.Errorf("archive events: %w", err)
-		}
+	if err := s.archiveEvents(ctx, archive); err != nil {
+		return fmt.Errorf("archive events: %w", err)
 	}
 	if err := s.countQueues(ctx, slices.DeleteFunc(slices.Clone(changes), migrated)); err != nil {
 		return err
@@ -311,6 +285,48 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 		}
 	}
 	return s.notify(ctx, notices)
+}
+
+// batchEvent is an event of a batch of changes and when its change was
+// recorded (feedFields).
+type batchEvent struct {
+	eventItem
+	recordedAt int64
+}
+
+// archiveEvents archives a batch's events, keyed in the feed at when they
+// were recorded, in one BatchWriteItem per 25; but each one late (feed.go,
+// "Events archived late"), judged now, after the batch's reads, which may
+// have taken seconds, is keyed when its own PutItem is sent: the puts go
+// one after another, each maybe retried, behind a throttled table.
+func (s *Store) archiveEvents(ctx context.Context, evs []batchEvent) error {
+	now := s.clock()
+	var onTime []types.WriteRequest
+	var late []eventItem
+	for _, ev := range evs {
+		if s.archivedLate(max(ev.At, ev.recordedAt), now) {
+			late = append(late, ev.eventItem)
+			continue
+		}
+		ev.feedFields(ev.recordedAt, s.shards.Feed)
+		item, err := attributevalue.MarshalMap(ev.eventItem)
+		if err != nil {
+			return err
+		}
+		onTime = append(onTime, types.WriteRequest{PutRequest: &types.PutRequest{Item: item}})
+	}
+	if len(onTime) > 0 {
+		if err := s.batchWrite(ctx, map[string][]types.WriteRequest{s.events: onTime}); err != nil {
+			return err
+		}
+	}
+	for _, ev := range late {
+		ev.feedFields(ms(s.clock()), s.shards.Feed)
+		if err := s.putEventIfAbsent(ctx, ev); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // putEventIfAbsent archives an event archived late (feed.go) unless it

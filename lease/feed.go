@@ -62,7 +62,8 @@ import (
 // events would be behind the cursors that passed those meanwhile, and no
 // follower would see them. So, with Config.FeedAtLanding, an event the
 // stream function archives more than FeedSettle/2 after its feed time (by
-// the function's clock: archivedLate) is late, and its feed time is when
+// the function's clock when it archives the batch's events, after the
+// batch's reads: archivedLate) is late, and its feed time is when
 // it is archived instead (when its own PutItem is sent: they go one after
 // another), ahead of every reader's horizon: a follower sees it, after
 // events that happened after it (its own task's too), at the archive's

@@ -181,3 +181,83 @@ func TestAFeedFollowerSeesEveryEventOfASlowLateBatch(t *testing.T) {
 		t.Fatalf("the follower saw the checkouts of %v, want each of %v once (a read by since holds %d events)", tasks, ids, len(all))
 	}
 }
+
+// slowGetDB runs before ahead of the first GetItem: the stream function's
+// read of a failed release's error, throttled.
+type slowGetDB struct {
+	lease.DB
+	before func()
+}
+
+func (d *slowGetDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if before := d.before; before != nil {
+		d.before = nil
+		before()
+	}
+	return d.DB.GetItem(ctx, in, opts...)
+}
+
+// Whether a batch's events are late is judged when they are archived, not
+// when the batch began: the reads the batch makes first (here a failed
+// release's error, throttled) may take seconds, and events judged on time
+// before them, keyed at their own times, landed behind the cursor of a
+// follower that read past those times meanwhile.
+func TestAFeedFollowerSeesEventsOfABatchSlowedByItsReads(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	start := e.clock.Now()
+	e.task(t, "f1", "o1")
+	co := e.checkout(t, "f1", "a", time.Hour)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "f1", AgentID: "a", RunID: co.RunID, Outcome: lease.OutcomeFailed, Error: "broke"}))
+	e.checkout(t, "o1", "a", time.Hour)
+	landed := e.clock.Now().Truncate(time.Second)
+
+	var seen []lease.Event
+	_, cur := follow(t, e.store, lease.FeedParams{Since: start})
+	read := false
+	db := &slowGetDB{DB: e.db, before: func() {
+		read = true
+		e.clock.Advance(6 * time.Second)
+		var got []lease.Event
+		got, cur = follow(t, e.store, lease.FeedParams{Cursor: cur})
+		seen = append(seen, got...)
+	}}
+	aws := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, FeedAtLanding: true})
+	arn, err := localstack.StreamARN(c, e.db, e.names.Table(schema.TasksTable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle := stream.Handler(aws)
+	p := &stream.Poller{
+		Streams: stream.NewLocalClient(testenv.Endpoint()), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
+		Handle: func(ctx context.Context, ev events.DynamoDBEvent) error {
+			for i := range ev.Records {
+				ev.Records[i].Change.ApproximateCreationDateTime = events.SecondsEpochTime{Time: landed}
+			}
+			return handle(ctx, ev)
+		},
+	}
+	if _, err := p.Poll(c); err != nil {
+		t.Fatalf("the batch: %v", err)
+	}
+	if !read {
+		t.Fatal("the stream function read no error")
+	}
+	e.caughtUp(t)
+	e.clock.Advance(lease.DefaultFeedSettle + time.Millisecond)
+	got, _ := follow(t, e.store, lease.FeedParams{Cursor: cur})
+	seen = append(seen, got...)
+	all, _ := follow(t, e.store, lease.FeedParams{Since: start})
+	keys := func(evs []lease.Event) []string {
+		var out []string
+		for _, ev := range evs {
+			out = append(out, eventKey(ev))
+		}
+		slices.Sort(out)
+		return out
+	}
+	if len(all) < 3 || !slices.Equal(keys(seen), keys(all)) {
+		t.Fatalf("the follower saw %v; the feed holds %v", keys(seen), keys(all))
+	}
+}
