@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/checkout-dev/checkout/client"
 	"github.com/checkout-dev/checkout/localserver"
 )
 
@@ -428,6 +429,22 @@ func TestCheckoutKeepsTheSkillsLayout(t *testing.T) {
 	r = runCLI(t, e.srv.URL(), e.keys["agent-c3d4"], "task-1")
 	if r.code != exitConflict || !denied.MatchString(r.stdout) {
 		t.Errorf("denied checkout: exit %d, want %d and the skill's layout:\n%s", r.code, exitConflict, r.stdout)
+	}
+	// A claim names the task it got after the skill's lines.
+	nine := 9
+	if _, err := e.admin.CreateTask(context.Background(), client.CreateTaskRequest{TaskID: "task-2", Title: "Login answers 500", Queue: "backend", Priority: &nine}); err != nil {
+		t.Fatal(err)
+	}
+	claimed := regexp.MustCompile(`^Checkout acquired: task-2\n` +
+		`  Agent: .*\(agent-c3d4\)\n` +
+		`  Locked at: 2026-03-20T14:30:00Z\n` +
+		`  Timeout: 30m \(auto-release at 15:00\)\n` +
+		`  Expires at: 2026-03-20 15:00 UTC \(in 30m\)\n` +
+		`  Title: Login answers 500\n` +
+		`  Queue: backend, priority 9\n`)
+	r = runCLI(t, e.srv.URL(), e.keys["agent-c3d4"], "claim", "--queue", "backend", "--timeout", "30m")
+	if r.code != 0 || !claimed.MatchString(r.stdout) {
+		t.Errorf("claim: exit %d, want 0 and the skill's layout:\n%s", r.code, r.stdout)
 	}
 }
 

@@ -131,21 +131,22 @@ func who(name, id string) string {
 	return fmt.Sprintf("%s (%s)", name, id)
 }
 
-// printAcquired reports a new lease. runFromUser says the run id was the
-// caller's (--run-id or CHECKOUT_RUN_ID); otherwise the line says how to
-// keep using the generated one. lastError is the error the task's latest
+// printAcquired reports a new lease in the skill's layout, and after its
+// lines the task a claim got (its title and queue). runFromUser says the
+// run id was the caller's (--run-id or CHECKOUT_RUN_ID); otherwise the
+// line says how to keep using the generated one. lastError is the error the task's latest
 // failed attempt was given back with, shown under a retry's attempt.
 func printAcquired(w io.Writer, co client.Checkout, runFromUser bool, lastError string) {
 	fmt.Fprintf(w, "Checkout acquired: %s\n", co.TaskID)
+	fmt.Fprintf(w, "  Agent: %s\n", oneLine(who(co.AgentName, co.AgentID)))
+	fmt.Fprintf(w, "  Locked at: %s\n", stamp(co.LockedAt))
+	timeoutLine(w, co)
 	if co.Title != "" {
 		fmt.Fprintf(w, "  Title: %s\n", oneLine(co.Title))
 	}
 	if co.Queue != "" {
 		fmt.Fprintf(w, "  Queue: %s, priority %d\n", co.Queue, co.Priority)
 	}
-	fmt.Fprintf(w, "  Agent: %s\n", oneLine(who(co.AgentName, co.AgentID)))
-	fmt.Fprintf(w, "  Locked at: %s\n", stamp(co.LockedAt))
-	timeoutLine(w, co)
 	if co.Reason != "" {
 		fmt.Fprintf(w, "  Reason: %s\n", oneLine(co.Reason))
 	}
