@@ -13,11 +13,11 @@ import (
 // try again shortly, not that it waits for nothing.
 func TestBlockedByNoneSaysTryAgain(t *testing.T) {
 	t.Parallel()
-	o := toolError(&client.BlockedError{APIError: &client.APIError{Code: errcode.Blocked}})
+	o := denial("d", &client.BlockedError{APIError: &client.APIError{Code: errcode.Blocked}})
 	if o.Code != errcode.Blocked || !strings.Contains(o.Message, "blockers are all done") || !strings.Contains(o.Message, "again") {
 		t.Fatalf("blocked by none: %+v", o)
 	}
-	o = toolError(&client.BlockedError{APIError: &client.APIError{Code: errcode.Blocked}, BlockedBy: []client.Blocker{{TaskID: "b", Status: "todo"}}})
+	o = denial("d", &client.BlockedError{APIError: &client.APIError{Code: errcode.Blocked}, BlockedBy: []client.Blocker{{TaskID: "b", Status: "todo"}}})
 	if !strings.Contains(o.Message, "waits for") {
 		t.Fatalf("blocked by b: %+v", o)
 	}

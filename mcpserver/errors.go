@@ -132,6 +132,32 @@ func limitOf(n *int) (int, error) {
 	return *n, nil
 }
 
+// denial is the answer to a checkout of taskID that nobody holds but that
+// cannot be granted now (blocked, not ready or not open), named and worded
+// like a conflict's; any other err is a tool error.
+func denial(taskID string, err error) Outcome {
+	var be *client.BlockedError
+	var nr *client.NotReadyError
+	var sm *client.StatusMismatchError
+	switch {
+	case errors.As(err, &be) && len(be.BlockedBy) == 0:
+		return Outcome{Code: errcode.Blocked, Message: fmt.Sprintf("Checkout DENIED: task %s is still blocked, but its blockers are all done: it becomes available within about a second. "+
+			"Try checkout_task again then.", taskID)}
+	case errors.As(err, &be):
+		return Outcome{Code: errcode.Blocked, BlockedBy: be.BlockedBy, Message: fmt.Sprintf(
+			"Checkout DENIED: task %s is blocked: it waits for %s, which must be done first. Do not work on it; pick another task (claim_task), perhaps one of those.",
+			taskID, blockerText(be.BlockedBy))}
+	case errors.As(err, &nr):
+		nb := nr.NotBefore
+		return Outcome{Code: errcode.NotReady, NotBefore: &nb, Message: fmt.Sprintf(
+			"Checkout DENIED: task %s cannot be taken before %s (it waits after a failed attempt, or was scheduled for then): pick another task, or try again after that time.",
+			taskID, stamp(nb))}
+	case errors.As(err, &sm):
+		return Outcome{Code: errcode.StatusMismatch, Message: fmt.Sprintf("Checkout DENIED: task %s has status %s and cannot be checked out; pick another task.", taskID, sm.Status)}
+	}
+	return toolError(err)
+}
+
 // toolError is the failure outcome of err.
 func toolError(err error) Outcome {
 	var ae *client.APIError
@@ -139,9 +165,6 @@ func toolError(err error) Outcome {
 	var nse *client.NotServerError
 	var arg *argError
 	var ne *client.NotHolderError
-	var sm *client.StatusMismatchError
-	var be *client.BlockedError
-	var nr *client.NotReadyError
 	var st *stated
 	switch {
 	case errors.As(err, &st):
@@ -165,20 +188,6 @@ func toolError(err error) Outcome {
 	case errors.Is(err, client.ErrNotCheckedOut):
 		return Outcome{Code: errcode.NotCheckedOut, Message: "no live lease holds this task: yours expired or was released, so another agent may take it. " +
 			"Stop working on it, or take it again with checkout_task"}
-	case errors.As(err, &be) && len(be.BlockedBy) == 0:
-		return Outcome{Code: errcode.Blocked, Message: "the task is still blocked, but its blockers are all done: it becomes available within about a second. " +
-			"Try checkout_task again then"}
-	case errors.As(err, &be):
-		return Outcome{Code: errcode.Blocked, BlockedBy: be.BlockedBy, Message: fmt.Sprintf(
-			"the task is blocked: it waits for %s, which must be done first. Do not work on it; pick another task (claim_task), perhaps one of those",
-			blockerText(be.BlockedBy))}
-	case errors.As(err, &nr):
-		nb := nr.NotBefore
-		return Outcome{Code: errcode.NotReady, NotBefore: &nb, Message: fmt.Sprintf(
-			"the task cannot be taken before %s (it waits after a failed attempt, or was scheduled for then): pick another task, or try again after that time",
-			stamp(nb))}
-	case errors.As(err, &sm):
-		return Outcome{Code: errcode.StatusMismatch, Message: fmt.Sprintf("the task has status %s and cannot be checked out; pick another task", sm.Status)}
 	case errors.Is(err, client.ErrUnavailable) && errors.As(err, &ae):
 		// The server without its database, or a gateway or proxy in
 		// front of it (throttling, restarting), which sends no code.

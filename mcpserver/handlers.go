@@ -183,18 +183,18 @@ func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult,
 		}
 		return r, nil
 	case errors.As(err, &be):
-		r := CheckoutResult{TaskID: in.TaskID, Outcome: toolError(err), Watching: be.Watching}
+		r := CheckoutResult{TaskID: in.TaskID, Outcome: denial(in.TaskID, err), Watching: be.Watching}
 		switch {
 		case be.Watching:
-			r.Message += ". You will get a message in read_inbox when it is unblocked."
+			r.Message += " You will get a message in read_inbox when it is unblocked."
 		case in.Watch:
-			r.Message += ". " + strings.TrimSuffix(watchListFull, " ")
+			r.Message += " " + strings.TrimSuffix(watchListFull, " ")
 		}
 		return r, nil
 	case errors.Is(err, client.ErrNotReady), errors.Is(err, client.ErrStatusMismatch):
 		// Like a conflict, a task nobody may take now is an answer: the
 		// agent picks another task.
-		return CheckoutResult{TaskID: in.TaskID, Outcome: toolError(err)}, nil
+		return CheckoutResult{TaskID: in.TaskID, Outcome: denial(in.TaskID, err)}, nil
 	case err != nil:
 		return CheckoutResult{}, err
 	}
