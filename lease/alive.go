@@ -73,7 +73,16 @@ import (
 // lands (one request's time) a reader may see the agent alive and its
 // unswept leases live. A return from the dead is,
 // for the same reason, made once more at the clock read after its write
-// when the clock has moved on by then (returns only: one more write). A
+// when the clock has moved on by then (returns only: one more write).
+// Another heartbeat of the agent may land between the two writes: it finds
+// the agent alive by the first, keeps its alive_since and records the
+// last_at it replaced (prior_last), by which no alive cache keeps that
+// alive_since while it may move. The second write then fails its pin, and
+// alive_since alone is moved to the clock read just after the first write
+// landed (no death seen before is later), then the heartbeat starts again
+// as an ordinary one (up to two more writes). The price, as for a late
+// write's return (landed): a lease the agent took after that other
+// heartbeat's answer but before that clock was read ends. A
 // return's write that the SDK sent again (sends.go) fails its condition on
 // its first sending's result; when it was sent more than once and the item
 // is that write's (its last_at, expiry and alive_since, no prior_expires),
@@ -149,6 +158,13 @@ func (hb *heartbeatItem) returnMayFollow(by int64) bool {
 		hb.PriorExpires-clockMargin.Milliseconds() <= by
 }
 
+// returnMayBeMadeAgain says whether hb is a return's write, or an ordinary
+// heartbeat's that replaced one (prior_last), while the return may still be
+// made once more, later (Heartbeat), moving alive_since.
+func (hb *heartbeatItem) returnMayBeMadeAgain() bool {
+	return hb != nil && hb.DeadAt > 0 && (hb.AliveSince == hb.LastAt || hb.AliveSince == hb.PriorLast)
+}
+
 // aliveCacheMax bounds the entries; the cache is emptied when it is full.
 const aliveCacheMax = 10_000
 
@@ -202,10 +218,8 @@ func (c *aliveCache) put(agentID string, hb *heartbeatItem, now int64) {
 			// not use anyway.)
 			return
 		}
-		if hb.DeadAt > 0 && hb.AliveSince == hb.LastAt {
-			// A return's write, which may be made once more, later
-			// (Heartbeat), moving alive_since: not kept until the
-			// agent's next ordinary heartbeat.
+		if hb.returnMayBeMadeAgain() {
+			// Not kept until the agent's next ordinary heartbeat.
 			return
 		}
 		until = min(until, hb.ExpiresAt-margin)
@@ -342,7 +356,9 @@ func (c *deathCache) put(agentID string, upTo int64) {
 // sweep has ended those leases; three for the first heartbeat and one that
 // moves the expiry earlier (aliveCache), whose now is then read after the
 // arming; two for one identical to a return's first write, which notes that
-// it found the agent alive (markSeenAlive).
+// it found the agent alive (markSeenAlive); two more for a return whose
+// second write another heartbeat overtook (moveAliveSince, then an ordinary
+// heartbeat).
 func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration) (Heartbeat, error) {
 	if ttl == 0 {
 		ttl = DefaultHeartbeatTTL
@@ -394,7 +410,8 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 		}
 		upd := beat().Set(expression.Name("alive_since"), expression.IfNotExists(expression.Name("alive_since"), expression.Value(0))).
 			Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(ms(exp)))).
-			Set(expression.Name("prior_expires"), expression.IfNotExists(expiresAt, expression.Value(0)))
+			Set(expression.Name("prior_expires"), expression.IfNotExists(expiresAt, expression.Value(0))).
+			Set(expression.Name("prior_last"), expression.IfNotExists(lastAt, expression.Value(0)))
 		var diedAt int64 // when the agent died, for a return from the dead
 		var was int64    // alive_since before the death: a return moves it
 		var landed int64 // when this heartbeat's first write had landed late
@@ -478,6 +495,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 		// this heartbeat's to make, pinned to alive_since as it was.
 		again := true
 		var first *heartbeatItem // the return's first write, when it is made once more
+		var firstAfter int64     // the clock read just after the first write landed
 		for range retries(ctx) {
 			now = s.clockAfter(floor)
 			exp = now.Add(ttl)
@@ -510,7 +528,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 			upd = beat().Set(expression.Name("alive_since"), expression.Value(since)).
 				Set(deadAt, expression.IfNotExists(deadAt, expression.Value(diedAt))).
 				Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(diedAt))).
-				Remove(expression.Name("prior_expires"))
+				Remove(expression.Name("prior_expires")).Remove(expression.Name("prior_last"))
 			wctx, sends := countSends(ctx)
 			cur, applied, err := s.updateHeartbeat(wctx, agentID, cond, upd)
 			if err != nil {
@@ -530,6 +548,23 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 					first = cur // an identical heartbeat found it: again, from then
 					continue
 				}
+				if first != nil && cur != nil && !cur.Removed && cur.AliveSince == first.AliveSince {
+					// Another heartbeat of the agent landed on the first
+					// write: alive_since is still the first write's. It is
+					// moved to when that write had landed (read just after
+					// it: every death seen before is no later), or to when
+					// an identical heartbeat found it, if earlier; then
+					// this heartbeat starts again, an ordinary one.
+					since := firstAfter
+					if first.SeenAlive != 0 {
+						since = min(since, first.SeenAlive)
+					}
+					if err := s.moveAliveSince(ctx, agentID, first.AliveSince, since); err != nil {
+						return Heartbeat{}, err
+					}
+					floor = max(floor, cur.LastAt)
+					break
+				}
 				if cur == nil || cur.Removed || cur.AliveSince != was {
 					break // removed, or returned by another heartbeat: start again
 				}
@@ -538,7 +573,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 				continue
 			}
 			if after := s.clock(); again && landed == 0 && after.After(now) {
-				again, first = false, cur
+				again, first, firstAfter = false, cur, ms(after)
 				pin = expression.Name("expires_at").Equal(expression.Value(ms(exp))).
 					And(lastAt.Equal(expression.Value(ms(now))))
 				floor = ms(after)
@@ -562,6 +597,20 @@ func (s *Store) markSeenAlive(ctx context.Context, agentID string, hb *heartbeat
 			expression.Name("alive_since").Equal(expression.Value(hb.AliveSince)))
 	seen := expression.Name("seen_alive")
 	upd := expression.Set(seen, expression.IfNotExists(seen, expression.Value(at)))
+	_, _, err := s.updateHeartbeat(ctx, agentID, cond, upd)
+	return err
+}
+
+// moveAliveSince moves agentID's alive_since from was to since, if it is
+// still was and the agent not removed: a return made once more after
+// another heartbeat of the agent landed on its first write. Only
+// alive_since moves: the other heartbeat's expiry, which its answer
+// stated, stays. If alive_since has moved since, another return moved it
+// past was, and nothing is needed.
+func (s *Store) moveAliveSince(ctx context.Context, agentID string, was, since int64) error {
+	cond := expression.Name("alive_since").Equal(expression.Value(was)).
+		And(expression.AttributeNotExists(expression.Name("removed")))
+	upd := expression.Set(expression.Name("alive_since"), expression.Value(since))
 	_, _, err := s.updateHeartbeat(ctx, agentID, cond, upd)
 	return err
 }
@@ -602,7 +651,7 @@ func (hb *heartbeatItem) beaten(agentID string, now, exp time.Time) *heartbeatIt
 	out := heartbeatItem{AgentID: agentID}
 	if hb != nil {
 		out = *hb
-		out.PriorExpires = hb.ExpiresAt
+		out.PriorExpires, out.PriorLast = hb.ExpiresAt, hb.LastAt
 	}
 	out.ExpiresAt, out.LastAt, out.Fresh, out.Lowering = ms(exp), ms(now), false, false
 	return &out

@@ -267,3 +267,60 @@ func TestAReadBeforeAReturnIsMadeAgainDoesNotKeepItsAliveSince(t *testing.T) {
 		t.Errorf("t1 live in the process that read x during its return: %v, in a fresh one: %v", inReader != nil, inFresh != nil)
 	}
 }
+
+// A return from the dead whose clock moved on once its first write landed
+// is made once more, so that a lease the agent took while still dead,
+// which a reader reported ended, stays ended. Another, non-identical
+// heartbeat of the agent landing between the two writes made the second
+// one fail its pin; the return then started again, found the agent alive,
+// and was never made once more: the lease came back live. The process
+// whose heartbeat landed in between must not keep the first write's
+// alive_since either (a short ttl kept it out of the alive cache by
+// chance: prior_expires was within the cache's window).
+func TestAReturnOvertakenByAnotherHeartbeatIsStillMadeOnceMore(t *testing.T) {
+	for _, ttl := range []time.Duration{time.Second, 30 * time.Second} {
+		t.Run(ttl.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "t1")
+			must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", ttl))
+			e.clock.Advance(ttl + time.Second) // x is dead
+
+			other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+			reader := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+			third := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+			db := &heartbeatWritesDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), before: map[int]func(){
+				2: func() { // the return's first write is on its way, stamped before this
+					e.clock.Advance(time.Millisecond)
+					must[lease.Checkout](t)(other.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "x", Timeout: time.Hour}))
+					if got := must[*lease.Checkout](t)(reader.LockStatus(c, "t1")); got != nil {
+						t.Fatalf("t1 live while x is dead: %+v", got)
+					}
+					e.clock.Advance(time.Millisecond)
+				},
+			}, after: map[int]func(){
+				2: func() { // x's other process beats in between, a millisecond on
+					e.clock.Advance(time.Millisecond)
+					must[lease.Heartbeat](t)(other.Heartbeat(c, "x", ttl))
+					// A process that reads x now sees t1 live, until the
+					// return is made once more.
+					_ = must[*lease.Checkout](t)(third.LockStatus(c, "t1"))
+				},
+			}}
+			x := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+			must[lease.Heartbeat](t)(x.Heartbeat(c, "x", ttl))
+
+			fresh := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+			if got := must[*lease.Checkout](t)(fresh.LockStatus(c, "t1")); got != nil {
+				t.Fatalf("t1, reported ended while x was dead, is live again: %+v", got)
+			}
+			if got := must[*lease.Checkout](t)(other.LockStatus(c, "t1")); got != nil {
+				t.Fatalf("t1 live in the process whose heartbeat landed between the return's writes; a fresh process shows it ended: %+v", got)
+			}
+			if got := must[*lease.Checkout](t)(third.LockStatus(c, "t1")); got != nil {
+				t.Fatalf("t1 live in a process that read x between the return's writes; a fresh process shows it ended: %+v", got)
+			}
+		})
+	}
+}

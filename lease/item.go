@@ -613,6 +613,11 @@ type heartbeatItem struct {
 	// since), so that the write, sent again when its answer was lost, can
 	// still tell whether it landed late (alive.go).
 	PriorExpires int64 `dynamodbav:"prior_expires,omitempty"`
+	// PriorLast is the last_at of the heartbeat the latest ordinary one's
+	// write replaced (0: none, or a return written since): when it is
+	// alive_since, that was a return's write, which may still be made once
+	// more (alive.go, returnMayBeMadeAgain).
+	PriorLast int64 `dynamodbav:"prior_last,omitempty"`
 	// Lowering says a heartbeat is about to move expires_at earlier (or to
 	// make a first one): no alive cache may keep what it reads (alive.go).
 	Lowering bool `dynamodbav:"lowering,omitempty"`
