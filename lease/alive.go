@@ -160,9 +160,11 @@ func (hb *heartbeatItem) returnMayFollow(by int64) bool {
 
 // returnMayBeMadeAgain says whether hb is a return's write, or an ordinary
 // heartbeat's that replaced one (prior_last), while the return may still be
-// made once more, later (Heartbeat), moving alive_since.
+// made once more, later (Heartbeat), moving alive_since. Not judged by
+// dead_at: a sweep may settle the death (removing it) before the return
+// is made once more.
 func (hb *heartbeatItem) returnMayBeMadeAgain() bool {
-	return hb != nil && hb.DeadAt > 0 && (hb.AliveSince == hb.LastAt || hb.AliveSince == hb.PriorLast)
+	return hb != nil && hb.AliveSince > 0 && (hb.AliveSince == hb.LastAt || hb.AliveSince == hb.PriorLast)
 }
 
 // aliveCacheMax bounds the entries; the cache is emptied when it is full.
@@ -429,7 +431,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 		}
 		if applied {
 			after := s.clock()
-			if old == nil && cur.DeadAt > 0 && cur.AliveSince == cur.LastAt {
+			if old == nil && cur.returnMayBeMadeAgain() {
 				// A return's first write, found by an identical heartbeat:
 				// the agent is alive, but the return may still be made
 				// once more, later (below). It is told it counts from no
