@@ -172,14 +172,21 @@ func uniqueKeys(ids []string, key func(string) map[string]types.AttributeValue) 
 
 // backoff waits before retrying unprocessed batch items.
 func backoff(ctx context.Context, attempt int) error {
-	d := time.Duration(1<<min(attempt, 6)) * 10 * time.Millisecond
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
+	return Wait(time.Duration(1<<min(attempt, 6)) * 10 * time.Millisecond)(ctx)
+}
+
+// Wait returns a wait of d that ends early, with ctx's error, when ctx is
+// done: RecountParams.Settle's, for one.
+func Wait(d time.Duration) func(context.Context) error {
+	return func(ctx context.Context) error {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		}
 	}
 }
 

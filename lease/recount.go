@@ -113,16 +113,7 @@ type queueCount map[string]int64
 // counts" above). Safe to run at any time and again.
 func RecountQueues(ctx context.Context, db RecountDB, names schema.Names, p RecountParams) (RecountResult, error) {
 	if p.Settle == nil {
-		p.Settle = func(ctx context.Context) error {
-			t := time.NewTimer(RecountSettle)
-			defer t.Stop()
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-t.C:
-				return nil
-			}
-		}
+		p.Settle = Wait(RecountSettle)
 	}
 	attempts := cmp.Or(p.Attempts, 3)
 	heartbeats := names.Table(schema.HeartbeatsTable)

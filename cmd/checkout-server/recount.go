@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -43,16 +42,7 @@ func recount(ctx context.Context, args []string, getenv func(string) string, std
 		return errors.New("-settle must be positive")
 	}
 	names := schema.Names{Prefix: getenv("CHECKOUT_TABLE_PREFIX")}
-	p := lease.RecountParams{Settle: func(ctx context.Context) error {
-		t := time.NewTimer(*settle)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			return nil
-		}
-	}}
+	p := lease.RecountParams{Settle: lease.Wait(*settle)}
 	var db lease.RecountDB
 	switch endpoint, dir := getenv(localstack.EnvEndpoint), getenv("CHECKOUT_DATA_DIR"); {
 	case *useAWS:
