@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -122,14 +124,33 @@ type function struct {
 	invokes  []time.Duration
 }
 
+// nextPort is the last port freePort handed out. Ports come from below
+// Linux's ephemeral range (32768 and up), one after another: a port the
+// kernel picked for ":0" and freed again was once taken, before the
+// emulator bound it, by an outgoing connection's source port or by
+// another function's emulator, and that emulator panicked
+// ("address already in use").
+var nextPort atomic.Int32
+
+func init() { nextPort.Store(int32(20000 + rand.IntN(10000))) }
+
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		p := nextPort.Add(1)
+		if p >= 32768 {
+			nextPort.CompareAndSwap(p, 20000)
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(int(p)))
+		if err != nil {
+			continue // taken: the next one
+		}
+		l.Close()
+		return strconv.Itoa(int(p))
 	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	t.Fatal("no free port below 32768")
+	return ""
 }
 
 // env is the environment Lambda gives a function: region, the execution
