@@ -819,7 +819,7 @@ func (s *Store) endLease(ctx context.Context, taskID string, cond terms, e endin
 	// of a retry delay. The change stream may take the mark off between
 	// the two (the blocker completed again): then the first is tried
 	// again, rather than the lease's ending lost.
-	free := cond.and(expression.AttributeNotExists(nameWaitingOn))
+	free := cond.and(e.freeIf...).and(expression.AttributeNotExists(nameWaitingOn))
 	marked := cond.and(expression.AttributeExists(nameWaitingOn))
 	blocked := e
 	blocked.status, blocked.notBefore, blocked.rank = StatusBlocked, 0, ""

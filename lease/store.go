@@ -449,6 +449,11 @@ type ending struct {
 	// is its claim_key once ready (delayedKey).
 	notBefore int64
 	rank      string
+	// freeIf, when set, are conditions of the write that leaves the task
+	// todo alone: the delay the ending was decided on (sweep.go,
+	// sweepEnd). The write that makes a marked task blocked instead
+	// (endLease) writes no delay, so it does not depend on one.
+	freeIf terms
 	// at (Unix ms), when set, is the ending's time when it is earlier than
 	// its write's: the death of an agent that came back, stamped at its
 	// return (sweep.go). Its write is conditioned on no transition after

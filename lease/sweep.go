@@ -230,7 +230,10 @@ func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond terms, typ Even
 	// the delay the item returned names (its delayed claim key and its
 	// expiry entry, as a failed release's ending writes them), pinned to
 	// that not_before and rank. So such a task ranks after the ready ones
-	// from its ending on; one write but for it.
+	// from its ending on; one write but for it. Only the write that frees
+	// the task is so conditioned (ending.freeIf): a task marked as waiting
+	// on a reopened blocker is made blocked by its ending (endLease),
+	// which writes no delay, whatever its not_before.
 	exhausted := false
 	var waits *taskItem // the item read, when it waits for a not_before ahead
 	for range retries(ctx) {
@@ -240,10 +243,10 @@ func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond terms, typ Even
 		case exhausted:
 			c = cond.and(atLimitCond()) // failed, whatever its delay
 		case waits == nil || waits.NotBefore <= ms(now):
-			c = c.and(readyCond(now))
+			e.freeIf = terms{readyCond(now)}
 		default:
 			e.notBefore, e.rank = waits.NotBefore, waits.rank()
-			c = c.and(nameNotBefore.Equal(expression.Value(waits.NotBefore)), rankIs(waits.ClaimRank))
+			e.freeIf = terms{nameNotBefore.Equal(expression.Value(waits.NotBefore)), rankIs(waits.ClaimRank)}
 		}
 		old, _, applied, err := s.endLease(ctx, it.TaskID, c, e, now, types.ReturnValueNone)
 		switch {

@@ -177,3 +177,50 @@ func TestAPatchThatEndsAnExpiredLeaseKeepsTheHeldNotBefore(t *testing.T) {
 		t.Fatalf("todo listed %v after not_before passed; want [later ready]", ids)
 	}
 }
+
+// A dependent in progress whose blocker is reopened is marked, and the
+// sweep's ending of its lease makes it blocked (endLease). With a
+// not_before ahead PATCHed while it was held, that ending cost 4 writes
+// instead of 2: the sweep's first try was conditioned on the task being
+// ready, the blocked write too, so both failed, and both were sent again
+// pinned to the delay, which a blocked ending does not write. The
+// not_before costs no write: it is the freeing write's alone.
+func TestASweptMarkedLeaseWithANotBeforeCostsNoMoreWrites(t *testing.T) {
+	t.Parallel()
+	for _, end := range []string{"timeout", "death"} {
+		t.Run(end, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "b")
+			e.create(t, lease.CreateTaskParams{TaskID: "d", BlockedBy: []string{"b"}})
+			e.complete(t, "b", "x")
+			e.drain(t) // b's completion unblocks d
+			if end == "death" {
+				must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Minute))
+			}
+			e.checkout(t, "d", "a", 10*time.Minute)
+			nb := e.clock.Now().Add(time.Hour)
+			must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "d", AgentID: "a", SetNotBefore: true, NotBefore: &nb}))
+			must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "b", AgentID: "x", Status: new(lease.StatusTodo)}))
+			e.drain(t) // b's reopening marks d
+			if end == "death" {
+				e.clock.Advance(2 * time.Minute) // the heartbeat has run out; the lease has not
+			} else {
+				e.clock.Advance(11 * time.Minute)
+			}
+			e.caughtUp(t) // the sweep finds the lease or the death through an index
+			e.count.Take()
+			res := must[lease.SweepResult](t)(e.store.Sweep(c))
+			if res.Timeouts+res.AgentDeaths != 1 {
+				t.Fatalf("sweep %+v: want d's lease ended by its %s", res, end)
+			}
+			if n := e.count.Count("UpdateItem"); n != 2 {
+				t.Errorf("the sweep sent %d writes; want 2: the freeing one, refused on the mark, and the blocked one", n)
+			}
+			if st := e.get(t, "d").Status; st != lease.StatusBlocked {
+				t.Errorf("d after the sweep: %s; want blocked (b was reopened)", st)
+			}
+		})
+	}
+}
