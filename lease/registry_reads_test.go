@@ -118,6 +118,13 @@ func TestAQueuesWalkReadsTheQueueRegistryOnce(t *testing.T) {
 	c := ctx(t)
 	one := e.fillRegistry(t, registryQueues)
 	m := testenv.NewMeter(t, e.names.Prefix)
+	e.count.Take()
+	// A read of the registry is one GetItem of its first page (and one
+	// BatchGetItem of the others); a queue page reads its queues' counters
+	// with a BatchGetItem, and gets no other item. Counted as the store
+	// sends them (an SDK retry of a slow read, which the meter bills
+	// twice, is one read), as TestATodoPageReadsTheQueueRegistryOnce
+	// counts them; the read units are logged beside.
 	listed, pages := 0, 0
 	for p := (lease.ListQueuesParams{}); ; pages++ {
 		page := must[lease.QueuePage](t)(e.store.ListQueuePage(c, p))
@@ -127,13 +134,13 @@ func TestAQueuesWalkReadsTheQueueRegistryOnce(t *testing.T) {
 		}
 		p.Cursor = page.NextCursor
 	}
-	got := registryUnits(m.Take())
-	t.Logf("a walk of %d queue pages at %d queues: %g read units of the registry (one read: %g)", pages+1, registryQueues, got, one)
+	reads, units := e.count.Take()["GetItem"], registryUnits(m.Take())
+	t.Logf("a walk of %d queue pages at %d queues: %d reads of the registry, %g read units (one read: %g)", pages+1, registryQueues, reads, units, one)
 	if listed != registryQueues {
 		t.Fatalf("the walk listed %d queues, want %d", listed, registryQueues)
 	}
-	if got > one {
-		t.Errorf("a walk of %d queue pages read %g units of the queue registry, want at most one read: %g", pages+1, got, one)
+	if reads > 1 {
+		t.Errorf("a walk of %d queue pages read the queue registry %d times (%g read units; one read: %g), want at most once", pages+1, reads, units, one)
 	}
 }
 
