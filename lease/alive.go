@@ -80,7 +80,10 @@ import (
 // alive_since while it may move. The second write then fails its pin, and
 // alive_since alone is moved to the clock read just after the first write
 // landed (no death seen before is later), then the heartbeat starts again
-// as an ordinary one (up to two more writes). The price, as for a late
+// as an ordinary one (up to two more writes). Either way, a move of
+// alive_since made after a sweep settled the death (the first answer slow
+// past settleAfter) marks the death pending again (dead_at, hb_expires), so
+// the sweep ends the leases the move ended. The price, as for a late
 // write's return (landed): a lease the agent took after that other
 // heartbeat's answer but before that clock was read ends. A
 // return's write that the SDK sent again (sends.go) fails its condition on
@@ -561,7 +564,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 					if first.SeenAlive != 0 {
 						since = min(since, first.SeenAlive)
 					}
-					if err := s.moveAliveSince(ctx, agentID, first.AliveSince, since); err != nil {
+					if err := s.moveAliveSince(ctx, agentID, first.AliveSince, since, diedAt); err != nil {
 						return Heartbeat{}, err
 					}
 					floor = max(floor, cur.LastAt)
@@ -609,10 +612,18 @@ func (s *Store) markSeenAlive(ctx context.Context, agentID string, hb *heartbeat
 // alive_since moves: the other heartbeat's expiry, which its answer
 // stated, stays. If alive_since has moved since, another return moved it
 // past was, and nothing is needed.
-func (s *Store) moveAliveSince(ctx context.Context, agentID string, was, since int64) error {
+//
+// The leases locked between was and since end by the move, so the sweep
+// must look at the agent again: a sweep may have settled the death since
+// the first write (dead_at removed), and then the death is pending once
+// more, at diedAt, as the return's own write would have left it.
+func (s *Store) moveAliveSince(ctx context.Context, agentID string, was, since, diedAt int64) error {
 	cond := expression.Name("alive_since").Equal(expression.Value(was)).
 		And(expression.AttributeNotExists(expression.Name("removed")))
-	upd := expression.Set(expression.Name("alive_since"), expression.Value(since))
+	deadAt := expression.Name("dead_at")
+	upd := expression.Set(expression.Name("alive_since"), expression.Value(since)).
+		Set(deadAt, expression.IfNotExists(deadAt, expression.Value(diedAt))).
+		Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(diedAt)))
 	_, _, err := s.updateHeartbeat(ctx, agentID, cond, upd)
 	return err
 }
