@@ -74,10 +74,12 @@ import (
 // unswept leases live. A return from the dead is,
 // for the same reason, made once more at the clock read after its write
 // when the clock has moved on by then (returns only: one more write).
-// Another heartbeat of the agent may land between the two writes: it finds
-// the agent alive by the first, keeps its alive_since and records the
-// last_at it replaced (prior_last), by which no alive cache keeps that
-// alive_since while it may move. The second write then fails its pin, and
+// The first write marks the return pending (return_pending) and the last
+// removes the mark (a write more when the clock had not moved on after
+// all). Another heartbeat of the agent may land between the two writes:
+// it finds the agent alive by the first, keeps its alive_since and the
+// mark, by which no alive cache keeps that alive_since while it may move,
+// however many heartbeats land. The second write then fails its pin, and
 // alive_since alone is moved to the clock read just after the first write
 // landed (no death seen before is later), then the heartbeat starts again
 // as an ordinary one (up to two more writes). Either way, a move of
@@ -162,12 +164,14 @@ func (hb *heartbeatItem) returnMayFollow(by int64) bool {
 }
 
 // returnMayBeMadeAgain says whether hb is a return's write, or an ordinary
-// heartbeat's that replaced one (prior_last), while the return may still be
-// made once more, later (Heartbeat), moving alive_since. Not judged by
-// dead_at: a sweep may settle the death (removing it) before the return
-// is made once more.
+// heartbeat's that replaced one (prior_last) or followed one still marked
+// pending (return_pending: any number of heartbeats may land in between),
+// while the return may still be made once more, later (Heartbeat), moving
+// alive_since. Not judged by dead_at: a sweep may settle the death
+// (removing it) before the return is made once more.
 func (hb *heartbeatItem) returnMayBeMadeAgain() bool {
-	return hb != nil && hb.AliveSince > 0 && (hb.AliveSince == hb.LastAt || hb.AliveSince == hb.PriorLast)
+	return hb != nil && hb.AliveSince > 0 &&
+		(hb.AliveSince == hb.LastAt || hb.AliveSince == hb.PriorLast || hb.ReturnPending)
 }
 
 // aliveCacheMax bounds the entries; the cache is emptied when it is full.
@@ -355,15 +359,16 @@ func (c *deathCache) put(agentID string, upTo int64) {
 }
 
 // Heartbeat records that agentID is alive until now+ttl. The first heartbeat
-// makes the agent watched. One UpdateItem; two when the agent comes back from
-// the dead, which moves alive_since so that the leases it held stay ended,
-// and keeps the agent in the sweep's index at the moment it died until a
-// sweep has ended those leases; three for the first heartbeat and one that
-// moves the expiry earlier (aliveCache), whose now is then read after the
-// arming; two for one identical to a return's first write, which notes that
-// it found the agent alive (markSeenAlive); two more for a return whose
-// second write another heartbeat overtook (moveAliveSince, then an ordinary
-// heartbeat).
+// makes the agent watched. One UpdateItem; two or three when the agent
+// comes back from the dead, which moves alive_since so that the leases it
+// held stay ended, and keeps the agent in the sweep's index at the moment
+// it died until a sweep has ended those leases (three when its first write
+// marks it pending: then the return is made once more, or the mark
+// removed); three for the first heartbeat and one that moves the expiry
+// earlier (aliveCache), whose now is then read after the arming; two for
+// one identical to a return's first write, which notes that it found the
+// agent alive (markSeenAlive); two more for a return whose second write
+// another heartbeat overtook (moveAliveSince, then an ordinary heartbeat).
 func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration) (Heartbeat, error) {
 	if ttl == 0 {
 		ttl = DefaultHeartbeatTTL
@@ -534,6 +539,15 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 				Set(deadAt, expression.IfNotExists(deadAt, expression.Value(diedAt))).
 				Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(diedAt))).
 				Remove(expression.Name("prior_expires")).Remove(expression.Name("prior_last"))
+			// A first write that may be made once more marks the return
+			// pending until its last write (aliveCache.put); ordinary
+			// heartbeats keep the mark.
+			marks := first == nil && landed == 0
+			if marks {
+				upd = upd.Set(returnPending, expression.Value(true))
+			} else {
+				upd = upd.Remove(returnPending)
+			}
 			wctx, sends := countSends(ctx)
 			cur, applied, err := s.updateHeartbeat(wctx, agentID, cond, upd)
 			if err != nil {
@@ -584,6 +598,13 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 				floor = ms(after)
 				continue
 			}
+			if marks {
+				// Not made once more after all (the clock had not moved
+				// on): the return is over.
+				if err := s.clearReturnPending(ctx, agentID, cur.AliveSince); err != nil {
+					return Heartbeat{}, err
+				}
+			}
 			s.alive.putRead(agentID, cur, ms(now), epoch)
 			return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
 		}
@@ -623,8 +644,27 @@ func (s *Store) moveAliveSince(ctx context.Context, agentID string, was, since, 
 	deadAt := expression.Name("dead_at")
 	upd := expression.Set(expression.Name("alive_since"), expression.Value(since)).
 		Set(deadAt, expression.IfNotExists(deadAt, expression.Value(diedAt))).
-		Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(diedAt)))
+		Set(expression.Name("hb_expires"), expression.IfNotExists(deadAt, expression.Value(diedAt))).
+		Remove(returnPending)
 	_, _, err := s.updateHeartbeat(ctx, agentID, cond, upd)
+	return err
+}
+
+// returnPending marks a heartbeat item whose return from the dead may
+// still be made once more (Heartbeat): its first write sets it, ordinary
+// heartbeats keep it, and the return's last write removes it. No alive
+// cache keeps an item that has it (aliveCache.put): however many
+// heartbeats land in between, its alive_since may still move. A return
+// that stops between its writes (an error, a crash) leaves the mark until
+// the agent's next return: only the caching of its heartbeat is lost.
+var returnPending = expression.Name("return_pending")
+
+// clearReturnPending removes the mark of a return that was not made once
+// more after all, if alive_since is still the return's (another return
+// since marks and clears on its own).
+func (s *Store) clearReturnPending(ctx context.Context, agentID string, since int64) error {
+	cond := expression.Name("alive_since").Equal(expression.Value(since))
+	_, _, err := s.updateHeartbeat(ctx, agentID, cond, expression.Remove(returnPending))
 	return err
 }
 

@@ -626,6 +626,9 @@ type heartbeatItem struct {
 	// then, and the return, if made once more, counts from no later
 	// (alive.go).
 	SeenAlive int64 `dynamodbav:"seen_alive,omitempty"`
+	// ReturnPending says a return from the dead may still be made once
+	// more, moving alive_since (alive.go, returnPending).
+	ReturnPending bool `dynamodbav:"return_pending,omitempty"`
 
 	// The sweep's index keys: hb_expires is when the sweep must next look
 	// at the agent (its expiry, or a death not swept yet).

@@ -1,0 +1,76 @@
+package lease_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// A return made once more, overtaken by two heartbeats of the agent (the
+// second's prior_last is the first's, not the return's): an alive cache
+// that read the item after both kept the alive_since the return then
+// moved, and showed live a lease the move had ended.
+func TestAReturnOvertakenTwiceIsNotCached(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t1")
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Second))
+	e.clock.Advance(2 * time.Second) // x is dead
+
+	a := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	ran := false
+	db := &heartbeatWritesDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), after: map[int]func(){
+		2: func() { // the return's first write landed
+			ran = true
+			e.clock.Advance(time.Millisecond)
+			must[lease.Checkout](t)(other.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "x", Timeout: time.Hour}))
+			e.clock.Advance(time.Millisecond)
+			must[lease.Heartbeat](t)(other.Heartbeat(c, "x", 10*time.Second))
+			e.clock.Advance(time.Millisecond)
+			must[lease.Heartbeat](t)(other.Heartbeat(c, "x", 10*time.Second))
+			a.LockStatus(c, "t1") // A reads x's heartbeat
+		},
+	}}
+	x := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	must[lease.Heartbeat](t)(x.Heartbeat(c, "x", time.Second))
+	if !ran {
+		t.Fatal("no return was made")
+	}
+	fresh := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	want := must[*lease.Checkout](t)(fresh.LockStatus(c, "t1")) != nil
+	if got := must[*lease.Checkout](t)(a.LockStatus(c, "t1")) != nil; got != want {
+		t.Errorf("process A shows t1 live=%v, a fresh process %v: A kept x's alive_since from before the return was made once more", got, want)
+	}
+}
+
+// A return not made once more (its clock had not moved on by the time its
+// write landed) is over: once ordinary heartbeats follow, a process reads
+// the agent's heartbeat once for a storm of reads, as before its death.
+func TestAReturnMadeOnceIsCachedAfterItsHeartbeats(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t1")
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Second))
+	e.clock.Advance(2 * time.Second)                                 // x is dead
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Minute)) // back, in one millisecond
+	for range 2 {
+		e.clock.Advance(10 * time.Millisecond)
+		must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Minute))
+	}
+	e.checkout(t, "t1", "x", time.Hour)
+
+	a, db := countingHeartbeats(e)
+	for range 3 {
+		if got := must[*lease.Checkout](t)(a.LockStatus(c, "t1")); got == nil {
+			t.Fatal("t1 not live: x is alive and took it after its return")
+		}
+	}
+	if n := db.take(); n != 1 {
+		t.Errorf("%d reads of x's heartbeat for 3 lock statuses, want 1: x's return left it uncacheable", n)
+	}
+}
