@@ -402,11 +402,13 @@ func (r CreateTaskRequest) MarshalJSON() ([]byte, error) {
 }
 
 // BatchResult is one task of CreateTasks: Outcome "created", or "exists"
-// with the task that already had the id.
+// with the task that already had the id. Task.Blocks holds at most 100
+// ids; MoreBlocks says the task blocks more (GetTask shows them all).
 type BatchResult struct {
-	TaskID  string `json:"task_id"`
-	Outcome string `json:"outcome"`
-	Task    Task   `json:"task"`
+	TaskID     string `json:"task_id"`
+	Outcome    string `json:"outcome"`
+	Task       Task   `json:"task"`
+	MoreBlocks bool   `json:"more_blocks,omitempty"`
 }
 
 // UpdateTaskRequest is a PATCH of a task: nil fields are left as they are.

@@ -242,15 +242,18 @@ func (s *server) createTasks(w http.ResponseWriter, r *http.Request, _ lease.Pri
 	if err != nil {
 		return err
 	}
+	// A result's blocks holds at most lease.MaxBatchBlocks ids; more_blocks
+	// (only when true) says its task blocks more, which GET shows.
 	type resultJSON struct {
-		TaskID  string             `json:"task_id"`
-		Outcome lease.BatchOutcome `json:"outcome"`
-		Task    taskJSON           `json:"task"`
+		TaskID     string             `json:"task_id"`
+		Outcome    lease.BatchOutcome `json:"outcome"`
+		Task       taskJSON           `json:"task"`
+		MoreBlocks bool               `json:"more_blocks,omitempty"`
 	}
 	now := s.now()
 	out := make([]resultJSON, 0, len(res))
 	for _, r := range res {
-		out = append(out, resultJSON{TaskID: r.TaskID, Outcome: r.Outcome, Task: toTask(r.Task, now)})
+		out = append(out, resultJSON{TaskID: r.TaskID, Outcome: r.Outcome, Task: toTask(r.Task, now), MoreBlocks: r.MoreBlocks})
 	}
 	s.writeJSON(w, http.StatusOK, map[string]any{"results": out})
 	return nil

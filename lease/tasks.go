@@ -346,6 +346,8 @@ func (s *Store) CreateTasks(ctx context.Context, ps []CreateTaskParams) ([]Batch
 	}
 	// A task's answer was read before the tasks of the batch that name it
 	// were written: add those to its blocks, as a read now would show it.
+	// Then keep the first MaxBatchBlocks, so that the answer stays small
+	// however many tasks the tasks that exist block.
 	for i := range out {
 		for j, dep := range items {
 			if out[j].Outcome == BatchCreated && slices.Contains(dep.BlockedBy, items[i].TaskID) && !slices.Contains(out[i].Task.Blocks, dep.TaskID) {
@@ -353,6 +355,9 @@ func (s *Store) CreateTasks(ctx context.Context, ps []CreateTaskParams) ([]Batch
 			}
 		}
 		slices.Sort(out[i].Task.Blocks)
+		if len(out[i].Task.Blocks) > MaxBatchBlocks {
+			out[i].Task.Blocks, out[i].MoreBlocks = out[i].Task.Blocks[:MaxBatchBlocks], true
+		}
 	}
 	return out, nil
 }

@@ -324,7 +324,10 @@ const (
 type BatchResult struct {
 	TaskID  string
 	Outcome BatchOutcome
-	Task    Task
+	// Task.Blocks holds at most MaxBatchBlocks ids, the first in id order;
+	// MoreBlocks says the task blocks more (GET shows them all).
+	Task       Task
+	MoreBlocks bool
 }
 
 // UpdateTaskParams is a PATCH of a task: nil fields are left as they are.
@@ -481,7 +484,13 @@ const (
 	MaxBlockers = 20
 	// MaxDependents bounds the tasks that may name one task in blocked_by,
 	// so that its blocks, which every answer of it lists, stays small.
-	MaxDependents      = 1000
+	MaxDependents = 1000
+	// MaxBatchBlocks bounds the ids of blocks in one result of a batch
+	// create: 25 tasks that exist, each with the largest text and
+	// blocking MaxDependents tasks of the longest ids, would take the
+	// answer past the 6 MB a Lambda can return; with at most 100 each
+	// they stay under 4 MB (at 7 bytes a byte of free text, 2 of the rest).
+	MaxBatchBlocks     = 100
 	DefaultMaxAttempts = 5
 	MaxMaxAttempts     = 100
 	DefaultRetryDelay  = 10 * time.Second
