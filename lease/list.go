@@ -247,13 +247,15 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, err
 const taskWireFixed = 1024
 
 // taskWireBound is the most task t can take in a Lambda's answer (see
-// eventWireBound): its free text 7 bytes a byte, the rest 2.
+// eventWireBound): its free text 7 bytes a byte, the rest 2. Its lease
+// is bounded as a listing of leases bounds it: the holder's name is free
+// text, and a task's lease shows no title or queue.
 func taskWireBound(t Task) int {
 	text := len(t.Title) + len(t.Description) + len(t.Metadata) + len(t.LastError)
 	rest := taskWireFixed + len(t.TaskID) + len(t.Queue)
+	size := 0
 	if c := t.Checkout; c != nil {
-		text += len(c.Reason)
-		rest += len(c.AgentID) + len(c.AgentName) + len(c.RunID) + len(c.Title) + len(c.Queue)
+		size = checkoutWireBound(*c)
 	}
 	for _, b := range t.BlockedBy {
 		rest += len(b.TaskID) + 48
@@ -261,7 +263,7 @@ func taskWireBound(t Task) int {
 	for _, id := range t.Blocks {
 		rest += len(id) + 4
 	}
-	return 7*text + 2*rest
+	return size + 7*text + 2*rest
 }
 
 // fitTasks returns how many of tasks, from the first, fit in pageBytes:
