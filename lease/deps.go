@@ -721,7 +721,7 @@ type graphView struct {
 // statuses (one consistent BatchGetItem for all) and their dependents
 // (a Query each, for those with has_dependents).
 func (s *Store) fillGraph(ctx context.Context, items ...*taskItem) error {
-	_, err := s.fillGraphWithin(ctx, items, len(items), nil)
+	_, err := s.fillGraphWithin(ctx, items, len(items), len(items)*MaxBlockers, nil)
 	return err
 }
 
@@ -731,10 +731,13 @@ const graphReadWidth = 8
 // fillGraphWithin is fillGraph for a listing's page: it reads the
 // dependents of the items in order, graphReadWidth at once, while it has
 // read those of fewer than maxReads tasks and the ids read take less than
-// pageBytes in the answer, and fills the first n items, those up to where
-// it stopped (at least one). known holds dependents already read by task
-// id (nil: none), and gets those it reads.
-func (s *Store) fillGraphWithin(ctx context.Context, items []*taskItem, maxReads int, known map[string][]string) (n int, err error) {
+// pageBytes in the answer, and the statuses of the blockers of the items
+// up to there, as far as they are at most maxBlockers tasks. It answers
+// how many items, from the first, it covers (at least one), and fills
+// them only when that is all of them (the caller lists again with fewer).
+// known holds dependents already read by task id (nil: none), and gets
+// those it reads.
+func (s *Store) fillGraphWithin(ctx context.Context, items []*taskItem, maxReads, maxBlockers int, known map[string][]string) (n int, err error) {
 	blocks := make([][]string, len(items))
 	// toRead says whether item i's dependents are still to be read.
 	toRead := func(i int) bool {
@@ -778,11 +781,31 @@ func (s *Store) fillGraphWithin(ctx context.Context, items []*taskItem, maxReads
 			}
 		}
 	}
+	// The blockers of the items covered so far, each once, while they
+	// are at most maxBlockers.
 	var ids []string
-	for _, it := range items[:n] {
-		if it != nil {
-			ids = append(ids, it.BlockedBy...)
+	named := map[string]bool{}
+	for i, it := range items[:n] {
+		if it == nil {
+			continue
 		}
+		var more []string
+		for _, id := range it.BlockedBy {
+			if !named[id] && !slices.Contains(more, id) {
+				more = append(more, id)
+			}
+		}
+		if i > 0 && len(ids)+len(more) > maxBlockers {
+			n = i
+			break
+		}
+		for _, id := range more {
+			named[id] = true
+		}
+		ids = append(ids, more...)
+	}
+	if n < len(items) {
+		return n, nil
 	}
 	statuses := map[string]Status{}
 	if len(ids) > 0 {

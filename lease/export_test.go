@@ -84,6 +84,10 @@ func TablePrefix(s *Store) string { return strings.TrimSuffix(s.tasks, schema.Ta
 // reads at most.
 const PageDependentsReads = pageDependentsReads
 
+// PageBlockerReads is how many blockers' statuses one listing page reads
+// at most.
+const PageBlockerReads = pageBlockerReads
+
 // TaskWireBound is the most task t can take in a Lambda's answer, as a
 // listing page counts it.
 func TaskWireBound(t Task) int { return taskWireBound(t) }

@@ -65,7 +65,8 @@ import (
 // whatever the fleet holds (maxListReads reads of a status; a todo read
 // at most todoWalkQueues queues, an in_progress read of one queue
 // max(limit, leaseScan) of every queue's leases; the dependents of at
-// most pageDependentsReads tasks), so a page may come short, even empty,
+// most pageDependentsReads tasks; the statuses of at most
+// pageBlockerReads blockers), so a page may come short, even empty,
 // with a cursor at the position reached. A cursor holds the position of the
 // last entry listed (a claim_key; "<expiry ms>#<task_id>"; or, for by_status,
 // one created_key per shard), so a task is never listed twice by one
@@ -220,9 +221,10 @@ func digits(s string) bool {
 // that do, so its cursor goes on right after them.
 //
 // A page reads the dependents of at most pageDependentsReads of its tasks
-// (a Query each), and no more once the ids read would pass pageBytes:
-// when its tasks need more, the listing is read again with a limit of
-// those read, their dependents kept from the first read.
+// (a Query each), and no more once the ids read would pass pageBytes,
+// and the statuses of at most pageBlockerReads blockers: when its tasks
+// need more, the listing is read again with a limit of those read, their
+// dependents kept from the first read.
 func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) (TaskPage, error) {
 	known := map[string][]string{}
 	for {
@@ -279,8 +281,8 @@ func fitTasks(tasks []Task) int {
 }
 
 // listTasks is ListTasks without its bound in bytes. When the page's
-// reads of dependents (fillGraphWithin, from known) stop short of its
-// entries, it answers how many of them, from the first, they cover
+// reads of dependents (fillGraphWithin, from known) or of blockers'
+// statuses stop short of its entries, it answers how many of them, from the first, they cover
 // (filled) instead of a page.
 func (s *Store) listTasks(ctx context.Context, p ListTasksParams, known map[string][]string) (page TaskPage, filled int, err error) {
 	if p.Limit == 0 {
@@ -377,7 +379,7 @@ func (s *Store) listTasks(ctx context.Context, p ListTasksParams, known map[stri
 	if err := s.fillBodies(ctx, ptrs...); err != nil {
 		return TaskPage{}, 0, err
 	}
-	n, err := s.fillGraphWithin(ctx, ptrs, pageDependentsReads, known)
+	n, err := s.fillGraphWithin(ctx, ptrs, pageDependentsReads, pageBlockerReads, known)
 	if err != nil {
 		return TaskPage{}, 0, err
 	}
@@ -873,3 +875,8 @@ func (s *Store) listByStatus(ctx context.Context, st Status, queue string, at li
 // pageDependentsReads bounds the tasks whose dependents one listing page
 // reads (a Query each, more for a long list; see ListTasks).
 const pageDependentsReads = 100
+
+// pageBlockerReads bounds the blockers whose statuses one listing page
+// reads (one BatchGetItem per 100): a page of the default 100 tasks, each
+// blocked by MaxBlockers tasks of its own, reads them all.
+const pageBlockerReads = 100 * MaxBlockers
