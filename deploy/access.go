@@ -63,9 +63,12 @@ var Grants = map[string][]Grant{
 		// epoch and UpdateItem takes and gives back its lock, which a
 		// PATCH naming blockers holds for its writes.
 		{Table: schema.HeartbeatsTable, Actions: []string{"GetItem", "BatchGetItem", "UpdateItem"}},
-		// by_feed: the fleet feed, GET /api/events. GetItem: a watch that
-		// missed a freeing the task has since moved past reads it from the
-		// archive, to tell its watcher itself.
+		// by_feed: the fleet feed, GET /api/events. Query (the table): a
+		// task's first watch, when the task was freed and changed again
+		// before its watched flag, reads the task's events since its place
+		// to find the freeing; GetItem: a watch that missed a freeing the
+		// task has since moved past, recorded before freeing records
+		// carried their message, reads it. Each tells its watcher itself.
 		{Table: schema.EventsTable, Actions: []string{"Query", "GetItem"}, QueryIndexes: []string{schema.EventsByFeed}},
 		// A watch is an item of its own: read the task's watches, place one.
 		// PutItem, DeleteItem: a dependency's edge, put when a task names
@@ -98,9 +101,12 @@ var Grants = map[string][]Grant{
 		// cached), as does a force release.
 		{Table: schema.AgentsTable, Actions: []string{"GetItem"}},
 		// Query: a named claim's retry whose receipt lost its grant finds it
-		// in the tried tasks' trails. GetItem: a conflict's watch that
-		// missed a freeing the task has since moved past reads it from
-		// the archive, to tell its watcher itself.
+		// in the tried tasks' trails; and a conflict's first watch of a
+		// task, freed and changed again before its watched flag, reads
+		// the task's events since its place to find the freeing. GetItem:
+		// a conflict's watch that missed a freeing the task has since
+		// moved past, recorded before freeing records carried their
+		// message, reads it. Each tells its watcher itself.
 		{Table: schema.EventsTable, Actions: []string{"Query", "GetItem"}},
 		// A conflict that asks to watch: read the task's watches, place
 		// one; and when the task was freed between the conflict and the

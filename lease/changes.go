@@ -199,6 +199,13 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 			if ev.Type == EventComplete && cur.HasDependents {
 				blockers.add(ev.TaskID, true)
 			}
+			// A task left waiting (a failed release's retry delay) says
+			// until when, so that its watchers come back then.
+			var notBefore int64
+			if ev.frees && cur.Status == StatusTodo && cur.NotBefore > ev.At {
+				notBefore = cur.NotBefore
+			}
+			ev.Freeing, ev.NotBefore = ev.frees, notBefore
 			archive = append(archive, batchEvent{ev.eventItem, max(old.LastAt, cur.LastAt, s.landed(ch))})
 			if withNotices {
 				notices = append(notices, eventNotices(ev, &cur)...)
@@ -223,37 +230,32 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 			if !ev.frees {
 				continue
 			}
-			// The watches placed before this freeing, and the watch list a
-			// task item from before watch items may still carry.
-			// A task nobody has watched has no watches to read.
-			asked := map[string]int64{}
+			// The watches placed before this freeing (and places an
+			// earlier freeing's batch left untold: see take), and the
+			// watch list a task item from before watch items may still
+			// carry. A task nobody has watched has no watches to read.
+			rec := s.freedRecord(ev.eventItem, notBefore)
+			tells := []freeingTell{{freed: rec, asked: map[string]int64{}}}
 			if cur.Watched == nil || *cur.Watched {
 				var err error
-				if asked, err = fw.take(ctx, ev.TaskID, ev.Seq); err != nil {
+				if tells, err = fw.take(ctx, rec); err != nil {
 					return err
 				}
 			}
+			asked := tells[len(tells)-1].asked
 			for id, at := range old.Watchers {
 				if _, ok := asked[id]; !ok {
 					asked[id] = at
 				}
 			}
-			watchers, err := s.currentWatchers(ctx, asked)
-			if err != nil {
-				return err
-			}
-			// A task left waiting (a failed release's retry delay) says
-			// until when, so that its watchers come back then.
-			var notBefore int64
-			if cur.Status == StatusTodo && cur.NotBefore > ev.At {
-				notBefore = cur.NotBefore
-			}
-			for _, w := range watchers {
-				msgs = append(msgs, messageItem{
-					AgentID: w, MessageID: messageID(ev.eventItem), Type: MessageTaskAvailable,
-					TaskID: ev.TaskID, Reason: string(ev.Type), At: ev.At, Fence: ev.Fence, RunID: ev.RunID,
-					TTL: fromMS(ev.At).Add(messageRetention).Unix(), WatchedAt: asked[w], NotBefore: notBefore,
-				})
+			for _, t := range tells {
+				watchers, err := s.currentWatchers(ctx, t.asked)
+				if err != nil {
+					return err
+				}
+				for _, w := range watchers {
+					msgs = append(msgs, t.freed.message(w, t.asked[w]))
+				}
 			}
 		}
 	}

@@ -747,6 +747,15 @@ type eventItem struct {
 	// or archived before it was kept), so that the completion repeated
 	// after a later ending is answered with it.
 	Version int64 `dynamodbav:"version,omitempty"`
+	// Freeing says the event freed the task (its watchers are told), and
+	// NotBefore until when it left the task waiting, as the freeing's
+	// task_available message says: set by the stream function when it
+	// archives the event, for a task's first watcher, whose watch may
+	// have missed a freeing written before the task's watched flag
+	// (watch.go, hiddenFreeing). Not set on events archived before they
+	// were kept.
+	Freeing   bool  `dynamodbav:"freeing,omitempty"`
+	NotBefore int64 `dynamodbav:"not_before,omitempty"`
 	// The fleet feed's keys (index by_feed), set by the stream function
 	// when it archives the event; see feed.go.
 	FeedShard string `dynamodbav:"feed_shard,omitempty"`

@@ -7,9 +7,9 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -62,22 +62,27 @@ import (
 // with that freeing's message id, and by no other.
 //
 //   - The stream function records each freeing it handles (an item
-//     "#freed#<seq>" in the watch partition) before it reads the watches
-//     for it, and reads them afresh for each freeing (take). The rule is
-//     per place, not per watch: it tells a watch of the freeing S if any
-//     of its places p (eseq, asks, last_eseq) has p < S and no freeing
-//     it recorded lies between (lastFreedBefore(S) <= p); places before
-//     that earlier freeing do not count. Such a place was either seen by
-//     that freeing's read, and told then (it is used up once the batch
-//     ends, and the next batch begins after that), or was not, and is
-//     its writer's to tell. A watch's later place counts even when its
-//     first lies before a recorded freeing (the agent watched again
-//     while its writer was telling it of that freeing:
+//     "#freed#<seq>" in the watch partition, which carries the freeing's
+//     message) before it reads the watches for it, and reads them afresh
+//     for each freeing (take). The rule is per place, not per watch: a
+//     freeing S tells each place p (eseq, asks, last_eseq) of a watch it
+//     reads with p < S, of the first freeing recorded after p: mostly S
+//     itself. A place before an earlier recorded freeing R is still
+//     there only if R's batch did not use it up: the batch failed for
+//     good after R's record (its retries used up and not replayed),
+//     having told the place or not, or R's read did not see the place,
+//     which is then its writer's to tell, of R. Either way R's message,
+//     written by S's batch with R's id (putMessages writes an id once),
+//     is the place's one message, and S's batch uses the place up; so a
+//     record never stands for a tell that did not happen
+//     (TestAWatchReadForAFreeingWhoseBatchFailedForGoodIsToldLater). A
+//     watch's later place counts even when its first lies before a
+//     recorded freeing (the agent watched again while its writer was
+//     telling it of that freeing:
 //     TestAWatchAgainDuringASettleIsToldOfTheNextFreeing), and so does a
 //     place added between two freeings of one batch, which the second's
 //     fresh read sees (TestAWatchAgainLandingMidBatchIsToldOfTheNextFreeing).
-//     So the stream tells a place at most once, and only of the first
-//     freeing after it.
+//     So the stream tells a place only of the first freeing after it.
 //   - The watcher, after its write, reads the records of freeings after
 //     its place (settleWatch, one consistent Query). None: every freeing
 //     after the place is recorded after this read, so after the write,
@@ -101,14 +106,18 @@ import (
 //
 // A freeing written without the watched flag (between a first watcher's
 // read and its flag) is never recorded nor read for: the first watcher
-// tells itself of one that its flag's write shows (the task's latest
-// transition), and then writes no watch; one hidden behind a later
-// transition is not told, and the watch waits for the next freeing. A
-// freeing record is kept as long as a watch (watchRetention), or its
-// event if that is shorter: past that, a watch it would have kept the
-// stream from telling has expired too or was told by its writer, unless
-// that writer failed midway (its caller was not told "watching"), when
-// the stream tells the watch at the next freeing, the only one to.
+// tells itself of the first freeing since its read, and then writes no
+// watch. Its flag's write shows the task's latest transition; a freeing
+// hidden behind a later transition (a release, then another agent's
+// checkout) is read from the archive, where the stream function marks
+// each freeing (eventItem.Freeing), waited for as long as a transition
+// waits out a busy item (hiddenFreeing:
+// TestAFirstWatchIsToldOfAReleaseHiddenBehindALaterCheckout). A freeing
+// record is kept as long as the freeing's messages
+// (messageRetention), or its event if that is shorter: past that, so that
+// no message deleted by its agent (whose tombstone is kept as long) comes
+// back, a place before it left behind waits for the next freeing, which
+// tells it.
 //
 // The stream function may be behind by several freeings when an agent
 // watches again (it runs about a second after each write, and longer when
@@ -196,10 +205,14 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 		}
 		// A freeing between the caller's read and the flag was written
 		// without the flag: the stream read no watches for it, and never
-		// will. Such a freeing, seen here, is told by this request alone
+		// will. The first such freeing is told by this request alone,
 		// and uses the watch up before it is written.
-		if ev, ok := freeingAfter(marked, cur.ESeq); ok {
-			return s.tellWatcher(ctx, agentID, ms(s.clock()), ev, waitsUntil(marked, ev))
+		ev, notBefore, ok, err := s.hiddenFreeing(ctx, cur.ESeq, marked)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return s.tellWatcher(ctx, agentID, ms(s.clock()), ev, notBefore)
 		}
 	}
 	for range retries(ctx) {
@@ -334,17 +347,20 @@ func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (
 // message id (putMessages writes an id once, so the stream, had it seen w,
 // wrote the same message), and uses the place up as the stream does.
 func (s *Store) settleWatch(ctx context.Context, taskID string, w watchItem) error {
-	freed, err := s.freedAfter(ctx, taskID, w.ESeq)
+	freed, err := s.freedBetween(ctx, taskID, w.ESeq+1, math.MaxInt64)
 	if err != nil {
 		return err
 	}
-	for _, seq := range freed {
+	for _, f := range freed {
+		seq := f.Seq
 		if seq <= w.ESeq {
 			continue // placed again after it
 		}
-		ev, notBefore, err := s.freeingEvent(ctx, taskID, seq)
-		if err != nil {
-			return err
+		ev, notBefore := f.event(), f.NotBefore
+		if f.At == 0 { // recorded before records carried their freeing
+			if ev, notBefore, err = s.freeingEvent(ctx, taskID, seq); err != nil {
+				return err
+			}
 		}
 		if err := s.tellWatcher(ctx, w.AgentID, w.At, ev, notBefore); err != nil {
 			return err
@@ -398,6 +414,57 @@ func (s *Store) freeingEvent(ctx context.Context, taskID string, seq int64) (eve
 	return eventItem{}, 0, fmt.Errorf("the freeing %s/%d: %w", taskID, seq, ErrBusy)
 }
 
+// hiddenFreeing is the first freeing of the task after the event seq
+// after and up to marked, the task as its watched flag's write left it,
+// and until when it left the task waiting: a freeing written without the
+// flag, for which the change stream read no watches (or, when another
+// first watcher's flag came first, one it read them for before this
+// watch is written). One of marked's latest transition is on marked;
+// one before it, hidden behind that transition, is read from the archive
+// (one consistent Query, only when a transition lies in between), which
+// the change stream writes a moment after the transition: the read is
+// made again until it holds every event between the two, as their
+// prev_seq links tell.
+func (s *Store) hiddenFreeing(ctx context.Context, after int64, marked *taskItem) (eventItem, int64, bool, error) {
+	latest := marked.latestEvents()
+	if len(latest) > 0 && latest[0].PrevSeq > after {
+		for range retries(ctx) {
+			evs, err := queryAll[eventItem](ctx, s.db, s.events, "", expression.Key("task_id").Equal(expression.Value(marked.TaskID)).
+				And(expression.Key("seq").Between(expression.Value(after+1), expression.Value(latest[0].Seq-1))))
+			if err != nil {
+				return eventItem{}, 0, false, fmt.Errorf("events of %s: %w", marked.TaskID, err)
+			}
+			if !linked(evs, after, latest[0].PrevSeq) {
+				continue // not all archived yet
+			}
+			for _, e := range evs {
+				if e.Freeing {
+					return e, e.NotBefore, true, nil
+				}
+			}
+			ev, ok := freeingAfter(marked, after)
+			return ev, waitsUntil(marked, ev), ok, nil
+		}
+		return eventItem{}, 0, false, fmt.Errorf("the events of %s since %d: %w", marked.TaskID, after, ErrBusy)
+	}
+	ev, ok := freeingAfter(marked, after)
+	return ev, waitsUntil(marked, ev), ok, nil
+}
+
+// linked reports whether evs, a task's events in seq order, hold every
+// event from seq last back, by their prev_seq links, to the first after
+// seq after (an event archived before prev_seq was kept ends the walk).
+func linked(evs []eventItem, after, last int64) bool {
+	for seq := last; seq > after; {
+		i := slices.IndexFunc(evs, func(e eventItem) bool { return e.Seq == seq })
+		if i < 0 {
+			return false
+		}
+		seq = evs[i].PrevSeq
+	}
+	return true
+}
+
 // freeingAfter is the freeing, among the events of it's latest
 // transition, after the event seq after, if there is one.
 func freeingAfter(it *taskItem, after int64) (eventItem, bool) {
@@ -429,11 +496,18 @@ func (s *Store) tellWatcher(ctx context.Context, agentID string, at int64, ev ev
 	if err != nil || len(told) == 0 {
 		return err
 	}
-	return s.putMessages(ctx, []messageItem{{
+	return s.putMessages(ctx, []messageItem{availableMessage(ev, notBefore, agentID, at)})
+}
+
+// availableMessage is the task_available message that tells agentID,
+// whose watch was placed at watchedAt, of the freeing ev, which left the
+// task waiting until notBefore (0: not waiting).
+func availableMessage(ev eventItem, notBefore int64, agentID string, watchedAt int64) messageItem {
+	return messageItem{
 		AgentID: agentID, MessageID: messageID(ev), Type: MessageTaskAvailable,
 		TaskID: ev.TaskID, Reason: string(ev.Type), At: ev.At, Fence: ev.Fence, RunID: ev.RunID,
-		TTL: fromMS(ev.At).Add(messageRetention).Unix(), WatchedAt: at, NotBefore: notBefore,
-	}})
+		TTL: fromMS(ev.At).Add(messageRetention).Unix(), WatchedAt: watchedAt, NotBefore: notBefore,
+	}
 }
 
 // markWatched sets the task's watched flag, so that its freeings from now
@@ -474,82 +548,78 @@ const freedPrefix = "#freed#"
 func freedKey(seq int64) string { return fmt.Sprintf("%s%019d", freedPrefix, seq) }
 
 // freedItem records that the change stream has begun to handle a freeing
-// of the task: written before it reads the task's watches for it.
+// of the task: written before it reads the task's watches for it. It
+// carries what the freeing's task_available message says, so that a
+// place the record's batch did not get to tell (the batch failed for
+// good after the record) is told of it later, with its id (see take); a
+// record written before it carried them has At 0.
 type freedItem struct {
-	Partition string `dynamodbav:"agent_id"`   // "#watch#<task_id>"
-	Key       string `dynamodbav:"message_id"` // freedKey(Seq)
-	Seq       int64  `dynamodbav:"seq"`
-	TTL       int64  `dynamodbav:"ttl"`
+	Partition string    `dynamodbav:"agent_id"`   // "#watch#<task_id>"
+	Key       string    `dynamodbav:"message_id"` // freedKey(Seq)
+	Seq       int64     `dynamodbav:"seq"`
+	TTL       int64     `dynamodbav:"ttl"`
+	Type      EventType `dynamodbav:"type,omitempty"`
+	At        int64     `dynamodbav:"at,omitempty"`
+	Fence     int64     `dynamodbav:"fence,omitempty"`
+	RunID     string    `dynamodbav:"run_id,omitempty"`
+	NotBefore int64     `dynamodbav:"not_before,omitempty"`
 }
 
-// recordFreeing writes the record of the freeing of event seq seq (again,
-// when a batch is applied twice: the same item). It expires no later
-// than the freeing's archived event, written after it, so that a watcher
-// that finds the record finds the event; an expired record, which TTL
-// may not have deleted yet, counts for nobody (see freedAfter and
-// lastFreedBefore).
-func (s *Store) recordFreeing(ctx context.Context, taskID string, seq int64) error {
-	item, err := attributevalue.MarshalMap(freedItem{
-		Partition: watchPartition(taskID), Key: freedKey(seq), Seq: seq,
-		TTL: s.clock().Add(min(watchRetention, s.retention)).Unix(),
-	})
+// freedRecord is the record of the freeing ev, which left the task
+// waiting until notBefore (0: not waiting). It expires no later than the
+// freeing's archived event, written after it, so that a watcher that
+// finds the record finds the event, nor than the freeing's messages, so
+// that no place is told of it once a message of it may have expired
+// (and, deleted by its agent, its tombstone: see take). An expired
+// record, which TTL may not have deleted yet, counts for nobody (see
+// freedBetween).
+func (s *Store) freedRecord(ev eventItem, notBefore int64) freedItem {
+	ttl := min(s.clock().Add(min(watchRetention, s.retention)).Unix(), fromMS(ev.At).Add(messageRetention).Unix())
+	return freedItem{
+		Partition: watchPartition(ev.TaskID), Key: freedKey(ev.Seq), Seq: ev.Seq, TTL: ttl,
+		Type: ev.Type, At: ev.At, Fence: ev.Fence, RunID: ev.RunID, NotBefore: notBefore,
+	}
+}
+
+// event is the freeing f records, as far as its message needs it.
+func (f freedItem) event() eventItem {
+	return eventItem{
+		TaskID: strings.TrimPrefix(f.Partition, watchPartition("")), Seq: f.Seq,
+		Type: f.Type, At: f.At, Fence: f.Fence, RunID: f.RunID,
+	}
+}
+
+// message is the task_available message that tells agentID, whose watch
+// was placed at watchedAt, of the freeing f records.
+func (f freedItem) message(agentID string, watchedAt int64) messageItem {
+	return availableMessage(f.event(), f.NotBefore, agentID, watchedAt)
+}
+
+// recordFreeing writes the record of a freeing (again, when a batch is
+// applied twice: the same item).
+func (s *Store) recordFreeing(ctx context.Context, f freedItem) error {
+	item, err := attributevalue.MarshalMap(f)
 	if err != nil {
 		return err
 	}
 	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.inbox, Item: item}); err != nil {
-		return fmt.Errorf("record the freeing %s/%d: %w", taskID, seq, err)
+		return fmt.Errorf("record the freeing %s: %w", f.Key, err)
 	}
 	return nil
 }
 
-// lastFreedBefore is the seq of the latest freeing of the task before seq
-// that the change stream has recorded (0: none), by one consistent Query
-// that reads one item.
-func (s *Store) lastFreedBefore(ctx context.Context, taskID string, seq int64) (int64, error) {
-	expr, err := expression.NewBuilder().WithKeyCondition(expression.Key("agent_id").Equal(expression.Value(watchPartition(taskID))).
-		And(expression.Key("message_id").Between(expression.Value(freedKey(0)), expression.Value(freedKey(seq-1))))).Build()
-	if err != nil {
-		return 0, err
-	}
-	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
-		TableName:                 &s.inbox,
-		KeyConditionExpression:    expr.KeyCondition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-		ConsistentRead:            aws.Bool(true),
-		ScanIndexForward:          aws.Bool(false),
-		Limit:                     aws.Int32(1),
-	})
-	if err != nil {
-		return 0, fmt.Errorf("freeings of %s: %w", taskID, err)
-	}
-	var got []freedItem
-	if err := attributevalue.UnmarshalListOfMaps(out.Items, &got); err != nil || len(got) == 0 {
-		return 0, err
-	}
-	if got[0].TTL <= s.clock().Unix() {
-		return 0, nil // expired, as every earlier one
-	}
-	return got[0].Seq, nil
-}
-
-// freedAfter are the seqs of the task's freeings after seq that the change
-// stream has recorded, oldest first, by one consistent Query (of no item
-// at all unless the task was freed since).
-func (s *Store) freedAfter(ctx context.Context, taskID string, seq int64) ([]int64, error) {
+// freedBetween are the records of the task's freeings with seqs from lo
+// to hi that the change stream has written and that have not expired,
+// oldest first, by one consistent Query (of no item at all unless the
+// task was freed in that span).
+func (s *Store) freedBetween(ctx context.Context, taskID string, lo, hi int64) ([]freedItem, error) {
 	got, err := queryAll[freedItem](ctx, s.db, s.inbox, "", expression.Key("agent_id").Equal(expression.Value(watchPartition(taskID))).
-		And(expression.Key("message_id").Between(expression.Value(freedKey(seq+1)), expression.Value(freedKey(math.MaxInt64)))))
+		And(expression.Key("message_id").Between(expression.Value(freedKey(lo)), expression.Value(freedKey(hi)))))
 	if err != nil {
 		return nil, fmt.Errorf("freeings of %s: %w", taskID, err)
 	}
 	now := s.clock().Unix()
-	var out []int64
-	for _, f := range got {
-		if f.TTL > now {
-			out = append(out, f.Seq)
-		}
-	}
-	return out, nil
+	return slices.DeleteFunc(got, func(f freedItem) bool { return f.TTL <= now }), nil
 }
 
 // dropWatch uses up a watch that the freeing of event seq seq has told:
@@ -638,15 +708,21 @@ func (s *Store) dropWatch(ctx context.Context, w watchItem, seq int64) error {
 // freeingWatches hands out, to the freeings of one batch of changes in
 // order, the watches each tells: each freeing is recorded and then reads
 // its task's watches afresh (so a watch placed again between two
-// freeings of the batch is seen with its new place), and a freeing with
-// event seq seq tells every watch with a place p such that
-// prev <= p < seq, where prev is the latest freeing recorded before it
-// (see "Placing a watch in the past"). A place before prev was used up
-// by an earlier freeing (of this batch: it is not dropped until the
-// batch ends) or is its writer's to tell.
+// freeings of the batch is seen with its new place), and each place p of
+// a watch before the freeing is told of the first freeing recorded after
+// it, with that freeing's message (see take), unless a freeing of this
+// batch told the watch after p already (it is not dropped until the batch
+// ends).
 type freeingWatches struct {
 	s    *Store
 	told map[string]toldWatch // the latest freeing that told each watch
+}
+
+// freeingTell is a freeing, as its record says, and the watches it
+// tells: each watcher's id and when its watch was placed.
+type freeingTell struct {
+	freed freedItem
+	asked map[string]int64
 }
 
 // places are the eseqs a watch waits at: its first, its later ones
@@ -659,12 +735,29 @@ func places(w watchItem) []int64 {
 	return out
 }
 
-func (f *freeingWatches) take(ctx context.Context, taskID string, seq int64) (map[string]int64, error) {
+// take records the freeing rec and hands out the watches to tell for it:
+// the last of the tells it returns is rec's; any before it are earlier
+// freedings', told late.
+//
+// A place before the freeing is told of the first freeing recorded after
+// it, as its writer tells it (settleWatch), and so with that freeing's
+// message id: mostly this one. A place before an earlier recorded
+// freeing is still there when that freeing's batch did not use it up: the
+// batch failed for good after the record (its retries used up, and not
+// replayed), before or after it told the place; or the place's writer
+// tells it of that freeing (or failed midway). In each case the earlier
+// freeing's message, written now (putMessages writes an id once, and not
+// again once its agent deleted it), is the place's one message, and the
+// place is used up with it. A record written before records carried
+// their freeing cannot tell: a place before it is passed by, as it was
+// then (used up by that freeing, or its writer's to tell).
+func (f *freeingWatches) take(ctx context.Context, rec freedItem) ([]freeingTell, error) {
+	taskID, seq := rec.event().TaskID, rec.Seq
 	// Recorded before the watches are read, so that a watch written after
 	// the read learns of the freeing (settleWatch); and for each freeing,
 	// for a watch written between two of the batch's freeings of the task
 	// is seen by the second's read only.
-	if err := f.s.recordFreeing(ctx, taskID, seq); err != nil {
+	if err := f.s.recordFreeing(ctx, rec); err != nil {
 		return nil, err
 	}
 	ws, err := f.s.watches(ctx, taskID)
@@ -678,30 +771,53 @@ func (f *freeingWatches) take(ctx context.Context, taskID string, seq int64) (ma
 	// up by it: only a place after it, or a watch no freeing of the batch
 	// told, makes the freeing worth the read of the records.
 	from := func(w watchItem) int64 { return f.told[taskID+"\x00"+w.AgentID].seq }
-	due := slices.ContainsFunc(ws, func(w watchItem) bool {
-		return slices.ContainsFunc(places(w), func(p int64) bool { return p >= from(w) && p < seq })
-	})
-	out := map[string]int64{}
-	if !due {
-		return out, nil
+	due := func(w watchItem, p int64) bool { return p >= from(w) && p < seq }
+	first := int64(-1)
+	for _, w := range ws {
+		for _, p := range places(w) {
+			if due(w, p) && (first < 0 || p < first) {
+				first = p
+			}
+		}
 	}
-	// A place before an earlier recorded freeing was either told by that
-	// freeing (seen by its read) or not seen by its read: its writer tells
-	// it (see "Placing a watch in the past").
-	prev, err := f.s.lastFreedBefore(ctx, taskID, seq)
-	if err != nil {
-		return nil, err
+	if first < 0 {
+		return []freeingTell{{freed: rec, asked: map[string]int64{}}}, nil
+	}
+	// The freeings recorded between the first due place and this one:
+	// none, unless a place was left behind (see above), and not read for
+	// when no seq lies between.
+	var earlier []freedItem
+	if first+1 < seq {
+		if earlier, err = f.s.freedBetween(ctx, taskID, first+1, seq-1); err != nil {
+			return nil, err
+		}
+	}
+	tells := make([]freeingTell, 0, len(earlier)+1)
+	for _, e := range append(earlier, rec) {
+		tells = append(tells, freeingTell{freed: e, asked: map[string]int64{}})
 	}
 	for _, w := range ws {
-		if !slices.ContainsFunc(places(w), func(p int64) bool { return p >= prev && p < seq }) {
-			continue
+		latest := -1
+		for _, p := range places(w) {
+			if !due(w, p) {
+				continue
+			}
+			i := slices.IndexFunc(tells, func(t freeingTell) bool { return t.freed.Seq > p })
+			if tells[i].freed.At == 0 {
+				continue
+			}
+			tells[i].asked[w.AgentID] = w.At
+			latest = max(latest, i)
 		}
-		out[w.AgentID] = w.At
-		// The watch as this read found it, which drop uses up to this
-		// freeing: a later place stays, an earlier one is used up.
-		f.told[taskID+"\x00"+w.AgentID] = toldWatch{w, seq}
+		if latest >= 0 {
+			// The watch as this read found it, which drop uses up to the
+			// latest freeing that told it: a later place stays, an
+			// earlier one is used up.
+			f.told[taskID+"\x00"+w.AgentID] = toldWatch{w, tells[latest].freed.Seq}
+		}
 	}
-	return out, nil
+	own := tells[len(tells)-1]
+	return append(slices.DeleteFunc(tells[:len(tells)-1], func(t freeingTell) bool { return len(t.asked) == 0 }), own), nil
 }
 
 // toldWatch is a watch and the seq of the freeing that told it.

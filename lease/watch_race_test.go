@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 // A checkout refused with watch:true ("watching": true) whose holder
@@ -162,4 +163,84 @@ func TestAWatchRacingTwoFreeingsIsToldOnce(t *testing.T) {
 	if msgs := e.inbox(t, "w"); len(msgs) != 1 {
 		t.Fatalf("w has inbox %+v after a later release; want its one message only", msgs)
 	}
+}
+
+// The first watcher of a task, refused with watch:true, whose holder
+// releases and a third agent checks the task out, both in the moment
+// between the refusal and the watch. The release was written without the
+// task's watched flag, so the change stream read no watches for it, and
+// the flag's write shows only the later checkout: the watcher must still
+// be told of that release, once, and not again at the next freeing (its
+// watch was for the release).
+func TestAFirstWatchIsToldOfAReleaseHiddenBehindALaterCheckout(t *testing.T) {
+	t.Parallel()
+	firstWatchOfAHiddenRelease(t, false)
+}
+
+// As above, the change stream archiving the release only after the
+// watcher's first read of the archive: the watcher reads again until the
+// archive holds every event since its place.
+func TestAFirstWatchWaitsForTheArchiveOfAHiddenRelease(t *testing.T) {
+	t.Parallel()
+	firstWatchOfAHiddenRelease(t, true)
+}
+
+func firstWatchOfAHiddenRelease(t *testing.T, archiveLate bool) {
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	co := e.checkout(t, "t", "a", time.Hour)
+	var co2 lease.Checkout
+	db := &afterEventsQueryDB{beforeMarkWatchedDB: beforeMarkWatchedDB{DB: e.db}, events: e.names.Table(schema.EventsTable)}
+	db.hook = func() {
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID}))
+		e.clock.Advance(time.Second)
+		co2 = e.checkout(t, "t", "b", time.Hour)
+		if !archiveLate {
+			e.drain(t)
+		}
+	}
+	db.after = func() {
+		if archiveLate {
+			e.drain(t)
+		}
+	}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	_, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "w", Watch: true, Timeout: time.Hour})
+	var ce *lease.ConflictError
+	if !errors.As(err, &ce) || ce.Watching == nil || !*ce.Watching {
+		t.Fatalf("checkout: %v, want a conflict with watching true", err)
+	}
+	if !db.done.Load() {
+		t.Fatal("the watched flag was never written")
+	}
+	if q := db.queries.Load(); archiveLate && q < 2 {
+		t.Errorf("%d reads of the archive, want it read again once the stream archived the release", q)
+	}
+	msgs := e.inbox(t, "w")
+	if len(msgs) != 1 || msgs[0].Type != lease.MessageTaskAvailable || msgs[0].Fence != co.Fence {
+		t.Fatalf("w (409 watching:true while a held fence %d, then a released and b checked out) has inbox %+v; want one task_available for that release", co.Fence, msgs)
+	}
+	e.clock.Advance(time.Second)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "b", RunID: co2.RunID}))
+	if msgs := e.inbox(t, "w"); len(msgs) != 1 {
+		t.Fatalf("w has inbox %+v after b's release; want its one message only", msgs)
+	}
+}
+
+// afterEventsQueryDB is a beforeMarkWatchedDB that counts the Queries of
+// the events table and runs after once, after the first has been answered.
+type afterEventsQueryDB struct {
+	beforeMarkWatchedDB
+	events  string
+	after   func()
+	queries atomic.Int32
+}
+
+func (d *afterEventsQueryDB) Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	out, err := d.DB.Query(ctx, in, opts...)
+	if *in.TableName == d.events && d.queries.Add(1) == 1 {
+		d.after()
+	}
+	return out, err
 }

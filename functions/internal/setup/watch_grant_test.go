@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,17 +22,22 @@ import (
 	"github.com/checkout-dev/checkout/localstack"
 )
 
-// watchWriteDB runs before once just before the first write of a watch
-// item, and after once just after it lands.
+// watchWriteDB runs before once just before the first UpdateItem that
+// match selects (nil: the write of a watch item), and after once just
+// after it lands.
 type watchWriteDB struct {
 	lease.DB
+	match         func(*dynamodb.UpdateItemInput) bool
 	before, after func()
 	done          atomic.Bool
 }
 
 func (d *watchWriteDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	k, ok := in.Key["agent_id"].(*types.AttributeValueMemberS)
-	first := ok && strings.HasPrefix(k.Value, "#watch#") && d.done.CompareAndSwap(false, true)
+	match := d.match
+	if match == nil {
+		match = watchWrite
+	}
+	first := match(in) && d.done.CompareAndSwap(false, true)
 	if first && d.before != nil {
 		d.before()
 	}
@@ -41,9 +48,40 @@ func (d *watchWriteDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 	return out, err
 }
 
+// watchWrite selects the write of a watch item.
+func watchWrite(in *dynamodb.UpdateItemInput) bool {
+	k, ok := in.Key["agent_id"].(*types.AttributeValueMemberS)
+	return ok && strings.HasPrefix(k.Value, "#watch#")
+}
+
+// flagWrite selects the write of a task's watched flag, a task's first
+// watch's first write.
+func flagWrite(in *dynamodb.UpdateItemInput) bool {
+	return slices.Contains(slices.Collect(maps.Values(in.ExpressionAttributeNames)), "watched")
+}
+
+// olderRecordsDB writes freeing records ("#freed#<seq>") as the stream
+// function did before they carried their freeing's message: its seq and
+// ttl alone.
+type olderRecordsDB struct{ lease.DB }
+
+func (d olderRecordsDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if k, ok := in.Item["message_id"].(*types.AttributeValueMemberS); ok && strings.HasPrefix(k.Value, "#freed#") {
+		item := map[string]types.AttributeValue{}
+		for _, a := range []string{"agent_id", "message_id", "seq", "ttl"} {
+			item[a] = in.Item[a]
+		}
+		cp := *in
+		cp.Item = item
+		in = &cp
+	}
+	return d.DB.PutItem(ctx, in, opts...)
+}
+
 // drainer applies the tasks table's pending changes as the stream
-// function does, with its store (its calls recorded too).
-func (g *grantCheck) drainer() func() {
+// function does, with its store (its calls recorded too); wrap, when set,
+// wraps its client.
+func (g *grantCheck) drainer(wrap func(lease.DB) lease.DB) func() {
 	g.t.Helper()
 	ctx := context.Background()
 	arn, err := localstack.StreamARN(ctx, lease.NewLocalClient(testenv.Endpoint()), schema.Names{Prefix: g.env.TablePrefix}.Table(schema.TasksTable))
@@ -52,7 +90,7 @@ func (g *grantCheck) drainer() func() {
 	}
 	p := &stream.Poller{
 		Streams: stream.NewLocalClient(testenv.Endpoint()), StreamARN: arn, Saved: stream.MemoryCheckpoints{},
-		Handle: stream.ConsequencesHandler(g.store(deploy.Stream, nil)),
+		Handle: stream.ConsequencesHandler(g.store(deploy.Stream, wrap)),
 	}
 	return func() {
 		g.t.Helper()
@@ -75,7 +113,7 @@ func TestCheckoutsFunctionTellsAWatcherOfAFreeingItMissed(t *testing.T) {
 	ctx := context.Background()
 	g := newGrantCheck(t)
 	app := NewStore(lease.NewLocalClient(testenv.Endpoint()), nil, g.env, nil)
-	drain := g.drainer()
+	drain := g.drainer(nil)
 	if _, err := app.CreateTask(ctx, lease.CreateTaskParams{TaskID: "t"}); err != nil {
 		t.Fatal(err)
 	}
@@ -119,12 +157,18 @@ func TestCheckoutsFunctionTellsAWatcherOfAFreeingItMissed(t *testing.T) {
 
 // A watch whose task is freed, and then taken again, between the
 // watcher's read and its watch's write: the freeing is no longer the
-// task's latest transition, so the watcher reads it from the archive
-// (GetItem on events) to tell itself of it. Both functions that watch,
-// the checkouts function (a conflict with watch:true) and the tasks
-// function (POST /api/tasks/{task_id}/watch), are granted that read.
+// task's latest transition, so the watcher reads it from the archive to
+// tell itself of it. Both functions that watch, the checkouts function
+// (a conflict with watch:true) and the tasks function (POST
+// /api/tasks/{task_id}/watch), are granted each of the two reads:
+//   - a task's first watch, freed and taken again before its watched flag,
+//     whose flag's write shows only the later checkout, reads the task's
+//     events since its place (Query on events);
+//   - a watch written after the stream function recorded the freeing, in
+//     a record from before records carried their freeing's message (kept
+//     up to 30 days), reads the archived event (GetItem on events).
 func TestWatchingFunctionsReadAMissedFreeingFromTheArchive(t *testing.T) {
-	for _, c := range []struct {
+	watches := []struct {
 		fn    string
 		watch func(ctx context.Context, s *lease.Store) error
 	}{
@@ -137,43 +181,55 @@ func TestWatchingFunctionsReadAMissedFreeingFromTheArchive(t *testing.T) {
 			return nil
 		}},
 		{deploy.Tasks, func(ctx context.Context, s *lease.Store) error { return s.Watch(ctx, "t", "w") }},
-	} {
-		t.Run(c.fn, func(t *testing.T) {
-			ctx := context.Background()
-			g := newGrantCheck(t)
-			app := NewStore(lease.NewLocalClient(testenv.Endpoint()), nil, g.env, nil)
-			drain := g.drainer()
-			if _, err := app.CreateTask(ctx, lease.CreateTaskParams{TaskID: "t"}); err != nil {
-				t.Fatal(err)
-			}
-			co, err := app.Checkout(ctx, lease.CheckoutParams{TaskID: "t", AgentID: "a", Timeout: time.Hour})
-			if err != nil {
-				t.Fatal(err)
-			}
-			db := &watchWriteDB{before: func() {
-				if _, err := app.Release(ctx, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID}); err != nil {
+	}
+	paths := []struct {
+		name   string
+		before func(*dynamodb.UpdateItemInput) bool // the watcher's write the freeing comes before
+		stream func(lease.DB) lease.DB
+		call   string
+	}{
+		{"hidden behind a checkout", flagWrite, nil, "Query events"},
+		{"recorded without its message", watchWrite, func(d lease.DB) lease.DB { return olderRecordsDB{d} }, "GetItem events"},
+	}
+	for _, c := range watches {
+		for _, p := range paths {
+			t.Run(c.fn+"/"+p.name, func(t *testing.T) {
+				ctx := context.Background()
+				g := newGrantCheck(t)
+				app := NewStore(lease.NewLocalClient(testenv.Endpoint()), nil, g.env, nil)
+				drain := g.drainer(p.stream)
+				if _, err := app.CreateTask(ctx, lease.CreateTaskParams{TaskID: "t"}); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := app.Checkout(ctx, lease.CheckoutParams{TaskID: "t", AgentID: "b", Timeout: time.Hour}); err != nil {
+				co, err := app.Checkout(ctx, lease.CheckoutParams{TaskID: "t", AgentID: "a", Timeout: time.Hour})
+				if err != nil {
 					t.Fatal(err)
 				}
-				drain()
-			}}
-			s := g.store(c.fn, func(d lease.DB) lease.DB { db.DB = d; return db })
-			if err := c.watch(ctx, s); err != nil {
-				t.Fatal(err)
-			}
-			if !db.done.Load() {
-				t.Fatal("the watch was never written")
-			}
-			msgs, err := app.Inbox(ctx, "w")
-			if err != nil || len(msgs) != 1 || msgs[0].Type != lease.MessageTaskAvailable || msgs[0].Fence != co.Fence {
-				t.Errorf("w's inbox: %+v, %v; want one task_available for the release of fence %d", msgs, err, co.Fence)
-			}
-			if !g.made(c.fn, "GetItem events") {
-				t.Errorf("the %s function never read the archive: the test missed the path", c.fn)
-			}
-			g.check()
-		})
+				db := &watchWriteDB{match: p.before, before: func() {
+					if _, err := app.Release(ctx, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID}); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := app.Checkout(ctx, lease.CheckoutParams{TaskID: "t", AgentID: "b", Timeout: time.Hour}); err != nil {
+						t.Fatal(err)
+					}
+					drain()
+				}}
+				s := g.store(c.fn, func(d lease.DB) lease.DB { db.DB = d; return db })
+				if err := c.watch(ctx, s); err != nil {
+					t.Fatal(err)
+				}
+				if !db.done.Load() {
+					t.Fatal("the watcher's write was never made")
+				}
+				msgs, err := app.Inbox(ctx, "w")
+				if err != nil || len(msgs) != 1 || msgs[0].Type != lease.MessageTaskAvailable || msgs[0].Fence != co.Fence {
+					t.Errorf("w's inbox: %+v, %v; want one task_available for the release of fence %d", msgs, err, co.Fence)
+				}
+				if !g.made(c.fn, p.call) {
+					t.Errorf("the %s function never called %q: the test missed the path", c.fn, p.call)
+				}
+				g.check()
+			})
+		}
 	}
 }
