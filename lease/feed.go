@@ -60,10 +60,10 @@ import (
 // A batch of the change stream that failed (a throttled archive write) is
 // retried, maybe long after its writes: listed at their own times, its
 // events would be behind the cursors that passed those meanwhile, and no
-// follower would see them. So, with Config.FeedAtLanding, an event the
-// stream function archives more than FeedSettle/2 after its feed time (by
-// the function's clock when it archives the batch's events, after the
-// batch's reads: archivedLate) is late, and its feed time is when
+// follower would see them. So, with Config.FeedAtLanding or FeedLate, an
+// event the stream function archives more than FeedSettle/2 after its feed
+// time (by the function's clock when it archives the batch's events, after
+// the batch's reads: archivedLate) is late, and its feed time is when
 // it is archived instead (when its own PutItem is sent: they go one after
 // another), ahead of every reader's horizon: a follower sees it, after
 // events that happened after it (its own task's too), at the archive's
@@ -78,9 +78,21 @@ import (
 // first archive's) moves it only while no horizon has reached its
 // transition. The half of FeedSettle left covers the index's lag and the
 // readers' clocks behind the stream function's. A late PutItem the SDK
-// retries past the other half is behind cursors again; so is a late event
-// on the local server, which reads to its own horizon instead (it applies
-// the stream first) and does not archive late.
+// retries past the other half is behind cursors again.
+//
+// The local server reads to its own horizon, having applied the stream
+// first, so an event it archives is never behind a cursor of such a read.
+// But a read that could not apply the stream (a poll failing, or slower
+// than its wait) or whose index lags keeps the settle time, as in AWS, and
+// a cursor it hands out may pass the own time of an event still to be
+// archived. Such a read first records its horizon (Config.FeedPassed), and
+// an event of that time or earlier, archived after, is late: keyed at its
+// archive, it is ahead of that cursor
+// (TestFeedFollowerSeesAnEventArchivedAfterAHeldUpStream, localserver).
+// Lateness is judged by what cursors were handed out, not by the clock,
+// which a test may move while the stream waits. A batch judged before
+// such a read records its horizon and written after the read (the stream
+// coming back in that very moment) can still be behind it.
 //
 // # How far one page reads
 //
@@ -376,11 +388,19 @@ func (s *Store) landed(ch Change) int64 {
 }
 
 // archivedLate says whether an event of feed time atMS archived at now is
-// late (see "Events archived late"): with Config.FeedAtLanding, more than
-// half the settle time after it.
+// late (see "Events archived late"): with Config.FeedAtLanding or
+// FeedLate, more than half the settle time after it; with FeedPassed, at
+// or before the time it says cursors may have passed.
 func (s *Store) archivedLate(atMS int64, now time.Time) bool {
-	return s.feedLanded && ms(now)-atMS > (s.feedSettle/2).Milliseconds()
+	if s.feedPassed != nil {
+		return atMS <= s.feedPassed()
+	}
+	return s.feedLate && ms(now)-atMS > (s.feedSettle/2).Milliseconds()
 }
+
+// FeedHorizon is where a read of the feed that names no Horizon stops if
+// made now: the feed's settle time before now.
+func (s *Store) FeedHorizon() time.Time { return s.clock().Add(-s.feedSettle) }
 
 // feedFields sets the feed keys of an event archived from a change
 // recorded at recordedAt (the later of the old and new images' last_at,

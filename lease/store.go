@@ -68,10 +68,22 @@ type Config struct {
 	// the cursors that passed that time meanwhile. It also keys an event
 	// archived late (more than FeedSettle/2 after that time: a batch of
 	// the stream retried) at when it is archived, written only if not
-	// archived already. Only where the store's clock is the wall clock,
-	// as the stream record's is (the functions in AWS); the local server
-	// reads the feed to an exact horizon instead. See feed.go.
+	// archived already (FeedLate). Only where the store's clock is the
+	// wall clock, as the stream record's is (the functions in AWS). See
+	// feed.go.
 	FeedAtLanding bool
+	// FeedLate keys an event archived late at when it is archived, as
+	// FeedAtLanding does, without reading when the write landed: for a
+	// store on the wall clock that applies changes another process left
+	// (checkout-server recount, migrate).
+	FeedLate bool
+	// FeedPassed, when set, replaces FeedLate's judgement of lateness by
+	// time: it says up to what feed time (Unix ms) a cursor handed out may
+	// have passed events still to be archived, and an event of that time
+	// or earlier is archived late. For the local server, whose clock a
+	// test may move, and whose reads keep the settle time only while it
+	// cannot apply the change stream first (see feed.go).
+	FeedPassed func() int64
 	// TrailWait is how long a read of a task's events waits for a hole
 	// in its trail to fill (0: it answers at once, counting what is
 	// held back as pending). A hole is almost always the change stream's
@@ -100,9 +112,11 @@ type Store struct {
 	notifier  Notifier
 	log       *slog.Logger
 	retention time.Duration
-	// feedSettle, feedLanded: see Config.FeedSettle and FeedAtLanding.
-	feedSettle time.Duration
-	feedLanded bool
+	// feedSettle, feedLanded, feedLate, feedPassed: see
+	// Config.FeedSettle, FeedAtLanding, FeedLate and FeedPassed.
+	feedSettle           time.Duration
+	feedLanded, feedLate bool
+	feedPassed           func() int64
 	// shards: see Config.Shards, defaults filled in.
 	shards schema.ShardCounts
 
@@ -160,6 +174,8 @@ func New(cfg Config) *Store {
 
 		feedSettle: cfg.FeedSettle,
 		feedLanded: cfg.FeedAtLanding,
+		feedLate:   cfg.FeedAtLanding || cfg.FeedLate,
+		feedPassed: cfg.FeedPassed,
 		trailWait:  cfg.TrailWait,
 
 		reRegisterAfter: cfg.ReRegisterAfter,

@@ -28,6 +28,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/checkout-dev/checkout/auth"
@@ -234,7 +235,15 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if !honours {
 		cfg.Logger.Warn("the DynamoDB endpoint ignores ReturnValuesOnConditionCheckFailure; failed conditions cost one read more", "endpoint", endpoint)
 	}
-	s.store = lease.New(lease.Config{DB: s.db.client, Tables: names, Now: cfg.Now, Logger: cfg.Logger, Notifier: cfg.Notifier, ReadAfterFailedCondition: !honours, FeedSettle: cfg.FeedSettle, Shards: cfg.Shards})
+	// An event archived after a feed read whose cursor may have passed
+	// its time is keyed in the feed at when it is archived, as in AWS: a
+	// read that could not apply the stream first keeps the settle time,
+	// and records that horizon first (readYourWrites.Feed). An earlier
+	// run's such reads stopped a settle time before it did, before now.
+	passed := new(atomic.Int64)
+	s.store = lease.New(lease.Config{DB: s.db.client, Tables: names, Now: cfg.Now, Logger: cfg.Logger, Notifier: cfg.Notifier, ReadAfterFailedCondition: !honours,
+		FeedSettle: cfg.FeedSettle, FeedPassed: passed.Load, Shards: cfg.Shards})
+	passed.Store(s.store.FeedHorizon().UnixMilli())
 	if s.changes, err = newChanges(ctx, s.db, names, s.store, cfg.Logger); err != nil {
 		return nil, fmt.Errorf("localserver: %w", err)
 	}
@@ -256,7 +265,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if cfg.StreamPollInterval >= 0 {
 		// With the pollers on (a test that drives the stream itself turns
 		// them off), reads of what the stream writes catch up first.
-		svc = readYourWrites{Store: s.store, changes: s.changes, writes: s.writes, log: cfg.Logger,
+		svc = readYourWrites{Store: s.store, changes: s.changes, writes: s.writes, passed: passed, log: cfg.Logger,
 			indexesCaughtUp: func(ctx context.Context) bool { return s.db.indexesCaughtUp(ctx, names.Prefix) }}
 	}
 	handler := httpapi.New(svc, httpapi.Options{

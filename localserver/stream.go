@@ -223,6 +223,9 @@ type readYourWrites struct {
 	*lease.Store
 	changes *changes
 	writes  *writers
+	// passed is the latest horizon of a feed read that could not apply
+	// the change stream first (lease.Config.FeedPassed).
+	passed *atomic.Int64
 	// indexesCaughtUp says whether the tables' indexes show every write
 	// answered so far (database.indexesCaughtUp).
 	indexesCaughtUp func(context.Context) bool
@@ -240,13 +243,24 @@ const feedBarrierWait = 250 * time.Millisecond
 // transition before that moment is archived, and reads up to it once the
 // feed's index shows what was archived, so a cursor never passes an event
 // still on its way. While the index lags (or on an endpoint that cannot
-// say whether it does) the feed keeps its settle time, as in AWS.
+// say whether it does), or the stream cannot be applied first, the feed
+// keeps its settle time, as in AWS, recorded before the read: an event of
+// that time or earlier archived after it is keyed at its archive, ahead of
+// the cursor the read hands out (lease.Config.FeedPassed).
 func (s readYourWrites) Feed(ctx context.Context, p lease.FeedParams) (lease.FeedPage, error) {
 	wait, cancel := context.WithTimeout(ctx, feedBarrierWait)
 	horizon, ok := s.writes.barrier(wait)
 	cancel()
 	if ok && s.catchUp(ctx) && s.indexesCaughtUp(ctx) {
 		p.Horizon = horizon
+	} else {
+		p.Horizon = s.FeedHorizon()
+		for h := p.Horizon.UnixMilli(); ; {
+			was := s.passed.Load()
+			if was >= h || s.passed.CompareAndSwap(was, h) {
+				break
+			}
+		}
 	}
 	return s.Store.Feed(ctx, p)
 }
