@@ -815,40 +815,75 @@ func (s *Store) endLease(ctx context.Context, taskID string, cond terms, e endin
 	}
 	// A task marked as waiting on a reopened blocker (deps.go, reblock)
 	// goes back to blocked, not todo: tried second, on the mark, when the
-	// first write fails on it. Blocked, it waits for its blocker instead
-	// of a retry delay. The change stream may take the mark off between
-	// the two (the blocker completed again): then the first is tried
-	// again, rather than the lease's ending lost.
+	// first write fails on it (blockedEnding, from the item that write
+	// failed on). The change stream may take the mark off between the two
+	// (the blocker completed again): then the first is tried again,
+	// rather than the lease's ending lost.
 	free := cond.and(e.freeIf...).and(expression.AttributeNotExists(nameWaitingOn))
 	marked := cond.and(expression.AttributeExists(nameWaitingOn))
-	blocked := e
-	blocked.status, blocked.notBefore, blocked.rank = StatusBlocked, 0, ""
+	var read *taskItem // the marked item the blocked write is pinned to
 	for range retries(ctx) {
-		it, applied, err := s.update(ctx, taskID, free, endUpdate(taskID, e, now, s.shards), freeRV)
-		switch {
-		case err != nil:
-			return it, nil, false, err
-		case applied:
-			s.claims.freed(taskID)
-			s.claims.wake(wokenQueue(it))
-			if rv == types.ReturnValueNone {
-				it = &taskItem{}
+		if read == nil {
+			it, applied, err := s.update(ctx, taskID, free, endUpdate(taskID, e, now, s.shards), freeRV)
+			switch {
+			case err != nil:
+				return it, nil, false, err
+			case applied:
+				s.claims.freed(taskID)
+				s.claims.wake(wokenQueue(it))
+				if rv == types.ReturnValueNone {
+					it = &taskItem{}
+				}
+				return nil, it, true, nil
+			case it == nil || len(it.WaitingOn) == 0:
+				return it, nil, false, nil
 			}
-			return nil, it, true, nil
-		case it == nil || len(it.WaitingOn) == 0:
-			return it, nil, false, nil
+			read = it
 		}
-		it, applied, err = s.update(ctx, taskID, marked, endUpdate(taskID, blocked, now, s.shards), rv)
+		blocked, pin := blockedEnding(e, read, now)
+		it, applied, err := s.update(ctx, taskID, marked.and(pin...), endUpdate(taskID, blocked, now, s.shards), rv)
 		switch {
 		case err != nil:
 			return it, nil, false, err
 		case applied:
 			return nil, it, true, nil
-		case it == nil || len(it.WaitingOn) > 0:
+		case it == nil:
 			return it, nil, false, nil
+		case len(it.WaitingOn) == 0:
+			read = nil // the mark was taken off: free it
+		case sameDelay(it, read, now):
+			return it, nil, false, nil
+		default:
+			read = it // its not_before or rank moved in between
 		}
 	}
 	return nil, nil, false, fmt.Errorf("end the lease on %s: %w", taskID, ErrBusy)
+}
+
+// blockedEnding is e made blocked, for a marked task it read: it waits for
+// its blocker instead of a retry delay, but keeps a not_before still to
+// come that it shows (one PATCHed while it was held): its delayed claim
+// key and its expiry entry, as any task delayed while blocked has (claim.go,
+// "Delays"); else, unblocked, it would rank among the ready tasks. pin
+// says its not_before (and the rank its delayed key is built from) is as
+// read: a PATCH in between moves them without anything else the ending
+// is pinned to.
+func blockedEnding(e ending, it *taskItem, now time.Time) (ending, terms) {
+	e.status, e.notBefore, e.rank = StatusBlocked, 0, ""
+	if it.NotBefore <= ms(now) {
+		return e, terms{readyCond(now)}
+	}
+	e.notBefore, e.rank = it.NotBefore, it.rank()
+	return e, terms{nameNotBefore.Equal(expression.Value(it.NotBefore)), rankIs(it.ClaimRank)}
+}
+
+// sameDelay says a and b wait alike at now: for the same not_before and
+// rank, or for none.
+func sameDelay(a, b *taskItem, now time.Time) bool {
+	if a.NotBefore <= ms(now) || b.NotBefore <= ms(now) {
+		return a.NotBefore <= ms(now) && b.NotBefore <= ms(now)
+	}
+	return a.NotBefore == b.NotBefore && a.ClaimRank == b.ClaimRank
 }
 
 // freedUnanswered is what endLease does for an ending write that left the

@@ -92,7 +92,8 @@ import (
 // claim index, no event) or adds the blocker to a blocked one's
 // waiting_on. A dependent in progress keeps its lease and is marked as
 // waiting on the blocker: if that lease ends other than by completion,
-// the ending's own write makes it blocked rather than todo (endLease). A
+// the ending's own write makes it blocked rather than todo (endLease),
+// with the delay of a not_before still to come that it shows. A
 // dependent done, cancelled or failed is left alone. The stream passes a blocker's completions and reopens on in
 // the order they were written, each as the blocker is when the stream
 // reads it: a completion of a blocker that is not done by then unblocks

@@ -468,7 +468,8 @@ type ending struct {
 	// freeIf, when set, are conditions of the write that leaves the task
 	// todo alone: the delay the ending was decided on (sweep.go,
 	// sweepEnd). The write that makes a marked task blocked instead
-	// (endLease) writes no delay, so it does not depend on one.
+	// (endLease) writes the delay of the item the first write failed on
+	// (blockedEnding), and is pinned to that instead.
 	freeIf terms
 	// at (Unix ms), when set, is the ending's time when it is earlier than
 	// its write's: the death of an agent that came back, stamped at its
@@ -552,7 +553,7 @@ func endUpdate(taskID string, e ending, now time.Time, sh schema.ShardCounts) ex
 	default:
 		u = u.Remove(expression.Name("end_errored"))
 	}
-	delayed := e.notBefore != 0 && e.status == StatusTodo && !e.exhausted
+	delayed := e.notBefore != 0 && (e.status == StatusTodo || e.status == StatusBlocked) && !e.exhausted
 	if delayed {
 		// The task's entry in the expiry index stays, at its not_before:
 		// the sweep ranks it as ready then (claim.go, "Delays").

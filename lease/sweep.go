@@ -232,8 +232,8 @@ func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond terms, typ Even
 	// that not_before and rank. So such a task ranks after the ready ones
 	// from its ending on; one write but for it. Only the write that frees
 	// the task is so conditioned (ending.freeIf): a task marked as waiting
-	// on a reopened blocker is made blocked by its ending (endLease),
-	// which writes no delay, whatever its not_before.
+	// on a reopened blocker is made blocked by its ending (endLease), whose
+	// write takes its delay from the item the first write failed on.
 	exhausted := false
 	var waits *taskItem // the item read, when it waits for a not_before ahead
 	for range retries(ctx) {

@@ -183,8 +183,9 @@ func TestAPatchThatEndsAnExpiredLeaseKeepsTheHeldNotBefore(t *testing.T) {
 // not_before ahead PATCHed while it was held, that ending cost 4 writes
 // instead of 2: the sweep's first try was conditioned on the task being
 // ready, the blocked write too, so both failed, and both were sent again
-// pinned to the delay, which a blocked ending does not write. The
-// not_before costs no write: it is the freeing write's alone.
+// pinned to the delay. The not_before costs no write: the freeing write
+// is refused on the mark, and the blocked one takes the delay from the
+// item that refusal returned.
 func TestASweptMarkedLeaseWithANotBeforeCostsNoMoreWrites(t *testing.T) {
 	t.Parallel()
 	for _, end := range []string{"timeout", "death"} {
