@@ -600,9 +600,11 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 			}
 			if marks {
 				// Not made once more after all (the clock had not moved
-				// on): the return is over.
+				// on): the return is over. The return applied whatever
+				// this write does: if it fails, the mark stays (as after
+				// a crash) and only the caching of this agent is lost.
 				if err := s.clearReturnPending(ctx, agentID, cur.AliveSince); err != nil {
-					return Heartbeat{}, err
+					s.log.WarnContext(ctx, "heartbeat: a return's pending mark was not removed", "agent_id", agentID, "err", err)
 				}
 			}
 			s.alive.putRead(agentID, cur, ms(now), epoch)

@@ -1,8 +1,12 @@
 package lease_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
@@ -73,4 +77,53 @@ func TestAReturnMadeOnceIsCachedAfterItsHeartbeats(t *testing.T) {
 	if n := db.take(); n != 1 {
 		t.Errorf("%d reads of x's heartbeat for 3 lock statuses, want 1: x's return left it uncacheable", n)
 	}
+}
+
+// Removing a return's pending mark only lets caches keep the agent again:
+// a return that applied is answered as applied even when that last write
+// fails (a throttle), and the mark stays, as after a crash.
+func TestAReturnWhoseMarkRemovalFailsIsAnsweredAlive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t1")
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Second))
+	e.checkout(t, "t1", "x", time.Hour)
+	e.clock.Advance(2 * time.Second) // x is dead
+
+	db := &failingHeartbeatWrite{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), fail: 3}
+	x := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	hb, err := x.Heartbeat(c, "x", time.Minute)
+	if db.sent != 3 {
+		// The ordinary write refused (x is dead), the return's, then the
+		// removal of its mark.
+		t.Fatalf("%d heartbeat writes, want 3: the return's mark removal was not the write that failed", db.sent)
+	}
+	if err != nil {
+		t.Fatalf("the return applied, but the heartbeat answered %v", err)
+	}
+	if want := e.clock.Now().Add(time.Minute); !hb.ExpiresAt.Equal(want) {
+		t.Errorf("expires_at %v, want %v", hb.ExpiresAt, want)
+	}
+	fresh := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	if got := must[*lease.Checkout](t)(fresh.LockStatus(c, "t1")); got != nil {
+		t.Errorf("t1 live after x's return ended it: %+v", got)
+	}
+}
+
+// failingHeartbeatWrite fails the fail-th UpdateItem of the heartbeats
+// table, as a throttle would, without sending it.
+type failingHeartbeatWrite struct {
+	lease.DB
+	table      string
+	fail, sent int
+}
+
+func (d *failingHeartbeatWrite) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if in.TableName != nil && *in.TableName == d.table {
+		if d.sent++; d.sent == d.fail {
+			return nil, errors.New("ProvisionedThroughputExceededException: throttled")
+		}
+	}
+	return d.DB.UpdateItem(ctx, in, opts...)
 }
