@@ -152,8 +152,12 @@ import (
 // most sinceFirst + sinceMore events (two Queries, however long the
 // trail): a task with more events since is not searched further, and the
 // retry is a fresh claim (the lease it got has ended: the task moved on).
-// The window left: an attempt sent at the same time whose grant is kept
-// later leaves that undecided lease held until its timeout. A receipt
+// An attempt whose grant the receipt keeps (or a retry that keeps the
+// lease it found) gives back the run's other leases on the tasks the
+// receipt lists (giveBackUnkept), so such an undecided lease is given
+// back when another attempt's grant is kept, later or already: the window
+// left is a grant that lands after that keeping, by an attempt that can
+// neither keep it nor read the receipt for grantWait. A receipt
 // outlives its agent's removal: one
 // made before the id was registered again is the removed agent's
 // (removedAgentsReceipt), and the new agent's claim of that run id is a
@@ -1369,13 +1373,21 @@ func (s *Store) settleGrant(ctx context.Context, c Checkout) (kept bool, err err
 	ctx = context.WithoutCancel(ctx)
 	deadline := time.Now().Add(grantWait)
 	for {
-		kept, err := s.keepGrant(ctx, c)
+		kept, tried, err := s.keepGrant(ctx, c)
 		if err == nil {
+			if kept {
+				s.giveBackUnkept(ctx, c, tried)
+			}
 			return kept, nil
 		}
 		rec, ok, rerr := s.receipt(ctx, c.AgentID, c.RunID)
 		if rerr == nil && ok && rec.Granted != nil {
-			return rec.Granted.Task == c.TaskID && rec.Granted.Fence == c.Fence, nil // the write applied, or another's did
+			// The write applied, or another's did.
+			kept := rec.Granted.Task == c.TaskID && rec.Granted.Fence == c.Fence
+			if kept {
+				s.giveBackUnkept(ctx, c, rec.Tried)
+			}
+			return kept, nil
 		}
 		if time.Now().After(deadline) {
 			s.log.WarnContext(ctx, "claim receipt: the grant was not kept", "agent_id", c.AgentID, "run_id", c.RunID, "task_id", c.TaskID, "err", err)
@@ -1388,11 +1400,44 @@ func (s *Store) settleGrant(ctx context.Context, c Checkout) (kept bool, err err
 // fails with an error.
 const grantWait = 2 * time.Second
 
+// giveBackUnkept gives back the leases of c's run on the tasks its
+// receipt lists (tried) but c's own: c is the grant the receipt keeps, so
+// they are grants of other attempts of the run, sent at the same time,
+// that it did not keep. An attempt that learns so gives its own back
+// (supersede); this is for one that could not learn it, its grant left
+// undecided (ErrGrantNotKept), whose lease nothing else would give back
+// before its timeout. Each other task listed is read (consistently), so
+// a receipt that lists the kept task only, as a claim that meets no
+// attempt of its own run leaves it, costs nothing more. A task whose
+// grant is still on its way is given back by its own attempt, which finds
+// this grant kept. A give-back that fails is logged: c is kept all the
+// same.
+func (s *Store) giveBackUnkept(ctx context.Context, c Checkout, tried []string) {
+	for _, taskID := range tried {
+		if taskID == c.TaskID {
+			continue
+		}
+		it, err := s.getTask(ctx, taskID)
+		if err == nil && (it == nil || it.Holder != c.AgentID || it.RunID != c.RunID || !it.leaseTimeValid(s.clock())) {
+			continue
+		}
+		if err == nil {
+			_, err = s.Release(ctx, ReleaseParams{TaskID: taskID, AgentID: c.AgentID, RunID: c.RunID, Fence: it.Fence,
+				Reason: "another attempt of the same claim (run id) got a lease first"})
+		}
+		if err != nil {
+			s.log.WarnContext(ctx, "claim receipt: a grant the receipt did not keep was not given back",
+				"agent_id", c.AgentID, "run_id", c.RunID, "task_id", taskID, "err", err)
+		}
+	}
+}
+
 // keepGrant writes c as its run's grant in the run's receipt, on
 // condition that the receipt keeps no grant, or this one: kept is false
-// when it keeps another. A write that fails otherwise is tried a few
-// times; err is the last failure.
-func (s *Store) keepGrant(ctx context.Context, c Checkout) (kept bool, err error) {
+// when it keeps another; tried lists the tasks of the receipt the write
+// kept c in. A write that fails otherwise is tried a few times; err is
+// the last failure.
+func (s *Store) keepGrant(ctx context.Context, c Checkout) (kept bool, tried []string, err error) {
 	g := grantRecord{Task: c.TaskID, Fence: c.Fence, Locked: ms(c.LockedAt), Expires: ms(c.ExpiresAt), Name: c.AgentName, Reason: c.Reason,
 		Title: c.Title, Queue: c.Queue, Priority: c.Priority, Attempt: c.Attempt}
 	// The receipt's note set its ttl; the grant sets one only when that
@@ -1407,24 +1452,27 @@ func (s *Store) keepGrant(ctx context.Context, c Checkout) (kept bool, err error
 	for attempt := range recordAttempts {
 		if attempt > 0 {
 			if err := backoff(ctx, attempt); err != nil {
-				return false, err
+				return false, nil, err
 			}
 		}
-		_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		var out *dynamodb.UpdateItemOutput
+		out, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName: &s.heartbeats, Key: agentKey(receiptID(c.AgentID, c.RunID)),
 			UpdateExpression:          expr.Update(),
 			ConditionExpression:       expr.Condition(),
 			ExpressionAttributeNames:  expr.Names(),
 			ExpressionAttributeValues: expr.Values(),
+			ReturnValues:              types.ReturnValueAllNew, // the tasks listed: no read
 		})
 		if _, failed := conditionFailed(err); failed {
-			return false, nil
+			return false, nil, nil
 		}
 		if err == nil {
-			return true, nil
+			rec, _ := decodeReceipt(out.Attributes)
+			return true, rec.Tried, nil
 		}
 	}
-	return false, err
+	return false, nil, err
 }
 
 // supersede answers a named claim whose run got another lease first (see
@@ -1697,12 +1745,24 @@ func (s *Store) receipt(ctx context.Context, agentID, runID string) (receiptItem
 	if err != nil {
 		return receiptItem{}, false, fmt.Errorf("claim receipt of %s: %w", agentID, err)
 	}
-	var rec receiptItem
-	if len(out.Item) == 0 || attributevalue.UnmarshalMap(out.Item, &rec) != nil {
+	rec, ok := decodeReceipt(out.Item)
+	if !ok {
 		return receiptItem{}, false, nil
 	}
+	if removed, err := s.removedAgentsReceipt(ctx, agentID, runID, rec); removed || err != nil {
+		return receiptItem{}, false, err
+	}
+	return rec, true, nil
+}
+
+// decodeReceipt reads a receipt's item; ok is false when there is none.
+func decodeReceipt(item map[string]types.AttributeValue) (receiptItem, bool) {
+	var rec receiptItem
+	if len(item) == 0 || attributevalue.UnmarshalMap(item, &rec) != nil {
+		return receiptItem{}, false
+	}
 	var tried []string
-	for name := range out.Item {
+	for name := range item {
 		if entry, ok := strings.CutPrefix(name, triedPrefix); ok {
 			if _, taskID, ok := strings.Cut(entry, "#"); ok {
 				tried = append(tried, taskID)
@@ -1717,10 +1777,7 @@ func (s *Store) receipt(ctx context.Context, agentID, runID string) (receiptItem
 		}
 	}
 	rec.Tried = tried
-	if removed, err := s.removedAgentsReceipt(ctx, agentID, runID, rec); removed || err != nil {
-		return receiptItem{}, false, err
-	}
-	return rec, true, nil
+	return rec, true
 }
 
 // receiptsGrant is the lease g, the grant a receipt keeps, as it is now.

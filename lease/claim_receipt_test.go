@@ -614,3 +614,72 @@ func TestASupersededAttemptThatCannotReadTheReceiptGivesItsTaskBack(t *testing.T
 		t.Fatalf("%s still holds %+v, a second live lease of run-1", took[1], lock)
 	}
 }
+
+// A named claim's grant left undecided (its receipt write failing, and the
+// receipt unreadable, for grantWait: the attempt answers ErrGrantNotKept)
+// is given back once another attempt of the run keeps its own grant:
+// attempts A and B each took a task; A's grant is left undecided; B's is
+// kept. Before, A's task stayed held by the run, a second lease, and
+// claimable by no one until its timeout.
+func TestAnUndecidedGrantIsGivenBackWhenAnotherAttemptsIsKept(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t0", "t1")
+	e.caughtUp(t)
+	errs := &grantErrDB{DB: e.db}
+	errs.fail.Store("")
+	db := &grantGateDB{DB: errs, quit: make(chan struct{}), bothRead: make(chan struct{}), held: make(chan string, 2), gates: map[string]chan struct{}{}}
+	t.Cleanup(func() { close(db.quit) })
+	reads := &receiptReadErrDB{DB: db}
+	s := lease.New(lease.Config{DB: reads, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	type answer struct {
+		co  lease.Checkout
+		err error
+	}
+	answers := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			co, err := s.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute})
+			answers <- answer{co, err}
+		}()
+	}
+	var took []string
+	for range 2 {
+		select {
+		case task := <-db.held:
+			took = append(took, task)
+		case a := <-answers:
+			t.Fatalf("an attempt answered %+v (%v) before both grants were written", a.co, a.err)
+		}
+	}
+	if took[0] == took[1] {
+		t.Fatalf("both attempts took %s, want one task each", took[0])
+	}
+	undecided, kept := took[0], took[1]
+	errs.fail.Store(undecided)
+	reads.fail.Store(true)
+	close(db.gate(undecided))
+	if a := <-answers; !errors.Is(a.err, lease.ErrGrantNotKept) {
+		t.Fatalf("the attempt holding %s answered %+v (%v), want ErrGrantNotKept", undecided, a.co, a.err)
+	}
+	if lock := must[*lease.Checkout](t)(e.store.LockStatus(c, undecided)); lock == nil || lock.RunID != "run-1" {
+		t.Fatalf("%s holds %+v, want the undecided lease of run-1", undecided, lock)
+	}
+	reads.fail.Store(false)
+	close(db.gate(kept))
+	if a := <-answers; a.err != nil || a.co.TaskID != kept {
+		t.Fatalf("the attempt holding %s answered %+v (%v), want its own lease", kept, a.co, a.err)
+	}
+	if lock := must[*lease.Checkout](t)(e.store.LockStatus(c, undecided)); lock != nil {
+		t.Fatalf("%s still holds %+v, a second lease of run-1", undecided, lock)
+	}
+	co := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: undecided, AgentID: "b"}))
+	if co.TaskID != undecided {
+		t.Fatalf("checkout of %s by another agent: %+v", undecided, co)
+	}
+	again := must[lease.Checkout](t)(s.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute}))
+	if again.TaskID != kept {
+		t.Fatalf("a retry of run-1 answered %s, want the kept grant %s", again.TaskID, kept)
+	}
+}
