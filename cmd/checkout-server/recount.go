@@ -75,11 +75,13 @@ func recount(ctx context.Context, args []string, getenv func(string) string, std
 			return fmt.Errorf("the tasks table's stream (is %s a server's data directory?): %w", dir, err)
 		}
 		// As the server applies them when it runs: the consequences (its
-		// notices go out from their own checkpoint when it starts again).
+		// notices go out from their own checkpoint when it starts again),
+		// an event archived late keyed in the feed at when it is archived,
+		// ahead of the cursors that passed its own time meanwhile.
 		poller := &stream.Poller{
 			Streams:   stream.NewLocalClient(d.Endpoint),
 			StreamARN: arn,
-			Handle:    stream.ConsequencesHandler(lease.New(lease.Config{DB: c, Tables: names, Shards: shards})),
+			Handle:    stream.ConsequencesHandler(lease.New(lease.Config{DB: c, Tables: names, Shards: shards, FeedLate: true})),
 			Saved:     localserver.ConsequencesCheckpoints(c, names),
 			ReadOn:    true,
 		}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -99,5 +100,63 @@ func TestRecountCommand(t *testing.T) {
 	qs, err := store.ListQueues(ctx)
 	if err != nil || len(qs) != 1 || qs[0].Counts[lease.StatusTodo] != 3 {
 		t.Fatalf("queues after the recount: %+v, %v; want q with 3 todo", qs, err)
+	}
+}
+
+// A change its server stopped before applying is archived by
+// `checkout-server recount`, late: keyed in the fleet feed at when it is
+// archived, as the server keys it, not at the transition's own time,
+// which a follower's cursor may have passed meanwhile (a feed read that
+// could not apply the stream first). Keyed there, the follower never sees
+// the event.
+func TestRecountArchivesALateEventAheadOfAFollower(t *testing.T) {
+	bin := testenv.Binary(t, "github.com/checkout-dev/checkout/cmd/checkout-server")
+	dir := filepath.Join(t.TempDir(), "data")
+	ctx := testenv.Context(t)
+	names := schema.Names{}
+	d, err := localstack.Start(ctx, localstack.Options{Path: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := lease.NewLocalClient(d.Endpoint)
+	if err := lease.EnsureTables(ctx, db, names); err != nil {
+		t.Fatal(err)
+	}
+	// The transition is a minute old when the follower reads past it.
+	then := time.Now().Add(-time.Minute)
+	writer := lease.New(lease.Config{DB: db, Tables: names, Now: func() time.Time { return then }})
+	if _, err := writer.CreateTask(ctx, lease.CreateTaskParams{TaskID: "t", Title: "t", Queue: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writer.Checkout(ctx, lease.CheckoutParams{TaskID: "t", AgentID: "a", Timeout: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	reader := lease.New(lease.Config{DB: db, Tables: names})
+	page, err := reader.Feed(ctx, lease.FeedParams{Since: then.Add(-time.Minute), Horizon: time.Now().Truncate(time.Millisecond)})
+	if err != nil || len(page.Events) != 0 {
+		t.Fatalf("the feed before the change is applied: %+v, %v; want no events", page, err)
+	}
+	if err := d.Stop(); err != nil { // the server stops before applying it
+		t.Fatal(err)
+	}
+
+	cmd := exec.Command(bin, "recount")
+	cmd.Env = append(os.Environ(), "DYNAMODB_ENDPOINT=", "CHECKOUT_TABLE_PREFIX=", "CHECKOUT_DATA_DIR="+dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("recount: %v: %s", err, out)
+	}
+
+	d, err = localstack.Start(ctx, localstack.Options{Path: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = d.Stop() }()
+	reader = lease.New(lease.Config{DB: lease.NewLocalClient(d.Endpoint), Tables: names})
+	page, err = reader.Feed(ctx, lease.FeedParams{Cursor: page.NextCursor, Horizon: time.Now().Truncate(time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Events) != 1 || page.Events[0].Type != lease.EventCheckout {
+		t.Fatalf("the follower's next page after the recount: %+v; want the checkout the recount archived", page.Events)
 	}
 }
