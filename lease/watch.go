@@ -113,11 +113,14 @@ import (
 // each freeing (eventItem.Freeing), waited for as long as a transition
 // waits out a busy item (hiddenFreeing:
 // TestAFirstWatchIsToldOfAReleaseHiddenBehindALaterCheckout). A freeing
-// record is kept as long as the freeing's messages
-// (messageRetention), or its event if that is shorter: past that, so that
-// no message deleted by its agent (whose tombstone is kept as long) comes
-// back, a place before it left behind waits for the next freeing, which
-// tells it.
+// record is kept as long as a watch placed before it (watchRetention),
+// but tells only while the freeing's messages are kept
+// (messageRetention): past that, so that no message deleted by its agent
+// (whose tombstone is kept as long) comes back, a place before it left
+// behind is passed by and used up, as a record from before records
+// carried their freeing passes it by. Were the record gone, the next
+// freeing would tell the place again, of itself, though its batch may
+// have told it (TestAWatchToldByABatchThatFailedForGoodIsNotToldAgainAWeekOn).
 //
 // The stream function may be behind by several freeings when an agent
 // watches again (it runs about a second after each write, and longer when
@@ -362,8 +365,10 @@ func (s *Store) settleWatch(ctx context.Context, taskID string, w watchItem) err
 				return err
 			}
 		}
-		if err := s.tellWatcher(ctx, w.AgentID, w.At, ev, notBefore); err != nil {
-			return err
+		if !f.messageGone(s.clock()) {
+			if err := s.tellWatcher(ctx, w.AgentID, w.At, ev, notBefore); err != nil {
+				return err
+			}
 		}
 		if err := s.dropWatch(ctx, w, seq); err != nil {
 			return err
@@ -566,17 +571,14 @@ type freedItem struct {
 }
 
 // freedRecord is the record of the freeing ev, which left the task
-// waiting until notBefore (0: not waiting). It expires no later than the
-// freeing's archived event, written after it, so that a watcher that
-// finds the record finds the event, nor than the freeing's messages, so
-// that no place is told of it once a message of it may have expired
-// (and, deleted by its agent, its tombstone: see take). An expired
-// record, which TTL may not have deleted yet, counts for nobody (see
-// freedBetween).
+// waiting until notBefore (0: not waiting). It is kept as long as a watch
+// placed before it, so that a place its batch left behind is not told
+// again of a later freeing (see take); but once the freeing's messages
+// have expired it tells nobody (messageGone). An expired record, which
+// TTL may not have deleted yet, counts for nobody (see freedBetween).
 func (s *Store) freedRecord(ev eventItem, notBefore int64) freedItem {
-	ttl := min(s.clock().Add(min(watchRetention, s.retention)).Unix(), fromMS(ev.At).Add(messageRetention).Unix())
 	return freedItem{
-		Partition: watchPartition(ev.TaskID), Key: freedKey(ev.Seq), Seq: ev.Seq, TTL: ttl,
+		Partition: watchPartition(ev.TaskID), Key: freedKey(ev.Seq), Seq: ev.Seq, TTL: s.clock().Add(watchRetention).Unix(),
 		Type: ev.Type, At: ev.At, Fence: ev.Fence, RunID: ev.RunID, NotBefore: notBefore,
 	}
 }
@@ -587,6 +589,13 @@ func (f freedItem) event() eventItem {
 		TaskID: strings.TrimPrefix(f.Partition, watchPartition("")), Seq: f.Seq,
 		Type: f.Type, At: f.At, Fence: f.Fence, RunID: f.RunID,
 	}
+}
+
+// messageGone says the freeing f records is past its messages' time
+// (messageRetention): a message of it written now would be one its agent
+// may have deleted (its tombstone expires as soon), so it tells nobody.
+func (f freedItem) messageGone(now time.Time) bool {
+	return f.At > 0 && fromMS(f.At).Add(messageRetention).Unix() <= now.Unix()
 }
 
 // message is the task_available message that tells agentID, whose watch
@@ -715,7 +724,7 @@ func (s *Store) dropWatch(ctx context.Context, w watchItem, seq int64) error {
 // ends).
 type freeingWatches struct {
 	s    *Store
-	told map[string]toldWatch // the latest freeing that told each watch
+	told map[string]toldWatch // the latest freeing that told (or passed by) each watch
 }
 
 // freeingTell is a freeing, as its record says, and the watches it
@@ -749,8 +758,9 @@ func places(w watchItem) []int64 {
 // freeing's message, written now (putMessages writes an id once, and not
 // again once its agent deleted it), is the place's one message, and the
 // place is used up with it. A record written before records carried
-// their freeing cannot tell: a place before it is passed by, as it was
-// then (used up by that freeing, or its writer's to tell).
+// their freeing, or one whose freeing's messages have expired
+// (messageGone), cannot tell: a place before it is passed by, as it was
+// then (used up by that freeing, or its writer's to tell), and used up.
 func (f *freeingWatches) take(ctx context.Context, rec freedItem) ([]freeingTell, error) {
 	taskID, seq := rec.event().TaskID, rec.Seq
 	// Recorded before the watches are read, so that a watch written after
@@ -796,6 +806,7 @@ func (f *freeingWatches) take(ctx context.Context, rec freedItem) ([]freeingTell
 	for _, e := range append(earlier, rec) {
 		tells = append(tells, freeingTell{freed: e, asked: map[string]int64{}})
 	}
+	now := f.s.clock()
 	for _, w := range ws {
 		latest := -1
 		for _, p := range places(w) {
@@ -803,16 +814,16 @@ func (f *freeingWatches) take(ctx context.Context, rec freedItem) ([]freeingTell
 				continue
 			}
 			i := slices.IndexFunc(tells, func(t freeingTell) bool { return t.freed.Seq > p })
-			if tells[i].freed.At == 0 {
-				continue
+			latest = max(latest, i)
+			if t := tells[i].freed; t.At == 0 || t.messageGone(now) {
+				continue // passed by
 			}
 			tells[i].asked[w.AgentID] = w.At
-			latest = max(latest, i)
 		}
 		if latest >= 0 {
 			// The watch as this read found it, which drop uses up to the
-			// latest freeing that told it: a later place stays, an
-			// earlier one is used up.
+			// latest freeing that told it or passed it by: a later place
+			// stays, an earlier one is used up.
 			f.told[taskID+"\x00"+w.AgentID] = toldWatch{w, tells[latest].freed.Seq}
 		}
 	}
