@@ -306,6 +306,13 @@ func mendDelay(ctx context.Context, db interface {
 // sets: no read units). Woken, a claim looks again (and, for index lag,
 // 100 ms later, then at doubling intervals up to claimPoll, unless woken
 // again; wakes that come while it looks make one look more, however many).
+// A look passes by the tasks the claim's earlier looks found taken (their
+// writes refused: the index lagged the grant) for grantShown after each
+// was found, unless this process has freed the task since, rather than
+// write for them again at each look (claimOnce). The look at the wait's
+// deadline passes none of them by (a look that began before it and passed
+// one by is followed by one that does), so a waiting claim answers none
+// only once it has written for every candidate the index shows.
 // Nothing else makes a waiting claim read: with no wake it looks again every
 // claimPoll (2 s), which is how a Lambda container learns of tasks freed
 // by another (one that serves a request at a time is never woken: its
@@ -386,6 +393,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 	}
 	deadline := time.Now().Add(p.Wait)
 	began := ms(s.clock())
+	found := map[string]time.Time{} // tasks found taken, kept from look to look: see claimOnce
 	next := s.claimPoll
 	var woken <-chan struct{} // nil, never ready, for a claim that does not wait
 	if p.Wait > 0 {
@@ -402,12 +410,25 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 				return Checkout{}, err
 			}
 		}
-		c, err := s.claimOnce(ctx, cp, notes)
+		// The tasks this look passes by: found taken within grantShown,
+		// and not freed by this process since. The last look passes none
+		// by: another process may have freed one, which no wake tells of.
+		last := time.Until(deadline) <= 0
+		for taskID, at := range found {
+			if last || time.Since(at) >= grantShown || s.claims.freedSince(taskID, at) {
+				delete(found, taskID)
+			}
+		}
+		passing := len(found) > 0
+		c, err := s.claimOnce(ctx, cp, notes, found)
 		if !errors.Is(err, ErrNoTaskAvailable) {
 			return c, err
 		}
 		left := time.Until(deadline)
 		stopping := p.Wait > 0 && s.claims.stopping.Load()
+		if left <= 0 && passing && !stopping {
+			continue // this look, begun before the deadline, passed some by
+		}
 		if left <= 0 || stopping {
 			if named {
 				// Another attempt of this run, sent at the same time, may
@@ -475,13 +496,22 @@ func claimQueues(qs []string) []string {
 }
 
 // claimOnce is one look at the claim index and the writes it leads to;
-// notes, for a named claim, keeps its receipt.
-func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, notes *claimNotes) (Checkout, error) {
+// notes, for a named claim, keeps its receipt. found holds the tasks the
+// claim's earlier looks found taken that this one passes by, and when
+// their writes were sent (on this process's monotonic clock: the index
+// lags in real time); claimOnce adds those it finds taken.
+func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, notes *claimNotes, found map[string]time.Time) (Checkout, error) {
 	s.claims.inflight.Add(1)
 	defer s.claims.inflight.Add(-1)
 	// Tasks this claim found taken: an index that lags shows them for a
-	// moment more, and trying them again would only fail again.
+	// moment more, and trying them again would only fail again. A waiting
+	// claim passes them by across its looks (found, kept by Claim): before,
+	// each look after a wake, 100 ms, 200 ms ... apart, wrote for them
+	// again, each write refused.
 	taken := map[string]bool{}
+	for taskID := range found {
+		taken[taskID] = true
+	}
 	// The task this claim is writing for, held from the other claims of
 	// the process (claimSpread.pick) until the write's answer: let go on
 	// every way out, a panic included.
@@ -543,6 +573,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, notes *claimNo
 					return Checkout{}, err
 				}
 			}
+			sent := time.Now()
 			g, _, err := s.grantNow(ctx, cp, over, 0)
 			if err != nil {
 				letGo()
@@ -583,6 +614,7 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, notes *claimNo
 			}
 			if cur == nil || !cur.claimable() || !slices.Contains(cp.queues, cur.queue()) {
 				taken[it.TaskID] = true // or moved to another queue: the index lags
+				found[it.TaskID] = sent
 			}
 			if cur != nil && cur.claimable() && cur.NotBefore > readAt {
 				// Not ready, yet ranked so: its delay is given its key.
@@ -817,6 +849,11 @@ type claimSpread struct {
 	settled  chan struct{} // closed when a held task is let go (see pick)
 	wins     map[string]claimWin
 	winOrder []string
+	// freeings are the tasks this process freed lately, and when, oldest
+	// first (each freeing drops those past grantShown): a waiting claim
+	// no longer passes by a task it found taken before one of them
+	// (freedSince).
+	freeings []claimFreeing
 	looks    map[string]*claimRead
 	// seq counts the looks sent: it orders them against the claims and
 	// the grants of the process (a clock's milliseconds could not).
@@ -966,7 +1003,8 @@ func (c *claimSpread) granted(taskID string, fence int64) {
 // freed records that a write of this process made taskID claimable
 // again (ended its lease to todo, unblocked it, reopened it): its claim
 // entry from now on may be its freeing's, so that claims no longer pass
-// it by as a grant of this process the index lags (shownBefore).
+// it by as a grant of this process the index lags (shownBefore), nor
+// waiting claims as a task they found taken before (freedSince).
 func (c *claimSpread) freed(taskID string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -974,6 +1012,35 @@ func (c *claimSpread) freed(taskID string) {
 		win.at = time.Time{}
 		c.wins[taskID] = win
 	}
+	now := time.Now()
+	old := 0
+	for old < len(c.freeings) && now.Sub(c.freeings[old].at) >= grantShown {
+		old++
+	}
+	c.freeings = append(slices.Delete(c.freeings, 0, old), claimFreeing{taskID: taskID, at: now})
+}
+
+// claimFreeing is a task this process freed, and when, on its monotonic
+// clock.
+type claimFreeing struct {
+	taskID string
+	at     time.Time
+}
+
+// freedSince reports whether this process freed taskID after since, up to
+// grantShown ago: the freeings it keeps.
+func (c *claimSpread) freedSince(taskID string, since time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range slices.Backward(c.freeings) {
+		if !f.at.After(since) {
+			return false
+		}
+		if f.taskID == taskID {
+			return true
+		}
+	}
+	return false
 }
 
 // grantShown is how long after a grant of this process its claims take
