@@ -182,9 +182,10 @@ type ConflictError struct {
 	RetryAfter time.Duration
 	// Watching is the server's word on the watch a checkout with Watch
 	// asked for: true when the caller is now on the task's watch list (an
-	// inbox message comes when the task is released), false when the list
-	// was full (100 watchers) and the caller is not on it. It is false for
-	// a checkout without Watch.
+	// inbox message comes when the task is released), false when the caller
+	// is not on it: the list was full (100 watchers), or the watch could
+	// not be placed just now (the server's change stream held up). It is
+	// false for a checkout without Watch.
 	Watching bool
 }
 
@@ -216,9 +217,10 @@ type BlockedError struct {
 	BlockedBy []Blocker
 	// Watching is the server's word on the watch a checkout with Watch
 	// asked for: true when the caller is now on the task's watch list (an
-	// inbox message comes when the task is unblocked), false when the list
-	// was full (100 watchers) and the caller is not on it. It is false for
-	// a checkout without Watch.
+	// inbox message comes when the task is unblocked), false when the caller
+	// is not on it: the list was full (100 watchers), or the watch could
+	// not be placed just now (the server's change stream held up). It is
+	// false for a checkout without Watch.
 	Watching bool
 }
 

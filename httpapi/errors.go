@@ -71,7 +71,7 @@ type errorBody struct {
 	NotBefore *string `json:"not_before,omitempty"`
 	// Watching is set on a checkout with watch answered checked_out or
 	// blocked: whether the caller is on the task's watch list (false:
-	// the list is full).
+	// the list is full, or the watch could not be placed just now).
 	Watching *bool `json:"watching,omitempty"`
 	// retryAfter, when not zero, is a Retry-After in whole seconds for an
 	// answer that says when to come back without a field of its own:
@@ -278,7 +278,7 @@ func notWatching(watching *bool) string {
 	if watching == nil || *watching {
 		return ""
 	}
-	return fmt.Sprintf("; its watch list is full (%d watchers), so the caller is not on it", lease.MaxWatchers)
+	return fmt.Sprintf("; its watch list is full (%d watchers) or could not take the watch just now, so the caller is not on it", lease.MaxWatchers)
 }
 
 var errUnauthorizedBody = errorBody{Error: "a valid API key is required: Authorization: Bearer <api_key>", Code: errcode.Unauthorized}

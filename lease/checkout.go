@@ -223,23 +223,25 @@ func (s *Store) blocked(ctx context.Context, cur *taskItem) error {
 	return e
 }
 
-// conflict is the answer to a checkout that found cur's live lease, with
-// the holder's heartbeat hb as endedByDeath read it (no further request):
-// nil, or one not sent since a registration again, is a holder that is not
-// watched.
 // watchIfRoom puts agentID on cur's watch list for a refused checkout
-// with watch, and says whether it is on it: a full list leaves the
-// refusal as it is (the holder, or the blockers, matter more to the
-// caller than the watch), with Watching false.
+// with watch, and says whether it is on it: a full list, or a task's
+// first watch that cannot wait any longer for the change stream's archive
+// (which writes no watch), leaves the refusal as it is (the holder, or
+// the blockers, matter more to the caller than the watch), with Watching
+// false.
 func (s *Store) watchIfRoom(ctx context.Context, cur *taskItem, agentID string) (*bool, error) {
 	err := s.watch(ctx, cur, agentID)
-	if err != nil && !errors.Is(err, ErrTooManyWatchers) {
+	if err != nil && !errors.Is(err, ErrTooManyWatchers) && !errors.Is(err, errArchiveBehind) {
 		return nil, err
 	}
 	watching := err == nil
 	return &watching, nil
 }
 
+// conflict is the answer to a checkout that found cur's live lease, with
+// the holder's heartbeat hb as endedByDeath read it (no further request):
+// nil, or one not sent since a registration again, is a holder that is not
+// watched.
 func conflict(cur *taskItem, hb *heartbeatItem) *ConflictError {
 	e := &ConflictError{Holder: cur.checkout()}
 	if hb != nil && !hb.Fresh && !hb.Removed {

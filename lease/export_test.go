@@ -31,6 +31,10 @@ func SpreadClaims(s *Store, w int) {
 // graph's lock before answering ErrBusy.
 func WaitForGraphLock(s *Store, d time.Duration) { s.graphWait = d }
 
+// WaitForArchive sets how long a task's first watch on s waits for the
+// change stream to archive a freeing hidden from it.
+func WaitForArchive(s *Store, d time.Duration) { s.archiveWait = d }
+
 // OnGraphWalk makes s call f after each level of a cycle walk is read.
 func OnGraphWalk(s *Store, f func()) { s.walked = f }
 

@@ -134,6 +134,10 @@ type Store struct {
 	// graphWait is how long a change of blocked_by waits for the graph's
 	// lock (deps.go) before it answers ErrBusy.
 	graphWait time.Duration
+	// archiveWait is how long a task's first watch waits for the change
+	// stream to archive a freeing hidden from it (watch.go,
+	// hiddenFreeing): retryBudget (shorter in tests).
+	archiveWait time.Duration
 	// walked, when set (in tests), is called after each level of a
 	// cycle walk has been read.
 	walked func()
@@ -162,6 +166,7 @@ func New(cfg Config) *Store {
 	}
 	s := &Store{
 		graphWait:     2 * graphLockTTL,
+		archiveWait:   retryBudget,
 		maxDependents: MaxDependents,
 		registryPage:  RegistryPage,
 		claimPoll:     claimPoll,
@@ -270,9 +275,12 @@ const (
 
 // retries yields the attempts of a transition that may lose to other
 // writes of its item (see retryBudget).
-func retries(ctx context.Context) iter.Seq[int] {
+func retries(ctx context.Context) iter.Seq[int] { return retriesFor(ctx, retryBudget) }
+
+// retriesFor is retries for up to budget instead of retryBudget.
+func retriesFor(ctx context.Context, budget time.Duration) iter.Seq[int] {
 	return func(yield func(int) bool) {
-		deadline := time.Now().Add(retryBudget)
+		deadline := time.Now().Add(budget)
 		if d, ok := ctx.Deadline(); ok && d.Add(-retryMargin).Before(deadline) {
 			deadline = d.Add(-retryMargin)
 		}

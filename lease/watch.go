@@ -112,9 +112,12 @@ import (
 // checkout) is read from the archive, where the stream function marks
 // each freeing (eventItem.Freeing), waited for as long as a transition
 // waits out a busy item (hiddenFreeing:
-// TestAFirstWatchIsToldOfAReleaseHiddenBehindALaterCheckout). A freeing
-// record is kept as long as a watch placed before it (watchRetention),
-// but tells only while the freeing's messages are kept
+// TestAFirstWatchIsToldOfAReleaseHiddenBehindALaterCheckout). Past that,
+// the watch writes nothing: a watch request answers busy, and a refused
+// checkout its refusal, not watching
+// (TestACheckoutWhoseFirstWatchCannotSettleStillAnswersItsConflict). A
+// freeing record is kept as long as a watch placed before it
+// (watchRetention), but tells only while the freeing's messages are kept
 // (messageRetention): past that, so that no message deleted by its agent
 // (whose tombstone is kept as long) comes back, a place before it left
 // behind is passed by and used up, as a record from before records
@@ -433,7 +436,7 @@ func (s *Store) freeingEvent(ctx context.Context, taskID string, seq int64) (eve
 func (s *Store) hiddenFreeing(ctx context.Context, after int64, marked *taskItem) (eventItem, int64, bool, error) {
 	latest := marked.latestEvents()
 	if len(latest) > 0 && latest[0].PrevSeq > after {
-		for range retries(ctx) {
+		for range retriesFor(ctx, s.archiveWait) {
 			evs, err := queryAll[eventItem](ctx, s.db, s.events, "", expression.Key("task_id").Equal(expression.Value(marked.TaskID)).
 				And(expression.Key("seq").Between(expression.Value(after+1), expression.Value(latest[0].Seq-1))))
 			if err != nil {
@@ -450,11 +453,19 @@ func (s *Store) hiddenFreeing(ctx context.Context, after int64, marked *taskItem
 			ev, ok := freeingAfter(marked, after)
 			return ev, waitsUntil(marked, ev), ok, nil
 		}
-		return eventItem{}, 0, false, fmt.Errorf("the events of %s since %d: %w", marked.TaskID, after, ErrBusy)
+		return eventItem{}, 0, false, fmt.Errorf("the events of %s since %d: %w", marked.TaskID, after, errArchiveBehind)
 	}
 	ev, ok := freeingAfter(marked, after)
 	return ev, waitsUntil(marked, ev), ok, nil
 }
+
+// errArchiveBehind is hiddenFreeing's answer when the change stream has
+// not archived the task's events since the watch's place within
+// Store.archiveWait: the watch cannot know whether a freeing hidden from
+// it tells it, and writes none. A watch request answers it as ErrBusy (a
+// retry watches from then on); a refused checkout answers its refusal,
+// not watching (watchIfRoom).
+var errArchiveBehind = fmt.Errorf("the change stream's archive is held up: %w", ErrBusy)
 
 // linked reports whether evs, a task's events in seq order, hold every
 // event from seq last back, by their prev_seq links, to the first after

@@ -244,3 +244,70 @@ func (d *afterEventsQueryDB) Query(ctx context.Context, in *dynamodb.QueryInput,
 	}
 	return out, err
 }
+
+// As above, the change stream held up past the watcher's wait for the
+// archive: the checkout still answers its conflict, with the holder it
+// found, saying the caller is not watching (it cannot tell whether the
+// release it cannot see told it), and leaves no watch behind that a
+// later freeing would tell.
+func TestACheckoutWhoseFirstWatchCannotSettleStillAnswersItsConflict(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	co := e.checkout(t, "t", "a", time.Hour)
+	var co2 lease.Checkout
+	db := &beforeMarkWatchedDB{DB: e.db}
+	db.hook = func() {
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID}))
+		e.clock.Advance(time.Second)
+		co2 = e.checkout(t, "t", "b", time.Hour)
+	}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	lease.WaitForArchive(s, 50*time.Millisecond)
+	_, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "w", Watch: true, Timeout: time.Hour})
+	var ce *lease.ConflictError
+	if !errors.As(err, &ce) || ce.Holder.AgentID != "a" || ce.Holder.Fence != co.Fence {
+		t.Fatalf("checkout: %v, want a conflict with a's lease (fence %d)", err, co.Fence)
+	}
+	if ce.Watching == nil || *ce.Watching {
+		t.Fatalf("conflict says watching %v, want false", ce.Watching)
+	}
+	if !db.done.Load() {
+		t.Fatal("the watched flag was never written")
+	}
+	for _, it := range e.inboxItems(t, "#watch#t") {
+		if k := it["message_id"].(*types.AttributeValueMemberS).Value; !strings.HasPrefix(k, "#") {
+			t.Errorf("a watch of %s was left on t", k)
+		}
+	}
+	if msgs := e.inbox(t, "w"); len(msgs) != 0 {
+		t.Fatalf("w (409 watching:false) has inbox %+v; want none", msgs)
+	}
+	e.clock.Advance(time.Second)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "b", RunID: co2.RunID}))
+	if msgs := e.inbox(t, "w"); len(msgs) != 0 {
+		t.Fatalf("w (409 watching:false) has inbox %+v after b's release; want none", msgs)
+	}
+}
+
+// A watch request in the same moment (POST /api/tasks/{id}/watch), which
+// does nothing else, answers busy: a retry watches from then on.
+func TestAFirstWatchRequestWhoseArchiveIsHeldUpIsBusy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	co := e.checkout(t, "t", "a", time.Hour)
+	db := &beforeMarkWatchedDB{DB: e.db}
+	db.hook = func() {
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID}))
+		e.clock.Advance(time.Second)
+		e.checkout(t, "t", "b", time.Hour)
+	}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	lease.WaitForArchive(s, 50*time.Millisecond)
+	if err := s.Watch(c, "t", "w"); !errors.Is(err, lease.ErrBusy) {
+		t.Fatalf("watch: %v, want busy", err)
+	}
+}

@@ -134,8 +134,9 @@ func named(taskID, title string) string {
 }
 
 // watchListFull is what a checkout with watch says when the server left
-// the caller off the task's watch list, which was full.
-var watchListFull = fmt.Sprintf("You asked to watch it, but its watch list is full (%d watchers), so you are NOT watching it: no message will come. ", lease.MaxWatchers)
+// the caller off the task's watch list: it was full, or could not take
+// the watch just now.
+var watchListFull = fmt.Sprintf("You asked to watch it, but its watch list is full (%d watchers) or could not take the watch just now, so you are NOT watching it: no message will come. ", lease.MaxWatchers)
 
 func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult, error) {
 	d, err := parseDur("timeout", in.Timeout)
@@ -167,8 +168,9 @@ func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult,
 	case errors.As(err, &ce):
 		h := ce.Holder
 		retry := int64(ce.RetryAfter / time.Second)
-		// Watching is what the server said: a full watch list leaves the
-		// caller off it, watch or not.
+		// Watching is what the server said: a full watch list (or a
+		// watch that could not be placed) leaves the caller off it, watch
+		// or not.
 		r := CheckoutResult{TaskID: in.TaskID, Outcome: Outcome{Holder: &h}, Watching: ce.Watching, Title: t.title(ctx, h),
 			RetryAfterSeconds: &retry, HolderHeartbeatExpiresAt: ce.HeartbeatExpiresAt}
 		r.Message = fmt.Sprintf("Checkout DENIED: task %s is %s; it cannot end without its holder for another %ds. Do not work on it. ",

@@ -184,7 +184,8 @@ func printHeld(w io.Writer, co client.Checkout) {
 // line: how long until the lease can end without its holder, and what ends
 // it then (its expiry, or the holder's heartbeat running out). askedWatch
 // is --watch: whether the caller watches is what the server said
-// (ce.Watching), since a full watch list leaves it off.
+// (ce.Watching), since a full watch list (or a watch that could not be
+// placed) leaves it off.
 func printDenied(w io.Writer, taskID string, ce *client.ConflictError, askedWatch bool) {
 	h := ce.Holder
 	fmt.Fprintf(w, "Checkout DENIED: %s\n", taskID)
@@ -202,13 +203,14 @@ func printDenied(w io.Writer, taskID string, ce *client.ConflictError, askedWatc
 
 // watchLine says, for a refused checkout, whether the caller watches the
 // task as the server said: on its watch list, or not on it although it
-// asked (the list was full). Nothing when it did not ask.
+// asked (the list was full, or the watch could not be placed just now).
+// Nothing when it did not ask.
 func watchLine(w io.Writer, asked, watching bool, when string) {
 	switch {
 	case watching:
 		fmt.Fprintf(w, "  Watching: your inbox gets a message when it is %s\n", when)
 	case asked:
-		fmt.Fprintf(w, "  Watching: no, the task's watch list is full (%d watchers), so no message will come\n", lease.MaxWatchers)
+		fmt.Fprintf(w, "  Watching: no, the task's watch list is full (%d watchers) or could not take the watch just now, so no message will come\n", lease.MaxWatchers)
 	}
 }
 
