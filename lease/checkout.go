@@ -224,14 +224,14 @@ func (s *Store) blocked(ctx context.Context, cur *taskItem) error {
 }
 
 // watchIfRoom puts agentID on cur's watch list for a refused checkout
-// with watch, and says whether it is on it: a full list, or a task's
-// first watch that cannot wait any longer for the change stream's archive
-// (which writes no watch), leaves the refusal as it is (the holder, or
-// the blockers, matter more to the caller than the watch), with Watching
-// false.
+// with watch, and says whether it is on it: a full list, or a watch that
+// failed before it wrote anything (unwatchedError: a task's first watch
+// that cannot wait any longer for the change stream's archive, say),
+// leaves the refusal as it is (the holder, or the blockers, matter more
+// to the caller than the watch), with Watching false.
 func (s *Store) watchIfRoom(ctx context.Context, cur *taskItem, agentID string) (*bool, error) {
 	err := s.watch(ctx, cur, agentID)
-	if err != nil && !errors.Is(err, ErrTooManyWatchers) && !errors.Is(err, errArchiveBehind) {
+	if err != nil && !errors.Is(err, ErrTooManyWatchers) && !errors.As(err, new(unwatchedError)) {
 		return nil, err
 	}
 	watching := err == nil

@@ -207,7 +207,7 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 	if cur.Watched != nil && !*cur.Watched {
 		marked, err := s.markWatched(ctx, cur.TaskID)
 		if err != nil {
-			return err
+			return unwatched(err)
 		}
 		// A freeing between the caller's read and the flag was written
 		// without the flag: the stream read no watches for it, and never
@@ -215,7 +215,7 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 		// and uses the watch up before it is written.
 		ev, notBefore, ok, err := s.hiddenFreeing(ctx, cur.ESeq, marked)
 		if err != nil {
-			return err
+			return unwatched(err)
 		}
 		if ok {
 			return s.tellWatcher(ctx, agentID, ms(s.clock()), ev, notBefore)
@@ -238,8 +238,22 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 		// anew: only a watch now there and the new agent's own may
 		// stand for this one (TestReregisteredWatcherRacingTheStreamKeepsItsWatch).
 	}
-	return fmt.Errorf("watch %s: %w", cur.TaskID, ErrBusy)
+	return unwatched(fmt.Errorf("watch %s: %w", cur.TaskID, ErrBusy))
 }
+
+// unwatchedError is a failure of watch before it wrote a watch or a
+// message (a read, the first watch's flag, or a wait that ran out): the
+// caller is not watching, and nothing will tell it. A watch request
+// answers the error itself; a refused checkout answers its refusal, not
+// watching (watchIfRoom). A failure of the watch's write (which may have
+// landed) or of its settling (the watch stands, and may have missed a
+// freeing: settleWatch) is not one; a retry places and settles it again.
+type unwatchedError struct{ err error }
+
+func unwatched(err error) error { return unwatchedError{err} }
+
+func (e unwatchedError) Error() string { return e.err.Error() }
+func (e unwatchedError) Unwrap() error { return e.err }
 
 // placeWatch writes agentID's watch on the task cur was read as, from a
 // fresh read of its watches, and returns it as the write left it. placed
@@ -248,7 +262,7 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (w watchItem, placed bool, err error) {
 	watchers, err := s.watches(ctx, cur.TaskID)
 	if err != nil {
-		return w, false, err
+		return w, false, unwatched(err)
 	}
 	var mine *watchItem
 	for i := range watchers {
@@ -298,7 +312,7 @@ func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (
 	if mine != nil {
 		hb, err := s.heartbeat(ctx, agentID)
 		if err != nil {
-			return w, false, err
+			return w, false, unwatched(err)
 		}
 		if hb != nil && hb.Removed {
 			at = mine.At
@@ -453,19 +467,11 @@ func (s *Store) hiddenFreeing(ctx context.Context, after int64, marked *taskItem
 			ev, ok := freeingAfter(marked, after)
 			return ev, waitsUntil(marked, ev), ok, nil
 		}
-		return eventItem{}, 0, false, fmt.Errorf("the events of %s since %d: %w", marked.TaskID, after, errArchiveBehind)
+		return eventItem{}, 0, false, fmt.Errorf("the events of %s since %d: %w", marked.TaskID, after, ErrBusy)
 	}
 	ev, ok := freeingAfter(marked, after)
 	return ev, waitsUntil(marked, ev), ok, nil
 }
-
-// errArchiveBehind is hiddenFreeing's answer when the change stream has
-// not archived the task's events since the watch's place within
-// Store.archiveWait: the watch cannot know whether a freeing hidden from
-// it tells it, and writes none. A watch request answers it as ErrBusy (a
-// retry watches from then on); a refused checkout answers its refusal,
-// not watching (watchIfRoom).
-var errArchiveBehind = fmt.Errorf("the change stream's archive is held up: %w", ErrBusy)
 
 // linked reports whether evs, a task's events in seq order, hold every
 // event from seq last back, by their prev_seq links, to the first after

@@ -311,3 +311,70 @@ func TestAFirstWatchRequestWhoseArchiveIsHeldUpIsBusy(t *testing.T) {
 		t.Fatalf("watch: %v, want busy", err)
 	}
 }
+
+// A checkout refused with watch whose watch fails before it writes
+// anything (its read of the task's watches) still answers its conflict,
+// not watching; one whose watch was written but could not be settled (its
+// read of the freeing records) answers the failure, so that a retry
+// places and settles it again: the watch stands, and may have missed a
+// freeing.
+func TestACheckoutWhoseWatchFailsStillAnswersItsConflict(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		read     string // the key prefix of the failing Query of t's watch partition
+		conflict bool
+	}{
+		{"reading the watches", "0", true},
+		{"settling", "#freed#", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "t")
+			co := e.checkout(t, "t", "a", time.Hour)
+			db := &failWatchReadDB{DB: e.db, prefix: tc.read}
+			s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+			_, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "w", Watch: true, Timeout: time.Hour})
+			if !db.failed.Load() {
+				t.Fatal("the read was never made")
+			}
+			var ce *lease.ConflictError
+			if !tc.conflict {
+				if !errors.Is(err, errInjected) {
+					t.Fatalf("checkout: %v, want the injected failure", err)
+				}
+				return
+			}
+			if !errors.As(err, &ce) || ce.Holder.AgentID != "a" || ce.Watching == nil || *ce.Watching {
+				t.Fatalf("checkout: %v, want a conflict with a's lease, watching false", err)
+			}
+			must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID}))
+			if msgs := e.inbox(t, "w"); len(msgs) != 0 {
+				t.Fatalf("w (409 watching:false) has inbox %+v after a's release; want none", msgs)
+			}
+		})
+	}
+}
+
+// failWatchReadDB fails, once, a Query of a task's watch partition whose
+// sort key condition starts at prefix.
+type failWatchReadDB struct {
+	lease.DB
+	prefix string
+	failed atomic.Bool
+}
+
+func (d *failWatchReadDB) Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	var watchPart, from bool
+	for _, v := range in.ExpressionAttributeValues {
+		if s, ok := v.(*types.AttributeValueMemberS); ok {
+			watchPart = watchPart || strings.HasPrefix(s.Value, "#watch#")
+			from = from || strings.HasPrefix(s.Value, d.prefix)
+		}
+	}
+	if watchPart && from && d.failed.CompareAndSwap(false, true) {
+		return nil, errInjected
+	}
+	return d.DB.Query(ctx, in, opts...)
+}
