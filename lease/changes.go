@@ -300,13 +300,17 @@ type batchEvent struct {
 // were recorded, in one BatchWriteItem per 25; but each one late (feed.go,
 // "Events archived late"), judged now, after the batch's reads, which may
 // have taken seconds, is keyed when its own PutItem is sent: the puts go
-// one after another, each maybe retried, behind a throttled table.
+// one after another, each maybe retried, behind a throttled table. The
+// events of a task after a late one in the batch are archived as late
+// ones too, after it, so that the feed lists them in their order.
 func (s *Store) archiveEvents(ctx context.Context, evs []batchEvent) error {
 	now := s.clock()
 	var onTime []types.WriteRequest
 	var late []eventItem
+	lateTasks := map[string]bool{}
 	for _, ev := range evs {
-		if s.archivedLate(max(ev.At, ev.recordedAt), now) {
+		if lateTasks[ev.TaskID] || s.archivedLate(max(ev.At, ev.recordedAt), now) {
+			lateTasks[ev.TaskID] = true
 			late = append(late, ev.eventItem)
 			continue
 		}

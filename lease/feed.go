@@ -66,8 +66,10 @@ import (
 // the batch's reads: archivedLate) is late, and its feed time is when
 // it is archived instead (when its own PutItem is sent: they go one after
 // another), ahead of every reader's horizon: a follower sees it, after
-// events that happened after it (its own task's too), at the archive's
-// time. Its feed key then depends on when it was archived, not
+// events of other tasks that happened after it, at the archive's time.
+// The events of its task after it in the batch are archived as late ones
+// too, each put after it, so that the feed lists the task's events in
+// their order. Its feed key then depends on when it was archived, not
 // on the change record alone, so a late event is not in the batch's
 // BatchWriteItem but written by a PutItem of its own on condition that
 // the event item (task_id, seq, whatever its feed keys) is not there: a
