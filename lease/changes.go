@@ -302,9 +302,12 @@ type batchEvent struct {
 // have taken seconds, is keyed when its own PutItem is sent: the puts go
 // one after another, each maybe retried, behind a throttled table. The
 // events of a task after a late one in the batch are archived as late
-// ones too, after it, so that the feed lists them in their order.
+// ones too, after it, and every event of a task no earlier than the late
+// ones this process archived of it before (lateFeedTimes), so that the
+// feed lists them in their order.
 func (s *Store) archiveEvents(ctx context.Context, evs []batchEvent) error {
 	now := s.clock()
+	s.lateFeed.forget(ms(now.Add(-s.feedSettle - lateFeedMargin)))
 	var onTime []types.WriteRequest
 	var late []eventItem
 	lateTasks := map[string]bool{}
@@ -314,7 +317,7 @@ func (s *Store) archiveEvents(ctx context.Context, evs []batchEvent) error {
 			late = append(late, ev.eventItem)
 			continue
 		}
-		ev.feedFields(ev.recordedAt, s.shards.Feed)
+		ev.feedFields(max(ev.recordedAt, s.lateFeed.floor(ev.TaskID)), s.shards.Feed)
 		item, err := attributevalue.MarshalMap(ev.eventItem)
 		if err != nil {
 			return err
@@ -327,9 +330,13 @@ func (s *Store) archiveEvents(ctx context.Context, evs []batchEvent) error {
 		}
 	}
 	for _, ev := range late {
-		ev.feedFields(ms(s.clock()), s.shards.Feed)
-		if err := s.putEventIfAbsent(ctx, ev); err != nil {
+		ev.feedFields(max(ms(s.clock()), s.lateFeed.floor(ev.TaskID)), s.shards.Feed)
+		put, err := s.putEventIfAbsent(ctx, ev)
+		if err != nil {
 			return err
+		}
+		if put {
+			s.lateFeed.keyed(ev.TaskID, posMS(ev.FeedKey))
 		}
 	}
 	return nil
@@ -337,11 +344,12 @@ func (s *Store) archiveEvents(ctx context.Context, evs []batchEvent) error {
 
 // putEventIfAbsent archives an event archived late (feed.go) unless it
 // is archived already, on time or late: the first archive keeps its place
-// in the feed, where a follower may have read it.
-func (s *Store) putEventIfAbsent(ctx context.Context, ev eventItem) error {
+// in the feed, where a follower may have read it. put says it archived
+// the event.
+func (s *Store) putEventIfAbsent(ctx context.Context, ev eventItem) (put bool, err error) {
 	item, err := attributevalue.MarshalMap(ev)
 	if err != nil {
-		return err
+		return false, err
 	}
 	expr, _ := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("task_id"))).Build()
 	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
@@ -349,10 +357,10 @@ func (s *Store) putEventIfAbsent(ctx context.Context, ev eventItem) error {
 		ConditionExpression:      expr.Condition(),
 		ExpressionAttributeNames: expr.Names(),
 	})
-	if _, failed := conditionFailed(err); !failed && err != nil {
-		return err
+	if _, failed := conditionFailed(err); failed {
+		return false, nil
 	}
-	return nil
+	return err == nil, err
 }
 
 // lostReason is the reason a lease_lost message about the ending ev gives:

@@ -105,3 +105,14 @@ func ReceiptTried(ctx context.Context, s *Store, agentID, runID string) ([]strin
 	rec, _, err := s.receipt(ctx, agentID, runID)
 	return rec.Tried, err
 }
+
+// LateFeedMargin is how long past the feed's settle time s keeps a late
+// event's feed time as its task's floor (feed.go).
+const LateFeedMargin = lateFeedMargin
+
+// LateFeedFloors is how many tasks s holds a late event's feed time of.
+func LateFeedFloors(s *Store) int {
+	s.lateFeed.mu.Lock()
+	defer s.lateFeed.mu.Unlock()
+	return len(s.lateFeed.at)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -67,20 +68,32 @@ import (
 // it is archived instead (when its own PutItem is sent: they go one after
 // another), ahead of every reader's horizon: a follower sees it, after
 // events of other tasks that happened after it, at the archive's time.
-// The events of its task after it in the batch are archived as late ones
-// too, each put after it, so that the feed lists the task's events in
-// their order. Its feed key then depends on when it was archived, not
-// on the change record alone, so a late event is not in the batch's
-// BatchWriteItem but written by a PutItem of its own on condition that
-// the event item (task_id, seq, whatever its feed keys) is not there: a
-// replay, always later and so late too, finds the item archived before,
-// on time or late, and leaves it where followers may have read it. An
-// on-time batch is one BatchWriteItem as before, and an on-time write
-// that overwrites a late one (a replay whose clock reads earlier than the
-// first archive's) moves it only while no horizon has reached its
-// transition. The half of FeedSettle left covers the index's lag and the
-// readers' clocks behind the stream function's. A late PutItem the SDK
-// retries past the other half is behind cursors again.
+// Its feed key then depends on when it was archived, not on the change
+// record alone, so a late event is not in the batch's BatchWriteItem but
+// written by a PutItem of its own on condition that the event item
+// (task_id, seq, whatever its feed keys) is not there: a replay, always
+// later and so late too, finds the item archived before, on time or
+// late, and leaves it where followers may have read it. An on-time batch
+// is one BatchWriteItem as before, and an on-time write that overwrites a
+// late one (a replay whose clock reads earlier than the first archive's)
+// moves it only while no horizon has reached its transition. The half of
+// FeedSettle left covers the index's lag and the readers' clocks behind
+// the stream function's. A late PutItem the SDK retries past the other
+// half is behind cursors again.
+//
+// The events of a late event's task after it in the batch are archived
+// as late ones too, each put after it, and the process keys the task's
+// events of later batches no earlier than it (lateFeedTimes): one that
+// happened before the archive, while the stream was held up, and is
+// archived on time would otherwise be listed before it. So the feed
+// lists a task's events in their order as long as one process archives
+// them (in AWS, a shard's next batch may go to another instance of the
+// function, which knows no floors). An on-time event raised to its
+// task's floor is the same item (the item's key is task_id and seq; the
+// feed keys are attributes of it), so a replay that keys it otherwise
+// moves it and never lists it twice; and by the clock's rule a replay
+// that finds the floor forgotten, a settle time and a margin on, is late
+// and leaves it where it is.
 //
 // The local server reads to its own horizon, having applied the stream
 // first, so an event it archives is never behind a cursor of such a read.
@@ -411,4 +424,55 @@ func (e *eventItem) feedFields(recordedAt int64, n int) {
 	at := max(e.At, recordedAt)
 	e.FeedShard = feedShard(e.TaskID, at, n)
 	e.FeedKey = feedKey(at, e.TaskID, e.Seq)
+}
+
+// lateFeedMargin is how long, past the feed's settle time, a process
+// keeps the feed time of a late event it archived as its task's floor
+// (lateFeedTimes).
+const lateFeedMargin = time.Minute
+
+// lateFeedTimes holds, per task, the latest feed time this process keyed
+// a late event of the task at: the task's events archived after it are
+// keyed no earlier, so that one that happened before the late one's
+// archive (while the stream was held up) and is archived on time in a
+// later batch, at its own time, is not listed before it.
+//
+// A floor is forgotten once the settle time and lateFeedMargin have
+// passed it. By then the clock's rule (Config.FeedLate) keys every event
+// of the task later anyway: one judged on time is at most half the
+// settle time old, so after the floor, and one judged late is keyed at
+// its archive, after it too. The local server's rule (Config.FeedPassed)
+// judges by the horizons its reads handed out, not by the clock: an
+// event after those is on time however long the stream held it up, so
+// one held past the margin is keyed at its own time, before the late
+// event, unless a read that could not apply the stream first, made a
+// settle time after the floor or later, has made it late.
+type lateFeedTimes struct {
+	mu sync.Mutex
+	at map[string]int64 // task id -> feed time, Unix ms
+}
+
+// floor is the feed time no event of taskID may be keyed before (0:
+// none).
+func (l *lateFeedTimes) floor(taskID string) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.at[taskID]
+}
+
+// keyed records that a late event of taskID was keyed at atMS.
+func (l *lateFeedTimes) keyed(taskID string, atMS int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.at == nil {
+		l.at = map[string]int64{}
+	}
+	l.at[taskID] = max(l.at[taskID], atMS)
+}
+
+// forget drops the floors at or before upToMS.
+func (l *lateFeedTimes) forget(upToMS int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	maps.DeleteFunc(l.at, func(_ string, at int64) bool { return at <= upToMS })
 }

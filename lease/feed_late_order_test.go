@@ -106,3 +106,53 @@ func TestFeedListsATasksEventsInOrderAfterALateOneInItsBatch(t *testing.T) {
 		})
 	}
 }
+
+// As above, with the release in the batch after the checkout's: the
+// process that keyed the checkout at its archive keys the task's next
+// events no earlier.
+func TestFeedListsATasksEventsInOrderAfterALateOneInAnEarlierBatch(t *testing.T) {
+	t.Parallel()
+	for _, tc := range lateOrderCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			checkLateOrder(t, tc, true)
+		})
+	}
+}
+
+// The feed time of a late event is held as its task's floor only while
+// an event of the task could still be keyed before it: a settle time
+// and a margin later, the clock's rule keys every event after it
+// anyway, and the floor is forgotten, so a long-running stream function
+// does not hold one for every task it ever archived late.
+func TestFeedForgetsALateEventsFloorOnceItCannotMatter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	start := e.clock.Now()
+	e.task(t, "o")
+	co := e.checkout(t, "o", "a", time.Hour)
+	s := lateOrderCases[0].store(e, e.clock.Now())
+	p := lateOrderPoller(t, e, s, true)
+	e.clock.Advance(3 * time.Second) // the checkout is archived late
+	if _, err := p.Poll(c); err != nil {
+		t.Fatal(err)
+	}
+	if n := lease.LateFeedFloors(s); n != 1 {
+		t.Fatalf("%d floors held after a late event; want 1", n)
+	}
+	e.clock.Advance(lease.DefaultFeedSettle + lease.LateFeedMargin + time.Millisecond)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "o", AgentID: "a", RunID: co.RunID}))
+	if _, err := p.Poll(c); err != nil {
+		t.Fatal(err)
+	}
+	if n := lease.LateFeedFloors(s); n != 0 {
+		t.Fatalf("%d floors held a settle time and a margin after the late event; want 0", n)
+	}
+	e.caughtUp(t)
+	e.clock.Advance(lease.DefaultFeedSettle + time.Millisecond)
+	want := []lease.EventType{lease.EventCheckout, lease.EventRelease}
+	if got, _ := follow(t, e.store, lease.FeedParams{Since: start}); !slices.Equal(kinds(got), want) {
+		t.Fatalf("the feed lists %v; want %v", kinds(got), want)
+	}
+}

@@ -117,6 +117,9 @@ type Store struct {
 	feedSettle           time.Duration
 	feedLanded, feedLate bool
 	feedPassed           func() int64
+	// lateFeed holds the feed times of the late events this process
+	// archived, a while, per task (feed.go).
+	lateFeed lateFeedTimes
 	// shards: see Config.Shards, defaults filled in.
 	shards schema.ShardCounts
 
