@@ -1546,20 +1546,30 @@ func (s *Store) keepGrant(ctx context.Context, c Checkout) (kept bool, tried []s
 // noteGrant): it gives c back, with a plain release, and answers the
 // run's first lease as it is now. A read of that lease that fails gives
 // c back all the same (the receipt has decided: c is not the run's), so
-// that the run holds one lease whatever the claim answers.
+// that the run holds one lease whatever the claim answers. A release
+// refused because c is no longer live has nothing left to give back: the
+// attempt that kept the first lease gave c back already (giveBackUnkept),
+// and the task may have moved on before that release reached its trail.
 func (s *Store) supersede(ctx context.Context, c Checkout) (Checkout, bool, error) {
 	first, ok, _, err := s.runLease(ctx, c.AgentID, c.RunID, true)
 	if err == nil && !ok {
 		return Checkout{}, false, nil // no other grant to be found: keep this one
 	}
 	if _, rerr := s.Release(ctx, ReleaseParams{TaskID: c.TaskID, AgentID: c.AgentID, RunID: c.RunID, Fence: c.Fence,
-		Reason: "another attempt of the same claim (run id) got a lease first"}); rerr != nil {
+		Reason: "another attempt of the same claim (run id) got a lease first"}); rerr != nil && !leaseGone(rerr) {
 		return Checkout{}, false, fmt.Errorf("give back a second grant of claim %s: %w", c.RunID, rerr)
 	}
 	if err != nil {
 		return Checkout{}, false, err
 	}
 	return first, true, nil
+}
+
+// leaseGone says a holder's release was refused because the lease it
+// names is not live: ended, or another's lease is on the task.
+func leaseGone(err error) bool {
+	var nh *NotHolderError
+	return errors.Is(err, ErrNotCheckedOut) || errors.As(err, &nh)
 }
 
 // trailWait bounds how long a named claim's retry waits for its tried

@@ -683,3 +683,63 @@ func TestAnUndecidedGrantIsGivenBackWhenAnotherAttemptsIsKept(t *testing.T) {
 		t.Fatalf("a retry of run-1 answered %s, want the kept grant %s", again.TaskID, kept)
 	}
 }
+
+// An attempt of a named claim whose grant the receipt does not keep
+// answers the kept grant even when the kept attempt has given its lease
+// back already (giveBackUnkept) and the task has moved on since: attempts
+// A and B each took a task; A's grant is kept and A gives B's task back;
+// another agent takes that task and releases it, before the change stream
+// has archived the give-back; then B finds A's grant kept. B's own
+// give-back was refused (its lease ended, by a release the task no longer
+// shows nor the trail yet) and B answered that error, though its run held
+// A's lease.
+func TestASupersededAttemptWhoseTaskWasGivenBackAndMovedOnAnswersTheKeptGrant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t0", "t1")
+	e.caughtUp(t)
+	db := &grantGateDB{DB: e.db, quit: make(chan struct{}), bothRead: make(chan struct{}), held: make(chan string, 2), gates: map[string]chan struct{}{}}
+	t.Cleanup(func() { close(db.quit) })
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	type answer struct {
+		co  lease.Checkout
+		err error
+	}
+	answers := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			co, err := s.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute})
+			answers <- answer{co, err}
+		}()
+	}
+	var took []string
+	for range 2 {
+		select {
+		case task := <-db.held:
+			took = append(took, task)
+		case a := <-answers:
+			t.Fatalf("an attempt answered %+v (%v) before both grants were written", a.co, a.err)
+		}
+	}
+	if took[0] == took[1] {
+		t.Fatalf("both attempts took %s, want one task each", took[0])
+	}
+	kept, other := took[0], took[1]
+	close(db.gate(kept))
+	if a := <-answers; a.err != nil || a.co.TaskID != kept {
+		t.Fatalf("the attempt holding %s answered %+v (%v), want its own lease", kept, a.co, a.err)
+	}
+	if lock := must[*lease.Checkout](t)(e.store.LockStatus(c, other)); lock != nil {
+		t.Fatalf("%s holds %+v, want it given back by the kept attempt", other, lock)
+	}
+	co := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: other, AgentID: "b"}))
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: other, AgentID: "b", RunID: co.RunID, Fence: co.Fence}))
+	close(db.gate(other))
+	if a := <-answers; a.err != nil || a.co.TaskID != kept {
+		t.Fatalf("the attempt holding %s answered %+v (%v), want the kept grant %s", other, a.co, a.err, kept)
+	}
+	if lock := must[*lease.Checkout](t)(e.store.LockStatus(c, other)); lock != nil {
+		t.Fatalf("%s holds %+v, want it free", other, lock)
+	}
+}
