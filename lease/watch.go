@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"iter"
 	"maps"
 	"math"
 	"slices"
@@ -111,8 +112,10 @@ import (
 // hidden behind a later transition (a release, then another agent's
 // checkout) is read from the archive, where the stream function marks
 // each freeing (eventItem.Freeing), waited for as long as a transition
-// waits out a busy item (hiddenFreeing:
-// TestAFirstWatchIsToldOfAReleaseHiddenBehindALaterCheckout). Past that,
+// waits out a busy item, read again at a pace (archiveReads), not back
+// to back (hiddenFreeing:
+// TestAFirstWatchIsToldOfAReleaseHiddenBehindALaterCheckout,
+// TestAFirstWatchPacesItsReadsOfAHeldUpArchive). Past that,
 // the watch writes nothing: a watch request answers busy, and a refused
 // checkout its refusal, not watching
 // (TestACheckoutWhoseFirstWatchCannotSettleStillAnswersItsConflict). A
@@ -445,12 +448,12 @@ func (s *Store) freeingEvent(ctx context.Context, taskID string, seq int64) (eve
 // one before it, hidden behind that transition, is read from the archive
 // (one consistent Query, only when a transition lies in between), which
 // the change stream writes a moment after the transition: the read is
-// made again until it holds every event between the two, as their
-// prev_seq links tell.
+// made again, paced (archiveReads), until it holds every event between
+// the two, as their prev_seq links tell.
 func (s *Store) hiddenFreeing(ctx context.Context, after int64, marked *taskItem) (eventItem, int64, bool, error) {
 	latest := marked.latestEvents()
 	if len(latest) > 0 && latest[0].PrevSeq > after {
-		for range retriesFor(ctx, s.archiveWait) {
+		for range archiveReads(ctx, s.archiveWait) {
 			evs, err := queryAll[eventItem](ctx, s.db, s.events, "", expression.Key("task_id").Equal(expression.Value(marked.TaskID)).
 				And(expression.Key("seq").Between(expression.Value(after+1), expression.Value(latest[0].Seq-1))))
 			if err != nil {
@@ -472,6 +475,45 @@ func (s *Store) hiddenFreeing(ctx context.Context, after int64, marked *taskItem
 	ev, ok := freeingAfter(marked, after)
 	return ev, waitsUntil(marked, ev), ok, nil
 }
+
+// archiveReads yields the reads of the archive that wait for the change
+// stream to write a task's events, for up to budget (stopping
+// retryMargin before the request's deadline, as retries do): the first
+// at once, then after a pause of archivePause, doubling up to
+// archivePauseMax, the last at the end of the budget. The stream
+// typically archives within a second: a few reads, not a stream of them.
+func archiveReads(ctx context.Context, budget time.Duration) iter.Seq[int] {
+	return func(yield func(int) bool) {
+		deadline := time.Now().Add(budget)
+		if d, ok := ctx.Deadline(); ok && d.Add(-retryMargin).Before(deadline) {
+			deadline = d.Add(-retryMargin)
+		}
+		pause := archivePause
+		for i := 0; ; i++ {
+			if !yield(i) {
+				return
+			}
+			left := time.Until(deadline)
+			if left <= 0 {
+				return
+			}
+			t := time.NewTimer(min(pause, left))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			pause = min(2*pause, archivePauseMax)
+		}
+	}
+}
+
+// The pauses between the reads of archiveReads.
+const (
+	archivePause    = 150 * time.Millisecond
+	archivePauseMax = time.Second
+)
 
 // linked reports whether evs, a task's events in seq order, hold every
 // event from seq last back, by their prev_seq links, to the first after

@@ -174,7 +174,7 @@ func TestAWatchRacingTwoFreeingsIsToldOnce(t *testing.T) {
 // watch was for the release).
 func TestAFirstWatchIsToldOfAReleaseHiddenBehindALaterCheckout(t *testing.T) {
 	t.Parallel()
-	firstWatchOfAHiddenRelease(t, false)
+	firstWatchOfAHiddenRelease(t, false, 0)
 }
 
 // As above, the change stream archiving the release only after the
@@ -182,16 +182,31 @@ func TestAFirstWatchIsToldOfAReleaseHiddenBehindALaterCheckout(t *testing.T) {
 // archive holds every event since its place.
 func TestAFirstWatchWaitsForTheArchiveOfAHiddenRelease(t *testing.T) {
 	t.Parallel()
-	firstWatchOfAHiddenRelease(t, true)
+	firstWatchOfAHiddenRelease(t, true, 0)
 }
 
-func firstWatchOfAHiddenRelease(t *testing.T, archiveLate bool) {
+// As above, the change stream archiving the release a second (of real
+// time: the stream's lag) after the watcher's first read of the archive,
+// as it typically does: the watcher reads the archive again a few times,
+// paced, not back to back until the release is there.
+func TestAFirstWatchPacesItsReadsOfAHeldUpArchive(t *testing.T) {
+	t.Parallel()
+	if q := firstWatchOfAHiddenRelease(t, true, time.Second); q > 8 {
+		t.Errorf("%d reads of the archive while the stream held the release up for a second, want at most 8", q)
+	}
+}
+
+// firstWatchOfAHiddenRelease runs the case above, the release archived
+// before the watcher reads the archive or, archiveLate, after its first
+// read, and at least hold after it; it returns the watcher's reads of the
+// archive.
+func firstWatchOfAHiddenRelease(t *testing.T, archiveLate bool, hold time.Duration) int32 {
 	e := newEnv(t)
 	c := ctx(t)
 	e.task(t, "t")
 	co := e.checkout(t, "t", "a", time.Hour)
 	var co2 lease.Checkout
-	db := &afterEventsQueryDB{beforeMarkWatchedDB: beforeMarkWatchedDB{DB: e.db}, events: e.names.Table(schema.EventsTable)}
+	db := &afterEventsQueryDB{beforeMarkWatchedDB: beforeMarkWatchedDB{DB: e.db}, events: e.names.Table(schema.EventsTable), hold: hold}
 	db.hook = func() {
 		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID}))
 		e.clock.Advance(time.Second)
@@ -226,20 +241,36 @@ func firstWatchOfAHiddenRelease(t *testing.T, archiveLate bool) {
 	if msgs := e.inbox(t, "w"); len(msgs) != 1 {
 		t.Fatalf("w has inbox %+v after b's release; want its one message only", msgs)
 	}
+	return db.queries.Load()
 }
 
 // afterEventsQueryDB is a beforeMarkWatchedDB that counts the Queries of
-// the events table and runs after once, after the first has been answered.
+// the events table and runs after once: after the first has been
+// answered or, with hold, before the first sent hold or more after it.
 type afterEventsQueryDB struct {
 	beforeMarkWatchedDB
 	events  string
 	after   func()
+	hold    time.Duration
+	first   time.Time
 	queries atomic.Int32
+	ran     bool
 }
 
 func (d *afterEventsQueryDB) Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	if *in.TableName != d.events {
+		return d.DB.Query(ctx, in, opts...)
+	}
+	n := d.queries.Add(1)
+	if n == 1 {
+		d.first = time.Now()
+	} else if !d.ran && time.Since(d.first) >= d.hold {
+		d.ran = true
+		d.after()
+	}
 	out, err := d.DB.Query(ctx, in, opts...)
-	if *in.TableName == d.events && d.queries.Add(1) == 1 {
+	if n == 1 && d.hold == 0 {
+		d.ran = true
 		d.after()
 	}
 	return out, err
