@@ -54,7 +54,12 @@ import (
 //     set, and the void is conditioned on the set holding fewer than
 //     maxVoided ids, so that PATCHes lost in a row cannot grow the item
 //     past its kilobyte: one refused on that, the version unmoved, leaves
-//     the write undecided and its body kept.
+//     the write undecided and its body kept. The set keeps the version
+//     its ids were voided at (void_at), since other writes (a checkout, a
+//     release) move the version without clearing it: ids of an earlier
+//     version, whose writes can never apply, are replaced by the next
+//     void (a second write, then), so only PATCHes lost at one version
+//     fill it.
 //   - A create's put is conditioned on no task with its id, and task
 //     items are never deleted. The writer sends the same put again: it
 //     applies (the task names the body), or it finds the task, which is
@@ -126,6 +131,10 @@ func (s *Store) putBody(ctx context.Context, b *bodyItem) error {
 // voided (settlePatchBody).
 var nameVoided = expression.Name("void_patches")
 
+// nameVoidAt is the version at which they were voided: ids of an earlier
+// version make way for a new one.
+var nameVoidAt = expression.Name("void_at")
+
 // settleTimeout bounds the deciding of a write whose outcome was lost.
 const settleTimeout = 5 * time.Second
 
@@ -146,7 +155,8 @@ const maxVoided = 4
 // can name any more: the new one (token) unless the task names it, and
 // the one it replaced (old) once the task names another. version is the
 // version the PATCH read, patchID its id. With maxVoided ids voided at
-// that version already, the write stays undecided and its body is left.
+// that version already, the write stays undecided and its body is left;
+// ids voided at an earlier version are replaced.
 func (s *Store) settlePatchBody(ctx context.Context, taskID string, version int64, patchID, old, token string) {
 	if token == "" && old == "" {
 		return
@@ -157,9 +167,19 @@ func (s *Store) settlePatchBody(ctx context.Context, taskID string, version int6
 	if version == 0 {
 		pin = expression.AttributeNotExists(nameVersion)
 	}
+	ids := expression.Value(&types.AttributeValueMemberSS{Value: []string{patchID}})
+	at := expression.Value(version)
+	// Added to the ids voided at this version (or kept from before
+	// void_at), while there is room.
+	same := expression.Or(expression.AttributeNotExists(nameVoidAt), nameVoidAt.Equal(at))
 	room := expression.Or(expression.AttributeNotExists(nameVoided), nameVoided.Size().LessThan(expression.Value(maxVoided)))
-	void := expression.Add(nameVoided, expression.Value(&types.AttributeValueMemberSS{Value: []string{patchID}}))
-	cur, voided, err := s.write(ctx, taskID, terms{pin, room}, void, types.ReturnValueNone)
+	cur, voided, err := s.write(ctx, taskID, terms{pin, same, room}, expression.Add(nameVoided, ids).Set(nameVoidAt, at), types.ReturnValueNone)
+	if err == nil && !voided && cur != nil && cur.Version == version && cur.VoidAt != nil && *cur.VoidAt != version {
+		// Ids voided at an earlier version, whose writes can never apply
+		// now: this one's replace them.
+		stale := nameVoidAt.Equal(expression.Value(*cur.VoidAt))
+		cur, voided, err = s.write(ctx, taskID, terms{pin, stale}, expression.Set(nameVoided, ids).Set(nameVoidAt, at), types.ReturnValueNone)
+	}
 	switch {
 	case voided:
 		s.dropBody(ctx, taskID, token) // the PATCH never applies: the task names old

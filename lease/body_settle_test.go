@@ -291,8 +291,16 @@ func TestPatchesLostInARowDoNotGrowTheTask(t *testing.T) {
 	if got := must[lease.Task](t)(e.store.GetTask(c, "p")); got.Description != "old" {
 		t.Fatalf("description %q, want %q", got.Description, "old")
 	}
-	// A PATCH past the bound was left undecided, its body kept: its write,
-	// landing late at the version it read, names a body that is there.
+	// A PATCH past the bound at one version is left undecided, its body
+	// kept: its write, landing late at the version it read, names a body
+	// that is there. (The checkout moved the version: the ids voided
+	// before it make way for four more.)
+	for i := range 4 {
+		desc := fmt.Sprintf("after the checkout %d", i)
+		if _, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p", AgentID: "a", Description: &desc}); err == nil {
+			t.Fatal("a PATCH whose write was lost answered no error")
+		}
+	}
 	desc := "late"
 	if _, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p", AgentID: "a", Description: &desc}); err == nil {
 		t.Fatal("a PATCH whose write was lost answered no error")
@@ -341,5 +349,62 @@ func TestAPatchWhoseWriteAppliedWithoutAnswerLeavesNoOldBody(t *testing.T) {
 				t.Fatalf("the replaced body %s is left behind; no task names it", old)
 			}
 		})
+	}
+}
+
+// The ids voided at one version stayed on the task after a checkout or a
+// release moved it on (only an applied PATCH cleared them), though no
+// write read at that version can apply any more: four of them filled the
+// set for good, and every PATCH whose write was lost after that was left
+// undecided, its body kept, named by no task. Voids of an earlier version
+// now give way to the new one.
+func TestOldVoidsDoNotKeepALostPatchsBody(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "p", Title: "t", Description: "old"}))
+	db := &lostWritesDB{DB: e.db}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	lose := func(desc string) {
+		t.Helper()
+		if _, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p", AgentID: "a", Description: &desc}); err == nil {
+			t.Fatal("a PATCH whose write was lost answered no error")
+		}
+	}
+	for i := range 4 {
+		lose(fmt.Sprintf("new %d", i))
+	}
+	// The version moves on, with no PATCH applied.
+	e.checkout(t, "p", "a", time.Minute)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "p", AgentID: "a"}))
+
+	bodies := &failedWriteDB{DB: db}
+	s = lease.New(lease.Config{DB: bodies, Tables: e.names, Now: e.clock.Now})
+	desc := "lost after the release"
+	if _, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p", AgentID: "a", Description: &desc}); err == nil {
+		t.Fatal("a PATCH whose write was lost answered no error")
+	}
+	if body := bodies.lastBody(t); itemExists(t, e, body) {
+		t.Errorf("body %s is left behind; no task names it", body)
+	}
+	// Its write, landing late, is refused: the task keeps its body.
+	_, err := e.db.UpdateItem(c, bodies.lostU)
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		t.Fatalf("the lost write, landing late: %v; want its condition refused", err)
+	}
+	if got := must[lease.Task](t)(e.store.GetTask(c, "p")); got.Description != "old" {
+		t.Fatalf("description %q, want %q", got.Description, "old")
+	}
+	// The set stays bounded: four more lost at this version are voided,
+	// the fifth is left undecided.
+	for i := range 4 {
+		lose(fmt.Sprintf("again %d", i))
+	}
+	m := testenv.NewMeter(t, e.names.Prefix)
+	m.Take()
+	e.checkout(t, "p", "a", time.Minute)
+	if got := m.Take().Tables[schema.TasksTable]; got.Write != 1 {
+		t.Fatalf("the checkout billed %g write units on the tasks table; want 1", got.Write)
 	}
 }

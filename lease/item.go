@@ -44,6 +44,9 @@ type taskItem struct {
 	// again by the SDK knows its own write (tasks.go, update.go).
 	PatchID string `dynamodbav:"patch,omitempty"`
 	MadeBy  string `dynamodbav:"made,omitempty"`
+	// VoidAt is the version at which the PATCH ids in void_patches were
+	// voided (settlePatchBody); none on a set voided before it was kept.
+	VoidAt *int64 `dynamodbav:"void_at,omitempty"`
 
 	// The claim index's keys. ClaimHome ("<queue>#<shard>") and ClaimKey
 	// ("<9-priority>#<created ms>#<task id>") are always present and kept

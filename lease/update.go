@@ -267,7 +267,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		// applies moves the version, past every voided one.
 		patchID := newID("")
 		cond := terms{version, key, expression.Not(nameVoided.Contains(patchID))}
-		upd = upd.Set(expression.Name("patch"), expression.Value(patchID)).Remove(nameVoided)
+		upd = upd.Set(expression.Name("patch"), expression.Value(patchID)).Remove(nameVoided).Remove(nameVoidAt)
 		if !inWindow() {
 			if newBody {
 				s.dropBody(ctx, p.TaskID, token)
