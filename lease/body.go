@@ -2,7 +2,9 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -31,6 +33,10 @@ import (
 // unread (it is in no index). These deletes, like the one of a replaced
 // body, are made with a context of their own: a caller who hung up after
 // its write applied leaves nothing behind.
+//
+// A task write that DynamoDB refused outright, its only sending answered
+// 400 for other than its condition (an invalid request, access denied,
+// throttling), did not apply and never will: its body is deleted (refused).
 //
 // A task write that fails otherwise (the caller hung up, a timeout, a 5xx
 // after the SDK's retries) does not say whether it applied, and it may
@@ -198,12 +204,34 @@ func (s *Store) settlePatchBody(ctx context.Context, taskID string, version int6
 	}
 }
 
+// refusedWrite is the error of a write that DynamoDB refused outright
+// (refused): it did not apply, and never will.
+type refusedWrite struct{ error }
+
+func (e refusedWrite) Unwrap() error { return e.error }
+
+// refused says whether err, a write's error after sends sendings, is
+// DynamoDB's refusal (400) of its only sending for other than a failed
+// condition (an invalid request, a missing table, access denied,
+// throttling): that write did not apply. A write sent more than once may
+// have applied at an earlier sending, its answer lost.
+func refused(err error, sends int32) bool {
+	var answer interface{ HTTPStatusCode() int }
+	_, failed := conditionFailed(err)
+	return sends == 1 && !failed && errors.As(err, &answer) && answer.HTTPStatusCode() == http.StatusBadRequest
+}
+
 // settleCreatedBody decides a create's put of it that failed (err) with an
-// error other than a refused condition, by sending it again (see above):
+// error other than a refused condition: refused outright, it did not
+// apply, and the body is deleted; otherwise by sending it again (see above):
 // it returns what putTaskItem would have for the put (nil: created), and
 // err when that is still undecided. The task that is found instead is the
 // caller's to answer, and the body its to delete.
 func (s *Store) settleCreatedBody(ctx context.Context, it taskItem, err error) (*taskItem, error) {
+	if errors.As(err, new(refusedWrite)) {
+		s.dropBody(ctx, it.TaskID, it.BodyToken) // no put ever names it
+		return nil, err
+	}
 	ctx, cancel := settleContext(ctx)
 	defer cancel()
 	cur, again := s.putTaskItem(ctx, it)

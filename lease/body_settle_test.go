@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
@@ -406,5 +407,98 @@ func TestOldVoidsDoNotKeepALostPatchsBody(t *testing.T) {
 	e.checkout(t, "p", "a", time.Minute)
 	if got := m.Take().Tables[schema.TasksTable]; got.Write != 1 {
 		t.Fatalf("the checkout billed %g write units on the tasks table; want 1", got.Write)
+	}
+}
+
+// refusedPutDB sends every put of a task item (one that names its body)
+// with an expression DynamoDB refuses (ValidationException): a request
+// refused outright, every time it is sent. body is the key of the last
+// body put.
+type refusedPutDB struct {
+	lease.DB
+	body atomic.Value
+}
+
+func (d *refusedPutDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if _, ok := in.Item["body"]; ok {
+		refused := *in
+		refused.ConditionExpression = aws.String("attribute_not_exists(")
+		return d.DB.PutItem(ctx, &refused, opts...)
+	}
+	if k, _ := in.Item["task_id"].(*types.AttributeValueMemberS); k != nil && strings.Contains(k.Value, "#body#") {
+		d.body.Store(k.Value)
+	}
+	return d.DB.PutItem(ctx, in, opts...)
+}
+
+// A create whose put DynamoDB refused outright (an error that is no lost
+// answer: the put did not apply) sent it again, refused again, took that
+// for a write still undecided and kept its body, named by no task, for
+// good. A put refused so never applies: its body is deleted.
+func TestACreateRefusedOutrightLeavesNoBody(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	db := &refusedPutDB{DB: e.db}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	_, err := s.CreateTask(c, lease.CreateTaskParams{TaskID: "n", Title: "t", Description: "the description"})
+	var invalid smithy.APIError
+	if !errors.As(err, &invalid) || invalid.ErrorCode() != "ValidationException" {
+		t.Fatalf("create refused: %v; want its ValidationException", err)
+	}
+	body, _ := db.body.Load().(string)
+	if body == "" {
+		t.Fatal("no body was put")
+	}
+	if itemExists(t, e, body) {
+		t.Fatalf("body %s is left behind; no task names it", body)
+	}
+	if _, err := e.store.GetTask(c, "n"); !errors.Is(err, lease.ErrTaskNotFound) {
+		t.Fatalf("GET of the task refused: %v; want not found", err)
+	}
+}
+
+// refusedUpdateDB sends every UpdateItem with an expression DynamoDB
+// refuses (ValidationException), and keeps the key of the last body put.
+type refusedUpdateDB struct{ refusedPutDB }
+
+func (d *refusedUpdateDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if k, _ := in.Item["task_id"].(*types.AttributeValueMemberS); k != nil && strings.Contains(k.Value, "#body#") {
+		d.body.Store(k.Value)
+	}
+	return d.DB.PutItem(ctx, in, opts...)
+}
+
+func (d *refusedUpdateDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	refused := *in
+	refused.ConditionExpression = aws.String("attribute_not_exists(")
+	return d.DB.UpdateItem(ctx, &refused, opts...)
+}
+
+// The same for a PATCH: its write refused outright, and the write that
+// would decide it refused too, it kept its new body. Its write did not
+// apply: the body is deleted, and the task keeps its own.
+func TestAPatchRefusedOutrightLeavesNoBody(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "p", Title: "t", Description: "old"}))
+	db := &refusedUpdateDB{refusedPutDB{DB: e.db}}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	desc := "new"
+	_, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "p", AgentID: "a", Description: &desc})
+	var invalid smithy.APIError
+	if !errors.As(err, &invalid) || invalid.ErrorCode() != "ValidationException" {
+		t.Fatalf("PATCH refused: %v; want its ValidationException", err)
+	}
+	body, _ := db.body.Load().(string)
+	if body == "" {
+		t.Fatal("no body was put")
+	}
+	if itemExists(t, e, body) {
+		t.Fatalf("body %s is left behind; no task names it", body)
+	}
+	if got := must[lease.Task](t)(e.store.GetTask(c, "p")); got.Description != "old" {
+		t.Fatalf("description %q, want %q", got.Description, "old")
 	}
 }

@@ -231,7 +231,11 @@ func (s *Store) putTaskItem(ctx context.Context, it taskItem) (*taskItem, error)
 		return cur, err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("create task %s: %w", it.TaskID, err)
+		err = fmt.Errorf("create task %s: %w", it.TaskID, err)
+		if refused(err, sends.Load()) {
+			err = refusedWrite{err}
+		}
+		return nil, err
 	}
 	return nil, nil
 }

@@ -312,7 +312,10 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 			unlock = nil
 		}
 		if err != nil {
-			if newBody {
+			switch {
+			case newBody && refused(err, sends.Load()):
+				s.dropBody(ctx, p.TaskID, token) // the write did not apply
+			case newBody:
 				s.settlePatchBody(ctx, p.TaskID, cur.Version, patchID, cur.BodyToken, token)
 			}
 			return Task{}, err
