@@ -282,9 +282,14 @@ func migrateTask(ctx context.Context, db MigrateDB, table string, item map[strin
 	b := splitBody(&it)
 	if b != nil {
 		// The body as an item of its own (body.go), written before the
-		// task that names it. A copy cut short leaves it unnamed; the copy
-		// run again writes another, and deletes it if the task is there
-		// already (naming the body its first copy wrote).
+		// task that names it, under the same key at every run: a copy cut
+		// short between the two leaves it unnamed, and the copy run again
+		// writes it again, for its task to name. A task copied already is
+		// left as it is, its body not written again.
+		if present, err := copiedAlready(ctx, db, table, it.TaskID); err != nil || present {
+			return false, err
+		}
+		it.BodyToken, b.Key = migratedBody, bodyKey(it.TaskID, migratedBody)
 		body, err := attributevalue.MarshalMap(b)
 		if err != nil {
 			return false, err
@@ -305,11 +310,12 @@ func migrateTask(ctx context.Context, db MigrateDB, table string, item map[strin
 	})
 	if returned, failed := conditionFailed(err); failed {
 		if b != nil && sameAttr(returned, item, "body") {
-			// This very copy (its body's token is in no other write): it
-			// applied, its answer was lost, and the SDK sent it again.
+			// This very copy (it was not there when the body was
+			// written): it applied, its answer was lost, and the SDK
+			// sent it again.
 			return true, nil
 		}
-		// Another copy's task (a run before, cut short): this body is
+		// Another's task, written since it was looked for: this body is
 		// named by none. Unless the task was not returned to say so.
 		if b != nil && returned != nil {
 			if _, err := db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &table, Key: taskKey(b.Key)}); err != nil {
@@ -322,6 +328,20 @@ func migrateTask(ctx context.Context, db MigrateDB, table string, item map[strin
 		return false, fmt.Errorf("migrate: copy task %s: %w", it.TaskID, err)
 	}
 	return true, nil
+}
+
+// migratedBody is the token of the body a task's copy writes: the same at
+// every run, and in no other write (a create's and a PATCH's are newID's).
+const migratedBody = "migrated"
+
+// copiedAlready says whether task id is in table, read consistently.
+func copiedAlready(ctx context.Context, db MigrateDB, table, id string) (bool, error) {
+	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &table, Key: taskKey(id), ConsistentRead: aws.Bool(true),
+		ProjectionExpression: aws.String("task_id")})
+	if err != nil {
+		return false, fmt.Errorf("migrate: read task %s: %w", id, err)
+	}
+	return len(out.Item) > 0, nil
 }
 
 // migrationState says whether a tasks table of the earlier schema exists

@@ -94,3 +94,49 @@ func TestAMigrationWhoseCopyWasSentTwiceKeepsTheBody(t *testing.T) {
 		t.Fatalf("description %q, want %q", got.Description, "what to do")
 	}
 }
+
+// lostCopyDB fails the first copy of a task (a PutItem whose item has
+// migrated_at) with a 5xx before DynamoDB sees it: a migration cut short
+// between a task's body and its item.
+type lostCopyDB struct {
+	lease.MigrateDB
+	failed atomic.Bool
+}
+
+func (d *lostCopyDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if _, ok := in.Item["migrated_at"]; ok && d.failed.CompareAndSwap(false, true) {
+		return nil, &types.InternalServerError{Message: aws.String("cut short")}
+	}
+	return d.MigrateDB.PutItem(ctx, in, opts...)
+}
+
+// A migration cut short after a task's body was written and before the
+// task was copied left that body when run again: the run again wrote
+// another body, under a token of its own, for the task to name, and the
+// first stayed, named by no task, for good. A task's copied body now has
+// the same key at every run, so the run again writes the one the task
+// names.
+func TestMigrateCutShortBetweenABodyAndItsTaskLeavesNoBodyBehind(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "a", Title: "t", Description: "what to do", Metadata: []byte(`{"k":1}`)}))
+	e.oldTasksTable(t)
+	db := &lostCopyDB{MigrateDB: uncounted()}
+	if _, err := lease.Migrate(c, db, e.names, schema.ShardCounts{}, nil); err == nil {
+		t.Fatal("the migration cut short answered no error")
+	}
+	if again := must[lease.MigrateResult](t)(lease.Migrate(c, db, e.names, schema.ShardCounts{}, nil)); again.Copied != 1 {
+		t.Fatalf("migrate again: %+v, want the task copied", again)
+	}
+	named := bodyOf(t, e, "a")
+	page := must[*dynamodb.ScanOutput](t)(db.Scan(c, &dynamodb.ScanInput{TableName: aws.String(e.names.Table(schema.TasksTable)), ConsistentRead: aws.Bool(true)}))
+	for _, item := range page.Items {
+		if key := item["task_id"].(*types.AttributeValueMemberS).Value; strings.Contains(key, "#body#") && key != named {
+			t.Errorf("body %s is left behind; no task names it", key)
+		}
+	}
+	if got := must[lease.Task](t)(e.store.GetTask(c, "a")); got.Description != "what to do" || string(got.Metadata) != `{"k":1}` {
+		t.Errorf("after the migrations: description %q, metadata %s", got.Description, got.Metadata)
+	}
+}
