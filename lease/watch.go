@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"maps"
@@ -224,14 +225,21 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 			return s.tellWatcher(ctx, agentID, ms(s.clock()), ev, notBefore)
 		}
 	}
+	// A write refused on its condition found the agent's watch other than
+	// read: placed by another request of the agent, or by this one's
+	// first sending, which landed unanswered (the SDK sent it again).
+	// Past it, a watch of the agent's may stand, and no failure is one
+	// that left the caller unwatched.
+	refused := false
 	for range retries(ctx) {
 		w, placed, err := s.placeWatch(ctx, cur, agentID)
 		if err != nil {
-			return err
+			return standing(err, refused)
 		}
 		if placed {
 			return s.settleWatch(ctx, cur.TaskID, w)
 		}
+		refused = true
 		// The write's condition failed: the watch changed since its
 		// read (another request of the agent placed a place, or the
 		// change stream used it up), or the watch it was pinned to (a
@@ -241,7 +249,7 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 		// anew: only a watch now there and the new agent's own may
 		// stand for this one (TestReregisteredWatcherRacingTheStreamKeepsItsWatch).
 	}
-	return unwatched(fmt.Errorf("watch %s: %w", cur.TaskID, ErrBusy))
+	return fmt.Errorf("watch %s: %w", cur.TaskID, ErrBusy) // every write refused: a watch of the agent's may stand
 }
 
 // unwatchedError is a failure of watch before it wrote a watch or a
@@ -249,11 +257,23 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 // caller is not watching, and nothing will tell it. A watch request
 // answers the error itself; a refused checkout answers its refusal, not
 // watching (watchIfRoom). A failure of the watch's write (which may have
-// landed) or of its settling (the watch stands, and may have missed a
-// freeing: settleWatch) is not one; a retry places and settles it again.
+// landed), any failure once a write of it was refused (a watch of the
+// agent's may stand: standing), or one of its settling (the watch stands,
+// and may have missed a freeing: settleWatch) is not one; a retry places
+// and settles it again.
 type unwatchedError struct{ err error }
 
 func unwatched(err error) error { return unwatchedError{err} }
+
+// standing is err, no longer an unwatchedError when a watch of the
+// agent's may stand (mayStand).
+func standing(err error, mayStand bool) error {
+	var u unwatchedError
+	if mayStand && errors.As(err, &u) {
+		return u.err
+	}
+	return err
+}
 
 func (e unwatchedError) Error() string { return e.err.Error() }
 func (e unwatchedError) Unwrap() error { return e.err }
@@ -261,7 +281,8 @@ func (e unwatchedError) Unwrap() error { return e.err }
 // placeWatch writes agentID's watch on the task cur was read as, from a
 // fresh read of its watches, and returns it as the write left it. placed
 // is false when the write's condition (the old watch it replaces is still
-// as read) failed: nothing was written, and the caller reads again.
+// as read) failed: this sending wrote nothing (an earlier one, which the
+// SDK sent again, may have), and the caller reads again.
 func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (w watchItem, placed bool, err error) {
 	watchers, err := s.watches(ctx, cur.TaskID)
 	if err != nil {

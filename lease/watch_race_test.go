@@ -409,3 +409,67 @@ func (d *failWatchReadDB) Query(ctx context.Context, in *dynamodb.QueryInput, op
 	}
 	return d.DB.Query(ctx, in, opts...)
 }
+
+// A checkout refused with watch whose watch write landed but whose answer
+// was lost (the SDK sent it again, and that sending failed its condition
+// on the first's watch) has a watch standing: when its watch then fails
+// (its next read of the task's watches), the checkout answers the failure,
+// so that a retry settles the watch, not its conflict with watching
+// false, which would tell the caller that no message comes when one does.
+func TestACheckoutWhoseWatchLandedUnansweredDoesNotSayItIsNotWatching(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	co := e.checkout(t, "t", "a", time.Hour)
+	db := &watchSentTwiceDB{DB: e.db}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	_, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "w", Watch: true, Timeout: time.Hour})
+	if !db.sent.Load() || !db.failed.Load() {
+		t.Fatalf("the watch was sent twice: %v; the read after it failed: %v", db.sent.Load(), db.failed.Load())
+	}
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID}))
+	msgs := e.inbox(t, "w")
+	if len(msgs) != 1 {
+		t.Fatalf("w has inbox %+v after a's release; want the message of its watch, which landed", msgs)
+	}
+	var ce *lease.ConflictError
+	if errors.As(err, &ce) && (ce.Watching == nil || !*ce.Watching) {
+		t.Fatalf("checkout: %v, watching false, though its watch landed (w was told of a's release)", err)
+	}
+	if !errors.Is(err, errInjected) {
+		t.Fatalf("checkout: %v, want the injected failure", err)
+	}
+}
+
+// watchSentTwiceDB sends the first write of a watch twice, as the SDK does
+// when the first sending landed and its answer was lost (the second fails
+// its condition on the first's watch), and then fails the next read of
+// the task's watches.
+type watchSentTwiceDB struct {
+	lease.DB
+	sent, failed atomic.Bool
+}
+
+func (d *watchSentTwiceDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	k, _ := in.Key["agent_id"].(*types.AttributeValueMemberS)
+	if k != nil && strings.HasPrefix(k.Value, "#watch#") && d.sent.CompareAndSwap(false, true) {
+		if _, err := d.DB.UpdateItem(ctx, in, opts...); err != nil {
+			return nil, err
+		}
+	}
+	return d.DB.UpdateItem(ctx, in, opts...)
+}
+
+func (d *watchSentTwiceDB) Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	var watches bool
+	for _, v := range in.ExpressionAttributeValues {
+		if s, ok := v.(*types.AttributeValueMemberS); ok && strings.HasPrefix(s.Value, "#watch#") {
+			watches = true
+		}
+	}
+	if watches && d.sent.Load() && d.failed.CompareAndSwap(false, true) {
+		return nil, errInjected
+	}
+	return d.DB.Query(ctx, in, opts...)
+}
