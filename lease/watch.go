@@ -253,14 +253,15 @@ func (s *Store) watch(ctx context.Context, cur *taskItem, agentID string) error 
 }
 
 // unwatchedError is a failure of watch before it wrote a watch or a
-// message (a read, the first watch's flag, or a wait that ran out): the
-// caller is not watching, and nothing will tell it. A watch request
-// answers the error itself; a refused checkout answers its refusal, not
-// watching (watchIfRoom). A failure of the watch's write (which may have
-// landed), any failure once a write of it was refused (a watch of the
-// agent's may stand: standing), or one of its settling (the watch stands,
-// and may have missed a freeing: settleWatch) is not one; a retry places
-// and settles it again.
+// message, while it knew of no watch of the agent's on the task (a read,
+// the first watch's flag, or a wait that ran out): the caller is not
+// watching, and nothing will tell it. A watch request answers the error
+// itself; a refused checkout answers its refusal, not watching
+// (watchIfRoom). A failure of the watch's write (which may have landed),
+// any failure once the agent's watch was read or a write of it refused
+// (a watch of the agent's may stand: standing), or one of its settling
+// (the watch stands, and may have missed a freeing: settleWatch) is not
+// one; a retry places and settles it again.
 type unwatchedError struct{ err error }
 
 func unwatched(err error) error { return unwatchedError{err} }
@@ -336,7 +337,7 @@ func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (
 	if mine != nil {
 		hb, err := s.heartbeat(ctx, agentID)
 		if err != nil {
-			return w, false, unwatched(err)
+			return w, false, err // the agent's watch stands
 		}
 		if hb != nil && hb.Removed {
 			at = mine.At

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -472,4 +473,52 @@ func (d *watchSentTwiceDB) Query(ctx context.Context, in *dynamodb.QueryInput, o
 		return nil, errInjected
 	}
 	return d.DB.Query(ctx, in, opts...)
+}
+
+// A checkout refused with watch by an agent already on the task's watch
+// list (it watched before) whose watch then fails (its read of the
+// agent's heartbeat, made only for an agent with a watch) answers the
+// failure, not its conflict with watching false: the agent's watch
+// stands, and a message comes at the task's next freeing.
+func TestACheckoutOfAnAgentAlreadyWatchingDoesNotSayItIsNotWatching(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	co := e.checkout(t, "t", "a", time.Hour)
+	if err := e.store.Watch(c, "t", "w"); err != nil {
+		t.Fatalf("w watches t: %v", err)
+	}
+	db := &failHeartbeatReadDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), agentID: "w"}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	_, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "w", Watch: true, Timeout: time.Hour})
+	if !db.failed.Load() {
+		t.Fatal("w's heartbeat was never read")
+	}
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID}))
+	if msgs := e.inbox(t, "w"); len(msgs) != 1 {
+		t.Fatalf("w has inbox %+v after a's release; want the message of its watch", msgs)
+	}
+	var ce *lease.ConflictError
+	if errors.As(err, &ce) && (ce.Watching == nil || !*ce.Watching) {
+		t.Fatalf("checkout: %v, watching false, though w was on the watch list (and told of a's release)", err)
+	}
+	if !errors.Is(err, errInjected) {
+		t.Fatalf("checkout: %v, want the injected failure", err)
+	}
+}
+
+// failHeartbeatReadDB fails, once, a read of agentID's heartbeat.
+type failHeartbeatReadDB struct {
+	lease.DB
+	table, agentID string
+	failed         atomic.Bool
+}
+
+func (d *failHeartbeatReadDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	k, _ := in.Key["agent_id"].(*types.AttributeValueMemberS)
+	if aws.ToString(in.TableName) == d.table && k != nil && k.Value == d.agentID && d.failed.CompareAndSwap(false, true) {
+		return nil, errInjected
+	}
+	return d.DB.GetItem(ctx, in, opts...)
 }
