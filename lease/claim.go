@@ -1017,7 +1017,9 @@ func (c *claimSpread) freed(taskID string) {
 	for old < len(c.freeings) && now.Sub(c.freeings[old].at) >= grantShown {
 		old++
 	}
-	c.freeings = append(slices.Delete(c.freeings, 0, old), claimFreeing{taskID: taskID, at: now})
+	// Resliced, not shifted: append moves the kept ones only when it
+	// grows the array, so a freeing costs O(1) however many are kept.
+	c.freeings = append(c.freeings[old:], claimFreeing{taskID: taskID, at: now})
 }
 
 // claimFreeing is a task this process freed, and when, on its monotonic
