@@ -1222,6 +1222,80 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await must(ADMIN_KEY, 'DELETE', '/api/agents/rlo-agent');
   });
 
+  test('what agents wrote cannot reorder the words beside it anywhere', async () => {
+    // A name that closes an isolate (U+2069) before its override (U+202E):
+    // wrapped in isolate marks as it was, the override got out of them.
+    // A reason and an error with an override, a title and a description
+    // with a right-to-left script and an override.
+    const name = 'bob\u2069\u202e';
+    const key = (await must(ADMIN_KEY, 'POST', '/api/agents', { agent_id: 'rlo2', name })).api_key;
+    await must(key, 'POST', '/api/tasks', {
+      task_id: 't-rlo2', title: 'שלום txt.exe\u202e', description: 'notes\u202e', metadata: { 'k\u202e': 'v\u202e' },
+      retry_delay: '0s',
+    });
+    await must(key, 'POST', '/api/tasks/t-rlo2/checkout', { timeout: '1h', reason: 'why\u202e' });
+    await must(key, 'POST', '/api/tasks/t-rlo2/release', { outcome: 'failed', error: 'boom\u2069\u202e' });
+    await must(key, 'POST', '/api/tasks/t-rlo2/checkout', { timeout: '1h', reason: 'again\u202e' });
+
+    // The left edges of the letters of words, as laid out: a leaked
+    // override lays them out right to left.
+    const edges = (locator, words) => locator.evaluate((el, words) => {
+      const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+      const nodes = [];
+      let all = '';
+      for (let n = walker.nextNode(); n; n = walker.nextNode()) { nodes.push([n, all.length]); all += n.data; }
+      const at = all.indexOf(words);
+      if (at < 0) return `"${words}" is not in "${all}"`;
+      const xs = [];
+      for (let i = at; i < at + words.length; i++) {
+        if (/\s/.test(all[i])) continue;
+        const [node, start] = nodes.find(([n, s]) => s <= i && i < s + n.data.length);
+        const r = document.createRange();
+        r.setStart(node, i - start);
+        r.setEnd(node, i - start + 1);
+        xs.push(Math.round(r.getBoundingClientRect().left));
+      }
+      return xs;
+    }, words);
+    const inOrder = async (where, locator, words) => {
+      await locator.waitFor();
+      const xs = await edges(locator, words);
+      assert.ok(Array.isArray(xs) && xs.every((x, i) => i === 0 || x > xs[i - 1]),
+        `${where}: "${words}" is not laid out left to right: ${JSON.stringify(xs)} in ${JSON.stringify(await locator.textContent())}`);
+    };
+
+    await admin.goto(server.url + '/#/task/t-rlo2');
+    await admin.locator('#timeline > li').nth(1).waitFor();
+    const [live, failed] = [admin.locator('#timeline > li').nth(0), admin.locator('#timeline > li').nth(1)];
+    await inOrder('timeline holder', live.locator('.lease-head'), '(rlo2) — live');
+    await inOrder('timeline ending', failed.locator('.lease-how'), '(rlo2): the attempt failed');
+    await inOrder('timeline reason', failed.locator('.lease-when'), '· error:');
+    await inOrder('lease holder', admin.locator('#task-lease'), '(rlo2)');
+    await inOrder('metadata', admin.locator('#task-fields pre.mono'), '"v');
+    await inOrder('events agent', admin.locator('#task-events-body .ev-agent').first(), '(rlo2)');
+    await admin.click('#force-release');
+    await inOrder('force release', admin.locator('#confirm-body'), '(rlo2) holds it (fence #2');
+    await admin.keyboard.press('Escape');
+    await admin.locator('#confirm').waitFor({ state: 'hidden' });
+
+    await admin.goto(server.url + '/#/events');
+    await inOrder('events feed', admin.locator('#events-body .ev-agent').filter({ hasText: 'rlo2' }).first(), '(rlo2)');
+
+    await admin.goto(server.url + '/#/agents');
+    await admin.locator('#agents-body > tr[data-key="rlo2"] button.remove').click();
+    await inOrder('remove dialog', admin.locator('#confirm-title'), '(rlo2)?');
+    await admin.keyboard.press('Escape');
+    await admin.locator('#confirm').waitFor({ state: 'hidden' });
+
+    // A <select>'s options are text alone: the name is isolated there by
+    // marks, its stray isolate closer left out.
+    await admin.goto(server.url + '/#/checkouts');
+    await row(admin, 't-rlo2').waitFor();
+    const option = admin.locator('#f-agent option[value="rlo2"]');
+    assert.equal(await option.textContent(), '\u2068bob\u202e\u2069 (rlo2)');
+    await must(ADMIN_KEY, 'DELETE', '/api/agents/rlo2');
+  });
+
   test('long unbroken ids, names and reasons wrap instead of widening the page', async () => {
     const id = 'gh:acme.monorepo:pull:123456:check-suite:987654321:job:build-linux-arm64-' + 'x'.repeat(50);
     const name = 'n'.repeat(120);

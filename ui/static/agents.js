@@ -4,7 +4,7 @@
 
 import { ApiError, get, del, seg, pages, serverNow } from './api.js';
 import { $, h, text, reconcile, taskLink, replace, td } from './dom.js';
-import { setTime, ago, ms } from './format.js';
+import { setTime, ago, ms, isolate } from './format.js';
 
 let agents = [];
 let held = new Map(); // agent_id -> [task_id]
@@ -81,7 +81,7 @@ function actions(ctx, row, a) {
 
 function updateRow(ctx, row, a) {
   row.agent = a;
-  text(row.querySelector('.agent-name'), a.name || a.agent_id);
+  text(row.querySelector('.agent-name'), isolate(a.name) || a.agent_id);
   row.querySelector('.admin-badge').hidden = !a.admin;
   text(row.querySelector('.agent-id'), a.agent_id);
   const st = status(a);
@@ -123,7 +123,7 @@ async function removeAgent(ctx, a) {
   } catch {
     // Shown as last read; the removal itself is the server's to make.
   }
-  const who = a.name && a.name !== a.agent_id ? `${a.name} (${a.agent_id})` : a.agent_id;
+  const who = a.name && a.name !== a.agent_id ? `${isolate(a.name)} (${a.agent_id})` : a.agent_id;
   const body = [
     `Its API key stops working at once${a.admin ? ', and it loses its admin rights' : ''}.`,
     tasks.length

@@ -3,7 +3,7 @@
 
 import { pages } from './api.js';
 import { $, h, text, reconcile, taskLink, options, td } from './dom.js';
-import { setTime, ms } from './format.js';
+import { setTime, ms, isolate } from './format.js';
 import { makeBar, updateBar } from './bar.js';
 
 let leases = []; // the last answer, each with seenAt
@@ -62,7 +62,7 @@ function filterOptions() {
   // does not silently reset.
   if (agent.value && !holders.has(agent.value)) holders.set(agent.value, agent.value);
   options(agent, [...holders].sort((a, b) => a[1].localeCompare(b[1]))
-    .map(([id, name]) => ({ value: id, label: name === id ? id : `${name} (${id})` })));
+    .map(([id, name]) => ({ value: id, label: name === id ? id : `${isolate(name)} (${id})` })));
 
   const queue = $('f-queue');
   const queues = new Set(leases.map((c) => info(c).queue).filter((q) => q));
@@ -101,18 +101,18 @@ function updateRow(row, c) {
   const taskCell = row.querySelector('.task-cell');
   const link = taskCell.firstElementChild;
   if (!link || link.textContent !== c.task_id) taskCell.replaceChildren(taskLink(c.task_id));
-  text(row.querySelector('.title'), i.title);
+  text(row.querySelector('.title'), isolate(i.title));
   const q = row.querySelector('.queue');
   text(q, i.queue || '');
   q.hidden = !i.queue;
-  text(row.querySelector('.holder-name'), c.agent_name || c.agent_id);
+  text(row.querySelector('.holder-name'), isolate(c.agent_name) || c.agent_id);
   text(row.querySelector('.holder-id'), c.agent_id);
   text(row.querySelector('.fence'), '#' + c.fence);
   const attempt = row.querySelector('.attempt');
   text(attempt, typeof c.attempt === 'number' ? `attempt ${c.attempt}` : '');
   attempt.hidden = typeof c.attempt !== 'number';
   setTime(row.querySelector('.locked'), c.locked_at);
-  text(row.querySelector('.reason'), c.reason || '—');
+  text(row.querySelector('.reason'), isolate(c.reason) || '—');
   updateBar(row.querySelector('.bar'), c, performance.now());
 }
 

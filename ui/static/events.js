@@ -111,13 +111,13 @@ export function fillEvent(ctx, row, e) {
   outcome.hidden = !e.outcome;
   if (e.outcome) outcome.dataset.outcome = e.outcome;
   const error = row.querySelector('.ev-error');
-  text(error, e.error ? `error: ${e.error}` : '');
+  text(error, e.error ? `error: ${isolate(e.error)}` : '');
   error.hidden = !e.error;
   text(row.querySelector('.ev-agent'), e.agent_id ? agentName(ctx, e.agent_id) : '—');
   text(row.querySelector('.ev-fence'), e.fence ? '#' + e.fence : '—');
   text(row.querySelector('.ev-held'), typeof e.held_seconds === 'number' ? duration(e.held_seconds) : '—');
   text(row.querySelector('.ev-by'), e.by ? agentName(ctx, e.by) : '—');
-  text(row.querySelector('.ev-reason'), (e.type === 'failed' && FAILED_WORDS[e.reason]) || e.reason || '—');
+  text(row.querySelector('.ev-reason'), (e.type === 'failed' && FAILED_WORDS[e.reason]) || isolate(e.reason) || '—');
 }
 
 // How a release's outcome reads.

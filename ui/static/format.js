@@ -9,12 +9,51 @@ export const ms = (iso) => (iso ? Date.parse(iso) : null);
 // BIDI matches what can reorder text around it: right-to-left letters and
 // the bidirectional controls (an override such as U+202E reverses all
 // that follows it on its line).
-const BIDI = /[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufeff\u200e\u200f\u202a-\u202e\u2066-\u2069]/;
+const BIDI = /[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufeff\u200e\u200f\u202a-\u202e\u2066-\u2069\u{10800}-\u{10fff}\u{1e800}-\u{1efff}]/u;
 
-// isolate is text that someone else wrote (a name, a title), made unable
-// to reorder the text it is set in: wrapped in first-strong isolate
-// marks (U+2068 ... U+2069) when it holds anything that could.
-export const isolate = (s) => (typeof s === 'string' && BIDI.test(s) ? '\u2068' + s + '\u2069' : s);
+const FSI = '\u2068'; // first strong isolate: opens an isolate
+const PDI = '\u2069'; // pop directional isolate: closes the last one open
+const OPENS = /[\u2066-\u2068]/;
+// Where a line of text ends for the bidirectional algorithm, which closes
+// every isolate and override opened on it.
+const PARAGRAPH = /[\n\r\u001c-\u001e\u0085\u2029]/;
+
+// isolate is text that someone else wrote (a name, a title, a reason),
+// made unable to reorder the text it is set in: wrapped in isolate marks
+// (U+2068 ... U+2069, whose direction is the text's own) when it holds
+// anything that could. Every string from the API that a person wrote goes
+// through it before it reaches the page. The text cannot get out of the
+// marks: a closer (U+2069) that closes nothing the text opened would close
+// the marks instead, and is left out; the isolates it leaves open are
+// closed; and each of its lines is wrapped on its own.
+export function isolate(s) {
+  if (typeof s !== 'string' || !BIDI.test(s)) return s;
+  let out = FSI;
+  let open = 0; // isolates the text opened and has not closed
+  for (const c of s) {
+    if (c === PDI) {
+      if (open === 0) continue;
+      open--;
+    } else if (OPENS.test(c)) {
+      open++;
+    } else if (PARAGRAPH.test(c)) {
+      out += PDI.repeat(open + 1) + c + FSI;
+      open = 0;
+      continue;
+    }
+    out += c;
+  }
+  return out + PDI.repeat(open + 1);
+}
+
+// CONTROLS are the characters that only steer the bidirectional
+// algorithm and draw nothing.
+const CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+// escapeControls writes the bidirectional controls in JSON text as JSON's
+// escapes for them ("\u202e"): they show, and reorder nothing, in keys
+// and values alike.
+export const escapeControls = (json) => json.replace(CONTROLS, (c) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0'));
 
 const pad = (n) => String(n).padStart(2, '0');
 

@@ -6,7 +6,7 @@
 
 import { ApiError, get, post, seg, serverNow } from './api.js';
 import { $, h, text, attr, reconcile, replace, td, taskLink, statusBadge } from './dom.js';
-import { setTime, clock, duration, ms, eventWords, until, isolate } from './format.js';
+import { setTime, clock, duration, ms, eventWords, until, isolate, escapeControls } from './format.js';
 import { makeBar, updateBar, remaining } from './bar.js';
 import { agentName, fillEvent } from './events.js';
 import { attemptsWords, blockerList } from './tasks.js';
@@ -105,8 +105,8 @@ function fieldValue(v, kind) {
     setTime(el, v);
     return el;
   }
-  if (kind === 'pre') return h('pre', { class: 'pre' }, String(v));
-  if (kind === 'json') return h('pre', { class: 'pre mono' }, JSON.stringify(v, null, 2));
+  if (kind === 'pre') return h('pre', { class: 'pre' }, isolate(String(v)));
+  if (kind === 'json') return h('pre', { class: 'pre mono' }, escapeControls(JSON.stringify(v, null, 2)));
   if (typeof kind === 'function') return kind(v);
   return String(v);
 }
@@ -130,7 +130,7 @@ function clear(el) {
 function render(ctx) {
   $('task-missing').hidden = true;
   $('task-content').hidden = false;
-  text($('task-title'), task.title || '(no title)');
+  text($('task-title'), isolate(task.title) || '(no title)');
   dl($('task-fields'), FIELDS.filter(([k]) => k in task).map(([k, label, kind]) => [label, fieldValue(task[k], kind)]));
   drawGraph();
 
@@ -153,7 +153,7 @@ function render(ctx) {
       ['Expires at', expires],
       ['Remaining', makeBar()],
       ['Timeout', duration(c.timeout_seconds)],
-      ['Reason', c.reason || '—'],
+      ['Reason', isolate(c.reason) || '—'],
     ]);
     const bar = $('task-lease').querySelector('.bar');
     updateBar(bar, { ...c, seenAt }, performance.now());
@@ -232,7 +232,7 @@ function drawGraph() {
     ['Attempts', h('span', { id: 'task-attempts' }, attemptsWords(task))],
     ['Retry delay', typeof task.retry_delay_seconds === 'number' ? `${duration(task.retry_delay_seconds)}, doubling after each failed attempt` : none('—')],
     ['Not before', notBefore],
-    ['Last error', task.last_error ? h('pre', { id: 'task-last-error', class: 'pre last-error' }, task.last_error) : none('none')],
+    ['Last error', task.last_error ? h('pre', { id: 'task-last-error', class: 'pre last-error' }, isolate(task.last_error)) : none('none')],
   ]);
   updateWait();
 }
@@ -314,9 +314,9 @@ function drawTimeline(ctx, now) {
     const parts = [`${clock(new Date(l.start).toISOString())} → ${endAt !== null && !isLive ? clock(new Date(endAt).toISOString()) : isLive ? 'now' : '?'}`];
     if (held !== null) parts.push(`held ${duration(held)}`);
     if (l.renewals) parts.push(`renewed ${l.renewals}×`);
-    if (l.reason) parts.push(`reason: ${l.reason}`);
-    if (l.end?.reason && l.end.type !== 'agent_death') parts.push(`${eventWords(l.end.type)} because: ${l.end.reason}`);
-    if (l.end?.error) parts.push(`error: ${l.end.error}`);
+    if (l.reason) parts.push(`reason: ${isolate(l.reason)}`);
+    if (l.end?.reason && l.end.type !== 'agent_death') parts.push(`${eventWords(l.end.type)} because: ${isolate(l.end.reason)}`);
+    if (l.end?.error) parts.push(`error: ${isolate(l.end.error)}`);
     text(el.querySelector('.lease-when'), parts.join(' · '));
     const seg1 = el.querySelector('.lease-span');
     const rest = el.querySelector('.lease-rest');

@@ -17,7 +17,7 @@
 
 import { get, pages, seg, serverNow, ApiError } from './api.js';
 import { $, h, text, reconcile, replace, taskLink, options, td, statusBadge, setStatus } from './dom.js';
-import { STATUSES, statusWords, until, clock } from './format.js';
+import { STATUSES, statusWords, until, clock, isolate } from './format.js';
 
 const LIMIT = 500; // tasks per page
 const PAGES = 10; // pages read at first, and added by "Load more"
@@ -364,7 +364,7 @@ function updateRow(row, t) {
   row.task = t;
   const cell = row.querySelector('.task-cell');
   if (cell.textContent !== t.task_id) cell.replaceChildren(taskLink(t.task_id));
-  text(row.querySelector('.title'), t.title || '');
+  text(row.querySelector('.title'), isolate(t.title) || '');
   const q = row.querySelector('.queue');
   text(q, t.queue || '');
   q.hidden = !t.queue;
@@ -380,7 +380,7 @@ function updateRow(row, t) {
     details.dataset.sig = sig;
     replace(details,
       blockers.length ? blockerList(blockers, 'waiting-on') : null,
-      t.last_error ? h('p', { class: 'last-error' }, h('span', { class: 'sr-only' }, 'Last error: '), t.last_error) : null,
+      t.last_error ? h('p', { class: 'last-error' }, h('span', { class: 'sr-only' }, 'Last error: '), isolate(t.last_error)) : null,
       !blockers.length && !t.last_error ? h('span', { class: 'muted' }, '—') : null,
     );
   }
