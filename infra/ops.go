@@ -104,6 +104,32 @@ const controlPlaneCheck = "DescribeTable"
 // value at all in any period one of them misses.
 const sumFilled = "SUM(FILL(METRICS(), 0))"
 
+// maxAlarmMetrics is how many metrics CloudWatch lets one alarm read.
+const maxAlarmMetrics = 10
+
+// throttleAlarm is a Lambda throttles alarm: its id and the functions it
+// watches.
+type throttleAlarm struct {
+	id        string
+	functions []string
+}
+
+// lambdaThrottleAlarms shares functions out among Lambda throttles alarms,
+// maxAlarmMetrics functions each, in order: the first is LambdaThrottles
+// (the one alarm of ten functions or fewer), the next LambdaThrottles2,
+// LambdaThrottles3 and so on.
+func lambdaThrottleAlarms(functions []string) []throttleAlarm {
+	var out []throttleAlarm
+	for chunk := range slices.Chunk(functions, maxAlarmMetrics) {
+		id := AlarmLambdaThrottles
+		if len(out) > 0 {
+			id = fmt.Sprintf("%s%d", AlarmLambdaThrottles, len(out)+1)
+		}
+		out = append(out, throttleAlarm{id: id, functions: chunk})
+	}
+	return out
+}
+
 // operations builds the alarm topic, the alarms and the dashboard.
 func (s *CheckoutStack) operations(cfg Config, accessLogs awslogs.LogGroup) {
 	stack := s.Stack
@@ -200,13 +226,15 @@ func (s *CheckoutStack) operations(cfg Config, accessLogs awslogs.LogGroup) {
 		metric: custom(MetricThrottled, "Sum"), threshold: 1})
 
 	// Lambda concurrency throttles of any function (reserved concurrency
-	// reached, or the account's limit).
-	lambdaThrottles := map[string]awscloudwatch.IMetric{}
-	for i, name := range deploy.Functions {
-		lambdaThrottles[fmt.Sprintf("fn%d", i)] = s.Functions[name].MetricThrottles(sum)
+	// reached, or the account's limit), ten functions an alarm.
+	for _, a := range lambdaThrottleAlarms(deploy.Functions) {
+		throttles := map[string]awscloudwatch.IMetric{}
+		for i, name := range a.functions {
+			throttles[fmt.Sprintf("fn%d", i)] = s.Functions[name].MetricThrottles(sum)
+		}
+		add(alarmSpec{id: a.id, desc: "A checkout function (" + strings.Join(a.functions, ", ") + ") was throttled by its reserved concurrency or the account's limit; the dashboard shows which.",
+			metric: filled("Throttles", throttles), threshold: 1})
 	}
-	add(alarmSpec{id: AlarmLambdaThrottles, desc: "A checkout function was throttled by its reserved concurrency or the account's limit; the dashboard shows which.",
-		metric: filled("Throttles", lambdaThrottles), threshold: 1})
 
 	// DynamoDB, per table: throttled requests and internal errors, each
 	// summed over the operations the functions make on the table.

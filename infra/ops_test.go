@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -13,9 +15,12 @@ import (
 
 // alarmIDs is every alarm the stack must have.
 func alarmIDs() []string {
-	ids := []string{AlarmAPI5xx, AlarmAPILatency, AlarmAPIThrottled, AlarmLambdaThrottles,
+	ids := []string{AlarmAPI5xx, AlarmAPILatency, AlarmAPIThrottled,
 		AlarmSweeperErrors, AlarmSweepRuleFailed, AlarmSweepDeadLetters, AlarmNoticesFailed,
 		AlarmStreamIteratorAge, AlarmStreamErrors, AlarmNoticesIteratorAge, AlarmNoticesErrors, AlarmStreamDeadLetters}
+	for _, a := range lambdaThrottleAlarms(deploy.Functions) {
+		ids = append(ids, a.id)
+	}
 	for _, t := range schema.Tables() {
 		th, se := DynamoAlarms(t.Name)
 		ids = append(ids, th, se)
@@ -122,24 +127,12 @@ func TestAlarms(t *testing.T) {
 		t.Errorf("dead-letter alarm %v", p)
 	}
 
-	// Lambda throttles: every function, filled.
-	_, ms := s.metricStats(alarm(AlarmLambdaThrottles))
-	var fns []string
-	for _, d := range ms["AWS/Lambda/Throttles"] {
-		fns = append(fns, d["FunctionName"])
+	// Lambda throttles: every function, filled, in one alarm while there
+	// are ten functions or fewer.
+	if _, ok := byName[AlarmName("checkout-", AlarmLambdaThrottles)]; !ok || len(deploy.Functions) <= 10 && len(lambdaThrottleAlarms(deploy.Functions)) != 1 {
+		t.Errorf("Lambda throttles alarms %v for %d functions, want %s alone", lambdaThrottleAlarms(deploy.Functions), len(deploy.Functions), AlarmLambdaThrottles)
 	}
-	var wantFns []string
-	for _, name := range deploy.Functions {
-		wantFns = append(wantFns, "ref:"+s.fnID[name])
-	}
-	sort.Strings(fns)
-	sort.Strings(wantFns)
-	if !reflect.DeepEqual(fns, wantFns) {
-		t.Errorf("Lambda throttles alarm covers %v, want %v", fns, wantFns)
-	}
-	if len(fns) > 10 {
-		t.Errorf("Lambda throttles alarm: %d metrics, CloudWatch allows 10 in an alarm", len(fns))
-	}
+	s.checkLambdaThrottles(t, byName)
 
 	// DynamoDB: per table, exactly the operations the functions make on it.
 	ops := TableOperations()
@@ -163,6 +156,86 @@ func TestAlarms(t *testing.T) {
 			}
 		}
 	}
+}
+
+// checkLambdaThrottles checks that the Lambda throttles alarms, among the
+// alarms by name, watch every function once, each alarm at most ten of
+// them (CloudWatch's limit on the metrics of an alarm).
+func (s *synthesized) checkLambdaThrottles(t *testing.T, byName map[string]map[string]any) {
+	t.Helper()
+	var fns []string
+	for _, a := range lambdaThrottleAlarms(deploy.Functions) {
+		p, ok := byName[AlarmName("checkout-", a.id)]
+		if !ok {
+			t.Errorf("no alarm %s", a.id)
+			continue
+		}
+		_, ms := s.metricStats(p)
+		if len(ms["AWS/Lambda/Throttles"]) > 10 {
+			t.Errorf("%s: %d metrics, CloudWatch allows 10 in an alarm", a.id, len(ms["AWS/Lambda/Throttles"]))
+		}
+		for _, d := range ms["AWS/Lambda/Throttles"] {
+			fns = append(fns, d["FunctionName"])
+		}
+	}
+	var want []string
+	for _, name := range deploy.Functions {
+		want = append(want, "ref:"+s.fnID[name])
+	}
+	sort.Strings(fns)
+	sort.Strings(want)
+	if !reflect.DeepEqual(fns, want) {
+		t.Errorf("Lambda throttles alarms cover %v, want %v", fns, want)
+	}
+}
+
+func TestLambdaThrottlesSplitPastTenFunctions(t *testing.T) {
+	// Each alarm is named once and watches at most ten functions; the
+	// first keeps the name of the one alarm of ten functions or fewer.
+	names := func(n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf("fn%d", i))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		functions int
+		want      []string
+	}{
+		{1, []string{AlarmLambdaThrottles}},
+		{10, []string{AlarmLambdaThrottles}},
+		{11, []string{AlarmLambdaThrottles, AlarmLambdaThrottles + "2"}},
+		{25, []string{AlarmLambdaThrottles, AlarmLambdaThrottles + "2", AlarmLambdaThrottles + "3"}},
+	} {
+		fns := names(tc.functions)
+		var ids, covered []string
+		for _, a := range lambdaThrottleAlarms(fns) {
+			ids = append(ids, a.id)
+			covered = append(covered, a.functions...)
+			if len(a.functions) == 0 || len(a.functions) > 10 {
+				t.Errorf("%d functions: %s watches %d", tc.functions, a.id, len(a.functions))
+			}
+		}
+		if !reflect.DeepEqual(ids, tc.want) || !reflect.DeepEqual(covered, fns) {
+			t.Errorf("%d functions: alarms %v covering %v, want %v covering each once", tc.functions, ids, covered, tc.want)
+		}
+	}
+
+	// A stack of eleven functions synthesizes with two alarms between them.
+	saved := deploy.Functions
+	t.Cleanup(func() { deploy.Functions = saved })
+	deploy.Functions = append(slices.Clone(saved), "extra")
+	s := synth(t, map[string]any{})
+	byName := map[string]map[string]any{}
+	for _, r := range s.ofType("AWS::CloudWatch::Alarm") {
+		p := props(r)
+		byName[p["AlarmName"].(string)] = p
+	}
+	if _, ok := byName[AlarmName("checkout-", AlarmLambdaThrottles+"2")]; !ok {
+		t.Errorf("no second Lambda throttles alarm for %d functions", len(deploy.Functions))
+	}
+	s.checkLambdaThrottles(t, byName)
 }
 
 func TestTableOperationsCoverEveryGrant(t *testing.T) {
