@@ -30,7 +30,10 @@ import (
 // body. Such a leftover is deleted when the writer sees its write refused,
 // or its put of the body fail (which may have applied all the same: no
 // task write has named it yet, nor will); one left by a crash stays,
-// unread (it is in no index). These deletes, like the one of a replaced
+// unread (it is in no index), until `checkout-server bodies` deletes it
+// (DeleteStrayBodies, stray_bodies.go: a body carries its time of
+// writing, written_at, so that one being written is not taken for one
+// left). These deletes, like the one of a replaced
 // body, are made with a context of their own: a caller who hung up after
 // its write applied leaves nothing behind.
 //
@@ -83,9 +86,9 @@ import (
 // Nothing can make a body named after it was deleted; nothing is
 // deleted that a task names or may still name. This costs one write,
 // and only on such an error; a deciding write that itself fails so
-// leaves the body, as a crash would. There is no TTL on bodies: none is
-// needed, and clearing one once named would cost a write of the body
-// (up to 12 KB) on every change of it.
+// leaves the body, as a crash would (DeleteStrayBodies deletes it). There
+// is no TTL on bodies: clearing one once named would cost a write of the
+// body (up to 12 KB) on every change of it.
 //
 // A task with neither a description nor metadata has no body. A task item
 // from before bodies keeps description and metadata on itself until its
@@ -101,19 +104,24 @@ type bodyItem struct {
 	// Follows is the id of the PATCH whose write the task held when the
 	// PATCH that wrote this body read it (replacedOwn).
 	Follows string `dynamodbav:"follows,omitempty"`
+	// WrittenAt is when the body was written (Unix ms; none on a body
+	// written before it was kept): a body no task names is deleted
+	// once it is old (DeleteStrayBodies).
+	WrittenAt int64 `dynamodbav:"written_at,omitempty"`
 }
 
 func bodyKey(taskID, token string) string { return taskID + "#body#" + token }
 
 // splitBody takes it's description and metadata off the item into a new
-// body, and names that body on the item; nil when there is none.
-func splitBody(it *taskItem) *bodyItem {
+// body written at (Unix ms), and names that body on the item; nil when
+// there is none.
+func splitBody(it *taskItem, at int64) *bodyItem {
 	if it.Description == "" && it.Metadata == "" {
 		it.BodyToken = ""
 		return nil
 	}
 	it.BodyToken = newID("")
-	b := &bodyItem{Key: bodyKey(it.TaskID, it.BodyToken), Description: it.Description, Metadata: it.Metadata}
+	b := &bodyItem{Key: bodyKey(it.TaskID, it.BodyToken), Description: it.Description, Metadata: it.Metadata, WrittenAt: at}
 	it.Description, it.Metadata = "", ""
 	return b
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -279,7 +280,7 @@ func migrateTask(ctx context.Context, db MigrateDB, table string, item map[strin
 			item["max_attempts"] = &types.AttributeValueMemberN{Value: fmt.Sprint(DefaultMaxAttempts)}
 		}
 	}
-	b := splitBody(&it)
+	b := splitBody(&it, ms(time.Now()))
 	if b != nil {
 		// The body as an item of its own (body.go), written before the
 		// task that names it, under the same key at every run: a copy cut

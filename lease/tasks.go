@@ -185,7 +185,7 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 // is taken; then it returns the task that has it (from the failed write
 // itself, ALL_OLD), with its body.
 func (s *Store) putTask(ctx context.Context, it taskItem) (*taskItem, error) {
-	if b := splitBody(&it); b != nil {
+	if b := splitBody(&it, ms(s.clock())); b != nil {
 		if err := s.putBody(ctx, b); err != nil {
 			return nil, err
 		}

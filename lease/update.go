@@ -240,7 +240,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		token := cur.BodyToken
 		if newBody {
 			next := taskItem{TaskID: cur.TaskID, Description: body.Description, Metadata: body.Metadata}
-			if b := splitBody(&next); b != nil {
+			if b := splitBody(&next, ms(s.clock())); b != nil {
 				b.Follows = cur.PatchID
 				if err := s.putBody(ctx, b); err != nil {
 					return Task{}, err

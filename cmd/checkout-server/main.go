@@ -41,7 +41,8 @@
 // refuses to start over, into today's tasks table (-aws: the deployed
 // tables); see README, "Upgrading". `checkout-server recount` counts every
 // queue's tasks again and mends the queue counts that are off; see README,
-// "Queues".
+// "Queues". `checkout-server bodies` deletes the task bodies no task names;
+// see README, "Task bodies".
 //
 // If its dynalite dies, the server does not: it answers 503 unavailable (and
 // /healthz 503) until it has started a new one, on the same CHECKOUT_DATA_DIR
@@ -79,6 +80,7 @@ import (
 const usage = `usage: checkout-server            serve (settings from the environment)
        checkout-server migrate    copy an earlier version's tasks into today's table (migrate -h)
        checkout-server recount    count every queue's tasks again and mend the queue counts (recount -h)
+       checkout-server bodies     delete the task bodies no task names (bodies -h)
 
 Runs the checkout service on this machine: the HTTP API, the dashboard, the
 sweep and, unless DYNAMODB_ENDPOINT names one, its own dynalite.
@@ -141,6 +143,8 @@ func main() {
 		err = migrate(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
 	case len(os.Args) > 1 && os.Args[1] == "recount":
 		err = recount(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
+	case len(os.Args) > 1 && os.Args[1] == "bodies":
+		err = bodies(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
 	default:
 		err = run(ctx, os.Getenv, log)
 	}
@@ -158,11 +162,11 @@ func main() {
 }
 
 // command handles the arguments that are not a server to run: -h or
-// --help prints the usage (exit 0), and anything but migrate or recount is
-// refused with it (exit 2). done is false when the server, migrate or
-// recount is to run.
+// --help prints the usage (exit 0), and anything but migrate, recount or
+// bodies is refused with it (exit 2). done is false when the server or one
+// of those is to run.
 func command(args []string, stdout, stderr io.Writer) (code int, done bool) {
-	if len(args) == 0 || args[0] == "migrate" || args[0] == "recount" {
+	if len(args) == 0 || args[0] == "migrate" || args[0] == "recount" || args[0] == "bodies" {
 		return 0, false
 	}
 	switch args[0] {

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/localstack"
+)
+
+// bodies is `checkout-server bodies`: it deletes the task bodies no task
+// names (lease.DeleteStrayBodies), on the database the server would use:
+// over DYNAMODB_ENDPOINT, or with -aws the deployed tables (the stack's
+// table prefix), while the service runs; over CHECKOUT_DATA_DIR with the
+// server stopped (the directory is refused otherwise). -dry-run lists them
+// and writes nothing.
+func bodies(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("checkout-server bodies", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	useAWS := fs.Bool("aws", false, "clean the tables in AWS (default configuration: AWS_REGION, AWS_PROFILE, ...)")
+	dryRun := fs.Bool("dry-run", false, "list the bodies no task names, and write nothing")
+	olderThan := fs.Duration("older-than", lease.StrayBodyAge, fmt.Sprintf("delete only bodies written longer ago than this (at least %v): a younger one may be a request's, not named yet", lease.MinStrayBodyAge))
+	if err := fs.Parse(args); err != nil {
+		return flagError{err}
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("checkout-server bodies takes no arguments, got %q", fs.Args())
+	}
+	if *olderThan < lease.MinStrayBodyAge {
+		return fmt.Errorf("-older-than must be at least %v", lease.MinStrayBodyAge)
+	}
+	names := schema.Names{Prefix: getenv("CHECKOUT_TABLE_PREFIX")}
+	var db lease.StrayBodiesDB
+	switch endpoint, dir := getenv(localstack.EnvEndpoint), getenv("CHECKOUT_DATA_DIR"); {
+	case *useAWS:
+		cfg, err := config.LoadDefaultConfig(ctx)
+		if err != nil {
+			return fmt.Errorf("load AWS configuration: %w", err)
+		}
+		if cfg.Region == "" {
+			return errors.New("no AWS region: set AWS_REGION")
+		}
+		db = dynamodb.NewFromConfig(cfg)
+	case endpoint != "":
+		db = lease.NewLocalClient(endpoint)
+	case dir != "":
+		if err := localstack.CheckDataDir(dir); err != nil {
+			return fmt.Errorf("stop the server first: %w", err)
+		}
+		d, err := localstack.Start(ctx, localstack.Options{Path: dir})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = d.Stop() }()
+		db = lease.NewLocalClient(d.Endpoint)
+	default:
+		return errors.New("nothing to clean: without CHECKOUT_DATA_DIR, DYNAMODB_ENDPOINT or -aws the server keeps its data in memory")
+	}
+	res, err := lease.DeleteStrayBodies(ctx, db, names, lease.StrayBodiesParams{OlderThan: *olderThan, DryRun: *dryRun})
+	deleted, timed := "deleted", "timed"
+	if *dryRun {
+		deleted, timed = "stray", "untimed"
+	}
+	for _, key := range res.Deleted {
+		if _, err := fmt.Fprintf(stdout, "%s %s\n", deleted, key); err != nil {
+			return err
+		}
+	}
+	for _, key := range res.Timed {
+		if _, err := fmt.Fprintf(stdout, "%s %s\n", timed, key); err != nil {
+			return err
+		}
+	}
+	if err != nil {
+		return err
+	}
+	summary := fmt.Sprintf("read %d items, %d bodies: %d %s, %d %s, kept %d younger than %v and %d named since the scan",
+		res.Items, res.Bodies, len(res.Deleted), deleted, len(res.Timed), timed, res.Young, *olderThan, res.Changed)
+	if *dryRun {
+		summary += " (dry run: nothing written)"
+	}
+	_, err = fmt.Fprintln(stdout, summary)
+	return err
+}

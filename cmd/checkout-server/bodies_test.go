@@ -1,0 +1,108 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/localstack"
+)
+
+// A data directory with a body two hours old that no task names (a create
+// cut short before its task was written), beside a task's own body of the
+// same age and a body no task names yet, a minute old: `checkout-server
+// bodies -dry-run` lists the stray one and deletes nothing, `checkout-server
+// bodies` deletes it alone, and run again finds nothing to delete.
+func TestBodiesCommand(t *testing.T) {
+	bin := testenv.Binary(t, "github.com/checkout-dev/checkout/cmd/checkout-server")
+	dir := filepath.Join(t.TempDir(), "data")
+	run := func(args ...string) (string, error) {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "DYNAMODB_ENDPOINT=", "CHECKOUT_TABLE_PREFIX=", "CHECKOUT_DATA_DIR="+dir)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	ctx := testenv.Context(t)
+	names := schema.Names{}
+	table := aws.String(names.Table(schema.TasksTable))
+	open := func() (*localstack.Dynalite, *dynamodb.Client) {
+		t.Helper()
+		d, err := localstack.Start(ctx, localstack.Options{Path: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := lease.NewLocalClient(d.Endpoint)
+		if err := lease.EnsureTables(ctx, db, names); err != nil {
+			t.Fatal(err)
+		}
+		return d, db
+	}
+	there := func(db *dynamodb.Client, key string) bool {
+		t.Helper()
+		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: table, ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: key}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(out.Item) > 0
+	}
+
+	d, db := open()
+	then := time.Now().Add(-2 * time.Hour)
+	store := lease.New(lease.Config{DB: db, Tables: names, Now: func() time.Time { return then }})
+	if _, err := store.CreateTask(ctx, lease.CreateTaskParams{TaskID: "kept", Title: "kept", Description: "what to do"}); err != nil {
+		t.Fatal(err)
+	}
+	for key, at := range map[string]time.Time{"lost#body#b1": then, "writing#body#b2": time.Now().Add(-time.Minute)} {
+		_, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: table, Item: map[string]types.AttributeValue{
+			"task_id":     &types.AttributeValueMemberS{Value: key},
+			"description": &types.AttributeValueMemberS{Value: "of " + key},
+			"written_at":  &types.AttributeValueMemberN{Value: strconv.FormatInt(at.UnixMilli(), 10)},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	if out, err := run("bodies", "-dry-run"); err != nil || !strings.Contains(out, "stray lost#body#b1\n") ||
+		!strings.Contains(out, "3 bodies: 1 stray, 0 untimed, kept 1 younger than 1h0m0s") {
+		t.Fatalf("bodies -dry-run: %v: %s", err, out)
+	}
+	if out, err := run("bodies"); err != nil || !strings.Contains(out, "deleted lost#body#b1\n") ||
+		!strings.Contains(out, "3 bodies: 1 deleted, 0 timed, kept 1 younger than 1h0m0s") {
+		t.Fatalf("bodies: %v: %s", err, out)
+	}
+	if out, err := run("bodies"); err != nil || !strings.Contains(out, "2 bodies: 0 deleted") {
+		t.Fatalf("bodies again: %v: %s", err, out)
+	}
+	for _, args := range [][]string{{"bodies", "-older-than", "1m"}, {"bodies", "extra"}} {
+		if out, err := run(args...); err == nil {
+			t.Fatalf("%q succeeded: %s", args, out)
+		}
+	}
+
+	d, db = open()
+	defer func() { _ = d.Stop() }()
+	if there(db, "lost#body#b1") || !there(db, "writing#body#b2") {
+		t.Fatalf("after the runs: the stray body there %v, the young one %v; want only the young one", there(db, "lost#body#b1"), there(db, "writing#body#b2"))
+	}
+	got, err := lease.New(lease.Config{DB: db, Tables: names}).GetTask(ctx, "kept")
+	if err != nil || got.Description != "what to do" {
+		t.Fatalf("the task after the runs: %+v, %v; want its description", got, err)
+	}
+}

@@ -1,0 +1,212 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// Deleting the bodies no task names.
+//
+// A few paths leave a body (body.go) that no task names and none ever
+// will: a crash between the body's put and the task's write, a deciding
+// write that fails unanswered, PATCHes lost in a row at one version, a
+// best-effort delete that failed. Nothing reads such a body, and there is
+// no TTL on bodies; DeleteStrayBodies finds them, in one Scan of the
+// tasks table, and deletes them.
+//
+// It runs while the service runs. A body being written right now is not
+// named yet: its task's write follows. So a body is deleted only when it
+// is old, written (written_at) more than OlderThan ago, a bound far past
+// any request's life, and no task named it when the Scan read the task,
+// nor when it is read again, consistently, just before the delete. No
+// write names an old body: a create or a PATCH names only the body it has
+// just written, in that request, and never names again one its task
+// stopped naming; a migration names its "migrated" body only after
+// writing it again, which moves its written_at. The delete is conditioned
+// on written_at as scanned, so a migration's body written again after the
+// Scan is never deleted, even if it is named after the read.
+//
+// A body written before bodies carried written_at has no time: one no
+// task names is given the time of the run (an UpdateItem), and a run at
+// least OlderThan later deletes it if no task names it by then.
+//
+// What it relies on: the clocks of the writers and of the run agree to
+// well within OlderThan (a writer an hour slow would write bodies that
+// look old already).
+
+// StrayBodyAge is how old a body no task names must be before
+// DeleteStrayBodies deletes it, by default.
+const StrayBodyAge = time.Hour
+
+// MinStrayBodyAge is the least OlderThan DeleteStrayBodies takes: a
+// request (a Lambda's at most 15 minutes) has long ended by then.
+const MinStrayBodyAge = 15 * time.Minute
+
+// StrayBodiesDB lists the calls DeleteStrayBodies makes.
+type StrayBodiesDB interface {
+	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+}
+
+// StrayBodiesParams tunes DeleteStrayBodies.
+type StrayBodiesParams struct {
+	// OlderThan is how old a body no task names must be to be deleted
+	// (default StrayBodyAge, at least MinStrayBodyAge).
+	OlderThan time.Duration
+	// DryRun lists what would be deleted (or timed) and writes nothing.
+	DryRun bool
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// StrayBodiesResult is what DeleteStrayBodies found and did.
+type StrayBodiesResult struct {
+	// Items is how many items the Scan read, Bodies how many of them
+	// were bodies.
+	Items, Bodies int
+	// Deleted lists the keys of the old bodies no task names, deleted
+	// (with DryRun, to be deleted), in key order.
+	Deleted []string
+	// Timed lists the keys of the bodies no task names that had no time
+	// of writing, given one now (with DryRun, to be given one).
+	Timed []string
+	// Young counts the bodies no task names that are younger than
+	// OlderThan, kept; Changed the old ones found named, written again
+	// or gone after the Scan (the SDK's delete sent again finds its own
+	// delete so).
+	Young, Changed int
+}
+
+// DeleteStrayBodies deletes the bodies of the tasks table that no task
+// names (see "Deleting the bodies no task names" above). Safe to run at
+// any time and again.
+func DeleteStrayBodies(ctx context.Context, db StrayBodiesDB, names schema.Names, p StrayBodiesParams) (StrayBodiesResult, error) {
+	if p.OlderThan == 0 {
+		p.OlderThan = StrayBodyAge
+	}
+	if p.OlderThan < MinStrayBodyAge {
+		return StrayBodiesResult{}, fmt.Errorf("stray bodies: %v is too young to tell a stray body from one being written (at least %v)", p.OlderThan, MinStrayBodyAge)
+	}
+	if p.Now == nil {
+		p.Now = time.Now
+	}
+	table := names.Table(schema.TasksTable)
+	var res StrayBodiesResult
+	type body struct {
+		key, taskID, token string
+		writtenAt          int64
+	}
+	var bodies []body
+	named := map[string]string{} // task id -> the token of its body
+	proj := expression.NamesList(expression.Name("task_id"), expression.Name("body"), expression.Name("written_at"))
+	expr, err := expression.NewBuilder().WithProjection(proj).Build()
+	if err != nil {
+		return res, err
+	}
+	// Not consistent (half the read units): a body found is read again
+	// consistently, with its task, before anything is written.
+	in := &dynamodb.ScanInput{TableName: &table, ProjectionExpression: expr.Projection(), ExpressionAttributeNames: expr.Names()}
+	for pages := dynamodb.NewScanPaginator(db, in); pages.HasMorePages(); {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return res, fmt.Errorf("stray bodies: read %s: %w", table, err)
+		}
+		for _, item := range page.Items {
+			res.Items++
+			key := stringAttr(item, "task_id")
+			if taskID, token, ok := strings.Cut(key, "#body#"); ok {
+				bodies = append(bodies, body{key, taskID, token, numberAttr(item, "written_at")})
+			} else if token := stringAttr(item, "body"); token != "" && !strings.Contains(key, "#") {
+				named[key] = token
+			}
+		}
+	}
+	res.Bodies = len(bodies)
+	slices.SortFunc(bodies, func(a, b body) int { return strings.Compare(a.key, b.key) })
+	now := ms(p.Now())
+	for _, b := range bodies {
+		switch {
+		case named[b.taskID] == b.token:
+		case b.writtenAt == 0:
+			res.Timed = append(res.Timed, b.key)
+			if !p.DryRun {
+				if err := timeBody(ctx, db, table, b.key, now); err != nil {
+					return res, err
+				}
+			}
+		case now-b.writtenAt < p.OlderThan.Milliseconds():
+			res.Young++
+		default:
+			deleted, err := deleteStrayBody(ctx, db, table, b.taskID, b.token, b.writtenAt, p.DryRun)
+			if err != nil {
+				return res, err
+			}
+			if deleted {
+				res.Deleted = append(res.Deleted, b.key)
+			} else {
+				res.Changed++
+			}
+		}
+	}
+	return res, nil
+}
+
+// timeBody gives body key, which has no time of writing, the time at.
+// Whether or not it exists or has one by then.
+func timeBody(ctx context.Context, db StrayBodiesDB, table, key string, at int64) error {
+	cond := expression.AttributeExists(expression.Name("task_id")).And(expression.AttributeNotExists(expression.Name("written_at")))
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(expression.Set(expression.Name("written_at"), expression.Value(at))).Build()
+	if err != nil {
+		return err
+	}
+	_, err = db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &table, Key: taskKey(key),
+		UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()})
+	if _, failed := conditionFailed(err); err != nil && !failed {
+		return fmt.Errorf("stray bodies: time %s: %w", key, err)
+	}
+	return nil
+}
+
+// deleteStrayBody deletes taskID's body token, written at writtenAt,
+// unless its task names it, read consistently, or it was written again
+// since (see above): false when it is kept. With dryRun it only reads.
+func deleteStrayBody(ctx context.Context, db StrayBodiesDB, table, taskID, token string, writtenAt int64, dryRun bool) (bool, error) {
+	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &table, Key: taskKey(taskID), ConsistentRead: aws.Bool(true),
+		ProjectionExpression: aws.String("#b"), ExpressionAttributeNames: map[string]string{"#b": "body"}})
+	if err != nil {
+		return false, fmt.Errorf("stray bodies: read task %s: %w", taskID, err)
+	}
+	if stringAttr(out.Item, "body") == token {
+		return false, nil
+	}
+	if dryRun {
+		return true, nil
+	}
+	expr, err := expression.NewBuilder().WithCondition(expression.Name("written_at").Equal(expression.Value(writtenAt))).Build()
+	if err != nil {
+		return false, err
+	}
+	_, err = db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &table, Key: taskKey(bodyKey(taskID, token)),
+		ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()})
+	if _, failed := conditionFailed(err); failed {
+		return false, nil // written again since the Scan, or gone
+	}
+	if err != nil {
+		return false, fmt.Errorf("stray bodies: delete %s: %w", bodyKey(taskID, token), err)
+	}
+	return true, nil
+}
+
+var _ StrayBodiesDB = (*dynamodb.Client)(nil)
