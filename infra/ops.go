@@ -107,25 +107,26 @@ const sumFilled = "SUM(FILL(METRICS(), 0))"
 // maxAlarmMetrics is how many metrics CloudWatch lets one alarm read.
 const maxAlarmMetrics = 10
 
-// throttleAlarm is a Lambda throttles alarm: its id and the functions it
-// watches.
-type throttleAlarm struct {
-	id        string
-	functions []string
+// splitAlarm is one of the alarms that add a metric over many series: its
+// id and the series (functions, operations) it reads.
+type splitAlarm struct {
+	id     string
+	series []string
 }
 
-// lambdaThrottleAlarms shares functions out among Lambda throttles alarms,
-// maxAlarmMetrics functions each, in order: the first is LambdaThrottles
-// (the one alarm of ten functions or fewer), the next LambdaThrottles2,
-// LambdaThrottles3 and so on.
-func lambdaThrottleAlarms(functions []string) []throttleAlarm {
-	var out []throttleAlarm
-	for chunk := range slices.Chunk(functions, maxAlarmMetrics) {
-		id := AlarmLambdaThrottles
+// splitAlarms shares series out among alarms, maxAlarmMetrics each, in
+// order: the first keeps id (the one alarm of ten series or fewer, so a
+// deployed stack's alarm is updated in place, not replaced), the next are
+// id+"Part2", id+"Part3" and so on ("Part" keeps the number apart from a
+// table name that ends in a digit, such as tasks2).
+func splitAlarms(id string, series []string) []splitAlarm {
+	var out []splitAlarm
+	for chunk := range slices.Chunk(series, maxAlarmMetrics) {
+		next := id
 		if len(out) > 0 {
-			id = fmt.Sprintf("%s%d", AlarmLambdaThrottles, len(out)+1)
+			next = fmt.Sprintf("%sPart%d", id, len(out)+1)
 		}
-		out = append(out, throttleAlarm{id: id, functions: chunk})
+		out = append(out, splitAlarm{id: next, series: chunk})
 	}
 	return out
 }
@@ -227,35 +228,42 @@ func (s *CheckoutStack) operations(cfg Config, accessLogs awslogs.LogGroup) {
 
 	// Lambda concurrency throttles of any function (reserved concurrency
 	// reached, or the account's limit), ten functions an alarm.
-	for _, a := range lambdaThrottleAlarms(deploy.Functions) {
+	for _, a := range splitAlarms(AlarmLambdaThrottles, deploy.Functions) {
 		throttles := map[string]awscloudwatch.IMetric{}
-		for i, name := range a.functions {
+		for i, name := range a.series {
 			throttles[fmt.Sprintf("fn%d", i)] = s.Functions[name].MetricThrottles(sum)
 		}
-		add(alarmSpec{id: a.id, desc: "A checkout function (" + strings.Join(a.functions, ", ") + ") was throttled by its reserved concurrency or the account's limit; the dashboard shows which.",
+		add(alarmSpec{id: a.id, desc: "A checkout function (" + strings.Join(a.series, ", ") + ") was throttled by its reserved concurrency or the account's limit; the dashboard shows which.",
 			metric: filled("Throttles", throttles), threshold: 1})
 	}
 
 	// DynamoDB, per table: throttled requests and internal errors, each
-	// summed over the operations the functions make on the table.
+	// summed over the operations the functions make on the table, ten
+	// operations an alarm.
 	ops := TableOperations()
 	for _, t := range schema.Tables() {
 		throttleID, errorID := DynamoAlarms(t.Name)
-		throttles := map[string]awscloudwatch.IMetric{}
-		errs := map[string]awscloudwatch.IMetric{}
-		// A math expression's metric ids are identifiers: no '-'.
+		// A math expression's metric ids are identifiers: no '-'. They are
+		// numbered over all the table's operations, as the dashboard
+		// graphs its alarms together.
 		metricID := strings.ReplaceAll(t.Name, "-", "_")
-		for i, op := range ops[t.Name] {
-			dims := &map[string]*string{"TableName": s.Tables[t.Name].TableName(), "Operation": jsii.String(op)}
-			throttles[fmt.Sprintf("%s_t%d", metricID, i)] = awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
-				Namespace: jsii.String("AWS/DynamoDB"), MetricName: jsii.String("ThrottledRequests"), DimensionsMap: dims, Statistic: jsii.String("Sum"), Period: period})
-			errs[fmt.Sprintf("%s_e%d", metricID, i)] = awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
-				Namespace: jsii.String("AWS/DynamoDB"), MetricName: jsii.String("SystemErrors"), DimensionsMap: dims, Statistic: jsii.String("Sum"), Period: period})
+		perOperation := func(metric, kind string, operations []string) map[string]awscloudwatch.IMetric {
+			out := map[string]awscloudwatch.IMetric{}
+			for _, op := range operations {
+				dims := &map[string]*string{"TableName": s.Tables[t.Name].TableName(), "Operation": jsii.String(op)}
+				out[fmt.Sprintf("%s_%s%d", metricID, kind, slices.Index(ops[t.Name], op))] = awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+					Namespace: jsii.String("AWS/DynamoDB"), MetricName: jsii.String(metric), DimensionsMap: dims, Statistic: jsii.String("Sum"), Period: period})
+			}
+			return out
 		}
-		add(alarmSpec{id: throttleID, desc: "DynamoDB throttled requests on table " + t.Name + " (the SDK retried them; answers may have been 503).",
-			metric: filled("Throttled requests", throttles), threshold: 1})
-		add(alarmSpec{id: errorID, desc: "DynamoDB answered requests on table " + t.Name + " with internal errors (HTTP 500).",
-			metric: filled("System errors", errs), threshold: 1})
+		for _, a := range splitAlarms(throttleID, ops[t.Name]) {
+			add(alarmSpec{id: a.id, desc: "DynamoDB throttled requests (" + strings.Join(a.series, ", ") + ") on table " + t.Name + " (the SDK retried them; answers may have been 503).",
+				metric: filled("Throttled requests", perOperation("ThrottledRequests", "t", a.series)), threshold: 1})
+		}
+		for _, a := range splitAlarms(errorID, ops[t.Name]) {
+			add(alarmSpec{id: a.id, desc: "DynamoDB answered requests (" + strings.Join(a.series, ", ") + ") on table " + t.Name + " with internal errors (HTTP 500).",
+				metric: filled("System errors", perOperation("SystemErrors", "e", a.series)), threshold: 1})
+		}
 	}
 
 	// The sweeper and its schedule.
@@ -318,11 +326,14 @@ func (s *CheckoutStack) dashboard(cfg Config, custom func(name, stat string) aws
 		alarms = append(alarms, s.Alarms[id])
 	}
 	var tableMetrics, tableThrottles []awscloudwatch.IMetric
+	ops := TableOperations()
 	for _, t := range schema.Tables() {
 		tb := s.Tables[t.Name]
 		tableMetrics = append(tableMetrics, tb.MetricConsumedWriteCapacityUnits(opt("Sum")), tb.MetricConsumedReadCapacityUnits(opt("Sum")))
 		throttleID, _ := DynamoAlarms(t.Name)
-		tableThrottles = append(tableThrottles, s.Alarms[throttleID].Metric())
+		for _, a := range splitAlarms(throttleID, ops[t.Name]) {
+			tableThrottles = append(tableThrottles, s.Alarms[a.id].Metric())
+		}
 	}
 	rows := [][]awscloudwatch.IWidget{
 		{

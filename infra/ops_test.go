@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"sort"
@@ -18,12 +19,15 @@ func alarmIDs() []string {
 	ids := []string{AlarmAPI5xx, AlarmAPILatency, AlarmAPIThrottled,
 		AlarmSweeperErrors, AlarmSweepRuleFailed, AlarmSweepDeadLetters, AlarmNoticesFailed,
 		AlarmStreamIteratorAge, AlarmStreamErrors, AlarmNoticesIteratorAge, AlarmNoticesErrors, AlarmStreamDeadLetters}
-	for _, a := range lambdaThrottleAlarms(deploy.Functions) {
+	for _, a := range splitAlarms(AlarmLambdaThrottles, deploy.Functions) {
 		ids = append(ids, a.id)
 	}
+	ops := TableOperations()
 	for _, t := range schema.Tables() {
 		th, se := DynamoAlarms(t.Name)
-		ids = append(ids, th, se)
+		for _, a := range append(splitAlarms(th, ops[t.Name]), splitAlarms(se, ops[t.Name])...) {
+			ids = append(ids, a.id)
+		}
 	}
 	sort.Strings(ids)
 	return ids
@@ -127,115 +131,147 @@ func TestAlarms(t *testing.T) {
 		t.Errorf("dead-letter alarm %v", p)
 	}
 
-	// Lambda throttles: every function, filled, in one alarm while there
-	// are ten functions or fewer.
-	if _, ok := byName[AlarmName("checkout-", AlarmLambdaThrottles)]; !ok || len(deploy.Functions) <= 10 && len(lambdaThrottleAlarms(deploy.Functions)) != 1 {
-		t.Errorf("Lambda throttles alarms %v for %d functions, want %s alone", lambdaThrottleAlarms(deploy.Functions), len(deploy.Functions), AlarmLambdaThrottles)
+	// Lambda throttles and DynamoDB: every function, and per table exactly
+	// the operations the functions make on it, in one alarm each while
+	// there are ten or fewer.
+	if len(deploy.Functions) <= 10 && len(splitAlarms(AlarmLambdaThrottles, deploy.Functions)) != 1 {
+		t.Errorf("Lambda throttles alarms %v for %d functions, want %s alone", splitAlarms(AlarmLambdaThrottles, deploy.Functions), len(deploy.Functions), AlarmLambdaThrottles)
 	}
-	s.checkLambdaThrottles(t, byName)
+	s.checkSplitAlarms(t, byName)
+}
 
-	// DynamoDB: per table, exactly the operations the functions make on it.
+// checkSplitAlarms checks the alarms that add a metric over many series,
+// among the alarms by name: the Lambda throttles alarms read every
+// function's throttles, the DynamoDB alarms of a table its throttled
+// requests and its system errors of every operation the functions make on
+// it, each series once and each alarm at most ten of them (CloudWatch's
+// limit on the metrics of an alarm).
+func (s *synthesized) checkSplitAlarms(t *testing.T, byName map[string]map[string]any) {
+	t.Helper()
+	check := func(id, metric string, series []string, want []map[string]string) {
+		t.Helper()
+		var got []string
+		for _, a := range splitAlarms(id, series) {
+			p, ok := byName[AlarmName("checkout-", a.id)]
+			if !ok {
+				t.Errorf("no alarm %s", a.id)
+				continue
+			}
+			_, ms := s.metricStats(p)
+			if len(ms) != 1 || len(ms[metric]) > 10 {
+				t.Errorf("%s: %v, want %s, CloudWatch allows 10 metrics in an alarm", a.id, ms, metric)
+			}
+			for _, d := range ms[metric] {
+				got = append(got, fmt.Sprint(d))
+			}
+		}
+		var wanted []string
+		for _, d := range want {
+			wanted = append(wanted, fmt.Sprint(d))
+		}
+		sort.Strings(got)
+		sort.Strings(wanted)
+		if !reflect.DeepEqual(got, wanted) {
+			t.Errorf("%s alarms read %v, want %v", id, got, wanted)
+		}
+	}
+
+	var fns []map[string]string
+	for _, name := range deploy.Functions {
+		fns = append(fns, map[string]string{"FunctionName": "ref:" + s.fnID[name]})
+	}
+	check(AlarmLambdaThrottles, "AWS/Lambda/Throttles", deploy.Functions, fns)
+
 	ops := TableOperations()
 	for _, tb := range schema.Tables() {
+		var want []map[string]string
+		for _, op := range ops[tb.Name] {
+			want = append(want, map[string]string{"TableName": "ref:" + s.tableID[tb.Name], "Operation": op})
+		}
 		th, se := DynamoAlarms(tb.Name)
-		for id, metric := range map[string]string{th: "AWS/DynamoDB/ThrottledRequests", se: "AWS/DynamoDB/SystemErrors"} {
-			_, ms := s.metricStats(alarm(id))
-			var gotOps []string
-			for _, d := range ms[metric] {
-				if d["TableName"] != "ref:"+s.tableID[tb.Name] {
-					t.Errorf("%s: table %s", id, d["TableName"])
-				}
-				gotOps = append(gotOps, d["Operation"])
-			}
-			sort.Strings(gotOps)
-			if len(ms) != 1 || !reflect.DeepEqual(gotOps, ops[tb.Name]) {
-				t.Errorf("%s: %v, want %s for %v", id, ms, metric, ops[tb.Name])
-			}
-			if len(gotOps) > 10 {
-				t.Errorf("%s: %d metrics, CloudWatch allows 10 in an alarm", id, len(gotOps))
-			}
-		}
+		check(th, "AWS/DynamoDB/ThrottledRequests", ops[tb.Name], want)
+		check(se, "AWS/DynamoDB/SystemErrors", ops[tb.Name], want)
 	}
 }
 
-// checkLambdaThrottles checks that the Lambda throttles alarms, among the
-// alarms by name, watch every function once, each alarm at most ten of
-// them (CloudWatch's limit on the metrics of an alarm).
-func (s *synthesized) checkLambdaThrottles(t *testing.T, byName map[string]map[string]any) {
-	t.Helper()
-	var fns []string
-	for _, a := range lambdaThrottleAlarms(deploy.Functions) {
-		p, ok := byName[AlarmName("checkout-", a.id)]
-		if !ok {
-			t.Errorf("no alarm %s", a.id)
-			continue
-		}
-		_, ms := s.metricStats(p)
-		if len(ms["AWS/Lambda/Throttles"]) > 10 {
-			t.Errorf("%s: %d metrics, CloudWatch allows 10 in an alarm", a.id, len(ms["AWS/Lambda/Throttles"]))
-		}
-		for _, d := range ms["AWS/Lambda/Throttles"] {
-			fns = append(fns, d["FunctionName"])
-		}
-	}
-	var want []string
-	for _, name := range deploy.Functions {
-		want = append(want, "ref:"+s.fnID[name])
-	}
-	sort.Strings(fns)
-	sort.Strings(want)
-	if !reflect.DeepEqual(fns, want) {
-		t.Errorf("Lambda throttles alarms cover %v, want %v", fns, want)
-	}
-}
-
-func TestLambdaThrottlesSplitPastTenFunctions(t *testing.T) {
-	// Each alarm is named once and watches at most ten functions; the
-	// first keeps the name of the one alarm of ten functions or fewer.
+func TestAlarmsSplitTenMetricsEach(t *testing.T) {
+	// Each alarm is named once and reads at most ten series; the first
+	// keeps the id of the one alarm of ten series or fewer, so a deployed
+	// stack's alarm is updated, not replaced. A table whose name ends in a
+	// digit (tasks2) keeps its alarms' names apart from their numbers.
+	throttles, _ := DynamoAlarms(schema.TasksTable)
 	names := func(n int) []string {
 		var out []string
 		for i := range n {
-			out = append(out, fmt.Sprintf("fn%d", i))
+			out = append(out, fmt.Sprintf("s%d", i))
 		}
 		return out
 	}
-	for _, tc := range []struct {
-		functions int
-		want      []string
-	}{
-		{1, []string{AlarmLambdaThrottles}},
-		{10, []string{AlarmLambdaThrottles}},
-		{11, []string{AlarmLambdaThrottles, AlarmLambdaThrottles + "2"}},
-		{25, []string{AlarmLambdaThrottles, AlarmLambdaThrottles + "2", AlarmLambdaThrottles + "3"}},
-	} {
-		fns := names(tc.functions)
-		var ids, covered []string
-		for _, a := range lambdaThrottleAlarms(fns) {
-			ids = append(ids, a.id)
-			covered = append(covered, a.functions...)
-			if len(a.functions) == 0 || len(a.functions) > 10 {
-				t.Errorf("%d functions: %s watches %d", tc.functions, a.id, len(a.functions))
+	for _, id := range []string{AlarmLambdaThrottles, throttles} {
+		for _, tc := range []struct {
+			series int
+			want   []string
+		}{
+			{1, []string{id}},
+			{10, []string{id}},
+			{11, []string{id, id + "Part2"}},
+			{25, []string{id, id + "Part2", id + "Part3"}},
+		} {
+			series := names(tc.series)
+			var ids, covered []string
+			for _, a := range splitAlarms(id, series) {
+				ids = append(ids, a.id)
+				covered = append(covered, a.series...)
+				if len(a.series) == 0 || len(a.series) > 10 {
+					t.Errorf("%d series: %s reads %d", tc.series, a.id, len(a.series))
+				}
+			}
+			if !reflect.DeepEqual(ids, tc.want) || !reflect.DeepEqual(covered, series) {
+				t.Errorf("%d series: alarms %v reading %v, want %v reading each once", tc.series, ids, covered, tc.want)
 			}
 		}
-		if !reflect.DeepEqual(ids, tc.want) || !reflect.DeepEqual(covered, fns) {
-			t.Errorf("%d functions: alarms %v covering %v, want %v covering each once", tc.functions, ids, covered, tc.want)
-		}
+	}
+	if got := AlarmName("checkout-", throttles+"Part2"); got != "checkout-dynamo-throttles-tasks2-part2" {
+		t.Errorf("second throttles alarm of tasks2 named %q", got)
+	}
+}
+
+func TestAlarmsSplitPastTenFunctionsOrOperations(t *testing.T) {
+	// A stack of eleven functions, and eleven operations on the inbox
+	// table, synthesizes with two alarms for each.
+	savedFns, savedGrants := deploy.Functions, deploy.Grants
+	t.Cleanup(func() { deploy.Functions, deploy.Grants = savedFns, savedGrants })
+	deploy.Functions = append(slices.Clone(savedFns), "extra")
+	deploy.Grants = maps.Clone(savedGrants)
+	deploy.Grants[deploy.Tasks] = append(slices.Clone(savedGrants[deploy.Tasks]), deploy.Grant{Table: schema.InboxTable,
+		Actions: []string{"ConditionCheckItem", "PartiQLSelect", "TransactGetItems", "TransactWriteItems"}})
+	if n := len(TableOperations()[schema.InboxTable]); n != 11 {
+		t.Fatalf("%d operations on %s, want 11", n, schema.InboxTable)
 	}
 
-	// A stack of eleven functions synthesizes with two alarms between them.
-	saved := deploy.Functions
-	t.Cleanup(func() { deploy.Functions = saved })
-	deploy.Functions = append(slices.Clone(saved), "extra")
 	s := synth(t, map[string]any{})
 	byName := map[string]map[string]any{}
 	for _, r := range s.ofType("AWS::CloudWatch::Alarm") {
 		p := props(r)
 		byName[p["AlarmName"].(string)] = p
 	}
-	if _, ok := byName[AlarmName("checkout-", AlarmLambdaThrottles+"2")]; !ok {
-		t.Errorf("no second Lambda throttles alarm for %d functions", len(deploy.Functions))
+	throttles, errs := DynamoAlarms(schema.InboxTable)
+	for _, id := range []string{AlarmLambdaThrottles, throttles, errs} {
+		if _, ok := byName[AlarmName("checkout-", id+"Part2")]; !ok {
+			t.Errorf("no alarm %sPart2", id)
+		}
 	}
-	s.checkLambdaThrottles(t, byName)
+	s.checkSplitAlarms(t, byName)
+
+	// The dashboard graphs the throttled requests of every operation.
+	for _, r := range s.ofType("AWS::CloudWatch::Dashboard") {
+		body := s.render(props(r)["DashboardBody"])
+		for _, op := range TableOperations()[schema.InboxTable] {
+			if !strings.Contains(body, `"ThrottledRequests","Operation","`+op+`","TableName","ref:`+s.tableID[schema.InboxTable]+`"`) {
+				t.Errorf("the dashboard does not graph throttled %s on %s", op, schema.InboxTable)
+			}
+		}
+	}
 }
 
 func TestTableOperationsCoverEveryGrant(t *testing.T) {
