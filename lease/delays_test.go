@@ -727,3 +727,26 @@ func TestASubMillisecondNotBeforeIsNotGrantedEarly(t *testing.T) {
 	clock.Advance(time.Millisecond)
 	must[lease.Checkout](t)(s.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "a", Timeout: time.Minute}))
 }
+
+// A not_before in the last millisecond of 2199, finer than a millisecond,
+// is kept as the next millisecond: 2200-01-01T00:00:00.000Z, a time the
+// same field refuses ("before the year 2200"). It was accepted and shown
+// as that time, so a client sending the task's not_before back got 400.
+func TestANotBeforeRoundedUpToTheYear2200IsRefused(t *testing.T) {
+	t.Parallel()
+	s, _ := newShardEnv(t)
+	c := ctx(t)
+	nb := time.Date(2199, 12, 31, 23, 59, 59, 999_500_000, time.UTC)
+	if task, err := s.CreateTask(c, lease.CreateTaskParams{TaskID: "t1", NotBefore: &nb}); !errors.Is(err, lease.ErrInvalid) {
+		t.Fatalf("create with not_before %v: %v (not_before shown as %v), want ErrInvalid", nb, err, task.NotBefore)
+	}
+	must[lease.Task](t)(s.CreateTask(c, lease.CreateTaskParams{TaskID: "t2"}))
+	if task, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t2", AgentID: "a", SetNotBefore: true, NotBefore: &nb}); !errors.Is(err, lease.ErrInvalid) {
+		t.Fatalf("PATCH with not_before %v: %v (not_before shown as %v), want ErrInvalid", nb, err, task.NotBefore)
+	}
+	last := nb.Truncate(time.Millisecond)
+	task := must[lease.Task](t)(s.CreateTask(c, lease.CreateTaskParams{TaskID: "t3", NotBefore: &last}))
+	if task.NotBefore == nil || !task.NotBefore.Equal(last) {
+		t.Fatalf("not_before %v shown as %v", last, task.NotBefore)
+	}
+}

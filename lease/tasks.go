@@ -508,17 +508,19 @@ func (s *Store) GetTask(ctx context.Context, taskID string) (Task, error) {
 // checkNotBefore checks a not_before given on create or PATCH, and returns
 // it in Unix ms: 0 for none, or for a time not after now (it keeps
 // nothing from being granted). A time between two milliseconds is kept as
-// the later one, so that the task is never granted before the time given.
+// the later one, so that the task is never granted before the time given;
+// the bound applies to the time kept, so that the task never shows a
+// not_before the field would refuse.
 func checkNotBefore(t *time.Time, now time.Time) (int64, error) {
 	if t == nil || !t.After(now) {
 		return 0, nil
 	}
-	if t.Year() >= 2200 {
-		return 0, invalidField("not_before", CodeInvalidRequest, "not_before must be before the year 2200")
-	}
 	n := ms(*t)
 	if t.After(time.UnixMilli(n)) {
 		n++
+	}
+	if time.UnixMilli(n).UTC().Year() >= 2200 {
+		return 0, invalidField("not_before", CodeInvalidRequest, "not_before must be before the year 2200")
 	}
 	return n, nil
 }
