@@ -46,7 +46,9 @@ import (
 // one is in flight share it (claimSpread.look). A claim spread over the
 // head (racing claimers of other processes, below) reads one shard of each
 // queue instead, chosen at random (claimLook), and the others only when
-// that one has nothing for it: 2 requests for one queue. Each head is
+// that one has nothing for it: 2 requests for one queue (a claim that
+// joined such a read, sent by another claim, and finds nothing there for
+// it reads every shard next). Each head is
 // ceil(k/n)+1 entries and at least 8 (k the claim's spread window, below,
 // plus the claims of the process in flight; a Query is billed by the 4 KB
 // read, so the longer head costs nothing), with only the attributes
@@ -534,11 +536,19 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, notes *claimNo
 	// look's bound (from): the tasks before it are not for this claim.
 	maxWidth := (claimPage - 1) * s.shards.Claim
 	from := ""
+	// A claim that found nothing for it in a look of one shard, sent by
+	// another claim for which that shard held something, reads every
+	// shard next (whole), in a look of its own or one that reads them all.
+	whole := false
 	for range retries(ctx) {
 		w := s.claims.width(0, s.clock())
 		width := max(need, s.claims.readWidth(s.clock()))
-		l := s.claims.look(key+"\x00"+from, fresh, need, width, s.clock, func() (claimHeads, error) {
-			return s.claimLook(ctx, cp.queues, w, width, from, taken)
+		lookKey := key + "\x00" + from
+		if whole {
+			lookKey += "\x00whole"
+		}
+		l := s.claims.look(lookKey, fresh, need, width, s.clock, func() (claimHeads, error) {
+			return s.claimLook(ctx, cp.queues, w, width, from, whole, taken)
 		})
 		if l.err != nil {
 			if !l.mine && ctx.Err() == nil {
@@ -635,7 +645,12 @@ func (s *Store) claimOnce(ctx context.Context, cp CheckoutParams, notes *claimNo
 				w = s.claims.width(raced, s.clock())
 			}
 		}
-		if len(tried) == 0 && !left.others && !left.beyond && l.seq > began {
+		// Nothing in a look of one shard was for this claim (every task
+		// there found taken by it), while the claim that sent the look
+		// found something: the other shards are read before any answer
+		// of none, as claimLook reads them for the claim that sends it.
+		whole = l.partial && len(tried) == 0 && !left.others
+		if !whole && len(tried) == 0 && !left.others && !left.beyond && l.seq > began {
 			return Checkout{}, &noneYet{next: l.next}
 		}
 		if left.settled != nil {
@@ -678,20 +693,26 @@ func (e *noneYet) Unwrap() error { return ErrNoTaskAvailable }
 // shard is a random pick among the best w of the queue, as the claim makes
 // anyway, for one Query per queue instead of n. A lone claimer (w = 1),
 // or one spread too narrowly for that, reads every shard and takes the
-// best exactly.
-func (s *Store) claimLook(ctx context.Context, queues []string, w, width int, from string, taken map[string]bool) (claimHeads, error) {
+// best exactly, and so does a claim with whole: one that joined a look of
+// one shard which held something for the claim that sent it, and nothing
+// for this one (claimOnce).
+func (s *Store) claimLook(ctx context.Context, queues []string, w, width int, from string, whole bool, taken map[string]bool) (claimHeads, error) {
 	n := s.shards.Claim
 	all := make([]int, n)
 	for i := range all {
 		all[i] = i
 	}
-	if n < 2 || w < 2*n {
+	if whole || n < 2 || w < 2*n {
 		return s.claimCandidates(ctx, queues, all, width, from)
 	}
 	one := rand.IntN(n)
 	h, err := s.claimCandidates(ctx, queues, all[one:one+1], width, from)
-	if err != nil || slices.ContainsFunc(h.cands, func(it *taskItem) bool { return !taken[it.TaskID] && !s.claims.shown(it.TaskID) }) {
+	if err != nil {
 		return h, err
+	}
+	if slices.ContainsFunc(h.cands, func(it *taskItem) bool { return !taken[it.TaskID] && !s.claims.shown(it.TaskID) }) {
+		h.partial = true
+		return h, nil
 	}
 	// Nothing there the sending claim has not found taken, or that the
 	// index shows as it was before a grant of this process. The look is
@@ -803,11 +824,15 @@ func (s *Store) claimCandidates(ctx context.Context, queues []string, shards []i
 // yet (0: none); and bound, the lowest last key of a head that was read
 // to its length, past which a shard may hold tasks unread ("": every head
 // was read whole). The candidates up to bound are the best of the queues
-// exactly; those after it only of what was read.
+// exactly; those after it only of what was read. partial says the look
+// read one shard of each queue, chosen at random, and not the others: the
+// claim that sent it found something there (claimLook), and a claim that
+// joined it and finds nothing for it there reads them all (claimOnce).
 type claimHeads struct {
-	cands []*taskItem
-	next  int64
-	bound string
+	cands   []*taskItem
+	next    int64
+	bound   string
+	partial bool
 }
 
 // exact is how many of h's candidates are the best of the queues.
