@@ -140,3 +140,23 @@ func TestMigrateCutShortBetweenABodyAndItsTaskLeavesNoBodyBehind(t *testing.T) {
 		t.Errorf("after the migrations: description %q, metadata %s", got.Description, got.Metadata)
 	}
 }
+
+// A task of the earlier schema with a description and no metadata, or
+// metadata and no description, keeps the one it has when migrated.
+func TestMigrateKeepsADescriptionOrMetadataAlone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "described", Title: "t", Description: "what to do"}))
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "tagged", Title: "t", Metadata: []byte(`{"k":1}`)}))
+	e.oldTasksTable(t)
+	if res := must[lease.MigrateResult](t)(lease.Migrate(c, uncounted(), e.names, schema.ShardCounts{}, nil)); res.Copied != 2 {
+		t.Fatalf("migrate: %+v, want both tasks copied", res)
+	}
+	if got := must[lease.Task](t)(e.store.GetTask(c, "described")); got.Description != "what to do" || got.Metadata != nil {
+		t.Errorf("the described task after the migration: description %q, metadata %s", got.Description, got.Metadata)
+	}
+	if got := must[lease.Task](t)(e.store.GetTask(c, "tagged")); got.Description != "" || string(got.Metadata) != `{"k":1}` {
+		t.Errorf("the tagged task after the migration: description %q, metadata %s", got.Description, got.Metadata)
+	}
+}

@@ -61,8 +61,13 @@ func (e *env) oldTasksTable(t *testing.T) {
 		if b, ok := item["body"]; ok {
 			key := item["task_id"].(*types.AttributeValueMemberS).Value + "#body#" + b.(*types.AttributeValueMemberS).Value
 			for _, body := range page.Items {
-				if body["task_id"].(*types.AttributeValueMemberS).Value == key {
-					item["description"], item["metadata"] = body["description"], body["metadata"]
+				if body["task_id"].(*types.AttributeValueMemberS).Value != key {
+					continue
+				}
+				for _, name := range []string{"description", "metadata"} {
+					if v, ok := body[name]; ok { // a body has either alone, or both
+						item[name] = v
+					}
 				}
 			}
 			delete(item, "body")
