@@ -371,12 +371,24 @@ func (s *Store) readBodies(ctx context.Context, items ...*taskItem) (gone []*tas
 // task item would make every later transition of the task cost up to
 // two more write units. The change stream reads it into the release's
 // event; GET reads it with the body.
+//
+// Only the error the task names is read: an earlier one, replaced by a
+// later failed release (or cleared by one without an error), is read
+// again only by the stream, which may archive its release (again) until
+// the stream's record of it expires, a day after it was written; the
+// trail and the feed show it from the archived event. A failed release
+// whose write was refused leaves one no task ever names. Both stay until
+// `checkout-server bodies` deletes them (DeleteStrayBodies). The release
+// that replaces an error does not delete it (one more request on the
+// release), nor does the stream: its other reader (the notices), or its
+// own batch sent again, may still read it.
 
 func errorKey(taskID string, fence int64) string { return fmt.Sprintf("%s#error#%d", taskID, fence) }
 
-// putError writes the error of the failed release of taskID's lease fence.
-func (s *Store) putError(ctx context.Context, taskID string, fence int64, text string) error {
-	item, err := attributevalue.MarshalMap(bodyItem{Key: errorKey(taskID, fence), Error: text})
+// putError writes the error of the failed release of taskID's lease
+// fence, at (Unix ms).
+func (s *Store) putError(ctx context.Context, taskID string, fence int64, text string, at int64) error {
+	item, err := attributevalue.MarshalMap(bodyItem{Key: errorKey(taskID, fence), Error: text, WrittenAt: at})
 	if err != nil {
 		return err
 	}

@@ -721,7 +721,7 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 			}
 		}
 		if p.Error != "" {
-			if err := s.putError(ctx, p.TaskID, cur.Fence, p.Error); err != nil {
+			if err := s.putError(ctx, p.TaskID, cur.Fence, p.Error, ms(now)); err != nil {
 				return nil, err
 			}
 		}

@@ -10,11 +10,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
-// Deleting the bodies no task names.
+// Deleting the bodies, and the errors, no task names.
 //
 // A few paths leave a body (body.go) that no task names and none ever
 // will: a crash between the body's put and the task's write, a deciding
@@ -39,6 +40,16 @@ import (
 // task names is given the time of the run (an UpdateItem), and a run at
 // least OlderThan later deletes it if no task names it by then.
 //
+// A failed release's error item (body.go) that its task no longer names
+// (a later failed release replaced it) or never named (the release's
+// write was refused) is deleted the same way, by its written_at and the
+// task's last_error_fence, but only once it is a day older than
+// OlderThan: the stream reads it when it archives the release that named
+// it, which it may do, or do again, until its record of the release
+// expires (StrayErrorMargin after the write). No write names an old error
+// either: a release names only the error it has just written, and a
+// release of the same lease again writes it again first.
+//
 // What it relies on: the clocks of the writers and of the run agree to
 // well within OlderThan (a writer an hour slow would write bodies that
 // look old already).
@@ -50,6 +61,11 @@ const StrayBodyAge = time.Hour
 // MinStrayBodyAge is the least OlderThan DeleteStrayBodies takes: a
 // request (a Lambda's at most 15 minutes) has long ended by then.
 const MinStrayBodyAge = 15 * time.Minute
+
+// StrayErrorMargin is how much older than OlderThan an error no task
+// names must be before DeleteStrayBodies deletes it: the stream may read
+// it again for as long as it keeps its record of the release.
+const StrayErrorMargin = streamRetention
 
 // StrayBodiesDB lists the calls DeleteStrayBodies makes.
 type StrayBodiesDB interface {
@@ -73,24 +89,25 @@ type StrayBodiesParams struct {
 // StrayBodiesResult is what DeleteStrayBodies found and did.
 type StrayBodiesResult struct {
 	// Items is how many items the Scan read, Bodies how many of them
-	// were bodies.
-	Items, Bodies int
-	// Deleted lists the keys of the old bodies no task names, deleted
-	// (with DryRun, to be deleted), in key order.
+	// were bodies and Errors how many failed releases' errors.
+	Items, Bodies, Errors int
+	// Deleted lists the keys of the old bodies and errors no task names,
+	// deleted (with DryRun, to be deleted), in key order.
 	Deleted []string
-	// Timed lists the keys of the bodies no task names that had no time
-	// of writing, given one now (with DryRun, to be given one).
+	// Timed lists the keys of the bodies and errors no task names that
+	// had no time of writing, given one now (with DryRun, to be given
+	// one).
 	Timed []string
 	// Young counts the bodies no task names that are younger than
-	// OlderThan, kept; Changed the old ones found named, written again
-	// or gone after the Scan (the SDK's delete sent again finds its own
-	// delete so).
+	// OlderThan, and the errors younger than a day more, kept; Changed
+	// the old ones found named, written again or gone after the Scan
+	// (the SDK's delete sent again finds its own delete so).
 	Young, Changed int
 }
 
-// DeleteStrayBodies deletes the bodies of the tasks table that no task
-// names (see "Deleting the bodies no task names" above). Safe to run at
-// any time and again.
+// DeleteStrayBodies deletes the bodies and the failed releases' errors of
+// the tasks table that no task names (see "Deleting the bodies, and the
+// errors, no task names" above). Safe to run at any time and again.
 func DeleteStrayBodies(ctx context.Context, db StrayBodiesDB, names schema.Names, p StrayBodiesParams) (StrayBodiesResult, error) {
 	if p.OlderThan == 0 {
 		p.OlderThan = StrayBodyAge
@@ -103,13 +120,14 @@ func DeleteStrayBodies(ctx context.Context, db StrayBodiesDB, names schema.Names
 	}
 	table := names.Table(schema.TasksTable)
 	var res StrayBodiesResult
-	type body struct {
-		key, taskID, token string
-		writtenAt          int64
+	type stray struct {
+		key, taskID string
+		writtenAt   int64
+		age         time.Duration // how old it must be to be deleted
 	}
-	var bodies []body
-	named := map[string]string{} // task id -> the token of its body
-	proj := expression.NamesList(expression.Name("task_id"), expression.Name("body"), expression.Name("written_at"))
+	var found []stray
+	named := map[string]bool{} // the keys of the bodies and errors tasks name
+	proj := expression.NamesList(expression.Name("task_id"), expression.Name("body"), expression.Name("last_error_fence"), expression.Name("written_at"))
 	expr, err := expression.NewBuilder().WithProjection(proj).Build()
 	if err != nil {
 		return res, err
@@ -125,19 +143,24 @@ func DeleteStrayBodies(ctx context.Context, db StrayBodiesDB, names schema.Names
 		for _, item := range page.Items {
 			res.Items++
 			key := stringAttr(item, "task_id")
-			if taskID, token, ok := strings.Cut(key, "#body#"); ok {
-				bodies = append(bodies, body{key, taskID, token, numberAttr(item, "written_at")})
-			} else if token := stringAttr(item, "body"); token != "" && !strings.Contains(key, "#") {
-				named[key] = token
+			if taskID, _, ok := strings.Cut(key, "#body#"); ok {
+				res.Bodies++
+				found = append(found, stray{key, taskID, numberAttr(item, "written_at"), p.OlderThan})
+			} else if taskID, _, ok := strings.Cut(key, "#error#"); ok {
+				res.Errors++
+				found = append(found, stray{key, taskID, numberAttr(item, "written_at"), p.OlderThan + StrayErrorMargin})
+			} else if !strings.Contains(key, "#") {
+				for _, k := range namedBy(key, item) {
+					named[k] = true
+				}
 			}
 		}
 	}
-	res.Bodies = len(bodies)
-	slices.SortFunc(bodies, func(a, b body) int { return strings.Compare(a.key, b.key) })
+	slices.SortFunc(found, func(a, b stray) int { return strings.Compare(a.key, b.key) })
 	now := ms(p.Now())
-	for _, b := range bodies {
+	for _, b := range found {
 		switch {
-		case named[b.taskID] == b.token:
+		case named[b.key]:
 		case b.writtenAt == 0:
 			res.Timed = append(res.Timed, b.key)
 			if !p.DryRun {
@@ -145,10 +168,10 @@ func DeleteStrayBodies(ctx context.Context, db StrayBodiesDB, names schema.Names
 					return res, err
 				}
 			}
-		case now-b.writtenAt < p.OlderThan.Milliseconds():
+		case now-b.writtenAt < b.age.Milliseconds():
 			res.Young++
 		default:
-			deleted, err := deleteStrayBody(ctx, db, table, b.taskID, b.token, b.writtenAt, p.DryRun)
+			deleted, err := deleteStrayBody(ctx, db, table, b.taskID, b.key, b.writtenAt, p.DryRun)
 			if err != nil {
 				return res, err
 			}
@@ -160,6 +183,19 @@ func DeleteStrayBodies(ctx context.Context, db StrayBodiesDB, names schema.Names
 		}
 	}
 	return res, nil
+}
+
+// namedBy is the keys of the body and the error that task taskID (item,
+// with its body and last_error_fence) names.
+func namedBy(taskID string, item map[string]types.AttributeValue) []string {
+	var keys []string
+	if token := stringAttr(item, "body"); token != "" {
+		keys = append(keys, bodyKey(taskID, token))
+	}
+	if fence := numberAttr(item, "last_error_fence"); fence != 0 {
+		keys = append(keys, errorKey(taskID, fence))
+	}
+	return keys
 }
 
 // timeBody gives body key, which has no time of writing, the time at.
@@ -179,16 +215,17 @@ func timeBody(ctx context.Context, db StrayBodiesDB, table, key string, at int64
 	return nil
 }
 
-// deleteStrayBody deletes taskID's body token, written at writtenAt,
-// unless its task names it, read consistently, or it was written again
-// since (see above): false when it is kept. With dryRun it only reads.
-func deleteStrayBody(ctx context.Context, db StrayBodiesDB, table, taskID, token string, writtenAt int64, dryRun bool) (bool, error) {
+// deleteStrayBody deletes key, taskID's body or error written at
+// writtenAt, unless its task names it, read consistently, or it was
+// written again since (see above): false when it is kept. With dryRun it
+// only reads.
+func deleteStrayBody(ctx context.Context, db StrayBodiesDB, table, taskID, key string, writtenAt int64, dryRun bool) (bool, error) {
 	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &table, Key: taskKey(taskID), ConsistentRead: aws.Bool(true),
-		ProjectionExpression: aws.String("#b"), ExpressionAttributeNames: map[string]string{"#b": "body"}})
+		ProjectionExpression: aws.String("#b, #e"), ExpressionAttributeNames: map[string]string{"#b": "body", "#e": "last_error_fence"}})
 	if err != nil {
 		return false, fmt.Errorf("stray bodies: read task %s: %w", taskID, err)
 	}
-	if stringAttr(out.Item, "body") == token {
+	if slices.Contains(namedBy(taskID, out.Item), key) {
 		return false, nil
 	}
 	if dryRun {
@@ -198,13 +235,13 @@ func deleteStrayBody(ctx context.Context, db StrayBodiesDB, table, taskID, token
 	if err != nil {
 		return false, err
 	}
-	_, err = db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &table, Key: taskKey(bodyKey(taskID, token)),
+	_, err = db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &table, Key: taskKey(key),
 		ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()})
 	if _, failed := conditionFailed(err); failed {
 		return false, nil // written again since the Scan, or gone
 	}
 	if err != nil {
-		return false, fmt.Errorf("stray bodies: delete %s: %w", bodyKey(taskID, token), err)
+		return false, fmt.Errorf("stray bodies: delete %s: %w", key, err)
 	}
 	return true, nil
 }

@@ -215,3 +215,64 @@ func TestStrayBodiesAMigrationRunAgainKeepsItsBody(t *testing.T) {
 		t.Fatalf("the task after the migration: %+v, %v; want its description", got, err)
 	}
 }
+
+// A failed release's error is an item of its own, "<id>#error#<fence>",
+// which the task names until a later failed release names its own: the
+// one replaced was never read again (the release's archived event keeps
+// its text) and stayed for good. An error no task names is deleted once
+// it is a day older than a body would have to be (the stream reads it up
+// to a day after its release, archiving it), as is one a refused release
+// left that no task ever named; the one its task names stays however old,
+// and the trail keeps both releases' errors.
+func TestStrayBodiesReplacedErrorsAreDeleted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "t", MaxAttempts: new(5), RetryDelay: new(time.Duration(0))})
+	var keys []string
+	for _, text := range []string{"first", "second"} {
+		co := e.checkout(t, "t", "x", time.Minute)
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", RunID: co.RunID, Outcome: lease.OutcomeFailed, Error: text}))
+		keys = append(keys, "t#error#"+strconv.FormatInt(co.Fence, 10))
+	}
+	replaced, named := keys[0], keys[1]
+	if ok, at := bodyThere(t, e, replaced); !ok || at != epoch.UnixMilli() {
+		t.Fatalf("the first error: there %v, written_at %d; want %d", ok, at, epoch.UnixMilli())
+	}
+	putStrayBody(t, e, "refused#error#7", epoch)
+	e.drain(t)
+	run := func(dry bool) lease.StrayBodiesResult {
+		t.Helper()
+		return must[lease.StrayBodiesResult](t)(lease.DeleteStrayBodies(c, uncounted(), e.names, lease.StrayBodiesParams{Now: e.clock.Now, DryRun: dry}))
+	}
+
+	e.clock.Advance(2 * time.Hour)
+	if res := run(false); len(res.Deleted) != 0 || res.Errors != 3 || res.Young != 2 {
+		t.Fatalf("a run two hours later: %+v; want 3 errors, the 2 no task names kept, young", res)
+	}
+	e.clock.Advance(24 * time.Hour)
+	want := []string{"refused#error#7", replaced}
+	if dry := run(true); !slices.Equal(dry.Deleted, want) {
+		t.Fatalf("a dry run a day later: %+v; want %v to delete", dry, want)
+	}
+	if res := run(false); !slices.Equal(res.Deleted, want) || res.Changed != 0 {
+		t.Fatalf("a run a day later: %+v; want %v deleted", res, want)
+	}
+	for key, kept := range map[string]bool{"refused#error#7": false, replaced: false, named: true} {
+		if ok, _ := bodyThere(t, e, key); ok != kept {
+			t.Errorf("%s there after the run: %v, want %v", key, ok, kept)
+		}
+	}
+	if got := e.get(t, "t").LastError; got != "second" {
+		t.Errorf("last_error after the run: %q, want second", got)
+	}
+	var errs []string
+	for _, ev := range e.events(t, "t") {
+		if ev.Error != "" {
+			errs = append(errs, ev.Error)
+		}
+	}
+	if !slices.Equal(errs, []string{"first", "second"}) {
+		t.Errorf("the trail's errors after the run: %q, want first and second", errs)
+	}
+}

@@ -15,8 +15,8 @@ import (
 	"github.com/checkout-dev/checkout/localstack"
 )
 
-// bodies is `checkout-server bodies`: it deletes the task bodies no task
-// names (lease.DeleteStrayBodies), on the database the server would use:
+// bodies is `checkout-server bodies`: it deletes the task bodies, and the
+// failed releases' errors, no task names (lease.DeleteStrayBodies), on the database the server would use:
 // over DYNAMODB_ENDPOINT, or with -aws the deployed tables (the stack's
 // table prefix), while the service runs; over CHECKOUT_DATA_DIR with the
 // server stopped (the directory is refused otherwise). -dry-run lists them
@@ -25,8 +25,8 @@ func bodies(ctx context.Context, args []string, getenv func(string) string, stdo
 	fs := flag.NewFlagSet("checkout-server bodies", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	useAWS := fs.Bool("aws", false, "clean the tables in AWS (default configuration: AWS_REGION, AWS_PROFILE, ...)")
-	dryRun := fs.Bool("dry-run", false, "list the bodies no task names, and write nothing")
-	olderThan := fs.Duration("older-than", lease.StrayBodyAge, fmt.Sprintf("delete only bodies written longer ago than this (at least %v): a younger one may be a request's, not named yet", lease.MinStrayBodyAge))
+	dryRun := fs.Bool("dry-run", false, "list the bodies and errors no task names, and write nothing")
+	olderThan := fs.Duration("older-than", lease.StrayBodyAge, fmt.Sprintf("delete only bodies written longer ago than this (at least %v): a younger one may be a request's, not named yet; errors a day longer ago (the stream may still read them)", lease.MinStrayBodyAge))
 	if err := fs.Parse(args); err != nil {
 		return flagError{err}
 	}
@@ -81,8 +81,8 @@ func bodies(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil {
 		return err
 	}
-	summary := fmt.Sprintf("read %d items, %d bodies: %d %s, %d %s, kept %d younger than %v and %d named since the scan",
-		res.Items, res.Bodies, len(res.Deleted), deleted, len(res.Timed), timed, res.Young, *olderThan, res.Changed)
+	summary := fmt.Sprintf("read %d items, %d bodies and %d errors: %d %s, %d %s, kept %d younger than %v (errors %v) and %d named since the scan",
+		res.Items, res.Bodies, res.Errors, len(res.Deleted), deleted, len(res.Timed), timed, res.Young, *olderThan, *olderThan+lease.StrayErrorMargin, res.Changed)
 	if *dryRun {
 		summary += " (dry run: nothing written)"
 	}

@@ -21,9 +21,12 @@ import (
 
 // A data directory with a body two hours old that no task names (a create
 // cut short before its task was written), beside a task's own body of the
-// same age and a body no task names yet, a minute old: `checkout-server
-// bodies -dry-run` lists the stray one and deletes nothing, `checkout-server
-// bodies` deletes it alone, and run again finds nothing to delete.
+// same age and a body no task names yet, a minute old, and a failed
+// release's error two days old that its task no longer names (a later
+// failed release's replaced it) beside that later one: `checkout-server
+// bodies -dry-run` lists the stray body and error and deletes nothing,
+// `checkout-server bodies` deletes them alone, and run again finds nothing
+// to delete.
 func TestBodiesCommand(t *testing.T) {
 	bin := testenv.Binary(t, "github.com/checkout-dev/checkout/cmd/checkout-server")
 	dir := filepath.Join(t.TempDir(), "data")
@@ -65,6 +68,24 @@ func TestBodiesCommand(t *testing.T) {
 	if _, err := store.CreateTask(ctx, lease.CreateTaskParams{TaskID: "kept", Title: "kept", Description: "what to do"}); err != nil {
 		t.Fatal(err)
 	}
+	earlier := time.Now().Add(-48 * time.Hour)
+	retried := lease.New(lease.Config{DB: db, Tables: names, Now: func() time.Time { return earlier }})
+	zero := time.Duration(0)
+	if _, err := retried.CreateTask(ctx, lease.CreateTaskParams{TaskID: "retried", Title: "retried", RetryDelay: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	var errorKeys []string
+	for _, text := range []string{"first", "second"} {
+		co, err := retried.Checkout(ctx, lease.CheckoutParams{TaskID: "retried", AgentID: "a", Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := retried.Release(ctx, lease.ReleaseParams{TaskID: "retried", AgentID: "a", RunID: co.RunID, Outcome: lease.OutcomeFailed, Error: text}); err != nil {
+			t.Fatal(err)
+		}
+		errorKeys = append(errorKeys, "retried#error#"+strconv.FormatInt(co.Fence, 10))
+	}
+	replaced, named := errorKeys[0], errorKeys[1]
 	for key, at := range map[string]time.Time{"lost#body#b1": then, "writing#body#b2": time.Now().Add(-time.Minute)} {
 		_, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: table, Item: map[string]types.AttributeValue{
 			"task_id":     &types.AttributeValueMemberS{Value: key},
@@ -79,15 +100,15 @@ func TestBodiesCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if out, err := run("bodies", "-dry-run"); err != nil || !strings.Contains(out, "stray lost#body#b1\n") ||
-		!strings.Contains(out, "3 bodies: 1 stray, 0 untimed, kept 1 younger than 1h0m0s") {
+	if out, err := run("bodies", "-dry-run"); err != nil || !strings.Contains(out, "stray lost#body#b1\n") || !strings.Contains(out, "stray "+replaced+"\n") ||
+		!strings.Contains(out, "3 bodies and 2 errors: 2 stray, 0 untimed, kept 1 younger than 1h0m0s (errors 25h0m0s)") {
 		t.Fatalf("bodies -dry-run: %v: %s", err, out)
 	}
-	if out, err := run("bodies"); err != nil || !strings.Contains(out, "deleted lost#body#b1\n") ||
-		!strings.Contains(out, "3 bodies: 1 deleted, 0 timed, kept 1 younger than 1h0m0s") {
+	if out, err := run("bodies"); err != nil || !strings.Contains(out, "deleted lost#body#b1\n") || !strings.Contains(out, "deleted "+replaced+"\n") ||
+		!strings.Contains(out, "3 bodies and 2 errors: 2 deleted, 0 timed, kept 1 younger than 1h0m0s") {
 		t.Fatalf("bodies: %v: %s", err, out)
 	}
-	if out, err := run("bodies"); err != nil || !strings.Contains(out, "2 bodies: 0 deleted") {
+	if out, err := run("bodies"); err != nil || !strings.Contains(out, "2 bodies and 1 errors: 0 deleted") {
 		t.Fatalf("bodies again: %v: %s", err, out)
 	}
 	for _, args := range [][]string{{"bodies", "-older-than", "1m"}, {"bodies", "extra"}} {
@@ -100,6 +121,9 @@ func TestBodiesCommand(t *testing.T) {
 	defer func() { _ = d.Stop() }()
 	if there(db, "lost#body#b1") || !there(db, "writing#body#b2") {
 		t.Fatalf("after the runs: the stray body there %v, the young one %v; want only the young one", there(db, "lost#body#b1"), there(db, "writing#body#b2"))
+	}
+	if there(db, replaced) || !there(db, named) {
+		t.Fatalf("after the runs: the replaced error there %v, the named one %v; want only the named one", there(db, replaced), there(db, named))
 	}
 	got, err := lease.New(lease.Config{DB: db, Tables: names}).GetTask(ctx, "kept")
 	if err != nil || got.Description != "what to do" {

@@ -41,8 +41,8 @@
 // refuses to start over, into today's tasks table (-aws: the deployed
 // tables); see README, "Upgrading". `checkout-server recount` counts every
 // queue's tasks again and mends the queue counts that are off; see README,
-// "Queues". `checkout-server bodies` deletes the task bodies no task names;
-// see README, "Task bodies".
+// "Queues". `checkout-server bodies` deletes the task bodies, and the failed
+// releases' errors, no task names; see README, "Task bodies".
 //
 // If its dynalite dies, the server does not: it answers 503 unavailable (and
 // /healthz 503) until it has started a new one, on the same CHECKOUT_DATA_DIR
@@ -80,7 +80,7 @@ import (
 const usage = `usage: checkout-server            serve (settings from the environment)
        checkout-server migrate    copy an earlier version's tasks into today's table (migrate -h)
        checkout-server recount    count every queue's tasks again and mend the queue counts (recount -h)
-       checkout-server bodies     delete the task bodies no task names (bodies -h)
+       checkout-server bodies     delete the task bodies and errors no task names (bodies -h)
 
 Runs the checkout service on this machine: the HTTP API, the dashboard, the
 sweep and, unless DYNAMODB_ENDPOINT names one, its own dynalite.
