@@ -249,6 +249,8 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 		return answer(errorBody{Error: "the service is stopping; retry shortly", Code: errcode.Unavailable})
 	case Unavailable(err):
 		return answer(errUnavailableBody)
+	case TablesMissing(err):
+		return answer(errTablesMissingBody)
 	}
 	return statusOf(errcode.Internal), internalBody, true
 }
@@ -284,6 +286,10 @@ func notWatching(watching *bool) string {
 var errUnauthorizedBody = errorBody{Error: "a valid API key is required: Authorization: Bearer <api_key>", Code: errcode.Unauthorized}
 
 var errUnavailableBody = errorBody{Error: "the database cannot be reached; retry shortly", Code: errcode.Unavailable}
+
+// errTablesMissingBody answers TablesMissing: the database answers, but
+// without the service's tables.
+var errTablesMissingBody = errorBody{Error: "the database does not have the service's tables just now (was it restarted empty?); retry shortly", Code: errcode.Unavailable}
 
 // errBusyBody answers lease.ErrBusy: a retry shortly will most likely go
 // through. Most often nothing was changed; a create or PATCH whose task
@@ -335,4 +341,15 @@ func Unavailable(err error) bool {
 		}
 	}
 	return false
+}
+
+// TablesMissing reports whether err means that the database answered
+// without a table the request named (ResourceNotFoundException): it was
+// deleted, or a DynamoDB-compatible server was restarted empty. The
+// database is then unavailable to the service, not the request wrong: 503
+// unavailable, never 500. The local server also makes sure of its tables
+// again when it sees this.
+func TablesMissing(err error) bool {
+	var api smithy.APIError
+	return errors.As(err, &api) && api.ErrorCode() == "ResourceNotFoundException"
 }

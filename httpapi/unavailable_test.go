@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
@@ -155,5 +157,49 @@ func TestABlockedByTransitionNamesTheField(t *testing.T) {
 	want := "task d is cancelled: blocked_by may change only while it is todo or blocked (reopen it first)"
 	if status != 409 || body.Code != errcode.InvalidTransition || body.Error != want {
 		t.Errorf("%d %s %q, want 409 invalid_transition %q", status, body.Code, body.Error, want)
+	}
+}
+
+// A table the database does not have (ResourceNotFoundException: the
+// tables were deleted, or a DynamoDB-compatible server was restarted
+// empty) is 503 unavailable with Retry-After, on every route and in
+// authentication, with a sentence that says the tables are missing and
+// nothing of the cause; the cause is logged. Before, it was a 500
+// internal, which a client does not retry.
+func TestMissingTableIs503(t *testing.T) {
+	t.Parallel()
+	cause := fmt.Errorf("get task t: operation error DynamoDB: GetItem, https response error StatusCode: 400, RequestID: r-1, %w",
+		&types.ResourceNotFoundException{Message: aws.String("Requested resource not found: Table: checkout-tasks2 not found")})
+	for _, rt := range Routes() {
+		if rt.Path == "/healthz" {
+			continue
+		}
+		path := strings.NewReplacer("{task_id}", "task-1", "{agent_id}", "agent-3", "{message_id}", "m-1").Replace(rt.Path)
+		body := ""
+		for _, c := range bodyRouteCases {
+			if c.method == rt.Method && c.pattern == rt.Path {
+				body = c.valid
+			}
+		}
+		hs := newHarness(t)
+		hs.svc.err = cause
+		res := hs.do(rt.Method, path, "ck_admin", body).expect(t, 503, "unavailable")
+		if res.header.Get("Retry-After") == "" {
+			t.Errorf("%s %s: no Retry-After", rt.Method, path)
+		}
+		if msg, _ := res.json["error"].(string); !strings.Contains(msg, "tables") {
+			t.Errorf("%s %s: %q, want a sentence that says the tables are missing", rt.Method, path, msg)
+		}
+		if strings.Contains(string(res.body), "checkout-tasks2") || strings.Contains(string(res.body), "ResourceNotFound") {
+			t.Errorf("%s %s: the cause leaked: %s", rt.Method, path, res.body)
+		}
+		if !strings.Contains(hs.logs.String(), `"status":503`) || !strings.Contains(hs.logs.String(), "checkout-tasks2 not found") {
+			t.Errorf("%s %s: the cause was not logged: %s", rt.Method, path, hs.logs)
+		}
+	}
+	hs := newHarness(t, func(o *Options) { o.Auth = fakeAuth{err: fmt.Errorf("authenticate: %w", cause)} })
+	hs.do("GET", "/api/tasks", "ck_agent", "").expect(t, 503, "unavailable")
+	if !TablesMissing(cause) || TablesMissing(unreachable[0]) || TablesMissing(errBoom) {
+		t.Error("TablesMissing")
 	}
 }
