@@ -11,10 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	smithyendpoints "github.com/aws/smithy-go/endpoints"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/checkout-dev/checkout/httpapi"
 	"github.com/checkout-dev/checkout/lease"
@@ -31,7 +31,7 @@ const (
 	dialTimeout    = 2 * time.Second
 	requestTimeout = 10 * time.Second
 	// probeTimeout and probeEvery bound what GET /healthz costs: at most
-	// one ListTables a second, answered within 2 s.
+	// one DescribeTable a second, answered within 2 s.
 	probeTimeout = 2 * time.Second
 	probeEvery   = time.Second
 	// Restarts of a dynalite that keeps dying back off up to this; one that
@@ -48,6 +48,10 @@ const DefaultRestartDelay = 100 * time.Millisecond
 // is dead and not yet restarted.
 var errDatabaseDown = errors.New("dynalite exited; restarting it")
 
+// errTablesMissing is what /healthz reports while the database lacks the
+// tables and the server is making them again.
+var errTablesMissing = errors.New("the database lacks the tables; creating them and the admin agent again")
+
 // database is the DynamoDB the server talks to. Given an endpoint, it is that
 // endpoint, which the server can only probe. Otherwise it is the server's own
 // dynalite, supervised: when the process dies, requests are answered 503
@@ -56,6 +60,12 @@ var errDatabaseDown = errors.New("dynalite exited; restarting it")
 // free port. The tables and the admin agent are made sure of (in memory they
 // are created again) before the store's client is pointed at it, so no
 // request ever sees a database without its tables.
+//
+// Any endpoint may also lose its tables while the server runs (a
+// DynamoDB-compatible server restarted empty, tables deleted): once a
+// request, a probe or a poller finds one missing, the requests are answered
+// 503 unavailable (httpapi.TablesMissing) and /healthz 503 while the tables
+// and the admin agent are made sure of again, as at start (mend).
 type database struct {
 	log      *slog.Logger
 	opts     localstack.Options // Path; the port is picked at every start
@@ -73,9 +83,19 @@ type database struct {
 	stop       context.CancelFunc
 	done       chan struct{}
 
-	probeMu  sync.Mutex
-	probedAt time.Time
-	probeErr error
+	// probeTable is the table /healthz describes: the tasks table.
+	probeTable string
+	probeMu    sync.Mutex
+	probedAt   time.Time
+	probeErr   error
+
+	// missing is set while the tables found missing are made again; mending
+	// (under mu) while the server may start that, which close ends.
+	missing   atomic.Bool
+	mending   bool
+	mendCtx   context.Context
+	stopMend  context.CancelFunc
+	mendsDone sync.WaitGroup
 }
 
 // newClient is the store's DynamoDB client: its endpoint is whatever
@@ -89,7 +109,80 @@ func (db *database) newClient(endpoint string) {
 	db.client = lease.NewLocalClient(endpoint, func(o *dynamodb.Options) {
 		o.HTTPClient = httpClient
 		o.EndpointResolverV2 = currentEndpoint{&db.endpoint}
+		o.APIOptions = append(o.APIOptions, db.noticeMissingTables)
 	})
+}
+
+// noticeMissingTables adds to the client's stack what sees a call answered
+// ResourceNotFoundException, and then has the tables made again (lost).
+func (db *database) noticeMissingTables(stack *middleware.Stack) error {
+	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("noticeMissingTables",
+		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			out, md, err := next.HandleInitialize(ctx, in)
+			if httpapi.TablesMissing(err) {
+				db.lost(middleware.GetOperationName(ctx), err)
+			}
+			return out, md, err
+		}), middleware.After)
+}
+
+// mendTables arms lost: from now until close, tables found missing are
+// made again. Start calls it once the server is set up; before, a missing
+// table fails Start.
+func (db *database) mendTables() {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.mendCtx, db.stopMend = context.WithCancel(context.Background())
+	db.mending = true
+}
+
+// lost has the tables and the admin agent made sure of again (mend),
+// unless that is under way already or not armed (mendTables).
+func (db *database) lost(op string, cause error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if !db.mending || db.missing.Load() {
+		return
+	}
+	db.missing.Store(true)
+	db.log.Error("the database lacks the tables; creating them and the admin agent again",
+		"endpoint", *db.endpoint.Load(), "operation", op, "error", cause.Error())
+	db.mendsDone.Add(1)
+	go db.mend(db.mendCtx)
+}
+
+// mend makes sure of the tables and the admin agent, as at start, retrying
+// with the restarts' back-off until it has, then clears the key cache (the
+// database may be another, empty one) and serves again.
+func (db *database) mend(ctx context.Context) {
+	defer db.mendsDone.Done()
+	lost := time.Now()
+	delay := db.delay
+	for {
+		err := db.prepare(ctx, *db.endpoint.Load())
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		db.log.Error("make the tables again", "error", err.Error(), "retry_in", delay.String())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, maxRestartDelay)
+	}
+	db.probeMu.Lock()
+	db.probedAt = time.Time{}
+	db.probeMu.Unlock()
+	if db.replaced != nil {
+		db.replaced()
+	}
+	db.missing.Store(false)
+	db.log.Info("the tables and the admin agent are made again", "endpoint", *db.endpoint.Load(),
+		"down_for", time.Since(lost).Round(time.Millisecond).String())
 }
 
 type currentEndpoint struct{ p *atomic.Pointer[string] }
@@ -196,6 +289,12 @@ func (db *database) restart(ctx context.Context) (*localstack.Dynalite, error) {
 	return d, nil
 }
 
+// down reports whether the database is known not to serve just now: the
+// own dynalite is being restarted, or the tables are being made again.
+func (db *database) down() bool {
+	return (db.supervised && !db.up.Load()) || db.missing.Load()
+}
+
 // current is the running dynalite, or nil when the endpoint is not ours.
 func (db *database) current() *localstack.Dynalite {
 	db.mu.Lock()
@@ -213,11 +312,16 @@ func (db *database) indexesCaughtUp(ctx context.Context, prefix string) bool {
 	return err == nil && n == 0
 }
 
-// health is nil when the database answers: the own dynalite is running and
-// (for any endpoint) a ListTables at most a second old succeeded.
+// health is nil when the database answers with its tables: the own
+// dynalite is running, no table was found missing since they were made, and
+// (for any endpoint) a DescribeTable of the tasks table at most a second
+// old succeeded.
 func (db *database) health(ctx context.Context) error {
 	if db.supervised && !db.up.Load() {
 		return errDatabaseDown
+	}
+	if db.missing.Load() {
+		return errTablesMissing
 	}
 	db.probeMu.Lock()
 	defer db.probeMu.Unlock()
@@ -226,21 +330,32 @@ func (db *database) health(ctx context.Context) error {
 	}
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	_, err := db.client.ListTables(pctx, &dynamodb.ListTablesInput{Limit: aws.Int32(1)}, func(o *dynamodb.Options) {
+	_, err := db.client.DescribeTable(pctx, &dynamodb.DescribeTableInput{TableName: &db.probeTable}, func(o *dynamodb.Options) {
 		o.RetryMaxAttempts = 1
 	})
 	if err != nil && ctx.Err() != nil {
 		return err // the caller went away: say so, remember nothing
 	}
-	if err != nil && !httpapi.Unavailable(err) {
+	if httpapi.TablesMissing(err) {
+		err = errTablesMissing
+	} else if err != nil && !httpapi.Unavailable(err) {
 		err = fmt.Errorf("probe %s: %w", *db.endpoint.Load(), err)
 	}
 	db.probedAt, db.probeErr = time.Now(), err
 	return err
 }
 
-// close stops the supervisor, then the own dynalite.
+// close stops the mending of tables and the supervisor, then the own
+// dynalite.
 func (db *database) close() {
+	db.mu.Lock()
+	db.mending = false
+	stopMend := db.stopMend
+	db.mu.Unlock()
+	if stopMend != nil {
+		stopMend()
+		db.mendsDone.Wait()
+	}
 	if db.stop != nil {
 		db.stop()
 		<-db.done

@@ -10,6 +10,7 @@ import (
 
 	"github.com/checkout-dev/checkout/internal/testclock"
 	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/localstack"
 )
 
 // waitHealthy polls /healthz until it is 200, or fails the test.
@@ -203,12 +204,14 @@ func TestCloseStopsTheSupervisedDynalite(t *testing.T) {
 	}
 }
 
-// With an endpoint that is not its own, /healthz probes it: 503 when
-// nothing answers there.
+// With an endpoint that is not its own, /healthz probes it (a DescribeTable
+// of the tasks table): 503 when nothing answers there or the table is
+// missing.
 func TestHealthzProbesAGivenEndpoint(t *testing.T) {
 	t.Parallel()
 	proxy := newCountingProxy(t, testenv.Endpoint())
-	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: proxy.url, TablePrefix: testenv.Prefix(), SweepInterval: -1})
+	// No sweep and no stream poller: only the probes describe the table.
+	srv, err := Start(context.Background(), Config{Addr: "127.0.0.1:0", DynamoEndpoint: proxy.url, TablePrefix: testenv.Prefix(), SweepInterval: -1, StreamPollInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,12 +219,101 @@ func TestHealthzProbesAGivenEndpoint(t *testing.T) {
 	if srv.Dynalite() != nil {
 		t.Fatal("Dynalite() for a given endpoint")
 	}
+	before := proxy.count("DescribeTable")
 	for range 5 {
 		if st, body := call(t, "GET", srv.URL()+"/healthz", "", ""); st != 200 || body["ok"] != true {
 			t.Fatalf("healthz: %d %v", st, body)
 		}
 	}
-	if n := proxy.count("ListTables"); n > 1 {
-		t.Fatalf("5 health checks within a second made %d probes", n)
+	if n := proxy.count("DescribeTable") - before; n != 1 {
+		t.Fatalf("5 health checks within a second made %d probes, want 1", n)
+	}
+}
+
+// A DynamoDB-compatible server named by the endpoint that restarts empty
+// (in memory, on the same port) is the database being unavailable, not a
+// bug: while its tables are missing every route answers 503 unavailable
+// with Retry-After, authentication included, and /healthz 503; then the
+// server makes sure of the tables and the admin agent again by itself, as
+// at start, and the admin key works, without a restart of the server. The
+// key cache is cleared, as when its own dynalite restarts: a key of the
+// lost database is refused. (The proxy refuses CreateTable for a while,
+// so that the outage lasts long enough to be seen.) Before, every request
+// answered 500 internal for good while /healthz said 200.
+func TestEndpointRestartedEmpty(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, err := localstack.Start(ctx, localstack.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Stop() })
+	proxy := newCountingProxy(t, d.Endpoint)
+	var logs testenv.Buffer
+	srv, err := Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: proxy.url, AdminKey: "ck_external-admin-key",
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	admin, base := srv.AdminKey(), srv.URL()
+	st, body := call(t, "POST", base+"/api/agents", admin, `{"name":"worker"}`)
+	if st != 201 {
+		t.Fatalf("register: %d %v", st, body)
+	}
+	worker := body["api_key"].(string)
+	if st, body := call(t, "POST", base+"/api/tasks", worker, `{"task_id":"t1"}`); st != 201 {
+		t.Fatalf("create: %d %v", st, body)
+	}
+
+	proxy.refuse("CreateTable", true)
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	restarted, err := localstack.Start(ctx, localstack.Options{Port: d.Port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = restarted.Stop() })
+	for _, c := range []struct{ method, path, key, body string }{
+		{"GET", "/api/tasks/t1", worker, ""}, // a cached key
+		{"POST", "/api/tasks/t1/checkout", admin, `{"run_id":"run-1"}`},
+		{"POST", "/api/tasks", admin, `{"task_id":"t2"}`},
+		{"GET", "/api/agents", admin, ""},
+		{"GET", "/api/tasks", "ck_a-key-nobody-has-seen-before", ""}, // the look-up itself fails
+	} {
+		st, retry, body := get(t, c.method, base+c.path, c.key, c.body)
+		if st != 503 || body["code"] != "unavailable" || retry == "" {
+			t.Fatalf("%s %s while the tables are missing: %d Retry-After %q %v", c.method, c.path, st, retry, body)
+		}
+	}
+	if st, retry, body := get(t, "GET", base+"/healthz", "", ""); st != 503 || body["ok"] != false || retry == "" {
+		t.Fatalf("healthz while the tables are missing: %d %q %v", st, retry, body)
+	}
+
+	proxy.refuse("CreateTable", false)
+	waitHealthy(t, srv, 30*time.Second)
+	st, body = call(t, "GET", base+"/api/agents", admin, "")
+	if agents, _ := body["agents"].([]any); st != 200 || len(agents) != 1 {
+		t.Fatalf("agents once the tables are back: %d %v", st, body)
+	}
+	if st, body := call(t, "GET", base+"/api/inbox", worker, ""); st != 401 {
+		t.Fatalf("a key of the lost database: %d %v", st, body)
+	}
+	if st, body := call(t, "POST", base+"/api/tasks", admin, `{"task_id":"t1"}`); st != 201 {
+		t.Fatalf("create once the tables are back: %d %v", st, body)
+	}
+	if st, body := call(t, "POST", base+"/api/tasks/t1/checkout", admin, `{"run_id":"run-1"}`); st != 200 {
+		t.Fatalf("checkout once the tables are back: %d %v", st, body)
+	}
+	// The change stream is the new table's: the checkout's event is archived.
+	if st, body := call(t, "GET", base+"/api/tasks/t1/events", admin, ""); st != 200 || len(body["events"].([]any)) != 1 {
+		t.Fatalf("events once the tables are back: %d %v", st, body)
+	}
+	if strings.Contains(logs.String(), `"status":500`) {
+		t.Errorf("a 500 was answered:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), `"status":500`) {
+		t.Errorf("a 500 was answered:\n%s", logs.String())
 	}
 }

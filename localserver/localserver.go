@@ -9,7 +9,9 @@
 // and /healthz 503 {"ok": false} until a new one is up, which is started at
 // once on the same data directory (Config.DataDir), or empty in memory, where
 // the tables and the admin agent are created again. The server itself never
-// exits for it. See database.go.
+// exits for it. Any endpoint whose tables go missing (restarted empty) is
+// answered the same way while the server creates them and the admin agent
+// again. See database.go.
 //
 // cmd/checkout-server is its command; tests of the CLI, the client and the
 // MCP server start it in-process:
@@ -200,7 +202,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 		return nil
 	}
-	s.db = &database{log: cfg.Logger, opts: localstack.Options{Path: cfg.DataDir}, delay: cfg.RestartDelay, prepare: prepare}
+	s.db = &database{log: cfg.Logger, opts: localstack.Options{Path: cfg.DataDir}, delay: cfg.RestartDelay, prepare: prepare,
+		probeTable: names.Table(schema.TasksTable)}
 	defer func() {
 		if err != nil {
 			s.db.close()
@@ -256,8 +259,10 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 
 	cache := auth.NewCache(s.store, AuthCacheTTL, cfg.Now)
 	// A restarted dynalite may be another database (in memory: empty but
-	// for the admin): nothing the cache remembers about keys holds.
+	// for the admin): nothing the cache remembers about keys holds. So may
+	// an endpoint whose tables went missing (restarted empty).
 	s.db.replaced = cache.Reset
+	s.db.mendTables()
 	if s.db.supervised {
 		s.db.supervise()
 	}
@@ -422,7 +427,7 @@ func (s *Server) noticesLoop(ctx context.Context, every time.Duration, after fun
 			return
 		case <-after(wait):
 		}
-		if s.db.supervised && !s.db.up.Load() {
+		if s.db.down() {
 			continue
 		}
 		_, err := s.changes.pollOne(ctx, s.changes.notices)
@@ -443,7 +448,7 @@ func (s *Server) sweepLoop(ctx context.Context, every time.Duration) {
 
 // everyTick runs fn every interval until ctx ends (never for a negative
 // interval), skipping the ticks while the supervised dynalite is being
-// restarted (no need to log that each tick).
+// restarted or the tables made again (no need to log that each tick).
 func (s *Server) everyTick(ctx context.Context, every time.Duration, fn func()) {
 	if every < 0 {
 		return
@@ -455,7 +460,7 @@ func (s *Server) everyTick(ctx context.Context, every time.Duration, fn func()) 
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if s.db.supervised && !s.db.up.Load() {
+			if s.db.down() {
 				continue
 			}
 			fn()

@@ -295,11 +295,13 @@ func TestStrictInput(t *testing.T) {
 }
 
 // countingProxy forwards to the DynamoDB endpoint and counts requests by
-// operation (X-Amz-Target).
+// operation (X-Amz-Target). The operations it is told to refuse are
+// answered with a ValidationException instead, which the SDK does not retry.
 type countingProxy struct {
-	mu  sync.Mutex
-	ops map[string]int
-	url string
+	mu      sync.Mutex
+	ops     map[string]int
+	refused map[string]bool
+	url     string
 }
 
 func newCountingProxy(t *testing.T, target string) *countingProxy {
@@ -308,18 +310,32 @@ func newCountingProxy(t *testing.T, target string) *countingProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &countingProxy{ops: map[string]int{}}
+	p := &countingProxy{ops: map[string]int{}, refused: map[string]bool{}}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "DynamoDB_20120810.")
 		p.mu.Lock()
 		p.ops[op]++
+		refused := p.refused[op]
 		p.mu.Unlock()
+		if refused {
+			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"__type":"com.amazonaws.dynamodb.v20120810#ValidationException","message":"%s refused by the test"}`, op)
+			return
+		}
 		rp.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
 	p.url = srv.URL
 	return p
+}
+
+// refuse makes the proxy refuse op (on) or forward it again.
+func (p *countingProxy) refuse(op string, on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refused[op] = on
 }
 
 func (p *countingProxy) count(op string) int {
