@@ -156,10 +156,14 @@ import (
 // retry is a fresh claim (the lease it got has ended: the task moved on).
 // An attempt whose grant the receipt keeps (or a retry that keeps the
 // lease it found) gives back the run's other leases on the tasks the
-// receipt lists (giveBackUnkept), so such an undecided lease is given
-// back when another attempt's grant is kept, later or already: the window
-// left is a grant that lands after that keeping, by an attempt that can
-// neither keep it nor read the receipt for grantWait. A receipt
+// receipt lists (giveBackUnkept), those granted by then (or, for a
+// retry, by the found lease's grant: a checkout by name of the run, on a
+// task a claim of the run tried, may have come since), so such an
+// undecided lease is given back when another attempt's grant is kept,
+// later or already: the window left is a grant that lands after that
+// keeping, by an attempt that can neither keep it nor read the receipt
+// for grantWait, and, for a retry, an undecided grant made after the one
+// it keeps. A receipt
 // outlives its agent's removal: one
 // made before the id was registered again is the removed agent's
 // (removedAgentsReceipt), and the new agent's claim of that run id is a
@@ -1446,7 +1450,7 @@ type grantRecord struct {
 // its task, and the receipt decides then (claimedBefore).
 func (s *Store) noteGrant(ctx context.Context, c Checkout) (first Checkout, superseded bool, err error) {
 	ctx = context.WithoutCancel(ctx)
-	kept, err := s.settleGrant(ctx, c)
+	kept, err := s.settleGrant(ctx, c, false)
 	switch {
 	case err != nil:
 		return Checkout{}, false, err
@@ -1462,15 +1466,17 @@ func (s *Store) noteGrant(ctx context.Context, c Checkout) (first Checkout, supe
 // was lost) may or may not have applied, and says nothing of another
 // attempt's grant: the receipt, read consistently, decides, and the write
 // is tried again until it does, for up to grantWait. Undecided by then,
-// err wraps ErrGrantNotKept.
-func (s *Store) settleGrant(ctx context.Context, c Checkout) (kept bool, err error) {
+// err wraps ErrGrantNotKept. found says c is a lease an earlier attempt
+// got, found on its task (keepFound), not this attempt's grant: kept, it
+// gives back fewer of the run's other leases (giveBackUnkept).
+func (s *Store) settleGrant(ctx context.Context, c Checkout, found bool) (kept bool, err error) {
 	ctx = context.WithoutCancel(ctx)
 	deadline := time.Now().Add(grantWait)
 	for {
 		kept, tried, err := s.keepGrant(ctx, c)
 		if err == nil {
 			if kept {
-				s.giveBackUnkept(ctx, c, tried)
+				s.giveBackUnkept(ctx, c, tried, found)
 			}
 			return kept, nil
 		}
@@ -1479,7 +1485,7 @@ func (s *Store) settleGrant(ctx context.Context, c Checkout) (kept bool, err err
 			// The write applied, or another's did.
 			kept := rec.Granted.Task == c.TaskID && rec.Granted.Fence == c.Fence
 			if kept {
-				s.giveBackUnkept(ctx, c, rec.Tried)
+				s.giveBackUnkept(ctx, c, rec.Tried, found)
 			}
 			return kept, nil
 		}
@@ -1506,13 +1512,29 @@ const grantWait = 2 * time.Second
 // grant is still on its way is given back by its own attempt, which finds
 // this grant kept. A give-back that fails is logged: c is kept all the
 // same.
-func (s *Store) giveBackUnkept(ctx context.Context, c Checkout, tried []string) {
+//
+// A lease of the run on a listed task is not always an attempt's grant:
+// a run that uses its run id for every call (API.md: one agent run, one
+// run id) may check out by name a task one of its claims tried and lost.
+// So only a lease granted no later than upTo is given back. An undecided
+// grant of another attempt was written before the receipt decided
+// (kept, c's attempt): upTo is the decision, now. With found, c is a
+// lease an earlier attempt got, kept now by a retry of the run (the
+// grant's attempt left it undecided), which a checkout by name of the
+// run may have followed: upTo is c's own lock time, and an undecided
+// grant made after it stays held until its timeout (a second attempt
+// left undecided too, README "Known limits").
+func (s *Store) giveBackUnkept(ctx context.Context, c Checkout, tried []string, found bool) {
+	upTo := ms(s.clock())
+	if found {
+		upTo = ms(c.LockedAt)
+	}
 	for _, taskID := range tried {
 		if taskID == c.TaskID {
 			continue
 		}
 		it, err := s.getTask(ctx, taskID)
-		if err == nil && (it == nil || it.Holder != c.AgentID || it.RunID != c.RunID || !it.leaseTimeValid(s.clock())) {
+		if err == nil && (it == nil || it.Holder != c.AgentID || it.RunID != c.RunID || it.LockedAt > upTo || !it.leaseTimeValid(s.clock())) {
 			continue
 		}
 		if err == nil {
@@ -1688,7 +1710,7 @@ func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (Check
 // while the receipt kept no grant, once the receipt has decided (see
 // claimedBefore).
 func (s *Store) keepFound(ctx context.Context, c Checkout) (Checkout, bool, error) {
-	kept, err := s.settleGrant(ctx, c)
+	kept, err := s.settleGrant(ctx, c, true)
 	switch {
 	case err != nil:
 		return Checkout{}, false, err

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 // receiptLossDB fails every write that would keep a named claim's grant in
@@ -741,5 +742,51 @@ func TestASupersededAttemptWhoseTaskWasGivenBackAndMovedOnAnswersTheKeptGrant(t 
 	}
 	if lock := must[*lease.Checkout](t)(e.store.LockStatus(c, other)); lock != nil {
 		t.Fatalf("%s holds %+v, want it free", other, lock)
+	}
+}
+
+// A run that uses one run id for its whole life keeps the lease it checked
+// out by name on a task one of its claims tried: the run's claim lost
+// task b to another claimer (b stays listed in the receipt), its next
+// claim got a but could not keep that grant (ErrGrantNotKept), and it then
+// checked b out by name once b was free. The retry of the claim keeps a,
+// the lease it finds, and gives back the run's undecided leases: before,
+// b's lease, granted after a by no attempt of the claim, went with them.
+func TestAClaimRetryKeepsTheRunsLaterNamedCheckout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	p := lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute}
+	e.task(t, "b")
+	e.caughtUp(t) // the claim finds b through an index
+	raced := &racedDB{DB: e.db, tasks: e.names.Table(schema.TasksTable), rival: e.store}
+	raced.lose.Store(1)
+	racing := lease.New(lease.Config{DB: raced, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	if _, err := racing.Claim(c, p); !errors.Is(err, lease.ErrNoTaskAvailable) {
+		t.Fatalf("the claim that lost b: %v, want ErrNoTaskAvailable", err)
+	}
+	if tried := must[[]string](t)(lease.ReceiptTried(c, e.store, "a", "run-1")); !slices.Equal(tried, []string{"b"}) {
+		t.Fatalf("the receipt lists %v, want [b]", tried)
+	}
+
+	e.clock.Advance(time.Second)
+	e.task(t, "a")
+	e.caughtUp(t)
+	e.drain(t) // b's trail, read by the next claim, has nothing pending
+	lossy := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	first := unkeptClaim(t, lossy, p, "a")
+
+	e.clock.Advance(time.Second)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "b", AgentID: "rival"}))
+	e.clock.Advance(time.Second)
+	named := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "b", AgentID: "a", RunID: "run-1", Timeout: time.Minute}))
+
+	e.clock.Advance(time.Second)
+	again := must[lease.Checkout](t)(e.store.Claim(c, p))
+	if again.TaskID != "a" || again.Fence != first.Fence {
+		t.Fatalf("the retry answered %s/%d, want the claim's lease a/%d", again.TaskID, again.Fence, first.Fence)
+	}
+	if lock := must[*lease.Checkout](t)(e.store.LockStatus(c, "b")); lock == nil || lock.RunID != "run-1" || lock.Fence != named.Fence {
+		t.Fatalf("b holds %+v, want the run's named checkout (fence %d)", lock, named.Fence)
 	}
 }
