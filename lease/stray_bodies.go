@@ -31,10 +31,15 @@ import (
 // nor when it is read again, consistently, just before the delete. No
 // write names an old body: a create or a PATCH names only the body it has
 // just written, in that request, and never names again one its task
-// stopped naming; a migration names its "migrated" body only after
-// writing it again, which moves its written_at. The delete is conditioned
-// on written_at as scanned, so a migration's body written again after the
-// Scan is never deleted, even if it is named after the read.
+// stopped naming. A migration is no request: a run held up between a
+// task's "migrated" body and its copy (its machine asleep) names that
+// body however old it is by then, so such a body is kept while its task
+// is not in the table (Uncopied); once the task is there, no copy can
+// name it (the copy's put is conditioned on no task). A run again writes
+// the body again before naming it, which moves its written_at, and the
+// delete is conditioned on written_at as scanned, so a migration's body
+// written again after the Scan is never deleted, even if it is named
+// after the read.
 //
 // A body written before bodies carried written_at has no time: one no
 // task names is given the time of the run (an UpdateItem), and a run at
@@ -101,8 +106,10 @@ type StrayBodiesResult struct {
 	// Young counts the bodies no task names that are younger than
 	// OlderThan, and the errors younger than a day more, kept; Changed
 	// the old ones found named, written again or gone after the Scan
-	// (the SDK's delete sent again finds its own delete so).
-	Young, Changed int
+	// (the SDK's delete sent again finds its own delete so); Uncopied the
+	// old bodies a migration wrote whose task is not in the table yet,
+	// kept (a migration held up may copy it yet).
+	Young, Changed, Uncopied int
 }
 
 // DeleteStrayBodies deletes the bodies and the failed releases' errors of
@@ -171,13 +178,16 @@ func DeleteStrayBodies(ctx context.Context, db StrayBodiesDB, names schema.Names
 		case now-b.writtenAt < b.age.Milliseconds():
 			res.Young++
 		default:
-			deleted, err := deleteStrayBody(ctx, db, table, b.taskID, b.key, b.writtenAt, p.DryRun)
+			fate, err := deleteStrayBody(ctx, db, table, b.taskID, b.key, b.writtenAt, p.DryRun)
 			if err != nil {
 				return res, err
 			}
-			if deleted {
+			switch fate {
+			case strayDeleted:
 				res.Deleted = append(res.Deleted, b.key)
-			} else {
+			case strayUncopied:
+				res.Uncopied++
+			default:
 				res.Changed++
 			}
 		}
@@ -215,35 +225,46 @@ func timeBody(ctx context.Context, db StrayBodiesDB, table, key string, at int64
 	return nil
 }
 
+// strayFate is what deleteStrayBody did with a body or an error.
+type strayFate int
+
+const (
+	strayDeleted  strayFate = iota
+	strayChanged            // named, written again or gone since the Scan: kept
+	strayUncopied           // a migration's body, its task not copied yet: kept
+)
+
 // deleteStrayBody deletes key, taskID's body or error written at
 // writtenAt, unless its task names it, read consistently, or it was
-// written again since (see above): false when it is kept. With dryRun it
-// only reads.
-func deleteStrayBody(ctx context.Context, db StrayBodiesDB, table, taskID, key string, writtenAt int64, dryRun bool) (bool, error) {
+// written again since, or it is a migration's body and its task is not
+// there (see above). With dryRun it only reads.
+func deleteStrayBody(ctx context.Context, db StrayBodiesDB, table, taskID, key string, writtenAt int64, dryRun bool) (strayFate, error) {
 	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &table, Key: taskKey(taskID), ConsistentRead: aws.Bool(true),
-		ProjectionExpression: aws.String("#b, #e"), ExpressionAttributeNames: map[string]string{"#b": "body", "#e": "last_error_fence"}})
+		ProjectionExpression: aws.String("task_id, #b, #e"), ExpressionAttributeNames: map[string]string{"#b": "body", "#e": "last_error_fence"}})
 	if err != nil {
-		return false, fmt.Errorf("stray bodies: read task %s: %w", taskID, err)
+		return strayChanged, fmt.Errorf("stray bodies: read task %s: %w", taskID, err)
 	}
-	if slices.Contains(namedBy(taskID, out.Item), key) {
-		return false, nil
-	}
-	if dryRun {
-		return true, nil
+	switch {
+	case slices.Contains(namedBy(taskID, out.Item), key):
+		return strayChanged, nil
+	case len(out.Item) == 0 && key == bodyKey(taskID, migratedBody):
+		return strayUncopied, nil
+	case dryRun:
+		return strayDeleted, nil
 	}
 	expr, err := expression.NewBuilder().WithCondition(expression.Name("written_at").Equal(expression.Value(writtenAt))).Build()
 	if err != nil {
-		return false, err
+		return strayChanged, err
 	}
 	_, err = db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &table, Key: taskKey(key),
 		ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()})
 	if _, failed := conditionFailed(err); failed {
-		return false, nil // written again since the Scan, or gone
+		return strayChanged, nil // written again since the Scan, or gone
 	}
 	if err != nil {
-		return false, fmt.Errorf("stray bodies: delete %s: %w", key, err)
+		return strayChanged, fmt.Errorf("stray bodies: delete %s: %w", key, err)
 	}
-	return true, nil
+	return strayDeleted, nil
 }
 
 var _ StrayBodiesDB = (*dynamodb.Client)(nil)

@@ -188,9 +188,10 @@ func TestStrayBodiesNamedAfterTheScanStay(t *testing.T) {
 }
 
 // A migration cut short between a task's body and its copy leaves the
-// body old and unnamed; run again while the body is being deleted, it
-// writes the body again and names it: the delete, conditioned on the body
-// as the Scan read it, is refused, and the task keeps its description.
+// body old and unnamed; run again after the Scan, it writes the body
+// again and names it: the body is kept, and the task keeps its
+// description. (Run again later, after the task's read, it would find
+// the body kept all the same: its task is not copied.)
 func TestStrayBodiesAMigrationRunAgainKeepsItsBody(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -203,7 +204,7 @@ func TestStrayBodiesAMigrationRunAgainKeepsItsBody(t *testing.T) {
 	if ok, at := bodyThere(t, e, "a#body#migrated"); !ok || at == 0 {
 		t.Fatalf("the body of the migration cut short: there %v, written_at %d", ok, at)
 	}
-	db := &raceDB{StrayBodiesDB: uncounted(), beforeDelete: map[string]func(){"a#body#migrated": func() {
+	db := &raceDB{StrayBodiesDB: uncounted(), beforeGet: map[string]func(){"a": func() {
 		must[lease.MigrateResult](t)(lease.Migrate(c, uncounted(), e.names, schema.ShardCounts{}, nil))
 	}}}
 	later := func() time.Time { return time.Now().Add(2 * time.Hour) }
@@ -274,5 +275,51 @@ func TestStrayBodiesReplacedErrorsAreDeleted(t *testing.T) {
 	}
 	if !slices.Equal(errs, []string{"first", "second"}) {
 		t.Errorf("the trail's errors after the run: %q, want first and second", errs)
+	}
+}
+
+// stalledCopyDB runs stall once, before the first copy of a task (a
+// PutItem whose item has migrated_at): a migration held up between a
+// task's body and its item.
+type stalledCopyDB struct {
+	lease.MigrateDB
+	stall func()
+}
+
+func (d *stalledCopyDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if _, ok := in.Item["migrated_at"]; ok && d.stall != nil {
+		stall := d.stall
+		d.stall = nil
+		stall()
+	}
+	return d.MigrateDB.PutItem(ctx, in, opts...)
+}
+
+// A migration is an operator's process, not a request whose life is
+// bounded: held up between a task's body and its copy (its machine
+// asleep, say) for longer than -older-than, its body looked stray, no
+// task naming it, and was deleted; then the copy named it, and the task
+// named a body that is gone (its description lost, and every read of it
+// refused). A body a migration wrote is kept while its task is not copied.
+func TestStrayBodiesOfACopyHeldUpStay(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "a", Title: "t", Description: "what to do", Metadata: []byte(`{"k":1}`)}))
+	e.oldTasksTable(t)
+	later := func() time.Time { return time.Now().Add(2 * time.Hour) }
+	var res lease.StrayBodiesResult
+	db := &stalledCopyDB{MigrateDB: uncounted(), stall: func() {
+		res = must[lease.StrayBodiesResult](t)(lease.DeleteStrayBodies(c, uncounted(), e.names, lease.StrayBodiesParams{Now: later}))
+	}}
+	if got := must[lease.MigrateResult](t)(lease.Migrate(c, db, e.names, schema.ShardCounts{}, nil)); got.Copied != 1 {
+		t.Fatalf("migrate: %+v, want the task copied", got)
+	}
+	if res.Bodies != 1 || len(res.Deleted) != 0 || res.Uncopied != 1 {
+		t.Errorf("the run while the copy was held up: %+v; want its body kept", res)
+	}
+	got, err := e.store.GetTask(c, "a")
+	if err != nil || got.Description != "what to do" || string(got.Metadata) != `{"k":1}` {
+		t.Fatalf("the task after the migration: %+v, %v; want its description and metadata", got, err)
 	}
 }

@@ -83,6 +83,9 @@ func bodies(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	summary := fmt.Sprintf("read %d items, %d bodies and %d errors: %d %s, %d %s, kept %d younger than %v (errors %v) and %d named since the scan",
 		res.Items, res.Bodies, res.Errors, len(res.Deleted), deleted, len(res.Timed), timed, res.Young, *olderThan, *olderThan+lease.StrayErrorMargin, res.Changed)
+	if res.Uncopied > 0 {
+		summary += fmt.Sprintf(", and %d of tasks a migration has not copied yet", res.Uncopied)
+	}
 	if *dryRun {
 		summary += " (dry run: nothing written)"
 	}
