@@ -84,7 +84,8 @@ import (
 // only a PATCH that replaced it deletes (replacedOwn).
 //
 // Nothing can make a body named after it was deleted; nothing is
-// deleted that a task names or may still name. This costs one write,
+// deleted that a task names or may still name (one gone all the same, by
+// hand or by a bug, is read empty: lostBody). This costs one write,
 // and only on such an error; a deciding write that itself fails so
 // leaves the body, as a crash would (DeleteStrayBodies deletes it). There
 // is no TTL on bodies: clearing one once named would cost a write of the
@@ -274,27 +275,52 @@ func (s *Store) deleteBody(ctx context.Context, key string) {
 // PATCH replaced after an item was read is gone by the time it is asked
 // for: such an item gets the body its task names now, read again (its
 // other fields stay as read; GetTask reads the whole task again instead).
+// A body not found that the task, read again, still names at the version
+// it was read at is gone for good (lostBody).
 func (s *Store) fillBodies(ctx context.Context, items ...*taskItem) error {
 	gone, err := s.readBodies(ctx, items...)
+	read := make(map[*taskItem]int64, len(gone)) // the version each was read naming its body at
+	for _, it := range gone {
+		read[it] = it.Version
+	}
 	for range retries(ctx) {
 		if err != nil || len(gone) == 0 {
 			return err
 		}
+		var again []*taskItem
 		for _, it := range gone {
 			cur, err := s.getTask(ctx, it.TaskID)
 			if err != nil {
 				return err
 			}
+			if cur != nil && cur.BodyToken == it.BodyToken && cur.Version == read[it] {
+				s.lostBody(ctx, it)
+				continue
+			}
 			if cur != nil {
 				it.BodyToken, it.Description, it.Metadata = cur.BodyToken, cur.Description, cur.Metadata
+				read[it] = cur.Version
 			}
+			again = append(again, it)
 		}
-		gone, err = s.readBodies(ctx, gone...)
+		gone, err = s.readBodies(ctx, again...)
 	}
 	if err == nil && len(gone) > 0 {
 		err = fmt.Errorf("read the body of %s: replaced again and again: %w", gone[0].TaskID, ErrBusy)
 	}
 	return err
+}
+
+// lostBody gives task it, whose body is gone for good, an empty
+// description and metadata, and logs an error. No write of the service
+// deletes a body its task names (see above); one gone so was deleted by
+// hand, or by a bug, and the task must not fail every read of it and
+// every listing page it falls on. A PATCH of its description or metadata
+// writes it a new body (UpdateTask).
+func (s *Store) lostBody(ctx context.Context, it *taskItem) {
+	s.log.ErrorContext(ctx, "task body not found: its description and metadata are read empty until a PATCH sets them",
+		"task_id", it.TaskID, "body", bodyKey(it.TaskID, it.BodyToken))
+	it.Description, it.Metadata, it.bodyLost = "", "", true
 }
 
 // replacedOwn reports whether a later PATCH of the description landed on

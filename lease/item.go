@@ -130,6 +130,9 @@ type taskItem struct {
 	LastError string `dynamodbav:"-"`
 	// graph is what fillGraph read of the task's blockers and dependents.
 	graph *graphView `dynamodbav:"-"`
+	// bodyLost is set when the body the task names is gone for good
+	// (lostBody).
+	bodyLost bool `dynamodbav:"-"`
 
 	// MigratedAt is set on a task copied from a table of the earlier
 	// schema (migrate.go).

@@ -480,12 +480,18 @@ func (s *Store) checkBatchDependents(ctx context.Context, items []taskItem, bloc
 
 // GetTask returns a task with its live lease, if any.
 func (s *Store) GetTask(ctx context.Context, taskID string) (Task, error) {
-	var it *taskItem
+	var it, prev *taskItem
 	var live bool
 	for range retries(ctx) {
 		var err error
 		if it, live, err = s.readTask(ctx, taskID); err != nil {
 			return Task{}, err
+		}
+		if prev != nil && it.BodyToken == prev.BodyToken && it.Version == prev.Version {
+			// The task as it was read, its body gone for good.
+			it.LastError = prev.LastError
+			s.lostBody(ctx, it)
+			break
 		}
 		gone, err := s.readBodies(ctx, it)
 		if err != nil {
@@ -494,7 +500,8 @@ func (s *Store) GetTask(ctx context.Context, taskID string) (Task, error) {
 		if len(gone) == 0 {
 			break
 		}
-		it = nil // a PATCH replaced the body since the read: read the task again
+		// A PATCH replaced the body since the read: read the task again.
+		prev, it = it, nil
 	}
 	if it == nil {
 		return Task{}, fmt.Errorf("read task %s: its body replaced again and again: %w", taskID, ErrBusy)

@@ -225,7 +225,8 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		if p.Metadata != nil {
 			body.Metadata = compactMetadata(p.Metadata)
 		}
-		newBody := body.Description != cur.Description || body.Metadata != cur.Metadata
+		newBody := body.Description != cur.Description || body.Metadata != cur.Metadata ||
+			cur.bodyLost && (p.Description != nil || p.Metadata != nil) // a body gone for good is replaced
 		if !changed && !newBody {
 			if err := s.fillGraph(ctx, cur); err != nil {
 				return Task{}, err
@@ -332,7 +333,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 			}
 			continue // the version held: only the claim key moved
 		}
-		if newBody && cur.BodyToken != token {
+		if newBody && cur.BodyToken != token && !cur.bodyLost {
 			s.dropBody(ctx, p.TaskID, cur.BodyToken)
 		}
 		if after.Status == StatusBlocked {
