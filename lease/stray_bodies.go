@@ -3,14 +3,18 @@ package lease
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -57,7 +61,10 @@ import (
 //
 // What it relies on: the clocks of the writers and of the run agree to
 // well within OlderThan (a writer an hour slow would write bodies that
-// look old already).
+// look old already). A run's clock running ahead is guarded against: with
+// ServerNow it judges ages by the earlier of its clock and the
+// database's (ServerClock), so that its clock alone cannot make a young
+// body look old.
 
 // StrayBodyAge is how old a body no task names must be before
 // DeleteStrayBodies deletes it, by default.
@@ -89,6 +96,47 @@ type StrayBodiesParams struct {
 	DryRun bool
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// ServerNow, when set, is the database's clock (ServerClock.Now of
+	// the client db): ages are judged by the earlier of it and Now. The
+	// zero time is no reading.
+	ServerNow func() time.Time
+}
+
+// ServerClock keeps the database's time: the Date header of the latest
+// answer its client got (DynamoDB and dynalite send one with each), to
+// the second, so a little behind. Its Options add it to a client.
+type ServerClock struct{ latest atomic.Int64 } // Unix ms; 0: no answer yet
+
+// Options makes a client's answers set c (dynamodb.NewFromConfig(cfg,
+// c.Options)).
+func (c *ServerClock) Options(o *dynamodb.Options) {
+	o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+		return st.Deserialize.Add(middleware.DeserializeMiddlewareFunc("ServerClock", c.read), middleware.After)
+	})
+}
+
+// read takes the Date of each answer, on every attempt, errors included.
+func (c *ServerClock) read(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
+	out, md, err := next.HandleDeserialize(ctx, in)
+	if r, ok := out.RawResponse.(*smithyhttp.Response); ok {
+		if t, perr := http.ParseTime(r.Header.Get("Date")); perr == nil {
+			for at := ms(t); ; {
+				seen := c.latest.Load()
+				if at <= seen || c.latest.CompareAndSwap(seen, at) {
+					break
+				}
+			}
+		}
+	}
+	return out, md, err
+}
+
+// Now is the time of the latest answer's Date; the zero time before one.
+func (c *ServerClock) Now() time.Time {
+	if at := c.latest.Load(); at != 0 {
+		return time.UnixMilli(at)
+	}
+	return time.Time{}
 }
 
 // StrayBodiesResult is what DeleteStrayBodies found and did.
@@ -164,7 +212,15 @@ func DeleteStrayBodies(ctx context.Context, db StrayBodiesDB, names schema.Names
 		}
 	}
 	slices.SortFunc(found, func(a, b stray) int { return strings.Compare(a.key, b.key) })
-	now := ms(p.Now())
+	// Now, or the database's time when it is earlier (after the Scan's
+	// answers): a clock running ahead must not make a young body old.
+	at := p.Now()
+	if p.ServerNow != nil {
+		if server := p.ServerNow(); !server.IsZero() && server.Before(at) {
+			at = server
+		}
+	}
+	now := ms(at)
 	for _, b := range found {
 		switch {
 		case named[b.key]:

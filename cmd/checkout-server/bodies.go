@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -20,8 +21,9 @@ import (
 // over DYNAMODB_ENDPOINT, or with -aws the deployed tables (the stack's
 // table prefix), while the service runs; over CHECKOUT_DATA_DIR with the
 // server stopped (the directory is refused otherwise). -dry-run lists them
-// and writes nothing.
-func bodies(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// and writes nothing. now is the command's clock; ages are judged by the
+// database's when it is earlier (lease.ServerClock).
+func bodies(ctx context.Context, args []string, getenv func(string) string, now func() time.Time, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("checkout-server bodies", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	useAWS := fs.Bool("aws", false, "clean the tables in AWS (default configuration: AWS_REGION, AWS_PROFILE, ...)")
@@ -38,6 +40,7 @@ func bodies(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	names := schema.Names{Prefix: getenv("CHECKOUT_TABLE_PREFIX")}
 	var db lease.StrayBodiesDB
+	server := &lease.ServerClock{}
 	switch endpoint, dir := getenv(localstack.EnvEndpoint), getenv("CHECKOUT_DATA_DIR"); {
 	case *useAWS:
 		cfg, err := config.LoadDefaultConfig(ctx)
@@ -47,9 +50,9 @@ func bodies(ctx context.Context, args []string, getenv func(string) string, stdo
 		if cfg.Region == "" {
 			return errors.New("no AWS region: set AWS_REGION")
 		}
-		db = dynamodb.NewFromConfig(cfg)
+		db = dynamodb.NewFromConfig(cfg, server.Options)
 	case endpoint != "":
-		db = lease.NewLocalClient(endpoint)
+		db = lease.NewLocalClient(endpoint, server.Options)
 	case dir != "":
 		if err := localstack.CheckDataDir(dir); err != nil {
 			return fmt.Errorf("stop the server first: %w", err)
@@ -59,11 +62,11 @@ func bodies(ctx context.Context, args []string, getenv func(string) string, stdo
 			return err
 		}
 		defer func() { _ = d.Stop() }()
-		db = lease.NewLocalClient(d.Endpoint)
+		db = lease.NewLocalClient(d.Endpoint, server.Options)
 	default:
 		return errors.New("nothing to clean: without CHECKOUT_DATA_DIR, DYNAMODB_ENDPOINT or -aws the server keeps its data in memory")
 	}
-	res, err := lease.DeleteStrayBodies(ctx, db, names, lease.StrayBodiesParams{OlderThan: *olderThan, DryRun: *dryRun})
+	res, err := lease.DeleteStrayBodies(ctx, db, names, lease.StrayBodiesParams{OlderThan: *olderThan, DryRun: *dryRun, Now: now, ServerNow: server.Now})
 	deleted, timed := "deleted", "timed"
 	if *dryRun {
 		deleted, timed = "stray", "untimed"

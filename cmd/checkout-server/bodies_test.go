@@ -130,3 +130,47 @@ func TestBodiesCommand(t *testing.T) {
 		t.Fatalf("the task after the runs: %+v, %v; want its description", got, err)
 	}
 }
+
+// A command whose clock runs ahead, by more than -older-than, judges a
+// body's age by the database's clock instead (the Date of its answers):
+// a body no task names yet, a minute old, is kept, and one two hours old
+// is deleted. Before, the command's clock alone made the young body look
+// old, and it was deleted while its request might still name it.
+func TestBodiesCommandClockAhead(t *testing.T) {
+	ctx := testenv.Context(t)
+	d, err := localstack.Start(ctx, localstack.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = d.Stop() }()
+	names := schema.Names{Prefix: "ahead-"}
+	db := lease.NewLocalClient(d.Endpoint)
+	if err := lease.EnsureTables(ctx, db, names); err != nil {
+		t.Fatal(err)
+	}
+	table := aws.String(names.Table(schema.TasksTable))
+	for key, at := range map[string]time.Time{"lost#body#old": time.Now().Add(-2 * time.Hour), "writing#body#young": time.Now().Add(-time.Minute)} {
+		_, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: table, Item: map[string]types.AttributeValue{
+			"task_id":    &types.AttributeValueMemberS{Value: key},
+			"written_at": &types.AttributeValueMemberN{Value: strconv.FormatInt(at.UnixMilli(), 10)},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := map[string]string{localstack.EnvEndpoint: d.Endpoint, "CHECKOUT_TABLE_PREFIX": names.Prefix}
+	ahead := func() time.Time { return time.Now().Add(3 * time.Hour) }
+	var out, errs strings.Builder
+	if err := bodies(ctx, nil, func(k string) string { return env[k] }, ahead, &out, &errs); err != nil {
+		t.Fatalf("bodies: %v: %s%s", err, out.String(), errs.String())
+	}
+	if !strings.Contains(out.String(), "deleted lost#body#old\n") || strings.Contains(out.String(), "writing#body#young") ||
+		!strings.Contains(out.String(), "1 deleted, 0 timed, kept 1 younger than 1h0m0s") {
+		t.Fatalf("bodies with the command's clock 3 hours ahead: %s; want the old body deleted, the young one kept", out.String())
+	}
+	got, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: table, ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: "writing#body#young"}}})
+	if err != nil || len(got.Item) == 0 {
+		t.Fatalf("the young body after the run: %v, %v; want it there", got, err)
+	}
+}

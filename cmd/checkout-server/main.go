@@ -144,7 +144,7 @@ func main() {
 	case len(os.Args) > 1 && os.Args[1] == "recount":
 		err = recount(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
 	case len(os.Args) > 1 && os.Args[1] == "bodies":
-		err = bodies(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
+		err = bodies(ctx, os.Args[2:], os.Getenv, time.Now, os.Stdout, os.Stderr)
 	default:
 		err = run(ctx, os.Getenv, log)
 	}
