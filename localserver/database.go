@@ -13,6 +13,7 @@ import (
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go"
 	smithyendpoints "github.com/aws/smithy-go/endpoints"
 	"github.com/aws/smithy-go/middleware"
 
@@ -52,6 +53,11 @@ var errDatabaseDown = errors.New("dynalite exited; restarting it")
 // tables and the server is making them again.
 var errTablesMissing = errors.New("the database lacks the tables; creating them and the admin agent again")
 
+// errMending is what the store's calls get while the tables are made again:
+// a ResourceNotFoundException, answered 503 unavailable as one from the
+// database is (httpapi.TablesMissing).
+var errMending = &smithy.GenericAPIError{Code: "ResourceNotFoundException", Message: "the tables are being made again"}
+
 // database is the DynamoDB the server talks to. Given an endpoint, it is that
 // endpoint, which the server can only probe. Otherwise it is the server's own
 // dynalite, supervised: when the process dies, requests are answered 503
@@ -63,9 +69,10 @@ var errTablesMissing = errors.New("the database lacks the tables; creating them 
 //
 // Any endpoint may also lose its tables while the server runs (a
 // DynamoDB-compatible server restarted empty, tables deleted): once a
-// request, a probe or a poller finds one missing, the requests are answered
-// 503 unavailable (httpapi.TablesMissing) and /healthz 503 while the tables
-// and the admin agent are made sure of again, as at start (mend).
+// request, a probe or a poller finds one missing, every request is answered
+// 503 unavailable (httpapi.TablesMissing) without reaching the database, and
+// /healthz 503, while the tables and the admin agent are made sure of again,
+// as at start (mend).
 type database struct {
 	log      *slog.Logger
 	opts     localstack.Options // Path; the port is picked at every start
@@ -115,9 +122,16 @@ func (db *database) newClient(endpoint string) {
 
 // noticeMissingTables adds to the client's stack what sees a call answered
 // ResourceNotFoundException, and then has the tables made again (lost).
+// Until they are, it answers every call errMending without sending it: the
+// tables still there may not match the ones made again (a key cached from
+// a lost agents table would read and write the tasks), so nothing is
+// served from them meanwhile.
 func (db *database) noticeMissingTables(stack *middleware.Stack) error {
 	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("noticeMissingTables",
 		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			if db.missing.Load() {
+				return middleware.InitializeOutput{}, middleware.Metadata{}, errMending
+			}
 			out, md, err := next.HandleInitialize(ctx, in)
 			if httpapi.TablesMissing(err) {
 				db.lost(middleware.GetOperationName(ctx), err)

@@ -8,8 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/checkout-dev/checkout/internal/testclock"
 	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
 	"github.com/checkout-dev/checkout/localstack"
 )
 
@@ -315,5 +319,63 @@ func TestEndpointRestartedEmpty(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), `"status":500`) {
 		t.Errorf("a 500 was answered:\n%s", logs.String())
+	}
+}
+
+// The tables of a given endpoint deleted in part (here the agents table,
+// which holds the keys): while the server makes them again, every route
+// answers 503 unavailable, as it says, a route whose own tables are still
+// there included. A key the server had cached from the lost table is no
+// key any more: it neither reads nor writes the tasks meanwhile, and is
+// refused once the tables are back. Before, the cached key read and
+// created tasks while the agents table was missing.
+func TestEndpointLosingATableAnswers503WhileMending(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, err := localstack.Start(ctx, localstack.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Stop() })
+	proxy := newCountingProxy(t, d.Endpoint)
+	srv, err := Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: proxy.url, AdminKey: "ck_external-admin-key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	admin, base := srv.AdminKey(), srv.URL()
+	st, body := call(t, "POST", base+"/api/agents", admin, `{"name":"worker"}`)
+	if st != 201 {
+		t.Fatalf("register: %d %v", st, body)
+	}
+	worker := body["api_key"].(string)
+	if st, body := call(t, "POST", base+"/api/tasks", worker, `{"task_id":"t1"}`); st != 201 {
+		t.Fatalf("create: %d %v", st, body)
+	}
+
+	proxy.refuse("CreateTable", true)
+	agents := schema.Names{}.Table(schema.AgentsTable)
+	if _, err := lease.NewLocalClient(d.Endpoint).DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: &agents}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, body := get(t, "GET", base+"/api/agents", admin, ""); st != 503 || body["code"] != "unavailable" {
+		t.Fatalf("agents once their table is gone: %d %v", st, body)
+	}
+	for _, c := range []struct{ method, path, body string }{
+		{"GET", "/api/tasks/t1", ""},
+		{"POST", "/api/tasks", `{"task_id":"t2"}`},
+	} {
+		if st, retry, body := get(t, c.method, base+c.path, worker, c.body); st != 503 || body["code"] != "unavailable" || retry == "" {
+			t.Errorf("%s %s with a key of the lost table while the tables are made again: %d Retry-After %q %v", c.method, c.path, st, retry, body)
+		}
+	}
+
+	proxy.refuse("CreateTable", false)
+	waitHealthy(t, srv, 30*time.Second)
+	if st, body := call(t, "GET", base+"/api/tasks/t1", worker, ""); st != 401 {
+		t.Fatalf("a key of the lost table once the tables are back: %d %v", st, body)
+	}
+	if st, body := call(t, "GET", base+"/api/tasks/t2", admin, ""); st != 404 {
+		t.Fatalf("the task the lost key asked for: %d %v", st, body)
 	}
 }
