@@ -184,8 +184,8 @@ type ConflictError struct {
 	// asked for: true when the caller is now on the task's watch list (an
 	// inbox message comes when the task is released), false when the caller
 	// is not on it: the list was full (100 watchers), or the watch could
-	// not be placed just now (the server's change stream held up). It is
-	// false for a checkout without Watch.
+	// not be placed just now (a database read failed, or the server's
+	// change stream was held up). It is false for a checkout without Watch.
 	Watching bool
 }
 
@@ -219,8 +219,8 @@ type BlockedError struct {
 	// asked for: true when the caller is now on the task's watch list (an
 	// inbox message comes when the task is unblocked), false when the caller
 	// is not on it: the list was full (100 watchers), or the watch could
-	// not be placed just now (the server's change stream held up). It is
-	// false for a checkout without Watch.
+	// not be placed just now (a database read failed, or the server's
+	// change stream was held up). It is false for a checkout without Watch.
 	Watching bool
 }
 

@@ -104,8 +104,10 @@ type ConflictError struct {
 	Holder Checkout
 	// Watching, for a checkout with watch: whether the caller is on the
 	// task's watch list (false: the list is full, MaxWatchers, or the
-	// task's first watch could not wait any longer for the change stream
-	// to archive its events); nil when no watch was asked.
+	// watch failed before it wrote a watch or a message, an
+	// unwatchedError: a read failed, or the task's first watch could not
+	// wait any longer for the change stream to archive its events); nil
+	// when no watch was asked.
 	Watching *bool
 	// LastHeartbeatAt and HeartbeatExpiresAt are the holder's latest
 	// heartbeat and when it runs out; both nil when the holder never sent
