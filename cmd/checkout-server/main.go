@@ -41,13 +41,18 @@
 // refuses to start over, into today's tasks table (-aws: the deployed
 // tables); see README, "Upgrading". `checkout-server recount` counts every
 // queue's tasks again and mends the queue counts that are off; see README,
-// "Queues". `checkout-server bodies` deletes the task bodies, and the failed
-// releases' errors, no task names; see README, "Task bodies".
+// `GET /api/queues` under "Quick start". `checkout-server bodies` deletes
+// the task bodies, and the failed releases' errors, no task names; see
+// README, "Task bodies no task names".
 //
 // If its dynalite dies, the server does not: it answers 503 unavailable (and
 // /healthz 503) until it has started a new one, on the same CHECKOUT_DATA_DIR
 // with the data intact, or empty in memory with the tables and the admin
-// agent created again.
+// agent created again. With DYNAMODB_ENDPOINT it supervises nothing, but a
+// table found missing there (the endpoint restarted empty, or the tables
+// deleted) makes it create the tables and the admin agent again, as at
+// start, answering 503 meanwhile; it then serves again without a restart
+// (everything else is gone: only the admin key works).
 package main
 
 import (
@@ -113,7 +118,13 @@ is logged as a warning naming the setting it is close to, and ignored.
 
 Logs are JSON lines on standard error. SIGINT or SIGTERM stops the server
 gracefully (the requests in flight are answered first, within 30 s), then
-dynalite; a second signal stops both at once. See README.md.
+dynalite; a second signal stops both at once.
+
+If its dynalite dies, or DYNAMODB_ENDPOINT is found without the tables (it
+restarted empty), the server answers 503 (and /healthz 503) while it starts
+a new dynalite or creates the tables and the admin agent again, then serves
+by itself; in memory, or on an endpoint restarted empty, only the admin key
+works after that. See README.md.
 `
 
 func main() {
