@@ -15,23 +15,19 @@
 // what is read from them). The writes that move it are built in store.go
 // (update, holderCond, clearLease, endUpdate); each operation's file
 // (checkout.go, claim.go, update.go for PATCH, sweep.go) decides which
-// condition and which update to send. The rules on input are in
-// validate.go: every operation checks its params with them, and each
-// failure is a *ValidationError with the field, the API's code and its
-// sentence.
+// condition and which update to send. Every operation checks its input
+// by the rules in validate.go (a *ValidationError: field, code, sentence).
 //
 // The design of each part is written beside its code: heartbeats, death
 // and the caches that remember them in alive.go; removed agents in
-// agents.go; the sweep in sweep.go; queues, priorities, claim, waiting
-// claims and delays in claim.go; PATCH in update.go; watches in
-// watch.go; dependencies and attempts in deps.go; a task's body and a
-// failed release's error in body.go; the queue counts in queuecounts.go,
-// and their recount (an operator's command) in recount.go; the fleet feed
-// in feed.go; task listings in list.go; moving a table of the earlier
-// schema in migrate.go; every operation's requests (GetItem, conditional
-// writes and Query, never Scan but in those two commands; one request per
-// transition on the request path), and the batch and Query helpers, in
-// dynamo.go. This page holds what every part relies on.
+// agents.go; the sweep in sweep.go; queues, claims (waiting and named)
+// and delays in claim.go; PATCH in update.go; watches in watch.go;
+// dependencies and attempts in deps.go; a task's body and a failed
+// release's error in body.go; the queue counts in queuecounts.go; the
+// fleet feed in feed.go; listings in list.go; the operators' commands,
+// the only Scans, in recount.go, migrate.go and stray_bodies.go; every
+// operation's requests, and the batch and Query helpers, in dynamo.go.
+// This page holds what every part relies on.
 //
 // # Tables
 //
@@ -68,8 +64,8 @@
 // the task out of both lease indexes in the same write. lease_shard spreads
 // the expiry index over the lease shard count's partitions (hb_shard the
 // heartbeats index likewise), status_shard ("open#<shard>" for blocked,
-// "done#<shard>", "cancelled#<shard>"; none for todo and in_progress,
-// which list.go lists from by_claim and by_lease_expiry) each status over
+// "done#<shard>" and so on; none for todo and in_progress, which list.go
+// lists from by_claim and by_lease_expiry) each status over
 // the status count, claim_shard each queue over the claim count and
 // feed_shard each hour of the feed over the feed count, so that no one
 // partition takes every transition of the fleet; readers Query each shard.
@@ -114,11 +110,9 @@
 //	                 status, lease and queue, so an entry that lags a grant,
 //	                 an ending or a PATCH that moved the task is skipped
 //	by_status        listing (by_claim and by_lease_expiry too, for todo
-//	                 and in_progress); a listing page is confirmed by one
-//	                 consistent BatchGetItem and shows each task as it is,
-//	                 under its current status only (a task whose index
-//	                 entry lags is missing from that page, never shown
-//	                 wrongly)
+//	                 and in_progress); a page is confirmed by one consistent
+//	                 BatchGetItem and shows each task as it is (one whose
+//	                 entry lags is missing from it, never shown wrongly)
 //	by_lease_expiry  candidates for the sweep's timeout and death passes,
 //	                 removal and listing: each ending is conditioned on the
 //	                 lease (holder, fence, and expiry or locked_at) as read,
@@ -134,9 +128,8 @@
 // wrong. The tests run with the local DynamoDB's index lag on.
 //
 // ReturnValuesOnConditionCheckFailure spares a conflict a read of the task:
-// the failed write itself says who holds it. Emulators that ignore it
-// (dynalite) cost one consistent GetItem more, which the store counts
-// (FallbackReads) so that tests hold DynamoDB's own budget.
+// the failed write itself says who holds it (an emulator that ignores it
+// costs a GetItem more, counted by FallbackReads for the tests).
 //
 // # Checkout
 //
@@ -176,9 +169,9 @@
 // # Fencing
 //
 // The fence is a counter on the task item, incremented by every grant's
-// write. Task items are never deleted (no TTL), so it survives every lease,
-// every TTL deletion and every takeover: it strictly increases. A same-run
-// retry returns the live lease and its fence unchanged.
+// write. Task items are never deleted (no TTL), so it strictly increases
+// across leases and takeovers. A same-run retry returns the live lease and
+// its fence unchanged.
 //
 // # One write per transition
 //
@@ -208,29 +201,26 @@
 //     the same items, each keyed into the fleet feed (by_feed) by values
 //     the change record alone determines, so the feed holds it once (an
 //     event archived late is keyed at its archive and written only if
-//     absent: feed.go, "Events archived late");
+//     absent, and its task's later events no earlier: feed.go, "Events
+//     archived late");
 //   - for a freeing (an ending that leaves the task todo or failed, a
 //     cancel that ends a lease, an unblocking; not a completion, not a
 //     takeover), writes a task_available message to each watch placed
-//     before it (watch.go), with an id derived from the freeing, and only
-//     if no message with that id exists; a message its agent has deleted
-//     leaves a tombstone (kept for the messages' retention), which the
-//     batch reads after all its puts, landed or not (one BatchGetItem per
-//     100: a retried batch's put finds the message its cut short attempt
-//     brought back), and finding it deletes the message again, so a replay
-//     cannot bring it back (DeleteMessage, putMessages);
+//     before it (watch.go), with an id derived from the freeing, only if
+//     no message with that id exists; a message its agent deleted leaves a
+//     tombstone, which the batch reads after all its puts, landed or not,
+//     and finding it deletes the message again, so a replay cannot bring
+//     it back (DeleteMessage, putMessages);
 //   - for an ending that took the lease from its holder without its consent
 //     (lost in changes.go: a timeout, the death of a holder that still
-//     exists, a force release, or a cancel, release or completion by
-//     someone else (an admin acting for the holder: reason force_release,
-//     lostReason), including the timeout or death a takeover records in
-//     prev_*), writes the former holder one lease_lost message, "lost."+
-//     the ending's message id, only if absent, as for task_available; it
-//     keeps the lease's locked_at (less one) as the message's watched_at,
-//     so that Inbox hides it from an id removed, or registered again after
-//     the lease, as it hides a removed watcher's messages. The holder's own
-//     release, completion or cancel, and the ending of a removed agent's
-//     lease, tell it nothing;
+//     exists, a force release, a cancel by someone else, or a release or
+//     completion by an admin for the holder, reason force_release; also
+//     the timeout or death a takeover records in prev_*), writes one
+//     lease_lost message to the former holder, "lost."+ the ending's
+//     message id, only if absent; it keeps the lease's locked_at (less
+//     one) as its watched_at, so that Inbox hides it from an id removed,
+//     or registered again after the lease. The holder's own release,
+//     completion or cancel, and a removed agent's ending, tell nothing;
 //   - publishes LeaseEnded (every ending), TaskAvailable (every freeing;
 //     TaskFailed for a task that failed) and LeaseLost (every lease_lost
 //     message's ending) with a deterministic id, task:seq:kind, for
@@ -238,6 +228,10 @@
 //     webhooks (package webhook) in both environments, which retry, then
 //     dead-letter, within the call (the notices reader's alone: it holds
 //     up only the next notices).
+//
+// The first reader also unblocks, or blocks again, the dependents of a
+// blocker completed or reopened (deps.go), and keeps the queue counts from
+// every change, once (queuecounts.go).
 //
 // A batch that fails (the bus is down, a write throttled) fails whole and is
 // delivered again; nothing it did is done twice in effect. So a written
@@ -271,15 +265,13 @@
 // write: it reads the clock again and is tried again at a time not before
 // that write's (the item's last_at when this process's clock reads earlier,
 // so that clock skew between processes cannot send an item's time back
-// either). That retry is the only second write on the request path the
-// rule adds, and it happens only after losing to a later write.
+// either). That retry is the only second write the rule adds.
 //
 // A grant whose write took more than half its timeout is renewed before it
 // is answered: one more write (with its renew event), so that no lease is
-// handed out expired or nearly so. Refusing it with a 503 instead would
-// leave a lease nobody knows of holding the task until it expired (or cost
-// a write to undo it), and the client would retry anyway. Heartbeats and
-// deaths keep the rule too: see alive.go ("Time, for heartbeats and deaths").
+// handed out expired or nearly so (a 503 would leave a lease nobody knows
+// of on the task until it expired). Heartbeats and deaths keep the rule
+// too: see alive.go ("Time, for heartbeats and deaths").
 //
 // A trail read may not be whole yet: the stream archives events about a
 // second after their transition, and the item holds only the latest. Every

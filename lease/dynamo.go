@@ -13,7 +13,7 @@ import (
 )
 
 // Access patterns: GetItem, conditional write or Query, never Scan (but
-// in the operator's commands, migrate.go and recount.go).
+// in the operators' commands, migrate.go, recount.go and stray_bodies.go).
 //
 // One DynamoDB request per transition on the request path; what a
 // transition causes follows from the tasks table's change stream (see
@@ -56,9 +56,13 @@ import (
 //	claim with run_id   + GetItem of its receipt, UpdateItem of it per try
 //	                    (a retry whose receipt lost its grant: + the tried
 //	                    tasks' trails)
-//	heartbeat           UpdateItem (a second one when the agent returns from the dead)
+//	heartbeat           UpdateItem (two or three when the agent returns from the
+//	                    dead: alive.go)
 //	watch               GetItem of the task (a conflict has it already), a Query
-//	                    of its watches, an UpdateItem of the watch
+//	                    of its watches, an UpdateItem of the watch, a Query of
+//	                    the freeings since its place (a task's first: + the
+//	                    watched flag's UpdateItem, and Queries of the archive
+//	                    for a freeing hidden behind a later transition)
 //	authenticate        GetItem of the key item "#key#<sha256(key)>"
 //	events, inbox       Query on the table's own key (+ GetItem of the task, for
 //	                    its latest events; of the agent's heartbeat, when
