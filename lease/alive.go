@@ -228,7 +228,9 @@ func (c *aliveCache) put(agentID string, hb *heartbeatItem, now int64) {
 			return
 		}
 		if hb.returnMayBeMadeAgain() {
-			// Not kept until the agent's next ordinary heartbeat.
+			// Not kept while the return may still be made once more:
+			// until its last write removes the pending mark, or an
+			// ordinary heartbeat replaces an item no mark is on.
 			return
 		}
 		until = min(until, hb.ExpiresAt-margin)
