@@ -147,7 +147,9 @@ import (
 // the grant's write keep failing while the receipt keeps no grant, the
 // claim answers ErrGrantNotKept and the lease stays on its task,
 // the tried tasks the only record: a retry answers the lease found on
-// them (kept in the receipt first, as claimedBefore does) or, once the
+// them, the earliest granted since the receipt was made (leaseOfRun: a
+// checkout by name of the run may show on one too), kept in the receipt
+// first, as claimedBefore does, or, once the
 // task has moved on past it, in their trails (waiting up to trailWait
 // for events the change stream has not archived yet), as it was, ended.
 // A trail is read only from the receipt's making on, newest first and at
@@ -1933,24 +1935,47 @@ func (s *Store) receiptsGrant(ctx context.Context, agentID, runID string, g gran
 // lease its latest checkout took over, or, once the task has moved on,
 // the grant in its trail, made at or after since (Unix ms; see
 // grantInTrail). Every read is consistent.
+//
+// Without fence, tasks are a receipt's tried ones, and more than one may
+// show a lease of the run: besides the claim's grant, a checkout by name
+// of the run (one agent run, one run id) on a task a claim of the run
+// tried and lost, which follows that loss. The earliest granted since
+// the receipt was made (less receiptSkew, as grantInTrail reads) is
+// returned, whatever the order of the task ids: a lease of the run
+// granted before, which a task tried shows as its last ending, is no
+// grant of the claim.
 func (s *Store) leaseOfRun(ctx context.Context, tasks []string, agentID, runID string, fence, since int64) (Checkout, bool, error) {
 	is := func(agent, run string, f int64) bool {
 		return agent == agentID && run == runID && (fence == 0 || f == fence)
 	}
+	var found *Checkout
 	for _, taskID := range tasks {
 		it, err := s.getTask(ctx, taskID)
 		if err != nil {
 			return Checkout{}, false, err
 		}
+		var c Checkout
 		switch {
 		case it == nil:
+			continue
 		case is(it.Holder, it.RunID, it.Fence):
-			return it.checkout(), true, nil
+			c = it.checkout()
 		case is(it.EndAgent, it.EndRun, it.EndFence):
-			return it.endedCheckout(), true, nil
+			c = it.endedCheckout()
 		case is(it.PrevAgent, it.PrevRun, it.PrevFence):
-			return it.replacedCheckout(), true, nil // taken over since
+			c = it.replacedCheckout() // taken over since
+		default:
+			continue
 		}
+		if ms(c.LockedAt) < since-receiptSkew.Milliseconds() {
+			continue
+		}
+		if found == nil || c.LockedAt.Before(found.LockedAt) {
+			found = &c
+		}
+	}
+	if found != nil {
+		return *found, true, nil
 	}
 	// The task has moved on past the lease: the trail still has it.
 	deadline := time.Now().Add(trailWait)

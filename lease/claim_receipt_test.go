@@ -790,3 +790,96 @@ func TestAClaimRetryKeepsTheRunsLaterNamedCheckout(t *testing.T) {
 		t.Fatalf("b holds %+v, want the run's named checkout (fence %d)", lock, named.Fence)
 	}
 }
+
+// The retry of a claim keeps the claim's own lease, not the run's checkout
+// by name, whichever task id sorts first: the run's claim lost b (listed),
+// its next claim got c but could not keep that grant, and the run then
+// checked b out by name (and, in one case, released it). Before, the retry
+// took the first listed task showing a lease of the run, b: it answered
+// the named checkout (ended, in one case) as the claim's lease and gave
+// back c.
+func TestAClaimRetryKeepsItsOwnLeaseOverANamedCheckoutListedFirst(t *testing.T) {
+	t.Parallel()
+	for _, named := range []string{"held", "released"} {
+		t.Run(named, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			p := lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute}
+			e.task(t, "b")
+			e.caughtUp(t)
+			raced := &racedDB{DB: e.db, tasks: e.names.Table(schema.TasksTable), rival: e.store}
+			raced.lose.Store(1)
+			racing := lease.New(lease.Config{DB: raced, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+			if _, err := racing.Claim(c, p); !errors.Is(err, lease.ErrNoTaskAvailable) {
+				t.Fatalf("the claim that lost b: %v, want ErrNoTaskAvailable", err)
+			}
+
+			e.clock.Advance(time.Second)
+			e.task(t, "c")
+			e.caughtUp(t)
+			e.drain(t)
+			lossy := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+			first := unkeptClaim(t, lossy, p, "c")
+
+			e.clock.Advance(time.Second)
+			must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "b", AgentID: "rival"}))
+			e.clock.Advance(time.Second)
+			byName := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "b", AgentID: "a", RunID: "run-1", Timeout: time.Minute}))
+			if named == "released" {
+				e.clock.Advance(time.Second)
+				must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "b", AgentID: "a", RunID: "run-1"}))
+			}
+
+			e.clock.Advance(time.Second)
+			again := must[lease.Checkout](t)(e.store.Claim(c, p))
+			if again.TaskID != "c" || again.Fence != first.Fence {
+				t.Fatalf("the retry answered %s/%d, want the claim's lease c/%d", again.TaskID, again.Fence, first.Fence)
+			}
+			if lock := must[*lease.Checkout](t)(e.store.LockStatus(c, "c")); lock == nil || lock.Fence != first.Fence {
+				t.Fatalf("c holds %+v, want the claim's lease (fence %d)", lock, first.Fence)
+			}
+			if lock := must[*lease.Checkout](t)(e.store.LockStatus(c, "b")); named == "held" && (lock == nil || lock.Fence != byName.Fence) {
+				t.Fatalf("b holds %+v, want the run's named checkout (fence %d)", lock, byName.Fence)
+			}
+		})
+	}
+}
+
+// The retry of a claim does not answer a lease its run held by name before
+// the claim began: the run checked a out by name and released it; its
+// claim then lost a to another claimer (a, showing the run's ended lease,
+// stays listed), got c, and could not keep that grant. Before, the retry
+// answered a's ended lease, the checkout by name, as the claim's, and gave
+// back c.
+func TestAClaimRetryDoesNotAnswerTheRunsCheckoutFromBeforeTheClaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	p := lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute}
+	e.task(t, "a")
+	e.clock.Advance(time.Millisecond)
+	e.task(t, "c")
+	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "a", AgentID: "a", RunID: "run-1", Timeout: time.Minute}))
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "a", AgentID: "a", RunID: "run-1"}))
+	e.clock.Advance(5 * time.Second)
+	e.caughtUp(t)
+	e.drain(t)
+
+	raced := &racedDB{DB: receiptLossDB{e.db}, tasks: e.names.Table(schema.TasksTable), rival: e.store}
+	raced.lose.Store(1)
+	racing := lease.New(lease.Config{DB: raced, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	first := unkeptClaim(t, racing, p, "c")
+	if tried := must[[]string](t)(lease.ReceiptTried(c, e.store, "a", "run-1")); !slices.Equal(tried, []string{"a", "c"}) {
+		t.Fatalf("the receipt lists %v, want [a c]", tried)
+	}
+
+	e.clock.Advance(time.Second)
+	again := must[lease.Checkout](t)(e.store.Claim(c, p))
+	if again.TaskID != "c" || again.Fence != first.Fence {
+		t.Fatalf("the retry answered %s/%d, want the claim's lease c/%d", again.TaskID, again.Fence, first.Fence)
+	}
+	if lock := must[*lease.Checkout](t)(e.store.LockStatus(c, "c")); lock == nil || lock.Fence != first.Fence {
+		t.Fatalf("c holds %+v, want the claim's lease (fence %d)", lock, first.Fence)
+	}
+}
