@@ -20,9 +20,14 @@ import (
 // failed releases' errors, no task names (lease.DeleteStrayBodies), on the database the server would use:
 // over DYNAMODB_ENDPOINT, or with -aws the deployed tables (the stack's
 // table prefix), while the service runs; over CHECKOUT_DATA_DIR with the
-// server stopped (the directory is refused otherwise). -dry-run lists them
-// and writes nothing. now is the command's clock; ages are judged by the
-// database's when it is earlier (lease.ServerClock).
+// server stopped (the directory is refused otherwise), after it has
+// applied the stream's changes the server left unapplied
+// (stoppedServerStream): an error it deletes may be one a release among
+// them names, which the server would otherwise archive with no error when
+// it starts again. -dry-run lists them and writes nothing, nor applies the
+// stream: applying it reads errors and names none, so the list is the
+// same. now is the command's clock; ages are judged by the database's when
+// it is earlier (lease.ServerClock).
 func bodies(ctx context.Context, args []string, getenv func(string) string, now func() time.Time, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("checkout-server bodies", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -62,7 +67,21 @@ func bodies(ctx context.Context, args []string, getenv func(string) string, now 
 			return err
 		}
 		defer func() { _ = d.Stop() }()
-		db = lease.NewLocalClient(d.Endpoint, server.Options)
+		c := lease.NewLocalClient(d.Endpoint, server.Options)
+		if !*dryRun {
+			poller, err := stoppedServerStream(ctx, d, c, names, getenv, dir)
+			if err != nil {
+				return err
+			}
+			n, err := poller.Poll(ctx)
+			if err != nil {
+				return fmt.Errorf("apply the changes the server left unapplied: %w", err)
+			}
+			if _, err := fmt.Fprintf(stdout, "applied %d changes the server left unapplied\n", n); err != nil {
+				return err
+			}
+		}
+		db = c
 	default:
 		return errors.New("nothing to clean: without CHECKOUT_DATA_DIR, DYNAMODB_ENDPOINT or -aws the server keeps its data in memory")
 	}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +17,8 @@ import (
 	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
+	"github.com/checkout-dev/checkout/lease/stream"
+	"github.com/checkout-dev/checkout/localserver"
 	"github.com/checkout-dev/checkout/localstack"
 )
 
@@ -172,5 +175,84 @@ func TestBodiesCommandClockAhead(t *testing.T) {
 		Key: map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: "writing#body#young"}}})
 	if err != nil || len(got.Item) == 0 {
 		t.Fatalf("the young body after the run: %v, %v; want it there", got, err)
+	}
+}
+
+// A data directory whose server stopped before archiving two failed
+// releases of a task, the second replacing the first's error, 26 hours
+// ago: `checkout-server bodies` applies the changes the server left
+// unapplied (from its checkpoint) before it deletes the replaced error,
+// so the trail keeps both errors. Before, it deleted the error first, as
+// the stream's records outlive a day while the server is stopped, and the
+// server started again archived the first release with error "".
+func TestBodiesCommandArchivesTheStoppedServersReleasesFirst(t *testing.T) {
+	bin := testenv.Binary(t, "github.com/checkout-dev/checkout/cmd/checkout-server")
+	dir := filepath.Join(t.TempDir(), "data")
+	ctx := testenv.Context(t)
+	names := schema.Names{}
+	open := func() (*localstack.Dynalite, *dynamodb.Client) {
+		t.Helper()
+		d, err := localstack.Start(ctx, localstack.Options{Path: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := lease.NewLocalClient(d.Endpoint)
+		if err := lease.EnsureTables(ctx, db, names); err != nil {
+			t.Fatal(err)
+		}
+		return d, db
+	}
+
+	d, db := open()
+	then := time.Now().Add(-26 * time.Hour)
+	store := lease.New(lease.Config{DB: db, Tables: names, Now: func() time.Time { return then }})
+	zero := time.Duration(0)
+	if _, err := store.CreateTask(ctx, lease.CreateTaskParams{TaskID: "retried", Title: "retried", RetryDelay: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range []string{"first", "second"} {
+		co, err := store.Checkout(ctx, lease.CheckoutParams{TaskID: "retried", AgentID: "a", Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Release(ctx, lease.ReleaseParams{TaskID: "retried", AgentID: "a", RunID: co.RunID, Outcome: lease.OutcomeFailed, Error: text}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Stop(); err != nil { // the server stops before archiving them
+		t.Fatal(err)
+	}
+
+	cmd := exec.Command(bin, "bodies")
+	cmd.Env = append(os.Environ(), "DYNAMODB_ENDPOINT=", "CHECKOUT_TABLE_PREFIX=", "CHECKOUT_DATA_DIR="+dir)
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "deleted retried#error#1\n") {
+		t.Fatalf("bodies: %v: %s; want the replaced error deleted", err, out)
+	}
+
+	d, db = open()
+	defer func() { _ = d.Stop() }()
+	arn, err := localstack.StreamARN(ctx, db, names.Table(schema.TasksTable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store = lease.New(lease.Config{DB: db, Tables: names})
+	// The server's consumer of the consequences, as it starts again.
+	p := &stream.Poller{Streams: stream.NewLocalClient(d.Endpoint), StreamARN: arn,
+		Handle: stream.ConsequencesHandler(store), Saved: localserver.ConsequencesCheckpoints(db, names)}
+	if _, err := p.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := store.Trail(ctx, "retried")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errs []string
+	for _, e := range tr.Events {
+		if e.Outcome == lease.OutcomeFailed {
+			errs = append(errs, e.Error)
+		}
+	}
+	if !slices.Equal(errs, []string{"first", "second"}) {
+		t.Fatalf("the failed releases' errors in the trail: %q; want first and second", errs)
 	}
 }

@@ -13,8 +13,6 @@ import (
 
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
-	"github.com/checkout-dev/checkout/lease/stream"
-	"github.com/checkout-dev/checkout/localserver"
 	"github.com/checkout-dev/checkout/localstack"
 )
 
@@ -66,24 +64,9 @@ func recount(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		defer func() { _ = d.Stop() }()
 		c := lease.NewLocalClient(d.Endpoint)
-		shards, err := schema.ShardsFromEnv(getenv)
+		poller, err := stoppedServerStream(ctx, d, c, names, getenv, dir)
 		if err != nil {
 			return err
-		}
-		arn, err := localstack.StreamARN(ctx, c, names.Table(schema.TasksTable))
-		if err != nil {
-			return fmt.Errorf("the tasks table's stream (is %s a server's data directory?): %w", dir, err)
-		}
-		// As the server applies them when it runs: the consequences (its
-		// notices go out from their own checkpoint when it starts again),
-		// an event archived late keyed in the feed at when it is archived,
-		// ahead of the cursors that passed its own time meanwhile.
-		poller := &stream.Poller{
-			Streams:   stream.NewLocalClient(d.Endpoint),
-			StreamARN: arn,
-			Handle:    stream.ConsequencesHandler(lease.New(lease.Config{DB: c, Tables: names, Shards: shards, FeedLate: true})),
-			Saved:     localserver.ConsequencesCheckpoints(c, names),
-			ReadOn:    true,
 		}
 		p.Settle = func(ctx context.Context) error {
 			_, err := poller.Poll(ctx)
