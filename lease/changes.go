@@ -92,6 +92,29 @@ func (s *Store) PublishNotices(ctx context.Context, changes []Change) error {
 	return s.notify(ctx, notices)
 }
 
+// ErrorsRead are the keys of the failed releases' errors that applying
+// changes reads (ApplyConsequences, PublishNotices): DeleteStrayBodies
+// keeps them (StrayBodiesParams.Unread) while a consumer of the stream has
+// yet to apply the changes, as the notices of a stopped local server.
+func ErrorsRead(changes []Change) ([]string, error) {
+	var keys []string
+	for _, ch := range changes {
+		old, cur, ok, err := decodeChange(ch)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		for _, ev := range newEvents(&old, &cur) {
+			if ev.errored {
+				keys = append(keys, errorKey(ev.TaskID, ev.Fence))
+			}
+		}
+	}
+	return keys, nil
+}
+
 // decodeChange decodes a change's images; ok is false for a change of no
 // transition: a deleted item (task items are never deleted), a watch, a
 // new task, a task copied by Migrate.

@@ -55,9 +55,12 @@ import (
 // task's last_error_fence, but only once it is a day older than
 // OlderThan: the stream reads it when it archives the release that named
 // it, which it may do, or do again, until its record of the release
-// expires (StrayErrorMargin after the write). No write names an old error
-// either: a release names only the error it has just written, and a
-// release of the same lease again writes it again first.
+// expires (StrayErrorMargin after the write). A local stream outlives
+// that while its server is stopped, and the server reads it on when it
+// starts again: a run over its data applies the consequences first and
+// keeps the errors its notices have yet to read (Unread). No write names
+// an old error either: a release names only the error it has just
+// written, and a release of the same lease again writes it again first.
 //
 // What it relies on: the clocks of the writers and of the run agree to
 // well within OlderThan (a writer an hour slow would write bodies that
@@ -96,6 +99,11 @@ type StrayBodiesParams struct {
 	DryRun bool
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Unread lists the keys of errors a consumer of the stream has yet
+	// to read (ErrorsRead), kept whatever their age: a stopped local
+	// server's, whose stream keeps its records, however old, until it
+	// starts again.
+	Unread []string
 	// ServerNow, when set, is the database's clock (ServerClock.Now of
 	// the client db): ages are judged by the earlier of it and Now. The
 	// zero time is no reading.
@@ -156,8 +164,9 @@ type StrayBodiesResult struct {
 	// the old ones found named, written again or gone after the Scan
 	// (the SDK's delete sent again finds its own delete so); Uncopied the
 	// old bodies a migration wrote whose task is not in the table yet,
-	// kept (a migration held up may copy it yet).
-	Young, Changed, Uncopied int
+	// kept (a migration held up may copy it yet); Unread the old errors
+	// in Unread, kept.
+	Young, Changed, Uncopied, Unread int
 }
 
 // DeleteStrayBodies deletes the bodies and the failed releases' errors of
@@ -221,6 +230,10 @@ func DeleteStrayBodies(ctx context.Context, db StrayBodiesDB, names schema.Names
 		}
 	}
 	now := ms(at)
+	unread := map[string]bool{}
+	for _, key := range p.Unread {
+		unread[key] = true
+	}
 	for _, b := range found {
 		switch {
 		case named[b.key]:
@@ -233,6 +246,8 @@ func DeleteStrayBodies(ctx context.Context, db StrayBodiesDB, names schema.Names
 			}
 		case now-b.writtenAt < b.age.Milliseconds():
 			res.Young++
+		case unread[b.key]:
+			res.Unread++
 		default:
 			fate, err := deleteStrayBody(ctx, db, table, b.taskID, b.key, b.writtenAt, p.DryRun)
 			if err != nil {

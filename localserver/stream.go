@@ -83,6 +83,14 @@ func ConsequencesCheckpoints(db stream.ItemAPI, names schema.Names) stream.Table
 	return checkpoints(db, names, consequencesCheckpoint)
 }
 
+// NoticesCheckpoints is where the server's consumer of the notices
+// (PublishNotices) keeps its position in the stream, for a command that
+// must keep what the notices still to be published read while the server
+// is stopped (`checkout-server bodies`).
+func NoticesCheckpoints(db stream.ItemAPI, names schema.Names) stream.TableCheckpoints {
+	return checkpoints(db, names, noticesCheckpoint)
+}
+
 // newChanges sets up both consumers. It must run before either polls: a
 // notices checkpoint that was never saved (data of a server from before the
 // notices had a consumer of their own, which published them with the

@@ -17,17 +17,19 @@ import (
 )
 
 // bodies is `checkout-server bodies`: it deletes the task bodies, and the
-// failed releases' errors, no task names (lease.DeleteStrayBodies), on the database the server would use:
-// over DYNAMODB_ENDPOINT, or with -aws the deployed tables (the stack's
-// table prefix), while the service runs; over CHECKOUT_DATA_DIR with the
-// server stopped (the directory is refused otherwise), after it has
-// applied the stream's changes the server left unapplied
-// (stoppedServerStream): an error it deletes may be one a release among
-// them names, which the server would otherwise archive with no error when
-// it starts again. -dry-run lists them and writes nothing, nor applies the
-// stream: applying it reads errors and names none, so the list is the
-// same. now is the command's clock; ages are judged by the database's when
-// it is earlier (lease.ServerClock).
+// failed releases' errors, no task names (lease.DeleteStrayBodies), on the
+// database the server would use: over DYNAMODB_ENDPOINT, or with -aws the
+// deployed tables (the stack's table prefix), while the service runs;
+// over CHECKOUT_DATA_DIR with the server stopped (the directory is refused
+// otherwise). There the stream keeps its records, however old, until the
+// server starts again and reads them on, errors included: the command
+// first applies the consequences the server left unapplied
+// (stoppedServerStream), and keeps the errors of the notices it left
+// unpublished (unpublishedErrors), which it publishes when it starts
+// again. -dry-run lists them and writes nothing, nor applies the stream:
+// applying it reads errors and names none, so the list is the same. now
+// is the command's clock; ages are judged by the database's when it is
+// earlier (lease.ServerClock).
 func bodies(ctx context.Context, args []string, getenv func(string) string, now func() time.Time, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("checkout-server bodies", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -45,6 +47,7 @@ func bodies(ctx context.Context, args []string, getenv func(string) string, now 
 	}
 	names := schema.Names{Prefix: getenv("CHECKOUT_TABLE_PREFIX")}
 	var db lease.StrayBodiesDB
+	var unread []string // over CHECKOUT_DATA_DIR: errors the stopped server's notices have yet to read
 	server := &lease.ServerClock{}
 	switch endpoint, dir := getenv(localstack.EnvEndpoint), getenv("CHECKOUT_DATA_DIR"); {
 	case *useAWS:
@@ -68,6 +71,9 @@ func bodies(ctx context.Context, args []string, getenv func(string) string, now 
 		}
 		defer func() { _ = d.Stop() }()
 		c := lease.NewLocalClient(d.Endpoint, server.Options)
+		if unread, err = unpublishedErrors(ctx, d, c, names, dir); err != nil {
+			return err
+		}
 		if !*dryRun {
 			poller, err := stoppedServerStream(ctx, d, c, names, getenv, dir)
 			if err != nil {
@@ -85,7 +91,7 @@ func bodies(ctx context.Context, args []string, getenv func(string) string, now 
 	default:
 		return errors.New("nothing to clean: without CHECKOUT_DATA_DIR, DYNAMODB_ENDPOINT or -aws the server keeps its data in memory")
 	}
-	res, err := lease.DeleteStrayBodies(ctx, db, names, lease.StrayBodiesParams{OlderThan: *olderThan, DryRun: *dryRun, Now: now, ServerNow: server.Now})
+	res, err := lease.DeleteStrayBodies(ctx, db, names, lease.StrayBodiesParams{OlderThan: *olderThan, DryRun: *dryRun, Unread: unread, Now: now, ServerNow: server.Now})
 	deleted, timed := "deleted", "timed"
 	if *dryRun {
 		deleted, timed = "stray", "untimed"
@@ -107,6 +113,9 @@ func bodies(ctx context.Context, args []string, getenv func(string) string, now 
 		res.Items, res.Bodies, res.Errors, len(res.Deleted), deleted, len(res.Timed), timed, res.Young, *olderThan, *olderThan+lease.StrayErrorMargin, res.Changed)
 	if res.Uncopied > 0 {
 		summary += fmt.Sprintf(", and %d of tasks a migration has not copied yet", res.Uncopied)
+	}
+	if res.Unread > 0 {
+		summary += fmt.Sprintf(", and %d errors the server's notices have yet to read (start it, then run again)", res.Unread)
 	}
 	if *dryRun {
 		summary += " (dry run: nothing written)"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -99,6 +101,7 @@ func TestBodiesCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	publishNotices(t, d, db) // as the server did before it stopped
 	if err := d.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -186,60 +189,17 @@ func TestBodiesCommandClockAhead(t *testing.T) {
 // the stream's records outlive a day while the server is stopped, and the
 // server started again archived the first release with error "".
 func TestBodiesCommandArchivesTheStoppedServersReleasesFirst(t *testing.T) {
-	bin := testenv.Binary(t, "github.com/checkout-dev/checkout/cmd/checkout-server")
-	dir := filepath.Join(t.TempDir(), "data")
 	ctx := testenv.Context(t)
-	names := schema.Names{}
-	open := func() (*localstack.Dynalite, *dynamodb.Client) {
-		t.Helper()
-		d, err := localstack.Start(ctx, localstack.Options{Path: dir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		db := lease.NewLocalClient(d.Endpoint)
-		if err := lease.EnsureTables(ctx, db, names); err != nil {
-			t.Fatal(err)
-		}
-		return d, db
-	}
-
-	d, db := open()
-	then := time.Now().Add(-26 * time.Hour)
-	store := lease.New(lease.Config{DB: db, Tables: names, Now: func() time.Time { return then }})
-	zero := time.Duration(0)
-	if _, err := store.CreateTask(ctx, lease.CreateTaskParams{TaskID: "retried", Title: "retried", RetryDelay: &zero}); err != nil {
-		t.Fatal(err)
-	}
-	for _, text := range []string{"first", "second"} {
-		co, err := store.Checkout(ctx, lease.CheckoutParams{TaskID: "retried", AgentID: "a", Timeout: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := store.Release(ctx, lease.ReleaseParams{TaskID: "retried", AgentID: "a", RunID: co.RunID, Outcome: lease.OutcomeFailed, Error: text}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := d.Stop(); err != nil { // the server stops before archiving them
-		t.Fatal(err)
-	}
-
-	cmd := exec.Command(bin, "bodies")
-	cmd.Env = append(os.Environ(), "DYNAMODB_ENDPOINT=", "CHECKOUT_TABLE_PREFIX=", "CHECKOUT_DATA_DIR="+dir)
-	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "deleted retried#error#1\n") {
+	dir := stoppedWithTwoFailedReleases(t, true)
+	if out, err := runBodies(t, dir); err != nil || !strings.Contains(out, "deleted retried#error#1\n") {
 		t.Fatalf("bodies: %v: %s; want the replaced error deleted", err, out)
 	}
 
-	d, db = open()
+	d, db := openDataDir(t, dir)
 	defer func() { _ = d.Stop() }()
-	arn, err := localstack.StreamARN(ctx, db, names.Table(schema.TasksTable))
-	if err != nil {
-		t.Fatal(err)
-	}
-	store = lease.New(lease.Config{DB: db, Tables: names})
+	store := lease.New(lease.Config{DB: db, Tables: schema.Names{}})
 	// The server's consumer of the consequences, as it starts again.
-	p := &stream.Poller{Streams: stream.NewLocalClient(d.Endpoint), StreamARN: arn,
-		Handle: stream.ConsequencesHandler(store), Saved: localserver.ConsequencesCheckpoints(db, names)}
-	if _, err := p.Poll(ctx); err != nil {
+	if _, err := dataDirPoller(t, d, db, stream.ConsequencesHandler(store), localserver.ConsequencesCheckpoints(db, schema.Names{})).Poll(ctx); err != nil {
 		t.Fatal(err)
 	}
 	tr, err := store.Trail(ctx, "retried")
@@ -255,4 +215,122 @@ func TestBodiesCommandArchivesTheStoppedServersReleasesFirst(t *testing.T) {
 	if !slices.Equal(errs, []string{"first", "second"}) {
 		t.Fatalf("the failed releases' errors in the trail: %q; want first and second", errs)
 	}
+}
+
+// The same data directory: `checkout-server bodies` keeps the replaced
+// error while the server's notices of its release are still to be
+// published (the server publishes them when it starts again), so the
+// notices carry both errors. Before, it deleted the error, having applied
+// the consequences alone, and the notice of its release said error "".
+func TestBodiesCommandKeepsTheErrorsOfUnpublishedNotices(t *testing.T) {
+	ctx := testenv.Context(t)
+	dir := stoppedWithTwoFailedReleases(t, false)
+	if out, err := runBodies(t, dir); err != nil || strings.Contains(out, "deleted retried#error#") {
+		t.Fatalf("bodies: %v: %s; want the replaced error kept", err, out)
+	}
+
+	d, db := openDataDir(t, dir)
+	defer func() { _ = d.Stop() }()
+	var notices noticeLog
+	store := lease.New(lease.Config{DB: db, Tables: schema.Names{}, Notifier: &notices})
+	// The server's consumer of the notices, as it starts again.
+	if _, err := dataDirPoller(t, d, db, stream.NoticesHandler(store), localserver.NoticesCheckpoints(db, schema.Names{})).Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var errs []string
+	for _, n := range notices {
+		if n.Kind == lease.NoticeLeaseEnded {
+			errs = append(errs, n.Event.Error)
+		}
+	}
+	if !slices.Equal(errs, []string{"first", "second"}) {
+		t.Fatalf("the failed releases' errors in the notices: %q; want first and second", errs)
+	}
+}
+
+// stoppedWithTwoFailedReleases is a data directory whose server stopped,
+// 26 hours ago, before archiving two failed releases of task "retried",
+// with errors "first" and "second", and, unless published, before
+// publishing their notices.
+func stoppedWithTwoFailedReleases(t *testing.T, published bool) string {
+	t.Helper()
+	ctx := testenv.Context(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	d, db := openDataDir(t, dir)
+	then := time.Now().Add(-26 * time.Hour)
+	store := lease.New(lease.Config{DB: db, Tables: schema.Names{}, Now: func() time.Time { return then }})
+	zero := time.Duration(0)
+	if _, err := store.CreateTask(ctx, lease.CreateTaskParams{TaskID: "retried", Title: "retried", RetryDelay: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range []string{"first", "second"} {
+		co, err := store.Checkout(ctx, lease.CheckoutParams{TaskID: "retried", AgentID: "a", Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Release(ctx, lease.ReleaseParams{TaskID: "retried", AgentID: "a", RunID: co.RunID, Outcome: lease.OutcomeFailed, Error: text}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if published {
+		publishNotices(t, d, db)
+	}
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// openDataDir starts dynalite over dir, with the tables.
+func openDataDir(t *testing.T, dir string) (*localstack.Dynalite, *dynamodb.Client) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	d, err := localstack.Start(ctx, localstack.Options{Path: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := lease.NewLocalClient(d.Endpoint)
+	if err := lease.EnsureTables(ctx, db, schema.Names{}); err != nil {
+		t.Fatal(err)
+	}
+	return d, db
+}
+
+// dataDirPoller is a consumer of the tasks table's stream over d, as the
+// server runs one.
+func dataDirPoller(t *testing.T, d *localstack.Dynalite, db *dynamodb.Client, handle func(context.Context, events.DynamoDBEvent) error, saved stream.Checkpoints) *stream.Poller {
+	t.Helper()
+	arn, err := localstack.StreamARN(testenv.Context(t), db, schema.Names{}.Table(schema.TasksTable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &stream.Poller{Streams: stream.NewLocalClient(d.Endpoint), StreamARN: arn, Handle: handle, Saved: saved}
+}
+
+// publishNotices publishes the notices of the changes of the stream over
+// d from the server's checkpoint, as the server does.
+func publishNotices(t *testing.T, d *localstack.Dynalite, db *dynamodb.Client) {
+	t.Helper()
+	p := dataDirPoller(t, d, db, stream.NoticesHandler(lease.New(lease.Config{DB: db, Tables: schema.Names{}, Notifier: &noticeLog{}})),
+		localserver.NoticesCheckpoints(db, schema.Names{}))
+	if _, err := p.Poll(testenv.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runBodies runs `checkout-server bodies` over data directory dir.
+func runBodies(t *testing.T, dir string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(testenv.Binary(t, "github.com/checkout-dev/checkout/cmd/checkout-server"), "bodies")
+	cmd.Env = append(os.Environ(), "DYNAMODB_ENDPOINT=", "CHECKOUT_TABLE_PREFIX=", "CHECKOUT_DATA_DIR="+dir)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// noticeLog keeps the notices it is given.
+type noticeLog []lease.Notice
+
+func (l *noticeLog) Notify(_ context.Context, n lease.Notice) error {
+	*l = append(*l, n)
+	return nil
 }
