@@ -143,7 +143,10 @@ import (
 // the tasks it lists (otherAttempt): the grant of an attempt that took
 // the last task, kept or not yet, is answered, and a listed task still
 // claimable, which another attempt may be writing for, is written for
-// too, so that whichever write lands first both answer its lease. Should
+// too, so that whichever write lands first both answer its lease; one
+// that answers none all the same removes its entries (forgetClaim): it
+// holds no lease, and the run's next claim with that run id is a fresh
+// one, not a retry (its first note stamps the receipt made anew). Should
 // the grant's write keep failing while the receipt keeps no grant, the
 // claim answers ErrGrantNotKept and the lease stays on its task,
 // the tried tasks the only record: a retry answers the lease found on
@@ -394,10 +397,15 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 	cp.queues = claimQueues(p.Queues)
 	var notes *claimNotes // this attempt's notes in the receipt; nil: unnamed
 	if named {
-		if c, ok, err := s.claimedBefore(ctx, cp.AgentID, cp.RunID); ok || err != nil {
+		asOf := ms(s.clock())
+		c, ok, afresh, err := s.claimedBefore(ctx, cp.AgentID, cp.RunID)
+		if ok || err != nil {
 			return c, err
 		}
 		notes = newClaimNotes()
+		if afresh {
+			notes.afresh = asOf
+		}
 	}
 	deadline := time.Now().Add(p.Wait)
 	began := ms(s.clock())
@@ -443,6 +451,9 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 				// have taken the task this one found taken.
 				if c, ok, err := s.otherAttempt(ctx, cp, notes); ok || err != nil {
 					return c, err
+				}
+				if err := s.forgetClaim(ctx, cp.AgentID, cp.RunID, notes); err != nil {
+					return Checkout{}, err
 				}
 			}
 			if stopping {
@@ -1369,11 +1380,16 @@ func receiptID(agentID, runID string) string { return "#claim#" + agentID + "#" 
 // list their tasks in a string set, "tried" (receiptItem reads both).
 
 // claimNotes is one attempt of a named claim, as its receipt's notes know
-// it: the id its entries are under, and the tasks whose grant write was
-// refused since its last note, which the next note removes.
+// it: the id its entries are under, the tasks they list, and the tasks
+// whose grant write was refused since its last note, which the next note
+// removes. afresh (Unix ms), for an attempt that found the receipt
+// listing no task and keeping no grant (or no receipt), is when it read
+// it: its first note stamps the receipt made then (see forgetClaim).
 type claimNotes struct {
 	attempt string
+	listed  []string
 	refused []string
+	afresh  int64
 }
 
 func newClaimNotes() *claimNotes {
@@ -1389,12 +1405,18 @@ func (n *claimNotes) triedName(taskID string) string {
 
 // noteClaim adds taskID to the receipt of the agent's named claim, before
 // the claim tries it, and removes the attempt's refused tasks (but this
-// one) from it. The receipt's first note stamps when it was made.
+// one) from it. The receipt's first note stamps when it was made, and so
+// does the first note of an attempt that found it listing nothing
+// (afresh): the run's claims before answered none.
 func (s *Store) noteClaim(ctx context.Context, agentID, runID string, n *claimNotes, taskID string) error {
 	now := s.clock()
+	var created expression.OperandBuilder = expression.IfNotExists(expression.Name("created"), expression.Value(ms(now)))
+	if n.afresh != 0 {
+		created = expression.Value(n.afresh)
+	}
 	upd := expression.Set(expression.NameNoDotSplit(n.triedName(taskID)), expression.Value(true)).
 		Set(expression.Name("ttl"), expression.Value(now.Add(2*MaxTimeout).Unix())).
-		Set(expression.Name("created"), expression.IfNotExists(expression.Name("created"), expression.Value(ms(now))))
+		Set(expression.Name("created"), created)
 	for _, id := range n.refused {
 		if id != taskID {
 			upd = upd.Remove(expression.NameNoDotSplit(n.triedName(id)))
@@ -1412,7 +1434,52 @@ func (s *Store) noteClaim(ctx context.Context, agentID, runID string, n *claimNo
 	}); err != nil {
 		return fmt.Errorf("claim receipt of %s: %w", agentID, err)
 	}
-	n.refused = nil
+	n.listed = slices.DeleteFunc(n.listed, func(id string) bool { return id != taskID && slices.Contains(n.refused, id) })
+	if !slices.Contains(n.listed, taskID) {
+		n.listed = append(n.listed, taskID)
+	}
+	n.refused, n.afresh = nil, 0
+	return nil
+}
+
+// forgetClaim removes the entries of an attempt of a named claim that
+// answers none from its run's receipt: the attempt holds no lease (it read
+// the receipt, and the run's leases on the tasks it lists, just before:
+// otherAttempt), so the run's next claim is a fresh one, not a retry of a
+// lease this one never got (a task it tried and lost, left listed, would
+// have the next claim answer a checkout by name of it as its lease).
+// One UpdateItem, only when the attempt listed a task; another attempt's
+// entries, which may name a grant still in flight, stay. The next claim
+// that finds the receipt listing nothing stamps it made anew (afresh),
+// so a retry of that claim finds nothing of the run's from before.
+func (s *Store) forgetClaim(ctx context.Context, agentID, runID string, n *claimNotes) error {
+	if len(n.listed) == 0 {
+		return nil
+	}
+	var upd expression.UpdateBuilder
+	for _, id := range n.listed {
+		upd = upd.Remove(expression.NameNoDotSplit(n.triedName(id)))
+	}
+	// A receipt deleted since (a removed agent's) is not made again.
+	cond := expression.AttributeExists(expression.Name("agent_id"))
+	expr, err := expression.NewBuilder().WithUpdate(upd).WithCondition(cond).Build()
+	if err != nil {
+		return fmt.Errorf("claim receipt of %s: %w", agentID, err)
+	}
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)),
+		UpdateExpression:          expr.Update(),
+		ConditionExpression:       expr.Condition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	if _, failed := conditionFailed(err); failed {
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("claim receipt of %s: %w", agentID, err)
+	}
+	n.listed = nil
 	return nil
 }
 
@@ -1700,12 +1767,20 @@ func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string,
 // keeps failing is settled as noteGrant's is (settleGrant): undecided,
 // the claim answers ErrGrantNotKept, and the lease found stays on its
 // task for the next retry.
-func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (Checkout, bool, error) {
-	c, ok, kept, err := s.runLease(ctx, agentID, runID, true)
-	if err != nil || !ok || kept {
-		return c, ok, err
+//
+// afresh says the receipt lists no task and keeps no grant, or there is
+// none: the run's claims so far, if any, answered none (forgetClaim).
+func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (c Checkout, ok, afresh bool, err error) {
+	rec, ok, err := s.receipt(ctx, agentID, runID)
+	if err != nil || !ok || rec.Granted == nil && len(rec.Tried) == 0 {
+		return Checkout{}, false, err == nil, err
 	}
-	return s.keepFound(ctx, c)
+	c, ok, kept, err := s.leaseOf(ctx, agentID, runID, rec, true)
+	if err != nil || !ok || kept {
+		return c, ok, false, err
+	}
+	c, ok, err = s.keepFound(ctx, c)
+	return c, ok, false, err
 }
 
 // keepFound answers c, a lease of a named claim's run found on a task
@@ -1853,6 +1928,11 @@ func (s *Store) runLease(ctx context.Context, agentID, runID string, tried bool)
 	if err != nil || !ok {
 		return Checkout{}, false, false, err
 	}
+	return s.leaseOf(ctx, agentID, runID, rec, tried)
+}
+
+// leaseOf is runLease for rec, the run's receipt as read.
+func (s *Store) leaseOf(ctx context.Context, agentID, runID string, rec receiptItem, tried bool) (c Checkout, ok, kept bool, err error) {
 	if rec.Granted != nil {
 		c, err = s.receiptsGrant(ctx, agentID, runID, *rec.Granted)
 		return c, err == nil, err == nil, err

@@ -745,36 +745,47 @@ func TestASupersededAttemptWhoseTaskWasGivenBackAndMovedOnAnswersTheKeptGrant(t 
 	}
 }
 
+// runsClaimLosesListedTask has the run of p (agent "a") check b out by
+// name and release it, then claim with a rival taking b just before its
+// grant write: b, showing the run's ended lease, stays listed in the
+// receipt, and the claim gets next, created after b, but cannot keep that
+// grant (ErrGrantNotKept). It returns that lease, with b held by "rival".
+func runsClaimLosesListedTask(t *testing.T, e *env, p lease.ClaimParams, next string) lease.Checkout {
+	t.Helper()
+	c := ctx(t)
+	e.task(t, "b")
+	e.clock.Advance(time.Millisecond)
+	e.task(t, next)
+	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "b", AgentID: p.AgentID, RunID: p.RunID, Timeout: time.Minute}))
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "b", AgentID: p.AgentID, RunID: p.RunID}))
+	e.clock.Advance(5 * time.Second) // before the claim, by more than receiptSkew
+	e.caughtUp(t)                    // the claim finds b through an index
+	e.drain(t)                       // b's trail, read by the retry, has nothing pending
+
+	raced := &racedDB{DB: receiptLossDB{e.db}, tasks: e.names.Table(schema.TasksTable), rival: e.store}
+	raced.lose.Store(1)
+	racing := lease.New(lease.Config{DB: raced, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	first := unkeptClaim(t, racing, p, next)
+	if tried := must[[]string](t)(lease.ReceiptTried(c, e.store, p.AgentID, p.RunID)); !slices.Contains(tried, "b") {
+		t.Fatalf("the receipt lists %v, want b among them", tried)
+	}
+	return first
+}
+
 // A run that uses one run id for its whole life keeps the lease it checked
 // out by name on a task one of its claims tried: the run's claim lost
-// task b to another claimer (b stays listed in the receipt), its next
-// claim got a but could not keep that grant (ErrGrantNotKept), and it then
-// checked b out by name once b was free. The retry of the claim keeps a,
-// the lease it finds, and gives back the run's undecided leases: before,
-// b's lease, granted after a by no attempt of the claim, went with them.
+// task b to another claimer (b, showing the run's earlier lease, stays
+// listed in the receipt), got a but could not keep that grant
+// (ErrGrantNotKept), and the run then checked b out by name once b was
+// free. The retry of the claim keeps a, the lease it finds, and gives back
+// the run's undecided leases: before, b's lease, granted after a by no
+// attempt of the claim, went with them.
 func TestAClaimRetryKeepsTheRunsLaterNamedCheckout(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	c := ctx(t)
 	p := lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute}
-	e.task(t, "b")
-	e.caughtUp(t) // the claim finds b through an index
-	raced := &racedDB{DB: e.db, tasks: e.names.Table(schema.TasksTable), rival: e.store}
-	raced.lose.Store(1)
-	racing := lease.New(lease.Config{DB: raced, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
-	if _, err := racing.Claim(c, p); !errors.Is(err, lease.ErrNoTaskAvailable) {
-		t.Fatalf("the claim that lost b: %v, want ErrNoTaskAvailable", err)
-	}
-	if tried := must[[]string](t)(lease.ReceiptTried(c, e.store, "a", "run-1")); !slices.Equal(tried, []string{"b"}) {
-		t.Fatalf("the receipt lists %v, want [b]", tried)
-	}
-
-	e.clock.Advance(time.Second)
-	e.task(t, "a")
-	e.caughtUp(t)
-	e.drain(t) // b's trail, read by the next claim, has nothing pending
-	lossy := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
-	first := unkeptClaim(t, lossy, p, "a")
+	first := runsClaimLosesListedTask(t, e, p, "a")
 
 	e.clock.Advance(time.Second)
 	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "b", AgentID: "rival"}))
@@ -792,12 +803,12 @@ func TestAClaimRetryKeepsTheRunsLaterNamedCheckout(t *testing.T) {
 }
 
 // The retry of a claim keeps the claim's own lease, not the run's checkout
-// by name, whichever task id sorts first: the run's claim lost b (listed),
-// its next claim got c but could not keep that grant, and the run then
-// checked b out by name (and, in one case, released it). Before, the retry
-// took the first listed task showing a lease of the run, b: it answered
-// the named checkout (ended, in one case) as the claim's lease and gave
-// back c.
+// by name, whichever task id sorts first: the run's claim lost b (listed,
+// showing the run's earlier lease), got c but could not keep that grant,
+// and the run then checked b out by name (and, in one case, released it).
+// Before, the retry took the first listed task showing a lease of the run,
+// b: it answered the named checkout (ended, in one case) as the claim's
+// lease and gave back c.
 func TestAClaimRetryKeepsItsOwnLeaseOverANamedCheckoutListedFirst(t *testing.T) {
 	t.Parallel()
 	for _, named := range []string{"held", "released"} {
@@ -806,21 +817,7 @@ func TestAClaimRetryKeepsItsOwnLeaseOverANamedCheckoutListedFirst(t *testing.T) 
 			e := newEnv(t)
 			c := ctx(t)
 			p := lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute}
-			e.task(t, "b")
-			e.caughtUp(t)
-			raced := &racedDB{DB: e.db, tasks: e.names.Table(schema.TasksTable), rival: e.store}
-			raced.lose.Store(1)
-			racing := lease.New(lease.Config{DB: raced, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
-			if _, err := racing.Claim(c, p); !errors.Is(err, lease.ErrNoTaskAvailable) {
-				t.Fatalf("the claim that lost b: %v, want ErrNoTaskAvailable", err)
-			}
-
-			e.clock.Advance(time.Second)
-			e.task(t, "c")
-			e.caughtUp(t)
-			e.drain(t)
-			lossy := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
-			first := unkeptClaim(t, lossy, p, "c")
+			first := runsClaimLosesListedTask(t, e, p, "c")
 
 			e.clock.Advance(time.Second)
 			must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "b", AgentID: "rival"}))

@@ -55,7 +55,8 @@ import (
 //	                    names blockers)
 //	claim with run_id   + GetItem of its receipt, UpdateItem of it per try
 //	                    (a retry whose receipt lost its grant: + the tried
-//	                    tasks' trails)
+//	                    tasks' trails; a 404 after a try: + an UpdateItem
+//	                    that removes the attempt's entries)
 //	heartbeat           UpdateItem (two or three when the agent returns from the
 //	                    dead: alive.go)
 //	watch               GetItem of the task (a conflict has it already), a Query
