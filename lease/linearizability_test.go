@@ -538,14 +538,22 @@ func linearizabilityRound(t *testing.T, heartbeats bool, cfg linConfig) {
 		if os.Getenv("CHECKOUT_LIN_VIS") != "" {
 			path = os.Getenv("CHECKOUT_LIN_VIS")
 		}
-		if err := porcupine.VisualizePath(model, info, path); err != nil {
-			t.Logf("visualize: %v", err)
+		// Only an illegal history is drawn: an Unknown one (the search
+		// ran out of linCheckBudget) can take more memory to draw than
+		// the machine has, and would end every test of the run with it.
+		if res == porcupine.Illegal {
+			if err := porcupine.VisualizePath(model, info, path); err != nil {
+				t.Logf("visualize: %v", err)
+			}
 		}
 		if dump := os.Getenv("CHECKOUT_LIN_DUMP"); dump != "" {
 			dumpIllegal(model, history, dump)
 			dumpStuck(model, info, history, dump+".stuck")
 		}
-		t.Fatalf("history is %s (seed %d); visualization at %s", res, seed, path)
+		if res == porcupine.Illegal {
+			t.Fatalf("history is %s (seed %d); visualization at %s", res, seed, path)
+		}
+		t.Fatalf("history is %s (seed %d): the search ran out of its %v; run it again with CHECKOUT_LIN_SEED", res, seed, linCheckBudget)
 	}
 	for _, task := range tasks {
 		assertOneEndPerLease(t, e, task)
@@ -3255,14 +3263,22 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 		if os.Getenv("CHECKOUT_LIN_VIS") != "" {
 			path = os.Getenv("CHECKOUT_LIN_VIS")
 		}
-		if err := porcupine.VisualizePath(model, info, path); err != nil {
-			t.Logf("visualize: %v", err)
+		// Only an illegal history is drawn: an Unknown one (the search
+		// ran out of linCheckBudget) can take more memory to draw than
+		// the machine has, and would end every test of the run with it.
+		if res == porcupine.Illegal {
+			if err := porcupine.VisualizePath(model, info, path); err != nil {
+				t.Logf("visualize: %v", err)
+			}
 		}
 		if dump := os.Getenv("CHECKOUT_LIN_DUMP"); dump != "" {
 			dumpIllegal(model, history, fmt.Sprintf("%s.%s.%d", dump, t.Name(), seed))
 			dumpStuck(model, info, history, fmt.Sprintf("%s.%s.%d.stuck", dump, t.Name(), seed))
 		}
-		t.Fatalf("history is %s (seed %d); visualization at %s", res, seed, path)
+		if res == porcupine.Illegal {
+			t.Fatalf("history is %s (seed %d); visualization at %s", res, seed, path)
+		}
+		t.Fatalf("history is %s (seed %d): the search ran out of its %v; run it again with CHECKOUT_LIN_SEED", res, seed, linCheckBudget)
 	}
 	for i := range tasks {
 		assertOneEndPerLease(t, e, wTaskID(i))
