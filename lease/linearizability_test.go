@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"slices"
 	"sort"
 	"strconv"
@@ -694,7 +695,7 @@ func linearizabilityRound(t *testing.T, heartbeats bool, cfg linConfig) {
 	trails.halt()
 
 	model := leaseModel(epoch.UnixMilli())
-	res, info := porcupine.CheckOperationsVerbose(model, history, linCheckBudget)
+	res, info, overMemory := checkLinearizable(model, history, linMemoryBound)
 	if res != porcupine.Ok {
 		path := filepath.Join(t.TempDir(), "history.html")
 		if os.Getenv("CHECKOUT_LIN_VIS") != "" {
@@ -714,6 +715,9 @@ func linearizabilityRound(t *testing.T, heartbeats bool, cfg linConfig) {
 		}
 		if res == porcupine.Illegal {
 			t.Fatalf("history is %s (seed %d); visualization at %s", res, seed, path)
+		}
+		if overMemory {
+			t.Fatalf("history is %s (seed %d): the search stopped when the test binary's heap passed %d GiB (linMemoryBound); run it again with CHECKOUT_LIN_SEED", res, seed, linMemoryBound>>30)
 		}
 		t.Fatalf("history is %s (seed %d): the search ran out of its %v; run it again with CHECKOUT_LIN_SEED", res, seed, linCheckBudget)
 	}
@@ -3097,13 +3101,18 @@ type wConfig struct {
 	// function held up would, so that freeings, watches and registrations
 	// pile up before it handles them. Inboxes are read only after it ran.
 	drainEvery int
+	// rounds: how many histories of phases each are run, each on a table
+	// of its own and checked on its own (0 or 1: one). porcupine keeps
+	// every state it has visited until a history is decided, so two
+	// histories of 50 phases take about half the memory of one of 100.
+	rounds int
 }
 
 func wholeSize(claims bool) wConfig {
 	chaos := os.Getenv("CHECKOUT_CHAOS") != ""
 	switch {
 	case claims && chaos:
-		return wConfig{clients: 6, tasks: 3, phases: 100, opsPerPhase: 4, claims: true, patches: true, createEvery: 12, strictEvery: 3, inboxEvery: 1}
+		return wConfig{clients: 6, tasks: 3, phases: 50, opsPerPhase: 4, rounds: 2, claims: true, patches: true, createEvery: 12, strictEvery: 3, inboxEvery: 1}
 	case claims:
 		return wConfig{clients: 4, tasks: 3, phases: 8, opsPerPhase: 3, claims: true, patches: true, createEvery: 3, strictEvery: 2, inboxEvery: 1}
 	}
@@ -3188,6 +3197,15 @@ func TestLinearizabilityWorkGraphSlowStream(t *testing.T) {
 }
 
 func wholeLinearizability(t *testing.T, cfg wConfig) {
+	for round := range max(cfg.rounds, 1) {
+		if cfg.rounds > 1 {
+			t.Logf("round %d of %d", round+1, cfg.rounds)
+		}
+		wholeLinearizabilityRound(t, cfg)
+	}
+}
+
+func wholeLinearizabilityRound(t *testing.T, cfg wConfig) {
 	// CHECKOUT_KNOWN_BUGS=1: the model as lease/doc.go states it, which
 	// the store fails now and then (see cachedHB and
 	// TestKnownBugRemovedAgentCachedAlive).
@@ -3420,7 +3438,7 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 	trails.halt()
 	model := wholeModel(startMS, cfg.tasks, cfg.clients, knownBugs, cfg.graph)
 	checkStart := time.Now()
-	res, info := porcupine.CheckOperationsVerbose(model, history, linCheckBudget)
+	res, info, overMemory := checkLinearizable(model, history, linMemoryBound)
 	t.Logf("checked in %v", time.Since(checkStart).Round(time.Millisecond))
 	if res != porcupine.Ok {
 		path := filepath.Join(t.TempDir(), "history.html")
@@ -3441,6 +3459,9 @@ func wholeLinearizability(t *testing.T, cfg wConfig) {
 		}
 		if res == porcupine.Illegal {
 			t.Fatalf("history is %s (seed %d); visualization at %s", res, seed, path)
+		}
+		if overMemory {
+			t.Fatalf("history is %s (seed %d): the search stopped when the test binary's heap passed %d GiB (linMemoryBound); run it again with CHECKOUT_LIN_SEED", res, seed, linMemoryBound>>30)
 		}
 		t.Fatalf("history is %s (seed %d): the search ran out of its %v; run it again with CHECKOUT_LIN_SEED", res, seed, linCheckBudget)
 	}
@@ -3852,6 +3873,78 @@ func TestCreateThatSettlesAnswersItsOwnWrite(t *testing.T) {
 // hold a search this long beside its other tests (Makefile,
 // GO_TEST_FLAGS).
 const linCheckBudget = 5 * time.Minute
+
+// linMemoryBound bounds the heap of the test binary while porcupine
+// searches a history. A search that meets a history it cannot decide
+// quickly can grow by 100 MB a second; past the bound, every search under
+// way stops and reports its history undecided, instead of the kernel
+// ending the whole binary, and every test with it, when the machine runs
+// out of memory (make chaos, on a 24 GB machine with the race detector).
+const linMemoryBound = 3 << 30
+
+var (
+	heapInUse atomic.Uint64 // the test binary's heap objects, sampled
+	heapWatch sync.Once
+)
+
+func sampleHeap() {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		heapInUse.Store(s[0].Value.Uint64())
+	}
+}
+
+// checkLinearizable checks a history as porcupine.CheckOperationsVerbose
+// does, within linCheckBudget, and stops the search once the heap
+// passes bound: it then answers Unknown, with overMemory set.
+func checkLinearizable(model porcupine.Model, history []porcupine.Operation, bound uint64) (res porcupine.CheckResult, info porcupine.LinearizationInfo, overMemory bool) {
+	heapWatch.Do(func() {
+		sampleHeap()
+		go func() {
+			for range time.Tick(250 * time.Millisecond) {
+				sampleHeap()
+			}
+		}()
+	})
+	var stopped atomic.Bool
+	step := model.StepContext
+	if step == nil {
+		plain := model.Step
+		step = func(_ context.Context, state, input, output any) (bool, any) { return plain(state, input, output) }
+	}
+	model.Step = nil
+	model.StepContext = func(c context.Context, state, input, output any) (bool, any) {
+		if stopped.Load() || heapInUse.Load() > bound {
+			stopped.Store(true)
+			return false, state // no step: the search unwinds and ends
+		}
+		return step(c, state, input, output)
+	}
+	res, info = porcupine.CheckOperationsVerbose(model, history, linCheckBudget)
+	if stopped.Load() {
+		return porcupine.Unknown, info, true
+	}
+	return res, info, false
+}
+
+// The memory bound stops a search: a legal history checked under a bound
+// the heap is already past is undecided, not legal and not illegal.
+func TestLinearizabilityCheckStopsAtItsMemoryBound(t *testing.T) {
+	t.Parallel()
+	start := epoch.UnixMilli()
+	okA := linOut{Kind: "ok", Holder: "a", Run: "ra", Fence: 1, Expires: start + 10_000}
+	h := []porcupine.Operation{
+		{ClientId: 0, Input: linIn{Op: "checkout", Task: "t", Agent: "a", Run: "ra", Timeout: 10_000}, Output: okA, Call: 0, Return: 10},
+		{ClientId: 1, Input: linIn{Op: "checkout", Task: "t", Agent: "b", Run: "rb", Timeout: 10_000}, Output: linOut{Kind: "conflict", Holder: "a", Fence: 1}, Call: 5, Return: 15},
+	}
+	if res, _, over := checkLinearizable(leaseModel(start), h, linMemoryBound); res != porcupine.Ok || over {
+		t.Fatalf("a legal history under the bound = %v (over memory %v); want ok", res, over)
+	}
+	if res, _, over := checkLinearizable(leaseModel(start), h, 1); res != porcupine.Unknown || !over {
+		t.Errorf("a legal history past a bound of 1 byte = %v (over memory %v); want unknown, over memory", res, over)
+	}
+}
 
 // jitterDB delays each request by a random 0 to max, before it is sent and
 // after it is answered (CHECKOUT_LIN_JITTER=20ms): the operations of a
