@@ -242,8 +242,10 @@ type phaseEnd struct {
 // renewed to it (an answer with its expiry) in that phase or before, expiring
 // after the phase's time. Any other heartbeat commutes with the whole
 // phase, and the partition applies it at the phase's end, in its phaseEnd,
-// with its answer still checked. The search then never has to order it
-// against the task's operations or the other agents' heartbeats: a phase's
+// with its answer still checked, when it can fall in that phase only and
+// overlaps none of its agent's other heartbeats (which then fall in the
+// order of their calls). The search then never has to order it against
+// the task's operations or the other agents' heartbeats: a phase's
 // heartbeats of sixteen agents, each ordered freely, took the checker's
 // search past 9 GB under the race detector (make chaos).
 func partitionByTask(start int64, h []porcupine.Operation) [][]porcupine.Operation {
@@ -268,10 +270,40 @@ func partitionByTask(start int64, h []porcupine.Operation) [][]porcupine.Operati
 		return [][]porcupine.Operation{append(ticks, shared...)}
 	}
 	// Phase p runs between tick p-1 and tick p, at the time tick p-1 set.
+	// An operation falls in a phase from first to last: porcupine orders a
+	// call before a return at the same instant, so an operation called when
+	// a tick returns, or returning when one is called, may fall on either
+	// side of it.
 	byCall := func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) }
 	slices.SortFunc(ticks, byCall)
-	phase := func(op porcupine.Operation) int {
-		return sort.Search(len(ticks), func(i int) bool { return ticks[i].Return > op.Call })
+	first := func(op porcupine.Operation) int {
+		return sort.Search(len(ticks), func(i int) bool { return ticks[i].Return >= op.Call })
+	}
+	last := func(op porcupine.Operation) int {
+		return sort.Search(len(ticks), func(i int) bool { return ticks[i].Call > op.Return })
+	}
+	// ordered[{agent, p}]: a heartbeat of the agent may fall in phase p and
+	// another phase, or overlaps another of its heartbeats. The search then
+	// orders every heartbeat of the agent in that phase: its heartbeats
+	// change its state in the order they fall.
+	ordered := map[[2]int]bool{}
+	byAgent := map[int][]porcupine.Operation{}
+	for _, op := range shared {
+		if in := op.Input.(linIn); in.Op == "heartbeat" {
+			byAgent[in.AgentN] = append(byAgent[in.AgentN], op)
+		}
+	}
+	for agent, hbs := range byAgent {
+		slices.SortFunc(hbs, byCall)
+		var end int64 // the last return of the heartbeats called before
+		for i, op := range hbs {
+			if lo, hi := first(op), last(op); lo != hi || i > 0 && op.Call <= end {
+				for p := lo; p <= hi; p++ {
+					ordered[[2]int{agent, p}] = true
+				}
+			}
+			end = max(end, op.Return)
+		}
 	}
 	now := func(p int) int64 {
 		if p == 0 {
@@ -291,7 +323,7 @@ func partitionByTask(start int64, h []porcupine.Operation) [][]porcupine.Operati
 		for _, op := range byTask[task] {
 			in, res := op.Input.(linIn), op.Output.(linOut)
 			if res.Kind == "ok" && res.Expires != 0 && (in.Op == "checkout" || in.Op == "renew") {
-				mayHold[in.AgentN] = append(mayHold[in.AgentN], grant{phase(op), res.Expires})
+				mayHold[in.AgentN] = append(mayHold[in.AgentN], grant{first(op), res.Expires})
 			}
 		}
 		read := func(agent, p int) bool {
@@ -309,8 +341,8 @@ func partitionByTask(start int64, h []porcupine.Operation) [][]porcupine.Operati
 		}
 		for _, op := range shared {
 			in := op.Input.(linIn)
-			p := phase(op)
-			if in.Op == "heartbeat" && p < len(ticks) && op.Return <= ticks[p].Call && !read(in.AgentN, p) {
+			p := first(op)
+			if in.Op == "heartbeat" && p < len(ticks) && !ordered[[2]int{in.AgentN, p}] && !read(in.AgentN, p) {
 				ends[p].Heartbeats = append(ends[p].Heartbeats, op)
 				continue
 			}
@@ -424,6 +456,76 @@ func TestPartitionByTaskAppliesUnreadHeartbeatsAtThePhasesEnd(t *testing.T) {
 	}
 	if porcupine.CheckOperations(m, history(newLease, start+31_000)) {
 		t.Error("a heartbeat applied at its phase's end was accepted with a wrong expiry")
+	}
+}
+
+// A heartbeat is applied at its phase's end only when the search could not
+// have placed it anywhere that matters; otherwise the partition keeps it in
+// place, and each history gets the verdict it gets with every heartbeat in
+// place. a's second heartbeat overlaps a tick, so it may fall before the
+// tick, and so before a's first heartbeat were that one applied at the tick
+// (a would live 30 s, not 5, and b's takeover be refused). a's checkout and
+// retry are called the instant a tick returns, so they may fall before it,
+// and so before a comes back from the dead were that heartbeat applied at
+// the tick (the retry would be answered the lease a's death ended). And two
+// of a's heartbeats that overlap may fall in either order.
+func TestPartitionByTaskKeepsHeartbeatsTheSearchMustOrder(t *testing.T) {
+	t.Parallel()
+	start := epoch.UnixMilli()
+	hb := func(agent string, n int, ttl, expires, call, ret int64) porcupine.Operation {
+		return porcupine.Operation{ClientId: n, Input: linIn{Op: "heartbeat", Agent: agent, AgentN: n, Timeout: ttl},
+			Output: linOut{Kind: "ok", Expires: expires}, Call: call, Return: ret}
+	}
+	checkout := func(agent string, n int, out linOut, call, ret int64) porcupine.Operation {
+		return porcupine.Operation{ClientId: n, Input: linIn{Op: "checkout", Task: "t", Agent: agent, AgentN: n, Run: "r" + agent, Timeout: 60_000},
+			Output: out, Call: call, Return: ret}
+	}
+	tick := func(now, call, ret int64) porcupine.Operation {
+		return porcupine.Operation{ClientId: 9, Input: linIn{Op: "tick", Now: now}, Output: linOut{Kind: "ok"}, Call: call, Return: ret}
+	}
+	overlapsTick := func(takeover linOut) []porcupine.Operation {
+		return []porcupine.Operation{
+			hb("a", 0, 30_000, start+30_000, 0, 1),
+			hb("a", 0, 5_000, start+5_000, 2, 12),
+			tick(start+1_000, 10, 11),
+			checkout("a", 0, linOut{Kind: "ok", Holder: "a", Run: "ra", Fence: 1, Expires: start + 61_000}, 20, 21),
+			tick(start+6_000, 30, 31),
+			checkout("b", 1, takeover, 40, 41),
+		}
+	}
+	atTicksReturn := func(retry linOut) []porcupine.Operation {
+		return []porcupine.Operation{
+			hb("a", 0, 5_000, start+5_000, 0, 1),
+			tick(start+5_000, 10, 11),
+			hb("a", 0, 30_000, start+35_000, 20, 21), // a comes back
+			tick(start+10_000, 30, 31),
+			checkout("a", 0, linOut{Kind: "ok", Holder: "a", Run: "ra", Fence: 1, Expires: start + 65_000}, 31, 40),
+			checkout("a", 0, retry, 31, 40),
+		}
+	}
+	refused := linOut{Kind: "conflict", Holder: "a", Fence: 1}
+	overlapping := overlapsTick(refused)
+	overlapping[1].Call, overlapping[1].Return = 0, 1 // a's heartbeats in either order
+	m := leaseModel(start)
+	inPlace := leaseModel(start) // one task: the history is its partition
+	inPlace.Partition = func(h []porcupine.Operation) [][]porcupine.Operation { return [][]porcupine.Operation{h} }
+	for _, c := range []struct {
+		name  string
+		h     []porcupine.Operation
+		legal bool
+	}{
+		{"b takes over from a, dead at the second tick", overlapsTick(linOut{Kind: "ok", Holder: "b", Run: "rb", Fence: 2, Expires: start + 66_000}), true},
+		{"b is refused a's lease, though a is dead", overlapsTick(refused), false},
+		{"a's retry gets a new lease", atTicksReturn(linOut{Kind: "ok", Holder: "a", Run: "ra", Fence: 2, Expires: start + 65_000}), true},
+		{"a's retry gets the lease its death ended", atTicksReturn(linOut{Kind: "ok", Holder: "a", Run: "ra", Fence: 1, Expires: start + 65_000}), false},
+		{"b is refused a's lease, a's 5 s heartbeat first", overlapping, true},
+	} {
+		if got := porcupine.CheckOperations(inPlace, c.h); got != c.legal {
+			t.Fatalf("%s: legal %v with every heartbeat in place, want %v", c.name, got, c.legal)
+		}
+		if got := porcupine.CheckOperations(m, c.h); got != c.legal {
+			t.Errorf("%s: legal %v, and %v with every heartbeat in place", c.name, got, c.legal)
+		}
 	}
 }
 
