@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -34,6 +35,10 @@ func WaitForGraphLock(s *Store, d time.Duration) { s.graphWait = d }
 // WaitForArchive sets how long a task's first watch on s waits for the
 // change stream to archive a freeing hidden from it.
 func WaitForArchive(s *Store, d time.Duration) { s.archiveWait = d }
+
+// IsUnwatched reports whether err is a watch's failure that left no watch
+// of the agent's on the task (unwatchedError).
+func IsUnwatched(err error) bool { return errors.As(err, new(unwatchedError)) }
 
 // OnGraphWalk makes s call f after each level of a cycle walk is read.
 func OnGraphWalk(s *Store, f func()) { s.walked = f }
