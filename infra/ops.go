@@ -256,13 +256,21 @@ func (s *CheckoutStack) operations(cfg Config, accessLogs awslogs.LogGroup) {
 			}
 			return out
 		}
-		for _, a := range splitAlarms(throttleID, ops[t.Name]) {
-			add(alarmSpec{id: a.id, desc: "DynamoDB throttled requests (" + strings.Join(a.series, ", ") + ") on table " + t.Name + " (the SDK retried them; answers may have been 503).",
-				metric: filled("Throttled requests", perOperation("ThrottledRequests", "t", a.series)), threshold: 1})
+		// Each alarm's line on the dashboard is labelled with its table
+		// (and, past the first of a split alarm, its part).
+		label := func(what string, part int) string {
+			if part == 0 {
+				return t.Name + " " + what
+			}
+			return fmt.Sprintf("%s %s (%d)", t.Name, what, part+1)
 		}
-		for _, a := range splitAlarms(errorID, ops[t.Name]) {
+		for i, a := range splitAlarms(throttleID, ops[t.Name]) {
+			add(alarmSpec{id: a.id, desc: "DynamoDB throttled requests (" + strings.Join(a.series, ", ") + ") on table " + t.Name + " (the SDK retried them; answers may have been 503).",
+				metric: filled(label("throttled requests", i), perOperation("ThrottledRequests", "t", a.series)), threshold: 1})
+		}
+		for i, a := range splitAlarms(errorID, ops[t.Name]) {
 			add(alarmSpec{id: a.id, desc: "DynamoDB answered requests (" + strings.Join(a.series, ", ") + ") on table " + t.Name + " with internal errors (HTTP 500).",
-				metric: filled("System errors", perOperation("SystemErrors", "e", a.series)), threshold: 1})
+				metric: filled(label("system errors", i), perOperation("SystemErrors", "e", a.series)), threshold: 1})
 		}
 	}
 

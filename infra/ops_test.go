@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -271,6 +272,11 @@ func TestAlarmsSplitPastTenFunctionsOrOperations(t *testing.T) {
 				t.Errorf("the dashboard does not graph throttled %s on %s", op, schema.InboxTable)
 			}
 		}
+		for _, label := range []string{schema.InboxTable + " throttled requests", schema.InboxTable + " throttled requests (2)"} {
+			if !strings.Contains(body, `"label":"`+label+`"`) {
+				t.Errorf("the dashboard has no line labelled %q", label)
+			}
+		}
 	}
 }
 
@@ -387,5 +393,42 @@ func TestNamesOfAlarmsAndDashboard(t *testing.T) {
 	}
 	if got := DashboardName("dev.checkout-"); got != "dev-checkout-dashboard" {
 		t.Errorf("DashboardName = %q", got)
+	}
+}
+
+// The dashboard's graph of DynamoDB throttled requests has a line for each
+// table's alarm (each part of a split one), and each line says which table
+// it is: before, every line was labelled "Throttled requests" alike.
+func TestDashboardNamesEachTablesThrottledRequests(t *testing.T) {
+	s := synth(t, map[string]any{})
+	var bodies []string
+	for _, r := range s.ofType("AWS::CloudWatch::Dashboard") {
+		bodies = append(bodies, s.render(props(r)["DashboardBody"]))
+	}
+	if len(bodies) != 1 {
+		t.Fatalf("%d dashboards, want 1", len(bodies))
+	}
+	graph := bodies[0]
+	i := strings.Index(graph, `"title":"DynamoDB throttled requests"`)
+	if i < 0 {
+		t.Fatal("no graph of DynamoDB throttled requests")
+	}
+	// The graph's own widget: up to the next widget, or the end.
+	graph = graph[i:]
+	if end := strings.Index(graph, `{"type":`); end >= 0 {
+		graph = graph[:end]
+	}
+	labels := regexp.MustCompile(`"label":"([^"]*)"`).FindAllStringSubmatch(graph, -1)
+	seen := map[string]bool{}
+	for _, l := range labels {
+		if seen[l[1]] {
+			t.Errorf("two lines labelled %q", l[1])
+		}
+		seen[l[1]] = true
+	}
+	for _, tb := range schema.Tables() {
+		if !seen[tb.Name+" throttled requests"] {
+			t.Errorf("no line labelled %q among %d: %v", tb.Name+" throttled requests", len(labels), seen)
+		}
 	}
 }
