@@ -797,7 +797,7 @@ func linearizabilityRound(t *testing.T, heartbeats bool, cfg linConfig) {
 	trails.halt()
 
 	model := leaseModel(epoch.UnixMilli())
-	res, info, overMemory := checkLinearizable(model, history, linMemoryBound)
+	res, info, overMemory := checkLinearizable(model, history, linMemoryBound, linHogSteps)
 	if res != porcupine.Ok {
 		path := filepath.Join(t.TempDir(), "history.html")
 		if os.Getenv("CHECKOUT_LIN_VIS") != "" {
@@ -3563,7 +3563,7 @@ func wholeLinearizabilityRound(t *testing.T, cfg wConfig) {
 	trails.halt()
 	model := wholeModel(startMS, cfg.tasks, cfg.clients, knownBugs, cfg.graph)
 	checkStart := time.Now()
-	res, info, overMemory := checkLinearizable(model, history, linMemoryBound)
+	res, info, overMemory := checkLinearizable(model, history, linMemoryBound, linHogSteps)
 	t.Logf("checked in %v", time.Since(checkStart).Round(time.Millisecond))
 	if res != porcupine.Ok {
 		path := filepath.Join(t.TempDir(), "history.html")
@@ -4021,9 +4021,12 @@ func sampleHeap() {
 }
 
 // checkLinearizable checks a history as porcupine.CheckOperationsVerbose
-// does, within linCheckBudget, and stops the search once the heap
-// passes bound: it then answers Unknown, with overMemory set.
-func checkLinearizable(model porcupine.Model, history []porcupine.Operation, bound uint64) (res porcupine.CheckResult, info porcupine.LinearizationInfo, overMemory bool) {
+// does, within linCheckBudget, and stops the search once the heap passes
+// bound, if the search has by then taken more than minSteps steps of the
+// model: it then answers Unknown, with overMemory set. The heap is the
+// whole test binary's, shared by the checks of tests run in parallel;
+// minSteps spares a search too small to be what fills it (linHogSteps).
+func checkLinearizable(model porcupine.Model, history []porcupine.Operation, bound uint64, minSteps int64) (res porcupine.CheckResult, info porcupine.LinearizationInfo, overMemory bool) {
 	heapWatch.Do(func() {
 		sampleHeap()
 		go func() {
@@ -4033,6 +4036,7 @@ func checkLinearizable(model porcupine.Model, history []porcupine.Operation, bou
 		}()
 	})
 	var stopped atomic.Bool
+	var steps atomic.Int64
 	step := model.StepContext
 	if step == nil {
 		plain := model.Step
@@ -4040,7 +4044,7 @@ func checkLinearizable(model porcupine.Model, history []porcupine.Operation, bou
 	}
 	model.Step = nil
 	model.StepContext = func(c context.Context, state, input, output any) (bool, any) {
-		if stopped.Load() || heapInUse.Load() > bound {
+		if n := steps.Add(1); stopped.Load() || heapInUse.Load() > bound && n > minSteps {
 			stopped.Store(true)
 			return false, state // no step: the search unwinds and ends
 		}
@@ -4053,8 +4057,16 @@ func checkLinearizable(model porcupine.Model, history []porcupine.Operation, bou
 	return res, info, false
 }
 
+// linHogSteps is how many steps of the model a search takes before the
+// memory bound may stop it: at most a few kilobytes of state each (a
+// whole-service state is 6 KB), well under the bound, so the search that
+// stops is one that could be filling the heap, not a small one checked
+// beside it.
+const linHogSteps = 100_000
+
 // The memory bound stops a search: a legal history checked under a bound
-// the heap is already past is undecided, not legal and not illegal.
+// the heap is already past is undecided, not legal and not illegal, unless
+// the search is too small to be what fills the heap.
 func TestLinearizabilityCheckStopsAtItsMemoryBound(t *testing.T) {
 	t.Parallel()
 	start := epoch.UnixMilli()
@@ -4063,11 +4075,16 @@ func TestLinearizabilityCheckStopsAtItsMemoryBound(t *testing.T) {
 		{ClientId: 0, Input: linIn{Op: "checkout", Task: "t", Agent: "a", Run: "ra", Timeout: 10_000}, Output: okA, Call: 0, Return: 10},
 		{ClientId: 1, Input: linIn{Op: "checkout", Task: "t", Agent: "b", Run: "rb", Timeout: 10_000}, Output: linOut{Kind: "conflict", Holder: "a", Fence: 1}, Call: 5, Return: 15},
 	}
-	if res, _, over := checkLinearizable(leaseModel(start), h, linMemoryBound); res != porcupine.Ok || over {
+	if res, _, over := checkLinearizable(leaseModel(start), h, linMemoryBound, 0); res != porcupine.Ok || over {
 		t.Fatalf("a legal history under the bound = %v (over memory %v); want ok", res, over)
 	}
-	if res, _, over := checkLinearizable(leaseModel(start), h, 1); res != porcupine.Unknown || !over {
+	if res, _, over := checkLinearizable(leaseModel(start), h, 1, 0); res != porcupine.Unknown || !over {
 		t.Errorf("a legal history past a bound of 1 byte = %v (over memory %v); want unknown, over memory", res, over)
+	}
+	// A search too small to fill the heap finishes past the bound: what
+	// fills it is another search.
+	if res, _, over := checkLinearizable(leaseModel(start), h, 1, linHogSteps); res != porcupine.Ok || over {
+		t.Errorf("a small search past a bound of 1 byte = %v (over memory %v); want ok", res, over)
 	}
 }
 
