@@ -2,13 +2,19 @@ package localserver
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/checkout-dev/checkout/internal/testclock"
 	"github.com/checkout-dev/checkout/internal/testenv"
@@ -378,4 +384,229 @@ func TestEndpointLosingATableAnswers503WhileMending(t *testing.T) {
 	if st, body := call(t, "GET", base+"/api/tasks/t2", admin, ""); st != 404 {
 		t.Fatalf("the task the lost key asked for: %d %v", st, body)
 	}
+}
+
+// Several local servers on one endpoint, all finding its tables missing,
+// make them again at once: each comes back serving with the admin key, and
+// they serve the same tables, made as a single server makes them. A server
+// still making them when another has made them and written to them keeps
+// what was written: it finds each table there (or made meanwhile) and
+// creates nothing over it. The proxies hold each server's CreateTable, so
+// that all three are seen mending before any of them makes a table.
+func TestSeveralServersRemakeTheTablesAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, err := localstack.Start(ctx, localstack.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Stop() })
+	const admin = "ck_shared-admin-key"
+	type server struct {
+		*Server
+		proxy *countingProxy
+		logs  *testenv.Buffer
+	}
+	servers := make([]server, 3)
+	for i := range servers {
+		s := server{proxy: newCountingProxy(t, d.Endpoint), logs: new(testenv.Buffer)}
+		if s.Server, err = Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: s.proxy.url, AdminKey: admin,
+			Logger: slog.New(slog.NewJSONHandler(s.logs, nil))}); err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		servers[i] = s
+	}
+	a, b, c := servers[0], servers[1], servers[2]
+	// mending waits until every server has a CreateTable held, its tables
+	// found missing (a request to each makes sure it looks).
+	mending := func(servers ...server) {
+		t.Helper()
+		for _, s := range servers {
+			if st, _, body := get(t, "GET", s.URL()+"/api/agents", admin, ""); st != 503 || body["code"] != "unavailable" {
+				t.Fatalf("agents while the tables are missing: %d %v", st, body)
+			}
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for _, s := range servers {
+			for s.proxy.held("CreateTable") == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("a server did not start making the tables again")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+	checkTables := func(endpoint string) {
+		t.Helper()
+		fresh := schema.Names{Prefix: "fresh-"}
+		if err := lease.EnsureTables(ctx, lease.NewLocalClient(endpoint), fresh); err != nil {
+			t.Fatal(err)
+		}
+		want, got := tableShapes(t, endpoint, fresh), tableShapes(t, endpoint, schema.Names{})
+		for name, w := range want {
+			if got[name] != w {
+				t.Errorf("table %s made again by several servers:\n%s\nmade by one:\n%s", name, got[name], w)
+			}
+		}
+	}
+
+	// The endpoint restarts empty; all three make the tables at once.
+	for _, s := range servers {
+		s.proxy.hold("CreateTable")
+	}
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	restarted, err := localstack.Start(ctx, localstack.Options{Port: d.Port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = restarted.Stop() })
+	mending(servers...)
+	for _, s := range servers {
+		s.proxy.release("CreateTable")
+	}
+	for _, s := range servers {
+		waitHealthy(t, s.Server, 30*time.Second)
+		st, body := call(t, "GET", s.URL()+"/api/agents", admin, "")
+		if agents, _ := body["agents"].([]any); st != 200 || len(agents) != 1 {
+			t.Fatalf("agents once the tables are back: %d %v", st, body)
+		}
+	}
+	if st, body := call(t, "POST", a.URL()+"/api/tasks", admin, `{"task_id":"t1"}`); st != 201 {
+		t.Fatalf("create through one server: %d %v", st, body)
+	}
+	if st, body := call(t, "POST", b.URL()+"/api/tasks/t1/checkout", admin, `{"run_id":"run-1"}`); st != 200 {
+		t.Fatalf("checkout through another: %d %v", st, body)
+	}
+	if st, body := call(t, "POST", c.URL()+"/api/tasks/t1/checkout", admin, `{"run_id":"run-2"}`); st != 409 || body["code"] != "checked_out" {
+		t.Fatalf("checkout of another run through the third: %d %v", st, body)
+	}
+	for _, s := range servers {
+		if st, body := call(t, "GET", s.URL()+"/api/tasks/t1/events", admin, ""); st != 200 || len(body["events"].([]any)) != 1 {
+			t.Fatalf("events once the tables are back: %d %v", st, body)
+		}
+	}
+	checkTables(restarted.Endpoint)
+
+	// The tables are deleted; a makes them again and is written to while b
+	// and c are still at it.
+	for _, s := range servers {
+		s.proxy.hold("CreateTable")
+	}
+	direct := lease.NewLocalClient(restarted.Endpoint)
+	for _, tb := range schema.Tables() {
+		name := schema.Names{}.Table(tb.Name)
+		if _, err := direct.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: &name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mending(servers...)
+	a.proxy.release("CreateTable")
+	waitHealthy(t, a.Server, 30*time.Second)
+	st, body := call(t, "POST", a.URL()+"/api/agents", admin, `{"name":"worker"}`)
+	if st != 201 {
+		t.Fatalf("register: %d %v", st, body)
+	}
+	worker := body["api_key"].(string)
+	if st, body := call(t, "POST", a.URL()+"/api/tasks", worker, `{"task_id":"kept","title":"kept"}`); st != 201 {
+		t.Fatalf("create: %d %v", st, body)
+	}
+	st, body = call(t, "POST", a.URL()+"/api/tasks/kept/checkout", worker, `{"run_id":"run-kept"}`)
+	if st != 200 {
+		t.Fatalf("checkout: %d %v", st, body)
+	}
+	fence := body["fence"]
+	for _, s := range []server{b, c} {
+		if s.proxy.held("CreateTable") != 1 {
+			t.Fatal("a server no longer waits to make a table")
+		}
+		if st, _, body := get(t, "GET", s.URL()+"/api/tasks/kept", worker, ""); st != 503 || body["code"] != "unavailable" {
+			t.Fatalf("a server still making the tables: %d %v", st, body)
+		}
+		s.proxy.release("CreateTable")
+	}
+	for _, s := range []server{b, c} {
+		waitHealthy(t, s.Server, 30*time.Second)
+		st, body := call(t, "GET", s.URL()+"/api/tasks/kept", worker, "")
+		co, _ := body["checkout"].(map[string]any)
+		if st != 200 || body["title"] != "kept" || co == nil || co["run_id"] != "run-kept" || co["fence"] != fence {
+			t.Fatalf("the task written while this server made the tables: %d %v", st, body)
+		}
+		if st, body := call(t, "GET", s.URL()+"/api/agents", admin, ""); st != 200 || len(body["agents"].([]any)) != 2 {
+			t.Fatalf("agents: %d %v", st, body)
+		}
+		if st, body := call(t, "GET", s.URL()+"/api/tasks/kept/events", worker, ""); st != 200 || len(body["events"].([]any)) != 1 {
+			t.Fatalf("events of the task: %d %v", st, body)
+		}
+	}
+	checkTables(restarted.Endpoint)
+	for _, s := range servers {
+		if strings.Contains(s.logs.String(), `"status":500`) {
+			t.Errorf("a 500 was answered:\n%s", s.logs.String())
+		}
+	}
+}
+
+// tableShapes describes each table of the schema under names at endpoint,
+// keyed by its logical name, leaving out what differs between two tables
+// made alike: their names, ARNs, times and sizes.
+func tableShapes(t *testing.T, endpoint string, names schema.Names) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	client := lease.NewLocalClient(endpoint)
+	shapes := map[string]string{}
+	for _, tb := range schema.Tables() {
+		name := names.Table(tb.Name)
+		out, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		desc := out.Table
+		type index struct {
+			Name       string
+			Keys       []types.KeySchemaElement
+			Projection types.ProjectionType
+			Attributes []string
+			Status     types.IndexStatus
+		}
+		var indexes []index
+		for _, g := range desc.GlobalSecondaryIndexes {
+			ix := index{Name: aws.ToString(g.IndexName), Keys: g.KeySchema, Status: g.IndexStatus}
+			if g.Projection != nil {
+				ix.Projection, ix.Attributes = g.Projection.ProjectionType, slices.Sorted(slices.Values(g.Projection.NonKeyAttributes))
+			}
+			indexes = append(indexes, ix)
+		}
+		slices.SortFunc(indexes, func(x, y index) int { return strings.Compare(x.Name, y.Name) })
+		attrs := slices.Clone(desc.AttributeDefinitions)
+		slices.SortFunc(attrs, func(x, y types.AttributeDefinition) int {
+			return strings.Compare(aws.ToString(x.AttributeName), aws.ToString(y.AttributeName))
+		})
+		shape := map[string]any{
+			"keys": desc.KeySchema, "attributes": attrs, "indexes": indexes, "status": desc.TableStatus,
+			"stream": desc.StreamSpecification, "has_stream": desc.LatestStreamArn != nil,
+		}
+		if desc.BillingModeSummary != nil {
+			shape["billing"] = desc.BillingModeSummary.BillingMode
+		}
+		// dynalite keeps no TTL: then both answer the same error.
+		if ttl, err := client.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: &name}); err != nil {
+			var api smithy.APIError
+			if errors.As(err, &api) {
+				shape["ttl"] = api.ErrorCode()
+			} else {
+				t.Fatal(err)
+			}
+		} else {
+			shape["ttl"] = ttl.TimeToLiveDescription
+		}
+		b, err := json.Marshal(shape)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shapes[tb.Name] = string(b)
+	}
+	return shapes
 }

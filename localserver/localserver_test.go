@@ -296,11 +296,14 @@ func TestStrictInput(t *testing.T) {
 
 // countingProxy forwards to the DynamoDB endpoint and counts requests by
 // operation (X-Amz-Target). The operations it is told to refuse are
-// answered with a ValidationException instead, which the SDK does not retry.
+// answered with a ValidationException instead, which the SDK does not retry;
+// those it is told to hold wait, unforwarded, until released.
 type countingProxy struct {
 	mu      sync.Mutex
 	ops     map[string]int
 	refused map[string]bool
+	gates   map[string]chan struct{}
+	waiting map[string]int
 	url     string
 }
 
@@ -310,14 +313,26 @@ func newCountingProxy(t *testing.T, target string) *countingProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &countingProxy{ops: map[string]int{}, refused: map[string]bool{}}
+	p := &countingProxy{ops: map[string]int{}, refused: map[string]bool{}, gates: map[string]chan struct{}{}, waiting: map[string]int{}}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "DynamoDB_20120810.")
 		p.mu.Lock()
 		p.ops[op]++
-		refused := p.refused[op]
+		refused, gate := p.refused[op], p.gates[op]
+		if gate != nil {
+			p.waiting[op]++
+		}
 		p.mu.Unlock()
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+			}
+			p.mu.Lock()
+			p.waiting[op]--
+			p.mu.Unlock()
+		}
 		if refused {
 			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 			w.WriteHeader(http.StatusBadRequest)
@@ -336,6 +351,30 @@ func (p *countingProxy) refuse(op string, on bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.refused[op] = on
+}
+
+// hold makes the proxy keep the requests of op waiting until release.
+func (p *countingProxy) hold(op string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.gates[op] = make(chan struct{})
+}
+
+// release forwards the requests of op held, and those that come after.
+func (p *countingProxy) release(op string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if g := p.gates[op]; g != nil {
+		close(g)
+		delete(p.gates, op)
+	}
+}
+
+// held is how many requests of op are held just now.
+func (p *countingProxy) held(op string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.waiting[op]
 }
 
 func (p *countingProxy) count(op string) int {
