@@ -610,3 +610,78 @@ func tableShapes(t *testing.T, endpoint string, names schema.Names) map[string]s
 	}
 	return shapes
 }
+
+// A server on an endpoint whose tables another server made again before
+// this one found them missing (its stream poll, held here by its proxy,
+// comes after) forgets the keys it had cached all the same, once its next
+// poll finds the tasks table's stream another: a key of the lost database
+// is refused there too, and writes nothing. Before, it kept working there,
+// as its agent's, for the cache's 30 s.
+func TestServerThatFoundNoTableMissingForgetsTheLostKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, err := localstack.Start(ctx, localstack.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Stop() })
+	const admin = "ck_shared-admin-key"
+	var servers [2]*Server
+	var proxies [2]*countingProxy
+	for i := range servers {
+		proxies[i] = newCountingProxy(t, d.Endpoint)
+		if servers[i], err = Start(ctx, Config{Addr: "127.0.0.1:0", DynamoEndpoint: proxies[i].url, AdminKey: admin, SweepInterval: -1}); err != nil {
+			t.Fatal(err)
+		}
+		defer servers[i].Close()
+	}
+	a, b := servers[0], servers[1]
+	st, body := call(t, "POST", a.URL()+"/api/agents", admin, `{"name":"worker"}`)
+	if st != 201 {
+		t.Fatalf("register: %d %v", st, body)
+	}
+	worker := body["api_key"].(string)
+	if st, body := call(t, "GET", b.URL()+"/api/inbox", worker, ""); st != 200 {
+		t.Fatalf("the worker's key on the other server: %d %v", st, body)
+	}
+
+	// b's stream poller waits at its look-up of the stream.
+	proxies[1].hold("DescribeTable")
+	for deadline := time.Now().Add(10 * time.Second); proxies[1].held("DescribeTable") == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no stream poll of the other server")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	restarted, err := localstack.Start(ctx, localstack.Options{Port: d.Port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = restarted.Stop() })
+	if st, _, body := get(t, "GET", a.URL()+"/api/agents", admin, ""); st != 503 {
+		t.Fatalf("agents while the tables are missing: %d %v", st, body)
+	}
+	waitHealthy(t, a, 30*time.Second)
+	proxies[1].release("DescribeTable")
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, body := call(t, "GET", b.URL()+"/api/inbox", worker, "")
+		if st == 401 {
+			break
+		}
+		if st != 200 || time.Now().After(deadline) {
+			t.Fatalf("a key of the lost database on the server that found nothing missing: %d %v", st, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st, body := call(t, "POST", b.URL()+"/api/tasks", worker, `{"task_id":"ghost"}`); st != 401 {
+		t.Fatalf("a create with a key of the lost database: %d %v", st, body)
+	}
+	if st, body := call(t, "GET", b.URL()+"/api/agents", admin, ""); st != 200 || len(body["agents"].([]any)) != 1 {
+		t.Fatalf("agents: %d %v", st, body)
+	}
+}

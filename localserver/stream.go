@@ -123,7 +123,7 @@ func (c *changes) poll(ctx context.Context) error {
 
 // pollOne hands every change the stream holds now to one consumer. The
 // stream's ARN is read each time: an in-memory dynalite restarted after a
-// crash has new tables.
+// crash has new tables. A new ARN clears the key cache (db.replaced).
 func (c *changes) pollOne(ctx context.Context, to *consumer) (int, error) {
 	to.mu.Lock()
 	defer to.mu.Unlock()
@@ -140,6 +140,12 @@ func (c *changes) pollLocked(ctx context.Context, to *consumer) (int, error) {
 		return 0, err
 	}
 	if arn != to.arn {
+		if to.arn != "" && c.db.replaced != nil {
+			// The tasks table was made again since the last poll, perhaps
+			// by another server on the endpoint, which found it missing
+			// first: this one's cached keys may be of the lost database.
+			c.db.replaced()
+		}
 		p := *to.handle
 		p.StreamARN = arn
 		to.handle, to.arn = &p, arn
