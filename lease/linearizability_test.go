@@ -4010,6 +4010,9 @@ const linMemoryBound = 3 << 30
 var (
 	heapInUse atomic.Uint64 // the test binary's heap objects, sampled
 	heapWatch sync.Once
+	// searching lets one search run at a time: the memory bound is then
+	// one search's, whatever tests run in parallel.
+	searching sync.Mutex
 )
 
 func sampleHeap() {
@@ -4021,11 +4024,11 @@ func sampleHeap() {
 }
 
 // checkLinearizable checks a history as porcupine.CheckOperationsVerbose
-// does, within linCheckBudget, and stops the search once the heap passes
-// bound, if the search has by then taken more than minSteps steps of the
-// model: it then answers Unknown, with overMemory set. The heap is the
-// whole test binary's, shared by the checks of tests run in parallel;
-// minSteps spares a search too small to be what fills it (linHogSteps).
+// does, within linCheckBudget, one history at a time in the test binary,
+// and stops the search once the heap passes bound, if the search has by
+// then taken more than minSteps steps of the model: it then answers
+// Unknown, with overMemory set. minSteps spares a search too small to be
+// what fills the heap, which the rest of the binary shares (linHogSteps).
 func checkLinearizable(model porcupine.Model, history []porcupine.Operation, bound uint64, minSteps int64) (res porcupine.CheckResult, info porcupine.LinearizationInfo, overMemory bool) {
 	heapWatch.Do(func() {
 		sampleHeap()
@@ -4050,7 +4053,9 @@ func checkLinearizable(model porcupine.Model, history []porcupine.Operation, bou
 		}
 		return step(c, state, input, output)
 	}
+	searching.Lock()
 	res, info = porcupine.CheckOperationsVerbose(model, history, linCheckBudget)
+	searching.Unlock()
 	if stopped.Load() {
 		return porcupine.Unknown, info, true
 	}
