@@ -349,8 +349,11 @@ func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
 // replaced when that was a live agent's: an agent already dead by it lost
 // its leases then, not at its removal.
 func (s *Store) bury(ctx context.Context, a *agentItem, now time.Time) (before *heartbeatItem, buried bool, err error) {
+	// The tombstone keeps when the agent it buries was registered: a claim
+	// receipt made before that is an earlier agent's of the id, not this
+	// one's (removedAgentsReceipt).
 	tomb := heartbeatItem{
-		AgentID: a.AgentID, ExpiresAt: ms(now), AliveSince: ms(now), DeadAt: ms(now), Removed: true,
+		AgentID: a.AgentID, ExpiresAt: ms(now), AliveSince: ms(now), DeadAt: ms(now), Removed: true, RegisteredAt: a.CreatedAt,
 		Shard: shardOf(a.AgentID, s.shards.Lease), IndexAt: ms(now), TTL: now.Add(heartbeatRetention + MaxTimeout).Unix(),
 	}
 	item, err := attributevalue.MarshalMap(tomb)

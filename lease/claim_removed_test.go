@@ -216,3 +216,42 @@ func TestAReceiptWrittenAgainByAGrantAfterItsDeletionExpires(t *testing.T) {
 		t.Fatalf("the receipt left behind expires at %d, after %d", at, latest)
 	}
 }
+
+// A named claim of an id removed a second time does not answer a receipt
+// its removed self made before the id was registered again: that receipt
+// is an earlier agent's, whichever incarnation of the id claims now.
+// Before, the second removal's tombstone dropped the registration's time,
+// so the claim answered the earlier agent's ended lease as its own (a
+// linearizability run of the work graph under index lag found it: a claim
+// retry answered a lease 91 s past its expiry).
+func TestAClaimOfAnIdRemovedAgainIgnoresAReceiptFromBeforeItsRegistration(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	for _, id := range []string{"x", "y"} {
+		e.create(t, lease.CreateTaskParams{TaskID: id, Queue: "twice"})
+	}
+	claim := lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute, Queues: []string{"twice"}}
+	must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "a", Name: "a"}))
+	e.caughtUp(t) // the claim finds the tasks through an index
+	first := must[lease.Checkout](t)(e.store.Claim(c, claim))
+	e.clock.Advance(time.Second)
+	e.caughtUp(t) // the removal finds the claimed lease through an index
+	if err := e.store.RemoveAgent(c, "a"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Second)
+	must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "a", Name: "a again"}))
+	registered := e.clock.Now()
+	e.clock.Advance(time.Second)
+	if err := e.store.RemoveAgent(c, "a"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Second)
+	e.caughtUp(t)
+	got, err := e.store.Claim(c, claim)
+	if err == nil && (got.TaskID == first.TaskID && got.Fence == first.Fence || got.LockedAt.Before(registered)) {
+		t.Fatalf("the claim of the id removed again answered %s/%d locked %v, the lease of the agent removed before its registration at %v",
+			got.TaskID, got.Fence, got.LockedAt, registered)
+	}
+}

@@ -610,7 +610,9 @@ type heartbeatItem struct {
 	// Removed marks the tombstone an agent's removal leaves: dead for ever.
 	Removed bool `dynamodbav:"removed,omitempty"`
 	// RegisteredAt is when an id removed before was registered again; watches
-	// placed before it belong to the removed agent. Fresh says the new agent
+	// placed before it belong to the removed agent. A tombstone keeps the
+	// registration of the agent it buried (for any agent: its creation),
+	// so that a claim receipt from before it is still told apart. Fresh says the new agent
 	// has not sent a heartbeat yet (it is not watched).
 	RegisteredAt int64 `dynamodbav:"registered_at,omitempty"`
 	Fresh        bool  `dynamodbav:"fresh,omitempty"`

@@ -343,7 +343,7 @@ func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (
 			at = mine.At
 		}
 		switch {
-		case hb != nil && hb.RegisteredAt > mine.At:
+		case hb != nil && !hb.Removed && hb.RegisteredAt > mine.At:
 			place = expression.Value(cur.ESeq)
 			lastESeq = cur.ESeq
 			b = b.WithCondition(expression.Name("at").Equal(expression.Value(mine.At)))
