@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net/http"
 	"testing"
 	"time"
 )
@@ -125,4 +126,30 @@ func TestReopenedBlockerBlocksItsDependentAgain(t *testing.T) {
 	co := e.must(t, 200, "POST", "/api/claim", b, map[string]any{"queues": []string{"release"}})
 	equal(t, "claimed once build is done again", co.Str("task_id"), "ship")
 	equal(t, "ship's trail", e.events(t, a, "ship"), []string{"unblocked", "unblocked", "checkout"})
+}
+
+// A PATCH that names an unknown blocker is answered in the order a PATCH
+// naming a cycle is: an unknown task is 404, a stale If-Match 412, and a
+// task that is not todo or blocked 409 invalid_transition, before the
+// blockers are judged (400 invalid_dependency).
+func TestPatchOfUnknownBlockerAfterTheTaskIsJudged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.agent(t, "ann")
+	e.task(t, a, "build")
+	ghost := map[string]any{"blocked_by": []string{"ghost"}}
+	e.fail(t, 404, "task_not_found", "PATCH", "/api/tasks/nope", a, ghost)
+
+	stale := e.callWith(t, "PATCH", "/api/tasks/build", a, http.Header{"If-Match": {"9"}}, ghost)
+	if stale.Status != 412 || stale.Code() != "version_mismatch" {
+		t.Fatalf("PATCH with a stale If-Match and an unknown blocker: %d %s, want 412 version_mismatch", stale.Status, stale.Raw)
+	}
+
+	e.must(t, 200, "POST", "/api/tasks/build/checkout", a, nil)
+	e.must(t, 200, "POST", "/api/tasks/build/complete", a, nil)
+	e.fail(t, 409, "invalid_transition", "PATCH", "/api/tasks/build", a, ghost)
+
+	e.task(t, a, "ship")
+	e.fail(t, 400, "invalid_dependency", "PATCH", "/api/tasks/ship", a, ghost)
+	equal(t, "ship's blockers", e.must(t, 200, "GET", "/api/tasks/ship", a, nil).Body["blocked_by"], []any{})
 }

@@ -119,7 +119,9 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 			if epoch, err = s.graphEpoch(ctx); err != nil {
 				return Task{}, err
 			}
-			if blockers, err = s.readBlockers(ctx, *p.BlockedBy); err != nil {
+			// An unknown blocker is refused once the task is judged
+			// (404, 412, 409 invalid_transition), as a cycle is.
+			if blockers, err = s.readTasks(ctx, *p.BlockedBy); err != nil {
 				return Task{}, err
 			}
 		}
@@ -168,6 +170,11 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 			// that changes nothing (API.md, "Statuses").
 			if st := cur.task(live).Status; st != StatusTodo && st != StatusBlocked {
 				return Task{}, &TransitionError{TaskID: cur.TaskID, From: st, To: StatusBlocked, Field: "blocked_by"}
+			}
+			for _, id := range *p.BlockedBy {
+				if blockers[id] == nil {
+					return Task{}, invalidField("blocked_by", CodeInvalidDependency, "blocked_by names task %s, which does not exist", id)
+				}
 			}
 		}
 		if p.BlockedBy != nil && !slices.Equal(*p.BlockedBy, cur.BlockedBy) {
