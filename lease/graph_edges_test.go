@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/checkout-dev/checkout/lease"
 )
@@ -352,4 +353,69 @@ func (d *lateDB) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o
 		}
 	}
 	return d.DB.DeleteItem(ctx, in, opt...)
+}
+
+// pauseBeforeGraphLockDB stops the first request for the graph's lock
+// before it is sent, until resume is closed.
+type pauseBeforeGraphLockDB struct {
+	lease.DB
+	once   sync.Once
+	paused chan struct{}
+	resume chan struct{}
+}
+
+func (d *pauseBeforeGraphLockDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if k, _ := in.Key["agent_id"].(*types.AttributeValueMemberS); k != nil && k.Value == "#graph" {
+		d.once.Do(func() {
+			close(d.paused)
+			<-d.resume
+		})
+	}
+	return d.DB.UpdateItem(ctx, in, opts...)
+}
+
+// A blocked_by PATCH whose read of its task went stale before it took the
+// graph's lock (another PATCH cancelled the task and dropped its blockers
+// meanwhile) records an edge for each blocker it names, and its task write
+// is refused. It must take back every such edge the task, read afresh,
+// does not name, also one its stale read showed named: else the blocker
+// lists the task in blocks for good (API.md: blocks are the tasks that
+// name it).
+func TestAPatchRefusedAfterAStaleReadTakesBackEveryEdge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "a", "b")
+	e.create(t, lease.CreateTaskParams{TaskID: "x", BlockedBy: []string{"a"}})
+	db := &pauseBeforeGraphLockDB{DB: e.db, paused: make(chan struct{}), resume: make(chan struct{})}
+	sW := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	resume := sync.OnceFunc(func() { close(db.resume) })
+	defer resume()
+	wDone := make(chan error, 1)
+	go func() {
+		_, err := sW.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "w", BlockedBy: &[]string{"a", "b"}})
+		wDone <- err
+	}()
+	select {
+	case <-db.paused: // w read x naming a, and is about to take the lock
+	case err := <-wDone:
+		t.Fatalf("w's PATCH ended before taking the graph's lock: %v", err)
+	}
+	cancelled := lease.StatusCancelled
+	if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "y", BlockedBy: &[]string{}, Status: &cancelled}); err != nil {
+		t.Fatalf("PATCH {blocked_by [], status cancelled} of x: %v", err)
+	}
+	resume()
+	var te *lease.TransitionError
+	if err := <-wDone; !errors.As(err, &te) {
+		t.Fatalf("w's PATCH of cancelled x: %v; want a TransitionError", err)
+	}
+	if got := e.get(t, "x").BlockedBy; len(got) != 0 {
+		t.Fatalf("x blocked by %v, want none", got)
+	}
+	for _, id := range []string{"a", "b"} {
+		if got := e.get(t, id).Blocks; len(got) != 0 {
+			t.Errorf("%s blocks %v, want none: x names no blocker", id, got)
+		}
+	}
 }

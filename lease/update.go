@@ -80,12 +80,14 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 			unlock()
 		}
 	}()
-	// added is the blockers whose edges this PATCH recorded for a task
-	// that did not name them. A PATCH refused for sure (its task write
-	// not made, or refused by its condition) takes back those the task
-	// does not name, while it holds the graph's lock within its write
-	// window: no other change of the task's blockers runs meanwhile
-	// (deps.go, takeBackEdges). Else they stay: an edge the task does not
+	// added is the blockers whose edges this PATCH recorded, every one:
+	// the task's read may be stale by the time the lock is taken (another
+	// PATCH may have dropped a blocker this one names again). A PATCH
+	// refused for sure (its task write not made, or refused by its
+	// condition) takes back those the task, read afresh, does not name,
+	// while it holds the graph's lock within its write window: no other
+	// change of the task's blockers runs meanwhile (deps.go,
+	// takeBackEdges). Else they stay: an edge the task does not
 	// name misleads no unblocking, while one deleted that it names would
 	// strand it.
 	var added []string
@@ -202,7 +204,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 				continue // stalled past the window: the lock may be taken over
 			}
 			for id := range blockers {
-				if !slices.Contains(cur.BlockedBy, id) && !slices.Contains(added, id) {
+				if !slices.Contains(added, id) {
 					added = append(added, id)
 				}
 			}
