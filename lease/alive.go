@@ -447,7 +447,9 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 				// once more, later (below). It is told it counts from no
 				// later than now, when this heartbeat answers alive, and
 				// no alive cache keeps its alive_since, which may move.
-				return Heartbeat{AgentID: agentID, ExpiresAt: exp}, s.markSeenAlive(ctx, agentID, cur, ms(after))
+				err := s.markSeenAlive(ctx, agentID, cur, ms(after))
+				s.waitPast(ms(after))
+				return Heartbeat{AgentID: agentID, ExpiresAt: exp}, err
 			}
 			if old == nil || old.Fresh || old.ExpiresAt > ms(after.Add(clockMargin)) {
 				// The write's own answer is a consistent read of the
@@ -610,10 +612,24 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 				}
 			}
 			s.alive.putRead(agentID, cur, ms(now), epoch)
+			s.waitPast(cur.AliveSince)
 			return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
 		}
 	}
 	return Heartbeat{}, fmt.Errorf("heartbeat %s: %w", agentID, ErrBusy)
+}
+
+// waitPast returns once the clock reads past the millisecond at, the time
+// a return from the dead counts from: a lease is live only when it was
+// locked after its holder's alive_since (one locked in that millisecond
+// may have been taken while the agent was dead), so a return that answered
+// within it would let its agent take leases, on this clock, that are
+// granted already ended. It waits at most 1 ms; a clock that does not
+// move with real time (a test's) is waited for no longer than 2 ms.
+func (s *Store) waitPast(at int64) {
+	for deadline := time.Now().Add(2 * time.Millisecond); ms(s.clock()) <= at && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Microsecond)
+	}
 }
 
 // markSeenAlive records on agentID's heartbeat, still the return's first
