@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -20,5 +22,27 @@ func TestClaimQueuesCommaSeparatedOrRepeated(t *testing.T) {
 		if len(got) != i+1 || got[i].Path != "/api/claim" || fmt.Sprint(got[i].Body["queues"]) != "[a b]" {
 			t.Errorf("checkout %v sent %+v, want queues [a b]", args, got[len(got)-1])
 		}
+	}
+}
+
+// claim --queue "" (an unset variable in a script: --queue "$QUEUE") names
+// no queue: it is refused, as the server refuses "queues": [], rather than
+// read as no --queue at all, which took a task of the default queue.
+func TestClaimEmptyQueueIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.task(t, "notes", "Release notes")
+	for _, args := range [][]string{{"claim", "--queue", ""}, {"claim", "--queue="}, {"claim", "--queue", "", "--wait", "1s"}} {
+		r := runCLI(t, e.srv.URL(), e.keys["agent-c3d4"], args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "--queue") {
+			t.Errorf("checkout %q: exit %d, stdout %q, stderr %q; want exit %d naming --queue", args, r.code, r.stdout, r.stderr, exitUsage)
+		}
+	}
+	s, err := e.admin.Status(context.Background(), "notes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Locked {
+		t.Errorf("claim --queue \"\" took %+v", s.Checkout)
 	}
 }

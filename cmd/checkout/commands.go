@@ -714,6 +714,11 @@ func (a *app) claimCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("queue") && len(queues) == 0 {
+				// --queue "" (an unset variable) names no queue: leaving
+				// it out would claim from the default queue instead.
+				return &usageError{`--queue "" names no queue: give a queue, or leave --queue out to claim from the default queue`}
+			}
 			return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
 				co, err := c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: reason, RunID: s.runID.value, AgentID: s.agent.value, Queues: queues, Wait: w})
 				err = restate(err, client.ErrNoTaskAvailable, noTaskAvailable(queues, w))
