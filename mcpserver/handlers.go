@@ -600,8 +600,23 @@ func (t *tools) watch(ctx context.Context, in TaskInput) (WatchResult, error) {
 	if err := t.c.Watch(ctx, in.TaskID); err != nil {
 		return WatchResult{}, err
 	}
-	return WatchResult{TaskID: in.TaskID, Watching: true, Outcome: Outcome{Message: fmt.Sprintf(
-		"Watching task %s: one message will arrive in read_inbox when it becomes available. Work on something else meanwhile, then try checkout_task.", in.TaskID)}}, nil
+	// When the message comes depends on the task's state: read it (best
+	// effort; without it the message is the general one).
+	msg := fmt.Sprintf("Watching task %s: one message will arrive in read_inbox when it becomes available. Work on something else meanwhile, then try checkout_task.", in.TaskID)
+	if task, err := t.c.GetTask(ctx, in.TaskID); err == nil {
+		switch {
+		case task.Status == client.StatusInProgress:
+		case task.Status == client.StatusTodo && task.Checkout == nil && task.NotBeforeAhead():
+			msg = fmt.Sprintf("Watching task %s: nobody holds it, but it cannot be taken before %s. The message in read_inbox comes only when it is next freed, not when this wait ends: try checkout_task after that time.", in.TaskID, stamp(*task.NotBefore))
+		case task.Status == client.StatusTodo && task.Checkout == nil:
+			msg = fmt.Sprintf("Watching task %s: it is free now, so take it with checkout_task. The message in read_inbox comes only when it is next freed (taken by someone and given back).", in.TaskID)
+		case task.Status == client.StatusBlocked:
+			msg = fmt.Sprintf("Watching task %s: it is blocked; one message will arrive in read_inbox when it is unblocked. Work on something else meanwhile, then try checkout_task.", in.TaskID)
+		case task.Status == client.StatusDone || task.Status == client.StatusCancelled || task.Status == client.StatusFailed:
+			msg = fmt.Sprintf("Watching task %s: it is %s, so no message comes unless it is reopened, taken and freed again. Do not wait for it; pick another task (claim_task).", in.TaskID, task.Status)
+		}
+	}
+	return WatchResult{TaskID: in.TaskID, Watching: true, Outcome: Outcome{Message: msg}}, nil
 }
 
 func (t *tools) inbox(ctx context.Context, in InboxInput) (InboxResult, error) {

@@ -559,3 +559,36 @@ func rawMCP(t *testing.T, url, key string) (in io.Writer, next func() map[string
 		return m
 	}
 }
+
+// watch_task says when its message will come, from the task's state, as
+// checkout watch does: a free task is free now (checkout_task takes it,
+// and the message waits for its next freeing), a done one sends none
+// until it is reopened, taken and freed again. It said of every task that
+// a message would arrive "when it becomes available", so an agent
+// watching a free or a done task waited for a message that was not coming.
+func TestMCPWatchSaysWhenTheMessageComes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.task(t, "free", "")
+	e.task(t, "held", "")
+	e.task(t, "finished", "")
+	writer := connectMCP(t, e.srv.URL(), e.keys["agent-c3d4"])
+	researcher := connectMCP(t, e.srv.URL(), e.keys["agent-a1b2"])
+	writer.call("checkout_task", map[string]any{"task_id": "held"})
+	writer.call("checkout_task", map[string]any{"task_id": "finished"})
+	writer.call("complete_task", map[string]any{"task_id": "finished"})
+	for _, tc := range []struct {
+		task       string
+		has, lacks string
+	}{
+		{"free", "free now", "when it becomes available"},
+		{"finished", "done", "when it becomes available"},
+		{"held", "when it becomes available", "free now"},
+	} {
+		res, out := researcher.call("watch_task", map[string]any{"task_id": tc.task})
+		txt := textOf(res)
+		if res.IsError || out["watching"] != true || !strings.Contains(txt, tc.has) || strings.Contains(txt, tc.lacks) {
+			t.Errorf("watch_task %s: %q (watching %v), want it to say %q and not %q", tc.task, txt, out["watching"], tc.has, tc.lacks)
+		}
+	}
+}
