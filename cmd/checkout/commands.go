@@ -404,9 +404,35 @@ func (a *app) checkout(cmd *cobra.Command, taskID string, f *checkoutFlags) erro
 		case alreadyHeld(co):
 			return func(w io.Writer) { printHeld(w, co) }, nil
 		}
+		if err := notLive(cmd.Context(), c, co); err != nil {
+			return nil, err
+		}
 		lastErr := a.lastError(cmd.Context(), c, co)
 		return func(w io.Writer) { printAcquired(w, co, s.runID.value != "", lastErr) }, nil
 	})
+}
+
+// notLive is the failure of a grant whose lease the server does not show
+// live right after granting it, nil otherwise (or when the task cannot be
+// read). An agent whose heartbeats have run out is dead until its next
+// one, and a lease it takes meanwhile is granted but not live: it keeps
+// nobody off the task (API.md), so it is no checkout to work under. The
+// read goes out under ctx without the --json recorder: --json prints the
+// grant's own answer.
+func notLive(ctx context.Context, c *client.Client, co client.Checkout) error {
+	s, err := c.Status(ctx, co.TaskID)
+	if err != nil {
+		return nil
+	}
+	switch {
+	case s.Locked && s.Checkout != nil && s.Checkout.Fence == co.Fence:
+		return nil
+	case s.Locked && s.Checkout != nil:
+		return &failure{fmt.Sprintf("task %s was granted (fence %d), but another lease took it over at once (%s, fence %d): do not work on it",
+			co.TaskID, co.Fence, oneLine(who(s.Checkout.AgentName, s.Checkout.AgentID)), s.Checkout.Fence), exitConflict}
+	}
+	return &failure{fmt.Sprintf("task %s was granted (fence %d), but the lease is not live: agent %s is dead by heartbeat (its last heartbeat ran out), and a lease it takes before its next one keeps nobody off the task; send checkout heartbeat, then take the task again",
+		co.TaskID, co.Fence, co.AgentID), exitConflict}
 }
 
 // lastError is, for a lease that is not its task's first attempt, the
@@ -730,6 +756,9 @@ func (a *app) claimCmd() *cobra.Command {
 					return func(w io.Writer) { printHeld(w, co) }, nil
 				}
 				if err != nil {
+					return nil, err
+				}
+				if err := notLive(cmd.Context(), c, co); err != nil {
 					return nil, err
 				}
 				lastErr := a.lastError(cmd.Context(), c, co)
