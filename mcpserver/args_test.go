@@ -50,6 +50,8 @@ func TestAWrongFenceForTheSessionsOwnLeaseSaysSo(t *testing.T) {
 		case strings.HasSuffix(r.URL.Path, "/checkout") && r.Method == http.MethodPost:
 			run.Store(body["run_id"].(string))
 			return 200, strings.ReplaceAll(mine, "%RUN%", body["run_id"].(string))
+		case strings.HasSuffix(r.URL.Path, "/checkout") && r.Method == http.MethodGet:
+			return 200, locked(strings.ReplaceAll(mine, "%RUN%", run.Load().(string)))
 		case r.Method == http.MethodGet:
 			return 200, `{"task_id":"fz","title":"t","status":"in_progress"}`
 		}

@@ -18,6 +18,10 @@ func TestServeAnswersCallsInFlightWhenInputEnds(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.ReadAll(r.Body)
 		time.Sleep(200 * time.Millisecond) // the input ends meanwhile
+		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/checkout") {
+			io.WriteString(w, locked(strings.ReplaceAll(holder, "task-d4e5", "m1")))
+			return
+		}
 		if r.Method == http.MethodGet {
 			io.WriteString(w, `{"task_id":"m1","title":"t","status":"in_progress"}`)
 			return

@@ -200,6 +200,9 @@ func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult,
 	case err != nil:
 		return CheckoutResult{}, err
 	}
+	if r, dead := t.notLive(ctx, co); dead {
+		return r, nil
+	}
 	t.hold(co)
 	r := CheckoutResult{Acquired: true, TaskID: co.TaskID, Checkout: &co}
 	var retry string
@@ -249,6 +252,9 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 	if err != nil {
 		return CheckoutResult{}, err
 	}
+	if r, dead := t.notLive(ctx, co); dead {
+		return r, nil
+	}
 	t.hold(co)
 	r := CheckoutResult{Acquired: true, TaskID: co.TaskID, Checkout: &co}
 	var retry string
@@ -257,6 +263,33 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 		named(co.TaskID, r.Title), co.Queue, co.Priority, stamp(co.ExpiresAt), co.Fence, retry)
 	return r, nil
 }
+
+// notLive reads the lock of a task just granted as co and, when the
+// lease is not live, returns the answer that says so (dead true). An
+// agent whose heartbeats have run out is dead until its next one, and a
+// lease it takes meanwhile is granted but not live: any agent may take
+// the task at once (API.md), so it is no lease to work under. A task that
+// cannot be read leaves the grant as it is.
+func (t *tools) notLive(ctx context.Context, co client.Checkout) (CheckoutResult, bool) {
+	s, err := t.c.Status(ctx, co.TaskID)
+	if err != nil || s.Locked && s.Checkout != nil && s.Checkout.Fence == co.Fence {
+		return CheckoutResult{}, false
+	}
+	r := CheckoutResult{TaskID: co.TaskID, Outcome: Outcome{Code: codeNotLive}}
+	if s.Locked && s.Checkout != nil {
+		h := *s.Checkout
+		r.Holder = &h
+		r.Message = fmt.Sprintf("Checkout DENIED: task %s was granted to you (fence %d), but another lease took it over at once: it is %s. Do not work on it; pick another task (claim_task).",
+			co.TaskID, co.Fence, holderText(h))
+		return r, true
+	}
+	r.Message = fmt.Sprintf("Checkout NOT live: task %s was granted to you (fence %d), but your agent (%s) is dead by heartbeat: its last heartbeat ran out, and a lease it takes before its next one keeps nobody off the task. Do not work on it: call heartbeat, then take a task again.",
+		co.TaskID, co.Fence, co.AgentID)
+	return r, true
+}
+
+// codeNotLive is the code of a grant that is not live (see notLive).
+const codeNotLive = "not_live"
 
 // queuesText is "queue default" or "queues backend, frontend".
 func queuesText(queues []string) string {

@@ -169,3 +169,7 @@ func TestInboxSaysWhenADelayedTaskIsReady(t *testing.T) {
 		t.Errorf("structured messages %v", msgs)
 	}
 }
+
+// locked is the answer of GET /api/tasks/{task_id}/checkout for a task
+// that lease (a checkout's JSON) holds: the tools read it after a grant.
+func locked(lease string) string { return `{"locked":true,"checkout":` + lease + `}` }

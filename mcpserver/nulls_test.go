@@ -22,6 +22,9 @@ func TestNullArgumentsAreLeftOut(t *testing.T) {
 		if r.Method == http.MethodPatch {
 			return 200, `{"task_id":"u1","title":"new","status":"todo","queue":"default","priority":5,"version":2}`
 		}
+		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/checkout") {
+			return 200, locked(strings.ReplaceAll(holder, "task-d4e5", "m1"))
+		}
 		if r.Method == http.MethodGet {
 			return 200, `{"task_id":"m1","title":"t","status":"in_progress"}`
 		}

@@ -263,6 +263,9 @@ func TestATakerOfARetriedTaskReadsTheLastError(t *testing.T) {
 		case "/api/claim":
 			return 200, lease + `,"title":"Deploy","queue":"default","priority":5}`
 		case "/api/tasks/deploy/checkout":
+			if r.Method == http.MethodGet {
+				return 200, locked(lease + `}`)
+			}
 			return 200, lease + `}`
 		}
 		return 200, strings.Replace(graphTask, `"status":"blocked"`, `"status":"in_progress"`, 1)

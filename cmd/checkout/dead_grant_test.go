@@ -43,3 +43,36 @@ func TestCheckoutByADeadAgentIsNotAcquired(t *testing.T) {
 		t.Errorf("after the heartbeat's checkout: %+v, %v", s, err)
 	}
 }
+
+// The same through MCP: checkout_task and claim_task of an agent dead by
+// heartbeat answered acquired: true for a lease that is not live. They
+// answer acquired: false with code not_live, telling the agent to send a
+// heartbeat first; after one, checkout_task takes the task.
+func TestMCPCheckoutByADeadAgentIsNotAcquired(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.task(t, "named", "")
+	e.task(t, "claimed", "")
+	writer := connectMCP(t, e.srv.URL(), e.keys["agent-c3d4"])
+	if res, _ := writer.call("heartbeat", map[string]any{"ttl": "1s"}); res.IsError {
+		t.Fatalf("heartbeat: %s", textOf(res))
+	}
+	e.clock.Advance(2 * time.Second)
+	for _, call := range []struct {
+		tool string
+		args map[string]any
+	}{{"checkout_task", map[string]any{"task_id": "named"}}, {"claim_task", nil}} {
+		res, out := writer.call(call.tool, call.args)
+		if out["acquired"] != false || out["code"] != "not_live" || !strings.Contains(textOf(res), "heartbeat") {
+			t.Errorf("%s by a dead agent: %s %v", call.tool, textOf(res), out)
+		}
+	}
+	writer.call("heartbeat", nil)
+	e.clock.Advance(time.Millisecond)
+	if res, out := writer.call("checkout_task", map[string]any{"task_id": "named"}); out["acquired"] != true {
+		t.Errorf("checkout_task after a heartbeat: %s %v", textOf(res), out)
+	}
+	if s, err := e.admin.Status(context.Background(), "named"); err != nil || !s.Locked {
+		t.Errorf("after the heartbeat's checkout: %+v, %v", s, err)
+	}
+}
