@@ -193,7 +193,10 @@ func errorResponse(err error, taskID string, now time.Time) (status int, body er
 	case errors.As(err, &notHold):
 		h := toCheckout(notHold.Holder, now)
 		msg := fmt.Sprintf("%s is held by %s, not by the caller", task, notHold.Holder.AgentID)
-		if notHold.Caller == notHold.Holder.AgentID {
+		switch {
+		case notHold.Forced:
+			msg = fmt.Sprintf("%s is held by %s under run %s, fence %d, which is not the lease the force release names", task, notHold.Holder.AgentID, notHold.Holder.RunID, notHold.Holder.Fence)
+		case notHold.Caller == notHold.Holder.AgentID:
 			msg = fmt.Sprintf("%s is held by %s under another run or fence than the request names", task, notHold.Holder.AgentID)
 		}
 		return answer(errorBody{Error: msg, Code: errcode.NotHolder, Holder: &h})

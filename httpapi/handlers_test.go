@@ -172,6 +172,7 @@ func TestDomainErrors(t *testing.T) {
 		{"complete not holder", "POST", "/api/tasks/task-1/complete", "", &lease.NotHolderError{Holder: holder}, 403, "not_holder", ""},
 		{"not holder, another agent", "POST", "/api/tasks/task-1/renew", "", &lease.NotHolderError{Holder: holder, Caller: "agent-9"}, 403, "not_holder", `"error":"task task-1 is held by agent-2, not by the caller"`},
 		{"not holder, another run", "POST", "/api/tasks/task-1/renew", "", &lease.NotHolderError{Holder: holder, Caller: "agent-2"}, 403, "not_holder", `"error":"task task-1 is held by agent-2 under another run or fence than the request names"`},
+		{"force release of another lease", "POST", "/api/tasks/task-1/release", `{"force":true,"fence":9}`, &lease.NotHolderError{Holder: holder, Caller: "admin", Forced: true}, 403, "not_holder", `"error":"task task-1 is held by agent-2 under run ` + holder.RunID + `, fence ` + fmt.Sprint(holder.Fence) + `, which is not the lease the force release names"`},
 		{"complete not checked out", "POST", "/api/tasks/task-1/complete", "", lease.ErrNotCheckedOut, 404, "not_checked_out", ""},
 		{"no task", "POST", "/api/claim", "", lease.ErrNoTaskAvailable, 404, "no_task_available", ""},
 		{"task exists", "POST", "/api/tasks", `{"task_id":"t"}`, lease.ErrTaskExists, 409, "task_exists", ""},
@@ -192,7 +193,7 @@ func TestDomainErrors(t *testing.T) {
 			hs := newHarness(t)
 			hs.svc.err = c.err
 			key := "ck_agent"
-			if strings.HasPrefix(c.path, "/api/agents") {
+			if strings.HasPrefix(c.path, "/api/agents") || strings.Contains(c.body, `"force":true`) {
 				key = "ck_admin"
 			}
 			res := hs.do(c.method, c.path, key, c.body).expect(t, c.status, c.code)

@@ -960,7 +960,7 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 		}
 		err := ErrNotCheckedOut
 		if live {
-			err = &NotHolderError{Holder: cur.checkout(), Caller: p.By}
+			err = &NotHolderError{Holder: cur.checkout(), Caller: p.By, Forced: true}
 		}
 		return s.releasedAgain(ctx, err, p, EventForceRelease)
 	}

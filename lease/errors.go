@@ -161,6 +161,10 @@ type NotHolderError struct {
 	// Caller is the agent that asked. It may be the holder itself, naming
 	// another run or fence than its lease's.
 	Caller string
+	// Forced is set for a force release that named (run id or fence)
+	// another lease than the live one: whose lease it is does not matter
+	// to a force release, only which.
+	Forced bool
 }
 
 func (e *NotHolderError) Error() string {
