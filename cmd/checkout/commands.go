@@ -241,6 +241,9 @@ func (a *app) client() (*client.Client, *settings, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if s.keyErr != nil {
+		return nil, nil, s.keyErr
+	}
 	if err := checkURL(s.url); err != nil {
 		return nil, nil, err
 	}

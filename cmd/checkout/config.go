@@ -103,6 +103,9 @@ type settings struct {
 	key         setting
 	agent       setting
 	runID       setting
+	// keyErr is why the profile's key_file could not be read: checkout
+	// config shows it, and every command that needs the key fails with it.
+	keyErr error
 }
 
 // resolve weighs, for each setting, in this order: the flag; a profile
@@ -169,9 +172,11 @@ func (a *app) resolve() (*settings, error) {
 		path := keyPath(s.configPath, pKeyFile)
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return nil, &usageError{fmt.Sprintf("profile %s: cannot read key_file: %v", name, err)}
+			s.keyErr = &usageError{fmt.Sprintf("profile %s: cannot read key_file: %v", name, err)}
+			s.key = setting{}
+		} else {
+			s.key, keyFromProfile = setting{strings.TrimSpace(string(b)), "key file " + path}, true
 		}
-		s.key, keyFromProfile = setting{strings.TrimSpace(string(b)), "key file " + path}, true
 	}
 	// The profile's agent goes with the profile's key: with a key from
 	// elsewhere it would name another agent than the key's.
@@ -337,7 +342,11 @@ func printConfig(w io.Writer, s *settings) {
 		fmt.Fprintf(w, "  %-9s %s%s\n", label+":", v, from)
 	}
 	line("URL", s.url, "")
-	line("API key", s.key, mask(s.key.value))
+	if s.keyErr != nil {
+		fmt.Fprintf(w, "  %-9s - (%s)\n", "API key:", s.keyErr)
+	} else {
+		line("API key", s.key, mask(s.key.value))
+	}
 	line("Agent", s.agent, "")
 	line("Run id", s.runID, "")
 	if len(s.config.Profiles) == 0 {
@@ -382,7 +391,11 @@ func printConfigJSON(w io.Writer, s *settings) error {
 		Agent      *val               `json:"agent"`
 		RunID      *val               `json:"run_id"`
 		Profiles   map[string]profile `json:"profiles"`
-	}{s.configPath, s.configFound, v(s.profile), v(s.url), key, v(s.agent), v(s.runID), s.config.Profiles}
+		KeyError   string             `json:"api_key_error,omitempty"`
+	}{s.configPath, s.configFound, v(s.profile), v(s.url), key, v(s.agent), v(s.runID), s.config.Profiles, ""}
+	if s.keyErr != nil {
+		out.KeyError = s.keyErr.Error()
+	}
 	b, err := json.Marshal(out)
 	if err != nil {
 		return err
