@@ -283,7 +283,7 @@ func (t *tools) notLive(ctx context.Context, co client.Checkout) (CheckoutResult
 			co.TaskID, co.Fence, holderText(h))
 		return r, true
 	}
-	r.Message = fmt.Sprintf("Checkout NOT live: task %s was granted to you (fence %d), but your agent (%s) is dead by heartbeat: its last heartbeat ran out, and a lease it takes before its next one keeps nobody off the task. Do not work on it: call heartbeat, then take a task again.",
+	r.Message = fmt.Sprintf("Checkout NOT live: task %s was granted to you (fence %d), but it is not live: your agent (%s) is dead by heartbeat (its last heartbeat ran out, and a lease it takes before its next one keeps nobody off the task), or the lease has already ended. Do not work on it: call heartbeat, then take a task again.",
 		co.TaskID, co.Fence, co.AgentID)
 	return r, true
 }

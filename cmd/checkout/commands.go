@@ -434,7 +434,7 @@ func notLive(ctx context.Context, c *client.Client, co client.Checkout) error {
 		return &failure{fmt.Sprintf("task %s was granted (fence %d), but another lease took it over at once (%s, fence %d): do not work on it",
 			co.TaskID, co.Fence, oneLine(who(s.Checkout.AgentName, s.Checkout.AgentID)), s.Checkout.Fence), exitConflict}
 	}
-	return &failure{fmt.Sprintf("task %s was granted (fence %d), but the lease is not live: agent %s is dead by heartbeat (its last heartbeat ran out), and a lease it takes before its next one keeps nobody off the task; send checkout heartbeat, then take the task again",
+	return &failure{fmt.Sprintf("task %s was granted (fence %d), but the lease is not live: agent %s is dead by heartbeat (its last heartbeat ran out, and a lease it takes before its next one keeps nobody off the task), or the lease has already ended; do not work on it: send checkout heartbeat, then take the task again",
 		co.TaskID, co.Fence, co.AgentID), exitConflict}
 }
 
