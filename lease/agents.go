@@ -405,6 +405,11 @@ func (s *Store) restart(ctx context.Context, agentID string, now time.Time, hold
 		Set(expression.Name("fresh"), expression.Value(true)).
 		Remove(expression.Name("removed"))
 	hb, applied, err := s.updateHeartbeat(ctx, agentID, cond, upd)
+	if applied {
+		// Alive since now: a lease locked in this millisecond is the
+		// removed agent's, so the registration answers once it has passed.
+		s.waitPast(ms(now))
+	}
 	if err != nil || applied || hb == nil || !hb.Removed {
 		return time.Time{}, err
 	}

@@ -620,11 +620,12 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 }
 
 // waitPast returns once the clock reads past the millisecond at, the time
-// a return from the dead counts from: a lease is live only when it was
-// locked after its holder's alive_since (one locked in that millisecond
-// may have been taken while the agent was dead), so a return that answered
-// within it would let its agent take leases, on this clock, that are
-// granted already ended. It waits at most 1 ms; a clock that does not
+// a return from the dead (or a registration of a removed id again) counts
+// from: a lease is live only when it was locked after its holder's
+// alive_since (one locked in that millisecond may have been taken while
+// the agent was dead, or be the removed agent's), so a return that
+// answered within it would let its agent take leases, on this clock, that
+// are granted already ended. It waits at most 1 ms; a clock that does not
 // move with real time (a test's) is waited for no longer than 2 ms.
 func (s *Store) waitPast(at int64) {
 	for deadline := time.Now().Add(2 * time.Millisecond); ms(s.clock()) <= at && time.Now().Before(deadline); {

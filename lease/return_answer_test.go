@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,5 +43,35 @@ func TestALeaseTakenRightAfterAReturnFromTheDeadIsLive(t *testing.T) {
 	}
 	if ended > 0 {
 		t.Errorf("%d of %d leases taken right after their holder's return from the dead were granted already ended", ended, agents)
+	}
+}
+
+// The same for an id registered again after its removal: the registration
+// makes the new agent alive since it was made (a lease locked up to then
+// is the removed agent's, and ended) and answered within that millisecond,
+// so a checkout right after it could be granted already ended. Here the
+// clock moves on a tenth of a millisecond at each reading: the checkout
+// reads it a few readings after the registration did.
+func TestALeaseTakenRightAfterARegistrationAgainIsLive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	var ticks atomic.Int64
+	now := func() time.Time { return e.clock.Now().Add(time.Duration(ticks.Add(1)) * 100 * time.Microsecond) }
+	s := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: now})
+	e.task(t, "t1")
+	must[lease.Registration](t)(s.RegisterAgent(c, lease.RegisterParams{AgentID: "x", Name: "x"}))
+	must[lease.Heartbeat](t)(s.Heartbeat(c, "x", time.Minute))
+	if err := s.RemoveAgent(c, "x"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Hour) // past the hold on a removed id
+	must[lease.Registration](t)(s.RegisterAgent(c, lease.RegisterParams{AgentID: "x", Name: "x"}))
+	co := must[lease.Checkout](t)(s.Checkout(c, lease.CheckoutParams{TaskID: "t1", AgentID: "x", Timeout: time.Hour}))
+	if got := must[*lease.Checkout](t)(s.LockStatus(c, "t1")); got == nil || got.Fence != co.Fence {
+		t.Errorf("a lease taken right after its holder's registration again (fence %d) was granted already ended: the task shows %+v", co.Fence, got)
+	}
+	if _, err := s.Renew(c, lease.RenewParams{TaskID: "t1", AgentID: "x", Fence: co.Fence, Timeout: time.Hour}); err != nil {
+		t.Errorf("renewing it: %v", err)
 	}
 }
