@@ -459,6 +459,10 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 				if !old.returnMayFollow(ms(after)) {
 					s.alive.putRead(agentID, cur, ms(now), epoch)
 				}
+				// After a return this heartbeat found moved (made once
+				// more, overtaken), the agent may be alive since a moment
+				// ago; else since long before, and this waits for nothing.
+				s.waitPast(cur.AliveSince)
 				return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
 			}
 			// The write may have landed after the agent's expiry: it was
