@@ -447,8 +447,8 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 				// once more, later (below). It is told it counts from no
 				// later than now, when this heartbeat answers alive, and
 				// no alive cache keeps its alive_since, which may move.
-				err := s.markSeenAlive(ctx, agentID, cur, ms(after))
-				s.waitPast(ms(after))
+				since, err := s.markSeenAlive(ctx, agentID, cur, ms(after))
+				s.waitPast(since)
 				return Heartbeat{AgentID: agentID, ExpiresAt: exp}, err
 			}
 			if old == nil || old.Fresh || old.ExpiresAt > ms(after.Add(clockMargin)) {
@@ -641,15 +641,20 @@ func (s *Store) waitPast(at int64) {
 // write hb, that a heartbeat found it there and answered alive by at
 // (seen_alive; the earliest such answer's is kept). A return made once
 // more then counts from no later than at. An item moved on since needs
-// nothing.
-func (s *Store) markSeenAlive(ctx context.Context, agentID string, hb *heartbeatItem, at int64) error {
+// nothing, but the return may have been made once more before the note
+// landed, later than at. It answers the millisecond the heartbeat answers
+// past: at, or the alive_since of the item moved on when later.
+func (s *Store) markSeenAlive(ctx context.Context, agentID string, hb *heartbeatItem, at int64) (int64, error) {
 	cond := expression.Name("last_at").Equal(expression.Value(hb.LastAt)).
 		And(expression.Name("expires_at").Equal(expression.Value(hb.ExpiresAt)),
 			expression.Name("alive_since").Equal(expression.Value(hb.AliveSince)))
 	seen := expression.Name("seen_alive")
 	upd := expression.Set(seen, expression.IfNotExists(seen, expression.Value(at)))
-	_, _, err := s.updateHeartbeat(ctx, agentID, cond, upd)
-	return err
+	cur, applied, err := s.updateHeartbeat(ctx, agentID, cond, upd)
+	if err == nil && !applied && cur != nil && !cur.Removed {
+		return max(at, cur.AliveSince), nil
+	}
+	return at, err
 }
 
 // moveAliveSince moves agentID's alive_since from was to since, if it is
