@@ -567,13 +567,73 @@ func outcome(op string, res any, err error) (linOut, bool) {
 	return linOut{}, false
 }
 
-// linSeed is a history's seed: CHECKOUT_LIN_SEED, to run one again (the
-// store's own concurrency still varies), or the time.
+// linSeed is a run's seed: CHECKOUT_LIN_SEED, to run one again (the
+// store's own concurrency still varies), or the time. Each round of the
+// run draws its operations from a seed of its own (linRoundSeed).
 func linSeed() uint64 {
 	if v, err := strconv.ParseUint(os.Getenv("CHECKOUT_LIN_SEED"), 10, 64); err == nil {
 		return v
 	}
 	return uint64(time.Now().UnixNano())
+}
+
+// linRoundSeed is the seed of the history of round (from 0) in the run
+// seeded with run: run itself for the first round, so that a one-round
+// test's seed is its run's, and run with the bits of mix64(round) flipped
+// for the others. mix64 is a bijection that keeps 0 alone at 0, so every
+// round of a run has a seed of its own, and the same run seed gives the
+// same seeds.
+func linRoundSeed(run uint64, round int) uint64 {
+	return run ^ mix64(uint64(round))
+}
+
+// mix64 is splitmix64's finalizer.
+func mix64(z uint64) uint64 {
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// linRound is one round of a linearizability test: its number (from 1),
+// how many the test runs, the run's seed and its own.
+type linRound struct {
+	n, of     int
+	run, seed uint64
+}
+
+// again is what runs the round again: the run's seed, and with more than
+// one round, CHECKOUT_LIN_ROUND to run this one alone.
+func (r linRound) again() string {
+	if r.of > 1 {
+		return fmt.Sprintf("CHECKOUT_LIN_SEED=%d CHECKOUT_LIN_ROUND=%d", r.run, r.n)
+	}
+	return fmt.Sprintf("CHECKOUT_LIN_SEED=%d", r.run)
+}
+
+// linRounds runs a test's rounds (at least one), each with its seed from
+// the run's (linSeed, linRoundSeed), logging each round's seed and how to
+// run it again; CHECKOUT_LIN_ROUND=k runs the k-th round alone.
+func linRounds(t *testing.T, rounds int, round func(linRound)) {
+	rounds = max(rounds, 1)
+	run := linSeed()
+	only := 0
+	if v := os.Getenv("CHECKOUT_LIN_ROUND"); v != "" {
+		k, err := strconv.Atoi(v)
+		if err != nil || k < 1 || k > rounds {
+			t.Fatalf("CHECKOUT_LIN_ROUND=%s: %s runs rounds 1 to %d", v, t.Name(), rounds)
+		}
+		only = k
+	}
+	for i := range rounds {
+		if only != 0 && i+1 != only {
+			continue
+		}
+		r := linRound{n: i + 1, of: rounds, run: run, seed: linRoundSeed(run, i)}
+		if rounds > 1 {
+			t.Logf("round %d of %d: seed %d (%s runs it alone)", r.n, r.of, r.seed, r.again())
+		}
+		round(r)
+	}
 }
 
 type linConfig struct {
@@ -673,6 +733,53 @@ func nextOp(r *rand.Rand, agent string, agentN int, heartbeat bool, mem *agentMe
 	return in
 }
 
+// Every round of a run draws its operations from a seed of its own, the
+// first the run's own; the same run seed gives the same rounds, and
+// CHECKOUT_LIN_ROUND runs one of them alone, with the seed it had in the
+// whole run.
+func TestLinRoundsSeeds(t *testing.T) {
+	for _, run := range []uint64{0, 1, 7, 1796203399298106258, math.MaxUint64} {
+		seen := map[uint64]int{}
+		for round := range 64 {
+			s := linRoundSeed(run, round)
+			if prev, ok := seen[s]; ok {
+				t.Fatalf("run %d: rounds %d and %d both have seed %d", run, prev, round, s)
+			}
+			seen[s] = round
+			if again := linRoundSeed(run, round); again != s {
+				t.Fatalf("run %d round %d: seed %d, then %d", run, round, s, again)
+			}
+		}
+		if s := linRoundSeed(run, 0); s != run {
+			t.Errorf("run %d: the first round's seed is %d, want the run's", run, s)
+		}
+	}
+
+	seeds := func() []uint64 {
+		var got []uint64
+		linRounds(t, 4, func(r linRound) {
+			if r.run != 7 || r.of != 4 || r.seed != linRoundSeed(7, r.n-1) {
+				t.Errorf("round %+v, want of run 7 and seed linRoundSeed(7, %d)", r, r.n-1)
+			}
+			got = append(got, r.seed)
+		})
+		return got
+	}
+	t.Setenv("CHECKOUT_LIN_SEED", "7")
+	t.Setenv("CHECKOUT_LIN_ROUND", "")
+	whole := seeds()
+	if len(whole) != 4 || whole[0] != 7 {
+		t.Fatalf("a run of seed 7 ran rounds of seeds %v, want 4 from 7", whole)
+	}
+	if again := seeds(); !slices.Equal(again, whole) {
+		t.Errorf("seed 7 ran rounds of seeds %v, then %v", whole, again)
+	}
+	t.Setenv("CHECKOUT_LIN_ROUND", "3")
+	if alone := seeds(); !slices.Equal(alone, whole[2:3]) {
+		t.Errorf("CHECKOUT_LIN_ROUND=3 ran rounds of seeds %v, want %v", alone, whole[2:3])
+	}
+}
+
 // Without heartbeats, leases end by time, release and completion alone.
 func TestLinearizability(t *testing.T) {
 	t.Parallel()
@@ -696,15 +803,10 @@ func TestLinearizabilityWithHeartbeats(t *testing.T) {
 
 func linearizability(t *testing.T, heartbeats bool) {
 	cfg := linSize(heartbeats)
-	for round := range cfg.rounds {
-		if cfg.rounds > 1 {
-			t.Logf("round %d of %d", round+1, cfg.rounds)
-		}
-		linearizabilityRound(t, heartbeats, cfg)
-	}
+	linRounds(t, cfg.rounds, func(r linRound) { linearizabilityRound(t, heartbeats, cfg, r) })
 }
 
-func linearizabilityRound(t *testing.T, heartbeats bool, cfg linConfig) {
+func linearizabilityRound(t *testing.T, heartbeats bool, cfg linConfig, round linRound) {
 	e := newEnv(t)
 	e.lag(t, "", raceLag)
 	c := ctx(t)
@@ -728,7 +830,7 @@ func linearizabilityRound(t *testing.T, heartbeats bool, cfg linConfig) {
 		history = append(history, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
 		mu.Unlock()
 	}
-	seed := linSeed()
+	seed := round.seed
 	if cfg.clients > maxAgents {
 		t.Fatalf("%d clients, the model holds %d agents", cfg.clients, maxAgents)
 	}
@@ -816,12 +918,12 @@ func linearizabilityRound(t *testing.T, heartbeats bool, cfg linConfig) {
 			dumpStuck(model, info, history, dump+".stuck")
 		}
 		if res == porcupine.Illegal {
-			t.Fatalf("history is %s (seed %d); visualization at %s", res, seed, path)
+			t.Fatalf("history is %s (seed %d; %s runs it again); visualization at %s", res, seed, round.again(), path)
 		}
 		if overMemory {
-			t.Fatalf("history is %s (seed %d): the search stopped when the test binary's heap passed %d GiB (linMemoryBound); run it again with CHECKOUT_LIN_SEED", res, seed, linMemoryBound>>30)
+			t.Fatalf("history is %s (seed %d): the search stopped when the test binary's heap passed %d GiB (linMemoryBound); run it again with %s", res, seed, linMemoryBound>>30, round.again())
 		}
-		t.Fatalf("history is %s (seed %d): the search ran out of its %v; run it again with CHECKOUT_LIN_SEED", res, seed, linCheckBudget)
+		t.Fatalf("history is %s (seed %d): the search ran out of its %v; run it again with %s", res, seed, linCheckBudget, round.again())
 	}
 	for _, task := range tasks {
 		assertOneEndPerLease(t, e, task)
@@ -3317,15 +3419,10 @@ func TestLinearizabilityWorkGraphSlowStream(t *testing.T) {
 }
 
 func wholeLinearizability(t *testing.T, cfg wConfig) {
-	for round := range max(cfg.rounds, 1) {
-		if cfg.rounds > 1 {
-			t.Logf("round %d of %d", round+1, cfg.rounds)
-		}
-		wholeLinearizabilityRound(t, cfg)
-	}
+	linRounds(t, cfg.rounds, func(r linRound) { wholeLinearizabilityRound(t, cfg, r) })
 }
 
-func wholeLinearizabilityRound(t *testing.T, cfg wConfig) {
+func wholeLinearizabilityRound(t *testing.T, cfg wConfig, round linRound) {
 	// CHECKOUT_KNOWN_BUGS=1: the model as lease/doc.go states it, which
 	// the store fails now and then (see cachedHB and
 	// TestKnownBugRemovedAgentCachedAlive).
@@ -3395,7 +3492,7 @@ func wholeLinearizabilityRound(t *testing.T, cfg wConfig) {
 		}
 		return out, true
 	}
-	seed := linSeed()
+	seed := round.seed
 	t.Logf("seed %d: %d clients, %d tasks, %d phases of %d operations each, claims %v", seed, cfg.clients, cfg.tasks, cfg.phases, cfg.opsPerPhase, cfg.claims)
 	mems := make([]*wMemory, cfg.clients)
 	rngs := make([]*rand.Rand, cfg.clients)
@@ -3583,12 +3680,12 @@ func wholeLinearizabilityRound(t *testing.T, cfg wConfig) {
 			dumpStuck(model, info, history, fmt.Sprintf("%s.%s.%d.stuck", dump, t.Name(), seed))
 		}
 		if res == porcupine.Illegal {
-			t.Fatalf("history is %s (seed %d); visualization at %s", res, seed, path)
+			t.Fatalf("history is %s (seed %d; %s runs it again); visualization at %s", res, seed, round.again(), path)
 		}
 		if overMemory {
-			t.Fatalf("history is %s (seed %d): the search stopped when the test binary's heap passed %d GiB (linMemoryBound); run it again with CHECKOUT_LIN_SEED", res, seed, linMemoryBound>>30)
+			t.Fatalf("history is %s (seed %d): the search stopped when the test binary's heap passed %d GiB (linMemoryBound); run it again with %s", res, seed, linMemoryBound>>30, round.again())
 		}
-		t.Fatalf("history is %s (seed %d): the search ran out of its %v; run it again with CHECKOUT_LIN_SEED", res, seed, linCheckBudget)
+		t.Fatalf("history is %s (seed %d): the search ran out of its %v; run it again with %s", res, seed, linCheckBudget, round.again())
 	}
 	for i := range tasks {
 		assertOneEndPerLease(t, e, wTaskID(i))
