@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
@@ -177,19 +180,52 @@ func TestTheSweepSettlesAReturnedAgentThatHoldsNothing(t *testing.T) {
 	e.caughtUp(t) // the sweep finds the death through an index
 	must[lease.SweepResult](t)(s.Sweep(c))
 	if n := db.take(); n != 0 {
-		t.Errorf("a sweep before the death can be settled read %d heartbeats, want none", n)
+		t.Errorf("a sweep before the death can be settled read %d heartbeats, want none; %s", n, heartbeatState(t, e, "a"))
 	}
 	e.clock.Advance(lease.SettleAfter)
 	must[lease.SweepResult](t)(s.Sweep(c))
 	if n := db.take(); n != 1 {
-		t.Errorf("the sweep that settles the death read %d heartbeats, want 1", n)
+		t.Errorf("the sweep that settles the death read %d heartbeats, want 1; %s", n, heartbeatState(t, e, "a"))
 	}
 	e.caughtUp(t) // the index shows the settling
 	must[lease.SweepResult](t)(s.Sweep(c))
 	if n := db.take(); n != 0 {
-		t.Errorf("a sweep after the settling read %d heartbeats, want none: the agent is due no more", n)
+		t.Errorf("a sweep after the settling read %d heartbeats, want none: the agent is due no more; %s", n, heartbeatState(t, e, "a"))
 	}
 }
+
+// heartbeatState describes agentID's heartbeat item, and the entries of its
+// shard in the sweep's index, for a failure to show what the sweep found.
+func heartbeatState(t testing.TB, e *env, agentID string) string {
+	t.Helper()
+	table := e.names.Table(schema.HeartbeatsTable)
+	got, err := e.db.GetItem(ctx(t), &dynamodb.GetItemInput{TableName: &table, Key: lease.AgentKey(agentID), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return fmt.Sprintf("heartbeat of %s not read: %v", agentID, err)
+	}
+	var hb map[string]any
+	if err := attributevalue.UnmarshalMapWithOptions(got.Item, &hb, useNumber); err != nil {
+		return fmt.Sprintf("heartbeat of %s not decoded: %v", agentID, err)
+	}
+	var entries []map[string]any
+	if shard, ok := got.Item["hb_shard"]; ok {
+		out, err := e.db.Query(ctx(t), &dynamodb.QueryInput{
+			TableName: &table, IndexName: aws.String(schema.HeartbeatsByExpiry),
+			KeyConditionExpression:    aws.String("hb_shard = :s"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":s": shard},
+		})
+		if err != nil {
+			return fmt.Sprintf("clock %d, heartbeat %v, index not read: %v", e.clock.Now().UnixMilli(), hb, err)
+		}
+		if err := attributevalue.UnmarshalListOfMapsWithOptions(out.Items, &entries, useNumber); err != nil {
+			return fmt.Sprintf("clock %d, heartbeat %v, index not decoded: %v", e.clock.Now().UnixMilli(), hb, err)
+		}
+	}
+	return fmt.Sprintf("clock %d, heartbeat %v, index entries %v", e.clock.Now().UnixMilli(), hb, entries)
+}
+
+// useNumber decodes numbers as written (Unix ms), not as floats.
+func useNumber(o *attributevalue.DecoderOptions) { o.UseNumber = true }
 
 // passClockDB runs f once, just before the first Query of the live leases
 // (the sweep's pass over the lease-expiry index, which has a filter).
