@@ -905,6 +905,11 @@ func (s *Store) freedUnanswered(it *taskItem) {
 // earlier attempt that did is answered as that attempt was; otherwise the
 // error says why (not_checked_out, or not_holder with the live holder).
 func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence int64, e ending) (*taskItem, error) {
+	if runID == "" && fence == 0 {
+		// Any lease of the caller's matches: its write is known by its id
+		// (sentAgain).
+		e.write = newID("")
+	}
 	var floor int64
 	for range retries(ctx) {
 		cond, hb, now, err := s.holderGuard(ctx, agentID, runID, fence, floor)
@@ -1017,9 +1022,12 @@ func replayEnd(cur *taskItem, typ EventType, outcome ReleaseOutcome, by, agentID
 // sent more than once failed its condition on, holds that very ending:
 // the write applied, its answer was lost, and the SDK sent it again
 // (sends.go). The ending is the caller's, of the same kind, of the lease
-// the request named (run id, fence) if it named one, stamped with the
-// write's own time, and the item's latest transition: another of the
-// caller's runs ending its own lease in that instant is not this one.
+// the request named (run id, fence), stamped with the write's own time,
+// and the item's latest transition: another of the caller's runs ending
+// its own lease in that instant is not this one. A request that named no
+// lease is known by its write's id (e.write), which the ending keeps:
+// another request of the caller's, ending the lease in that same
+// millisecond, is not this one either.
 func sentAgain(it *taskItem, e ending, agentID, runID string, fence int64, now time.Time) bool {
 	if it == nil {
 		return false
@@ -1027,7 +1035,7 @@ func sentAgain(it *taskItem, e ending, agentID, runID string, fence int64, now t
 	r := it.endRecord
 	return r.EndSeq != 0 && r.EndSeq == it.ESeq && r.EndAt == ms(now) && r.EndType == e.typ && r.EndBy == e.by && r.EndAgent == agentID &&
 		(e.typ != EventRelease || failedOutcome(r.EndOutcome) == failedOutcome(e.outcome)) &&
-		(runID == "" || r.EndRun == runID) && (fence == 0 || r.EndFence == fence)
+		(runID == "" || r.EndRun == runID) && (fence == 0 || r.EndFence == fence) && r.EndWrite == e.write
 }
 
 // A repeat after a later ending. The item keeps only its last ending, so

@@ -179,6 +179,9 @@ type endRecord struct {
 	// error, kept in the error item of EndFence.
 	EndOutcome ReleaseOutcome `dynamodbav:"end_outcome,omitempty"`
 	EndErrored bool           `dynamodbav:"end_errored,omitempty"`
+	// EndWrite names the write of a holder's ending that named no lease
+	// (see sentAgain).
+	EndWrite string `dynamodbav:"end_write,omitempty"`
 }
 
 // prevRecord is the lease a checkout took over (expired, or its holder

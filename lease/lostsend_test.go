@@ -230,3 +230,42 @@ func TestACompletionOfAnOldRunSentOnceIsRefused(t *testing.T) {
 		t.Fatalf("a completion naming run r-old sent once: %v, want not_checked_out", err)
 	}
 }
+
+// A release that names no lease (no run id, no fence: the agent alone
+// must match) ends whichever lease of the caller's is on the task. When
+// its write was sent twice by the SDK (the first sending lost, never
+// applied) and the caller's lease had already been ended by an earlier
+// release in that same millisecond, the second sending's refusal was
+// taken for its own ending (the check named type, caller and instant,
+// which the earlier release had too): 200 for a task nobody held. A
+// release now knows its own ending by its write's id.
+func TestAReleaseNamingNoLeaseSentTwiceIsNotAnEarlierOne(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r1", Timeout: time.Hour}))
+	e.clock.Advance(time.Second)
+	// The release that ends the lease, in the millisecond the next one
+	// is made in (the clock does not move).
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a"}))
+
+	tasks := e.names.Table(schema.TasksTable)
+	doer := &lossyDoer{
+		match: func(target, body string) bool {
+			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks)
+		},
+		race: func() {},
+	}
+	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	got, err := s.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a"})
+	if !doer.lost.Load() {
+		t.Fatal("no write was lost and sent again")
+	}
+	if !errors.Is(err, lease.ErrNotCheckedOut) {
+		t.Fatalf("a second release naming no lease, of a task nobody holds: answered %+v, %v; want 404 not_checked_out: it took the earlier release's ending for its own", got, err)
+	}
+	if st := e.get(t, "t"); st.Status != lease.StatusTodo || st.Version != 3 {
+		t.Fatalf("task after the refused release: %s version %d, want todo version 3 (created, granted, released)", st.Status, st.Version)
+	}
+}

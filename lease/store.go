@@ -487,6 +487,9 @@ type ending struct {
 	// return (sweep.go). Its write is conditioned on no transition after
 	// at.
 	at int64
+	// write, when set, names the write (newID): a holder's ending that
+	// names no lease is known by it when sent again (sentAgain).
+	write string
 }
 
 // namePriorAt and priorAt record, in every transition's write, the time of
@@ -535,6 +538,11 @@ func endUpdate(taskID string, e ending, now time.Time, sh schema.ShardCounts) ex
 		Set(expression.Name("end_by"), expression.Value(e.by)).
 		Set(expression.Name("end_lease_seq"), copyOf("lease_seq")).
 		Set(expression.Name("end_lease_reason"), copyOf("reason"))
+	if e.write != "" {
+		u = u.Set(expression.Name("end_write"), expression.Value(e.write))
+	} else {
+		u = u.Remove(expression.Name("end_write"))
+	}
 	if e.reason != "" {
 		u = u.Set(expression.Name("end_reason"), expression.Value(e.reason))
 	} else {
