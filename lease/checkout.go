@@ -683,6 +683,10 @@ func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) 
 // write is pinned to what it read. The error, if any, is written first,
 // as an item of its own (body.go).
 func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, error) {
+	named, write := p.RunID != "" || p.Fence != 0, ""
+	if !named {
+		write = newID("") // its ending is known by it when sent again
+	}
 	var floor int64
 	for range retries(ctx) {
 		cond, hb, now, err := s.holderGuard(ctx, p.AgentID, p.RunID, p.Fence, floor)
@@ -703,7 +707,7 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 			return nil, s.notHolder(ctx, cur, p.AgentID, p.RunID, p.Fence, now, hb)
 		}
 		e := ending{typ: EventRelease, by: p.By, reason: p.Reason, status: StatusTodo,
-			failed: true, outcome: OutcomeFailed, errored: p.Error != ""}
+			failed: true, outcome: OutcomeFailed, errored: p.Error != "", write: write}
 		if !cur.belowLimit() {
 			e.exhausted = true
 		} else {
@@ -751,9 +755,12 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		case lostToLater(it, now):
 			floor = it.LastAt
 			continue
-		case replayEnd(it, EventRelease, OutcomeFailed, p.By, p.AgentID, cur.RunID, cur.Fence):
+		case (named || it != nil && it.EndWrite == write) && replayEnd(it, EventRelease, OutcomeFailed, p.By, p.AgentID, cur.RunID, cur.Fence):
 			// The lease read ended by this caller's failed release: a
-			// repeat, or this very write sent again (its answer lost).
+			// repeat of a request that named it, or this very write sent
+			// again (its answer lost). A request that names no lease is
+			// never a repeat: the ending is its own only when it holds its
+			// write's id.
 			if sends.Load() > 1 {
 				s.freedUnanswered(it)
 			}

@@ -248,7 +248,10 @@
 // ended, naming it by run id or fence, finds that ending its own (on the
 // item, or once a later lease has ended too in the trail: checkout.go, "A
 // repeat after a later ending") and is answered as the first attempt was,
-// writing nothing. A request that names no lease is never taken for one.
+// writing nothing. A request that names no lease is never taken for one:
+// its write, when the SDK sent it again (its answer lost), knows its own
+// ending by the write's id, end_write, and no other ending (checkout.go,
+// sentAgain).
 //
 // # Time only moves forward
 //

@@ -269,3 +269,53 @@ func TestAReleaseNamingNoLeaseSentTwiceIsNotAnEarlierOne(t *testing.T) {
 		t.Fatalf("task after the refused release: %s version %d, want todo version 3 (created, granted, released)", st.Status, st.Version)
 	}
 }
+
+// beforeTaskUpdateDB runs hook once, before the first UpdateItem of the
+// tasks table goes out: another request landing between a read of the
+// task and the write pinned to it.
+type beforeTaskUpdateDB struct {
+	lease.DB
+	table string
+	hook  func()
+	done  bool
+}
+
+func (d *beforeTaskUpdateDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if !d.done && in.TableName != nil && *in.TableName == d.table {
+		d.done = true
+		d.hook()
+	}
+	return d.DB.UpdateItem(ctx, in, opts...)
+}
+
+// A failed release (outcome failed) that names no lease reads the task,
+// then writes pinned to the lease it read. When another failed release
+// of the same agent, also naming no lease, ended that lease in between,
+// the write's refusal was taken for a repeat of its own (the ending of
+// the lease read, by the caller, failed): both answered 200, and one
+// failed attempt was counted. A request that names no lease is never a
+// repeat: the second answers 404 not_checked_out.
+func TestAFailedReleaseNamingNoLeaseIsNotAnotherOnesRepeat(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r1", Timeout: time.Hour}))
+	e.clock.Advance(time.Second)
+	fail := lease.ReleaseParams{TaskID: "t", AgentID: "a", Outcome: lease.OutcomeFailed}
+	var otherErr error
+	db := &beforeTaskUpdateDB{DB: e.db, table: e.names.Table(schema.TasksTable), hook: func() {
+		_, otherErr = e.store.Release(c, fail)
+	}}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	got, err := s.Release(c, fail)
+	if !db.done {
+		t.Fatal("the failed release wrote nothing")
+	}
+	if otherErr != nil {
+		t.Fatalf("the failed release that landed first: %v", otherErr)
+	}
+	if !errors.Is(err, lease.ErrNotCheckedOut) {
+		t.Fatalf("a second failed release naming no lease, after the first ended the lease: answered %+v, %v; want 404 not_checked_out", got, err)
+	}
+}
