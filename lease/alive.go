@@ -629,8 +629,10 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 // alive_since (one locked in that millisecond may have been taken while
 // the agent was dead, or be the removed agent's), so a return that
 // answered within it would let its agent take leases, on this clock, that
-// are granted already ended. It waits at most 1 ms; a clock that does not
-// move with real time (a test's) is waited for no longer than 2 ms.
+// are granted already ended. It waits about a millisecond at most, and
+// gives up after 2 ms of real time (a clock that does not move with real
+// time, a test's, or one behind the clock at was read from); sleeps are
+// coarse, so that may take up to about 3 ms.
 func (s *Store) waitPast(at int64) {
 	for deadline := time.Now().Add(2 * time.Millisecond); ms(s.clock()) <= at && time.Now().Before(deadline); {
 		time.Sleep(100 * time.Microsecond)
