@@ -53,7 +53,7 @@ func TestAWrongFenceForTheSessionsOwnLeaseSaysSo(t *testing.T) {
 		case strings.HasSuffix(r.URL.Path, "/checkout") && r.Method == http.MethodGet:
 			return 200, locked(strings.ReplaceAll(mine, "%RUN%", run.Load().(string)))
 		case r.Method == http.MethodGet:
-			return 200, `{"task_id":"fz","title":"t","status":"in_progress"}`
+			return 200, `{"task_id":"fz","title":"t","status":"in_progress","checkout":` + strings.ReplaceAll(mine, "%RUN%", run.Load().(string)) + `}`
 		}
 		return 403, `{"error":"not the holder","code":"not_holder","holder":` + strings.ReplaceAll(mine, "%RUN%", run.Load().(string)) + `}`
 	})

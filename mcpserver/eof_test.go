@@ -23,7 +23,7 @@ func TestServeAnswersCallsInFlightWhenInputEnds(t *testing.T) {
 			return
 		}
 		if r.Method == http.MethodGet {
-			io.WriteString(w, `{"task_id":"m1","title":"t","status":"in_progress"}`)
+			io.WriteString(w, `{"task_id":"m1","title":"t","status":"in_progress","checkout":`+strings.ReplaceAll(holder, "task-d4e5", "m1")+`}`)
 			return
 		}
 		io.WriteString(w, strings.ReplaceAll(holder, "task-d4e5", "m1"))

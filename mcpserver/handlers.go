@@ -102,28 +102,51 @@ func (t *tools) title(ctx context.Context, co client.Checkout) string {
 	return task.Title
 }
 
-// taken is what an agent that just took the lease co should know of its
-// task: its title and, when this is not the task's first attempt, a
-// sentence saying which attempt it is, with the error the latest failed
-// attempt was given back with (the task's last_error), which is also
-// returned. It reads the task only when the lease lacks what it needs (a
-// checkout's answer has no title; a first attempt needs no more).
-func (t *tools) taken(ctx context.Context, co client.Checkout) (title, lastError, retry string) {
+// grant is what an agent that just took a lease should know of its task:
+// its title and, when the lease is not the task's first attempt, a
+// sentence saying which attempt it is (retry), with the error the latest
+// failed attempt was given back with (the task's last_error).
+type grant struct {
+	title, lastError, retry string
+}
+
+// taken reads, once, the task of a lease just granted as co: whether the
+// lease is live, and what grant the agent should know. An agent whose
+// heartbeats have run out is dead until its next one, and a lease it
+// takes meanwhile is granted but not live: any agent may take the task at
+// once (API.md), so it is no lease to work under; dead is then the answer
+// that says so. The read is the task's lock (GET .../checkout) when the
+// lease carries all the grant needs (a claim's title, on a first
+// attempt), else the task itself, whose checkout is the same live lease.
+// A task that cannot be read leaves the grant as it is, with the title
+// the lease carries.
+func (t *tools) taken(ctx context.Context, co client.Checkout) (g grant, dead *CheckoutResult) {
+	g.title = co.Title
+	var live *client.Checkout
 	if co.Title != "" && co.Attempt <= 1 {
-		return co.Title, "", ""
+		s, err := t.c.Status(ctx, co.TaskID)
+		if err != nil {
+			return g, nil
+		}
+		live = s.Checkout
+	} else {
+		task, err := t.c.GetTask(ctx, co.TaskID)
+		if err != nil {
+			return g, nil
+		}
+		live, g.title = task.Checkout, task.Title
+		if co.Attempt > 1 {
+			g.lastError = task.LastError
+			g.retry = fmt.Sprintf(" This is attempt %d of %d: the earlier ones did not complete it.", co.Attempt, task.MaxAttempts)
+			if task.LastError != "" {
+				g.retry += fmt.Sprintf(" The latest failed one was given back with this error (last_error): %q; take it into account.", task.LastError)
+			}
+		}
 	}
-	task, err := t.c.GetTask(ctx, co.TaskID)
-	if err != nil {
-		return co.Title, "", ""
+	if live != nil && live.Fence == co.Fence {
+		return g, nil
 	}
-	if co.Attempt <= 1 {
-		return task.Title, "", ""
-	}
-	retry = fmt.Sprintf(" This is attempt %d of %d: the earlier ones did not complete it.", co.Attempt, task.MaxAttempts)
-	if task.LastError != "" {
-		retry += fmt.Sprintf(" The latest failed one was given back with this error (last_error): %q; take it into account.", task.LastError)
-	}
-	return task.Title, task.LastError, retry
+	return grant{}, notLive(co, live)
 }
 
 func named(taskID, title string) string {
@@ -200,13 +223,13 @@ func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult,
 	case err != nil:
 		return CheckoutResult{}, err
 	}
-	if r, dead := t.notLive(ctx, co); dead {
-		return r, nil
+	tk, dead := t.taken(ctx, co)
+	if dead != nil {
+		return *dead, nil
 	}
 	t.hold(co)
-	r := CheckoutResult{Acquired: true, TaskID: co.TaskID, Checkout: &co}
-	var retry string
-	r.Title, r.LastError, retry = t.taken(ctx, co)
+	r := CheckoutResult{Acquired: true, TaskID: co.TaskID, Checkout: &co, Title: tk.title, LastError: tk.lastError}
+	retry := tk.retry
 	r.Message = fmt.Sprintf("Checkout acquired: task %s is yours until %s (fence %d).%s Work on it, renew_task before then if you need longer, and complete_task when done.",
 		named(co.TaskID, r.Title), stamp(co.ExpiresAt), co.Fence, retry)
 	return r, nil
@@ -252,40 +275,32 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 	if err != nil {
 		return CheckoutResult{}, err
 	}
-	if r, dead := t.notLive(ctx, co); dead {
-		return r, nil
+	tk, dead := t.taken(ctx, co)
+	if dead != nil {
+		return *dead, nil
 	}
 	t.hold(co)
-	r := CheckoutResult{Acquired: true, TaskID: co.TaskID, Checkout: &co}
-	var retry string
-	r.Title, r.LastError, retry = t.taken(ctx, co)
+	r := CheckoutResult{Acquired: true, TaskID: co.TaskID, Checkout: &co, Title: tk.title, LastError: tk.lastError}
+	retry := tk.retry
 	r.Message = fmt.Sprintf("Claimed task %s (queue %s, priority %d): it is yours until %s (fence %d).%s Work on it, renew_task before then if you need longer, and complete_task when done.",
 		named(co.TaskID, r.Title), co.Queue, co.Priority, stamp(co.ExpiresAt), co.Fence, retry)
 	return r, nil
 }
 
-// notLive reads the lock of a task just granted as co and, when the
-// lease is not live, returns the answer that says so (dead true). An
-// agent whose heartbeats have run out is dead until its next one, and a
-// lease it takes meanwhile is granted but not live: any agent may take
-// the task at once (API.md), so it is no lease to work under. A task that
-// cannot be read leaves the grant as it is.
-func (t *tools) notLive(ctx context.Context, co client.Checkout) (CheckoutResult, bool) {
-	s, err := t.c.Status(ctx, co.TaskID)
-	if err != nil || s.Locked && s.Checkout != nil && s.Checkout.Fence == co.Fence {
-		return CheckoutResult{}, false
-	}
+// notLive is the answer to a grant co whose lease is not live: live is
+// the task's live lease (another's, which took it over at once), or nil.
+func notLive(co client.Checkout, live *client.Checkout) *CheckoutResult {
 	r := CheckoutResult{TaskID: co.TaskID, Outcome: Outcome{Code: codeNotLive}}
-	if s.Locked && s.Checkout != nil {
-		h := *s.Checkout
+	if live != nil {
+		h := *live
 		r.Holder = &h
 		r.Message = fmt.Sprintf("Checkout DENIED: task %s was granted to you (fence %d), but another lease took it over at once: it is %s. Do not work on it; pick another task (claim_task).",
 			co.TaskID, co.Fence, holderText(h))
-		return r, true
+		return &r
 	}
 	r.Message = fmt.Sprintf("Checkout NOT live: task %s was granted to you (fence %d), but it is not live: your agent (%s) is dead by heartbeat (its last heartbeat ran out, and a lease it takes before its next one keeps nobody off the task), or the lease has already ended. Do not work on it: call heartbeat, then take a task again.",
 		co.TaskID, co.Fence, co.AgentID)
-	return r, true
+	return &r
 }
 
 // codeNotLive is the code of a grant that is not live (see notLive).

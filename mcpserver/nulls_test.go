@@ -26,7 +26,7 @@ func TestNullArgumentsAreLeftOut(t *testing.T) {
 			return 200, locked(strings.ReplaceAll(holder, "task-d4e5", "m1"))
 		}
 		if r.Method == http.MethodGet {
-			return 200, `{"task_id":"m1","title":"t","status":"in_progress"}`
+			return 200, `{"task_id":"m1","title":"t","status":"in_progress","checkout":` + strings.ReplaceAll(holder, "task-d4e5", "m1") + `}`
 		}
 		return 200, strings.ReplaceAll(holder, "task-d4e5", "m1")
 	})

@@ -268,7 +268,7 @@ func TestATakerOfARetriedTaskReadsTheLastError(t *testing.T) {
 			}
 			return 200, lease + `}`
 		}
-		return 200, strings.Replace(graphTask, `"status":"blocked"`, `"status":"in_progress"`, 1)
+		return 200, strings.NewReplacer(`"status":"blocked"`, `"status":"in_progress"`, `"checkout":null`, `"checkout":`+lease+`}`).Replace(graphTask)
 	})
 	for tool, args := range map[string]map[string]any{"checkout_task": {"task_id": "deploy"}, "claim_task": {}} {
 		res, txt, out := callTool(t, cs, tool, args)

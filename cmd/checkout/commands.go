@@ -407,50 +407,50 @@ func (a *app) checkout(cmd *cobra.Command, taskID string, f *checkoutFlags) erro
 		case alreadyHeld(co):
 			return func(w io.Writer) { printHeld(w, co) }, nil
 		}
-		if err := notLive(cmd.Context(), c, co); err != nil {
+		lastErr, err := a.granted(cmd.Context(), c, co)
+		if err != nil {
 			return nil, err
 		}
-		lastErr := a.lastError(cmd.Context(), c, co)
 		return func(w io.Writer) { printAcquired(w, co, s.runID.value != "", lastErr) }, nil
 	})
 }
 
-// notLive is the failure of a grant whose lease the server does not show
-// live right after granting it, nil otherwise (or when the task cannot be
-// read). An agent whose heartbeats have run out is dead until its next
-// one, and a lease it takes meanwhile is granted but not live: it keeps
-// nobody off the task (API.md), so it is no checkout to work under. The
-// read goes out under ctx without the --json recorder: --json prints the
-// grant's own answer.
-func notLive(ctx context.Context, c *client.Client, co client.Checkout) error {
-	s, err := c.Status(ctx, co.TaskID)
-	if err != nil {
-		return nil
+// granted reads the task of a lease just granted as co, once, for two
+// things. First, whether the lease is live: an agent whose heartbeats have
+// run out is dead until its next one, and a lease it takes meanwhile is
+// granted but not live: it keeps nobody off the task (API.md), so it is no
+// checkout to work under, and err says so. Second, for a lease that is not
+// its task's first attempt, lastError: the error the task's latest failed
+// attempt was given back with, for its new taker to read. A first attempt,
+// or --json (which prints the grant's answer alone), needs only the lock
+// (GET .../checkout); a later attempt reads the task, whose checkout is
+// the same live lease. A task that cannot be read leaves the grant as it
+// is, with no last error. The read goes out under ctx without the --json
+// recorder: --json prints the grant's own answer.
+func (a *app) granted(ctx context.Context, c *client.Client, co client.Checkout) (lastError string, err error) {
+	var live *client.Checkout
+	if a.json || co.Attempt <= 1 {
+		s, err := c.Status(ctx, co.TaskID)
+		if err != nil {
+			return "", nil
+		}
+		live = s.Checkout
+	} else {
+		t, err := c.GetTask(ctx, co.TaskID)
+		if err != nil {
+			return "", nil
+		}
+		live, lastError = t.Checkout, t.LastError
 	}
 	switch {
-	case s.Locked && s.Checkout != nil && s.Checkout.Fence == co.Fence:
-		return nil
-	case s.Locked && s.Checkout != nil:
-		return &failure{fmt.Sprintf("task %s was granted (fence %d), but another lease took it over at once (%s, fence %d): do not work on it",
-			co.TaskID, co.Fence, oneLine(who(s.Checkout.AgentName, s.Checkout.AgentID)), s.Checkout.Fence), exitConflict}
+	case live != nil && live.Fence == co.Fence:
+		return lastError, nil
+	case live != nil:
+		return "", &failure{fmt.Sprintf("task %s was granted (fence %d), but another lease took it over at once (%s, fence %d): do not work on it",
+			co.TaskID, co.Fence, oneLine(who(live.AgentName, live.AgentID)), live.Fence), exitConflict}
 	}
-	return &failure{fmt.Sprintf("task %s was granted (fence %d), but the lease is not live: agent %s is dead by heartbeat (its last heartbeat ran out, and a lease it takes before its next one keeps nobody off the task), or the lease has already ended; do not work on it: send checkout heartbeat, then take the task again",
+	return "", &failure{fmt.Sprintf("task %s was granted (fence %d), but the lease is not live: agent %s is dead by heartbeat (its last heartbeat ran out, and a lease it takes before its next one keeps nobody off the task), or the lease has already ended; do not work on it: send checkout heartbeat, then take the task again",
 		co.TaskID, co.Fence, co.AgentID), exitConflict}
-}
-
-// lastError is, for a lease that is not its task's first attempt, the
-// error the task's latest failed attempt was given back with, for its new
-// taker to read: "" for a first attempt, with --json (which prints the
-// grant's answer alone), or when the task cannot be read.
-func (a *app) lastError(ctx context.Context, c *client.Client, co client.Checkout) string {
-	if a.json || co.Attempt <= 1 {
-		return ""
-	}
-	t, err := c.GetTask(ctx, co.TaskID)
-	if err != nil {
-		return ""
-	}
-	return t.LastError
 }
 
 // holderFlags are the flags of renew, release and complete.
@@ -761,10 +761,10 @@ func (a *app) claimCmd() *cobra.Command {
 				if err != nil {
 					return nil, err
 				}
-				if err := notLive(cmd.Context(), c, co); err != nil {
+				lastErr, err := a.granted(cmd.Context(), c, co)
+				if err != nil {
 					return nil, err
 				}
-				lastErr := a.lastError(cmd.Context(), c, co)
 				return func(w io.Writer) { printAcquired(w, co, s.runID.value != "", lastErr) }, nil
 			})
 		},
