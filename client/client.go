@@ -28,9 +28,11 @@ import (
 	"io"
 	mrand "math/rand/v2"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/checkout-dev/checkout/errcode"
@@ -194,7 +196,7 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 	}
 	var lastErr error
 	for attempt := 1; ; attempt++ {
-		status, header, respBody, err := c.send(ctx, method, path, body)
+		status, header, respBody, sent, err := c.send(ctx, method, path, body)
 		if err == nil && status < 300 {
 			record(ctx, status, respBody)
 			if out == nil || len(respBody) == 0 {
@@ -215,7 +217,7 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			lastErr = &UnreachableError{URL: c.baseURL, Err: err}
+			lastErr = &UnreachableError{URL: c.baseURL, Err: err, Sent: sent}
 			retryable = mode == idempotent || isConnRefused(err)
 		} else {
 			record(ctx, status, respBody)
@@ -349,14 +351,23 @@ func record(ctx context.Context, status int, body []byte) {
 	}
 }
 
-func (c *Client) send(ctx context.Context, method, path string, body []byte) (int, http.Header, []byte, error) {
+// send makes one request. sent reports, for a request that got no answer,
+// whether it was written whole to a connection: the server may then have
+// acted on it.
+func (c *Client) send(ctx context.Context, method, path string, body []byte) (status int, header http.Header, answer []byte, sent bool, err error) {
+	var wrote atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(w httptrace.WroteRequestInfo) {
+		if w.Err == nil {
+			wrote.Store(true)
+		}
+	}})
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.baseURL+path, rd)
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, false, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -371,14 +382,14 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte) (in
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, wrote.Load(), err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, true, err
 	}
-	return resp.StatusCode, resp.Header, b, nil
+	return resp.StatusCode, resp.Header, b, true, nil
 }
 
 // badSegment is the first segment of path (before its query), after the
@@ -409,7 +420,7 @@ func invalidIDError(seg string) error {
 // got no answer (the request's own error says more then): no response, or
 // a 429 or 5xx (a gateway throttling, or a proxy whose server is down).
 func (c *Client) notServer(ctx context.Context) error {
-	status, _, body, err := c.send(ctx, http.MethodGet, "/healthz", nil)
+	status, _, body, _, err := c.send(ctx, http.MethodGet, "/healthz", nil)
 	if err != nil || status == http.StatusTooManyRequests || status >= 500 {
 		return nil
 	}

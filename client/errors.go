@@ -79,6 +79,20 @@ var (
 	// client whose base URL is not an absolute http:// or https:// URL.
 	ErrInvalidBaseURL = errors.New("checkout: server URL is not an absolute http:// or https:// URL")
 
+	// ErrUndecided matches the error of a request whose outcome is not
+	// known: it was sent, and no answer says what became of it, so the
+	// server may have acted on it. That is an *UnreachableError whose
+	// request was sent (the connection closed or timed out before the
+	// answer came), and a 5xx (a gateway whose server did not answer in
+	// time, or the server losing its database in the middle of the
+	// request). A call that is safe to repeat (see ErrUnavailable) is
+	// retried first, and matches it only once its retries are spent:
+	// sending it again, with the same run id or lease, answers what the
+	// first did. Any other call (CreateTask, UpdateTask, and a Release,
+	// Fail or Complete naming no lease) may have taken effect: read the
+	// task (GetTask, Status) before sending it again.
+	ErrUndecided = errors.New("checkout: the request's answer was lost: it may have taken effect")
+
 	// ErrLeaseLost is returned by WorkOn and reported by ClaimLoop when the
 	// lease ended (expired, was force-released, or the agent was declared
 	// dead) before the work finished.
@@ -147,13 +161,17 @@ func (e *APIError) Error() string {
 
 // Is matches the sentinel of the error's code (and what that sentinel
 // matches: ErrInvalid for ErrDependencyCycle), ErrNotFound for any 404,
-// and ErrUnavailable for any 429 or 5xx, with or without a code, but the
-// checkout server's own 500 internal (a bug, not an outage).
+// ErrUnavailable for any 429 or 5xx, with or without a code, but the
+// checkout server's own 500 internal (a bug, not an outage), and
+// ErrUndecided for any 5xx (the request may have taken effect).
 func (e *APIError) Is(target error) bool {
 	if target == ErrNotFound && e.Status == http.StatusNotFound {
 		return true
 	}
 	if target == ErrUnavailable && (e.Status == http.StatusTooManyRequests || e.Status >= 500 && e.Code != errcode.Internal) {
+		return true
+	}
+	if target == ErrUndecided && e.Status >= 500 {
 		return true
 	}
 	if e.also != nil && e.also == target {
@@ -281,6 +299,11 @@ func CheckBaseURL(baseURL string) error {
 type UnreachableError struct {
 	URL string // the client's base URL
 	Err error
+	// Sent reports that the request was written whole to a connection
+	// before the answer was lost (the connection closed or timed out):
+	// the server may have acted on it, and the error matches
+	// ErrUndecided. A request refused a connection was not sent.
+	Sent bool
 }
 
 func (e *UnreachableError) Error() string {
@@ -288,6 +311,9 @@ func (e *UnreachableError) Error() string {
 }
 
 func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// Is matches ErrUndecided for a request that was sent.
+func (e *UnreachableError) Is(target error) bool { return target == ErrUndecided && e.Sent }
 
 // reason is the shortest useful description of a network error.
 func reason(err error) string {

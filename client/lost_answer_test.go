@@ -1,0 +1,93 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/internal/testenv"
+)
+
+// A request whose answer was lost may have taken effect, and the caller
+// must be able to tell that from one that never reached the server. A
+// release naming no lease (sent once), a task created or changed, whose
+// answer was lost, or answered 502 by a gateway, failed with an error
+// that said only that the server could not be reached: the release had
+// been made, the task created, and sending them again answered 404
+// not_checked_out, or 409 task_exists. Their errors now match
+// ErrUndecided; a refused connection does not. A checkout, which is
+// retried with its run id, matches it only once its retries are spent.
+func TestALostAnswerIsUndecided(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, admin := startServer(t, nil)
+	f := testenv.NewFront(t, srv.URL())
+	noWait := WithSleeper(func(context.Context, time.Duration) error { return nil })
+	direct := agent(t, admin, "agent-a1b2", "researcher")
+	a := New(f.URL, direct.apiKey, noWait)
+	title := "new"
+	for _, fault := range []testenv.Fault{testenv.Lose, testenv.Gateway, testenv.Drop} {
+		for _, id := range []string{"released", "completed"} {
+			id := id + fault.String()
+			if _, err := a.CreateTask(ctx, CreateTaskRequest{TaskID: id}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Checkout(ctx, id, CheckoutRequest{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.Fail("POST /api/tasks/released"+fault.String()+"/release", fault)
+		_, err := a.Release(ctx, "released"+fault.String(), ReleaseRequest{})
+		if !errors.Is(err, ErrUndecided) {
+			t.Errorf("release naming no lease, %v: %v, want ErrUndecided", fault, err)
+		}
+		f.Fail("POST /api/tasks/completed"+fault.String()+"/complete", fault)
+		if _, err := a.Complete(ctx, "completed"+fault.String(), CompleteRequest{}); !errors.Is(err, ErrUndecided) {
+			t.Errorf("completion naming no lease, %v: %v, want ErrUndecided", fault, err)
+		}
+		f.Fail("POST /api/tasks", fault)
+		if _, err := a.CreateTask(ctx, CreateTaskRequest{TaskID: "created" + fault.String()}); !errors.Is(err, ErrUndecided) {
+			t.Errorf("create, %v: %v, want ErrUndecided", fault, err)
+		}
+		f.Fail("PATCH /api/tasks/released"+fault.String(), fault)
+		if _, err := a.UpdateTask(ctx, "released"+fault.String(), UpdateTaskRequest{Title: &title}); !errors.Is(err, ErrUndecided) {
+			t.Errorf("update, %v: %v, want ErrUndecided", fault, err)
+		}
+	}
+	// The lost answers of a lost release and creation: they took effect.
+	if s, err := direct.Status(ctx, "released"+testenv.Lose.String()); err != nil || s.Locked {
+		t.Errorf("the release whose answer was lost: %+v, %v; want it released", s, err)
+	}
+	if _, err := direct.GetTask(ctx, "created"+testenv.Lose.String()); err != nil {
+		t.Errorf("the creation whose answer was lost: %v; want the task created", err)
+	}
+
+	// A checkout is retried, and gets its lease back, unless every try
+	// is lost.
+	for _, id := range []string{"once", "always"} {
+		if _, err := a.CreateTask(ctx, CreateTaskRequest{TaskID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Fail("POST /api/tasks/once/checkout", testenv.Lose)
+	if co, err := a.Checkout(ctx, "once", CheckoutRequest{}); err != nil || co.Fence != 1 {
+		t.Errorf("checkout with one answer lost: %+v, %v", co, err)
+	}
+	f.Fail("POST /api/tasks/always/checkout", testenv.Lose, testenv.Lose, testenv.Lose, testenv.Lose)
+	if _, err := a.Checkout(ctx, "always", CheckoutRequest{}); !errors.Is(err, ErrUndecided) {
+		t.Errorf("checkout with every answer lost: %v, want ErrUndecided", err)
+	}
+
+	// A server that refuses the connection has not acted.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	if _, err := New(closed, "ck_x", noWait).Release(ctx, "t", ReleaseRequest{}); err == nil || errors.Is(err, ErrUndecided) {
+		t.Errorf("release to a closed port: %v, want an error that is not ErrUndecided", err)
+	}
+}

@@ -1,0 +1,131 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Front is an HTTP proxy on 127.0.0.1 in front of a server: it records
+// the requests that reach it, and loses the ones it is told to, one Fault
+// per request, in order, by method and path. Tests of the agent tools put
+// it between a tool and the local server to see what the tool does when
+// an answer is lost, and count the requests an operation makes.
+type Front struct {
+	URL    string // the proxy's base URL, for the tool under test
+	target string
+
+	mu     sync.Mutex
+	seen   []string           // "METHOD /path" of every request, in order
+	faults map[string][]Fault // by "METHOD /path": the next requests' faults
+}
+
+// Fault is what happens to one request.
+type Fault int
+
+const (
+	// Pass forwards the request and its answer.
+	Pass Fault = iota
+	// Drop closes the connection before forwarding: the server never
+	// sees the request, though the client has sent it.
+	Drop
+	// Lose forwards the request, then closes the connection without an
+	// answer: the server acted, and the client never learns the outcome.
+	Lose
+	// Gateway forwards the request, then answers 502 with a page of its
+	// own, as a gateway does whose server's answer did not come in time.
+	Gateway
+	// Slow forwards the request after a second, and its answer.
+	Slow
+)
+
+func (f Fault) String() string {
+	return [...]string{"pass", "drop", "lose", "gateway", "slow"}[f]
+}
+
+// NewFront starts a Front before target (a base URL), closed at the
+// test's end.
+func NewFront(t testing.TB, target string) *Front {
+	t.Helper()
+	f := &Front{target: target, faults: map[string][]Fault{}}
+	srv := httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(srv.Close)
+	f.URL = srv.URL
+	return f
+}
+
+// Fail sets the faults of the next requests of key ("POST /api/claim"),
+// after those already set.
+func (f *Front) Fail(key string, faults ...Fault) {
+	f.mu.Lock()
+	f.faults[key] = append(f.faults[key], faults...)
+	f.mu.Unlock()
+}
+
+// Requests are the requests ("METHOD /path") seen since the last call.
+func (f *Front) Requests() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	seen := f.seen
+	f.seen = nil
+	return seen
+}
+
+func (f *Front) serve(w http.ResponseWriter, r *http.Request) {
+	key := r.Method + " " + r.URL.Path
+	f.mu.Lock()
+	f.seen = append(f.seen, key)
+	ft := Pass
+	if q := f.faults[key]; len(q) > 0 {
+		ft, f.faults[key] = q[0], q[1:]
+	}
+	f.mu.Unlock()
+	switch ft {
+	case Drop:
+		hangUp(w)
+		return
+	case Slow:
+		time.Sleep(time.Second)
+	}
+	body, _ := io.ReadAll(r.Body)
+	out, err := http.NewRequestWithContext(context.Background(), r.Method, f.target+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	out.Header = r.Header.Clone()
+	resp, err := http.DefaultTransport.RoundTrip(out)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	switch ft {
+	case Lose:
+		hangUp(w)
+		return
+	case Gateway:
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusBadGateway)
+		io.WriteString(w, "<html><body>502 Bad Gateway</body></html>")
+		return
+	}
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	w.Write(answer)
+}
+
+// hangUp closes the request's connection without an answer.
+func hangUp(w http.ResponseWriter) {
+	if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		conn.Close()
+	}
+}
