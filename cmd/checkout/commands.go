@@ -403,7 +403,8 @@ func (a *app) checkout(cmd *cobra.Command, taskID string, f *checkoutFlags) erro
 		case errors.As(err, &ce):
 			return func(w io.Writer) { printDenied(w, taskID, ce, f.watch) }, &exitStatus{exitConflict}
 		case err != nil:
-			return nil, err
+			return nil, lostAnswer(err, "the checkout of task "+taskID,
+				"you may hold it now: run the same command again, which answers with your lease if you got it, and takes the task if not")
 		case alreadyHeld(co):
 			return func(w io.Writer) { printHeld(w, co) }, nil
 		}
@@ -518,6 +519,8 @@ func (a *app) releaseCmd() *cobra.Command {
 				req.AgentID, req.RunID = "", ""
 			}
 			r, err := c.Release(ctx, args[0], req)
+			err = lostAnswer(err, "the release of task "+args[0],
+				namesLease(req.RunID != "" || req.Fence != 0, "checkout status "+args[0]+" to see whether it is still held"))
 			return func(w io.Writer) {
 				fmt.Fprintf(w, "Checkout released: %s\n  Released by: %s\n  Held: %s\n", r.TaskID, r.ReleasedBy,
 					compact(time.Duration(r.HeldSeconds)*time.Second))
@@ -544,9 +547,11 @@ func (a *app) failCmd() *cobra.Command {
 	hf := a.holderFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
-			r, err := c.Fail(ctx, args[0], errText, client.ReleaseRequest{RunID: hf.runID(s), Fence: hf.fence, AgentID: s.agent.value})
+			req := client.ReleaseRequest{RunID: hf.runID(s), Fence: hf.fence, AgentID: s.agent.value}
+			r, err := c.Fail(ctx, args[0], errText, req)
 			if err != nil {
-				return nil, err
+				return nil, lostAnswer(err, "the failed attempt's release of task "+args[0],
+					namesLease(req.RunID != "" || req.Fence != 0, "checkout status "+args[0]+" to see whether you still hold it"))
 			}
 			// What becomes of the task, best effort (not with --json, which
 			// prints the release's own answer).
@@ -668,6 +673,7 @@ func (a *app) renewCmd() *cobra.Command {
 		}
 		return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
 			co, err := c.Renew(ctx, args[0], client.RenewRequest{Timeout: d, RunID: hf.runID(s), Fence: hf.fence, AgentID: s.agent.value})
+			err = lostAnswer(err, "the renewal of task "+args[0], "run the same command again: renewing twice does no harm")
 			return func(w io.Writer) {
 				fmt.Fprintf(w, "Checkout renewed: %s\n", co.TaskID)
 				timeoutLine(w, co)
@@ -689,7 +695,10 @@ func (a *app) completeCmd() *cobra.Command {
 	hf := a.holderFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
-			t, err := c.Complete(ctx, args[0], client.CompleteRequest{RunID: hf.runID(s), Fence: hf.fence, AgentID: s.agent.value})
+			req := client.CompleteRequest{RunID: hf.runID(s), Fence: hf.fence, AgentID: s.agent.value}
+			t, err := c.Complete(ctx, args[0], req)
+			err = lostAnswer(err, "the completion of task "+args[0],
+				namesLease(req.RunID != "" || req.Fence != 0, "checkout tasks show "+args[0]+" (status done if it was)"))
 			return func(w io.Writer) {
 				fmt.Fprintf(w, "Task completed: %s\n", t.TaskID)
 				if t.DurationSeconds != nil {
@@ -715,6 +724,7 @@ func (a *app) heartbeatCmd() *cobra.Command {
 			}
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				h, err := c.Heartbeat(ctx, d)
+				err = lostAnswer(err, "the heartbeat", "run the same command again")
 				return func(w io.Writer) {
 					fmt.Fprintf(w, "Heartbeat: %s\n  Alive until: %s\n", h.AgentID, stamp(h.ExpiresAt))
 				}, err
@@ -749,7 +759,16 @@ func (a *app) claimCmd() *cobra.Command {
 				return &usageError{`--queue "" names no queue: give a queue, or leave --queue out to claim from the default queue`}
 			}
 			return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
-				co, err := c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: reason, RunID: s.runID.value, AgentID: s.agent.value, Queues: queues, Wait: w})
+				// The run id, generated here when none is given, so that a
+				// claim whose answer was lost can be asked again for the
+				// lease it may have taken.
+				runID := s.runID.value
+				if runID == "" {
+					runID = client.NewRunID()
+				}
+				co, err := c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: reason, RunID: runID, AgentID: s.agent.value, Queues: queues, Wait: w})
+				err = lostAnswer(err, "the claim under run "+runID,
+					fmt.Sprintf("it may have taken a task: run checkout claim --run-id %s (with the same --queue), which answers with that run's lease if it took one, and claims a task if not (a claim under another run leaves that task held by you until its lease times out)", runID))
 				err = restate(err, client.ErrNoTaskAvailable, noTaskAvailable(queues, w))
 				if err == nil && leaseEnded(cmd.Context(), c, co) {
 					return nil, &failure{fmt.Sprintf("run %s already claimed %s (fence %d), and its lease on %s has ended (at %s): nothing is checked out; claim under another run id (a new --run-id, or without CHECKOUT_RUN_ID) to take a task",
@@ -821,7 +840,7 @@ func (a *app) watchCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				if err := c.Watch(ctx, args[0]); err != nil {
-					return nil, err
+					return nil, lostAnswer(err, "the watch of task "+args[0], "run the same command again: watching twice does no harm")
 				}
 				// When the message comes depends on the task's state (best
 				// effort; --json prints the watch's own answer).

@@ -54,7 +54,10 @@ func (a *app) tasksCmd() *cobra.Command {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				t, err := c.CreateTask(ctx, req)
 				if req.TaskID != "" {
+					err = lostAnswer(err, "the creation of task "+req.TaskID, "run checkout tasks show "+req.TaskID+" before adding it again")
 					err = restate(err, client.ErrTaskExists, fmt.Sprintf("task %s already exists", req.TaskID))
+				} else {
+					err = lostAnswer(err, "the new task", "run checkout tasks list before adding it again (a task given an id cannot be created twice)")
 				}
 				return func(w io.Writer) {
 					fmt.Fprintf(w, "Task created: %s (queue %s, priority %d)\n", t.TaskID, t.Queue, t.Priority)
@@ -88,6 +91,7 @@ func (a *app) tasksCmd() *cobra.Command {
 					}
 				}
 				t, err := c.CancelTask(ctx, args[0])
+				err = lostAnswer(err, "the cancel of task "+args[0], "run checkout tasks show "+args[0]+" to see")
 				return func(w io.Writer) {
 					if before != nil && before.Version == t.Version {
 						fmt.Fprintf(w, "Task %s is already %s: nothing changed\n", t.TaskID, t.Status)
@@ -115,6 +119,7 @@ func (a *app) tasksCmd() *cobra.Command {
 					}
 				}
 				t, err := c.UpdateTask(ctx, args[0], client.UpdateTaskRequest{Status: "todo"})
+				err = lostAnswer(err, "the reopening of task "+args[0], "run checkout tasks show "+args[0]+" to see")
 				return func(w io.Writer) {
 					if before != nil && before.Version == t.Version {
 						fmt.Fprintf(w, "Task %s is already %s: nothing changed\n", t.TaskID, t.Status)
@@ -255,6 +260,7 @@ func (a *app) taskEditCmd() *cobra.Command {
 			}
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				t, err := c.UpdateTask(ctx, args[0], req)
+				err = lostAnswer(err, "the change of task "+args[0], "run checkout tasks show "+args[0]+" before sending it again")
 				err = restate(err, client.ErrVersionMismatch, fmt.Sprintf("task %s has changed since version %d (--if-version %d): see its version now with checkout tasks show %s",
 					args[0], ifVersion, ifVersion, args[0]))
 				return func(w io.Writer) { printTask(w, t) }, err
