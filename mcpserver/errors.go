@@ -19,7 +19,10 @@ import (
 const (
 	codeInvalidArguments = "invalid_arguments"
 	codeUnreachable      = "unreachable"
-	codeNotAServer       = "not_a_checkout_server"
+	// codeUndecided is a request that was sent, but whose answer was
+	// lost: it may have taken effect (client.ErrUndecided).
+	codeUndecided  = "undecided"
+	codeNotAServer = "not_a_checkout_server"
 	// codeCancelled is a call the client cancelled, or whose session
 	// ended, before it finished.
 	codeCancelled = "cancelled"
@@ -85,6 +88,31 @@ func (t *tools) leaseError(ctx context.Context, taskID string, fence int64, err 
 		}
 	}
 	return err
+}
+
+// undecided is err, the failure of a request that changes something,
+// said as what it is when its answer was lost (client.ErrUndecided): it
+// was sent and may have taken effect. what names the request ("The
+// release of task t1"), next says what to do. Any other err is returned
+// as it is.
+func undecided(err error, what, next string) error {
+	if !errors.Is(err, client.ErrUndecided) {
+		return err
+	}
+	var why string
+	var ae *client.APIError
+	var ue *client.UnreachableError
+	switch {
+	case errors.As(err, &ae) && ae.Message != "":
+		why = ae.Message
+	case errors.As(err, &ae):
+		why = ae.Error()
+	case errors.As(err, &ue):
+		why = "no answer from " + ue.URL
+	default:
+		why = err.Error()
+	}
+	return &stated{Outcome{Code: codeUndecided, Message: fmt.Sprintf("%s was sent, but no answer says whether it took effect (%s): %s.", what, why, next)}}
 }
 
 func parseDur(field, v string) (time.Duration, error) {

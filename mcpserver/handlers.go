@@ -221,7 +221,8 @@ func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult,
 		// agent picks another task.
 		return CheckoutResult{TaskID: in.TaskID, Outcome: denial(in.TaskID, err)}, nil
 	case err != nil:
-		return CheckoutResult{}, err
+		return CheckoutResult{}, undecided(err, "The checkout of task "+in.TaskID,
+			"you may hold it now. Call checkout_task again: under this session's run it answers with your lease if you got it, and takes the task if not. Do not work on the task until it answers acquired")
 	}
 	tk, dead := t.taken(ctx, co)
 	if dead != nil {
@@ -255,10 +256,15 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 		return CheckoutResult{}, err
 	}
 	// Each claim has its own run id, derived from the session's: the API
-	// answers a claim whose run already holds a lease with that lease.
+	// answers a claim whose run already holds a lease with that lease. A
+	// claim whose answer was lost may hold one: the next claim takes its
+	// run id again, and so gets that lease rather than a second task.
 	t.mu.Lock()
-	t.claims++
-	runID := fmt.Sprintf("%s.c%d", t.runID, t.claims)
+	runID := t.lostClaim
+	if runID == "" {
+		t.claims++
+		runID = fmt.Sprintf("%s.c%d", t.runID, t.claims)
+	}
 	t.mu.Unlock()
 	wait, err := parseDur("wait", in.Wait)
 	if err != nil {
@@ -268,12 +274,23 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 		return CheckoutResult{}, &argError{"queues must name at least one queue; leave it out to claim from the default queue"}
 	}
 	co, err := t.c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: in.Reason, RunID: runID, AgentID: t.agentID, Queues: in.Queues, Wait: wait})
+	// Answered (a 4xx included), the claim's outcome is known; without
+	// an answer, or with a 5xx, it may hold a lease.
+	var ae *client.APIError
+	t.mu.Lock()
+	if err == nil || errors.As(err, &ae) && ae.Status < 500 {
+		t.lostClaim = ""
+	} else {
+		t.lostClaim = runID
+	}
+	t.mu.Unlock()
 	if errors.Is(err, client.ErrNoTaskAvailable) || errors.Is(err, client.ErrCheckedOut) {
 		return CheckoutResult{Outcome: Outcome{Message: fmt.Sprintf(
 			"No task is available in %s right now. Wait a while before calling claim_task again, watch a task (watch_task), or stop.", queuesText(in.Queues))}}, nil
 	}
 	if err != nil {
-		return CheckoutResult{}, err
+		return CheckoutResult{}, undecided(err, "The claim",
+			"it may have taken a task. Call claim_task again: it claims under the same run, so it answers with that lease if the claim took one, and claims a task if not. Do not work on any task until it answers")
 	}
 	tk, dead := t.taken(ctx, co)
 	if dead != nil {
@@ -337,8 +354,11 @@ func (t *tools) createTask(ctx context.Context, in CreateTaskInput) (TaskResult,
 			return TaskResult{Task: &task, Outcome: Outcome{Message: fmt.Sprintf("Task %s exists already (status %s); nothing was created.", task.TaskID, task.Status)}}, nil
 		}
 	}
+	if err != nil && in.TaskID != "" {
+		return TaskResult{}, undecided(err, "The creation of task "+in.TaskID, "call get_task to see whether it exists before creating it again")
+	}
 	if err != nil {
-		return TaskResult{}, err
+		return TaskResult{}, undecided(err, "The new task", "call list_tasks to see whether it exists before creating it again (a task given a task_id cannot be created twice)")
 	}
 	msg := fmt.Sprintf("Task %s created in queue %s at priority %d.", task.TaskID, task.Queue, task.Priority)
 	return TaskResult{Task: &task, Outcome: Outcome{Message: msg + waitsText(task)}}, nil
@@ -429,7 +449,7 @@ func (t *tools) updateTask(ctx context.Context, in UpdateTaskInput) (TaskResult,
 		return TaskResult{}, &stated{Outcome{Code: errcode.VersionMismatch, Message: fmt.Sprintf(
 			"task %s has changed since version %d, the version you gave: read it again (get_task) and give its current version", in.TaskID, ifVersion)}}
 	case err != nil:
-		return TaskResult{}, err
+		return TaskResult{}, undecided(err, "The change of task "+in.TaskID, "call get_task to see whether it was made before sending it again")
 	}
 	if in.Status == "cancelled" {
 		t.drop(in.TaskID)
@@ -448,11 +468,15 @@ func (t *tools) renew(ctx context.Context, in RenewInput) (LeaseResult, error) {
 	}
 	co, err := t.c.Renew(ctx, in.TaskID, client.RenewRequest{Timeout: d, RunID: runID, Fence: fence, AgentID: t.agentID})
 	if err != nil {
-		return LeaseResult{}, t.leaseError(ctx, in.TaskID, fence, err)
+		return LeaseResult{}, undecided(t.leaseError(ctx, in.TaskID, fence, err), "The renewal of task "+in.TaskID, "call renew_task again: renewing twice does no harm")
 	}
 	t.hold(co)
 	return LeaseResult{Checkout: &co, Outcome: Outcome{Message: fmt.Sprintf("Lease on task %s renewed until %s (fence %d).", co.TaskID, stamp(co.ExpiresAt), co.Fence)}}, nil
 }
+
+// sameLease says why a release or completion whose answer was lost may
+// be sent again: it names its lease.
+const sameLease = ": it names the same lease, so if the first took effect it is answered as the first was"
 
 func (t *tools) complete(ctx context.Context, in LeaseInput) (CompleteResult, error) {
 	runID, fence, err := t.lease(in)
@@ -461,7 +485,7 @@ func (t *tools) complete(ctx context.Context, in LeaseInput) (CompleteResult, er
 	}
 	task, err := t.c.Complete(ctx, in.TaskID, client.CompleteRequest{RunID: runID, Fence: fence, AgentID: t.agentID})
 	if err != nil {
-		return CompleteResult{}, t.leaseError(ctx, in.TaskID, fence, err)
+		return CompleteResult{}, undecided(t.leaseError(ctx, in.TaskID, fence, err), "The completion of task "+in.TaskID, "call complete_task again"+sameLease)
 	}
 	t.end(in.TaskID, runID, fence)
 	return CompleteResult{Task: &task, Outcome: Outcome{Message: fmt.Sprintf("Task %s is done and your lease has ended. Pick your next task (claim_task).", task.TaskID)}}, nil
@@ -474,7 +498,7 @@ func (t *tools) release(ctx context.Context, in ReleaseInput) (ReleaseResult, er
 	}
 	rel, err := t.c.Release(ctx, in.TaskID, client.ReleaseRequest{Reason: in.Reason, RunID: runID, Fence: fence, AgentID: t.agentID})
 	if err != nil {
-		return ReleaseResult{}, t.leaseError(ctx, in.TaskID, fence, err)
+		return ReleaseResult{}, undecided(t.leaseError(ctx, in.TaskID, fence, err), "The release of task "+in.TaskID, "call release_task again"+sameLease)
 	}
 	t.end(in.TaskID, runID, fence)
 	return ReleaseResult{Released: &rel, Outcome: Outcome{Message: fmt.Sprintf("Task %s released after %ds; it is open for other agents again. Do not work on it any more.", rel.TaskID, rel.HeldSeconds)}}, nil
@@ -487,7 +511,7 @@ func (t *tools) fail(ctx context.Context, in FailInput) (FailResult, error) {
 	}
 	rel, err := t.c.Fail(ctx, in.TaskID, in.Error, client.ReleaseRequest{RunID: runID, Fence: fence, AgentID: t.agentID})
 	if err != nil {
-		return FailResult{}, t.leaseError(ctx, in.TaskID, fence, err)
+		return FailResult{}, undecided(t.leaseError(ctx, in.TaskID, fence, err), "The failed attempt's release of task "+in.TaskID, "call fail_task again"+sameLease)
 	}
 	t.end(in.TaskID, runID, fence)
 	r := FailResult{Released: &rel}
@@ -646,7 +670,7 @@ func (t *tools) getTask(ctx context.Context, in TaskInput) (TaskResult, error) {
 
 func (t *tools) watch(ctx context.Context, in TaskInput) (WatchResult, error) {
 	if err := t.c.Watch(ctx, in.TaskID); err != nil {
-		return WatchResult{}, err
+		return WatchResult{}, undecided(err, "The watch of task "+in.TaskID, "call watch_task again: watching twice does no harm")
 	}
 	// When the message comes depends on the task's state: read it (best
 	// effort; without it the message is the general one).
@@ -712,7 +736,7 @@ func (t *tools) ack(ctx context.Context, in AckInput) (AckResult, error) {
 		return AckResult{}, &argError{fmt.Sprintf("invalid message_id %q: give a message_id as read_inbox lists it", in.MessageID)}
 	}
 	if err := t.c.DeleteMessage(ctx, in.MessageID); err != nil {
-		return AckResult{}, err
+		return AckResult{}, undecided(err, "The deletion of message "+in.MessageID, "call read_inbox to see whether it is still there")
 	}
 	return AckResult{MessageID: in.MessageID, Outcome: Outcome{Message: "Message " + in.MessageID + " deleted."}}, nil
 }
@@ -724,7 +748,7 @@ func (t *tools) heartbeat(ctx context.Context, in HeartbeatInput) (HeartbeatResu
 	}
 	h, err := t.c.Heartbeat(ctx, d)
 	if err != nil {
-		return HeartbeatResult{}, err
+		return HeartbeatResult{}, undecided(err, "The heartbeat", "call heartbeat again")
 	}
 	return HeartbeatResult{AgentID: h.AgentID, ExpiresAt: &h.ExpiresAt, Outcome: Outcome{Message: fmt.Sprintf("Alive until %s: send the next heartbeat before then.", stamp(h.ExpiresAt))}}, nil
 }

@@ -8,7 +8,8 @@
 // Every result carries structured content whose "ok", "code" and "message"
 // say what happened, failures included: isError is set, ok is false, and
 // code is the API's error code (task_not_found, not_holder, ...) or one of
-// invalid_arguments, unreachable, not_a_checkout_server, cancelled (a call
+// invalid_arguments, unreachable, undecided (a request sent whose answer
+// was lost: it may have taken effect), not_a_checkout_server, cancelled (a call
 // cancelled before it finished; over stdio, where the protocol asks that a
 // cancelled request get no answer, it is not sent) and error (a failure
 // without a code of its own).
@@ -401,6 +402,9 @@ type tools struct {
 	// completion named: repeating it names the same lease.
 	ended  map[string]held
 	claims int
+	// lostClaim is the run id of the latest claim, when its answer was
+	// lost: the next claim is sent under it again.
+	lostClaim string
 	// self is the agent the tools act as, once known: configured, or shown
 	// by a lease of this session or of its agent's earlier run.
 	self string

@@ -76,3 +76,55 @@ func TestALostAnswerIsReportedUndecided(t *testing.T) {
 		t.Errorf("after the lost claim and its run's claim, the agent holds %+v; want one lease, on claimed under %s", cos, run[1])
 	}
 }
+
+// The same through MCP. claim_task whose every try was lost answered
+// "unreachable: try again later", while the claim held a task; the next
+// claim_task, under a run id of its own, took a second task, and the
+// first stayed held until its lease timed out. A lost answer is now code
+// undecided, saying what to call, and the next claim_task is sent under
+// the lost one's run, which answers with its lease.
+func TestMCPALostAnswerIsUndecided(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	f := testenv.NewFront(t, e.srv.URL())
+	me := client.New(e.srv.URL(), e.keys["agent-c3d4"])
+	q := "lost"
+	for _, id := range []string{"claimed", "other"} {
+		if _, err := e.admin.CreateTask(ctx, client.CreateTaskRequest{TaskID: id, Queue: q}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.task(t, "named", "")
+	ms := connectMCP(t, f.URL, e.keys["agent-c3d4"])
+	lost := func(tool string, args map[string]any, next string) {
+		t.Helper()
+		res, out := ms.call(tool, args)
+		if !res.IsError || out["code"] != "undecided" || !strings.Contains(textOf(res), "no answer says whether it took effect") || !strings.Contains(textOf(res), next) {
+			t.Errorf("%s %v with its answer lost: %s %v; want code undecided, saying to %s", tool, args, textOf(res), out, next)
+		}
+	}
+	all := []testenv.Fault{testenv.Lose, testenv.Lose, testenv.Lose, testenv.Lose}
+
+	f.Fail("POST /api/claim", all...)
+	lost("claim_task", map[string]any{"queues": []string{q}}, "claim_task again")
+	if res, out := ms.call("claim_task", map[string]any{"queues": []string{q}}); out["acquired"] != true || out["task_id"] != "claimed" {
+		t.Errorf("claim_task after a lost one: %s %v", textOf(res), out)
+	}
+	if cos, err := me.ListCheckouts(ctx, "agent-c3d4"); err != nil || len(cos) != 1 {
+		t.Errorf("after a lost claim and the next: leases %+v, %v; want the one the lost claim took", cos, err)
+	}
+
+	f.Fail("POST /api/tasks/named/checkout", all...)
+	lost("checkout_task", map[string]any{"task_id": "named"}, "checkout_task again")
+	if res, out := ms.call("checkout_task", map[string]any{"task_id": "named"}); out["acquired"] != true {
+		t.Errorf("checkout_task after a lost one: %s %v", textOf(res), out)
+	}
+	f.Fail("POST /api/tasks/named/release", all...)
+	lost("release_task", map[string]any{"task_id": "named"}, "call release_task again")
+	if res, out := ms.call("release_task", map[string]any{"task_id": "named"}); res.IsError {
+		t.Errorf("release_task after a lost one that took effect: %s %v", textOf(res), out)
+	}
+	f.Fail("POST /api/tasks", testenv.Gateway)
+	lost("create_task", map[string]any{"task_id": "added"}, "call get_task")
+}
