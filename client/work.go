@@ -209,7 +209,10 @@ func (c *Client) WorkOn(ctx context.Context, taskID string, fn func(ctx context.
 //
 // A failure that asking again can mend (the server unreachable or
 // restarting, a 5xx, a 429), of a claim or of the first heartbeat, goes to
-// OnError and is tried again with the idle backoff. ClaimLoop returns nil
+// OnError and is tried again with the idle backoff. A claim whose answer
+// was lost (ErrUndecided) is tried again under the same run id, so that
+// the task it may have taken is worked on, not left held until its lease
+// times out. ClaimLoop returns nil
 // when ctx is done, or the first error that retrying cannot mend: a bad
 // key (401), a forbidden request (403), another 4xx, or a URL that is not
 // a checkout server's (*NotServerError).
@@ -226,9 +229,26 @@ func (c *Client) ClaimLoop(ctx context.Context, fn func(ctx context.Context, l *
 	defer stopBeats()
 	cfg.noHeartbeat = true // the loop's own heartbeats cover every task
 	idle := cfg.idleMin
+	// runID is the run of the next claim: a fresh one, or again the run
+	// of a claim whose answer was lost (ErrUndecided), which may have
+	// taken a task: claimed under the same run, it answers with that
+	// lease rather than leaving it held by nobody at work until it
+	// times out.
+	var runID string
 	for ctx.Err() == nil {
-		co, err := c.Claim(ctx, ClaimRequest{Timeout: cfg.timeout, Reason: cfg.reason, Queues: cfg.queues, Wait: cfg.claimWait})
+		if runID == "" {
+			runID = NewRunID()
+		}
+		co, err := c.Claim(ctx, ClaimRequest{Timeout: cfg.timeout, Reason: cfg.reason, Queues: cfg.queues, Wait: cfg.claimWait, RunID: runID})
+		if !errors.Is(err, ErrUndecided) {
+			runID = ""
+		}
 		switch {
+		case err == nil && co.RemainingSeconds <= 0:
+			// The lost claim's lease, answered as it was when it ended
+			// (it timed out, or was taken over, meanwhile): nothing to
+			// work on. Claim anew.
+			continue
 		case err == nil:
 			idle = cfg.idleMin
 			if werr := c.hold(ctx, co, fn, cfg); werr != nil {
