@@ -215,6 +215,9 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 		var retryAfter time.Duration
 		if err != nil {
 			if ctx.Err() != nil {
+				if sent {
+					return &sentStopped{ctxErr: ctx.Err()}
+				}
 				return ctx.Err()
 			}
 			lastErr = &UnreachableError{URL: c.baseURL, Err: err, Sent: sent}
@@ -329,6 +332,23 @@ func (e *retryStopped) Error() string {
 }
 
 func (e *retryStopped) Unwrap() []error { return []error{e.ctxErr, e.last} }
+
+// sentStopped is the error of a request that the context ended (cancelled,
+// or its deadline passed) after the request was sent, before its answer
+// came: the server may have acted on it. It matches the context's error
+// and ErrUndecided.
+type sentStopped struct {
+	ctxErr error
+}
+
+func (e *sentStopped) Error() string {
+	return fmt.Sprintf("%v after the request was sent, before its answer came: it may have taken effect", e.ctxErr)
+}
+
+func (e *sentStopped) Unwrap() error { return e.ctxErr }
+
+// Is matches ErrUndecided.
+func (e *sentStopped) Is(target error) bool { return target == ErrUndecided }
 
 // backoff is the full-jitter delay before retry number attempt.
 func (c *Client) backoff(attempt int) time.Duration {

@@ -83,7 +83,9 @@ var (
 	// known: it was sent, and no answer says what became of it, so the
 	// server may have acted on it. That is an *UnreachableError whose
 	// request was sent (the connection closed or timed out before the
-	// answer came), and a 5xx (a gateway whose server did not answer in
+	// answer came), the context's error when it ended the request after
+	// it was sent (matching context.Canceled or
+	// context.DeadlineExceeded as well), and a 5xx (a gateway whose server did not answer in
 	// time, or the server losing its database in the middle of the
 	// request). A call that is safe to repeat (see ErrUnavailable) is
 	// retried first, and matches it only once its retries are spent:

@@ -91,3 +91,33 @@ func TestALostAnswerIsUndecided(t *testing.T) {
 		t.Errorf("release to a closed port: %v, want an error that is not ErrUndecided", err)
 	}
 }
+
+// A request whose context ends after it was sent may have taken effect
+// too: its error matched only the context's (context.DeadlineExceeded),
+// like one that never left. It now matches ErrUndecided as well.
+func TestARequestItsContextEndedAfterSendingIsUndecided(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, admin := startServer(t, nil)
+	f := testenv.NewFront(t, srv.URL())
+	direct := agent(t, admin, "agent-a1b2", "researcher")
+	if _, err := direct.CreateTask(ctx, CreateTaskRequest{TaskID: "slow"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := direct.Checkout(ctx, "slow", CheckoutRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	f.Fail("POST /api/tasks/slow/release", testenv.Slow)
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err := New(f.URL, direct.apiKey).Release(short, "slow", ReleaseRequest{})
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrUndecided) {
+		t.Errorf("release whose deadline passed after it was sent: %v; want it to match context.DeadlineExceeded and ErrUndecided", err)
+	}
+	// Before sending, the context's error alone.
+	done, cancelDone := context.WithCancel(ctx)
+	cancelDone()
+	if _, err := New(f.URL, direct.apiKey).Release(done, "slow", ReleaseRequest{}); !errors.Is(err, context.Canceled) || errors.Is(err, ErrUndecided) {
+		t.Errorf("release cancelled before it was sent: %v; want context.Canceled alone", err)
+	}
+}
