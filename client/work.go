@@ -193,11 +193,36 @@ func (c *Client) WorkOn(ctx context.Context, taskID string, fn func(ctx context.
 	if runID == "" {
 		runID = NewRunID()
 	}
-	co, err := c.Checkout(ctx, taskID, CheckoutRequest{Timeout: cfg.timeout, Reason: cfg.reason, RunID: runID})
+	co, err := c.checkoutDecided(ctx, taskID, CheckoutRequest{Timeout: cfg.timeout, Reason: cfg.reason, RunID: runID}, cfg)
 	if err != nil {
 		return err
 	}
 	return c.hold(ctx, co, fn, cfg)
+}
+
+// checkoutDecided is WorkOn's checkout. One whose answer was lost
+// (ErrUndecided) may hold the lease, under a run id the caller never
+// sees: it is asked again under the same run id, which answers with that
+// lease, for up to finishTimeout while ctx lasts. Should the answer stay
+// lost, the lease the run may hold is released (naming the run, so that
+// nothing else is), even when ctx is done, rather than left held until it
+// times out, and the error is the checkout's.
+func (c *Client) checkoutDecided(ctx context.Context, taskID string, req CheckoutRequest, cfg workConfig) (Checkout, error) {
+	co, err := c.Checkout(ctx, taskID, req)
+	start := c.now()
+	for try := 1; errors.Is(err, ErrUndecided) && ctx.Err() == nil && c.now().Sub(start) < finishTimeout; try++ {
+		cfg.onError(taskID, err)
+		if c.sleep(ctx, c.finishWait(try)) != nil {
+			break
+		}
+		co, err = c.Checkout(ctx, taskID, req)
+	}
+	if errors.Is(err, ErrUndecided) {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+		defer cancel()
+		_, _ = c.Release(fctx, taskID, ReleaseRequest{RunID: req.RunID, Reason: "the checkout's answer was lost"})
+	}
+	return co, err
 }
 
 // ClaimLoop works through the pool: it claims the best open task (of the

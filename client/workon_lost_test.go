@@ -1,0 +1,64 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/internal/testclock"
+	"github.com/checkout-dev/checkout/internal/testenv"
+)
+
+// WorkOn's checkout whose every try lost its answer may have taken the
+// lease, under a run id the caller never saw. WorkOn returned the error,
+// and the lease stayed held by the agent until it timed out: calling
+// WorkOn again, under a new run, was denied by the agent's own lease. It
+// now asks again under the same run id, which answers with the lease, and
+// works under it; if the answer stays lost, it releases whatever that run
+// holds before it returns.
+func TestWorkOnDecidesALostCheckout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, admin := startServer(t, nil)
+	f := testenv.NewFront(t, srv.URL())
+	direct := agent(t, admin, "agent-a1b2", "researcher")
+	for _, id := range []string{"decided", "undecided"} {
+		if _, err := direct.CreateTask(ctx, CreateTaskRequest{TaskID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock := testclock.New(time.Now())
+	a := New(f.URL, direct.apiKey, WithClock(clock.Now), WithSleeper(func(ctx context.Context, d time.Duration) error {
+		clock.Advance(d)
+		return ctx.Err()
+	}))
+	lost := []testenv.Fault{testenv.Lose, testenv.Lose, testenv.Lose, testenv.Lose}
+
+	f.Fail("POST /api/tasks/decided/checkout", lost...)
+	var fence int64
+	err := a.WorkOn(ctx, "decided", func(_ context.Context, l *Lease) error {
+		fence = l.Fence()
+		return nil
+	}, NoHeartbeats())
+	if err != nil || fence != 1 {
+		t.Errorf("WorkOn after a lost checkout: %v, worked under fence %d; want the lost checkout's lease, fence 1", err, fence)
+	}
+	if task, err := direct.GetTask(ctx, "decided"); err != nil || task.Status != StatusDone {
+		t.Errorf("the task WorkOn worked on: %+v, %v; want it done", task, err)
+	}
+
+	for range 100 {
+		f.Fail("POST /api/tasks/undecided/checkout", lost...)
+	}
+	err = a.WorkOn(ctx, "undecided", func(context.Context, *Lease) error {
+		t.Error("WorkOn ran its function without an answer to its checkout")
+		return nil
+	}, NoHeartbeats())
+	if !errors.Is(err, ErrUndecided) {
+		t.Errorf("WorkOn whose checkout never got an answer: %v, want ErrUndecided", err)
+	}
+	if s, err := direct.Status(ctx, "undecided"); err != nil || s.Locked {
+		t.Errorf("after WorkOn gave up on its checkout: %+v, %v; want the task free", s, err)
+	}
+}
