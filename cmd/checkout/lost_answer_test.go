@@ -128,3 +128,73 @@ func TestMCPALostAnswerIsUndecided(t *testing.T) {
 	f.Fail("POST /api/tasks", testenv.Gateway)
 	lost("create_task", map[string]any{"task_id": "added"}, "call get_task")
 }
+
+// The commands an agent repeats safely are tried again by the client when
+// an answer is lost, under the same run id or naming the same lease: one
+// lost answer (the connection closed after the server acted, or a
+// gateway's 502) is no failure, and the repeat does not act twice.
+func TestAnAnswerLostOnceIsTriedAgainSafely(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	f := testenv.NewFront(t, e.srv.URL())
+	key := e.keys["agent-c3d4"]
+	me := client.New(e.srv.URL(), key)
+	for _, id := range []string{"taken", "named", "renewed", "released", "completed", "watched"} {
+		e.task(t, id, "")
+	}
+	if _, err := e.admin.CreateTask(ctx, client.CreateTaskRequest{TaskID: "claimed", Queue: "once"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"renewed", "released", "completed"} {
+		if _, err := me.Checkout(ctx, id, client.CheckoutRequest{RunID: "run-held"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		path  string
+		fault testenv.Fault
+		args  []string
+		want  string
+	}{
+		{"/api/tasks/taken/checkout", testenv.Lose, []string{"taken"}, "Checkout acquired: taken"},
+		{"/api/tasks/named/checkout", testenv.Gateway, []string{"named", "--run-id", "run-named"}, "Checkout acquired: named"},
+		{"/api/claim", testenv.Lose, []string{"claim", "--queue", "once"}, "Checkout acquired: claimed"},
+		{"/api/tasks/renewed/renew", testenv.Gateway, []string{"renew", "renewed", "--run-id", "run-held"}, "Checkout renewed: renewed"},
+		{"/api/tasks/released/release", testenv.Lose, []string{"release", "released", "--run-id", "run-held"}, "Checkout released: released"},
+		{"/api/tasks/completed/complete", testenv.Gateway, []string{"complete", "completed", "--run-id", "run-held"}, "Task completed: completed"},
+		{"/api/heartbeat", testenv.Lose, []string{"heartbeat"}, "Heartbeat: agent-c3d4"},
+		{"/api/tasks/watched/watch", testenv.Gateway, []string{"watch", "watched"}, "Watching"},
+	} {
+		f.Requests()
+		f.Fail("POST "+tc.path, tc.fault)
+		if r := runCLI(t, f.URL, key, tc.args...); r.code != 0 || !strings.Contains(r.stdout, tc.want) {
+			t.Errorf("checkout %v with one answer %v: exit %d\n%s%s", tc.args, tc.fault, r.code, r.stdout, r.stderr)
+		}
+		sent := 0
+		for _, r := range f.Requests() {
+			if r == "POST "+tc.path {
+				sent++
+			}
+		}
+		if sent != 2 {
+			t.Errorf("checkout %v with one answer %v: sent %d times, want twice (lost, then tried again)", tc.args, tc.fault, sent)
+		}
+	}
+	cos, err := me.ListCheckouts(ctx, "agent-c3d4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]int64{}
+	for _, co := range cos {
+		held[co.TaskID] = co.Fence
+	}
+	if len(held) != 4 || held["taken"] != 1 || held["named"] != 1 || held["claimed"] != 1 || held["renewed"] != 1 {
+		t.Errorf("leases after the lost answers: %v; want taken, named, claimed and renewed, each once (fence 1)", held)
+	}
+	for id, want := range map[string]string{"released": client.StatusTodo, "completed": client.StatusDone} {
+		if task, err := me.GetTask(ctx, id); err != nil || task.Status != want {
+			t.Errorf("%s: %+v, %v; want %s", id, task, err, want)
+		}
+	}
+}
