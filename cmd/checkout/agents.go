@@ -32,6 +32,10 @@ func (a *app) agentsCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
 				r, err := c.CreateAgent(ctx, client.CreateAgentRequest{Name: args[0], AgentID: id, Admin: admin})
+				// Its key is shown only in the answer: an agent made by a
+				// request whose answer was lost has a key nobody knows.
+				look := "run checkout agents list: if the agent is there, its key was in the lost answer, so remove it (checkout agents remove <agent-id>) and add it again"
+				err = lostAnswer(err, "the creation of agent "+args[0], look)
 				if id != "" {
 					err = restate(err, client.ErrAgentExists, fmt.Sprintf("an agent with id %s already exists", id))
 				}
@@ -77,7 +81,8 @@ func (a *app) agentsCmd() *cobra.Command {
 		Args:    exactArgs(1, "agent id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
-				err := restate(c.RemoveAgent(ctx, args[0]), client.ErrAgentNotFound, fmt.Sprintf("agent %s does not exist", args[0]))
+				err := lostAnswer(c.RemoveAgent(ctx, args[0]), "the removal of agent "+args[0], "run checkout agents list to see whether it is still there")
+				err = restate(err, client.ErrAgentNotFound, fmt.Sprintf("agent %s does not exist", args[0]))
 				return func(w io.Writer) { fmt.Fprintf(w, "Agent removed: %s\n", args[0]) }, err
 			})
 		},

@@ -917,7 +917,7 @@ func (a *app) inboxCmd() *cobra.Command {
 		Args:    exactArgs(1, "message id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
-				err := c.DeleteMessage(ctx, args[0])
+				err := lostAnswer(c.DeleteMessage(ctx, args[0]), "the deletion of message "+args[0], "run checkout inbox to see whether it is still there")
 				return func(w io.Writer) { fmt.Fprintf(w, "Message deleted: %s\n", args[0]) }, err
 			})
 		},

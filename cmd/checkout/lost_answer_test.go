@@ -198,3 +198,41 @@ func TestAnAnswerLostOnceIsTriedAgainSafely(t *testing.T) {
 		}
 	}
 }
+
+// An agent's key is shown once, in the answer that creates it. agents
+// add whose answer was lost said "cannot reach the server", and adding
+// it again answered that it exists: its key was gone, with nothing said.
+// It now says the agent may exist with a key nobody has, and how to get
+// one (remove it and add it again); an inbox message deleted or an agent
+// removed whose answer was lost say to look first.
+func TestALostAgentCreationSaysItsKeyIsLost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	f := testenv.NewFront(t, e.srv.URL())
+	f.Fail("POST /api/agents", testenv.Lose)
+	r := runCLI(t, f.URL, e.keys["admin"], "agents", "add", "planner", "--id", "agent-p1")
+	if r.code != exitError || !strings.Contains(r.stderr, "the creation of agent planner was sent, but no answer says whether it took effect") ||
+		!strings.Contains(r.stderr, "checkout agents remove") {
+		t.Errorf("agents add with its answer lost: exit %d, stderr %q", r.code, r.stderr)
+	}
+	agents, err := e.admin.ListAgents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ag := range agents {
+		found = found || ag.AgentID == "agent-p1"
+	}
+	if !found {
+		t.Errorf("the agent whose creation's answer was lost: not created (%+v)", agents)
+	}
+	f.Fail("DELETE /api/agents/agent-p1", testenv.Gateway)
+	if r := runCLI(t, f.URL, e.keys["admin"], "agents", "remove", "agent-p1"); r.code != exitError || !strings.Contains(r.stderr, "run checkout agents list") {
+		t.Errorf("agents remove with its answer lost: exit %d, stderr %q", r.code, r.stderr)
+	}
+	f.Fail("DELETE /api/inbox/m1", testenv.Lose)
+	if r := runCLI(t, f.URL, e.keys["agent-c3d4"], "inbox", "delete", "m1"); r.code != exitError || !strings.Contains(r.stderr, "run checkout inbox") {
+		t.Errorf("inbox delete with its answer lost: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
