@@ -365,11 +365,23 @@ func (a *app) checkoutFlags(cmd *cobra.Command) *checkoutFlags {
 }
 
 // alreadyHeld reports whether a lease the server answered with 200 was
-// held before this request: a retried checkout of the same run gets its
+// held before this command: a checkout of the same run again gets its
 // lease back unchanged, so less than its timeout is left. (A grant has its
-// whole timeout left, give or take the second the answer took.)
-func alreadyHeld(co client.Checkout) bool {
-	return co.TimeoutSeconds-co.RemainingSeconds > 1
+// whole timeout left, give or take the second the answer took.) Only a
+// run id the user gave can have held a lease before: under one the command
+// generated, the lease is its own grant, however long the client's tries
+// took when an answer was lost.
+func alreadyHeld(co client.Checkout, s *settings) bool {
+	return s.runID.value != "" && co.TimeoutSeconds-co.RemainingSeconds > 1
+}
+
+// runID is the run id of a checkout or claim: the user's, or one
+// generated for this command.
+func runID(s *settings) string {
+	if s.runID.value != "" {
+		return s.runID.value
+	}
+	return client.NewRunID()
 }
 
 // ownLease reports whether a conflict's holder is the agent the checkout
@@ -385,7 +397,7 @@ func (a *app) checkout(cmd *cobra.Command, taskID string, f *checkoutFlags) erro
 	}
 	return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
 		co, err := c.Checkout(ctx, taskID, client.CheckoutRequest{
-			Timeout: timeout, Reason: f.reason, RunID: s.runID.value, Watch: f.watch, AgentID: s.agent.value,
+			Timeout: timeout, Reason: f.reason, RunID: runID(s), Watch: f.watch, AgentID: s.agent.value,
 		})
 		var ce *client.ConflictError
 		var be *client.BlockedError
@@ -405,7 +417,7 @@ func (a *app) checkout(cmd *cobra.Command, taskID string, f *checkoutFlags) erro
 		case err != nil:
 			return nil, lostAnswer(err, "the checkout of task "+taskID,
 				"you may hold it now: run the same command again, which answers with your lease if you got it, and takes the task if not")
-		case alreadyHeld(co):
+		case alreadyHeld(co, s):
 			return func(w io.Writer) { printHeld(w, co) }, nil
 		}
 		lastErr, err := a.granted(cmd.Context(), c, co)
@@ -762,10 +774,7 @@ func (a *app) claimCmd() *cobra.Command {
 				// The run id, generated here when none is given, so that a
 				// claim whose answer was lost can be asked again for the
 				// lease it may have taken.
-				runID := s.runID.value
-				if runID == "" {
-					runID = client.NewRunID()
-				}
+				runID := runID(s)
 				co, err := c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: reason, RunID: runID, AgentID: s.agent.value, Queues: queues, Wait: w})
 				err = lostAnswer(err, "the claim under run "+runID,
 					fmt.Sprintf("it may have taken a task: run checkout claim --run-id %s (with the same --queue), which answers with that run's lease if it took one, and claims a task if not (a claim under another run leaves that task held by you until its lease times out)", runID))
@@ -774,7 +783,7 @@ func (a *app) claimCmd() *cobra.Command {
 					return nil, &failure{fmt.Sprintf("run %s already claimed %s (fence %d), and its lease on %s has ended (at %s): nothing is checked out; claim under another run id (a new --run-id, or without CHECKOUT_RUN_ID) to take a task",
 						co.RunID, co.TaskID, co.Fence, co.TaskID, stamp(co.ExpiresAt)), exitNotFound}
 				}
-				if err == nil && alreadyHeld(co) {
+				if err == nil && alreadyHeld(co, s) {
 					return func(w io.Writer) { printHeld(w, co) }, nil
 				}
 				if err != nil {

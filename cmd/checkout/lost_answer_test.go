@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/checkout-dev/checkout/client"
 	"github.com/checkout-dev/checkout/internal/testenv"
@@ -234,5 +235,34 @@ func TestALostAgentCreationSaysItsKeyIsLost(t *testing.T) {
 	f.Fail("DELETE /api/inbox/m1", testenv.Lose)
 	if r := runCLI(t, f.URL, e.keys["agent-c3d4"], "inbox", "delete", "m1"); r.code != exitError || !strings.Contains(r.stderr, "run checkout inbox") {
 		t.Errorf("inbox delete with its answer lost: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// A checkout or claim whose first answer was lost is answered, when the
+// client tries again under the same run, with the lease the first try
+// got, which has then had its time running. When that took more than a
+// second, the command took its own grant for a lease held from before:
+// it printed "You already hold" and skipped what follows a grant (the
+// check that the lease is live, the last error of a retried task). A
+// run id the command generated cannot have held anything before: its
+// lease is always the command's own grant.
+func TestAGrantWhoseAnswerWasLostIsStillAcquired(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	f := testenv.NewFront(t, e.srv.URL())
+	f.Lost = func(string) { e.clock.Advance(5 * time.Second) }
+	key := e.keys["agent-c3d4"]
+	e.task(t, "named", "")
+	if _, err := e.admin.CreateTask(ctx, client.CreateTaskRequest{TaskID: "claimed", Queue: "slow"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"named"}, {"claim", "--queue", "slow"}} {
+		f.Fail("POST /api/tasks/named/checkout", testenv.Lose)
+		f.Fail("POST /api/claim", testenv.Lose)
+		r := runCLI(t, f.URL, key, args...)
+		if r.code != 0 || !strings.Contains(r.stdout, "Checkout acquired") {
+			t.Errorf("checkout %v whose first answer was lost: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+		}
 	}
 }

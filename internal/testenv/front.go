@@ -20,6 +20,12 @@ type Front struct {
 	URL    string // the proxy's base URL, for the tool under test
 	target string
 
+	// Lost, when set, is called with the key of each request whose
+	// answer Lose or Gateway keeps from the client, once the server has
+	// answered it: a test moves its clock there, as if the answer had
+	// taken long to be lost.
+	Lost func(key string)
+
 	mu     sync.Mutex
 	seen   []string           // "METHOD /path" of every request, in order
 	faults map[string][]Fault // by "METHOD /path": the next requests' faults
@@ -106,6 +112,9 @@ func (f *Front) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	answer, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if lost := f.Lost; lost != nil && (ft == Lose || ft == Gateway) {
+		lost(key)
+	}
 	switch ft {
 	case Lose:
 		hangUp(w)
