@@ -349,9 +349,20 @@ func (t *tools) createTask(ctx context.Context, in CreateTaskInput) (TaskResult,
 		req.NotBefore = &nb
 	}
 	task, err := t.c.CreateTask(ctx, req)
+	t.mu.Lock()
+	lost := t.lostCreates[in.TaskID]
+	delete(t.lostCreates, in.TaskID)
+	if errors.Is(err, client.ErrUndecided) && in.TaskID != "" && len(t.lostCreates) < maxEnded {
+		t.lostCreates[in.TaskID] = true
+	}
+	t.mu.Unlock()
 	if errors.Is(err, client.ErrTaskExists) && in.TaskID != "" {
 		if task, err = t.c.GetTask(ctx, in.TaskID); err == nil {
-			return TaskResult{Task: &task, Outcome: Outcome{Message: fmt.Sprintf("Task %s exists already (status %s); nothing was created.", task.TaskID, task.Status)}}, nil
+			msg := fmt.Sprintf("Task %s exists already (status %s); nothing was created.", task.TaskID, task.Status)
+			if lost {
+				msg = fmt.Sprintf("Task %s exists (status %s): your earlier create_task of it, whose answer was lost, created it (or someone else did); this call created nothing. Check its fields in the task.", task.TaskID, task.Status)
+			}
+			return TaskResult{Task: &task, Outcome: Outcome{Message: msg}}, nil
 		}
 	}
 	if err != nil && in.TaskID != "" {

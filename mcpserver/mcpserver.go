@@ -405,6 +405,9 @@ type tools struct {
 	// lostClaim is the run id of the latest claim, when its answer was
 	// lost: the next claim is sent under it again.
 	lostClaim string
+	// lostCreates are the task ids of creations whose answer was lost: a
+	// creation of one again that finds it says it may be the lost one's.
+	lostCreates map[string]bool
 	// self is the agent the tools act as, once known: configured, or shown
 	// by a lease of this session or of its agent's earlier run.
 	self string
@@ -422,7 +425,7 @@ func New(c *client.Client, opts ...Options) *mcp.Server {
 	if o.Version == "" {
 		o.Version = Version
 	}
-	t := &tools{c: c, agentID: o.AgentID, runID: o.RunID, leases: map[string]held{}, ended: map[string]held{}, self: o.AgentID}
+	t := &tools{c: c, agentID: o.AgentID, runID: o.RunID, leases: map[string]held{}, ended: map[string]held{}, lostCreates: map[string]bool{}, self: o.AgentID}
 	s := mcp.NewServer(&mcp.Implementation{Name: "checkout", Title: "Task checkout", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: limitsText.Replace(instructions),
 	})

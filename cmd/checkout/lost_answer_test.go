@@ -128,6 +128,10 @@ func TestMCPALostAnswerIsUndecided(t *testing.T) {
 	}
 	f.Fail("POST /api/tasks", testenv.Gateway)
 	lost("create_task", map[string]any{"task_id": "added"}, "call get_task")
+	// Created again, it exists: by the lost creation, not by nobody.
+	if res, out := ms.call("create_task", map[string]any{"task_id": "added"}); res.IsError || !strings.Contains(textOf(res), "whose answer was lost, created it") {
+		t.Errorf("create_task again after a lost one: %s %v", textOf(res), out)
+	}
 }
 
 // The commands an agent repeats safely are tried again by the client when
