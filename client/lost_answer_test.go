@@ -121,3 +121,46 @@ func TestARequestItsContextEndedAfterSendingIsUndecided(t *testing.T) {
 		t.Errorf("release cancelled before it was sent: %v; want context.Canceled alone", err)
 	}
 }
+
+// A checkout or claim whose every try lost its answer may have taken a
+// lease under the run id the client generated, which the caller never
+// saw: a checkout again, under a new run, was denied by the caller's own
+// lease (a *ConflictError of the same agent), and a claim again took a
+// second task. Their undecided error now comes with that run id, and a
+// call again under it answers with the lease.
+func TestALostGrantGivesItsRunID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, admin := startServer(t, nil)
+	f := testenv.NewFront(t, srv.URL())
+	direct := agent(t, admin, "agent-a1b2", "researcher")
+	for id, queue := range map[string]string{"named": "default", "claimed": "lost", "other": "lost"} {
+		if _, err := direct.CreateTask(ctx, CreateTaskRequest{TaskID: id, Queue: queue}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := New(f.URL, direct.apiKey, WithSleeper(func(context.Context, time.Duration) error { return nil }))
+	lost := []testenv.Fault{testenv.Lose, testenv.Lose, testenv.Lose, testenv.Lose}
+
+	f.Fail("POST /api/tasks/named/checkout", lost...)
+	co, err := a.Checkout(ctx, "named", CheckoutRequest{})
+	if !errors.Is(err, ErrUndecided) || co.RunID == "" {
+		t.Fatalf("checkout with every answer lost: %+v, %v; want ErrUndecided and the run id", co, err)
+	}
+	if again, err := a.Checkout(ctx, "named", CheckoutRequest{RunID: co.RunID}); err != nil || again.Fence != 1 {
+		t.Errorf("checkout again under the lost one's run: %+v, %v; want its lease, fence 1", again, err)
+	}
+
+	f.Fail("POST /api/claim", lost...)
+	co, err = a.Claim(ctx, ClaimRequest{Queues: []string{"lost"}})
+	if !errors.Is(err, ErrUndecided) || co.RunID == "" {
+		t.Fatalf("claim with every answer lost: %+v, %v; want ErrUndecided and the run id", co, err)
+	}
+	first := co.RunID
+	if co, err = a.Claim(ctx, ClaimRequest{Queues: []string{"lost"}, RunID: first}); err != nil || co.RunID != first {
+		t.Errorf("claim again under the lost one's run: %+v, %v; want its lease", co, err)
+	}
+	if cos, err := direct.ListCheckouts(ctx, "agent-a1b2"); err != nil || len(cos) != 2 {
+		t.Errorf("leases after the lost checkout and claim, and their runs' again: %+v, %v; want two", cos, err)
+	}
+}

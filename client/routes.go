@@ -44,24 +44,36 @@ func (c *Client) Health(ctx context.Context) error {
 // Checkout takes a lease on a task. When another live lease holds it, the
 // error is a *ConflictError naming the holder (errors.Is ErrCheckedOut).
 // An empty req.RunID is replaced by a generated one, which retries reuse.
+// When the answer was lost (the error matches ErrUndecided), the returned
+// Checkout has only its TaskID and the RunID the request was sent under:
+// a Checkout with that RunID answers with the lease, if one was taken.
 func (c *Client) Checkout(ctx context.Context, taskID string, req CheckoutRequest) (Checkout, error) {
 	if req.RunID == "" {
 		req.RunID = NewRunID()
 	}
 	var co Checkout
 	err := c.do(ctx, idempotent, http.MethodPost, deploy.Expand(deploy.TaskCheckoutPath, taskID), req, &co)
+	if errors.Is(err, ErrUndecided) {
+		co = Checkout{TaskID: taskID, RunID: req.RunID}
+	}
 	return co, wrap("checkout", taskID, err)
 }
 
 // Claim takes a lease on the best open task of req.Queues: the highest
 // priority, then the oldest. With none available the error
-// matches ErrNoTaskAvailable. An empty req.RunID is generated as for Checkout.
+// matches ErrNoTaskAvailable. An empty req.RunID is generated as for
+// Checkout, and, as for Checkout, a claim whose answer was lost
+// (ErrUndecided) returns the RunID it was sent under, and only it: a
+// Claim with that RunID answers with the lease it took, if it took one.
 func (c *Client) Claim(ctx context.Context, req ClaimRequest) (Checkout, error) {
 	if req.RunID == "" {
 		req.RunID = NewRunID()
 	}
 	var co Checkout
 	err := c.do(ctx, idempotent, http.MethodPost, "/api/claim", req, &co)
+	if errors.Is(err, ErrUndecided) {
+		co = Checkout{RunID: req.RunID}
+	}
 	if err != nil {
 		return co, fmt.Errorf("claim: %w", err)
 	}
