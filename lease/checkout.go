@@ -977,10 +977,17 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 		return s.releasedAgain(ctx, err, p, EventForceRelease)
 	}
 	floor := cur.LastAt
+	write := ""
+	if p.RunID == "" && p.Fence == 0 {
+		// Whichever lease is live matches, and such a request is never a
+		// repeat: its ending is known by its write's id (sentAgain), not
+		// by another force release of the admin's in the same millisecond.
+		write = newID("")
+	}
 	for range retries(ctx) {
 		now := s.clockAfter(floor)
 		cond := pinnedTo(cur).and(nameExpires.GreaterThan(expression.Value(ms(now))))
-		e := ending{typ: EventForceRelease, by: p.By, reason: p.Reason, status: StatusTodo}
+		e := ending{typ: EventForceRelease, by: p.By, reason: p.Reason, status: StatusTodo, write: write}
 		wctx, sends := countSends(ctx)
 		it, after, applied, err := s.endLease(wctx, p.TaskID, cond, e, now, types.ReturnValueAllNew)
 		if err != nil {

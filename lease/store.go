@@ -487,8 +487,9 @@ type ending struct {
 	// return (sweep.go). Its write is conditioned on no transition after
 	// at.
 	at int64
-	// write, when set, names the write (newID): a holder's ending that
-	// names no lease is known by it when sent again (sentAgain).
+	// write, when set, names the write (newID): a holder's ending, or an
+	// admin's force release, that names no lease is known by it when sent
+	// again (sentAgain).
 	write string
 }
 

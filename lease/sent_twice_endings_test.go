@@ -1,0 +1,69 @@
+package lease_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// lossyTaskStore is a store on e's tables whose first request that match
+// accepts is lost before DynamoDB sees it (lossyDoer), race running in
+// that gap.
+func lossyTaskStore(e *env, match func(target, body string) bool, race func()) (*lease.Store, *lossyDoer) {
+	doer := &lossyDoer{match: match, race: race}
+	client := lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer })
+	return lease.New(lease.Config{DB: client, Tables: e.names, Now: e.clock.Now}), doer
+}
+
+// taskUpdate matches an UpdateItem of e's tasks table.
+func taskUpdate(e *env) func(target, body string) bool {
+	tasks := e.names.Table(schema.TasksTable)
+	return func(target, body string) bool {
+		return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks)
+	}
+}
+
+// An admin's force release that names no lease (no run id, no fence)
+// ends whichever lease is live, and is never a repeat: sent once after
+// the same admin's earlier force release ended that lease, it is 404
+// not_checked_out. When its write was sent twice by the SDK (the first
+// sending lost, never applied) and the earlier force release landed in
+// that gap, in the same millisecond, the second sending's refusal was
+// taken for its own ending (the check named type, admin, the lease and
+// the instant, all of which the earlier one had): answered released, for
+// a lease it never ended.
+func TestAForceReleaseNamingNoLeaseSentTwiceIsNotAnEarlierOne(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "x")
+	e.checkout(t, "x", "ag", time.Hour)
+	e.clock.Advance(time.Minute)
+
+	force := lease.ReleaseParams{TaskID: "x", AgentID: "admin", Force: true}
+	var raceErr error
+	s, doer := lossyTaskStore(e, taskUpdate(e), func() {
+		_, raceErr = e.store.Release(c, force)
+	})
+	got, err := s.Release(c, force)
+	if !doer.lost.Load() {
+		t.Fatal("no write was lost and sent again")
+	}
+	if raceErr != nil {
+		t.Fatalf("the force release that landed first: %v", raceErr)
+	}
+	if !errors.Is(err, lease.ErrNotCheckedOut) {
+		t.Fatalf("a second force release naming no lease, after the first ended the lease: answered %+v, %v; want 404 not_checked_out", got, err)
+	}
+	if evs := kinds(e.events(t, "x")); !slices.Equal(evs, []lease.EventType{lease.EventCheckout, lease.EventForceRelease}) {
+		t.Fatalf("x's trail %v, want one checkout and one force release", evs)
+	}
+}
