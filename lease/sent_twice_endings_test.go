@@ -67,3 +67,37 @@ func TestAForceReleaseNamingNoLeaseSentTwiceIsNotAnEarlierOne(t *testing.T) {
 		t.Fatalf("x's trail %v, want one checkout and one force release", evs)
 	}
 }
+
+// A PATCH with If-Match of a task whose lease has expired (not swept yet)
+// first ends that lease as the sweep would, with its own event, and then
+// counts on the version that ending left. When that ending's write
+// applied, its answer was lost and the SDK sent it again, the second
+// sending's refusal (the lease it was pinned to is gone: by its own
+// write) was taken for another writer's: 412 version_mismatch, for a
+// task nobody else had touched.
+func TestAnIfMatchCancelEndingAnExpiredLeaseSentTwiceIsMade(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "x")
+	e.checkout(t, "x", "ag", time.Minute)
+	e.clock.Advance(2 * time.Minute) // expired, not swept
+	v := e.get(t, "x").Version
+
+	db := &sentTwiceDB{DB: e.db, name: "end_type"} // the ending's write
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	st := lease.StatusCancelled
+	got, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "admin", Status: &st, IfVersion: v})
+	if !db.sent.Load() {
+		t.Fatal("no ending was sent twice")
+	}
+	if err != nil {
+		t.Fatalf("If-Match: %d on a task only this PATCH wrote: %v; want it cancelled", v, err)
+	}
+	if got.Status != lease.StatusCancelled || got.Version != v+2 {
+		t.Fatalf("answered %s version %d, want cancelled version %d (the ending, then the cancel)", got.Status, got.Version, v+2)
+	}
+	if evs := kinds(e.events(t, "x")); !slices.Equal(evs, []lease.EventType{lease.EventCheckout, lease.EventTimeout, lease.EventCancel}) {
+		t.Fatalf("x's trail %v, want the checkout, one timeout and the cancel", evs)
+	}
+}

@@ -415,7 +415,17 @@ func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) (end
 	default:
 		cond = cond.and(readyCond(now))
 	}
-	_, _, ended, err = s.endLease(ctx, cur.TaskID, cond, e, now, types.ReturnValueNone)
+	// Known by its write's id when the SDK sent it again (its answer
+	// lost: sends.go): the second sending fails on the first's own
+	// ending, which is no other writer's (a sweep's ending of the same
+	// lease in that millisecond would look the same but for it).
+	e.write = newID("")
+	wctx, sends := countSends(ctx)
+	old, _, ended, err := s.endLease(wctx, cur.TaskID, cond, e, now, types.ReturnValueNone)
+	if err == nil && !ended && sends.Load() > 1 && old != nil && old.EndWrite == e.write {
+		ended = true
+		s.freedUnanswered(old)
+	}
 	return ended, err // not applied: someone else moved it; the caller reads again
 }
 
