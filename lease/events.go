@@ -544,16 +544,27 @@ func (s *Store) DeleteMessage(ctx context.Context, agentID, messageID string) er
 	key := agentKey(agentID)
 	key["message_id"] = &types.AttributeValueMemberS{Value: messageID}
 	cond := expression.AttributeExists(expression.Name("message_id")).And(expression.AttributeNotExists(expression.Name("acked")))
-	expr, _ := expression.NewBuilder().WithCondition(cond).WithUpdate(expression.Set(expression.Name("acked"), expression.Value(true))).Build()
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	// The mark names its write: one the SDK sent again (its answer lost:
+	// sends.go) fails on its first sending's mark, and knows it, where
+	// another deletion's mark is another's, and answers 404.
+	write := newID("")
+	upd := expression.Set(expression.Name("acked"), expression.Value(true)).Set(expression.Name("acked_by"), expression.Value(write))
+	expr, _ := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
+	wctx, sends := countSends(ctx)
+	_, err := s.db.UpdateItem(wctx, &dynamodb.UpdateItemInput{
 		TableName: &s.inbox, Key: key,
-		ConditionExpression:       expr.Condition(),
-		UpdateExpression:          expr.Update(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-	})
-	if _, failed := conditionFailed(err); failed {
-		return ErrMessageNotFound
+		ConditionExpression:                 expr.Condition(),
+		UpdateExpression:                    expr.Update(),
+		ExpressionAttributeNames:            expr.Names(),
+		ExpressionAttributeValues:           expr.Values(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, sendOpts(wctx)...)
+	if returned, failed := conditionFailed(err); failed {
+		mine := &types.AttributeValueMemberS{Value: write}
+		if sends.Load() < 2 || !sameAttr(returned, map[string]types.AttributeValue{"acked_by": mine}, "acked_by") {
+			return ErrMessageNotFound
+		}
+		err = nil // this very mark, sent again: the deletion goes on
 	}
 	if err != nil {
 		return fmt.Errorf("delete message %s: %w", messageID, err)
