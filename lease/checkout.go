@@ -513,7 +513,10 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 		}
 	}
 	var floor int64
-	again := false // a renewal at the instant of another, asked for twice
+	// again: a renewal at the instant of another (againAt), asked for
+	// twice, made on the eseq the other left (seq), so that it is made
+	// once even when the SDK sends it again.
+	again, againAt, seq := false, int64(0), int64(0)
 	for range retries(ctx) {
 		cond, hb, now, err := s.holderGuard(ctx, p.AgentID, p.RunID, p.Fence, floor)
 		if errors.Is(err, errDeadCaller) {
@@ -530,8 +533,11 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 		// renewal sent again by the SDK (its answer lost: sends.go) finds
 		// its own and answers with it, instead of renewing twice.
 		cond = cond.and(timeCond(now))
+		again = again && againAt == ms(now) // a later instant has no renewal of its own yet
 		if !again {
 			cond = cond.and(expression.Or(expression.Name("last_op").NotEqual(expression.Value(string(EventRenew))), nameLastAt.NotEqual(expression.Value(ms(now)))))
+		} else {
+			cond = cond.and(nameESeq.Equal(expression.Value(seq)))
 		}
 		// lease_by names who renewed when it is not the holder (the
 		// renew event's by); a renewal by the holder takes it off.
@@ -546,12 +552,14 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 		if err != nil {
 			return Checkout{}, err
 		}
-		if !applied && !again && it != nil && it.LastOp == EventRenew && it.LastAt == ms(now) {
+		if !applied && it != nil && it.LastOp == EventRenew && it.LastAt == ms(now) && (!again || it.ESeq != seq) {
+			// A renewal at this instant: this very one, sent again (made
+			// on seq, when again), or another, and this one is made too.
 			mine := it.hasLease() && it.Holder == p.AgentID && it.leaseBy() == by && (p.RunID == "" || it.RunID == p.RunID) && (p.Fence == 0 || it.Fence == p.Fence)
-			if sends.Load() > 1 && mine && it.LeaseExpires == ms(now)+cmp.Or(p.Timeout.Milliseconds(), it.TimeoutMS) {
+			if sends.Load() > 1 && mine && it.LeaseExpires == ms(now)+cmp.Or(p.Timeout.Milliseconds(), it.TimeoutMS) && (!again || it.ESeq == seq+1) {
 				return it.checkout(), nil
 			}
-			again = true // another renewal at this instant: this one is made too
+			again, againAt, seq = true, ms(now), it.ESeq
 			continue
 		}
 		if !applied && lostToLater(it, now) {

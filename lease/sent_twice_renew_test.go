@@ -1,0 +1,78 @@
+package lease_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// nthTaskUpdateTwiceDB sends the nth UpdateItem of the tasks table twice
+// and answers with the second answer: that write applied, its answer was
+// lost, and the SDK sent it again.
+type nthTaskUpdateTwiceDB struct {
+	lease.DB
+	table string
+	n     int
+	seen  int
+	sent  bool
+}
+
+func (d *nthTaskUpdateTwiceDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if in.TableName != nil && *in.TableName == d.table {
+		d.seen++
+		if d.seen == d.n {
+			d.sent = true
+			if _, err := d.DB.UpdateItem(ctx, in, opts...); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return d.DB.UpdateItem(ctx, in, opts...)
+}
+
+// Two renewals of one lease in one millisecond are both made (API.md:
+// each renewal is one), each with its event: the second, refused on the
+// first's (sent once, it is not that one sent again), is made again
+// without that guard. When that second write applied, its answer was lost
+// and the SDK sent it again, nothing stopped the second sending: the
+// renewal was made twice, three renew events for two renewals.
+func TestASecondRenewalInOneMillisecondSentTwiceIsMadeOnce(t *testing.T) {
+	for _, resend := range []bool{false, true} {
+		t.Run(map[bool]string{false: "answered", true: "answer-lost"}[resend], func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "x")
+			co := e.checkout(t, "x", "ag", time.Minute)
+			e.clock.Advance(time.Second)
+			must[lease.Checkout](t)(e.store.Renew(c, lease.RenewParams{TaskID: "x", AgentID: "ag", RunID: co.RunID}))
+
+			// The same millisecond: the renewal's first write is refused
+			// on the first renewal; its second is sent twice.
+			db := &nthTaskUpdateTwiceDB{DB: e.db, table: e.names.Table(schema.TasksTable), n: 2}
+			if !resend {
+				db.n = 0
+			}
+			s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+			got, err := s.Renew(c, lease.RenewParams{TaskID: "x", AgentID: "ag", RunID: co.RunID})
+			if err != nil {
+				t.Fatalf("the second renewal: %v", err)
+			}
+			if db.sent != resend {
+				t.Fatalf("renewal sent twice: %v, want %v", db.sent, resend)
+			}
+			if want := e.clock.Now().Add(time.Minute); !got.ExpiresAt.Equal(want) {
+				t.Fatalf("the second renewal answered expiry %v, want %v", got.ExpiresAt, want)
+			}
+			if evs := kinds(e.events(t, "x")); !slices.Equal(evs, []lease.EventType{lease.EventCheckout, lease.EventRenew, lease.EventRenew}) {
+				t.Fatalf("x's trail %v, want the checkout and two renewals", evs)
+			}
+		})
+	}
+}
