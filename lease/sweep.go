@@ -236,8 +236,12 @@ func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond terms, typ Even
 	// write takes its delay from the item the first write failed on.
 	exhausted := false
 	var waits *taskItem // the item read, when it waits for a not_before ahead
+	// The ending names its write: one the SDK sent again (its answer lost:
+	// sends.go) is refused on its own ending, and knows it, where another
+	// sweep's ending of the lease in that millisecond is another's.
+	write := newID("")
 	for range retries(ctx) {
-		e := ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo, failed: true, exhausted: exhausted, at: at}
+		e := ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo, failed: true, exhausted: exhausted, at: at, write: write}
 		c := cond.and(belowLimitCond())
 		switch {
 		case exhausted:
@@ -248,11 +252,15 @@ func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond terms, typ Even
 			e.notBefore, e.rank = waits.NotBefore, waits.rank()
 			e.freeIf = terms{nameNotBefore.Equal(expression.Value(waits.NotBefore)), rankIs(waits.ClaimRank)}
 		}
-		old, _, applied, err := s.endLease(ctx, it.TaskID, c, e, now, types.ReturnValueNone)
+		wctx, sends := countSends(ctx)
+		old, _, applied, err := s.endLease(wctx, it.TaskID, c, e, now, types.ReturnValueNone)
 		switch {
 		case err != nil:
 			return false, err
 		case applied:
+			return true, nil
+		case sends.Load() > 1 && old != nil && old.EndWrite == write:
+			s.freedUnanswered(old) // this very ending, its answer lost
 			return true, nil
 		case at != 0 && old != nil && old.LastAt > at:
 			at = 0 // a transition after it: the ending is stamped at its write
