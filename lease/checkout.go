@@ -298,10 +298,16 @@ func (s *Store) fresh(ctx context.Context, c Checkout, at time.Time) (granted, t
 		if now.Sub(at) <= c.Timeout/2 {
 			return granted{granted: true, lease: c}, at, nil
 		}
-		cond := holderCond(c.AgentID, c.RunID, c.Fence, now).and(timeCond(now))
-		it, applied, err := s.update(ctx, c.TaskID, cond, renewUpdate(now, c.Timeout), types.ReturnValueAllNew)
+		// Made once: a renewal the SDK sent again (its answer lost:
+		// sends.go) is refused on its own, and knows it.
+		cond := holderCond(c.AgentID, c.RunID, c.Fence, now).and(timeCond(now), notRenewedAt(now))
+		wctx, sends := countSends(ctx)
+		it, applied, err := s.update(wctx, c.TaskID, cond, renewUpdate(now, c.Timeout), types.ReturnValueAllNew)
 		if err != nil {
 			return granted{}, now, err
+		}
+		if !applied && sends.Load() > 1 && it != nil && it.LastOp == EventRenew && it.LastAt == ms(now) && it.Holder == c.AgentID && it.Fence == c.Fence {
+			applied = true // nobody else knows of the lease yet: this very renewal
 		}
 		if !applied {
 			if !lostToLater(it, now) || it.Holder != c.AgentID || it.Fence != c.Fence {
@@ -318,6 +324,11 @@ func (s *Store) fresh(ctx context.Context, c Checkout, at time.Time) (granted, t
 	}
 	cur, err := s.getTask(ctx, c.TaskID)
 	return granted{cur: cur}, at, err
+}
+
+// notRenewedAt says the task's latest transition is no renewal at now.
+func notRenewedAt(now time.Time) expression.ConditionBuilder {
+	return expression.Or(expression.Name("last_op").NotEqual(expression.Value(string(EventRenew))), nameLastAt.NotEqual(expression.Value(ms(now))))
 }
 
 // renewUpdate is a renewal's update at now: the lease expires at now +
@@ -535,7 +546,7 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 		cond = cond.and(timeCond(now))
 		again = again && againAt == ms(now) // a later instant has no renewal of its own yet
 		if !again {
-			cond = cond.and(expression.Or(expression.Name("last_op").NotEqual(expression.Value(string(EventRenew))), nameLastAt.NotEqual(expression.Value(ms(now)))))
+			cond = cond.and(notRenewedAt(now))
 		} else {
 			cond = cond.and(nameESeq.Equal(expression.Value(seq)))
 		}

@@ -76,3 +76,61 @@ func TestASecondRenewalInOneMillisecondSentTwiceIsMadeOnce(t *testing.T) {
 		})
 	}
 }
+
+// slowGrantDB advances the clock by slow once the first UpdateItem of the
+// tasks table (a grant) has landed, and sends the second (the renewal of
+// a grant that took too long) twice, answering with the second answer.
+type slowGrantDB struct {
+	lease.DB
+	table   string
+	advance func()
+	seen    int
+	sent    bool
+}
+
+func (d *slowGrantDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if in.TableName == nil || *in.TableName != d.table {
+		return d.DB.UpdateItem(ctx, in, opts...)
+	}
+	d.seen++
+	switch d.seen {
+	case 1:
+		out, err := d.DB.UpdateItem(ctx, in, opts...)
+		d.advance() // the grant's write waited
+		return out, err
+	case 2:
+		d.sent = true
+		if _, err := d.DB.UpdateItem(ctx, in, opts...); err != nil {
+			return nil, err
+		}
+	}
+	return d.DB.UpdateItem(ctx, in, opts...)
+}
+
+// A grant whose write took more than half its lease is renewed before it
+// is answered. When that renewal's write applied, its answer was lost and
+// the SDK sent it again, the second sending applied too (the lease still
+// the caller's, no transition after its instant): two renew events for
+// one checkout.
+func TestASlowGrantsRenewalSentTwiceIsMadeOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	const timeout = time.Second
+	db := &slowGrantDB{DB: e.db, table: e.names.Table(schema.TasksTable), advance: func() { e.clock.Advance(timeout * 9 / 10) }}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	co, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !db.sent {
+		t.Fatal("no renewal was sent twice")
+	}
+	if want := e.clock.Now().Add(timeout); !co.ExpiresAt.Equal(want) {
+		t.Fatalf("answered expiry %v, want %v (renewed before the answer)", co.ExpiresAt, want)
+	}
+	if evs := kinds(e.events(t, "t")); !slices.Equal(evs, []lease.EventType{lease.EventCheckout, lease.EventRenew}) {
+		t.Fatalf("t's trail %v, want the checkout and one renewal", evs)
+	}
+}
