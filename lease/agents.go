@@ -297,6 +297,7 @@ func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
 	if err := CheckID("agent_id", agentID); err != nil {
 		return err
 	}
+	removal := newID("") // names this removal's tombstone
 	for range retries(ctx) {
 		a, err := getItem[agentItem](ctx, s.db, s.agents, agentKey(agentID))
 		if err != nil {
@@ -306,7 +307,7 @@ func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
 			return ErrAgentNotFound
 		}
 		now := s.clock()
-		before, buried, err := s.bury(ctx, a, now)
+		before, buried, err := s.bury(ctx, a, now, removal)
 		if err != nil {
 			return err
 		}
@@ -324,16 +325,23 @@ func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
 		}
 		cond := expression.Name("key_hash").Equal(expression.Value(a.KeyHash))
 		expr, _ := expression.NewBuilder().WithCondition(cond).Build()
-		_, err = s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		wctx, sends := countSends(ctx)
+		_, err = s.db.DeleteItem(wctx, &dynamodb.DeleteItemInput{
 			TableName: &s.agents, Key: agentKey(agentID),
-			ConditionExpression:       expr.Condition(),
-			ExpressionAttributeNames:  expr.Names(),
-			ExpressionAttributeValues: expr.Values(),
-		})
-		if _, failed := conditionFailed(err); failed {
-			continue // its key was replaced, or it was removed and registered again
-		}
-		if err != nil {
+			ConditionExpression:                 expr.Condition(),
+			ExpressionAttributeNames:            expr.Names(),
+			ExpressionAttributeValues:           expr.Values(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}, sendOpts(wctx)...)
+		if returned, failed := conditionFailed(err); failed {
+			ours, err := s.deletedHere(ctx, agentID, removal, sends.Load(), returned)
+			if err != nil {
+				return err
+			}
+			if !ours {
+				continue // its key was replaced, or it was removed and registered again
+			}
+		} else if err != nil {
 			return fmt.Errorf("remove agent %s: %w", agentID, err)
 		}
 		// End what the index already shows; the sweep ends the rest.
@@ -343,17 +351,34 @@ func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
 	return fmt.Errorf("remove agent %s: %w", agentID, ErrBusy)
 }
 
+// deletedHere says whether the delete of agentID's item by removal, sent
+// sends times and refused on its condition with returned (the item as
+// it is; none when it is gone), was refused on its own first sending: that
+// sending applied, its answer was lost, and the SDK sent it again
+// (sends.go). The item is gone, and the tombstone is still this
+// removal's: another removal since would have left its own.
+func (s *Store) deletedHere(ctx context.Context, agentID, removal string, sends int32, returned map[string]types.AttributeValue) (bool, error) {
+	if sends < 2 || len(returned) > 0 {
+		return false, nil
+	}
+	hb, err := s.readHeartbeat(ctx, agentID)
+	if err != nil {
+		return false, err
+	}
+	return hb != nil && hb.Removed && hb.Removal == removal, nil
+}
+
 // bury replaces the heartbeat of agent a, read from the agents table, with
-// the tombstone of its removal at now, unless the id was registered again
-// since a (then buried is false). It returns the heartbeat the tombstone
-// replaced when that was a live agent's: an agent already dead by it lost
-// its leases then, not at its removal.
-func (s *Store) bury(ctx context.Context, a *agentItem, now time.Time) (before *heartbeatItem, buried bool, err error) {
+// the tombstone of its removal at now, named removal, unless the id was
+// registered again since a (then buried is false). It returns the
+// heartbeat the tombstone replaced when that was a live agent's: an agent
+// already dead by it lost its leases then, not at its removal.
+func (s *Store) bury(ctx context.Context, a *agentItem, now time.Time, removal string) (before *heartbeatItem, buried bool, err error) {
 	// The tombstone keeps when the agent it buries was registered: a claim
 	// receipt made before that is an earlier agent's of the id, not this
 	// one's (removedAgentsReceipt).
 	tomb := heartbeatItem{
-		AgentID: a.AgentID, ExpiresAt: ms(now), AliveSince: ms(now), DeadAt: ms(now), Removed: true, RegisteredAt: a.CreatedAt,
+		AgentID: a.AgentID, ExpiresAt: ms(now), AliveSince: ms(now), DeadAt: ms(now), Removed: true, Removal: removal, RegisteredAt: a.CreatedAt,
 		Shard: shardOf(a.AgentID, s.shards.Lease), IndexAt: ms(now), TTL: now.Add(heartbeatRetention + MaxTimeout).Unix(),
 	}
 	item, err := attributevalue.MarshalMap(tomb)

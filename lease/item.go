@@ -611,7 +611,10 @@ type heartbeatItem struct {
 	// (the by_expiry index keys it at DeadAt rather than at the new expiry).
 	DeadAt int64 `dynamodbav:"dead_at,omitempty"`
 	// Removed marks the tombstone an agent's removal leaves: dead for ever.
-	Removed bool `dynamodbav:"removed,omitempty"`
+	// Removal names the removal that left it (RemoveAgent), so that its
+	// delete of the agent, sent again, knows its own.
+	Removed bool   `dynamodbav:"removed,omitempty"`
+	Removal string `dynamodbav:"removal,omitempty"`
 	// RegisteredAt is when an id removed before was registered again; watches
 	// placed before it belong to the removed agent. A tombstone keeps the
 	// registration of the agent it buried (for any agent: its creation),
