@@ -771,19 +771,20 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 			return nil, err
 		case applied:
 			return after, nil
-		case lostToLater(it, now):
-			floor = it.LastAt
-			continue
 		case (named || it != nil && it.EndWrite == write) && replayEnd(it, EventRelease, OutcomeFailed, p.By, p.AgentID, cur.RunID, cur.Fence):
 			// The lease read ended by this caller's failed release: a
 			// repeat of a request that named it, or this very write sent
-			// again (its answer lost). A request that names no lease is
+			// again (its answer lost), also after a later transition (the
+			// task granted again). A request that names no lease is
 			// never a repeat: the ending is its own only when it holds its
 			// write's id.
 			if sends.Load() > 1 {
 				s.freedUnanswered(it)
 			}
 			return it, nil
+		case lostToLater(it, now):
+			floor = it.LastAt
+			continue
 		case it != nil && it.Holder == cur.Holder && it.Fence == cur.Fence && it.leaseTimeValid(now) && holderAlive(hb, it.LockedAt, now):
 			continue // the counts moved under a live lease: decide again
 		}
@@ -953,7 +954,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 			if it, after, applied, err = s.endLease(wctx, taskID, cond, e, now, types.ReturnValueAllNew); err != nil {
 				return nil, err
 			}
-			if !applied && lostToLater(it, now) {
+			if !applied && lostToLater(it, now) && !(sends.Load() > 1 && sentAgain(it, e, agentID, runID, fence, now)) {
 				floor = it.LastAt // a later transition landed first: again, after it
 				continue
 			}
@@ -996,13 +997,10 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 		return s.releasedAgain(ctx, err, p, EventForceRelease)
 	}
 	floor := cur.LastAt
-	write := ""
-	if p.RunID == "" && p.Fence == 0 {
-		// Whichever lease is live matches, and such a request is never a
-		// repeat: its ending is known by its write's id (sentAgain), not
-		// by another force release of the admin's in the same millisecond.
-		write = newID("")
-	}
+	// Its ending is known by its write's id (sentAgain), sent again: not
+	// another force release of the admin's in the same millisecond, and
+	// its own after a later transition (the task granted again).
+	write := newID("")
 	for range retries(ctx) {
 		now := s.clockAfter(floor)
 		cond := pinnedTo(cur).and(nameExpires.GreaterThan(expression.Value(ms(now))))
@@ -1060,15 +1058,22 @@ func replayEnd(cur *taskItem, typ EventType, outcome ReleaseOutcome, by, agentID
 // its own lease in that instant is not this one. A request that named no
 // lease is known by its write's id (e.write), which the ending keeps:
 // another request of the caller's, ending the lease in that same
-// millisecond, is not this one either.
+// millisecond, is not this one either; and it is known by it after a
+// later transition too (the task it freed granted again before the SDK
+// sent it again), which the item's own time cannot tell.
 func sentAgain(it *taskItem, e ending, agentID, runID string, fence int64, now time.Time) bool {
 	if it == nil {
 		return false
 	}
 	r := it.endRecord
+	if e.write != "" {
+		// No other write carries its id: its ending, whatever landed
+		// since (a grant of the task it freed, say).
+		return r.EndSeq != 0 && r.EndWrite == e.write
+	}
 	return r.EndSeq != 0 && r.EndSeq == it.ESeq && r.EndAt == ms(now) && r.EndType == e.typ && r.EndBy == e.by && r.EndAgent == agentID &&
 		(e.typ != EventRelease || failedOutcome(r.EndOutcome) == failedOutcome(e.outcome)) &&
-		(runID == "" || r.EndRun == runID) && (fence == 0 || r.EndFence == fence) && r.EndWrite == e.write
+		(runID == "" || r.EndRun == runID) && (fence == 0 || r.EndFence == fence) && r.EndWrite == ""
 }
 
 // A repeat after a later ending. The item keeps only its last ending, so
