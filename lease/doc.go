@@ -251,7 +251,9 @@
 // writing nothing. A request that names no lease is never taken for one:
 // its write, when the SDK sent it again (its answer lost), knows its own
 // ending by the write's id, end_write, and no other ending (checkout.go,
-// sentAgain).
+// sentAgain), even once the task has been taken again. Force releases,
+// the sweep's endings and the endings of ended leases a checkout or PATCH
+// makes carry their write's id too.
 //
 // # Time only moves forward
 //

@@ -179,8 +179,11 @@ type endRecord struct {
 	// error, kept in the error item of EndFence.
 	EndOutcome ReleaseOutcome `dynamodbav:"end_outcome,omitempty"`
 	EndErrored bool           `dynamodbav:"end_errored,omitempty"`
-	// EndWrite names the write of a holder's ending that named no lease
-	// (see sentAgain).
+	// EndWrite names the write of the ending, so that it knows its own
+	// when the SDK sent it again (sends.go): a holder's ending that named
+	// no lease, a force release, a sweep's ending, and the ending of an
+	// ended lease a checkout or PATCH makes (see sentAgain); none for a
+	// holder's ending that named its lease, which a repeat of it matches.
 	EndWrite string `dynamodbav:"end_write,omitempty"`
 }
 
