@@ -461,8 +461,12 @@ func (s *Store) unblockWrite(ctx context.Context, taskID, blocker string, now ti
 	upd = unblockedTransition(upd, ms(now), blocker)
 	// The attributes it set (no read units), claim_shard among them: the
 	// queue whose waiting claims it wakes.
-	cur, applied, err := s.update(ctx, taskID, cond, upd, types.ReturnValueUpdatedNew)
-	if applied {
+	wctx, sends := countSends(ctx)
+	cur, applied, err := s.update(wctx, taskID, cond, upd, types.ReturnValueUpdatedNew)
+	if applied || err == nil && sends.Load() > 1 && cur != nil && cur.LastOp == EventUnblocked && cur.LastAt == ms(now) && cur.claimable() {
+		// Made, or, sent again (its answer lost: sends.go), refused on an
+		// unblocking at its own instant: its own, or one just like it,
+		// whose wake costs the claims a look at most.
 		s.claims.freed(taskID)
 		s.claims.wake(wokenQueue(cur))
 	}
