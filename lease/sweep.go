@@ -492,7 +492,16 @@ func (s *Store) rankReady(ctx context.Context, it *taskItem) (bool, error) {
 		Remove(nameExpires).Remove(expression.Name("lease_shard"))
 	// The item back (no read units), for its queue: the index entry read
 	// has none.
-	after, applied, err := s.write(ctx, it.TaskID, cond, upd, types.ReturnValueAllNew)
+	wctx, sends := countSends(ctx)
+	after, applied, err := s.write(wctx, it.TaskID, cond, upd, types.ReturnValueAllNew)
+	if !applied && err == nil && sends.Load() > 1 && after != nil && !after.hasLease() && after.LeaseExpires == 0 &&
+		after.ClaimRank != "" && after.ClaimKey == after.ClaimRank {
+		// Sent again (its answer lost: sends.go) and refused on a task
+		// ranked ready with no expiry entry: by its own first sending, or
+		// by writes just like it (a grant and its release), whose wake
+		// costs the claims a look at most.
+		applied = true
+	}
 	if applied {
 		s.claims.wake(wokenQueue(after))
 	}
