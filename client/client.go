@@ -195,8 +195,13 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 		return invalidIDError(seg)
 	}
 	var lastErr error
+	// undecided: an earlier try was sent and its answer lost (or a 5xx),
+	// so the server may have acted on the request, whatever the later
+	// tries meet (a server that went down refuses their connections).
+	undecided := false
 	for attempt := 1; ; attempt++ {
 		status, header, respBody, sent, err := c.send(ctx, method, path, body)
+		sent = sent || undecided
 		if err == nil && status < 300 {
 			record(ctx, status, respBody)
 			if out == nil || len(respBody) == 0 {
@@ -249,6 +254,7 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 			}
 			retryable = status == http.StatusTooManyRequests || (status >= 500 && mode == idempotent)
 		}
+		undecided = errors.Is(lastErr, ErrUndecided)
 		if !retryable || attempt >= c.retry.MaxAttempts {
 			return lastErr
 		}

@@ -302,9 +302,11 @@ type UnreachableError struct {
 	URL string // the client's base URL
 	Err error
 	// Sent reports that the request was written whole to a connection
-	// before the answer was lost (the connection closed or timed out):
-	// the server may have acted on it, and the error matches
-	// ErrUndecided. A request refused a connection was not sent.
+	// before the answer was lost (the connection closed or timed out),
+	// on this try or an earlier one of the same call (whose answer was
+	// lost, or a 5xx): the server may have acted on it, and the error
+	// matches ErrUndecided. A request refused a connection on every try
+	// was not sent.
 	Sent bool
 }
 

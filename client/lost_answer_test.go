@@ -164,3 +164,50 @@ func TestALostGrantGivesItsRunID(t *testing.T) {
 		t.Errorf("leases after the lost checkout and claim, and their runs' again: %+v, %v; want two", cos, err)
 	}
 }
+
+// A request retried after its first answer was lost, whose retries the
+// server then refused a connection (it went down right after it acted),
+// was reported as the last try alone saw it: a request that was never
+// sent, not matching ErrUndecided, though the first try had taken effect.
+// A release by its run id had released the task, and a claim had taken
+// one, whose run id the caller then had no reason to use again. The
+// error now matches ErrUndecided when any try was sent.
+func TestARetryRefusedAfterALostAnswerIsUndecided(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, admin := startServer(t, nil)
+	direct := agent(t, admin, "agent-a1b2", "researcher")
+	noWait := WithSleeper(func(context.Context, time.Duration) error { return nil })
+	for _, id := range []string{"released", "claimed"} {
+		if _, err := direct.CreateTask(ctx, CreateTaskRequest{TaskID: id, Queue: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	co, err := direct.Checkout(ctx, "released", CheckoutRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	f := testenv.NewFront(t, srv.URL())
+	f.Fail("POST /api/tasks/released/release", testenv.Down)
+	_, err = New(f.URL, direct.apiKey, noWait).Release(ctx, "released", ReleaseRequest{RunID: co.RunID})
+	if !errors.Is(err, ErrUndecided) {
+		t.Errorf("release by run id, its answer lost and its retries refused: %v; want ErrUndecided", err)
+	}
+	if got := f.Requests(); len(got) != 1 {
+		t.Errorf("requests that reached the server: %v; want the first try alone", got)
+	}
+	if s, err := direct.Status(ctx, "released"); err != nil || s.Locked {
+		t.Errorf("the release whose answer was lost: %+v, %v; want the task released", s, err)
+	}
+
+	f = testenv.NewFront(t, srv.URL())
+	f.Fail("POST /api/claim", testenv.Down)
+	claimed, err := New(f.URL, direct.apiKey, noWait).Claim(ctx, ClaimRequest{Queues: []string{"claimed"}})
+	if !errors.Is(err, ErrUndecided) || claimed.RunID == "" {
+		t.Errorf("claim, its answer lost and its retries refused: %+v, %v; want ErrUndecided and its run id", claimed, err)
+	}
+	if s, err := direct.Status(ctx, "claimed"); err != nil || !s.Locked {
+		t.Errorf("the claim whose answer was lost: %+v, %v; want the task taken", s, err)
+	}
+}

@@ -19,6 +19,7 @@ import (
 type Front struct {
 	URL    string // the proxy's base URL, for the tool under test
 	target string
+	srv    *httptest.Server
 
 	// Lost, when set, is called with the key of each request whose
 	// answer Lose or Gateway keeps from the client, once the server has
@@ -48,10 +49,14 @@ const (
 	Gateway
 	// Slow forwards the request after a second, and its answer.
 	Slow
+	// Down forwards the request, then closes the connection without an
+	// answer and stops listening, as a server does that goes down right
+	// after it acted: every later request is refused a connection.
+	Down
 )
 
 func (f Fault) String() string {
-	return [...]string{"pass", "drop", "lose", "gateway", "slow"}[f]
+	return [...]string{"pass", "drop", "lose", "gateway", "slow", "down"}[f]
 }
 
 // NewFront starts a Front before target (a base URL), closed at the
@@ -59,9 +64,9 @@ func (f Fault) String() string {
 func NewFront(t testing.TB, target string) *Front {
 	t.Helper()
 	f := &Front{target: target, faults: map[string][]Fault{}}
-	srv := httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(srv.Close)
-	f.URL = srv.URL
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	f.URL = f.srv.URL
 	return f
 }
 
@@ -112,10 +117,14 @@ func (f *Front) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	answer, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if lost := f.Lost; lost != nil && (ft == Lose || ft == Gateway) {
+	if lost := f.Lost; lost != nil && (ft == Lose || ft == Gateway || ft == Down) {
 		lost(key)
 	}
 	switch ft {
+	case Down:
+		f.srv.Listener.Close()
+		hangUp(w)
+		return
 	case Lose:
 		hangUp(w)
 		return
