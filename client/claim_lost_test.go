@@ -61,3 +61,79 @@ func TestClaimLoopClaimsALostClaimsTaskAgain(t *testing.T) {
 		t.Errorf("leases left after the loop: %+v, %v", cos, err)
 	}
 }
+
+// A claim whose lease is a second long is answered with no whole second
+// left (remaining_seconds 0) once any time has passed since its grant.
+// ClaimLoop took every such answer for the ended lease of a lost claim's
+// run and claimed again, leaving the task it had just taken held by
+// nobody at work: with LeaseTimeout(time.Second) it never ran its
+// function. It now asks the task's lock before it skips a lease.
+func TestClaimLoopWorksUnderAOneSecondLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, admin := startServer(t, nil)
+	direct := agent(t, admin, "agent-a1b2", "researcher")
+	if _, err := direct.CreateTask(ctx, CreateTaskRequest{TaskID: "brief", Queue: "brief"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var worked []string
+	err := direct.ClaimLoop(ctx, func(_ context.Context, l *Lease) error {
+		worked = append(worked, l.TaskID())
+		cancel()
+		return nil
+	}, Queues("brief"), LeaseTimeout(time.Second), NoHeartbeats(), IdleBackoff(10*time.Millisecond, 50*time.Millisecond), OnError(func(string, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(worked) != 1 || worked[0] != "brief" {
+		t.Errorf("the loop worked on %v; want brief", worked)
+	}
+}
+
+// A claim of ClaimLoop whose every try was lost took a task whose lease
+// was then force-released: the claim again under its run answers that
+// lease as it ended (remaining_seconds 0). The loop does not work under
+// it: it claims anew, under a run of its own, and works on the task
+// under the new lease.
+func TestClaimLoopSkipsALostClaimsEndedLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, admin := startServer(t, nil)
+	f := testenv.NewFront(t, srv.URL())
+	direct := agent(t, admin, "agent-a1b2", "researcher")
+	if _, err := direct.CreateTask(ctx, CreateTaskRequest{TaskID: "ended", Queue: "ended"}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	lost := 0
+	f.Lost = func(string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if lost++; lost == 4 {
+			if _, err := admin.Release(context.Background(), "ended", ReleaseRequest{Force: true, Reason: "taken back"}); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	f.Fail("POST /api/claim", testenv.Lose, testenv.Lose, testenv.Lose, testenv.Lose)
+	a := New(f.URL, direct.apiKey, WithSleeper(func(ctx context.Context, _ time.Duration) error { return ctx.Err() }))
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var fences []int64
+	err := a.ClaimLoop(ctx, func(_ context.Context, l *Lease) error {
+		fences = append(fences, l.Fence())
+		cancel()
+		return nil
+	}, Queues("ended"), NoHeartbeats(), OnError(func(string, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fences) != 1 || fences[0] != 2 {
+		t.Errorf("the loop worked under fences %v; want 2 alone (the lost claim's lease, fence 1, had ended)", fences)
+	}
+	if task, err := direct.GetTask(context.Background(), "ended"); err != nil || task.Status != StatusDone {
+		t.Errorf("the task: %+v, %v; want it done", task, err)
+	}
+}

@@ -269,7 +269,7 @@ func (c *Client) ClaimLoop(ctx context.Context, fn func(ctx context.Context, l *
 			runID = ""
 		}
 		switch {
-		case err == nil && co.RemainingSeconds <= 0:
+		case err == nil && c.ended(ctx, co):
 			// The lost claim's lease, answered as it was when it ended
 			// (it timed out, or was taken over, meanwhile): nothing to
 			// work on. Claim anew.
@@ -296,6 +296,25 @@ func (c *Client) ClaimLoop(ctx context.Context, fn func(ctx context.Context, l *
 		idle = min(idle*2, cfg.idleMax)
 	}
 	return nil
+}
+
+// ended reports whether co, a claim's answer, is a lease that has ended:
+// the answer to a claim under the run of an earlier one whose lease has
+// ended since, with no whole second left. A lease granted a second long
+// has none left either once any time has passed: the task's lock tells
+// the two apart. A lock that cannot be read counts as ended: work is not
+// begun under a lease that may have ended, and a live one of a second
+// runs out unused.
+func (c *Client) ended(ctx context.Context, co Checkout) bool {
+	if co.RemainingSeconds > 0 {
+		return false
+	}
+	s, err := c.Status(ctx, co.TaskID)
+	if err != nil {
+		return true
+	}
+	h := s.Checkout
+	return !s.Locked || h == nil || h.RunID != co.RunID || h.Fence != co.Fence
 }
 
 // idleWait is a wait of between half and all of idle.
