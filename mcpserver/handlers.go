@@ -261,6 +261,7 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 	// run id again, and so gets that lease rather than a second task.
 	t.mu.Lock()
 	runID := t.lostClaim
+	again := runID != "" // under a lost claim's run
 	if runID == "" {
 		t.claims++
 		runID = fmt.Sprintf("%s.c%d", t.runID, t.claims)
@@ -293,6 +294,12 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 			"it may have taken a task. Call claim_task again: it claims under the same run, so it answers with that lease if the claim took one, and claims a task if not. Do not work on any task until it answers")
 	}
 	tk, dead := t.taken(ctx, co)
+	if dead != nil && again && co.RemainingSeconds <= 0 {
+		// The lost claim's lease, answered as it was when it ended (it
+		// timed out, or was released or taken over, since): no grant.
+		dead.Message = fmt.Sprintf("Not claimed: your earlier claim_task, whose answer was lost, took task %s (fence %d), and that lease has ended since (at %s): you hold nothing, do not work on it. Call claim_task again to take a task.",
+			co.TaskID, co.Fence, stamp(co.ExpiresAt))
+	}
 	if dead != nil {
 		return *dead, nil
 	}

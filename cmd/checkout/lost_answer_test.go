@@ -270,3 +270,35 @@ func TestAGrantWhoseAnswerWasLostIsStillAcquired(t *testing.T) {
 		}
 	}
 }
+
+// claim_task whose every try was lost took a task, whose lease was then
+// force-released. The next claim_task, under the lost claim's run, is
+// answered with that lease as it ended: it said the lease was granted to
+// the agent but was not live, the agent being dead by heartbeat, and told
+// it to send a heartbeat. It now says what happened: the lost claim's
+// lease has ended, nothing is held; and the claim after it is a fresh one.
+func TestMCPALostClaimsEndedLeaseIsSaidSo(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	f := testenv.NewFront(t, e.srv.URL())
+	q := "ended"
+	if _, err := e.admin.CreateTask(ctx, client.CreateTaskRequest{TaskID: "ended", Queue: q}); err != nil {
+		t.Fatal(err)
+	}
+	ms := connectMCP(t, f.URL, e.keys["agent-c3d4"])
+	f.Fail("POST /api/claim", testenv.Lose, testenv.Lose, testenv.Lose, testenv.Lose)
+	if _, out := ms.call("claim_task", map[string]any{"queues": []string{q}}); out["code"] != "undecided" {
+		t.Fatalf("claim_task with its answer lost: %v", out)
+	}
+	if _, err := e.admin.Release(ctx, "ended", client.ReleaseRequest{Force: true, Reason: "taken back"}); err != nil {
+		t.Fatal(err)
+	}
+	res, out := ms.call("claim_task", map[string]any{"queues": []string{q}})
+	if msg := textOf(res); out["acquired"] == true || strings.Contains(msg, "heartbeat") || !strings.Contains(msg, "has ended") || !strings.Contains(msg, "claim_task") {
+		t.Errorf("claim_task after a lost claim whose lease ended: %s %v; want it to say that lease has ended and to claim again", msg, out)
+	}
+	if res, out := ms.call("claim_task", map[string]any{"queues": []string{q}}); out["acquired"] != true || out["checkout"].(map[string]any)["fence"] != float64(2) {
+		t.Errorf("claim_task after that: %s %v; want the task claimed anew, fence 2", textOf(res), out)
+	}
+}
