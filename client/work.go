@@ -206,7 +206,10 @@ func (c *Client) WorkOn(ctx context.Context, taskID string, fn func(ctx context.
 // lease, for up to finishTimeout while ctx lasts. Should the answer stay
 // lost, the lease the run may hold is released (naming the run, so that
 // nothing else is), even when ctx is done, rather than left held until it
-// times out, and the error is the checkout's.
+// times out, and the error is the checkout's. A run id the caller gave
+// (the RunID option) may hold a lease from before this call, which the
+// caller means to resume: that lease is left alone, for the caller, who
+// knows the run, to ask again.
 func (c *Client) checkoutDecided(ctx context.Context, taskID string, req CheckoutRequest, cfg workConfig) (Checkout, error) {
 	co, err := c.Checkout(ctx, taskID, req)
 	start := c.now()
@@ -217,7 +220,7 @@ func (c *Client) checkoutDecided(ctx context.Context, taskID string, req Checkou
 		}
 		co, err = c.Checkout(ctx, taskID, req)
 	}
-	if errors.Is(err, ErrUndecided) {
+	if errors.Is(err, ErrUndecided) && cfg.runID == "" {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 		defer cancel()
 		_, _ = c.Release(fctx, taskID, ReleaseRequest{RunID: req.RunID, Reason: "the checkout's answer was lost"})

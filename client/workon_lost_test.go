@@ -62,3 +62,42 @@ func TestWorkOnDecidesALostCheckout(t *testing.T) {
 		t.Errorf("after WorkOn gave up on its checkout: %+v, %v; want the task free", s, err)
 	}
 }
+
+// WorkOn under a run id its caller gives may resume a lease the run took
+// before (an agent restarting with its saved run id). When every answer
+// to its checkout was lost, WorkOn released whatever the run held: that
+// earlier lease, with the work done under it, and the task went back to
+// the pool. Under the caller's run id it now leaves the lease alone and
+// returns the undecided error: the caller knows the run, and can ask
+// again.
+func TestWorkOnKeepsTheCallersRunsLeaseWhenItsCheckoutIsLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, admin := startServer(t, nil)
+	f := testenv.NewFront(t, srv.URL())
+	direct := agent(t, admin, "agent-a1b2", "researcher")
+	if _, err := direct.CreateTask(ctx, CreateTaskRequest{TaskID: "resumed"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := direct.Checkout(ctx, "resumed", CheckoutRequest{RunID: "run-saved"}); err != nil {
+		t.Fatal(err)
+	}
+	clock := testclock.New(time.Now())
+	a := New(f.URL, direct.apiKey, WithClock(clock.Now), WithSleeper(func(ctx context.Context, d time.Duration) error {
+		clock.Advance(d)
+		return ctx.Err()
+	}))
+	for range 100 {
+		f.Fail("POST /api/tasks/resumed/checkout", testenv.Lose, testenv.Lose, testenv.Lose, testenv.Lose)
+	}
+	err := a.WorkOn(ctx, "resumed", func(context.Context, *Lease) error {
+		t.Error("WorkOn ran its function without an answer to its checkout")
+		return nil
+	}, RunID("run-saved"), NoHeartbeats())
+	if !errors.Is(err, ErrUndecided) {
+		t.Errorf("WorkOn whose checkout never got an answer: %v, want ErrUndecided", err)
+	}
+	if s, err := direct.Status(ctx, "resumed"); err != nil || !s.Locked || s.Checkout.RunID != "run-saved" {
+		t.Errorf("after WorkOn gave up on its checkout: %+v, %v; want the run's lease still held", s, err)
+	}
+}
