@@ -93,8 +93,9 @@ func (t *tools) leaseError(ctx context.Context, taskID string, fence int64, err 
 // undecided is err, the failure of a request that changes something,
 // said as what it is when its answer was lost (client.ErrUndecided): it
 // was sent and may have taken effect. what names the request ("The
-// release of task t1"), next says what to do. Any other err is returned
-// as it is.
+// release of task t1"), next says what to do, after the wait the
+// answer's Retry-After asks for, when it asks for one. Any other err is
+// returned as it is.
 func undecided(err error, what, next string) error {
 	if !errors.Is(err, client.ErrUndecided) {
 		return err
@@ -111,6 +112,9 @@ func undecided(err error, what, next string) error {
 		why = "no answer from " + ue.URL
 	default:
 		why = err.Error()
+	}
+	if ae != nil && ae.RetryAfter > 0 {
+		next += fmt.Sprintf(" (try again in %ds)", int64(ae.RetryAfter/time.Second))
 	}
 	return &stated{Outcome{Code: codeUndecided, Message: fmt.Sprintf("%s was sent, but no answer says whether it took effect (%s): %s.", what, why, next)}}
 }

@@ -28,6 +28,10 @@ func TestUnavailableSaysWhenToTryAgain(t *testing.T) {
 			w.Header().Set("Retry-After", "60")
 			w.WriteHeader(http.StatusTooManyRequests)
 			io.WriteString(w, `{"message":"Too Many Requests"}`)
+		case strings.HasSuffix(r.URL.Path, "/busy/checkout"):
+			w.Header().Set("Retry-After", "60")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"error":"the service is busy","code":"unavailable"}`)
 		default:
 			w.Header().Set("Content-Type", "text/html")
 			w.WriteHeader(http.StatusBadGateway)
@@ -55,5 +59,12 @@ func TestUnavailableSaysWhenToTryAgain(t *testing.T) {
 	res, txt, out = callTool(t, cs, "get_task", map[string]any{"task_id": "t1"})
 	if !res.IsError || out["code"] != "unavailable" || !strings.Contains(txt, "502") || !strings.Contains(txt, "again") {
 		t.Errorf("a 502 from a proxy: isError %v, %s %v, want code unavailable, the status and to try again", res.IsError, txt, out)
+	}
+	// A 5xx to a call that changes something may be an answer lost in
+	// front of the server: undecided, saying when to call again. It said
+	// undecided without the 60s the answer asked to wait.
+	res, txt, out = callTool(t, cs, "checkout_task", map[string]any{"task_id": "busy"})
+	if !res.IsError || out["code"] != "undecided" || !strings.Contains(txt, "60s") {
+		t.Errorf("a checkout answered 503 with Retry-After: isError %v, %s %v, want code undecided and the 60s to wait", res.IsError, txt, out)
 	}
 }

@@ -44,3 +44,29 @@ func TestUnavailableSaysWhenToTryAgain(t *testing.T) {
 		}
 	}
 }
+
+// A 5xx that asks the caller to wait (Retry-After) may also be an answer
+// lost in front of the server, so a command that changes something says
+// it may have taken effect. It said so without the wait the answer asked
+// for, where it had said "(try again in 1m)": it now says both.
+func TestAnUndecidedAnswerSaysWhenToTryAgain(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			io.WriteString(w, `{"ok":true}`)
+			return
+		}
+		w.Header().Set("Retry-After", "60")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"error":"the service is busy","code":"unavailable"}`)
+	}))
+	defer srv.Close()
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", "")
+	for _, args := range [][]string{{"t1"}, {"release", "t1"}} {
+		var out, errb strings.Builder
+		code := run(context.Background(), append([]string{"--url", srv.URL, "--api-key", "ck_test"}, args...), strings.NewReader(""), &out, &errb)
+		if code != exitError || !strings.Contains(errb.String(), "no answer says whether it took effect") || !strings.Contains(errb.String(), "try again in 1m") {
+			t.Errorf("checkout %v: exit %d, stderr %q, want exit 1, undecided, and when to try again (1m)", args, code, errb.String())
+		}
+	}
+}

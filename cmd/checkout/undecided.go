@@ -11,11 +11,15 @@ import (
 // said as what it is when the request's answer was lost
 // (client.ErrUndecided): it was sent and may have taken effect, so it is
 // no plain failure. what names the request ("the release of task t1"),
-// next says what to run to find out, or to finish. Any other err is
+// next says what to run to find out, or to finish, after the wait the
+// answer's Retry-After asks for, when it asks for one. Any other err is
 // returned as it is.
 func lostAnswer(err error, what, next string) error {
 	if !errors.Is(err, client.ErrUndecided) {
 		return err
+	}
+	if ae := (*client.APIError)(nil); errors.As(err, &ae) && ae.RetryAfter > 0 {
+		next += fmt.Sprintf(" (try again in %s)", compact(ae.RetryAfter))
 	}
 	return &failure{fmt.Sprintf("%s was sent, but no answer says whether it took effect (%s): %s", what, whyLost(err), next), exitError}
 }
