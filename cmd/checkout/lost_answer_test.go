@@ -1,8 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"os"
+	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -300,5 +305,41 @@ func TestMCPALostClaimsEndedLeaseIsSaidSo(t *testing.T) {
 	}
 	if res, out := ms.call("claim_task", map[string]any{"queues": []string{q}}); out["acquired"] != true || out["checkout"].(map[string]any)["fence"] != float64(2) {
 		t.Errorf("claim_task after that: %s %v; want the task claimed anew, fence 2", textOf(res), out)
+	}
+}
+
+// Ctrl-C after a claim was sent leaves it undecided: the claim may have
+// taken a task. The command said so, with the Go error inside: "(claim:
+// context canceled after the request was sent, before its answer came:
+// it may have taken effect)". It now says it was interrupted, and how to
+// find the lease (exit 1).
+func TestAnInterruptedClaimSaysItWasInterrupted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	f := testenv.NewFront(t, e.srv.URL())
+	cmd := exec.Command(binary, "claim", "--queue", "empty", "--wait", "3s")
+	cmd.Env = cleanEnv("CHECKOUT_URL="+f.URL, "CHECKOUT_API_KEY="+e.keys["agent-c3d4"])
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(f.Requests(), "POST /api/claim"); {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("the claim never reached the server")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitError {
+		t.Fatalf("interrupted claim: %v, stderr %q; want exit 1", err, errb.String())
+	}
+	if msg := errb.String(); !strings.Contains(msg, "interrupted after it was sent") || strings.Contains(msg, "context canceled") || !strings.Contains(msg, "checkout claim --run-id") {
+		t.Errorf("interrupted claim: stderr %q; want it interrupted after it was sent, and how to find its lease", msg)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -24,12 +25,17 @@ func lostAnswer(err error, what, next string) error {
 	return &failure{fmt.Sprintf("%s was sent, but no answer says whether it took effect (%s): %s", what, whyLost(err), next), exitError}
 }
 
-// whyLost is what became of a lost answer: a 5xx's status or sentence, or
-// the connection closing without one.
+// whyLost is what became of a lost answer: a 5xx's status or sentence,
+// the connection closing without one, or the command interrupted (Ctrl-C)
+// before it came.
 func whyLost(err error) string {
 	var ae *client.APIError
 	var ue *client.UnreachableError
 	switch {
+	case errors.Is(err, context.Canceled):
+		return "interrupted after it was sent"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "its time ran out after it was sent"
 	case errors.As(err, &ae) && ae.Message != "":
 		return oneLine(ae.Message)
 	case errors.As(err, &ae):
