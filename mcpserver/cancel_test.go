@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,5 +188,11 @@ func TestACancelledCallsAnswerSaysCancelled(t *testing.T) {
 	_ = json.Unmarshal(resp.Result, &res)
 	if !res.IsError || res.StructuredContent["code"] != "cancelled" {
 		t.Fatalf("the cancelled call's answer: %s", resp.Result)
+	}
+	// The claim was sent: it may have taken a task, which the next
+	// claim_task answers with. The answer said only that what the call
+	// had not done yet was not done.
+	if msg, _ := res.StructuredContent["message"].(string); !strings.Contains(msg, "may have taken") || !strings.Contains(msg, "claim_task again") || strings.Contains(msg, "context canceled") {
+		t.Errorf("the cancelled claim's message: %q; want it to say the claim may have taken a task, and to call claim_task again", msg)
 	}
 }

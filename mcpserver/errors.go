@@ -104,6 +104,10 @@ func undecided(err error, what, next string) error {
 	var ae *client.APIError
 	var ue *client.UnreachableError
 	switch {
+	case errors.Is(err, context.Canceled):
+		why = "cancelled after it was sent"
+	case errors.Is(err, context.DeadlineExceeded):
+		why = "its time ran out after it was sent"
 	case errors.As(err, &ae) && ae.Message != "":
 		why = ae.Message
 	case errors.As(err, &ae):

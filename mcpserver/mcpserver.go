@@ -11,8 +11,9 @@
 // invalid_arguments, unreachable, undecided (a request sent whose answer
 // was lost: it may have taken effect), not_a_checkout_server, cancelled (a call
 // cancelled before it finished; over stdio, where the protocol asks that a
-// cancelled request get no answer, it is not sent) and error (a failure
-// without a code of its own).
+// cancelled request get no answer, it is not sent; one cancelled after its
+// request was sent says, as undecided does, that it may have taken effect
+// and what to call next) and error (a failure without a code of its own).
 //
 // A conflict is an answer, not a failure: checkout_task and claim_task
 // return a normal result with "acquired": false and the holder, because
@@ -503,8 +504,14 @@ func addTool[In, Out any, PO interface {
 		res, err := h(ctx, args)
 		if err != nil && ctx.Err() != nil {
 			// The client cancelled the call (over stdio its answer is
-			// dropped, as the protocol asks), or the session ended.
-			return failure(Outcome{Code: codeCancelled, Message: "the call was cancelled before it finished: whatever it had not done yet was not done"}), nil
+			// dropped, as the protocol asks), or the session ended. A
+			// request already sent may have taken effect: its undecided
+			// outcome says what to call next.
+			o := Outcome{Code: codeCancelled, Message: "the call was cancelled before it finished: whatever it had not done yet was not done"}
+			if st := (*stated)(nil); errors.As(err, &st) && st.o.Code == codeUndecided {
+				o.Message = "the call was cancelled after its request was sent. " + st.o.Message
+			}
+			return failure(o), nil
 		}
 		if err != nil {
 			return failure(toolError(err)), nil
