@@ -297,7 +297,8 @@ func CheckBaseURL(baseURL string) error {
 	return nil
 }
 
-// UnreachableError is a request that got no answer from the server.
+// UnreachableError is a request that got no answer from the server: it
+// could not reach it, or (Sent) its answer was lost.
 type UnreachableError struct {
 	URL string // the client's base URL
 	Err error
@@ -311,6 +312,9 @@ type UnreachableError struct {
 }
 
 func (e *UnreachableError) Error() string {
+	if e.Sent {
+		return fmt.Sprintf("no answer from the server at %s (the request was sent): %s", e.URL, reason(e.Err))
+	}
 	return fmt.Sprintf("cannot reach the server at %s: %s", e.URL, reason(e.Err))
 }
 

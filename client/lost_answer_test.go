@@ -3,7 +3,9 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -209,5 +211,29 @@ func TestARetryRefusedAfterALostAnswerIsUndecided(t *testing.T) {
 	}
 	if s, err := direct.Status(ctx, "claimed"); err != nil || !s.Locked {
 		t.Errorf("the claim whose answer was lost: %+v, %v; want the task taken", s, err)
+	}
+}
+
+// The error of a request whose answer was lost after it was sent said
+// "cannot reach the server", as for a server that refused the connection:
+// WorkOn's OnError and returned error, and any caller printing it, told
+// of a server never reached that had acted. It now says the request was
+// sent and got no answer.
+func TestALostAnswersErrorSaysItWasSent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, admin := startServer(t, nil)
+	f := testenv.NewFront(t, srv.URL())
+	direct := agent(t, admin, "agent-a1b2", "researcher")
+	if _, err := direct.CreateTask(ctx, CreateTaskRequest{TaskID: "sent"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := direct.Checkout(ctx, "sent", CheckoutRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	f.Fail("POST /api/tasks/sent/release", testenv.Lose)
+	_, err := New(f.URL, direct.apiKey).Release(ctx, "sent", ReleaseRequest{})
+	if msg := fmt.Sprint(err); !errors.Is(err, ErrUndecided) || strings.Contains(msg, "cannot reach") || !strings.Contains(msg, "was sent") {
+		t.Errorf("release whose answer was lost: %q; want it to say the request was sent, not that the server cannot be reached", msg)
 	}
 }
