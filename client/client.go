@@ -235,6 +235,11 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 			if errors.As(lastErr, &ae) {
 				ae.RetryAfter = retryAfter
 			}
+			if undecided && status == http.StatusTooManyRequests {
+				// Throttled, this try says nothing of the earlier one
+				// whose answer was lost.
+				lastErr = &throttledAfterLost{last: lastErr}
+			}
 			overloaded := status == http.StatusTooManyRequests || status >= 500
 			if !overloaded && ae != nil && path != "/healthz" && (ae.Code == "" || ae.Code == errcode.NotFound || ae.Code == errcode.MethodNotAllowed) {
 				// Not the API's error form, or no such route: is this a
@@ -254,7 +259,7 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 			}
 			retryable = status == http.StatusTooManyRequests || (status >= 500 && mode == idempotent)
 		}
-		undecided = errors.Is(lastErr, ErrUndecided)
+		undecided = undecided || errors.Is(lastErr, ErrUndecided)
 		if !retryable || attempt >= c.retry.MaxAttempts {
 			return lastErr
 		}
@@ -355,6 +360,23 @@ func (e *sentStopped) Unwrap() error { return e.ctxErr }
 
 // Is matches ErrUndecided.
 func (e *sentStopped) Is(target error) bool { return target == ErrUndecided }
+
+// throttledAfterLost is the error of a try throttled (429) after an
+// earlier try of the same call was sent and its answer lost: the server
+// may have acted on that one. It matches the 429's errors and
+// ErrUndecided.
+type throttledAfterLost struct {
+	last error
+}
+
+func (e *throttledAfterLost) Error() string {
+	return fmt.Sprintf("%v, after a try whose answer was lost: it may have taken effect", e.last)
+}
+
+func (e *throttledAfterLost) Unwrap() error { return e.last }
+
+// Is matches ErrUndecided.
+func (e *throttledAfterLost) Is(target error) bool { return target == ErrUndecided }
 
 // backoff is the full-jitter delay before retry number attempt.
 func (c *Client) backoff(attempt int) time.Duration {

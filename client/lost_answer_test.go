@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,5 +239,35 @@ func TestALostAnswersErrorSaysItWasSent(t *testing.T) {
 	_, err := New(f.URL, direct.apiKey).Release(ctx, "sent", ReleaseRequest{})
 	if msg := fmt.Sprint(err); !errors.Is(err, ErrUndecided) || strings.Contains(msg, "cannot reach") || !strings.Contains(msg, "was sent") {
 		t.Errorf("release whose answer was lost: %q; want it to say the request was sent, not that the server cannot be reached", msg)
+	}
+}
+
+// The retries of a call safe to repeat, after a try whose answer was
+// lost, may be throttled (429) or refused a connection, as a gateway or
+// a server going down does: the call's error was then the last try's
+// alone, a 429 or a refusal, not matching ErrUndecided, though the lost
+// try may have acted (a claim may have taken a task, which ClaimLoop
+// then left held, claiming under a new run). Neither answer settles what
+// the lost try left open: the error matches ErrUndecided.
+func TestAThrottledRetryAfterALostAnswerStaysUndecided(t *testing.T) {
+	t.Parallel()
+	var srv *httptest.Server
+	var n atomic.Int32
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if n.Add(1) == 1 {
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
+		srv.Listener.Close() // the tries after this one: refused, or throttled on the open connection
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	t.Cleanup(srv.Close)
+	_, err := New(srv.URL, "ck_x", WithSleeper(func(context.Context, time.Duration) error { return nil })).
+		Release(context.Background(), "t1", ReleaseRequest{RunID: "run-1"})
+	if !errors.Is(err, ErrUndecided) {
+		t.Errorf("release lost, then throttled, then refused: %v; want ErrUndecided", err)
 	}
 }

@@ -276,10 +276,11 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 	}
 	co, err := t.c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: in.Reason, RunID: runID, AgentID: t.agentID, Queues: in.Queues, Wait: wait})
 	// Answered (a 4xx included), the claim's outcome is known; without
-	// an answer, or with a 5xx, it may hold a lease.
+	// an answer, or with a 5xx, it may hold a lease, as it may when a try
+	// lost its answer and the client's retries were throttled (429).
 	var ae *client.APIError
 	t.mu.Lock()
-	if err == nil || errors.As(err, &ae) && ae.Status < 500 {
+	if err == nil || errors.As(err, &ae) && ae.Status < 500 && !errors.Is(err, client.ErrUndecided) {
 		t.lostClaim = ""
 	} else {
 		t.lostClaim = runID

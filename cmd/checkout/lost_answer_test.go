@@ -343,3 +343,32 @@ func TestAnInterruptedClaimSaysItWasInterrupted(t *testing.T) {
 		t.Errorf("interrupted claim: stderr %q; want it interrupted after it was sent, and how to find its lease", msg)
 	}
 }
+
+// A claim_task whose first try lost its answer, and whose retries a
+// gateway throttled (429), may have taken a task: the next claim_task
+// claims under its run, and gets that lease, not a second task.
+func TestMCPALostClaimThrottledAfterIsClaimedAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	f := testenv.NewFront(t, e.srv.URL())
+	me := client.New(e.srv.URL(), e.keys["agent-c3d4"])
+	q := "throttled"
+	for _, id := range []string{"first", "second"} {
+		if _, err := e.admin.CreateTask(ctx, client.CreateTaskRequest{TaskID: id, Queue: q}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms := connectMCP(t, f.URL, e.keys["agent-c3d4"])
+	f.Fail("POST /api/claim", testenv.Lose, testenv.Throttle, testenv.Throttle, testenv.Throttle)
+	if res, out := ms.call("claim_task", map[string]any{"queues": []string{q}}); out["code"] != "undecided" {
+		t.Errorf("claim_task lost, then throttled: %s %v; want undecided", textOf(res), out)
+	}
+	res, out := ms.call("claim_task", map[string]any{"queues": []string{q}})
+	if out["acquired"] != true {
+		t.Errorf("claim_task after it: %s %v", textOf(res), out)
+	}
+	if cos, err := me.ListCheckouts(ctx, "agent-c3d4"); err != nil || len(cos) != 1 {
+		t.Errorf("after a lost claim and the next: leases %+v, %v; want the one the lost claim took", cos, err)
+	}
+}

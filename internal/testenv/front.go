@@ -53,10 +53,13 @@ const (
 	// answer and stops listening, as a server does that goes down right
 	// after it acted: every later request is refused a connection.
 	Down
+	// Throttle answers 429 itself, as a gateway throttling does, without
+	// forwarding the request.
+	Throttle
 )
 
 func (f Fault) String() string {
-	return [...]string{"pass", "drop", "lose", "gateway", "slow", "down"}[f]
+	return [...]string{"pass", "drop", "lose", "gateway", "slow", "down", "throttle"}[f]
 }
 
 // NewFront starts a Front before target (a base URL), closed at the
@@ -99,6 +102,11 @@ func (f *Front) serve(w http.ResponseWriter, r *http.Request) {
 	switch ft {
 	case Drop:
 		hangUp(w)
+		return
+	case Throttle:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		io.WriteString(w, `{"message":"Too Many Requests"}`)
 		return
 	case Slow:
 		time.Sleep(time.Second)
