@@ -137,3 +137,44 @@ func TestClaimLoopSkipsALostClaimsEndedLease(t *testing.T) {
 		t.Errorf("the task: %+v, %v; want it done", task, err)
 	}
 }
+
+// A claim of ClaimLoop whose answer was lost and which took nothing (it
+// found the queue empty) leaves its run free: the claim again under that
+// run, once a task is there, is a fresh claim and takes it.
+func TestClaimLoopClaimsAfreshAfterALostClaimTookNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, admin := startServer(t, nil)
+	f := testenv.NewFront(t, srv.URL())
+	direct := agent(t, admin, "agent-a1b2", "researcher")
+	var mu sync.Mutex
+	lost := 0
+	f.Lost = func(string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if lost++; lost == 4 { // the claim's every try answered 404, lost
+			if _, err := admin.CreateTask(context.Background(), CreateTaskRequest{TaskID: "later", Queue: "empty"}); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	f.Fail("POST /api/claim", testenv.Lose, testenv.Lose, testenv.Lose, testenv.Lose)
+	a := New(f.URL, direct.apiKey, WithSleeper(func(ctx context.Context, _ time.Duration) error { return ctx.Err() }))
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var worked []string
+	err := a.ClaimLoop(ctx, func(_ context.Context, l *Lease) error {
+		worked = append(worked, l.TaskID())
+		cancel()
+		return nil
+	}, Queues("empty"), NoHeartbeats(), OnError(func(string, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(worked) != 1 || worked[0] != "later" {
+		t.Errorf("the loop worked on %v; want later", worked)
+	}
+	if task, err := direct.GetTask(context.Background(), "later"); err != nil || task.Status != StatusDone || task.Attempts != 1 {
+		t.Errorf("the task: %+v, %v; want it done, in one attempt", task, err)
+	}
+}
