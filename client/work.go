@@ -206,7 +206,8 @@ func (c *Client) WorkOn(ctx context.Context, taskID string, fn func(ctx context.
 // lease, for up to finishTimeout while ctx lasts. Should the answer stay
 // lost, the lease the run may hold is released (naming the run, so that
 // nothing else is), even when ctx is done, rather than left held until it
-// times out, and the error is the checkout's. A run id the caller gave
+// times out, and the error is the checkout's (a failed release goes to
+// OnError, naming the run). A run id the caller gave
 // (the RunID option) may hold a lease from before this call, which the
 // caller means to resume: that lease is left alone, for the caller, who
 // knows the run, to ask again.
@@ -223,7 +224,12 @@ func (c *Client) checkoutDecided(ctx context.Context, taskID string, req Checkou
 	if errors.Is(err, ErrUndecided) && cfg.runID == "" {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 		defer cancel()
-		_, _ = c.Release(fctx, taskID, ReleaseRequest{RunID: req.RunID, Reason: "the checkout's answer was lost"})
+		_, rerr := c.Release(fctx, taskID, ReleaseRequest{RunID: req.RunID, Reason: "the checkout's answer was lost"})
+		if rerr != nil && !errors.Is(rerr, ErrNotCheckedOut) && !errors.Is(rerr, ErrNotHolder) {
+			// The run may hold the lease still: say which run, the
+			// caller never saw it.
+			cfg.onError(taskID, fmt.Errorf("the release of run %s, whose checkout's answer was lost, failed: it may hold the task until its lease times out: %w", req.RunID, rerr))
+		}
 	}
 	return co, err
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,5 +100,49 @@ func TestWorkOnKeepsTheCallersRunsLeaseWhenItsCheckoutIsLost(t *testing.T) {
 	}
 	if s, err := direct.Status(ctx, "resumed"); err != nil || !s.Locked || s.Checkout.RunID != "run-saved" {
 		t.Errorf("after WorkOn gave up on its checkout: %+v, %v; want the run's lease still held", s, err)
+	}
+}
+
+// When WorkOn gives up on a checkout whose answers were all lost, it
+// releases whatever the run may hold. When that release's answer was
+// lost as well, nothing said so: the lease, under a run id the caller
+// never saw, could stay held until it timed out, unknown to anyone.
+// OnError now gets the release's error, naming the run.
+func TestWorkOnReportsALostCheckoutsFailedRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, admin := startServer(t, nil)
+	f := testenv.NewFront(t, srv.URL())
+	direct := agent(t, admin, "agent-a1b2", "researcher")
+	if _, err := direct.CreateTask(ctx, CreateTaskRequest{TaskID: "stuck"}); err != nil {
+		t.Fatal(err)
+	}
+	clock := testclock.New(time.Now())
+	a := New(f.URL, direct.apiKey, WithClock(clock.Now), WithSleeper(func(ctx context.Context, d time.Duration) error {
+		clock.Advance(d)
+		return ctx.Err()
+	}))
+	for range 100 {
+		f.Fail("POST /api/tasks/stuck/checkout", testenv.Lose)
+	}
+	f.Fail("POST /api/tasks/stuck/release", testenv.Drop, testenv.Drop, testenv.Drop, testenv.Drop)
+	var reported []error
+	err := a.WorkOn(ctx, "stuck", func(context.Context, *Lease) error {
+		t.Error("WorkOn ran its function without an answer to its checkout")
+		return nil
+	}, NoHeartbeats(), OnError(func(_ string, err error) { reported = append(reported, err) }))
+	if !errors.Is(err, ErrUndecided) {
+		t.Errorf("WorkOn whose checkout never got an answer: %v, want ErrUndecided", err)
+	}
+	s, serr := direct.Status(ctx, "stuck")
+	if serr != nil || !s.Locked {
+		t.Fatalf("the task after the lost checkout and release: %+v, %v; want it held", s, serr)
+	}
+	found := false
+	for _, e := range reported {
+		found = found || strings.Contains(e.Error(), "release") && strings.Contains(e.Error(), s.Checkout.RunID)
+	}
+	if !found {
+		t.Errorf("OnError got %v; want the release's failure, naming run %s", reported, s.Checkout.RunID)
 	}
 }
