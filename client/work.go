@@ -203,7 +203,8 @@ func (c *Client) WorkOn(ctx context.Context, taskID string, fn func(ctx context.
 // checkoutDecided is WorkOn's checkout. One whose answer was lost
 // (ErrUndecided) may hold the lease, under a run id the caller never
 // sees: it is asked again under the same run id, which answers with that
-// lease, for up to finishTimeout while ctx lasts. Should the answer stay
+// lease, for up to finishTimeout while ctx lasts, waiting at least what
+// an answer's Retry-After asks for. Should the answer stay
 // lost, the lease the run may hold is released (naming the run, so that
 // nothing else is), even when ctx is done, rather than left held until it
 // times out, and the error is the checkout's (a failed release goes to
@@ -214,9 +215,18 @@ func (c *Client) WorkOn(ctx context.Context, taskID string, fn func(ctx context.
 func (c *Client) checkoutDecided(ctx context.Context, taskID string, req CheckoutRequest, cfg workConfig) (Checkout, error) {
 	co, err := c.Checkout(ctx, taskID, req)
 	start := c.now()
-	for try := 1; errors.Is(err, ErrUndecided) && ctx.Err() == nil && c.now().Sub(start) < finishTimeout; try++ {
+	for try := 1; errors.Is(err, ErrUndecided) && ctx.Err() == nil; try++ {
+		// The wait an answer's Retry-After asks for, when longer: a
+		// server that asks for more rest than is left is not asked again.
+		wait := c.finishWait(try)
+		if ae := (*APIError)(nil); errors.As(err, &ae) && ae.RetryAfter > wait {
+			wait = ae.RetryAfter
+		}
+		if c.now().Add(wait).Sub(start) >= finishTimeout {
+			break
+		}
 		cfg.onError(taskID, err)
-		if c.sleep(ctx, c.finishWait(try)) != nil {
+		if c.sleep(ctx, wait) != nil {
 			break
 		}
 		co, err = c.Checkout(ctx, taskID, req)

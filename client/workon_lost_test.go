@@ -3,7 +3,11 @@ package client
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -144,5 +148,38 @@ func TestWorkOnReportsALostCheckoutsFailedRelease(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("OnError got %v; want the release's failure, naming run %s", reported, s.Checkout.RunID)
+	}
+}
+
+// A checkout answered 503 with a Retry-After longer than WorkOn's 30 s
+// of asking again (the server busy, asking callers to come back in a
+// minute) matches ErrUndecided, as any 5xx does. WorkOn asked again every
+// few seconds regardless, a dozen times, where the server had asked for
+// a minute's rest. It now waits what the answer asks, and gives up at
+// once when that is past its 30 s.
+func TestWorkOnHonoursRetryAfterOfAnUndecidedCheckout(t *testing.T) {
+	t.Parallel()
+	var checkouts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/checkout") {
+			checkouts.Add(1)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "60")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"error":"the service is busy","code":"unavailable"}`)
+	}))
+	t.Cleanup(srv.Close)
+	clock := testclock.New(time.Now())
+	a := New(srv.URL, "ck_x", WithClock(clock.Now), WithSleeper(func(ctx context.Context, d time.Duration) error {
+		clock.Advance(d)
+		return ctx.Err()
+	}))
+	err := a.WorkOn(context.Background(), "busy", func(context.Context, *Lease) error { return nil }, NoHeartbeats())
+	if !errors.Is(err, ErrUnavailable) {
+		t.Errorf("WorkOn: %v, want ErrUnavailable", err)
+	}
+	if n := checkouts.Load(); n != 1 {
+		t.Errorf("checkouts sent: %d; want 1 (the answer asked for a minute's wait)", n)
 	}
 }
