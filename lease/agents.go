@@ -339,7 +339,7 @@ func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
 				return err
 			}
 			if !ours {
-				continue // its key was replaced, or it was removed and registered again
+				continue // its key was replaced, or another removal deleted it
 			}
 		} else if err != nil {
 			return fmt.Errorf("remove agent %s: %w", agentID, err)
@@ -355,17 +355,25 @@ func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
 // sends times and refused on its condition with returned (the item as
 // it is; none when it is gone), was refused on its own first sending: that
 // sending applied, its answer was lost, and the SDK sent it again
-// (sends.go). The item is gone, and the tombstone is still this
-// removal's: another removal since would have left its own.
+// (sends.go). The tombstone is still this removal's (another removal
+// since would have left its own), and the item is gone, or is an agent
+// registered again since: a registration lands only once the item is
+// gone, and its clean start (restart) keeps the tombstone's removal id.
+// A key given to the agent since the read (EnsureAgent) leaves the
+// tombstone as it is: the agent is still to remove.
 func (s *Store) deletedHere(ctx context.Context, agentID, removal string, sends int32, returned map[string]types.AttributeValue) (bool, error) {
-	if sends < 2 || len(returned) > 0 {
+	if sends < 2 {
 		return false, nil
 	}
 	hb, err := s.readHeartbeat(ctx, agentID)
 	if err != nil {
 		return false, err
 	}
-	return hb != nil && hb.Removed && hb.Removal == removal, nil
+	if hb == nil || hb.Removal != removal {
+		return false, nil
+	}
+	registered := len(returned) > 0 // again, since: the tombstone made its clean start
+	return hb.Removed != registered, nil
 }
 
 // bury replaces the heartbeat of agent a, read from the agents table, with

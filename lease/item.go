@@ -615,7 +615,8 @@ type heartbeatItem struct {
 	DeadAt int64 `dynamodbav:"dead_at,omitempty"`
 	// Removed marks the tombstone an agent's removal leaves: dead for ever.
 	// Removal names the removal that left it (RemoveAgent), so that its
-	// delete of the agent, sent again, knows its own.
+	// delete of the agent, sent again, knows its own; a registration of
+	// the id again keeps it (restart).
 	Removed bool   `dynamodbav:"removed,omitempty"`
 	Removal string `dynamodbav:"removal,omitempty"`
 	// RegisteredAt is when an id removed before was registered again; watches

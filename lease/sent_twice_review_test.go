@@ -1,0 +1,83 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// deleteTwiceRaceDB sends the first conditional DeleteItem of table
+// twice, running race between the two sendings, and answers with the
+// second answer: it applied, its answer was lost, and before the SDK sent
+// it again another request landed.
+type deleteTwiceRaceDB struct {
+	lease.DB
+	table string
+	race  func()
+	sent  atomic.Bool
+}
+
+func (d *deleteTwiceRaceDB) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	if in.TableName != nil && *in.TableName == d.table && in.ConditionExpression != nil && d.sent.CompareAndSwap(false, true) {
+		if _, err := d.DB.DeleteItem(ctx, in, opts...); err != nil {
+			return nil, err
+		}
+		d.race()
+	}
+	return d.DB.DeleteItem(ctx, in, opts...)
+}
+
+// A removal whose delete of the agent applied, whose answer was lost,
+// and which the SDK sent again only after the id was registered again (an
+// id may be registered again at once where ReRegisterAfter is 0, and an
+// operator's EnsureAgent is never held back) found the new agent's item,
+// took the refusal for a key replaced since its read, and went round
+// again: it removed the new agent too, which had registered after the
+// removal took effect, and whose key then failed. The tombstone's
+// removal id, which the new registration's restart keeps, says the first
+// sending deleted the agent: the removal is answered as made and the new
+// agent stays.
+func TestARemovalSentTwiceAfterTheIDIsRegisteredAgainKeepsTheNewAgent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "gone", Name: "old"}))
+	var again lease.Registration
+	var raceErr error
+	db := &deleteTwiceRaceDB{DB: e.db, table: e.names.Table(schema.AgentsTable), race: func() {
+		again, raceErr = e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "gone", Name: "new"})
+	}}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	err := s.RemoveAgent(c, "gone")
+	if !db.sent.Load() {
+		t.Fatal("no delete was sent twice")
+	}
+	if raceErr != nil {
+		t.Fatalf("registering the id again after its removal: %v", raceErr)
+	}
+	if err != nil {
+		t.Fatalf("a removal whose delete applied: %v; want it removed", err)
+	}
+	got, err := e.store.GetAgent(c, "gone")
+	if err != nil {
+		t.Fatalf("the agent registered after the removal took effect: %v; want it kept", err)
+	}
+	if got.Name != "new" {
+		t.Fatalf("agent %+v, want the new registration", got)
+	}
+	if p, err := e.store.Authenticate(c, again.APIKey); err != nil || p.AgentID != "gone" {
+		t.Fatalf("the new agent's key: %+v, %v; want it to pass", p, err)
+	}
+	if err := e.store.RemoveAgent(c, "gone"); err != nil {
+		t.Fatalf("removing the new agent: %v", err)
+	}
+	if _, err := e.store.GetAgent(c, "gone"); !errors.Is(err, lease.ErrAgentNotFound) {
+		t.Fatalf("the new agent after its removal: %v", err)
+	}
+}
