@@ -3,8 +3,10 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -79,5 +81,62 @@ func TestARemovalSentTwiceAfterTheIDIsRegisteredAgainKeepsTheNewAgent(t *testing
 	}
 	if _, err := e.store.GetAgent(c, "gone"); !errors.Is(err, lease.ErrAgentNotFound) {
 		t.Fatalf("the new agent after its removal: %v", err)
+	}
+}
+
+// A message deletion whose mark was sent twice, racing the same agent's
+// other deletion of the message: exactly one of them deletes it (200) and
+// the other finds none (404), whichever sending landed, and the message
+// leaves one tombstone. The mark's first sending either applied (its
+// answer lost: the other deletion finds the message marked) or was lost
+// before it landed (the other deletion marks and deletes it first).
+func TestAMessageDeletionSentTwiceRacingAnotherDeletesOnce(t *testing.T) {
+	t.Parallel()
+	for _, applied := range []bool{true, false} {
+		t.Run(map[bool]string{true: "first sending applied", false: "first sending lost"}[applied], func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "x")
+			e.checkout(t, "x", "ag", time.Hour)
+			must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "admin", Force: true}))
+			msgs := e.inbox(t, "ag")
+			if len(msgs) != 1 {
+				t.Fatalf("ag's inbox after a force release of its lease: %+v, want one lease_lost", msgs)
+			}
+			id := msgs[0].MessageID
+			var otherErr error
+			other := func() { otherErr = e.store.DeleteMessage(c, "ag", id) }
+			var s *lease.Store
+			var sent func() bool
+			if applied {
+				db := &updateTwiceDB{DB: e.db, name: "acked", race: other}
+				s, sent = lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now}), db.sent.Load
+			} else {
+				inbox := e.names.Table(schema.InboxTable)
+				var doer *lossyDoer
+				s, doer = lossyTaskStore(e, func(target, body string) bool {
+					return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, inbox) && strings.Contains(body, `"acked"`)
+				}, other)
+				sent = doer.lost.Load
+			}
+			err := s.DeleteMessage(c, "ag", id)
+			if !sent() {
+				t.Fatal("no mark was sent twice")
+			}
+			want, wantOther := error(nil), lease.ErrMessageNotFound
+			if !applied {
+				want, wantOther = lease.ErrMessageNotFound, nil
+			}
+			if !errors.Is(err, want) || !errors.Is(otherErr, wantOther) {
+				t.Fatalf("the deletion sent twice: %v, the other: %v; want %v and %v", err, otherErr, want, wantOther)
+			}
+			if got := e.inbox(t, "ag"); len(got) != 0 {
+				t.Fatalf("ag's inbox after the deletions: %+v", got)
+			}
+			if items := e.inboxItems(t, "ag"); len(items) != 1 {
+				t.Fatalf("ag's inbox partition holds %d items, want the tombstone alone: %v", len(items), items)
+			}
+		})
 	}
 }
