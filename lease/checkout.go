@@ -299,15 +299,15 @@ func (s *Store) fresh(ctx context.Context, c Checkout, at time.Time) (granted, t
 			return granted{granted: true, lease: c}, at, nil
 		}
 		// Made once: a renewal the SDK sent again (its answer lost:
-		// sends.go) is refused on its own, and knows it.
+		// sends.go) is refused on its own, and knows it by its write's id.
 		cond := holderCond(c.AgentID, c.RunID, c.Fence, now).and(timeCond(now), notRenewedAt(now))
-		wctx, sends := countSends(ctx)
-		it, applied, err := s.update(wctx, c.TaskID, cond, renewUpdate(now, c.Timeout), types.ReturnValueAllNew)
+		write := newID("")
+		it, applied, err := s.update(ctx, c.TaskID, cond, renewUpdate(now, c.Timeout, write), types.ReturnValueAllNew)
 		if err != nil {
 			return granted{}, now, err
 		}
-		if !applied && sends.Load() > 1 && it != nil && it.LastOp == EventRenew && it.LastAt == ms(now) && it.Holder == c.AgentID && it.Fence == c.Fence {
-			applied = true // nobody else knows of the lease yet: this very renewal
+		if !applied && it != nil && it.renewedBy(write) {
+			applied = true // this very renewal
 		}
 		if !applied {
 			if !lostToLater(it, now) || it.Holder != c.AgentID || it.Fence != c.Fence {
@@ -331,13 +331,16 @@ func notRenewedAt(now time.Time) expression.ConditionBuilder {
 	return expression.Or(expression.Name("last_op").NotEqual(expression.Value(string(EventRenew))), nameLastAt.NotEqual(expression.Value(ms(now))))
 }
 
-// renewUpdate is a renewal's update at now: the lease expires at now +
-// timeout (timeout 0: the lease's own), with its renew event.
-func renewUpdate(now time.Time, timeout time.Duration) expression.UpdateBuilder {
+// renewUpdate is a renewal's update at now, by the write named write: the
+// lease expires at now + timeout (timeout 0: the lease's own), with its
+// renew event.
+func renewUpdate(now time.Time, timeout time.Duration, write string) expression.UpdateBuilder {
 	upd := expression.Set(nameESeq, nameESeq.Plus(expression.Value(1))).
 		Set(expression.Name("last_op"), expression.Value(string(EventRenew))).
 		Set(expression.Name("last_at"), expression.Value(ms(now))).
-		Set(namePriorAt, priorAt)
+		Set(namePriorAt, priorAt).
+		Set(expression.Name("renew_prev"), copyOf("renew_write")).
+		Set(expression.Name("renew_write"), expression.Value(write))
 	if timeout != 0 {
 		return upd.Set(expression.Name("timeout_ms"), expression.Value(timeout.Milliseconds())).
 			Set(nameExpires, expression.Value(ms(now.Add(timeout))))
@@ -430,6 +433,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(nameExpires, expression.Value(ms(exp))).
 		Set(expression.Name("timeout_ms"), expression.Value(p.Timeout.Milliseconds())).
 		Set(expression.Name("lease_shard"), expression.Value(shardOf(p.TaskID, s.shards.Lease))).
+		Remove(expression.Name("renew_write")).Remove(expression.Name("renew_prev")). // a lease taken over: its renewals'
 		Set(nameFence, nameFence.Plus(expression.Value(1))).
 		Set(expression.Name("started_at"), expression.IfNotExists(expression.Name("started_at"), expression.Value(ms(now)))).
 		Set(nameESeq, nameESeq.Plus(expression.Value(2))).
@@ -526,8 +530,11 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 	var floor int64
 	// again: a renewal at the instant of another (againAt), asked for
 	// twice, made on the eseq the other left (seq), so that it is made
-	// once even when the SDK sends it again.
+	// once even when the SDK sends it again. write names its write
+	// (renew_write): sent again, it knows its own, where another
+	// renewal of the holder's at that instant is another's.
 	again, againAt, seq := false, int64(0), int64(0)
+	write := newID("")
 	for range retries(ctx) {
 		cond, hb, now, err := s.holderGuard(ctx, p.AgentID, p.RunID, p.Fence, floor)
 		if errors.Is(err, errDeadCaller) {
@@ -552,24 +559,23 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 		}
 		// lease_by names who renewed when it is not the holder (the
 		// renew event's by); a renewal by the holder takes it off.
-		upd := renewUpdate(now, p.Timeout)
+		upd := renewUpdate(now, p.Timeout, write)
 		if by != p.AgentID {
 			upd = upd.Set(nameLeaseBy, expression.Value(by))
 		} else {
 			upd = upd.Remove(nameLeaseBy)
 		}
-		wctx, sends := countSends(ctx)
-		it, applied, err := s.update(wctx, p.TaskID, cond, upd, types.ReturnValueAllNew)
+		it, applied, err := s.update(ctx, p.TaskID, cond, upd, types.ReturnValueAllNew)
 		if err != nil {
 			return Checkout{}, err
 		}
+		if !applied && it != nil && it.renewedBy(write) {
+			// This very renewal, sent again (its answer lost), refused on
+			// itself or on one renewal since: the lease as it is.
+			return it.checkout(), nil
+		}
 		if !applied && it != nil && it.LastOp == EventRenew && it.LastAt == ms(now) && (!again || it.ESeq != seq) {
-			// A renewal at this instant: this very one, sent again (made
-			// on seq, when again), or another, and this one is made too.
-			mine := it.hasLease() && it.Holder == p.AgentID && it.leaseBy() == by && (p.RunID == "" || it.RunID == p.RunID) && (p.Fence == 0 || it.Fence == p.Fence)
-			if sends.Load() > 1 && mine && it.LeaseExpires == ms(now)+cmp.Or(p.Timeout.Milliseconds(), it.TimeoutMS) && (!again || it.ESeq == seq+1) {
-				return it.checkout(), nil
-			}
+			// Another renewal at this instant: this one is made too.
 			again, againAt, seq = true, ms(now), it.ESeq
 			continue
 		}

@@ -253,7 +253,9 @@
 // ending by the write's id, end_write, and no other ending (checkout.go,
 // sentAgain), even once the task has been taken again. Force releases,
 // the sweep's endings and the endings of ended leases a checkout or PATCH
-// makes carry their write's id too.
+// makes carry their write's id too; so does a renewal (renew_write, and
+// renew_prev the renewal's before it), so that a renewal sent again knows
+// its own from another renewal of the holder's in the same millisecond.
 //
 // # Time only moves forward
 //

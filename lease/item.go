@@ -78,6 +78,13 @@ type taskItem struct {
 	// grant or a renewal, when it is not the holder (an admin acting for
 	// it): that checkout or renew event's by.
 	LeaseBy string `dynamodbav:"lease_by,omitempty"`
+	// RenewWrite names the write of the lease's latest renewal (newID),
+	// and RenewPrev the one before it, so that a renewal the SDK sent
+	// again (its answer lost: sends.go) knows its own, also once another
+	// renewal has landed after it (renewedBy). A grant and an ending take
+	// them off.
+	RenewWrite string `dynamodbav:"renew_write,omitempty"`
+	RenewPrev  string `dynamodbav:"renew_prev,omitempty"`
 
 	// LeaseSeq is the seq of the lease's checkout event.
 	LeaseSeq int64 `dynamodbav:"lease_seq,omitempty"`
@@ -464,6 +471,12 @@ func (t *taskItem) replacedCheckout() Checkout {
 // leaseBy is who made the lease's latest grant or renewal: the holder, or
 // the admin who acted for it.
 func (t *taskItem) leaseBy() string { return cmp.Or(t.LeaseBy, t.Holder) }
+
+// renewedBy reports whether the renewal write named write renewed the
+// lease on t: it is the lease's latest renewal, or the one before it.
+func (t *taskItem) renewedBy(write string) bool {
+	return t.hasLease() && write != "" && (t.RenewWrite == write || t.RenewPrev == write)
+}
 
 // itemEvent is an event that a task item's latest write recorded. frees
 // says the task became available by it (or failed), so watchers are

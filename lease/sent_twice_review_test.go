@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
@@ -139,4 +140,111 @@ func TestAMessageDeletionSentTwiceRacingAnotherDeletesOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Renewals of one lease by its holder in one millisecond are each made,
+// with an event each (API.md: each renewal is one), also when the SDK
+// sent one of them twice. A renewal whose first sending was lost before
+// it landed, while another renewal of the holder's landed in that gap,
+// took the refusal of its second sending (the lease renewed at its
+// instant, as it would have renewed it) for its own write: two requests
+// answered by one write, one renew event for two renewals. And a renewal
+// whose first sending applied, its answer lost, while another landed
+// before the second sending, is still made once.
+func TestRenewalsInOneMillisecondSentTwiceAreEachMade(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		before  int  // renewals made at that instant before
+		applied bool // the first sending applied (else it was lost before it landed)
+	}{
+		{"first sending lost", 0, false},
+		{"first sending lost, after a renewal at the instant", 1, false},
+		{"first sending applied", 0, true},
+		{"first sending applied, after a renewal at the instant", 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "x")
+			co := e.checkout(t, "x", "ag", time.Minute)
+			e.clock.Advance(time.Second)
+			for range tc.before {
+				must[lease.Checkout](t)(e.store.Renew(c, lease.RenewParams{TaskID: "x", AgentID: "ag", RunID: co.RunID}))
+			}
+			var raceErr error
+			other := func() {
+				_, raceErr = e.store.Renew(c, lease.RenewParams{TaskID: "x", AgentID: "ag", RunID: co.RunID})
+			}
+			// The renewal's write that is sent twice: its first, or, after
+			// a renewal at the instant, its second (the first refused on
+			// that renewal).
+			n, nth := 0, 1+tc.before
+			var s *lease.Store
+			var sent func() bool
+			if tc.applied {
+				db := &renewTwiceDB{DB: e.db, table: e.names.Table(schema.TasksTable), nth: nth, race: other}
+				s, sent = lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now}), db.sent.Load
+			} else {
+				var doer *lossyDoer
+				s, doer = lossyTaskStore(e, func(target, body string) bool {
+					if taskUpdate(e)(target, body) && strings.Contains(body, `"renew"`) {
+						n++
+						return n == nth
+					}
+					return false
+				}, other)
+				sent = doer.lost.Load
+			}
+			got, err := s.Renew(c, lease.RenewParams{TaskID: "x", AgentID: "ag", RunID: co.RunID})
+			if !sent() {
+				t.Fatal("no renewal was sent twice")
+			}
+			if err != nil || raceErr != nil {
+				t.Fatalf("the renewal sent twice: %v; the other: %v", err, raceErr)
+			}
+			if want := e.clock.Now().Add(time.Minute); !got.ExpiresAt.Equal(want) {
+				t.Fatalf("answered expiry %v, want %v", got.ExpiresAt, want)
+			}
+			renewals := 0
+			for _, k := range kinds(e.events(t, "x")) {
+				if k == lease.EventRenew {
+					renewals++
+				}
+			}
+			if want := tc.before + 2; renewals != want {
+				t.Fatalf("x's trail %v: %d renewals, want %d", kinds(e.events(t, "x")), renewals, want)
+			}
+		})
+	}
+}
+
+// renewTwiceDB sends the nth renewal write of table twice, running race
+// between the two sendings, and answers with the second answer: it
+// applied, its answer was lost, and another request landed before the SDK
+// sent it again.
+type renewTwiceDB struct {
+	lease.DB
+	table string
+	nth   int
+	race  func()
+	seen  atomic.Int32
+	sent  atomic.Bool
+}
+
+func (d *renewTwiceDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	renew := false
+	for _, v := range in.ExpressionAttributeValues {
+		if s, ok := v.(*types.AttributeValueMemberS); ok && s.Value == string(lease.EventRenew) {
+			renew = true
+		}
+	}
+	if in.TableName != nil && *in.TableName == d.table && renew && int(d.seen.Add(1)) == d.nth && d.sent.CompareAndSwap(false, true) {
+		if _, err := d.DB.UpdateItem(ctx, in, opts...); err != nil {
+			return nil, err
+		}
+		d.race()
+	}
+	return d.DB.UpdateItem(ctx, in, opts...)
 }

@@ -447,7 +447,7 @@ func holderCond(agentID, runID string, fence int64, now time.Time) terms {
 // clearLease removes the lease and its index keys from a task item; a
 // delayed task keeps its expiry index keys (endUpdate sets the expiry).
 func clearLease(u expression.UpdateBuilder, delayed bool) expression.UpdateBuilder {
-	names := []string{"holder", "holder_name", "run_id", "locked_at", "timeout_ms", "reason"}
+	names := []string{"holder", "holder_name", "run_id", "locked_at", "timeout_ms", "reason", "renew_write", "renew_prev"}
 	if !delayed {
 		names = append(names, "lease_expires", "lease_shard")
 	}
