@@ -601,13 +601,26 @@ type linRound struct {
 	run, seed uint64
 }
 
-// again is what runs the round again: the run's seed, and with more than
-// one round, CHECKOUT_LIN_ROUND to run this one alone.
+// again is what runs the round again: the settings that shape its
+// history (linSettings), the run's seed, and with more than one round,
+// CHECKOUT_LIN_ROUND to run this one alone.
 func (r linRound) again() string {
 	if r.of > 1 {
-		return fmt.Sprintf("CHECKOUT_LIN_SEED=%d CHECKOUT_LIN_ROUND=%d", r.run, r.n)
+		return fmt.Sprintf("%sCHECKOUT_LIN_SEED=%d CHECKOUT_LIN_ROUND=%d", linSettings(), r.run, r.n)
 	}
-	return fmt.Sprintf("CHECKOUT_LIN_SEED=%d", r.run)
+	return fmt.Sprintf("%sCHECKOUT_LIN_SEED=%d", linSettings(), r.run)
+}
+
+// linSettings are the settings of this run that shape a history, as set,
+// each followed by a space.
+func linSettings() string {
+	var s strings.Builder
+	for _, k := range []string{"CHECKOUT_CHAOS", "CHECKOUT_TEST_INDEX_LAG", "CHECKOUT_LIN_JITTER", "CHECKOUT_LIN_LOSE"} {
+		if v := os.Getenv(k); v != "" {
+			fmt.Fprintf(&s, "%s=%s ", k, v)
+		}
+	}
+	return s.String()
 }
 
 // linRounds runs a test's rounds (at least one), each with its seed from
@@ -842,6 +855,7 @@ func linearizabilityRound(t *testing.T, heartbeats bool, cfg linConfig, round li
 		rngs[i] = rand.New(rand.NewPCG(seed, uint64(i)))
 	}
 	tickRand := rand.New(rand.NewPCG(seed, 1<<32))
+	store := lease.New(lease.Config{DB: linDB(t, e, round), Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
 	var failed error
 	for phase := range cfg.phases {
 		var wg sync.WaitGroup
@@ -853,7 +867,7 @@ func linearizabilityRound(t *testing.T, heartbeats bool, cfg linConfig, round li
 				for range cfg.opsPerPhase {
 					in := nextOp(rngs[i], agent, i, heartbeats && i%2 == 0, mems[i], tasks)
 					call := stamp()
-					res, err := apply(c, e.store, in)
+					res, err := apply(c, store, in)
 					ret := stamp()
 					out, ok := outcome(in.Op, res, err)
 					if !ok {
@@ -875,7 +889,7 @@ func linearizabilityRound(t *testing.T, heartbeats bool, cfg linConfig, round li
 			go func() {
 				defer wg.Done()
 				call := stamp()
-				if _, err := e.store.Sweep(c); err != nil {
+				if _, err := store.Sweep(c); err != nil {
 					mu.Lock()
 					failed = fmt.Errorf("sweep: %w", err)
 					mu.Unlock()
@@ -3455,7 +3469,8 @@ func wholeLinearizabilityRound(t *testing.T, cfg wConfig, round linRound) {
 	start := time.Now()
 	stamp := func() int64 { return time.Since(start).Nanoseconds() }
 	swept := &sweptNotifier{stamp: stamp}
-	store := lease.New(lease.Config{DB: linDB(t, e.db), Tables: e.names, Now: e.clock.Now, Notifier: swept})
+	db := linDB(t, e, round)
+	store := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, Notifier: swept})
 	// The change stream runs between phases only, so a task's first watch
 	// that finds a freeing hidden from it (released and taken again since
 	// the watcher's read) waits for an archive no one writes in its phase:
@@ -3639,7 +3654,7 @@ func wholeLinearizabilityRound(t *testing.T, cfg wConfig, round linRound) {
 			// knows every task of the history, and a task written to
 			// wait for the indexes would be one it does not.
 			testenv.CaughtUp(t, e.names.Prefix)
-			lone := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+			lone := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
 			i := tickRand.IntN(cfg.clients)
 			in := wIn{Op: "claim", Agent: i, Timeout: 30_000, Strict: true, Queues: claimQueues[tickRand.IntN(len(claimQueues))]}
 			if tickRand.IntN(2) == 0 {
@@ -4237,9 +4252,17 @@ func (j jitterDB) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteIte
 	return jittered(j, j.DB.BatchWriteItem, ctx, in, optFns)
 }
 
-// linDB is the DB the linearizability tests' stores use: db, with
-// CHECKOUT_LIN_JITTER's delays when set.
-func linDB(t testing.TB, db lease.DB) lease.DB {
+// linDB is the DB the linearizability tests' stores use: e's client, or
+// under CHECKOUT_LIN_LOSE one that loses first sendings, drawn from the
+// round's seed (loseDoer); with CHECKOUT_LIN_JITTER's delays when set.
+func linDB(t testing.TB, e *env, round linRound) lease.DB {
+	var db lease.DB = e.db
+	if p := linLose(t); p > 0 {
+		d := newLoseDoer(p, round.seed, losableOps)
+		db = lossyClient(e, d)
+		t.Logf("CHECKOUT_LIN_LOSE=%v: the first sending of a fraction %v of the requests is dropped or its answer thrown away; %s runs the round again", p, p, round.again())
+		t.Cleanup(func() { t.Logf("CHECKOUT_LIN_LOSE=%v, seed %d: %s", p, round.seed, d) })
+	}
 	v := os.Getenv("CHECKOUT_LIN_JITTER")
 	if v == "" {
 		return db
