@@ -356,6 +356,14 @@ func renewUpdate(now time.Time, timeout time.Duration, write string) expression.
 // carries both of its events. It returns the lease granted, or
 // condition fails, the task as it is (cur nil and a zero checkout when there
 // is no task).
+//
+// The write records its id (grant_write). When the SDK sent it again (its
+// first answer lost: sends.go), the second sending fails its condition on
+// the first's own lease; the grant is then known by that id, and answered
+// as granted. Holder, run and time are not enough: a same-run checkout of
+// the same millisecond may have made that lease, and a lease already
+// ended (taken in the millisecond its holder came back from the dead) is
+// taken over by a same-run checkout that finds it, not answered.
 func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over *taskItem) (granted, error) {
 	// The condition is one flat AND (see readyCond on nesting): not
 	// before the task's latest transition, and never before its
@@ -420,6 +428,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		conds = append(conds, queueCond(p.queues))
 	}
 	exp := now.Add(p.Timeout)
+	write := newID("")
 	upd := expression.Set(expression.Name("prev_agent"), copyOf("holder")).
 		Set(expression.Name("prev_run"), copyOf("run_id")).
 		Set(expression.Name("prev_fence"), nameFence).
@@ -438,6 +447,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(expression.Name("started_at"), expression.IfNotExists(expression.Name("started_at"), expression.Value(ms(now)))).
 		Set(nameESeq, nameESeq.Plus(expression.Value(2))).
 		Set(expression.Name("lease_seq"), nameESeq.Plus(expression.Value(2))).
+		Set(expression.Name("grant_write"), expression.Value(write)).
 		Set(expression.Name("last_op"), expression.Value(string(EventCheckout))).
 		Set(expression.Name("last_at"), expression.Value(ms(now))).
 		Set(namePriorAt, priorAt).
@@ -485,7 +495,17 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	if p.unblocking != nil {
 		upd = unblockUpdate(upd, p.unblocking)
 	}
-	old, applied, err := s.update(ctx, p.TaskID, conds, upd, types.ReturnValueAllOld)
+	wctx, sends := countSends(ctx)
+	old, applied, err := s.update(wctx, p.TaskID, conds, upd, types.ReturnValueAllOld)
+	if err == nil && !applied && sends.Load() > 1 && old != nil && old.GrantWrite == write {
+		// This very grant, its answer lost: the item is as it left it
+		// (or moved on since by other writes than grants).
+		return granted{granted: true, lease: Checkout{
+			TaskID: p.TaskID, AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID,
+			Fence: old.Fence, LockedAt: now, Timeout: p.Timeout, ExpiresAt: exp, Reason: p.Reason,
+			Title: old.Title, Queue: old.queue(), Priority: old.priority(), Attempt: old.Attempts,
+		}}, nil
+	}
 	if err != nil || !applied {
 		return granted{cur: old, refused: err == nil}, err
 	}

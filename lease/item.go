@@ -88,6 +88,9 @@ type taskItem struct {
 
 	// LeaseSeq is the seq of the lease's checkout event.
 	LeaseSeq int64 `dynamodbav:"lease_seq,omitempty"`
+	// GrantWrite names the write of the task's latest grant: a grant
+	// sent again knows its own by it (grant).
+	GrantWrite string `dynamodbav:"grant_write,omitempty"`
 
 	// Watchers maps each watching agent to when it asked (Unix ms). It is
 	// bounded by MaxWatchers.

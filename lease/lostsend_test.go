@@ -92,12 +92,14 @@ func TestAStalledGraphLockHolderDoesNotWriteAfterItsWindow(t *testing.T) {
 
 // lossyDoer is the HTTP client of a store whose first matching request is
 // lost before DynamoDB sees it (answered 500, as a timed-out or reset
-// connection would be: the SDK sends it again). Before answering, it runs
-// race: another writer's request landing in that gap.
+// connection would be: the SDK sends it again). With applied, the request
+// reaches DynamoDB and its answer is lost instead. Before answering, it
+// runs race: another writer's request landing in that gap.
 type lossyDoer struct {
-	match func(target, body string) bool
-	race  func()
-	lost  atomic.Bool
+	match   func(target, body string) bool
+	race    func()
+	applied bool
+	lost    atomic.Bool
 }
 
 func (d *lossyDoer) Do(r *http.Request) (*http.Response, error) {
@@ -108,6 +110,14 @@ func (d *lossyDoer) Do(r *http.Request) (*http.Response, error) {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
 	if d.match(r.Header.Get("X-Amz-Target"), string(body)) && d.lost.CompareAndSwap(false, true) {
+		if d.applied {
+			resp, err := http.DefaultClient.Do(r)
+			if err != nil {
+				return nil, err
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
 		d.race()
 		return &http.Response{
 			StatusCode: 500,
