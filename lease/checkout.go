@@ -357,13 +357,17 @@ func renewUpdate(now time.Time, timeout time.Duration, write string) expression.
 // condition fails, the task as it is (cur nil and a zero checkout when there
 // is no task).
 //
-// The write records its id (grant_write). When the SDK sent it again (its
-// first answer lost: sends.go), the second sending fails its condition on
-// the first's own lease; the grant is then known by that id, and answered
-// as granted. Holder, run and time are not enough: a same-run checkout of
-// the same millisecond may have made that lease, and a lease already
-// ended (taken in the millisecond its holder came back from the dead) is
-// taken over by a same-run checkout that finds it, not answered.
+// The write records its id (grant_write), and the id of the grant before
+// it (prev_write). When the SDK sent it again (its first answer lost:
+// sends.go), the second sending fails its condition on the first's own
+// lease, or on the next grant's when one came in between (a lease taken
+// while its holder was dead is taken over at once); the grant is then
+// known by its id, and answered as granted. Holder, run and time are not
+// enough: a same-run checkout of the same millisecond may have made that
+// lease, and a lease already ended (taken in the millisecond its holder
+// came back from the dead) is taken over by a same-run checkout that
+// finds it, not answered. Past two grants in between, the grant is not
+// known, and the checkout decides again on the task as it is.
 func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over *taskItem) (granted, error) {
 	// The condition is one flat AND (see readyCond on nesting): not
 	// before the task's latest transition, and never before its
@@ -435,6 +439,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(expression.Name("prev_locked"), copyOf("locked_at")).
 		Set(expression.Name("prev_expires"), copyOf("lease_expires")).
 		Set(expression.Name("prev_end"), expression.Value(string(prevEnd))).
+		Set(expression.Name("prev_write"), copyOf("grant_write")).
 		Set(nameHolder, expression.Value(p.AgentID)).
 		Set(expression.Name("holder_name"), expression.Value(p.AgentName)).
 		Set(expression.Name("run_id"), expression.Value(p.RunID)).
@@ -497,13 +502,19 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	}
 	wctx, sends := countSends(ctx)
 	old, applied, err := s.update(wctx, p.TaskID, conds, upd, types.ReturnValueAllOld)
-	if err == nil && !applied && sends.Load() > 1 && old != nil && old.GrantWrite == write {
+	if err == nil && !applied && sends.Load() > 1 && old != nil && (old.GrantWrite == write || old.PrevWrite == write) {
 		// This very grant, its answer lost: the item is as it left it
-		// (or moved on since by other writes than grants).
+		// (or moved on since by writes other than grants), or one grant
+		// on, which counted one more attempt (a reopening's, counting
+		// anew, is not told apart).
+		fence, attempt := old.Fence, old.Attempts
+		if old.GrantWrite != write {
+			fence, attempt = old.PrevFence, max(old.Attempts-1, 1)
+		}
 		return granted{granted: true, lease: Checkout{
 			TaskID: p.TaskID, AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID,
-			Fence: old.Fence, LockedAt: now, Timeout: p.Timeout, ExpiresAt: exp, Reason: p.Reason,
-			Title: old.Title, Queue: old.queue(), Priority: old.priority(), Attempt: old.Attempts,
+			Fence: fence, LockedAt: now, Timeout: p.Timeout, ExpiresAt: exp, Reason: p.Reason,
+			Title: old.Title, Queue: old.queue(), Priority: old.priority(), Attempt: attempt,
 		}}, nil
 	}
 	if err != nil || !applied {

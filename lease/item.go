@@ -216,6 +216,9 @@ type prevRecord struct {
 	// expiry, or when it was read dead), the time of its event; 0: the
 	// checkout's own time.
 	PrevEndAt int64 `dynamodbav:"prev_end_at,omitempty"`
+	// PrevWrite is the grant_write of the grant before this one (see
+	// grant).
+	PrevWrite string `dynamodbav:"prev_write,omitempty"`
 }
 
 // maxAttempts is the task's attempt limit.
