@@ -60,7 +60,10 @@ import (
 // those queues, whose counts stay off (DEPLOY.md, stream-dead-letters)
 // until a recount (recount.go) counts their tasks again. A
 // failed condition (only two deliveries of one shard at once could cause
-// it) fails the batch, which is delivered again. Positions not moved for
+// it, or the write itself, sent again by the SDK after its answer was
+// lost) fails the batch, which is delivered again, unless the item it
+// failed on has counted every record the write would have (its positions
+// at or past the write's): then there is nothing left to count. Positions not moved for
 // longer than the stream's retention (24 h) are removed by the next write
 // of the item: their shard can deliver nothing again, so the item stays
 // small.
@@ -302,12 +305,19 @@ func (s *Store) addQueueDelta(ctx context.Context, q string, item map[string]typ
 	}
 	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.heartbeats, Key: agentKey(queueCounterPrefix + q),
-		UpdateExpression:          expr.Update(),
-		ConditionExpression:       expr.Condition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
+		UpdateExpression:                    expr.Update(),
+		ConditionExpression:                 expr.Condition(),
+		ExpressionAttributeNames:            expr.Names(),
+		ExpressionAttributeValues:           expr.Values(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if _, failed := conditionFailed(err); failed {
+	if cur, failed := conditionFailed(err); failed {
+		if len(cur) > 0 && countedPast(cur, last) {
+			// Every record of the batch for q is counted already: by
+			// this write, its answer lost and the SDK sending it again,
+			// or by another delivery of the same records.
+			return nil
+		}
 		// Another delivery of this shard's records moved it meanwhile
 		// (the stream hands one shard to one reader at a time, so only
 		// after a lost answer): fail the batch, which is delivered again
@@ -318,6 +328,17 @@ func (s *Store) addQueueDelta(ctx context.Context, q string, item map[string]typ
 		return fmt.Errorf("count queue %s: %w", q, err)
 	}
 	return nil
+}
+
+// countedPast says the counter item has applied every shard's records up
+// to last (its positions at or past them).
+func countedPast(item map[string]types.AttributeValue, last map[string]string) bool {
+	for sh, seq := range last {
+		if applied := stringAttr(item, seqAttr+sh); applied == "" || applied < seq {
+			return false
+		}
+	}
+	return true
 }
 
 // registerQueues adds the queues that have no counter item yet to the
