@@ -368,3 +368,43 @@ func TestAReleaseNamingNoLeaseSentTwiceAfterANewGrantIsItsOwn(t *testing.T) {
 		t.Errorf("a's release, which ended its lease (held 1s) before b's checkout: %+v, %v; want released by a, held 1s", got, err)
 	}
 }
+
+// An admin's force release, its first sending applied and its answer
+// lost, with another agent's checkout of the freed task landing before
+// the SDK sent it again: the second sending failed on the new lease, and
+// the ending, no longer the item's latest transition, was not taken for
+// its own: 404 not_checked_out for the lease it ended. A force release
+// now knows its ending by its write's id, as a release naming no lease
+// does.
+func TestAForceReleaseSentTwiceAfterANewGrantIsItsOwn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r1", Timeout: time.Hour}))
+	e.clock.Advance(time.Minute)
+
+	tasks := e.names.Table(schema.TasksTable)
+	var taken lease.Checkout
+	var takeErr error
+	doer := &lossyDoer{
+		match: func(target, body string) bool {
+			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, string(lease.EventForceRelease))
+		},
+		race: func() {
+			taken, takeErr = e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Hour})
+		},
+		applied: true,
+	}
+	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	got, err := s.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "admin", Force: true})
+	if !doer.lost.Load() {
+		t.Fatal("no write was lost and sent again")
+	}
+	if takeErr != nil || taken.Fence != 2 {
+		t.Fatalf("b's checkout of the freed task: %+v, %v; want fence 2", taken, takeErr)
+	}
+	if err != nil || got.ReleasedBy != "admin" || got.Held != time.Minute {
+		t.Errorf("the force release, which ended a's lease (held 1m) before b's checkout: %+v, %v; want released by admin, held 1m", got, err)
+	}
+}
