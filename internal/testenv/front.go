@@ -106,7 +106,7 @@ func (f *Front) serve(w http.ResponseWriter, r *http.Request) {
 	case Throttle:
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusTooManyRequests)
-		io.WriteString(w, `{"message":"Too Many Requests"}`)
+		_, _ = io.WriteString(w, `{"message":"Too Many Requests"}`)
 		return
 	case Slow:
 		time.Sleep(time.Second)
@@ -130,7 +130,7 @@ func (f *Front) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	switch ft {
 	case Down:
-		f.srv.Listener.Close()
+		_ = f.srv.Listener.Close()
 		hangUp(w)
 		return
 	case Lose:
@@ -139,19 +139,19 @@ func (f *Front) serve(w http.ResponseWriter, r *http.Request) {
 	case Gateway:
 		w.Header().Set("Content-Type", "text/html")
 		w.WriteHeader(http.StatusBadGateway)
-		io.WriteString(w, "<html><body>502 Bad Gateway</body></html>")
+		_, _ = io.WriteString(w, "<html><body>502 Bad Gateway</body></html>")
 		return
 	}
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}
 	w.WriteHeader(resp.StatusCode)
-	w.Write(answer)
+	_, _ = w.Write(answer)
 }
 
 // hangUp closes the request's connection without an answer.
 func hangUp(w http.ResponseWriter) {
 	if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-		conn.Close()
+		_ = conn.Close()
 	}
 }
