@@ -86,8 +86,9 @@
 // (its own item, body.go). So a checkout writes the task item, puts its
 // lease's expiry entry and deletes its claim entry: 3 write units (a todo
 // or in_progress task has no status entry: list.go); its consequences add
-// the archived event, its feed entry and the queue counter: 6 in all, for
-// any task. A release or a sweep's ending likewise: 3, and 6 in all (the
+// the archived event, its feed entry and the queue counter: 6 in all,
+// whatever the body, while the item is under 1 KB (long ids, a long title
+// and a history pass it: README, "What it costs"). A release or a sweep's ending likewise: 3, and 6 in all (the
 // sweep's also writes the lease_lost message and reads its tombstone: 7
 // write units and a read unit, less the counter write it shares with the
 // batch's other endings). TestUnitBudget (units_test.go) holds these
@@ -170,7 +171,7 @@
 //
 // The fence is a counter on the task item, incremented by every grant's
 // write. Task items are never deleted (no TTL), so it strictly increases
-// across leases and takeovers. A same-run retry returns the live lease and
+// across leases and takeovers; a same-run retry returns the live lease and
 // its fence unchanged.
 //
 // # One write per transition
@@ -184,11 +185,10 @@
 // From the item alone, latestEvents rebuilds that write's events: a
 // checkout (and the end of the lease it took over), a renewal, an ending
 // (and failed, when it was the task's last attempt), or an unblocking.
-// The item stays small and bounded: one lease, one last ending and one
-// replaced lease, under 1 KB with ids and reasons of usual length (the
-// body and the watches are items of their own), so the write of a
-// transition bills one write unit on the table, and a conflict's failed
-// write the same; see "Tables" for its index entries and consequences.
+// The item stays bounded: one lease, one last ending and one replaced lease
+// (the body and the watches are items of their own); under 1 KB a
+// transition's write, and a conflict's failed one, bill one write unit on
+// the table (see "Tables").
 //
 // The tasks table's stream (NEW_AND_OLD_IMAGES) carries every change, once
 // or more, in order per item, for 24 hours. Two readers of it, each with
@@ -248,14 +248,8 @@
 // ended, naming it by run id or fence, finds that ending its own (on the
 // item, or once a later lease has ended too in the trail: checkout.go, "A
 // repeat after a later ending") and is answered as the first attempt was,
-// writing nothing. A request that names no lease is never taken for one:
-// its write, when the SDK sent it again (its answer lost), knows its own
-// ending by the write's id, end_write, and no other ending (checkout.go,
-// sentAgain), even once the task has been taken again. Force releases,
-// the sweep's endings and the endings of ended leases a checkout or PATCH
-// makes carry their write's id too; so does a renewal (renew_write, and
-// renew_prev the renewal's before it), so that a renewal sent again knows
-// its own from another renewal of the holder's in the same millisecond.
+// writing nothing. A request that names no lease is never taken for one;
+// a write the SDK sent again knows its own by its write's id (sends.go).
 //
 // # Time only moves forward
 //
@@ -267,12 +261,12 @@
 // higher fence and an earlier locked_at than the one before it, or a
 // renewal move an expiry back.
 //
-// So each transition's write carries its time in its condition (last_at
-// <= :now, or no last_at yet). A write that fails it lost to a later
-// write: it reads the clock again and is tried again at a time not before
-// that write's (the item's last_at when this process's clock reads earlier,
-// so that clock skew between processes cannot send an item's time back
-// either). That retry is the only second write the rule adds.
+// So each transition's write carries its time in its condition (last_at <=
+// :now, or no last_at yet). A write that fails it lost to a later write: it
+// reads the clock again and is tried again at a time not before that write's
+// (the item's last_at when this process's clock reads earlier, so that clock
+// skew between processes cannot send an item's time back either). That retry
+// is the only second write the rule adds.
 //
 // A grant whose write took more than half its timeout is renewed before it
 // is answered: one more write (with its renew event), so that no lease is
@@ -294,12 +288,12 @@
 // deciding process's clock (Config.Now), at millisecond precision. Lambda
 // hosts keep their clocks synchronised to well under a millisecond, but if
 // two deciders disagree by d, a lease may be judged expired up to d early by
-// the faster clock. Mutual exclusion among writers still holds, because every
-// grant is a conditional write on the one item; what skew can do is end a
-// lease up to d before its holder expected (and, for d past clockMargin,
-// 50 ms, make a process remember as ended a lease its holder took just
-// before that process saw it dead: alive.go). Holders should renew well
-// before expiry (the client renews at a third of the timeout), and a
+// the faster clock. Mutual exclusion among writers still holds, because
+// every grant is a conditional write on the one item; what skew can do is
+// end a lease up to d before its holder expected (and, for d past
+// clockMargin, 50 ms, make a process remember as ended a lease its holder
+// took just before that process saw it dead: alive.go). Holders should renew
+// well before expiry (the client renews at a third of the timeout), and a
 // resource guarded by a lease should check the fence, which no clock can
 // make go backwards. TTL is garbage collection only: DynamoDB deletes
 // expired items late (hours, up to two days); no decision depends on it.
