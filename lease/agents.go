@@ -297,7 +297,7 @@ func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
 	if err := CheckID("agent_id", agentID); err != nil {
 		return err
 	}
-	removal := newID("") // names this removal's tombstone
+	removal := writeID() // names this removal's tombstone
 	for range retries(ctx) {
 		a, err := getItem[agentItem](ctx, s.db, s.agents, agentKey(agentID))
 		if err != nil {

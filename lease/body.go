@@ -121,7 +121,7 @@ func splitBody(it *taskItem, at int64) *bodyItem {
 		it.BodyToken = ""
 		return nil
 	}
-	it.BodyToken = newID("")
+	it.BodyToken = writeID()
 	b := &bodyItem{Key: bodyKey(it.TaskID, it.BodyToken), Description: it.Description, Metadata: it.Metadata, WrittenAt: at}
 	it.Description, it.Metadata = "", ""
 	return b

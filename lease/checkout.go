@@ -301,7 +301,7 @@ func (s *Store) fresh(ctx context.Context, c Checkout, at time.Time) (granted, t
 		// Made once: a renewal the SDK sent again (its answer lost:
 		// sends.go) is refused on its own, and knows it by its write's id.
 		cond := holderCond(c.AgentID, c.RunID, c.Fence, now).and(timeCond(now), notRenewedAt(now))
-		write := newID("")
+		write := writeID()
 		it, applied, err := s.update(ctx, c.TaskID, cond, renewUpdate(now, c.Timeout, write), types.ReturnValueAllNew)
 		if err != nil {
 			return granted{}, now, err
@@ -348,11 +348,32 @@ func renewUpdate(now time.Time, timeout time.Duration, write string) expression.
 	return upd.Set(nameExpires, expression.Name("timeout_ms").Plus(expression.Value(ms(now))))
 }
 
+// replacedLease copies the lease a grant replaces into prev_*, when one
+// may be on the task (held says so: the grant is conditioned on that lease,
+// or on a version read with it); else it removes the copy of the lease an
+// earlier grant replaced, which saves the item the bytes of a copy of
+// nothing (prev_agent absent: the grant found the task free). prev_fence
+// and prev_write, the task's fence and grant_write before this grant, are
+// copied either way (grant).
+func replacedLease(u expression.UpdateBuilder, held bool, end EventType) expression.UpdateBuilder {
+	names := []string{"prev_agent", "prev_run", "prev_locked", "prev_expires"}
+	if !held {
+		for _, n := range append(names, "prev_end") {
+			u = u.Remove(expression.Name(n))
+		}
+		return u
+	}
+	for i, from := range []string{"holder", "run_id", "locked_at", "lease_expires"} {
+		u = u.Set(expression.Name(names[i]), copyOf(from))
+	}
+	return u.Set(expression.Name("prev_end"), expression.Value(string(end)))
+}
+
 // grant makes the checkout write. With over nil it is the plain grant: the
 // task is free. With over it takes over exactly that lease, which has
 // expired or whose holder was found dead, and counts its failed attempt
 // (failures + 1). Either way the write copies the lease it replaces into
-// prev_* (NULL when there was none) and records the transition, so that it
+// prev_* (none when there was none: replacedLease) and records the transition, so that it
 // carries both of its events. It returns the lease granted, or
 // condition fails, the task as it is (cur nil and a zero checkout when there
 // is no task).
@@ -432,16 +453,11 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		conds = append(conds, queueCond(p.queues))
 	}
 	exp := now.Add(p.Timeout)
-	write := newID("")
-	upd := expression.Set(expression.Name("prev_agent"), copyOf("holder")).
-		Set(expression.Name("prev_run"), copyOf("run_id")).
+	write := writeID()
+	upd := replacedLease(expression.UpdateBuilder{}, over != nil || p.unblocking != nil && p.unblocking.hasLease(), prevEnd).
 		Set(expression.Name("prev_fence"), nameFence).
-		Set(expression.Name("prev_locked"), copyOf("locked_at")).
-		Set(expression.Name("prev_expires"), copyOf("lease_expires")).
-		Set(expression.Name("prev_end"), expression.Value(string(prevEnd))).
 		Set(expression.Name("prev_write"), copyOf("grant_write")).
 		Set(nameHolder, expression.Value(p.AgentID)).
-		Set(expression.Name("holder_name"), expression.Value(p.AgentName)).
 		Set(expression.Name("run_id"), expression.Value(p.RunID)).
 		Set(expression.Name("locked_at"), expression.Value(ms(now))).
 		Set(nameExpires, expression.Value(ms(exp))).
@@ -481,6 +497,11 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		upd = upd.Set(expression.Name("reason"), expression.Value(p.Reason))
 	} else {
 		upd = upd.Remove(expression.Name("reason"))
+	}
+	if p.AgentName != p.AgentID {
+		upd = upd.Set(expression.Name("holder_name"), expression.Value(p.AgentName))
+	} else {
+		upd = upd.Remove(expression.Name("holder_name")) // the holder's id (holderName)
 	}
 	if p.By != "" {
 		upd = upd.Set(nameLeaseBy, expression.Value(p.By))
@@ -565,7 +586,7 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 	// (renew_write): sent again, it knows its own, where another
 	// renewal of the holder's at that instant is another's.
 	again, againAt, seq := false, int64(0), int64(0)
-	write := newID("")
+	write := writeID()
 	for range retries(ctx) {
 		cond, hb, now, err := s.holderGuard(ctx, p.AgentID, p.RunID, p.Fence, floor)
 		if errors.Is(err, errDeadCaller) {
@@ -741,7 +762,7 @@ func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) 
 func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, error) {
 	named, write := p.RunID != "" || p.Fence != 0, ""
 	if !named {
-		write = newID("") // its ending is known by it when sent again
+		write = writeID() // its ending is known by it when sent again
 	}
 	var floor int64
 	for range retries(ctx) {
@@ -763,7 +784,7 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 			return nil, s.notHolder(ctx, cur, p.AgentID, p.RunID, p.Fence, now, hb)
 		}
 		e := ending{typ: EventRelease, by: p.By, reason: p.Reason, status: StatusTodo,
-			failed: true, outcome: OutcomeFailed, errored: p.Error != "", write: write}
+			failed: true, outcome: OutcomeFailed, errored: p.Error != "", write: write, byHolder: p.By == p.AgentID}
 		if !cur.belowLimit() {
 			e.exhausted = true
 		} else {
@@ -972,8 +993,9 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 	if runID == "" && fence == 0 {
 		// Any lease of the caller's matches: its write is known by its id
 		// (sentAgain).
-		e.write = newID("")
+		e.write = writeID()
 	}
+	e.byHolder = e.by == agentID // the condition is holder = agentID
 	var floor int64
 	for range retries(ctx) {
 		cond, hb, now, err := s.holderGuard(ctx, agentID, runID, fence, floor)
@@ -1037,7 +1059,7 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 	// Its ending is known by its write's id (sentAgain), sent again: not
 	// another force release of the admin's in the same millisecond, and
 	// its own after a later transition (the task granted again).
-	write := newID("")
+	write := writeID()
 	for range retries(ctx) {
 		now := s.clockAfter(floor)
 		cond := pinnedTo(cur).and(nameExpires.GreaterThan(expression.Value(ms(now))))
@@ -1081,7 +1103,7 @@ func replayEnd(cur *taskItem, typ EventType, outcome ReleaseOutcome, by, agentID
 		return false
 	}
 	r := cur.endRecord
-	return r.EndSeq != 0 && r.EndType == typ && (typ != EventRelease || failedOutcome(r.EndOutcome) == failedOutcome(outcome)) && r.EndBy == by &&
+	return r.EndSeq != 0 && r.EndType == typ && (typ != EventRelease || failedOutcome(r.EndOutcome) == failedOutcome(outcome)) && r.endBy() == by &&
 		(typ == EventForceRelease || r.EndAgent == agentID) &&
 		(runID == "" || r.EndRun == runID) && (fence == 0 || r.EndFence == fence)
 }
@@ -1108,7 +1130,7 @@ func sentAgain(it *taskItem, e ending, agentID, runID string, fence int64, now t
 		// since (a grant of the task it freed, say).
 		return r.EndSeq != 0 && r.EndWrite == e.write
 	}
-	return r.EndSeq != 0 && r.EndSeq == it.ESeq && r.EndAt == ms(now) && r.EndType == e.typ && r.EndBy == e.by && r.EndAgent == agentID &&
+	return r.EndSeq != 0 && r.EndSeq == it.ESeq && r.EndAt == ms(now) && r.EndType == e.typ && r.endBy() == e.by && r.EndAgent == agentID &&
 		(e.typ != EventRelease || failedOutcome(r.EndOutcome) == failedOutcome(e.outcome)) &&
 		(runID == "" || r.EndRun == runID) && (fence == 0 || r.EndFence == fence) && r.EndWrite == ""
 }

@@ -145,8 +145,8 @@
 // in_progress, fence + 1, eseq + 2, lease_seq, last_op = checkout,
 // started_at if not set, attempts + 1 (deps.go: attempts, failures, the
 // failed status), and copies the lease it replaces, if any, into prev_*
-// (SET prev_agent = if_not_exists(holder, NULL) ...: DynamoDB evaluates
-// every operand on the item as it was). When the condition fails, the
+// (SET prev_agent = holder ...: DynamoDB evaluates every operand on the
+// item as it was; a grant that finds the task free removes them instead). When the condition fails, the
 // item returned with the failure decides the answer, in API order: no
 // item is task_not_found; an unexpired lease whose holder is alive is the
 // caller's own (same agent and run id: the same checkout is returned,
@@ -188,7 +188,13 @@
 // The item stays bounded: one lease, one last ending and one replaced lease
 // (the body and the watches are items of their own); under 1 KB a
 // transition's write, and a conflict's failed one, bill one write unit on
-// the table (see "Tables").
+// the table (see "Tables"). Every byte of the item counts, its attribute
+// names half of them: what can be told without it is not stored (a
+// holder_name that is the holder's id, an end_by that is the holder, a
+// copy of no lease in prev_*), and the ids the service keeps for itself
+// are 11 characters (writeID). TestUnitBudgetLongIDs holds a task with
+// UUID ids, a title of 48 characters and a history to a small task's
+// units.
 //
 // The tasks table's stream (NEW_AND_OLD_IMAGES) carries every change, once
 // or more, in order per item, for 24 hours. Two readers of it, each with

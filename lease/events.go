@@ -547,7 +547,7 @@ func (s *Store) DeleteMessage(ctx context.Context, agentID, messageID string) er
 	// The mark names its write: one the SDK sent again (its answer lost:
 	// sends.go) fails on its first sending's mark, and knows it, where
 	// another deletion's mark is another's, and answers 404.
-	write := newID("")
+	write := writeID()
 	upd := expression.Set(expression.Name("acked"), expression.Value(true)).Set(expression.Name("acked_by"), expression.Value(write))
 	expr, _ := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
 	wctx, sends := countSends(ctx)

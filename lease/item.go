@@ -66,7 +66,8 @@ type taskItem struct {
 
 	// The lease, present only while the task is held (or held by a lease
 	// that has expired and not been swept yet).
-	Holder       string `dynamodbav:"holder,omitempty"`
+	Holder string `dynamodbav:"holder,omitempty"`
+	// HolderName is the holder's name when it is not its id (holderName).
 	HolderName   string `dynamodbav:"holder_name,omitempty"`
 	RunID        string `dynamodbav:"run_id,omitempty"`
 	LockedAt     int64  `dynamodbav:"locked_at,omitempty"`
@@ -180,7 +181,8 @@ type endRecord struct {
 	// EndVersion is the version a completion found (none: 0; a
 	// completion's alone): it left one more, and its repetition is
 	// answered with that.
-	EndVersion     *int64 `dynamodbav:"end_version,omitempty"`
+	EndVersion *int64 `dynamodbav:"end_version,omitempty"`
+	// EndBy is who ended it, when not the holder (endBy).
 	EndBy          string `dynamodbav:"end_by,omitempty"`
 	EndReason      string `dynamodbav:"end_reason,omitempty"`
 	EndLeaseSeq    int64  `dynamodbav:"end_lease_seq,omitempty"`
@@ -197,9 +199,14 @@ type endRecord struct {
 	EndWrite string `dynamodbav:"end_write,omitempty"`
 }
 
+// endBy is who made the ending: the holder's own ending stores none.
+func (r *endRecord) endBy() string { return cmp.Or(r.EndBy, r.EndAgent) }
+
 // prevRecord is the lease a checkout took over (expired, or its holder
-// dead), copied by the checkout's own write; prev_agent is NULL when the
-// checkout found the task free. With the lease it replaced on the item, the
+// dead), copied by the checkout's own write; prev_agent is absent (NULL on
+// items written before 2026-12-06) when the checkout found the task free,
+// and so are the lease's other attributes but prev_fence and prev_write
+// (replacedLease). With the lease it replaced on the item, the
 // write carries both of its events: the old lease's end and the new
 // checkout.
 type prevRecord struct {
@@ -330,7 +337,7 @@ func (t *taskItem) checkout() Checkout {
 	return Checkout{
 		TaskID:    t.TaskID,
 		AgentID:   t.Holder,
-		AgentName: t.HolderName,
+		AgentName: t.holderName(),
 		RunID:     t.RunID,
 		Fence:     t.Fence,
 		LockedAt:  fromMS(t.LockedAt),
@@ -443,7 +450,7 @@ func (t *taskItem) endEvent() (eventItem, bool) {
 	}
 	return eventItem{
 		TaskID: t.TaskID, Seq: r.EndSeq, Type: r.EndType, AgentID: r.EndAgent, RunID: r.EndRun,
-		Fence: r.EndFence, At: r.EndAt, HeldMS: &held, By: r.EndBy, Reason: r.EndReason, Outcome: r.EndOutcome,
+		Fence: r.EndFence, At: r.EndAt, HeldMS: &held, By: r.endBy(), Reason: r.EndReason, Outcome: r.EndOutcome,
 		Version: version,
 	}, true
 }
@@ -473,6 +480,10 @@ func (t *taskItem) replacedCheckout() Checkout {
 		LockedAt: fromMS(r.PrevLocked), ExpiresAt: end, Timeout: end.Sub(fromMS(r.PrevLocked)),
 	}
 }
+
+// holderName is the holder's name: a grant to an agent whose name is its
+// id stores none.
+func (t *taskItem) holderName() string { return cmp.Or(t.HolderName, t.Holder) }
 
 // leaseBy is who made the lease's latest grant or renewal: the holder, or
 // the admin who acted for it.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -459,10 +460,13 @@ func clearLease(u expression.UpdateBuilder, delayed bool) expression.UpdateBuild
 
 // ending says how a lease ends.
 type ending struct {
-	typ    EventType
-	by     string
-	reason string
-	status Status // todo when the task is freed, done when completed
+	typ EventType
+	by  string
+	// byHolder says by is the holder, as the write's condition has it
+	// (holder = by): the ending stores no end_by.
+	byHolder bool
+	reason   string
+	status   Status // todo when the task is freed, done when completed
 	// failed says the ending is a failed attempt (timeout, death, a
 	// release with outcome failed): it counts in failures. exhausted says
 	// it is the task's last attempt: the task becomes failed instead of
@@ -536,9 +540,13 @@ func endUpdate(taskID string, e ending, now time.Time, sh schema.ShardCounts) ex
 		Set(expression.Name("end_locked"), expression.Name("locked_at")).
 		Set(expression.Name("end_expires"), nameExpires).
 		Set(expression.Name("end_at"), expression.Value(cmp.Or(e.at, ms(now)))).
-		Set(expression.Name("end_by"), expression.Value(e.by)).
 		Set(expression.Name("end_lease_seq"), copyOf("lease_seq")).
 		Set(expression.Name("end_lease_reason"), copyOf("reason"))
+	if e.byHolder {
+		u = u.Remove(expression.Name("end_by")) // the holder's (endRecord.endBy)
+	} else {
+		u = u.Set(expression.Name("end_by"), expression.Value(e.by))
+	}
 	if e.write != "" {
 		u = u.Set(expression.Name("end_write"), expression.Value(e.write))
 	} else {
@@ -590,11 +598,21 @@ func endUpdate(taskID string, e ending, now time.Time, sh schema.ShardCounts) ex
 	return clearLease(u, delayed).Remove(expression.Name("watchers")).Remove(expression.Name("lease_seq"))
 }
 
-// newID returns prefix + 16 random hex digits.
+// newID returns prefix + 16 random hex digits: the ids a caller sees.
 func newID(prefix string) string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return prefix + hex.EncodeToString(b[:])
+}
+
+// writeID returns 64 random bits in 11 base64url characters: an id the
+// service keeps for itself (a write's, a body's, a PATCH's), compared only
+// for equality. It is stored on the task item by every transition, where
+// each byte counts against the item's 1 KB write unit.
+func writeID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 // setStatus sets a task's status and its status index key in one update:

@@ -239,7 +239,7 @@ func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond terms, typ Even
 	// The ending names its write: one the SDK sent again (its answer lost:
 	// sends.go) is refused on its own ending, and knows it, where another
 	// sweep's ending of the lease in that millisecond is another's.
-	write := newID("")
+	write := writeID()
 	for range retries(ctx) {
 		e := ending{typ: typ, by: BySystem, reason: reason, status: StatusTodo, failed: true, exhausted: exhausted, at: at, write: write}
 		c := cond.and(belowLimitCond())

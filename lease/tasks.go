@@ -157,7 +157,7 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 	}
 	it.ClaimShard = it.ClaimHome
 	it.ClaimRank = it.ClaimKey
-	it.MadeBy = newID("")        // this create's own: a sending of it again knows it
+	it.MadeBy = writeID()        // this create's own: a sending of it again knows it
 	it.Watched = aws.Bool(false) // until a watch (watch.go)
 	it.BlockedBy = blockers
 	it.MaxAttempts = DefaultMaxAttempts

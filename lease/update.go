@@ -91,7 +91,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 	// name misleads no unblocking, while one deleted that it names would
 	// strand it.
 	var added []string
-	linkID := newID("") // names the edges this PATCH records
+	linkID := writeID() // names the edges this PATCH records
 	lockCtx, inWindow := ctx, func() bool { return true }
 	cancelLock := func() {} // ends lockCtx
 	defer func() {
@@ -275,7 +275,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		}
 		// And not voided by its own writer (settlePatchBody); a write that
 		// applies moves the version, past every voided one.
-		patchID := newID("")
+		patchID := writeID()
 		cond := terms{version, key, expression.Not(nameVoided.Contains(patchID))}
 		upd = upd.Set(expression.Name("patch"), expression.Value(patchID)).Remove(nameVoided).Remove(nameVoidAt)
 		if !inWindow() {
@@ -419,7 +419,7 @@ func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) (end
 	// lost: sends.go): the second sending fails on the first's own
 	// ending, which is no other writer's (a sweep's ending of the same
 	// lease in that millisecond would look the same but for it).
-	e.write = newID("")
+	e.write = writeID()
 	wctx, sends := countSends(ctx)
 	old, _, ended, err := s.endLease(wctx, cur.TaskID, cond, e, now, types.ReturnValueNone)
 	if err == nil && !ended && sends.Load() > 1 && old != nil && old.EndWrite == e.write {

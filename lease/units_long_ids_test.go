@@ -1,0 +1,97 @@
+package lease_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// TestUnitBudgetLongIDs holds a task as fleets name it to the budgets of
+// TestUnitBudget's small task: task, agent and run ids that are UUIDs (36
+// characters), agents with names, a title of a few dozen characters, and a
+// history on the item (a lease that expired and was taken over, a
+// release), which leaves the last ending's record on it for good. Each of
+// its transitions writes the whole task item, so its size decides them:
+// an item past 1 KB bills a write unit more for every checkout, renewal
+// and ending of the task.
+func TestUnitBudgetLongIDs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	m := testenv.NewMeter(t, e.names.Prefix)
+	const (
+		task   = "0f8fad5b-d9cb-469f-a165-70867728950e"
+		agentA = "7c9e6679-7425-40de-944b-e07fc1f90ae7"
+		agentB = "a3bb189e-8bf9-3888-9912-ace4e6543002"
+	)
+	const title = "Retry the payment webhook with a backoff on 503s" // 48 characters
+	runs := []string{
+		"e4eaaaf2-d142-11e1-b3e4-080027620cdd", "2c5ea4c0-4067-11e9-8bad-9b1deb4d3b7d",
+		"6ba7b810-9dad-11d1-80b4-00c04fd430c8", "6ba7b811-9dad-11d1-80b4-00c04fd430c8",
+	}
+	names := map[string]string{agentA: "worker-07", agentB: "worker-12"}
+	checkout := func(agent, run string) lease.Checkout {
+		t.Helper()
+		return must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: task, AgentID: agent, AgentName: names[agent], RunID: run, Timeout: time.Minute}))
+	}
+	renew := func(co lease.Checkout) {
+		t.Helper()
+		must[lease.Checkout](t)(e.store.Renew(c, lease.RenewParams{TaskID: task, AgentID: co.AgentID, RunID: co.RunID, Fence: co.Fence}))
+	}
+	release := func(co lease.Checkout) {
+		t.Helper()
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: task, AgentID: co.AgentID, RunID: co.RunID, Fence: co.Fence}))
+	}
+	spent := func(op string, fn func()) {
+		t.Helper()
+		e.drain(t)
+		m.Take()
+		fn()
+		req := m.Take()
+		e.drain(t)
+		got := opUnits{Request: req.Total(), Stream: m.Take().Total()}
+		b := unitBudgets[op].Small
+		t.Logf("%-9s %v  budget %g WU %g RU (request path: %s)", op, got, b.Write, b.Read, unitsByTable(req))
+		if got.Total().Write > b.Write || got.Total().Read > b.Read {
+			t.Errorf("%s of a task with UUID ids, a %d-character title and a history: %g write units and %g read units, budget %g and %g (%v)",
+				op, len(title), got.Total().Write, got.Total().Read, b.Write, b.Read, got)
+		}
+	}
+
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: task, Title: title}))
+	for _, a := range []string{agentA, agentB} {
+		must[lease.Heartbeat](t)(e.store.Heartbeat(c, a, time.Hour))
+	}
+	// The history: A's lease renewed and left to expire, B's taking it
+	// over (the replaced lease's record) and releasing it (the ending's).
+	first := checkout(agentA, runs[0])
+	e.clock.Advance(time.Second)
+	renew(first)
+	e.clock.Advance(2 * time.Minute)
+	for _, a := range []string{agentA, agentB} {
+		must[lease.Heartbeat](t)(e.store.Heartbeat(c, a, time.Hour))
+	}
+	if over := checkout(agentB, runs[1]); over.Fence != first.Fence+1 {
+		t.Fatalf("B took the expired lease over with fence %d, want %d", over.Fence, first.Fence+1)
+	} else {
+		release(over)
+	}
+
+	var held lease.Checkout
+	spent("checkout", func() { held = checkout(agentA, runs[2]) })
+	// Two renewals, each later than the one before: the second keeps the
+	// first's write id too (renew_prev).
+	for range 2 {
+		e.clock.Advance(time.Second)
+		spent("renew", func() { renew(held) })
+	}
+	spent("release", func() { release(held) })
+	held = checkout(agentB, runs[3])
+	e.clock.Advance(time.Second)
+	renew(held)
+	spent("complete", func() {
+		must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: task, AgentID: agentB, RunID: held.RunID, Fence: held.Fence}))
+	})
+}
