@@ -188,13 +188,9 @@
 // The item stays bounded: one lease, one last ending and one replaced lease
 // (the body and the watches are items of their own); under 1 KB a
 // transition's write, and a conflict's failed one, bill one write unit on
-// the table (see "Tables"). Every byte of the item counts, its attribute
-// names half of them: what can be told without it is not stored (a
-// holder_name that is the holder's id, an end_by that is the holder, a
-// copy of no lease in prev_*), and the ids the service keeps for itself
-// are 11 characters (writeID). TestUnitBudgetLongIDs holds a task with
-// UUID ids, a title of 48 characters and a history to a small task's
-// units.
+// the table (see "Tables"). So what can be told without it is not stored
+// (holderName, endBy, replacedLease; writeID's ids are 11 characters):
+// TestUnitBudgetLongIDs holds a task with UUID ids and a history to that.
 //
 // The tasks table's stream (NEW_AND_OLD_IMAGES) carries every change, once
 // or more, in order per item, for 24 hours. Two readers of it, each with

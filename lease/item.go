@@ -44,6 +44,8 @@ type taskItem struct {
 	// again by the SDK knows its own write (tasks.go, update.go).
 	PatchID string `dynamodbav:"patch,omitempty"`
 	MadeBy  string `dynamodbav:"made,omitempty"`
+	// PatchPrev names the PATCH before the latest (patchedBy).
+	PatchPrev string `dynamodbav:"patch_prev,omitempty"`
 	// VoidAt is the version at which the PATCH ids in void_patches were
 	// voided (settlePatchBody); none on a set voided before it was kept.
 	VoidAt *int64 `dynamodbav:"void_at,omitempty"`
@@ -479,6 +481,13 @@ func (t *taskItem) replacedCheckout() Checkout {
 		TaskID: t.TaskID, AgentID: r.PrevAgent, AgentName: r.PrevAgent, RunID: r.PrevRun, Fence: r.PrevFence,
 		LockedAt: fromMS(r.PrevLocked), ExpiresAt: end, Timeout: end.Sub(fromMS(r.PrevLocked)),
 	}
+}
+
+// patchedBy reports whether the PATCH write named id applied to t: it is
+// the latest PATCH, or the one before it. Past two PATCHes since, a PATCH
+// sent again is not known, and applies again (sends.go).
+func (t *taskItem) patchedBy(id string) bool {
+	return id != "" && (t.PatchID == id || t.PatchPrev == id)
 }
 
 // holderName is the holder's name: a grant to an agent whose name is its

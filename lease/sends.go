@@ -17,15 +17,19 @@ import (
 // mistaken for it.
 //
 // Time, holder and run cannot tell a write from another of the same
-// millisecond, so the writes that may meet one carry their own id (newID)
-// on the item, and a second sending knows its own by it: endings
+// millisecond, so the writes that may meet one carry their own id
+// (writeID) on the item, and a second sending knows its own by it: endings
 // (end_write; a release or completion naming no lease, force releases, the
 // sweep's endings, the endings of expired leases a checkout or PATCH
 // makes), grants (grant_write, and prev_write the grant's before it, for a
 // grant taken over before it was sent again) and renewals (renew_write,
-// renew_prev). An ending's id says it is its own whatever landed since (a
-// grant of the task it freed); grants and renewals look one step back.
-// The ids cost the task item 50 to 110 bytes while a lease is held. Other
+// renew_prev), and PATCHes (patch, and patch_prev the PATCH's before it,
+// for one that another PATCH followed before it was sent again: a new
+// body, which no other write names, also says so). An ending's id says it
+// is its own whatever landed since (a grant of the task it freed); grants,
+// renewals and PATCHes look one step back. The ids cost the task item 45
+// to 105 bytes while a lease is held, and 37 more once it has been
+// PATCHed twice. Other
 // writes do the same on their items: a message's deletion mark (acked_by)
 // and an agent's tombstone (removal).
 

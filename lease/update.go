@@ -278,6 +278,11 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		patchID := writeID()
 		cond := terms{version, key, expression.Not(nameVoided.Contains(patchID))}
 		upd = upd.Set(expression.Name("patch"), expression.Value(patchID)).Remove(nameVoided).Remove(nameVoidAt)
+		if cur.PatchID != "" { // the PATCH before it, as the version pins it
+			upd = upd.Set(expression.Name("patch_prev"), expression.Value(cur.PatchID))
+		} else {
+			upd = upd.Remove(expression.Name("patch_prev"))
+		}
 		if !inWindow() {
 			if newBody {
 				s.dropBody(ctx, p.TaskID, token)
@@ -286,12 +291,13 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		}
 		wctx, sends := countSends(lockCtx)
 		after, applied, err := s.update(wctx, p.TaskID, cond, upd, types.ReturnValueAllNew)
-		if err == nil && !applied && sends.Load() > 1 && after != nil && (after.PatchID == patchID || newBody && token != "" && after.BodyToken == token) {
+		if err == nil && !applied && sends.Load() > 1 && after != nil && (after.patchedBy(patchID) || newBody && token != "" && after.BodyToken == token) {
 			// Sent more than once, and the task holds this very write,
 			// applied and sent again (its answer lost: sends.go): not
-			// another's, which would name its own PATCH. Its new body,
-			// which no other write names, says so too, after a later
-			// PATCH (of the title, say).
+			// another's, which would name its own PATCH, as the latest
+			// PATCH or, one PATCH on, the one before it. Its new body,
+			// which no other write names, says so too, after later
+			// PATCHes (of the title, say). It answers the task as it is.
 			applied = true
 		}
 		if err == nil && !applied && sends.Load() > 1 && after != nil {
