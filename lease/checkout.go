@@ -478,6 +478,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		// Ready: its claim key ranks it so again (a delay's key may not
 		// have been ranked ready by the sweep yet; claim.go, "Delays").
 		Set(expression.Name("claim_key"), expression.IfNotExists(expression.Name("claim_rank"), expression.Name("claim_key"))).
+		Remove(expression.Name("claim_rank")). // ready: its key is its rank
 		Set(nameMaxAttempts, expression.IfNotExists(nameMaxAttempts, expression.Value(DefaultMaxAttempts)))
 	attempt := func(old *taskItem) int { return old.Attempts + 1 }
 	if p.reopening != nil {
@@ -820,8 +821,8 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		if cur.RetryDelayMS != nil {
 			delay = expression.Name("retry_delay_ms").Equal(expression.Value(*cur.RetryDelayMS))
 		}
-		pin := cond.and(nameFence.Equal(expression.Value(cur.Fence)), countIs(nameAttempts, cur.Attempts), countIs(nameFailures, cur.Failures), limit, rankIs(cur.ClaimRank),
-			delay, countIs(nameNotBefore, int(cur.NotBefore)))
+		pin := cond.and(nameFence.Equal(expression.Value(cur.Fence)), countIs(nameAttempts, cur.Attempts), countIs(nameFailures, cur.Failures), limit,
+			delay, countIs(nameNotBefore, int(cur.NotBefore))).and(cur.rankIs()...)
 		wctx, sends := countSends(ctx)
 		it, after, applied, err := s.endLease(wctx, p.TaskID, pin, e, now, types.ReturnValueAllNew)
 		switch {
@@ -849,15 +850,6 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		return nil, s.notHolder(ctx, it, p.AgentID, p.RunID, p.Fence, now, hb)
 	}
 	return nil, fmt.Errorf("release %s: %w", p.TaskID, ErrBusy)
-}
-
-// rankIs says the task's claim_rank is rank as read ("": none), which a
-// delayed claim key is built from (taskItem.rank).
-func rankIs(rank string) expression.ConditionBuilder {
-	if rank == "" {
-		return expression.AttributeNotExists(expression.Name("claim_rank"))
-	}
-	return expression.Name("claim_rank").Equal(expression.Value(rank))
 }
 
 // countIs says a counter attribute is n (absent counts as 0).
@@ -947,6 +939,22 @@ func (s *Store) endLease(ctx context.Context, taskID string, cond terms, e endin
 	return nil, nil, false, fmt.Errorf("end the lease on %s: %w", taskID, ErrBusy)
 }
 
+// rankIs says the task's rank (what a delayed claim key is built from) is
+// still as read in t, in the form t holds it: claim_rank, or no claim_rank
+// and the claim key. A write pinned to it fails when a PATCH of the
+// priority or queue moved it, and also when a write gave the same rank
+// its other form (keepDelay), which is then decided again.
+func (t *taskItem) rankIs() terms {
+	if t.ClaimRank != "" {
+		return terms{expression.Name("claim_rank").Equal(expression.Value(t.ClaimRank))}
+	}
+	key := expression.AttributeNotExists(expression.Name("claim_key"))
+	if t.ClaimKey != "" {
+		key = expression.Name("claim_key").Equal(expression.Value(t.ClaimKey))
+	}
+	return terms{expression.AttributeNotExists(expression.Name("claim_rank")), key}
+}
+
 // blockedEnding is e made blocked, for a marked task it read: it waits for
 // its blocker instead of a retry delay, but keeps a not_before still to
 // come that it shows (one PATCHed while it was held): its delayed claim
@@ -961,7 +969,7 @@ func blockedEnding(e ending, it *taskItem, now time.Time) (ending, terms) {
 		return e, terms{readyCond(now)}
 	}
 	e.notBefore, e.rank = it.NotBefore, it.rank()
-	return e, terms{nameNotBefore.Equal(expression.Value(it.NotBefore)), rankIs(it.ClaimRank)}
+	return e, append(terms{nameNotBefore.Equal(expression.Value(it.NotBefore))}, it.rankIs()...)
 }
 
 // sameDelay says a and b wait alike at now: for the same not_before and
@@ -970,7 +978,7 @@ func sameDelay(a, b *taskItem, now time.Time) bool {
 	if a.NotBefore <= ms(now) || b.NotBefore <= ms(now) {
 		return a.NotBefore <= ms(now) && b.NotBefore <= ms(now)
 	}
-	return a.NotBefore == b.NotBefore && a.ClaimRank == b.ClaimRank
+	return a.NotBefore == b.NotBefore && a.rank() == b.rank()
 }
 
 // freedUnanswered is what endLease does for an ending write that left the

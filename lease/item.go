@@ -132,7 +132,8 @@ type taskItem struct {
 	RetryDelayMS *int64 `dynamodbav:"retry_delay_ms,omitempty"`
 	// NotBefore (Unix ms) keeps the task from being granted before it.
 	NotBefore int64 `dynamodbav:"not_before,omitempty"`
-	// ClaimRank is the task's claim_key while it is ready; a task
+	// ClaimRank is the task's claim_key while it is ready, kept while its
+	// claim_key is delayed (none while ready: rank); a task
 	// waiting for its not_before has claim_key "~<not_before>#<rank>"
 	// instead, which ranks it after the ready ones (claim.go, "Delays").
 	ClaimRank string `dynamodbav:"claim_rank,omitempty"`
@@ -257,10 +258,18 @@ func retryWait(delay time.Duration, n int) time.Duration {
 	return min(w, MaxRetryWait)
 }
 
-// rank is the task's claim_key while ready.
+// rank is the task's claim_key while ready: claim_rank while its key is
+// delayed, its key itself while ready (a ready task keeps no claim_rank;
+// one written before 2026-12-06 may).
 func (t *taskItem) rank() string {
 	if t.ClaimRank != "" {
 		return t.ClaimRank
+	}
+	if r, delayed := delayedRank(t.ClaimKey); delayed {
+		return r
+	}
+	if t.ClaimKey != "" {
+		return t.ClaimKey
 	}
 	return claimKey(t.priority(), t.CreatedAt, t.TaskID)
 }

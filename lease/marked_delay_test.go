@@ -143,7 +143,13 @@ func TestAMarkedLeaseEndedBlockedTakesTheNotBeforePatchedInBetween(t *testing.T)
 				t.Fatalf("d after its release: %s; want blocked (b was reopened)", st)
 			}
 			raw := rawTask(t, e, "d")
-			wantKey, wantExpires := raw["claim_rank"], types.AttributeValue(nil)
+			created, _ := raw["created_at"].(*types.AttributeValueMemberN)
+			if created == nil {
+				t.Fatalf("d has no created_at: %v", raw)
+			}
+			// Its ready key: priority 9 first, then age.
+			ready := fmt.Sprintf("0#%s#d", created.Value)
+			wantKey, wantExpires := types.AttributeValue(&types.AttributeValueMemberS{Value: ready}), types.AttributeValue(nil)
 			if then != nil {
 				rank, _ := raw["claim_rank"].(*types.AttributeValueMemberS)
 				if rank == nil {

@@ -260,7 +260,6 @@ func migrateTask(ctx context.Context, db MigrateDB, table string, item map[strin
 		home := claimHome(DefaultQueue, it.TaskID, shards.Claim)
 		item["claim_home"] = &types.AttributeValueMemberS{Value: home}
 		item["claim_key"] = &types.AttributeValueMemberS{Value: rank}
-		item["claim_rank"] = &types.AttributeValueMemberS{Value: rank}
 		if st == StatusTodo && !it.hasLease() {
 			item["claim_shard"] = &types.AttributeValueMemberS{Value: home}
 		}

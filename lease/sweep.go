@@ -250,7 +250,7 @@ func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond terms, typ Even
 			e.freeIf = terms{readyCond(now)}
 		default:
 			e.notBefore, e.rank = waits.NotBefore, waits.rank()
-			e.freeIf = terms{nameNotBefore.Equal(expression.Value(waits.NotBefore)), rankIs(waits.ClaimRank)}
+			e.freeIf = append(terms{nameNotBefore.Equal(expression.Value(waits.NotBefore))}, waits.rankIs()...)
 		}
 		wctx, sends := countSends(ctx)
 		old, _, applied, err := s.endLease(wctx, it.TaskID, c, e, now, types.ReturnValueNone)
@@ -271,7 +271,7 @@ func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond terms, typ Even
 			return false, nil // ended by another writer, or decided by more than the limit
 		case !old.belowLimit():
 			exhausted = true
-		case old.NotBefore > ms(now) && (waits == nil || old.NotBefore != waits.NotBefore || old.ClaimRank != waits.ClaimRank):
+		case old.NotBefore > ms(now) && (waits == nil || old.NotBefore != waits.NotBefore || old.rank() != waits.rank()):
 			waits = old
 		case old.NotBefore <= ms(now) && waits != nil:
 			waits = nil // its not_before was cleared or moved back in between
@@ -489,13 +489,14 @@ func (s *Store) settleDeath(ctx context.Context, hb *heartbeatItem) error {
 func (s *Store) rankReady(ctx context.Context, it *taskItem) (bool, error) {
 	cond := terms{expression.AttributeNotExists(nameHolder), nameExpires.Equal(expression.Value(it.LeaseExpires))}
 	upd := expression.Set(expression.Name("claim_key"), expression.IfNotExists(expression.Name("claim_rank"), expression.Name("claim_key"))).
+		Remove(expression.Name("claim_rank")). // ready: its key is its rank
 		Remove(nameExpires).Remove(expression.Name("lease_shard"))
 	// The item back (no read units), for its queue: the index entry read
 	// has none.
 	wctx, sends := countSends(ctx)
 	after, applied, err := s.write(wctx, it.TaskID, cond, upd, types.ReturnValueAllNew)
 	if !applied && err == nil && sends.Load() > 1 && after != nil && !after.hasLease() && after.LeaseExpires == 0 &&
-		after.ClaimRank != "" && after.ClaimKey == after.ClaimRank {
+		after.ClaimKey != "" && after.ClaimKey == after.rank() {
 		// Sent again (its answer lost: sends.go) and refused on a task
 		// ranked ready with no expiry entry: by its own first sending, or
 		// by writes just like it (a grant and its release), whose wake

@@ -156,7 +156,6 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 		ClaimHome: claimHome(p.Queue, p.TaskID, s.shards.Claim), ClaimKey: claimKey(prio, ms(now), p.TaskID),
 	}
 	it.ClaimShard = it.ClaimHome
-	it.ClaimRank = it.ClaimKey
 	it.MadeBy = writeID()        // this create's own: a sending of it again knows it
 	it.Watched = aws.Bool(false) // until a watch (watch.go)
 	it.BlockedBy = blockers
@@ -172,7 +171,8 @@ func (s *Store) newTaskItem(p *CreateTaskParams) (taskItem, error) {
 	if notBefore != 0 {
 		// Ranked after the ready tasks, and in the expiry index until then,
 		// so that the sweep ranks it as ready (claim.go, "Delays").
-		it.NotBefore, it.ClaimKey = notBefore, delayedKey(notBefore, it.ClaimRank)
+		it.NotBefore, it.ClaimRank = notBefore, it.ClaimKey
+		it.ClaimKey = delayedKey(notBefore, it.ClaimRank)
 		it.LeaseExpires, it.LeaseShard = notBefore, shardOf(p.TaskID, s.shards.Lease)
 	}
 	if p.Metadata != nil {

@@ -417,7 +417,7 @@ func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) (end
 	case e.exhausted:
 	case cur.NotBefore > ms(now):
 		e.notBefore, e.rank = cur.NotBefore, cur.rank()
-		cond = cond.and(nameNotBefore.Equal(expression.Value(cur.NotBefore)), rankIs(cur.ClaimRank))
+		cond = cond.and(nameNotBefore.Equal(expression.Value(cur.NotBefore))).and(cur.rankIs()...)
 	default:
 		cond = cond.and(readyCond(now))
 	}
@@ -621,7 +621,11 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 	if home != cur.ClaimHome || keyMoved {
 		set("claim_home", home)
 		set("claim_key", key)
-		set("claim_rank", rank)
+		if key != rank {
+			set("claim_rank", rank)
+		} else {
+			upd = upd.Remove(expression.Name("claim_rank")) // ready: its key is its rank
+		}
 	}
 	if key != rank && !expiresWritten && !cur.hasLease() && (final == StatusTodo || final == StatusBlocked) && cur.LeaseExpires != notBefore {
 		// Delayed, with no entry of its own in the expiry index (its
