@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/checkout-dev/checkout/lease"
 )
@@ -40,5 +41,37 @@ func TestAPatchSentTwiceAfterAnotherPatchIsNotAppliedAgain(t *testing.T) {
 	if got.Title != "from b" || got.Version != created.Version+2 {
 		t.Fatalf("after a's PATCH and then b's: title %q at version %d (a's answered %q at %d); want %q at %d: a's applied once, before b's",
 			got.Title, got.Version, answered.Title, answered.Version, "from b", created.Version+2)
+	}
+}
+
+// A PATCH that reopens a done task, whose write applied and whose answer
+// was lost, sent again after an agent checked the reopened task out: the
+// second sending must not reopen it again, ending that agent's lease.
+func TestAReopenSentTwiceAfterACheckoutLeavesTheLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.create(t, lease.CreateTaskParams{TaskID: "r"})
+	e.complete(t, "r", "a")
+	var co lease.Checkout
+	var raceErr error
+	db := &updateTwiceDB{DB: e.db, name: "patch", race: func() {
+		co, raceErr = e.store.Checkout(c, lease.CheckoutParams{TaskID: "r", AgentID: "b", Timeout: time.Hour})
+	}}
+	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+	got, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "r", AgentID: "admin", Status: new(lease.StatusTodo)})
+	if !db.sent.Load() {
+		t.Fatal("the PATCH was not sent twice")
+	}
+	if raceErr != nil {
+		t.Fatalf("b's checkout of the reopened task: %v", raceErr)
+	}
+	if err != nil {
+		t.Fatalf("the PATCH sent twice answered %v; want it made", err)
+	}
+	t.Logf("the PATCH answered %s at version %d", got.Status, got.Version)
+	now := e.get(t, "r")
+	if now.Status != lease.StatusInProgress || now.Checkout == nil || now.Checkout.AgentID != "b" || now.Checkout.Fence != co.Fence {
+		t.Fatalf("after the reopen and b's checkout: %s, lease %+v; want in_progress, b's lease (fence %d)", now.Status, now.Checkout, co.Fence)
 	}
 }
