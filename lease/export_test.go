@@ -43,6 +43,10 @@ func IsUnwatched(err error) bool { return errors.As(err, new(unwatchedError)) }
 // OnGraphWalk makes s call f after each level of a cycle walk is read.
 func OnGraphWalk(s *Store, f func()) { s.walked = f }
 
+// OnPatch makes s call f with each PATCH's task as patch foresaw it (the
+// answer of one whose own answer was lost) and as its write left it.
+func OnPatch(s *Store, f func(foreseen, written Task)) { s.patched = f }
+
 // LimitDependents sets how many tasks one task of s may block.
 func LimitDependents(s *Store, n int) { s.maxDependents = n }
 

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -38,6 +39,7 @@ func newEnv(t testing.TB) *env {
 	e := &env{clock: testclock.New(epoch), count: testenv.NewCounter(), notes: &testenv.Recorder{}}
 	s := testenv.NewStore(t, testenv.WithClock(e.clock.Now), testenv.WithNotifier(e.notes), testenv.WithCounter(e.count))
 	e.store, e.db, e.names = s.Store, s.DB, s.Names
+	lease.OnPatch(e.store, foresees(t))
 	// The change stream's consumer, as the local server runs it: the stream
 	// function's handler over the store's own stream.
 	arn, err := localstack.StreamARN(ctx(t), e.db, e.names.Table(schema.TasksTable))
@@ -60,6 +62,21 @@ func newEnv(t testing.TB) *env {
 		}
 	})
 	return e
+}
+
+// foresees checks, for every PATCH a test's store makes, that the task
+// the PATCH foresaw (its answer when its own answer was lost, once later
+// writes have moved the task on) is the task its write left, as a reader
+// sees it; the body and the last error are read apart from the item.
+func foresees(t testing.TB) func(foreseen, written lease.Task) {
+	return func(foreseen, written lease.Task) {
+		for _, v := range []*lease.Task{&foreseen, &written} {
+			v.Description, v.Metadata, v.LastError = "", nil, ""
+		}
+		if !reflect.DeepEqual(foreseen, written) {
+			t.Errorf("a PATCH foresaw the task as\n%+v\nand its write left it as\n%+v", foreseen, written)
+		}
+	}
 }
 
 // lag puts index lag on tables of this env whose name starts with

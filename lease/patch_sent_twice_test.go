@@ -37,6 +37,11 @@ func TestAPatchSentTwiceAfterAnotherPatchIsNotAppliedAgain(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the PATCH sent twice answered %v; want it made", err)
 	}
+	// Its answer is the task as its write left it, as its lost answer
+	// said, not as b's PATCH left it after.
+	if answered.Title != "from a" || answered.Version != created.Version+1 {
+		t.Errorf("a's PATCH answered title %q at version %d; want %q at %d", answered.Title, answered.Version, "from a", created.Version+1)
+	}
 	got := e.get(t, "p")
 	if got.Title != "from b" || got.Version != created.Version+2 {
 		t.Fatalf("after a's PATCH and then b's: title %q at version %d (a's answered %q at %d); want %q at %d: a's applied once, before b's",
@@ -46,13 +51,17 @@ func TestAPatchSentTwiceAfterAnotherPatchIsNotAppliedAgain(t *testing.T) {
 
 // A PATCH that reopens a done task, whose write applied and whose answer
 // was lost, sent again after an agent checked the reopened task out: the
-// second sending must not reopen it again, ending that agent's lease.
+// second sending must not reopen it again, ending that agent's lease. It
+// used to answer the task as the checkout left it, with the lease hidden
+// (todo at the checkout's version, a state the task never had); it now
+// answers it as its own write left it.
 func TestAReopenSentTwiceAfterACheckoutLeavesTheLease(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	c := ctx(t)
 	e.create(t, lease.CreateTaskParams{TaskID: "r"})
 	e.complete(t, "r", "a")
+	done := e.get(t, "r")
 	var co lease.Checkout
 	var raceErr error
 	db := &updateTwiceDB{DB: e.db, name: "patch", race: func() {
@@ -69,7 +78,11 @@ func TestAReopenSentTwiceAfterACheckoutLeavesTheLease(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the PATCH sent twice answered %v; want it made", err)
 	}
-	t.Logf("the PATCH answered %s at version %d", got.Status, got.Version)
+	// Its answer is the task as its write left it (todo, no lease), not
+	// as b's checkout did, nor that version with b's lease hidden.
+	if got.Status != lease.StatusTodo || got.Checkout != nil || got.Version != done.Version+1 {
+		t.Errorf("the reopen answered %s at version %d, lease %+v; want todo at version %d, no lease", got.Status, got.Version, got.Checkout, done.Version+1)
+	}
 	now := e.get(t, "r")
 	if now.Status != lease.StatusInProgress || now.Checkout == nil || now.Checkout.AgentID != "b" || now.Checkout.Fence != co.Fence {
 		t.Fatalf("after the reopen and b's checkout: %s, lease %+v; want in_progress, b's lease (fence %d)", now.Status, now.Checkout, co.Fence)

@@ -145,6 +145,9 @@ type Store struct {
 	// walked, when set (in tests), is called after each level of a
 	// cycle walk has been read.
 	walked func()
+	// patched, when set, is told of each PATCH whose write applied on its
+	// sending: the task as patch foresaw it, and as the write left it.
+	patched func(foreseen, written Task)
 	// maxDependents is MaxDependents (lower in tests).
 	maxDependents int
 	// registryPage is RegistryPage (lower in tests).

@@ -221,7 +221,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 				return Task{}, err
 			}
 		}
-		upd, changed, err := s.patch(cur, live, p, g, now)
+		upd, next, changed, err := s.patch(cur, live, p, g, now)
 		if err != nil {
 			return Task{}, err
 		}
@@ -249,19 +249,19 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		}
 		token := cur.BodyToken
 		if newBody {
-			next := taskItem{TaskID: cur.TaskID, Description: body.Description, Metadata: body.Metadata}
-			if b := splitBody(&next, ms(s.clock())); b != nil {
+			withBody := taskItem{TaskID: cur.TaskID, Description: body.Description, Metadata: body.Metadata}
+			if b := splitBody(&withBody, ms(s.clock())); b != nil {
 				b.Follows = cur.PatchID
 				if err := s.putBody(ctx, b); err != nil {
 					return Task{}, err
 				}
-				upd = upd.Set(expression.Name("body"), expression.Value(next.BodyToken))
+				upd = upd.Set(expression.Name("body"), expression.Value(withBody.BodyToken))
 			} else {
 				upd = upd.Remove(expression.Name("body"))
 			}
 			// A task item from before bodies held them itself.
 			upd = upd.Remove(expression.Name("description")).Remove(expression.Name("metadata"))
-			token = next.BodyToken
+			token = withBody.BodyToken
 		}
 		version := nameVersion.Equal(expression.Value(cur.Version))
 		if cur.Version == 0 {
@@ -291,23 +291,36 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		}
 		wctx, sends := countSends(lockCtx)
 		after, applied, err := s.update(wctx, p.TaskID, cond, upd, types.ReturnValueAllNew)
+		if applied && after != nil && s.patched != nil {
+			s.patched(next.task(live), after.task(live))
+		}
+		own := false // applied by a sending whose answer was lost
 		if err == nil && !applied && sends.Load() > 1 && after != nil && (after.patchedBy(patchID) || newBody && token != "" && after.BodyToken == token) {
 			// Sent more than once, and the task holds this very write,
 			// applied and sent again (its answer lost: sends.go): not
 			// another's, which would name its own PATCH, as the latest
 			// PATCH or, one PATCH on, the one before it. Its new body,
 			// which no other write names, says so too, after later
-			// PATCHes (of the title, say). It answers the task as it is.
-			applied = true
+			// PATCHes (of the title, say).
+			applied, own = true, true
 		}
 		if err == nil && !applied && sends.Load() > 1 && after != nil {
 			// Or a later PATCH of the description landed on it: the body
 			// the task names now, or its own new body gone, says so.
-			own := ""
+			mine := ""
 			if newBody {
-				own = token
+				mine = token
 			}
-			applied, err = s.replacedOwn(ctx, after, patchID, own)
+			applied, err = s.replacedOwn(ctx, after, patchID, mine)
+			own = applied
+		}
+		if own && after.Version != next.Version {
+			// Later writes have moved the task on since (a grant, a
+			// renewal, another PATCH): the answer is the task as this
+			// PATCH's write left it, as its lost answer said, not as
+			// they did (whose lease it would show, or hide, at a version
+			// that never had it).
+			after = next
 		}
 		switch {
 		case err == nil && !applied && len(added) > 0 && unlock != nil:
@@ -436,10 +449,13 @@ func (s *Store) endEnded(ctx context.Context, cur *taskItem, now time.Time) (end
 }
 
 // patch builds the update of a PATCH on cur (whose lease, if any, is live
-// when live says so), or changed=false when it changes nothing.
-func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGraph, now time.Time) (expression.UpdateBuilder, bool, error) {
-	var upd expression.UpdateBuilder
-	changed := false
+// when live says so), or changed=false when it changes nothing. next is
+// the task as the update leaves cur, as far as a reader of the task sees
+// it (taskItem.task), body and graph aside: the answer of a PATCH whose
+// own answer was lost, once later writes have moved the task on.
+func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGraph, now time.Time) (upd expression.UpdateBuilder, next *taskItem, changed bool, err error) {
+	next = new(*cur)
+	next.Version++
 	// The status the task has, an ended lease aside (the caller has ended
 	// any before a status change).
 	status := cur.task(live).Status
@@ -456,15 +472,16 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		switch to := *p.Status; {
 		case to == StatusCancelled && (status == StatusDone || status == StatusFailed),
 			to == StatusTodo && (status == StatusInProgress || status == StatusBlocked):
-			return upd, false, &TransitionError{TaskID: cur.TaskID, From: status, To: to}
+			return upd, nil, false, &TransitionError{TaskID: cur.TaskID, From: status, To: to}
 		case to == StatusCancelled && live:
 			if cur.Holder != p.AgentID && !p.Admin {
-				return upd, false, &NotHolderError{Holder: cur.checkout(), Caller: p.AgentID}
+				return upd, nil, false, &NotHolderError{Holder: cur.checkout(), Caller: p.AgentID}
 			}
 			// The ending write: the lease moves to end_*, the task to
 			// cancelled and out of the claim index; its event is cancel.
 			upd = endUpdate(cur.TaskID, ending{typ: EventCancel, by: p.AgentID, reason: reasonCancelled, status: StatusCancelled}, now, s.shards)
 			written = true
+			next.Holder, next.Status = "", StatusCancelled // the lease ended
 		case to == StatusCancelled:
 			// No lease to end: the status, and the cancel recorded as a
 			// transition of its own (its event names no lease; the
@@ -479,6 +496,7 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		default: // todo, from done, cancelled or failed: reopen, with its attempts anew
 			upd = upd.Remove(expression.Name("completed_at")).Remove(nameAttempts).Remove(nameFailures)
 			notBefore = 0
+			next.CompletedAt, next.Attempts, next.Failures = 0, 0, 0
 		}
 		final = *p.Status
 		changed = true
@@ -495,6 +513,7 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 			upd = upd.Remove(nameWaitingOn)
 		}
 		waiting = g.waiting
+		next.BlockedBy, next.WaitingOn = g.blockedBy, g.waiting
 		changed = true
 	}
 	if final == StatusTodo || final == StatusBlocked {
@@ -508,6 +527,7 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 	expiresWritten := false // lease_expires set or removed by this update already
 	if !written && (p.Status != nil || g != nil) && final != cur.Status {
 		upd = setStatus(upd, cur.TaskID, final, s.shards.Status)
+		next.Status = final
 		if cur.Status == StatusBlocked && final == StatusTodo {
 			// Unblocked by this PATCH: the transition a blocker's completion
 			// records, so that its event tells the watchers. Its time is not
@@ -531,20 +551,23 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 	}
 	if p.MaxAttempts != nil && *p.MaxAttempts != cur.maxAttempts() {
 		upd = upd.Set(nameMaxAttempts, expression.Value(*p.MaxAttempts))
+		next.MaxAttempts = *p.MaxAttempts
 		changed = true
 	}
 	if p.RetryDelay != nil && (cur.RetryDelayMS == nil || *cur.RetryDelayMS != p.RetryDelay.Milliseconds()) {
 		upd = upd.Set(expression.Name("retry_delay_ms"), expression.Value(p.RetryDelay.Milliseconds()))
+		next.RetryDelayMS = new(p.RetryDelay.Milliseconds())
 		changed = true
 	}
 	if p.SetNotBefore {
 		nb, err := checkNotBefore(p.NotBefore, now)
 		if err != nil {
-			return upd, false, err
+			return upd, nil, false, err
 		}
 		notBefore = nb
 	}
 	if notBefore != cur.NotBefore {
+		next.NotBefore = notBefore
 		// A task without a lease that may still be claimed waits in the
 		// expiry index too, so that the sweep ranks it as ready at its
 		// not_before (claim.go, "Delays"); a finished one has left it
@@ -582,14 +605,19 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		}
 	}
 	setText("title", p.Title, cur.Title) // description and metadata are the body's: UpdateTask
+	if p.Title != nil {
+		next.Title = *p.Title
+	}
 	queue, prio := cur.queue(), cur.priority()
 	if p.Queue != nil && (*p.Queue != queue || cur.Queue == "") {
 		queue = *p.Queue
 		set("queue", queue)
+		next.Queue = queue
 	}
 	if p.Priority != nil && (*p.Priority != prio || cur.Priority == nil) {
 		prio = *p.Priority
 		set("priority", prio)
+		next.Priority = &prio
 	}
 	// A task keeps its claim shard while it stays in its queue, whatever
 	// the claim shard count has become since it was written. A task that
@@ -640,7 +668,7 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 	if claimable && changed {
 		set("claim_shard", home)
 	}
-	return upd, changed, nil
+	return upd, next, changed, nil
 }
 
 // reopens says a PATCH to status to reopens a task of status from.
