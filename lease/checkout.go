@@ -955,6 +955,14 @@ func (t *taskItem) rankIs() terms {
 	return terms{expression.AttributeNotExists(expression.Name("claim_rank")), key}
 }
 
+// rankPinned says o holds t's rankIs: the same rank in the same form. The
+// same rank in the other form (a ready task's claim_rank, kept on an item
+// written before 2026-12-06, removed by a PATCH of its queue) fails a
+// write pinned to t's, which is then made again on o's.
+func (t *taskItem) rankPinned(o *taskItem) bool {
+	return t.ClaimRank == o.ClaimRank && (t.ClaimRank != "" || t.ClaimKey == o.ClaimKey)
+}
+
 // blockedEnding is e made blocked, for a marked task it read: it waits for
 // its blocker instead of a retry delay, but keeps a not_before still to
 // come that it shows (one PATCHed while it was held): its delayed claim
@@ -973,12 +981,12 @@ func blockedEnding(e ending, it *taskItem, now time.Time) (ending, terms) {
 }
 
 // sameDelay says a and b wait alike at now: for the same not_before and
-// rank, or for none.
+// rank, in the form a write pinned to it names (rankPinned), or for none.
 func sameDelay(a, b *taskItem, now time.Time) bool {
 	if a.NotBefore <= ms(now) || b.NotBefore <= ms(now) {
 		return a.NotBefore <= ms(now) && b.NotBefore <= ms(now)
 	}
-	return a.NotBefore == b.NotBefore && a.rank() == b.rank()
+	return a.NotBefore == b.NotBefore && a.rankPinned(b)
 }
 
 // freedUnanswered is what endLease does for an ending write that left the

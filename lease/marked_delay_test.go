@@ -4,12 +4,16 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 // A dependent in progress, marked as waiting on its reopened blocker,
@@ -190,4 +194,91 @@ func sameAttr(a, b types.AttributeValue) bool {
 		return ok && n.Value == b.Value
 	}
 	return false
+}
+
+// A task held since before ready tasks kept no claim_rank (its item has
+// claim_rank, equal to its ready claim_key), marked, with a not_before
+// PATCHed while it was held: a PATCH of its queue between its release's
+// two writes removes that claim_rank, and the blocked write, pinned to it,
+// is refused with the rank unchanged. The release still ends the lease,
+// as it does when the PATCH moves the rank.
+func TestAMarkedLeaseEndedBlockedAfterItsRankLostItsOldForm(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	nine := 9
+	e.task(t, "b")
+	e.create(t, lease.CreateTaskParams{TaskID: "d", Priority: &nine, BlockedBy: []string{"b"}})
+	e.complete(t, "b", "x")
+	e.drain(t) // b's completion unblocks d
+	co := e.checkout(t, "d", "a", 10*time.Minute)
+	nb := e.clock.Now().Add(time.Hour)
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "d", AgentID: "a", SetNotBefore: true, NotBefore: &nb}))
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "b", AgentID: "x", Status: new(lease.StatusTodo)}))
+	e.drain(t) // b's reopening marks d
+	// As the grant wrote it before: claim_rank, a copy of the ready key.
+	raw := rawTask(t, e, "d")
+	key, ok := raw["claim_key"].(*types.AttributeValueMemberS)
+	if !ok || strings.HasPrefix(key.Value, "~") {
+		t.Fatalf("d's claim_key %v; want its ready key while held", raw["claim_key"])
+	}
+	must[*dynamodb.UpdateItemOutput](t)(e.db.UpdateItem(c, &dynamodb.UpdateItemInput{
+		TableName: aws.String(e.names.Table(schema.TasksTable)), Key: map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: "d"}},
+		UpdateExpression: aws.String("SET claim_rank = claim_key"),
+	}))
+	slow, db := delayed(e)
+	db.armAfter(func() { // the write refused on the mark
+		if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "d", AgentID: "a", Queue: aws.String("other")}); err != nil {
+			t.Errorf("PATCH queue: %v", err)
+		}
+	})
+	if _, err := slow.Release(c, lease.ReleaseParams{TaskID: "d", AgentID: "a", RunID: co.RunID}); err != nil {
+		t.Fatalf("release of d's live lease: %v; want it released", err)
+	}
+	got := e.get(t, "d")
+	if got.Status != lease.StatusBlocked || got.Checkout != nil {
+		t.Fatalf("d after its release: %s, checkout %+v; want blocked, no lease (b was reopened)", got.Status, got.Checkout)
+	}
+	raw = rawTask(t, e, "d")
+	if want := fmt.Sprintf("~%013d#%s", nb.UnixMilli(), key.Value); !equalS(raw["claim_key"], want) || !equalS(raw["claim_rank"], key.Value) {
+		t.Errorf("d's claim_key %v, claim_rank %v; want %s, %s", raw["claim_key"], raw["claim_rank"], want, key.Value)
+	}
+}
+
+// The sweep's ending of such a task's expired lease, not marked: its write
+// pinned to the delay it read is refused on the claim_rank a PATCH of the
+// queue removed, the rank unchanged. The sweep still ends the lease, with
+// the task's delay.
+func TestASweptLeaseKeepsItsDelayAfterItsRankLostItsOldForm(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "d")
+	e.checkout(t, "d", "a", 10*time.Minute)
+	nb := e.clock.Now().Add(time.Hour)
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "d", AgentID: "a", SetNotBefore: true, NotBefore: &nb}))
+	raw := rawTask(t, e, "d")
+	key, ok := raw["claim_key"].(*types.AttributeValueMemberS)
+	if !ok || strings.HasPrefix(key.Value, "~") {
+		t.Fatalf("d's claim_key %v; want its ready key while held", raw["claim_key"])
+	}
+	must[*dynamodb.UpdateItemOutput](t)(e.db.UpdateItem(c, &dynamodb.UpdateItemInput{
+		TableName: aws.String(e.names.Table(schema.TasksTable)), Key: map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: "d"}},
+		UpdateExpression: aws.String("SET claim_rank = claim_key"),
+	}))
+	e.clock.Advance(11 * time.Minute)
+	e.caughtUp(t) // the sweep finds the lease through an index
+	slow, db := delayed(e)
+	db.armAfter(func() { // the write refused on the not_before ahead
+		if _, err := e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "d", AgentID: "u", Queue: aws.String("other")}); err != nil {
+			t.Errorf("PATCH queue: %v", err)
+		}
+	})
+	if res := must[lease.SweepResult](t)(slow.Sweep(c)); res.Timeouts != 1 {
+		t.Fatalf("sweep %+v: want d's lease ended by its timeout", res)
+	}
+	raw = rawTask(t, e, "d")
+	if want := fmt.Sprintf("~%013d#%s", nb.UnixMilli(), key.Value); raw["holder"] != nil || !equalS(raw["claim_key"], want) {
+		t.Errorf("d's holder %v, claim_key %v; want none, %s", raw["holder"], raw["claim_key"], want)
+	}
 }

@@ -271,7 +271,7 @@ func (s *Store) sweepEnd(ctx context.Context, it *taskItem, cond terms, typ Even
 			return false, nil // ended by another writer, or decided by more than the limit
 		case !old.belowLimit():
 			exhausted = true
-		case old.NotBefore > ms(now) && (waits == nil || old.NotBefore != waits.NotBefore || old.rank() != waits.rank()):
+		case old.NotBefore > ms(now) && (waits == nil || old.NotBefore != waits.NotBefore || !old.rankPinned(waits)):
 			waits = old
 		case old.NotBefore <= ms(now) && waits != nil:
 			waits = nil // its not_before was cleared or moved back in between
