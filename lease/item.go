@@ -185,11 +185,13 @@ type endRecord struct {
 	// completion's alone): it left one more, and its repetition is
 	// answered with that.
 	EndVersion *int64 `dynamodbav:"end_version,omitempty"`
-	// EndBy is who ended it, when not the holder (endBy).
-	EndBy          string `dynamodbav:"end_by,omitempty"`
-	EndReason      string `dynamodbav:"end_reason,omitempty"`
-	EndLeaseSeq    int64  `dynamodbav:"end_lease_seq,omitempty"`
-	EndLeaseReason string `dynamodbav:"end_lease_reason,omitempty"`
+	// EndBy is who ended it, when not the holder (endBy): "" too, an
+	// ending by a caller that named no agent (an admin's cancel through
+	// the lease package), which is not the holder's own.
+	EndBy          *string `dynamodbav:"end_by,omitempty"`
+	EndReason      string  `dynamodbav:"end_reason,omitempty"`
+	EndLeaseSeq    int64   `dynamodbav:"end_lease_seq,omitempty"`
+	EndLeaseReason string  `dynamodbav:"end_lease_reason,omitempty"`
 	// EndOutcome is a release's outcome; EndErrored says it carried an
 	// error, kept in the error item of EndFence.
 	EndOutcome ReleaseOutcome `dynamodbav:"end_outcome,omitempty"`
@@ -203,7 +205,12 @@ type endRecord struct {
 }
 
 // endBy is who made the ending: the holder's own ending stores none.
-func (r *endRecord) endBy() string { return cmp.Or(r.EndBy, r.EndAgent) }
+func (r *endRecord) endBy() string {
+	if r.EndBy != nil {
+		return *r.EndBy
+	}
+	return r.EndAgent
+}
 
 // prevRecord is the lease a checkout took over (expired, or its holder
 // dead), copied by the checkout's own write; prev_agent is absent (NULL on

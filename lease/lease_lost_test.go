@@ -62,6 +62,9 @@ func TestFormerHolderIsToldOfALostLease(t *testing.T) {
 		{"cancel by an admin", func(t *testing.T, e *env, co lease.Checkout) {
 			must[lease.Task](t)(e.store.UpdateTask(ctx(t), lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: new(lease.StatusCancelled)}))
 		}, lease.EventCancel},
+		{"cancel by an admin naming no agent", func(t *testing.T, e *env, co lease.Checkout) {
+			must[lease.Task](t)(e.store.UpdateTask(ctx(t), lease.UpdateTaskParams{TaskID: "t", Admin: true, Status: new(lease.StatusCancelled)}))
+		}, lease.EventCancel},
 		{"release by an admin for the holder", func(t *testing.T, e *env, co lease.Checkout) {
 			must[lease.Released](t)(e.store.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "holder", By: "admin"}))
 		}, lease.EventRelease},
