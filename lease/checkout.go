@@ -785,7 +785,7 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 			return nil, s.notHolder(ctx, cur, p.AgentID, p.RunID, p.Fence, now, hb)
 		}
 		e := ending{typ: EventRelease, by: p.By, reason: p.Reason, status: StatusTodo,
-			failed: true, outcome: OutcomeFailed, errored: p.Error != "", write: write, byHolder: p.By == p.AgentID}
+			failed: true, outcome: OutcomeFailed, errored: p.Error != "", write: write}
 		if !cur.belowLimit() {
 			e.exhausted = true
 		} else {
@@ -1011,7 +1011,6 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 		// (sentAgain).
 		e.write = writeID()
 	}
-	e.byHolder = e.by == agentID // the condition is holder = agentID
 	var floor int64
 	for range retries(ctx) {
 		cond, hb, now, err := s.holderGuard(ctx, agentID, runID, fence, floor)
@@ -1119,7 +1118,7 @@ func replayEnd(cur *taskItem, typ EventType, outcome ReleaseOutcome, by, agentID
 		return false
 	}
 	r := cur.endRecord
-	return r.EndSeq != 0 && r.EndType == typ && (typ != EventRelease || failedOutcome(r.EndOutcome) == failedOutcome(outcome)) && r.endBy() == by &&
+	return r.EndSeq != 0 && r.EndType == typ && (typ != EventRelease || failedOutcome(r.EndOutcome) == failedOutcome(outcome)) && r.EndBy == by &&
 		(typ == EventForceRelease || r.EndAgent == agentID) &&
 		(runID == "" || r.EndRun == runID) && (fence == 0 || r.EndFence == fence)
 }
@@ -1146,7 +1145,7 @@ func sentAgain(it *taskItem, e ending, agentID, runID string, fence int64, now t
 		// since (a grant of the task it freed, say).
 		return r.EndSeq != 0 && r.EndWrite == e.write
 	}
-	return r.EndSeq != 0 && r.EndSeq == it.ESeq && r.EndAt == ms(now) && r.EndType == e.typ && r.endBy() == e.by && r.EndAgent == agentID &&
+	return r.EndSeq != 0 && r.EndSeq == it.ESeq && r.EndAt == ms(now) && r.EndType == e.typ && r.EndBy == e.by && r.EndAgent == agentID &&
 		(e.typ != EventRelease || failedOutcome(r.EndOutcome) == failedOutcome(e.outcome)) &&
 		(runID == "" || r.EndRun == runID) && (fence == 0 || r.EndFence == fence) && r.EndWrite == ""
 }

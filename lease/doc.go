@@ -189,7 +189,7 @@
 // (the body and the watches are items of their own); under 1 KB a
 // transition's write, and a conflict's failed one, bill one write unit on
 // the table (see "Tables"). So what can be told without it is not stored
-// (holderName, endBy, replacedLease, rank; writeID's ids are 11 bytes):
+// (holderName, replacedLease, rank; writeID's ids are 11 bytes):
 // TestUnitBudgetLongIDs holds a task with UUID ids and a history to that.
 //
 // The tasks table's stream (NEW_AND_OLD_IMAGES) carries every change, once

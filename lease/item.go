@@ -184,14 +184,11 @@ type endRecord struct {
 	// EndVersion is the version a completion found (none: 0; a
 	// completion's alone): it left one more, and its repetition is
 	// answered with that.
-	EndVersion *int64 `dynamodbav:"end_version,omitempty"`
-	// EndBy is who ended it, when not the holder (endBy): "" too, an
-	// ending by a caller that named no agent (an admin's cancel through
-	// the lease package), which is not the holder's own.
-	EndBy          *string `dynamodbav:"end_by,omitempty"`
-	EndReason      string  `dynamodbav:"end_reason,omitempty"`
-	EndLeaseSeq    int64   `dynamodbav:"end_lease_seq,omitempty"`
-	EndLeaseReason string  `dynamodbav:"end_lease_reason,omitempty"`
+	EndVersion     *int64 `dynamodbav:"end_version,omitempty"`
+	EndBy          string `dynamodbav:"end_by,omitempty"`
+	EndReason      string `dynamodbav:"end_reason,omitempty"`
+	EndLeaseSeq    int64  `dynamodbav:"end_lease_seq,omitempty"`
+	EndLeaseReason string `dynamodbav:"end_lease_reason,omitempty"`
 	// EndOutcome is a release's outcome; EndErrored says it carried an
 	// error, kept in the error item of EndFence.
 	EndOutcome ReleaseOutcome `dynamodbav:"end_outcome,omitempty"`
@@ -202,14 +199,6 @@ type endRecord struct {
 	// ended lease a checkout or PATCH makes (see sentAgain); none for a
 	// holder's ending that named its lease, which a repeat of it matches.
 	EndWrite string `dynamodbav:"end_write,omitempty"`
-}
-
-// endBy is who made the ending: the holder's own ending stores none.
-func (r *endRecord) endBy() string {
-	if r.EndBy != nil {
-		return *r.EndBy
-	}
-	return r.EndAgent
 }
 
 // prevRecord is the lease a checkout took over (expired, or its holder
@@ -468,7 +457,7 @@ func (t *taskItem) endEvent() (eventItem, bool) {
 	}
 	return eventItem{
 		TaskID: t.TaskID, Seq: r.EndSeq, Type: r.EndType, AgentID: r.EndAgent, RunID: r.EndRun,
-		Fence: r.EndFence, At: r.EndAt, HeldMS: &held, By: r.endBy(), Reason: r.EndReason, Outcome: r.EndOutcome,
+		Fence: r.EndFence, At: r.EndAt, HeldMS: &held, By: r.EndBy, Reason: r.EndReason, Outcome: r.EndOutcome,
 		Version: version,
 	}, true
 }

@@ -463,13 +463,10 @@ func clearLease(u expression.UpdateBuilder, delayed bool) expression.UpdateBuild
 
 // ending says how a lease ends.
 type ending struct {
-	typ EventType
-	by  string
-	// byHolder says by is the holder, as the write's condition has it
-	// (holder = by): the ending stores no end_by.
-	byHolder bool
-	reason   string
-	status   Status // todo when the task is freed, done when completed
+	typ    EventType
+	by     string
+	reason string
+	status Status // todo when the task is freed, done when completed
 	// failed says the ending is a failed attempt (timeout, death, a
 	// release with outcome failed): it counts in failures. exhausted says
 	// it is the task's last attempt: the task becomes failed instead of
@@ -543,13 +540,9 @@ func endUpdate(taskID string, e ending, now time.Time, sh schema.ShardCounts) ex
 		Set(expression.Name("end_locked"), expression.Name("locked_at")).
 		Set(expression.Name("end_expires"), nameExpires).
 		Set(expression.Name("end_at"), expression.Value(cmp.Or(e.at, ms(now)))).
+		Set(expression.Name("end_by"), expression.Value(e.by)).
 		Set(expression.Name("end_lease_seq"), copyOf("lease_seq")).
 		Set(expression.Name("end_lease_reason"), copyOf("reason"))
-	if e.byHolder {
-		u = u.Remove(expression.Name("end_by")) // the holder's (endRecord.endBy)
-	} else {
-		u = u.Set(expression.Name("end_by"), expression.Value(e.by))
-	}
 	if e.write != "" {
 		u = u.Set(expression.Name("end_write"), expression.Value(e.write))
 	} else {
