@@ -1633,6 +1633,25 @@ func dumpStuck(m porcupine.Model, info porcupine.LinearizationInfo, history []po
 	_ = os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
+// dumpTrails writes every task's trail as the store keeps it (what each
+// transition's write recorded, in order) to path, beside a refused
+// history: what the service did, to set against what the clients were
+// answered.
+func dumpTrails(t *testing.T, e *env, tasks int, path string) {
+	var b strings.Builder
+	for i := range tasks {
+		id := wTaskID(i)
+		fmt.Fprintf(&b, "task %s\n", id)
+		for _, ev := range e.events(t, id) {
+			fmt.Fprintf(&b, "  %3d %-14s agent=%s run=%s fence=%d at=%d by=%s reason=%q\n",
+				ev.Seq, ev.Type, ev.AgentID, ev.RunID, ev.Fence, ev.At.UnixMilli(), ev.By, ev.Reason)
+		}
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Logf("write the trails: %v", err)
+	}
+}
+
 func dumpIllegal(m porcupine.Model, history []porcupine.Operation, path string) {
 	var b strings.Builder
 	check := func(h []porcupine.Operation) bool {
@@ -3693,6 +3712,7 @@ func wholeLinearizabilityRound(t *testing.T, cfg wConfig, round linRound) {
 		if dump := os.Getenv("CHECKOUT_LIN_DUMP"); dump != "" {
 			dumpIllegal(model, history, fmt.Sprintf("%s.%s.%d", dump, t.Name(), seed))
 			dumpStuck(model, info, history, fmt.Sprintf("%s.%s.%d.stuck", dump, t.Name(), seed))
+			dumpTrails(t, e, tasks, fmt.Sprintf("%s.%s.%d.trails", dump, t.Name(), seed))
 		}
 		if res == porcupine.Illegal {
 			t.Fatalf("history is %s (seed %d; %s runs it again); visualization at %s", res, seed, round.again(), path)
