@@ -394,6 +394,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	// before the task's latest transition, and never before its
 	// not_before (which a reopening clears, as a PATCH to todo does).
 	conds := terms{timeCond(now)}
+	write := writeID() // this grant's id: grant_write, then the next grant's prev_write
 	prevEnd, prevReason, prevEndAt := EventTimeout, "", int64(0)
 	failedAttempt := false
 	switch {
@@ -421,6 +422,12 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		first, rest := statusValues(open)
 		free := expression.AttributeNotExists(nameHolder).And(nameStatus.In(first, rest...))
 		conds = append(conds, readyCond(now), expression.AttributeExists(expression.Name("task_id")), free)
+		// Not a task this very write left: sent again by the SDK (its
+		// first answer lost) after the lease it made had ended (its
+		// holder swept as dead, a force-release), the task is free again,
+		// and the second sending would grant it a second time. It fails
+		// instead and knows its own grant (below), up to one grant on.
+		conds = append(conds, notLeftBy(write)...)
 	default:
 		// Exactly the ended lease, as we read it: the same grant (holder and
 		// fence), with no transition since (eseq: not even a renewal that
@@ -453,7 +460,6 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		conds = append(conds, queueCond(p.queues))
 	}
 	exp := now.Add(p.Timeout)
-	write := writeID()
 	upd := replacedLease(expression.UpdateBuilder{}, over != nil || p.unblocking != nil && p.unblocking.hasLease(), prevEnd).
 		Set(expression.Name("prev_fence"), nameFence).
 		Set(expression.Name("prev_write"), copyOf("grant_write")).
@@ -547,6 +553,14 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Fence: old.Fence + 1, LockedAt: now, Timeout: p.Timeout, ExpiresAt: exp, Reason: p.Reason,
 		Title: old.Title, Queue: old.queue(), Priority: old.priority(), Attempt: attempt(old),
 	}}, nil
+}
+
+// notLeftBy says the task's last two grants were not made by the write
+// named write: a grant sent again is refused on its own lease, ended or
+// not, or on the one grant after it.
+func notLeftBy(write string) terms {
+	w := expression.Value(write)
+	return terms{expression.Not(expression.Name("grant_write").Equal(w)), expression.Not(expression.Name("prev_write").Equal(w))}
 }
 
 // queueCond says "the task is in one of queues"; a task written before

@@ -96,3 +96,85 @@ func TestAGrantSentTwiceAfterItsLeaseWasTakenOverIsAnswered(t *testing.T) {
 		t.Errorf("a's checkout, whose grant (fence 1, attempt 1) applied and was taken over before it was sent again: %+v, %v; want that grant", co, err)
 	}
 }
+
+// A grant of a free task whose answer was lost was sent again by the SDK;
+// when the lease it made had ended in between (its holder found dead by
+// the sweep, or an admin's force-release), the task was free again and
+// the second sending applied as a grant of its own: a second lease (fence
+// 2), a second attempt counted, and a grant no request was answered (the
+// lossy linearizability campaign found a claim granted fence 21 and 22 of
+// one task so). The grant now applies only to a task its write has not
+// left (grant_write, or prev_write one grant on), so the second sending
+// fails and knows its own grant, ended as it is.
+func TestAFreeGrantSentTwiceAfterItsLeaseEndedIsMadeOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		claim bool
+		dead  bool // a is dead when it asks: its lease may be ended at once
+		end   func(t *testing.T, e *env)
+	}{
+		{"checkout, its holder swept as dead", false, true, func(t *testing.T, e *env) {
+			t.Helper()
+			if res := must[lease.SweepResult](t)(e.store.Sweep(ctx(t))); res.AgentDeaths != 1 {
+				t.Fatalf("the sweep ended %+v, want the dead holder's lease", res)
+			}
+		}},
+		{"checkout, force-released", false, false, func(t *testing.T, e *env) {
+			t.Helper()
+			must[lease.Released](t)(e.store.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "admin", Force: true}))
+		}},
+		{"named claim, its holder swept as dead", true, true, func(t *testing.T, e *env) {
+			t.Helper()
+			if res := must[lease.SweepResult](t)(e.store.Sweep(ctx(t))); res.AgentDeaths != 1 {
+				t.Fatalf("the sweep ended %+v, want the dead holder's lease", res)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "t")
+			if tc.dead {
+				must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Second))
+				e.clock.Advance(2 * time.Second)
+				e.caughtUp(t)
+			}
+
+			tasks := e.names.Table(schema.TasksTable)
+			doer := &lossyDoer{
+				match: func(target, body string) bool {
+					return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
+				},
+				race:    func() { e.caughtUp(t); tc.end(t, e) },
+				applied: true,
+			}
+			s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+			var co lease.Checkout
+			var err error
+			if tc.claim {
+				co, err = s.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "r-a", Timeout: time.Hour})
+			} else {
+				co, err = s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
+			}
+			if !doer.lost.Load() {
+				t.Fatal("no grant was sent twice")
+			}
+			got := e.get(t, "t")
+			evs := e.events(t, "t")
+			grants := 0
+			for _, ev := range evs {
+				if ev.Type == lease.EventCheckout {
+					grants++
+				}
+			}
+			if grants != 1 || got.Checkout != nil || got.Attempts != 1 {
+				t.Errorf("after one grant, sent twice, and its lease's ending: events %v, the task leased (%v) after %d attempts; want one checkout, the task free after 1 attempt", kinds(evs), got.Checkout != nil, got.Attempts)
+			}
+			if err != nil || co.Fence != 1 || co.AgentID != "a" || co.Attempt != 1 {
+				t.Errorf("a's grant, sent twice, its lease ended in between: %+v, %v; want that grant (fence 1, attempt 1)", co, err)
+			}
+		})
+	}
+}

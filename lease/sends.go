@@ -22,7 +22,9 @@ import (
 // (end_write; a release or completion naming no lease, force releases, the
 // sweep's endings, the endings of expired leases a checkout or PATCH
 // makes), grants (grant_write, and prev_write the grant's before it, for a
-// grant taken over before it was sent again) and renewals (renew_write,
+// grant taken over before it was sent again; a grant of a free task is
+// conditioned on neither naming it, since its lease may have ended and
+// left the task free again before the second sending) and renewals (renew_write,
 // renew_prev), and PATCHes (patch, and patch_prev the PATCH's before it,
 // for one that another PATCH followed before it was sent again: a new
 // body, which no other write names, also says so). An ending's id says it
