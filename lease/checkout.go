@@ -475,6 +475,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(nameESeq, nameESeq.Plus(expression.Value(2))).
 		Set(expression.Name("lease_seq"), nameESeq.Plus(expression.Value(2))).
 		Set(expression.Name("grant_write"), expression.Value(write)).
+		Remove(expression.Name("grant_was")). // the task as the grant before found it
 		Set(expression.Name("last_op"), expression.Value(string(EventCheckout))).
 		Set(expression.Name("last_at"), expression.Value(ms(now))).
 		Set(namePriorAt, priorAt).
@@ -539,10 +540,15 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		if old.GrantWrite != write {
 			fence, attempt = old.PrevFence, max(old.Attempts-1, 1)
 		}
+		// The task as granted: a PATCH since kept what it changed.
+		was := grantWas{Title: old.Title, Queue: old.queue(), Priority: old.priority()}
+		if old.GrantWas != nil && old.GrantWrite == write {
+			was = *old.GrantWas
+		}
 		return granted{granted: true, lease: Checkout{
 			TaskID: p.TaskID, AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID,
 			Fence: fence, LockedAt: now, Timeout: p.Timeout, ExpiresAt: exp, Reason: p.Reason,
-			Title: old.Title, Queue: old.queue(), Priority: old.priority(), Attempt: attempt,
+			Title: was.Title, Queue: was.Queue, Priority: was.Priority, Attempt: attempt,
 		}}, nil
 	}
 	if err != nil || !applied {

@@ -178,3 +178,81 @@ func TestAFreeGrantSentTwiceAfterItsLeaseEndedIsMadeOnce(t *testing.T) {
 		})
 	}
 }
+
+// A grant whose answer was lost, sent again by the SDK after a PATCH of
+// its task's title, queue or priority had landed on its lease (the
+// PATCH's answer showing that lease), answered the lease with the
+// PATCH's values: a grant made after the PATCH, which the PATCH saw
+// before it; so too when the lease had ended before the PATCH (its agent
+// removed). The first PATCH since the grant keeps what they were at the
+// grant (grant_was), which the grant sent again answers.
+func TestAGrantSentTwiceAcrossAPatchAnswersTheTaskAsGranted(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name         string
+		claim, ended bool
+	}{{"checkout", false, false}, {"named claim", true, false}, {"named claim, its agent removed before the PATCH", true, true}} {
+		claim := tc.claim
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "t")
+			if tc.ended {
+				must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "a", Name: "a"}))
+			}
+			before := e.get(t, "t")
+			e.caughtUp(t)
+			tasks := e.names.Table(schema.TasksTable)
+			var patched []lease.Task
+			patch := func(p lease.UpdateTaskParams) {
+				p.TaskID, p.AgentID = "t", "b"
+				patched = append(patched, must[lease.Task](t)(e.store.UpdateTask(c, p)))
+			}
+			title, queue := "a new title", "q2"
+			doer := &lossyDoer{
+				match: func(target, body string) bool {
+					return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
+				},
+				race: func() {
+					if tc.ended {
+						e.caughtUp(t) // the removal ends the leases the index shows
+						if err := e.store.RemoveAgent(c, "a"); err != nil {
+							t.Fatalf("remove a: %v", err)
+						}
+					}
+					// Two PATCHes: the second finds the first's copy kept.
+					patch(lease.UpdateTaskParams{Priority: new(1)})
+					patch(lease.UpdateTaskParams{Title: &title, Queue: &queue, Priority: new(2)})
+				},
+				applied: true,
+			}
+			s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+			var co lease.Checkout
+			var err error
+			if claim {
+				co, err = s.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "r-a", Timeout: time.Hour})
+			} else {
+				co, err = s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
+			}
+			if !doer.lost.Load() {
+				t.Fatal("no grant was sent twice")
+			}
+			for i, p := range patched {
+				if tc.ended && (p.Checkout != nil || p.Attempts != 1) {
+					t.Fatalf("PATCH %d answered %+v, want the task free after the grant's attempt (its agent removed)", i+1, p)
+				}
+				if !tc.ended && (p.Checkout == nil || p.Checkout.Fence != 1) {
+					t.Fatalf("PATCH %d answered %+v, want the task with the grant's lease (fence 1)", i+1, p)
+				}
+			}
+			if err != nil || co.Fence != 1 || co.Title != before.Title || co.Queue != before.Queue || co.Priority != before.Priority {
+				t.Errorf("the grant, sent again after PATCHes its lease: %+v, %v; want fence 1 with the task as granted (title %q, queue %q, priority %d)", co, err, before.Title, before.Queue, before.Priority)
+			}
+			got := e.get(t, "t")
+			if got.Title != title || got.Queue != queue || got.Priority != 2 {
+				t.Errorf("the task after the PATCHes: title %q, queue %q, priority %d; want the last PATCH's", got.Title, got.Queue, got.Priority)
+			}
+		})
+	}
+}

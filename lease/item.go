@@ -94,6 +94,11 @@ type taskItem struct {
 	// GrantWrite names the write of the task's latest grant: a grant
 	// sent again knows its own by it (grant).
 	GrantWrite string `dynamodbav:"grant_write,omitempty"`
+	// GrantWas is the task's title, queue and priority at its latest
+	// grant, kept by the first PATCH that changed one of them since
+	// (removed by the next grant): a grant the SDK sent again answers
+	// them as they were when it was made.
+	GrantWas *grantWas `dynamodbav:"grant_was,omitempty"`
 
 	// Watchers maps each watching agent to when it asked (Unix ms). It is
 	// bounded by MaxWatchers.
@@ -871,4 +876,12 @@ func (m messageItem) message() Message {
 		msg.NotBefore = &nb
 	}
 	return msg
+}
+
+// grantWas is what a lease's answer tells of its task, as it was at the
+// grant (taskItem.GrantWas).
+type grantWas struct {
+	Title    string `dynamodbav:"t,omitempty"`
+	Queue    string `dynamodbav:"q"`
+	Priority int    `dynamodbav:"p"`
 }

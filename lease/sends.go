@@ -24,8 +24,10 @@ import (
 // makes), grants (grant_write, and prev_write the grant's before it, for a
 // grant taken over before it was sent again; a grant of a free task is
 // conditioned on neither naming it, since its lease may have ended and
-// left the task free again before the second sending) and renewals (renew_write,
-// renew_prev), and PATCHes (patch, and patch_prev the PATCH's before it,
+// left the task free again before the second sending; a PATCH of the
+// lease's title, queue or priority in between keeps them as granted,
+// grant_was, for its answer) and renewals (renew_write, renew_prev), and
+// PATCHes (patch, and patch_prev the PATCH's before it,
 // for one that another PATCH followed before it was sent again: a new
 // body, which no other write names, also says so). An ending's id says it
 // is its own whatever landed since (a grant of the task it freed); grants,

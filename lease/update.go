@@ -619,6 +619,16 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		set("priority", prio)
 		next.Priority = &prio
 	}
+	if cur.GrantWrite != "" && (next.Title != cur.Title || queue != cur.queue() || prio != cur.priority()) {
+		// What the task's latest grant answered, kept by the first PATCH
+		// since that changes it, for that grant sent again (grant,
+		// sends.go), whose lease may have ended before this PATCH.
+		was := grantWas{Title: cur.Title, Queue: cur.queue(), Priority: cur.priority()}
+		upd = upd.Set(expression.Name("grant_was"), expression.IfNotExists(expression.Name("grant_was"), expression.Value(was)))
+		if next.GrantWas == nil {
+			next.GrantWas = &was
+		}
+	}
 	// A task keeps its claim shard while it stays in its queue, whatever
 	// the claim shard count has become since it was written. A task that
 	// waits for its not_before ranks after the ready ones (delayedKey),
