@@ -867,7 +867,7 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		case it != nil && it.Holder == cur.Holder && it.Fence == cur.Fence && it.leaseTimeValid(now) && holderAlive(hb, it.LockedAt, now):
 			continue // the counts moved under a live lease: decide again
 		}
-		return nil, s.notHolder(ctx, it, p.AgentID, p.RunID, p.Fence, now, hb)
+		return nil, resent(s.notHolder(ctx, it, p.AgentID, p.RunID, p.Fence, now, hb), sends.Load() > 1)
 	}
 	return nil, fmt.Errorf("release %s: %w", p.TaskID, ErrBusy)
 }
@@ -1062,9 +1062,27 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 			}
 			return it, nil
 		}
-		return nil, s.notHolder(ctx, it, agentID, runID, fence, now, hb)
+		return nil, resent(s.notHolder(ctx, it, agentID, runID, fence, now, hb), sends.Load() > 1)
 	}
 	return nil, fmt.Errorf("%s %s: %w", e.typ, taskID, ErrBusy)
+}
+
+// resentRefusal is the refusal of a holder's ending whose write was sent
+// more than once (sends.go): its first sending may have applied and its
+// ending been taken off the item by two later transitions before the
+// second sending failed, so the trail is waited for (repeatedEnding).
+type resentRefusal struct{ err error }
+
+func (e *resentRefusal) Error() string { return e.err.Error() }
+func (e *resentRefusal) Unwrap() error { return e.err }
+
+// resent wraps err, a refusal, as a resentRefusal when the write was sent
+// more than once.
+func resent(err error, more bool) error {
+	if err == nil || !more {
+		return err
+	}
+	return &resentRefusal{err: err}
 }
 
 // forceRelease ends whoever's live lease is on the task (an admin's call).
@@ -1180,7 +1198,9 @@ func sentAgain(it *taskItem, e ending, agentID, runID string, fence int64, now t
 // older than the fence named, or maxRepeatScan events: one Query of a
 // few read units on a path that is already an error's. An ending whose
 // event the change stream has yet to archive (about a second) is not
-// found, and the refusal stands.
+// found, and the refusal stands; but for a write the SDK sent more than
+// once, whose own first sending may be that ending (resentRefusal),
+// which waits for the archive while events are pending.
 
 // maxRepeatScan bounds the events a repeat looks through.
 const maxRepeatScan = 1000
@@ -1212,18 +1232,43 @@ func (s *Store) archivedEnding(ctx context.Context, taskID string, typ EventType
 // repeatedEnding is the archived ending a refused holder's request repeats
 // (see "A repeat after a later ending"), or nil and the refusal err.
 func (s *Store) repeatedEnding(ctx context.Context, err error, taskID string, typ EventType, outcome ReleaseOutcome, by, agentID, runID string, fence int64) (*eventItem, error) {
+	var rr *resentRefusal
+	again := errors.As(err, &rr)
+	if again {
+		err = rr.err
+	}
 	var nh *NotHolderError
 	if runID == "" && fence == 0 || !errors.Is(err, ErrNotCheckedOut) && !errors.As(err, &nh) {
 		return nil, err
 	}
-	ev, lerr := s.archivedEnding(ctx, taskID, typ, outcome, by, agentID, runID, fence)
-	if lerr != nil {
-		return nil, lerr
+	// The change stream archives an ending about a second after its
+	// write. A write sent more than once may be refused on its own ending
+	// taken off the item since by two more transitions: while the trail
+	// has events not archived yet, it looks again, 20 ms, 40 ms ... apart,
+	// for up to trailWait (one GetItem of the task and two Queries a look).
+	deadline := time.Now().Add(trailWait)
+	for look := 1; ; look++ {
+		ev, lerr := s.archivedEnding(ctx, taskID, typ, outcome, by, agentID, runID, fence)
+		if lerr != nil {
+			return nil, lerr
+		}
+		if ev != nil {
+			return ev, nil
+		}
+		if !again || time.Now().After(deadline) {
+			return nil, err
+		}
+		tr, _, terr := s.trailSince(ctx, taskID, ms(s.clock()))
+		if errors.Is(terr, ErrTaskNotFound) || terr == nil && tr.Pending == 0 {
+			return nil, err
+		}
+		if terr != nil {
+			return nil, terr
+		}
+		if werr := backoff(ctx, look); werr != nil {
+			return nil, werr
+		}
 	}
-	if ev == nil {
-		return nil, err
-	}
-	return ev, nil
 }
 
 // releasedAgain answers a release refused with err: as the release it

@@ -1,9 +1,13 @@
 package lease_test
 
 import (
+	"bytes"
 	"errors"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,5 +103,80 @@ func TestAnIfMatchCancelEndingAnExpiredLeaseSentTwiceIsMade(t *testing.T) {
 	}
 	if evs := kinds(e.events(t, "x")); !slices.Equal(evs, []lease.EventType{lease.EventCheckout, lease.EventTimeout, lease.EventCancel}) {
 		t.Fatalf("x's trail %v, want the checkout, one timeout and the cancel", evs)
+	}
+}
+
+// trailReadDoer passes every request on, and closes read at the first
+// Query of the events table (a read of a task's trail).
+type trailReadDoer struct {
+	http   *lossyDoer
+	events string
+	once   sync.Once
+	read   chan struct{}
+}
+
+func (d *trailReadDoer) Do(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".Query") && r.Body != nil {
+		body, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if strings.Contains(string(body), d.events) {
+			d.once.Do(func() { close(d.read) })
+		}
+	}
+	return d.http.Do(r)
+}
+
+// A release naming its lease whose answer was lost, sent again by the SDK
+// after the task it freed was taken and finished again (two transitions
+// on, its ending no longer on the item), looks for its ending in the
+// trail; the change stream archives it about a second after the write,
+// so that look found nothing and the release, which had applied, was
+// answered 404 not_checked_out. A refused named ending now waits, up to
+// trailWait, while the task's trail has events not archived yet.
+func TestANamedReleaseSentTwiceAfterTwoTransitionsWaitsForItsArchivedEnding(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	co := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Minute}))
+	e.drain(t) // the checkout archived: what the trail holds before the release
+	e.clock.Advance(3 * time.Second)
+	tasks := e.names.Table(schema.TasksTable)
+	doer := &trailReadDoer{
+		http: &lossyDoer{
+			match: func(target, body string) bool {
+				return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"release"`)
+			},
+			race: func() {
+				b := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Minute}))
+				must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "b", RunID: "r-b", Fence: b.Fence}))
+			},
+			applied: true,
+		},
+		events: e.names.Table(schema.EventsTable),
+		read:   make(chan struct{}),
+	}
+	drained := make(chan struct{})
+	go func() {
+		// The change stream comes round once the release has looked in
+		// the trail and found nothing there yet.
+		defer close(drained)
+		select {
+		case <-doer.read:
+			if _, err := e.poller.Poll(c); err != nil {
+				t.Errorf("drain the change stream: %v", err)
+			}
+		case <-c.Done():
+		}
+	}()
+	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	r, err := s.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: "r-a", Fence: co.Fence})
+	<-drained
+	if !doer.http.lost.Load() {
+		t.Fatal("no release was sent twice")
+	}
+	if err != nil || r.ReleasedBy != "a" || r.Held != 3*time.Second {
+		t.Errorf("a's release, sent twice, the task taken and completed in between: %+v, %v; want released by a after 3s held", r, err)
 	}
 }
