@@ -541,14 +541,14 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 			fence, attempt = old.PrevFence, max(old.Attempts-1, 1)
 		}
 		// The task as granted: a PATCH since kept what it changed.
-		was := grantWas{Title: old.Title, Queue: old.queue(), Priority: old.priority()}
-		if old.GrantWas != nil && old.GrantWrite == write {
-			was = *old.GrantWas
+		title, queue, prio := old.Title, old.queue(), old.priority()
+		if old.GrantWrite == write {
+			title, queue, prio = old.GrantWas.at(title, queue, prio)
 		}
 		return granted{granted: true, lease: Checkout{
 			TaskID: p.TaskID, AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID,
 			Fence: fence, LockedAt: now, Timeout: p.Timeout, ExpiresAt: exp, Reason: p.Reason,
-			Title: was.Title, Queue: was.Queue, Priority: was.Priority, Attempt: attempt,
+			Title: title, Queue: queue, Priority: prio, Attempt: attempt,
 		}}, nil
 	}
 	if err != nil || !applied {

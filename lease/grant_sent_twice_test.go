@@ -189,15 +189,23 @@ func TestAFreeGrantSentTwiceAfterItsLeaseEndedIsMadeOnce(t *testing.T) {
 func TestAGrantSentTwiceAcrossAPatchAnswersTheTaskAsGranted(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name         string
-		claim, ended bool
-	}{{"checkout", false, false}, {"named claim", true, false}, {"named claim, its agent removed before the PATCH", true, true}} {
+		name                   string
+		claim, ended, untitled bool
+	}{
+		{name: "checkout"},
+		{name: "checkout of a task with no title", untitled: true},
+		{name: "named claim", claim: true},
+		{name: "named claim, its agent removed before the PATCH", claim: true, ended: true},
+	} {
 		claim := tc.claim
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			c := ctx(t)
 			e.task(t, "t")
+			if tc.untitled {
+				must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "b", Title: new("")}))
+			}
 			if tc.ended {
 				must[lease.Registration](t)(e.store.RegisterAgent(c, lease.RegisterParams{AgentID: "a", Name: "a"}))
 			}

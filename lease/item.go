@@ -95,9 +95,9 @@ type taskItem struct {
 	// sent again knows its own by it (grant).
 	GrantWrite string `dynamodbav:"grant_write,omitempty"`
 	// GrantWas is the task's title, queue and priority at its latest
-	// grant, kept by the first PATCH that changed one of them since
-	// (removed by the next grant): a grant the SDK sent again answers
-	// them as they were when it was made.
+	// grant, each kept by the first PATCH since that changed it (removed
+	// by the next grant): a grant the SDK sent again answers them as
+	// they were when it was made.
 	GrantWas *grantWas `dynamodbav:"grant_was,omitempty"`
 
 	// Watchers maps each watching agent to when it asked (Unix ms). It is
@@ -878,10 +878,29 @@ func (m messageItem) message() Message {
 	return msg
 }
 
-// grantWas is what a lease's answer tells of its task, as it was at the
-// grant (taskItem.GrantWas).
+// grantWas is what a lease's answer tells of its task (title, queue,
+// priority) as it was at the grant, for the fields PATCHed since
+// (taskItem.GrantWas): each kept by the first PATCH that changed it.
 type grantWas struct {
-	Title    string `dynamodbav:"t,omitempty"`
-	Queue    string `dynamodbav:"q"`
-	Priority int    `dynamodbav:"p"`
+	Title    *string `dynamodbav:"t"`
+	Queue    *string `dynamodbav:"q"`
+	Priority *int    `dynamodbav:"p"`
+}
+
+// at answers title, queue and priority as the grant found them: w's where
+// it kept them, else as they are (the task's own).
+func (w *grantWas) at(title, queue string, prio int) (string, string, int) {
+	if w == nil {
+		return title, queue, prio
+	}
+	if w.Title != nil {
+		title = *w.Title
+	}
+	if w.Queue != nil {
+		queue = *w.Queue
+	}
+	if w.Priority != nil {
+		prio = *w.Priority
+	}
+	return title, queue, prio
 }

@@ -87,6 +87,13 @@ func TestUnitBudgetLongIDs(t *testing.T) {
 		e.clock.Advance(time.Second)
 		spent("renew", func() { renew(held) })
 	}
+	// An orchestrator raises the priority while the task is held: the
+	// priority, the PATCH's id and the priority as the grant found it
+	// (grant_was: the fields a PATCH changed only) stay on the item, 1,009
+	// bytes, until the next grant; the renewal after it bills the same.
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: task, AgentID: agentB, Priority: new(8)}))
+	e.clock.Advance(time.Second)
+	spent("renew", func() { renew(held) })
 	spent("release", func() { release(held) })
 	held = checkout(agentB, runs[3])
 	e.clock.Advance(time.Second)

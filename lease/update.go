@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -619,15 +621,12 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		set("priority", prio)
 		next.Priority = &prio
 	}
-	if cur.GrantWrite != "" && (next.Title != cur.Title || queue != cur.queue() || prio != cur.priority()) {
-		// What the task's latest grant answered, kept by the first PATCH
-		// since that changes it, for that grant sent again (grant,
-		// sends.go), whose lease may have ended before this PATCH.
-		was := grantWas{Title: cur.Title, Queue: cur.queue(), Priority: cur.priority()}
-		upd = upd.Set(expression.Name("grant_was"), expression.IfNotExists(expression.Name("grant_was"), expression.Value(was)))
-		if next.GrantWas == nil {
-			next.GrantWas = &was
-		}
+	if cur.GrantWrite != "" {
+		// What the task's latest grant answered, each field kept by the
+		// first PATCH since that changes it, for that grant sent again
+		// (grant, sends.go), whose lease may have ended before this
+		// PATCH. The version pins what is kept already.
+		upd = keepGrantWas(upd, cur, next.Title, queue, prio)
 	}
 	// A task keeps its claim shard while it stays in its queue, whatever
 	// the claim shard count has become since it was written. A task that
@@ -725,4 +724,33 @@ func (s *Store) reopenGraph(ctx context.Context, cur *taskItem) (*patchGraph, er
 // blockers of it not done.
 type patchGraph struct {
 	blockedBy, waiting []string
+}
+
+// keepGrantWas adds to upd, a PATCH of cur leaving title, queue and prio,
+// the grant_was entries of the fields it changes that cur keeps none of.
+func keepGrantWas(upd expression.UpdateBuilder, cur *taskItem, title, queue string, prio int) expression.UpdateBuilder {
+	kept := cur.GrantWas
+	if kept == nil {
+		kept = &grantWas{}
+	}
+	was := map[string]types.AttributeValue{}
+	if title != cur.Title && kept.Title == nil {
+		was["t"] = &types.AttributeValueMemberS{Value: cur.Title}
+	}
+	if queue != cur.queue() && kept.Queue == nil {
+		was["q"] = &types.AttributeValueMemberS{Value: cur.queue()}
+	}
+	if prio != cur.priority() && kept.Priority == nil {
+		was["p"] = &types.AttributeValueMemberN{Value: strconv.Itoa(cur.priority())}
+	}
+	if len(was) == 0 {
+		return upd
+	}
+	if cur.GrantWas == nil {
+		return upd.Set(expression.Name("grant_was"), expression.Value(&types.AttributeValueMemberM{Value: was}))
+	}
+	for _, k := range slices.Sorted(maps.Keys(was)) {
+		upd = upd.Set(expression.Name("grant_was."+k), expression.Value(was[k]))
+	}
+	return upd
 }
