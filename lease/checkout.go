@@ -647,6 +647,11 @@ func (s *Store) Renew(ctx context.Context, p RenewParams) (Checkout, error) {
 			// itself or on one renewal since: the lease as it is.
 			return it.checkout(), nil
 		}
+		if !applied && it != nil && it.endedRenewalOf(write) {
+			// This very renewal, sent again, after the lease it renewed
+			// ended: made, and answered as made.
+			return it.renewedCheckout(ms(now)), nil
+		}
 		if !applied && it != nil && it.LastOp == EventRenew && it.LastAt == ms(now) && (!again || it.ESeq != seq) {
 			// Another renewal at this instant: this one is made too.
 			again, againAt, seq = true, ms(now), it.ESeq

@@ -84,8 +84,9 @@ type taskItem struct {
 	// RenewWrite names the write of the lease's latest renewal (newID),
 	// and RenewPrev the one before it, so that a renewal the SDK sent
 	// again (its answer lost: sends.go) knows its own, also once another
-	// renewal has landed after it (renewedBy). A grant and an ending take
-	// them off.
+	// renewal has landed after it (renewedBy). A grant takes them off;
+	// an ending leaves them, so that such a renewal also knows its own
+	// once the lease it renewed has ended (endedRenewalOf).
 	RenewWrite string `dynamodbav:"renew_write,omitempty"`
 	RenewPrev  string `dynamodbav:"renew_prev,omitempty"`
 
@@ -512,6 +513,26 @@ func (t *taskItem) leaseBy() string { return cmp.Or(t.LeaseBy, t.Holder) }
 // lease on t: it is the lease's latest renewal, or the one before it.
 func (t *taskItem) renewedBy(write string) bool {
 	return t.hasLease() && write != "" && (t.RenewWrite == write || t.RenewPrev == write)
+}
+
+// endedRenewalOf reports whether the renewal write named write renewed
+// the lease the task's latest ending ended: its lease is gone, and no
+// grant has come since (a grant takes the renewals' ids off).
+func (t *taskItem) endedRenewalOf(write string) bool {
+	return !t.hasLease() && t.EndSeq != 0 && write != "" && (t.RenewWrite == write || t.RenewPrev == write)
+}
+
+// renewedCheckout is the lease the latest ending ended, as a renewal of it
+// at renewedAt answered: expiring when it was to expire before it ended
+// (a renewal after this one, as for a live lease, moves that on), with
+// the timeout from renewedAt to then.
+func (t *taskItem) renewedCheckout(renewedAt int64) Checkout {
+	r := t.endRecord
+	return Checkout{
+		TaskID: t.TaskID, AgentID: r.EndAgent, AgentName: r.EndAgent, RunID: r.EndRun, Fence: r.EndFence,
+		LockedAt: fromMS(r.EndLocked), ExpiresAt: fromMS(r.EndExpires), Timeout: time.Duration(r.EndExpires-renewedAt) * time.Millisecond,
+		Reason: r.EndLeaseReason, Title: t.Title, Queue: t.queue(), Priority: t.priority(), Attempt: t.Attempts,
+	}
 }
 
 // itemEvent is an event that a task item's latest write recorded. frees

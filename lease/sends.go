@@ -26,7 +26,9 @@ import (
 // conditioned on neither naming it, since its lease may have ended and
 // left the task free again before the second sending; a PATCH of the
 // lease's title, queue or priority in between keeps them as granted,
-// grant_was, for its answer) and renewals (renew_write, renew_prev), and
+// grant_was, for its answer) and renewals (renew_write, renew_prev, kept
+// by the lease's ending until the next grant, for a renewal sent again
+// after its lease ended), and
 // PATCHes (patch, and patch_prev the PATCH's before it,
 // for one that another PATCH followed before it was sent again: a new
 // body, which no other write names, also says so). An ending's id says it

@@ -450,8 +450,10 @@ func holderCond(agentID, runID string, fence int64, now time.Time) terms {
 
 // clearLease removes the lease and its index keys from a task item; a
 // delayed task keeps its expiry index keys (endUpdate sets the expiry).
+// The lease's renewal write ids stay until the next grant: a renewal the
+// SDK sends again after the lease ended knows it was made (Renew).
 func clearLease(u expression.UpdateBuilder, delayed bool) expression.UpdateBuilder {
-	names := []string{"holder", "holder_name", "run_id", "locked_at", "timeout_ms", "reason", "renew_write", "renew_prev"}
+	names := []string{"holder", "holder_name", "run_id", "locked_at", "timeout_ms", "reason"}
 	if !delayed {
 		names = append(names, "lease_expires", "lease_shard")
 	}

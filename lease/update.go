@@ -496,9 +496,13 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 				Set(namePriorAt, priorAt).
 				Set(expression.Name("cancel_by"), expression.Value(p.AgentID))
 		default: // todo, from done, cancelled or failed: reopen, with its attempts anew
-			upd = upd.Remove(expression.Name("completed_at")).Remove(nameAttempts).Remove(nameFailures)
+			// The last lease's renewal ids go too: a renewal of it sent
+			// again is no longer answered as made (its attempt is gone).
+			upd = upd.Remove(expression.Name("completed_at")).Remove(nameAttempts).Remove(nameFailures).
+				Remove(expression.Name("renew_write")).Remove(expression.Name("renew_prev"))
 			notBefore = 0
 			next.CompletedAt, next.Attempts, next.Failures = 0, 0, 0
+			next.RenewWrite, next.RenewPrev = "", ""
 		}
 		final = *p.Status
 		changed = true
