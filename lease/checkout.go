@@ -291,7 +291,9 @@ func (s *Store) grantNow(ctx context.Context, p CheckoutParams, over *taskItem, 
 // database), the lease is renewed, as its holder would, before the answer,
 // so that no grant is answered expired or nearly so. If it expired before
 // it could be renewed, the caller sees the task as it is (cur) and decides
-// again, as for any lease that ended in between.
+// again. A lease another write ended or took over before the renewal is
+// answered as granted (it was), not granted again: so is a grant the SDK
+// sent twice, known as its own once its lease had ended.
 func (s *Store) fresh(ctx context.Context, c Checkout, at time.Time) (granted, time.Time, error) {
 	for range retries(ctx) {
 		now := s.clockAfter(ms(at))
@@ -308,6 +310,20 @@ func (s *Store) fresh(ctx context.Context, c Checkout, at time.Time) (granted, t
 		}
 		if !applied && it != nil && it.renewedBy(write) {
 			applied = true // this very renewal
+		}
+		if !applied && it != nil && it.endedRenewalOf(write) && it.EndFence == c.Fence {
+			// This very renewal, sent again after the lease ended: the
+			// lease was granted and renewed, and ended since.
+			ended := it.renewedCheckout(ms(now))
+			ended.AgentName, ended.Title, ended.Queue, ended.Priority, ended.Attempt = c.AgentName, c.Title, c.Queue, c.Priority, c.Attempt
+			return granted{granted: true, lease: ended}, now, nil
+		}
+		if !applied && it != nil && (!it.hasLease() && it.EndFence >= c.Fence || it.Fence > c.Fence) {
+			// The lease was ended (released, force-released, swept) or
+			// taken over before it could be renewed: it was granted, and
+			// is answered as granted. Deciding again would grant the
+			// task a second time for one request.
+			return granted{granted: true, lease: c}, at, nil
 		}
 		if !applied {
 			if !lostToLater(it, now) || it.Holder != c.AgentID || it.Fence != c.Fence {

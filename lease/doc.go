@@ -273,8 +273,10 @@
 // A grant whose write took more than half its timeout is renewed before it
 // is answered: one more write (with its renew event), so that no lease is
 // handed out expired or nearly so (a 503 would leave a lease nobody knows
-// of on the task until it expired). Heartbeats and deaths keep the rule
-// too: see alive.go ("Time, for heartbeats and deaths").
+// of on the task until it expired). A lease that another write ended or
+// took over before that renewal is answered as granted: deciding again
+// would grant the task twice for one request. Heartbeats and deaths keep
+// the rule too: see alive.go ("Time, for heartbeats and deaths").
 //
 // A trail read may not be whole yet: the stream archives events about a
 // second after their transition, and the item holds only the latest. Every

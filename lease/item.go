@@ -70,6 +70,8 @@ type taskItem struct {
 	// that has expired and not been swept yet).
 	Holder string `dynamodbav:"holder,omitempty"`
 	// HolderName is the holder's name when it is not its id (holderName).
+	// Like TimeoutMS, it stays when the lease ends, until the next grant
+	// sets or removes it (clearLease).
 	HolderName   string `dynamodbav:"holder_name,omitempty"`
 	RunID        string `dynamodbav:"run_id,omitempty"`
 	LockedAt     int64  `dynamodbav:"locked_at,omitempty"`
@@ -503,7 +505,12 @@ func (t *taskItem) patchedBy(id string) bool {
 
 // holderName is the holder's name: a grant to an agent whose name is its
 // id stores none.
-func (t *taskItem) holderName() string { return cmp.Or(t.HolderName, t.Holder) }
+func (t *taskItem) holderName() string {
+	if t.Holder == "" {
+		return "" // an ended lease's name stays on the item (clearLease)
+	}
+	return cmp.Or(t.HolderName, t.Holder)
+}
 
 // leaseBy is who made the lease's latest grant or renewal: the holder, or
 // the admin who acted for it.
@@ -525,12 +532,18 @@ func (t *taskItem) endedRenewalOf(write string) bool {
 // renewedCheckout is the lease the latest ending ended, as a renewal of it
 // at renewedAt answered: expiring when it was to expire before it ended
 // (a renewal after this one, as for a live lease, moves that on), with
-// the timeout from renewedAt to then.
+// the lease's timeout and its holder's name, which the ending leaves
+// (clearLease). An item ended by an older version keeps neither: the
+// timeout is then the time from renewedAt to the expiry.
 func (t *taskItem) renewedCheckout(renewedAt int64) Checkout {
 	r := t.endRecord
+	timeout := t.TimeoutMS
+	if timeout == 0 {
+		timeout = r.EndExpires - renewedAt
+	}
 	return Checkout{
-		TaskID: t.TaskID, AgentID: r.EndAgent, AgentName: r.EndAgent, RunID: r.EndRun, Fence: r.EndFence,
-		LockedAt: fromMS(r.EndLocked), ExpiresAt: fromMS(r.EndExpires), Timeout: time.Duration(r.EndExpires-renewedAt) * time.Millisecond,
+		TaskID: t.TaskID, AgentID: r.EndAgent, AgentName: cmp.Or(t.HolderName, r.EndAgent), RunID: r.EndRun, Fence: r.EndFence,
+		LockedAt: fromMS(r.EndLocked), ExpiresAt: fromMS(r.EndExpires), Timeout: time.Duration(timeout) * time.Millisecond,
 		Reason: r.EndLeaseReason, Title: t.Title, Queue: t.queue(), Priority: t.priority(), Attempt: t.Attempts,
 	}
 }

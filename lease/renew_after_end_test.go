@@ -108,3 +108,73 @@ func TestARenewalSentTwiceAfterItsLeaseEndedIsAnsweredAsMade(t *testing.T) {
 		})
 	}
 }
+
+// A renewal of a named agent's lease (its name is not its id), sent twice
+// by the SDK after its lease ended, answered agent_name set to the agent's
+// id: the live lease, and a renewal of it answered while it was live, say
+// the agent's name. The ending now leaves holder_name until the next grant.
+func TestARenewalSentTwiceAfterItsLeaseEndedAnswersItsHoldersName(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "x")
+	co := e.checkout(t, "x", "ag", time.Minute) // AgentName "name-ag"
+	if co.AgentName != "name-ag" {
+		t.Fatalf("checkout answered agent name %q, want name-ag", co.AgentName)
+	}
+	e.clock.Advance(time.Second)
+	updates := taskUpdate(e)
+	var raceErr error
+	s, doer := appliedTaskStore(e, func(target, body string) bool {
+		return updates(target, body) && strings.Contains(body, `{"S":"renew"}`)
+	}, func() {
+		_, raceErr = e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "ag", RunID: co.RunID})
+	})
+	got, err := s.Renew(c, lease.RenewParams{TaskID: "x", AgentID: "ag", RunID: co.RunID})
+	if !doer.lost.Load() || raceErr != nil {
+		t.Fatalf("lost %v, release %v", doer.lost.Load(), raceErr)
+	}
+	if err != nil {
+		t.Fatalf("renewal: %v", err)
+	}
+	if got.AgentName != co.AgentName {
+		t.Errorf("a renewal sent twice after its lease's release answered agent name %q, want %q (the lease's)", got.AgentName, co.AgentName)
+	}
+}
+
+// A renewal R1 sent twice, a second renewal R2 of the lease landing
+// before the second sending, then the lease's release: R1 answered the
+// timeout from its own time to R2's expiry, one nobody asked for (here
+// past MaxTimeout, 24 h). A renewal of the live lease sent twice across R2
+// answers the lease's own timeout (timeout_ms), as R2 set it; the ending
+// now leaves timeout_ms until the next grant, and so does this one.
+func TestARenewalSentTwiceAcrossARenewalAndAnEndingAnswersTheLeasesTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "x")
+	co := e.checkout(t, "x", "ag", lease.MaxTimeout)
+	e.clock.Advance(time.Second)
+	updates := taskUpdate(e)
+	var raceErr error
+	s, doer := appliedTaskStore(e, func(target, body string) bool {
+		return updates(target, body) && strings.Contains(body, `{"S":"renew"}`)
+	}, func() {
+		e.clock.Advance(time.Hour)
+		if _, raceErr = e.store.Renew(c, lease.RenewParams{TaskID: "x", AgentID: "ag", RunID: co.RunID}); raceErr != nil {
+			return
+		}
+		_, raceErr = e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "ag", RunID: co.RunID})
+	})
+	got, err := s.Renew(c, lease.RenewParams{TaskID: "x", AgentID: "ag", RunID: co.RunID})
+	if !doer.lost.Load() || raceErr != nil {
+		t.Fatalf("lost %v, race %v", doer.lost.Load(), raceErr)
+	}
+	if err != nil {
+		t.Fatalf("renewal: %v", err)
+	}
+	if got.Timeout > lease.MaxTimeout || got.Timeout != lease.MaxTimeout {
+		t.Errorf("a renewal sent twice across another renewal and the lease's release answered timeout %v (expires %v); the lease's timeout is %v, at most %v",
+			got.Timeout, got.ExpiresAt, lease.MaxTimeout, lease.MaxTimeout)
+	}
+}

@@ -27,8 +27,8 @@ import (
 // left the task free again before the second sending; a PATCH of the
 // lease's title, queue or priority in between keeps them as granted,
 // grant_was, for its answer) and renewals (renew_write, renew_prev, kept
-// by the lease's ending until the next grant, for a renewal sent again
-// after its lease ended), and
+// by the lease's ending with its timeout and holder's name until the next
+// grant, for a renewal sent again after its lease ended), and
 // PATCHes (patch, and patch_prev the PATCH's before it,
 // for one that another PATCH followed before it was sent again: a new
 // body, which no other write names, also says so). An ending's id says it

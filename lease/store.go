@@ -450,10 +450,12 @@ func holderCond(agentID, runID string, fence int64, now time.Time) terms {
 
 // clearLease removes the lease and its index keys from a task item; a
 // delayed task keeps its expiry index keys (endUpdate sets the expiry).
-// The lease's renewal write ids stay until the next grant: a renewal the
-// SDK sends again after the lease ended knows it was made (Renew).
+// The lease's renewal write ids, its timeout and its holder's name stay
+// until the next grant sets or removes them: a renewal the SDK sends again
+// after the lease ended knows it was made, and answers the lease as it
+// renewed it (Renew).
 func clearLease(u expression.UpdateBuilder, delayed bool) expression.UpdateBuilder {
-	names := []string{"holder", "holder_name", "run_id", "locked_at", "timeout_ms", "reason"}
+	names := []string{"holder", "run_id", "locked_at", "reason"}
 	if !delayed {
 		names = append(names, "lease_expires", "lease_shard")
 	}
