@@ -70,18 +70,7 @@ func TestASlowGrantsRenewalSentTwiceAfterItsLeaseEndedGrantsOnce(t *testing.T) {
 	if raceErr != nil {
 		t.Fatalf("the force release between the sendings: %v", raceErr)
 	}
-	evs := kinds(e.events(t, "t"))
-	grants := 0
-	for _, ev := range evs {
-		if ev == lease.EventCheckout {
-			grants++
-		}
-	}
-	t.Logf("answer %+v, %v; trail %v", co, err, evs)
-	if grants != 1 || err != nil || co.Fence != 1 {
-		t.Errorf("one checkout, its grant renewed once (answer lost) and force-released: %d grants in the trail %v, answered fence %d attempt %d (%v); want one grant, fence 1",
-			grants, evs, co.Fence, co.Attempt, err)
-	}
+	grantedOnce(t, e, "t", co, err, "one checkout, its grant renewed once (answer lost) and force-released")
 }
 
 // The grant itself sent twice, its lease force-released before the second
@@ -110,16 +99,22 @@ func TestAFreeGrantSentTwiceSlowlyAfterItsLeaseEndedIsMadeOnce(t *testing.T) {
 	if raceErr != nil {
 		t.Fatalf("the force release between the sendings: %v", raceErr)
 	}
-	evs := kinds(e.events(t, "t"))
+	grantedOnce(t, e, "t", co, err, "one checkout, its grant sent twice and force-released in between")
+}
+
+// grantedOnce checks that the checkout what describes answered co (err)
+// with the task's first lease, and that the task's trail has one grant.
+func grantedOnce(t *testing.T, e *env, taskID string, co lease.Checkout, err error, what string) {
+	t.Helper()
+	evs := kinds(e.events(t, taskID))
 	grants := 0
 	for _, ev := range evs {
 		if ev == lease.EventCheckout {
 			grants++
 		}
 	}
-	t.Logf("answer %+v, %v; trail %v", co, err, evs)
 	if grants != 1 || err != nil || co.Fence != 1 {
-		t.Errorf("one checkout, its grant sent twice and force-released in between: %d grants in the trail %v, answered fence %d attempt %d (%v); want one grant, fence 1",
-			grants, evs, co.Fence, co.Attempt, err)
+		t.Errorf("%s: %d grants in the trail %v, answered fence %d attempt %d (%v); want one grant, fence 1",
+			what, grants, evs, co.Fence, co.Attempt, err)
 	}
 }

@@ -123,20 +123,10 @@ func TestARenewalSentTwiceAfterItsLeaseEndedAnswersItsHoldersName(t *testing.T) 
 		t.Fatalf("checkout answered agent name %q, want name-ag", co.AgentName)
 	}
 	e.clock.Advance(time.Second)
-	updates := taskUpdate(e)
-	var raceErr error
-	s, doer := appliedTaskStore(e, func(target, body string) bool {
-		return updates(target, body) && strings.Contains(body, `{"S":"renew"}`)
-	}, func() {
-		_, raceErr = e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "ag", RunID: co.RunID})
+	got := renewAcross(t, e, co, func() error {
+		_, err := e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "ag", RunID: co.RunID})
+		return err
 	})
-	got, err := s.Renew(c, lease.RenewParams{TaskID: "x", AgentID: "ag", RunID: co.RunID})
-	if !doer.lost.Load() || raceErr != nil {
-		t.Fatalf("lost %v, release %v", doer.lost.Load(), raceErr)
-	}
-	if err != nil {
-		t.Fatalf("renewal: %v", err)
-	}
 	if got.AgentName != co.AgentName {
 		t.Errorf("a renewal sent twice after its lease's release answered agent name %q, want %q (the lease's)", got.AgentName, co.AgentName)
 	}
@@ -155,26 +145,36 @@ func TestARenewalSentTwiceAcrossARenewalAndAnEndingAnswersTheLeasesTimeout(t *te
 	e.task(t, "x")
 	co := e.checkout(t, "x", "ag", lease.MaxTimeout)
 	e.clock.Advance(time.Second)
+	got := renewAcross(t, e, co, func() error {
+		e.clock.Advance(time.Hour)
+		if _, err := e.store.Renew(c, lease.RenewParams{TaskID: "x", AgentID: "ag", RunID: co.RunID}); err != nil {
+			return err
+		}
+		_, err := e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "ag", RunID: co.RunID})
+		return err
+	})
+	if got.Timeout != lease.MaxTimeout {
+		t.Errorf("a renewal sent twice across another renewal and the lease's release answered timeout %v (expires %v); the lease's timeout is %v, at most %v",
+			got.Timeout, got.ExpiresAt, lease.MaxTimeout, lease.MaxTimeout)
+	}
+}
+
+// renewAcross renews co's lease on a store whose renewal write applies
+// with its answer lost, race running before the SDK sends it again, and
+// returns the renewal's answer, which must be a lease.
+func renewAcross(t *testing.T, e *env, co lease.Checkout, race func() error) lease.Checkout {
+	t.Helper()
 	updates := taskUpdate(e)
 	var raceErr error
 	s, doer := appliedTaskStore(e, func(target, body string) bool {
 		return updates(target, body) && strings.Contains(body, `{"S":"renew"}`)
-	}, func() {
-		e.clock.Advance(time.Hour)
-		if _, raceErr = e.store.Renew(c, lease.RenewParams{TaskID: "x", AgentID: "ag", RunID: co.RunID}); raceErr != nil {
-			return
-		}
-		_, raceErr = e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "ag", RunID: co.RunID})
-	})
-	got, err := s.Renew(c, lease.RenewParams{TaskID: "x", AgentID: "ag", RunID: co.RunID})
+	}, func() { raceErr = race() })
+	got, err := s.Renew(ctx(t), lease.RenewParams{TaskID: co.TaskID, AgentID: co.AgentID, RunID: co.RunID})
 	if !doer.lost.Load() || raceErr != nil {
-		t.Fatalf("lost %v, race %v", doer.lost.Load(), raceErr)
+		t.Fatalf("renewal's answer lost %v, the writes between its sendings %v", doer.lost.Load(), raceErr)
 	}
 	if err != nil {
 		t.Fatalf("renewal: %v", err)
 	}
-	if got.Timeout > lease.MaxTimeout || got.Timeout != lease.MaxTimeout {
-		t.Errorf("a renewal sent twice across another renewal and the lease's release answered timeout %v (expires %v); the lease's timeout is %v, at most %v",
-			got.Timeout, got.ExpiresAt, lease.MaxTimeout, lease.MaxTimeout)
-	}
+	return got
 }
