@@ -1280,11 +1280,17 @@ func (s *Store) repeatedEnding(ctx context.Context, err error, taskID string, ty
 			return nil, err
 		}
 		tr, _, terr := s.trailSince(ctx, taskID, ms(s.clock()))
-		if errors.Is(terr, ErrTaskNotFound) || terr == nil && tr.Pending == 0 {
+		if errors.Is(terr, ErrTaskNotFound) {
 			return nil, err
 		}
 		if terr != nil {
 			return nil, terr
+		}
+		if tr.Pending == 0 {
+			// Everything archived, perhaps since the look above: one
+			// last look is conclusive.
+			again = false
+			continue
 		}
 		if werr := backoff(ctx, look); werr != nil {
 			return nil, werr
