@@ -549,10 +549,11 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	old, applied, err := s.update(wctx, p.TaskID, conds, upd, types.ReturnValueAllOld)
 	if err == nil && !applied && sends.Load() > 1 && old != nil && (old.GrantWrite == write || old.PrevWrite == write) {
 		// This very grant, its answer lost: the item is as it left it
-		// (or moved on since by writes other than grants), or one grant
-		// on, which counted one more attempt (a reopening's, counting
-		// anew, is not told apart).
-		fence, attempt := old.Fence, old.Attempts
+		// (or moved on since by writes other than grants: a reopen, which
+		// counts the attempts anew, kept the grant's), or one grant on,
+		// which counted one more attempt (a reopening's, counting anew,
+		// is not told apart).
+		fence, attempt := old.Fence, old.GrantWas.attempt(old.Attempts)
 		if old.GrantWrite != write {
 			fence, attempt = old.PrevFence, max(old.Attempts-1, 1)
 		}

@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -260,6 +261,79 @@ func TestAGrantSentTwiceAcrossAPatchAnswersTheTaskAsGranted(t *testing.T) {
 			got := e.get(t, "t")
 			if got.Title != title || got.Queue != queue || got.Priority != 2 {
 				t.Errorf("the task after the PATCHes: title %q, queue %q, priority %d; want the last PATCH's", got.Title, got.Queue, got.Priority)
+			}
+		})
+	}
+}
+
+// A grant whose answer was lost, sent again by the SDK after its lease
+// was completed and its task reopened (a PATCH to todo, which counts the
+// task's attempts anew), answered the lease with attempt 0, the count the
+// reopen left: no grant is attempt 0. The reopen keeps the attempt of the
+// task's latest grant (grant_was), which the grant sent again answers.
+func TestAGrantSentTwiceAcrossAReopenAnswersItsAttempt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		claim bool
+		// before: leases of the task granted and released before this
+		// grant, so that it is attempt before+1.
+		before int
+	}{
+		{name: "checkout"},
+		{name: "checkout, the task's third attempt", before: 2},
+		{name: "named claim, the task's second attempt", claim: true, before: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "t")
+			for i := range tc.before {
+				co := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: fmt.Sprintf("r-b%d", i), Timeout: time.Hour}))
+				must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "b", RunID: co.RunID, Fence: co.Fence}))
+			}
+			e.caughtUp(t)
+			tasks := e.names.Table(schema.TasksTable)
+			var reopened lease.Task
+			doer := &lossyDoer{
+				match: func(target, body string) bool {
+					return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
+				},
+				race: func() {
+					// Another worker of the run completes the lease; an
+					// admin reopens the task, and reopens it again after a
+					// cancel (the second reopen finds the attempt kept).
+					must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: "r-a"}))
+					todo, cancelled := lease.StatusTodo, lease.StatusCancelled
+					must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Status: &todo}))
+					must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Status: &cancelled}))
+					reopened = must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Status: &todo}))
+				},
+				applied: true,
+			}
+			s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+			var co lease.Checkout
+			var err error
+			if tc.claim {
+				co, err = s.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "r-a", Timeout: time.Hour})
+			} else {
+				co, err = s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
+			}
+			if !doer.lost.Load() {
+				t.Fatal("no grant was sent twice")
+			}
+			if reopened.Status != lease.StatusTodo || reopened.Attempts != 0 {
+				t.Fatalf("the task reopened: %+v; want todo with its attempts counted anew", reopened)
+			}
+			want := int64(tc.before + 1)
+			if err != nil || co.Fence != want || co.Attempt != int(want) {
+				t.Errorf("the grant, sent again after its completion and two reopens: %+v, %v; want fence %d, attempt %d", co, err, want, want)
+			}
+			// The task's next grant is its first attempt since the reopen.
+			next := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b-next", Timeout: time.Hour}))
+			if next.Attempt != 1 || next.Fence != want+1 {
+				t.Errorf("the grant after the reopens: fence %d, attempt %d; want fence %d, attempt 1", next.Fence, next.Attempt, want+1)
 			}
 		})
 	}

@@ -98,9 +98,10 @@ type taskItem struct {
 	// sent again knows its own by it (grant).
 	GrantWrite string `dynamodbav:"grant_write,omitempty"`
 	// GrantWas is the task's title, queue and priority at its latest
-	// grant, each kept by the first PATCH since that changed it (removed
-	// by the next grant): a grant the SDK sent again answers them as
-	// they were when it was made.
+	// grant, each kept by the first PATCH since that changed it, and the
+	// grant's attempt, kept by the first reopen since (removed by the
+	// next grant): a grant the SDK sent again answers them as they were
+	// when it was made.
 	GrantWas *grantWas `dynamodbav:"grant_was,omitempty"`
 
 	// Watchers maps each watching agent to when it asked (Unix ms). It is
@@ -913,12 +914,24 @@ func (m messageItem) message() Message {
 }
 
 // grantWas is what a lease's answer tells of its task (title, queue,
-// priority) as it was at the grant, for the fields PATCHed since
-// (taskItem.GrantWas): each kept by the first PATCH that changed it.
+// priority, and the lease's attempt) as it was at the grant, for the
+// fields PATCHed since (taskItem.GrantWas): each kept by the first PATCH
+// that changed it; the attempt by the first reopen, which counts the
+// task's attempts anew.
 type grantWas struct {
 	Title    *string `dynamodbav:"t"`
 	Queue    *string `dynamodbav:"q"`
 	Priority *int    `dynamodbav:"p"`
+	Attempt  *int    `dynamodbav:"a"`
+}
+
+// attempt answers the grant's attempt: w's where a reopen kept it, else
+// attempts, the task's count (the grant's, as no grant came since).
+func (w *grantWas) attempt(attempts int) int {
+	if w == nil || w.Attempt == nil {
+		return attempts
+	}
+	return *w.Attempt
 }
 
 // at answers title, queue and priority as the grant found them: w's where

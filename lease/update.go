@@ -630,7 +630,7 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		// first PATCH since that changes it, for that grant sent again
 		// (grant, sends.go), whose lease may have ended before this
 		// PATCH. The version pins what is kept already.
-		upd = keepGrantWas(upd, cur, next.Title, queue, prio)
+		upd = keepGrantWas(upd, cur, next.Title, queue, prio, next.Attempts)
 	}
 	// A task keeps its claim shard while it stays in its queue, whatever
 	// the claim shard count has become since it was written. A task that
@@ -730,9 +730,10 @@ type patchGraph struct {
 	blockedBy, waiting []string
 }
 
-// keepGrantWas adds to upd, a PATCH of cur leaving title, queue and prio,
-// the grant_was entries of the fields it changes that cur keeps none of.
-func keepGrantWas(upd expression.UpdateBuilder, cur *taskItem, title, queue string, prio int) expression.UpdateBuilder {
+// keepGrantWas adds to upd, a PATCH of cur leaving title, queue, prio and
+// attempts (counted anew by a reopen), the grant_was entries of the fields
+// it changes that cur keeps none of.
+func keepGrantWas(upd expression.UpdateBuilder, cur *taskItem, title, queue string, prio, attempts int) expression.UpdateBuilder {
 	kept := cur.GrantWas
 	if kept == nil {
 		kept = &grantWas{}
@@ -746,6 +747,9 @@ func keepGrantWas(upd expression.UpdateBuilder, cur *taskItem, title, queue stri
 	}
 	if prio != cur.priority() && kept.Priority == nil {
 		was["p"] = &types.AttributeValueMemberN{Value: strconv.Itoa(cur.priority())}
+	}
+	if attempts != cur.Attempts && kept.Attempt == nil {
+		was["a"] = &types.AttributeValueMemberN{Value: strconv.Itoa(cur.Attempts)}
 	}
 	if len(was) == 0 {
 		return upd
