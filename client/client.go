@@ -160,8 +160,9 @@ type Response struct {
 type recorderKey struct{}
 
 // RecordResponse returns a context under which the client stores the last
-// answer's status and raw JSON body (success or error) in r. Command-line
-// tools use it to print the server's JSON unchanged.
+// answer's status and raw JSON body (success or error) in r: the answer to
+// the last try of the last request, none when that try got no answer.
+// Command-line tools use it to print the server's JSON unchanged.
 func RecordResponse(ctx context.Context, r *Response) context.Context {
 	return context.WithValue(ctx, recorderKey{}, r)
 }
@@ -200,6 +201,10 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 	// tries meet (a server that went down refuses their connections).
 	undecided := false
 	for attempt := 1; ; attempt++ {
+		// What is recorded is the last try's answer: a try that gets
+		// none leaves none, not an earlier try's (a 429 or 5xx that
+		// did nothing, printed as the request's answer).
+		record(ctx, 0, nil)
 		status, header, respBody, sent, err := c.send(ctx, method, path, body)
 		sent = sent || undecided
 		if err == nil && status < 300 {

@@ -372,3 +372,38 @@ func TestMCPALostClaimThrottledAfterIsClaimedAgain(t *testing.T) {
 		t.Errorf("after a lost claim and the next: leases %+v, %v; want the one the lost claim took", cos, err)
 	}
 }
+
+// --json prints the server's answer. A release throttled (429, which the
+// client tries again) and then sent again with its answer lost printed
+// the throttle's JSON, an answer to a try that did nothing, as if it were
+// the release's; so too a completion answered 502 by a gateway and then
+// lost. With no answer to the last try, --json prints nothing and the
+// error says the request may have taken effect.
+func TestJSONPrintsNoEarlierTrysAnswerWhenTheLastWasLost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	f := testenv.NewFront(t, e.srv.URL())
+	key := e.keys["agent-c3d4"]
+	me := client.New(e.srv.URL(), key)
+	for _, id := range []string{"released", "completed"} {
+		e.task(t, id, "")
+		if _, err := me.Checkout(ctx, id, client.CheckoutRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Fail("POST /api/tasks/released/release", testenv.Throttle, testenv.Lose)
+	f.Fail("POST /api/tasks/completed/complete", testenv.Throttle, testenv.Gateway)
+	for _, args := range [][]string{{"release", "released", "--json"}, {"complete", "completed", "--json"}} {
+		r := runCLI(t, f.URL, key, args...)
+		if r.code != exitError || r.stdout != "" || !strings.Contains(r.stderr, "no answer says whether it took effect") {
+			t.Errorf("checkout %v, throttled, then its answer lost: exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout, and that it may have taken effect",
+				args, r.code, r.stdout, r.stderr)
+		}
+	}
+	for _, id := range []string{"released", "completed"} {
+		if s, err := me.Status(ctx, id); err != nil || s.Locked {
+			t.Errorf("%s after its lost answer: %+v, %v; want it ended", id, s, err)
+		}
+	}
+}
