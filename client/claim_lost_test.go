@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,5 +177,79 @@ func TestClaimLoopClaimsAfreshAfterALostClaimTookNothing(t *testing.T) {
 	}
 	if task, err := direct.GetTask(context.Background(), "later"); err != nil || task.Status != StatusDone || task.Attempts != 1 {
 		t.Errorf("the task: %+v, %v; want it done, in one attempt", task, err)
+	}
+}
+
+// A claim of ClaimLoop waiting on the server (ClaimWait) when the loop's
+// ctx ended was abandoned: behind a gateway that does not pass the
+// disconnect on, the server went on waiting and took the next task that
+// came for an agent whose loop had returned, held by nobody at work until
+// its lease timed out. The loop now waits for that claim's answer and
+// gives the task back before it returns.
+func TestClaimLoopStoppedDuringAWaitingClaimGivesItsTaskBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, admin := startServer(t, nil)
+	f := testenv.NewFront(t, srv.URL()) // passes no disconnect on
+	direct := agent(t, admin, "agent-a1b2", "researcher")
+	a := New(f.URL, direct.apiKey)
+	loopCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	returned := make(chan error, 1)
+	var worked atomic.Int32
+	var reported []error
+	var mu sync.Mutex
+	go func() {
+		returned <- a.ClaimLoop(loopCtx, func(context.Context, *Lease) error {
+			worked.Add(1)
+			return nil
+		}, Queues("late"), ClaimWait(5*time.Second), NoHeartbeats(), OnError(func(_ string, err error) {
+			mu.Lock()
+			reported = append(reported, err)
+			mu.Unlock()
+		}))
+	}()
+	// The claim has reached the server, which waits for a task; the loop
+	// stops; then a task comes.
+	for seen := false; !seen; {
+		for _, r := range f.Requests() {
+			seen = seen || r == "POST /api/claim"
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if _, err := direct.CreateTask(ctx, CreateTaskRequest{TaskID: "late", Queue: "late"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-returned; err != nil {
+		t.Fatalf("ClaimLoop stopped by its ctx: %v", err)
+	}
+	// Once the server's claim has taken the task (it counts an attempt),
+	// the task must be free again: given back by the loop.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		task, err := direct.GetTask(ctx, "late")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task.Attempts > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s, err := direct.Status(ctx, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Locked {
+		t.Errorf("after the loop returned, its waiting claim's task is held: %+v; want it given back", s.Checkout)
+	}
+	if n := worked.Load(); n != 0 {
+		t.Errorf("the loop worked on %d tasks after its ctx ended", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reported) != 0 {
+		t.Errorf("errors reported: %v", reported)
 	}
 }

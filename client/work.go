@@ -260,6 +260,13 @@ func (c *Client) checkoutDecided(ctx context.Context, taskID string, req Checkou
 // when ctx is done, or the first error that retrying cannot mend: a bad
 // key (401), a forbidden request (403), another 4xx, or a URL that is not
 // a checkout server's (*NotServerError).
+//
+// When ctx ends while a claim is on its way, ClaimLoop waits for that
+// claim's answer, for at most its ClaimWait and ClaimStopGrace more, and
+// gives back (releases) the task it took before it returns: a gateway that
+// does not pass the disconnect on (API Gateway) would leave the claim
+// waiting on the server, to take a task for an agent that has stopped,
+// held by nobody at work until its lease times out.
 func (c *Client) ClaimLoop(ctx context.Context, fn func(ctx context.Context, l *Lease) error, opts ...WorkOption) error {
 	cfg := newWorkConfig(opts)
 	cfg.runID = ""
@@ -283,7 +290,10 @@ func (c *Client) ClaimLoop(ctx context.Context, fn func(ctx context.Context, l *
 		if runID == "" {
 			runID = NewRunID()
 		}
-		co, err := c.Claim(ctx, ClaimRequest{Timeout: cfg.timeout, Reason: cfg.reason, Queues: cfg.queues, Wait: cfg.claimWait, RunID: runID})
+		co, stopped, err := c.loopClaim(ctx, ClaimRequest{Timeout: cfg.timeout, Reason: cfg.reason, Queues: cfg.queues, Wait: cfg.claimWait, RunID: runID}, cfg)
+		if stopped {
+			return nil
+		}
 		if !errors.Is(err, ErrUndecided) {
 			runID = ""
 		}
@@ -315,6 +325,49 @@ func (c *Client) ClaimLoop(ctx context.Context, fn func(ctx context.Context, l *
 		idle = min(idle*2, cfg.idleMax)
 	}
 	return nil
+}
+
+// ClaimStopGrace is how long, past its wait, ClaimLoop waits for the
+// answer of a claim on its way when its ctx ends, before it gives the
+// claim up: the claim function's time in AWS (28 s) less the longest wait
+// (20 s), and the answer's way back.
+const ClaimStopGrace = 10 * time.Second
+
+// loopClaim makes one claim of ClaimLoop. When ctx ends while the claim
+// is on its way, it waits for the answer (for at most the claim's wait and
+// ClaimStopGrace from its start) and releases the lease it answers, so
+// that no task stays held by an agent whose loop has stopped; stopped then
+// says the loop is to return. A claim whose answer is lost then is
+// reported to the OnError option: it may hold a task until its lease
+// times out.
+func (c *Client) loopClaim(ctx context.Context, req ClaimRequest, cfg workConfig) (co Checkout, stopped bool, err error) {
+	if ctx.Err() != nil {
+		return Checkout{}, true, nil
+	}
+	bound := time.Now().Add(req.Wait + ClaimStopGrace)
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		// Past the bound no answer is awaited.
+		t := time.AfterFunc(time.Until(bound), cancel)
+		context.AfterFunc(cctx, func() { t.Stop() })
+	})
+	defer stop()
+	co, err = c.Claim(cctx, req)
+	if ctx.Err() == nil {
+		return co, false, err
+	}
+	switch {
+	case err == nil:
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ClaimStopGrace)
+		defer rcancel()
+		if _, rerr := c.Release(rctx, co.TaskID, ReleaseRequest{RunID: co.RunID, Fence: co.Fence, Reason: "the agent's claim loop stopped before it began work"}); rerr != nil && !errors.Is(rerr, ErrNotCheckedOut) {
+			cfg.onError(co.TaskID, fmt.Errorf("the claim loop stopped while its claim of run %s was on its way, and the release of the task it took failed: the task may stay held until its lease times out: %w", co.RunID, rerr))
+		}
+	case errors.Is(err, ErrUndecided):
+		cfg.onError("", fmt.Errorf("the claim loop stopped while its claim of run %s was on its way, and that claim's answer was lost: it may hold a task until its lease times out: %w", req.RunID, err))
+	}
+	return Checkout{}, true, nil
 }
 
 // ended reports whether co, a claim's answer, is a lease that has ended:
