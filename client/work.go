@@ -361,7 +361,8 @@ func (c *Client) loopClaim(ctx context.Context, req ClaimRequest, cfg workConfig
 	case err == nil:
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ClaimStopGrace)
 		defer rcancel()
-		if _, rerr := c.Release(rctx, co.TaskID, ReleaseRequest{RunID: co.RunID, Fence: co.Fence, Reason: "the agent's claim loop stopped before it began work"}); rerr != nil && !errors.Is(rerr, ErrNotCheckedOut) {
+		if _, rerr := c.Release(rctx, co.TaskID, ReleaseRequest{RunID: co.RunID, Fence: co.Fence, Reason: "the agent's claim loop stopped before it began work"}); rerr != nil && !errors.Is(rerr, ErrNotCheckedOut) && !errors.Is(rerr, ErrNotHolder) {
+			// (Ended, or taken over, since: nothing to give back.)
 			cfg.onError(co.TaskID, fmt.Errorf("the claim loop stopped while its claim of run %s was on its way, and the release of the task it took failed: the task may stay held until its lease times out: %w", co.RunID, rerr))
 		}
 	case errors.Is(err, ErrUndecided):
