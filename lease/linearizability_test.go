@@ -2938,7 +2938,15 @@ func (w *wState) keepReceipt(agent int, run string, locked int64, o wOut) {
 // knownBugs allows the reported bugs of the alive cache and of messages in
 // flight at a removal.
 func wholeModel(start int64, tasks, agents int, knownBugs bool, g wGraph) porcupine.Model {
-	m := porcupine.NondeterministicModel{
+	m := wholeNDModel(start, tasks, agents, knownBugs, g)
+	return m.ToModel()
+}
+
+// wholeNDModel is wholeModel before porcupine's power-set construction:
+// each step gives every state the store may be in next, which the
+// segment checker (linsegment_test.go) follows one by one.
+func wholeNDModel(start int64, tasks, agents int, knownBugs bool, g wGraph) porcupine.NondeterministicModel {
+	return porcupine.NondeterministicModel{
 		Partition: wholePartition,
 		Init: func() []any {
 			s := wState{Now: start, KnownBugs: knownBugs}
@@ -2966,7 +2974,6 @@ func wholeModel(start int64, tasks, agents int, knownBugs bool, g wGraph) porcup
 			return fmt.Sprintf("%+v -> %+v", input, output)
 		},
 	}
-	return m.ToModel()
 }
 
 // hash is a cheap hash of what most often tells states apart.
@@ -3692,35 +3699,10 @@ func wholeLinearizabilityRound(t *testing.T, cfg wConfig, round linRound) {
 	t.Logf("answers: %s", answers(history))
 
 	trails.halt()
-	model := wholeModel(startMS, cfg.tasks, cfg.clients, knownBugs, cfg.graph)
-	checkStart := time.Now()
-	res, info, overMemory := checkLinearizable(model, history, linMemoryBound, linHogSteps)
-	t.Logf("checked in %v", time.Since(checkStart).Round(time.Millisecond))
-	if res != porcupine.Ok {
-		path := filepath.Join(t.TempDir(), "history.html")
-		if os.Getenv("CHECKOUT_LIN_VIS") != "" {
-			path = os.Getenv("CHECKOUT_LIN_VIS")
-		}
-		// Only an illegal history is drawn: an Unknown one (the search
-		// ran out of linCheckBudget) can take more memory to draw than
-		// the machine has, and would end every test of the run with it.
-		if res == porcupine.Illegal {
-			if err := porcupine.VisualizePath(model, info, path); err != nil {
-				t.Logf("visualize: %v", err)
-			}
-		}
-		if dump := os.Getenv("CHECKOUT_LIN_DUMP"); dump != "" {
-			dumpIllegal(model, history, fmt.Sprintf("%s.%s.%d", dump, t.Name(), seed))
-			dumpStuck(model, info, history, fmt.Sprintf("%s.%s.%d.stuck", dump, t.Name(), seed))
-			dumpTrails(t, e, tasks, fmt.Sprintf("%s.%s.%d.trails", dump, t.Name(), seed))
-		}
-		if res == porcupine.Illegal {
-			t.Fatalf("history is %s (seed %d; %s runs it again); visualization at %s", res, seed, round.again(), path)
-		}
-		if overMemory {
-			t.Fatalf("history is %s (seed %d): the search stopped when the test binary's heap passed %d GiB (linMemoryBound); run it again with %s", res, seed, linMemoryBound>>30, round.again())
-		}
-		t.Fatalf("history is %s (seed %d): the search ran out of its %v; run it again with %s", res, seed, linCheckBudget, round.again())
+	nd := wholeNDModel(startMS, cfg.tasks, cfg.clients, knownBugs, cfg.graph)
+	checkWholeHistory(t, nd, history, e, tasks, round)
+	if os.Getenv("CHECKOUT_CHAOS") == "" {
+		agreeOnCorrupted(t, nd, history, rand.New(rand.NewPCG(seed, 1<<35)))
 	}
 	for i := range tasks {
 		assertOneEndPerLease(t, e, wTaskID(i))
@@ -4121,7 +4103,8 @@ func TestCreateThatSettlesAnswersItsOwnWrite(t *testing.T) {
 	}
 }
 
-// linCheckBudget bounds porcupine's search of one history. A legal
+// linCheckBudget bounds porcupine's search of one history, and the
+// segment checker's check of one (checkSegments). A legal
 // history is usually checked in well under a second, but the search has a
 // long tail: on a loaded machine with the race detector, histories of the
 // work-graph runs took up to 33 s, where the budget was 2 minutes. An
@@ -4147,6 +4130,18 @@ var (
 	searching sync.Mutex
 )
 
+// watchHeap starts sampling the heap into heapInUse, once per binary.
+func watchHeap() {
+	heapWatch.Do(func() {
+		sampleHeap()
+		go func() {
+			for range time.Tick(250 * time.Millisecond) {
+				sampleHeap()
+			}
+		}()
+	})
+}
+
 func sampleHeap() {
 	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 	metrics.Read(s)
@@ -4162,14 +4157,7 @@ func sampleHeap() {
 // Unknown, with overMemory set. minSteps spares a search too small to be
 // what fills the heap, which the rest of the binary shares (linHogSteps).
 func checkLinearizable(model porcupine.Model, history []porcupine.Operation, bound uint64, minSteps int64) (res porcupine.CheckResult, info porcupine.LinearizationInfo, overMemory bool) {
-	heapWatch.Do(func() {
-		sampleHeap()
-		go func() {
-			for range time.Tick(250 * time.Millisecond) {
-				sampleHeap()
-			}
-		}()
-	})
+	watchHeap()
 	var stopped atomic.Bool
 	var steps atomic.Int64
 	step := model.StepContext
