@@ -33,15 +33,17 @@ import (
 // before it, from every state of the set at its start) is never empty.
 //
 // checkSegments searches for such a chain depth first, cut by cut. From a
-// state at cut k it computes every state reachable at the segment's end
-// (segSearch: all of them, every branch of a non-deterministic step kept),
-// and goes on from each in turn; a state met at a cut a second time is
-// one that led nowhere, and is not searched again (tried). A history is
-// illegal only once every state reachable at every cut the search got to
-// has been met and led nowhere: the last such cut then holds exactly the
-// states reachable there, and the segment after it has no linearization
-// from any of them. That segment is the one reported, and porcupine,
-// checking it alone from those states, must find it illegal too.
+// state at cut k it searches the orders of segment k (segSearch, every
+// branch of a non-deterministic step kept), goes on from each state the
+// segment can end in as soon as the search reaches it, and resumes the
+// search for the next only if that one leads nowhere; a state met at a
+// cut a second time is one that led nowhere, and is not searched again
+// (tried). A history is illegal only once every state reachable at every
+// cut the search got to has been met and led nowhere: the last such cut
+// then holds exactly the states reachable there, and the segment after it
+// has no linearization from any of them. That segment is the one
+// reported, and porcupine, checking it alone from those states, must find
+// it illegal too.
 //
 // A segment's search (segSearch) is a depth-first search over the
 // segment's operations in call order: an operation may be linearized next
@@ -59,8 +61,9 @@ import (
 // the other orders of every phase in between; claim histories of 1,600
 // operations sometimes ran past its 5 minutes or its 3 GiB and were
 // reported Unknown. Here a wrong choice costs the segments up to where it
-// is found wrong, each searched from that one state, and nothing of a
-// segment's search is kept past it but its end states. Why not the set of
+// is found wrong, each searched from that one state, once, and a
+// segment's search is kept only while the search goes on from one of its
+// end states. Why not the set of
 // all states reachable at each cut, computed segment after segment: in the
 // claim histories it grows (a removed agent's watch is kept with two
 // times, orders of a phase leave different watch times and messages in
@@ -68,31 +71,33 @@ import (
 // later), to 1,536 states at one cut of a 1,653-operation history, where
 // one segment's search from all of them ran past 2 minutes without the
 // race detector; searched one state at a time, the same history is
-// checked in 0.9 s (porcupine: 9 s).
+// checked in 0.9 s (porcupine: 9 s). Why go on from an end state as soon
+// as it is met, rather than once the segment's search has found them all:
+// from one state, finding every end state of a phase of sixteen agents'
+// operations (TestLinearizabilityWatchForceRemove) once took 254,000 steps
+// of the model and 21 s under the race detector, where the first path
+// through it takes a few dozen.
 //
-// Figures (CHECKOUT_CHAOS=1, race detector, 2 cores, 2026-12-06; against
-// porcupine on the same history, CHECKOUT_LIN_PORCUPINE=1):
-// TestLinearizabilityClaim, histories of 1,626 to 1,659 operations in 426
-// to 443 segments of at most 30: 1.5 to 4.3 s where porcupine took 6.7 s
-// to 2 min 15 s (0 s lag: 3.8 s and 1.5 s against 14.8 s and 6.7 s; 50
-// ms: 2.8 s and 4.3 s against 20.4 s and 2 min 15 s; 500 ms: 4.2 s and
-// 3.5 s against 1 min 51 s and 17.6 s; the 500 ms round that porcupine
-// took 3 min 47 s to decide alone, run again: 6.0 s against 3 min 13 s).
-// At most 9 states were met at one cut and at most 309 led nowhere in one
-// history; one search reached at most 16 end states and 24,744 nodes, and
-// the slowest took 1.7 s. The work graph (50 ms lag, and with
-// CHECKOUT_LIN_LOSE=0.3), 1,433 to 1,669 operations, segments of up to 80:
-// 0.8 to 4.9 s, porcupine 3.4 to 17 s (without the race detector, 0.25 to
-// 0.7 s against 0.4 to 2.0 s). The claim test under CHECKOUT_LIN_LOSE=0.3
-// at 50 ms: 2.1 s and 7.8 s (its slowest segment 2.3 s), porcupine 6.7 s
-// and 4.8 s: the segment checker is not always the faster, but it has not
-// shown porcupine's tail. TestLinearizabilityWatchForceRemove, partitioned
-// by task, each partition segmented: 7,036 operations in 6 partitions and
-// 3,762 segments, 21 s against porcupine's 29 s. In a whole make chaos,
-// beside the package's other tests: 1.4 to 25 s for the claim and work
-// graph histories, 22 to 48 s for the 7,000-operation ones; there one
-// segment's search (sixteen agents' phase, from one state: 125,432 nodes,
-// 253,792 steps of the model) took 21 s, and one of the claim test's 12 s.
+// Figures (CHECKOUT_CHAOS=1, race detector, 2 cores, 2026-12-06). In a
+// whole make chaos: the claim and work-graph histories (1,428 to 1,683
+// operations, 190 to 469 segments of up to 82) in 0.17 to 5.0 s, the
+// 7,000-operation ones of TestLinearizabilityWatchForceRemove (6
+// partitions, about 3,750 segments) in 3.6 to 7.3 s; at most 15 states
+// met at one cut, at most 408 dead ends in one history, the slowest
+// search of one segment 2.7 s. Against porcupine on the same histories
+// (CHECKOUT_LIN_PORCUPINE=1), porcupine took 6.7 s to 2 min 15 s on the
+// claim test's at 0 s, 50 ms and 500 ms lag (3 min 13 s on the 500 ms
+// round it once took 3 min 47 s to decide alone, run again from its
+// seed), 3.4 to 17 s on the work graph's, and 29 s on one of 7,036
+// operations. The first version of this checker, which found every end
+// state of a segment before going on from any, took 1.5 to 6.0 s on
+// those claim histories and 21 s on that one of 7,036, and in a whole
+// make chaos 1.4 to 25 s and 22 to 48 s, one search of one segment 21 s
+// (sixteen agents' phase, 253,792 steps of the model); without the race
+// detector, on the same 18 kept histories, it took 0.2 to 3.7 s and this
+// one takes 0.06 to 0.75 s (porcupine, on ten of them, 0.4 to 2.0 s).
+// Its slowest history seen: 16 s (a slow-stream work graph of 1,430
+// operations whose search met 57 states at one cut, 941 dead ends in all).
 
 // linSegmentBudget bounds the search of one segment, within the whole
 // check's linCheckBudget.
@@ -122,7 +127,7 @@ type segCheck struct {
 	MaxStates                  int           // the most states met at one cut
 	MaxNodes                   int           // the largest search of one segment: (linearized, state) pairs
 	MaxSteps                   int64         // the most steps of the model one segment took
-	MaxEnds                    int           // the most states one search reached at its segment's end
+	MaxEnds                    int           // the most end states one search met
 	Searches, Backtracked      int           // searches of a segment from a state; states met at a cut that led nowhere
 	Slowest                    time.Duration // the longest search of one segment
 	SlowestOps, SlowestSegment int
@@ -131,7 +136,7 @@ type segCheck struct {
 }
 
 func (c segCheck) String() string {
-	s := fmt.Sprintf("%s in %v: %d operations, %d partitions, %d segments (the largest %d operations), %d searches of a segment from a state, at most %d states met at a cut, %d of them dead ends, at most %d states at the end of one search, the largest search %d nodes and %d steps, the slowest %v (segment %d, %d operations)",
+	s := fmt.Sprintf("%s in %v: %d operations, %d partitions, %d segments (the largest %d operations), %d searches of a segment from a state, at most %d states met at a cut, %d of them dead ends, at most %d end states met by one search, the largest search %d nodes and %d steps, the slowest %v (segment %d, %d operations)",
 		c.Result, c.Took.Round(time.Millisecond), c.Ops, c.Partitions, c.Segments, c.Largest, c.Searches, c.MaxStates, c.Backtracked, c.MaxEnds, c.MaxNodes, c.MaxSteps, c.Slowest.Round(time.Millisecond), c.SlowestSegment, c.SlowestOps)
 	if c.Bad != nil {
 		s += "; " + c.Bad.String()
@@ -233,9 +238,16 @@ type segSearch struct {
 	ends     map[int32]bool // the ids of the states at the segment's end
 	nodes    int
 	steps    int64
-	before   int64  // the steps of the check before this search
-	stop     string // why the search stopped, when it did
-	over     bool   // it stopped at the heap bound
+	total    *int64 // the steps of the whole check
+	// onEnd, when set, is given each state the search reaches at the
+	// segment's end, the first time, and says whether the search is
+	// over (the rest of the history was found linearizable from it, or
+	// a bound was passed): the search then stops, halted.
+	onEnd  func(id int32) bool
+	halted bool
+	nested time.Duration // time spent in onEnd
+	stop   string        // why the search stopped at a bound, when it did
+	over   bool          // it stopped at the heap bound
 }
 
 type memoNode struct {
@@ -249,7 +261,7 @@ func newSegSearch(m porcupine.NondeterministicModel, seg []porcupine.Operation, 
 		stepContext := m.StepContext
 		step = func(state, input, output any) []any { return stepContext(context.Background(), state, input, output) }
 	}
-	return &segSearch{step: step, ops: seg, b: b, deadline: time.Now().Add(b.segment), budget: budget,
+	return &segSearch{step: step, ops: seg, b: b, deadline: time.Now().Add(b.segment), budget: budget, total: new(int64),
 		known: newStateSet(m), after: map[int64][]int32{}, memo: map[uint64][]memoNode{}, ends: map[int32]bool{}}
 }
 
@@ -298,10 +310,19 @@ func (s *segSearch) visit(done []uint64, id int32) bool {
 // state id; it returns false once the search has stopped.
 func (s *segSearch) expand(done []uint64, left int, id int32) bool {
 	if left == 0 {
+		if s.ends[id] {
+			return true
+		}
 		s.ends[id] = true
 		if len(s.ends) > s.b.states {
 			s.stop = fmt.Sprintf("more than %d states reachable at its end (linSegmentStates)", s.b.states)
 			return false
+		}
+		if s.onEnd != nil {
+			from := time.Now()
+			s.halted = s.onEnd(id)
+			s.nested += time.Since(from)
+			return !s.halted
 		}
 		return true
 	}
@@ -323,7 +344,7 @@ func (s *segSearch) expand(done []uint64, left int, id int32) bool {
 		key := int64(id)<<20 | int64(i)
 		next, ok := s.after[key]
 		if !ok {
-			if s.steps++; s.steps%256 == 0 && !s.within() {
+			if s.steps, *s.total = s.steps+1, *s.total+1; s.steps%256 == 0 && !s.within() {
 				return false
 			}
 			next = []int32{}
@@ -349,7 +370,7 @@ func (s *segSearch) expand(done []uint64, left int, id int32) bool {
 func (s *segSearch) within() bool {
 	now := time.Now()
 	switch {
-	case heapInUse.Load() > s.b.heap && s.before+s.steps > s.b.minSteps:
+	case heapInUse.Load() > s.b.heap && *s.total > s.b.minSteps:
 		s.stop, s.over = fmt.Sprintf("the test binary's heap passed %d MiB (linMemoryBound)", s.b.heap>>20), true
 	case now.After(s.budget):
 		s.stop = fmt.Sprintf("the check ran out of its %v (linCheckBudget) in its search", s.b.budget)
@@ -372,7 +393,7 @@ func checkSegments(m porcupine.NondeterministicModel, h []porcupine.Operation, b
 		parts = m.Partition(h)
 	}
 	c := segCheck{Result: porcupine.Ok, Partitions: len(parts), Ops: len(h)}
-	var steps int64 // the model's, in this check
+	var steps int64 // the model's, in this check (segSearch.total)
 	for p, part := range parts {
 		for _, op := range part {
 			if op.Return < op.Call {
@@ -407,35 +428,31 @@ func checkSegments(m porcupine.NondeterministicModel, h []porcupine.Operation, b
 			c.Largest = max(c.Largest, len(seg))
 			c.MaxStates = max(c.MaxStates, len(tried[k].all))
 			s := newSegSearch(m, seg, b, start.Add(b.budget))
-			s.before = steps
+			s.total = &steps
 			if len(tried[k].all) > b.states {
 				s.stop = fmt.Sprintf("more than %d states met at its start (linSegmentStates)", b.states)
 			}
+			// Each state the segment can end in is searched on from as
+			// soon as the search reaches it, the search resumed only if
+			// that leads nowhere.
+			s.onEnd = func(id int32) bool { return solve(k+1, s.known.all[id]) || bad != nil }
 			segStart := time.Now()
-			var ends []any
 			if s.stop == "" && s.within() {
-				ends = s.reach([]any{st})
+				s.reach([]any{st})
 			}
-			took := time.Since(segStart)
-			steps += s.steps
+			took := time.Since(segStart) - s.nested
 			c.Searches++
 			if took > c.Slowest {
 				c.Slowest, c.SlowestOps, c.SlowestSegment = took, len(seg), k
 			}
 			c.MaxNodes = max(c.MaxNodes, s.nodes)
 			c.MaxSteps = max(c.MaxSteps, s.steps)
-			c.MaxEnds = max(c.MaxEnds, len(ends))
-			if s.stop != "" {
+			c.MaxEnds = max(c.MaxEnds, len(s.ends))
+			if s.stop != "" && bad == nil {
 				bad = newBadSegment(p, k, segs, firsts, tried[k].all)
 				bad.Nodes, bad.States, bad.Why, bad.OverMemory = s.nodes, len(s.ends), s.stop, s.over
-				return false
 			}
-			for _, e := range ends {
-				if solve(k+1, e) || bad != nil {
-					return bad == nil
-				}
-			}
-			return false
+			return s.halted && bad == nil
 		}
 		init := newStateSet(m)
 		for _, st := range m.Init() {
@@ -934,8 +951,8 @@ func TestSegmentCheckerKeepsEveryBranch(t *testing.T) {
 		{Input: linIn{Op: "tick", Now: start + 10_000}, Output: linOut{Kind: "ok"}, Call: 2, Return: 3},
 		{Input: linIn{Op: "sweep"}, Output: linOut{Kind: "ok"}, Call: 4, Return: 5},
 	}
-	if c := checkSegments(lm, h, linSegBounds); c.Result != porcupine.Ok || c.MaxEnds != 2 {
-		t.Errorf("a sweep of an expired lease: %s; want ok, 2 states at the end", c)
+	if ends := newSegSearch(lm, h, linSegBounds, time.Now().Add(time.Minute)).reach(lm.Init()); len(ends) != 2 {
+		t.Errorf("a sweep of an expired lease ends in %d states, want 2", len(ends))
 	}
 }
 
@@ -944,22 +961,24 @@ func TestSegmentCheckerKeepsEveryBranch(t *testing.T) {
 func TestSegmentCheckerStopsAtItsBounds(t *testing.T) {
 	t.Parallel()
 	m := coinModel()
-	var h []porcupine.Operation
-	for i := range 8 {
-		h = append(h, porcupine.Operation{Input: "add", Call: int64(i), Return: 100})
+	// n adds at once, then a read of a sum they cannot make: every order
+	// of the adds is searched.
+	adds := func(n int) []porcupine.Operation {
+		var h []porcupine.Operation
+		for i := range n {
+			h = append(h, porcupine.Operation{Input: "add", Call: int64(i), Return: 100})
+		}
+		return append(h, porcupine.Operation{Input: "read", Output: -1, Call: 101, Return: 102})
 	}
 	b := linSegBounds
 	b.states = 5
-	if c := checkSegments(m, h, b); c.Result != porcupine.Unknown || c.Bad == nil || c.Bad.Index != 0 || !strings.Contains(c.Bad.Why, "more than 5 states") {
+	if c := checkSegments(m, adds(8), b); c.Result != porcupine.Unknown || c.Bad == nil || c.Bad.Index != 0 || !strings.Contains(c.Bad.Why, "more than 5 states") {
 		t.Errorf("eight adds, at most 5 states: %s; want unknown, naming the states", c)
 	}
 	b = linSegBounds
 	b.heap, b.minSteps = 1, 0
-	// Enough steps for the bound to be looked at (every 1024th).
-	for i := range 12 {
-		h = append(h, porcupine.Operation{Input: "add", Call: int64(10 + i), Return: 100})
-	}
-	if c := checkSegments(m, h, b); c.Result != porcupine.Unknown || c.Bad == nil || !c.Bad.OverMemory {
+	// Enough steps for the bound to be looked at (every 256th).
+	if c := checkSegments(m, adds(20), b); c.Result != porcupine.Unknown || c.Bad == nil || !c.Bad.OverMemory {
 		t.Errorf("a search past a heap bound of 1 byte: %s; want unknown, over memory", c)
 	}
 	// The whole check's budget is looked at before each search, however
@@ -973,8 +992,8 @@ func TestSegmentCheckerStopsAtItsBounds(t *testing.T) {
 	if c := checkSegments(m, apart, b); c.Result != porcupine.Unknown || c.Bad == nil || !strings.Contains(c.Bad.Why, "linCheckBudget") {
 		t.Errorf("twenty adds apart, with no time: %s; want unknown, naming linCheckBudget", c)
 	}
-	if c := checkSegments(m, h[:8], linSegBounds); c.Result != porcupine.Ok || c.MaxEnds != 9 {
-		t.Errorf("eight adds: %s; want ok, 9 states (8 to 16)", c)
+	if c := checkSegments(m, adds(8), linSegBounds); c.Result != porcupine.Illegal || c.MaxEnds != 9 || c.Bad == nil || c.Bad.Index != 1 || len(c.Bad.From) != 9 {
+		t.Errorf("eight adds, then a read of -1: %s; want illegal at the read, from 9 states (8 to 16)", c)
 	}
 }
 
