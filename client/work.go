@@ -290,8 +290,11 @@ func (c *Client) ClaimLoop(ctx context.Context, fn func(ctx context.Context, l *
 		if runID == "" {
 			runID = NewRunID()
 		}
-		co, stopped, err := c.loopClaim(ctx, ClaimRequest{Timeout: cfg.timeout, Reason: cfg.reason, Queues: cfg.queues, Wait: cfg.claimWait, RunID: runID}, cfg)
-		if stopped {
+		co, err := c.ClaimOrGiveBack(ctx, ClaimRequest{Timeout: cfg.timeout, Reason: cfg.reason, Queues: cfg.queues, Wait: cfg.claimWait, RunID: runID})
+		if se := (*StoppedClaimError)(nil); errors.As(err, &se) {
+			if se.Held != nil {
+				cfg.onError(se.TaskID, fmt.Errorf("the claim loop stopped while its claim of run %s was on its way, and %w: it may hold a task until its lease times out", se.RunID, se.Held))
+			}
 			return nil
 		}
 		if !errors.Is(err, ErrUndecided) {
@@ -327,22 +330,27 @@ func (c *Client) ClaimLoop(ctx context.Context, fn func(ctx context.Context, l *
 	return nil
 }
 
-// ClaimStopGrace is how long, past its wait, ClaimLoop waits for the
-// answer of a claim on its way when its ctx ends, before it gives the
-// claim up: the claim function's time in AWS (28 s) less the longest wait
+// ClaimStopGrace is how long, past its wait, a claim on its way when its
+// ctx ends is waited for (ClaimOrGiveBack, ClaimLoop) before it is given
+// up: the claim function's time in AWS (28 s) less the longest wait
 // (20 s), and the answer's way back.
 const ClaimStopGrace = 10 * time.Second
 
-// loopClaim makes one claim of ClaimLoop. When ctx ends while the claim
-// is on its way, it waits for the answer (for at most the claim's wait and
-// ClaimStopGrace from its start) and releases the lease it answers, so
-// that no task stays held by an agent whose loop has stopped; stopped then
-// says the loop is to return. A claim whose answer is lost then is
-// reported to the OnError option: it may hold a task until its lease
-// times out.
-func (c *Client) loopClaim(ctx context.Context, req ClaimRequest, cfg workConfig) (co Checkout, stopped bool, err error) {
-	if ctx.Err() != nil {
-		return Checkout{}, true, nil
+// ClaimOrGiveBack makes a claim as Claim does, but one that ctx's end does
+// not abandon on its way: a gateway that does not pass the disconnect on
+// (API Gateway) would leave it waiting on the server, to take a task for a
+// caller that has gone, held by nobody at work until its lease times out.
+// When ctx ends while the claim is on its way, ClaimOrGiveBack waits for
+// its answer (for at most req.Wait and ClaimStopGrace from its start),
+// releases the lease it answers, and returns a *StoppedClaimError, which
+// matches ctx's error, and ErrUndecided when the claim may still hold a
+// task. With ctx already done it sends nothing and returns one too.
+func (c *Client) ClaimOrGiveBack(ctx context.Context, req ClaimRequest) (Checkout, error) {
+	if req.RunID == "" {
+		req.RunID = NewRunID()
+	}
+	if err := ctx.Err(); err != nil {
+		return Checkout{}, &StoppedClaimError{RunID: req.RunID, ctxErr: err}
 	}
 	bound := time.Now().Add(req.Wait + ClaimStopGrace)
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -353,22 +361,63 @@ func (c *Client) loopClaim(ctx context.Context, req ClaimRequest, cfg workConfig
 		context.AfterFunc(cctx, func() { t.Stop() })
 	})
 	defer stop()
-	co, err = c.Claim(cctx, req)
+	co, err := c.Claim(cctx, req)
 	if ctx.Err() == nil {
-		return co, false, err
+		return co, err
 	}
+	se := &StoppedClaimError{RunID: req.RunID, ctxErr: ctx.Err()}
 	switch {
 	case err == nil:
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ClaimStopGrace)
 		defer rcancel()
-		if _, rerr := c.Release(rctx, co.TaskID, ReleaseRequest{RunID: co.RunID, Fence: co.Fence, Reason: "the agent's claim loop stopped before it began work"}); rerr != nil && !errors.Is(rerr, ErrNotCheckedOut) && !errors.Is(rerr, ErrNotHolder) {
+		given := co
+		se.GivenBack = &given
+		_, rerr := c.Release(rctx, co.TaskID, ReleaseRequest{RunID: co.RunID, Fence: co.Fence, AgentID: req.AgentID, Reason: "the claim was stopped before its work began"})
+		if rerr != nil && !errors.Is(rerr, ErrNotCheckedOut) && !errors.Is(rerr, ErrNotHolder) {
 			// (Ended, or taken over, since: nothing to give back.)
-			cfg.onError(co.TaskID, fmt.Errorf("the claim loop stopped while its claim of run %s was on its way, and the release of the task it took failed: the task may stay held until its lease times out: %w", co.RunID, rerr))
+			se.GivenBack = nil
+			se.TaskID = co.TaskID
+			se.Held = fmt.Errorf("the release of task %s, which it took, failed: %w", co.TaskID, rerr)
 		}
 	case errors.Is(err, ErrUndecided):
-		cfg.onError("", fmt.Errorf("the claim loop stopped while its claim of run %s was on its way, and that claim's answer was lost: it may hold a task until its lease times out: %w", req.RunID, err))
+		se.Held = fmt.Errorf("its answer was lost: %w", err)
 	}
-	return Checkout{}, true, nil
+	return Checkout{}, se
+}
+
+// StoppedClaimError is a claim whose ctx ended while it was on its way
+// (ClaimOrGiveBack). It matches ctx's error, and ErrUndecided when the
+// claim may still hold a task.
+type StoppedClaimError struct {
+	// RunID is the claim's run: a claim under it answers with the lease
+	// the stopped one took, if it still holds one.
+	RunID string
+	// GivenBack is the lease the claim took and the call released; nil
+	// when it took none, or when its release failed.
+	GivenBack *Checkout
+	// Held, when not nil, says why the claim may still hold a task until
+	// its lease times out: its answer was lost (it matches ErrUndecided),
+	// or the release of TaskID, the task it took, failed.
+	Held   error
+	TaskID string
+	ctxErr error
+}
+
+func (e *StoppedClaimError) Error() string {
+	switch {
+	case e.Held != nil:
+		return fmt.Sprintf("checkout: claim of run %s stopped on its way (%v), and it may hold a task until its lease times out: %v", e.RunID, e.ctxErr, e.Held)
+	case e.GivenBack != nil:
+		return fmt.Sprintf("checkout: claim of run %s stopped on its way (%v): task %s, which it took (fence %d), was given back", e.RunID, e.ctxErr, e.GivenBack.TaskID, e.GivenBack.Fence)
+	}
+	return fmt.Sprintf("checkout: claim of run %s stopped (%v): it holds no task", e.RunID, e.ctxErr)
+}
+
+func (e *StoppedClaimError) Unwrap() []error {
+	if e.Held != nil {
+		return []error{e.ctxErr, e.Held}
+	}
+	return []error{e.ctxErr}
 }
 
 // ended reports whether co, a claim's answer, is a lease that has ended:

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -82,25 +83,40 @@ func (f closerFunc) Close() error { return f() }
 
 const initLine = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 
-// waitingClaim is an API whose claims wait until their request is given
-// up, and says on claimed when one has arrived.
-func waitingClaim(t *testing.T) (url string, claimed chan struct{}) {
-	claimed = make(chan struct{}, 1)
+// waitingClaim is an API whose claims wait, as behind a gateway that
+// passes no disconnect on, until answer is closed (or 10 s) and then
+// answer with *status and *body ("" for a grant of task late to the
+// claim's run, fence 1); claimed says when a claim has arrived, and
+// released receives the body of each release.
+func waitingClaim(t *testing.T) (url string, claimed chan struct{}, answer chan struct{}, status *int, body *string, released chan map[string]any) {
+	claimed, answer, released = make(chan struct{}, 1), make(chan struct{}), make(chan map[string]any, 10)
+	status, body = new(int), new(string)
+	*status = 200
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.ReadAll(r.Body) // so that the server sees the client go
+		var in map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		if r.URL.Path != "/api/claim" {
+			released <- in
+			io.WriteString(w, `{"task_id":"late","released":true}`)
+			return
+		}
 		select {
 		case claimed <- struct{}{}:
 		default:
 		}
 		select {
-		case <-r.Context().Done():
+		case <-answer:
 		case <-time.After(10 * time.Second):
 		}
-		w.WriteHeader(200)
-		io.WriteString(w, `{"error":"no task","code":"no_task_available"}`)
+		w.WriteHeader(*status)
+		if *body != "" {
+			io.WriteString(w, *body)
+			return
+		}
+		fmt.Fprintf(w, `{"task_id":"late","agent_id":"agent-a1b2","run_id":%q,"fence":1,"locked_at":"2026-03-20T14:30:00Z","timeout_seconds":1800,"expires_at":"2026-03-20T15:00:00Z","remaining_seconds":1800,"queue":"default","priority":0,"attempt":1}`, in["run_id"])
 	}))
 	t.Cleanup(srv.Close)
-	return srv.URL, claimed
+	return srv.URL, claimed, answer, status, body, released
 }
 
 // A claim_task the client cancels gets no answer over stdio, as the MCP
@@ -108,7 +124,7 @@ func waitingClaim(t *testing.T) (url string, claimed chan struct{}) {
 // with code "error" and Go's "claim: context canceled".
 func TestACancelledCallGetsNoAnswer(t *testing.T) {
 	t.Parallel()
-	url, claimed := waitingClaim(t)
+	url, claimed, _, _, _, _ := waitingClaim(t)
 	send, next, _, _ := rawServe(t, url)
 	send(initLine)
 	if m := next(5 * time.Second); m == nil || m["id"] != 1.0 {
@@ -138,61 +154,92 @@ func TestACancelledCallGetsNoAnswer(t *testing.T) {
 
 // Where the answer of a cancelled call is sent (transports other than
 // Serve's stdio), it has a documented code and words, not "error" and
-// "claim: context canceled".
+// "claim: context canceled", and says what became of the claim, which is
+// seen through: a task it took is given back.
 func TestACancelledCallsAnswerSaysCancelled(t *testing.T) {
 	t.Parallel()
-	url, claimed := waitingClaim(t)
-	st, ct := mcp.NewInMemoryTransports()
-	ctx := context.Background()
-	ss, err := New(client.New(url, "ck_test")).Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ss.Close() })
-	conn, err := ct.Connect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	write := func(s string) {
-		m, err := jsonrpc.DecodeMessage([]byte(s))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := conn.Write(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(initLine)
-	if _, err := conn.Read(ctx); err != nil {
-		t.Fatal(err)
-	}
-	write(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	write(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"claim_task","arguments":{"wait":"20s"}}}`)
-	<-claimed
-	write(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	m, err := conn.Read(rctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, ok := m.(*jsonrpc.Response)
-	if !ok {
-		t.Fatalf("%#v", m)
-	}
-	var res struct {
-		IsError           bool           `json:"isError"`
-		StructuredContent map[string]any `json:"structuredContent"`
-	}
-	_ = json.Unmarshal(resp.Result, &res)
-	if !res.IsError || res.StructuredContent["code"] != "cancelled" {
-		t.Fatalf("the cancelled call's answer: %s", resp.Result)
-	}
-	// The claim was sent: it may have taken a task, which the next
-	// claim_task answers with. The answer said only that what the call
-	// had not done yet was not done.
-	if msg, _ := res.StructuredContent["message"].(string); !strings.Contains(msg, "may have taken") || !strings.Contains(msg, "claim_task again") || strings.Contains(msg, "context canceled") {
-		t.Errorf("the cancelled claim's message: %q; want it to say the claim may have taken a task, and to call claim_task again", msg)
+	for _, c := range []struct {
+		name, body string
+		status     int
+		code       string
+		says       []string
+		released   bool
+	}{
+		{name: "granted", status: 200, code: "cancelled", says: []string{"task late (fence 1)", "given back"}, released: true},
+		{name: "none", status: 404, body: `{"error":"no task","code":"no_task_available"}`, code: "cancelled", says: []string{"took no task"}},
+		{name: "undecided", status: 503, body: `{"error":"busy","code":"unavailable"}`, code: "cancelled", says: []string{"may have taken", "claim_task again"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			url, claimed, answer, status, body, released := waitingClaim(t)
+			*status, *body = c.status, c.body
+			st, ct := mcp.NewInMemoryTransports()
+			ctx := context.Background()
+			ss, err := New(client.New(url, "ck_test", client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))).Connect(ctx, st, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ss.Close() })
+			conn, err := ct.Connect(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			write := func(s string) {
+				m, err := jsonrpc.DecodeMessage([]byte(s))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := conn.Write(ctx, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write(initLine)
+			if _, err := conn.Read(ctx); err != nil {
+				t.Fatal(err)
+			}
+			write(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+			write(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"claim_task","arguments":{"wait":"20s"}}}`)
+			<-claimed
+			write(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
+			time.Sleep(100 * time.Millisecond) // for the cancellation to reach the handler before the claim's answer
+			close(answer)
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			m, err := conn.Read(rctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, ok := m.(*jsonrpc.Response)
+			if !ok {
+				t.Fatalf("%#v", m)
+			}
+			var res struct {
+				IsError           bool           `json:"isError"`
+				StructuredContent map[string]any `json:"structuredContent"`
+			}
+			_ = json.Unmarshal(resp.Result, &res)
+			if !res.IsError || res.StructuredContent["code"] != c.code {
+				t.Fatalf("the cancelled call's answer: %s; want code %s", resp.Result, c.code)
+			}
+			msg, _ := res.StructuredContent["message"].(string)
+			for _, w := range c.says {
+				if !strings.Contains(msg, w) || strings.Contains(msg, "context canceled") {
+					t.Errorf("the cancelled claim's message: %q; want it to say %q", msg, w)
+				}
+			}
+			select {
+			case r := <-released:
+				if !c.released {
+					t.Errorf("a release was sent: %v", r)
+				} else if r["fence"] != 1.0 || r["run_id"] == "" {
+					t.Errorf("the give-back named %v; want the claim's run and fence 1", r)
+				}
+			default:
+				if c.released {
+					t.Error("the task the cancelled claim took was not given back")
+				}
+			}
+		})
 	}
 }

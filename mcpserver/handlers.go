@@ -274,18 +274,34 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 	if in.Queues != nil && len(in.Queues) == 0 {
 		return CheckoutResult{}, &argError{"queues must name at least one queue; leave it out to claim from the default queue"}
 	}
-	co, err := t.c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: in.Reason, RunID: runID, AgentID: t.agentID, Queues: in.Queues, Wait: wait})
+	// A claim the client cancels on its way is seen through, and the task
+	// it took given back: behind API Gateway the server goes on with it
+	// (waiting, then granting) for an agent that no longer expects it.
+	co, err := t.c.ClaimOrGiveBack(ctx, client.ClaimRequest{Timeout: d, Reason: in.Reason, RunID: runID, AgentID: t.agentID, Queues: in.Queues, Wait: wait})
 	// Answered (a 4xx included), the claim's outcome is known; without
 	// an answer, or with a 5xx, it may hold a lease, as it may when a try
-	// lost its answer and the client's retries were throttled (429).
+	// lost its answer and the client's retries were throttled (429), or
+	// when the give-back of a cancelled one failed.
 	var ae *client.APIError
+	se := (*client.StoppedClaimError)(nil)
+	stopped := errors.As(err, &se)
 	t.mu.Lock()
-	if err == nil || errors.As(err, &ae) && ae.Status < 500 && !errors.Is(err, client.ErrUndecided) {
+	if err == nil || stopped && se.Held == nil || errors.As(err, &ae) && ae.Status < 500 && !errors.Is(err, client.ErrUndecided) {
 		t.lostClaim = ""
 	} else {
 		t.lostClaim = runID
 	}
 	t.mu.Unlock()
+	switch {
+	case stopped && se.GivenBack != nil:
+		return CheckoutResult{}, &stated{Outcome{Code: codeCancelled, Message: fmt.Sprintf(
+			"The claim was cancelled on its way; the server had already granted it task %s (fence %d), which was given back (released): you hold nothing from it.", se.GivenBack.TaskID, se.GivenBack.Fence)}}
+	case stopped && se.Held != nil:
+		return CheckoutResult{}, &stated{Outcome{Code: codeCancelled, Message: fmt.Sprintf(
+			"The claim was cancelled on its way, and %v: it may have taken a task. Call claim_task again: it claims under the same run, so it answers with that lease if the claim took one, and claims a task if not. Do not work on any task until it answers.", se.Held)}}
+	case stopped:
+		return CheckoutResult{}, &stated{Outcome{Code: codeCancelled, Message: "The claim was cancelled on its way, and took no task: you hold nothing from it."}}
+	}
 	if errors.Is(err, client.ErrNoTaskAvailable) || errors.Is(err, client.ErrCheckedOut) {
 		return CheckoutResult{Outcome: Outcome{Message: fmt.Sprintf(
 			"No task is available in %s right now. Wait a while before calling claim_task again, watch a task (watch_task), or stop.", queuesText(in.Queues))}}, nil

@@ -508,8 +508,13 @@ func addTool[In, Out any, PO interface {
 			// request already sent may have taken effect: its undecided
 			// outcome says what to call next.
 			o := Outcome{Code: codeCancelled, Message: "the call was cancelled before it finished: whatever it had not done yet was not done"}
-			if st := (*stated)(nil); errors.As(err, &st) && st.o.Code == codeUndecided {
+			switch st := (*stated)(nil); {
+			case !errors.As(err, &st):
+			case st.o.Code == codeUndecided:
 				o.Message = "the call was cancelled after its request was sent. " + st.o.Message
+			case st.o.Code == codeCancelled:
+				// It says what became of what it had begun.
+				o.Message = st.o.Message
 			}
 			return failure(o), nil
 		}
