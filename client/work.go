@@ -366,6 +366,9 @@ func (c *Client) ClaimOrGiveBack(ctx context.Context, req ClaimRequest) (Checkou
 		return co, err
 	}
 	se := &StoppedClaimError{RunID: req.RunID, ctxErr: ctx.Err()}
+	// The call's answer is the error, not the claim's or the release's
+	// (RecordResponse).
+	defer record(ctx, 0, nil)
 	switch {
 	case err == nil:
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ClaimStopGrace)

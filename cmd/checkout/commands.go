@@ -775,7 +775,17 @@ func (a *app) claimCmd() *cobra.Command {
 				// claim whose answer was lost can be asked again for the
 				// lease it may have taken.
 				runID := runID(s)
-				co, err := c.Claim(ctx, client.ClaimRequest{Timeout: d, Reason: reason, RunID: runID, AgentID: s.agent.value, Queues: queues, Wait: w})
+				// Interrupted on its way, the claim is seen through and the
+				// task it took given back: behind API Gateway the server
+				// goes on with it after the command has gone.
+				note := context.AfterFunc(ctx, func() {
+					fmt.Fprintln(a.stderr, "checkout: interrupted: waiting for the claim's answer, to give back a task it takes (interrupt again to quit at once)")
+				})
+				co, err := c.ClaimOrGiveBack(ctx, client.ClaimRequest{Timeout: d, Reason: reason, RunID: runID, AgentID: s.agent.value, Queues: queues, Wait: w})
+				note()
+				if se := (*client.StoppedClaimError)(nil); errors.As(err, &se) {
+					return nil, stoppedClaim(se)
+				}
 				err = lostAnswer(err, "the claim under run "+runID,
 					fmt.Sprintf("it may have taken a task: run checkout claim --run-id %s (with the same --queue), which answers with that run's lease if it took one, and claims a task if not (a claim under another run leaves that task held by you until its lease times out)", runID))
 				err = restate(err, client.ErrNoTaskAvailable, noTaskAvailable(queues, w))
@@ -804,6 +814,24 @@ func (a *app) claimCmd() *cobra.Command {
 	a.identityFlags(cmd, "the agent the claim is for")
 	a.runIDFlag(cmd, "the run's lease token")
 	return cmd
+}
+
+// stoppedClaim is the failure of a claim interrupted on its way
+// (ClaimOrGiveBack): what became of the task it may have taken.
+func stoppedClaim(se *client.StoppedClaimError) error {
+	switch {
+	case se.Held != nil:
+		why := oneLine(se.Held.Error())
+		if errors.Is(se.Held, client.ErrUndecided) {
+			why = "its answer was lost (" + whyLost(se.Held) + ")"
+		}
+		return &failure{fmt.Sprintf("interrupted: the claim under run %s was seen through to give back the task it took, but %s: it may hold a task: run checkout claim --run-id %s (with the same --queue), which answers with that run's lease if it holds one (then release it), and claims a task if not",
+			se.RunID, why, se.RunID), exitError}
+	case se.GivenBack != nil:
+		return &failure{fmt.Sprintf("interrupted: the claim under run %s had taken task %s (fence %d), which was given back (released): nothing is checked out",
+			se.RunID, se.GivenBack.TaskID, se.GivenBack.Fence), exitError}
+	}
+	return &failure{fmt.Sprintf("interrupted: the claim under run %s took no task: nothing is checked out", se.RunID), exitError}
 }
 
 // leaseEnded reports whether a lease a claim answered with has ended: a

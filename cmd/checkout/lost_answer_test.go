@@ -308,39 +308,57 @@ func TestMCPALostClaimsEndedLeaseIsSaidSo(t *testing.T) {
 	}
 }
 
-// Ctrl-C after a claim was sent leaves it undecided: the claim may have
+// Ctrl-C after a claim was sent left it undecided: the claim may have
 // taken a task. The command said so, with the Go error inside: "(claim:
 // context canceled after the request was sent, before its answer came:
-// it may have taken effect)". It now says it was interrupted, and how to
-// find the lease (exit 1).
+// it may have taken effect)". It now sees the claim through (see
+// TestAnInterruptedClaimGivesItsTaskBack) and says what became of it: it
+// took nothing, or, when its answer is lost too, it may hold a task and
+// how to find the lease (exit 1 both).
 func TestAnInterruptedClaimSaysItWasInterrupted(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	f := testenv.NewFront(t, e.srv.URL())
-	cmd := exec.Command(binary, "claim", "--queue", "empty", "--wait", "3s")
-	cmd.Env = cleanEnv("CHECKOUT_URL="+f.URL, "CHECKOUT_API_KEY="+e.keys["agent-c3d4"])
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(f.Requests(), "POST /api/claim"); {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatal("the claim never reached the server")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	err := cmd.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != exitError {
-		t.Fatalf("interrupted claim: %v, stderr %q; want exit 1", err, errb.String())
-	}
-	if msg := errb.String(); !strings.Contains(msg, "interrupted after it was sent") || strings.Contains(msg, "context canceled") || !strings.Contains(msg, "checkout claim --run-id") {
-		t.Errorf("interrupted claim: stderr %q; want it interrupted after it was sent, and how to find its lease", msg)
+	for _, c := range []struct {
+		name  string
+		fault testenv.Fault
+		says  []string
+	}{
+		{"nothing taken", testenv.Pass, []string{"interrupted: the claim under run", "took no task: nothing is checked out"}},
+		{"answer lost", testenv.Down, []string{"interrupted: the claim under run", "it may hold a task", "checkout claim --run-id"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			f := testenv.NewFront(t, e.srv.URL())
+			f.Fail("POST /api/claim", c.fault)
+			cmd := exec.Command(binary, "claim", "--queue", "empty", "--wait", "2s")
+			cmd.Env = cleanEnv("CHECKOUT_URL="+f.URL, "CHECKOUT_API_KEY="+e.keys["agent-c3d4"])
+			var out, errb bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(10 * time.Second); !slices.Contains(f.Requests(), "POST /api/claim"); {
+				if time.Now().After(deadline) {
+					cmd.Process.Kill()
+					t.Fatal("the claim never reached the server")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if err := cmd.Process.Signal(os.Interrupt); err != nil {
+				t.Fatal(err)
+			}
+			err := cmd.Wait()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != exitError {
+				t.Fatalf("interrupted claim: %v, stderr %q; want exit 1", err, errb.String())
+			}
+			msg := errb.String()
+			for _, w := range c.says {
+				if !strings.Contains(msg, w) || strings.Contains(msg, "context canceled") {
+					t.Errorf("interrupted claim: stderr %q; want it to say %q", msg, w)
+				}
+			}
+		})
 	}
 }
 

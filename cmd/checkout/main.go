@@ -30,6 +30,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "checkout: warning: %s is not a setting and is ignored; did you mean %s?\n", s.Name, s.Meant)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first interrupt ends the command's work; a second one, should
+	// that work take a while to wind down (an interrupted claim gives
+	// back the task it took), ends the process at once.
+	context.AfterFunc(ctx, stop)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
