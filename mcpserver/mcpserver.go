@@ -51,6 +51,7 @@ import (
 
 	"github.com/checkout-dev/checkout/client"
 	"github.com/checkout-dev/checkout/errcode"
+	"github.com/checkout-dev/checkout/lease"
 )
 
 // Version is reported to MCP clients unless Options.Version says otherwise.
@@ -112,8 +113,10 @@ const MaxLineLength = 4 << 20
 
 // DrainTimeout bounds how long Serve waits, once the client's input has
 // ended, for the calls already received to finish and be answered: longer
-// than a claim_task's longest wait (lease.MaxClaimWait) and its request.
-var DrainTimeout = 30 * time.Second
+// than a claim_task's longest wait (lease.MaxClaimWait) and its request,
+// and than a cancelled claim's give-back (client.ClaimOrGiveBack: the
+// wait, client.ClaimStopGrace, then a release of at most as long).
+var DrainTimeout = lease.MaxClaimWait + 2*client.ClaimStopGrace + 5*time.Second
 
 // stdio stands between the client's lines and the SDK's transport: it
 // answers the lines the SDK cannot take (requestLines), and keeps track of
