@@ -96,6 +96,10 @@ func waitingClaim(t *testing.T) (url string, claimed chan struct{}, answer chan 
 		var in map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&in)
 		if r.URL.Path != "/api/claim" {
+			if in == nil {
+				in = map[string]any{}
+			}
+			in["path"] = r.Method + " " + r.URL.Path
 			released <- in
 			io.WriteString(w, `{"task_id":"late","released":true}`)
 			return
@@ -241,5 +245,61 @@ func TestACancelledCallsAnswerSaysCancelled(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A server stopped (its ctx done, as by a SIGTERM) while a claim_task
+// waited on the API returned at once, and the process with it: the claim,
+// which behind API Gateway goes on waiting on the server, then took a task
+// held by nobody at work until its lease timed out. Serve now waits (for
+// up to DrainTimeout) for that claim's answer and the give-back of the
+// task it took.
+func TestAStoppedServerGivesBackItsClaimsTask(t *testing.T) {
+	t.Parallel()
+	url, claimed, answer, _, _, released := waitingClaim(t)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	t.Cleanup(func() { inW.Close(); outR.Close() })
+	go func() { _, _ = io.Copy(io.Discard, outR) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() {
+		if err := Serve(ctx, client.New(url, "ck_test", client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1})), inR, outW); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		close(served)
+	}()
+	for _, l := range []string{initLine, `{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"claim_task","arguments":{"wait":"20s"}}}`} {
+		if _, err := io.WriteString(inW, l+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-claimed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the claim did not reach the API")
+	}
+	cancel()
+	select {
+	case <-served:
+		t.Fatal("Serve returned while its stopped claim was on its way")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(answer) // the API grants the claim a task
+	select {
+	case r := <-released:
+		if r["fence"] != 1.0 {
+			t.Errorf("the give-back named %v; want fence 1", r)
+		}
+	case <-served:
+		t.Fatal("Serve returned before the stopped claim's task was given back")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stopped claim's task was not given back")
+	}
+	select {
+	case <-served:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return once the task was given back")
 	}
 }

@@ -251,6 +251,15 @@ func (t *tools) adopt(ctx context.Context, h client.Checkout, timeout time.Durat
 }
 
 func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error) {
+	t.claiming.add()
+	defer t.claiming.done()
+	if t.stop != nil {
+		// Stopped with the server, the claim gives back what it took.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(t.stop, cancel)()
+	}
 	d, err := parseDur("timeout", in.Timeout)
 	if err != nil {
 		return CheckoutResult{}, err

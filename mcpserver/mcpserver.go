@@ -79,7 +79,9 @@ type Options struct {
 // (-32600, id null) and skipped, without being held in memory; the session
 // goes on. When r ends (the client closed stdin, or piped a script), the
 // calls already received finish and are answered before Serve returns,
-// for up to DrainTimeout.
+// for up to DrainTimeout. When ctx ends, Serve stops without answering,
+// but first waits (for up to DrainTimeout) for a claim_task on its way to
+// give back the task it took (client.ClaimOrGiveBack).
 func Serve(ctx context.Context, c *client.Client, r io.Reader, w io.Writer, opts ...Options) error {
 	rc, ok := r.(io.ReadCloser)
 	if !ok {
@@ -98,11 +100,61 @@ func Serve(ctx context.Context, c *client.Client, r io.Reader, w io.Writer, opts
 		}
 		pw.CloseWithError(err)
 	}()
-	err := New(c, opts...).Run(ctx, &mcp.IOTransport{Reader: pr, Writer: st})
+	srv, t := newServer(c, opts...)
+	t.stop = ctx
+	err := srv.Run(ctx, &mcp.IOTransport{Reader: pr, Writer: st})
+	if ctx.Err() != nil {
+		// Stopped (a SIGTERM): a claim cancelled with the session is
+		// still giving back the task it took.
+		t.claiming.wait(DrainTimeout)
+	}
 	if err != nil && (errors.Is(err, io.EOF) || ctx.Err() != nil) {
 		return nil
 	}
 	return err
+}
+
+// inFlight counts calls in flight, so that a stopping server can wait
+// for them.
+type inFlight struct {
+	mu sync.Mutex
+	n  int
+	// zero is closed when n drops to 0, and replaced when it rises.
+	zero chan struct{}
+}
+
+func (f *inFlight) add() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		f.zero = make(chan struct{})
+	}
+	f.n++
+}
+
+func (f *inFlight) done() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n--; f.n == 0 {
+		close(f.zero)
+	}
+}
+
+// wait waits until no call is in flight, for at most d.
+func (f *inFlight) wait(d time.Duration) {
+	f.mu.Lock()
+	zero := f.zero
+	n := f.n
+	f.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-zero:
+	case <-t.C:
+	}
 }
 
 // MaxLineLength is the longest line (one message or batch, without its
@@ -415,10 +467,19 @@ type tools struct {
 	// self is the agent the tools act as, once known: configured, or shown
 	// by a lease of this session or of its agent's earlier run.
 	self string
+	// claiming counts the claim_task calls in flight, and stop, when not
+	// nil, ends them (Serve's ctx: the SDK's calls outlive it).
+	claiming inFlight
+	stop     context.Context
 }
 
 // New returns the MCP server with its tools, acting through c.
 func New(c *client.Client, opts ...Options) *mcp.Server {
+	s, _ := newServer(c, opts...)
+	return s
+}
+
+func newServer(c *client.Client, opts ...Options) (*mcp.Server, *tools) {
 	var o Options
 	if len(opts) > 0 {
 		o = opts[0]
@@ -455,7 +516,7 @@ func New(c *client.Client, opts ...Options) *mcp.Server {
 	addTool(s, &mcp.Tool{Name: "read_inbox", Title: "Read your inbox", Description: descInbox, Annotations: read}, t.inbox)
 	addTool(s, &mcp.Tool{Name: "ack_message", Title: "Acknowledge an inbox message", Description: descAck, Annotations: write(true)}, t.ack)
 	addTool(s, &mcp.Tool{Name: "heartbeat", Title: "Say you are alive", Description: descHeartbeat, Annotations: write(true)}, t.heartbeat)
-	return s
+	return s, t
 }
 
 // outcomer is every result type (through its Outcome).
