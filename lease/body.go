@@ -2,6 +2,8 @@ package lease
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
@@ -364,8 +366,8 @@ func (s *Store) readBodies(ctx context.Context, items ...*taskItem) (gone []*tas
 		if it.BodyToken != "" {
 			add(bodyKey(it.TaskID, it.BodyToken), it)
 		}
-		if it.LastErrorFence != 0 {
-			add(errorKey(it.TaskID, it.LastErrorFence), it)
+		if it.LastErrorID != 0 {
+			add(errorKey(it.TaskID, it.LastErrorID), it)
 		}
 	}
 	got, err := batchGet[bodyItem](ctx, s.db, s.tasks, uniqueKeys(ids, taskKey), "", nil)
@@ -376,7 +378,7 @@ func (s *Store) readBodies(ctx context.Context, items ...*taskItem) (gone []*tas
 	for _, b := range got {
 		found[b.Key] = true
 		for _, it := range want[b.Key] {
-			if b.Key == errorKey(it.TaskID, it.LastErrorFence) {
+			if b.Key == errorKey(it.TaskID, it.LastErrorID) {
 				it.LastError = b.Error
 			} else {
 				it.Description, it.Metadata = b.Description, b.Metadata
@@ -392,8 +394,12 @@ func (s *Store) readBodies(ctx context.Context, items ...*taskItem) (gone []*tas
 }
 
 // A failed release's error (up to MaxErrorLen) is an item of its own
-// too, "<task_id>#error#<fence>", written before the release's ending
-// write, which names it (last_error_fence, end_errored): an error on the
+// too, "<task_id>#error#<id>", written before the release's ending write,
+// which names it (last_error_fence, end_errored). The id is the release's
+// own (errorID; items written before it was hold the lease's fence), so
+// that of failed releases of one lease racing each other, each writes its
+// error apart and the one whose ending wins names its own: a refused one
+// changes nothing the task shows. An error on the
 // task item would make every later transition of the task cost up to
 // two more write units. The change stream reads it into the release's
 // event; GET reads it with the body.
@@ -409,12 +415,21 @@ func (s *Store) readBodies(ctx context.Context, items ...*taskItem) (gone []*tas
 // release), nor does the stream: its other reader (the notices), or its
 // own batch sent again, may still read it.
 
-func errorKey(taskID string, fence int64) string { return fmt.Sprintf("%s#error#%d", taskID, fence) }
+func errorKey(taskID string, id int64) string { return fmt.Sprintf("%s#error#%d", taskID, id) }
 
-// putError writes the error of the failed release of taskID's lease
-// fence, at (Unix ms).
-func (s *Store) putError(ctx context.Context, taskID string, fence int64, text string, at int64) error {
-	item, err := attributevalue.MarshalMap(bodyItem{Key: errorKey(taskID, fence), Error: text, WrittenAt: at})
+// errorID returns a random id for a failed release's error item: 52 bits
+// above 2^40, so that it is never a fence, which older error items are
+// keyed by, and stays exact as a JSON number.
+func errorID() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return 1<<40 + int64(binary.BigEndian.Uint64(b[:])%(1<<52))
+}
+
+// putError writes the error of a failed release of taskID under id
+// (errorID), at (Unix ms).
+func (s *Store) putError(ctx context.Context, taskID string, id int64, text string, at int64) error {
+	item, err := attributevalue.MarshalMap(bodyItem{Key: errorKey(taskID, id), Error: text, WrittenAt: at})
 	if err != nil {
 		return err
 	}
@@ -424,10 +439,9 @@ func (s *Store) putError(ctx context.Context, taskID string, fence int64, text s
 	return nil
 }
 
-// readError reads the error of the failed release of taskID's lease
-// fence ("" when there is none).
-func (s *Store) readError(ctx context.Context, taskID string, fence int64) (string, error) {
-	b, err := getItem[bodyItem](ctx, s.db, s.tasks, taskKey(errorKey(taskID, fence)))
+// readError reads the error item id of taskID ("" when there is none).
+func (s *Store) readError(ctx context.Context, taskID string, id int64) (string, error) {
+	b, err := getItem[bodyItem](ctx, s.db, s.tasks, taskKey(errorKey(taskID, id)))
 	if err != nil || b == nil {
 		return "", err
 	}

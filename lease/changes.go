@@ -80,7 +80,7 @@ func (s *Store) PublishNotices(ctx context.Context, changes []Change) error {
 		}
 		for _, ev := range newEvents(&old, &cur) {
 			if ev.errored {
-				text, err := s.readError(ctx, ev.TaskID, ev.Fence)
+				text, err := s.readError(ctx, ev.TaskID, ev.errorID)
 				if err != nil {
 					return err
 				}
@@ -108,7 +108,7 @@ func ErrorsRead(changes []Change) ([]string, error) {
 		}
 		for _, ev := range newEvents(&old, &cur) {
 			if ev.errored {
-				keys = append(keys, errorKey(ev.TaskID, ev.Fence))
+				keys = append(keys, errorKey(ev.TaskID, ev.errorID))
 			}
 		}
 	}
@@ -213,7 +213,7 @@ func (s *Store) applyChanges(ctx context.Context, changes []Change, withNotices 
 		for _, ev := range newEvents(&old, &cur) {
 			ev.TTL = ttl
 			if ev.errored {
-				text, err := s.readError(ctx, ev.TaskID, ev.Fence)
+				text, err := s.readError(ctx, ev.TaskID, ev.errorID)
 				if err != nil {
 					return err
 				}

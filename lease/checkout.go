@@ -807,6 +807,7 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 	if !named {
 		write = writeID() // its ending is known by it when sent again
 	}
+	var errID int64 // the id of its error's item, written at its first try that may end the lease
 	var floor int64
 	for range retries(ctx) {
 		cond, hb, now, err := s.holderGuard(ctx, p.AgentID, p.RunID, p.Fence, floor)
@@ -845,9 +846,13 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 			}
 		}
 		if p.Error != "" {
-			if err := s.putError(ctx, p.TaskID, cur.Fence, p.Error, ms(now)); err != nil {
-				return nil, err
+			if errID == 0 {
+				errID = errorID()
+				if err := s.putError(ctx, p.TaskID, errID, p.Error, ms(now)); err != nil {
+					return nil, err
+				}
 			}
+			e.errorID = errID
 		}
 		// Pinned to what it read: the lease, the counts, whether this is
 		// the last attempt (a PATCH of max_attempts in between may change

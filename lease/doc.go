@@ -35,7 +35,7 @@
 // EnsureTables (locally) and by the CDK app (in AWS). All are on-demand.
 //
 //	tasks2      task_id                 the task, its lease and fence; its body "<id>#body#<token>",
-//	                                    a failed release's error "<id>#error#<fence>"
+//	                                    a failed release's error "<id>#error#<n>"
 //	  by_status        status_shard / created_key   sparse: list blocked ("open"), done, cancelled
 //	                                                and failed tasks (todo and in_progress: list.go)
 //	  by_lease_expiry  lease_shard / lease_expires  sparse: live leases by expiry, and

@@ -178,7 +178,7 @@ func (s *Store) trail(ctx context.Context, taskID string, after int64, limit int
 			}
 			if e.errored {
 				// A failed release's error, as the archive will have it.
-				if e.Error, err = s.readError(ctx, taskID, e.Fence); err != nil {
+				if e.Error, err = s.readError(ctx, taskID, e.errorID); err != nil {
 					return Trail{}, err
 				}
 			}

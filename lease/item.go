@@ -146,9 +146,12 @@ type taskItem struct {
 	// waiting for its not_before has claim_key "~<not_before>#<rank>"
 	// instead, which ranks it after the ready ones (claim.go, "Delays").
 	ClaimRank string `dynamodbav:"claim_rank,omitempty"`
-	// LastErrorFence names the error item ("<task_id>#error#<fence>")
-	// of the latest failed release that carried an error.
-	LastErrorFence int64 `dynamodbav:"last_error_fence,omitempty"`
+	// LastErrorID names the error item ("<task_id>#error#<id>") of the
+	// latest failed release that carried an error: an id of that release's
+	// own (errorID), so that a failed release refused in a race leaves the
+	// winner's error named. Its attribute keeps the name of the time the
+	// id was the lease's fence, which items written then still hold.
+	LastErrorID int64 `dynamodbav:"last_error_fence,omitempty"`
 	// LastError is that error's text, read with the body (fillBodies).
 	LastError string `dynamodbav:"-"`
 	// graph is what fillGraph read of the task's blockers and dependents.
@@ -556,8 +559,10 @@ type itemEvent struct {
 	eventItem
 	frees, takeover bool
 	// errored: a failed release whose error is in the task's error item
-	// of its fence; the change stream reads it into the event.
+	// errorID (the item's LastErrorID at the ending); the change stream
+	// reads it into the event.
 	errored bool
+	errorID int64
 }
 
 // latestEvents are the events of the item's latest transition, which its
@@ -636,7 +641,7 @@ func (t *taskItem) latestEvents() []itemEvent {
 			TaskID: t.TaskID, Seq: t.ESeq, PrevSeq: ev.Seq, PrevAt: ev.At, Type: EventFailed, AgentID: ev.AgentID,
 			RunID: ev.RunID, Fence: ev.Fence, At: ev.At, By: BySystem, Reason: string(ev.Type),
 		}
-		return []itemEvent{{eventItem: ev, errored: t.EndErrored}, {eventItem: fail, frees: true}}
+		return []itemEvent{{eventItem: ev, errored: t.EndErrored, errorID: t.LastErrorID}, {eventItem: fail, frees: true}}
 	}
 	if t.LastOp == EventCancel && t.EndSeq != t.ESeq {
 		// A cancel of a task with no lease: an event of the task alone,
@@ -652,7 +657,7 @@ func (t *taskItem) latestEvents() []itemEvent {
 		ev.PrevSeq, ev.PrevAt = ev.Seq-1, t.PriorAt
 		// An ending that left the task blocked (it waits on a reopened
 		// blocker) frees nothing: its watchers are told at the unblocking.
-		return []itemEvent{{eventItem: ev, frees: ev.Type != EventComplete && t.Status != StatusBlocked, errored: t.EndErrored}}
+		return []itemEvent{{eventItem: ev, frees: ev.Type != EventComplete && t.Status != StatusBlocked, errored: t.EndErrored, errorID: t.LastErrorID}}
 	}
 	return nil
 }

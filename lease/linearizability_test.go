@@ -928,8 +928,10 @@ func linearizabilityRound(t *testing.T, heartbeats bool, cfg linConfig, round li
 			}
 		}
 		if dump := os.Getenv("CHECKOUT_LIN_DUMP"); dump != "" {
-			dumpIllegal(model, history, dump)
-			dumpStuck(model, info, history, dump+".stuck")
+			// Named as the whole-service tests' dumps are (linsegment_test.go).
+			name := fmt.Sprintf("%s.%s.%d", dump, t.Name(), seed)
+			dumpIllegal(model, history, name)
+			dumpStuck(model, info, history, name+".stuck")
 		}
 		if res == porcupine.Illegal {
 			t.Fatalf("history is %s (seed %d; %s runs it again); visualization at %s", res, seed, round.again(), path)

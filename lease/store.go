@@ -477,9 +477,11 @@ type ending struct {
 	// status, with a failed event after the ending's.
 	failed, exhausted bool
 	// outcome and errored are a release's (errored: its error item was
-	// written, under the lease's fence).
+	// written, under errorID).
 	outcome ReleaseOutcome
 	errored bool
+	// errorID names the error item of an errored ending (errorID).
+	errorID int64
 	// notBefore (Unix ms), when set, delays the task's next grant; rank
 	// is its claim_key once ready (delayedKey).
 	notBefore int64
@@ -574,7 +576,7 @@ func endUpdate(taskID string, e ending, now time.Time, sh schema.ShardCounts) ex
 	switch {
 	case e.errored:
 		u = u.Set(expression.Name("end_errored"), expression.Value(true)).
-			Set(expression.Name("last_error_fence"), nameFence)
+			Set(expression.Name("last_error_fence"), expression.Value(e.errorID))
 	case e.outcome == OutcomeFailed:
 		// The latest failed release gave no error: last_error is none.
 		u = u.Remove(expression.Name("end_errored")).Remove(expression.Name("last_error_fence"))

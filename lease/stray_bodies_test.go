@@ -45,6 +45,16 @@ func bodyThere(t *testing.T, e *env, key string) (bool, int64) {
 	return true, n
 }
 
+// errorItemKey is the key of the error item task id names.
+func errorItemKey(t *testing.T, e *env, id string) string {
+	t.Helper()
+	n, _ := rawTask(t, e, id)["last_error_fence"].(*types.AttributeValueMemberN)
+	if n == nil {
+		t.Fatalf("task %s names no error item", id)
+	}
+	return id + "#error#" + n.Value
+}
+
 // An old body no task names (a PATCH's whose write was lost, a create's
 // cut short before its task was written) is deleted; a body its task
 // names stays however old, and so does a young one no task names yet (a
@@ -217,7 +227,7 @@ func TestStrayBodiesAMigrationRunAgainKeepsItsBody(t *testing.T) {
 	}
 }
 
-// A failed release's error is an item of its own, "<id>#error#<fence>",
+// A failed release's error is an item of its own, "<id>#error#<n>",
 // which the task names until a later failed release names its own: the
 // one replaced was never read again (the release's archived event keeps
 // its text) and stayed for good. An error no task names is deleted once
@@ -234,7 +244,7 @@ func TestStrayBodiesReplacedErrorsAreDeleted(t *testing.T) {
 	for _, text := range []string{"first", "second"} {
 		co := e.checkout(t, "t", "x", time.Minute)
 		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", RunID: co.RunID, Outcome: lease.OutcomeFailed, Error: text}))
-		keys = append(keys, "t#error#"+strconv.FormatInt(co.Fence, 10))
+		keys = append(keys, errorItemKey(t, e, "t"))
 	}
 	replaced, named := keys[0], keys[1]
 	if ok, at := bodyThere(t, e, replaced); !ok || at != epoch.UnixMilli() {

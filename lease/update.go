@@ -379,7 +379,7 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 			return Task{}, err
 		}
 		after.Description, after.Metadata = body.Description, body.Metadata
-		if after.LastErrorFence == cur.LastErrorFence {
+		if after.LastErrorID == cur.LastErrorID {
 			after.LastError = cur.LastError
 		}
 		if after.claimable() {

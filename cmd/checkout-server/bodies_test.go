@@ -88,7 +88,7 @@ func TestBodiesCommand(t *testing.T) {
 		if _, err := retried.Release(ctx, lease.ReleaseParams{TaskID: "retried", AgentID: "a", RunID: co.RunID, Outcome: lease.OutcomeFailed, Error: text}); err != nil {
 			t.Fatal(err)
 		}
-		errorKeys = append(errorKeys, "retried#error#"+strconv.FormatInt(co.Fence, 10))
+		errorKeys = append(errorKeys, namedError(t, db, "retried"))
 	}
 	replaced, named := errorKeys[0], errorKeys[1]
 	for key, at := range map[string]time.Time{"lost#body#b1": then, "writing#body#b2": time.Now().Add(-time.Minute)} {
@@ -190,8 +190,8 @@ func TestBodiesCommandClockAhead(t *testing.T) {
 // server started again archived the first release with error "".
 func TestBodiesCommandArchivesTheStoppedServersReleasesFirst(t *testing.T) {
 	ctx := testenv.Context(t)
-	dir := stoppedWithTwoFailedReleases(t, true)
-	if out, err := runBodies(t, dir); err != nil || !strings.Contains(out, "deleted retried#error#1\n") {
+	dir, replaced := stoppedWithTwoFailedReleases(t, true)
+	if out, err := runBodies(t, dir); err != nil || !strings.Contains(out, "deleted "+replaced+"\n") {
 		t.Fatalf("bodies: %v: %s; want the replaced error deleted", err, out)
 	}
 
@@ -224,7 +224,7 @@ func TestBodiesCommandArchivesTheStoppedServersReleasesFirst(t *testing.T) {
 // the consequences alone, and the notice of its release said error "".
 func TestBodiesCommandKeepsTheErrorsOfUnpublishedNotices(t *testing.T) {
 	ctx := testenv.Context(t)
-	dir := stoppedWithTwoFailedReleases(t, false)
+	dir, _ := stoppedWithTwoFailedReleases(t, false)
 	if out, err := runBodies(t, dir); err != nil || strings.Contains(out, "deleted retried#error#") {
 		t.Fatalf("bodies: %v: %s; want the replaced error kept", err, out)
 	}
@@ -252,10 +252,10 @@ func TestBodiesCommandKeepsTheErrorsOfUnpublishedNotices(t *testing.T) {
 // 26 hours ago, before archiving two failed releases of task "retried",
 // with errors "first" and "second", and, unless published, before
 // publishing their notices.
-func stoppedWithTwoFailedReleases(t *testing.T, published bool) string {
+func stoppedWithTwoFailedReleases(t *testing.T, published bool) (dir, replaced string) {
 	t.Helper()
 	ctx := testenv.Context(t)
-	dir := filepath.Join(t.TempDir(), "data")
+	dir = filepath.Join(t.TempDir(), "data")
 	d, db := openDataDir(t, dir)
 	then := time.Now().Add(-26 * time.Hour)
 	store := lease.New(lease.Config{DB: db, Tables: schema.Names{}, Now: func() time.Time { return then }})
@@ -271,6 +271,9 @@ func stoppedWithTwoFailedReleases(t *testing.T, published bool) string {
 		if _, err := store.Release(ctx, lease.ReleaseParams{TaskID: "retried", AgentID: "a", RunID: co.RunID, Outcome: lease.OutcomeFailed, Error: text}); err != nil {
 			t.Fatal(err)
 		}
+		if replaced == "" {
+			replaced = namedError(t, db, "retried")
+		}
 	}
 	if published {
 		publishNotices(t, d, db)
@@ -278,7 +281,23 @@ func stoppedWithTwoFailedReleases(t *testing.T, published bool) string {
 	if err := d.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	return dir
+	return dir, replaced
+}
+
+// namedError is the key of the error item task taskID names (its latest
+// failed release's error).
+func namedError(t *testing.T, db *dynamodb.Client, taskID string) string {
+	t.Helper()
+	out, err := db.GetItem(testenv.Context(t), &dynamodb.GetItemInput{TableName: aws.String(schema.Names{}.Table(schema.TasksTable)), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: taskID}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := out.Item["last_error_fence"].(*types.AttributeValueMemberN)
+	if n == nil {
+		t.Fatalf("task %s names no error", taskID)
+	}
+	return taskID + "#error#" + n.Value
 }
 
 // openDataDir starts dynalite over dir, with the tables.
