@@ -98,6 +98,55 @@ type linState struct {
 	// as the first time (its answer may have been lost).
 	EndOp, EndAgent, EndRun string
 	EndFence, EndHeld       int64
+	// Ends: every release or completion so far, oldest first,
+	// "op/agent/run/fence/held;": one repeated after a later transition
+	// finds its own in the trail once the change stream has archived it
+	// (repeatOf), or is refused before.
+	Ends string
+}
+
+// repeatOf is the answer to a holder's release or completion (in) that
+// names its lease (run, fence) and was refused by the item, when its
+// trail holds that ending (lease/checkout.go, "A repeat after a later
+// ending"): the newest ending by the agent of a lease its run and fence
+// name, when it is in's op. The trail may not have it yet (the stream
+// archives it), so the refusal stands as well.
+func (s linState) repeatOf(in linIn) (linOut, bool) {
+	if in.Run == "" && in.Fence == 0 || in.Op != "release" && in.Op != "fail" && in.Op != "complete" {
+		return linOut{}, false
+	}
+	ends := strings.Split(strings.TrimSuffix(s.Ends, ";"), ";")
+	for i := len(ends) - 1; i >= 0; i-- {
+		f := strings.Split(ends[i], "/")
+		if len(f) != 5 || f[1] != in.Agent || in.Run != "" && f[2] != in.Run || in.Fence != 0 && f[3] != strconv.FormatInt(in.Fence, 10) {
+			continue
+		}
+		if f[0] != in.Op {
+			return linOut{}, false
+		}
+		if in.Op == "complete" {
+			return linOut{Kind: "ok", Status: lease.StatusDone}, true
+		}
+		held, _ := strconv.ParseInt(f[4], 10, 64)
+		return linOut{Kind: "ok", Held: held}, true
+	}
+	return linOut{}, false
+}
+
+// next is the states in may leave s in with output out: the model's step,
+// or, for a refused repeat of an archived ending answered as that ending
+// was (repeatOf), s as it is.
+func (s linState) next(in linIn, out linOut) []any {
+	want, next := s.step(in)
+	if want == out {
+		return []any{next}
+	}
+	if want.Kind == "not_checked_out" || want.Kind == "not_holder" {
+		if rep, ok := s.repeatOf(in); ok && rep == out {
+			return []any{s}
+		}
+	}
+	return nil
 }
 
 // alive is the rule of lease/doc.go: an agent with no heartbeat is not
@@ -196,11 +245,13 @@ func (s linState) step(in linIn) (linOut, linState) {
 	case "release", "fail":
 		held := s.Now - s.Locked
 		s.EndOp, s.EndAgent, s.EndRun, s.EndFence, s.EndHeld = in.Op, s.Holder, s.Run, s.Fence, held
+		s.Ends += fmt.Sprintf("%s/%s/%s/%d/%d;", in.Op, s.Holder, s.Run, s.Fence, held)
 		s.clear()
 		s.Status = lease.StatusTodo
 		return linOut{Kind: "ok", Held: held}, s
 	case "complete":
 		s.EndOp, s.EndAgent, s.EndRun, s.EndFence, s.EndHeld = in.Op, s.Holder, s.Run, s.Fence, s.Now-s.Locked
+		s.Ends += fmt.Sprintf("%s/%s/%s/%d/%d;", in.Op, s.Holder, s.Run, s.Fence, s.EndHeld)
 		s.clear()
 		s.Status = lease.StatusDone
 		return linOut{Kind: "ok", Status: lease.StatusDone}, s
@@ -378,10 +429,7 @@ func leaseModel(start int64) porcupine.Model {
 			if in.Op == "sweep" {
 				return s.sweep()
 			}
-			if want, next := s.step(in); want == output.(linOut) {
-				return []any{next}
-			}
-			return nil
+			return s.next(in, output.(linOut))
 		},
 		DescribeOperation: func(input, output any) string {
 			return fmt.Sprintf("%+v -> %+v", input, output)
@@ -834,6 +882,13 @@ func linearizabilityRound(t *testing.T, heartbeats bool, cfg linConfig, round li
 		e.retryingTask(t, tasks[i])
 	}
 	trails := watchTrails(c, e.store, tasks)
+	// The change stream's consumer runs throughout, as it does beside the
+	// service (the local server polls every 200 ms): a holder's release
+	// or completion named again after later transitions of its task is
+	// answered from the archived trail once the stream has archived it
+	// (linState.repeatOf), as one the SDK sent again is.
+	archiving := archiveEvery(c, t, e, 100*time.Millisecond)
+	defer archiving()
 	start := time.Now()
 	stamp := func() int64 { return time.Since(start).Nanoseconds() }
 	var mu sync.Mutex
@@ -910,6 +965,7 @@ func linearizabilityRound(t *testing.T, heartbeats bool, cfg linConfig, round li
 		record(cfg.clients, linIn{Op: "tick", Now: e.clock.Now().UnixMilli()}, call, linOut{Kind: "ok"}, stamp())
 	}
 	t.Logf("%d operations recorded in %v", len(history), time.Since(start).Round(time.Millisecond))
+	archiving()
 	trails.halt()
 
 	model := leaseModel(epoch.UnixMilli())
@@ -945,6 +1001,32 @@ func linearizabilityRound(t *testing.T, heartbeats bool, cfg linConfig, round li
 		assertOneEndPerLease(t, e, task)
 	}
 	trails.check(t, e)
+}
+
+// archiveEvery polls e's change stream every d, as the service's stream
+// consumer does, until the function it returns is called (which waits for
+// the poll in flight; calling it again does nothing).
+func archiveEvery(c context.Context, t *testing.T, e *env, d time.Duration) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(d):
+			}
+			if _, err := e.poller.Poll(c); err != nil && c.Err() == nil {
+				t.Errorf("archive the change stream: %v", err)
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(done) })
+		<-stopped
+	}
 }
 
 // The checker must be able to fail: a history where two agents both hold
@@ -1010,6 +1092,42 @@ func TestLinearizabilityModelRejects(t *testing.T) {
 	}
 	if !porcupine.CheckOperations(m, good) {
 		t.Error("a correct history was rejected")
+	}
+	// a's lease ends by a's release (or completion); b takes the task and
+	// releases it. a's release named again is answered from the archived
+	// trail as the first was, or refused before the archive: never with
+	// another held time, nor as a release of a lease a completion ended.
+	repeated := func(first string, again linIn, out linOut) []porcupine.Operation {
+		end := rel
+		if first == "complete" {
+			end = linOut{Kind: "ok", Status: lease.StatusDone}
+		}
+		h := []porcupine.Operation{
+			op(0, linIn{Op: "checkout", Agent: "a", Run: "ra", Timeout: 10_000}, okA, 0, 10),
+			{ClientId: 2, Input: linIn{Op: "tick", Now: start + 1_000}, Output: linOut{Kind: "ok"}, Call: 11, Return: 12},
+			op(0, linIn{Op: first, Agent: "a", Run: "ra", Fence: 1}, end, 13, 14),
+		}
+		if first == "release" {
+			h = append(h,
+				op(1, linIn{Op: "checkout", Agent: "b", Run: "rb", Timeout: 10_000}, linOut{Kind: "ok", Holder: "b", Run: "rb", Fence: 2, Expires: start + 11_000}, 15, 16),
+				op(1, linIn{Op: "release", Agent: "b", Run: "rb"}, linOut{Kind: "ok"}, 17, 18))
+		}
+		return append(h, op(0, again, out, 19, 20))
+	}
+	againA := linIn{Op: "release", Agent: "a", Fence: 1}
+	for _, c := range []struct {
+		name, first string
+		out         linOut
+		legal       bool
+	}{
+		{"answered as the first", "release", rel, true},
+		{"refused before the archive", "release", linOut{Kind: "not_checked_out"}, true},
+		{"with another held time", "release", linOut{Kind: "ok", Held: 2_000}, false},
+		{"as a release of a completed lease", "complete", rel, false},
+	} {
+		if got := porcupine.CheckOperations(m, repeated(c.first, againA, c.out)); got != c.legal {
+			t.Errorf("a release repeated after later transitions, %s: legal %v, want %v", c.name, got, c.legal)
+		}
 	}
 
 	wholeModelRejects(t, start)

@@ -678,15 +678,12 @@ func linNDModel(start int64) porcupine.NondeterministicModel {
 			if in.Op == "sweep" {
 				return s.sweep()
 			}
-			if want, next := s.step(in); want == output.(linOut) {
-				return []any{next}
-			}
-			return nil
+			return s.next(in, output.(linOut))
 		},
 		Hash: func(state any) uint64 {
 			s := state.(linState)
 			h := uint64(14695981039346656037)
-			for _, v := range []int64{s.Now, s.Fence, s.Expires, s.Locked, int64(len(s.Holder) + len(s.EndOp)<<8 + len(s.Status)<<16), s.EndFence, s.EndHeld} {
+			for _, v := range []int64{s.Now, s.Fence, s.Expires, s.Locked, int64(len(s.Holder) + len(s.EndOp)<<8 + len(s.Status)<<16 + len(s.Ends)<<24), s.EndFence, s.EndHeld} {
 				h = (h ^ uint64(v)) * 1099511628211
 			}
 			return h
