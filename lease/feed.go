@@ -157,7 +157,8 @@ type FeedParams struct {
 	// given (zero: DefaultFeedWindow ago). A time before the events'
 	// retention reads from the retention's start.
 	Since time.Time
-	// Cursor continues from a page's NextCursor.
+	// Cursor continues from a page's NextCursor, with the Types of the
+	// read that handed it out unless Types is given.
 	Cursor string
 	// Limit is 1 to MaxListLimit (default DefaultListLimit).
 	Limit int
@@ -198,20 +199,44 @@ func feedEnd(atMS int64) string { return fmt.Sprintf("%013d#~", atMS) }
 
 var feedPosPattern = regexp.MustCompile(`^[0-9]{13}#(~|[A-Za-z0-9][A-Za-z0-9._:-]{0,127}#[0-9]{19})?$`)
 
-func encodeFeedCursor(pos string) string {
-	return "f1." + base64.RawURLEncoding.EncodeToString([]byte(pos))
+// A feed cursor is "f1." and the position, base64url, then, for a read
+// confined to some event types, "." and those types, comma-separated,
+// base64url: a cursor followed alone keeps its read's filter.
+func encodeFeedCursor(pos string, types []EventType) string {
+	c := "f1." + base64.RawURLEncoding.EncodeToString([]byte(pos))
+	if len(types) > 0 {
+		names := make([]string, len(types))
+		for i, t := range types {
+			names[i] = string(t)
+		}
+		c += "." + base64.RawURLEncoding.EncodeToString([]byte(strings.Join(names, ",")))
+	}
+	return c
 }
 
-func decodeFeedCursor(c string) (string, error) {
+func decodeFeedCursor(c string) (pos string, types []EventType, err error) {
 	bad := notIssued()
 	if len(c) < 3 || c[:3] != "f1." {
-		return "", bad
+		return "", nil, bad
 	}
-	b, err := base64.RawURLEncoding.DecodeString(c[3:])
+	p, ts, filtered := strings.Cut(c[3:], ".")
+	b, err := base64.RawURLEncoding.DecodeString(p)
 	if err != nil || !feedPosPattern.Match(b) {
-		return "", bad
+		return "", nil, bad
 	}
-	return string(b), nil
+	if filtered {
+		names, err := base64.RawURLEncoding.DecodeString(ts)
+		if err != nil || len(names) == 0 {
+			return "", nil, bad
+		}
+		for _, n := range strings.Split(string(names), ",") {
+			types = append(types, EventType(n))
+		}
+		if CheckEventTypes(types) != nil {
+			return "", nil, bad
+		}
+	}
+	return string(b), types, nil
 }
 
 func posMS(pos string) int64 {
@@ -245,9 +270,13 @@ func (s *Store) Feed(ctx context.Context, p FeedParams) (FeedPage, error) {
 	var pos string
 	switch {
 	case p.Cursor != "":
+		var types []EventType
 		var err error
-		if pos, err = decodeFeedCursor(p.Cursor); err != nil {
+		if pos, types, err = decodeFeedCursor(p.Cursor); err != nil {
 			return FeedPage{}, err
+		}
+		if len(p.Types) == 0 {
+			p.Types = types // the filter of the read that handed it out
 		}
 	case !p.Since.IsZero():
 		pos = feedEnd(max(ms(p.Since)-1, 0)) // after every event before Since
@@ -293,7 +322,7 @@ func (s *Store) Feed(ctx context.Context, p FeedParams) (FeedPage, error) {
 		}
 		pos = next
 	}
-	return FeedPage{Events: out, NextCursor: encodeFeedCursor(pos), CaughtUp: pos >= horizon}, nil
+	return FeedPage{Events: out, NextCursor: encodeFeedCursor(pos, p.Types), CaughtUp: pos >= horizon}, nil
 }
 
 // feedRounds is how many hours one read may Query: feedQueriesPerRead
