@@ -211,12 +211,7 @@ func TestClaimLoopStoppedDuringAWaitingClaimGivesItsTaskBack(t *testing.T) {
 	}()
 	// The claim has reached the server, which waits for a task; the loop
 	// stops; then a task comes.
-	for seen := false; !seen; {
-		for _, r := range f.Requests() {
-			seen = seen || r == "POST /api/claim"
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	f.WaitFor(t, "POST /api/claim", 15*time.Second)
 	cancel()
 	if _, err := direct.CreateTask(ctx, CreateTaskRequest{TaskID: "late", Queue: "late"}); err != nil {
 		t.Fatal(err)

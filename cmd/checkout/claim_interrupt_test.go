@@ -35,16 +35,7 @@ func TestAnInterruptedClaimGivesItsTaskBack(t *testing.T) {
 	go func() { exited <- cmd.Wait() }()
 	// The claim has reached the server, which waits for a task; the
 	// command is interrupted; then a task comes.
-	deadline := time.Now().Add(15 * time.Second)
-	for seen := false; !seen; {
-		for _, r := range f.Requests() {
-			seen = seen || r == "POST /api/claim"
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the claim never reached the server")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	f.WaitFor(t, "POST /api/claim", 15*time.Second)
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -88,6 +89,18 @@ func (f *Front) Requests() []string {
 	seen := f.seen
 	f.seen = nil
 	return seen
+}
+
+// WaitFor waits until a request of key ("POST /api/claim") has reached
+// the front since the last Requests or WaitFor, for at most d, and fails
+// the test if none has.
+func (f *Front) WaitFor(t testing.TB, key string, d time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !slices.Contains(f.Requests(), key); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s reached the server within %v", key, d)
+		}
+	}
 }
 
 func (f *Front) serve(w http.ResponseWriter, r *http.Request) {
