@@ -403,8 +403,10 @@ func replacedLease(u expression.UpdateBuilder, held bool, end EventType) express
 // enough: a same-run checkout of the same millisecond may have made that
 // lease, and a lease already ended (taken in the millisecond its holder
 // came back from the dead) is taken over by a same-run checkout that
-// finds it, not answered. Past two grants in between, the grant is not
-// known, and the checkout decides again on the task as it is.
+// finds it, not answered. Past two grants in between, the item no longer
+// names it, and a refused second sending looks for it in the trail
+// (resentGrantInTrail); a second sending that finds the task free again
+// grants it anew.
 func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over *taskItem) (granted, error) {
 	// The condition is one flat AND (see readyCond on nesting): not
 	// before the task's latest transition, and never before its
@@ -568,6 +570,18 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 			Title: title, Queue: queue, Priority: prio, Attempt: attempt,
 		}}, nil
 	}
+	if err == nil && !applied && sends.Load() > 1 && old != nil {
+		// Sent again, refused, and not one of the task's last two grants:
+		// its first sending may still have been a grant two or more
+		// grants back, which the trail keeps.
+		c, ok, terr := s.resentGrantInTrail(ctx, p, now, old)
+		if terr != nil {
+			return granted{}, terr
+		}
+		if ok {
+			return granted{granted: true, lease: c}, nil
+		}
+	}
 	if err != nil || !applied {
 		return granted{cur: old, refused: err == nil}, err
 	}
@@ -576,6 +590,70 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Fence: old.Fence + 1, LockedAt: now, Timeout: p.Timeout, ExpiresAt: exp, Reason: p.Reason,
 		Title: old.Title, Queue: old.queue(), Priority: old.priority(), Attempt: attempt(old),
 	}}, nil
+}
+
+// resentGrantInTrail looks in the task's trail for the grant p made at now,
+// for a grant the SDK sent more than once whose second sending was
+// refused with neither of the task's last two grants its own (grant): with
+// two or more grants of the task in between, its first sending may have
+// made a lease the item no longer names. That grant is the checkout event
+// of p's agent and run, by p's caller with p's reason, made at now (the
+// time its write carried); the trail is read newest first back to now,
+// waiting up to trailWait for events the change stream has not archived
+// yet. A same-run checkout made in the same millisecond by another
+// request would be taken for it; its answer is that same run's lease,
+// as a same-run checkout's is. It answers the lease as it was granted,
+// now likely ended, with the task's title, queue and priority as they
+// are (the trail does not keep them), and the attempt it counted: every
+// grant counts one, and a reopen, which only a finished task has, counts
+// anew. cur is the task as the refusal found it.
+func (s *Store) resentGrantInTrail(ctx context.Context, p CheckoutParams, now time.Time, cur *taskItem) (Checkout, bool, error) {
+	by := cmp.Or(p.By, p.AgentID)
+	var found *eventItem
+	attempt := 0
+	err := s.lookInTrail(ctx, p.TaskID, true, func() (bool, error) {
+		found, attempt = nil, 0
+		finishedSince, seen := false, 0
+		err := queryNewestFirst(ctx, s.db, s.events, expression.Key("task_id").Equal(expression.Value(p.TaskID)), 100, func(ev *eventItem) bool {
+			seen++
+			switch {
+			case found == nil && ev.Type == EventCheckout && ev.AgentID == p.AgentID && ev.RunID == p.RunID &&
+				ev.At == ms(now) && ev.By == by && ev.Reason == p.Reason:
+				found, attempt = ev, 1
+				if !finishedSince {
+					// No reopen since: the task's attempts less the
+					// grants since (a fence counts every grant).
+					attempt = max(cur.Attempts-int(cur.Fence-ev.Fence), 1)
+					return false
+				}
+				// A reopen since counted anew: the grant's attempt is
+				// its task's grants back to the finish before it.
+			case found == nil:
+				finishedSince = finishedSince || finishes(ev.Type)
+				return ev.At >= ms(now) && seen < maxRepeatScan
+			case finishes(ev.Type):
+				return false
+			case ev.Type == EventCheckout:
+				attempt++
+			}
+			return seen < maxRepeatScan
+		})
+		return found != nil, err
+	})
+	if err != nil || found == nil {
+		return Checkout{}, false, err
+	}
+	return Checkout{
+		TaskID: p.TaskID, AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID,
+		Fence: found.Fence, LockedAt: now, Timeout: p.Timeout, ExpiresAt: now.Add(p.Timeout), Reason: p.Reason,
+		Title: cur.Title, Queue: cur.queue(), Priority: cur.priority(), Attempt: attempt,
+	}, true, nil
+}
+
+// finishes reports whether an event of type typ may leave the task
+// finished (done, cancelled or failed), which only a reopen takes back.
+func finishes(typ EventType) bool {
+	return typ == EventComplete || typ == EventCancel || typ == EventFailed
 }
 
 // notLeftBy says the task's last two grants were not made by the write
@@ -1270,36 +1348,53 @@ func (s *Store) repeatedEnding(ctx context.Context, err error, taskID string, ty
 	}
 	// The change stream archives an ending about a second after its
 	// write. A write sent more than once may be refused on its own ending
-	// taken off the item since by two more transitions: while the trail
-	// has events not archived yet, it looks again, 20 ms, 40 ms ... apart,
-	// for up to trailWait (one GetItem of the task and two Queries a look).
+	// taken off the item since by two more transitions: the trail is
+	// waited for (lookInTrail).
+	var found *eventItem
+	lerr := s.lookInTrail(ctx, taskID, again, func() (bool, error) {
+		ev, err := s.archivedEnding(ctx, taskID, typ, outcome, by, agentID, runID, fence)
+		found = ev
+		return ev != nil, err
+	})
+	if lerr != nil {
+		return nil, lerr
+	}
+	if found == nil {
+		return nil, err
+	}
+	return found, nil
+}
+
+// lookInTrail runs look, which reads taskID's trail for an event, until it
+// finds it. With wait, while the trail has events the change stream has
+// yet to archive (about a second after their writes), it looks again,
+// 20 ms, 40 ms ... apart, for up to trailWait (one GetItem of the task
+// and two Queries a wait), and once more when all are archived; without,
+// it looks once. A task that is gone ends the looking.
+func (s *Store) lookInTrail(ctx context.Context, taskID string, wait bool, look func() (bool, error)) error {
 	deadline := time.Now().Add(trailWait)
-	for look := 1; ; look++ {
-		ev, lerr := s.archivedEnding(ctx, taskID, typ, outcome, by, agentID, runID, fence)
-		if lerr != nil {
-			return nil, lerr
+	for n := 1; ; n++ {
+		if found, err := look(); found || err != nil {
+			return err
 		}
-		if ev != nil {
-			return ev, nil
+		if !wait || time.Now().After(deadline) {
+			return nil
 		}
-		if !again || time.Now().After(deadline) {
-			return nil, err
+		tr, _, err := s.trailSince(ctx, taskID, ms(s.clock()))
+		if errors.Is(err, ErrTaskNotFound) {
+			return nil
 		}
-		tr, _, terr := s.trailSince(ctx, taskID, ms(s.clock()))
-		if errors.Is(terr, ErrTaskNotFound) {
-			return nil, err
-		}
-		if terr != nil {
-			return nil, terr
+		if err != nil {
+			return err
 		}
 		if tr.Pending == 0 {
 			// Everything archived, perhaps since the look above: one
 			// last look is conclusive.
-			again = false
+			wait = false
 			continue
 		}
-		if werr := backoff(ctx, look); werr != nil {
-			return nil, werr
+		if err := backoff(ctx, n); err != nil {
+			return err
 		}
 	}
 }

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -334,6 +335,125 @@ func TestAGrantSentTwiceAcrossAReopenAnswersItsAttempt(t *testing.T) {
 			next := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b-next", Timeout: time.Hour}))
 			if next.Attempt != 1 || next.Fence != want+1 {
 				t.Errorf("the grant after the reopens: fence %d, attempt %d; want fence %d, attempt 1", next.Fence, next.Attempt, want+1)
+			}
+		})
+	}
+}
+
+// A grant whose answer was lost is known, when the SDK sends it again, by
+// the ids of the task's last two grants (grant_write, prev_write). With
+// two more grants of the task between its sendings (its lease taken over
+// twice, its holders dead; or ended, the task completed, reopened and
+// granted again), the second sending was refused on the latest lease and
+// answered 409 conflict (or, for a claim, another task): a lease granted,
+// an attempt counted and a checkout in the trail, that no request was
+// answered (the lossy heartbeat linearizability test found one so). A
+// refused grant sent more than once now looks for its own checkout in the
+// task's trail and is answered as granted, at the attempt it counted.
+func TestAGrantSentTwiceTwoGrantsOnIsAnswered(t *testing.T) {
+	t.Parallel()
+	dies := func(t *testing.T, e *env, agent string) {
+		t.Helper()
+		must[lease.Heartbeat](t)(e.store.Heartbeat(ctx(t), agent, time.Second))
+	}
+	twiceOver := func(t *testing.T, e *env) {
+		t.Helper()
+		c := ctx(t)
+		dies(t, e, "b")
+		must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Hour}))
+		e.clock.Advance(2 * time.Second)
+		must[lease.Heartbeat](t)(e.store.Heartbeat(c, "c", time.Hour))
+		must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "c", RunID: "r-c", Timeout: time.Hour}))
+	}
+	for _, tc := range []struct {
+		name  string
+		claim bool
+		dead  bool // a is dead when it asks, so that b may take its lease over
+		late  bool // the stream archives the grants only once the refused grant has looked
+		race  func(t *testing.T, e *env)
+	}{
+		{"checkout, taken over twice", false, true, false, twiceOver},
+		{"checkout, taken over twice, archived late", false, true, true, twiceOver},
+		{"named claim, taken over twice", true, true, false, twiceOver},
+		{"checkout, its task completed, reopened and granted again", false, false, false, func(t *testing.T, e *env) {
+			t.Helper()
+			c := ctx(t)
+			e.clock.Advance(time.Second)
+			must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "admin", Force: true}))
+			e.clock.Advance(time.Second)
+			b := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Hour}))
+			must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "b", RunID: "r-b", Fence: b.Fence}))
+			todo := lease.StatusTodo
+			must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "b", Status: &todo}))
+			e.clock.Advance(time.Second)
+			must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "c", RunID: "r-c", Timeout: time.Hour}))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "t")
+			if tc.dead {
+				dies(t, e, "a")
+				e.clock.Advance(2 * time.Second)
+				e.caughtUp(t)
+			}
+			tasks, events := e.names.Table(schema.TasksTable), e.names.Table(schema.EventsTable)
+			looked, archived := make(chan struct{}), make(chan struct{})
+			lookedOnce := sync.OnceFunc(func() { close(looked) })
+			var doer *lossyDoer
+			doer = &lossyDoer{
+				match: func(target, body string) bool {
+					if strings.HasSuffix(target, ".Query") && strings.Contains(body, `"`+events+`"`) && doer.lost.Load() {
+						lookedOnce() // the refused grant reads the trail
+					}
+					return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
+				},
+				race: func() {
+					e.caughtUp(t)
+					tc.race(t, e)
+					if !tc.late {
+						e.drain(t)
+						return
+					}
+					go func() { // once the refused grant has looked once
+						defer close(archived)
+						<-looked
+						e.drain(t)
+					}()
+				},
+				applied: true,
+			}
+			s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+			var co lease.Checkout
+			var err error
+			if tc.claim {
+				co, err = s.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "r-a", Timeout: time.Hour})
+			} else {
+				co, err = s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
+			}
+			if !doer.lost.Load() {
+				t.Fatal("no grant was sent twice")
+			}
+			if tc.late {
+				<-archived
+			}
+			got := e.get(t, "t")
+			if got.Checkout == nil || got.Checkout.AgentID != "c" || got.Checkout.Fence != 3 {
+				t.Fatalf("the task after a's grant and two more: %+v, want c's lease, fence 3", got.Checkout)
+			}
+			grants := 0
+			for _, ev := range e.events(t, "t") {
+				if ev.Type == lease.EventCheckout {
+					grants++
+				}
+			}
+			if grants != 3 {
+				t.Errorf("%d checkouts in the trail, want 3: a's grant, sent twice, made once", grants)
+			}
+			if err != nil || co.TaskID != "t" || co.AgentID != "a" || co.Fence != 1 || co.Attempt != 1 {
+				t.Errorf("a's grant (fence 1, attempt 1), sent twice with two grants of the task in between: %+v, %v; want that grant", co, err)
 			}
 		})
 	}

@@ -33,7 +33,8 @@ import (
 // for one that another PATCH followed before it was sent again: a new
 // body, which no other write names, also says so). An ending's id says it
 // is its own whatever landed since (a grant of the task it freed); grants,
-// renewals and PATCHes look one step back. The ids cost the task item 45
+// renewals and PATCHes look one step back, and a grant refused past that
+// looks for its checkout in the trail (resentGrantInTrail). The ids cost the task item 45
 // to 105 bytes while a lease is held, and 37 more once it has been
 // PATCHed twice. Other
 // writes do the same on their items: a message's deletion mark (acked_by)
