@@ -134,6 +134,19 @@ func parseDur(field, v string) (time.Duration, error) {
 	return d, nil
 }
 
+// parseWait reads a claim's wait: a Go duration from 0s (no wait, as
+// leaving it out is) to lease.MaxClaimWait, or "" for none.
+func parseWait(v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > lease.MaxClaimWait {
+		return 0, &argError{fmt.Sprintf("invalid wait %q: use a Go duration from 0s to %s, such as 10s", v, shortDuration(lease.MaxClaimWait))}
+	}
+	return d, nil
+}
+
 // parseDelay reads a retry delay: a Go duration of 0s or more, or "" for
 // none given.
 func parseDelay(v string) (*time.Duration, error) {

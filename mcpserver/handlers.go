@@ -276,7 +276,7 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 		runID = fmt.Sprintf("%s.c%d", t.runID, t.claims)
 	}
 	t.mu.Unlock()
-	wait, err := parseDur("wait", in.Wait)
+	wait, err := parseWait(in.Wait)
 	if err != nil {
 		return CheckoutResult{}, err
 	}

@@ -54,3 +54,29 @@ func TestZeroFenceAndLimitAreRefused(t *testing.T) {
 		t.Errorf("list_tasks without a limit: %q", txt)
 	}
 }
+
+// A claim's wait of 0s is the service's "no wait" (it takes 0s to 20s,
+// as `checkout claim --wait 0s` does): claim_task refused it as no Go
+// duration, which it is. A negative wait is still refused, naming the
+// range, with no request made.
+func TestAClaimWaitOfZeroClaimsWithoutWaiting(t *testing.T) {
+	t.Parallel()
+	var claims atomic.Int64
+	cs := session(t, func(r *http.Request, body map[string]any) (int, string) {
+		if r.URL.Path == "/api/claim" {
+			claims.Add(1)
+			if w, ok := body["wait"]; ok && w != "0s" {
+				t.Errorf("claim_task with wait 0s sent wait %v", w)
+			}
+		}
+		return 404, `{"error":"no task is available","code":"no_task_available"}`
+	})
+	res, txt, _ := callTool(t, cs, "claim_task", map[string]any{"wait": "0s"})
+	if res.IsError || !strings.Contains(txt, "No task is available") || claims.Load() != 1 {
+		t.Errorf("claim_task with wait 0s: isError %v, %q after %d claims; want one claim answered that no task is available", res.IsError, txt, claims.Load())
+	}
+	res, txt, out := callTool(t, cs, "claim_task", map[string]any{"wait": "-1s"})
+	if !res.IsError || out["code"] != "invalid_arguments" || !strings.Contains(txt, "0s to 20s") || claims.Load() != 1 {
+		t.Errorf("claim_task with wait -1s: %q %v after %d claims; want invalid_arguments naming 0s to 20s, and no claim", txt, out, claims.Load())
+	}
+}
