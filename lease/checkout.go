@@ -553,11 +553,23 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		// This very grant, its answer lost: the item is as it left it
 		// (or moved on since by writes other than grants: a reopen, which
 		// counts the attempts anew, kept the grant's), or one grant on,
-		// which counted one more attempt (a reopening's, counting anew,
-		// is not told apart).
+		// which counted one more attempt (or counted anew, a reopen in
+		// between).
 		fence, attempt := old.Fence, old.GrantWas.attempt(old.Attempts)
 		if old.GrantWrite != write {
-			fence, attempt = old.PrevFence, max(old.Attempts-1, 1)
+			fence, attempt = old.PrevFence, old.Attempts-1
+		}
+		if attempt < 1 {
+			// One grant on, which counted anew (a reopen in between):
+			// the trail has the attempt this grant counted.
+			ev, n, err := s.grantInTrailAt(ctx, old, now, func(ev *eventItem) bool { return ev.Fence == fence })
+			if err != nil {
+				return granted{}, err
+			}
+			attempt = 1
+			if ev != nil {
+				attempt = n
+			}
 		}
 		// The task as granted: a PATCH since kept what it changed.
 		title, queue, prio := old.Title, old.queue(), old.priority()
@@ -574,7 +586,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		// Sent again, refused, and not one of the task's last two grants:
 		// its first sending may still have been a grant two or more
 		// grants back, which the trail keeps.
-		c, ok, terr := s.resentGrantInTrail(ctx, p, now, old)
+		c, ok, terr := s.resentGrantInTrail(ctx, p, now, write, old)
 		if terr != nil {
 			return granted{}, terr
 		}
@@ -593,41 +605,51 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 }
 
 // resentGrantInTrail looks in the task's trail for the grant p made at now,
-// for a grant the SDK sent more than once whose second sending was
-// refused with neither of the task's last two grants its own (grant): with
-// two or more grants of the task in between, its first sending may have
-// made a lease the item no longer names. That grant is the checkout event
-// of p's agent and run, by p's caller with p's reason, made at now (the
-// time its write carried); the trail is read newest first back to now,
-// waiting up to trailWait for events the change stream has not archived
-// yet. A same-run checkout made in the same millisecond by another
-// request would be taken for it; its answer is that same run's lease,
-// as a same-run checkout's is. It answers the lease as it was granted,
-// now likely ended, with the task's title, queue and priority as they
-// are (the trail does not keep them), and the attempt it counted: every
-// grant counts one, and a reopen, which only a finished task has, counts
-// anew. cur is the task as the refusal found it.
-func (s *Store) resentGrantInTrail(ctx context.Context, p CheckoutParams, now time.Time, cur *taskItem) (Checkout, bool, error) {
-	by := cmp.Or(p.By, p.AgentID)
+// made by the write named write, for a grant the SDK sent more than once
+// whose second sending was refused with neither of the task's last two
+// grants its own (grant): with two or more grants of the task in between,
+// its first sending may have made a lease the item no longer names. The
+// checkout event carries its grant's write id (eventItem.Write): agent,
+// run and time cannot tell it from another request's grant to the same
+// run in the same millisecond. It answers the lease as it was granted,
+// now likely ended, with the task's title, queue and priority as they are
+// (the trail does not keep them), and the attempt it counted. cur is the
+// task as the refusal found it.
+func (s *Store) resentGrantInTrail(ctx context.Context, p CheckoutParams, now time.Time, write string, cur *taskItem) (Checkout, bool, error) {
+	ev, attempt, err := s.grantInTrailAt(ctx, cur, now, func(ev *eventItem) bool { return ev.Write == write })
+	if err != nil || ev == nil {
+		return Checkout{}, false, err
+	}
+	return Checkout{
+		TaskID: p.TaskID, AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID,
+		Fence: ev.Fence, LockedAt: now, Timeout: p.Timeout, ExpiresAt: now.Add(p.Timeout), Reason: p.Reason,
+		Title: cur.Title, Queue: cur.queue(), Priority: cur.priority(), Attempt: attempt,
+	}, true, nil
+}
+
+// grantInTrailAt finds in cur's trail the checkout event made at now
+// that ours accepts, and the attempt that grant counted. The trail is read
+// newest first back to now, waiting up to trailWait for events the change
+// stream has not archived yet (lookInTrail). Every grant counts an
+// attempt, and a reopen, which only a finished task has, counts anew: with
+// no finish since the grant, its attempt is cur's attempts less the grants
+// since (a fence counts every grant); with one, the task's grants back to
+// the finish before it.
+func (s *Store) grantInTrailAt(ctx context.Context, cur *taskItem, now time.Time, ours func(*eventItem) bool) (*eventItem, int, error) {
 	var found *eventItem
 	attempt := 0
-	err := s.lookInTrail(ctx, p.TaskID, true, func() (bool, error) {
+	err := s.lookInTrail(ctx, cur.TaskID, true, func() (bool, error) {
 		found, attempt = nil, 0
 		finishedSince, seen := false, 0
-		err := queryNewestFirst(ctx, s.db, s.events, expression.Key("task_id").Equal(expression.Value(p.TaskID)), 100, func(ev *eventItem) bool {
+		err := queryNewestFirst(ctx, s.db, s.events, expression.Key("task_id").Equal(expression.Value(cur.TaskID)), 100, func(ev *eventItem) bool {
 			seen++
 			switch {
-			case found == nil && ev.Type == EventCheckout && ev.AgentID == p.AgentID && ev.RunID == p.RunID &&
-				ev.At == ms(now) && ev.By == by && ev.Reason == p.Reason:
+			case found == nil && ev.Type == EventCheckout && ev.At == ms(now) && ours(ev):
 				found, attempt = ev, 1
 				if !finishedSince {
-					// No reopen since: the task's attempts less the
-					// grants since (a fence counts every grant).
 					attempt = max(cur.Attempts-int(cur.Fence-ev.Fence), 1)
 					return false
 				}
-				// A reopen since counted anew: the grant's attempt is
-				// its task's grants back to the finish before it.
 			case found == nil:
 				finishedSince = finishedSince || finishes(ev.Type)
 				return ev.At >= ms(now) && seen < maxRepeatScan
@@ -640,14 +662,10 @@ func (s *Store) resentGrantInTrail(ctx context.Context, p CheckoutParams, now ti
 		})
 		return found != nil, err
 	})
-	if err != nil || found == nil {
-		return Checkout{}, false, err
+	if err != nil {
+		return nil, 0, err
 	}
-	return Checkout{
-		TaskID: p.TaskID, AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID,
-		Fence: found.Fence, LockedAt: now, Timeout: p.Timeout, ExpiresAt: now.Add(p.Timeout), Reason: p.Reason,
-		Title: cur.Title, Queue: cur.queue(), Priority: cur.priority(), Attempt: attempt,
-	}, true, nil
+	return found, attempt, nil
 }
 
 // finishes reports whether an event of type typ may leave the task

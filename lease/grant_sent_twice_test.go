@@ -458,3 +458,87 @@ func TestAGrantSentTwiceTwoGrantsOnIsAnswered(t *testing.T) {
 		})
 	}
 }
+
+// A grant whose answer was lost, known when the SDK sends it again by the
+// next grant's record of it (prev_write), answered the task's attempts
+// less one: across a reopen between the two grants, which counts the
+// attempts anew, that was 0, answered as attempt 1 where the grant had
+// counted its task's second. The attempt is now read from the trail then.
+func TestAGrantSentTwiceOneGrantOnAcrossAReopenAnswersItsAttempt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	x := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "x", RunID: "r-x", Timeout: time.Hour}))
+	e.clock.Advance(time.Second)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", RunID: "r-x", Fence: x.Fence}))
+	e.clock.Advance(time.Second)
+
+	tasks := e.names.Table(schema.TasksTable)
+	doer := &lossyDoer{
+		match: func(target, body string) bool {
+			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
+		},
+		race: func() {
+			// An admin cancels the task under a's lease and reopens it;
+			// b takes it: its first attempt since the reopen.
+			e.clock.Advance(time.Second)
+			cancelled, todo := lease.StatusCancelled, lease.StatusTodo
+			must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &cancelled}))
+			must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &todo}))
+			e.clock.Advance(time.Second)
+			must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Hour}))
+			e.drain(t)
+		},
+		applied: true,
+	}
+	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	co, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
+	if !doer.lost.Load() {
+		t.Fatal("no grant was sent twice")
+	}
+	if got := e.get(t, "t"); got.Checkout == nil || got.Checkout.AgentID != "b" || got.Checkout.Fence != 3 || got.Attempts != 1 {
+		t.Fatalf("the task after a's grant, a reopen and b's: %+v after %d attempts, want b's lease (fence 3), its first attempt", got.Checkout, got.Attempts)
+	}
+	if err != nil || co.AgentID != "a" || co.Fence != 2 || co.Attempt != 2 {
+		t.Errorf("a's grant (fence 2, the task's second attempt), sent twice with a reopen and a grant in between: %+v, %v; want fence 2, attempt 2", co, err)
+	}
+}
+
+// Two checkouts of one run at once: one is granted, and the other, its
+// grant's first sending lost, is refused on that lease when the SDK sends
+// it again, and answers it as a same-run checkout does, as it is (its
+// timeout the grant's). A grant looked for in the trail (two grants on)
+// is known by its write's id, not by agent, run and time, which the
+// other's grant shares when both are made in one millisecond: the lossy
+// heartbeat test caught one answered with its own timeout so.
+func TestASameRunCheckoutSentTwiceAnswersTheRunsLeaseAsItIs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	tasks := e.names.Table(schema.TasksTable)
+	var first lease.Checkout
+	doer := &lossyDoer{
+		match: func(target, body string) bool {
+			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
+		},
+		race: func() {
+			// The run's other checkout, in the same millisecond.
+			first = must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: 30 * time.Second}))
+			e.drain(t)
+		},
+	}
+	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	co, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: 10 * time.Second})
+	if !doer.lost.Load() {
+		t.Fatal("no grant was sent twice")
+	}
+	if err != nil || co.Fence != first.Fence || !co.ExpiresAt.Equal(first.ExpiresAt) || co.Timeout != first.Timeout {
+		t.Errorf("a same-run checkout refused on the run's lease (fence %d, expiring %v, timeout %v): %+v, %v; want that lease as it is",
+			first.Fence, first.ExpiresAt, first.Timeout, co, err)
+	}
+	if got := e.get(t, "t"); got.Checkout == nil || got.Checkout.Fence != 1 || got.Attempts != 1 {
+		t.Errorf("the task: %+v after %d attempts, want the run's one lease (fence 1)", got.Checkout, got.Attempts)
+	}
+}

@@ -613,7 +613,7 @@ func (t *taskItem) latestEvents() []itemEvent {
 			}
 			out = append(out, itemEvent{eventItem: eventItem{
 				TaskID: t.TaskID, Seq: t.ESeq, PrevSeq: prev, PrevAt: prevAt, Type: EventCheckout, AgentID: t.Holder, RunID: t.RunID,
-				Fence: t.Fence, At: t.LockedAt, By: t.leaseBy(), Reason: t.Reason,
+				Fence: t.Fence, At: t.LockedAt, By: t.leaseBy(), Reason: t.Reason, Write: t.GrantWrite,
 			}})
 		}
 		return out
@@ -863,6 +863,11 @@ type eventItem struct {
 	// were kept.
 	Freeing   bool  `dynamodbav:"freeing,omitempty"`
 	NotBefore int64 `dynamodbav:"not_before,omitempty"`
+	// Write is a checkout's grant_write, the id of the write that made
+	// the grant, so that a grant the SDK sent again finds its own in the
+	// trail once the item no longer names it (resentGrantInTrail). Not
+	// shown; not on checkouts archived before it was kept.
+	Write string `dynamodbav:"write,omitempty"`
 	// The fleet feed's keys (index by_feed), set by the stream function
 	// when it archives the event; see feed.go.
 	FeedShard string `dynamodbav:"feed_shard,omitempty"`
