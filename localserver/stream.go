@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,7 +53,11 @@ type changes struct {
 
 // consumer is one reader of the stream: a poller and its checkpoint.
 type consumer struct {
-	mu     sync.Mutex // one poll at a time
+	// turn is held by the poll in flight: one poll at a time. A channel
+	// rather than a mutex, so that a read waiting for its turn behind a
+	// long poll (a mass ending's thousands of transitions) gives up with
+	// its context (catchUp) and answers with what is applied.
+	turn   chan struct{}
 	handle *stream.Poller
 	arn    string
 	// started counts the polls begun; done is the count a poll had when it
@@ -108,8 +111,8 @@ func newChanges(ctx context.Context, db *database, names schema.Names, store *le
 	}
 	return &changes{
 		db: db, names: names,
-		consequences: &consumer{handle: &stream.Poller{Streams: streams, Handle: stream.ConsequencesHandler(store), Saved: consequences, Log: log}},
-		notices:      &consumer{handle: &stream.Poller{Streams: streams, Handle: stream.NoticesHandler(store), Saved: notices, Log: log}},
+		consequences: &consumer{turn: make(chan struct{}, 1), handle: &stream.Poller{Streams: streams, Handle: stream.ConsequencesHandler(store), Saved: consequences, Log: log}},
+		notices:      &consumer{turn: make(chan struct{}, 1), handle: &stream.Poller{Streams: streams, Handle: stream.NoticesHandler(store), Saved: notices, Log: log}},
 	}, nil
 }
 
@@ -125,10 +128,24 @@ func (c *changes) poll(ctx context.Context) error {
 // stream's ARN is read each time: an in-memory dynalite restarted after a
 // crash has new tables. A new ARN clears the key cache (db.replaced).
 func (c *changes) pollOne(ctx context.Context, to *consumer) (int, error) {
-	to.mu.Lock()
-	defer to.mu.Unlock()
+	if err := to.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer to.unlock()
 	return c.pollLocked(ctx, to)
 }
+
+// lock takes the consumer's turn, or gives up with ctx's error.
+func (to *consumer) lock(ctx context.Context) error {
+	select {
+	case to.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (to *consumer) unlock() { <-to.turn }
 
 func (c *changes) pollLocked(ctx context.Context, to *consumer) (int, error) {
 	if to == c.consequences && c.writes != nil {
@@ -162,8 +179,10 @@ func (c *changes) pollLocked(ctx context.Context, to *consumer) (int, error) {
 // Polls coalesce: callers that arrive while one poll runs share the next.
 func (c *changes) catchUp(ctx context.Context, to *consumer) error {
 	arrived := to.started.Load()
-	to.mu.Lock()
-	defer to.mu.Unlock()
+	if err := to.lock(ctx); err != nil {
+		return err
+	}
+	defer to.unlock()
 	if to.done.Load() > arrived {
 		return nil // a poll that began after we arrived has applied it
 	}
