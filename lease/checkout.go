@@ -51,7 +51,9 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 		return nil
 	}
 	var floor int64 // the latest transition seen on the task
-	unblockTried := false
+	// The version of the blocked task the last unblocking grant was
+	// pinned to (-1: none tried).
+	unblockTried := int64(-1)
 	for range retries(ctx) {
 		// Each attempt's own time: its write decides.
 		g, now, err := s.grantNow(ctx, p, over, floor)
@@ -142,10 +144,12 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 			continue
 		case cur.Status == StatusBlocked:
 			err := s.blocked(ctx, cur)
-			if !unblockTried && cur.waitsOnDoneOnly() && slices.Contains(p.ExpectedStatuses, StatusTodo) && cur.NotBefore <= ms(now) {
+			if unblockTried != cur.Version && cur.waitsOnDoneOnly() && slices.Contains(p.ExpectedStatuses, StatusTodo) && cur.NotBefore <= ms(now) {
 				// Its blockers are all done and the change stream has not
-				// unblocked it yet: the grant unblocks it, once.
-				unblockTried, p.unblocking = true, cur
+				// unblocked it yet: the grant unblocks it, once per
+				// version (the stream's pass of another of its blockers
+				// may land first, and leave it still blocked).
+				unblockTried, p.unblocking = cur.Version, cur
 				continue
 			}
 			if be := (*BlockedError)(nil); p.Watch && errors.As(err, &be) {

@@ -125,3 +125,9 @@ func LateFeedFloors(s *Store) int {
 	defer s.lateFeed.mu.Unlock()
 	return len(s.lateFeed.at)
 }
+
+// Unblock takes blocker out of taskID's waiting list as the change stream
+// does at blocker's completion (unblocking it when it was the last).
+func Unblock(s *Store, taskID, blocker string) error {
+	return s.unblock(context.Background(), taskID, blocker)
+}
