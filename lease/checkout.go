@@ -586,10 +586,13 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 			Title: title, Queue: queue, Priority: prio, Attempt: attempt,
 		}}, nil
 	}
-	if err == nil && !applied && sends.Load() > 1 && old != nil {
+	if err == nil && !applied && sends.Load() > 1 && old != nil && !(old.hasLease() && old.LockedAt < ms(now)) {
 		// Sent again, refused, and not one of the task's last two grants:
 		// its first sending may still have been a grant two or more
-		// grants back, which the trail keeps.
+		// grants back, which the trail keeps. Not when the lease on the
+		// task was granted before this write's time: every grant after
+		// this one would be locked at or after it (the time rule), so
+		// this one made none, and the refusal answers at once.
 		c, ok, terr := s.resentGrantInTrail(ctx, p, now, write, old)
 		if terr != nil {
 			return granted{}, terr

@@ -1,9 +1,11 @@
 package lease_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -540,5 +542,43 @@ func TestASameRunCheckoutSentTwiceAnswersTheRunsLeaseAsItIs(t *testing.T) {
 	}
 	if got := e.get(t, "t"); got.Checkout == nil || got.Checkout.Fence != 1 || got.Attempts != 1 {
 		t.Errorf("the task: %+v after %d attempts, want the run's one lease (fence 1)", got.Checkout, got.Attempts)
+	}
+}
+
+// A grant sent again and refused looks in the trail for its own only when
+// it could have made one there: not when the lease on the task was
+// granted before the grant's time (every grant after it would be locked
+// at or after it). Such a checkout, racing a holder, its first sending
+// lost before DynamoDB saw it, read the trail and waited for the stream's
+// archive (up to 3 s) before answering its 409.
+func TestARefusedGrantSentAgainOnAnEarlierLeaseAnswersAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "t")
+	e.checkout(t, "t", "b", time.Hour)
+	e.clock.Advance(time.Second)
+
+	tasks, events := e.names.Table(schema.TasksTable), e.names.Table(schema.EventsTable)
+	var trailReads atomic.Int32
+	doer := &lossyDoer{
+		match: func(target, body string) bool {
+			if strings.HasSuffix(target, ".Query") && strings.Contains(body, `"`+events+`"`) {
+				trailReads.Add(1)
+			}
+			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
+		},
+		race: func() {},
+	}
+	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	_, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
+	if !doer.lost.Load() {
+		t.Fatal("no grant was sent twice")
+	}
+	if !errors.Is(err, lease.ErrCheckedOut) {
+		t.Errorf("a checkout of b's task, its grant sent twice: %v, want checked_out", err)
+	}
+	if n := trailReads.Load(); n != 0 {
+		t.Errorf("it read the trail %d times; want none: b's lease was granted before the grant's time", n)
 	}
 }
