@@ -566,9 +566,11 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		if attempt < 1 {
 			// One grant on, which counted anew (a reopen in between):
 			// the trail has the attempt this grant counted.
+			// The grant is made and known: a failed read answers it
+			// all the same, as attempt 1.
 			ev, n, err := s.grantInTrailAt(ctx, old, now, func(ev *eventItem) bool { return ev.Fence == fence })
 			if err != nil {
-				return granted{}, err
+				s.log.WarnContext(ctx, "grant sent twice: its attempt could not be read from the trail", "task_id", p.TaskID, "fence", fence, "error", err.Error())
 			}
 			attempt = 1
 			if ev != nil {
@@ -586,13 +588,10 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 			Title: title, Queue: queue, Priority: prio, Attempt: attempt,
 		}}, nil
 	}
-	if err == nil && !applied && sends.Load() > 1 && old != nil && !(old.hasLease() && old.LockedAt < ms(now)) {
+	if err == nil && !applied && sends.Load() > 1 && old != nil && mayBeTwoGrantsBack(old, now) {
 		// Sent again, refused, and not one of the task's last two grants:
 		// its first sending may still have been a grant two or more
-		// grants back, which the trail keeps. Not when the lease on the
-		// task was granted before this write's time: every grant after
-		// this one would be locked at or after it (the time rule), so
-		// this one made none, and the refusal answers at once.
+		// grants back, which the trail keeps.
 		c, ok, terr := s.resentGrantInTrail(ctx, p, now, write, old)
 		if terr != nil {
 			return granted{}, terr
@@ -638,27 +637,28 @@ func (s *Store) resentGrantInTrail(ctx context.Context, p CheckoutParams, now ti
 // that ours accepts, and the attempt that grant counted. The trail is read
 // newest first back to now, waiting up to trailWait for events the change
 // stream has not archived yet (lookInTrail). Every grant counts an
-// attempt, and a reopen, which only a finished task has, counts anew: with
-// no finish since the grant, its attempt is cur's attempts less the grants
-// since (a fence counts every grant); with one, the task's grants back to
-// the finish before it.
+// attempt, and a reopen, which only a finished task has, counts anew, so
+// cur's attempts less the grants since (a fence counts every grant) are
+// the grant's attempt when at least 1, and tell of a reopen since
+// otherwise (the events after the grant may not be archived yet); then the
+// attempt is the task's grants back to the finish before it, which the
+// trail holds, as it holds the grant.
 func (s *Store) grantInTrailAt(ctx context.Context, cur *taskItem, now time.Time, ours func(*eventItem) bool) (*eventItem, int, error) {
 	var found *eventItem
 	attempt := 0
 	err := s.lookInTrail(ctx, cur.TaskID, true, func() (bool, error) {
 		found, attempt = nil, 0
-		finishedSince, seen := false, 0
+		seen := 0
 		err := queryNewestFirst(ctx, s.db, s.events, expression.Key("task_id").Equal(expression.Value(cur.TaskID)), 100, func(ev *eventItem) bool {
 			seen++
 			switch {
 			case found == nil && ev.Type == EventCheckout && ev.At == ms(now) && ours(ev):
 				found, attempt = ev, 1
-				if !finishedSince {
-					attempt = max(cur.Attempts-int(cur.Fence-ev.Fence), 1)
+				if n := cur.Attempts - int(cur.Fence-ev.Fence); n >= 1 {
+					attempt = n
 					return false
 				}
 			case found == nil:
-				finishedSince = finishedSince || finishes(ev.Type)
 				return ev.At >= ms(now) && seen < maxRepeatScan
 			case finishes(ev.Type):
 				return false
@@ -679,6 +679,17 @@ func (s *Store) grantInTrailAt(ctx context.Context, cur *taskItem, now time.Time
 // finished (done, cancelled or failed), which only a reopen takes back.
 func finishes(typ EventType) bool {
 	return typ == EventComplete || typ == EventCancel || typ == EventFailed
+}
+
+// mayBeTwoGrantsBack says whether cur, the task as a grant made at now
+// and sent again found it, may have had that grant and two more since:
+// each would have counted a fence, and been made, as every later
+// transition, at or after now (the time rule). A lease on the task
+// granted before now, a task whose latest transition came before now,
+// or one granted fewer than three times, had none of it, and the refusal
+// answers at once.
+func mayBeTwoGrantsBack(cur *taskItem, now time.Time) bool {
+	return cur.Fence >= 3 && cur.LastAt >= ms(now) && !(cur.hasLease() && cur.LockedAt < ms(now))
 }
 
 // notLeftBy says the task's last two grants were not made by the write
