@@ -218,8 +218,13 @@ func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult,
 		return r, nil
 	case errors.Is(err, client.ErrNotReady), errors.Is(err, client.ErrStatusMismatch):
 		// Like a conflict, a task nobody may take now is an answer: the
-		// agent picks another task.
-		return CheckoutResult{TaskID: in.TaskID, Outcome: denial(in.TaskID, err)}, nil
+		// agent picks another task. The service places no watch on a
+		// task waiting for its time (a watch waits for a freeing).
+		r := CheckoutResult{TaskID: in.TaskID, Outcome: denial(in.TaskID, err)}
+		if in.Watch && errors.Is(err, client.ErrNotReady) {
+			r.Message += " It is not watched: a task waiting for its time is watched by nobody, so no message will come; check it out again then."
+		}
+		return r, nil
 	case err != nil:
 		return CheckoutResult{}, undecided(err, "The checkout of task "+in.TaskID,
 			"you may hold it now. Call checkout_task again: under this session's run it answers with your lease if you got it, and takes the task if not. Do not work on the task until it answers acquired")

@@ -206,6 +206,12 @@ func TestBlockedNotReadyAndNotOpenPassTheirDetails(t *testing.T) {
 	if !notAcquired(res, out, "not_ready") || out["not_before"] != "2026-03-20T14:35:00Z" || !strings.Contains(txt, "2026-03-20T14:35:00Z") {
 		t.Errorf("not ready: %s %v", txt, out)
 	}
+	// Asked to watch it, the answer says no watch was placed: the service
+	// watches only for a freeing, and no message comes when the time passes.
+	res, txt, out = callTool(t, cs, "checkout_task", map[string]any{"task_id": "flaky", "watch": true})
+	if !notAcquired(res, out, "not_ready") || out["watching"] == true || !strings.Contains(txt, "no message will come") {
+		t.Errorf("not ready, watch asked: %s %v", txt, out)
+	}
 	res, txt, out = callTool(t, cs, "checkout_task", map[string]any{"task_id": "done"})
 	if !notAcquired(res, out, "status_mismatch") || !strings.Contains(txt, "status done") {
 		t.Errorf("done: %s %v", txt, out)

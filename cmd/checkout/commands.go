@@ -407,7 +407,7 @@ func (a *app) checkout(cmd *cobra.Command, taskID string, f *checkoutFlags) erro
 		case errors.As(err, &be):
 			return func(w io.Writer) { printBlocked(w, taskID, be, f.watch) }, &exitStatus{exitConflict}
 		case errors.As(err, &ne):
-			return func(w io.Writer) { printNotReady(w, taskID, ne) }, &exitStatus{exitConflict}
+			return func(w io.Writer) { printNotReady(w, taskID, ne, f.watch) }, &exitStatus{exitConflict}
 		case errors.As(err, &se):
 			return func(w io.Writer) { printFinished(w, taskID, se.Status) }, &exitStatus{exitConflict}
 		case errors.As(err, &ce) && ownLease(ce, s):

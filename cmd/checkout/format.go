@@ -376,9 +376,14 @@ func printBlocked(w io.Writer, taskID string, be *client.BlockedError, askedWatc
 
 // printNotReady reports a checkout refused because the task may not be
 // granted yet (the wait after a failed attempt, or a time it was given).
-func printNotReady(w io.Writer, taskID string, ne *client.NotReadyError) {
+// The service places no watch on such a task (a watch waits for a
+// freeing): asked for one, the denial says so.
+func printNotReady(w io.Writer, taskID string, ne *client.NotReadyError, askedWatch bool) {
 	fmt.Fprintf(w, "Checkout DENIED: %s\n", taskID)
 	notBeforeLine(w, ne.NotBefore)
+	if askedWatch {
+		fmt.Fprintf(w, "  Watching: no, a task waiting for its time is watched by nobody, so no message will come; check out again then\n")
+	}
 	fmt.Fprintf(w, "  Suggestion: wait or pick another task\n")
 }
 

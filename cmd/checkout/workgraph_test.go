@@ -264,6 +264,16 @@ func TestCheckoutOfABlockedOrWaitingTaskIsDenied(t *testing.T) {
 	if r.code != exitConflict || r.stdout != want {
 		t.Errorf("checkout of a waiting task: exit %d\n%s%s\nwant exit %d and %q", r.code, r.stdout, r.stderr, exitConflict, want)
 	}
+	// --watch places no watch on a task waiting for its not_before (the
+	// service watches only for a freeing), and the denial says so rather
+	// than leave the agent waiting for a message that never comes.
+	r = s.run("flaky", "--watch")
+	want = "Checkout DENIED: flaky\n  Not before: 2026-03-20 14:35:00 UTC (no checkout or claim until then)\n" +
+		"  Watching: no, a task waiting for its time is watched by nobody, so no message will come; check out again then\n" +
+		"  Suggestion: wait or pick another task\n"
+	if r.code != exitConflict || r.stdout != want {
+		t.Errorf("checkout --watch of a waiting task: exit %d\n%s%s\nwant exit %d and %q", r.code, r.stdout, r.stderr, exitConflict, want)
+	}
 	r = s.run("deploy", "--json")
 	if r.code != exitConflict || !strings.Contains(r.stdout, `"code":"blocked"`) {
 		t.Errorf("checkout --json of a blocked task: exit %d: %s", r.code, r.stdout)
