@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
-	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -42,7 +39,7 @@ func TestAGrantSentTwiceAtAReturnFromTheDeadIsAnsweredOnce(t *testing.T) {
 		race:    func() {},
 		applied: true,
 	}
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	co := must[lease.Checkout](t)(s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour}))
 	if !doer.lost.Load() {
 		t.Fatal("no grant was sent twice")
@@ -85,7 +82,7 @@ func TestAGrantSentTwiceAfterItsLeaseWasTakenOverIsAnswered(t *testing.T) {
 		},
 		applied: true,
 	}
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	co, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
 	if !doer.lost.Load() {
 		t.Fatal("no grant was sent twice")
@@ -154,7 +151,7 @@ func TestAFreeGrantSentTwiceAfterItsLeaseEndedIsMadeOnce(t *testing.T) {
 				race:    func() { e.caughtUp(t); tc.end(t, e) },
 				applied: true,
 			}
-			s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+			s := e.over(doer)
 			var co lease.Checkout
 			var err error
 			if tc.claim {
@@ -239,7 +236,7 @@ func TestAGrantSentTwiceAcrossAPatchAnswersTheTaskAsGranted(t *testing.T) {
 				},
 				applied: true,
 			}
-			s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+			s := e.over(doer)
 			var co lease.Checkout
 			var err error
 			if claim {
@@ -315,7 +312,7 @@ func TestAGrantSentTwiceAcrossAReopenAnswersItsAttempt(t *testing.T) {
 				},
 				applied: true,
 			}
-			s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+			s := e.over(doer)
 			var co lease.Checkout
 			var err error
 			if tc.claim {
@@ -427,7 +424,7 @@ func TestAGrantSentTwiceTwoGrantsOnIsAnswered(t *testing.T) {
 				},
 				applied: true,
 			}
-			s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+			s := e.over(doer)
 			var co lease.Checkout
 			var err error
 			if tc.claim {
@@ -471,10 +468,7 @@ func TestAGrantSentTwiceOneGrantOnAcrossAReopenAnswersItsAttempt(t *testing.T) {
 	e := newEnv(t)
 	c := ctx(t)
 	e.task(t, "t")
-	x := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "x", RunID: "r-x", Timeout: time.Hour}))
-	e.clock.Advance(time.Second)
-	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", RunID: "r-x", Fence: x.Fence}))
-	e.clock.Advance(time.Second)
+	e.attemptedOnce(t, "t")
 
 	tasks := e.names.Table(schema.TasksTable)
 	doer := &lossyDoer{
@@ -494,7 +488,7 @@ func TestAGrantSentTwiceOneGrantOnAcrossAReopenAnswersItsAttempt(t *testing.T) {
 		},
 		applied: true,
 	}
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	co, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
 	if !doer.lost.Load() {
 		t.Fatal("no grant was sent twice")
@@ -531,7 +525,7 @@ func TestASameRunCheckoutSentTwiceAnswersTheRunsLeaseAsItIs(t *testing.T) {
 			e.drain(t)
 		},
 	}
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	co, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: 10 * time.Second})
 	if !doer.lost.Load() {
 		t.Fatal("no grant was sent twice")
@@ -570,7 +564,7 @@ func TestARefusedGrantSentAgainOnAnEarlierLeaseAnswersAtOnce(t *testing.T) {
 		},
 		race: func() {},
 	}
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	_, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
 	if !doer.lost.Load() {
 		t.Fatal("no grant was sent twice")

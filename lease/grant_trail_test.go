@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
-	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -50,7 +47,7 @@ func TestARefusedResendRacingAConcurrentGrantReadsNoTrail(t *testing.T) {
 				// stands still); a's first sending never reached DynamoDB.
 				race: func() { e.checkout(t, "t", "b", time.Hour) },
 			}
-			s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+			s := e.over(doer)
 			var err error
 			if claim {
 				_, err = s.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "r-a", Timeout: time.Hour})
@@ -95,7 +92,7 @@ func TestARefusedResendOnAnotherAgentsOnlyGrantReadsNoTrail(t *testing.T) {
 			must[lease.Checkout](t)(e.store.Renew(c, lease.RenewParams{TaskID: "t", AgentID: "b", Fence: b.Fence}))
 		},
 	}
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	_, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
 	if !doer.lost.Load() {
 		t.Fatal("no grant was sent twice")
@@ -121,10 +118,7 @@ func TestAGrantSentTwiceOneGrantOnAcrossAReopenArchivedInPartAnswersItsAttempt(t
 	e := newEnv(t)
 	c := ctx(t)
 	e.task(t, "t")
-	x := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "x", RunID: "r-x", Timeout: time.Hour}))
-	e.clock.Advance(time.Second)
-	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", RunID: "r-x", Fence: x.Fence}))
-	e.clock.Advance(time.Second)
+	e.attemptedOnce(t, "t")
 
 	tasks := e.names.Table(schema.TasksTable)
 	doer := &lossyDoer{
@@ -142,7 +136,7 @@ func TestAGrantSentTwiceOneGrantOnAcrossAReopenArchivedInPartAnswersItsAttempt(t
 		},
 		applied: true,
 	}
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	co, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
 	if !doer.lost.Load() {
 		t.Fatal("no grant was sent twice")
@@ -162,10 +156,7 @@ func TestAGrantSentTwiceTwoGrantsOnAcrossAReopenArchivedInPartAnswersItsAttempt(
 	e := newEnv(t)
 	c := ctx(t)
 	e.task(t, "t")
-	x := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "x", RunID: "r-x", Timeout: time.Hour}))
-	e.clock.Advance(time.Second)
-	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "x", RunID: "r-x", Fence: x.Fence}))
-	e.clock.Advance(time.Second)
+	e.attemptedOnce(t, "t")
 
 	tasks := e.names.Table(schema.TasksTable)
 	doer := &lossyDoer{
@@ -186,7 +177,7 @@ func TestAGrantSentTwiceTwoGrantsOnAcrossAReopenArchivedInPartAnswersItsAttempt(
 		},
 		applied: true,
 	}
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	co, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
 	if !doer.lost.Load() {
 		t.Fatal("no grant was sent twice")
@@ -252,7 +243,7 @@ func TestAKnownGrantOneOnIsAnsweredWhenItsTrailReadFails(t *testing.T) {
 		applied: true,
 	}
 	doer := &failingQueries{next: lossy, table: events, armed: lossy.lost.Load}
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	co, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
 	if !lossy.lost.Load() {
 		t.Fatal("no grant was sent twice")
@@ -285,7 +276,7 @@ func TestARefusedResendOnAFinishedTaskReadsNoTrail(t *testing.T) {
 		},
 		race: func() {},
 	}
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	_, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
 	if !doer.lost.Load() {
 		t.Fatal("no grant was sent twice")

@@ -90,6 +90,25 @@ func TestAStalledGraphLockHolderDoesNotWriteAfterItsWindow(t *testing.T) {
 	}
 }
 
+// over returns a store on e's tables and clock whose requests go through
+// doer (a lossyDoer, say).
+func (e *env) over(doer interface {
+	Do(*http.Request) (*http.Response, error)
+}) *lease.Store {
+	return lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+}
+
+// attemptedOnce gives taskID one attempt, a lease of agent x granted and
+// released a second later, and moves e's clock a second on.
+func (e *env) attemptedOnce(t *testing.T, taskID string) {
+	t.Helper()
+	c := ctx(t)
+	x := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: taskID, AgentID: "x", RunID: "r-x", Timeout: time.Hour}))
+	e.clock.Advance(time.Second)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: taskID, AgentID: "x", RunID: "r-x", Fence: x.Fence}))
+	e.clock.Advance(time.Second)
+}
+
 // lossyDoer is the HTTP client of a store whose first matching request is
 // lost before DynamoDB sees it (answered 500, as a timed-out or reset
 // connection would be: the SDK sends it again). With applied, the request
@@ -206,7 +225,7 @@ func TestACompletionOfAnOldRunSentTwiceIsNotTheNewRuns(t *testing.T) {
 			_, raceErr = e.store.Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: "r-new"})
 		},
 	}
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	got, err := s.Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: "r-old"})
 	if !doer.lost.Load() {
 		t.Fatal("no write was lost and sent again")
@@ -267,7 +286,7 @@ func TestAReleaseNamingNoLeaseSentTwiceIsNotAnEarlierOne(t *testing.T) {
 		},
 		race: func() {},
 	}
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	got, err := s.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a"})
 	if !doer.lost.Load() {
 		t.Fatal("no write was lost and sent again")
@@ -356,7 +375,7 @@ func TestAReleaseNamingNoLeaseSentTwiceAfterANewGrantIsItsOwn(t *testing.T) {
 		},
 		applied: true,
 	}
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	got, err := s.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a"})
 	if !doer.lost.Load() {
 		t.Fatal("no write was lost and sent again")
@@ -396,7 +415,7 @@ func TestAForceReleaseSentTwiceAfterANewGrantIsItsOwn(t *testing.T) {
 		},
 		applied: true,
 	}
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	got, err := s.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "admin", Force: true})
 	if !doer.lost.Load() {
 		t.Fatal("no write was lost and sent again")

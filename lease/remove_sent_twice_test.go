@@ -5,9 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
-	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -37,7 +34,7 @@ func TestARemovalWhoseDeleteWasSentTwiceIsAnswered(t *testing.T) {
 		race:    func() {},
 		applied: true,
 	}
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	err := s.RemoveAgent(c, reg.AgentID)
 	if !doer.lost.Load() {
 		t.Fatal("no delete was sent twice")

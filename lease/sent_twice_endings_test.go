@@ -170,7 +170,7 @@ func TestANamedReleaseSentTwiceAfterTwoTransitionsWaitsForItsArchivedEnding(t *t
 		case <-c.Done():
 		}
 	}()
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	r, err := s.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: "r-a", Fence: co.Fence})
 	<-drained
 	if !doer.http.lost.Load() {

@@ -5,9 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
-	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -56,7 +53,7 @@ func TestAnIfMatchPatchClearingTheDescriptionSentTwiceIsRefused(t *testing.T) {
 			_, otherErr = e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "b", Description: new(""), Title: new("B"), IfVersion: 1})
 		},
 	}
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	got, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "a", Description: new(""), IfVersion: 1})
 	if !doer.lost.Load() || otherErr != nil {
 		t.Fatalf("lost %v, the other client's PATCH: %v", doer.lost.Load(), otherErr)
@@ -83,7 +80,7 @@ func TestAPatchClearingTheDescriptionSentTwiceIsWritten(t *testing.T) {
 			_, otherErr = e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "b", Description: new("")})
 		},
 	}
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	got, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "a", Description: new(""), Title: new("A's title")})
 	if !doer.lost.Load() || otherErr != nil {
 		t.Fatalf("lost %v, the other client's PATCH: %v", doer.lost.Load(), otherErr)

@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
-	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -73,7 +70,7 @@ func TestAnUnblockingCheckoutRacedByAnotherWriteGetsTheTask(t *testing.T) {
 			}
 		},
 	}
-	s := lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }), Tables: e.names, Now: e.clock.Now})
+	s := e.over(doer)
 	got, err := s.Checkout(c, lease.CheckoutParams{TaskID: "d", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
 	if !raced {
 		t.Fatal("no unblocking grant was made")
