@@ -319,7 +319,7 @@ func (s *Store) fresh(ctx context.Context, c Checkout, at time.Time) (granted, t
 			// This very renewal, sent again after the lease ended: the
 			// lease was granted and renewed, and ended since.
 			ended := it.renewedCheckout(ms(now))
-			ended.AgentName, ended.Title, ended.Queue, ended.Priority, ended.Attempt = c.AgentName, c.Title, c.Queue, c.Priority, c.Attempt
+			ended.AgentName, ended.Reason, ended.Title, ended.Queue, ended.Priority, ended.Attempt = c.AgentName, c.Reason, c.Title, c.Queue, c.Priority, c.Attempt
 			return granted{granted: true, lease: ended}, now, nil
 		}
 		if !applied && it != nil && (!it.hasLease() && it.EndFence >= c.Fence || it.Fence > c.Fence) {
@@ -498,6 +498,10 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		Set(expression.Name("lease_seq"), nameESeq.Plus(expression.Value(2))).
 		Set(expression.Name("grant_write"), expression.Value(write)).
 		Remove(expression.Name("grant_was")). // the task as the grant before found it
+		// The last ending's reason (up to 1 KB) would stay billed on every
+		// transition of this lease: nothing after a grant reads it (the
+		// ending's event was archived from its own write).
+		Remove(expression.Name("end_reason")).
 		Set(expression.Name("last_op"), expression.Value(string(EventCheckout))).
 		Set(expression.Name("last_at"), expression.Value(ms(now))).
 		Set(namePriorAt, priorAt).

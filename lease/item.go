@@ -196,11 +196,10 @@ type endRecord struct {
 	// EndVersion is the version a completion found (none: 0; a
 	// completion's alone): it left one more, and its repetition is
 	// answered with that.
-	EndVersion     *int64 `dynamodbav:"end_version,omitempty"`
-	EndBy          string `dynamodbav:"end_by,omitempty"`
-	EndReason      string `dynamodbav:"end_reason,omitempty"`
-	EndLeaseSeq    int64  `dynamodbav:"end_lease_seq,omitempty"`
-	EndLeaseReason string `dynamodbav:"end_lease_reason,omitempty"`
+	EndVersion  *int64 `dynamodbav:"end_version,omitempty"`
+	EndBy       string `dynamodbav:"end_by,omitempty"`
+	EndReason   string `dynamodbav:"end_reason,omitempty"`
+	EndLeaseSeq int64  `dynamodbav:"end_lease_seq,omitempty"`
 	// EndOutcome is a release's outcome; EndErrored says it carried an
 	// error, kept in the error item of EndFence.
 	EndOutcome ReleaseOutcome `dynamodbav:"end_outcome,omitempty"`
@@ -474,13 +473,14 @@ func (t *taskItem) endEvent() (eventItem, bool) {
 	}, true
 }
 
-// endedCheckout is the last lease an ending write ended, as it was.
+// endedCheckout is the last lease an ending write ended, as it was but
+// for its reason, which the ending does not keep (endUpdate).
 func (t *taskItem) endedCheckout() Checkout {
 	r := t.endRecord
 	end := fromMS(r.EndLocked + heldMS(r.EndType, r.EndLocked, r.EndExpires, r.EndAt))
 	return Checkout{
 		TaskID: t.TaskID, AgentID: r.EndAgent, AgentName: r.EndAgent, RunID: r.EndRun, Fence: r.EndFence,
-		LockedAt: fromMS(r.EndLocked), ExpiresAt: end, Timeout: end.Sub(fromMS(r.EndLocked)), Reason: r.EndLeaseReason,
+		LockedAt: fromMS(r.EndLocked), ExpiresAt: end, Timeout: end.Sub(fromMS(r.EndLocked)),
 		Title: t.Title, Queue: t.queue(), Priority: t.priority(),
 	}
 }
@@ -537,8 +537,9 @@ func (t *taskItem) endedRenewalOf(write string) bool {
 // at renewedAt answered: expiring when it was to expire before it ended
 // (a renewal after this one, as for a live lease, moves that on), with
 // the lease's timeout and its holder's name, which the ending leaves
-// (clearLease). An item ended by an older version keeps neither: the
-// timeout is then the time from renewedAt to the expiry.
+// (clearLease), but not its reason, which it does not (endUpdate). An
+// item ended by an older version keeps neither: the timeout is then the
+// time from renewedAt to the expiry.
 func (t *taskItem) renewedCheckout(renewedAt int64) Checkout {
 	r := t.endRecord
 	timeout := t.TimeoutMS
@@ -548,7 +549,7 @@ func (t *taskItem) renewedCheckout(renewedAt int64) Checkout {
 	return Checkout{
 		TaskID: t.TaskID, AgentID: r.EndAgent, AgentName: cmp.Or(t.HolderName, r.EndAgent), RunID: r.EndRun, Fence: r.EndFence,
 		LockedAt: fromMS(r.EndLocked), ExpiresAt: fromMS(r.EndExpires), Timeout: time.Duration(timeout) * time.Millisecond,
-		Reason: r.EndLeaseReason, Title: t.Title, Queue: t.queue(), Priority: t.priority(), Attempt: t.Attempts,
+		Title: t.Title, Queue: t.queue(), Priority: t.priority(), Attempt: t.Attempts,
 	}
 }
 

@@ -548,7 +548,10 @@ func endUpdate(taskID string, e ending, now time.Time, sh schema.ShardCounts) ex
 		Set(expression.Name("end_at"), expression.Value(cmp.Or(e.at, ms(now)))).
 		Set(expression.Name("end_by"), expression.Value(e.by)).
 		Set(expression.Name("end_lease_seq"), copyOf("lease_seq")).
-		Set(expression.Name("end_lease_reason"), copyOf("reason"))
+		// Not the lease's reason (up to 1 KB, on its checkout event): with
+		// the ending's own, it would bill twice on the next grant.
+		// end_lease_reason is on items older versions ended.
+		Remove(expression.Name("end_lease_reason"))
 	if e.write != "" {
 		u = u.Set(expression.Name("end_write"), expression.Value(e.write))
 	} else {
