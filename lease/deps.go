@@ -159,6 +159,10 @@ type edgeItem struct {
 	// deleted only on condition that it is still the one read or written,
 	// so that an edge recorded again meanwhile stays (unlinkIf).
 	By string `dynamodbav:"by,omitempty"`
+	// Named is how many blockers the dependent named when the edge was
+	// written (0 on edges written before it was kept): a hint for the
+	// unblocking of a dependent of several (unblockDependent).
+	Named int `dynamodbav:"named,omitempty"`
 }
 
 // checkBlockers checks a blocked_by list of taskID and drops repeats.
@@ -268,7 +272,7 @@ func (s *Store) link(ctx context.Context, taskID string, blockers map[string]*ta
 	g.SetLimit(8)
 	for id, it := range maps.Clone(blockers) {
 		g.Go(func() error {
-			item, err := attributevalue.MarshalMap(edgeItem{Blocker: depsPartition(id), Dependent: taskID, At: now, By: by})
+			item, err := attributevalue.MarshalMap(edgeItem{Blocker: depsPartition(id), Dependent: taskID, At: now, By: by, Named: len(blockers)})
 			if err != nil {
 				return err
 			}
@@ -379,21 +383,64 @@ func (s *Store) settle(ctx context.Context, taskID string, waiting []string) (ma
 // the change stream makes too. Either way the unblocking write can apply
 // once.
 func (s *Store) unblock(ctx context.Context, taskID, blocker string) error {
+	return s.unblockFrom(ctx, taskID, blocker, false)
+}
+
+// unblockDependent is unblock of the dependent of blocker that edge
+// names, by the blocker's completion. A refused write bills the whole
+// item it was tried on, so the unblocking write is not tried first on a
+// dependent that will refuse it: one that named several blockers is read
+// first (eventually consistent, half a read unit up to 4 KB), and, when
+// it waits on others too, blocker is taken out alone at once (one write
+// where trying the unblocking first made two). A dependent of one, or
+// read wrong (the read is a hint: both writes are conditioned), takes
+// the usual way.
+func (s *Store) unblockDependent(ctx context.Context, edge edgeItem, blocker string) error {
+	takeOut := false
+	if edge.Named > 1 {
+		proj, _ := expression.NewBuilder().WithProjection(expression.NamesList(nameStatus, nameWaitingOn)).Build()
+		out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName: &s.tasks, Key: taskKey(edge.Dependent),
+			ProjectionExpression: proj.Projection(), ExpressionAttributeNames: proj.Names(),
+		})
+		if err != nil {
+			return fmt.Errorf("get task %s: %w", edge.Dependent, err)
+		}
+		var it taskItem
+		if len(out.Item) > 0 && attributevalue.UnmarshalMap(out.Item, &it) == nil {
+			takeOut = slices.Contains(it.WaitingOn, blocker) && (it.Status != StatusBlocked || len(it.WaitingOn) > 1)
+		}
+	}
+	return s.unblockFrom(ctx, edge.Dependent, blocker, takeOut)
+}
+
+// unblockFrom is unblock; with takeOut, its first write takes blocker
+// out alone, as for a task that waits on others too.
+func (s *Store) unblockFrom(ctx context.Context, taskID, blocker string, takeOut bool) error {
 	waits := expression.Contains(nameWaitingOn, blocker)
 	var floor int64
 	for range retries(ctx) {
 		now := s.clockAfter(floor)
 		last := expression.Size(nameWaitingOn).Equal(expression.Value(1))
-		cur, applied, err := s.unblockWrite(ctx, taskID, blocker, now, waits, last)
+		var cur *taskItem
+		if takeOut {
+			takeOut = false // once: refused, it was the last after all
+		} else {
+			var applied bool
+			var err error
+			cur, applied, err = s.unblockWrite(ctx, taskID, blocker, now, waits, last)
+			switch {
+			case err != nil:
+				return err
+			case applied || cur == nil:
+				return nil
+			case cur.Status == StatusBlocked && len(cur.WaitingOn) == 1 && cur.WaitingOn[0] == blocker:
+				floor = cur.LastAt // lost to a later write only
+				continue
+			}
+		}
 		switch {
-		case err != nil:
-			return err
-		case applied || cur == nil:
-			return nil
-		case cur.Status == StatusBlocked && len(cur.WaitingOn) == 1 && cur.WaitingOn[0] == blocker:
-			floor = cur.LastAt // lost to a later write only
-			continue
-		case slices.Contains(cur.WaitingOn, blocker):
+		case cur == nil || slices.Contains(cur.WaitingOn, blocker):
 			// Not the last blocker, or the task is not blocked (cancelled,
 			// say): only take the blocker out, unless the task has become
 			// blocked on it alone meanwhile (a lease of a marked task
@@ -498,7 +545,7 @@ func (s *Store) settleChange(ctx context.Context, old, cur *taskItem) error {
 
 // dependents returns the tasks that name blocker, by its edges.
 func (s *Store) dependents(ctx context.Context, blocker string) ([]string, error) {
-	edges, err := queryAll[edgeItem](ctx, s.db, s.inbox, "", expression.Key("agent_id").Equal(expression.Value(depsPartition(blocker))))
+	edges, err := s.edges(ctx, blocker)
 	if err != nil {
 		return nil, err
 	}
@@ -507,6 +554,11 @@ func (s *Store) dependents(ctx context.Context, blocker string) ([]string, error
 		out[i] = e.Dependent
 	}
 	return out, nil
+}
+
+// edges returns blocker's edges, one per dependent.
+func (s *Store) edges(ctx context.Context, blocker string) ([]edgeItem, error) {
+	return queryAll[edgeItem](ctx, s.db, s.inbox, "", expression.Key("agent_id").Equal(expression.Value(depsPartition(blocker))))
 }
 
 // blockerStep is what one batch of changes has a blocker's dependents
@@ -555,11 +607,13 @@ func (s *Store) passOnBlocker(ctx context.Context, b blockerStep) error {
 	}
 	switch done := it.Status == StatusDone; {
 	case done && b.completed:
-		if err := s.passOn(ctx, b.id, s.unblock); err != nil {
+		if err := s.passOn(ctx, b.id, s.unblockDependent); err != nil {
 			return fmt.Errorf("unblock the dependents of %s: %w", b.id, err)
 		}
 	case !done && b.reopened:
-		if err := s.passOn(ctx, b.id, s.reblock); err != nil {
+		if err := s.passOn(ctx, b.id, func(ctx context.Context, e edgeItem, blocker string) error {
+			return s.reblock(ctx, e.Dependent, blocker)
+		}); err != nil {
 			return fmt.Errorf("block again the dependents of %s: %w", b.id, err)
 		}
 	}
@@ -568,15 +622,15 @@ func (s *Store) passOnBlocker(ctx context.Context, b blockerStep) error {
 
 // passOn applies each to every dependent of blocker (by its edges), 8 at
 // once.
-func (s *Store) passOn(ctx context.Context, blocker string, each func(ctx context.Context, dependent, blocker string) error) error {
-	deps, err := s.dependents(ctx, blocker)
+func (s *Store) passOn(ctx context.Context, blocker string, each func(ctx context.Context, edge edgeItem, blocker string) error) error {
+	edges, err := s.edges(ctx, blocker)
 	if err != nil {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
-	for _, d := range deps {
-		g.Go(func() error { return each(gctx, d, blocker) })
+	for _, e := range edges {
+		g.Go(func() error { return each(gctx, e, blocker) })
 	}
 	return g.Wait()
 }

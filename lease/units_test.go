@@ -95,6 +95,12 @@ var unitBudgets = map[string]struct{ Small, Large localstack.Units }{
 	// for four.
 	"create a dependent":     {units(5, 4), units(5, 4)},
 	"unblock, per dependent": {units(21.0/4, 4.0/4), units(21.0/4, 4.0/4)},
+	// A dependent of several blockers is read first (eventually
+	// consistent, half a read unit: deps.go, unblockDependent), so that
+	// a blocker that is not its last is taken out in one write; the last
+	// one's unblocking is then as above, with that read.
+	"unblock, not the last blocker, per dependent": {units(1, 5.0/4), units(1, 5.0/4)},
+	"unblock, the last of two, per dependent":      {units(21.0/4, 6.0/4), units(21.0/4, 6.0/4)},
 }
 
 // fleetBudget is the write units per checkout+complete cycle on the
@@ -268,6 +274,28 @@ func measureOps(t *testing.T, z taskSize) map[string]opUnits {
 		return localstack.Units{Write: (u.Write - minus.Write) / 4, Read: (u.Read - minus.Read) / 4}
 	}
 	out["unblock, per dependent"] = opUnits{Request: quarter(ub.Request, done.Request), Stream: quarter(ub.Stream, done.Stream)}
+
+	// Four dependents of two blockers each: the first blocker's
+	// completion takes it out of each (not the last), the second's
+	// unblocks each, per dependent as above.
+	create("first-of-two", "second-of-two")
+	for i := range 4 {
+		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: fmt.Sprintf("two%d", i), BlockedBy: []string{"first-of-two", "second-of-two"}}))
+	}
+	for _, b := range []struct{ id, op string }{{"first-of-two", "unblock, not the last blocker, per dependent"}, {"second-of-two", "unblock, the last of two, per dependent"}} {
+		co := e.checkout(t, b.id, "holder", time.Minute)
+		op(b.op, func() {
+			must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: b.id, AgentID: "holder", RunID: co.RunID}))
+			e.drain(t)
+		})
+		u := out[b.op]
+		out[b.op] = opUnits{Request: quarter(u.Request, done.Request), Stream: quarter(u.Stream, done.Stream)}
+	}
+	for i := range 4 {
+		if st := e.get(t, fmt.Sprintf("two%d", i)).Status; st != lease.StatusTodo {
+			t.Fatalf("two%d after both its blockers' completions: %s", i, st)
+		}
+	}
 
 	// The sweep, per lease it ends: the claims' two leases and four more,
 	// all expired together.
