@@ -469,3 +469,47 @@ func TestUnitBudgetWatchedTask(t *testing.T) {
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", Status: new(lease.StatusTodo)}))
 	spent("checkout", b("checkout"), func() { e.checkout(t, "t", "holder", time.Minute) })
 }
+
+// TestUnitBudgetTellingWatchers holds a freeing's telling of its watchers
+// to what each costs: its message put and its used watch deleted (2 write
+// units), the watcher's heartbeat read (is it the agent that watched?) and
+// its message's tombstone read after the put (2 read units). The release
+// itself bills what it does on a task ever watched, with one due.
+func TestUnitBudgetTellingWatchers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	m := testenv.NewMeter(t, e.names.Prefix)
+	release := func(watchers int) localstack.Units {
+		t.Helper()
+		id := fmt.Sprintf("watched-by-%d", watchers)
+		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: id, Title: "title of " + id}))
+		co := e.checkout(t, id, "holder", time.Minute)
+		for i := range watchers {
+			w := fmt.Sprintf("watcher-%03d", i)
+			must[lease.Heartbeat](t)(e.store.Heartbeat(c, w, time.Hour))
+			if err := e.store.Watch(c, id, w); err != nil {
+				t.Fatalf("watch %d: %v", i, err)
+			}
+		}
+		e.drain(t)
+		m.Take()
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: id, AgentID: "holder", RunID: co.RunID, Fence: co.Fence}))
+		e.drain(t)
+		got := m.Take().Total()
+		for i := range watchers {
+			msgs := e.inbox(t, fmt.Sprintf("watcher-%03d", i))
+			if !slices.ContainsFunc(msgs, func(m lease.Message) bool { return m.TaskID == id }) {
+				t.Fatalf("watcher %d of %s was not told: %v", i, id, msgs)
+			}
+		}
+		return got
+	}
+	const n = 10
+	one, many := release(1), release(1+n)
+	per := localstack.Units{Write: (many.Write - one.Write) / n, Read: (many.Read - one.Read) / n}
+	t.Logf("release with 1 watcher: %g WU %g RU; with %d: %g WU %g RU; each watcher more: %g WU %g RU", one.Write, one.Read, 1+n, many.Write, many.Read, per.Write, per.Read)
+	if per.Write > 2 || per.Read > 2 {
+		t.Errorf("each watcher told costs %g write units and %g read units, budget 2 and 2", per.Write, per.Read)
+	}
+}
