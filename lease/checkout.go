@@ -1190,12 +1190,33 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 		case err != nil:
 			return nil, err
 		default:
+			if e.status == StatusTodo && e.notBefore == 0 {
+				e.freeIf = terms{readyCond(now)}
+			}
 			if it, after, applied, err = s.endLease(wctx, taskID, cond, e, now, types.ReturnValueAllNew); err != nil {
 				return nil, err
 			}
 			if !applied && lostToLater(it, now) && !(sends.Load() > 1 && sentAgain(it, e, agentID, runID, fence, now)) {
 				floor = it.LastAt // a later transition landed first: again, after it
 				continue
+			}
+			if !applied && e.status == StatusTodo && waitsAhead(it, agentID, runID, fence, now) &&
+				(e.notBefore != it.NotBefore || e.rank != it.rank()) {
+				// The caller's lease, on a task given a not_before while it
+				// was held: the ending is written again with its delay (its
+				// delayed claim key and expiry entry), pinned to that
+				// not_before and rank, as the sweep's is. Writing the ready
+				// ending and then moving its claim entry cost two writes
+				// of the item and three of the claim index.
+				e.notBefore, e.rank = it.NotBefore, it.rank()
+				e.freeIf = append(terms{nameNotBefore.Equal(expression.Value(it.NotBefore))}, it.rankIs()...)
+				continue
+			}
+			if !applied && e.notBefore != 0 && (it == nil || it.NotBefore <= ms(now)) {
+				e.notBefore, e.rank = 0, "" // its not_before was cleared or has passed
+				if it != nil && it.hasLease() {
+					continue
+				}
 			}
 		}
 		if applied {
@@ -1210,6 +1231,14 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 		return nil, resent(s.notHolder(ctx, it, agentID, runID, fence, now, hb), sends.Load() > 1)
 	}
 	return nil, fmt.Errorf("%s %s: %w", e.typ, taskID, ErrBusy)
+}
+
+// waitsAhead says whether it, the task as an ending's write found it,
+// still has the lease the ending names (agentID's, by runID and fence
+// when given) and a not_before after now.
+func waitsAhead(it *taskItem, agentID, runID string, fence int64, now time.Time) bool {
+	return it != nil && it.hasLease() && it.Holder == agentID && (runID == "" || it.RunID == runID) &&
+		(fence == 0 || it.Fence == fence) && it.NotBefore > ms(now)
 }
 
 // resentRefusal is the refusal of a holder's ending whose write was sent

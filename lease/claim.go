@@ -210,8 +210,9 @@ import (
 // of not_before while it is held keeps its ready key; the lease's ending
 // gives it its delay: a failed release's and the sweep's in their ending
 // write (sweep.go, sweepEnd; and a PATCH's or checkout's ending of a
-// lease that has ended, update.go, endEnded), a plain or force release
-// by keepDelay just after it.
+// lease that has ended, update.go, endEnded), a plain release in the
+// write it makes again when its first, for a ready task, is refused on
+// the not_before (finish), a force release by keepDelay just after it.
 
 // keepDelay gives a task it read with no lease, waiting for a not_before
 // still to come under its ready claim_key (one whose not_before was

@@ -513,3 +513,44 @@ func TestUnitBudgetTellingWatchers(t *testing.T) {
 		t.Errorf("each watcher told costs %g write units and %g read units, budget 2 and 2", per.Write, per.Read)
 	}
 }
+
+// TestUnitBudgetReleaseOfATaskDelayedWhileHeld: a plain release of a task
+// given a not_before while it was held writes its ending with the delay
+// (its delayed claim key and its expiry entry at the not_before), after a
+// refused write for a ready task, as the sweep does: 8 write units with
+// its consequences (10 when the ready ending's claim entry was moved by a
+// second write). The task then waits: no claim takes it before its time,
+// and the sweep ranks it ready once that has passed.
+func TestUnitBudgetReleaseOfATaskDelayedWhileHeld(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	m := testenv.NewMeter(t, e.names.Prefix)
+	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "later", Title: "title of later"}))
+	co := e.checkout(t, "later", "holder", time.Hour)
+	nb := e.clock.Now().Add(10 * time.Minute)
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "later", AgentID: "holder", SetNotBefore: true, NotBefore: &nb}))
+	e.drain(t)
+	m.Take()
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "later", AgentID: "holder", RunID: co.RunID, Fence: co.Fence}))
+	req := m.Take()
+	e.drain(t)
+	got := opUnits{Request: req.Total(), Stream: m.Take().Total()}
+	t.Logf("release of a task delayed while held: %v (request path: %s)", got, unitsByTable(req))
+	if got.Total().Write > 8 || got.Total().Read > 1 {
+		t.Errorf("the release of a task delayed while held: %v, budget 8 write units and 1 read unit", got)
+	}
+	if task := e.get(t, "later"); task.Status != lease.StatusTodo || task.NotBefore == nil || !task.NotBefore.Equal(nb) {
+		t.Fatalf("after the release: %s, not_before %v; want todo, not before %v", task.Status, task.NotBefore, nb)
+	}
+	e.caughtUp(t)
+	if _, err := e.store.Claim(c, lease.ClaimParams{AgentID: "claimer"}); !errors.Is(err, lease.ErrNoTaskAvailable) {
+		t.Fatalf("a claim before the task's not_before: %v, want no task available", err)
+	}
+	e.clock.Advance(10*time.Minute + time.Second)
+	must[lease.SweepResult](t)(e.store.Sweep(c))
+	e.caughtUp(t)
+	if got := must[lease.Checkout](t)(e.store.Claim(c, lease.ClaimParams{AgentID: "claimer"})); got.TaskID != "later" {
+		t.Fatalf("a claim once the not_before passed got %s, want later", got.TaskID)
+	}
+}
