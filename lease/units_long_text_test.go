@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,8 @@ import (
 // second completed, each checked out with reason and released with
 // endReason, and returns what each transition was billed (opUnits, the
 // request path and the stream's consequences), keyed "checkout",
-// "renew", "release", "checkout again", "complete".
+// "conflict" (another agent's checkout, refused), "renew", "release",
+// "checkout again", "complete".
 func longTextLeases(t *testing.T, title, reason, endReason string) map[string]opUnits {
 	t.Helper()
 	e := newEnv(t)
@@ -42,6 +44,11 @@ func longTextLeases(t *testing.T, title, reason, endReason string) map[string]op
 	}
 	var held lease.Checkout
 	spent("checkout", func() { held = checkout("e4eaaaf2-d142-11e1-b3e4-080027620cdd") })
+	spent("conflict", func() {
+		if _, err := e.store.Checkout(c, lease.CheckoutParams{TaskID: task, AgentID: "another"}); !errors.Is(err, lease.ErrCheckedOut) {
+			t.Fatalf("conflict: %v", err)
+		}
+	})
 	e.clock.Advance(time.Second)
 	spent("renew", func() {
 		must[lease.Checkout](t)(e.store.Renew(c, lease.RenewParams{TaskID: task, AgentID: agent, RunID: held.RunID, Fence: held.Fence}))
@@ -60,10 +67,15 @@ func longTextLeases(t *testing.T, title, reason, endReason string) map[string]op
 // item past 1 KB) to the design's ceiling of 7 write units a transition
 // with its consequences. The title is billed once more on each write of
 // the item, so its renewals bill 6 (5 for a title under about 90
-// characters: TestUnitBudgetLongIDs).
+// characters: TestUnitBudgetLongIDs), and a conflict, refused on the
+// item, bills 2 (the target of 1 holds for an item under 1 KB).
 func TestUnitBudgetLongestTitle(t *testing.T) {
 	t.Parallel()
 	got := longTextLeases(t, strings.Repeat("t", lease.MaxTitleLen), "", "")
+	if u := got["conflict"]; u.Total().Write > 2 {
+		t.Errorf("a conflict on a task with a %d-character title: %v, budget 2 write units", lease.MaxTitleLen, u)
+	}
+	delete(got, "conflict")
 	for op, u := range got {
 		if u.Total().Write > 7 {
 			t.Errorf("%s of a task with a %d-character title: %v, the ceiling is 7 write units", op, lease.MaxTitleLen, u)
