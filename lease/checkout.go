@@ -910,7 +910,6 @@ func (s *Store) Release(ctx context.Context, p ReleaseParams) (Released, error) 
 		// answer was lost (finish): no grant the index lags (claim.go).
 		s.claims.freed(it.TaskID)
 	}
-	s.keepDelay(ctx, it) // a not_before PATCHed while it was held
 	return released(it), nil
 }
 
@@ -1177,6 +1176,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 		e.write = writeID()
 	}
 	var floor int64
+	var pinned *taskItem // the item the delayed ending is pinned to
 	for range retries(ctx) {
 		cond, hb, now, err := s.holderGuard(ctx, agentID, runID, fence, floor)
 		var it, after *taskItem
@@ -1200,8 +1200,12 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 				floor = it.LastAt // a later transition landed first: again, after it
 				continue
 			}
-			if !applied && e.status == StatusTodo && waitsAhead(it, agentID, runID, fence, now) &&
-				(e.notBefore != it.NotBefore || e.rank != it.rank()) {
+			// This very write, sent again (its answer lost): answered
+			// below, whatever the task has done since.
+			mine := !applied && sends.Load() > 1 && sentAgain(it, e, agentID, runID, fence, now)
+			if !applied && !mine && e.status == StatusTodo && waitsAhead(it, agentID, runID, fence, now) &&
+				(pinned == nil || e.notBefore != it.NotBefore || !it.rankPinned(pinned)) {
+				pinned = it
 				// The caller's lease, on a task given a not_before while it
 				// was held: the ending is written again with its delay (its
 				// delayed claim key and expiry entry), pinned to that
@@ -1212,8 +1216,8 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 				e.freeIf = append(terms{nameNotBefore.Equal(expression.Value(it.NotBefore))}, it.rankIs()...)
 				continue
 			}
-			if !applied && e.notBefore != 0 && (it == nil || it.NotBefore <= ms(now)) {
-				e.notBefore, e.rank = 0, "" // its not_before was cleared or has passed
+			if !applied && !mine && e.notBefore != 0 && (it == nil || it.NotBefore <= ms(now)) {
+				e.notBefore, e.rank, pinned = 0, "", nil // its not_before was cleared or has passed
 				if it != nil && it.hasLease() {
 					continue
 				}

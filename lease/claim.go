@@ -2007,6 +2007,9 @@ func (s *Store) receiptsGrant(ctx context.Context, agentID, runID string, g gran
 			ExpiresAt: fromMS(end), Timeout: fromMS(end).Sub(fromMS(g.Locked)), Reason: g.Reason}
 	}
 	c.AgentName, c.Title, c.Queue, c.Priority, c.Attempt = cmp.Or(g.Name, agentID), g.Title, g.Queue, g.Priority, g.Attempt
+	// The receipt keeps the grant's reason; the item's record of an
+	// ended lease keeps none (endUpdate), the trail's does.
+	c.Reason = cmp.Or(c.Reason, g.Reason)
 	return c, nil
 }
 

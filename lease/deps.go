@@ -267,12 +267,13 @@ func (s *Store) link(ctx context.Context, taskID string, blockers map[string]*ta
 		return nil, err
 	}
 	now := ms(s.clock())
+	named := len(blockers) // read here: the goroutines below write the map
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for id, it := range maps.Clone(blockers) {
 		g.Go(func() error {
-			item, err := attributevalue.MarshalMap(edgeItem{Blocker: depsPartition(id), Dependent: taskID, At: now, By: by, Named: len(blockers)})
+			item, err := attributevalue.MarshalMap(edgeItem{Blocker: depsPartition(id), Dependent: taskID, At: now, By: by, Named: named})
 			if err != nil {
 				return err
 			}

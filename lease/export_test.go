@@ -131,3 +131,9 @@ func LateFeedFloors(s *Store) int {
 func Unblock(s *Store, taskID, blocker string) error {
 	return s.unblock(context.Background(), taskID, blocker)
 }
+
+// UnblockDependent is the change stream's pass of blocker's completion to
+// dependent over an edge recording named blockers (deps.go).
+func UnblockDependent(s *Store, dependent, blocker string, named int) error {
+	return s.unblockDependent(context.Background(), edgeItem{Dependent: dependent, Named: named}, blocker)
+}
