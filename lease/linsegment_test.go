@@ -574,6 +574,14 @@ func checkWholeHistory(t *testing.T, nd porcupine.NondeterministicModel, history
 		dumpIllegal(model, bad.Ops, name)
 		dumpStuck(model, info, bad.Ops, name+".stuck")
 		dumpTrails(t, e, tasks, name+".trails")
+		// The whole history and the states the segment starts from: what
+		// led there, for a history no run with the seed repeats.
+		_ = os.WriteFile(name+".history", []byte(listOperations(history)), 0o644)
+		var from strings.Builder
+		for i, st := range bad.From {
+			fmt.Fprintf(&from, "state %d: %+v\n", i, st)
+		}
+		_ = os.WriteFile(name+".from", []byte(from.String()), 0o644)
 	}
 	switch res {
 	case porcupine.Ok:
