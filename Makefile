@@ -177,11 +177,16 @@ bench-quick: $(NODE_DEPS) ## The same benchmark with small counts (well under a 
 	cd bench && ../$(DYNAMO) $(GO) run ./cmd/bench -quick
 
 CHAOS_LAGS ?= 0s 50ms 500ms
+# A refused history's dumps (the whole history, the failing segment and
+# the states it starts from, the trails) go under CHAOS_DUMPS, one
+# folder per lag: a failure under load may not recur with its seed.
+CHAOS_DUMPS ?= $(or $(TMPDIR),/tmp)/checkout-chaos
 
 chaos: $(NODE_DEPS) ## Long linearizability and fault-injection runs (CHECKOUT_CHAOS=1), under each index lag of CHAOS_LAGS
 	for lag in $(CHAOS_LAGS); do \
 		echo "index lag $$lag"; \
-		CHECKOUT_CHAOS=1 CHECKOUT_TEST_INDEX_LAG=$$lag $(DYNAMO) $(GO) test -race -count=1 -timeout 30m -v -run 'Linearizab|TestRace|TestConcurrent' ./lease/ || exit 1; \
+		mkdir -p $(CHAOS_DUMPS)/$$lag; \
+		CHECKOUT_CHAOS=1 CHECKOUT_TEST_INDEX_LAG=$$lag CHECKOUT_LIN_DUMP=$${CHECKOUT_LIN_DUMP:-$(CHAOS_DUMPS)/$$lag/d} $(DYNAMO) $(GO) test -race -count=1 -timeout 30m -v -run 'Linearizab|TestRace|TestConcurrent' ./lease/ || { echo "dumps of a refused history, if any: $(CHAOS_DUMPS)/$$lag"; exit 1; }; \
 	done
 	CHECKOUT_CHAOS=1 $(DYNAMO) $(GO) test -race -count=1 -timeout 30m -v ./internal/faults/
 
