@@ -21,15 +21,19 @@ import (
 func TestBarrierCoversTheMillisecondItIsCalledIn(t *testing.T) {
 	clock := testclock.New(time.UnixMilli(1_000).Add(500 * time.Microsecond))
 	// asked is closed once the barrier has read the clock: it has been
-	// called.
+	// called. The clock is read before asked is closed: closed first, the
+	// test's Advance could land before the barrier's read, whose
+	// millisecond, then the test clock's for good, the barrier would wait
+	// to leave until its context ended.
 	var watching atomic.Bool
 	var once sync.Once
 	asked := make(chan struct{})
 	w := newWriters(func() time.Time {
+		now := clock.Now()
 		if watching.Load() {
 			once.Do(func() { close(asked) })
 		}
-		return clock.Now()
+		return now
 	})
 	w.enter()() // a transition answered in millisecond 1000
 	watching.Store(true)
