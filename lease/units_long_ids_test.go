@@ -46,12 +46,7 @@ func TestUnitBudgetLongIDs(t *testing.T) {
 	}
 	spent := func(op string, fn func()) {
 		t.Helper()
-		e.drain(t)
-		m.Take()
-		fn()
-		req := m.Take()
-		e.drain(t)
-		got := opUnits{Request: req.Total(), Stream: m.Take().Total()}
+		got, req, _ := measure(t, e, m, fn)
 		b := unitBudgets[op].Small
 		t.Logf("%-9s %v  budget %g WU %g RU (request path: %s)", op, got, b.Write, b.Read, unitsByTable(req))
 		if got.Total().Write > b.Write || got.Total().Read > b.Read {

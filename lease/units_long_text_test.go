@@ -8,6 +8,7 @@ import (
 
 	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/localstack"
 )
 
 // longTextLeases runs two leases of one task, the first released, the
@@ -30,12 +31,8 @@ func longTextLeases(t *testing.T, title, reason, endReason string) map[string]op
 	got := map[string]opUnits{}
 	spent := func(op string, fn func()) {
 		t.Helper()
-		e.drain(t)
-		m.Take()
-		fn()
-		req := m.Take()
-		e.drain(t)
-		got[op] = opUnits{Request: req.Total(), Stream: m.Take().Total()}
+		var req localstack.Capacity
+		got[op], req, _ = measure(t, e, m, fn)
 		t.Logf("%-14s %v (request path: %s)", op, got[op], unitsByTable(req))
 	}
 	checkout := func(run string) lease.Checkout {

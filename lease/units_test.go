@@ -128,6 +128,21 @@ func unitsByTable(c localstack.Capacity) string {
 
 func units(w, r float64) localstack.Units { return localstack.Units{Write: w, Read: r} }
 
+// measure runs fn alone and returns what it was billed: on its request
+// path (the change stream drained before it) and by the stream
+// function's consequences (drained after it), with the capacity of each,
+// by table, for the log.
+func measure(t testing.TB, e *env, m *testenv.Meter, fn func()) (got opUnits, req, stream localstack.Capacity) {
+	t.Helper()
+	e.drain(t)
+	m.Take()
+	fn()
+	req = m.Take()
+	e.drain(t)
+	stream = m.Take()
+	return opUnits{Request: req.Total(), Stream: stream.Total()}, req, stream
+}
+
 // taskSize makes the tasks of one size.
 type taskSize struct {
 	name        string
@@ -176,14 +191,9 @@ func measureOps(t *testing.T, z taskSize) map[string]opUnits {
 	out := map[string]opUnits{}
 	op := func(name string, fn func()) {
 		t.Helper()
-		e.drain(t)
-		m.Take()
-		fn()
-		req := m.Take()
-		e.drain(t)
-		str := m.Take()
+		got, req, str := measure(t, e, m, fn)
 		t.Logf("%s: request path %s; stream %s", name, unitsByTable(req), unitsByTable(str))
-		out[name] = opUnits{Request: req.Total(), Stream: str.Total()}
+		out[name] = got
 	}
 	create := func(ids ...string) {
 		t.Helper()
@@ -530,12 +540,9 @@ func TestUnitBudgetReleaseOfATaskDelayedWhileHeld(t *testing.T) {
 	co := e.checkout(t, "later", "holder", time.Hour)
 	nb := e.clock.Now().Add(10 * time.Minute)
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "later", AgentID: "holder", SetNotBefore: true, NotBefore: &nb}))
-	e.drain(t)
-	m.Take()
-	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "later", AgentID: "holder", RunID: co.RunID, Fence: co.Fence}))
-	req := m.Take()
-	e.drain(t)
-	got := opUnits{Request: req.Total(), Stream: m.Take().Total()}
+	got, req, _ := measure(t, e, m, func() {
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "later", AgentID: "holder", RunID: co.RunID, Fence: co.Fence}))
+	})
 	t.Logf("release of a task delayed while held: %v (request path: %s)", got, unitsByTable(req))
 	if got.Total().Write > 8 || got.Total().Read > 1 {
 		t.Errorf("the release of a task delayed while held: %v, budget 8 write units and 1 read unit", got)
