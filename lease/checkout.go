@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -926,6 +927,7 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 	}
 	var errID int64 // the id of its error's item, written at its first try that may end the lease
 	var floor int64
+	var sent resends // earlier writes sent more than once (finish)
 	for range retries(ctx) {
 		cond, hb, now, err := s.holderGuard(ctx, p.AgentID, p.RunID, p.Fence, floor)
 		if err != nil && !errors.Is(err, errDeadCaller) {
@@ -935,14 +937,15 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		if rerr != nil {
 			return nil, rerr
 		}
-		mine := cur != nil && cur.Holder == p.AgentID && (p.RunID == "" || cur.RunID == p.RunID) && (p.Fence == 0 || cur.Fence == p.Fence)
+		mine := cur != nil && cur.Holder == p.AgentID && (p.RunID == "" || cur.RunID == p.RunID) && (p.Fence == 0 || cur.Fence == p.Fence) &&
+			(!sent.any() || cur.LockedAt <= sent.first)
 		// A lease locked at or before its holder's return from the dead
 		// ended by that death: not the caller's to fail (notHolder says so).
 		if err != nil || !mine || !cur.leaseTimeValid(now) || !holderAlive(hb, cur.LockedAt, now) {
 			if replayEnd(cur, EventRelease, OutcomeFailed, p.By, p.AgentID, p.RunID, p.Fence) {
 				return cur, nil
 			}
-			return nil, s.notHolder(ctx, cur, p.AgentID, p.RunID, p.Fence, now, hb)
+			return nil, resent(s.notHolder(ctx, cur, p.AgentID, p.RunID, p.Fence, now, hb), sent.any())
 		}
 		e := ending{typ: EventRelease, by: p.By, reason: p.Reason, status: StatusTodo,
 			failed: true, outcome: OutcomeFailed, errored: p.Error != "", write: write}
@@ -985,8 +988,8 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 		if cur.RetryDelayMS != nil {
 			delay = expression.Name("retry_delay_ms").Equal(expression.Value(*cur.RetryDelayMS))
 		}
-		pin := cond.and(nameFence.Equal(expression.Value(cur.Fence)), countIs(nameAttempts, cur.Attempts), countIs(nameFailures, cur.Failures), limit,
-			delay, countIs(nameNotBefore, int(cur.NotBefore))).and(cur.rankIs()...)
+		pin := sent.pin(cond.and(nameFence.Equal(expression.Value(cur.Fence)), countIs(nameAttempts, cur.Attempts), countIs(nameFailures, cur.Failures), limit,
+			delay, countIs(nameNotBefore, int(cur.NotBefore))).and(cur.rankIs()...))
 		wctx, sends := countSends(ctx)
 		it, after, applied, err := s.endLease(wctx, p.TaskID, pin, e, now, types.ReturnValueAllNew)
 		switch {
@@ -1005,13 +1008,16 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 				s.freedUnanswered(it)
 			}
 			return it, nil
+		}
+		sent.note(sends, now)
+		switch {
 		case lostToLater(it, now):
 			floor = it.LastAt
 			continue
 		case it != nil && it.Holder == cur.Holder && it.Fence == cur.Fence && it.leaseTimeValid(now) && holderAlive(hb, it.LockedAt, now):
 			continue // the counts moved under a live lease: decide again
 		}
-		return nil, resent(s.notHolder(ctx, it, p.AgentID, p.RunID, p.Fence, now, hb), sends.Load() > 1)
+		return nil, resent(s.notHolder(ctx, it, p.AgentID, p.RunID, p.Fence, now, hb), sent.any())
 	}
 	return nil, fmt.Errorf("release %s: %w", p.TaskID, ErrBusy)
 }
@@ -1106,8 +1112,9 @@ func (s *Store) endLease(ctx context.Context, taskID string, cond terms, e endin
 // rankIs says the task's rank (what a delayed claim key is built from) is
 // still as read in t, in the form t holds it: claim_rank, or no claim_rank
 // and the claim key. A write pinned to it fails when a PATCH of the
-// priority or queue moved it, and also when a write gave the same rank
-// its other form (keepDelay), which is then decided again.
+// priority or queue moved it, and also when a PATCH gave the same rank its
+// other form (a queue PATCH removes a claim_rank kept from before
+// 2026-12-06: rankPinned), which is then decided again.
 func (t *taskItem) rankIs() terms {
 	if t.ClaimRank != "" {
 		return terms{expression.Name("claim_rank").Equal(expression.Value(t.ClaimRank))}
@@ -1177,6 +1184,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 	}
 	var floor int64
 	var pinned *taskItem // the item the delayed ending is pinned to
+	var sent resends     // earlier writes of this call sent more than once
 	for range retries(ctx) {
 		cond, hb, now, err := s.holderGuard(ctx, agentID, runID, fence, floor)
 		var it, after *taskItem
@@ -1193,15 +1201,17 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 			if e.status == StatusTodo && e.notBefore == 0 {
 				e.freeIf = terms{readyCond(now)}
 			}
-			if it, after, applied, err = s.endLease(wctx, taskID, cond, e, now, types.ReturnValueAllNew); err != nil {
+			if it, after, applied, err = s.endLease(wctx, taskID, sent.pin(cond), e, now, types.ReturnValueAllNew); err != nil {
 				return nil, err
 			}
 			if !applied && lostToLater(it, now) && !(sends.Load() > 1 && sentAgain(it, e, agentID, runID, fence, now)) {
 				floor = it.LastAt // a later transition landed first: again, after it
+				sent.note(sends, now)
 				continue
 			}
-			// This very write, sent again (its answer lost): answered
-			// below, whatever the task has done since.
+			// This very write, sent again (its answer lost), its ending
+			// still on the item (sentAgain; for a request naming no lease,
+			// whatever the task has done since): answered below.
 			mine := !applied && sends.Load() > 1 && sentAgain(it, e, agentID, runID, fence, now)
 			if !applied && !mine && e.status == StatusTodo && waitsAhead(it, agentID, runID, fence, now) &&
 				(pinned == nil || e.notBefore != it.NotBefore || !it.rankPinned(pinned)) {
@@ -1214,11 +1224,13 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 				// of the item and three of the claim index.
 				e.notBefore, e.rank = it.NotBefore, it.rank()
 				e.freeIf = append(terms{nameNotBefore.Equal(expression.Value(it.NotBefore))}, it.rankIs()...)
+				sent.note(sends, now)
 				continue
 			}
 			if !applied && !mine && e.notBefore != 0 && (it == nil || it.NotBefore <= ms(now)) {
 				e.notBefore, e.rank, pinned = 0, "", nil // its not_before was cleared or has passed
 				if it != nil && it.hasLease() {
+					sent.note(sends, now)
 					continue
 				}
 			}
@@ -1232,7 +1244,8 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 			}
 			return it, nil
 		}
-		return nil, resent(s.notHolder(ctx, it, agentID, runID, fence, now, hb), sends.Load() > 1)
+		sent.note(sends, now)
+		return nil, resent(s.notHolder(ctx, it, agentID, runID, fence, now, hb), sent.any())
 	}
 	return nil, fmt.Errorf("%s %s: %w", e.typ, taskID, ErrBusy)
 }
@@ -1263,6 +1276,38 @@ func resent(err error, more bool) error {
 	return &resentRefusal{err: err}
 }
 
+// resends is what a holder's ending call knows of its earlier writes that
+// were sent more than once (sends.go), each of which may have applied,
+// its answer lost. A refused write of the call may then be refused on
+// such a write's own ending, taken off the item since by later
+// transitions: its refusal is a resentRefusal, which waits for the trail
+// (repeatedEnding). And a lease locked after the first such write is not
+// one the call can mean: granted after the call had ended the caller's
+// lease (its ending's id overwritten by a later ending, a request naming
+// no lease is not known by it), it is left alone.
+type resends struct {
+	first int64 // the time (Unix ms) of the first write sent more than once; 0: none
+}
+
+// note records a write of the call made at now, sent sends times.
+func (r *resends) note(sends *atomic.Int32, now time.Time) {
+	if r.first == 0 && sends.Load() > 1 {
+		r.first = ms(now)
+	}
+}
+
+// any says a write of the call was sent more than once.
+func (r *resends) any() bool { return r.first != 0 }
+
+// pin is cond, pinned to a lease locked no later than the first write
+// sent more than once.
+func (r *resends) pin(cond terms) terms {
+	if r.first == 0 {
+		return cond
+	}
+	return cond.and(expression.Name("locked_at").LessThanEqual(expression.Value(r.first)))
+}
+
 // forceRelease ends whoever's live lease is on the task (an admin's call).
 // The lease is read and judged first, holder's heartbeat included, so that
 // a lease already ended by its holder's death is not_checked_out; the write
@@ -1291,6 +1336,7 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 	// another force release of the admin's in the same millisecond, and
 	// its own after a later transition (the task granted again).
 	write := writeID()
+	var sent resends
 	for range retries(ctx) {
 		now := s.clockAfter(floor)
 		cond := pinnedTo(cur).and(nameExpires.GreaterThan(expression.Value(ms(now))))
@@ -1305,12 +1351,17 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 			applied, after = true, it
 			s.freedUnanswered(it)
 		}
+		sent.note(sends, now)
 		if !applied && lostToLater(it, now) {
 			floor = it.LastAt // a later transition (a renewal) landed first
 			continue
 		}
 		if !applied {
-			return Released{}, ErrNotCheckedOut // it ended in between
+			// It ended in between: by this very call, when a write of it
+			// was sent more than once and its ending has been overwritten
+			// since (the task taken and freed again), which the trail
+			// shows.
+			return s.releasedAgain(ctx, resent(ErrNotCheckedOut, sent.any()), p, EventForceRelease)
 		}
 		s.keepDelay(ctx, after) // a not_before PATCHed while it was held
 		return released(after), nil

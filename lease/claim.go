@@ -219,11 +219,11 @@ import (
 // PATCHed while it was held, and whose lease has ended since), its
 // delayed key and its entry in the expiry index, as a task delayed while
 // idle has: else it would rank among the ready tasks until then, and
-// fill the head a claim reads. A release makes it at once; a claim that
-// finds such a task not ready at its grant makes it too, for one a
-// release's keepDelay missed (a write of the task came in between, or
-// the process stopped) or that an earlier version's sweep ended under its
-// ready key.
+// fill the head a claim reads. A force release makes it at once; a claim
+// that finds such a task not ready at its grant makes it too, for one a
+// force release's keepDelay missed (a write of the task came in between,
+// or the process stopped) or that an earlier version ended under its
+// ready key (its sweep, or its plain release).
 // Nothing the task shows changes: it moves no version (an If-Match
 // PATCH of what the caller read still holds) and records no event. A
 // write of the task in between leaves it to the next.
@@ -399,7 +399,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 	var notes *claimNotes // this attempt's notes in the receipt; nil: unnamed
 	if named {
 		asOf := ms(s.clock())
-		c, ok, afresh, err := s.claimedBefore(ctx, cp.AgentID, cp.RunID)
+		c, ok, afresh, err := s.claimedBefore(ctx, cp.AgentID, cp.RunID, cp.Reason)
 		if ok || err != nil {
 			return c, err
 		}
@@ -1769,9 +1769,13 @@ func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string,
 // the claim answers ErrGrantNotKept, and the lease found stays on its
 // task for the next retry.
 //
+// A lease found ended on its task has no reason there (the item's record
+// of an ending keeps none: endUpdate): it is answered, and kept, with
+// reason, this retry's, which repeats the claim's.
+//
 // afresh says the receipt lists no task and keeps no grant, or there is
 // none: the run's claims so far, if any, answered none (forgetClaim).
-func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (c Checkout, ok, afresh bool, err error) {
+func (s *Store) claimedBefore(ctx context.Context, agentID, runID, reason string) (c Checkout, ok, afresh bool, err error) {
 	rec, ok, err := s.receipt(ctx, agentID, runID)
 	if err != nil || !ok || rec.Granted == nil && len(rec.Tried) == 0 {
 		return Checkout{}, false, err == nil, err
@@ -1780,6 +1784,7 @@ func (s *Store) claimedBefore(ctx context.Context, agentID, runID string) (c Che
 	if err != nil || !ok || kept {
 		return c, ok, false, err
 	}
+	c.Reason = cmp.Or(c.Reason, reason)
 	c, ok, err = s.keepFound(ctx, c)
 	return c, ok, false, err
 }
