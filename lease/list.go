@@ -360,7 +360,16 @@ func (s *Store) listTasks(ctx context.Context, p ListTasksParams, known map[stri
 		}
 		if more == nil { // this status is listed to its end
 			if len(items) >= p.Limit && i+1 < len(statuses) {
-				next = encodeCursor(cursor{Listing: cursorListing, ListStatus: p.Status, ListQueue: p.Queue, Status: i + 1})
+				// The page is full at a status's end: a cursor only if a
+				// later status shows a task (API.md: null when nothing
+				// follows).
+				later, err := s.anyListed(ctx, statuses[i+1:], p.Queue)
+				if err != nil {
+					return TaskPage{}, 0, err
+				}
+				if later {
+					next = encodeCursor(cursor{Listing: cursorListing, ListStatus: p.Status, ListQueue: p.Queue, Status: i + 1})
+				}
 			}
 			continue
 		}
@@ -406,6 +415,19 @@ func (s *Store) listTasks(ctx context.Context, p ListTasksParams, known map[stri
 		}
 	}
 	return page, 0, nil
+}
+
+// anyListed says whether a listing of any of statuses (of queue, if not
+// "") shows a task, or may: one read of each from its start, in turn,
+// until one lists a task or has more to read.
+func (s *Store) anyListed(ctx context.Context, statuses []Status, queue string) (bool, error) {
+	for _, st := range statuses {
+		batch, more, err := s.listStatus(ctx, st, queue, listPos{}, 1)
+		if err != nil || len(batch) > 0 || more != nil {
+			return err == nil, err
+		}
+	}
+	return false, nil
 }
 
 // maxListReads bounds the reads of one status for one page of a listing.
@@ -591,13 +613,20 @@ func (s *Store) listLeased(ctx context.Context, queue string, at listPos, limit 
 	if err != nil {
 		return nil, nil, fmt.Errorf("read tasks: %w", err)
 	}
-	var out []taskItem
-	for _, entry := range batch {
+	listed := func(entry taskItem) (*taskItem, bool) {
 		it, ok := fresh[entry.TaskID]
-		if !ok || queue != "" && it.queue() != queue {
+		return it, ok && (queue == "" || it.queue() == queue)
+	}
+	var out []taskItem
+	for i, entry := range batch {
+		it, ok := listed(entry)
+		if !ok {
 			continue
 		}
 		if out = append(out, *it); len(out) == limit {
+			if done && !slices.ContainsFunc(batch[i+1:], func(e taskItem) bool { _, ok := listed(e); return ok }) {
+				return out, nil, nil // the last: no page after it
+			}
 			return out, &listPos{Pos: leasePos(entry.LeaseExpires, entry.TaskID)}, nil
 		}
 	}

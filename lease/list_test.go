@@ -324,3 +324,48 @@ func TestListOfARareQueueFindsItsTasksWithoutEmptyPages(t *testing.T) {
 		t.Errorf("the walk took %d pages, %d of them empty with a cursor; want at most 2 and none empty", pages, empty)
 	}
 }
+
+// A page that holds the listing's last task has no next_cursor (API.md:
+// null when nothing follows), also when the page is full: a listing of
+// in_progress tasks, of one queue or all, and a listing of every status,
+// whose last status to hold tasks ends with the page. Each used to answer
+// a cursor whose page was empty.
+func TestAFullPageEndingTheListingHasNoCursor(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	for i := range 3 {
+		e.queued(t, fmt.Sprintf("held-%d", i), "held", 0)
+		e.checkout(t, fmt.Sprintf("held-%d", i), "a", time.Minute)
+		e.queued(t, fmt.Sprintf("open-%d", i), "open", 0)
+	}
+	e.caughtUp(t)
+	for _, tc := range []struct {
+		name string
+		p    lease.ListTasksParams
+		want int
+	}{
+		{"in_progress", lease.ListTasksParams{Status: lease.StatusInProgress, Limit: 3}, 3},
+		{"in_progress of one queue", lease.ListTasksParams{Status: lease.StatusInProgress, Queue: "held", Limit: 3}, 3},
+		{"every status of a queue of todo tasks", lease.ListTasksParams{Queue: "open", Limit: 3}, 3},
+		{"every status of a queue of held tasks", lease.ListTasksParams{Queue: "held", Limit: 3}, 3},
+		{"every status", lease.ListTasksParams{Limit: 6}, 6},
+	} {
+		page := must[lease.TaskPage](t)(e.store.ListTasks(c, tc.p))
+		if len(page.Tasks) != tc.want || page.NextCursor != "" {
+			t.Errorf("%s, limit %d: %d tasks, next_cursor %q; want %d and none", tc.name, tc.p.Limit, len(page.Tasks), page.NextCursor, tc.want)
+		}
+	}
+	// One more task after them: the full page has a cursor, and its page
+	// holds that task.
+	e.queued(t, "open-3", "open", 0)
+	e.caughtUp(t)
+	page := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Queue: "open", Limit: 3}))
+	if page.NextCursor == "" {
+		t.Fatalf("four todo tasks, limit 3: no cursor")
+	}
+	rest := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Cursor: page.NextCursor, Limit: 3}))
+	if got := listedIDs(rest); !slices.Equal(got, []string{"open-3"}) || rest.NextCursor != "" {
+		t.Errorf("the next page: %v, cursor %q; want [open-3] and none", got, rest.NextCursor)
+	}
+}
