@@ -938,7 +938,7 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 			return nil, rerr
 		}
 		mine := cur != nil && cur.Holder == p.AgentID && (p.RunID == "" || cur.RunID == p.RunID) && (p.Fence == 0 || cur.Fence == p.Fence) &&
-			(!sent.any() || cur.LockedAt <= sent.first)
+			(!sent.any() || cur.LockedAt < sent.first)
 		// A lease locked at or before its holder's return from the dead
 		// ended by that death: not the caller's to fail (notHolder says so).
 		if err != nil || !mine || !cur.leaseTimeValid(now) || !holderAlive(hb, cur.LockedAt, now) {
@@ -1009,7 +1009,7 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 			}
 			return it, nil
 		}
-		sent.note(sends, now)
+		sent.note(sends, now, it)
 		switch {
 		case lostToLater(it, now):
 			floor = it.LastAt
@@ -1206,7 +1206,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 			}
 			if !applied && lostToLater(it, now) && !(sends.Load() > 1 && sentAgain(it, e, agentID, runID, fence, now)) {
 				floor = it.LastAt // a later transition landed first: again, after it
-				sent.note(sends, now)
+				sent.note(sends, now, it)
 				continue
 			}
 			// This very write, sent again (its answer lost), its ending
@@ -1224,13 +1224,13 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 				// of the item and three of the claim index.
 				e.notBefore, e.rank = it.NotBefore, it.rank()
 				e.freeIf = append(terms{nameNotBefore.Equal(expression.Value(it.NotBefore))}, it.rankIs()...)
-				sent.note(sends, now)
+				sent.note(sends, now, it)
 				continue
 			}
 			if !applied && !mine && e.notBefore != 0 && (it == nil || it.NotBefore <= ms(now)) {
 				e.notBefore, e.rank, pinned = 0, "", nil // its not_before was cleared or has passed
 				if it != nil && it.hasLease() {
-					sent.note(sends, now)
+					sent.note(sends, now, it)
 					continue
 				}
 			}
@@ -1244,7 +1244,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 			}
 			return it, nil
 		}
-		sent.note(sends, now)
+		sent.note(sends, now, it)
 		return nil, resent(s.notHolder(ctx, it, agentID, runID, fence, now, hb), sent.any())
 	}
 	return nil, fmt.Errorf("%s %s: %w", e.typ, taskID, ErrBusy)
@@ -1277,35 +1277,40 @@ func resent(err error, more bool) error {
 }
 
 // resends is what a holder's ending call knows of its earlier writes that
-// were sent more than once (sends.go), each of which may have applied,
-// its answer lost. A refused write of the call may then be refused on
-// such a write's own ending, taken off the item since by later
+// may have applied, their answer lost: sent more than once (sends.go),
+// and refused on an item whose last ending is at or after the write's
+// time (an ending that applied is stamped at its write's time, and every
+// ending after it at a later one; a write refused on an older ending
+// ended nothing: refused on the time rule, say, behind a lease granted on
+// a clock running ahead). A refused write of the call may then be refused
+// on such a write's own ending, taken off the item since by later
 // transitions: its refusal is a resentRefusal, which waits for the trail
-// (repeatedEnding). And a lease locked after the first such write is not
-// one the call can mean: granted after the call had ended the caller's
-// lease (its ending's id overwritten by a later ending, a request naming
-// no lease is not known by it), it is left alone.
+// (repeatedEnding). And a lease locked at or after the first such write
+// is not one the call can mean: granted after the call had ended the
+// caller's lease (its ending's id overwritten by a later ending, a
+// request naming no lease is not known by it), it is left alone.
 type resends struct {
-	first int64 // the time (Unix ms) of the first write sent more than once; 0: none
+	first int64 // the time (Unix ms) of the first write that may have applied; 0: none
 }
 
-// note records a write of the call made at now, sent sends times.
-func (r *resends) note(sends *atomic.Int32, now time.Time) {
-	if r.first == 0 && sends.Load() > 1 {
+// note records a write of the call made at now, sent sends times and
+// refused on it.
+func (r *resends) note(sends *atomic.Int32, now time.Time, it *taskItem) {
+	if r.first == 0 && sends.Load() > 1 && it != nil && it.EndSeq != 0 && it.EndAt >= ms(now) {
 		r.first = ms(now)
 	}
 }
 
-// any says a write of the call was sent more than once.
+// any says a write of the call may have applied.
 func (r *resends) any() bool { return r.first != 0 }
 
-// pin is cond, pinned to a lease locked no later than the first write
-// sent more than once.
+// pin is cond, pinned to a lease locked before the first write that may
+// have applied.
 func (r *resends) pin(cond terms) terms {
 	if r.first == 0 {
 		return cond
 	}
-	return cond.and(expression.Name("locked_at").LessThanEqual(expression.Value(r.first)))
+	return cond.and(expression.Name("locked_at").LessThan(expression.Value(r.first)))
 }
 
 // forceRelease ends whoever's live lease is on the task (an admin's call).
@@ -1351,7 +1356,7 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 			applied, after = true, it
 			s.freedUnanswered(it)
 		}
-		sent.note(sends, now)
+		sent.note(sends, now, it)
 		if !applied && lostToLater(it, now) {
 			floor = it.LastAt // a later transition (a renewal) landed first
 			continue

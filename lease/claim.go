@@ -1770,8 +1770,10 @@ func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string,
 // task for the next retry.
 //
 // A lease found ended on its task has no reason there (the item's record
-// of an ending keeps none: endUpdate): it is answered, and kept, with
-// reason, this retry's, which repeats the claim's.
+// of an ending keeps none: endUpdate): it is answered, and kept, with its
+// checkout event's reason, read from the trail (one read, on that path
+// alone), or, when the trail has yet to archive it, with reason, this
+// retry's, which repeats the claim's.
 //
 // afresh says the receipt lists no task and keeps no grant, or there is
 // none: the run's claims so far, if any, answered none (forgetClaim).
@@ -1784,9 +1786,24 @@ func (s *Store) claimedBefore(ctx context.Context, agentID, runID, reason string
 	if err != nil || !ok || kept {
 		return c, ok, false, err
 	}
-	c.Reason = cmp.Or(c.Reason, reason)
+	if c.Reason == "" && !c.ExpiresAt.After(s.clock()) {
+		if c.Reason, err = s.grantsReason(ctx, c, reason); err != nil {
+			return Checkout{}, false, false, err
+		}
+	}
 	c, ok, err = s.keepFound(ctx, c)
 	return c, ok, false, err
+}
+
+// grantsReason is the reason of c's grant, an ended lease of a named
+// claim's run, as its checkout event in the trail keeps it: or, when the
+// trail has yet to archive that event, reason.
+func (s *Store) grantsReason(ctx context.Context, c Checkout, reason string) (string, error) {
+	g, ok, err := s.grantInTrail(ctx, c.TaskID, c.AgentID, c.RunID, c.Fence, ms(c.LockedAt), time.Now())
+	if err != nil || !ok {
+		return reason, err
+	}
+	return g.Reason, nil
 }
 
 // keepFound answers c, a lease of a named claim's run found on a task

@@ -646,6 +646,11 @@ func (s *Store) listLeased(ctx context.Context, queue string, at listPos, limit 
 // within the tasks function's 10 s.
 const leaseScan = 250
 
+// leaseQueryFloor is the least Limit of a Query of the lease index for a
+// listing: its entries are a few attributes each (about 100 bytes), so
+// 100 of them are about 2.5 KB, under a read unit's 4 KB.
+const leaseQueryFloor = 100
+
 // leasePos is a lease's position in by_lease_expiry's order.
 func leasePos(expires int64, taskID string) string {
 	return fmt.Sprintf("%013d#%s", expires, taskID)
@@ -675,7 +680,10 @@ func (s *Store) leaseEntries(ctx context.Context, pos string, n int) ([]taskItem
 			ExpressionAttributeNames:  expr.Names(),
 			ExpressionAttributeValues: expr.Values(),
 			ExclusiveStartKey:         start,
-			Limit:                     aws.Int32(int32(n)),
+			// At least leaseQueryFloor a Query: entries without a holder
+			// (delayed tasks: claim.go, "Delays") are filtered out after
+			// the Limit, so a small one would read them one Query each.
+			Limit: aws.Int32(int32(max(n, leaseQueryFloor))),
 		})
 	}
 	key := func(item map[string]types.AttributeValue) string {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 // Each status is listed from its own index, its tasks spread over many
@@ -367,5 +368,37 @@ func TestAFullPageEndingTheListingHasNoCursor(t *testing.T) {
 	rest := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Cursor: page.NextCursor, Limit: 3}))
 	if got := listedIDs(rest); !slices.Equal(got, []string{"open-3"}) || rest.NextCursor != "" {
 		t.Errorf("the next page: %v, cursor %q; want [open-3] and none", got, rest.NextCursor)
+	}
+}
+
+// A page of every status full at the end of its todo tasks peeks at the
+// later statuses (anyListed): through 200 delayed tasks' entries in the
+// lease index (no holder, filtered out after a Query's Limit) it reads
+// each lease shard once, not once for each entry (a review measured 221
+// Queries where a page ending mid-todo made 4).
+func TestAPeekPastAFullPageReadsEachLeaseShardOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	nb := e.clock.Now().Add(time.Hour)
+	const delayed = 200
+	for i := range delayed {
+		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: fmt.Sprintf("d-%02d", i), Title: "d", NotBefore: &nb}))
+	}
+	e.task(t, "held")
+	e.checkout(t, "held", "a", time.Hour*2)
+	e.caughtUp(t)
+	queries := map[int]int{}
+	for _, limit := range []int{delayed - 1, delayed} {
+		e.count.Take()
+		page := must[lease.TaskPage](t)(e.store.ListTasks(c, lease.ListTasksParams{Limit: limit}))
+		ops := e.count.Take()
+		if len(page.Tasks) != limit || page.NextCursor == "" {
+			t.Fatalf("every status, limit %d: %d tasks, cursor %q; want %d and a cursor (a lease follows)", limit, len(page.Tasks), page.NextCursor, limit)
+		}
+		queries[limit] = ops["Query"]
+	}
+	if got, bound := queries[delayed], queries[delayed-1]+schema.Shards; got > bound {
+		t.Errorf("the page ending with todo's last task made %d Queries, want at most %d (a page ending within todo: %d, and one Query of each lease shard)", got, bound, queries[delayed-1])
 	}
 }

@@ -1,0 +1,140 @@
+package lease_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
+)
+
+// skewedOver is e.over with a clock behind e's by lag (another process).
+func (e *env) skewedOver(doer *lossyDoer, lag time.Duration) *lease.Store {
+	return lease.New(lease.Config{
+		DB:     lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }),
+		Tables: e.names,
+		Now:    func() time.Time { return e.clock.Now().Add(-lag) },
+	})
+}
+
+// A holder's ending whose first write is sent twice (its first sending
+// lost before DynamoDB saw it: it cannot have applied) and refused on the
+// time rule, because the process that granted the lease runs 50 ms ahead
+// of this one and the lease was locked "after" this process's clock. The
+// refusal shows no ending at or after the write's time, so the write is
+// not taken for one that may have applied: the next write, after the
+// lease's time, ends the caller's lease (a review's test: pinned to a
+// lease locked before the first write, it answered 404 and left it).
+func TestASkewedEndingSentTwiceEndsItsOwnLease(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		verb string
+		end  func(s *lease.Store, co lease.Checkout) error
+	}{
+		{"named release", `"release"`, func(s *lease.Store, co lease.Checkout) error {
+			_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Fence: co.Fence})
+			return err
+		}},
+		{"unnamed release", `"release"`, func(s *lease.Store, co lease.Checkout) error {
+			_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a"})
+			return err
+		}},
+		{"named completion", `"complete"`, func(s *lease.Store, co lease.Checkout) error {
+			_, err := s.Complete(ctx(t), lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Fence: co.Fence})
+			return err
+		}},
+		{"named failed release", `"release"`, func(s *lease.Store, co lease.Checkout) error {
+			_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Fence: co.Fence, Outcome: lease.OutcomeFailed})
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "t")
+			e.clock.Advance(time.Second)
+			co := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Minute}))
+			tasks := e.names.Table(schema.TasksTable)
+			lossy := &lossyDoer{
+				match: func(target, body string) bool {
+					return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, tc.verb)
+				},
+				race: func() {},
+			}
+			s := e.skewedOver(lossy, 50*time.Millisecond)
+			start := time.Now()
+			err := tc.end(s, co)
+			took := time.Since(start)
+			if !lossy.lost.Load() {
+				t.Fatal("no ending was sent twice")
+			}
+			got := e.get(t, "t")
+			if err != nil || got.Checkout != nil {
+				t.Errorf("a's own live lease, ending sent twice (first sending lost, never applied) by a process 50 ms behind: "+
+					"answered %v after %v, lease left %+v; want it ended", err, took, got.Checkout)
+			}
+		})
+	}
+}
+
+// A named claim whose grant was not kept, made with no reason, retried
+// with a reason while its lease is still live: it answers the lease's
+// (none), not the retry's, which no lease ever had.
+func TestAnUnkeptClaimRetriedWithAnotherReasonAnswersTheLeasesReason(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "x")
+	e.caughtUp(t)
+	p := lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute}
+	lossy := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	first := unkeptClaim(t, lossy, p, "x")
+	if first.Reason != "" {
+		t.Fatalf("the lease found on x: reason %q", first.Reason)
+	}
+	p.Reason = "a reason the first attempt never gave"
+	again := must[lease.Checkout](t)(e.store.Claim(c, p))
+	lock := must[*lease.Checkout](t)(e.store.LockStatus(c, "x"))
+	if again.Fence != first.Fence {
+		t.Fatalf("retry answered fence %d, want %d", again.Fence, first.Fence)
+	}
+	if again.Reason != lock.Reason {
+		t.Errorf("retry answered reason %q; the live lease it answers has reason %q", again.Reason, lock.Reason)
+	}
+}
+
+// A force release naming its lease (fence), its write sent twice (the
+// first sending lost, never applied), the same admin's other force
+// release of that lease landing (and archived) in the gap: the second
+// sending cannot tell that ending from its own first sending's, and a
+// named force release repeated is answered as made (README).
+func TestANamedForceReleaseSentTwiceBeatenByTheSameAdminsOtherIsARepeat(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "x")
+	co := e.checkout(t, "x", "ag", time.Hour)
+	e.clock.Advance(time.Minute)
+	force := lease.ReleaseParams{TaskID: "x", AgentID: "admin", Force: true, Fence: co.Fence}
+	var raceErr error
+	s, doer := lossyTaskStore(e, taskUpdate(e), func() {
+		_, raceErr = e.store.Release(c, force)
+		e.drain(t)
+	})
+	got, err := s.Release(c, force)
+	if !doer.lost.Load() {
+		t.Fatal("no write was lost and sent again")
+	}
+	if raceErr != nil {
+		t.Fatalf("the other force release: %v", raceErr)
+	}
+	if err != nil || got.ReleasedBy != "admin" || got.Held != time.Minute {
+		t.Errorf("a named force release sent twice, the same admin's other force release of that lease landing in between: %+v, %v; want released by admin after a minute held", got, err)
+	}
+}
