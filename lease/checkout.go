@@ -1009,7 +1009,7 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 			}
 			return it, nil
 		}
-		sent.note(sends, now, it)
+		sent.note(sends, now, it, it != nil && it.hasLease() && it.Holder == cur.Holder && it.Fence == cur.Fence) // pinned to it
 		switch {
 		case lostToLater(it, now):
 			floor = it.LastAt
@@ -1206,7 +1206,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 			}
 			if !applied && lostToLater(it, now) && !(sends.Load() > 1 && sentAgain(it, e, agentID, runID, fence, now)) {
 				floor = it.LastAt // a later transition landed first: again, after it
-				sent.note(sends, now, it)
+				sent.note(sends, now, it, holdsNamed(it, agentID, runID, fence))
 				continue
 			}
 			// This very write, sent again (its answer lost), its ending
@@ -1224,13 +1224,13 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 				// of the item and three of the claim index.
 				e.notBefore, e.rank = it.NotBefore, it.rank()
 				e.freeIf = append(terms{nameNotBefore.Equal(expression.Value(it.NotBefore))}, it.rankIs()...)
-				sent.note(sends, now, it)
+				sent.note(sends, now, it, holdsNamed(it, agentID, runID, fence))
 				continue
 			}
 			if !applied && !mine && e.notBefore != 0 && (it == nil || it.NotBefore <= ms(now)) {
 				e.notBefore, e.rank, pinned = 0, "", nil // its not_before was cleared or has passed
 				if it != nil && it.hasLease() {
-					sent.note(sends, now, it)
+					sent.note(sends, now, it, holdsNamed(it, agentID, runID, fence))
 					continue
 				}
 			}
@@ -1244,7 +1244,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 			}
 			return it, nil
 		}
-		sent.note(sends, now, it)
+		sent.note(sends, now, it, holdsNamed(it, agentID, runID, fence))
 		return nil, resent(s.notHolder(ctx, it, agentID, runID, fence, now, hb), sent.any())
 	}
 	return nil, fmt.Errorf("%s %s: %w", e.typ, taskID, ErrBusy)
@@ -1294,11 +1294,23 @@ type resends struct {
 }
 
 // note records a write of the call made at now, sent sends times and
-// refused on it.
-func (r *resends) note(sends *atomic.Int32, now time.Time, it *taskItem) {
-	if r.first == 0 && sends.Load() > 1 && it != nil && it.EndSeq != 0 && it.EndAt >= ms(now) {
+// refused on it. holds says it still holds the very lease the write
+// named (by its fence, or its run id): then the write ended nothing,
+// whatever the times say (another process's clock running ahead may
+// have stamped the ending before that lease, and its grant, after the
+// write's time). A request naming no lease is judged by the times alone.
+func (r *resends) note(sends *atomic.Int32, now time.Time, it *taskItem, holds bool) {
+	if r.first == 0 && sends.Load() > 1 && it != nil && !holds && it.EndSeq != 0 && it.EndAt >= ms(now) {
 		r.first = ms(now)
 	}
+}
+
+// holdsNamed says it holds agentID's lease that runID or fence (at least
+// one given) names: a request naming it that was refused on it ended
+// nothing.
+func holdsNamed(it *taskItem, agentID, runID string, fence int64) bool {
+	return it != nil && (runID != "" || fence != 0) && it.hasLease() && it.Holder == agentID &&
+		(runID == "" || it.RunID == runID) && (fence == 0 || it.Fence == fence)
 }
 
 // any says a write of the call may have applied.
@@ -1356,16 +1368,21 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 			applied, after = true, it
 			s.freedUnanswered(it)
 		}
-		sent.note(sends, now, it)
+		sent.note(sends, now, it, it != nil && it.hasLease() && it.Fence == cur.Fence) // pinned to it
 		if !applied && lostToLater(it, now) {
 			floor = it.LastAt // a later transition (a renewal) landed first
 			continue
 		}
 		if !applied {
-			// It ended in between: by this very call, when a write of it
-			// was sent more than once and its ending has been overwritten
-			// since (the task taken and freed again), which the trail
-			// shows.
+			// It ended in between. By the same admin's force release of
+			// the lease this one names: a repeat, answered as made, as
+			// when it is read before the write. By this very call, when a
+			// write of it may have applied and its ending has been
+			// overwritten since (the task taken and freed again): the
+			// trail shows it.
+			if replayEnd(it, EventForceRelease, OutcomeNone, p.By, p.AgentID, p.RunID, p.Fence) {
+				return released(it), nil
+			}
 			return s.releasedAgain(ctx, resent(ErrNotCheckedOut, sent.any()), p, EventForceRelease)
 		}
 		s.keepDelay(ctx, after) // a not_before PATCHed while it was held

@@ -1770,10 +1770,11 @@ func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string,
 // task for the next retry.
 //
 // A lease found ended on its task has no reason there (the item's record
-// of an ending keeps none: endUpdate): it is answered, and kept, with its
-// checkout event's reason, read from the trail (one read, on that path
-// alone), or, when the trail has yet to archive it, with reason, this
-// retry's, which repeats the claim's.
+// of an ending keeps none: endUpdate): a lease found without one is
+// answered, and kept, with its checkout event's reason, read from the
+// trail (one read, on that path alone), or, when the trail has yet to
+// archive it and the lease has ended, with reason, this retry's, which
+// repeats the claim's (grantsReason).
 //
 // afresh says the receipt lists no task and keeps no grant, or there is
 // none: the run's claims so far, if any, answered none (forgetClaim).
@@ -1786,7 +1787,7 @@ func (s *Store) claimedBefore(ctx context.Context, agentID, runID, reason string
 	if err != nil || !ok || kept {
 		return c, ok, false, err
 	}
-	if c.Reason == "" && !c.ExpiresAt.After(s.clock()) {
+	if c.Reason == "" {
 		if c.Reason, err = s.grantsReason(ctx, c, reason); err != nil {
 			return Checkout{}, false, false, err
 		}
@@ -1795,15 +1796,26 @@ func (s *Store) claimedBefore(ctx context.Context, agentID, runID, reason string
 	return c, ok, false, err
 }
 
-// grantsReason is the reason of c's grant, an ended lease of a named
-// claim's run, as its checkout event in the trail keeps it: or, when the
-// trail has yet to archive that event, reason.
+// grantsReason is the reason of c's grant, a lease of a named claim's run
+// found with none, as its checkout event in the trail keeps it: none, for
+// a lease granted without one, live or ended. When the trail has yet to
+// archive that event, it is none for a lease its task still holds (read
+// again, consistently: not judged by the clock, which another process's
+// may run ahead of), and reason for one that has ended, whose record on
+// the item keeps no reason.
 func (s *Store) grantsReason(ctx context.Context, c Checkout, reason string) (string, error) {
 	g, ok, err := s.grantInTrail(ctx, c.TaskID, c.AgentID, c.RunID, c.Fence, ms(c.LockedAt), time.Now())
-	if err != nil || !ok {
-		return reason, err
+	if err != nil || ok {
+		return g.Reason, err
 	}
-	return g.Reason, nil
+	it, err := s.getTask(ctx, c.TaskID)
+	if err != nil {
+		return "", err
+	}
+	if it != nil && it.hasLease() && it.Holder == c.AgentID && it.Fence == c.Fence {
+		return "", nil // held still, and granted without a reason
+	}
+	return reason, nil
 }
 
 // keepFound answers c, a lease of a named claim's run found on a task

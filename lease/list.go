@@ -647,9 +647,12 @@ func (s *Store) listLeased(ctx context.Context, queue string, at listPos, limit 
 const leaseScan = 250
 
 // leaseQueryFloor is the least Limit of a Query of the lease index for a
-// listing: its entries are a few attributes each (about 100 bytes), so
-// 100 of them are about 2.5 KB, under a read unit's 4 KB.
-const leaseQueryFloor = 100
+// listing: its entries are a few attributes each (about 100 bytes with
+// UUID ids), so 25 of them are under the 4 KB a read unit of an index
+// Query covers (half a unit, eventually consistent), and a shard of few
+// leases behind many delayed tasks' entries takes one Query for 25 of
+// them, not one each.
+const leaseQueryFloor = 25
 
 // leasePos is a lease's position in by_lease_expiry's order.
 func leasePos(expires int64, taskID string) string {
@@ -682,7 +685,7 @@ func (s *Store) leaseEntries(ctx context.Context, pos string, n int) ([]taskItem
 			ExclusiveStartKey:         start,
 			// At least leaseQueryFloor a Query: entries without a holder
 			// (delayed tasks: claim.go, "Delays") are filtered out after
-			// the Limit, so a small one would read them one Query each.
+			// the Limit, so a Limit of 1 would read them one Query each.
 			Limit: aws.Int32(int32(max(n, leaseQueryFloor))),
 		})
 	}
