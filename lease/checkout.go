@@ -1307,10 +1307,16 @@ func (r *resends) note(sends *atomic.Int32, now time.Time, it *taskItem, holds b
 
 // holdsNamed says it holds agentID's lease that runID or fence (at least
 // one given) names: a request naming it that was refused on it ended
-// nothing.
+// nothing. A run id alone may name a later lease of the run (a run checks
+// a task out again by name): not when the item's last ending is the
+// caller's of a lease of that run, which may be the request's own.
 func holdsNamed(it *taskItem, agentID, runID string, fence int64) bool {
-	return it != nil && (runID != "" || fence != 0) && it.hasLease() && it.Holder == agentID &&
-		(runID == "" || it.RunID == runID) && (fence == 0 || it.Fence == fence)
+	if it == nil || runID == "" && fence == 0 || !it.hasLease() || it.Holder != agentID ||
+		runID != "" && it.RunID != runID || fence != 0 && it.Fence != fence {
+		return false
+	}
+	r := it.endRecord
+	return fence != 0 || r.EndSeq == 0 || r.EndAgent != agentID || r.EndRun != runID
 }
 
 // any says a write of the call may have applied.
@@ -1375,12 +1381,13 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 		}
 		if !applied {
 			// It ended in between. By the same admin's force release of
-			// the lease this one names: a repeat, answered as made, as
-			// when it is read before the write. By this very call, when a
+			// the lease this one names (the one read, its write pinned
+			// to): a repeat, answered as made, as when it is read before
+			// the write. By this very call, when a
 			// write of it may have applied and its ending has been
 			// overwritten since (the task taken and freed again): the
 			// trail shows it.
-			if replayEnd(it, EventForceRelease, OutcomeNone, p.By, p.AgentID, p.RunID, p.Fence) {
+			if (p.RunID != "" || p.Fence != 0) && replayEnd(it, EventForceRelease, OutcomeNone, p.By, p.AgentID, p.RunID, cur.Fence) {
 				return released(it), nil
 			}
 			return s.releasedAgain(ctx, resent(ErrNotCheckedOut, sent.any()), p, EventForceRelease)

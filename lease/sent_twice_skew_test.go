@@ -295,3 +295,71 @@ func TestANamedForceReleaseSentTwiceBeatenByTheSameAdminsOtherNotYetArchivedIsAR
 		})
 	}
 }
+
+// A release or completion naming only its run id (CLI with CHECKOUT_RUN_ID
+// and no --fence; MCP sessions share one run id across checkouts), its
+// first sending applied and its answer lost; in the gap the same run checks
+// the task out again (fence 2). The second sending is refused (time rule)
+// on an item holding a lease of run r-a, whose last ending is a's of that
+// run: the write may have applied, and fence 2, granted after it, is left
+// alone (a review's test: taken for the lease the request named, fence 2
+// was ended).
+func TestARunIDOnlyEndingSentTwiceLeavesTheRunsNextLease(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		verb string
+		end  func(s *lease.Store) error
+	}{
+		{"release", `"release"`, func(s *lease.Store) error {
+			_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: "r-a"})
+			return err
+		}},
+		{"completion", `"complete"`, func(s *lease.Store) error {
+			_, err := s.Complete(ctx(t), lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: "r-a"})
+			return err
+		}},
+		{"failed release", `"release"`, func(s *lease.Store) error {
+			_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: "r-a", Outcome: lease.OutcomeFailed})
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "t")
+			first := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Minute}))
+			e.drain(t)
+			e.clock.Advance(3 * time.Second)
+			tasks := e.names.Table(schema.TasksTable)
+			var second lease.Checkout
+			lossy := &lossyDoer{
+				match: func(target, body string) bool {
+					return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, tc.verb)
+				},
+				race: func() {
+					e.clock.Advance(time.Second)
+					if tc.name == "failed release" {
+						e.clock.Advance(time.Minute) // past its retry wait
+					}
+					if tc.verb == `"complete"` {
+						st := lease.StatusTodo
+						must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Status: &st}))
+					}
+					second = must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Minute}))
+				},
+				applied: true,
+			}
+			err := tc.end(e.over(lossy))
+			if !lossy.lost.Load() {
+				t.Fatal("no ending was sent twice")
+			}
+			got := e.get(t, "t")
+			if got.Checkout == nil || got.Checkout.Fence != second.Fence {
+				t.Errorf("a %s naming run r-a only, applied to fence %d and sent again after the run took fence %d: lease left %+v (answered %v); want fence %d left alone",
+					tc.name, first.Fence, second.Fence, got.Checkout, err, second.Fence)
+			}
+		})
+	}
+}
