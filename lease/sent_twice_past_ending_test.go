@@ -41,15 +41,15 @@ func (d *pollAfterTrailRead) Do(r *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// A named release whose ending applied, its answer lost, sent again by
-// the SDK after the task was taken by b and completed (two transitions
-// on, each a moment later, as they are when the SDK's retry comes after a
-// timeout). The second sending is refused on a transition later than its
-// time (lostToLater), and finish tries again: that write is refused too,
-// and is known for one whose call sent a write twice (resends), so it
-// waits for the trail to archive the first sending's ending.
-func TestANamedReleaseSentTwiceAfterTwoLaterTransitionsIsAnswered(t *testing.T) {
-	t.Parallel()
+// laterTransitions sets up task t held by a (run r-a) and runs end, an
+// ending of that lease, through a store whose first UpdateItem of the
+// tasks table naming verb applies and loses its answer; race runs, a
+// second or more later (as the SDK's retry comes after a timeout), before
+// the second sending; the change stream is drained just after the call's
+// first read of the trail, so that a look made then finds nothing and one
+// made after it everything.
+func laterTransitions(t *testing.T, verb string, race func(e *env), end func(s *lease.Store, co lease.Checkout) error) error {
+	t.Helper()
 	e := newEnv(t)
 	c := ctx(t)
 	e.task(t, "t")
@@ -59,86 +59,87 @@ func TestANamedReleaseSentTwiceAfterTwoLaterTransitionsIsAnswered(t *testing.T) 
 	tasks := e.names.Table(schema.TasksTable)
 	lossy := &lossyDoer{
 		match: func(target, body string) bool {
-			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"release"`)
+			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, verb)
 		},
-		race: func() {
-			e.clock.Advance(time.Second) // the SDK's retry comes a moment later
-			b := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Minute}))
-			must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "b", RunID: "r-b", Fence: b.Fence}))
-		},
+		race:    func() { race(e) },
 		applied: true,
 	}
 	doer := &pollAfterTrailRead{http: lossy, events: e.names.Table(schema.EventsTable), poll: func() { e.drain(t) }}
-	r, err := e.over(doer).Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: "r-a", Fence: co.Fence})
+	err := end(e.over(doer), co)
 	if !lossy.lost.Load() {
-		t.Fatal("no release was sent twice")
+		t.Fatalf("no %s was sent twice", verb)
 	}
+	return err
+}
+
+// takenAndEnded is b's checkout of t and its ending by end, a second on.
+func takenAndEnded(t *testing.T, end func(e *env, b lease.Checkout)) func(e *env) {
+	return func(e *env) {
+		e.clock.Advance(time.Second)
+		b := must[lease.Checkout](t)(e.store.Checkout(ctx(t), lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Minute}))
+		end(e, b)
+	}
+}
+
+// releasedByB ends b's lease by its release.
+func releasedByB(t *testing.T) func(e *env, b lease.Checkout) {
+	return func(e *env, b lease.Checkout) {
+		must[lease.Released](t)(e.store.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "b", RunID: "r-b", Fence: b.Fence}))
+	}
+}
+
+// A named release whose ending applied, its answer lost, sent again by
+// the SDK after the task was taken by b and completed (two transitions
+// on, each a moment later). The second sending is refused on a transition
+// later than its time (lostToLater), and finish tries again: that write
+// is refused too, and is known for one whose call sent a write that may
+// have applied (resends), so it waits for the trail to archive the first
+// sending's ending.
+func TestANamedReleaseSentTwiceAfterTwoLaterTransitionsIsAnswered(t *testing.T) {
+	t.Parallel()
+	var r lease.Released
+	err := laterTransitions(t, `"release"`, takenAndEnded(t, func(e *env, b lease.Checkout) {
+		must[lease.Task](t)(e.store.Complete(ctx(t), lease.CompleteParams{TaskID: "t", AgentID: "b", RunID: "r-b", Fence: b.Fence}))
+	}), func(s *lease.Store, co lease.Checkout) (err error) {
+		r, err = s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: "r-a", Fence: co.Fence})
+		return err
+	})
 	if err != nil || r.ReleasedBy != "a" {
 		t.Errorf("a's release, applied and sent twice, the task taken and completed a second later: %+v, %v; want released by a", r, err)
 	}
 }
 
-// The same for a completion (finish is shared): b reopens nothing, so a
-// release of b's stands in for the second transition.
+// The same for a completion (finish is shared): the task reopened, taken
+// by b and released.
 func TestANamedCompletionSentTwiceAfterTwoLaterTransitionsIsAnswered(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	c := ctx(t)
-	e.task(t, "t")
-	co := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Minute}))
-	e.drain(t)
-	e.clock.Advance(3 * time.Second)
-	tasks := e.names.Table(schema.TasksTable)
-	lossy := &lossyDoer{
-		match: func(target, body string) bool {
-			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"complete"`)
-		},
-		race: func() {
-			e.clock.Advance(time.Second)
-			st := lease.StatusTodo
-			must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Status: &st}))
-			b := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Minute}))
-			must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "b", RunID: "r-b", Fence: b.Fence}))
-		},
-		applied: true,
-	}
-	doer := &pollAfterTrailRead{http: lossy, events: e.names.Table(schema.EventsTable), poll: func() { e.drain(t) }}
-	_, err := e.over(doer).Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: "r-a", Fence: co.Fence})
-	if !lossy.lost.Load() {
-		t.Fatal("no completion was sent twice")
-	}
+	err := laterTransitions(t, `"complete"`, func(e *env) {
+		st := lease.StatusTodo
+		e.clock.Advance(time.Second)
+		must[lease.Task](t)(e.store.UpdateTask(ctx(t), lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Status: &st}))
+		takenAndEnded(t, releasedByB(t))(e)
+	}, func(s *lease.Store, co lease.Checkout) error {
+		_, err := s.Complete(ctx(t), lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: "r-a", Fence: co.Fence})
+		return err
+	})
 	if err != nil {
 		t.Errorf("a's completion, applied and sent twice, the task reopened, taken and released a second later: %v; want answered done", err)
 	}
 }
 
 // The same for a failed release (failRelease: lostToLater, then a fresh
-// read that is not the caller's, whose refusal waits for the trail).
+// read that is not the caller's, whose refusal waits for the trail), the
+// task taken by b past its retry wait and released.
 func TestANamedFailedReleaseSentTwiceAfterTwoLaterTransitionsIsAnswered(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	c := ctx(t)
-	e.task(t, "t")
-	co := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Minute}))
-	e.drain(t)
-	e.clock.Advance(3 * time.Second)
-	tasks := e.names.Table(schema.TasksTable)
-	lossy := &lossyDoer{
-		match: func(target, body string) bool {
-			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"release"`)
-		},
-		race: func() {
-			e.clock.Advance(time.Hour) // past the retry wait
-			b := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Minute}))
-			must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "b", RunID: "r-b", Fence: b.Fence}))
-		},
-		applied: true,
-	}
-	doer := &pollAfterTrailRead{http: lossy, events: e.names.Table(schema.EventsTable), poll: func() { e.drain(t) }}
-	r, err := e.over(doer).Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: "r-a", Fence: co.Fence, Outcome: lease.OutcomeFailed})
-	if !lossy.lost.Load() {
-		t.Fatal("no failed release was sent twice")
-	}
+	var r lease.Released
+	err := laterTransitions(t, `"release"`, func(e *env) {
+		e.clock.Advance(time.Hour) // past the retry wait
+		takenAndEnded(t, releasedByB(t))(e)
+	}, func(s *lease.Store, co lease.Checkout) (err error) {
+		r, err = s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: "r-a", Fence: co.Fence, Outcome: lease.OutcomeFailed})
+		return err
+	})
 	if err != nil || r.ReleasedBy != "a" {
 		t.Errorf("a's failed release, applied and sent twice, the task taken and released later: %+v, %v; want released by a", r, err)
 	}
@@ -184,29 +185,11 @@ func TestAnUnkeptClaimRetriedAfterItsLeaseEndedAnswersItsReason(t *testing.T) {
 // holder's.
 func TestANamedForceReleaseSentTwiceAfterTwoLaterTransitionsIsAnswered(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	c := ctx(t)
-	e.task(t, "t")
-	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Minute}))
-	e.drain(t)
-	e.clock.Advance(3 * time.Second)
-	tasks := e.names.Table(schema.TasksTable)
-	lossy := &lossyDoer{
-		match: func(target, body string) bool {
-			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"force_release"`)
-		},
-		race: func() {
-			e.clock.Advance(time.Second)
-			b := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Minute}))
-			must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "b", RunID: "r-b", Fence: b.Fence}))
-		},
-		applied: true,
-	}
-	doer := &pollAfterTrailRead{http: lossy, events: e.names.Table(schema.EventsTable), poll: func() { e.drain(t) }}
-	r, err := e.over(doer).Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "admin", RunID: "r-a", Force: true})
-	if !lossy.lost.Load() {
-		t.Fatal("no force release was sent twice")
-	}
+	var r lease.Released
+	err := laterTransitions(t, `"force_release"`, takenAndEnded(t, releasedByB(t)), func(s *lease.Store, _ lease.Checkout) (err error) {
+		r, err = s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "admin", RunID: "r-a", Force: true})
+		return err
+	})
 	if err != nil || r.ReleasedBy != "admin" {
 		t.Errorf("admin's force release of r-a, applied and sent twice, the task taken and released a second later: %+v, %v; want released by admin", r, err)
 	}

@@ -31,35 +31,54 @@ func (e *env) skewedOver(doer *lossyDoer, lag time.Duration) *lease.Store {
 // lease locked before the first write, it answered 404 and left it).
 func TestASkewedEndingSentTwiceEndsItsOwnLease(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		verb string
-		end  func(s *lease.Store, co lease.Checkout) error
-	}{
-		{"named release", `"release"`, func(s *lease.Store, co lease.Checkout) error {
-			_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Fence: co.Fence})
-			return err
-		}},
-		{"unnamed release", `"release"`, func(s *lease.Store, co lease.Checkout) error {
-			_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a"})
-			return err
-		}},
-		{"named completion", `"complete"`, func(s *lease.Store, co lease.Checkout) error {
-			_, err := s.Complete(ctx(t), lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Fence: co.Fence})
-			return err
-		}},
-		{"named failed release", `"release"`, func(s *lease.Store, co lease.Checkout) error {
-			_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Fence: co.Fence, Outcome: lease.OutcomeFailed})
-			return err
-		}},
-	} {
+	endsItsOwnLeaseThroughSkew(t, []skewedEnding{namedRelease, unnamedRelease, namedCompletion, namedFailedRelease}, func(*testing.T, *env) {})
+}
+
+// skewedEnding is an ending of a's lease (run r-a) of task t; verb is in
+// its UpdateItem's body.
+type skewedEnding struct {
+	name string
+	verb string
+	end  func(t *testing.T, s *lease.Store, co lease.Checkout) error
+}
+
+var (
+	namedRelease = skewedEnding{"named release", `"release"`, func(t *testing.T, s *lease.Store, co lease.Checkout) error {
+		_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Fence: co.Fence})
+		return err
+	}}
+	unnamedRelease = skewedEnding{"unnamed release", `"release"`, func(t *testing.T, s *lease.Store, _ lease.Checkout) error {
+		_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a"})
+		return err
+	}}
+	namedCompletion = skewedEnding{"named completion", `"complete"`, func(t *testing.T, s *lease.Store, co lease.Checkout) error {
+		_, err := s.Complete(ctx(t), lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Fence: co.Fence})
+		return err
+	}}
+	namedFailedRelease = skewedEnding{"named failed release", `"release"`, func(t *testing.T, s *lease.Store, co lease.Checkout) error {
+		_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Fence: co.Fence, Outcome: lease.OutcomeFailed})
+		return err
+	}}
+	unnamedFailedRelease = skewedEnding{"unnamed failed release", `"release"`, func(t *testing.T, s *lease.Store, _ lease.Checkout) error {
+		_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a", Outcome: lease.OutcomeFailed})
+		return err
+	}}
+)
+
+// endsItsOwnLeaseThroughSkew runs each ending, after before has run on a
+// fresh task t and a has checked it out, through a store whose clock is
+// 50 ms behind e's and whose first sending of the ending's write is lost
+// before DynamoDB sees it (so it never applied): the ending must end a's
+// lease.
+func endsItsOwnLeaseThroughSkew(t *testing.T, endings []skewedEnding, before func(t *testing.T, e *env)) {
+	for _, tc := range endings {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			c := ctx(t)
 			e.task(t, "t")
 			e.clock.Advance(time.Second)
-			co := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Minute}))
+			before(t, e)
+			co := must[lease.Checkout](t)(e.store.Checkout(ctx(t), lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Minute}))
 			tasks := e.names.Table(schema.TasksTable)
 			lossy := &lossyDoer{
 				match: func(target, body string) bool {
@@ -67,16 +86,14 @@ func TestASkewedEndingSentTwiceEndsItsOwnLease(t *testing.T) {
 				},
 				race: func() {},
 			}
-			s := e.skewedOver(lossy, 50*time.Millisecond)
 			start := time.Now()
-			err := tc.end(s, co)
+			err := tc.end(t, e.skewedOver(lossy, 50*time.Millisecond), co)
 			took := time.Since(start)
 			if !lossy.lost.Load() {
 				t.Fatal("no ending was sent twice")
 			}
-			got := e.get(t, "t")
-			if err != nil || got.Checkout != nil {
-				t.Errorf("a's own live lease, ending sent twice (first sending lost, never applied) by a process 50 ms behind: "+
+			if got := e.get(t, "t"); err != nil || got.Checkout != nil {
+				t.Errorf("a's own live lease, its ending sent twice (the first sending lost, never applied) by a process 50 ms behind: "+
 					"answered %v after %v, lease left %+v; want it ended", err, took, got.Checkout)
 			}
 		})
@@ -150,62 +167,12 @@ func TestANamedForceReleaseSentTwiceBeatenByTheSameAdminsOtherIsARepeat(t *testi
 // it). A release naming no lease cannot be told so: README, Known limits.
 func TestASkewedEndingSentTwiceAfterARecentEndingEndsItsOwnLease(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		verb string
-		end  func(s *lease.Store, co lease.Checkout) error
-	}{
-		{"named release", `"release"`, func(s *lease.Store, co lease.Checkout) error {
-			_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Fence: co.Fence})
-			return err
-		}},
-		{"unnamed failed release", `"release"`, func(s *lease.Store, co lease.Checkout) error {
-			_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a", Outcome: lease.OutcomeFailed})
-			return err
-		}},
-		{"named completion", `"complete"`, func(s *lease.Store, co lease.Checkout) error {
-			_, err := s.Complete(ctx(t), lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Fence: co.Fence})
-			return err
-		}},
-		{"named failed release", `"release"`, func(s *lease.Store, co lease.Checkout) error {
-			_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID, Fence: co.Fence, Outcome: lease.OutcomeFailed})
-			return err
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t)
-			c := ctx(t)
-			e.task(t, "t")
-			e.clock.Advance(time.Second)
-			b := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Minute}))
-			e.clock.Advance(time.Second)
-			if _, err := e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "b", RunID: b.RunID, Fence: b.Fence}); err != nil {
-				t.Fatalf("b's release: %v", err)
-			}
-			e.clock.Advance(10 * time.Millisecond)
-			co := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Minute}))
-			tasks := e.names.Table(schema.TasksTable)
-			lossy := &lossyDoer{
-				match: func(target, body string) bool {
-					return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, tc.verb)
-				},
-				race: func() {},
-			}
-			s := e.skewedOver(lossy, 50*time.Millisecond)
-			start := time.Now()
-			err := tc.end(s, co)
-			took := time.Since(start)
-			if !lossy.lost.Load() {
-				t.Fatal("no ending was sent twice")
-			}
-			got := e.get(t, "t")
-			if err != nil || got.Checkout != nil {
-				t.Errorf("a's own live lease (b's lease ended 10 ms before it was granted, by the process 50 ms ahead), ending sent twice "+
-					"(first sending lost, never applied) by a process 50 ms behind: answered %v after %v, lease left %+v; want it ended", err, took, got.Checkout)
-			}
-		})
-	}
+	endsItsOwnLeaseThroughSkew(t, []skewedEnding{namedRelease, unnamedFailedRelease, namedCompletion, namedFailedRelease}, func(t *testing.T, e *env) {
+		b := must[lease.Checkout](t)(e.store.Checkout(ctx(t), lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Minute}))
+		e.clock.Advance(time.Second)
+		must[lease.Released](t)(e.store.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "b", RunID: b.RunID, Fence: b.Fence}))
+		e.clock.Advance(10 * time.Millisecond) // a's lease is granted 10 ms after b's ending
+	})
 }
 
 // TestAnUnkeptClaimRetriedAfterItsLeaseEndedAnswersItsReason, the retry
