@@ -145,6 +145,21 @@ func TestANamedFailedReleaseSentTwiceAfterTwoLaterTransitionsIsAnswered(t *testi
 	}
 }
 
+// unkeptClaimOfX makes task x and a named claim p of it whose grant is
+// never kept in its receipt (unkeptClaim): the run's lease stays on x,
+// answered with p's reason.
+func unkeptClaimOfX(t *testing.T, e *env, p lease.ClaimParams) lease.Checkout {
+	t.Helper()
+	e.task(t, "x")
+	e.caughtUp(t)
+	lossy := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	first := unkeptClaim(t, lossy, p, "x")
+	if first.Reason != p.Reason {
+		t.Fatalf("the lease found on x: reason %q, want %q", first.Reason, p.Reason)
+	}
+	return first
+}
+
 // A named claim whose grant could not be kept in its receipt (the run's
 // lease stays on its task, listed as tried), retried after the lease
 // ended: the retry finds the lease in the item's record of the ending,
@@ -154,14 +169,8 @@ func TestAnUnkeptClaimRetriedAfterItsLeaseEndedAnswersItsReason(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	c := ctx(t)
-	e.task(t, "x")
-	e.caughtUp(t)
 	p := lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute, Reason: "why a claimed it"}
-	lossy := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
-	first := unkeptClaim(t, lossy, p, "x")
-	if first.Reason != p.Reason {
-		t.Fatalf("the lease found on x: reason %q", first.Reason)
-	}
+	first := unkeptClaimOfX(t, e, p)
 	e.clock.Advance(time.Second)
 	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "admin", Force: true}))
 	e.clock.Advance(time.Second)

@@ -107,14 +107,8 @@ func TestAnUnkeptClaimRetriedWithAnotherReasonAnswersTheLeasesReason(t *testing.
 	t.Parallel()
 	e := newEnv(t)
 	c := ctx(t)
-	e.task(t, "x")
-	e.caughtUp(t)
 	p := lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute}
-	lossy := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
-	first := unkeptClaim(t, lossy, p, "x")
-	if first.Reason != "" {
-		t.Fatalf("the lease found on x: reason %q", first.Reason)
-	}
+	first := unkeptClaimOfX(t, e, p)
 	p.Reason = "a reason the first attempt never gave"
 	again := must[lease.Checkout](t)(e.store.Claim(c, p))
 	lock := must[*lease.Checkout](t)(e.store.LockStatus(c, "x"))
@@ -184,14 +178,8 @@ func TestAnUnkeptClaimRetriedRightAfterItsLeaseEndedOnAClockAheadAnswersItsReaso
 	t.Parallel()
 	e := newEnv(t)
 	c := ctx(t)
-	e.task(t, "x")
-	e.caughtUp(t)
 	p := lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute, Reason: "why a claimed it"}
-	lossy := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
-	first := unkeptClaim(t, lossy, p, "x")
-	if first.Reason != p.Reason {
-		t.Fatalf("the lease found on x: reason %q", first.Reason)
-	}
+	first := unkeptClaimOfX(t, e, p)
 	e.clock.Advance(time.Second)
 	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "admin", Force: true}))
 	e.clock.Advance(10 * time.Millisecond)
