@@ -1055,11 +1055,14 @@ func (s *Store) endLease(ctx context.Context, taskID string, cond terms, e endin
 		return nil, it, true, nil
 	}
 	// A caller that wants no item back still gets the attributes the
-	// write set (no read units: only the answer grows by them), among
-	// them claim_shard, which names the queue whose waiting claims the
-	// freed task wakes.
+	// write set while a claim of this process waits (no read units: only
+	// the answer grows by them), among them claim_shard, which names the
+	// queue whose waiting claims the freed task wakes. While none waits
+	// (the sweep's Lambda, always) it gets nothing back; a claim that
+	// starts to wait meanwhile is woken with every other (wokenQueue of
+	// an empty item is every queue).
 	freeRV := rv
-	if rv == types.ReturnValueNone {
+	if rv == types.ReturnValueNone && s.claims.anyWaiting() {
 		freeRV = types.ReturnValueUpdatedNew
 	}
 	// A task marked as waiting on a reopened blocker (deps.go, reblock)

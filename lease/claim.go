@@ -973,6 +973,13 @@ func (c *claimSpread) wake(queue string) {
 	}
 }
 
+// anyWaiting tells whether a claim of this process waits on any queue.
+func (c *claimSpread) anyWaiting() bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return len(c.waiting) > 0
+}
+
 // wakeAll sends a wake to each of ws that holds none. c.wmu is held.
 func (c *claimSpread) wakeAll(ws map[*claimWaiter]struct{}) {
 	c.wakes.Add(int64(len(ws)))
