@@ -651,7 +651,7 @@ func (s *Store) resentGrantInTrail(ctx context.Context, p CheckoutParams, now ti
 func (s *Store) grantInTrailAt(ctx context.Context, cur *taskItem, now time.Time, ours func(*eventItem) bool) (*eventItem, int, error) {
 	var found *eventItem
 	attempt := 0
-	err := s.lookInTrail(ctx, cur.TaskID, true, func() (bool, error) {
+	_, err := s.lookInTrail(ctx, cur.TaskID, true, func() (bool, error) {
 		found, attempt = nil, 0
 		seen := 0
 		err := queryNewestFirst(ctx, s.db, s.events, expression.Key("task_id").Equal(expression.Value(cur.TaskID)), 100, func(ev *eventItem) bool {
@@ -1188,6 +1188,36 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 	var floor int64
 	var pinned *taskItem // the item the delayed ending is pinned to
 	var sent resends     // earlier writes of this call sent more than once
+	// Every ending this call writes is stamped at or after start, and
+	// every later transition of the task after it (the time rule).
+	start := ms(s.clock())
+	// noted records a refused write of the call (resends.note). A request
+	// naming no lease cannot tell from the item whether its write, sent
+	// more than once, ended the caller's lease: the caller's later lease
+	// (granted since by a clock running ahead, or after the write ended
+	// the one before) looks the same. Its write's id can: the ending it
+	// made keeps it in the trail (endingInTrail). Found there, the call is
+	// answered as that ending (repeatInTrail); not there once the trail
+	// is archived, the write ended nothing and the call goes on as if it
+	// had been sent once. A trail held up past its wait leaves the
+	// judgement to the times, as for a request naming its lease.
+	noted := func(sends *atomic.Int32, now time.Time, it *taskItem) error {
+		holds := holdsNamed(it, agentID, runID, fence)
+		if e.write == "" || !sent.mayHaveApplied(sends, now, it, holds) {
+			sent.note(sends, now, it, holds)
+			return nil
+		}
+		ev, settled, err := s.endingInTrail(ctx, taskID, e.write, start)
+		switch {
+		case err != nil:
+			return err
+		case ev != nil:
+			return &repeatInTrail{ev: ev}
+		case !settled:
+			sent.note(sends, now, it, holds)
+		}
+		return nil
+	}
 	for range retries(ctx) {
 		cond, hb, now, err := s.holderGuard(ctx, agentID, runID, fence, floor)
 		var it, after *taskItem
@@ -1209,7 +1239,9 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 			}
 			if !applied && lostToLater(it, now) && !(sends.Load() > 1 && sentAgain(it, e, agentID, runID, fence, now)) {
 				floor = it.LastAt // a later transition landed first: again, after it
-				sent.note(sends, now, it, holdsNamed(it, agentID, runID, fence))
+				if err := noted(sends, now, it); err != nil {
+					return nil, err
+				}
 				continue
 			}
 			// This very write, sent again (its answer lost), its ending
@@ -1227,13 +1259,17 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 				// of the item and three of the claim index.
 				e.notBefore, e.rank = it.NotBefore, it.rank()
 				e.freeIf = append(terms{nameNotBefore.Equal(expression.Value(it.NotBefore))}, it.rankIs()...)
-				sent.note(sends, now, it, holdsNamed(it, agentID, runID, fence))
+				if err := noted(sends, now, it); err != nil {
+					return nil, err
+				}
 				continue
 			}
 			if !applied && !mine && e.notBefore != 0 && (it == nil || it.NotBefore <= ms(now)) {
 				e.notBefore, e.rank, pinned = 0, "", nil // its not_before was cleared or has passed
 				if it != nil && it.hasLease() {
-					sent.note(sends, now, it, holdsNamed(it, agentID, runID, fence))
+					if err := noted(sends, now, it); err != nil {
+						return nil, err
+					}
 					continue
 				}
 			}
@@ -1247,7 +1283,9 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 			}
 			return it, nil
 		}
-		sent.note(sends, now, it, holdsNamed(it, agentID, runID, fence))
+		if err := noted(sends, now, it); err != nil {
+			return nil, err
+		}
 		return nil, resent(s.notHolder(ctx, it, agentID, runID, fence, now, hb), sent.any())
 	}
 	return nil, fmt.Errorf("%s %s: %w", e.typ, taskID, ErrBusy)
@@ -1259,6 +1297,46 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 func waitsAhead(it *taskItem, agentID, runID string, fence int64, now time.Time) bool {
 	return it != nil && it.hasLease() && it.Holder == agentID && (runID == "" || it.RunID == runID) &&
 		(fence == 0 || it.Fence == fence) && it.NotBefore > ms(now)
+}
+
+// repeatInTrail answers a holder's ending naming no lease whose write,
+// sent more than once, ended the caller's lease, found in the trail by
+// its id (finish): the call is answered as that ending (repeatedEnding).
+type repeatInTrail struct{ ev *eventItem }
+
+func (r *repeatInTrail) Error() string {
+	return fmt.Sprintf("%s of %s: answered from the trail", r.ev.Type, r.ev.TaskID)
+}
+
+// endingInTrail looks in taskID's trail for the lease's ending made by
+// write, a write of a call begun at since (Unix ms of this process's
+// clock): the ending is stamped at or after since, and so is every
+// transition of the task after it (the time rule), so the trail is read
+// newest first back to an event before since. It waits for the change
+// stream to archive what the task shows (lookInTrail); settled says a nil
+// ev is conclusive: the write ended no lease.
+func (s *Store) endingInTrail(ctx context.Context, taskID, write string, since int64) (ev *eventItem, settled bool, err error) {
+	reached := false
+	settled, err = s.lookInTrail(ctx, taskID, true, func() (bool, error) {
+		ev, reached = nil, true
+		seen := 0
+		err := queryNewestFirst(ctx, s.db, s.events, expression.Key("task_id").Equal(expression.Value(taskID)), 10, func(e *eventItem) bool {
+			seen++
+			switch {
+			case e.At < since:
+				return false
+			case e.Write == write && e.endsLease():
+				ev = e
+				return false
+			case seen >= maxRepeatScan:
+				reached = false
+				return false
+			}
+			return true
+		})
+		return ev != nil, err
+	})
+	return ev, settled && reached, err
 }
 
 // resentRefusal is the refusal of a holder's ending whose write was sent
@@ -1303,9 +1381,15 @@ type resends struct {
 // have stamped the ending before that lease, and its grant, after the
 // write's time). A request naming no lease is judged by the times alone.
 func (r *resends) note(sends *atomic.Int32, now time.Time, it *taskItem, holds bool) {
-	if r.first == 0 && sends.Load() > 1 && it != nil && !holds && it.EndSeq != 0 && it.EndAt >= ms(now) {
+	if r.mayHaveApplied(sends, now, it, holds) {
 		r.first = ms(now)
 	}
+}
+
+// mayHaveApplied says note would take the write for one that may have
+// applied, the first such write of the call.
+func (r *resends) mayHaveApplied(sends *atomic.Int32, now time.Time, it *taskItem, holds bool) bool {
+	return r.first == 0 && sends.Load() > 1 && it != nil && !holds && it.EndSeq != 0 && it.EndAt >= ms(now)
 }
 
 // holdsNamed says it holds agentID's lease that runID or fence (at least
@@ -1493,6 +1577,10 @@ func (s *Store) archivedEnding(ctx context.Context, taskID string, typ EventType
 // repeatedEnding is the archived ending a refused holder's request repeats
 // (see "A repeat after a later ending"), or nil and the refusal err.
 func (s *Store) repeatedEnding(ctx context.Context, err error, taskID string, typ EventType, outcome ReleaseOutcome, by, agentID, runID string, fence int64) (*eventItem, error) {
+	var rt *repeatInTrail
+	if errors.As(err, &rt) {
+		return rt.ev, nil // found already, by its write's id (finish)
+	}
 	var rr *resentRefusal
 	again := errors.As(err, &rr)
 	if again {
@@ -1507,7 +1595,7 @@ func (s *Store) repeatedEnding(ctx context.Context, err error, taskID string, ty
 	// taken off the item since by two more transitions: the trail is
 	// waited for (lookInTrail).
 	var found *eventItem
-	lerr := s.lookInTrail(ctx, taskID, again, func() (bool, error) {
+	_, lerr := s.lookInTrail(ctx, taskID, again, func() (bool, error) {
 		ev, err := s.archivedEnding(ctx, taskID, typ, outcome, by, agentID, runID, fence)
 		found = ev
 		return ev != nil, err
@@ -1526,31 +1614,33 @@ func (s *Store) repeatedEnding(ctx context.Context, err error, taskID string, ty
 // yet to archive (about a second after their writes), it looks again,
 // 20 ms, 40 ms ... apart, for up to trailWait (one GetItem of the task
 // and two Queries a wait), and once more when all are archived; without,
-// it looks once. A task that is gone ends the looking.
-func (s *Store) lookInTrail(ctx context.Context, taskID string, wait bool, look func() (bool, error)) error {
+// it looks once. A task that is gone ends the looking. settled says the
+// last look was made with the trail archived whole: what it did not find
+// is not there.
+func (s *Store) lookInTrail(ctx context.Context, taskID string, wait bool, look func() (bool, error)) (settled bool, err error) {
 	deadline := time.Now().Add(trailWait)
 	for n := 1; ; n++ {
 		if found, err := look(); found || err != nil {
-			return err
+			return false, err
 		}
 		if !wait || time.Now().After(deadline) {
-			return nil
+			return settled, nil
 		}
 		tr, _, err := s.trailSince(ctx, taskID, ms(s.clock()))
 		if errors.Is(err, ErrTaskNotFound) {
-			return nil
+			return false, nil
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		if tr.Pending == 0 {
 			// Everything archived, perhaps since the look above: one
 			// last look is conclusive.
-			wait = false
+			wait, settled = false, true
 			continue
 		}
 		if err := backoff(ctx, n); err != nil {
-			return err
+			return false, err
 		}
 	}
 }

@@ -469,7 +469,7 @@ func (t *taskItem) endEvent() (eventItem, bool) {
 	return eventItem{
 		TaskID: t.TaskID, Seq: r.EndSeq, Type: r.EndType, AgentID: r.EndAgent, RunID: r.EndRun,
 		Fence: r.EndFence, At: r.EndAt, HeldMS: &held, By: r.EndBy, Reason: r.EndReason, Outcome: r.EndOutcome,
-		Version: version,
+		Version: version, Write: r.EndWrite,
 	}, true
 }
 
@@ -866,8 +866,10 @@ type eventItem struct {
 	NotBefore int64 `dynamodbav:"not_before,omitempty"`
 	// Write is a checkout's grant_write, the id of the write that made
 	// the grant, so that a grant the SDK sent again finds its own in the
-	// trail once the item no longer names it (resentGrantInTrail). Not
-	// shown; not on checkouts archived before it was kept.
+	// trail once the item no longer names it (resentGrantInTrail); and an
+	// ending's end_write, for a release or completion naming no lease
+	// (endingInTrail). Not shown; not on events archived before it was
+	// kept.
 	Write string `dynamodbav:"write,omitempty"`
 	// The fleet feed's keys (index by_feed), set by the stream function
 	// when it archives the event; see feed.go.
