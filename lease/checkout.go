@@ -1207,7 +1207,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 			sent.note(sends, now, it, holds)
 			return nil
 		}
-		ev, settled, err := s.endingInTrail(ctx, taskID, e.write, start)
+		ev, settled, err := s.endingInTrail(ctx, taskID, e, agentID, start)
 		switch {
 		case err != nil:
 			return err
@@ -1309,26 +1309,32 @@ func (r *repeatInTrail) Error() string {
 }
 
 // endingInTrail looks in taskID's trail for the lease's ending made by
-// write, a write of a call begun at since (Unix ms of this process's
-// clock): the ending is stamped at or after since, and so is every
-// transition of the task after it (the time rule), so the trail is read
-// newest first back to an event before since. It waits for the change
-// stream to archive what the task shows (lookInTrail); settled says a nil
-// ev is conclusive: the write ended no lease.
-func (s *Store) endingInTrail(ctx context.Context, taskID, write string, since int64) (ev *eventItem, settled bool, err error) {
+// end's write, for agentID, by a call begun at since (Unix ms of this
+// process's clock): the ending is stamped at or after since, and so is
+// every transition of the task after it (the time rule), so the trail is
+// read newest first back to an event before since (its own ending is
+// matched first, should the clock have stepped back), at most
+// maxEndingScan events. It waits for the change stream to archive what
+// the task shows (lookInTrail); settled says a nil ev is conclusive: the
+// write ended no lease. Not when the scan stops at its bound, nor when it
+// meets an ending like the call's archived without a write's id (by the
+// stream function of a version that kept none, during a deploy): that
+// one may be the call's own.
+func (s *Store) endingInTrail(ctx context.Context, taskID string, end ending, agentID string, since int64) (ev *eventItem, settled bool, err error) {
 	reached := false
 	settled, err = s.lookInTrail(ctx, taskID, true, func() (bool, error) {
 		ev, reached = nil, true
 		seen := 0
-		err := queryNewestFirst(ctx, s.db, s.events, expression.Key("task_id").Equal(expression.Value(taskID)), 10, func(e *eventItem) bool {
+		err := queryNewestFirst(ctx, s.db, s.events, expression.Key("task_id").Equal(expression.Value(taskID)), maxEndingScan/4, func(e *eventItem) bool {
 			seen++
 			switch {
-			case e.At < since:
-				return false
-			case e.Write == write && e.endsLease():
+			case e.Write == end.write && e.endsLease():
 				ev = e
 				return false
-			case seen >= maxRepeatScan:
+			case e.At < since:
+				return false
+			case e.Write == "" && e.endsLease() && e.Type == end.typ && e.By == end.by && e.AgentID == agentID,
+				seen >= maxEndingScan:
 				reached = false
 				return false
 			}
@@ -1338,6 +1344,11 @@ func (s *Store) endingInTrail(ctx context.Context, taskID, write string, since i
 	})
 	return ev, settled && reached, err
 }
+
+// maxEndingScan bounds endingInTrail's read of a trail: the events made
+// since a call began, a few but for a clock far behind the task's (then
+// the times decide, as without the trail).
+const maxEndingScan = 100
 
 // resentRefusal is the refusal of a holder's ending whose write was sent
 // more than once (sends.go): its first sending may have applied and its

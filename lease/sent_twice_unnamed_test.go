@@ -2,9 +2,15 @@ package lease_test
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
 	"github.com/checkout-dev/checkout/lease/schema"
 )
@@ -75,5 +81,130 @@ func TestAnEndingNamingNoLeaseSentTwicePastTwoTransitionsIsAnsweredFromTheTrail(
 				t.Fatalf("a's third lease (fence %d), granted after the %s's ending applied, was ended by its second sending: x is %s, lease %v", third.Fence, tc.name, got.Status, got.Checkout)
 			}
 		})
+	}
+}
+
+// stripEventWrites removes the write attribute from every archived event
+// of taskID: the archive as the stream function of a version that kept
+// no ending's write id leaves it, while a deploy has updated the API
+// functions and not yet the stream function.
+func stripEventWrites(t *testing.T, e *env, taskID string) {
+	t.Helper()
+	events := e.names.Table(schema.EventsTable)
+	out, err := e.db.Query(ctx(t), &dynamodb.QueryInput{
+		TableName:                 &events,
+		KeyConditionExpression:    aws.String("task_id = :t"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberS{Value: taskID}},
+		ConsistentRead:            aws.Bool(true),
+	})
+	if err != nil {
+		t.Fatalf("query events: %v", err)
+	}
+	for _, it := range out.Items {
+		if _, ok := it["write"]; !ok {
+			continue
+		}
+		if _, err := e.db.UpdateItem(ctx(t), &dynamodb.UpdateItemInput{
+			TableName:                &events,
+			Key:                      map[string]types.AttributeValue{"task_id": it["task_id"], "seq": it["seq"]},
+			UpdateExpression:         aws.String("REMOVE #w"),
+			ExpressionAttributeNames: map[string]string{"#w": "write"},
+		}); err != nil {
+			t.Fatalf("strip write: %v", err)
+		}
+	}
+}
+
+// The release naming no lease of
+// TestAnEndingNamingNoLeaseSentTwicePastTwoTransitionsIsAnsweredFromTheTrail,
+// its first sending applied and its answer lost, a's other worker taking
+// the task, releasing it and taking it again in the gap; but the trail's
+// events were archived by a stream function that keeps no ending's write
+// id (an earlier version, during a deploy). Finding no event with its
+// write's id in a trail archived whole, the call took its write for one
+// that ended nothing, wrote again unpinned and ended a's third lease (a
+// review's test); an ending like its own with no id now leaves the
+// judgement to the times: 404, the lease left alone.
+func TestAnUnnamedReleaseWhoseEndingWasArchivedWithoutItsIdLeavesTheThirdLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "x")
+	e.checkout(t, "x", "a", time.Hour)
+	e.clock.Advance(time.Minute)
+	tasks := e.names.Table(schema.TasksTable)
+	var third lease.Checkout
+	s, doer := lossyTaskStore(e, func(target, body string) bool {
+		return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"release"`)
+	}, func() {
+		e.clock.Advance(time.Second)
+		e.checkout(t, "x", "a", time.Hour)
+		e.clock.Advance(time.Second)
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a"}))
+		e.clock.Advance(time.Second)
+		third = e.checkout(t, "x", "a", time.Hour)
+		e.drain(t)
+		stripEventWrites(t, e, "x")
+	})
+	doer.applied = true
+	_, err := s.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a"})
+	if !doer.lost.Load() {
+		t.Fatal("no ending was sent twice")
+	}
+	if got := e.get(t, "x"); got.Checkout == nil || got.Checkout.Fence != third.Fence {
+		t.Fatalf("a's third lease (fence %d), granted after the release's ending applied, was ended by its second sending "+
+			"(answered %v): x is %s, lease %v", third.Fence, err, got.Status, got.Checkout)
+	}
+}
+
+// The same release, its ending stamped by a clock that stepped back a
+// few milliseconds between the call's start (read first) and its write's
+// time: its own ending's event is stamped before the start. The trail's
+// read stopped there before matching its id, took the write for one that
+// ended nothing, and ended a's third lease (a review's test); its own
+// ending is now matched first, and answered.
+func TestAnUnnamedReleaseStampedBeforeItsStartFindsItsEnding(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "x")
+	e.checkout(t, "x", "a", time.Hour)
+	e.clock.Advance(time.Minute)
+	tasks := e.names.Table(schema.TasksTable)
+	var third lease.Checkout
+	doer := &lossyDoer{match: func(target, body string) bool {
+		return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"release"`)
+	}, race: func() {
+		e.clock.Advance(time.Second)
+		e.checkout(t, "x", "a", time.Hour)
+		e.clock.Advance(time.Second)
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a"}))
+		e.clock.Advance(time.Second)
+		third = e.checkout(t, "x", "a", time.Hour)
+		e.drain(t)
+	}}
+	doer.applied = true
+	// The wall clock steps back 5 ms right after its first reading.
+	var reads atomic.Int32
+	s := lease.New(lease.Config{
+		DB:     lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }),
+		Tables: e.names,
+		Now: func() time.Time {
+			if reads.Add(1) == 1 {
+				return e.clock.Now()
+			}
+			return e.clock.Now().Add(-5 * time.Millisecond)
+		},
+	})
+	_, err := s.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a"})
+	if !doer.lost.Load() {
+		t.Fatal("no ending was sent twice")
+	}
+	if got := e.get(t, "x"); got.Checkout == nil || got.Checkout.Fence != third.Fence {
+		t.Fatalf("a's third lease (fence %d) was ended by the second sending of a release that had ended a's first "+
+			"(answered %v): x is %s, lease %v", third.Fence, err, got.Status, got.Checkout)
+	}
+	if err != nil {
+		t.Errorf("answered %v, want the release answered from the trail", err)
 	}
 }
