@@ -15,6 +15,48 @@ import (
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
+// takenTwiceMoreByA sets up x held by a for a minute, and returns the
+// race of this file's tests: the first sending of a's ending (an
+// UpdateItem of the tasks table naming verb) applies and its answer is
+// lost; then a's other worker takes x (after again, which may reopen
+// it), releases it naming no lease (its own end_write) and takes it
+// again, each a second later, and the change stream archives it all.
+// third gives a's third lease once the race has run.
+func takenTwiceMoreByA(t *testing.T, e *env, verb string, again func(t *testing.T, e *env)) (doer *lossyDoer, third func() lease.Checkout) {
+	t.Helper()
+	e.task(t, "x")
+	e.checkout(t, "x", "a", time.Hour)
+	e.clock.Advance(time.Minute)
+	tasks := e.names.Table(schema.TasksTable)
+	var co lease.Checkout
+	doer = &lossyDoer{applied: true, match: func(target, body string) bool {
+		return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, verb)
+	}, race: func() {
+		e.clock.Advance(time.Second)
+		again(t, e)
+		e.checkout(t, "x", "a", time.Hour)
+		e.clock.Advance(time.Second)
+		must[lease.Released](t)(e.store.Release(ctx(t), lease.ReleaseParams{TaskID: "x", AgentID: "a"}))
+		e.clock.Advance(time.Second)
+		co = e.checkout(t, "x", "a", time.Hour)
+		e.drain(t)
+	}}
+	return doer, func() lease.Checkout { return co }
+}
+
+// leftAlone fails t unless x still holds lease third, after the second
+// sending of a's ending that made the first lease's (answered err).
+func leftAlone(t *testing.T, e *env, third lease.Checkout, err error) {
+	t.Helper()
+	if got := e.get(t, "x"); got.Checkout == nil || got.Checkout.Fence != third.Fence {
+		t.Fatalf("a's third lease (fence %d), granted after the ending's first sending applied, was ended by its second sending "+
+			"(answered %v): x is %s, lease %v", third.Fence, err, got.Status, got.Checkout)
+	}
+}
+
+// noAgain is a race's again that does nothing.
+func noAgain(*testing.T, *env) {}
+
 // A release or completion naming no lease, its ending applied and its
 // answer lost. In the gap a's other worker takes the task (reopened first,
 // after a completion), releases it (naming no lease: its own end_write)
@@ -37,7 +79,7 @@ func TestAnEndingNamingNoLeaseSentTwicePastTwoTransitionsIsAnsweredFromTheTrail(
 				t.Errorf("answered released by %q after %v held, want by a after a minute", r.ReleasedBy, r.Held)
 			}
 			return err
-		}, func(*testing.T, *env) {}},
+		}, noAgain},
 		{"completion", `"complete"`, func(t *testing.T, s *lease.Store) error {
 			done, err := s.Complete(ctx(t), lease.CompleteParams{TaskID: "x", AgentID: "a"})
 			if err == nil && (done.Status != lease.StatusDone || done.Version != 3) {
@@ -51,35 +93,15 @@ func TestAnEndingNamingNoLeaseSentTwicePastTwoTransitionsIsAnsweredFromTheTrail(
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			c := ctx(t)
-			e.task(t, "x")
-			e.checkout(t, "x", "a", time.Hour)
-			e.clock.Advance(time.Minute)
-			tasks := e.names.Table(schema.TasksTable)
-			var third lease.Checkout
-			s, doer := lossyTaskStore(e, func(target, body string) bool {
-				return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, tc.verb)
-			}, func() {
-				e.clock.Advance(time.Second)
-				tc.again(t, e)
-				e.checkout(t, "x", "a", time.Hour)
-				e.clock.Advance(time.Second)
-				must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a"}))
-				e.clock.Advance(time.Second)
-				third = e.checkout(t, "x", "a", time.Hour)
-				e.drain(t)
-			})
-			doer.applied = true
-			err := tc.end(t, s)
+			doer, third := takenTwiceMoreByA(t, e, tc.verb, tc.again)
+			err := tc.end(t, e.over(doer))
 			if !doer.lost.Load() {
 				t.Fatal("no ending was sent twice")
 			}
 			if err != nil {
 				t.Errorf("a's %s naming no lease, applied, its answer lost and its ending archived: %v, want it answered as it was made", tc.name, err)
 			}
-			if got := e.get(t, "x"); got.Checkout == nil || got.Checkout.Fence != third.Fence {
-				t.Fatalf("a's third lease (fence %d), granted after the %s's ending applied, was ended by its second sending: x is %s, lease %v", third.Fence, tc.name, got.Status, got.Checkout)
-			}
+			leftAlone(t, e, third(), err)
 		})
 	}
 }
@@ -128,33 +150,17 @@ func stripEventWrites(t *testing.T, e *env, taskID string) {
 func TestAnUnnamedReleaseWhoseEndingWasArchivedWithoutItsIdLeavesTheThirdLease(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	c := ctx(t)
-	e.task(t, "x")
-	e.checkout(t, "x", "a", time.Hour)
-	e.clock.Advance(time.Minute)
-	tasks := e.names.Table(schema.TasksTable)
-	var third lease.Checkout
-	s, doer := lossyTaskStore(e, func(target, body string) bool {
-		return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"release"`)
-	}, func() {
-		e.clock.Advance(time.Second)
-		e.checkout(t, "x", "a", time.Hour)
-		e.clock.Advance(time.Second)
-		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a"}))
-		e.clock.Advance(time.Second)
-		third = e.checkout(t, "x", "a", time.Hour)
-		e.drain(t)
+	doer, third := takenTwiceMoreByA(t, e, `"release"`, noAgain)
+	race := doer.race
+	doer.race = func() {
+		race()
 		stripEventWrites(t, e, "x")
-	})
-	doer.applied = true
-	_, err := s.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a"})
+	}
+	_, err := e.over(doer).Release(ctx(t), lease.ReleaseParams{TaskID: "x", AgentID: "a"})
 	if !doer.lost.Load() {
 		t.Fatal("no ending was sent twice")
 	}
-	if got := e.get(t, "x"); got.Checkout == nil || got.Checkout.Fence != third.Fence {
-		t.Fatalf("a's third lease (fence %d), granted after the release's ending applied, was ended by its second sending "+
-			"(answered %v): x is %s, lease %v", third.Fence, err, got.Status, got.Checkout)
-	}
+	leftAlone(t, e, third(), err)
 }
 
 // The same release, its ending stamped by a clock that stepped back a
@@ -166,24 +172,7 @@ func TestAnUnnamedReleaseWhoseEndingWasArchivedWithoutItsIdLeavesTheThirdLease(t
 func TestAnUnnamedReleaseStampedBeforeItsStartFindsItsEnding(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	c := ctx(t)
-	e.task(t, "x")
-	e.checkout(t, "x", "a", time.Hour)
-	e.clock.Advance(time.Minute)
-	tasks := e.names.Table(schema.TasksTable)
-	var third lease.Checkout
-	doer := &lossyDoer{match: func(target, body string) bool {
-		return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"release"`)
-	}, race: func() {
-		e.clock.Advance(time.Second)
-		e.checkout(t, "x", "a", time.Hour)
-		e.clock.Advance(time.Second)
-		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a"}))
-		e.clock.Advance(time.Second)
-		third = e.checkout(t, "x", "a", time.Hour)
-		e.drain(t)
-	}}
-	doer.applied = true
+	doer, third := takenTwiceMoreByA(t, e, `"release"`, noAgain)
 	// The wall clock steps back 5 ms right after its first reading.
 	var reads atomic.Int32
 	s := lease.New(lease.Config{
@@ -196,14 +185,11 @@ func TestAnUnnamedReleaseStampedBeforeItsStartFindsItsEnding(t *testing.T) {
 			return e.clock.Now().Add(-5 * time.Millisecond)
 		},
 	})
-	_, err := s.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a"})
+	_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "x", AgentID: "a"})
 	if !doer.lost.Load() {
 		t.Fatal("no ending was sent twice")
 	}
-	if got := e.get(t, "x"); got.Checkout == nil || got.Checkout.Fence != third.Fence {
-		t.Fatalf("a's third lease (fence %d) was ended by the second sending of a release that had ended a's first "+
-			"(answered %v): x is %s, lease %v", third.Fence, err, got.Status, got.Checkout)
-	}
+	leftAlone(t, e, third(), err)
 	if err != nil {
 		t.Errorf("answered %v, want the release answered from the trail", err)
 	}
