@@ -1188,9 +1188,10 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 	var floor int64
 	var pinned *taskItem // the item the delayed ending is pinned to
 	var sent resends     // earlier writes of this call sent more than once
-	// Every ending this call writes is stamped at or after start, and
-	// every later transition of the task after it (the time rule).
-	start := ms(s.clock())
+	// Every ending this call writes is stamped at or after since, the
+	// earliest time of its writes (a clock may step back), and every
+	// later transition of the task after it (the time rule).
+	since := ms(s.clock())
 	// noted records a refused write of the call (resends.note). A request
 	// naming no lease cannot tell from the item whether its write, sent
 	// more than once, ended the caller's lease: the caller's later lease
@@ -1207,7 +1208,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 			sent.note(sends, now, it, holds)
 			return nil
 		}
-		ev, settled, err := s.endingInTrail(ctx, taskID, e, agentID, start)
+		ev, settled, err := s.endingInTrail(ctx, taskID, e, agentID, since)
 		switch {
 		case err != nil:
 			return err
@@ -1220,6 +1221,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 	}
 	for range retries(ctx) {
 		cond, hb, now, err := s.holderGuard(ctx, agentID, runID, fence, floor)
+		since = min(since, ms(now))
 		var it, after *taskItem
 		applied := false
 		wctx, sends := countSends(ctx)
@@ -1309,17 +1311,16 @@ func (r *repeatInTrail) Error() string {
 }
 
 // endingInTrail looks in taskID's trail for the lease's ending made by
-// end's write, for agentID, by a call begun at since (Unix ms of this
-// process's clock): the ending is stamped at or after since, and so is
-// every transition of the task after it (the time rule), so the trail is
-// read newest first back to an event before since (its own ending is
-// matched first, should the clock have stepped back), at most
-// maxEndingScan events. It waits for the change stream to archive what
-// the task shows (lookInTrail); settled says a nil ev is conclusive: the
-// write ended no lease. Not when the scan stops at its bound, nor when it
-// meets an ending like the call's archived without a write's id (by the
-// stream function of a version that kept none, during a deploy): that
-// one may be the call's own.
+// end's write, for agentID, by a call whose writes were made at since or
+// later (Unix ms of this process's clock): the ending is stamped at or
+// after since, and so is every transition of the task after it (the
+// time rule), so the trail is read newest first back to an event before
+// since, at most maxEndingScan events. It waits for the change stream to
+// archive what the task shows (lookInTrail); settled says a nil ev is
+// conclusive: the write ended no lease. Not when the scan stops at its
+// bound, nor when it meets an ending like the call's archived without
+// even noWrite (by the stream function of a version that kept no ids,
+// during a deploy): that one may be the call's own.
 func (s *Store) endingInTrail(ctx context.Context, taskID string, end ending, agentID string, since int64) (ev *eventItem, settled bool, err error) {
 	reached := false
 	settled, err = s.lookInTrail(ctx, taskID, true, func() (bool, error) {

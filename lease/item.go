@@ -469,9 +469,15 @@ func (t *taskItem) endEvent() (eventItem, bool) {
 	return eventItem{
 		TaskID: t.TaskID, Seq: r.EndSeq, Type: r.EndType, AgentID: r.EndAgent, RunID: r.EndRun,
 		Fence: r.EndFence, At: r.EndAt, HeldMS: &held, By: r.EndBy, Reason: r.EndReason, Outcome: r.EndOutcome,
-		Version: version, Write: r.EndWrite,
+		Version: version, Write: cmp.Or(r.EndWrite, noWrite),
 	}, true
 }
+
+// noWrite is the Write of an ending event whose write kept no id (a
+// holder's ending naming its lease, a cancel), so that an ending archived
+// with none at all is known for one archived by an earlier version's
+// stream function (endingInTrail).
+const noWrite = "-"
 
 // endedCheckout is the last lease an ending write ended, as it was but
 // for its reason, which the ending does not keep (endUpdate).
@@ -868,8 +874,8 @@ type eventItem struct {
 	// the grant, so that a grant the SDK sent again finds its own in the
 	// trail once the item no longer names it (resentGrantInTrail); and an
 	// ending's end_write, for a release or completion naming no lease
-	// (endingInTrail). Not shown; not on events archived before it was
-	// kept.
+	// (endingInTrail), or noWrite. Not shown; not on events archived
+	// before it was kept.
 	Write string `dynamodbav:"write,omitempty"`
 	// The fleet feed's keys (index by_feed), set by the stream function
 	// when it archives the event; see feed.go.

@@ -177,6 +177,32 @@ func TestASkewedEndingSentTwiceAfterARecentEndingEndsItsOwnLease(t *testing.T) {
 	})
 }
 
+// TestASkewedEndingSentTwiceAfterARecentEndingEndsItsOwnLease, the lease
+// the fast process ended just before granting a's being a's own earlier
+// one, ended by a naming it (a release by run id and fence; a completion,
+// then a reopen): a release or completion naming no lease finds, in the
+// trail, an ending like its own without a write id, which it took for one
+// archived by an earlier version's stream function (its own, perhaps),
+// answered 404 and left its lease running (a review's test). Endings
+// without an id are now archived with noWrite.
+func TestASkewedEndingSentTwiceAfterTheCallersOwnNamedEndingEndsItsOwnLease(t *testing.T) {
+	t.Parallel()
+	endsItsOwnLeaseThroughSkew(t, []skewedEnding{unnamedRelease}, func(t *testing.T, e *env) {
+		a0 := must[lease.Checkout](t)(e.store.Checkout(ctx(t), lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a0", Timeout: time.Minute}))
+		e.clock.Advance(time.Second)
+		must[lease.Released](t)(e.store.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: a0.RunID, Fence: a0.Fence}))
+		e.clock.Advance(10 * time.Millisecond)
+	})
+	endsItsOwnLeaseThroughSkew(t, []skewedEnding{unnamedCompletion}, func(t *testing.T, e *env) {
+		a0 := must[lease.Checkout](t)(e.store.Checkout(ctx(t), lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a0", Timeout: time.Minute}))
+		e.clock.Advance(time.Second)
+		must[lease.Task](t)(e.store.Complete(ctx(t), lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: a0.RunID, Fence: a0.Fence}))
+		e.clock.Advance(5 * time.Millisecond)
+		must[lease.Task](t)(e.store.UpdateTask(ctx(t), lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Status: new(lease.StatusTodo)}))
+		e.clock.Advance(5 * time.Millisecond)
+	})
+}
+
 // TestAnUnkeptClaimRetriedAfterItsLeaseEndedAnswersItsReason, the retry
 // made on a process 50 ms behind the one that ended the lease, within
 // those 50 ms: the ended lease's end is after the retry's clock, and the

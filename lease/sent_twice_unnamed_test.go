@@ -20,9 +20,9 @@ import (
 // UpdateItem of the tasks table naming verb) applies and its answer is
 // lost; then a's other worker takes x (after again, which may reopen
 // it), releases it naming no lease (its own end_write) and takes it
-// again, each a second later, and the change stream archives it all.
-// third gives a's third lease once the race has run.
-func takenTwiceMoreByA(t *testing.T, e *env, verb string, again func(t *testing.T, e *env)) (doer *lossyDoer, third func() lease.Checkout) {
+// again, each gap later, and the change stream archives it all. third
+// gives a's third lease once the race has run.
+func takenTwiceMoreByA(t *testing.T, e *env, verb string, gap time.Duration, again func(t *testing.T, e *env)) (doer *lossyDoer, third func() lease.Checkout) {
 	t.Helper()
 	e.task(t, "x")
 	e.checkout(t, "x", "a", time.Hour)
@@ -32,12 +32,12 @@ func takenTwiceMoreByA(t *testing.T, e *env, verb string, again func(t *testing.
 	doer = &lossyDoer{applied: true, match: func(target, body string) bool {
 		return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, verb)
 	}, race: func() {
-		e.clock.Advance(time.Second)
+		e.clock.Advance(gap)
 		again(t, e)
 		e.checkout(t, "x", "a", time.Hour)
-		e.clock.Advance(time.Second)
+		e.clock.Advance(gap)
 		must[lease.Released](t)(e.store.Release(ctx(t), lease.ReleaseParams{TaskID: "x", AgentID: "a"}))
-		e.clock.Advance(time.Second)
+		e.clock.Advance(gap)
 		co = e.checkout(t, "x", "a", time.Hour)
 		e.drain(t)
 	}}
@@ -93,7 +93,7 @@ func TestAnEndingNamingNoLeaseSentTwicePastTwoTransitionsIsAnsweredFromTheTrail(
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			doer, third := takenTwiceMoreByA(t, e, tc.verb, tc.again)
+			doer, third := takenTwiceMoreByA(t, e, tc.verb, time.Second, tc.again)
 			err := tc.end(t, e.over(doer))
 			if !doer.lost.Load() {
 				t.Fatal("no ending was sent twice")
@@ -150,7 +150,7 @@ func stripEventWrites(t *testing.T, e *env, taskID string) {
 func TestAnUnnamedReleaseWhoseEndingWasArchivedWithoutItsIdLeavesTheThirdLease(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	doer, third := takenTwiceMoreByA(t, e, `"release"`, noAgain)
+	doer, third := takenTwiceMoreByA(t, e, `"release"`, time.Second, noAgain)
 	race := doer.race
 	doer.race = func() {
 		race()
@@ -172,7 +172,7 @@ func TestAnUnnamedReleaseWhoseEndingWasArchivedWithoutItsIdLeavesTheThirdLease(t
 func TestAnUnnamedReleaseStampedBeforeItsStartFindsItsEnding(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	doer, third := takenTwiceMoreByA(t, e, `"release"`, noAgain)
+	doer, third := takenTwiceMoreByA(t, e, `"release"`, time.Second, noAgain)
 	// The wall clock steps back 5 ms right after its first reading.
 	var reads atomic.Int32
 	s := lease.New(lease.Config{
@@ -183,6 +183,39 @@ func TestAnUnnamedReleaseStampedBeforeItsStartFindsItsEnding(t *testing.T) {
 				return e.clock.Now()
 			}
 			return e.clock.Now().Add(-5 * time.Millisecond)
+		},
+	})
+	_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "x", AgentID: "a"})
+	if !doer.lost.Load() {
+		t.Fatal("no ending was sent twice")
+	}
+	leftAlone(t, e, third(), err)
+	if err != nil {
+		t.Errorf("answered %v, want the release answered from the trail", err)
+	}
+}
+
+// TestAnUnnamedReleaseStampedBeforeItsStartFindsItsEnding with a larger
+// step: this process's clock runs 200 ms ahead and is stepped back between
+// the call's first reading and its write, and a's other worker's
+// checkout, release and checkout, a millisecond apart on a clock that is
+// right, are all stamped before that first reading. The trail's read
+// stopped at the newest of them, took the write for one that ended
+// nothing and ended a's third lease (a review's test); it now reads back
+// to the earliest time of the call's writes.
+func TestAnUnnamedReleaseOnAClockSteppedBackPastLaterTransitionsFindsItsEnding(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	doer, third := takenTwiceMoreByA(t, e, `"release"`, time.Millisecond, noAgain)
+	var reads atomic.Int32
+	s := lease.New(lease.Config{
+		DB:     lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }),
+		Tables: e.names,
+		Now: func() time.Time {
+			if reads.Add(1) == 1 {
+				return e.clock.Now().Add(200 * time.Millisecond) // ahead, then stepped back
+			}
+			return e.clock.Now()
 		},
 	})
 	_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "x", AgentID: "a"})
