@@ -1180,9 +1180,13 @@ func (s *Store) freedUnanswered(it *taskItem) {
 // earlier attempt that did is answered as that attempt was; otherwise the
 // error says why (not_checked_out, or not_holder with the live holder).
 func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence int64, e ending) (*taskItem, error) {
-	if runID == "" && fence == 0 {
-		// Any lease of the caller's matches: its write is known by its id
-		// (sentAgain).
+	if fence == 0 {
+		// Any lease of the caller's matches (of its run, naming only a
+		// run id: a run may check a task out again by name): its write is
+		// known by its id (sentAgain), and refused on its own ending,
+		// still on the item, should the SDK send it again after a later
+		// lease of the caller's was granted in that same millisecond,
+		// which the time rule lets through.
 		e.write = writeID()
 	}
 	var floor int64
@@ -1236,7 +1240,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 			if e.status == StatusTodo && e.notBefore == 0 {
 				e.freeIf = terms{readyCond(now)}
 			}
-			if it, after, applied, err = s.endLease(wctx, taskID, sent.pin(cond), e, now, types.ReturnValueAllNew); err != nil {
+			if it, after, applied, err = s.endLease(wctx, taskID, sent.pin(cond).and(notEndedBy(e.write)...), e, now, types.ReturnValueAllNew); err != nil {
 				return nil, err
 			}
 			if !applied && lostToLater(it, now) && !(sends.Load() > 1 && sentAgain(it, e, agentID, runID, fence, now)) {
@@ -1299,6 +1303,16 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 func waitsAhead(it *taskItem, agentID, runID string, fence int64, now time.Time) bool {
 	return it != nil && it.hasLease() && it.Holder == agentID && (runID == "" || it.RunID == runID) &&
 		(fence == 0 || it.Fence == fence) && it.NotBefore > ms(now)
+}
+
+// notEndedBy is the term that refuses a write on an item whose last
+// ending that very write made (none for a write with no id; NOT of the
+// comparison is true when the item has no end_write: readyCond).
+func notEndedBy(write string) []expression.ConditionBuilder {
+	if write == "" {
+		return nil
+	}
+	return []expression.ConditionBuilder{expression.Not(expression.Name("end_write").Equal(expression.Value(write)))}
 }
 
 // repeatInTrail answers a holder's ending naming no lease whose write,

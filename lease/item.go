@@ -474,9 +474,11 @@ func (t *taskItem) endEvent() (eventItem, bool) {
 }
 
 // noWrite is the Write of an ending event whose write kept no id (a
-// holder's ending naming its lease, a cancel), so that an ending archived
-// with none at all is known for one archived by an earlier version's
-// stream function (endingInTrail).
+// holder's ending naming its lease by fence, a cancel), so that a
+// holder's release or completion archived with none at all is known for
+// one archived by an earlier version's stream function (endingInTrail).
+// The events a takeover records for the lease it ended, and a task's
+// failed event, have none either: they are no holder's.
 const noWrite = "-"
 
 // endedCheckout is the last lease an ending write ended, as it was but

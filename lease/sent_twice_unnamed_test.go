@@ -227,3 +227,82 @@ func TestAnUnnamedReleaseOnAClockSteppedBackPastLaterTransitionsFindsItsEnding(t
 		t.Errorf("answered %v, want the release answered from the trail", err)
 	}
 }
+
+// A release or completion naming no lease, its first sending applied and
+// its answer lost; in the gap a's other worker is granted x in that same
+// millisecond (after a reopen, for the completion; a grant on a clock
+// behind, refused by the time rule, is made again at the release's own
+// time). The SDK's second sending met holder a, a live lease and a latest
+// transition not after its time: it applied again and ended a's new
+// lease, which no request ended (a review's test). It is now refused on
+// its own ending, still on the item, and answered as that ending.
+func TestAnEndingNamingNoLeaseSentTwiceLeavesALeaseGrantedInItsMillisecond(t *testing.T) {
+	t.Parallel()
+	for _, verb := range []string{"release", "complete"} {
+		t.Run(verb, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.task(t, "x")
+			e.checkout(t, "x", "a", time.Hour)
+			e.clock.Advance(time.Minute)
+			tasks := e.names.Table(schema.TasksTable)
+			var co lease.Checkout
+			doer := &lossyDoer{applied: true, match: func(target, body string) bool {
+				return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"`+verb+`"`)
+			}, race: func() {
+				if verb == "complete" {
+					must[lease.Task](t)(e.store.UpdateTask(ctx(t), lease.UpdateTaskParams{TaskID: "x", AgentID: "admin", Status: new(lease.StatusTodo)}))
+				}
+				co = e.checkout(t, "x", "a", time.Hour) // same millisecond
+			}}
+			var err error
+			if verb == "release" {
+				_, err = e.over(doer).Release(ctx(t), lease.ReleaseParams{TaskID: "x", AgentID: "a"})
+			} else {
+				_, err = e.over(doer).Complete(ctx(t), lease.CompleteParams{TaskID: "x", AgentID: "a"})
+			}
+			if !doer.lost.Load() {
+				t.Fatal("no ending was sent twice")
+			}
+			got := e.get(t, "x")
+			if got.Checkout == nil || got.Checkout.Fence != co.Fence {
+				t.Fatalf("a's lease granted after the %s's first sending applied (fence %d) was ended by its second sending (answered %v): x is %s, lease %v",
+					verb, co.Fence, err, got.Status, got.Checkout)
+			}
+			if err != nil {
+				t.Errorf("the %s, applied and sent again: %v, want it answered as it was made", verb, err)
+			}
+		})
+	}
+}
+
+// The same with a release naming only its run id: the run checks the
+// task out again by name (as `checkout mcp` and CHECKOUT_RUN_ID do) in
+// that same millisecond, and the second sending ended the run's new lease
+// (a review's test). Such a release now keeps a write id too.
+func TestARunIDOnlyReleaseSentTwiceLeavesTheRunsLeaseGrantedInItsMillisecond(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.task(t, "x")
+	must[lease.Checkout](t)(e.store.Checkout(ctx(t), lease.CheckoutParams{TaskID: "x", AgentID: "a", RunID: "r-a", Timeout: time.Hour}))
+	e.clock.Advance(time.Minute)
+	tasks := e.names.Table(schema.TasksTable)
+	var co lease.Checkout
+	doer := &lossyDoer{applied: true, match: func(target, body string) bool {
+		return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"release"`)
+	}, race: func() {
+		co = must[lease.Checkout](t)(e.store.Checkout(ctx(t), lease.CheckoutParams{TaskID: "x", AgentID: "a", RunID: "r-a", Timeout: time.Hour}))
+	}}
+	_, err := e.over(doer).Release(ctx(t), lease.ReleaseParams{TaskID: "x", AgentID: "a", RunID: "r-a"})
+	if !doer.lost.Load() {
+		t.Fatal("no ending was sent twice")
+	}
+	got := e.get(t, "x")
+	if got.Checkout == nil || got.Checkout.Fence != co.Fence {
+		t.Fatalf("the run's lease granted after the release's first sending applied (fence %d) was ended by its second sending (answered %v): x is %s, lease %v",
+			co.Fence, err, got.Status, got.Checkout)
+	}
+	if err != nil {
+		t.Errorf("the release, applied and sent again: %v, want it answered as it was made", err)
+	}
+}
