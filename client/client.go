@@ -467,6 +467,16 @@ func invalidIDError(seg string) error {
 	return &APIError{Status: http.StatusBadRequest, Code: errcode.InvalidID, Message: msg, Body: body}
 }
 
+// noQueuesError refuses a claim whose list of queues names none, without
+// sending it, as the server refuses one: 400 invalid_request. (Sent as it
+// is, the empty list would be left out of the body, and the claim would
+// take a task of the default queue.)
+func noQueuesError() error {
+	const msg = "queues must name at least one queue; leave Queues nil to claim from the server's default queue"
+	body, _ := json.Marshal(map[string]string{"error": msg, "code": errcode.InvalidRequest})
+	return &APIError{Status: http.StatusBadRequest, Code: errcode.InvalidRequest, Message: msg, Body: body}
+}
+
 // notServer asks GET /healthz whether the base URL is a checkout server, and
 // returns a *NotServerError when it does not answer as one: 200 {"ok": true}
 // or 503 {"ok": false}. It returns nil when it does, or when the question

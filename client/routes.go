@@ -65,7 +65,12 @@ func (c *Client) Checkout(ctx context.Context, taskID string, req CheckoutReques
 // Checkout, and, as for Checkout, a claim whose answer was lost
 // (ErrUndecided) returns the RunID it was sent under, and only it: a
 // Claim with that RunID answers with the lease it took, if it took one.
+// A non-nil empty req.Queues is refused without sending anything (an
+// *APIError invalid_request, matching ErrInvalid).
 func (c *Client) Claim(ctx context.Context, req ClaimRequest) (Checkout, error) {
+	if req.Queues != nil && len(req.Queues) == 0 {
+		return Checkout{}, fmt.Errorf("claim: %w", noQueuesError())
+	}
 	if req.RunID == "" {
 		req.RunID = NewRunID()
 	}

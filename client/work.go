@@ -63,9 +63,13 @@ type workConfig struct {
 	claimWait    time.Duration
 }
 
-// Queues sets the queues ClaimLoop claims from (default: the server's,
-// "default").
-func Queues(qs ...string) WorkOption { return func(c *workConfig) { c.queues = qs } }
+// Queues sets the queues ClaimLoop claims from (default, without this
+// option: the server's, "default"). Queues naming none (Queues(qs...)
+// with qs empty) is refused: ClaimLoop returns an error matching
+// ErrInvalid at once, rather than claiming from the default queue.
+func Queues(qs ...string) WorkOption {
+	return func(c *workConfig) { c.queues = append([]string{}, qs...) }
+}
 
 // ClaimWait makes each of ClaimLoop's claims wait up to d (at most 20s) on
 // the server for a task to become available, before the loop backs off.
@@ -270,6 +274,9 @@ func (c *Client) checkoutDecided(ctx context.Context, taskID string, req Checkou
 func (c *Client) ClaimLoop(ctx context.Context, fn func(ctx context.Context, l *Lease) error, opts ...WorkOption) error {
 	cfg := newWorkConfig(opts)
 	cfg.runID = ""
+	if cfg.queues != nil && len(cfg.queues) == 0 {
+		return fmt.Errorf("claim loop: %w", noQueuesError())
+	}
 	stopBeats, err := c.startHeartbeats(ctx, cfg, true)
 	if err != nil {
 		if ctx.Err() != nil {
