@@ -674,6 +674,8 @@ func (t *tools) listTasks(ctx context.Context, in ListTasksInput) (ListTasksResu
 		}
 		if open := openBlockers(task.BlockedBy); len(open) > 0 {
 			fmt.Fprintf(&b, ", waits for %s", blockerText(open))
+		} else if task.Status == client.StatusBlocked {
+			b.WriteString(", blockers all done: todo within about a second")
 		}
 		if task.NotBeforeAhead() && task.Status == client.StatusTodo {
 			fmt.Fprintf(&b, ", not before %s", stamp(*task.NotBefore))
@@ -700,8 +702,11 @@ func (t *tools) getTask(ctx context.Context, in TaskInput) (TaskResult, error) {
 		msg += fmt.Sprintf(" It is open from %s: take it with checkout_task then.", stamp(*task.NotBefore))
 	case task.Status == client.StatusTodo:
 		msg += " It is open: take it with checkout_task."
-	case task.Status == client.StatusBlocked:
+	case task.Status == client.StatusBlocked && len(openBlockers(task.BlockedBy)) > 0:
 		msg += fmt.Sprintf(" It waits for %s: nobody can take it until they are done.", blockerText(openBlockers(task.BlockedBy)))
+	case task.Status == client.StatusBlocked:
+		// The last blocker is done; the change stream makes it todo.
+		msg += " Its blockers are all done: it becomes todo within about a second; take it with checkout_task then."
 	case task.Status == client.StatusFailed:
 		msg += fmt.Sprintf(" It used its %d attempts; update_task with status todo reopens it.", task.MaxAttempts)
 	}
