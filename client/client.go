@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
@@ -59,7 +60,8 @@ type Client struct {
 	beating int
 }
 
-// RetryPolicy bounds the retries of a request. The delay before retry n
+// RetryPolicy bounds the retries of a request (a try that timed out is
+// never tried again; see WithHTTPClient). The delay before retry n
 // (1-based) is a random duration in [0, min(MaxDelay, BaseDelay*2^(n-1))),
 // or the answer's Retry-After when that is longer. A request is not tried
 // again when Retry-After passes MaxRetryAfter, or when the delay would
@@ -81,7 +83,9 @@ var DefaultRetryPolicy = RetryPolicy{MaxAttempts: 4, BaseDelay: 100 * time.Milli
 type Option func(*Client)
 
 // WithHTTPClient sets the HTTP client (default, and for nil: one with a
-// 30s timeout).
+// 30s timeout). A try that its timeout ends is not tried again, whatever
+// the retry policy: a server that let the whole timeout pass would make
+// every further try wait as long.
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
 
 // WithRetryPolicy sets the retry policy.
@@ -231,7 +235,12 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 				return ctx.Err()
 			}
 			lastErr = &UnreachableError{URL: c.baseURL, Err: err, Sent: sent}
-			retryable = mode == idempotent || isConnRefused(err)
+			// A try that timed out is not tried again: the server (or
+			// a proxy in front of it) let the HTTP client's whole
+			// timeout pass, and each further try would wait as long
+			// (with the defaults, four tries of 30 s: two minutes
+			// without a word).
+			retryable = (mode == idempotent && !timedOut(err)) || isConnRefused(err)
 		} else {
 			record(ctx, status, respBody)
 			retryAfter = parseRetryAfter(header.Get("Retry-After"), time.Now())
@@ -498,6 +507,13 @@ func (c *Client) notServer(ctx context.Context) error {
 		detail = "200 without {\"ok\": true}"
 	}
 	return &NotServerError{URL: c.baseURL, Detail: detail}
+}
+
+// timedOut reports whether a try got no answer in time: the HTTP client's
+// timeout, or the connection's.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func isConnRefused(err error) bool {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"syscall"
@@ -323,11 +324,20 @@ func (e *UnreachableError) Unwrap() error { return e.Err }
 // Is matches ErrUndecided for a request that was sent.
 func (e *UnreachableError) Is(target error) bool { return target == ErrUndecided && e.Sent }
 
-// reason is the shortest useful description of a network error.
+// reason is the shortest useful description of a network error, without
+// the method and URL that net/http puts before it.
 func reason(err error) string {
 	var errno syscall.Errno
-	if errors.As(err, &errno) {
+	var ue *url.Error
+	switch {
+	case errors.As(err, &errno):
 		return errno.Error()
+	case timedOut(err):
+		return "timed out"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "the connection closed without an answer"
+	case errors.As(err, &ue):
+		return ue.Err.Error()
 	}
 	return err.Error()
 }
