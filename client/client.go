@@ -204,6 +204,9 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 	// so the server may have acted on the request, whatever the later
 	// tries meet (a server that went down refuses their connections).
 	undecided := false
+	// asked: /healthz was asked once whether the URL is a checkout
+	// server's, after a 5xx without the API's code.
+	asked := false
 	for attempt := 1; ; attempt++ {
 		// What is recorded is the last try's answer: a try that gets
 		// none leaves none, not an earlier try's (a 429 or 5xx that
@@ -263,10 +266,22 @@ func (c *Client) do(ctx context.Context, mode retryMode, method, path string, in
 				// would look like an empty queue for ever. (A plain
 				// not_found is also a missing inbox message: /healthz
 				// then answers as a checkout server and the answer
-				// stands.) A 429 or 5xx without a code is not asked
-				// about: it is a gateway's or a proxy's in front of the
-				// server (throttling, a Lambda concurrency limit, a
-				// restart), which a retry may get past.
+				// stands.) A 429 without a code is not asked about: it
+				// is a gateway's or a proxy's in front of the server,
+				// throttling, which a retry may get past.
+				if nse := c.notServer(ctx); nse != nil {
+					return nse
+				}
+			}
+			if status >= 500 && ae != nil && ae.Code == "" && path != "/healthz" && !asked {
+				// A 5xx without the API's code is a gateway's or a
+				// proxy's in front of the server (a Lambda concurrency
+				// limit, a restart), or the answer of a server that is
+				// not a checkout server at all (a plain web server
+				// answers a POST 501): once a call, /healthz tells
+				// them apart. A gateway whose server is down answers
+				// it with a 5xx too, which leaves this answer standing.
+				asked = true
 				if nse := c.notServer(ctx); nse != nil {
 					return nse
 				}

@@ -53,7 +53,9 @@ func reply(w http.ResponseWriter, status int, contentType, body string) {
 // a Lambda concurrency limit, a proxy's HTML 502 while the server
 // restarts), is the service being unavailable, not a URL that is not a
 // checkout server's: an idempotent call is retried, then matches
-// ErrUnavailable; /healthz is not asked.
+// ErrUnavailable. /healthz is not asked after a 429; after a 5xx it is,
+// once a call, and its own 5xx (the gateway's again) leaves the answer
+// standing.
 func TestGatewayOverloadIsUnavailableNotAnotherServer(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -80,8 +82,12 @@ func TestGatewayOverloadIsUnavailableNotAnotherServer(t *testing.T) {
 					t.Errorf("%s: %v (%T), want an *APIError %d matching ErrUnavailable", what, err, err, tc.status)
 				}
 				reqs := g.requests()
-				if len(reqs) != wantRequests || strings.Contains(strings.Join(reqs, " "), "/healthz") && what != "health" {
-					t.Errorf("%s: requests %v, want %d without /healthz", what, reqs, wantRequests)
+				asked := 0
+				if tc.status != http.StatusTooManyRequests && what != "health" {
+					asked = 1
+				}
+				if len(reqs) != wantRequests+asked || strings.Count(strings.Join(reqs, " "), "/healthz") != asked && what != "health" {
+					t.Errorf("%s: requests %v, want %d and /healthz %d times", what, reqs, wantRequests+asked, asked)
 				}
 				g.mu.Lock()
 				g.paths = nil
@@ -135,5 +141,65 @@ func TestHealthOfAServerWithoutItsDatabase(t *testing.T) {
 	var ae *APIError
 	if !errors.Is(err, ErrUnavailable) || !errors.As(err, &ae) || ae.Status != 503 {
 		t.Fatalf("health: %v", err)
+	}
+}
+
+// A URL that points at another web server (python3 -m http.server), which
+// answers a POST 501 Not Implemented with an HTML page: the 5xx without
+// the API's code was taken for the service being unavailable, the
+// request's answer lost (ErrUndecided), and a checkout was retried; a
+// caller told to send it again met the same for ever. /healthz, asked
+// once, says it is not a checkout server. A checkout server's own 5xx,
+// with its code, is not asked about and stays undecided; nor is a 5xx
+// without a code when /healthz answers as a checkout server.
+func TestAnotherWebServersServerErrorIsNotACheckoutServer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	web := newGateway(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			reply(w, 404, "text/html", "<html><body>Error code: 404</body></html>")
+			return
+		}
+		reply(w, 501, "text/html", "<html><body>Error code: 501</body></html>")
+	})
+	c := New(web.URL, "ck_x", WithSleeper((&instant{}).sleep))
+	for name, call := range map[string]func() error{
+		"checkout": func() error { _, err := c.Checkout(ctx, "t1", CheckoutRequest{}); return err },
+		"claim":    func() error { _, err := c.Claim(ctx, ClaimRequest{}); return err },
+		"release":  func() error { _, err := c.Release(ctx, "t1", ReleaseRequest{}); return err },
+	} {
+		err := call()
+		var nse *NotServerError
+		if !errors.As(err, &nse) || errors.Is(err, ErrUndecided) || !strings.Contains(err.Error(), "404 Not Found") {
+			t.Errorf("%s: %v (%T), want not a checkout server", name, err, err)
+		}
+	}
+	if reqs := web.requests(); len(reqs) != 6 {
+		t.Errorf("requests %v, want each call and one /healthz each", reqs)
+	}
+	for _, tc := range []struct {
+		name, body, health string
+		status             int
+		asked              bool
+	}{
+		{"the server without its database", `{"error":"the database cannot be reached","code":"unavailable"}`, `{"ok":false}`, 503, false},
+		{"the server's bug", `{"error":"internal error","code":"internal"}`, `{"ok":true}`, 500, false},
+		{"a gateway in front of a live server", `{"message":"Internal server error"}`, `{"ok":true}`, 502, true},
+	} {
+		g := newGateway(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/healthz" {
+				reply(w, 200, "application/json", tc.health)
+				return
+			}
+			reply(w, tc.status, "application/json", tc.body)
+		})
+		_, err := New(g.URL, "ck_x", WithRetryPolicy(RetryPolicy{MaxAttempts: 1})).Checkout(ctx, "t1", CheckoutRequest{})
+		var nse *NotServerError
+		if errors.As(err, &nse) || !errors.Is(err, ErrUndecided) {
+			t.Errorf("%s: %v (%T), want undecided", tc.name, err, err)
+		}
+		if asked := strings.Contains(strings.Join(g.requests(), " "), "/healthz"); asked != tc.asked {
+			t.Errorf("%s: /healthz asked %v, want %v", tc.name, asked, tc.asked)
+		}
 	}
 }

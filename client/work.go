@@ -457,8 +457,9 @@ func (c *Client) idleWait(idle time.Duration) time.Duration {
 // permanent reports whether err is an answer that asking again will not
 // change: a 4xx other than 429, a base URL no request can go to, or a
 // URL that answers, but not as a checkout server. (A proxy in front of a
-// server that is restarting answers a 5xx, which is an *APIError, never
-// a *NotServerError.)
+// server that is restarting answers a 5xx, which is an *APIError: its
+// /healthz answers a 5xx too, or, once the server is back, as a checkout
+// server.)
 func permanent(err error) bool {
 	var ae *APIError
 	if errors.As(err, &ae) {
