@@ -365,14 +365,20 @@ func (a *app) checkoutFlags(cmd *cobra.Command) *checkoutFlags {
 }
 
 // alreadyHeld reports whether a lease the server answered with 200 was
-// held before this command: a checkout of the same run again gets its
-// lease back unchanged, so less than its timeout is left. (A grant has its
-// whole timeout left, give or take the second the answer took.) Only a
-// run id the user gave can have held a lease before: under one the command
-// generated, the lease is its own grant, however long the client's tries
-// took when an answer was lost.
-func alreadyHeld(co client.Checkout, s *settings) bool {
-	return s.runID.value != "" && co.TimeoutSeconds-co.RemainingSeconds > 1
+// granted before this command sent its request, which took took (its
+// retries included): a checkout or claim of the same run again gets its
+// lease back unchanged. It is judged on the server's clock, whatever the
+// local one says: when it answered, that clock was past expires_at less
+// remaining_seconds (whole seconds, rounded down) less a second, and a
+// grant made for this command is at most took older than that answer. (A
+// renewal resets the time left, so that says nothing; a lease granted
+// within about a second before the command is taken for its grant.) Only
+// a run id the user gave can have held a lease before: under one the
+// command generated, the lease is its own grant, however long the
+// client's tries took when an answer was lost.
+func alreadyHeld(co client.Checkout, s *settings, took time.Duration) bool {
+	answeredAfter := co.ExpiresAt.Add(-co.Remaining() - time.Second)
+	return s.runID.value != "" && co.LockedAt.Before(answeredAfter.Add(-took))
 }
 
 // runID is the run id of a checkout or claim: the user's, or one
@@ -396,9 +402,11 @@ func (a *app) checkout(cmd *cobra.Command, taskID string, f *checkoutFlags) erro
 		return err
 	}
 	return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
+		sent := time.Now()
 		co, err := c.Checkout(ctx, taskID, client.CheckoutRequest{
 			Timeout: timeout, Reason: f.reason, RunID: runID(s), Watch: f.watch, AgentID: s.agent.value,
 		})
+		took := time.Since(sent)
 		var ce *client.ConflictError
 		var be *client.BlockedError
 		var ne *client.NotReadyError
@@ -417,7 +425,7 @@ func (a *app) checkout(cmd *cobra.Command, taskID string, f *checkoutFlags) erro
 		case err != nil:
 			return nil, lostAnswer(err, "the checkout of task "+taskID,
 				"you may hold it now: run the same command again, which answers with your lease if you got it, and takes the task if not")
-		case alreadyHeld(co, s):
+		case alreadyHeld(co, s, took):
 			return func(w io.Writer) { printHeld(w, co) }, nil
 		}
 		lastErr, err := a.granted(cmd.Context(), c, co)
@@ -781,7 +789,9 @@ func (a *app) claimCmd() *cobra.Command {
 				note := context.AfterFunc(ctx, func() {
 					fmt.Fprintln(a.stderr, "checkout: interrupted: waiting for the claim's answer, to give back a task it takes (interrupt again to quit at once)")
 				})
+				sent := time.Now()
 				co, err := c.ClaimOrGiveBack(ctx, client.ClaimRequest{Timeout: d, Reason: reason, RunID: runID, AgentID: s.agent.value, Queues: queues, Wait: w})
+				took := time.Since(sent)
 				note()
 				if se := (*client.StoppedClaimError)(nil); errors.As(err, &se) {
 					return nil, stoppedClaim(se)
@@ -793,7 +803,7 @@ func (a *app) claimCmd() *cobra.Command {
 					return nil, &failure{fmt.Sprintf("run %s already claimed %s (fence %d), and its lease on %s has ended (at %s): nothing is checked out; claim under another run id (a new --run-id, or without CHECKOUT_RUN_ID) to take a task",
 						co.RunID, co.TaskID, co.Fence, co.TaskID, stamp(co.ExpiresAt)), exitNotFound}
 				}
-				if err == nil && alreadyHeld(co, s) {
+				if err == nil && alreadyHeld(co, s, took) {
 					return func(w io.Writer) { printHeld(w, co) }, nil
 				}
 				if err != nil {
