@@ -103,6 +103,11 @@ func (a *app) mcpCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if s.runID.value != "" {
+				// One process is one run: a run shared by two sessions
+				// would make both hold each lease.
+				fmt.Fprintf(a.stderr, "checkout: checkout mcp ignores %s: each process is one run, with a run id of its own; after a restart, take back your agent's leases with checkout_task adopt=true\n", s.runID.from)
+			}
 			return mcpserver.Serve(cmd.Context(), c, a.stdin, a.stdout, mcpserver.Options{AgentID: s.agent.value, Version: versionOnly()})
 		},
 	}

@@ -36,7 +36,7 @@ profiles, which name a server, a key file and an agent):
   CHECKOUT_CONFIG    the profile file, if not $XDG_CONFIG_HOME/checkout/config.toml
                      (default ~/.config/checkout/config.toml; checkout config shows it)
   CHECKOUT_AGENT     the agent to act as with a key not from a profile (default: the key's own), or --agent
-  CHECKOUT_RUN_ID    the run's lease token (default: a fresh one per checkout), or --run-id
+  CHECKOUT_RUN_ID    the run's lease token (default: a fresh one per checkout), or --run-id; not used by mcp
   TZ                 show times in this zone (default UTC; an unknown zone is
                      warned about on stderr, and times are shown in UTC)
 A CHECKOUT_ variable a letter or two away from one of these (CHECKOUT_AGNT) is
@@ -268,7 +268,8 @@ renew_task, complete_task, release_task, fail_task, task_status,
 list_checkouts, list_tasks, list_queues, get_task, create_task, update_task,
 watch_task, read_inbox, ack_message and heartbeat.
 
-One process is one agent run: its checkouts share one run id. A process
+One process is one agent run: its checkouts share one run id, a fresh
+one (CHECKOUT_RUN_ID is not used; a line on stderr says so). A process
 that restarted finds the leases its agent took under the old run; it adopts
 one with checkout_task adopt=true, or by giving the lease's fence to
 renew_task, release_task or complete_task.`
