@@ -177,10 +177,16 @@ func (c *Client) Feed(ctx context.Context, req FeedRequest) (FeedPage, error) {
 // not end it: it asks again from its last cursor after a wait of 1s,
 // doubling up to 30s (randomised between half and all of it), until an
 // answer comes. An error that asking again cannot mend (401, 403, 400, a
-// URL that is not a checkout server's) is returned, as is ctx's.
-func (c *Client) FollowFeed(ctx context.Context, req FeedRequest, interval time.Duration, fn func(Event) error) error {
+// URL that is not a checkout server's) is returned, as is ctx's. With
+// OnFeedOutage, the caller is told when it starts asking again, and when
+// an answer comes again.
+func (c *Client) FollowFeed(ctx context.Context, req FeedRequest, interval time.Duration, fn func(Event) error, opts ...FollowOption) error {
 	if interval <= 0 {
 		interval = time.Second
+	}
+	var cfg followConfig
+	for _, o := range opts {
+		o(&cfg)
 	}
 	backoff := time.Duration(0)
 	for {
@@ -189,11 +195,17 @@ func (c *Client) FollowFeed(ctx context.Context, req FeedRequest, interval time.
 			if ctx.Err() != nil || !transient(err) {
 				return err
 			}
+			if backoff == 0 && cfg.onOutage != nil {
+				cfg.onOutage(err)
+			}
 			backoff = min(max(2*backoff, followRetryMin), followRetryMax)
 			if err := c.sleep(ctx, backoff/2+time.Duration(c.jitter(int64(backoff/2)+1))); err != nil {
 				return err
 			}
 			continue
+		}
+		if backoff > 0 && cfg.onOutage != nil {
+			cfg.onOutage(nil)
 		}
 		backoff = 0
 		for _, e := range page.Events {
@@ -208,6 +220,22 @@ func (c *Client) FollowFeed(ctx context.Context, req FeedRequest, interval time.
 			}
 		}
 	}
+}
+
+// FollowOption configures FollowFeed.
+type FollowOption func(*followConfig)
+
+type followConfig struct {
+	onOutage func(err error)
+}
+
+// OnFeedOutage has FollowFeed call f with the failure when it starts
+// asking again after one that asking again can mend (the server
+// unreachable or restarting, a 5xx, a 429), and with nil at the first
+// answer after it: a follower can say that the feed is held up, and when
+// it is no longer. f runs on FollowFeed's goroutine.
+func OnFeedOutage(f func(err error)) FollowOption {
+	return func(c *followConfig) { c.onOutage = f }
 }
 
 // The waits of FollowFeed before it asks again after a transient failure.

@@ -56,3 +56,32 @@ func TestFollowFeedRidesOutARestart(t *testing.T) {
 		}
 	}
 }
+
+// A follower is told when FollowFeed starts asking again after a failure,
+// and when an answer comes again: OnFeedOutage is called once with the
+// failure, however many tries it takes, then once with nil.
+func TestFollowFeedSaysWhenItIsHeldUp(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int32
+	f := newFlaky(t, func(r recorded) (int, string) {
+		switch k := n.Add(1); {
+		case k == 1:
+			return 200, `{"events":[],"next_cursor":"c1","caught_up":true}`
+		case k <= 9:
+			return 503, unavailableJSON
+		case k == 10:
+			return 200, `{"events":[],"next_cursor":"c2","caught_up":true}`
+		}
+		return 401, `{"error":"bad key","code":"unauthorized"}`
+	})
+	c := New(f.URL, "k", WithSleeper((&instant{}).sleep))
+	var told []error
+	err := c.FollowFeed(context.Background(), FeedRequest{}, time.Second, func(Event) error { return nil },
+		OnFeedOutage(func(err error) { told = append(told, err) }))
+	if !errors.Is(err, ErrUnauthorized) {
+		t.Fatalf("FollowFeed = %v, want the 401", err)
+	}
+	if len(told) != 2 || !errors.Is(told[0], ErrUnavailable) || told[1] != nil {
+		t.Fatalf("told %v, want the 503, then nil", told)
+	}
+}

@@ -111,7 +111,7 @@ func (a *app) eventsCmd() *cobra.Command {
 			if !a.json {
 				a.warnZone()
 			}
-			err = c.FollowFeed(cmd.Context(), req, interval, func(e client.Event) error {
+			show := func(e client.Event) error {
 				if a.json {
 					// The event as the server sent it, on one line.
 					var b bytes.Buffer
@@ -125,7 +125,32 @@ func (a *app) eventsCmd() *cobra.Command {
 				_, err := fmt.Fprintf(a.stdout, "%s  %-13s %-24s agent %s  fence %s  held %s  by %s  %s\n",
 					stamp(e.At), oneLine(e.Type), oneLine(e.TaskID), oneLine(orDash(e.AgentID)), fenceCell(e.Fence), held(e), oneLine(orDash(e.By)), oneLine(eventReason(e)))
 				return err
-			})
+			}
+			// The first page is asked for alone: a server that cannot be
+			// reached, or a URL that is no checkout server's, fails the
+			// command at once, as any other, rather than leaving an
+			// empty stream that looks healthy. After it, an outage is
+			// ridden out, and said on stderr.
+			first, err := c.Feed(cmd.Context(), req)
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			for _, e := range first.Events {
+				if err := show(e); err != nil {
+					return err
+				}
+			}
+			req = client.FeedRequest{Cursor: first.NextCursor, Limit: req.Limit, Types: req.Types}
+			err = c.FollowFeed(cmd.Context(), req, interval, show, client.OnFeedOutage(func(err error) {
+				if err != nil {
+					fmt.Fprintf(a.stderr, "checkout: %s; still following: asking again until it answers\n", a.describe(err))
+					return
+				}
+				fmt.Fprintln(a.stderr, "checkout: the server answers again; following on from where the feed stopped")
+			}))
 			if errors.Is(err, context.Canceled) {
 				return nil // interrupted: the normal end of a follow
 			}

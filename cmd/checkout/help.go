@@ -175,7 +175,9 @@ Without one: the fleet feed, every transition of every task, oldest first,
 from --since (default: the last hour), or from --cursor, where an earlier
 page ended (its last line gives the command). With --follow it keeps going,
 printing each transition once, in order, about two seconds after it
-happened, until interrupted; with --json each event is one JSON line.`
+happened, until interrupted; with --json each event is one JSON line. A
+server that cannot be reached at the start fails the command; one that
+stops answering later is asked again until it answers, which stderr says.`
 
 const eventsExample = `  checkout events task-d4e5
   checkout events task-d4e5 --json
