@@ -1207,6 +1207,10 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 	// had been sent once. A trail held up past its wait leaves the
 	// judgement to the times, as for a request naming its lease.
 	noted := func(sends *atomic.Int32, now time.Time, it *taskItem) error {
+		// A request naming only its run cannot tell from the item
+		// either (holdsNamed): the run's lease on it may be a later one,
+		// checked out again by name after this write ended the one it
+		// meant.
 		holds := holdsNamed(it, agentID, runID, fence)
 		if e.write == "" || !sent.mayHaveApplied(sends, now, it, holds) {
 			sent.note(sends, now, it, holds)
@@ -1418,18 +1422,13 @@ func (r *resends) mayHaveApplied(sends *atomic.Int32, now time.Time, it *taskIte
 	return r.first == 0 && sends.Load() > 1 && it != nil && !holds && it.EndSeq != 0 && it.EndAt >= ms(now)
 }
 
-// holdsNamed says it holds agentID's lease that runID or fence (at least
-// one given) names: a request naming it that was refused on it ended
-// nothing. A run id alone may name a later lease of the run (a run checks
-// a task out again by name): not when the item's last ending is the
-// caller's of a lease of that run, which may be the request's own.
+// holdsNamed says it holds agentID's lease that fence (and runID, when
+// given) names: a request naming it that was refused on it ended nothing.
+// A request naming no fence cannot be told so: a run id alone may name a
+// later lease of the run (a run checks a task out again by name).
 func holdsNamed(it *taskItem, agentID, runID string, fence int64) bool {
-	if it == nil || runID == "" && fence == 0 || !it.hasLease() || it.Holder != agentID ||
-		runID != "" && it.RunID != runID || fence != 0 && it.Fence != fence {
-		return false
-	}
-	r := it.endRecord
-	return fence != 0 || r.EndSeq == 0 || r.EndAgent != agentID || r.EndRun != runID
+	return it != nil && fence != 0 && it.hasLease() && it.Holder == agentID &&
+		(runID == "" || it.RunID == runID) && it.Fence == fence
 }
 
 // any says a write of the call may have applied.

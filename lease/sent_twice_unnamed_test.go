@@ -306,3 +306,60 @@ func TestARunIDOnlyReleaseSentTwiceLeavesTheRunsLeaseGrantedInItsMillisecond(t *
 		t.Errorf("the release, applied and sent again: %v, want it answered as it was made", err)
 	}
 }
+
+// A release or completion naming only its run id, its first sending
+// applied and its answer lost. In the gap another agent b takes the task
+// (reopened first, after a completion) and releases it, and then the run
+// checks the task out again by name. The SDK's second sending is refused
+// on the time rule; the item holds a lease of the run and its last ending
+// is b's, so the request took the run's lease for the one it named, never
+// looked in the trail, and its next write ended the run's new lease,
+// granted after the call had ended the one it meant (a review's test). A
+// request naming only its run is now judged by its write's id, as one
+// naming no lease.
+func TestARunIDOnlyEndingSentTwicePastAnotherAgentsLeaseLeavesTheRunsNextLease(t *testing.T) {
+	t.Parallel()
+	for _, verb := range []string{"release", "complete"} {
+		t.Run(verb, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "x")
+			must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "x", AgentID: "a", RunID: "r-a", Timeout: time.Hour}))
+			e.clock.Advance(time.Minute)
+			tasks := e.names.Table(schema.TasksTable)
+			var co lease.Checkout
+			doer := &lossyDoer{applied: true, match: func(target, body string) bool {
+				return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"`+verb+`"`)
+			}, race: func() {
+				e.clock.Advance(time.Second)
+				if verb == "complete" {
+					must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "admin", Status: new(lease.StatusTodo)}))
+				}
+				b := e.checkout(t, "x", "b", time.Hour)
+				e.clock.Advance(time.Second)
+				must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "b", Fence: b.Fence}))
+				e.clock.Advance(time.Second)
+				co = must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "x", AgentID: "a", RunID: "r-a", Timeout: time.Hour}))
+				e.drain(t)
+			}}
+			var err error
+			if verb == "release" {
+				_, err = e.over(doer).Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a", RunID: "r-a"})
+			} else {
+				_, err = e.over(doer).Complete(c, lease.CompleteParams{TaskID: "x", AgentID: "a", RunID: "r-a"})
+			}
+			if !doer.lost.Load() {
+				t.Fatal("no ending was sent twice")
+			}
+			got := e.get(t, "x")
+			if got.Checkout == nil || got.Checkout.Fence != co.Fence {
+				t.Fatalf("the run's lease granted after the %s's first sending applied (fence %d) was ended by the same call (answered %v): x is %s, lease %v",
+					verb, co.Fence, err, got.Status, got.Checkout)
+			}
+			if err != nil {
+				t.Errorf("the %s, applied and sent again: %v, want it answered as it was made", verb, err)
+			}
+		})
+	}
+}
