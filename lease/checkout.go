@@ -1206,6 +1206,9 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 	// is archived, the write ended nothing and the call goes on as if it
 	// had been sent once. A trail held up past its wait leaves the
 	// judgement to the times, as for a request naming its lease.
+	// waited says the call waited for the trail already, in vain: its
+	// refusal does not wait again (repeatedEnding).
+	waited := false
 	noted := func(sends *atomic.Int32, now time.Time, it *taskItem) error {
 		// A request naming only its run cannot tell from the item
 		// either (holdsNamed): the run's lease on it may be a later one,
@@ -1224,6 +1227,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 			return &repeatInTrail{ev: ev}
 		case !settled:
 			sent.note(sends, now, it, holds)
+			waited = true
 		}
 		return nil
 	}
@@ -1296,7 +1300,7 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 		if err := noted(sends, now, it); err != nil {
 			return nil, err
 		}
-		return nil, resent(s.notHolder(ctx, it, agentID, runID, fence, now, hb), sent.any())
+		return nil, resent(s.notHolder(ctx, it, agentID, runID, fence, now, hb), sent.any() && !waited)
 	}
 	return nil, fmt.Errorf("%s %s: %w", e.typ, taskID, ErrBusy)
 }

@@ -31,7 +31,7 @@ func (e *env) skewedOver(doer *lossyDoer, lag time.Duration) *lease.Store {
 // lease locked before the first write, it answered 404 and left it).
 func TestASkewedEndingSentTwiceEndsItsOwnLease(t *testing.T) {
 	t.Parallel()
-	endsItsOwnLeaseThroughSkew(t, []skewedEnding{namedRelease, unnamedRelease, namedCompletion, namedFailedRelease}, func(*testing.T, *env) {})
+	endsItsOwnLeaseThroughSkew(t, []skewedEnding{namedRelease, unnamedRelease, runIDOnlyRelease, namedCompletion, unnamedCompletion, runIDOnlyCompletion, namedFailedRelease}, func(*testing.T, *env) {})
 }
 
 // skewedEnding is an ending of a's lease (run r-a) of task t; verb is in
@@ -61,6 +61,14 @@ var (
 	}}
 	unnamedCompletion = skewedEnding{"unnamed completion", `"complete"`, func(t *testing.T, s *lease.Store, _ lease.Checkout) error {
 		_, err := s.Complete(ctx(t), lease.CompleteParams{TaskID: "t", AgentID: "a"})
+		return err
+	}}
+	runIDOnlyRelease = skewedEnding{"run-id-only release", `"release"`, func(t *testing.T, s *lease.Store, co lease.Checkout) error {
+		_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: co.RunID})
+		return err
+	}}
+	runIDOnlyCompletion = skewedEnding{"run-id-only completion", `"complete"`, func(t *testing.T, s *lease.Store, co lease.Checkout) error {
+		_, err := s.Complete(ctx(t), lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: co.RunID})
 		return err
 	}}
 	unnamedFailedRelease = skewedEnding{"unnamed failed release", `"release"`, func(t *testing.T, s *lease.Store, _ lease.Checkout) error {
@@ -169,7 +177,7 @@ func TestANamedForceReleaseSentTwiceBeatenByTheSameAdminsOtherIsARepeat(t *testi
 // (it answered 404 and left the lease to its timeout).
 func TestASkewedEndingSentTwiceAfterARecentEndingEndsItsOwnLease(t *testing.T) {
 	t.Parallel()
-	endsItsOwnLeaseThroughSkew(t, []skewedEnding{namedRelease, unnamedRelease, unnamedFailedRelease, namedCompletion, unnamedCompletion, namedFailedRelease}, func(t *testing.T, e *env) {
+	endsItsOwnLeaseThroughSkew(t, []skewedEnding{namedRelease, unnamedRelease, runIDOnlyRelease, unnamedFailedRelease, namedCompletion, unnamedCompletion, runIDOnlyCompletion, namedFailedRelease}, func(t *testing.T, e *env) {
 		b := must[lease.Checkout](t)(e.store.Checkout(ctx(t), lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Minute}))
 		e.clock.Advance(time.Second)
 		must[lease.Released](t)(e.store.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "b", RunID: b.RunID, Fence: b.Fence}))
@@ -348,6 +356,54 @@ func TestARunIDOnlyEndingSentTwiceLeavesTheRunsNextLease(t *testing.T) {
 			if got.Checkout == nil || got.Checkout.Fence != second.Fence {
 				t.Errorf("a %s naming run r-a only, applied to fence %d and sent again after the run took fence %d: lease left %+v (answered %v); want fence %d left alone",
 					tc.name, first.Fence, second.Fence, got.Checkout, err, second.Fence)
+			}
+		})
+	}
+}
+
+// TestASkewedEndingSentTwiceAfterARecentEndingEndsItsOwnLease with the
+// change stream archiving the task's events only 800 ms into the call (in
+// AWS, about a second after each write), for the endings judged by their
+// write's id: the call waits for the archive, finds no ending of its
+// write there, and ends its own lease.
+func TestASkewedEndingSentTwiceWhileTheStreamLagsEndsItsOwnLease(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []skewedEnding{unnamedRelease, runIDOnlyRelease, runIDOnlyCompletion} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.task(t, "t")
+			e.clock.Advance(time.Second)
+			e.drain(t)
+			b := must[lease.Checkout](t)(e.store.Checkout(ctx(t), lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Minute}))
+			e.clock.Advance(time.Second)
+			must[lease.Released](t)(e.store.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "b", RunID: b.RunID, Fence: b.Fence}))
+			e.clock.Advance(10 * time.Millisecond)
+			co := must[lease.Checkout](t)(e.store.Checkout(ctx(t), lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Minute}))
+			tasks := e.names.Table(schema.TasksTable)
+			archived := make(chan struct{})
+			lossy := &lossyDoer{
+				match: func(target, body string) bool {
+					return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, tc.verb)
+				},
+				race: func() {
+					go func() { // the stream, a moment behind (real time: the trail's wait is)
+						defer close(archived)
+						time.Sleep(800 * time.Millisecond)
+						if _, err := e.poller.Poll(ctx(t)); err != nil {
+							t.Errorf("drain: %v", err)
+						}
+					}()
+				},
+			}
+			err := tc.end(t, e.skewedOver(lossy, 50*time.Millisecond), co)
+			<-archived
+			if !lossy.lost.Load() {
+				t.Fatal("no ending was sent twice")
+			}
+			if got := e.get(t, "t"); err != nil || got.Checkout != nil {
+				t.Errorf("a's own live lease, its %s sent twice (the first sending lost, never applied) by a process 50 ms behind, the stream 800 ms behind: "+
+					"answered %v, lease left %+v; want it ended", tc.name, err, got.Checkout)
 			}
 		})
 	}
