@@ -93,13 +93,7 @@ func endsItsOwnLeaseThroughSkew(t *testing.T, endings []skewedEnding, before fun
 			before(t, e)
 			co := must[lease.Checkout](t)(e.store.Checkout(ctx(t), lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Minute}))
 			e.drain(t)
-			tasks := e.names.Table(schema.TasksTable)
-			lossy := &lossyDoer{
-				match: func(target, body string) bool {
-					return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, tc.verb)
-				},
-				race: func() {},
-			}
+			lossy := &lossyDoer{match: endingOf(e, tc.verb), race: func() {}}
 			start := time.Now()
 			err := tc.end(t, e.skewedOver(lossy, 50*time.Millisecond), co)
 			took := time.Since(start)
@@ -380,12 +374,9 @@ func TestASkewedEndingSentTwiceWhileTheStreamLagsEndsItsOwnLease(t *testing.T) {
 			must[lease.Released](t)(e.store.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "b", RunID: b.RunID, Fence: b.Fence}))
 			e.clock.Advance(10 * time.Millisecond)
 			co := must[lease.Checkout](t)(e.store.Checkout(ctx(t), lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Minute}))
-			tasks := e.names.Table(schema.TasksTable)
 			archived := make(chan struct{})
 			lossy := &lossyDoer{
-				match: func(target, body string) bool {
-					return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, tc.verb)
-				},
+				match: endingOf(e, tc.verb),
 				race: func() {
 					go func() { // the stream, a moment behind (real time: the trail's wait is)
 						defer close(archived)

@@ -27,11 +27,8 @@ func takenTwiceMoreByA(t *testing.T, e *env, verb string, gap time.Duration, aga
 	e.task(t, "x")
 	e.checkout(t, "x", "a", time.Hour)
 	e.clock.Advance(time.Minute)
-	tasks := e.names.Table(schema.TasksTable)
 	var co lease.Checkout
-	doer = &lossyDoer{applied: true, match: func(target, body string) bool {
-		return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, verb)
-	}, race: func() {
+	doer = &lossyDoer{applied: true, match: endingOf(e, verb), race: func() {
 		e.clock.Advance(gap)
 		again(t, e)
 		e.checkout(t, "x", "a", time.Hour)
@@ -51,6 +48,31 @@ func leftAlone(t *testing.T, e *env, third lease.Checkout, err error) {
 	if got := e.get(t, "x"); got.Checkout == nil || got.Checkout.Fence != third.Fence {
 		t.Fatalf("a's third lease (fence %d), granted after the ending's first sending applied, was ended by its second sending "+
 			"(answered %v): x is %s, lease %v", third.Fence, err, got.Status, got.Checkout)
+	}
+}
+
+// steppedOver is e.over with a clock off e's by first at its first
+// reading and by then at every later one: a clock stepped between them.
+func (e *env) steppedOver(doer *lossyDoer, first, then time.Duration) *lease.Store {
+	var reads atomic.Int32
+	return lease.New(lease.Config{
+		DB:     lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }),
+		Tables: e.names,
+		Now: func() time.Time {
+			if reads.Add(1) == 1 {
+				return e.clock.Now().Add(first)
+			}
+			return e.clock.Now().Add(then)
+		},
+	})
+}
+
+// endingOf matches an UpdateItem of e's tasks table naming verb (a
+// lossyDoer's match).
+func endingOf(e *env, verb string) func(target, body string) bool {
+	tasks := e.names.Table(schema.TasksTable)
+	return func(target, body string) bool {
+		return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, verb)
 	}
 }
 
@@ -174,17 +196,7 @@ func TestAnUnnamedReleaseStampedBeforeItsStartFindsItsEnding(t *testing.T) {
 	e := newEnv(t)
 	doer, third := takenTwiceMoreByA(t, e, `"release"`, time.Second, noAgain)
 	// The wall clock steps back 5 ms right after its first reading.
-	var reads atomic.Int32
-	s := lease.New(lease.Config{
-		DB:     lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }),
-		Tables: e.names,
-		Now: func() time.Time {
-			if reads.Add(1) == 1 {
-				return e.clock.Now()
-			}
-			return e.clock.Now().Add(-5 * time.Millisecond)
-		},
-	})
+	s := e.steppedOver(doer, 0, -5*time.Millisecond)
 	_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "x", AgentID: "a"})
 	if !doer.lost.Load() {
 		t.Fatal("no ending was sent twice")
@@ -207,17 +219,7 @@ func TestAnUnnamedReleaseOnAClockSteppedBackPastLaterTransitionsFindsItsEnding(t
 	t.Parallel()
 	e := newEnv(t)
 	doer, third := takenTwiceMoreByA(t, e, `"release"`, time.Millisecond, noAgain)
-	var reads atomic.Int32
-	s := lease.New(lease.Config{
-		DB:     lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }),
-		Tables: e.names,
-		Now: func() time.Time {
-			if reads.Add(1) == 1 {
-				return e.clock.Now().Add(200 * time.Millisecond) // ahead, then stepped back
-			}
-			return e.clock.Now()
-		},
-	})
+	s := e.steppedOver(doer, 200*time.Millisecond, 0) // ahead, then stepped back
 	_, err := s.Release(ctx(t), lease.ReleaseParams{TaskID: "x", AgentID: "a"})
 	if !doer.lost.Load() {
 		t.Fatal("no ending was sent twice")
@@ -245,11 +247,8 @@ func TestAnEndingNamingNoLeaseSentTwiceLeavesALeaseGrantedInItsMillisecond(t *te
 			e.task(t, "x")
 			e.checkout(t, "x", "a", time.Hour)
 			e.clock.Advance(time.Minute)
-			tasks := e.names.Table(schema.TasksTable)
 			var co lease.Checkout
-			doer := &lossyDoer{applied: true, match: func(target, body string) bool {
-				return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"`+verb+`"`)
-			}, race: func() {
+			doer := &lossyDoer{applied: true, match: endingOf(e, `"`+verb+`"`), race: func() {
 				if verb == "complete" {
 					must[lease.Task](t)(e.store.UpdateTask(ctx(t), lease.UpdateTaskParams{TaskID: "x", AgentID: "admin", Status: new(lease.StatusTodo)}))
 				}
@@ -286,11 +285,8 @@ func TestARunIDOnlyReleaseSentTwiceLeavesTheRunsLeaseGrantedInItsMillisecond(t *
 	e.task(t, "x")
 	must[lease.Checkout](t)(e.store.Checkout(ctx(t), lease.CheckoutParams{TaskID: "x", AgentID: "a", RunID: "r-a", Timeout: time.Hour}))
 	e.clock.Advance(time.Minute)
-	tasks := e.names.Table(schema.TasksTable)
 	var co lease.Checkout
-	doer := &lossyDoer{applied: true, match: func(target, body string) bool {
-		return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"release"`)
-	}, race: func() {
+	doer := &lossyDoer{applied: true, match: endingOf(e, `"release"`), race: func() {
 		co = must[lease.Checkout](t)(e.store.Checkout(ctx(t), lease.CheckoutParams{TaskID: "x", AgentID: "a", RunID: "r-a", Timeout: time.Hour}))
 	}}
 	_, err := e.over(doer).Release(ctx(t), lease.ReleaseParams{TaskID: "x", AgentID: "a", RunID: "r-a"})
@@ -327,11 +323,8 @@ func TestARunIDOnlyEndingSentTwicePastAnotherAgentsLeaseLeavesTheRunsNextLease(t
 			e.task(t, "x")
 			must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "x", AgentID: "a", RunID: "r-a", Timeout: time.Hour}))
 			e.clock.Advance(time.Minute)
-			tasks := e.names.Table(schema.TasksTable)
 			var co lease.Checkout
-			doer := &lossyDoer{applied: true, match: func(target, body string) bool {
-				return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"`+verb+`"`)
-			}, race: func() {
+			doer := &lossyDoer{applied: true, match: endingOf(e, `"`+verb+`"`), race: func() {
 				e.clock.Advance(time.Second)
 				if verb == "complete" {
 					must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "admin", Status: new(lease.StatusTodo)}))
