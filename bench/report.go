@@ -32,6 +32,11 @@ func ratio(a, b float64) string {
 // Markdown writes the results as Markdown tables.
 func (r *Results) Markdown(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	if r.Config.SweepOnly {
+		r.sweepMarkdown(p)
+		p("\nWhole run: %s.\n", r.Took.Round(time.Second))
+		return
+	}
 	if r.Config.DrainOnly {
 		r.drainMarkdown(p)
 		p("\nWhole run: %s.\n", r.Took.Round(time.Second))
@@ -85,16 +90,7 @@ func (r *Results) Markdown(w io.Writer) {
 		p("| %s | %s | %s | %s |\n", t.System, t.Setup, ms(t.Waited), t.Expect)
 	}
 
-	if r.Sweep != nil {
-		s := r.Sweep
-		p("\n### Sweep\n\n")
-		p("The sweep runs with the stream function held off, as in AWS, where the stream function has capacity of its own (here it would share the one local server); the stream function has caught up with the checkouts before, and then applies the endings' consequences (events, the holders' lease_lost messages, queue counts), timed and counted apart.\n\n")
-		p("| expired leases | ended | time | leases/s | requests | requests per lease | stream function: time | its requests per lease |\n|---|---|---|---|---|---|---|---|\n")
-		p("| %d | %d | %s | %.0f | %d (%s) | %.2f | %s | %.2f (%s) |\n", s.Leases, s.Ended, ms(s.Elapsed),
-			float64(s.Ended)/s.Elapsed.Seconds(), s.Requests.Total(), opsString(s.Requests), float64(s.Requests.Total())/float64(max(s.Leases, 1)),
-			ms(s.StreamElapsed), float64(s.Stream.Total())/float64(max(s.Leases, 1)), opsString(s.Stream))
-		p("\n(Setting up the %d leases took %s.)\n", s.Leases, ms(s.Setup))
-	}
+	r.sweepMarkdown(p)
 
 	if u := r.Unblocking; u != nil {
 		p("\n### Unblocking a dependent\n\n")
@@ -283,4 +279,18 @@ func ms2(d time.Duration) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000)
+}
+
+// sweepMarkdown writes the sweep's section.
+func (r *Results) sweepMarkdown(p func(string, ...any)) {
+	if r.Sweep != nil {
+		s := r.Sweep
+		p("\n### Sweep\n\n")
+		p("The sweep runs with the stream function held off, as in AWS, where the stream function has capacity of its own (here it would share the one local server); the stream function has caught up with the checkouts before, and then applies the endings' consequences (events, the holders' lease_lost messages, queue counts), timed and counted apart.\n\n")
+		p("| expired leases | ended | time | leases/s | requests | requests per lease | server CPU per lease | stream function: time | its requests per lease |\n|---|---|---|---|---|---|---|---|---|\n")
+		p("| %d | %d | %s | %.0f | %d (%s) | %.2f | %s | %s | %.2f (%s) |\n", s.Leases, s.Ended, ms(s.Elapsed),
+			float64(s.Ended)/s.Elapsed.Seconds(), s.Requests.Total(), opsString(s.Requests), float64(s.Requests.Total())/float64(max(s.Leases, 1)),
+			ms2(perCycle(s.CPU.Server, s.Ended)), ms(s.StreamElapsed), float64(s.Stream.Total())/float64(max(s.Leases, 1)), opsString(s.Stream))
+		p("\n(Setting up the %d leases took %s.)\n", s.Leases, ms(s.Setup))
+	}
 }

@@ -26,7 +26,10 @@ type Config struct {
 	// empty; 0 skips it. DrainOnly runs nothing else.
 	DrainAgents, DrainTasks int
 	DrainOnly               bool
-	DrainMode               string // "process", "agent", or both when empty or "both"
+	// SweepOnly runs the sweep alone (on a fresh server, unlike the full
+	// run, whose earlier phases leave their data in it).
+	SweepOnly bool
+	DrainMode string // "process", "agent", or both when empty or "both"
 	// Units: the fleet run has FleetAgents agents doing FleetCycles
 	// checkout+complete cycles each; 0 agents skips it.
 	FleetAgents, FleetCycles int
@@ -85,6 +88,16 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		if err := r.drain(ctx, cfg, logf); err != nil {
 			return nil, err
 		}
+		r.Took = time.Since(r.Started)
+		return r, nil
+	}
+	if cfg.SweepOnly {
+		logf("sweep of %d expired leases", cfg.SweepLeases)
+		sw, err := RunSweep(ctx, cfg.Endpoint, cfg.SweepLeases)
+		if err != nil {
+			return nil, err
+		}
+		r.Sweep = &sw
 		r.Took = time.Since(r.Started)
 		return r, nil
 	}

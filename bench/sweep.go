@@ -20,6 +20,9 @@ type Sweep struct {
 	Stream        Ops
 	StreamElapsed time.Duration
 	Setup         time.Duration
+	// CPU is what the sweep itself cost the local server and this process
+	// (zero on another server): the server's, per lease, bounds its rate.
+	CPU CPU
 }
 
 // RunSweep checks out n tasks with a 1m lease, moves the store's clock past
@@ -51,10 +54,13 @@ func RunSweep(ctx context.Context, endpoint string, n int) (Sweep, error) {
 	res := Sweep{Leases: n, Setup: time.Since(t0)}
 	clk.Advance(2 * time.Minute)
 	var r lease.SweepResult
+	meter := &CPUMeter{Endpoint: endpoint}
 	if err := o.Quiet(ctx, func() error {
+		before := meter.Read(ctx)
 		start := time.Now()
 		r, err = o.Store.Sweep(ctx)
 		res.Elapsed = time.Since(start)
+		res.CPU = meter.Read(ctx).Sub(before)
 		res.Requests = o.Count.Take()
 		return err
 	}); err != nil {

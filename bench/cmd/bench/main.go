@@ -2,7 +2,7 @@
 // cirello.io/dynamolock/v2 on one DynamoDB-compatible server, and the
 // service's Lambda packages, and prints the figures as Markdown.
 //
-//	go run ./cmd/bench [-quick] [-out FILE] [-root DIR]
+//	go run ./cmd/bench [-quick] [-drain-only | -sweep-only] [-out FILE] [-root DIR]
 //
 // DYNAMODB_ENDPOINT names the server; without it a local dynalite is
 // started for the run.
@@ -33,6 +33,7 @@ func main() {
 	lambdas := flag.Bool("lambdas", true, "measure the Lambda packages")
 	drainOnly := flag.Bool("drain-only", false, "run only the queue-drain benchmark")
 	drainMode := flag.String("drain-mode", "both", "with -drain-only: both, process (one store) or agent (one store per agent)")
+	sweepOnly := flag.Bool("sweep-only", false, "run only the sweep benchmark, on a fresh server")
 	noDrain := flag.Bool("no-drain", false, "leave out the queue-drain benchmark")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
@@ -55,6 +56,7 @@ func main() {
 	}
 	cfg.DrainOnly = *drainOnly
 	cfg.DrainMode = *drainMode
+	cfg.SweepOnly = *sweepOnly
 	if *noDrain {
 		cfg.DrainTasks = 0
 	}
