@@ -550,7 +550,7 @@ func (t *tools) release(ctx context.Context, in ReleaseInput) (ReleaseResult, er
 		return ReleaseResult{}, undecided(t.leaseError(ctx, in.TaskID, fence, err), "The release of task "+in.TaskID, "call release_task again"+sameLease)
 	}
 	t.end(in.TaskID, runID, fence)
-	return ReleaseResult{Released: &rel, Outcome: Outcome{Message: fmt.Sprintf("Task %s released after %ds; it is open for other agents again. Do not work on it any more.", rel.TaskID, rel.HeldSeconds)}}, nil
+	return ReleaseResult{Released: &rel, Outcome: Outcome{Message: fmt.Sprintf("Task %s released after %ds: your lease on it has ended and it was left open for other agents. Do not work on it any more.", rel.TaskID, rel.HeldSeconds)}}, nil
 }
 
 func (t *tools) fail(ctx context.Context, in FailInput) (FailResult, error) {
