@@ -26,7 +26,10 @@ type lossyDB struct {
 	loseAnswers atomic.Int32 // applied UpdateItem calls whose answer is lost
 }
 
-var errLost = errors.New("connection reset by peer")
+// errLost is an answer lost past every retry: an error the client's
+// retryer does not send the request again for (a store sending a write
+// again itself follows it: sentAgainWith), so the call sees it.
+var errLost = errors.New("the answer was lost")
 
 func (d *lossyDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	out, err := d.DB.UpdateItem(ctx, in, opts...)

@@ -1248,11 +1248,25 @@ func (s *Store) finish(ctx context.Context, taskID, agentID, runID string, fence
 			if e.status == StatusTodo && e.notBefore == 0 {
 				e.freeIf = terms{readyCond(now)}
 			}
+			if e.write != "" {
+				wctx = sentAgainWith(wctx, terms{notEndedSince(now)})
+			}
 			if it, after, applied, err = s.endLease(wctx, taskID, sent.pin(cond).and(notEndedBy(e.write)...), e, now, types.ReturnValueAllNew); err != nil {
 				return nil, err
 			}
 			if !applied && lostToLater(it, now) && !(sends.Load() > 1 && sentAgain(it, e, agentID, runID, fence, now)) {
 				floor = it.LastAt // a later transition landed first: again, after it
+				if err := noted(sends, now, it); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if !applied && e.write != "" && sends.Load() > 1 && endedSince(it, now) && holdsUnnamed(it, agentID, runID) && !sentAgain(it, e, agentID, runID, fence, now) {
+				// A second sending, refused on the caller's lease granted
+				// in the millisecond of another ending (notEndedSince),
+				// that the trail showed had ended nothing (noted): made
+				// again, after that ending.
+				floor = it.EndAt + 1
 				if err := noted(sends, now, it); err != nil {
 					return nil, err
 				}
@@ -1321,6 +1335,35 @@ func notEndedBy(write string) []expression.ConditionBuilder {
 		return nil
 	}
 	return []expression.ConditionBuilder{expression.Not(expression.Name("end_write").Equal(expression.Value(write)))}
+}
+
+// notEndedSince is the term a second sending of an ending naming no lease
+// adds (sentAgainWith): the item's last ending is before now, the
+// sending's time. NOT of the comparison is true when the item has none.
+//
+// It refuses a second sending that would otherwise end a later lease of
+// the caller: the first sending ended its lease at now, and within that
+// millisecond (the other writers' clocks behind the caller's; the time
+// rule lets ties through) another lease of the task was granted and
+// ended by its fence, which took the write's id off the item, and the
+// caller was granted the task again. Every transition after the first
+// sending is stamped at or after now, so that ending is too: the second
+// sending is refused, and finds its own ending in the trail
+// (endingInTrail). A first sending never carries it: a lease granted in
+// the millisecond of the ending before it is ended at once.
+func notEndedSince(now time.Time) expression.ConditionBuilder {
+	return expression.Not(expression.Name("end_at").GreaterThanEqual(expression.Value(ms(now))))
+}
+
+// endedSince says it's last ending is at or after now (notEndedBy).
+func endedSince(it *taskItem, now time.Time) bool {
+	return it != nil && it.EndSeq != 0 && it.EndAt >= ms(now)
+}
+
+// holdsUnnamed says it holds a lease of agentID's (of runID's, when
+// given): one a request naming no fence may mean.
+func holdsUnnamed(it *taskItem, agentID, runID string) bool {
+	return it != nil && it.hasLease() && it.Holder == agentID && (runID == "" || it.RunID == runID)
 }
 
 // repeatInTrail answers a holder's ending naming no lease whose write,

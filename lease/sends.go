@@ -3,7 +3,9 @@ package lease
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
 )
@@ -65,4 +67,54 @@ func sendOpts(ctx context.Context) []func(*dynamodb.Options) {
 			return st.Finalize.Insert(count, "Retry", middleware.After)
 		})
 	}}
+}
+
+type againKey struct{}
+
+// sentAgainWith returns ctx so that a task write made with it (write), when
+// an attempt gets no answer, is sent again by the store rather than by the
+// SDK, with more terms in its condition: what only a second sending must
+// meet. The SDK sends the same bytes again; this sends them with more. The
+// client's own retryer still decides whether, how often and after how
+// long.
+func sentAgainWith(ctx context.Context, more terms) context.Context {
+	return context.WithValue(ctx, againKey{}, more)
+}
+
+// againTerms are the terms sentAgainWith put in ctx, or nil.
+func againTerms(ctx context.Context) terms {
+	t, _ := ctx.Value(againKey{}).(terms)
+	return t
+}
+
+// sendOnce is the option that makes one attempt of a request and keeps the
+// client's retryer in *r, for the caller that sends it again itself.
+func sendOnce(r *aws.Retryer) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		if *r == nil {
+			*r = o.Retryer
+		}
+		o.RetryMaxAttempts = 1
+	}
+}
+
+// waitToSendAgain waits before attempt+1 of a request that r would send
+// again after err, and says whether to; false when r would not, or ctx
+// ends first.
+func waitToSendAgain(ctx context.Context, r aws.Retryer, attempt int, err error) bool {
+	if r == nil || attempt >= r.MaxAttempts() || !r.IsErrorRetryable(err) {
+		return false
+	}
+	d, derr := r.RetryDelay(attempt, err)
+	if derr != nil {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

@@ -356,3 +356,49 @@ func TestARunIDOnlyEndingSentTwicePastAnotherAgentsLeaseLeavesTheRunsNextLease(t
 		})
 	}
 }
+
+// A release or completion naming no lease, its first sending applied and
+// its answer lost. Within that very millisecond (the other workers'
+// clocks behind the caller's) another agent b takes the task and releases
+// it by its fence, which takes the call's write id off the item, and a's
+// other worker takes it again. The SDK's second sending passed the time
+// rule (every transition at its time), found a's lease and no ending of
+// its own on the item, and ended a's new lease (a review's test). An
+// ending naming no lease is now refused on an item ended at or after its
+// time, and finds its own ending in the trail.
+func TestAnEndingNamingNoLeaseSentTwicePastThreeTransitionsInItsMillisecondLeavesTheNewLease(t *testing.T) {
+	t.Parallel()
+	for _, verb := range []string{"release", "complete"} {
+		t.Run(verb, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "x")
+			e.checkout(t, "x", "a", time.Hour)
+			e.clock.Advance(time.Minute)
+			var co lease.Checkout
+			doer := &lossyDoer{applied: true, match: endingOf(e, `"`+verb+`"`), race: func() {
+				if verb == "complete" {
+					must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "admin", Status: new(lease.StatusTodo)}))
+				}
+				b := e.checkout(t, "x", "b", time.Hour)
+				must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "b", Fence: b.Fence}))
+				co = e.checkout(t, "x", "a", time.Hour)
+				e.drain(t)
+			}}
+			var err error
+			if verb == "release" {
+				_, err = e.over(doer).Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a"})
+			} else {
+				_, err = e.over(doer).Complete(c, lease.CompleteParams{TaskID: "x", AgentID: "a"})
+			}
+			if !doer.lost.Load() {
+				t.Fatal("no ending was sent twice")
+			}
+			leftAlone(t, e, co, err)
+			if err != nil {
+				t.Errorf("the %s, applied and sent again: %v, want it answered as it was made", verb, err)
+			}
+		})
+	}
+}

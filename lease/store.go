@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -375,22 +376,39 @@ func (s *Store) update(ctx context.Context, taskID string, cond terms, upd expre
 	return s.write(ctx, taskID, cond, upd.Add(nameVersion, expression.Value(1)), rv)
 }
 
-// write is update without the version.
+// write is update without the version. A write whose ctx asks for more
+// terms in a second sending (sentAgainWith) is sent again here, not by
+// the SDK.
 func (s *Store) write(ctx context.Context, taskID string, cond terms, upd expression.UpdateBuilder, rv types.ReturnValue) (*taskItem, bool, error) {
-	expr, err := expression.NewBuilder().WithCondition(cond.cond()).WithUpdate(upd).Build()
-	if err != nil {
-		return nil, false, fmt.Errorf("build update of %s: %w", taskID, err)
+	send := func(cond terms, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+		expr, err := expression.NewBuilder().WithCondition(cond.cond()).WithUpdate(upd).Build()
+		if err != nil {
+			return nil, fmt.Errorf("build update of %s: %w", taskID, err)
+		}
+		return s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                           &s.tasks,
+			Key:                                 taskKey(taskID),
+			ConditionExpression:                 expr.Condition(),
+			UpdateExpression:                    expr.Update(),
+			ExpressionAttributeNames:            expr.Names(),
+			ExpressionAttributeValues:           expr.Values(),
+			ReturnValues:                        rv,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}, append(sendOpts(ctx), opts...)...)
 	}
-	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           &s.tasks,
-		Key:                                 taskKey(taskID),
-		ConditionExpression:                 expr.Condition(),
-		UpdateExpression:                    expr.Update(),
-		ExpressionAttributeNames:            expr.Names(),
-		ExpressionAttributeValues:           expr.Values(),
-		ReturnValues:                        rv,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}, sendOpts(ctx)...)
+	var out *dynamodb.UpdateItemOutput
+	var err error
+	if more := againTerms(ctx); more == nil {
+		out, err = send(cond)
+	} else {
+		var retryer aws.Retryer
+		for attempt, c := 1, cond; ; attempt, c = attempt+1, cond.and(more...) {
+			out, err = send(c, sendOnce(&retryer))
+			if _, failed := conditionFailed(err); failed || err == nil || !waitToSendAgain(ctx, retryer, attempt, err) {
+				break
+			}
+		}
+	}
 	if returned, failed := conditionFailed(err); failed {
 		cur, err := s.currentTask(ctx, returned, taskID)
 		return cur, false, err
