@@ -927,12 +927,14 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 	}
 	var errID int64 // the id of its error's item, written at its first try that may end the lease
 	var floor int64
-	var sent resends // earlier writes sent more than once (finish)
+	var sent resends       // earlier writes sent more than once (finish)
+	since := ms(s.clock()) // the earliest time of the call's writes (finish)
 	for range retries(ctx) {
 		cond, hb, now, err := s.holderGuard(ctx, p.AgentID, p.RunID, p.Fence, floor)
 		if err != nil && !errors.Is(err, errDeadCaller) {
 			return nil, err
 		}
+		since = min(since, ms(now))
 		cur, rerr := s.getTask(ctx, p.TaskID)
 		if rerr != nil {
 			return nil, rerr
@@ -1009,7 +1011,22 @@ func (s *Store) failRelease(ctx context.Context, p ReleaseParams) (*taskItem, er
 			}
 			return it, nil
 		}
-		sent.note(sends, now, it, it != nil && it.hasLease() && it.Holder == cur.Holder && it.Fence == cur.Fence) // pinned to it
+		holds := it != nil && it.hasLease() && it.Holder == cur.Holder && it.Fence == cur.Fence // pinned to it
+		if !named && sent.mayHaveApplied(sends, now, it, holds) {
+			// Sent more than once and refused on a later ending: its own
+			// ending may be in the trail, taken off the task since by
+			// later transitions (finish, noted). Not there, the write
+			// ended nothing; its pin to the lease read keeps it off any
+			// other.
+			ev, _, err := s.endingInTrail(ctx, p.TaskID, e, p.AgentID, since)
+			if err != nil {
+				return nil, err
+			}
+			if ev != nil {
+				return nil, &repeatInTrail{ev: ev}
+			}
+		}
+		sent.note(sends, now, it, holds)
 		switch {
 		case lostToLater(it, now):
 			floor = it.LastAt

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 
 	"github.com/checkout-dev/checkout/lease/schema"
@@ -137,3 +138,16 @@ func Unblock(s *Store, taskID, blocker string) error {
 func UnblockDependent(s *Store, dependent, blocker string, named int) error {
 	return s.unblockDependent(context.Background(), edgeItem{Dependent: dependent, Named: named}, blocker)
 }
+
+// SendAgain is sendAgain: whether the store sends again, itself, a write
+// whose attempt failed with err (sentAgainWith).
+func SendAgain(ctx context.Context, r aws.Retryer, attempt int, err error) (again bool, _ error) {
+	release, again, err := sendAgain(ctx, r, attempt, err)
+	if release != nil {
+		_ = release(nil)
+	}
+	return again, err
+}
+
+// Unapplied is unapplied: err tells that the request was not applied.
+var Unapplied = unapplied

@@ -2,10 +2,13 @@ package lease
 
 import (
 	"context"
+	"errors"
+	"net"
 	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
 )
@@ -72,11 +75,12 @@ func sendOpts(ctx context.Context) []func(*dynamodb.Options) {
 type againKey struct{}
 
 // sentAgainWith returns ctx so that a task write made with it (write), when
-// an attempt gets no answer, is sent again by the store rather than by the
-// SDK, with more terms in its condition: what only a second sending must
-// meet. The SDK sends the same bytes again; this sends them with more. The
-// client's own retryer still decides whether, how often and after how
-// long.
+// an attempt fails, is sent again by the store rather than by the SDK, and
+// once an attempt may have been applied (unapplied), with more terms in
+// its condition: what only a sending after one that may have applied must
+// meet. The SDK sends the same bytes again; this sends them with more.
+// The client's own retryer still decides whether, how often and after
+// how long (sendAgain).
 func sentAgainWith(ctx context.Context, more terms) context.Context {
 	return context.WithValue(ctx, againKey{}, more)
 }
@@ -98,23 +102,42 @@ func sendOnce(r *aws.Retryer) func(*dynamodb.Options) {
 	}
 }
 
-// waitToSendAgain waits before attempt+1 of a request that r would send
-// again after err, and says whether to; false when r would not, or ctx
-// ends first.
-func waitToSendAgain(ctx context.Context, r aws.Retryer, attempt int, err error) bool {
-	if r == nil || attempt >= r.MaxAttempts() || !r.IsErrorRetryable(err) {
-		return false
+// sendAgain decides, as the SDK's retry step would with the client's
+// retryer r, whether a request whose attempt failed with err is sent
+// again: within r's attempts (0: no bound), for an error r retries, with
+// a token of r's retry quota (release gives it back, or not, after the
+// next attempt), after r's delay. It returns the error the request ends
+// with when not sent again: err, or ctx's when ctx ends first.
+func sendAgain(ctx context.Context, r aws.Retryer, attempt int, err error) (release func(error) error, again bool, _ error) {
+	if r == nil || r.MaxAttempts() > 0 && attempt >= r.MaxAttempts() || !r.IsErrorRetryable(err) {
+		return nil, false, err
 	}
 	d, derr := r.RetryDelay(attempt, err)
 	if derr != nil {
-		return false
+		return nil, false, err
+	}
+	release, terr := r.GetRetryToken(ctx, err)
+	if terr != nil {
+		return nil, false, err // the client's retry quota is spent
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return false
+		_ = release(ctx.Err())
+		return nil, false, ctx.Err()
 	case <-t.C:
+		return release, true, nil
+	}
+}
+
+// unapplied says err tells that the request was not applied: DynamoDB
+// throttled it, or it was never sent (no connection). Any other failure
+// of an attempt may have been applied, its answer lost.
+func unapplied(err error) bool {
+	if retry.IsErrorThrottles(retry.DefaultThrottles).IsErrorThrottle(err) == aws.TrueTernary {
 		return true
 	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }

@@ -1,6 +1,10 @@
 package lease_test
 
 import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -401,4 +405,134 @@ func TestAnEndingNamingNoLeaseSentTwicePastThreeTransitionsInItsMillisecondLeave
 			}
 		})
 	}
+}
+
+// The same race for a release with outcome failed naming no lease (a
+// review's test): its second sending, pinned to the lease it read, was
+// refused and answered 404 not_checked_out, though its ending was made
+// and its error recorded. It now finds its ending in the trail by its
+// write's id, as a plain release does.
+func TestAFailedReleaseNamingNoLeaseSentTwicePastThreeTransitionsInItsMillisecondIsAnsweredAsMade(t *testing.T) {
+	t.Parallel()
+	for _, withErr := range []string{"", "boom"} {
+		t.Run("error="+withErr, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			zero := time.Duration(0) // so that b may take it again at once
+			must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "x", Title: "x", RetryDelay: &zero}))
+			e.checkout(t, "x", "a", time.Hour)
+			e.clock.Advance(time.Minute)
+			var co lease.Checkout
+			doer := &lossyDoer{applied: true, match: endingOf(e, `"release"`), race: func() {
+				b := e.checkout(t, "x", "b", time.Hour)
+				must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "b", Fence: b.Fence}))
+				co = e.checkout(t, "x", "a", time.Hour)
+				e.drain(t)
+			}}
+			r, err := e.over(doer).Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a", Outcome: lease.OutcomeFailed, Error: withErr})
+			if !doer.lost.Load() {
+				t.Fatal("no ending was sent twice")
+			}
+			leftAlone(t, e, co, err)
+			if err != nil {
+				t.Fatalf("the failed release, applied and sent again: %v, want it answered as it was made", err)
+			}
+			if r.ReleasedBy != "a" || r.Held != time.Minute {
+				t.Errorf("answered released by %q after %v held, want by a after a minute", r.ReleasedBy, r.Held)
+			}
+		})
+	}
+}
+
+// throttledDoer answers the first request match selects as DynamoDB does
+// one it throttled, without sending it.
+type throttledDoer struct {
+	match func(target, body string) bool
+	done  atomic.Bool
+}
+
+func (d *throttledDoer) Do(r *http.Request) (*http.Response, error) {
+	var body []byte
+	if r.Body != nil {
+		body, _ = io.ReadAll(r.Body)
+		r.Body.Close()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	if d.match(r.Header.Get("X-Amz-Target"), string(body)) && d.done.CompareAndSwap(false, true) {
+		return &http.Response{
+			StatusCode: 400,
+			Status:     "400 Bad Request",
+			Header:     http.Header{"Content-Type": []string{"application/x-amz-json-1.0"}},
+			Body: io.NopCloser(strings.NewReader(`{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",` +
+				`"message":"The level of configured provisioned throughput for the table was exceeded."}`)),
+			Request: r,
+		}, nil
+	}
+	return http.DefaultClient.Do(r)
+}
+
+// b's lease ended by its fence and a's granted in the same millisecond,
+// and a's release naming no lease made in it too, with its first sending
+// throttled: not applied, so its second sending is made as the first
+// would have been, and ends a's lease, whatever the change stream has
+// archived (a review found the second sending refused on b's ending and,
+// with the stream held up, answered 404 while a kept the lease).
+func TestAnEndingNamingNoLeaseThrottledOnceInTheMillisecondOfAnotherEndingEndsTheLease(t *testing.T) {
+	t.Parallel()
+	for _, verb := range []string{"release", "complete"} {
+		t.Run(verb, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "x")
+			b := e.checkout(t, "x", "b", time.Hour)
+			e.clock.Advance(time.Minute)
+			must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "b", Fence: b.Fence}))
+			e.checkout(t, "x", "a", time.Hour) // same millisecond; the stream not run
+			doer := &throttledDoer{match: endingOf(e, `"`+verb+`"`)}
+			store := lease.New(lease.Config{
+				DB:     lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) { o.HTTPClient = doer }),
+				Tables: e.names, Now: e.clock.Now,
+			})
+			var err error
+			if verb == "release" {
+				_, err = store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a"})
+			} else {
+				_, err = store.Complete(c, lease.CompleteParams{TaskID: "x", AgentID: "a"})
+			}
+			if !doer.done.Load() {
+				t.Fatal("no ending was throttled")
+			}
+			if got := e.get(t, "x"); err != nil || got.Checkout != nil {
+				t.Fatalf("a's %s naming no lease, throttled once: %v; x is %s, lease %v, want it made", verb, err, got.Status, got.Checkout)
+			}
+		})
+	}
+}
+
+// The same with the first sending's answer lost (a 500, which may have
+// been applied) and the change stream held up: the trail cannot tell
+// whether it ended a's lease, and a's lease may be one granted after it
+// (TestAnEndingNamingNoLeaseSentTwicePastThreeTransitionsInItsMillisecondLeavesTheNewLease):
+// the call answers 404 and leaves the lease to its holder's next ending
+// or its timeout, rather than risk ending a lease it did not mean.
+func TestAnEndingNamingNoLeaseLostInTheMillisecondOfAnotherEndingWithTheStreamHeldUpLeavesTheLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "x")
+	b := e.checkout(t, "x", "b", time.Hour)
+	e.clock.Advance(time.Minute)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "b", Fence: b.Fence}))
+	co := e.checkout(t, "x", "a", time.Hour) // same millisecond; the stream not run
+	doer := &lossyDoer{applied: false, match: endingOf(e, `"release"`), race: func() {}}
+	_, err := e.over(doer).Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a"})
+	if !doer.lost.Load() {
+		t.Fatal("no ending was sent twice")
+	}
+	if !errors.Is(err, lease.ErrNotCheckedOut) {
+		t.Errorf("answered %v, want 404 not_checked_out", err)
+	}
+	leftAlone(t, e, co, err)
 }

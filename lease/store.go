@@ -402,9 +402,21 @@ func (s *Store) write(ctx context.Context, taskID string, cond terms, upd expres
 		out, err = send(cond)
 	} else {
 		var retryer aws.Retryer
-		for attempt, c := 1, cond; ; attempt, c = attempt+1, cond.and(more...) {
+		var release func(error) error
+		c := cond
+		for attempt := 1; ; attempt++ {
 			out, err = send(c, sendOnce(&retryer))
-			if _, failed := conditionFailed(err); failed || err == nil || !waitToSendAgain(ctx, retryer, attempt, err) {
+			if release != nil {
+				_ = release(err)
+			}
+			if _, failed := conditionFailed(err); failed || err == nil {
+				break
+			}
+			if !unapplied(err) {
+				c = cond.and(more...) // this attempt, and so every later one, may have applied
+			}
+			var again bool
+			if release, again, err = sendAgain(ctx, retryer, attempt, err); !again {
 				break
 			}
 		}
