@@ -74,21 +74,38 @@ func sendOpts(ctx context.Context) []func(*dynamodb.Options) {
 
 type againKey struct{}
 
-// sentAgainWith returns ctx so that a task write made with it (write), when
-// an attempt fails, is sent again by the store rather than by the SDK, and
-// once an attempt may have been applied (unapplied), with more terms in
-// its condition: what only a sending after one that may have applied must
-// meet. The SDK sends the same bytes again; this sends them with more.
-// The client's own retryer still decides whether, how often and after
-// how long (sendAgain).
-func sentAgainWith(ctx context.Context, more terms) context.Context {
-	return context.WithValue(ctx, againKey{}, more)
+// again is what sentAgainWith puts in a ctx: the terms, and whether a
+// sending of a write made with the ctx may have applied.
+type again struct {
+	more    terms
+	applied atomic.Bool
 }
 
-// againTerms are the terms sentAgainWith put in ctx, or nil.
-func againTerms(ctx context.Context) terms {
-	t, _ := ctx.Value(againKey{}).(terms)
-	return t
+// sentAgainWith returns ctx so that a task write made with it (write), when
+// an attempt fails, is sent again by the store rather than by the SDK, and
+// once an attempt of any write made with ctx may have applied (unapplied),
+// with more terms in its condition, from its first sending on: what only
+// a call whose sending may have applied must meet. The SDK sends the same
+// bytes again; this sends them with more. The client's own retryer still
+// decides whether, how often and after how long (sendAgain). A sending
+// known not to have applied is not counted (sendOpts, unsent).
+func sentAgainWith(ctx context.Context, more terms) context.Context {
+	return context.WithValue(ctx, againKey{}, &again{more: more})
+}
+
+// againOf is what sentAgainWith put in ctx, or nil.
+func againOf(ctx context.Context) *again {
+	a, _ := ctx.Value(againKey{}).(*again)
+	return a
+}
+
+// unsent takes back the count of a sending of a write made with ctx that
+// is known not to have applied (unapplied): sends > 1 says a sending
+// before the last may have applied.
+func unsent(ctx context.Context) {
+	if n, _ := ctx.Value(sendsKey{}).(*atomic.Int32); n != nil {
+		n.Add(-1)
+	}
 }
 
 // sendOnce is the option that makes one attempt of a request and keeps the

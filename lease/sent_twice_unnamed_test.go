@@ -536,3 +536,75 @@ func TestAnEndingNamingNoLeaseLostInTheMillisecondOfAnotherEndingWithTheStreamHe
 	}
 	leftAlone(t, e, co, err)
 }
+
+// The race of TestAnEndingNamingNoLeaseSentTwicePastThreeTransitionsInItsMillisecondLeavesTheNewLease,
+// and, before the store's second sending, x's blocker y is reopened, so
+// that the change stream marks a's new lease as waiting on y (a review's
+// test). The second sending of the ending that frees x was refused on
+// the term; the refusal showed the mark, and the ending that leaves x
+// blocked, another write, went out without the term and ended a's new
+// lease. Every write of the call carries it once a sending may have
+// applied.
+func TestAnEndingNamingNoLeaseSentTwiceKeepsItsTermInTheEndingOfAMarkedTask(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "y")
+	e.create(t, lease.CreateTaskParams{TaskID: "x", Title: "x", BlockedBy: []string{"y"}})
+	e.complete(t, "y", "c")
+	e.drain(t) // x unblocked
+	e.checkout(t, "x", "a", time.Hour)
+	e.clock.Advance(time.Minute)
+	var co lease.Checkout
+	doer := &lossyDoer{applied: true, match: endingOf(e, `"release"`), race: func() {
+		b := e.checkout(t, "x", "b", time.Hour)
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "b", Fence: b.Fence}))
+		co = e.checkout(t, "x", "a", time.Hour)
+		e.drain(t)
+		must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "y", AgentID: "admin", Status: new(lease.StatusTodo)}))
+		e.drain(t) // x's lease marked as waiting on y
+	}}
+	_, err := e.over(doer).Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a"})
+	if !doer.lost.Load() {
+		t.Fatal("no ending was sent twice")
+	}
+	leftAlone(t, e, co, err)
+	if err != nil {
+		t.Errorf("answered %v, want the release answered from the trail", err)
+	}
+}
+
+// b's lease ended by its fence, a's granted and x given a not_before an
+// hour on, all in one millisecond, the change stream held up; a's release
+// naming no lease, throttled once or not (a review's test). Its sending
+// after the throttle, refused on the not_before as a first sending is,
+// was counted as a second one that may have applied: the trail was waited
+// for in vain and the call answered 404 while a kept x. A sending known
+// not to have applied is not counted: the release is made, delayed.
+func TestAThrottledEndingNamingNoLeaseOfATaskDelayedInTheMillisecondOfAnotherEndingIsMade(t *testing.T) {
+	t.Parallel()
+	for _, throttle := range []bool{false, true} {
+		name := "sent once"
+		if throttle {
+			name = "throttled once"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "x")
+			b := e.checkout(t, "x", "b", time.Hour)
+			e.clock.Advance(time.Minute)
+			must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "b", Fence: b.Fence}))
+			e.checkout(t, "x", "a", time.Hour) // same millisecond; the stream not run
+			nb := e.clock.Now().Add(time.Hour)
+			must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "x", AgentID: "admin", SetNotBefore: true, NotBefore: &nb}))
+			doer := &throttledDoer{match: endingOf(e, `"release"`)}
+			doer.done.Store(!throttle)
+			_, err := e.over(doer).Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a"})
+			if got := e.get(t, "x"); err != nil || got.Checkout != nil {
+				t.Fatalf("a's release naming no lease (%s): %v; x is %s, lease %v, want it made (delayed)", name, err, got.Status, got.Checkout)
+			}
+		})
+	}
+}

@@ -398,13 +398,17 @@ func (s *Store) write(ctx context.Context, taskID string, cond terms, upd expres
 	}
 	var out *dynamodb.UpdateItemOutput
 	var err error
-	if more := againTerms(ctx); more == nil {
+	if ag := againOf(ctx); ag == nil {
 		out, err = send(cond)
 	} else {
 		var retryer aws.Retryer
 		var release func(error) error
-		c := cond
-		for attempt := 1; ; attempt++ {
+		attempt := 1
+		for ; ; attempt++ {
+			c := cond
+			if ag.applied.Load() {
+				c = cond.and(ag.more...)
+			}
 			out, err = send(c, sendOnce(&retryer))
 			if release != nil {
 				_ = release(err)
@@ -412,13 +416,18 @@ func (s *Store) write(ctx context.Context, taskID string, cond terms, upd expres
 			if _, failed := conditionFailed(err); failed || err == nil {
 				break
 			}
-			if !unapplied(err) {
-				c = cond.and(more...) // this attempt, and so every later one, may have applied
+			if unapplied(err) {
+				unsent(ctx)
+			} else {
+				ag.applied.Store(true) // every later sending of the call carries the terms
 			}
 			var again bool
 			if release, again, err = sendAgain(ctx, retryer, attempt, err); !again {
 				break
 			}
+		}
+		if _, failed := conditionFailed(err); !failed && err != nil && attempt > 1 {
+			err = fmt.Errorf("sent %d times: %w", attempt, err) // each sending is an operation of one attempt
 		}
 	}
 	if returned, failed := conditionFailed(err); failed {
