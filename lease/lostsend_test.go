@@ -121,14 +121,19 @@ type lossyDoer struct {
 	lost    atomic.Bool
 }
 
-func (d *lossyDoer) Do(r *http.Request) (*http.Response, error) {
-	var body []byte
-	if r.Body != nil {
-		body, _ = io.ReadAll(r.Body)
-		r.Body.Close()
-		r.Body = io.NopCloser(bytes.NewReader(body))
+// requestBody reads r's body and puts it back for the request's sending.
+func requestBody(r *http.Request) string {
+	if r.Body == nil {
+		return ""
 	}
-	if d.match(r.Header.Get("X-Amz-Target"), string(body)) && d.lost.CompareAndSwap(false, true) {
+	body, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return string(body)
+}
+
+func (d *lossyDoer) Do(r *http.Request) (*http.Response, error) {
+	if d.match(r.Header.Get("X-Amz-Target"), requestBody(r)) && d.lost.CompareAndSwap(false, true) {
 		if d.applied {
 			resp, err := http.DefaultClient.Do(r)
 			if err != nil {

@@ -1,7 +1,6 @@
 package lease_test
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"net/http"
@@ -453,13 +452,7 @@ type throttledDoer struct {
 }
 
 func (d *throttledDoer) Do(r *http.Request) (*http.Response, error) {
-	var body []byte
-	if r.Body != nil {
-		body, _ = io.ReadAll(r.Body)
-		r.Body.Close()
-		r.Body = io.NopCloser(bytes.NewReader(body))
-	}
-	if d.match(r.Header.Get("X-Amz-Target"), string(body)) && d.done.CompareAndSwap(false, true) {
+	if d.match(r.Header.Get("X-Amz-Target"), requestBody(r)) && d.done.CompareAndSwap(false, true) {
 		return &http.Response{
 			StatusCode: 400,
 			Status:     "400 Bad Request",
