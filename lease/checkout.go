@@ -1354,9 +1354,10 @@ func notEndedBy(write string) []expression.ConditionBuilder {
 	return []expression.ConditionBuilder{expression.Not(expression.Name("end_write").Equal(expression.Value(write)))}
 }
 
-// notEndedSince is the term a second sending of an ending naming no lease
-// adds (sentAgainWith): the item's last ending is before now, the
-// sending's time. NOT of the comparison is true when the item has none.
+// notEndedSince is the term an ending naming no lease carries in every
+// write of its try once a sending may have applied (sentAgainWith): the
+// item's last ending is before now, the sending's time. NOT of the
+// comparison is true when the item has none.
 //
 // It refuses a second sending that would otherwise end a later lease of
 // the caller: the first sending ended its lease at now, and within that
@@ -1372,7 +1373,7 @@ func notEndedSince(now time.Time) expression.ConditionBuilder {
 	return expression.Not(expression.Name("end_at").GreaterThanEqual(expression.Value(ms(now))))
 }
 
-// endedSince says it's last ending is at or after now (notEndedBy).
+// endedSince says its last ending is at or after now (notEndedSince).
 func endedSince(it *taskItem, now time.Time) bool {
 	return it != nil && it.EndSeq != 0 && it.EndAt >= ms(now)
 }

@@ -376,9 +376,8 @@ func (s *Store) update(ctx context.Context, taskID string, cond terms, upd expre
 	return s.write(ctx, taskID, cond, upd.Add(nameVersion, expression.Value(1)), rv)
 }
 
-// write is update without the version. A write whose ctx asks for more
-// terms in a second sending (sentAgainWith) is sent again here, not by
-// the SDK.
+// write is update without the version. A write made with a ctx of
+// sentAgainWith is sent again here, not by the SDK.
 func (s *Store) write(ctx context.Context, taskID string, cond terms, upd expression.UpdateBuilder, rv types.ReturnValue) (*taskItem, bool, error) {
 	send := func(cond terms, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 		expr, err := expression.NewBuilder().WithCondition(cond.cond()).WithUpdate(upd).Build()
