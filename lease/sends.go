@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
 // Sendings. The SDK sends a request again when an attempt gets no answer
@@ -108,16 +111,52 @@ func unsent(ctx context.Context) {
 	}
 }
 
-// sendOnce is the option that makes one attempt of a request and keeps the
-// client's retryer in *r, for the caller that sends it again itself.
-func sendOnce(r *aws.Retryer) func(*dynamodb.Options) {
+// sendOnce is the option that makes one attempt of a request, the call's
+// attempt-th, and keeps the client's retryer in *r, for the caller that
+// sends it again itself. The attempt is numbered as the SDK numbers its
+// own (numbered).
+func sendOnce(r *aws.Retryer, attempt int) func(*dynamodb.Options) {
 	return func(o *dynamodb.Options) {
 		if *r == nil {
 			*r = o.Retryer
 		}
+		maxAttempts := 0
+		if *r != nil {
+			maxAttempts = (*r).MaxAttempts()
+		}
 		o.RetryMaxAttempts = 1
+		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+			return st.Finalize.Insert(numbered(attempt, maxAttempts), "Retry", middleware.After)
+		})
 	}
 }
+
+// numbered is the step that numbers a sending in its Amz-Sdk-Request
+// header as the SDK's retry step numbers the attempts it makes ("attempt=2;
+// max=3"; no max when the attempts have no bound): a request the store
+// sends again is one operation of one attempt each time, which the SDK
+// would number 1 of 1. The rest of the header (ttl) is kept.
+func numbered(attempt, maxAttempts int) middleware.FinalizeMiddleware {
+	return middleware.FinalizeMiddlewareFunc("NumberSending", func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+		if req, ok := in.Request.(*smithyhttp.Request); ok {
+			parts := []string{"attempt=" + strconv.Itoa(attempt)}
+			if maxAttempts > 0 {
+				parts = append(parts, "max="+strconv.Itoa(maxAttempts))
+			}
+			for part := range strings.SplitSeq(req.Header.Get(sdkRequestHeader), ";") {
+				if part = strings.TrimSpace(part); part != "" && !strings.HasPrefix(part, "attempt=") && !strings.HasPrefix(part, "max=") {
+					parts = append(parts, part)
+				}
+			}
+			req.Header.Set(sdkRequestHeader, strings.Join(parts, "; "))
+		}
+		return next.HandleFinalize(ctx, in)
+	})
+}
+
+// sdkRequestHeader is the header in which the SDK numbers a request's
+// attempts.
+const sdkRequestHeader = "Amz-Sdk-Request"
 
 // sendAgain decides, as the SDK's retry step would with the client's
 // retryer r, whether a request whose attempt failed with err is sent

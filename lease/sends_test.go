@@ -3,7 +3,11 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +17,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 // retryer is the SDK's standard retryer with attempts attempts, a
@@ -84,5 +89,77 @@ func TestOnlyAThrottledOrUnsentAttemptIsKnownUnapplied(t *testing.T) {
 		if got := lease.Unapplied(tc.err); got != tc.want {
 			t.Errorf("%s: unapplied %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// sendingsDoer is the HTTP client of a store: it keeps the attempt and
+// max of each sending of the requests match picks, as its Amz-Sdk-Request
+// header numbers them, and loses the first lose of those sendings before
+// DynamoDB sees them (answered 500, as a reset connection would be).
+type sendingsDoer struct {
+	match func(target, body string) bool
+	lose  int
+
+	mu       sync.Mutex
+	numbered []string
+}
+
+func (d *sendingsDoer) Do(r *http.Request) (*http.Response, error) {
+	if !d.match(r.Header.Get("X-Amz-Target"), requestBody(r)) {
+		return http.DefaultClient.Do(r)
+	}
+	var parts []string
+	for part := range strings.SplitSeq(r.Header.Get("Amz-Sdk-Request"), ";") {
+		if part = strings.TrimSpace(part); strings.HasPrefix(part, "attempt=") || strings.HasPrefix(part, "max=") {
+			parts = append(parts, part)
+		}
+	}
+	d.mu.Lock()
+	d.numbered = append(d.numbered, strings.Join(parts, "; "))
+	lost := len(d.numbered) <= d.lose
+	d.mu.Unlock()
+	if !lost {
+		return http.DefaultClient.Do(r)
+	}
+	if r.Body != nil {
+		r.Body.Close()
+	}
+	return &http.Response{
+		StatusCode: 500,
+		Status:     "500 Internal Server Error",
+		Header:     http.Header{"Content-Type": []string{"application/x-amz-json-1.0"}},
+		Body:       io.NopCloser(strings.NewReader(`{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"sending lost"}`)),
+		Request:    r,
+	}, nil
+}
+
+// The sendings of a write the store sends again itself (an ending naming
+// no lease) are numbered as the SDK numbers the sendings of a write it
+// sends again (Amz-Sdk-Request: "attempt=2; max=4" on the second), so that
+// whatever reads the header sees one request sent again, not several
+// first sendings. They all said attempt=1; max=1: a client that loses
+// only first sendings (the lossy linearizability runs) lost every one.
+func TestTheStoresOwnSendingsAreNumberedAsTheSDKNumbersItsOwn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	e.task(t, "sdk", "own")
+	tasks := e.names.Table(schema.TasksTable)
+	updates := func(target, body string) bool {
+		return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks)
+	}
+	// A checkout, which the SDK sends again.
+	sdk := &sendingsDoer{match: updates, lose: 2}
+	must[lease.Checkout](t)(e.over(sdk).Checkout(c, lease.CheckoutParams{TaskID: "sdk", AgentID: "a", Timeout: time.Hour}))
+	// A release naming no lease, which the store sends again itself.
+	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "own", AgentID: "a", Timeout: time.Hour}))
+	own := &sendingsDoer{match: updates, lose: 2}
+	must[lease.Released](t)(e.over(own).Release(c, lease.ReleaseParams{TaskID: "own", AgentID: "a"}))
+
+	if len(sdk.numbered) != 3 || !strings.HasPrefix(sdk.numbered[2], "attempt=3; max=") {
+		t.Fatalf("the SDK numbered a checkout's sendings %q, want attempts 1 to 3", sdk.numbered)
+	}
+	if strings.Join(own.numbered, ", ") != strings.Join(sdk.numbered, ", ") {
+		t.Fatalf("the store numbered its own sendings of a release naming no lease %q; the SDK numbers its own %q", own.numbered, sdk.numbered)
 	}
 }

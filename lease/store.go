@@ -408,7 +408,7 @@ func (s *Store) write(ctx context.Context, taskID string, cond terms, upd expres
 			if ag.applied.Load() {
 				c = cond.and(ag.more...)
 			}
-			out, err = send(c, sendOnce(&retryer))
+			out, err = send(c, sendOnce(&retryer, attempt))
 			if release != nil {
 				_ = release(err)
 			}
