@@ -57,6 +57,7 @@ func TestManyWritersOfOneTaskAreNeverTurnedAway(t *testing.T) {
 	for err := range errs {
 		if errors.Is(err, lease.ErrBusy) {
 			busy++
+			t.Logf("busy: %v", err)
 			continue
 		}
 		t.Errorf("unexpected: %v", err)
