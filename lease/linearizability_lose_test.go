@@ -97,13 +97,7 @@ func (d *loseDoer) Do(r *http.Request) (*http.Response, error) {
 		resp.Body.Close()
 		d.discarded.Add(1)
 	}
-	return &http.Response{
-		StatusCode: 500,
-		Status:     "500 Internal Server Error",
-		Header:     http.Header{"Content-Type": []string{"application/x-amz-json-1.0"}},
-		Body:       io.NopCloser(strings.NewReader(`{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"sending lost"}`)),
-		Request:    r,
-	}, nil
+	return internalError(r, "sending lost"), nil
 }
 
 // String says what d lost.

@@ -143,15 +143,22 @@ func (d *lossyDoer) Do(r *http.Request) (*http.Response, error) {
 			resp.Body.Close()
 		}
 		d.race()
-		return &http.Response{
-			StatusCode: 500,
-			Status:     "500 Internal Server Error",
-			Header:     http.Header{"Content-Type": []string{"application/x-amz-json-1.0"}},
-			Body:       io.NopCloser(strings.NewReader(`{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"answer lost"}`)),
-			Request:    r,
-		}, nil
+		return internalError(r, "answer lost"), nil
 	}
 	return http.DefaultClient.Do(r)
+}
+
+// internalError is DynamoDB's 500 answer to r, saying message: what a
+// test's client answers for a sending it lost, so that the SDK (or the
+// store) sends it again.
+func internalError(r *http.Request, message string) *http.Response {
+	return &http.Response{
+		StatusCode: 500,
+		Status:     "500 Internal Server Error",
+		Header:     http.Header{"Content-Type": []string{"application/x-amz-json-1.0"}},
+		Body:       io.NopCloser(strings.NewReader(`{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"` + message + `"}`)),
+		Request:    r,
+	}
 }
 
 // A PATCH with If-Match is a compare-and-set (README: "412 if it moved

@@ -3,7 +3,6 @@ package lease_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -124,13 +123,7 @@ func (d *sendingsDoer) Do(r *http.Request) (*http.Response, error) {
 	if r.Body != nil {
 		r.Body.Close()
 	}
-	return &http.Response{
-		StatusCode: 500,
-		Status:     "500 Internal Server Error",
-		Header:     http.Header{"Content-Type": []string{"application/x-amz-json-1.0"}},
-		Body:       io.NopCloser(strings.NewReader(`{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"sending lost"}`)),
-		Request:    r,
-	}, nil
+	return internalError(r, "sending lost"), nil
 }
 
 // The sendings of a write the store sends again itself (an ending naming
