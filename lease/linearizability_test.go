@@ -1166,15 +1166,7 @@ func TestLossyWholeModelLetsAnEndingAnswered404HaveAppliedOrNot(t *testing.T) {
 			wStep{wIn{Op: "renew", Task: 0, Agent: 1, Run: "r", Fence: 1, Timeout: 30_000}, wOut{Kind: "ok", Holder: wAgentID(1), Run: "r", Fence: 1, Expires: start + 30_000, Attempt: 1}})},
 	} {
 		for _, lossy := range []bool{false, true} {
-			m := wholeNDModel(start, 3, 3, false, nil)
-			init := m.Init
-			m.Init = func() []any {
-				states := init()
-				for _, s := range states {
-					s.(*wState).Lossy = lossy
-				}
-				return states
-			}
+			m := withLossy(wholeNDModel(start, 3, 3, false, nil), lossy)
 			if got := porcupine.CheckOperations(m.ToModel(), c.h); got != lossy {
 				t.Errorf("lost sendings %v: %s is legal %v, want %v", lossy, c.what, got, lossy)
 			}
@@ -3144,6 +3136,20 @@ func wholeModel(start int64, tasks, agents int, knownBugs bool, g wGraph) porcup
 	return m.ToModel()
 }
 
+// withLossy is m, the whole-service model, starting from states with
+// Lossy set to lossy: for histories of stores that lose sendings.
+func withLossy(m porcupine.NondeterministicModel, lossy bool) porcupine.NondeterministicModel {
+	init := m.Init
+	m.Init = func() []any {
+		states := init()
+		for _, s := range states {
+			s.(*wState).Lossy = lossy
+		}
+		return states
+	}
+	return m
+}
+
 // wholeNDModel is wholeModel before porcupine's power-set construction:
 // each step gives every state the store may be in next, which the
 // segment checker (linsegment_test.go) follows one by one.
@@ -3901,17 +3907,7 @@ func wholeLinearizabilityRound(t *testing.T, cfg wConfig, round linRound) {
 	t.Logf("answers: %s", answers(history))
 
 	trails.halt()
-	nd := wholeNDModel(startMS, cfg.tasks, cfg.clients, knownBugs, cfg.graph)
-	if linLose(t) > 0 {
-		init := nd.Init
-		nd.Init = func() []any {
-			states := init()
-			for _, s := range states {
-				s.(*wState).Lossy = true
-			}
-			return states
-		}
-	}
+	nd := withLossy(wholeNDModel(startMS, cfg.tasks, cfg.clients, knownBugs, cfg.graph), linLose(t) > 0)
 	checkWholeHistory(t, nd, history, e, tasks, round)
 	if os.Getenv("CHECKOUT_CHAOS") == "" {
 		agreeOnCorrupted(t, nd, history, rand.New(rand.NewPCG(seed, 1<<35)))
