@@ -519,7 +519,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		// Reopened: its attempts count anew, this grant the first. Every
 		// blocker was read done (the grant is pinned to that version), so
 		// a mark left from a lease that completed goes (deps.go, reblock).
-		upd = upd.Set(nameAttempts, expression.Value(1)).Remove(nameFailures).Remove(nameWaitingOn)
+		upd = keepAttempt(upd.Set(nameAttempts, expression.Value(1)).Remove(nameFailures).Remove(nameWaitingOn), p.reopening)
 		attempt = func(*taskItem) int { return 1 }
 	} else {
 		upd = upd.Add(nameAttempts, expression.Value(1))
@@ -560,17 +560,20 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	old, applied, err := s.update(wctx, p.TaskID, conds, upd, types.ReturnValueAllOld)
 	if err == nil && !applied && sends.Load() > 1 && old != nil && (old.GrantWrite == write || old.PrevWrite == write) {
 		// This very grant, its answer lost: the item is as it left it
-		// (or moved on since by writes other than grants: a reopen, which
-		// counts the attempts anew, kept the grant's), or one grant on,
-		// which counted one more attempt (or counted anew, a reopen in
-		// between).
+		// (or moved on since by writes other than grants), or one grant
+		// on, which counted one more attempt. A reopen in between counted
+		// the attempts anew and kept this grant's (attempt_was).
 		fence, attempt := old.Fence, old.GrantWas.attempt(old.Attempts)
 		if old.GrantWrite != write {
 			fence, attempt = old.PrevFence, old.Attempts-1
 		}
+		if kept, ok := old.keptAttempt(fence); ok {
+			attempt = kept
+		}
 		if attempt < 1 {
-			// One grant on, which counted anew (a reopen in between):
-			// the trail has the attempt this grant counted.
+			// A reopen in between that an earlier version made, which
+			// kept no attempt_was: the trail has the attempt this grant
+			// counted.
 			// The grant is made and known: a failed read answers it
 			// all the same, as attempt 1.
 			ev, n, err := s.grantInTrailAt(ctx, old, now, func(ev *eventItem) bool { return ev.Fence == fence })

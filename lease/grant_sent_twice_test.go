@@ -270,7 +270,9 @@ func TestAGrantSentTwiceAcrossAPatchAnswersTheTaskAsGranted(t *testing.T) {
 // was completed and its task reopened (a PATCH to todo, which counts the
 // task's attempts anew), answered the lease with attempt 0, the count the
 // reopen left: no grant is attempt 0. The reopen keeps the attempt of the
-// task's latest grant (grant_was), which the grant sent again answers.
+// task's latest grant (attempt_was; grant_was before it, which a task
+// an earlier version reopened may still keep), which the grant sent again
+// answers.
 func TestAGrantSentTwiceAcrossAReopenAnswersItsAttempt(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -279,10 +281,14 @@ func TestAGrantSentTwiceAcrossAReopenAnswersItsAttempt(t *testing.T) {
 		// before: leases of the task granted and released before this
 		// grant, so that it is attempt before+1.
 		before int
+		// earlier: the reopens made by an earlier version, which kept
+		// the attempt in grant_was.
+		earlier bool
 	}{
 		{name: "checkout"},
 		{name: "checkout, the task's third attempt", before: 2},
 		{name: "named claim, the task's second attempt", claim: true, before: 1},
+		{name: "checkout, the task's second attempt, reopened by an earlier version", before: 1, earlier: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -309,6 +315,9 @@ func TestAGrantSentTwiceAcrossAReopenAnswersItsAttempt(t *testing.T) {
 					must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Status: &todo}))
 					must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Status: &cancelled}))
 					reopened = must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Status: &todo}))
+					if tc.earlier {
+						e.reopenedByAnEarlierVersion(t, "t", true)
+					}
 				},
 				applied: true,
 			}
@@ -462,7 +471,9 @@ func TestAGrantSentTwiceTwoGrantsOnIsAnswered(t *testing.T) {
 // next grant's record of it (prev_write), answered the task's attempts
 // less one: across a reopen between the two grants, which counts the
 // attempts anew, that was 0, answered as attempt 1 where the grant had
-// counted its task's second. The attempt is now read from the trail then.
+// counted its task's second. The attempt is read from the trail when the
+// reopen kept none (an earlier version's), as here; else from the item
+// (the test below).
 func TestAGrantSentTwiceOneGrantOnAcrossAReopenAnswersItsAttempt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -482,6 +493,7 @@ func TestAGrantSentTwiceOneGrantOnAcrossAReopenAnswersItsAttempt(t *testing.T) {
 			cancelled, todo := lease.StatusCancelled, lease.StatusTodo
 			must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &cancelled}))
 			must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &todo}))
+			e.reopenedByAnEarlierVersion(t, "t", false)
 			e.clock.Advance(time.Second)
 			must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Hour}))
 			e.drain(t)
@@ -498,6 +510,69 @@ func TestAGrantSentTwiceOneGrantOnAcrossAReopenAnswersItsAttempt(t *testing.T) {
 	}
 	if err != nil || co.AgentID != "a" || co.Fence != 2 || co.Attempt != 2 {
 		t.Errorf("a's grant (fence 2, the task's second attempt), sent twice with a reopen and a grant in between: %+v, %v; want fence 2, attempt 2", co, err)
+	}
+}
+
+// The same across a reopen with the change stream held up: the trail
+// had not archived the grant, so its attempt was read nowhere, and after
+// waiting 3 s for the archive the grant was answered as attempt 1 where
+// it had counted its task's second (the lossy linearizability runs
+// refused such a history). The reopen keeps the attempt of the grant
+// before it (attempt_was), which the grant sent again reads without the
+// trail; so too when the next grant itself reopens the task (a checkout
+// that expects it finished).
+func TestAGrantSentTwiceOneGrantOnAcrossAReopenAnswersItsAttemptWithTheStreamHeldUp(t *testing.T) {
+	t.Parallel()
+	for _, reopen := range []string{"a PATCH to todo", "the next grant"} {
+		t.Run(reopen, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.task(t, "t")
+			e.attemptedOnce(t, "t")
+			e.drain(t)
+
+			tasks, events := e.names.Table(schema.TasksTable), e.names.Table(schema.EventsTable)
+			var trailReads atomic.Int32
+			doer := &lossyDoer{
+				match: func(target, body string) bool {
+					if strings.HasSuffix(target, ".Query") && strings.Contains(body, `"`+events+`"`) {
+						trailReads.Add(1)
+					}
+					return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
+				},
+				race: func() {
+					// An admin cancels the task under a's lease; it is
+					// reopened, and b takes it, its first attempt since
+					// the reopen. The stream archives none of it.
+					e.clock.Advance(time.Second)
+					cancelled, todo := lease.StatusCancelled, lease.StatusTodo
+					must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &cancelled}))
+					expect := []lease.Status{lease.StatusCancelled}
+					if reopen == "a PATCH to todo" {
+						must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &todo}))
+						expect = nil
+					}
+					e.clock.Advance(time.Second)
+					must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Hour, ExpectedStatuses: expect}))
+				},
+				applied: true,
+			}
+			s := e.over(doer)
+			co, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
+			if !doer.lost.Load() {
+				t.Fatal("no grant was sent twice")
+			}
+			if got := e.get(t, "t"); got.Checkout == nil || got.Checkout.AgentID != "b" || got.Checkout.Fence != 3 || got.Attempts != 1 {
+				t.Fatalf("the task after a's grant, a reopen and b's: %+v after %d attempts, want b's lease (fence 3), its first attempt", got.Checkout, got.Attempts)
+			}
+			if err != nil || co.AgentID != "a" || co.Fence != 2 || co.Attempt != 2 {
+				t.Errorf("a's grant (fence 2, the task's second attempt), sent twice with a reopen and a grant in between, the stream held up: %+v, %v; want fence 2, attempt 2", co, err)
+			}
+			if n := trailReads.Load(); n != 0 {
+				t.Errorf("the grant sent twice read the trail %d times; want none (the item keeps the attempt)", n)
+			}
+		})
 	}
 }
 

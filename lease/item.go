@@ -98,11 +98,18 @@ type taskItem struct {
 	// sent again knows its own by it (grant).
 	GrantWrite string `dynamodbav:"grant_write,omitempty"`
 	// GrantWas is the task's title, queue and priority at its latest
-	// grant, each kept by the first PATCH since that changed it, and the
-	// grant's attempt, kept by the first reopen since (removed by the
-	// next grant): a grant the SDK sent again answers them as they were
-	// when it was made.
+	// grant, each kept by the first PATCH since that changed it (removed
+	// by the next grant): a grant the SDK sent again answers them as they
+	// were when it was made. (Versions before attempt_was kept the
+	// grant's attempt here too, at a reopen.)
 	GrantWas *grantWas `dynamodbav:"grant_was,omitempty"`
+	// AttemptWas is the fence and attempt of the task's latest grant as
+	// the first reopen after it found them, which counts the attempts
+	// anew: a grant the SDK sent again, recognised as the latest grant
+	// or the one before it, answers its attempt from it when its fence
+	// is the grant's (grant). It stays until the next reopen after a
+	// grant: about 20 bytes on a task once reopened.
+	AttemptWas *attemptWas `dynamodbav:"attempt_was,omitempty"`
 
 	// Watchers maps each watching agent to when it asked (Unix ms). It is
 	// bounded by MaxWatchers.
@@ -935,10 +942,10 @@ func (m messageItem) message() Message {
 }
 
 // grantWas is what a lease's answer tells of its task (title, queue,
-// priority, and the lease's attempt) as it was at the grant, for the
-// fields PATCHed since (taskItem.GrantWas): each kept by the first PATCH
-// that changed it; the attempt by the first reopen, which counts the
-// task's attempts anew.
+// priority) as it was at the grant, for the fields PATCHed since
+// (taskItem.GrantWas): each kept by the first PATCH that changed it.
+// Attempt is read only: earlier versions kept the grant's attempt here
+// at a reopen, where attempt_was keeps it now.
 type grantWas struct {
 	Title    *string `dynamodbav:"t"`
 	Queue    *string `dynamodbav:"q"`
@@ -946,13 +953,30 @@ type grantWas struct {
 	Attempt  *int    `dynamodbav:"a"`
 }
 
-// attempt answers the grant's attempt: w's where a reopen kept it, else
-// attempts, the task's count (the grant's, as no grant came since).
+// attempt answers the grant's attempt: w's where an earlier version's
+// reopen kept it, else attempts, the task's count (the grant's, as no
+// grant came since).
 func (w *grantWas) attempt(attempts int) int {
 	if w == nil || w.Attempt == nil {
 		return attempts
 	}
 	return *w.Attempt
+}
+
+// attemptWas is the fence and attempt of a grant, kept by the first
+// reopen after it (taskItem.AttemptWas).
+type attemptWas struct {
+	Fence   int64 `dynamodbav:"f"`
+	Attempt int   `dynamodbav:"a"`
+}
+
+// keptAttempt answers the attempt of the grant of fence, when a reopen
+// after that grant kept it.
+func (t *taskItem) keptAttempt(fence int64) (int, bool) {
+	if w := t.AttemptWas; w != nil && w.Fence == fence && w.Attempt > 0 {
+		return w.Attempt, true
+	}
+	return 0, false
 }
 
 // at answers title, queue and priority as the grant found them: w's where

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -107,6 +108,35 @@ func (e *env) attemptedOnce(t *testing.T, taskID string) {
 	e.clock.Advance(time.Second)
 	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: taskID, AgentID: "x", RunID: "r-x", Fence: x.Fence}))
 	e.clock.Advance(time.Second)
+}
+
+// reopenedByAnEarlierVersion makes taskID's item as a reopen by a version
+// before attempt_was left it: no attempt_was, and with inGrantWas the
+// attempt it kept in grant_was (which the next grant removes) instead.
+func (e *env) reopenedByAnEarlierVersion(t *testing.T, taskID string, inGrantWas bool) {
+	t.Helper()
+	key := map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: taskID}}
+	out := must[*dynamodb.GetItemOutput](t)(e.db.GetItem(ctx(t), &dynamodb.GetItemInput{
+		TableName: aws.String(e.names.Table(schema.TasksTable)), Key: key, ConsistentRead: aws.Bool(true)}))
+	was, ok := out.Item["attempt_was"].(*types.AttributeValueMemberM)
+	if !ok {
+		t.Fatalf("task %s keeps no attempt_was: %v", taskID, out.Item["attempt_was"])
+	}
+	upd := "REMOVE attempt_was"
+	values := map[string]types.AttributeValue{}
+	if inGrantWas {
+		upd = "SET grant_was = :was " + upd
+		values[":was"] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"a": was.Value["a"]}}
+		if _, ok := out.Item["grant_was"]; ok {
+			upd = "SET grant_was.a = :a " + "REMOVE attempt_was"
+			values = map[string]types.AttributeValue{":a": was.Value["a"]}
+		}
+	}
+	in := &dynamodb.UpdateItemInput{TableName: aws.String(e.names.Table(schema.TasksTable)), Key: key, UpdateExpression: aws.String(upd)}
+	if len(values) > 0 {
+		in.ExpressionAttributeValues = values
+	}
+	must[*dynamodb.UpdateItemOutput](t)(e.db.UpdateItem(ctx(t), in))
 }
 
 // lossyDoer is the HTTP client of a store whose first matching request is

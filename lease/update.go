@@ -498,8 +498,8 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		default: // todo, from done, cancelled or failed: reopen, with its attempts anew
 			// The last lease's renewal ids go too: a renewal of it sent
 			// again is no longer answered as made (its attempt is gone).
-			upd = upd.Remove(expression.Name("completed_at")).Remove(nameAttempts).Remove(nameFailures).
-				Remove(expression.Name("renew_write")).Remove(expression.Name("renew_prev"))
+			upd = keepAttempt(upd.Remove(expression.Name("completed_at")).Remove(nameAttempts).Remove(nameFailures).
+				Remove(expression.Name("renew_write")).Remove(expression.Name("renew_prev")), cur)
 			notBefore = 0
 			next.CompletedAt, next.Attempts, next.Failures = 0, 0, 0
 			next.RenewWrite, next.RenewPrev = "", ""
@@ -630,7 +630,7 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		// first PATCH since that changes it, for that grant sent again
 		// (grant, sends.go), whose lease may have ended before this
 		// PATCH. The version pins what is kept already.
-		upd = keepGrantWas(upd, cur, next.Title, queue, prio, next.Attempts)
+		upd = keepGrantWas(upd, cur, next.Title, queue, prio)
 	}
 	// A task keeps its claim shard while it stays in its queue, whatever
 	// the claim shard count has become since it was written. A task that
@@ -730,10 +730,10 @@ type patchGraph struct {
 	blockedBy, waiting []string
 }
 
-// keepGrantWas adds to upd, a PATCH of cur leaving title, queue, prio and
-// attempts (counted anew by a reopen), the grant_was entries of the fields
-// it changes that cur keeps none of.
-func keepGrantWas(upd expression.UpdateBuilder, cur *taskItem, title, queue string, prio, attempts int) expression.UpdateBuilder {
+// keepGrantWas adds to upd, a PATCH of cur leaving title, queue and prio,
+// the grant_was entries of the fields it changes that cur keeps none of.
+// (A reopen keeps the grant's attempt in attempt_was: keepAttempt.)
+func keepGrantWas(upd expression.UpdateBuilder, cur *taskItem, title, queue string, prio int) expression.UpdateBuilder {
 	kept := cur.GrantWas
 	if kept == nil {
 		kept = &grantWas{}
@@ -748,9 +748,6 @@ func keepGrantWas(upd expression.UpdateBuilder, cur *taskItem, title, queue stri
 	if prio != cur.priority() && kept.Priority == nil {
 		was["p"] = &types.AttributeValueMemberN{Value: strconv.Itoa(cur.priority())}
 	}
-	if attempts != cur.Attempts && kept.Attempt == nil {
-		was["a"] = &types.AttributeValueMemberN{Value: strconv.Itoa(cur.Attempts)}
-	}
 	if len(was) == 0 {
 		return upd
 	}
@@ -761,4 +758,15 @@ func keepGrantWas(upd expression.UpdateBuilder, cur *taskItem, title, queue stri
 		upd = upd.Set(expression.Name("grant_was."+k), expression.Value(was[k]))
 	}
 	return upd
+}
+
+// keepAttempt sets attempt_was to cur's latest grant's fence and attempt,
+// for a write that counts cur's attempts anew (a reopen): when cur has
+// counted an attempt since the last such write (else the one that made
+// its count 0 kept them already).
+func keepAttempt(u expression.UpdateBuilder, cur *taskItem) expression.UpdateBuilder {
+	if cur.Attempts <= 0 || cur.Fence <= 0 {
+		return u
+	}
+	return u.Set(expression.Name("attempt_was"), expression.Value(attemptWas{Fence: cur.Fence, Attempt: cur.Attempts}))
 }
