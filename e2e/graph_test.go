@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"fmt"
+	"maps"
 	"net/http"
 	"testing"
 	"time"
@@ -152,4 +154,43 @@ func TestPatchOfUnknownBlockerAfterTheTaskIsJudged(t *testing.T) {
 	e.task(t, a, "ship")
 	e.fail(t, 400, "invalid_dependency", "PATCH", "/api/tasks/ship", a, ghost)
 	equal(t, "ship's blockers", e.must(t, 200, "GET", "/api/tasks/ship", a, nil).Body["blocked_by"], []any{})
+}
+
+// A release's event carries outcome and error (API.md, "Attempts and
+// delays"): null when the release gave none, as a task's last_error is.
+// A plain release's event had neither key, so a client reading them from
+// every release event found them missing. Events of other types have
+// neither.
+func TestAReleaseEventCarriesOutcomeAndError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a, b := e.agent(t, "ann"), e.agent(t, "bob")
+	e.task(t, a, "job")
+	for _, body := range []map[string]any{nil, {"outcome": "done"}, {"outcome": "failed"}, {"outcome": "failed", "error": "exit status 1"}} {
+		co := e.must(t, 200, "POST", "/api/tasks/job/checkout", b, nil)
+		body = maps.Clone(body)
+		if body == nil {
+			body = map[string]any{}
+		}
+		body["run_id"] = co.Str("run_id")
+		e.must(t, 200, "POST", "/api/tasks/job/release", b, body)
+		e.clock.Advance(time.Hour) // past any retry delay
+	}
+	e.drain(t)
+	var releases []string
+	for _, ev := range e.must(t, 200, "GET", "/api/tasks/job/events", a, nil).List("events") {
+		outcome, hasOutcome := ev["outcome"]
+		errText, hasError := ev["error"]
+		if ev["type"] != "release" {
+			if hasOutcome || hasError {
+				t.Errorf("a %v event carries outcome %v and error %v; want neither", ev["type"], outcome, errText)
+			}
+			continue
+		}
+		if !hasOutcome || !hasError {
+			t.Errorf("a release event without outcome (%v) or error (%v): %v", hasOutcome, hasError, ev)
+		}
+		releases = append(releases, fmt.Sprintf("%v/%v", outcome, errText))
+	}
+	equal(t, "the release events' outcome/error", releases, []string{"<nil>/<nil>", "done/<nil>", "failed/<nil>", "failed/exit status 1"})
 }

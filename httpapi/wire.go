@@ -190,10 +190,34 @@ type EventJSON struct {
 	HeldSeconds *int64          `json:"held_seconds,omitempty"`
 	By          string          `json:"by"`
 	Reason      string          `json:"reason"`
-	// Outcome and Error are a release's (API 1.1), omitted when it gave
-	// none.
-	Outcome lease.ReleaseOutcome `json:"outcome,omitempty"`
-	Error   string               `json:"error,omitempty"`
+	// Outcome and Error are a release's (API 1.1): on every release
+	// event, null when the release gave none; on no other event.
+	Outcome releaseText `json:"outcome,omitzero"`
+	Error   releaseText `json:"error,omitzero"`
+}
+
+// releaseText is a release event's outcome or error: a string, or null
+// when the release gave none; absent (omitzero) from other events.
+type releaseText struct {
+	text string
+	set  bool // a release's
+}
+
+func (r releaseText) IsZero() bool { return !r.set }
+
+func (r releaseText) MarshalJSON() ([]byte, error) {
+	if r.text == "" {
+		return []byte("null"), nil
+	}
+	return json.Marshal(r.text)
+}
+
+func (r *releaseText) UnmarshalJSON(b []byte) error {
+	*r = releaseText{set: true}
+	if string(b) == "null" {
+		return nil
+	}
+	return json.Unmarshal(b, &r.text)
 }
 
 // ToEventJSON converts a lease event to its API form.
@@ -207,8 +231,10 @@ func ToEventJSON(e lease.Event) EventJSON {
 		At:      stamp(e.At),
 		By:      e.By,
 		Reason:  e.Reason,
-		Outcome: e.Outcome,
-		Error:   e.Error,
+	}
+	if e.Type == lease.EventRelease {
+		j.Outcome = releaseText{text: string(e.Outcome), set: true}
+		j.Error = releaseText{text: e.Error, set: true}
 	}
 	if e.Held != nil {
 		s := seconds(*e.Held)
