@@ -9,8 +9,8 @@ import (
 
 // The JSON shapes of the API (httpapi/openapi/openapi.yaml). Every field is always present; absent values
 // are null, never omitted, and lists are [] when empty, except on events:
-// held_seconds, which only events that end a lease carry, and a release's
-// outcome and error, which only a release that gave them carries.
+// held_seconds, which only events that end a lease carry, and outcome and
+// error, which only release events carry (null when the release gave none).
 
 const timeFormat = "2006-01-02T15:04:05.000Z"
 

@@ -190,8 +190,9 @@ func TestWorkGraphBadInput(t *testing.T) {
 }
 
 // A task shows the work graph's fields always: [] for no blockers, null
-// for no not_before or last_error; a lease shows its attempt; an event
-// carries a release's outcome and error only when it has them.
+// for no not_before or last_error; a lease shows its attempt; a release
+// event carries outcome and error (null when the release gave none), and
+// no other event does.
 func TestWorkGraphJSONShapes(t *testing.T) {
 	t.Parallel()
 	t.Run("a task without a graph", func(t *testing.T) {
