@@ -483,9 +483,15 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		conds = append(conds, queueCond(p.queues))
 	}
 	exp := now.Add(p.Timeout)
+	prevWrite := copyOf("grant_write")
+	if r := p.reopening; r != nil && r.Attempts > 0 && r.GrantWrite != "" {
+		// A reopen: the grant before it keeps its attempt (splitGrantWrite),
+		// as a PATCH to todo keeps it.
+		prevWrite = expression.Value(withAttempt(r.GrantWrite, r.Attempts))
+	}
 	upd := replacedLease(expression.UpdateBuilder{}, over != nil || p.unblocking != nil && p.unblocking.hasLease(), prevEnd).
 		Set(expression.Name("prev_fence"), nameFence).
-		Set(expression.Name("prev_write"), copyOf("grant_write")).
+		Set(expression.Name("prev_write"), prevWrite).
 		Set(nameHolder, expression.Value(p.AgentID)).
 		Set(expression.Name("run_id"), expression.Value(p.RunID)).
 		Set(expression.Name("locked_at"), expression.Value(ms(now))).
@@ -519,7 +525,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		// Reopened: its attempts count anew, this grant the first. Every
 		// blocker was read done (the grant is pinned to that version), so
 		// a mark left from a lease that completed goes (deps.go, reblock).
-		upd = keepAttempt(upd.Set(nameAttempts, expression.Value(1)).Remove(nameFailures).Remove(nameWaitingOn), p.reopening)
+		upd = upd.Set(nameAttempts, expression.Value(1)).Remove(nameFailures).Remove(nameWaitingOn)
 		attempt = func(*taskItem) int { return 1 }
 	} else {
 		upd = upd.Add(nameAttempts, expression.Value(1))
@@ -558,22 +564,37 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	}
 	wctx, sends := countSends(ctx)
 	old, applied, err := s.update(wctx, p.TaskID, conds, upd, types.ReturnValueAllOld)
-	if err == nil && !applied && sends.Load() > 1 && old != nil && (old.GrantWrite == write || old.PrevWrite == write) {
+	var gw, pw string
+	var ga, pa int
+	if old != nil {
+		gw, ga = splitGrantWrite(old.GrantWrite)
+		pw, pa = splitGrantWrite(old.PrevWrite)
+	}
+	if err == nil && !applied && sends.Load() > 1 && old != nil && (gw == write || pw == write) {
 		// This very grant, its answer lost: the item is as it left it
 		// (or moved on since by writes other than grants), or one grant
-		// on, which counted one more attempt. A reopen in between counted
-		// the attempts anew and kept this grant's (attempt_was).
+		// on, which counted one more attempt. A reopen counts the
+		// attempts anew, and keeps the attempt of the grant before it on
+		// that grant's record (splitGrantWrite).
 		fence, attempt := old.Fence, old.GrantWas.attempt(old.Attempts)
-		if old.GrantWrite != write {
-			fence, attempt = old.PrevFence, old.Attempts-1
+		if ga > 0 {
+			attempt = ga // reopened since
 		}
-		if kept, ok := old.keptAttempt(fence); ok {
-			attempt = kept
+		if gw != write {
+			fence, attempt = old.PrevFence, old.Attempts-1
+			switch {
+			case pa > 0: // reopened between the two grants
+				attempt = pa
+			case ga > 1:
+				// Reopened after the next grant, which counted one
+				// more than this one (a reopen between them would have
+				// marked this one's record).
+				attempt = ga - 1
+			}
 		}
 		if attempt < 1 {
-			// A reopen in between that an earlier version made, which
-			// kept no attempt_was: the trail has the attempt this grant
-			// counted.
+			// A reopen that an earlier version made, which kept no
+			// attempt: the trail has the attempt this grant counted.
 			// The grant is made and known: a failed read answers it
 			// all the same, as attempt 1.
 			ev, n, err := s.grantInTrailAt(ctx, old, now, func(ev *eventItem) bool { return ev.Fence == fence })
@@ -587,7 +608,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 		}
 		// The task as granted: a PATCH since kept what it changed.
 		title, queue, prio := old.Title, old.queue(), old.priority()
-		if old.GrantWrite == write {
+		if gw == write {
 			title, queue, prio = old.GrantWas.at(title, queue, prio)
 		}
 		return granted{granted: true, lease: Checkout{
@@ -702,10 +723,10 @@ func mayBeTwoGrantsBack(cur *taskItem, now time.Time) bool {
 
 // notLeftBy says the task's last two grants were not made by the write
 // named write: a grant sent again is refused on its own lease, ended or
-// not, or on the one grant after it.
+// not, or on the one grant after it. A grant's record begins with its
+// write id (a reopen may have kept its attempt after it: splitGrantWrite).
 func notLeftBy(write string) terms {
-	w := expression.Value(write)
-	return terms{expression.Not(expression.Name("grant_write").Equal(w)), expression.Not(expression.Name("prev_write").Equal(w))}
+	return terms{expression.Not(expression.Name("grant_write").BeginsWith(write)), expression.Not(expression.Name("prev_write").BeginsWith(write))}
 }
 
 // queueCond says "the task is in one of queues"; a task written before

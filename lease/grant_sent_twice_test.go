@@ -270,9 +270,9 @@ func TestAGrantSentTwiceAcrossAPatchAnswersTheTaskAsGranted(t *testing.T) {
 // was completed and its task reopened (a PATCH to todo, which counts the
 // task's attempts anew), answered the lease with attempt 0, the count the
 // reopen left: no grant is attempt 0. The reopen keeps the attempt of the
-// task's latest grant (attempt_was; grant_was before it, which a task
-// an earlier version reopened may still keep), which the grant sent again
-// answers.
+// task's latest grant (on its record, grant_write; in grant_was in
+// versions of 2026-12-06, which a task they reopened may still keep),
+// which the grant sent again answers.
 func TestAGrantSentTwiceAcrossAReopenAnswersItsAttempt(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -475,8 +475,8 @@ func TestAGrantSentTwiceTwoGrantsOnIsAnswered(t *testing.T) {
 // change stream held up past the 3 s the trail is waited for, it was
 // found nowhere and answered as attempt 1 again (the lossy
 // linearizability runs refused such a history). A reopen now keeps the
-// attempt of the grant before it (attempt_was), which the grant sent
-// again reads without the trail, whether a PATCH to todo reopened the
+// attempt of the grant before it on that grant's record (grant_write,
+// then prev_write), which the grant sent again reads without the trail, whether a PATCH to todo reopened the
 // task or the next grant did (a checkout expecting it finished); a
 // reopen by an earlier version kept none, and the trail tells it.
 func TestAGrantSentTwiceOneGrantOnAcrossAReopenAnswersItsAttempt(t *testing.T) {
@@ -484,7 +484,7 @@ func TestAGrantSentTwiceOneGrantOnAcrossAReopenAnswersItsAttempt(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// patch: a PATCH to todo reopens the task, else the next grant.
-		// earlier: that PATCH is an earlier version's (no attempt_was),
+		// earlier: that PATCH is an earlier version's (no attempt kept),
 		// and the stream archives what happened before a's grant is sent
 		// again: the trail has its attempt.
 		patch, earlier bool

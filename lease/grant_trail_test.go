@@ -112,8 +112,8 @@ func TestARefusedResendOnAnotherAgentsOnlyGrantReadsNoTrail(t *testing.T) {
 // answered the task's attempts less the grants since: 1 - 1, raised to 1,
 // where a's grant was the task's second attempt (a review's). A reopen
 // since is now read from the item's counts: attempts less the grants
-// since below 1. (A reopen now keeps the grant's attempt on the item,
-// attempt_was: here the reopen is an earlier version's, which kept none.)
+// since below 1. (A reopen now keeps the grant's attempt on its record,
+// grant_write: here the reopen is an earlier version's, which kept none.)
 func TestAGrantSentTwiceOneGrantOnAcrossAReopenArchivedInPartAnswersItsAttempt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -222,8 +222,8 @@ func (d *failingQueries) Do(r *http.Request) (*http.Response, error) {
 // A grant known one grant on (prev_write) across a reopen is made and
 // known; the trail read for its attempt failing turned it into an error
 // (a 503, undecided), though the lease was granted. It is answered, as
-// attempt 1. (The reopen is an earlier version's, which kept no
-// attempt_was: today's is read without the trail.)
+// attempt 1. (The reopen is an earlier version's, which kept no attempt
+// on the grant's record: today's is read without the trail.)
 func TestAKnownGrantOneOnIsAnsweredWhenItsTrailReadFails(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -95,21 +97,15 @@ type taskItem struct {
 	// LeaseSeq is the seq of the lease's checkout event.
 	LeaseSeq int64 `dynamodbav:"lease_seq,omitempty"`
 	// GrantWrite names the write of the task's latest grant: a grant
-	// sent again knows its own by it (grant).
+	// sent again knows its own by it (grant). A reopen since keeps the
+	// grant's attempt on it (splitGrantWrite).
 	GrantWrite string `dynamodbav:"grant_write,omitempty"`
 	// GrantWas is the task's title, queue and priority at its latest
 	// grant, each kept by the first PATCH since that changed it (removed
 	// by the next grant): a grant the SDK sent again answers them as they
-	// were when it was made. (Versions before attempt_was kept the
-	// grant's attempt here too, at a reopen.)
+	// were when it was made. (Versions of 2026-12-06 kept the grant's
+	// attempt here too, at a reopen.)
 	GrantWas *grantWas `dynamodbav:"grant_was,omitempty"`
-	// AttemptWas is the fence and attempt of the task's latest grant as
-	// the first reopen after it found them, which counts the attempts
-	// anew: a grant the SDK sent again, recognised as the latest grant
-	// or the one before it, answers its attempt from it when its fence
-	// is the grant's (grant). It stays until the next reopen after a
-	// grant: about 20 bytes on a task once reopened.
-	AttemptWas *attemptWas `dynamodbav:"attempt_was,omitempty"`
 
 	// Watchers maps each watching agent to when it asked (Unix ms). It is
 	// bounded by MaxWatchers.
@@ -240,8 +236,8 @@ type prevRecord struct {
 	// expiry, or when it was read dead), the time of its event; 0: the
 	// checkout's own time.
 	PrevEndAt int64 `dynamodbav:"prev_end_at,omitempty"`
-	// PrevWrite is the grant_write of the grant before this one (see
-	// grant).
+	// PrevWrite is the grant_write of the grant before this one, with
+	// the attempt a reopen between the two kept (see grant, splitGrantWrite).
 	PrevWrite string `dynamodbav:"prev_write,omitempty"`
 }
 
@@ -629,7 +625,7 @@ func (t *taskItem) latestEvents() []itemEvent {
 			}
 			out = append(out, itemEvent{eventItem: eventItem{
 				TaskID: t.TaskID, Seq: t.ESeq, PrevSeq: prev, PrevAt: prevAt, Type: EventCheckout, AgentID: t.Holder, RunID: t.RunID,
-				Fence: t.Fence, At: t.LockedAt, By: t.leaseBy(), Reason: t.Reason, Write: t.GrantWrite,
+				Fence: t.Fence, At: t.LockedAt, By: t.leaseBy(), Reason: t.Reason, Write: t.grantWrite(),
 			}})
 		}
 		return out
@@ -944,8 +940,8 @@ func (m messageItem) message() Message {
 // grantWas is what a lease's answer tells of its task (title, queue,
 // priority) as it was at the grant, for the fields PATCHed since
 // (taskItem.GrantWas): each kept by the first PATCH that changed it.
-// Attempt is read only: earlier versions kept the grant's attempt here
-// at a reopen, where attempt_was keeps it now.
+// Attempt is read only: versions of 2026-12-06 kept the grant's attempt
+// here at a reopen, where its grant record keeps it now (splitGrantWrite).
 type grantWas struct {
 	Title    *string `dynamodbav:"t"`
 	Queue    *string `dynamodbav:"q"`
@@ -953,8 +949,8 @@ type grantWas struct {
 	Attempt  *int    `dynamodbav:"a"`
 }
 
-// attempt answers the grant's attempt: w's where an earlier version's
-// reopen kept it, else attempts, the task's count (the grant's, as no
+// attempt answers the grant's attempt: w's where a reopen of a version
+// of 2026-12-06 kept it, else attempts, the task's count (the grant's, as no
 // grant came since).
 func (w *grantWas) attempt(attempts int) int {
 	if w == nil || w.Attempt == nil {
@@ -963,20 +959,42 @@ func (w *grantWas) attempt(attempts int) int {
 	return *w.Attempt
 }
 
-// attemptWas is the fence and attempt of a grant, kept by the first
-// reopen after it (taskItem.AttemptWas).
-type attemptWas struct {
-	Fence   int64 `dynamodbav:"f"`
-	Attempt int   `dynamodbav:"a"`
+// A reopen (a PATCH to todo, or a checkout that reopens a finished task)
+// counts the task's attempts anew. So that a grant the SDK sent again,
+// known by its write id one grant on or with no grant since, can still
+// answer the attempt it counted, the first reopen after a grant keeps
+// that attempt on the grant's record: grant_write "<id>~<attempt>", which
+// the next grant copies to prev_write and the one after drops, as every
+// grant's record (about two bytes, on a reopened task only, for two
+// grants). Write ids are base64url, which has no '~'; conditions on them
+// match the id as a prefix (notLeftBy).
+const attemptMark = "~"
+
+// grantWrite is the write id of the task's latest grant.
+func (t *taskItem) grantWrite() string {
+	id, _ := splitGrantWrite(t.GrantWrite)
+	return id
 }
 
-// keptAttempt answers the attempt of the grant of fence, when a reopen
-// after that grant kept it.
-func (t *taskItem) keptAttempt(fence int64) (int, bool) {
-	if w := t.AttemptWas; w != nil && w.Fence == fence && w.Attempt > 0 {
-		return w.Attempt, true
+// splitGrantWrite splits a grant_write or prev_write value into the grant's
+// write id and the attempt a reopen after it kept (0: none kept).
+func splitGrantWrite(v string) (id string, attempt int) {
+	id, kept, ok := strings.Cut(v, attemptMark)
+	if !ok {
+		return v, 0
 	}
-	return 0, false
+	n, err := strconv.Atoi(kept)
+	if err != nil || n < 1 {
+		return id, 0
+	}
+	return id, n
+}
+
+// withAttempt is the grant record v (a write id, or a record a reopen
+// marked already) marked with attempt.
+func withAttempt(v string, attempt int) string {
+	id, _ := splitGrantWrite(v)
+	return id + attemptMark + strconv.Itoa(attempt)
 }
 
 // at answers title, queue and priority as the grant found them: w's where

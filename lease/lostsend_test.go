@@ -111,32 +111,44 @@ func (e *env) attemptedOnce(t *testing.T, taskID string) {
 }
 
 // reopenedByAnEarlierVersion makes taskID's item as a reopen by a version
-// before attempt_was left it: no attempt_was, and with inGrantWas the
-// attempt it kept in grant_was (which the next grant removes) instead.
+// that kept no attempt on the grant's record (grant_write "<id>~<n>", or
+// prev_write once the next grant copied it) left it: the record's id
+// alone, and with inGrantWas the attempt in grant_was instead, as
+// versions of 2026-12-06 kept it (which the next grant removes).
 func (e *env) reopenedByAnEarlierVersion(t *testing.T, taskID string, inGrantWas bool) {
 	t.Helper()
 	key := map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: taskID}}
 	out := must[*dynamodb.GetItemOutput](t)(e.db.GetItem(ctx(t), &dynamodb.GetItemInput{
 		TableName: aws.String(e.names.Table(schema.TasksTable)), Key: key, ConsistentRead: aws.Bool(true)}))
-	was, ok := out.Item["attempt_was"].(*types.AttributeValueMemberM)
-	if !ok {
-		t.Fatalf("task %s keeps no attempt_was: %v", taskID, out.Item["attempt_was"])
-	}
-	upd := "REMOVE attempt_was"
+	var sets []string
 	values := map[string]types.AttributeValue{}
-	if inGrantWas {
-		upd = "SET grant_was = :was " + upd
-		values[":was"] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"a": was.Value["a"]}}
-		if _, ok := out.Item["grant_was"]; ok {
-			upd = "SET grant_was.a = :a " + "REMOVE attempt_was"
-			values = map[string]types.AttributeValue{":a": was.Value["a"]}
+	kept := ""
+	for _, name := range []string{"grant_write", "prev_write"} {
+		v, ok := out.Item[name].(*types.AttributeValueMemberS)
+		if !ok {
+			continue
+		}
+		if id, n, marked := strings.Cut(v.Value, "~"); marked {
+			sets = append(sets, name+" = :"+name)
+			values[":"+name] = &types.AttributeValueMemberS{Value: id}
+			kept = n
 		}
 	}
-	in := &dynamodb.UpdateItemInput{TableName: aws.String(e.names.Table(schema.TasksTable)), Key: key, UpdateExpression: aws.String(upd)}
-	if len(values) > 0 {
-		in.ExpressionAttributeValues = values
+	if kept == "" {
+		t.Fatalf("task %s keeps no attempt on a grant's record: %v, %v", taskID, out.Item["grant_write"], out.Item["prev_write"])
 	}
-	must[*dynamodb.UpdateItemOutput](t)(e.db.UpdateItem(ctx(t), in))
+	if inGrantWas {
+		sets = append(sets, "grant_was = :was")
+		values[":was"] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"a": &types.AttributeValueMemberN{Value: kept}}}
+		if _, ok := out.Item["grant_was"]; ok {
+			sets[len(sets)-1] = "grant_was.a = :a"
+			delete(values, ":was")
+			values[":a"] = &types.AttributeValueMemberN{Value: kept}
+		}
+	}
+	must[*dynamodb.UpdateItemOutput](t)(e.db.UpdateItem(ctx(t), &dynamodb.UpdateItemInput{
+		TableName: aws.String(e.names.Table(schema.TasksTable)), Key: key,
+		UpdateExpression: aws.String("SET " + strings.Join(sets, ", ")), ExpressionAttributeValues: values}))
 }
 
 // lossyDoer is the HTTP client of a store whose first matching request is

@@ -34,8 +34,8 @@ import (
 // conditioned on neither naming it, since its lease may have ended and
 // left the task free again before the second sending; a PATCH of the
 // lease's title, queue or priority in between keeps them as granted,
-// grant_was, and a reopen the grant's fence and attempt, attempt_was, for
-// its answer) and renewals (renew_write, renew_prev, kept
+// grant_was, and a reopen the grant's attempt on grant_write, for its
+// answer) and renewals (renew_write, renew_prev, kept
 // by the lease's ending with its timeout and holder's name until the next
 // grant, for a renewal sent again after its lease ended), and
 // PATCHes (patch, and patch_prev the PATCH's before it,

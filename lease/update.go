@@ -498,8 +498,15 @@ func (s *Store) patch(cur *taskItem, live bool, p UpdateTaskParams, g *patchGrap
 		default: // todo, from done, cancelled or failed: reopen, with its attempts anew
 			// The last lease's renewal ids go too: a renewal of it sent
 			// again is no longer answered as made (its attempt is gone).
-			upd = keepAttempt(upd.Remove(expression.Name("completed_at")).Remove(nameAttempts).Remove(nameFailures).
-				Remove(expression.Name("renew_write")).Remove(expression.Name("renew_prev")), cur)
+			upd = upd.Remove(expression.Name("completed_at")).Remove(nameAttempts).Remove(nameFailures).
+				Remove(expression.Name("renew_write")).Remove(expression.Name("renew_prev"))
+			if cur.Attempts > 0 && cur.GrantWrite != "" {
+				// The first reopen since the latest grant keeps that
+				// grant's attempt on its record, for the grant sent
+				// again (splitGrantWrite).
+				upd = upd.Set(expression.Name("grant_write"), expression.Value(withAttempt(cur.GrantWrite, cur.Attempts)))
+				next.GrantWrite = withAttempt(cur.GrantWrite, cur.Attempts)
+			}
 			notBefore = 0
 			next.CompletedAt, next.Attempts, next.Failures = 0, 0, 0
 			next.RenewWrite, next.RenewPrev = "", ""
@@ -732,7 +739,7 @@ type patchGraph struct {
 
 // keepGrantWas adds to upd, a PATCH of cur leaving title, queue and prio,
 // the grant_was entries of the fields it changes that cur keeps none of.
-// (A reopen keeps the grant's attempt in attempt_was: keepAttempt.)
+// (A reopen keeps the grant's attempt on its record: splitGrantWrite.)
 func keepGrantWas(upd expression.UpdateBuilder, cur *taskItem, title, queue string, prio int) expression.UpdateBuilder {
 	kept := cur.GrantWas
 	if kept == nil {
@@ -758,15 +765,4 @@ func keepGrantWas(upd expression.UpdateBuilder, cur *taskItem, title, queue stri
 		upd = upd.Set(expression.Name("grant_was."+k), expression.Value(was[k]))
 	}
 	return upd
-}
-
-// keepAttempt sets attempt_was to cur's latest grant's fence and attempt,
-// for a write that counts cur's attempts anew (a reopen): when cur has
-// counted an attempt since the last such write (else the one that made
-// its count 0 kept them already).
-func keepAttempt(u expression.UpdateBuilder, cur *taskItem) expression.UpdateBuilder {
-	if cur.Attempts <= 0 || cur.Fence <= 0 {
-		return u
-	}
-	return u.Set(expression.Name("attempt_was"), expression.Value(attemptWas{Fence: cur.Fence, Attempt: cur.Attempts}))
 }
