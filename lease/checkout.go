@@ -606,11 +606,11 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 				attempt = n
 			}
 		}
-		// The task as granted: a PATCH since kept what it changed.
-		title, queue, prio := old.Title, old.queue(), old.priority()
-		if gw == write {
-			title, queue, prio = old.GrantWas.at(title, queue, prio)
-		}
+		// The task as granted: a PATCH since the latest grant kept what it
+		// changed (grant_was). One grant on, that is the task as the next
+		// grant found it, as this one did unless a PATCH came between the
+		// two (whose copy the next grant removed: README, "Known limits").
+		title, queue, prio := old.GrantWas.at(old.Title, old.queue(), old.priority())
 		return granted{granted: true, lease: Checkout{
 			TaskID: p.TaskID, AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID,
 			Fence: fence, LockedAt: now, Timeout: p.Timeout, ExpiresAt: exp, Reason: p.Reason,
