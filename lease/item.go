@@ -46,7 +46,11 @@ type taskItem struct {
 	// again by the SDK knows its own write (tasks.go, update.go).
 	PatchID string `dynamodbav:"patch,omitempty"`
 	MadeBy  string `dynamodbav:"made,omitempty"`
-	// PatchPrev names the PATCH before the latest (patchedBy).
+	// PatchWas holds the first patchWasChunk characters of the ids of the
+	// patchWasKept PATCHes before the latest, newest first (patchedBy).
+	// PatchPrev, the whole id of the one before the latest, is on items
+	// an earlier version PATCHed.
+	PatchWas  string `dynamodbav:"patch_was,omitempty"`
 	PatchPrev string `dynamodbav:"patch_prev,omitempty"`
 	// VoidAt is the version at which the PATCH ids in void_patches were
 	// voided (settlePatchBody); none on a set voided before it was kept.
@@ -512,10 +516,57 @@ func (t *taskItem) replacedCheckout() Checkout {
 }
 
 // patchedBy reports whether the PATCH write named id applied to t: it is
-// the latest PATCH, or the one before it. Past two PATCHes since, a PATCH
-// sent again is not known, and applies again (sends.go).
+// the latest PATCH, or one of the patchWasKept before it (by the prefix
+// of its id: patch_was). Past that many PATCHes since, a PATCH sent again
+// is not known, and applies again (sends.go).
 func (t *taskItem) patchedBy(id string) bool {
-	return id != "" && (t.PatchID == id || t.PatchPrev == id)
+	if id == "" {
+		return false
+	}
+	if t.PatchID == id || t.PatchPrev == id {
+		return true
+	}
+	p := patchPrefix(id)
+	for w := t.PatchWas; len(w) >= patchWasChunk; w = w[patchWasChunk:] {
+		if w[:patchWasChunk] == p {
+			return true
+		}
+	}
+	return false
+}
+
+// A task keeps, besides its latest PATCH's id (patch), the first
+// patchWasChunk characters of the ids of the patchWasKept PATCHes before
+// it (patch_was, newest first), so that a PATCH the SDK sent again knows
+// its own write up to patchWasKept PATCHes on (patchedBy). An id is 64
+// random bits in base64url: 5 characters are 30 of them, so that another
+// PATCH's prefix is taken for a PATCH's own about once in 2^28 of the
+// rare sendings that need it; the 20 characters cost a task PATCHed five
+// times or more 29 bytes (the whole id of one PATCH, patch_prev, cost 21).
+const (
+	patchWasChunk = 5
+	patchWasKept  = 4
+)
+
+// patchPrefix is the part of a PATCH's id that patch_was keeps.
+func patchPrefix(id string) string { return id[:min(len(id), patchWasChunk)] }
+
+// patchWas is the patch_was a PATCH of t writes: the prefix of t's latest
+// PATCH, then those t keeps, newest first, patchWasKept at most. A PATCH
+// of an earlier version wrote patch_prev and left patch_was as it was: the
+// one before the latest is patch_prev's, and patch_was older.
+func (t *taskItem) patchWas() string {
+	var w strings.Builder
+	for _, id := range []string{t.PatchID, t.PatchPrev} {
+		if id == "" {
+			continue
+		}
+		p := patchPrefix(id)
+		w.WriteString(p + strings.Repeat("_", patchWasChunk-len(p))) // '_' pads an id too short, none is
+	}
+	w.WriteString(t.PatchWas)
+	s := w.String()
+	return s[:min(len(s), patchWasKept*patchWasChunk)]
 }
 
 // holderName is the holder's name: a grant to an agent whose name is its

@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -86,5 +87,56 @@ func TestAReopenSentTwiceAfterACheckoutLeavesTheLease(t *testing.T) {
 	now := e.get(t, "r")
 	if now.Status != lease.StatusInProgress || now.Checkout == nil || now.Checkout.AgentID != "b" || now.Checkout.Fence != co.Fence {
 		t.Fatalf("after the reopen and b's checkout: %s, lease %+v; want in_progress, b's lease (fence %d)", now.Status, now.Checkout, co.Fence)
+	}
+}
+
+// The same with more PATCHes between the sendings: the item kept the ids
+// of the latest PATCH and the one before only, so a reopen sent again
+// after a checkout and two PATCHes of the title was taken for one that had
+// not applied, applied again to the task as it then was (held), and
+// refused: 409 invalid_transition, for a reopen that had been made (the
+// lossy linearizability runs refused such a history). The task keeps
+// short prefixes of its last four PATCHes' ids before the latest
+// (patch_was), so a PATCH sent again knows its own up to four PATCHes on.
+func TestAReopenSentTwiceAfterSeveralPatchesIsKnownAsMade(t *testing.T) {
+	t.Parallel()
+	for _, between := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("%d PATCHes between", between), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := ctx(t)
+			e.create(t, lease.CreateTaskParams{TaskID: "r"})
+			e.complete(t, "r", "a")
+			done := e.get(t, "r")
+			var raceErr error
+			db := &updateTwiceDB{DB: e.db, name: "patch", race: func() {
+				if _, raceErr = e.store.Checkout(c, lease.CheckoutParams{TaskID: "r", AgentID: "b", Timeout: time.Hour}); raceErr != nil {
+					return
+				}
+				for i := range between {
+					title := fmt.Sprintf("title %d", i)
+					if _, raceErr = e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "r", AgentID: "c", Title: &title}); raceErr != nil {
+						return
+					}
+				}
+			}}
+			s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
+			got, err := s.UpdateTask(c, lease.UpdateTaskParams{TaskID: "r", AgentID: "admin", Status: new(lease.StatusTodo)})
+			if !db.sent.Load() {
+				t.Fatal("the PATCH was not sent twice")
+			}
+			if raceErr != nil {
+				t.Fatalf("the checkout and PATCHes between the sendings: %v", raceErr)
+			}
+			if err != nil || got.Status != lease.StatusTodo || got.Checkout != nil || got.Version != done.Version+1 {
+				t.Errorf("the reopen sent twice with a checkout and %d PATCHes between: %s at version %d, lease %+v, %v; want todo at version %d, no lease",
+					between, got.Status, got.Version, got.Checkout, err, done.Version+1)
+			}
+			now := e.get(t, "r")
+			if now.Status != lease.StatusInProgress || now.Checkout == nil || now.Checkout.AgentID != "b" || now.Version != done.Version+2+int64(between) {
+				t.Fatalf("after the reopen, b's checkout and %d PATCHes: %s at version %d, lease %+v; want in_progress at version %d, b's lease",
+					between, now.Status, now.Version, now.Checkout, done.Version+2+int64(between))
+			}
+		})
 	}
 }

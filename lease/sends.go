@@ -38,14 +38,15 @@ import (
 // answer) and renewals (renew_write, renew_prev, kept
 // by the lease's ending with its timeout and holder's name until the next
 // grant, for a renewal sent again after its lease ended), and
-// PATCHes (patch, and patch_prev the PATCH's before it,
-// for one that another PATCH followed before it was sent again: a new
-// body, which no other write names, also says so). An ending's id says it
-// is its own whatever landed since (a grant of the task it freed); grants,
-// renewals and PATCHes look one step back, and a grant refused past that
+// PATCHes (patch, and patch_was the first characters of the ids of the
+// four before it, for one that other PATCHes followed before it was sent
+// again: a new body, which no other write names, also says so). An
+// ending's id says it is its own whatever landed since (a grant of the
+// task it freed); grants and renewals look one step back, PATCHes four, and a grant refused past that
 // looks for its checkout in the trail (resentGrantInTrail). The ids cost the task item 45
-// to 105 bytes while a lease is held, and 37 more once it has been
-// PATCHed twice. Other
+// to 105 bytes while a lease is held, and 16 more once it has been
+// PATCHed, 25 to 45 more once twice or more (patch_was grows by 5 a PATCH
+// up to 20 characters). Other
 // writes do the same on their items: a message's deletion mark (acked_by)
 // and an agent's tombstone (removal).
 

@@ -280,11 +280,12 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 		patchID := writeID()
 		cond := terms{version, key, expression.Not(nameVoided.Contains(patchID))}
 		upd = upd.Set(expression.Name("patch"), expression.Value(patchID)).Remove(nameVoided).Remove(nameVoidAt)
-		if cur.PatchID != "" { // the PATCH before it, as the version pins it
-			upd = upd.Set(expression.Name("patch_prev"), expression.Value(cur.PatchID))
+		if cur.PatchID != "" { // the PATCHes before it, as the version pins them
+			upd = upd.Set(expression.Name("patch_was"), expression.Value(cur.patchWas()))
 		} else {
-			upd = upd.Remove(expression.Name("patch_prev"))
+			upd = upd.Remove(expression.Name("patch_was"))
 		}
+		upd = upd.Remove(expression.Name("patch_prev")) // an earlier version's: in patch_was now
 		if !inWindow() {
 			if newBody {
 				s.dropBody(ctx, p.TaskID, token)
