@@ -177,6 +177,12 @@ bench-quick: $(NODE_DEPS) ## The same benchmark with small counts (well under a 
 	cd bench && ../$(DYNAMO) $(GO) run ./cmd/bench -quick
 
 CHAOS_LAGS ?= 0s 50ms 500ms
+# The whole-service linearizability tests once more with a client that
+# loses this fraction of first sendings (dropped, or their answers thrown
+# away), which the SDK (or the store) then sends again; without -race,
+# whose slowness would hide the races that matter here.
+CHAOS_LOSE ?= 0.3
+CHAOS_LOSE_TESTS = TestLinearizabilityClaim$$|TestLinearizabilityWorkGraph$$|TestLinearizabilityWatchForceRemove$$
 # A refused history's dumps (the whole history, the failing segment and
 # the states it starts from, the trails) go under CHAOS_DUMPS, one
 # folder per lag: a failure under load may not recur with its seed.
@@ -188,6 +194,9 @@ chaos: $(NODE_DEPS) ## Long linearizability and fault-injection runs (CHECKOUT_C
 		mkdir -p $(CHAOS_DUMPS)/$$lag; \
 		CHECKOUT_CHAOS=1 CHECKOUT_TEST_INDEX_LAG=$$lag CHECKOUT_LIN_DUMP=$${CHECKOUT_LIN_DUMP:-$(CHAOS_DUMPS)/$$lag/d} $(DYNAMO) $(GO) test -race -count=1 -timeout 30m -v -run 'Linearizab|TestRace|TestConcurrent' ./lease/ || { echo "dumps of a refused history, if any: $(CHAOS_DUMPS)/$$lag"; exit 1; }; \
 	done
+	@echo "lost sendings: CHECKOUT_LIN_LOSE=$(CHAOS_LOSE), index lag 50ms"
+	mkdir -p $(CHAOS_DUMPS)/lose
+	CHECKOUT_CHAOS=1 CHECKOUT_TEST_INDEX_LAG=50ms CHECKOUT_LIN_LOSE=$(CHAOS_LOSE) CHECKOUT_LIN_DUMP=$${CHECKOUT_LIN_DUMP:-$(CHAOS_DUMPS)/lose/d} $(DYNAMO) $(GO) test -count=1 -timeout 30m -v -run '$(CHAOS_LOSE_TESTS)' ./lease/ || { echo "dumps of a refused history, if any: $(CHAOS_DUMPS)/lose"; exit 1; }
 	CHECKOUT_CHAOS=1 $(DYNAMO) $(GO) test -race -count=1 -timeout 30m -v ./internal/faults/
 
 fuzz: $(NODE_DEPS) ## Run every fuzz target for FUZZTIME each (default 30s); crashers land in testdata/fuzz

@@ -45,7 +45,7 @@ import (
 // task it freed); grants and renewals look one step back, PATCHes four, and a grant refused past that
 // looks for its checkout in the trail (resentGrantInTrail). The ids cost the task item 45
 // to 105 bytes while a lease is held, and 16 more once it has been
-// PATCHed, 25 to 45 more once twice or more (patch_was grows by 5 a PATCH
+// PATCHed, 30 to 45 more once twice or more (patch_was grows by 5 a PATCH
 // up to 20 characters). Other
 // writes do the same on their items: a message's deletion mark (acked_by)
 // and an agent's tombstone (removal).

@@ -15,12 +15,39 @@ import (
 // release), which leaves the last ending's record on it for good. Each of
 // its transitions writes the whole task item, so its size decides them:
 // an item past 1 KB bills a write unit more for every checkout, renewal
-// and ending of the task.
+// and ending of the task. Times are of the milliseconds a clock shows
+// (whole seconds end in zeros, which DynamoDB does not bill). The same
+// task is also held to them done once and reopened first (the reopen
+// keeps the attempt of the grant before it on that grant's record: an
+// attempt_was of 22 bytes, kept until the next reopen, billed it renew 6
+// and release 7), and PATCHed five times while held rather than once (the
+// ids of the PATCHes before the latest: patch_was at its 20 characters).
 func TestUnitBudgetLongIDs(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		reopened bool
+		patches  int
+	}{
+		{name: "as created", patches: 1},
+		{name: "reopened", reopened: true, patches: 1},
+		{name: "PATCHed five times while held", patches: 5},
+		{name: "reopened, PATCHed five times while held", reopened: true, patches: 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			longIDsBudgets(t, tc.reopened, tc.patches)
+		})
+	}
+}
+
+// longIDsBudgets is TestUnitBudgetLongIDs's history, reopened first or
+// not, with patches PATCHes of the priority while the task is held.
+func longIDsBudgets(t *testing.T, reopened bool, patches int) {
 	e := newEnv(t)
 	c := ctx(t)
 	m := testenv.NewMeter(t, e.names.Prefix)
+	e.clock.Advance(1237 * time.Millisecond)
 	const (
 		task   = "0f8fad5b-d9cb-469f-a165-70867728950e"
 		agentA = "7c9e6679-7425-40de-944b-e07fc1f90ae7"
@@ -59,6 +86,15 @@ func TestUnitBudgetLongIDs(t *testing.T) {
 	for _, a := range []string{agentA, agentB} {
 		must[lease.Heartbeat](t)(e.store.Heartbeat(c, a, time.Hour))
 	}
+	if reopened {
+		// Done once, and reopened (a PATCH to todo): its attempts count
+		// anew.
+		done := checkout(agentA, "0a0a0a0a-0000-4000-8000-000000000000")
+		must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: task, AgentID: agentA, RunID: done.RunID, Fence: done.Fence}))
+		e.clock.Advance(time.Second)
+		must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: task, AgentID: agentB, Status: new(lease.StatusTodo)}))
+		e.clock.Advance(time.Second)
+	}
 	// The history: A's lease renewed and left to expire, B's taking it
 	// over (the replaced lease's record) and releasing it (the ending's).
 	first := checkout(agentA, runs[0])
@@ -84,9 +120,12 @@ func TestUnitBudgetLongIDs(t *testing.T) {
 	}
 	// An orchestrator raises the priority while the task is held: the
 	// priority, the PATCH's id and the priority as the grant found it
-	// (grant_was: the fields a PATCH changed only) stay on the item, 1,009
-	// bytes, until the next grant; the renewal after it bills the same.
-	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: task, AgentID: agentB, Priority: new(8)}))
+	// (grant_was: the fields a PATCH changed only) stay on the item, just
+	// under 1 KB, until the next grant; the renewal after it bills the
+	// same.
+	for p := range patches {
+		must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: task, AgentID: agentB, Priority: new(8 - p)}))
+	}
 	e.clock.Advance(time.Second)
 	spent("renew", func() { renew(held) })
 	spent("release", func() { release(held) })
