@@ -1,12 +1,10 @@
 package lease_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/checkout-dev/checkout/lease"
-	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 // A grant whose answer was lost, known when the SDK sends it again by the
@@ -32,35 +30,17 @@ func TestAGrantSentTwiceOneGrantOnAcrossAPatchAnswersTheTaskAsGranted(t *testing
 			e.task(t, "t")
 			e.drain(t)
 			before := e.get(t, "t")
-			tasks := e.names.Table(schema.TasksTable)
-			doer := &lossyDoer{
-				match: func(target, body string) bool {
-					return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
-				},
-				race: func() {
-					// a's lease is released by another worker of its run, b
-					// is granted the task, and an orchestrator PATCHes it.
-					e.clock.Advance(time.Second)
-					must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: "r-a", Fence: 1}))
-					e.clock.Advance(time.Second)
-					must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Hour}))
-					e.clock.Advance(time.Second)
-					must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true,
-						Title: new("a new title"), Queue: new("q2"), Priority: new(8)}))
-				},
-				applied: true,
-			}
-			s := e.over(doer)
-			var co lease.Checkout
-			var err error
-			if claim {
-				co, err = s.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "r-a", Timeout: time.Hour})
-			} else {
-				co, err = s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
-			}
-			if !doer.lost.Load() {
-				t.Fatal("no grant was sent twice")
-			}
+			co, _, err := e.aGrantSentTwice(t, claim, func() {
+				// a's lease is released by another worker of its run, b
+				// is granted the task, and an orchestrator PATCHes it.
+				e.clock.Advance(time.Second)
+				must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "a", RunID: "r-a", Fence: 1}))
+				e.clock.Advance(time.Second)
+				must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Hour}))
+				e.clock.Advance(time.Second)
+				must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true,
+					Title: new("a new title"), Queue: new("q2"), Priority: new(8)}))
+			})
 			if got := e.get(t, "t"); got.Checkout == nil || got.Checkout.AgentID != "b" || got.Title != "a new title" || got.Queue != "q2" || got.Priority != 8 {
 				t.Fatalf("the task after a's grant, b's and a PATCH: %+v, title %q, queue %q, priority %d; want b's lease, the PATCH's values", got.Checkout, got.Title, got.Queue, got.Priority)
 			}

@@ -1,13 +1,10 @@
 package lease_test
 
 import (
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/checkout-dev/checkout/lease"
-	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 // A grant whose answer was lost, known when the SDK sends it again by the
@@ -55,55 +52,33 @@ func TestAGrantSentTwiceOneGrantOnReopenedAfterTheNextGrantAnswersItsAttempt(t *
 			e.attemptedOnce(t, "t")
 			e.drain(t)
 
-			tasks, events := e.names.Table(schema.TasksTable), e.names.Table(schema.EventsTable)
-			var trailReads atomic.Int32
 			var bAttempt int
-			doer := &lossyDoer{
-				match: func(target, body string) bool {
-					if strings.HasSuffix(target, ".Query") && strings.Contains(body, `"`+events+`"`) {
-						trailReads.Add(1)
-					}
-					return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
-				},
-				race: func() {
-					cancelled, todo := lease.StatusCancelled, lease.StatusTodo
-					var expect []lease.Status
-					e.clock.Advance(time.Second)
-					switch tc.between {
-					case "patch":
-						must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &cancelled}))
-						must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &todo}))
-					case "reopening":
-						must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &cancelled}))
-						expect = []lease.Status{lease.StatusCancelled}
-					case "takeover":
-						e.clock.Advance(2 * time.Hour) // a's lease (1 h) expired
-					}
-					e.clock.Advance(time.Second)
-					b := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Hour, ExpectedStatuses: expect}))
-					bAttempt = b.Attempt
-					e.clock.Advance(time.Second)
-					if tc.priority {
-						must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Priority: new(8)}))
-						return
-					}
-					// b's lease is cancelled, and the task reopened.
+			co, trailReads, err := e.aGrantSentTwice(t, tc.claim, func() {
+				cancelled, todo := lease.StatusCancelled, lease.StatusTodo
+				var expect []lease.Status
+				e.clock.Advance(time.Second)
+				switch tc.between {
+				case "patch":
 					must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &cancelled}))
 					must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &todo}))
-				},
-				applied: true,
-			}
-			s := e.over(doer)
-			var co lease.Checkout
-			var err error
-			if tc.claim {
-				co, err = s.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "r-a", Timeout: time.Hour})
-			} else {
-				co, err = s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
-			}
-			if !doer.lost.Load() {
-				t.Fatal("no grant was sent twice")
-			}
+				case "reopening":
+					must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &cancelled}))
+					expect = []lease.Status{lease.StatusCancelled}
+				case "takeover":
+					e.clock.Advance(2 * time.Hour) // a's lease (1 h) expired
+				}
+				e.clock.Advance(time.Second)
+				b := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Hour, ExpectedStatuses: expect}))
+				bAttempt = b.Attempt
+				e.clock.Advance(time.Second)
+				if tc.priority {
+					must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Priority: new(8)}))
+					return
+				}
+				// b's lease is cancelled, and the task reopened.
+				must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &cancelled}))
+				must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &todo}))
+			})
 			if got := e.get(t, "t"); tc.priority && (got.Checkout == nil || got.Checkout.AgentID != "b" || got.Priority != 8) {
 				t.Fatalf("the task after a's grant, b's and a PATCH: %+v at priority %d; want b's lease, priority 8", got.Checkout, got.Priority)
 			} else if !tc.priority && (got.Checkout != nil || got.Status != lease.StatusTodo || got.Attempts != 0 || bAttempt != tc.wantB) {
@@ -113,7 +88,7 @@ func TestAGrantSentTwiceOneGrantOnReopenedAfterTheNextGrantAnswersItsAttempt(t *
 			if err != nil || co.AgentID != "a" || co.Fence != 2 || co.Attempt != 2 {
 				t.Errorf("a's grant (fence 2, the task's second attempt), sent twice with the next grant and a reopen after it in between, the stream held up: %+v, %v; want fence 2, attempt 2", co, err)
 			}
-			if n := trailReads.Load(); n != 0 {
+			if n := trailReads; n != 0 {
 				t.Errorf("the grant sent twice read the trail %d times; want none (the item keeps the attempt)", n)
 			}
 		})

@@ -501,50 +501,34 @@ func TestAGrantSentTwiceOneGrantOnAcrossAReopenAnswersItsAttempt(t *testing.T) {
 			e.attemptedOnce(t, "t")
 			e.drain(t)
 
-			tasks, events := e.names.Table(schema.TasksTable), e.names.Table(schema.EventsTable)
-			var trailReads atomic.Int32
-			doer := &lossyDoer{
-				match: func(target, body string) bool {
-					if strings.HasSuffix(target, ".Query") && strings.Contains(body, `"`+events+`"`) {
-						trailReads.Add(1)
-					}
-					return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
-				},
-				race: func() {
-					// An admin cancels the task under a's lease; it is
-					// reopened, and b takes it, its first attempt since
-					// the reopen.
-					e.clock.Advance(time.Second)
-					cancelled, todo := lease.StatusCancelled, lease.StatusTodo
-					must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &cancelled}))
-					expect := []lease.Status{lease.StatusCancelled}
-					if tc.patch {
-						must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &todo}))
-						expect = nil
-					}
-					if tc.earlier {
-						e.reopenedByAnEarlierVersion(t, "t", false)
-					}
-					e.clock.Advance(time.Second)
-					must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Hour, ExpectedStatuses: expect}))
-					if tc.earlier {
-						e.drain(t)
-					}
-				},
-				applied: true,
-			}
-			s := e.over(doer)
-			co, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
-			if !doer.lost.Load() {
-				t.Fatal("no grant was sent twice")
-			}
+			co, n, err := e.aGrantSentTwice(t, false, func() {
+				// An admin cancels the task under a's lease; it is
+				// reopened, and b takes it, its first attempt since
+				// the reopen.
+				e.clock.Advance(time.Second)
+				cancelled, todo := lease.StatusCancelled, lease.StatusTodo
+				must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &cancelled}))
+				expect := []lease.Status{lease.StatusCancelled}
+				if tc.patch {
+					must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &todo}))
+					expect = nil
+				}
+				if tc.earlier {
+					e.reopenedByAnEarlierVersion(t, "t", false)
+				}
+				e.clock.Advance(time.Second)
+				must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Hour, ExpectedStatuses: expect}))
+				if tc.earlier {
+					e.drain(t)
+				}
+			})
 			if got := e.get(t, "t"); got.Checkout == nil || got.Checkout.AgentID != "b" || got.Checkout.Fence != 3 || got.Attempts != 1 {
 				t.Fatalf("the task after a's grant, a reopen and b's: %+v after %d attempts, want b's lease (fence 3), its first attempt", got.Checkout, got.Attempts)
 			}
 			if err != nil || co.AgentID != "a" || co.Fence != 2 || co.Attempt != 2 {
 				t.Errorf("a's grant (fence 2, the task's second attempt), sent twice with a reopen and a grant in between: %+v, %v; want fence 2, attempt 2", co, err)
 			}
-			switch n := trailReads.Load(); {
+			switch {
 			case tc.earlier && n == 0:
 				t.Error("the grant sent twice across an earlier version's reopen read no trail; want its attempt from there")
 			case !tc.earlier && n != 0:

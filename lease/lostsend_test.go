@@ -151,6 +151,37 @@ func (e *env) reopenedByAnEarlierVersion(t *testing.T, taskID string, inGrantWas
 		UpdateExpression: aws.String("SET " + strings.Join(sets, ", ")), ExpressionAttributeValues: values}))
 }
 
+// aGrantSentTwice makes a's grant of task "t" (run r-a: a checkout, or
+// with claim a named claim) through a store whose first sending of it
+// applies and whose answer is lost, race running before the SDK sends it
+// again. It returns the answer, and how many Queries of the trail (the
+// events table) the store made meanwhile.
+func (e *env) aGrantSentTwice(t *testing.T, claim bool, race func()) (co lease.Checkout, trailReads int32, err error) {
+	t.Helper()
+	tasks, events := e.names.Table(schema.TasksTable), e.names.Table(schema.EventsTable)
+	var reads atomic.Int32
+	doer := &lossyDoer{
+		match: func(target, body string) bool {
+			if strings.HasSuffix(target, ".Query") && strings.Contains(body, `"`+events+`"`) {
+				reads.Add(1)
+			}
+			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
+		},
+		race:    race,
+		applied: true,
+	}
+	s := e.over(doer)
+	if claim {
+		co, err = s.Claim(ctx(t), lease.ClaimParams{AgentID: "a", RunID: "r-a", Timeout: time.Hour})
+	} else {
+		co, err = s.Checkout(ctx(t), lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
+	}
+	if !doer.lost.Load() {
+		t.Fatal("no grant was sent twice")
+	}
+	return co, reads.Load(), err
+}
+
 // lossyDoer is the HTTP client of a store whose first matching request is
 // lost before DynamoDB sees it (answered 500, as a timed-out or reset
 // connection would be: the SDK sends it again). With applied, the request
