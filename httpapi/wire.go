@@ -192,32 +192,36 @@ type EventJSON struct {
 	Reason      string          `json:"reason"`
 	// Outcome and Error are a release's (API 1.1): on every release
 	// event, null when the release gave none; on no other event.
-	Outcome releaseText `json:"outcome,omitzero"`
-	Error   releaseText `json:"error,omitzero"`
+	Outcome ReleaseText `json:"outcome,omitzero"`
+	Error   ReleaseText `json:"error,omitzero"`
 }
 
-// releaseText is a release event's outcome or error: a string, or null
-// when the release gave none; absent (omitzero) from other events.
-type releaseText struct {
-	text string
-	set  bool // a release's
+// ReleaseText is a release event's outcome or error. Set says the event
+// is a release's, whose JSON carries the key: Text, or null when empty.
+// Other events leave it unset, and their JSON leaves the key out.
+type ReleaseText struct {
+	Text string
+	Set  bool
 }
 
-func (r releaseText) IsZero() bool { return !r.set }
+// IsZero reports an unset ReleaseText, which omitzero leaves out.
+func (r ReleaseText) IsZero() bool { return !r.Set }
 
-func (r releaseText) MarshalJSON() ([]byte, error) {
-	if r.text == "" {
+// MarshalJSON writes Text, or null when it is empty.
+func (r ReleaseText) MarshalJSON() ([]byte, error) {
+	if r.Text == "" {
 		return []byte("null"), nil
 	}
-	return json.Marshal(r.text)
+	return json.Marshal(r.Text)
 }
 
-func (r *releaseText) UnmarshalJSON(b []byte) error {
-	*r = releaseText{set: true}
+// UnmarshalJSON reads a string or null; either sets r.
+func (r *ReleaseText) UnmarshalJSON(b []byte) error {
+	*r = ReleaseText{Set: true}
 	if string(b) == "null" {
 		return nil
 	}
-	return json.Unmarshal(b, &r.text)
+	return json.Unmarshal(b, &r.Text)
 }
 
 // ToEventJSON converts a lease event to its API form.
@@ -233,8 +237,8 @@ func ToEventJSON(e lease.Event) EventJSON {
 		Reason:  e.Reason,
 	}
 	if e.Type == lease.EventRelease {
-		j.Outcome = releaseText{text: string(e.Outcome), set: true}
-		j.Error = releaseText{text: e.Error, set: true}
+		j.Outcome = ReleaseText{Text: string(e.Outcome), Set: true}
+		j.Error = ReleaseText{Text: e.Error, Set: true}
 	}
 	if e.Held != nil {
 		s := seconds(*e.Held)
