@@ -565,34 +565,21 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 	wctx, sends := countSends(ctx)
 	old, applied, err := s.update(wctx, p.TaskID, conds, upd, types.ReturnValueAllOld)
 	var gw, pw string
-	var ga, pa int
 	if old != nil {
-		gw, ga = splitGrantWrite(old.GrantWrite)
-		pw, pa = splitGrantWrite(old.PrevWrite)
+		gw, pw = old.grantWrite(), old.prevWrite()
 	}
 	if err == nil && !applied && sends.Load() > 1 && old != nil && (gw == write || pw == write) {
 		// This very grant, its answer lost: the item is as it left it
 		// (or moved on since by writes other than grants), or one grant
 		// on, which counted one more attempt. A reopen counts the
 		// attempts anew, and keeps the attempt of the grant before it on
-		// that grant's record (splitGrantWrite).
-		fence, attempt := old.Fence, old.GrantWas.attempt(old.Attempts)
-		if ga > 0 {
-			attempt = ga // reopened since
-		}
+		// that grant's record (attemptOf).
+		fence := old.Fence
 		if gw != write {
-			fence, attempt = old.PrevFence, old.Attempts-1
-			switch {
-			case pa > 0: // reopened between the two grants
-				attempt = pa
-			case ga > 1:
-				// Reopened after the next grant, which counted one
-				// more than this one (a reopen between them would have
-				// marked this one's record).
-				attempt = ga - 1
-			}
+			fence = old.PrevFence // the next grant's write copied it
 		}
-		if attempt < 1 {
+		attempt, known := old.attemptOf(fence)
+		if !known {
 			// A reopen that an earlier version made, which kept no
 			// attempt: the trail has the attempt this grant counted.
 			// The grant is made and known: a failed read answers it

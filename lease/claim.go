@@ -399,7 +399,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 	var notes *claimNotes // this attempt's notes in the receipt; nil: unnamed
 	if named {
 		asOf := ms(s.clock())
-		c, ok, afresh, err := s.claimedBefore(ctx, cp.AgentID, cp.RunID, cp.Reason)
+		c, ok, afresh, err := s.claimedBefore(ctx, cp.AgentID, cp.RunID, cp.AgentName, cp.Reason)
 		if ok || err != nil {
 			return c, err
 		}
@@ -1677,7 +1677,7 @@ func (s *Store) keepGrant(ctx context.Context, c Checkout) (kept bool, tried []s
 // attempt that kept the first lease gave c back already (giveBackUnkept),
 // and the task may have moved on before that release reached its trail.
 func (s *Store) supersede(ctx context.Context, c Checkout) (Checkout, bool, error) {
-	first, ok, _, err := s.runLease(ctx, c.AgentID, c.RunID, true)
+	first, ok, _, err := s.runLease(ctx, c.AgentID, c.RunID, c.AgentName, true)
 	if err == nil && !ok {
 		return Checkout{}, false, nil // no other grant to be found: keep this one
 	}
@@ -1783,14 +1783,19 @@ func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string,
 // archive it and the lease has ended, with reason, this retry's, which
 // repeats the claim's (grantsReason).
 //
+// A lease found on a task while the receipt keeps no grant is answered,
+// and kept, as the claim's grant answered it (leaseOfRun): with name, the
+// caller's (the claim's agent), the attempt its grant counted, and the
+// task as granted.
+//
 // afresh says the receipt lists no task and keeps no grant, or there is
 // none: the run's claims so far, if any, answered none (forgetClaim).
-func (s *Store) claimedBefore(ctx context.Context, agentID, runID, reason string) (c Checkout, ok, afresh bool, err error) {
+func (s *Store) claimedBefore(ctx context.Context, agentID, runID, name, reason string) (c Checkout, ok, afresh bool, err error) {
 	rec, ok, err := s.receipt(ctx, agentID, runID)
 	if err != nil || !ok || rec.Granted == nil && len(rec.Tried) == 0 {
 		return Checkout{}, false, err == nil, err
 	}
-	c, ok, kept, err := s.leaseOf(ctx, agentID, runID, rec, true)
+	c, ok, kept, err := s.leaseOf(ctx, agentID, runID, name, rec, true)
 	if err != nil || !ok || kept {
 		return c, ok, false, err
 	}
@@ -1896,7 +1901,7 @@ func (s *Store) otherAttempt(ctx context.Context, cp CheckoutParams, notes *clai
 
 // grantedBefore is claimedBefore for a grant the receipt keeps only.
 func (s *Store) grantedBefore(ctx context.Context, agentID, runID string) (Checkout, bool, error) {
-	c, ok, _, err := s.runLease(ctx, agentID, runID, false)
+	c, ok, _, err := s.runLease(ctx, agentID, runID, "", false)
 	return c, ok, err
 }
 
@@ -1964,17 +1969,18 @@ func (s *Store) removedAgentsReceipt(ctx context.Context, agentID, runID string,
 
 // runLease reads the run's receipt and finds its lease: the grant it
 // keeps, or, with tried, on the tasks it lists (see claimedBefore). kept
-// says it is the receipt's grant.
-func (s *Store) runLease(ctx context.Context, agentID, runID string, tried bool) (c Checkout, ok, kept bool, err error) {
+// says it is the receipt's grant. name is the agent's, which a lease found
+// on a tried task is answered with (leaseOfRun).
+func (s *Store) runLease(ctx context.Context, agentID, runID, name string, tried bool) (c Checkout, ok, kept bool, err error) {
 	rec, ok, err := s.receipt(ctx, agentID, runID)
 	if err != nil || !ok {
 		return Checkout{}, false, false, err
 	}
-	return s.leaseOf(ctx, agentID, runID, rec, tried)
+	return s.leaseOf(ctx, agentID, runID, name, rec, tried)
 }
 
 // leaseOf is runLease for rec, the run's receipt as read.
-func (s *Store) leaseOf(ctx context.Context, agentID, runID string, rec receiptItem, tried bool) (c Checkout, ok, kept bool, err error) {
+func (s *Store) leaseOf(ctx context.Context, agentID, runID, name string, rec receiptItem, tried bool) (c Checkout, ok, kept bool, err error) {
 	if rec.Granted != nil {
 		c, err = s.receiptsGrant(ctx, agentID, runID, *rec.Granted)
 		return c, err == nil, err == nil, err
@@ -1982,7 +1988,7 @@ func (s *Store) leaseOf(ctx context.Context, agentID, runID string, rec receiptI
 	if !tried {
 		return Checkout{}, false, false, nil
 	}
-	c, ok, err = s.leaseOfRun(ctx, rec.Tried, agentID, runID, 0, rec.Created)
+	c, ok, err = s.leaseOfRun(ctx, rec.Tried, agentID, runID, name, 0, rec.Created, 0)
 	return c, ok, false, err
 }
 
@@ -2034,7 +2040,7 @@ func decodeReceipt(item map[string]types.AttributeValue) (receiptItem, bool) {
 func (s *Store) receiptsGrant(ctx context.Context, agentID, runID string, g grantRecord) (Checkout, error) {
 	// The grant names its task: the lease is read there as it is now
 	// (renewed, or ended), with the grant's own details.
-	c, ok, err := s.leaseOfRun(ctx, []string{g.Task}, agentID, runID, g.Fence, g.Locked)
+	c, ok, err := s.leaseOfRun(ctx, []string{g.Task}, agentID, runID, g.Name, g.Fence, g.Locked, g.Attempt)
 	if err != nil {
 		return Checkout{}, err
 	}
@@ -2047,7 +2053,9 @@ func (s *Store) receiptsGrant(ctx context.Context, agentID, runID string, g gran
 		c = Checkout{TaskID: g.Task, AgentID: agentID, RunID: runID, Fence: g.Fence, LockedAt: fromMS(g.Locked),
 			ExpiresAt: fromMS(end), Timeout: fromMS(end).Sub(fromMS(g.Locked)), Reason: g.Reason}
 	}
-	c.AgentName, c.Title, c.Queue, c.Priority, c.Attempt = cmp.Or(g.Name, agentID), g.Title, g.Queue, g.Priority, g.Attempt
+	// A receipt a version before 2026-12-07 kept for a lease a retry
+	// found (keepFound) may keep no attempt: the task tells it (leaseOfRun).
+	c.AgentName, c.Title, c.Queue, c.Priority, c.Attempt = cmp.Or(g.Name, agentID), g.Title, g.Queue, g.Priority, cmp.Or(g.Attempt, c.Attempt)
 	// The receipt keeps the grant's reason; the item's record of an
 	// ended lease keeps none (endUpdate), the trail's does.
 	c.Reason = cmp.Or(c.Reason, g.Reason)
@@ -2059,7 +2067,10 @@ func (s *Store) receiptsGrant(ctx context.Context, agentID, runID string, g gran
 // ended, as it was, expiring when it ended: the task's last ending, the
 // lease its latest checkout took over, or, once the task has moved on,
 // the grant in its trail, made at or after since (Unix ms; see
-// grantInTrail). Every read is consistent.
+// grantInTrail). Every read is consistent. It is answered as the grant
+// answered it (asGranted): with name, the agent's (for a lease its task
+// no longer holds, which keeps no name), the attempt it counted (attempt,
+// when the caller knows it: not 0), and the task as granted.
 //
 // Without fence, tasks are a receipt's tried ones, and more than one may
 // show a lease of the run: besides the claim's grant, a checkout by name
@@ -2069,22 +2080,25 @@ func (s *Store) receiptsGrant(ctx context.Context, agentID, runID string, g gran
 // returned, whatever the order of the task ids: a lease of the run
 // granted before, which a task tried shows as its last ending, is no
 // grant of the claim.
-func (s *Store) leaseOfRun(ctx context.Context, tasks []string, agentID, runID string, fence, since int64) (Checkout, bool, error) {
+func (s *Store) leaseOfRun(ctx context.Context, tasks []string, agentID, runID, name string, fence, since int64, attempt int) (Checkout, bool, error) {
 	is := func(agent, run string, f int64) bool {
 		return agent == agentID && run == runID && (fence == 0 || f == fence)
 	}
 	var found *Checkout
+	var on *taskItem // found's task, as read
+	items := make(map[string]*taskItem, len(tasks))
 	for _, taskID := range tasks {
 		it, err := s.getTask(ctx, taskID)
 		if err != nil {
 			return Checkout{}, false, err
 		}
+		items[taskID] = it
 		var c Checkout
 		switch {
 		case it == nil:
 			continue
 		case is(it.Holder, it.RunID, it.Fence):
-			c = it.checkout()
+			c = it.checkout() // with the name it was granted with
 		case is(it.EndAgent, it.EndRun, it.EndFence):
 			c = it.endedCheckout()
 		case is(it.PrevAgent, it.PrevRun, it.PrevFence):
@@ -2096,18 +2110,89 @@ func (s *Store) leaseOfRun(ctx context.Context, tasks []string, agentID, runID s
 			continue
 		}
 		if found == nil || c.LockedAt.Before(found.LockedAt) {
-			found = &c
+			found, on = &c, it
 		}
 	}
-	if found != nil {
-		return *found, true, nil
-	}
-	// The task has moved on past the lease: the trail still has it.
-	deadline := time.Now().Add(trailWait)
-	for _, taskID := range tasks {
-		if c, ok, err := s.grantInTrail(ctx, taskID, agentID, runID, fence, since, deadline); ok || err != nil {
-			return c, ok, err
+	if found == nil {
+		// The task has moved on past the lease: the trail still has it.
+		deadline := time.Now().Add(trailWait)
+		for _, taskID := range tasks {
+			c, ok, err := s.grantInTrail(ctx, taskID, agentID, runID, fence, since, deadline)
+			if err != nil {
+				return Checkout{}, false, err
+			}
+			if ok {
+				found, on = &c, items[taskID]
+				break
+			}
 		}
 	}
-	return Checkout{}, false, nil
+	if found == nil {
+		return Checkout{}, false, nil
+	}
+	c, err := s.asGranted(ctx, *found, on, name, attempt)
+	if err != nil {
+		return Checkout{}, false, err
+	}
+	return c, true, nil
+}
+
+// asGranted completes c, a lease of a named claim's run that leaseOfRun
+// found on it (its task, as read) or in its trail, as the grant answered
+// it (API.md: a claim answers a checkout with the task's title, queue and
+// priority, and its attempt), so that a retry, and the receipt that keeps
+// what it answers (keepFound), answer what the claim's first attempt did:
+//
+//   - the agent's name: name, the caller's (the claim's agent, whose name
+//     its first answer carried), for a lease its task no longer holds,
+//     whose record of it keeps none (one the task holds keeps its own);
+//   - the task's title, queue and priority as its latest grant found them
+//     (grant_was keeps what a PATCH changed since): c's own grant's, when
+//     it is the latest; for an earlier one, the task as the latest grant
+//     found it, nearer to c's grant than the task as it is now, which is
+//     all the item keeps (a PATCH between c's grant and the next is not
+//     kept: README, "Known limits");
+//   - the attempt its grant counted: attempt, when the caller knows it (a
+//     receipt's grant), else as the item tells it (attemptOf), else, a
+//     reopen having come since that the item keeps no mark of (two grants
+//     on, or made by an earlier version), counted from the trail as a
+//     grant sent again counts it (grantInTrailAt). A failed read of the
+//     trail fails the retry, where a grant sent again answers attempt 1:
+//     nothing is kept before this answer (keepFound writes it after), so
+//     the next retry reads again rather than keep a guess in the receipt
+//     for good. A grant the trail no longer shows (past its retention, or
+//     its bounded read) is answered as attempt 1, as grant does, and
+//     logged: the attempt is at least that.
+func (s *Store) asGranted(ctx context.Context, c Checkout, on *taskItem, name string, attempt int) (Checkout, error) {
+	if on == nil || !(on.hasLease() && on.Fence == c.Fence) {
+		c.AgentName = cmp.Or(name, c.AgentID)
+	}
+	if on == nil {
+		// No item, which is never deleted: the trail had the grant.
+		c.Attempt = max(attempt, 1)
+		return c, nil
+	}
+	c.Title, c.Queue, c.Priority = on.GrantWas.at(on.Title, on.queue(), on.priority())
+	if attempt > 0 {
+		c.Attempt = attempt
+		return c, nil
+	}
+	if n, ok := on.attemptOf(c.Fence); ok {
+		c.Attempt = n
+		return c, nil
+	}
+	ev, n, err := s.grantInTrailAt(ctx, on, c.LockedAt, func(ev *eventItem) bool {
+		return ev.Fence == c.Fence && ev.AgentID == c.AgentID && ev.RunID == c.RunID
+	})
+	if err != nil {
+		return Checkout{}, fmt.Errorf("claim %s: the attempt of %s (fence %d): %w", c.RunID, c.TaskID, c.Fence, err)
+	}
+	c.Attempt = 1
+	if ev != nil {
+		c.Attempt = n
+	} else {
+		s.log.WarnContext(ctx, "claim retry: the grant's attempt is not in the task's trail; answered as attempt 1",
+			"task_id", c.TaskID, "agent_id", c.AgentID, "run_id", c.RunID, "fence", c.Fence)
+	}
+	return c, nil
 }

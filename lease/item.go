@@ -489,19 +489,20 @@ func (t *taskItem) endEvent() (eventItem, bool) {
 const noWrite = "-"
 
 // endedCheckout is the last lease an ending write ended, as it was but
-// for its reason, which the ending does not keep (endUpdate).
+// for its reason, which the ending does not keep (endUpdate), and its
+// holder's name, attempt, and the task as granted (leaseOfRun adds them).
 func (t *taskItem) endedCheckout() Checkout {
 	r := t.endRecord
 	end := fromMS(r.EndLocked + heldMS(r.EndType, r.EndLocked, r.EndExpires, r.EndAt))
 	return Checkout{
 		TaskID: t.TaskID, AgentID: r.EndAgent, AgentName: r.EndAgent, RunID: r.EndRun, Fence: r.EndFence,
 		LockedAt: fromMS(r.EndLocked), ExpiresAt: end, Timeout: end.Sub(fromMS(r.EndLocked)),
-		Title: t.Title, Queue: t.queue(), Priority: t.priority(),
 	}
 }
 
 // replacedCheckout is the lease the latest checkout took over, as it was,
-// expiring when it ended (its expiry, or its holder's death).
+// expiring when it ended (its expiry, or its holder's death), but for its
+// holder's name, attempt, and the task as granted (leaseOfRun adds them).
 func (t *taskItem) replacedCheckout() Checkout {
 	r := t.prevRecord
 	at := t.LockedAt
@@ -1010,6 +1011,37 @@ func (w *grantWas) attempt(attempts int) int {
 	return *w.Attempt
 }
 
+// attemptOf is the attempt the task's grant of fence counted, as the item
+// tells it, and whether it can. Every grant adds 1 to the fence and counts
+// an attempt, and a reopen (only of a finished task) counts the attempts
+// anew: the latest grant's attempt is the task's attempts (or what a
+// reopen since kept of it: its record's mark, or, by a version of
+// 2026-12-06, grant_was), and a grant back grants before it counted
+// back fewer, when that is at least 1. It is not, when a reopen came
+// after the grant (the grants since the reopen are no more than back):
+// then the attempt is the mark the first reopen after it left on its
+// record, which the item keeps for the grant before the latest one alone
+// (prev_write), and which a reopen of an earlier version did not leave.
+// Else the item cannot tell (ok false), and the task's trail can: the
+// grants back to the finish before this one (grantInTrailAt).
+func (t *taskItem) attemptOf(fence int64) (attempt int, ok bool) {
+	back := t.Fence - fence // grants since
+	if fence < 1 || back < 0 {
+		return 0, false
+	}
+	if _, pa := splitGrantWrite(t.PrevWrite); back == 1 && pa > 0 {
+		return pa, true // reopened between this grant and the next
+	}
+	latest := t.GrantWas.attempt(t.Attempts)
+	if _, ga := splitGrantWrite(t.GrantWrite); ga > 0 {
+		latest = ga // reopened since the latest grant
+	}
+	if n := latest - int(back); n >= 1 {
+		return n, true
+	}
+	return 0, false
+}
+
 // A reopen (a PATCH to todo, or a checkout that reopens a finished task)
 // counts the task's attempts anew. So that a grant the SDK sent again,
 // known by its write id one grant on or with no grant since, can still
@@ -1024,6 +1056,12 @@ const attemptMark = "~"
 // grantWrite is the write id of the task's latest grant.
 func (t *taskItem) grantWrite() string {
 	id, _ := splitGrantWrite(t.GrantWrite)
+	return id
+}
+
+// prevWrite is the write id of the grant before the task's latest one.
+func (t *taskItem) prevWrite() string {
+	id, _ := splitGrantWrite(t.PrevWrite)
 	return id
 }
 
