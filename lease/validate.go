@@ -260,11 +260,19 @@ func writeJSONString(out *bytes.Buffer, s string) {
 	out.WriteByte('"')
 }
 
+// mantissa is a JSON number's digits before its exponent.
+func mantissa(n string) string {
+	if i := strings.IndexAny(n, "eE"); i >= 0 {
+		return n[:i]
+	}
+	return n
+}
+
 // checkJSONValue reads one JSON value (known to be valid) from d, nested
 // depth levels deep, and says what in it every client could not read back
 // alike: nesting deeper than MaxMetadataDepth (a recursive parser's
 // limit), a number no 64-bit float can hold (most JSON decoders fail on
-// it), or a key twice in one object (decoders differ on which one wins).
+// it, or, too small, read it as 0), or a key twice in one object (decoders differ on which one wins).
 // "" means none.
 func checkJSONValue(d *json.Decoder, depth int) string {
 	d.UseNumber()
@@ -274,8 +282,14 @@ func checkJSONValue(d *json.Decoder, depth int) string {
 	}
 	switch t := tok.(type) {
 	case json.Number:
-		if _, err := strconv.ParseFloat(string(t), 64); err != nil {
+		f, err := strconv.ParseFloat(string(t), 64)
+		if err != nil {
 			return fmt.Sprintf("holds the number %.40s, which no 64-bit float can hold", t)
+		}
+		if f == 0 && strings.ContainsAny(mantissa(string(t)), "123456789") {
+			// Too small for a float64: every float client reads it
+			// back as 0, a client of exact numbers as it was sent.
+			return fmt.Sprintf("holds the number %.40s, which no 64-bit float can hold (it would read back as 0)", t)
 		}
 		if !strings.ContainsAny(string(t), ".eE") {
 			// An integer past 2^53 reads back exactly in some clients
