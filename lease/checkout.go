@@ -583,13 +583,19 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 			// A reopen that an earlier version made, which kept no
 			// attempt: the trail has the attempt this grant counted.
 			// The grant is made and known: a failed read answers it
-			// all the same, as attempt 1.
-			ev, n, err := s.grantInTrailAt(ctx, old, now, func(ev *eventItem) bool { return ev.Fence == fence })
-			if err != nil {
+			// all the same, as attempt 1, and so does one that does
+			// not find it (not archived within trailWait, past the
+			// trail's retention or its bounded read) or cannot count
+			// it (grantInTrailAt): nothing keeps this answer.
+			ev, n, _, err := s.grantInTrailAt(ctx, old, now, func(ev *eventItem) bool { return ev.Fence == fence })
+			switch {
+			case err != nil:
 				s.log.WarnContext(ctx, "grant sent twice: its attempt could not be read from the trail", "task_id", p.TaskID, "fence", fence, "error", err.Error())
+			case ev == nil || n == 0:
+				s.log.WarnContext(ctx, "grant sent twice: its attempt is not in the task's trail as read; answered as attempt 1", "task_id", p.TaskID, "fence", fence, "found", ev != nil)
 			}
 			attempt = 1
-			if ev != nil {
+			if ev != nil && n > 0 {
 				attempt = n
 			}
 		}
@@ -638,9 +644,15 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 // (the trail does not keep them), and the attempt it counted. cur is the
 // task as the refusal found it.
 func (s *Store) resentGrantInTrail(ctx context.Context, p CheckoutParams, now time.Time, write string, cur *taskItem) (Checkout, bool, error) {
-	ev, attempt, err := s.grantInTrailAt(ctx, cur, now, func(ev *eventItem) bool { return ev.Write == write })
+	ev, attempt, _, err := s.grantInTrailAt(ctx, cur, now, func(ev *eventItem) bool { return ev.Write == write })
 	if err != nil || ev == nil {
 		return Checkout{}, false, err
+	}
+	if attempt == 0 {
+		// Its grants back to the finish before it lie past the bounded
+		// read: at least 1 (README, "Known limits").
+		s.log.WarnContext(ctx, "grant sent twice: its attempt could not be counted in the task's trail; answered as attempt 1", "task_id", p.TaskID, "fence", ev.Fence)
+		attempt = 1
 	}
 	return Checkout{
 		TaskID: p.TaskID, AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID,
@@ -651,44 +663,96 @@ func (s *Store) resentGrantInTrail(ctx context.Context, p CheckoutParams, now ti
 
 // grantInTrailAt finds in cur's trail the checkout event made at now
 // that ours accepts, and the attempt that grant counted. The trail is read
-// newest first back to now, waiting up to trailWait for events the change
-// stream has not archived yet (lookInTrail). Every grant counts an
-// attempt, and a reopen, which only a finished task has, counts anew, so
-// cur's attempts less the grants since (a fence counts every grant) are
-// the grant's attempt when at least 1, and tell of a reopen since
-// otherwise (the events after the grant may not be archived yet); then the
-// attempt is the task's grants back to the finish before it, which the
-// trail holds, as it holds the grant.
-func (s *Store) grantInTrailAt(ctx context.Context, cur *taskItem, now time.Time, ours func(*eventItem) bool) (*eventItem, int, error) {
-	var found *eventItem
-	attempt := 0
-	_, err := s.lookInTrail(ctx, cur.TaskID, true, func() (bool, error) {
+// newest first back to now, up to maxRepeatScan events, waiting up to
+// trailWait for events the change stream has not archived yet
+// (lookInTrail); settled says, for a grant not found, that the trail was
+// archived whole when last looked at: it is not there (past the trail's
+// retention, or further back than the read), rather than not archived
+// yet. A look after the first reads only the events archived since the
+// one before, when that one read its events with none missing between
+// them (PrevSeq): an event not archived then is newer than all it read.
+//
+// Every grant counts an attempt, and a reopen, which only a finished task
+// has, counts anew, so cur's attempts less the grants since (a fence
+// counts every grant) are the grant's attempt when at least 1, and tell
+// of a reopen since otherwise (the events after the grant may not be
+// archived yet); then the attempt is the task's grants back to the finish
+// before it, which the trail holds, as it holds the grant: read from the
+// grant back, up to maxRepeatScan events before it. attempt is 0 (not
+// known) when those events hold no finish and the trail goes on (or may
+// go on) past them.
+func (s *Store) grantInTrailAt(ctx context.Context, cur *taskItem, now time.Time, ours func(*eventItem) bool) (found *eventItem, attempt int, settled bool, err error) {
+	task := expression.Key("task_id").Equal(expression.Value(cur.TaskID))
+	var upTo int64 // the newest event the looks so far read, none missing below it, without the grant
+	settled, err = s.lookInTrail(ctx, cur.TaskID, true, func() (bool, error) {
 		found, attempt = nil, 0
-		seen := 0
-		err := queryNewestFirst(ctx, s.db, s.events, expression.Key("task_id").Equal(expression.Value(cur.TaskID)), 100, func(ev *eventItem) bool {
-			seen++
-			switch {
-			case found == nil && ev.Type == EventCheckout && ev.At == ms(now) && ours(ev):
-				found, attempt = ev, 1
-				if n := cur.Attempts - int(cur.Fence-ev.Fence); n >= 1 {
-					attempt = n
-					return false
+		seen, back := 0, 0   // events read looking for the grant; then before it, counting
+		var newer *eventItem // the event read just before
+		linked, newest := true, int64(0)
+		stopped := false
+		visit := func(ev *eventItem) bool {
+			if newer != nil && newer.PrevSeq > ev.Seq {
+				linked = false // an event between the two is not archived (yet)
+			}
+			newer = ev
+			if newest == 0 {
+				newest = ev.Seq
+			}
+			if found == nil {
+				seen++
+				if ev.Type == EventCheckout && ev.At == ms(now) && ours(ev) {
+					found, attempt = ev, 1
+					if n := cur.Attempts - int(cur.Fence-ev.Fence); n >= 1 {
+						attempt = n
+						return false
+					}
+					return true
 				}
-			case found == nil:
 				return ev.At >= ms(now) && seen < maxRepeatScan
-			case finishes(ev.Type):
-				return false
-			case ev.Type == EventCheckout:
+			}
+			if finishes(ev.Type) {
+				return false // counted back to the finish before the grant
+			}
+			if ev.Type == EventCheckout {
 				attempt++
 			}
-			return seen < maxRepeatScan
-		})
+			if back++; back == maxRepeatScan {
+				attempt = 0 // the count is cut off: not known
+				return false
+			}
+			return true
+		}
+		read := func(key expression.KeyConditionBuilder) error {
+			return queryNewestFirst(ctx, s.db, s.events, key, 100, func(ev *eventItem) bool {
+				if !visit(ev) {
+					stopped = true
+					return false
+				}
+				return true
+			})
+		}
+		if upTo == 0 {
+			err := read(task)
+			if err == nil && found == nil && linked {
+				upTo = newest
+			}
+			return found != nil, err
+		}
+		// Only the events archived since the last look; a grant among them
+		// is counted on into those that look read.
+		err := read(task.And(expression.Key("seq").GreaterThan(expression.Value(upTo))))
+		if err == nil && found != nil && !stopped {
+			err = read(task.And(expression.Key("seq").LessThanEqual(expression.Value(upTo))))
+		}
+		if err == nil && found == nil && linked && (newer == nil || newer.PrevSeq <= upTo) {
+			upTo = max(upTo, newest)
+		}
 		return found != nil, err
 	})
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
-	return found, attempt, nil
+	return found, attempt, settled, nil
 }
 
 // finishes reports whether an event of type typ may leave the task

@@ -1786,7 +1786,9 @@ func (s *Store) grantInTrail(ctx context.Context, taskID, agentID, runID string,
 // A lease found on a task while the receipt keeps no grant is answered,
 // and kept, as the claim's grant answered it (leaseOfRun): with name, the
 // caller's (the claim's agent), the attempt its grant counted, and the
-// task as granted.
+// task as granted. An attempt the item cannot tell and the trail has not
+// archived yet is not guessed: the claim answers ErrGrantNotKept, keeping
+// nothing, and the next retry counts it (asGranted).
 //
 // afresh says the receipt lists no task and keeps no grant, or there is
 // none: the run's claims so far, if any, answered none (forgetClaim).
@@ -2160,9 +2162,14 @@ func (s *Store) leaseOfRun(ctx context.Context, tasks []string, agentID, runID, 
 //     trail fails the retry, where a grant sent again answers attempt 1:
 //     nothing is kept before this answer (keepFound writes it after), so
 //     the next retry reads again rather than keep a guess in the receipt
-//     for good. A grant the trail no longer shows (past its retention, or
-//     its bounded read) is answered as attempt 1, as grant does, and
-//     logged: the attempt is at least that.
+//     for good. So does a grant not found while the trail has events the
+//     change stream has not archived within trailWait (the grant may be
+//     one of them): ErrGrantNotKept, which asks for a retry with the same
+//     run id. A grant the trail no longer shows (past its retention, or
+//     more than maxRepeatScan events back from the newest), or whose
+//     grants back to the finish before it lie further back than
+//     maxRepeatScan events before it, is answered as attempt 1, as grant
+//     does, and logged: the attempt is at least that.
 func (s *Store) asGranted(ctx context.Context, c Checkout, on *taskItem, name string, attempt int) (Checkout, error) {
 	if on == nil || !(on.hasLease() && on.Fence == c.Fence) {
 		c.AgentName = cmp.Or(name, c.AgentID)
@@ -2181,18 +2188,28 @@ func (s *Store) asGranted(ctx context.Context, c Checkout, on *taskItem, name st
 		c.Attempt = n
 		return c, nil
 	}
-	ev, n, err := s.grantInTrailAt(ctx, on, c.LockedAt, func(ev *eventItem) bool {
+	ev, n, settled, err := s.grantInTrailAt(ctx, on, c.LockedAt, func(ev *eventItem) bool {
 		return ev.Fence == c.Fence && ev.AgentID == c.AgentID && ev.RunID == c.RunID
 	})
 	if err != nil {
 		return Checkout{}, fmt.Errorf("claim %s: the attempt of %s (fence %d): %w", c.RunID, c.TaskID, c.Fence, err)
 	}
+	if ev == nil && !settled {
+		// The change stream has not archived the task's events within
+		// trailWait: the grant may be among them. A guess answered here
+		// would be kept for good (keepFound): the retry fails as a grant
+		// the receipt has not decided does, keeping nothing, and the
+		// caller retries with the same run id.
+		return Checkout{}, fmt.Errorf("claim %s: %s was granted (fence %d) but %w: its attempt is not in the task's trail yet (events not archived within %v)",
+			c.RunID, c.TaskID, c.Fence, ErrGrantNotKept, trailWait)
+	}
 	c.Attempt = 1
-	if ev != nil {
+	if ev != nil && n > 0 {
 		c.Attempt = n
 	} else {
-		s.log.WarnContext(ctx, "claim retry: the grant's attempt is not in the task's trail; answered as attempt 1",
-			"task_id", c.TaskID, "agent_id", c.AgentID, "run_id", c.RunID, "fence", c.Fence)
+		// Past the trail's retention or its bounded read: at least 1.
+		s.log.WarnContext(ctx, "claim retry: the grant's attempt cannot be counted from the task's trail; answered as attempt 1",
+			"task_id", c.TaskID, "agent_id", c.AgentID, "run_id", c.RunID, "fence", c.Fence, "grant_found", ev != nil)
 	}
 	return c, nil
 }
