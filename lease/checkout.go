@@ -591,7 +591,7 @@ func (s *Store) grant(ctx context.Context, p CheckoutParams, now time.Time, over
 			switch {
 			case err != nil:
 				s.log.WarnContext(ctx, "grant sent twice: its attempt could not be read from the trail", "task_id", p.TaskID, "fence", fence, "error", err.Error())
-			case ev == nil || n == 0:
+			case ev == nil || n < 1:
 				s.log.WarnContext(ctx, "grant sent twice: its attempt is not in the task's trail as read; answered as attempt 1", "task_id", p.TaskID, "fence", fence, "found", ev != nil)
 			}
 			attempt = 1
@@ -648,9 +648,10 @@ func (s *Store) resentGrantInTrail(ctx context.Context, p CheckoutParams, now ti
 	if err != nil || ev == nil {
 		return Checkout{}, false, err
 	}
-	if attempt == 0 {
+	if attempt < 1 {
 		// Its grants back to the finish before it lie past the bounded
-		// read: at least 1 (README, "Known limits").
+		// read, or one of them is not archived yet: at least 1 (README,
+		// "Known limits").
 		s.log.WarnContext(ctx, "grant sent twice: its attempt could not be counted in the task's trail; answered as attempt 1", "task_id", p.TaskID, "fence", ev.Fence)
 		attempt = 1
 	}
@@ -662,15 +663,17 @@ func (s *Store) resentGrantInTrail(ctx context.Context, p CheckoutParams, now ti
 }
 
 // grantInTrailAt finds in cur's trail the checkout event made at now
-// that ours accepts, and the attempt that grant counted. The trail is read
-// newest first back to now, up to maxRepeatScan events, waiting up to
-// trailWait for events the change stream has not archived yet
-// (lookInTrail); settled says, for a grant not found, that the trail was
-// archived whole when last looked at: it is not there (past the trail's
-// retention, or further back than the read), rather than not archived
-// yet. A look after the first reads only the events archived since the
-// one before, when that one read its events with none missing between
-// them (PrevSeq): an event not archived then is newer than all it read.
+// that ours accepts, and the attempt that grant counted. Each look reads
+// the trail newest first back to now, up to maxRepeatScan events, waiting
+// up to trailWait for events the change stream has not archived yet
+// (lookInTrail). settled says, for a grant not found, that the last look
+// read the events it needed with none of them missing: the grant is not
+// there (past the trail's retention, or further back than the read),
+// rather than not archived yet. An event names the one before it
+// (PrevSeq), so a look sees one missing between two it read, or below the
+// oldest it read when that is the oldest stored (archived out of order:
+// a batch write's unprocessed items are written again later), unless it
+// is older than the events' retention.
 //
 // Every grant counts an attempt, and a reopen, which only a finished task
 // has, counts anew, so cur's attempts less the grants since (a fence
@@ -679,80 +682,69 @@ func (s *Store) resentGrantInTrail(ctx context.Context, p CheckoutParams, now ti
 // archived yet); then the attempt is the task's grants back to the finish
 // before it, which the trail holds, as it holds the grant: read from the
 // grant back, up to maxRepeatScan events before it. attempt is 0 (not
-// known) when those events hold no finish and the trail goes on (or may
-// go on) past them.
+// known) when those events hold no finish and the trail goes on past
+// them, and -1 (not known yet) when one of them is not archived yet.
 func (s *Store) grantInTrailAt(ctx context.Context, cur *taskItem, now time.Time, ours func(*eventItem) bool) (found *eventItem, attempt int, settled bool, err error) {
 	task := expression.Key("task_id").Equal(expression.Value(cur.TaskID))
-	var upTo int64 // the newest event the looks so far read, none missing below it, without the grant
+	holed := false // the last look missed an event it needed
 	settled, err = s.lookInTrail(ctx, cur.TaskID, true, func() (bool, error) {
-		found, attempt = nil, 0
-		seen, back := 0, 0   // events read looking for the grant; then before it, counting
-		var newer *eventItem // the event read just before
-		linked, newest := true, int64(0)
-		stopped := false
-		visit := func(ev *eventItem) bool {
-			if newer != nil && newer.PrevSeq > ev.Seq {
-				linked = false // an event between the two is not archived (yet)
+		found, attempt, holed = nil, 0, false
+		seen, back := 0, 0      // events read looking for the grant; then before it, counting
+		var older *eventItem    // the event read last: the oldest so far
+		whole := true           // the read went on to the oldest event stored
+		counted := func() int { // the count as read, but for an event missing
+			if holed {
+				return -1
 			}
-			newer = ev
-			if newest == 0 {
-				newest = ev.Seq
+			return attempt
+		}
+		err := queryNewestFirst(ctx, s.db, s.events, task, 100, func(ev *eventItem) bool {
+			if older != nil && older.PrevSeq > ev.Seq {
+				holed = true // an event between the two is not archived (yet)
 			}
+			older = ev
 			if found == nil {
 				seen++
 				if ev.Type == EventCheckout && ev.At == ms(now) && ours(ev) {
-					found, attempt = ev, 1
+					found, attempt, holed = ev, 1, false // what lies after the grant does not count
 					if n := cur.Attempts - int(cur.Fence-ev.Fence); n >= 1 {
-						attempt = n
+						attempt, whole = n, false
 						return false
 					}
 					return true
 				}
-				return ev.At >= ms(now) && seen < maxRepeatScan
+				if ev.At >= ms(now) && seen < maxRepeatScan {
+					return true
+				}
+				whole = false
+				return false
 			}
+			if back == maxRepeatScan {
+				attempt, whole = 0, false // an event past the count's bound: not known
+				return false
+			}
+			back++
 			if finishes(ev.Type) {
-				return false // counted back to the finish before the grant
+				whole = false // counted back to the finish before the grant
+				return false
 			}
 			if ev.Type == EventCheckout {
 				attempt++
 			}
-			if back++; back == maxRepeatScan {
-				attempt = 0 // the count is cut off: not known
-				return false
-			}
 			return true
+		})
+		if err == nil && whole && older != nil && older.PrevSeq != 0 && older.PrevAt > ms(s.clock())-s.retention.Milliseconds() {
+			holed = true // the oldest event stored names one before it, not archived yet
 		}
-		read := func(key expression.KeyConditionBuilder) error {
-			return queryNewestFirst(ctx, s.db, s.events, key, 100, func(ev *eventItem) bool {
-				if !visit(ev) {
-					stopped = true
-					return false
-				}
-				return true
-			})
-		}
-		if upTo == 0 {
-			err := read(task)
-			if err == nil && found == nil && linked {
-				upTo = newest
-			}
-			return found != nil, err
-		}
-		// Only the events archived since the last look; a grant among them
-		// is counted on into those that look read.
-		err := read(task.And(expression.Key("seq").GreaterThan(expression.Value(upTo))))
-		if err == nil && found != nil && !stopped {
-			err = read(task.And(expression.Key("seq").LessThanEqual(expression.Value(upTo))))
-		}
-		if err == nil && found == nil && linked && (newer == nil || newer.PrevSeq <= upTo) {
-			upTo = max(upTo, newest)
+		if found != nil {
+			attempt = counted()
 		}
 		return found != nil, err
 	})
 	if err != nil {
 		return nil, 0, false, err
 	}
-	return found, attempt, settled, nil
+	return found, attempt, settled && !holed, nil
 }
 
 // finishes reports whether an event of type typ may leave the task

@@ -2163,9 +2163,10 @@ func (s *Store) leaseOfRun(ctx context.Context, tasks []string, agentID, runID, 
 //     nothing is kept before this answer (keepFound writes it after), so
 //     the next retry reads again rather than keep a guess in the receipt
 //     for good. So does a grant not found while the trail has events the
-//     change stream has not archived within trailWait (the grant may be
-//     one of them): ErrGrantNotKept, which asks for a retry with the same
-//     run id. A grant the trail no longer shows (past its retention, or
+//     change stream has not archived within trailWait, or below those it
+//     has (the grant may be one of them), or found with a grant it would
+//     count not archived yet: ErrGrantNotKept, which asks for a retry
+//     with the same run id. A grant the trail no longer shows (past its retention, or
 //     more than maxRepeatScan events back from the newest), or whose
 //     grants back to the finish before it lie further back than
 //     maxRepeatScan events before it, is answered as attempt 1, as grant
@@ -2194,14 +2195,16 @@ func (s *Store) asGranted(ctx context.Context, c Checkout, on *taskItem, name st
 	if err != nil {
 		return Checkout{}, fmt.Errorf("claim %s: the attempt of %s (fence %d): %w", c.RunID, c.TaskID, c.Fence, err)
 	}
-	if ev == nil && !settled {
-		// The change stream has not archived the task's events within
-		// trailWait: the grant may be among them. A guess answered here
-		// would be kept for good (keepFound): the retry fails as a grant
-		// the receipt has not decided does, keeping nothing, and the
-		// caller retries with the same run id.
-		return Checkout{}, fmt.Errorf("claim %s: %s was granted (fence %d) but %w: its attempt is not in the task's trail yet (events not archived within %v)",
-			c.RunID, c.TaskID, c.Fence, ErrGrantNotKept, trailWait)
+	if ev == nil && !settled || ev != nil && n < 0 {
+		// The change stream has not archived every event of the task the
+		// look needed (within trailWait, or, archived out of order, below
+		// those it has): the grant, or a grant it would count, may be
+		// among them. A guess answered here would be kept for good
+		// (keepFound): the retry fails as a grant the receipt has not
+		// decided does, keeping nothing, and the caller retries with the
+		// same run id.
+		return Checkout{}, fmt.Errorf("claim %s: %s was granted (fence %d) but %w: its attempt is not in the task's trail yet (events not archived yet)",
+			c.RunID, c.TaskID, c.Fence, ErrGrantNotKept)
 	}
 	c.Attempt = 1
 	if ev != nil && n > 0 {
