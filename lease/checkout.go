@@ -687,7 +687,7 @@ func (s *Store) resentGrantInTrail(ctx context.Context, p CheckoutParams, now ti
 func (s *Store) grantInTrailAt(ctx context.Context, cur *taskItem, now time.Time, ours func(*eventItem) bool) (found *eventItem, attempt int, settled bool, err error) {
 	task := expression.Key("task_id").Equal(expression.Value(cur.TaskID))
 	holed := false // the last look missed an event it needed
-	settled, err = s.lookInTrail(ctx, cur.TaskID, true, func() (bool, error) {
+	settled, err = s.lookInTrailHoled(ctx, cur.TaskID, true, func() (bool, bool, error) {
 		found, attempt, holed = nil, 0, false
 		seen, back := 0, 0      // events read looking for the grant; then before it, counting
 		var older *eventItem    // the event read last: the oldest so far
@@ -698,8 +698,9 @@ func (s *Store) grantInTrailAt(ctx context.Context, cur *taskItem, now time.Time
 			}
 			return attempt
 		}
+		trimmed := ms(s.clock()) - s.retention.Milliseconds() // an event made before may be TTL's (gapFree)
 		err := queryNewestFirst(ctx, s.db, s.events, task, 100, func(ev *eventItem) bool {
-			if older != nil && older.PrevSeq > ev.Seq {
+			if older != nil && older.PrevSeq > ev.Seq && older.PrevAt > trimmed {
 				holed = true // an event between the two is not archived (yet)
 			}
 			older = ev
@@ -733,13 +734,13 @@ func (s *Store) grantInTrailAt(ctx context.Context, cur *taskItem, now time.Time
 			}
 			return true
 		})
-		if err == nil && whole && older != nil && older.PrevSeq != 0 && older.PrevAt > ms(s.clock())-s.retention.Milliseconds() {
+		if err == nil && whole && older != nil && older.PrevSeq != 0 && older.PrevAt > trimmed {
 			holed = true // the oldest event stored names one before it, not archived yet
 		}
 		if found != nil {
 			attempt = counted()
 		}
-		return found != nil, err
+		return found != nil && !holed, holed, err
 	})
 	if err != nil {
 		return nil, 0, false, err
@@ -1775,13 +1776,31 @@ func (s *Store) repeatedEnding(ctx context.Context, err error, taskID string, ty
 // last look was made with the trail archived whole: what it did not find
 // is not there.
 func (s *Store) lookInTrail(ctx context.Context, taskID string, wait bool, look func() (bool, error)) (settled bool, err error) {
+	return s.lookInTrailHoled(ctx, taskID, wait, func() (bool, bool, error) {
+		found, err := look()
+		return found, false, err
+	})
+}
+
+// lookInTrailHoled is lookInTrail for a look that also says it saw an
+// event missing among those it read (holed): it waits for that one as
+// for one pending among the newest, which trailSince checks.
+func (s *Store) lookInTrailHoled(ctx context.Context, taskID string, wait bool, look func() (found, holed bool, err error)) (settled bool, err error) {
 	deadline := time.Now().Add(trailWait)
 	for n := 1; ; n++ {
-		if found, err := look(); found || err != nil {
+		found, holed, err := look()
+		if found || err != nil {
 			return false, err
 		}
 		if !wait || time.Now().After(deadline) {
-			return settled, nil
+			return settled && !holed, nil
+		}
+		if holed {
+			settled = false
+			if err := backoff(ctx, n); err != nil {
+				return false, err
+			}
+			continue
 		}
 		tr, _, err := s.trailSince(ctx, taskID, ms(s.clock()))
 		if errors.Is(err, ErrTaskNotFound) {
