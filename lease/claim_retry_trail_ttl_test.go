@@ -104,8 +104,7 @@ func TestAGrantSentTwiceCountsPastAnEventOlderThanTheRetention(t *testing.T) {
 	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Hour))
 	e.caughtUp(t)
 	tasks := e.names.Table(schema.TasksTable)
-	var doer *lossyDoer
-	doer = &lossyDoer{
+	doer := &lossyDoer{
 		match: func(target, body string) bool {
 			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
 		},
@@ -166,8 +165,7 @@ func TestAGrantSentTwiceWaitsForAnEventArchivedLateBelowIt(t *testing.T) {
 	tasks := e.names.Table(schema.TasksTable)
 	archived := make(chan struct{})
 	var began time.Time // the race's end: the second sending follows
-	var doer *lossyDoer
-	doer = &lossyDoer{
+	doer := &lossyDoer{
 		match: func(target, body string) bool {
 			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
 		},
