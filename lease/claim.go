@@ -380,7 +380,7 @@ const claimPoll = 2 * time.Second
 // ending, an unblocking, a reopen or a move into one of them), and
 // otherwise looks again every claimPoll, on the claim index alone (expired
 // and dead holders' leases reach it when the sweep ends them).
-func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
+func (s *Store) Claim(ctx context.Context, p ClaimParams) (_ Checkout, err error) {
 	cp := CheckoutParams{
 		AgentID: p.AgentID, AgentName: p.AgentName, RunID: p.RunID, Timeout: p.Timeout, Reason: p.Reason,
 		ExpectedStatuses: []Status{StatusTodo}, TaskID: "claim", By: p.By,
@@ -407,6 +407,16 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 		if afresh {
 			notes.afresh = asOf
 		}
+	}
+	if notes != nil {
+		defer func() {
+			// An attempt that answers neither a lease nor none (whose
+			// notes forgetClaim took back, with the turn) gives the run's
+			// turn back, so that a retry need not wait for it to lapse.
+			if err != nil && !errors.Is(err, ErrNoTaskAvailable) && !errors.Is(err, ErrStopping) {
+				s.giveTurn(context.WithoutCancel(ctx), cp.AgentID, cp.RunID, notes)
+			}
+		}()
 	}
 	deadline := time.Now().Add(p.Wait)
 	began := ms(s.clock())
@@ -438,6 +448,14 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 		}
 		passing := len(found) > 0
 		c, err := s.claimOnce(ctx, cp, notes, found)
+		if errors.Is(err, errTurnHeld) {
+			// Another attempt of this run is looking: its answer is this
+			// one's (see "Turns").
+			if c, ok, err := s.awaitTurn(ctx, cp, notes); ok || err != nil {
+				return c, err
+			}
+			continue
+		}
 		if !errors.Is(err, ErrNoTaskAvailable) {
 			return c, err
 		}
@@ -450,7 +468,14 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Checkout, error) {
 			if named {
 				// Another attempt of this run, sent at the same time, may
 				// have taken the task this one found taken.
-				if c, ok, err := s.otherAttempt(ctx, cp, notes); ok || err != nil {
+				c, ok, err := s.otherAttempt(ctx, cp, notes)
+				if errors.Is(err, errTurnHeld) {
+					if c, ok, err := s.awaitTurn(ctx, cp, notes); ok || err != nil {
+						return c, err
+					}
+					continue
+				}
+				if ok || err != nil {
 					return c, err
 				}
 				if err := s.forgetClaim(ctx, cp.AgentID, cp.RunID, notes); err != nil {
@@ -1398,6 +1423,7 @@ type claimNotes struct {
 	listed  []string
 	refused []string
 	afresh  int64
+	lapsed  int64 // turn_at of a turn seen unchanged for turnLapse: taken as lapsed (awaitTurn)
 }
 
 func newClaimNotes() *claimNotes {
@@ -1416,6 +1442,10 @@ func (n *claimNotes) triedName(taskID string) string {
 // one) from it. The receipt's first note stamps when it was made, and so
 // does the first note of an attempt that found it listing nothing
 // (afresh): the run's claims before answered none.
+//
+// The note takes the run's turn (see "Turns" below): it is refused with
+// errTurnHeld while another attempt of the run holds it, and nothing is
+// noted then.
 func (s *Store) noteClaim(ctx context.Context, agentID, runID string, n *claimNotes, taskID string) error {
 	now := s.clock()
 	var created expression.OperandBuilder = expression.IfNotExists(expression.Name("created"), expression.Value(ms(now)))
@@ -1430,24 +1460,153 @@ func (s *Store) noteClaim(ctx context.Context, agentID, runID string, n *claimNo
 			upd = upd.Remove(expression.NameNoDotSplit(n.triedName(id)))
 		}
 	}
-	expr, err := expression.NewBuilder().WithUpdate(upd).Build()
+	b := expression.NewBuilder().WithUpdate(upd)
+	if !s.noTurns {
+		upd = upd.Set(nameTurn, expression.Value(n.attempt)).Set(nameTurnAt, expression.Value(ms(now)))
+		b = expression.NewBuilder().WithUpdate(upd).WithCondition(turnFree(n.attempt, now, n.lapsed))
+	}
+	expr, err := b.Build()
 	if err != nil {
 		return fmt.Errorf("claim receipt of %s: %w", agentID, err)
 	}
-	if _, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)),
 		UpdateExpression:          expr.Update(),
+		ConditionExpression:       expr.Condition(),
 		ExpressionAttributeNames:  expr.Names(),
 		ExpressionAttributeValues: expr.Values(),
-	}); err != nil {
+	})
+	if _, failed := conditionFailed(err); failed {
+		return errTurnHeld
+	}
+	if err != nil {
 		return fmt.Errorf("claim receipt of %s: %w", agentID, err)
 	}
 	n.listed = slices.DeleteFunc(n.listed, func(id string) bool { return id != taskID && slices.Contains(n.refused, id) })
 	if !slices.Contains(n.listed, taskID) {
 		n.listed = append(n.listed, taskID)
 	}
-	n.refused, n.afresh = nil, 0
+	n.refused, n.afresh, n.lapsed = nil, 0, 0
 	return nil
+}
+
+// Turns.
+//
+// Attempts of one named claim sent at the same time (a retry sent while
+// the first is still on its way) would each take a task, and all but the
+// one whose grant the receipt keeps would give theirs back: each such
+// grant counts an attempt of its task, tells its watchers, and holds it
+// from other runs' claims meanwhile. So the attempts of a run take turns:
+// an attempt's note (noteClaim), which comes before each task it writes
+// for, takes the run's turn, on condition that no other attempt holds it
+// (the receipt's turn names the attempt, turn_at when it last noted).
+// Refused (errTurnHeld), the attempt writes for nothing and waits on the
+// receipt (awaitTurn) until the grant is kept there (then it answers
+// that lease, as a retry does), the holder has answered none (forgetClaim
+// gives the turn back), or the turn lapses, turnLapse after the holder's
+// last note (a holder that died, or that waits for a task with nothing
+// to note); then it looks for a task itself. A turn is taken with the
+// note a claim makes anyway: a claim that meets no other attempt of its
+// run makes no request more. Attempts whose looks found their tasks at
+// the same moment still note one at a time, so at most one writes for a
+// task while the turn holds; the give-back (noteGrant, giveBackUnkept)
+// remains for a turn that lapsed, and for attempts of an earlier version.
+
+var (
+	nameTurn   = expression.Name("turn")
+	nameTurnAt = expression.Name("turn_at")
+)
+
+// turnLapse is how long after its holder's last note a run's turn lapses.
+const turnLapse = 3 * time.Second
+
+// errTurnHeld is noteClaim's refusal while another attempt of the run
+// holds its turn.
+var errTurnHeld = errors.New("another attempt of the same claim (run id) holds its turn")
+
+// turnFree says the run's turn is attempt's to take at now: the receipt
+// keeps no grant, and no attempt holds the turn, attempt does, or it has
+// lapsed, by the clock or, lapsed not 0, as awaitTurn saw it stand still
+// (turn_at as then).
+func turnFree(attempt string, now time.Time, lapsed int64) expression.ConditionBuilder {
+	c := expression.AttributeNotExists(nameTurn).
+		Or(nameTurn.Equal(expression.Value(attempt))).
+		Or(nameTurnAt.LessThan(expression.Value(ms(now.Add(-turnLapse)))))
+	if lapsed != 0 {
+		c = c.Or(nameTurnAt.Equal(expression.Value(lapsed)))
+	}
+	// A receipt that keeps a grant has decided (keepGrant gives the turn
+	// back then): an attempt that read it before writes for nothing, and
+	// answers that grant (awaitTurn).
+	return expression.AttributeNotExists(expression.Name("granted")).And(c)
+}
+
+// awaitTurn waits, for an attempt of a named claim refused the run's turn
+// (n its notes), until the receipt keeps a grant, which it answers (ok),
+// or the turn is free to take: given back, lapsed (by the clock, or
+// standing still for turnLapse of this process's time, as a clock that
+// another process's runs behind would not show), or the receipt gone.
+// Then the run's lease on a task the receipt lists, if any (a holder's
+// grant left undecided), is answered as a retry answers it
+// (claimedBefore); else ok is false and the attempt looks for a task
+// itself. One consistent read of the receipt every 50 ms.
+func (s *Store) awaitTurn(ctx context.Context, cp CheckoutParams, n *claimNotes) (Checkout, bool, error) {
+	var seen int64
+	var since time.Time
+	for {
+		rec, ok, err := s.receipt(ctx, cp.AgentID, cp.RunID)
+		if err != nil {
+			return Checkout{}, false, err
+		}
+		if ok && rec.Granted != nil {
+			c, err := s.receiptsGrant(ctx, cp.AgentID, cp.RunID, *rec.Granted)
+			return c, err == nil, err
+		}
+		if rec.TurnAt != seen {
+			seen, since = rec.TurnAt, time.Now()
+		}
+		stood := time.Since(since) >= turnLapse
+		if !ok || rec.Turn == "" || rec.Turn == n.attempt || rec.TurnAt < ms(s.clock().Add(-turnLapse)) || stood {
+			if stood {
+				n.lapsed = rec.TurnAt
+			}
+			c, ok, afresh, err := s.claimedBefore(ctx, cp.AgentID, cp.RunID, cp.AgentName, cp.Reason)
+			if afresh && err == nil && n.afresh == 0 && len(n.listed) == 0 {
+				n.afresh = ms(s.clock())
+			}
+			return c, ok, err
+		}
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Checkout{}, false, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// giveTurn gives the run's turn back, when n's attempt holds it (it has
+// noted a task): one UpdateItem, on a claim's way out with an error. A
+// failure is logged: the turn lapses all the same.
+func (s *Store) giveTurn(ctx context.Context, agentID, runID string, n *claimNotes) {
+	if len(n.listed) == 0 || s.noTurns {
+		return
+	}
+	expr, err := expression.NewBuilder().WithUpdate(expression.Remove(nameTurn).Remove(nameTurnAt)).
+		WithCondition(nameTurn.Equal(expression.Value(n.attempt))).Build()
+	if err == nil {
+		_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)),
+			UpdateExpression:          expr.Update(),
+			ConditionExpression:       expr.Condition(),
+			ExpressionAttributeNames:  expr.Names(),
+			ExpressionAttributeValues: expr.Values(),
+		})
+	}
+	if _, failed := conditionFailed(err); err != nil && !failed {
+		s.log.WarnContext(ctx, "claim receipt: the run's turn was not given back", "agent_id", agentID, "run_id", runID, "err", err)
+	}
 }
 
 // forgetClaim removes the entries of an attempt of a named claim that
@@ -1468,24 +1627,33 @@ func (s *Store) forgetClaim(ctx context.Context, agentID, runID string, n *claim
 	for _, id := range n.listed {
 		upd = upd.Remove(expression.NameNoDotSplit(n.triedName(id)))
 	}
-	// A receipt deleted since (a removed agent's) is not made again.
-	cond := expression.AttributeExists(expression.Name("agent_id"))
-	expr, err := expression.NewBuilder().WithUpdate(upd).WithCondition(cond).Build()
-	if err != nil {
-		return fmt.Errorf("claim receipt of %s: %w", agentID, err)
-	}
-	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)),
-		UpdateExpression:          expr.Update(),
-		ConditionExpression:       expr.Condition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-	})
-	if _, failed := conditionFailed(err); failed {
-		err = nil
-	}
-	if err != nil {
-		return fmt.Errorf("claim receipt of %s: %w", agentID, err)
+	// A receipt deleted since (a removed agent's) is not made again. The
+	// attempt gives the run's turn back, when it still holds it (see
+	// "Turns"), in the same write: one more only when another has taken it.
+	exists := expression.AttributeExists(expression.Name("agent_id"))
+	mine := exists.And(nameTurn.Equal(expression.Value(n.attempt)))
+	for _, w := range []struct {
+		upd  expression.UpdateBuilder
+		cond expression.ConditionBuilder
+	}{{upd.Remove(nameTurn).Remove(nameTurnAt), mine}, {upd, exists}} {
+		expr, err := expression.NewBuilder().WithUpdate(w.upd).WithCondition(w.cond).Build()
+		if err != nil {
+			return fmt.Errorf("claim receipt of %s: %w", agentID, err)
+		}
+		_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)),
+			UpdateExpression:          expr.Update(),
+			ConditionExpression:       expr.Condition(),
+			ExpressionAttributeNames:  expr.Names(),
+			ExpressionAttributeValues: expr.Values(),
+		})
+		if _, failed := conditionFailed(err); failed {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("claim receipt of %s: %w", agentID, err)
+		}
+		break
 	}
 	n.listed = nil
 	return nil
@@ -1636,8 +1804,12 @@ func (s *Store) keepGrant(ctx context.Context, c Checkout) (kept bool, tried []s
 	// The receipt's note set its ttl; the grant sets one only when that
 	// receipt has gone (deleted as a removed agent's while this claim was
 	// in flight), so that the receipt it writes again still expires.
+	// The receipt decides: the run's turn is over (see "Turns"), so that
+	// a fresh claim of the run (the grant moved on past a retry's reach)
+	// does not wait for it.
 	upd := expression.Set(expression.Name("granted"), expression.Value(g)).
-		Set(expression.Name("ttl"), expression.IfNotExists(expression.Name("ttl"), expression.Value(s.clock().Add(2*MaxTimeout).Unix())))
+		Set(expression.Name("ttl"), expression.IfNotExists(expression.Name("ttl"), expression.Value(s.clock().Add(2*MaxTimeout).Unix()))).
+		Remove(nameTurn).Remove(nameTurnAt)
 	mine := expression.Name("granted.task").Equal(expression.Value(c.TaskID)).
 		And(expression.Name("granted.fence").Equal(expression.Value(c.Fence)))
 	cond := expression.AttributeNotExists(expression.Name("granted")).Or(mine)
@@ -1915,6 +2087,8 @@ type receiptItem struct {
 	Granted *grantRecord `dynamodbav:"granted"`
 	Created int64        `dynamodbav:"created"`
 	TTL     int64        `dynamodbav:"ttl"`
+	Turn    string       `dynamodbav:"turn"`    // the attempt whose turn it is (noteClaim)
+	TurnAt  int64        `dynamodbav:"turn_at"` // when it last noted a task (Unix ms)
 }
 
 // madeBefore reports whether the receipt was made before registeredAt, the

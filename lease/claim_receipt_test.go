@@ -24,10 +24,11 @@ import (
 type receiptLossDB struct{ lease.DB }
 
 func (d receiptLossDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	for _, name := range in.ExpressionAttributeNames {
-		if name == "granted" {
-			return nil, errors.New("throttled")
-		}
+	// The write that keeps a grant names it; a note (which sets created)
+	// names it too, in its condition (the receipt keeps none yet).
+	names := slices.Collect(maps.Values(in.ExpressionAttributeNames))
+	if slices.Contains(names, "granted") && !slices.Contains(names, "created") {
+		return nil, errors.New("throttled")
 	}
 	return d.DB.UpdateItem(ctx, in, opt...)
 }
@@ -330,6 +331,7 @@ func TestClaimAttemptFindingAnUnkeptGrantAnswersTheReceiptsGrant(t *testing.T) {
 	db := &grantGateDB{DB: e.db, quit: make(chan struct{}), bothRead: make(chan struct{}), held: make(chan string, 2), gates: map[string]chan struct{}{}}
 	t.Cleanup(func() { close(db.quit) })
 	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	lease.TakeNoTurns(s) // attempts that race: a version before turns (or a turn lapsed)
 	claim := func() (lease.Checkout, error) {
 		return s.Claim(c, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute})
 	}
@@ -426,6 +428,7 @@ func TestClaimAttemptWhoseGrantWriteFailsAnswersTheKeptGrant(t *testing.T) {
 	db := &grantGateDB{DB: errs, quit: make(chan struct{}), bothRead: make(chan struct{}), held: make(chan string, 2), gates: map[string]chan struct{}{}}
 	t.Cleanup(func() { close(db.quit) })
 	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	lease.TakeNoTurns(s) // attempts that race: a version before turns (or a turn lapsed)
 	type answer struct {
 		co  lease.Checkout
 		err error
@@ -485,6 +488,7 @@ func TestClaimAttemptWhoseWriteForAFoundLeaseFailsAnswersTheKeptGrant(t *testing
 	db := &grantGateDB{DB: errs, quit: make(chan struct{}), bothRead: make(chan struct{}), held: make(chan string, 2), gates: map[string]chan struct{}{}}
 	t.Cleanup(func() { close(db.quit) })
 	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	lease.TakeNoTurns(s) // attempts that race: a version before turns (or a turn lapsed)
 	type answer struct {
 		co  lease.Checkout
 		err error
@@ -577,6 +581,7 @@ func TestASupersededAttemptThatCannotReadTheReceiptGivesItsTaskBack(t *testing.T
 	t.Cleanup(func() { close(db.quit) })
 	reads := &receiptReadErrDB{DB: db}
 	s := lease.New(lease.Config{DB: reads, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	lease.TakeNoTurns(s) // attempts that race: a version before turns (or a turn lapsed)
 	type answer struct {
 		co  lease.Checkout
 		err error
@@ -634,6 +639,7 @@ func TestAnUndecidedGrantIsGivenBackWhenAnotherAttemptsIsKept(t *testing.T) {
 	t.Cleanup(func() { close(db.quit) })
 	reads := &receiptReadErrDB{DB: db}
 	s := lease.New(lease.Config{DB: reads, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	lease.TakeNoTurns(s) // attempts that race: a version before turns (or a turn lapsed)
 	type answer struct {
 		co  lease.Checkout
 		err error
@@ -703,6 +709,7 @@ func TestASupersededAttemptWhoseTaskWasGivenBackAndMovedOnAnswersTheKeptGrant(t 
 	db := &grantGateDB{DB: e.db, quit: make(chan struct{}), bothRead: make(chan struct{}), held: make(chan string, 2), gates: map[string]chan struct{}{}}
 	t.Cleanup(func() { close(db.quit) })
 	s := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	lease.TakeNoTurns(s) // attempts that race: a version before turns (or a turn lapsed)
 	type answer struct {
 		co  lease.Checkout
 		err error

@@ -151,3 +151,8 @@ func SendAgain(ctx context.Context, r aws.Retryer, attempt int, err error) (agai
 
 // Unapplied is unapplied: err tells that the request was not applied.
 var Unapplied = unapplied
+
+// TakeNoTurns has s's named claims take no turns, as a version before
+// turns did: its attempts sent at the same time each take a task, and
+// the give-back settles them (claim.go, "Turns").
+func TakeNoTurns(s *Store) { s.noTurns = true }

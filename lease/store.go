@@ -156,6 +156,9 @@ type Store struct {
 	// claimPoll is claimPoll (longer in tests, so that only a wake makes
 	// a waiting claim look again).
 	claimPoll time.Duration
+	// noTurns: a named claim's attempts take no turns (noteClaim), as
+	// those of a version before turns did (tests of the give-back).
+	noTurns bool
 
 	// fallbackReads counts reads made because the server did not return the
 	// item with a failed condition (ReturnValuesOnConditionCheckFailure is
