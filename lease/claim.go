@@ -487,6 +487,12 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (_ Checkout, err error
 			}
 			return Checkout{}, ErrNoTaskAvailable
 		}
+		if notes != nil {
+			// A claim that sleeps writes for nothing: it holds the run's
+			// turn no longer (see "Turns"), so that another attempt of the
+			// run need not wait out this one's wait.
+			s.giveTurn(ctx, cp.AgentID, cp.RunID, notes)
+		}
 		wait := min(next, left)
 		var ny *noneYet
 		if errors.As(err, &ny) && ny.next != 0 {
@@ -1424,6 +1430,7 @@ type claimNotes struct {
 	refused []string
 	afresh  int64
 	lapsed  int64 // turn_at of a turn seen unchanged for turnLapse: taken as lapsed (awaitTurn)
+	holds   bool  // the attempt's last note took the run's turn, not given back since
 }
 
 func newClaimNotes() *claimNotes {
@@ -1486,7 +1493,7 @@ func (s *Store) noteClaim(ctx context.Context, agentID, runID string, n *claimNo
 	if !slices.Contains(n.listed, taskID) {
 		n.listed = append(n.listed, taskID)
 	}
-	n.refused, n.afresh, n.lapsed = nil, 0, 0
+	n.refused, n.afresh, n.lapsed, n.holds = nil, 0, 0, !s.noTurns
 	return nil
 }
 
@@ -1586,13 +1593,15 @@ func (s *Store) awaitTurn(ctx context.Context, cp CheckoutParams, n *claimNotes)
 	}
 }
 
-// giveTurn gives the run's turn back, when n's attempt holds it (it has
-// noted a task): one UpdateItem, on a claim's way out with an error. A
-// failure is logged: the turn lapses all the same.
+// giveTurn gives the run's turn back, when n's attempt holds it (its last
+// note took it): one UpdateItem, on a claim's way out with an error, and
+// before a waiting claim sleeps. A failure is logged: the turn lapses all
+// the same.
 func (s *Store) giveTurn(ctx context.Context, agentID, runID string, n *claimNotes) {
-	if len(n.listed) == 0 || s.noTurns {
+	if !n.holds {
 		return
 	}
+	n.holds = false
 	expr, err := expression.NewBuilder().WithUpdate(expression.Remove(nameTurn).Remove(nameTurnAt)).
 		WithCondition(nameTurn.Equal(expression.Value(n.attempt))).Build()
 	if err == nil {
@@ -1632,10 +1641,15 @@ func (s *Store) forgetClaim(ctx context.Context, agentID, runID string, n *claim
 	// "Turns"), in the same write: one more only when another has taken it.
 	exists := expression.AttributeExists(expression.Name("agent_id"))
 	mine := exists.And(nameTurn.Equal(expression.Value(n.attempt)))
-	for _, w := range []struct {
+	type write struct {
 		upd  expression.UpdateBuilder
 		cond expression.ConditionBuilder
-	}{{upd.Remove(nameTurn).Remove(nameTurnAt), mine}, {upd, exists}} {
+	}
+	writes := []write{{upd, exists}}
+	if n.holds {
+		writes = append([]write{{upd.Remove(nameTurn).Remove(nameTurnAt), mine}}, writes...)
+	}
+	for _, w := range writes {
 		expr, err := expression.NewBuilder().WithUpdate(w.upd).WithCondition(w.cond).Build()
 		if err != nil {
 			return fmt.Errorf("claim receipt of %s: %w", agentID, err)
@@ -1655,7 +1669,7 @@ func (s *Store) forgetClaim(ctx context.Context, agentID, runID string, n *claim
 		}
 		break
 	}
-	n.listed = nil
+	n.listed, n.holds = nil, false
 	return nil
 }
 
@@ -2299,6 +2313,17 @@ func (s *Store) leaseOfRun(ctx context.Context, tasks []string, agentID, runID, 
 			}
 			if ok {
 				found, on = &c, items[taskID]
+				// The grant may have landed after the task was read above
+				// (another attempt's, in flight): a lease the task holds
+				// now is live, not ended at its lock time.
+				it, err := s.getTask(ctx, taskID)
+				if err != nil {
+					return Checkout{}, false, err
+				}
+				if it != nil && is(it.Holder, it.RunID, it.Fence) && it.Fence == c.Fence {
+					live := it.checkout()
+					found, on = &live, it
+				}
 				break
 			}
 		}
