@@ -1467,27 +1467,17 @@ func (s *Store) noteClaim(ctx context.Context, agentID, runID string, n *claimNo
 			upd = upd.Remove(expression.NameNoDotSplit(n.triedName(id)))
 		}
 	}
-	b := expression.NewBuilder().WithUpdate(upd)
+	var cond *expression.ConditionBuilder
 	if !s.noTurns {
 		upd = upd.Set(nameTurn, expression.Value(n.attempt)).Set(nameTurnAt, expression.Value(ms(now)))
-		b = expression.NewBuilder().WithUpdate(upd).WithCondition(turnFree(n.attempt, now, n.lapsed))
+		free := turnFree(n.attempt, now, n.lapsed)
+		cond = &free
 	}
-	expr, err := b.Build()
-	if err != nil {
-		return fmt.Errorf("claim receipt of %s: %w", agentID, err)
-	}
-	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)),
-		UpdateExpression:          expr.Update(),
-		ConditionExpression:       expr.Condition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-	})
-	if _, failed := conditionFailed(err); failed {
+	switch applied, err := s.updateReceipt(ctx, agentID, runID, upd, cond); {
+	case err != nil:
+		return err
+	case !applied:
 		return errTurnHeld
-	}
-	if err != nil {
-		return fmt.Errorf("claim receipt of %s: %w", agentID, err)
 	}
 	n.listed = slices.DeleteFunc(n.listed, func(id string) bool { return id != taskID && slices.Contains(n.refused, id) })
 	if !slices.Contains(n.listed, taskID) {
@@ -1602,20 +1592,37 @@ func (s *Store) giveTurn(ctx context.Context, agentID, runID string, n *claimNot
 		return
 	}
 	n.holds = false
-	expr, err := expression.NewBuilder().WithUpdate(expression.Remove(nameTurn).Remove(nameTurnAt)).
-		WithCondition(nameTurn.Equal(expression.Value(n.attempt))).Build()
-	if err == nil {
-		_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)),
-			UpdateExpression:          expr.Update(),
-			ConditionExpression:       expr.Condition(),
-			ExpressionAttributeNames:  expr.Names(),
-			ExpressionAttributeValues: expr.Values(),
-		})
-	}
-	if _, failed := conditionFailed(err); err != nil && !failed {
+	mine := nameTurn.Equal(expression.Value(n.attempt))
+	if _, err := s.updateReceipt(ctx, agentID, runID, expression.Remove(nameTurn).Remove(nameTurnAt), &mine); err != nil {
 		s.log.WarnContext(ctx, "claim receipt: the run's turn was not given back", "agent_id", agentID, "run_id", runID, "err", err)
 	}
+}
+
+// updateReceipt makes upd to the run's receipt, on condition cond when
+// not nil: applied is false when cond failed.
+func (s *Store) updateReceipt(ctx context.Context, agentID, runID string, upd expression.UpdateBuilder, cond *expression.ConditionBuilder) (applied bool, err error) {
+	b := expression.NewBuilder().WithUpdate(upd)
+	if cond != nil {
+		b = b.WithCondition(*cond)
+	}
+	expr, err := b.Build()
+	if err != nil {
+		return false, fmt.Errorf("claim receipt of %s: %w", agentID, err)
+	}
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)),
+		UpdateExpression:          expr.Update(),
+		ConditionExpression:       expr.Condition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	if _, failed := conditionFailed(err); failed {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("claim receipt of %s: %w", agentID, err)
+	}
+	return true, nil
 }
 
 // forgetClaim removes the entries of an attempt of a named claim that
@@ -1650,24 +1657,13 @@ func (s *Store) forgetClaim(ctx context.Context, agentID, runID string, n *claim
 		writes = append([]write{{upd.Remove(nameTurn).Remove(nameTurnAt), mine}}, writes...)
 	}
 	for _, w := range writes {
-		expr, err := expression.NewBuilder().WithUpdate(w.upd).WithCondition(w.cond).Build()
+		applied, err := s.updateReceipt(ctx, agentID, runID, w.upd, &w.cond)
 		if err != nil {
-			return fmt.Errorf("claim receipt of %s: %w", agentID, err)
+			return err
 		}
-		_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: &s.heartbeats, Key: agentKey(receiptID(agentID, runID)),
-			UpdateExpression:          expr.Update(),
-			ConditionExpression:       expr.Condition(),
-			ExpressionAttributeNames:  expr.Names(),
-			ExpressionAttributeValues: expr.Values(),
-		})
-		if _, failed := conditionFailed(err); failed {
-			continue
+		if applied {
+			break
 		}
-		if err != nil {
-			return fmt.Errorf("claim receipt of %s: %w", agentID, err)
-		}
-		break
 	}
 	n.listed, n.holds = nil, false
 	return nil
