@@ -109,20 +109,7 @@ func TestAGrantSentTwiceCountsPastAnEventOlderThanTheRetention(t *testing.T) {
 			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
 		},
 		race: func() {
-			e.clock.Advance(time.Second)
-			must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: "r-a", Fence: 2}))
-			e.clock.Advance(time.Second)
-			st := lease.StatusTodo
-			must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &st}))
-			e.clock.Advance(time.Second)
-			e.caughtUp(t)
-			must[lease.Heartbeat](t)(e.store.Heartbeat(c, "b", time.Second))
-			must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Hour}))
-			e.clock.Advance(2 * time.Second)
-			must[lease.Heartbeat](t)(e.store.Heartbeat(c, "c", time.Hour))
-			must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "c", RunID: "r-c", Timeout: time.Hour}))
-			e.drain(t)
-			gone := unarchiveOf(t, e, "t", func(_ int, ev holeEvent, _ []holeEvent) bool { return ev.typ == "renew" && ev.agent == "o" })
+			gone := passGrantOn(t, e)
 			t.Logf("archived:%s; removed by TTL:%s", describeEvents(archivedOf(t, e, "t")), describeEvents(gone))
 		},
 		applied: true,
@@ -170,20 +157,7 @@ func TestAGrantSentTwiceWaitsForAnEventArchivedLateBelowIt(t *testing.T) {
 			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
 		},
 		race: func() {
-			e.clock.Advance(time.Second)
-			must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: "r-a", Fence: 2}))
-			e.clock.Advance(time.Second)
-			st := lease.StatusTodo
-			must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &st}))
-			e.clock.Advance(time.Second)
-			e.caughtUp(t)
-			must[lease.Heartbeat](t)(e.store.Heartbeat(c, "b", time.Second))
-			must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Hour}))
-			e.clock.Advance(2 * time.Second)
-			must[lease.Heartbeat](t)(e.store.Heartbeat(c, "c", time.Hour))
-			must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "c", RunID: "r-c", Timeout: time.Hour}))
-			e.drain(t)
-			gone := unarchiveOf(t, e, "t", func(_ int, ev holeEvent, _ []holeEvent) bool { return ev.typ == "renew" && ev.agent == "o" })
+			gone := passGrantOn(t, e)
 			t.Logf("archived:%s; late:%s", describeEvents(archivedOf(t, e, "t")), describeEvents(gone))
 			go func() {
 				defer close(archived)
@@ -204,4 +178,28 @@ func TestAGrantSentTwiceWaitsForAnEventArchivedLateBelowIt(t *testing.T) {
 	if err != nil || co.AgentID != "a" || co.Fence != 2 || co.Attempt != 2 {
 		t.Errorf("a's grant (fence 2, attempt 2), sent twice, o's renewal archived 300 ms late: fence %d attempt %d, %v (after %v); want fence 2 attempt 2", co.Fence, co.Attempt, err, took)
 	}
+}
+
+// passGrantOn is what happens to t between the two sendings of a's grant
+// (fence 2, attempt 2) in the tests above: a completes it, an admin
+// reopens it, b takes it and dies, c takes b's lease over; then every
+// event is archived but o's renewal, which passGrantOn takes out of the
+// archive and returns (TTL removed it, or the stream archives it late).
+func passGrantOn(t *testing.T, e *env) []holeEvent {
+	t.Helper()
+	c := ctx(t)
+	e.clock.Advance(time.Second)
+	must[lease.Task](t)(e.store.Complete(c, lease.CompleteParams{TaskID: "t", AgentID: "a", RunID: "r-a", Fence: 2}))
+	e.clock.Advance(time.Second)
+	st := lease.StatusTodo
+	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &st}))
+	e.clock.Advance(time.Second)
+	e.caughtUp(t)
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "b", time.Second))
+	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Hour}))
+	e.clock.Advance(2 * time.Second)
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "c", time.Hour))
+	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "c", RunID: "r-c", Timeout: time.Hour}))
+	e.drain(t)
+	return unarchiveOf(t, e, "t", func(_ int, ev holeEvent, _ []holeEvent) bool { return ev.typ == "renew" && ev.agent == "o" })
 }
