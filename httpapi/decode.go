@@ -602,23 +602,24 @@ type graph struct {
 // id), in the order blocked_by, max_attempts, retry_delay, not_before. The
 // ranges are the store's, answered here as well so that a bad value is
 // refused before anything is read: a blocker's id as any id (invalid_id),
-// more than MaxBlockers or the task itself as invalid_dependency,
-// max_attempts 1 to MaxMaxAttempts, retry_delay 0s to 1h (invalid_timeout,
-// as every duration), not_before an RFC 3339 time.
+// more than MaxBlockers tasks (a repeat counted once) or the task itself
+// as invalid_dependency, max_attempts 1 to MaxMaxAttempts, retry_delay 0s
+// to 1h (invalid_timeout, as every duration), not_before an RFC 3339 time.
 func (g graphFields) parse(self string) (graph, error) {
 	out := graph{blockedBy: g.BlockedBy, maxAttempts: g.MaxAttempts}
 	if g.BlockedBy != nil {
-		ids := *g.BlockedBy
-		if len(ids) > lease.MaxBlockers {
-			return out, invalid("blocked_by", errcode.InvalidDependency, "blocked_by names %d tasks; a task may be blocked by at most %d", len(ids), lease.MaxBlockers)
-		}
-		for _, id := range ids {
+		named := make(map[string]bool) // the tasks named: a repeat counts once, as the store merges it
+		for _, id := range *g.BlockedBy {
 			if !lease.ValidID(id) {
 				return out, invalid("blocked_by", errcode.InvalidID, "blocked_by must hold task ids, each matching ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 			}
 			if self != "" && id == self {
 				return out, invalid("blocked_by", errcode.InvalidDependency, "blocked_by must not name the task itself (%s)", self)
 			}
+			named[id] = true
+		}
+		if len(named) > lease.MaxBlockers {
+			return out, invalid("blocked_by", errcode.InvalidDependency, "blocked_by names %d tasks; a task may be blocked by at most %d", len(named), lease.MaxBlockers)
 		}
 	}
 	if n := g.MaxAttempts; n != nil && (*n < 1 || *n > lease.MaxMaxAttempts) {

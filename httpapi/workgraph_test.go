@@ -115,6 +115,9 @@ func TestWorkGraphBadInput(t *testing.T) {
 	}
 	tooMany := "[" + strings.Join(ids, ",") + "]"
 	twenty := "[" + strings.Join(ids[:lease.MaxBlockers], ",") + "]"
+	// 21 entries naming 20 tasks: the bound counts tasks, as the store
+	// does once it has merged the repeat.
+	twentyOnceTwice := "[" + strings.Join(append(ids[:lease.MaxBlockers:lease.MaxBlockers], ids[0]), ",") + "]"
 	longErr := strings.Repeat("e", lease.MaxErrorLen+1)
 	cases := []struct {
 		name, method, path, body string
@@ -183,7 +186,7 @@ func TestWorkGraphBadInput(t *testing.T) {
 		})
 	}
 	// The bounds themselves are good.
-	for _, body := range []string{`{"blocked_by":` + twenty + `}`, `{"max_attempts":1}`, `{"max_attempts":100}`, `{"retry_delay":"0s"}`, `{"retry_delay":"60m"}`, `{"not_before":"2000-01-01T00:00:00Z"}`} {
+	for _, body := range []string{`{"blocked_by":` + twenty + `}`, `{"blocked_by":` + twentyOnceTwice + `}`, `{"max_attempts":1}`, `{"max_attempts":100}`, `{"retry_delay":"0s"}`, `{"retry_delay":"60m"}`, `{"not_before":"2000-01-01T00:00:00Z"}`} {
 		newHarness(t).do("POST", "/api/tasks", "ck_agent", body).expect(t, 201, "")
 	}
 	newHarness(t).do("POST", "/api/tasks/task-1/release", "ck_agent", `{"outcome":"failed","error":"`+longErr[1:]+`"}`).expect(t, 200, "")
