@@ -2,9 +2,7 @@ package lease_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,6 +72,17 @@ func unarchiveX(t *testing.T, e *env, pick func(i int, ev holeEvent, all []holeE
 	return unarchiveOf(t, e, "x", pick)
 }
 
+// unarchiveOneX unarchives the one event of x that pick selects (what
+// names it), and fails the test if pick selected not exactly one.
+func unarchiveOneX(t *testing.T, e *env, what string, pick func(ev holeEvent) bool) []holeEvent {
+	t.Helper()
+	gone := unarchiveX(t, e, func(_ int, ev holeEvent, _ []holeEvent) bool { return pick(ev) })
+	if len(gone) != 1 {
+		t.Fatalf("%s: found %d", what, len(gone))
+	}
+	return gone
+}
+
 func unarchiveOf(t *testing.T, e *env, id string, pick func(i int, ev holeEvent, all []holeEvent) bool) []holeEvent {
 	t.Helper()
 	name := e.names.Table(schema.EventsTable)
@@ -117,24 +126,9 @@ func describeEvents(evs []holeEvent) string {
 // d's takeover of b's expired lease (a's ending stays the task's record,
 // so the item cannot tell a's attempt: the trail must).
 func retryPastHistory(t *testing.T, renewals int) (*attemptHist, string, lease.Checkout) {
-	h := newAttemptHist(t)
-	h.co("b")
-	h.release("")
-	h.claim() // a's grant: attempt 2
-	run := h.runs[0]
-	want := h.want[run]
-	if want.Attempt != 2 {
-		t.Fatalf("a's grant: attempt %d, want 2", want.Attempt)
-	}
-	h.complete()
-	h.reopen()
-	b := h.co("b")
-	for i := 0; i < renewals; i++ {
-		h.e.clock.Advance(10 * time.Millisecond)
-		must[lease.Checkout](t)(h.e.store.Renew(ctx(t), lease.RenewParams{TaskID: "x", AgentID: "b", RunID: b.RunID, Fence: b.Fence}))
-	}
-	h.e.clock.Advance(2 * time.Minute)
-	h.co("d") // takes b's expired lease over
+	t.Helper()
+	h, run, want := newAttempt2Hist(t)
+	h.reopenedGrantedTakenOver(renewals)
 	h.e.drain(t)
 	h.tick()
 	return h, run, want
@@ -152,37 +146,14 @@ func retryPastHistory(t *testing.T, renewals int) (*attemptHist, string, lease.C
 func TestClaimRetryWithItsGrantArchivedOutOfOrderKeepsNoGuess(t *testing.T) {
 	t.Parallel()
 	h, run, want := retryPastHistory(t, 12)
-	gone := unarchiveX(t, h.e, func(_ int, ev holeEvent, _ []holeEvent) bool {
+	gone := unarchiveOneX(t, h.e, "a's grant event", func(ev holeEvent) bool {
 		return ev.typ == "checkout" && ev.agent == "a" && ev.fence == want.Fence
 	})
-	if len(gone) != 1 {
-		t.Fatalf("a's grant event: found %d", len(gone))
-	}
 	t.Logf("unarchived:%s", describeEvents(gone))
-	var logs syncBuffer
-	s := lease.New(lease.Config{DB: h.e.db, Tables: h.e.names, Now: h.e.clock.Now, Notifier: h.e.notes,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	began := time.Now()
-	got, err := s.Claim(ctx(t), h.params(run))
-	took := time.Since(began)
-	switch {
-	case errors.Is(err, lease.ErrGrantNotKept):
-		t.Logf("the retry while a's grant is not archived: %v (after %v)", err, took)
-	case err != nil:
-		t.Fatalf("the retry while a's grant is not archived: %v", err)
-	case got.Fence != want.Fence:
-		t.Fatalf("the retry answered fence %d, want %d", got.Fence, want.Fence)
-	case got.Attempt != want.Attempt:
-		t.Errorf("the retry while a's grant is not archived (after %v): attempt %d, want %d or ErrGrantNotKept; log: %s",
-			took, got.Attempt, want.Attempt, strings.TrimSpace(logs.String()))
-	}
+	s, logs := h.loggedStore()
+	h.retryNotKeptYet(s, run, "the retry while a's grant is not archived", logs)
 	rearchive(t, h.e, gone)
-	h.tick()
-	again := must[lease.Checkout](t)(h.e.store.Claim(ctx(t), h.params(run)))
-	if again.Fence != want.Fence || again.Attempt != want.Attempt {
-		t.Errorf("a retry once a's grant is archived: fence %d attempt %d, want fence %d attempt %d (the receipt kept the guess)",
-			again.Fence, again.Attempt, want.Fence, want.Attempt)
-	}
+	h.retryAnswersGrant(run, "a retry once a's grant is archived", "the receipt kept the guess")
 }
 
 // The task's earliest events (b's grant and release, a's grant) are not
@@ -214,24 +185,9 @@ func TestClaimRetryFindsItsGrantArchivedLateBelowWhatItFirstRead(t *testing.T) {
 		return ev.seq <= grantSeq || i >= len(all)-3
 	})
 	t.Logf("unarchived:%s; left:%s", describeEvents(gone), describeEvents(archivedX(t, h.e)))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		time.Sleep(400 * time.Millisecond) // the retry has looked once and waits
-		rearchive(t, h.e, gone)
-	}()
-	got, err := h.e.store.Claim(ctx(t), h.params(run))
-	<-done
-	if err != nil || got.Fence != want.Fence || got.Attempt != want.Attempt {
-		t.Errorf("the retry, every event archived while it waits: fence %d attempt %d, %v; want fence %d attempt %d",
-			got.Fence, got.Attempt, err, want.Fence, want.Attempt)
-	}
-	h.tick()
-	again := must[lease.Checkout](t)(h.e.store.Claim(ctx(t), h.params(run)))
-	if again.Fence != want.Fence || again.Attempt != want.Attempt {
-		t.Errorf("a further retry: fence %d attempt %d, want fence %d attempt %d (the receipt kept it)",
-			again.Fence, again.Attempt, want.Fence, want.Attempt)
-	}
+	// 400 ms on, the retry has looked once and waits.
+	h.retryWhile(run, 400*time.Millisecond, func() { rearchive(t, h.e, gone) }, "the retry, every event archived while it waits")
+	h.retryAnswersGrant(run, "a further retry", "the receipt kept it")
 }
 
 // The count's bound: b's grant is the task's first event, exactly 1,000
@@ -243,28 +199,7 @@ func TestClaimRetryFindsItsGrantArchivedLateBelowWhatItFirstRead(t *testing.T) {
 // events.)
 func TestClaimRetryCountsExactlyTheBoundToTheTrailsStart(t *testing.T) {
 	t.Parallel()
-	h := newAttemptHist(t)
-	c := ctx(t)
-	b := h.co("b")
-	for i := 0; i < 998; i++ {
-		h.e.clock.Advance(10 * time.Millisecond)
-		must[lease.Checkout](t)(h.e.store.Renew(c, lease.RenewParams{TaskID: "x", AgentID: "b", RunID: b.RunID, Fence: b.Fence}))
-	}
-	h.tick()
-	h.release("")
-	h.claim() // a's grant: attempt 2
-	run := h.runs[0]
-	if h.want[run].Attempt != 2 {
-		t.Fatalf("a's grant: attempt %d, want 2", h.want[run].Attempt)
-	}
-	h.complete()
-	h.reopen()
-	h.co("b")
-	h.release("")
-	h.co("d")
-	h.release("")
-	h.e.drain(t)
-	h.tick()
+	h, run := countBoundHistory(t, 998)
 	all := archivedX(t, h.e)
 	before := 0
 	for _, ev := range all {
@@ -274,10 +209,8 @@ func TestClaimRetryCountsExactlyTheBoundToTheTrailsStart(t *testing.T) {
 		before++
 	}
 	t.Logf("events before a's grant: %d, the first: %s", before, describeEvents(all[:1]))
-	var logs syncBuffer
-	s := lease.New(lease.Config{DB: h.e.db, Tables: h.e.names, Now: h.e.clock.Now, Notifier: h.e.notes,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	got := must[lease.Checkout](t)(s.Claim(c, h.params(run)))
+	s, logs := h.loggedStore()
+	got := must[lease.Checkout](t)(s.Claim(ctx(t), h.params(run)))
 	if got.Fence != h.want[run].Fence || got.Attempt != 2 {
 		t.Errorf("retry: fence %d attempt %d, want fence %d attempt 2; log: %s", got.Fence, got.Attempt, h.want[run].Fence, strings.TrimSpace(logs.String()))
 	}
@@ -296,49 +229,30 @@ func TestClaimRetryCountsExactlyTheBoundToTheTrailsStart(t *testing.T) {
 func TestAGrantSentTwiceFindsItsGrantArchivedLateBelowWhatItFirstRead(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	c := ctx(t)
 	e.task(t, "t")
-	dies := func(agent string) { must[lease.Heartbeat](t)(e.store.Heartbeat(c, agent, time.Second)) }
-	dies("a")
+	must[lease.Heartbeat](t)(e.store.Heartbeat(ctx(t), "a", time.Second)) // a dies
 	e.clock.Advance(2 * time.Second)
 	e.caughtUp(t)
-	tasks, events := e.names.Table(schema.TasksTable), e.names.Table(schema.EventsTable)
+	events := e.names.Table(schema.EventsTable)
 	looked, archived := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	var doer *lossyDoer
-	doer = &lossyDoer{
-		match: func(target, body string) bool {
-			if strings.HasSuffix(target, ".Query") && strings.Contains(body, `"`+events+`"`) && doer.lost.Load() {
-				once.Do(func() { close(looked) })
-			}
-			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
-		},
-		race: func() {
-			e.caughtUp(t)
-			dies("b")
-			must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Hour}))
-			e.clock.Advance(2 * time.Second)
-			must[lease.Heartbeat](t)(e.store.Heartbeat(c, "c", time.Hour))
-			must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "c", RunID: "r-c", Timeout: time.Hour}))
-			e.drain(t)
-			all := archivedOf(t, e, "t")
-			// Left archived: a's death ending alone (the second event).
-			gone := unarchiveOf(t, e, "t", func(i int, ev holeEvent, _ []holeEvent) bool { return i != 1 })
-			t.Logf("archived:%s; unarchived:%s", describeEvents(all), describeEvents(gone))
-			go func() {
-				defer close(archived)
-				<-looked
-				time.Sleep(300 * time.Millisecond) // the first look is made; the retry waits
-				rearchive(t, e, gone)
-			}()
-		},
-		applied: true,
-	}
-	s := e.over(doer)
-	co, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
-	if !doer.lost.Load() {
-		t.Fatal("no grant was sent twice")
-	}
+	co, err := grantSentTwice(t, e, func() {
+		bDiesCTakesOver(t, e)
+		all := archivedOf(t, e, "t")
+		// Left archived: a's death ending alone (the second event).
+		gone := unarchiveOf(t, e, "t", func(i int, ev holeEvent, _ []holeEvent) bool { return i != 1 })
+		t.Logf("archived:%s; unarchived:%s", describeEvents(all), describeEvents(gone))
+		go func() {
+			defer close(archived)
+			<-looked
+			time.Sleep(300 * time.Millisecond) // the first look is made; the retry waits
+			rearchive(t, e, gone)
+		}()
+	}, func(target, body string) {
+		if strings.HasSuffix(target, ".Query") && strings.Contains(body, `"`+events+`"`) {
+			once.Do(func() { close(looked) })
+		}
+	})
 	<-archived
 	if err != nil || co.AgentID != "a" || co.Fence != 1 || co.Attempt != 1 {
 		t.Errorf("a's grant (fence 1, attempt 1), sent twice, archived while its second sending waits: %+v, %v; want that grant", co, err)

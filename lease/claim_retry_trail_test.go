@@ -147,6 +147,152 @@ func (h *attemptHist) check() {
 	}
 }
 
+// renew renews l, a lease of x, n times, 10 ms apart.
+func (h *attemptHist) renew(l lease.Checkout, n int) {
+	h.t.Helper()
+	for i := 0; i < n; i++ {
+		h.e.clock.Advance(10 * time.Millisecond)
+		must[lease.Checkout](h.t)(h.e.store.Renew(ctx(h.t), lease.RenewParams{TaskID: "x", AgentID: l.AgentID, RunID: l.RunID, Fence: l.Fence}))
+	}
+}
+
+// claimAttempt2: a's unkept claim (a's grant), which must count attempt 2
+// (one grant before it); it returns the claim's run and the lease granted.
+func (h *attemptHist) claimAttempt2() (string, lease.Checkout) {
+	h.t.Helper()
+	h.claim()
+	run := h.runs[len(h.runs)-1]
+	want := h.want[run]
+	if want.Attempt != 2 {
+		h.t.Fatalf("a's grant: attempt %d, want 2", want.Attempt)
+	}
+	return run, want
+}
+
+// reopenedGrantedTwice: the lease held is completed, x reopened, then
+// granted to b and to d, each released.
+func (h *attemptHist) reopenedGrantedTwice() {
+	h.t.Helper()
+	h.complete()
+	h.reopen()
+	h.co("b")
+	h.release("")
+	h.co("d")
+	h.release("")
+}
+
+// reopenedGrantedTakenOver: the lease held is completed, x reopened, then
+// granted to b (renewed `renewals` times), whose lease expires and d
+// takes over. A takeover writes no ending, so the completion stays the
+// task's record of the last ending and the item cannot tell the attempt
+// of the grant it ended: the trail must.
+func (h *attemptHist) reopenedGrantedTakenOver(renewals int) {
+	h.t.Helper()
+	h.complete()
+	h.reopen()
+	b := h.co("b")
+	h.renew(b, renewals)
+	h.e.clock.Advance(2 * time.Minute) // b's lease expires
+	h.co("d")
+}
+
+// loggedStore is a store on h's tables and clock that logs to the buffer
+// it returns.
+func (h *attemptHist) loggedStore() (*lease.Store, *syncBuffer) {
+	logs := &syncBuffer{}
+	return lease.New(lease.Config{DB: h.e.db, Tables: h.e.names, Now: h.e.clock.Now, Notifier: h.e.notes,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))}), logs
+}
+
+// retryNotKeptYet retries run's claim through s while the trail cannot
+// tell the attempt of its grant yet (what names the retry): it may answer
+// ErrGrantNotKept (logged), else the grant with the attempt it counted,
+// never another lease nor a guessed attempt. logs, if not nil, is s's
+// log, shown with a wrong attempt.
+func (h *attemptHist) retryNotKeptYet(s *lease.Store, run, what string, logs *syncBuffer) {
+	h.t.Helper()
+	want := h.want[run]
+	began := time.Now()
+	got, err := s.Claim(ctx(h.t), h.params(run))
+	took := time.Since(began)
+	log := ""
+	if logs != nil {
+		log = "; log: " + strings.TrimSpace(logs.String())
+	}
+	switch {
+	case errors.Is(err, lease.ErrGrantNotKept):
+		h.t.Logf("%s: %v (after %v)", what, err, took)
+	case err != nil:
+		h.t.Fatalf("%s: %v (after %v), want ErrGrantNotKept", what, err, took)
+	case got.Fence != want.Fence:
+		h.t.Fatalf("the retry answered fence %d, want a's %d", got.Fence, want.Fence)
+	case got.Attempt != want.Attempt:
+		h.t.Errorf("%s (after %v): attempt %d, want %d or ErrGrantNotKept%s", what, took, got.Attempt, want.Attempt, log)
+	}
+}
+
+// retryWhile retries run's claim while meanwhile, run wait after the
+// retry began (once it has looked), completes the trail: the retry must
+// answer the grant with the attempt it counted (what names the retry).
+func (h *attemptHist) retryWhile(run string, wait time.Duration, meanwhile func(), what string) {
+	h.t.Helper()
+	want := h.want[run]
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(wait)
+		meanwhile()
+	}()
+	got, err := h.e.store.Claim(ctx(h.t), h.params(run))
+	<-done
+	if err != nil || got.Fence != want.Fence || got.Attempt != want.Attempt {
+		h.t.Errorf("%s: fence %d attempt %d, %v; want fence %d attempt %d",
+			what, got.Fence, got.Attempt, err, want.Fence, want.Attempt)
+	}
+}
+
+// retryAnswersGrant retries run's claim a second on: it must answer the
+// grant with the attempt it counted (what names the retry, why what a
+// wrong answer shows).
+func (h *attemptHist) retryAnswersGrant(run, what, why string) {
+	h.t.Helper()
+	want := h.want[run]
+	h.tick()
+	again := must[lease.Checkout](h.t)(h.e.store.Claim(ctx(h.t), h.params(run)))
+	if again.Fence != want.Fence || again.Attempt != want.Attempt {
+		h.t.Errorf("%s: fence %d attempt %d, want fence %d attempt %d (%s)",
+			what, again.Fence, again.Attempt, want.Fence, want.Attempt, why)
+	}
+}
+
+// newAttempt2Hist: b's grant and release, then a's unkept claim, which
+// must count attempt 2; it returns the claim's run and the lease granted.
+func newAttempt2Hist(t *testing.T) (*attemptHist, string, lease.Checkout) {
+	t.Helper()
+	h := newAttemptHist(t)
+	h.co("b")
+	h.release("")
+	run, want := h.claimAttempt2()
+	return h, run, want
+}
+
+// countBoundHistory: b's grant (attempt 1), renewed `renewals` times and
+// released; a's unkept claim (attempt 2); then x completed, reopened and
+// granted twice, and every event archived. It returns a's claim's run.
+func countBoundHistory(t *testing.T, renewals int) (*attemptHist, string) {
+	t.Helper()
+	h := newAttemptHist(t)
+	b := h.co("b")
+	h.renew(b, renewals)
+	h.tick()
+	h.release("")
+	run, _ := h.claimAttempt2()
+	h.reopenedGrantedTwice()
+	h.e.drain(t)
+	h.tick()
+	return h, run
+}
+
 // A table of histories: each run's claim retried answers the attempt its
 // grant counted (attemptOf, or the trail where the item cannot tell).
 func TestRetriedClaimsAnswerTheirAttemptAcrossHistories(t *testing.T) {
@@ -335,13 +481,7 @@ func TestClaimRetryBeforeTheTrailIsArchivedKeepsNoGuessedAttempt(t *testing.T) {
 		name  string
 		after func(h *attemptHist)
 	}{
-		{"reopened, granted, taken over", func(h *attemptHist) {
-			h.complete()
-			h.reopen()
-			h.co("b")
-			h.e.clock.Advance(2 * time.Minute) // b's lease expires
-			h.co("d")                          // a takeover: no ending write, a's stays the task's last
-		}},
+		{"reopened, granted, taken over", func(h *attemptHist) { h.reopenedGrantedTakenOver(0) }},
 		{"reopened by an earlier version", func(h *attemptHist) {
 			h.complete()
 			h.reopen()
@@ -350,37 +490,12 @@ func TestClaimRetryBeforeTheTrailIsArchivedKeepsNoGuessedAttempt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			h := newAttemptHist(t)
-			h.co("b")
-			h.release("")
-			h.claim() // a's grant: attempt 2
-			run := h.runs[0]
-			want := h.want[run]
-			if want.Attempt != 2 {
-				t.Fatalf("a's grant: attempt %d, want 2", want.Attempt)
-			}
+			h, run, _ := newAttempt2Hist(t)
 			tc.after(h)
 			// The stream has archived nothing yet (no drain).
-			began := time.Now()
-			got, err := h.e.store.Claim(ctx(t), h.params(run))
-			took := time.Since(began)
-			switch {
-			case errors.Is(err, lease.ErrGrantNotKept):
-				t.Logf("the retry before the stream caught up: %v (after %v)", err, took)
-			case err != nil:
-				t.Fatalf("the retry before the stream caught up: %v (after %v), want ErrGrantNotKept", err, took)
-			case got.Fence != want.Fence:
-				t.Fatalf("the retry answered fence %d, want a's %d", got.Fence, want.Fence)
-			case got.Attempt != want.Attempt:
-				t.Errorf("the retry before the stream caught up (after %v): attempt %d, want %d", took, got.Attempt, want.Attempt)
-			}
+			h.retryNotKeptYet(h.e.store, run, "the retry before the stream caught up", nil)
 			h.e.drain(t)
-			h.tick()
-			again := must[lease.Checkout](t)(h.e.store.Claim(ctx(t), h.params(run)))
-			if again.Fence != want.Fence || again.Attempt != want.Attempt {
-				t.Errorf("a retry once the stream has archived every event: fence %d attempt %d, want fence %d attempt %d (the receipt kept the guess)",
-					again.Fence, again.Attempt, want.Fence, want.Attempt)
-			}
+			h.retryAnswersGrant(run, "a retry once the stream has archived every event", "the receipt kept the guess")
 		})
 	}
 }
@@ -397,14 +512,7 @@ func TestClaimRetryOfAReceiptWithoutAttemptAnswersTheTasks(t *testing.T) {
 	}{
 		{"held", func(h *attemptHist) {}},
 		{"released", func(h *attemptHist) { h.release("") }},
-		{"completed, reopened, granted twice", func(h *attemptHist) {
-			h.complete()
-			h.reopen()
-			h.co("b")
-			h.release("")
-			h.co("d")
-			h.release("")
-		}},
+		{"completed, reopened, granted twice", func(h *attemptHist) { h.reopenedGrantedTwice() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -447,33 +555,11 @@ func TestClaimRetryCountsItsAttemptFromTheGrantNotTheTrailsNewest(t *testing.T) 
 	}{{995, 2}, {1005, 1}} {
 		t.Run(fmt.Sprintf("%d renewals", tc.renewals), func(t *testing.T) {
 			t.Parallel()
-			h := newAttemptHist(t)
-			c := ctx(t)
-			b := h.co("b") // attempt 1, renewed up to the count's bound or past it
-			for i := 0; i < tc.renewals; i++ {
-				h.e.clock.Advance(10 * time.Millisecond)
-				must[lease.Checkout](t)(h.e.store.Renew(c, lease.RenewParams{TaskID: "x", AgentID: "b", RunID: b.RunID, Fence: b.Fence}))
-			}
-			h.tick()
-			h.release("")
-			h.claim() // a's grant: attempt 2
-			run := h.runs[0]
-			if h.want[run].Attempt != 2 {
-				t.Fatalf("a's grant: attempt %d, want 2", h.want[run].Attempt)
-			}
-			h.complete()
-			h.reopen()
-			h.co("b")
-			h.release("")
-			h.co("d")
-			h.release("")
-			h.e.drain(t)
-			h.tick()
-			var logs syncBuffer
-			s := lease.New(lease.Config{DB: h.e.db, Tables: h.e.names, Now: h.e.clock.Now, Notifier: h.e.notes,
-				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			// b's grant renewed up to the count's bound or past it.
+			h, run := countBoundHistory(t, tc.renewals)
+			s, logs := h.loggedStore()
 			for _, retry := range []string{"retry", "further retry"} {
-				got := must[lease.Checkout](t)(s.Claim(c, h.params(run)))
+				got := must[lease.Checkout](t)(s.Claim(ctx(t), h.params(run)))
 				if got.Fence != h.want[run].Fence || got.Attempt != tc.want || got.AgentName != "Agent A" {
 					t.Errorf("%s: fence %d attempt %d name %q; want fence %d attempt %d name %q",
 						retry, got.Fence, got.Attempt, got.AgentName, h.want[run].Fence, tc.want, "Agent A")
@@ -501,24 +587,9 @@ func TestClaimRetryFindsItsGrantArchivedWhileItWaitsAndCountsOnIntoWhatItRead(t 
 	h.e.drain(t) // b's grant and release archived; what follows not yet
 	h.claim()    // a's grant: attempt 2
 	run := h.runs[0]
-	want := h.want[run]
-	h.complete()
-	h.reopen()
-	h.co("b")
-	h.e.clock.Advance(2 * time.Minute)
-	h.co("d") // a takeover: a's ending stays the task's record
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
-		time.Sleep(500 * time.Millisecond) // the retry has looked once
-		h.e.drain(t)
-	}()
-	got, err := h.e.store.Claim(ctx(t), h.params(run))
-	<-drained
-	if err != nil || got.Fence != want.Fence || got.Attempt != want.Attempt {
-		t.Errorf("the retry, the stream catching up while it waits: fence %d attempt %d, %v; want fence %d attempt %d",
-			got.Fence, got.Attempt, err, want.Fence, want.Attempt)
-	}
+	h.reopenedGrantedTakenOver(0) // a's ending stays the task's record
+	// 500 ms on, the retry has looked once.
+	h.retryWhile(run, 500*time.Millisecond, func() { h.e.drain(t) }, "the retry, the stream catching up while it waits")
 }
 
 // The cost of the attempt's trail read when the grant is past the bound
@@ -538,15 +609,7 @@ func TestClaimRetryPastTheTrailBoundCostsWhatREADMESays(t *testing.T) {
 	h.release("")
 	h.claim() // a's grant: attempt 2
 	run := h.runs[0]
-	h.complete()
-	h.reopen()
-	b := h.co("b")
-	for i := 0; i < 1005; i++ {
-		h.e.clock.Advance(10 * time.Millisecond)
-		must[lease.Checkout](t)(h.e.store.Renew(c, lease.RenewParams{TaskID: "x", AgentID: "b", RunID: b.RunID, Fence: b.Fence}))
-	}
-	h.e.clock.Advance(2 * time.Minute)
-	h.co("d") // takes b's expired lease over: a's ending stays the task's record
+	h.reopenedGrantedTakenOver(1005) // a's ending stays the task's record
 	h.e.drain(t)
 	h.tick()
 	h.e.count.Take()
@@ -583,11 +646,7 @@ func TestClaimRetryOfAKeptGrantReadsNoTrailForItsAttempt(t *testing.T) {
 	if first.Attempt != 2 {
 		t.Fatalf("a's grant: attempt %d, want 2", first.Attempt)
 	}
-	h.complete()
-	h.reopen()
-	h.co("b")
-	h.e.clock.Advance(2 * time.Minute)
-	h.co("d") // a takeover: a's ending stays the task's record
+	h.reopenedGrantedTakenOver(0) // a's ending stays the task's record
 	h.e.drain(t)
 	h.e.count.Take()
 	got := must[lease.Checkout](t)(h.e.store.Claim(c, h.params("run-k")))

@@ -2,7 +2,6 @@ package lease_test
 
 import (
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -32,35 +31,20 @@ func TestClaimRetryCountsPastAnEventOlderThanTheRetention(t *testing.T) {
 	t.Parallel()
 	h := newAttemptHist(t)
 	b := h.co("b")
-	h.e.clock.Advance(10 * time.Millisecond)
-	must[lease.Checkout](t)(h.e.store.Renew(ctx(t), lease.RenewParams{TaskID: "x", AgentID: "b", RunID: b.RunID, Fence: b.Fence}))
+	h.renew(b, 1)
 	h.tick()
 	h.release("")
 	h.e.drain(t)
 	h.e.clock.Advance(31 * 24 * time.Hour)
-	h.claim() // a's grant: attempt 2
-	run := h.runs[0]
-	want := h.want[run]
-	if want.Attempt != 2 {
-		t.Fatalf("a's grant: attempt %d, want 2", want.Attempt)
-	}
-	h.complete()
-	h.reopen()
-	h.co("b")
-	h.e.clock.Advance(2 * time.Minute)
-	h.co("d") // takes b's expired lease over
+	run, want := h.claimAttempt2()
+	h.reopenedGrantedTakenOver(0)
 	h.e.drain(t)
 	h.tick()
 	all := archivedX(t, h.e)
 	t.Logf("archived:%s", describeEvents(all))
-	gone := unarchiveX(t, h.e, func(_ int, ev holeEvent, _ []holeEvent) bool { return ev.typ == "renew" && ev.agent == "b" })
-	if len(gone) != 1 {
-		t.Fatalf("b's renewal: found %d", len(gone))
-	}
+	gone := unarchiveOneX(t, h.e, "b's renewal", func(ev holeEvent) bool { return ev.typ == "renew" && ev.agent == "b" })
 	t.Logf("removed by TTL (older than the retention):%s", describeEvents(gone))
-	var logs syncBuffer
-	s := lease.New(lease.Config{DB: h.e.db, Tables: h.e.names, Now: h.e.clock.Now, Notifier: h.e.notes,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	s, logs := h.loggedStore()
 	for i := 0; i < 3; i++ {
 		got, err := s.Claim(ctx(t), h.params(run))
 		switch {
@@ -91,34 +75,15 @@ func TestClaimRetryCountsPastAnEventOlderThanTheRetention(t *testing.T) {
 // with a warning, whenever it is sent twice so.
 func TestAGrantSentTwiceCountsPastAnEventOlderThanTheRetention(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	c := ctx(t)
-	e.task(t, "t")
-	o := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "o", RunID: "r-o", Timeout: time.Hour}))
-	e.clock.Advance(10 * time.Millisecond)
-	must[lease.Checkout](t)(e.store.Renew(c, lease.RenewParams{TaskID: "t", AgentID: "o", RunID: o.RunID, Fence: o.Fence}))
-	e.clock.Advance(10 * time.Millisecond)
-	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "o", RunID: o.RunID, Fence: o.Fence}))
+	e := oReleasedT(t)
 	e.drain(t)
 	e.clock.Advance(31 * 24 * time.Hour)
-	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Hour))
+	must[lease.Heartbeat](t)(e.store.Heartbeat(ctx(t), "a", time.Hour))
 	e.caughtUp(t)
-	tasks := e.names.Table(schema.TasksTable)
-	doer := &lossyDoer{
-		match: func(target, body string) bool {
-			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
-		},
-		race: func() {
-			gone := passGrantOn(t, e)
-			t.Logf("archived:%s; removed by TTL:%s", describeEvents(archivedOf(t, e, "t")), describeEvents(gone))
-		},
-		applied: true,
-	}
-	s := e.over(doer)
-	co, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
-	if !doer.lost.Load() {
-		t.Fatal("no grant was sent twice")
-	}
+	co, err := grantSentTwice(t, e, func() {
+		gone := passGrantOn(t, e)
+		t.Logf("archived:%s; removed by TTL:%s", describeEvents(archivedOf(t, e, "t")), describeEvents(gone))
+	}, nil)
 	if err != nil || co.AgentID != "a" || co.Fence != 2 || co.Attempt != 2 {
 		t.Errorf("a's grant (fence 2, attempt 2), sent twice: fence %d attempt %d, %v; want fence 2 attempt 2", co.Fence, co.Attempt, err)
 	}
@@ -138,42 +103,23 @@ func TestAGrantSentTwiceCountsPastAnEventOlderThanTheRetention(t *testing.T) {
 // 300 ms later. Want attempt 2.
 func TestAGrantSentTwiceWaitsForAnEventArchivedLateBelowIt(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	c := ctx(t)
-	e.task(t, "t")
-	o := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "o", RunID: "r-o", Timeout: time.Hour}))
-	e.clock.Advance(10 * time.Millisecond)
-	must[lease.Checkout](t)(e.store.Renew(c, lease.RenewParams{TaskID: "t", AgentID: "o", RunID: o.RunID, Fence: o.Fence}))
-	e.clock.Advance(10 * time.Millisecond)
-	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "o", RunID: o.RunID, Fence: o.Fence}))
+	e := oReleasedT(t)
 	e.clock.Advance(time.Second)
-	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", time.Hour))
+	must[lease.Heartbeat](t)(e.store.Heartbeat(ctx(t), "a", time.Hour))
 	e.caughtUp(t)
-	tasks := e.names.Table(schema.TasksTable)
 	archived := make(chan struct{})
 	var began time.Time // the race's end: the second sending follows
-	doer := &lossyDoer{
-		match: func(target, body string) bool {
-			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
-		},
-		race: func() {
-			gone := passGrantOn(t, e)
-			t.Logf("archived:%s; late:%s", describeEvents(archivedOf(t, e, "t")), describeEvents(gone))
-			go func() {
-				defer close(archived)
-				time.Sleep(300 * time.Millisecond)
-				rearchive(t, e, gone)
-			}()
-			began = time.Now()
-		},
-		applied: true,
-	}
-	s := e.over(doer)
-	co, err := s.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
+	co, err := grantSentTwice(t, e, func() {
+		gone := passGrantOn(t, e)
+		t.Logf("archived:%s; late:%s", describeEvents(archivedOf(t, e, "t")), describeEvents(gone))
+		go func() {
+			defer close(archived)
+			time.Sleep(300 * time.Millisecond)
+			rearchive(t, e, gone)
+		}()
+		began = time.Now()
+	}, nil)
 	took := time.Since(began)
-	if !doer.lost.Load() {
-		t.Fatal("no grant was sent twice")
-	}
 	<-archived
 	if err != nil || co.AgentID != "a" || co.Fence != 2 || co.Attempt != 2 {
 		t.Errorf("a's grant (fence 2, attempt 2), sent twice, o's renewal archived 300 ms late: fence %d attempt %d, %v (after %v); want fence 2 attempt 2", co.Fence, co.Attempt, err, took)
@@ -194,6 +140,30 @@ func passGrantOn(t *testing.T, e *env) []holeEvent {
 	st := lease.StatusTodo
 	must[lease.Task](t)(e.store.UpdateTask(c, lease.UpdateTaskParams{TaskID: "t", AgentID: "admin", Admin: true, Status: &st}))
 	e.clock.Advance(time.Second)
+	bDiesCTakesOver(t, e)
+	return unarchiveOf(t, e, "t", func(_ int, ev holeEvent, _ []holeEvent) bool { return ev.typ == "renew" && ev.agent == "o" })
+}
+
+// oReleasedT: a new env with a task t, then o's grant of t, its renewal
+// and its release, 10 ms apart.
+func oReleasedT(t *testing.T) *env {
+	t.Helper()
+	e := newEnv(t)
+	e.task(t, "t")
+	c := ctx(t)
+	o := must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "o", RunID: "r-o", Timeout: time.Hour}))
+	e.clock.Advance(10 * time.Millisecond)
+	must[lease.Checkout](t)(e.store.Renew(c, lease.RenewParams{TaskID: "t", AgentID: "o", RunID: o.RunID, Fence: o.Fence}))
+	e.clock.Advance(10 * time.Millisecond)
+	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "t", AgentID: "o", RunID: o.RunID, Fence: o.Fence}))
+	return e
+}
+
+// bDiesCTakesOver: b takes t (a heartbeat of a second: b dies), c takes
+// b's lease over two seconds later, and the stream archives every event.
+func bDiesCTakesOver(t *testing.T, e *env) {
+	t.Helper()
+	c := ctx(t)
 	e.caughtUp(t)
 	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "b", time.Second))
 	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "b", RunID: "r-b", Timeout: time.Hour}))
@@ -201,5 +171,30 @@ func passGrantOn(t *testing.T, e *env) []holeEvent {
 	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "c", time.Hour))
 	must[lease.Checkout](t)(e.store.Checkout(c, lease.CheckoutParams{TaskID: "t", AgentID: "c", RunID: "r-c", Timeout: time.Hour}))
 	e.drain(t)
-	return unarchiveOf(t, e, "t", func(_ int, ev holeEvent, _ []holeEvent) bool { return ev.typ == "renew" && ev.agent == "o" })
+}
+
+// grantSentTwice sends a's checkout of t (run r-a) through a lossyDoer:
+// the grant's first sending is applied but its answer lost, race runs,
+// and the grant is sent again; it returns what that second sending
+// answers, and fails the test if the grant was not sent twice. seen, if
+// not nil, is shown each request made once the answer was lost.
+func grantSentTwice(t *testing.T, e *env, race func(), seen func(target, body string)) (lease.Checkout, error) {
+	t.Helper()
+	tasks := e.names.Table(schema.TasksTable)
+	var doer *lossyDoer
+	doer = &lossyDoer{
+		match: func(target, body string) bool {
+			if seen != nil && doer.lost.Load() {
+				seen(target, body)
+			}
+			return strings.HasSuffix(target, ".UpdateItem") && strings.Contains(body, tasks) && strings.Contains(body, `"r-a"`)
+		},
+		race:    race,
+		applied: true,
+	}
+	co, err := e.over(doer).Checkout(ctx(t), lease.CheckoutParams{TaskID: "t", AgentID: "a", RunID: "r-a", Timeout: time.Hour})
+	if !doer.lost.Load() {
+		t.Fatal("no grant was sent twice")
+	}
+	return co, err
 }
