@@ -1602,11 +1602,14 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 	floor := cur.LastAt
 	// Its ending is known by its write's id (sentAgain), sent again: not
 	// another force release of the admin's in the same millisecond, and
-	// its own after a later transition (the task granted again).
+	// its own after a later transition (the task granted again); after
+	// two (granted and freed again), by the id in the trail.
 	write := writeID()
 	var sent resends
+	since := ms(s.clock()) // the earliest time of the call's writes (finish)
 	for range retries(ctx) {
 		now := s.clockAfter(floor)
+		since = min(since, ms(now))
 		cond := pinnedTo(cur).and(nameExpires.GreaterThan(expression.Value(ms(now))))
 		e := ending{typ: EventForceRelease, by: p.By, reason: p.Reason, status: StatusTodo, write: write}
 		wctx, sends := countSends(ctx)
@@ -1619,7 +1622,22 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 			applied, after = true, it
 			s.freedUnanswered(it)
 		}
-		sent.note(sends, now, it, it != nil && it.hasLease() && it.Fence == cur.Fence) // pinned to it
+		holds := it != nil && it.hasLease() && it.Fence == cur.Fence // pinned to it
+		if !applied && p.RunID == "" && p.Fence == 0 && sent.mayHaveApplied(sends, now, it, holds) {
+			// Sent more than once and refused on a later ending: its own
+			// ending may be in the trail, taken off the task since by a
+			// grant and an ending (failRelease does the same). Not there,
+			// the write ended nothing, or the trail is held up past its
+			// wait: the refusal stands (README).
+			ev, _, err := s.endingInTrail(ctx, p.TaskID, e, cur.Holder, since)
+			if err != nil {
+				return Released{}, err
+			}
+			if ev != nil {
+				return s.releasedAgain(ctx, &repeatInTrail{ev: ev}, p, EventForceRelease)
+			}
+		}
+		sent.note(sends, now, it, holds)
 		if !applied && lostToLater(it, now) {
 			floor = it.LastAt // a later transition (a renewal) landed first
 			continue

@@ -2693,7 +2693,12 @@ func (w wState) next(in wIn, out wOut) []wState {
 	}
 	// Under lost sendings, an ending answered 404 may have applied, or
 	// done nothing though the caller's lease was live (appliedEnding).
+	// A force release answered 404 may have applied too (its first
+	// sending ended the lease, and a grant and an ending of the task came
+	// before its second), but not done nothing while a lease was live:
+	// it ends whoever's lease it read.
 	ending := w.Lossy && out == wOut{Kind: "not_checked_out"} && (in.Op == "release" || in.Op == "fail" || in.Op == "complete")
+	forced := w.Lossy && out == wOut{Kind: "not_checked_out"} && in.Op == "force"
 	var states []wState
 	for _, r := range w.silent(t) {
 		if ending {
@@ -2703,7 +2708,7 @@ func (w wState) next(in wIn, out wOut) []wState {
 			if s, ok := op(r, in, out, hb); ok {
 				states = append(states, s)
 			}
-			if !ending {
+			if !ending && !forced {
 				continue
 			}
 			if want, ok := r.appliedEnding(in, hb); ok {
@@ -2716,8 +2721,9 @@ func (w wState) next(in wIn, out wOut) []wState {
 	return states
 }
 
-// appliedEnding is the answer of in, a release, fail or complete, had it
-// applied at w (heartbeats judged by hb); false when it ends nothing.
+// appliedEnding is the answer of in, a release, fail, complete or force
+// release, had it applied at w (heartbeats judged by hb); false when it
+// ends nothing.
 //
 // Under lost sendings (Lossy) an ending answered 404 not_checked_out may
 // have applied, or done nothing though the caller's lease was live, as
@@ -2729,10 +2735,16 @@ func (w wState) next(in wIn, out wOut) []wState {
 // done: one naming no lease, refused in the millisecond of another ending
 // (its second sending's term), cannot tell its own from a later lease's
 // and leaves the lease running. The model allows both at any time, not
-// only in those races: lossy runs check less there.
+// only in those races: lossy runs check less there. A force release
+// naming no lease, its first sending applied and its task granted and
+// freed again before its second, looks for its ending in the trail,
+// which these tests archive between phases only: applied.
 func (w wState) appliedEnding(in wIn, hb [maxAgents]hbState) (wOut, bool) {
 	s := w.lin(in.Task)
 	s.HB = hb
+	if in.Op == "force" {
+		return wOut{Kind: "ok", Held: w.Now - s.Locked}, s.live() // as taskOp ends it
+	}
 	lo, _ := s.step(linIn{Op: in.Op, Task: wTaskID(in.Task), Agent: wAgentID(in.Agent), AgentN: in.Agent, Run: in.Run, Fence: in.Fence, Timeout: in.Timeout})
 	want := wOutOf(lo)
 	return want, want.Kind == "ok"

@@ -204,6 +204,26 @@ func TestANamedForceReleaseSentTwiceAfterTwoLaterTransitionsIsAnswered(t *testin
 	}
 }
 
+// A force release naming no lease, its ending applied and its answer
+// lost, sent again after the task was taken by b and released (end_write
+// is b's now, so the item no longer knows the force release's write).
+// The second sending is refused on b's ending; the call, which sent a
+// write that may have applied, looks for its write's id in the trail, as
+// a holder's release naming no lease does (endingInTrail), and is
+// answered as that ending: released by the admin, held 3s. It answered
+// 404 not_checked_out before.
+func TestAForceReleaseNamingNoLeaseSentTwiceAfterTwoLaterTransitionsIsAnswered(t *testing.T) {
+	t.Parallel()
+	var r lease.Released
+	err := laterTransitions(t, `"force_release"`, takenAndEnded(t, releasedByB(t)), func(s *lease.Store, _ lease.Checkout) (err error) {
+		r, err = s.Release(ctx(t), lease.ReleaseParams{TaskID: "t", AgentID: "admin", Force: true})
+		return err
+	})
+	if err != nil || r.ReleasedBy != "admin" || r.Held != 3*time.Second {
+		t.Errorf("admin's force release naming no lease, applied and sent twice, the task taken and released a second later: %+v, %v; want released by admin, held 3s", r, err)
+	}
+}
+
 // A guard: a named release of a task given a not_before while
 // held; its delayed write applied, its answer lost; in the gap the
 // not_before passes and b checks the task out a moment later. The second
