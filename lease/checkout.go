@@ -1623,12 +1623,15 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 			s.freedUnanswered(it)
 		}
 		holds := it != nil && it.hasLease() && it.Fence == cur.Fence // pinned to it
-		if !applied && p.RunID == "" && p.Fence == 0 && sent.mayHaveApplied(sends, now, it, holds) {
-			// Sent more than once and refused on a later ending: its own
-			// ending may be in the trail, taken off the task since by a
-			// grant and an ending (failRelease does the same). Not there,
-			// the write ended nothing, or the trail is held up past its
-			// wait: the refusal stands (README).
+		if !applied && p.RunID == "" && p.Fence == 0 && it != nil && it.EndFence != cur.Fence && sent.mayHaveApplied(sends, now, it, holds) {
+			// Sent more than once and refused on a later lease's ending:
+			// its own ending may be in the trail, taken off the task
+			// since by a grant and an ending (failRelease does the same).
+			// Not there, the write ended nothing, or the trail is held up
+			// past its wait or past endingInTrail's bound: the refusal
+			// stands (README). Refused on an
+			// ending of the lease it read that is not its own, it ended
+			// nothing (the write is pinned to that lease).
 			ev, _, err := s.endingInTrail(ctx, p.TaskID, e, cur.Holder, since)
 			if err != nil {
 				return Released{}, err

@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -96,8 +97,22 @@ func (d *loseDoer) Do(r *http.Request) (*http.Response, error) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		d.discarded.Add(1)
+		if m, ok := r.Context().Value(lostWriteKey{}).(*atomic.Bool); ok && op == "UpdateItem" {
+			m.Store(true) // the write was sent: it may have applied
+		}
 	}
 	return internalError(r, "sending lost"), nil
+}
+
+// lostWriteKey marks a context whose operation wants to know whether one
+// of its UpdateItems was sent and its answer thrown away (withLostWrite).
+type lostWriteKey struct{}
+
+// withLostWrite is c marked so that a loseDoer records, in the flag it
+// returns, that it threw away the answer of an UpdateItem sent under it.
+func withLostWrite(c context.Context) (context.Context, *atomic.Bool) {
+	m := new(atomic.Bool)
+	return context.WithValue(c, lostWriteKey{}, m), m
 }
 
 // String says what d lost.
@@ -211,6 +226,25 @@ func TestLoseDoerLosesFirstSendings(t *testing.T) {
 	}
 	if again := kinds(7, writes); fmt.Sprint(again) != fmt.Sprint(first) {
 		t.Errorf("seed 7 lost %v, then %v", first, again)
+	}
+
+	// An UpdateItem sent under withLostWrite marks its context when its
+	// answer is thrown away (it may have applied), not when it is dropped.
+	marked := newLoseDoer(1, 7, losableOps)
+	mdb := lossyClient(e, marked)
+	for i := range 8 {
+		mc, lost := withLostWrite(c)
+		dropped := marked.dropped.Load()
+		if _, err := mdb.UpdateItem(mc, &dynamodb.UpdateItemInput{
+			TableName: aws.String(table), Key: key,
+			UpdateExpression:          aws.String("ADD n :one"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":one": &types.AttributeValueMemberN{Value: "1"}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if drop := marked.dropped.Load() > dropped; lost.Load() == drop {
+			t.Errorf("marked write %d: dropped %v, marked lost %v; want marked only when its answer was thrown away", i, drop, lost.Load())
+		}
 	}
 
 	none := newLoseDoer(0, 7, losableOps)

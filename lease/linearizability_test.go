@@ -1174,6 +1174,49 @@ func TestLossyWholeModelLetsAnEndingAnswered404HaveAppliedOrNot(t *testing.T) {
 	}
 }
 
+// Under lost sendings, a force release answered 404 whose write was sent
+// and its answer thrown away (LostWrite) may have ended the lease: that
+// sending applied, and a grant and an ending came before the next, whose
+// refusal found no ending of its own in a trail these tests archive
+// between phases only. Without such a write it ended nothing; and it
+// never leaves a live lease running (a renewal of it after the 404 is
+// refused by the model either way).
+func TestLossyWholeModelLetsAForceReleaseAnswered404HaveAppliedOnlyWithALostWrite(t *testing.T) {
+	t.Parallel()
+	start := epoch.UnixMilli()
+	seq := func(steps ...wStep) []porcupine.Operation {
+		var h []porcupine.Operation
+		for i, s := range steps {
+			h = append(h, porcupine.Operation{ClientId: i, Input: s.in, Output: s.out, Call: int64(2 * i), Return: int64(2*i + 1)})
+		}
+		return h
+	}
+	granted := wStep{wIn{Op: "checkout", Task: 0, Agent: 1, Run: "r", Timeout: 30_000}, wOut{Kind: "ok", Holder: wAgentID(1), Run: "r", Fence: 1, Expires: start + 30_000, Attempt: 1}}
+	force := func(lost bool) wStep {
+		return wStep{wIn{Op: "force", Task: 0, LostWrite: lost}, wOut{Kind: "not_checked_out"}}
+	}
+	taken := wStep{wIn{Op: "checkout", Task: 0, Agent: 2, Run: "s", Timeout: 30_000}, wOut{Kind: "ok", Holder: wAgentID(2), Run: "s", Fence: 2, Expires: start + 30_000, Attempt: 2}}
+	renewed := wStep{wIn{Op: "renew", Task: 0, Agent: 1, Run: "r", Fence: 1, Timeout: 30_000}, wOut{Kind: "ok", Holder: wAgentID(1), Run: "r", Fence: 1, Expires: start + 30_000, Attempt: 1}}
+	for _, c := range []struct {
+		what       string
+		h          []porcupine.Operation
+		legalLossy bool
+	}{
+		{"a force release answered 404, its write's answer lost, then the task granted to another", seq(granted, force(true), taken), true},
+		{"a force release answered 404, no write's answer lost, then the task granted to another", seq(granted, force(false), taken), false},
+		{"a force release answered 404, its write's answer lost, left alone", seq(granted, force(true)), true},
+		{"a force release answered 404, no write's answer lost, left alone", seq(granted, force(false)), false},
+		{"a force release answered 404, its write's answer lost, then the holder renews", seq(granted, force(true), renewed), false},
+	} {
+		for _, lossy := range []bool{false, true} {
+			m := withLossy(wholeNDModel(start, 3, 3, false, nil), lossy)
+			if got, want := porcupine.CheckOperations(m.ToModel(), c.h), lossy && c.legalLossy; got != want {
+				t.Errorf("lost sendings %v: %s is legal %v, want %v", lossy, c.what, got, want)
+			}
+		}
+	}
+}
+
 // The whole model must reject a claim that skips an older free task when
 // alone, a claim of a held task, a named claim retried into a second task,
 // a lost, doubled or undue message, a removed agent's lease shown live or
@@ -1995,6 +2038,9 @@ type wIn struct {
 	Prio      int
 	Status    lease.Status
 	IfVersion int64
+	// force: under lost sendings, a write of it was sent and its answer
+	// thrown away (it may have applied), as the run recorded it.
+	LostWrite bool
 }
 
 type wOut struct {
@@ -2693,12 +2739,12 @@ func (w wState) next(in wIn, out wOut) []wState {
 	}
 	// Under lost sendings, an ending answered 404 may have applied, or
 	// done nothing though the caller's lease was live (appliedEnding).
-	// A force release answered 404 may have applied too (its first
-	// sending ended the lease, and a grant and an ending of the task came
-	// before its second), but not done nothing while a lease was live:
-	// it ends whoever's lease it read.
+	// A force release answered 404 whose write was sent and its answer
+	// thrown away may have applied too (that sending ended the lease, and
+	// a grant and an ending of the task came before the next), but not
+	// done nothing while a lease was live: it ends whoever's lease it read.
 	ending := w.Lossy && out == wOut{Kind: "not_checked_out"} && (in.Op == "release" || in.Op == "fail" || in.Op == "complete")
-	forced := w.Lossy && out == wOut{Kind: "not_checked_out"} && in.Op == "force"
+	forced := w.Lossy && out == wOut{Kind: "not_checked_out"} && in.Op == "force" && in.LostWrite
 	var states []wState
 	for _, r := range w.silent(t) {
 		if ending {
@@ -3739,8 +3785,10 @@ func wholeLinearizabilityRound(t *testing.T, cfg wConfig, round linRound) {
 	// no place for.
 	run := func(client int, s *lease.Store, in wIn) (wOut, bool) {
 		call := stamp()
-		res, err := wApply(c, s, in)
+		oc, lost := withLostWrite(c)
+		res, err := wApply(oc, s, in)
 		ret := stamp()
+		in.LostWrite = in.Op == "force" && lost.Load()
 		out, ok := wOutcome(in, res, err)
 		if !ok {
 			mu.Lock()
