@@ -514,6 +514,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 		again := true
 		var first *heartbeatItem // the return's first write, when it is made once more
 		var firstAfter int64     // the clock read just after the first write landed
+		write := writeID()       // the first write's own id (return_write)
 		for range retries(ctx) {
 			now = s.clockAfter(floor)
 			exp = now.Add(ttl)
@@ -552,7 +553,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 			// heartbeats keep the mark.
 			marks := first == nil && landed == 0
 			if marks {
-				upd = upd.Set(returnPending, expression.Value(true))
+				upd = upd.Set(returnPending, expression.Value(true)).Set(expression.Name("return_write"), expression.Value(write))
 			} else {
 				upd = upd.Remove(returnPending)
 			}
@@ -587,6 +588,22 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 						since = min(since, first.SeenAlive)
 					}
 					if err := s.moveAliveSince(ctx, agentID, first.AliveSince, since, diedAt); err != nil {
+						return Heartbeat{}, err
+					}
+					floor = max(floor, cur.LastAt)
+					break
+				}
+				if marks && sends.Load() > 1 && cur != nil && !cur.Removed && cur.ReturnWrite == write && cur.AliveSince == since {
+					// Sent again after its answer was lost (sends.go): the
+					// first sending applied, and another heartbeat of the
+					// agent landed on it before this one (it found the
+					// agent alive, by it). As above, alive_since is moved
+					// to when the return's write had landed, as far as
+					// this call can tell: now, its answer just in (every
+					// death seen before is no later; a lease the other
+					// process took meanwhile ends with the return, as one
+					// taken while the return is being written does).
+					if err := s.moveAliveSince(ctx, agentID, since, max(ms(s.clock()), cur.LastAt), diedAt); err != nil {
 						return Heartbeat{}, err
 					}
 					floor = max(floor, cur.LastAt)
