@@ -76,22 +76,18 @@ import (
 // when the clock has moved on by then (returns only: one more write).
 // The first write marks the return pending (return_pending) and the last
 // removes the mark (a write more when the clock had not moved on after
-// all). Another heartbeat of the agent may land between the two writes
-// (a second process of it), or after a first write whose answer was lost
-// or never came (the return stopped): it finds the agent alive by the
-// first, and the mark, by which no alive cache keeps that alive_since
-// while it may move. It makes the return once more itself, before it
-// answers alive: alive_since moved to the clock read just after its own
-// write landed, which landed after the return's (no death seen before is
-// later), so that a lease its process takes once answered stays live.
-// The return's second write then fails its pin, finds alive_since moved,
-// and the heartbeat starts again as an ordinary one (up to two more
-// writes). Either way, a move of
+// all). Another heartbeat of the agent may land between the two writes:
+// it finds the agent alive by the first, keeps its alive_since and the
+// mark, by which no alive cache keeps that alive_since while it may move,
+// however many heartbeats land. The second write then fails its pin, and
+// alive_since alone is moved to the clock read just after the first write
+// landed (no death seen before is later), then the heartbeat starts again
+// as an ordinary one (up to two more writes). Either way, a move of
 // alive_since made after a sweep settled the death (the first answer slow
 // past settleAfter) marks the death pending again (dead_at, hb_expires), so
 // the sweep ends the leases the move ended. The price, as for a late
-// write's return (landed): a lease the agent took after the return's
-// first write landed but before that clock was read ends. A
+// write's return (landed): a lease the agent took after that other
+// heartbeat's answer but before that clock was read ends. A
 // return's write that the SDK sent again (sends.go) fails its condition on
 // its first sending's result; when it was sent more than once and the item
 // is that write's (its last_at, expiry and alive_since, no prior_expires),
@@ -455,26 +451,6 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 				s.waitPast(since)
 				return Heartbeat{AgentID: agentID, ExpiresAt: exp}, err
 			}
-			if old != nil && !old.Fresh && old.ReturnPending && old.ExpiresAt > ms(after.Add(clockMargin)) {
-				// It landed on a return's first write that may still be
-				// made once more (its answer on its way, lost and to be
-				// sent again, or never to come: the return stopped). It
-				// landed after that write, so its clock after it is past
-				// every death seen before: the return is made once more
-				// here, before this heartbeat answers alive, so that a
-				// lease its process then takes stays live. The return's
-				// own later write finds alive_since moved, and starts
-				// over as an ordinary heartbeat.
-				died := old.DeadAt
-				if died == 0 {
-					died = old.AliveSince // the death already swept: the return's time stands in
-				}
-				if err := s.moveAliveSince(ctx, agentID, old.AliveSince, ms(after), died); err != nil {
-					return Heartbeat{}, err
-				}
-				s.waitPast(ms(after))
-				return Heartbeat{AgentID: agentID, ExpiresAt: exp}, nil
-			}
 			if old == nil || old.Fresh || old.ExpiresAt > ms(after.Add(clockMargin)) {
 				// The write's own answer is a consistent read of the
 				// heartbeat; but not one that replaced a heartbeat whose
@@ -538,6 +514,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 		again := true
 		var first *heartbeatItem // the return's first write, when it is made once more
 		var firstAfter int64     // the clock read just after the first write landed
+		write := writeID()       // the first write's own id (return_write)
 		for range retries(ctx) {
 			now = s.clockAfter(floor)
 			exp = now.Add(ttl)
@@ -576,7 +553,7 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 			// heartbeats keep the mark.
 			marks := first == nil && landed == 0
 			if marks {
-				upd = upd.Set(returnPending, expression.Value(true))
+				upd = upd.Set(returnPending, expression.Value(true)).Set(expression.Name("return_write"), expression.Value(write))
 			} else {
 				upd = upd.Remove(returnPending)
 			}
@@ -611,6 +588,22 @@ func (s *Store) Heartbeat(ctx context.Context, agentID string, ttl time.Duration
 						since = min(since, first.SeenAlive)
 					}
 					if err := s.moveAliveSince(ctx, agentID, first.AliveSince, since, diedAt); err != nil {
+						return Heartbeat{}, err
+					}
+					floor = max(floor, cur.LastAt)
+					break
+				}
+				if marks && sends.Load() > 1 && cur != nil && !cur.Removed && cur.ReturnWrite == write && cur.AliveSince == since {
+					// Sent again after its answer was lost (sends.go): the
+					// first sending applied, and another heartbeat of the
+					// agent landed on it before this one (it found the
+					// agent alive, by it). As above, alive_since is moved
+					// to when the return's write had landed, as far as
+					// this call can tell: now, its answer just in (every
+					// death seen before is no later; a lease the other
+					// process took meanwhile ends with the return, as one
+					// taken while the return is being written does).
+					if err := s.moveAliveSince(ctx, agentID, since, max(ms(s.clock()), cur.LastAt), diedAt); err != nil {
 						return Heartbeat{}, err
 					}
 					floor = max(floor, cur.LastAt)
@@ -707,12 +700,12 @@ func (s *Store) moveAliveSince(ctx context.Context, agentID string, was, since, 
 }
 
 // returnPending marks a heartbeat item whose return from the dead may
-// still be made once more (Heartbeat): its first write sets it, and the
-// return's last write removes it, or the next ordinary heartbeat, which
-// makes the return once more itself (moveAliveSince) before it answers.
-// No alive cache keeps an item that has it (aliveCache.put): its
-// alive_since may still move. A return that stops between its writes (an
-// error, a crash) leaves the mark until the agent's next heartbeat.
+// still be made once more (Heartbeat): its first write sets it, ordinary
+// heartbeats keep it, and the return's last write removes it. No alive
+// cache keeps an item that has it (aliveCache.put): however many
+// heartbeats land in between, its alive_since may still move. A return
+// that stops between its writes (an error, a crash) leaves the mark until
+// the agent's next return: only the caching of its heartbeat is lost.
 var returnPending = expression.Name("return_pending")
 
 // clearReturnPending removes the mark of a return that was not made once

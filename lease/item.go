@@ -772,6 +772,10 @@ type heartbeatItem struct {
 	// the id again keeps it (restart).
 	Removed bool   `dynamodbav:"removed,omitempty"`
 	Removal string `dynamodbav:"removal,omitempty"`
+	// ReturnWrite is the id of the first write of the agent's latest
+	// return from the dead, so that write, sent again with another
+	// heartbeat landed on it in between, knows its own (alive.go).
+	ReturnWrite string `dynamodbav:"return_write,omitempty"`
 	// RegisteredAt is when an id removed before was registered again; watches
 	// placed before it belong to the removed agent. A tombstone keeps the
 	// registration of the agent it buried (for any agent: its creation),
