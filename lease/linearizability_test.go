@@ -1147,22 +1147,15 @@ type wStep struct {
 func TestLossyWholeModelLetsAnEndingAnswered404HaveAppliedOrNot(t *testing.T) {
 	t.Parallel()
 	start := epoch.UnixMilli()
-	seq := func(steps ...wStep) []porcupine.Operation {
-		var h []porcupine.Operation
-		for i, s := range steps {
-			h = append(h, porcupine.Operation{ClientId: i, Input: s.in, Output: s.out, Call: int64(2 * i), Return: int64(2*i + 1)})
-		}
-		return h
-	}
 	granted := wStep{wIn{Op: "checkout", Task: 0, Agent: 1, Run: "r", Timeout: 30_000}, wOut{Kind: "ok", Holder: wAgentID(1), Run: "r", Fence: 1, Expires: start + 30_000, Attempt: 1}}
 	refused := wStep{wIn{Op: "release", Task: 0, Agent: 1}, wOut{Kind: "not_checked_out"}}
 	for _, c := range []struct {
 		what string
 		h    []porcupine.Operation
 	}{
-		{"a release answered 404 whose lease is then granted to another", seq(granted, refused,
+		{"a release answered 404 whose lease is then granted to another", wSeq(granted, refused,
 			wStep{wIn{Op: "checkout", Task: 0, Agent: 2, Run: "s", Timeout: 30_000}, wOut{Kind: "ok", Holder: wAgentID(2), Run: "s", Fence: 2, Expires: start + 30_000, Attempt: 2}})},
-		{"a release answered 404 whose caller then renews its lease", seq(granted, refused,
+		{"a release answered 404 whose caller then renews its lease", wSeq(granted, refused,
 			wStep{wIn{Op: "renew", Task: 0, Agent: 1, Run: "r", Fence: 1, Timeout: 30_000}, wOut{Kind: "ok", Holder: wAgentID(1), Run: "r", Fence: 1, Expires: start + 30_000, Attempt: 1}})},
 	} {
 		for _, lossy := range []bool{false, true} {
@@ -1172,6 +1165,16 @@ func TestLossyWholeModelLetsAnEndingAnswered404HaveAppliedOrNot(t *testing.T) {
 			}
 		}
 	}
+}
+
+// wSeq is steps one after another, each its own client's: a history with
+// no two operations at once.
+func wSeq(steps ...wStep) []porcupine.Operation {
+	var h []porcupine.Operation
+	for i, s := range steps {
+		h = append(h, porcupine.Operation{ClientId: i, Input: s.in, Output: s.out, Call: int64(2 * i), Return: int64(2*i + 1)})
+	}
+	return h
 }
 
 // Under lost sendings, a force release answered 404 whose write was sent
@@ -1184,13 +1187,6 @@ func TestLossyWholeModelLetsAnEndingAnswered404HaveAppliedOrNot(t *testing.T) {
 func TestLossyWholeModelLetsAForceReleaseAnswered404HaveAppliedOnlyWithALostWrite(t *testing.T) {
 	t.Parallel()
 	start := epoch.UnixMilli()
-	seq := func(steps ...wStep) []porcupine.Operation {
-		var h []porcupine.Operation
-		for i, s := range steps {
-			h = append(h, porcupine.Operation{ClientId: i, Input: s.in, Output: s.out, Call: int64(2 * i), Return: int64(2*i + 1)})
-		}
-		return h
-	}
 	granted := wStep{wIn{Op: "checkout", Task: 0, Agent: 1, Run: "r", Timeout: 30_000}, wOut{Kind: "ok", Holder: wAgentID(1), Run: "r", Fence: 1, Expires: start + 30_000, Attempt: 1}}
 	force := func(lost bool) wStep {
 		return wStep{wIn{Op: "force", Task: 0, LostWrite: lost}, wOut{Kind: "not_checked_out"}}
@@ -1202,11 +1198,11 @@ func TestLossyWholeModelLetsAForceReleaseAnswered404HaveAppliedOnlyWithALostWrit
 		h          []porcupine.Operation
 		legalLossy bool
 	}{
-		{"a force release answered 404, its write's answer lost, then the task granted to another", seq(granted, force(true), taken), true},
-		{"a force release answered 404, no write's answer lost, then the task granted to another", seq(granted, force(false), taken), false},
-		{"a force release answered 404, its write's answer lost, left alone", seq(granted, force(true)), true},
-		{"a force release answered 404, no write's answer lost, left alone", seq(granted, force(false)), false},
-		{"a force release answered 404, its write's answer lost, then the holder renews", seq(granted, force(true), renewed), false},
+		{"a force release answered 404, its write's answer lost, then the task granted to another", wSeq(granted, force(true), taken), true},
+		{"a force release answered 404, no write's answer lost, then the task granted to another", wSeq(granted, force(false), taken), false},
+		{"a force release answered 404, its write's answer lost, left alone", wSeq(granted, force(true)), true},
+		{"a force release answered 404, no write's answer lost, left alone", wSeq(granted, force(false)), false},
+		{"a force release answered 404, its write's answer lost, then the holder renews", wSeq(granted, force(true), renewed), false},
 	} {
 		for _, lossy := range []bool{false, true} {
 			m := withLossy(wholeNDModel(start, 3, 3, false, nil), lossy)
