@@ -1629,9 +1629,9 @@ func (s *Store) forceRelease(ctx context.Context, p ReleaseParams) (Released, er
 			// since by a grant and an ending (failRelease does the same).
 			// Not there, the write ended nothing, or the trail is held up
 			// past its wait or past endingInTrail's bound: the refusal
-			// stands (README). Refused on an
-			// ending of the lease it read that is not its own, it ended
-			// nothing (the write is pinned to that lease).
+			// stands (README). Refused on an ending of the lease it read
+			// that is not its own, it ended nothing (the write is pinned
+			// to that lease), and reads no trail.
 			ev, _, err := s.endingInTrail(ctx, p.TaskID, e, cur.Holder, since)
 			if err != nil {
 				return Released{}, err
