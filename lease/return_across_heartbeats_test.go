@@ -14,34 +14,6 @@ import (
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
-// resendAcrossDB sends the nth UpdateItem on table twice, running before
-// first (ahead of its first sending) and between (after the first
-// sending applied, before the second), and answers with the second
-// answer: the first sending's answer lost, another write landing in the
-// gap before the SDK sends it again.
-type resendAcrossDB struct {
-	lease.DB
-	table          string
-	n              int
-	before, within func()
-	sent           int
-}
-
-func (d *resendAcrossDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	if in.TableName == nil || *in.TableName != d.table {
-		return d.DB.UpdateItem(ctx, in, opts...)
-	}
-	d.sent++
-	if d.sent == d.n {
-		d.before()
-		if _, err := d.DB.UpdateItem(ctx, in, opts...); err != nil {
-			return nil, err
-		}
-		d.within()
-	}
-	return d.DB.UpdateItem(ctx, in, opts...)
-}
-
 // takenWhileDead: x dead; the return's first write is on its way while
 // x's other process takes t1 (x dead) and seen sees x dead, t1 ended.
 func takenWhileDead(t *testing.T, e *env, c context.Context, other, seen *lease.Store) func() {
@@ -124,8 +96,8 @@ func TestAReturnSentTwiceAcrossAnotherHeartbeatIsMadeOnceMore(t *testing.T) {
 			e.clock.Advance(2 * time.Second) // x is dead
 			other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
 			seen := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
-			db := &resendAcrossDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), n: 2,
-				before: takenWhileDead(t, e, c, other, seen), within: func() { tc.within(t, e, c, other) }}
+			db := &resendHeartbeatWriteDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), n: 2, resend: true,
+				hook: takenWhileDead(t, e, c, other, seen), within: func() { tc.within(t, e, c, other) }}
 			x := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})
 			must[lease.Heartbeat](t)(x.Heartbeat(c, "x", tc.ttl))
 			if db.sent < 2 {

@@ -13,12 +13,15 @@ import (
 
 // resendHeartbeatWriteDB runs hook before the nth UpdateItem on the
 // heartbeats table, then, with resend, sends it twice and answers with the
-// second answer: what the SDK does when the first answer was lost.
+// second answer: what the SDK does when the first answer was lost. within,
+// if set, runs between the two sendings: another write landing in the gap
+// before the SDK sends it again.
 type resendHeartbeatWriteDB struct {
 	lease.DB
 	table  string
 	n      int
 	hook   func()
+	within func()
 	resend bool
 	sent   int
 }
@@ -33,6 +36,9 @@ func (d *resendHeartbeatWriteDB) UpdateItem(ctx context.Context, in *dynamodb.Up
 		if d.resend {
 			if _, err := d.DB.UpdateItem(ctx, in, opts...); err != nil {
 				return nil, err
+			}
+			if d.within != nil {
+				d.within()
 			}
 		}
 	}
