@@ -58,6 +58,12 @@ type Client struct {
 	// (startHeartbeats).
 	beatMu  sync.Mutex
 	beating int
+
+	// self is the key's own agent id once Whoami has told it (a key's
+	// agent never changes): a lease request's AgentID naming it is left
+	// out (selfID).
+	selfMu sync.Mutex
+	self   string
 }
 
 // RetryPolicy bounds the retries of a request (a try that timed out is

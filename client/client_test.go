@@ -541,6 +541,9 @@ func TestNotACheckoutServer(t *testing.T) {
 func TestHolderRequestsNameTheAgent(t *testing.T) {
 	t.Parallel()
 	s := newScripted(t, func(_ int, r recorded) (int, string) {
+		if r.Path == "/api/whoami" {
+			return 200, `{"agent_id":"admin","name":"admin","admin":true}`
+		}
 		if strings.HasSuffix(r.Path, "/release") {
 			return 200, `{"task_id":"task-1","released_by":"agent-7","held_seconds":1}`
 		}
@@ -560,9 +563,87 @@ func TestHolderRequestsNameTheAgent(t *testing.T) {
 	if _, err := c.Complete(ctx, "task-1", CompleteRequest{AgentID: "agent-7"}); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range s.requests() {
+	reqs := s.requests()
+	if len(reqs) != 4 || reqs[0].Path != "/api/whoami" {
+		t.Fatalf("requests %v, want a whoami, then renew, release and complete", reqs)
+	}
+	for _, r := range reqs[1:] {
 		if r.Body["agent_id"] != "agent-7" {
 			t.Errorf("%s %s: body %v", r.Method, r.Path, r.Body)
+		}
+	}
+}
+
+// agent_id is admin-only, even naming the caller itself (403 forbidden),
+// so a request naming the key's own agent leaves it out: the client asks
+// whose key it holds once (GET /api/whoami) and keeps the answer. Naming
+// another agent sends it (the server refuses it to a non-admin). A server
+// without the route (404) gets agent_id as given, as does one Whoami
+// cannot reach.
+func TestRequestsNamingTheKeysOwnAgentLeaveAgentIDOut(t *testing.T) {
+	t.Parallel()
+	s := newScripted(t, func(_ int, r recorded) (int, string) {
+		switch {
+		case r.Path == "/api/whoami":
+			return 200, `{"agent_id":"agent-1","name":"researcher","admin":false}`
+		case strings.HasSuffix(r.Path, "/release"):
+			return 200, `{"task_id":"task-1","released_by":"agent-1","held_seconds":1}`
+		case strings.HasSuffix(r.Path, "/complete"):
+			return 200, `{"task_id":"task-1","status":"done"}`
+		}
+		return 200, holderJSON
+	})
+	c := New(s.URL, "ck_x")
+	ctx := context.Background()
+	calls := []func() error{
+		func() error { _, err := c.Checkout(ctx, "task-1", CheckoutRequest{AgentID: "agent-1"}); return err },
+		func() error { _, err := c.Claim(ctx, ClaimRequest{AgentID: "agent-1"}); return err },
+		func() error { _, err := c.Renew(ctx, "task-1", RenewRequest{AgentID: "agent-1"}); return err },
+		func() error { _, err := c.Release(ctx, "task-1", ReleaseRequest{AgentID: "agent-1"}); return err },
+		func() error { _, err := c.Fail(ctx, "task-1", "boom", ReleaseRequest{AgentID: "agent-1"}); return err },
+		func() error { _, err := c.Complete(ctx, "task-1", CompleteRequest{AgentID: "agent-1"}); return err },
+		func() error { _, err := c.Renew(ctx, "task-1", RenewRequest{AgentID: "agent-2"}); return err },
+	}
+	for i, call := range calls {
+		if err := call(); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	reqs := s.requests()
+	if len(reqs) != len(calls)+1 || reqs[0].Path != "/api/whoami" {
+		t.Fatalf("requests %v, want one whoami first, then one request a call", reqs)
+	}
+	for _, r := range reqs[1 : len(reqs)-1] {
+		if _, ok := r.Body["agent_id"]; ok {
+			t.Errorf("%s %s naming the key's own agent sent agent_id: %v", r.Method, r.Path, r.Body)
+		}
+	}
+	if last := reqs[len(reqs)-1]; last.Body["agent_id"] != "agent-2" {
+		t.Errorf("a renewal naming another agent: body %v, want agent_id agent-2", last.Body)
+	}
+
+	for _, whoami := range []int{404, 0} {
+		old := newScripted(t, func(_ int, r recorded) (int, string) {
+			if r.Path == "/api/whoami" {
+				return 404, `{"error":"no route","code":"not_found"}`
+			}
+			return 200, holderJSON
+		})
+		url := old.URL
+		if whoami == 0 {
+			url = "http://127.0.0.1:1" // nothing listens: Whoami cannot reach it
+		}
+		c := New(url, "ck_x", WithRetryPolicy(RetryPolicy{MaxAttempts: 1}))
+		_, err := c.Renew(ctx, "task-1", RenewRequest{AgentID: "agent-1"})
+		if whoami == 0 {
+			if err == nil || errors.Is(err, ErrForbidden) {
+				t.Errorf("a renewal to an unreachable server: %v, want its own connection error", err)
+			}
+			continue
+		}
+		reqs := old.requests()
+		if last := reqs[len(reqs)-1]; err != nil || last.Path != "/api/tasks/task-1/renew" || last.Body["agent_id"] != "agent-1" {
+			t.Errorf("a server without whoami: %v, requests %v, want the renewal with agent_id as given", err, reqs)
 		}
 	}
 }

@@ -51,6 +51,7 @@ func (c *Client) Checkout(ctx context.Context, taskID string, req CheckoutReques
 	if req.RunID == "" {
 		req.RunID = NewRunID()
 	}
+	req.AgentID = c.actingAs(ctx, req.AgentID)
 	var co Checkout
 	err := c.do(ctx, idempotent, http.MethodPost, deploy.Expand(deploy.TaskCheckoutPath, taskID), req, &co)
 	if errors.Is(err, ErrUndecided) {
@@ -74,6 +75,7 @@ func (c *Client) Claim(ctx context.Context, req ClaimRequest) (Checkout, error) 
 	if req.RunID == "" {
 		req.RunID = NewRunID()
 	}
+	req.AgentID = c.actingAs(ctx, req.AgentID)
 	var co Checkout
 	err := c.do(ctx, idempotent, http.MethodPost, "/api/claim", req, &co)
 	if errors.Is(err, ErrUndecided) {
@@ -87,6 +89,7 @@ func (c *Client) Claim(ctx context.Context, req ClaimRequest) (Checkout, error) 
 
 // Renew extends the caller's lease.
 func (c *Client) Renew(ctx context.Context, taskID string, req RenewRequest) (Checkout, error) {
+	req.AgentID = c.actingAs(ctx, req.AgentID)
 	var co Checkout
 	err := c.do(ctx, idempotent, http.MethodPost, taskPath(taskID, "/renew"), req, &co)
 	return co, wrap("renew", taskID, err)
@@ -98,6 +101,7 @@ func (c *Client) Renew(ctx context.Context, taskID string, req RenewRequest) (Ch
 // made as released. One that names no lease is retried only when the server
 // cannot have acted on it.
 func (c *Client) Release(ctx context.Context, taskID string, req ReleaseRequest) (Released, error) {
+	req.AgentID = c.actingAs(ctx, req.AgentID)
 	var r Released
 	err := c.do(ctx, retryNaming(req.RunID, req.Fence), http.MethodPost, taskPath(taskID, "/release"), req, &r)
 	return r, wrap("release", taskID, err)
@@ -110,6 +114,7 @@ func (c *Client) Release(ctx context.Context, taskID string, req ReleaseRequest)
 // again after its retry delay, or failed when it has used its MaxAttempts.
 func (c *Client) Fail(ctx context.Context, taskID, errText string, req ReleaseRequest) (Released, error) {
 	req.Outcome, req.Error = OutcomeFailed, truncate(errText, MaxErrorLen)
+	req.AgentID = c.actingAs(ctx, req.AgentID)
 	var r Released
 	err := c.do(ctx, retryNaming(req.RunID, req.Fence), http.MethodPost, taskPath(taskID, "/release"), req, &r)
 	return r, wrap("fail", taskID, err)
@@ -118,6 +123,7 @@ func (c *Client) Fail(ctx context.Context, taskID, errText string, req ReleaseRe
 // Complete ends the caller's lease and marks the task done. Like Release, it
 // is retried freely when it names its lease.
 func (c *Client) Complete(ctx context.Context, taskID string, req CompleteRequest) (Task, error) {
+	req.AgentID = c.actingAs(ctx, req.AgentID)
 	var t Task
 	err := c.do(ctx, retryNaming(req.RunID, req.Fence), http.MethodPost, taskPath(taskID, "/complete"), req, &t)
 	return t, wrap("complete", taskID, err)
@@ -236,6 +242,47 @@ func (c *Client) Heartbeat(ctx context.Context, ttl time.Duration) (Heartbeat, e
 		return h, fmt.Errorf("heartbeat: %w", err)
 	}
 	return h, nil
+}
+
+// Whoami answers whom the client's key belongs to. It costs the server no
+// table read.
+func (c *Client) Whoami(ctx context.Context) (Identity, error) {
+	var id Identity
+	if err := c.do(ctx, idempotent, http.MethodGet, "/api/whoami", nil, &id); err != nil {
+		return id, fmt.Errorf("whoami: %w", err)
+	}
+	c.selfMu.Lock()
+	c.self = id.AgentID
+	c.selfMu.Unlock()
+	return id, nil
+}
+
+// actingAs is the agent_id a lease request sends for agentID: "" for the
+// key's own agent, since the server takes the field from admins only
+// (403 forbidden from anyone else, even naming itself). The first request
+// naming an agent asks the server whose key this is (Whoami); the answer
+// is kept. Should Whoami fail (a server down, or an earlier version
+// without GET /api/whoami, which took an agent naming itself), agentID is
+// sent as given, and the request meets what Whoami met, or answers for
+// itself.
+func (c *Client) actingAs(ctx context.Context, agentID string) string {
+	if agentID == "" {
+		return ""
+	}
+	c.selfMu.Lock()
+	self := c.self
+	c.selfMu.Unlock()
+	if self == "" {
+		id, err := c.Whoami(ctx)
+		if err != nil {
+			return agentID
+		}
+		self = id.AgentID
+	}
+	if agentID == self {
+		return ""
+	}
+	return agentID
 }
 
 // CreateTask creates a task: in status todo, or blocked when one of

@@ -93,7 +93,10 @@ func TestUpdateTaskSetsAndClearsTheWorkGraphFields(t *testing.T) {
 
 func TestFailReleasesAsAFailedAttempt(t *testing.T) {
 	t.Parallel()
-	s := newScripted(t, func(int, recorded) (int, string) {
+	s := newScripted(t, func(_ int, r recorded) (int, string) {
+		if r.Path == "/api/whoami" {
+			return 200, `{"agent_id":"admin","name":"admin","admin":true}`
+		}
 		return 200, `{"task_id":"task-1","released_by":"agent-w","held_seconds":12}`
 	})
 	c := New(s.URL, "k")
@@ -102,7 +105,7 @@ func TestFailReleasesAsAFailedAttempt(t *testing.T) {
 	if err != nil || r.HeldSeconds != 12 {
 		t.Fatalf("Fail = %+v, %v", r, err)
 	}
-	req := s.requests()[0]
+	req := s.requests()[1] // after the whoami that tells the admin's own id
 	if req.Path != "/api/tasks/task-1/release" || req.Body["outcome"] != "failed" || req.Body["run_id"] != "run-w" ||
 		req.Body["fence"] != 3.0 || req.Body["agent_id"] != "agent-w" {
 		t.Errorf("fail request %s %v", req.Path, req.Body)
@@ -114,7 +117,7 @@ func TestFailReleasesAsAFailedAttempt(t *testing.T) {
 	if _, err := c.Release(context.Background(), "task-1", ReleaseRequest{RunID: "run-w"}); err != nil {
 		t.Fatal(err)
 	}
-	if b := s.requests()[1].Body; b["outcome"] != nil || b["error"] != nil {
+	if b := s.requests()[2].Body; b["outcome"] != nil || b["error"] != nil {
 		t.Errorf("plain release body %v", b)
 	}
 }

@@ -97,6 +97,7 @@ var Routes = []Route{
 	{"GET", "/api/agents", Admin, Agents, "listAgents"},
 	{"DELETE", "/api/agents/{agent_id}", Admin, Agents, "removeAgent"},
 	{"POST", "/api/heartbeat", Agent, Agents, "heartbeat"},
+	{"GET", "/api/whoami", Agent, Agents, "whoami"},
 
 	{"POST", "/api/tasks", Agent, Tasks, "createTask"},
 	{"GET", "/api/tasks", Agent, Tasks, "listTasks"},

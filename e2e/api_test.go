@@ -42,6 +42,13 @@ func TestAgents(t *testing.T) {
 		e.fail(t, 400, "invalid_json", "POST", "/api/agents", e.admin, map[string]any{"name": "x", "role": "admin"})
 		e.fail(t, 400, "invalid_json", "POST", "/api/agents", e.admin, map[string]any{"name": 7})
 	})
+	t.Run("whoami tells each key's agent", func(t *testing.T) {
+		me := e.must(t, 200, "GET", "/api/whoami", key, nil)
+		equal(t, "whoami agent", me.Str("agent_id"), id)
+		equal(t, "whoami name", me.Str("name"), "researcher")
+		equal(t, "whoami admin", me.Body["admin"], false)
+		equal(t, "whoami of an admin", e.must(t, 200, "GET", "/api/whoami", boss, nil).Body["admin"], true)
+	})
 	t.Run("the new admin may administer; the agent may not", func(t *testing.T) {
 		e.must(t, 200, "GET", "/api/agents", boss, nil)
 		e.fail(t, 403, "forbidden", "GET", "/api/agents", key, nil)
@@ -330,6 +337,9 @@ func TestAdminOnBehalf(t *testing.T) {
 	e.task(t, alice, "t2")
 	e.fail(t, 403, "forbidden", "POST", "/api/tasks/t1/checkout", bob, map[string]any{"agent_id": "alice"})
 	e.fail(t, 403, "forbidden", "POST", "/api/claim", bob, map[string]any{"agent_id": "alice"})
+	// agent_id is for admins only, even naming the caller itself.
+	e.fail(t, 403, "forbidden", "POST", "/api/tasks/t1/checkout", bob, map[string]any{"agent_id": "bob"})
+	e.fail(t, 403, "forbidden", "POST", "/api/claim", bob, map[string]any{"agent_id": "bob"})
 	co := e.must(t, 200, "POST", "/api/tasks/t1/checkout", e.admin, map[string]any{"agent_id": "alice", "run_id": "r1"})
 	equal(t, "holder", co.Str("agent_id"), "alice")
 	equal(t, "holder name", co.Str("agent_name"), "alice-name")

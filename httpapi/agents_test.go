@@ -32,3 +32,23 @@ func TestListAgentsPages(t *testing.T) {
 	}
 	hs.do("GET", "/api/agents?limit=1", "ck_agent", "").expect(t, 403, "")
 }
+
+// GET /api/whoami answers the caller's identity from its key alone (the
+// store is not called), for an agent and for an admin; without a key it
+// is 401.
+func TestWhoamiAnswersTheCaller(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t)
+	res := hs.do("GET", "/api/whoami", "ck_agent", "").expect(t, 200, "")
+	if res.json["agent_id"] != "agent-1" || res.json["admin"] != false || res.json["name"] == nil {
+		t.Errorf("whoami of an agent: %s", res.body)
+	}
+	res = hs.do("GET", "/api/whoami", "ck_admin", "").expect(t, 200, "")
+	if res.json["agent_id"] != "admin" || res.json["admin"] != true {
+		t.Errorf("whoami of the admin: %s", res.body)
+	}
+	hs.do("GET", "/api/whoami", "", "").expect(t, 401, "unauthorized")
+	if len(hs.svc.calls) != 0 {
+		t.Errorf("whoami called the store: %v", hs.svc.calls)
+	}
+}

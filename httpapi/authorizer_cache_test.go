@@ -134,10 +134,9 @@ func TestARemovedAdminsCachedIdentityIsRefusedOnAdminFields(t *testing.T) {
 		p                  lease.Principal
 	}{
 		{http.MethodPost, "/api/tasks/t1/checkout", `{}`, agentP},
-		{http.MethodPost, "/api/tasks/t1/checkout", `{"agent_id": "agent-1"}`, agentP},
 		{http.MethodPost, "/api/claim", `{}`, agentP},
 		{http.MethodPost, "/api/tasks/t1/renew", `{}`, agentP},
-		{http.MethodPost, "/api/tasks/t1/release", `{"agent_id": "agent-1"}`, agentP},
+		{http.MethodPost, "/api/tasks/t1/release", `{}`, agentP},
 		{http.MethodPost, "/api/tasks/t1/complete", `{}`, agentP},
 		{http.MethodPatch, "/api/tasks/t1", `{"status": "cancelled"}`, agentP},
 		// An admin acting as itself uses no admin power either.

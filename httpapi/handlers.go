@@ -154,6 +154,18 @@ func (s *server) heartbeat(w http.ResponseWriter, r *http.Request, p lease.Princ
 	return nil
 }
 
+// whoami answers whose key the caller holds, from the key's look-up alone
+// (no request to the tables): a client learns its own agent_id here, which
+// a lease request must leave out unless the caller is an admin.
+func (s *server) whoami(w http.ResponseWriter, r *http.Request, p lease.Principal) error {
+	s.writeJSON(w, http.StatusOK, struct {
+		AgentID string `json:"agent_id"`
+		Name    string `json:"name"`
+		Admin   bool   `json:"admin"`
+	}{p.AgentID, p.Name, p.Admin})
+	return nil
+}
+
 // taskBody is a task as create and batch take it.
 type taskBody struct {
 	TaskID      *string         `json:"task_id"`
@@ -362,8 +374,8 @@ func (s *server) getTask(w http.ResponseWriter, r *http.Request, _ lease.Princip
 }
 
 // actor is who a lease request of r is for: the caller, or the agent named
-// in the body. Any caller may name itself; only an admin may name another
-// agent (stillAdmin), whose name is looked up so that its lease shows it
+// in the body. Only an admin may name an agent (mayActFor), itself or
+// another (stillAdmin), whose name is looked up so that its lease shows it
 // (an unknown agent is 404 agent_not_found).
 func (s *server) actor(r *http.Request, p lease.Principal, agentID *string) (id, name string, err error) {
 	if agentID == nil {
@@ -388,10 +400,15 @@ func (s *server) actor(r *http.Request, p lease.Principal, agentID *string) (id,
 	return a.AgentID, a.Name, nil
 }
 
-// mayActFor refuses a non-admin naming an agent other than itself.
+// mayActFor refuses agent_id from a non-admin, even naming itself: API.md
+// makes the field admin-only, and a client that knows its own id leaves
+// it out (GET /api/whoami tells it).
 func mayActFor(p lease.Principal, agentID *string) error {
-	if agentID == nil || p.Admin || *agentID == p.AgentID {
+	if agentID == nil || p.Admin {
 		return nil
+	}
+	if *agentID == p.AgentID {
+		return errForbidden(fmt.Sprintf("agent_id is for an admin acting for an agent: leave it out to act as yourself (%s)", p.AgentID))
 	}
 	return errForbidden(errActForOther(p, *agentID))
 }

@@ -460,17 +460,26 @@ func TestBuiltinAdminCannotBeRemoved(t *testing.T) {
 	newHarness(t).do("DELETE", "/api/agents/admin", "ck_agent", "").expect(t, 403, "forbidden")
 }
 
-// Any caller may name itself in agent_id (the skill's --agent defaults to
-// "self"); only an admin may name another agent, on every lease route.
-func TestAgentIDNamingItselfOrAnother(t *testing.T) {
+// agent_id is admin-only (API.md): from a non-admin it is 403 forbidden on
+// every lease route, naming another agent or the caller itself, and the
+// store is not called; the refusal says which. An admin may name itself
+// (its own act) or another agent.
+func TestAgentIDIsAdminOnly(t *testing.T) {
 	t.Parallel()
 	for _, path := range []string{"/api/tasks/task-1/checkout", "/api/claim", "/api/tasks/task-1/renew", "/api/tasks/task-1/release", "/api/tasks/task-1/complete"} {
 		hs := newHarness(t)
-		hs.do("POST", path, "ck_agent", `{"agent_id":"agent-1"}`).expect(t, 200, "")
-		res := hs.do("POST", path, "ck_agent", `{"agent_id":"agent-2"}`).expect(t, 403, "forbidden")
+		res := hs.do("POST", path, "ck_agent", `{"agent_id":"agent-1"}`).expect(t, 403, "forbidden")
+		if msg := res.json["error"].(string); !strings.Contains(msg, "leave it out") || !strings.Contains(msg, "agent-1") {
+			t.Errorf("%s: the refusal of the caller naming itself should say to leave agent_id out: %q", path, msg)
+		}
+		res = hs.do("POST", path, "ck_agent", `{"agent_id":"agent-2"}`).expect(t, 403, "forbidden")
 		if msg := res.json["error"].(string); !strings.Contains(msg, "agent-2") || !strings.Contains(msg, "agent-1") {
 			t.Errorf("%s: the refusal should name both agents: %q", path, msg)
 		}
+		if len(hs.svc.calls) != 0 {
+			t.Errorf("%s: a refused agent_id called the store: %v", path, hs.svc.calls)
+		}
+		hs.do("POST", path, "ck_admin", `{"agent_id":"admin"}`).expect(t, 200, "")
 	}
 	hs := newHarness(t)
 	hs.svc.agents = []lease.Agent{{AgentID: "agent-7", Name: "writer"}}
@@ -619,8 +628,8 @@ func TestFailedRemovalForgetsTheKey(t *testing.T) {
 // A renewal, release or completion an admin makes for another agent
 // (agent_id naming it) acts on that agent's lease, and is the admin's act:
 // the service hears who asked (By), so the trail names the admin, not the
-// holder, and the holder is told its lease ended. An agent_id naming the
-// caller itself is the caller's own act.
+// holder, and the holder is told its lease ended. An admin's agent_id
+// naming itself is its own act.
 func TestHolderRequestsForAnotherAgentAreTheCallersAct(t *testing.T) {
 	t.Parallel()
 	hs := newHarness(t)
@@ -637,8 +646,8 @@ func TestHolderRequestsForAnotherAgentAreTheCallersAct(t *testing.T) {
 	if got := hs.svc.last.(lease.CompleteParams); got.AgentID != "agent-7" || got.By != "admin" {
 		t.Fatalf("complete for agent-7: %+v, want it for agent-7 by admin", got)
 	}
-	hs.do("POST", "/api/tasks/task-1/complete", "ck_agent", `{"agent_id":"agent-1"}`).expect(t, 200, "")
-	if got := hs.svc.last.(lease.CompleteParams); got.AgentID != "agent-1" || got.By != "" {
+	hs.do("POST", "/api/tasks/task-1/complete", "ck_admin", `{"agent_id":"admin"}`).expect(t, 200, "")
+	if got := hs.svc.last.(lease.CompleteParams); got.AgentID != "admin" || got.By != "" {
 		t.Fatalf("complete naming the caller itself: %+v, want its own", got)
 	}
 }

@@ -102,6 +102,7 @@ var handlers = map[string]handlerFunc{
 	"listAgents":    withQuery((*server).listAgents, "limit", "cursor"),
 	"removeAgent":   (*server).removeAgent,
 	"heartbeat":     (*server).heartbeat,
+	"whoami":        (*server).whoami,
 	"createTask":    (*server).createTask,
 	"listTasks":     withQuery((*server).listTasks, "status", "queue", "limit", "cursor"),
 	"createTasks":   (*server).createTasks,

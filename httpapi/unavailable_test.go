@@ -41,7 +41,7 @@ func TestUnreachableDatabaseIs503(t *testing.T) {
 	t.Parallel()
 	for i, cause := range unreachable {
 		for _, rt := range Routes() {
-			if rt.Path == "/healthz" {
+			if rt.Path == "/healthz" || rt.Path == "/api/whoami" { // they read no table
 				continue
 			}
 			path := strings.NewReplacer("{task_id}", "task-1", "{agent_id}", "agent-3", "{message_id}", "m-1").Replace(rt.Path)
@@ -171,7 +171,7 @@ func TestMissingTableIs503(t *testing.T) {
 	cause := fmt.Errorf("get task t: operation error DynamoDB: GetItem, https response error StatusCode: 400, RequestID: r-1, %w",
 		&types.ResourceNotFoundException{Message: aws.String("Requested resource not found: Table: checkout-tasks2 not found")})
 	for _, rt := range Routes() {
-		if rt.Path == "/healthz" {
+		if rt.Path == "/healthz" || rt.Path == "/api/whoami" { // they read no table
 			continue
 		}
 		path := strings.NewReplacer("{task_id}", "task-1", "{agent_id}", "agent-3", "{message_id}", "m-1").Replace(rt.Path)

@@ -101,7 +101,7 @@ func (a *app) rootCmd() *cobra.Command {
 	alias.RunE = func(cmd *cobra.Command, args []string) error { return a.checkout(cmd, args[0], aliasFlags) }
 
 	root.AddCommand(alias, a.releaseCmd(), a.failCmd(), a.statusCmd(), a.listCmd(), a.renewCmd(), a.completeCmd(),
-		a.heartbeatCmd(), a.claimCmd(), a.watchCmd(), a.inboxCmd(), a.eventsCmd(), a.tasksCmd(), a.queuesCmd(),
+		a.heartbeatCmd(), a.whoamiCmd(), a.claimCmd(), a.watchCmd(), a.inboxCmd(), a.eventsCmd(), a.tasksCmd(), a.queuesCmd(),
 		a.agentsCmd(), a.mcpCmd(), a.configCmd(), a.versionCmd())
 
 	root.InitDefaultHelpCmd()
@@ -753,6 +753,23 @@ func (a *app) heartbeatCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&ttl, "ttl", "", fmt.Sprintf("how long this heartbeat keeps you alive, %s to %s (server default %s)", compact(lease.MinHeartbeatTTL), compact(lease.MaxHeartbeatTTL), compact(lease.DefaultHeartbeatTTL)))
 	return cmd
+}
+
+func (a *app) whoamiCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "whoami",
+		Short:   whoamiShort,
+		Example: whoamiExample,
+		Args:    exactArgs(0, ""),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {
+				id, err := c.Whoami(ctx)
+				return func(w io.Writer) {
+					fmt.Fprintf(w, "Agent: %s\n  Admin: %t\n", oneLine(who(id.Name, id.AgentID)), id.Admin)
+				}, err
+			})
+		},
+	}
 }
 
 func (a *app) claimCmd() *cobra.Command {

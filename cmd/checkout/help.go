@@ -122,6 +122,11 @@ const heartbeatShort = "Tell the server you are alive (after the first one, miss
 const heartbeatExample = `  checkout heartbeat
   while sleep 30; do checkout heartbeat --ttl 90s; done`
 
+const whoamiShort = "Say whose key you hold: its agent, and whether an admin's"
+
+const whoamiExample = `  checkout whoami
+  checkout whoami --json    # {"agent_id": ..., "name": ..., "admin": ...}`
+
 const claimShort = "Check out the best open task of some queues"
 
 const claimLong = `Checks out the open task of the given queues (default: the "default" queue)

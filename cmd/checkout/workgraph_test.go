@@ -176,6 +176,9 @@ func TestTasksShowPrintsTheWorkGraph(t *testing.T) {
 
 func TestFailReleasesAsAFailedAttempt(t *testing.T) {
 	s := newScriptedCLI(t, func(r sent) (int, string) {
+		if r.Path == "/api/whoami" { // an admin, acting for agent-a1b2
+			return 200, `{"agent_id":"admin","name":"admin","admin":true}`
+		}
 		if r.Method == "POST" {
 			return 200, `{"task_id":"deploy","released_by":"agent-a1b2","held_seconds":75}`
 		}
@@ -187,8 +190,8 @@ func TestFailReleasesAsAFailedAttempt(t *testing.T) {
 	}
 	reqs := s.requests()
 	want := map[string]any{"outcome": "failed", "error": "tests fail", "run_id": "run-1", "fence": 4.0, "agent_id": "agent-a1b2"}
-	if reqs[0].Path != "/api/tasks/deploy/release" || !reflect.DeepEqual(reqs[0].Body, want) {
-		t.Errorf("fail sent %s %v, want %v", reqs[0].Path, reqs[0].Body, want)
+	if reqs[0].Path != "/api/whoami" || reqs[1].Path != "/api/tasks/deploy/release" || !reflect.DeepEqual(reqs[1].Body, want) {
+		t.Errorf("fail sent %s then %s %v, want whoami then the release %v", reqs[0].Path, reqs[1].Path, reqs[1].Body, want)
 	}
 	for _, line := range []string{"Attempt failed: deploy\n", "  Held: 75s\n", "  Error: tests fail\n", "  Attempts: 2 of 3\n", "  Retry after: 2026-03-20 14:31:30 UTC\n"} {
 		if !strings.Contains(r.stdout, line) {
@@ -201,8 +204,8 @@ func TestFailReleasesAsAFailedAttempt(t *testing.T) {
 	if r.code != 0 || strings.TrimSpace(r.stdout) != `{"task_id":"deploy","released_by":"agent-a1b2","held_seconds":75}` {
 		t.Errorf("fail --json: exit %d: %q", r.code, r.stdout)
 	}
-	if n := len(s.requests()); n != 3 {
-		t.Errorf("%d requests, want 3", n)
+	if n := len(s.requests()); n != 4 {
+		t.Errorf("%d requests, want 4", n)
 	}
 	if r = s.run("fail"); r.code != exitUsage {
 		t.Errorf("fail without a task: exit %d", r.code)

@@ -544,6 +544,12 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 	reviewer := expect(t, "register reviewer", g.call(t, "register-second-agent.json", adminKey, nil), 201, "").body["api_key"].(string)
 	expect(t, "register as an agent", g.call(t, "register-agent.json", researcher, nil), 403, "forbidden")
 	expect(t, "heartbeat", g.call(t, "heartbeat.json", researcher, nil), 200, "")
+	if a := expect(t, "whoami", g.call(t, "whoami.json", researcher, nil), 200, ""); a.body["agent_id"] != "agent-a1b2" || a.body["name"] != "researcher" || a.body["admin"] != false {
+		t.Fatalf("whoami of the researcher: %s", a.raw)
+	}
+	if a := expect(t, "whoami of the admin", g.call(t, "whoami.json", adminKey, nil), 200, ""); a.body["agent_id"] != "admin" || a.body["admin"] != true {
+		t.Fatalf("whoami of the admin: %s", a.raw)
+	}
 
 	// tasks
 	expect(t, "create task", g.call(t, "create-task.json", researcher, nil), 201, "")

@@ -188,7 +188,7 @@ func TestAgentRoutesRefuseAdminFieldsTheAuthorizerCacheStillLetsThrough(t *testi
 	plain := &grantCheck{t: t, env: g.env, used: &usage{prefix: g.env.TablePrefix}}
 	for _, r := range []req{
 		{deploy.Checkouts, http.MethodPost, "/api/tasks/t1/renew", `{}`},
-		{deploy.Checkouts, http.MethodPost, "/api/tasks/t2/checkout", `{"agent_id": "bob"}`},
+		{deploy.Checkouts, http.MethodPost, "/api/tasks/t2/checkout", `{}`},
 		{deploy.Checkouts, http.MethodPost, "/api/tasks/t2/release", `{}`},
 		{deploy.Claim, http.MethodPost, "/api/claim", `{}`},
 		{deploy.Tasks, http.MethodPatch, "/api/tasks/t2", `{"status": "cancelled"}`},

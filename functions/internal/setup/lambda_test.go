@@ -428,7 +428,7 @@ func TestLambdaPathMatchesLocalServer(t *testing.T) {
 		{who: "bob", method: "POST", target: "/api/tasks/t9/watch", status: 404},
 		{who: "admin", method: "POST", target: "/api/tasks/t2/checkout", body: `{"agent_id":"alice","run_id":"ra","timeout":"1m"}`, status: 200},
 		{who: "bob", method: "POST", target: "/api/tasks/t2/checkout", body: `{"agent_id":"alice"}`, status: 403},
-		{who: "bob", method: "POST", target: "/api/tasks/t2/checkout", body: `{"agent_id":"bob"}`, status: 409}, // naming itself is allowed
+		{who: "bob", method: "POST", target: "/api/tasks/t2/checkout", body: `{"agent_id":"bob"}`, status: 403}, // admins only, even naming itself
 		{who: "admin", method: "POST", target: "/api/claim", body: `{}`, status: 404},
 		// The lease expires; the sweep ends it and tells the watcher.
 		{sweep: true, advance: 2 * time.Minute, swept: lease.SweepResult{Timeouts: 1}},
