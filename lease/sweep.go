@@ -508,3 +508,52 @@ func (s *Store) rankReady(ctx context.Context, it *taskItem) (bool, error) {
 	}
 	return applied, err
 }
+
+// Now is the store's clock: the time its sweeps and leases are judged by.
+func (s *Store) Now() time.Time { return s.clock() }
+
+// DueSince says whether a sweep run at now would find something that one
+// run at since could not: a lease expiry, a delayed task's not_before or
+// an agent's heartbeat expiry in (since, now]. It answers the now it
+// judged by, and costs one Query of at most one key a shard of each
+// expiry index (SELECT COUNT, Limit 1), whatever the leases and agents: a
+// process that sweeps on a long interval can ask it often and sweep at
+// once when it says so, so that a lease's timeout, a holder's death or a
+// delayed task's readiness is recorded (and its holder and watchers told)
+// within the asking's interval, not the sweep's.
+func (s *Store) DueSince(ctx context.Context, since time.Time) (now time.Time, due bool, err error) {
+	now = s.clock()
+	if !now.After(since) {
+		return now, false, nil
+	}
+	from, to := expression.Value(ms(since)+1), expression.Value(ms(now))
+	for shard := range s.shards.Lease {
+		sh := expression.Value(strconv.Itoa(shard))
+		for _, q := range []struct{ table, index, part, sort string }{
+			{s.tasks, schema.TasksByLeaseExpiry, "lease_shard", "lease_expires"},
+			{s.heartbeats, schema.HeartbeatsByExpiry, "hb_shard", "hb_expires"},
+		} {
+			keyCond := expression.Key(q.part).Equal(sh).And(expression.Key(q.sort).Between(from, to))
+			expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
+			if err != nil {
+				return now, false, err
+			}
+			out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+				TableName:                 aws.String(q.table),
+				IndexName:                 aws.String(q.index),
+				KeyConditionExpression:    expr.KeyCondition(),
+				ExpressionAttributeNames:  expr.Names(),
+				ExpressionAttributeValues: expr.Values(),
+				Select:                    types.SelectCount,
+				Limit:                     aws.Int32(1),
+			})
+			if err != nil {
+				return now, false, fmt.Errorf("sweep due: query %s %s: %w", q.table, q.index, err)
+			}
+			if out.Count > 0 {
+				return now, true, nil
+			}
+		}
+	}
+	return now, false, nil
+}

@@ -440,10 +440,50 @@ func (s *Server) noticesLoop(ctx context.Context, every time.Duration, after fun
 	}
 }
 
-// sweepLoop sweeps every interval. Errors are logged and never end the
-// loop: the next tick tries again.
+// sweepWatch is how often the sweep loop asks whether anything fell due
+// since its last sweep (lease.Store.DueSince): a lease's timeout, a
+// holder's death, a delayed task's readiness. It then sweeps at once, so
+// that those are recorded, and their holders and watchers told, within
+// about half a second, not at the next of the interval's sweeps.
+const sweepWatch = 500 * time.Millisecond
+
+// sweepLoop sweeps every interval, and in between as soon as something
+// falls due (sweepWatch). Errors are logged and never end the loop: the
+// next tick tries again.
 func (s *Server) sweepLoop(ctx context.Context, every time.Duration) {
-	s.everyTick(ctx, every, func() { _, _ = s.Sweep(ctx) })
+	if every < 0 {
+		return
+	}
+	last := s.store.Now() // the clock at the last sweep's start
+	sweep := func(at time.Time) {
+		last = at
+		_, _ = s.Sweep(ctx)
+	}
+	tick, watch := time.NewTicker(every), time.NewTicker(min(sweepWatch, every))
+	defer tick.Stop()
+	defer watch.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if s.db.down() {
+				continue
+			}
+			sweep(s.store.Now())
+		case <-watch.C:
+			if s.db.down() {
+				continue
+			}
+			now, due, err := s.store.DueSince(ctx, last)
+			switch {
+			case err != nil:
+				continue // the next look, or the next tick, tries again
+			case due:
+				sweep(now)
+			}
+		}
+	}
 }
 
 // everyTick runs fn every interval until ctx ends (never for a negative
