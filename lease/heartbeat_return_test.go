@@ -196,13 +196,7 @@ func TestAHeartbeatLikeAReturnJustMadeIsNoSecondReturn(t *testing.T) {
 // still showed it live.
 func TestAHeartbeatLikeAReturnBeforeItIsMadeAgainKeepsALaterLease(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	c := ctx(t)
-	e.task(t, "t1")
-	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Second))
-	e.clock.Advance(2 * time.Second) // x is dead
-
-	other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	e, c, other, _ := deadX(t)
 	var co lease.Checkout
 	db := &heartbeatWritesDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), after: map[int]func(){
 		2: func() { // the return's first write has landed
@@ -237,14 +231,7 @@ func TestAHeartbeatLikeAReturnBeforeItIsMadeAgainKeepsALaterLease(t *testing.T) 
 // process showed it ended.
 func TestAReadBeforeAReturnIsMadeAgainDoesNotKeepItsAliveSince(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	c := ctx(t)
-	e.task(t, "t1")
-	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Second))
-	e.clock.Advance(2 * time.Second) // x is dead
-
-	other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
-	reader := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	e, c, other, reader := deadX(t)
 	db := &heartbeatWritesDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), after: map[int]func(){
 		2: func() { // the return's first write has landed
 			e.clock.Advance(time.Millisecond)

@@ -14,6 +14,20 @@ import (
 	"github.com/checkout-dev/checkout/lease/schema"
 )
 
+// deadX is a fresh env with task t1 and agent x dead by heartbeat (its
+// 1 s heartbeat 2 s behind the clock), and two more stores on it, as
+// other processes: the start of every return-from-the-dead test.
+func deadX(t *testing.T) (e *env, c context.Context, s1, s2 *lease.Store) {
+	t.Helper()
+	e, c = newEnv(t), ctx(t)
+	e.task(t, "t1")
+	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Second))
+	e.clock.Advance(2 * time.Second) // x is dead
+	s1 = lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	s2 = lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	return e, c, s1, s2
+}
+
 // takenWhileDead: x dead; the return's first write is on its way while
 // x's other process takes t1 (x dead) and seen sees x dead, t1 ended.
 func takenWhileDead(t *testing.T, e *env, c context.Context, other, seen *lease.Store) func() {
@@ -89,13 +103,7 @@ func TestAReturnSentTwiceAcrossAnotherHeartbeatIsMadeOnceMore(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t)
-			c := ctx(t)
-			e.task(t, "t1")
-			must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Second))
-			e.clock.Advance(2 * time.Second) // x is dead
-			other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
-			seen := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+			e, c, other, seen := deadX(t)
 			db := &resendHeartbeatWriteDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), n: 2, resend: true,
 				hook: takenWhileDead(t, e, c, other, seen), within: func() { tc.within(t, e, c, other) }}
 			x := lease.New(lease.Config{DB: db, Tables: e.names, Now: e.clock.Now})

@@ -18,14 +18,7 @@ import (
 // moved, and showed live a lease the move had ended.
 func TestAReturnOvertakenTwiceIsNotCached(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	c := ctx(t)
-	e.task(t, "t1")
-	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Second))
-	e.clock.Advance(2 * time.Second) // x is dead
-
-	a := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
-	other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+	e, c, a, other := deadX(t)
 	ran := false
 	db := &heartbeatWritesDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), after: map[int]func(){
 		2: func() { // the return's first write landed

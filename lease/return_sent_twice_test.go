@@ -58,14 +58,7 @@ func TestAReturnSentTwiceIsMadeOnceMore(t *testing.T) {
 	for _, resend := range []bool{false, true} {
 		t.Run(map[bool]string{false: "answered", true: "answer-lost"}[resend], func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t)
-			c := ctx(t)
-			e.task(t, "t1")
-			must[lease.Heartbeat](t)(e.store.Heartbeat(c, "x", time.Second))
-			e.clock.Advance(2 * time.Second) // x is dead
-
-			other := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
-			seen := lease.New(lease.Config{DB: e.db, Tables: e.names, Now: e.clock.Now})
+			e, c, other, seen := deadX(t)
 			db := &resendHeartbeatWriteDB{DB: e.db, table: e.names.Table(schema.HeartbeatsTable), n: 2, resend: resend, hook: func() {
 				// The return's first write is on its way: x's other
 				// process takes t1, while x is dead, and another process
