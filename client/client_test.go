@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -578,8 +579,8 @@ func TestHolderRequestsNameTheAgent(t *testing.T) {
 // so a request naming the key's own agent leaves it out: the client asks
 // whose key it holds once (GET /api/whoami) and keeps the answer. Naming
 // another agent sends it (the server refuses it to a non-admin). A server
-// without the route (404) gets agent_id as given, as does one Whoami
-// cannot reach.
+// without the route (404) gets agent_id as given; any other failure of
+// Whoami is the request's, which is not sent.
 func TestRequestsNamingTheKeysOwnAgentLeaveAgentIDOut(t *testing.T) {
 	t.Parallel()
 	s := newScripted(t, func(_ int, r recorded) (int, string) {
@@ -622,10 +623,50 @@ func TestRequestsNamingTheKeysOwnAgentLeaveAgentIDOut(t *testing.T) {
 		t.Errorf("a renewal naming another agent: body %v, want agent_id agent-2", last.Body)
 	}
 
+	// Whoami failing for a while (503: in AWS another function serves it)
+	// fails the request unsent, unavailable, and never as undecided or as
+	// the 403 that agent_id sent all the same would have earned; once
+	// Whoami answers, the same request is sent without agent_id.
+	var down atomic.Bool
+	down.Store(true)
+	flaky := newScripted(t, func(_ int, r recorded) (int, string) {
+		if r.Path == "/api/whoami" {
+			if down.Load() {
+				return 503, `{"error":"the agents function is unavailable","code":"unavailable"}`
+			}
+			return 200, `{"agent_id":"agent-1","name":"researcher","admin":false}`
+		}
+		if _, ok := r.Body["agent_id"]; ok {
+			return 403, `{"error":"agent_id is for an admin","code":"forbidden"}`
+		}
+		return 200, holderJSON
+	})
+	fc := New(flaky.URL, "ck_x", WithRetryPolicy(RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}))
+	_, err := fc.Checkout(ctx, "task-1", CheckoutRequest{AgentID: "agent-1"})
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrUndecided) || errors.Is(err, ErrForbidden) {
+		t.Errorf("a checkout while whoami fails: %v, want unavailable, neither undecided nor forbidden", err)
+	}
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Status != 503 {
+		t.Errorf("a checkout while whoami fails: %v, want whoami's *APIError", err)
+	}
+	for _, r := range flaky.requests() {
+		if r.Path != "/api/whoami" {
+			t.Errorf("a checkout while whoami fails sent %s %s", r.Method, r.Path)
+		}
+	}
+	down.Store(false)
+	if _, err := fc.Checkout(ctx, "task-1", CheckoutRequest{AgentID: "agent-1"}); err != nil {
+		t.Errorf("a checkout once whoami answers: %v", err)
+	}
+
 	for _, whoami := range []int{404, 0} {
 		old := newScripted(t, func(_ int, r recorded) (int, string) {
-			if r.Path == "/api/whoami" {
+			switch r.Path {
+			case "/api/whoami":
 				return 404, `{"error":"no route","code":"not_found"}`
+			case "/healthz":
+				return 200, `{"ok":true}`
 			}
 			return 200, holderJSON
 		})
@@ -636,14 +677,49 @@ func TestRequestsNamingTheKeysOwnAgentLeaveAgentIDOut(t *testing.T) {
 		c := New(url, "ck_x", WithRetryPolicy(RetryPolicy{MaxAttempts: 1}))
 		_, err := c.Renew(ctx, "task-1", RenewRequest{AgentID: "agent-1"})
 		if whoami == 0 {
-			if err == nil || errors.Is(err, ErrForbidden) {
-				t.Errorf("a renewal to an unreachable server: %v, want its own connection error", err)
+			var ue *UnreachableError
+			if !errors.As(err, &ue) || errors.Is(err, ErrUndecided) {
+				t.Errorf("a renewal to an unreachable server: %v, want whoami's *UnreachableError, not undecided", err)
 			}
 			continue
 		}
 		reqs := old.requests()
 		if last := reqs[len(reqs)-1]; err != nil || last.Path != "/api/tasks/task-1/renew" || last.Body["agent_id"] != "agent-1" {
 			t.Errorf("a server without whoami: %v, requests %v, want the renewal with agent_id as given", err, reqs)
+		}
+	}
+}
+
+// One Client shared by goroutines whose first lease requests name the
+// key's own agent at once: each leaves agent_id out (the server here
+// refuses it), and under -race the kept identity races with nothing.
+func TestASharedClientLeavesItsOwnAgentOutFromEveryGoroutine(t *testing.T) {
+	t.Parallel()
+	s := newScripted(t, func(_ int, r recorded) (int, string) {
+		if r.Path == "/api/whoami" {
+			return 200, `{"agent_id":"agent-1","name":"researcher","admin":false}`
+		}
+		if _, ok := r.Body["agent_id"]; ok {
+			return 403, `{"error":"agent_id is for an admin","code":"forbidden"}`
+		}
+		return 200, holderJSON
+	})
+	c := New(s.URL, "ck_x")
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := c.Renew(context.Background(), "task-1", RenewRequest{AgentID: "agent-1"})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
 		}
 	}
 }

@@ -51,9 +51,12 @@ func (c *Client) Checkout(ctx context.Context, taskID string, req CheckoutReques
 	if req.RunID == "" {
 		req.RunID = NewRunID()
 	}
-	req.AgentID = c.actingAs(ctx, req.AgentID)
+	var err error
+	if req.AgentID, err = c.actingAs(ctx, req.AgentID); err != nil {
+		return Checkout{}, wrap("checkout", taskID, err)
+	}
 	var co Checkout
-	err := c.do(ctx, idempotent, http.MethodPost, deploy.Expand(deploy.TaskCheckoutPath, taskID), req, &co)
+	err = c.do(ctx, idempotent, http.MethodPost, deploy.Expand(deploy.TaskCheckoutPath, taskID), req, &co)
 	if errors.Is(err, ErrUndecided) {
 		co = Checkout{TaskID: taskID, RunID: req.RunID}
 	}
@@ -75,9 +78,12 @@ func (c *Client) Claim(ctx context.Context, req ClaimRequest) (Checkout, error) 
 	if req.RunID == "" {
 		req.RunID = NewRunID()
 	}
-	req.AgentID = c.actingAs(ctx, req.AgentID)
+	var err error
+	if req.AgentID, err = c.actingAs(ctx, req.AgentID); err != nil {
+		return Checkout{}, fmt.Errorf("claim: %w", err)
+	}
 	var co Checkout
-	err := c.do(ctx, idempotent, http.MethodPost, "/api/claim", req, &co)
+	err = c.do(ctx, idempotent, http.MethodPost, "/api/claim", req, &co)
 	if errors.Is(err, ErrUndecided) {
 		co = Checkout{RunID: req.RunID}
 	}
@@ -89,9 +95,12 @@ func (c *Client) Claim(ctx context.Context, req ClaimRequest) (Checkout, error) 
 
 // Renew extends the caller's lease.
 func (c *Client) Renew(ctx context.Context, taskID string, req RenewRequest) (Checkout, error) {
-	req.AgentID = c.actingAs(ctx, req.AgentID)
+	var err error
+	if req.AgentID, err = c.actingAs(ctx, req.AgentID); err != nil {
+		return Checkout{}, wrap("renew", taskID, err)
+	}
 	var co Checkout
-	err := c.do(ctx, idempotent, http.MethodPost, taskPath(taskID, "/renew"), req, &co)
+	err = c.do(ctx, idempotent, http.MethodPost, taskPath(taskID, "/renew"), req, &co)
 	return co, wrap("renew", taskID, err)
 }
 
@@ -101,9 +110,12 @@ func (c *Client) Renew(ctx context.Context, taskID string, req RenewRequest) (Ch
 // made as released. One that names no lease is retried only when the server
 // cannot have acted on it.
 func (c *Client) Release(ctx context.Context, taskID string, req ReleaseRequest) (Released, error) {
-	req.AgentID = c.actingAs(ctx, req.AgentID)
+	var err error
+	if req.AgentID, err = c.actingAs(ctx, req.AgentID); err != nil {
+		return Released{}, wrap("release", taskID, err)
+	}
 	var r Released
-	err := c.do(ctx, retryNaming(req.RunID, req.Fence), http.MethodPost, taskPath(taskID, "/release"), req, &r)
+	err = c.do(ctx, retryNaming(req.RunID, req.Fence), http.MethodPost, taskPath(taskID, "/release"), req, &r)
 	return r, wrap("release", taskID, err)
 }
 
@@ -114,18 +126,24 @@ func (c *Client) Release(ctx context.Context, taskID string, req ReleaseRequest)
 // again after its retry delay, or failed when it has used its MaxAttempts.
 func (c *Client) Fail(ctx context.Context, taskID, errText string, req ReleaseRequest) (Released, error) {
 	req.Outcome, req.Error = OutcomeFailed, truncate(errText, MaxErrorLen)
-	req.AgentID = c.actingAs(ctx, req.AgentID)
+	var err error
+	if req.AgentID, err = c.actingAs(ctx, req.AgentID); err != nil {
+		return Released{}, wrap("fail", taskID, err)
+	}
 	var r Released
-	err := c.do(ctx, retryNaming(req.RunID, req.Fence), http.MethodPost, taskPath(taskID, "/release"), req, &r)
+	err = c.do(ctx, retryNaming(req.RunID, req.Fence), http.MethodPost, taskPath(taskID, "/release"), req, &r)
 	return r, wrap("fail", taskID, err)
 }
 
 // Complete ends the caller's lease and marks the task done. Like Release, it
 // is retried freely when it names its lease.
 func (c *Client) Complete(ctx context.Context, taskID string, req CompleteRequest) (Task, error) {
-	req.AgentID = c.actingAs(ctx, req.AgentID)
+	var err error
+	if req.AgentID, err = c.actingAs(ctx, req.AgentID); err != nil {
+		return Task{}, wrap("complete", taskID, err)
+	}
 	var t Task
-	err := c.do(ctx, retryNaming(req.RunID, req.Fence), http.MethodPost, taskPath(taskID, "/complete"), req, &t)
+	err = c.do(ctx, retryNaming(req.RunID, req.Fence), http.MethodPost, taskPath(taskID, "/complete"), req, &t)
 	return t, wrap("complete", taskID, err)
 }
 
@@ -261,29 +279,50 @@ func (c *Client) Whoami(ctx context.Context) (Identity, error) {
 // key's own agent, since the server takes the field from admins only
 // (403 forbidden from anyone else, even naming itself). The first request
 // naming an agent asks the server whose key this is (Whoami); the answer
-// is kept. Should Whoami fail (a server down, or an earlier version
-// without GET /api/whoami, which took an agent naming itself), agentID is
-// sent as given, and the request meets what Whoami met, or answers for
-// itself.
-func (c *Client) actingAs(ctx context.Context, agentID string) string {
+// is kept. A server that does not know GET /api/whoami (404: an earlier
+// version, which took an agent naming itself) gets agentID as given. Any
+// other failure of Whoami is the request's error (a *notSentError):
+// sending agent_id all the same would have a non-admin's own request
+// refused for good.
+func (c *Client) actingAs(ctx context.Context, agentID string) (string, error) {
 	if agentID == "" {
-		return ""
+		return "", nil
 	}
 	c.selfMu.Lock()
 	self := c.self
 	c.selfMu.Unlock()
 	if self == "" {
 		id, err := c.Whoami(ctx)
-		if err != nil {
-			return agentID
+		var ae *APIError
+		switch {
+		case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
+			return agentID, nil
+		case err != nil:
+			return "", &notSentError{err}
 		}
 		self = id.AgentID
 	}
 	if agentID == self {
-		return ""
+		return "", nil
 	}
-	return agentID
+	return agentID, nil
 }
+
+// notSentError is the error of a request not sent because Whoami, asked
+// first, failed. Nothing was sent, so it never matches ErrUndecided,
+// whatever Whoami met; it matches all else Whoami's error matches
+// (ErrUnavailable, ErrUnauthorized, context.Canceled, an *APIError).
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string { return e.err.Error() + " (the request was not sent)" }
+
+// Is matches what Whoami's error matches, but ErrUndecided.
+func (e *notSentError) Is(target error) bool {
+	return target != ErrUndecided && errors.Is(e.err, target)
+}
+
+// As finds in Whoami's error.
+func (e *notSentError) As(target any) bool { return errors.As(e.err, target) }
 
 // CreateTask creates a task: in status todo, or blocked when one of
 // req.BlockedBy is not done. A BlockedBy naming an unknown task matches

@@ -66,8 +66,26 @@ const sweepWorkers = 32
 // run at once, each lease ends once, with one event, and each watcher gets
 // one message. Both passes Query sparse indexes; nothing is scanned.
 func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
-	var res SweepResult
 	now := s.clock()
+	res, err := s.sweepExpired(ctx, now)
+	if err != nil {
+		return res, err
+	}
+	return s.sweepDead(ctx, now, res)
+}
+
+// SweepExpired is the sweep's first pass alone: it ends the leases that
+// have expired and ranks ready the delayed tasks whose not_before has come,
+// but judges no agent, so that it never reads the live leases a dead agent
+// in the heartbeat index makes the full sweep read. A process that sweeps
+// as soon as DueSince says a lease expired uses it.
+func (s *Store) SweepExpired(ctx context.Context) (SweepResult, error) {
+	return s.sweepExpired(ctx, s.clock())
+}
+
+// sweepExpired is the sweep's first pass, at now.
+func (s *Store) sweepExpired(ctx context.Context, now time.Time) (SweepResult, error) {
+	var res SweepResult
 	// Expired leases are independent of one another: end them sweepWorkers
 	// at a time, so that a backlog fits in one run.
 	var mu sync.Mutex
@@ -113,6 +131,13 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 	if err := g.Wait(); err != nil {
 		return res, err
 	}
+	return res, nil
+}
+
+// sweepDead is the sweep's second pass, at now: it ends the leases of
+// agents dead by heartbeat, adding them to res.
+func (s *Store) sweepDead(ctx context.Context, now time.Time, res SweepResult) (SweepResult, error) {
+	var mu sync.Mutex
 	// The dead. The heartbeats index proposes the agents due: each dead
 	// one until its heartbeat item expires (days), and each back from a
 	// death not swept yet. Their leases are found in one pass over the live
@@ -145,7 +170,7 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 		holders[leases[i].Holder] = true
 	}
 	deaths := map[string]death{}
-	g, gctx = errgroup.WithContext(ctx)
+	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(sweepWorkers)
 	for _, cand := range due {
 		settles := cand.DeadAt > 0 && !cand.dead(now) && lookedAt > cand.AliveSince+settleAfter.Milliseconds()
@@ -514,29 +539,36 @@ func (s *Store) Now() time.Time { return s.clock() }
 
 // DueSince says whether a sweep run at now would find something that one
 // run at since could not: a lease expiry, a delayed task's not_before or
-// an agent's heartbeat expiry in (since, now]. It answers the now it
-// judged by, and costs one Query of at most one key a shard of each
-// expiry index (SELECT COUNT, Limit 1), whatever the leases and agents: a
+// an agent's heartbeat expiry in (since, now], and which. It answers the
+// now it judged by, and costs one Query of at most one key a shard of each
+// expiry index (SELECT COUNT, Limit 1; fewer once both are found),
+// whatever the leases and agents: a
 // process that sweeps on a long interval can ask it often and sweep at
 // once when it says so, so that a lease's timeout, a holder's death or a
 // delayed task's readiness is recorded (and its holder and watchers told)
 // within the asking's interval, not the sweep's.
-func (s *Store) DueSince(ctx context.Context, since time.Time) (now time.Time, due bool, err error) {
+func (s *Store) DueSince(ctx context.Context, since time.Time) (now time.Time, due Due, err error) {
 	now = s.clock()
 	if !now.After(since) {
-		return now, false, nil
+		return now, due, nil
 	}
 	from, to := expression.Value(ms(since)+1), expression.Value(ms(now))
 	for shard := range s.shards.Lease {
 		sh := expression.Value(strconv.Itoa(shard))
-		for _, q := range []struct{ table, index, part, sort string }{
-			{s.tasks, schema.TasksByLeaseExpiry, "lease_shard", "lease_expires"},
-			{s.heartbeats, schema.HeartbeatsByExpiry, "hb_shard", "hb_expires"},
+		for _, q := range []struct {
+			table, index, part, sort string
+			found                    *bool
+		}{
+			{s.tasks, schema.TasksByLeaseExpiry, "lease_shard", "lease_expires", &due.Leases},
+			{s.heartbeats, schema.HeartbeatsByExpiry, "hb_shard", "hb_expires", &due.Agents},
 		} {
+			if *q.found {
+				continue // one is enough to sweep for
+			}
 			keyCond := expression.Key(q.part).Equal(sh).And(expression.Key(q.sort).Between(from, to))
 			expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
 			if err != nil {
-				return now, false, err
+				return now, Due{}, err
 			}
 			out, err := s.db.Query(ctx, &dynamodb.QueryInput{
 				TableName:                 aws.String(q.table),
@@ -548,12 +580,21 @@ func (s *Store) DueSince(ctx context.Context, since time.Time) (now time.Time, d
 				Limit:                     aws.Int32(1),
 			})
 			if err != nil {
-				return now, false, fmt.Errorf("sweep due: query %s %s: %w", q.table, q.index, err)
+				return now, Due{}, fmt.Errorf("sweep due: query %s %s: %w", q.table, q.index, err)
 			}
-			if out.Count > 0 {
-				return now, true, nil
-			}
+			*q.found = out.Count > 0
+		}
+		if due.Leases && due.Agents {
+			break
 		}
 	}
-	return now, false, nil
+	return now, due, nil
 }
+
+// Due is what DueSince found fallen due: a lease's expiry or a delayed
+// task's not_before (Leases: SweepExpired ends or ranks it), an agent's
+// heartbeat expiry (Agents: the whole Sweep judges it).
+type Due struct{ Leases, Agents bool }
+
+// Any says whether anything fell due.
+func (d Due) Any() bool { return d.Leases || d.Agents }

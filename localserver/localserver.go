@@ -370,8 +370,14 @@ func (s *Server) Dynalite() *localstack.Dynalite { return s.db.current() }
 // Sweep runs one sweep now, as the ticker does. A database that cannot be
 // reached is logged as a warning; the next sweep tries again.
 func (s *Server) Sweep(ctx context.Context) (lease.SweepResult, error) {
+	return s.sweepBy(ctx, s.store.Sweep)
+}
+
+// sweepBy runs one sweep by sweep (the store's whole Sweep, or its first
+// pass alone, SweepExpired), logged as Sweep says.
+func (s *Server) sweepBy(ctx context.Context, sweep func(context.Context) (lease.SweepResult, error)) (lease.SweepResult, error) {
 	defer s.writes.enter()()
-	res, err := s.store.Sweep(ctx)
+	res, err := sweep(ctx)
 	if err != nil {
 		if httpapi.Unavailable(err) {
 			s.log.WarnContext(ctx, "sweep skipped: the database cannot be reached", "error", err.Error())
@@ -441,23 +447,36 @@ func (s *Server) noticesLoop(ctx context.Context, every time.Duration, after fun
 }
 
 // sweepWatch is how often the sweep loop asks whether anything fell due
-// since its last sweep (lease.Store.DueSince): a lease's timeout, a
-// holder's death, a delayed task's readiness. It then sweeps at once, so
-// that those are recorded, and their holders and watchers told, within
-// about half a second, not at the next of the interval's sweeps.
-const sweepWatch = 500 * time.Millisecond
+// since its last sweep (lease.Store.DueSince: a Query of one key per
+// shard of each expiry index, 32 with the default shard counts): a
+// lease's timeout, a delayed task's readiness, a holder's death. It then
+// sweeps at once, so that those are recorded, and their former holders
+// and watchers told, within about a second, not at the next of the
+// interval's sweeps.
+const sweepWatch = time.Second
 
-// sweepLoop sweeps every interval, and in between as soon as something
-// falls due (sweepWatch). Errors are logged and never end the loop: the
-// next tick tries again.
+// sweepLoop sweeps as it starts (leases may have expired while the server
+// was stopped), every interval, and in between as soon as something falls
+// due (sweepWatch): the first pass alone (SweepExpired) when only leases
+// did, so that a dead agent in the heartbeat index does not make each of
+// those sweeps read every live lease. A lease a dead agent takes has no
+// expiry in the window: the interval's sweep ends it. Errors are logged
+// and never end the loop; the window of a sweep that failed is looked at
+// again.
 func (s *Server) sweepLoop(ctx context.Context, every time.Duration) {
 	if every < 0 {
 		return
 	}
-	last := s.store.Now() // the clock at the last sweep's start
-	sweep := func(at time.Time) {
-		last = at
-		_, _ = s.Sweep(ctx)
+	// last is the clock at the start of the last sweep that succeeded:
+	// what fell due after it is yet to sweep.
+	last := s.store.Now()
+	sweep := func(at time.Time, by func(context.Context) (lease.SweepResult, error)) {
+		if _, err := s.sweepBy(ctx, by); err == nil {
+			last = at
+		}
+	}
+	if !s.db.down() {
+		sweep(last, s.store.Sweep)
 	}
 	tick, watch := time.NewTicker(every), time.NewTicker(min(sweepWatch, every))
 	defer tick.Stop()
@@ -470,17 +489,18 @@ func (s *Server) sweepLoop(ctx context.Context, every time.Duration) {
 			if s.db.down() {
 				continue
 			}
-			sweep(s.store.Now())
+			sweep(s.store.Now(), s.store.Sweep)
 		case <-watch.C:
 			if s.db.down() {
 				continue
 			}
 			now, due, err := s.store.DueSince(ctx, last)
 			switch {
-			case err != nil:
-				continue // the next look, or the next tick, tries again
-			case due:
-				sweep(now)
+			case err != nil: // the next look, or the next tick, tries again
+			case due.Agents:
+				sweep(now, s.store.Sweep)
+			case due.Leases:
+				sweep(now, s.store.SweepExpired)
 			}
 		}
 	}
