@@ -26,9 +26,12 @@ type env struct {
 	poller *stream.Poller
 	clock  *testclock.Clock
 	count  *testenv.Counter
-	notes  *testenv.Recorder
-	db     *dynamodb.Client
-	names  schema.Names
+	// streamCount counts the requests of the stream function's handler
+	// (poller.Handle as newEnv makes it).
+	streamCount *testenv.Counter
+	notes       *testenv.Recorder
+	db          *dynamodb.Client
+	names       schema.Names
 }
 
 // newEnv gives a test its own tables on the shared DynamoDB-compatible
@@ -36,7 +39,7 @@ type env struct {
 // also checks, when it ends, that no request was a Scan.
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{clock: testclock.New(epoch), count: testenv.NewCounter(), notes: &testenv.Recorder{}}
+	e := &env{clock: testclock.New(epoch), count: testenv.NewCounter(), streamCount: testenv.NewCounter(), notes: &testenv.Recorder{}}
 	s := testenv.NewStore(t, testenv.WithClock(e.clock.Now), testenv.WithNotifier(e.notes), testenv.WithCounter(e.count))
 	e.store, e.db, e.names = s.Store, s.DB, s.Names
 	lease.OnPatch(e.store, foresees(t))
@@ -49,7 +52,7 @@ func newEnv(t testing.TB) *env {
 	e.poller = &stream.Poller{
 		Streams:   stream.NewLocalClient(testenv.Endpoint()),
 		StreamARN: arn,
-		Handle:    stream.Handler(lease.New(lease.Config{DB: lease.NewLocalClient(testenv.Endpoint()), Tables: e.names, Now: e.clock.Now, Notifier: e.notes})),
+		Handle:    stream.Handler(lease.New(lease.Config{DB: e.streamCount.Client(testenv.Endpoint()), Tables: e.names, Now: e.clock.Now, Notifier: e.notes})),
 		Saved:     stream.MemoryCheckpoints{},
 	}
 	e.count.Take()

@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -128,6 +129,50 @@ func unitsByTable(c localstack.Capacity) string {
 
 func units(w, r float64) localstack.Units { return localstack.Units{Write: w, Read: r} }
 
+// unitsByPartition lists the units of c by partition-key value of each
+// table and index ("tasks2 \"t#body#…\" 0W/3R"), for a budget exceeded:
+// which item or partition took the units.
+func unitsByPartition(c localstack.Capacity) string {
+	keys := slices.SortedFunc(maps.Keys(c.Partitions), func(a, b localstack.Partition) int {
+		return cmp.Or(strings.Compare(a.Table, b.Table), strings.Compare(a.Index, b.Index), strings.Compare(a.Key, b.Key))
+	})
+	var parts []string
+	for _, p := range keys {
+		name := p.Table
+		if p.Index != "" {
+			name += "/" + p.Index
+		}
+		parts = append(parts, fmt.Sprintf("%s %q %gW/%gR", name, p.Key, c.Partitions[p].Write, c.Partitions[p].Read))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// resentSince is what the SDK sent again, by operation, of the requests
+// counted by each of counters, since before (an earlier resentNow).
+func resentSince(before []testenv.Ops, counters ...*testenv.Counter) testenv.Ops {
+	out := testenv.Ops{}
+	for i, now := range resentNow(counters...) {
+		for op, n := range now {
+			if d := n - before[i][op]; d > 0 {
+				out[op] += d
+			}
+		}
+	}
+	return out
+}
+
+// resentNow is each counter's Resent (nil counters: none).
+func resentNow(counters ...*testenv.Counter) []testenv.Ops {
+	out := make([]testenv.Ops, len(counters))
+	for i, c := range counters {
+		out[i] = testenv.Ops{}
+		if c != nil {
+			out[i] = c.Resent()
+		}
+	}
+	return out
+}
+
 // measure runs fn alone and returns what it was billed: on its request
 // path (the change stream drained before it) and by the stream
 // function's consequences (drained after it), with the capacity of each,
@@ -172,6 +217,10 @@ func (z taskSize) budget(op string) localstack.Units {
 // the stream function for its consequences.
 type opUnits struct {
 	Request, Stream localstack.Units
+	// detail says, for a budget exceeded, where the units went: by
+	// partition, on the request path and in the stream, and what the SDK
+	// sent again (the server billed each sending it received).
+	detail string
 }
 
 func (u opUnits) Total() localstack.Units { return u.Request.Add(u.Stream) }
@@ -191,8 +240,14 @@ func measureOps(t *testing.T, z taskSize) map[string]opUnits {
 	out := map[string]opUnits{}
 	op := func(name string, fn func()) {
 		t.Helper()
+		before := resentNow(e.count, e.streamCount)
 		got, req, str := measure(t, e, m, fn)
 		t.Logf("%s: request path %s; stream %s", name, unitsByTable(req), unitsByTable(str))
+		got.detail = fmt.Sprintf("request path by partition: %s; stream by partition: %s", unitsByPartition(req), unitsByPartition(str))
+		if resent := resentSince(before, e.count, e.streamCount); resent.Total() > 0 {
+			t.Logf("%s: the SDK sent again %v", name, resent)
+			got.detail += fmt.Sprintf("; the SDK sent again %v", resent)
+		}
 		out[name] = got
 	}
 	create := func(ids ...string) {
@@ -283,7 +338,7 @@ func measureOps(t *testing.T, z taskSize) map[string]opUnits {
 	quarter := func(u, minus localstack.Units) localstack.Units {
 		return localstack.Units{Write: (u.Write - minus.Write) / 4, Read: (u.Read - minus.Read) / 4}
 	}
-	out["unblock, per dependent"] = opUnits{Request: quarter(ub.Request, done.Request), Stream: quarter(ub.Stream, done.Stream)}
+	out["unblock, per dependent"] = opUnits{Request: quarter(ub.Request, done.Request), Stream: quarter(ub.Stream, done.Stream), detail: ub.detail}
 
 	// Four dependents of two blockers each: the first blocker's
 	// completion takes it out of each (not the last), the second's
@@ -299,7 +354,7 @@ func measureOps(t *testing.T, z taskSize) map[string]opUnits {
 			e.drain(t)
 		})
 		u := out[b.op]
-		out[b.op] = opUnits{Request: quarter(u.Request, done.Request), Stream: quarter(u.Stream, done.Stream)}
+		out[b.op] = opUnits{Request: quarter(u.Request, done.Request), Stream: quarter(u.Stream, done.Stream), detail: u.detail}
 	}
 	for i := range 4 {
 		if st := e.get(t, fmt.Sprintf("two%d", i)).Status; st != lease.StatusTodo {
@@ -327,7 +382,7 @@ func measureOps(t *testing.T, z taskSize) map[string]opUnits {
 	per := func(u localstack.Units) localstack.Units {
 		return localstack.Units{Write: u.Write / float64(ended), Read: u.Read / float64(ended)}
 	}
-	out["sweep, per expired lease"] = opUnits{Request: per(s.Request), Stream: per(s.Stream)}
+	out["sweep, per expired lease"] = opUnits{Request: per(s.Request), Stream: per(s.Stream), detail: s.detail}
 	return out
 }
 
@@ -351,8 +406,8 @@ func TestUnitBudget(t *testing.T) {
 				// A sweep's share of its Queries is a fraction: allow for
 				// its rounding.
 				if u.Total().Write > b.Write+1e-9 || u.Total().Read > b.Read+1e-9 {
-					t.Errorf("%s on a %s task: %g write units and %g read units, budget %g and %g (%v)",
-						op, z.name, u.Total().Write, u.Total().Read, b.Write, b.Read, u)
+					t.Errorf("%s on a %s task: %g write units and %g read units, budget %g and %g (%v; %s)",
+						op, z.name, u.Total().Write, u.Total().Read, b.Write, b.Read, u, u.detail)
 				}
 			}
 		})

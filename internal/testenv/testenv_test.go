@@ -3,11 +3,21 @@ package testenv_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"sync/atomic"
+	"syscall"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/checkout-dev/checkout/internal/testenv"
 	"github.com/checkout-dev/checkout/lease"
+	"github.com/checkout-dev/checkout/lease/schema"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -73,5 +83,46 @@ func TestBuildBuildsOnce(t *testing.T) {
 	}
 	if first != second || !after.ModTime().Equal(before.ModTime()) {
 		t.Fatalf("built twice: %s (%v), then %s (%v)", first, before.ModTime(), second, after.ModTime())
+	}
+}
+
+// loseFirstAnswer is an HTTP client that forwards every request and loses
+// the answer to the first: the server did the request, and the SDK sends it
+// again.
+type loseFirstAnswer struct{ lost atomic.Bool }
+
+func (l *loseFirstAnswer) Do(r *http.Request) (*http.Response, error) {
+	res, err := http.DefaultClient.Do(r)
+	if err != nil || l.lost.Swap(true) {
+		return res, err
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	return nil, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+}
+
+// The counter counts a call once however often the SDK sends it, and
+// counts the SDK's sendings after the first apart: a unit budget that sees
+// a read billed twice can tell the SDK's resending from the code's own.
+func TestCounterCountsTheSDKsResendingsApart(t *testing.T) {
+	t.Parallel()
+	count := testenv.NewCounter()
+	names := testenv.Tables(t)
+	db := lease.NewLocalClient(testenv.Endpoint(), func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, count.Middleware)
+		o.HTTPClient = &loseFirstAnswer{}
+	})
+	_, err := db.GetItem(testenv.Context(t), &dynamodb.GetItemInput{
+		TableName: aws.String(names.Table(schema.TasksTable)),
+		Key:       map[string]types.AttributeValue{"task_id": &types.AttributeValueMemberS{Value: "t"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ops, resent := count.Take(), count.Resent(); ops["GetItem"] != 1 || resent["GetItem"] != 1 || resent.Total() != 1 {
+		t.Fatalf("counted %v, resent %v; want one GetItem, sent once again", ops, resent)
+	}
+	if resent := count.Resent(); resent["GetItem"] != 1 {
+		t.Fatalf("resent %v after a Take; Take leaves it", resent)
 	}
 }
