@@ -245,8 +245,10 @@ func measureOps(t *testing.T, z taskSize) map[string]opUnits {
 		t.Logf("%s: request path %s; stream %s", name, unitsByTable(req), unitsByTable(str))
 		got.detail = fmt.Sprintf("request path by partition: %s; stream by partition: %s", unitsByPartition(req), unitsByPartition(str))
 		if resent := resentSince(before, e.count, e.streamCount); resent.Total() > 0 {
-			t.Logf("%s: the SDK sent again %v", name, resent)
-			got.detail += fmt.Sprintf("; the SDK sent again %v", resent)
+			why := e.count.ResentAfter()
+			maps.Copy(why, e.streamCount.ResentAfter())
+			t.Logf("%s: the SDK sent again %v, after %v", name, resent, why)
+			got.detail += fmt.Sprintf("; the SDK sent again %v, after %v", resent, why)
 		}
 		out[name] = got
 	}

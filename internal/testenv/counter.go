@@ -4,7 +4,6 @@ import (
 	"context"
 	"maps"
 	"sync"
-	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
@@ -23,6 +22,9 @@ type Counter struct {
 	mu     sync.Mutex
 	ops    Ops
 	resent Ops
+	// why holds, by operation, the error of the sending the SDK last
+	// sent again after.
+	why map[string]string
 }
 
 // Ops is a request count by operation name ("GetItem": 2).
@@ -38,10 +40,17 @@ func (o Ops) Total() int {
 }
 
 // NewCounter returns a Counter that has counted nothing.
-func NewCounter() *Counter { return &Counter{ops: Ops{}, resent: Ops{}} }
+func NewCounter() *Counter { return &Counter{ops: Ops{}, resent: Ops{}, why: map[string]string{}} }
 
-// sendingsKey keys a call's count of its sendings in its context.
+// sendingsKey keys a call's sendings in its context.
 type sendingsKey struct{ c *Counter }
+
+// sendings are one call's sendings so far, and the error of the last.
+type sendings struct {
+	mu   sync.Mutex
+	n    int
+	last error
+}
 
 // Middleware adds the counter to a client's stack; append it to
 // dynamodb.Options.APIOptions.
@@ -51,7 +60,7 @@ func (c *Counter) Middleware(stack *middleware.Stack) error {
 			c.mu.Lock()
 			c.ops[middleware.GetOperationName(ctx)]++
 			c.mu.Unlock()
-			return next.HandleInitialize(context.WithValue(ctx, sendingsKey{c}, new(atomic.Int32)), in)
+			return next.HandleInitialize(context.WithValue(ctx, sendingsKey{c}, &sendings{}), in)
 		}), middleware.After)
 	if err != nil {
 		return err
@@ -59,12 +68,28 @@ func (c *Counter) Middleware(stack *middleware.Stack) error {
 	// Inside the SDK's retry loop: once per sending.
 	return stack.Finalize.Insert(middleware.FinalizeMiddlewareFunc("countResendings",
 		func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
-			if n, ok := ctx.Value(sendingsKey{c}).(*atomic.Int32); ok && n.Add(1) > 1 {
+			sent, ok := ctx.Value(sendingsKey{c}).(*sendings)
+			if !ok {
+				return next.HandleFinalize(ctx, in)
+			}
+			sent.mu.Lock()
+			sent.n++
+			again, after := sent.n > 1, sent.last
+			sent.mu.Unlock()
+			if again {
+				op := middleware.GetOperationName(ctx)
 				c.mu.Lock()
-				c.resent[middleware.GetOperationName(ctx)]++
+				c.resent[op]++
+				if after != nil {
+					c.why[op] = after.Error()
+				}
 				c.mu.Unlock()
 			}
-			return next.HandleFinalize(ctx, in)
+			out, md, err := next.HandleFinalize(ctx, in)
+			sent.mu.Lock()
+			sent.last = err
+			sent.mu.Unlock()
+			return out, md, err
 		}), "Retry", middleware.After)
 }
 
@@ -91,6 +116,14 @@ func (c *Counter) Resent() Ops {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return maps.Clone(c.resent)
+}
+
+// ResentAfter is, by operation, the error of the sending that the SDK
+// last sent again after.
+func (c *Counter) ResentAfter() map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.why)
 }
 
 // Count is the number of op requests since the last Take.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -124,5 +125,8 @@ func TestCounterCountsTheSDKsResendingsApart(t *testing.T) {
 	}
 	if resent := count.Resent(); resent["GetItem"] != 1 {
 		t.Fatalf("resent %v after a Take; Take leaves it", resent)
+	}
+	if why := count.ResentAfter()["GetItem"]; !strings.Contains(why, "connection reset") {
+		t.Fatalf("resent after %q, want the lost answer's error", why)
 	}
 }
