@@ -221,6 +221,10 @@ type opUnits struct {
 	// partition, on the request path and in the stream, and what the SDK
 	// sent again (the server billed each sending it received).
 	detail string
+	// resent says the SDK sent a request of the operation again (an
+	// answer lost under load): the server billed both sendings, so the
+	// units are more than the operation's own.
+	resent bool
 }
 
 func (u opUnits) Total() localstack.Units { return u.Request.Add(u.Stream) }
@@ -249,6 +253,7 @@ func measureOps(t *testing.T, z taskSize) map[string]opUnits {
 			maps.Copy(why, e.streamCount.ResentAfter())
 			t.Logf("%s: the SDK sent again %v, after %v", name, resent, why)
 			got.detail += fmt.Sprintf("; the SDK sent again %v, after %v", resent, why)
+			got.resent = true
 		}
 		out[name] = got
 	}
@@ -340,7 +345,7 @@ func measureOps(t *testing.T, z taskSize) map[string]opUnits {
 	quarter := func(u, minus localstack.Units) localstack.Units {
 		return localstack.Units{Write: (u.Write - minus.Write) / 4, Read: (u.Read - minus.Read) / 4}
 	}
-	out["unblock, per dependent"] = opUnits{Request: quarter(ub.Request, done.Request), Stream: quarter(ub.Stream, done.Stream), detail: ub.detail}
+	out["unblock, per dependent"] = opUnits{Request: quarter(ub.Request, done.Request), Stream: quarter(ub.Stream, done.Stream), detail: ub.detail, resent: ub.resent || done.resent}
 
 	// Four dependents of two blockers each: the first blocker's
 	// completion takes it out of each (not the last), the second's
@@ -356,7 +361,7 @@ func measureOps(t *testing.T, z taskSize) map[string]opUnits {
 			e.drain(t)
 		})
 		u := out[b.op]
-		out[b.op] = opUnits{Request: quarter(u.Request, done.Request), Stream: quarter(u.Stream, done.Stream), detail: u.detail}
+		out[b.op] = opUnits{Request: quarter(u.Request, done.Request), Stream: quarter(u.Stream, done.Stream), detail: u.detail, resent: u.resent || done.resent}
 	}
 	for i := range 4 {
 		if st := e.get(t, fmt.Sprintf("two%d", i)).Status; st != lease.StatusTodo {
@@ -384,19 +389,31 @@ func measureOps(t *testing.T, z taskSize) map[string]opUnits {
 	per := func(u localstack.Units) localstack.Units {
 		return localstack.Units{Write: u.Write / float64(ended), Read: u.Read / float64(ended)}
 	}
-	out["sweep, per expired lease"] = opUnits{Request: per(s.Request), Stream: per(s.Stream), detail: s.detail}
+	out["sweep, per expired lease"] = opUnits{Request: per(s.Request), Stream: per(s.Stream), detail: s.detail, resent: s.resent}
 	return out
 }
 
 // TestUnitBudget holds each operation, on a small and on a large task, to
 // its budget of write and read units, the request path and the stream
-// function's consequences together.
+// function's consequences together. An operation over its budget while
+// the SDK sent one of its requests again (an answer lost on a loaded
+// machine: the server bills every sending it receives) is measured again,
+// up to twice, on a fresh env; one over its budget without a resending
+// fails at once.
 func TestUnitBudget(t *testing.T) {
 	t.Parallel()
 	for _, z := range taskSizes {
 		t.Run(z.name, func(t *testing.T) {
 			t.Parallel()
 			got := measureOps(t, z)
+			for try := 1; try < 3; try++ {
+				resent := overWhileResent(got, z)
+				if len(resent) == 0 {
+					break
+				}
+				t.Logf("over budget while the SDK sent a request again, so billed for more than the operation: %v; measuring again", resent)
+				got = measureOps(t, z)
+			}
 			for op := range unitBudgets {
 				u, ok := got[op]
 				if !ok {
@@ -405,15 +422,50 @@ func TestUnitBudget(t *testing.T) {
 				}
 				b := z.budget(op)
 				t.Logf("%-26s %v  budget %g WU %g RU", op, u, b.Write, b.Read)
-				// A sweep's share of its Queries is a fraction: allow for
-				// its rounding.
-				if u.Total().Write > b.Write+1e-9 || u.Total().Read > b.Read+1e-9 {
+				if over(u, b) {
 					t.Errorf("%s on a %s task: %g write units and %g read units, budget %g and %g (%v; %s)",
 						op, z.name, u.Total().Write, u.Total().Read, b.Write, b.Read, u, u.detail)
 				}
 			}
 		})
 	}
+}
+
+// overWhileResent lists the operations of got over their budget for size
+// z while the SDK sent one of their requests again: their measurement is
+// not the operation's own cost.
+func overWhileResent(got map[string]opUnits, z taskSize) []string {
+	var out []string
+	for op, u := range got {
+		if _, ok := unitBudgets[op]; ok && u.resent && over(u, z.budget(op)) {
+			out = append(out, op)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Only an operation over its budget while the SDK sent a request again is
+// measured again: one over it without a resending, or resent and within
+// it, is not.
+func TestUnitBudgetMeasuresAgainOnlyWhatAResendingBilled(t *testing.T) {
+	t.Parallel()
+	z := taskSizes[1]
+	b := z.budget("checkout")
+	overBy := opUnits{Request: b.Add(units(0, 3))}
+	within := opUnits{Request: b}
+	resentOver, resentWithin := overBy, within
+	resentOver.resent, resentWithin.resent = true, true
+	got := overWhileResent(map[string]opUnits{"checkout": resentOver, "renew": overBy, "release": resentWithin, "not budgeted": resentOver}, z)
+	if !slices.Equal(got, []string{"checkout"}) {
+		t.Fatalf("measured again: %v, want [checkout]", got)
+	}
+}
+
+// over says u is over budget b. A sweep's share of its Queries is a
+// fraction: it allows for their rounding.
+func over(u opUnits, b localstack.Units) bool {
+	return u.Total().Write > b.Write+1e-9 || u.Total().Read > b.Read+1e-9
 }
 
 // TestUnitBudgetFleet holds the busiest partition of every index to its
