@@ -298,7 +298,7 @@ func (c *Client) actingAs(ctx context.Context, agentID string) (string, error) {
 		case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
 			return agentID, nil
 		case err != nil:
-			return "", &notSentError{err}
+			return "", &notSentError{unsentForm(ctx, err)}
 		}
 		self = id.AgentID
 	}
@@ -319,6 +319,24 @@ func (e *notSentError) Error() string { return e.err.Error() + " (the request wa
 // Is matches what Whoami's error matches, but ErrUndecided.
 func (e *notSentError) Is(target error) bool {
 	return target != ErrUndecided && errors.Is(e.err, target)
+}
+
+// unsentForm is Whoami's error without what says its request was sent
+// (the request this error is for was not).
+func unsentForm(ctx context.Context, err error) error {
+	var ue *UnreachableError
+	var ae *APIError
+	switch {
+	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		return fmt.Errorf("whoami: %w", ctx.Err())
+	case errors.As(err, &ue) && ue.Sent:
+		u := *ue
+		u.Sent = false
+		return fmt.Errorf("whoami: %w", &u)
+	case errors.As(err, &ae):
+		return fmt.Errorf("whoami: %w", ae)
+	}
+	return err
 }
 
 // As finds in Whoami's error.

@@ -379,6 +379,9 @@ func (s *Server) sweepBy(ctx context.Context, sweep func(context.Context) (lease
 	defer s.writes.enter()()
 	res, err := sweep(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return res, err // stopped (Close): nothing failed
+		}
 		if httpapi.Unavailable(err) {
 			s.log.WarnContext(ctx, "sweep skipped: the database cannot be reached", "error", err.Error())
 		} else {
@@ -469,14 +472,16 @@ func (s *Server) sweepLoop(ctx context.Context, every time.Duration) {
 	}
 	// last is the clock at the start of the last sweep that succeeded:
 	// what fell due after it is yet to sweep.
-	last := s.store.Now()
+	// Nothing is swept yet: until a sweep succeeds, the watch's window
+	// starts before every expiry (those from while no server ran too).
+	last := time.UnixMilli(0)
 	sweep := func(at time.Time, by func(context.Context) (lease.SweepResult, error)) {
 		if _, err := s.sweepBy(ctx, by); err == nil {
 			last = at
 		}
 	}
 	if !s.db.down() {
-		sweep(last, s.store.Sweep)
+		sweep(s.store.Now(), s.store.Sweep)
 	}
 	tick, watch := time.NewTicker(every), time.NewTicker(min(sweepWatch, every))
 	defer tick.Stop()

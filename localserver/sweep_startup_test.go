@@ -1,0 +1,87 @@
+package localserver
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/checkout-dev/checkout/internal/testenv"
+)
+
+// The sweep as the server starts that fails (its first Query of the
+// lease-expiry index refused once, as a transient database error would
+// be) must leave its window to the watch, as a failed watch sweep does:
+// the leases that expired while no server ran are then ended at the next
+// look, not at the interval's first tick (here an hour): until a sweep
+// succeeds, the watch's window starts before every expiry.
+func TestAFailedStartUpSweepLeavesItsLeasesToTheWatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	target, err := url.Parse(testenv.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var armed, hits atomic.Int32
+	rp := httputil.NewSingleHostReverseProxy(target)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".Query") &&
+			bytes.Contains(body, []byte(`"IndexName":"by_lease_expiry"`)) && !bytes.Contains(body, []byte(`"COUNT"`)) &&
+			armed.CompareAndSwap(1, 0) {
+			hits.Add(1)
+			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprint(w, `{"__type":"com.amazonaws.dynamodb.v20120810#ValidationException","message":"the start-up sweep's query refused once by the test"}`)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	defer proxy.Close()
+	prefix := testenv.Prefix()
+	clock := &movedClock{now: time.Now()}
+	cfg := Config{
+		Addr: "127.0.0.1:0", DynamoEndpoint: proxy.URL, TablePrefix: prefix,
+		SweepInterval: time.Hour, Now: clock.Now, AdminKey: "ck_restart_admin_" + strings.TrimSuffix(prefix, "-"),
+	}
+	first, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := first.AdminKey()
+	if st, b := call(t, "POST", first.URL()+"/api/tasks", key, `{"task_id":"t"}`); st != 201 {
+		t.Fatalf("create: %d %v", st, b)
+	}
+	if st, b := call(t, "POST", first.URL()+"/api/tasks/t/checkout", key, `{"timeout":"1s"}`); st != 200 {
+		t.Fatalf("checkout: %d %v", st, b)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Second) // the lease expires while no server runs
+	armed.Store(1)                 // and the sweep as the next one starts fails
+	second, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	for deadline := time.Now().Add(5 * time.Second); hits.Load() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no sweep queried the lease-expiry index within 5 s of the start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if last, ok := lastEventIs(t, second.URL(), key, "t", "timeout", 5*time.Second); !ok {
+		t.Errorf("t: last event %q 5 s after a failed start-up sweep; want timeout (not left to the first tick, an hour on)", last)
+		sweepShows(t, second, second.URL(), key, "t", "timeout")
+	}
+}
