@@ -68,20 +68,19 @@ func sweepShows(t *testing.T, srv *Server, u, key, id, typ string) {
 	t.Logf("a sweep by hand (the tick's) ends it: %+v", res)
 }
 
-// A sweep the watch started that fails (here its first Query of the
-// lease-expiry index is refused once, as a transient database error
-// would be) keeps the watch's window: the next look sweeps again, and the
-// lease is ended within seconds, not at the next tick.
-func TestAFailedWatchSweepIsTriedAgainAtTheNextLook(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
+// sweepRefusingProxy is a proxy to the test's DynamoDB that, once armed
+// (armed set to 1), refuses the next sweep Query of the lease-expiry
+// index (not a watch's SELECT COUNT), as a transient database error
+// would, counting it in hits.
+func sweepRefusingProxy(t *testing.T) (proxy *httptest.Server, armed, hits *atomic.Int32) {
+	t.Helper()
 	target, err := url.Parse(testenv.Endpoint())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var armed, hits atomic.Int32
+	armed, hits = new(atomic.Int32), new(atomic.Int32)
 	rp := httputil.NewSingleHostReverseProxy(target)
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	proxy = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		if strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".Query") &&
@@ -90,12 +89,23 @@ func TestAFailedWatchSweepIsTriedAgainAtTheNextLook(t *testing.T) {
 			hits.Add(1)
 			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 			w.WriteHeader(http.StatusBadRequest)
-			fmt.Fprint(w, `{"__type":"com.amazonaws.dynamodb.v20120810#ValidationException","message":"the sweep's query refused once by the test"}`)
+			fmt.Fprint(w, `{"__type":"com.amazonaws.dynamodb.v20120810#ValidationException","message":"a sweep's query refused once by the test"}`)
 			return
 		}
 		rp.ServeHTTP(w, r)
 	}))
-	defer proxy.Close()
+	t.Cleanup(proxy.Close)
+	return proxy, armed, hits
+}
+
+// A sweep the watch started that fails (here its first Query of the
+// lease-expiry index is refused once, as a transient database error
+// would be) keeps the watch's window: the next look sweeps again, and the
+// lease is ended within seconds, not at the next tick.
+func TestAFailedWatchSweepIsTriedAgainAtTheNextLook(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	proxy, armed, hits := sweepRefusingProxy(t)
 	clock := &movedClock{now: time.Now()}
 	srv, err := Start(ctx, Config{
 		Addr: "127.0.0.1:0", DynamoEndpoint: proxy.URL, TablePrefix: testenv.Prefix(),

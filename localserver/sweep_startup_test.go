@@ -1,16 +1,8 @@
 package localserver
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,27 +18,7 @@ import (
 func TestAFailedStartUpSweepLeavesItsLeasesToTheWatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	target, err := url.Parse(testenv.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var armed, hits atomic.Int32
-	rp := httputil.NewSingleHostReverseProxy(target)
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		if strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".Query") &&
-			bytes.Contains(body, []byte(`"IndexName":"by_lease_expiry"`)) && !bytes.Contains(body, []byte(`"COUNT"`)) &&
-			armed.CompareAndSwap(1, 0) {
-			hits.Add(1)
-			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-			w.WriteHeader(http.StatusBadRequest)
-			fmt.Fprint(w, `{"__type":"com.amazonaws.dynamodb.v20120810#ValidationException","message":"the start-up sweep's query refused once by the test"}`)
-			return
-		}
-		rp.ServeHTTP(w, r)
-	}))
-	defer proxy.Close()
+	proxy, armed, hits := sweepRefusingProxy(t)
 	prefix := testenv.Prefix()
 	clock := &movedClock{now: time.Now()}
 	cfg := Config{
