@@ -83,7 +83,9 @@ type QueuePage struct {
 }
 
 // QueuePage returns the page of the queue listing after cursor ("" for the
-// first), of at most limit queues (1 to 100; 0 for the server's 100).
+// first), of at most limit queues (1 to 1,000; 0 for the server's 1,000),
+// fewer when the server's reads for their oldest todo tasks would pass its
+// bound (the next page goes on).
 func (c *Client) QueuePage(ctx context.Context, limit int, cursor string) (QueuePage, error) {
 	q := url.Values{}
 	if limit != 0 {

@@ -67,7 +67,8 @@ func TestListQueues(t *testing.T) {
 	if qs, _ := second.json["queues"].([]any); len(qs) != 1 || qs[0].(map[string]any)["queue"] != "default" || second.json["next_cursor"] != nil {
 		t.Fatalf("the page after: %s", second.body)
 	}
-	for _, q := range []string{"limit=0", "limit=101", "limit=x", "limit=-1", "cursor=bogus", "lmit=5"} {
+	hs.do("GET", "/api/queues?limit=1000", "ck_agent", "").expect(t, 200, "")
+	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "limit=-1", "cursor=bogus", "lmit=5"} {
 		hs.do("GET", "/api/queues?"+q, "ck_agent", "").expect(t, 400, "invalid_request")
 	}
 }

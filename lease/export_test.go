@@ -55,6 +55,10 @@ func LimitDependents(s *Store, n int) { s.maxDependents = n }
 // registry holds.
 func LimitRegistryPage(s *Store, n int) { s.registryPage = n }
 
+// LimitQueueListingReads sets the Queries of oldest todo tasks a page of
+// s's queue listing makes at most (MaxQueueListingReads).
+func LimitQueueListingReads(s *Store, n int) { s.queueReads = n }
+
 // PollClaims sets how often s's waiting claims look again when nothing
 // wakes them.
 func PollClaims(s *Store, d time.Duration) { s.claimPoll = d }

@@ -389,9 +389,19 @@ func numberAttr(item map[string]types.AttributeValue, name string) int64 {
 	return 0
 }
 
-// MaxQueuesListed bounds a page of the queue listing, so that one GET's
-// requests stay bounded.
-const MaxQueuesListed = 100
+// MaxQueuesListed bounds a page of the queue listing, and is its default
+// size: a listing of up to that many queues is one page, unless their
+// oldest todo tasks take more reads than a page makes (MaxQueueListingReads).
+const MaxQueuesListed = 1000
+
+// MaxQueueListingReads bounds the claim-index Queries one page of the queue
+// listing makes for its queues' oldest todo tasks (each queue with todo tasks
+// takes one per claim shard per priority that has todo tasks): a page ends
+// before the queue that would take it past the bound, so that one GET's
+// requests stay bounded however the queues' tasks are spread. It is what a
+// page of 100 queues could read at most with the default 4 claim shards,
+// the bound of every page when pages held 100 queues.
+const MaxQueueListingReads = 100 * (MaxPriority + 1) * 4
 
 // ListQueuesParams asks for a page of the queue listing.
 type ListQueuesParams struct {
@@ -406,8 +416,8 @@ type QueuePage struct {
 	NextCursor string
 }
 
-// ListQueues returns the first page of the queue listing: at most
-// MaxQueuesListed queues (see ListQueuePage).
+// ListQueues returns the first page of the queue listing (see
+// ListQueuePage).
 func (s *Store) ListQueues(ctx context.Context) ([]QueueStats, error) {
 	page, err := s.ListQueuePage(ctx, ListQueuesParams{})
 	return page.Queues, err
@@ -427,14 +437,17 @@ func queueAfter(cursor string) (string, error) {
 }
 
 // ListQueuePage returns a page of the counted queues, by name, each with
-// its tasks by status and its oldest todo task. Requests: a GetItem of the
-// registry (and a BatchGetItem of its further pages) once this process's
-// copy of it is listedQueuesFor old (registry.go), a BatchGetItem of
-// the page's counters, and for each queue with todo tasks one Query (Limit
-// 1) per claim shard per priority that has todo tasks, all at once. Counts
-// are exact up to the stream's delay; oldest_todo_at comes from the claim
-// index and may lag. Queues are only ever added, so a walk of the pages
-// lists once every queue there was listedQueuesFor before it began.
+// its tasks by status and its oldest todo task: up to the limit, and
+// fewer when the oldest todo tasks of more would take more than the page's
+// reads (MaxQueueListingReads; the first queue is always listed).
+// Requests: a GetItem of the registry (and a BatchGetItem of its further
+// pages) once this process's copy of it is listedQueuesFor old
+// (registry.go), a BatchGetItem of the counters of up to limit queues (100
+// a request), and for each queue of the page with todo tasks one Query
+// (Limit 1) per claim shard per priority that has todo tasks, 16 at once.
+// Counts are exact up to the stream's delay; oldest_todo_at comes from the
+// claim index and may lag. Queues are only ever added, so a walk of the
+// pages lists once every queue there was listedQueuesFor before it began.
 func (s *Store) ListQueuePage(ctx context.Context, p ListQueuesParams) (QueuePage, error) {
 	limit := cmp.Or(p.Limit, MaxQueuesListed)
 	if limit < 1 || limit > MaxQueuesListed {
@@ -455,24 +468,58 @@ func (s *Store) ListQueuePage(ctx context.Context, p ListQueuesParams) (QueuePag
 		return QueuePage{}, err
 	}
 	names := all[sort.Search(len(all), func(i int) bool { return all[i] > after }):]
-	var page QueuePage
-	if len(names) > limit {
-		names = names[:limit]
-		page.NextCursor = queueCursor(names[len(names)-1])
-	}
-	page.Queues, err = s.queueStats(ctx, names)
-	return page, err
-}
-
-// queueStats is the counts and oldest todo task of each of names.
-func (s *Store) queueStats(ctx context.Context, names []string) ([]QueueStats, error) {
+	more := len(names) > limit
+	names = names[:min(len(names), limit)]
 	if len(names) == 0 {
-		return []QueueStats{}, nil
+		return QueuePage{Queues: []QueueStats{}}, nil
 	}
 	items, err := s.queueItems(ctx, names)
 	if err != nil {
-		return nil, fmt.Errorf("read queue counters: %w", err)
+		return QueuePage{}, fmt.Errorf("read queue counters: %w", err)
 	}
+	if n := queuesWithin(names, items, s.queueReads, s.shards.Claim); n < len(names) {
+		names, more = names[:n], true
+	}
+	var page QueuePage
+	if more {
+		page.NextCursor = queueCursor(names[len(names)-1])
+	}
+	page.Queues, err = s.queueStats(ctx, names, items)
+	return page, err
+}
+
+// queuesWithin is how many of names, from the first, a page lists within
+// reads Queries of their oldest todo tasks (at least one).
+func queuesWithin(names []string, items map[string]map[string]types.AttributeValue, reads, shards int) int {
+	spent := 0
+	for i, q := range names {
+		spent += oldestReads(items[q], shards)
+		if spent > reads && i > 0 {
+			return i
+		}
+	}
+	return len(names)
+}
+
+// oldestReads is how many Queries the oldest todo task of the queue whose
+// counter item is item takes: one per claim shard per priority with todo
+// tasks, none when the queue has none.
+func oldestReads(item map[string]types.AttributeValue, shards int) int {
+	if numberAttr(item, countAttr+string(StatusTodo)) <= 0 {
+		return 0
+	}
+	n := 0
+	for p := 0; p <= MaxPriority; p++ {
+		if numberAttr(item, todoPrioAttr+strconv.Itoa(p)) > 0 {
+			n += shards
+		}
+	}
+	return n
+}
+
+// queueStats is the counts and oldest todo task of each of names, whose
+// counter items are items.
+func (s *Store) queueStats(ctx context.Context, names []string, items map[string]map[string]types.AttributeValue) ([]QueueStats, error) {
 	out := make([]QueueStats, len(names))
 	oldest := make([][]int64, len(names))
 	g, gctx := errgroup.WithContext(ctx)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -108,6 +109,71 @@ func TestThousandsOfQueues(t *testing.T) {
 	}
 	if len(qs) != lease.MaxQueuesListed || qs[0].Queue != all[0] {
 		t.Errorf("list queues: %d queues from %q, want %d from %q", len(qs), qs[0].Queue, lease.MaxQueuesListed, all[0])
+	}
+}
+
+// A page of the queue listing ends before the queue whose oldest todo task
+// would take its claim-index reads past the bound (the first queue of a
+// page is listed whatever it takes); a walk of the pages still lists every
+// queue once, with its counts, and no page reads more than the bound.
+func TestQueueListingPagesEndWithinTheirReads(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	shards := schema.DefaultShards().Claim
+	lease.LimitQueueListingReads(e.store, 3*shards)
+	// The reads each queue takes: a claim shard per priority with todo tasks.
+	queues := []struct {
+		name       string
+		priorities []int // of its todo tasks
+		held       bool  // its one task checked out: no todo task
+	}{
+		{name: "rd-a", priorities: []int{1}},
+		{name: "rd-b", priorities: []int{2, 3}},
+		{name: "rd-c", priorities: []int{0}, held: true},
+		{name: "rd-d", priorities: []int{4}},
+		{name: "rd-e", priorities: []int{5, 6, 7}},
+		{name: "rd-f", priorities: []int{0, 1, 2, 3}},
+		{name: "rd-g", priorities: []int{9, 9}},
+	}
+	for _, q := range queues {
+		for i, p := range q.priorities {
+			e.queued(t, fmt.Sprintf("%s-%d", q.name, i), q.name, p)
+		}
+		if q.held {
+			e.checkout(t, q.name+"-0", "agent-1", time.Hour)
+		}
+	}
+	e.drain(t)
+	e.count.Take()
+	var pages [][]string
+	for p := (lease.ListQueuesParams{}); ; {
+		page, err := e.store.ListQueuePage(ctx(t), p)
+		if err != nil {
+			t.Fatalf("page %d: %v", len(pages), err)
+		}
+		var names []string
+		for _, q := range page.Queues {
+			names = append(names, q.Queue)
+		}
+		pages = append(pages, names)
+		if n := e.count.Take()["Query"]; n > 3*shards && len(names) > 1 {
+			t.Errorf("page %d (%v) made %d Queries, more than the bound of %d", len(pages)-1, names, n, 3*shards)
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		p.Cursor = page.NextCursor
+	}
+	// In shards' worth of reads, bound 3: rd-a 1, rd-b 2 and rd-c 0; rd-d 1
+	// (rd-e's 3 would pass the bound); rd-e 3; rd-f 4, over the bound, alone;
+	// rd-g 1 (two tasks of one priority).
+	got := fmt.Sprint(pages)
+	if wantPages := "[[rd-a rd-b rd-c] [rd-d] [rd-e] [rd-f] [rd-g]]"; got != wantPages {
+		t.Errorf("pages %s, want %s", got, wantPages)
+	}
+	qs := must[[]lease.QueueStats](t)(e.store.ListQueues(ctx(t)))
+	if len(qs) != 3 || qs[2].Queue != "rd-c" || qs[2].Counts[lease.StatusInProgress] != 1 || qs[1].Counts[lease.StatusTodo] != 2 || qs[0].OldestTodoAt.IsZero() {
+		t.Errorf("first page %+v, want rd-a, rd-b (2 todo) and rd-c (1 in progress), rd-a with its oldest todo task", qs)
 	}
 }
 

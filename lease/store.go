@@ -153,6 +153,8 @@ type Store struct {
 	maxDependents int
 	// registryPage is RegistryPage (lower in tests).
 	registryPage int
+	// queueReads is MaxQueueListingReads (lower in tests).
+	queueReads int
 	// claimPoll is claimPoll (longer in tests, so that only a wake makes
 	// a waiting claim look again).
 	claimPoll time.Duration
@@ -180,6 +182,7 @@ func New(cfg Config) *Store {
 		archiveWait:   retryBudget,
 		maxDependents: MaxDependents,
 		registryPage:  RegistryPage,
+		queueReads:    MaxQueueListingReads,
 		claimPoll:     claimPoll,
 		shards:        cfg.Shards.OrDefault(),
 		db:            cfg.DB,

@@ -316,7 +316,7 @@ var limitsText = strings.NewReplacer(
 	"{default_list_limit}", strconv.Itoa(lease.DefaultListLimit),
 	"{max_list_limit}", strconv.Itoa(lease.MaxListLimit),
 	"{list_reads}", strconv.Itoa(listReads),
-	"{max_queues_listed}", strconv.Itoa(lease.MaxQueuesListed),
+	"{max_queues_listed}", strconv.Itoa(queuesPerCall),
 	"{max_priority}", strconv.Itoa(lease.MaxPriority),
 	"{default_priority}", strconv.Itoa(lease.DefaultPriority),
 	"{max_description}", kib(lease.MaxDescriptionLen),

@@ -6,10 +6,14 @@ import (
 	"strings"
 
 	"github.com/checkout-dev/checkout/client"
-	"github.com/checkout-dev/checkout/lease"
 )
 
 const descListQueues = `List the queues, in name order, up to limit per page (default {max_queues_listed}): for each, its number of tasks by status (todo = open, blocked = waiting for other tasks, in_progress, done, cancelled, failed = used up its attempts) and when its oldest todo task was created. Use it to choose which queues to claim_task from, or to see how much work is waiting. Counts follow each change within about a second. Pass next_cursor as cursor for the next page. Read-only.`
+
+// queuesPerCall bounds a page of list_queues, below the HTTP listing's
+// lease.MaxQueuesListed, so that one result stays small in an agent's
+// context.
+const queuesPerCall = 100
 
 // ListQueuesInput is list_queues' input.
 type ListQueuesInput struct {
@@ -27,10 +31,10 @@ type ListQueuesResult struct {
 // listQueues answers one page, so that however many queues there are, one
 // call's result stays the size of a page.
 func (t *tools) listQueues(ctx context.Context, in ListQueuesInput) (ListQueuesResult, error) {
-	limit := 0 // the server's default
+	limit := queuesPerCall
 	if in.Limit != nil {
-		if limit = *in.Limit; limit < 1 || limit > lease.MaxQueuesListed {
-			return ListQueuesResult{}, &argError{fmt.Sprintf("limit %d is out of range: give 1 to %d, or leave it out for %d", limit, lease.MaxQueuesListed, lease.MaxQueuesListed)}
+		if limit = *in.Limit; limit < 1 || limit > queuesPerCall {
+			return ListQueuesResult{}, &argError{fmt.Sprintf("limit %d is out of range: give 1 to %d, or leave it out for %d", limit, queuesPerCall, queuesPerCall)}
 		}
 	}
 	p, err := t.c.QueuePage(ctx, limit, in.Cursor)

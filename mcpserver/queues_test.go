@@ -13,6 +13,10 @@ func TestListQueues(t *testing.T) {
 		if r.Method != "GET" || r.URL.Path != "/api/queues" {
 			return 404, `{"error":"no such path","code":"not_found"}`
 		}
+		// A call's page stays at 100 queues, below the HTTP listing's 1,000.
+		if got := r.URL.Query().Get("limit"); got != "100" {
+			return 400, `{"error":"limit ` + got + `, want 100","code":"invalid_request"}`
+		}
 		return 200, `{"queues":[{"queue":"backend","counts":{"todo":2,"blocked":3,"in_progress":1,"done":4,"cancelled":0,"failed":1},"oldest_todo_at":"2026-03-20T14:30:00.000Z"},` +
 			`{"queue":"default","counts":{"todo":0,"in_progress":0,"done":1,"cancelled":1},"oldest_todo_at":null}]}`
 	})
@@ -28,6 +32,10 @@ func TestListQueues(t *testing.T) {
 	qs, _ := out["queues"].([]any)
 	if len(qs) != 2 || qs[1].(map[string]any)["oldest_todo_at"] != nil {
 		t.Errorf("queues %v", out["queues"])
+	}
+
+	if _, txt, _ := callTool(t, cs, "list_queues", map[string]any{"limit": 101}); !strings.Contains(txt, "limit 101 is out of range: give 1 to 100") {
+		t.Errorf("limit 101: %s", txt)
 	}
 
 	empty := session(t, func(*http.Request, map[string]any) (int, string) { return 200, `{"queues":[]}` })

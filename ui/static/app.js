@@ -121,7 +121,7 @@ async function signIn(key) {
     }
   }
   const optional = (path) => probe(path).catch(() => false);
-  const [hasQueues, hasEvents] = await Promise.all([optional('/api/queues'), optional('/api/events?limit=1')]);
+  const [hasQueues, hasEvents] = await Promise.all([optional('/api/queues?limit=1'), optional('/api/events?limit=1')]);
   ctx.admin = admin;
   ctx.features = { queues: hasQueues, events: hasEvents };
   signedIn = true;

@@ -25,7 +25,7 @@ const PAGES = 10; // pages read at first, and added by "Load more"
 // QUEUE_PAGES pages of it (as the queues view shows), read again with the
 // counts at a refresh that reads what changed (update), and otherwise at
 // most every QUEUES_MS: the names change rarely.
-const QUEUE_PAGES = 20;
+export const QUEUE_PAGES = 2;
 const QUEUES_MS = 30000;
 // The whole listing is read again at least every FULL_MS; a refresh in
 // between reads at most CHANGED tasks one by one (those the feed names
