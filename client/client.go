@@ -64,6 +64,9 @@ type Client struct {
 	// out (selfID).
 	selfMu sync.Mutex
 	self   string
+	// asking is held by the request asking Whoami for actingAs, so that
+	// requests that need the answer at once ask it once between them.
+	asking chan struct{}
 }
 
 // RetryPolicy bounds the retries of a request (a try that timed out is
@@ -127,6 +130,7 @@ func New(baseURL, apiKey string, opts ...Option) *Client {
 		now:       time.Now,
 		sleep:     sleepCtx,
 		jitter:    func(n int64) int64 { return mrand.Int64N(n) },
+		asking:    make(chan struct{}, 1),
 	}
 	for _, o := range opts {
 		o(c)

@@ -692,11 +692,27 @@ func TestRequestsNamingTheKeysOwnAgentLeaveAgentIDOut(t *testing.T) {
 
 // One Client shared by goroutines whose first lease requests name the
 // key's own agent at once: each leaves agent_id out (the server here
-// refuses it), and under -race the kept identity races with nothing.
+// refuses it), they ask whoami once between them (the first answer is
+// held back until another whoami arrives, or a while), a request whose
+// context ends while it waits for that answer fails unsent, and under
+// -race the kept identity races with nothing.
 func TestASharedClientLeavesItsOwnAgentOutFromEveryGoroutine(t *testing.T) {
 	t.Parallel()
+	var whoamis atomic.Int32
+	second := make(chan struct{})
+	waiting := make(chan struct{})
 	s := newScripted(t, func(_ int, r recorded) (int, string) {
 		if r.Path == "/api/whoami" {
+			switch whoamis.Add(1) {
+			case 1:
+				close(waiting)
+				select {
+				case <-second:
+				case <-time.After(200 * time.Millisecond):
+				}
+			case 2:
+				close(second)
+			}
 			return 200, `{"agent_id":"agent-1","name":"researcher","admin":false}`
 		}
 		if _, ok := r.Body["agent_id"]; ok {
@@ -707,19 +723,37 @@ func TestASharedClientLeavesItsOwnAgentOutFromEveryGoroutine(t *testing.T) {
 	c := New(s.URL, "ck_x")
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
+	start := make(chan struct{})
 	for range 16 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-start
 			_, err := c.Renew(context.Background(), "task-1", RenewRequest{AgentID: "agent-1"})
 			errs <- err
 		}()
+	}
+	close(start)
+	// A request that gives up while another asks is not sent.
+	<-waiting
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Renew(gone, "task-1", RenewRequest{AgentID: "agent-1"}); !errors.Is(err, context.Canceled) || errors.Is(err, ErrUndecided) {
+		t.Errorf("a renewal cancelled while whoami is asked: %v, want canceled, not undecided", err)
 	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		if err != nil {
 			t.Error(err)
+		}
+	}
+	if n := whoamis.Load(); n != 1 {
+		t.Errorf("16 first requests at once asked whoami %d times, want once", n)
+	}
+	for _, r := range s.requests() {
+		if r.Path != "/api/whoami" && r.Path != "/api/tasks/task-1/renew" {
+			t.Errorf("unexpected request %s %s", r.Method, r.Path)
 		}
 	}
 }

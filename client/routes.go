@@ -279,18 +279,27 @@ func (c *Client) Whoami(ctx context.Context) (Identity, error) {
 // key's own agent, since the server takes the field from admins only
 // (403 forbidden from anyone else, even naming itself). The first request
 // naming an agent asks the server whose key this is (Whoami); the answer
-// is kept. A server that does not know GET /api/whoami (404: an earlier
-// version, which took an agent naming itself) gets agentID as given. Any
-// other failure of Whoami is the request's error (a *notSentError):
-// sending agent_id all the same would have a non-admin's own request
-// refused for good.
+// is kept, and requests that need it meanwhile wait for it rather than ask
+// again (one asks at a time; each asks while none has had an answer). A
+// server that does not know GET /api/whoami (404: an earlier version,
+// which took an agent naming itself) gets agentID as given. Any other
+// failure of Whoami is the request's error (a *notSentError): sending
+// agent_id all the same would have a non-admin's own request refused for
+// good.
 func (c *Client) actingAs(ctx context.Context, agentID string) (string, error) {
 	if agentID == "" {
 		return "", nil
 	}
-	c.selfMu.Lock()
-	self := c.self
-	c.selfMu.Unlock()
+	self := c.selfID()
+	if self == "" {
+		select {
+		case c.asking <- struct{}{}:
+			defer func() { <-c.asking }()
+		case <-ctx.Done():
+			return "", &notSentError{fmt.Errorf("whoami: %w", ctx.Err())}
+		}
+		self = c.selfID()
+	}
 	if self == "" {
 		id, err := c.Whoami(ctx)
 		var ae *APIError
@@ -306,6 +315,13 @@ func (c *Client) actingAs(ctx context.Context, agentID string) (string, error) {
 		return "", nil
 	}
 	return agentID, nil
+}
+
+// selfID is the key's own agent id, "" until Whoami has told it.
+func (c *Client) selfID() string {
+	c.selfMu.Lock()
+	defer c.selfMu.Unlock()
+	return c.self
 }
 
 // notSentError is the error of a request not sent because Whoami, asked
