@@ -87,12 +87,13 @@ import (
 //	                    the queues the batch touches, an UpdateItem of the
 //	                    registry when a queue is new, and one conditional
 //	                    UpdateItem per queue touched
-//	queues              GetItem of the registry, BatchGetItem of the counters
-//	                    (at most 100 queues), and per queue with todo tasks one
-//	                    Query of by_claim, Limit 1, per claim shard (4) per
-//	                    priority that has todo tasks: 2 + 4·p requests for p
-//	                    such priorities over all queues, 42 for one queue with
-//	                    todo tasks at every priority
+//	queues              GetItem of the registry, a BatchGetItem of the counters
+//	                    per 100 queues of the page, and per queue with todo
+//	                    tasks one Query of by_claim, Limit 1, per claim shard
+//	                    (4) per priority that has todo tasks: 2 + 4·p requests
+//	                    for p such priorities over a page's 100 queues, 42 for
+//	                    one queue with todo tasks at every priority; at most
+//	                    1,000 Queries a page (MaxQueueListingReads)
 
 // DynamoDB helpers that more than one part of the store uses: batch reads
 // and writes that retry what DynamoDB leaves unprocessed, and Queries
@@ -130,6 +131,9 @@ func batchGet[T any](ctx context.Context, db DB, table string, keys []map[string
 	return out, nil
 }
 
+// maxBatchGet is the most keys one BatchGetItem may ask for.
+const maxBatchGet = 100
+
 // batchGetItems reads the items of table at keys, consistently, 100 a
 // request (BatchGetItem's limit), retrying the keys DynamoDB leaves
 // unprocessed with a growing back-off. Keys with no item are left out;
@@ -139,8 +143,8 @@ func batchGetItems(ctx context.Context, db interface {
 	BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 }, table string, keys []map[string]types.AttributeValue, proj string, names map[string]string) ([]map[string]types.AttributeValue, error) {
 	var out []map[string]types.AttributeValue
-	for start := 0; start < len(keys); start += 100 {
-		ka := types.KeysAndAttributes{Keys: keys[start:min(start+100, len(keys))], ConsistentRead: aws.Bool(true)}
+	for start := 0; start < len(keys); start += maxBatchGet {
+		ka := types.KeysAndAttributes{Keys: keys[start:min(start+maxBatchGet, len(keys))], ConsistentRead: aws.Bool(true)}
 		if proj != "" {
 			ka.ProjectionExpression, ka.ExpressionAttributeNames = &proj, names
 		}

@@ -398,10 +398,11 @@ const MaxQueuesListed = 1000
 // listing makes for its queues' oldest todo tasks (each queue with todo tasks
 // takes one per claim shard per priority that has todo tasks): a page ends
 // before the queue that would take it past the bound, so that one GET's
-// requests stay bounded however the queues' tasks are spread. It is what a
-// page of 100 queues could read at most with the default 4 claim shards,
-// the bound of every page when pages held 100 queues.
-const MaxQueueListingReads = 100 * (MaxPriority + 1) * 4
+// requests, and its time in a small Lambda, stay bounded however the
+// queues' tasks are spread. With the default 4 claim shards, 250 queues
+// whose todo tasks share a priority fill a page's reads (queues without
+// todo tasks take none).
+const MaxQueueListingReads = 1000
 
 // ListQueuesParams asks for a page of the queue listing.
 type ListQueuesParams struct {
@@ -442,9 +443,10 @@ func queueAfter(cursor string) (string, error) {
 // reads (MaxQueueListingReads; the first queue is always listed).
 // Requests: a GetItem of the registry (and a BatchGetItem of its further
 // pages) once this process's copy of it is listedQueuesFor old
-// (registry.go), a BatchGetItem of the counters of up to limit queues (100
-// a request), and for each queue of the page with todo tasks one Query
-// (Limit 1) per claim shard per priority that has todo tasks, 16 at once.
+// (registry.go), a BatchGetItem of the counters of each 100 queues until
+// the page is full, and for each queue of the page with todo tasks one
+// Query (Limit 1) per claim shard per priority that has todo tasks, 16 at
+// once.
 // Counts are exact up to the stream's delay; oldest_todo_at comes from the
 // claim index and may lag. Queues are only ever added, so a walk of the
 // pages lists once every queue there was listedQueuesFor before it began.
@@ -473,11 +475,25 @@ func (s *Store) ListQueuePage(ctx context.Context, p ListQueuesParams) (QueuePag
 	if len(names) == 0 {
 		return QueuePage{Queues: []QueueStats{}}, nil
 	}
-	items, err := s.queueItems(ctx, names)
-	if err != nil {
-		return QueuePage{}, fmt.Errorf("read queue counters: %w", err)
+	// The counters a BatchGetItem's worth at a time, until the page's
+	// queues would take its reads past the bound.
+	items := map[string]map[string]types.AttributeValue{}
+	n, spent := 0, 0
+	for read := 0; n == read && read < len(names); read = min(read+maxBatchGet, len(names)) {
+		got, err := s.queueItems(ctx, names[read:min(read+maxBatchGet, len(names))])
+		if err != nil {
+			return QueuePage{}, fmt.Errorf("read queue counters: %w", err)
+		}
+		maps.Copy(items, got)
+		for ; n < min(read+maxBatchGet, len(names)); n++ {
+			r := oldestReads(items[names[n]], s.shards.Claim)
+			if n > 0 && spent+r > s.queueReads {
+				break
+			}
+			spent += r
+		}
 	}
-	if n := queuesWithin(names, items, s.queueReads, s.shards.Claim); n < len(names) {
+	if n < len(names) {
 		names, more = names[:n], true
 	}
 	var page QueuePage
@@ -486,19 +502,6 @@ func (s *Store) ListQueuePage(ctx context.Context, p ListQueuesParams) (QueuePag
 	}
 	page.Queues, err = s.queueStats(ctx, names, items)
 	return page, err
-}
-
-// queuesWithin is how many of names, from the first, a page lists within
-// reads Queries of their oldest todo tasks (at least one).
-func queuesWithin(names []string, items map[string]map[string]types.AttributeValue, reads, shards int) int {
-	spent := 0
-	for i, q := range names {
-		spent += oldestReads(items[q], shards)
-		if spent > reads && i > 0 {
-			return i
-		}
-	}
-	return len(names)
 }
 
 // oldestReads is how many Queries the oldest todo task of the queue whose

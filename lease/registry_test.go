@@ -102,7 +102,9 @@ func TestThousandsOfQueues(t *testing.T) {
 			t.Fatalf("queue %d is missing from the registry (%d names)", i, len(all))
 		}
 	}
-	// The queue listing reads every page: the first queues in name order.
+	// The queue listing reads every page: the first queues in name order
+	// (their counts not yet counted by the change stream, which this test
+	// does not run: so no reads of oldest todo tasks cut the page).
 	qs, err := e.store.ListQueues(ctx(t))
 	if err != nil {
 		t.Fatalf("list queues: %v", err)
@@ -174,6 +176,79 @@ func TestQueueListingPagesEndWithinTheirReads(t *testing.T) {
 	qs := must[[]lease.QueueStats](t)(e.store.ListQueues(ctx(t)))
 	if len(qs) != 3 || qs[2].Queue != "rd-c" || qs[2].Counts[lease.StatusInProgress] != 1 || qs[1].Counts[lease.StatusTodo] != 2 || qs[0].OldestTodoAt.IsZero() {
 		t.Errorf("first page %+v, want rd-a, rd-b (2 todo) and rd-c (1 in progress), rd-a with its oldest todo task", qs)
+	}
+}
+
+// spreadQueues creates n queues of one todo task each (priority 0), named
+// prefix-0000 on.
+func (e *env) spreadQueues(t *testing.T, prefix string, n int) {
+	t.Helper()
+	for start := 0; start < n; start += lease.MaxBatch {
+		var ps []lease.CreateTaskParams
+		for i := start; i < min(start+lease.MaxBatch, n); i++ {
+			ps = append(ps, lease.CreateTaskParams{TaskID: fmt.Sprintf("%s-t-%04d", prefix, i), Title: "t", Queue: fmt.Sprintf("%s-%04d", prefix, i)})
+		}
+		if _, err := e.store.CreateTasks(ctx(t), ps); err != nil {
+			t.Fatalf("create the tasks of queues %d on: %v", start, err)
+		}
+	}
+	e.drain(t)
+}
+
+// A page cut short by its reads reads the counters of no more queues than
+// it needs: a BatchGetItem per 100 queues, until the page is full, not the
+// counters of every queue up to the limit (which the next page reads again).
+func TestAQueuePageReadsOnlyTheCountersItNeeds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.spreadQueues(t, "cn", 250)
+	// By default one page: 250 queues of one todo task each take the
+	// page's 1,000 Queries with 4 claim shards.
+	e.count.Take()
+	whole := must[lease.QueuePage](t)(e.store.ListQueuePage(ctx(t), lease.ListQueuesParams{}))
+	if ops := e.count.Take(); len(whole.Queues) != 250 || whole.NextCursor != "" || ops["Query"] > lease.MaxQueueListingReads {
+		t.Errorf("the default page: %d queues, next cursor %q, %d Queries; want 250, none, at most %d", len(whole.Queues), whole.NextCursor, ops["Query"], lease.MaxQueueListingReads)
+	}
+	lease.LimitQueueListingReads(e.store, 2*schema.DefaultShards().Claim) // pages of 2 queues
+	e.count.Take()
+	page := must[lease.QueuePage](t)(e.store.ListQueuePage(ctx(t), lease.ListQueuesParams{}))
+	ops := e.count.Take()
+	if len(page.Queues) != 2 || page.NextCursor == "" {
+		t.Fatalf("a page of %d queues (next cursor %q), want 2 and a cursor", len(page.Queues), page.NextCursor)
+	}
+	if ops["BatchGetItem"] != 1 {
+		t.Errorf("a page of 2 queues made %d BatchGetItems of counters, want 1", ops["BatchGetItem"])
+	}
+}
+
+// Walks of the listing whose pages are cut at, across and within the
+// counters' batches of 100 list every queue once.
+func TestQueueWalksAcrossCounterBatches(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.spreadQueues(t, "cb", 250)
+	shards := schema.DefaultShards().Claim
+	for _, per := range []int{1, 99, 100, 101, 150, 250} {
+		lease.LimitQueueListingReads(e.store, per*shards)
+		var sizes []int
+		seen := map[string]bool{}
+		for p := (lease.ListQueuesParams{}); ; {
+			page := must[lease.QueuePage](t)(e.store.ListQueuePage(ctx(t), p))
+			sizes = append(sizes, len(page.Queues))
+			for _, q := range page.Queues {
+				if seen[q.Queue] {
+					t.Fatalf("pages of %d queues: %s listed twice", per, q.Queue)
+				}
+				seen[q.Queue] = true
+			}
+			if page.NextCursor == "" {
+				break
+			}
+			p.Cursor = page.NextCursor
+		}
+		if len(seen) != 250 || sizes[0] != min(per, 250) || len(sizes) != (250+per-1)/per {
+			t.Errorf("pages of %d queues: %d listed in pages %v", per, len(seen), sizes)
+		}
 	}
 }
 

@@ -530,7 +530,7 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     const page = await newPage('optional-routes');
     const json = (body) => ({ status: 200, contentType: 'application/json', body: JSON.stringify(body) });
     const now = Date.now();
-    await page.route('**/api/queues', (r) => r.fulfill(json({ queues: [
+    await page.route((u) => u.pathname === '/api/queues', (r) => r.fulfill(json({ queues: [
       { queue: 'default', counts: { todo: 4, blocked: 3, in_progress: 2, done: 9, cancelled: 1, failed: 2 }, oldest_todo_at: new Date(now - 600000).toISOString() },
       { queue: 'gpu', counts: { todo: 0, blocked: 0, in_progress: 1, done: 0, cancelled: 0, failed: 0 }, oldest_todo_at: null },
     ] })));
@@ -594,6 +594,27 @@ describe('dashboard in headless chromium', { skip, timeout: 240000 }, () => {
     await page.waitForResponse((res) => new URL(res.url()).pathname === '/api/tasks');
     assert.ok(asked.length >= 5 && asked.slice(1).every((c, i) => c === (i % 2 ? 'page-2' : null)), `pages asked: ${asked}`);
     assert.ok(await page.locator('#t-queue option[value="zz-second-page"]').count() === 1, 'the second page\'s queue is still offered');
+    await page.close();
+  });
+
+  test('the queues view shows up to 2,000 queues however many a page holds', async () => {
+    // The server's pages end early (here at 100 queues, as pages of queues
+    // with todo tasks at many priorities do): the view reads on to 2,000.
+    const page = await newPage('queue-pages-cut');
+    const json = (body) => ({ status: 200, contentType: 'application/json', body: JSON.stringify(body) });
+    const counts = { todo: 1, blocked: 0, in_progress: 0, done: 0, cancelled: 0, failed: 0 };
+    const name = (i) => 'q-' + String(i).padStart(4, '0');
+    await page.route((u) => u.pathname === '/api/queues', (r) => {
+      const cursor = new URL(r.request().url()).searchParams.get('cursor');
+      const from = cursor ? Number(cursor) : 0;
+      const queues = [];
+      for (let i = from; i < from + 100; i++) queues.push({ queue: name(i), counts, oldest_todo_at: null });
+      r.fulfill(json({ queues, next_cursor: String(from + 100) }));
+    });
+    await signIn(page, ADMIN_KEY);
+    await page.click('#nav a[data-view="queues"]');
+    await page.locator(`#queues-body > tr[data-key="${name(1999)}"]`).waitFor();
+    assert.equal(await page.locator('#queues-body > tr').count(), 2000);
     await page.close();
   });
 

@@ -123,8 +123,9 @@ export const del = (path) => request('DELETE', path);
 // id encodes an identifier for a path segment.
 export const seg = (id) => encodeURIComponent(id);
 
-// pages follows next_cursor for up to max pages and returns every item.
-export async function pages(path, field, max = 10) {
+// pages follows next_cursor for up to max pages, and until it has most
+// items, and returns the items (at most most of them).
+export async function pages(path, field, max = 10, most = Infinity) {
   const out = [];
   let cursor = null;
   for (let i = 0; i < max; i++) {
@@ -132,9 +133,9 @@ export async function pages(path, field, max = 10) {
     const page = await get(cursor ? `${path}${sep}cursor=${encodeURIComponent(cursor)}` : path);
     out.push(...(page[field] || []));
     cursor = page.next_cursor;
-    if (!cursor) break;
+    if (!cursor || out.length >= most) break;
   }
-  return out;
+  return out.slice(0, most);
 }
 
 // probe reports whether the API serves a route: false when it answers 404

@@ -6,7 +6,7 @@
 import { pages, serverNow } from './api.js';
 import { $, h, text, attr, reconcile, td } from './dom.js';
 import { setTime, ago, ms, STATUSES } from './format.js';
-import { makeArg, QUEUE_PAGES } from './tasks.js';
+import { makeArg, QUEUE_PAGES, QUEUES_SHOWN } from './tasks.js';
 
 // The statuses whose counts stand out when they are not zero.
 const ATTENTION = new Set(['blocked', 'failed']);
@@ -15,9 +15,8 @@ const view = {
   title: () => 'Queues',
 
   async load() {
-    // Two pages: up to 2,000 queues (fewer when many hold todo tasks at
-    // several priorities, whose oldest tasks take a page's reads).
-    const queues = (await pages('/api/queues', 'queues', QUEUE_PAGES)).sort((a, b) => String(a.queue).localeCompare(String(b.queue)));
+    // Up to 2,000 queues, in at most 20 pages.
+    const queues = (await pages('/api/queues', 'queues', QUEUE_PAGES, QUEUES_SHOWN)).sort((a, b) => String(a.queue).localeCompare(String(b.queue)));
     reconcile($('queues-body'), queues, (q) => q.queue, makeRow, updateRow);
     $('queues-empty').hidden = queues.length > 0;
   },

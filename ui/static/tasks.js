@@ -22,10 +22,12 @@ import { STATUSES, statusWords, until, clock, isolate } from './format.js';
 const LIMIT = 500; // tasks per page
 const PAGES = 10; // pages read at first, and added by "Load more"
 // The queue filter offers every queue the queue listing names, up to
-// QUEUE_PAGES pages of it (as the queues view shows), read again with the
+// QUEUES_SHOWN queues in at most QUEUE_PAGES pages of it (as the queues view
+// shows; a page holds fewer queues when many hold todo tasks), read again with the
 // counts at a refresh that reads what changed (update), and otherwise at
 // most every QUEUES_MS: the names change rarely.
-export const QUEUE_PAGES = 2;
+export const QUEUE_PAGES = 20;
+export const QUEUES_SHOWN = 2000;
 const QUEUES_MS = 30000;
 // The whole listing is read again at least every FULL_MS; a refresh in
 // between reads at most CHANGED tasks one by one (those the feed names
@@ -114,7 +116,7 @@ const view = {
     const [start, answer, queues] = await Promise.all([
       cheap ? feedStart() : null,
       listPages(status, queue, wanted),
-      readQueues ? pages('/api/queues', 'queues', QUEUE_PAGES).catch(() => null) : null,
+      readQueues ? pages('/api/queues', 'queues', QUEUE_PAGES, QUEUES_SHOWN).catch(() => null) : null,
     ]);
     if (me !== loads) return false;
     if (queues) noteQueues(queues);
@@ -195,7 +197,7 @@ async function feedStart() {
 // least what it names.
 async function update(status, queue) {
   const changes = await feedSince(feed);
-  const queues = await pages('/api/queues', 'queues', QUEUE_PAGES);
+  const queues = await pages('/api/queues', 'queues', QUEUE_PAGES, QUEUES_SHOWN);
   noteQueues(queues);
   if (!changes) return null;
   const ids = new Set(changes.events.filter((e) => e.type !== 'renew').map((e) => e.task_id));
