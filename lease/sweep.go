@@ -598,3 +598,99 @@ type Due struct{ Leases, Agents bool }
 
 // Any says whether anything fell due.
 func (d Due) Any() bool { return d.Leases || d.Agents }
+
+// nextDueWorkers bounds the Queries NextDue has in flight at once.
+const nextDueWorkers = 8
+
+// NextDue finds the earliest lease expiry, delayed task's not_before or
+// heartbeat expiry in (since, before]: at is that moment (zero when there
+// is none), and due says which kinds have one in (since, max(at, now)]:
+// Leases (SweepExpired ends or ranks them), Agents (the whole Sweep judges
+// them). now is the store's clock it judged by. An at not after now has
+// fallen due already (since is the start of the last sweep that
+// succeeded, so that what fell due while it ran is not missed); a later one
+// is when to sweep next, as far as the indexes know now: a lease granted
+// afterwards may expire sooner, and a renewal or a heartbeat may move the
+// one found later.
+//
+// It costs one Query per shard of each expiry index (32 with the default
+// shard counts): ascending, Limit 1, projecting the sort key alone, so each
+// reads at most one index entry (0.5 read units, eventually consistent),
+// whatever the leases and agents. A process that sweeps on a long
+// schedule asks it after each sweep and sleeps until at, to record a
+// lease's timeout, a holder's death or a delayed task's readiness (and tell
+// its holder and watchers) as it falls due.
+func (s *Store) NextDue(ctx context.Context, since, before time.Time) (now, at time.Time, due Due, err error) {
+	now = s.clock()
+	if !before.After(since) {
+		return now, at, due, nil
+	}
+	from, to := expression.Value(ms(since)+1), expression.Value(ms(before))
+	indexes := []struct {
+		table, index, part, sort string
+	}{
+		{s.tasks, schema.TasksByLeaseExpiry, "lease_shard", "lease_expires"},
+		{s.heartbeats, schema.HeartbeatsByExpiry, "hb_shard", "hb_expires"},
+	}
+	// earliest[i][shard] is index i's earliest entry in the window in that
+	// shard (0: none).
+	earliest := make([][]int64, len(indexes))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(nextDueWorkers)
+	for i, q := range indexes {
+		earliest[i] = make([]int64, s.shards.Lease)
+		for shard := range s.shards.Lease {
+			g.Go(func() error {
+				keyCond := expression.Key(q.part).Equal(expression.Value(strconv.Itoa(shard))).And(expression.Key(q.sort).Between(from, to))
+				expr, err := expression.NewBuilder().WithKeyCondition(keyCond).
+					WithProjection(expression.NamesList(expression.Name(q.sort))).Build()
+				if err != nil {
+					return err
+				}
+				out, err := s.db.Query(gctx, &dynamodb.QueryInput{
+					TableName:                 aws.String(q.table),
+					IndexName:                 aws.String(q.index),
+					KeyConditionExpression:    expr.KeyCondition(),
+					ProjectionExpression:      expr.Projection(),
+					ExpressionAttributeNames:  expr.Names(),
+					ExpressionAttributeValues: expr.Values(),
+					ScanIndexForward:          aws.Bool(true),
+					Limit:                     aws.Int32(1),
+				})
+				if err != nil {
+					return fmt.Errorf("sweep next due: query %s %s: %w", q.table, q.index, err)
+				}
+				if len(out.Items) == 0 {
+					return nil
+				}
+				var entry map[string]int64
+				if err := attributevalue.UnmarshalMap(out.Items[0], &entry); err != nil {
+					return fmt.Errorf("sweep next due: %s %s: %w", q.table, q.index, err)
+				}
+				earliest[i][shard] = entry[q.sort]
+				return nil
+			})
+		}
+	}
+	if err := g.Wait(); err != nil {
+		return now, time.Time{}, Due{}, err
+	}
+	first := make([]int64, len(indexes)) // each index's earliest (0: none)
+	var next int64
+	for i := range indexes {
+		for _, t := range earliest[i] {
+			if t != 0 && (first[i] == 0 || t < first[i]) {
+				first[i] = t
+			}
+		}
+		if first[i] != 0 && (next == 0 || first[i] < next) {
+			next = first[i]
+		}
+	}
+	if next == 0 {
+		return now, time.Time{}, Due{}, nil
+	}
+	by := max(next, ms(now))
+	due = Due{Leases: first[0] != 0 && first[0] <= by, Agents: first[1] != 0 && first[1] <= by}
+	return now, time.UnixMilli(next), due, nil
+}
