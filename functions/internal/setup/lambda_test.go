@@ -582,9 +582,14 @@ func TestFromEnv(t *testing.T) {
 	t.Setenv(EnvEventBus, "prod-bus")
 	t.Setenv(EnvAutoCreateTasks, "true")
 	t.Setenv(EnvLogLevel, "debug")
+	t.Setenv(EnvSweepStay, "20s")
 	e := FromEnv(deploy.Checkouts)
 	if e.Function != deploy.Checkouts || e.TablePrefix != "prod-" || e.EventBus != "prod-bus" || !e.AutoCreateTasks ||
-		e.LogLevel != slog.LevelDebug || e.Metrics != os.Stdout {
+		e.LogLevel != slog.LevelDebug || e.Metrics != os.Stdout || e.SweepStay != 20*time.Second {
 		t.Fatalf("%+v", e)
+	}
+	t.Setenv(EnvSweepStay, "")
+	if e := FromEnv(deploy.Sweeper); e.SweepStay != DefaultSweepStay {
+		t.Fatalf("stay %v with %s unset, want %v", e.SweepStay, EnvSweepStay, DefaultSweepStay)
 	}
 }

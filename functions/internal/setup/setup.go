@@ -41,6 +41,10 @@ const (
 	EnvEventBus        = notify.EnvEventBus    // CHECKOUT_EVENT_BUS
 	EnvAutoCreateTasks = "CHECKOUT_AUTO_CREATE_TASKS"
 	EnvLogLevel        = "LOG_LEVEL"
+	// EnvSweepStay is how long a sweeper run stays after its sweep to
+	// sweep what falls due meanwhile (a Go duration; unset: DefaultSweepStay,
+	// "0s": one sweep a run). See Sweep.
+	EnvSweepStay = "CHECKOUT_SWEEP_STAY"
 	// The notices function's webhooks (the stack sets them from the CDK
 	// context webhookUrls and webhookSecretName).
 	EnvWebhookURL    = webhook.EnvURL    // CHECKOUT_WEBHOOK_URL
@@ -106,6 +110,10 @@ type Env struct {
 	// Shards are the indexes' shard counts (schema.ShardsFromEnv; zero
 	// counts are the defaults).
 	Shards schema.ShardCounts
+	// SweepStay is how long after its start a sweeper run goes on sweeping
+	// what falls due (0: one sweep a run; FromEnv reads EnvSweepStay, and
+	// makes it DefaultSweepStay when that is unset). See Sweep.
+	SweepStay time.Duration
 	// Metrics receives the embedded metric format lines (nil: none). The
 	// functions write them to standard output, where CloudWatch Logs picks
 	// them up.
@@ -129,7 +137,25 @@ func FromEnv(fn string) Env {
 	e.WebhookSecret = os.Getenv(EnvWebhookSecret)
 	_ = e.LogLevel.UnmarshalText([]byte(strings.TrimSpace(os.Getenv(EnvLogLevel))))
 	e.Shards, _ = schema.ShardsFromEnv(os.Getenv) // MustStore refuses a bad one
+	e.SweepStay, _ = SweepStayFromEnv(os.Getenv) // MustStore refuses a bad one
 	return e
+}
+
+// SweepStayFromEnv reads EnvSweepStay: a Go duration, not negative;
+// unset or blank, DefaultSweepStay.
+func SweepStayFromEnv(getenv func(string) string) (time.Duration, error) {
+	v := strings.TrimSpace(getenv(EnvSweepStay))
+	if v == "" {
+		return DefaultSweepStay, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err == nil && d < 0 {
+		err = errors.New("negative")
+	}
+	if err != nil {
+		return DefaultSweepStay, fmt.Errorf("%s=%q: want a duration such as 55s, or 0s for one sweep a run: %w", EnvSweepStay, v, err)
+	}
+	return d, nil
 }
 
 // Logger writes JSON lines to stdout, which Lambda sends to CloudWatch Logs.
@@ -174,6 +200,10 @@ func mustAWSConfig(log *slog.Logger) aws.Config {
 func MustStore(e Env, log *slog.Logger) (*lease.Store, *dynamodb.Client) {
 	if _, err := schema.ShardsFromEnv(os.Getenv); err != nil {
 		log.Error("shard counts", "error", err)
+		os.Exit(1)
+	}
+	if _, err := SweepStayFromEnv(os.Getenv); err != nil {
+		log.Error("sweep stay", "error", err)
 		os.Exit(1)
 	}
 	cfg := mustAWSConfig(log)

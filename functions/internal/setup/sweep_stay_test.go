@@ -1,0 +1,256 @@
+package setup
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/checkout-dev/checkout/deploy"
+	"github.com/checkout-dev/checkout/internal/testclock"
+	"github.com/checkout-dev/checkout/internal/testenv"
+	"github.com/checkout-dev/checkout/lease"
+)
+
+// stayRig is a sweeper over fresh tables, its requests counted and its
+// lines kept.
+type stayRig struct {
+	store *lease.Store // the other functions' store, uncounted
+	sweep SweepHandler
+	count *testenv.Counter
+	out   *testenv.Buffer
+	// prefix is the tables' (and the metrics' Deployment).
+	prefix string
+}
+
+func newStayRig(t *testing.T, stay time.Duration, now func() time.Time) *stayRig {
+	t.Helper()
+	names := testenv.Tables(t)
+	r := &stayRig{count: testenv.NewCounter(), out: &testenv.Buffer{}, prefix: names.Prefix}
+	quiet := slog.New(slog.DiscardHandler)
+	env := Env{Function: deploy.Sweeper, TablePrefix: names.Prefix, Metrics: r.out, Now: now, SweepStay: stay}
+	r.store = NewStore(lease.NewLocalClient(testenv.Endpoint()), nil, env, quiet)
+	r.sweep = Sweep(NewStore(r.count.Client(testenv.Endpoint()), nil, env, quiet), nil, env)
+	return r
+}
+
+// invoke runs one invocation as Lambda does, with the stack's 60 s
+// timeout (or timeout), and answers when it returned.
+func (r *stayRig) invoke(t *testing.T, timeout time.Duration) (lease.SweepResult, time.Time) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	res, err := r.sweep(ctx)
+	if err != nil {
+		t.Fatalf("the run failed: %v", err)
+	}
+	return res, time.Now()
+}
+
+// sweeps are the run's sweep lines: each one's time (its metrics'
+// timestamp, Unix ms) and the leases it ended.
+func (r *stayRig) sweeps(t *testing.T) (at []int64, ended []float64) {
+	t.Helper()
+	lines, _ := emf(t, r.out.Take(), r.prefix)
+	for _, l := range lines {
+		if l["msg"] != "sweep" {
+			t.Errorf("line %v, want only sweep lines", l)
+			continue
+		}
+		meta := l["_aws"].(map[string]any)
+		at = append(at, int64(meta["Timestamp"].(float64)))
+		ended = append(ended, l[deploy.MetricSweepEnded].(float64))
+	}
+	return at, ended
+}
+
+func (r *stayRig) checkout(t *testing.T, task, agent string, timeout time.Duration) lease.Checkout {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := r.store.CreateTask(ctx, lease.CreateTaskParams{TaskID: task}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := r.store.Checkout(ctx, lease.CheckoutParams{TaskID: task, AgentID: agent, AgentName: agent, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// A run stays after its sweep and ends a lease that expires within its
+// stay about as soon as it expires, not at the next minute's run.
+func TestSweepRunEndsALeaseAsItExpiresWithinItsStay(t *testing.T) {
+	t.Parallel()
+	r := newStayRig(t, 4*time.Second, nil)
+	c := r.checkout(t, "t1", "alice", 2*time.Second)
+	testenv.CaughtUp(t, r.prefix)
+	res, returned := r.invoke(t, time.Minute)
+	if res != (lease.SweepResult{Timeouts: 1}) {
+		t.Fatalf("the run swept %+v, want the lease's timeout", res)
+	}
+	at, ended := r.sweeps(t)
+	if len(at) != 2 || ended[0] != 0 || ended[1] != 1 {
+		t.Fatalf("sweeps ending %v, want the run's sweep (nothing) and one as the lease expired (1)", ended)
+	}
+	expires := c.ExpiresAt.UnixMilli()
+	late := at[1] - expires
+	t.Logf("ended %d ms after the lease expired", late)
+	if late < 0 || late > 1000 {
+		t.Fatalf("the lease was ended %d ms after it expired, want within a second", late)
+	}
+	if task, err := r.store.GetTask(context.Background(), "t1"); err != nil || task.Status != lease.StatusTodo {
+		t.Fatalf("task %+v, %v: want it back to todo", task, err)
+	}
+	// Nothing else fell due: the run stayed no longer than its stay.
+	if over := returned.Sub(time.UnixMilli(expires)); over > 3*time.Second {
+		t.Fatalf("the run returned %v after the lease's expiry, past its 4 s stay", over)
+	}
+}
+
+// A holder whose heartbeat expires within the stay loses its lease to its
+// death in the same run: the run sweeps whole (judging agents) when a
+// heartbeat falls due.
+func TestSweepRunEndsADeadHoldersLeaseWithinItsStay(t *testing.T) {
+	t.Parallel()
+	r := newStayRig(t, 4*time.Second, nil)
+	hb, err := r.store.Heartbeat(context.Background(), "bob", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.checkout(t, "t1", "bob", time.Hour)
+	testenv.CaughtUp(t, r.prefix)
+	res, _ := r.invoke(t, time.Minute)
+	if res != (lease.SweepResult{AgentDeaths: 1}) {
+		t.Fatalf("the run swept %+v, want the holder's death", res)
+	}
+	at, ended := r.sweeps(t)
+	if len(at) != 2 || ended[1] != 1 {
+		t.Fatalf("sweeps ending %v, want the run's sweep and one as the heartbeat expired", ended)
+	}
+	late := at[1] - hb.ExpiresAt.UnixMilli()
+	t.Logf("ended %d ms after the heartbeat expired", late)
+	if late < 0 || late > 1000 {
+		t.Fatalf("the lease was ended %d ms after its holder's heartbeat expired, want within a second", late)
+	}
+}
+
+// A run with nothing due within its minute returns after its sweep and
+// one look, NextDue's one Query per shard of each expiry index: an idle
+// deployment costs a look a minute more than one sweep, and no wait. A
+// lease expiring after the stay is the next run's.
+func TestSweepRunWithNothingDueReturnsAfterOneLook(t *testing.T) {
+	t.Parallel()
+	clock := testclock.New(time.Date(2026, 3, 20, 14, 0, 0, 0, time.UTC))
+	r := newStayRig(t, DefaultSweepStay, clock.Now)
+	r.checkout(t, "t1", "alice", 5*time.Minute)
+	testenv.CaughtUp(t, r.prefix)
+	r.count.Take()
+	began := time.Now()
+	res, returned := r.invoke(t, time.Minute)
+	if res != (lease.SweepResult{}) {
+		t.Fatalf("the run swept %+v, want nothing", res)
+	}
+	if took := returned.Sub(began); took > 5*time.Second {
+		t.Fatalf("the run took %v with nothing due, want it to return at once", took)
+	}
+	// The sweep: one Query per shard of each expiry index (16 each by
+	// default); the look: as many.
+	if ops := r.count.Take(); ops.Total() != 64 || ops["Query"] != 64 {
+		t.Fatalf("requests %v, want 32 Queries for the sweep and 32 for the look", ops)
+	}
+	if at, _ := r.sweeps(t); len(at) != 1 {
+		t.Fatalf("%d sweep lines, want one", len(at))
+	}
+}
+
+// The stay never passes the invocation's deadline less SweepDeadlineMargin
+// and SweepRoom, whatever EnvSweepStay says: a run with a short timeout
+// sweeps what falls due before then and leaves what falls due later to
+// the next run.
+func TestSweepStayEndsBeforeTheInvocationsDeadline(t *testing.T) {
+	t.Parallel()
+	r := newStayRig(t, DefaultSweepStay, nil)
+	r.checkout(t, "soon", "alice", time.Second)
+	r.checkout(t, "later", "alice", 4*time.Second)
+	testenv.CaughtUp(t, r.prefix)
+	timeout := SweepDeadlineMargin + SweepRoom + 2500*time.Millisecond // a stay of 2.5 s
+	began := time.Now()
+	res, returned := r.invoke(t, timeout)
+	if res != (lease.SweepResult{Timeouts: 1}) {
+		t.Fatalf("the run swept %+v, want the first lease's timeout alone", res)
+	}
+	if stayed := returned.Sub(began); stayed > 2500*time.Millisecond+500*time.Millisecond {
+		t.Fatalf("the run returned %v after it began, past its 2.5 s stay (the invocation's deadline less %v)", stayed, SweepDeadlineMargin+SweepRoom)
+	}
+	if task, err := r.store.GetTask(context.Background(), "later"); err != nil || task.Status != lease.StatusInProgress {
+		t.Fatalf("task %+v, %v: want it still held, for the next run", task, err)
+	}
+}
+
+// EnvSweepStay is a Go duration: unset is DefaultSweepStay, "0s" one
+// sweep a run; anything else is refused (MustStore exits).
+func TestSweepStayFromEnv(t *testing.T) {
+	for v, want := range map[string]time.Duration{"": DefaultSweepStay, " ": DefaultSweepStay, "0s": 0, "30s": 30 * time.Second, "1m": time.Minute} {
+		if got, err := SweepStayFromEnv(func(string) string { return v }); err != nil || got != want {
+			t.Errorf("%s=%q: %v, %v; want %v", EnvSweepStay, v, got, err, want)
+		}
+	}
+	for _, v := range []string{"-1s", "55", "soon"} {
+		if _, err := SweepStayFromEnv(func(string) string { return v }); err == nil || !strings.Contains(err.Error(), EnvSweepStay) {
+			t.Errorf("%s=%q: %v, want it refused", EnvSweepStay, v, err)
+		}
+	}
+}
+
+// failingOnce fails the first UpdateItem sent through it.
+type failingOnce struct {
+	lease.DB
+	failed atomic.Bool
+}
+
+func (f *failingOnce) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if f.failed.CompareAndSwap(false, true) {
+		return nil, errors.New("throttled, say")
+	}
+	return f.DB.UpdateItem(ctx, in, opts...)
+}
+
+// A sweep of the stay that fails is logged, and the run looks at its
+// window again and sweeps it later in the stay; the run succeeds.
+func TestSweepRunSweepsAgainAfterAFailedSweep(t *testing.T) {
+	t.Parallel()
+	names := testenv.Tables(t)
+	out := &testenv.Buffer{}
+	quiet := slog.New(slog.DiscardHandler)
+	env := Env{Function: deploy.Sweeper, TablePrefix: names.Prefix, Metrics: out, SweepStay: 4 * time.Second}
+	store := NewStore(lease.NewLocalClient(testenv.Endpoint()), nil, env, quiet)
+	sweep := Sweep(NewStore(&failingOnce{DB: lease.NewLocalClient(testenv.Endpoint())}, nil, env, quiet), nil, env)
+	ctx := context.Background()
+	if _, err := store.CreateTask(ctx, lease.CreateTaskParams{TaskID: "t1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Checkout(ctx, lease.CheckoutParams{TaskID: "t1", AgentID: "alice", AgentName: "alice", Timeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.CaughtUp(t, names.Prefix)
+	run, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	res, err := sweep(run)
+	if err != nil || res != (lease.SweepResult{Timeouts: 1}) {
+		t.Fatalf("the run: %+v, %v; want the lease's timeout, and no error", res, err)
+	}
+	lines, _ := emf(t, out.Take(), names.Prefix)
+	var msgs []string
+	for _, l := range lines {
+		msgs = append(msgs, l["msg"].(string))
+	}
+	if !slices.Equal(msgs, []string{"sweep", "sweep failed", "sweep"}) {
+		t.Fatalf("lines %v, want the run's sweep, the failed one, and the one that ended the lease", msgs)
+	}
+}
