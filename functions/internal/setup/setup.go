@@ -137,7 +137,7 @@ func FromEnv(fn string) Env {
 	e.WebhookSecret = os.Getenv(EnvWebhookSecret)
 	_ = e.LogLevel.UnmarshalText([]byte(strings.TrimSpace(os.Getenv(EnvLogLevel))))
 	e.Shards, _ = schema.ShardsFromEnv(os.Getenv) // MustStore refuses a bad one
-	e.SweepStay, _ = SweepStayFromEnv(os.Getenv) // MustStore refuses a bad one
+	e.SweepStay, _ = SweepStayFromEnv(os.Getenv)  // MustStore refuses a bad one
 	return e
 }
 
