@@ -34,9 +34,10 @@ const (
 	// MetricUnauthorized: keys the authorizer did not know (malformed,
 	// unknown or revoked); each is cached for the authorizer's TTL.
 	MetricUnauthorized = "UnauthorizedKeys"
-	// MetricSweepEnded: leases one sweep run found past their end and ended
-	// (its backlog); MetricSweepDuration: how long the run took, in
-	// milliseconds. Both are written once per run.
+	// MetricSweepEnded: leases one sweep found past their end and ended
+	// (its backlog); MetricSweepDuration: how long the sweep took, in
+	// milliseconds. Both are written once per sweep: a sweeper run's
+	// first, and each it makes as something falls due within its stay.
 	MetricSweepEnded    = "SweepEnded"
 	MetricSweepDuration = "SweepDuration"
 	// MetricAPIThrottled: 429 answers of the API stage, counted from its

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/constructs-go/constructs/v10"
 
@@ -61,6 +62,13 @@ type Config struct {
 	// checkout of an unknown task creates it, as CHECKOUT_AUTO_CREATE_TASKS
 	// does on the local server. Only the checkouts function checks out.
 	AutoCreateTasks bool
+	// SweepStay (context "sweepStay", a Go duration such as "30s"; unset:
+	// the sweeper's own default, 55 s) is how long after its start each
+	// scheduled sweeper run stays to sweep leases and heartbeats as they
+	// fall due, set as CHECKOUT_SWEEP_STAY on the sweeper; "0s" makes each
+	// run one sweep, as before the stay. At most 55 s: the sweeper's 60 s
+	// timeout leaves no more.
+	SweepStay string
 	// AlarmEmail, when set, subscribes that address to the alarm topic
 	// (context "alarmEmail"; SNS sends a confirmation mail first).
 	AlarmEmail string
@@ -220,6 +228,7 @@ func ConfigFromContext(node constructs.Node) (Config, error) {
 	number("latencyAlarmMs", &c.LatencyAlarmMs)
 	boolean("tracing", &c.Tracing)
 	boolean("autoCreateTasks", &c.AutoCreateTasks)
+	str("sweepStay", &c.SweepStay)
 	str("alarmEmail", &c.AlarmEmail)
 	str("logLevel", &c.LogLevel)
 	str("stackName", &c.StackName)
@@ -251,6 +260,12 @@ func ConfigFromContext(node constructs.Node) (Config, error) {
 	// the alarms and the metrics' Deployment dimension.
 	if !validPrefix.MatchString(c.TablePrefix) {
 		return Config{}, fmt.Errorf("context tablePrefix: %q may hold only letters, digits, '.', '_' and '-'", c.TablePrefix)
+	}
+	if c.SweepStay != "" {
+		d, perr := time.ParseDuration(c.SweepStay)
+		if perr != nil || d < 0 || d > maxSweepStay {
+			return Config{}, fmt.Errorf("context sweepStay: want a duration from 0s to %v, got %q", maxSweepStay, c.SweepStay)
+		}
 	}
 	if c.AlarmEmail != "" && !strings.Contains(c.AlarmEmail, "@") {
 		return Config{}, fmt.Errorf("context alarmEmail: %q is not an e-mail address", c.AlarmEmail)

@@ -360,7 +360,7 @@ func (s *CheckoutStack) dashboard(cfg Config, custom func(name, stat string) aws
 			graph("Notices", 8, custom(deploy.MetricNoticesPublished, "Sum"), custom(deploy.MetricNoticesFailed, "Sum")),
 		},
 		{
-			graph("Sweep backlog (leases ended per run)", 6, custom(deploy.MetricSweepEnded, "Maximum"), custom(deploy.MetricSweepEnded, "Sum")),
+			graph("Sweep backlog (leases ended per sweep)", 6, custom(deploy.MetricSweepEnded, "Maximum"), custom(deploy.MetricSweepEnded, "Sum")),
 			graph("Sweep duration (ms)", 6, custom(deploy.MetricSweepDuration, "Maximum"), custom(deploy.MetricSweepDuration, "Average")),
 			graph("Sweeper errors and failed schedule runs", 6, s.Alarms[AlarmSweeperErrors].Metric(), s.Alarms[AlarmSweepRuleFailed].Metric()),
 			graph("Sweep dead-letter queue", 6, s.Alarms[AlarmSweepDeadLetters].Metric()),

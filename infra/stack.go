@@ -39,6 +39,8 @@ const (
 	EnvLogLevel      = "LOG_LEVEL"
 	// The checkouts function's auto-creation (context autoCreateTasks).
 	EnvAutoCreateTasks = "CHECKOUT_AUTO_CREATE_TASKS"
+	// The sweeper's stay (context sweepStay).
+	EnvSweepStay = "CHECKOUT_SWEEP_STAY"
 )
 
 // The service's metrics (see deploy/metrics.go), and the authorizer's cache.
@@ -54,9 +56,17 @@ const (
 // sweepMaxEventAge is superseded by the next scheduled one, so it is not
 // kept longer; a failed sweep is not retried by Lambda, because the next
 // run a minute later does the same work.
+//
+// A run stays up to 55 s after its start to sweep what falls due
+// (setup.DefaultSweepStay), and no later than 5 s before its timeout
+// (setup.SweepDeadlineMargin and SweepRoom): with sweepTimeoutSecs, it
+// ends before the schedule's next run starts.
 const (
 	sweepMaxEventAgeSecs = 120
 	sweepRuleRetries     = 2
+	sweepTimeoutSecs     = 60
+	// maxSweepStay is the longest stay the sweeper's timeout leaves.
+	maxSweepStay = (sweepTimeoutSecs - 5) * time.Second
 
 	// The stream readers' event source mappings (streamMapping): up to 100 changes a
 	// batch, handed over as soon as they are read (no batching window, so
@@ -241,7 +251,7 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		timeout := 10.0
 		switch name {
 		case deploy.Sweeper:
-			timeout = 60
+			timeout = sweepTimeoutSecs
 		case deploy.Stream, deploy.Notices:
 			timeout = 30
 		case deploy.Claim:
@@ -284,14 +294,20 @@ func NewCheckoutStack(scope constructs.Construct, id string, cfg Config) (*Check
 		}
 		if name == deploy.Sweeper {
 			// One sweep at a time; overlapping sweeps are safe (every ending
-			// is a conditional write) but only cost. A run that fails or
-			// cannot start within two minutes goes to the dead-letter queue.
+			// is a conditional write) but only cost. A run's stay ends before
+			// the next run is due; one that still ran would hold the next
+			// back (throttled, and retried by Lambda's queue) rather than
+			// run beside it. A run that fails or cannot start within two
+			// minutes goes to the dead-letter queue.
 			if cfg.ReservedConcurrency != nil {
 				props.ReservedConcurrentExecutions = jsii.Number(1)
 			}
 			props.MaxEventAge = awscdk.Duration_Seconds(jsii.Number(sweepMaxEventAgeSecs))
 			props.RetryAttempts = jsii.Number(0)
 			props.OnFailure = awslambdadestinations.NewSqsDestination(s.SweepDeadLetters)
+			if cfg.SweepStay != "" {
+				(*props.Environment)[EnvSweepStay] = jsii.String(cfg.SweepStay)
+			}
 		} else if n, ok := cfg.ReservedConcurrency[name]; ok {
 			props.ReservedConcurrentExecutions = jsii.Number(float64(n))
 		}

@@ -85,3 +85,30 @@ func TestAutoCreateTasksContext(t *testing.T) {
 		}
 	}
 }
+
+// sweepStay sets CHECKOUT_SWEEP_STAY on the sweeper alone; without it, no
+// function has it (the sweeper's default applies). A stay the sweeper's
+// timeout cannot hold, or no duration, is refused.
+func TestSweepStayContext(t *testing.T) {
+	for _, stay := range []string{"", "0s", "30s"} {
+		var ctx map[string]any
+		if stay != "" {
+			ctx = map[string]any{"sweepStay": stay}
+		}
+		s := synth(t, ctx)
+		for name, id := range s.fnID {
+			env := s.resources[id]["Properties"].(map[string]any)["Environment"].(map[string]any)["Variables"].(map[string]any)
+			v, has := env[EnvSweepStay]
+			if want := stay != "" && name == deploy.Sweeper; has != want || has && v != stay {
+				t.Errorf("sweepStay %q: function %s has %s = %v (set: %v)", stay, name, EnvSweepStay, v, has)
+			}
+		}
+	}
+	for _, bad := range []string{"56s", "-1s", "30", "soon"} {
+		ctx := map[string]any{"sweepStay": bad}
+		app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx})
+		if _, err := ConfigFromContext(app.Node()); err == nil {
+			t.Errorf("sweepStay %q accepted", bad)
+		}
+	}
+}
