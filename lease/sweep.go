@@ -549,7 +549,7 @@ func (s *Store) Now() time.Time { return s.clock() }
 // within the asking's interval, not the sweep's.
 func (s *Store) DueSince(ctx context.Context, since time.Time) (now time.Time, due Due, err error) {
 	now = s.clock()
-	if !now.After(since) {
+	if ms(now) <= ms(since) { // nothing in (since, now] to the millisecond
 		return now, due, nil
 	}
 	from, to := expression.Value(ms(since)+1), expression.Value(ms(now))
@@ -602,35 +602,33 @@ func (d Due) Any() bool { return d.Leases || d.Agents }
 // nextDueWorkers bounds the Queries NextDue has in flight at once.
 const nextDueWorkers = 8
 
-// NextDue finds the earliest lease expiry, delayed task's not_before or
-// heartbeat expiry in (since, before]: at is that moment (zero when there
-// is none), and due says which kinds have one in (since, max(at, now)]:
-// Leases (SweepExpired ends or ranks them), Agents (the whole Sweep judges
-// them). now is the store's clock it judged by. An at not after now has
-// fallen due already (since is the start of the last sweep that
-// succeeded, so that what fell due while it ran is not missed); a later one
-// is when to sweep next, as far as the indexes know now: a lease granted
-// afterwards may expire sooner, and a renewal or a heartbeat may move the
-// one found later.
+// NextDue finds the earliest lease expiry or delayed task's not_before in
+// (since.Leases, before] and the earliest heartbeat expiry in
+// (since.Agents, before]: next.Leases and next.Agents (zero when there is
+// none). now is the store's clock it judged by. A moment not after now
+// has fallen due already (a since is the start of the last sweep that
+// succeeded for that kind, so that what fell due while it ran is not
+// missed); a later one is when to sweep next, as far as the indexes know
+// now: a lease granted afterwards may expire sooner, and a renewal or a
+// heartbeat may move the one found later. Leases are what SweepExpired
+// ends or ranks; agents what the whole Sweep judges. The windows are
+// apart because a process may sweep one kind more often than the other.
 //
 // It costs one Query per shard of each expiry index (32 with the default
 // shard counts): ascending, Limit 1, projecting the sort key alone, so each
 // reads at most one index entry (0.5 read units, eventually consistent),
-// whatever the leases and agents. A process that sweeps on a long
-// schedule asks it after each sweep and sleeps until at, to record a
-// lease's timeout, a holder's death or a delayed task's readiness (and tell
-// its holder and watchers) as it falls due.
-func (s *Store) NextDue(ctx context.Context, since, before time.Time) (now, at time.Time, due Due, err error) {
+// whatever the leases and agents; none for an empty window. A process that
+// sweeps on a long schedule asks it after each sweep and sleeps until the
+// next moment, to record a lease's timeout, a holder's death or a delayed
+// task's readiness (and tell its holder and watchers) as it falls due.
+func (s *Store) NextDue(ctx context.Context, since Expiries, before time.Time) (now time.Time, next Expiries, err error) {
 	now = s.clock()
-	if !before.After(since) {
-		return now, at, due, nil
-	}
-	from, to := expression.Value(ms(since)+1), expression.Value(ms(before))
 	indexes := []struct {
 		table, index, part, sort string
+		since                    time.Time
 	}{
-		{s.tasks, schema.TasksByLeaseExpiry, "lease_shard", "lease_expires"},
-		{s.heartbeats, schema.HeartbeatsByExpiry, "hb_shard", "hb_expires"},
+		{s.tasks, schema.TasksByLeaseExpiry, "lease_shard", "lease_expires", since.Leases},
+		{s.heartbeats, schema.HeartbeatsByExpiry, "hb_shard", "hb_expires", since.Agents},
 	}
 	// earliest[i][shard] is index i's earliest entry in the window in that
 	// shard (0: none).
@@ -639,9 +637,13 @@ func (s *Store) NextDue(ctx context.Context, since, before time.Time) (now, at t
 	g.SetLimit(nextDueWorkers)
 	for i, q := range indexes {
 		earliest[i] = make([]int64, s.shards.Lease)
+		from, to := ms(q.since)+1, ms(before)
+		if to < from {
+			continue // an empty window (a millisecond's part is no window)
+		}
 		for shard := range s.shards.Lease {
 			g.Go(func() error {
-				keyCond := expression.Key(q.part).Equal(expression.Value(strconv.Itoa(shard))).And(expression.Key(q.sort).Between(from, to))
+				keyCond := expression.Key(q.part).Equal(expression.Value(strconv.Itoa(shard))).And(expression.Key(q.sort).Between(expression.Value(from), expression.Value(to)))
 				expr, err := expression.NewBuilder().WithKeyCondition(keyCond).
 					WithProjection(expression.NamesList(expression.Name(q.sort))).Build()
 				if err != nil {
@@ -673,24 +675,25 @@ func (s *Store) NextDue(ctx context.Context, since, before time.Time) (now, at t
 		}
 	}
 	if err := g.Wait(); err != nil {
-		return now, time.Time{}, Due{}, err
+		return now, Expiries{}, err
 	}
-	first := make([]int64, len(indexes)) // each index's earliest (0: none)
-	var next int64
-	for i := range indexes {
-		for _, t := range earliest[i] {
-			if t != 0 && (first[i] == 0 || t < first[i]) {
-				first[i] = t
+	first := func(i int) time.Time { // index i's earliest in its window
+		var t int64
+		for _, at := range earliest[i] {
+			if at != 0 && (t == 0 || at < t) {
+				t = at
 			}
 		}
-		if first[i] != 0 && (next == 0 || first[i] < next) {
-			next = first[i]
+		if t == 0 {
+			return time.Time{}
 		}
+		return time.UnixMilli(t)
 	}
-	if next == 0 {
-		return now, time.Time{}, Due{}, nil
-	}
-	by := max(next, ms(now))
-	due = Due{Leases: first[0] != 0 && first[0] <= by, Agents: first[1] != 0 && first[1] <= by}
-	return now, time.UnixMilli(next), due, nil
+	return now, Expiries{Leases: first(0), Agents: first(1)}, nil
 }
+
+// Expiries holds a moment for each kind of expiry a sweep looks for: the
+// lease expiry index's (leases' timeouts and delayed tasks' not_before)
+// and the heartbeat index's (agents' deaths). The zero time stands for
+// none.
+type Expiries struct{ Leases, Agents time.Time }

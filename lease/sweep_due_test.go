@@ -42,9 +42,10 @@ func TestDueSinceSeesExpiriesInItsWindowOnly(t *testing.T) {
 	}
 }
 
-// NextDue finds the earliest lease expiry or heartbeat expiry in (since,
-// before], and says which kinds have fallen due by then (or by now, when
-// it already has): one Query of one entry per shard of each expiry index.
+// NextDue finds the earliest lease expiry in (since.Leases, before] and
+// the earliest heartbeat expiry in (since.Agents, before]: one Query of
+// one entry per shard of each expiry index, none for an empty window (a
+// window within one millisecond too, which DynamoDB would refuse).
 func TestNextDueFindsTheEarliestExpiryInItsWindow(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -54,31 +55,32 @@ func TestNextDueFindsTheEarliestExpiryInItsWindow(t *testing.T) {
 	e.checkout(t, "t", "a", 2*time.Second)
 	e.caughtUp(t) // NextDue reads the expiry indexes
 	start := e.store.Now()
-	next := func(since, before time.Time, wantAt time.Time, want lease.Due, what string) {
+	both := func(t time.Time) lease.Expiries { return lease.Expiries{Leases: t, Agents: t} }
+	next := func(since lease.Expiries, before time.Time, want lease.Expiries, queries int, what string) {
 		t.Helper()
 		e.count.Take()
-		now, at, got, err := e.store.NextDue(c, since, before)
-		if err != nil || !at.Equal(wantAt) || got != want {
-			t.Fatalf("%s: NextDue = %v %+v, %v; want %v %+v", what, at, got, err, wantAt, want)
+		now, got, err := e.store.NextDue(c, since, before)
+		if err != nil || !got.Leases.Equal(want.Leases) || !got.Agents.Equal(want.Agents) {
+			t.Fatalf("%s: NextDue = %+v, %v; want %+v", what, got, err, want)
 		}
 		if !now.Equal(e.store.Now()) {
 			t.Fatalf("%s: NextDue judged by %v, want the store's clock %v", what, now, e.store.Now())
 		}
-		if ops := e.count.Take(); ops.Total() != 2*16 || ops["Query"] != 2*16 {
-			t.Fatalf("%s: %v requests, want one Query per shard of each expiry index (32)", what, ops)
+		if ops := e.count.Take(); ops.Total() != queries || ops["Query"] != queries {
+			t.Fatalf("%s: %v requests, want %d Queries (one per shard of each index looked at)", what, ops, queries)
 		}
 	}
-	none := time.Time{}
-	next(start, start.Add(time.Second), none, lease.Due{}, "nothing before the lease's expiry")
-	next(start, start.Add(2*time.Second), start.Add(2*time.Second), lease.Due{Leases: true}, "the lease's expiry, the window's end")
-	next(start, start.Add(time.Minute), start.Add(2*time.Second), lease.Due{Leases: true}, "the lease's expiry, the earliest")
-	next(start.Add(2*time.Second), start.Add(time.Minute), start.Add(5*time.Second), lease.Due{Agents: true}, "the heartbeat's, after the lease's")
-	e.clock.Advance(3 * time.Second)
-	next(start, start.Add(time.Minute), start.Add(2*time.Second), lease.Due{Leases: true}, "the lease's, fallen due")
-	e.clock.Advance(3 * time.Second)
-	next(start, start.Add(time.Minute), start.Add(2*time.Second), lease.Due{Leases: true, Agents: true}, "both fallen due")
-	next(e.store.Now(), e.store.Now().Add(time.Minute), none, lease.Due{}, "a window after both")
-	if _, at, got, err := e.store.NextDue(c, start, start); err != nil || !at.IsZero() || got.Any() || e.count.Take().Total() != 0 {
-		t.Fatalf("an empty window: NextDue = %v %+v, %v; want nothing, and no request", at, got, err)
-	}
+	lease2, hb := start.Add(2*time.Second), start.Add(5*time.Second)
+	next(both(start), start.Add(time.Second), lease.Expiries{}, 32, "nothing before the lease's expiry")
+	next(both(start), lease2, lease.Expiries{Leases: lease2}, 32, "the lease's expiry, the window's end")
+	next(both(start), start.Add(time.Minute), lease.Expiries{Leases: lease2, Agents: hb}, 32, "each index's earliest")
+	next(lease.Expiries{Leases: lease2, Agents: start}, start.Add(time.Minute), lease.Expiries{Agents: hb}, 32, "the leases' window past the lease")
+	next(lease.Expiries{Leases: start, Agents: hb}, start.Add(time.Minute), lease.Expiries{Leases: lease2}, 32, "the agents' window past the heartbeat")
+	e.clock.Advance(6 * time.Second)
+	next(both(start), start.Add(time.Minute), lease.Expiries{Leases: lease2, Agents: hb}, 32, "both, fallen due")
+	next(both(e.store.Now()), e.store.Now().Add(time.Minute), lease.Expiries{}, 32, "a window after both")
+	next(both(start), start, lease.Expiries{}, 0, "an empty window")
+	ms := time.UnixMilli(start.UnixMilli())
+	next(both(ms.Add(200*time.Microsecond)), ms.Add(700*time.Microsecond), lease.Expiries{}, 0, "a window within one millisecond")
+	next(lease.Expiries{Leases: start, Agents: start.Add(time.Hour)}, start.Add(time.Minute), lease.Expiries{Leases: lease2}, 16, "the agents' window empty")
 }

@@ -114,6 +114,9 @@ type Env struct {
 	// what falls due (0: one sweep a run; FromEnv reads EnvSweepStay, and
 	// makes it DefaultSweepStay when that is unset). See Sweep.
 	SweepStay time.Duration
+	// SweepAgentsEvery is the least time between two whole sweeps of a
+	// run that stays (0: sweepAgentsEvery; lower in tests).
+	SweepAgentsEvery time.Duration
 	// Metrics receives the embedded metric format lines (nil: none). The
 	// functions write them to standard output, where CloudWatch Logs picks
 	// them up.

@@ -5,6 +5,7 @@ package setup
 // one line of counts per sweep.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -40,6 +41,13 @@ const (
 	sweepRelook = 10 * time.Second
 )
 
+// sweepAgentsEvery is the least time between two whole sweeps of a run
+// (lease.Store.Sweep, which judges the agents whose heartbeat expired):
+// each reads every live lease, so a run that stays sweeps for deaths at
+// most that often, and for leases' timeouts (lease.Store.SweepExpired) as
+// they fall due.
+const sweepAgentsEvery = 10 * time.Second
+
 // SweepHandler is the sweeper's handler type.
 type SweepHandler = func(context.Context) (lease.SweepResult, error)
 
@@ -49,12 +57,13 @@ type SweepHandler = func(context.Context) (lease.SweepResult, error)
 // it asks lease.Store.NextDue for the earliest in the rest of its stay,
 // returns at once when there is none, and otherwise waits until then
 // (looking again at least every sweepRelook), sweeps (the first pass
-// alone, SweepExpired, when only leases or delays fell due; the whole
-// Sweep when a heartbeat did) and asks again. So in AWS a lease's timeout
-// or its holder's death is recorded within about a second of it, as the
-// local server's sweep loop records it, and a run with nothing due
-// within its minute costs one sweep and one NextDue, as before but for
-// the look. A lease granted after a look and expiring before the next
+// alone, SweepExpired, for leases and delays; the whole Sweep for a
+// heartbeat, at most once each sweepAgentsEvery, since it reads every
+// live lease) and asks again. So in AWS a lease's timeout is recorded
+// within about a second of it, as the local server's sweep loop records
+// it, and a holder's death within about ten seconds; a run with nothing
+// due within its minute costs one sweep and one NextDue, as before but
+// for the look. A lease granted after a look and expiring before the next
 // is swept at that next look, at most sweepRelook later; one a dead agent
 // takes has no expiry to wait for, and the next run's sweep ends it.
 //
@@ -87,7 +96,7 @@ func Sweep(store *lease.Store, db GetItemAPI, e Env) SweepHandler {
 	}
 	return func(ctx context.Context) (lease.SweepResult, error) {
 		began, wallBegan := now(), time.Now()
-		stay := e.SweepStay
+		stay, agentsEvery := e.SweepStay, cmp.Or(e.SweepAgentsEvery, sweepAgentsEvery)
 		if d, ok := ctx.Deadline(); ok {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithDeadline(ctx, d.Add(-SweepDeadlineMargin))
@@ -106,20 +115,33 @@ func Sweep(store *lease.Store, db GetItemAPI, e Env) SweepHandler {
 			return lease.SweepResult{}, err
 		}
 		var total lease.SweepResult
-		// last is the clock at the start of the last sweep that succeeded:
-		// what fell due after it is yet to sweep. Until one succeeds, the
-		// window starts before every expiry.
-		last, lastStart := time.UnixMilli(0), began
-		sweep := func(by func(context.Context) (lease.SweepResult, error)) error {
+		// since holds, for each kind, the clock at the start of the last
+		// sweep that succeeded for it (the whole Sweep for agents; either
+		// for leases): what fell due after it is yet to sweep. Until one
+		// succeeds, the window starts before every expiry. lastStart is
+		// the last sweep's start, lastFull the last whole Sweep's.
+		var since lease.Expiries
+		lastStart, lastFull := began, began
+		sweep := func(full bool) error {
+			by := store.SweepExpired
+			if full {
+				by = store.Sweep
+			}
 			start := now()
 			lastStart = start
+			if full {
+				lastFull = start
+			}
 			res, err := by(ctx)
 			took := now().Sub(start)
 			total.Timeouts += res.Timeouts
 			total.AgentDeaths += res.AgentDeaths
 			total.Ready += res.Ready
 			if err == nil {
-				last = start
+				since.Leases = start
+				if full {
+					since.Agents = start
+				}
 			}
 			level, msg := slog.LevelInfo, "sweep"
 			attrs := []slog.Attr{
@@ -140,7 +162,7 @@ func Sweep(store *lease.Store, db GetItemAPI, e Env) SweepHandler {
 			}, attrs...)
 			return err
 		}
-		err := sweep(store.Sweep)
+		err := sweep(true)
 		if stay <= 0 {
 			return total, err
 		}
@@ -154,7 +176,7 @@ func Sweep(store *lease.Store, db GetItemAPI, e Env) SweepHandler {
 			gap = min(2*gap, sweepRelook)
 		}
 		for stayCtx.Err() == nil {
-			_, at, due, lookErr := store.NextDue(stayCtx, last, stayEnd)
+			_, next, lookErr := store.NextDue(stayCtx, since, stayEnd)
 			if lookErr != nil {
 				if stayCtx.Err() != nil {
 					break
@@ -166,12 +188,20 @@ func Sweep(store *lease.Store, db GetItemAPI, e Env) SweepHandler {
 				}
 				continue
 			}
-			if !due.Any() {
+			// A death waits for the whole Sweep, at most one each
+			// sweepAgentsEvery: it reads every live lease.
+			if !next.Agents.IsZero() && next.Agents.Before(lastFull.Add(agentsEvery)) {
+				next.Agents = lastFull.Add(agentsEvery)
+			}
+			wake := next.Leases
+			if wake.IsZero() || (!next.Agents.IsZero() && next.Agents.Before(wake)) {
+				wake = next.Agents
+			}
+			if wake.IsZero() {
 				break // nothing falls due in the rest of the stay
 			}
-			wake := at
-			if next := lastStart.Add(gap); next.After(wake) {
-				wake = next
+			if after := lastStart.Add(gap); after.After(wake) {
+				wake = after
 			}
 			if wake.After(stayEnd) {
 				break // the next run's sweep takes it
@@ -184,11 +214,8 @@ func Sweep(store *lease.Store, db GetItemAPI, e Env) SweepHandler {
 					continue // look again: a lease granted meanwhile may expire sooner
 				}
 			}
-			by := store.SweepExpired
-			if due.Agents {
-				by = store.Sweep // a heartbeat: judge the agents too
-			}
-			if err = sweep(by); err != nil {
+			full := !next.Agents.IsZero() && !next.Agents.After(wake)
+			if err = sweep(full); err != nil {
 				gap = min(2*gap, sweepRelook)
 			} else {
 				gap = sweepGap

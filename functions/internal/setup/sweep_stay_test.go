@@ -3,6 +3,7 @@ package setup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -29,12 +30,15 @@ type stayRig struct {
 	prefix string
 }
 
-func newStayRig(t *testing.T, stay time.Duration, now func() time.Time) *stayRig {
+func newStayRig(t *testing.T, stay time.Duration, now func() time.Time, opts ...func(*Env)) *stayRig {
 	t.Helper()
 	names := testenv.Tables(t)
 	r := &stayRig{count: testenv.NewCounter(), out: &testenv.Buffer{}, prefix: names.Prefix}
 	quiet := slog.New(slog.DiscardHandler)
 	env := Env{Function: deploy.Sweeper, TablePrefix: names.Prefix, Metrics: r.out, Now: now, SweepStay: stay}
+	for _, o := range opts {
+		o(&env)
+	}
 	r.store = NewStore(lease.NewLocalClient(testenv.Endpoint()), nil, env, quiet)
 	r.sweep = Sweep(NewStore(r.count.Client(testenv.Endpoint()), nil, env, quiet), nil, env)
 	return r
@@ -113,12 +117,16 @@ func TestSweepRunEndsALeaseAsItExpiresWithinItsStay(t *testing.T) {
 	}
 }
 
+// agentsEvery sets a rig's least time between whole sweeps.
+func agentsEvery(d time.Duration) func(*Env) { return func(e *Env) { e.SweepAgentsEvery = d } }
+
 // A holder whose heartbeat expires within the stay loses its lease to its
 // death in the same run: the run sweeps whole (judging agents) when a
-// heartbeat falls due.
+// heartbeat falls due, a whole sweep at most each SweepAgentsEvery (here
+// a second, passed when the heartbeat expires).
 func TestSweepRunEndsADeadHoldersLeaseWithinItsStay(t *testing.T) {
 	t.Parallel()
-	r := newStayRig(t, 4*time.Second, nil)
+	r := newStayRig(t, 4*time.Second, nil, agentsEvery(time.Second))
 	hb, err := r.store.Heartbeat(context.Background(), "bob", 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -138,6 +146,53 @@ func TestSweepRunEndsADeadHoldersLeaseWithinItsStay(t *testing.T) {
 	if late < 0 || late > 1000 {
 		t.Fatalf("the lease was ended %d ms after its holder's heartbeat expired, want within a second", late)
 	}
+}
+
+// Deaths falling due one after another within the stay are swept
+// together, by one whole sweep (which reads every live lease) at most each
+// SweepAgentsEvery after the last, while a lease's timeout between them is
+// ended as it falls due by the leases' pass alone.
+func TestSweepRunJudgesDeathsAtMostEachAgentsInterval(t *testing.T) {
+	t.Parallel()
+	const every = 3500 * time.Millisecond
+	r := newStayRig(t, 5*time.Second, nil, agentsEvery(every))
+	ctx := context.Background()
+	for i, ttl := range []time.Duration{1500 * time.Millisecond, 2 * time.Second, 2500 * time.Millisecond} {
+		agent := fmt.Sprintf("agent-%d", i)
+		if _, err := r.store.Heartbeat(ctx, agent, ttl); err != nil {
+			t.Fatal(err)
+		}
+		r.checkout(t, fmt.Sprintf("held-%d", i), agent, time.Hour)
+	}
+	lease := r.checkout(t, "timing-out", "alice", 2*time.Second)
+	testenv.CaughtUp(t, r.prefix)
+	began := time.Now()
+	res, _ := r.invoke(t, time.Minute)
+	at, ended := r.sweeps(t)
+	t.Logf("sweeps at %v (ms after the start), ending %v", msAfter(at, began), ended)
+	if res.AgentDeaths != 3 || res.Timeouts != 1 {
+		t.Fatalf("the run swept %+v, want the three deaths and the timeout", res)
+	}
+	// The run's sweep, the timeout's (the leases' pass), and one whole
+	// sweep for the three deaths, no sooner than every after the first.
+	if len(at) != 3 || ended[1] != 1 || ended[2] != 3 {
+		t.Fatalf("sweeps ending %v, want the run's, the timeout's (1), and one for the deaths (3)", ended)
+	}
+	if late := at[1] - lease.ExpiresAt.UnixMilli(); late < 0 || late > 1000 {
+		t.Fatalf("the timeout was ended %d ms after it expired, want within a second", late)
+	}
+	if gap := time.Duration(at[2]-at[0]) * time.Millisecond; gap < every {
+		t.Fatalf("the deaths' whole sweep came %v after the run's, want no sooner than %v", gap, every)
+	}
+}
+
+// msAfter is each of at (Unix ms) as milliseconds after t.
+func msAfter(at []int64, t time.Time) []int64 {
+	out := make([]int64, len(at))
+	for i, a := range at {
+		out[i] = a - t.UnixMilli()
+	}
+	return out
 }
 
 // A run with nothing due within its minute returns after its sweep and
