@@ -380,6 +380,25 @@ func TestDashboardShowsAlarmsAndEveryMetric(t *testing.T) {
 				t.Errorf("the dashboard does not show function %s", name)
 			}
 		}
+		// The p99 durations leave out the sweeper, whose runs stay their
+		// minute, and show every other function: the graph's part of the
+		// body runs from its title to the next widget.
+		start := strings.Index(body, `"title":"Duration p99`)
+		found := start >= 0
+		if found {
+			graph := body[start:]
+			if end := strings.Index(graph, `{"type":`); end >= 0 {
+				graph = graph[:end]
+			}
+			for _, name := range deploy.Functions {
+				if shown := strings.Contains(graph, "ref:"+s.fnID[name]); shown != (name != deploy.Sweeper) {
+					t.Errorf("the p99 duration graph shows %s: %v", name, shown)
+				}
+			}
+		}
+		if !found {
+			t.Error("the dashboard has no p99 duration graph")
+		}
 	}
 }
 
