@@ -1,23 +1,32 @@
 package lease_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/checkout-dev/checkout/lease"
 )
 
-// DueSince finds a lease expiry or a heartbeat expiry, and says which,
-// exactly when it lies in (since, now]: not before it passes, and not
-// again for a window that starts after it.
-func TestDueSinceSeesExpiriesInItsWindowOnly(t *testing.T) {
-	t.Parallel()
+// dueEnv is an env with one lease expiring 2 s from its clock's start and
+// its holder's heartbeat 5 s from it, both in the expiry indexes.
+func dueEnv(t *testing.T) (*env, context.Context) {
+	t.Helper()
 	e := newEnv(t)
 	c := ctx(t)
 	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "t"}))
 	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", 5*time.Second))
 	e.checkout(t, "t", "a", 2*time.Second)
-	e.caughtUp(t) // DueSince reads the expiry indexes
+	e.caughtUp(t) // DueSince and NextDue read the expiry indexes
+	return e, c
+}
+
+// DueSince finds a lease expiry or a heartbeat expiry, and says which,
+// exactly when it lies in (since, now]: not before it passes, and not
+// again for a window that starts after it.
+func TestDueSinceSeesExpiriesInItsWindowOnly(t *testing.T) {
+	t.Parallel()
+	e, c := dueEnv(t)
 	due := func(since time.Time, want lease.Due, what string) time.Time {
 		t.Helper()
 		now, got, err := e.store.DueSince(c, since)
@@ -48,12 +57,7 @@ func TestDueSinceSeesExpiriesInItsWindowOnly(t *testing.T) {
 // window within one millisecond too, which DynamoDB would refuse).
 func TestNextDueFindsTheEarliestExpiryInItsWindow(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	c := ctx(t)
-	must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: "t"}))
-	must[lease.Heartbeat](t)(e.store.Heartbeat(c, "a", 5*time.Second))
-	e.checkout(t, "t", "a", 2*time.Second)
-	e.caughtUp(t) // NextDue reads the expiry indexes
+	e, c := dueEnv(t)
 	start := e.store.Now()
 	both := func(t time.Time) lease.Expiries { return lease.Expiries{Leases: t, Agents: t} }
 	next := func(since lease.Expiries, before time.Time, want lease.Expiries, queries int, what string) {
