@@ -124,6 +124,9 @@ type Config struct {
 	// after is the notices consumer's timer (nil: time.After); tests see
 	// its back-off through it.
 	after func(time.Duration) <-chan time.Time
+	// started, when set, hears each request as its handler starts: tests
+	// know a request is in flight by it.
+	started func(*http.Request)
 }
 
 // Server is a running local server.
@@ -288,8 +291,16 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("localserver: %w", err)
 	}
 	s.url = "http://" + hostPort(ln.Addr().(*net.TCPAddr))
+	served := ui.With(withDate(withDeadline(handler, cfg.RequestTimeout), clock))
+	if cfg.started != nil {
+		inner := served
+		served = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			cfg.started(r)
+			inner.ServeHTTP(w, r)
+		})
+	}
 	s.http = &http.Server{
-		Handler:           ui.With(withDate(withDeadline(handler, cfg.RequestTimeout), clock)),
+		Handler:           served,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      cfg.RequestTimeout + writeTimeoutMargin,
