@@ -96,7 +96,11 @@ func (s *Store) sweepExpired(ctx context.Context, now time.Time) (SweepResult, e
 			And(expression.Key("lease_expires").LessThanEqual(expression.Value(ms(now))))
 		items, err := s.queryTasks(gctx, schema.TasksByLeaseExpiry, keyCond)
 		if err != nil {
-			_ = g.Wait()
+			// An ending that failed ends gctx, and so this read: the
+			// ending's error is the cause.
+			if cause := g.Wait(); cause != nil {
+				return res, cause
+			}
 			return res, err
 		}
 		for i := range items {
