@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -58,8 +59,18 @@ func (r *stayRig) invoke(t *testing.T, timeout time.Duration) (lease.SweepResult
 }
 
 // sweeps are the run's sweep lines: each one's time (its metrics'
-// timestamp, Unix ms) and the leases it ended.
+// timestamp, Unix ms, taken as the sweep ends) and the leases it ended.
 func (r *stayRig) sweeps(t *testing.T) (at []int64, ended []float64) {
+	t.Helper()
+	at, _, ended = r.sweepTimes(t)
+	return at, ended
+}
+
+// sweepTimes is sweeps with each sweep's start too (Unix ms): its line's
+// time less its duration_ms. The run waits for a lease from a sweep's
+// start, not its end, and a sweep on a loaded machine may take hundreds
+// of milliseconds.
+func (r *stayRig) sweepTimes(t *testing.T) (at, start []int64, ended []float64) {
 	t.Helper()
 	lines, _ := emf(t, r.out.Take(), r.prefix)
 	for _, l := range lines {
@@ -68,11 +79,19 @@ func (r *stayRig) sweeps(t *testing.T) (at []int64, ended []float64) {
 			continue
 		}
 		meta := l["_aws"].(map[string]any)
-		at = append(at, int64(meta["Timestamp"].(float64)))
+		end := int64(meta["Timestamp"].(float64))
+		at = append(at, end)
+		start = append(start, end-int64(math.Ceil(l["duration_ms"].(float64))))
 		ended = append(ended, l[deploy.MetricSweepEnded].(float64))
 	}
-	return at, ended
+	return at, start, ended
 }
+
+// dueBy is when the run may start the sweep of what falls due at due
+// (Unix ms): not before it, and not within sweepGap of the start of the
+// sweep before (prev). On a loaded machine the run's own sweep may start
+// after the test made the lease more than a second before its expiry.
+func dueBy(due, prev int64) int64 { return max(due, prev+sweepGap.Milliseconds()) }
 
 func (r *stayRig) checkout(t *testing.T, task, agent string, timeout time.Duration) lease.Checkout {
 	t.Helper()
@@ -98,15 +117,21 @@ func TestSweepRunEndsALeaseAsItExpiresWithinItsStay(t *testing.T) {
 	if res != (lease.SweepResult{Timeouts: 1}) {
 		t.Fatalf("the run swept %+v, want the lease's timeout", res)
 	}
-	at, ended := r.sweeps(t)
+	at, start, ended := r.sweepTimes(t)
 	if len(at) != 2 || ended[0] != 0 || ended[1] != 1 {
 		t.Fatalf("sweeps ending %v, want the run's sweep (nothing) and one as the lease expired (1)", ended)
 	}
 	expires := c.ExpiresAt.UnixMilli()
-	late := at[1] - expires
-	t.Logf("ended %d ms after the lease expired", late)
-	if late < 0 || late > 1000 {
-		t.Fatalf("the lease was ended %d ms after it expired, want within a second", late)
+	if at[1] < expires {
+		t.Fatalf("the lease was ended %d ms before it expired", expires-at[1])
+	}
+	// The sweep that ended it started within a second of when the run may
+	// sweep it; its own duration, long on a loaded machine, is not the
+	// run's wait.
+	late := start[1] - dueBy(expires, start[0])
+	t.Logf("the sweep ending it started %d ms after it expired, %d ms after it could; it took %d ms", start[1]-expires, late, at[1]-start[1])
+	if late > 1000 {
+		t.Fatalf("the sweep that ended the lease started %d ms after the run could sweep it, want within a second", late)
 	}
 	if task, err := r.store.GetTask(context.Background(), "t1"); err != nil || task.Status != lease.StatusTodo {
 		t.Fatalf("task %+v, %v: want it back to todo", task, err)
@@ -137,14 +162,20 @@ func TestSweepRunEndsADeadHoldersLeaseWithinItsStay(t *testing.T) {
 	if res != (lease.SweepResult{AgentDeaths: 1}) {
 		t.Fatalf("the run swept %+v, want the holder's death", res)
 	}
-	at, ended := r.sweeps(t)
+	at, start, ended := r.sweepTimes(t)
 	if len(at) != 2 || ended[1] != 1 {
 		t.Fatalf("sweeps ending %v, want the run's sweep and one as the heartbeat expired", ended)
 	}
-	late := at[1] - hb.ExpiresAt.UnixMilli()
-	t.Logf("ended %d ms after the heartbeat expired", late)
-	if late < 0 || late > 1000 {
-		t.Fatalf("the lease was ended %d ms after its holder's heartbeat expired, want within a second", late)
+	expires := hb.ExpiresAt.UnixMilli()
+	if at[1] < expires {
+		t.Fatalf("the lease was ended %d ms before its holder's heartbeat expired", expires-at[1])
+	}
+	// Timed from the sweep's start, as the run waits (here SweepAgentsEvery
+	// is sweepGap, a second).
+	late := start[1] - dueBy(expires, start[0])
+	t.Logf("the sweep ending it started %d ms after the heartbeat expired, %d ms after it could; it took %d ms", start[1]-expires, late, at[1]-start[1])
+	if late > 1000 {
+		t.Fatalf("the sweep that ended the lease started %d ms after the run could judge its holder, want within a second", late)
 	}
 }
 
@@ -168,8 +199,8 @@ func TestSweepRunJudgesDeathsAtMostEachAgentsInterval(t *testing.T) {
 	testenv.CaughtUp(t, r.prefix)
 	began := time.Now()
 	res, _ := r.invoke(t, time.Minute)
-	at, ended := r.sweeps(t)
-	t.Logf("sweeps at %v (ms after the start), ending %v", msAfter(at, began), ended)
+	at, start, ended := r.sweepTimes(t)
+	t.Logf("sweeps from %v to %v (ms after the start), ending %v", msAfter(start, began), msAfter(at, began), ended)
 	if res.AgentDeaths != 3 || res.Timeouts != 1 {
 		t.Fatalf("the run swept %+v, want the three deaths and the timeout", res)
 	}
@@ -178,8 +209,12 @@ func TestSweepRunJudgesDeathsAtMostEachAgentsInterval(t *testing.T) {
 	if len(at) != 3 || ended[1] != 1 || ended[2] != 3 {
 		t.Fatalf("sweeps ending %v, want the run's, the timeout's (1), and one for the deaths (3)", ended)
 	}
-	if late := at[1] - lease.ExpiresAt.UnixMilli(); late < 0 || late > 1000 {
-		t.Fatalf("the timeout was ended %d ms after it expired, want within a second", late)
+	expires := lease.ExpiresAt.UnixMilli()
+	if at[1] < expires {
+		t.Fatalf("the timeout was ended %d ms before it expired", expires-at[1])
+	}
+	if late := start[1] - dueBy(expires, start[0]); late > 1000 {
+		t.Fatalf("the timeout's sweep started %d ms after the run could sweep it, want within a second", late)
 	}
 	// A line is stamped as its sweep ends, and the run's own sweep may
 	// take longer than the deaths' (a loaded machine), so the deaths'
