@@ -188,12 +188,20 @@ func TestSweepRunJudgesDeathsAtMostEachAgentsInterval(t *testing.T) {
 	const every = 3500 * time.Millisecond
 	r := newStayRig(t, 5*time.Second, nil, agentsEvery(every))
 	ctx := context.Background()
-	for i, ttl := range []time.Duration{1500 * time.Millisecond, 2 * time.Second, 2500 * time.Millisecond} {
-		agent := fmt.Sprintf("agent-%d", i)
-		if _, err := r.store.Heartbeat(ctx, agent, ttl); err != nil {
+	ttls := []time.Duration{1500 * time.Millisecond, 2 * time.Second, 2500 * time.Millisecond}
+	for i := range ttls {
+		r.checkout(t, fmt.Sprintf("held-%d", i), fmt.Sprintf("agent-%d", i), time.Hour)
+	}
+	// The heartbeats come last, the shortest last of all, so that the run's
+	// own sweep comes well before the first expires however long the
+	// tables and tasks took to make (on a loaded machine the whole of it
+	// took over 1.5 s, and the run's sweep ended agent-0's lease).
+	var lastHeartbeat time.Time
+	for i, ttl := range slices.Backward(ttls) {
+		lastHeartbeat = time.Now()
+		if _, err := r.store.Heartbeat(ctx, fmt.Sprintf("agent-%d", i), ttl); err != nil {
 			t.Fatal(err)
 		}
-		r.checkout(t, fmt.Sprintf("held-%d", i), agent, time.Hour)
 	}
 	lease := r.checkout(t, "timing-out", "alice", 2*time.Second)
 	testenv.CaughtUp(t, r.prefix)
@@ -207,7 +215,7 @@ func TestSweepRunJudgesDeathsAtMostEachAgentsInterval(t *testing.T) {
 	// The run's sweep, the timeout's (the leases' pass), and one whole
 	// sweep for the three deaths, no sooner than every after the first.
 	if len(at) != 3 || ended[1] != 1 || ended[2] != 3 {
-		t.Fatalf("sweeps ending %v, want the run's, the timeout's (1), and one for the deaths (3)", ended)
+		t.Fatalf("sweeps ending %v, want the run's, the timeout's (1), and one for the deaths (3); the run began %v after the last heartbeat", ended, began.Sub(lastHeartbeat))
 	}
 	expires := lease.ExpiresAt.UnixMilli()
 	if at[1] < expires {
