@@ -324,12 +324,18 @@ func (f *failingOnce) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInp
 
 // A sweep of the stay that fails is logged, and the run looks at its
 // window again and sweeps it later in the stay; the run succeeds.
+//
+// The stay is long enough for a slow machine: the failed sweep starts a
+// second after the run's own sweep at the soonest, or as that one ends
+// (which took 2 s under load), and the sweep after it twice sweepGap
+// later. The run returns once that one succeeded, so the test takes no
+// longer for it.
 func TestSweepRunSweepsAgainAfterAFailedSweep(t *testing.T) {
 	t.Parallel()
 	names := testenv.Tables(t)
 	out := &testenv.Buffer{}
 	quiet := slog.New(slog.DiscardHandler)
-	env := Env{Function: deploy.Sweeper, TablePrefix: names.Prefix, Metrics: out, SweepStay: 4 * time.Second}
+	env := Env{Function: deploy.Sweeper, TablePrefix: names.Prefix, Metrics: out, SweepStay: 10 * time.Second}
 	store := NewStore(lease.NewLocalClient(testenv.Endpoint()), nil, env, quiet)
 	sweep := Sweep(NewStore(&failingOnce{DB: lease.NewLocalClient(testenv.Endpoint())}, nil, env, quiet), nil, env)
 	ctx := context.Background()
