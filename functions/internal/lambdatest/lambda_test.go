@@ -586,8 +586,13 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 
 	// checkouts: a grant, a conflict that watches, expiry and the sweep.
 	granted := time.Now()
-	if a := expect(t, "checkout", g.call(t, "checkout.json", researcher, nil), 200, ""); a.body["fence"] != float64(1) || a.body["agent_id"] != "agent-a1b2" {
-		t.Fatalf("checkout %s", a.raw)
+	grant := expect(t, "checkout", g.call(t, "checkout.json", researcher, nil), 200, "")
+	if grant.body["fence"] != float64(1) || grant.body["agent_id"] != "agent-a1b2" {
+		t.Fatalf("checkout %s", grant.raw)
+	}
+	expires, err := time.Parse(time.RFC3339Nano, fmt.Sprint(grant.body["expires_at"]))
+	if err != nil {
+		t.Fatalf("checkout %s: expires_at: %v", grant.raw, err)
 	}
 	conflict := expect(t, "checkout held", g.call(t, "checkout-conflict-watch.json", reviewer, nil), 409, "checked_out")
 	if holder, _ := conflict.body["holder"].(map[string]any); holder["agent_id"] != "agent-a1b2" {
@@ -609,9 +614,9 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 	// The lease is 2s: the sweeper's run (CHECKOUT_SWEEP_STAY=3s, here)
 	// sweeps at once, finds it due within its stay, and ends it as it
 	// expires. (Its time, mostly waiting, is left out of the figures.) On
-	// a machine so slow that the run starts after the expiry, its first
-	// sweep ends the lease instead: the lines below allow it then.
-	sweepStarted := time.Since(granted)
+	// a machine so slow that the run's first sweep comes after the expiry,
+	// that sweep ends the lease instead: the lines below allow it then.
+	invoked := time.Now() // the run starts after this
 	if err := json.Unmarshal(g.fns[deploy.Sweeper].invokeUnmeasured(t, marshal(t, event(t, "sweep-scheduled-event.json"))), &swept); err != nil {
 		t.Fatal(err)
 	}
@@ -705,21 +710,33 @@ func TestBootstrapsUnderTheEmulator(t *testing.T) {
 	// One line per sweep, with its counts, the idle runs' too: the first
 	// run's, the second's sweep and its sweep as the lease expired, the
 	// third's.
+	// Which of the two the run wrote is judged by the lease's own expiry
+	// (expires_at) against the run's first sweep (the second line): its
+	// line is stamped as it ends, so a line before the expiry is a sweep
+	// that could not end the lease; and a run invoked after the expiry
+	// sweeps after it, so its first sweep ends the lease. Only a first
+	// sweep that spans the expiry may have done either.
 	var runs []float64
+	var ends []int64 // each sweep's line's time, Unix ms
 	for _, line := range lines(g.fns[deploy.Sweeper].out) {
 		if line["msg"] == "sweep" {
 			timeouts, _ := line["timeouts"].(float64)
 			runs = append(runs, timeouts)
+			meta, _ := line["_aws"].(map[string]any)
+			stamp, _ := meta["Timestamp"].(float64)
+			ends = append(ends, int64(stamp))
 		}
 	}
 	stayed, swept0 := []float64{0, 0, 1, 0}, []float64{0, 1, 0}
 	switch {
-	case sweepStarted < 1500*time.Millisecond && !slices.Equal(runs, stayed):
-		t.Errorf("sweep lines with timeouts %v, want one per sweep: %v", runs, stayed)
-	case sweepStarted > 2500*time.Millisecond && !slices.Equal(runs, swept0):
-		t.Errorf("sweep lines with timeouts %v, want %v: the run began %v after the grant, past the lease's 2s", runs, swept0, sweepStarted)
+	case len(ends) < 2:
+		t.Errorf("sweep lines with timeouts %v, want %v or %v", runs, stayed, swept0)
+	case ends[1] < expires.UnixMilli() && !slices.Equal(runs, stayed):
+		t.Errorf("sweep lines with timeouts %v, want one per sweep: %v (the run's first sweep ended %d ms before the lease expired)", runs, stayed, expires.UnixMilli()-ends[1])
+	case !invoked.Before(expires) && !slices.Equal(runs, swept0):
+		t.Errorf("sweep lines with timeouts %v, want %v: the run was invoked %v after the lease expired", runs, swept0, invoked.Sub(expires))
 	case !slices.Equal(runs, stayed) && !slices.Equal(runs, swept0):
-		t.Errorf("sweep lines with timeouts %v, want %v or, the run having begun %v after the grant, %v", runs, stayed, sweepStarted, swept0)
+		t.Errorf("sweep lines with timeouts %v, want %v or, the run's first sweep having spanned the lease's expiry, %v", runs, stayed, swept0)
 	}
 }
 
