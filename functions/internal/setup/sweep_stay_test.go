@@ -183,10 +183,16 @@ func TestSweepRunEndsADeadHoldersLeaseWithinItsStay(t *testing.T) {
 // together, by one whole sweep (which reads every live lease) at most each
 // SweepAgentsEvery after the last, while a lease's timeout between them is
 // ended as it falls due by the leases' pass alone.
+//
+// The stay leaves room for a slow machine: the deaths' sweep comes
+// sweepGap after the timeout's at the soonest, and under load the
+// timeout's once started 4.2 s into the run, not 2 s, so that the
+// deaths' fell after a 5 s stay. The run returns after the deaths'
+// sweep, so the longer stay costs nothing.
 func TestSweepRunJudgesDeathsAtMostEachAgentsInterval(t *testing.T) {
 	t.Parallel()
 	const every = 3500 * time.Millisecond
-	r := newStayRig(t, 5*time.Second, nil, agentsEvery(every))
+	r := newStayRig(t, 10*time.Second, nil, agentsEvery(every))
 	ctx := context.Background()
 	ttls := []time.Duration{1500 * time.Millisecond, 2 * time.Second, 2500 * time.Millisecond}
 	for i := range ttls {
