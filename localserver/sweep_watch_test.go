@@ -52,7 +52,7 @@ func TestASweepRunsAsSoonAsALeaseOrAHeartbeatExpires(t *testing.T) {
 	// typ, and for a listing of todo tasks to show it.
 	ended := func(id, typ string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(watchWithin)
 		for {
 			_, b := call(t, "GET", url+"/api/tasks/"+id+"/events", key, "")
 			evs, _ := b["events"].([]any)
