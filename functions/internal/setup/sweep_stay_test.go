@@ -288,21 +288,26 @@ func TestSweepRunWithNothingDueReturnsAfterOneLook(t *testing.T) {
 // The stay never passes the invocation's deadline less SweepDeadlineMargin
 // and SweepRoom, whatever EnvSweepStay says: a run with a short timeout
 // sweeps what falls due before then and leaves what falls due later to
-// the next run.
+// the next run. Its last sweep may go on into SweepRoom, which the stay
+// leaves it: the run returns within the stay and that room.
+//
+// The stay is 5 s, so that a slow machine's first sweep and look (2 s and
+// 1.2 s under load) still leave time to sweep the first lease within it.
 func TestSweepStayEndsBeforeTheInvocationsDeadline(t *testing.T) {
 	t.Parallel()
+	const stay = 5 * time.Second // what the invocation's deadline leaves
 	r := newStayRig(t, DefaultSweepStay, nil)
 	r.checkout(t, "soon", "alice", time.Second)
-	r.checkout(t, "later", "alice", 4*time.Second)
+	r.checkout(t, "later", "alice", stay+3*time.Second)
 	testenv.CaughtUp(t, r.prefix)
-	timeout := SweepDeadlineMargin + SweepRoom + 2500*time.Millisecond // a stay of 2.5 s
+	timeout := SweepDeadlineMargin + SweepRoom + stay
 	began := time.Now()
 	res, returned := r.invoke(t, timeout)
 	if res != (lease.SweepResult{Timeouts: 1}) {
 		t.Fatalf("the run swept %+v, want the first lease's timeout alone", res)
 	}
-	if stayed := returned.Sub(began); stayed > 2500*time.Millisecond+500*time.Millisecond {
-		t.Fatalf("the run returned %v after it began, past its 2.5 s stay (the invocation's deadline less %v)", stayed, SweepDeadlineMargin+SweepRoom)
+	if stayed := returned.Sub(began); stayed > stay+SweepRoom {
+		t.Fatalf("the run returned %v after it began, past its %v stay (the invocation's deadline less %v) and the %v left for its last sweep", stayed, stay, SweepDeadlineMargin+SweepRoom, SweepRoom)
 	}
 	if task, err := r.store.GetTask(context.Background(), "later"); err != nil || task.Status != lease.StatusInProgress {
 		t.Fatalf("task %+v, %v: want it still held, for the next run", task, err)
