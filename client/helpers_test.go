@@ -414,12 +414,34 @@ func TestZeroOptionsMeanDefaults(t *testing.T) {
 	g := newGate()
 	c := New(s.URL, "k", WithSleeper(g.sleep))
 	done := make(chan error, 1)
+	// The work ends only once the heartbeat loop's first wait is seen:
+	// WorkOn's end stops the loop, which could otherwise stop before it
+	// waits. The renewal loop waits on the same gate, in either order.
+	seen := make(chan struct{})
 	go func() {
-		done <- c.WorkOn(context.Background(), "task-1", func(context.Context, *Lease) error {
+		done <- c.WorkOn(context.Background(), "task-1", func(ctx context.Context, _ *Lease) error {
+			select {
+			case <-seen:
+			case <-ctx.Done():
+			}
 			return nil
 		}, HeartbeatTTL(0), RenewEvery(time.Hour))
 	}()
-	g.await(t, 30*time.Second) // the heartbeat loop's first wait
+	for heartbeat := false; !heartbeat; {
+		select {
+		case d := <-g.waits:
+			switch d {
+			case 30 * time.Second: // the heartbeat loop's
+				heartbeat = true
+			case time.Hour: // the renewal loop's
+			default:
+				t.Fatalf("wait %v, want the heartbeat loop's 30s (or the renewal loop's hour)", d)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the heartbeat loop never waited (want a 30s wait)")
+		}
+	}
+	close(seen)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
