@@ -102,6 +102,22 @@ func dueBy(due, prevStart, prevEnd int64) int64 {
 // lease to the next run is later still.
 const sweepLate = 2000
 
+// sweptInTime checks the run's sweep i, which ended what fell due at due
+// (Unix ms): it ended no sooner, and it started within sweepLate of when
+// the run could start it (dueBy, after the sweep before); its own
+// duration, long on a loaded machine, is not the run's wait.
+func sweptInTime(t *testing.T, what string, due int64, at, start []int64, i int) {
+	t.Helper()
+	if at[i] < due {
+		t.Fatalf("%s was ended %d ms before it fell due", what, due-at[i])
+	}
+	late := start[i] - dueBy(due, start[i-1], at[i-1])
+	t.Logf("the sweep ending %s started %d ms after it fell due, %d ms after the run could start it; it took %d ms", what, start[i]-due, late, at[i]-start[i])
+	if late > sweepLate {
+		t.Fatalf("the sweep ending %s started %d ms after the run could start it, want within %d ms", what, late, sweepLate)
+	}
+}
+
 func (r *stayRig) checkout(t *testing.T, task, agent string, timeout time.Duration) lease.Checkout {
 	t.Helper()
 	ctx := context.Background()
@@ -131,17 +147,7 @@ func TestSweepRunEndsALeaseAsItExpiresWithinItsStay(t *testing.T) {
 		t.Fatalf("sweeps ending %v, want the run's sweep (nothing) and one as the lease expired (1)", ended)
 	}
 	expires := c.ExpiresAt.UnixMilli()
-	if at[1] < expires {
-		t.Fatalf("the lease was ended %d ms before it expired", expires-at[1])
-	}
-	// The sweep that ended it started within sweepLate of when the run
-	// could sweep it; its own duration, long on a loaded machine, is not
-	// the run's wait.
-	late := start[1] - dueBy(expires, start[0], at[0])
-	t.Logf("the sweep ending it started %d ms after it expired, %d ms after it could; it took %d ms", start[1]-expires, late, at[1]-start[1])
-	if late > sweepLate {
-		t.Fatalf("the sweep that ended the lease started %d ms after the run could sweep it, want within %d ms", late, sweepLate)
-	}
+	sweptInTime(t, "the lease", expires, at, start, 1)
 	if task, err := r.store.GetTask(context.Background(), "t1"); err != nil || task.Status != lease.StatusTodo {
 		t.Fatalf("task %+v, %v: want it back to todo", task, err)
 	}
@@ -175,17 +181,9 @@ func TestSweepRunEndsADeadHoldersLeaseWithinItsStay(t *testing.T) {
 	if len(at) != 2 || ended[1] != 1 {
 		t.Fatalf("sweeps ending %v, want the run's sweep and one as the heartbeat expired", ended)
 	}
-	expires := hb.ExpiresAt.UnixMilli()
-	if at[1] < expires {
-		t.Fatalf("the lease was ended %d ms before its holder's heartbeat expired", expires-at[1])
-	}
-	// Timed from the sweep's start, as the run waits (here SweepAgentsEvery
-	// is sweepGap, a second).
-	late := start[1] - dueBy(expires, start[0], at[0])
-	t.Logf("the sweep ending it started %d ms after the heartbeat expired, %d ms after it could; it took %d ms", start[1]-expires, late, at[1]-start[1])
-	if late > sweepLate {
-		t.Fatalf("the sweep that ended the lease started %d ms after the run could judge its holder, want within %d ms", late, sweepLate)
-	}
+	// Here SweepAgentsEvery is sweepGap, a second: the death is judged as
+	// soon as the leases' timeouts are.
+	sweptInTime(t, "the dead holder's lease", hb.ExpiresAt.UnixMilli(), at, start, 1)
 }
 
 // Deaths falling due one after another within the stay are swept
@@ -232,13 +230,7 @@ func TestSweepRunJudgesDeathsAtMostEachAgentsInterval(t *testing.T) {
 	if len(at) != 3 || ended[1] != 1 || ended[2] != 3 {
 		t.Fatalf("sweeps ending %v, want the run's, the timeout's (1), and one for the deaths (3); the run began %v after the last heartbeat", ended, began.Sub(lastHeartbeat))
 	}
-	expires := lease.ExpiresAt.UnixMilli()
-	if at[1] < expires {
-		t.Fatalf("the timeout was ended %d ms before it expired", expires-at[1])
-	}
-	if late := start[1] - dueBy(expires, start[0], at[0]); late > sweepLate {
-		t.Fatalf("the timeout's sweep started %d ms after the run could sweep it, want within %d ms", late, sweepLate)
-	}
+	sweptInTime(t, "the timed-out lease", lease.ExpiresAt.UnixMilli(), at, start, 1)
 	// A line is stamped as its sweep ends, and the run's own sweep may
 	// take longer than the deaths' (a loaded machine), so the deaths'
 	// sweep is timed from the run's start, which the run's sweep began at.
