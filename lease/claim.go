@@ -1726,7 +1726,7 @@ func (s *Store) noteGrant(ctx context.Context, c Checkout) (first Checkout, supe
 // gives back fewer of the run's other leases (giveBackUnkept).
 func (s *Store) settleGrant(ctx context.Context, c Checkout, found bool) (kept bool, err error) {
 	ctx = context.WithoutCancel(ctx)
-	deadline := time.Now().Add(grantWait)
+	deadline := time.Now().Add(s.grantWait)
 	for {
 		kept, tried, err := s.keepGrant(ctx, c)
 		if err == nil {

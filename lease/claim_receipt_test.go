@@ -33,6 +33,16 @@ func (d receiptLossDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 	return d.DB.UpdateItem(ctx, in, opt...)
 }
 
+// lossyStore is a store of e whose every grant write fails
+// (receiptLossDB). Its claims try to keep a grant for 100 ms, not the 2 s
+// a store tries for: the write never succeeds, and no other attempt keeps
+// a grant meanwhile, so the longer wait would only make the test slower.
+func (e *env) lossyStore() *lease.Store {
+	s := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	lease.KeepGrantsFor(s, 100*time.Millisecond)
+	return s
+}
+
 // unkeptClaim claims with s, whose every grant write fails: the claim
 // answers an error that says its grant was not kept, and the lease it got
 // stays on its task, one of tasks, where it is found and returned.
@@ -63,7 +73,7 @@ func TestClaimRetryWithItsReceiptLostGetsTheSameLease(t *testing.T) {
 			c := ctx(t)
 			e.task(t, "x")
 			e.caughtUp(t) // the claim finds x through an index
-			lossy := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+			lossy := e.lossyStore()
 			first := unkeptClaim(t, lossy, lease.ClaimParams{AgentID: "a", RunID: "run-1", Timeout: time.Minute}, "x")
 			e.clock.Advance(time.Second)
 			must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "admin", Force: true}))

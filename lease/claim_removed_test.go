@@ -70,7 +70,7 @@ func TestAClaimOfAnIdRegisteredAgainIgnoresTheRemovedAgentsReceipt(t *testing.T)
 			e.caughtUp(t) // the claim finds the tasks through an index
 			var first lease.Checkout
 			if kept == "grant lost" {
-				lossy := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+				lossy := e.lossyStore()
 				first = unkeptClaim(t, lossy, claim, "x", "y")
 			} else {
 				first = must[lease.Checkout](t)(e.store.Claim(c, claim))

@@ -103,7 +103,7 @@ func TestAClaimRetriedAfterItsUnkeptLeaseEndedAnswersItsAttempt(t *testing.T) {
 			e.attemptedOnce(t, "x") // a's grant is the task's second attempt
 			e.caughtUp(t)           // the claim finds x through an index
 			p := lease.ClaimParams{AgentID: "a", AgentName: "Agent A", RunID: "run-1", Timeout: time.Minute, Queues: []string{q}}
-			lossy := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+			lossy := e.lossyStore()
 			first := unkeptClaim(t, lossy, p, "x")
 			if first.Attempt != 2 || first.AgentName != p.AgentName || first.Title != title || first.Queue != q || first.Priority != prio {
 				t.Fatalf("a's lease, unkept: %+v; want attempt 2 of %q (%s, priority %d) for %q", first, title, q, prio, p.AgentName)

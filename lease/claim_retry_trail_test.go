@@ -39,7 +39,7 @@ func newAttemptHist(t *testing.T) *attemptHist {
 	e := newEnv(t)
 	e.create(t, lease.CreateTaskParams{TaskID: "x", Title: "retry x", Queue: attemptQ, Priority: new(6)})
 	return &attemptHist{t: t, e: e, want: map[string]lease.Checkout{},
-		lossy: lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})}
+		lossy: e.lossyStore()}
 }
 
 func (h *attemptHist) params(run string) lease.ClaimParams {

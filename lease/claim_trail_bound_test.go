@@ -28,7 +28,7 @@ func TestClaimRetryReadsOnlyTheTrailSinceItsReceipt(t *testing.T) {
 		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "a"}))
 		e.clock.Advance(time.Second)
 		e.caughtUp(t) // the claim finds x through an index
-		lossy := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+		lossy := e.lossyStore()
 		first := unkeptClaim(t, lossy, lease.ClaimParams{AgentID: "c", RunID: "run-1", Timeout: time.Minute}, "x")
 		e.clock.Advance(time.Second)
 		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "admin", Force: true}))
@@ -67,7 +67,7 @@ func TestClaimRetryPastItsTrailBoundIsAFreshClaim(t *testing.T) {
 	c := ctx(t)
 	e.task(t, "x")
 	e.caughtUp(t) // the claim finds x through an index
-	lossy := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	lossy := e.lossyStore()
 	first := unkeptClaim(t, lossy, lease.ClaimParams{AgentID: "c", RunID: "run-1", Timeout: time.Minute}, "x")
 	e.clock.Advance(time.Second)
 	must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: "x", AgentID: "admin", Force: true}))

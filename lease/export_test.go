@@ -37,6 +37,10 @@ func WaitForGraphLock(s *Store, d time.Duration) { s.graphWait = d }
 // change stream to archive a freeing hidden from it.
 func WaitForArchive(s *Store, d time.Duration) { s.archiveWait = d }
 
+// KeepGrantsFor sets how long s's claims try to keep a grant whose
+// write fails before answering ErrGrantNotKept.
+func KeepGrantsFor(s *Store, d time.Duration) { s.grantWait = d }
+
 // IsUnwatched reports whether err is a watch's failure that left no watch
 // of the agent's on the task (unwatchedError).
 func IsUnwatched(err error) bool { return errors.As(err, new(unwatchedError)) }

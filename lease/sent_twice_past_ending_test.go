@@ -152,7 +152,7 @@ func unkeptClaimOfX(t *testing.T, e *env, p lease.ClaimParams) lease.Checkout {
 	t.Helper()
 	e.task(t, "x")
 	e.caughtUp(t)
-	lossy := lease.New(lease.Config{DB: receiptLossDB{e.db}, Tables: e.names, Now: e.clock.Now, Notifier: e.notes})
+	lossy := e.lossyStore()
 	first := unkeptClaim(t, lossy, p, "x")
 	if first.Reason != p.Reason {
 		t.Fatalf("the lease found on x: reason %q, want %q", first.Reason, p.Reason)

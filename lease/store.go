@@ -143,6 +143,9 @@ type Store struct {
 	// stream to archive a freeing hidden from it (watch.go,
 	// hiddenFreeing): retryBudget (shorter in tests).
 	archiveWait time.Duration
+	// grantWait is how long a claim tries to keep a grant whose write
+	// fails (settleGrant): grantWait (shorter in tests).
+	grantWait time.Duration
 	// walked, when set (in tests), is called after each level of a
 	// cycle walk has been read.
 	walked func()
@@ -180,6 +183,7 @@ func New(cfg Config) *Store {
 	s := &Store{
 		graphWait:     2 * graphLockTTL,
 		archiveWait:   retryBudget,
+		grantWait:     grantWait,
 		maxDependents: MaxDependents,
 		registryPage:  RegistryPage,
 		queueReads:    MaxQueueListingReads,
