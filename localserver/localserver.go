@@ -127,6 +127,9 @@ type Config struct {
 	// started, when set, hears each request as its handler starts: tests
 	// know a request is in flight by it.
 	started func(*http.Request)
+	// swept, when set, hears the end of each of the sweep loop's sweeps,
+	// with its error: tests know by it which sweep failed.
+	swept func(error)
 }
 
 // Server is a running local server.
@@ -319,7 +322,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.stopSweep, s.sweepDone = cancel, make(chan struct{})
 	var loops sync.WaitGroup
 	loops.Add(3)
-	go func() { defer loops.Done(); s.sweepLoop(sweepCtx, cfg.SweepInterval) }()
+	go func() { defer loops.Done(); s.sweepLoop(sweepCtx, cfg.SweepInterval, cfg.swept) }()
 	go func() { defer loops.Done(); s.streamLoop(sweepCtx, s.changes.consequences, cfg.StreamPollInterval) }()
 	go func() { defer loops.Done(); s.noticesLoop(sweepCtx, cfg.StreamPollInterval, cfg.after) }()
 	go func() { loops.Wait(); close(s.sweepDone) }()
@@ -476,8 +479,8 @@ const sweepWatch = time.Second
 // those sweeps read every live lease. A lease a dead agent takes has no
 // expiry in the window: the interval's sweep ends it. Errors are logged
 // and never end the loop; the window of a sweep that failed is looked at
-// again.
-func (s *Server) sweepLoop(ctx context.Context, every time.Duration) {
+// again. swept, when set, hears each sweep's end.
+func (s *Server) sweepLoop(ctx context.Context, every time.Duration, swept func(error)) {
 	if every < 0 {
 		return
 	}
@@ -487,8 +490,12 @@ func (s *Server) sweepLoop(ctx context.Context, every time.Duration) {
 	// starts before every expiry (those from while no server ran too).
 	last := time.UnixMilli(0)
 	sweep := func(at time.Time, by func(context.Context) (lease.SweepResult, error)) {
-		if _, err := s.sweepBy(ctx, by); err == nil {
+		_, err := s.sweepBy(ctx, by)
+		if err == nil {
 			last = at
+		}
+		if swept != nil {
+			swept(err)
 		}
 	}
 	if !s.db.down() {

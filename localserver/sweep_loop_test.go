@@ -115,15 +115,33 @@ func TestAFailedWatchSweepIsTriedAgainAtTheNextLook(t *testing.T) {
 	ctx := context.Background()
 	proxy, armed, hits := sweepRefusingProxy(t)
 	clock := &movedClock{now: time.Now()}
+	swept := make(chan error, 64)
 	srv, err := Start(ctx, Config{
 		Addr: "127.0.0.1:0", DynamoEndpoint: proxy.URL, TablePrefix: testenv.Prefix(),
 		SweepInterval: time.Hour, Now: clock.Now,
+		swept: func(err error) {
+			select {
+			case swept <- err:
+			default:
+			}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
 	key, u := srv.AdminKey(), srv.URL()
+	// The sweep as the server starts ends before the proxy is armed, so
+	// the Query refused is a later sweep's: the tick is an hour away, so
+	// the watch's.
+	select {
+	case err := <-swept:
+		if err != nil {
+			t.Fatalf("the sweep as the server started: %v", err)
+		}
+	case <-time.After(watchWithin):
+		t.Fatalf("no sweep as the server started within %v", watchWithin)
+	}
 	if st, b := call(t, "POST", u+"/api/tasks", key, `{"task_id":"t1"}`); st != 201 {
 		t.Fatalf("create: %d %v", st, b)
 	}
@@ -137,6 +155,14 @@ func TestAFailedWatchSweepIsTriedAgainAtTheNextLook(t *testing.T) {
 			t.Fatalf("no sweep queried the lease-expiry index within %v of the lease's expiry", watchWithin)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	for failed := false; !failed; {
+		select {
+		case err := <-swept:
+			failed = err != nil && strings.Contains(err.Error(), "refused once by the test")
+		case <-time.After(watchWithin):
+			t.Fatalf("no sweep failed on the refused Query within %v", watchWithin)
+		}
 	}
 	// The database answers again; the watch keeps looking every second.
 	if last, ok := lastEventIs(t, u, key, "t1", "timeout", watchWithin); !ok {
