@@ -71,7 +71,7 @@ func binaries(dir string) (bins, emulator string, err error) {
 	if bins == "" {
 		bins = filepath.Join(dir, "functions")
 		for _, fn := range deploy.Functions {
-			bin, err := testenv.Build(root, "github.com/checkout-dev/checkout/functions/"+fn, "-tags", "lambda.norpc", "-trimpath", "-ldflags=-s -w")
+			bin, err := testenv.BuildStatic(root, "github.com/checkout-dev/checkout/functions/"+fn, "-tags", "lambda.norpc", "-trimpath", "-ldflags=-s -w")
 			if err != nil {
 				return "", "", err
 			}
@@ -84,7 +84,7 @@ func binaries(dir string) (bins, emulator string, err error) {
 		}
 	}
 	if emulator == "" {
-		if emulator, err = testenv.Build(filepath.Join(root, "functions/internal/lambdatest/tools"),
+		if emulator, err = testenv.BuildStatic(filepath.Join(root, "functions/internal/lambdatest/tools"),
 			"github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie", "-trimpath"); err != nil {
 			return "", "", err
 		}
