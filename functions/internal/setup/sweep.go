@@ -79,7 +79,8 @@ type SweepHandler = func(context.Context) (lease.SweepResult, error)
 // it took. A sweep still running SweepDeadlineMargin before the function's
 // timeout stops there ("sweep ran out of time", with what it ended); the
 // next run goes on. The run answers the totals of its sweeps, and the
-// error of its last sweep, if that one failed.
+// error of its last sweep, if that one failed, or else of its last whole
+// sweep, if that one failed (a leases' pass after it judges no agent).
 //
 // While a tasks table of the earlier schema waits for `checkout-server
 // migrate -aws` (MigrationGuard over db, checked at cold start first), a
@@ -122,6 +123,10 @@ func Sweep(store *lease.Store, db GetItemAPI, e Env) SweepHandler {
 		// the last sweep's start, lastFull the last whole Sweep's.
 		var since lease.Expiries
 		lastStart, lastFull := began, began
+		// agentsErr is the last whole Sweep's error (nil once one
+		// succeeds): a leases' pass after it judges no agent, so it does
+		// not make the run's failure good.
+		var agentsErr error
 		sweep := func(full bool) error {
 			by := store.SweepExpired
 			if full {
@@ -137,6 +142,9 @@ func Sweep(store *lease.Store, db GetItemAPI, e Env) SweepHandler {
 			total.Timeouts += res.Timeouts
 			total.AgentDeaths += res.AgentDeaths
 			total.Ready += res.Ready
+			if full {
+				agentsErr = err
+			}
 			if err == nil {
 				since.Leases = start
 				if full {
@@ -220,6 +228,9 @@ func Sweep(store *lease.Store, db GetItemAPI, e Env) SweepHandler {
 			} else {
 				gap = sweepGap
 			}
+		}
+		if err == nil {
+			err = agentsErr // the deaths are not swept: no whole sweep succeeded since
 		}
 		return total, err
 	}
