@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -246,7 +247,10 @@ func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult,
 func (t *tools) adopt(ctx context.Context, h client.Checkout, timeout time.Duration) (CheckoutResult, error) {
 	co, err := t.c.Renew(ctx, h.TaskID, client.RenewRequest{Timeout: timeout, Fence: h.Fence, AgentID: t.agentID})
 	if err != nil {
-		return CheckoutResult{}, err
+		// A renewal changes something: one whose answer was lost is
+		// undecided, as renew_task's is.
+		return CheckoutResult{}, undecided(t.leaseError(ctx, h.TaskID, h.Fence, err), "The adoption (a renewal by fence "+fmt.Sprint(h.Fence)+") of task "+h.TaskID,
+			"call checkout_task again with adopt=true: adopting twice does no harm")
 	}
 	t.hold(co)
 	r := CheckoutResult{Acquired: true, Adopted: true, TaskID: co.TaskID, Checkout: &co, Title: t.title(ctx, co)}
@@ -274,7 +278,10 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 	// claim whose answer was lost may hold one: the next claim takes its
 	// run id again, and so gets that lease rather than a second task.
 	t.mu.Lock()
-	runID := t.lostClaim
+	var runID string
+	if len(t.lostClaims) > 0 {
+		runID = t.lostClaims[0]
+	}
 	again := runID != "" // under a lost claim's run
 	if runID == "" {
 		t.claims++
@@ -301,9 +308,9 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 	stopped := errors.As(err, &se)
 	t.mu.Lock()
 	if err == nil || stopped && se.Held == nil || errors.As(err, &ae) && ae.Status < 500 && !errors.Is(err, client.ErrUndecided) {
-		t.lostClaim = ""
+		t.claimDecided(runID)
 	} else {
-		t.lostClaim = runID
+		t.claimLost(runID)
 	}
 	t.mu.Unlock()
 	switch {
@@ -334,12 +341,56 @@ func (t *tools) claim(ctx context.Context, in ClaimInput) (CheckoutResult, error
 	if dead != nil {
 		return *dead, nil
 	}
+	if ctx.Err() != nil {
+		// Cancelled (or stopped) once granted, while the task was read:
+		// nobody will work under the lease, so it is given back, as one
+		// cancelled on its way is.
+		return CheckoutResult{}, t.giveBack(ctx, co, runID)
+	}
 	t.hold(co)
 	r := CheckoutResult{Acquired: true, TaskID: co.TaskID, Checkout: &co, Title: tk.title, LastError: tk.lastError}
 	retry := tk.retry
 	r.Message = fmt.Sprintf("Claimed task %s (queue %s, priority %d): it is yours until %s (fence %d).%s Work on it, renew_task before then if you need longer, and complete_task when done.",
 		named(co.TaskID, r.Title), co.Queue, co.Priority, stamp(co.ExpiresAt), co.Fence, retry)
 	return r, nil
+}
+
+// claimLost notes runID as a claim's run that may hold a lease nobody
+// was told of; t.mu is held.
+func (t *tools) claimLost(runID string) {
+	if slices.Contains(t.lostClaims, runID) {
+		return
+	}
+	if len(t.lostClaims) >= maxEnded {
+		t.lostClaims = t.lostClaims[1:]
+	}
+	t.lostClaims = append(t.lostClaims, runID)
+}
+
+// claimDecided notes that a claim under runID was answered: it holds no
+// lease the agent was not told of. t.mu is held.
+func (t *tools) claimDecided(runID string) {
+	t.lostClaims = slices.DeleteFunc(t.lostClaims, func(r string) bool { return r == runID })
+}
+
+// giveBack releases co, the lease a claim of run runID was granted, when
+// its call was cancelled (or its session stopped) before it answered, as
+// client.ClaimOrGiveBack does for a claim cancelled on its way. When the
+// release fails, the next claim_task claims under runID again, and so
+// answers with that lease if it is still held.
+func (t *tools) giveBack(ctx context.Context, co client.Checkout, runID string) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), client.ClaimStopGrace)
+	defer cancel()
+	_, err := t.c.Release(rctx, co.TaskID, client.ReleaseRequest{RunID: co.RunID, Fence: co.Fence, AgentID: t.agentID, Reason: "the claim was cancelled before its work began"})
+	if err != nil && !errors.Is(err, client.ErrNotCheckedOut) && !errors.Is(err, client.ErrNotHolder) {
+		t.mu.Lock()
+		t.claimLost(runID)
+		t.mu.Unlock()
+		return &stated{Outcome{Code: codeCancelled, Message: fmt.Sprintf(
+			"The claim was cancelled once the server had granted it task %s (fence %d), and its release failed: you may still hold it. Call claim_task again: it claims under the same run, so it answers with that lease if it is still yours. Do not work on any task until it answers.", co.TaskID, co.Fence)}}
+	}
+	return &stated{Outcome{Code: codeCancelled, Message: fmt.Sprintf(
+		"The claim was cancelled once the server had granted it task %s (fence %d), which was given back (released): you hold nothing from it.", co.TaskID, co.Fence)}}
 }
 
 // notLive is the answer to a grant co whose lease is not live: live is

@@ -458,9 +458,11 @@ type tools struct {
 	// completion named: repeating it names the same lease.
 	ended  map[string]held
 	claims int
-	// lostClaim is the run id of the latest claim, when its answer was
-	// lost: the next claim is sent under it again.
-	lostClaim string
+	// lostClaims are the run ids of the claims whose answers were lost,
+	// oldest first: the next claim is sent under the first again, and a
+	// run leaves the list only once a claim under it is answered (not
+	// when another claim in flight at the same time is).
+	lostClaims []string
 	// lostCreates are the task ids of creations whose answer was lost: a
 	// creation of one again that finds it says it may be the lost one's.
 	lostCreates map[string]bool
