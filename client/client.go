@@ -81,7 +81,9 @@ type RetryPolicy struct {
 	// MaxAttempts counts the first try; 1 disables retries.
 	MaxAttempts int
 	BaseDelay   time.Duration
-	MaxDelay    time.Duration
+	// MaxDelay bounds each delay; 0 sets no bound (the delays double
+	// from BaseDelay, up to an hour).
+	MaxDelay time.Duration
 }
 
 // DefaultRetryPolicy makes up to 4 attempts, waiting at most 0.1s, 0.2s and
@@ -417,12 +419,19 @@ func (e *throttledAfterLost) Unwrap() error { return e.last }
 // Is matches ErrUndecided.
 func (e *throttledAfterLost) Is(target error) bool { return target == ErrUndecided }
 
+// maxBackoff bounds the delay between two tries of a policy without a
+// MaxDelay.
+const maxBackoff = time.Hour
+
 // backoff is the full-jitter delay before retry number attempt.
 func (c *Client) backoff(attempt int) time.Duration {
 	d := c.retry.BaseDelay
-	for i := 1; i < attempt && d < c.retry.MaxDelay; i++ {
+	// A MaxDelay of 0 sets no bound: the delays still double (up to
+	// maxBackoff, which keeps them from overflowing).
+	for i := 1; i < attempt && d > 0 && d < maxBackoff && (c.retry.MaxDelay <= 0 || d < c.retry.MaxDelay); i++ {
 		d *= 2
 	}
+	d = min(d, maxBackoff)
 	if c.retry.MaxDelay > 0 && d > c.retry.MaxDelay {
 		d = c.retry.MaxDelay
 	}
@@ -430,6 +439,14 @@ func (c *Client) backoff(attempt int) time.Duration {
 		return 0
 	}
 	return time.Duration(c.jitter(int64(d)))
+}
+
+// unrecorded is ctx without the Response of RecordResponse: the context
+// of requests the client sends in the background (renewals, heartbeats),
+// which are not the caller's and must not write its Response from
+// another goroutine.
+func unrecorded(ctx context.Context) context.Context {
+	return context.WithValue(ctx, recorderKey{}, nil)
 }
 
 func record(ctx context.Context, status int, body []byte) {

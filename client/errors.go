@@ -164,11 +164,15 @@ func (e *APIError) Error() string {
 
 // Is matches the sentinel of the error's code (and what that sentinel
 // matches: ErrInvalid for ErrDependencyCycle), ErrNotFound for any 404,
+// ErrInvalid for any 400,
 // ErrUnavailable for any 429 or 5xx, with or without a code, but the
 // checkout server's own 500 internal (a bug, not an outage), and
 // ErrUndecided for any 5xx (the request may have taken effect).
 func (e *APIError) Is(target error) bool {
 	if target == ErrNotFound && e.Status == http.StatusNotFound {
+		return true
+	}
+	if target == ErrInvalid && e.Status == http.StatusBadRequest {
 		return true
 	}
 	if target == ErrUnavailable && (e.Status == http.StatusTooManyRequests || e.Status >= 500 && e.Code != errcode.Internal) {

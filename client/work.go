@@ -126,7 +126,8 @@ func IdleBackoff(min, max time.Duration) WorkOption {
 // OnError receives the errors that do not stop the work: failed heartbeats,
 // renewals, completions and releases that will be tried again, in
 // ClaimLoop failed claims that will be, and the error of each task's
-// function.
+// function. Within one WorkOn or ClaimLoop call, f is called by one
+// goroutine at a time.
 func OnError(f func(taskID string, err error)) WorkOption {
 	return func(c *workConfig) { c.onError = f }
 }
@@ -149,6 +150,15 @@ func newWorkConfig(opts []WorkOption) workConfig {
 	if cfg.idleMax < cfg.idleMin {
 		cfg.idleMax = cfg.idleMin
 	}
+	// The heartbeat loop, the renewals, the loss checks and the call's own
+	// goroutine all report to OnError: one at a time.
+	var mu sync.Mutex
+	onError := cfg.onError
+	cfg.onError = func(taskID string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		onError(taskID, err)
+	}
 	return cfg
 }
 
@@ -156,7 +166,9 @@ func newWorkConfig(opts []WorkOption) workConfig {
 //
 // In the background it renews the lease well before it expires and sends
 // heartbeats (one heartbeat loop per Client, shared by the WorkOn and
-// ClaimLoop calls running on it with the same HeartbeatTTL). If the lease
+// ClaimLoop calls running on it with the same HeartbeatTTL), until fn
+// returns: when ctx is done, fn's context is cancelled, and the lease is
+// still renewed while fn winds down. If the lease
 // is lost (force-released, cancelled, expired while renewals failed, or
 // ended because the agent was declared dead), fn's context is cancelled
 // with a cause matching ErrLeaseLost: at the next renewal, which the
@@ -547,7 +559,7 @@ func (c *Client) startHeartbeats(ctx context.Context, cfg workConfig, patient bo
 		}
 		c.beatMu.Lock()
 		if b = hs.beats[ttl]; b == nil { // another call may have started one meanwhile
-			bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			bg, cancel := context.WithCancel(unrecorded(context.WithoutCancel(ctx)))
 			b = &beatLoop{users: map[*workConfig]bool{}, cancel: cancel, stopped: make(chan struct{})}
 			hs.beats[ttl] = b
 			go func() {
@@ -668,13 +680,38 @@ func (c *Client) hold(ctx context.Context, co Checkout, fn func(context.Context,
 	l := &Lease{co: co}
 	work, cancelWork := context.WithCancelCause(ctx)
 	defer cancelWork(nil)
-	bg, stopBG := context.WithCancel(ctx)
+	// lostErr is this lease's loss, as the renewals or the loss checks
+	// found it. It is kept apart from work's cause: ctx may have been
+	// cancelled with an ErrLeaseLost cause of its own (this call nested in
+	// the function of another WorkOn or ClaimLoop, whose lease was lost),
+	// which says nothing of this lease, still to be given back.
+	var lostMu sync.Mutex
+	var lostErr error
+	lose := func(err error) {
+		lostMu.Lock()
+		if lostErr == nil {
+			lostErr = err
+		}
+		lostMu.Unlock()
+		cancelWork(err)
+	}
+	lost := func() error {
+		lostMu.Lock()
+		defer lostMu.Unlock()
+		return lostErr
+	}
+	// The renewals and loss checks run until fn returns, not until ctx is
+	// done: a function still winding down after ctx's cancellation works
+	// under the lease, which must not expire under it.
+	// Nor do they record their answers under RecordResponse: they are not
+	// the caller's requests, and they run beside the caller's own.
+	bg, stopBG := context.WithCancel(unrecorded(context.WithoutCancel(ctx)))
 	var wg sync.WaitGroup
 	stop := sync.OnceFunc(func() { stopBG(); wg.Wait() })
 	defer stop() // even when fn panics: the lease must not be renewed for ever
-	wg.Go(func() { c.keepRenewed(bg, l, cfg, cancelWork) })
+	wg.Go(func() { c.keepRenewed(bg, l, cfg, lose) })
 	if cfg.lossCheck > 0 {
-		wg.Go(func() { c.watchLoss(bg, l, cfg, cancelWork) })
+		wg.Go(func() { c.watchLoss(bg, l, cfg, lose) })
 	}
 
 	returned := false
@@ -690,7 +727,7 @@ func (c *Client) hold(ctx context.Context, co Checkout, fn func(context.Context,
 		if r != nil {
 			what = fmt.Sprintf("the work function panicked: %v", r)
 		}
-		if !errors.Is(context.Cause(work), ErrLeaseLost) {
+		if lost() == nil {
 			_ = c.finish(ctx, l, errors.New(what), cfg)
 		}
 		if r != nil {
@@ -701,7 +738,7 @@ func (c *Client) hold(ctx context.Context, co Checkout, fn func(context.Context,
 	returned = true
 	stop()
 
-	if cause := context.Cause(work); errors.Is(cause, ErrLeaseLost) {
+	if cause := lost(); cause != nil {
 		if ferr != nil && !errors.Is(ferr, context.Canceled) && !errors.Is(ferr, cause) {
 			return errors.Join(cause, ferr)
 		}
