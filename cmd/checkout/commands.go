@@ -110,6 +110,22 @@ func (a *app) rootCmd() *cobra.Command {
 		switch c.Name() {
 		case "help":
 			c.Example = "  checkout help\n  checkout help release\n  checkout release --help"
+			// A word that is no command is an unknown command, as
+			// elsewhere: root (and each group) takes words as arguments,
+			// so cobra's help would show the root's (or the group's) help
+			// for it, and succeed.
+			c.RunE = func(cmd *cobra.Command, args []string) error {
+				target, rest, err := cmd.Root().Find(args)
+				if err != nil {
+					return err
+				}
+				if len(rest) > 0 {
+					return unknownCommand(target, rest[0])
+				}
+				target.InitDefaultHelpFlag()
+				target.InitDefaultVersionFlag()
+				return target.Help()
+			}
 		case "completion":
 			c.Long = `Prints the script that makes your shell complete checkout's commands and
 flags, and task ids from the server when an API key is set (open tasks for
@@ -536,7 +552,15 @@ func (a *app) releaseCmd() *cobra.Command {
 		return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
 			req := client.ReleaseRequest{Force: force, Reason: reason, RunID: hf.runID(s), Fence: hf.fence, AgentID: s.agent.value}
 			if force {
-				req.AgentID, req.RunID = "", ""
+				// The admin's own identity names no lease of the holder's:
+				// --agent and CHECKOUT_RUN_ID (the admin's own run) are left
+				// out. A --run-id given pins the force release to that run,
+				// as --fence does: a stuck run's lease, not one another run
+				// took meanwhile.
+				req.AgentID = ""
+				if s.runID.from != "--run-id" {
+					req.RunID = ""
+				}
 			}
 			r, err := c.Release(ctx, args[0], req)
 			err = lostAnswer(err, "the release of task "+args[0],

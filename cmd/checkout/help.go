@@ -66,8 +66,10 @@ const releaseShort = "Release a task you hold (admins: --force releases anyone's
 
 const releaseLong = `Gives a task back without finishing it: it goes back to todo at once and the
 agents watching it get an inbox message. Only the holder may release it;
-an admin may --force anyone's (audited as force_release), or release it as
-its holder with --agent (audited by the admin; the holder gets lease_lost,
+an admin may --force anyone's (audited as force_release; with --run-id or
+--fence only that lease, a stuck run's, not one another run took since;
+CHECKOUT_RUN_ID, the admin's own run, is not used), or release it as its
+holder with --agent (audited by the admin; the holder gets lease_lost,
 reason force_release, as for complete). When the work failed, use checkout
 fail instead: the task then waits before it is retried.`
 
