@@ -77,7 +77,7 @@ type tip struct {
 }
 
 const (
-	// emptyPages is how many empty pages of an open shard a poll from its
+	// emptyPages is how many empty pages in a row of an open shard a poll from its
 	// checkpoint reads before it takes the shard as caught up. DynamoDB
 	// Streams may answer empty pages, each with a next iterator, for a
 	// part of an open shard before the records that follow it, and at its
@@ -124,7 +124,12 @@ func (p *Poller) Poll(ctx context.Context) (int, error) {
 // of empty pages of any length, and a poll at an open shard's end reads
 // one page, as it did before it kept its place.
 func (p *Poller) pollShard(ctx context.Context, shard string, closed bool) (int, error) {
-	out, limit, empty, err := p.firstPage(ctx, shard)
+	out, limit, budget, err := p.firstPage(ctx, shard)
+	// empty counts the empty pages read in a row: a page with records
+	// starts the count again, so that a shard with many short runs of
+	// empty pages is read past each of them (a ReadOn poll applies all
+	// the shard holds), and only a run of budget ends the poll.
+	empty := budget
 	n := 0
 	for err == nil {
 		if len(out.Records) == 0 {
@@ -140,6 +145,7 @@ func (p *Poller) pollShard(ctx context.Context, shard string, closed bool) (int,
 			out, limit, err = p.read(ctx, shard, out.NextShardIterator)
 			continue
 		}
+		empty = budget
 		batch := events.DynamoDBEvent{Records: make([]events.DynamoDBEventRecord, len(out.Records))}
 		for i, r := range out.Records {
 			batch.Records[i] = eventRecord(r, p.StreamARN)
