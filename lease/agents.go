@@ -306,6 +306,15 @@ func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
 		if a == nil || a.Kind != "agent" {
 			return ErrAgentNotFound
 		}
+		// The key goes first, and the removal's time is read after: the
+		// last look-up that found the key (which the authorizer in AWS
+		// may cache for ReRegisterAfter) is then no later than the
+		// tombstone's time, from which restart holds the id back.
+		if a.KeyHash != "" {
+			if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.agents, Key: agentKey(keyItemID(a.KeyHash))}); err != nil {
+				return fmt.Errorf("remove key of %s: %w", agentID, err)
+			}
+		}
 		now := s.clock()
 		before, buried, err := s.bury(ctx, a, now, removal)
 		if err != nil {
@@ -317,11 +326,6 @@ func (s *Store) RemoveAgent(ctx context.Context, agentID string) error {
 		s.alive.forget(agentID)
 		if err := s.clearInbox(ctx, agentID); err != nil {
 			return err
-		}
-		if a.KeyHash != "" {
-			if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.agents, Key: agentKey(keyItemID(a.KeyHash))}); err != nil {
-				return fmt.Errorf("remove key of %s: %w", agentID, err)
-			}
 		}
 		cond := expression.Name("key_hash").Equal(expression.Value(a.KeyHash))
 		expr, _ := expression.NewBuilder().WithCondition(cond).Build()

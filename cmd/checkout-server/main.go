@@ -10,7 +10,7 @@
 //	CHECKOUT_DATA_DIR           keep dynalite's data in this directory (default: in memory); created if missing,
 //	                            refused if not a writable directory or in use by another server
 //	CHECKOUT_TABLE_PREFIX       table name prefix: letters, digits, _ . - (default checkout-)
-//	CHECKOUT_ADMIN_KEY          the admin's API key, 16 or more visible ASCII characters (default: generated and logged once)
+//	CHECKOUT_ADMIN_KEY          the admin's API key, 16 to 512 visible ASCII characters (default: generated and logged once)
 //	                            (unset: a new one at every start, replacing the one kept in CHECKOUT_DATA_DIR)
 //	CHECKOUT_SWEEP_INTERVAL     how often the sweep runs (default 15s, at least 100ms)
 //	CHECKOUT_AUTO_CREATE_TASKS  true: checking out an unknown task creates it (unless the checkout's expected_statuses leave out todo)
@@ -73,6 +73,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/checkout-dev/checkout/auth"
 	"github.com/checkout-dev/checkout/internal/envcheck"
 	"github.com/checkout-dev/checkout/internal/webhook"
 	"github.com/checkout-dev/checkout/lease"
@@ -96,7 +97,7 @@ Environment:
   CHECKOUT_DATA_DIR           keep dynalite's data in this directory (default: in memory); created if missing,
                               refused if not a writable directory or in use by another server
   CHECKOUT_TABLE_PREFIX       table name prefix: letters, digits, _ . - (default checkout-)
-  CHECKOUT_ADMIN_KEY          the admin's API key, 16 or more visible ASCII characters (default: generated and logged once)
+  CHECKOUT_ADMIN_KEY          the admin's API key, 16 to 512 visible ASCII characters (default: generated and logged once)
                               (unset: a new one at every start, replacing the one kept in CHECKOUT_DATA_DIR)
   CHECKOUT_SWEEP_INTERVAL     how often the sweep runs (default 15s, at least 100ms)
   CHECKOUT_AUTO_CREATE_TASKS  true: checking out an unknown task creates it (unless the checkout's expected_statuses leave out todo)
@@ -247,7 +248,7 @@ func configFrom(getenv func(string) string) (localserver.Config, error) {
 	}
 	if k := cfg.AdminKey; k != "" && !usableKey(k) {
 		// Not shown: it is a secret.
-		return cfg, fmt.Errorf("CHECKOUT_ADMIN_KEY: want at least 16 characters, letters, digits and punctuation without spaces (the one given has %d); or leave it unset, and one is generated", utf8.RuneCountInString(k))
+		return cfg, fmt.Errorf("CHECKOUT_ADMIN_KEY: want 16 to %d characters, letters, digits and punctuation without spaces (the one given has %d); or leave it unset, and one is generated", auth.MaxKeyLen, utf8.RuneCountInString(k))
 	}
 	if v := getenv("CHECKOUT_SWEEP_INTERVAL"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -395,8 +396,8 @@ func writable(path string) error {
 // least 16 characters (as the store asks of every key), each visible
 // ASCII.
 func usableKey(k string) bool {
-	if len(k) < 16 {
-		return false
+	if len(k) < 16 || len(k) > auth.MaxKeyLen {
+		return false // too long to be sent as a bearer token (auth.BearerKey)
 	}
 	for i := range len(k) {
 		if k[i] < 0x21 || k[i] > 0x7e {
