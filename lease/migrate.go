@@ -34,7 +34,10 @@ import (
 //
 // Each copy is a PutItem conditioned on the task not being in the new table
 // yet, so a migration cut short is run again safely, and a task written to
-// the new table since is never overwritten. When every task is copied,
+// the new table since is never overwritten: one that no migration wrote
+// (no migrated_at) is a clash, reported (MigrateResult.Clashed) and
+// recorded on the marker, its earlier item left only in the old table,
+// which must then be kept. When every task is copied or found,
 // Migrate leaves a marker item in the old table; EnsureTables refuses to
 // start over an old table without that marker, naming the command, so a
 // server cannot come up on an empty new table while the tasks are in the
@@ -95,6 +98,13 @@ type MigrateResult struct {
 	// version left without their entry in the expiry index, given it now
 	// (MendDelays).
 	Mended int
+	// Clashed lists the tasks of the earlier table that were not copied
+	// because today's table holds a task of the same id that no
+	// migration wrote (one created there while it was served without the
+	// earlier table: README, "Upgrading"). Their items, leases and fences
+	// are only in the earlier table, which must be kept. The marker
+	// records them, so a migration run again reports them too.
+	Clashed []string
 }
 
 // Migrate copies the tasks of a table of the earlier schema into today's
@@ -122,12 +132,20 @@ func Migrate(ctx context.Context, db MigrateDB, names schema.Names, shards schem
 // copyEarlier is Migrate's copy of the earlier table, when there is one
 // that has not been copied.
 func copyEarlier(ctx context.Context, db MigrateDB, names schema.Names, shards schema.ShardCounts, earlier func(context.Context) error, res *MigrateResult) error {
-	done, found, err := migrationState(ctx, db, res.From)
+	marker, found, err := migrationMarker(ctx, db, res.From)
 	if err != nil || !found {
 		return err
 	}
+	done := len(marker) > 0
 	res.Found, res.AlreadyDone = true, done
 	if done {
+		if l, ok := marker["clashed"].(*types.AttributeValueMemberL); ok {
+			for _, v := range l.Value {
+				if s, ok := v.(*types.AttributeValueMemberS); ok {
+					res.Clashed = append(res.Clashed, s.Value)
+				}
+			}
+		}
 		return nil
 	}
 	if err := ensureTables(ctx, db, names); err != nil {
@@ -153,14 +171,17 @@ func copyEarlier(ctx context.Context, db MigrateDB, names schema.Names, shards s
 			if q := stringAttr(item, "queue"); q != "" && !slices.Contains(queues, q) {
 				queues = append(queues, q)
 			}
-			copied, err := migrateTask(ctx, db, res.To, item, shards)
+			outcome, err := migrateTask(ctx, db, res.To, item, shards)
 			if err != nil {
 				return err
 			}
-			if copied {
+			switch outcome {
+			case taskCopied:
 				res.Copied++
-			} else {
+			case taskPresent:
 				res.Present++
+			case taskClashed:
+				res.Clashed = append(res.Clashed, stringAttr(item, "task_id"))
 			}
 		}
 	}
@@ -172,15 +193,17 @@ func copyEarlier(ctx context.Context, db MigrateDB, names schema.Names, shards s
 			return fmt.Errorf("migrate: apply the changes %s's stream still holds: %w", res.From, err)
 		}
 	}
-	marker, err := attributevalue.MarshalMap(struct {
-		TaskID string `dynamodbav:"task_id"`
-		To     string `dynamodbav:"migrated_to"`
-		Tasks  int    `dynamodbav:"tasks"`
-	}{migratedMarker, res.To, res.Copied + res.Present})
+	slices.Sort(res.Clashed)
+	mark, err := attributevalue.MarshalMap(struct {
+		TaskID  string   `dynamodbav:"task_id"`
+		To      string   `dynamodbav:"migrated_to"`
+		Tasks   int      `dynamodbav:"tasks"`
+		Clashed []string `dynamodbav:"clashed,omitempty"`
+	}{migratedMarker, res.To, res.Copied + res.Present, res.Clashed})
 	if err != nil {
 		return err
 	}
-	if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &res.From, Item: marker}); err != nil {
+	if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &res.From, Item: mark}); err != nil {
 		return fmt.Errorf("migrate: mark %s as copied: %w", res.From, err)
 	}
 	return nil
@@ -234,14 +257,42 @@ func MendDelays(ctx context.Context, db MigrateDB, table string, shards schema.S
 	return mended, nil
 }
 
+// copyOutcome is what migrateTask did with a task.
+type copyOutcome int
+
+const (
+	taskSkipped copyOutcome = iota // not a task (the marker)
+	taskCopied                     // copied now
+	taskPresent                    // copied by an earlier run
+	taskClashed                    // not copied: today's table holds another task of its id
+)
+
+// presentOutcome is the outcome for a task whose id today's table holds
+// (existing: that item, or nil when the answer carried none, then read):
+// a migration's copy (migrated_at) is present; anything else a clash.
+func presentOutcome(ctx context.Context, db MigrateDB, table, id string, existing map[string]types.AttributeValue) (copyOutcome, error) {
+	if existing == nil {
+		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &table, Key: taskKey(id), ConsistentRead: aws.Bool(true),
+			ProjectionExpression: aws.String("task_id, migrated_at")})
+		if err != nil {
+			return taskSkipped, fmt.Errorf("migrate: read task %s: %w", id, err)
+		}
+		existing = out.Item
+	}
+	if _, ok := existing["migrated_at"]; ok || len(existing) == 0 {
+		return taskPresent, nil
+	}
+	return taskClashed, nil
+}
+
 // migrateTask copies one task item into table unless it is there already.
-func migrateTask(ctx context.Context, db MigrateDB, table string, item map[string]types.AttributeValue, shards schema.ShardCounts) (bool, error) {
+func migrateTask(ctx context.Context, db MigrateDB, table string, item map[string]types.AttributeValue, shards schema.ShardCounts) (copyOutcome, error) {
 	var it taskItem
 	if err := attributevalue.UnmarshalMap(item, &it); err != nil {
-		return false, fmt.Errorf("migrate: decode a task: %w", err)
+		return taskSkipped, fmt.Errorf("migrate: decode a task: %w", err)
 	}
 	if it.TaskID == migratedMarker || it.TaskID == "" {
-		return false, nil
+		return taskSkipped, nil
 	}
 	st := it.Status
 	if st == "" {
@@ -286,16 +337,18 @@ func migrateTask(ctx context.Context, db MigrateDB, table string, item map[strin
 		// short between the two leaves it unnamed, and the copy run again
 		// writes it again, for its task to name. A task copied already is
 		// left as it is, its body not written again.
-		if present, err := copiedAlready(ctx, db, table, it.TaskID); err != nil || present {
-			return false, err
+		if existing, err := copiedAlready(ctx, db, table, it.TaskID); err != nil {
+			return taskSkipped, err
+		} else if existing != nil {
+			return presentOutcome(ctx, db, table, it.TaskID, existing)
 		}
 		it.BodyToken, b.Key = migratedBody, bodyKey(it.TaskID, migratedBody)
 		body, err := attributevalue.MarshalMap(b)
 		if err != nil {
-			return false, err
+			return taskSkipped, err
 		}
 		if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: body}); err != nil {
-			return false, fmt.Errorf("migrate: copy the body of %s: %w", it.TaskID, err)
+			return taskSkipped, fmt.Errorf("migrate: copy the body of %s: %w", it.TaskID, err)
 		}
 		delete(item, "description")
 		delete(item, "metadata")
@@ -313,51 +366,65 @@ func migrateTask(ctx context.Context, db MigrateDB, table string, item map[strin
 			// This very copy (it was not there when the body was
 			// written): it applied, its answer was lost, and the SDK
 			// sent it again.
-			return true, nil
+			return taskCopied, nil
 		}
 		// Another's task, written since it was looked for: this body is
 		// named by none. Unless the task was not returned to say so.
 		if b != nil && returned != nil {
 			if _, err := db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &table, Key: taskKey(b.Key)}); err != nil {
-				return false, fmt.Errorf("migrate: delete the body of %s copied again: %w", it.TaskID, err)
+				return taskSkipped, fmt.Errorf("migrate: delete the body of %s copied again: %w", it.TaskID, err)
 			}
 		}
-		return false, nil
+		return presentOutcome(ctx, db, table, it.TaskID, returned)
 	}
 	if err != nil {
-		return false, fmt.Errorf("migrate: copy task %s: %w", it.TaskID, err)
+		return taskSkipped, fmt.Errorf("migrate: copy task %s: %w", it.TaskID, err)
 	}
-	return true, nil
+	return taskCopied, nil
 }
 
 // migratedBody is the token of the body a task's copy writes: the same at
 // every run, and in no other write (a create's and a PATCH's are newID's).
 const migratedBody = "migrated"
 
-// copiedAlready says whether task id is in table, read consistently.
-func copiedAlready(ctx context.Context, db MigrateDB, table, id string) (bool, error) {
+// copiedAlready reads task id in table consistently (its task_id and
+// migrated_at): nil when it is not there.
+func copiedAlready(ctx context.Context, db MigrateDB, table, id string) (map[string]types.AttributeValue, error) {
 	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &table, Key: taskKey(id), ConsistentRead: aws.Bool(true),
-		ProjectionExpression: aws.String("task_id")})
+		ProjectionExpression: aws.String("task_id, migrated_at")})
 	if err != nil {
-		return false, fmt.Errorf("migrate: read task %s: %w", id, err)
+		return nil, fmt.Errorf("migrate: read task %s: %w", id, err)
 	}
-	return len(out.Item) > 0, nil
+	if len(out.Item) == 0 {
+		return nil, nil
+	}
+	return out.Item, nil
 }
 
 // migrationState says whether a tasks table of the earlier schema exists
 // (found) and whether a migration has finished copying it (done).
 func migrationState(ctx context.Context, db TableAdmin, old string) (done, found bool, err error) {
+	marker, found, err := migrationMarker(ctx, db, old)
+	return len(marker) > 0, found, err
+}
+
+// migrationMarker is migrationState with the marker item itself (nil
+// while there is none).
+func migrationMarker(ctx context.Context, db TableAdmin, old string) (marker map[string]types.AttributeValue, found bool, err error) {
 	_, err = db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &old})
 	var notFound *types.ResourceNotFoundException
 	if errors.As(err, &notFound) {
-		return false, false, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return false, false, fmt.Errorf("describe %s: %w", old, err)
+		return nil, false, fmt.Errorf("describe %s: %w", old, err)
 	}
 	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &old, Key: taskKey(migratedMarker), ConsistentRead: aws.Bool(true)})
 	if err != nil {
-		return false, true, fmt.Errorf("read %s: %w", old, err)
+		return nil, true, fmt.Errorf("read %s: %w", old, err)
 	}
-	return len(out.Item) > 0, true, nil
+	if len(out.Item) == 0 {
+		return nil, true, nil
+	}
+	return out.Item, true, nil
 }

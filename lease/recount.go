@@ -3,6 +3,7 @@ package lease
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -118,6 +119,13 @@ func RecountQueues(ctx context.Context, db RecountDB, names schema.Names, p Reco
 	attempts := cmp.Or(p.Attempts, 3)
 	heartbeats := names.Table(schema.HeartbeatsTable)
 	var res RecountResult
+	// Before the migration the tasks are in the earlier table, and the
+	// counts, which carry over and which the copies do not move, count
+	// them: today's table, empty or half copied, must not be written
+	// over them.
+	if err := refuseUnmigrated(ctx, db, names); err != nil {
+		return res, err
+	}
 	var only map[string]bool // the queues still to recount; nil: all
 	for attempt := 0; attempt < attempts; attempt++ {
 		reg, err := readRegistry(ctx, db, heartbeats)
@@ -346,4 +354,25 @@ func writeCounts(ctx context.Context, db RecountDB, table, q string, item map[st
 		return false, fmt.Errorf("recount queue %s: %w", q, err)
 	}
 	return true, nil
+}
+
+// refuseUnmigrated returns ErrMigrationNeeded while a tasks table of the
+// earlier schema exists without the marker of a finished migration (read
+// with one consistent GetItem; no such table: nil).
+func refuseUnmigrated(ctx context.Context, db interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+}, names schema.Names) error {
+	old := names.Table(schema.TasksTableV1)
+	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &old, Key: taskKey(migratedMarker), ConsistentRead: aws.Bool(true)})
+	var notFound *types.ResourceNotFoundException
+	switch {
+	case errors.As(err, &notFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read %s: %w", old, err)
+	case len(out.Item) == 0:
+		return fmt.Errorf("%w: the table %s of an earlier version has not been copied into %s; run `checkout-server migrate` first",
+			ErrMigrationNeeded, old, names.Table(schema.TasksTable))
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -106,12 +107,22 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		_, err = fmt.Fprintf(stdout, "no table %s: nothing to migrate\n", res.From)
 	case res.AlreadyDone:
 		_, err = fmt.Fprintf(stdout, "%s was migrated into %s before: nothing to do\n", res.From, res.To)
+	case len(res.Clashed) > 0:
+		_, err = fmt.Fprintf(stdout, "copied %d tasks from %s into %s (%d were there already)\n",
+			res.Copied, res.From, res.To, res.Present)
 	default:
 		_, err = fmt.Fprintf(stdout, "copied %d tasks from %s into %s (%d were there already); %s can be deleted\n",
 			res.Copied, res.From, res.To, res.Present, res.From)
 	}
 	if err == nil && res.Mended > 0 {
 		_, err = fmt.Fprintf(stdout, "gave %d delayed tasks of %s their entries in the expiry index (an earlier version left them out)\n", res.Mended, res.To)
+	}
+	if err == nil && len(res.Clashed) > 0 {
+		// Not copied, and no run can copy them: the earlier table is
+		// the only copy of their items, leases and fences.
+		err = fmt.Errorf("%d tasks of %s were not copied: %s holds tasks of the same ids that no migration wrote (created there since): %s; "+
+			"their earlier items, leases and fences are only in %s: do not delete it",
+			len(res.Clashed), res.From, res.To, strings.Join(res.Clashed, ", "), res.From)
 	}
 	return err
 }
