@@ -8,6 +8,7 @@ import { setTime, ago, ms, isolate } from './format.js';
 
 let agents = [];
 let held = new Map(); // agent_id -> [task_id]
+let loads = 0; // loads started: only the latest shows what it read
 
 // The built-in admin is the agent "admin" (README, API.md: DELETE is 409
 // cannot_remove_admin). The listing does not mark it, so an agent the
@@ -27,9 +28,13 @@ const view = {
   title: () => 'Agents',
 
   async load(ctx) {
+    const me = ++loads;
     // Every page of the agents and of the leases (one each unless they
     // pass 5 MB of JSON).
     const [list, live] = await Promise.all([pages('/api/agents', 'agents', 20), pages('/api/checkouts', 'checkouts', 20)]);
+    // An older answer, overtaken by a later load (the refresh after a
+    // removal), would bring the removed agent back.
+    if (me !== loads) return false;
     agents = list.slice().sort((a, b) => (a.name || a.agent_id).localeCompare(b.name || b.agent_id) || a.agent_id.localeCompare(b.agent_id));
     held = new Map();
     for (const c of live) {
@@ -47,6 +52,7 @@ const view = {
   },
 
   reset() {
+    loads++;
     agents = [];
     held = new Map();
     $('agents-body').replaceChildren();

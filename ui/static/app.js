@@ -313,7 +313,17 @@ document.addEventListener('visibilitychange', () => {
 // strings), action (the button's words), reason (ask for one: its label),
 // run (async, given the reason; an ApiError it throws is shown in the
 // dialog, which stays open). Resolves true when run succeeded.
+//
+// One at a time: a second ask while one is open (a double click on an
+// action that reads something before it asks) resolves false at once.
+// Its listeners on the one dialog would otherwise run with the next
+// confirmation too, and act again on what the first one named (remove an
+// agent registered again under that id, say).
+let asking = false;
+
 function confirm(opts) {
+  if (asking) return Promise.resolve(false);
+  asking = true;
   const dialog = $('confirm');
   const form = $('confirm-form');
   const reasonRow = $('confirm-reason-row');
@@ -332,10 +342,15 @@ function confirm(opts) {
 
   return new Promise((resolve) => {
     let busy = false;
+    let finished = false;
     const done = (result) => {
+      if (finished) return;
+      finished = true;
+      asking = false;
       form.removeEventListener('submit', onSubmit);
       cancel.removeEventListener('click', onCancel);
       dialog.removeEventListener('cancel', onEscape);
+      dialog.removeEventListener('close', onClose);
       if (dialog.open) dialog.close();
       if (result) {
         // The action usually removes or hides what opened it (the force
@@ -352,6 +367,10 @@ function confirm(opts) {
     };
     const onCancel = () => { if (!busy) done(false); };
     const onEscape = (e) => { e.preventDefault(); onCancel(); };
+    // The browser may close the dialog itself (a second Escape in a row
+    // cannot be held off): that is a cancel, or, while the action runs,
+    // the end of the ask once it has run.
+    const onClose = () => { if (!busy) done(false); };
     const onSubmit = async (e) => {
       e.preventDefault();
       if (busy) return;
@@ -370,7 +389,13 @@ function confirm(opts) {
         await opts.run(why);
         done(true);
       } catch (err) {
-        text(error, words(err));
+        if (dialog.open) {
+          text(error, words(err));
+        } else {
+          // Closed while it ran: the error is told as a notice.
+          done(false);
+          notice(words(err));
+        }
       } finally {
         busy = false;
         ok.disabled = false;
@@ -379,6 +404,7 @@ function confirm(opts) {
     form.addEventListener('submit', onSubmit);
     cancel.addEventListener('click', onCancel);
     dialog.addEventListener('cancel', onEscape);
+    dialog.addEventListener('close', onClose);
     dialog.showModal();
     (opts.reason ? reason : cancel).focus();
   });

@@ -8,6 +8,10 @@ import { makeBar, updateBar } from './bar.js';
 
 let leases = []; // the last answer, each with seenAt
 let taskInfo = new Map(); // task_id -> {title, queue}
+// loads counts the loads started: one that a later one (Refresh now, an
+// admin action's refresh) overtook shows nothing, so that its older answer
+// cannot bring back a lease that the later one saw ended.
+let loads = 0;
 
 const view = {
   title: () => 'Live checkouts',
@@ -19,12 +23,14 @@ const view = {
   },
 
   async load(ctx) {
+    const me = ++loads;
     // The leases, and the titles (and queues) of the tasks in progress.
     // Every page of the leases (one unless they pass 5 MB of JSON).
     const [live, tasks] = await Promise.all([
       pages('/api/checkouts', 'checkouts', 20),
       pages('/api/tasks?status=in_progress&limit=1000', 'tasks', 5),
     ]);
+    if (me !== loads) return false;
     const seenAt = performance.now();
     taskInfo = new Map(tasks.map((t) => [t.task_id, { title: t.title || '', queue: t.queue ?? null }]));
     leases = live.map((c) => ({ ...c, seenAt }));
@@ -40,6 +46,7 @@ const view = {
   },
 
   reset() {
+    loads++;
     leases = [];
     taskInfo = new Map();
     $('checkouts-body').replaceChildren();

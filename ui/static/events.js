@@ -13,6 +13,7 @@ const SHOWN = 200;
 // windowMs is the window read: the last 15 minutes, or less while the
 // fleet writes more events in them than MAX_PAGES pages hold.
 let windowMs = WINDOW_MS;
+let loads = 0; // loads started: only the latest shows what it read
 
 // readWindow reads the events of the last ms, oldest first (as the API
 // lists them), up to MAX_PAGES pages; complete says it reached the end.
@@ -33,6 +34,7 @@ const view = {
   title: () => 'Events',
 
   async load(ctx) {
+    const me = ++loads;
     // The API lists oldest first from `since`: read the window, keep the
     // newest. A window the pages do not cover would show its oldest
     // events for the newest: it is narrowed until they do, and widened
@@ -50,6 +52,7 @@ const view = {
         read = more;
       }
     }
+    if (me !== loads) return false;
     const all = read.events;
     // Events are never changed once written: a key of their fields (and a
     // counter for exact repeats) keeps each row in place across refreshes.
@@ -65,6 +68,7 @@ const view = {
   },
 
   reset() {
+    loads++;
     $('events-body').replaceChildren();
     windowMs = WINDOW_MS;
   },

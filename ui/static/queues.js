@@ -11,12 +11,16 @@ import { makeArg, QUEUE_PAGES, QUEUES_SHOWN } from './tasks.js';
 // The statuses whose counts stand out when they are not zero.
 const ATTENTION = new Set(['blocked', 'failed']);
 
+let loads = 0; // loads started: only the latest shows what it read
+
 const view = {
   title: () => 'Queues',
 
   async load() {
+    const me = ++loads;
     // Up to 2,000 queues, in at most 20 pages.
     const queues = (await pages('/api/queues', 'queues', QUEUE_PAGES, QUEUES_SHOWN)).sort((a, b) => String(a.queue).localeCompare(String(b.queue)));
+    if (me !== loads) return false;
     reconcile($('queues-body'), queues, (q) => q.queue, makeRow, updateRow);
     $('queues-empty').hidden = queues.length > 0;
   },
@@ -26,6 +30,7 @@ const view = {
   },
 
   reset() {
+    loads++;
     $('queues-body').replaceChildren();
   },
 };

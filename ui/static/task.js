@@ -16,6 +16,11 @@ let task = null;
 let events = [];
 let eventsCut = false; // the trail is longer than the pages read
 let seenAt = 0;
+// loads counts the loads started: one overtaken by a later one (the
+// refresh after a force release, another task opened) shows nothing, not
+// even that its task is missing, so that its older answer cannot bring
+// back a lease that ended, or cover the next task's page.
+let loads = 0;
 
 const view = {
   title: (id) => `Task ${id}`,
@@ -31,17 +36,19 @@ const view = {
   },
 
   async load(ctx, id) {
+    const me = ++loads;
     let t, ev;
     try {
       [t, ev] = await Promise.all([get('/api/tasks/' + seg(id)), trail(id)]);
     } catch (err) {
+      if (me !== loads || id !== taskID) return false;
       if (err instanceof ApiError && (err.status === 404 || err.code === 'invalid_id')) {
         missing(err.message);
         return;
       }
       throw err;
     }
-    if (id !== taskID) return;
+    if (me !== loads || id !== taskID) return false;
     task = t;
     events = ev.events || [];
     eventsCut = !!ev.next_cursor;
@@ -59,6 +66,7 @@ const view = {
   },
 
   reset() {
+    loads++;
     taskID = null;
     task = null;
     events = [];
