@@ -84,6 +84,9 @@ type database struct {
 	client   *dynamodb.Client
 
 	supervised bool
+	// releaseDir lets go of the data directory (localstack.HoldDataDir)
+	// once the own dynalite is stopped; nil in memory or on an endpoint.
+	releaseDir func()
 	up         atomic.Bool
 	mu         sync.Mutex
 	cur        *localstack.Dynalite
@@ -383,5 +386,9 @@ func (db *database) close() {
 			}
 		}
 		db.log.Info("dynalite stopped")
+	}
+	if db.releaseDir != nil {
+		db.releaseDir()
+		db.releaseDir = nil
 	}
 }

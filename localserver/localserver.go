@@ -216,6 +216,13 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}()
 	if cfg.DynamoEndpoint == "" {
+		if cfg.DataDir != "" {
+			// Held until close, the restarts of dynalite included: a
+			// second server is refused it while none runs on it.
+			if s.db.releaseDir, err = localstack.HoldDataDir(cfg.DataDir); err != nil {
+				return nil, fmt.Errorf("localserver: dynalite: localstack: data directory %w", err)
+			}
+		}
 		if err := s.db.startOwn(ctx); err != nil {
 			return nil, fmt.Errorf("localserver: dynalite: %w", err)
 		}

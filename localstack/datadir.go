@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -42,8 +44,14 @@ func CheckDataDir(path string) error {
 	// killed dies with it (the kernel kills it), and lets go of the LOCK
 	// some milliseconds later. It is given lockLetGo to do so.
 	deadline := time.Now().Add(lockLetGo)
+	_, mine := heldDirs.Load(p)
 	for {
 		pid, err := lockHolder(filepath.Join(p, "LOCK"))
+		if err == nil && pid == 0 && !mine {
+			// A server that holds the directory (HoldDataDir) while its
+			// dynalite is being restarted, when no LOCK is held.
+			pid, err = serverLockHolder(filepath.Join(p, serverLockFile))
+		}
 		switch {
 		case err != nil:
 			return fmt.Errorf("%s: cannot tell whether it is in use: %w", p, err)
@@ -59,3 +67,55 @@ func CheckDataDir(path string) error {
 // lockLetGo is how long CheckDataDir waits for a process holding the
 // directory's LOCK to let go of it before it refuses the directory.
 const lockLetGo = 2 * time.Second
+
+// serverLockFile is the file in a data directory that a server holds
+// (HoldDataDir) for as long as it uses the directory, its dynalite's
+// restarts included, when LevelDB's LOCK is free.
+const serverLockFile = ".checkout-server.lock"
+
+// heldDirs are the directories this process holds (HoldDataDir): its own
+// dynalite's restarts are not refused by its lock.
+var heldDirs sync.Map
+
+// HoldDataDir checks path as CheckDataDir does and takes it for this
+// process until release: CheckDataDir in any other process, and
+// HoldDataDir in this one, then refuse it as in use, even while no
+// dynalite runs on it (a supervised dynalite being restarted). The lock
+// goes with the process if it dies.
+func HoldDataDir(path string) (release func(), err error) {
+	p, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := CheckDataDir(p); err != nil {
+		return nil, err
+	}
+	unlock, err := lockFile(filepath.Join(p, serverLockFile))
+	if errors.Is(err, errLocked) {
+		return nil, fmt.Errorf("%s is in use by another process (pid %d holds it: another checkout-server on the same directory?): stop that process, or use another directory",
+			p, pidIn(filepath.Join(p, serverLockFile)))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: cannot tell whether it is in use: %w", p, err)
+	}
+	heldDirs.Store(p, true)
+	return func() {
+		heldDirs.Delete(p)
+		unlock()
+	}, nil
+}
+
+var errLocked = errors.New("locked")
+
+// pidIn is the pid a server wrote in its lock file, or -1.
+func pidIn(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return -1
+	}
+	var pid int
+	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &pid); err != nil {
+		return -1
+	}
+	return pid
+}

@@ -21,3 +21,9 @@ func lockDir(context.Context, string) (func(), error) { return func() {}, nil }
 
 // lockHolder cannot tell outside Unix; dynalite's own error says it then.
 func lockHolder(string) (int, error) { return 0, nil }
+
+// lockFile does not hold a data directory outside Unix.
+func lockFile(string) (func(), error) { return func() {}, nil }
+
+// serverLockHolder cannot tell outside Unix.
+func serverLockHolder(string) (int, error) { return 0, nil }

@@ -217,6 +217,12 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 	// dynalite.
 	srv, err := localserver.Start(ctx, cfg)
 	if err != nil {
+		if ctx.Err() != nil {
+			// SIGINT or SIGTERM during start-up: a stop asked for, not a
+			// failure (Start has stopped whatever it had started).
+			log.Info("stopped during start-up", "error", err.Error())
+			return nil
+		}
 		return err
 	}
 	<-ctx.Done()
