@@ -38,6 +38,9 @@ type FileDeadLetters struct {
 	// written holds the dead letters in the file at writtenPath.
 	written     map[deadLetterKey]bool
 	writtenPath string
+	// torn says the file's last line has no newline (an append a crash
+	// cut short): the next dead letter starts a line of its own.
+	torn bool
 }
 
 // deadLetterKey names one dead letter: the notice, and the URL it failed
@@ -61,7 +64,11 @@ func (f *FileDeadLetters) Put(_ context.Context, d DeadLetter) error {
 		if err != nil {
 			return fmt.Errorf("dead letters: %w", err)
 		}
-		f.written, f.writtenPath = written, f.Path
+		torn, err := tornTail(f.Path)
+		if err != nil {
+			return fmt.Errorf("dead letters: %w", err)
+		}
+		f.written, f.writtenPath, f.torn = written, f.Path, torn
 	}
 	key := deadLetterKey{d.EventID, d.URL}
 	if f.written[key] {
@@ -71,14 +78,42 @@ func (f *FileDeadLetters) Put(_ context.Context, d DeadLetter) error {
 	if err != nil {
 		return fmt.Errorf("dead letters: %w", err)
 	}
+	if f.torn {
+		line = append([]byte{'\n'}, line...)
+	}
 	_, err = file.Write(append(line, '\n'))
 	if err == nil {
 		err = file.Sync()
 	}
 	if err = errors.Join(err, file.Close()); err == nil {
 		f.written[key] = true
+		f.torn = false
+	} else {
+		f.writtenPath = "" // what the failed write left is read again
 	}
 	return err
+}
+
+// tornTail reports whether the file at path ends in a line without its
+// newline (false if it does not exist or is empty).
+func tornTail(path string) (bool, error) {
+	file, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = file.Close() }() // only read
+	st, err := file.Stat()
+	if err != nil || st.Size() == 0 {
+		return false, err
+	}
+	last := make([]byte, 1)
+	if _, err := file.ReadAt(last, st.Size()-1); err != nil {
+		return false, err
+	}
+	return last[0] != '\n', nil
 }
 
 // deadLetterKeys reads the keys of the dead letters in the file at path
