@@ -58,6 +58,21 @@ func (s *Store) Checkout(ctx context.Context, p CheckoutParams) (Checkout, error
 	for range retries(ctx) {
 		// Each attempt's own time: its write decides.
 		g, now, err := s.grantNow(ctx, p, over, floor)
+		if err == nil && g.granted {
+			// A grant that unblocked or reopened the task read its
+			// blockers done: one reopened since, perhaps before the grant,
+			// marks it (deps.go, recheck). The lease is granted either way.
+			var cleared []string
+			switch {
+			case p.unblocking != nil:
+				cleared = p.unblocking.WaitingOn
+			case p.reopening != nil:
+				cleared = p.reopening.BlockedBy
+			}
+			if err := s.recheck(ctx, p.TaskID, cleared); err != nil {
+				s.log.WarnContext(ctx, "read again the blockers of a task granted", "task", p.TaskID, "err", err)
+			}
+		}
 		if err != nil || g.granted {
 			return g.lease, err
 		}

@@ -107,6 +107,17 @@ import (
 // before an unblocking does. The reblocked task's own
 // change is settled like any that leaves a task blocked (settleChange).
 //
+// A writer that read a blocker done and then wrote the task not waiting
+// on it (a create or PATCH naming it, a reopen of the task, an
+// unblocking) may have been overtaken by a reopen of the blocker between
+// its read and its write, whose pass found the task not naming it yet,
+// finished, or still waiting on it, and did nothing. So such a writer
+// reads them again after its write, and reblocks the task on any not done
+// by then (recheck): a reopen after that read finds the task's write. (A
+// writer stopped in between leaves the task so; the stream's own
+// unblocking needs no such read: a reopen after its read of the blocker
+// is passed on after its writes, in the order of the blocker's changes.)
+//
 // Cycles are refused: before a PATCH names new blockers, a walk from them
 // along blocked_by (a consistent BatchGetItem per level, at most
 // maxGraphWalk tasks) must not reach the task. A new task cannot close a
@@ -358,12 +369,18 @@ func (s *Store) settle(ctx context.Context, taskID string, waiting []string) (ma
 	if err != nil {
 		return nil, err
 	}
+	var unblocked []string
 	for _, id := range waiting {
 		if it := got[id]; it != nil && it.Status == StatusDone {
 			if err := s.unblock(ctx, taskID, id); err != nil {
 				return nil, err
 			}
+			unblocked = append(unblocked, id)
 		}
+	}
+	// Read done, and reopened since, perhaps before this unblocking.
+	if err := s.recheck(ctx, taskID, unblocked); err != nil {
+		return nil, err
 	}
 	return got, nil
 }
@@ -539,6 +556,58 @@ func (s *Store) settleChange(ctx context.Context, old, cur *taskItem) error {
 		if old == nil || !slices.Contains(old.WaitingOn, id) {
 			_, err := s.settle(ctx, cur.TaskID, cur.WaitingOn)
 			return err
+		}
+	}
+	return nil
+}
+
+// clearedAnew is the blockers that a write from old (nil: a creation) to
+// cur left cur naming and not waiting on, having read them done, when it
+// did not leave them so before: a creation or a change of blocked_by that
+// found them done, a reopen of the task. Only a task that has not finished
+// is looked at (reblock leaves the others alone).
+func clearedAnew(old, cur *taskItem) []string {
+	switch cur.Status {
+	case StatusTodo, StatusBlocked, StatusInProgress:
+	default:
+		return nil
+	}
+	var out []string
+	for _, id := range cur.BlockedBy {
+		if slices.Contains(cur.WaitingOn, id) {
+			continue
+		}
+		if old != nil && !finished(old.Status) &&
+			slices.Contains(old.BlockedBy, id) && !slices.Contains(old.WaitingOn, id) {
+			continue // cleared already before this write
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
+// recheck reads again, after a write that left taskID not waiting on the
+// blockers cleared, each of which it read done before, those blockers,
+// and blocks the task again (reblock) on each that is not done by now. A
+// reopen of such a blocker between the writer's read and its write
+// passed over the blocker's dependents before the write (reblock), and
+// found the task not naming it yet, finished, or still waiting on it: it
+// did nothing, and the write then left the task free to be taken while its
+// blocker is not done, for good. A reopen after this read finds the
+// write, and blocks the task itself.
+func (s *Store) recheck(ctx context.Context, taskID string, cleared []string) error {
+	if len(cleared) == 0 {
+		return nil
+	}
+	got, err := s.readTasks(ctx, cleared)
+	if err != nil {
+		return err
+	}
+	for _, id := range cleared {
+		if it := got[id]; it != nil && it.Status != StatusDone {
+			if err := s.reblock(ctx, taskID, id); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -75,7 +75,8 @@ import (
 //	create with         + per blocker a PutItem of its edge, an UpdateItem of
 //	  blocked_by        its has_dependents (once per blocker), one
 //	                    BatchGetItem of the blockers before the task's
-//	                    write and one after (settle)
+//	                    write and one after (settle: those waited on;
+//	                    recheck: those read done)
 //	release, failed     + GetItem of the task (the ending depends on its
 //	                    attempts and failures) + PutItem of the error
 //	unblocking          (stream) a Query of the blocker's edges, then one

@@ -1635,6 +1635,12 @@ func workGraphModelRejects(t *testing.T, start int64) {
 		wStep{wIn{Op: "complete", Task: 2, Agent: 1, Run: "s"}, done},
 		wStep{wIn{Op: "patch", Task: 0, Agent: 2, Status: lease.StatusTodo}, status(0, lease.StatusTodo, 4, 0)},
 	)
+	// task-0 done, task-2 unblocked, checked out and done (version 4).
+	bothDone := append(slices.Clone(finished),
+		wStep{wIn{Op: "drain"}, ok},
+		wStep{checkout(2, 1, "s"), grant(1, "s", 1, 1, start)},
+		wStep{wIn{Op: "complete", Task: 2, Agent: 1, Run: "s"}, done},
+	)
 	// task-0 done, task-2 unblocked (version 2), then task-0 reopened
 	// (version 4) while task-2 is todo.
 	reopenedFirst := append(slices.Clone(finished),
@@ -1701,6 +1707,17 @@ func workGraphModelRejects(t *testing.T, start int64) {
 			append(reopenedFirst, wStep{wIn{Op: "drain"}, ok}, wStep{wIn{Op: "status", Task: 2}, status(2, lease.StatusBlocked, 3, 0)})...)},
 		{"a dependent still todo once the stream saw its blocker reopened", graph, false, seq(
 			append(reopenedFirst, wStep{wIn{Op: "drain"}, ok}, wStep{wIn{Op: "status", Task: 2}, status(2, lease.StatusTodo, 2, 0)})...)},
+		// A reopen of task-2 that read task-0 done, raced by task-0's
+		// reopen: it answers todo, then reads task-0 again and blocks
+		// task-2 (lease/deps.go, recheck) before the stream has run.
+		{"a dependent reopened beside its blocker's reopen, blocked again by its second read", graph, true, append(seq(bothDone...),
+			porcupine.Operation{ClientId: 0, Input: wIn{Op: "patch", Task: 2, Agent: 2, Status: lease.StatusTodo}, Output: status(2, lease.StatusTodo, 5, 0), Call: 100, Return: 103},
+			porcupine.Operation{ClientId: 1, Input: wIn{Op: "patch", Task: 0, Agent: 2, Status: lease.StatusTodo}, Output: status(0, lease.StatusTodo, 4, 0), Call: 101, Return: 102},
+			porcupine.Operation{ClientId: 2, Input: wIn{Op: "status", Task: 2}, Output: status(2, lease.StatusBlocked, 6, 0), Call: 104, Return: 105})},
+		{"a dependent reopened, blocked again before its blocker's reopen", graph, false, append(seq(bothDone...),
+			porcupine.Operation{ClientId: 0, Input: wIn{Op: "patch", Task: 2, Agent: 2, Status: lease.StatusTodo}, Output: status(2, lease.StatusTodo, 5, 0), Call: 100, Return: 101},
+			porcupine.Operation{ClientId: 2, Input: wIn{Op: "status", Task: 2}, Output: status(2, lease.StatusBlocked, 6, 0), Call: 102, Return: 103},
+			porcupine.Operation{ClientId: 1, Input: wIn{Op: "patch", Task: 0, Agent: 2, Status: lease.StatusTodo}, Output: status(0, lease.StatusTodo, 4, 0), Call: 104, Return: 105})},
 		{"a claim of a dependent blocked again", graph, false, seq(
 			append(reopenedFirst, wStep{wIn{Op: "drain"}, ok}, wStep{wIn{Op: "claim", Agent: 1, Run: "c", Timeout: 30_000, Queues: "q1"},
 				wOut{Kind: "ok", Task: wTaskID(2), Holder: wAgentID(1), Run: "c", Fence: 1, Expires: start + 30_000, Queue: "q1", Prio: 5, Attempt: 1}})...)},
@@ -2407,10 +2424,11 @@ func (w wState) ranked(t int) []wState {
 }
 
 // silent is every state the silent writes may have left before an
-// operation on t: a sweep's ranking of t (ranked), and the settling of any
-// task a PATCH left to settle (settled), which may come before an
-// operation on another task (its blocker's reopen, say) as well as on its
-// own.
+// operation on t: a sweep's ranking of t (ranked), the settling of any
+// task a PATCH left to settle (settled), and the blocking again of any
+// dependent of a reopened blocker by a writer's second read (rechecked),
+// which may come before an operation on another task (its blocker's
+// reopen, say) as well as on its own.
 func (w wState) silent(t int) []wState {
 	var out []wState
 	for _, r := range w.ranked(t) {
@@ -2422,7 +2440,63 @@ func (w wState) silent(t int) []wState {
 				}
 			}
 		}
+		for u := range wTasks {
+			for _, st := range states {
+				if s, ok := st.rechecked(u); ok {
+					states = append(states, s)
+				}
+			}
+		}
 		out = append(out, states...)
+	}
+	return out
+}
+
+// rechecked is t blocked again on each blocker reopened since the stream
+// last ran (a step "r" in Steps) that is not done now, as the stream will
+// block it (drain), done early: a writer that read such a blocker done
+// and then wrote t not waiting on it (an unblocking checkout, a reopen of
+// t, a settle) reads it again after its write and blocks t on it
+// (lease/deps.go, recheck). The history shows that read nowhere, so it
+// may come before any later operation on t.
+func (w wState) rechecked(t int) (wState, bool) {
+	if t < 0 || t >= wTasks || w.Steps == "" {
+		return w, false
+	}
+	x := &w.T[t]
+	moved := false
+	for _, b := range reopenedSteps(w.Steps) {
+		if w.T[b].Dependents&(1<<t) == 0 || w.T[b].Status == lease.StatusDone || x.WaitingOn&(1<<b) != 0 {
+			continue
+		}
+		switch x.Status {
+		case lease.StatusTodo, lease.StatusBlocked:
+			x.Status = lease.StatusBlocked
+			x.WaitingOn |= 1 << b
+			x.Version++
+			moved = true
+		case lease.StatusInProgress:
+			x.WaitingOn |= 1 << b // marked, no version: its lease stays
+			moved = true
+		}
+	}
+	return w, moved
+}
+
+// reopenedSteps is the blockers of the reopens ("r3") among steps.
+func reopenedSteps(steps string) []int {
+	var out []int
+	for steps != "" {
+		op := steps[0]
+		i := 1
+		for i < len(steps) && steps[i] >= '0' && steps[i] <= '9' {
+			i++
+		}
+		b, _ := strconv.Atoi(steps[1:i])
+		steps = steps[i:]
+		if op == 'r' {
+			out = append(out, b)
+		}
 	}
 	return out
 }

@@ -90,6 +90,11 @@ func (s *Store) create(ctx context.Context, it taskItem, blockers map[string]*ta
 	if err != nil {
 		return Task{}, nil, err
 	}
+	// A blocker read done and reopened since, perhaps before this write
+	// named it, blocks the task again (deps.go, recheck).
+	if err := s.recheck(ctx, it.TaskID, clearedAnew(nil, &it)); err != nil {
+		return Task{}, nil, err
+	}
 	if len(waiting) == 0 {
 		s.claims.wake(it.queue())
 	}

@@ -374,6 +374,13 @@ func (s *Store) UpdateTask(ctx context.Context, p UpdateTaskParams) (_ Task, err
 				return Task{}, err
 			}
 		}
+		if g != nil {
+			// And a blocker it read done, reopened since, blocks it again
+			// (deps.go, recheck).
+			if err := s.recheck(ctx, p.TaskID, clearedAnew(cur, after)); err != nil {
+				return Task{}, err
+			}
+		}
 		// The answer is what this PATCH's write left, not a later read
 		// (its settling included: that is a step of its own, after it).
 		if err := s.fillGraph(ctx, after); err != nil {
