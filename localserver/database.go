@@ -84,6 +84,17 @@ type database struct {
 	client   *dynamodb.Client
 
 	supervised bool
+	// sole is set when this process is the only writer of the tables (its
+	// own dynalite, which no other process is given): its loops then sleep
+	// while the database is idle, woken by its writes (wrote).
+	sole bool
+	// wrote wakes the loops that sleep while the database is idle at each
+	// write this process sends (noticeWrites), and at each restart or
+	// mending of the tables.
+	wrote wakers
+	// gen counts the restarts of the own dynalite and the mendings of the
+	// tables: a stream ARN read before the last one may be stale.
+	gen atomic.Int64
 	// releaseDir lets go of the data directory (localstack.HoldDataDir)
 	// once the own dynalite is stopped; nil in memory or on an endpoint.
 	releaseDir func()
@@ -119,8 +130,56 @@ func (db *database) newClient(endpoint string) {
 	db.client = lease.NewLocalClient(endpoint, func(o *dynamodb.Options) {
 		o.HTTPClient = httpClient
 		o.EndpointResolverV2 = currentEndpoint{&db.endpoint}
-		o.APIOptions = append(o.APIOptions, db.noticeMissingTables)
+		o.APIOptions = append(o.APIOptions, db.noticeMissingTables, db.noticeWrites)
 	})
+}
+
+// writeOps are the DynamoDB operations that may change an item: a lease's
+// expiry, a heartbeat's, a delayed task's, or the tasks table's stream.
+var writeOps = map[string]bool{
+	"PutItem": true, "UpdateItem": true, "DeleteItem": true, "BatchWriteItem": true,
+	"TransactWriteItems": true, "ExecuteStatement": true, "BatchExecuteStatement": true, "ExecuteTransaction": true,
+}
+
+// noticeWrites adds to the client's stack what wakes the idle loops
+// (db.wrote) once a write has been sent, whatever its answer: one that
+// failed or was cut short may still have been applied.
+func (db *database) noticeWrites(stack *middleware.Stack) error {
+	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("noticeWrites",
+		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			out, md, err := next.HandleInitialize(ctx, in)
+			if writeOps[middleware.GetOperationName(ctx)] {
+				db.wrote.wake()
+			}
+			return out, md, err
+		}), middleware.Before)
+}
+
+// wakers are the channels of the loops that sleep while nothing is
+// written: wake tells each, without waiting, that something may have been.
+type wakers struct {
+	mu    sync.Mutex
+	chans []chan struct{}
+}
+
+// add is a new loop's channel: it holds one wake-up until taken.
+func (w *wakers) add() <-chan struct{} {
+	c := make(chan struct{}, 1)
+	w.mu.Lock()
+	w.chans = append(w.chans, c)
+	w.mu.Unlock()
+	return c
+}
+
+func (w *wakers) wake() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.chans {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // noticeMissingTables adds to the client's stack what sees a call answered
@@ -197,7 +256,9 @@ func (db *database) mend(ctx context.Context) {
 	if db.replaced != nil {
 		db.replaced()
 	}
+	db.gen.Add(1)
 	db.missing.Store(false)
+	db.wrote.wake()
 	db.log.Info("the tables and the admin agent are made again", "endpoint", *db.endpoint.Load(),
 		"down_for", time.Since(lost).Round(time.Millisecond).String())
 }
@@ -226,7 +287,7 @@ func (db *database) startOwn(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	db.supervised = true
+	db.supervised, db.sole = true, true
 	db.cur = d
 	db.newClient(d.Endpoint)
 	db.up.Store(true)
@@ -302,7 +363,9 @@ func (db *database) restart(ctx context.Context) (*localstack.Dynalite, error) {
 	if db.replaced != nil {
 		db.replaced()
 	}
+	db.gen.Add(1)
 	db.up.Store(true)
+	db.wrote.wake()
 	return d, nil
 }
 
@@ -380,12 +443,18 @@ func (db *database) close() {
 	if d := db.current(); d != nil {
 		select {
 		case <-d.Done(): // died and was not restarted
+			db.log.Info("dynalite had exited", "pid", d.Pid())
 		default:
-			if err := d.Stop(); err != nil {
-				db.log.Warn("stop dynalite", "error", err.Error())
+			switch err := d.Stop(); {
+			case errors.Is(err, localstack.ErrKilled):
+				// Hung: what it had not written to CHECKOUT_DATA_DIR is lost.
+				db.log.Warn("dynalite killed: it did not stop within 5 s of SIGTERM", "pid", d.Pid(), "storage", db.storage())
+			case err != nil:
+				db.log.Warn("stop dynalite", "pid", d.Pid(), "error", err.Error())
+			default:
+				db.log.Info("dynalite stopped", "pid", d.Pid())
 			}
 		}
-		db.log.Info("dynalite stopped")
 	}
 	if db.releaseDir != nil {
 		db.releaseDir()

@@ -92,7 +92,9 @@ type Config struct {
 	SweepInterval time.Duration
 	// StreamPollInterval is how often the tasks table's change stream is
 	// read and its changes applied (default DefaultStreamPollInterval;
-	// negative disables the poller, leaving Drain to the caller).
+	// negative disables the poller, leaving Drain to the caller). Over
+	// the server's own dynalite, polls that find nothing grow apart up to
+	// a second, and the server's own writes wake them (idleLoop).
 	StreamPollInterval time.Duration
 	// Notifier hears the notices the change stream produces (nil: logged),
 	// from a consumer of the stream of their own: a slow one delays only
@@ -130,6 +132,11 @@ type Config struct {
 	// swept, when set, hears the end of each of the sweep loop's sweeps,
 	// with its error: tests know by it which sweep failed.
 	swept func(error)
+	// soleWriter says that no other process writes the tables (as of the
+	// own dynalite, where it is always so): the loops then sleep while
+	// the database is idle, woken by this process's writes. Tests set it
+	// with an endpoint and tables of their own.
+	soleWriter bool
 }
 
 // Server is a running local server.
@@ -146,13 +153,14 @@ type Server struct {
 	http            *http.Server
 	served          chan struct{}
 
-	db        *database
-	changes   *changes
-	writes    *writers // the writes of task items in flight (writers)
-	stopSweep context.CancelFunc
-	sweepDone chan struct{}
-	closeOnce sync.Once
-	closeErr  error
+	db          *database
+	tablePrefix string
+	changes     *changes
+	writes      *writers // the writes of task items in flight (writers)
+	stopSweep   context.CancelFunc
+	sweepDone   chan struct{}
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // Start creates the tables if missing, makes sure the admin agent has the
@@ -185,8 +193,21 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := cfg.Shards.Validate(); err != nil {
 		return nil, fmt.Errorf("localserver: %w", err)
 	}
+	// The address is bound first: one in use (another server on the port)
+	// is refused at once, with the bind's own error, before dynalite is
+	// started and the tables made for nothing. Connections that come
+	// before it serves wait in the listen queue.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("localserver: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = ln.Close()
+		}
+	}()
 	names := schema.Names{Prefix: cfg.TablePrefix}
-	s := &Server{log: cfg.Logger, shutdownTimeout: cfg.RequestTimeout + writeTimeoutMargin}
+	s := &Server{log: cfg.Logger, shutdownTimeout: cfg.RequestTimeout + writeTimeoutMargin, tablePrefix: names.Prefix}
 	s.adminKey = cfg.AdminKey
 	generated := s.adminKey == ""
 	if generated {
@@ -219,7 +240,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		if cfg.DataDir != "" {
 			// Held until close, the restarts of dynalite included: a
 			// second server is refused it while none runs on it.
-			if s.db.releaseDir, err = localstack.HoldDataDir(cfg.DataDir); err != nil {
+			if s.db.releaseDir, err = localstack.HoldDataDir(ctx, cfg.DataDir); err != nil {
 				return nil, fmt.Errorf("localserver: dynalite: localstack: data directory %w", err)
 			}
 		}
@@ -227,6 +248,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 			return nil, fmt.Errorf("localserver: dynalite: %w", err)
 		}
 	} else {
+		s.db.sole = cfg.soleWriter
 		s.db.newClient(cfg.DynamoEndpoint)
 		// Another server may lack the Streams API: refuse it before any
 		// table is made or changed there (the own dynalite has it).
@@ -296,10 +318,6 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		Now:             cfg.Now,
 	})
 
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("localserver: %w", err)
-	}
 	s.url = "http://" + hostPort(ln.Addr().(*net.TCPAddr))
 	served := ui.With(withDate(withDeadline(handler, cfg.RequestTimeout), clock))
 	if cfg.started != nil {
@@ -429,11 +447,74 @@ func (s *Server) Drain(ctx context.Context) error {
 // interval (see changes). A failed poll keeps its place: the next tick
 // hands the same changes to the handler again.
 func (s *Server) streamLoop(ctx context.Context, to *consumer, every time.Duration) {
+	if s.db.sole {
+		s.idleLoop(ctx, to, every, time.After)
+		return
+	}
 	s.everyTick(ctx, every, func() {
 		if _, err := s.changes.pollOne(ctx, to); err != nil && ctx.Err() == nil {
 			s.log.WarnContext(ctx, "change stream", "error", err.Error())
 		}
 	})
+}
+
+// maxIdlePoll bounds how far apart a consumer's polls grow, as the only
+// writer (db.sole), while they find nothing: the process's own writes wake
+// it at once, so this is a guard, not what tells a watcher.
+const maxIdlePoll = time.Second
+
+// idleLoop is the sole writer's loop of one consumer of the stream (the
+// notices' one backs off while they fail, as noticesLoop does): a poll
+// that finds nothing doubles the wait, from every up to maxIdlePoll, and
+// a write of this process (db.wrote) ends the wait, though never sooner
+// than every after the last poll began; a poll that applied something
+// makes the wait every again.
+func (s *Server) idleLoop(ctx context.Context, to *consumer, every time.Duration, after func(time.Duration) <-chan time.Time) {
+	if every < 0 {
+		return
+	}
+	wrote := s.db.wrote.add()
+	wait, failing := every, false
+	var began time.Time
+	for {
+		woken := wrote
+		if failing {
+			woken = nil // a write does not cut a failure's back-off short
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-after(wait):
+		case <-woken:
+			if since := time.Since(began); since < every {
+				select {
+				case <-ctx.Done():
+					return
+				case <-after(every - since):
+				}
+			}
+		}
+		if s.db.down() {
+			wait = every
+			continue
+		}
+		began = time.Now()
+		n, err := s.changes.pollOne(ctx, to)
+		switch {
+		case ctx.Err() != nil:
+		case err == nil && n == 0:
+			wait, failing = min(2*wait, max(maxIdlePoll, every)), false
+		case err == nil:
+			wait, failing = every, false
+		case to == s.changes.notices:
+			failing = true
+			wait = max(min(2*wait, maxNoticesBackoff), every)
+			s.log.WarnContext(ctx, "change stream: notices", "error", err.Error(), "retry_in", wait.String())
+		default:
+			wait = every
+			s.log.WarnContext(ctx, "change stream", "error", err.Error())
+		}
+	}
 }
 
 // maxNoticesBackoff bounds how far apart the notices consumer's tries grow
@@ -447,6 +528,10 @@ const maxNoticesBackoff = 10 * time.Second
 // once a poll succeeds. A failed poll keeps its place, so the notice is
 // held, and the ones after it, until it goes out or is dead-lettered.
 func (s *Server) noticesLoop(ctx context.Context, every time.Duration, after func(time.Duration) <-chan time.Time) {
+	if s.db.sole {
+		s.idleLoop(ctx, s.changes.notices, every, after)
+		return
+	}
 	if every < 0 {
 		return
 	}
@@ -476,7 +561,9 @@ func (s *Server) noticesLoop(ctx context.Context, every time.Duration, after fun
 // lease's timeout, a delayed task's readiness, a holder's death. It then
 // sweeps at once, so that those are recorded, and their former holders
 // and watchers told, within about a second, not at the next of the
-// interval's sweeps.
+// interval's sweeps. As the only writer of its tables (its own
+// dynalite), the loop asks only when the next expiry it knows of has
+// come, or when it has written since (lookAhead).
 const sweepWatch = time.Second
 
 // sweepLoop sweeps as it starts (leases may have expired while the server
@@ -511,30 +598,94 @@ func (s *Server) sweepLoop(ctx context.Context, every time.Duration, swept func(
 	tick, watch := time.NewTicker(every), time.NewTicker(min(sweepWatch, every))
 	defer tick.Stop()
 	defer watch.Stop()
+	// As the only writer (db.sole), the loop knows when the next expiry
+	// is (next, zero for none) from its last look at the indexes, and
+	// looks again only when that moment has come, or when the process
+	// has written since (wrote: a lease, a heartbeat or a delay may have
+	// been set), at most once a second: an idle server sends nothing.
+	var wrote <-chan struct{}
+	if s.db.sole {
+		wrote = s.db.wrote.add()
+	}
+	dirty := true
+	var next time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 			if s.db.down() {
+				dirty = true
 				continue
 			}
 			sweep(s.store.Now(), s.store.Sweep)
+			dirty = true
 		case <-watch.C:
 			if s.db.down() {
+				dirty = true
 				continue
 			}
-			now, due, err := s.store.DueSince(ctx, last)
+			if !s.db.sole {
+				now, due, err := s.store.DueSince(ctx, last)
+				switch {
+				case err != nil: // the next look, or the next tick, tries again
+				case due.Agents:
+					sweep(now, s.store.Sweep)
+				case due.Leases:
+					sweep(now, s.store.SweepExpired)
+				}
+				continue
+			}
+			select {
+			case <-wrote:
+				dirty = true
+			default:
+			}
+			if !dirty && (next.IsZero() || s.store.Now().Before(next)) {
+				continue
+			}
+			var due lease.Due
+			dirty, next, due = s.lookAhead(ctx, last)
 			switch {
-			case err != nil: // the next look, or the next tick, tries again
 			case due.Agents:
-				sweep(now, s.store.Sweep)
+				sweep(s.store.Now(), s.store.Sweep)
 			case due.Leases:
-				sweep(now, s.store.SweepExpired)
+				sweep(s.store.Now(), s.store.SweepExpired)
 			}
 		}
 	}
 }
+
+// lookAhead is the sole writer's look at the expiry indexes
+// (lease.Store.NextDue) for what falls due after since: what is due now,
+// else the earliest moment to come (zero: none), and whether to look
+// again at the next second whatever that moment (again: the look failed,
+// found something due, whose sweep changes the indexes, or ran while they
+// lagged behind the writes, which it may then have missed).
+func (s *Server) lookAhead(ctx context.Context, since time.Time) (again bool, next time.Time, due lease.Due) {
+	caughtUp := s.db.indexesCaughtUp(ctx, s.tablePrefix)
+	now, nx, err := s.store.NextDue(ctx, lease.Expiries{Leases: since, Agents: since}, s.store.Now().Add(lookAheadFor))
+	if err != nil {
+		return true, time.Time{}, due
+	}
+	due = lease.Due{
+		Leases: !nx.Leases.IsZero() && !nx.Leases.After(now),
+		Agents: !nx.Agents.IsZero() && !nx.Agents.After(now),
+	}
+	if due.Any() {
+		return true, time.Time{}, due
+	}
+	next = nx.Leases
+	if next.IsZero() || (!nx.Agents.IsZero() && nx.Agents.Before(next)) {
+		next = nx.Agents
+	}
+	return !caughtUp, next, due
+}
+
+// lookAheadFor is how far ahead lookAhead reads the expiry indexes: as
+// far as any lease, heartbeat or delay reaches (and any clock a test
+// moves), at the same cost as a second.
+const lookAheadFor = 100 * 365 * 24 * time.Hour
 
 // everyTick runs fn every interval until ctx ends (never for a negative
 // interval), skipping the ticks while the supervised dynalite is being

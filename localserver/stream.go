@@ -60,6 +60,10 @@ type consumer struct {
 	turn   chan struct{}
 	handle *stream.Poller
 	arn    string
+	// arnGen is the database's generation (database.gen) the ARN was read
+	// in: as the only writer (database.sole), it is read again only in a
+	// new one, or after a poll failed (-1).
+	arnGen int64
 	// started counts the polls begun; done is the count a poll had when it
 	// began, once it has succeeded (catchUp).
 	started, done atomic.Int64
@@ -125,8 +129,11 @@ func (c *changes) poll(ctx context.Context) error {
 }
 
 // pollOne hands every change the stream holds now to one consumer. The
-// stream's ARN is read each time: an in-memory dynalite restarted after a
-// crash has new tables. A new ARN clears the key cache (db.replaced).
+// stream's ARN is read each time (another server on the endpoint may have
+// made the tables again), but for the only writer (db.sole), which reads
+// it again only after a restart of its dynalite (in memory it has new
+// tables), a mending of the tables or a poll that failed. A new ARN clears
+// the key cache (db.replaced).
 func (c *changes) pollOne(ctx context.Context, to *consumer) (int, error) {
 	if err := to.lock(ctx); err != nil {
 		return 0, err
@@ -152,9 +159,13 @@ func (c *changes) pollLocked(ctx context.Context, to *consumer) (int, error) {
 		defer c.writes.enter()()
 	}
 	n := to.started.Add(1)
-	arn, err := localstack.StreamARN(ctx, c.db.client, c.names.Table(schema.TasksTable))
-	if err != nil {
-		return 0, err
+	arn, gen := to.arn, c.db.gen.Load()
+	if !c.db.sole || arn == "" || to.arnGen != gen {
+		var err error
+		if arn, err = localstack.StreamARN(ctx, c.db.client, c.names.Table(schema.TasksTable)); err != nil {
+			return 0, err
+		}
+		to.arnGen = gen
 	}
 	if arn != to.arn {
 		if to.arn != "" && c.db.replaced != nil {
@@ -170,6 +181,8 @@ func (c *changes) pollLocked(ctx context.Context, to *consumer) (int, error) {
 	applied, err := to.handle.Poll(ctx)
 	if err == nil {
 		to.done.Store(n)
+	} else {
+		to.arnGen = -1 // the stream may be another: read its ARN again
 	}
 	return applied, err
 }

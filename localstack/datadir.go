@@ -1,6 +1,7 @@
 package localstack
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -18,6 +19,16 @@ import (
 // one on its way out is waited for, up to lockLetGo).
 // The error's text starts with the path: "/x is not a directory".
 func CheckDataDir(path string) error {
+	return CheckDataDirContext(context.Background(), path)
+}
+
+// CheckDataDirContext is CheckDataDir, whose wait for a holder on its way
+// out ends at once when ctx does (a Ctrl-C during a server's start), with
+// ctx's error.
+func CheckDataDirContext(ctx context.Context, path string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	p, err := filepath.Abs(path)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
@@ -60,7 +71,11 @@ func CheckDataDir(path string) error {
 		case time.Now().After(deadline):
 			return fmt.Errorf("%s is in use by another process (pid %d holds its LOCK: another checkout-server or dynalite on the same directory?): stop that process, or use another directory", p, pid)
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: waiting for the process that holds it (pid %d) to let go: %w", p, pid, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
@@ -81,13 +96,13 @@ var heldDirs sync.Map
 // process until release: CheckDataDir in any other process, and
 // HoldDataDir in this one, then refuse it as in use, even while no
 // dynalite runs on it (a supervised dynalite being restarted). The lock
-// goes with the process if it dies.
-func HoldDataDir(path string) (release func(), err error) {
+// goes with the process if it dies. The check's wait ends with ctx.
+func HoldDataDir(ctx context.Context, path string) (release func(), err error) {
 	p, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if err := CheckDataDir(p); err != nil {
+	if err := CheckDataDirContext(ctx, p); err != nil {
 		return nil, err
 	}
 	unlock, err := lockFile(filepath.Join(p, serverLockFile))

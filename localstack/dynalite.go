@@ -122,7 +122,7 @@ func Start(ctx context.Context, opts Options) (*Dynalite, error) {
 		if err != nil {
 			return nil, fmt.Errorf("localstack: data path: %w", err)
 		}
-		if err := CheckDataDir(p); err != nil {
+		if err := CheckDataDirContext(ctx, p); err != nil {
 			return nil, fmt.Errorf("localstack: data directory %w", err)
 		}
 		opts.Path = p
@@ -153,7 +153,7 @@ func Start(ctx context.Context, opts Options) (*Dynalite, error) {
 		if opts.Path != "" && errors.Is(err, errExited) {
 			// Another process took the directory since the check (LevelDB
 			// then fails with a stack trace that does not say so).
-			if derr := CheckDataDir(opts.Path); derr != nil {
+			if derr := CheckDataDirContext(ctx, opts.Path); derr != nil {
 				return nil, fmt.Errorf("localstack: data directory %w", derr)
 			}
 		}
@@ -304,8 +304,17 @@ func (d *Dynalite) Err() error {
 	return d.waitErr
 }
 
-// Stop ends the server's process group and waits for it to exit. It is safe
-// to call more than once and from several goroutines.
+// StopGrace is how long Stop waits for the server to exit after SIGTERM
+// before it kills it (SIGKILL).
+const StopGrace = 5 * time.Second
+
+// ErrKilled is what Stop reports when the server did not exit within
+// StopGrace of SIGTERM and was killed.
+var ErrKilled = errors.New("dynalite did not stop within 5s of SIGTERM: killed it (SIGKILL)")
+
+// Stop ends the server's process group and waits for it to exit: SIGTERM,
+// then SIGKILL if it has not exited StopGrace later (ErrKilled). It is
+// safe to call more than once and from several goroutines.
 func (d *Dynalite) Stop() error {
 	d.stopOnce.Do(func() {
 		select {
@@ -320,9 +329,10 @@ func (d *Dynalite) Stop() error {
 		terminate(d.cmd, false)
 		select {
 		case <-d.done:
-		case <-time.After(5 * time.Second):
+		case <-time.After(StopGrace):
 			terminate(d.cmd, true)
 			<-d.done
+			d.stopErr = fmt.Errorf("localstack: %w (pid %d)", ErrKilled, d.Pid())
 		}
 	})
 	return d.stopErr

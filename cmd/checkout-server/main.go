@@ -200,7 +200,12 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 	if cfg.DataDir != "" && cfg.DynamoEndpoint == "" {
 		// Refused in one line before dynalite starts: a file, a directory
 		// that cannot be written, or one another server holds.
-		if err := localstack.CheckDataDir(cfg.DataDir); err != nil {
+		// A signal during its wait for another holder stops it at once.
+		if err := localstack.CheckDataDirContext(ctx, cfg.DataDir); err != nil {
+			if ctx.Err() != nil {
+				log.Info("stopped during start-up", "error", err.Error())
+				return nil
+			}
 			return fmt.Errorf("CHECKOUT_DATA_DIR %w", err)
 		}
 	}
