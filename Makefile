@@ -22,7 +22,7 @@ NODE_DEPS     := $(LOCALSTACK)/node_modules/.package-lock.json
 # chromium headless. CHROMIUM=PATH points it at another build.
 BROWSER_DIR   := e2e/browser
 BROWSER_DEPS  := $(BROWSER_DIR)/node_modules/.package-lock.json
-BROWSER_TEST  := node --test $(BROWSER_DIR)/dashboard.test.mjs $(BROWSER_DIR)/dashboard_races.test.mjs
+BROWSER_TEST  := node --test $(BROWSER_DIR)/dashboard.test.mjs $(BROWSER_DIR)/dashboard_races.test.mjs $(BROWSER_DIR)/dashboard_refresh.test.mjs
 CHROMIUM      ?= /usr/bin/chromium
 export CHROMIUM
 

@@ -126,6 +126,26 @@ export const seg = (id) => encodeURIComponent(id);
 // pages follows next_cursor for up to max pages, and until it has most
 // items, and returns the items (at most most of them).
 export async function pages(path, field, max = 10, most = Infinity) {
+  return (await pagesOf(path, field, max, most)).items;
+}
+
+// probe reports whether the API serves a route: false only when it answers
+// 404 not_found, the API's answer to a path it does not know (a route this
+// deployment does not have yet). Any other failure (a 503, a timeout, a
+// 404 from something in front of the API) tells nothing and is thrown.
+export async function probe(path) {
+  try {
+    await get(path);
+    return true;
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 404 && err.code === 'not_found') return false;
+    throw err;
+  }
+}
+
+// pagesOf is pages, and whether they hold every item (complete): false
+// when more remained than max pages or most items.
+export async function pagesOf(path, field, max = 10, most = Infinity) {
   const out = [];
   let cursor = null;
   for (let i = 0; i < max; i++) {
@@ -135,17 +155,5 @@ export async function pages(path, field, max = 10, most = Infinity) {
     cursor = page.next_cursor;
     if (!cursor || out.length >= most) break;
   }
-  return out.slice(0, most);
-}
-
-// probe reports whether the API serves a route: false when it answers 404
-// not_found (a route this deployment does not have yet).
-export async function probe(path) {
-  try {
-    await get(path);
-    return true;
-  } catch (err) {
-    if (err instanceof ApiError && err.status === 404) return false;
-    throw err;
-  }
+  return { items: out.slice(0, most), complete: !cursor && out.length <= most };
 }

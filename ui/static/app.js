@@ -18,7 +18,11 @@ const views = { checkouts, tasks, agents, queues, events, task };
 // ctx is what every view shares.
 const ctx = {
   admin: false,
-  features: { queues: false, events: false },
+  // features says which optional routes this deployment serves: true,
+  // false (it answered 404 not_found: an older server), or null while
+  // that is not known (the check failed: it is made again at each
+  // refresh until it answers).
+  features: { queues: null, events: null },
   // names maps agent ids to names, from leases and (for admins) the agents
   // list, so that events, which carry ids only, can show names.
   names: new Map(),
@@ -83,6 +87,7 @@ window.addEventListener('unhandledrejection', (e) => {
 
 function showSignIn(message) {
   signedIn = false;
+  signIns++; // a check under way changes nothing
   clearTimeout(timer);
   generation++;
   current = null;
@@ -120,22 +125,73 @@ async function signIn(key) {
       throw err;
     }
   }
-  const optional = (path) => probe(path).catch(() => false);
-  const [hasQueues, hasEvents] = await Promise.all([optional('/api/queues?limit=1'), optional('/api/events?limit=1')]);
   ctx.admin = admin;
-  ctx.features = { queues: hasQueues, events: hasEvents };
+  ctx.features = { queues: null, events: null };
+  signIns++;
+  checking = null;
+  told = false;
+  await checkFeatures();
   signedIn = true;
   document.body.classList.toggle('is-admin', admin);
-  for (const a of document.querySelectorAll('#nav a')) {
-    const need = a.dataset.feature;
-    a.hidden = (a.hasAttribute('data-admin') && !admin) || (need !== undefined && !ctx.features[need]);
-  }
+  showNav();
   text($('role'), admin ? 'Admin key' : 'Agent key');
   $('signin').hidden = true;
   $('nav').hidden = false;
   $('session').hidden = false;
   $('status-line').hidden = false;
   route(true);
+}
+
+// The optional routes, and the words for their views.
+const FEATURES = { queues: ['/api/queues?limit=1', 'queues'], events: ['/api/events?limit=1', 'events'] };
+let signIns = 0; // sign-ins made: a check answered after the next one changes nothing
+let checking = null; // the check under way
+let told = false; // the person was told a check failed, this sign-in
+
+// checkFeatures asks which of the optional routes whose presence is not
+// known yet this deployment serves. Only the API's 404 not_found means
+// it does not (probe): any other failure leaves the route unknown, its
+// view hidden for now, and is told once; the next refresh asks again.
+// A route that turns out to be served shows its view, and the view the
+// address names if it is that one.
+function checkFeatures() {
+  if (checking) return checking;
+  const unknown = Object.keys(FEATURES).filter((f) => ctx.features[f] === null);
+  if (!unknown.length) return Promise.resolve();
+  const me = signIns;
+  const check = (async () => {
+    const failed = [];
+    let why = null;
+    const found = await Promise.all(unknown.map(async (f) => {
+      try {
+        return [f, await probe(FEATURES[f][0])];
+      } catch (err) {
+        failed.push(FEATURES[f][1]);
+        why = err;
+        return [f, null];
+      }
+    }));
+    if (me !== signIns) return;
+    for (const [f, has] of found) ctx.features[f] = has;
+    if (failed.length && !told) {
+      told = true;
+      notice(`Could not tell whether this server has the ${failed.join(' and ')} ${failed.length > 1 ? 'views' : 'view'}: ${words(why)} The dashboard asks again at each refresh.`);
+    }
+    if (!signedIn) return;
+    showNav();
+    const wanted = parse(location.hash);
+    if (found.some(([f, has]) => has && wanted?.view === f) && current?.view !== wanted.view) route();
+  })().finally(() => { if (checking === check) checking = null; });
+  checking = check;
+  return check;
+}
+
+// showNav shows the links to the views this key and this server have.
+function showNav() {
+  for (const a of document.querySelectorAll('#nav a')) {
+    const need = a.dataset.feature;
+    a.hidden = (a.hasAttribute('data-admin') && !ctx.admin) || (need !== undefined && !ctx.features[need]);
+  }
 }
 
 // A key is printable ASCII without spaces. A character pasted along with
@@ -200,8 +256,11 @@ function route(initial = false) {
   if (!signedIn) return;
   let next = parse(location.hash);
   if (!next || !allowed(next.view)) {
+    // A view whose route is not known yet to be served keeps its address:
+    // it is shown once the check answers (checkFeatures).
+    const pending = next && ctx.features[next.view] === null;
     next = { view: 'checkouts', arg: null };
-    if (location.hash && location.hash !== '#/checkouts') history.replaceState(null, '', '#/checkouts');
+    if (!pending && location.hash && location.hash !== '#/checkouts') history.replaceState(null, '', '#/checkouts');
   } else if (views[next.view].canonical) {
     // An address the view reads otherwise than written (#/tasks/bogus
     // shows every status) is replaced by the one it shows, and why said.
@@ -250,6 +309,7 @@ async function refresh() {
   // A hidden tab reads nothing (every load reads every page of its view):
   // showing it again refreshes at once.
   if (!signedIn || !current || document.hidden) return;
+  if (Object.values(ctx.features).includes(null)) checkFeatures();
   const gen = ++generation;
   const { view, arg } = current;
   try {

@@ -2,7 +2,7 @@
 // transitions across the fleet, newest first.
 
 import { get, serverNow } from './api.js';
-import { $, h, text, reconcile, taskLink, td } from './dom.js';
+import { $, h, text, attr, reconcile, taskLink, td } from './dom.js';
 import { setTime, duration, eventWords, isolate } from './format.js';
 
 const WINDOW_MS = 15 * 60 * 1000;
@@ -109,14 +109,15 @@ export function fillEvent(ctx, row, e) {
   setTime(row.querySelector('.ev-at'), e.at);
   const type = row.querySelector('.ev-type');
   text(type, eventWords(e.type));
-  type.className = 'ev-type badge ev-' + e.type + (e.outcome ? ' outcome-' + e.outcome : '');
+  const cls = 'ev-type badge ev-' + e.type + (e.outcome ? ' outcome-' + e.outcome : '');
+  if (type.className !== cls) type.className = cls;
   const outcome = row.querySelector('.ev-outcome');
   text(outcome, OUTCOME_WORDS[e.outcome] || (e.outcome ? `outcome: ${e.outcome}` : ''));
-  outcome.hidden = !e.outcome;
-  if (e.outcome) outcome.dataset.outcome = e.outcome;
+  attr(outcome, 'hidden', !e.outcome);
+  if (e.outcome && outcome.dataset.outcome !== e.outcome) outcome.dataset.outcome = e.outcome;
   const error = row.querySelector('.ev-error');
   text(error, e.error ? `error: ${isolate(e.error)}` : '');
-  error.hidden = !e.error;
+  attr(error, 'hidden', !e.error);
   text(row.querySelector('.ev-agent'), e.agent_id ? agentName(ctx, e.agent_id) : '—');
   text(row.querySelector('.ev-fence'), e.fence ? '#' + e.fence : '—');
   text(row.querySelector('.ev-held'), typeof e.held_seconds === 'number' ? duration(e.held_seconds) : '—');

@@ -15,6 +15,14 @@ let taskID = null;
 let task = null;
 let events = [];
 let eventsCut = false; // the trail is longer than the pages read
+// tail is where the last page of the trail read starts: the cursor it was
+// read at (null: the first page), the index of its first event, and the
+// pages read up to it. A refresh reads the trail from there on (events
+// are never changed once written, only added), and the events before it
+// stay as they were, on screen too.
+let tail = null;
+let leases = []; // leasesOf(events), read again when events change
+let names = ''; // the names of the agents the trail names, as last drawn
 let seenAt = 0;
 // loads counts the loads started: one overtaken by a later one (the
 // refresh after a force release, another task opened) shows nothing, not
@@ -37,9 +45,13 @@ const view = {
 
   async load(ctx, id) {
     const me = ++loads;
+    // A trail cut short shows its oldest pages, which do not change: it
+    // is not read again.
+    const from = id === taskID ? tail : null;
+    const before = events;
     let t, ev;
     try {
-      [t, ev] = await Promise.all([get('/api/tasks/' + seg(id)), trail(id)]);
+      [t, ev] = await Promise.all([get('/api/tasks/' + seg(id)), from && eventsCut ? null : trail(id, from)]);
     } catch (err) {
       if (me !== loads || id !== taskID) return false;
       if (err instanceof ApiError && (err.status === 404 || err.code === 'invalid_id')) {
@@ -50,8 +62,12 @@ const view = {
     }
     if (me !== loads || id !== taskID) return false;
     task = t;
-    events = ev.events || [];
-    eventsCut = !!ev.next_cursor;
+    if (ev) {
+      events = from ? before.slice(0, from.start).concat(ev.events) : ev.events;
+      tail = ev.tail;
+      eventsCut = ev.cut;
+      leases = leasesOf(events);
+    }
     seenAt = performance.now();
     if (t.checkout?.agent_name) ctx.names.set(t.checkout.agent_id, t.checkout.agent_name);
     render(ctx);
@@ -61,7 +77,7 @@ const view = {
     if (!task) return;
     const bar = $('task-lease').querySelector('.bar');
     if (bar && task.checkout) updateBar(bar, { ...task.checkout, seenAt }, now);
-    drawTimeline(ctx, now);
+    drawTimeline(ctx, now, true);
     updateWait();
   },
 
@@ -71,6 +87,9 @@ const view = {
     task = null;
     events = [];
     eventsCut = false;
+    tail = null;
+    leases = [];
+    names = '';
     // Emptied with their signatures, so that the next task's panels are
     // drawn even when they read as the last task's did.
     for (const id of ['task-fields', 'task-graph', 'task-lease']) clear($(id));
@@ -114,9 +133,26 @@ function fieldValue(v, kind) {
     return el;
   }
   if (kind === 'pre') return h('pre', { class: 'pre' }, isolate(String(v)));
-  if (kind === 'json') return h('pre', { class: 'pre mono' }, escapeControls(JSON.stringify(v, null, 2)));
+  if (kind === 'json') return h('pre', { class: 'pre mono', dir: 'ltr' }, jsonNodes(v));
   if (typeof kind === 'function') return kind(v);
   return String(v);
+}
+
+// jsonNodes is v as indented JSON text, each string's contents in a <bdi>
+// of its own: a key and its value in a right-to-left script would
+// otherwise make one right-to-left run with the ": " between them, and
+// read value first. The bidirectional controls in them are written as
+// JSON's escapes (escapeControls), so that they show and reorder nothing.
+export function jsonNodes(v) {
+  const json = escapeControls(JSON.stringify(v, null, 2));
+  const out = [];
+  let at = 0;
+  for (const m of json.matchAll(/"((?:[^"\\]|\\.)*)"/g)) {
+    out.push(json.slice(at, m.index + 1), h('bdi', {}, m[1]), '"');
+    at = m.index + m[0].length;
+  }
+  out.push(json.slice(at));
+  return out;
 }
 
 // dl fills a <dl> with [label, node] pairs, rebuilding it only when the
@@ -168,8 +204,15 @@ function render(ctx) {
   } else {
     clear($('task-lease'));
   }
-  drawTimeline(ctx, performance.now());
-  drawEvents(ctx);
+  // A name learnt since (an agent's, from a lease) is written into the
+  // rows already drawn.
+  const ids = new Set();
+  for (const e of events) { if (e.agent_id) ids.add(e.agent_id); if (e.by) ids.add(e.by); }
+  const now = JSON.stringify([...ids].map((id) => ctx.names.get(id) || ''));
+  const renamed = now !== names;
+  names = now;
+  drawTimeline(ctx, performance.now(), false);
+  drawEvents(ctx, renamed);
 }
 
 function forceRelease(ctx) {
@@ -297,49 +340,69 @@ function how(ctx, l, live) {
   }
 }
 
-function drawTimeline(ctx, now) {
+// drawTimeline draws the leases on one time scale, the oldest lease's
+// start to now or the live lease's expiry. Each lease is placed in seconds
+// from that start (--s, --e), and the scale's length (--span) is the
+// list's: as time passes (liveOnly, every second) only the scale and the
+// live lease change, and the leases that ended are not touched (a
+// selection in them stays, and a trail of thousands of events costs
+// nothing between refreshes).
+function drawTimeline(ctx, now, liveOnly) {
   if (!task) return;
-  const leases = leasesOf(events);
   const c = task.checkout;
   const live = c ? { ...c, seenAt } : null;
   const nowMs = serverNow();
   const liveEnd = live ? nowMs + remaining(live, now) * 1000 : nowMs;
-  const t0 = leases.length ? Math.min(...leases.map((l) => l.start)) : nowMs;
-  const t1 = Math.max(nowMs, liveEnd, ...leases.map((l) => l.end?.at ?? 0));
-  const span = Math.max(1, t1 - t0);
-  const pct = (t) => (((t - t0) / span) * 100).toFixed(2) + '%';
-
+  let t0 = nowMs;
+  let last = 0;
+  for (const l of leases) {
+    if (l.start < t0) t0 = l.start;
+    if (l.end && l.end.at > last) last = l.end.at;
+  }
+  const t1 = Math.max(nowMs, liveEnd, last);
+  const list = $('timeline');
+  setVar(list, '--span', Math.max(0.001, (t1 - t0) / 1000));
+  const isLive = (l) => (live && live.fence === l.fence && !l.end ? live : null);
+  const draw = (el, l) => drawLease(ctx, el, l, isLive(l), t0, nowMs, liveEnd);
+  if (liveOnly) {
+    for (const el of list.children) if (el.lease && (isLive(el.lease) || el.dataset.end === 'live')) draw(el, el.lease);
+    return;
+  }
   $('timeline-empty').hidden = leases.length > 0;
-  reconcile($('timeline'), leases.slice().reverse(), (l) => l.fence, makeLease, (el, l) => {
-    const isLive = live && live.fence === l.fence && !l.end ? live : null;
-    const state = isLive ? 'live' : l.end ? (l.end.type === 'release' && l.end.outcome === 'failed' ? 'failed' : l.end.type) : 'expired';
-    if (el.dataset.end !== state) el.dataset.end = state;
-    text(el.querySelector('.lease-fence'), '#' + l.fence);
-    text(el.querySelector('.lease-holder'), agentName(ctx, l.agent_id));
-    text(el.querySelector('.lease-how'), how(ctx, l, isLive));
-    const endAt = l.end ? l.end.at : isLive ? nowMs : null;
-    const held = l.end?.held ?? (endAt !== null ? (endAt - l.start) / 1000 : null);
-    const parts = [`${clock(new Date(l.start).toISOString())} → ${endAt !== null && !isLive ? clock(new Date(endAt).toISOString()) : isLive ? 'now' : '?'}`];
-    if (held !== null) parts.push(`held ${duration(held)}`);
-    if (l.renewals) parts.push(`renewed ${l.renewals}×`);
-    if (l.reason) parts.push(`reason: ${isolate(l.reason)}`);
-    if (l.end?.reason && l.end.type !== 'agent_death') parts.push(`${eventWords(l.end.type)} because: ${isolate(l.end.reason)}`);
-    if (l.end?.error) parts.push(`error: ${isolate(l.end.error)}`);
-    text(el.querySelector('.lease-when'), parts.join(' · '));
-    const seg1 = el.querySelector('.lease-span');
-    const rest = el.querySelector('.lease-rest');
-    const until = l.end ? l.end.at : isLive ? nowMs : l.start;
-    seg1.style.left = pct(l.start);
-    seg1.style.width = (((until - l.start) / span) * 100).toFixed(2) + '%';
-    if (isLive) {
-      rest.hidden = false;
-      rest.style.left = pct(nowMs);
-      rest.style.width = (((liveEnd - nowMs) / span) * 100).toFixed(2) + '%';
-    } else {
-      rest.hidden = true;
-    }
-    attr(el.querySelector('.lease-track'), 'aria-hidden', 'true');
-  });
+  reconcile(list, leases.slice().reverse(), (l) => l.fence, makeLease, draw);
+}
+
+// setVar sets a custom property, only when it changes.
+function setVar(el, name, seconds) {
+  const v = seconds.toFixed(3);
+  if (el.style.getPropertyValue(name) !== v) el.style.setProperty(name, v);
+}
+
+function drawLease(ctx, el, l, isLive, t0, nowMs, liveEnd) {
+  el.lease = l;
+  const state = isLive ? 'live' : l.end ? (l.end.type === 'release' && l.end.outcome === 'failed' ? 'failed' : l.end.type) : 'expired';
+  if (el.dataset.end !== state) el.dataset.end = state;
+  text(el.querySelector('.lease-fence'), '#' + l.fence);
+  text(el.querySelector('.lease-holder'), agentName(ctx, l.agent_id));
+  text(el.querySelector('.lease-how'), how(ctx, l, isLive));
+  const endAt = l.end ? l.end.at : isLive ? nowMs : null;
+  const held = l.end?.held ?? (endAt !== null ? (endAt - l.start) / 1000 : null);
+  const parts = [`${clock(new Date(l.start).toISOString())} → ${endAt !== null && !isLive ? clock(new Date(endAt).toISOString()) : isLive ? 'now' : '?'}`];
+  if (held !== null) parts.push(`held ${duration(held)}`);
+  if (l.renewals) parts.push(`renewed ${l.renewals}×`);
+  if (l.reason) parts.push(`reason: ${isolate(l.reason)}`);
+  if (l.end?.reason && l.end.type !== 'agent_death') parts.push(`${eventWords(l.end.type)} because: ${isolate(l.end.reason)}`);
+  if (l.end?.error) parts.push(`error: ${isolate(l.end.error)}`);
+  text(el.querySelector('.lease-when'), parts.join(' · '));
+  const until = l.end ? l.end.at : isLive ? nowMs : l.start;
+  setVar(el, '--s', (l.start - t0) / 1000);
+  setVar(el, '--e', (until - t0) / 1000);
+  const rest = el.querySelector('.lease-rest');
+  attr(rest, 'hidden', !isLive);
+  if (isLive) {
+    setVar(el, '--r0', (nowMs - t0) / 1000);
+    setVar(el, '--r1', (liveEnd - t0) / 1000);
+  }
 }
 
 function makeLease() {
@@ -357,33 +420,65 @@ function makeLease() {
 
 // trail reads a task's audit trail, following its pages (1,000 events
 // each) up to maxTrailPages of them: a task renewed for days has a long
-// one, and the page shows the oldest events first.
+// one, and the page shows the oldest events first. from (a tail) reads it
+// from the page there on. It returns the events read, the tail of the last
+// page read, and whether more pages remain (cut).
 const maxTrailPages = 10;
 
-async function trail(id) {
+async function trail(id, from) {
   const base = '/api/tasks/' + seg(id) + '/events';
-  let page = await get(base);
+  const at = (cursor) => (cursor ? base + '?cursor=' + encodeURIComponent(cursor) : base);
+  let last = from || { cursor: null, start: 0, pages: 1 };
+  let page = await get(at(last.cursor));
   const all = [...(page.events || [])];
-  for (let n = 1; page.next_cursor && n < maxTrailPages; n++) {
-    page = await get(base + '?cursor=' + encodeURIComponent(page.next_cursor));
+  while (page.next_cursor && last.pages < maxTrailPages) {
+    last = { cursor: page.next_cursor, start: last.start + (page.events || []).length, pages: last.pages + 1 };
+    page = await get(at(last.cursor));
     all.push(...(page.events || []));
   }
-  return { ...page, events: all };
+  return { events: all, tail: last, cut: Boolean(page.next_cursor) };
 }
 
-function drawEvents(ctx) {
+// drawEvents lists the events, oldest first: the rows drawn stay as they
+// are (events are never changed once written), the new ones are added
+// below them; all are written again only when a name changed (renamed).
+function drawEvents(ctx, renamed) {
   $('task-events-more').hidden = !eventsCut;
-  const rows = events.map((e, i) => ({ ...e, i }));
-  reconcile($('task-events-body'), rows, (e) => `${e.i}:${e.type}:${e.fence}:${e.at}`, () =>
-    h('tr', {},
-      td('At', h('time', { class: 'ev-at' })),
-      td('Event', h('span', { class: 'ev-type' }), h('span', { class: 'ev-outcome sub', hidden: true })),
-      td('Agent', h('span', { class: 'ev-agent' })),
-      td('Fence', h('span', { class: 'ev-fence mono' })),
-      td('Held', h('span', { class: 'ev-held' })),
-      td('By', h('span', { class: 'ev-by' })),
-      td('Reason', h('span', { class: 'ev-reason' }), h('span', { class: 'ev-error sub', hidden: true })),
-    ), (row, e) => fillEvent(ctx, row, e));
+  const body = $('task-events-body');
+  const key = (e) => `${e.type}:${e.fence}:${e.at}`;
+  let rows = body.children;
+  if (rows.length > events.length) {
+    body.replaceChildren();
+    rows = body.children;
+  }
+  // The events read again (the tail's page) are checked against their rows.
+  for (let i = renamed ? 0 : Math.min(tail?.start ?? 0, rows.length); i < rows.length; i++) {
+    if (renamed || rows[i].dataset.key !== key(events[i])) {
+      if (rows[i].dataset.key !== key(events[i])) rows[i].dataset.key = key(events[i]);
+      fillEvent(ctx, rows[i], events[i]);
+    }
+  }
+  if (rows.length === events.length) return;
+  const added = document.createDocumentFragment();
+  for (let i = rows.length; i < events.length; i++) {
+    const row = makeEventRow();
+    row.dataset.key = key(events[i]);
+    fillEvent(ctx, row, events[i]);
+    added.append(row);
+  }
+  body.append(added);
+}
+
+function makeEventRow() {
+  return h('tr', {},
+    td('At', h('time', { class: 'ev-at' })),
+    td('Event', h('span', { class: 'ev-type' }), h('span', { class: 'ev-outcome sub', hidden: true })),
+    td('Agent', h('span', { class: 'ev-agent' })),
+    td('Fence', h('span', { class: 'ev-fence mono' })),
+    td('Held', h('span', { class: 'ev-held' })),
+    td('By', h('span', { class: 'ev-by' })),
+    td('Reason', h('span', { class: 'ev-reason' }), h('span', { class: 'ev-error sub', hidden: true })),
+  );
 }
 
 export default view;

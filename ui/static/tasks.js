@@ -15,7 +15,7 @@
 // queue counts (which also tell a new task: the list no longer matches
 // them), and each task named by the feed or shown on screen, one by one.
 
-import { get, pages, seg, serverNow, ApiError } from './api.js';
+import { get, pages, pagesOf, seg, serverNow, ApiError } from './api.js';
 import { $, h, text, reconcile, replace, taskLink, options, td, statusBadge, setStatus } from './dom.js';
 import { STATUSES, statusWords, until, clock, isolate } from './format.js';
 
@@ -30,9 +30,10 @@ export const QUEUE_PAGES = 20;
 export const QUEUES_SHOWN = 2000;
 const QUEUES_MS = 30000;
 // The whole listing is read again at least every FULL_MS; a refresh in
-// between reads at most CHANGED tasks one by one (those the feed names
-// and those on screen), and reads the whole listing instead when more
-// than that changed.
+// between reads at most CHANGED tasks one by one: those the feed names,
+// then as many of those on screen (a window taller than CHANGED rows has
+// its rows read in turns, CHANGED a refresh); it reads the whole listing
+// instead when the feed names more than that.
 const FULL_MS = 30000;
 const CHANGED = 40;
 
@@ -46,6 +47,7 @@ let queuesReadAt = -Infinity; // performance.now() of the last read of the queue
 let fullAt = -Infinity; // performance.now() of the last read of the whole listing
 let feed = null; // the fleet feed's cursor: where the next refresh reads on
 let loads = 0; // loads started: only the latest may show what it read
+let screenTurn = 0; // where, among the rows on screen, the next refresh starts reading
 
 const view = {
   title: (arg) => {
@@ -197,12 +199,15 @@ async function feedStart() {
 // least what it names.
 async function update(status, queue) {
   const changes = await feedSince(feed);
-  const queues = await pages('/api/queues', 'queues', QUEUE_PAGES, QUEUES_SHOWN);
+  const { items: queues, complete } = await pagesOf('/api/queues', 'queues', QUEUE_PAGES, QUEUES_SHOWN);
   noteQueues(queues);
   if (!changes) return null;
   const ids = new Set(changes.events.filter((e) => e.type !== 'renew').map((e) => e.task_id));
-  for (const id of onScreen()) ids.add(id);
   if (ids.size > CHANGED) return null;
+  const screen = onScreen().filter((id) => !ids.has(id));
+  const turn = Math.min(screen.length, CHANGED - ids.size);
+  const from = screen.length ? screenTurn % screen.length : 0;
+  for (let i = 0; i < turn; i++) ids.add(screen[(from + i) % screen.length]);
   const byID = new Map(list.map((t) => [t.task_id, t]));
   const now = new Map(); // the status of each task read
   await Promise.all([...ids].map(async (id) => {
@@ -224,7 +229,9 @@ async function update(status, queue) {
     byID.set(id, { ...t, blocked_by: blockers.map((b) => (now.has(b.task_id) ? { ...b, status: now.get(b.task_id) } : b)) });
   }
   const fresh = [...byID.values()];
-  return more || addsUp(fresh, queues, status, queue) ? { list: fresh, feed: changes.cursor } : null;
+  if (!more && !addsUp(fresh, queues, complete, status, queue)) return null;
+  screenTurn = turn < screen.length ? from + turn : 0;
+  return { list: fresh, feed: changes.cursor };
 }
 
 // feedSince reads the feed from cursor on until it is caught up (up to 5
@@ -246,12 +253,16 @@ async function feedSince(cursor) {
 // names moves a count: a task created, reopened, cancelled without a
 // lease, moved to another queue, blocked or unblocked by a PATCH of its
 // blocked_by (a total would miss all but the first in a list of every
-// status and queue). A lease that ended by time or death and is not yet
-// swept is counted in progress, but listed as its ending leads (todo,
+// status and queue). Past QUEUES_SHOWN queues the counts read are not
+// complete: the tasks of the queues left unread are taken as listed (a
+// task created in one of those shows at the next read of the whole
+// listing, within FULL_MS), rather than read whole at every refresh. A
+// lease that ended by time or death and is not yet swept is counted in
+// progress, but listed as its ending leads (todo,
 // blocked or failed), or, in a list of one status, not at all: as many
 // tasks as the list has fewer in progress than counted, it has more of
 // those statuses.
-function addsUp(tasks, queues, status, queue) {
+function addsUp(tasks, queues, complete, status, queue) {
   const have = new Map(); // queue -> status -> tasks
   for (const t of tasks) {
     if (!have.has(t.queue)) have.set(t.queue, new Map());
@@ -276,7 +287,7 @@ function addsUp(tasks, queues, status, queue) {
     }
     if (unswept !== 0) return false;
   }
-  return have.size === 0;
+  return have.size === 0 || !complete;
 }
 
 // LEADS are the statuses a lease that ended by time or death leads to.
@@ -295,7 +306,7 @@ function onScreen() {
     else hi = mid;
   }
   const ids = [];
-  for (let i = lo; i < rows.length && ids.length <= CHANGED; i++) {
+  for (let i = lo; i < rows.length; i++) {
     const r = rows[i].getBoundingClientRect();
     if (r.top > height) break;
     if (r.bottom > 0 && r.height > 0) ids.push(rows[i].dataset.key);
