@@ -36,6 +36,13 @@ type app struct {
 	// Per-command flags that resolve weighs too (only one command runs).
 	agentOpt, runIDOpt string
 
+	// helpErr is the error of a help flag given with a word that is no
+	// command ("checkout relase --help"): the help is not printed.
+	helpErr error
+	// jsonOf, when set, makes what --json prints of the server's answer:
+	// a command whose outcome is not the answer's as sent sets it.
+	jsonOf func(body []byte) []byte
+
 	resolved *settings
 }
 
@@ -45,7 +52,6 @@ func (a *app) rootCmd() *cobra.Command {
 		Short:         rootShort,
 		Long:          rootLong,
 		Example:       rootExample,
-		Version:       versionInfo(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
@@ -55,7 +61,22 @@ func (a *app) rootCmd() *cobra.Command {
 		}
 		return maxArgs(1, "one task id")(cmd, args)
 	}
-	root.SetVersionTemplate("{{.Version}}")
+	// --version is checked here rather than by cobra, which answers it
+	// before the arguments: "checkout relase --version" is the unknown
+	// command it is without the flag, and --json prints JSON.
+	var showVersion bool
+	root.Flags().BoolVarP(&showVersion, "version", "v", false, "print the version of this binary (the same as checkout version)")
+	// Cobra answers a help flag before it checks the arguments: a word
+	// that is no command, with --help, is the unknown command it is
+	// without, not the help of the command above it.
+	helpOf := root.HelpFunc()
+	root.SetHelpFunc(func(cmd *cobra.Command, args []string) {
+		if err := notACommand(root, cmd); err != nil {
+			a.helpErr = err
+			return
+		}
+		helpOf(cmd, args)
+	})
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		if cmd == root {
 			// "checkout relase t --force": the slip, not the flag, is the error.
@@ -80,6 +101,10 @@ func (a *app) rootCmd() *cobra.Command {
 	root.ValidArgsFunction = a.completeOpenTasks
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		switch {
+		case showVersion && len(args) > 0:
+			return &usageError{"--version takes no task id: checkout --version, or checkout <task-id> without it (see checkout --help)"}
+		case showVersion:
+			return a.printVersion()
 		case len(args) == 0 && cmd.Flags().NFlag() == 0 && cmd.Flags().ArgsLenAtDash() < 0:
 			return cmd.Help() // plain "checkout"
 		case len(args) == 0 || args[0] == "":
@@ -194,6 +219,23 @@ func nearMiss(root *cobra.Command, args []string) error {
 	return &usageError{fmt.Sprintf("unknown command %q: did you mean %s? (a task named %s: checkout -- %s)", args[0], near, args[0], args[0])}
 }
 
+// notACommand is the usage error for the words given to a command that
+// has subcommands when the first is no command of it (a slip of one for
+// the root, whose other words are task ids), or nil.
+func notACommand(root, cmd *cobra.Command) error {
+	if !cmd.HasSubCommands() {
+		return nil
+	}
+	words := cmd.Flags().Args()
+	if cmd == root {
+		return nearMiss(cmd, words)
+	}
+	if cmd.Args == nil || len(words) == 0 {
+		return nil
+	}
+	return cmd.Args(cmd, words)
+}
+
 // exactArgs checks that a command has n positional arguments, none or one
 // (what: "task id"), naming the command's own help when it has not.
 func exactArgs(n int, what string) cobra.PositionalArgs {
@@ -241,6 +283,20 @@ func checkLimit(cmd *cobra.Command, limit int) error {
 		return &usageError{fmt.Sprintf("invalid value %q for --limit: want 1 to %d (see %s --help)", strconv.Itoa(limit), lease.MaxListLimit, cmd.CommandPath())}
 	}
 	return nil
+}
+
+// listFlag is a list flag's values (comma-separated, or the flag
+// repeated) as items: each trimmed of blanks, and blank ones dropped.
+func listFlag(values []string) []string {
+	items := []string{}
+	for _, v := range values {
+		for _, item := range strings.Split(v, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				items = append(items, item)
+			}
+		}
+	}
+	return items
 }
 
 // groupArgs is the Args of a command that only groups subcommands: a word
@@ -298,7 +354,11 @@ func (a *app) call(cmd *cobra.Command, do func(ctx context.Context, c *client.Cl
 		// another server answered (an HTML page) is not for a JSON reader.
 		var nse *client.NotServerError
 		if rec.Body != nil && json.Valid(rec.Body) && !errors.As(err, &nse) {
-			fmt.Fprintf(a.stdout, "%s\n", bytes.TrimRight(rec.Body, "\n"))
+			body := rec.Body
+			if a.jsonOf != nil {
+				body = a.jsonOf(body)
+			}
+			fmt.Fprintf(a.stdout, "%s\n", bytes.TrimRight(body, "\n"))
 		}
 		var es *exitStatus
 		if err != nil && errors.As(err, &es) {
@@ -431,10 +491,19 @@ func (a *app) checkout(cmd *cobra.Command, taskID string, f *checkoutFlags) erro
 		case errors.As(err, &be):
 			return func(w io.Writer) { printBlocked(w, taskID, be, f.watch) }, &exitStatus{exitConflict}
 		case errors.As(err, &ne):
+			if f.watch {
+				a.jsonOf = notWatchingJSON
+			}
 			return func(w io.Writer) { printNotReady(w, taskID, ne, f.watch) }, &exitStatus{exitConflict}
 		case errors.As(err, &se):
-			return func(w io.Writer) { printFinished(w, taskID, se.Status) }, &exitStatus{exitConflict}
+			if f.watch {
+				a.jsonOf = notWatchingJSON
+			}
+			return func(w io.Writer) { printFinished(w, taskID, se.Status, f.watch) }, &exitStatus{exitConflict}
 		case errors.As(err, &ce) && ownLease(ce, s):
+			// Not a denial: --json prints the lease you hold, as a
+			// checkout that got it answers, not the conflict.
+			a.jsonOf = holderJSON
 			return func(w io.Writer) { printHeld(w, ce.Holder) }, nil
 		case errors.As(err, &ce):
 			return func(w io.Writer) { printDenied(w, taskID, ce, f.watch) }, &exitStatus{exitConflict}
@@ -450,6 +519,33 @@ func (a *app) checkout(cmd *cobra.Command, taskID string, f *checkoutFlags) erro
 		}
 		return func(w io.Writer) { printAcquired(w, co, s.runID.value != "", lastErr) }, nil
 	})
+}
+
+// notWatchingJSON is a refused checkout's answer with "watching": false
+// added, for a checkout with --watch the server placed no watch for (a
+// task finished or waiting for its time), as its answer says of a held or
+// blocked task whose watch list was full.
+func notWatchingJSON(body []byte) []byte {
+	var fields map[string]json.RawMessage
+	b := bytes.TrimRight(body, " \t\r\n")
+	if json.Unmarshal(b, &fields) != nil || fields["watching"] != nil || len(b) < 2 {
+		return body
+	}
+	if len(fields) == 0 {
+		return []byte(`{"watching":false}`)
+	}
+	return append(append(bytes.Clone(b[:len(b)-1]), `,"watching":false`...), '}')
+}
+
+// holderJSON is the holder of a conflict answer: the lease itself.
+func holderJSON(body []byte) []byte {
+	var answer struct {
+		Holder json.RawMessage `json:"holder"`
+	}
+	if json.Unmarshal(body, &answer) != nil || len(answer.Holder) == 0 || string(answer.Holder) == "null" {
+		return body
+	}
+	return answer.Holder
 }
 
 // granted reads the task of a lease just granted as co, once, for two
@@ -549,6 +645,11 @@ func (a *app) releaseCmd() *cobra.Command {
 	}
 	hf := a.holderFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if force && cmd.Flags().Changed("agent") {
+			// The server's force release ends whoever's lease is live, and
+			// would end another agent's than the one named.
+			return &usageError{"--force releases whoever holds the task, whatever --agent names: to release that agent's lease only, leave --force out (an admin releases as the holder with --agent), or pin the force release with --fence or --run-id (see checkout release --help)"}
+		}
 		return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
 			req := client.ReleaseRequest{Force: force, Reason: reason, RunID: hf.runID(s), Fence: hf.fence, AgentID: s.agent.value}
 			if force {
@@ -814,10 +915,15 @@ func (a *app) claimCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			given := queues
+			var queues []string // nil: the server's default queue
+			if cmd.Flags().Changed("queue") {
+				queues = listFlag(given)
+			}
 			if cmd.Flags().Changed("queue") && len(queues) == 0 {
 				// --queue "" (an unset variable) names no queue: leaving
 				// it out would claim from the default queue instead.
-				return &usageError{`--queue "" names no queue: give a queue, or leave --queue out to claim from the default queue`}
+				return &usageError{fmt.Sprintf("--queue %q names no queue: give a queue, or leave --queue out to claim from the default queue", strings.Join(given, ","))}
 			}
 			return a.call(cmd, func(ctx context.Context, c *client.Client, s *settings) (func(io.Writer), error) {
 				// The run id, generated here when none is given, so that a
@@ -860,7 +966,7 @@ func (a *app) claimCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&timeout, "timeout", "", "lease length, 1s to 24h (server default 30m)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why you take the task")
-	cmd.Flags().StringSliceVar(&queues, "queue", nil, "claim from this queue (several: comma-separated or the flag repeated; default: the default queue)")
+	cmd.Flags().StringSliceVar(&queues, "queue", nil, "claim from this queue (several: comma-separated, blanks trimmed, or the flag repeated; default: the default queue)")
 	cmd.Flags().StringVar(&wait, "wait", "", "wait up to this long for a task, up to "+compact(lease.MaxClaimWait)+" (default: answer at once)")
 	a.identityFlags(cmd, "the agent the claim is for")
 	a.runIDFlag(cmd, "the run's lease token")

@@ -33,15 +33,30 @@ func (a *app) eventsCmd() *cobra.Command {
 		Args:              maxArgs(1, "one task id"),
 		ValidArgsFunction: a.completeOpenTasks,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			types := strings.Join(typeFlags, ",")
+			types := listFlag(typeFlags)
 			if err := checkLimit(cmd, limit); err != nil {
 				return err
 			}
+			fl := cmd.Flags()
 			if len(args) == 1 {
-				if follow || since != "" || types != "" || cursor != "" {
-					return &usageError{"--follow, --since, --cursor and --type are for the fleet feed: give no task id (see checkout events --help)"}
+				// A task's trail is read whole: a flag of the feed would
+				// be ignored.
+				for _, name := range []string{"follow", "since", "cursor", "type", "limit", "interval"} {
+					if fl.Changed(name) {
+						return &usageError{fmt.Sprintf("--%s is for the fleet feed, and a task's trail is read whole: give no task id, or leave --%s out (see checkout events --help)", name, name)}
+					}
 				}
 				return a.taskEvents(cmd, args[0])
+			}
+			switch {
+			case fl.Changed("type") && len(types) == 0:
+				// --type "$TYPES" with the variable unset: a filter asked
+				// for is not the whole feed.
+				return &usageError{fmt.Sprintf("--type %q names no event type: give one, or leave --type out for every type (see checkout events --help)", strings.Join(typeFlags, ","))}
+			case fl.Changed("interval") && !follow:
+				return &usageError{"--interval is how often --follow asks: add --follow, or leave --interval out (see checkout events --help)"}
+			case fl.Changed("interval") && interval <= 0:
+				return &usageError{fmt.Sprintf("invalid value %q for --interval: want a duration above 0, such as \"2s\" (see checkout events --help)", fl.Lookup("interval").Value.String())}
 			}
 			if since != "" && cursor != "" {
 				return &usageError{"--since and --cursor both say where the feed starts: give one (see checkout events --help)"}
@@ -64,10 +79,8 @@ func (a *app) eventsCmd() *cobra.Command {
 				}
 				req.Since = t
 			}
-			if types != "" {
-				for _, t := range strings.Split(types, ",") {
-					req.Types = append(req.Types, strings.TrimSpace(t))
-				}
+			if len(types) > 0 {
+				req.Types = types
 			}
 			if !follow {
 				return a.call(cmd, func(ctx context.Context, c *client.Client, _ *settings) (func(io.Writer), error) {

@@ -388,19 +388,25 @@ func printNotReady(w io.Writer, taskID string, ne *client.NotReadyError, askedWa
 }
 
 // printFinished reports a checkout refused for the task's status (a
-// checkout takes a todo or in_progress task), in the layout of a denial.
-func printFinished(w io.Writer, taskID, status string) {
+// checkout takes a todo or in_progress task), in the layout of a denial;
+// askedWatch is --watch, which placed no watch.
+func printFinished(w io.Writer, taskID, status string, askedWatch bool) {
 	fmt.Fprintf(w, "Checkout DENIED: %s\n", taskID)
+	line, suggestion := status, "pick another task"
 	switch status {
 	case client.StatusFailed:
-		fmt.Fprintf(w, "  Status: failed (it used all its attempts)\n")
-		fmt.Fprintf(w, "  Suggestion: reopen it with checkout tasks reopen %s to try again, or pick another task\n", taskID)
+		line = "failed (it used all its attempts)"
+		suggestion = fmt.Sprintf("reopen it with checkout tasks reopen %s to try again, or pick another task", taskID)
 	case client.StatusDone, client.StatusCancelled:
-		fmt.Fprintf(w, "  Status: %s\n", status)
-		fmt.Fprintf(w, "  Suggestion: pick another task (checkout tasks reopen %s would make it todo again)\n", taskID)
-	default:
-		fmt.Fprintf(w, "  Status: %s\n  Suggestion: pick another task\n", status)
+		suggestion = fmt.Sprintf("pick another task (checkout tasks reopen %s would make it todo again)", taskID)
 	}
+	fmt.Fprintf(w, "  Status: %s\n", line)
+	if askedWatch {
+		// The service places no watch on a task it refuses for its
+		// status: no message would come.
+		fmt.Fprintf(w, "  Watching: no, a checkout watches only a held or blocked task, so no message will come (checkout watch %s is told once it is reopened, taken and freed again)\n", taskID)
+	}
+	fmt.Fprintf(w, "  Suggestion: %s\n", suggestion)
 }
 
 // printWatching reports a watch and when its message comes: the next

@@ -68,7 +68,8 @@ const releaseLong = `Gives a task back without finishing it: it goes back to tod
 agents watching it get an inbox message. Only the holder may release it;
 an admin may --force anyone's (audited as force_release; with --run-id or
 --fence only that lease, a stuck run's, not one another run took since;
-CHECKOUT_RUN_ID, the admin's own run, is not used), or release it as its
+CHECKOUT_RUN_ID, the admin's own run, is not used; --agent is refused:
+a force release ends whoever holds the task), or release it as its
 holder with --agent (audited by the admin; the holder gets lease_lost,
 reason force_release, as for complete). When the work failed, use checkout
 fail instead: the task then waits before it is retried.`
@@ -182,7 +183,9 @@ Without one: the fleet feed, every transition of every task, oldest first,
 from --since (default: the last hour), or from --cursor, where an earlier
 page ended (its last line gives the command). With --follow it keeps going,
 printing each transition once, in order, about two seconds after it
-happened, until interrupted; with --json each event is one JSON line. A
+happened (--interval: how often it asks once caught up), until
+interrupted; with --json each event is one JSON line. The feed's flags
+are refused with a task id, whose trail is read whole. A
 server that cannot be reached at the start fails the command; one that
 stops answering later is asked again until it answers, which stderr says.`
 

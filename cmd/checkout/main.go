@@ -47,6 +47,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
+		// A help flag cobra answered before the command's arguments were
+		// checked, for a word that is no command.
+		err = app.helpErr
+	}
+	if err == nil {
 		return exitOK
 	}
 	var es *exitStatus

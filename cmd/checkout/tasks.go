@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -326,15 +325,7 @@ func graphFlagsOf(cmd *cobra.Command, edit bool) *graphFlags {
 
 // blockers is --blocked-by as ids: commas split, blanks dropped.
 func (g *graphFlags) blockers() []string {
-	ids := []string{}
-	for _, v := range g.blockedBy {
-		for _, id := range strings.Split(v, ",") {
-			if id = strings.TrimSpace(id); id != "" {
-				ids = append(ids, id)
-			}
-		}
-	}
-	return ids
+	return listFlag(g.blockedBy)
 }
 
 func (g *graphFlags) delay() (*time.Duration, error) {

@@ -82,14 +82,18 @@ func (a *app) versionCmd() *cobra.Command {
 		Short:   "Print the version of this binary (the same as checkout --version)",
 		Example: "  checkout version\n  checkout --version",
 		Args:    exactArgs(0, ""),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if a.json {
-				return json.NewEncoder(a.stdout).Encode(readBuild())
-			}
-			fmt.Fprint(a.stdout, versionInfo())
-			return nil
-		},
+		RunE:    func(cmd *cobra.Command, args []string) error { return a.printVersion() },
 	}
+}
+
+// printVersion is what checkout version and checkout --version print:
+// versionInfo, or with --json the build as JSON.
+func (a *app) printVersion() error {
+	if a.json {
+		return json.NewEncoder(a.stdout).Encode(readBuild())
+	}
+	_, err := fmt.Fprint(a.stdout, versionInfo())
+	return err
 }
 
 // versionOnly is the version alone, for the MCP server's implementation
