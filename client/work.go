@@ -19,6 +19,10 @@ import (
 type Lease struct {
 	mu sync.Mutex
 	co Checkout
+	// mayHold is the latest the lease may be held till by renewals whose
+	// answers were lost (ErrUndecided) since co: each may have extended
+	// it past co's expiry.
+	mayHold time.Time
 }
 
 // Checkout is the lease as the server last answered it (after the latest
@@ -42,8 +46,37 @@ func (l *Lease) Fence() int64 { return l.Checkout().Fence }
 func (l *Lease) set(co Checkout) {
 	l.mu.Lock()
 	l.co = co
+	l.mayHold = time.Time{}
 	l.mu.Unlock()
 }
+
+// mayBeHeldTill notes that a renewal, whose answer was lost, may have
+// extended the lease till t.
+func (l *Lease) mayBeHeldTill(t time.Time) {
+	l.mu.Lock()
+	if t.After(l.mayHold) {
+		l.mayHold = t
+	}
+	l.mu.Unlock()
+}
+
+// heldTill is the latest the lease may be held till: its known expiry, or
+// later if a renewal whose answer was lost may have extended it.
+func (l *Lease) heldTill() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mayHold.After(l.co.ExpiresAt) {
+		return l.mayHold
+	}
+	return l.co.ExpiresAt
+}
+
+// presumedLost is the loss of a lease whose known expiry passed while its
+// renewals got no answer, one of them at least after it may have taken
+// effect: the lease may still be held, and is given back.
+type presumedLost struct{ error }
+
+func (e presumedLost) Unwrap() error { return e.error }
 
 // WorkOption configures WorkOn and ClaimLoop.
 type WorkOption func(*workConfig)
@@ -177,6 +210,15 @@ func newWorkConfig(opts []WorkOption) workConfig {
 // names the reason it gives). When fn returns nil the task is completed;
 // when it returns an error the lease is released with the error as the
 // reason.
+//
+// A renewal whose answer was lost (ErrUndecided: a gateway's 5xx, a
+// dropped connection) may have renewed the lease. When the lease's last
+// known expiry passes with renewals failing so, fn's context is still
+// cancelled (ErrLeaseLost: nothing vouches for the lease), but the lease
+// is then given back as above, naming it: completed when fn returns nil
+// (WorkOn then returns nil), released otherwise (plainly when fn returns
+// the cancellation), so that a lease a lost renewal kept is not left
+// held by nobody at work until it times out.
 //
 // The completion or release is made even when ctx is done, and through a
 // server restart: a failure that asking again can mend (the server
@@ -700,6 +742,15 @@ func (c *Client) hold(ctx context.Context, co Checkout, fn func(context.Context,
 		defer lostMu.Unlock()
 		return lostErr
 	}
+	// decided is the lease's loss when the server decided it: a loss
+	// presumed by the clock alone, with renewals whose answers were lost
+	// (presumedLost), may have left the lease held, and is not.
+	decided := func() error {
+		if err := lost(); err != nil && !errors.As(err, new(presumedLost)) {
+			return err
+		}
+		return nil
+	}
 	// The renewals and loss checks run until fn returns, not until ctx is
 	// done: a function still winding down after ctx's cancellation works
 	// under the lease, which must not expire under it.
@@ -727,7 +778,7 @@ func (c *Client) hold(ctx context.Context, co Checkout, fn func(context.Context,
 		if r != nil {
 			what = fmt.Sprintf("the work function panicked: %v", r)
 		}
-		if lost() == nil {
+		if decided() == nil {
 			_ = c.finish(ctx, l, errors.New(what), cfg)
 		}
 		if r != nil {
@@ -738,11 +789,39 @@ func (c *Client) hold(ctx context.Context, co Checkout, fn func(context.Context,
 	returned = true
 	stop()
 
-	if cause := lost(); cause != nil {
+	if cause := decided(); cause != nil {
 		if ferr != nil && !errors.Is(ferr, context.Canceled) && !errors.Is(ferr, cause) {
 			return errors.Join(cause, ferr)
 		}
 		return cause
+	}
+	if cause := lost(); cause != nil {
+		// The loss is presumed: the lease may be held still, kept by a
+		// renewal whose answer was lost. It is given back as it would
+		// have been, naming it (one gone meanwhile is answered
+		// not_checked_out): completed when fn returned nil, released
+		// plainly when fn stopped on the cancellation, as a failed
+		// attempt otherwise.
+		fin := ferr
+		if ferr != nil && (errors.Is(ferr, context.Canceled) || errors.Is(ferr, cause)) {
+			fin = errGivenBack
+		}
+		err := c.finish(ctx, l, fin, cfg)
+		switch {
+		case ferr == nil && err == nil:
+			return nil // completed: the lease was held after all
+		case ferr == nil:
+			return err
+		case errors.Is(ferr, context.Canceled) || errors.Is(ferr, cause):
+			if err != nil && !errors.Is(err, ErrLeaseLost) {
+				return errors.Join(cause, err)
+			}
+			return cause
+		case err != nil && !errors.Is(err, ErrLeaseLost):
+			return errors.Join(cause, ferr, err)
+		default:
+			return errors.Join(cause, ferr)
+		}
 	}
 	err := c.finish(ctx, l, ferr, cfg)
 	if ferr != nil {
@@ -764,10 +843,11 @@ func (c *Client) finish(ctx context.Context, l *Lease, ferr error, cfg workConfi
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	cur := l.Checkout()
+	heldTill := l.heldTill()
 	rel := ReleaseRequest{RunID: cur.RunID, Fence: cur.Fence}
 	if ferr != nil {
 		rel.Reason = truncate(ferr.Error(), 512)
-		if stopped := ctx.Err() != nil && (errors.Is(ferr, context.Canceled) || errors.Is(ferr, context.DeadlineExceeded)); !stopped {
+		if stopped := errors.Is(ferr, errGivenBack) || ctx.Err() != nil && (errors.Is(ferr, context.Canceled) || errors.Is(ferr, context.DeadlineExceeded)); !stopped {
 			rel.Outcome, rel.Error = OutcomeFailed, truncate(ferr.Error(), MaxErrorLen)
 		}
 	}
@@ -783,7 +863,7 @@ func (c *Client) finish(ctx context.Context, l *Lease, ferr error, cfg workConfi
 				_, err = c.Release(fctx, cur.TaskID, rel)
 			}
 		}
-		expired := !cur.ExpiresAt.IsZero() && !c.now().Before(cur.ExpiresAt)
+		expired := !heldTill.IsZero() && !c.now().Before(heldTill)
 		if err == nil || !transient(err) || expired || fctx.Err() != nil {
 			break
 		}
@@ -798,6 +878,11 @@ func (c *Client) finish(ctx context.Context, l *Lease, ferr error, cfg workConfi
 	}
 	return err
 }
+
+// errGivenBack is the reason of the release of a lease whose loss was
+// presumed (presumedLost) when the work stopped on it: a plain release,
+// not a failed attempt.
+var errGivenBack = errors.New("its renewals' answers were lost: the lease is given back")
 
 // finishWait is the wait before finish's try number try+1: from a quarter
 // of a second, doubling up to 4 s, randomised between half and all of it.
@@ -823,18 +908,33 @@ func (c *Client) keepRenewed(bg context.Context, l *Lease, cfg workConfig, lose 
 		switch {
 		case err == nil:
 			l.set(co)
+			continue
 		case bg.Err() != nil:
 			return
 		case errors.As(err, &ae) && permanent(ae):
 			lose(fmt.Errorf("%w: task %s: %w", ErrLeaseLost, cur.TaskID, err))
 			c.leaseLost(bg, cur, cfg, true)
 			return
-		case !c.now().Before(cur.ExpiresAt):
+		}
+		if errors.Is(err, ErrUndecided) {
+			// The server may have renewed the lease: till now, at the
+			// latest, plus its timeout.
+			l.mayBeHeldTill(c.now().Add(cur.Timeout()))
+		}
+		switch {
+		case c.now().Before(cur.ExpiresAt):
+			cfg.onError(cur.TaskID, err)
+		case l.heldTill().After(cur.ExpiresAt):
+			// A renewal that lost its answer may have kept the lease:
+			// nothing vouches for it now, so the work stops, and hold
+			// gives the lease back (naming it) rather than leave it held
+			// by nobody at work.
+			lose(presumedLost{fmt.Errorf("%w: task %s: its last known expiry passed while renewals failed (one may have renewed it: it is given back): %w", ErrLeaseLost, cur.TaskID, err)})
+			return
+		default:
 			lose(fmt.Errorf("%w: task %s: expired while renewals failed: %w", ErrLeaseLost, cur.TaskID, err))
 			c.leaseLost(bg, cur, cfg, true)
 			return
-		default:
-			cfg.onError(cur.TaskID, err)
 		}
 	}
 }

@@ -22,7 +22,8 @@
 // checkout_task cannot give now (code blocked, not_ready or
 // status_mismatch).
 //
-// One server session is one agent run: its checkouts share one run id, so
+// One server session is one agent run: its checkouts share one run id
+// (each session of a server its own, and its own leases), so
 // a repeated checkout_task of a task it already holds returns the same
 // lease, and its renewals, releases and completions name the lease it took
 // (a repeated release or completion names the lease that ended, and is
@@ -62,7 +63,10 @@ type Options struct {
 	// AgentID is the agent the tools act as, sent as agent_id: empty for the
 	// key's own agent (an admin's key may name any agent).
 	AgentID string
-	// RunID is the session's run id (default: a fresh one).
+	// RunID is the run id of the server's sessions (default: a fresh one
+	// for each session). Give one only to a server that serves one session
+	// (as Serve does): sessions of one run id take each other's leases for
+	// their own.
 	RunID string
 	// Version is reported to clients (default Version).
 	Version string
@@ -82,6 +86,9 @@ type Options struct {
 // for up to DrainTimeout. When ctx ends, Serve stops without answering,
 // but first waits (for up to DrainTimeout) for a claim_task on its way to
 // give back the task it took (client.ClaimOrGiveBack).
+//
+// When it returns, Serve has closed r and w when they are closers (as the
+// SDK's own transports close theirs): nothing of it reads r after it.
 func Serve(ctx context.Context, c *client.Client, r io.Reader, w io.Writer, opts ...Options) error {
 	rc, ok := r.(io.ReadCloser)
 	if !ok {
@@ -100,13 +107,16 @@ func Serve(ctx context.Context, c *client.Client, r io.Reader, w io.Writer, opts
 		}
 		pw.CloseWithError(err)
 	}()
-	srv, t := newServer(c, opts...)
-	t.stop = ctx
+	srv, sh := newServer(c, opts...)
+	sh.stop = ctx
 	err := srv.Run(ctx, &mcp.IOTransport{Reader: pr, Writer: st})
+	// The reader of r stops with the session: closed, r unblocks its
+	// read, rather than leave it reading on after Serve has returned.
+	_ = rc.Close()
 	if ctx.Err() != nil {
 		// Stopped (a SIGTERM): a claim cancelled with the session is
 		// still giving back the task it took.
-		t.claiming.wait(DrainTimeout)
+		sh.claiming.wait(DrainTimeout)
 	}
 	if err != nil && (errors.Is(err, io.EOF) || ctx.Err() != nil) {
 		return nil
@@ -447,7 +457,17 @@ type held struct {
 	fence int64
 }
 
+// shared is what the sessions of one server share.
+type shared struct {
+	// claiming counts the claim_task calls in flight, and stop, when not
+	// nil, ends them (Serve's ctx: the SDK's calls outlive it).
+	claiming inFlight
+	stop     context.Context
+}
+
+// tools is the state of one session: one agent run.
 type tools struct {
+	*shared
 	c       *client.Client
 	agentID string // as configured; "" for the key's own
 	runID   string
@@ -469,30 +489,67 @@ type tools struct {
 	// self is the agent the tools act as, once known: configured, or shown
 	// by a lease of this session or of its agent's earlier run.
 	self string
-	// claiming counts the claim_task calls in flight, and stop, when not
-	// nil, ends them (Serve's ctx: the SDK's calls outlive it).
-	claiming inFlight
-	stop     context.Context
 }
 
-// New returns the MCP server with its tools, acting through c.
+// sessions gives each session of a server its own tools: its own run id
+// (unless Options.RunID gives one), leases and lost requests.
+type sessions struct {
+	*shared
+	c              *client.Client
+	agentID, runID string // as configured
+	mu             sync.Mutex
+	of             map[*mcp.ServerSession]*tools
+	none           *tools // a call without a session (none the SDK makes)
+}
+
+func (s *sessions) newTools() *tools {
+	runID := s.runID
+	if runID == "" {
+		runID = client.NewRunID()
+	}
+	return &tools{shared: s.shared, c: s.c, agentID: s.agentID, runID: runID, leases: map[string]held{}, ended: map[string]held{}, lostCreates: map[string]bool{}, self: s.agentID}
+}
+
+// tools is the session ss's state, made at its first call and forgotten
+// when it ends.
+func (s *sessions) tools(ss *mcp.ServerSession) *tools {
+	if ss == nil {
+		return s.none
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.of[ss]; t != nil {
+		return t
+	}
+	t := s.newTools()
+	s.of[ss] = t
+	go func() {
+		_ = ss.Wait()
+		s.mu.Lock()
+		delete(s.of, ss)
+		s.mu.Unlock()
+	}()
+	return t
+}
+
+// New returns the MCP server with its tools, acting through c. Each
+// session it serves is an agent run of its own: its own run id (unless
+// Options.RunID gives one), leases and lost requests.
 func New(c *client.Client, opts ...Options) *mcp.Server {
 	s, _ := newServer(c, opts...)
 	return s
 }
 
-func newServer(c *client.Client, opts ...Options) (*mcp.Server, *tools) {
+func newServer(c *client.Client, opts ...Options) (*mcp.Server, *shared) {
 	var o Options
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	if o.RunID == "" {
-		o.RunID = client.NewRunID()
-	}
 	if o.Version == "" {
 		o.Version = Version
 	}
-	t := &tools{c: c, agentID: o.AgentID, runID: o.RunID, leases: map[string]held{}, ended: map[string]held{}, lostCreates: map[string]bool{}, self: o.AgentID}
+	t := &sessions{shared: &shared{}, c: c, agentID: o.AgentID, runID: o.RunID, of: map[*mcp.ServerSession]*tools{}}
+	t.none = t.newTools()
 	s := mcp.NewServer(&mcp.Implementation{Name: "checkout", Title: "Task checkout", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: limitsText.Replace(instructions),
 	})
@@ -501,24 +558,24 @@ func newServer(c *client.Client, opts ...Options) (*mcp.Server, *tools) {
 		return &mcp.ToolAnnotations{DestructiveHint: &no, IdempotentHint: idem, OpenWorldHint: &no}
 	}
 	read := &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}
-	addTool(s, &mcp.Tool{Name: "checkout_task", Title: "Check a task out", Description: descCheckout, Annotations: write(true)}, t.checkout)
-	addTool(s, &mcp.Tool{Name: "claim_task", Title: "Claim the next open task", Description: descClaim, Annotations: write(false)}, t.claim)
-	addTool(s, &mcp.Tool{Name: "renew_task", Title: "Renew your lease", Description: descRenew, Annotations: write(true)}, t.renew)
-	addTool(s, &mcp.Tool{Name: "complete_task", Title: "Complete a task", Description: descComplete, Annotations: write(false)}, t.complete)
-	addTool(s, &mcp.Tool{Name: "release_task", Title: "Release a task", Description: descRelease, Annotations: write(false)}, t.release)
-	addTool(s, &mcp.Tool{Name: "fail_task", Title: "Give a task back as failed", Description: descFail, Annotations: write(false)}, t.fail)
-	addTool(s, &mcp.Tool{Name: "task_status", Title: "Who holds a task", Description: descStatus, Annotations: read}, t.status)
-	addTool(s, &mcp.Tool{Name: "list_checkouts", Title: "List live checkouts", Description: descListCheckouts, Annotations: read}, t.listCheckouts)
-	addTool(s, &mcp.Tool{Name: "list_tasks", Title: "List tasks", Description: descListTasks, Annotations: read}, t.listTasks)
-	addTool(s, &mcp.Tool{Name: "list_queues", Title: "List queues", Description: descListQueues, Annotations: read}, t.listQueues)
-	addTool(s, &mcp.Tool{Name: "get_task", Title: "Show a task", Description: descGetTask, Annotations: read}, t.getTask)
-	addTool(s, &mcp.Tool{Name: "create_task", Title: "Create a task", Description: descCreateTask, Annotations: write(false)}, t.createTask)
-	addTool(s, &mcp.Tool{Name: "update_task", Title: "Change or cancel a task", Description: descUpdateTask, Annotations: write(false)}, t.updateTask)
-	addTool(s, &mcp.Tool{Name: "watch_task", Title: "Watch a task", Description: descWatch, Annotations: write(true)}, t.watch)
-	addTool(s, &mcp.Tool{Name: "read_inbox", Title: "Read your inbox", Description: descInbox, Annotations: read}, t.inbox)
-	addTool(s, &mcp.Tool{Name: "ack_message", Title: "Acknowledge an inbox message", Description: descAck, Annotations: write(true)}, t.ack)
-	addTool(s, &mcp.Tool{Name: "heartbeat", Title: "Say you are alive", Description: descHeartbeat, Annotations: write(true)}, t.heartbeat)
-	return s, t
+	addTool(s, t, &mcp.Tool{Name: "checkout_task", Title: "Check a task out", Description: descCheckout, Annotations: write(true)}, (*tools).checkout)
+	addTool(s, t, &mcp.Tool{Name: "claim_task", Title: "Claim the next open task", Description: descClaim, Annotations: write(false)}, (*tools).claim)
+	addTool(s, t, &mcp.Tool{Name: "renew_task", Title: "Renew your lease", Description: descRenew, Annotations: write(true)}, (*tools).renew)
+	addTool(s, t, &mcp.Tool{Name: "complete_task", Title: "Complete a task", Description: descComplete, Annotations: write(false)}, (*tools).complete)
+	addTool(s, t, &mcp.Tool{Name: "release_task", Title: "Release a task", Description: descRelease, Annotations: write(false)}, (*tools).release)
+	addTool(s, t, &mcp.Tool{Name: "fail_task", Title: "Give a task back as failed", Description: descFail, Annotations: write(false)}, (*tools).fail)
+	addTool(s, t, &mcp.Tool{Name: "task_status", Title: "Who holds a task", Description: descStatus, Annotations: read}, (*tools).status)
+	addTool(s, t, &mcp.Tool{Name: "list_checkouts", Title: "List live checkouts", Description: descListCheckouts, Annotations: read}, (*tools).listCheckouts)
+	addTool(s, t, &mcp.Tool{Name: "list_tasks", Title: "List tasks", Description: descListTasks, Annotations: read}, (*tools).listTasks)
+	addTool(s, t, &mcp.Tool{Name: "list_queues", Title: "List queues", Description: descListQueues, Annotations: read}, (*tools).listQueues)
+	addTool(s, t, &mcp.Tool{Name: "get_task", Title: "Show a task", Description: descGetTask, Annotations: read}, (*tools).getTask)
+	addTool(s, t, &mcp.Tool{Name: "create_task", Title: "Create a task", Description: descCreateTask, Annotations: write(false)}, (*tools).createTask)
+	addTool(s, t, &mcp.Tool{Name: "update_task", Title: "Change or cancel a task", Description: descUpdateTask, Annotations: write(false)}, (*tools).updateTask)
+	addTool(s, t, &mcp.Tool{Name: "watch_task", Title: "Watch a task", Description: descWatch, Annotations: write(true)}, (*tools).watch)
+	addTool(s, t, &mcp.Tool{Name: "read_inbox", Title: "Read your inbox", Description: descInbox, Annotations: read}, (*tools).inbox)
+	addTool(s, t, &mcp.Tool{Name: "ack_message", Title: "Acknowledge an inbox message", Description: descAck, Annotations: write(true)}, (*tools).ack)
+	addTool(s, t, &mcp.Tool{Name: "heartbeat", Title: "Say you are alive", Description: descHeartbeat, Annotations: write(true)}, (*tools).heartbeat)
+	return s, t.shared
 }
 
 // outcomer is every result type (through its Outcome).
@@ -530,7 +587,7 @@ type outcomer interface{ outcome() *Outcome }
 func addTool[In, Out any, PO interface {
 	*Out
 	outcomer
-}](s *mcp.Server, t *mcp.Tool, h func(context.Context, In) (Out, error)) {
+}](s *mcp.Server, sess *sessions, t *mcp.Tool, h func(*tools, context.Context, In) (Out, error)) {
 	in, err := jsonschema.For[In](nil)
 	if err != nil {
 		panic(err)
@@ -567,7 +624,7 @@ func addTool[In, Out any, PO interface {
 		if json.Unmarshal(raw, &generic) != nil || resolved.Validate(generic) != nil || json.Unmarshal(raw, &args) != nil {
 			return failure(Outcome{Code: codeInvalidArguments, Message: "invalid arguments: they do not fit the tool's input schema"}), nil
 		}
-		res, err := h(ctx, args)
+		res, err := h(sess.tools(req.Session), ctx, args)
 		if err != nil && ctx.Err() != nil {
 			// The client cancelled the call (over stdio its answer is
 			// dropped, as the protocol asks), or the session ended. A
