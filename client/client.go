@@ -54,8 +54,8 @@ type Client struct {
 	sleep     func(ctx context.Context, d time.Duration) error
 	jitter    func(n int64) int64
 
-	// beating counts the WorkOn and ClaimLoop calls heartbeating now
-	// (startHeartbeats).
+	// beating counts the WorkOn and ClaimLoop calls heartbeating now, or
+	// sending their first heartbeat (startHeartbeats).
 	beatMu  sync.Mutex
 	beating int
 

@@ -568,7 +568,12 @@ type beatLoop struct {
 // its every lease ends when its heartbeats stop. So when the last WorkOn
 // or ClaimLoop of this client that heartbeats returns, it sends one more,
 // of lastBeatTTL: the agent's other leases (taken by hand, say) end by
-// their own timeouts then, not 90 s later by a death nobody died.
+// their own timeouts then, not 90 s later by a death nobody died. That
+// long heartbeat must never land after the first heartbeat of a call
+// starting meanwhile (the agent would count as alive for an hour while
+// that call works, not for its ttl): a call counts as heartbeating from
+// its start, so that none is sent while one starts, and a call's first
+// heartbeat waits for the long one on its way, if any.
 func (c *Client) startHeartbeats(ctx context.Context, cfg workConfig, patient bool) (stop func(), err error) {
 	if cfg.noHeartbeat {
 		return func() {}, nil
@@ -577,29 +582,47 @@ func (c *Client) startHeartbeats(ctx context.Context, cfg workConfig, patient bo
 	me := &cfg
 	hs := c.helperState()
 	c.beatMu.Lock()
+	c.beating++
 	b := hs.beats[ttl]
 	if b != nil {
 		b.users[me] = true // the agent is alive: the loop says so
-		c.beating++
 	}
 	c.beatMu.Unlock()
 	if b == nil {
+		fail := func(err error) (func(), error) {
+			c.beatMu.Lock()
+			sent := c.leaveBeats(hs)
+			c.beatMu.Unlock()
+			c.sendLastBeat(ctx, cfg, hs, sent)
+			return nil, err
+		}
 		idle := cfg.idleMin
 		for {
+			c.beatMu.Lock()
+			last := hs.lastBeat
+			c.beatMu.Unlock()
+			if last != nil {
+				select {
+				case <-last:
+				case <-ctx.Done():
+					return fail(context.Cause(ctx))
+				}
+			}
 			_, err := c.Heartbeat(ctx, ttl)
 			if err == nil {
 				break
 			}
 			if !patient || ctx.Err() != nil || permanent(err) {
-				return nil, err
+				return fail(err)
 			}
 			cfg.onError("", err)
 			if serr := c.sleep(ctx, c.idleWait(idle)); serr != nil {
-				return nil, serr
+				return fail(serr)
 			}
 			idle = min(idle*2, cfg.idleMax)
 		}
 		c.beatMu.Lock()
+		hs.beaten = true
 		if b = hs.beats[ttl]; b == nil { // another call may have started one meanwhile
 			bg, cancel := context.WithCancel(unrecorded(context.WithoutCancel(ctx)))
 			b = &beatLoop{users: map[*workConfig]bool{}, cancel: cancel, stopped: make(chan struct{})}
@@ -622,7 +645,6 @@ func (c *Client) startHeartbeats(ctx context.Context, cfg workConfig, patient bo
 			}()
 		}
 		b.users[me] = true
-		c.beating++
 		c.beatMu.Unlock()
 	}
 	return func() {
@@ -634,21 +656,50 @@ func (c *Client) startHeartbeats(ctx context.Context, cfg workConfig, patient bo
 			delete(hs.beats, ttl)
 			b.cancel()
 		}
-		c.beating--
-		last := c.beating == 0
+		sent := c.leaveBeats(hs)
 		c.beatMu.Unlock()
 		b.reporting.Unlock()
 		if ended {
 			<-b.stopped
 		}
-		if last {
-			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			if _, err := c.Heartbeat(lctx, lastBeatTTL); err != nil {
-				cfg.onError("", err)
-			}
-		}
+		c.sendLastBeat(ctx, cfg, hs, sent)
 	}, nil
+}
+
+// leaveBeats counts a heartbeating call out, with c.beatMu held. When it
+// was the last, and a loop has beaten since the last long heartbeat, it
+// returns the channel sendLastBeat is to close once it has sent the next
+// long heartbeat; the first heartbeat of the next call waits for it.
+func (c *Client) leaveBeats(hs *workState) chan struct{} {
+	c.beating--
+	if c.beating > 0 || !hs.beaten {
+		return nil
+	}
+	hs.beaten = false
+	sent := make(chan struct{})
+	hs.lastBeat = sent
+	return sent
+}
+
+// sendLastBeat sends the long heartbeat leaveBeats asked for, if any, and
+// then closes sent.
+func (c *Client) sendLastBeat(ctx context.Context, cfg workConfig, hs *workState, sent chan struct{}) {
+	if sent == nil {
+		return
+	}
+	defer func() {
+		c.beatMu.Lock()
+		if hs.lastBeat == sent {
+			hs.lastBeat = nil
+		}
+		c.beatMu.Unlock()
+		close(sent)
+	}()
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := c.Heartbeat(lctx, lastBeatTTL); err != nil {
+		cfg.onError("", err)
+	}
 }
 
 // beatEvery sends a heartbeat of ttl every ttl/3 until bg is done; after a
@@ -686,8 +737,13 @@ var helpers sync.Map // weak.Pointer[Client] → *workState
 
 type workState struct {
 	beats map[time.Duration]*beatLoop // guarded by the Client's beatMu
-	mu    sync.Mutex
-	lost  []lostLease // the latest leases lost, whose lease_lost message is to go
+	// beaten says a loop has beaten since the last long heartbeat, and
+	// lastBeat, while that long heartbeat is on its way, is closed once it
+	// has been answered (both guarded by beatMu).
+	beaten   bool
+	lastBeat chan struct{}
+	mu       sync.Mutex
+	lost     []lostLease // the latest leases lost, whose lease_lost message is to go
 }
 
 // lostLease is a lease hold learned was lost otherwise than by its

@@ -213,7 +213,7 @@ type CheckoutResult struct {
 	TaskID    string           `json:"task_id,omitempty" jsonschema:"the task"`
 	Title     string           `json:"title,omitempty" jsonschema:"the task's title"`
 	Checkout  *client.Checkout `json:"checkout,omitempty" jsonschema:"your lease, when acquired"`
-	Watching  bool             `json:"watching" jsonschema:"true when you will get an inbox message once the task is released (or, when blocked, unblocked); false when you did not ask (watch), or the task's watch list is full or could not take the watch just now"`
+	Watching  bool             `json:"watching" jsonschema:"true when you will get an inbox message once the task is released (or, when blocked, unblocked); false when you did not ask (watch), or the task's watch list is full or could not take the watch just now, or the task is done, cancelled, failed or waiting for its time (such a task is not watched)"`
 	LastError string           `json:"last_error,omitempty" jsonschema:"when acquired and earlier attempts of the task failed: the error the latest failed attempt was given back with (the task's last_error); learn from it before you start"`
 	// RetryAfterSeconds and HolderHeartbeatExpiresAt are set on a denial.
 	RetryAfterSeconds        *int64     `json:"retry_after_seconds,omitempty" jsonschema:"on a denial: whole seconds until the lease can end without its holder (its expiry, or its holder's heartbeat running out); checking out again after that may succeed"`

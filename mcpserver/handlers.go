@@ -221,9 +221,16 @@ func (t *tools) checkout(ctx context.Context, in CheckoutInput) (CheckoutResult,
 		// Like a conflict, a task nobody may take now is an answer: the
 		// agent picks another task. The service places no watch on a
 		// task waiting for its time (a watch waits for a freeing).
+		// Nor on a done, cancelled or failed one: asked to, the answer
+		// says so (watching stays false).
 		r := CheckoutResult{TaskID: in.TaskID, Outcome: denial(in.TaskID, err)}
-		if in.Watch && errors.Is(err, client.ErrNotReady) {
-			r.Message += " It is not watched: a task waiting for its time is watched by nobody, so no message will come; check it out again then."
+		switch {
+		case !in.Watch:
+		case errors.Is(err, client.ErrNotReady):
+			r.Message += " You asked to watch it, but you are NOT watching it: a task waiting for its time is watched by nobody, so no message will come; check it out again then."
+		default:
+			r.Message += " You asked to watch it, but you are NOT watching it: a checkout watches only a task another agent holds or a blocked one, so no message will come " +
+				"(watch_task would be told only once it is reopened with update_task status todo, taken and freed again)."
 		}
 		return r, nil
 	case err != nil:

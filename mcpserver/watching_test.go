@@ -56,3 +56,40 @@ func TestCheckoutWatchingIsTheServers(t *testing.T) {
 		})
 	}
 }
+
+// checkout_task with watch on a task the service places no watch on (done,
+// cancelled, failed, or waiting for its time) says so: watching false in
+// the structured answer, and in the text that no message will come.
+func TestCheckoutWatchOfATaskNobodyWatchesSaysSo(t *testing.T) {
+	t.Parallel()
+	cs := session(t, func(r *http.Request, _ map[string]any) (int, string) {
+		for _, status := range []string{"done", "cancelled", "failed"} {
+			if strings.Contains(r.URL.Path, "/"+status+"/") {
+				return 409, `{"error":"task ` + status + ` has status ` + status + `","code":"status_mismatch","status":"` + status + `"}`
+			}
+		}
+		return 409, `{"error":"task later is not ready","code":"not_ready","not_before":"2026-03-20T14:35:00.000Z"}`
+	})
+	for _, tc := range []struct{ task, code, has string }{
+		{"done", "status_mismatch", "a checkout watches only a task another agent holds or a blocked one"},
+		{"cancelled", "status_mismatch", "a checkout watches only a task another agent holds or a blocked one"},
+		{"failed", "status_mismatch", "a checkout watches only a task another agent holds or a blocked one"},
+		{"later", "not_ready", "a task waiting for its time is watched by nobody"},
+	} {
+		t.Run(tc.task, func(t *testing.T) {
+			res, txt, out := callTool(t, cs, "checkout_task", map[string]any{"task_id": tc.task, "watch": true})
+			if w, ok := out["watching"]; res.IsError || out["acquired"] != false || out["code"] != tc.code || !ok || w != false {
+				t.Errorf("structured %v, want code %s and watching false", out, tc.code)
+			}
+			for _, s := range []string{"NOT watching", tc.has, "no message will come"} {
+				if !strings.Contains(txt, s) {
+					t.Errorf("text %q lacks %q", txt, s)
+				}
+			}
+			_, txt, _ = callTool(t, cs, "checkout_task", map[string]any{"task_id": tc.task})
+			if strings.Contains(strings.ToLower(txt), "watch") {
+				t.Errorf("text without watch asked %q speaks of watching", txt)
+			}
+		})
+	}
+}
