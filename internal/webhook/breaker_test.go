@@ -222,7 +222,11 @@ func TestReceiverThatComesBackIsDeliveredToAgain(t *testing.T) {
 	defer r.Close()
 	dl := &memDeadLetters{}
 	clock := testclock.New(time.Now())
-	n := breakerNotifier(t, r.URL, dl, clock, nil)
+	// A receiver that answers at once: an attempt cut short by a loaded
+	// machine's scheduling would be sent again, and delivered twice.
+	n := breakerNotifier(t, r.URL, dl, clock, func(c *webhook.Config) {
+		c.AttemptTimeout = 5 * time.Second
+	})
 	ctx := context.Background()
 
 	r.FailFor(time.Hour, 503, 0)
