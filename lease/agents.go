@@ -443,6 +443,10 @@ func (s *Store) bury(ctx context.Context, a *agentItem, now time.Time, removal s
 // not watched), alive since now, so that every lease of the removed agent
 // stays ended and watches placed before now are not this agent's. The
 // tombstone's pending death stays, for the sweep to end those leases.
+// Where the tombstone has expired (TTL) there is no item, and nothing is
+// written: the agent item then says when the id was registered
+// (createdAt), and so does the heartbeat item the agent's first heartbeat
+// makes (armLowering).
 //
 // An id removed less than hold before now is not restarted: it returns
 // when it may be (the removal's time plus hold), and writes nothing.
@@ -513,4 +517,68 @@ func (s *Store) GetAgent(ctx context.Context, agentID string) (Agent, error) {
 		return Agent{}, ErrAgentNotFound
 	}
 	return a.agent(), nil
+}
+
+// createdAt is when the agents the ids name now were registered (their
+// agent items' created_at), by one consistent BatchGetItem per 100; an id
+// with no agent is left out.
+//
+// Whether a watch, or a message of one, is an earlier agent's of its id
+// (placed before the id was registered again) is judged by the id's
+// heartbeat item, which keeps its registration (heartbeatItem.registration:
+// registered_at, written when a tombstone is turned into a registration,
+// or created_at, copied from the agent item when a heartbeat makes the
+// item). That item expires (TTL) a week after an agent's last heartbeat,
+// or about 8 days after a removal, while a watch is kept 30 days (and
+// TTL deletes late); so where the item is gone, the agent item says when
+// the id was registered, which lives as long as the agent does. Read only
+// then: a watcher that sends heartbeats has its item.
+func (s *Store) createdAt(ctx context.Context, ids []string) (map[string]int64, error) {
+	out := map[string]int64{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	got, err := batchGet[agentItem](ctx, s.db, s.agents, uniqueKeys(ids, agentKey), "", nil)
+	if err != nil {
+		return nil, fmt.Errorf("read agents: %w", err)
+	}
+	for _, a := range got {
+		if a.Kind == "agent" {
+			out[a.AgentID] = a.CreatedAt
+		}
+	}
+	return out, nil
+}
+
+// mayOutliveHeartbeat says whether something an agent placed at at (Unix
+// ms: a watch, a message of one) may have outlived, by now, the heartbeat
+// item that would say its id was registered again since. An id is
+// registered again only after a removal, whose tombstone (a heartbeat
+// item, written at the removal, which is at or after at but for a removed
+// agent's last requests) expires no sooner than heartbeatRetention after
+// it (TTL never deletes early), as does every heartbeat item written after
+// the registration again. So an agent with no heartbeat item sooner than
+// that after at is the one that placed it, and no agent item need be read
+// (createdAt). An hour's margin covers clocks apart.
+func mayOutliveHeartbeat(at int64, now time.Time) bool {
+	return ms(now)-at >= (heartbeatRetention - time.Hour).Milliseconds()
+}
+
+// registeredAfter says whether agentID, whose heartbeat item is hb (nil:
+// none), was registered after at (Unix ms): a watch placed at at, or a
+// message of it, is then an earlier agent's of the id. Removal is not
+// judged here. It reads the agent item only when hb is nil and at is old
+// enough for that to matter (mayOutliveHeartbeat).
+func (s *Store) registeredAfter(ctx context.Context, agentID string, hb *heartbeatItem, at int64) (bool, error) {
+	if hb != nil {
+		return hb.registration() > at, nil
+	}
+	if !mayOutliveHeartbeat(at, s.clock()) {
+		return false, nil
+	}
+	created, err := s.createdAt(ctx, []string{agentID})
+	if err != nil {
+		return false, err
+	}
+	return fromCreation(created[agentID]) > at, nil
 }

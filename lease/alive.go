@@ -722,6 +722,13 @@ func (s *Store) clearReturnPending(ctx context.Context, agentID string, since in
 // (see aliveCache). It changes no expiry: an agent that never sent a
 // heartbeat gets the item of one not watched yet (fresh, the greatest
 // expiry). It reports whether the item was still as read.
+//
+// An item made anew keeps when the agent was registered (created_at, from
+// its agent item: one read, at an agent's first heartbeat and at one
+// after a week's silence), so that watches of an earlier agent of the id
+// are still told apart once the item that said so (a tombstone, or the
+// registered_at of an item that expired while the agent was silent) is
+// gone (createdAt).
 func (s *Store) armLowering(ctx context.Context, agentID string, old *heartbeatItem, now time.Time) (bool, error) {
 	lastAt := expression.Name("last_at")
 	cond := expression.AttributeNotExists(expression.Name("agent_id"))
@@ -729,6 +736,15 @@ func (s *Store) armLowering(ctx context.Context, agentID string, old *heartbeatI
 		Set(expression.Name("alive_since"), expression.Value(0)).
 		Set(expression.Name("fresh"), expression.Value(true)).
 		Set(expression.Name("ttl"), expression.Value(now.Add(heartbeatRetention).Unix()))
+	if old == nil {
+		created, err := s.createdAt(ctx, []string{agentID})
+		if err != nil {
+			return false, err
+		}
+		if at, ok := created[agentID]; ok {
+			upd = upd.Set(expression.Name("created_at"), expression.Value(at))
+		}
+	}
 	if old != nil {
 		forward := expression.Or(expression.AttributeNotExists(lastAt), lastAt.LessThanEqual(expression.Value(ms(now))))
 		cond = expression.And(expression.Name("expires_at").Equal(expression.Value(old.ExpiresAt)),

@@ -426,7 +426,9 @@ func migrated(ch Change) bool {
 // currentWatchers returns the watchers that are still the agents who asked:
 // not removed since, and not an id removed and registered again after the
 // watch was placed (the new agent starts clean). It reads their heartbeat
-// items in one batch.
+// items in one batch, and the agent items of those whose heartbeat item is
+// gone (expired: createdAt) in another, for watches old enough for that
+// (mayOutliveHeartbeat).
 func (s *Store) currentWatchers(ctx context.Context, watchers map[string]int64) ([]string, error) {
 	ids := slices.Sorted(maps.Keys(watchers))
 	if len(ids) == 0 {
@@ -436,9 +438,23 @@ func (s *Store) currentWatchers(ctx context.Context, watchers map[string]int64) 
 	if err != nil {
 		return nil, err
 	}
+	var gone []string
+	now := s.clock()
+	for _, id := range ids {
+		if hbs[id] == nil && mayOutliveHeartbeat(watchers[id], now) {
+			gone = append(gone, id)
+		}
+	}
+	created, err := s.createdAt(ctx, gone)
+	if err != nil {
+		return nil, err
+	}
 	return slices.DeleteFunc(ids, func(id string) bool {
 		hb := hbs[id]
-		return hb != nil && (hb.Removed || hb.RegisteredAt > watchers[id])
+		if hb == nil {
+			return fromCreation(created[id]) > watchers[id]
+		}
+		return hb.Removed || hb.registration() > watchers[id]
 	}), nil
 }
 

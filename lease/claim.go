@@ -2127,11 +2127,27 @@ func (r receiptItem) madeBefore(registeredAt int64) bool {
 // principal, never made it. It is then deleted, unless a note came since
 // the read (a claim of the new agent made it again), so that the new
 // agent's claim of the run starts a receipt of its own. One read of the
-// agent's heartbeat, only when a receipt is found.
+// agent's heartbeat, only when a receipt is found, and one of the agent
+// item when that heartbeat item is gone (the registration outlives it:
+// createdAt), as it is once a removal's tombstone has expired and the
+// receipt has not yet been deleted (DynamoDB's TTL deletes late).
 func (s *Store) removedAgentsReceipt(ctx context.Context, agentID, runID string, rec receiptItem) (bool, error) {
 	hb, err := s.readHeartbeat(ctx, agentID)
-	if err != nil || hb == nil || hb.RegisteredAt == 0 || !rec.madeBefore(hb.RegisteredAt) {
+	if err != nil {
 		return false, err
+	}
+	var registered int64
+	if hb != nil {
+		registered = hb.registration()
+	} else {
+		created, err := s.createdAt(ctx, []string{agentID})
+		if err != nil {
+			return false, err
+		}
+		registered = fromCreation(created[agentID])
+	}
+	if registered == 0 || !rec.madeBefore(registered) {
+		return false, nil
 	}
 	cond := expression.AttributeNotExists(expression.Name("created"))
 	if rec.Created != 0 {

@@ -451,6 +451,11 @@ type inboxRead struct {
 	agentID string
 	hb      *heartbeatItem // read at the first message that needs it
 	hbRead  bool
+	// created is when the agent was registered (fromCreation), read when
+	// its heartbeat item is gone and a message is old enough for that to
+	// matter (createdAt, mayOutliveHeartbeat); 0 when there is no agent.
+	created     int64
+	createdRead bool
 }
 
 // oldest returns the oldest MaxInbox messages to show (fewer if there are
@@ -506,7 +511,20 @@ func (r *inboxRead) shown(ctx context.Context, m messageItem) (bool, error) {
 		}
 		r.hb, r.hbRead = hb, true
 	}
-	return r.hb == nil || !r.hb.Removed && r.hb.RegisteredAt <= m.WatchedAt, nil
+	if r.hb == nil {
+		if !mayOutliveHeartbeat(m.WatchedAt, r.s.clock()) {
+			return true, nil
+		}
+		if !r.createdRead {
+			created, err := r.s.createdAt(ctx, []string{r.agentID})
+			if err != nil {
+				return false, err
+			}
+			r.created, r.createdRead = fromCreation(created[r.agentID]), true
+		}
+		return r.created <= m.WatchedAt, nil
+	}
+	return !r.hb.Removed && r.hb.registration() <= m.WatchedAt, nil
 }
 
 var messageIDPattern = regexp.MustCompile(`^(lost\.)?[0-9]{13}\.[0-9]{1,19}\.[A-Za-z0-9][A-Za-z0-9._:-]{0,127}(~[0-9]{1,19})?$`)

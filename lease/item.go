@@ -783,6 +783,14 @@ type heartbeatItem struct {
 	// has not sent a heartbeat yet (it is not watched).
 	RegisteredAt int64 `dynamodbav:"registered_at,omitempty"`
 	Fresh        bool  `dynamodbav:"fresh,omitempty"`
+	// CreatedAt is when the agent whose first heartbeat made the item was
+	// registered (its agent item's created_at), read when the item was
+	// made: an id's registration outlives the item that kept it (a
+	// tombstone's, or the registered_at of a heartbeat item that expired
+	// while its agent was silent), and watches placed before it are an
+	// earlier agent's (registration). Only watches, their messages and
+	// claim receipts are judged by it.
+	CreatedAt int64 `dynamodbav:"created_at,omitempty"`
 	// PriorExpires is the expiry the latest ordinary heartbeat's write
 	// replaced (0: there was none, or a return from the dead was written
 	// since), so that the write, sent again when its answer was lost, can
@@ -810,6 +818,29 @@ type heartbeatItem struct {
 	Shard   string `dynamodbav:"hb_shard,omitempty"`
 	IndexAt int64  `dynamodbav:"hb_expires,omitempty"`
 	TTL     int64  `dynamodbav:"ttl,omitempty"`
+}
+
+// registration is when the id was last registered, as far as hb says: a
+// watch placed before it, a message of one, or a claim receipt made before
+// it, is an earlier agent's.
+func (hb *heartbeatItem) registration() int64 {
+	return max(hb.RegisteredAt, fromCreation(hb.CreatedAt))
+}
+
+// fromCreation is the registration of an agent made at created (its agent
+// item's created_at; 0: none) as registration counts it: a watch placed
+// before it, or a lease locked at or before it, is an earlier agent's of
+// the id. A registration over a tombstone (restart) waits for its own
+// millisecond to pass before it answers, so that nothing of the new agent
+// is made in it; a plain registration does not, and its agent may watch
+// or lock in that millisecond: it counts from the one before. (An earlier
+// agent's watch placed in that millisecond, or the one before, would be
+// taken for the new agent's; a removal and a registration take longer.)
+func fromCreation(created int64) int64 {
+	if created == 0 {
+		return 0
+	}
+	return created - 1
 }
 
 // dead reports whether the agent is dead by heartbeat at now.

@@ -593,9 +593,18 @@ func TestUnitBudgetWatchedTask(t *testing.T) {
 // to what each costs: its message put and its used watch deleted (2 write
 // units), the watcher's heartbeat read (is it the agent that watched?) and
 // its message's tombstone read after the put (2 read units). The release
-// itself bills what it does on a task ever watched, with one due.
+// itself bills what it does on a task ever watched, with one due. The
+// same for watchers that never sent a heartbeat (no heartbeat item): a
+// watch placed within the week is theirs, and no agent item is read
+// (mayOutliveHeartbeat).
 func TestUnitBudgetTellingWatchers(t *testing.T) {
 	t.Parallel()
+	for _, beating := range []bool{true, false} {
+		t.Run(fmt.Sprintf("beating=%v", beating), func(t *testing.T) { unitBudgetTellingWatchers(t, beating) })
+	}
+}
+
+func unitBudgetTellingWatchers(t *testing.T, beating bool) {
 	e := newEnv(t)
 	c := ctx(t)
 	m := testenv.NewMeter(t, e.names.Prefix)
@@ -606,7 +615,9 @@ func TestUnitBudgetTellingWatchers(t *testing.T) {
 		co := e.checkout(t, id, "holder", time.Minute)
 		for i := range watchers {
 			w := fmt.Sprintf("watcher-%03d", i)
-			must[lease.Heartbeat](t)(e.store.Heartbeat(c, w, time.Hour))
+			if beating {
+				must[lease.Heartbeat](t)(e.store.Heartbeat(c, w, time.Hour))
+			}
 			if err := e.store.Watch(c, id, w); err != nil {
 				t.Fatalf("watch %d: %v", i, err)
 			}

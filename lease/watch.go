@@ -31,8 +31,9 @@ import (
 // place before it and after any earlier freeing (one written too late for that
 // freeing is told by its writer: watch.go), then deletes them
 // (each conditioned on being the watch it read), and reads the watchers'
-// heartbeat items in one batch, so that a removed agent, or an id
-// registered again after the watch, is not told. A removal that lands
+// heartbeat items in one batch (and the agent items of those whose
+// heartbeat item has expired: createdAt), so that a removed agent, or an
+// id registered again after the watch, is not told. A removal that lands
 // between that read and the message's write leaves the message behind its
 // emptied inbox; each message keeps when its watch was placed, and Inbox
 // hides those of a removed agent (see Store.Inbox). A task item from
@@ -342,8 +343,12 @@ func (s *Store) placeWatch(ctx context.Context, cur *taskItem, agentID string) (
 		if hb != nil && hb.Removed {
 			at = mine.At
 		}
+		earlier, err := s.registeredAfter(ctx, agentID, hb, mine.At)
+		if err != nil {
+			return w, false, err // the agent's watch stands
+		}
 		switch {
-		case hb != nil && !hb.Removed && hb.RegisteredAt > mine.At:
+		case (hb == nil || !hb.Removed) && earlier:
 			place = expression.Value(cur.ESeq)
 			lastESeq = cur.ESeq
 			b = b.WithCondition(expression.Name("at").Equal(expression.Value(mine.At)))
