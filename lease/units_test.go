@@ -681,3 +681,53 @@ func TestUnitBudgetReleaseOfATaskDelayedWhileHeld(t *testing.T) {
 		t.Fatalf("a claim once the not_before passed got %s, want later", got.TaskID)
 	}
 }
+
+// TestUnitBudgetAgentWithoutHeartbeat: an agent that never sent a
+// heartbeat reads no more when it watches a task it watches already, or
+// reads an inbox holding a message of a watch, than one that did. Whether
+// that watch is an earlier agent's of its id (registered again since) is
+// a question only once a week has passed, long enough for the heartbeat
+// item that would say so to have expired (mayOutliveHeartbeat); the
+// agent item is read only then.
+func TestUnitBudgetAgentWithoutHeartbeat(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := ctx(t)
+	m := testenv.NewMeter(t, e.names.Prefix)
+	reads := func(agent string, beating bool) (watchAgain, inbox float64) {
+		t.Helper()
+		id := "watched-by-" + agent
+		must[lease.Task](t)(e.store.CreateTask(c, lease.CreateTaskParams{TaskID: id, Title: "title of " + id}))
+		co := e.checkout(t, id, "holder-"+agent, time.Minute)
+		if beating {
+			must[lease.Heartbeat](t)(e.store.Heartbeat(c, agent, time.Hour))
+		}
+		if err := e.store.Watch(c, id, agent); err != nil {
+			t.Fatalf("watch: %v", err)
+		}
+		e.drain(t)
+		e.clock.Advance(2 * time.Second) // past any cached read of the heartbeat
+		m.Take()
+		if err := e.store.Watch(c, id, agent); err != nil {
+			t.Fatalf("watch again: %v", err)
+		}
+		watchAgain = m.Take().Total().Read
+		must[lease.Released](t)(e.store.Release(c, lease.ReleaseParams{TaskID: id, AgentID: "holder-" + agent, RunID: co.RunID, Fence: co.Fence}))
+		e.drain(t)
+		e.clock.Advance(2 * time.Second)
+		m.Take()
+		msgs, err := e.store.Inbox(c, agent)
+		inbox = m.Take().Total().Read
+		if err != nil || !slices.ContainsFunc(msgs, func(m lease.Message) bool { return m.TaskID == id }) {
+			t.Fatalf("inbox of %s: %v, %v; want the message of its watch of %s", agent, msgs, err, id)
+		}
+		return watchAgain, inbox
+	}
+	beatWatch, beatInbox := reads("beating", true)
+	silentWatch, silentInbox := reads("silent", false)
+	t.Logf("watch again: %g RU with a heartbeat, %g without; inbox: %g RU with, %g without", beatWatch, silentWatch, beatInbox, silentInbox)
+	if silentWatch > beatWatch || silentInbox > beatInbox {
+		t.Errorf("an agent without a heartbeat item reads more: watching again %g read units (%g with one), its inbox %g (%g)",
+			silentWatch, beatWatch, silentInbox, beatInbox)
+	}
+}
