@@ -8,71 +8,15 @@
 
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { createInterface } from 'node:readline';
-import { randomBytes } from 'node:crypto';
 import { chromium } from 'playwright-core';
+import { CHROMIUM, FLAGS, skip, sleep, adminKey, startServer, call, mustCall } from './harness.mjs';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const root = resolve(here, '../..');
-const out = join(here, 'out');
-const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
-const inCI = ['true', '1'].includes(String(process.env.CI).toLowerCase());
-const skip = !existsSync(CHROMIUM) && !inCI ? `no browser at ${CHROMIUM}` : false;
-const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-  '--disable-component-update', '--disable-sync', '--no-first-run'];
-const ADMIN_KEY = 'ck_browser-refresh-admin-' + randomBytes(8).toString('hex');
+const ADMIN_KEY = adminKey('refresh');
 
 let server;
-
-async function startServer() {
-  mkdirSync(join(out, 'bin'), { recursive: true });
-  const bin = join(out, 'bin', 'checkout-server-refresh');
-  execFileSync('go', ['build', '-o', bin, './cmd/checkout-server'], { cwd: root, stdio: ['ignore', 'inherit', 'inherit'] });
-  const env = {
-    ...process.env,
-    CHECKOUT_ADDR: '127.0.0.1:0',
-    CHECKOUT_ADMIN_KEY: ADMIN_KEY,
-    CHECKOUT_SWEEP_INTERVAL: '1h',
-    CHECKOUT_TABLE_PREFIX: 'rf' + randomBytes(4).toString('hex') + '-',
-    CHECKOUT_DATA_DIR: '',
-  };
-  const proc = spawn(bin, [], { env, stdio: ['ignore', 'ignore', 'pipe'] });
-  const logs = [];
-  const exited = new Promise((res) => proc.on('exit', (code) => res(code)));
-  const url = await new Promise((res, rej) => {
-    const timer = setTimeout(() => rej(new Error('the server did not start:\n' + logs.join('\n'))), 120000);
-    createInterface({ input: proc.stderr }).on('line', (line) => {
-      logs.push(line);
-      try {
-        const m = JSON.parse(line);
-        if (m.msg === 'checkout server listening') { clearTimeout(timer); res(m.url); }
-      } catch { /* not a log line */ }
-    });
-    exited.then((code) => { clearTimeout(timer); rej(new Error(`the server exited (${code}):\n` + logs.join('\n'))); });
-  });
-  return { proc, url, exited };
-}
-
-async function api(key, method, path, body) {
-  const headers = { Authorization: 'Bearer ' + key };
-  if (body !== undefined) headers['Content-Type'] = 'application/json';
-  const resp = await fetch(server.url + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-  let json = null;
-  try { json = JSON.parse(await resp.text()); } catch { /* not JSON */ }
-  return [resp.status, json];
-}
-
-async function must(key, method, path, body) {
-  const [status, json] = await api(key, method, path, body);
-  assert.ok(status === 200 || status === 201, `${method} ${path}: ${status} ${JSON.stringify(json)}`);
-  return json;
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const start = () => startServer('refresh', 'rf', ADMIN_KEY);
+const api = (key, method, path, body) => call(server.url, key, method, path, body);
+const must = (key, method, path, body) => mustCall(server.url, key, method, path, body);
 const json = (status, body) => ({ status, contentType: 'application/json', body: JSON.stringify(body) });
 
 describe('dashboard refreshes', { skip, timeout: 240000 }, () => {
@@ -81,7 +25,7 @@ describe('dashboard refreshes', { skip, timeout: 240000 }, () => {
   const pages = [];
 
   before(async () => {
-    server = await startServer();
+    server = await start();
     keys.w = (await must(ADMIN_KEY, 'POST', '/api/agents', { agent_id: 'w', name: 'worker' })).api_key;
     keys.v = (await must(ADMIN_KEY, 'POST', '/api/agents', { agent_id: 'v', name: 'other worker' })).api_key;
     await must(keys.w, 'POST', '/api/heartbeat', { ttl: '10m' });
